@@ -1,0 +1,42 @@
+// minions-llama-runner: the built-in runner. Speaks the runner protocol (docs/runner-protocol.md)
+// on stdin/stdout; logs go to stderr. The only program that links llama.cpp.
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "common/logging.h"
+#include "minions/version.h"
+#include "runner/llama/llama_engine.h"
+#include "runner/llama/runner_service.h"
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--version") == 0) {
+      printf("minions-llama-runner %s\n", minions::kVersion);
+      return 0;
+    }
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      printf("minions-llama-runner %s\n"
+             "Serves OpenAI Batch records with llama.cpp. Speaks the runner protocol: one JSON\n"
+             "command per line on stdin (load, run, cancel, ping, shutdown), one JSON event per\n"
+             "line on stdout. See docs/runner-protocol.md. Logs go to stderr.\n"
+             "  --verbose   log llama.cpp's messages and debug lines\n",
+             minions::kVersion);
+      return 0;
+    }
+    if (std::strcmp(argv[i], "--verbose") == 0) {
+      minions::SetLogLevel(minions::LogLevel::kDebug);
+      continue;
+    }
+    fprintf(stderr, "error: unknown argument '%s' (try --help)\n", argv[i]);
+    return 2;
+  }
+  minions::SetLogComponent("runner");
+  minions::llama_runner::InstallLlamaLogging();
+  // stdout carries the protocol alone: nothing else may print there.
+  minions::llama_runner::RunnerService service(STDIN_FILENO, stdout);
+  return service.Run();
+}

@@ -1,0 +1,83 @@
+#include "cli/local_run.h"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/subprocess.h"
+#include "runner/batch_record.h"
+#include "runner/runner_process.h"
+
+namespace minions::cli {
+
+std::string DefaultRunnerProgram() { return SiblingProgram("minions-llama-runner"); }
+
+absl::StatusOr<LocalRunSummary> RunLocally(const LocalRunOptions& options) {
+  std::ifstream input(options.input_path);
+  if (!input) return absl::NotFoundError(absl::StrCat("cannot read input file '", options.input_path, "'"));
+  std::ofstream output(options.output_path, std::ios::trunc);
+  if (!output) return absl::PermissionDeniedError(absl::StrCat("cannot write '", options.output_path, "'"));
+  std::ofstream errors(options.errors_path, std::ios::trunc);
+  if (!errors) return absl::PermissionDeniedError(absl::StrCat("cannot write '", options.errors_path, "'"));
+
+  RunnerProcess::Options runner_options;
+  runner_options.command = {options.runner.empty() ? DefaultRunnerProgram() : options.runner};
+  runner_options.stderr_path = options.runner_log;
+  auto runner = RunnerProcess::Start(runner_options);
+  if (!runner.ok()) return runner.status();
+  LocalRunSummary summary;
+  auto load_start = std::chrono::steady_clock::now();
+  auto info = (*runner)->Load({options.model_path, options.load});
+  if (!info.ok()) return info.status();
+  summary.load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> batch;
+  size_t batch_number = 0;
+  auto flush = [&]() -> absl::Status {
+    if (batch.empty()) return absl::OkStatus();
+    std::vector<std::optional<Json>> outputs(batch.size());
+    auto done = (*runner)->RunBatch(absl::StrCat("b", batch_number++), batch,
+                                    [&](size_t index, const Json& line) { outputs[index] = line; });
+    if (!done.ok()) return done.status();
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const Json& line = outputs[i] ? *outputs[i]
+                                    : MakeErrorLine("", kErrorRunnerFailed, "the runner gave no result");
+      bool is_error = !line.contains("error") || !line["error"].is_null();
+      (is_error ? errors : output) << DumpJson(line) << '\n';
+      summary.errors += is_error;
+      ++summary.records;
+    }
+    const Json& usage = (*done)["usage"];
+    summary.prompt_tokens += usage.value("prompt_tokens", int64_t{0});
+    summary.completion_tokens += usage.value("completion_tokens", int64_t{0});
+    batch.clear();
+    if (options.progress) {
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      fprintf(stderr, "\r%zu records, %zu errors, %.1f records/s   ", summary.records,
+              summary.errors, summary.records / std::max(secs, 1e-9));
+      fflush(stderr);
+    }
+    return absl::OkStatus();
+  };
+
+  std::string line;
+  while (std::getline(input, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are not records
+    batch.push_back(std::move(line));
+    if (batch.size() >= options.batch_size) {
+      if (auto s = flush(); !s.ok()) return s;
+    }
+  }
+  if (auto s = flush(); !s.ok()) return s;
+  if (options.progress) fprintf(stderr, "\n");
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  (*runner)->Shutdown();
+  return summary;
+}
+
+}  // namespace minions::cli

@@ -1,0 +1,36 @@
+#include "common/json_util.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace minions {
+
+std::string DumpJson(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+absl::StatusOr<Json> ParseJson(std::string_view text) {
+  Json parsed = Json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    // Re-parse with exceptions only on the error path to get the position of the fault.
+    try {
+      (void)Json::parse(text);
+    } catch (const Json::parse_error& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("not valid JSON (byte ", e.byte, "): ", Excerpt(text)));
+    }
+    return absl::InvalidArgumentError(absl::StrCat("not valid JSON: ", Excerpt(text)));
+  }
+  return parsed;
+}
+
+std::string Excerpt(std::string_view text, size_t max_len) {
+  std::string out;
+  for (char c : text.substr(0, max_len)) {
+    unsigned char u = static_cast<unsigned char>(c);
+    out.push_back(u >= 0x20 && u < 0x7f ? c : '?');
+  }
+  if (text.size() > max_len) out += "...";
+  return out;
+}
+
+}  // namespace minions

@@ -1,0 +1,34 @@
+#pragma once
+// Minimal leveled logging to stderr, one line per message. Every line about a job carries its ids
+// (job= task= attempt= executor=) in the message itself; tests never assert on log text.
+// Thread-safe: each message is written with a single write(2).
+
+#include <sstream>
+#include <string>
+
+namespace minions {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+void SetLogLevel(LogLevel level);
+LogLevel GetLogLevel();
+// Prefix every line with this process's role (e.g. "runner", "executor-2").
+void SetLogComponent(std::string component);
+
+class LogMessage {
+ public:
+  LogMessage(LogLevel level, const char* file, int line);
+  ~LogMessage();
+  std::ostream& stream() { return stream_; }
+
+ private:
+  LogLevel level_;
+  std::ostringstream stream_;
+};
+
+}  // namespace minions
+
+#define MINIONS_LOG(level)                                                     \
+  if (::minions::LogLevel::k##level < ::minions::GetLogLevel()) {              \
+  } else                                                                       \
+    ::minions::LogMessage(::minions::LogLevel::k##level, __FILE__, __LINE__).stream()

@@ -1,0 +1,71 @@
+#pragma once
+// Subprocess: one child process with pipes to its stdin and stdout (stderr is inherited or sent to a
+// file). The executor uses it to supervise its runner; tests use it to drive real processes.
+//
+// Ownership: owns the child and the parent's pipe ends; the destructor SIGKILLs and reaps a child
+// still running, so a Subprocess never leaks a process.
+// Threads: one thread at a time may write, one at a time may read; Signal() and pid() may be called
+// from any thread.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace minions {
+
+struct ExitInfo {
+  bool exited = false;  // exited normally; `code` is valid
+  int code = 0;
+  int signal = 0;       // killed by this signal when !exited
+  std::string ToString() const;
+};
+
+class Subprocess {
+ public:
+  struct Options {
+    std::vector<std::string> argv;        // argv[0] is a path or a name looked up in PATH
+    std::vector<std::string> extra_env;   // "NAME=value" entries added to this process's environment
+    std::string stderr_path;              // empty: inherit this process's stderr
+  };
+
+  static absl::StatusOr<std::unique_ptr<Subprocess>> Start(const Options& options);
+  ~Subprocess();
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+
+  // Writes all of `data` to the child's stdin. Fails (never raises SIGPIPE) if the child is gone.
+  absl::Status Write(std::string_view data);
+  // One line of the child's stdout without its '\n'. DeadlineExceeded after `timeout`; OutOfRange
+  // at end of stream (the child closed stdout or exited).
+  absl::StatusOr<std::string> ReadLine(absl::Duration timeout = absl::InfiniteDuration());
+  void CloseStdin();
+  void Signal(int sig);
+  // Waits for the child to exit; DeadlineExceeded if it is still running after `timeout`.
+  absl::StatusOr<ExitInfo> Wait(absl::Duration timeout = absl::InfiniteDuration());
+  pid_t pid() const { return pid_; }
+  bool running();
+
+ private:
+  Subprocess() = default;
+
+  pid_t pid_ = -1;
+  int stdin_fd_ = -1;
+  int stdout_fd_ = -1;
+  bool reaped_ = false;
+  ExitInfo exit_info_;
+  std::string read_buffer_;
+};
+
+// Absolute path of the running executable ("" if unknown); used to find sibling programs such as
+// minions-llama-runner installed next to minions.
+std::string CurrentExecutablePath();
+// `name` next to the current executable if it exists there, else `name` itself (PATH lookup).
+std::string SiblingProgram(const std::string& name);
+
+}  // namespace minions

@@ -1,0 +1,353 @@
+#include "runner/batch_record.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace minions {
+namespace {
+
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+uint64_t Fnv1a(std::string_view text, uint64_t hash = kFnvOffset) {
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= kFnvPrime;
+  }
+  return hash;
+}
+
+ParsedRecord Fail(std::string custom_id, std::string_view code, std::string message) {
+  ParsedRecord record;
+  record.custom_id = std::move(custom_id);
+  record.error_code = std::string(code);
+  record.error_message = std::move(message);
+  return record;
+}
+
+// Reads an optional number field; returns an error message when present but not a number in range.
+std::optional<std::string> ReadNumber(const Json& body, const char* name, double min, double max,
+                                      std::optional<double>* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) return absl::StrCat("body.", name, " must be a number");
+  double value = it->get<double>();
+  if (!(value >= min && value <= max)) {
+    return absl::StrFormat("body.%s must be between %g and %g, got %g", name, min, max, value);
+  }
+  *out = value;
+  return std::nullopt;
+}
+
+std::optional<std::string> ReadSampling(const Json& body, SamplingParams* sampling) {
+  std::optional<double> value;
+  // OpenAI accepts max_completion_tokens as the newer name of max_tokens.
+  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+    value.reset();
+    if (auto err = ReadNumber(body, name, 1, 1 << 20, &value)) return err;
+    if (value) {
+      if (*value != std::floor(*value)) return absl::StrCat("body.", name, " must be an integer");
+      sampling->max_tokens = static_cast<int>(*value);
+    }
+  }
+  value.reset();
+  if (auto err = ReadNumber(body, "temperature", 0, 2, &value)) return err;
+  if (value) sampling->temperature = static_cast<float>(*value);
+  value.reset();
+  if (auto err = ReadNumber(body, "top_p", 0, 1, &value)) return err;
+  if (value) sampling->top_p = static_cast<float>(*value);
+  if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
+    if (!it->is_number_integer()) return "body.seed must be an integer";
+    sampling->seed = it->is_number_unsigned() ? it->get<uint64_t>()
+                                              : static_cast<uint64_t>(it->get<int64_t>());
+  }
+  if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      sampling->stop.push_back(it->get<std::string>());
+    } else if (it->is_array() && it->size() <= 4) {
+      for (const auto& s : *it) {
+        if (!s.is_string()) return "body.stop must be a string or an array of up to 4 strings";
+        sampling->stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return "body.stop must be a string or an array of up to 4 strings";
+    }
+    for (const auto& s : sampling->stop) {
+      if (s.empty()) return "body.stop must not contain an empty string";
+    }
+  }
+  if (auto it = body.find("n"); it != body.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() != 1) {
+      return "body.n: only n = 1 is supported";
+    }
+  }
+  return std::nullopt;
+}
+
+// Chat content may be a string or an array of {"type":"text","text":...} parts.
+std::optional<std::string> ReadContent(const Json& content, size_t index, std::string* out) {
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return std::nullopt;
+  }
+  if (content.is_array()) {
+    for (const auto& part : content) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string()) {
+        return absl::StrCat("body.messages[", index,
+                            "].content: only text parts ({\"type\":\"text\",\"text\":...}) are "
+                            "supported");
+      }
+      *out += part["text"].get<std::string>();
+    }
+    return std::nullopt;
+  }
+  return absl::StrCat("body.messages[", index, "].content must be a string");
+}
+
+}  // namespace
+
+std::string_view EndpointUrl(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::kCompletions: return "/v1/completions";
+    case Endpoint::kChatCompletions: return "/v1/chat/completions";
+    case Endpoint::kEmbeddings: return "/v1/embeddings";
+  }
+  return "";
+}
+
+ParsedRecord ParseRecordLine(std::string_view line) {
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+  if (line.empty()) return Fail("", kErrorInvalidJson, "empty line");
+  auto parsed = ParseJson(line);
+  if (!parsed.ok()) return Fail("", kErrorInvalidJson, std::string(parsed.status().message()));
+  const Json& root = *parsed;
+  if (!root.is_object()) return Fail("", kErrorInvalidRequest, "a record must be a JSON object");
+
+  std::string custom_id;
+  auto id_it = root.find("custom_id");
+  if (id_it == root.end() || id_it->is_null()) {
+    return Fail("", kErrorInvalidRequest, "missing custom_id (a unique string per record)");
+  }
+  if (id_it->is_string()) {
+    custom_id = id_it->get<std::string>();
+  } else if (id_it->is_number_integer()) {
+    custom_id = id_it->dump();  // tolerated: numeric ids are common in hand-written files
+  } else {
+    return Fail("", kErrorInvalidRequest, "custom_id must be a string");
+  }
+  if (custom_id.empty()) return Fail("", kErrorInvalidRequest, "custom_id must not be empty");
+  if (custom_id.size() > 512) {
+    return Fail(custom_id.substr(0, 64), kErrorInvalidRequest, "custom_id is longer than 512 bytes");
+  }
+
+  InferenceRequest request;
+  request.custom_id = custom_id;
+  const Json* body = nullptr;
+  Json shorthand_body;
+  if (root.contains("body") || root.contains("url")) {
+    auto url_it = root.find("url");
+    if (url_it == root.end() || !url_it->is_string()) {
+      return Fail(custom_id, kErrorInvalidRequest,
+                  "missing url (one of /v1/completions, /v1/chat/completions, /v1/embeddings)");
+    }
+    std::string url = url_it->get<std::string>();
+    if (url == "/v1/completions") {
+      request.endpoint = Endpoint::kCompletions;
+    } else if (url == "/v1/chat/completions") {
+      request.endpoint = Endpoint::kChatCompletions;
+    } else if (url == "/v1/embeddings") {
+      request.endpoint = Endpoint::kEmbeddings;
+    } else {
+      return Fail(custom_id, kErrorUnsupportedUrl,
+                  absl::StrCat("unsupported url '", Excerpt(url, 100),
+                               "'; use /v1/completions, /v1/chat/completions or /v1/embeddings"));
+    }
+    if (auto m = root.find("method"); m != root.end() && !(m->is_string() && *m == "POST")) {
+      return Fail(custom_id, kErrorInvalidRequest, "method must be \"POST\"");
+    }
+    auto body_it = root.find("body");
+    if (body_it == root.end() || !body_it->is_object()) {
+      return Fail(custom_id, kErrorInvalidRequest, "missing body (a JSON object)");
+    }
+    body = &*body_it;
+  } else if (root.contains("prompt")) {
+    request.endpoint = Endpoint::kCompletions;
+    shorthand_body = root;
+    shorthand_body.erase("custom_id");
+    body = &shorthand_body;
+  } else {
+    return Fail(custom_id, kErrorInvalidRequest,
+                "a record needs url and body (OpenAI Batch format) or a prompt (shorthand)");
+  }
+
+  if (auto m = body->find("model"); m != body->end() && m->is_string()) {
+    request.model = m->get<std::string>();
+  }
+  switch (request.endpoint) {
+    case Endpoint::kCompletions: {
+      auto p = body->find("prompt");
+      if (p == body->end()) return Fail(custom_id, kErrorInvalidRequest, "missing body.prompt");
+      if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
+        request.prompt = (*p)[0].get<std::string>();
+      } else if (p->is_string()) {
+        request.prompt = p->get<std::string>();
+      } else {
+        return Fail(custom_id, kErrorInvalidRequest,
+                    "body.prompt must be a string (one prompt per record)");
+      }
+      if (request.prompt.empty()) return Fail(custom_id, kErrorEmptyPrompt, "body.prompt is empty");
+      break;
+    }
+    case Endpoint::kChatCompletions: {
+      auto m = body->find("messages");
+      if (m == body->end() || !m->is_array() || m->empty()) {
+        return Fail(custom_id, kErrorInvalidRequest,
+                    "body.messages must be a non-empty array of {role, content}");
+      }
+      for (size_t i = 0; i < m->size(); ++i) {
+        const Json& msg = (*m)[i];
+        if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string()) {
+          return Fail(custom_id, kErrorInvalidRequest,
+                      absl::StrCat("body.messages[", i, "] needs a string role"));
+        }
+        ChatMessage message;
+        message.role = msg["role"].get<std::string>();
+        if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
+            message.role != "developer") {
+          return Fail(custom_id, kErrorInvalidRequest,
+                      absl::StrCat("body.messages[", i, "].role '", Excerpt(message.role, 40),
+                                   "' is not one of system, developer, user, assistant"));
+        }
+        if (message.role == "developer") message.role = "system";
+        auto c = msg.find("content");
+        if (c == msg.end() || c->is_null()) {
+          return Fail(custom_id, kErrorInvalidRequest,
+                      absl::StrCat("body.messages[", i, "] has no content"));
+        }
+        if (auto err = ReadContent(*c, i, &message.content)) {
+          return Fail(custom_id, kErrorInvalidRequest, *err);
+        }
+        request.messages.push_back(std::move(message));
+      }
+      bool any_text = false;
+      for (const auto& msg : request.messages) any_text |= !msg.content.empty();
+      if (!any_text) return Fail(custom_id, kErrorEmptyPrompt, "every message's content is empty");
+      break;
+    }
+    case Endpoint::kEmbeddings: {
+      auto in = body->find("input");
+      if (in == body->end()) return Fail(custom_id, kErrorInvalidRequest, "missing body.input");
+      if (in->is_string()) {
+        request.inputs.push_back(in->get<std::string>());
+      } else if (in->is_array() && !in->empty() && in->size() <= 2048) {
+        for (const auto& s : *in) {
+          if (!s.is_string()) {
+            return Fail(custom_id, kErrorInvalidRequest,
+                        "body.input must be a string or an array of strings (token arrays are "
+                        "not supported)");
+          }
+          request.inputs.push_back(s.get<std::string>());
+        }
+      } else {
+        return Fail(custom_id, kErrorInvalidRequest,
+                    "body.input must be a string or an array of 1 to 2048 strings");
+      }
+      for (size_t i = 0; i < request.inputs.size(); ++i) {
+        if (request.inputs[i].empty()) {
+          return Fail(custom_id, kErrorEmptyPrompt, absl::StrCat("body.input[", i, "] is empty"));
+        }
+      }
+      if (auto f = body->find("encoding_format");
+          f != body->end() && !(f->is_string() && *f == "float")) {
+        return Fail(custom_id, kErrorInvalidRequest, "body.encoding_format: only \"float\" is supported");
+      }
+      break;
+    }
+  }
+  if (request.endpoint != Endpoint::kEmbeddings) {
+    if (auto err = ReadSampling(*body, &request.sampling)) {
+      return Fail(custom_id, kErrorInvalidRequest, *err);
+    }
+  }
+  ParsedRecord record;
+  record.custom_id = custom_id;
+  record.request = std::move(request);
+  return record;
+}
+
+std::string OutputLineId(std::string_view custom_id) {
+  return absl::StrFormat("batch_req_%016x", Fnv1a(custom_id));
+}
+
+uint64_t DefaultSeed(std::string_view custom_id) { return Fnv1a(custom_id, Fnv1a("seed")); }
+
+Json MakeErrorLine(std::string_view custom_id, std::string_view code, std::string_view message) {
+  Json line;
+  line["id"] = OutputLineId(custom_id);
+  line["custom_id"] = custom_id.empty() ? Json(nullptr) : Json(std::string(custom_id));
+  line["response"] = nullptr;
+  line["error"] = {{"code", std::string(code)}, {"message", std::string(message)}};
+  return line;
+}
+
+Json MakeResponseLine(std::string_view custom_id, Json body) {
+  Json line;
+  line["id"] = OutputLineId(custom_id);
+  line["custom_id"] = std::string(custom_id);
+  line["response"] = {{"status_code", 200},
+                      {"request_id", absl::StrFormat("req_%016x", Fnv1a(custom_id, 7))},
+                      {"body", std::move(body)}};
+  line["error"] = nullptr;
+  return line;
+}
+
+Json Usage::ToJson() const {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+Json MakeCompletionBody(std::string_view custom_id, std::string_view model, std::string_view text,
+                        std::string_view finish_reason, const Usage& usage, int64_t created) {
+  return {{"id", absl::StrFormat("cmpl-%016x", Fnv1a(custom_id))},
+          {"object", "text_completion"},
+          {"created", created},
+          {"model", std::string(model)},
+          {"choices",
+           Json::array({{{"index", 0},
+                         {"text", std::string(text)},
+                         {"logprobs", nullptr},
+                         {"finish_reason", std::string(finish_reason)}}})},
+          {"usage", usage.ToJson()}};
+}
+
+Json MakeChatCompletionBody(std::string_view custom_id, std::string_view model,
+                            std::string_view text, std::string_view finish_reason,
+                            const Usage& usage, int64_t created) {
+  return {{"id", absl::StrFormat("chatcmpl-%016x", Fnv1a(custom_id))},
+          {"object", "chat.completion"},
+          {"created", created},
+          {"model", std::string(model)},
+          {"choices", Json::array({{{"index", 0},
+                                    {"message", {{"role", "assistant"}, {"content", std::string(text)}}},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", std::string(finish_reason)}}})},
+          {"usage", usage.ToJson()}};
+}
+
+Json MakeEmbeddingBody(std::string_view model, const std::vector<std::vector<float>>& embeddings,
+                       int prompt_tokens) {
+  Json data = Json::array();
+  for (size_t i = 0; i < embeddings.size(); ++i) {
+    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", embeddings[i]}});
+  }
+  return {{"object", "list"},
+          {"data", std::move(data)},
+          {"model", std::string(model)},
+          {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
+}
+
+}  // namespace minions

@@ -1,0 +1,97 @@
+#pragma once
+// The record format: OpenAI Batch request lines in, OpenAI Batch output lines out.
+//
+//   in:  {"custom_id": "...", "method": "POST", "url": "/v1/chat/completions", "body": {...}}
+//        or the shorthand {"custom_id": "...", "prompt": "..."} (a /v1/completions request)
+//   out: {"id": "...", "custom_id": "...", "response": {"status_code": 200, "request_id": "...",
+//        "body": {...}}, "error": null}
+//        or, for a record that could not be served, "response": null and
+//        "error": {"code": "...", "message": "..."}.
+//
+// Parsing is pure and engine-independent, so every runner (and the server's validation) shares it.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/json_util.h"
+
+namespace minions {
+
+enum class Endpoint { kCompletions, kChatCompletions, kEmbeddings };
+std::string_view EndpointUrl(Endpoint endpoint);
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+struct SamplingParams {
+  // Unset: the runner's default for the endpoint (OpenAI: 16 for completions).
+  std::optional<int> max_tokens;
+  float temperature = 1.0f;  // 0 means greedy
+  float top_p = 1.0f;
+  // Unset: derived from the custom_id, so that re-running a record reproduces its output.
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+};
+
+// One validated request.
+struct InferenceRequest {
+  std::string custom_id;
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;                  // as the request named it (informational)
+  std::string prompt;                 // kCompletions
+  std::vector<ChatMessage> messages;  // kChatCompletions
+  std::vector<std::string> inputs;    // kEmbeddings
+  SamplingParams sampling;
+};
+
+// Error codes of per-record errors (the "code" of an error line).
+inline constexpr std::string_view kErrorInvalidJson = "invalid_json";
+inline constexpr std::string_view kErrorInvalidRequest = "invalid_request";
+inline constexpr std::string_view kErrorUnsupportedUrl = "unsupported_url";
+inline constexpr std::string_view kErrorPromptTooLong = "context_length_exceeded";
+inline constexpr std::string_view kErrorEmptyPrompt = "empty_prompt";
+inline constexpr std::string_view kErrorCancelled = "cancelled";
+inline constexpr std::string_view kErrorRunnerFailed = "runner_error";
+
+// The outcome of parsing one line: a request, or an error that names the record when it can.
+struct ParsedRecord {
+  std::string custom_id;  // empty when the line did not carry a usable custom_id
+  std::optional<InferenceRequest> request;
+  std::string error_code;
+  std::string error_message;
+  bool ok() const { return request.has_value(); }
+};
+
+// Validates one input line. Never throws; every problem becomes an error the user can act on.
+ParsedRecord ParseRecordLine(std::string_view line);
+
+// Deterministic ids derived from the custom_id: a re-run of a record writes an identical line.
+std::string OutputLineId(std::string_view custom_id);
+uint64_t DefaultSeed(std::string_view custom_id);
+
+// Output lines.
+Json MakeErrorLine(std::string_view custom_id, std::string_view code, std::string_view message);
+Json MakeResponseLine(std::string_view custom_id, Json body);
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  Json ToJson() const;
+};
+
+// Response bodies, in the shapes of OpenAI's endpoints.
+Json MakeCompletionBody(std::string_view custom_id, std::string_view model, std::string_view text,
+                        std::string_view finish_reason, const Usage& usage, int64_t created);
+Json MakeChatCompletionBody(std::string_view custom_id, std::string_view model,
+                            std::string_view text, std::string_view finish_reason,
+                            const Usage& usage, int64_t created);
+Json MakeEmbeddingBody(std::string_view model, const std::vector<std::vector<float>>& embeddings,
+                       int prompt_tokens);
+
+}  // namespace minions

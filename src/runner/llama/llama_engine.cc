@@ -1,0 +1,627 @@
+#include "runner/llama/llama_engine.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "llama.h"
+
+namespace minions::llama_runner {
+namespace {
+
+std::mutex g_log_mu;
+std::string g_last_llama_error;
+
+void LlamaLog(ggml_log_level level, const char* text, void* /*user_data*/) {
+  if (level == GGML_LOG_LEVEL_ERROR) {
+    std::lock_guard<std::mutex> lock(g_log_mu);
+    g_last_llama_error = text;
+    while (!g_last_llama_error.empty() &&
+           (g_last_llama_error.back() == '\n' || g_last_llama_error.back() == ' ')) {
+      g_last_llama_error.pop_back();
+    }
+  }
+  if (level == GGML_LOG_LEVEL_ERROR || level == GGML_LOG_LEVEL_WARN) {
+    std::string line(text);
+    while (!line.empty() && line.back() == '\n') line.pop_back();
+    if (!line.empty()) MINIONS_LOG(Warning) << "llama.cpp: " << line;
+  }
+}
+
+std::string TakeLastLlamaError() {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  std::string error = std::move(g_last_llama_error);
+  g_last_llama_error.clear();
+  return error;
+}
+
+std::string MetaString(const llama_model* model, const std::string& key) {
+  char buf[512];
+  int32_t n = llama_model_meta_val_str(model, key.c_str(), buf, sizeof(buf));
+  if (n < 0) return "";
+  return std::string(buf, std::min<size_t>(static_cast<size_t>(n), sizeof(buf) - 1));
+}
+
+int DefaultThreads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 4 : static_cast<int>(n);
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Checks the file before llama.cpp sees it, so common mistakes get a plain message.
+absl::Status CheckModelFile(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("model file '", path, "' does not exist"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("model path '", path, "' is not a file"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {0, 0, 0, 0};
+  if (!in.read(magic, 4)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model file '", path, "' is unreadable or shorter than a GGUF header"));
+  }
+  if (std::memcmp(magic, "GGUF", 4) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model file '", path, "' is not a GGUF file (convert it with llama.cpp's convert_hf_to_gguf.py)"));
+  }
+  return absl::OkStatus();
+}
+
+void L2Normalize(std::vector<float>& v) {
+  double sum = 0;
+  for (float x : v) sum += static_cast<double>(x) * x;
+  double norm = std::sqrt(sum);
+  if (norm <= 0) return;
+  for (float& x : v) x = static_cast<float>(x / norm);
+}
+
+// Adds one token to a batch (the batch was allocated for enough tokens).
+void BatchAdd(llama_batch& batch, llama_token token, llama_pos pos, llama_seq_id seq, bool logits) {
+  int i = batch.n_tokens++;
+  batch.token[i] = token;
+  batch.pos[i] = pos;
+  batch.n_seq_id[i] = 1;
+  batch.seq_id[i][0] = seq;
+  batch.logits[i] = logits;
+}
+
+}  // namespace
+
+void InstallLlamaLogging() {
+  llama_log_set(LlamaLog, nullptr);
+  llama_backend_init();
+}
+
+// One sequence being generated.
+struct LlamaEngine::Slot {
+  bool active = false;
+  llama_seq_id seq = 0;
+  WorkItem item;
+  std::vector<llama_token> prompt;
+  size_t n_fed = 0;       // prompt tokens already decoded
+  llama_pos n_past = 0;   // tokens in this sequence's KV cache
+  int max_tokens = 0;
+  int n_generated = 0;
+  std::string text;
+  llama_token pending = -1;  // sampled, not yet decoded
+  bool decoding_pending = false;  // `pending` is in the batch being decoded
+  int32_t logit_index = -1;  // row of this slot's logits in the last batch, -1 if none
+  llama_sampler* sampler = nullptr;
+};
+
+absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Load(
+    const std::string& model_path, const runner_protocol::LoadOptions& options) {
+  if (auto status = CheckModelFile(model_path); !status.ok()) return status;
+  auto engine = std::unique_ptr<LlamaEngine>(new LlamaEngine());
+  engine->model_path_ = model_path;
+  engine->options_ = options;
+
+  llama_model_params mparams = llama_model_default_params();
+  mparams.n_gpu_layers = options.n_gpu_layers < 0 ? 999 : options.n_gpu_layers;
+  TakeLastLlamaError();
+  engine->model_ = llama_model_load_from_file(model_path.c_str(), mparams);
+  if (engine->model_ == nullptr) {
+    std::string detail = TakeLastLlamaError();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot load model '", model_path, "': ",
+        detail.empty() ? "llama.cpp rejected the file (corrupt, truncated or an unsupported architecture)"
+                       : detail));
+  }
+  std::string name = MetaString(engine->model_, "general.name");
+  if (name.empty()) {
+    auto slash = model_path.rfind('/');
+    name = slash == std::string::npos ? model_path : model_path.substr(slash + 1);
+  }
+  engine->model_name_ = name;
+  std::string arch = MetaString(engine->model_, "general.architecture");
+  std::string pooling = MetaString(engine->model_, arch + ".pooling_type");
+  std::string causal = MetaString(engine->model_, arch + ".attention.causal");
+  engine->embedding_model_ = (!pooling.empty() && pooling != "0") || causal == "false";
+  if (const char* tmpl = llama_model_chat_template(engine->model_, nullptr)) {
+    engine->chat_template_ = tmpl;
+  }
+  if (engine->embedding_model_) {
+    if (auto s = engine->EnsureEmbeddingContext(); !s.ok()) return s;
+  } else {
+    if (auto s = engine->CreateGenerationContext(); !s.ok()) return s;
+  }
+  return engine;
+}
+
+LlamaEngine::~LlamaEngine() {
+  if (gen_ctx_) llama_free(gen_ctx_);
+  if (embd_ctx_) llama_free(embd_ctx_);
+  if (model_) llama_model_free(model_);
+}
+
+absl::Status LlamaEngine::CreateGenerationContext() {
+  int n_train = llama_model_n_ctx_train(model_);
+  int per_seq = options_.n_ctx_per_seq > 0 ? options_.n_ctx_per_seq : std::min(n_train, 4096);
+  llama_context_params cparams = llama_context_default_params();
+  cparams.n_seq_max = static_cast<uint32_t>(options_.n_parallel);
+  cparams.n_ctx = static_cast<uint32_t>(per_seq * options_.n_parallel);
+  // Every generating sequence adds one token per step, so a batch must hold at least n_parallel.
+  const int n_batch = std::max(options_.n_batch, options_.n_parallel);
+  cparams.n_batch = static_cast<uint32_t>(n_batch);
+  cparams.n_ubatch = static_cast<uint32_t>(std::min(n_batch, 512));
+  int threads = options_.n_threads > 0 ? options_.n_threads : DefaultThreads();
+  cparams.n_threads = threads;
+  cparams.n_threads_batch = threads;
+  // Sequences of a batch job rarely share prefixes: separate KV streams attend only to their own
+  // tokens, which is faster and keeps each sequence's arithmetic independent of its neighbours.
+  cparams.kv_unified = false;
+  cparams.no_perf = true;
+  gen_ctx_ = llama_init_from_model(model_, cparams);
+  if (gen_ctx_ == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot create a context of ", cparams.n_ctx, " tokens for '", model_path_,
+        "': ", TakeLastLlamaError(), " (lower n_parallel or n_ctx_per_seq)"));
+  }
+  n_ctx_per_seq_ = static_cast<int>(llama_n_ctx_seq(gen_ctx_));
+  return absl::OkStatus();
+}
+
+absl::Status LlamaEngine::EnsureEmbeddingContext() {
+  if (embd_ctx_) return absl::OkStatus();
+  llama_context_params cparams = llama_context_default_params();
+  int n_train = llama_model_n_ctx_train(model_);
+  // Non-causal models need a whole input inside one micro-batch.
+  int n_batch = std::min(std::max(options_.n_batch, 64), std::max(n_train, 64));
+  cparams.n_ctx = static_cast<uint32_t>(n_batch);
+  cparams.n_batch = static_cast<uint32_t>(n_batch);
+  cparams.n_ubatch = static_cast<uint32_t>(n_batch);
+  cparams.n_seq_max = static_cast<uint32_t>(std::max(1, options_.n_parallel));
+  cparams.embeddings = true;
+  // Text models serve /v1/embeddings with mean pooling; embedding models use their own pooling.
+  cparams.pooling_type = embedding_model_ ? LLAMA_POOLING_TYPE_UNSPECIFIED : LLAMA_POOLING_TYPE_MEAN;
+  int threads = options_.n_threads > 0 ? options_.n_threads : DefaultThreads();
+  cparams.n_threads = threads;
+  cparams.n_threads_batch = threads;
+  cparams.kv_unified = true;
+  cparams.no_perf = true;
+  embd_ctx_ = llama_init_from_model(model_, cparams);
+  if (embd_ctx_ == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot create an embedding context for '", model_path_, "': ", TakeLastLlamaError()));
+  }
+  if (llama_pooling_type(embd_ctx_) == LLAMA_POOLING_TYPE_NONE) {
+    return absl::FailedPreconditionError("the model has no pooling; it cannot produce embeddings");
+  }
+  return absl::OkStatus();
+}
+
+Json LlamaEngine::Info() const {
+  Json info;
+  info["name"] = model_name_;
+  info["architecture"] = MetaString(model_, "general.architecture");
+  info["n_params"] = llama_model_n_params(model_);
+  info["size_bytes"] = llama_model_size(model_);
+  info["n_ctx_train"] = llama_model_n_ctx_train(model_);
+  info["n_embd"] = llama_model_n_embd(model_);
+  info["n_vocab"] = llama_vocab_n_tokens(llama_model_get_vocab(model_));
+  info["embedding_model"] = embedding_model_;
+  info["has_chat_template"] = !chat_template_.empty();
+  info["n_parallel"] = options_.n_parallel;
+  info["n_ctx_per_seq"] = n_ctx_per_seq_;
+  info["endpoints"] = embedding_model_
+                          ? Json::array({"/v1/embeddings"})
+                          : Json::array({"/v1/completions", "/v1/chat/completions", "/v1/embeddings"});
+  return info;
+}
+
+absl::StatusOr<std::string> LlamaEngine::PromptText(const InferenceRequest& request) const {
+  if (request.endpoint == Endpoint::kCompletions) return request.prompt;
+  std::vector<llama_chat_message> chat;
+  for (const auto& m : request.messages) chat.push_back({m.role.c_str(), m.content.c_str()});
+  // Without a template of its own the model gets ChatML, the most common format.
+  const char* tmpl = chat_template_.empty() ? "chatml" : chat_template_.c_str();
+  size_t guess = 256;
+  for (const auto& m : request.messages) guess += 2 * m.content.size() + 32;
+  std::vector<char> buf(guess);
+  int32_t n = llama_chat_apply_template(tmpl, chat.data(), chat.size(), true, buf.data(),
+                                        static_cast<int32_t>(buf.size()));
+  if (n > static_cast<int32_t>(buf.size())) {
+    buf.resize(static_cast<size_t>(n));
+    n = llama_chat_apply_template(tmpl, chat.data(), chat.size(), true, buf.data(), n);
+  }
+  if (n < 0) {
+    return absl::FailedPreconditionError(
+        "the model's chat template is not one llama.cpp can apply; use /v1/completions");
+  }
+  return std::string(buf.data(), static_cast<size_t>(n));
+}
+
+std::vector<int32_t> LlamaEngine::Tokenize(const std::string& text, bool parse_special) const {
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  std::vector<llama_token> tokens(text.size() + 8);
+  int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(),
+                             static_cast<int32_t>(tokens.size()), true, parse_special);
+  if (n < 0) {
+    tokens.resize(static_cast<size_t>(-n));
+    n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(),
+                       static_cast<int32_t>(tokens.size()), true, parse_special);
+  }
+  tokens.resize(static_cast<size_t>(std::max(n, 0)));
+  return tokens;
+}
+
+std::string LlamaEngine::TokenPiece(int32_t token) const {
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  char buf[256];
+  int32_t n = llama_token_to_piece(vocab, token, buf, sizeof(buf), 0, false);
+  if (n < 0) {
+    std::string big(static_cast<size_t>(-n), '\0');
+    n = llama_token_to_piece(vocab, token, big.data(), static_cast<int32_t>(big.size()), 0, false);
+    big.resize(static_cast<size_t>(std::max(n, 0)));
+    return big;
+  }
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+llama_sampler* LlamaEngine::MakeSampler(const SamplingParams& params, uint64_t seed) const {
+  llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
+  if (params.temperature <= 0.0f) {
+    llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+    return chain;
+  }
+  if (params.top_p < 1.0f) llama_sampler_chain_add(chain, llama_sampler_init_top_p(params.top_p, 1));
+  llama_sampler_chain_add(chain, llama_sampler_init_temp(params.temperature));
+  llama_sampler_chain_add(chain, llama_sampler_init_dist(static_cast<uint32_t>(seed ^ (seed >> 32))));
+  return chain;
+}
+
+std::vector<size_t> LlamaEngine::Serve(std::vector<WorkItem> items, const ResultCallback& on_result,
+                                       const std::function<bool()>& cancelled) {
+  std::vector<WorkItem> generation, embeddings;
+  for (auto& item : items) {
+    (item.request.endpoint == Endpoint::kEmbeddings ? embeddings : generation).push_back(std::move(item));
+  }
+  std::vector<size_t> unserved = ServeEmbeddings(embeddings, on_result, cancelled);
+  std::vector<size_t> more = ServeGeneration(generation, on_result, cancelled);
+  unserved.insert(unserved.end(), more.begin(), more.end());
+  return unserved;
+}
+
+std::vector<size_t> LlamaEngine::ServeEmbeddings(std::vector<WorkItem>& items,
+                                                 const ResultCallback& on_result,
+                                                 const std::function<bool()>& cancelled) {
+  std::vector<size_t> unserved;
+  if (items.empty()) return unserved;
+  if (auto s = EnsureEmbeddingContext(); !s.ok()) {
+    for (auto& item : items) {
+      on_result({item.index, MakeErrorLine(item.request.custom_id, kErrorRunnerFailed, std::string(s.message())), true, {}});
+    }
+    return unserved;
+  }
+  const int n_batch = static_cast<int>(llama_n_batch(embd_ctx_));
+  const int n_seq_max = static_cast<int>(llama_n_seq_max(embd_ctx_));
+  const int n_embd = llama_model_n_embd_out(model_);
+  const bool use_encode = llama_model_has_encoder(model_) && !llama_model_has_decoder(model_);
+
+  // One input of one request.
+  struct Piece {
+    size_t item;
+    size_t input;
+    std::vector<llama_token> tokens;
+  };
+  struct Pending {
+    std::vector<std::vector<float>> vectors;
+    size_t remaining = 0;
+    int prompt_tokens = 0;
+    bool failed = false;
+  };
+  std::vector<Pending> pending(items.size());
+  std::deque<Piece> queue;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& request = items[i].request;
+    pending[i].vectors.resize(request.inputs.size());
+    pending[i].remaining = request.inputs.size();
+    for (size_t k = 0; k < request.inputs.size() && !pending[i].failed; ++k) {
+      auto tokens = Tokenize(request.inputs[k], false);
+      if (static_cast<int>(tokens.size()) > n_batch) {
+        pending[i].failed = true;
+        on_result({items[i].index,
+                   MakeErrorLine(request.custom_id, kErrorPromptTooLong,
+                                 absl::StrCat("body.input[", k, "] is ", tokens.size(),
+                                              " tokens; this model embeds at most ", n_batch,
+                                              " tokens per input")),
+                   true, {}});
+      } else if (tokens.empty()) {
+        pending[i].failed = true;
+        on_result({items[i].index,
+                   MakeErrorLine(request.custom_id, kErrorEmptyPrompt,
+                                 absl::StrCat("body.input[", k, "] has no tokens")),
+                   true, {}});
+      } else {
+        pending[i].prompt_tokens += static_cast<int>(tokens.size());
+        queue.push_back({i, k, std::move(tokens)});
+      }
+    }
+  }
+
+  llama_batch batch = llama_batch_init(n_batch, 0, 1);
+  std::vector<Piece> group;
+  while (!queue.empty()) {
+    if (cancelled()) break;
+    group.clear();
+    batch.n_tokens = 0;
+    int used = 0;
+    while (!queue.empty() && static_cast<int>(group.size()) < n_seq_max &&
+           used + static_cast<int>(queue.front().tokens.size()) <= n_batch) {
+      Piece piece = std::move(queue.front());
+      queue.pop_front();
+      if (pending[piece.item].failed) continue;
+      llama_seq_id seq = static_cast<llama_seq_id>(group.size());
+      for (size_t t = 0; t < piece.tokens.size(); ++t) {
+        BatchAdd(batch, piece.tokens[t], static_cast<llama_pos>(t), seq, true);
+      }
+      used += static_cast<int>(piece.tokens.size());
+      group.push_back(std::move(piece));
+    }
+    if (group.empty()) continue;
+    if (llama_memory_t mem = llama_get_memory(embd_ctx_)) llama_memory_clear(mem, true);
+    int rc = use_encode ? llama_encode(embd_ctx_, batch) : llama_decode(embd_ctx_, batch);
+    for (size_t g = 0; g < group.size(); ++g) {
+      Piece& piece = group[g];
+      Pending& p = pending[piece.item];
+      if (p.failed) continue;
+      const float* embd = rc == 0 ? llama_get_embeddings_seq(embd_ctx_, static_cast<llama_seq_id>(g)) : nullptr;
+      if (embd == nullptr) {
+        p.failed = true;
+        on_result({items[piece.item].index,
+                   MakeErrorLine(items[piece.item].request.custom_id, kErrorRunnerFailed,
+                                 absl::StrCat("llama.cpp failed to embed the input (code ", rc, ")")),
+                   true, {}});
+        continue;
+      }
+      std::vector<float> v(embd, embd + n_embd);
+      L2Normalize(v);
+      p.vectors[piece.input] = std::move(v);
+      if (--p.remaining == 0) {
+        Usage usage{p.prompt_tokens, 0};
+        on_result({items[piece.item].index,
+                   MakeResponseLine(items[piece.item].request.custom_id,
+                                    MakeEmbeddingBody(model_name_, p.vectors, p.prompt_tokens)),
+                   false, usage});
+      }
+    }
+  }
+  llama_batch_free(batch);
+  // Whatever is still queued was cancelled.
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!pending[i].failed && pending[i].remaining > 0) unserved.push_back(items[i].index);
+  }
+  return unserved;
+}
+
+std::vector<size_t> LlamaEngine::ServeGeneration(std::vector<WorkItem>& items,
+                                                 const ResultCallback& on_result,
+                                                 const std::function<bool()>& cancelled) {
+  std::vector<size_t> unserved;
+  if (items.empty()) return unserved;
+  if (embedding_model_ || gen_ctx_ == nullptr) {
+    for (auto& item : items) {
+      on_result({item.index,
+                 MakeErrorLine(item.request.custom_id, kErrorInvalidRequest,
+                               absl::StrCat("model '", model_name_, "' is an embedding model; it serves "
+                                            "/v1/embeddings only")),
+                 true, {}});
+    }
+    return unserved;
+  }
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  llama_memory_t mem = llama_get_memory(gen_ctx_);
+  const int n_batch = static_cast<int>(llama_n_batch(gen_ctx_));
+  const int64_t created = UnixSeconds();
+
+  std::deque<WorkItem> queue(std::make_move_iterator(items.begin()), std::make_move_iterator(items.end()));
+  std::vector<Slot> slots(static_cast<size_t>(options_.n_parallel));
+  for (size_t i = 0; i < slots.size(); ++i) slots[i].seq = static_cast<llama_seq_id>(i);
+  llama_memory_clear(mem, true);
+
+  auto finish = [&](Slot& slot, const std::string& finish_reason) {
+    Usage usage{static_cast<int>(slot.prompt.size()), slot.n_generated};
+    const auto& req = slot.item.request;
+    Json body = req.endpoint == Endpoint::kChatCompletions
+                    ? MakeChatCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created)
+                    : MakeCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created);
+    on_result({slot.item.index, MakeResponseLine(req.custom_id, std::move(body)), false, usage});
+    llama_memory_seq_rm(mem, slot.seq, -1, -1);
+    llama_sampler_free(slot.sampler);
+    slot.sampler = nullptr;
+    slot.active = false;
+  };
+  auto fail = [&](const WorkItem& item, std::string_view code, const std::string& message) {
+    on_result({item.index, MakeErrorLine(item.request.custom_id, code, message), true, {}});
+  };
+
+  // Prepares a queued item for a free slot; false if the item was answered with an error instead.
+  auto admit = [&](Slot& slot, WorkItem item) -> bool {
+    const auto& req = item.request;
+    auto text = PromptText(req);
+    if (!text.ok()) {
+      fail(item, kErrorInvalidRequest, std::string(text.status().message()));
+      return false;
+    }
+    std::vector<llama_token> prompt = Tokenize(*text, req.endpoint == Endpoint::kChatCompletions);
+    if (prompt.empty()) {
+      fail(item, kErrorEmptyPrompt, "the prompt has no tokens");
+      return false;
+    }
+    const int n_prompt = static_cast<int>(prompt.size());
+    int default_max = req.endpoint == Endpoint::kCompletions ? 16 : options_.default_max_tokens;
+    if (n_prompt >= n_ctx_per_seq_) {
+      fail(item, kErrorPromptTooLong,
+           absl::StrCat("the prompt is ", n_prompt, " tokens; this runner's context is ", n_ctx_per_seq_,
+                        " tokens per sequence (shorten the prompt or load with a larger n_ctx_per_seq)"));
+      return false;
+    }
+    int max_tokens;
+    if (req.sampling.max_tokens) {
+      max_tokens = *req.sampling.max_tokens;
+      if (n_prompt + max_tokens > n_ctx_per_seq_) {
+        fail(item, kErrorPromptTooLong,
+             absl::StrCat("the prompt (", n_prompt, " tokens) plus max_tokens (", max_tokens,
+                          ") exceeds this runner's context of ", n_ctx_per_seq_,
+                          " tokens per sequence; lower max_tokens or shorten the prompt"));
+        return false;
+      }
+    } else {
+      max_tokens = std::min(default_max, n_ctx_per_seq_ - n_prompt);
+    }
+    slot.active = true;
+    slot.prompt = std::move(prompt);
+    slot.n_fed = 0;
+    slot.n_past = 0;
+    slot.max_tokens = max_tokens;
+    slot.n_generated = 0;
+    slot.text.clear();
+    slot.pending = -1;
+    slot.decoding_pending = false;
+    slot.logit_index = -1;
+    slot.sampler = MakeSampler(req.sampling, req.sampling.seed.value_or(DefaultSeed(req.custom_id)));
+    slot.item = std::move(item);
+    return true;
+  };
+
+  llama_batch batch = llama_batch_init(n_batch, 0, 1);
+  bool stopped = false;
+  while (true) {
+    if (cancelled()) {
+      stopped = true;
+      break;
+    }
+    for (Slot& slot : slots) {
+      while (!slot.active && !queue.empty()) {
+        WorkItem item = std::move(queue.front());
+        queue.pop_front();
+        admit(slot, std::move(item));
+      }
+    }
+    batch.n_tokens = 0;
+    // Sequences that are generating go first: one token each keeps their latency flat.
+    for (Slot& slot : slots) {
+      slot.logit_index = -1;
+      if (slot.active && slot.n_fed == slot.prompt.size()) {
+        BatchAdd(batch, slot.pending, slot.n_past, slot.seq, true);
+        slot.logit_index = batch.n_tokens - 1;
+        slot.decoding_pending = true;
+      }
+    }
+    // Prompts fill the rest of the batch, in chunks.
+    for (Slot& slot : slots) {
+      if (!slot.active || slot.n_fed == slot.prompt.size()) continue;
+      while (slot.n_fed < slot.prompt.size() && batch.n_tokens < n_batch) {
+        bool last = slot.n_fed + 1 == slot.prompt.size();
+        BatchAdd(batch, slot.prompt[slot.n_fed], static_cast<llama_pos>(slot.n_fed), slot.seq, last);
+        if (last) slot.logit_index = batch.n_tokens - 1;
+        ++slot.n_fed;
+      }
+    }
+    if (batch.n_tokens == 0) break;  // nothing active and nothing queued
+    int rc = llama_decode(gen_ctx_, batch);
+    if (rc != 0) {
+      // Should not happen with per-sequence context sizing; fail the records in flight, go on.
+      std::string message = absl::StrCat("llama_decode failed (code ", rc, ") ", TakeLastLlamaError());
+      MINIONS_LOG(Error) << message;
+      for (Slot& slot : slots) {
+        if (!slot.active) continue;
+        fail(slot.item, kErrorRunnerFailed, message);
+        llama_memory_seq_rm(mem, slot.seq, -1, -1);
+        llama_sampler_free(slot.sampler);
+        slot.sampler = nullptr;
+        slot.active = false;
+      }
+      continue;
+    }
+    for (Slot& slot : slots) {
+      if (!slot.active) continue;
+      // n_past counts the tokens now in this sequence's cache.
+      if (slot.decoding_pending) {
+        ++slot.n_past;
+        slot.decoding_pending = false;
+      } else {
+        slot.n_past = static_cast<llama_pos>(slot.n_fed);
+      }
+      if (slot.logit_index < 0) continue;
+      llama_token token = llama_sampler_sample(slot.sampler, gen_ctx_, slot.logit_index);
+      if (llama_vocab_is_eog(vocab, token)) {
+        finish(slot, "stop");
+        continue;
+      }
+      slot.text += TokenPiece(token);
+      ++slot.n_generated;
+      bool stopped_by_string = false;
+      for (const auto& stop : slot.item.request.sampling.stop) {
+        // Only the tail can contain a new match.
+        size_t from = slot.text.size() > stop.size() + 64 ? slot.text.size() - stop.size() - 64 : 0;
+        size_t pos = slot.text.find(stop, from);
+        if (pos != std::string::npos) {
+          slot.text.resize(pos);
+          stopped_by_string = true;
+          break;
+        }
+      }
+      if (stopped_by_string) {
+        finish(slot, "stop");
+      } else if (slot.n_generated >= slot.max_tokens || slot.n_past + 1 >= n_ctx_per_seq_) {
+        finish(slot, "length");
+      } else {
+        slot.pending = token;
+      }
+    }
+  }
+  llama_batch_free(batch);
+  if (stopped) {
+    for (Slot& slot : slots) {
+      if (!slot.active) continue;
+      unserved.push_back(slot.item.index);
+      llama_memory_seq_rm(mem, slot.seq, -1, -1);
+      llama_sampler_free(slot.sampler);
+      slot.sampler = nullptr;
+      slot.active = false;
+    }
+    for (auto& item : queue) unserved.push_back(item.index);
+  }
+  return unserved;
+}
+
+}  // namespace minions::llama_runner

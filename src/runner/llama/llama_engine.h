@@ -1,0 +1,91 @@
+#pragma once
+// LlamaEngine: one loaded GGUF model and the contexts that serve it. Text generation decodes up to
+// n_parallel sequences per llama_decode call and refills a sequence's slot as soon as it finishes
+// (continuous batching); embeddings pack several inputs into one decode.
+//
+// Ownership: owns the llama_model, its contexts and samplers; unloading is destroying the engine.
+// Threads: not thread-safe; one thread calls Serve(). The `cancelled` callback passed to Serve may
+// read state set by other threads.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/json_util.h"
+#include "runner/batch_record.h"
+#include "runner/protocol.h"
+
+struct llama_model;
+struct llama_context;
+struct llama_sampler;
+
+namespace minions::llama_runner {
+
+struct WorkItem {
+  size_t index = 0;  // the caller's position of the record; echoed in the result
+  InferenceRequest request;
+};
+
+struct WorkResult {
+  size_t index = 0;
+  Json output;  // one OpenAI Batch output line (a response or an error)
+  bool is_error = false;
+  Usage usage;
+};
+
+class LlamaEngine {
+ public:
+  using ResultCallback = std::function<void(WorkResult)>;
+
+  // Loads the model; a missing, unreadable, truncated or non-GGUF file is an error, not a crash.
+  static absl::StatusOr<std::unique_ptr<LlamaEngine>> Load(
+      const std::string& model_path, const runner_protocol::LoadOptions& options);
+  ~LlamaEngine();
+  LlamaEngine(const LlamaEngine&) = delete;
+  LlamaEngine& operator=(const LlamaEngine&) = delete;
+
+  // Facts about the model for the `loaded` message (architecture, sizes, chat template, ...).
+  Json Info() const;
+  bool is_embedding_model() const { return embedding_model_; }
+
+  // Serves every item, calling `on_result` once per item as soon as it finishes (not in input
+  // order). Between decode steps it polls `cancelled`; once that returns true it stops and returns
+  // the indexes of the items that got no result.
+  std::vector<size_t> Serve(std::vector<WorkItem> items, const ResultCallback& on_result,
+                            const std::function<bool()>& cancelled);
+
+ private:
+  struct Slot;
+  LlamaEngine() = default;
+
+  absl::Status CreateGenerationContext();
+  absl::Status EnsureEmbeddingContext();
+  // Prompt text for a completion or chat request (chat: the model's template).
+  absl::StatusOr<std::string> PromptText(const InferenceRequest& request) const;
+  std::vector<int32_t> Tokenize(const std::string& text, bool parse_special) const;
+  std::string TokenPiece(int32_t token) const;
+  llama_sampler* MakeSampler(const SamplingParams& params, uint64_t seed) const;
+
+  std::vector<size_t> ServeGeneration(std::vector<WorkItem>& items, const ResultCallback& on_result,
+                                      const std::function<bool()>& cancelled);
+  std::vector<size_t> ServeEmbeddings(std::vector<WorkItem>& items, const ResultCallback& on_result,
+                                      const std::function<bool()>& cancelled);
+
+  std::string model_path_;
+  std::string model_name_;  // reported as "model" in response bodies
+  runner_protocol::LoadOptions options_;
+  llama_model* model_ = nullptr;
+  llama_context* gen_ctx_ = nullptr;   // text generation (absent for embedding models)
+  llama_context* embd_ctx_ = nullptr;  // embeddings, created on first use for text models
+  bool embedding_model_ = false;
+  std::string chat_template_;
+  int n_ctx_per_seq_ = 0;
+};
+
+// Sets llama.cpp's log callback: warnings and errors go to stderr through our logging, and the
+// last error is kept for load-failure messages. Call once per process.
+void InstallLlamaLogging();
+
+}  // namespace minions::llama_runner

@@ -1,0 +1,175 @@
+#include "runner/protocol.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace minions::runner_protocol {
+namespace {
+
+std::string Line(const Json& json) { return DumpJson(json) + "\n"; }
+
+absl::Status ReadInt(const Json& json, const char* name, int min, int max, int* out) {
+  auto it = json.find(name);
+  if (it == json.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number_integer() || it->get<int64_t>() < min || it->get<int64_t>() > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("load option ", name, " must be an integer in [", min, ", ", max, "]"));
+  }
+  *out = it->get<int>();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Json LoadOptions::ToJson() const {
+  return {{"n_parallel", n_parallel}, {"n_ctx_per_seq", n_ctx_per_seq},
+          {"n_batch", n_batch},       {"n_threads", n_threads},
+          {"n_gpu_layers", n_gpu_layers}, {"default_max_tokens", default_max_tokens}};
+}
+
+absl::StatusOr<LoadOptions> LoadOptions::FromJson(const Json& json) {
+  LoadOptions options;
+  if (json.is_null()) return options;
+  if (!json.is_object()) return absl::InvalidArgumentError("load options must be an object");
+  absl::Status s;
+  if (!(s = ReadInt(json, "n_parallel", 1, 256, &options.n_parallel)).ok()) return s;
+  if (!(s = ReadInt(json, "n_ctx_per_seq", 0, 1 << 20, &options.n_ctx_per_seq)).ok()) return s;
+  if (!(s = ReadInt(json, "n_batch", 1, 1 << 16, &options.n_batch)).ok()) return s;
+  if (!(s = ReadInt(json, "n_threads", 0, 1024, &options.n_threads)).ok()) return s;
+  if (!(s = ReadInt(json, "n_gpu_layers", -1, 100000, &options.n_gpu_layers)).ok()) return s;
+  if (!(s = ReadInt(json, "default_max_tokens", 1, 1 << 20, &options.default_max_tokens)).ok()) {
+    return s;
+  }
+  return options;
+}
+
+std::string EncodeLoad(const LoadRequest& request) {
+  return Line({{"op", "load"}, {"model", request.model}, {"options", request.options.ToJson()}});
+}
+
+std::string EncodeRun(const RunRequest& request) {
+  return Line({{"op", "run"}, {"batch", request.batch}, {"records", request.records}});
+}
+
+std::string EncodeCancel(const std::string& batch) { return Line({{"op", "cancel"}, {"batch", batch}}); }
+std::string EncodePing(const std::string& id) { return Line({{"op", "ping"}, {"id", id}}); }
+std::string EncodeShutdown() { return Line({{"op", "shutdown"}}); }
+
+absl::StatusOr<Command> DecodeCommand(std::string_view line) {
+  auto parsed = ParseJson(line);
+  if (!parsed.ok()) return parsed.status();
+  const Json& json = *parsed;
+  if (!json.is_object() || !json.contains("op") || !json["op"].is_string()) {
+    return absl::InvalidArgumentError("a command must be a JSON object with a string \"op\"");
+  }
+  std::string op = json["op"].get<std::string>();
+  Command command;
+  if (op == "load") {
+    command.op = Command::Op::kLoad;
+    if (!json.contains("model") || !json["model"].is_string() ||
+        json["model"].get<std::string>().empty()) {
+      return absl::InvalidArgumentError("load needs \"model\": the path of a GGUF file");
+    }
+    command.load.model = json["model"].get<std::string>();
+    auto options = LoadOptions::FromJson(json.value("options", Json()));
+    if (!options.ok()) return options.status();
+    command.load.options = *options;
+  } else if (op == "run") {
+    command.op = Command::Op::kRun;
+    if (!json.contains("batch") || !json["batch"].is_string()) {
+      return absl::InvalidArgumentError("run needs a string \"batch\" id");
+    }
+    command.run.batch = json["batch"].get<std::string>();
+    if (!json.contains("records") || !json["records"].is_array()) {
+      return absl::InvalidArgumentError("run needs \"records\": an array of input lines");
+    }
+    for (const auto& record : json["records"]) {
+      // A record given as an object instead of a string is accepted and re-serialised.
+      command.run.records.push_back(record.is_string() ? record.get<std::string>() : DumpJson(record));
+    }
+  } else if (op == "cancel") {
+    command.op = Command::Op::kCancel;
+    command.id = json.value("batch", "");
+  } else if (op == "ping") {
+    command.op = Command::Op::kPing;
+    command.id = json.contains("id") && json["id"].is_string() ? json["id"].get<std::string>() : "";
+  } else if (op == "shutdown") {
+    command.op = Command::Op::kShutdown;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown op '", Excerpt(op, 40), "'; expected load, run, cancel, ping or shutdown"));
+  }
+  return command;
+}
+
+absl::StatusOr<Event> DecodeEvent(std::string_view line) {
+  auto parsed = ParseJson(line);
+  if (!parsed.ok()) return parsed.status();
+  Json& json = *parsed;
+  if (!json.is_object() || !json.contains("type") || !json["type"].is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("runner sent a line without a \"type\": ", Excerpt(line)));
+  }
+  std::string type = json["type"].get<std::string>();
+  Event event;
+  if (type == "ready") {
+    event.type = Event::Type::kReady;
+  } else if (type == "loaded") {
+    event.type = Event::Type::kLoaded;
+  } else if (type == "result") {
+    event.type = Event::Type::kResult;
+    if (!json.contains("output") || !json["output"].is_object() || !json.contains("index") ||
+        !json["index"].is_number_unsigned()) {
+      return absl::InvalidArgumentError("result needs \"index\" and an \"output\" object");
+    }
+    event.index = json["index"].get<size_t>();
+  } else if (type == "batch_done") {
+    event.type = Event::Type::kBatchDone;
+  } else if (type == "error") {
+    event.type = Event::Type::kError;
+    event.message = json.value("message", "unspecified runner error");
+  } else if (type == "pong") {
+    event.type = Event::Type::kPong;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown runner message type '", type, "'"));
+  }
+  if (json.contains("batch") && json["batch"].is_string()) event.batch = json["batch"].get<std::string>();
+  event.body = std::move(json);
+  return event;
+}
+
+std::string EncodeReady(const std::string& runner_name, const std::string& version) {
+  return Line({{"type", "ready"},
+               {"protocol", kProtocolVersion},
+               {"runner", runner_name},
+               {"version", version},
+               {"endpoints", {"/v1/completions", "/v1/chat/completions", "/v1/embeddings"}}});
+}
+
+std::string EncodeLoaded(const std::string& model, const Json& info) {
+  return Line({{"type", "loaded"}, {"model", model}, {"info", info}});
+}
+
+std::string EncodeResult(const std::string& batch, size_t index, const Json& output) {
+  return Line({{"type", "result"}, {"batch", batch}, {"index", index}, {"output", output}});
+}
+
+std::string EncodeBatchDone(const std::string& batch, const BatchStats& stats) {
+  return Line({{"type", "batch_done"},
+               {"batch", batch},
+               {"records", stats.records},
+               {"errors", stats.errors},
+               {"cancelled", stats.cancelled},
+               {"usage", {{"prompt_tokens", stats.prompt_tokens},
+                          {"completion_tokens", stats.completion_tokens}}},
+               {"seconds", stats.seconds}});
+}
+
+std::string EncodeError(const std::string& op, const std::string& batch, const std::string& message) {
+  Json json = {{"type", "error"}, {"op", op}, {"message", message}};
+  if (!batch.empty()) json["batch"] = batch;
+  return Line(json);
+}
+
+std::string EncodePong(const std::string& id) { return Line({{"type", "pong"}, {"id", id}}); }
+
+}  // namespace minions::runner_protocol

@@ -1,0 +1,84 @@
+#pragma once
+// The runner protocol: how an executor drives a runner process over its stdin/stdout, one JSON
+// object per line. Specified for people in docs/runner-protocol.md; this header is its single
+// definition in code, shared by the llama.cpp runner and the executor's RunnerProcess.
+//
+// executor -> runner ("op"):   load, run, cancel, ping, shutdown
+// runner -> executor ("type"): ready, loaded, result, batch_done, error, pong
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/json_util.h"
+
+namespace minions::runner_protocol {
+
+inline constexpr int kProtocolVersion = 1;
+
+// Options of `load`. Zero/negative values mean "the runner decides".
+struct LoadOptions {
+  int n_parallel = 8;         // sequences decoded together
+  int n_ctx_per_seq = 0;      // context per sequence; 0: min(model's training context, 4096)
+  int n_batch = 512;          // tokens per decode call
+  int n_threads = 0;          // 0: all performance cores
+  int n_gpu_layers = -1;      // -1: all layers on the GPU when there is one
+  int default_max_tokens = 256;  // for requests without max_tokens (completions: OpenAI's 16)
+  Json ToJson() const;
+  static absl::StatusOr<LoadOptions> FromJson(const Json& json);
+};
+
+struct LoadRequest {
+  std::string model;  // path of a GGUF file
+  LoadOptions options;
+};
+
+struct RunRequest {
+  std::string batch;                 // caller's id for this batch, echoed in every reply
+  std::vector<std::string> records;  // raw input lines; the runner validates each
+};
+
+// Lines the executor sends.
+std::string EncodeLoad(const LoadRequest& request);
+std::string EncodeRun(const RunRequest& request);
+std::string EncodeCancel(const std::string& batch);
+std::string EncodePing(const std::string& id);
+std::string EncodeShutdown();
+
+// A parsed executor -> runner message.
+struct Command {
+  enum class Op { kLoad, kRun, kCancel, kPing, kShutdown } op;
+  LoadRequest load;  // kLoad
+  RunRequest run;    // kRun
+  std::string id;    // kCancel: batch; kPing: ping id
+};
+absl::StatusOr<Command> DecodeCommand(std::string_view line);
+
+// A parsed runner -> executor message.
+struct Event {
+  enum class Type { kReady, kLoaded, kResult, kBatchDone, kError, kPong } type;
+  std::string batch;  // kResult, kBatchDone (and kError when it concerns a batch)
+  size_t index = 0;   // kResult: position of the record in its batch
+  Json body;          // the whole message (kResult: body["output"] is the output line)
+  std::string message;  // kError
+};
+absl::StatusOr<Event> DecodeEvent(std::string_view line);
+
+// Lines the runner sends.
+std::string EncodeReady(const std::string& runner_name, const std::string& version);
+std::string EncodeLoaded(const std::string& model, const Json& info);
+std::string EncodeResult(const std::string& batch, size_t index, const Json& output);
+struct BatchStats {
+  size_t records = 0;
+  size_t errors = 0;
+  bool cancelled = false;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  double seconds = 0;
+};
+std::string EncodeBatchDone(const std::string& batch, const BatchStats& stats);
+std::string EncodeError(const std::string& op, const std::string& batch, const std::string& message);
+std::string EncodePong(const std::string& id);
+
+}  // namespace minions::runner_protocol
