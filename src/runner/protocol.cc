@@ -23,7 +23,8 @@ absl::Status ReadInt(const Json& json, const char* name, int min, int max, int* 
 Json LoadOptions::ToJson() const {
   return {{"n_parallel", n_parallel}, {"n_ctx_per_seq", n_ctx_per_seq},
           {"n_batch", n_batch},       {"n_threads", n_threads},
-          {"n_gpu_layers", n_gpu_layers}, {"default_max_tokens", default_max_tokens}};
+          {"n_gpu_layers", n_gpu_layers}, {"default_max_tokens", default_max_tokens},
+          {"flash_attn", flash_attn}};
 }
 
 absl::StatusOr<LoadOptions> LoadOptions::FromJson(const Json& json) {
@@ -38,6 +39,12 @@ absl::StatusOr<LoadOptions> LoadOptions::FromJson(const Json& json) {
   if (!(s = ReadInt(json, "n_gpu_layers", -1, 100000, &options.n_gpu_layers)).ok()) return s;
   if (!(s = ReadInt(json, "default_max_tokens", 1, 1 << 20, &options.default_max_tokens)).ok()) {
     return s;
+  }
+  if (auto it = json.find("flash_attn"); it != json.end() && !it->is_null()) {
+    if (!it->is_string() || (*it != "auto" && *it != "on" && *it != "off")) {
+      return absl::InvalidArgumentError("load option flash_attn must be \"auto\", \"on\" or \"off\"");
+    }
+    options.flash_attn = it->get<std::string>();
   }
   return options;
 }

@@ -25,6 +25,9 @@ struct LoadOptions {
   int n_threads = 0;          // 0: all performance cores
   int n_gpu_layers = -1;      // -1: all layers on the GPU when there is one
   int default_max_tokens = 256;  // for requests without max_tokens (completions: OpenAI's 16)
+  // "auto", "on" or "off". Off makes CPU attention independent of batch composition (see
+  // docs/runner-protocol.md, "Determinism").
+  std::string flash_attn = "auto";
   Json ToJson() const;
   static absl::StatusOr<LoadOptions> FromJson(const Json& json);
 };

@@ -85,6 +85,12 @@ absl::Status CheckModelFile(const std::string& path) {
   return absl::OkStatus();
 }
 
+llama_flash_attn_type FlashAttnType(const std::string& option) {
+  if (option == "on") return LLAMA_FLASH_ATTN_TYPE_ENABLED;
+  if (option == "off") return LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  return LLAMA_FLASH_ATTN_TYPE_AUTO;
+}
+
 void L2Normalize(std::vector<float>& v) {
   double sum = 0;
   for (float x : v) sum += static_cast<double>(x) * x;
@@ -188,6 +194,7 @@ absl::Status LlamaEngine::CreateGenerationContext() {
   // Sequences of a batch job rarely share prefixes: separate KV streams attend only to their own
   // tokens, which is faster and keeps each sequence's arithmetic independent of its neighbours.
   cparams.kv_unified = false;
+  cparams.flash_attn_type = FlashAttnType(options_.flash_attn);
   cparams.no_perf = true;
   gen_ctx_ = llama_init_from_model(model_, cparams);
   if (gen_ctx_ == nullptr) {
@@ -216,6 +223,7 @@ absl::Status LlamaEngine::EnsureEmbeddingContext() {
   cparams.n_threads = threads;
   cparams.n_threads_batch = threads;
   cparams.kv_unified = true;
+  cparams.flash_attn_type = FlashAttnType(options_.flash_attn);
   cparams.no_perf = true;
   embd_ctx_ = llama_init_from_model(model_, cparams);
   if (embd_ctx_ == nullptr) {

@@ -1,0 +1,123 @@
+#include "runner/batch_record.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace minions {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ParseRecordLine, ChatCompletionWithSampling) {
+  auto r = ParseRecordLine(R"({"custom_id":"a1","method":"POST","url":"/v1/chat/completions",
+    "body":{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],
+    "max_tokens":12,"temperature":0.5,"top_p":0.9,"seed":7,"stop":["\n\n","END"]}})");
+  ASSERT_TRUE(r.ok()) << r.error_message;
+  EXPECT_EQ(r.custom_id, "a1");
+  const auto& q = *r.request;
+  EXPECT_EQ(q.endpoint, Endpoint::kChatCompletions);
+  ASSERT_EQ(q.messages.size(), 2u);
+  EXPECT_EQ(q.messages[1].role, "user");
+  EXPECT_EQ(q.messages[1].content, "hi");
+  EXPECT_EQ(q.sampling.max_tokens, 12);
+  EXPECT_FLOAT_EQ(q.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(q.sampling.top_p, 0.9f);
+  EXPECT_EQ(q.sampling.seed, 7u);
+  EXPECT_THAT(q.sampling.stop, ::testing::ElementsAre("\n\n", "END"));
+}
+
+TEST(ParseRecordLine, ShorthandPromptIsACompletion) {
+  auto r = ParseRecordLine(R"({"custom_id":"s","prompt":"Once upon a time","max_tokens":5})");
+  ASSERT_TRUE(r.ok()) << r.error_message;
+  EXPECT_EQ(r.request->endpoint, Endpoint::kCompletions);
+  EXPECT_EQ(r.request->prompt, "Once upon a time");
+  EXPECT_EQ(r.request->sampling.max_tokens, 5);
+}
+
+TEST(ParseRecordLine, ChatContentPartsAreJoined) {
+  auto r = ParseRecordLine(R"({"custom_id":"p","url":"/v1/chat/completions","body":{"messages":[
+    {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}})");
+  ASSERT_TRUE(r.ok()) << r.error_message;
+  EXPECT_EQ(r.request->messages[0].content, "ab");
+}
+
+TEST(ParseRecordLine, EmbeddingsTakeAStringOrAnArray) {
+  auto one = ParseRecordLine(R"({"custom_id":"e1","url":"/v1/embeddings","body":{"input":"x"}})");
+  ASSERT_TRUE(one.ok());
+  EXPECT_THAT(one.request->inputs, ::testing::ElementsAre("x"));
+  auto many = ParseRecordLine(R"({"custom_id":"e2","url":"/v1/embeddings","body":{"input":["x","y"]}})");
+  ASSERT_TRUE(many.ok());
+  EXPECT_EQ(many.request->inputs.size(), 2u);
+}
+
+struct BadLine {
+  const char* line;
+  const char* code;
+  const char* custom_id;   // what the error line should carry
+  const char* message_part;
+};
+
+class BadLines : public ::testing::TestWithParam<BadLine> {};
+
+TEST_P(BadLines, GiveAnErrorThatSaysWhatIsWrong) {
+  const BadLine& bad = GetParam();
+  auto r = ParseRecordLine(bad.line);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error_code, bad.code);
+  EXPECT_EQ(r.custom_id, bad.custom_id);
+  EXPECT_THAT(r.error_message, HasSubstr(bad.message_part));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Corpus, BadLines,
+    ::testing::Values(
+        BadLine{"", "invalid_json", "", "empty line"},
+        BadLine{"{\"custom_id\": \"x\", oops", "invalid_json", "", "not valid JSON"},
+        BadLine{"[1,2]", "invalid_request", "", "JSON object"},
+        BadLine{R"({"prompt":"p"})", "invalid_request", "", "missing custom_id"},
+        BadLine{R"({"custom_id":"","prompt":"p"})", "invalid_request", "", "must not be empty"},
+        BadLine{R"({"custom_id":{"a":1},"prompt":"p"})", "invalid_request", "", "custom_id must be a string"},
+        BadLine{R"({"custom_id":"u","url":"/v1/images","body":{}})", "unsupported_url", "u", "unsupported url"},
+        BadLine{R"({"custom_id":"m","method":"GET","url":"/v1/completions","body":{"prompt":"p"}})", "invalid_request", "m", "POST"},
+        BadLine{R"({"custom_id":"b","url":"/v1/completions"})", "invalid_request", "b", "missing body"},
+        BadLine{R"({"custom_id":"n","url":"/v1/completions","body":{}})", "invalid_request", "n", "body.prompt"},
+        BadLine{R"({"custom_id":"e","prompt":""})", "empty_prompt", "e", "empty"},
+        BadLine{R"({"custom_id":"c","url":"/v1/chat/completions","body":{"messages":[]}})", "invalid_request", "c", "non-empty array"},
+        BadLine{R"({"custom_id":"r","url":"/v1/chat/completions","body":{"messages":[{"role":"wizard","content":"x"}]}})", "invalid_request", "r", "role"},
+        BadLine{R"({"custom_id":"z","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":""}]}})", "empty_prompt", "z", "empty"},
+        BadLine{R"({"custom_id":"t","prompt":"p","temperature":9})", "invalid_request", "t", "temperature must be between 0 and 2"},
+        BadLine{R"({"custom_id":"k","prompt":"p","max_tokens":0})", "invalid_request", "k", "max_tokens"},
+        BadLine{R"({"custom_id":"k2","prompt":"p","max_tokens":2.5})", "invalid_request", "k2", "integer"},
+        BadLine{R"({"custom_id":"s","prompt":"p","stop":[1]})", "invalid_request", "s", "body.stop"},
+        BadLine{R"({"custom_id":"nn","prompt":"p","n":3})", "invalid_request", "nn", "n = 1"},
+        BadLine{R"({"custom_id":"i","url":"/v1/embeddings","body":{"input":[1,2]}})", "invalid_request", "i", "token arrays"},
+        BadLine{R"({"custom_id":"x","foo":1})", "invalid_request", "x", "url and body"}));
+
+TEST(OutputLines, ResponseLineFollowsTheOpenAIBatchShape) {
+  Json line = MakeResponseLine("r1", MakeCompletionBody("r1", "m", "hello", "stop", {3, 1}, 100));
+  EXPECT_EQ(line["custom_id"], "r1");
+  EXPECT_TRUE(line["error"].is_null());
+  EXPECT_EQ(line["response"]["status_code"], 200);
+  EXPECT_EQ(line["response"]["body"]["choices"][0]["text"], "hello");
+  EXPECT_EQ(line["response"]["body"]["usage"]["total_tokens"], 4);
+  // Deterministic ids: a re-run of a record writes the same line.
+  EXPECT_EQ(line["id"], MakeResponseLine("r1", Json::object())["id"]);
+  EXPECT_NE(line["id"], MakeResponseLine("r2", Json::object())["id"]);
+}
+
+TEST(OutputLines, ErrorLineCarriesCodeAndMessage) {
+  Json line = MakeErrorLine("r9", kErrorUnsupportedUrl, "no");
+  EXPECT_TRUE(line["response"].is_null());
+  EXPECT_EQ(line["error"]["code"], "unsupported_url");
+  EXPECT_EQ(line["error"]["message"], "no");
+  EXPECT_TRUE(MakeErrorLine("", kErrorInvalidJson, "bad")["custom_id"].is_null());
+}
+
+TEST(OutputLines, InvalidUtf8InModelTextIsReplacedNotFatal) {
+  Json line = MakeResponseLine("u", MakeCompletionBody("u", "m", std::string("a\xff\xfe" "b"), "stop", {}, 0));
+  std::string text = DumpJson(line);
+  EXPECT_THAT(text, HasSubstr("\"a\xEF\xBF\xBD"));
+}
+
+}  // namespace
+}  // namespace minions

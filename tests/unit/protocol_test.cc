@@ -1,0 +1,77 @@
+#include "runner/protocol.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace minions::runner_protocol {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(RunnerProtocol, CommandsRoundTrip) {
+  LoadRequest load{"/m.gguf", {}};
+  load.options.n_parallel = 3;
+  auto decoded = DecodeCommand(EncodeLoad(load));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->op, Command::Op::kLoad);
+  EXPECT_EQ(decoded->load.model, "/m.gguf");
+  EXPECT_EQ(decoded->load.options.n_parallel, 3);
+
+  auto run = DecodeCommand(EncodeRun({"b7", {"{\"custom_id\":\"a\"}", "not json"}}));
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->run.batch, "b7");
+  EXPECT_EQ(run->run.records.size(), 2u);
+  EXPECT_EQ(run->run.records[1], "not json");
+
+  EXPECT_EQ(DecodeCommand(EncodeCancel("b7"))->id, "b7");
+  EXPECT_EQ(DecodeCommand(EncodePing("p1"))->op, Command::Op::kPing);
+  EXPECT_EQ(DecodeCommand(EncodeShutdown())->op, Command::Op::kShutdown);
+}
+
+TEST(RunnerProtocol, RecordsGivenAsObjectsAreAccepted) {
+  auto run = DecodeCommand(R"({"op":"run","batch":"b","records":[{"custom_id":"a","prompt":"p"}]})");
+  ASSERT_TRUE(run.ok());
+  EXPECT_THAT(run->run.records[0], HasSubstr("\"custom_id\":\"a\""));
+}
+
+TEST(RunnerProtocol, BadCommandsSayWhatIsWrong) {
+  EXPECT_THAT(std::string(DecodeCommand("nope").status().message()), HasSubstr("not valid JSON"));
+  EXPECT_THAT(std::string(DecodeCommand(R"({"op":"fly"})").status().message()), HasSubstr("unknown op"));
+  EXPECT_THAT(std::string(DecodeCommand(R"({"op":"load"})").status().message()), HasSubstr("GGUF"));
+  EXPECT_THAT(std::string(DecodeCommand(R"({"op":"run","batch":"b"})").status().message()),
+              HasSubstr("records"));
+  EXPECT_THAT(std::string(DecodeCommand(R"({"op":"load","model":"m","options":{"n_parallel":0}})").status().message()),
+              HasSubstr("n_parallel"));
+}
+
+TEST(RunnerProtocol, EventsRoundTrip) {
+  auto ready = DecodeEvent(EncodeReady("r", "1.0"));
+  ASSERT_TRUE(ready.ok());
+  EXPECT_EQ(ready->type, Event::Type::kReady);
+  EXPECT_EQ(ready->body["protocol"], kProtocolVersion);
+
+  auto result = DecodeEvent(EncodeResult("b", 4, Json{{"custom_id", "x"}}));
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->type, Event::Type::kResult);
+  EXPECT_EQ(result->batch, "b");
+  EXPECT_EQ(result->index, 4u);
+  EXPECT_EQ(result->body["output"]["custom_id"], "x");
+
+  BatchStats stats;
+  stats.records = 5;
+  stats.cancelled = true;
+  auto done = DecodeEvent(EncodeBatchDone("b", stats));
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->type, Event::Type::kBatchDone);
+  EXPECT_EQ(done->body["records"], 5);
+  EXPECT_TRUE(done->body["cancelled"].get<bool>());
+
+  auto error = DecodeEvent(EncodeError("load", "", "boom"));
+  EXPECT_EQ(error->type, Event::Type::kError);
+  EXPECT_EQ(error->message, "boom");
+  EXPECT_FALSE(DecodeEvent(R"({"type":"result","batch":"b"})").ok());
+  EXPECT_FALSE(DecodeEvent("garbage").ok());
+}
+
+}  // namespace
+}  // namespace minions::runner_protocol
