@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -70,6 +71,7 @@ struct RunResult {
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
   std::vector<std::optional<std::string>> texts;  // generated text per record
+  double runner_seconds = 0;  // (c): the batch as timed inside the runner (batch_done "seconds")
 };
 
 [[noreturn]] void Die(const std::string& message) {
@@ -100,17 +102,21 @@ class DirectLlama {
     if (const char* tmpl = llama_model_chat_template(model_, nullptr)) chat_template_ = tmpl;
   }
   ~DirectLlama() {
-    if (ctx_) llama_free(ctx_);
+    for (auto& [n_seq, ctx] : contexts_) llama_free(ctx);
     llama_model_free(model_);
   }
 
   int n_ctx_train() const { return llama_model_n_ctx_train(model_); }
   void set_ctx_per_seq(int n) { shape_.ctx_per_seq = n; }
 
-  // (Re)creates the context for n_seq sequences (kept while n_seq does not change).
+  // Selects the context for n_seq sequences, creating it the first time. Contexts are kept, so
+  // that a timed pass never pays for a cold context.
   void UseContext(int n_seq) {
-    if (ctx_ != nullptr && n_seq_ == n_seq) return;
-    if (ctx_) llama_free(ctx_);
+    if (auto it = contexts_.find(n_seq); it != contexts_.end()) {
+      ctx_ = it->second;
+      n_ctx_seq_ = static_cast<int>(llama_n_ctx_seq(ctx_));
+      return;
+    }
     llama_context_params cparams = llama_context_default_params();
     cparams.n_seq_max = static_cast<uint32_t>(n_seq);
     cparams.n_ctx = static_cast<uint32_t>(shape_.ctx_per_seq * n_seq);
@@ -123,7 +129,7 @@ class DirectLlama {
     cparams.no_perf = true;
     ctx_ = llama_init_from_model(model_, cparams);
     if (ctx_ == nullptr) Die(absl::StrCat("llama.cpp cannot create a context for ", n_seq, " sequences"));
-    n_seq_ = n_seq;
+    contexts_[n_seq] = ctx_;
     n_ctx_seq_ = static_cast<int>(llama_n_ctx_seq(ctx_));
   }
 
@@ -355,8 +361,8 @@ class DirectLlama {
   ContextShape shape_;
   llama_model* model_ = nullptr;
   const llama_vocab* vocab_ = nullptr;
-  llama_context* ctx_ = nullptr;
-  int n_seq_ = 0;
+  std::map<int, llama_context*> contexts_;  // by number of sequences
+  llama_context* ctx_ = nullptr;            // the one in use
   int n_ctx_seq_ = 0;
   std::string chat_template_;
 };
@@ -379,6 +385,7 @@ RunResult RunThroughRunner(minions::RunnerProcess& runner, const std::string& ba
   result.prompt_tokens = usage.value("prompt_tokens", int64_t{0});
   result.generated_tokens = usage.value("completion_tokens", int64_t{0});
   result.errors = done->value("errors", size_t{0});
+  result.runner_seconds = done->value("seconds", 0.0);
   result.records = lines.size() - result.errors;
   for (size_t i = 0; i < lines.size(); ++i) {
     const minions::Json& out = outputs[i];
@@ -430,7 +437,7 @@ size_t Mismatches(RunResult x, RunResult y) {
     }
   }
   for (size_t i = 0; i < x.texts.size() && i < y.texts.size(); ++i) {
-    if (x.texts[i] && y.texts[i] && *x.texts[i] != *y.texts[i]) { ++n; if (getenv("BENCH_DEBUG")) fprintf(stderr, "DIFF %zu\n  [%s]\n  [%s]\n", i, x.texts[i]->c_str(), y.texts[i]->c_str()); }
+    if (x.texts[i] && y.texts[i] && *x.texts[i] != *y.texts[i]) ++n;
   }
   return n;
 }
@@ -489,6 +496,7 @@ int main(int argc, char** argv) {
   DirectLlama direct(model, shape);
   const int ctx_per_seq = std::min(direct.n_ctx_train(), 4096);  // the runner's default
   direct.set_ctx_per_seq(ctx_per_seq);
+  direct.UseContext(opt.parallel);
   direct.UseContext(1);
   const double direct_load_seconds = SecondsSince(load_start);
 
@@ -526,14 +534,24 @@ int main(int argc, char** argv) {
     RunThroughRunner(**runner, "warmup", warmup_lines);
   }
 
-  if (getenv("BENCH_DEBUG")) {
-    auto b1 = direct.RunBatched(lines, opt.parallel);
-    auto b2 = direct.RunBatched(lines, opt.parallel);
-    auto c1 = RunThroughRunner(**runner, "dbg1", lines);
-    auto c2 = RunThroughRunner(**runner, "dbg2", lines);
-    fprintf(stderr, "b1-b2 %zu c1-c2 %zu b1-c1 %zu b2-c2 %zu\n", Mismatches(b1, b2), Mismatches(c1, c2), Mismatches(b1, c1), Mismatches(b2, c2));
-  }
   std::optional<RunResult> seq, batched, served;
+  const char* only = getenv("BENCH_ONLY");
+  if (only) {
+    for (int r = 0; r < opt.repeat; ++r) {
+      if (only[0] == 'e') {
+        static std::unique_ptr<minions::llama_runner::LlamaEngine> eng;
+        if (!eng) { eng = std::move(*minions::llama_runner::LlamaEngine::Load(model, load.options)); }
+        auto t0 = Clock::now();
+        std::vector<minions::llama_runner::WorkItem> items;
+        for (size_t i = 0; i < lines.size(); ++i) items.push_back({i, *minions::ParseRecordLine(lines[i]).request});
+        int64_t toks = 0;
+        eng->Serve(std::move(items), [&](minions::llama_runner::WorkResult r) { toks += r.usage.completion_tokens; }, [] { return false; });
+        fprintf(stderr, "e %.3f %lld\n", SecondsSince(t0), (long long)toks);
+      } else if (only[0] == 'b') { auto x = direct.RunBatched(lines, opt.parallel); fprintf(stderr, "b %.3f\n", x.seconds); }
+      else { auto x = RunThroughRunner(**runner, absl::StrCat("bench-", r), lines); fprintf(stderr, "c %.3f\n", x.seconds); }
+    }
+    return 0;
+  }
   for (int r = 0; r < opt.repeat; ++r) {
     KeepBest(seq, direct.RunSequential(lines));
     KeepBest(batched, direct.RunBatched(lines, opt.parallel));
@@ -558,6 +576,9 @@ int main(int argc, char** argv) {
                 records_per_s(run), tokens_per_s(run), 100.0 * tokens_per_s(run) / tokens_per_s(*batched),
                 100.0 * tokens_per_s(run) / tokens_per_s(*seq));
   }
+  std::printf("(c) inside the runner: %.3f s of %.3f s (the rest: sending the batch, decoding its "
+              "command, reading the results)\n",
+              served->runner_seconds, served->seconds);
   std::printf("generated tokens: (a) %lld, (b) %lld, (c) %lld; prompt tokens: (a) %lld, (b) %lld, (c) %lld\n",
               static_cast<long long>(seq->generated_tokens), static_cast<long long>(batched->generated_tokens),
               static_cast<long long>(served->generated_tokens), static_cast<long long>(seq->prompt_tokens),

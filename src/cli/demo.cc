@@ -88,20 +88,20 @@ int RunDemo(const DemoOptions& options) {
   for (int shown = 0; shown < 3 && std::getline(results, line);) {
     auto parsed = ParseJson(line);
     if (!parsed.ok()) continue;
-    const Json& body = (*parsed)["response"]["body"];
-    if (!body.contains("choices")) continue;
-    const Json& choice = body["choices"][0];
-    std::string text = choice.contains("message") ? choice["message"].value("content", "")
-                                                  : choice.value("text", "");
-    printf("  %s -> %s\n", (*parsed).value("custom_id", "").c_str(), DumpJson(text).c_str());
+    const Json& choices = JsonField(JsonField(JsonField(*parsed, "response"), "body"), "choices");
+    if (!choices.is_array() || choices.empty()) continue;
+    const Json& choice = choices[0];
+    std::string text = choice.contains("message") ? JsonString(JsonField(choice, "message"), "content")
+                                                  : JsonString(choice, "text");
+    printf("  %s -> %s\n", JsonString(*parsed, "custom_id").c_str(), DumpJson(text).c_str());
     ++shown;
   }
   std::ifstream error_lines(run.errors_path);
   while (std::getline(error_lines, line)) {
     auto parsed = ParseJson(line);
     if (!parsed.ok()) continue;
-    printf("  error %s: %s\n", DumpJson((*parsed)["custom_id"]).c_str(),
-           (*parsed)["error"].value("message", "").c_str());
+    printf("  error %s: %s\n", DumpJson(JsonField(*parsed, "custom_id")).c_str(),
+           JsonString(JsonField(*parsed, "error"), "message").c_str());
   }
   printf("\n(the model has random weights, so the text is noise: point --model at a real GGUF for "
          "real answers)\noutput: %s\nerrors: %s\n",

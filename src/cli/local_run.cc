@@ -47,14 +47,15 @@ absl::StatusOr<LocalRunSummary> RunLocally(const LocalRunOptions& options) {
     for (size_t i = 0; i < batch.size(); ++i) {
       const Json& line = outputs[i] ? *outputs[i]
                                     : MakeErrorLine("", kErrorRunnerFailed, "the runner gave no result");
-      bool is_error = !line.contains("error") || !line["error"].is_null();
+      bool is_error = !line.is_object() || !JsonField(line, "error").is_null() ||
+                      !JsonField(line, "response").is_object();
       (is_error ? errors : output) << DumpJson(line) << '\n';
       summary.errors += is_error;
       ++summary.records;
     }
-    const Json& usage = (*done)["usage"];
-    summary.prompt_tokens += usage.value("prompt_tokens", int64_t{0});
-    summary.completion_tokens += usage.value("completion_tokens", int64_t{0});
+    const Json& usage = JsonField(*done, "usage");
+    summary.prompt_tokens += JsonInt(usage, "prompt_tokens");
+    summary.completion_tokens += JsonInt(usage, "completion_tokens");
     batch.clear();
     if (options.progress) {
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -23,6 +23,33 @@ absl::StatusOr<Json> ParseJson(std::string_view text) {
   return parsed;
 }
 
+const Json& JsonField(const Json& object, const std::string& key) {
+  static const Json* const kNull = new Json();
+  if (!object.is_object()) return *kNull;
+  auto it = object.find(key);
+  return it == object.end() ? *kNull : *it;
+}
+
+int64_t JsonInt(const Json& object, const std::string& key, int64_t fallback) {
+  const Json& v = JsonField(object, key);
+  return v.is_number() ? v.get<int64_t>() : fallback;
+}
+
+double JsonDouble(const Json& object, const std::string& key, double fallback) {
+  const Json& v = JsonField(object, key);
+  return v.is_number() ? v.get<double>() : fallback;
+}
+
+bool JsonBool(const Json& object, const std::string& key, bool fallback) {
+  const Json& v = JsonField(object, key);
+  return v.is_boolean() ? v.get<bool>() : fallback;
+}
+
+std::string JsonString(const Json& object, const std::string& key, const std::string& fallback) {
+  const Json& v = JsonField(object, key);
+  return v.is_string() ? v.get<std::string>() : fallback;
+}
+
 std::string Excerpt(std::string_view text, size_t max_len) {
   std::string out;
   for (char c : text.substr(0, max_len)) {

@@ -18,6 +18,14 @@ std::string DumpJson(const Json& value);
 // Parses one JSON document; the error says where the text is malformed.
 absl::StatusOr<Json> ParseJson(std::string_view text);
 
+// Lenient readers for JSON that came from another process: a missing key, a null or a value of
+// the wrong type gives the fallback, never an exception.
+const Json& JsonField(const Json& object, const std::string& key);
+int64_t JsonInt(const Json& object, const std::string& key, int64_t fallback = 0);
+double JsonDouble(const Json& object, const std::string& key, double fallback = 0);
+bool JsonBool(const Json& object, const std::string& key, bool fallback = false);
+std::string JsonString(const Json& object, const std::string& key, const std::string& fallback = "");
+
 // A short, printable excerpt of possibly huge or binary input, for error messages.
 std::string Excerpt(std::string_view text, size_t max_len = 80);
 

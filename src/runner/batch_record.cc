@@ -94,7 +94,7 @@ std::optional<std::string> ReadContent(const Json& content, size_t index, std::s
   }
   if (content.is_array()) {
     for (const auto& part : content) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+      if (!part.is_object() || JsonString(part, "type") != "text" || !part.contains("text") ||
           !part["text"].is_string()) {
         return absl::StrCat("body.messages[", index,
                             "].content: only text parts ({\"type\":\"text\",\"text\":...}) are "
@@ -118,7 +118,22 @@ std::string_view EndpointUrl(Endpoint endpoint) {
   return "";
 }
 
+namespace {
+ParsedRecord ParseRecordLineUnchecked(std::string_view line);
+}  // namespace
+
 ParsedRecord ParseRecordLine(std::string_view line) {
+  // Defence in depth: the parser checks every type before reading it, but a record is user input
+  // and must never take a process down.
+  try {
+    return ParseRecordLineUnchecked(line);
+  } catch (const std::exception& e) {
+    return Fail("", kErrorInvalidRequest, absl::StrCat("malformed record: ", e.what()));
+  }
+}
+
+namespace {
+ParsedRecord ParseRecordLineUnchecked(std::string_view line) {
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
   if (line.empty()) return Fail("", kErrorInvalidJson, "empty line");
   auto parsed = ParseJson(line);
@@ -277,6 +292,7 @@ ParsedRecord ParseRecordLine(std::string_view line) {
   record.request = std::move(request);
   return record;
 }
+}  // namespace
 
 std::string OutputLineId(std::string_view custom_id) {
   return absl::StrFormat("batch_req_%016x", Fnv1a(custom_id));

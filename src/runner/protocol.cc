@@ -77,7 +77,7 @@ absl::StatusOr<Command> DecodeCommand(std::string_view line) {
       return absl::InvalidArgumentError("load needs \"model\": the path of a GGUF file");
     }
     command.load.model = json["model"].get<std::string>();
-    auto options = LoadOptions::FromJson(json.value("options", Json()));
+    auto options = LoadOptions::FromJson(JsonField(json, "options"));
     if (!options.ok()) return options.status();
     command.load.options = *options;
   } else if (op == "run") {
@@ -95,7 +95,7 @@ absl::StatusOr<Command> DecodeCommand(std::string_view line) {
     }
   } else if (op == "cancel") {
     command.op = Command::Op::kCancel;
-    command.id = json.value("batch", "");
+    command.id = JsonString(json, "batch");
   } else if (op == "ping") {
     command.op = Command::Op::kPing;
     command.id = json.contains("id") && json["id"].is_string() ? json["id"].get<std::string>() : "";
@@ -133,7 +133,7 @@ absl::StatusOr<Event> DecodeEvent(std::string_view line) {
     event.type = Event::Type::kBatchDone;
   } else if (type == "error") {
     event.type = Event::Type::kError;
-    event.message = json.value("message", "unspecified runner error");
+    event.message = JsonString(json, "message", "unspecified runner error");
   } else if (type == "pong") {
     event.type = Event::Type::kPong;
   } else {

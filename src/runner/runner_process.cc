@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<RunnerProcess>> RunnerProcess::Start(const Option
         "'", options.command[0], "' does not speak the runner protocol; its first line was: ",
         Excerpt(*line)));
   }
-  int protocol = event->body.value("protocol", 0);
+  int64_t protocol = JsonInt(event->body, "protocol");
   if (protocol != runner_protocol::kProtocolVersion) {
     return absl::FailedPreconditionError(absl::StrCat("runner speaks protocol ", protocol,
                                                       ", this executor speaks ",
@@ -64,7 +64,10 @@ absl::StatusOr<Json> RunnerProcess::Load(const runner_protocol::LoadRequest& req
     }
     auto event = runner_protocol::DecodeEvent(*line);
     if (!event.ok()) return event.status();
-    if (event->type == Event::Type::kLoaded) return event->body.value("info", Json::object());
+    if (event->type == Event::Type::kLoaded) {
+      const Json& info = JsonField(event->body, "info");
+      return info.is_object() ? info : Json::object();
+    }
     if (event->type == Event::Type::kError) return absl::InvalidArgumentError(event->message);
     // Anything else (a pong, a late result) is not ours to handle here.
   }
@@ -90,7 +93,7 @@ absl::StatusOr<Json> RunnerProcess::RunBatch(const std::string& batch,
                                << records.size();
           continue;
         }
-        on_result(event->index, event->body["output"]);
+        on_result(event->index, JsonField(event->body, "output"));
         break;
       case Event::Type::kBatchDone:
         return event->body;

@@ -93,6 +93,30 @@ INSTANTIATE_TEST_SUITE_P(
         BadLine{R"({"custom_id":"i","url":"/v1/embeddings","body":{"input":[1,2]}})", "invalid_request", "i", "token arrays"},
         BadLine{R"({"custom_id":"x","foo":1})", "invalid_request", "x", "url and body"}));
 
+TEST(ParseRecordLine, WrongTypesAnywhereNeverThrow) {
+  // Every field of every endpoint given every JSON type: each line parses or gives an error.
+  const char* values[] = {"null", "true", "1", "-7", "1e300", "\"s\"", "[]", "[1]", "[\"a\"]", "{}",
+                          "{\"type\":5}", "[{\"type\":5}]", "[{\"role\":1}]"};
+  const char* fields[] = {"prompt", "messages", "input", "max_tokens", "temperature", "top_p",
+                          "seed", "stop", "n", "model", "encoding_format", "max_completion_tokens"};
+  const char* urls[] = {"/v1/completions", "/v1/chat/completions", "/v1/embeddings"};
+  int parsed = 0;
+  for (const char* url : urls) {
+    for (const char* field : fields) {
+      for (const char* value : values) {
+        std::string line = std::string(R"({"custom_id":"w","url":")") + url + R"(","body":{")" + field +
+                           "\":" + value + "}}";
+        ParsedRecord r = ParseRecordLine(line);
+        parsed += r.ok();
+        if (!r.ok()) {
+          EXPECT_FALSE(r.error_message.empty()) << line;
+        }
+      }
+    }
+  }
+  EXPECT_LT(parsed, 3 * 12 * 13);
+}
+
 TEST(OutputLines, ResponseLineFollowsTheOpenAIBatchShape) {
   Json line = MakeResponseLine("r1", MakeCompletionBody("r1", "m", "hello", "stop", {3, 1}, 100));
   EXPECT_EQ(line["custom_id"], "r1");
