@@ -535,23 +535,6 @@ int main(int argc, char** argv) {
   }
 
   std::optional<RunResult> seq, batched, served;
-  const char* only = getenv("BENCH_ONLY");
-  if (only) {
-    for (int r = 0; r < opt.repeat; ++r) {
-      if (only[0] == 'e') {
-        static std::unique_ptr<minions::llama_runner::LlamaEngine> eng;
-        if (!eng) { eng = std::move(*minions::llama_runner::LlamaEngine::Load(model, load.options)); }
-        auto t0 = Clock::now();
-        std::vector<minions::llama_runner::WorkItem> items;
-        for (size_t i = 0; i < lines.size(); ++i) items.push_back({i, *minions::ParseRecordLine(lines[i]).request});
-        int64_t toks = 0;
-        eng->Serve(std::move(items), [&](minions::llama_runner::WorkResult r) { toks += r.usage.completion_tokens; }, [] { return false; });
-        fprintf(stderr, "e %.3f %lld\n", SecondsSince(t0), (long long)toks);
-      } else if (only[0] == 'b') { auto x = direct.RunBatched(lines, opt.parallel); fprintf(stderr, "b %.3f\n", x.seconds); }
-      else { auto x = RunThroughRunner(**runner, absl::StrCat("bench-", r), lines); fprintf(stderr, "c %.3f\n", x.seconds); }
-    }
-    return 0;
-  }
   for (int r = 0; r < opt.repeat; ++r) {
     KeepBest(seq, direct.RunSequential(lines));
     KeepBest(batched, direct.RunBatched(lines, opt.parallel));

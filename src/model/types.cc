@@ -1,0 +1,43 @@
+#include "model/types.h"
+
+namespace minions {
+namespace {
+
+template <typename E, size_t N>
+std::optional<E> Lookup(const std::string_view (&names)[N], std::string_view name) {
+  for (size_t i = 0; i < N; ++i) {
+    if (names[i] == name) return static_cast<E>(i);
+  }
+  return std::nullopt;
+}
+
+constexpr std::string_view kJobStates[] = {"validating", "queued",    "running",   "finalizing",
+                                           "completed",  "failed",    "cancelled", "expired"};
+constexpr std::string_view kTaskStates[] = {"pending", "running", "succeeded", "failed", "cancelled"};
+constexpr std::string_view kExecutorStates[] = {"available", "busy", "owner_active", "draining", "lost"};
+constexpr std::string_view kFailureClasses[] = {"retryable", "permanent", "preempted"};
+
+}  // namespace
+
+std::string_view JobStateName(JobState s) { return kJobStates[static_cast<int>(s)]; }
+std::string_view TaskStateName(TaskState s) { return kTaskStates[static_cast<int>(s)]; }
+std::string_view ExecutorStateName(ExecutorState s) { return kExecutorStates[static_cast<int>(s)]; }
+std::string_view FailureClassName(FailureClass f) { return kFailureClasses[static_cast<int>(f)]; }
+std::optional<JobState> ParseJobState(std::string_view n) { return Lookup<JobState>(kJobStates, n); }
+std::optional<TaskState> ParseTaskState(std::string_view n) { return Lookup<TaskState>(kTaskStates, n); }
+std::optional<ExecutorState> ParseExecutorState(std::string_view n) {
+  return Lookup<ExecutorState>(kExecutorStates, n);
+}
+std::optional<FailureClass> ParseFailureClass(std::string_view n) {
+  return Lookup<FailureClass>(kFailureClasses, n);
+}
+
+bool IsTerminal(JobState s) {
+  return s == JobState::kCompleted || s == JobState::kFailed || s == JobState::kCancelled ||
+         s == JobState::kExpired;
+}
+bool IsTerminal(TaskState s) {
+  return s == TaskState::kSucceeded || s == TaskState::kFailed || s == TaskState::kCancelled;
+}
+
+}  // namespace minions

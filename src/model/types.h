@@ -1,0 +1,148 @@
+#pragma once
+// The domain's records: jobs, tasks, executors. Plain data, no I/O. Times are absl::Time; durations
+// absl::Duration. Ids are strings ("job-…", "exe-…"); a task is (job id, index).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/json_util.h"
+
+namespace minions {
+
+enum class JobState { kValidating, kQueued, kRunning, kFinalizing, kCompleted, kFailed, kCancelled, kExpired };
+enum class TaskState { kPending, kRunning, kSucceeded, kFailed, kCancelled };
+enum class ExecutorState { kAvailable, kBusy, kOwnerActive, kDraining, kLost };
+// Why an attempt ended without success.
+enum class FailureClass { kRetryable, kPermanent, kPreempted };
+
+std::string_view JobStateName(JobState state);
+std::string_view TaskStateName(TaskState state);
+std::string_view ExecutorStateName(ExecutorState state);
+std::string_view FailureClassName(FailureClass failure);
+std::optional<JobState> ParseJobState(std::string_view name);
+std::optional<TaskState> ParseTaskState(std::string_view name);
+std::optional<ExecutorState> ParseExecutorState(std::string_view name);
+std::optional<FailureClass> ParseFailureClass(std::string_view name);
+
+bool IsTerminal(JobState state);
+bool IsTerminal(TaskState state);
+
+// What a job asks of an executor.
+struct Requirements {
+  int64_t min_memory_bytes = 0;  // the executor's memory must be at least this
+  std::string runner = "llama";  // which runner program serves it
+};
+
+// What the submitter asks for.
+struct JobSpec {
+  std::string team = "default";   // owner team, for fair share and accounting
+  std::string model;              // model reference (a GGUF path on executors, for now)
+  std::string input_key;          // the input JSONL in the object store
+  int64_t shard_size = 100;       // records per task
+  int max_attempts = 4;           // real failures (not preemptions) before a task fails
+  int priority = 0;               // higher first
+  Requirements requirements;
+  Json runner_options = Json::object();  // the runner's load options (runner_protocol::LoadOptions)
+  std::optional<absl::Duration> completion_window;  // deadline after submission (issue: deadlines)
+};
+
+struct RequestCounts {
+  int64_t total = 0;
+  int64_t completed = 0;
+  int64_t failed = 0;
+};
+
+struct Job {
+  std::string id;
+  JobSpec spec;
+  JobState state = JobState::kValidating;
+  RequestCounts counts;
+  int64_t n_tasks = 0;
+  int64_t tasks_done = 0;   // tasks in a terminal state
+  int64_t tasks_succeeded = 0;
+  std::string error;        // why the job failed (validation, all tasks failed, ...)
+  std::string output_key;   // merged output, set when completed
+  std::string errors_key;   // merged error lines
+  std::string manifest_key;
+  absl::Time created_at;
+  absl::Time updated_at;
+  std::optional<absl::Time> started_at;   // first lease
+  std::optional<absl::Time> finished_at;
+};
+
+// One shard of a job: records [first_record, first_record + n_records), bytes [byte_begin, byte_end)
+// of the input, newline-aligned.
+struct Task {
+  std::string job_id;
+  int64_t index = 0;
+  int64_t first_record = 0;
+  int64_t n_records = 0;
+  int64_t byte_begin = 0;
+  int64_t byte_end = 0;
+  TaskState state = TaskState::kPending;
+  int attempt = 0;              // bumped on every lease: the fencing token
+  int failures = 0;             // real failures (counted against max_attempts)
+  int preemptions = 0;          // owner came back: never counted
+  std::string executor_id;      // holder of the current lease
+  std::optional<absl::Time> lease_expires_at;
+  std::optional<absl::Time> not_before;  // retry backoff
+  int64_t records_done = 0;     // committed progress of the current attempt
+  int64_t records_failed = 0;   // error lines among them
+  std::string last_error;
+  std::optional<absl::Time> started_at;   // of the current attempt
+  std::optional<absl::Time> finished_at;
+};
+
+struct ExecutorInfo {
+  std::string name;          // host name or a label
+  std::string os;            // "linux", "macos"
+  std::string chip;          // CPU or SoC model
+  int64_t memory_bytes = 0;
+  std::string gpu;           // "" when none
+  std::vector<std::string> runners;  // runner kinds it can start ("llama")
+  std::vector<std::string> models;   // models already on disk (scheduling hint)
+  int max_tasks = 1;         // tasks it runs at once
+  std::string version;
+};
+
+struct Executor {
+  std::string id;
+  ExecutorInfo info;
+  ExecutorState state = ExecutorState::kAvailable;
+  std::string state_reason;     // why (owner present, draining, ...)
+  absl::Time registered_at;
+  absl::Time last_heartbeat_at;
+  bool drain_requested = false;
+  int64_t records_done = 0;     // lifetime, for dashboards
+};
+
+// A granted lease: everything an executor needs to run one attempt.
+struct Lease {
+  Task task;
+  std::string job_model;
+  Json runner_options;
+  std::string input_key;
+  absl::Time expires_at;
+};
+
+// Progress an executor reports for a lease it holds.
+struct LeaseProgress {
+  std::string job_id;
+  int64_t task_index = 0;
+  int attempt = 0;
+  int64_t records_done = 0;
+  int64_t records_failed = 0;
+};
+
+// What the server tells an executor in answer to a heartbeat.
+struct HeartbeatReply {
+  std::vector<LeaseProgress> cancel;  // leases the executor must stop (cancelled, or not its own)
+  std::vector<LeaseProgress> renewed;
+  bool drain = false;
+  bool unknown_executor = false;      // register again
+};
+
+}  // namespace minions

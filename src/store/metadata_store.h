@@ -1,0 +1,104 @@
+#pragma once
+// MetadataStore: everything durable about jobs, tasks and executors. The server holds no state of
+// its own; several servers may share one store.
+//
+// Contract (every implementation passes tests/store/metadata_store_contract.h):
+// - Each method is one transaction: it happens entirely or not at all.
+// - Methods take `now`; no implementation reads the clock.
+// - Transitions go through the pure functions of model/state_machines.h, never hand-written SQL
+//   logic, so every backend applies the same rules.
+// - Errors: NotFound for an unknown job/executor/task; FailedPrecondition for a transition the
+//   state forbids (a stale attempt, a cancel of a finished job) with a message that says why;
+//   Unavailable when the backend cannot be reached (callers may retry).
+// Threads: implementations are thread-safe.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "model/state_machines.h"
+#include "model/types.h"
+
+namespace minions {
+
+struct JobFilter {
+  std::optional<JobState> state;
+  std::string team;     // empty: all teams
+  int limit = 100;      // newest first
+};
+
+struct StoreOptions {
+  RetryPolicy retry;
+};
+
+class MetadataStore {
+ public:
+  virtual ~MetadataStore() = default;
+
+  // --- jobs ---
+  // Creates a job in `validating` with a fresh id.
+  virtual absl::StatusOr<Job> CreateJob(const JobSpec& spec, absl::Time now) = 0;
+  // Validation is done: stores the tasks (state pending, attempt 0), sets counts.total and n_tasks,
+  // and moves the job to `queued`. A job may not be given tasks twice.
+  virtual absl::Status AddTasks(const std::string& job_id, const std::vector<Task>& tasks,
+                                int64_t total_records, absl::Time now) = 0;
+  virtual absl::StatusOr<Job> GetJob(const std::string& job_id) = 0;
+  virtual absl::StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter) = 0;
+  virtual absl::StatusOr<std::vector<Task>> ListTasks(const std::string& job_id) = 0;
+  // Cancels a job that has not ended: its pending and running tasks become cancelled (executors
+  // holding them are told so in their next heartbeat). FailedPrecondition if the job has ended.
+  virtual absl::StatusOr<Job> CancelJob(const std::string& job_id, absl::Time now) = 0;
+  // Fails a job that has not ended (validation failed, input unreadable), with a message.
+  virtual absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error,
+                                      absl::Time now) = 0;
+  // Jobs in `finalizing`, oldest first.
+  virtual absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit) = 0;
+  // finalizing -> completed with the result keys. FailedPrecondition unless finalizing: of two
+  // servers finishing one job, exactly one succeeds.
+  virtual absl::StatusOr<Job> FinishJob(const std::string& job_id, const std::string& output_key,
+                                        const std::string& errors_key, const std::string& manifest_key,
+                                        absl::Time now) = 0;
+
+  // --- executors ---
+  // Registers a new executor, or re-registers `executor_id` (keeping its id) after a restart.
+  virtual absl::StatusOr<Executor> RegisterExecutor(const std::string& executor_id,
+                                                    const ExecutorInfo& info, absl::Time now) = 0;
+  virtual absl::StatusOr<Executor> GetExecutor(const std::string& executor_id) = 0;
+  virtual absl::StatusOr<std::vector<Executor>> ListExecutors() = 0;
+  // Records that the executor is alive and in `state` (reason: why), renews the leases in `held`
+  // that are still its own (lease_expires_at = now + ttl; committed progress stored), and answers
+  // which of them it must stop. An unknown executor gets `unknown_executor`.
+  virtual absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& executor_id, ExecutorState state,
+                                                   const std::string& reason,
+                                                   const std::vector<LeaseProgress>& held,
+                                                   absl::Duration ttl, absl::Time now) = 0;
+  // Asks an executor to finish (or hand back) its tasks and take no more.
+  virtual absl::Status RequestDrain(const std::string& executor_id, absl::Time now) = 0;
+
+  // --- leasing ---
+  // Grants up to `max_tasks` pending tasks the executor can run (its memory and runners meet the
+  // job's requirements), highest job priority first, then oldest job, then task index. Tasks
+  // backing off (not_before > now) are skipped; a lost, draining or unknown executor gets none.
+  // Each granted task gets attempt + 1 and lease_expires_at = now + ttl; its job becomes running.
+  virtual absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks,
+                                                        absl::Duration ttl, absl::Time now) = 0;
+  // Fenced: only the current attempt of the lease holder may complete or fail a task.
+  virtual absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id,
+                                            int64_t task_index, int attempt, int64_t records_done,
+                                            int64_t records_failed, absl::Time now) = 0;
+  virtual absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id,
+                                        int64_t task_index, int attempt, FailureClass failure,
+                                        const std::string& message, absl::Time now) = 0;
+
+  // --- watchdog ---
+  // Requeues (or fails, past max_attempts) up to `limit` running tasks whose lease has expired;
+  // returns them as they are now.
+  virtual absl::StatusOr<std::vector<Task>> ExpireLeases(absl::Time now, int limit) = 0;
+  // Executors not heard from since `cutoff` become lost; returns them.
+  virtual absl::StatusOr<std::vector<Executor>> MarkLostExecutors(absl::Time cutoff, absl::Time now) = 0;
+};
+
+}  // namespace minions
