@@ -1,14 +1,38 @@
-// minions: one binary, subcommands. Wiring only; the verbs live in src/cli.
+// minions: one binary, subcommands. Wiring only: the verbs live in src/cli, the server in
+// src/server, the executor in src/executor; this file picks the concrete backends.
 
+#include <signal.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include <atomic>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "CLI/CLI.hpp"
+#include "cli/client_verbs.h"
 #include "cli/demo.h"
 #include "cli/local_run.h"
+#include "common/logging.h"
+#include "executor/agent.h"
+#include "local_pool.h"
 #include "minions/version.h"
 
 namespace {
+
+std::atomic<int> g_signals{0};
+void OnSignal(int) { g_signals.fetch_add(1); }
+
+void InstallSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
 
 void AddLoadOptions(CLI::App* cmd, minions::runner_protocol::LoadOptions* load) {
   cmd->add_option("--parallel", load->n_parallel, "sequences decoded together")->capture_default_str();
@@ -17,22 +41,238 @@ void AddLoadOptions(CLI::App* cmd, minions::runner_protocol::LoadOptions* load) 
   cmd->add_option("--gpu-layers", load->n_gpu_layers, "layers offloaded to the GPU (-1: all)");
 }
 
+void AddConnection(CLI::App* cmd, minions::cli::Connection* connection) {
+  cmd->add_option("--server", connection->server, "server address (or MINIONS_SERVER)")->capture_default_str();
+  cmd->add_option("--token", connection->token, "access token (or MINIONS_TOKEN)");
+}
+
+// Runs the server until SIGTERM/SIGINT.
+int RunServer(const std::string& data_dir, minions::ServerOptions options, bool with_watchdog) {
+  auto backends = minions::apps::OpenEmbeddedBackends(data_dir);
+  if (!backends.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
+    return 1;
+  }
+  std::unique_ptr<minions::Watchdog> watchdog;
+  std::unique_ptr<minions::WatchdogLock> lock;
+  if (with_watchdog) {
+    auto acquired = minions::WatchdogLock::TryAcquire(data_dir + "/watchdog.lock");
+    if (acquired.ok()) {
+      lock = std::move(*acquired);
+      minions::WatchdogOptions wo;
+      wo.executor_timeout = options.lease_ttl * 3;
+      watchdog = std::make_unique<minions::Watchdog>(backends->store.get(), wo);
+    } else {
+      MINIONS_LOG(Info) << "another process runs the watchdog; this server runs without it";
+    }
+  }
+  minions::RealClock clock;
+  minions::MinionsServer server(backends->store.get(), backends->blobs.get(), &clock, options, std::move(watchdog));
+  if (auto s = server.Start(); !s.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  InstallSignalHandlers();
+  while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  server.Shutdown();
+  return 0;
+}
+
+// Runs the watchdog alone (when servers run with --no-watchdog); one active at a time.
+int RunWatchdog(const std::string& data_dir, absl::Duration lease_ttl) {
+  auto backends = minions::apps::OpenEmbeddedBackends(data_dir);
+  if (!backends.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
+    return 1;
+  }
+  InstallSignalHandlers();
+  std::unique_ptr<minions::WatchdogLock> lock;
+  while (g_signals.load() == 0) {
+    auto acquired = minions::WatchdogLock::TryAcquire(data_dir + "/watchdog.lock");
+    if (acquired.ok()) {
+      lock = std::move(*acquired);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // standby until the active one dies
+  }
+  if (!lock) return 0;
+  MINIONS_LOG(Info) << "watchdog active on " << data_dir;
+  minions::WatchdogOptions wo;
+  wo.executor_timeout = lease_ttl * 3;
+  minions::Watchdog watchdog(backends->store.get(), wo);
+  minions::RealClock clock;
+  while (g_signals.load() == 0) {
+    auto pass = watchdog.Tick(clock.Now());
+    if (!pass.ok()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
+    clock.SleepFor(wo.interval);
+  }
+  return 0;
+}
+
+int RunExecutor(const minions::cli::Connection& connection, minions::AgentOptions options, bool exit_with_parent) {
+#ifdef __linux__
+  if (exit_with_parent) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() == 1) return 0;
+  }
+#endif
+  minions::SetLogComponent("executor");
+  minions::RealClock clock;
+  minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(connection.server, connection.token),
+                               std::make_unique<minions::UrlBlobClient>(), &clock);
+  InstallSignalHandlers();
+  // First signal: drain (finish the current task). Second: hand the task back now.
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    int seen = 0;
+    while (!done) {
+      int now = g_signals.load();
+      if (now > seen) {
+        if (seen == 0) {
+          MINIONS_LOG(Info) << "draining: finishing the current task (signal again to stop now)";
+          agent.Drain();
+        }
+        if (now >= 2) agent.Stop();
+        seen = now;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  absl::Status s = agent.Run();
+  done = true;
+  watcher.join();
+  if (!s.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+int RunUp(const minions::cli::PoolOptions& options) {
+  auto pool = minions::apps::StartLocalPool(options);
+  if (!pool.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(pool.status().message()).c_str());
+    return 1;
+  }
+  printf("pool up: server %s with %d executors (data in %s)\n"
+         "  submit:   minions submit FILE --model PATH --server %s\n"
+         "  Ctrl-C stops the pool\n",
+         (*pool)->address().c_str(), (*pool)->executor_count(), options.data_dir.c_str(), (*pool)->address().c_str());
+  fflush(stdout);
+  InstallSignalHandlers();
+  while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  pool->reset();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Minions: a virtual GPU cloud made of idle machines, for batch inference"};
   app.set_version_flag("--version", std::string("minions ") + minions::kVersion);
   app.require_subcommand(1);
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "debug logging");
 
+  minions::cli::Connection connection;
+  bool json = false;
+  std::string home = minions::cli::MinionsHome();
+
+  // --- processes ---
+  std::string server_dir = home + "/server";
+  minions::ServerOptions server_options;
+  bool no_watchdog = false;
+  int64_t ttl_ms = 9000;
+  auto* server_cmd = app.add_subcommand("server", "run the control plane (gRPC API, watchdog)");
+  server_cmd->add_option("--listen", server_options.listen, "address to serve on")->capture_default_str();
+  server_cmd->add_option("--data-dir", server_dir, "database and objects")->capture_default_str();
+  server_cmd->add_option("--token", server_options.token, "require this token from clients and executors");
+  server_cmd->add_option("--lease-ttl-ms", ttl_ms, "lease TTL; executors heartbeat every third")->capture_default_str();
+  server_cmd->add_flag("--no-watchdog", no_watchdog, "leave the watchdog to a `minions watchdog` process");
+
+  auto* watchdog_cmd = app.add_subcommand("watchdog", "run the watchdog alone (one is active at a time)");
+  watchdog_cmd->add_option("--data-dir", server_dir, "the server's data directory")->capture_default_str();
+  watchdog_cmd->add_option("--lease-ttl-ms", ttl_ms, "the servers' lease TTL")->capture_default_str();
+
+  minions::AgentOptions agent_options;
+  std::string runner_program;
+  bool exit_with_parent = false;
+  auto* executor_cmd = app.add_subcommand("executor", "run the agent that leases and runs tasks on this machine");
+  AddConnection(executor_cmd, &connection);
+  executor_cmd->add_option("--name", agent_options.name, "name shown in `minions executors` (default: host name)");
+  executor_cmd->add_option("--state-dir", agent_options.state_dir, "keeps the executor id across restarts");
+  executor_cmd->add_option("--runner", runner_program, "runner program (default: minions-llama-runner)");
+  executor_cmd->add_option("--runner-log", agent_options.runner_log, "file for the runner's log");
+  executor_cmd->add_flag("--exit-with-parent", exit_with_parent, "exit when the parent process does (Linux)");
+  executor_cmd->add_option("--runner-threads", agent_options.runner_threads,
+                           "CPU threads for the runner when the job does not set them (0: all cores)");
+
+  minions::cli::PoolOptions pool_options;
+  pool_options.data_dir = home + "/pool";
+  pool_options.listen = "127.0.0.1:7070";
+  auto* up_cmd = app.add_subcommand("up", "run a whole pool on this machine: server, watchdog, executors");
+  up_cmd->add_option("--executors", pool_options.executors, "executor processes")->capture_default_str();
+  up_cmd->add_option("--listen", pool_options.listen, "server address")->capture_default_str();
+  up_cmd->add_option("--data-dir", pool_options.data_dir, "database, objects, logs")->capture_default_str();
+
+  // --- client verbs ---
+  minions::cli::SubmitOptions submit;
+  int parallel = 0;
+  auto* submit_cmd = app.add_subcommand("submit", "submit a JSONL batch file; prints the job id");
+  AddConnection(submit_cmd, &connection);
+  submit_cmd->add_option("file", submit.input_path, "OpenAI Batch request lines (JSONL)")->required();
+  submit_cmd->add_option("--model", submit.model, "model the executors load (a GGUF path)")->required();
+  submit_cmd->add_option("--shard-size", submit.shard_size, "records per task (default 100)");
+  submit_cmd->add_option("--max-attempts", submit.max_attempts, "failures before a task fails (default 4)");
+  submit_cmd->add_option("--priority", submit.priority, "higher runs first");
+  submit_cmd->add_option("--team", submit.team, "owner team");
+  submit_cmd->add_option("--parallel", parallel, "sequences each runner decodes together");
+  submit_cmd->add_option("--runner-options", submit.runner_options_json, "runner load options as JSON");
+  submit_cmd->add_flag("--wait", submit.wait, "watch the job until it ends");
+  submit_cmd->add_flag("--json", submit.json, "JSON output");
+
+  std::string job_id, state_filter, output_path, executor_id;
+  bool errors = false, show_tasks = false;
+  auto* jobs_cmd = app.add_subcommand("jobs", "list jobs, newest first");
+  AddConnection(jobs_cmd, &connection);
+  jobs_cmd->add_option("--state", state_filter, "only jobs in this state");
+  jobs_cmd->add_flag("--json", json, "JSON output");
+  auto* status_cmd = app.add_subcommand("status", "one job: state, request counts, where its results are");
+  AddConnection(status_cmd, &connection);
+  status_cmd->add_option("job", job_id, "job id")->required();
+  status_cmd->add_flag("--tasks", show_tasks, "list the job's tasks");
+  status_cmd->add_flag("--json", json, "JSON output");
+  auto* watch_cmd = app.add_subcommand("watch", "progress bar with rate and ETA until the job ends");
+  AddConnection(watch_cmd, &connection);
+  watch_cmd->add_option("job", job_id, "job id")->required();
+  watch_cmd->add_flag("--json", json, "one JSON progress line per update");
+  auto* results_cmd = app.add_subcommand("results", "the merged output (or error) file of a completed job");
+  AddConnection(results_cmd, &connection);
+  results_cmd->add_option("job", job_id, "job id")->required();
+  results_cmd->add_option("-o,--output", output_path, "file to write (default: standard output)");
+  results_cmd->add_flag("--errors", errors, "the error file instead");
+  auto* cancel_cmd = app.add_subcommand("cancel", "cancel a job; executors stop its tasks within a heartbeat");
+  AddConnection(cancel_cmd, &connection);
+  cancel_cmd->add_option("job", job_id, "job id")->required();
+  cancel_cmd->add_flag("--json", json, "JSON output");
+  auto* executors_cmd = app.add_subcommand("executors", "the fleet: each executor's state and current tasks");
+  AddConnection(executors_cmd, &connection);
+  executors_cmd->add_flag("--json", json, "JSON output");
+  auto* drain_cmd = app.add_subcommand("drain", "ask an executor to finish its task and take no more");
+  AddConnection(drain_cmd, &connection);
+  drain_cmd->add_option("executor", executor_id, "executor id")->required();
+  drain_cmd->add_flag("--json", json, "JSON output");
+
+  // --- the main job and the server-less path ---
   minions::cli::DemoOptions demo;
-  demo.workdir = minions::cli::MinionsHome() + "/demo";
-  auto* demo_cmd = app.add_subcommand("demo", "run the main job end to end on this machine (makes a test model and prompts)");
-  demo_cmd->add_option("--workdir", demo.workdir, "where the model, input and output go")->capture_default_str();
+  demo.workdir = home + "/demo";
+  auto* demo_cmd = app.add_subcommand("demo", "the main job: a pool of 2 executors runs a batch end to end");
+  demo_cmd->add_option("--workdir", demo.workdir, "where the model, input, output and pool data go")->capture_default_str();
   demo_cmd->add_option("--records", demo.records, "number of sample records")->capture_default_str();
-  AddLoadOptions(demo_cmd, &demo.load);
+  demo_cmd->add_option("--executors", demo.executors, "executor processes")->capture_default_str();
 
   minions::cli::LocalRunOptions local;
-  auto* local_cmd = app.add_subcommand("local-run", "run a JSONL batch file through a runner on this machine, without a server");
+  auto* local_cmd = app.add_subcommand("local-run", "run a JSONL file through one runner on this machine, no server");
   local_cmd->add_option("input", local.input_path, "OpenAI Batch request lines (JSONL)")->required();
   local_cmd->add_option("--model", local.model_path, "GGUF model file")->required();
   local_cmd->add_option("-o,--output", local.output_path, "output lines")->required();
@@ -43,8 +283,41 @@ int main(int argc, char** argv) {
   AddLoadOptions(local_cmd, &local.load);
 
   CLI11_PARSE(app, argc, argv);
+  if (verbose) minions::SetLogLevel(minions::LogLevel::kDebug);
+  connection.FromEnvironment();
 
-  if (demo_cmd->parsed()) return minions::cli::RunDemo(demo);
+  if (server_cmd->parsed()) {
+    server_options.lease_ttl = absl::Milliseconds(ttl_ms);
+    if (const char* t = std::getenv("MINIONS_TOKEN"); t && *t && server_options.token.empty()) server_options.token = t;
+    minions::SetLogComponent("server");
+    return RunServer(server_dir, server_options, !no_watchdog);
+  }
+  if (watchdog_cmd->parsed()) {
+    minions::SetLogComponent("watchdog");
+    return RunWatchdog(server_dir, absl::Milliseconds(ttl_ms));
+  }
+  if (executor_cmd->parsed()) {
+    if (!runner_program.empty()) agent_options.runner_command = {runner_program};
+    return RunExecutor(connection, agent_options, exit_with_parent);
+  }
+  if (up_cmd->parsed()) return RunUp(pool_options);
+  if (submit_cmd->parsed()) {
+    if (parallel > 0 && submit.runner_options_json.empty()) {
+      submit.runner_options_json = "{\"n_parallel\": " + std::to_string(parallel) + "}";
+    }
+    return minions::cli::Submit(connection, submit);
+  }
+  if (jobs_cmd->parsed()) return minions::cli::ListJobs(connection, state_filter, json);
+  if (status_cmd->parsed()) return minions::cli::Status(connection, job_id, json, show_tasks);
+  if (watch_cmd->parsed()) return minions::cli::Watch(connection, job_id, json);
+  if (results_cmd->parsed()) return minions::cli::Results(connection, job_id, output_path, errors);
+  if (cancel_cmd->parsed()) return minions::cli::Cancel(connection, job_id, json);
+  if (executors_cmd->parsed()) return minions::cli::ListExecutors(connection, json);
+  if (drain_cmd->parsed()) return minions::cli::DrainExecutor(connection, executor_id, json);
+  if (demo_cmd->parsed()) {
+    // The pool's server logs go to a file; the demo's own output stays readable.
+    return minions::cli::RunDemo(demo, minions::apps::StartLocalPool);
+  }
   if (local_cmd->parsed()) {
     if (local.errors_path.empty()) local.errors_path = local.output_path + ".errors.jsonl";
     auto summary = minions::cli::RunLocally(local);
@@ -52,9 +325,8 @@ int main(int argc, char** argv) {
       fprintf(stderr, "error: %s\n", std::string(summary.status().message()).c_str());
       return 1;
     }
-    printf("%zu records (%zu errors) in %.2f s: %.1f records/s, %.1f generated tokens/s\n",
-           summary->records, summary->errors, summary->seconds,
-           summary->records / std::max(summary->seconds, 1e-9),
+    printf("%zu records (%zu errors) in %.2f s: %.1f records/s, %.1f generated tokens/s\n", summary->records,
+           summary->errors, summary->seconds, summary->records / std::max(summary->seconds, 1e-9),
            summary->completion_tokens / std::max(summary->seconds, 1e-9));
     return 0;
   }

@@ -61,6 +61,7 @@ struct BenchOptions {
   int repeat = 1;
   size_t warmup = 4;
   std::string runner;
+  bool in_process = false;
 };
 
 // What one timed pass of a variant produced.
@@ -72,6 +73,7 @@ struct RunResult {
   int64_t generated_tokens = 0;
   std::vector<std::optional<std::string>> texts;  // generated text per record
   double runner_seconds = 0;  // (c): the batch as timed inside the runner (batch_done "seconds")
+  double slowest_seconds = 0;  // the slowest of the passes (with --repeat)
 };
 
 [[noreturn]] void Die(const std::string& message) {
@@ -400,6 +402,40 @@ RunResult RunThroughRunner(minions::RunnerProcess& runner, const std::string& ba
   return result;
 }
 
+// (d), diagnostic: the runner's engine called in this process, without the runner process, its
+// pipes and the JSON that crosses them. (c) - (d) is the cost of the process boundary.
+RunResult RunEngineInProcess(minions::llama_runner::LlamaEngine& engine, const std::vector<std::string>& lines) {
+  RunResult result;
+  result.texts.resize(lines.size());
+  auto start = Clock::now();
+  std::vector<minions::llama_runner::WorkItem> items;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    minions::ParsedRecord parsed = minions::ParseRecordLine(lines[i]);
+    if (!parsed.ok()) {
+      ++result.errors;
+      continue;
+    }
+    items.push_back({i, std::move(*parsed.request)});
+  }
+  engine.Serve(
+      std::move(items),
+      [&](minions::llama_runner::WorkResult r) {
+        if (r.is_error) {
+          ++result.errors;
+          return;
+        }
+        ++result.records;
+        result.prompt_tokens += r.usage.prompt_tokens;
+        result.generated_tokens += r.usage.completion_tokens;
+        const minions::Json& choice = r.output["response"]["body"]["choices"][0];
+        result.texts[r.index] = choice.contains("text") ? choice["text"].get<std::string>()
+                                                        : choice["message"]["content"].get<std::string>();
+      },
+      [] { return false; });
+  result.seconds = SecondsSince(start);
+  return result;
+}
+
 // Writes the test model with the sibling program minions-make-test-model.
 std::string MakeTestModel(const std::string& dir) {
   std::string path = (std::filesystem::path(dir) / "minions-test-text.gguf").string();
@@ -417,9 +453,11 @@ std::string MakeTestModel(const std::string& dir) {
   return path;
 }
 
-// Keeps the fastest of `repeat` passes.
+// Keeps the fastest of `repeat` passes (and the time of the slowest).
 void KeepBest(std::optional<RunResult>& best, RunResult run) {
+  const double slowest = std::max(run.seconds, best ? best->slowest_seconds : 0.0);
   if (!best || run.seconds < best->seconds) best = std::move(run);
+  best->slowest_seconds = slowest;
 }
 
 // Text as it reads after a trip through an output line (invalid UTF-8 becomes U+FFFD).
@@ -463,6 +501,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", opt.warmup, "records of the untimed warm-up pass of each variant")
       ->capture_default_str();
   app.add_option("--runner", opt.runner, "runner program (default: minions-llama-runner next to this program)");
+  app.add_flag("--in-process", opt.in_process,
+               "also time (d): the runner's engine (LlamaEngine) in this process, without the runner "
+               "process and its pipes (loads the model once more)");
   CLI11_PARSE(app, argc, argv);
 
   const int threads =
@@ -517,6 +558,13 @@ int main(int argc, char** argv) {
   if (!info.ok()) Die(absl::StrCat("the runner cannot load the model: ", std::string(info.status().message())));
   const double runner_load_seconds = SecondsSince(load_start);
 
+  std::unique_ptr<minions::llama_runner::LlamaEngine> engine;
+  if (opt.in_process) {
+    auto loaded = minions::llama_runner::LlamaEngine::Load(model, load.options);
+    if (!loaded.ok()) Die(absl::StrCat("LlamaEngine cannot load the model: ", std::string(loaded.status().message())));
+    engine = std::move(*loaded);
+  }
+
   std::printf("minions-bench-runner: %zu records (greedy, max_tokens %d), parallel %d, threads %d, "
               "repeat %d (fastest pass counts), context %d tokens per sequence\n",
               lines.size(), opt.max_tokens, opt.parallel, threads, opt.repeat, ctx_per_seq);
@@ -532,13 +580,24 @@ int main(int argc, char** argv) {
     direct.RunSequential(warmup_lines);
     direct.RunBatched(warmup_lines, opt.parallel);
     RunThroughRunner(**runner, "warmup", warmup_lines);
+    if (engine) RunEngineInProcess(*engine, warmup_lines);
   }
 
-  std::optional<RunResult> seq, batched, served;
+  // Each timed pass starts after a short pause, so that the threads of the previous variant (often
+  // in the other process; ggml's OpenMP workers spin-wait for a while before they sleep) are idle.
+  auto settle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); };
+  std::optional<RunResult> seq, batched, served, in_process;
   for (int r = 0; r < opt.repeat; ++r) {
+    settle();
     KeepBest(seq, direct.RunSequential(lines));
+    settle();
     KeepBest(batched, direct.RunBatched(lines, opt.parallel));
+    settle();
     KeepBest(served, RunThroughRunner(**runner, absl::StrCat("bench-", r), lines));
+    if (engine) {
+      settle();
+      KeepBest(in_process, RunEngineInProcess(*engine, lines));
+    }
   }
   (*runner)->Shutdown();
 
@@ -546,9 +605,10 @@ int main(int argc, char** argv) {
     const char* name;
     const RunResult* run;
   };
-  const Row rows[] = {{"(a) llama.cpp, one prompt at a time", &*seq},
-                      {"(b) llama.cpp, batched", &*batched},
-                      {"(c) minions runner", &*served}};
+  std::vector<Row> rows = {{"(a) llama.cpp, one prompt at a time", &*seq},
+                           {"(b) llama.cpp, batched", &*batched},
+                           {"(c) minions runner", &*served}};
+  if (in_process) rows.push_back({"(d) runner's engine, in-process", &*in_process});
   auto tokens_per_s = [](const RunResult& run) { return run.generated_tokens / std::max(run.seconds, 1e-9); };
   auto records_per_s = [](const RunResult& run) { return run.records / std::max(run.seconds, 1e-9); };
   std::printf("\n%-38s %9s %8s %10s %12s %9s %9s\n", "variant", "seconds", "records", "records/s",
@@ -558,6 +618,13 @@ int main(int argc, char** argv) {
     std::printf("%-38s %9.3f %8zu %10.2f %12.1f %8.1f%% %8.1f%%\n", row.name, run.seconds, run.records,
                 records_per_s(run), tokens_per_s(run), 100.0 * tokens_per_s(run) / tokens_per_s(*batched),
                 100.0 * tokens_per_s(run) / tokens_per_s(*seq));
+  }
+  if (opt.repeat > 1) {
+    std::printf("spread of the %d passes (slowest / fastest - 1):", opt.repeat);
+    for (const Row& row : rows) {
+      std::printf(" %.3s %.1f%%", row.name, 100.0 * (row.run->slowest_seconds / std::max(row.run->seconds, 1e-9) - 1));
+    }
+    std::printf("\n");
   }
   std::printf("(c) inside the runner: %.3f s of %.3f s (the rest: sending the batch, decoding its "
               "command, reading the results)\n",
@@ -577,6 +644,9 @@ int main(int argc, char** argv) {
   }
   if (size_t n = Mismatches(*batched, *served); n > 0) {
     std::printf("WARNING: %zu records have different text in (b) and (c)\n", n);
+  }
+  if (in_process && in_process->generated_tokens != served->generated_tokens) {
+    std::printf("WARNING: (c) and (d) generated different numbers of tokens\n");
   }
   if (size_t n = Mismatches(*seq, *batched); n > 0) {
     std::printf("note: %zu records have different text in (a) and (b) (batched arithmetic differs)\n", n);

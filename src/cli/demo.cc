@@ -1,14 +1,13 @@
 #include "cli/demo.h"
 
-#include <sys/stat.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "cli/local_run.h"
+#include "absl/time/clock.h"
+#include "cli/client_verbs.h"
 #include "cli/sample_prompts.h"
 #include "common/json_util.h"
 #include "common/subprocess.h"
@@ -22,9 +21,6 @@ std::string MinionsHome() {
   return absl::StrCat(user_home && *user_home ? user_home : "/tmp", "/.minions");
 }
 
-namespace {
-
-// Runs minions-make-test-model unless the model exists.
 bool EnsureTestModel(const std::string& path) {
   if (fs::exists(path)) return true;
   printf("making a test model (random weights, real tokenizer) at %s\n", path.c_str());
@@ -43,9 +39,7 @@ bool EnsureTestModel(const std::string& path) {
   return exit.ok() && exit->exited && exit->code == 0;
 }
 
-}  // namespace
-
-int RunDemo(const DemoOptions& options) {
+int RunDemo(const DemoOptions& options, const PoolFactory& start_pool) {
   std::error_code ec;
   fs::create_directories(fs::path(options.workdir) / "models", ec);
   if (ec) {
@@ -64,26 +58,54 @@ int RunDemo(const DemoOptions& options) {
     std::ofstream out(input, std::ios::trunc);
     for (const auto& line : SamplePromptLines(sample)) out << line << '\n';
   }
-  LocalRunOptions run;
-  run.input_path = input;
-  run.model_path = model;
-  run.output_path = (fs::path(options.workdir) / "output.jsonl").string();
-  run.errors_path = (fs::path(options.workdir) / "errors.jsonl").string();
-  run.runner_log = (fs::path(options.workdir) / "runner.log").string();
-  run.load = options.load;
-  printf("running %zu records from %s on %s\n", options.records, input.c_str(), model.c_str());
-  fflush(stdout);
-  auto summary = RunLocally(run);
-  if (!summary.ok()) {
-    fprintf(stderr, "error: %s\n", std::string(summary.status().message()).c_str());
+
+  PoolOptions pool_options;
+  pool_options.data_dir = (fs::path(options.workdir) / "pool").string();
+  pool_options.executors = options.executors;
+  auto pool = start_pool(pool_options);
+  if (!pool.ok()) {
+    fprintf(stderr, "error: cannot start the pool: %s\n", std::string(pool.status().message()).c_str());
     return 1;
   }
-  printf("\n%zu records in %.2f s (%.1f records/s, %.0f generated tokens/s; model load %.2f s)\n",
-         summary->records, summary->seconds, summary->records / std::max(summary->seconds, 1e-9),
-         summary->completion_tokens / std::max(summary->seconds, 1e-9), summary->load_seconds);
-  printf("served: %zu   errors: %zu\n\n", summary->records - summary->errors, summary->errors);
+  printf("pool up: server %s, %d executors (logs in %s/logs)\n", (*pool)->address().c_str(), (*pool)->executor_count(),
+         pool_options.data_dir.c_str());
 
-  std::ifstream results(run.output_path);
+  Connection connection;
+  connection.server = (*pool)->address();
+  SubmitOptions submit;
+  submit.input_path = input;
+  submit.model = model;
+  submit.shard_size = options.shard_size;
+  submit.runner_options_json = options.runner_options_json;
+  printf("submitting %zu records from %s\n", options.records, input.c_str());
+  fflush(stdout);
+  absl::Time start = absl::Now();
+  int watched = Submit(connection, [&] {
+    SubmitOptions s = submit;
+    s.wait = true;
+    return s;
+  }());
+  double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+
+  JobsClient client(connection);
+  auto jobs = client.List("", 1);
+  if (!jobs.ok() || jobs->empty()) {
+    fprintf(stderr, "error: the job is gone: %s\n", std::string(jobs.status().message()).c_str());
+    return 1;
+  }
+  const v1::Job job = jobs->front();
+  std::string output = (fs::path(options.workdir) / "output.jsonl").string();
+  std::string errors = (fs::path(options.workdir) / "errors.jsonl").string();
+  if (job.state() == "completed") {
+    Results(connection, job.id(), output, false);
+    Results(connection, job.id(), errors, true);
+  }
+  const auto& counts = job.request_counts();
+  printf("\n%lld records in %.2f s from submit to results (%.1f records/s): %lld served, %lld errors\n\n",
+         static_cast<long long>(counts.total()), seconds, counts.total() / std::max(seconds, 1e-9),
+         static_cast<long long>(counts.completed()), static_cast<long long>(counts.failed()));
+
+  std::ifstream results(output);
   std::string line;
   for (int shown = 0; shown < 3 && std::getline(results, line);) {
     auto parsed = ParseJson(line);
@@ -96,19 +118,19 @@ int RunDemo(const DemoOptions& options) {
     printf("  %s -> %s\n", JsonString(*parsed, "custom_id").c_str(), DumpJson(text).c_str());
     ++shown;
   }
-  std::ifstream error_lines(run.errors_path);
+  std::ifstream error_lines(errors);
   while (std::getline(error_lines, line)) {
     auto parsed = ParseJson(line);
     if (!parsed.ok()) continue;
     printf("  error %s: %s\n", DumpJson(JsonField(*parsed, "custom_id")).c_str(),
            JsonString(JsonField(*parsed, "error"), "message").c_str());
   }
-  printf("\n(the model has random weights, so the text is noise: point --model at a real GGUF for "
-         "real answers)\noutput: %s\nerrors: %s\n",
-         run.output_path.c_str(), run.errors_path.c_str());
+  printf("\n(the model has random weights, so the text is noise: submit with --model pointing at a real GGUF "
+         "for real answers)\noutput: %s\nerrors: %s\n",
+         output.c_str(), errors.c_str());
   // The sample deliberately holds two bad lines; anything else failing is a real failure.
-  size_t expected_errors = options.records > 42 ? 2 : (options.records > 17 ? 1 : 0);
-  return summary->errors == expected_errors ? 0 : 1;
+  int64_t expected_errors = options.records > 42 ? 2 : (options.records > 17 ? 1 : 0);
+  return watched == 0 && job.state() == "completed" && counts.failed() == expected_errors ? 0 : 1;
 }
 
 }  // namespace minions::cli

@@ -68,7 +68,7 @@ absl::StatusOr<LocalRunSummary> RunLocally(const LocalRunOptions& options) {
 
   std::string line;
   while (std::getline(input, line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are not records
+    if (IsBlankLine(line)) continue;
     batch.push_back(std::move(line));
     if (batch.size() >= options.batch_size) {
       if (auto s = flush(); !s.ok()) return s;

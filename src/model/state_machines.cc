@@ -66,6 +66,11 @@ absl::Status CheckFence(const Task& task, const std::string& executor_id, int at
 }
 
 absl::Status CompleteTask(Task& task, int64_t records_done, int64_t records_failed, absl::Time now) {
+  if (task.state != TaskState::kRunning) {
+    return absl::FailedPreconditionError(absl::StrCat("task ", task.job_id, "/", task.index, " is ",
+                                                      std::string(TaskStateName(task.state)),
+                                                      "; only a running task can complete"));
+  }
   if (records_done != task.n_records || records_failed < 0 || records_failed > records_done) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a completed task must account for all ", task.n_records, " records (got ", records_done,

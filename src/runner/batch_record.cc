@@ -109,6 +109,23 @@ std::optional<std::string> ReadContent(const Json& content, size_t index, std::s
 
 }  // namespace
 
+bool IsBlankLine(std::string_view line) {
+  return line.find_first_not_of(" \t\r") == std::string_view::npos;
+}
+
+std::vector<std::string> SplitRecordLines(std::string_view data) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < data.size()) {
+    size_t nl = data.find('\n', start);
+    if (nl == std::string_view::npos) nl = data.size();
+    std::string_view line = data.substr(start, nl - start);
+    if (!IsBlankLine(line)) lines.emplace_back(line);
+    start = nl + 1;
+  }
+  return lines;
+}
+
 std::string_view EndpointUrl(Endpoint endpoint) {
   switch (endpoint) {
     case Endpoint::kCompletions: return "/v1/completions";

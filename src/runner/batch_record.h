@@ -68,6 +68,11 @@ struct ParsedRecord {
   bool ok() const { return request.has_value(); }
 };
 
+// A line of only spaces, tabs and '\r' is not a record (blank lines are skipped everywhere).
+bool IsBlankLine(std::string_view line);
+// The records of a newline-delimited chunk (a task's byte range), blank lines dropped.
+std::vector<std::string> SplitRecordLines(std::string_view data);
+
 // Validates one input line. Never throws; every problem becomes an error the user can act on.
 ParsedRecord ParseRecordLine(std::string_view line);
 

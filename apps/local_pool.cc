@@ -1,0 +1,109 @@
+#include "local_pool.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "blob/local/local_blob_store.h"
+#include "common/logging.h"
+#include "common/subprocess.h"
+#include "store/sqlite/sqlite_metadata_store.h"
+
+namespace minions::apps {
+namespace fs = std::filesystem;
+
+absl::StatusOr<EmbeddedBackends> OpenEmbeddedBackends(const std::string& data_dir) {
+  std::error_code ec;
+  fs::create_directories(data_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create '", data_dir, "': ", ec.message()));
+  EmbeddedBackends backends;
+  auto store = SqliteMetadataStore::Open(data_dir + "/minions.db", StoreOptions{});
+  if (!store.ok()) return store.status();
+  backends.store = std::move(*store);
+  auto blobs = LocalBlobStore::Open(data_dir + "/objects");
+  if (!blobs.ok()) return blobs.status();
+  backends.blobs = std::move(*blobs);
+  return backends;
+}
+
+namespace {
+
+class LocalPool : public cli::Pool {
+ public:
+  ~LocalPool() override {
+    // Drain first (idle executors leave at once), then make sure.
+    for (auto& e : executors_) e->Signal(SIGTERM);
+    for (auto& e : executors_) e->Signal(SIGTERM);
+    for (auto& e : executors_) {
+      if (!e->Wait(absl::Seconds(10)).ok()) {
+        e->Signal(SIGKILL);
+        (void)e->Wait(absl::Seconds(5));
+      }
+    }
+    executors_.clear();
+    if (server_) server_->Shutdown();
+  }
+  std::string address() const override { return server_->address(); }
+  int executor_count() const override { return static_cast<int>(executors_.size()); }
+
+  absl::Status Start(const cli::PoolOptions& options) {
+    auto backends = OpenEmbeddedBackends(options.data_dir);
+    if (!backends.ok()) return backends.status();
+    backends_ = std::move(*backends);
+    fs::create_directories(options.data_dir + "/logs");
+    auto lock = WatchdogLock::TryAcquire(options.data_dir + "/watchdog.lock");
+    if (!lock.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "another pool or server is using ", options.data_dir, " (its watchdog lock is held)"));
+    }
+    lock_ = std::move(*lock);
+    ServerOptions server_options;
+    server_options.listen = options.listen;
+    server_options.token = options.token;
+    server_options.lease_ttl = options.lease_ttl;
+    WatchdogOptions watchdog_options;
+    watchdog_options.executor_timeout = options.lease_ttl * 3;
+    server_ = std::make_unique<MinionsServer>(backends_.store.get(), backends_.blobs.get(), &clock_, server_options,
+                                              std::make_unique<Watchdog>(backends_.store.get(), watchdog_options));
+    if (auto s = server_->Start(); !s.ok()) return s;
+    // Executors on one machine share its cores.
+    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    int threads = std::max(1, static_cast<int>(cores) / std::max(1, options.executors));
+    for (int i = 1; i <= options.executors; ++i) {
+      Subprocess::Options sp;
+      std::string dir = absl::StrCat(options.data_dir, "/executors/", i);
+      sp.argv = {CurrentExecutablePath(), "executor", "--server", server_->address(), "--name",
+                 absl::StrCat("executor-", i), "--state-dir", dir, "--runner-log",
+                 absl::StrCat(options.data_dir, "/logs/runner-", i, ".log"), "--exit-with-parent",
+                 "--runner-threads", std::to_string(threads)};
+      if (!options.token.empty()) sp.extra_env.push_back("MINIONS_TOKEN=" + options.token);
+      sp.stderr_path = absl::StrCat(options.data_dir, "/logs/executor-", i, ".log");
+      auto process = Subprocess::Start(sp);
+      if (!process.ok()) return process.status();
+      (*process)->CloseStdin();
+      executors_.push_back(std::move(*process));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  RealClock clock_;
+  EmbeddedBackends backends_;
+  std::unique_ptr<WatchdogLock> lock_;
+  std::unique_ptr<MinionsServer> server_;
+  std::vector<std::unique_ptr<Subprocess>> executors_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<cli::Pool>> StartLocalPool(const cli::PoolOptions& options) {
+  auto pool = std::make_unique<LocalPool>();
+  if (auto s = pool->Start(options); !s.ok()) return s;
+  return std::unique_ptr<cli::Pool>(std::move(pool));
+}
+
+}  // namespace minions::apps

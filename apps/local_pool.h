@@ -1,0 +1,26 @@
+#pragma once
+// The embedded-default backends and the one-machine pool.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "blob/blob_store.h"
+#include "cli/pool.h"
+#include "common/clock.h"
+#include "server/server.h"
+#include "store/metadata_store.h"
+
+namespace minions::apps {
+
+// <data_dir>/minions.db (SQLite) and <data_dir>/objects (local directory).
+struct EmbeddedBackends {
+  std::unique_ptr<MetadataStore> store;
+  std::unique_ptr<BlobStore> blobs;
+};
+absl::StatusOr<EmbeddedBackends> OpenEmbeddedBackends(const std::string& data_dir);
+
+// A server in this process with the watchdog, plus executor child processes.
+absl::StatusOr<std::unique_ptr<cli::Pool>> StartLocalPool(const cli::PoolOptions& options);
+
+}  // namespace minions::apps

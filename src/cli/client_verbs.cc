@@ -1,0 +1,356 @@
+#include "cli/client_verbs.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "rpc/rpc.h"
+
+namespace minions::cli {
+namespace {
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+int Fail(const absl::Status& status) {
+  fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+std::string Age(int64_t since_ms) {
+  if (since_ms <= 0) return "-";
+  return HumanDuration(static_cast<double>(absl::ToUnixMillis(absl::Now()) - since_ms) / 1000.0);
+}
+
+void PrintJobLine(const v1::Job& job) {
+  const auto& c = job.request_counts();
+  printf("%-18s %-11s %8lld/%-8lld %7lld  %5lld/%-5lld %6s\n", job.id().c_str(), job.state().c_str(),
+         static_cast<long long>(c.completed() + c.failed()), static_cast<long long>(c.total()),
+         static_cast<long long>(c.failed()), static_cast<long long>(job.tasks_done()),
+         static_cast<long long>(job.n_tasks()), Age(job.created_at_ms()).c_str());
+}
+
+std::string ProgressLine(const v1::JobProgress& p) {
+  const auto& c = p.job().request_counts();
+  int64_t done = c.completed() + c.failed();
+  double fraction = c.total() > 0 ? static_cast<double>(done) / static_cast<double>(c.total()) : 0;
+  const int width = 30;
+  int filled = static_cast<int>(fraction * width);
+  std::string bar = std::string(filled, '#') + std::string(width - filled, '-');
+  std::string eta = p.eta_seconds() < 0 ? "?" : HumanDuration(p.eta_seconds());
+  return absl::StrFormat("[%s] %lld/%lld %3.0f%%  %.1f rec/s  ETA %s  executors %d  %s", bar,
+                         static_cast<long long>(done), static_cast<long long>(c.total()), fraction * 100,
+                         p.records_per_second(), eta, p.executors_working(), p.job().state());
+}
+
+}  // namespace
+
+std::string HumanDuration(double seconds) {
+  if (seconds < 0) return "-";
+  int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  if (s < 86400) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  return absl::StrFormat("%dd%02dh", s / 86400, (s % 86400) / 3600);
+}
+
+void Connection::FromEnvironment() {
+  if (const char* s = std::getenv("MINIONS_SERVER"); s && *s && server == "127.0.0.1:7070") server = s;
+  if (const char* t = std::getenv("MINIONS_TOKEN"); t && *t && token.empty()) token = t;
+}
+
+JobsClient::JobsClient(const Connection& connection)
+    : stub_(v1::Jobs::NewStub(rpc::MakeChannel(connection.server))), token_(connection.token) {}
+
+absl::StatusOr<v1::Job> JobsClient::Submit(const v1::SubmitJobRequest& request) {
+  grpc::ClientContext context;
+  rpc::Prepare(context, token_, absl::Minutes(10));
+  v1::Job job;
+  auto status = stub_->SubmitJob(&context, request, &job);
+  if (!status.ok()) return rpc::FromGrpc(status);
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobsClient::Get(const std::string& job_id) {
+  grpc::ClientContext context;
+  rpc::Prepare(context, token_);
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  auto status = stub_->GetJob(&context, request, &job);
+  if (!status.ok()) return rpc::FromGrpc(status);
+  return job;
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobsClient::List(const std::string& state, int limit) {
+  grpc::ClientContext context;
+  rpc::Prepare(context, token_);
+  v1::ListJobsRequest request;
+  request.set_state(state);
+  request.set_limit(limit);
+  v1::ListJobsResponse reply;
+  auto status = stub_->ListJobs(&context, request, &reply);
+  if (!status.ok()) return rpc::FromGrpc(status);
+  return std::vector<v1::Job>(reply.jobs().begin(), reply.jobs().end());
+}
+
+absl::StatusOr<v1::Job> JobsClient::Cancel(const std::string& job_id) {
+  grpc::ClientContext context;
+  rpc::Prepare(context, token_);
+  v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  auto status = stub_->CancelJob(&context, request, &job);
+  if (!status.ok()) return rpc::FromGrpc(status);
+  return job;
+}
+
+absl::StatusOr<std::vector<v1::Executor>> JobsClient::Executors() {
+  grpc::ClientContext context;
+  rpc::Prepare(context, token_);
+  v1::ListExecutorsResponse reply;
+  auto status = stub_->ListExecutors(&context, v1::ListExecutorsRequest(), &reply);
+  if (!status.ok()) return rpc::FromGrpc(status);
+  return std::vector<v1::Executor>(reply.executors().begin(), reply.executors().end());
+}
+
+absl::StatusOr<v1::Executor> JobsClient::Drain(const std::string& executor_id) {
+  grpc::ClientContext context;
+  rpc::Prepare(context, token_);
+  v1::DrainExecutorRequest request;
+  request.set_executor_id(executor_id);
+  v1::Executor reply;
+  auto status = stub_->DrainExecutor(&context, request, &reply);
+  if (!status.ok()) return rpc::FromGrpc(status);
+  return reply;
+}
+
+absl::StatusOr<std::vector<v1::Task>> JobsClient::Tasks(const std::string& job_id) {
+  grpc::ClientContext context;
+  rpc::Prepare(context, token_);
+  v1::ListTasksRequest request;
+  request.set_job_id(job_id);
+  v1::ListTasksResponse reply;
+  auto status = stub_->ListTasks(&context, request, &reply);
+  if (!status.ok()) return rpc::FromGrpc(status);
+  return std::vector<v1::Task>(reply.tasks().begin(), reply.tasks().end());
+}
+
+absl::Status JobsClient::Results(const std::string& job_id, bool errors,
+                                 const std::function<void(const std::string&)>& sink) {
+  grpc::ClientContext context;
+  rpc::Prepare(context, token_, absl::InfiniteDuration());
+  v1::GetResultsRequest request;
+  request.set_job_id(job_id);
+  request.set_errors(errors);
+  auto reader = stub_->GetResults(&context, request);
+  v1::ResultsChunk chunk;
+  while (reader->Read(&chunk)) sink(chunk.data());
+  return rpc::FromGrpc(reader->Finish());
+}
+
+absl::StatusOr<v1::Job> JobsClient::Watch(const std::string& job_id, absl::Duration interval,
+                                          const std::function<void(const v1::JobProgress&)>& on_progress) {
+  grpc::ClientContext context;
+  rpc::Prepare(context, token_, absl::InfiniteDuration());
+  v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  request.set_interval_ms(absl::ToInt64Milliseconds(interval));
+  auto reader = stub_->WatchJob(&context, request);
+  v1::JobProgress progress;
+  v1::Job last;
+  while (reader->Read(&progress)) {
+    last = progress.job();
+    on_progress(progress);
+  }
+  if (auto s = rpc::FromGrpc(reader->Finish()); !s.ok()) return s;
+  return last;
+}
+
+int Submit(const Connection& connection, const SubmitOptions& options) {
+  std::ifstream in(options.input_path, std::ios::binary);
+  if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot read '", options.input_path, "'")));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  v1::SubmitJobRequest request;
+  request.set_input(buffer.str());
+  request.set_model(options.model);
+  request.set_shard_size(options.shard_size);
+  request.set_max_attempts(options.max_attempts);
+  request.set_priority(options.priority);
+  request.set_team(options.team);
+  request.set_runner_options_json(options.runner_options_json);
+  JobsClient client(connection);
+  auto job = client.Submit(request);
+  if (!job.ok()) return Fail(job.status());
+  if (options.json && !options.wait) {
+    printf("%s\n", ToJson(*job).c_str());
+  } else {
+    printf("%s\n", job->id().c_str());
+  }
+  fflush(stdout);
+  if (!options.wait) return 0;
+  return Watch(connection, job->id(), options.json);
+}
+
+int ListJobs(const Connection& connection, const std::string& state, bool json) {
+  auto jobs = JobsClient(connection).List(state, 100);
+  if (!jobs.ok()) return Fail(jobs.status());
+  if (json) {
+    printf("[");
+    for (size_t i = 0; i < jobs->size(); ++i) printf("%s%s", i ? "," : "", ToJson((*jobs)[i]).c_str());
+    printf("]\n");
+    return 0;
+  }
+  printf("%-18s %-11s %17s %7s  %11s %6s\n", "JOB", "STATE", "RECORDS", "FAILED", "TASKS", "AGE");
+  for (const auto& job : *jobs) PrintJobLine(job);
+  return 0;
+}
+
+int Status(const Connection& connection, const std::string& job_id, bool json, bool tasks) {
+  JobsClient client(connection);
+  auto job = client.Get(job_id);
+  if (!job.ok()) return Fail(job.status());
+  if (json) {
+    printf("%s\n", ToJson(*job).c_str());
+    return 0;
+  }
+  const auto& c = job->request_counts();
+  printf("job       %s\nstate     %s\nmodel     %s\nrecords   %lld total, %lld completed, %lld failed\n"
+         "tasks     %lld of %lld done (shard size %lld)\ncreated   %s ago\n",
+         job->id().c_str(), job->state().c_str(), job->model().c_str(), static_cast<long long>(c.total()),
+         static_cast<long long>(c.completed()), static_cast<long long>(c.failed()),
+         static_cast<long long>(job->tasks_done()), static_cast<long long>(job->n_tasks()),
+         static_cast<long long>(job->shard_size()), Age(job->created_at_ms()).c_str());
+  if (job->finished_at_ms() > 0 && job->started_at_ms() > 0) {
+    printf("ran       %s\n", HumanDuration((job->finished_at_ms() - job->started_at_ms()) / 1000.0).c_str());
+  }
+  if (!job->error().empty()) printf("error     %s\n", job->error().c_str());
+  if (job->state() == "completed") {
+    printf("results   minions results %s -o output.jsonl   (errors: --errors)\n", job->id().c_str());
+  }
+  if (tasks) {
+    auto list = client.Tasks(job_id);
+    if (!list.ok()) return Fail(list.status());
+    printf("\n%6s %-10s %8s %9s %9s %-16s %s\n", "TASK", "STATE", "ATTEMPT", "RECORDS", "FAILED", "EXECUTOR", "LAST ERROR");
+    for (const auto& t : *list) {
+      printf("%6lld %-10s %8d %9lld %9lld %-16s %s\n", static_cast<long long>(t.index()), t.state().c_str(),
+             t.attempt(), static_cast<long long>(t.n_records()), static_cast<long long>(t.records_failed()),
+             t.executor_id().c_str(), t.last_error().c_str());
+    }
+  }
+  return 0;
+}
+
+int Watch(const Connection& connection, const std::string& job_id, bool json) {
+  bool tty = isatty(STDOUT_FILENO) && !json;
+  // Not a terminal (a log, a pipe): a line when something changed, at most every 5 seconds.
+  absl::Time last_printed = absl::InfinitePast();
+  int64_t last_done = -1;
+  std::string last_state;
+  auto last = JobsClient(connection).Watch(job_id, absl::Milliseconds(500), [&](const v1::JobProgress& p) {
+    const auto& c = p.job().request_counts();
+    int64_t done = c.completed() + c.failed();
+    if (json) {
+      printf("%s\n", ToJson(p).c_str());
+    } else if (tty) {
+      printf("\r%s   ", ProgressLine(p).c_str());
+    } else if (p.job().state() != last_state ||
+               (done != last_done && absl::Now() - last_printed >= absl::Seconds(5))) {
+      printf("%s\n", ProgressLine(p).c_str());
+      last_printed = absl::Now();
+      last_done = done;
+      last_state = p.job().state();
+    }
+    fflush(stdout);
+  });
+  if (tty) printf("\n");
+  if (!last.ok()) return Fail(last.status());
+  if (!json) {
+    printf("job %s %s", last->id().c_str(), last->state().c_str());
+    if (!last->error().empty()) printf(": %s", last->error().c_str());
+    printf("\n");
+  }
+  return last->state() == "completed" ? 0 : 1;
+}
+
+int Results(const Connection& connection, const std::string& job_id, const std::string& output_path, bool errors) {
+  FILE* out = stdout;
+  std::string tmp;
+  if (!output_path.empty()) {
+    tmp = output_path + ".part";
+    out = fopen(tmp.c_str(), "wb");
+    if (!out) return Fail(absl::PermissionDeniedError(absl::StrCat("cannot write '", output_path, "'")));
+  }
+  auto status = JobsClient(connection).Results(job_id, errors, [&](const std::string& chunk) {
+    fwrite(chunk.data(), 1, chunk.size(), out);
+  });
+  if (out != stdout) {
+    fclose(out);
+    if (status.ok()) {
+      std::rename(tmp.c_str(), output_path.c_str());
+    } else {
+      std::remove(tmp.c_str());
+    }
+  }
+  if (!status.ok()) return Fail(status);
+  return 0;
+}
+
+int Cancel(const Connection& connection, const std::string& job_id, bool json) {
+  auto job = JobsClient(connection).Cancel(job_id);
+  if (!job.ok()) return Fail(job.status());
+  if (json) {
+    printf("%s\n", ToJson(*job).c_str());
+  } else {
+    printf("job %s %s\n", job->id().c_str(), job->state().c_str());
+  }
+  return 0;
+}
+
+int ListExecutors(const Connection& connection, bool json) {
+  auto executors = JobsClient(connection).Executors();
+  if (!executors.ok()) return Fail(executors.status());
+  if (json) {
+    printf("[");
+    for (size_t i = 0; i < executors->size(); ++i) printf("%s%s", i ? "," : "", ToJson((*executors)[i]).c_str());
+    printf("]\n");
+    return 0;
+  }
+  printf("%-16s %-16s %-12s %-8s %9s %10s  %s\n", "EXECUTOR", "NAME", "STATE", "OS", "MEMORY", "HEARTBEAT", "TASKS");
+  for (const auto& e : *executors) {
+    std::string tasks;
+    for (const auto& t : e.current_tasks()) tasks += (tasks.empty() ? "" : " ") + t;
+    printf("%-16s %-16s %-12s %-8s %8.1fG %10s  %s\n", e.id().c_str(), e.name().c_str(), e.state().c_str(),
+           e.os().c_str(), static_cast<double>(e.memory_bytes()) / (1 << 30), (Age(e.last_heartbeat_at_ms()) + " ago").c_str(),
+           tasks.c_str());
+  }
+  return 0;
+}
+
+int DrainExecutor(const Connection& connection, const std::string& executor_id, bool json) {
+  auto executor = JobsClient(connection).Drain(executor_id);
+  if (!executor.ok()) return Fail(executor.status());
+  if (json) {
+    printf("%s\n", ToJson(*executor).c_str());
+  } else {
+    printf("executor %s will finish its current task and take no more\n", executor->id().c_str());
+  }
+  return 0;
+}
+
+}  // namespace minions::cli

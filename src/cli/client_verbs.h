@@ -1,0 +1,66 @@
+#pragma once
+// The client verbs: submit, jobs, status, watch, results, cancel, executors, drain. Each prints
+// for people by default and JSON with --json; each returns the process exit code.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "minions/v1/minions.grpc.pb.h"
+
+namespace minions::cli {
+
+struct Connection {
+  std::string server = "127.0.0.1:7070";  // --server or MINIONS_SERVER
+  std::string token;                      // --token or MINIONS_TOKEN
+  // Fills unset fields from the environment.
+  void FromEnvironment();
+};
+
+// A thin, status-returning wrapper of the Jobs service.
+class JobsClient {
+ public:
+  explicit JobsClient(const Connection& connection);
+  absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request);
+  absl::StatusOr<v1::Job> Get(const std::string& job_id);
+  absl::StatusOr<std::vector<v1::Job>> List(const std::string& state, int limit);
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
+  absl::StatusOr<std::vector<v1::Executor>> Executors();
+  absl::StatusOr<v1::Executor> Drain(const std::string& executor_id);
+  absl::StatusOr<std::vector<v1::Task>> Tasks(const std::string& job_id);
+  // Streams the output (or error) file to `sink`.
+  absl::Status Results(const std::string& job_id, bool errors, const std::function<void(const std::string&)>& sink);
+  // Calls `on_progress` for each update until the job ends; returns the last job state.
+  absl::StatusOr<v1::Job> Watch(const std::string& job_id, absl::Duration interval,
+                                const std::function<void(const v1::JobProgress&)>& on_progress);
+
+ private:
+  std::unique_ptr<v1::Jobs::Stub> stub_;
+  std::string token_;
+};
+
+struct SubmitOptions {
+  std::string input_path;
+  std::string model;
+  int64_t shard_size = 0;
+  int max_attempts = 0;
+  int priority = 0;
+  std::string team;
+  std::string runner_options_json;
+  bool wait = false;
+  bool json = false;
+};
+
+int Submit(const Connection& connection, const SubmitOptions& options);
+int ListJobs(const Connection& connection, const std::string& state, bool json);
+int Status(const Connection& connection, const std::string& job_id, bool json, bool tasks);
+int Watch(const Connection& connection, const std::string& job_id, bool json);
+int Results(const Connection& connection, const std::string& job_id, const std::string& output_path, bool errors);
+int Cancel(const Connection& connection, const std::string& job_id, bool json);
+int ListExecutors(const Connection& connection, bool json);
+int DrainExecutor(const Connection& connection, const std::string& executor_id, bool json);
+
+// "1h02m", "45s", "-" — for tables and the progress bar.
+std::string HumanDuration(double seconds);
+
+}  // namespace minions::cli

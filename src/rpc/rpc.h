@@ -1,0 +1,47 @@
+#pragma once
+// The gRPC plumbing shared by the server, the executor and the client verbs: channels, the bearer
+// token, and absl::Status <-> grpc::Status (the codes are the same numbers).
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace minions::rpc {
+
+inline grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+inline absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return absl::UnavailableError("cannot reach the Minions server: " + s.error_message());
+  }
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(1 << 30);
+  args.SetMaxSendMessageSize(1 << 30);
+  // Reconnect quickly after a server restart instead of backing off for up to two minutes.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+// Sets the token and a deadline on a call.
+inline void Prepare(grpc::ClientContext& context, const std::string& token,
+                    absl::Duration timeout = absl::Seconds(30)) {
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+  if (timeout != absl::InfiniteDuration()) {
+    context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  }
+}
+
+}  // namespace minions::rpc

@@ -1,0 +1,142 @@
+#include "server/executor_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "server/auth.h"
+#include "server/keys.h"
+#include "server/proto_convert.h"
+
+namespace minions {
+namespace {
+
+#define RETURN_IF_UNAUTHENTICATED(context)                    \
+  do {                                                        \
+    grpc::Status _auth = CheckToken(context, options_.token); \
+    if (!_auth.ok()) return _auth;                            \
+  } while (0)
+
+LeaseProgress FromProto(const v1::LeaseRef& ref) {
+  return {ref.job_id(), ref.task_index(), ref.attempt(), ref.records_done(), ref.records_failed()};
+}
+
+void ToProto(const LeaseProgress& p, v1::LeaseRef* ref) {
+  ref->set_job_id(p.job_id);
+  ref->set_task_index(p.task_index);
+  ref->set_attempt(p.attempt);
+  ref->set_records_done(p.records_done);
+  ref->set_records_failed(p.records_failed);
+}
+
+}  // namespace
+
+grpc::Status ExecutorService::Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
+                                       v1::RegisterResponse* reply) {
+  RETURN_IF_UNAUTHENTICATED(context);
+  auto executor = store_->RegisterExecutor(request->executor_id(), minions::FromProto(request->capabilities()),
+                                           clock_->Now());
+  if (!executor.ok()) return ToGrpc(executor.status());
+  MINIONS_LOG(Info) << "executor=" << executor->id << " registered (" << executor->info.name << ", "
+                    << executor->info.os << ", " << executor->info.chip << ")";
+  reply->set_executor_id(executor->id);
+  reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
+  return grpc::Status::OK;
+}
+
+grpc::Status ExecutorService::Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                                        v1::HeartbeatResponse* reply) {
+  RETURN_IF_UNAUTHENTICATED(context);
+  auto state = ParseExecutorState(request->state().empty() ? "available" : request->state());
+  if (!state || *state == ExecutorState::kLost) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("unknown executor state '", request->state(), "'"));
+  }
+  std::vector<LeaseProgress> held;
+  for (const auto& ref : request->leases()) held.push_back(FromProto(ref));
+  auto answer = store_->Heartbeat(request->executor_id(), *state, request->state_reason(), held,
+                                  options_.lease_ttl, clock_->Now());
+  if (!answer.ok()) return ToGrpc(answer.status());
+  for (const auto& c : answer->cancel) ToProto(c, reply->add_cancel());
+  for (const auto& r : answer->renewed) ToProto(r, reply->add_renewed());
+  reply->set_drain(answer->drain);
+  reply->set_reregister(answer->unknown_executor);
+  reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
+  return grpc::Status::OK;
+}
+
+grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::LeaseRequest* request,
+                                    v1::LeaseResponse* reply) {
+  RETURN_IF_UNAUTHENTICATED(context);
+  int max_tasks = std::clamp(request->max_tasks(), 1, 64);
+  absl::Time now = clock_->Now();
+  auto leases = store_->LeaseTasks(request->executor_id(), max_tasks, options_.lease_ttl, now);
+  if (!leases.ok()) return ToGrpc(leases.status());
+  reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
+  for (const minions::Lease& lease : *leases) {
+    const Task& t = lease.task;
+    auto input = blobs_->Url(lease.input_key, UrlAccess::kRead, options_.url_ttl);
+    auto output = blobs_->Url(keys::TaskOutput(t.job_id, t.index, t.attempt), UrlAccess::kWrite, options_.url_ttl);
+    auto errors = blobs_->Url(keys::TaskErrors(t.job_id, t.index, t.attempt), UrlAccess::kWrite, options_.url_ttl);
+    if (!input.ok() || !output.ok() || !errors.ok()) {
+      // Hand the task straight back: the executor could not have run it.
+      (void)store_->FailTask(request->executor_id(), t.job_id, t.index, t.attempt, FailureClass::kPreempted,
+                             "the server could not produce object URLs", now);
+      return ToGrpc(!input.ok() ? input.status() : !output.ok() ? output.status() : errors.status());
+    }
+    v1::TaskLease* out = reply->add_leases();
+    out->mutable_ref()->set_job_id(t.job_id);
+    out->mutable_ref()->set_task_index(t.index);
+    out->mutable_ref()->set_attempt(t.attempt);
+    out->set_first_record(t.first_record);
+    out->set_n_records(t.n_records);
+    out->set_input_url(*input);
+    out->set_byte_begin(t.byte_begin);
+    out->set_byte_end(t.byte_end);
+    out->set_output_url(*output);
+    out->set_errors_url(*errors);
+    out->set_model(lease.job_model);
+    out->set_runner("llama");
+    out->set_runner_options_json(DumpJson(lease.runner_options));
+    out->set_lease_expires_at_ms(absl::ToUnixMillis(lease.expires_at));
+    MINIONS_LOG(Debug) << "job=" << t.job_id << " task=" << t.index << " attempt=" << t.attempt
+                       << " executor=" << request->executor_id() << " leased";
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,
+                                       v1::CompleteResponse*) {
+  RETURN_IF_UNAUTHENTICATED(context);
+  const auto& ref = request->ref();
+  auto task = store_->CompleteTask(request->executor_id(), ref.job_id(), ref.task_index(), ref.attempt(),
+                                   ref.records_done(), ref.records_failed(), clock_->Now());
+  if (!task.ok()) {
+    MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
+                      << " executor=" << request->executor_id() << " completion refused: " << task.status().message();
+    return ToGrpc(task.status());
+  }
+  auto job = store_->GetJob(ref.job_id());
+  if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
+  return grpc::Status::OK;
+}
+
+grpc::Status ExecutorService::Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse*) {
+  RETURN_IF_UNAUTHENTICATED(context);
+  auto failure = ParseFailureClass(request->failure_class());
+  if (!failure) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("failure_class must be retryable, permanent or preempted, not '",
+                                     request->failure_class(), "'"));
+  }
+  const auto& ref = request->ref();
+  auto task = store_->FailTask(request->executor_id(), ref.job_id(), ref.task_index(), ref.attempt(), *failure,
+                               request->message(), clock_->Now());
+  if (!task.ok()) return ToGrpc(task.status());
+  MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
+                    << " executor=" << request->executor_id() << " " << request->failure_class() << ": "
+                    << request->message() << " -> " << TaskStateName(task->state);
+  auto job = store_->GetJob(ref.job_id());
+  if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
+  return grpc::Status::OK;
+}
+
+}  // namespace minions

@@ -1,0 +1,42 @@
+#pragma once
+// ExecutorService: the Executors gRPC service — register, heartbeat, lease, complete, fail.
+// Every report about a task is fenced by its attempt in the store. Leases carry URLs for exactly
+// the task's objects, so executors hold no object-store credentials.
+// Threads: called on gRPC's threads; thread-safe.
+
+#include <functional>
+
+#include "blob/blob_store.h"
+#include "common/clock.h"
+#include "minions/v1/minions.grpc.pb.h"
+#include "server/server_options.h"
+#include "store/metadata_store.h"
+
+namespace minions {
+
+class ExecutorService final : public v1::Executors::Service {
+ public:
+  // `job_ready` is called when a completion leaves a job ready to finalise.
+  ExecutorService(MetadataStore* store, BlobStore* blobs, Clock* clock, const ServerOptions& options,
+                  std::function<void(const std::string& job_id)> job_ready)
+      : store_(store), blobs_(blobs), clock_(clock), options_(options), job_ready_(std::move(job_ready)) {}
+
+  grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
+                        v1::RegisterResponse* reply) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* reply) override;
+  grpc::Status Lease(grpc::ServerContext* context, const v1::LeaseRequest* request,
+                     v1::LeaseResponse* reply) override;
+  grpc::Status Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,
+                        v1::CompleteResponse* reply) override;
+  grpc::Status Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse* reply) override;
+
+ private:
+  MetadataStore* store_;
+  BlobStore* blobs_;
+  Clock* clock_;
+  ServerOptions options_;
+  std::function<void(const std::string&)> job_ready_;
+};
+
+}  // namespace minions

@@ -1,0 +1,36 @@
+#pragma once
+// JobFinalizer: turns a finished job's task outputs into its results: one output file and one
+// error file, both in input order, and a manifest naming the attempt each task's lines came from.
+// A task that failed for good contributes an error line per record ("task_failed"), so every
+// custom_id appears exactly once across the two files.
+//
+// Several servers may finalise the same job at once: the store's FinishJob lets exactly one win,
+// and the result objects are written under deterministic keys, so the loser's writes are identical.
+// Threads: FinalizeReady may be called from several threads.
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "blob/blob_store.h"
+#include "common/clock.h"
+#include "store/metadata_store.h"
+
+namespace minions {
+
+class JobFinalizer {
+ public:
+  JobFinalizer(MetadataStore* store, BlobStore* blobs, Clock* clock)
+      : store_(store), blobs_(blobs), clock_(clock) {}
+
+  // Finalises one job in `finalizing`; returns the job as it is afterwards.
+  absl::StatusOr<Job> Finalize(const std::string& job_id);
+  // Finalises every job waiting for it; returns how many were finished.
+  absl::StatusOr<int> FinalizeReady();
+
+ private:
+  MetadataStore* store_;
+  BlobStore* blobs_;
+  Clock* clock_;
+};
+
+}  // namespace minions

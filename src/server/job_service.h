@@ -1,0 +1,46 @@
+#pragma once
+// JobService: the Jobs gRPC service — submit, inspect, watch, cancel, fetch results; list and
+// drain executors. Holds no state: everything is in the MetadataStore and the BlobStore.
+// Threads: called on gRPC's threads; thread-safe.
+
+#include "blob/blob_store.h"
+#include "common/clock.h"
+#include "minions/v1/minions.grpc.pb.h"
+#include "server/job_finalizer.h"
+#include "server/server_options.h"
+#include "store/metadata_store.h"
+
+namespace minions {
+
+class JobService final : public v1::Jobs::Service {
+ public:
+  JobService(MetadataStore* store, BlobStore* blobs, Clock* clock, const ServerOptions& options)
+      : store_(store), blobs_(blobs), clock_(clock), options_(options) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request, v1::Job* reply) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* reply) override;
+  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* reply) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request, v1::Job* reply) override;
+  grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
+                        grpc::ServerWriter<v1::JobProgress>* writer) override;
+  grpc::Status GetResults(grpc::ServerContext* context, const v1::GetResultsRequest* request,
+                          grpc::ServerWriter<v1::ResultsChunk>* writer) override;
+  grpc::Status ListTasks(grpc::ServerContext* context, const v1::ListTasksRequest* request,
+                         v1::ListTasksResponse* reply) override;
+  grpc::Status ListExecutors(grpc::ServerContext* context, const v1::ListExecutorsRequest* request,
+                             v1::ListExecutorsResponse* reply) override;
+  grpc::Status DrainExecutor(grpc::ServerContext* context, const v1::DrainExecutorRequest* request,
+                             v1::Executor* reply) override;
+
+  // The submit path without gRPC, for tests and the in-process pool.
+  absl::StatusOr<Job> Submit(const v1::SubmitJobRequest& request);
+
+ private:
+  MetadataStore* store_;
+  BlobStore* blobs_;
+  Clock* clock_;
+  ServerOptions options_;
+};
+
+}  // namespace minions

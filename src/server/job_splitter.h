@@ -1,0 +1,48 @@
+#pragma once
+// JobSplitter: reads a job's input once, validates every line, and cuts it into tasks of
+// `shard_size` records on newline-aligned byte ranges. A bad line stays in its task (the runner
+// turns it into that record's error line, so every record gets exactly one output line); the
+// input as a whole is refused only when it holds no valid record at all.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "blob/blob_store.h"
+#include "model/types.h"
+
+namespace minions {
+
+struct SplitResult {
+  std::vector<Task> tasks;       // job_id unset; index, first_record, n_records, byte range set
+  int64_t total_records = 0;     // non-blank lines
+  int64_t invalid_records = 0;   // lines that will become error lines
+  std::string first_invalid;     // "line N: message" of the first bad line
+};
+
+// Splits a whole input held in memory (tests) or streamed from the store.
+absl::StatusOr<SplitResult> SplitInput(BlobStore& blobs, const std::string& input_key, int64_t shard_size);
+
+// Incremental form: feed chunks, then Finish().
+class InputSplitter {
+ public:
+  explicit InputSplitter(int64_t shard_size) : shard_size_(shard_size) {}
+  void Feed(std::string_view chunk);
+  // InvalidArgument when the input holds no record, or no valid one.
+  absl::StatusOr<SplitResult> Finish();
+
+ private:
+  void EndLine(std::string_view line, int64_t line_end_offset);
+  void CloseTask(int64_t end_offset);
+
+  int64_t shard_size_;
+  SplitResult result_;
+  std::string partial_;        // the current line, when it spans chunks
+  int64_t offset_ = 0;         // bytes fed so far
+  int64_t line_number_ = 0;
+  int64_t task_begin_ = 0;     // byte offset where the open task starts
+  int64_t task_records_ = 0;
+  int64_t valid_records_ = 0;
+};
+
+}  // namespace minions

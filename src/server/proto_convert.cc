@@ -1,0 +1,79 @@
+#include "server/proto_convert.h"
+
+namespace minions {
+
+int64_t MillisOrZero(const std::optional<absl::Time>& t) { return t ? absl::ToUnixMillis(*t) : 0; }
+
+v1::Job ToProto(const Job& job) {
+  v1::Job p;
+  p.set_id(job.id);
+  p.set_state(std::string(JobStateName(job.state)));
+  p.set_team(job.spec.team);
+  p.set_model(job.spec.model);
+  p.mutable_request_counts()->set_total(job.counts.total);
+  p.mutable_request_counts()->set_completed(job.counts.completed);
+  p.mutable_request_counts()->set_failed(job.counts.failed);
+  p.set_n_tasks(job.n_tasks);
+  p.set_tasks_done(job.tasks_done);
+  p.set_error(job.error);
+  p.set_created_at_ms(absl::ToUnixMillis(job.created_at));
+  p.set_started_at_ms(MillisOrZero(job.started_at));
+  p.set_finished_at_ms(MillisOrZero(job.finished_at));
+  p.set_output_key(job.output_key);
+  p.set_errors_key(job.errors_key);
+  p.set_manifest_key(job.manifest_key);
+  p.set_shard_size(job.spec.shard_size);
+  p.set_priority(job.spec.priority);
+  p.set_max_attempts(job.spec.max_attempts);
+  return p;
+}
+
+v1::Task ToProto(const Task& task) {
+  v1::Task p;
+  p.set_job_id(task.job_id);
+  p.set_index(task.index);
+  p.set_state(std::string(TaskStateName(task.state)));
+  p.set_attempt(task.attempt);
+  p.set_failures(task.failures);
+  p.set_preemptions(task.preemptions);
+  p.set_executor_id(task.executor_id);
+  p.set_first_record(task.first_record);
+  p.set_n_records(task.n_records);
+  p.set_records_done(task.records_done);
+  p.set_records_failed(task.records_failed);
+  p.set_last_error(task.last_error);
+  p.set_lease_expires_at_ms(MillisOrZero(task.lease_expires_at));
+  return p;
+}
+
+v1::Executor ToProto(const Executor& e) {
+  v1::Executor p;
+  p.set_id(e.id);
+  p.set_name(e.info.name);
+  p.set_state(std::string(ExecutorStateName(e.state)));
+  p.set_state_reason(e.state_reason);
+  p.set_os(e.info.os);
+  p.set_chip(e.info.chip);
+  p.set_memory_bytes(e.info.memory_bytes);
+  p.set_gpu(e.info.gpu);
+  p.set_last_heartbeat_at_ms(absl::ToUnixMillis(e.last_heartbeat_at));
+  p.set_registered_at_ms(absl::ToUnixMillis(e.registered_at));
+  p.set_records_done(e.records_done);
+  return p;
+}
+
+ExecutorInfo FromProto(const v1::Capabilities& c) {
+  ExecutorInfo info;
+  info.name = c.name();
+  info.os = c.os();
+  info.chip = c.chip();
+  info.memory_bytes = c.memory_bytes();
+  info.gpu = c.gpu();
+  info.runners.assign(c.runners().begin(), c.runners().end());
+  info.models.assign(c.models().begin(), c.models().end());
+  info.max_tasks = c.max_tasks() > 0 ? c.max_tasks() : 1;
+  info.version = c.version();
+  return info;
+}
+
+}  // namespace minions

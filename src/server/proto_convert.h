@@ -1,0 +1,23 @@
+#pragma once
+// Conversions between the domain types and the gRPC messages.
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "minions/v1/minions.pb.h"
+#include "model/types.h"
+#include "rpc/rpc.h"
+
+namespace minions {
+
+// Unix milliseconds of an optional time; 0 when unset.
+int64_t MillisOrZero(const std::optional<absl::Time>& t);
+
+v1::Job ToProto(const Job& job);
+v1::Task ToProto(const Task& task);
+v1::Executor ToProto(const Executor& executor);
+ExecutorInfo FromProto(const v1::Capabilities& capabilities);
+
+using rpc::ToGrpc;
+
+}  // namespace minions

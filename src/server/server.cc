@@ -1,0 +1,84 @@
+#include "server/server.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace minions {
+
+MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* clock, ServerOptions options,
+                             std::unique_ptr<Watchdog> watchdog)
+    : store_(store),
+      blobs_(blobs),
+      clock_(clock),
+      options_(std::move(options)),
+      watchdog_(std::move(watchdog)),
+      finalizer_(store, blobs, clock),
+      job_service_(store, blobs, clock, options_),
+      executor_service_(store, blobs, clock, options_, [this](const std::string& job_id) {
+        {
+          std::lock_guard<std::mutex> lock(ready_mu_);
+          ready_jobs_.insert(job_id);
+        }
+        clock_->Wake();
+      }) {}
+
+MinionsServer::~MinionsServer() { Shutdown(); }
+
+absl::Status MinionsServer::Start() {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(&job_service_);
+  builder.RegisterService(&executor_service_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(options_.max_input_bytes + (1 << 20), INT32_MAX)));
+  builder.SetMaxSendMessageSize(64 << 20);
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen,
+                                               " (is another server running there?)"));
+  }
+  background_ = std::thread([this] { BackgroundLoop(); });
+  MINIONS_LOG(Info) << "server listening on " << address() << (watchdog_ ? " with the watchdog" : "");
+  return absl::OkStatus();
+}
+
+std::string MinionsServer::address() const {
+  std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
+  return absl::StrCat(host, ":", port_);
+}
+
+void MinionsServer::BackgroundLoop() {
+  absl::Duration interval = watchdog_ ? watchdog_->options().interval : absl::Seconds(1);
+  while (!stopping_) {
+    std::set<std::string> ready;
+    {
+      std::lock_guard<std::mutex> lock(ready_mu_);
+      ready.swap(ready_jobs_);
+    }
+    for (const auto& job : ready) {
+      auto result = finalizer_.Finalize(job);
+      if (!result.ok()) MINIONS_LOG(Warning) << "job=" << job << " finalisation failed: " << result.status().message();
+    }
+    if (watchdog_) {
+      auto pass = watchdog_->Tick(clock_->Now());
+      if (!pass.ok()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
+    }
+    // Jobs finished by another server, by the watchdog, or left over from a restart.
+    auto swept = finalizer_.FinalizeReady();
+    if (!swept.ok()) MINIONS_LOG(Warning) << "finaliser sweep failed: " << swept.status().message();
+    if (stopping_) break;
+    clock_->SleepFor(interval);
+  }
+}
+
+void MinionsServer::Shutdown() {
+  if (stopping_.exchange(true)) return;
+  clock_->Wake();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (background_.joinable()) background_.join();
+}
+
+void MinionsServer::Wait() {
+  if (server_) server_->Wait();
+}
+
+}  // namespace minions

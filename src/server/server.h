@@ -1,0 +1,64 @@
+#pragma once
+// MinionsServer: the control plane process minus main(): the gRPC services on one port, plus the
+// background loop that finalises finished jobs and (when this process holds the watchdog lock)
+// runs the watchdog. Holds no job state of its own.
+// Threads: Start/Shutdown from the owning thread; the services run on gRPC's threads; the
+// background loop on its own thread.
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "blob/blob_store.h"
+#include "common/clock.h"
+#include "server/executor_service.h"
+#include "server/job_finalizer.h"
+#include "server/job_service.h"
+#include "server/server_options.h"
+#include "store/metadata_store.h"
+#include "watchdog/watchdog.h"
+
+namespace minions {
+
+class MinionsServer {
+ public:
+  // `watchdog` may be null: another process runs it.
+  MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* clock, ServerOptions options,
+                std::unique_ptr<Watchdog> watchdog);
+  ~MinionsServer();
+
+  absl::Status Start();
+  // The port actually bound (useful with ":0").
+  int port() const { return port_; }
+  std::string address() const;
+  void Shutdown();
+  void Wait();
+
+  JobService& jobs() { return job_service_; }
+
+ private:
+  void BackgroundLoop();
+
+  MetadataStore* store_;
+  BlobStore* blobs_;
+  Clock* clock_;
+  ServerOptions options_;
+  std::unique_ptr<Watchdog> watchdog_;
+  JobFinalizer finalizer_;
+  JobService job_service_;
+  ExecutorService executor_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread background_;
+  std::mutex ready_mu_;
+  std::set<std::string> ready_jobs_;  // guarded by ready_mu_
+};
+
+}  // namespace minions

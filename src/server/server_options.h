@@ -1,0 +1,21 @@
+#pragma once
+
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace minions {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:7070";  // gRPC address
+  std::string token;                       // when set, every call must carry "authorization: Bearer <token>"
+  absl::Duration lease_ttl = absl::Seconds(9);  // executors heartbeat every ttl/3
+  int64_t default_shard_size = 100;
+  int64_t max_input_bytes = int64_t{1} << 30;
+  // Refuse a job whose model is a path that does not exist on this machine (right for a pool on
+  // one machine; a fleet whose executors fetch models elsewhere turns it off).
+  bool check_model_paths = true;
+  absl::Duration url_ttl = absl::Hours(1);  // of the URLs handed to executors
+};
+
+}  // namespace minions

@@ -1,0 +1,974 @@
+#include "store/sqlite/sqlite_metadata_store.h"
+
+#include <sqlite3.h>
+
+#include <cstdio>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "model/json_codec.h"
+#include "store/sqlite/sqlite_migrations.h"
+
+namespace minions {
+namespace {
+
+// How long a connection waits for another connection's (or process's) write transaction before
+// giving up with Unavailable. Transactions here are short; seconds of waiting mean something is
+// stuck.
+constexpr int kBusyTimeoutMs = 5000;
+
+// Tasks of an unknown runner kind: an executor that lists no runners runs the built-in one.
+constexpr char kDefaultRunner[] = "llama";
+
+absl::Status SqliteError(sqlite3* db, int rc, std::string_view what) {
+  std::string message = absl::StrCat("sqlite: ", std::string(what), ": ", sqlite3_errstr(rc));
+  if (db != nullptr && sqlite3_errcode(db) == rc) absl::StrAppend(&message, " (", sqlite3_errmsg(db), ")");
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::UnavailableError(message);
+    case SQLITE_CONSTRAINT:
+      return absl::AlreadyExistsError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+std::optional<absl::Time> OptionalTime(sqlite3_stmt* stmt, int column) {
+  if (sqlite3_column_type(stmt, column) == SQLITE_NULL) return std::nullopt;
+  return absl::FromUnixMicros(sqlite3_column_int64(stmt, column));
+}
+
+absl::Status CorruptRow(std::string_view table, std::string_view id, std::string_view what) {
+  return absl::InternalError(
+      absl::StrCat("corrupt ", std::string(table), " row ", std::string(id), ": ", std::string(what)));
+}
+
+}  // namespace
+
+namespace sqlite_store {
+
+// A cached prepared statement in use: binds parameters by name, steps, reads columns. Resets the
+// statement (and clears its bindings) when it goes out of scope, so the cache can hand it out
+// again. A statement must not be used twice at once: callers collect keys first, then load rows.
+class Statement {
+ public:
+  Statement(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  Statement(Statement&& other) noexcept
+      : db_(other.db_), stmt_(std::exchange(other.stmt_, nullptr)), bind_error_(std::move(other.bind_error_)) {}
+  Statement& operator=(Statement&&) = delete;
+  ~Statement() {
+    if (stmt_ != nullptr) {
+      sqlite3_reset(stmt_);
+      sqlite3_clear_bindings(stmt_);
+    }
+  }
+
+  Statement& BindInt(const char* name, int64_t value) {
+    if (int i = Index(name)) Check(sqlite3_bind_int64(stmt_, i, value), name);
+    return *this;
+  }
+  Statement& BindText(const char* name, const std::string& value) {
+    if (int i = Index(name)) {
+      Check(sqlite3_bind_text(stmt_, i, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT), name);
+    }
+    return *this;
+  }
+  Statement& BindNull(const char* name) {
+    if (int i = Index(name)) Check(sqlite3_bind_null(stmt_, i), name);
+    return *this;
+  }
+  Statement& BindTime(const char* name, absl::Time value) { return BindInt(name, absl::ToUnixMicros(value)); }
+  Statement& BindTime(const char* name, const std::optional<absl::Time>& value) {
+    return value ? BindTime(name, *value) : BindNull(name);
+  }
+
+  // Advances to the next row: true when there is one, false when the statement is done.
+  absl::StatusOr<bool> Step() {
+    RETURN_IF_ERROR(bind_error_);
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return SqliteError(db_, rc, Excerpt(sqlite3_sql(stmt_), 60));
+  }
+  // Runs a statement that returns no rows.
+  absl::Status Run() {
+    ASSIGN_OR_RETURN(bool row, Step());
+    (void)row;
+    return absl::OkStatus();
+  }
+  int Changes() const { return sqlite3_changes(db_); }
+
+  int64_t Int(int column) const { return sqlite3_column_int64(stmt_, column); }
+  std::string Text(int column) const {
+    const unsigned char* text = sqlite3_column_text(stmt_, column);
+    if (text == nullptr) return "";
+    return std::string(reinterpret_cast<const char*>(text), sqlite3_column_bytes(stmt_, column));
+  }
+  absl::Time Time(int column) const { return absl::FromUnixMicros(Int(column)); }
+  std::optional<absl::Time> OptTime(int column) const { return OptionalTime(stmt_, column); }
+
+ private:
+  int Index(const char* name) {
+    int i = sqlite3_bind_parameter_index(stmt_, name);
+    if (i == 0 && bind_error_.ok()) {
+      bind_error_ = absl::InternalError(absl::StrCat("no parameter ", name, " in: ", sqlite3_sql(stmt_)));
+    }
+    return i;
+  }
+  void Check(int rc, const char* name) {
+    if (rc != SQLITE_OK && bind_error_.ok()) bind_error_ = SqliteError(db_, rc, absl::StrCat("bind ", name));
+  }
+
+  sqlite3* db_;
+  sqlite3_stmt* stmt_;
+  absl::Status bind_error_;
+};
+
+}  // namespace sqlite_store
+
+namespace {
+
+using sqlite_store::Statement;
+
+// --- SQL. Every statement is constant text with named parameters; values are always bound. ---
+
+#define MINIONS_JOB_COLUMNS                                                                         \
+  "id, team, state, spec, total_records, completed_records, failed_records, n_tasks, tasks_done, " \
+  "tasks_succeeded, error, output_key, errors_key, manifest_key, created_at, updated_at, "         \
+  "started_at, finished_at"
+#define MINIONS_TASK_COLUMNS                                                                        \
+  "job_id, idx, first_record, n_records, byte_begin, byte_end, state, attempt, failures, "         \
+  "preemptions, executor_id, lease_expires_at, not_before, records_done, records_failed, "         \
+  "last_error, started_at, finished_at"
+#define MINIONS_EXECUTOR_COLUMNS \
+  "id, info, state, state_reason, registered_at, last_heartbeat_at, drain_requested, records_done"
+
+constexpr char kSelectJob[] = "SELECT " MINIONS_JOB_COLUMNS " FROM jobs WHERE id = :id";
+constexpr char kInsertJob[] =
+    "INSERT INTO jobs (id, team, state, spec, priority, min_memory_bytes, runner, total_records, "
+    "completed_records, failed_records, n_tasks, tasks_done, tasks_succeeded, error, output_key, "
+    "errors_key, manifest_key, created_at, updated_at, started_at, finished_at) VALUES (:id, :team, "
+    ":state, :spec, :priority, :min_memory_bytes, :runner, :total_records, :completed_records, "
+    ":failed_records, :n_tasks, :tasks_done, :tasks_succeeded, :error, :output_key, :errors_key, "
+    ":manifest_key, :created_at, :updated_at, :started_at, :finished_at)";
+constexpr char kUpdateJob[] =
+    "UPDATE jobs SET team = :team, state = :state, spec = :spec, priority = :priority, "
+    "min_memory_bytes = :min_memory_bytes, runner = :runner, total_records = :total_records, "
+    "completed_records = :completed_records, failed_records = :failed_records, n_tasks = :n_tasks, "
+    "tasks_done = :tasks_done, tasks_succeeded = :tasks_succeeded, error = :error, "
+    "output_key = :output_key, errors_key = :errors_key, manifest_key = :manifest_key, "
+    "created_at = :created_at, updated_at = :updated_at, started_at = :started_at, "
+    "finished_at = :finished_at WHERE id = :id";
+constexpr char kListJobs[] =
+    "SELECT " MINIONS_JOB_COLUMNS " FROM jobs WHERE (:state IS NULL OR state = :state) "
+    "AND (:team = '' OR team = :team) ORDER BY created_at DESC, id DESC LIMIT :limit";
+constexpr char kJobsInState[] =
+    "SELECT " MINIONS_JOB_COLUMNS " FROM jobs WHERE state = :state ORDER BY created_at, id LIMIT :limit";
+
+constexpr char kSelectTask[] = "SELECT " MINIONS_TASK_COLUMNS " FROM tasks WHERE job_id = :job_id AND idx = :idx";
+constexpr char kSelectTasksOfJob[] = "SELECT " MINIONS_TASK_COLUMNS " FROM tasks WHERE job_id = :job_id ORDER BY idx";
+constexpr char kInsertTask[] =
+    "INSERT INTO tasks (" MINIONS_TASK_COLUMNS ") VALUES (:job_id, :idx, :first_record, :n_records, "
+    ":byte_begin, :byte_end, :state, :attempt, :failures, :preemptions, :executor_id, "
+    ":lease_expires_at, :not_before, :records_done, :records_failed, :last_error, :started_at, "
+    ":finished_at)";
+constexpr char kUpdateTask[] =
+    "UPDATE tasks SET first_record = :first_record, n_records = :n_records, byte_begin = :byte_begin, "
+    "byte_end = :byte_end, state = :state, attempt = :attempt, failures = :failures, "
+    "preemptions = :preemptions, executor_id = :executor_id, lease_expires_at = :lease_expires_at, "
+    "not_before = :not_before, records_done = :records_done, records_failed = :records_failed, "
+    "last_error = :last_error, started_at = :started_at, finished_at = :finished_at "
+    "WHERE job_id = :job_id AND idx = :idx";
+
+// Candidate selection only: which pending tasks this executor could run, in grant order. Whether
+// a task may actually be granted is GrantTask's decision.
+constexpr char kLeaseCandidates[] =
+    "SELECT t.job_id, t.idx FROM tasks t JOIN jobs j ON j.id = t.job_id "
+    "WHERE t.state = :pending AND (t.not_before IS NULL OR t.not_before <= :now) "
+    "AND j.state IN (:queued, :running) AND j.min_memory_bytes <= :memory_bytes "
+    "AND j.runner IN (SELECT value FROM json_each(:runners)) "
+    "ORDER BY j.priority DESC, j.created_at, j.id, t.idx LIMIT :limit";
+constexpr char kExpiredLeases[] =
+    "SELECT job_id, idx FROM tasks WHERE state = :running AND lease_expires_at <= :now "
+    "ORDER BY lease_expires_at, job_id, idx LIMIT :limit";
+
+constexpr char kSelectExecutor[] = "SELECT " MINIONS_EXECUTOR_COLUMNS " FROM executors WHERE id = :id";
+constexpr char kListExecutors[] = "SELECT " MINIONS_EXECUTOR_COLUMNS " FROM executors ORDER BY registered_at, id";
+constexpr char kInsertExecutor[] =
+    "INSERT INTO executors (" MINIONS_EXECUTOR_COLUMNS ") VALUES (:id, :info, :state, :state_reason, "
+    ":registered_at, :last_heartbeat_at, :drain_requested, :records_done)";
+constexpr char kUpdateExecutor[] =
+    "UPDATE executors SET info = :info, state = :state, state_reason = :state_reason, "
+    "registered_at = :registered_at, last_heartbeat_at = :last_heartbeat_at, "
+    "drain_requested = :drain_requested, records_done = :records_done WHERE id = :id";
+constexpr char kSilentExecutors[] =
+    "SELECT id FROM executors WHERE state != :lost AND last_heartbeat_at < :cutoff "
+    "ORDER BY last_heartbeat_at, id";
+
+constexpr char kCreateMigrationsTable[] =
+    "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)";
+constexpr char kSchemaVersion[] = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations";
+constexpr char kRecordMigration[] =
+    "INSERT INTO schema_migrations (version, applied_at) "
+    "VALUES (:version, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))";
+
+#undef MINIONS_JOB_COLUMNS
+#undef MINIONS_TASK_COLUMNS
+#undef MINIONS_EXECUTOR_COLUMNS
+
+std::string Name(std::string_view name) { return std::string(name); }
+
+}  // namespace
+
+// --- opening and migrations ---
+
+absl::StatusOr<std::unique_ptr<SqliteMetadataStore>> SqliteMetadataStore::Open(const std::string& path,
+                                                                             const StoreOptions& options) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status error = absl::UnavailableError(
+        absl::StrCat("cannot open metadata store ", path, ": ", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
+    sqlite3_close_v2(db);
+    return error;
+  }
+  std::unique_ptr<SqliteMetadataStore> store(new SqliteMetadataStore(db, options));
+  {
+    absl::MutexLock lock(&store->mu_);
+    sqlite3_extended_result_codes(db, 1);
+    // The busy timeout first: switching to WAL itself may wait for another process.
+    sqlite3_busy_timeout(db, kBusyTimeoutMs);
+    // WAL lets readers and one writer of several processes work at once; NORMAL synchronisation
+    // is durable across application crashes (a power cut may lose the last transactions, never
+    // corrupt the file). ":memory:" databases stay in "memory" journal mode.
+    RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode = WAL"));
+    RETURN_IF_ERROR(store->Exec("PRAGMA synchronous = NORMAL"));
+    RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys = ON"));
+  }
+  RETURN_IF_ERROR(store->Migrate(path));
+  return store;
+}
+
+SqliteMetadataStore::SqliteMetadataStore(sqlite3* db, const StoreOptions& options)
+    : options_(options), db_(db), random_(std::random_device{}()) {}
+
+SqliteMetadataStore::~SqliteMetadataStore() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
+  sqlite3_close_v2(db_);
+}
+
+absl::Status SqliteMetadataStore::Migrate(const std::string& path) {
+  const int latest = sqlite_store::LatestSchemaVersion();
+  // One migration per transaction. The version is read again inside each one: another process
+  // opening the same file may have applied it meanwhile.
+  while (true) {
+    ASSIGN_OR_RETURN(bool done, InTransaction(true, [&]() -> absl::StatusOr<bool> {
+      RETURN_IF_ERROR(Exec(kCreateMigrationsTable));
+      ASSIGN_OR_RETURN(Statement version_query, Prepare(kSchemaVersion));
+      ASSIGN_OR_RETURN(bool row, version_query.Step());
+      const int current = row ? static_cast<int>(version_query.Int(0)) : 0;
+      if (current > latest) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "metadata store ", path, " has schema version ", current, " but this binary knows only up to ",
+            latest, ": it was written by a newer minions; upgrade this binary"));
+      }
+      if (current == latest) return true;
+      const sqlite_store::Migration& migration = sqlite_store::Migrations()[current];
+      if (migration.version != current + 1) {
+        return absl::InternalError(absl::StrCat("migration list is out of order at version ", current + 1));
+      }
+      RETURN_IF_ERROR(Exec(migration.sql));
+      ASSIGN_OR_RETURN(Statement record, Prepare(kRecordMigration));
+      RETURN_IF_ERROR(record.BindInt(":version", migration.version).Run());
+      return false;
+    }));
+    if (done) return absl::OkStatus();
+  }
+}
+
+absl::StatusOr<int> SqliteMetadataStore::SchemaVersion() {
+  return InTransaction(false, [&]() -> absl::StatusOr<int> {
+    ASSIGN_OR_RETURN(Statement query, Prepare(kSchemaVersion));
+    ASSIGN_OR_RETURN(bool row, query.Step());
+    return row ? static_cast<int>(query.Int(0)) : 0;
+  });
+}
+
+// --- plumbing ---
+
+template <typename Body>
+auto SqliteMetadataStore::InTransaction(bool write, Body&& body) -> decltype(body()) {
+  absl::MutexLock lock(&mu_);
+  // BEGIN IMMEDIATE takes the write lock up front (waiting up to the busy timeout): a deferred
+  // transaction that reads and then writes could fail mid-way when another process wrote first.
+  RETURN_IF_ERROR(Exec(write ? "BEGIN IMMEDIATE" : "BEGIN"));
+  auto result = body();
+  if (!result.ok()) {
+    (void)Exec("ROLLBACK");
+    return result;
+  }
+  if (absl::Status committed = Exec("COMMIT"); !committed.ok()) {
+    (void)Exec("ROLLBACK");
+    return committed;
+  }
+  return result;
+}
+
+absl::StatusOr<Statement> SqliteMetadataStore::Prepare(const char* sql) {
+  auto it = statements_.find(sql);
+  if (it == statements_.end()) {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+    if (rc != SQLITE_OK) return SqliteError(db_, rc, absl::StrCat("prepare ", Excerpt(sql, 60)));
+    it = statements_.emplace(sql, stmt).first;
+  }
+  return Statement(db_, it->second);
+}
+
+absl::Status SqliteMetadataStore::Exec(const char* sql) {
+  int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return SqliteError(db_, rc, Excerpt(sql, 60));
+  return absl::OkStatus();
+}
+
+std::string SqliteMetadataStore::NewId(const char* prefix) {
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "%012llx", static_cast<unsigned long long>(random_() & 0xffffffffffffULL));
+  return absl::StrCat(prefix, hex);
+}
+
+// --- rows ---
+
+absl::StatusOr<Job> SqliteMetadataStore::LoadJob(const std::string& job_id) {
+  ASSIGN_OR_RETURN(Statement query, Prepare(kSelectJob));
+  query.BindText(":id", job_id);
+  ASSIGN_OR_RETURN(std::vector<Job> jobs, QueryJobs(query));
+  if (jobs.empty()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  return std::move(jobs.front());
+}
+
+absl::StatusOr<std::vector<Job>> SqliteMetadataStore::QueryJobs(Statement& query) {
+  std::vector<Job> jobs;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, query.Step());
+    if (!row) break;
+    Job job;
+    job.id = query.Text(0);
+    std::optional<JobState> state = ParseJobState(query.Text(2));
+    if (!state) return CorruptRow("jobs", job.id, absl::StrCat("unknown state ", query.Text(2)));
+    job.state = *state;
+    absl::StatusOr<Json> spec_json = ParseJson(query.Text(3));
+    if (!spec_json.ok()) return CorruptRow("jobs", job.id, std::string(spec_json.status().message()));
+    absl::StatusOr<JobSpec> spec = JobSpecFromJson(*spec_json);
+    if (!spec.ok()) return CorruptRow("jobs", job.id, std::string(spec.status().message()));
+    job.spec = std::move(*spec);
+    job.counts.total = query.Int(4);
+    job.counts.completed = query.Int(5);
+    job.counts.failed = query.Int(6);
+    job.n_tasks = query.Int(7);
+    job.tasks_done = query.Int(8);
+    job.tasks_succeeded = query.Int(9);
+    job.error = query.Text(10);
+    job.output_key = query.Text(11);
+    job.errors_key = query.Text(12);
+    job.manifest_key = query.Text(13);
+    job.created_at = query.Time(14);
+    job.updated_at = query.Time(15);
+    job.started_at = query.OptTime(16);
+    job.finished_at = query.OptTime(17);
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+absl::Status SqliteMetadataStore::SaveJob(const Job& job, bool insert) {
+  ASSIGN_OR_RETURN(Statement statement, Prepare(insert ? kInsertJob : kUpdateJob));
+  statement.BindText(":id", job.id)
+      .BindText(":team", job.spec.team)
+      .BindText(":state", Name(JobStateName(job.state)))
+      .BindText(":spec", DumpJson(JobSpecToJson(job.spec)))
+      .BindInt(":priority", job.spec.priority)
+      .BindInt(":min_memory_bytes", job.spec.requirements.min_memory_bytes)
+      .BindText(":runner", job.spec.requirements.runner)
+      .BindInt(":total_records", job.counts.total)
+      .BindInt(":completed_records", job.counts.completed)
+      .BindInt(":failed_records", job.counts.failed)
+      .BindInt(":n_tasks", job.n_tasks)
+      .BindInt(":tasks_done", job.tasks_done)
+      .BindInt(":tasks_succeeded", job.tasks_succeeded)
+      .BindText(":error", job.error)
+      .BindText(":output_key", job.output_key)
+      .BindText(":errors_key", job.errors_key)
+      .BindText(":manifest_key", job.manifest_key)
+      .BindTime(":created_at", job.created_at)
+      .BindTime(":updated_at", job.updated_at)
+      .BindTime(":started_at", job.started_at)
+      .BindTime(":finished_at", job.finished_at);
+  RETURN_IF_ERROR(statement.Run());
+  if (statement.Changes() != 1) return absl::NotFoundError(absl::StrCat("no job ", job.id));
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::StatusOr<Task> ReadTaskRow(const Statement& row) {
+  Task task;
+  task.job_id = row.Text(0);
+  task.index = row.Int(1);
+  task.first_record = row.Int(2);
+  task.n_records = row.Int(3);
+  task.byte_begin = row.Int(4);
+  task.byte_end = row.Int(5);
+  std::optional<TaskState> state = ParseTaskState(row.Text(6));
+  if (!state) {
+    return CorruptRow("tasks", absl::StrCat(task.job_id, "/", task.index),
+                      absl::StrCat("unknown state ", row.Text(6)));
+  }
+  task.state = *state;
+  task.attempt = static_cast<int>(row.Int(7));
+  task.failures = static_cast<int>(row.Int(8));
+  task.preemptions = static_cast<int>(row.Int(9));
+  task.executor_id = row.Text(10);
+  task.lease_expires_at = row.OptTime(11);
+  task.not_before = row.OptTime(12);
+  task.records_done = row.Int(13);
+  task.records_failed = row.Int(14);
+  task.last_error = row.Text(15);
+  task.started_at = row.OptTime(16);
+  task.finished_at = row.OptTime(17);
+  return task;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Task>> SqliteMetadataStore::LoadTasks(const std::string& job_id) {
+  ASSIGN_OR_RETURN(Statement query, Prepare(kSelectTasksOfJob));
+  query.BindText(":job_id", job_id);
+  std::vector<Task> tasks;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, query.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(Task task, ReadTaskRow(query));
+    tasks.push_back(std::move(task));
+  }
+  return tasks;
+}
+
+absl::StatusOr<Task> SqliteMetadataStore::LoadTask(const std::string& job_id, int64_t index) {
+  ASSIGN_OR_RETURN(Statement query, Prepare(kSelectTask));
+  query.BindText(":job_id", job_id).BindInt(":idx", index);
+  ASSIGN_OR_RETURN(bool row, query.Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("no task ", job_id, "/", index));
+  return ReadTaskRow(query);
+}
+
+absl::Status SqliteMetadataStore::SaveTask(const Task& task, bool insert) {
+  ASSIGN_OR_RETURN(Statement statement, Prepare(insert ? kInsertTask : kUpdateTask));
+  statement.BindText(":job_id", task.job_id)
+      .BindInt(":idx", task.index)
+      .BindInt(":first_record", task.first_record)
+      .BindInt(":n_records", task.n_records)
+      .BindInt(":byte_begin", task.byte_begin)
+      .BindInt(":byte_end", task.byte_end)
+      .BindText(":state", Name(TaskStateName(task.state)))
+      .BindInt(":attempt", task.attempt)
+      .BindInt(":failures", task.failures)
+      .BindInt(":preemptions", task.preemptions)
+      .BindText(":executor_id", task.executor_id)
+      .BindTime(":lease_expires_at", task.lease_expires_at)
+      .BindTime(":not_before", task.not_before)
+      .BindInt(":records_done", task.records_done)
+      .BindInt(":records_failed", task.records_failed)
+      .BindText(":last_error", task.last_error)
+      .BindTime(":started_at", task.started_at)
+      .BindTime(":finished_at", task.finished_at);
+  RETURN_IF_ERROR(statement.Run());
+  if (statement.Changes() != 1) return absl::NotFoundError(absl::StrCat("no task ", task.job_id, "/", task.index));
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::StatusOr<Executor> ReadExecutorRow(const Statement& row) {
+  Executor executor;
+  executor.id = row.Text(0);
+  absl::StatusOr<Json> info_json = ParseJson(row.Text(1));
+  if (!info_json.ok()) return CorruptRow("executors", executor.id, std::string(info_json.status().message()));
+  absl::StatusOr<ExecutorInfo> info = ExecutorInfoFromJson(*info_json);
+  if (!info.ok()) return CorruptRow("executors", executor.id, std::string(info.status().message()));
+  executor.info = std::move(*info);
+  std::optional<ExecutorState> state = ParseExecutorState(row.Text(2));
+  if (!state) return CorruptRow("executors", executor.id, absl::StrCat("unknown state ", row.Text(2)));
+  executor.state = *state;
+  executor.state_reason = row.Text(3);
+  executor.registered_at = row.Time(4);
+  executor.last_heartbeat_at = row.Time(5);
+  executor.drain_requested = row.Int(6) != 0;
+  executor.records_done = row.Int(7);
+  return executor;
+}
+
+}  // namespace
+
+absl::StatusOr<Executor> SqliteMetadataStore::LoadExecutor(const std::string& executor_id) {
+  ASSIGN_OR_RETURN(Statement query, Prepare(kSelectExecutor));
+  query.BindText(":id", executor_id);
+  ASSIGN_OR_RETURN(bool row, query.Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("no executor ", executor_id));
+  return ReadExecutorRow(query);
+}
+
+absl::Status SqliteMetadataStore::SaveExecutor(const Executor& executor, bool insert) {
+  ASSIGN_OR_RETURN(Statement statement, Prepare(insert ? kInsertExecutor : kUpdateExecutor));
+  statement.BindText(":id", executor.id)
+      .BindText(":info", DumpJson(ExecutorInfoToJson(executor.info)))
+      .BindText(":state", Name(ExecutorStateName(executor.state)))
+      .BindText(":state_reason", executor.state_reason)
+      .BindTime(":registered_at", executor.registered_at)
+      .BindTime(":last_heartbeat_at", executor.last_heartbeat_at)
+      .BindInt(":drain_requested", executor.drain_requested ? 1 : 0)
+      .BindInt(":records_done", executor.records_done);
+  RETURN_IF_ERROR(statement.Run());
+  if (statement.Changes() != 1) return absl::NotFoundError(absl::StrCat("no executor ", executor.id));
+  return absl::OkStatus();
+}
+
+// --- jobs ---
+
+absl::StatusOr<Job> SqliteMetadataStore::CreateJob(const JobSpec& spec, absl::Time now) {
+  return InTransaction(true, [&]() -> absl::StatusOr<Job> {
+    Job job;
+    job.spec = spec;
+    job.state = JobState::kValidating;
+    job.created_at = now;
+    job.updated_at = now;
+    // 48 random bits: a collision is unlikely, and retried when it happens.
+    for (int tries = 0;; ++tries) {
+      job.id = NewId("job-");
+      absl::Status inserted = SaveJob(job, /*insert=*/true);
+      if (inserted.ok()) return job;
+      if (!absl::IsAlreadyExists(inserted) || tries == 3) return inserted;
+    }
+  });
+}
+
+absl::Status SqliteMetadataStore::AddTasks(const std::string& job_id, const std::vector<Task>& tasks,
+                                           int64_t total_records, absl::Time now) {
+  return InTransaction(true, [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
+    if (!IsAllowed(job.state, JobState::kQueued) || job.n_tasks != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", Name(JobStateName(job.state)),
+                                                        "; tasks are added once, to a validating job"));
+    }
+    std::set<int64_t> indexes;
+    int64_t records = 0;
+    for (const Task& given : tasks) {
+      if (given.index < 0 || !indexes.insert(given.index).second) {
+        return absl::InvalidArgumentError(absl::StrCat("job ", job_id, ": task index ", given.index,
+                                                       " is negative or given twice"));
+      }
+      records += given.n_records;
+    }
+    if (records != total_records) {
+      return absl::InvalidArgumentError(absl::StrCat("job ", job_id, ": tasks hold ", records,
+                                                     " records but the job has ", total_records));
+    }
+    for (const Task& given : tasks) {
+      // Only the shard's extent comes from the caller; the rest is a fresh task.
+      Task task;
+      task.job_id = job_id;
+      task.index = given.index;
+      task.first_record = given.first_record;
+      task.n_records = given.n_records;
+      task.byte_begin = given.byte_begin;
+      task.byte_end = given.byte_end;
+      RETURN_IF_ERROR(SaveTask(task, /*insert=*/true));
+    }
+    job.n_tasks = static_cast<int64_t>(tasks.size());
+    job.counts.total = total_records;
+    job.state = JobState::kQueued;
+    // An empty input has nothing to run: straight to finalizing (an empty output).
+    if (tasks.empty()) job.state = JobState::kFinalizing;
+    job.updated_at = now;
+    return SaveJob(job);
+  });
+}
+
+absl::StatusOr<Job> SqliteMetadataStore::GetJob(const std::string& job_id) {
+  return InTransaction(false, [&] { return LoadJob(job_id); });
+}
+
+absl::StatusOr<std::vector<Job>> SqliteMetadataStore::ListJobs(const JobFilter& filter) {
+  return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Job>> {
+    ASSIGN_OR_RETURN(Statement query, Prepare(kListJobs));
+    if (filter.state) {
+      query.BindText(":state", Name(JobStateName(*filter.state)));
+    } else {
+      query.BindNull(":state");
+    }
+    query.BindText(":team", filter.team).BindInt(":limit", filter.limit > 0 ? filter.limit : -1);
+    return QueryJobs(query);
+  });
+}
+
+absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ListTasks(const std::string& job_id) {
+  return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Task>> {
+    RETURN_IF_ERROR(LoadJob(job_id).status());
+    return LoadTasks(job_id);
+  });
+}
+
+absl::StatusOr<Job> SqliteMetadataStore::EndJob(const std::string& job_id, JobState state,
+                                                const std::string& error, absl::Time now) {
+  ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
+  if (!IsAllowed(job.state, state)) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " already ", Name(JobStateName(job.state)),
+                                                      "; it cannot become ", Name(JobStateName(state))));
+  }
+  // The job ends first, so accounting its cancelled tasks below only counts them done.
+  job.state = state;
+  job.error = error;
+  job.finished_at = now;
+  job.updated_at = now;
+  ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(job_id));
+  for (Task& task : tasks) {
+    if (IsTerminal(task.state)) continue;
+    CancelTask(task, now);
+    RETURN_IF_ERROR(SaveTask(task));
+    AccountTerminalTask(job, task, now);
+  }
+  RETURN_IF_ERROR(SaveJob(job));
+  return job;
+}
+
+absl::StatusOr<Job> SqliteMetadataStore::CancelJob(const std::string& job_id, absl::Time now) {
+  return InTransaction(true, [&] { return EndJob(job_id, JobState::kCancelled, "", now); });
+}
+
+absl::StatusOr<Job> SqliteMetadataStore::FailJob(const std::string& job_id, const std::string& error,
+                                                 absl::Time now) {
+  return InTransaction(true, [&] { return EndJob(job_id, JobState::kFailed, error, now); });
+}
+
+absl::StatusOr<std::vector<Job>> SqliteMetadataStore::JobsToFinalize(int limit) {
+  return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Job>> {
+    ASSIGN_OR_RETURN(Statement query, Prepare(kJobsInState));
+    query.BindText(":state", Name(JobStateName(JobState::kFinalizing))).BindInt(":limit", limit > 0 ? limit : -1);
+    return QueryJobs(query);
+  });
+}
+
+absl::StatusOr<Job> SqliteMetadataStore::FinishJob(const std::string& job_id, const std::string& output_key,
+                                                   const std::string& errors_key, const std::string& manifest_key,
+                                                   absl::Time now) {
+  return InTransaction(true, [&]() -> absl::StatusOr<Job> {
+    ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
+    if (!IsAllowed(job.state, JobState::kCompleted)) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", Name(JobStateName(job.state)),
+                                                        ", not finalizing; it cannot complete"));
+    }
+    job.state = JobState::kCompleted;
+    job.output_key = output_key;
+    job.errors_key = errors_key;
+    job.manifest_key = manifest_key;
+    job.finished_at = now;
+    job.updated_at = now;
+    RETURN_IF_ERROR(SaveJob(job));
+    return job;
+  });
+}
+
+// --- executors ---
+
+absl::StatusOr<Executor> SqliteMetadataStore::RegisterExecutor(const std::string& executor_id,
+                                                               const ExecutorInfo& info, absl::Time now) {
+  return InTransaction(true, [&]() -> absl::StatusOr<Executor> {
+    Executor executor;
+    bool exists = false;
+    if (!executor_id.empty()) {
+      absl::StatusOr<Executor> loaded = LoadExecutor(executor_id);
+      if (loaded.ok()) {
+        executor = std::move(*loaded);
+        exists = true;
+      } else if (!absl::IsNotFound(loaded.status())) {
+        return loaded.status();
+      } else {
+        executor.id = executor_id;  // known to the executor, not (or no longer) to this store
+      }
+    }
+    if (!exists) executor.registered_at = now;
+    // A (re)started executor starts afresh: available, no drain pending (a drained executor that
+    // is started again is back in service), leases of its previous life left to expire.
+    executor.info = info;
+    executor.state = ExecutorState::kAvailable;
+    executor.state_reason.clear();
+    executor.last_heartbeat_at = now;
+    executor.drain_requested = false;
+    if (exists || !executor.id.empty()) {
+      RETURN_IF_ERROR(SaveExecutor(executor, /*insert=*/!exists));
+      return executor;
+    }
+    for (int tries = 0;; ++tries) {
+      executor.id = NewId("exe-");
+      absl::Status inserted = SaveExecutor(executor, /*insert=*/true);
+      if (inserted.ok()) return executor;
+      if (!absl::IsAlreadyExists(inserted) || tries == 3) return inserted;
+    }
+  });
+}
+
+absl::StatusOr<Executor> SqliteMetadataStore::GetExecutor(const std::string& executor_id) {
+  return InTransaction(false, [&] { return LoadExecutor(executor_id); });
+}
+
+absl::StatusOr<std::vector<Executor>> SqliteMetadataStore::ListExecutors() {
+  return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Executor>> {
+    ASSIGN_OR_RETURN(Statement query, Prepare(kListExecutors));
+    std::vector<Executor> executors;
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, query.Step());
+      if (!row) break;
+      ASSIGN_OR_RETURN(Executor executor, ReadExecutorRow(query));
+      executors.push_back(std::move(executor));
+    }
+    return executors;
+  });
+}
+
+absl::StatusOr<HeartbeatReply> SqliteMetadataStore::Heartbeat(const std::string& executor_id, ExecutorState state,
+                                                              const std::string& reason,
+                                                              const std::vector<LeaseProgress>& held,
+                                                              absl::Duration ttl, absl::Time now) {
+  return InTransaction(true, [&]() -> absl::StatusOr<HeartbeatReply> {
+    HeartbeatReply reply;
+    absl::StatusOr<Executor> loaded = LoadExecutor(executor_id);
+    if (absl::IsNotFound(loaded.status())) {
+      // Its leases are left alone: it registers again (same id) and heartbeats them then.
+      reply.unknown_executor = true;
+      return reply;
+    }
+    RETURN_IF_ERROR(loaded.status());
+    Executor& executor = *loaded;
+    // Alive again if it was lost; in whatever state it reports, except that a drain asked for
+    // stays visible until the executor itself reports draining.
+    executor.last_heartbeat_at = now;
+    executor.state = state;
+    executor.state_reason = reason;
+    if (executor.drain_requested && (state == ExecutorState::kAvailable || state == ExecutorState::kBusy)) {
+      executor.state = ExecutorState::kDraining;
+      if (executor.state_reason.empty()) executor.state_reason = "drain requested";
+    }
+    for (const LeaseProgress& progress : held) {
+      absl::StatusOr<Task> task = LoadTask(progress.job_id, progress.task_index);
+      if (absl::IsNotFound(task.status())) {
+        reply.cancel.push_back(progress);
+        continue;
+      }
+      RETURN_IF_ERROR(task.status());
+      if (!CheckFence(*task, executor_id, progress.attempt).ok()) {
+        reply.cancel.push_back(progress);  // cancelled, expired and requeued, or someone else's
+        continue;
+      }
+      task->lease_expires_at = now + ttl;
+      task->records_done = progress.records_done;
+      task->records_failed = progress.records_failed;
+      RETURN_IF_ERROR(SaveTask(*task));
+      reply.renewed.push_back(progress);
+    }
+    reply.drain = executor.drain_requested;
+    RETURN_IF_ERROR(SaveExecutor(executor));
+    return reply;
+  });
+}
+
+absl::Status SqliteMetadataStore::RequestDrain(const std::string& executor_id, absl::Time now) {
+  return InTransaction(true, [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(Executor executor, LoadExecutor(executor_id));
+    executor.drain_requested = true;
+    if (executor.state != ExecutorState::kLost) {
+      executor.state = ExecutorState::kDraining;
+      executor.state_reason = "drain requested";
+    }
+    return SaveExecutor(executor);
+  });
+}
+
+// --- leasing ---
+
+absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::string& executor_id, int max_tasks,
+                                                                   absl::Duration ttl, absl::Time now) {
+  return InTransaction(true, [&]() -> absl::StatusOr<std::vector<Lease>> {
+    std::vector<Lease> leases;
+    ASSIGN_OR_RETURN(Executor executor, LoadExecutor(executor_id));
+    if (max_tasks <= 0 || executor.state == ExecutorState::kLost ||
+        executor.state == ExecutorState::kDraining || executor.drain_requested) {
+      return leases;
+    }
+    std::vector<std::string> runners = executor.info.runners;
+    if (runners.empty()) runners.push_back(kDefaultRunner);
+
+    std::vector<std::pair<std::string, int64_t>> candidates;
+    {
+      ASSIGN_OR_RETURN(Statement query, Prepare(kLeaseCandidates));
+      query.BindText(":pending", Name(TaskStateName(TaskState::kPending)))
+          .BindTime(":now", now)
+          .BindText(":queued", Name(JobStateName(JobState::kQueued)))
+          .BindText(":running", Name(JobStateName(JobState::kRunning)))
+          .BindInt(":memory_bytes", executor.info.memory_bytes)
+          .BindText(":runners", DumpJson(Json(runners)))
+          .BindInt(":limit", max_tasks);
+      while (true) {
+        ASSIGN_OR_RETURN(bool row, query.Step());
+        if (!row) break;
+        candidates.emplace_back(query.Text(0), query.Int(1));
+      }
+    }
+
+    std::map<std::string, Job> jobs;  // the candidates' jobs, started and saved once each
+    for (const auto& [job_id, index] : candidates) {
+      auto job_it = jobs.find(job_id);
+      if (job_it == jobs.end()) {
+        ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
+        job_it = jobs.emplace(job_id, std::move(job)).first;
+      }
+      const Job& job = job_it->second;
+      ASSIGN_OR_RETURN(Task task, LoadTask(job_id, index));
+      RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));
+      RETURN_IF_ERROR(SaveTask(task));
+      Lease lease;
+      lease.expires_at = *task.lease_expires_at;
+      lease.task = std::move(task);
+      lease.job_model = job.spec.model;
+      lease.runner_options = job.spec.runner_options;
+      lease.input_key = job.spec.input_key;
+      leases.push_back(std::move(lease));
+    }
+    for (auto& [job_id, job] : jobs) {
+      MarkJobStarted(job, now);
+      RETURN_IF_ERROR(SaveJob(job));
+    }
+    if (!leases.empty()) {
+      executor.state = ExecutorState::kBusy;
+      executor.state_reason.clear();
+      RETURN_IF_ERROR(SaveExecutor(executor));
+    }
+    return leases;
+  });
+}
+
+template <typename Transition>
+absl::StatusOr<Task> SqliteMetadataStore::FinishAttempt(const std::string& executor_id, const std::string& job_id,
+                                                        int64_t task_index, int attempt, Transition&& transition,
+                                                        absl::Time now) {
+  RETURN_IF_ERROR(LoadExecutor(executor_id).status());
+  ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
+  ASSIGN_OR_RETURN(Task task, LoadTask(job_id, task_index));
+  RETURN_IF_ERROR(CheckFence(task, executor_id, attempt));
+  RETURN_IF_ERROR(transition(task, job));
+  RETURN_IF_ERROR(SaveTask(task));
+  if (IsTerminal(task.state)) {
+    AccountTerminalTask(job, task, now);
+    RETURN_IF_ERROR(SaveJob(job));
+  }
+  return task;
+}
+
+absl::StatusOr<Task> SqliteMetadataStore::CompleteTask(const std::string& executor_id, const std::string& job_id,
+                                                       int64_t task_index, int attempt, int64_t records_done,
+                                                       int64_t records_failed, absl::Time now) {
+  return InTransaction(true, [&]() -> absl::StatusOr<Task> {
+    ASSIGN_OR_RETURN(Task task, FinishAttempt(
+                                    executor_id, job_id, task_index, attempt,
+                                    [&](Task& t, const Job&) {
+                                      return ::minions::CompleteTask(t, records_done, records_failed, now);
+                                    },
+                                    now));
+    ASSIGN_OR_RETURN(Executor executor, LoadExecutor(executor_id));
+    executor.records_done += task.records_done;
+    RETURN_IF_ERROR(SaveExecutor(executor));
+    return task;
+  });
+}
+
+absl::StatusOr<Task> SqliteMetadataStore::FailTask(const std::string& executor_id, const std::string& job_id,
+                                                   int64_t task_index, int attempt, FailureClass failure,
+                                                   const std::string& message, absl::Time now) {
+  return InTransaction(true, [&]() -> absl::StatusOr<Task> {
+    return FinishAttempt(
+        executor_id, job_id, task_index, attempt,
+        [&](Task& t, const Job& job) {
+          return ::minions::FailTask(t, failure, message, job.spec.max_attempts, options_.retry, now);
+        },
+        now);
+  });
+}
+
+// --- watchdog ---
+
+absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ExpireLeases(absl::Time now, int limit) {
+  return InTransaction(true, [&]() -> absl::StatusOr<std::vector<Task>> {
+    std::vector<std::pair<std::string, int64_t>> expired;
+    {
+      ASSIGN_OR_RETURN(Statement query, Prepare(kExpiredLeases));
+      query.BindText(":running", Name(TaskStateName(TaskState::kRunning)))
+          .BindTime(":now", now)
+          .BindInt(":limit", limit > 0 ? limit : -1);
+      while (true) {
+        ASSIGN_OR_RETURN(bool row, query.Step());
+        if (!row) break;
+        expired.emplace_back(query.Text(0), query.Int(1));
+      }
+    }
+    std::map<std::string, Job> jobs;
+    std::set<std::string> accounted;  // jobs to save
+    std::vector<Task> tasks;
+    for (const auto& [job_id, index] : expired) {
+      auto job_it = jobs.find(job_id);
+      if (job_it == jobs.end()) {
+        ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
+        job_it = jobs.emplace(job_id, std::move(job)).first;
+      }
+      Job& job = job_it->second;
+      ASSIGN_OR_RETURN(Task task, LoadTask(job_id, index));
+      RETURN_IF_ERROR(ExpireLease(task, job.spec.max_attempts, options_.retry, now));
+      RETURN_IF_ERROR(SaveTask(task));
+      if (IsTerminal(task.state)) {
+        AccountTerminalTask(job, task, now);
+        accounted.insert(job_id);
+      }
+      tasks.push_back(std::move(task));
+    }
+    for (const std::string& job_id : accounted) RETURN_IF_ERROR(SaveJob(jobs.at(job_id)));
+    return tasks;
+  });
+}
+
+absl::StatusOr<std::vector<Executor>> SqliteMetadataStore::MarkLostExecutors(absl::Time cutoff, absl::Time now) {
+  return InTransaction(true, [&]() -> absl::StatusOr<std::vector<Executor>> {
+    std::vector<std::string> ids;
+    {
+      ASSIGN_OR_RETURN(Statement query, Prepare(kSilentExecutors));
+      query.BindText(":lost", Name(ExecutorStateName(ExecutorState::kLost))).BindTime(":cutoff", cutoff);
+      while (true) {
+        ASSIGN_OR_RETURN(bool row, query.Step());
+        if (!row) break;
+        ids.push_back(query.Text(0));
+      }
+    }
+    std::vector<Executor> lost;
+    for (const std::string& id : ids) {
+      ASSIGN_OR_RETURN(Executor executor, LoadExecutor(id));
+      executor.state = ExecutorState::kLost;
+      executor.state_reason = absl::StrCat("no heartbeat since ", absl::FormatTime(executor.last_heartbeat_at));
+      RETURN_IF_ERROR(SaveExecutor(executor));
+      lost.push_back(std::move(executor));
+    }
+    return lost;
+  });
+}
+
+}  // namespace minions

@@ -1,0 +1,90 @@
+#include "store/sqlite/sqlite_migrations.h"
+
+namespace minions::sqlite_store {
+namespace {
+
+// Times are INTEGER unix microseconds (NULL when unset); states are the names from model/types.h;
+// JSON columns hold model/json_codec.h's forms. jobs.priority, jobs.min_memory_bytes and
+// jobs.runner copy fields of jobs.spec so the lease query can filter and order without parsing
+// JSON; the spec stays the source of truth and is written together with them.
+constexpr char kInitialSchema[] = R"sql(
+CREATE TABLE jobs (
+  id               TEXT PRIMARY KEY,
+  team             TEXT NOT NULL,
+  state            TEXT NOT NULL,
+  spec             TEXT NOT NULL,
+  priority         INTEGER NOT NULL,
+  min_memory_bytes INTEGER NOT NULL,
+  runner           TEXT NOT NULL,
+  total_records    INTEGER NOT NULL DEFAULT 0,
+  completed_records INTEGER NOT NULL DEFAULT 0,
+  failed_records   INTEGER NOT NULL DEFAULT 0,
+  n_tasks          INTEGER NOT NULL DEFAULT 0,
+  tasks_done       INTEGER NOT NULL DEFAULT 0,
+  tasks_succeeded  INTEGER NOT NULL DEFAULT 0,
+  error            TEXT NOT NULL DEFAULT '',
+  output_key       TEXT NOT NULL DEFAULT '',
+  errors_key       TEXT NOT NULL DEFAULT '',
+  manifest_key     TEXT NOT NULL DEFAULT '',
+  created_at       INTEGER NOT NULL,
+  updated_at       INTEGER NOT NULL,
+  started_at       INTEGER,
+  finished_at      INTEGER
+);
+-- The lease query: runnable jobs, highest priority first, then oldest.
+CREATE INDEX jobs_runnable ON jobs (state, priority DESC, created_at);
+-- ListJobs (newest first, optionally by team) and JobsToFinalize.
+CREATE INDEX jobs_by_created ON jobs (created_at);
+CREATE INDEX jobs_by_team ON jobs (team, created_at);
+
+CREATE TABLE tasks (
+  job_id           TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+  idx              INTEGER NOT NULL,
+  first_record     INTEGER NOT NULL,
+  n_records        INTEGER NOT NULL,
+  byte_begin       INTEGER NOT NULL,
+  byte_end         INTEGER NOT NULL,
+  state            TEXT NOT NULL,
+  attempt          INTEGER NOT NULL DEFAULT 0,
+  failures         INTEGER NOT NULL DEFAULT 0,
+  preemptions      INTEGER NOT NULL DEFAULT 0,
+  executor_id      TEXT NOT NULL DEFAULT '',
+  lease_expires_at INTEGER,
+  not_before       INTEGER,
+  records_done     INTEGER NOT NULL DEFAULT 0,
+  records_failed   INTEGER NOT NULL DEFAULT 0,
+  last_error       TEXT NOT NULL DEFAULT '',
+  started_at       INTEGER,
+  finished_at      INTEGER,
+  PRIMARY KEY (job_id, idx)
+);
+-- The lease query: pending tasks whose backoff is over.
+CREATE INDEX tasks_leasable ON tasks (state, not_before);
+-- The lease reaper: running tasks by expiry.
+CREATE INDEX tasks_expiry ON tasks (state, lease_expires_at);
+
+CREATE TABLE executors (
+  id                TEXT PRIMARY KEY,
+  info              TEXT NOT NULL,
+  state             TEXT NOT NULL,
+  state_reason      TEXT NOT NULL DEFAULT '',
+  registered_at     INTEGER NOT NULL,
+  last_heartbeat_at INTEGER NOT NULL,
+  drain_requested   INTEGER NOT NULL DEFAULT 0,
+  records_done      INTEGER NOT NULL DEFAULT 0
+);
+-- MarkLostExecutors.
+CREATE INDEX executors_by_heartbeat ON executors (state, last_heartbeat_at);
+)sql";
+
+constexpr Migration kMigrations[] = {
+    {1, "initial schema: jobs, tasks, executors", kInitialSchema},
+};
+
+}  // namespace
+
+std::span<const Migration> Migrations() { return kMigrations; }
+
+int LatestSchemaVersion() { return kMigrations[std::size(kMigrations) - 1].version; }
+
+}  // namespace minions::sqlite_store

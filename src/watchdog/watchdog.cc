@@ -1,0 +1,50 @@
+#include "watchdog/watchdog.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace minions {
+
+absl::StatusOr<WatchdogPass> Watchdog::Tick(absl::Time now) {
+  WatchdogPass pass;
+  std::set<std::string> jobs;
+  auto expired = store_->ExpireLeases(now, options_.batch);
+  if (!expired.ok()) return expired.status();
+  for (const Task& task : *expired) {
+    ++pass.leases_expired;
+    if (task.state == TaskState::kFailed) ++pass.tasks_failed;
+    jobs.insert(task.job_id);
+    MINIONS_LOG(Info) << "job=" << task.job_id << " task=" << task.index << " lease expired; now "
+                      << TaskStateName(task.state) << " (" << task.last_error << ")";
+  }
+  auto lost = store_->MarkLostExecutors(now - options_.executor_timeout, now);
+  if (!lost.ok()) return lost.status();
+  for (const Executor& e : *lost) {
+    ++pass.executors_lost;
+    MINIONS_LOG(Warning) << "executor=" << e.id << " (" << e.info.name << ") lost: no heartbeat since "
+                         << absl::FormatTime(e.last_heartbeat_at);
+  }
+  pass.jobs_touched.assign(jobs.begin(), jobs.end());
+  return pass;
+}
+
+absl::StatusOr<std::unique_ptr<WatchdogLock>> WatchdogLock::TryAcquire(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open lock file '", path, "': ", std::strerror(errno)));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return absl::UnavailableError("another watchdog is active");
+  }
+  return std::unique_ptr<WatchdogLock>(new WatchdogLock(fd));
+}
+
+WatchdogLock::~WatchdogLock() { ::close(fd_); }
+
+}  // namespace minions

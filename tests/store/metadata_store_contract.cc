@@ -1,0 +1,720 @@
+// The MetadataStore contract's scenarios (see metadata_store_contract.h). Each test tells one
+// story; time only moves when the story says so.
+
+#include "metadata_store_contract.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <set>
+#include <thread>
+
+namespace minions {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MetadataStoreContract);
+
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+std::vector<int64_t> Indexes(const std::vector<Lease>& leases) {
+  std::vector<int64_t> indexes;
+  for (const Lease& lease : leases) indexes.push_back(lease.task.index);
+  return indexes;
+}
+
+// --- a task's whole life ---
+
+TEST_P(MetadataStoreContract, AJobFromSubmissionToCompletion) {
+  // A job is created in validating, with a fresh id.
+  ASSERT_OK_AND_ASSIGN(Job created, store_->CreateJob(Spec(), now_));
+  EXPECT_THAT(created.id, ::testing::MatchesRegex("job-[0-9a-f]{12}"));
+  EXPECT_EQ(created.state, JobState::kValidating);
+  EXPECT_EQ(created.spec.model, "/models/tiny.gguf");
+  EXPECT_EQ(created.created_at, now_);
+  const std::string job_id = created.id;
+
+  // Validation splits it into two tasks of 10 records: queued.
+  ASSERT_OK(store_->AddTasks(job_id, Shards(2), 20, now_));
+  Job job = GetJob(job_id);
+  EXPECT_EQ(job.state, JobState::kQueued);
+  EXPECT_EQ(job.n_tasks, 2);
+  EXPECT_EQ(job.counts.total, 20);
+  EXPECT_EQ(job.spec.runner_options, Json({{"n_parallel", 2}}));
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> tasks, store_->ListTasks(job_id));
+  ASSERT_THAT(tasks, SizeIs(2));
+  for (const Task& task : tasks) {
+    EXPECT_EQ(task.state, TaskState::kPending);
+    EXPECT_EQ(task.attempt, 0);
+    EXPECT_EQ(task.job_id, job_id);
+  }
+  EXPECT_EQ(tasks[1].first_record, 10);
+  EXPECT_EQ(tasks[1].byte_begin, 1000);
+  EXPECT_EQ(tasks[1].byte_end, 2000);
+
+  RequestCounts last = job.counts;
+  auto counts_only_grow = [&] {
+    RequestCounts counts = GetJob(job_id).counts;
+    EXPECT_EQ(counts.total, last.total);
+    EXPECT_GE(counts.completed, last.completed);
+    EXPECT_GE(counts.failed, last.failed);
+    last = counts;
+  };
+
+  // Executor A registers and leases one task: attempt 1 of task 0, until now + ttl.
+  Advance(absl::Seconds(1));
+  const std::string a = Register("mac-a");
+  EXPECT_THAT(a, ::testing::MatchesRegex("exe-[0-9a-f]{12}"));
+  EXPECT_EQ(GetExecutor(a).state, ExecutorState::kAvailable);
+  std::vector<Lease> leases = LeaseUpTo(a, 1);
+  ASSERT_THAT(leases, SizeIs(1));
+  const Lease lease = leases[0];
+  EXPECT_EQ(lease.task.job_id, job_id);
+  EXPECT_EQ(lease.task.index, 0);
+  EXPECT_EQ(lease.task.attempt, 1);
+  EXPECT_EQ(lease.task.state, TaskState::kRunning);
+  EXPECT_EQ(lease.task.executor_id, a);
+  EXPECT_EQ(lease.expires_at, now_ + kTtl);
+  EXPECT_EQ(lease.job_model, "/models/tiny.gguf");
+  EXPECT_EQ(lease.input_key, "inputs/in.jsonl");
+  EXPECT_EQ(lease.runner_options, Json({{"n_parallel", 2}}));
+  job = GetJob(job_id);
+  EXPECT_EQ(job.state, JobState::kRunning);
+  EXPECT_EQ(job.started_at, now_);
+  EXPECT_EQ(GetExecutor(a).state, ExecutorState::kBusy);
+  counts_only_grow();
+
+  // 20 s later its heartbeat renews the lease and records its committed progress.
+  Advance(absl::Seconds(20));
+  ASSERT_OK_AND_ASSIGN(HeartbeatReply reply,
+                       store_->Heartbeat(a, ExecutorState::kBusy, "", {Progress(lease, 5, 1)}, kTtl, now_));
+  EXPECT_FALSE(reply.unknown_executor);
+  EXPECT_FALSE(reply.drain);
+  EXPECT_THAT(reply.cancel, IsEmpty());
+  ASSERT_THAT(reply.renewed, SizeIs(1));
+  Task task0 = GetTask(job_id, 0);
+  EXPECT_EQ(task0.lease_expires_at, now_ + kTtl);
+  EXPECT_EQ(task0.records_done, 5);
+  EXPECT_EQ(task0.records_failed, 1);
+  EXPECT_EQ(GetExecutor(a).last_heartbeat_at, now_);
+
+  // Past the first lease's expiry, the renewed lease still holds.
+  Advance(absl::Seconds(20));
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> expired, store_->ExpireLeases(now_, 100));
+  EXPECT_THAT(expired, IsEmpty());
+
+  // A completes task 0 with 1 error line among its 10 records.
+  ASSERT_OK_AND_ASSIGN(Task done, store_->CompleteTask(a, job_id, 0, 1, 10, 1, now_));
+  EXPECT_EQ(done.state, TaskState::kSucceeded);
+  EXPECT_EQ(done.finished_at, now_);
+  job = GetJob(job_id);
+  EXPECT_EQ(job.state, JobState::kRunning);
+  EXPECT_EQ(job.counts.completed, 9);
+  EXPECT_EQ(job.counts.failed, 1);
+  EXPECT_EQ(job.tasks_done, 1);
+  counts_only_grow();
+
+  // Then task 1; the last task moves the job to finalizing.
+  leases = LeaseUpTo(a, 4);
+  ASSERT_THAT(Indexes(leases), ElementsAre(1));
+  Advance(absl::Seconds(3));
+  ASSERT_OK(store_->CompleteTask(a, job_id, 1, leases[0].task.attempt, 10, 0, now_));
+  job = GetJob(job_id);
+  EXPECT_EQ(job.state, JobState::kFinalizing);
+  EXPECT_EQ(job.tasks_done, 2);
+  EXPECT_EQ(job.tasks_succeeded, 2);
+  EXPECT_EQ(job.counts.completed, 19);
+  EXPECT_EQ(job.counts.failed, 1);
+  counts_only_grow();
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10));
+  ASSERT_THAT(to_finalize, SizeIs(1));
+  EXPECT_EQ(to_finalize[0].id, job_id);
+
+  // The server merges the output and finishes the job.
+  Advance(absl::Seconds(1));
+  ASSERT_OK_AND_ASSIGN(Job finished, store_->FinishJob(job_id, "out/o.jsonl", "out/e.jsonl", "out/m.json", now_));
+  EXPECT_EQ(finished.state, JobState::kCompleted);
+  job = GetJob(job_id);
+  EXPECT_EQ(job.state, JobState::kCompleted);
+  EXPECT_EQ(job.output_key, "out/o.jsonl");
+  EXPECT_EQ(job.errors_key, "out/e.jsonl");
+  EXPECT_EQ(job.manifest_key, "out/m.json");
+  EXPECT_EQ(job.finished_at, now_);
+  counts_only_grow();
+  ASSERT_OK_AND_ASSIGN(to_finalize, store_->JobsToFinalize(10));
+  EXPECT_THAT(to_finalize, IsEmpty());
+  EXPECT_EQ(GetExecutor(a).records_done, 20);
+}
+
+// --- leases run out ---
+
+TEST_P(MetadataStoreContract, AnExpiredLeaseIsRequeuedAndTheOldAttemptIsFenced) {
+  const std::string job_id = Submit(Spec(), 1);
+  const std::string a = Register("a");
+  const std::string b = Register("b");
+
+  // A leases task 0, then goes silent.
+  ASSERT_THAT(LeaseUpTo(a, 1), SizeIs(1));
+  Advance(absl::Seconds(29));
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> expired, store_->ExpireLeases(now_, 100));
+  EXPECT_THAT(expired, IsEmpty());
+
+  // 31 s after the lease: the watchdog requeues it, after a backoff.
+  Advance(absl::Seconds(2));
+  ASSERT_OK_AND_ASSIGN(expired, store_->ExpireLeases(now_, 100));
+  ASSERT_THAT(expired, SizeIs(1));
+  EXPECT_EQ(expired[0].state, TaskState::kPending);
+  EXPECT_EQ(expired[0].failures, 1);
+  EXPECT_EQ(expired[0].not_before, now_ + kRetry.backoff_base);
+  EXPECT_THAT(expired[0].last_error, HasSubstr("expired"));
+  EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kPending);
+
+  // B cannot have it during the backoff; afterwards it gets attempt 2.
+  EXPECT_THAT(LeaseUpTo(b, 1), IsEmpty());
+  Advance(kRetry.backoff_base);
+  std::vector<Lease> leases = LeaseUpTo(b, 1);
+  ASSERT_THAT(leases, SizeIs(1));
+  EXPECT_EQ(leases[0].task.attempt, 2);
+  EXPECT_EQ(leases[0].task.executor_id, b);
+
+  // A comes back: its late completion of attempt 1 is refused, and its heartbeat is told to stop.
+  absl::StatusOr<Task> late = store_->CompleteTask(a, job_id, 0, 1, 10, 0, now_);
+  EXPECT_CODE(late, kFailedPrecondition);
+  EXPECT_THAT(Message(late.status()), HasSubstr("stale attempt"));
+  ASSERT_OK_AND_ASSIGN(HeartbeatReply reply,
+                       store_->Heartbeat(a, ExecutorState::kAvailable, "", {{job_id, 0, 1, 10, 0}}, kTtl, now_));
+  ASSERT_THAT(reply.cancel, SizeIs(1));
+  EXPECT_EQ(reply.cancel[0].attempt, 1);
+  EXPECT_THAT(reply.renewed, IsEmpty());
+
+  // B's completion of attempt 2 is accepted.
+  ASSERT_OK_AND_ASSIGN(Task done, store_->CompleteTask(b, job_id, 0, 2, 10, 0, now_));
+  EXPECT_EQ(done.state, TaskState::kSucceeded);
+  EXPECT_EQ(GetJob(job_id).state, JobState::kFinalizing);
+  EXPECT_EQ(GetJob(job_id).counts.completed, 10);
+}
+
+TEST_P(MetadataStoreContract, ExpiryAtTheLastAttemptFailsTheTask) {
+  const std::string job_id = Submit(Spec(/*priority=*/0, /*max_attempts=*/1), 1);
+  const std::string a = Register("a");
+  ASSERT_THAT(LeaseUpTo(a, 1), SizeIs(1));
+  Advance(kTtl);
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> expired, store_->ExpireLeases(now_, 100));
+  ASSERT_THAT(expired, SizeIs(1));
+  EXPECT_EQ(expired[0].state, TaskState::kFailed);
+  Job job = GetJob(job_id);
+  EXPECT_EQ(job.state, JobState::kFailed);
+  EXPECT_EQ(job.counts.failed, 10);
+}
+
+TEST_P(MetadataStoreContract, ExpireLeasesHonoursItsLimit) {
+  Submit(Spec(), 5);
+  const std::string a = Register("a");
+  ASSERT_THAT(LeaseUpTo(a, 5), SizeIs(5));
+  Advance(kTtl);
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> first, store_->ExpireLeases(now_, 3));
+  EXPECT_THAT(first, SizeIs(3));
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> rest, store_->ExpireLeases(now_, 3));
+  EXPECT_THAT(rest, SizeIs(2));
+}
+
+// --- failures ---
+
+TEST_P(MetadataStoreContract, RetryableFailuresBackOffThenFailTheTaskAtMaxAttempts) {
+  const std::string job_id = Submit(Spec(/*priority=*/0, /*max_attempts=*/3), 1);
+  const std::string a = Register("a");
+  absl::Duration wait = kRetry.backoff_base;
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    std::vector<Lease> leases = LeaseUpTo(a, 1);
+    ASSERT_THAT(leases, SizeIs(1));
+    EXPECT_EQ(leases[0].task.attempt, attempt);
+    ASSERT_OK_AND_ASSIGN(Task task,
+                         store_->FailTask(a, job_id, 0, attempt, FailureClass::kRetryable, "runner crashed", now_));
+    EXPECT_EQ(task.state, TaskState::kPending);
+    EXPECT_EQ(task.failures, attempt);
+    EXPECT_EQ(task.not_before, now_ + wait);
+    // Not leasable until the backoff is over, to the microsecond.
+    EXPECT_THAT(LeaseUpTo(a, 1), IsEmpty());
+    Advance(wait - absl::Microseconds(1));
+    EXPECT_THAT(LeaseUpTo(a, 1), IsEmpty());
+    Advance(absl::Microseconds(1));
+    wait *= 2;
+  }
+  ASSERT_THAT(LeaseUpTo(a, 1), SizeIs(1));
+  ASSERT_OK_AND_ASSIGN(Task task, store_->FailTask(a, job_id, 0, 3, FailureClass::kRetryable, "runner crashed", now_));
+  EXPECT_EQ(task.state, TaskState::kFailed);
+  EXPECT_EQ(task.failures, 3);
+  EXPECT_THAT(task.last_error, HasSubstr("runner crashed"));
+  Advance(absl::Hours(1));
+  EXPECT_THAT(LeaseUpTo(a, 1), IsEmpty());
+  // Its only task failed: so did the job.
+  EXPECT_EQ(GetJob(job_id).state, JobState::kFailed);
+}
+
+TEST_P(MetadataStoreContract, PreemptionNeverCountsTowardMaxAttempts) {
+  const std::string job_id = Submit(Spec(/*priority=*/0, /*max_attempts=*/2), 1);
+  const std::string a = Register("a");
+  for (int i = 1; i <= 5; ++i) {
+    // The owner keeps coming back: each attempt is handed back at once and leasable at once.
+    std::vector<Lease> leases = LeaseUpTo(a, 1);
+    ASSERT_THAT(leases, SizeIs(1)) << "attempt " << i;
+    EXPECT_EQ(leases[0].task.attempt, i);
+    ASSERT_OK_AND_ASSIGN(Task task,
+                         store_->FailTask(a, job_id, 0, i, FailureClass::kPreempted, "owner is back", now_));
+    EXPECT_EQ(task.state, TaskState::kPending);
+    EXPECT_EQ(task.failures, 0);
+    EXPECT_EQ(task.preemptions, i);
+  }
+  std::vector<Lease> leases = LeaseUpTo(a, 1);
+  ASSERT_THAT(leases, SizeIs(1));
+  ASSERT_OK(store_->CompleteTask(a, job_id, 0, 6, 10, 0, now_));
+  EXPECT_EQ(GetJob(job_id).state, JobState::kFinalizing);
+}
+
+TEST_P(MetadataStoreContract, PermanentFailureFailsFastAndTheJobStillFinalizes) {
+  const std::string job_id = Submit(Spec(/*priority=*/0, /*max_attempts=*/4), 2);
+  const std::string a = Register("a");
+  std::vector<Lease> leases = LeaseUpTo(a, 2);
+  ASSERT_THAT(Indexes(leases), ElementsAre(0, 1));
+
+  ASSERT_OK_AND_ASSIGN(Task failed,
+                       store_->FailTask(a, job_id, 0, 1, FailureClass::kPermanent, "unsupported endpoint", now_));
+  EXPECT_EQ(failed.state, TaskState::kFailed);
+  EXPECT_EQ(failed.failures, 1);
+  EXPECT_EQ(failed.last_error, "unsupported endpoint");
+  Job job = GetJob(job_id);
+  EXPECT_EQ(job.state, JobState::kRunning);
+  EXPECT_EQ(job.counts.failed, 10);
+
+  ASSERT_OK(store_->CompleteTask(a, job_id, 1, 1, 10, 2, now_));
+  job = GetJob(job_id);
+  EXPECT_EQ(job.state, JobState::kFinalizing);
+  EXPECT_EQ(job.tasks_done, 2);
+  EXPECT_EQ(job.tasks_succeeded, 1);
+  EXPECT_EQ(job.counts.completed, 8);
+  EXPECT_EQ(job.counts.failed, 12);
+  EXPECT_EQ(job.counts.completed + job.counts.failed, job.counts.total);
+}
+
+TEST_P(MetadataStoreContract, AJobWhoseTasksAllFailEndsFailed) {
+  const std::string job_id = Submit(Spec(), 2);
+  const std::string a = Register("a");
+  ASSERT_THAT(LeaseUpTo(a, 2), SizeIs(2));
+  ASSERT_OK(store_->FailTask(a, job_id, 0, 1, FailureClass::kPermanent, "bad model", now_));
+  ASSERT_OK(store_->FailTask(a, job_id, 1, 1, FailureClass::kPermanent, "bad model", now_));
+  Job job = GetJob(job_id);
+  EXPECT_EQ(job.state, JobState::kFailed);
+  EXPECT_THAT(job.error, HasSubstr("bad model"));
+  EXPECT_EQ(job.counts.failed, 20);
+  EXPECT_EQ(job.finished_at, now_);
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10));
+  EXPECT_THAT(to_finalize, IsEmpty());
+}
+
+TEST_P(MetadataStoreContract, ACompletionMustAccountForEveryRecord) {
+  const std::string job_id = Submit(Spec(), 1);
+  const std::string a = Register("a");
+  ASSERT_THAT(LeaseUpTo(a, 1), SizeIs(1));
+  EXPECT_CODE(store_->CompleteTask(a, job_id, 0, 1, 9, 0, now_), kInvalidArgument);
+  // Nothing changed: the right report is still accepted.
+  EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kRunning);
+  EXPECT_OK(store_->CompleteTask(a, job_id, 0, 1, 10, 0, now_));
+}
+
+// --- cancel and fail ---
+
+TEST_P(MetadataStoreContract, CancelWhileRunning) {
+  const std::string job_id = Submit(Spec(), 3);
+  const std::string a = Register("a");
+  std::vector<Lease> leases = LeaseUpTo(a, 1);
+  ASSERT_THAT(leases, SizeIs(1));
+
+  Advance(absl::Seconds(5));
+  ASSERT_OK_AND_ASSIGN(Job cancelled, store_->CancelJob(job_id, now_));
+  EXPECT_EQ(cancelled.state, JobState::kCancelled);
+  EXPECT_EQ(cancelled.finished_at, now_);
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> tasks, store_->ListTasks(job_id));
+  for (const Task& task : tasks) EXPECT_EQ(task.state, TaskState::kCancelled) << task.index;
+
+  // The holder learns it at its next heartbeat; its completion is refused; nothing is leasable.
+  ASSERT_OK_AND_ASSIGN(HeartbeatReply reply,
+                       store_->Heartbeat(a, ExecutorState::kBusy, "", {Progress(leases[0], 4)}, kTtl, now_));
+  ASSERT_THAT(reply.cancel, SizeIs(1));
+  EXPECT_EQ(reply.cancel[0].job_id, job_id);
+  EXPECT_THAT(reply.renewed, IsEmpty());
+  EXPECT_CODE(store_->CompleteTask(a, job_id, 0, 1, 10, 0, now_), kFailedPrecondition);
+  EXPECT_CODE(store_->FailTask(a, job_id, 0, 1, FailureClass::kRetryable, "x", now_), kFailedPrecondition);
+  EXPECT_THAT(LeaseUpTo(a, 5), IsEmpty());
+  Job job = GetJob(job_id);
+  EXPECT_EQ(job.state, JobState::kCancelled);
+  EXPECT_EQ(job.counts.completed, 0);
+  EXPECT_EQ(job.counts.failed, 0);
+
+  // An ended job cannot be cancelled (or failed, or finished) again.
+  absl::StatusOr<Job> again = store_->CancelJob(job_id, now_);
+  EXPECT_CODE(again, kFailedPrecondition);
+  EXPECT_THAT(Message(again.status()), HasSubstr("already cancelled"));
+  EXPECT_CODE(store_->FailJob(job_id, "x", now_), kFailedPrecondition);
+  EXPECT_CODE(store_->FinishJob(job_id, "o", "e", "m", now_), kFailedPrecondition);
+}
+
+TEST_P(MetadataStoreContract, CancellingAFinishedJobIsRefused) {
+  const std::string job_id = Submit(Spec(), 1);
+  const std::string a = Register("a");
+  ASSERT_THAT(LeaseUpTo(a, 1), SizeIs(1));
+  ASSERT_OK(store_->CompleteTask(a, job_id, 0, 1, 10, 0, now_));
+  ASSERT_OK(store_->FinishJob(job_id, "o", "e", "m", now_));
+  absl::StatusOr<Job> cancel = store_->CancelJob(job_id, now_);
+  EXPECT_CODE(cancel, kFailedPrecondition);
+  EXPECT_THAT(Message(cancel.status()), HasSubstr("already completed"));
+  EXPECT_EQ(GetJob(job_id).state, JobState::kCompleted);
+}
+
+TEST_P(MetadataStoreContract, FailJobEndsAJobWithItsReason) {
+  // Validation fails before any task exists...
+  ASSERT_OK_AND_ASSIGN(Job validating, store_->CreateJob(Spec(), now_));
+  ASSERT_OK_AND_ASSIGN(Job failed, store_->FailJob(validating.id, "input is not JSONL", now_));
+  EXPECT_EQ(failed.state, JobState::kFailed);
+  EXPECT_EQ(GetJob(validating.id).error, "input is not JSONL");
+  EXPECT_CODE(store_->AddTasks(validating.id, Shards(1), 10, now_), kFailedPrecondition);
+
+  // ... or a queued job's input becomes unreadable: its tasks are cancelled.
+  const std::string job_id = Submit(Spec(), 2);
+  ASSERT_OK(store_->FailJob(job_id, "input deleted", now_));
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> tasks, store_->ListTasks(job_id));
+  for (const Task& task : tasks) EXPECT_EQ(task.state, TaskState::kCancelled);
+  const std::string a = Register("a");
+  EXPECT_THAT(LeaseUpTo(a, 5), IsEmpty());
+  EXPECT_CODE(store_->FailJob(job_id, "again", now_), kFailedPrecondition);
+}
+
+// --- finishing ---
+
+TEST_P(MetadataStoreContract, FinishJobSucceedsOnceAndOnlyFromFinalizing) {
+  const std::string job_id = Submit(Spec(), 1);
+  EXPECT_CODE(store_->FinishJob(job_id, "o", "e", "m", now_), kFailedPrecondition);  // queued
+  const std::string a = Register("a");
+  ASSERT_THAT(LeaseUpTo(a, 1), SizeIs(1));
+  EXPECT_CODE(store_->FinishJob(job_id, "o", "e", "m", now_), kFailedPrecondition);  // running
+  ASSERT_OK(store_->CompleteTask(a, job_id, 0, 1, 10, 0, now_));
+  ASSERT_OK(store_->FinishJob(job_id, "o1", "e1", "m1", now_));
+  // A second server finishing the same job loses, and changes nothing.
+  EXPECT_CODE(store_->FinishJob(job_id, "o2", "e2", "m2", now_), kFailedPrecondition);
+  EXPECT_EQ(GetJob(job_id).output_key, "o1");
+}
+
+TEST_P(MetadataStoreContract, TasksAreAddedOnceAndMustHoldTheJobsRecords) {
+  ASSERT_OK_AND_ASSIGN(Job job, store_->CreateJob(Spec(), now_));
+  EXPECT_CODE(store_->AddTasks(job.id, Shards(2), 25, now_), kInvalidArgument);
+  std::vector<Task> duplicate = Shards(2);
+  duplicate[1].index = 0;
+  EXPECT_CODE(store_->AddTasks(job.id, duplicate, 20, now_), kInvalidArgument);
+  EXPECT_EQ(GetJob(job.id).state, JobState::kValidating);
+  ASSERT_OK(store_->AddTasks(job.id, Shards(2), 20, now_));
+  EXPECT_CODE(store_->AddTasks(job.id, Shards(2), 20, now_), kFailedPrecondition);
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> tasks, store_->ListTasks(job.id));
+  EXPECT_THAT(tasks, SizeIs(2));
+}
+
+TEST_P(MetadataStoreContract, AJobWithNoRecordsGoesStraightToFinalizing) {
+  ASSERT_OK_AND_ASSIGN(Job job, store_->CreateJob(Spec(), now_));
+  ASSERT_OK(store_->AddTasks(job.id, {}, 0, now_));
+  EXPECT_EQ(GetJob(job.id).state, JobState::kFinalizing);
+  ASSERT_OK(store_->FinishJob(job.id, "o", "e", "m", now_));
+}
+
+// --- who gets what ---
+
+TEST_P(MetadataStoreContract, RequirementsDecideWhoMayLease) {
+  const std::string big_job = Submit(Spec(0, 4, /*min_memory_bytes=*/16 * kGiB), 1);
+  const std::string mlx_job = Submit(Spec(0, 4, 0, /*runner=*/"mlx"), 1);
+
+  const std::string small = Register("small", 8 * kGiB, {"llama"});
+  EXPECT_THAT(LeaseUpTo(small, 5), IsEmpty());
+
+  // No runners listed: the built-in llama runner, so still not the mlx job.
+  const std::string plain = Register("plain", 64 * kGiB, {});
+  std::vector<Lease> leases = LeaseUpTo(plain, 5);
+  ASSERT_THAT(leases, SizeIs(1));
+  EXPECT_EQ(leases[0].task.job_id, big_job);
+
+  const std::string mac = Register("mac", 16 * kGiB, {"llama", "mlx"});
+  leases = LeaseUpTo(mac, 5);
+  ASSERT_THAT(leases, SizeIs(1));
+  EXPECT_EQ(leases[0].task.job_id, mlx_job);
+}
+
+TEST_P(MetadataStoreContract, HigherPriorityFirstThenOlderJobsThenTaskOrder) {
+  const std::string old_low = Submit(Spec(/*priority=*/0), 2);
+  const std::string high = Submit(Spec(/*priority=*/5), 2);
+  const std::string new_low = Submit(Spec(/*priority=*/0), 1);
+  const std::string a = Register("a");
+  std::vector<std::pair<std::string, int64_t>> order;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<Lease> leases = LeaseUpTo(a, 1);
+    if (leases.empty()) break;
+    order.emplace_back(leases[0].task.job_id, leases[0].task.index);
+  }
+  EXPECT_THAT(order, ElementsAre(std::pair(high, 0), std::pair(high, 1), std::pair(old_low, 0),
+                                 std::pair(old_low, 1), std::pair(new_low, 0)));
+}
+
+TEST_P(MetadataStoreContract, LeaseTasksGrantsAtMostMaxTasks) {
+  Submit(Spec(), 5);
+  const std::string a = Register("a");
+  EXPECT_THAT(LeaseUpTo(a, 0), IsEmpty());
+  EXPECT_THAT(Indexes(LeaseUpTo(a, 3)), ElementsAre(0, 1, 2));
+  EXPECT_THAT(Indexes(LeaseUpTo(a, 3)), ElementsAre(3, 4));
+  EXPECT_THAT(LeaseUpTo(a, 3), IsEmpty());
+}
+
+TEST_P(MetadataStoreContract, DrainingAndLostExecutorsGetNoLeases) {
+  const std::string job_id = Submit(Spec(), 4);
+  const std::string draining = Register("draining");
+  const std::string lost = Register("lost");
+
+  ASSERT_OK(store_->RequestDrain(draining, now_));
+  EXPECT_TRUE(GetExecutor(draining).drain_requested);
+  EXPECT_THAT(LeaseUpTo(draining, 1), IsEmpty());
+  ASSERT_OK_AND_ASSIGN(HeartbeatReply reply,
+                       store_->Heartbeat(draining, ExecutorState::kAvailable, "", {}, kTtl, now_));
+  EXPECT_TRUE(reply.drain);
+  EXPECT_EQ(GetExecutor(draining).state, ExecutorState::kDraining);
+  EXPECT_THAT(LeaseUpTo(draining, 1), IsEmpty());
+
+  // "lost" stops heartbeating; the watchdog declares it lost; it gets nothing...
+  Advance(absl::Minutes(2));
+  ASSERT_OK(store_->Heartbeat(draining, ExecutorState::kDraining, "", {}, kTtl, now_));
+  ASSERT_OK_AND_ASSIGN(std::vector<Executor> marked, store_->MarkLostExecutors(now_ - absl::Minutes(1), now_));
+  ASSERT_THAT(marked, SizeIs(1));
+  EXPECT_EQ(marked[0].id, lost);
+  EXPECT_THAT(LeaseUpTo(lost, 1), IsEmpty());
+
+  // ... until it heartbeats again: available once more.
+  ASSERT_OK(store_->Heartbeat(lost, ExecutorState::kAvailable, "", {}, kTtl, now_));
+  EXPECT_EQ(GetExecutor(lost).state, ExecutorState::kAvailable);
+  EXPECT_THAT(LeaseUpTo(lost, 1), SizeIs(1));
+
+  // A drained executor that restarts (registers again) is back in service.
+  ExecutorInfo info;
+  info.memory_bytes = 8 * kGiB;
+  ASSERT_OK_AND_ASSIGN(Executor again, store_->RegisterExecutor(draining, info, now_));
+  EXPECT_EQ(again.id, draining);
+  EXPECT_FALSE(again.drain_requested);
+  EXPECT_THAT(LeaseUpTo(draining, 1), SizeIs(1));
+  EXPECT_EQ(GetJob(job_id).state, JobState::kRunning);
+}
+
+TEST_P(MetadataStoreContract, MarkLostExecutorsOnlyTouchesTheSilentOnes) {
+  const std::string a = Register("a");
+  Advance(absl::Seconds(60));
+  const std::string b = Register("b");
+  Advance(absl::Seconds(10));
+  ASSERT_OK_AND_ASSIGN(std::vector<Executor> lost, store_->MarkLostExecutors(now_ - absl::Seconds(30), now_));
+  ASSERT_THAT(lost, SizeIs(1));
+  EXPECT_EQ(lost[0].id, a);
+  EXPECT_EQ(lost[0].state, ExecutorState::kLost);
+  EXPECT_EQ(GetExecutor(a).state, ExecutorState::kLost);
+  EXPECT_EQ(GetExecutor(b).state, ExecutorState::kAvailable);
+  // Already lost: not reported twice.
+  ASSERT_OK_AND_ASSIGN(lost, store_->MarkLostExecutors(now_ - absl::Seconds(30), now_));
+  EXPECT_THAT(lost, IsEmpty());
+}
+
+TEST_P(MetadataStoreContract, ALostExecutorsLeasesExpireAndGoToOthers) {
+  const std::string job_id = Submit(Spec(), 1);
+  const std::string a = Register("a");
+  const std::string b = Register("b");
+  ASSERT_THAT(LeaseUpTo(a, 1), SizeIs(1));
+  Advance(kTtl);
+  ASSERT_OK(store_->Heartbeat(b, ExecutorState::kAvailable, "", {}, kTtl, now_));
+  ASSERT_OK_AND_ASSIGN(std::vector<Executor> lost, store_->MarkLostExecutors(now_ - absl::Seconds(10), now_));
+  ASSERT_THAT(lost, SizeIs(1));
+  ASSERT_OK(store_->ExpireLeases(now_, 10));
+  Advance(kRetry.backoff_base);
+  std::vector<Lease> leases = LeaseUpTo(b, 1);
+  ASSERT_THAT(leases, SizeIs(1));
+  EXPECT_EQ(leases[0].task.attempt, 2);
+  ASSERT_OK(store_->CompleteTask(b, job_id, 0, 2, 10, 0, now_));
+}
+
+// --- fencing and unknown ids ---
+
+TEST_P(MetadataStoreContract, AReportForAnotherExecutorsLeaseIsRefused) {
+  const std::string job_id = Submit(Spec(), 1);
+  const std::string a = Register("a");
+  const std::string b = Register("b");
+  std::vector<Lease> leases = LeaseUpTo(a, 1);
+  ASSERT_THAT(leases, SizeIs(1));
+
+  EXPECT_CODE(store_->CompleteTask(b, job_id, 0, 1, 10, 0, now_), kFailedPrecondition);
+  EXPECT_CODE(store_->FailTask(b, job_id, 0, 1, FailureClass::kPermanent, "x", now_), kFailedPrecondition);
+  ASSERT_OK_AND_ASSIGN(HeartbeatReply reply,
+                       store_->Heartbeat(b, ExecutorState::kBusy, "", {Progress(leases[0], 7)}, kTtl, now_));
+  EXPECT_THAT(reply.cancel, SizeIs(1));
+  EXPECT_THAT(reply.renewed, IsEmpty());
+  Task task = GetTask(job_id, 0);
+  EXPECT_EQ(task.executor_id, a);
+  EXPECT_EQ(task.records_done, 0);  // b's progress was not recorded
+
+  EXPECT_OK(store_->CompleteTask(a, job_id, 0, 1, 10, 0, now_));
+}
+
+TEST_P(MetadataStoreContract, UnknownIdsAreNotFound) {
+  const std::string job_id = Submit(Spec(), 1);
+  const std::string a = Register("a");
+  ASSERT_THAT(LeaseUpTo(a, 1), SizeIs(1));
+
+  EXPECT_CODE(store_->GetJob("job-000000000000"), kNotFound);
+  EXPECT_CODE(store_->ListTasks("job-000000000000"), kNotFound);
+  EXPECT_CODE(store_->AddTasks("job-000000000000", Shards(1), 10, now_), kNotFound);
+  EXPECT_CODE(store_->CancelJob("job-000000000000", now_), kNotFound);
+  EXPECT_CODE(store_->FailJob("job-000000000000", "x", now_), kNotFound);
+  EXPECT_CODE(store_->FinishJob("job-000000000000", "o", "e", "m", now_), kNotFound);
+  EXPECT_CODE(store_->GetExecutor("exe-000000000000"), kNotFound);
+  EXPECT_CODE(store_->RequestDrain("exe-000000000000", now_), kNotFound);
+  EXPECT_CODE(store_->LeaseTasks("exe-000000000000", 1, kTtl, now_), kNotFound);
+  EXPECT_CODE(store_->CompleteTask("exe-000000000000", job_id, 0, 1, 10, 0, now_), kNotFound);
+  EXPECT_CODE(store_->CompleteTask(a, "job-000000000000", 0, 1, 10, 0, now_), kNotFound);
+  EXPECT_CODE(store_->CompleteTask(a, job_id, 7, 1, 10, 0, now_), kNotFound);
+  EXPECT_CODE(store_->FailTask(a, job_id, 7, 1, FailureClass::kRetryable, "x", now_), kNotFound);
+
+  // A heartbeat from an executor the store does not know asks it to register again.
+  ASSERT_OK_AND_ASSIGN(HeartbeatReply reply,
+                       store_->Heartbeat("exe-000000000000", ExecutorState::kAvailable, "", {}, kTtl, now_));
+  EXPECT_TRUE(reply.unknown_executor);
+  // A heartbeat about a task that does not exist: stop it.
+  ASSERT_OK_AND_ASSIGN(reply, store_->Heartbeat(a, ExecutorState::kBusy, "", {{job_id, 7, 1, 0, 0}}, kTtl, now_));
+  EXPECT_THAT(reply.cancel, SizeIs(1));
+}
+
+// --- executors and listings ---
+
+TEST_P(MetadataStoreContract, RegisteringAgainKeepsTheIdAndUpdatesTheInfo) {
+  const std::string a = Register("a", 8 * kGiB);
+  const absl::Time first = now_;
+  Advance(absl::Minutes(5));
+  ExecutorInfo info;
+  info.name = "a-upgraded";
+  info.memory_bytes = 32 * kGiB;
+  info.runners = {"llama", "mlx"};
+  ASSERT_OK_AND_ASSIGN(Executor again, store_->RegisterExecutor(a, info, now_));
+  EXPECT_EQ(again.id, a);
+  Executor stored = GetExecutor(a);
+  EXPECT_EQ(stored.info.name, "a-upgraded");
+  EXPECT_EQ(stored.info.memory_bytes, 32 * kGiB);
+  EXPECT_THAT(stored.info.runners, ElementsAre("llama", "mlx"));
+  EXPECT_EQ(stored.registered_at, first);
+  EXPECT_EQ(stored.last_heartbeat_at, now_);
+
+  // An id the store has never seen (its database was reset) is registered as given.
+  ASSERT_OK_AND_ASSIGN(Executor known_elsewhere, store_->RegisterExecutor("exe-0123456789ab", info, now_));
+  EXPECT_EQ(known_elsewhere.id, "exe-0123456789ab");
+  ASSERT_OK_AND_ASSIGN(std::vector<Executor> all, store_->ListExecutors());
+  EXPECT_THAT(all, SizeIs(2));
+}
+
+TEST_P(MetadataStoreContract, HeartbeatRecordsTheReportedState) {
+  const std::string a = Register("a");
+  Advance(absl::Seconds(10));
+  ASSERT_OK(store_->Heartbeat(a, ExecutorState::kOwnerActive, "keyboard activity", {}, kTtl, now_));
+  Executor executor = GetExecutor(a);
+  EXPECT_EQ(executor.state, ExecutorState::kOwnerActive);
+  EXPECT_EQ(executor.state_reason, "keyboard activity");
+  EXPECT_EQ(executor.last_heartbeat_at, now_);
+}
+
+TEST_P(MetadataStoreContract, ListJobsNewestFirstByStateAndTeam) {
+  JobSpec other = Spec();
+  other.team = "ads";
+  const std::string j1 = Submit(Spec(), 1);
+  const std::string j2 = Submit(other, 1);
+  ASSERT_OK_AND_ASSIGN(Job j3, store_->CreateJob(Spec(), now_));
+
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> jobs, store_->ListJobs(JobFilter{}));
+  ASSERT_THAT(jobs, SizeIs(3));
+  EXPECT_EQ(jobs[0].id, j3.id);
+  EXPECT_EQ(jobs[1].id, j2);
+  EXPECT_EQ(jobs[2].id, j1);
+
+  ASSERT_OK_AND_ASSIGN(jobs, store_->ListJobs(JobFilter{JobState::kQueued, "", 100}));
+  ASSERT_THAT(jobs, SizeIs(2));
+  ASSERT_OK_AND_ASSIGN(jobs, store_->ListJobs(JobFilter{std::nullopt, "ads", 100}));
+  ASSERT_THAT(jobs, SizeIs(1));
+  EXPECT_EQ(jobs[0].id, j2);
+  EXPECT_EQ(jobs[0].spec.team, "ads");
+  ASSERT_OK_AND_ASSIGN(jobs, store_->ListJobs(JobFilter{JobState::kQueued, "search", 100}));
+  ASSERT_THAT(jobs, SizeIs(1));
+  EXPECT_EQ(jobs[0].id, j1);
+  ASSERT_OK_AND_ASSIGN(jobs, store_->ListJobs(JobFilter{std::nullopt, "", 2}));
+  EXPECT_THAT(jobs, SizeIs(2));
+}
+
+TEST_P(MetadataStoreContract, ASpecSurvivesTheStoreUnchanged) {
+  JobSpec spec = Spec(/*priority=*/3, /*max_attempts=*/7, /*min_memory_bytes=*/5 * kGiB, "mlx");
+  spec.runner_options = Json{{"n_ctx_per_seq", 4096}, {"stop", {"a", "b"}}, {"name", "ünïcode"}};
+  spec.completion_window = absl::Hours(24);
+  ASSERT_OK_AND_ASSIGN(Job created, store_->CreateJob(spec, now_));
+  Job job = GetJob(created.id);
+  EXPECT_EQ(job.spec.team, "search");
+  EXPECT_EQ(job.spec.priority, 3);
+  EXPECT_EQ(job.spec.max_attempts, 7);
+  EXPECT_EQ(job.spec.requirements.min_memory_bytes, 5 * kGiB);
+  EXPECT_EQ(job.spec.requirements.runner, "mlx");
+  EXPECT_EQ(job.spec.runner_options, spec.runner_options);
+  EXPECT_EQ(job.spec.completion_window, absl::Hours(24));
+  EXPECT_EQ(job.created_at, now_);
+}
+
+// --- concurrency ---
+
+TEST_P(MetadataStoreContract, NoTaskIsLeasedTwiceUnderConcurrentLeasing) {
+  constexpr int kTasks = 200;
+  constexpr int kThreads = 4;
+  const std::string job_id = Submit(Spec(), kTasks);
+  std::vector<std::string> executors;
+  for (int i = 0; i < kThreads; ++i) executors.push_back(Register("exe" + std::to_string(i)));
+
+  std::vector<std::vector<Lease>> granted(kThreads);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      while (true) {
+        absl::StatusOr<std::vector<Lease>> leases = store_->LeaseTasks(executors[t], 2, kTtl, now_);
+        if (!leases.ok()) {
+          ++errors;
+          return;
+        }
+        if (leases->empty()) return;  // nothing pending is left
+        for (Lease& lease : *leases) granted[t].push_back(std::move(lease));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(errors.load(), 0);
+
+  std::map<int64_t, std::string> holder;
+  for (int t = 0; t < kThreads; ++t) {
+    for (const Lease& lease : granted[t]) {
+      EXPECT_EQ(lease.task.executor_id, executors[t]);
+      EXPECT_EQ(lease.task.attempt, 1);
+      EXPECT_TRUE(holder.emplace(lease.task.index, executors[t]).second) << "task " << lease.task.index
+                                                                       << " granted twice";
+    }
+  }
+  EXPECT_EQ(holder.size(), static_cast<size_t>(kTasks));
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> tasks, store_->ListTasks(job_id));
+  for (const Task& task : tasks) {
+    EXPECT_EQ(task.state, TaskState::kRunning);
+    EXPECT_EQ(task.attempt, 1);
+    EXPECT_EQ(task.executor_id, holder[task.index]);
+  }
+}
+
+}  // namespace
+}  // namespace minions

@@ -1,0 +1,161 @@
+#pragma once
+// The MetadataStore contract: one scenario suite every backend passes. A backend's test file
+// instantiates it with a factory that makes a fresh, empty store with default StoreOptions:
+//
+//   INSTANTIATE_TEST_SUITE_P(Sqlite, MetadataStoreContract,
+//                            ::testing::Values(StoreFactory([] { return ...; })));
+//
+// The suite's tests live in metadata_store_contract.cc (linked once into the test binary,
+// whatever the number of backends). Time is an absl::Time the tests advance; nothing sleeps.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "store/metadata_store.h"
+
+namespace minions {
+
+using StoreFactory = std::function<std::unique_ptr<MetadataStore>()>;
+// What GoogleTest prints for the parameter (found by ADL through MetadataStore); the instance
+// name (e.g. Sqlite/.../File) says which backend it is.
+inline void PrintTo(const StoreFactory&, std::ostream* os) { *os << "a store factory"; }
+
+inline const absl::Status& StatusOf(const absl::Status& status) { return status; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& status_or) {
+  return status_or.status();
+}
+
+#define MINIONS_TEST_CONCAT_INNER(a, b) a##b
+#define MINIONS_TEST_CONCAT(a, b) MINIONS_TEST_CONCAT_INNER(a, b)
+#define ASSERT_OK(expr)                                 \
+  do {                                                  \
+    const ::absl::Status _minions_st = StatusOf(expr);  \
+    ASSERT_TRUE(_minions_st.ok()) << _minions_st;       \
+  } while (0)
+#define EXPECT_OK(expr)                                 \
+  do {                                                  \
+    const ::absl::Status _minions_st = StatusOf(expr);  \
+    EXPECT_TRUE(_minions_st.ok()) << _minions_st;       \
+  } while (0)
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  MINIONS_ASSERT_OK_AND_ASSIGN_IMPL(MINIONS_TEST_CONCAT(_minions_result_, __LINE__), lhs, expr)
+#define MINIONS_ASSERT_OK_AND_ASSIGN_IMPL(result, lhs, expr) \
+  auto result = (expr);                                      \
+  ASSERT_TRUE(result.ok()) << result.status();               \
+  lhs = std::move(result).value()
+#define EXPECT_CODE(expr, status_code) EXPECT_EQ(StatusOf(expr).code(), ::absl::StatusCode::status_code)
+
+class MetadataStoreContract : public ::testing::TestWithParam<StoreFactory> {
+ protected:
+  static constexpr int64_t kGiB = int64_t{1} << 30;
+  static constexpr int64_t kRecordsPerTask = 10;
+  const absl::Duration kTtl = absl::Seconds(30);
+  const RetryPolicy kRetry{};  // the factory's stores use default StoreOptions
+
+  void SetUp() override {
+    store_ = GetParam()();
+    ASSERT_NE(store_, nullptr);
+  }
+
+  void Advance(absl::Duration d) { now_ += d; }
+
+  // The value of a call that must succeed (a helper cannot ASSERT; a failure throws, which the
+  // test reports and stops at).
+  template <typename T>
+  static T Must(absl::StatusOr<T> result, const char* what) {
+    if (!result.ok()) {
+      ADD_FAILURE() << what << ": " << result.status();
+      throw std::runtime_error(what);
+    }
+    return std::move(result).value();
+  }
+  static void Must(const absl::Status& status, const char* what) {
+    if (!status.ok()) {
+      ADD_FAILURE() << what << ": " << status;
+      throw std::runtime_error(what);
+    }
+  }
+
+  static JobSpec Spec(int priority = 0, int max_attempts = 4, int64_t min_memory_bytes = 0,
+                      const std::string& runner = "llama") {
+    JobSpec spec;
+    spec.team = "search";
+    spec.model = "/models/tiny.gguf";
+    spec.input_key = "inputs/in.jsonl";
+    spec.shard_size = kRecordsPerTask;
+    spec.priority = priority;
+    spec.max_attempts = max_attempts;
+    spec.requirements.min_memory_bytes = min_memory_bytes;
+    spec.requirements.runner = runner;
+    spec.runner_options = Json{{"n_parallel", 2}};
+    return spec;
+  }
+
+  static std::vector<Task> Shards(int n_tasks) {
+    std::vector<Task> tasks;
+    for (int i = 0; i < n_tasks; ++i) {
+      Task task;
+      task.index = i;
+      task.first_record = i * kRecordsPerTask;
+      task.n_records = kRecordsPerTask;
+      task.byte_begin = i * 1000;
+      task.byte_end = (i + 1) * 1000;
+      tasks.push_back(task);
+    }
+    return tasks;
+  }
+
+  // Creates a job and gives it `n_tasks` tasks of kRecordsPerTask records: a queued job. Time
+  // moves on a second, so jobs submitted one after the other have distinct ages.
+  std::string Submit(const JobSpec& spec, int n_tasks) {
+    Job job = Must(store_->CreateJob(spec, now_), "CreateJob");
+    Must(store_->AddTasks(job.id, Shards(n_tasks), n_tasks * kRecordsPerTask, now_), "AddTasks");
+    Advance(absl::Seconds(1));
+    return job.id;
+  }
+
+  std::string Register(const std::string& name, int64_t memory_bytes = 8 * kGiB,
+                       std::vector<std::string> runners = {"llama"}) {
+    ExecutorInfo info;
+    info.name = name;
+    info.os = "linux";
+    info.memory_bytes = memory_bytes;
+    info.runners = std::move(runners);
+    info.max_tasks = 4;
+    return Must(store_->RegisterExecutor("", info, now_), "RegisterExecutor").id;
+  }
+
+  std::vector<Lease> LeaseUpTo(const std::string& executor_id, int max_tasks) {
+    return Must(store_->LeaseTasks(executor_id, max_tasks, kTtl, now_), "LeaseTasks");
+  }
+
+  Job GetJob(const std::string& job_id) { return Must(store_->GetJob(job_id), "GetJob"); }
+  Task GetTask(const std::string& job_id, int64_t index) {
+    for (Task& task : Must(store_->ListTasks(job_id), "ListTasks")) {
+      if (task.index == index) return task;
+    }
+    ADD_FAILURE() << "no task " << job_id << "/" << index;
+    throw std::runtime_error("no such task");
+  }
+  Executor GetExecutor(const std::string& executor_id) {
+    return Must(store_->GetExecutor(executor_id), "GetExecutor");
+  }
+
+  static LeaseProgress Progress(const Lease& lease, int64_t done = 0, int64_t failed = 0) {
+    return LeaseProgress{lease.task.job_id, lease.task.index, lease.task.attempt, done, failed};
+  }
+
+  std::unique_ptr<MetadataStore> store_;
+  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
+};
+
+}  // namespace minions

@@ -1,0 +1,261 @@
+#include "store/sqlite/sqlite_metadata_store.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "metadata_store_contract.h"
+#include "store/sqlite/sqlite_migrations.h"
+
+namespace minions {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+// A folder for this test process's database files, removed when the tests end.
+class TempFolder : public ::testing::Environment {
+ public:
+  static const std::filesystem::path& Path() {
+    static const std::filesystem::path* path = [] {
+      std::string pattern = (std::filesystem::path(::testing::TempDir()) / "minions-store-XXXXXX").string();
+      if (mkdtemp(pattern.data()) == nullptr) std::abort();
+      return new std::filesystem::path(pattern);
+    }();
+    return *path;
+  }
+  // A file name no other store in this process has used.
+  static std::string NewDatabase() {
+    static std::atomic<int> counter{0};
+    return (Path() / ("store-" + std::to_string(counter++) + ".db")).string();
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(Path(), ignored);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kTempFolder = ::testing::AddGlobalTestEnvironment(new TempFolder);
+
+std::unique_ptr<SqliteMetadataStore> MustOpen(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<SqliteMetadataStore>> store = SqliteMetadataStore::Open(path, StoreOptions{});
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sqlite, MetadataStoreContract,
+    ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> { return MustOpen(":memory:"); }),
+                      StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                        return MustOpen(TempFolder::NewDatabase());
+                      })),
+    [](const ::testing::TestParamInfo<StoreFactory>& info) { return info.index == 0 ? "Memory" : "File"; });
+
+// Runs one query with the SQLite API directly, as another tool (or an older or newer binary) would.
+void RawExec(const std::string& path, const char* sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, &error), SQLITE_OK) << (error ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(db);
+}
+
+int64_t RawCount(const std::string& path, const char* sql) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  int64_t count = -1;
+  if (sqlite3_step(stmt) == SQLITE_ROW) count = sqlite3_column_int64(stmt, 0);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return count;
+}
+
+class SqliteMetadataStoreTest : public ::testing::Test {
+ protected:
+  const std::string path_ = TempFolder::NewDatabase();
+  const absl::Duration kTtl = absl::Seconds(30);
+  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
+
+  static std::vector<Task> Shards(int n) {
+    std::vector<Task> tasks(n);
+    for (int i = 0; i < n; ++i) {
+      tasks[i].index = i;
+      tasks[i].first_record = i;
+      tasks[i].n_records = 1;
+    }
+    return tasks;
+  }
+  std::string SubmitTo(MetadataStore& store, int n_tasks) {
+    JobSpec spec;
+    spec.model = "m.gguf";
+    absl::StatusOr<Job> job = store.CreateJob(spec, now_);
+    EXPECT_TRUE(job.ok()) << job.status();
+    EXPECT_TRUE(store.AddTasks(job->id, Shards(n_tasks), n_tasks, now_).ok());
+    return job->id;
+  }
+  std::string RegisterWith(MetadataStore& store, const std::string& name) {
+    ExecutorInfo info;
+    info.name = name;
+    info.memory_bytes = int64_t{8} << 30;
+    absl::StatusOr<Executor> executor = store.RegisterExecutor("", info, now_);
+    EXPECT_TRUE(executor.ok()) << executor.status();
+    return executor->id;
+  }
+};
+
+TEST_F(SqliteMetadataStoreTest, ReopeningAFileKeepsTheData) {
+  std::string job_id, executor_id;
+  {
+    auto store = MustOpen(path_);
+    ASSERT_NE(store, nullptr);
+    job_id = SubmitTo(*store, 3);
+    executor_id = RegisterWith(*store, "a");
+    ASSERT_OK(store->LeaseTasks(executor_id, 1, kTtl, now_));
+  }
+  auto reopened = MustOpen(path_);
+  ASSERT_NE(reopened, nullptr);
+  ASSERT_OK_AND_ASSIGN(Job job, reopened->GetJob(job_id));
+  EXPECT_EQ(job.state, JobState::kRunning);
+  EXPECT_EQ(job.spec.model, "m.gguf");
+  EXPECT_EQ(job.created_at, now_);
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> tasks, reopened->ListTasks(job_id));
+  ASSERT_THAT(tasks, SizeIs(3));
+  EXPECT_EQ(tasks[0].state, TaskState::kRunning);
+  EXPECT_EQ(tasks[0].executor_id, executor_id);
+  EXPECT_EQ(tasks[0].lease_expires_at, now_ + kTtl);
+  ASSERT_OK_AND_ASSIGN(Executor executor, reopened->GetExecutor(executor_id));
+  EXPECT_EQ(executor.info.name, "a");
+  // The lease is still the executor's, fenced as before.
+  EXPECT_OK(reopened->CompleteTask(executor_id, job_id, 0, 1, 1, 0, now_));
+}
+
+TEST_F(SqliteMetadataStoreTest, MigrationsAreAppliedOnce) {
+  for (int i = 0; i < 3; ++i) {
+    auto store = MustOpen(path_);
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK_AND_ASSIGN(int version, store->SchemaVersion());
+    EXPECT_EQ(version, sqlite_store::LatestSchemaVersion());
+  }
+  EXPECT_EQ(RawCount(path_, "SELECT COUNT(*) FROM schema_migrations"),
+            static_cast<int64_t>(sqlite_store::Migrations().size()));
+  EXPECT_EQ(RawCount(path_, "SELECT MAX(version) FROM schema_migrations"), sqlite_store::LatestSchemaVersion());
+  // The file is in WAL mode, so a watchdog process and a server can share it.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &stmt, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "wal");
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+}
+
+TEST_F(SqliteMetadataStoreTest, MigrationVersionsAreContiguous) {
+  int expected = 1;
+  for (const sqlite_store::Migration& migration : sqlite_store::Migrations()) {
+    EXPECT_EQ(migration.version, expected++) << migration.description;
+  }
+}
+
+TEST_F(SqliteMetadataStoreTest, ANewerSchemaIsRefused) {
+  { ASSERT_NE(MustOpen(path_), nullptr); }
+  const std::string future = absl::StrCat("INSERT INTO schema_migrations (version, applied_at) VALUES (",
+                                          sqlite_store::LatestSchemaVersion() + 1, ", 'tomorrow')");
+  RawExec(path_, future.c_str());
+  absl::StatusOr<std::unique_ptr<SqliteMetadataStore>> store = SqliteMetadataStore::Open(path_, StoreOptions{});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(store.status().message()), HasSubstr("newer"));
+  EXPECT_THAT(std::string(store.status().message()),
+              HasSubstr(absl::StrCat("schema version ", sqlite_store::LatestSchemaVersion() + 1)));
+}
+
+TEST_F(SqliteMetadataStoreTest, AnUnopenablePathIsAnError) {
+  absl::StatusOr<std::unique_ptr<SqliteMetadataStore>> store =
+      SqliteMetadataStore::Open((TempFolder::Path() / "no-such-dir" / "x.db").string(), StoreOptions{});
+  EXPECT_FALSE(store.ok());
+}
+
+TEST_F(SqliteMetadataStoreTest, InMemoryStoresAreSeparate) {
+  auto one = MustOpen(":memory:");
+  auto two = MustOpen(":memory:");
+  const std::string job_id = SubmitTo(*one, 1);
+  EXPECT_CODE(two->GetJob(job_id), kNotFound);
+}
+
+TEST_F(SqliteMetadataStoreTest, TwoStoresOnOneFileSeeEachOthersWrites) {
+  // A server and a watchdog process, each with its own connection to the file.
+  auto server = MustOpen(path_);
+  auto watchdog = MustOpen(path_);
+  ASSERT_NE(server, nullptr);
+  ASSERT_NE(watchdog, nullptr);
+
+  const std::string job_id = SubmitTo(*server, 1);
+  const std::string a = RegisterWith(*server, "a");
+  ASSERT_OK_AND_ASSIGN(std::vector<Lease> leases, server->LeaseTasks(a, 1, kTtl, now_));
+  ASSERT_THAT(leases, SizeIs(1));
+
+  ASSERT_OK_AND_ASSIGN(Job seen, watchdog->GetJob(job_id));
+  EXPECT_EQ(seen.state, JobState::kRunning);
+
+  now_ += absl::Minutes(1);
+  ASSERT_OK_AND_ASSIGN(std::vector<Executor> lost, watchdog->MarkLostExecutors(now_ - kTtl, now_));
+  EXPECT_THAT(lost, SizeIs(1));
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> expired, watchdog->ExpireLeases(now_, 10));
+  ASSERT_THAT(expired, SizeIs(1));
+
+  ASSERT_OK_AND_ASSIGN(Executor executor, server->GetExecutor(a));
+  EXPECT_EQ(executor.state, ExecutorState::kLost);
+  EXPECT_CODE(server->CompleteTask(a, job_id, 0, 1, 1, 0, now_), kFailedPrecondition);
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> tasks, server->ListTasks(job_id));
+  EXPECT_EQ(tasks[0].state, TaskState::kPending);
+}
+
+TEST_F(SqliteMetadataStoreTest, TwoStoresOnOneFileNeverGrantATaskTwice) {
+  constexpr int kTasks = 200;
+  auto first = MustOpen(path_);
+  auto second = MustOpen(path_);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  SubmitTo(*first, kTasks);
+  MetadataStore* stores[] = {first.get(), second.get(), first.get(), second.get()};
+  std::vector<std::string> executors;
+  for (int i = 0; i < 4; ++i) executors.push_back(RegisterWith(*stores[i], "exe" + std::to_string(i)));
+
+  std::vector<std::vector<int64_t>> granted(4);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      while (true) {
+        absl::StatusOr<std::vector<Lease>> leases = stores[t]->LeaseTasks(executors[t], 2, kTtl, now_);
+        if (!leases.ok()) {
+          ADD_FAILURE() << leases.status();
+          ++errors;
+          return;
+        }
+        if (leases->empty()) return;
+        for (const Lease& lease : *leases) granted[t].push_back(lease.task.index);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(errors.load(), 0);
+  std::set<int64_t> seen;
+  size_t total = 0;
+  for (const auto& indexes : granted) {
+    total += indexes.size();
+    seen.insert(indexes.begin(), indexes.end());
+  }
+  EXPECT_EQ(total, static_cast<size_t>(kTasks));
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kTasks));
+}
+
+}  // namespace
+}  // namespace minions
