@@ -88,6 +88,9 @@ absl::Status CheckModelFile(const std::string& path) {
 llama_flash_attn_type FlashAttnType(const std::string& option) {
   if (option == "on") return LLAMA_FLASH_ATTN_TYPE_ENABLED;
   if (option == "off") return LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  // On CPU, flash attention picks different kernels for different batch sizes, so a record's
+  // output would depend on what it was batched with; without a GPU, determinism wins.
+  if (!llama_supports_gpu_offload()) return LLAMA_FLASH_ATTN_TYPE_DISABLED;
   return LLAMA_FLASH_ATTN_TYPE_AUTO;
 }
 

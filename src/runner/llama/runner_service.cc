@@ -82,8 +82,11 @@ void RunnerService::ReadCommands() {
     buffer.erase(0, start);
   }
   if (!buffer.empty()) handle_line(buffer);
+  // End of input means the executor is gone: nobody will read what we compute, so stop now.
   std::lock_guard<std::mutex> lock(mu_);
   input_closed_ = true;
+  shutdown_ = true;
+  cancel_running_ = true;
   cv_.notify_all();
 }
 

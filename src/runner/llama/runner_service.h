@@ -21,7 +21,7 @@ namespace minions::llama_runner {
 class RunnerService {
  public:
   RunnerService(int input_fd, FILE* output);
-  // Serves until `shutdown` or end of input (after finishing the work already queued).
+  // Serves until `shutdown` or end of input (the executor is gone: work in progress is dropped).
   // Returns the process exit code.
   int Run();
 

@@ -1,0 +1,308 @@
+// End to end with real processes on loopback: a server, several executors, each running the real
+// llama.cpp runner on a test model.
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cli/sample_prompts.h"
+#include "common/json_util.h"
+#include "process_pool.h"
+
+namespace minions::testing {
+namespace {
+
+const std::string kBin = MINIONS_TEST_BIN_DIR;
+const std::string kModel = std::string(MINIONS_TEST_MODELS_DIR) + "/text.gguf";
+
+std::string TempDir(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("minions-it-" + std::to_string(getpid()) + "-" + name)).string();
+}
+
+std::string WriteInput(const std::string& dir, const std::vector<std::string>& lines) {
+  std::filesystem::create_directories(dir);
+  std::string path = dir + "/input.jsonl";
+  std::ofstream out(path);
+  for (const auto& l : lines) out << l << "\n";
+  return path;
+}
+
+v1::Job SubmitAndWait(ProcessPool& pool, const std::string& input, int64_t shard_size, const std::string& options,
+                      absl::Duration timeout) {
+  std::ifstream in(input);
+  std::stringstream data;
+  data << in.rdbuf();
+  v1::SubmitJobRequest request;
+  request.set_input(data.str());
+  request.set_model(kModel);
+  request.set_shard_size(shard_size);
+  request.set_runner_options_json(options);
+  cli::JobsClient client(pool.connection());
+  auto job = client.Submit(request);
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (!job.ok()) return {};
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    auto now = client.Get(job->id());
+    if (now.ok() && (now->state() == "completed" || now->state() == "failed" || now->state() == "cancelled")) {
+      return *now;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ADD_FAILURE() << "job " << job->id() << " did not finish in time; logs in " << pool.dir() << "/logs";
+  return *client.Get(job->id());
+}
+
+std::vector<Json> Lines(const std::string& text) {
+  std::vector<Json> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto parsed = ParseJson(line);
+    EXPECT_TRUE(parsed.ok()) << line;
+    if (parsed.ok()) out.push_back(*parsed);
+  }
+  return out;
+}
+
+std::string FetchResults(ProcessPool& pool, const std::string& job_id, bool errors) {
+  std::string all;
+  auto s = cli::JobsClient(pool.connection()).Results(job_id, errors, [&](const std::string& c) { all += c; });
+  EXPECT_TRUE(s.ok()) << s;
+  return all;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The parts of an output line that must not depend on where or when it ran. Generated text must
+// be identical; embedding vectors agree to rounding (mean pooling sums over however many tokens
+// share the batch), so they are compared separately and removed here.
+Json Normalised(Json line, std::vector<std::vector<float>>* embeddings = nullptr) {
+  if (line.contains("response") && line["response"].is_object() && line["response"].contains("body")) {
+    Json& body = line["response"]["body"];
+    body.erase("created");
+    if (body.contains("data") && body["data"].is_array()) {
+      for (auto& item : body["data"]) {
+        if (embeddings) embeddings->push_back(item["embedding"].get<std::vector<float>>());
+        item.erase("embedding");
+      }
+    }
+  }
+  return line;
+}
+
+double Cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    dot += double(a[i]) * b[i];
+    na += double(a[i]) * a[i];
+    nb += double(b[i]) * b[i];
+  }
+  return dot / std::sqrt(na * nb);
+}
+
+// Every custom_id of `lines` exactly once across output and errors.
+void ExpectEachRecordOnce(const std::vector<std::string>& lines, const std::vector<Json>& output,
+                          const std::vector<Json>& errors) {
+  std::map<std::string, int> seen;
+  int nulls = 0;
+  for (const auto* file : {&output, &errors}) {
+    for (const auto& l : *file) {
+      if (l["custom_id"].is_string()) {
+        ++seen[l["custom_id"].get<std::string>()];
+      } else {
+        ++nulls;  // a line too broken to name its record
+      }
+    }
+  }
+  int expected_nulls = 0;
+  for (const auto& line : lines) {
+    auto parsed = ParseJson(line);
+    if (!parsed.ok() || !parsed->contains("custom_id")) {
+      ++expected_nulls;
+      continue;
+    }
+    std::string id = (*parsed)["custom_id"].get<std::string>();
+    EXPECT_EQ(seen[id], 1) << id;
+    seen.erase(id);
+  }
+  EXPECT_TRUE(seen.empty()) << "unexpected custom_ids, e.g. " << (seen.empty() ? "" : seen.begin()->first);
+  EXPECT_EQ(nulls, expected_nulls);
+}
+
+TEST(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
+  std::string dir = TempDir("thousand");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
+  pool.StartServer();
+  for (const char* name : {"e1", "e2", "e3"}) pool.StartExecutor(name);
+  cli::SamplePromptOptions sample;
+  sample.records = 1000;
+  sample.max_tokens = 4;
+  auto lines = cli::SamplePromptLines(sample);
+  std::string input = WriteInput(dir, lines);
+
+  v1::Job job = SubmitAndWait(pool, input, 40, R"({"n_parallel": 4})", absl::Minutes(8));
+  ASSERT_EQ(job.state(), "completed") << job.error();
+  EXPECT_EQ(job.request_counts().total(), 1000);
+  EXPECT_EQ(job.request_counts().failed(), 2);  // the sample's two bad lines
+  EXPECT_EQ(job.n_tasks(), 25);
+  auto output = Lines(FetchResults(pool, job.id(), false));
+  auto errors = Lines(FetchResults(pool, job.id(), true));
+  ExpectEachRecordOnce(lines, output, errors);
+
+  // The same records through one runner in one process, batched differently.
+  Subprocess::Options sp;
+  sp.argv = {kBin + "/minions", "local-run", input, "--model", kModel, "-o", dir + "/local.jsonl", "--errors",
+             dir + "/local-errors.jsonl", "--parallel", "8", "--no-progress"};
+  sp.stderr_path = dir + "/local-run.log";
+  auto local = Subprocess::Start(sp);
+  ASSERT_TRUE(local.ok());
+  (*local)->CloseStdin();
+  while ((*local)->ReadLine().ok()) {
+  }
+  auto exit = (*local)->Wait(absl::Minutes(5));
+  ASSERT_TRUE(exit.ok() && exit->exited && exit->code == 0);
+  auto local_output = Lines(ReadFile(dir + "/local.jsonl"));
+  auto local_errors = Lines(ReadFile(dir + "/local-errors.jsonl"));
+  ASSERT_EQ(output.size(), local_output.size());
+  int embeddings_compared = 0;
+  for (size_t i = 0; i < output.size(); ++i) {
+    std::vector<std::vector<float>> a, b;
+    ASSERT_EQ(Normalised(output[i], &a), Normalised(local_output[i], &b)) << "output line " << i;
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t k = 0; k < a.size(); ++k) {
+      EXPECT_GT(Cosine(a[k], b[k]), 1 - 1e-5) << "output line " << i;
+      ++embeddings_compared;
+    }
+  }
+  EXPECT_GT(embeddings_compared, 10);
+  ASSERT_EQ(errors.size(), local_errors.size());
+  for (size_t i = 0; i < errors.size(); ++i) EXPECT_EQ(errors[i], local_errors[i]);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Pool, ASigkilledExecutorLosesNoRecord) {
+  std::string dir = TempDir("sigkill");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 2000);
+  pool.StartServer();
+  for (const char* name : {"e1", "e2", "e3"}) pool.StartExecutor(name);
+  cli::SamplePromptOptions sample;
+  sample.records = 240;
+  sample.max_tokens = 12;
+  sample.include_bad_lines = false;
+  auto lines = cli::SamplePromptLines(sample);
+  std::string input = WriteInput(dir, lines);
+
+  std::ifstream in(input);
+  std::stringstream data;
+  data << in.rdbuf();
+  v1::SubmitJobRequest request;
+  request.set_input(data.str());
+  request.set_model(kModel);
+  request.set_shard_size(20);
+  cli::JobsClient client(pool.connection());
+  auto job = client.Submit(request);
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  // Kill an executor while it holds a task.
+  std::string victim;
+  for (int i = 0; i < 300 && victim.empty(); ++i) {
+    auto executors = client.Executors();
+    if (executors.ok()) {
+      for (const auto& e : *executors) {
+        if (!e.current_tasks().empty()) victim = e.name();
+      }
+    }
+    if (victim.empty()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_FALSE(victim.empty()) << "no executor ever held a task";
+  pool.executor(victim).Signal(SIGKILL);
+
+  absl::Time deadline = absl::Now() + absl::Minutes(5);
+  v1::Job done;
+  while (absl::Now() < deadline) {
+    auto j = client.Get(job->id());
+    if (j.ok() && j->state() == "completed") {
+      done = *j;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ASSERT_EQ(done.state(), "completed");
+  EXPECT_EQ(done.request_counts().completed(), 240);
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
+  // The victim's task ran again under a new attempt; nothing is left leased.
+  auto tasks = client.Tasks(job->id());
+  ASSERT_TRUE(tasks.ok());
+  int retried = 0;
+  for (const auto& t : *tasks) {
+    EXPECT_EQ(t.state(), "succeeded");
+    retried += t.attempt() > 1;
+  }
+  EXPECT_GE(retried, 1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Pool, CancelStopsExecutorsWithinAHeartbeat) {
+  std::string dir = TempDir("cancel");
+  const int ttl_ms = 3000;
+  ProcessPool pool(kBin + "/minions", dir + "/pool", ttl_ms);
+  pool.StartServer();
+  for (const char* name : {"e1", "e2"}) pool.StartExecutor(name);
+  cli::SamplePromptOptions sample;
+  sample.records = 400;
+  sample.max_tokens = 200;
+  sample.include_bad_lines = false;
+  sample.include_embeddings = false;
+  std::string input = WriteInput(dir, cli::SamplePromptLines(sample));
+  std::ifstream in(input);
+  std::stringstream data;
+  data << in.rdbuf();
+  v1::SubmitJobRequest request;
+  request.set_input(data.str());
+  request.set_model(kModel);
+  request.set_shard_size(50);
+  cli::JobsClient client(pool.connection());
+  auto job = client.Submit(request);
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  auto busy_executors = [&] {
+    int busy = 0;
+    auto executors = client.Executors();
+    if (executors.ok()) {
+      for (const auto& e : *executors) busy += !e.current_tasks().empty() || e.state() == "busy";
+    }
+    return busy;
+  };
+  for (int i = 0; i < 300 && busy_executors() < 2; ++i) absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_EQ(busy_executors(), 2);
+
+  auto cancelled = client.Cancel(job->id());
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), "cancelled");
+  absl::Time at = absl::Now();
+  // Within a heartbeat the executors hear of it and stop; the heartbeat after reports them idle.
+  while (absl::Now() - at < absl::Milliseconds(ttl_ms) * 2 && busy_executors() > 0) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  double seconds = absl::ToDoubleSeconds(absl::Now() - at);
+  EXPECT_EQ(busy_executors(), 0);
+  EXPECT_LT(seconds, 2.0 * ttl_ms / 3 / 1000 + 1.0) << "executors took " << seconds << " s to stop";
+  auto results = cli::JobsClient(pool.connection()).Results(job->id(), false, [](const std::string&) {});
+  EXPECT_TRUE(absl::IsFailedPrecondition(results));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace minions::testing

@@ -1,0 +1,379 @@
+#include "server/job_finalizer.h"
+
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "blob/local/local_blob_store.h"
+#include "runner/batch_record.h"
+#include "server/job_splitter.h"
+#include "server/keys.h"
+#include "server_test_util.h"
+#include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/fake_clock.h"
+
+namespace minions::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr absl::Duration kTtl = absl::Seconds(30);
+
+// Non-empty lines of a JSONL text.
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) out.emplace_back(line);
+  return out;
+}
+
+// The custom_id of each line of a JSONL text.
+std::vector<std::string> CustomIds(const std::string& text) {
+  std::vector<std::string> ids;
+  for (const std::string& line : Lines(text)) {
+    auto json = ParseJson(line);
+    if (!json.ok() || !json->contains("custom_id")) {
+      ids.push_back("<bad line: " + line + ">");
+    } else {
+      ids.push_back((*json)["custom_id"].is_string() ? (*json)["custom_id"].get<std::string>() : "<null>");
+    }
+  }
+  return ids;
+}
+
+class JobFinalizerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = SqliteMetadataStore::Open(":memory:", StoreOptions{});
+    ASSERT_OK(store);
+    store_ = std::move(*store);
+    auto blobs = LocalBlobStore::Open(dir_.File("blobs"));
+    ASSERT_OK(blobs);
+    blobs_ = std::move(*blobs);
+    ExecutorInfo info;
+    info.name = "test-executor";
+    info.memory_bytes = int64_t{8} << 30;
+    info.runners = {"llama"};
+    info.max_tasks = 8;
+    auto executor = store_->RegisterExecutor("", info, clock_.Now());
+    ASSERT_OK(executor);
+    executor_ = executor->id;
+  }
+
+  // Stores `input`, splits it into tasks of `shard_size` records and makes a queued job of it.
+  std::string MakeJob(const std::string& input, int64_t shard_size, const std::string& name = "in") {
+    std::string key = absl::StrCat("inputs/", name, ".jsonl");
+    EXPECT_OK(blobs_->Put(key, input));
+    auto split = SplitInput(*blobs_, key, shard_size);
+    EXPECT_OK(split);
+    JobSpec spec;
+    spec.model = "/models/tiny.gguf";
+    spec.input_key = key;
+    spec.shard_size = shard_size;
+    spec.max_attempts = 3;
+    auto job = store_->CreateJob(spec, clock_.Now());
+    EXPECT_OK(job);
+    EXPECT_OK(store_->AddTasks(job->id, split->tasks, split->total_records, clock_.Now()));
+    return job->id;
+  }
+
+  std::vector<Lease> LeaseAll() {
+    auto leases = store_->LeaseTasks(executor_, 16, kTtl, clock_.Now());
+    EXPECT_OK(leases);
+    return leases.ok() ? *leases : std::vector<Lease>{};
+  }
+
+  // What an executor does at the end of an attempt: upload the per-attempt objects, then report.
+  void Upload(const std::string& job_id, int64_t task, int attempt, const std::string& output,
+              const std::string& errors) {
+    ASSERT_OK(blobs_->Put(keys::TaskOutput(job_id, task, attempt), output));
+    ASSERT_OK(blobs_->Put(keys::TaskErrors(job_id, task, attempt), errors));
+  }
+  void Complete(const std::string& job_id, int64_t task, int attempt, int64_t done, int64_t failed = 0) {
+    ASSERT_OK(store_->CompleteTask(executor_, job_id, task, attempt, done, failed, clock_.Now()));
+  }
+
+  Job GetJob(const std::string& job_id) {
+    auto job = store_->GetJob(job_id);
+    EXPECT_OK(job);
+    return job.ok() ? *job : Job{};
+  }
+  std::string Get(const std::string& key) {
+    auto data = blobs_->Get(key);
+    EXPECT_OK(data);
+    return data.ok() ? *data : "";
+  }
+  Json Manifest(const Job& job) {
+    auto json = ParseJson(Get(job.manifest_key));
+    EXPECT_OK(json);
+    return json.ok() ? *json : Json();
+  }
+
+  static std::string Out(std::initializer_list<std::string> ids, const std::string& text = "ok") {
+    std::string out;
+    for (const auto& id : ids) absl::StrAppend(&out, OutputLine(id, text), "\n");
+    return out;
+  }
+  static std::string Err(std::initializer_list<std::string> ids) {
+    std::string out;
+    for (const auto& id : ids) absl::StrAppend(&out, DumpJson(MakeErrorLine(id, "invalid_request", "bad")), "\n");
+    return out;
+  }
+
+  TempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<SqliteMetadataStore> store_;
+  std::unique_ptr<LocalBlobStore> blobs_;
+  std::string executor_;
+};
+
+// r0..r7: tasks [r0 r1 r2] [r3 r4 r5] [r6 r7].
+std::string EightRecords() {
+  std::string input;
+  for (int i = 0; i < 8; ++i) absl::StrAppend(&input, RequestLine(absl::StrCat("r", i)), "\n");
+  return input;
+}
+
+TEST_F(JobFinalizerTest, MergesOutOfOrderCompletionsInInputOrder) {
+  std::string job_id = MakeJob(EightRecords(), 3);
+  ASSERT_EQ(GetJob(job_id).n_tasks, 3);
+  std::vector<Lease> leases = LeaseAll();
+  ASSERT_EQ(leases.size(), 3u);
+  for (const Lease& lease : leases) ASSERT_EQ(lease.task.attempt, 1);
+
+  // Task 2 finishes first, then 0, then 1 (which has an error line for r4).
+  Upload(job_id, 2, 1, Out({"r6", "r7"}), "");
+  Complete(job_id, 2, 1, 2);
+  clock_.Advance(absl::Seconds(1));
+  Upload(job_id, 0, 1, Out({"r0", "r1", "r2"}), "");
+  Complete(job_id, 0, 1, 3);
+  EXPECT_EQ(GetJob(job_id).state, JobState::kRunning);
+  // Before the last task, there is nothing to finalise.
+  JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
+  ASSERT_OK_AND_ASSIGN(Job early, finalizer.Finalize(job_id));
+  EXPECT_EQ(early.state, JobState::kRunning);
+  EXPECT_FALSE(blobs_->Size(keys::JobOutput(job_id)).ok());
+
+  Upload(job_id, 1, 1, Out({"r3", "r5"}), Err({"r4"}));
+  Complete(job_id, 1, 1, 3, 1);
+  ASSERT_EQ(GetJob(job_id).state, JobState::kFinalizing);
+
+  ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
+  EXPECT_EQ(job.state, JobState::kCompleted);
+  EXPECT_EQ(job.output_key, keys::JobOutput(job_id));
+  EXPECT_EQ(job.errors_key, keys::JobErrors(job_id));
+  EXPECT_EQ(job.manifest_key, keys::JobManifest(job_id));
+  EXPECT_EQ(job.counts.total, 8);
+  EXPECT_EQ(job.counts.completed, 7);
+  EXPECT_EQ(job.counts.failed, 1);
+  EXPECT_TRUE(job.finished_at.has_value());
+
+  EXPECT_THAT(CustomIds(Get(job.output_key)), ElementsAre("r0", "r1", "r2", "r3", "r5", "r6", "r7"));
+  EXPECT_THAT(CustomIds(Get(job.errors_key)), ElementsAre("r4"));
+
+  Json manifest = Manifest(job);
+  EXPECT_EQ(manifest["job_id"], job_id);
+  EXPECT_EQ(manifest["request_counts"]["total"], 8);
+  EXPECT_EQ(manifest["request_counts"]["failed"], 1);
+  ASSERT_EQ(manifest["tasks"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    const Json& entry = manifest["tasks"][i];
+    EXPECT_EQ(entry["index"], i);
+    EXPECT_EQ(entry["state"], "succeeded");
+    EXPECT_EQ(entry["attempt"], 1);
+    EXPECT_EQ(entry["output_key"], keys::TaskOutput(job_id, i, 1));
+    EXPECT_EQ(entry["errors_key"], keys::TaskErrors(job_id, i, 1));
+  }
+  EXPECT_EQ(manifest["tasks"][1]["records_failed"], 1);
+}
+
+TEST_F(JobFinalizerTest, TaskOutputsWithoutAFinalNewlineStillMergeIntoSeparateLines) {
+  std::string job_id = MakeJob(EightRecords(), 3);
+  ASSERT_EQ(LeaseAll().size(), 3u);
+  auto chop = [](std::string s) {
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  };
+  Upload(job_id, 0, 1, chop(Out({"r0", "r1", "r2"})), "");
+  Upload(job_id, 1, 1, chop(Out({"r3", "r4"})), chop(Err({"r5"})));
+  Upload(job_id, 2, 1, Out({"r6", "r7"}), Err({}));
+  Complete(job_id, 0, 1, 3);
+  Complete(job_id, 1, 1, 3, 1);
+  Complete(job_id, 2, 1, 2);
+  JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
+  ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
+  ASSERT_EQ(job.state, JobState::kCompleted);
+  EXPECT_THAT(CustomIds(Get(job.output_key)), ElementsAre("r0", "r1", "r2", "r3", "r4", "r6", "r7"));
+  EXPECT_THAT(CustomIds(Get(job.errors_key)), ElementsAre("r5"));
+}
+
+TEST_F(JobFinalizerTest, AMissingErrorsObjectMeansNoErrorLines) {
+  std::string job_id = MakeJob(EightRecords(), 100);
+  ASSERT_EQ(LeaseAll().size(), 1u);
+  ASSERT_OK(blobs_->Put(keys::TaskOutput(job_id, 0, 1), Out({"r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"})));
+  Complete(job_id, 0, 1, 8);
+  JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
+  ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
+  ASSERT_EQ(job.state, JobState::kCompleted);
+  EXPECT_EQ(Lines(Get(job.output_key)).size(), 8u);
+  EXPECT_EQ(Get(job.errors_key), "");
+}
+
+TEST_F(JobFinalizerTest, ARerunTaskUsesItsLastAttemptsObjects) {
+  std::string job_id = MakeJob(EightRecords(), 3);
+  ASSERT_EQ(LeaseAll().size(), 3u);
+  // Attempt 1 of task 1 uploads, then fails (it crashed before reporting, say): its objects stay.
+  Upload(job_id, 1, 1, Out({"r3", "r4", "r5"}, "STALE"), Err({"r4"}));
+  ASSERT_OK(store_->FailTask(executor_, job_id, 1, 1, FailureClass::kRetryable, "runner crashed", clock_.Now()));
+  Upload(job_id, 0, 1, Out({"r0", "r1", "r2"}), "");
+  Complete(job_id, 0, 1, 3);
+  Upload(job_id, 2, 1, Out({"r6", "r7"}), "");
+  Complete(job_id, 2, 1, 2);
+
+  clock_.Advance(absl::Minutes(1));  // past the retry backoff
+  std::vector<Lease> again = LeaseAll();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].task.index, 1);
+  EXPECT_EQ(again[0].task.attempt, 2);
+  Upload(job_id, 1, 2, Out({"r3", "r4", "r5"}, "fresh"), "");
+  Complete(job_id, 1, 2, 3);
+
+  JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
+  ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
+  ASSERT_EQ(job.state, JobState::kCompleted);
+  std::string output = Get(job.output_key);
+  EXPECT_THAT(CustomIds(output), ElementsAre("r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"));
+  EXPECT_THAT(output, HasSubstr("fresh"));
+  EXPECT_THAT(output, ::testing::Not(HasSubstr("STALE")));
+  EXPECT_EQ(Get(job.errors_key), "");  // attempt 1's error line is not read
+  EXPECT_EQ(job.counts.failed, 0);
+  // The stale objects are still there, beside the winner's.
+  EXPECT_TRUE(blobs_->Size(keys::TaskOutput(job_id, 1, 1)).ok());
+
+  Json manifest = Manifest(job);
+  EXPECT_EQ(manifest["tasks"][0]["attempt"], 1);
+  EXPECT_EQ(manifest["tasks"][1]["attempt"], 2);
+  EXPECT_EQ(manifest["tasks"][1]["failures"], 1);
+  EXPECT_EQ(manifest["tasks"][1]["output_key"], keys::TaskOutput(job_id, 1, 2));
+  EXPECT_EQ(manifest["tasks"][1]["errors_key"], keys::TaskErrors(job_id, 1, 2));
+}
+
+TEST_F(JobFinalizerTest, APermanentlyFailedTaskGetsAnErrorLinePerRecord) {
+  // Task 1 holds r3, an invalid line that still names its custom_id, a blank line, and r5.
+  std::string input = absl::StrCat(RequestLine("r0"), "\n", RequestLine("r1"), "\n", RequestLine("r2"), "\n",
+                                   RequestLine("r3"), "\n", R"({"custom_id":"bad4","method":"GET"})", "\n",
+                                   "\r\n", RequestLine("r5"), "\n", RequestLine("r6"), "\n");
+  std::string job_id = MakeJob(input, 3);
+  ASSERT_EQ(GetJob(job_id).n_tasks, 3);
+  ASSERT_EQ(LeaseAll().size(), 3u);
+  Upload(job_id, 0, 1, Out({"r0", "r1"}), Err({"r2"}));
+  Complete(job_id, 0, 1, 3, 1);
+  ASSERT_OK(store_->FailTask(executor_, job_id, 1, 1, FailureClass::kPermanent, "model file is corrupt",
+                             clock_.Now()));
+  Upload(job_id, 2, 1, Out({"r6"}), "");
+  Complete(job_id, 2, 1, 1);
+
+  JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
+  ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
+  ASSERT_EQ(job.state, JobState::kCompleted);
+  EXPECT_EQ(job.counts.total, 7);
+  EXPECT_EQ(job.counts.completed, 3);
+  EXPECT_EQ(job.counts.failed, 4);
+  EXPECT_THAT(CustomIds(Get(job.output_key)), ElementsAre("r0", "r1", "r6"));
+  std::string errors = Get(job.errors_key);
+  EXPECT_THAT(CustomIds(errors), ElementsAre("r2", "r3", "bad4", "r5"));
+  std::vector<std::string> lines = Lines(errors);
+  ASSERT_EQ(lines.size(), 4u);
+  for (int i = 1; i < 4; ++i) {
+    SCOPED_TRACE(lines[i]);
+    auto line = ParseJson(lines[i]);
+    ASSERT_OK(line);
+    EXPECT_EQ((*line)["error"]["code"], "task_failed");
+    EXPECT_THAT((*line)["error"]["message"].get<std::string>(), HasSubstr("model file is corrupt"));
+    EXPECT_TRUE((*line)["response"].is_null());
+  }
+
+  Json manifest = Manifest(job);
+  EXPECT_EQ(manifest["tasks"][1]["state"], "failed");
+  EXPECT_EQ(manifest["tasks"][1]["error"], "model file is corrupt");
+  EXPECT_FALSE(manifest["tasks"][1].contains("output_key"));
+}
+
+TEST_F(JobFinalizerTest, TwoServersFinalisingOneJobBothSucceedOnce) {
+  std::string job_id = MakeJob(EightRecords(), 3);
+  ASSERT_EQ(LeaseAll().size(), 3u);
+  Upload(job_id, 0, 1, Out({"r0", "r1", "r2"}), "");
+  Upload(job_id, 1, 1, Out({"r3", "r4", "r5"}), "");
+  Upload(job_id, 2, 1, Out({"r6", "r7"}), "");
+  Complete(job_id, 0, 1, 3);
+  Complete(job_id, 1, 1, 3);
+  Complete(job_id, 2, 1, 2);
+
+  // Two servers at once, on one store and one object store.
+  JobFinalizer a(store_.get(), blobs_.get(), &clock_);
+  JobFinalizer b(store_.get(), blobs_.get(), &clock_);
+  absl::StatusOr<Job> result_a, result_b;
+  std::thread ta([&] { result_a = a.Finalize(job_id); });
+  std::thread tb([&] { result_b = b.Finalize(job_id); });
+  ta.join();
+  tb.join();
+  ASSERT_OK(result_a);
+  ASSERT_OK(result_b);
+  EXPECT_EQ(result_a->state, JobState::kCompleted);
+  EXPECT_EQ(result_b->state, JobState::kCompleted);
+  EXPECT_EQ(result_a->output_key, result_b->output_key);
+  EXPECT_EQ(result_a->finished_at, result_b->finished_at);  // one FinishJob won
+
+  // And one after the other: the second sees a completed job and changes nothing.
+  clock_.Advance(absl::Minutes(5));
+  ASSERT_OK_AND_ASSIGN(Job again, b.Finalize(job_id));
+  EXPECT_EQ(again.state, JobState::kCompleted);
+  EXPECT_EQ(again.finished_at, result_a->finished_at);
+  EXPECT_THAT(CustomIds(Get(again.output_key)), ElementsAre("r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"));
+  // No temporary files left next to the results.
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> results, blobs_->List(absl::StrCat("jobs/", job_id, "/results/")));
+  EXPECT_EQ(results.size(), 3u) << ::testing::PrintToString(results);
+}
+
+TEST_F(JobFinalizerTest, FinalizeOfAnUnknownJobIsNotFound) {
+  JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
+  EXPECT_EQ(finalizer.Finalize("job-000000000000").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobFinalizerTest, FinalizeReadyPicksUpEveryFinalizingJob) {
+  std::string first = MakeJob(EightRecords(), 100, "first");
+  std::string second = MakeJob(EightRecords(), 100, "second");
+  std::string running = MakeJob(EightRecords(), 100, "running");
+  std::vector<Lease> leases = LeaseAll();
+  ASSERT_EQ(leases.size(), 3u);
+  for (const std::string& job_id : {first, second}) {
+    Upload(job_id, 0, 1, Out({"r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"}, job_id), "");
+    Complete(job_id, 0, 1, 8);
+    ASSERT_EQ(GetJob(job_id).state, JobState::kFinalizing);
+  }
+  ASSERT_OK_AND_ASSIGN(auto waiting, store_->JobsToFinalize(10));
+  ASSERT_EQ(waiting.size(), 2u);
+
+  JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
+  ASSERT_OK_AND_ASSIGN(int done, finalizer.FinalizeReady());
+  EXPECT_EQ(done, 2);
+  for (const std::string& job_id : {first, second}) {
+    Job job = GetJob(job_id);
+    EXPECT_EQ(job.state, JobState::kCompleted);
+    std::string output = Get(job.output_key);
+    EXPECT_EQ(Lines(output).size(), 8u);
+    EXPECT_THAT(output, HasSubstr(job_id));  // each job got its own tasks' output
+  }
+  EXPECT_EQ(GetJob(running).state, JobState::kRunning);
+  EXPECT_EQ(GetJob(running).output_key, "");
+  ASSERT_OK_AND_ASSIGN(auto none, store_->JobsToFinalize(10));
+  EXPECT_THAT(none, IsEmpty());
+  ASSERT_OK_AND_ASSIGN(int again, finalizer.FinalizeReady());
+  EXPECT_EQ(again, 0);
+}
+
+}  // namespace
+}  // namespace minions::testing
