@@ -2,9 +2,9 @@
 
 #include <signal.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -21,15 +21,13 @@ std::string ReadFileOr(const std::string& path, const std::string& fallback) {
   return fallback;
 }
 
-v1::LeaseRef RefOf(const v1::TaskLease& lease, int64_t done, int64_t failed) {
-  v1::LeaseRef ref = lease.ref();
-  ref.set_records_done(done);
-  ref.set_records_failed(failed);
-  return ref;
-}
-
 bool SameLease(const v1::LeaseRef& a, const v1::LeaseRef& b) {
   return a.job_id() == b.job_id() && a.task_index() == b.task_index() && a.attempt() == b.attempt();
+}
+
+std::string Describe(const v1::TaskLease& lease) {
+  return absl::StrCat("job=", lease.ref().job_id(), " task=", lease.ref().task_index(),
+                      " attempt=", lease.ref().attempt());
 }
 
 }  // namespace
@@ -38,6 +36,7 @@ ExecutorAgent::ExecutorAgent(AgentOptions options, std::unique_ptr<ControlPlaneC
                              std::unique_ptr<BlobClient> blobs, Clock* clock)
     : options_(std::move(options)), client_(std::move(client)), blobs_(std::move(blobs)), clock_(clock) {
   if (options_.runner_command.empty()) options_.runner_command = {SiblingProgram("minions-llama-runner")};
+  options_.max_prefetch = std::max(1, options_.max_prefetch);
 }
 
 ExecutorAgent::~ExecutorAgent() {
@@ -51,6 +50,13 @@ std::string ExecutorAgent::id() const {
   return id_;
 }
 
+std::vector<ExecutorAgent::TaskPtr> ExecutorAgent::ActiveTasks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<TaskPtr> tasks;
+  for (const auto& [batch, task] : active_) tasks.push_back(task);
+  return tasks;
+}
+
 void ExecutorAgent::Drain() {
   drain_ = true;
   clock_->Wake();
@@ -60,7 +66,9 @@ void ExecutorAgent::Stop() {
   stop_ = true;
   drain_ = true;
   std::lock_guard<std::mutex> lock(mu_);
-  if (active_ && runner_) (void)runner_->Cancel(active_->batch);
+  if (runner_) {
+    for (const auto& [batch, task] : active_) (void)runner_->Cancel(batch);
+  }
   clock_->Wake();
 }
 
@@ -71,7 +79,9 @@ absl::Status ExecutorAgent::Register() {
     std::lock_guard<std::mutex> lock(mu_);
     request.set_executor_id(id_.empty() && !id_file.empty() ? ReadFileOr(id_file, "") : id_);
   }
-  *request.mutable_capabilities() = DetectCapabilities(options_.name);
+  v1::Capabilities capabilities = DetectCapabilities(options_.name);
+  capabilities.set_max_tasks(options_.max_prefetch);
+  *request.mutable_capabilities() = capabilities;
   auto reply = client_->Register(request);
   if (!reply.ok()) return reply.status();
   ttl_ms_ = std::max<int64_t>(reply->lease_ttl_ms(), 300);
@@ -90,6 +100,13 @@ absl::Status ExecutorAgent::Register() {
   return absl::OkStatus();
 }
 
+int ExecutorAgent::PrefetchWindow() const {
+  // Enough tasks to cover prefetch_target beyond the one running; at least two so the runner
+  // always has the next task queued.
+  double want = 1 + absl::ToDoubleSeconds(options_.prefetch_target) / std::max(avg_task_seconds_, 1e-3);
+  return std::clamp(static_cast<int>(std::ceil(want)), 2, options_.max_prefetch);
+}
+
 absl::Status ExecutorAgent::Run() {
   // Register, riding out a server that is not up yet.
   absl::Duration backoff = absl::Milliseconds(100);
@@ -104,22 +121,32 @@ absl::Status ExecutorAgent::Run() {
   }
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
 
-  while (!drain_) {
-    v1::LeaseRequest request;
-    request.set_executor_id(id());
-    request.set_max_tasks(1);
-    auto reply = client_->Lease(request);
-    if (!reply.ok()) {
-      if (absl::IsNotFound(reply.status())) (void)Register();  // the server forgot us (new database)
-      MINIONS_LOG(Debug) << "lease failed: " << reply.status().message();
-      clock_->SleepFor(std::max(options_.idle_poll, absl::Milliseconds(500)));
+  while (true) {
+    size_t active;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      active = active_.size();
+    }
+    if (drain_ && active == 0) break;
+    if (!drain_) LeaseMore();
+    FeedRunner();
+    bool in_runner = false;
+    for (const auto& task : ActiveTasks()) in_runner |= task->in_runner;
+    if (!in_runner) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        active = active_.size();
+      }
+      if (active == 0) clock_->SleepFor(options_.idle_poll);
       continue;
     }
-    if (reply->leases().empty()) {
-      clock_->SleepFor(options_.idle_poll);
-      continue;
+    // Wait for the runner; come back soon enough to top up the window.
+    auto event = runner_->NextEvent(absl::Milliseconds(50));
+    if (event.ok()) {
+      OnEvent(*event);
+    } else if (!absl::IsDeadlineExceeded(event.status())) {
+      OnRunnerDied(event.status());
     }
-    for (const auto& lease : reply->leases()) RunTask(lease);
   }
 
   heartbeat_stop_ = true;
@@ -135,70 +162,83 @@ absl::Status ExecutorAgent::Run() {
   return absl::OkStatus();
 }
 
-void ExecutorAgent::HeartbeatLoop() {
-  absl::Time last_renewed = clock_->Now();
-  while (!heartbeat_stop_) {
-    absl::Duration ttl = absl::Milliseconds(ttl_ms_.load());
-    clock_->SleepFor(ttl / 3);
-    if (heartbeat_stop_) break;
-    std::shared_ptr<ActiveTask> task;
-    v1::HeartbeatRequest request;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      task = active_;
-      request.set_executor_id(id_);
-    }
-    request.set_state(drain_ ? "draining" : (task ? "busy" : "available"));
-    if (task) *request.add_leases() = RefOf(task->lease, task->records_done, task->records_failed);
-    auto reply = client_->Heartbeat(request);
-    absl::Time now = clock_->Now();
-    if (!reply.ok()) {
-      MINIONS_LOG(Warning) << "heartbeat failed: " << reply.status().message();
-      if (task && now - last_renewed >= ttl && !task->lease_lost.exchange(true)) {
-        // The lease has run out on the server's side too: the task is someone else's now.
-        KillRunner("could not renew the lease for a whole TTL");
-      }
-      continue;
-    }
-    last_renewed = now;
-    if (reply->reregister()) {
-      (void)Register();
-      continue;
-    }
-    if (reply->drain() && !drain_) {
-      MINIONS_LOG(Info) << "the server asked this executor to drain";
-      Drain();
-    }
-    for (const auto& ref : reply->cancel()) {
-      if (task && SameLease(ref, task->lease.ref()) && !task->cancelled.exchange(true)) {
-        MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
-                          << " cancelled by the server";
-        std::lock_guard<std::mutex> lock(mu_);
-        if (runner_) (void)runner_->Cancel(task->batch);
-      }
-    }
-  }
-}
-
-void ExecutorAgent::KillRunner(const char* why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (runner_) {
-    MINIONS_LOG(Warning) << "killing the runner: " << why;
-    ::kill(runner_->pid(), SIGKILL);
-  }
-}
-
-absl::Status ExecutorAgent::PrepareRunner(const v1::TaskLease& lease) {
-  if (!runner_) {
-    RunnerProcess::Options options;
-    options.command = options_.runner_command;
-    options.stderr_path = options_.runner_log;
-    auto runner = RunnerProcess::Start(options);
-    if (!runner.ok()) return runner.status();
+int ExecutorAgent::LeaseMore() {
+  size_t held;
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    runner_ = std::move(*runner);
-    loaded_model_.clear();
+    held = active_.size();
   }
+  int window = PrefetchWindow();
+  // Top up when half the window is free (one lease call brings several tiny tasks); an idle
+  // executor polls every idle_poll, a busy one at most every 50 ms when the queue is dry.
+  if (static_cast<int>(held) > window / 2) return 0;
+  absl::Time now = clock_->Now();
+  absl::Duration pause = held == 0 ? options_.idle_poll : absl::Milliseconds(50);
+  if (now - last_empty_lease_ < pause) return 0;
+  v1::LeaseRequest request;
+  request.set_executor_id(id());
+  request.set_max_tasks(window - static_cast<int>(held));
+  auto reply = client_->Lease(request);
+  if (!reply.ok()) {
+    if (absl::IsNotFound(reply.status())) (void)Register();  // the server forgot us (new database)
+    MINIONS_LOG(Debug) << "lease failed: " << reply.status().message();
+    last_empty_lease_ = now;
+    return 0;
+  }
+  if (reply->leases().empty()) {
+    last_empty_lease_ = now;
+    return 0;
+  }
+  for (const auto& lease : reply->leases()) {
+    TaskPtr task = Stage(lease);
+    if (task) staged_.push_back(task);
+  }
+  return reply->leases_size();
+}
+
+ExecutorAgent::TaskPtr ExecutorAgent::Stage(const v1::TaskLease& lease) {
+  auto task = std::make_shared<ActiveTask>();
+  task->lease = lease;
+  task->batch = absl::StrCat(lease.ref().job_id(), "/", lease.ref().task_index(), "#", lease.ref().attempt());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    active_[task->batch] = task;  // heartbeats cover it from now on
+  }
+  auto input = blobs_->GetRange(lease.input_url(), lease.byte_begin(), lease.byte_end());
+  if (!input.ok()) {
+    Report(task, absl::Status(input.status().code(), absl::StrCat("cannot read the input: ", input.status().message())),
+           FailureClass::kRetryable);
+    Forget(task);
+    return nullptr;
+  }
+  task->records = SplitRecordLines(*input);
+  if (static_cast<int64_t>(task->records.size()) != lease.n_records()) {
+    Report(task,
+           absl::DataLossError(absl::StrCat("the input range holds ", task->records.size(), " records, the task ",
+                                            lease.n_records())),
+           FailureClass::kPermanent);
+    Forget(task);
+    return nullptr;
+  }
+  task->outputs.resize(task->records.size());
+  return task;
+}
+
+absl::Status ExecutorAgent::EnsureRunner() {
+  if (runner_) return absl::OkStatus();
+  RunnerProcess::Options options;
+  options.command = options_.runner_command;
+  options.stderr_path = options_.runner_log;
+  auto runner = RunnerProcess::Start(options);
+  if (!runner.ok()) return runner.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  runner_ = std::move(*runner);
+  loaded_model_.clear();
+  loaded_options_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status ExecutorAgent::LoadModel(const v1::TaskLease& lease) {
   runner_protocol::LoadRequest load;
   load.model = lease.model();
   if (!lease.runner_options_json().empty()) {
@@ -215,25 +255,205 @@ absl::Status ExecutorAgent::PrepareRunner(const v1::TaskLease& lease) {
   }
   auto info = runner_->Load(load);
   if (!info.ok()) return info.status();
-  loaded_model_ = load.model;
+  loaded_model_ = lease.model();
+  loaded_options_ = lease.runner_options_json();
   return absl::OkStatus();
 }
 
-void ExecutorAgent::Report(const std::shared_ptr<ActiveTask>& task, absl::Status outcome, FailureClass failure) {
-  const auto& ref = task->lease.ref();
+void ExecutorAgent::FeedRunner() {
+  while (!staged_.empty()) {
+    TaskPtr task = staged_.front();
+    if (task->cancelled || task->lease_lost || stop_) {
+      staged_.pop_front();
+      if (stop_ && !task->cancelled && !task->lease_lost) {
+        Report(task, absl::AbortedError("the executor is stopping"), FailureClass::kPreempted);
+      }
+      Forget(task);
+      continue;
+    }
+    const auto& lease = task->lease;
+    bool same_model = runner_ && loaded_model_ == lease.model() && loaded_options_ == lease.runner_options_json();
+    if (!same_model) {
+      // A model change waits until the runner has finished the previous model's tasks.
+      for (const auto& other : ActiveTasks()) {
+        if (other->in_runner) return;
+      }
+      absl::Status s = EnsureRunner();
+      if (s.ok()) s = LoadModel(lease);
+      if (!s.ok()) {
+        // A model that cannot be loaded will not load next time either; a runner that will not
+        // start may be a passing problem of this machine.
+        bool load_error = absl::IsInvalidArgument(s) || absl::IsNotFound(s);
+        if (!load_error) {
+          std::lock_guard<std::mutex> lock(mu_);
+          runner_.reset();
+        }
+        staged_.pop_front();
+        Report(task, absl::Status(s.code(), absl::StrCat(load_error ? "cannot load the model: " : "runner: ", s.message())),
+               load_error ? FailureClass::kPermanent : FailureClass::kRetryable);
+        Forget(task);
+        continue;
+      }
+    }
+    if (absl::Status s = runner_->StartBatch(task->batch, task->records); !s.ok()) {
+      OnRunnerDied(s);
+      return;
+    }
+    task->in_runner = true;
+    task->started = clock_->Now();
+    staged_.pop_front();
+  }
+}
+
+void ExecutorAgent::OnEvent(const runner_protocol::Event& event) {
+  TaskPtr task;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = active_.find(event.batch);
+    if (it != active_.end()) task = it->second;
+  }
+  if (!task) return;  // a batch we already gave up
+  if (event.type == runner_protocol::Event::Type::kResult) {
+    if (event.index >= task->outputs.size()) return;
+    const Json& line = JsonField(event.body, "output");
+    if (!task->outputs[event.index]) {
+      task->records_done.fetch_add(1);
+      if (!JsonField(line, "error").is_null()) task->records_failed.fetch_add(1);
+    }
+    task->outputs[event.index] = line;
+  } else if (event.type == runner_protocol::Event::Type::kBatchDone) {
+    FinishTask(task, event.body);
+  } else if (event.type == runner_protocol::Event::Type::kError) {
+    MINIONS_LOG(Warning) << "runner error for batch " << event.batch << ": " << event.message;
+  }
+}
+
+void ExecutorAgent::FinishTask(const TaskPtr& task, const Json& batch_done) {
+  double seconds = absl::ToDoubleSeconds(clock_->Now() - task->started);
+  avg_task_seconds_ = 0.8 * avg_task_seconds_ + 0.2 * seconds;
+  if (stop_) {
+    Report(task, absl::AbortedError("the executor is stopping"), FailureClass::kPreempted);
+    return Forget(task);
+  }
+  if (task->cancelled || task->lease_lost) return Forget(task);
+  if (JsonBool(batch_done, "cancelled")) {
+    Report(task, absl::AbortedError("the runner cancelled the batch"), FailureClass::kRetryable);
+    return Forget(task);
+  }
+  std::string output, errors;
+  int64_t failed = 0;
+  for (size_t i = 0; i < task->records.size(); ++i) {
+    Json line = task->outputs[i] ? *task->outputs[i]
+                                 : MakeErrorLine(ParseRecordLine(task->records[i]).custom_id, kErrorRunnerFailed,
+                                                 "the runner gave no result for this record");
+    bool is_error = !JsonField(line, "error").is_null() || !JsonField(line, "response").is_object();
+    (is_error ? errors : output) += DumpJson(line) + "\n";
+    failed += is_error;
+  }
+  task->records_done = static_cast<int64_t>(task->records.size());
+  task->records_failed = failed;
+  absl::Status s = blobs_->Put(task->lease.output_url(), output);
+  // An attempt without error lines writes no error object: the finaliser reads a missing one as empty.
+  if (s.ok() && !errors.empty()) s = blobs_->Put(task->lease.errors_url(), errors);
+  if (!s.ok()) {
+    Report(task, absl::Status(s.code(), absl::StrCat("cannot upload the output: ", s.message())),
+           FailureClass::kRetryable);
+  } else {
+    Report(task, absl::OkStatus(), FailureClass::kRetryable);
+  }
+  Forget(task);
+}
+
+void ExecutorAgent::OnRunnerDied(const absl::Status& why) {
+  MINIONS_LOG(Warning) << "the runner died: " << why.message();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    runner_.reset();
+  }
+  loaded_model_.clear();
+  for (const auto& task : ActiveTasks()) {
+    if (!task->in_runner) continue;
+    Report(task, absl::UnavailableError(absl::StrCat("the runner failed: ", why.message())), FailureClass::kRetryable);
+    Forget(task);
+  }
+}
+
+void ExecutorAgent::Forget(const TaskPtr& task) {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_.erase(task->batch);
+}
+
+void ExecutorAgent::HeartbeatLoop() {
+  absl::Time last_renewed = clock_->Now();
+  while (!heartbeat_stop_) {
+    absl::Duration ttl = absl::Milliseconds(ttl_ms_.load());
+    clock_->SleepFor(ttl / 3);
+    if (heartbeat_stop_) break;
+    std::vector<TaskPtr> tasks = ActiveTasks();
+    v1::HeartbeatRequest request;
+    request.set_executor_id(id());
+    request.set_state(drain_ ? "draining" : (tasks.empty() ? "available" : "busy"));
+    for (const auto& task : tasks) {
+      v1::LeaseRef* ref = request.add_leases();
+      *ref = task->lease.ref();
+      ref->set_records_done(task->records_done);
+      ref->set_records_failed(task->records_failed);
+    }
+    auto reply = client_->Heartbeat(request);
+    absl::Time now = clock_->Now();
+    if (!reply.ok()) {
+      MINIONS_LOG(Warning) << "heartbeat failed: " << reply.status().message();
+      if (!tasks.empty() && now - last_renewed >= ttl) {
+        // The leases have run out on the server's side too: the tasks are someone else's now.
+        bool any = false;
+        for (const auto& task : tasks) any |= !task->lease_lost.exchange(true);
+        if (any) KillRunner("could not renew the leases for a whole TTL");
+      }
+      continue;
+    }
+    last_renewed = now;
+    if (reply->reregister()) {
+      (void)Register();
+      continue;
+    }
+    if (reply->drain() && !drain_) {
+      MINIONS_LOG(Info) << "the server asked this executor to drain";
+      Drain();
+    }
+    for (const auto& ref : reply->cancel()) {
+      for (const auto& task : tasks) {
+        if (!SameLease(ref, task->lease.ref()) || task->cancelled.exchange(true)) continue;
+        MINIONS_LOG(Info) << Describe(task->lease) << " cancelled by the server";
+        std::lock_guard<std::mutex> lock(mu_);
+        if (runner_) (void)runner_->Cancel(task->batch);
+      }
+    }
+  }
+}
+
+void ExecutorAgent::KillRunner(const char* why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (runner_) {
+    MINIONS_LOG(Warning) << "killing the runner: " << why;
+    ::kill(runner_->pid(), SIGKILL);
+  }
+}
+
+void ExecutorAgent::Report(const TaskPtr& task, absl::Status outcome, FailureClass failure) {
   if (task->lease_lost || task->cancelled) return;  // not ours to report any more
   if (outcome.ok()) {
     v1::CompleteRequest request;
     request.set_executor_id(id());
-    *request.mutable_ref() = RefOf(task->lease, task->records_done, task->records_failed);
+    *request.mutable_ref() = task->lease.ref();
+    request.mutable_ref()->set_records_done(task->records_done);
+    request.mutable_ref()->set_records_failed(task->records_failed);
     absl::Status s = client_->Complete(request);
     if (s.ok()) {
       ++tasks_completed_;
-      MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
-                        << " completed: " << task->records_done << " records, " << task->records_failed << " errors";
+      MINIONS_LOG(Debug) << Describe(task->lease) << " completed: " << task->records_done << " records, "
+                         << task->records_failed << " errors";
     } else {
-      MINIONS_LOG(Warning) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
-                           << " completion refused: " << s.message();
+      MINIONS_LOG(Warning) << Describe(task->lease) << " completion refused: " << s.message();
     }
     return;
   }
@@ -243,82 +463,8 @@ void ExecutorAgent::Report(const std::shared_ptr<ActiveTask>& task, absl::Status
   request.set_failure_class(std::string(FailureClassName(failure)));
   request.set_message(std::string(outcome.message()));
   absl::Status s = client_->Fail(request);
-  MINIONS_LOG(Warning) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
-                       << " " << FailureClassName(failure) << ": " << outcome.message()
+  MINIONS_LOG(Warning) << Describe(task->lease) << " " << FailureClassName(failure) << ": " << outcome.message()
                        << (s.ok() ? "" : absl::StrCat(" (report refused: ", std::string(s.message()), ")"));
-}
-
-void ExecutorAgent::RunTask(const v1::TaskLease& lease) {
-  auto task = std::make_shared<ActiveTask>();
-  task->lease = lease;
-  task->batch = absl::StrCat(lease.ref().job_id(), "/", lease.ref().task_index(), "#", lease.ref().attempt());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    active_ = task;
-  }
-  auto finish = [&](absl::Status outcome, FailureClass failure = FailureClass::kRetryable) {
-    Report(task, std::move(outcome), failure);
-    std::lock_guard<std::mutex> lock(mu_);
-    active_.reset();
-  };
-
-  auto input = blobs_->GetRange(lease.input_url(), lease.byte_begin(), lease.byte_end());
-  if (!input.ok()) return finish(absl::Status(input.status().code(), absl::StrCat("cannot read the input: ", input.status().message())));
-  std::vector<std::string> records = SplitRecordLines(*input);
-  if (static_cast<int64_t>(records.size()) != lease.n_records()) {
-    return finish(absl::DataLossError(absl::StrCat("the input range holds ", records.size(), " records, the task ",
-                                                   lease.n_records())),
-                  FailureClass::kPermanent);
-  }
-  if (absl::Status s = PrepareRunner(lease); !s.ok()) {
-    // A model that cannot be loaded will not load next time either; a runner that will not start
-    // may be a passing problem of this machine.
-    bool load_error = absl::IsInvalidArgument(s) || absl::IsNotFound(s);
-    if (!load_error) {
-      std::lock_guard<std::mutex> lock(mu_);
-      runner_.reset();
-    }
-    return finish(absl::Status(s.code(), absl::StrCat(load_error ? "cannot load the model: " : "runner: ", s.message())),
-                  load_error ? FailureClass::kPermanent : FailureClass::kRetryable);
-  }
-
-  std::vector<std::optional<Json>> outputs(records.size());
-  auto done = runner_->RunBatch(task->batch, records, [&](size_t index, const Json& line) {
-    outputs[index] = line;
-    task->records_done.fetch_add(1);
-    if (!JsonField(line, "error").is_null()) task->records_failed.fetch_add(1);
-  });
-  if (!done.ok()) {
-    // The runner died: from our own kill (lease lost) or a crash.
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      runner_.reset();
-    }
-    return finish(absl::UnavailableError(absl::StrCat("the runner failed: ", done.status().message())));
-  }
-  if (stop_) return finish(absl::AbortedError("the executor is stopping"), FailureClass::kPreempted);
-  if (task->cancelled) return finish(absl::CancelledError("cancelled"));
-  if (JsonBool(*done, "cancelled")) return finish(absl::AbortedError("the runner cancelled the batch"));
-
-  std::string output, errors;
-  int64_t failed = 0;
-  for (size_t i = 0; i < records.size(); ++i) {
-    Json line = outputs[i] ? *outputs[i]
-                           : MakeErrorLine(ParseRecordLine(records[i]).custom_id, kErrorRunnerFailed,
-                                           "the runner gave no result for this record");
-    bool is_error = !JsonField(line, "error").is_null() || !JsonField(line, "response").is_object();
-    (is_error ? errors : output) += DumpJson(line) + "\n";
-    failed += is_error;
-  }
-  task->records_done = static_cast<int64_t>(records.size());
-  task->records_failed = failed;
-  if (absl::Status s = blobs_->Put(lease.output_url(), output); !s.ok()) {
-    return finish(absl::Status(s.code(), absl::StrCat("cannot upload the output: ", s.message())));
-  }
-  if (absl::Status s = blobs_->Put(lease.errors_url(), errors); !s.ok()) {
-    return finish(absl::Status(s.code(), absl::StrCat("cannot upload the errors: ", s.message())));
-  }
-  finish(absl::OkStatus());
 }
 
 }  // namespace minions

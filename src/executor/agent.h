@@ -1,25 +1,35 @@
 #pragma once
-// ExecutorAgent: the executor's main loop. Registers, leases a task when it has room, fetches the
-// task's input range, drives its runner (kept alive between tasks, so a model loads once),
-// uploads the output, and completes. A heartbeat thread renews the lease every third of its TTL,
-// reports progress, and acts on the answer: cancel a task, drain, register again.
+// ExecutorAgent: the executor's main loop. Registers, leases tasks while it has room, fetches each
+// task's input range, pipes the records to its runner (kept alive between tasks, so a model loads
+// once), uploads each task's output, and completes it. A heartbeat thread renews every held lease
+// every third of its TTL, reports progress, and acts on the answer: cancel a task, drain,
+// register again.
 //
-// Both sides enforce the lease: when the agent cannot renew it for a whole TTL it kills its own
-// runner, because by then the task belongs to someone else.
+// Pipelining: the agent keeps up to `prefetch` tasks in the runner at once, so the runner never
+// waits for the control plane between tasks. The window adapts to task length: long tasks keep
+// two (one running, one queued); tiny ones up to `max_prefetch`, each lease and completion then
+// amortised over many records per second.
+//
+// Both sides enforce the lease: when the agent cannot renew its leases for a whole TTL it kills its
+// own runner, because by then the tasks belong to someone else.
 //
 // Ownership: owns its runner process, its control-plane client and blob client.
-// Threads: Run() on one thread (the "main" thread below); Drain()/Stop() from any thread; an
-// internal heartbeat thread.
+// Threads: Run() on one thread (the "main" thread); Drain()/Stop() from any thread; an internal
+// heartbeat thread.
 
 #include <atomic>
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common/clock.h"
+#include "common/json_util.h"
 #include "executor/blob_client.h"
 #include "executor/control_plane_client.h"
 #include "model/types.h"
@@ -36,6 +46,9 @@ struct AgentOptions {
   // CPU threads for the runner when the job does not say; 0: the runner's default (all cores).
   // Several executors on one machine must split the cores, or their threads fight.
   int runner_threads = 0;
+  int max_prefetch = 32;                     // most tasks held at once (tiny tasks)
+  // Aim to hold this much work beyond the running task.
+  absl::Duration prefetch_target = absl::Milliseconds(500);
 };
 
 class ExecutorAgent {
@@ -44,11 +57,11 @@ class ExecutorAgent {
                 std::unique_ptr<BlobClient> blobs, Clock* clock);
   ~ExecutorAgent();
 
-  // Serves until drained (current task finished) or stopped (current task handed back).
+  // Serves until drained (current tasks finished) or stopped (current tasks handed back).
   absl::Status Run();
-  // Finish the current task, take no more, return from Run().
+  // Finish the tasks in hand, take no more, return from Run().
   void Drain();
-  // Hand the current task back now (as preempted: it does not count as a failure) and return.
+  // Hand the tasks back now (as preempted: not counted as failures) and return.
   void Stop();
 
   std::string id() const;
@@ -58,19 +71,36 @@ class ExecutorAgent {
   struct ActiveTask {
     v1::TaskLease lease;
     std::string batch;
+    std::vector<std::string> records;
+    std::vector<std::optional<Json>> outputs;
+    bool in_runner = false;               // main thread only
+    absl::Time started;                   // main thread only
     std::atomic<int64_t> records_done{0};
     std::atomic<int64_t> records_failed{0};
     std::atomic<bool> cancelled{false};   // the server said stop (job cancelled, lease gone)
     std::atomic<bool> lease_lost{false};  // we could not renew the lease in time
   };
+  using TaskPtr = std::shared_ptr<ActiveTask>;
 
   absl::Status Register();
   void HeartbeatLoop();
-  void RunTask(const v1::TaskLease& lease);
-  // Starts the runner if it is not running; loads the model.
-  absl::Status PrepareRunner(const v1::TaskLease& lease);
-  void Report(const std::shared_ptr<ActiveTask>& task, absl::Status outcome, FailureClass failure);
+  // Leases more tasks when the window has room; returns how many arrived.
+  int LeaseMore();
+  // Fetches a new lease's input; on failure reports it and returns null.
+  TaskPtr Stage(const v1::TaskLease& lease);
+  // Sends staged tasks to the runner in order (loading the model when it changes, once the
+  // runner has drained the previous model's tasks).
+  void FeedRunner();
+  absl::Status EnsureRunner();
+  absl::Status LoadModel(const v1::TaskLease& lease);
+  void OnEvent(const runner_protocol::Event& event);
+  void FinishTask(const TaskPtr& task, const Json& batch_done);
+  void OnRunnerDied(const absl::Status& why);
+  void Report(const TaskPtr& task, absl::Status outcome, FailureClass failure);
+  void Forget(const TaskPtr& task);
   void KillRunner(const char* why);
+  int PrefetchWindow() const;
+  std::vector<TaskPtr> ActiveTasks() const;
 
   AgentOptions options_;
   std::unique_ptr<ControlPlaneClient> client_;
@@ -83,10 +113,16 @@ class ExecutorAgent {
   std::atomic<int64_t> ttl_ms_{9000};
 
   mutable std::mutex mu_;
-  std::string id_;                          // guarded by mu_
-  std::shared_ptr<ActiveTask> active_;      // guarded by mu_
-  std::unique_ptr<RunnerProcess> runner_;   // replaced only by the main thread, under mu_
-  std::string loaded_model_;                // main thread only
+  std::string id_;                              // guarded by mu_
+  std::map<std::string, TaskPtr> active_;       // by batch id; guarded by mu_
+  std::unique_ptr<RunnerProcess> runner_;       // replaced only by the main thread, under mu_
+
+  // Main thread only.
+  std::deque<TaskPtr> staged_;                  // leased and fetched, not yet in the runner
+  std::string loaded_model_;
+  std::string loaded_options_;
+  double avg_task_seconds_ = 1.0;               // moving average, drives the prefetch window
+  absl::Time last_empty_lease_ = absl::InfinitePast();
 
   std::thread heartbeat_;
   std::atomic<bool> heartbeat_stop_{false};

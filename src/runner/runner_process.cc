@@ -105,6 +105,27 @@ absl::StatusOr<Json> RunnerProcess::RunBatch(const std::string& batch,
   }
 }
 
+absl::Status RunnerProcess::StartBatch(const std::string& batch, const std::vector<std::string>& records) {
+  if (auto s = Send(runner_protocol::EncodeRun({batch, records})); !s.ok()) return Died("run");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<runner_protocol::Event> RunnerProcess::NextEvent(absl::Duration timeout) {
+  while (true) {
+    auto line = process_->ReadLine(timeout);
+    if (!line.ok()) {
+      if (absl::IsDeadlineExceeded(line.status())) return line.status();
+      return Died("a batch");
+    }
+    auto event = runner_protocol::DecodeEvent(*line);
+    if (!event.ok()) {
+      MINIONS_LOG(Warning) << "ignoring a malformed runner line: " << event.status().message();
+      continue;
+    }
+    return event;
+  }
+}
+
 absl::Status RunnerProcess::Cancel(const std::string& batch) {
   return Send(runner_protocol::EncodeCancel(batch));
 }

@@ -41,6 +41,13 @@ class RunnerProcess {
   // delivered stand.
   absl::StatusOr<Json> RunBatch(const std::string& batch, const std::vector<std::string>& records,
                                 const ResultCallback& on_result);
+  // The asynchronous form: several batches may be in the runner at once (it serves them in order,
+  // and the llama.cpp runner keeps its decode slots full across them). Send with StartBatch, then
+  // take events from NextEvent: results and batch_done messages of any batch. NextEvent returns
+  // DeadlineExceeded when nothing came within `timeout`, Unavailable when the runner died.
+  absl::Status StartBatch(const std::string& batch, const std::vector<std::string>& records);
+  absl::StatusOr<runner_protocol::Event> NextEvent(absl::Duration timeout);
+
   // Asks the runner to stop the batch; RunBatch then returns with the rest marked cancelled.
   absl::Status Cancel(const std::string& batch);
   // Asks the runner to exit; kills it if it has not after `grace`.

@@ -77,9 +77,15 @@ grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::Leas
     auto output = blobs_->Url(keys::TaskOutput(t.job_id, t.index, t.attempt), UrlAccess::kWrite, options_.url_ttl);
     auto errors = blobs_->Url(keys::TaskErrors(t.job_id, t.index, t.attempt), UrlAccess::kWrite, options_.url_ttl);
     if (!input.ok() || !output.ok() || !errors.ok()) {
-      // Hand the task straight back: the executor could not have run it.
-      (void)store_->FailTask(request->executor_id(), t.job_id, t.index, t.attempt, FailureClass::kPreempted,
-                             "the server could not produce object URLs", now);
+      // An error reply carries no leases, so hand back every task granted by this call (not just
+      // this one): the executor never learns of them, and letting their leases expire would count
+      // a failure against each. Preempted: straight back to pending, not counted.
+      for (const minions::Lease& granted : *leases) {
+        const Task& g = granted.task;
+        (void)store_->FailTask(request->executor_id(), g.job_id, g.index, g.attempt, FailureClass::kPreempted,
+                               "the server could not produce object URLs", now);
+      }
+      reply->clear_leases();
       return ToGrpc(!input.ok() ? input.status() : !output.ok() ? output.status() : errors.status());
     }
     v1::TaskLease* out = reply->add_leases();

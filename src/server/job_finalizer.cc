@@ -28,9 +28,18 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
           std::string key = errors ? keys::TaskErrors(job_id, task.index, task.attempt)
                                    : keys::TaskOutput(job_id, task.index, task.attempt);
           auto data = blobs_->Get(key);
-          if (absl::IsNotFound(data.status())) continue;  // e.g. a task with no error lines
+          if (absl::IsNotFound(data.status())) {
+            if (errors) continue;  // an attempt without error lines writes no error object
+            // Every completed attempt uploaded its output before completing: a missing one means
+            // the object store lost it. Refuse to publish results without those records.
+            return absl::DataLossError(absl::StrCat("the output of task ", task.index, " attempt ", task.attempt,
+                                                    " is missing from the object store"));
+          }
           if (!data.ok()) return data.status();
-          if (!data->empty()) return *data;
+          if (data->empty()) continue;
+          // A file whose last line lacks its '\n' must not run into the next task's first line.
+          if (data->back() != '\n') data->push_back('\n');
+          return *std::move(data);
         } else if (errors && task.state == TaskState::kFailed) {
           // Every record of a task that failed for good gets an error line.
           auto input = blobs_->GetRange(job->spec.input_key, task.byte_begin, task.byte_end - task.byte_begin);

@@ -79,7 +79,9 @@ absl::StatusOr<Job> JobService::Submit(const v1::SubmitJobRequest& request) {
       return absl::InvalidArgumentError(absl::StrCat("input object '", spec.input_key, "': ", size.status().message()));
     }
   } else {
-    return absl::InvalidArgumentError("the job has no input: send the JSONL file or name an input_key");
+    // proto3 cannot tell an empty input from none: both are an input with no records.
+    return absl::InvalidArgumentError(
+        "the input is empty: the job has no records (send a JSONL file of request lines, or name an input_key)");
   }
 
   auto job = store_->CreateJob(spec, clock_->Now());
@@ -89,7 +91,10 @@ absl::StatusOr<Job> JobService::Submit(const v1::SubmitJobRequest& request) {
     (void)store_->FailJob(job->id, std::string(split.status().message()), clock_->Now());
     return absl::InvalidArgumentError(absl::StrCat("job ", job->id, " refused: ", split.status().message()));
   }
-  if (auto s = store_->AddTasks(job->id, split->tasks, split->total_records, clock_->Now()); !s.ok()) return s;
+  if (auto s = store_->AddTasks(job->id, split->tasks, split->total_records, clock_->Now()); !s.ok()) {
+    (void)store_->FailJob(job->id, std::string(s.message()), clock_->Now());
+    return s;
+  }
   MINIONS_LOG(Info) << "job=" << job->id << " submitted: " << split->total_records << " records ("
                     << split->invalid_records << " invalid) in " << split->tasks.size() << " tasks";
   return store_->GetJob(job->id);

@@ -61,7 +61,13 @@ absl::StatusOr<SplitResult> InputSplitter::Finish() {
     partial_.clear();
     EndLine(last, offset_);
   }
-  if (task_records_ > 0) CloseTask(offset_);
+  if (task_records_ > 0) {
+    CloseTask(offset_);
+  } else if (!result_.tasks.empty()) {
+    // Blank lines after the record that closed the last task: not records, but the ranges
+    // still cover the whole input.
+    result_.tasks.back().byte_end = offset_;
+  }
   if (result_.total_records == 0) {
     return absl::InvalidArgumentError("the input has no records (it is empty or only blank lines)");
   }

@@ -15,11 +15,9 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
       finalizer_(store, blobs, clock),
       job_service_(store, blobs, clock, options_),
       executor_service_(store, blobs, clock, options_, [this](const std::string& job_id) {
-        {
-          std::lock_guard<std::mutex> lock(ready_mu_);
-          ready_jobs_.insert(job_id);
-        }
-        clock_->Wake();
+        std::lock_guard<std::mutex> lock(ready_mu_);
+        ready_jobs_.insert(job_id);
+        ready_cv_.notify_all();
       }) {}
 
 MinionsServer::~MinionsServer() { Shutdown(); }
@@ -65,14 +63,21 @@ void MinionsServer::BackgroundLoop() {
     // Jobs finished by another server, by the watchdog, or left over from a restart.
     auto swept = finalizer_.FinalizeReady();
     if (!swept.ok()) MINIONS_LOG(Warning) << "finaliser sweep failed: " << swept.status().message();
-    if (stopping_) break;
-    clock_->SleepFor(interval);
+    // A job becoming ready (or shutdown) ends the wait early; the flag is checked under the lock,
+    // so a notification between the swap above and this wait is not lost.
+    std::unique_lock<std::mutex> lock(ready_mu_);
+    ready_cv_.wait_for(lock, absl::ToChronoMilliseconds(interval),
+                       [&] { return stopping_.load() || !ready_jobs_.empty(); });
   }
 }
 
 void MinionsServer::Shutdown() {
   if (stopping_.exchange(true)) return;
-  clock_->Wake();
+  {
+    std::lock_guard<std::mutex> lock(ready_mu_);
+    ready_cv_.notify_all();
+  }
+  clock_->Wake();  // WatchJob streams sleeping on the clock
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (background_.joinable()) background_.join();
 }

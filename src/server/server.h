@@ -6,6 +6,7 @@
 // background loop on its own thread.
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -58,6 +59,7 @@ class MinionsServer {
   std::atomic<bool> stopping_{false};
   std::thread background_;
   std::mutex ready_mu_;
+  std::condition_variable ready_cv_;   // wakes the background loop: a job is ready, or shutdown
   std::set<std::string> ready_jobs_;  // guarded by ready_mu_
 };
 

@@ -12,7 +12,7 @@
 
 #include "cli/sample_prompts.h"
 #include "common/json_util.h"
-#include "process_pool.h"
+#include "testing/process_pool.h"
 
 namespace minions::testing {
 namespace {
@@ -144,8 +144,8 @@ void ExpectEachRecordOnce(const std::vector<std::string>& lines, const std::vect
 TEST(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
   std::string dir = TempDir("thousand");
   ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
-  pool.StartServer();
-  for (const char* name : {"e1", "e2", "e3"}) pool.StartExecutor(name);
+  ASSERT_TRUE(pool.StartServer().ok());
+  for (const char* name : {"e1", "e2", "e3"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
   cli::SamplePromptOptions sample;
   sample.records = 1000;
   sample.max_tokens = 4;
@@ -195,8 +195,8 @@ TEST(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
 TEST(Pool, ASigkilledExecutorLosesNoRecord) {
   std::string dir = TempDir("sigkill");
   ProcessPool pool(kBin + "/minions", dir + "/pool", 2000);
-  pool.StartServer();
-  for (const char* name : {"e1", "e2", "e3"}) pool.StartExecutor(name);
+  ASSERT_TRUE(pool.StartServer().ok());
+  for (const char* name : {"e1", "e2", "e3"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
   cli::SamplePromptOptions sample;
   sample.records = 240;
   sample.max_tokens = 12;
@@ -258,8 +258,8 @@ TEST(Pool, CancelStopsExecutorsWithinAHeartbeat) {
   std::string dir = TempDir("cancel");
   const int ttl_ms = 3000;
   ProcessPool pool(kBin + "/minions", dir + "/pool", ttl_ms);
-  pool.StartServer();
-  for (const char* name : {"e1", "e2"}) pool.StartExecutor(name);
+  ASSERT_TRUE(pool.StartServer().ok());
+  for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
   cli::SamplePromptOptions sample;
   sample.records = 400;
   sample.max_tokens = 200;

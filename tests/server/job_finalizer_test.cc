@@ -25,7 +25,7 @@ constexpr absl::Duration kTtl = absl::Seconds(30);
 // Non-empty lines of a JSONL text.
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> out;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) out.emplace_back(line);
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) out.emplace_back(std::string(line));
   return out;
 }
 

@@ -64,7 +64,9 @@ void ExpectCoversInput(const std::string& input, const SplitResult& result, int6
     EXPECT_EQ(static_cast<int64_t>(SplitRecordLines(range).size()), task.n_records) << range;
     EXPECT_GT(task.n_records, 0);
     EXPECT_LE(task.n_records, shard_size);
-    if (i + 1 < result.tasks.size()) EXPECT_EQ(task.n_records, shard_size);  // only the last is short
+    if (i + 1 < result.tasks.size()) {
+      EXPECT_EQ(task.n_records, shard_size);  // only the last is short
+    }
     next_record += task.n_records;
     expected_begin = task.byte_end;
     joined += range;
@@ -153,7 +155,7 @@ TEST(InputSplitter, BlankLinesAreNotRecordsButStayInsideRanges) {
   ExpectCoversInput(input, result, 2);
   // The leading blank line belongs to the first task; the blank line after "b" to the second.
   EXPECT_EQ(result.tasks[0].byte_begin, 0);
-  EXPECT_EQ(input.substr(result.tasks[1].byte_begin, 7), "   \t \n");
+  EXPECT_EQ(input.substr(result.tasks[1].byte_begin, 6), "   \t \n");
 }
 
 TEST(InputSplitter, TrailingBlankLinesAfterAFullShardStayInTheLastRange) {

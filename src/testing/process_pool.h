@@ -1,7 +1,7 @@
 #pragma once
-// A pool of real processes on loopback for integration tests: one `minions server` and N
-// `minions executor`s, each its own process, started from the build tree. Every process is
-// SIGKILLed when the pool is destroyed.
+// ProcessPool: a pool of real processes on loopback — one `minions server` and N
+// `minions executor`s, each its own process — for integration tests and benchmarks. Every process
+// is SIGKILLed when the pool is destroyed.
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -14,8 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cli/client_verbs.h"
@@ -23,6 +22,7 @@
 
 namespace minions::testing {
 
+// A loopback port that was free a moment ago.
 inline int PickFreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -39,6 +39,7 @@ inline int PickFreePort() {
 
 class ProcessPool {
  public:
+  // `minions` is the path of the minions binary; `dir` is wiped and holds data and logs.
   ProcessPool(std::string minions, std::string dir, int lease_ttl_ms)
       : minions_(std::move(minions)), dir_(std::move(dir)), ttl_ms_(lease_ttl_ms) {
     std::filesystem::remove_all(dir_);
@@ -50,31 +51,38 @@ class ProcessPool {
     if (server_) server_->Signal(SIGKILL);
   }
 
-  void StartServer() {
+  // Starts the server and waits until it answers.
+  absl::Status StartServer() {
     Subprocess::Options sp;
     sp.argv = {minions_, "server", "--listen", connection_.server, "--data-dir", dir_ + "/server",
                "--lease-ttl-ms", std::to_string(ttl_ms_)};
     sp.stderr_path = dir_ + "/logs/server.log";
     auto p = Subprocess::Start(sp);
-    ASSERT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return p.status();
     server_ = std::move(*p);
     cli::JobsClient client(connection_);
     for (int i = 0; i < 100; ++i) {
-      if (client.List("", 1).ok()) return;
+      if (client.List("", 1).ok()) return absl::OkStatus();
       absl::SleepFor(absl::Milliseconds(100));
     }
-    FAIL() << "server did not come up; see " << dir_ << "/logs/server.log";
+    return absl::DeadlineExceededError(absl::StrCat("server did not come up; see ", dir_, "/logs/server.log"));
   }
 
-  void StartExecutor(const std::string& name, int runner_threads = 1) {
+  // Starts an executor process. `runner` empty: the built-in llama.cpp runner.
+  absl::Status StartExecutor(const std::string& name, int runner_threads = 1, const std::string& runner = "") {
     Subprocess::Options sp;
     sp.argv = {minions_, "executor", "--server", connection_.server, "--name", name, "--state-dir",
                dir_ + "/" + name, "--runner-log", dir_ + "/logs/runner-" + name + ".log", "--runner-threads",
                std::to_string(runner_threads)};
+    if (!runner.empty()) {
+      sp.argv.push_back("--runner");
+      sp.argv.push_back(runner);
+    }
     sp.stderr_path = dir_ + "/logs/executor-" + name + ".log";
     auto p = Subprocess::Start(sp);
-    ASSERT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return p.status();
     executors_[name] = std::move(*p);
+    return absl::OkStatus();
   }
 
   Subprocess& executor(const std::string& name) { return *executors_.at(name); }

@@ -1,0 +1,253 @@
+// minions-bench-pool: the control plane and the whole pool, measured side by side with a baseline
+// in one run (docs/benchmarks.md records the figures and these commands).
+//
+//   --mode control-plane   empty tasks through server + executors (no-op runner) vs Dask distributed
+//   --mode first-result    submit -> first record's result on a warm pool
+//   --mode scaling         one executor vs the runner alone; N executors vs N x the runner alone
+//   --mode all             all three
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cli/sample_prompts.h"
+#include "common/json_util.h"
+#include "common/subprocess.h"
+#include "testing/process_pool.h"
+
+namespace {
+
+using minions::Json;
+using minions::Subprocess;
+using minions::testing::ProcessPool;
+
+std::string BinDir() {
+  std::string self = minions::CurrentExecutablePath();
+  return self.substr(0, self.rfind('/'));
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs a command to completion; returns its stdout.
+std::string RunCommand(const std::vector<std::string>& argv, const std::string& log) {
+  Subprocess::Options sp;
+  sp.argv = argv;
+  sp.stderr_path = log;
+  auto p = Subprocess::Start(sp);
+  if (!p.ok()) return "";
+  (*p)->CloseStdin();
+  std::string out;
+  while (true) {
+    auto line = (*p)->ReadLine();
+    if (!line.ok()) break;
+    out += *line + "\n";
+  }
+  (void)(*p)->Wait();
+  return out;
+}
+
+// Submits and waits; returns seconds from submit to completed (or -1).
+double SubmitAndTime(ProcessPool& pool, const std::string& input, const std::string& model, int64_t shard,
+                     const std::string& options) {
+  minions::cli::JobsClient client(pool.connection());
+  minions::v1::SubmitJobRequest request;
+  request.set_input(input);
+  request.set_model(model);
+  request.set_shard_size(shard);
+  request.set_runner_options_json(options);
+  absl::Time start = absl::Now();
+  auto job = client.Submit(request);
+  if (!job.ok()) {
+    fprintf(stderr, "submit failed: %s\n", std::string(job.status().message()).c_str());
+    return -1;
+  }
+  while (true) {
+    auto now = client.Get(job->id());
+    if (now.ok() && now->state() == "completed") return absl::ToDoubleSeconds(absl::Now() - start);
+    if (now.ok() && (now->state() == "failed" || now->state() == "cancelled")) {
+      fprintf(stderr, "job %s %s: %s\n", job->id().c_str(), now->state().c_str(), now->error().c_str());
+      return -1;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+}
+
+std::string JoinLines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+void ControlPlane(const std::string& work, int executors, int tasks) {
+  printf("\n== control plane: %d empty tasks, %d executors (no-op runner) vs Dask distributed ==\n", tasks, executors);
+  ProcessPool pool(BinDir() + "/minions", work + "/control-plane", 9000);
+  if (!pool.StartServer().ok()) return;
+  for (int i = 1; i <= executors; ++i) {
+    (void)pool.StartExecutor(absl::StrCat("noop-", i), 1, BinDir() + "/minions-noop-runner");
+  }
+  std::string model = BinDir() + "/minions-noop-runner";  // any existing file: the no-op runner loads nothing
+  std::vector<std::string> records;
+  for (int i = 0; i < tasks; ++i) records.push_back(absl::StrCat("{\"custom_id\":\"t", i, "\",\"prompt\":\"x\"}"));
+  // Warm-up: executors registered and runners started.
+  SubmitAndTime(pool, JoinLines({records.begin(), records.begin() + std::min(tasks, 50)}), model, 1, "");
+  double seconds = SubmitAndTime(pool, JoinLines(records), model, 1, "");
+  double ours = tasks / seconds;
+  printf("  minions: %d tasks in %.2f s = %.0f tasks/s (submit to job completed, incl. splitting and merging)\n", tasks,
+         seconds, ours);
+
+  std::string script = std::string(MINIONS_SOURCE_DIR) + "/bench/dask_noop.py";
+  // Debian's python3-distributed lives under the system interpreter, not a pyenv one.
+  std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  std::string out = RunCommand({python, script, "--workers", std::to_string(executors), "--tasks",
+                                std::to_string(tasks)},
+                               work + "/dask.log");
+  auto parsed = minions::ParseJson(out.substr(0, out.find('\n')));
+  if (!parsed.ok() || !parsed->contains("tasks_per_second")) {
+    printf("  dask:    not available (apt-get install python3-distributed); see %s/dask.log\n", work.c_str());
+    return;
+  }
+  double dask = (*parsed)["tasks_per_second"].get<double>();
+  printf("  dask:    %d tasks in %.2f s = %.0f tasks/s (client.map + gather, LocalCluster %d workers)\n", tasks,
+         (*parsed)["seconds"].get<double>(), dask, executors);
+  printf("  minions / dask: %.2fx (target >= 5x)\n", ours / dask);
+}
+
+void FirstResult(const std::string& work, const std::string& model, int trials) {
+  printf("\n== submit to first result, warm pool (1 executor, llama.cpp runner, test model) ==\n");
+  ProcessPool pool(BinDir() + "/minions", work + "/first-result", 9000);
+  if (!pool.StartServer().ok()) return;
+  (void)pool.StartExecutor("e1", 0);
+  minions::cli::SamplePromptOptions sample;
+  sample.records = 20;
+  sample.max_tokens = 8;
+  sample.include_bad_lines = false;
+  sample.include_embeddings = false;
+  std::string input = JoinLines(minions::cli::SamplePromptLines(sample));
+  SubmitAndTime(pool, input, model, 1, "");  // warm: the runner has the model loaded
+  minions::cli::JobsClient client(pool.connection());
+  std::vector<double> times;
+  for (int t = 0; t < trials; ++t) {
+    minions::v1::SubmitJobRequest request;
+    request.set_input(input);
+    request.set_model(model);
+    request.set_shard_size(1);
+    absl::Time start = absl::Now();
+    auto job = client.Submit(request);
+    if (!job.ok()) return;
+    while (true) {
+      auto now = client.Get(job->id());
+      if (now.ok() && now->request_counts().completed() + now->request_counts().failed() > 0) break;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    times.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+    while (true) {
+      auto now = client.Get(job->id());
+      if (now.ok() && now->state() == "completed") break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  std::sort(times.begin(), times.end());
+  printf("  %d trials: median %.3f s, max %.3f s (target < 1 s)\n", trials, times[times.size() / 2], times.back());
+}
+
+double LocalRunRate(const std::string& work, const std::string& input_path, const std::string& model, int threads,
+                    int records) {
+  std::string out = RunCommand({BinDir() + "/minions", "local-run", input_path, "--model", model, "-o",
+                                work + "/local.jsonl", "--threads", std::to_string(threads), "--parallel", "8",
+                                "--no-progress"},
+                               work + "/local-run.log");
+  // "N records (E errors) in S s: ..."
+  double seconds = 0;
+  if (sscanf(out.c_str(), "%*d records (%*d errors) in %lf s", &seconds) != 1 || seconds <= 0) return -1;
+  return records / seconds;
+}
+
+void Scaling(const std::string& work, const std::string& model, int records, int max_tokens, int64_t shard) {
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  printf("\n== end-to-end throughput vs the runner alone (%d records, max_tokens %d, shard %lld, %u cores) ==\n",
+         records, max_tokens, static_cast<long long>(shard), cores);
+  minions::cli::SamplePromptOptions sample;
+  sample.records = records;
+  sample.max_tokens = max_tokens;
+  sample.include_bad_lines = false;
+  sample.include_embeddings = false;
+  sample.greedy_only = true;
+  std::string input = JoinLines(minions::cli::SamplePromptLines(sample));
+  std::string input_path = work + "/scaling-input.jsonl";
+  std::ofstream(input_path) << input;
+  std::string options = R"({"n_parallel": 8})";
+
+  double alone = LocalRunRate(work, input_path, model, static_cast<int>(cores), records);
+  double one;
+  {
+    ProcessPool pool(BinDir() + "/minions", work + "/scaling-1", 9000);
+    if (!pool.StartServer().ok()) return;
+    (void)pool.StartExecutor("e1", static_cast<int>(cores));
+    SubmitAndTime(pool, JoinLines({minions::cli::SamplePromptLines(sample)[0]}), model, shard, options);  // warm
+    one = records / SubmitAndTime(pool, input, model, shard, options);
+  }
+  printf("  runner alone (%u threads):   %6.1f records/s\n", cores, alone);
+  printf("  1 executor   (%u threads):   %6.1f records/s   = %.1f %% of the runner alone (target >= 98 %%)\n", cores,
+         one, 100 * one / alone);
+
+  int n = static_cast<int>(cores);
+  if (n < 2) return;
+  double alone1 = LocalRunRate(work, input_path, model, 1, records);
+  double many;
+  {
+    ProcessPool pool(BinDir() + "/minions", work + "/scaling-n", 9000);
+    if (!pool.StartServer().ok()) return;
+    for (int i = 1; i <= n; ++i) (void)pool.StartExecutor(absl::StrCat("e", i), 1);
+    SubmitAndTime(pool, JoinLines(minions::cli::SamplePromptLines(sample)), model, shard, options);  // warm all
+    many = records / SubmitAndTime(pool, input, model, shard, options);
+  }
+  printf("  runner alone (1 thread):     %6.1f records/s\n", alone1);
+  printf("  %d executors (1 thread each): %6.1f records/s   = %.1f %% of %d x the runner alone (target >= 95 %%)\n", n,
+         many, 100 * many / (n * alone1), n);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Minions pool benchmarks"};
+  std::string mode = "all", model, work = "/tmp/minions-bench-pool";
+  int executors = 2, tasks = 2000, trials = 5, records = 200, max_tokens = 16;
+  int64_t shard = 25;
+  app.add_option("--mode", mode, "control-plane | first-result | scaling | all")->capture_default_str();
+  app.add_option("--model", model, "GGUF model (default: a test model made in the work dir)");
+  app.add_option("--work-dir", work, "scratch directory")->capture_default_str();
+  app.add_option("--executors", executors, "executors for control-plane")->capture_default_str();
+  app.add_option("--tasks", tasks, "empty tasks for control-plane")->capture_default_str();
+  app.add_option("--trials", trials, "submissions for first-result")->capture_default_str();
+  app.add_option("--records", records, "records for scaling")->capture_default_str();
+  app.add_option("--max-tokens", max_tokens, "max_tokens for scaling")->capture_default_str();
+  app.add_option("--shard-size", shard, "records per task for scaling")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  std::filesystem::create_directories(work);
+  if (model.empty() && mode != "control-plane") {
+    model = work + "/text.gguf";
+    if (!std::filesystem::exists(model)) {
+      RunCommand({BinDir() + "/minions-make-test-model", "--kind", "text", "-o", model}, work + "/make-model.log");
+    }
+  }
+  printf("machine: %u cores; %s\n", std::thread::hardware_concurrency(), model.empty() ? "" : model.c_str());
+  if (mode == "control-plane" || mode == "all") ControlPlane(work, executors, tasks);
+  if (mode == "first-result" || mode == "all") FirstResult(work, model, trials);
+  if (mode == "scaling" || mode == "all") Scaling(work, model, records, max_tokens, shard);
+  return 0;
+}

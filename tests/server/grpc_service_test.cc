@@ -1,0 +1,768 @@
+// The gRPC services end to end in one process: a MinionsServer on a loopback port, driven only
+// through real stubs, the way the client verbs and executors talk to it.
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "blob/local/local_blob_store.h"
+#include "minions/v1/minions.grpc.pb.h"
+#include "rpc/rpc.h"
+#include "runner/batch_record.h"
+#include "server/server.h"
+#include "server_test_util.h"
+#include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/fake_clock.h"
+
+namespace minions::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr absl::Duration kLeaseTtl = absl::Seconds(9);
+
+// Asserts a gRPC status's code and a phrase of its message.
+#define EXPECT_GRPC_ERROR(status_expr, grpc_code, phrase)                                  \
+  do {                                                                                     \
+    const ::grpc::Status _s = (status_expr);                                               \
+    EXPECT_EQ(_s.error_code(), ::grpc::StatusCode::grpc_code) << _s.error_message();       \
+    EXPECT_THAT(_s.error_message(), HasSubstr(phrase));                                    \
+  } while (0)
+#define ASSERT_GRPC_OK(status_expr)                                                        \
+  do {                                                                                     \
+    const ::grpc::Status _s = (status_expr);                                               \
+    ASSERT_TRUE(_s.ok()) << _s.error_code() << ": " << _s.error_message();                 \
+  } while (0)
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// `n` request lines r0..r{n-1}.
+std::string Records(int n) {
+  std::string input;
+  for (int i = 0; i < n; ++i) absl::StrAppend(&input, RequestLine(absl::StrCat("r", i)), "\n");
+  return input;
+}
+
+std::vector<std::string> CustomIds(const std::string& jsonl) {
+  std::vector<std::string> ids;
+  for (absl::string_view line : absl::StrSplit(jsonl, '\n', absl::SkipEmpty())) {
+    auto json = ParseJson(std::string(line));
+    ids.push_back(json.ok() && json->contains("custom_id") && (*json)["custom_id"].is_string()
+                      ? (*json)["custom_id"].get<std::string>()
+                      : "<bad line>");
+  }
+  return ids;
+}
+
+// The fixture's blob store, except that URLs of keys containing `fail_urls_for` cannot be made
+// (a presigner that is down, say).
+class UrlFailingBlobStore : public BlobStore {
+ public:
+  UrlFailingBlobStore(BlobStore* inner, std::string fail_urls_for)
+      : inner_(inner), fail_urls_for_(std::move(fail_urls_for)) {}
+  absl::Status Put(const std::string& key, std::string_view data) override { return inner_->Put(key, data); }
+  absl::Status PutStream(const std::string& key,
+                         const std::function<absl::StatusOr<std::string>()>& source) override {
+    return inner_->PutStream(key, source);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key) override { return inner_->Get(key); }
+  absl::StatusOr<std::string> GetRange(const std::string& key, int64_t offset, int64_t length) override {
+    return inner_->GetRange(key, offset, length);
+  }
+  absl::Status Read(const std::string& key, const std::function<bool(std::string_view)>& sink) override {
+    return inner_->Read(key, sink);
+  }
+  absl::StatusOr<int64_t> Size(const std::string& key) override { return inner_->Size(key); }
+  absl::StatusOr<std::vector<std::string>> List(const std::string& prefix) override { return inner_->List(prefix); }
+  absl::Status Delete(const std::string& key) override { return inner_->Delete(key); }
+  absl::StatusOr<std::string> Url(const std::string& key, UrlAccess access, absl::Duration ttl) override {
+    if (key.find(fail_urls_for_) != std::string::npos) return absl::UnavailableError("cannot presign " + key);
+    return inner_->Url(key, access, ttl);
+  }
+
+ private:
+  BlobStore* inner_;
+  std::string fail_urls_for_;
+};
+
+class GrpcServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = SqliteMetadataStore::Open(":memory:", StoreOptions{});
+    ASSERT_OK(store);
+    store_ = std::move(*store);
+    auto blobs = LocalBlobStore::Open(dir_.File("blobs"));
+    ASSERT_OK(blobs);
+    blobs_ = std::move(*blobs);
+    model_ = dir_.File("tiny.gguf");
+    std::ofstream(model_) << "GGUF but not really";
+  }
+
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+
+  ServerOptions Options() {
+    ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.check_model_paths = true;
+    options.lease_ttl = kLeaseTtl;
+    return options;
+  }
+
+  // Starts the server on `clock` (the fake clock unless a test needs real time to pass).
+  void StartServer(Clock* clock, ServerOptions options, BlobStore* blobs = nullptr) {
+    clock_ = clock;
+    token_ = options.token;
+    server_ = std::make_unique<MinionsServer>(store_.get(), blobs ? blobs : blobs_.get(), clock, options, nullptr);
+    ASSERT_OK(server_->Start());
+    ASSERT_GT(server_->port(), 0);
+    auto channel = rpc::MakeChannel(server_->address());
+    jobs_ = v1::Jobs::NewStub(channel);
+    executors_ = v1::Executors::NewStub(channel);
+  }
+  void StartServer() { StartServer(&fake_clock_, Options()); }
+
+  // A context carrying the server's token (if any) and a deadline.
+  std::unique_ptr<grpc::ClientContext> Context(const std::string* token = nullptr) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    rpc::Prepare(*context, token ? *token : token_, absl::Seconds(10));
+    return context;
+  }
+
+  v1::SubmitJobRequest Request(const std::string& input, int64_t shard_size = 3) {
+    v1::SubmitJobRequest request;
+    request.set_input(input);
+    request.set_model(model_);
+    request.set_shard_size(shard_size);
+    return request;
+  }
+
+  grpc::Status Submit(const v1::SubmitJobRequest& request, v1::Job* job) {
+    return jobs_->SubmitJob(Context().get(), request, job);
+  }
+  v1::Job MustSubmit(const std::string& input, int64_t shard_size = 3) {
+    v1::Job job;
+    grpc::Status status = Submit(Request(input, shard_size), &job);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return job;
+  }
+
+  grpc::Status GetJob(const std::string& job_id, v1::Job* job) {
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    return jobs_->GetJob(Context().get(), request, job);
+  }
+  v1::Job MustGetJob(const std::string& job_id) {
+    v1::Job job;
+    grpc::Status status = GetJob(job_id, &job);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return job;
+  }
+  grpc::Status Cancel(const std::string& job_id, v1::Job* job) {
+    v1::CancelJobRequest request;
+    request.set_job_id(job_id);
+    return jobs_->CancelJob(Context().get(), request, job);
+  }
+
+  // The whole stream of GetResults: its status, and the bytes received.
+  std::pair<grpc::Status, std::string> Results(const std::string& job_id, bool errors = false) {
+    v1::GetResultsRequest request;
+    request.set_job_id(job_id);
+    request.set_errors(errors);
+    auto context = Context();
+    auto reader = jobs_->GetResults(context.get(), request);
+    std::string data;
+    v1::ResultsChunk chunk;
+    while (reader->Read(&chunk)) data += chunk.data();
+    return {reader->Finish(), data};
+  }
+
+  std::pair<grpc::Status, std::vector<v1::JobProgress>> Watch(const std::string& job_id, int64_t interval_ms = 50) {
+    v1::WatchJobRequest request;
+    request.set_job_id(job_id);
+    request.set_interval_ms(interval_ms);
+    auto context = Context();
+    auto reader = jobs_->WatchJob(context.get(), request);
+    std::vector<v1::JobProgress> progress;
+    v1::JobProgress p;
+    while (reader->Read(&p)) progress.push_back(p);
+    return {reader->Finish(), progress};
+  }
+
+  // Server health after a refused call: it still answers.
+  void ExpectServerUp() {
+    v1::ListJobsResponse reply;
+    grpc::Status status = jobs_->ListJobs(Context().get(), v1::ListJobsRequest(), &reply);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+
+  std::string RegisterExecutor(const std::string& name) {
+    v1::RegisterRequest request;
+    v1::Capabilities* caps = request.mutable_capabilities();
+    caps->set_name(name);
+    caps->set_os("linux");
+    caps->set_memory_bytes(int64_t{16} << 30);
+    caps->add_runners("llama");
+    caps->set_max_tasks(8);
+    v1::RegisterResponse reply;
+    grpc::Status status = executors_->Register(Context().get(), request, &reply);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(reply.lease_ttl_ms(), absl::ToInt64Milliseconds(kLeaseTtl));
+    EXPECT_FALSE(reply.executor_id().empty());
+    return reply.executor_id();
+  }
+
+  grpc::Status Lease(const std::string& executor_id, int max_tasks, v1::LeaseResponse* reply) {
+    v1::LeaseRequest request;
+    request.set_executor_id(executor_id);
+    request.set_max_tasks(max_tasks);
+    return executors_->Lease(Context().get(), request, reply);
+  }
+  std::vector<v1::TaskLease> MustLease(const std::string& executor_id, int max_tasks) {
+    v1::LeaseResponse reply;
+    grpc::Status status = Lease(executor_id, max_tasks, &reply);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return {reply.leases().begin(), reply.leases().end()};
+  }
+
+  grpc::Status Complete(const std::string& executor_id, const v1::LeaseRef& ref, int64_t done, int64_t failed = 0) {
+    v1::CompleteRequest request;
+    request.set_executor_id(executor_id);
+    *request.mutable_ref() = ref;
+    request.mutable_ref()->set_records_done(done);
+    request.mutable_ref()->set_records_failed(failed);
+    v1::CompleteResponse reply;
+    return executors_->Complete(Context().get(), request, &reply);
+  }
+  grpc::Status Fail(const std::string& executor_id, const v1::LeaseRef& ref, const std::string& failure_class,
+                    const std::string& message = "it broke") {
+    v1::FailRequest request;
+    request.set_executor_id(executor_id);
+    *request.mutable_ref() = ref;
+    request.set_failure_class(failure_class);
+    request.set_message(message);
+    v1::FailResponse reply;
+    return executors_->Fail(Context().get(), request, &reply);
+  }
+
+  // What an executor does with a lease: read its input range by URL, answer every record, write
+  // the output and error files by URL. Returns (records, error lines).
+  std::pair<int64_t, int64_t> Serve(const v1::TaskLease& lease) {
+    auto input_path = FileUrlPath(lease.input_url());
+    EXPECT_OK(input_path);
+    std::string input = ReadFile(*input_path);
+    EXPECT_LE(lease.byte_end(), static_cast<int64_t>(input.size()));
+    std::string range = input.substr(lease.byte_begin(), lease.byte_end() - lease.byte_begin());
+    std::string output, errors;
+    int64_t records = 0, failed = 0;
+    for (const std::string& line : SplitRecordLines(range)) {
+      ++records;
+      ParsedRecord parsed = ParseRecordLine(line);
+      if (parsed.ok()) {
+        output += DumpJson(MakeResponseLine(parsed.custom_id, Json{{"echo", parsed.custom_id}})) + "\n";
+      } else {
+        ++failed;
+        errors += DumpJson(MakeErrorLine(parsed.custom_id, parsed.error_code, parsed.error_message)) + "\n";
+      }
+    }
+    EXPECT_EQ(records, lease.n_records());
+    auto output_path = FileUrlPath(lease.output_url());
+    auto errors_path = FileUrlPath(lease.errors_url());
+    EXPECT_OK(output_path);
+    EXPECT_OK(errors_path);
+    EXPECT_OK(WriteFileAtomically(*output_path, output));
+    EXPECT_OK(WriteFileAtomically(*errors_path, errors));
+    return {records, failed};
+  }
+
+  // Polls until the job is in `state` (nudging a fake clock so the background loop runs).
+  v1::Job WaitForState(const std::string& job_id, const std::string& state,
+                       absl::Duration timeout = absl::Seconds(5)) {
+    absl::Time deadline = absl::Now() + timeout;
+    v1::Job job;
+    while (absl::Now() < deadline) {
+      job = MustGetJob(job_id);
+      if (job.state() == state) return job;
+      if (clock_ == &fake_clock_) fake_clock_.Advance(absl::Milliseconds(100));
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ADD_FAILURE() << "job " << job_id << " is " << job.state() << " after " << timeout << ", not " << state;
+    return job;
+  }
+
+  // Submits `records` records and runs the job to completion.
+  v1::Job CompletedJob(int records, int64_t shard_size) {
+    v1::Job job = MustSubmit(Records(records), shard_size);
+    std::string executor = RegisterExecutor("finisher");
+    for (const v1::TaskLease& lease : MustLease(executor, 64)) {
+      auto [done, failed] = Serve(lease);
+      EXPECT_TRUE(Complete(executor, lease.ref(), done, failed).ok());
+    }
+    return WaitForState(job.id(), "completed");
+  }
+
+  Task StoreTask(const std::string& job_id, int64_t index) {
+    auto tasks = store_->ListTasks(job_id);
+    EXPECT_OK(tasks);
+    for (const Task& t : *tasks) {
+      if (t.index == index) return t;
+    }
+    ADD_FAILURE() << "no task " << index;
+    return Task{};
+  }
+
+  TempDir dir_;
+  FakeClock fake_clock_;
+  RealClock real_clock_;
+  Clock* clock_ = nullptr;
+  std::string model_;
+  std::string token_;
+  std::unique_ptr<SqliteMetadataStore> store_;
+  std::unique_ptr<LocalBlobStore> blobs_;
+  std::unique_ptr<MinionsServer> server_;  // after what it points to: destroyed first
+  std::unique_ptr<v1::Jobs::Stub> jobs_;
+  std::unique_ptr<v1::Executors::Stub> executors_;
+};
+
+// ------------------------------------------------------------------ submit: bad input
+
+TEST_F(GrpcServiceTest, InputThatIsNotJsonlIsRefused) {
+  StartServer();
+  std::string binary;
+  for (int i = 0; i < 2048; ++i) binary.push_back(static_cast<char>((i * 131 + 7) & 0xff));
+  v1::Job job;
+  EXPECT_GRPC_ERROR(Submit(Request(binary), &job), INVALID_ARGUMENT, "no line of the input is a valid request");
+  EXPECT_GRPC_ERROR(Submit(Request("custom_id,prompt\nr0,hello\nr1,world\n"), &job), INVALID_ARGUMENT,
+                    "no line of the input is a valid request");
+  // The message points at the first bad line.
+  EXPECT_GRPC_ERROR(Submit(Request("custom_id,prompt\nr0,hello\n"), &job), INVALID_ARGUMENT, "line 1: ");
+  ExpectServerUp();
+
+  // Each refusal is on record as a failed job, with the reason.
+  v1::ListJobsRequest list;
+  list.set_state("failed");
+  v1::ListJobsResponse failed;
+  ASSERT_GRPC_OK(jobs_->ListJobs(Context().get(), list, &failed));
+  ASSERT_EQ(failed.jobs_size(), 3);
+  EXPECT_THAT(failed.jobs(0).error(), HasSubstr("no line of the input is a valid request"));
+  // And a good job still goes through.
+  EXPECT_EQ(MustSubmit(Records(2)).state(), "queued");
+}
+
+TEST_F(GrpcServiceTest, EmptyInputHasNoRecords) {
+  StartServer();
+  v1::Job job;
+  EXPECT_GRPC_ERROR(Submit(Request(""), &job), INVALID_ARGUMENT, "no records");
+  EXPECT_GRPC_ERROR(Submit(Request("\n\n  \r\n"), &job), INVALID_ARGUMENT, "no records");
+  ExpectServerUp();
+}
+
+TEST_F(GrpcServiceTest, AJobNeedsAModelThatExists) {
+  StartServer();
+  v1::Job job;
+  v1::SubmitJobRequest no_model = Request(Records(2));
+  no_model.clear_model();
+  EXPECT_GRPC_ERROR(Submit(no_model, &job), INVALID_ARGUMENT, "needs a model");
+  v1::SubmitJobRequest missing = Request(Records(2));
+  missing.set_model(dir_.File("nowhere.gguf"));
+  EXPECT_GRPC_ERROR(Submit(missing, &job), INVALID_ARGUMENT, "does not exist");
+  v1::SubmitJobRequest directory = Request(Records(2));
+  directory.set_model(dir_.path());
+  EXPECT_GRPC_ERROR(Submit(directory, &job), INVALID_ARGUMENT, "does not exist");
+  ExpectServerUp();
+  // Nothing was created for these.
+  v1::ListJobsResponse all;
+  ASSERT_GRPC_OK(jobs_->ListJobs(Context().get(), v1::ListJobsRequest(), &all));
+  EXPECT_EQ(all.jobs_size(), 0);
+}
+
+TEST_F(GrpcServiceTest, RunnerOptionsMustBeAValidObject) {
+  StartServer();
+  v1::Job job;
+  for (const std::string options : {"[1, 2]", "\"n_parallel\"", "not json", "42"}) {
+    SCOPED_TRACE(options);
+    v1::SubmitJobRequest request = Request(Records(2));
+    request.set_runner_options_json(options);
+    EXPECT_GRPC_ERROR(Submit(request, &job), INVALID_ARGUMENT, "must be a JSON object");
+  }
+  v1::SubmitJobRequest zero = Request(Records(2));
+  zero.set_runner_options_json(R"({"n_parallel": 0})");
+  EXPECT_GRPC_ERROR(Submit(zero, &job), INVALID_ARGUMENT, "n_parallel");
+  v1::SubmitJobRequest wrong_type = Request(Records(2));
+  wrong_type.set_runner_options_json(R"({"n_batch": "big"})");
+  EXPECT_GRPC_ERROR(Submit(wrong_type, &job), INVALID_ARGUMENT, "n_batch");
+  v1::SubmitJobRequest flash = Request(Records(2));
+  flash.set_runner_options_json(R"({"flash_attn": "maybe"})");
+  EXPECT_GRPC_ERROR(Submit(flash, &job), INVALID_ARGUMENT, "flash_attn");
+  ExpectServerUp();
+
+  v1::SubmitJobRequest good = Request(Records(2));
+  good.set_runner_options_json(R"({"n_parallel": 4})");
+  ASSERT_GRPC_OK(Submit(good, &job));
+  // The options reach the executor with the lease.
+  std::string executor = RegisterExecutor("e");
+  std::vector<v1::TaskLease> leases = MustLease(executor, 1);
+  ASSERT_EQ(leases.size(), 1u);
+  auto options = ParseJson(leases[0].runner_options_json());
+  ASSERT_OK(options);
+  EXPECT_EQ((*options)["n_parallel"], 4);
+}
+
+// ------------------------------------------------------------------ jobs: unknown and wrong state
+
+TEST_F(GrpcServiceTest, UnknownJobIsNotFoundEverywhere) {
+  StartServer();
+  const std::string unknown = "job-0123456789ab";
+  v1::Job job;
+  EXPECT_GRPC_ERROR(GetJob(unknown, &job), NOT_FOUND, unknown);
+  EXPECT_GRPC_ERROR(Cancel(unknown, &job), NOT_FOUND, unknown);
+  EXPECT_GRPC_ERROR(Watch(unknown).first, NOT_FOUND, unknown);
+  EXPECT_GRPC_ERROR(Results(unknown).first, NOT_FOUND, unknown);
+  EXPECT_GRPC_ERROR(Results(unknown, /*errors=*/true).first, NOT_FOUND, unknown);
+  v1::ListTasksRequest tasks;
+  tasks.set_job_id(unknown);
+  v1::ListTasksResponse reply;
+  EXPECT_GRPC_ERROR(jobs_->ListTasks(Context().get(), tasks, &reply), NOT_FOUND, unknown);
+  ExpectServerUp();
+}
+
+TEST_F(GrpcServiceTest, ResultsOfARunningJobAreNotThereYet) {
+  StartServer();
+  v1::Job job = MustSubmit(Records(4), 2);
+  EXPECT_GRPC_ERROR(Results(job.id()).first, FAILED_PRECONDITION, "is queued");
+  std::string executor = RegisterExecutor("e");
+  ASSERT_EQ(MustLease(executor, 1).size(), 1u);
+  EXPECT_EQ(MustGetJob(job.id()).state(), "running");
+  auto [status, data] = Results(job.id());
+  EXPECT_GRPC_ERROR(status, FAILED_PRECONDITION, "results exist once it has completed");
+  EXPECT_THAT(data, IsEmpty());
+  EXPECT_GRPC_ERROR(Results(job.id(), true).first, FAILED_PRECONDITION, "is running");
+}
+
+TEST_F(GrpcServiceTest, CancelOfAFinishedJobIsRefused) {
+  StartServer();
+  v1::Job done = CompletedJob(3, 2);
+  v1::Job job;
+  EXPECT_GRPC_ERROR(Cancel(done.id(), &job), FAILED_PRECONDITION, "completed");
+  EXPECT_EQ(MustGetJob(done.id()).state(), "completed");
+  // Its results are intact.
+  EXPECT_THAT(CustomIds(Results(done.id()).second), ElementsAre("r0", "r1", "r2"));
+
+  // An unfinished job cancels once; the second cancel is refused too.
+  v1::Job unfinished = MustSubmit(Records(2), 1);
+  ASSERT_GRPC_OK(Cancel(unfinished.id(), &job));
+  EXPECT_EQ(job.state(), "cancelled");
+  EXPECT_GRPC_ERROR(Cancel(unfinished.id(), &job), FAILED_PRECONDITION, "cancelled");
+  ExpectServerUp();
+}
+
+// ------------------------------------------------------------------ executors: fencing
+
+TEST_F(GrpcServiceTest, UnknownExecutorIsToldToRegisterOrRefused) {
+  StartServer();
+  v1::HeartbeatRequest heartbeat;
+  heartbeat.set_executor_id("exe-unknown00000");
+  heartbeat.set_state("available");
+  v1::HeartbeatResponse reply;
+  ASSERT_GRPC_OK(executors_->Heartbeat(Context().get(), heartbeat, &reply));
+  EXPECT_TRUE(reply.reregister());
+
+  MustSubmit(Records(2));
+  v1::LeaseResponse leases;
+  EXPECT_GRPC_ERROR(Lease("exe-unknown00000", 4, &leases), NOT_FOUND, "exe-unknown00000");
+  EXPECT_EQ(leases.leases_size(), 0);
+
+  // A known executor heartbeating is not told to re-register; a bad state is refused.
+  std::string executor = RegisterExecutor("e");
+  heartbeat.set_executor_id(executor);
+  ASSERT_GRPC_OK(executors_->Heartbeat(Context().get(), heartbeat, &reply));
+  EXPECT_FALSE(reply.reregister());
+  heartbeat.set_state("sleepy");
+  EXPECT_GRPC_ERROR(executors_->Heartbeat(Context().get(), heartbeat, &reply), INVALID_ARGUMENT, "sleepy");
+  heartbeat.set_state("lost");
+  EXPECT_GRPC_ERROR(executors_->Heartbeat(Context().get(), heartbeat, &reply), INVALID_ARGUMENT, "lost");
+}
+
+TEST_F(GrpcServiceTest, ReportsForAnotherExecutorsLeaseAreRefusedAndChangeNothing) {
+  StartServer();
+  v1::Job job = MustSubmit(Records(3), 3);
+  std::string holder = RegisterExecutor("holder");
+  std::string intruder = RegisterExecutor("intruder");
+  std::vector<v1::TaskLease> leases = MustLease(holder, 1);
+  ASSERT_EQ(leases.size(), 1u);
+  const v1::LeaseRef& ref = leases[0].ref();
+  EXPECT_EQ(ref.attempt(), 1);
+
+  EXPECT_GRPC_ERROR(Complete(intruder, ref, 3), FAILED_PRECONDITION, "stale attempt");
+  EXPECT_GRPC_ERROR(Fail(intruder, ref, "permanent"), FAILED_PRECONDITION, "stale attempt");
+  EXPECT_GRPC_ERROR(Fail(intruder, ref, "preempted"), FAILED_PRECONDITION, "stale attempt");
+  // An executor that was never registered is not even asked about the fence.
+  EXPECT_GRPC_ERROR(Complete("exe-nobody000000", ref, 3), NOT_FOUND, "exe-nobody000000");
+
+  Task task = StoreTask(job.id(), 0);
+  EXPECT_EQ(task.state, TaskState::kRunning);
+  EXPECT_EQ(task.executor_id, holder);
+  EXPECT_EQ(task.attempt, 1);
+  EXPECT_EQ(task.failures, 0);
+  EXPECT_EQ(task.preemptions, 0);
+
+  // The real holder still completes it.
+  auto [done, failed] = Serve(leases[0]);
+  ASSERT_GRPC_OK(Complete(holder, ref, done, failed));
+  EXPECT_EQ(StoreTask(job.id(), 0).state, TaskState::kSucceeded);
+  WaitForState(job.id(), "completed");
+  // And a repeated completion is refused.
+  EXPECT_GRPC_ERROR(Complete(holder, ref, done, failed), FAILED_PRECONDITION, "succeeded");
+}
+
+TEST_F(GrpcServiceTest, CompletionMustAccountForEveryRecord) {
+  StartServer();
+  v1::Job job = MustSubmit(Records(3), 3);
+  std::string executor = RegisterExecutor("e");
+  std::vector<v1::TaskLease> leases = MustLease(executor, 1);
+  ASSERT_EQ(leases.size(), 1u);
+  EXPECT_GRPC_ERROR(Complete(executor, leases[0].ref(), 2), INVALID_ARGUMENT, "all 3 records");
+  EXPECT_EQ(StoreTask(job.id(), 0).state, TaskState::kRunning);
+  ASSERT_GRPC_OK(Complete(executor, leases[0].ref(), 3));
+}
+
+TEST_F(GrpcServiceTest, AStaleAttemptsCompletionAfterExpiryIsRefused) {
+  StartServer();
+  v1::Job job = MustSubmit(Records(2), 2);
+  std::string a = RegisterExecutor("a");
+  std::string b = RegisterExecutor("b");
+  std::vector<v1::TaskLease> first = MustLease(a, 1);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(first[0].ref().attempt(), 1);
+  Serve(first[0]);  // a finishes the work, but its lease runs out before it reports
+
+  fake_clock_.Advance(kLeaseTtl + absl::Seconds(1));
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> expired, store_->ExpireLeases(fake_clock_.Now(), 100));
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].state, TaskState::kPending);
+  fake_clock_.Advance(absl::Minutes(1));  // past the retry backoff
+  std::vector<v1::TaskLease> second = MustLease(b, 1);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].ref().attempt(), 2);
+  EXPECT_NE(second[0].output_url(), first[0].output_url());  // attempts write apart
+
+  EXPECT_GRPC_ERROR(Complete(a, first[0].ref(), 2), FAILED_PRECONDITION, "stale attempt");
+  EXPECT_GRPC_ERROR(Fail(a, first[0].ref(), "retryable"), FAILED_PRECONDITION, "stale attempt");
+  // a's heartbeat about its old lease is answered with "stop it".
+  v1::HeartbeatRequest heartbeat;
+  heartbeat.set_executor_id(a);
+  heartbeat.set_state("busy");
+  *heartbeat.add_leases() = first[0].ref();
+  v1::HeartbeatResponse reply;
+  ASSERT_GRPC_OK(executors_->Heartbeat(Context().get(), heartbeat, &reply));
+  ASSERT_EQ(reply.cancel_size(), 1);
+  EXPECT_EQ(reply.cancel(0).attempt(), 1);
+  EXPECT_EQ(reply.renewed_size(), 0);
+
+  Task task = StoreTask(job.id(), 0);
+  EXPECT_EQ(task.state, TaskState::kRunning);
+  EXPECT_EQ(task.executor_id, b);
+  EXPECT_EQ(task.attempt, 2);
+
+  auto [done, failed] = Serve(second[0]);
+  ASSERT_GRPC_OK(Complete(b, second[0].ref(), done, failed));
+  v1::Job finished = WaitForState(job.id(), "completed");
+  EXPECT_EQ(finished.request_counts().completed(), 2);
+}
+
+TEST_F(GrpcServiceTest, UnknownFailureClassIsRefused) {
+  StartServer();
+  v1::Job job = MustSubmit(Records(2), 2);
+  std::string executor = RegisterExecutor("e");
+  std::vector<v1::TaskLease> leases = MustLease(executor, 1);
+  ASSERT_EQ(leases.size(), 1u);
+  EXPECT_GRPC_ERROR(Fail(executor, leases[0].ref(), "bogus"), INVALID_ARGUMENT, "failure_class");
+  EXPECT_GRPC_ERROR(Fail(executor, leases[0].ref(), ""), INVALID_ARGUMENT, "failure_class");
+  Task task = StoreTask(job.id(), 0);
+  EXPECT_EQ(task.state, TaskState::kRunning);
+  EXPECT_EQ(task.failures, 0);
+  // A real failure class is accepted: preempted goes straight back to pending.
+  ASSERT_GRPC_OK(Fail(executor, leases[0].ref(), "preempted", "owner is back"));
+  task = StoreTask(job.id(), 0);
+  EXPECT_EQ(task.state, TaskState::kPending);
+  EXPECT_EQ(task.preemptions, 1);
+  EXPECT_EQ(task.failures, 0);
+}
+
+TEST_F(GrpcServiceTest, ALeaseThatCannotBeAnsweredHandsEveryGrantedTaskBack) {
+  UrlFailingBlobStore blobs(blobs_.get(), "/tasks/1/");
+  StartServer(&fake_clock_, Options(), &blobs);
+  v1::Job job = MustSubmit(Records(3), 1);
+  std::string executor = RegisterExecutor("e");
+  v1::LeaseResponse reply;
+  EXPECT_GRPC_ERROR(Lease(executor, 3, &reply), UNAVAILABLE, "cannot presign");
+  EXPECT_EQ(reply.leases_size(), 0);
+  // Nobody holds anything: every task granted by the refused call is pending again, and the
+  // hand-back is not counted as a failure.
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    Task task = StoreTask(job.id(), i);
+    EXPECT_EQ(task.state, TaskState::kPending);
+    EXPECT_EQ(task.failures, 0);
+    EXPECT_FALSE(task.not_before.has_value());
+  }
+  // The tasks whose URLs can be made are leased again at once.
+  std::vector<v1::TaskLease> again = MustLease(executor, 1);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].ref().task_index(), 0);
+  EXPECT_EQ(again[0].ref().attempt(), 2);
+}
+
+// ------------------------------------------------------------------ authentication
+
+TEST_F(GrpcServiceTest, ATokenProtectedServerRefusesCallsWithoutIt) {
+  ServerOptions options = Options();
+  options.token = "s3cret";
+  StartServer(&fake_clock_, options);
+  const std::string none, wrong = "guess";
+
+  v1::GetJobRequest get;
+  get.set_job_id("job-0123456789ab");
+  v1::Job job;
+  EXPECT_GRPC_ERROR(jobs_->GetJob(Context(&none).get(), get, &job), UNAUTHENTICATED, "token");
+  EXPECT_GRPC_ERROR(jobs_->GetJob(Context(&wrong).get(), get, &job), UNAUTHENTICATED, "token");
+  EXPECT_GRPC_ERROR(jobs_->SubmitJob(Context(&none).get(), Request(Records(2)), &job), UNAUTHENTICATED, "token");
+  v1::RegisterRequest register_request;
+  v1::RegisterResponse register_reply;
+  EXPECT_GRPC_ERROR(executors_->Register(Context(&none).get(), register_request, &register_reply), UNAUTHENTICATED,
+                    "token");
+  v1::ListJobsResponse list;
+  ASSERT_OK_AND_ASSIGN(auto stored, store_->ListJobs(JobFilter{}));
+  EXPECT_THAT(stored, IsEmpty());  // the refused submit made nothing
+  ASSERT_OK_AND_ASSIGN(auto executors, store_->ListExecutors());
+  EXPECT_THAT(executors, IsEmpty());
+
+  // With "authorization: Bearer s3cret" the same calls go through.
+  EXPECT_GRPC_ERROR(jobs_->GetJob(Context().get(), get, &job), NOT_FOUND, "job-0123456789ab");
+  ASSERT_GRPC_OK(jobs_->SubmitJob(Context().get(), Request(Records(2)), &job));
+  EXPECT_EQ(job.state(), "queued");
+  ASSERT_GRPC_OK(jobs_->ListJobs(Context().get(), v1::ListJobsRequest(), &list));
+  EXPECT_EQ(list.jobs_size(), 1);
+  EXPECT_FALSE(RegisterExecutor("with-token").empty());
+}
+
+// ------------------------------------------------------------------ a whole job through gRPC
+
+TEST_F(GrpcServiceTest, AJobRunsToCompletionThroughGrpcAlone) {
+  StartServer(&real_clock_, Options());
+  v1::Job job = MustSubmit(Records(7), 3);
+  ASSERT_FALSE(job.id().empty());
+  EXPECT_EQ(job.state(), "queued");
+  EXPECT_EQ(job.n_tasks(), 3);
+  EXPECT_EQ(job.request_counts().total(), 7);
+  EXPECT_EQ(job.shard_size(), 3);
+
+  v1::ListTasksRequest list_tasks;
+  list_tasks.set_job_id(job.id());
+  v1::ListTasksResponse tasks;
+  ASSERT_GRPC_OK(jobs_->ListTasks(Context().get(), list_tasks, &tasks));
+  ASSERT_EQ(tasks.tasks_size(), 3);
+  EXPECT_EQ(tasks.tasks(0).n_records(), 3);
+  EXPECT_EQ(tasks.tasks(1).n_records(), 3);
+  EXPECT_EQ(tasks.tasks(2).n_records(), 1);
+  EXPECT_EQ(tasks.tasks(2).first_record(), 6);
+
+  // Someone watches the job from the start.
+  std::pair<grpc::Status, std::vector<v1::JobProgress>> watched;
+  std::thread watcher([&] { watched = Watch(job.id(), 50); });
+
+  std::string executor = RegisterExecutor("worker");
+  std::vector<v1::TaskLease> leases;
+  for (int i = 0; i < 3; ++i) {  // one at a time, as a one-slot executor would
+    std::vector<v1::TaskLease> got = MustLease(executor, 1);
+    ASSERT_EQ(got.size(), 1u);
+    leases.push_back(got[0]);
+  }
+  EXPECT_THAT(MustLease(executor, 4), IsEmpty());
+  EXPECT_EQ(MustGetJob(job.id()).state(), "running");
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(leases[i].ref().job_id(), job.id());
+    EXPECT_EQ(leases[i].ref().task_index(), i);
+    EXPECT_EQ(leases[i].ref().attempt(), 1);
+    EXPECT_EQ(leases[i].model(), model_);
+    EXPECT_THAT(leases[i].input_url(), ::testing::StartsWith("file:///"));
+    EXPECT_THAT(leases[i].output_url(), HasSubstr(absl::StrCat("/tasks/", i, "/attempt-1/")));
+  }
+  // The last task finishes first.
+  for (int i : {2, 0, 1}) {
+    auto [done, failed] = Serve(leases[i]);
+    ASSERT_GRPC_OK(Complete(executor, leases[i].ref(), done, failed));
+    absl::SleepFor(absl::Milliseconds(60));  // let the watcher see progress
+  }
+
+  // The server's background loop finalises it.
+  v1::Job finished = WaitForState(job.id(), "completed");
+  EXPECT_EQ(finished.request_counts().completed(), 7);
+  EXPECT_EQ(finished.request_counts().failed(), 0);
+  EXPECT_EQ(finished.tasks_done(), 3);
+  EXPECT_FALSE(finished.output_key().empty());
+  EXPECT_GT(finished.finished_at_ms(), 0);
+
+  auto [status, output] = Results(job.id());
+  ASSERT_GRPC_OK(status);
+  EXPECT_THAT(CustomIds(output), ElementsAre("r0", "r1", "r2", "r3", "r4", "r5", "r6"));
+  auto [errors_status, errors] = Results(job.id(), /*errors=*/true);
+  ASSERT_GRPC_OK(errors_status);
+  EXPECT_THAT(errors, IsEmpty());
+
+  watcher.join();
+  ASSERT_GRPC_OK(watched.first);
+  const std::vector<v1::JobProgress>& progress = watched.second;
+  ASSERT_GE(progress.size(), 2u);
+  EXPECT_EQ(progress.back().job().state(), "completed");
+  EXPECT_EQ(progress.back().job().request_counts().completed(), 7);
+  EXPECT_EQ(progress.back().eta_seconds(), 0);
+  for (size_t i = 0; i + 1 < progress.size(); ++i) {
+    EXPECT_NE(progress[i].job().state(), "completed") << "the stream ends at the terminal state";
+    if (i > 0) {  // counts never go back
+      EXPECT_GE(progress[i].job().request_counts().completed(), progress[i - 1].job().request_counts().completed());
+    }
+  }
+  // Watching a finished job gives its final state at once.
+  auto [again_status, again] = Watch(job.id());
+  ASSERT_GRPC_OK(again_status);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].job().state(), "completed");
+}
+
+TEST_F(GrpcServiceTest, InvalidRecordsBecomeErrorLinesOfACompletedJob) {
+  StartServer(&real_clock_, Options());
+  std::string input = absl::StrCat(RequestLine("a"), "\n", "this is not json\n", RequestLine("c"), "\n",
+                                   R"({"custom_id":"d","method":"GET"})", "\n");
+  v1::Job job = MustSubmit(input, 2);
+  EXPECT_EQ(job.request_counts().total(), 4);
+  std::string executor = RegisterExecutor("e");
+  int64_t failed_total = 0;
+  for (const v1::TaskLease& lease : MustLease(executor, 8)) {
+    auto [done, failed] = Serve(lease);
+    failed_total += failed;
+    ASSERT_GRPC_OK(Complete(executor, lease.ref(), done, failed));
+  }
+  EXPECT_EQ(failed_total, 2);
+  v1::Job finished = WaitForState(job.id(), "completed");
+  EXPECT_EQ(finished.request_counts().completed(), 2);
+  EXPECT_EQ(finished.request_counts().failed(), 2);
+  EXPECT_THAT(CustomIds(Results(job.id()).second), ElementsAre("a", "c"));
+  std::string errors = Results(job.id(), true).second;
+  std::vector<std::string> error_lines = absl::StrSplit(errors, '\n', absl::SkipEmpty());
+  ASSERT_EQ(error_lines.size(), 2u);
+  EXPECT_THAT(error_lines[1], HasSubstr("\"d\""));
+}
+
+}  // namespace
+}  // namespace minions::testing

@@ -1,0 +1,335 @@
+#include "watchdog/watchdog.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/fake_clock.h"
+
+namespace minions::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr absl::Duration kTtl = absl::Seconds(10);
+constexpr absl::Duration kExecutorTimeout = absl::Seconds(30);
+constexpr int64_t kRecordsPerTask = 5;
+
+inline const absl::Status& StatusOf(const absl::Status& status) { return status; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& status_or) {
+  return status_or.status();
+}
+#define ASSERT_OK(expr)                          \
+  do {                                           \
+    const absl::Status _st = StatusOf(expr);     \
+    ASSERT_TRUE(_st.ok()) << _st;                \
+  } while (0)
+
+template <typename T>
+T Must(absl::StatusOr<T> result) {
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (!result.ok()) throw std::runtime_error(std::string(result.status().message()));
+  return std::move(result).value();
+}
+
+class WatchdogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = Must(SqliteMetadataStore::Open(":memory:", StoreOptions{}));
+    WatchdogOptions options;
+    options.executor_timeout = kExecutorTimeout;
+    watchdog_ = std::make_unique<Watchdog>(store_.get(), options);
+  }
+
+  std::string Register(const std::string& name) {
+    ExecutorInfo info;
+    info.name = name;
+    info.memory_bytes = int64_t{8} << 30;
+    info.runners = {"llama"};
+    info.max_tasks = 4;
+    return Must(store_->RegisterExecutor("", info, clock_.Now())).id;
+  }
+
+  std::string Submit(int n_tasks, int max_attempts = 4) {
+    JobSpec spec;
+    spec.model = "/models/tiny.gguf";
+    spec.input_key = "inputs/in.jsonl";
+    spec.shard_size = kRecordsPerTask;
+    spec.max_attempts = max_attempts;
+    std::vector<Task> tasks;
+    for (int i = 0; i < n_tasks; ++i) {
+      Task t;
+      t.index = i;
+      t.first_record = i * kRecordsPerTask;
+      t.n_records = kRecordsPerTask;
+      t.byte_begin = i * 100;
+      t.byte_end = (i + 1) * 100;
+      tasks.push_back(t);
+    }
+    Job job = Must(store_->CreateJob(spec, clock_.Now()));
+    EXPECT_TRUE(store_->AddTasks(job.id, tasks, n_tasks * kRecordsPerTask, clock_.Now()).ok());
+    return job.id;
+  }
+
+  std::vector<Lease> LeaseOne(const std::string& executor) {
+    return Must(store_->LeaseTasks(executor, 1, kTtl, clock_.Now()));
+  }
+
+  // A heartbeat that holds no lease: the executor is alive, its old leases are not renewed.
+  void Alive(const std::string& executor) {
+    HeartbeatReply reply = Must(store_->Heartbeat(executor, ExecutorState::kAvailable, "", {}, kTtl, clock_.Now()));
+    EXPECT_FALSE(reply.unknown_executor);
+  }
+
+  Task GetTask(const std::string& job_id, int64_t index) {
+    for (const Task& t : Must(store_->ListTasks(job_id))) {
+      if (t.index == index) return t;
+    }
+    ADD_FAILURE() << "no task " << index;
+    return Task{};
+  }
+
+  WatchdogPass Tick() { return Must(watchdog_->Tick(clock_.Now())); }
+
+  FakeClock clock_;
+  std::unique_ptr<SqliteMetadataStore> store_;
+  std::unique_ptr<Watchdog> watchdog_;
+};
+
+TEST_F(WatchdogTest, AnExpiredLeaseIsRequeuedAndTheLateHolderIsFencedOff) {
+  std::string job_id = Submit(1);
+  std::string a = Register("a");
+  std::string b = Register("b");
+  std::vector<Lease> first = LeaseOne(a);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(first[0].task.attempt, 1);
+
+  // Before the TTL nothing happens.
+  clock_.Advance(kTtl - absl::Seconds(1));
+  WatchdogPass quiet = Tick();
+  EXPECT_EQ(quiet.leases_expired, 0);
+  EXPECT_THAT(quiet.jobs_touched, IsEmpty());
+  EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kRunning);
+
+  // a goes silent; past the TTL the lease is reaped.
+  clock_.Advance(absl::Seconds(2));
+  Alive(b);
+  WatchdogPass pass = Tick();
+  EXPECT_EQ(pass.leases_expired, 1);
+  EXPECT_EQ(pass.tasks_failed, 0);
+  EXPECT_EQ(pass.executors_lost, 0);  // 11 s of silence is not yet "lost"
+  EXPECT_THAT(pass.jobs_touched, ElementsAre(job_id));
+  Task requeued = GetTask(job_id, 0);
+  EXPECT_EQ(requeued.state, TaskState::kPending);
+  EXPECT_EQ(requeued.attempt, 1);  // bumped by the next lease, not by the expiry
+  EXPECT_EQ(requeued.failures, 1);
+  EXPECT_EQ(requeued.preemptions, 0);
+  EXPECT_FALSE(requeued.lease_expires_at.has_value());
+  EXPECT_THAT(requeued.last_error, HasSubstr("expired"));
+  EXPECT_TRUE(requeued.not_before.has_value());  // backing off
+
+  // A second pass does not reap it again.
+  WatchdogPass again = Tick();
+  EXPECT_EQ(again.leases_expired, 0);
+  EXPECT_EQ(GetTask(job_id, 0).failures, 1);
+
+  // While it backs off nobody gets it; after, b leases it as attempt 2.
+  EXPECT_THAT(LeaseOne(b), IsEmpty());
+  clock_.Advance(absl::Seconds(3));
+  Alive(b);
+  std::vector<Lease> second = LeaseOne(b);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].task.index, 0);
+  EXPECT_EQ(second[0].task.attempt, 2);
+
+  // a's late completion of attempt 1 is refused, as is a claim on b's attempt.
+  auto late = store_->CompleteTask(a, job_id, 0, 1, kRecordsPerTask, 0, clock_.Now());
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition) << late.status();
+  EXPECT_THAT(std::string(late.status().message()), HasSubstr("stale attempt"));
+  auto claim = store_->CompleteTask(a, job_id, 0, 2, kRecordsPerTask, 0, clock_.Now());
+  EXPECT_EQ(claim.status().code(), absl::StatusCode::kFailedPrecondition) << claim.status();
+  Task held = GetTask(job_id, 0);
+  EXPECT_EQ(held.state, TaskState::kRunning);
+  EXPECT_EQ(held.executor_id, b);
+  EXPECT_EQ(held.attempt, 2);
+
+  // b's completion stands.
+  ASSERT_OK(store_->CompleteTask(b, job_id, 0, 2, kRecordsPerTask, 0, clock_.Now()));
+  Job job = Must(store_->GetJob(job_id));
+  EXPECT_EQ(job.state, JobState::kFinalizing);
+  EXPECT_EQ(job.counts.completed, kRecordsPerTask);
+}
+
+TEST_F(WatchdogTest, RenewedLeasesAreNotReaped) {
+  std::string job_id = Submit(1);
+  std::string a = Register("a");
+  std::vector<Lease> leases = LeaseOne(a);
+  ASSERT_EQ(leases.size(), 1u);
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(kTtl / 2);
+    LeaseProgress progress{job_id, 0, 1, 0, 0};
+    HeartbeatReply reply = Must(store_->Heartbeat(a, ExecutorState::kBusy, "", {progress}, kTtl, clock_.Now()));
+    EXPECT_EQ(reply.renewed.size(), 1u);
+    EXPECT_EQ(Tick().leases_expired, 0);
+  }
+  EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kRunning);
+  EXPECT_EQ(GetTask(job_id, 0).failures, 0);
+}
+
+TEST_F(WatchdogTest, ExpiriesUpToMaxAttemptsFailTheTask) {
+  std::string job_id = Submit(2, /*max_attempts=*/2);
+  std::string a = Register("a");
+  // Task 1 succeeds normally.
+  std::vector<Lease> leases = Must(store_->LeaseTasks(a, 2, kTtl, clock_.Now()));
+  ASSERT_EQ(leases.size(), 2u);
+  ASSERT_OK(store_->CompleteTask(a, job_id, 1, 1, kRecordsPerTask, 0, clock_.Now()));
+
+  // Task 0's lease runs out twice.
+  clock_.Advance(kTtl + absl::Seconds(1));
+  Alive(a);
+  WatchdogPass first = Tick();
+  EXPECT_EQ(first.leases_expired, 1);
+  EXPECT_EQ(first.tasks_failed, 0);
+  EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kPending);
+
+  clock_.Advance(absl::Seconds(3));  // past the first backoff
+  Alive(a);
+  std::vector<Lease> retry = LeaseOne(a);
+  ASSERT_EQ(retry.size(), 1u);
+  EXPECT_EQ(retry[0].task.attempt, 2);
+  clock_.Advance(kTtl + absl::Seconds(1));
+  Alive(a);
+  WatchdogPass second = Tick();
+  EXPECT_EQ(second.leases_expired, 1);
+  EXPECT_EQ(second.tasks_failed, 1);
+  EXPECT_THAT(second.jobs_touched, ElementsAre(job_id));
+
+  Task failed = GetTask(job_id, 0);
+  EXPECT_EQ(failed.state, TaskState::kFailed);
+  EXPECT_EQ(failed.failures, 2);
+  EXPECT_THAT(failed.last_error, HasSubstr("failed 2 times"));
+  EXPECT_TRUE(failed.finished_at.has_value());
+  // Nothing left to lease or to reap.
+  clock_.Advance(absl::Minutes(10));
+  Alive(a);
+  EXPECT_THAT(LeaseOne(a), IsEmpty());
+  EXPECT_EQ(Tick().leases_expired, 0);
+
+  // The job is done: one task served, one failed; its records are counted as failed.
+  Job job = Must(store_->GetJob(job_id));
+  EXPECT_EQ(job.state, JobState::kFinalizing);
+  EXPECT_EQ(job.tasks_done, 2);
+  EXPECT_EQ(job.counts.completed, kRecordsPerTask);
+  EXPECT_EQ(job.counts.failed, kRecordsPerTask);
+}
+
+TEST_F(WatchdogTest, AJobWhoseOnlyTaskExpiresForGoodFails) {
+  std::string job_id = Submit(1, /*max_attempts=*/1);
+  std::string a = Register("a");
+  ASSERT_EQ(LeaseOne(a).size(), 1u);
+  clock_.Advance(kTtl + absl::Seconds(1));
+  WatchdogPass pass = Tick();
+  EXPECT_EQ(pass.leases_expired, 1);
+  EXPECT_EQ(pass.tasks_failed, 1);
+  Job job = Must(store_->GetJob(job_id));
+  EXPECT_EQ(job.state, JobState::kFailed);
+  EXPECT_THAT(job.error, HasSubstr("expired"));
+}
+
+TEST_F(WatchdogTest, SilentExecutorsAreMarkedLostOnce) {
+  std::string a = Register("a");
+  std::string b = Register("b");
+  clock_.Advance(absl::Seconds(20));
+  Alive(b);
+  clock_.Advance(absl::Seconds(15));  // a silent for 35 s, b for 15 s
+
+  WatchdogPass pass = Tick();
+  EXPECT_EQ(pass.executors_lost, 1);
+  EXPECT_EQ(Must(store_->GetExecutor(a)).state, ExecutorState::kLost);
+  EXPECT_EQ(Must(store_->GetExecutor(b)).state, ExecutorState::kAvailable);
+  EXPECT_EQ(Tick().executors_lost, 0);  // not counted again
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(Tick().executors_lost, 0);
+
+  // A lost executor gets no work.
+  Submit(1);
+  EXPECT_THAT(LeaseOne(a), IsEmpty());
+
+  // b goes silent too: lost once.
+  clock_.Advance(absl::Seconds(20));
+  WatchdogPass later = Tick();
+  EXPECT_EQ(later.executors_lost, 1);
+  EXPECT_EQ(Must(store_->GetExecutor(b)).state, ExecutorState::kLost);
+
+  // a comes back: alive again, and it can be lost again later (counted once more).
+  Alive(a);
+  EXPECT_EQ(Must(store_->GetExecutor(a)).state, ExecutorState::kAvailable);
+  EXPECT_EQ(Tick().executors_lost, 0);
+  clock_.Advance(kExecutorTimeout + absl::Seconds(1));
+  EXPECT_EQ(Tick().executors_lost, 1);
+  EXPECT_EQ(Tick().executors_lost, 0);
+}
+
+TEST_F(WatchdogTest, ALostExecutorsLeaseIsStillReapedByItsTtl) {
+  std::string job_id = Submit(1);
+  std::string a = Register("a");
+  ASSERT_EQ(LeaseOne(a).size(), 1u);
+  clock_.Advance(kExecutorTimeout + absl::Seconds(1));
+  WatchdogPass pass = Tick();
+  EXPECT_EQ(pass.executors_lost, 1);
+  EXPECT_EQ(pass.leases_expired, 1);
+  EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kPending);
+}
+
+// ------------------------------------------------------------------ the lock
+
+class TempLockDir {
+ public:
+  TempLockDir() {
+    std::string pattern = (std::filesystem::path(::testing::TempDir()) / "minions-wd-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) std::abort();
+    path_ = pattern;
+  }
+  ~TempLockDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  std::string path_;
+};
+
+TEST(WatchdogLock, OneHolderAtATime) {
+  TempLockDir dir;
+  std::string path = dir.path_ + "/watchdog.lock";
+  auto first = WatchdogLock::TryAcquire(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_NE(*first, nullptr);
+
+  auto second = WatchdogLock::TryAcquire(path);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("another watchdog"));
+  // Refusing does not disturb the holder.
+  auto third = WatchdogLock::TryAcquire(path);
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kUnavailable);
+
+  first->reset();  // the holder goes away
+  auto fourth = WatchdogLock::TryAcquire(path);
+  ASSERT_TRUE(fourth.ok()) << fourth.status();
+  EXPECT_EQ(WatchdogLock::TryAcquire(path).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(WatchdogLock, AnUnopenableLockFileIsAnError) {
+  TempLockDir dir;
+  auto lock = WatchdogLock::TryAcquire(dir.path_ + "/no/such/dir/watchdog.lock");
+  EXPECT_FALSE(lock.ok());
+  EXPECT_NE(lock.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(lock.status().message()), HasSubstr("watchdog.lock"));
+}
+
+}  // namespace
+}  // namespace minions::testing
