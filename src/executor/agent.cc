@@ -133,20 +133,24 @@ absl::Status ExecutorAgent::Run() {
     bool in_runner = false;
     for (const auto& task : ActiveTasks()) in_runner |= task->in_runner;
     if (!in_runner) {
+      FlushCompletions();
       {
         std::lock_guard<std::mutex> lock(mu_);
         active = active_.size();
       }
-      if (active == 0) clock_->SleepFor(options_.idle_poll);
+      if (active == 0 || !to_complete_.empty()) clock_->SleepFor(options_.idle_poll);
       continue;
     }
-    // Wait for the runner; come back soon enough to top up the window.
+    // Wait for the runner; come back soon enough to top up the window. Events already waiting
+    // are taken in one go, so a burst of finished tasks is completed in one call.
     auto event = runner_->NextEvent(absl::Milliseconds(50));
-    if (event.ok()) {
+    for (int taken = 0; event.ok() && taken < 4096; ++taken) {
       OnEvent(*event);
-    } else if (!absl::IsDeadlineExceeded(event.status())) {
-      OnRunnerDied(event.status());
+      if (!runner_) break;
+      event = runner_->NextEvent(absl::ZeroDuration());
     }
+    if (!event.ok() && !absl::IsDeadlineExceeded(event.status())) OnRunnerDied(event.status());
+    FlushCompletions();
   }
 
   heartbeat_stop_ = true;
@@ -358,10 +362,50 @@ void ExecutorAgent::FinishTask(const TaskPtr& task, const Json& batch_done) {
   if (!s.ok()) {
     Report(task, absl::Status(s.code(), absl::StrCat("cannot upload the output: ", s.message())),
            FailureClass::kRetryable);
-  } else {
-    Report(task, absl::OkStatus(), FailureClass::kRetryable);
+    return Forget(task);
   }
-  Forget(task);
+  task->in_runner = false;
+  to_complete_.push_back(task);
+}
+
+void ExecutorAgent::FlushCompletions() {
+  if (to_complete_.empty() || clock_->Now() < next_completion_try_) return;
+  v1::CompleteBatchRequest request;
+  request.set_executor_id(id());
+  std::vector<TaskPtr> sent;
+  for (const TaskPtr& task : to_complete_) {
+    if (task->lease_lost || task->cancelled) {
+      Forget(task);
+      continue;
+    }
+    v1::LeaseRef* ref = request.add_refs();
+    *ref = task->lease.ref();
+    ref->set_records_done(task->records_done);
+    ref->set_records_failed(task->records_failed);
+    sent.push_back(task);
+  }
+  to_complete_.clear();
+  if (sent.empty()) return;
+  auto reply = client_->CompleteBatch(request);
+  if (!reply.ok()) {
+    // Keep them: the heartbeat keeps renewing their leases, and the next try may get through.
+    MINIONS_LOG(Warning) << "cannot complete " << sent.size() << " tasks yet: " << reply.status().message();
+    to_complete_ = std::move(sent);
+    next_completion_try_ = clock_->Now() + absl::Milliseconds(500);
+    return;
+  }
+  for (size_t i = 0; i < sent.size(); ++i) {
+    const v1::Outcome* outcome = i < static_cast<size_t>(reply->outcomes_size()) ? &reply->outcomes(i) : nullptr;
+    if (outcome && outcome->code() == 0) {
+      ++tasks_completed_;
+      MINIONS_LOG(Debug) << Describe(sent[i]->lease) << " completed: " << sent[i]->records_done << " records, "
+                         << sent[i]->records_failed << " errors";
+    } else {
+      MINIONS_LOG(Warning) << Describe(sent[i]->lease)
+                           << " completion refused: " << (outcome ? outcome->message() : "no answer");
+    }
+    Forget(sent[i]);
+  }
 }
 
 void ExecutorAgent::OnRunnerDied(const absl::Status& why) {
@@ -441,22 +485,6 @@ void ExecutorAgent::KillRunner(const char* why) {
 
 void ExecutorAgent::Report(const TaskPtr& task, absl::Status outcome, FailureClass failure) {
   if (task->lease_lost || task->cancelled) return;  // not ours to report any more
-  if (outcome.ok()) {
-    v1::CompleteRequest request;
-    request.set_executor_id(id());
-    *request.mutable_ref() = task->lease.ref();
-    request.mutable_ref()->set_records_done(task->records_done);
-    request.mutable_ref()->set_records_failed(task->records_failed);
-    absl::Status s = client_->Complete(request);
-    if (s.ok()) {
-      ++tasks_completed_;
-      MINIONS_LOG(Debug) << Describe(task->lease) << " completed: " << task->records_done << " records, "
-                         << task->records_failed << " errors";
-    } else {
-      MINIONS_LOG(Warning) << Describe(task->lease) << " completion refused: " << s.message();
-    }
-    return;
-  }
   v1::FailRequest request;
   request.set_executor_id(id());
   *request.mutable_ref() = task->lease.ref();

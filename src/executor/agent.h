@@ -96,7 +96,11 @@ class ExecutorAgent {
   void OnEvent(const runner_protocol::Event& event);
   void FinishTask(const TaskPtr& task, const Json& batch_done);
   void OnRunnerDied(const absl::Status& why);
+  // Reports an attempt that ended without success.
   void Report(const TaskPtr& task, absl::Status outcome, FailureClass failure);
+  // Completes every uploaded task in one call; keeps them (and their leases, renewed by the
+  // heartbeat) for the next try when the server cannot be reached.
+  void FlushCompletions();
   void Forget(const TaskPtr& task);
   void KillRunner(const char* why);
   int PrefetchWindow() const;
@@ -119,6 +123,8 @@ class ExecutorAgent {
 
   // Main thread only.
   std::deque<TaskPtr> staged_;                  // leased and fetched, not yet in the runner
+  std::vector<TaskPtr> to_complete_;            // uploaded, completion not yet accepted
+  absl::Time next_completion_try_ = absl::InfinitePast();
   std::string loaded_model_;
   std::string loaded_options_;
   double avg_task_seconds_ = 1.0;               // moving average, drives the prefetch window

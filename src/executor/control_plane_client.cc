@@ -22,6 +22,9 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
   absl::Status Complete(const v1::CompleteRequest& request) override {
     return Call(&v1::Executors::Stub::Complete, request, v1::CompleteResponse()).status();
   }
+  absl::StatusOr<v1::CompleteBatchResponse> CompleteBatch(const v1::CompleteBatchRequest& request) override {
+    return Call(&v1::Executors::Stub::CompleteBatch, request, v1::CompleteBatchResponse());
+  }
   absl::Status Fail(const v1::FailRequest& request) override {
     return Call(&v1::Executors::Stub::Fail, request, v1::FailResponse()).status();
   }

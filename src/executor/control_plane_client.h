@@ -18,6 +18,7 @@ class ControlPlaneClient {
   virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) = 0;
   virtual absl::StatusOr<v1::LeaseResponse> Lease(const v1::LeaseRequest& request) = 0;
   virtual absl::Status Complete(const v1::CompleteRequest& request) = 0;
+  virtual absl::StatusOr<v1::CompleteBatchResponse> CompleteBatch(const v1::CompleteBatchRequest& request) = 0;
   virtual absl::Status Fail(const v1::FailRequest& request) = 0;
 };
 

@@ -1,5 +1,7 @@
 #include "server/executor_service.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "server/auth.h"
@@ -122,6 +124,34 @@ grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::C
   }
   auto job = store_->GetJob(ref.job_id());
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
+  return grpc::Status::OK;
+}
+
+grpc::Status ExecutorService::CompleteBatch(grpc::ServerContext* context, const v1::CompleteBatchRequest* request,
+                                            v1::CompleteBatchResponse* reply) {
+  RETURN_IF_UNAUTHENTICATED(context);
+  std::vector<LeaseProgress> reports;
+  for (const auto& ref : request->refs()) reports.push_back(FromProto(ref));
+  auto outcomes = store_->CompleteTasks(request->executor_id(), reports, clock_->Now());
+  if (!outcomes.ok()) return ToGrpc(outcomes.status());
+  std::set<std::string> jobs;
+  for (size_t i = 0; i < outcomes->size(); ++i) {
+    const absl::Status& outcome = (*outcomes)[i];
+    v1::Outcome* out = reply->add_outcomes();
+    out->set_code(static_cast<int>(outcome.code()));
+    out->set_message(std::string(outcome.message()));
+    if (outcome.ok()) {
+      jobs.insert(reports[i].job_id);
+    } else {
+      MINIONS_LOG(Info) << "job=" << reports[i].job_id << " task=" << reports[i].task_index
+                        << " attempt=" << reports[i].attempt << " executor=" << request->executor_id()
+                        << " completion refused: " << outcome.message();
+    }
+  }
+  for (const auto& job_id : jobs) {
+    auto job = store_->GetJob(job_id);
+    if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
+  }
   return grpc::Status::OK;
 }
 

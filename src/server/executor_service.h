@@ -29,6 +29,8 @@ class ExecutorService final : public v1::Executors::Service {
                      v1::LeaseResponse* reply) override;
   grpc::Status Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,
                         v1::CompleteResponse* reply) override;
+  grpc::Status CompleteBatch(grpc::ServerContext* context, const v1::CompleteBatchRequest* request,
+                             v1::CompleteBatchResponse* reply) override;
   grpc::Status Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse* reply) override;
 
  private:

@@ -89,6 +89,13 @@ class MetadataStore {
   virtual absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id,
                                             int64_t task_index, int attempt, int64_t records_done,
                                             int64_t records_failed, absl::Time now) = 0;
+  // Completes several attempts of one executor in one transaction (an executor finishing many
+  // small tasks reports them together). Each report is fenced on its own: the answer holds one
+  // status per report, and a refused report does not stop the others. NotFound if the executor
+  // is unknown.
+  virtual absl::StatusOr<std::vector<absl::Status>> CompleteTasks(const std::string& executor_id,
+                                                                  const std::vector<LeaseProgress>& reports,
+                                                                  absl::Time now) = 0;
   virtual absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id,
                                         int64_t task_index, int attempt, FailureClass failure,
                                         const std::string& message, absl::Time now) = 0;

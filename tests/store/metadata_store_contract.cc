@@ -718,3 +718,48 @@ TEST_P(MetadataStoreContract, NoTaskIsLeasedTwiceUnderConcurrentLeasing) {
 
 }  // namespace
 }  // namespace minions
+
+namespace minions {
+namespace {
+
+TEST_P(MetadataStoreContract, ABatchOfCompletionsIsFencedReportByReport) {
+  // Executor A holds four tasks and reports them together; one report is for an attempt it no
+  // longer holds and one is short of records. Those two are refused; the other two complete.
+  ASSERT_OK_AND_ASSIGN(Job created, store_->CreateJob(Spec(), now_));
+  const std::string job_id = created.id;
+  ASSERT_OK(store_->AddTasks(job_id, Shards(4), 40, now_));
+  const std::string a = Register("mac-a");
+  std::vector<Lease> leases = LeaseUpTo(a, 4);
+  ASSERT_EQ(leases.size(), 4u);
+  std::vector<LeaseProgress> reports;
+  for (const Lease& lease : leases) reports.push_back(Progress(lease, 10, 0));
+  reports[1].attempt = 7;         // not the current attempt
+  reports[2].records_done = 9;    // does not account for every record
+  reports[3].records_failed = 2;
+  ASSERT_OK_AND_ASSIGN(std::vector<absl::Status> outcomes, store_->CompleteTasks(a, reports, now_));
+  ASSERT_EQ(outcomes.size(), 4u);
+  EXPECT_OK(outcomes[0]);
+  EXPECT_EQ(outcomes[1].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(outcomes[2].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_OK(outcomes[3]);
+  EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kSucceeded);
+  EXPECT_EQ(GetTask(job_id, 1).state, TaskState::kRunning);
+  EXPECT_EQ(GetTask(job_id, 2).state, TaskState::kRunning);
+  EXPECT_EQ(GetTask(job_id, 3).state, TaskState::kSucceeded);
+  Job job = GetJob(job_id);
+  EXPECT_EQ(job.tasks_done, 2);
+  EXPECT_EQ(job.counts.completed, 18);
+  EXPECT_EQ(job.counts.failed, 2);
+  EXPECT_EQ(GetExecutor(a).records_done, 20);
+  // The refused ones can still be completed properly, and the job then finishes.
+  reports = {Progress(leases[1], 10, 0), Progress(leases[2], 10, 0)};
+  ASSERT_OK_AND_ASSIGN(outcomes, store_->CompleteTasks(a, reports, now_));
+  EXPECT_OK(outcomes[0]);
+  EXPECT_OK(outcomes[1]);
+  EXPECT_EQ(GetJob(job_id).state, JobState::kFinalizing);
+  // An unknown executor is NotFound as a whole.
+  EXPECT_EQ(store_->CompleteTasks("exe-nobody", reports, now_).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace minions

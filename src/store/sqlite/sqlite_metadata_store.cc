@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <cstdio>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -891,6 +892,45 @@ absl::StatusOr<Task> SqliteMetadataStore::CompleteTask(const std::string& execut
     executor.records_done += task.records_done;
     RETURN_IF_ERROR(SaveExecutor(executor));
     return task;
+  });
+}
+
+absl::StatusOr<std::vector<absl::Status>> SqliteMetadataStore::CompleteTasks(
+    const std::string& executor_id, const std::vector<LeaseProgress>& reports, absl::Time now) {
+  return InTransaction(true, [&]() -> absl::StatusOr<std::vector<absl::Status>> {
+    ASSIGN_OR_RETURN(Executor executor, LoadExecutor(executor_id));
+    // Jobs are loaded once and saved once, however many of their tasks complete here.
+    std::map<std::string, Job> jobs;
+    std::vector<absl::Status> outcomes;
+    for (const LeaseProgress& report : reports) {
+      auto job_it = jobs.find(report.job_id);
+      if (job_it == jobs.end()) {
+        auto job = LoadJob(report.job_id);
+        if (!job.ok()) {
+          outcomes.push_back(job.status());
+          continue;
+        }
+        job_it = jobs.emplace(report.job_id, std::move(*job)).first;
+      }
+      auto task = LoadTask(report.job_id, report.task_index);
+      if (!task.ok()) {
+        outcomes.push_back(task.status());
+        continue;
+      }
+      absl::Status fence = CheckFence(*task, executor_id, report.attempt);
+      if (fence.ok()) fence = ::minions::CompleteTask(*task, report.records_done, report.records_failed, now);
+      if (!fence.ok()) {
+        outcomes.push_back(fence);
+        continue;
+      }
+      RETURN_IF_ERROR(SaveTask(*task));
+      AccountTerminalTask(job_it->second, *task, now);
+      executor.records_done += task->records_done;
+      outcomes.push_back(absl::OkStatus());
+    }
+    for (auto& [id, job] : jobs) RETURN_IF_ERROR(SaveJob(job));
+    RETURN_IF_ERROR(SaveExecutor(executor));
+    return outcomes;
   });
 }
 

@@ -66,6 +66,9 @@ class SqliteMetadataStore : public MetadataStore {
   absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id,
                                     int64_t task_index, int attempt, int64_t records_done,
                                     int64_t records_failed, absl::Time now) override;
+  absl::StatusOr<std::vector<absl::Status>> CompleteTasks(const std::string& executor_id,
+                                                          const std::vector<LeaseProgress>& reports,
+                                                          absl::Time now) override;
   absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
                                 int attempt, FailureClass failure, const std::string& message,
                                 absl::Time now) override;
