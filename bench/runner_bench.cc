@@ -415,7 +415,7 @@ RunResult RunEngineInProcess(minions::llama_runner::LlamaEngine& engine, const s
       ++result.errors;
       continue;
     }
-    items.push_back({i, std::move(*parsed.request)});
+    items.push_back({"", i, std::move(*parsed.request)});
   }
   engine.Serve(
       std::move(items),

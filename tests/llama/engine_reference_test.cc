@@ -130,7 +130,7 @@ std::map<size_t, Json> ServeAll(LlamaEngine& engine, const std::vector<std::stri
   for (size_t i = 0; i < lines.size(); ++i) {
     auto parsed = ParseRecordLine(lines[i]);
     EXPECT_TRUE(parsed.ok()) << parsed.error_message;
-    items.push_back({i, *parsed.request});
+    items.push_back({"", i, *parsed.request});
   }
   std::map<size_t, Json> results;
   auto unserved = engine.Serve(std::move(items), [&](WorkResult r) { results[r.index] = r.output; },

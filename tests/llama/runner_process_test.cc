@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -166,6 +167,48 @@ TEST(LlamaRunner, CancelStopsABatchAndAnswersEveryRecord) {
     cancelled += !line["error"].is_null() && line["error"]["code"] == "cancelled";
   }
   EXPECT_GT(cancelled, 32);
+}
+
+TEST(LlamaRunner, QueuedBatchesStreamThroughTheEngineAndOneCanBeCancelled) {
+  // Three batches sent back to back share the decode slots; cancelling the middle one drops only
+  // its records. Every record of every batch is answered once, and each batch gets one batch_done.
+  auto runner = StartRunner();
+  ASSERT_TRUE(runner);
+  ASSERT_TRUE(runner->Load(SmallLoad(TestModel("text.gguf"))).ok());
+  std::map<std::string, std::vector<int>> answered;
+  std::map<std::string, Json> done;
+  std::map<std::string, int> cancelled_lines;
+  for (const std::string batch : {"a", "b", "c"}) {
+    std::vector<std::string> records;
+    for (int i = 0; i < 6; ++i) {
+      records.push_back(DumpJson({{"custom_id", batch + std::to_string(i)}, {"prompt", "Stream " + batch},
+                                  {"max_tokens", batch == "b" ? 100 : 6}, {"temperature", 0}}));
+    }
+    answered[batch].assign(records.size(), 0);
+    ASSERT_TRUE(runner->StartBatch(batch, records).ok());
+  }
+  ASSERT_TRUE(runner->Cancel("b").ok());
+  while (done.size() < 3) {
+    auto event = runner->NextEvent(absl::Seconds(60));
+    ASSERT_TRUE(event.ok()) << event.status();
+    if (event->type == runner_protocol::Event::Type::kResult) {
+      ++answered[event->batch][event->index];
+      const Json& error = event->body["output"]["error"];
+      cancelled_lines[event->batch] += !error.is_null() && error["code"] == "cancelled";
+    } else if (event->type == runner_protocol::Event::Type::kBatchDone) {
+      EXPECT_EQ(done.count(event->batch), 0u) << "two batch_done for " << event->batch;
+      done[event->batch] = event->body;
+    }
+  }
+  for (const auto& [batch, counts] : answered) {
+    for (int c : counts) EXPECT_EQ(c, 1) << "batch " << batch;
+  }
+  EXPECT_FALSE(done["a"]["cancelled"].get<bool>());
+  EXPECT_TRUE(done["b"]["cancelled"].get<bool>());
+  EXPECT_FALSE(done["c"]["cancelled"].get<bool>());
+  EXPECT_EQ(cancelled_lines["a"], 0);
+  EXPECT_GT(cancelled_lines["b"], 0);
+  EXPECT_EQ(cancelled_lines["c"], 0);
 }
 
 TEST(LlamaRunner, ProtocolErrorsAnswerAndPingAndEofExitCleanly) {

@@ -319,28 +319,55 @@ llama_sampler* LlamaEngine::MakeSampler(const SamplingParams& params, uint64_t s
   return chain;
 }
 
+namespace {
+
+// Serve() over a vector: the whole set is one batch, cancelled as a whole.
+class VectorSource : public WorkSource {
+ public:
+  VectorSource(std::vector<WorkItem> items, const LlamaEngine::ResultCallback& on_result,
+               const std::function<bool()>& cancelled)
+      : items_(std::make_move_iterator(items.begin()), std::make_move_iterator(items.end())),
+        on_result_(on_result),
+        cancelled_(cancelled) {}
+  std::optional<WorkItem> Next() override {
+    if (items_.empty() || cancelled_()) return std::nullopt;
+    WorkItem item = std::move(items_.front());
+    items_.pop_front();
+    return item;
+  }
+  void OnResult(WorkResult result) override { on_result_(std::move(result)); }
+  bool Cancelled(const WorkItem&) override { return cancelled_(); }
+  void OnDropped(const WorkItem& item) override { unserved_.push_back(item.index); }
+  bool Stopping() override { return false; }
+  std::vector<size_t> Unserved() {
+    for (const auto& item : items_) unserved_.push_back(item.index);
+    return std::move(unserved_);
+  }
+
+ private:
+  std::deque<WorkItem> items_;
+  const LlamaEngine::ResultCallback& on_result_;
+  const std::function<bool()>& cancelled_;
+  std::vector<size_t> unserved_;
+};
+
+}  // namespace
+
 std::vector<size_t> LlamaEngine::Serve(std::vector<WorkItem> items, const ResultCallback& on_result,
                                        const std::function<bool()>& cancelled) {
-  std::vector<WorkItem> generation, embeddings;
-  for (auto& item : items) {
-    (item.request.endpoint == Endpoint::kEmbeddings ? embeddings : generation).push_back(std::move(item));
-  }
-  std::vector<size_t> unserved = ServeEmbeddings(embeddings, on_result, cancelled);
-  std::vector<size_t> more = ServeGeneration(generation, on_result, cancelled);
-  unserved.insert(unserved.end(), more.begin(), more.end());
-  return unserved;
+  VectorSource source(std::move(items), on_result, cancelled);
+  ServeStream(source);
+  return source.Unserved();
 }
 
-std::vector<size_t> LlamaEngine::ServeEmbeddings(std::vector<WorkItem>& items,
-                                                 const ResultCallback& on_result,
-                                                 const std::function<bool()>& cancelled) {
-  std::vector<size_t> unserved;
-  if (items.empty()) return unserved;
+void LlamaEngine::ServeEmbeddings(std::vector<WorkItem>& items, WorkSource& source) {
+  if (items.empty()) return;
+  auto on_result = [&](WorkResult result) { source.OnResult(std::move(result)); };
   if (auto s = EnsureEmbeddingContext(); !s.ok()) {
     for (auto& item : items) {
-      on_result({item.index, MakeErrorLine(item.request.custom_id, kErrorRunnerFailed, std::string(s.message())), true, {}});
+      on_result({item.batch, item.index, MakeErrorLine(item.request.custom_id, kErrorRunnerFailed, std::string(s.message())), true, {}});
     }
-    return unserved;
+    return;
   }
   const int n_batch = static_cast<int>(llama_n_batch(embd_ctx_));
   const int n_seq_max = static_cast<int>(llama_n_seq_max(embd_ctx_));
@@ -369,7 +396,7 @@ std::vector<size_t> LlamaEngine::ServeEmbeddings(std::vector<WorkItem>& items,
       auto tokens = Tokenize(request.inputs[k], false);
       if (static_cast<int>(tokens.size()) > n_batch) {
         pending[i].failed = true;
-        on_result({items[i].index,
+        on_result({items[i].batch, items[i].index,
                    MakeErrorLine(request.custom_id, kErrorPromptTooLong,
                                  absl::StrCat("body.input[", k, "] is ", tokens.size(),
                                               " tokens; this model embeds at most ", n_batch,
@@ -377,7 +404,7 @@ std::vector<size_t> LlamaEngine::ServeEmbeddings(std::vector<WorkItem>& items,
                    true, {}});
       } else if (tokens.empty()) {
         pending[i].failed = true;
-        on_result({items[i].index,
+        on_result({items[i].batch, items[i].index,
                    MakeErrorLine(request.custom_id, kErrorEmptyPrompt,
                                  absl::StrCat("body.input[", k, "] has no tokens")),
                    true, {}});
@@ -391,7 +418,6 @@ std::vector<size_t> LlamaEngine::ServeEmbeddings(std::vector<WorkItem>& items,
   llama_batch batch = llama_batch_init(n_batch, 0, 1);
   std::vector<Piece> group;
   while (!queue.empty()) {
-    if (cancelled()) break;
     group.clear();
     batch.n_tokens = 0;
     int used = 0;
@@ -417,7 +443,7 @@ std::vector<size_t> LlamaEngine::ServeEmbeddings(std::vector<WorkItem>& items,
       const float* embd = rc == 0 ? llama_get_embeddings_seq(embd_ctx_, static_cast<llama_seq_id>(g)) : nullptr;
       if (embd == nullptr) {
         p.failed = true;
-        on_result({items[piece.item].index,
+        on_result({items[piece.item].batch, items[piece.item].index,
                    MakeErrorLine(items[piece.item].request.custom_id, kErrorRunnerFailed,
                                  absl::StrCat("llama.cpp failed to embed the input (code ", rc, ")")),
                    true, {}});
@@ -428,7 +454,7 @@ std::vector<size_t> LlamaEngine::ServeEmbeddings(std::vector<WorkItem>& items,
       p.vectors[piece.input] = std::move(v);
       if (--p.remaining == 0) {
         Usage usage{p.prompt_tokens, 0};
-        on_result({items[piece.item].index,
+        on_result({items[piece.item].batch, items[piece.item].index,
                    MakeResponseLine(items[piece.item].request.custom_id,
                                     MakeEmbeddingBody(model_name_, p.vectors, p.prompt_tokens)),
                    false, usage});
@@ -436,34 +462,39 @@ std::vector<size_t> LlamaEngine::ServeEmbeddings(std::vector<WorkItem>& items,
     }
   }
   llama_batch_free(batch);
-  // Whatever is still queued was cancelled.
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (!pending[i].failed && pending[i].remaining > 0) unserved.push_back(items[i].index);
-  }
-  return unserved;
 }
 
-std::vector<size_t> LlamaEngine::ServeGeneration(std::vector<WorkItem>& items,
-                                                 const ResultCallback& on_result,
-                                                 const std::function<bool()>& cancelled) {
-  std::vector<size_t> unserved;
-  if (items.empty()) return unserved;
+void LlamaEngine::ServeStream(WorkSource& source) {
   if (embedding_model_ || gen_ctx_ == nullptr) {
-    for (auto& item : items) {
-      on_result({item.index,
-                 MakeErrorLine(item.request.custom_id, kErrorInvalidRequest,
-                               absl::StrCat("model '", model_name_, "' is an embedding model; it serves "
-                                            "/v1/embeddings only")),
-                 true, {}});
+    // Embedding model: serve whatever is ready in packed groups; generation is refused.
+    std::vector<WorkItem> embeddings;
+    while (!source.Stopping()) {
+      std::optional<WorkItem> item = source.Next();
+      if (!item) break;
+      if (source.Cancelled(*item)) {
+        source.OnDropped(*item);
+      } else if (item->request.endpoint == Endpoint::kEmbeddings) {
+        embeddings.push_back(std::move(*item));
+        if (embeddings.size() >= 64) {
+          ServeEmbeddings(embeddings, source);
+          embeddings.clear();
+        }
+      } else {
+        source.OnResult({item->batch, item->index,
+                         MakeErrorLine(item->request.custom_id, kErrorInvalidRequest,
+                                       absl::StrCat("model '", model_name_,
+                                                    "' is an embedding model; it serves /v1/embeddings only")),
+                         true, {}});
+      }
     }
-    return unserved;
+    ServeEmbeddings(embeddings, source);
+    return;
   }
   const llama_vocab* vocab = llama_model_get_vocab(model_);
   llama_memory_t mem = llama_get_memory(gen_ctx_);
   const int n_batch = static_cast<int>(llama_n_batch(gen_ctx_));
   const int64_t created = UnixSeconds();
 
-  std::deque<WorkItem> queue(std::make_move_iterator(items.begin()), std::make_move_iterator(items.end()));
   std::vector<Slot> slots(static_cast<size_t>(options_.n_parallel));
   for (size_t i = 0; i < slots.size(); ++i) slots[i].seq = static_cast<llama_seq_id>(i);
   llama_memory_clear(mem, true);
@@ -474,14 +505,21 @@ std::vector<size_t> LlamaEngine::ServeGeneration(std::vector<WorkItem>& items,
     Json body = req.endpoint == Endpoint::kChatCompletions
                     ? MakeChatCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created)
                     : MakeCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created);
-    on_result({slot.item.index, MakeResponseLine(req.custom_id, std::move(body)), false, usage});
+    source.OnResult({slot.item.batch, slot.item.index, MakeResponseLine(req.custom_id, std::move(body)), false, usage});
     llama_memory_seq_rm(mem, slot.seq, -1, -1);
     llama_sampler_free(slot.sampler);
     slot.sampler = nullptr;
     slot.active = false;
   };
   auto fail = [&](const WorkItem& item, std::string_view code, const std::string& message) {
-    on_result({item.index, MakeErrorLine(item.request.custom_id, code, message), true, {}});
+    source.OnResult({item.batch, item.index, MakeErrorLine(item.request.custom_id, code, message), true, {}});
+  };
+  auto drop = [&](Slot& slot) {
+    source.OnDropped(slot.item);
+    llama_memory_seq_rm(mem, slot.seq, -1, -1);
+    llama_sampler_free(slot.sampler);
+    slot.sampler = nullptr;
+    slot.active = false;
   };
 
   // Prepares a queued item for a free slot; false if the item was answered with an error instead.
@@ -534,18 +572,35 @@ std::vector<size_t> LlamaEngine::ServeGeneration(std::vector<WorkItem>& items,
   };
 
   llama_batch batch = llama_batch_init(n_batch, 0, 1);
-  bool stopped = false;
+  std::vector<WorkItem> embeddings;
   while (true) {
-    if (cancelled()) {
-      stopped = true;
+    if (source.Stopping()) {
+      for (Slot& slot : slots) {
+        if (slot.active) drop(slot);
+      }
       break;
     }
     for (Slot& slot : slots) {
-      while (!slot.active && !queue.empty()) {
-        WorkItem item = std::move(queue.front());
-        queue.pop_front();
-        admit(slot, std::move(item));
+      if (slot.active && source.Cancelled(slot.item)) drop(slot);
+    }
+    // Fill free slots from the source, whichever batch its records come from. Embedding records
+    // are set aside and served whole before the next decode step.
+    for (Slot& slot : slots) {
+      while (!slot.active) {
+        std::optional<WorkItem> item = source.Next();
+        if (!item) break;
+        if (source.Cancelled(*item)) {
+          source.OnDropped(*item);
+        } else if (item->request.endpoint == Endpoint::kEmbeddings) {
+          embeddings.push_back(std::move(*item));
+        } else {
+          admit(slot, std::move(*item));
+        }
       }
+    }
+    if (!embeddings.empty()) {
+      ServeEmbeddings(embeddings, source);
+      embeddings.clear();
     }
     batch.n_tokens = 0;
     // Sequences that are generating go first: one token each keeps their latency flat.
@@ -567,7 +622,7 @@ std::vector<size_t> LlamaEngine::ServeGeneration(std::vector<WorkItem>& items,
         ++slot.n_fed;
       }
     }
-    if (batch.n_tokens == 0) break;  // nothing active and nothing queued
+    if (batch.n_tokens == 0) break;  // nothing in flight and nothing ready
     int rc = llama_decode(gen_ctx_, batch);
     if (rc != 0) {
       // Should not happen with per-sequence context sizing; fail the records in flight, go on.
@@ -621,18 +676,6 @@ std::vector<size_t> LlamaEngine::ServeGeneration(std::vector<WorkItem>& items,
     }
   }
   llama_batch_free(batch);
-  if (stopped) {
-    for (Slot& slot : slots) {
-      if (!slot.active) continue;
-      unserved.push_back(slot.item.index);
-      llama_memory_seq_rm(mem, slot.seq, -1, -1);
-      llama_sampler_free(slot.sampler);
-      slot.sampler = nullptr;
-      slot.active = false;
-    }
-    for (auto& item : queue) unserved.push_back(item.index);
-  }
-  return unserved;
 }
 
 }  // namespace minions::llama_runner

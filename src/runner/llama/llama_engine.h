@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,15 +25,32 @@ struct llama_sampler;
 namespace minions::llama_runner {
 
 struct WorkItem {
-  size_t index = 0;  // the caller's position of the record; echoed in the result
+  std::string batch;  // the caller's batch; echoed in the result
+  size_t index = 0;   // the record's position in its batch; echoed in the result
   InferenceRequest request;
 };
 
 struct WorkResult {
+  std::string batch;
   size_t index = 0;
   Json output;  // one OpenAI Batch output line (a response or an error)
   bool is_error = false;
   Usage usage;
+};
+
+// Where a streaming engine gets its work and puts its results. All calls come from the thread
+// that runs ServeStream.
+class WorkSource {
+ public:
+  virtual ~WorkSource() = default;
+  // The next record to serve, if one is ready; never blocks.
+  virtual std::optional<WorkItem> Next() = 0;
+  virtual void OnResult(WorkResult result) = 0;
+  // True when the item's batch was cancelled: the engine drops it and calls OnDropped.
+  virtual bool Cancelled(const WorkItem& item) = 0;
+  virtual void OnDropped(const WorkItem& item) = 0;
+  // True when everything must stop now (shutdown): active items are dropped.
+  virtual bool Stopping() = 0;
 };
 
 class LlamaEngine {
@@ -50,9 +68,15 @@ class LlamaEngine {
   Json Info() const;
   bool is_embedding_model() const { return embedding_model_; }
 
-  // Serves every item, calling `on_result` once per item as soon as it finishes (not in input
-  // order). Between decode steps it polls `cancelled`; once that returns true it stops and returns
-  // the indexes of the items that got no result.
+  // Serves records as the source hands them out, keeping every decode slot busy across the
+  // caller's batches: a slot freed by one batch's record takes the next record, whatever its
+  // batch. Returns when the source has nothing ready and no record is in flight, or when it says
+  // Stopping().
+  void ServeStream(WorkSource& source);
+
+  // Serves a fixed set of items, calling `on_result` once per item as soon as it finishes (not
+  // in input order). Between decode steps it polls `cancelled`; once that returns true it stops
+  // and returns the indexes of the items that got no result.
   std::vector<size_t> Serve(std::vector<WorkItem> items, const ResultCallback& on_result,
                             const std::function<bool()>& cancelled);
 
@@ -68,10 +92,8 @@ class LlamaEngine {
   std::string TokenPiece(int32_t token) const;
   llama_sampler* MakeSampler(const SamplingParams& params, uint64_t seed) const;
 
-  std::vector<size_t> ServeGeneration(std::vector<WorkItem>& items, const ResultCallback& on_result,
-                                      const std::function<bool()>& cancelled);
-  std::vector<size_t> ServeEmbeddings(std::vector<WorkItem>& items, const ResultCallback& on_result,
-                                      const std::function<bool()>& cancelled);
+  // Embeds every item (embedding requests are short: served whole, between generation steps).
+  void ServeEmbeddings(std::vector<WorkItem>& items, WorkSource& source);
 
   std::string model_path_;
   std::string model_name_;  // reported as "model" in response bodies

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -12,6 +13,14 @@
 namespace minions::llama_runner {
 
 using runner_protocol::Command;
+
+namespace {
+
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
 
 RunnerService::RunnerService(int input_fd, FILE* output) : input_fd_(input_fd), output_(output) {}
 
@@ -38,29 +47,30 @@ void RunnerService::ReadCommands() {
         return;
       case Command::Op::kShutdown:
         shutdown_ = true;
-        cancel_running_ = true;
         cv_.notify_all();
         return;
       case Command::Op::kCancel: {
-        if (command->id == running_batch_ || command->id.empty()) cancel_running_ = true;
-        // A queued batch is answered at once: every record cancelled.
+        // A batch still waiting in the queue is answered at once: every record cancelled. One
+        // already streaming is marked; the main thread drops its records at the next step.
+        bool queued = false;
         for (auto it = queue_.begin(); it != queue_.end();) {
           if (it->op == Command::Op::kRun && (command->id.empty() || it->run.batch == command->id)) {
             runner_protocol::BatchStats stats;
             for (size_t i = 0; i < it->run.records.size(); ++i) {
               auto parsed = ParseRecordLine(it->run.records[i]);
               Emit(runner_protocol::EncodeResult(
-                  it->run.batch, i,
-                  MakeErrorLine(parsed.custom_id, kErrorCancelled, "the batch was cancelled")));
+                  it->run.batch, i, MakeErrorLine(parsed.custom_id, kErrorCancelled, "the batch was cancelled")));
             }
             stats.records = stats.errors = it->run.records.size();
             stats.cancelled = true;
             Emit(runner_protocol::EncodeBatchDone(it->run.batch, stats));
             it = queue_.erase(it);
+            queued = true;
           } else {
             ++it;
           }
         }
+        if (!queued || command->id.empty()) cancelled_.insert(command->id);
         return;
       }
       default:
@@ -86,7 +96,6 @@ void RunnerService::ReadCommands() {
   std::lock_guard<std::mutex> lock(mu_);
   input_closed_ = true;
   shutdown_ = true;
-  cancel_running_ = true;
   cv_.notify_all();
 }
 
@@ -99,21 +108,32 @@ int RunnerService::Run() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return shutdown_ || !queue_.empty() || input_closed_; });
-      if (shutdown_) break;
-      if (queue_.empty()) break;  // input closed and nothing left to do
+      if (shutdown_ || queue_.empty()) break;
       command = std::move(queue_.front());
       queue_.pop_front();
-      if (command.op == Command::Op::kRun) {
-        running_batch_ = command.run.batch;
-        cancel_running_ = false;
-      }
     }
     if (command.op == Command::Op::kLoad) {
       HandleLoad(command.load);
     } else if (command.op == Command::Op::kRun) {
-      HandleRun(command.run);
-      std::lock_guard<std::mutex> lock(mu_);
-      running_batch_.clear();
+      Expand(std::move(command.run));
+      // The engine pulls further runs from the queue itself while it works (see Next()).
+      if (engine_ && !stream_.empty()) engine_->ServeStream(*this);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        cancelled_.erase("");  // a cancel-everything applies to what was in flight, not to later runs
+      }
+      // Whatever the engine could not take (no model, a shutdown) is answered here.
+      while (!stream_.empty()) {
+        WorkItem item = std::move(stream_.front());
+        stream_.pop_front();
+        if (!engine_ && !Stopping()) {
+          Answer(item.batch, item.index,
+                 MakeErrorLine(item.request.custom_id, kErrorRunnerFailed, "no model is loaded (send a load command first)"),
+                 true, {});
+        } else {
+          OnDropped(item);
+        }
+      }
     }
   }
   engine_.reset();
@@ -123,8 +143,7 @@ int RunnerService::Run() {
 void RunnerService::HandleLoad(const runner_protocol::LoadRequest& load) {
   // The same model with the same options stays loaded: that is what makes tasks after the
   // first one cheap.
-  if (engine_ && engine_model_ == load.model &&
-      engine_options_.ToJson() == load.options.ToJson()) {
+  if (engine_ && engine_model_ == load.model && engine_options_.ToJson() == load.options.ToJson()) {
     Emit(runner_protocol::EncodeLoaded(load.model, engine_->Info()));
     return;
   }
@@ -146,50 +165,86 @@ void RunnerService::HandleLoad(const runner_protocol::LoadRequest& load) {
   Emit(runner_protocol::EncodeLoaded(load.model, info));
 }
 
-void RunnerService::HandleRun(const runner_protocol::RunRequest& run) {
-  auto start = std::chrono::steady_clock::now();
-  runner_protocol::BatchStats stats;
-  stats.records = run.records.size();
-  auto emit_result = [&](size_t index, const Json& output, bool is_error, const Usage& usage) {
-    if (is_error) ++stats.errors;
-    stats.prompt_tokens += usage.prompt_tokens;
-    stats.completion_tokens += usage.completion_tokens;
-    Emit(runner_protocol::EncodeResult(run.batch, index, output));
-  };
-
-  std::vector<WorkItem> items;
-  std::vector<std::string> custom_ids(run.records.size());
+void RunnerService::Expand(runner_protocol::RunRequest run) {
+  BatchState& state = batches_[run.batch];
+  state.total = run.records.size();
+  state.stats.records = run.records.size();
+  state.started = SteadySeconds();
+  if (run.records.empty()) {
+    Emit(runner_protocol::EncodeBatchDone(run.batch, state.stats));
+    batches_.erase(run.batch);
+    return;
+  }
   for (size_t i = 0; i < run.records.size(); ++i) {
     ParsedRecord parsed = ParseRecordLine(run.records[i]);
-    custom_ids[i] = parsed.custom_id;
     if (!parsed.ok()) {
-      emit_result(i, MakeErrorLine(parsed.custom_id, parsed.error_code, parsed.error_message), true, {});
+      Answer(run.batch, i, MakeErrorLine(parsed.custom_id, parsed.error_code, parsed.error_message), true, {});
       continue;
     }
-    if (!engine_) {
-      emit_result(i, MakeErrorLine(parsed.custom_id, kErrorRunnerFailed,
-                                   "no model is loaded (send a load command first)"),
-                  true, {});
-      continue;
-    }
-    items.push_back({i, std::move(*parsed.request)});
+    stream_.push_back({run.batch, i, std::move(*parsed.request)});
   }
-  if (engine_ && !items.empty()) {
-    auto unserved = engine_->Serve(
-        std::move(items),
-        [&](WorkResult result) { emit_result(result.index, result.output, result.is_error, result.usage); },
-        [this] {
-          std::lock_guard<std::mutex> lock(mu_);
-          return cancel_running_;
-        });
-    for (size_t index : unserved) {
-      emit_result(index, MakeErrorLine(custom_ids[index], kErrorCancelled, "the batch was cancelled"),
-                  true, {});
-    }
-    stats.cancelled = !unserved.empty();
+}
+
+void RunnerService::Answer(const std::string& batch, size_t index, const Json& output, bool is_error,
+                           const Usage& usage) {
+  auto it = batches_.find(batch);
+  if (it == batches_.end()) return;
+  BatchState& state = it->second;
+  state.stats.errors += is_error;
+  state.stats.prompt_tokens += usage.prompt_tokens;
+  state.stats.completion_tokens += usage.completion_tokens;
+  Emit(runner_protocol::EncodeResult(batch, index, output));
+  if (++state.answered < state.total) return;
+  state.stats.seconds = SteadySeconds() - state.started;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state.stats.cancelled |= cancelled_.erase(batch) > 0;
   }
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  Emit(runner_protocol::EncodeBatchDone(run.batch, stats));
+  Emit(runner_protocol::EncodeBatchDone(batch, state.stats));
+  batches_.erase(it);
+}
+
+bool RunnerService::IsCancelled(const std::string& batch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancelled_.count(batch) > 0 || cancelled_.count("") > 0;
+}
+
+std::optional<WorkItem> RunnerService::Next() {
+  if (stream_.empty()) {
+    // Take the next queued run into the stream, unless a load must go first.
+    runner_protocol::RunRequest run;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shutdown_ || queue_.empty() || queue_.front().op != Command::Op::kRun) return std::nullopt;
+      run = std::move(queue_.front().run);
+      queue_.pop_front();
+    }
+    Expand(std::move(run));
+    if (stream_.empty()) return Next();  // every record of that run was malformed
+  }
+  WorkItem item = std::move(stream_.front());
+  stream_.pop_front();
+  return item;
+}
+
+void RunnerService::OnResult(WorkResult result) {
+  Answer(result.batch, result.index, result.output, result.is_error, result.usage);
+}
+
+bool RunnerService::Cancelled(const WorkItem& item) { return IsCancelled(item.batch); }
+
+void RunnerService::OnDropped(const WorkItem& item) {
+  const char* why = Stopping() ? "the runner is shutting down" : "the batch was cancelled";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_.insert(item.batch);  // batch_done reports it as cancelled
+  }
+  Answer(item.batch, item.index, MakeErrorLine(item.request.custom_id, kErrorCancelled, why), true, {});
+}
+
+bool RunnerService::Stopping() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shutdown_;
 }
 
 }  // namespace minions::llama_runner
