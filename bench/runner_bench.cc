@@ -13,7 +13,8 @@
 // context per sequence and the same batch sizes. Model loading is not timed (reported apart).
 //
 //   minions-bench-runner [--model M.gguf] [--records 64] [--max-tokens 32] [--parallel 8]
-//                        [--threads 0] [--repeat 1] [--runner PATH]
+//                        [--threads 0] [--repeat 1] [--flash-attn auto] [--in-process]
+//                        [--runner PATH]
 //
 // Without --model it writes the test model with minions-make-test-model into a temporary folder.
 // Results and the commands that reproduce them: docs/benchmarks.md.
@@ -62,6 +63,7 @@ struct BenchOptions {
   size_t warmup = 4;
   std::string runner;
   bool in_process = false;
+  std::string flash_attn = "auto";
 };
 
 // What one timed pass of a variant produced.
@@ -91,7 +93,17 @@ struct ContextShape {
   int ctx_per_seq = 0;
   int n_batch = 512;
   int threads = 1;
+  llama_flash_attn_type flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
 };
+
+// The runner's reading of its flash_attn load option: "auto" is off without a GPU (on CPU the
+// flash-attention kernel depends on the batch size, and the runner prefers determinism).
+llama_flash_attn_type FlashAttnType(const std::string& option) {
+  if (option == "on") return LLAMA_FLASH_ATTN_TYPE_ENABLED;
+  if (option == "off") return LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  if (!llama_supports_gpu_offload()) return LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  return LLAMA_FLASH_ATTN_TYPE_AUTO;
+}
 
 class DirectLlama {
  public:
@@ -128,6 +140,7 @@ class DirectLlama {
     cparams.n_threads = shape_.threads;
     cparams.n_threads_batch = shape_.threads;
     cparams.kv_unified = false;
+    cparams.flash_attn_type = shape_.flash_attn;
     cparams.no_perf = true;
     ctx_ = llama_init_from_model(model_, cparams);
     if (ctx_ == nullptr) Die(absl::StrCat("llama.cpp cannot create a context for ", n_seq, " sequences"));
@@ -501,6 +514,10 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", opt.warmup, "records of the untimed warm-up pass of each variant")
       ->capture_default_str();
   app.add_option("--runner", opt.runner, "runner program (default: minions-llama-runner next to this program)");
+  app.add_option("--flash-attn", opt.flash_attn,
+                 "flash attention in every variant, as the runner's load option (auto: off on CPU)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   app.add_flag("--in-process", opt.in_process,
                "also time (d): the runner's engine (LlamaEngine) in this process, without the runner "
                "process and its pipes (loads the model once more)");
@@ -534,6 +551,7 @@ int main(int argc, char** argv) {
   auto load_start = Clock::now();
   ContextShape shape;
   shape.threads = threads;
+  shape.flash_attn = FlashAttnType(opt.flash_attn);
   DirectLlama direct(model, shape);
   const int ctx_per_seq = std::min(direct.n_ctx_train(), 4096);  // the runner's default
   direct.set_ctx_per_seq(ctx_per_seq);
@@ -553,6 +571,7 @@ int main(int argc, char** argv) {
   load.options.n_ctx_per_seq = ctx_per_seq;
   load.options.n_batch = shape.n_batch;
   load.options.n_threads = threads;
+  load.options.flash_attn = opt.flash_attn;
   load_start = Clock::now();
   auto info = (*runner)->Load(load);
   if (!info.ok()) Die(absl::StrCat("the runner cannot load the model: ", std::string(info.status().message())));
@@ -566,8 +585,11 @@ int main(int argc, char** argv) {
   }
 
   std::printf("minions-bench-runner: %zu records (greedy, max_tokens %d), parallel %d, threads %d, "
-              "repeat %d (fastest pass counts), context %d tokens per sequence\n",
-              lines.size(), opt.max_tokens, opt.parallel, threads, opt.repeat, ctx_per_seq);
+              "repeat %d (fastest pass counts), context %d tokens per sequence, flash attention %s\n",
+              lines.size(), opt.max_tokens, opt.parallel, threads, opt.repeat, ctx_per_seq,
+              shape.flash_attn == LLAMA_FLASH_ATTN_TYPE_ENABLED    ? "on"
+              : shape.flash_attn == LLAMA_FLASH_ATTN_TYPE_DISABLED ? "off"
+                                                                   : "auto");
   std::printf("model: %s (%s, %lld parameters)\n", model.c_str(),
               info->value("name", std::string("?")).c_str(),
               static_cast<long long>(info->value("n_params", int64_t{0})));
