@@ -70,9 +70,10 @@ class LocalPool : public cli::Pool {
     server_ = std::make_unique<MinionsServer>(backends_.store.get(), backends_.blobs.get(), &clock_, server_options,
                                               std::make_unique<Watchdog>(backends_.store.get(), watchdog_options));
     if (auto s = server_->Start(); !s.ok()) return s;
-    // Executors on one machine share its cores.
+    // Executors on one machine share its cores, and leave one for the server and the agents:
+    // decode threads wait for each other by spinning, so a core taken away mid-step stalls them.
     unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    int threads = std::max(1, static_cast<int>(cores) / std::max(1, options.executors));
+    int threads = std::max(1, (static_cast<int>(cores) - 1) / std::max(1, options.executors));
     for (int i = 1; i <= options.executors; ++i) {
       Subprocess::Options sp;
       std::string dir = absl::StrCat(options.data_dir, "/executors/", i);

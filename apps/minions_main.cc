@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
   executor_cmd->add_option("--runner-log", agent_options.runner_log, "file for the runner's log");
   executor_cmd->add_flag("--exit-with-parent", exit_with_parent, "exit when the parent process does (Linux)");
   executor_cmd->add_option("--runner-threads", agent_options.runner_threads,
-                           "CPU threads for the runner when the job does not set them (0: all cores)");
+                           "CPU threads for the runner when the job does not set them (default: all cores but one)");
 
   minions::cli::PoolOptions pool_options;
   pool_options.data_dir = home + "/pool";
@@ -298,6 +298,10 @@ int main(int argc, char** argv) {
   }
   if (executor_cmd->parsed()) {
     if (!runner_program.empty()) agent_options.runner_command = {runner_program};
+    if (agent_options.runner_threads == 0) {
+      // Leave a core to the machine's owner and to this agent (see docs/architecture.md).
+      agent_options.runner_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+    }
     return RunExecutor(connection, agent_options, exit_with_parent);
   }
   if (up_cmd->parsed()) return RunUp(pool_options);

@@ -13,7 +13,8 @@ absl::StatusOr<Json> ParseJson(std::string_view text) {
   if (parsed.is_discarded()) {
     // Re-parse with exceptions only on the error path to get the position of the fault.
     try {
-      (void)Json::parse(text);
+      Json reparsed = Json::parse(text);
+      (void)reparsed;
     } catch (const Json::parse_error& e) {
       return absl::InvalidArgumentError(
           absl::StrCat("not valid JSON (byte ", e.byte, "): ", Excerpt(text)));

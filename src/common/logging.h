@@ -28,7 +28,8 @@ class LogMessage {
 
 }  // namespace minions
 
-#define MINIONS_LOG(level)                                                     \
-  if (::minions::LogLevel::k##level < ::minions::GetLogLevel()) {              \
-  } else                                                                       \
-    ::minions::LogMessage(::minions::LogLevel::k##level, __FILE__, __LINE__).stream()
+// A statement of its own in any context (a for header, not an if: no dangling else).
+#define MINIONS_LOG(level)                                                                       \
+  for (bool _minions_log_once = ::minions::LogLevel::k##level >= ::minions::GetLogLevel();       \
+       _minions_log_once; _minions_log_once = false)                                             \
+  ::minions::LogMessage(::minions::LogLevel::k##level, __FILE__, __LINE__).stream()

@@ -308,11 +308,10 @@ std::string LlamaEngine::TokenPiece(int32_t token) const {
 }
 
 llama_sampler* LlamaEngine::MakeSampler(const SamplingParams& params, uint64_t seed) const {
+  // Greedy records need no sampler: the slot takes the argmax of the logits directly, which
+  // spares a vocabulary-sized candidate array per token and an allocation per record.
+  if (params.temperature <= 0.0f) return nullptr;
   llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
-  if (params.temperature <= 0.0f) {
-    llama_sampler_chain_add(chain, llama_sampler_init_greedy());
-    return chain;
-  }
   if (params.top_p < 1.0f) llama_sampler_chain_add(chain, llama_sampler_init_top_p(params.top_p, 1));
   llama_sampler_chain_add(chain, llama_sampler_init_temp(params.temperature));
   llama_sampler_chain_add(chain, llama_sampler_init_dist(static_cast<uint32_t>(seed ^ (seed >> 32))));
@@ -491,6 +490,7 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     return;
   }
   const llama_vocab* vocab = llama_model_get_vocab(model_);
+  const int n_vocab = llama_vocab_n_tokens(vocab);
   llama_memory_t mem = llama_get_memory(gen_ctx_);
   const int n_batch = static_cast<int>(llama_n_batch(gen_ctx_));
   const int64_t created = UnixSeconds();
@@ -507,7 +507,7 @@ void LlamaEngine::ServeStream(WorkSource& source) {
                     : MakeCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created);
     source.OnResult({slot.item.batch, slot.item.index, MakeResponseLine(req.custom_id, std::move(body)), false, usage});
     llama_memory_seq_rm(mem, slot.seq, -1, -1);
-    llama_sampler_free(slot.sampler);
+    if (slot.sampler) llama_sampler_free(slot.sampler);
     slot.sampler = nullptr;
     slot.active = false;
   };
@@ -517,7 +517,7 @@ void LlamaEngine::ServeStream(WorkSource& source) {
   auto drop = [&](Slot& slot) {
     source.OnDropped(slot.item);
     llama_memory_seq_rm(mem, slot.seq, -1, -1);
-    llama_sampler_free(slot.sampler);
+    if (slot.sampler) llama_sampler_free(slot.sampler);
     slot.sampler = nullptr;
     slot.active = false;
   };
@@ -632,7 +632,7 @@ void LlamaEngine::ServeStream(WorkSource& source) {
         if (!slot.active) continue;
         fail(slot.item, kErrorRunnerFailed, message);
         llama_memory_seq_rm(mem, slot.seq, -1, -1);
-        llama_sampler_free(slot.sampler);
+        if (slot.sampler) llama_sampler_free(slot.sampler);
         slot.sampler = nullptr;
         slot.active = false;
       }
@@ -648,7 +648,13 @@ void LlamaEngine::ServeStream(WorkSource& source) {
         slot.n_past = static_cast<llama_pos>(slot.n_fed);
       }
       if (slot.logit_index < 0) continue;
-      llama_token token = llama_sampler_sample(slot.sampler, gen_ctx_, slot.logit_index);
+      llama_token token;
+      if (slot.sampler) {
+        token = llama_sampler_sample(slot.sampler, gen_ctx_, slot.logit_index);
+      } else {
+        const float* logits = llama_get_logits_ith(gen_ctx_, slot.logit_index);
+        token = static_cast<llama_token>(std::max_element(logits, logits + n_vocab) - logits);
+      }
       if (llama_vocab_is_eog(vocab, token)) {
         finish(slot, "stop");
         continue;
@@ -674,6 +680,7 @@ void LlamaEngine::ServeStream(WorkSource& source) {
         slot.pending = token;
       }
     }
+    source.StepDone();
   }
   llama_batch_free(batch);
 }

@@ -51,6 +51,8 @@ class WorkSource {
   virtual void OnDropped(const WorkItem& item) = 0;
   // True when everything must stop now (shutdown): active items are dropped.
   virtual bool Stopping() = 0;
+  // After each decode step's results: a good moment to flush buffered output.
+  virtual void StepDone() {}
 };
 
 class LlamaEngine {

@@ -24,9 +24,14 @@ double SteadySeconds() {
 
 RunnerService::RunnerService(int input_fd, FILE* output) : input_fd_(input_fd), output_(output) {}
 
-void RunnerService::Emit(const std::string& line) {
+void RunnerService::Emit(const std::string& line, bool flush) {
   std::lock_guard<std::mutex> lock(output_mu_);
   fwrite(line.data(), 1, line.size(), output_);
+  if (flush) fflush(output_);
+}
+
+void RunnerService::StepDone() {
+  std::lock_guard<std::mutex> lock(output_mu_);
   fflush(output_);
 }
 
@@ -118,6 +123,7 @@ int RunnerService::Run() {
       Expand(std::move(command.run));
       // The engine pulls further runs from the queue itself while it works (see Next()).
       if (engine_ && !stream_.empty()) engine_->ServeStream(*this);
+      StepDone();
       {
         std::lock_guard<std::mutex> lock(mu_);
         cancelled_.erase("");  // a cancel-everything applies to what was in flight, not to later runs
@@ -193,7 +199,7 @@ void RunnerService::Answer(const std::string& batch, size_t index, const Json& o
   state.stats.errors += is_error;
   state.stats.prompt_tokens += usage.prompt_tokens;
   state.stats.completion_tokens += usage.completion_tokens;
-  Emit(runner_protocol::EncodeResult(batch, index, output));
+  Emit(runner_protocol::EncodeResult(batch, index, output), /*flush=*/false);
   if (++state.answered < state.total) return;
   state.stats.seconds = SteadySeconds() - state.started;
   {

@@ -41,7 +41,9 @@ class RunnerService : private WorkSource {
   };
 
   void ReadCommands();  // reader thread
-  void Emit(const std::string& line);
+  // Writes a protocol line; results are buffered and flushed once per decode step (every line
+  // wakes the executor, whose CPU time the decode threads would otherwise lose to it).
+  void Emit(const std::string& line, bool flush = true);
   void HandleLoad(const runner_protocol::LoadRequest& load);
   // Moves the records of a `run` into the stream; malformed ones are answered at once.
   void Expand(runner_protocol::RunRequest run);
@@ -54,6 +56,7 @@ class RunnerService : private WorkSource {
   bool Cancelled(const WorkItem& item) override;
   void OnDropped(const WorkItem& item) override;
   bool Stopping() override;
+  void StepDone() override;
 
   int input_fd_;
   FILE* output_;
