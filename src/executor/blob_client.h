@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace minions {
 
@@ -21,11 +22,25 @@ class BlobClient {
   virtual absl::Status Put(const std::string& url, std::string_view data) = 0;
 };
 
-// file:// today; https (presigned) arrives with the S3 backend.
+// file:// URLs are files; http:// and https:// URLs (presigned S3 URLs) are plain requests through
+// libcurl: GetRange is a GET with "Range: bytes=begin-(end-1)", Put a PUT of the body. Connection
+// failures, 5xx and 429 are retried with exponential backoff, then Unavailable; 404 is NotFound,
+// 403 (an expired or wrong URL) PermissionDenied, a short object DataLoss.
 class UrlBlobClient : public BlobClient {
  public:
+  struct Options {
+    int max_attempts = 4;
+    absl::Duration initial_backoff = absl::Milliseconds(200);
+    absl::Duration connect_timeout = absl::Seconds(10);
+  };
+  UrlBlobClient() = default;
+  explicit UrlBlobClient(Options options) : options_(options) {}
+
   absl::StatusOr<std::string> GetRange(const std::string& url, int64_t begin, int64_t end) override;
   absl::Status Put(const std::string& url, std::string_view data) override;
+
+ private:
+  Options options_;
 };
 
 }  // namespace minions

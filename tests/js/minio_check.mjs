@@ -1,0 +1,53 @@
+// An independent S3 client (minio) against the test server, for interoperability checks:
+// reads an object Minions wrote and writes one for Minions to read. Prints one JSON line:
+//   {"read": "<the object's text>", "readBytes": N, "wrote": "<key>", "wroteBytes": N}
+// or {"error": "..."} with exit code 1.
+//
+// node minio_check.mjs --endpoint http://127.0.0.1:PORT --bucket B [--read KEY] [--write KEY --data TEXT]
+// Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, default S3RVER/S3RVER. Path-style, no TLS.
+import * as Minio from "minio";
+
+function args(argv) {
+  const out = {};
+  for (let i = 0; i < argv.length; i += 2) {
+    if (!argv[i].startsWith("--") || i + 1 >= argv.length) throw new Error(`bad argument ${argv[i]}`);
+    out[argv[i].slice(2)] = argv[i + 1];
+  }
+  return out;
+}
+
+async function readAll(stream) {
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  return Buffer.concat(chunks);
+}
+
+try {
+  const a = args(process.argv.slice(2));
+  const url = new URL(a.endpoint);
+  const client = new Minio.Client({
+    endPoint: url.hostname,
+    port: Number(url.port || (url.protocol === "https:" ? 443 : 80)),
+    useSSL: url.protocol === "https:",
+    accessKey: process.env.AWS_ACCESS_KEY_ID || "S3RVER",
+    secretKey: process.env.AWS_SECRET_ACCESS_KEY || "S3RVER",
+    region: a.region || "us-east-1",
+    pathStyle: true,
+  });
+  const result = {};
+  if (a.read) {
+    const bytes = await readAll(await client.getObject(a.bucket, a.read));
+    result.read = bytes.toString("utf8");
+    result.readBytes = bytes.length;
+  }
+  if (a.write) {
+    const data = Buffer.from(a.data ?? "", "utf8");
+    await client.putObject(a.bucket, a.write, data, data.length);
+    result.wrote = a.write;
+    result.wroteBytes = data.length;
+  }
+  console.log(JSON.stringify(result));
+} catch (e) {
+  console.log(JSON.stringify({ error: String(e && e.message ? e.message : e) }));
+  process.exit(1);
+}
