@@ -8,27 +8,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "blob/local/local_blob_store.h"
 #include "common/logging.h"
 #include "common/subprocess.h"
-#include "store/sqlite/sqlite_metadata_store.h"
 
 namespace minions::apps {
 namespace fs = std::filesystem;
-
-absl::StatusOr<EmbeddedBackends> OpenEmbeddedBackends(const std::string& data_dir) {
-  std::error_code ec;
-  fs::create_directories(data_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create '", data_dir, "': ", ec.message()));
-  EmbeddedBackends backends;
-  auto store = SqliteMetadataStore::Open(data_dir + "/minions.db", StoreOptions{});
-  if (!store.ok()) return store.status();
-  backends.store = std::move(*store);
-  auto blobs = LocalBlobStore::Open(data_dir + "/objects");
-  if (!blobs.ok()) return blobs.status();
-  backends.blobs = std::move(*blobs);
-  return backends;
-}
 
 namespace {
 
@@ -51,11 +35,14 @@ class LocalPool : public cli::Pool {
   int executor_count() const override { return static_cast<int>(executors_.size()); }
 
   absl::Status Start(const cli::PoolOptions& options) {
-    auto backends = OpenEmbeddedBackends(options.data_dir);
+    // The embedded defaults: SQLite and a directory, both in the pool's data directory.
+    MinionsConfig config;
+    config.data_dir = options.data_dir;
+    auto backends = OpenBackends(config);
     if (!backends.ok()) return backends.status();
     backends_ = std::move(*backends);
     fs::create_directories(options.data_dir + "/logs");
-    auto lock = WatchdogLock::TryAcquire(options.data_dir + "/watchdog.lock");
+    auto lock = TryAcquireWatchdog(config);
     if (!lock.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "another pool or server is using ", options.data_dir, " (its watchdog lock is held)"));
@@ -93,8 +80,8 @@ class LocalPool : public cli::Pool {
 
  private:
   RealClock clock_;
-  EmbeddedBackends backends_;
-  std::unique_ptr<WatchdogLock> lock_;
+  Backends backends_;
+  std::shared_ptr<void> lock_;
   std::unique_ptr<MinionsServer> server_;
   std::vector<std::unique_ptr<Subprocess>> executors_;
 };

@@ -10,15 +10,9 @@
 #include "common/clock.h"
 #include "server/server.h"
 #include "store/metadata_store.h"
+#include "backends.h"
 
 namespace minions::apps {
-
-// <data_dir>/minions.db (SQLite) and <data_dir>/objects (local directory).
-struct EmbeddedBackends {
-  std::unique_ptr<MetadataStore> store;
-  std::unique_ptr<BlobStore> blobs;
-};
-absl::StatusOr<EmbeddedBackends> OpenEmbeddedBackends(const std::string& data_dir);
 
 // A server in this process with the watchdog, plus executor child processes.
 absl::StatusOr<std::unique_ptr<cli::Pool>> StartLocalPool(const cli::PoolOptions& options);

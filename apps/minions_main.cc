@@ -18,6 +18,8 @@
 #include "cli/local_run.h"
 #include "common/logging.h"
 #include "executor/agent.h"
+#include "absl/strings/match.h"
+#include "config.h"
 #include "local_pool.h"
 #include "minions/version.h"
 
@@ -47,16 +49,22 @@ void AddConnection(CLI::App* cmd, minions::cli::Connection* connection) {
 }
 
 // Runs the server until SIGTERM/SIGINT.
-int RunServer(const std::string& data_dir, minions::ServerOptions options, bool with_watchdog) {
-  auto backends = minions::apps::OpenEmbeddedBackends(data_dir);
+int RunServer(const minions::apps::MinionsConfig& config) {
+  auto backends = minions::apps::OpenBackends(config);
   if (!backends.ok()) {
     fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
     return 1;
   }
+  minions::ServerOptions options;
+  options.listen = config.listen;
+  options.token = config.token;
+  options.lease_ttl = absl::Milliseconds(config.lease_ttl_ms);
+  // Executors elsewhere open models by their own paths.
+  options.check_model_paths = !absl::StartsWith(config.database, "postgres");
   std::unique_ptr<minions::Watchdog> watchdog;
-  std::unique_ptr<minions::WatchdogLock> lock;
-  if (with_watchdog) {
-    auto acquired = minions::WatchdogLock::TryAcquire(data_dir + "/watchdog.lock");
+  std::shared_ptr<void> lock;
+  if (config.watchdog) {
+    auto acquired = minions::apps::TryAcquireWatchdog(config);
     if (acquired.ok()) {
       lock = std::move(*acquired);
       minions::WatchdogOptions wo;
@@ -66,6 +74,7 @@ int RunServer(const std::string& data_dir, minions::ServerOptions options, bool 
       MINIONS_LOG(Info) << "another process runs the watchdog; this server runs without it";
     }
   }
+  MINIONS_LOG(Info) << "backends: " << backends->description;
   minions::RealClock clock;
   minions::MinionsServer server(backends->store.get(), backends->blobs.get(), &clock, options, std::move(watchdog));
   if (auto s = server.Start(); !s.ok()) {
@@ -78,27 +87,28 @@ int RunServer(const std::string& data_dir, minions::ServerOptions options, bool 
   return 0;
 }
 
-// Runs the watchdog alone (when servers run with --no-watchdog); one active at a time.
-int RunWatchdog(const std::string& data_dir, absl::Duration lease_ttl) {
-  auto backends = minions::apps::OpenEmbeddedBackends(data_dir);
+// Runs the watchdog alone (when servers run with --no-watchdog); one active at a time: the others
+// wait on standby and take over when it dies.
+int RunWatchdog(const minions::apps::MinionsConfig& config) {
+  auto backends = minions::apps::OpenBackends(config);
   if (!backends.ok()) {
     fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
     return 1;
   }
   InstallSignalHandlers();
-  std::unique_ptr<minions::WatchdogLock> lock;
+  std::shared_ptr<void> lock;
   while (g_signals.load() == 0) {
-    auto acquired = minions::WatchdogLock::TryAcquire(data_dir + "/watchdog.lock");
+    auto acquired = minions::apps::TryAcquireWatchdog(config);
     if (acquired.ok()) {
       lock = std::move(*acquired);
       break;
     }
-    std::this_thread::sleep_for(std::chrono::seconds(1));  // standby until the active one dies
+    std::this_thread::sleep_for(std::chrono::seconds(1));
   }
   if (!lock) return 0;
-  MINIONS_LOG(Info) << "watchdog active on " << data_dir;
+  MINIONS_LOG(Info) << "watchdog active on " << backends->description;
   minions::WatchdogOptions wo;
-  wo.executor_timeout = lease_ttl * 3;
+  wo.executor_timeout = absl::Milliseconds(config.lease_ttl_ms) * 3;
   minions::Watchdog watchdog(backends->store.get(), wo);
   minions::RealClock clock;
   while (g_signals.load() == 0) {
@@ -107,6 +117,22 @@ int RunWatchdog(const std::string& data_dir, absl::Duration lease_ttl) {
     clock.SleepFor(wo.interval);
   }
   return 0;
+}
+
+int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
+  auto problems = minions::apps::CheckConfig(config, connect);
+  printf("configuration%s\n", config.source.empty() ? " (no file; defaults and environment)" : (" from " + config.source).c_str());
+  printf("  server    listen %s, lease ttl %lld ms, watchdog %s, token %s\n", config.listen.c_str(),
+         static_cast<long long>(config.lease_ttl_ms), config.watchdog ? "on" : "off", config.token.empty() ? "none" : "set");
+  printf("  database  %s\n", config.database.empty() ? (config.data_dir + "/minions.db (SQLite)").c_str() : config.database.c_str());
+  printf("  objects   %s\n", config.objects.empty() ? (config.data_dir + "/objects").c_str() : config.objects.c_str());
+  printf("  executor  server %s\n", config.server.c_str());
+  if (problems.empty()) {
+    printf("ok%s\n", connect ? ": the database and the object store answer" : "");
+    return 0;
+  }
+  for (const auto& p : problems) printf("problem: %s\n", p.c_str());
+  return 1;
 }
 
 int RunExecutor(const minions::cli::Connection& connection, minions::AgentOptions options, bool exit_with_parent) {
@@ -179,20 +205,34 @@ int main(int argc, char** argv) {
   std::string home = minions::cli::MinionsHome();
 
   // --- processes ---
-  std::string server_dir = home + "/server";
-  minions::ServerOptions server_options;
+  // Flags override the environment, which overrides the config file (see apps/config.h).
+  std::string config_path, flag_listen, flag_data_dir, flag_token, flag_database, flag_objects;
+  int64_t flag_ttl_ms = 0;
   bool no_watchdog = false;
-  int64_t ttl_ms = 9000;
   auto* server_cmd = app.add_subcommand("server", "run the control plane (gRPC API, watchdog)");
-  server_cmd->add_option("--listen", server_options.listen, "address to serve on")->capture_default_str();
-  server_cmd->add_option("--data-dir", server_dir, "database and objects")->capture_default_str();
-  server_cmd->add_option("--token", server_options.token, "require this token from clients and executors");
-  server_cmd->add_option("--lease-ttl-ms", ttl_ms, "lease TTL; executors heartbeat every third")->capture_default_str();
+  server_cmd->add_option("--config", config_path, "TOML config file (or MINIONS_CONFIG)");
+  server_cmd->add_option("--listen", flag_listen, "address to serve on (default 127.0.0.1:7070)");
+  server_cmd->add_option("--data-dir", flag_data_dir, "SQLite database and objects (default ~/.minions/server)");
+  server_cmd->add_option("--database", flag_database, "postgresql://... or sqlite:/path (default: SQLite in the data dir)");
+  server_cmd->add_option("--objects", flag_objects, "s3://bucket/prefix or a directory (default: in the data dir)");
+  server_cmd->add_option("--token", flag_token, "require this token from clients and executors");
+  server_cmd->add_option("--lease-ttl-ms", flag_ttl_ms, "lease TTL; executors heartbeat every third (default 9000)");
   server_cmd->add_flag("--no-watchdog", no_watchdog, "leave the watchdog to a `minions watchdog` process");
 
   auto* watchdog_cmd = app.add_subcommand("watchdog", "run the watchdog alone (one is active at a time)");
-  watchdog_cmd->add_option("--data-dir", server_dir, "the server's data directory")->capture_default_str();
-  watchdog_cmd->add_option("--lease-ttl-ms", ttl_ms, "the servers' lease TTL")->capture_default_str();
+  watchdog_cmd->add_option("--config", config_path, "TOML config file (or MINIONS_CONFIG)");
+  watchdog_cmd->add_option("--data-dir", flag_data_dir, "the server's data directory");
+  watchdog_cmd->add_option("--database", flag_database, "the servers' database");
+  watchdog_cmd->add_option("--lease-ttl-ms", flag_ttl_ms, "the servers' lease TTL");
+
+  bool connect = false;
+  auto* config_cmd = app.add_subcommand("config", "configuration tools");
+  auto* config_check_cmd = config_cmd->add_subcommand("check", "say what is wrong with the configuration");
+  config_cmd->require_subcommand(1);
+  config_check_cmd->add_option("--config", config_path, "TOML config file (or MINIONS_CONFIG)");
+  config_check_cmd->add_option("--database", flag_database, "override the database");
+  config_check_cmd->add_option("--objects", flag_objects, "override the object store");
+  config_check_cmd->add_flag("--connect", connect, "also connect to the database and the object store");
 
   minions::AgentOptions agent_options;
   std::string runner_program;
@@ -286,15 +326,32 @@ int main(int argc, char** argv) {
   if (verbose) minions::SetLogLevel(minions::LogLevel::kDebug);
   connection.FromEnvironment();
 
-  if (server_cmd->parsed()) {
-    server_options.lease_ttl = absl::Milliseconds(ttl_ms);
-    if (const char* t = std::getenv("MINIONS_TOKEN"); t && *t && server_options.token.empty()) server_options.token = t;
-    minions::SetLogComponent("server");
-    return RunServer(server_dir, server_options, !no_watchdog);
-  }
-  if (watchdog_cmd->parsed()) {
-    minions::SetLogComponent("watchdog");
-    return RunWatchdog(server_dir, absl::Milliseconds(ttl_ms));
+  auto load_config = [&]() -> absl::StatusOr<minions::apps::MinionsConfig> {
+    auto config = minions::apps::LoadConfig(config_path);
+    if (!config.ok()) return config;
+    if (!flag_listen.empty()) config->listen = flag_listen;
+    if (!flag_data_dir.empty()) config->data_dir = flag_data_dir;
+    if (!flag_database.empty()) config->database = flag_database;
+    if (!flag_objects.empty()) config->objects = flag_objects;
+    if (!flag_token.empty()) config->token = flag_token;
+    if (flag_ttl_ms > 0) config->lease_ttl_ms = flag_ttl_ms;
+    if (no_watchdog) config->watchdog = false;
+    return config;
+  };
+  if (server_cmd->parsed() || watchdog_cmd->parsed() || config_check_cmd->parsed()) {
+    auto config = load_config();
+    if (!config.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(config.status().message()).c_str());
+      return 1;
+    }
+    if (config_check_cmd->parsed()) return RunConfigCheck(*config, connect);
+    auto problems = minions::apps::CheckConfig(*config, false);
+    if (!problems.empty()) {
+      for (const auto& p : problems) fprintf(stderr, "error: %s\n", p.c_str());
+      return 1;
+    }
+    minions::SetLogComponent(server_cmd->parsed() ? "server" : "watchdog");
+    return server_cmd->parsed() ? RunServer(*config) : RunWatchdog(*config);
   }
   if (executor_cmd->parsed()) {
     if (!runner_program.empty()) agent_options.runner_command = {runner_program};

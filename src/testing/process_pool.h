@@ -48,30 +48,52 @@ class ProcessPool {
   }
   ~ProcessPool() {
     for (auto& [name, e] : executors_) e->Signal(SIGKILL);
-    if (server_) server_->Signal(SIGKILL);
+    for (auto& server : servers_) server->Signal(SIGKILL);
+  }
+
+  // Backend flags for every server of the pool (--database, --objects) and the environment they
+  // need (S3 credentials). Default: SQLite and a directory in the pool's folder.
+  void SetBackend(std::vector<std::string> server_args, std::vector<std::string> server_env) {
+    backend_args_ = std::move(server_args);
+    backend_env_ = std::move(server_env);
   }
 
   // Starts the server and waits until it answers.
-  absl::Status StartServer() {
+  absl::Status StartServer() { return StartServerOn(connection_.server, "server"); }
+
+  // Starts another server on the same backends (several servers serve one fleet).
+  absl::StatusOr<std::string> StartAnotherServer(const std::string& name) {
+    std::string address = absl::StrCat("127.0.0.1:", PickFreePort());
+    if (auto s = StartServerOn(address, name); !s.ok()) return s;
+    return address;
+  }
+
+  absl::Status StartServerOn(const std::string& address, const std::string& name) {
     Subprocess::Options sp;
-    sp.argv = {minions_, "server", "--listen", connection_.server, "--data-dir", dir_ + "/server",
-               "--lease-ttl-ms", std::to_string(ttl_ms_)};
-    sp.stderr_path = dir_ + "/logs/server.log";
+    sp.argv = {minions_, "server", "--listen", address, "--data-dir", dir_ + "/server", "--lease-ttl-ms",
+               std::to_string(ttl_ms_)};
+    sp.argv.insert(sp.argv.end(), backend_args_.begin(), backend_args_.end());
+    sp.extra_env = backend_env_;
+    sp.stderr_path = dir_ + "/logs/" + name + ".log";
     auto p = Subprocess::Start(sp);
     if (!p.ok()) return p.status();
-    server_ = std::move(*p);
-    cli::JobsClient client(connection_);
-    for (int i = 0; i < 100; ++i) {
+    servers_.push_back(std::move(*p));
+    cli::Connection connection = connection_;
+    connection.server = address;
+    cli::JobsClient client(connection);
+    for (int i = 0; i < 150; ++i) {
       if (client.List("", 1).ok()) return absl::OkStatus();
       absl::SleepFor(absl::Milliseconds(100));
     }
-    return absl::DeadlineExceededError(absl::StrCat("server did not come up; see ", dir_, "/logs/server.log"));
+    return absl::DeadlineExceededError(absl::StrCat(name, " did not come up; see ", dir_, "/logs/", name, ".log"));
   }
 
   // Starts an executor process. `runner` empty: the built-in llama.cpp runner.
-  absl::Status StartExecutor(const std::string& name, int runner_threads = 1, const std::string& runner = "") {
+  absl::Status StartExecutor(const std::string& name, int runner_threads = 1, const std::string& runner = "",
+                             const std::string& server = "") {
     Subprocess::Options sp;
-    sp.argv = {minions_, "executor", "--server", connection_.server, "--name", name, "--state-dir",
+    sp.argv = {minions_, "executor", "--server", server.empty() ? connection_.server : server, "--name", name,
+               "--state-dir",
                dir_ + "/" + name, "--runner-log", dir_ + "/logs/runner-" + name + ".log", "--runner-threads",
                std::to_string(runner_threads)};
     if (!runner.empty()) {
@@ -94,7 +116,9 @@ class ProcessPool {
   std::string dir_;
   int ttl_ms_;
   cli::Connection connection_;
-  std::unique_ptr<Subprocess> server_;
+  std::vector<std::string> backend_args_;
+  std::vector<std::string> backend_env_;
+  std::vector<std::unique_ptr<Subprocess>> servers_;
   std::map<std::string, std::unique_ptr<Subprocess>> executors_;
 };
 

@@ -12,6 +12,7 @@
 
 #include "cli/sample_prompts.h"
 #include "common/json_util.h"
+#include "absl/strings/str_cat.h"
 #include "testing/process_pool.h"
 
 namespace minions::testing {
@@ -19,6 +20,39 @@ namespace {
 
 const std::string kBin = MINIONS_TEST_BIN_DIR;
 const std::string kModel = std::string(MINIONS_TEST_MODELS_DIR) + "/text.gguf";
+
+// The backend pairs the end-to-end suite runs on.
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// Points the pool at `backend`: "embedded" (SQLite + a directory, the default) or "postgres-s3"
+// (a fresh schema in the fixture's PostgreSQL, a fresh prefix in the fixture's S3 server).
+void UseBackend(ProcessPool& pool, const std::string& backend, const std::string& name) {
+  if (backend == "embedded") return;
+  std::string schema = absl::StrCat("it_", name, "_", getpid());
+  std::string base = MINIONS_TEST_POSTGRES_URL;
+  Subprocess::Options sp;
+  sp.argv = {"psql", base, "-q", "-v", "ON_ERROR_STOP=1", "-c", "CREATE SCHEMA " + schema};
+  sp.stderr_path = pool.dir() + "/logs/psql.log";
+  auto psql = Subprocess::Start(sp);
+  ASSERT_TRUE(psql.ok()) << psql.status();
+  (*psql)->CloseStdin();
+  auto exit = (*psql)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(exit.ok() && exit->exited && exit->code == 0)
+      << "cannot create a schema in the test PostgreSQL (" << base << "); see " << pool.dir() << "/logs/psql.log";
+  std::string endpoint = ReadFirstLine(std::string(MINIONS_TEST_S3_DIR) + "/endpoint");
+  ASSERT_FALSE(endpoint.empty()) << "the test S3 server is not running (fixture s3rver_start)";
+  pool.SetBackend({"--database", base + "?options=-csearch_path%3D" + schema, "--objects",
+                   "s3://minions-test/" + schema},
+                  {"AWS_ACCESS_KEY_ID=S3RVER", "AWS_SECRET_ACCESS_KEY=S3RVER", "AWS_ENDPOINT_URL=" + endpoint,
+                   "AWS_REGION=us-east-1"});
+}
+
+class Pool : public ::testing::TestWithParam<std::string> {};
 
 std::string TempDir(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("minions-it-" + std::to_string(getpid()) + "-" + name)).string();
@@ -141,9 +175,11 @@ void ExpectEachRecordOnce(const std::vector<std::string>& lines, const std::vect
   EXPECT_EQ(nulls, expected_nulls);
 }
 
-TEST(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
-  std::string dir = TempDir("thousand");
+TEST_P(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
+  std::string dir = TempDir("thousand-" + GetParam());
   ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
+  UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
+  if (::testing::Test::HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
   for (const char* name : {"e1", "e2", "e3"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
   cli::SamplePromptOptions sample;
@@ -192,9 +228,11 @@ TEST(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(Pool, ASigkilledExecutorLosesNoRecord) {
-  std::string dir = TempDir("sigkill");
+TEST_P(Pool, ASigkilledExecutorLosesNoRecord) {
+  std::string dir = TempDir("sigkill-" + GetParam());
   ProcessPool pool(kBin + "/minions", dir + "/pool", 2000);
+  UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
+  if (::testing::Test::HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
   for (const char* name : {"e1", "e2", "e3"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
   cli::SamplePromptOptions sample;
@@ -254,10 +292,12 @@ TEST(Pool, ASigkilledExecutorLosesNoRecord) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(Pool, CancelStopsExecutorsWithinAHeartbeat) {
-  std::string dir = TempDir("cancel");
+TEST_P(Pool, CancelStopsExecutorsWithinAHeartbeat) {
+  std::string dir = TempDir("cancel-" + GetParam());
   const int ttl_ms = 3000;
   ProcessPool pool(kBin + "/minions", dir + "/pool", ttl_ms);
+  UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
+  if (::testing::Test::HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
   for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
   cli::SamplePromptOptions sample;
@@ -303,6 +343,46 @@ TEST(Pool, CancelStopsExecutorsWithinAHeartbeat) {
   EXPECT_TRUE(absl::IsFailedPrecondition(results));
   std::filesystem::remove_all(dir);
 }
+
+TEST_P(Pool, TwoServersOnOneStoreServeEveryRecordOnce) {
+  // Two servers share the store; half the executors talk to each. A job submitted to one is
+  // leased through both, and every record is served exactly once.
+  std::string dir = TempDir("two-servers-" + GetParam());
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  UseBackend(pool, GetParam(), "two");
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());
+  auto second = pool.StartAnotherServer("server-b");
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::string noop = kBin + "/minions-noop-runner";
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop).ok());
+  ASSERT_TRUE(pool.StartExecutor("e2", 1, noop).ok());
+  ASSERT_TRUE(pool.StartExecutor("e3", 1, noop, *second).ok());
+  ASSERT_TRUE(pool.StartExecutor("e4", 1, noop, *second).ok());
+  std::vector<std::string> lines;
+  for (int i = 0; i < 3000; ++i) lines.push_back(absl::StrCat("{\"custom_id\":\"r", i, "\",\"prompt\":\"x\"}"));
+  std::string input = WriteInput(dir, lines);
+  v1::Job job = SubmitAndWait(pool, input, 10, "", absl::Minutes(5));
+  ASSERT_EQ(job.state(), "completed") << job.error();
+  EXPECT_EQ(job.request_counts().completed(), 3000);
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), Lines(FetchResults(pool, job.id(), true)));
+  // Both servers handed out leases.
+  cli::Connection b = pool.connection();
+  b.server = *second;
+  auto executors = cli::JobsClient(b).Executors();
+  ASSERT_TRUE(executors.ok());
+  int64_t by_a = 0, by_b = 0;
+  for (const auto& e : *executors) (e.name() == "e1" || e.name() == "e2" ? by_a : by_b) += e.records_done();
+  EXPECT_GT(by_a, 0);
+  EXPECT_GT(by_b, 0);
+  EXPECT_EQ(by_a + by_b, 3000);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Pool, ::testing::Values("embedded", "postgres-s3"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "embedded" ? std::string("Embedded") : std::string("PostgresS3");
+                         });
 
 }  // namespace
 }  // namespace minions::testing

@@ -1,0 +1,27 @@
+#pragma once
+// The concrete backends, chosen from the configuration: SQLite or PostgreSQL for metadata, a
+// local directory or S3 for objects. Only apps/ knows them.
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "blob/blob_store.h"
+#include "config.h"
+#include "store/metadata_store.h"
+
+namespace minions::apps {
+
+struct Backends {
+  std::unique_ptr<MetadataStore> store;
+  std::unique_ptr<BlobStore> blobs;
+  std::string description;  // "sqlite:/path + /path/objects", for the log
+};
+
+absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config);
+
+// The right to run the watchdog: a file lock next to a SQLite database, an advisory lock on
+// PostgreSQL. Unavailable when another process holds it; released when the handle is destroyed
+// (or its process dies).
+absl::StatusOr<std::shared_ptr<void>> TryAcquireWatchdog(const MinionsConfig& config);
+
+}  // namespace minions::apps

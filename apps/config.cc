@@ -1,0 +1,115 @@
+#include "config.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <toml++/toml.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "backends.h"
+#include "cli/demo.h"
+
+namespace minions::apps {
+namespace {
+
+void FromEnv(const char* name, std::string* field) {
+  if (const char* value = std::getenv(name); value && *value) *field = value;
+}
+
+}  // namespace
+
+absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
+  MinionsConfig config;
+  config.data_dir = cli::MinionsHome() + "/server";
+  std::string path = path_arg;
+  if (path.empty()) FromEnv("MINIONS_CONFIG", &path);
+  if (!path.empty()) {
+    config.source = path;
+    toml::table table;
+    try {
+      table = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config file ", path, ": ", std::string(e.description()), " at line ", e.source().begin.line));
+    }
+    static const char* kSections[] = {"server", "store", "objects", "executor"};
+    for (const auto& [key, value] : table) {
+      bool known = false;
+      for (const char* s : kSections) known |= key.str() == s;
+      if (!known) {
+        return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": unknown section [",
+                                                       std::string(key.str()), "]; expected server, store, objects or executor"));
+      }
+    }
+    auto str = [&](const char* section, const char* key, std::string* field) {
+      if (auto v = table[section][key].value<std::string>()) *field = *v;
+    };
+    str("server", "listen", &config.listen);
+    str("server", "token", &config.token);
+    str("server", "data_dir", &config.data_dir);
+    if (auto v = table["server"]["lease_ttl_ms"].value<int64_t>()) config.lease_ttl_ms = *v;
+    if (auto v = table["server"]["watchdog"].value<bool>()) config.watchdog = *v;
+    str("store", "database", &config.database);
+    str("objects", "url", &config.objects);
+    str("objects", "endpoint", &config.s3_endpoint);
+    str("objects", "region", &config.s3_region);
+    if (auto v = table["objects"]["path_style"].value<bool>()) config.s3_path_style = *v;
+    str("executor", "server", &config.server);
+    str("executor", "name", &config.executor_name);
+    str("executor", "state_dir", &config.executor_state_dir);
+    str("executor", "runner", &config.runner);
+    if (auto v = table["executor"]["runner_threads"].value<int64_t>()) config.runner_threads = static_cast<int>(*v);
+  }
+  FromEnv("MINIONS_LISTEN", &config.listen);
+  FromEnv("MINIONS_TOKEN", &config.token);
+  FromEnv("MINIONS_DATA_DIR", &config.data_dir);
+  FromEnv("MINIONS_DATABASE", &config.database);
+  FromEnv("MINIONS_OBJECTS", &config.objects);
+  FromEnv("MINIONS_SERVER", &config.server);
+  return config;
+}
+
+std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) {
+  std::vector<std::string> problems;
+  if (config.listen.find(':') == std::string::npos) {
+    problems.push_back(absl::StrCat("server.listen '", config.listen, "' needs a port, like 0.0.0.0:7070"));
+  } else if (!absl::StartsWith(config.listen, "127.") && !absl::StartsWith(config.listen, "localhost") &&
+             config.token.empty()) {
+    problems.push_back(absl::StrCat("server.listen is ", config.listen,
+                                    " (reachable from other machines) but no token is set: set server.token or "
+                                    "MINIONS_TOKEN"));
+  }
+  if (config.lease_ttl_ms < 300 || config.lease_ttl_ms > 600000) {
+    problems.push_back(absl::StrCat("server.lease_ttl_ms is ", config.lease_ttl_ms,
+                                    "; use between 300 and 600000 (9000 is the default)"));
+  }
+  if (!config.database.empty() && !absl::StartsWith(config.database, "postgres://") &&
+      !absl::StartsWith(config.database, "postgresql://") && !absl::StartsWith(config.database, "sqlite:")) {
+    problems.push_back(absl::StrCat("store.database '", config.database,
+                                    "' is neither postgresql://... nor sqlite:/path/to/minions.db"));
+  }
+  if (absl::StartsWith(config.objects, "s3://")) {
+    if (config.objects.size() <= 5) problems.push_back("objects.url 's3://' names no bucket: use s3://bucket/prefix");
+    if (!std::getenv("AWS_ACCESS_KEY_ID") || !std::getenv("AWS_SECRET_ACCESS_KEY")) {
+      problems.push_back("objects.url is S3 but AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY are not set");
+    }
+  }
+  if (config.runner_threads < 0) problems.push_back("executor.runner_threads must be 0 (automatic) or more");
+  if (connect && problems.empty()) {
+    auto backends = OpenBackends(config);
+    if (!backends.ok()) {
+      problems.push_back(std::string(backends.status().message()));
+    } else {
+      auto listed = backends->blobs->List("minions-config-check/");
+      if (!listed.ok()) {
+        problems.push_back(absl::StrCat("the object store cannot be listed: ", listed.status().message()));
+      }
+      auto jobs = backends->store->ListJobs(JobFilter{std::nullopt, "", 1});
+      if (!jobs.ok()) problems.push_back(absl::StrCat("the database cannot be read: ", jobs.status().message()));
+    }
+  }
+  return problems;
+}
+
+}  // namespace minions::apps

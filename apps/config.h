@@ -1,0 +1,54 @@
+#pragma once
+// Configuration of the minions processes: one TOML file, then the environment, then flags, each
+// overriding the one before. `minions config check` reports what is wrong in words a person can
+// act on.
+//
+//   [server]    listen, token, lease_ttl_ms, watchdog, data_dir
+//   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
+//   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
+//               endpoint, region, path_style            (S3; credentials from AWS_* variables)
+//   [executor]  server, name, state_dir, runner, runner_threads
+//
+// Environment: MINIONS_CONFIG (the file), MINIONS_LISTEN, MINIONS_TOKEN, MINIONS_DATA_DIR,
+// MINIONS_DATABASE, MINIONS_OBJECTS, MINIONS_SERVER, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+// AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace minions::apps {
+
+struct MinionsConfig {
+  // [server]
+  std::string listen = "127.0.0.1:7070";
+  std::string token;
+  int64_t lease_ttl_ms = 9000;
+  bool watchdog = true;
+  std::string data_dir;  // default: ~/.minions/server
+  // [store]
+  std::string database;
+  // [objects]
+  std::string objects;
+  std::string s3_endpoint;
+  std::string s3_region;
+  bool s3_path_style = true;
+  // [executor]
+  std::string server = "127.0.0.1:7070";
+  std::string executor_name;
+  std::string executor_state_dir;
+  std::string runner;
+  int runner_threads = 0;
+
+  std::string source;  // the file it came from, for messages
+};
+
+// Reads `path` (empty: $MINIONS_CONFIG, or no file), then applies the environment.
+absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path);
+
+// Problems found in the configuration; with `connect`, also tries the database and the object store.
+std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect);
+
+}  // namespace minions::apps

@@ -1,0 +1,160 @@
+#pragma once
+// PostgresMetadataStore: the MetadataStore on a PostgreSQL database, for several servers (and a
+// watchdog) sharing one store. Same tables and the same semantics as SqliteMetadataStore; every
+// transition goes through model/state_machines.h (load the rows FOR UPDATE, apply, write back).
+//
+// - Isolation: READ COMMITTED with row locks. A writing method locks every row it loads
+//   (SELECT ... FOR UPDATE) before applying a transition to it, so no update is lost; leasing
+//   picks its tasks with FOR UPDATE OF t SKIP LOCKED, so servers leasing at once take disjoint
+//   tasks without waiting on each other (and, as PostgreSQL re-checks a locked row's WHERE clause
+//   against its newest version, never a task another transaction just granted). SERIALIZABLE
+//   would add predicate-lock aborts on every concurrent lease for no extra safety here.
+//   Locks are taken executor -> tasks -> jobs (jobs in id order), in every method: leasing has
+//   to find (and lock) its tasks before it knows their jobs, and SKIP LOCKED keeps the lock of a
+//   row it then rejects (one another server just granted), so any method taking job -> task
+//   would deadlock against it. A deadlock that still happens (two stale reports for the same
+//   tasks in different orders) is broken by PostgreSQL (after deadlock_timeout) and retried.
+// - Retries: a transaction that fails because the connection broke (SQLSTATE class 08, no
+//   SQLSTATE at all, 57P01-57P03 shutdown/startup, 53300 too many connections) or on a
+//   serialization failure or deadlock (40001, 40P01) is rolled back and run again (reconnecting
+//   first when the connection broke), with jittered exponential backoff from 20 ms to 1 s, for up
+//   to 30 seconds; then the method is Unavailable.
+//   A COMMIT whose answer was lost is not blindly retried: writing transactions note their
+//   transaction id, and after reconnecting the store asks txid_status() whether it committed.
+// - Open applies the schema migrations the database lacks (store/postgres/postgres_migrations.h)
+//   under pg_advisory_xact_lock, and refuses a schema newer than this binary (FailedPrecondition).
+//   The schema is the first one in the connection's search_path.
+// - A fixed pool of connections (made lazily, re-made when broken) serves all threads; a method
+//   waits for a free connection.
+// - All SQL is constant text with $n parameters; values are always bound.
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "store/metadata_store.h"
+
+namespace minions {
+namespace postgres_store {
+class Connection;      // one libpq connection (postgres_metadata_store.cc)
+class ConnectionPool;  // a fixed set of them
+}  // namespace postgres_store
+
+class PostgresMetadataStore : public MetadataStore {
+ public:
+  // `conninfo` is a libpq URL (postgresql://user@host:port/db?...) or key=value string. Fails
+  // with Unavailable when the server cannot be reached now.
+  static absl::StatusOr<std::unique_ptr<PostgresMetadataStore>> Open(const std::string& conninfo,
+                                                                     const StoreOptions& options, int pool_size = 4);
+  ~PostgresMetadataStore() override;
+  PostgresMetadataStore(const PostgresMetadataStore&) = delete;
+  PostgresMetadataStore& operator=(const PostgresMetadataStore&) = delete;
+
+  // --- MetadataStore ---
+  absl::StatusOr<Job> CreateJob(const JobSpec& spec, absl::Time now) override;
+  absl::Status AddTasks(const std::string& job_id, const std::vector<Task>& tasks, int64_t total_records,
+                        absl::Time now) override;
+  absl::StatusOr<Job> GetJob(const std::string& job_id) override;
+  absl::StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter) override;
+  absl::StatusOr<std::vector<Task>> ListTasks(const std::string& job_id) override;
+  absl::StatusOr<Job> CancelJob(const std::string& job_id, absl::Time now) override;
+  absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error, absl::Time now) override;
+  absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit) override;
+  absl::StatusOr<Job> FinishJob(const std::string& job_id, const std::string& output_key, const std::string& errors_key,
+                                const std::string& manifest_key, absl::Time now) override;
+
+  absl::StatusOr<Executor> RegisterExecutor(const std::string& executor_id, const ExecutorInfo& info,
+                                            absl::Time now) override;
+  absl::StatusOr<Executor> GetExecutor(const std::string& executor_id) override;
+  absl::StatusOr<std::vector<Executor>> ListExecutors() override;
+  absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& executor_id, ExecutorState state,
+                                           const std::string& reason, const std::vector<LeaseProgress>& held,
+                                           absl::Duration ttl, absl::Time now) override;
+  absl::Status RequestDrain(const std::string& executor_id, absl::Time now) override;
+
+  absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks, absl::Duration ttl,
+                                                absl::Time now) override;
+  absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
+                                    int attempt, int64_t records_done, int64_t records_failed, absl::Time now) override;
+  absl::StatusOr<std::vector<absl::Status>> CompleteTasks(const std::string& executor_id,
+                                                          const std::vector<LeaseProgress>& reports,
+                                                          absl::Time now) override;
+  absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
+                                int attempt, FailureClass failure, const std::string& message, absl::Time now) override;
+
+  absl::StatusOr<std::vector<Task>> ExpireLeases(absl::Time now, int limit) override;
+  absl::StatusOr<std::vector<Executor>> MarkLostExecutors(absl::Time cutoff, absl::Time now) override;
+
+  // The schema version of the database (the highest applied migration).
+  absl::StatusOr<int> SchemaVersion();
+
+ private:
+  using Connection = postgres_store::Connection;
+
+  PostgresMetadataStore(std::unique_ptr<postgres_store::ConnectionPool> pool, const StoreOptions& options);
+
+  // Applies the missing migrations, each in its own transaction.
+  absl::Status Migrate();
+
+  // Runs `body(connection)` inside BEGIN ... COMMIT on a pooled connection, rolling back when it
+  // returns an error, and running it again (see the header comment) when the connection broke or
+  // the server aborted it. In a `write` transaction every row loaded is locked FOR UPDATE.
+  // `Result` is absl::Status or absl::StatusOr<T>.
+  template <typename Body>
+  auto InTransaction(bool write, Body&& body) -> decltype(body(std::declval<Connection&>()));
+
+  // "job-" / "exe-" followed by 12 random lowercase hex digits.
+  std::string NewId(const char* prefix) ABSL_LOCKS_EXCLUDED(random_mu_);
+
+  // Row helpers, all inside a transaction.
+  absl::StatusOr<Job> LoadJob(Connection& c, const std::string& job_id);
+  absl::Status SaveJob(Connection& c, const Job& job, bool insert = false);
+  absl::StatusOr<Task> LoadTask(Connection& c, const std::string& job_id, int64_t index);
+  absl::Status SaveTask(Connection& c, const Task& task, bool insert = false);
+  absl::StatusOr<std::vector<Task>> LoadTasks(Connection& c, const std::string& job_id);
+  absl::StatusOr<Executor> LoadExecutor(Connection& c, const std::string& executor_id);
+  absl::Status SaveExecutor(Connection& c, const Executor& executor, bool insert = false);
+  // Ends a job that has not ended (cancelled or failed): its unfinished tasks are cancelled.
+  absl::StatusOr<Job> EndJob(Connection& c, const std::string& job_id, JobState state, const std::string& error,
+                             absl::Time now);
+  // The fenced end of an attempt: loads job and task, checks the fence, applies `transition` to
+  // the task, and accounts the task on its job when it became terminal.
+  template <typename Transition>
+  absl::StatusOr<Task> FinishAttempt(Connection& c, const std::string& executor_id, const std::string& job_id,
+                                     int64_t task_index, int attempt, Transition&& transition, absl::Time now);
+
+  const StoreOptions options_;
+  const std::unique_ptr<postgres_store::ConnectionPool> pool_;
+  absl::Mutex random_mu_;
+  std::mt19937_64 random_ ABSL_GUARDED_BY(random_mu_);  // for ids; seeded from std::random_device
+};
+
+// The watchdog's single-instance lock: pg_try_advisory_lock on a connection of its own, held for
+// as long as this object lives. Releasing is closing the connection, so a watchdog process that
+// dies (or whose connection breaks) releases it too.
+class PostgresWatchdogLock {
+ public:
+  // The advisory lock key (database-wide).
+  static constexpr int64_t kLockKey = 0x6d696e696f6e0002;  // "minion" 2
+
+  // Unavailable when another session holds the lock or the server cannot be reached.
+  static absl::StatusOr<std::unique_ptr<PostgresWatchdogLock>> TryAcquire(const std::string& conninfo);
+  ~PostgresWatchdogLock();
+  PostgresWatchdogLock(const PostgresWatchdogLock&) = delete;
+  PostgresWatchdogLock& operator=(const PostgresWatchdogLock&) = delete;
+
+  // OK while the lock is still held: the connection is alive (a server restart ends the session
+  // and with it the lock; the holder must then stop and try to acquire again).
+  absl::Status Check();
+
+ private:
+  using Connection = postgres_store::Connection;
+  explicit PostgresWatchdogLock(std::unique_ptr<Connection> connection);
+  absl::Mutex mu_;
+  std::unique_ptr<Connection> connection_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace minions

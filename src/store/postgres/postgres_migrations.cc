@@ -1,0 +1,93 @@
+#include "store/postgres/postgres_migrations.h"
+
+#include <iterator>
+
+namespace minions::postgres_store {
+namespace {
+
+// The same tables as the SQLite store (store/sqlite/sqlite_migrations.cc): times are BIGINT unix
+// microseconds (NULL when unset), so both stores keep absl::Time exactly; states are the names
+// from model/types.h; spec and info are JSONB in model/json_codec.h's forms. jobs.priority,
+// jobs.min_memory_bytes and jobs.runner copy fields of jobs.spec so the lease query can filter
+// and order without parsing JSON; the spec stays the source of truth.
+constexpr char kInitialSchema[] = R"sql(
+CREATE TABLE jobs (
+  id                TEXT PRIMARY KEY,
+  team              TEXT NOT NULL,
+  state             TEXT NOT NULL,
+  spec              JSONB NOT NULL,
+  priority          INTEGER NOT NULL,
+  min_memory_bytes  BIGINT NOT NULL,
+  runner            TEXT NOT NULL,
+  total_records     BIGINT NOT NULL DEFAULT 0,
+  completed_records BIGINT NOT NULL DEFAULT 0,
+  failed_records    BIGINT NOT NULL DEFAULT 0,
+  n_tasks           BIGINT NOT NULL DEFAULT 0,
+  tasks_done        BIGINT NOT NULL DEFAULT 0,
+  tasks_succeeded   BIGINT NOT NULL DEFAULT 0,
+  error             TEXT NOT NULL DEFAULT '',
+  output_key        TEXT NOT NULL DEFAULT '',
+  errors_key        TEXT NOT NULL DEFAULT '',
+  manifest_key      TEXT NOT NULL DEFAULT '',
+  created_at        BIGINT NOT NULL,
+  updated_at        BIGINT NOT NULL,
+  started_at        BIGINT,
+  finished_at       BIGINT
+);
+-- The lease query: runnable jobs, highest priority first, then oldest.
+CREATE INDEX jobs_runnable ON jobs (state, priority DESC, created_at, id);
+-- ListJobs (newest first, optionally by team) and JobsToFinalize.
+CREATE INDEX jobs_by_created ON jobs (created_at);
+CREATE INDEX jobs_by_team ON jobs (team, created_at);
+
+CREATE TABLE tasks (
+  job_id           TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+  idx              BIGINT NOT NULL,
+  first_record     BIGINT NOT NULL,
+  n_records        BIGINT NOT NULL,
+  byte_begin       BIGINT NOT NULL,
+  byte_end         BIGINT NOT NULL,
+  state            TEXT NOT NULL,
+  attempt          INTEGER NOT NULL DEFAULT 0,
+  failures         INTEGER NOT NULL DEFAULT 0,
+  preemptions      INTEGER NOT NULL DEFAULT 0,
+  executor_id      TEXT NOT NULL DEFAULT '',
+  lease_expires_at BIGINT,
+  not_before       BIGINT,
+  records_done     BIGINT NOT NULL DEFAULT 0,
+  records_failed   BIGINT NOT NULL DEFAULT 0,
+  last_error       TEXT NOT NULL DEFAULT '',
+  started_at       BIGINT,
+  finished_at      BIGINT,
+  PRIMARY KEY (job_id, idx)
+);
+-- The lease query: pending tasks whose backoff is over (partial: finished tasks pile up).
+CREATE INDEX tasks_leasable ON tasks (job_id, idx) WHERE state = 'pending';
+-- The lease reaper: running tasks by expiry.
+CREATE INDEX tasks_expiry ON tasks (lease_expires_at) WHERE state = 'running';
+
+CREATE TABLE executors (
+  id                TEXT PRIMARY KEY,
+  info              JSONB NOT NULL,
+  state             TEXT NOT NULL,
+  state_reason      TEXT NOT NULL DEFAULT '',
+  registered_at     BIGINT NOT NULL,
+  last_heartbeat_at BIGINT NOT NULL,
+  drain_requested   BOOLEAN NOT NULL DEFAULT FALSE,
+  records_done      BIGINT NOT NULL DEFAULT 0
+);
+-- MarkLostExecutors.
+CREATE INDEX executors_by_heartbeat ON executors (state, last_heartbeat_at);
+)sql";
+
+constexpr Migration kMigrations[] = {
+    {1, "initial schema: jobs, tasks, executors", kInitialSchema},
+};
+
+}  // namespace
+
+std::span<const Migration> Migrations() { return kMigrations; }
+
+int LatestSchemaVersion() { return kMigrations[std::size(kMigrations) - 1].version; }
+
+}  // namespace minions::postgres_store

@@ -1,0 +1,452 @@
+// The MetadataStore contract on PostgreSQL, plus what only a shared server has: concurrent
+// migrations, several servers leasing from one database, a server restart, the watchdog lock.
+//
+// The server: ctest starts a private one (the postgres_start fixture, tests/services/postgres.sh)
+// and compiles its URL in; MINIONS_TEST_POSTGRES (a libpq URL) and MINIONS_TEST_POSTGRES_DIR (the
+// cluster's folder, for the restart test) override it. Each test gets a fresh schema of its own,
+// so test processes share one database without seeing each other.
+#include "store/postgres/postgres_metadata_store.h"
+
+#include <libpq-fe.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "metadata_store_contract.h"
+#include "store/postgres/postgres_migrations.h"
+
+namespace minions {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+constexpr char kHowToStart[] =
+    "The PostgreSQL store tests need a server. ctest starts one (fixture postgres_start); by hand:\n"
+    "  tests/services/postgres.sh start /tmp/minions-pg 55432\n"
+    "  export MINIONS_TEST_POSTGRES=postgresql://postgres@127.0.0.1:55432/minions_test\n"
+    "  export MINIONS_TEST_POSTGRES_DIR=/tmp/minions-pg   # for the restart test\n"
+    "(Debian packages: postgresql, libpq-dev.)";
+
+std::string FromEnvironment(const char* name, const char* compiled_in) {
+  const char* value = std::getenv(name);
+  if (value != nullptr && *value != '\0') return value;
+  return compiled_in;
+}
+
+std::string BaseUrl() {
+#ifdef MINIONS_TEST_POSTGRES_URL
+  return FromEnvironment("MINIONS_TEST_POSTGRES", MINIONS_TEST_POSTGRES_URL);
+#else
+  return FromEnvironment("MINIONS_TEST_POSTGRES", "");
+#endif
+}
+
+std::string ClusterDir() {
+#ifdef MINIONS_TEST_POSTGRES_DIR
+  return FromEnvironment("MINIONS_TEST_POSTGRES_DIR", MINIONS_TEST_POSTGRES_DIR);
+#else
+  return FromEnvironment("MINIONS_TEST_POSTGRES_DIR", "");
+#endif
+}
+
+std::string ServiceScript() {
+#ifdef MINIONS_TEST_POSTGRES_SCRIPT
+  return MINIONS_TEST_POSTGRES_SCRIPT;
+#else
+  return "tests/services/postgres.sh";
+#endif
+}
+
+// libpq directly, as another tool (or an older or newer binary) would use the database.
+class RawConnection {
+ public:
+  explicit RawConnection(const std::string& url) : conn_(PQconnectdb(url.c_str())) {}
+  ~RawConnection() { PQfinish(conn_); }
+  bool ok() const { return PQstatus(conn_) == CONNECTION_OK; }
+  std::string error() const { return PQerrorMessage(conn_); }
+  // Runs constant SQL; "" on success, else the error.
+  std::string Exec(const std::string& sql) {
+    PGresult* result = PQexec(conn_, sql.c_str());
+    ExecStatusType status = PQresultStatus(result);
+    std::string error = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK ? "" : PQresultErrorMessage(result);
+    PQclear(result);
+    return error;
+  }
+  int64_t Count(const std::string& sql) {
+    PGresult* result = PQexec(conn_, sql.c_str());
+    int64_t count = -1;
+    if (PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) == 1 && !PQgetisnull(result, 0, 0)) {
+      count = std::strtoll(PQgetvalue(result, 0, 0), nullptr, 10);
+    }
+    PQclear(result);
+    return count;
+  }
+
+ private:
+  PGconn* conn_;
+};
+
+// Fresh schemas, one per store the tests ask for, dropped when the test process ends.
+class Schemas : public ::testing::Environment {
+ public:
+  // The URL of a new, empty schema ("" after reporting a failure).
+  static std::string FreshUrl() {
+    const std::string base = BaseUrl();
+    if (base.empty()) {
+      ADD_FAILURE() << "MINIONS_TEST_POSTGRES is not set.\n" << kHowToStart;
+      return "";
+    }
+    static std::atomic<int> counter{0};
+    static const uint32_t salt = std::random_device{}();
+    // Only digits and hex go into the name, so building the DDL from it is safe (identifiers
+    // cannot be bound parameters).
+    const std::string schema = absl::StrCat("t_", getpid(), "_", counter++, "_", absl::Hex(salt));
+    RawConnection admin(base);
+    if (!admin.ok()) {
+      ADD_FAILURE() << "cannot connect to the test PostgreSQL at " << base << ": " << admin.error() << "\n"
+                    << kHowToStart;
+      return "";
+    }
+    if (std::string error = admin.Exec("CREATE SCHEMA " + schema); !error.empty()) {
+      ADD_FAILURE() << "CREATE SCHEMA " << schema << ": " << error;
+      return "";
+    }
+    {
+      std::lock_guard<std::mutex> lock(Mutex());
+      Created().push_back(schema);
+    }
+    // The schema is the connection's search_path: the store creates and finds its tables there.
+    return absl::StrCat(base, base.find('?') == std::string::npos ? "?" : "&", "options=-csearch_path%3D", schema);
+  }
+
+  void TearDown() override {
+    std::lock_guard<std::mutex> lock(Mutex());
+    if (Created().empty()) return;
+    RawConnection admin(BaseUrl());
+    if (!admin.ok()) return;
+    for (const std::string& schema : Created()) admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE");
+    Created().clear();
+  }
+
+ private:
+  static std::mutex& Mutex() {
+    static std::mutex* mutex = new std::mutex;
+    return *mutex;
+  }
+  static std::vector<std::string>& Created() {
+    static std::vector<std::string>* created = new std::vector<std::string>;
+    return *created;
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kSchemas = ::testing::AddGlobalTestEnvironment(new Schemas);
+
+std::unique_ptr<PostgresMetadataStore> MustOpen(const std::string& url, int pool_size = 4) {
+  if (url.empty()) return nullptr;
+  absl::StatusOr<std::unique_ptr<PostgresMetadataStore>> store =
+      PostgresMetadataStore::Open(url, StoreOptions{}, pool_size);
+  EXPECT_TRUE(store.ok()) << store.status() << "\n" << kHowToStart;
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
+INSTANTIATE_TEST_SUITE_P(Postgres, MetadataStoreContract,
+                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                           return MustOpen(Schemas::FreshUrl());
+                         })),
+                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
+
+class PostgresMetadataStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    url_ = Schemas::FreshUrl();
+    ASSERT_FALSE(url_.empty());
+  }
+
+  static std::vector<Task> Shards(int n) {
+    std::vector<Task> tasks(n);
+    for (int i = 0; i < n; ++i) {
+      tasks[i].index = i;
+      tasks[i].first_record = i;
+      tasks[i].n_records = 1;
+    }
+    return tasks;
+  }
+  std::string SubmitTo(MetadataStore& store, int n_tasks) {
+    JobSpec spec;
+    spec.model = "m.gguf";
+    absl::StatusOr<Job> job = store.CreateJob(spec, now_);
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (!job.ok()) return "";
+    EXPECT_OK(store.AddTasks(job->id, Shards(n_tasks), n_tasks, now_));
+    return job->id;
+  }
+  std::string RegisterWith(MetadataStore& store, const std::string& name) {
+    ExecutorInfo info;
+    info.name = name;
+    info.memory_bytes = int64_t{8} << 30;
+    absl::StatusOr<Executor> executor = store.RegisterExecutor("", info, now_);
+    EXPECT_TRUE(executor.ok()) << executor.status();
+    return executor.ok() ? executor->id : "";
+  }
+
+  std::string url_;
+  const absl::Duration kTtl = absl::Seconds(30);
+  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
+};
+
+TEST_F(PostgresMetadataStoreTest, MigrationsAreAppliedOnce) {
+  for (int i = 0; i < 3; ++i) {
+    auto store = MustOpen(url_);
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK_AND_ASSIGN(int version, store->SchemaVersion());
+    EXPECT_EQ(version, postgres_store::LatestSchemaVersion());
+  }
+  RawConnection raw(url_);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  EXPECT_EQ(raw.Count("SELECT COUNT(*) FROM schema_migrations"),
+            static_cast<int64_t>(postgres_store::Migrations().size()));
+  EXPECT_EQ(raw.Count("SELECT MAX(version) FROM schema_migrations"), postgres_store::LatestSchemaVersion());
+}
+
+TEST_F(PostgresMetadataStoreTest, MigrationVersionsAreContiguous) {
+  int expected = 1;
+  for (const postgres_store::Migration& migration : postgres_store::Migrations()) {
+    EXPECT_EQ(migration.version, expected++) << migration.description;
+  }
+}
+
+TEST_F(PostgresMetadataStoreTest, ServersOpeningAtOnceMigrateOnce) {
+  constexpr int kServers = 4;
+  std::vector<std::unique_ptr<PostgresMetadataStore>> stores(kServers);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kServers; ++i) threads.emplace_back([&, i] { stores[i] = MustOpen(url_, 1); });
+  for (std::thread& thread : threads) thread.join();
+  for (const auto& store : stores) ASSERT_NE(store, nullptr);
+  RawConnection raw(url_);
+  EXPECT_EQ(raw.Count("SELECT COUNT(*) FROM schema_migrations"),
+            static_cast<int64_t>(postgres_store::Migrations().size()));
+  // They all work on the one schema.
+  const std::string job_id = SubmitTo(*stores[0], 2);
+  ASSERT_OK_AND_ASSIGN(Job job, stores[kServers - 1]->GetJob(job_id));
+  EXPECT_EQ(job.state, JobState::kQueued);
+}
+
+TEST_F(PostgresMetadataStoreTest, ANewerSchemaIsRefused) {
+  { ASSERT_NE(MustOpen(url_), nullptr); }
+  RawConnection raw(url_);
+  ASSERT_EQ(raw.Exec(absl::StrCat("INSERT INTO schema_migrations (version) VALUES (",
+                                  postgres_store::LatestSchemaVersion() + 1, ")")),
+            "");
+  absl::StatusOr<std::unique_ptr<PostgresMetadataStore>> store = PostgresMetadataStore::Open(url_, StoreOptions{});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(store.status().message()), HasSubstr("newer"));
+  EXPECT_THAT(std::string(store.status().message()),
+              HasSubstr(absl::StrCat("schema version ", postgres_store::LatestSchemaVersion() + 1)));
+}
+
+TEST_F(PostgresMetadataStoreTest, AnUnreachableServerOrABadConninfoIsAnError) {
+  const absl::Time start = absl::Now();
+  EXPECT_CODE(PostgresMetadataStore::Open("postgresql://postgres@127.0.0.1:1/minions_test", StoreOptions{}),
+              kUnavailable);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // no retrying at Open
+  EXPECT_CODE(PostgresMetadataStore::Open("nonsense", StoreOptions{}), kInvalidArgument);
+  EXPECT_CODE(PostgresMetadataStore::Open(url_, StoreOptions{}, 0), kInvalidArgument);
+}
+
+TEST_F(PostgresMetadataStoreTest, ReopeningKeepsTheData) {
+  std::string job_id, executor_id;
+  {
+    auto store = MustOpen(url_);
+    ASSERT_NE(store, nullptr);
+    job_id = SubmitTo(*store, 3);
+    executor_id = RegisterWith(*store, "a");
+    ASSERT_OK(store->LeaseTasks(executor_id, 1, kTtl, now_));
+  }
+  auto reopened = MustOpen(url_);
+  ASSERT_NE(reopened, nullptr);
+  ASSERT_OK_AND_ASSIGN(Job job, reopened->GetJob(job_id));
+  EXPECT_EQ(job.state, JobState::kRunning);
+  EXPECT_EQ(job.spec.model, "m.gguf");
+  EXPECT_EQ(job.created_at, now_);
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> tasks, reopened->ListTasks(job_id));
+  ASSERT_THAT(tasks, SizeIs(3));
+  EXPECT_EQ(tasks[0].state, TaskState::kRunning);
+  EXPECT_EQ(tasks[0].executor_id, executor_id);
+  EXPECT_EQ(tasks[0].lease_expires_at, now_ + kTtl);
+  EXPECT_OK(reopened->CompleteTask(executor_id, job_id, 0, 1, 1, 0, now_));
+}
+
+TEST_F(PostgresMetadataStoreTest, TwoServersNeverGrantATaskTwice) {
+  // Two store objects are two servers: two pools, no shared memory, one database.
+  constexpr int kTasks = 300;
+  constexpr int kThreads = 6;
+  auto first = MustOpen(url_);
+  auto second = MustOpen(url_);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  const std::string job_id = SubmitTo(*first, kTasks);
+  std::vector<MetadataStore*> stores;
+  std::vector<std::string> executors;
+  for (int t = 0; t < kThreads; ++t) {
+    stores.push_back(t % 2 == 0 ? first.get() : second.get());
+    executors.push_back(RegisterWith(*stores[t], "exe" + std::to_string(t)));
+  }
+
+  std::vector<std::vector<int64_t>> granted(kThreads);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      while (true) {
+        absl::StatusOr<std::vector<Lease>> leases = stores[t]->LeaseTasks(executors[t], 1 + t % 3, kTtl, now_);
+        if (!leases.ok()) {
+          ADD_FAILURE() << leases.status();
+          ++errors;
+          return;
+        }
+        if (leases->empty()) return;
+        for (const Lease& lease : *leases) granted[t].push_back(lease.task.index);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(errors.load(), 0);
+  std::map<int64_t, int> holder;
+  size_t total = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    total += granted[t].size();
+    for (int64_t index : granted[t]) EXPECT_TRUE(holder.emplace(index, t).second) << "task " << index << " twice";
+  }
+  EXPECT_EQ(total, static_cast<size_t>(kTasks));
+  EXPECT_EQ(holder.size(), static_cast<size_t>(kTasks));
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> tasks, second->ListTasks(job_id));
+  for (const Task& task : tasks) {
+    EXPECT_EQ(task.state, TaskState::kRunning);
+    EXPECT_EQ(task.attempt, 1);
+    EXPECT_EQ(task.executor_id, executors[holder[task.index]]);
+  }
+}
+
+TEST_F(PostgresMetadataStoreTest, TheWatchdogLockIsExclusiveAndDiesWithItsHolder) {
+  absl::StatusOr<std::unique_ptr<PostgresWatchdogLock>> first = PostgresWatchdogLock::TryAcquire(url_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_OK((*first)->Check());
+  EXPECT_CODE(PostgresWatchdogLock::TryAcquire(url_), kUnavailable);
+  // Its holder goes away: the lock is free.
+  first->reset();
+  absl::StatusOr<std::unique_ptr<PostgresWatchdogLock>> second = PostgresWatchdogLock::TryAcquire(url_);
+  ASSERT_TRUE(second.ok()) << second.status();
+  // Its holder's session dies (a crashed process, a network cut): the lock is free, and the
+  // holder learns that it lost it.
+  RawConnection raw(url_);
+  const int64_t key = PostgresWatchdogLock::kLockKey;
+  EXPECT_EQ(raw.Count(absl::StrCat("SELECT COUNT(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = "
+                                   "'advisory' AND granted AND classid::bigint = ",
+                                   key >> 32, " AND objid::bigint = ", key & 0xffffffff)),
+            1);
+  absl::StatusOr<std::unique_ptr<PostgresWatchdogLock>> third;
+  for (int i = 0; i < 50; ++i) {  // the backend exits asynchronously
+    third = PostgresWatchdogLock::TryAcquire(url_);
+    if (third.ok()) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_CODE((*second)->Check(), kUnavailable);
+  EXPECT_OK((*third)->Check());
+}
+
+// Runs alone (RUN_SERIAL): it restarts the server every Postgres test uses.
+TEST(PostgresRestartTest, LeasingAndCompletingRideOutAServerRestart) {
+  const std::string dir = ClusterDir();
+  ASSERT_FALSE(dir.empty()) << "MINIONS_TEST_POSTGRES_DIR (the cluster's folder) is not set.\n" << kHowToStart;
+  const std::string url = Schemas::FreshUrl();
+  ASSERT_FALSE(url.empty());
+  constexpr int kTasks = 100;
+  const absl::Duration ttl = absl::Minutes(10);
+  const absl::Time now = absl::FromUnixSeconds(1'700'000'000);
+  // Two servers, one executor each.
+  std::unique_ptr<PostgresMetadataStore> stores[] = {MustOpen(url, 2), MustOpen(url, 2)};
+  ASSERT_NE(stores[0], nullptr);
+  ASSERT_NE(stores[1], nullptr);
+  JobSpec spec;
+  spec.model = "m.gguf";
+  ASSERT_OK_AND_ASSIGN(Job job, stores[0]->CreateJob(spec, now));
+  std::vector<Task> shards(kTasks);
+  for (int i = 0; i < kTasks; ++i) {
+    shards[i].index = i;
+    shards[i].first_record = i;
+    shards[i].n_records = 1;
+  }
+  ASSERT_OK(stores[0]->AddTasks(job.id, shards, kTasks, now));
+  std::string executors[2];
+  for (int i = 0; i < 2; ++i) {
+    ExecutorInfo info;
+    info.name = absl::StrCat("exe", i);
+    ASSERT_OK_AND_ASSIGN(Executor executor, stores[i]->RegisterExecutor("", info, now));
+    executors[i] = executor.id;
+  }
+
+  std::atomic<int> completed{0};
+  std::atomic<int> errors{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      while (true) {
+        absl::StatusOr<std::vector<Lease>> leases = stores[w]->LeaseTasks(executors[w], 1, ttl, now);
+        if (!leases.ok()) {
+          ADD_FAILURE() << "LeaseTasks: " << leases.status();
+          ++errors;
+          return;
+        }
+        if (leases->empty()) return;
+        for (const Lease& lease : *leases) {
+          absl::SleepFor(absl::Milliseconds(15));  // "running" it
+          absl::StatusOr<Task> done =
+              stores[w]->CompleteTask(executors[w], job.id, lease.task.index, lease.task.attempt, 1, 0, now);
+          if (!done.ok()) {
+            ADD_FAILURE() << "CompleteTask " << lease.task.index << ": " << done.status();
+            ++errors;
+          } else {
+            ++completed;
+          }
+        }
+      }
+    });
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (completed.load() < 10 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  const std::string restart = ServiceScript() + " restart '" + dir + "'";
+  const int rc = std::system(restart.c_str());
+  const int completed_by_restart = completed.load();
+  for (std::thread& worker : workers) worker.join();
+  ASSERT_EQ(rc, 0) << restart;
+  EXPECT_LT(completed_by_restart, kTasks) << "the work was over before the restart; it proves nothing";
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(completed.load(), kTasks);
+
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> tasks, stores[1]->ListTasks(job.id));
+  ASSERT_THAT(tasks, SizeIs(kTasks));
+  for (const Task& task : tasks) {
+    EXPECT_EQ(task.state, TaskState::kSucceeded) << task.index;
+    EXPECT_EQ(task.attempt, 1) << "task " << task.index << " was leased more than once";
+  }
+  ASSERT_OK_AND_ASSIGN(Job finished, stores[0]->GetJob(job.id));
+  EXPECT_EQ(finished.state, JobState::kFinalizing);
+  EXPECT_EQ(finished.tasks_succeeded, kTasks);
+  EXPECT_EQ(finished.counts.completed, kTasks);
+  ASSERT_OK_AND_ASSIGN(Executor a, stores[0]->GetExecutor(executors[0]));
+  ASSERT_OK_AND_ASSIGN(Executor b, stores[1]->GetExecutor(executors[1]));
+  EXPECT_EQ(a.records_done + b.records_done, kTasks);
+}
+
+}  // namespace
+}  // namespace minions
