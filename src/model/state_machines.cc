@@ -159,10 +159,12 @@ void AccountTerminalTask(Job& job, const Task& task, absl::Time now) {
   }
 }
 
-void MarkJobStarted(Job& job, absl::Time now) {
+bool MarkJobStarted(Job& job, absl::Time now) {
+  if (job.state != JobState::kQueued && job.started_at) return false;
   if (job.state == JobState::kQueued) job.state = JobState::kRunning;
   if (!job.started_at) job.started_at = now;
   job.updated_at = now;
+  return true;
 }
 
 }  // namespace minions

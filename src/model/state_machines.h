@@ -45,7 +45,9 @@ void CancelTask(Task& task, absl::Time now);
 // failed still completes: the failed tasks' records are listed in its error file.
 void AccountTerminalTask(Job& job, const Task& task, absl::Time now);
 
-// The job's first lease.
-void MarkJobStarted(Job& job, absl::Time now);
+// A lease was granted: a queued job becomes running and records when it started. Returns false
+// when nothing changed (the job was already running), so stores can skip writing the job row —
+// the one row every lease of a job would otherwise contend for.
+bool MarkJobStarted(Job& job, absl::Time now);
 
 }  // namespace minions

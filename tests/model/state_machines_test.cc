@@ -386,13 +386,15 @@ TEST(AccountTerminalTask, AnEndedJobKeepsItsState) {
 TEST(MarkJobStarted, QueuedBecomesRunningOnce) {
   Job job = RunningJob(1);
   job.state = JobState::kQueued;
-  MarkJobStarted(job, kNow);
+  EXPECT_TRUE(MarkJobStarted(job, kNow));
   EXPECT_EQ(job.state, JobState::kRunning);
   EXPECT_EQ(job.started_at, kNow);
-  MarkJobStarted(job, kNow + absl::Seconds(5));
+  EXPECT_EQ(job.updated_at, kNow);
+  // Later leases change nothing, so the store need not write the job row again.
+  EXPECT_FALSE(MarkJobStarted(job, kNow + absl::Seconds(5)));
   EXPECT_EQ(job.state, JobState::kRunning);
   EXPECT_EQ(job.started_at, kNow);
-  EXPECT_EQ(job.updated_at, kNow + absl::Seconds(5));
+  EXPECT_EQ(job.updated_at, kNow);
 }
 
 }  // namespace

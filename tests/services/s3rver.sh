@@ -31,10 +31,16 @@ case "$cmd" in
   start)
     port="${3:-0}"
     command -v node >/dev/null || { echo "s3rver: node is not installed (Node 20 is needed)" >&2; exit 1; }
-    if [ ! -d "$js/node_modules/s3rver" ] || [ ! -d "$js/node_modules/minio" ]; then
-      echo "s3rver: installing tests/js packages (npm ci)" >&2
-      (cd "$js" && npm ci --no-audit --no-fund >&2) || { echo "s3rver: npm ci in $js failed" >&2; exit 1; }
-    fi
+    # scripts/setup installs these; this is the fallback for a bare build. Several fixtures may
+    # start at once: one installs, under a lock, and the others wait for it.
+    (
+      flock 9
+      if [ ! -f "$js/node_modules/.minions-installed" ]; then
+        echo "s3rver: installing tests/js packages (npm ci)" >&2
+        (cd "$js" && npm ci --no-audit --no-fund >&2) || { echo "s3rver: npm ci in $js failed" >&2; exit 1; }
+        touch "$js/node_modules/.minions-installed"
+      fi
+    ) 9>"$js/.npm-install.lock" || exit 1
     mkdir -p "$dir"
     stop
     rm -rf "$dir/data"

@@ -1042,12 +1042,15 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
       for (int i = 0; i < result.Rows(); ++i) candidates.emplace_back(result.Text(i, 0), result.Int(i, 1));
     }
 
-    // The candidates' jobs, locked in id order (so leasers never wait on each other in a cycle),
-    // started and saved once each.
+    // The candidates' jobs (their model and options go into the leases).
     std::map<std::string, Job> jobs;
     for (const auto& candidate : candidates) jobs.emplace(candidate.first, Job{});
     for (auto& [job_id, job] : jobs) {
-      ASSIGN_OR_RETURN(job, LoadJob(c, job_id));
+      // Read without a row lock: every lease of a job would queue on its row otherwise. Only a
+      // job that starts with this lease is locked and written, below.
+      ASSIGN_OR_RETURN(PgResult result, c.Exec(kSelectJob, Params().Text(job_id)));
+      if (result.Rows() == 0) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+      ASSIGN_OR_RETURN(job, ReadJobRow(Row{result, 0}));
     }
     for (const auto& [job_id, index] : candidates) {
       const Job& job = jobs.at(job_id);
@@ -1063,8 +1066,10 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
       leases.push_back(std::move(lease));
     }
     for (auto& [job_id, job] : jobs) {
-      MarkJobStarted(job, now);
-      RETURN_IF_ERROR(SaveJob(c, job));
+      if (job.state != JobState::kQueued && job.started_at) continue;  // already running
+      // Starting it: now lock it (jobs in id order, after their tasks: the store's lock order).
+      ASSIGN_OR_RETURN(job, LoadJob(c, job_id));
+      if (MarkJobStarted(job, now)) RETURN_IF_ERROR(SaveJob(c, job));
     }
     if (!leases.empty()) {
       executor.state = ExecutorState::kBusy;

@@ -849,8 +849,7 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
       leases.push_back(std::move(lease));
     }
     for (auto& [job_id, job] : jobs) {
-      MarkJobStarted(job, now);
-      RETURN_IF_ERROR(SaveJob(job));
+      if (MarkJobStarted(job, now)) RETURN_IF_ERROR(SaveJob(job));
     }
     if (!leases.empty()) {
       executor.state = ExecutorState::kBusy;
