@@ -134,11 +134,13 @@ absl::Status ExecutorAgent::Run() {
     for (const auto& task : ActiveTasks()) in_runner |= task->in_runner;
     if (!in_runner) {
       FlushCompletions();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        active = active_.size();
+      // Idle: the next lease call long-polls, unless the last one failed (then wait it out).
+      // Waiting only for completions to go through: retry them shortly.
+      if (!to_complete_.empty()) {
+        clock_->SleepFor(options_.idle_poll);
+      } else if (clock_->Now() < next_lease_try_) {
+        clock_->SleepUntil(next_lease_try_);
       }
-      if (active == 0 || !to_complete_.empty()) clock_->SleepFor(options_.idle_poll);
       continue;
     }
     // Wait for the runner; come back soon enough to top up the window. Events already waiting
@@ -173,24 +175,32 @@ int ExecutorAgent::LeaseMore() {
     held = active_.size();
   }
   int window = PrefetchWindow();
-  // Top up when half the window is free (one lease call brings several tiny tasks); an idle
-  // executor polls every idle_poll, a busy one at most every 50 ms when the queue is dry.
+  // Top up when half the window is free (one lease call brings several tiny tasks). An idle
+  // executor long-polls: the server answers the moment a task is ready, so a submission starts
+  // without a polling delay. A busy one asks at most every 50 ms when the queue is dry.
   if (static_cast<int>(held) > window / 2) return 0;
   absl::Time now = clock_->Now();
-  absl::Duration pause = held == 0 ? options_.idle_poll : absl::Milliseconds(50);
-  if (now - last_empty_lease_ < pause) return 0;
+  if (now < next_lease_try_) return 0;
+  if (held > 0 && now - last_empty_lease_ < absl::Milliseconds(50)) return 0;
   v1::LeaseRequest request;
   request.set_executor_id(id());
   request.set_max_tasks(window - static_cast<int>(held));
+  if (held == 0 && !drain_) request.set_wait_ms(absl::ToInt64Milliseconds(options_.lease_wait));
   auto reply = client_->Lease(request);
   if (!reply.ok()) {
     if (absl::IsNotFound(reply.status())) (void)Register();  // the server forgot us (new database)
     MINIONS_LOG(Debug) << "lease failed: " << reply.status().message();
     last_empty_lease_ = now;
+    next_lease_try_ = clock_->Now() + options_.idle_poll;  // do not hammer a server that is down
     return 0;
   }
   if (reply->leases().empty()) {
     last_empty_lease_ = now;
+    // A server that answered a long poll early (an older one, or one shutting down) must not
+    // turn this loop into a busy one.
+    if (request.wait_ms() > 0 && clock_->Now() - now < options_.lease_wait / 2) {
+      next_lease_try_ = clock_->Now() + options_.idle_poll;
+    }
     return 0;
   }
   for (const auto& lease : reply->leases()) {

@@ -42,7 +42,8 @@ struct AgentOptions {
   std::string state_dir;                     // keeps the executor id across restarts; "" = none
   std::vector<std::string> runner_command;   // default: minions-llama-runner next to this binary
   std::string runner_log;                    // runner stderr; "" = inherit
-  absl::Duration idle_poll = absl::Milliseconds(200);  // lease polling while idle
+  absl::Duration idle_poll = absl::Milliseconds(200);  // retry pause after a failed call
+  absl::Duration lease_wait = absl::Seconds(1);        // long poll of an idle executor's lease
   // CPU threads for the runner when the job does not say; 0: the runner's default (all cores).
   // Several executors on one machine must split the cores, or their threads fight.
   int runner_threads = 0;
@@ -129,6 +130,7 @@ class ExecutorAgent {
   std::string loaded_options_;
   double avg_task_seconds_ = 1.0;               // moving average, drives the prefetch window
   absl::Time last_empty_lease_ = absl::InfinitePast();
+  absl::Time next_lease_try_ = absl::InfinitePast();
 
   std::thread heartbeat_;
   std::atomic<bool> heartbeat_stop_{false};

@@ -69,9 +69,26 @@ grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::Leas
                                     v1::LeaseResponse* reply) {
   RETURN_IF_UNAUTHENTICATED(context);
   int max_tasks = std::clamp(request->max_tasks(), 1, 64);
+  // Long poll: retry when notified of new work here, and every 50 ms for work that arrived
+  // through another server. Bounded, so a stuck executor call never outlives its usefulness.
+  const auto wait = std::chrono::milliseconds(std::clamp<int64_t>(request->wait_ms(), 0, 30000));
+  const auto deadline = std::chrono::steady_clock::now() + wait;
   absl::Time now = clock_->Now();
-  auto leases = store_->LeaseTasks(request->executor_id(), max_tasks, options_.lease_ttl, now);
-  if (!leases.ok()) return ToGrpc(leases.status());
+  absl::StatusOr<std::vector<minions::Lease>> leases;
+  while (true) {
+    uint64_t generation;
+    {
+      std::lock_guard<std::mutex> lock(work_mu_);
+      generation = work_generation_;
+    }
+    now = clock_->Now();
+    leases = store_->LeaseTasks(request->executor_id(), max_tasks, options_.lease_ttl, now);
+    if (!leases.ok()) return ToGrpc(leases.status());
+    if (!leases->empty() || context->IsCancelled() || std::chrono::steady_clock::now() >= deadline) break;
+    std::unique_lock<std::mutex> lock(work_mu_);
+    work_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)),
+                        [&] { return work_generation_ != generation; });
+  }
   reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
   for (const minions::Lease& lease : *leases) {
     const Task& t = lease.task;
@@ -111,6 +128,12 @@ grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::Leas
   return grpc::Status::OK;
 }
 
+void ExecutorService::NotifyWork() {
+  std::lock_guard<std::mutex> lock(work_mu_);
+  ++work_generation_;
+  work_cv_.notify_all();
+}
+
 grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,
                                        v1::CompleteResponse*) {
   RETURN_IF_UNAUTHENTICATED(context);
@@ -122,6 +145,7 @@ grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::C
                       << " executor=" << request->executor_id() << " completion refused: " << task.status().message();
     return ToGrpc(task.status());
   }
+  if (task->state == TaskState::kPending) NotifyWork();
   auto job = store_->GetJob(ref.job_id());
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return grpc::Status::OK;
@@ -170,6 +194,7 @@ grpc::Status ExecutorService::Fail(grpc::ServerContext* context, const v1::FailR
   MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
                     << " executor=" << request->executor_id() << " " << request->failure_class() << ": "
                     << request->message() << " -> " << TaskStateName(task->state);
+  if (task->state == TaskState::kPending) NotifyWork();
   auto job = store_->GetJob(ref.job_id());
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return grpc::Status::OK;

@@ -4,7 +4,9 @@
 // the task's objects, so executors hold no object-store credentials.
 // Threads: called on gRPC's threads; thread-safe.
 
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 
 #include "blob/blob_store.h"
 #include "common/clock.h"
@@ -33,12 +35,18 @@ class ExecutorService final : public v1::Executors::Service {
                              v1::CompleteBatchResponse* reply) override;
   grpc::Status Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse* reply) override;
 
+  // New work may be leasable (a job was submitted, a task requeued): wakes long-polling leases.
+  void NotifyWork();
+
  private:
   MetadataStore* store_;
   BlobStore* blobs_;
   Clock* clock_;
   ServerOptions options_;
   std::function<void(const std::string&)> job_ready_;
+  std::mutex work_mu_;
+  std::condition_variable work_cv_;
+  uint64_t work_generation_ = 0;  // guarded by work_mu_
 };
 
 }  // namespace minions

@@ -3,6 +3,8 @@
 // drain executors. Holds no state: everything is in the MetadataStore and the BlobStore.
 // Threads: called on gRPC's threads; thread-safe.
 
+#include <functional>
+
 #include "blob/blob_store.h"
 #include "common/clock.h"
 #include "minions/v1/minions.grpc.pb.h"
@@ -14,8 +16,9 @@ namespace minions {
 
 class JobService final : public v1::Jobs::Service {
  public:
-  JobService(MetadataStore* store, BlobStore* blobs, Clock* clock, const ServerOptions& options)
-      : store_(store), blobs_(blobs), clock_(clock), options_(options) {}
+  JobService(MetadataStore* store, BlobStore* blobs, Clock* clock, const ServerOptions& options,
+             std::function<void()> work_added = nullptr)
+      : store_(store), blobs_(blobs), clock_(clock), options_(options), work_added_(std::move(work_added)) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request, v1::Job* reply) override;
   grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* reply) override;
@@ -41,6 +44,7 @@ class JobService final : public v1::Jobs::Service {
   BlobStore* blobs_;
   Clock* clock_;
   ServerOptions options_;
+  std::function<void()> work_added_;  // a job became leasable
 };
 
 }  // namespace minions

@@ -13,7 +13,7 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
       options_(std::move(options)),
       watchdog_(std::move(watchdog)),
       finalizer_(store, blobs, clock),
-      job_service_(store, blobs, clock, options_),
+      job_service_(store, blobs, clock, options_, [this] { executor_service_.NotifyWork(); }),
       executor_service_(store, blobs, clock, options_, [this](const std::string& job_id) {
         std::lock_guard<std::mutex> lock(ready_mu_);
         ready_jobs_.insert(job_id);
@@ -59,6 +59,7 @@ void MinionsServer::BackgroundLoop() {
     if (watchdog_) {
       auto pass = watchdog_->Tick(clock_->Now());
       if (!pass.ok()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
+      if (pass.ok() && pass->leases_expired > 0) executor_service_.NotifyWork();  // requeued tasks
     }
     // Jobs finished by another server, by the watchdog, or left over from a restart.
     auto swept = finalizer_.FinalizeReady();
