@@ -163,6 +163,7 @@ class Connection {
   void Close() {
     if (conn_ != nullptr) PQfinish(conn_);
     conn_ = nullptr;
+    prepared_.clear();  // prepared statements live and die with their session
   }
   bool Broken() const { return conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK; }
 
@@ -174,7 +175,17 @@ class Connection {
     for (const std::optional<std::string>& value : params.values()) {
       values.push_back(value ? value->c_str() : nullptr);
     }
-    return Check(PQexecParams(conn_, sql, static_cast<int>(values.size()), nullptr, values.data(), nullptr, nullptr, 0),
+    // Each statement is parsed and planned once per connection, then only executed: the store's
+    // statements are a fixed set of constants, run thousands of times a second under load.
+    auto it = prepared_.find(sql);
+    if (it == prepared_.end()) {
+      std::string name = absl::StrCat("minions_", prepared_.size());
+      auto prepared = Check(PQprepare(conn_, name.c_str(), sql, static_cast<int>(values.size()), nullptr), sql);
+      if (!prepared.ok()) return prepared.status();
+      it = prepared_.emplace(sql, std::move(name)).first;
+    }
+    return Check(PQexecPrepared(conn_, it->second.c_str(), static_cast<int>(values.size()), values.data(), nullptr,
+                                nullptr, 0),
                  sql);
   }
   // Constant text of one or more statements, no parameters (simple protocol); the last result.
@@ -235,6 +246,7 @@ class Connection {
 
   const std::string conninfo_;
   PGconn* conn_ = nullptr;
+  std::map<std::string, std::string> prepared_;  // statement text -> prepared name, this session
   absl::Status first_error_;
   bool retryable_ = false;
   bool for_update_ = false;
