@@ -1083,7 +1083,8 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
       ASSIGN_OR_RETURN(job, LoadJob(c, job_id));
       if (MarkJobStarted(job, now)) RETURN_IF_ERROR(SaveJob(c, job));
     }
-    if (!leases.empty()) {
+    // An executor that is already busy stays as it is: no write, no contention on its row.
+    if (!leases.empty() && (executor.state != ExecutorState::kBusy || !executor.state_reason.empty())) {
       executor.state = ExecutorState::kBusy;
       executor.state_reason.clear();
       RETURN_IF_ERROR(SaveExecutor(c, executor));

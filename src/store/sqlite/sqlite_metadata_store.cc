@@ -851,7 +851,8 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
     for (auto& [job_id, job] : jobs) {
       if (MarkJobStarted(job, now)) RETURN_IF_ERROR(SaveJob(job));
     }
-    if (!leases.empty()) {
+    // An executor that is already busy stays as it is: no write, no contention on its row.
+    if (!leases.empty() && (executor.state != ExecutorState::kBusy || !executor.state_reason.empty())) {
       executor.state = ExecutorState::kBusy;
       executor.state_reason.clear();
       RETURN_IF_ERROR(SaveExecutor(executor));
