@@ -18,7 +18,6 @@ struct PoolOptions {
   std::string listen = "127.0.0.1:0";   // port 0: any free port
   std::string token;
   absl::Duration lease_ttl = absl::Seconds(9);
-  bool quiet = false;                   // server logs to <data_dir>/logs/server.log instead of stderr
 };
 
 class Pool {

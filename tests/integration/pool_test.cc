@@ -66,8 +66,9 @@ std::string WriteInput(const std::string& dir, const std::vector<std::string>& l
   return path;
 }
 
-v1::Job SubmitAndWait(ProcessPool& pool, const std::string& input, int64_t shard_size, const std::string& options,
-                      absl::Duration timeout) {
+// Submits the JSONL file at `input` with the test model.
+absl::StatusOr<v1::Job> Submit(ProcessPool& pool, const std::string& input, int64_t shard_size,
+                               const std::string& options = "") {
   std::ifstream in(input);
   std::stringstream data;
   data << in.rdbuf();
@@ -76,8 +77,13 @@ v1::Job SubmitAndWait(ProcessPool& pool, const std::string& input, int64_t shard
   request.set_model(kModel);
   request.set_shard_size(shard_size);
   request.set_runner_options_json(options);
+  return cli::JobsClient(pool.connection()).Submit(request);
+}
+
+v1::Job SubmitAndWait(ProcessPool& pool, const std::string& input, int64_t shard_size, const std::string& options,
+                      absl::Duration timeout) {
   cli::JobsClient client(pool.connection());
-  auto job = client.Submit(request);
+  auto job = Submit(pool, input, shard_size, options);
   EXPECT_TRUE(job.ok()) << job.status();
   if (!job.ok()) return {};
   absl::Time deadline = absl::Now() + timeout;
@@ -242,15 +248,8 @@ TEST_P(Pool, ASigkilledExecutorLosesNoRecord) {
   auto lines = cli::SamplePromptLines(sample);
   std::string input = WriteInput(dir, lines);
 
-  std::ifstream in(input);
-  std::stringstream data;
-  data << in.rdbuf();
-  v1::SubmitJobRequest request;
-  request.set_input(data.str());
-  request.set_model(kModel);
-  request.set_shard_size(20);
   cli::JobsClient client(pool.connection());
-  auto job = client.Submit(request);
+  auto job = Submit(pool, input, 20);
   ASSERT_TRUE(job.ok()) << job.status();
 
   // Kill an executor while it holds a task.
@@ -306,15 +305,8 @@ TEST_P(Pool, CancelStopsExecutorsWithinAHeartbeat) {
   sample.include_bad_lines = false;
   sample.include_embeddings = false;
   std::string input = WriteInput(dir, cli::SamplePromptLines(sample));
-  std::ifstream in(input);
-  std::stringstream data;
-  data << in.rdbuf();
-  v1::SubmitJobRequest request;
-  request.set_input(data.str());
-  request.set_model(kModel);
-  request.set_shard_size(50);
   cli::JobsClient client(pool.connection());
-  auto job = client.Submit(request);
+  auto job = Submit(pool, input, 50);
   ASSERT_TRUE(job.ok()) << job.status();
 
   auto busy_executors = [&] {
