@@ -136,4 +136,30 @@ absl::StatusOr<ExecutorInfo> ExecutorInfoFromJson(const Json& json) {
   return info;
 }
 
+Json ChunksToJson(const std::vector<Chunk>& chunks) {
+  Json json = Json::array();
+  for (const Chunk& c : chunks) {
+    json.push_back({{"attempt", c.attempt}, {"seq", c.seq}, {"begin", c.begin}, {"end", c.end},
+                    {"records_failed", c.records_failed}});
+  }
+  return json;
+}
+
+absl::StatusOr<std::vector<Chunk>> ChunksFromJson(const Json& json) {
+  std::vector<Chunk> chunks;
+  if (json.is_null()) return chunks;
+  if (!json.is_array()) return absl::InvalidArgumentError("chunks must be a JSON array");
+  for (const Json& item : json) {
+    if (!item.is_object()) return absl::InvalidArgumentError("a chunk must be a JSON object");
+    Chunk c;
+    RETURN_IF_ERROR(ReadInt(item, "attempt", c.attempt));
+    RETURN_IF_ERROR(ReadInt(item, "seq", c.seq));
+    RETURN_IF_ERROR(ReadInt(item, "begin", c.begin));
+    RETURN_IF_ERROR(ReadInt(item, "end", c.end));
+    RETURN_IF_ERROR(ReadInt(item, "records_failed", c.records_failed));
+    chunks.push_back(c);
+  }
+  return chunks;
+}
+
 }  // namespace minions

@@ -24,4 +24,8 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const Json& json);
 Json ExecutorInfoToJson(const ExecutorInfo& info);
 absl::StatusOr<ExecutorInfo> ExecutorInfoFromJson(const Json& json);
 
+// [{"attempt", "seq", "begin", "end", "records_failed"}, ...] (a task's committed chunks)
+Json ChunksToJson(const std::vector<Chunk>& chunks);
+absl::StatusOr<std::vector<Chunk>> ChunksFromJson(const Json& json);
+
 }  // namespace minions

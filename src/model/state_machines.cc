@@ -17,7 +17,9 @@ bool IsAllowed(JobState from, JobState to) {
     case S::kCompleted: return from == S::kFinalizing;
     case S::kFailed: return true;
     case S::kCancelled: return true;
-    case S::kExpired: return from == S::kQueued || from == S::kRunning || from == S::kValidating;
+    // Expiring goes through finalizing (the partial output is merged); a job still validating
+    // has no output to merge.
+    case S::kExpired: return from == S::kFinalizing || from == S::kValidating;
   }
   return false;
 }
@@ -45,8 +47,8 @@ absl::Status GrantTask(Task& task, const std::string& executor_id, absl::Duratio
   task.executor_id = executor_id;
   task.lease_expires_at = now + ttl;
   task.not_before.reset();
-  task.records_done = 0;
-  task.records_failed = 0;
+  task.records_done = CommittedRecords(task);
+  task.records_failed = CommittedFailed(task);
   task.started_at = now;
   return absl::OkStatus();
 }
@@ -65,20 +67,83 @@ absl::Status CheckFence(const Task& task, const std::string& executor_id, int at
   return absl::OkStatus();
 }
 
+int NextChunkSeq(const Task& task) {
+  int next = 0;
+  for (const Chunk& c : task.chunks) {
+    if (c.attempt == task.attempt) next = std::max(next, c.seq + 1);
+  }
+  return next;
+}
+
+absl::StatusOr<int> CommitChunks(Task& task, const std::vector<Chunk>& chunks) {
+  int committed = 0;
+  for (const Chunk& chunk : chunks) {
+    bool repeat = false;
+    for (const Chunk& c : task.chunks) repeat |= c.attempt == chunk.attempt && c.seq == chunk.seq;
+    if (repeat) continue;
+    if (chunk.attempt != task.attempt) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk.seq, " names attempt ", chunk.attempt,
+                                                     "; the task is on attempt ", task.attempt));
+    }
+    const int64_t end = CommittedRecords(task);
+    if (chunk.begin != end || chunk.end <= chunk.begin || chunk.end > task.n_records || chunk.seq < NextChunkSeq(task) ||
+        chunk.records_failed < 0 || chunk.records_failed > chunk.end - chunk.begin) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk ", chunk.seq, " of attempt ", chunk.attempt, " covers records [", chunk.begin, ", ", chunk.end,
+          ") with ", chunk.records_failed, " failed; the task has ", task.n_records, " records, ", end,
+          " committed, next chunk number ", NextChunkSeq(task)));
+    }
+    task.chunks.push_back(chunk);
+    ++committed;
+  }
+  return committed;
+}
+
+absl::Status RenewLease(Task& task, const LeaseProgress& progress, absl::Duration ttl, absl::Time now) {
+  task.lease_expires_at = now + ttl;
+  absl::Status chunks = CommitChunks(task, progress.chunks).status();
+  task.records_done = std::max(progress.records_done, CommittedRecords(task));
+  task.records_failed = std::max(progress.records_failed, CommittedFailed(task));
+  return chunks;
+}
+
 absl::Status CompleteTask(Task& task, int64_t records_done, int64_t records_failed, absl::Time now) {
+  LeaseProgress report;
+  report.attempt = task.attempt;
+  report.records_done = records_done;
+  report.records_failed = records_failed;
+  return CompleteTask(task, report, now);
+}
+
+absl::Status CompleteTask(Task& task, const LeaseProgress& report, absl::Time now) {
   if (task.state != TaskState::kRunning) {
     return absl::FailedPreconditionError(absl::StrCat("task ", task.job_id, "/", task.index, " is ",
                                                       std::string(TaskStateName(task.state)),
                                                       "; only a running task can complete"));
   }
+  const int64_t records_done = report.records_done, records_failed = report.records_failed;
   if (records_done != task.n_records || records_failed < 0 || records_failed > records_done) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a completed task must account for all ", task.n_records, " records (got ", records_done,
         " done, ", records_failed, " failed)"));
   }
+  // Validate on a copy: a refused completion changes nothing.
+  Task done = task;
+  auto committed = CommitChunks(done, report.chunks);
+  if (!committed.ok()) return committed.status();
+  if (CommittedRecords(done) < done.n_records) {
+    Chunk last{done.attempt, NextChunkSeq(done), CommittedRecords(done), done.n_records,
+               records_failed - CommittedFailed(done)};
+    if (last.records_failed < 0 || last.records_failed > last.end - last.begin) {
+      return absl::InvalidArgumentError(absl::StrCat("the completion reports ", records_failed,
+                                                     " failed records, which its chunks contradict"));
+    }
+    done.chunks.push_back(last);
+  }
+  task = std::move(done);
   task.state = TaskState::kSucceeded;
   task.records_done = records_done;
-  task.records_failed = records_failed;
+  task.records_failed = CommittedFailed(task);
   task.lease_expires_at.reset();
   task.finished_at = now;
   return absl::OkStatus();
@@ -91,8 +156,8 @@ absl::Status FailTask(Task& task, FailureClass failure, const std::string& messa
   }
   task.last_error = message;
   task.lease_expires_at.reset();
-  task.records_done = 0;
-  task.records_failed = 0;
+  task.records_done = CommittedRecords(task);
+  task.records_failed = CommittedFailed(task);
   switch (failure) {
     case FailureClass::kPreempted:
       task.preemptions += 1;
@@ -147,7 +212,11 @@ void AccountTerminalTask(Job& job, const Task& task, absl::Time now) {
     job.counts.completed += task.records_done - task.records_failed;
     job.counts.failed += task.records_failed;
   } else if (task.state == TaskState::kFailed) {
-    job.counts.failed += task.n_records;
+    // Its committed chunks still count (they are in the output); every other record gets an
+    // error line.
+    const int64_t committed = CommittedRecords(task), committed_failed = CommittedFailed(task);
+    job.counts.completed += committed - committed_failed;
+    job.counts.failed += task.n_records - committed + committed_failed;
   }
   if (job.tasks_done < job.n_tasks || IsTerminal(job.state)) return;
   if (job.tasks_succeeded == 0 && job.state != JobState::kCancelled) {
@@ -165,6 +234,42 @@ bool MarkJobStarted(Job& job, absl::Time now) {
   if (!job.started_at) job.started_at = now;
   job.updated_at = now;
   return true;
+}
+
+bool DeadlinePassed(const Job& job, absl::Time now) {
+  return job.spec.completion_window && !IsTerminal(job.state) && job.state != JobState::kFinalizing &&
+         now >= job.created_at + *job.spec.completion_window;
+}
+
+absl::Status ExpireJob(Job& job, std::vector<Task>& tasks, absl::Time now) {
+  if (!DeadlinePassed(job, now)) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.id, " is ", std::string(JobStateName(job.state)),
+                                                      " and its completion window has not passed"));
+  }
+  job.error = absl::StrCat("the completion window of ", absl::FormatDuration(*job.spec.completion_window),
+                           " passed before the job finished");
+  job.updated_at = now;
+  if (job.state == JobState::kValidating) {
+    job.state = JobState::kExpired;
+    job.finished_at = now;
+    return absl::OkStatus();
+  }
+  for (Task& task : tasks) {
+    if (IsTerminal(task.state)) continue;
+    CancelTask(task, now);
+    task.last_error = job.error;
+    AccountTerminalTask(job, task, now);
+    // Cut off by the deadline: like a failed task, its chunks are served and the rest are errors.
+    const int64_t committed = CommittedRecords(task), committed_failed = CommittedFailed(task);
+    job.counts.completed += committed - committed_failed;
+    job.counts.failed += task.n_records - committed + committed_failed;
+  }
+  // Whatever the tasks' outcome, the job's finished records are merged and it ends expired.
+  job.error = absl::StrCat("the completion window of ", absl::FormatDuration(*job.spec.completion_window),
+                           " passed before the job finished");
+  job.state = JobState::kFinalizing;
+  job.finished_at.reset();
+  return absl::OkStatus();
 }
 
 }  // namespace minions

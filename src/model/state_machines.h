@@ -4,8 +4,10 @@
 // table-test them without a database. No I/O, no clock reads: `now` is an argument.
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "model/types.h"
 
@@ -25,12 +27,30 @@ absl::Status GrantTask(Task& task, const std::string& executor_id, absl::Duratio
 // Checks that a report comes from the current attempt of the task's current lease holder.
 absl::Status CheckFence(const Task& task, const std::string& executor_id, int attempt);
 
-// The attempt succeeded with its final counts.
+// Commits the chunks of the task's current attempt that extend its committed prefix (the caller
+// has checked the fence). A chunk already committed is skipped, so an executor may repeat its list
+// in every heartbeat; one that leaves a gap, overlaps or overruns the task is InvalidArgument.
+// Returns how many were committed.
+absl::StatusOr<int> CommitChunks(Task& task, const std::vector<Chunk>& chunks);
+
+// A heartbeat from the current attempt (fence checked by the caller): extends the lease, records
+// its progress and commits the chunks it lists. A chunk that cannot be committed is left out (the
+// lease is still renewed; the completion will say what is wrong) and returned as the error.
+absl::Status RenewLease(Task& task, const LeaseProgress& progress, absl::Duration ttl, absl::Time now);
+
+// The number the current attempt's next chunk gets: one past its highest committed chunk.
+int NextChunkSeq(const Task& task);
+
+// The attempt succeeded. Its reported chunks are committed; the records they leave uncovered are
+// the attempt's next chunk (numbered NextChunkSeq). `report.records_done` must be the task's
+// n_records and `report.records_failed` the error lines among all of them.
+absl::Status CompleteTask(Task& task, const LeaseProgress& report, absl::Time now);
+// The same, for an attempt that reports no chunks.
 absl::Status CompleteTask(Task& task, int64_t records_done, int64_t records_failed, absl::Time now);
 
 // The attempt ended without success. Retryable: back to pending after a backoff, or failed once
 // `max_attempts` real failures are reached. Permanent: failed now. Preempted: back to pending at
-// once, not counted.
+// once, not counted. Committed chunks are kept in every case: the next attempt resumes after them.
 absl::Status FailTask(Task& task, FailureClass failure, const std::string& message,
                       int max_attempts, const RetryPolicy& policy, absl::Time now);
 
@@ -49,5 +69,15 @@ void AccountTerminalTask(Job& job, const Task& task, absl::Time now);
 // when nothing changed (the job was already running), so stores can skip writing the job row —
 // the one row every lease of a job would otherwise contend for.
 bool MarkJobStarted(Job& job, absl::Time now);
+
+// The job carries a completion window that has passed and it has not finished.
+bool DeadlinePassed(const Job& job, absl::Time now);
+
+// The job's completion window passed: its unfinished tasks (among `tasks`, which must hold every
+// task not yet terminal) are cancelled, keeping their committed chunks, and the job goes to
+// finalizing, whose result merges what was finished and ends the job `expired` (the OpenAI Batch
+// API's semantics). A job still validating expires at once. FailedPrecondition if the window has
+// not passed or the job has ended.
+absl::Status ExpireJob(Job& job, std::vector<Task>& tasks, absl::Time now);
 
 }  // namespace minions

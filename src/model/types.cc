@@ -40,4 +40,10 @@ bool IsTerminal(TaskState s) {
   return s == TaskState::kSucceeded || s == TaskState::kFailed || s == TaskState::kCancelled;
 }
 
+int64_t CommittedFailed(const Task& task) {
+  int64_t failed = 0;
+  for (const Chunk& c : task.chunks) failed += c.records_failed;
+  return failed;
+}
+
 }  // namespace minions

@@ -73,6 +73,18 @@ struct Job {
   std::optional<absl::Time> finished_at;
 };
 
+// A checkpoint of a task: the output of records [begin, end) (task-relative), written by one attempt
+// as that attempt's chunk number `seq` (keys::ChunkOutput). A task's committed chunks are contiguous
+// from record 0; they survive failures, so the next attempt resumes after them.
+struct Chunk {
+  int attempt = 0;
+  int seq = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t records_failed = 0;
+  bool operator==(const Chunk&) const = default;
+};
+
 // One shard of a job: records [first_record, first_record + n_records), bytes [byte_begin, byte_end)
 // of the input, newline-aligned.
 struct Task {
@@ -89,8 +101,9 @@ struct Task {
   std::string executor_id;      // holder of the current lease
   std::optional<absl::Time> lease_expires_at;
   std::optional<absl::Time> not_before;  // retry backoff
-  int64_t records_done = 0;     // committed progress of the current attempt
+  int64_t records_done = 0;     // progress of the current attempt (at least the committed records)
   int64_t records_failed = 0;   // error lines among them
+  std::vector<Chunk> chunks;    // committed checkpoints, contiguous from record 0
   std::string last_error;
   std::optional<absl::Time> started_at;   // of the current attempt
   std::optional<absl::Time> finished_at;
@@ -119,6 +132,10 @@ struct Executor {
   int64_t records_done = 0;     // lifetime, for dashboards
 };
 
+// Records [0, n) of the task are committed in chunks.
+inline int64_t CommittedRecords(const Task& task) { return task.chunks.empty() ? 0 : task.chunks.back().end; }
+int64_t CommittedFailed(const Task& task);
+
 // A granted lease: everything an executor needs to run one attempt.
 struct Lease {
   Task task;
@@ -135,6 +152,7 @@ struct LeaseProgress {
   int attempt = 0;
   int64_t records_done = 0;
   int64_t records_failed = 0;
+  std::vector<Chunk> chunks;  // chunks the attempt has uploaded (see CommitChunks)
 };
 
 // What the server tells an executor in answer to a heartbeat.

@@ -17,8 +17,17 @@ namespace {
     if (!_auth.ok()) return _auth;                            \
   } while (0)
 
+// Most chunk URL pairs one lease carries: an attempt that runs out writes the rest of its task as
+// its last chunk (it checkpoints less often, and loses nothing).
+constexpr int64_t kMaxChunkUrls = 32;
+
 LeaseProgress FromProto(const v1::LeaseRef& ref) {
-  return {ref.job_id(), ref.task_index(), ref.attempt(), ref.records_done(), ref.records_failed()};
+  LeaseProgress progress{ref.job_id(), ref.task_index(), ref.attempt(), ref.records_done(), ref.records_failed(), {}};
+  for (const auto& c : ref.chunks()) {
+    // A chunk in a report belongs to the report's attempt, whatever it says.
+    progress.chunks.push_back({ref.attempt(), c.seq(), c.begin(), c.end(), c.records_failed()});
+  }
+  return progress;
 }
 
 void ToProto(const LeaseProgress& p, v1::LeaseRef* ref) {
@@ -30,6 +39,27 @@ void ToProto(const LeaseProgress& p, v1::LeaseRef* ref) {
 }
 
 }  // namespace
+
+absl::Status ExecutorService::FillObjectUrls(const minions::Lease& lease, v1::TaskLease& out) {
+  const Task& t = lease.task;
+  auto input = blobs_->Url(lease.input_key, UrlAccess::kRead, options_.url_ttl);
+  if (!input.ok()) return input.status();
+  out.set_input_url(*input);
+  // One pair per chunk the attempt may write: a record per chunk at most, kMaxChunkUrls in all.
+  const int first_seq = NextChunkSeq(t);
+  const int64_t n_urls = std::clamp<int64_t>(t.n_records - CommittedRecords(t), 1, kMaxChunkUrls);
+  for (int64_t k = 0; k < n_urls; ++k) {
+    const int seq = first_seq + static_cast<int>(k);
+    auto output = blobs_->Url(keys::ChunkOutput(t.job_id, t.index, t.attempt, seq), UrlAccess::kWrite, options_.url_ttl);
+    if (!output.ok()) return output.status();
+    auto errors = blobs_->Url(keys::ChunkErrors(t.job_id, t.index, t.attempt, seq), UrlAccess::kWrite, options_.url_ttl);
+    if (!errors.ok()) return errors.status();
+    v1::ChunkUrls* urls = out.add_chunk_urls();
+    urls->set_output_url(*output);
+    urls->set_errors_url(*errors);
+  }
+  return absl::OkStatus();
+}
 
 grpc::Status ExecutorService::Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                                        v1::RegisterResponse* reply) {
@@ -92,10 +122,9 @@ grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::Leas
   reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
   for (const minions::Lease& lease : *leases) {
     const Task& t = lease.task;
-    auto input = blobs_->Url(lease.input_key, UrlAccess::kRead, options_.url_ttl);
-    auto output = blobs_->Url(keys::TaskOutput(t.job_id, t.index, t.attempt), UrlAccess::kWrite, options_.url_ttl);
-    auto errors = blobs_->Url(keys::TaskErrors(t.job_id, t.index, t.attempt), UrlAccess::kWrite, options_.url_ttl);
-    if (!input.ok() || !output.ok() || !errors.ok()) {
+    v1::TaskLease* out = reply->add_leases();
+    absl::Status urls = FillObjectUrls(lease, *out);
+    if (!urls.ok()) {
       // An error reply carries no leases, so hand back every task granted by this call (not just
       // this one): the executor never learns of them, and letting their leases expire would count
       // a failure against each. Preempted: straight back to pending, not counted.
@@ -105,9 +134,8 @@ grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::Leas
                                "the server could not produce object URLs", now);
       }
       reply->clear_leases();
-      return ToGrpc(!input.ok() ? input.status() : !output.ok() ? output.status() : errors.status());
+      return ToGrpc(urls);
     }
-    v1::TaskLease* out = reply->add_leases();
     out->mutable_ref()->set_job_id(t.job_id);
     out->mutable_ref()->set_task_index(t.index);
     out->mutable_ref()->set_attempt(t.attempt);
@@ -116,8 +144,7 @@ grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::Leas
     out->set_input_url(*input);
     out->set_byte_begin(t.byte_begin);
     out->set_byte_end(t.byte_end);
-    out->set_output_url(*output);
-    out->set_errors_url(*errors);
+    out->set_resume_from(CommittedRecords(t));
     out->set_model(lease.job_model);
     out->set_runner("llama");
     out->set_runner_options_json(DumpJson(lease.runner_options));
@@ -138,14 +165,13 @@ grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::C
                                        v1::CompleteResponse*) {
   RETURN_IF_UNAUTHENTICATED(context);
   const auto& ref = request->ref();
-  auto task = store_->CompleteTask(request->executor_id(), ref.job_id(), ref.task_index(), ref.attempt(),
-                                   ref.records_done(), ref.records_failed(), clock_->Now());
-  if (!task.ok()) {
+  auto outcomes = store_->CompleteTasks(request->executor_id(), {FromProto(ref)}, clock_->Now());
+  if (!outcomes.ok()) return ToGrpc(outcomes.status());
+  if (!outcomes->at(0).ok()) {
     MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
-                      << " executor=" << request->executor_id() << " completion refused: " << task.status().message();
-    return ToGrpc(task.status());
+                      << " executor=" << request->executor_id() << " completion refused: " << outcomes->at(0).message();
+    return ToGrpc(outcomes->at(0));
   }
-  if (task->state == TaskState::kPending) NotifyWork();
   auto job = store_->GetJob(ref.job_id());
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return grpc::Status::OK;

@@ -39,6 +39,9 @@ class ExecutorService final : public v1::Executors::Service {
   void NotifyWork();
 
  private:
+  // The lease's input URL and one write URL pair per chunk the attempt may upload.
+  absl::Status FillObjectUrls(const minions::Lease& lease, v1::TaskLease& out);
+
   MetadataStore* store_;
   BlobStore* blobs_;
   Clock* clock_;

@@ -1,7 +1,7 @@
 #pragma once
-// Where things live in the object store. Task outputs are scoped by attempt: a stale attempt's
-// late upload lands beside the winner's and is never read, because the manifest names the attempt
-// that completed.
+// Where things live in the object store. Task outputs are written in chunks scoped by attempt: a
+// stale attempt's late upload lands beside the winner's and is never read, because the store's
+// committed chunks (and the manifest) name the attempt that wrote each.
 
 #include <string>
 
@@ -13,11 +13,13 @@ inline std::string JobInput(const std::string& job) { return absl::StrCat("jobs/
 inline std::string TaskPrefix(const std::string& job, int64_t task) {
   return absl::StrCat("jobs/", job, "/tasks/", task, "/");
 }
-inline std::string TaskOutput(const std::string& job, int64_t task, int attempt) {
-  return absl::StrCat(TaskPrefix(job, task), "attempt-", attempt, "/output.jsonl");
+// A chunk's objects: scoped by attempt and chunk number, so a stale attempt's late upload lands
+// beside the committed one and is never read (the task's committed chunks name their attempt).
+inline std::string ChunkOutput(const std::string& job, int64_t task, int attempt, int seq) {
+  return absl::StrCat(TaskPrefix(job, task), "attempt-", attempt, "/chunk-", seq, ".output.jsonl");
 }
-inline std::string TaskErrors(const std::string& job, int64_t task, int attempt) {
-  return absl::StrCat(TaskPrefix(job, task), "attempt-", attempt, "/errors.jsonl");
+inline std::string ChunkErrors(const std::string& job, int64_t task, int attempt, int seq) {
+  return absl::StrCat(TaskPrefix(job, task), "attempt-", attempt, "/chunk-", seq, ".errors.jsonl");
 }
 inline std::string JobOutput(const std::string& job) { return absl::StrCat("jobs/", job, "/results/output.jsonl"); }
 inline std::string JobErrors(const std::string& job) { return absl::StrCat("jobs/", job, "/results/errors.jsonl"); }

@@ -56,11 +56,15 @@ class MetadataStore {
                                       absl::Time now) = 0;
   // Jobs in `finalizing`, oldest first.
   virtual absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit) = 0;
-  // finalizing -> completed with the result keys. FailedPrecondition unless finalizing: of two
-  // servers finishing one job, exactly one succeeds.
+  // finalizing -> `outcome` (completed, or expired for a job whose window passed) with the result
+  // keys. FailedPrecondition unless finalizing: of two servers finishing one job, exactly one
+  // succeeds.
   virtual absl::StatusOr<Job> FinishJob(const std::string& job_id, const std::string& output_key,
                                         const std::string& errors_key, const std::string& manifest_key,
-                                        absl::Time now) = 0;
+                                        absl::Time now, JobState outcome = JobState::kCompleted) = 0;
+  // The job's completion window has passed: applies ExpireJob (model/state_machines.h) to it and
+  // its unfinished tasks. FailedPrecondition if the window has not passed or the job has ended.
+  virtual absl::StatusOr<Job> ExpireJob(const std::string& job_id, absl::Time now) = 0;
 
   // --- executors ---
   // Registers a new executor, or re-registers `executor_id` (keeping its id) after a restart.
@@ -69,8 +73,8 @@ class MetadataStore {
   virtual absl::StatusOr<Executor> GetExecutor(const std::string& executor_id) = 0;
   virtual absl::StatusOr<std::vector<Executor>> ListExecutors() = 0;
   // Records that the executor is alive and in `state` (reason: why), renews the leases in `held`
-  // that are still its own (lease_expires_at = now + ttl; committed progress stored), and answers
-  // which of them it must stop. An unknown executor gets `unknown_executor`.
+  // that are still its own (RenewLease: lease extended, progress stored, chunks committed), and
+  // answers which of them it must stop. An unknown executor gets `unknown_executor`.
   virtual absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& executor_id, ExecutorState state,
                                                    const std::string& reason,
                                                    const std::vector<LeaseProgress>& held,
@@ -85,7 +89,9 @@ class MetadataStore {
   // Each granted task gets attempt + 1 and lease_expires_at = now + ttl; its job becomes running.
   virtual absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks,
                                                         absl::Duration ttl, absl::Time now) = 0;
-  // Fenced: only the current attempt of the lease holder may complete or fail a task.
+  // Fenced: only the current attempt of the lease holder may complete or fail a task. CompleteTask
+  // reports no chunks (the attempt's records form one chunk); CompleteTasks commits each report's
+  // chunks (model CompleteTask).
   virtual absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id,
                                             int64_t task_index, int attempt, int64_t records_done,
                                             int64_t records_failed, absl::Time now) = 0;

@@ -9,6 +9,7 @@
 namespace minions {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 const absl::Time kNow = absl::FromUnixSeconds(1'700'000'000);
@@ -45,10 +46,9 @@ TEST(JobTransitions, EveryPair) {
   const std::set<std::pair<S, S>> allowed = {
       {S::kValidating, S::kQueued},    {S::kValidating, S::kFailed},    {S::kValidating, S::kCancelled},
       {S::kValidating, S::kExpired},   {S::kQueued, S::kRunning},       {S::kQueued, S::kFinalizing},
-      {S::kQueued, S::kFailed},        {S::kQueued, S::kCancelled},     {S::kQueued, S::kExpired},
-      {S::kRunning, S::kFinalizing},   {S::kRunning, S::kFailed},       {S::kRunning, S::kCancelled},
-      {S::kRunning, S::kExpired},      {S::kFinalizing, S::kCompleted}, {S::kFinalizing, S::kFailed},
-      {S::kFinalizing, S::kCancelled},
+      {S::kQueued, S::kFailed},        {S::kQueued, S::kCancelled},     {S::kRunning, S::kFinalizing},
+      {S::kRunning, S::kFailed},       {S::kRunning, S::kCancelled},    {S::kFinalizing, S::kCompleted},
+      {S::kFinalizing, S::kFailed},    {S::kFinalizing, S::kCancelled}, {S::kFinalizing, S::kExpired},
   };
   for (S from : kAllJobStates) {
     for (S to : kAllJobStates) {
@@ -395,6 +395,140 @@ TEST(MarkJobStarted, QueuedBecomesRunningOnce) {
   EXPECT_EQ(job.state, JobState::kRunning);
   EXPECT_EQ(job.started_at, kNow);
   EXPECT_EQ(job.updated_at, kNow);
+}
+
+// --- checkpoints ---
+
+Chunk MakeChunk(int attempt, int seq, int64_t begin, int64_t end, int64_t failed = 0) {
+  return Chunk{attempt, seq, begin, end, failed};
+}
+
+TEST(CommitChunks, ExtendsTheCommittedPrefixInOrderAndSkipsRepeats) {
+  Task task = RunningTask();
+  ASSERT_EQ(*CommitChunks(task, {MakeChunk(1, 0, 0, 3, 1)}), 1);
+  EXPECT_EQ(CommittedRecords(task), 3);
+  // The executor lists every chunk in every heartbeat: repeats change nothing.
+  ASSERT_EQ(*CommitChunks(task, {MakeChunk(1, 0, 0, 3, 1), MakeChunk(1, 1, 3, 5)}), 1);
+  EXPECT_EQ(CommittedRecords(task), 5);
+  EXPECT_EQ(CommittedFailed(task), 1);
+  EXPECT_EQ(NextChunkSeq(task), 2);
+}
+
+TEST(CommitChunks, RefusesGapsOverlapsOverrunsAndOtherAttempts) {
+  for (const Chunk& bad : {MakeChunk(1, 1, 4, 6), MakeChunk(1, 1, 2, 6), MakeChunk(1, 1, 3, 11),
+                           MakeChunk(1, 1, 3, 3), MakeChunk(2, 1, 3, 6), MakeChunk(1, 1, 3, 5, 3)}) {
+    Task task = RunningTask();
+    ASSERT_TRUE(CommitChunks(task, {MakeChunk(1, 0, 0, 3)}).ok());
+    auto result = CommitChunks(task, {bad});
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument)
+        << "[" << bad.begin << ", " << bad.end << ") attempt " << bad.attempt;
+    EXPECT_EQ(CommittedRecords(task), 3);
+  }
+}
+
+TEST(Checkpoints, TheNextAttemptResumesAfterTheCommittedChunks) {
+  Task task = RunningTask("exe-a");
+  LeaseProgress beat{task.job_id, task.index, 1, 6, 0, {MakeChunk(1, 0, 0, 4, 1)}};
+  ASSERT_TRUE(RenewLease(task, beat, absl::Seconds(30), kNow + absl::Seconds(1)).ok());
+  EXPECT_EQ(task.lease_expires_at, kNow + absl::Seconds(31));
+  EXPECT_EQ(task.records_done, 6);
+  // The executor vanishes: the lease expires, the chunk stays, and the next attempt starts at 4.
+  ASSERT_TRUE(ExpireLease(task, 4, RetryPolicy{}, kNow + absl::Minutes(1)).ok());
+  EXPECT_EQ(task.records_done, 4);
+  ASSERT_TRUE(GrantTask(task, "exe-b", absl::Seconds(30), kNow + absl::Minutes(10)).ok());
+  EXPECT_EQ(task.attempt, 2);
+  EXPECT_EQ(task.records_done, 4);
+  EXPECT_EQ(task.records_failed, 1);
+  EXPECT_EQ(NextChunkSeq(task), 0);
+  // It completes without listing chunks: the rest is its chunk 0.
+  ASSERT_TRUE(CompleteTask(task, 10, 2, kNow + absl::Minutes(11)).ok());
+  EXPECT_THAT(task.chunks, ElementsAre(MakeChunk(1, 0, 0, 4, 1), MakeChunk(2, 0, 4, 10, 1)));
+  EXPECT_EQ(task.records_failed, 2);
+}
+
+TEST(Checkpoints, AHeartbeatWithABadChunkStillRenewsTheLease) {
+  Task task = RunningTask();
+  LeaseProgress beat{task.job_id, task.index, 1, 3, 0, {MakeChunk(1, 0, 2, 3)}};
+  EXPECT_EQ(RenewLease(task, beat, absl::Seconds(30), kNow + absl::Seconds(5)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(task.lease_expires_at, kNow + absl::Seconds(35));
+  EXPECT_TRUE(task.chunks.empty());
+}
+
+TEST(Checkpoints, ACompletionWhoseChunksDisagreeChangesNothing) {
+  Task task = RunningTask();
+  LeaseProgress report{task.job_id, task.index, 1, 10, 0, {MakeChunk(1, 0, 0, 4), MakeChunk(1, 1, 5, 10)}};
+  EXPECT_EQ(CompleteTask(task, report, kNow).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(task.state, TaskState::kRunning);
+  EXPECT_TRUE(task.chunks.empty());
+  report.chunks = {MakeChunk(1, 0, 0, 4, 2), MakeChunk(1, 1, 4, 10, 1)};
+  ASSERT_TRUE(CompleteTask(task, report, kNow).ok());
+  EXPECT_EQ(task.records_failed, 3);  // the chunks' count, whatever the report said
+}
+
+TEST(Checkpoints, FailuresOfEveryClassKeepTheCommittedChunks) {
+  for (FailureClass failure : {FailureClass::kRetryable, FailureClass::kPermanent, FailureClass::kPreempted}) {
+    Task task = RunningTask();
+    ASSERT_TRUE(CommitChunks(task, {MakeChunk(1, 0, 0, 5)}).ok());
+    ASSERT_TRUE(FailTask(task, failure, "x", 4, RetryPolicy{}, kNow).ok());
+    EXPECT_EQ(CommittedRecords(task), 5) << FailureClassName(failure);
+    EXPECT_EQ(task.records_done, 5);
+  }
+}
+
+TEST(AccountTerminalTask, AFailedTasksCommittedChunksCountAsServed) {
+  Job job = RunningJob(2);
+  Task failed = Ended(TaskState::kFailed);
+  failed.chunks = {MakeChunk(1, 0, 0, 4, 1)};
+  AccountTerminalTask(job, failed, kNow);
+  EXPECT_EQ(job.counts.completed, 3);
+  EXPECT_EQ(job.counts.failed, 7);
+}
+
+// --- deadlines ---
+
+TEST(ExpireJob, OnlyOnceTheWindowHasPassed) {
+  Job job = RunningJob(1);
+  job.created_at = kNow;
+  std::vector<Task> tasks = {RunningTask()};
+  EXPECT_EQ(ExpireJob(job, tasks, kNow + absl::Hours(100)).code(), absl::StatusCode::kFailedPrecondition);  // no window
+  job.spec.completion_window = absl::Hours(1);
+  EXPECT_FALSE(DeadlinePassed(job, kNow + absl::Minutes(59)));
+  EXPECT_EQ(ExpireJob(job, tasks, kNow + absl::Minutes(59)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(DeadlinePassed(job, kNow + absl::Hours(1)));
+  job.state = JobState::kCompleted;
+  EXPECT_FALSE(DeadlinePassed(job, kNow + absl::Hours(2)));
+}
+
+TEST(ExpireJob, CancelsUnfinishedTasksKeepsTheirChunksAndFinalizes) {
+  Job job = RunningJob(3);
+  job.created_at = kNow;
+  job.spec.completion_window = absl::Hours(1);
+  Task done = Ended(TaskState::kSucceeded, 1);
+  AccountTerminalTask(job, done, kNow);
+  Task running = RunningTask();
+  ASSERT_TRUE(CommitChunks(running, {MakeChunk(1, 0, 0, 6, 2)}).ok());
+  std::vector<Task> unfinished = {running, PendingTask()};
+  ASSERT_TRUE(ExpireJob(job, unfinished, kNow + absl::Hours(2)).ok());
+  EXPECT_EQ(job.state, JobState::kFinalizing);
+  EXPECT_THAT(job.error, HasSubstr("completion window of 1h"));
+  for (const Task& t : unfinished) EXPECT_EQ(t.state, TaskState::kCancelled);
+  EXPECT_EQ(unfinished[0].chunks.size(), 1u);
+  EXPECT_EQ(job.tasks_done, 3);
+  EXPECT_EQ(job.counts.completed, 9 + 4);      // the finished task, and the running one's chunk
+  EXPECT_EQ(job.counts.failed, 1 + 6 + 10);    // everything else has an error line
+  EXPECT_TRUE(IsAllowed(job.state, JobState::kExpired));
+}
+
+TEST(ExpireJob, AJobStillValidatingExpiresAtOnce) {
+  Job job = RunningJob(0);
+  job.state = JobState::kValidating;
+  job.created_at = kNow;
+  job.spec.completion_window = absl::Minutes(5);
+  std::vector<Task> none;
+  ASSERT_TRUE(ExpireJob(job, none, kNow + absl::Minutes(5)).ok());
+  EXPECT_EQ(job.state, JobState::kExpired);
+  EXPECT_EQ(job.finished_at, kNow + absl::Minutes(5));
 }
 
 }  // namespace
