@@ -1,9 +1,18 @@
 // minions-noop-runner: a runner that does no inference. It answers every record at once with an
 // empty completion, so a pool that uses it measures the control plane alone: leasing, staging,
 // the runner pipe, uploads, completion and finalisation.
+//
+// Two switches make it a test double for failure handling (the tests of checkpoints and poison
+// records use them; production never sets them):
+//   MINIONS_NOOP_RECORD_DELAY_MS=N   answer each record N ms after the previous one
+//   MINIONS_NOOP_CRASH_ON=TEXT       abort (a crash, as a poison record would cause) on reaching a
+//                                    record whose line contains TEXT
 
+#include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "runner/batch_record.h"
 #include "runner/protocol.h"
@@ -11,6 +20,10 @@
 int main() {
   using namespace minions;
   std::ios::sync_with_stdio(false);
+  const char* delay_env = std::getenv("MINIONS_NOOP_RECORD_DELAY_MS");
+  const auto delay = std::chrono::milliseconds(delay_env ? std::atoi(delay_env) : 0);
+  const char* crash_env = std::getenv("MINIONS_NOOP_CRASH_ON");
+  const std::string crash_on = crash_env ? crash_env : "";
   std::cout << runner_protocol::EncodeReady("noop", "1") << std::flush;
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -27,6 +40,11 @@ int main() {
         runner_protocol::BatchStats stats;
         stats.records = command->run.records.size();
         for (size_t i = 0; i < command->run.records.size(); ++i) {
+          if (!crash_on.empty() && command->run.records[i].find(crash_on) != std::string::npos) std::abort();
+          if (delay.count() > 0) {
+            std::cout << std::flush;
+            std::this_thread::sleep_for(delay);
+          }
           ParsedRecord parsed = ParseRecordLine(command->run.records[i]);
           Json out = parsed.ok() ? MakeResponseLine(parsed.custom_id, MakeCompletionBody(parsed.custom_id, "noop", "",
                                                                                          "stop", {}, 0))

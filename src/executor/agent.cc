@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "executor/capabilities.h"
 #include "runner/batch_record.h"
 
@@ -29,6 +30,13 @@ std::string Describe(const v1::TaskLease& lease) {
   return absl::StrCat("job=", lease.ref().job_id(), " task=", lease.ref().task_index(),
                       " attempt=", lease.ref().attempt());
 }
+
+// A result line that goes to the error file: an error, or no usable response.
+bool IsErrorLine(const Json& line) {
+  return !JsonField(line, "error").is_null() || !JsonField(line, "response").is_object();
+}
+
+inline constexpr std::string_view kErrorRunnerCrashed = "runner_crashed";
 
 }  // namespace
 
@@ -53,7 +61,7 @@ std::string ExecutorAgent::id() const {
 std::vector<ExecutorAgent::TaskPtr> ExecutorAgent::ActiveTasks() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<TaskPtr> tasks;
-  for (const auto& [batch, task] : active_) tasks.push_back(task);
+  for (const auto& [key, task] : active_) tasks.push_back(task);
   return tasks;
 }
 
@@ -67,7 +75,7 @@ void ExecutorAgent::Stop() {
   drain_ = true;
   std::lock_guard<std::mutex> lock(mu_);
   if (runner_) {
-    for (const auto& [batch, task] : active_) (void)runner_->Cancel(batch);
+    for (const auto& [key, task] : active_) (void)runner_->Cancel(task->batch);
   }
   clock_->Wake();
 }
@@ -213,10 +221,11 @@ int ExecutorAgent::LeaseMore() {
 ExecutorAgent::TaskPtr ExecutorAgent::Stage(const v1::TaskLease& lease) {
   auto task = std::make_shared<ActiveTask>();
   task->lease = lease;
-  task->batch = absl::StrCat(lease.ref().job_id(), "/", lease.ref().task_index(), "#", lease.ref().attempt());
+  task->key = absl::StrCat(lease.ref().job_id(), "/", lease.ref().task_index(), "#", lease.ref().attempt());
+  task->batch = task->key;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    active_[task->batch] = task;  // heartbeats cover it from now on
+    active_[task->key] = task;  // heartbeats cover it from now on
   }
   auto input = blobs_->GetRange(lease.input_url(), lease.byte_begin(), lease.byte_end());
   if (!input.ok()) {
@@ -234,7 +243,21 @@ ExecutorAgent::TaskPtr ExecutorAgent::Stage(const v1::TaskLease& lease) {
     Forget(task);
     return nullptr;
   }
+  if (lease.resume_from() < 0 || lease.resume_from() > lease.n_records() || lease.chunk_urls_size() == 0) {
+    Report(task,
+           absl::InvalidArgumentError(absl::StrCat("the lease resumes at record ", lease.resume_from(), " of ",
+                                                   lease.n_records(), " with ", lease.chunk_urls_size(),
+                                                   " chunk URLs")),
+           FailureClass::kPermanent);
+    Forget(task);
+    return nullptr;
+  }
   task->outputs.resize(task->records.size());
+  task->resume_from = task->chunk_begin = lease.resume_from();
+  task->last_chunk_at = clock_->Now();
+  if (task->resume_from > 0) {
+    MINIONS_LOG(Info) << Describe(lease) << " resumes after " << task->resume_from << " committed records";
+  }
   return task;
 }
 
@@ -285,13 +308,20 @@ void ExecutorAgent::FeedRunner() {
       Forget(task);
       continue;
     }
+    // A task under suspicion of crashing the runner runs alone: nothing joins it, and it waits
+    // for the runner to empty.
+    bool busy = false, suspect_running = false;
+    for (const auto& other : ActiveTasks()) {
+      if (!other->in_runner) continue;
+      busy = true;
+      suspect_running |= other->suspect;
+    }
+    if (suspect_running || (task->suspect && busy)) return;
     const auto& lease = task->lease;
     bool same_model = runner_ && loaded_model_ == lease.model() && loaded_options_ == lease.runner_options_json();
     if (!same_model) {
       // A model change waits until the runner has finished the previous model's tasks.
-      for (const auto& other : ActiveTasks()) {
-        if (other->in_runner) return;
-      }
+      if (busy) return;
       absl::Status s = EnsureRunner();
       if (s.ok()) s = LoadModel(lease);
       if (!s.ok()) {
@@ -309,42 +339,127 @@ void ExecutorAgent::FeedRunner() {
         continue;
       }
     }
-    if (absl::Status s = runner_->StartBatch(task->batch, task->records); !s.ok()) {
+    std::vector<size_t> indices;
+    if (!task->isolation.empty()) {
+      indices = std::move(task->isolation.front());
+      task->isolation.pop_front();
+    } else {
+      indices = Unfinished(task);
+    }
+    if (indices.empty()) {  // nothing left to run (it resumed at its end)
+      staged_.pop_front();
+      task->started = clock_->Now();
+      FinishTask(task, Json::object());
+      continue;
+    }
+    std::vector<std::string> records;
+    records.reserve(indices.size());
+    for (size_t i : indices) records.push_back(task->records[i]);
+    std::string batch = task->runs == 0 ? task->key : absl::StrCat(task->key, ".", task->runs);
+    ++task->runs;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      task->batch = batch;
+    }
+    task->batch_records = std::move(indices);
+    task->in_runner = true;
+    task->started = clock_->Now();
+    batches_[batch] = task;
+    staged_.pop_front();
+    if (absl::Status s = runner_->StartBatch(batch, records); !s.ok()) {
       OnRunnerDied(s);
       return;
     }
-    task->in_runner = true;
-    task->started = clock_->Now();
-    staged_.pop_front();
   }
 }
 
-void ExecutorAgent::OnEvent(const runner_protocol::Event& event) {
-  TaskPtr task;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = active_.find(event.batch);
-    if (it != active_.end()) task = it->second;
+std::vector<size_t> ExecutorAgent::Unfinished(const TaskPtr& task) const {
+  std::vector<size_t> left;
+  for (size_t i = task->resume_from; i < task->outputs.size(); ++i) {
+    if (!task->outputs[i]) left.push_back(i);
   }
-  if (!task) return;  // a batch we already gave up
+  return left;
+}
+
+void ExecutorAgent::OnEvent(const runner_protocol::Event& event) {
+  auto it = batches_.find(event.batch);
+  if (it == batches_.end()) return;  // a batch we already gave up
+  TaskPtr task = it->second;
   if (event.type == runner_protocol::Event::Type::kResult) {
-    if (event.index >= task->outputs.size()) return;
+    if (event.index >= task->batch_records.size()) return;
+    const size_t i = task->batch_records[event.index];
     const Json& line = JsonField(event.body, "output");
-    if (!task->outputs[event.index]) {
+    if (!task->outputs[i]) {
       task->records_done.fetch_add(1);
       if (!JsonField(line, "error").is_null()) task->records_failed.fetch_add(1);
     }
-    task->outputs[event.index] = line;
+    task->outputs[i] = line;
+    if (absl::Status s = MaybeCheckpoint(task, false); !s.ok()) {
+      MINIONS_LOG(Warning) << Describe(task->lease) << " checkpoint not uploaded (will retry): " << s.message();
+    }
   } else if (event.type == runner_protocol::Event::Type::kBatchDone) {
+    batches_.erase(it);
+    if (!task->isolation.empty() && !JsonBool(event.body, "cancelled")) {
+      task->in_runner = false;  // more groups of an isolated task to run, alone
+      staged_.push_front(task);
+      return;
+    }
     FinishTask(task, event.body);
   } else if (event.type == runner_protocol::Event::Type::kError) {
     MINIONS_LOG(Warning) << "runner error for batch " << event.batch << ": " << event.message;
   }
 }
 
+absl::Status ExecutorAgent::MaybeCheckpoint(const TaskPtr& task, bool final) {
+  const int64_t n = static_cast<int64_t>(task->records.size());
+  int64_t end = task->chunk_begin;
+  while (end < n && task->outputs[end]) ++end;
+  const absl::Time now = clock_->Now();
+  if (!final) {
+    if (end == task->chunk_begin || end >= n) return absl::OkStatus();  // the final chunk carries it
+    bool due = end - task->chunk_begin >= options_.checkpoint_records ||
+               now - task->last_chunk_at >= options_.checkpoint_interval;
+    // The last URL pair is kept for the final chunk.
+    if (!due || static_cast<int>(task->chunks.size()) + 1 >= task->lease.chunk_urls_size()) return absl::OkStatus();
+  } else if (end < n) {
+    return absl::InternalError("the final chunk has records without output");
+  } else if (end == task->chunk_begin && !task->chunks.empty()) {
+    return absl::OkStatus();  // everything is in chunks already
+  }
+  const int seq = static_cast<int>(task->chunks.size());
+  if (seq >= task->lease.chunk_urls_size()) return absl::FailedPreconditionError("no chunk URL left");
+  std::string output, errors;
+  int64_t failed = 0;
+  for (int64_t i = task->chunk_begin; i < end; ++i) {
+    const Json& line = *task->outputs[i];
+    bool is_error = IsErrorLine(line);
+    (is_error ? errors : output) += DumpJson(line) + "\n";
+    failed += is_error;
+  }
+  // Every chunk writes its output object (the finaliser reads a missing one as lost); a chunk
+  // without error lines writes no error object.
+  const v1::ChunkUrls& urls = task->lease.chunk_urls(seq);
+  RETURN_IF_ERROR(blobs_->Put(urls.output_url(), output));
+  if (!errors.empty()) RETURN_IF_ERROR(blobs_->Put(urls.errors_url(), errors));
+  v1::Chunk chunk;
+  chunk.set_attempt(task->lease.ref().attempt());
+  chunk.set_seq(seq);
+  chunk.set_begin(task->chunk_begin);
+  chunk.set_end(end);
+  chunk.set_records_failed(failed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    task->chunks.push_back(chunk);
+  }
+  task->chunk_begin = end;
+  task->last_chunk_at = now;
+  return absl::OkStatus();
+}
+
 void ExecutorAgent::FinishTask(const TaskPtr& task, const Json& batch_done) {
   double seconds = absl::ToDoubleSeconds(clock_->Now() - task->started);
   avg_task_seconds_ = 0.8 * avg_task_seconds_ + 0.2 * seconds;
+  task->in_runner = false;
   if (stop_) {
     Report(task, absl::AbortedError("the executor is stopping"), FailureClass::kPreempted);
     return Forget(task);
@@ -354,27 +469,16 @@ void ExecutorAgent::FinishTask(const TaskPtr& task, const Json& batch_done) {
     Report(task, absl::AbortedError("the runner cancelled the batch"), FailureClass::kRetryable);
     return Forget(task);
   }
-  std::string output, errors;
-  int64_t failed = 0;
-  for (size_t i = 0; i < task->records.size(); ++i) {
-    Json line = task->outputs[i] ? *task->outputs[i]
-                                 : MakeErrorLine(ParseRecordLine(task->records[i]).custom_id, kErrorRunnerFailed,
-                                                 "the runner gave no result for this record");
-    bool is_error = !JsonField(line, "error").is_null() || !JsonField(line, "response").is_object();
-    (is_error ? errors : output) += DumpJson(line) + "\n";
-    failed += is_error;
+  for (size_t i = task->resume_from; i < task->records.size(); ++i) {
+    if (task->outputs[i]) continue;
+    task->outputs[i] = MakeErrorLine(ParseRecordLine(task->records[i]).custom_id, kErrorRunnerFailed,
+                                     "the runner gave no result for this record");
   }
-  task->records_done = static_cast<int64_t>(task->records.size());
-  task->records_failed = failed;
-  absl::Status s = blobs_->Put(task->lease.output_url(), output);
-  // An attempt without error lines writes no error object: the finaliser reads a missing one as empty.
-  if (s.ok() && !errors.empty()) s = blobs_->Put(task->lease.errors_url(), errors);
-  if (!s.ok()) {
+  if (absl::Status s = MaybeCheckpoint(task, true); !s.ok()) {
     Report(task, absl::Status(s.code(), absl::StrCat("cannot upload the output: ", s.message())),
            FailureClass::kRetryable);
     return Forget(task);
   }
-  task->in_runner = false;
   to_complete_.push_back(task);
 }
 
@@ -390,8 +494,13 @@ void ExecutorAgent::FlushCompletions() {
     }
     v1::LeaseRef* ref = request.add_refs();
     *ref = task->lease.ref();
-    ref->set_records_done(task->records_done);
-    ref->set_records_failed(task->records_failed);
+    int64_t failed = 0;
+    for (const v1::Chunk& chunk : task->chunks) {
+      failed += chunk.records_failed();
+      *ref->add_chunks() = chunk;
+    }
+    ref->set_records_done(task->lease.n_records());
+    ref->set_records_failed(failed);
     sent.push_back(task);
   }
   to_complete_.clear();
@@ -408,8 +517,8 @@ void ExecutorAgent::FlushCompletions() {
     const v1::Outcome* outcome = i < static_cast<size_t>(reply->outcomes_size()) ? &reply->outcomes(i) : nullptr;
     if (outcome && outcome->code() == 0) {
       ++tasks_completed_;
-      MINIONS_LOG(Debug) << Describe(sent[i]->lease) << " completed: " << sent[i]->records_done << " records, "
-                         << sent[i]->records_failed << " errors";
+      MINIONS_LOG(Debug) << Describe(sent[i]->lease) << " completed: " << sent[i]->records_done
+                         << " records run, " << sent[i]->records_failed << " errors";
     } else {
       MINIONS_LOG(Warning) << Describe(sent[i]->lease)
                            << " completion refused: " << (outcome ? outcome->message() : "no answer");
@@ -425,16 +534,67 @@ void ExecutorAgent::OnRunnerDied(const absl::Status& why) {
     runner_.reset();
   }
   loaded_model_.clear();
+  batches_.clear();
+  std::vector<TaskPtr> victims;
   for (const auto& task : ActiveTasks()) {
-    if (!task->in_runner) continue;
-    Report(task, absl::UnavailableError(absl::StrCat("the runner failed: ", why.message())), FailureClass::kRetryable);
-    Forget(task);
+    if (task->in_runner) victims.push_back(task);
   }
+  std::vector<TaskPtr> again;
+  for (const auto& task : victims) {
+    task->in_runner = false;
+    if (task->cancelled || task->lease_lost || stop_) {
+      if (stop_) Report(task, absl::AbortedError("the executor is stopping"), FailureClass::kPreempted);
+      Forget(task);
+      continue;
+    }
+    if (!Isolate(task, victims.size() == 1, why)) {
+      Report(task,
+             absl::UnavailableError(absl::StrCat("the runner failed ", task->crashes, " times; last: ", why.message())),
+             FailureClass::kRetryable);
+      Forget(task);
+      continue;
+    }
+    again.push_back(task);
+  }
+  // They go first, in their order, when a new runner is up.
+  staged_.insert(staged_.begin(), again.begin(), again.end());
+}
+
+bool ExecutorAgent::Isolate(const TaskPtr& task, bool ran_alone, const absl::Status& why) {
+  if (++task->crashes > options_.max_crashes_per_task) return false;
+  task->suspect = true;
+  std::vector<size_t> left;
+  for (size_t i : task->batch_records) {
+    if (!task->outputs[i]) left.push_back(i);
+  }
+  if (left.empty()) return true;
+  if (!ran_alone) {
+    // Whose record killed it is unknown: each task in the runner runs again, alone.
+    task->isolation.push_front(std::move(left));
+    return true;
+  }
+  if (left.size() == 1) {
+    const size_t i = left[0];
+    task->outputs[i] = MakeErrorLine(
+        ParseRecordLine(task->records[i]).custom_id, kErrorRunnerCrashed,
+        absl::StrCat("the runner crashed on this record, run alone: ", std::string(why.message())));
+    task->records_done.fetch_add(1);
+    task->records_failed.fetch_add(1);
+    MINIONS_LOG(Warning) << Describe(task->lease) << " record " << (task->lease.first_record() + static_cast<int64_t>(i))
+                         << " crashes the runner; reported as an error record";
+    return true;
+  }
+  // Halve the group: the half holding the poison record crashes again, the other goes through.
+  std::vector<size_t> second(left.begin() + static_cast<std::ptrdiff_t>(left.size() / 2), left.end());
+  left.resize(left.size() / 2);
+  task->isolation.push_front(std::move(second));
+  task->isolation.push_front(std::move(left));
+  return true;
 }
 
 void ExecutorAgent::Forget(const TaskPtr& task) {
   std::lock_guard<std::mutex> lock(mu_);
-  active_.erase(task->batch);
+  active_.erase(task->key);
 }
 
 void ExecutorAgent::HeartbeatLoop() {
@@ -447,11 +607,15 @@ void ExecutorAgent::HeartbeatLoop() {
     v1::HeartbeatRequest request;
     request.set_executor_id(id());
     request.set_state(drain_ ? "draining" : (tasks.empty() ? "available" : "busy"));
-    for (const auto& task : tasks) {
-      v1::LeaseRef* ref = request.add_leases();
-      *ref = task->lease.ref();
-      ref->set_records_done(task->records_done);
-      ref->set_records_failed(task->records_failed);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& task : tasks) {
+        v1::LeaseRef* ref = request.add_leases();
+        *ref = task->lease.ref();
+        ref->set_records_done(task->resume_from + task->records_done);
+        ref->set_records_failed(task->records_failed);
+        for (const v1::Chunk& chunk : task->chunks) *ref->add_chunks() = chunk;
+      }
     }
     auto reply = client_->Heartbeat(request);
     absl::Time now = clock_->Now();

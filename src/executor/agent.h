@@ -50,6 +50,14 @@ struct AgentOptions {
   int max_prefetch = 32;                     // most tasks held at once (tiny tasks)
   // Aim to hold this much work beyond the running task.
   absl::Duration prefetch_target = absl::Milliseconds(500);
+  // Checkpoints: a task's finished records are uploaded as a chunk every `checkpoint_records`
+  // records or `checkpoint_interval`, whichever comes first, and committed by the next heartbeat.
+  // A lost attempt costs at most one chunk (plus a heartbeat) of work.
+  int64_t checkpoint_records = 50;
+  absl::Duration checkpoint_interval = absl::Seconds(30);
+  // Poison records: runner crashes one task may cause while its records are isolated, before the
+  // attempt is given up as a retryable failure (the machine, not a record, is then the suspect).
+  int max_crashes_per_task = 24;
 };
 
 class ExecutorAgent {
@@ -71,11 +79,26 @@ class ExecutorAgent {
  private:
   struct ActiveTask {
     v1::TaskLease lease;
-    std::string batch;
-    std::vector<std::string> records;
+    std::string key;                      // "job/index#attempt"; the key of active_
+    std::string batch;                    // the runner batch running it now; guarded by mu_
+    std::vector<std::string> records;     // every record of the task
     std::vector<std::optional<Json>> outputs;
+    int64_t resume_from = 0;              // records [0, resume_from) were committed by earlier attempts
     bool in_runner = false;               // main thread only
     absl::Time started;                   // main thread only
+    // Main thread only: which records the running batch holds (runner index -> record index).
+    std::vector<size_t> batch_records;
+    int runs = 0;                         // batches started, for unique batch ids
+    // Checkpoints. Main thread only, except `chunks` (guarded by mu_; the heartbeat reports it).
+    std::vector<v1::Chunk> chunks;        // uploaded by this attempt, in order
+    int64_t chunk_begin = 0;              // first record not in an uploaded chunk
+    absl::Time last_chunk_at;
+    // Poison records (main thread only): after the runner died under this task, it runs alone, and
+    // the records still to run wait here in groups, halved on every crash until a lone record
+    // that still crashes is reported as an error record.
+    bool suspect = false;
+    std::deque<std::vector<size_t>> isolation;
+    int crashes = 0;
     std::atomic<int64_t> records_done{0};
     std::atomic<int64_t> records_failed{0};
     std::atomic<bool> cancelled{false};   // the server said stop (job cancelled, lease gone)
@@ -96,6 +119,13 @@ class ExecutorAgent {
   absl::Status LoadModel(const v1::TaskLease& lease);
   void OnEvent(const runner_protocol::Event& event);
   void FinishTask(const TaskPtr& task, const Json& batch_done);
+  // Records of the task that have no output yet (in record order).
+  std::vector<size_t> Unfinished(const TaskPtr& task) const;
+  // Uploads the finished prefix as a chunk when one is due (or `final`: everything left).
+  absl::Status MaybeCheckpoint(const TaskPtr& task, bool final);
+  // The runner died under `task`: isolate its records (see ActiveTask::isolation). Returns false
+  // when the attempt is given up.
+  bool Isolate(const TaskPtr& task, bool ran_alone, const absl::Status& why);
   void OnRunnerDied(const absl::Status& why);
   // Reports an attempt that ended without success.
   void Report(const TaskPtr& task, absl::Status outcome, FailureClass failure);
@@ -119,11 +149,12 @@ class ExecutorAgent {
 
   mutable std::mutex mu_;
   std::string id_;                              // guarded by mu_
-  std::map<std::string, TaskPtr> active_;       // by batch id; guarded by mu_
+  std::map<std::string, TaskPtr> active_;       // by task key; guarded by mu_
   std::unique_ptr<RunnerProcess> runner_;       // replaced only by the main thread, under mu_
 
   // Main thread only.
   std::deque<TaskPtr> staged_;                  // leased and fetched, not yet in the runner
+  std::map<std::string, TaskPtr> batches_;      // runner batch id -> task, for tasks in the runner
   std::vector<TaskPtr> to_complete_;            // uploaded, completion not yet accepted
   absl::Time next_completion_try_ = absl::InfinitePast();
   std::string loaded_model_;

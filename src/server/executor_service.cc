@@ -141,7 +141,6 @@ grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::Leas
     out->mutable_ref()->set_attempt(t.attempt);
     out->set_first_record(t.first_record);
     out->set_n_records(t.n_records);
-    out->set_input_url(*input);
     out->set_byte_begin(t.byte_begin);
     out->set_byte_end(t.byte_end);
     out->set_resume_from(CommittedRecords(t));

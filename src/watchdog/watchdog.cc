@@ -31,6 +31,24 @@ absl::StatusOr<WatchdogPass> Watchdog::Tick(absl::Time now) {
     MINIONS_LOG(Warning) << "executor=" << e.id << " (" << e.info.name << ") lost: no heartbeat since "
                          << absl::FormatTime(e.last_heartbeat_at);
   }
+  // Deadlines: a job whose completion window has passed ends `expired` with what it finished.
+  for (JobState state : {JobState::kValidating, JobState::kQueued, JobState::kRunning}) {
+    JobFilter filter;
+    filter.state = state;
+    filter.limit = 10000;
+    auto active = store_->ListJobs(filter);
+    if (!active.ok()) return active.status();
+    for (const Job& job : *active) {
+      if (!DeadlinePassed(job, now)) continue;
+      auto expired_job = store_->ExpireJob(job.id, now);
+      if (absl::IsFailedPrecondition(expired_job.status())) continue;  // it finished meanwhile
+      if (!expired_job.ok()) return expired_job.status();
+      ++pass.jobs_expired;
+      jobs.insert(job.id);
+      MINIONS_LOG(Info) << "job=" << job.id << " expired: " << expired_job->error << "; "
+                        << expired_job->counts.completed << " records finished";
+    }
+  }
   pass.jobs_touched.assign(jobs.begin(), jobs.end());
   return pass;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Watchdog: the reaping loops. Requeues tasks whose lease expired (the next attempt resumes them
-// elsewhere), fails them after max_attempts, and declares executors lost after missed heartbeats.
+// elsewhere), fails them after max_attempts, declares executors lost after missed heartbeats, and
+// expires jobs whose completion window has passed.
 // Exactly one watchdog should be active per store: WatchdogLock elects it (a file lock for SQLite;
 // PostgreSQL uses an advisory lock). Tick() is pure store work with `now` passed in, so tests
 // drive it with a fake clock; WatchdogLoop runs it on a real one.
@@ -26,6 +27,7 @@ struct WatchdogPass {
   int leases_expired = 0;
   int tasks_failed = 0;       // expiry that exhausted max_attempts
   int executors_lost = 0;
+  int jobs_expired = 0;       // completion window passed
   std::vector<std::string> jobs_touched;  // jobs whose tasks changed (may now need finalising)
 };
 

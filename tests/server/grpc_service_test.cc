@@ -276,8 +276,8 @@ class GrpcServiceTest : public ::testing::Test {
       }
     }
     EXPECT_EQ(records, lease.n_records());
-    auto output_path = FileUrlPath(lease.output_url());
-    auto errors_path = FileUrlPath(lease.errors_url());
+    auto output_path = FileUrlPath(lease.chunk_urls(0).output_url());
+    auto errors_path = FileUrlPath(lease.chunk_urls(0).errors_url());
     EXPECT_OK(output_path);
     EXPECT_OK(errors_path);
     EXPECT_OK(WriteFileAtomically(*output_path, output));
@@ -554,7 +554,7 @@ TEST_F(GrpcServiceTest, AStaleAttemptsCompletionAfterExpiryIsRefused) {
   std::vector<v1::TaskLease> second = MustLease(b, 1);
   ASSERT_EQ(second.size(), 1u);
   EXPECT_EQ(second[0].ref().attempt(), 2);
-  EXPECT_NE(second[0].output_url(), first[0].output_url());  // attempts write apart
+  EXPECT_NE(second[0].chunk_urls(0).output_url(), first[0].chunk_urls(0).output_url());  // attempts write apart
 
   EXPECT_GRPC_ERROR(Complete(a, first[0].ref(), 2), FAILED_PRECONDITION, "stale attempt");
   EXPECT_GRPC_ERROR(Fail(a, first[0].ref(), "retryable"), FAILED_PRECONDITION, "stale attempt");
@@ -696,7 +696,7 @@ TEST_F(GrpcServiceTest, AJobRunsToCompletionThroughGrpcAlone) {
     EXPECT_EQ(leases[i].ref().attempt(), 1);
     EXPECT_EQ(leases[i].model(), model_);
     EXPECT_THAT(leases[i].input_url(), ::testing::StartsWith("file:///"));
-    EXPECT_THAT(leases[i].output_url(), HasSubstr(absl::StrCat("/tasks/", i, "/attempt-1/")));
+    EXPECT_THAT(leases[i].chunk_urls(0).output_url(), HasSubstr(absl::StrCat("/tasks/", i, "/attempt-1/")));
   }
   // The last task finishes first.
   for (int i : {2, 0, 1}) {

@@ -88,8 +88,8 @@ class JobFinalizerTest : public ::testing::Test {
   // What an executor does at the end of an attempt: upload the per-attempt objects, then report.
   void Upload(const std::string& job_id, int64_t task, int attempt, const std::string& output,
               const std::string& errors) {
-    ASSERT_OK(blobs_->Put(keys::TaskOutput(job_id, task, attempt), output));
-    ASSERT_OK(blobs_->Put(keys::TaskErrors(job_id, task, attempt), errors));
+    ASSERT_OK(blobs_->Put(keys::ChunkOutput(job_id, task, attempt, 0), output));
+    ASSERT_OK(blobs_->Put(keys::ChunkErrors(job_id, task, attempt, 0), errors));
   }
   void Complete(const std::string& job_id, int64_t task, int attempt, int64_t done, int64_t failed = 0) {
     ASSERT_OK(store_->CompleteTask(executor_, job_id, task, attempt, done, failed, clock_.Now()));
@@ -184,8 +184,9 @@ TEST_F(JobFinalizerTest, MergesOutOfOrderCompletionsInInputOrder) {
     EXPECT_EQ(entry["index"], i);
     EXPECT_EQ(entry["state"], "succeeded");
     EXPECT_EQ(entry["attempt"], 1);
-    EXPECT_EQ(entry["output_key"], keys::TaskOutput(job_id, i, 1));
-    EXPECT_EQ(entry["errors_key"], keys::TaskErrors(job_id, i, 1));
+    ASSERT_EQ(entry["chunks"].size(), 1u);
+    EXPECT_EQ(entry["chunks"][0]["output_key"], keys::ChunkOutput(job_id, i, 1, 0));
+    EXPECT_EQ(entry["chunks"][0]["errors_key"], keys::ChunkErrors(job_id, i, 1, 0));
   }
   EXPECT_EQ(manifest["tasks"][1]["records_failed"], 1);
 }
@@ -213,7 +214,7 @@ TEST_F(JobFinalizerTest, TaskOutputsWithoutAFinalNewlineStillMergeIntoSeparateLi
 TEST_F(JobFinalizerTest, AMissingErrorsObjectMeansNoErrorLines) {
   std::string job_id = MakeJob(EightRecords(), 100);
   ASSERT_EQ(LeaseAll().size(), 1u);
-  ASSERT_OK(blobs_->Put(keys::TaskOutput(job_id, 0, 1), Out({"r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"})));
+  ASSERT_OK(blobs_->Put(keys::ChunkOutput(job_id, 0, 1, 0), Out({"r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"})));
   Complete(job_id, 0, 1, 8);
   JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
   ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
@@ -251,14 +252,14 @@ TEST_F(JobFinalizerTest, ARerunTaskUsesItsLastAttemptsObjects) {
   EXPECT_EQ(Get(job.errors_key), "");  // attempt 1's error line is not read
   EXPECT_EQ(job.counts.failed, 0);
   // The stale objects are still there, beside the winner's.
-  EXPECT_TRUE(blobs_->Size(keys::TaskOutput(job_id, 1, 1)).ok());
+  EXPECT_TRUE(blobs_->Size(keys::ChunkOutput(job_id, 1, 1, 0)).ok());
 
   Json manifest = Manifest(job);
   EXPECT_EQ(manifest["tasks"][0]["attempt"], 1);
   EXPECT_EQ(manifest["tasks"][1]["attempt"], 2);
   EXPECT_EQ(manifest["tasks"][1]["failures"], 1);
-  EXPECT_EQ(manifest["tasks"][1]["output_key"], keys::TaskOutput(job_id, 1, 2));
-  EXPECT_EQ(manifest["tasks"][1]["errors_key"], keys::TaskErrors(job_id, 1, 2));
+  EXPECT_EQ(manifest["tasks"][1]["chunks"][0]["output_key"], keys::ChunkOutput(job_id, 1, 2, 0));
+  EXPECT_EQ(manifest["tasks"][1]["chunks"][0]["errors_key"], keys::ChunkErrors(job_id, 1, 2, 0));
 }
 
 TEST_F(JobFinalizerTest, APermanentlyFailedTaskGetsAnErrorLinePerRecord) {

@@ -307,7 +307,7 @@ using postgres_store::Row;
 #define MINIONS_TASK_COLUMNS                                                               \
   "job_id, idx, first_record, n_records, byte_begin, byte_end, state, attempt, failures, " \
   "preemptions, executor_id, lease_expires_at, not_before, records_done, records_failed, " \
-  "last_error, started_at, finished_at"
+  "last_error, started_at, finished_at, chunks"
 #define MINIONS_EXECUTOR_COLUMNS \
   "id, info, state, state_reason, registered_at, last_heartbeat_at, drain_requested, records_done"
 
@@ -342,12 +342,12 @@ constexpr char kSelectTasksOfJob[] = MINIONS_SELECT_TASKS_OF_JOB;
 constexpr char kSelectTasksOfJobForUpdate[] = MINIONS_SELECT_TASKS_OF_JOB " FOR UPDATE";
 constexpr char kInsertTask[] = "INSERT INTO tasks (" MINIONS_TASK_COLUMNS
                                ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, "
-                               "$12, $13, $14, $15, $16, $17, $18) ON CONFLICT (job_id, idx) DO NOTHING";
+                               "$12, $13, $14, $15, $16, $17, $18, $19::jsonb) ON CONFLICT (job_id, idx) DO NOTHING";
 constexpr char kUpdateTask[] =
     "UPDATE tasks SET first_record = $3, n_records = $4, byte_begin = $5, byte_end = $6, state = $7, "
     "attempt = $8, failures = $9, preemptions = $10, executor_id = $11, lease_expires_at = $12, "
     "not_before = $13, records_done = $14, records_failed = $15, last_error = $16, started_at = $17, "
-    "finished_at = $18 WHERE job_id = $1 AND idx = $2";
+    "finished_at = $18, chunks = $19::jsonb WHERE job_id = $1 AND idx = $2";
 
 // Candidate selection only: which pending tasks this executor could run, in grant order, locked
 // (tasks another transaction holds are skipped, not waited for). Whether a task may actually be
@@ -633,6 +633,11 @@ absl::StatusOr<Task> ReadTaskRow(const Row& row) {
   task.last_error = row.Text(15);
   task.started_at = row.OptTime(16);
   task.finished_at = row.OptTime(17);
+  absl::StatusOr<Json> chunks_json = ParseJson(row.Text(18));
+  absl::StatusOr<std::vector<Chunk>> chunks =
+      chunks_json.ok() ? ChunksFromJson(*chunks_json) : absl::StatusOr<std::vector<Chunk>>(chunks_json.status());
+  if (!chunks.ok()) return CorruptRow("tasks", absl::StrCat(task.job_id, "/", task.index), std::string(chunks.status().message()));
+  task.chunks = *std::move(chunks);
   return task;
 }
 
@@ -731,7 +736,8 @@ absl::Status PostgresMetadataStore::SaveTask(Connection& c, const Task& task, bo
       .Int(task.records_failed)
       .Text(task.last_error)
       .Time(task.started_at)
-      .Time(task.finished_at);
+      .Time(task.finished_at)
+      .Text(DumpJson(ChunksToJson(task.chunks)));
   ASSIGN_OR_RETURN(PgResult result, c.Exec(insert ? kInsertTask : kUpdateTask, params));
   if (result.Affected() != 1) {
     if (insert) return absl::AlreadyExistsError(absl::StrCat("task ", task.job_id, "/", task.index, " exists"));
@@ -886,6 +892,20 @@ absl::StatusOr<Job> PostgresMetadataStore::FailJob(const std::string& job_id, co
   return InTransaction(true, [&](Connection& c) { return EndJob(c, job_id, JobState::kFailed, error, now); });
 }
 
+absl::StatusOr<Job> PostgresMetadataStore::ExpireJob(const std::string& job_id, absl::Time now) {
+  return InTransaction(true, [&](Connection& c) -> absl::StatusOr<Job> {
+    ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
+    ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(c, job_id));
+    std::vector<Task> before = tasks;
+    RETURN_IF_ERROR(::minions::ExpireJob(job, tasks, now));
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      if (tasks[i].state != before[i].state) RETURN_IF_ERROR(SaveTask(c, tasks[i]));
+    }
+    RETURN_IF_ERROR(SaveJob(c, job));
+    return job;
+  });
+}
+
 absl::StatusOr<std::vector<Job>> PostgresMetadataStore::JobsToFinalize(int limit) {
   return InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::vector<Job>> {
     ASSIGN_OR_RETURN(PgResult result,
@@ -896,14 +916,15 @@ absl::StatusOr<std::vector<Job>> PostgresMetadataStore::JobsToFinalize(int limit
 
 absl::StatusOr<Job> PostgresMetadataStore::FinishJob(const std::string& job_id, const std::string& output_key,
                                                      const std::string& errors_key, const std::string& manifest_key,
-                                                     absl::Time now) {
+                                                     absl::Time now, JobState outcome) {
   return InTransaction(true, [&](Connection& c) -> absl::StatusOr<Job> {
     ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
-    if (!IsAllowed(job.state, JobState::kCompleted)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job_id, " is ", Name(JobStateName(job.state)), ", not finalizing; it cannot complete"));
+    if (job.state != JobState::kFinalizing || !IsAllowed(job.state, outcome)) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", Name(JobStateName(job.state)),
+                                                        ", not finalizing; it cannot become ",
+                                                        Name(JobStateName(outcome))));
     }
-    job.state = JobState::kCompleted;
+    job.state = outcome;
     job.output_key = output_key;
     job.errors_key = errors_key;
     job.manifest_key = manifest_key;
@@ -1003,9 +1024,10 @@ absl::StatusOr<HeartbeatReply> PostgresMetadataStore::Heartbeat(const std::strin
         reply.cancel.push_back(progress);  // cancelled, expired and requeued, or someone else's
         continue;
       }
-      task->lease_expires_at = now + ttl;
-      task->records_done = progress.records_done;
-      task->records_failed = progress.records_failed;
+      if (absl::Status chunks = RenewLease(*task, progress, ttl, now); !chunks.ok()) {
+        // The lease is renewed all the same; the completion will be refused with this message.
+        task->last_error = std::string(chunks.message());
+      }
       RETURN_IF_ERROR(SaveTask(c, *task));
       reply.renewed.push_back(progress);
     }
@@ -1157,7 +1179,7 @@ absl::StatusOr<std::vector<absl::Status>> PostgresMetadataStore::CompleteTasks(
       }
       Task updated = *task;  // as reloaded: a refused report leaves the row as it is
       absl::Status fence = CheckFence(updated, executor_id, report.attempt);
-      if (fence.ok()) fence = ::minions::CompleteTask(updated, report.records_done, report.records_failed, now);
+      if (fence.ok()) fence = ::minions::CompleteTask(updated, report, now);
       if (!fence.ok()) {
         outcomes.push_back(fence);
         continue;

@@ -64,7 +64,8 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error, absl::Time now) override;
   absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit) override;
   absl::StatusOr<Job> FinishJob(const std::string& job_id, const std::string& output_key, const std::string& errors_key,
-                                const std::string& manifest_key, absl::Time now) override;
+                                const std::string& manifest_key, absl::Time now, JobState outcome = JobState::kCompleted) override;
+  absl::StatusOr<Job> ExpireJob(const std::string& job_id, absl::Time now) override;
 
   absl::StatusOr<Executor> RegisterExecutor(const std::string& executor_id, const ExecutorInfo& info,
                                             absl::Time now) override;

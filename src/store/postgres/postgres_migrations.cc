@@ -80,8 +80,12 @@ CREATE TABLE executors (
 CREATE INDEX executors_by_heartbeat ON executors (state, last_heartbeat_at);
 )sql";
 
+// Checkpoints: a task's committed chunks (model/json_codec.h ChunksToJson).
+constexpr char kTaskChunks[] = "ALTER TABLE tasks ADD COLUMN chunks JSONB NOT NULL DEFAULT '[]';";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
+    {2, "task checkpoints", kTaskChunks},
 };
 
 }  // namespace

@@ -143,7 +143,7 @@ using sqlite_store::Statement;
 #define MINIONS_TASK_COLUMNS                                                                        \
   "job_id, idx, first_record, n_records, byte_begin, byte_end, state, attempt, failures, "         \
   "preemptions, executor_id, lease_expires_at, not_before, records_done, records_failed, "         \
-  "last_error, started_at, finished_at"
+  "last_error, started_at, finished_at, chunks"
 #define MINIONS_EXECUTOR_COLUMNS \
   "id, info, state, state_reason, registered_at, last_heartbeat_at, drain_requested, records_done"
 
@@ -175,13 +175,13 @@ constexpr char kInsertTask[] =
     "INSERT INTO tasks (" MINIONS_TASK_COLUMNS ") VALUES (:job_id, :idx, :first_record, :n_records, "
     ":byte_begin, :byte_end, :state, :attempt, :failures, :preemptions, :executor_id, "
     ":lease_expires_at, :not_before, :records_done, :records_failed, :last_error, :started_at, "
-    ":finished_at)";
+    ":finished_at, :chunks)";
 constexpr char kUpdateTask[] =
     "UPDATE tasks SET first_record = :first_record, n_records = :n_records, byte_begin = :byte_begin, "
     "byte_end = :byte_end, state = :state, attempt = :attempt, failures = :failures, "
     "preemptions = :preemptions, executor_id = :executor_id, lease_expires_at = :lease_expires_at, "
     "not_before = :not_before, records_done = :records_done, records_failed = :records_failed, "
-    "last_error = :last_error, started_at = :started_at, finished_at = :finished_at "
+    "last_error = :last_error, started_at = :started_at, finished_at = :finished_at, chunks = :chunks "
     "WHERE job_id = :job_id AND idx = :idx";
 
 // Candidate selection only: which pending tasks this executor could run, in grant order. Whether
@@ -441,6 +441,13 @@ absl::StatusOr<Task> ReadTaskRow(const Statement& row) {
   task.last_error = row.Text(15);
   task.started_at = row.OptTime(16);
   task.finished_at = row.OptTime(17);
+  absl::StatusOr<Json> chunks_json = ParseJson(row.Text(18));
+  absl::StatusOr<std::vector<Chunk>> chunks =
+      chunks_json.ok() ? ChunksFromJson(*chunks_json) : absl::StatusOr<std::vector<Chunk>>(chunks_json.status());
+  if (!chunks.ok()) {
+    return CorruptRow("tasks", absl::StrCat(task.job_id, "/", task.index), std::string(chunks.status().message()));
+  }
+  task.chunks = *std::move(chunks);
   return task;
 }
 
@@ -486,7 +493,8 @@ absl::Status SqliteMetadataStore::SaveTask(const Task& task, bool insert) {
       .BindInt(":records_failed", task.records_failed)
       .BindText(":last_error", task.last_error)
       .BindTime(":started_at", task.started_at)
-      .BindTime(":finished_at", task.finished_at);
+      .BindTime(":finished_at", task.finished_at)
+      .BindText(":chunks", DumpJson(ChunksToJson(task.chunks)));
   RETURN_IF_ERROR(statement.Run());
   if (statement.Changes() != 1) return absl::NotFoundError(absl::StrCat("no task ", task.job_id, "/", task.index));
   return absl::OkStatus();
@@ -655,6 +663,20 @@ absl::StatusOr<Job> SqliteMetadataStore::FailJob(const std::string& job_id, cons
   return InTransaction(true, [&] { return EndJob(job_id, JobState::kFailed, error, now); });
 }
 
+absl::StatusOr<Job> SqliteMetadataStore::ExpireJob(const std::string& job_id, absl::Time now) {
+  return InTransaction(true, [&]() -> absl::StatusOr<Job> {
+    ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
+    ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(job_id));
+    std::vector<Task> before = tasks;
+    RETURN_IF_ERROR(::minions::ExpireJob(job, tasks, now));
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      if (tasks[i].state != before[i].state) RETURN_IF_ERROR(SaveTask(tasks[i]));
+    }
+    RETURN_IF_ERROR(SaveJob(job));
+    return job;
+  });
+}
+
 absl::StatusOr<std::vector<Job>> SqliteMetadataStore::JobsToFinalize(int limit) {
   return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Job>> {
     ASSIGN_OR_RETURN(Statement query, Prepare(kJobsInState));
@@ -665,14 +687,15 @@ absl::StatusOr<std::vector<Job>> SqliteMetadataStore::JobsToFinalize(int limit) 
 
 absl::StatusOr<Job> SqliteMetadataStore::FinishJob(const std::string& job_id, const std::string& output_key,
                                                    const std::string& errors_key, const std::string& manifest_key,
-                                                   absl::Time now) {
+                                                   absl::Time now, JobState outcome) {
   return InTransaction(true, [&]() -> absl::StatusOr<Job> {
     ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
-    if (!IsAllowed(job.state, JobState::kCompleted)) {
+    if (job.state != JobState::kFinalizing || !IsAllowed(job.state, outcome)) {
       return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", Name(JobStateName(job.state)),
-                                                        ", not finalizing; it cannot complete"));
+                                                        ", not finalizing; it cannot become ",
+                                                        Name(JobStateName(outcome))));
     }
-    job.state = JobState::kCompleted;
+    job.state = outcome;
     job.output_key = output_key;
     job.errors_key = errors_key;
     job.manifest_key = manifest_key;
@@ -774,9 +797,10 @@ absl::StatusOr<HeartbeatReply> SqliteMetadataStore::Heartbeat(const std::string&
         reply.cancel.push_back(progress);  // cancelled, expired and requeued, or someone else's
         continue;
       }
-      task->lease_expires_at = now + ttl;
-      task->records_done = progress.records_done;
-      task->records_failed = progress.records_failed;
+      if (absl::Status chunks = RenewLease(*task, progress, ttl, now); !chunks.ok()) {
+        // The lease is renewed all the same; the completion will be refused with this message.
+        task->last_error = std::string(chunks.message());
+      }
       RETURN_IF_ERROR(SaveTask(*task));
       reply.renewed.push_back(progress);
     }
@@ -918,7 +942,7 @@ absl::StatusOr<std::vector<absl::Status>> SqliteMetadataStore::CompleteTasks(
         continue;
       }
       absl::Status fence = CheckFence(*task, executor_id, report.attempt);
-      if (fence.ok()) fence = ::minions::CompleteTask(*task, report.records_done, report.records_failed, now);
+      if (fence.ok()) fence = ::minions::CompleteTask(*task, report, now);
       if (!fence.ok()) {
         outcomes.push_back(fence);
         continue;
