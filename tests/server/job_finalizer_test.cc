@@ -63,7 +63,8 @@ class JobFinalizerTest : public ::testing::Test {
   }
 
   // Stores `input`, splits it into tasks of `shard_size` records and makes a queued job of it.
-  std::string MakeJob(const std::string& input, int64_t shard_size, const std::string& name = "in") {
+  std::string MakeJob(const std::string& input, int64_t shard_size, const std::string& name = "in",
+                      std::optional<absl::Duration> completion_window = std::nullopt) {
     std::string key = absl::StrCat("inputs/", name, ".jsonl");
     EXPECT_OK(blobs_->Put(key, input));
     auto split = SplitInput(*blobs_, key, shard_size);
@@ -73,6 +74,7 @@ class JobFinalizerTest : public ::testing::Test {
     spec.input_key = key;
     spec.shard_size = shard_size;
     spec.max_attempts = 3;
+    spec.completion_window = completion_window;
     auto job = store_->CreateJob(spec, clock_.Now());
     EXPECT_OK(job);
     EXPECT_OK(store_->AddTasks(job->id, split->tasks, split->total_records, clock_.Now()));
@@ -374,6 +376,67 @@ TEST_F(JobFinalizerTest, FinalizeReadyPicksUpEveryFinalizingJob) {
   EXPECT_THAT(none, IsEmpty());
   ASSERT_OK_AND_ASSIGN(int again, finalizer.FinalizeReady());
   EXPECT_EQ(again, 0);
+}
+
+// Uploads chunk `seq` of an attempt and commits it by heartbeat, as an executor does.
+TEST_F(JobFinalizerTest, ChunksOfSeveralAttemptsMergeInRecordOrder) {
+  std::string job_id = MakeJob(EightRecords(), 8);
+  std::vector<Lease> leases = LeaseAll();
+  ASSERT_EQ(leases.size(), 1u);
+  // Attempt 1 commits r0..r2 in one chunk, uploads r3..r4 as a second chunk that never gets
+  // committed, and dies.
+  ASSERT_OK(blobs_->Put(keys::ChunkOutput(job_id, 0, 1, 0), Out({"r0", "r2"})));
+  ASSERT_OK(blobs_->Put(keys::ChunkErrors(job_id, 0, 1, 0), Err({"r1"})));
+  ASSERT_OK(blobs_->Put(keys::ChunkOutput(job_id, 0, 1, 1), Out({"r3", "r4"}, "UNCOMMITTED")));
+  LeaseProgress beat{job_id, 0, 1, 5, 1, {Chunk{1, 0, 0, 3, 1}}};
+  ASSERT_OK(store_->Heartbeat(executor_, ExecutorState::kBusy, "", {beat}, kTtl, clock_.Now()).status());
+  clock_.Advance(kTtl + absl::Seconds(1));
+  ASSERT_OK(store_->ExpireLeases(clock_.Now(), 10).status());
+  clock_.Advance(absl::Minutes(1));
+  std::vector<Lease> again = LeaseAll();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(CommittedRecords(again[0].task), 3);
+  // Attempt 2 runs r3..r7 only.
+  ASSERT_OK(blobs_->Put(keys::ChunkOutput(job_id, 0, 2, 0), Out({"r3", "r4", "r5", "r6", "r7"})));
+  ASSERT_OK(store_->CompleteTask(executor_, job_id, 0, 2, 8, 1, clock_.Now()));
+
+  JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
+  ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
+  ASSERT_EQ(job.state, JobState::kCompleted);
+  std::string output = Get(job.output_key);
+  EXPECT_THAT(CustomIds(output), ElementsAre("r0", "r2", "r3", "r4", "r5", "r6", "r7"));
+  EXPECT_THAT(output, ::testing::Not(HasSubstr("UNCOMMITTED")));
+  EXPECT_THAT(CustomIds(Get(job.errors_key)), ElementsAre("r1"));
+  EXPECT_EQ(job.counts.completed, 7);
+  EXPECT_EQ(job.counts.failed, 1);
+  Json chunks = Manifest(job)["tasks"][0]["chunks"];
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0]["attempt"], 1);
+  EXPECT_EQ(chunks[1]["attempt"], 2);
+  EXPECT_EQ(chunks[1]["begin"], 3);
+}
+
+TEST_F(JobFinalizerTest, AnExpiredJobKeepsWhatFinishedAndListsTheRestAsExpired) {
+  std::string job_id = MakeJob(EightRecords(), 3, "in", absl::Hours(1));
+  ASSERT_EQ(LeaseAll().size(), 3u);
+  Upload(job_id, 0, 1, Out({"r0", "r1", "r2"}), "");
+  Complete(job_id, 0, 1, 3);
+  // Task 1 committed r3 before the deadline; task 2 did nothing.
+  ASSERT_OK(blobs_->Put(keys::ChunkOutput(job_id, 1, 1, 0), Out({"r3"})));
+  LeaseProgress beat{job_id, 1, 1, 1, 0, {Chunk{1, 0, 0, 1, 0}}};
+  ASSERT_OK(store_->Heartbeat(executor_, ExecutorState::kBusy, "", {beat}, kTtl, clock_.Now()).status());
+  clock_.Advance(absl::Hours(1));
+  ASSERT_OK(store_->ExpireJob(job_id, clock_.Now()).status());
+
+  JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
+  ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
+  EXPECT_EQ(job.state, JobState::kExpired);
+  EXPECT_THAT(CustomIds(Get(job.output_key)), ElementsAre("r0", "r1", "r2", "r3"));
+  std::string errors = Get(job.errors_key);
+  EXPECT_THAT(CustomIds(errors), ElementsAre("r4", "r5", "r6", "r7"));
+  EXPECT_THAT(errors, HasSubstr("batch_expired"));
+  EXPECT_EQ(job.counts.completed, 4);
+  EXPECT_EQ(job.counts.failed, 4);
 }
 
 }  // namespace

@@ -761,5 +761,94 @@ TEST_P(MetadataStoreContract, ABatchOfCompletionsIsFencedReportByReport) {
   EXPECT_EQ(store_->CompleteTasks("exe-nobody", reports, now_).status().code(), absl::StatusCode::kNotFound);
 }
 
+// --- checkpoints and deadlines ---
+
+TEST_P(MetadataStoreContract, HeartbeatsCommitChunksAndTheNextAttemptResumesAfterThem) {
+  const std::string job_id = Submit(Spec(), 1);
+  const std::string a = Register("mac-a"), b = Register("mac-b");
+  std::vector<Lease> first = LeaseUpTo(a, 1);
+  ASSERT_THAT(first, SizeIs(1));
+  LeaseProgress beat = Progress(first[0], 7, 1);
+  beat.chunks = {Chunk{1, 0, 0, 4, 1}, Chunk{1, 1, 4, 6, 0}};
+  ASSERT_OK(store_->Heartbeat(a, ExecutorState::kBusy, "", {beat}, kTtl, now_).status());
+  Task task = GetTask(job_id, 0);
+  EXPECT_THAT(task.chunks, ElementsAre(Chunk{1, 0, 0, 4, 1}, Chunk{1, 1, 4, 6, 0}));
+  EXPECT_EQ(task.records_done, 7);
+
+  // A goes silent; its lease expires; B's attempt resumes after record 6.
+  Advance(kTtl + absl::Seconds(1));
+  ASSERT_OK(store_->ExpireLeases(now_, 10).status());
+  Advance(absl::Minutes(10));  // past the retry backoff
+  std::vector<Lease> second = LeaseUpTo(b, 1);
+  ASSERT_THAT(second, SizeIs(1));
+  EXPECT_EQ(second[0].task.attempt, 2);
+  EXPECT_EQ(CommittedRecords(second[0].task), 6);
+  EXPECT_EQ(NextChunkSeq(second[0].task), 0);
+  // A's late report is fenced off and commits nothing.
+  LeaseProgress stale = Progress(first[0], 10, 1);
+  stale.chunks = {Chunk{1, 2, 6, 10, 0}};
+  ASSERT_OK_AND_ASSIGN(auto stale_outcomes, store_->CompleteTasks(a, {stale}, now_));
+  EXPECT_EQ(stale_outcomes[0].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(GetTask(job_id, 0).chunks, SizeIs(2));
+
+  LeaseProgress done = Progress(second[0], 10, 2);
+  done.chunks = {Chunk{2, 0, 6, 10, 1}};
+  ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(b, {done}, now_));
+  ASSERT_OK(outcomes[0]);
+  task = GetTask(job_id, 0);
+  EXPECT_EQ(task.state, TaskState::kSucceeded);
+  EXPECT_THAT(task.chunks, ElementsAre(Chunk{1, 0, 0, 4, 1}, Chunk{1, 1, 4, 6, 0}, Chunk{2, 0, 6, 10, 1}));
+  Job job = GetJob(job_id);
+  EXPECT_EQ(job.state, JobState::kFinalizing);
+  EXPECT_EQ(job.counts.completed, 8);
+  EXPECT_EQ(job.counts.failed, 2);
+}
+
+TEST_P(MetadataStoreContract, ACompletionWhoseChunksLeaveAGapIsRefused) {
+  const std::string job_id = Submit(Spec(), 1);
+  const std::string a = Register("mac-a");
+  std::vector<Lease> leases = LeaseUpTo(a, 1);
+  LeaseProgress report = Progress(leases[0], 10, 0);
+  report.chunks = {Chunk{1, 0, 0, 4, 0}, Chunk{1, 1, 5, 10, 0}};
+  ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(a, {report}, now_));
+  EXPECT_EQ(outcomes[0].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(outcomes[0]), HasSubstr("covers records [5, 10)"));
+  EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kRunning);
+  EXPECT_THAT(GetTask(job_id, 0).chunks, IsEmpty());
+}
+
+TEST_P(MetadataStoreContract, APassedDeadlineExpiresTheJobThroughFinalizing) {
+  JobSpec spec = Spec();
+  spec.completion_window = absl::Hours(1);
+  const std::string job_id = Submit(spec, 3);
+  const std::string a = Register("mac-a");
+  std::vector<Lease> leases = LeaseUpTo(a, 2);
+  ASSERT_THAT(leases, SizeIs(2));
+  ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(a, {Progress(leases[0], 10, 0)}, now_));
+  ASSERT_OK(outcomes[0]);
+  LeaseProgress beat = Progress(leases[1], 5, 0);
+  beat.chunks = {Chunk{1, 0, 0, 5, 0}};
+  ASSERT_OK(store_->Heartbeat(a, ExecutorState::kBusy, "", {beat}, kTtl, now_).status());
+
+  EXPECT_EQ(store_->ExpireJob(job_id, now_).status().code(), absl::StatusCode::kFailedPrecondition);
+  Advance(absl::Hours(1));
+  ASSERT_OK_AND_ASSIGN(Job job, store_->ExpireJob(job_id, now_));
+  EXPECT_EQ(job.state, JobState::kFinalizing);
+  EXPECT_THAT(job.error, HasSubstr("completion window"));
+  EXPECT_EQ(job.counts.completed, 15);
+  EXPECT_EQ(job.counts.failed, 15);
+  EXPECT_EQ(GetTask(job_id, 1).state, TaskState::kCancelled);
+  EXPECT_THAT(GetTask(job_id, 1).chunks, SizeIs(1));
+  EXPECT_EQ(GetTask(job_id, 2).state, TaskState::kCancelled);
+  // The holder of the cut-off lease is told to stop; a second expiry is refused.
+  ASSERT_OK_AND_ASSIGN(HeartbeatReply reply, store_->Heartbeat(a, ExecutorState::kBusy, "", {beat}, kTtl, now_));
+  EXPECT_THAT(reply.cancel, SizeIs(1));
+  EXPECT_EQ(store_->ExpireJob(job_id, now_).status().code(), absl::StatusCode::kFailedPrecondition);
+  // The finaliser ends it expired, not completed.
+  ASSERT_OK_AND_ASSIGN(Job ended, store_->FinishJob(job_id, "o", "e", "m", now_, JobState::kExpired));
+  EXPECT_EQ(ended.state, JobState::kExpired);
+  EXPECT_EQ(store_->FinishJob(job_id, "o", "e", "m", now_).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace minions
