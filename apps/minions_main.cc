@@ -246,6 +246,13 @@ int main(int argc, char** argv) {
   executor_cmd->add_flag("--exit-with-parent", exit_with_parent, "exit when the parent process does (Linux)");
   executor_cmd->add_option("--runner-threads", agent_options.runner_threads,
                            "CPU threads for the runner when the job does not set them (default: all cores but one)");
+  int64_t checkpoint_interval_ms = absl::ToInt64Milliseconds(agent_options.checkpoint_interval);
+  executor_cmd->add_option("--checkpoint-records", agent_options.checkpoint_records,
+                           "upload a task's finished records as a checkpoint every this many records")
+      ->capture_default_str();
+  executor_cmd->add_option("--checkpoint-interval-ms", checkpoint_interval_ms,
+                           "... or this often, whichever comes first")
+      ->capture_default_str();
 
   minions::cli::PoolOptions pool_options;
   pool_options.data_dir = home + "/pool";
@@ -268,6 +275,8 @@ int main(int argc, char** argv) {
   submit_cmd->add_option("--team", submit.team, "owner team");
   submit_cmd->add_option("--parallel", parallel, "sequences each runner decodes together");
   submit_cmd->add_option("--runner-options", submit.runner_options_json, "runner load options as JSON");
+  submit_cmd->add_option("--completion-window", submit.completion_window,
+                         "deadline after submission (24h, 90m); the job then expires with what it finished");
   submit_cmd->add_flag("--wait", submit.wait, "watch the job until it ends");
   submit_cmd->add_flag("--json", submit.json, "JSON output");
 
@@ -355,6 +364,7 @@ int main(int argc, char** argv) {
   }
   if (executor_cmd->parsed()) {
     if (!runner_program.empty()) agent_options.runner_command = {runner_program};
+    agent_options.checkpoint_interval = absl::Milliseconds(checkpoint_interval_ms);
     if (agent_options.runner_threads == 0) {
       // Leave a core to the machine's owner and to this agent (see docs/architecture.md).
       agent_options.runner_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);

@@ -194,6 +194,14 @@ int Submit(const Connection& connection, const SubmitOptions& options) {
   request.set_priority(options.priority);
   request.set_team(options.team);
   request.set_runner_options_json(options.runner_options_json);
+  if (!options.completion_window.empty()) {
+    absl::Duration window;
+    if (!absl::ParseDuration(options.completion_window, &window) || window <= absl::ZeroDuration()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--completion-window '", options.completion_window,
+                                                          "' is not a positive duration such as 24h or 90m")));
+    }
+    request.set_completion_window_ms(absl::ToInt64Milliseconds(window));
+  }
   JobsClient client(connection);
   auto job = client.Submit(request);
   if (!job.ok()) return Fail(job.status());
@@ -240,7 +248,7 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
     printf("ran       %s\n", HumanDuration((job->finished_at_ms() - job->started_at_ms()) / 1000.0).c_str());
   }
   if (!job->error().empty()) printf("error     %s\n", job->error().c_str());
-  if (job->state() == "completed") {
+  if (job->state() == "completed" || job->state() == "expired") {
     printf("results   minions results %s -o output.jsonl   (errors: --errors)\n", job->id().c_str());
   }
   if (tasks) {

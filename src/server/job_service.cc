@@ -199,10 +199,12 @@ grpc::Status JobService::GetResults(grpc::ServerContext* context, const v1::GetR
   auto job = store_->GetJob(request->job_id());
   if (!job.ok()) return ToGrpc(job.status());
   const std::string& key = request->errors() ? job->errors_key : job->output_key;
-  if (job->state != JobState::kCompleted || key.empty()) {
+  // An expired job has results too: what it finished, and an error line for the rest.
+  const bool has_results = job->state == JobState::kCompleted || job->state == JobState::kExpired;
+  if (!has_results || key.empty()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("job ", job->id, " is ", std::string(JobStateName(job->state)),
-                                     "; results exist once it has completed",
+                                     "; results exist once it has completed (or expired)",
                                      job->error.empty() ? "" : absl::StrCat(" (", job->error, ")")));
   }
   bool client_gone = false;

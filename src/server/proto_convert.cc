@@ -41,6 +41,15 @@ v1::Task ToProto(const Task& task) {
   p.set_n_records(task.n_records);
   p.set_records_done(task.records_done);
   p.set_records_failed(task.records_failed);
+  p.set_records_committed(CommittedRecords(task));
+  for (const Chunk& c : task.chunks) {
+    v1::Chunk* chunk = p.add_chunks();
+    chunk->set_attempt(c.attempt);
+    chunk->set_seq(c.seq);
+    chunk->set_begin(c.begin);
+    chunk->set_end(c.end);
+    chunk->set_records_failed(c.records_failed);
+  }
   p.set_last_error(task.last_error);
   p.set_lease_expires_at_ms(MillisOrZero(task.lease_expires_at));
   return p;

@@ -89,8 +89,10 @@ class ProcessPool {
   }
 
   // Starts an executor process. `runner` empty: the built-in llama.cpp runner.
+  // `extra_args` go to `minions executor`; `env` ("NAME=value") to it and so to its runner.
   absl::Status StartExecutor(const std::string& name, int runner_threads = 1, const std::string& runner = "",
-                             const std::string& server = "") {
+                             const std::string& server = "", const std::vector<std::string>& extra_args = {},
+                             const std::vector<std::string>& env = {}) {
     Subprocess::Options sp;
     sp.argv = {minions_, "executor", "--server", server.empty() ? connection_.server : server, "--name", name,
                "--state-dir",
@@ -100,6 +102,8 @@ class ProcessPool {
       sp.argv.push_back("--runner");
       sp.argv.push_back(runner);
     }
+    sp.argv.insert(sp.argv.end(), extra_args.begin(), extra_args.end());
+    sp.extra_env = env;
     sp.stderr_path = dir_ + "/logs/executor-" + name + ".log";
     auto p = Subprocess::Start(sp);
     if (!p.ok()) return p.status();

@@ -371,6 +371,134 @@ TEST_P(Pool, TwoServersOnOneStoreServeEveryRecordOnce) {
   std::filesystem::remove_all(dir);
 }
 
+// Lines {"custom_id": "r<i>", "prompt": ...}; `poison` marks the prompt of record `poison_at`.
+std::vector<std::string> NoopLines(int n, int poison_at = -1) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < n; ++i) {
+    lines.push_back(absl::StrCat("{\"custom_id\":\"r", i, "\",\"prompt\":\"", i == poison_at ? "poison-me" : "x", "\"}"));
+  }
+  return lines;
+}
+
+v1::Job WaitForEnd(cli::JobsClient& client, const std::string& job_id, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  absl::StatusOr<v1::Job> job;
+  while (absl::Now() < deadline) {
+    job = client.Get(job_id);
+    if (job.ok() && (job->state() == "completed" || job->state() == "failed" || job->state() == "cancelled" ||
+                     job->state() == "expired")) {
+      return *job;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ADD_FAILURE() << "job " << job_id << " did not end in time";
+  return job.ok() ? *job : v1::Job();
+}
+
+TEST_P(Pool, ARecordThatCrashesTheRunnerBecomesAnErrorRecordNotAFailedTask) {
+  std::string dir = TempDir("poison-" + GetParam());
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, kBin + "/minions-noop-runner", "", {}, {"MINIONS_NOOP_CRASH_ON=poison-me"}).ok());
+  auto lines = NoopLines(60, 37);
+  cli::JobsClient client(pool.connection());
+  auto submitted = Submit(pool, WriteInput(dir, lines), 20);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  v1::Job job = WaitForEnd(client, submitted->id(), absl::Minutes(2));
+  ASSERT_EQ(job.state(), "completed") << job.error();
+  EXPECT_EQ(job.request_counts().completed(), 59);
+  EXPECT_EQ(job.request_counts().failed(), 1);
+  auto errors = Lines(FetchResults(pool, job.id(), true));
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0]["custom_id"], "r37");
+  EXPECT_EQ(errors[0]["error"]["code"], "runner_crashed");
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), errors);
+  // The task holding it succeeded on its first attempt: a poison record is not a task failure.
+  auto tasks = client.Tasks(job.id());
+  ASSERT_TRUE(tasks.ok());
+  for (const auto& t : *tasks) {
+    EXPECT_EQ(t.state(), "succeeded");
+    EXPECT_EQ(t.attempt(), 1) << "task " << t.index();
+    EXPECT_EQ(t.failures(), 0) << "task " << t.index();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_P(Pool, AnExecutorsSuccessorResumesAfterItsLastCheckpoint) {
+  std::string dir = TempDir("resume-" + GetParam());
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 1500);
+  UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());
+  const std::string noop = kBin + "/minions-noop-runner";
+  ASSERT_TRUE(pool.StartExecutor("slow", 1, noop, "", {"--checkpoint-records", "10"},
+                                 {"MINIONS_NOOP_RECORD_DELAY_MS=40"}).ok());
+  auto lines = NoopLines(100);
+  cli::JobsClient client(pool.connection());
+  auto submitted = Submit(pool, WriteInput(dir, lines), 100);  // one task
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  // Once 30 records are committed, the executor dies.
+  int64_t committed = 0;
+  for (int i = 0; i < 300 && committed < 30; ++i) {
+    auto tasks = client.Tasks(submitted->id());
+    if (tasks.ok() && !tasks->empty()) committed = (*tasks)[0].records_committed();
+    if (committed < 30) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_GE(committed, 30);
+  pool.executor("slow").Signal(SIGKILL);
+  ASSERT_TRUE(pool.StartExecutor("fresh", 1, noop).ok());
+  v1::Job job = WaitForEnd(client, submitted->id(), absl::Minutes(2));
+  ASSERT_EQ(job.state(), "completed") << job.error();
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), Lines(FetchResults(pool, job.id(), true)));
+  auto tasks = client.Tasks(job.id());
+  ASSERT_TRUE(tasks.ok());
+  const v1::Task& task = (*tasks)[0];
+  EXPECT_EQ(task.attempt(), 2);
+  ASSERT_GE(task.chunks_size(), 2);
+  EXPECT_EQ(task.chunks(0).attempt(), 1);
+  // The second attempt started at the first's last commit: no committed record ran twice.
+  const v1::Chunk& last = task.chunks(task.chunks_size() - 1);
+  EXPECT_EQ(last.attempt(), 2);
+  EXPECT_GE(last.begin(), committed);
+  EXPECT_EQ(last.end(), 100);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_P(Pool, AJobPastItsCompletionWindowExpiresWithWhatItFinished) {
+  std::string dir = TempDir("expire-" + GetParam());
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, kBin + "/minions-noop-runner", "", {"--checkpoint-records", "5"},
+                                 {"MINIONS_NOOP_RECORD_DELAY_MS=50"}).ok());
+  auto lines = NoopLines(200);
+  std::ifstream in(WriteInput(dir, lines));
+  std::stringstream data;
+  data << in.rdbuf();
+  v1::SubmitJobRequest request;
+  request.set_input(data.str());
+  request.set_model(kModel);
+  request.set_shard_size(20);
+  request.set_completion_window_ms(2500);  // 200 records at 20 a second need 10 s
+  cli::JobsClient client(pool.connection());
+  auto submitted = client.Submit(request);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  v1::Job job = WaitForEnd(client, submitted->id(), absl::Minutes(1));
+  ASSERT_EQ(job.state(), "expired") << job.error();
+  EXPECT_THAT(job.error(), ::testing::HasSubstr("completion window"));
+  auto output = Lines(FetchResults(pool, job.id(), false));
+  auto errors = Lines(FetchResults(pool, job.id(), true));
+  EXPECT_GT(output.size(), 10u);
+  EXPECT_LT(output.size(), 150u);
+  for (const auto& e : errors) EXPECT_EQ(e["error"]["code"], "batch_expired");
+  EXPECT_EQ(job.request_counts().completed(), static_cast<int64_t>(output.size()));
+  ExpectEachRecordOnce(lines, output, errors);
+  std::filesystem::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Pool, ::testing::Values("embedded", "postgres-s3"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param == "embedded" ? std::string("Embedded") : std::string("PostgresS3");
