@@ -69,6 +69,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
       lock = std::move(*acquired);
       minions::WatchdogOptions wo;
       wo.executor_timeout = options.lease_ttl * 3;
+      wo.takeover_grace = options.lease_ttl * 2;  // a heartbeat, plus the reconnection backoff
       watchdog = std::make_unique<minions::Watchdog>(backends->store.get(), wo);
     } else {
       MINIONS_LOG(Info) << "another process runs the watchdog; this server runs without it";
@@ -109,6 +110,7 @@ int RunWatchdog(const minions::apps::MinionsConfig& config) {
   MINIONS_LOG(Info) << "watchdog active on " << backends->description;
   minions::WatchdogOptions wo;
   wo.executor_timeout = absl::Milliseconds(config.lease_ttl_ms) * 3;
+  wo.takeover_grace = absl::Milliseconds(config.lease_ttl_ms) * 2;
   minions::Watchdog watchdog(backends->store.get(), wo);
   minions::RealClock clock;
   while (g_signals.load() == 0) {

@@ -300,9 +300,9 @@ absl::Status ExecutorAgent::LoadModel(const v1::TaskLease& lease) {
 void ExecutorAgent::FeedRunner() {
   while (!staged_.empty()) {
     TaskPtr task = staged_.front();
-    if (task->cancelled || task->lease_lost || stop_) {
+    if (task->cancelled || stop_) {
       staged_.pop_front();
-      if (stop_ && !task->cancelled && !task->lease_lost) {
+      if (stop_ && !task->cancelled) {
         Report(task, absl::AbortedError("the executor is stopping"), FailureClass::kPreempted);
       }
       Forget(task);
@@ -464,7 +464,7 @@ void ExecutorAgent::FinishTask(const TaskPtr& task, const Json& batch_done) {
     Report(task, absl::AbortedError("the executor is stopping"), FailureClass::kPreempted);
     return Forget(task);
   }
-  if (task->cancelled || task->lease_lost) return Forget(task);
+  if (task->cancelled) return Forget(task);
   if (JsonBool(batch_done, "cancelled")) {
     Report(task, absl::AbortedError("the runner cancelled the batch"), FailureClass::kRetryable);
     return Forget(task);
@@ -488,7 +488,7 @@ void ExecutorAgent::FlushCompletions() {
   request.set_executor_id(id());
   std::vector<TaskPtr> sent;
   for (const TaskPtr& task : to_complete_) {
-    if (task->lease_lost || task->cancelled) {
+    if (task->cancelled) {
       Forget(task);
       continue;
     }
@@ -542,7 +542,7 @@ void ExecutorAgent::OnRunnerDied(const absl::Status& why) {
   std::vector<TaskPtr> again;
   for (const auto& task : victims) {
     task->in_runner = false;
-    if (task->cancelled || task->lease_lost || stop_) {
+    if (task->cancelled || stop_) {
       if (stop_) Report(task, absl::AbortedError("the executor is stopping"), FailureClass::kPreempted);
       Forget(task);
       continue;
@@ -621,13 +621,19 @@ void ExecutorAgent::HeartbeatLoop() {
     absl::Time now = clock_->Now();
     if (!reply.ok()) {
       MINIONS_LOG(Warning) << "heartbeat failed: " << reply.status().message();
-      if (!tasks.empty() && now - last_renewed >= ttl) {
-        // The leases have run out on the server's side too: the tasks are someone else's now.
-        bool any = false;
-        for (const auto& task : tasks) any |= !task->lease_lost.exchange(true);
-        if (any) KillRunner("could not renew the leases for a whole TTL");
+      if (!tasks.empty() && now - last_renewed >= ttl && !detached_) {
+        // The server is away (restarting, or out of reach). Keep running: when it answers again,
+        // the heartbeat re-attaches the leases that are still ours and cancels the others, and
+        // every report stays fenced by its attempt, so nothing runs twice into the results.
+        detached_ = true;
+        MINIONS_LOG(Warning) << "no lease renewed for a whole TTL; carrying on until the server answers";
       }
       continue;
+    }
+    if (detached_) {
+      detached_ = false;
+      MINIONS_LOG(Info) << "the server answers again; re-attached " << reply->renewed_size() << " leases, "
+                        << reply->cancel_size() << " were given to others";
     }
     last_renewed = now;
     if (reply->reregister()) {
@@ -649,16 +655,8 @@ void ExecutorAgent::HeartbeatLoop() {
   }
 }
 
-void ExecutorAgent::KillRunner(const char* why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (runner_) {
-    MINIONS_LOG(Warning) << "killing the runner: " << why;
-    ::kill(runner_->pid(), SIGKILL);
-  }
-}
-
 void ExecutorAgent::Report(const TaskPtr& task, absl::Status outcome, FailureClass failure) {
-  if (task->lease_lost || task->cancelled) return;  // not ours to report any more
+  if (task->cancelled) return;  // not ours to report any more
   v1::FailRequest request;
   request.set_executor_id(id());
   *request.mutable_ref() = task->lease.ref();

@@ -10,8 +10,10 @@
 // two (one running, one queued); tiny ones up to `max_prefetch`, each lease and completion then
 // amortised over many records per second.
 //
-// Both sides enforce the lease: when the agent cannot renew its leases for a whole TTL it kills its
-// own runner, because by then the tasks belong to someone else.
+// Server restarts: when no heartbeat gets through for a whole TTL the agent keeps running (the
+// server may be restarting); the first heartbeat that gets through re-attaches the leases that are
+// still its own and cancels the others. Every report is fenced by its attempt, so work that was
+// given to someone else meanwhile never reaches the results.
 //
 // Ownership: owns its runner process, its control-plane client and blob client.
 // Threads: Run() on one thread (the "main" thread); Drain()/Stop() from any thread; an internal
@@ -102,7 +104,6 @@ class ExecutorAgent {
     std::atomic<int64_t> records_done{0};
     std::atomic<int64_t> records_failed{0};
     std::atomic<bool> cancelled{false};   // the server said stop (job cancelled, lease gone)
-    std::atomic<bool> lease_lost{false};  // we could not renew the lease in time
   };
   using TaskPtr = std::shared_ptr<ActiveTask>;
 
@@ -133,7 +134,6 @@ class ExecutorAgent {
   // heartbeat) for the next try when the server cannot be reached.
   void FlushCompletions();
   void Forget(const TaskPtr& task);
-  void KillRunner(const char* why);
   int PrefetchWindow() const;
   std::vector<TaskPtr> ActiveTasks() const;
 
@@ -165,6 +165,7 @@ class ExecutorAgent {
 
   std::thread heartbeat_;
   std::atomic<bool> heartbeat_stop_{false};
+  bool detached_ = false;                       // heartbeat thread only: the server has been away a TTL
 };
 
 }  // namespace minions

@@ -112,6 +112,8 @@ class ProcessPool {
   }
 
   Subprocess& executor(const std::string& name) { return *executors_.at(name); }
+  // The i-th server started (StartServer again after killing one starts a replacement).
+  Subprocess& server(size_t i = 0) { return *servers_.at(i); }
   const cli::Connection& connection() const { return connection_; }
   const std::string& dir() const { return dir_; }
 

@@ -15,7 +15,10 @@ namespace minions {
 absl::StatusOr<WatchdogPass> Watchdog::Tick(absl::Time now) {
   WatchdogPass pass;
   std::set<std::string> jobs;
-  auto expired = store_->ExpireLeases(now, options_.batch);
+  if (!active_since_) active_since_ = now;
+  pass.in_grace = now < *active_since_ + options_.takeover_grace;
+  auto expired = pass.in_grace ? absl::StatusOr<std::vector<Task>>(std::vector<Task>{})
+                               : store_->ExpireLeases(now, options_.batch);
   if (!expired.ok()) return expired.status();
   for (const Task& task : *expired) {
     ++pass.leases_expired;
@@ -24,7 +27,8 @@ absl::StatusOr<WatchdogPass> Watchdog::Tick(absl::Time now) {
     MINIONS_LOG(Info) << "job=" << task.job_id << " task=" << task.index << " lease expired; now "
                       << TaskStateName(task.state) << " (" << task.last_error << ")";
   }
-  auto lost = store_->MarkLostExecutors(now - options_.executor_timeout, now);
+  auto lost = pass.in_grace ? absl::StatusOr<std::vector<Executor>>(std::vector<Executor>{})
+                            : store_->MarkLostExecutors(now - options_.executor_timeout, now);
   if (!lost.ok()) return lost.status();
   for (const Executor& e : *lost) {
     ++pass.executors_lost;

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -21,6 +22,11 @@ struct WatchdogOptions {
   absl::Duration interval = absl::Milliseconds(500);
   absl::Duration executor_timeout = absl::Seconds(30);  // no heartbeat for this long: lost
   int batch = 500;                                      // leases expired per pass
+  // After the watchdog becomes active, leases are not expired nor executors declared lost for
+  // this long: when the control plane was down (a restart), executors need a heartbeat to
+  // re-attach their leases before they are judged: a heartbeat interval plus the time a client
+  // takes to reconnect. The server and `minions watchdog` use two lease TTLs.
+  absl::Duration takeover_grace = absl::ZeroDuration();
 };
 
 struct WatchdogPass {
@@ -28,6 +34,7 @@ struct WatchdogPass {
   int tasks_failed = 0;       // expiry that exhausted max_attempts
   int executors_lost = 0;
   int jobs_expired = 0;       // completion window passed
+  bool in_grace = false;      // the takeover grace held back lease expiry and lost executors
   std::vector<std::string> jobs_touched;  // jobs whose tasks changed (may now need finalising)
 };
 
@@ -40,6 +47,7 @@ class Watchdog {
  private:
   MetadataStore* store_;
   WatchdogOptions options_;
+  std::optional<absl::Time> active_since_;  // the first Tick
 };
 
 // Holds an exclusive lock on a file while alive; the process that holds it runs the watchdog.

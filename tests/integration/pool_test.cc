@@ -423,7 +423,7 @@ TEST_P(Pool, ARecordThatCrashesTheRunnerBecomesAnErrorRecordNotAFailedTask) {
     EXPECT_EQ(t.attempt(), 1) << "task " << t.index();
     EXPECT_EQ(t.failures(), 0) << "task " << t.index();
   }
-  std::filesystem::remove_all(dir);
+  if (!HasFailure()) std::filesystem::remove_all(dir);  // logs stay for a failure
 }
 
 TEST_P(Pool, AnExecutorsSuccessorResumesAfterItsLastCheckpoint) {
@@ -463,7 +463,7 @@ TEST_P(Pool, AnExecutorsSuccessorResumesAfterItsLastCheckpoint) {
   EXPECT_EQ(last.attempt(), 2);
   EXPECT_GE(last.begin(), committed);
   EXPECT_EQ(last.end(), 100);
-  std::filesystem::remove_all(dir);
+  if (!HasFailure()) std::filesystem::remove_all(dir);  // logs stay for a failure
 }
 
 TEST_P(Pool, AJobPastItsCompletionWindowExpiresWithWhatItFinished) {
@@ -496,7 +496,49 @@ TEST_P(Pool, AJobPastItsCompletionWindowExpiresWithWhatItFinished) {
   for (const auto& e : errors) EXPECT_EQ(e["error"]["code"], "batch_expired");
   EXPECT_EQ(job.request_counts().completed(), static_cast<int64_t>(output.size()));
   ExpectEachRecordOnce(lines, output, errors);
-  std::filesystem::remove_all(dir);
+  if (!HasFailure()) std::filesystem::remove_all(dir);  // logs stay for a failure
+}
+
+TEST_P(Pool, ExecutorsRideOutAServerRestartAndReattachTheirLeases) {
+  std::string dir = TempDir("restart-" + GetParam());
+  const int ttl_ms = 1500;
+  ProcessPool pool(kBin + "/minions", dir + "/pool", ttl_ms);
+  UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());
+  const std::string noop = kBin + "/minions-noop-runner";
+  for (const char* name : {"e1", "e2"}) {
+    ASSERT_TRUE(pool.StartExecutor(name, 1, noop, "", {}, {"MINIONS_NOOP_RECORD_DELAY_MS=25"}).ok());
+  }
+  auto lines = NoopLines(400);
+  cli::JobsClient client(pool.connection());
+  auto submitted = Submit(pool, WriteInput(dir, lines), 40);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  // Both executors hold tasks; the server dies and stays away for two TTLs.
+  for (int i = 0; i < 100; ++i) {
+    auto tasks = client.Tasks(submitted->id());
+    int running = 0;
+    if (tasks.ok()) {
+      for (const auto& t : *tasks) running += t.state() == "running";
+    }
+    if (running >= 2) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  pool.server(0).Signal(SIGKILL);
+  (void)pool.server(0).Wait(absl::Seconds(10));
+  absl::SleepFor(absl::Milliseconds(2 * ttl_ms));
+  ASSERT_TRUE(pool.StartServer().ok());
+  v1::Job job = WaitForEnd(client, submitted->id(), absl::Minutes(2));
+  ASSERT_EQ(job.state(), "completed") << job.error();
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), Lines(FetchResults(pool, job.id(), true)));
+  // No lease was taken from its holder: the executors re-attached them.
+  auto tasks = client.Tasks(job.id());
+  ASSERT_TRUE(tasks.ok());
+  for (const auto& t : *tasks) {
+    EXPECT_EQ(t.failures(), 0) << "task " << t.index() << ": " << t.last_error();
+    EXPECT_EQ(t.attempt(), 1) << "task " << t.index();
+  }
+  if (!HasFailure()) std::filesystem::remove_all(dir);  // logs stay for a failure
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Pool, ::testing::Values("embedded", "postgres-s3"),

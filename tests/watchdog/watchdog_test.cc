@@ -331,5 +331,35 @@ TEST(WatchdogLock, AnUnopenableLockFileIsAnError) {
   EXPECT_THAT(std::string(lock.status().message()), HasSubstr("watchdog.lock"));
 }
 
+TEST_F(WatchdogTest, ATakeoverGraceLetsExecutorsReattachAfterAnOutage) {
+  // The control plane was down for longer than a TTL: every lease looks expired and every
+  // executor silent when the new watchdog starts.
+  std::string job_id = Submit(1);
+  std::string a = Register("a");
+  std::vector<Lease> leases = LeaseOne(a);
+  ASSERT_EQ(leases.size(), 1u);
+  clock_.Advance(kExecutorTimeout * 2);
+  WatchdogOptions options;
+  options.executor_timeout = kExecutorTimeout;
+  options.takeover_grace = kTtl;
+  Watchdog fresh(store_.get(), options);
+  WatchdogPass first = Must(fresh.Tick(clock_.Now()));
+  EXPECT_TRUE(first.in_grace);
+  EXPECT_EQ(first.leases_expired, 0);
+  EXPECT_EQ(first.executors_lost, 0);
+  // The executor's heartbeat gets through within the grace: its lease is its own again.
+  clock_.Advance(kTtl / 3);
+  LeaseProgress held{job_id, 0, leases[0].task.attempt, 0, 0, {}};
+  HeartbeatReply reply = Must(store_->Heartbeat(a, ExecutorState::kBusy, "", {held}, kTtl, clock_.Now()));
+  EXPECT_THAT(reply.cancel, IsEmpty());
+  clock_.Advance(kTtl * 2 / 3 + absl::Seconds(1));
+  WatchdogPass after = Must(fresh.Tick(clock_.Now()));
+  EXPECT_FALSE(after.in_grace);
+  EXPECT_EQ(after.leases_expired, 0);
+  EXPECT_EQ(after.executors_lost, 0);
+  EXPECT_EQ(GetTask(job_id, 0).attempt, 1);
+  EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kRunning);
+}
+
 }  // namespace
 }  // namespace minions::testing
