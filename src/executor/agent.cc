@@ -660,6 +660,12 @@ void ExecutorAgent::Report(const TaskPtr& task, absl::Status outcome, FailureCla
   v1::FailRequest request;
   request.set_executor_id(id());
   *request.mutable_ref() = task->lease.ref();
+  {
+    // Chunks uploaded since the last heartbeat are committed with the report: a preempted or
+    // failed attempt hands back every record it finished.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const v1::Chunk& chunk : task->chunks) *request.mutable_ref()->add_chunks() = chunk;
+  }
   request.set_failure_class(std::string(FailureClassName(failure)));
   request.set_message(std::string(outcome.message()));
   absl::Status s = client_->Fail(request);

@@ -42,6 +42,9 @@ absl::Status GrantTask(Task& task, const std::string& executor_id, absl::Duratio
   if (task.not_before && *task.not_before > now) {
     return absl::FailedPreconditionError("task is backing off after a failure");
   }
+  if (task.shadow && task.shadow->executor_id == executor_id) {
+    return absl::FailedPreconditionError("this executor runs the straggling attempt; its backup goes elsewhere");
+  }
   task.state = TaskState::kRunning;
   task.attempt += 1;
   task.executor_id = executor_id;
@@ -53,7 +56,37 @@ absl::Status GrantTask(Task& task, const std::string& executor_id, absl::Duratio
   return absl::OkStatus();
 }
 
+bool FromShadow(const Task& task, int attempt) {
+  return task.shadow && task.shadow->attempt == attempt &&
+         (task.state == TaskState::kPending || (task.state == TaskState::kRunning && task.attempt != attempt));
+}
+
+bool DropShadow(Task& task, int attempt) {
+  if (!FromShadow(task, attempt)) return false;
+  task.shadow.reset();
+  return true;
+}
+
+absl::Status RequestBackup(Task& task, absl::Time now) {
+  if (task.state != TaskState::kRunning || task.shadow) {
+    return absl::FailedPreconditionError(absl::StrCat("task ", task.job_id, "/", task.index, " is ",
+                                                      std::string(TaskStateName(task.state)),
+                                                      task.shadow ? " and has a backup already" : "",
+                                                      "; only a running task gets a backup"));
+  }
+  task.shadow = Task::Shadow{task.attempt, task.executor_id};
+  task.state = TaskState::kPending;
+  task.executor_id.clear();
+  task.lease_expires_at.reset();
+  task.not_before.reset();
+  task.records_done = CommittedRecords(task);
+  task.records_failed = CommittedFailed(task);
+  (void)now;
+  return absl::OkStatus();
+}
+
 absl::Status CheckFence(const Task& task, const std::string& executor_id, int attempt) {
+  if (FromShadow(task, attempt) && task.shadow->executor_id == executor_id) return absl::OkStatus();
   if (task.state != TaskState::kRunning) {
     return absl::FailedPreconditionError(absl::StrCat(
         "task ", task.job_id, "/", task.index, " is ", std::string(TaskStateName(task.state)),
@@ -100,7 +133,13 @@ absl::StatusOr<int> CommitChunks(Task& task, const std::vector<Chunk>& chunks) {
 }
 
 absl::Status RenewLease(Task& task, const LeaseProgress& progress, absl::Duration ttl, absl::Time now) {
+  if (FromShadow(task, progress.attempt)) return absl::OkStatus();  // it holds no lease to renew
   task.lease_expires_at = now + ttl;
+  if (task.shadow) {
+    // Two attempts race: the committed chunks stay put until one of them completes.
+    task.records_done = std::max(progress.records_done, CommittedRecords(task));
+    return absl::OkStatus();
+  }
   absl::Status chunks = CommitChunks(task, progress.chunks).status();
   task.records_done = std::max(progress.records_done, CommittedRecords(task));
   task.records_failed = std::max(progress.records_failed, CommittedFailed(task));
@@ -116,6 +155,17 @@ absl::Status CompleteTask(Task& task, int64_t records_done, int64_t records_fail
 }
 
 absl::Status CompleteTask(Task& task, const LeaseProgress& report, absl::Time now) {
+  if (FromShadow(task, report.attempt)) {
+    // The straggler finished first: it becomes the attempt that completes; its backup loses.
+    Task promoted = task;
+    promoted.state = TaskState::kRunning;
+    promoted.attempt = task.shadow->attempt;
+    promoted.executor_id = task.shadow->executor_id;
+    promoted.shadow.reset();
+    absl::Status done = CompleteTask(promoted, report, now);
+    if (done.ok()) task = std::move(promoted);
+    return done;
+  }
   if (task.state != TaskState::kRunning) {
     return absl::FailedPreconditionError(absl::StrCat("task ", task.job_id, "/", task.index, " is ",
                                                       std::string(TaskStateName(task.state)),
@@ -141,6 +191,7 @@ absl::Status CompleteTask(Task& task, const LeaseProgress& report, absl::Time no
     done.chunks.push_back(last);
   }
   task = std::move(done);
+  task.shadow.reset();  // a shadow that loses the race is told to stop by its next heartbeat
   task.state = TaskState::kSucceeded;
   task.records_done = records_done;
   task.records_failed = CommittedFailed(task);
@@ -199,6 +250,7 @@ absl::Status ExpireLease(Task& task, int max_attempts, const RetryPolicy& policy
 
 void CancelTask(Task& task, absl::Time now) {
   if (IsTerminal(task.state)) return;
+  task.shadow.reset();
   task.state = TaskState::kCancelled;
   task.lease_expires_at.reset();
   task.finished_at = now;

@@ -24,8 +24,24 @@ struct RetryPolicy {
 // Leasing: pending -> running under a new attempt (the fencing token).
 absl::Status GrantTask(Task& task, const std::string& executor_id, absl::Duration ttl, absl::Time now);
 
-// Checks that a report comes from the current attempt of the task's current lease holder.
+// Checks that a report comes from the current attempt of the task's current lease holder, or
+// from its shadow (a straggling attempt racing its backup).
 absl::Status CheckFence(const Task& task, const std::string& executor_id, int attempt);
+
+// Stragglers: the running attempt becomes the task's shadow and the task goes back to pending, so
+// another executor (never the shadow's) leases it as a backup attempt. The shadow keeps running
+// and may still complete; the first completion wins and the loser is cancelled by its next
+// heartbeat. While a shadow exists the committed chunks stay as they are (both attempts resume
+// from them), so either attempt's completion fits. FailedPrecondition unless running without a
+// shadow.
+absl::Status RequestBackup(Task& task, absl::Time now);
+
+// The report of `attempt` comes from the task's shadow.
+bool FromShadow(const Task& task, int attempt);
+
+// A report of failure from the shadow: it is dropped (the backup runs on); not counted. Returns
+// whether `attempt` was the shadow.
+bool DropShadow(Task& task, int attempt);
 
 // Commits the chunks of the task's current attempt that extend its committed prefix (the caller
 // has checked the fence). A chunk already committed is skipped, so an executor may repeat its list

@@ -104,6 +104,14 @@ struct Task {
   int64_t records_done = 0;     // progress of the current attempt (at least the committed records)
   int64_t records_failed = 0;   // error lines among them
   std::vector<Chunk> chunks;    // committed checkpoints, contiguous from record 0
+  // A straggler's attempt, still running while a backup attempt (the task's current one) races
+  // it; whichever completes first wins (model RequestBackup). It holds no lease of its own.
+  struct Shadow {
+    int attempt = 0;
+    std::string executor_id;
+    bool operator==(const Shadow&) const = default;
+  };
+  std::optional<Shadow> shadow;
   std::string last_error;
   std::optional<absl::Time> started_at;   // of the current attempt
   std::optional<absl::Time> finished_at;

@@ -531,5 +531,74 @@ TEST(ExpireJob, AJobStillValidatingExpiresAtOnce) {
   EXPECT_EQ(job.finished_at, kNow + absl::Minutes(5));
 }
 
+// --- stragglers ---
+
+TEST(Backups, TheStragglerBecomesAShadowAndTheTaskIsLeasedElsewhere) {
+  Task task = RunningTask("exe-slow");
+  ASSERT_TRUE(CommitChunks(task, {MakeChunk(1, 0, 0, 4)}).ok());
+  ASSERT_TRUE(RequestBackup(task, kNow).ok());
+  EXPECT_EQ(task.state, TaskState::kPending);
+  EXPECT_EQ(task.shadow, (Task::Shadow{1, "exe-slow"}));
+  EXPECT_EQ(RequestBackup(task, kNow).code(), absl::StatusCode::kFailedPrecondition);
+  // Never to the straggler's own executor.
+  EXPECT_EQ(GrantTask(task, "exe-slow", absl::Seconds(30), kNow).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(GrantTask(task, "exe-fast", absl::Seconds(30), kNow).ok());
+  EXPECT_EQ(task.attempt, 2);
+  EXPECT_EQ(task.records_done, 4);  // the backup resumes after the committed chunk
+  // Both attempts pass the fence; a third does not.
+  EXPECT_TRUE(CheckFence(task, "exe-slow", 1).ok());
+  EXPECT_TRUE(CheckFence(task, "exe-fast", 2).ok());
+  EXPECT_FALSE(CheckFence(task, "exe-slow", 2).ok());
+  EXPECT_FALSE(CheckFence(task, "exe-fast", 1).ok());
+}
+
+TEST(Backups, WhileTwoAttemptsRaceNoChunkIsCommitted) {
+  Task task = RunningTask("exe-slow");
+  ASSERT_TRUE(RequestBackup(task, kNow).ok());
+  ASSERT_TRUE(GrantTask(task, "exe-fast", absl::Seconds(30), kNow).ok());
+  ASSERT_TRUE(RenewLease(task, {task.job_id, task.index, 1, 5, 0, {MakeChunk(1, 0, 0, 5)}}, absl::Seconds(30), kNow).ok());
+  ASSERT_TRUE(RenewLease(task, {task.job_id, task.index, 2, 3, 0, {MakeChunk(2, 0, 0, 3)}}, absl::Seconds(30), kNow).ok());
+  EXPECT_TRUE(task.chunks.empty());
+}
+
+TEST(Backups, TheShadowFinishingFirstWinsAndTheBackupIsFencedOff) {
+  Task task = RunningTask("exe-slow");
+  ASSERT_TRUE(RequestBackup(task, kNow).ok());
+  ASSERT_TRUE(GrantTask(task, "exe-fast", absl::Seconds(30), kNow).ok());
+  LeaseProgress shadow_done{task.job_id, task.index, 1, 10, 0, {MakeChunk(1, 0, 0, 10)}};
+  ASSERT_TRUE(CompleteTask(task, shadow_done, kNow).ok());
+  EXPECT_EQ(task.state, TaskState::kSucceeded);
+  EXPECT_EQ(task.attempt, 1);
+  EXPECT_EQ(task.executor_id, "exe-slow");
+  EXPECT_EQ(task.shadow, std::nullopt);
+  EXPECT_EQ(CheckFence(task, "exe-fast", 2).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(Backups, TheBackupFinishingFirstWinsAndTheShadowIsFencedOff) {
+  Task task = RunningTask("exe-slow");
+  ASSERT_TRUE(RequestBackup(task, kNow).ok());
+  // The shadow may even finish before any backup was granted.
+  Task early = task;
+  ASSERT_TRUE(CompleteTask(early, {task.job_id, task.index, 1, 10, 0, {}}, kNow).ok());
+  EXPECT_EQ(early.state, TaskState::kSucceeded);
+
+  ASSERT_TRUE(GrantTask(task, "exe-fast", absl::Seconds(30), kNow).ok());
+  ASSERT_TRUE(CompleteTask(task, {task.job_id, task.index, 2, 10, 0, {MakeChunk(2, 0, 0, 10)}}, kNow).ok());
+  EXPECT_EQ(task.attempt, 2);
+  EXPECT_EQ(task.shadow, std::nullopt);
+  EXPECT_EQ(CheckFence(task, "exe-slow", 1).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(Backups, AFailingShadowIsDroppedWithoutCounting) {
+  Task task = RunningTask("exe-slow");
+  ASSERT_TRUE(RequestBackup(task, kNow).ok());
+  ASSERT_TRUE(GrantTask(task, "exe-fast", absl::Seconds(30), kNow).ok());
+  EXPECT_FALSE(DropShadow(task, 2));
+  EXPECT_TRUE(DropShadow(task, 1));
+  EXPECT_EQ(task.shadow, std::nullopt);
+  EXPECT_EQ(task.failures, 0);
+  EXPECT_EQ(task.state, TaskState::kRunning);
+}
+
 }  // namespace
 }  // namespace minions
