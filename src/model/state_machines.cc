@@ -140,6 +140,11 @@ void CancelTask(Task& task, absl::Time now) {
 }
 
 void AccountTerminalTask(Job& job, const Task& task, absl::Time now) {
+  CountTerminalTask(job, task, now);
+  SettleJob(job, task.last_error, now);
+}
+
+void CountTerminalTask(Job& job, const Task& task, absl::Time now) {
   job.tasks_done += 1;
   if (task.state == TaskState::kSucceeded) job.tasks_succeeded += 1;
   job.updated_at = now;
@@ -149,14 +154,19 @@ void AccountTerminalTask(Job& job, const Task& task, absl::Time now) {
   } else if (task.state == TaskState::kFailed) {
     job.counts.failed += task.n_records;
   }
-  if (job.tasks_done < job.n_tasks || IsTerminal(job.state)) return;
+}
+
+bool SettleJob(Job& job, const std::string& last_error, absl::Time now) {
+  if (job.tasks_done < job.n_tasks || IsTerminal(job.state) || job.state == JobState::kFinalizing) return false;
   if (job.tasks_succeeded == 0 && job.state != JobState::kCancelled) {
     job.state = JobState::kFailed;
-    job.error = absl::StrCat("every task failed; last error: ", task.last_error);
+    job.error = absl::StrCat("every task failed; last error: ", last_error);
     job.finished_at = now;
   } else {
     job.state = JobState::kFinalizing;
   }
+  job.updated_at = now;
+  return true;
 }
 
 bool MarkJobStarted(Job& job, absl::Time now) {

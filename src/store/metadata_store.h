@@ -30,6 +30,16 @@ struct JobFilter {
   int limit = 100;      // newest first
 };
 
+// How many of a job's tasks are in each state, and how many executors run them (for watching a
+// job without listing its tasks).
+struct TaskStateCounts {
+  int64_t pending = 0;
+  int64_t running = 0;
+  int64_t done = 0;       // in a terminal state (the job's tasks_done)
+  int64_t succeeded = 0;  // of those, succeeded
+  int64_t executors = 0;  // distinct holders of the running tasks
+};
+
 struct StoreOptions {
   RetryPolicy retry;
 };
@@ -48,6 +58,9 @@ class MetadataStore {
   virtual absl::StatusOr<Job> GetJob(const std::string& job_id) = 0;
   virtual absl::StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter) = 0;
   virtual absl::StatusOr<std::vector<Task>> ListTasks(const std::string& job_id) = 0;
+  // The job's tasks counted by state; NotFound for an unknown job. Its cost grows with the tasks
+  // that are pending or running, not with the job's size.
+  virtual absl::StatusOr<TaskStateCounts> CountTasks(const std::string& job_id) = 0;
   // Cancels a job that has not ended: its pending and running tasks become cancelled (executors
   // holding them are told so in their next heartbeat). FailedPrecondition if the job has ended.
   virtual absl::StatusOr<Job> CancelJob(const std::string& job_id, absl::Time now) = 0;
@@ -68,6 +81,9 @@ class MetadataStore {
                                                     const ExecutorInfo& info, absl::Time now) = 0;
   virtual absl::StatusOr<Executor> GetExecutor(const std::string& executor_id) = 0;
   virtual absl::StatusOr<std::vector<Executor>> ListExecutors() = 0;
+  // Every running task (of any job), by executor id, then job id and index: what each executor
+  // is working on now.
+  virtual absl::StatusOr<std::vector<Task>> ListRunningTasks() = 0;
   // Records that the executor is alive and in `state` (reason: why), renews the leases in `held`
   // that are still its own (lease_expires_at = now + ttl; committed progress stored), and answers
   // which of them it must stop. An unknown executor gets `unknown_executor`.

@@ -31,7 +31,10 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -60,6 +63,7 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<Job> GetJob(const std::string& job_id) override;
   absl::StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter) override;
   absl::StatusOr<std::vector<Task>> ListTasks(const std::string& job_id) override;
+  absl::StatusOr<TaskStateCounts> CountTasks(const std::string& job_id) override;
   absl::StatusOr<Job> CancelJob(const std::string& job_id, absl::Time now) override;
   absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error, absl::Time now) override;
   absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit) override;
@@ -70,6 +74,7 @@ class PostgresMetadataStore : public MetadataStore {
                                             absl::Time now) override;
   absl::StatusOr<Executor> GetExecutor(const std::string& executor_id) override;
   absl::StatusOr<std::vector<Executor>> ListExecutors() override;
+  absl::StatusOr<std::vector<Task>> ListRunningTasks() override;
   absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& executor_id, ExecutorState state,
                                            const std::string& reason, const std::vector<LeaseProgress>& held,
                                            absl::Duration ttl, absl::Time now) override;
@@ -91,6 +96,15 @@ class PostgresMetadataStore : public MetadataStore {
   // The schema version of the database (the highest applied migration).
   absl::StatusOr<int> SchemaVersion();
 
+  // For tests of the lost-COMMIT path: the next `times` COMMITs of writing transactions go wrong.
+  // kConnectionLostBeforeCommit: the connection breaks before COMMIT is sent (the transaction
+  // rolls back). kAnswerLost: COMMIT is sent, then the connection breaks before its answer is
+  // read (the transaction commits; the store must not run it again).
+  enum class CommitFault { kNone, kConnectionLostBeforeCommit, kAnswerLost };
+  void InjectCommitFaultForTesting(CommitFault fault, int times = 1) ABSL_LOCKS_EXCLUDED(fault_mu_);
+  // How many injected faults have happened.
+  int CommitFaultsInjectedForTesting() ABSL_LOCKS_EXCLUDED(fault_mu_);
+
  private:
   using Connection = postgres_store::Connection;
 
@@ -109,27 +123,54 @@ class PostgresMetadataStore : public MetadataStore {
   // "job-" / "exe-" followed by 12 random lowercase hex digits.
   std::string NewId(const char* prefix) ABSL_LOCKS_EXCLUDED(random_mu_);
 
-  // Row helpers, all inside a transaction.
+  // Row helpers, all inside a transaction. In a writing transaction, loads lock what they read.
   absl::StatusOr<Job> LoadJob(Connection& c, const std::string& job_id);
-  absl::Status SaveJob(Connection& c, const Job& job, bool insert = false);
-  absl::StatusOr<Task> LoadTask(Connection& c, const std::string& job_id, int64_t index);
-  absl::Status SaveTask(Connection& c, const Task& task, bool insert = false);
+  absl::Status SaveJob(Connection& c, const Job& job, bool insert = false);  // all but its counts
   absl::StatusOr<std::vector<Task>> LoadTasks(Connection& c, const std::string& job_id);
+  // The tasks with these keys that exist, in key order.
+  absl::StatusOr<std::vector<Task>> LoadTasks(Connection& c, const std::vector<std::pair<std::string, int64_t>>& keys);
+  absl::Status SaveTasks(Connection& c, const std::vector<Task>& tasks, bool insert = false);
   absl::StatusOr<Executor> LoadExecutor(Connection& c, const std::string& executor_id);
   absl::Status SaveExecutor(Connection& c, const Executor& executor, bool insert = false);
   // Ends a job that has not ended (cancelled or failed): its unfinished tasks are cancelled.
   absl::StatusOr<Job> EndJob(Connection& c, const std::string& job_id, JobState state, const std::string& error,
                              absl::Time now);
-  // The fenced end of an attempt: loads job and task, checks the fence, applies `transition` to
-  // the task, and accounts the task on its job when it became terminal.
+
+  // The end of attempts, shared by CompleteTask(s), FailTask and ExpireLeases: writes `tasks`
+  // (as the state machine left them), adds `ended` (the tasks among them that reached a terminal
+  // state) to their jobs' counts and `records` to the executor's, in one statement; settles a job
+  // whose last task this was. Jobs that may have ended in a race with another transaction go into
+  // `settle_later`, to check after the commit. NotFound when `executor_id` is given and unknown.
+  struct AttemptWrites;
+  absl::Status WriteAttempts(Connection& c, const AttemptWrites& writes, absl::Time now,
+                             std::set<std::string>& settle_later);
+  // Settles job `job_id` (finalizing, or failed) if all its tasks have ended; locks it only then.
+  absl::Status SettleIfDone(Connection& c, const std::string& job_id, absl::Time now);
+  // SettleIfDone for each of `job_ids`, in a transaction of its own (after the one that ended the
+  // tasks committed, so that it sees every commit before it). Best effort: JobsToFinalize's
+  // sweep settles what this misses.
+  void SettleLater(const std::set<std::string>& job_ids, absl::Time now);
+  // The fenced end of reported attempts by `executor_id`: loads the tasks, checks each report's
+  // fence, applies `transition` to each fenced task, then WriteAttempts. One status per report;
+  // NotFound as a whole if the executor is unknown.
   template <typename Transition>
-  absl::StatusOr<Task> FinishAttempt(Connection& c, const std::string& executor_id, const std::string& job_id,
-                                     int64_t task_index, int attempt, Transition&& transition, absl::Time now);
+  absl::StatusOr<std::vector<absl::Status>> FinishAttempts(Connection& c, const std::string& executor_id,
+                                                           const std::vector<LeaseProgress>& reports,
+                                                           Transition&& transition, absl::Time now,
+                                                           std::vector<Task>* finished,
+                                                           std::set<std::string>& settle_later);
+
+  // Tests only: what InTransaction does at the next COMMIT of a writing transaction.
+  CommitFault TakeCommitFault() ABSL_LOCKS_EXCLUDED(fault_mu_);
 
   const StoreOptions options_;
   const std::unique_ptr<postgres_store::ConnectionPool> pool_;
   absl::Mutex random_mu_;
   std::mt19937_64 random_ ABSL_GUARDED_BY(random_mu_);  // for ids; seeded from std::random_device
+  absl::Mutex fault_mu_;
+  CommitFault fault_ ABSL_GUARDED_BY(fault_mu_) = CommitFault::kNone;
+  int faults_left_ ABSL_GUARDED_BY(fault_mu_) = 0;
+  int faults_injected_ ABSL_GUARDED_BY(fault_mu_) = 0;
 };
 
 // The watchdog's single-instance lock: pg_try_advisory_lock on a connection of its own, held for

@@ -77,14 +77,21 @@ CREATE TABLE executors (
 CREATE INDEX executors_by_heartbeat ON executors (state, last_heartbeat_at);
 )sql";
 
+// CountTasks and ListRunningTasks: running tasks by job and by executor.
+constexpr char kRunningTasksIndex[] = R"sql(
+CREATE INDEX tasks_running ON tasks (job_id, executor_id) WHERE state = 'running';
+CREATE INDEX tasks_pending ON tasks (job_id) WHERE state = 'pending';
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
+    {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
 };
 
 }  // namespace
 
 std::span<const Migration> Migrations() { return kMigrations; }
 
-int LatestSchemaVersion() { return kMigrations[std::size(kMigrations) - 1].version; }
+int LatestSchemaVersion() { return store_common::LatestVersion(kMigrations); }
 
 }  // namespace minions::sqlite_store
