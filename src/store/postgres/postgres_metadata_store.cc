@@ -195,7 +195,8 @@ class Connection {
   }
   bool Broken() const { return conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK; }
 
-  // One statement with $n parameters (extended protocol).
+  // One statement with $n parameters (extended protocol). The first statement of a transaction
+  // goes out together with its BEGIN (see StartTransaction).
   absl::StatusOr<PgResult> Exec(const char* sql, const Params& params = Params()) {
     if (conn_ == nullptr) return Fail(nullptr, sql);
     std::vector<const char*> values;
@@ -203,22 +204,28 @@ class Connection {
     for (const std::optional<std::string>& value : params.values()) {
       values.push_back(value ? value->c_str() : nullptr);
     }
+    const int n = static_cast<int>(values.size());
     // Each statement is parsed and planned once per connection, then only executed: the store's
     // statements are a fixed set of constants, run thousands of times a second under load.
     auto it = prepared_.find(sql);
+    if (begin_pending_) return BeginWith(sql, it == prepared_.end(), n, values.data());
     if (it == prepared_.end()) {
       std::string name = absl::StrCat("minions_", prepared_.size());
-      auto prepared = Check(PQprepare(conn_, name.c_str(), sql, static_cast<int>(values.size()), nullptr), sql);
+      auto prepared = Check(PQprepare(conn_, name.c_str(), sql, n, nullptr), sql);
       if (!prepared.ok()) return prepared.status();
       it = prepared_.emplace(sql, std::move(name)).first;
     }
-    return Check(PQexecPrepared(conn_, it->second.c_str(), static_cast<int>(values.size()), values.data(), nullptr,
-                                nullptr, 0),
-                 sql);
+    return Check(PQexecPrepared(conn_, it->second.c_str(), n, values.data(), nullptr, nullptr, 0), sql);
   }
   // Constant text of one or more statements, no parameters (simple protocol); the last result.
   absl::StatusOr<PgResult> ExecScript(const char* sql) {
     if (conn_ == nullptr) return Fail(nullptr, sql);
+    if (begin_pending_) {
+      begin_pending_ = false;
+      absl::StatusOr<PgResult> begun = Check(PQexec(conn_, for_update_ ? "BEGIN; SELECT txid_current()" : "BEGIN"), sql);
+      if (!begun.ok()) return begun.status();
+      if (for_update_) xid_ = begun->Int(0, 0);
+    }
     return Check(PQexec(conn_, sql), sql);
   }
   // Tests only: sends `sql` and closes the connection without reading the answer, which is
@@ -239,11 +246,20 @@ class Connection {
   }
 
   // Per transaction.
+  // Starts a transaction. BEGIN is not sent yet: it goes out with the first statement, in one
+  // round trip (libpq's pipeline mode), and a writing transaction also takes its id then, so that
+  // a COMMIT whose answer is lost can be looked up afterwards instead of being run twice.
   void StartTransaction(bool write) {
     first_error_ = absl::OkStatus();
     retryable_ = false;
     for_update_ = write;
+    begin_pending_ = true;
+    xid_ = 0;
   }
+  // True while the transaction has sent nothing (there is nothing to commit).
+  bool begin_pending() const { return begin_pending_; }
+  // The id of the current writing transaction (0 before its first statement).
+  int64_t xid() const { return xid_; }
   const absl::Status& first_error() const { return first_error_; }
   bool retryable() const { return retryable_; }
   // In a writing transaction, loads lock the rows they read.
@@ -282,12 +298,73 @@ class Connection {
     return error;
   }
 
+  // BEGIN, the transaction id (writing transactions), the statement's PREPARE if it is new, and
+  // the statement, sent at once; their answers read in order.
+  absl::StatusOr<PgResult> BeginWith(const char* sql, bool prepare, int n, const char* const* values) {
+    begin_pending_ = false;
+    const std::string name = prepare ? absl::StrCat("minions_", prepared_.size()) : prepared_.at(sql);
+    bool sent = PQenterPipelineMode(conn_) == 1 &&
+                PQsendQueryParams(conn_, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+    if (for_update_) {
+      sent = sent && PQsendQueryParams(conn_, "SELECT txid_current()", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+    }
+    if (prepare) sent = sent && PQsendPrepare(conn_, name.c_str(), sql, n, nullptr) == 1;
+    sent = sent && PQsendQueryPrepared(conn_, name.c_str(), n, values, nullptr, nullptr, 0) == 1 &&
+           PQpipelineSync(conn_) == 1;
+    const int expected = 2 + (for_update_ ? 1 : 0) + (prepare ? 1 : 0);  // and the sync
+    std::vector<PGresult*> results;
+    bool synced = false;
+    while (sent && !synced) {
+      PGresult* result = PQgetResult(conn_);
+      if (result == nullptr) {  // between two statements' answers; none at all when broken
+        if (Broken() || static_cast<int>(results.size()) > expected) break;
+        continue;
+      }
+      synced = PQresultStatus(result) == PGRES_PIPELINE_SYNC;
+      if (synced) {
+        PQclear(result);
+      } else {
+        results.push_back(result);
+      }
+    }
+    if (synced) PQexitPipelineMode(conn_);
+    // The first failure is the transaction's; answers after it are "aborted" and say nothing.
+    PGresult* statement = nullptr;
+    absl::Status failed;
+    for (size_t i = 0; i < results.size(); ++i) {
+      const ExecStatusType status = PQresultStatus(results[i]);
+      const bool ok = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
+      if (!ok && failed.ok()) {
+        failed = Fail(results[i], sql);
+        results[i] = nullptr;
+      } else if (ok && for_update_ && i == 1) {
+        xid_ = std::strtoll(PQgetvalue(results[i], 0, 0), nullptr, 10);
+      } else if (ok && static_cast<int>(i) == expected - 1) {
+        statement = std::exchange(results[i], nullptr);
+      }
+      if (results[i] != nullptr) PQclear(results[i]);
+    }
+    if (!failed.ok()) {
+      if (statement != nullptr) PQclear(statement);
+      return failed;
+    }
+    if (!synced || statement == nullptr) {
+      if (statement != nullptr) PQclear(statement);
+      if (!Broken()) Close();  // a pipeline we could not finish leaves the session unusable
+      return Fail(nullptr, sql);
+    }
+    if (prepare) prepared_.emplace(sql, name);
+    return PgResult(statement);
+  }
+
   const std::string conninfo_;
   PGconn* conn_ = nullptr;
   std::map<std::string, std::string> prepared_;  // statement text -> prepared name, this session
   absl::Status first_error_;
   bool retryable_ = false;
   bool for_update_ = false;
+  bool begin_pending_ = false;
+  int64_t xid_ = 0;
 };
 
 // A fixed set of connections; Acquire waits for a free one.
@@ -389,26 +466,28 @@ constexpr char kInsertTasks[] = "INSERT INTO tasks (" MINIONS_STORE_TASK_COLUMNS
                                 " ON CONFLICT (job_id, idx) DO NOTHING";
 constexpr char kUpdateTasks[] = MINIONS_PG_UPDATE_TASKS;
 // Tasks by key ($1 job ids, $2 indexes), in key order (the order they are locked in).
-#define MINIONS_PG_SELECT_TASKS                                                 \
-  "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE (job_id, idx) IN "    \
-  "(SELECT * FROM unnest($1::text[], $2::bigint[])) ORDER BY job_id, idx"
-constexpr char kSelectTasks[] = MINIONS_PG_SELECT_TASKS;
-constexpr char kSelectTasksForUpdate[] = MINIONS_PG_SELECT_TASKS " FOR UPDATE";
+// (A lateral join: one index probe per key, whatever the planner guesses unnest's size to be.)
+#define MINIONS_PG_SELECT_TASKS(LOCK)                                                                        \
+  "SELECT t.* FROM (SELECT DISTINCT * FROM unnest($1::text[], $2::bigint[]) ORDER BY 1, 2) k(job_id, idx) " \
+  "CROSS JOIN LATERAL (SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE job_id = k.job_id AND "       \
+  "idx = k.idx" LOCK ") t"
+constexpr char kSelectTasks[] = MINIONS_PG_SELECT_TASKS("");
+constexpr char kSelectTasksForUpdate[] = MINIONS_PG_SELECT_TASKS(" FOR UPDATE");
 #define MINIONS_PG_SELECT_TASKS_OF_JOB "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE job_id = $1 ORDER BY idx"
 constexpr char kSelectTasksOfJob[] = MINIONS_PG_SELECT_TASKS_OF_JOB;
 constexpr char kSelectTasksOfJobForUpdate[] = MINIONS_PG_SELECT_TASKS_OF_JOB " FOR UPDATE";
 constexpr char kRunningTasks[] =
-    "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = $1 ORDER BY executor_id, job_id, idx";
+    "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = 'running' ORDER BY executor_id, job_id, idx";
 constexpr char kCountTasks[] =
-    "SELECT (SELECT COUNT(*) FROM tasks WHERE job_id = $1 AND state = $2), COUNT(*), COUNT(DISTINCT executor_id) "
-    "FROM tasks WHERE job_id = $1 AND state = $3";
+    "SELECT (SELECT COUNT(*) FROM tasks WHERE job_id = $1 AND state = 'pending'), COUNT(*), "
+    "COUNT(DISTINCT executor_id) FROM tasks WHERE job_id = $1 AND state = 'running'";
 
 // The end of attempts, in one statement: the tasks as the state machine left them ($1-$18, as
 // kUpdateTasks), what they add to their jobs' counts ($19-$25: one counter shard row per job),
 // and the records the executor ($27) did ($26). Answers how many tasks it wrote, whether the
 // executor exists, and per job: its tasks done as far as this transaction can see, its number of
-// tasks and state, and whether any of its tasks is pending ($28) — what deciding "the job's last
-// task just ended" needs.
+// tasks and state, and whether any of its tasks is pending — what deciding "the job's last task
+// just ended" needs.
 constexpr char kWriteAttempts[] =
     "WITH t AS (" MINIONS_PG_UPDATE_TASKS " RETURNING 1), "
     "c AS (INSERT INTO job_counts (job_id, shard, tasks_done, tasks_succeeded, completed_records, failed_records, "
@@ -423,24 +502,26 @@ constexpr char kWriteAttempts[] =
     "SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM e), c.job_id, "
     "c.tasks_done + COALESCE((SELECT SUM(o.tasks_done) FROM job_counts o WHERE o.job_id = c.job_id "
     "AND o.shard <> c.shard), 0), j.n_tasks, j.state, "
-    "EXISTS (SELECT 1 FROM tasks p WHERE p.job_id = c.job_id AND p.state = $28) "
+    "EXISTS (SELECT 1 FROM tasks p WHERE p.job_id = c.job_id AND p.state = 'pending' ORDER BY p.job_id, p.idx "
+    "LIMIT 1) "
     "FROM (SELECT 1) one LEFT JOIN c ON true LEFT JOIN jobs j ON j.id = c.job_id";
 
 // Candidate selection: which pending tasks this executor could run, in grant order, locked
 // (tasks another transaction holds are skipped, not waited for), with what the lease needs of
-// their job. Whether a task may actually be granted is GrantTask's decision.
+// their job. Runnable jobs in grant order, and for each its pending tasks in index order off the
+// partial index (a nested loop keeps the jobs' order), so a lease reads about as many tasks as it
+// takes, however many are pending. States the partial indexes name are literals: a generic plan
+// can only use a partial index whose predicate the query states as such. Whether a task may
+// actually be granted is GrantTask's decision.
 constexpr char kLeaseCandidates[] =
-    "SELECT " MINIONS_STORE_TASK_COLUMNS ", jj.job_spec, jj.job_state, jj.job_started_at IS NOT NULL FROM tasks "
-    "JOIN LATERAL (SELECT j.spec AS job_spec, j.state AS job_state, j.started_at AS job_started_at, "
-    "j.priority AS job_priority, j.created_at AS job_created_at, j.min_memory_bytes AS job_min_memory_bytes, "
-    "j.runner AS job_runner FROM jobs j WHERE j.id = tasks.job_id) jj ON true "
-    "WHERE state = $1 AND (not_before IS NULL OR not_before <= $2) "
-    "AND jj.job_state IN ($3, $4) AND jj.job_min_memory_bytes <= $5 "
-    "AND jj.job_runner IN (SELECT jsonb_array_elements_text($6::jsonb)) "
-    "ORDER BY jj.job_priority DESC, jj.job_created_at, job_id, idx LIMIT $7 FOR UPDATE OF tasks SKIP LOCKED";
+    "SELECT t.*, j.spec, j.state, j.started_at IS NOT NULL FROM (SELECT id, spec, state, started_at FROM jobs "
+    "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
+    "ORDER BY priority DESC, created_at, id) j CROSS JOIN LATERAL (SELECT " MINIONS_STORE_TASK_COLUMNS
+    " FROM tasks WHERE job_id = j.id AND state = 'pending' AND (not_before IS NULL OR not_before <= $1) "
+    "ORDER BY idx LIMIT $6 FOR UPDATE SKIP LOCKED) t LIMIT $6";
 constexpr char kExpiredLeases[] =
-    "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = $1 AND lease_expires_at <= $2 "
-    "ORDER BY lease_expires_at, job_id, idx LIMIT $3::bigint FOR UPDATE SKIP LOCKED";
+    "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = 'running' AND lease_expires_at <= $1 "
+    "ORDER BY lease_expires_at, job_id, idx LIMIT $2::bigint FOR UPDATE SKIP LOCKED";
 
 #define MINIONS_PG_SELECT_EXECUTOR "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = $1"
 constexpr char kSelectExecutor[] = MINIONS_PG_SELECT_EXECUTOR;
@@ -503,6 +584,7 @@ absl::StatusOr<bool> WasCommitted(postgres_store::Connection& c, int64_t xid, ab
     if (connected.ok()) {
       c.StartTransaction(false);
       absl::StatusOr<PgResult> status = c.Exec(kTxidStatus, Params().Int(xid));
+      c.Rollback();
       if (status.ok()) {
         const std::string answer = status->IsNull(0, 0) ? "" : status->Text(0, 0);
         if (answer == "committed") return true;
@@ -612,17 +694,6 @@ auto PostgresMetadataStore::InTransaction(bool write, Body&& body) -> decltype(b
       continue;
     }
     c.StartTransaction(write);
-    // A writing transaction takes its id at once, so that a COMMIT whose answer is lost can be
-    // looked up afterwards instead of being run twice.
-    absl::StatusOr<PgResult> begun = c.ExecScript(write ? "BEGIN; SELECT txid_current()" : "BEGIN");
-    if (!begun.ok()) {
-      last_error = begun.status();
-      c.Rollback();
-      if (c.retryable()) continue;
-      return Result(begun.status());
-    }
-    const int64_t xid = write ? begun->Int(0, 0) : 0;
-
     Result result = body(c);
     if (c.retryable()) {  // the body's answer was made on a broken or aborted transaction
       last_error = c.first_error();
@@ -634,6 +705,8 @@ auto PostgresMetadataStore::InTransaction(bool write, Body&& body) -> decltype(b
       if (result.ok()) return Result(c.first_error());  // a query failed but the body went on
       return result;
     }
+    if (c.begin_pending()) return result;  // it sent nothing: nothing to commit
+    const int64_t xid = c.xid();
     absl::StatusOr<PgResult> committed = [&] {
       switch (write ? TakeCommitFault() : CommitFault::kNone) {
         case CommitFault::kConnectionLostBeforeCommit:
@@ -788,10 +861,7 @@ absl::Status PostgresMetadataStore::WriteAttempts(Connection& c, const AttemptWr
                       job.counts.failed, rows::TimeValue(now)});
   }
   Params params = TaskArrays(writes.tasks);
-  params.Columns(counts, 7)
-      .Int(writes.records)
-      .Text(writes.executor_id)
-      .Text(Name(TaskStateName(TaskState::kPending)));
+  params.Columns(counts, 7).Int(writes.records).Text(writes.executor_id);
   ASSIGN_OR_RETURN(PgResult result, c.Exec(kWriteAttempts, params));
   if (result.Rows() == 0) return absl::InternalError("postgres: writing attempts answered no row");
   if (result.Int(0, 0) != static_cast<int64_t>(writes.tasks.size())) {
@@ -950,10 +1020,7 @@ absl::StatusOr<std::vector<Task>> PostgresMetadataStore::ListTasks(const std::st
 absl::StatusOr<TaskStateCounts> PostgresMetadataStore::CountTasks(const std::string& job_id) {
   return InTransaction(false, [&](Connection& c) -> absl::StatusOr<TaskStateCounts> {
     ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
-    ASSIGN_OR_RETURN(PgResult result, c.Exec(kCountTasks, Params()
-                                                              .Text(job_id)
-                                                              .Text(Name(TaskStateName(TaskState::kPending)))
-                                                              .Text(Name(TaskStateName(TaskState::kRunning)))));
+    ASSIGN_OR_RETURN(PgResult result, c.Exec(kCountTasks, Params().Text(job_id)));
     TaskStateCounts counts;
     counts.done = job.tasks_done;
     counts.succeeded = job.tasks_succeeded;
@@ -1078,7 +1145,7 @@ absl::StatusOr<std::vector<Executor>> PostgresMetadataStore::ListExecutors() {
 
 absl::StatusOr<std::vector<Task>> PostgresMetadataStore::ListRunningTasks() {
   return InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::vector<Task>> {
-    ASSIGN_OR_RETURN(PgResult result, c.Exec(kRunningTasks, Params().Text(Name(TaskStateName(TaskState::kRunning)))));
+    ASSIGN_OR_RETURN(PgResult result, c.Exec(kRunningTasks));
     return ReadTasks(result);
   });
 }
@@ -1139,7 +1206,6 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
     if (!rules::MayLease(executor, max_tasks)) return leases;
 
     ASSIGN_OR_RETURN(PgResult result, c.Exec(kLeaseCandidates, Params()
-                                                                   .Text(Name(TaskStateName(TaskState::kPending)))
                                                                    .Time(now)
                                                                    .Text(Name(JobStateName(JobState::kQueued)))
                                                                    .Text(Name(JobStateName(JobState::kRunning)))
@@ -1248,7 +1314,7 @@ absl::StatusOr<std::vector<Task>> PostgresMetadataStore::ExpireLeases(absl::Time
         settle_later.clear();
         ASSIGN_OR_RETURN(
             PgResult result,
-            c.Exec(kExpiredLeases, Params().Text(Name(TaskStateName(TaskState::kRunning))).Time(now).Limit(limit)));
+            c.Exec(kExpiredLeases, Params().Time(now).Limit(limit)));
         AttemptWrites writes;
         ASSIGN_OR_RETURN(writes.tasks, ReadTasks(result));
         std::map<std::string, Job> jobs;  // read for max_attempts, not locked: their rows are not written
