@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -192,6 +193,7 @@ class Connection {
     if (conn_ != nullptr) PQfinish(conn_);
     conn_ = nullptr;
     prepared_.clear();  // prepared statements live and die with their session
+    next_statement_ = 0;
   }
   bool Broken() const { return conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK; }
 
@@ -208,9 +210,9 @@ class Connection {
     // Each statement is parsed and planned once per connection, then only executed: the store's
     // statements are a fixed set of constants, run thousands of times a second under load.
     auto it = prepared_.find(sql);
-    if (begin_pending_) return BeginWith(sql, it == prepared_.end(), n, values.data());
+    if (begin_pending_) return BeginWith(sql, params);
     if (it == prepared_.end()) {
-      std::string name = absl::StrCat("minions_", prepared_.size());
+      std::string name = absl::StrCat("minions_", next_statement_++);
       auto prepared = Check(PQprepare(conn_, name.c_str(), sql, n, nullptr), sql);
       if (!prepared.ok()) return prepared.status();
       it = prepared_.emplace(sql, std::move(name)).first;
@@ -255,6 +257,32 @@ class Connection {
     for_update_ = write;
     begin_pending_ = true;
     xid_ = 0;
+    after_commit_sql_ = nullptr;
+    after_commit_use_ = nullptr;
+  }
+  // Set by a transaction's body: a statement to run right after its COMMIT (sent together with
+  // it, so in the same round trip), and what to do with the answer. Nothing happens to it when
+  // the COMMIT fails or its answer is lost.
+  void AfterCommit(const char* sql, Params params, std::function<void(const PgResult&)> use) {
+    after_commit_sql_ = sql;
+    after_commit_params_ = std::move(params);
+    after_commit_use_ = std::move(use);
+  }
+  // COMMIT, and the after-commit statement if there is one. The answer is COMMIT's.
+  absl::StatusOr<PgResult> Commit() {
+    if (after_commit_sql_ == nullptr || conn_ == nullptr) return ExecScript("COMMIT");
+    std::vector<PGresult*> results = Pipeline({{"COMMIT"}, {after_commit_sql_, &after_commit_params_}});
+    const ExecStatusType status = results[0] != nullptr ? PQresultStatus(results[0]) : PGRES_FATAL_ERROR;
+    absl::StatusOr<PgResult> committed =
+        status == PGRES_COMMAND_OK ? absl::StatusOr<PgResult>(PgResult(results[0])) : Fail(results[0], "COMMIT");
+    if (results[1] != nullptr) {
+      PgResult after(results[1]);
+      const ExecStatusType after_status = PQresultStatus(results[1]);
+      if (committed.ok() && (after_status == PGRES_TUPLES_OK || after_status == PGRES_COMMAND_OK)) {
+        after_commit_use_(after);
+      }
+    }
+    return committed;
   }
   // True while the transaction has sent nothing (there is nothing to commit).
   bool begin_pending() const { return begin_pending_; }
@@ -281,6 +309,8 @@ class Connection {
       PQclear(result);
     } else if (conn_ != nullptr) {
       message = TrimNewlines(PQerrorMessage(conn_));
+    } else if (!lost_message_.empty()) {
+      message = lost_message_;
     }
     if (Broken()) sqlstate.clear();  // whatever the server said last, the connection is gone
     std::string text = absl::StrCat("postgres: ", Excerpt(sql, 60), ": ",
@@ -298,63 +328,121 @@ class Connection {
     return error;
   }
 
-  // BEGIN, the transaction id (writing transactions), the statement's PREPARE if it is new, and
-  // the statement, sent at once; their answers read in order.
-  absl::StatusOr<PgResult> BeginWith(const char* sql, bool prepare, int n, const char* const* values) {
-    begin_pending_ = false;
-    const std::string name = prepare ? absl::StrCat("minions_", prepared_.size()) : prepared_.at(sql);
-    bool sent = PQenterPipelineMode(conn_) == 1 &&
-                PQsendQueryParams(conn_, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
-    if (for_update_) {
-      sent = sent && PQsendQueryParams(conn_, "SELECT txid_current()", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+  // One statement of a pipeline: constant text, with `params` (a prepared statement) or without
+  // (sent as is).
+  struct Step {
+    const char* sql;
+    const Params* params = nullptr;
+  };
+
+  // Sends `steps` and a sync at once (libpq's pipeline mode) and reads their answers, in order:
+  // one result per step, nullptr for a step that got none (the connection broke). New prepared
+  // statements are prepared on the way; a failed PREPARE is its step's answer.
+  std::vector<PGresult*> Pipeline(const std::vector<Step>& steps) {
+    std::vector<PGresult*> results(steps.size(), nullptr);
+    std::vector<int> kinds;  // per answer expected: the step's index, or -1 - index for its PREPARE
+    std::vector<std::string> new_names(steps.size());
+    bool sent = PQenterPipelineMode(conn_) == 1;
+    for (size_t i = 0; sent && i < steps.size(); ++i) {
+      const Step& step = steps[i];
+      if (step.params == nullptr) {
+        sent = PQsendQueryParams(conn_, step.sql, 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+        kinds.push_back(static_cast<int>(i));
+        continue;
+      }
+      std::vector<const char*> values;
+      for (const std::optional<std::string>& value : step.params->values()) {
+        values.push_back(value ? value->c_str() : nullptr);
+      }
+      const int n = static_cast<int>(values.size());
+      auto it = prepared_.find(step.sql);
+      std::string name;
+      if (it == prepared_.end()) {
+        name = absl::StrCat("minions_", next_statement_++);
+        new_names[i] = name;
+        sent = PQsendPrepare(conn_, name.c_str(), step.sql, n, nullptr) == 1;
+        kinds.push_back(-1 - static_cast<int>(i));
+      } else {
+        name = it->second;
+      }
+      sent = sent && PQsendQueryPrepared(conn_, name.c_str(), n, values.data(), nullptr, nullptr, 0) == 1;
+      kinds.push_back(static_cast<int>(i));
     }
-    if (prepare) sent = sent && PQsendPrepare(conn_, name.c_str(), sql, n, nullptr) == 1;
-    sent = sent && PQsendQueryPrepared(conn_, name.c_str(), n, values, nullptr, nullptr, 0) == 1 &&
-           PQpipelineSync(conn_) == 1;
-    const int expected = 2 + (for_update_ ? 1 : 0) + (prepare ? 1 : 0);  // and the sync
-    std::vector<PGresult*> results;
+    sent = sent && PQpipelineSync(conn_) == 1;
+    size_t answer = 0;
     bool synced = false;
     while (sent && !synced) {
       PGresult* result = PQgetResult(conn_);
-      if (result == nullptr) {  // between two statements' answers; none at all when broken
-        if (Broken() || static_cast<int>(results.size()) > expected) break;
+      if (result == nullptr) {  // between two answers; only that, forever, when broken
+        if (Broken() || answer > kinds.size()) break;
         continue;
       }
-      synced = PQresultStatus(result) == PGRES_PIPELINE_SYNC;
-      if (synced) {
+      if (PQresultStatus(result) == PGRES_PIPELINE_SYNC) {
+        synced = true;
         PQclear(result);
+        break;
+      }
+      if (answer >= kinds.size()) {
+        PQclear(result);
+        continue;
+      }
+      const int kind = kinds[answer++];
+      const size_t step = kind >= 0 ? kind : -1 - kind;
+      const ExecStatusType status = PQresultStatus(result);
+      if (kind < 0 && (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK)) {
+        PQclear(result);  // prepared; the statement's own answer follows
+        continue;
+      }
+      if (results[step] == nullptr) {
+        results[step] = result;  // a failed PREPARE's answer stands for its statement's
       } else {
-        results.push_back(result);
+        PQclear(result);
       }
     }
-    if (synced) PQexitPipelineMode(conn_);
+    if (synced) {
+      PQexitPipelineMode(conn_);
+      for (size_t i = 0; i < steps.size(); ++i) {
+        if (new_names[i].empty() || results[i] == nullptr) continue;
+        const ExecStatusType status = PQresultStatus(results[i]);
+        if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) prepared_.emplace(steps[i].sql, new_names[i]);
+      }
+    } else {
+      // A pipeline that could not be finished leaves the session unusable.
+      for (PGresult*& result : results) {
+        if (result != nullptr) PQclear(result);
+        result = nullptr;
+      }
+      lost_message_ = conn_ != nullptr ? TrimNewlines(PQerrorMessage(conn_)) : "";
+      Close();
+    }
+    return results;
+  }
+
+  // BEGIN, the transaction id (writing transactions) and the transaction's first statement.
+  absl::StatusOr<PgResult> BeginWith(const char* sql, const Params& params) {
+    begin_pending_ = false;
+    std::vector<Step> steps = {{"BEGIN"}};
+    if (for_update_) steps.push_back({"SELECT txid_current()"});
+    steps.push_back({sql, &params});
+    std::vector<PGresult*> results = Pipeline(steps);
     // The first failure is the transaction's; answers after it are "aborted" and say nothing.
-    PGresult* statement = nullptr;
     absl::Status failed;
     for (size_t i = 0; i < results.size(); ++i) {
-      const ExecStatusType status = PQresultStatus(results[i]);
-      const bool ok = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
-      if (!ok && failed.ok()) {
-        failed = Fail(results[i], sql);
-        results[i] = nullptr;
-      } else if (ok && for_update_ && i == 1) {
-        xid_ = std::strtoll(PQgetvalue(results[i], 0, 0), nullptr, 10);
-      } else if (ok && static_cast<int>(i) == expected - 1) {
-        statement = std::exchange(results[i], nullptr);
+      PGresult* result = std::exchange(results[i], nullptr);
+      const ExecStatusType status = result != nullptr ? PQresultStatus(result) : PGRES_FATAL_ERROR;
+      if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+        if (failed.ok()) {
+          failed = Fail(result, sql);
+        } else if (result != nullptr) {
+          PQclear(result);
+        }
+        continue;
       }
-      if (results[i] != nullptr) PQclear(results[i]);
+      if (i + 1 == results.size() && failed.ok()) return PgResult(result);
+      if (for_update_ && i == 1) xid_ = std::strtoll(PQgetvalue(result, 0, 0), nullptr, 10);
+      PQclear(result);
     }
-    if (!failed.ok()) {
-      if (statement != nullptr) PQclear(statement);
-      return failed;
-    }
-    if (!synced || statement == nullptr) {
-      if (statement != nullptr) PQclear(statement);
-      if (!Broken()) Close();  // a pipeline we could not finish leaves the session unusable
-      return Fail(nullptr, sql);
-    }
-    if (prepare) prepared_.emplace(sql, name);
-    return PgResult(statement);
+    return failed;
   }
 
   const std::string conninfo_;
@@ -365,6 +453,11 @@ class Connection {
   bool for_update_ = false;
   bool begin_pending_ = false;
   int64_t xid_ = 0;
+  std::string lost_message_;  // why the last unfinished pipeline failed
+  int next_statement_ = 0;    // names prepared statements
+  const char* after_commit_sql_ = nullptr;
+  Params after_commit_params_;
+  std::function<void(const PgResult&)> after_commit_use_;
 };
 
 // A fixed set of connections; Acquire waits for a free one.
@@ -484,10 +577,8 @@ constexpr char kCountTasks[] =
 
 // The end of attempts, in one statement: the tasks as the state machine left them ($1-$18, as
 // kUpdateTasks), what they add to their jobs' counts ($19-$25: one counter shard row per job),
-// and the records the executor ($27) did ($26). Answers how many tasks it wrote, whether the
-// executor exists, and per job: its tasks done as far as this transaction can see, its number of
-// tasks and state, and whether any of its tasks is pending — what deciding "the job's last task
-// just ended" needs.
+// and the records the executor ($27) did ($26). Answers how many tasks it wrote and whether the
+// executor exists.
 constexpr char kWriteAttempts[] =
     "WITH t AS (" MINIONS_PG_UPDATE_TASKS " RETURNING 1), "
     "c AS (INSERT INTO job_counts (job_id, shard, tasks_done, tasks_succeeded, completed_records, failed_records, "
@@ -497,14 +588,16 @@ constexpr char kWriteAttempts[] =
     "tasks_succeeded = job_counts.tasks_succeeded + EXCLUDED.tasks_succeeded, "
     "completed_records = job_counts.completed_records + EXCLUDED.completed_records, "
     "failed_records = job_counts.failed_records + EXCLUDED.failed_records, "
-    "updated_at = GREATEST(job_counts.updated_at, EXCLUDED.updated_at) RETURNING job_id, shard, tasks_done), "
+    "updated_at = GREATEST(job_counts.updated_at, EXCLUDED.updated_at)), "
     "e AS (UPDATE executors SET records_done = records_done + $26 WHERE id = $27 RETURNING 1) "
-    "SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM e), c.job_id, "
-    "c.tasks_done + COALESCE((SELECT SUM(o.tasks_done) FROM job_counts o WHERE o.job_id = c.job_id "
-    "AND o.shard <> c.shard), 0), j.n_tasks, j.state, "
-    "EXISTS (SELECT 1 FROM tasks p WHERE p.job_id = c.job_id AND p.state = 'pending' ORDER BY p.job_id, p.idx "
-    "LIMIT 1) "
-    "FROM (SELECT 1) one LEFT JOIN c ON true LEFT JOIN jobs j ON j.id = c.job_id";
+    "SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM e)";
+// Which of the jobs $1 have not settled though all their tasks have ended: asked right after
+// the COMMIT of a transaction that ended some of their tasks. Of transactions ending a job's last
+// tasks at once, none may see the others' counts before it commits; the one that commits last
+// sees them all after.
+constexpr char kFinishedJobs[] =
+    "SELECT j.id FROM jobs j WHERE j.id = ANY($1::text[]) AND j.state IN ($2, $3) "
+    "AND j.n_tasks <= (SELECT COALESCE(SUM(tasks_done), 0) FROM job_counts WHERE job_id = j.id)";
 
 // Candidate selection: which pending tasks this executor could run, in grant order, locked
 // (tasks another transaction holds are skipped, not waited for), with what the lease needs of
@@ -717,7 +810,7 @@ auto PostgresMetadataStore::InTransaction(bool write, Body&& body) -> decltype(b
         case CommitFault::kNone:
           break;
       }
-      return c.ExecScript("COMMIT");
+      return c.Commit();
     }();
     if (committed.ok()) return result;
     last_error = committed.status();
@@ -850,41 +943,36 @@ struct PostgresMetadataStore::AttemptWrites {
 };
 
 absl::Status PostgresMetadataStore::WriteAttempts(Connection& c, const AttemptWrites& writes, absl::Time now,
-                                                  std::set<std::string>& settle_later) {
+                                                  std::set<std::string>* settle_later) {
   // What the ended tasks add to each job's counts, as a zeroed Job counts them.
   std::map<std::string, Job> added;
   for (const Task* task : writes.ended) CountTerminalTask(added[task->job_id], *task, now);
   std::vector<rows::Values> counts;
+  std::vector<rows::Values> job_ids;
   const int shard = RandomShard();
   for (const auto& [job_id, job] : added) {
     counts.push_back({job_id, int64_t{shard}, job.tasks_done, job.tasks_succeeded, job.counts.completed,
                       job.counts.failed, rows::TimeValue(now)});
+    job_ids.push_back({job_id});
   }
   Params params = TaskArrays(writes.tasks);
   params.Columns(counts, 7).Int(writes.records).Text(writes.executor_id);
   ASSIGN_OR_RETURN(PgResult result, c.Exec(kWriteAttempts, params));
-  if (result.Rows() == 0) return absl::InternalError("postgres: writing attempts answered no row");
   if (result.Int(0, 0) != static_cast<int64_t>(writes.tasks.size())) {
     return absl::NotFoundError("tasks vanished while their attempts ended");
   }
   if (!writes.executor_id.empty() && result.Int(0, 1) == 0) {
     return absl::NotFoundError(absl::StrCat("no executor ", writes.executor_id));
   }
-  for (int i = 0; i < result.Rows(); ++i) {
-    if (result.IsNull(i, 2)) continue;  // no counts written
-    const std::string job_id = result.Text(i, 2);
-    const int64_t done = result.Int(i, 3);
-    const int64_t n_tasks = result.Int(i, 4);
-    absl::StatusOr<JobState> state = rows::JobStateOf(job_id, result.Text(i, 5));
-    if (!state.ok()) return state.status();
-    if (IsTerminal(*state) || *state == JobState::kFinalizing) continue;
-    if (done >= n_tasks) {
-      RETURN_IF_ERROR(SettleIfDone(c, job_id, now));
-    } else if (!result.Bool(i, 6)) {
-      // No task is pending: the others may be ending right now, in transactions this one cannot
-      // see. Whichever of them commits last sees them all once it has committed.
-      settle_later.insert(job_id);
-    }
+  if (settle_later != nullptr && !job_ids.empty()) {
+    c.AfterCommit(kFinishedJobs,
+                  std::move(Params()
+                                .Columns(job_ids, 1)
+                                .Text(Name(JobStateName(JobState::kQueued)))
+                                .Text(Name(JobStateName(JobState::kRunning)))),
+                  [settle_later](const PgResult& finished) {
+                    for (int i = 0; i < finished.Rows(); ++i) settle_later->insert(finished.Text(i, 0));
+                  });
   }
   return absl::OkStatus();
 }
@@ -895,7 +983,7 @@ absl::Status PostgresMetadataStore::SettleIfDone(Connection& c, const std::strin
   };
   ASSIGN_OR_RETURN(Job job, ReadJobUnlocked(c, job_id));
   if (!unsettled(job)) return absl::OkStatus();
-  // Lock it (after its tasks and counter shards: the store's lock order) and look again.
+  // Lock it and look again.
   if (!c.for_update()) return absl::InternalError("settling a job outside a writing transaction");
   ASSIGN_OR_RETURN(job, LoadJob(c, job_id));
   if (!unsettled(job)) return absl::OkStatus();
@@ -960,7 +1048,7 @@ absl::StatusOr<std::vector<absl::Status>> PostgresMetadataStore::FinishAttempts(
     }
   }
   // Run even when nothing is written: it is also the check that the executor exists.
-  RETURN_IF_ERROR(WriteAttempts(c, writes, now, settle_later));
+  RETURN_IF_ERROR(WriteAttempts(c, writes, now, &settle_later));
   if (finished != nullptr) {
     for (size_t i : written) finished->push_back(i == std::string::npos ? Task{} : writes.tasks[i]);
   }
@@ -1043,8 +1131,7 @@ absl::StatusOr<Job> PostgresMetadataStore::EndJob(Connection& c, const std::stri
   AttemptWrites writes;
   writes.tasks = std::move(cancelled);
   for (const Task& task : writes.tasks) writes.ended.push_back(&task);
-  std::set<std::string> ended_already;  // the job has ended: nothing to settle
-  RETURN_IF_ERROR(WriteAttempts(c, writes, now, ended_already));
+  RETURN_IF_ERROR(WriteAttempts(c, writes, now, /*settle_later=*/nullptr));  // it has ended: nothing to settle
   return job;
 }
 
@@ -1329,7 +1416,7 @@ absl::StatusOr<std::vector<Task>> PostgresMetadataStore::ExpireLeases(absl::Time
         for (const Task& task : writes.tasks) {
           if (IsTerminal(task.state)) writes.ended.push_back(&task);
         }
-        RETURN_IF_ERROR(WriteAttempts(c, writes, now, settle_later));
+        RETURN_IF_ERROR(WriteAttempts(c, writes, now, &settle_later));
         return writes.tasks;
       });
   if (expired.ok()) SettleLater(settle_later, now);

@@ -136,19 +136,19 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<Job> EndJob(Connection& c, const std::string& job_id, JobState state, const std::string& error,
                              absl::Time now);
 
-  // The end of attempts, shared by CompleteTask(s), FailTask and ExpireLeases: writes `tasks`
-  // (as the state machine left them), adds `ended` (the tasks among them that reached a terminal
-  // state) to their jobs' counts and `records` to the executor's, in one statement; settles a job
-  // whose last task this was. Jobs that may have ended in a race with another transaction go into
-  // `settle_later`, to check after the commit. NotFound when `executor_id` is given and unknown.
+  // The end of attempts, shared by CompleteTask(s), FailTask, ExpireLeases and EndJob: writes
+  // `tasks` (as the state machine left them), adds `ended` (those of them that reached a terminal
+  // state) to their jobs' counts and `records` to the executor's, in one statement. NotFound
+  // when `executor_id` is given and unknown. With `settle_later`, right after the COMMIT (in the
+  // same round trip) it asks which of the jobs now have every task ended and adds those to it,
+  // for SettleLater.
   struct AttemptWrites;
   absl::Status WriteAttempts(Connection& c, const AttemptWrites& writes, absl::Time now,
-                             std::set<std::string>& settle_later);
+                             std::set<std::string>* settle_later);
   // Settles job `job_id` (finalizing, or failed) if all its tasks have ended; locks it only then.
   absl::Status SettleIfDone(Connection& c, const std::string& job_id, absl::Time now);
-  // SettleIfDone for each of `job_ids`, in a transaction of its own (after the one that ended the
-  // tasks committed, so that it sees every commit before it). Best effort: JobsToFinalize's
-  // sweep settles what this misses.
+  // SettleIfDone for each of `job_ids`, in a transaction of its own. Best effort: what it misses
+  // (the server died in between) JobsToFinalize's sweep settles.
   void SettleLater(const std::set<std::string>& job_ids, absl::Time now);
   // The fenced end of reported attempts by `executor_id`: loads the tasks, checks each report's
   // fence, applies `transition` to each fenced task, then WriteAttempts. One status per report;
