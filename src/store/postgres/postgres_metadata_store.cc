@@ -140,6 +140,7 @@ class PgResult {
     return Time(row, column);
   }
   // Rows an INSERT/UPDATE/DELETE touched.
+  const PGresult* get() const { return result_; }
   int64_t Affected() const {
     const char* count = PQcmdTuples(result_);
     return count[0] != '\0' ? std::strtoll(count, nullptr, 10) : 0;
@@ -230,16 +231,6 @@ class Connection {
     }
     return Check(PQexec(conn_, sql), sql);
   }
-  // Tests only: sends `sql` and closes the connection without reading the answer, which is
-  // then lost as when the network fails after sending. The server still runs what it received.
-  absl::StatusOr<PgResult> SendAndHangUp(const char* sql) {
-    if (conn_ != nullptr && PQsendQuery(conn_, sql) == 1) {
-      while (PQflush(conn_) == 1) {
-      }
-    }
-    Close();
-    return Fail(nullptr, sql);
-  }
   // Ends the current transaction, if any, ignoring errors (they are already recorded).
   void Rollback() {
     if (conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK && PQtransactionStatus(conn_) != PQTRANS_IDLE) {
@@ -251,7 +242,7 @@ class Connection {
   // Starts a transaction. BEGIN is not sent yet: it goes out with the first statement, in one
   // round trip (libpq's pipeline mode), and a writing transaction also takes its id then, so that
   // a COMMIT whose answer is lost can be looked up afterwards instead of being run twice.
-  void StartTransaction(bool write) {
+  void StartTransaction(bool write, CommitFault fault = CommitFault::kNone) {
     first_error_ = absl::OkStatus();
     retryable_ = false;
     for_update_ = write;
@@ -259,7 +250,14 @@ class Connection {
     xid_ = 0;
     after_commit_sql_ = nullptr;
     after_commit_use_ = nullptr;
+    commit_state_ = CommitState::kNotSent;
+    fault_ = fault;
   }
+  // True while the transaction has sent nothing (there is nothing to commit).
+  bool begin_pending() const { return begin_pending_; }
+  // The id of the current writing transaction (0 before its first statement).
+  int64_t xid() const { return xid_; }
+
   // Set by a transaction's body: a statement to run right after its COMMIT (sent together with
   // it, so in the same round trip), and what to do with the answer. Nothing happens to it when
   // the COMMIT fails or its answer is lost.
@@ -268,26 +266,60 @@ class Connection {
     after_commit_params_ = std::move(params);
     after_commit_use_ = std::move(use);
   }
+
+  // Whether the transaction's COMMIT went out (ExecAndCommit sends it with the last statement).
+  enum class CommitState { kNotSent, kCommitted, kAnswerLost };
+  CommitState commit_state() const { return commit_state_; }
+
   // COMMIT, and the after-commit statement if there is one. The answer is COMMIT's.
   absl::StatusOr<PgResult> Commit() {
-    if (after_commit_sql_ == nullptr || conn_ == nullptr) return ExecScript("COMMIT");
-    std::vector<PGresult*> results = Pipeline({{"COMMIT"}, {after_commit_sql_, &after_commit_params_}});
-    const ExecStatusType status = results[0] != nullptr ? PQresultStatus(results[0]) : PGRES_FATAL_ERROR;
-    absl::StatusOr<PgResult> committed =
-        status == PGRES_COMMAND_OK ? absl::StatusOr<PgResult>(PgResult(results[0])) : Fail(results[0], "COMMIT");
-    if (results[1] != nullptr) {
-      PgResult after(results[1]);
-      const ExecStatusType after_status = PQresultStatus(results[1]);
-      if (committed.ok() && (after_status == PGRES_TUPLES_OK || after_status == PGRES_COMMAND_OK)) {
-        after_commit_use_(after);
-      }
-    }
+    if (fault_ == CommitFault::kConnectionLostBeforeCommit) Close();
+    if (conn_ == nullptr) return Fail(nullptr, "COMMIT");
+    if (after_commit_sql_ == nullptr && fault_ == CommitFault::kNone) return ExecScript("COMMIT");
+    std::vector<Step> steps = {{"COMMIT"}};
+    if (after_commit_sql_ != nullptr) steps.push_back({after_commit_sql_, &after_commit_params_});
+    std::vector<PGresult*> results = Pipeline(steps, fault_ == CommitFault::kAnswerLost);
+    absl::StatusOr<PgResult> committed = Answer(results[0], "COMMIT");
+    if (results.size() > 1 && results[1] != nullptr) UseAfterCommit(committed.ok(), PgResult(results[1]));
     return committed;
   }
-  // True while the transaction has sent nothing (there is nothing to commit).
-  bool begin_pending() const { return begin_pending_; }
-  // The id of the current writing transaction (0 before its first statement).
-  int64_t xid() const { return xid_; }
+
+  // The transaction's last statement, sent with its COMMIT (and the after-commit statement) in
+  // one round trip; the answer to the statement is not kept. An error is the statement's or the
+  // COMMIT's (the transaction did not commit); when the answers were lost, commit_state() says so
+  // and the caller must find out whether it committed.
+  absl::Status ExecAndCommit(const char* sql, const Params& params) {
+    if (begin_pending_) {  // nothing before it: BEGIN goes with the statement, COMMIT after
+      RETURN_IF_ERROR(Exec(sql, params).status());
+      RETURN_IF_ERROR(Commit().status());
+      commit_state_ = CommitState::kCommitted;
+      return absl::OkStatus();
+    }
+    if (fault_ == CommitFault::kConnectionLostBeforeCommit) Close();
+    if (conn_ == nullptr) return Fail(nullptr, sql);
+    std::vector<Step> steps = {{sql, &params}, {"COMMIT"}};
+    if (after_commit_sql_ != nullptr) steps.push_back({after_commit_sql_, &after_commit_params_});
+    std::vector<PGresult*> results = Pipeline(steps, fault_ == CommitFault::kAnswerLost);
+    absl::Status outcome;
+    if (results[0] != nullptr && results[1] != nullptr) {
+      outcome = Answer(results[0], sql).status();
+      absl::StatusOr<PgResult> committed = Answer(results[1], "COMMIT");
+      if (outcome.ok()) outcome = committed.status();
+      if (outcome.ok()) commit_state_ = CommitState::kCommitted;
+    } else if (results[0] != nullptr && PQresultStatus(results[0]) == PGRES_FATAL_ERROR) {
+      outcome = Fail(results[0], sql);  // refused: what followed it did not run
+      if (results[1] != nullptr) PQclear(results[1]);
+    } else {
+      if (results[0] != nullptr) PQclear(results[0]);
+      if (results[1] != nullptr) PQclear(results[1]);
+      commit_state_ = CommitState::kAnswerLost;
+    }
+    if (results.size() > 2 && results[2] != nullptr) {
+      UseAfterCommit(commit_state_ == CommitState::kCommitted, PgResult(results[2]));
+    }
+    return outcome;
+  }
+
   const absl::Status& first_error() const { return first_error_; }
   bool retryable() const { return retryable_; }
   // In a writing transaction, loads lock the rows they read.
@@ -328,6 +360,16 @@ class Connection {
     return error;
   }
 
+  // A pipeline step's answer as Exec gives it (nullptr: none came, the connection broke).
+  absl::StatusOr<PgResult> Answer(PGresult* result, const char* sql) {
+    if (result == nullptr) return Fail(nullptr, sql);
+    return Check(result, sql);
+  }
+  void UseAfterCommit(bool committed, const PgResult& answer) {
+    const ExecStatusType status = PQresultStatus(answer.get());
+    if (committed && (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK)) after_commit_use_(answer);
+  }
+
   // One statement of a pipeline: constant text, with `params` (a prepared statement) or without
   // (sent as is).
   struct Step {
@@ -338,7 +380,9 @@ class Connection {
   // Sends `steps` and a sync at once (libpq's pipeline mode) and reads their answers, in order:
   // one result per step, nullptr for a step that got none (the connection broke). New prepared
   // statements are prepared on the way; a failed PREPARE is its step's answer.
-  std::vector<PGresult*> Pipeline(const std::vector<Step>& steps) {
+  // With `hang_up` (tests: an answer lost on the way) it closes the connection once all is sent,
+  // without reading anything.
+  std::vector<PGresult*> Pipeline(const std::vector<Step>& steps, bool hang_up = false) {
     std::vector<PGresult*> results(steps.size(), nullptr);
     std::vector<int> kinds;  // per answer expected: the step's index, or -1 - index for its PREPARE
     std::vector<std::string> new_names(steps.size());
@@ -369,6 +413,11 @@ class Connection {
       kinds.push_back(static_cast<int>(i));
     }
     sent = sent && PQpipelineSync(conn_) == 1;
+    if (hang_up) {
+      while (sent && PQflush(conn_) == 1) {
+      }
+      sent = false;
+    }
     size_t answer = 0;
     bool synced = false;
     while (sent && !synced) {
@@ -458,6 +507,8 @@ class Connection {
   const char* after_commit_sql_ = nullptr;
   Params after_commit_params_;
   std::function<void(const PgResult&)> after_commit_use_;
+  CommitState commit_state_ = CommitState::kNotSent;
+  CommitFault fault_ = CommitFault::kNone;
 };
 
 // A fixed set of connections; Acquire waits for a free one.
@@ -566,6 +617,11 @@ constexpr char kUpdateTasks[] = MINIONS_PG_UPDATE_TASKS;
   "idx = k.idx" LOCK ") t"
 constexpr char kSelectTasks[] = MINIONS_PG_SELECT_TASKS("");
 constexpr char kSelectTasksForUpdate[] = MINIONS_PG_SELECT_TASKS(" FOR UPDATE");
+// Whether executor $3 exists, then (only if it does) the tasks by key, locked: one row with
+// NULL task columns when there are none.
+constexpr char kExecutorAndTasksForUpdate[] =
+    "SELECT e.n, t.* FROM (SELECT COUNT(*) AS n FROM executors WHERE id = $3) e LEFT JOIN LATERAL ("
+    MINIONS_PG_SELECT_TASKS(" FOR UPDATE") " WHERE e.n > 0) t ON true";
 #define MINIONS_PG_SELECT_TASKS_OF_JOB "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE job_id = $1 ORDER BY idx"
 constexpr char kSelectTasksOfJob[] = MINIONS_PG_SELECT_TASKS_OF_JOB;
 constexpr char kSelectTasksOfJobForUpdate[] = MINIONS_PG_SELECT_TASKS_OF_JOB " FOR UPDATE";
@@ -786,8 +842,17 @@ auto PostgresMetadataStore::InTransaction(bool write, Body&& body) -> decltype(b
       last_error = connected;
       continue;
     }
-    c.StartTransaction(write);
+    c.StartTransaction(write, write ? TakeCommitFault() : CommitFault::kNone);
     Result result = body(c);
+    if (c.commit_state() == Connection::CommitState::kCommitted) return result;
+    if (c.commit_state() == Connection::CommitState::kAnswerLost) {
+      // Its last statement and COMMIT went out together and no answer came back.
+      absl::StatusOr<bool> was_committed = WasCommitted(c, c.xid(), deadline);
+      if (!was_committed.ok()) return Result(was_committed.status());
+      if (*was_committed) return result;
+      last_error = absl::UnavailableError("the connection broke before a COMMIT was answered");
+      continue;  // it rolled back: run it again
+    }
     if (c.retryable()) {  // the body's answer was made on a broken or aborted transaction
       last_error = c.first_error();
       c.Rollback();
@@ -800,18 +865,7 @@ auto PostgresMetadataStore::InTransaction(bool write, Body&& body) -> decltype(b
     }
     if (c.begin_pending()) return result;  // it sent nothing: nothing to commit
     const int64_t xid = c.xid();
-    absl::StatusOr<PgResult> committed = [&] {
-      switch (write ? TakeCommitFault() : CommitFault::kNone) {
-        case CommitFault::kConnectionLostBeforeCommit:
-          c.Close();
-          return c.ExecScript("COMMIT");  // not connected: fails as a broken connection does
-        case CommitFault::kAnswerLost:
-          return c.SendAndHangUp("COMMIT");
-        case CommitFault::kNone:
-          break;
-      }
-      return c.Commit();
-    }();
+    absl::StatusOr<PgResult> committed = c.Commit();
     if (committed.ok()) return result;
     last_error = committed.status();
     if (!c.retryable()) {
@@ -957,13 +1011,6 @@ absl::Status PostgresMetadataStore::WriteAttempts(Connection& c, const AttemptWr
   }
   Params params = TaskArrays(writes.tasks);
   params.Columns(counts, 7).Int(writes.records).Text(writes.executor_id);
-  ASSIGN_OR_RETURN(PgResult result, c.Exec(kWriteAttempts, params));
-  if (result.Int(0, 0) != static_cast<int64_t>(writes.tasks.size())) {
-    return absl::NotFoundError("tasks vanished while their attempts ended");
-  }
-  if (!writes.executor_id.empty() && result.Int(0, 1) == 0) {
-    return absl::NotFoundError(absl::StrCat("no executor ", writes.executor_id));
-  }
   if (settle_later != nullptr && !job_ids.empty()) {
     c.AfterCommit(kFinishedJobs,
                   std::move(Params()
@@ -974,7 +1021,7 @@ absl::Status PostgresMetadataStore::WriteAttempts(Connection& c, const AttemptWr
                     for (int i = 0; i < finished.Rows(); ++i) settle_later->insert(finished.Text(i, 0));
                   });
   }
-  return absl::OkStatus();
+  return c.ExecAndCommit(kWriteAttempts, params);
 }
 
 absl::Status PostgresMetadataStore::SettleIfDone(Connection& c, const std::string& job_id, absl::Time now) {
@@ -1012,11 +1059,17 @@ absl::StatusOr<std::vector<absl::Status>> PostgresMetadataStore::FinishAttempts(
   // The reported tasks are locked in key order, in one statement.
   std::vector<std::pair<std::string, int64_t>> keys;
   for (const LeaseProgress& report : reports) keys.emplace_back(report.job_id, report.task_index);
-  std::sort(keys.begin(), keys.end());
-  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  ASSIGN_OR_RETURN(std::vector<Task> loaded, LoadTasks(c, keys));
+  std::vector<rows::Values> key_values;
+  for (const auto& [job_id, index] : keys) key_values.push_back({job_id, index});
+  ASSIGN_OR_RETURN(PgResult loaded,
+                   c.Exec(kExecutorAndTasksForUpdate, std::move(Params().Columns(key_values, 2).Text(executor_id))));
+  if (loaded.Rows() == 0 || loaded.Int(0, 0) == 0) return absl::NotFoundError(absl::StrCat("no executor ", executor_id));
   std::map<std::pair<std::string, int64_t>, Task> tasks;
-  for (Task& task : loaded) tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
+  for (int i = 0; i < loaded.Rows(); ++i) {
+    if (loaded.IsNull(i, 1)) continue;
+    ASSIGN_OR_RETURN(Task task, rows::ReadTask(Row{loaded, i}, 1));
+    tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
+  }
 
   AttemptWrites writes;
   writes.executor_id = executor_id;
@@ -1047,7 +1100,6 @@ absl::StatusOr<std::vector<absl::Status>> PostgresMetadataStore::FinishAttempts(
       if (task.state == TaskState::kSucceeded) writes.records += task.records_done;
     }
   }
-  // Run even when nothing is written: it is also the check that the executor exists.
   RETURN_IF_ERROR(WriteAttempts(c, writes, now, &settle_later));
   if (finished != nullptr) {
     for (size_t i : written) finished->push_back(i == std::string::npos ? Task{} : writes.tasks[i]);
@@ -1316,7 +1368,6 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
       granted.push_back(task);
       leases.push_back(rules::MakeLease(std::move(task), specs.at(granted.back().job_id)));
     }
-    RETURN_IF_ERROR(SaveTasks(c, granted));
     // Only a job that starts with this lease is locked and written (after its tasks, the store's
     // lock order); every lease of a running job would queue on its row otherwise.
     for (const std::string& job_id : to_start) {
@@ -1324,6 +1375,8 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
       if (MarkJobStarted(job, now)) RETURN_IF_ERROR(SaveJob(c, job));
     }
     if (!leases.empty() && rules::MarkBusy(executor)) RETURN_IF_ERROR(SaveExecutor(c, executor));
+    // The grants last, sent with the COMMIT.
+    if (!granted.empty()) RETURN_IF_ERROR(c.ExecAndCommit(kUpdateTasks, TaskArrays(granted)));
     return leases;
   });
 }

@@ -44,6 +44,9 @@ namespace minions {
 namespace postgres_store {
 class Connection;      // one libpq connection (postgres_metadata_store.cc)
 class ConnectionPool;  // a fixed set of them
+// Tests only: how the COMMIT of a writing transaction is made to go wrong
+// (PostgresMetadataStore::InjectCommitFaultForTesting).
+enum class CommitFault { kNone, kConnectionLostBeforeCommit, kAnswerLost };
 }  // namespace postgres_store
 
 class PostgresMetadataStore : public MetadataStore {
@@ -100,7 +103,7 @@ class PostgresMetadataStore : public MetadataStore {
   // kConnectionLostBeforeCommit: the connection breaks before COMMIT is sent (the transaction
   // rolls back). kAnswerLost: COMMIT is sent, then the connection breaks before its answer is
   // read (the transaction commits; the store must not run it again).
-  enum class CommitFault { kNone, kConnectionLostBeforeCommit, kAnswerLost };
+  using CommitFault = postgres_store::CommitFault;
   void InjectCommitFaultForTesting(CommitFault fault, int times = 1) ABSL_LOCKS_EXCLUDED(fault_mu_);
   // How many injected faults have happened.
   int CommitFaultsInjectedForTesting() ABSL_LOCKS_EXCLUDED(fault_mu_);
