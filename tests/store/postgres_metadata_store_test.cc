@@ -364,6 +364,59 @@ TEST_F(PostgresMetadataStoreTest, TheWatchdogLockIsExclusiveAndDiesWithItsHolder
   EXPECT_OK((*third)->Check());
 }
 
+// The lost-COMMIT path: a writing transaction whose COMMIT went out but whose answer never came
+// back must not be run again (it committed), and one that never reached COMMIT must be.
+TEST_F(PostgresMetadataStoreTest, ACommitWhoseAnswerWasLostIsNotRunAgain) {
+  auto store = MustOpen(url_, 1);
+  ASSERT_NE(store, nullptr);
+  const std::string job_id = SubmitTo(*store, 2);
+  const std::string executor = RegisterWith(*store, "a");
+  ASSERT_OK_AND_ASSIGN(std::vector<Lease> leases, store->LeaseTasks(executor, 1, kTtl, now_));
+  ASSERT_THAT(leases, SizeIs(1));
+  // A completion's COMMIT goes out with its last statement. Run twice, the second run would be
+  // refused (the task has succeeded) and the counts would not say 1.
+  store->InjectCommitFaultForTesting(PostgresMetadataStore::CommitFault::kAnswerLost);
+  ASSERT_OK_AND_ASSIGN(Task done, store->CompleteTask(executor, job_id, leases[0].task.index,
+                                                      leases[0].task.attempt, 1, 0, now_));
+  EXPECT_EQ(store->CommitFaultsInjectedForTesting(), 1);
+  EXPECT_EQ(done.state, TaskState::kSucceeded);
+  ASSERT_OK_AND_ASSIGN(Job job, store->GetJob(job_id));
+  EXPECT_EQ(job.tasks_done, 1);
+  EXPECT_EQ(job.counts.completed, 1);
+  ASSERT_OK_AND_ASSIGN(Executor after, store->GetExecutor(executor));
+  EXPECT_EQ(after.records_done, 1);
+  // A plain COMMIT: run twice, CreateJob would make two jobs.
+  store->InjectCommitFaultForTesting(PostgresMetadataStore::CommitFault::kAnswerLost);
+  JobSpec spec;
+  spec.model = "m.gguf";
+  ASSERT_OK(store->CreateJob(spec, now_).status());
+  EXPECT_EQ(store->CommitFaultsInjectedForTesting(), 2);
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> jobs, store->ListJobs(JobFilter{}));
+  EXPECT_THAT(jobs, SizeIs(2));
+}
+
+TEST_F(PostgresMetadataStoreTest, ATransactionCutOffBeforeItsCommitRunsAgain) {
+  auto store = MustOpen(url_, 1);
+  ASSERT_NE(store, nullptr);
+  const std::string job_id = SubmitTo(*store, 1);
+  const std::string executor = RegisterWith(*store, "a");
+  ASSERT_OK_AND_ASSIGN(std::vector<Lease> leases, store->LeaseTasks(executor, 1, kTtl, now_));
+  ASSERT_THAT(leases, SizeIs(1));
+  store->InjectCommitFaultForTesting(PostgresMetadataStore::CommitFault::kConnectionLostBeforeCommit);
+  ASSERT_OK(store->CompleteTask(executor, job_id, 0, leases[0].task.attempt, 1, 0, now_).status());
+  EXPECT_EQ(store->CommitFaultsInjectedForTesting(), 1);
+  ASSERT_OK_AND_ASSIGN(Job job, store->GetJob(job_id));
+  EXPECT_EQ(job.tasks_done, 1);
+  EXPECT_EQ(job.state, JobState::kFinalizing);
+  store->InjectCommitFaultForTesting(PostgresMetadataStore::CommitFault::kConnectionLostBeforeCommit);
+  JobSpec spec;
+  spec.model = "m.gguf";
+  ASSERT_OK(store->CreateJob(spec, now_).status());
+  EXPECT_EQ(store->CommitFaultsInjectedForTesting(), 2);
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> jobs, store->ListJobs(JobFilter{}));
+  EXPECT_THAT(jobs, SizeIs(2));
+}
+
 // Runs alone (RUN_SERIAL): it restarts the server every Postgres test uses.
 TEST(PostgresRestartTest, LeasingAndCompletingRideOutAServerRestart) {
   const std::string dir = ClusterDir();
