@@ -174,9 +174,9 @@ grpc::Status JobService::WatchJob(grpc::ServerContext* context, const v1::WatchJ
       // Counted by the store: a job of 50,000 tasks is not listed twice a second.
       auto counts = store_->CountTasks(job->id);
       if (counts.ok()) {
-        progress.set_tasks_running(static_cast<int32_t>(counts->running));
-        progress.set_tasks_pending(static_cast<int32_t>(counts->pending));
-        progress.set_executors_working(static_cast<int>(counts->executors));
+        progress.set_tasks_running(counts->running);
+        progress.set_tasks_pending(counts->pending);
+        progress.set_executors_working(static_cast<int32_t>(counts->executors));
       }
     }
     if (!writer->Write(progress)) break;
