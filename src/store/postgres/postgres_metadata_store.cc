@@ -278,6 +278,25 @@ class Connection {
     after_commit_params_ = std::move(params);
     after_commit_use_ = std::move(use);
   }
+  // When a COMMIT's answer was lost: the after-commit statement, taken to run (RunAfterCommit)
+  // once it is known that the transaction committed.
+  struct AfterCommitStep {
+    const char* sql = nullptr;
+    Params params;
+    std::function<void(const PgResult&)> use;
+  };
+  AfterCommitStep TakeAfterCommit() {
+    AfterCommitStep step{after_commit_sql_, std::move(after_commit_params_), std::move(after_commit_use_)};
+    after_commit_sql_ = nullptr;
+    after_commit_use_ = nullptr;
+    return step;
+  }
+  void RunAfterCommit(const AfterCommitStep& step) {
+    if (step.sql == nullptr || Broken()) return;
+    begin_pending_ = false;  // on its own, outside any transaction
+    absl::StatusOr<PgResult> answer = Exec(step.sql, step.params);
+    if (answer.ok()) step.use(*answer);
+  }
 
   // Whether the transaction's COMMIT went out (ExecAndCommit sends it with the last statement).
   enum class CommitState { kNotSent, kCommitted, kAnswerLost };
@@ -859,9 +878,13 @@ auto PostgresMetadataStore::InTransaction(bool write, Body&& body) -> decltype(b
     if (c.commit_state() == Connection::CommitState::kCommitted) return result;
     if (c.commit_state() == Connection::CommitState::kAnswerLost) {
       // Its last statement and COMMIT went out together and no answer came back.
+      const Connection::AfterCommitStep after = c.TakeAfterCommit();
       absl::StatusOr<bool> was_committed = WasCommitted(c, c.xid(), deadline);
       if (!was_committed.ok()) return Result(was_committed.status());
-      if (*was_committed) return result;
+      if (*was_committed) {
+        c.RunAfterCommit(after);
+        return result;
+      }
       last_error = absl::UnavailableError("the connection broke before a COMMIT was answered");
       continue;  // it rolled back: run it again
     }
@@ -885,9 +908,13 @@ auto PostgresMetadataStore::InTransaction(bool write, Body&& body) -> decltype(b
       return Result(committed.status());
     }
     if (!write) continue;
+    const Connection::AfterCommitStep after = c.TakeAfterCommit();
     absl::StatusOr<bool> was_committed = WasCommitted(c, xid, deadline);
     if (!was_committed.ok()) return Result(was_committed.status());
-    if (*was_committed) return result;
+    if (*was_committed) {
+      c.RunAfterCommit(after);
+      return result;
+    }
     // It rolled back: run it again.
   }
 }
