@@ -1,26 +1,43 @@
 #pragma once
 // PostgresMetadataStore: the MetadataStore on a PostgreSQL database, for several servers (and a
-// watchdog) sharing one store. Same tables and the same semantics as SqliteMetadataStore; every
-// transition goes through model/state_machines.h (load the rows FOR UPDATE, apply, write back).
+// watchdog) sharing one store. The same semantics as SqliteMetadataStore, and the same row mapping
+// and transition plumbing (store/common/); every transition goes through model/state_machines.h
+// (load the rows FOR UPDATE, apply, write back).
 //
+// - Counts: a job's counts (tasks done and succeeded, records completed and failed) are kept in
+//   counter rows, several shards per job (job_counts; see postgres_migrations.cc): the end of an
+//   attempt adds to one shard chosen at random instead of locking and rewriting the job row, so
+//   completers of one job do not queue on it. Reading a job sums its shards. Whether a job's last
+//   task ended is asked right after the COMMIT of each transaction that ended tasks (in the same
+//   round trip): of transactions ending a job's last tasks at once, none can see the others'
+//   counts before committing, but the one that commits last sees them all after. That job alone
+//   is then locked and settled (finalizing, or failed) in a transaction of its own;
+//   JobsToFinalize first sweeps up jobs left unsettled (a server died in between).
+// - Round trips: rows are read and written set-based (one statement per kind of row:
+//   UPDATE ... FROM unnest(...)); BEGIN goes out with a transaction's first statement and, where
+//   nothing can fail after it, COMMIT with its last (libpq pipeline mode). Statements are prepared
+//   once per connection and keep their generic plans (plan_cache_mode = force_generic_plan):
+//   left to choose, PostgreSQL would plan those taking arrays again on every call.
 // - Isolation: READ COMMITTED with row locks. A writing method locks every row it loads
 //   (SELECT ... FOR UPDATE) before applying a transition to it, so no update is lost; leasing
-//   picks its tasks with FOR UPDATE OF t SKIP LOCKED, so servers leasing at once take disjoint
-//   tasks without waiting on each other (and, as PostgreSQL re-checks a locked row's WHERE clause
+//   picks its tasks with FOR UPDATE SKIP LOCKED, so servers leasing at once take disjoint tasks
+//   without waiting on each other (and, as PostgreSQL re-checks a locked row's WHERE clause
 //   against its newest version, never a task another transaction just granted). SERIALIZABLE
 //   would add predicate-lock aborts on every concurrent lease for no extra safety here.
-//   Locks are taken executor -> tasks -> jobs (jobs in id order), in every method: leasing has
-//   to find (and lock) its tasks before it knows their jobs, and SKIP LOCKED keeps the lock of a
-//   row it then rejects (one another server just granted), so any method taking job -> task
-//   would deadlock against it. A deadlock that still happens (two stale reports for the same
-//   tasks in different orders) is broken by PostgreSQL (after deadlock_timeout) and retried.
+//   Lock order: tasks (in key order) -> executor -> job -> counter shards (in job order); settling
+//   locks a job alone, after the commit that ended its tasks. Leasing
+//   locks its executor first but never waits for a task (SKIP LOCKED keeps the lock of a row it
+//   then rejects, one another server just granted, so any method taking job -> task would
+//   deadlock against it). A deadlock that still happens is broken by PostgreSQL (after
+//   deadlock_timeout) and retried.
 // - Retries: a transaction that fails because the connection broke (SQLSTATE class 08, no
 //   SQLSTATE at all, 57P01-57P03 shutdown/startup, 53300 too many connections) or on a
 //   serialization failure or deadlock (40001, 40P01) is rolled back and run again (reconnecting
 //   first when the connection broke), with jittered exponential backoff from 20 ms to 1 s, for up
 //   to 30 seconds; then the method is Unavailable.
 //   A COMMIT whose answer was lost is not blindly retried: writing transactions note their
-//   transaction id, and after reconnecting the store asks txid_status() whether it committed.
+//   transaction id (taken with BEGIN), and after reconnecting the store asks txid_status()
+//   whether it committed (InjectCommitFaultForTesting exercises both outcomes).
 // - Open applies the schema migrations the database lacks (store/postgres/postgres_migrations.h)
 //   under pg_advisory_xact_lock, and refuses a schema newer than this binary (FailedPrecondition).
 //   The schema is the first one in the connection's search_path.
