@@ -1065,7 +1065,8 @@ absl::Status PostgresMetadataStore::WriteAttempts(Connection& c, const AttemptWr
 
 absl::Status PostgresMetadataStore::SettleIfDone(Connection& c, const std::string& job_id, absl::Time now) {
   auto unsettled = [](const Job& job) {
-    return job.tasks_done >= job.n_tasks && !IsTerminal(job.state) && job.state != JobState::kFinalizing;
+    // Only a job whose tasks run: one still validating has none yet.
+    return job.tasks_done >= job.n_tasks && (job.state == JobState::kQueued || job.state == JobState::kRunning);
   };
   ASSIGN_OR_RETURN(Job job, ReadJobUnlocked(c, job_id));
   if (!unsettled(job)) return absl::OkStatus();
