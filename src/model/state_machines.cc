@@ -237,6 +237,13 @@ absl::Status FailTask(Task& task, FailureClass failure, const std::string& messa
   return absl::InternalError("unknown failure class");
 }
 
+absl::Status FailAttempt(Task& task, int attempt, const std::vector<Chunk>& chunks, FailureClass failure,
+                         const std::string& message, int max_attempts, const RetryPolicy& policy, absl::Time now) {
+  if (DropShadow(task, attempt)) return absl::OkStatus();
+  if (!task.shadow) (void)CommitChunks(task, chunks);  // a chunk that does not fit is left out
+  return FailTask(task, failure, message, max_attempts, policy, now);
+}
+
 absl::Status ExpireLease(Task& task, int max_attempts, const RetryPolicy& policy, absl::Time now) {
   if (task.state != TaskState::kRunning || !task.lease_expires_at || *task.lease_expires_at > now) {
     return absl::FailedPreconditionError("lease has not expired");
@@ -257,6 +264,11 @@ void CancelTask(Task& task, absl::Time now) {
 }
 
 void AccountTerminalTask(Job& job, const Task& task, absl::Time now) {
+  CountTerminalTask(job, task, now);
+  SettleJob(job, task.last_error, now);
+}
+
+void CountTerminalTask(Job& job, const Task& task, absl::Time now) {
   job.tasks_done += 1;
   if (task.state == TaskState::kSucceeded) job.tasks_succeeded += 1;
   job.updated_at = now;
@@ -270,14 +282,19 @@ void AccountTerminalTask(Job& job, const Task& task, absl::Time now) {
     job.counts.completed += committed - committed_failed;
     job.counts.failed += task.n_records - committed + committed_failed;
   }
-  if (job.tasks_done < job.n_tasks || IsTerminal(job.state)) return;
+}
+
+bool SettleJob(Job& job, const std::string& last_error, absl::Time now) {
+  if (job.tasks_done < job.n_tasks || IsTerminal(job.state) || job.state == JobState::kFinalizing) return false;
   if (job.tasks_succeeded == 0 && job.state != JobState::kCancelled) {
     job.state = JobState::kFailed;
-    job.error = absl::StrCat("every task failed; last error: ", task.last_error);
+    job.error = absl::StrCat("every task failed; last error: ", last_error);
     job.finished_at = now;
   } else {
     job.state = JobState::kFinalizing;
   }
+  job.updated_at = now;
+  return true;
 }
 
 bool MarkJobStarted(Job& job, absl::Time now) {

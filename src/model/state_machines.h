@@ -70,6 +70,12 @@ absl::Status CompleteTask(Task& task, int64_t records_done, int64_t records_fail
 absl::Status FailTask(Task& task, FailureClass failure, const std::string& message,
                       int max_attempts, const RetryPolicy& policy, absl::Time now);
 
+// An attempt reports its end without success (fence checked by the caller): a shadow is dropped
+// (DropShadow); otherwise the chunks it uploaded are committed first (those that fit), so a
+// preempted or failed attempt hands back everything it finished, then FailTask.
+absl::Status FailAttempt(Task& task, int attempt, const std::vector<Chunk>& chunks, FailureClass failure,
+                         const std::string& message, int max_attempts, const RetryPolicy& policy, absl::Time now);
+
 // The lease ran out (the executor vanished or cannot reach us): a retryable failure.
 absl::Status ExpireLease(Task& task, int max_attempts, const RetryPolicy& policy, absl::Time now);
 
@@ -79,7 +85,18 @@ void CancelTask(Task& task, absl::Time now);
 // A task reached a terminal state: adds its records to the job's counts and, when it was the last
 // task, moves the job to finalizing (or failed when no task succeeded). A job whose tasks partly
 // failed still completes: the failed tasks' records are listed in its error file.
+// It is CountTerminalTask then SettleJob.
 void AccountTerminalTask(Job& job, const Task& task, absl::Time now);
+
+// The counting half of AccountTerminalTask: adds the task to tasks_done (and tasks_succeeded) and
+// its records to the counts, and sets updated_at. Applied to a zeroed Job it gives the change a
+// store adds to the job's counts (the PostgreSQL store keeps them in counter rows, not the job row).
+void CountTerminalTask(Job& job, const Task& task, absl::Time now);
+
+// The settling half: a job whose tasks have all ended (tasks_done == n_tasks) and that has not
+// ended itself moves to finalizing, or to failed (with `last_error`, of the task that ended last)
+// when no task succeeded. Returns whether the job changed.
+bool SettleJob(Job& job, const std::string& last_error, absl::Time now);
 
 // A lease was granted: a queued job becomes running and records when it started. Returns false
 // when nothing changed (the job was already running), so stores can skip writing the job row —

@@ -214,7 +214,7 @@ grpc::Status ExecutorService::Fail(grpc::ServerContext* context, const v1::FailR
   }
   const auto& ref = request->ref();
   auto task = store_->FailTask(request->executor_id(), ref.job_id(), ref.task_index(), ref.attempt(), *failure,
-                               request->message(), clock_->Now());
+                               request->message(), clock_->Now(), FromProto(ref).chunks);
   if (!task.ok()) return ToGrpc(task.status());
   MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
                     << " executor=" << request->executor_id() << " " << request->failure_class() << ": "

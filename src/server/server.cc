@@ -59,7 +59,8 @@ void MinionsServer::BackgroundLoop() {
     if (watchdog_) {
       auto pass = watchdog_->Tick(clock_->Now());
       if (!pass.ok()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
-      if (pass.ok() && pass->leases_expired > 0) executor_service_.NotifyWork();  // requeued tasks
+      // Requeued tasks and backups of stragglers are work for idle executors.
+      if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) executor_service_.NotifyWork();
     }
     // Jobs finished by another server, by the watchdog, or left over from a restart.
     auto swept = finalizer_.FinalizeReady();

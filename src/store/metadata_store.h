@@ -30,6 +30,16 @@ struct JobFilter {
   int limit = 100;      // newest first
 };
 
+// How many of a job's tasks are in each state, and how many executors run them (for watching a
+// job without listing its tasks).
+struct TaskStateCounts {
+  int64_t pending = 0;
+  int64_t running = 0;
+  int64_t done = 0;       // in a terminal state (the job's tasks_done)
+  int64_t succeeded = 0;  // of those, succeeded
+  int64_t executors = 0;  // distinct holders of the running tasks
+};
+
 struct StoreOptions {
   RetryPolicy retry;
 };
@@ -48,6 +58,9 @@ class MetadataStore {
   virtual absl::StatusOr<Job> GetJob(const std::string& job_id) = 0;
   virtual absl::StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter) = 0;
   virtual absl::StatusOr<std::vector<Task>> ListTasks(const std::string& job_id) = 0;
+  // The job's tasks counted by state; NotFound for an unknown job. Its cost grows with the tasks
+  // that are pending or running, not with the job's size.
+  virtual absl::StatusOr<TaskStateCounts> CountTasks(const std::string& job_id) = 0;
   // Cancels a job that has not ended: its pending and running tasks become cancelled (executors
   // holding them are told so in their next heartbeat). FailedPrecondition if the job has ended.
   virtual absl::StatusOr<Job> CancelJob(const std::string& job_id, absl::Time now) = 0;
@@ -72,6 +85,9 @@ class MetadataStore {
                                                     const ExecutorInfo& info, absl::Time now) = 0;
   virtual absl::StatusOr<Executor> GetExecutor(const std::string& executor_id) = 0;
   virtual absl::StatusOr<std::vector<Executor>> ListExecutors() = 0;
+  // Every running task (of any job), by executor id, then job id and index: what each executor
+  // is working on now.
+  virtual absl::StatusOr<std::vector<Task>> ListRunningTasks() = 0;
   // Records that the executor is alive and in `state` (reason: why), renews the leases in `held`
   // that are still its own (RenewLease: lease extended, progress stored, chunks committed), and
   // answers which of them it must stop. An unknown executor gets `unknown_executor`.
@@ -102,14 +118,21 @@ class MetadataStore {
   virtual absl::StatusOr<std::vector<absl::Status>> CompleteTasks(const std::string& executor_id,
                                                                   const std::vector<LeaseProgress>& reports,
                                                                   absl::Time now) = 0;
+  // FailTask applies model FailAttempt: `chunks` (the attempt's uploads) are committed first.
   virtual absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id,
                                         int64_t task_index, int attempt, FailureClass failure,
-                                        const std::string& message, absl::Time now) = 0;
+                                        const std::string& message, absl::Time now,
+                                        const std::vector<Chunk>& chunks = {}) = 0;
 
   // --- watchdog ---
   // Requeues (or fails, past max_attempts) up to `limit` running tasks whose lease has expired;
   // returns them as they are now.
   virtual absl::StatusOr<std::vector<Task>> ExpireLeases(absl::Time now, int limit) = 0;
+  // Stragglers: attempt `attempt` of a running task gets a backup (model RequestBackup): the task
+  // goes back to pending for another executor while the attempt runs on as its shadow.
+  // FailedPrecondition if the task is not running that attempt or has a backup already.
+  virtual absl::StatusOr<Task> RequestBackup(const std::string& job_id, int64_t task_index, int attempt,
+                                             absl::Time now) = 0;
   // Executors not heard from since `cutoff` become lost; returns them.
   virtual absl::StatusOr<std::vector<Executor>> MarkLostExecutors(absl::Time cutoff, absl::Time now) = 0;
 };

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,9 @@ absl::StatusOr<WatchdogPass> Watchdog::Tick(absl::Time now) {
     auto active = store_->ListJobs(filter);
     if (!active.ok()) return active.status();
     for (const Job& job : *active) {
+      if (state == JobState::kRunning && options_.backups && !DeadlinePassed(job, now)) {
+        if (absl::Status s = BackUpStragglers(job, now, pass); !s.ok()) return s;
+      }
       if (!DeadlinePassed(job, now)) continue;
       auto expired_job = store_->ExpireJob(job.id, now);
       if (absl::IsFailedPrecondition(expired_job.status())) continue;  // it finished meanwhile
@@ -55,6 +59,28 @@ absl::StatusOr<WatchdogPass> Watchdog::Tick(absl::Time now) {
   }
   pass.jobs_touched.assign(jobs.begin(), jobs.end());
   return pass;
+}
+
+absl::Status Watchdog::BackUpStragglers(const Job& job, absl::Time now, WatchdogPass& pass) {
+  // Only near the end of a job: nothing pending, something running (cheap counts first).
+  auto counts = store_->CountTasks(job.id);
+  if (!counts.ok()) return counts.status();
+  if (counts->pending > 0 || counts->running == 0) return absl::OkStatus();
+  auto tasks = store_->ListTasks(job.id);
+  if (!tasks.ok()) return tasks.status();
+  for (int64_t index : FindStragglers(*tasks, options_.stragglers, now)) {
+    auto it = std::find_if(tasks->begin(), tasks->end(), [&](const Task& t) { return t.index == index; });
+    if (it == tasks->end()) continue;
+    const Task& task = *it;
+    auto backed = store_->RequestBackup(job.id, index, task.attempt, now);
+    if (absl::IsFailedPrecondition(backed.status())) continue;  // it finished or moved meanwhile
+    if (!backed.ok()) return backed.status();
+    ++pass.backups_requested;
+    MINIONS_LOG(Info) << "job=" << job.id << " task=" << index << " attempt=" << task.attempt << " on executor="
+                      << task.executor_id << " straggles (" << absl::FormatDuration(now - *task.started_at)
+                      << "); a backup attempt may run elsewhere";
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<WatchdogLock>> WatchdogLock::TryAcquire(const std::string& path) {

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "store/metadata_store.h"
+#include "watchdog/stragglers.h"
 
 namespace minions {
 
@@ -27,6 +28,8 @@ struct WatchdogOptions {
   // re-attach their leases before they are judged: a heartbeat interval plus the time a client
   // takes to reconnect. The server and `minions watchdog` use two lease TTLs.
   absl::Duration takeover_grace = absl::ZeroDuration();
+  StragglerPolicy stragglers;                // backups for tasks far slower than their peers
+  bool backups = true;
 };
 
 struct WatchdogPass {
@@ -35,6 +38,7 @@ struct WatchdogPass {
   int executors_lost = 0;
   int jobs_expired = 0;       // completion window passed
   bool in_grace = false;      // the takeover grace held back lease expiry and lost executors
+  int backups_requested = 0;  // stragglers given a backup attempt
   std::vector<std::string> jobs_touched;  // jobs whose tasks changed (may now need finalising)
 };
 
@@ -45,6 +49,8 @@ class Watchdog {
   const WatchdogOptions& options() const { return options_; }
 
  private:
+  absl::Status BackUpStragglers(const Job& job, absl::Time now, WatchdogPass& pass);
+
   MetadataStore* store_;
   WatchdogOptions options_;
   std::optional<absl::Time> active_since_;  // the first Tick

@@ -592,6 +592,45 @@ TEST_P(MetadataStoreContract, UnknownIdsAreNotFound) {
   EXPECT_THAT(reply.cancel, SizeIs(1));
 }
 
+// --- what the server asks for a job's and an executor's view ---
+
+TEST_P(MetadataStoreContract, CountTasksAndListRunningTasksAnswerWithoutListingAJob) {
+  const std::string job_id = Submit(Spec(), 5);
+  const std::string a = Register("a");
+  const std::string b = Register("b");
+  std::vector<Lease> of_a = LeaseUpTo(a, 2);
+  std::vector<Lease> of_b = LeaseUpTo(b, 1);
+  ASSERT_THAT(of_a, SizeIs(2));
+  ASSERT_THAT(of_b, SizeIs(1));
+  ASSERT_OK(store_->CompleteTask(a, job_id, of_a[0].task.index, of_a[0].task.attempt, kRecordsPerTask, 0, now_));
+  ASSERT_OK(store_->FailTask(b, job_id, of_b[0].task.index, of_b[0].task.attempt, FailureClass::kPermanent, "x", now_));
+
+  ASSERT_OK_AND_ASSIGN(TaskStateCounts counts, store_->CountTasks(job_id));
+  EXPECT_EQ(counts.pending, 2);
+  EXPECT_EQ(counts.running, 1);
+  EXPECT_EQ(counts.done, 2);
+  EXPECT_EQ(counts.succeeded, 1);
+  EXPECT_EQ(counts.executors, 1);
+  EXPECT_CODE(store_->CountTasks("job-000000000000"), kNotFound);
+
+  std::vector<Lease> more = LeaseUpTo(b, 1);
+  ASSERT_THAT(more, SizeIs(1));
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> running, store_->ListRunningTasks());
+  ASSERT_THAT(running, SizeIs(2));
+  EXPECT_LE(running[0].executor_id, running[1].executor_id);  // by executor
+  std::map<std::string, int64_t> by_executor;
+  for (const Task& task : running) {
+    EXPECT_EQ(task.state, TaskState::kRunning);
+    by_executor[task.executor_id] = task.index;
+  }
+  EXPECT_EQ(by_executor[a], of_a[1].task.index);
+  EXPECT_EQ(by_executor[b], more[0].task.index);
+  ASSERT_OK_AND_ASSIGN(counts, store_->CountTasks(job_id));
+  EXPECT_EQ(counts.running, 2);
+  EXPECT_EQ(counts.executors, 2);
+  EXPECT_EQ(counts.pending, 1);
+}
+
 // --- executors and listings ---
 
 TEST_P(MetadataStoreContract, RegisteringAgainKeepsTheIdAndUpdatesTheInfo) {

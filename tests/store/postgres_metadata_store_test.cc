@@ -197,6 +197,8 @@ class PostgresMetadataStoreTest : public ::testing::Test {
     return executor.ok() ? executor->id : "";
   }
 
+  using CommitFault = PostgresMetadataStore::CommitFault;
+
   std::string url_;
   const absl::Duration kTtl = absl::Seconds(30);
   absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
@@ -362,6 +364,52 @@ TEST_F(PostgresMetadataStoreTest, TheWatchdogLockIsExclusiveAndDiesWithItsHolder
   ASSERT_TRUE(third.ok()) << third.status();
   EXPECT_CODE((*second)->Check(), kUnavailable);
   EXPECT_OK((*third)->Check());
+}
+
+// The lost-COMMIT path: a writing transaction whose COMMIT went out but whose answer never came
+// back must not be run again (it committed), and one cut off before its COMMIT must be. Either
+// way, each call below must have happened exactly once.
+void ExpectEachCallOnceUnder(PostgresMetadataStore::CommitFault fault, const std::string& url, absl::Time now,
+                             absl::Duration ttl) {
+  auto store = MustOpen(url, 1);
+  ASSERT_NE(store, nullptr);
+  JobSpec spec;
+  spec.model = "m.gguf";
+  ASSERT_OK_AND_ASSIGN(Job job, store->CreateJob(spec, now));
+  std::vector<Task> shards(1);
+  shards[0].n_records = 1;
+  ASSERT_OK(store->AddTasks(job.id, shards, 1, now));
+  ExecutorInfo info;
+  info.name = "a";
+  ASSERT_OK_AND_ASSIGN(Executor executor, store->RegisterExecutor("", info, now));
+  ASSERT_OK_AND_ASSIGN(std::vector<Lease> leases, store->LeaseTasks(executor.id, 1, ttl, now));
+  ASSERT_THAT(leases, SizeIs(1));
+  // A completion's COMMIT goes out with its last statement. Run twice, the second run would be
+  // refused (the task has succeeded) and the counts would not say 1.
+  store->InjectCommitFaultForTesting(fault);
+  ASSERT_OK_AND_ASSIGN(Task done, store->CompleteTask(executor.id, job.id, 0, leases[0].task.attempt, 1, 0, now));
+  EXPECT_EQ(store->CommitFaultsInjectedForTesting(), 1);
+  EXPECT_EQ(done.state, TaskState::kSucceeded);
+  ASSERT_OK_AND_ASSIGN(job, store->GetJob(job.id));
+  EXPECT_EQ(job.tasks_done, 1);
+  EXPECT_EQ(job.counts.completed, 1);
+  EXPECT_EQ(job.state, JobState::kFinalizing);
+  ASSERT_OK_AND_ASSIGN(executor, store->GetExecutor(executor.id));
+  EXPECT_EQ(executor.records_done, 1);
+  // A plain COMMIT: run twice, CreateJob would make two jobs; not run, none.
+  store->InjectCommitFaultForTesting(fault);
+  ASSERT_OK(store->CreateJob(spec, now).status());
+  EXPECT_EQ(store->CommitFaultsInjectedForTesting(), 2);
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> jobs, store->ListJobs(JobFilter{}));
+  EXPECT_THAT(jobs, SizeIs(2));
+}
+
+TEST_F(PostgresMetadataStoreTest, ACommitWhoseAnswerWasLostIsNotRunAgain) {
+  ExpectEachCallOnceUnder(CommitFault::kAnswerLost, url_, now_, kTtl);
+}
+
+TEST_F(PostgresMetadataStoreTest, ATransactionCutOffBeforeItsCommitRunsAgain) {
+  ExpectEachCallOnceUnder(CommitFault::kConnectionLostBeforeCommit, url_, now_, kTtl);
 }
 
 // Runs alone (RUN_SERIAL): it restarts the server every Postgres test uses.

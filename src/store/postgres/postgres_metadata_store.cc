@@ -5,15 +5,19 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "model/json_codec.h"
+#include "store/common/store_rows.h"
+#include "store/common/store_rules.h"
 #include "store/postgres/postgres_migrations.h"
 
 namespace minions {
@@ -24,11 +28,6 @@ namespace {
 constexpr absl::Duration kRetryWindow = absl::Seconds(30);
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(20);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
-
-// Tasks of an unknown runner kind: an executor that lists no runners runs the built-in one.
-constexpr char kDefaultRunner[] = "llama";
-
-std::string Name(std::string_view name) { return std::string(name); }
 
 // SQLSTATEs after which the whole transaction is run again: the connection is gone or going
 // (class 08, 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now, 53300
@@ -42,11 +41,6 @@ bool IsRetryableSqlState(std::string_view sqlstate) {
 std::string TrimNewlines(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
   return text;
-}
-
-absl::Status CorruptRow(std::string_view table, std::string_view id, std::string_view what) {
-  return absl::InternalError(
-      absl::StrCat("corrupt ", std::string(table), " row ", std::string(id), ": ", std::string(what)));
 }
 
 absl::Status CheckConninfo(const std::string& conninfo) {
@@ -82,6 +76,41 @@ class Params {
   Params& Time(const std::optional<absl::Time>& value) { return value ? Time(*value) : Null(); }
   // A LIMIT: none (NULL, i.e. LIMIT ALL) unless positive.
   Params& Limit(int limit) { return limit > 0 ? Int(limit) : Null(); }
+  Params& Value(const store_rows::Value& value) {
+    if (const int64_t* number = std::get_if<int64_t>(&value)) return Int(*number);
+    if (const std::string* text = std::get_if<std::string>(&value)) return Text(*text);
+    return Null();
+  }
+  // One row's values, as $n, $n+1, ...
+  Params& Values(const store_rows::Values& values) {
+    for (const store_rows::Value& value : values) Value(value);
+    return *this;
+  }
+  // Rows of `columns` values each, as one array parameter per column (for unnest(...)).
+  Params& Columns(const std::vector<store_rows::Values>& rows, int columns) {
+    for (int column = 0; column < columns; ++column) {
+      std::string array = "{";
+      for (size_t row = 0; row < rows.size(); ++row) {
+        if (row > 0) array += ',';
+        const store_rows::Value& value = rows[row][column];
+        if (const int64_t* number = std::get_if<int64_t>(&value)) {
+          absl::StrAppend(&array, *number);
+        } else if (const std::string* text = std::get_if<std::string>(&value)) {
+          array += '"';
+          for (char ch : *text) {
+            if (ch == '"' || ch == '\\') array += '\\';
+            array += ch;
+          }
+          array += '"';
+        } else {
+          array += "NULL";
+        }
+      }
+      array += '}';
+      Text(std::move(array));
+    }
+    return *this;
+  }
   const std::vector<std::optional<std::string>>& values() const { return values_; }
 
  private:
@@ -111,6 +140,7 @@ class PgResult {
     return Time(row, column);
   }
   // Rows an INSERT/UPDATE/DELETE touched.
+  const PGresult* get() const { return result_; }
   int64_t Affected() const {
     const char* count = PQcmdTuples(result_);
     return count[0] != '\0' ? std::strtoll(count, nullptr, 10) : 0;
@@ -157,6 +187,18 @@ class Connection {
     // NOTICEs (e.g. "relation already exists, skipping") are not ours to print.
     PQsetNoticeProcessor(
         conn_, [](void*, const char*) {}, nullptr);
+    // The store's statements are planned once per session: left to choose, PostgreSQL plans
+    // those that take arrays again on every call (their generic plan looks dearer than a plan
+    // for one element), which costs more than running them. Their generic plans are index
+    // lookups per key (docs/benchmarks.md).
+    PGresult* set = PQexec(conn_, "SET plan_cache_mode = force_generic_plan");
+    const bool ok = set != nullptr && PQresultStatus(set) == PGRES_COMMAND_OK;
+    std::string message = ok ? "" : TrimNewlines(PQerrorMessage(conn_));
+    PQclear(set);
+    if (!ok) {
+      Close();
+      return absl::UnavailableError(absl::StrCat("cannot set up a PostgreSQL session: ", message));
+    }
     return absl::OkStatus();
   }
 
@@ -164,10 +206,12 @@ class Connection {
     if (conn_ != nullptr) PQfinish(conn_);
     conn_ = nullptr;
     prepared_.clear();  // prepared statements live and die with their session
+    next_statement_ = 0;
   }
   bool Broken() const { return conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK; }
 
-  // One statement with $n parameters (extended protocol).
+  // One statement with $n parameters (extended protocol). The first statement of a transaction
+  // goes out together with its BEGIN (see StartTransaction).
   absl::StatusOr<PgResult> Exec(const char* sql, const Params& params = Params()) {
     if (conn_ == nullptr) return Fail(nullptr, sql);
     std::vector<const char*> values;
@@ -175,22 +219,28 @@ class Connection {
     for (const std::optional<std::string>& value : params.values()) {
       values.push_back(value ? value->c_str() : nullptr);
     }
+    const int n = static_cast<int>(values.size());
     // Each statement is parsed and planned once per connection, then only executed: the store's
     // statements are a fixed set of constants, run thousands of times a second under load.
     auto it = prepared_.find(sql);
+    if (begin_pending_) return BeginWith(sql, params);
     if (it == prepared_.end()) {
-      std::string name = absl::StrCat("minions_", prepared_.size());
-      auto prepared = Check(PQprepare(conn_, name.c_str(), sql, static_cast<int>(values.size()), nullptr), sql);
+      std::string name = absl::StrCat("minions_", next_statement_++);
+      auto prepared = Check(PQprepare(conn_, name.c_str(), sql, n, nullptr), sql);
       if (!prepared.ok()) return prepared.status();
       it = prepared_.emplace(sql, std::move(name)).first;
     }
-    return Check(PQexecPrepared(conn_, it->second.c_str(), static_cast<int>(values.size()), values.data(), nullptr,
-                                nullptr, 0),
-                 sql);
+    return Check(PQexecPrepared(conn_, it->second.c_str(), n, values.data(), nullptr, nullptr, 0), sql);
   }
   // Constant text of one or more statements, no parameters (simple protocol); the last result.
   absl::StatusOr<PgResult> ExecScript(const char* sql) {
     if (conn_ == nullptr) return Fail(nullptr, sql);
+    if (begin_pending_) {
+      begin_pending_ = false;
+      absl::StatusOr<PgResult> begun = Check(PQexec(conn_, for_update_ ? "BEGIN; SELECT txid_current()" : "BEGIN"), sql);
+      if (!begun.ok()) return begun.status();
+      if (for_update_) xid_ = begun->Int(0, 0);
+    }
     return Check(PQexec(conn_, sql), sql);
   }
   // Ends the current transaction, if any, ignoring errors (they are already recorded).
@@ -201,11 +251,106 @@ class Connection {
   }
 
   // Per transaction.
-  void StartTransaction(bool write) {
+  // Starts a transaction. BEGIN is not sent yet: it goes out with the first statement, in one
+  // round trip (libpq's pipeline mode), and a writing transaction also takes its id then, so that
+  // a COMMIT whose answer is lost can be looked up afterwards instead of being run twice.
+  void StartTransaction(bool write, CommitFault fault = CommitFault::kNone) {
     first_error_ = absl::OkStatus();
     retryable_ = false;
     for_update_ = write;
+    begin_pending_ = true;
+    xid_ = 0;
+    after_commit_sql_ = nullptr;
+    after_commit_use_ = nullptr;
+    commit_state_ = CommitState::kNotSent;
+    fault_ = fault;
   }
+  // True while the transaction has sent nothing (there is nothing to commit).
+  bool begin_pending() const { return begin_pending_; }
+  // The id of the current writing transaction (0 before its first statement).
+  int64_t xid() const { return xid_; }
+
+  // Set by a transaction's body: a statement to run right after its COMMIT (sent together with
+  // it, so in the same round trip), and what to do with the answer. Nothing happens to it when
+  // the COMMIT fails or its answer is lost.
+  void AfterCommit(const char* sql, Params params, std::function<void(const PgResult&)> use) {
+    after_commit_sql_ = sql;
+    after_commit_params_ = std::move(params);
+    after_commit_use_ = std::move(use);
+  }
+  // When a COMMIT's answer was lost: the after-commit statement, taken to run (RunAfterCommit)
+  // once it is known that the transaction committed.
+  struct AfterCommitStep {
+    const char* sql = nullptr;
+    Params params;
+    std::function<void(const PgResult&)> use;
+  };
+  AfterCommitStep TakeAfterCommit() {
+    AfterCommitStep step{after_commit_sql_, std::move(after_commit_params_), std::move(after_commit_use_)};
+    after_commit_sql_ = nullptr;
+    after_commit_use_ = nullptr;
+    return step;
+  }
+  void RunAfterCommit(const AfterCommitStep& step) {
+    if (step.sql == nullptr || Broken()) return;
+    begin_pending_ = false;  // on its own, outside any transaction
+    absl::StatusOr<PgResult> answer = Exec(step.sql, step.params);
+    if (answer.ok()) step.use(*answer);
+  }
+
+  // Whether the transaction's COMMIT went out (ExecAndCommit sends it with the last statement).
+  enum class CommitState { kNotSent, kCommitted, kAnswerLost };
+  CommitState commit_state() const { return commit_state_; }
+
+  // COMMIT, and the after-commit statement if there is one. The answer is COMMIT's.
+  absl::StatusOr<PgResult> Commit() {
+    if (fault_ == CommitFault::kConnectionLostBeforeCommit) Close();
+    if (conn_ == nullptr) return Fail(nullptr, "COMMIT");
+    if (after_commit_sql_ == nullptr && fault_ == CommitFault::kNone) return ExecScript("COMMIT");
+    std::vector<Step> steps = {{"COMMIT"}};
+    if (after_commit_sql_ != nullptr) steps.push_back({after_commit_sql_, &after_commit_params_});
+    std::vector<PGresult*> results = Pipeline(steps, fault_ == CommitFault::kAnswerLost);
+    absl::StatusOr<PgResult> committed = Answer(results[0], "COMMIT");
+    if (results.size() > 1 && results[1] != nullptr) UseAfterCommit(committed.ok(), PgResult(results[1]));
+    return committed;
+  }
+
+  // The transaction's last statement, sent with its COMMIT (and the after-commit statement) in
+  // one round trip; the answer to the statement is not kept. An error is the statement's or the
+  // COMMIT's (the transaction did not commit); when the answers were lost, commit_state() says so
+  // and the caller must find out whether it committed.
+  absl::Status ExecAndCommit(const char* sql, const Params& params) {
+    if (begin_pending_) {  // nothing before it: BEGIN goes with the statement, COMMIT after
+      RETURN_IF_ERROR(Exec(sql, params).status());
+      RETURN_IF_ERROR(Commit().status());
+      commit_state_ = CommitState::kCommitted;
+      return absl::OkStatus();
+    }
+    if (fault_ == CommitFault::kConnectionLostBeforeCommit) Close();
+    if (conn_ == nullptr) return Fail(nullptr, sql);
+    std::vector<Step> steps = {{sql, &params}, {"COMMIT"}};
+    if (after_commit_sql_ != nullptr) steps.push_back({after_commit_sql_, &after_commit_params_});
+    std::vector<PGresult*> results = Pipeline(steps, fault_ == CommitFault::kAnswerLost);
+    absl::Status outcome;
+    if (results[0] != nullptr && results[1] != nullptr) {
+      outcome = Answer(results[0], sql).status();
+      absl::StatusOr<PgResult> committed = Answer(results[1], "COMMIT");
+      if (outcome.ok()) outcome = committed.status();
+      if (outcome.ok()) commit_state_ = CommitState::kCommitted;
+    } else if (results[0] != nullptr && PQresultStatus(results[0]) == PGRES_FATAL_ERROR) {
+      outcome = Fail(results[0], sql);  // refused: what followed it did not run
+      if (results[1] != nullptr) PQclear(results[1]);
+    } else {
+      if (results[0] != nullptr) PQclear(results[0]);
+      if (results[1] != nullptr) PQclear(results[1]);
+      commit_state_ = CommitState::kAnswerLost;
+    }
+    if (results.size() > 2 && results[2] != nullptr) {
+      UseAfterCommit(commit_state_ == CommitState::kCommitted, PgResult(results[2]));
+    }
+    return outcome;
+  }
+
   const absl::Status& first_error() const { return first_error_; }
   bool retryable() const { return retryable_; }
   // In a writing transaction, loads lock the rows they read.
@@ -227,6 +372,8 @@ class Connection {
       PQclear(result);
     } else if (conn_ != nullptr) {
       message = TrimNewlines(PQerrorMessage(conn_));
+    } else if (!lost_message_.empty()) {
+      message = lost_message_;
     }
     if (Broken()) sqlstate.clear();  // whatever the server said last, the connection is gone
     std::string text = absl::StrCat("postgres: ", Excerpt(sql, 60), ": ",
@@ -244,12 +391,155 @@ class Connection {
     return error;
   }
 
+  // A pipeline step's answer as Exec gives it (nullptr: none came, the connection broke).
+  absl::StatusOr<PgResult> Answer(PGresult* result, const char* sql) {
+    if (result == nullptr) return Fail(nullptr, sql);
+    return Check(result, sql);
+  }
+  void UseAfterCommit(bool committed, const PgResult& answer) {
+    const ExecStatusType status = PQresultStatus(answer.get());
+    if (committed && (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK)) after_commit_use_(answer);
+  }
+
+  // One statement of a pipeline: constant text, with `params` (a prepared statement) or without
+  // (sent as is).
+  struct Step {
+    const char* sql;
+    const Params* params = nullptr;
+  };
+
+  // Sends `steps` and a sync at once (libpq's pipeline mode) and reads their answers, in order:
+  // one result per step, nullptr for a step that got none (the connection broke). New prepared
+  // statements are prepared on the way; a failed PREPARE is its step's answer.
+  // With `hang_up` (tests: an answer lost on the way) it closes the connection once all is sent,
+  // without reading anything.
+  std::vector<PGresult*> Pipeline(const std::vector<Step>& steps, bool hang_up = false) {
+    std::vector<PGresult*> results(steps.size(), nullptr);
+    std::vector<int> kinds;  // per answer expected: the step's index, or -1 - index for its PREPARE
+    std::vector<std::string> new_names(steps.size());
+    bool sent = PQenterPipelineMode(conn_) == 1;
+    for (size_t i = 0; sent && i < steps.size(); ++i) {
+      const Step& step = steps[i];
+      if (step.params == nullptr) {
+        sent = PQsendQueryParams(conn_, step.sql, 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+        kinds.push_back(static_cast<int>(i));
+        continue;
+      }
+      std::vector<const char*> values;
+      for (const std::optional<std::string>& value : step.params->values()) {
+        values.push_back(value ? value->c_str() : nullptr);
+      }
+      const int n = static_cast<int>(values.size());
+      auto it = prepared_.find(step.sql);
+      std::string name;
+      if (it == prepared_.end()) {
+        name = absl::StrCat("minions_", next_statement_++);
+        new_names[i] = name;
+        sent = PQsendPrepare(conn_, name.c_str(), step.sql, n, nullptr) == 1;
+        kinds.push_back(-1 - static_cast<int>(i));
+      } else {
+        name = it->second;
+      }
+      sent = sent && PQsendQueryPrepared(conn_, name.c_str(), n, values.data(), nullptr, nullptr, 0) == 1;
+      kinds.push_back(static_cast<int>(i));
+    }
+    sent = sent && PQpipelineSync(conn_) == 1;
+    if (hang_up) {
+      while (sent && PQflush(conn_) == 1) {
+      }
+      sent = false;
+    }
+    size_t answer = 0;
+    bool synced = false;
+    while (sent && !synced) {
+      PGresult* result = PQgetResult(conn_);
+      if (result == nullptr) {  // between two answers; only that, forever, when broken
+        if (Broken() || answer > kinds.size()) break;
+        continue;
+      }
+      if (PQresultStatus(result) == PGRES_PIPELINE_SYNC) {
+        synced = true;
+        PQclear(result);
+        break;
+      }
+      if (answer >= kinds.size()) {
+        PQclear(result);
+        continue;
+      }
+      const int kind = kinds[answer++];
+      const size_t step = kind >= 0 ? kind : -1 - kind;
+      const ExecStatusType status = PQresultStatus(result);
+      if (kind < 0 && (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK)) {
+        PQclear(result);  // prepared; the statement's own answer follows
+        continue;
+      }
+      if (results[step] == nullptr) {
+        results[step] = result;  // a failed PREPARE's answer stands for its statement's
+      } else {
+        PQclear(result);
+      }
+    }
+    if (synced) {
+      PQexitPipelineMode(conn_);
+      for (size_t i = 0; i < steps.size(); ++i) {
+        if (new_names[i].empty() || results[i] == nullptr) continue;
+        const ExecStatusType status = PQresultStatus(results[i]);
+        if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) prepared_.emplace(steps[i].sql, new_names[i]);
+      }
+    } else {
+      // A pipeline that could not be finished leaves the session unusable.
+      for (PGresult*& result : results) {
+        if (result != nullptr) PQclear(result);
+        result = nullptr;
+      }
+      lost_message_ = conn_ != nullptr ? TrimNewlines(PQerrorMessage(conn_)) : "";
+      Close();
+    }
+    return results;
+  }
+
+  // BEGIN, the transaction id (writing transactions) and the transaction's first statement.
+  absl::StatusOr<PgResult> BeginWith(const char* sql, const Params& params) {
+    begin_pending_ = false;
+    std::vector<Step> steps = {{"BEGIN"}};
+    if (for_update_) steps.push_back({"SELECT txid_current()"});
+    steps.push_back({sql, &params});
+    std::vector<PGresult*> results = Pipeline(steps);
+    // The first failure is the transaction's; answers after it are "aborted" and say nothing.
+    absl::Status failed;
+    for (size_t i = 0; i < results.size(); ++i) {
+      PGresult* result = std::exchange(results[i], nullptr);
+      const ExecStatusType status = result != nullptr ? PQresultStatus(result) : PGRES_FATAL_ERROR;
+      if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+        if (failed.ok()) {
+          failed = Fail(result, sql);
+        } else if (result != nullptr) {
+          PQclear(result);
+        }
+        continue;
+      }
+      if (i + 1 == results.size() && failed.ok()) return PgResult(result);
+      if (for_update_ && i == 1) xid_ = std::strtoll(PQgetvalue(result, 0, 0), nullptr, 10);
+      PQclear(result);
+    }
+    return failed;
+  }
+
   const std::string conninfo_;
   PGconn* conn_ = nullptr;
   std::map<std::string, std::string> prepared_;  // statement text -> prepared name, this session
   absl::Status first_error_;
   bool retryable_ = false;
   bool for_update_ = false;
+  bool begin_pending_ = false;
+  int64_t xid_ = 0;
+  std::string lost_message_;  // why the last unfinished pipeline failed
+  int next_statement_ = 0;    // names prepared statements
+  const char* after_commit_sql_ = nullptr;
+  Params after_commit_params_;
+  std::function<void(const PgResult&)> after_commit_use_;
+  CommitState commit_state_ = CommitState::kNotSent;
+  CommitFault fault_ = CommitFault::kNone;
 };
 
 // A fixed set of connections; Acquire waits for a free one.
@@ -297,84 +587,137 @@ namespace {
 using postgres_store::Params;
 using postgres_store::PgResult;
 using postgres_store::Row;
+namespace rows = store_rows;
+namespace rules = store_rules;
 
-// --- SQL. Every statement is constant text with $n parameters; values are always bound. ---
+// --- SQL. Every statement is constant text with $n parameters; values are always bound. Rows are
+// written with the parameters in the order of store/common/store_rows.h's column lists. ---
 
-#define MINIONS_JOB_COLUMNS                                                                        \
-  "id, team, state, spec, total_records, completed_records, failed_records, n_tasks, tasks_done, " \
-  "tasks_succeeded, error, output_key, errors_key, manifest_key, created_at, updated_at, "         \
-  "started_at, finished_at"
-#define MINIONS_TASK_COLUMNS                                                               \
-  "job_id, idx, first_record, n_records, byte_begin, byte_end, state, attempt, failures, " \
-  "preemptions, executor_id, lease_expires_at, not_before, records_done, records_failed, " \
-  "last_error, started_at, finished_at, chunks"
-#define MINIONS_EXECUTOR_COLUMNS \
-  "id, info, state, state_reason, registered_at, last_heartbeat_at, drain_requested, records_done"
-
-#define MINIONS_SELECT_JOB "SELECT " MINIONS_JOB_COLUMNS " FROM jobs WHERE id = $1"
-constexpr char kSelectJob[] = MINIONS_SELECT_JOB;
-constexpr char kSelectJobForUpdate[] = MINIONS_SELECT_JOB " FOR UPDATE";
-// Insert and update take the same parameters: $1 id, then the other columns in this order.
-constexpr char kInsertJob[] =
-    "INSERT INTO jobs (id, team, state, spec, priority, min_memory_bytes, runner, total_records, "
-    "completed_records, failed_records, n_tasks, tasks_done, tasks_succeeded, error, output_key, "
-    "errors_key, manifest_key, created_at, updated_at, started_at, finished_at) VALUES ($1, $2, $3, "
-    "$4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) "
-    "ON CONFLICT (id) DO NOTHING";
+// A job's counts are the sums of its counter shards (job_counts, see postgres_migrations.cc); the
+// jobs row's own count columns stay zero. Columns as MINIONS_STORE_JOB_COLUMNS.
+#define MINIONS_PG_SELECT_JOBS                                                                                    \
+  "SELECT j.id, j.team, j.state, j.spec, j.total_records, COALESCE(c.completed, 0), COALESCE(c.failed, 0), "      \
+  "j.n_tasks, COALESCE(c.done, 0), COALESCE(c.succeeded, 0), j.error, j.output_key, j.errors_key, "               \
+  "j.manifest_key, j.created_at, GREATEST(j.updated_at, c.updated_at), j.started_at, j.finished_at FROM jobs j " \
+  "LEFT JOIN LATERAL (SELECT SUM(completed_records)::bigint AS completed, SUM(failed_records)::bigint AS failed, " \
+  "SUM(tasks_done)::bigint AS done, SUM(tasks_succeeded)::bigint AS succeeded, MAX(updated_at) AS updated_at "    \
+  "FROM job_counts WHERE job_id = j.id) c ON true "
+constexpr char kSelectJob[] = MINIONS_PG_SELECT_JOBS "WHERE j.id = $1";
+constexpr char kSelectJobForUpdate[] = MINIONS_PG_SELECT_JOBS "WHERE j.id = $1 FOR UPDATE OF j";
+constexpr char kListJobs[] = MINIONS_PG_SELECT_JOBS
+    "WHERE ($1::text IS NULL OR j.state = $1::text) AND ($2::text = '' OR j.team = $2::text) "
+    "ORDER BY j.created_at DESC, j.id DESC LIMIT $3::bigint";
+constexpr char kJobsInState[] = MINIONS_PG_SELECT_JOBS "WHERE j.state = $1 ORDER BY j.created_at, j.id LIMIT $2::bigint";
+// Jobs not yet settled whose tasks have all ended (their last completers ran at once and none saw
+// the others' counts): JobsToFinalize settles them.
+constexpr char kUnsettledJobs[] =
+    "SELECT j.id FROM jobs j WHERE j.state IN ($1, $2) AND j.n_tasks > 0 "
+    "AND j.n_tasks <= (SELECT COALESCE(SUM(tasks_done), 0) FROM job_counts WHERE job_id = j.id)";
+constexpr char kLastFailure[] =
+    "SELECT last_error FROM tasks WHERE job_id = $1 AND state = $2 ORDER BY finished_at DESC NULLS LAST, idx DESC "
+    "LIMIT 1";
+// Parameters: rows::JobValues.
+constexpr char kInsertJob[] = "INSERT INTO jobs (" MINIONS_STORE_JOB_WRITE_COLUMNS
+                              ") VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, "
+                              "$16, $17) ON CONFLICT (id) DO NOTHING";
 constexpr char kUpdateJob[] =
-    "UPDATE jobs SET team = $2, state = $3, spec = $4::jsonb, priority = $5, min_memory_bytes = $6, "
-    "runner = $7, total_records = $8, completed_records = $9, failed_records = $10, n_tasks = $11, "
-    "tasks_done = $12, tasks_succeeded = $13, error = $14, output_key = $15, errors_key = $16, "
-    "manifest_key = $17, created_at = $18, updated_at = $19, started_at = $20, finished_at = $21 "
-    "WHERE id = $1";
-constexpr char kListJobs[] =
-    "SELECT " MINIONS_JOB_COLUMNS
-    " FROM jobs WHERE ($1::text IS NULL OR state = $1::text) "
-    "AND ($2::text = '' OR team = $2::text) ORDER BY created_at DESC, id DESC LIMIT $3::bigint";
-constexpr char kJobsInState[] =
-    "SELECT " MINIONS_JOB_COLUMNS " FROM jobs WHERE state = $1 ORDER BY created_at, id LIMIT $2::bigint";
+    "UPDATE jobs SET team = $2, state = $3, spec = $4::jsonb, priority = $5, min_memory_bytes = $6, runner = $7, "
+    "total_records = $8, n_tasks = $9, error = $10, output_key = $11, errors_key = $12, manifest_key = $13, "
+    "created_at = $14, updated_at = $15, started_at = $16, finished_at = $17 WHERE id = $1";
 
-#define MINIONS_SELECT_TASK "SELECT " MINIONS_TASK_COLUMNS " FROM tasks WHERE job_id = $1 AND idx = $2"
-constexpr char kSelectTask[] = MINIONS_SELECT_TASK;
-constexpr char kSelectTaskForUpdate[] = MINIONS_SELECT_TASK " FOR UPDATE";
-#define MINIONS_SELECT_TASKS_OF_JOB "SELECT " MINIONS_TASK_COLUMNS " FROM tasks WHERE job_id = $1 ORDER BY idx"
-constexpr char kSelectTasksOfJob[] = MINIONS_SELECT_TASKS_OF_JOB;
-constexpr char kSelectTasksOfJobForUpdate[] = MINIONS_SELECT_TASKS_OF_JOB " FOR UPDATE";
-constexpr char kInsertTask[] = "INSERT INTO tasks (" MINIONS_TASK_COLUMNS
-                               ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, "
-                               "$12, $13, $14, $15, $16, $17, $18, $19::jsonb) ON CONFLICT (job_id, idx) DO NOTHING";
-constexpr char kUpdateTask[] =
-    "UPDATE tasks SET first_record = $3, n_records = $4, byte_begin = $5, byte_end = $6, state = $7, "
-    "attempt = $8, failures = $9, preemptions = $10, executor_id = $11, lease_expires_at = $12, "
-    "not_before = $13, records_done = $14, records_failed = $15, last_error = $16, started_at = $17, "
-    "finished_at = $18, chunks = $19::jsonb WHERE job_id = $1 AND idx = $2";
+// Tasks, many at a time: one array parameter per column of MINIONS_STORE_TASK_COLUMNS.
+#define MINIONS_PG_TASK_ARRAYS                                                                                  \
+  "unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], "       \
+  "$8::int[], $9::int[], $10::int[], $11::text[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], " \
+  "$16::text[], $17::bigint[], $18::bigint[], $19::jsonb[], $20::jsonb[])"
+#define MINIONS_PG_UPDATE_TASKS                                                                                  \
+  "UPDATE tasks SET first_record = u.first_record, n_records = u.n_records, byte_begin = u.byte_begin, "          \
+  "byte_end = u.byte_end, state = u.state, attempt = u.attempt, failures = u.failures, preemptions = "             \
+  "u.preemptions, executor_id = u.executor_id, lease_expires_at = u.lease_expires_at, not_before = u.not_before, " \
+  "records_done = u.records_done, records_failed = u.records_failed, last_error = u.last_error, started_at = "     \
+  "u.started_at, finished_at = u.finished_at, chunks = u.chunks, shadow = u.shadow FROM " MINIONS_PG_TASK_ARRAYS                                         \
+  " AS u(" MINIONS_STORE_TASK_COLUMNS ") WHERE tasks.job_id = u.job_id AND tasks.idx = u.idx"
+constexpr char kInsertTasks[] = "INSERT INTO tasks (" MINIONS_STORE_TASK_COLUMNS ") SELECT * FROM " MINIONS_PG_TASK_ARRAYS
+                                " ON CONFLICT (job_id, idx) DO NOTHING";
+constexpr char kUpdateTasks[] = MINIONS_PG_UPDATE_TASKS;
+// Tasks by key ($1 job ids, $2 indexes), in key order (the order they are locked in).
+// (A lateral join: one index probe per key, whatever the planner guesses unnest's size to be.)
+#define MINIONS_PG_SELECT_TASKS(LOCK)                                                                        \
+  "SELECT t.* FROM (SELECT DISTINCT * FROM unnest($1::text[], $2::bigint[]) ORDER BY 1, 2) k(job_id, idx) " \
+  "CROSS JOIN LATERAL (SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE job_id = k.job_id AND "       \
+  "idx = k.idx" LOCK ") t"
+constexpr char kSelectTasks[] = MINIONS_PG_SELECT_TASKS("");
+constexpr char kSelectTasksForUpdate[] = MINIONS_PG_SELECT_TASKS(" FOR UPDATE");
+// Whether executor $3 exists, then (only if it does) the tasks by key, locked: one row with
+// NULL task columns when there are none.
+constexpr char kExecutorAndTasksForUpdate[] =
+    "SELECT e.n, t.* FROM (SELECT COUNT(*) AS n FROM executors WHERE id = $3) e LEFT JOIN LATERAL ("
+    MINIONS_PG_SELECT_TASKS(" FOR UPDATE") " WHERE e.n > 0) t ON true";
+#define MINIONS_PG_SELECT_TASKS_OF_JOB "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE job_id = $1 ORDER BY idx"
+constexpr char kSelectTasksOfJob[] = MINIONS_PG_SELECT_TASKS_OF_JOB;
+constexpr char kSelectTasksOfJobForUpdate[] = MINIONS_PG_SELECT_TASKS_OF_JOB " FOR UPDATE";
+constexpr char kRunningTasks[] =
+    "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = 'running' ORDER BY executor_id, job_id, idx";
+constexpr char kCountTasks[] =
+    "SELECT (SELECT COUNT(*) FROM tasks WHERE job_id = $1 AND state = 'pending'), COUNT(*), "
+    "COUNT(DISTINCT executor_id) FROM tasks WHERE job_id = $1 AND state = 'running'";
 
-// Candidate selection only: which pending tasks this executor could run, in grant order, locked
-// (tasks another transaction holds are skipped, not waited for). Whether a task may actually be
-// granted is GrantTask's decision.
+// The end of attempts, in one statement: the tasks as the state machine left them ($1-$20, as
+// kUpdateTasks), what they add to their jobs' counts ($21-$27: one counter shard row per job),
+// and the records the executor ($29) did ($28). Answers how many tasks it wrote and whether the
+// executor exists.
+constexpr char kWriteAttempts[] =
+    "WITH t AS (" MINIONS_PG_UPDATE_TASKS " RETURNING 1), "
+    "c AS (INSERT INTO job_counts (job_id, shard, tasks_done, tasks_succeeded, completed_records, failed_records, "
+    "updated_at) SELECT * FROM unnest($21::text[], $22::int[], $23::bigint[], $24::bigint[], $25::bigint[], "
+    "$26::bigint[], $27::bigint[]) ON CONFLICT (job_id, shard) DO UPDATE SET "
+    "tasks_done = job_counts.tasks_done + EXCLUDED.tasks_done, "
+    "tasks_succeeded = job_counts.tasks_succeeded + EXCLUDED.tasks_succeeded, "
+    "completed_records = job_counts.completed_records + EXCLUDED.completed_records, "
+    "failed_records = job_counts.failed_records + EXCLUDED.failed_records, "
+    "updated_at = GREATEST(job_counts.updated_at, EXCLUDED.updated_at)), "
+    "e AS (UPDATE executors SET records_done = records_done + $28 WHERE id = $29 RETURNING 1) "
+    "SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM e)";
+// Which of the jobs $1 have not settled though all their tasks have ended: asked right after
+// the COMMIT of a transaction that ended some of their tasks. Of transactions ending a job's last
+// tasks at once, none may see the others' counts before it commits; the one that commits last
+// sees them all after.
+constexpr char kFinishedJobs[] =
+    "SELECT j.id FROM jobs j WHERE j.id = ANY($1::text[]) AND j.state IN ($2, $3) "
+    "AND j.n_tasks <= (SELECT COALESCE(SUM(tasks_done), 0) FROM job_counts WHERE job_id = j.id)";
+
+// Candidate selection: which pending tasks this executor could run, in grant order, locked
+// (tasks another transaction holds are skipped, not waited for), with what the lease needs of
+// their job. Runnable jobs in grant order, and for each its pending tasks in index order off the
+// partial index (a nested loop keeps the jobs' order), so a lease reads about as many tasks as it
+// takes, however many are pending. States the partial indexes name are literals: a generic plan
+// can only use a partial index whose predicate the query states as such. Whether a task may
+// actually be granted is GrantTask's decision.
 constexpr char kLeaseCandidates[] =
-    "SELECT t.job_id, t.idx FROM tasks t JOIN jobs j ON j.id = t.job_id "
-    "WHERE t.state = $1 AND (t.not_before IS NULL OR t.not_before <= $2) "
-    "AND j.state IN ($3, $4) AND j.min_memory_bytes <= $5 "
-    "AND j.runner IN (SELECT jsonb_array_elements_text($6::jsonb)) "
-    "ORDER BY j.priority DESC, j.created_at, j.id, t.idx LIMIT $7 FOR UPDATE OF t SKIP LOCKED";
+    "SELECT t.*, j.spec, j.state, j.started_at IS NOT NULL FROM (SELECT id, spec, state, started_at FROM jobs "
+    "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
+    "ORDER BY priority DESC, created_at, id) j CROSS JOIN LATERAL (SELECT " MINIONS_STORE_TASK_COLUMNS
+    " FROM tasks WHERE job_id = j.id AND state = 'pending' AND (not_before IS NULL OR not_before <= $1) "
+    "ORDER BY idx LIMIT $6 FOR UPDATE SKIP LOCKED) t LIMIT $6";
 constexpr char kExpiredLeases[] =
-    "SELECT job_id, idx FROM tasks WHERE state = $1 AND lease_expires_at <= $2 "
-    "ORDER BY lease_expires_at, job_id, idx LIMIT $3::bigint FOR UPDATE SKIP LOCKED";
+    "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = 'running' AND lease_expires_at <= $1 "
+    "ORDER BY lease_expires_at, job_id, idx LIMIT $2::bigint FOR UPDATE SKIP LOCKED";
 
-#define MINIONS_SELECT_EXECUTOR "SELECT " MINIONS_EXECUTOR_COLUMNS " FROM executors WHERE id = $1"
-constexpr char kSelectExecutor[] = MINIONS_SELECT_EXECUTOR;
-constexpr char kSelectExecutorForUpdate[] = MINIONS_SELECT_EXECUTOR " FOR UPDATE";
-constexpr char kListExecutors[] = "SELECT " MINIONS_EXECUTOR_COLUMNS " FROM executors ORDER BY registered_at, id";
-constexpr char kInsertExecutor[] = "INSERT INTO executors (" MINIONS_EXECUTOR_COLUMNS
-                                   ") VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7, $8) "
+#define MINIONS_PG_SELECT_EXECUTOR "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = $1"
+constexpr char kSelectExecutor[] = MINIONS_PG_SELECT_EXECUTOR;
+constexpr char kSelectExecutorForUpdate[] = MINIONS_PG_SELECT_EXECUTOR " FOR UPDATE";
+constexpr char kListExecutors[] =
+    "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors ORDER BY registered_at, id";
+// Parameters: rows::ExecutorValues.
+constexpr char kInsertExecutor[] = "INSERT INTO executors (" MINIONS_STORE_EXECUTOR_COLUMNS
+                                   ") VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7::int::boolean, $8) "
                                    "ON CONFLICT (id) DO NOTHING";
 constexpr char kUpdateExecutor[] =
     "UPDATE executors SET info = $2::jsonb, state = $3, state_reason = $4, registered_at = $5, "
-    "last_heartbeat_at = $6, drain_requested = $7, records_done = $8 WHERE id = $1";
+    "last_heartbeat_at = $6, drain_requested = $7::int::boolean, records_done = $8 WHERE id = $1";
 // A heartbeat being recorded right now (its row locked) is proof of life: skipped.
 constexpr char kSilentExecutors[] =
-    "SELECT id FROM executors WHERE state <> $1 AND last_heartbeat_at < $2 "
+    "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE state <> $1 AND last_heartbeat_at < $2 "
     "ORDER BY last_heartbeat_at, id FOR UPDATE SKIP LOCKED";
 
 constexpr char kMigrationLock[] = "SELECT pg_advisory_xact_lock($1)";
@@ -387,13 +730,23 @@ constexpr char kRecordMigration[] = "INSERT INTO schema_migrations (version) VAL
 
 constexpr char kTxidStatus[] = "SELECT txid_status($1)";
 
-#undef MINIONS_JOB_COLUMNS
-#undef MINIONS_TASK_COLUMNS
-#undef MINIONS_EXECUTOR_COLUMNS
-#undef MINIONS_SELECT_JOB
-#undef MINIONS_SELECT_TASK
-#undef MINIONS_SELECT_TASKS_OF_JOB
-#undef MINIONS_SELECT_EXECUTOR
+#undef MINIONS_PG_SELECT_JOBS
+#undef MINIONS_PG_TASK_ARRAYS
+#undef MINIONS_PG_UPDATE_TASKS
+#undef MINIONS_PG_SELECT_TASKS
+#undef MINIONS_PG_SELECT_TASKS_OF_JOB
+#undef MINIONS_PG_SELECT_EXECUTOR
+
+// Counter shards per job: a completion adds to one at random, so that completers of one job
+// rarely wait on each other (16: several times the connections one server pool has).
+constexpr int kCounterShards = 16;
+
+int RandomShard() {
+  static thread_local std::mt19937 random(std::random_device{}());
+  return std::uniform_int_distribution<int>(0, kCounterShards - 1)(random);
+}
+
+std::string Name(std::string_view name) { return std::string(name); }
 
 // A bit of jitter, so that servers that lost the database together do not retry in lockstep.
 absl::Duration Jittered(absl::Duration backoff) {
@@ -411,6 +764,7 @@ absl::StatusOr<bool> WasCommitted(postgres_store::Connection& c, int64_t xid, ab
     if (connected.ok()) {
       c.StartTransaction(false);
       absl::StatusOr<PgResult> status = c.Exec(kTxidStatus, Params().Int(xid));
+      c.Rollback();
       if (status.ok()) {
         const std::string answer = status->IsNull(0, 0) ? "" : status->Text(0, 0);
         if (answer == "committed") return true;
@@ -519,19 +873,21 @@ auto PostgresMetadataStore::InTransaction(bool write, Body&& body) -> decltype(b
       last_error = connected;
       continue;
     }
-    c.StartTransaction(write);
-    // A writing transaction takes its id at once, so that a COMMIT whose answer is lost can be
-    // looked up afterwards instead of being run twice.
-    absl::StatusOr<PgResult> begun = c.ExecScript(write ? "BEGIN; SELECT txid_current()" : "BEGIN");
-    if (!begun.ok()) {
-      last_error = begun.status();
-      c.Rollback();
-      if (c.retryable()) continue;
-      return Result(begun.status());
-    }
-    const int64_t xid = write ? begun->Int(0, 0) : 0;
-
+    c.StartTransaction(write, write ? TakeCommitFault() : CommitFault::kNone);
     Result result = body(c);
+    if (c.commit_state() == Connection::CommitState::kCommitted) return result;
+    if (c.commit_state() == Connection::CommitState::kAnswerLost) {
+      // Its last statement and COMMIT went out together and no answer came back.
+      const Connection::AfterCommitStep after = c.TakeAfterCommit();
+      absl::StatusOr<bool> was_committed = WasCommitted(c, c.xid(), deadline);
+      if (!was_committed.ok()) return Result(was_committed.status());
+      if (*was_committed) {
+        c.RunAfterCommit(after);
+        return result;
+      }
+      last_error = absl::UnavailableError("the connection broke before a COMMIT was answered");
+      continue;  // it rolled back: run it again
+    }
     if (c.retryable()) {  // the body's answer was made on a broken or aborted transaction
       last_error = c.first_error();
       c.Rollback();
@@ -542,7 +898,9 @@ auto PostgresMetadataStore::InTransaction(bool write, Body&& body) -> decltype(b
       if (result.ok()) return Result(c.first_error());  // a query failed but the body went on
       return result;
     }
-    absl::StatusOr<PgResult> committed = c.ExecScript("COMMIT");
+    if (c.begin_pending()) return result;  // it sent nothing: nothing to commit
+    const int64_t xid = c.xid();
+    absl::StatusOr<PgResult> committed = c.Commit();
     if (committed.ok()) return result;
     last_error = committed.status();
     if (!c.retryable()) {
@@ -550,9 +908,13 @@ auto PostgresMetadataStore::InTransaction(bool write, Body&& body) -> decltype(b
       return Result(committed.status());
     }
     if (!write) continue;
+    const Connection::AfterCommitStep after = c.TakeAfterCommit();
     absl::StatusOr<bool> was_committed = WasCommitted(c, xid, deadline);
     if (!was_committed.ok()) return Result(was_committed.status());
-    if (*was_committed) return result;
+    if (*was_committed) {
+      c.RunAfterCommit(after);
+      return result;
+    }
     // It rolled back: run it again.
   }
 }
@@ -570,128 +932,51 @@ std::string PostgresMetadataStore::NewId(const char* prefix) {
 
 // --- rows ---
 
-namespace {
-
-absl::StatusOr<Job> ReadJobRow(const Row& row) {
-  Job job;
-  job.id = row.Text(0);
-  std::optional<JobState> state = ParseJobState(row.Text(2));
-  if (!state) return CorruptRow("jobs", job.id, absl::StrCat("unknown state ", row.Text(2)));
-  job.state = *state;
-  absl::StatusOr<Json> spec_json = ParseJson(row.Text(3));
-  if (!spec_json.ok()) return CorruptRow("jobs", job.id, std::string(spec_json.status().message()));
-  absl::StatusOr<JobSpec> spec = JobSpecFromJson(*spec_json);
-  if (!spec.ok()) return CorruptRow("jobs", job.id, std::string(spec.status().message()));
-  job.spec = std::move(*spec);
-  job.counts.total = row.Int(4);
-  job.counts.completed = row.Int(5);
-  job.counts.failed = row.Int(6);
-  job.n_tasks = row.Int(7);
-  job.tasks_done = row.Int(8);
-  job.tasks_succeeded = row.Int(9);
-  job.error = row.Text(10);
-  job.output_key = row.Text(11);
-  job.errors_key = row.Text(12);
-  job.manifest_key = row.Text(13);
-  job.created_at = row.Time(14);
-  job.updated_at = row.Time(15);
-  job.started_at = row.OptTime(16);
-  job.finished_at = row.OptTime(17);
-  return job;
+absl::StatusOr<Job> PostgresMetadataStore::LoadJob(Connection& c, const std::string& job_id) {
+  ASSIGN_OR_RETURN(PgResult result, c.Exec(c.for_update() ? kSelectJobForUpdate : kSelectJob, Params().Text(job_id)));
+  if (result.Rows() == 0) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  return rows::ReadJob(Row{result, 0});
 }
+
+namespace {
 
 absl::StatusOr<std::vector<Job>> ReadJobs(const PgResult& result) {
   std::vector<Job> jobs;
   for (int i = 0; i < result.Rows(); ++i) {
-    ASSIGN_OR_RETURN(Job job, ReadJobRow(Row{result, i}));
+    ASSIGN_OR_RETURN(Job job, rows::ReadJob(Row{result, i}));
     jobs.push_back(std::move(job));
   }
   return jobs;
 }
 
-absl::StatusOr<Task> ReadTaskRow(const Row& row) {
-  Task task;
-  task.job_id = row.Text(0);
-  task.index = row.Int(1);
-  task.first_record = row.Int(2);
-  task.n_records = row.Int(3);
-  task.byte_begin = row.Int(4);
-  task.byte_end = row.Int(5);
-  std::optional<TaskState> state = ParseTaskState(row.Text(6));
-  if (!state) {
-    return CorruptRow("tasks", absl::StrCat(task.job_id, "/", task.index), absl::StrCat("unknown state ", row.Text(6)));
-  }
-  task.state = *state;
-  task.attempt = static_cast<int>(row.Int(7));
-  task.failures = static_cast<int>(row.Int(8));
-  task.preemptions = static_cast<int>(row.Int(9));
-  task.executor_id = row.Text(10);
-  task.lease_expires_at = row.OptTime(11);
-  task.not_before = row.OptTime(12);
-  task.records_done = row.Int(13);
-  task.records_failed = row.Int(14);
-  task.last_error = row.Text(15);
-  task.started_at = row.OptTime(16);
-  task.finished_at = row.OptTime(17);
-  absl::StatusOr<Json> chunks_json = ParseJson(row.Text(18));
-  absl::StatusOr<std::vector<Chunk>> chunks =
-      chunks_json.ok() ? ChunksFromJson(*chunks_json) : absl::StatusOr<std::vector<Chunk>>(chunks_json.status());
-  if (!chunks.ok()) return CorruptRow("tasks", absl::StrCat(task.job_id, "/", task.index), std::string(chunks.status().message()));
-  task.chunks = *std::move(chunks);
-  return task;
+// A job as committed (or written by this transaction), without locking its row.
+absl::StatusOr<Job> ReadJobUnlocked(postgres_store::Connection& c, const std::string& job_id) {
+  ASSIGN_OR_RETURN(PgResult result, c.Exec(kSelectJob, Params().Text(job_id)));
+  if (result.Rows() == 0) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  return rows::ReadJob(Row{result, 0});
 }
 
-absl::StatusOr<Executor> ReadExecutorRow(const Row& row) {
-  Executor executor;
-  executor.id = row.Text(0);
-  absl::StatusOr<Json> info_json = ParseJson(row.Text(1));
-  if (!info_json.ok()) return CorruptRow("executors", executor.id, std::string(info_json.status().message()));
-  absl::StatusOr<ExecutorInfo> info = ExecutorInfoFromJson(*info_json);
-  if (!info.ok()) return CorruptRow("executors", executor.id, std::string(info.status().message()));
-  executor.info = std::move(*info);
-  std::optional<ExecutorState> state = ParseExecutorState(row.Text(2));
-  if (!state) return CorruptRow("executors", executor.id, absl::StrCat("unknown state ", row.Text(2)));
-  executor.state = *state;
-  executor.state_reason = row.Text(3);
-  executor.registered_at = row.Time(4);
-  executor.last_heartbeat_at = row.Time(5);
-  executor.drain_requested = row.Bool(6);
-  executor.records_done = row.Int(7);
-  return executor;
+absl::StatusOr<std::vector<Task>> ReadTasks(const PgResult& result) {
+  std::vector<Task> tasks;
+  tasks.reserve(result.Rows());
+  for (int i = 0; i < result.Rows(); ++i) {
+    ASSIGN_OR_RETURN(Task task, rows::ReadTask(Row{result, i}));
+    tasks.push_back(std::move(task));
+  }
+  return tasks;
+}
+
+Params TaskArrays(const std::vector<Task>& tasks) {
+  std::vector<rows::Values> values;
+  values.reserve(tasks.size());
+  for (const Task& task : tasks) values.push_back(rows::TaskValues(task));
+  return std::move(Params().Columns(values, rows::kTaskColumns));
 }
 
 }  // namespace
 
-absl::StatusOr<Job> PostgresMetadataStore::LoadJob(Connection& c, const std::string& job_id) {
-  ASSIGN_OR_RETURN(PgResult result, c.Exec(c.for_update() ? kSelectJobForUpdate : kSelectJob, Params().Text(job_id)));
-  if (result.Rows() == 0) return absl::NotFoundError(absl::StrCat("no job ", job_id));
-  return ReadJobRow(Row{result, 0});
-}
-
 absl::Status PostgresMetadataStore::SaveJob(Connection& c, const Job& job, bool insert) {
-  Params params;
-  params.Text(job.id)
-      .Text(job.spec.team)
-      .Text(Name(JobStateName(job.state)))
-      .Text(DumpJson(JobSpecToJson(job.spec)))
-      .Int(job.spec.priority)
-      .Int(job.spec.requirements.min_memory_bytes)
-      .Text(job.spec.requirements.runner)
-      .Int(job.counts.total)
-      .Int(job.counts.completed)
-      .Int(job.counts.failed)
-      .Int(job.n_tasks)
-      .Int(job.tasks_done)
-      .Int(job.tasks_succeeded)
-      .Text(job.error)
-      .Text(job.output_key)
-      .Text(job.errors_key)
-      .Text(job.manifest_key)
-      .Time(job.created_at)
-      .Time(job.updated_at)
-      .Time(job.started_at)
-      .Time(job.finished_at);
-  ASSIGN_OR_RETURN(PgResult result, c.Exec(insert ? kInsertJob : kUpdateJob, params));
+  ASSIGN_OR_RETURN(PgResult result, c.Exec(insert ? kInsertJob : kUpdateJob, Params().Values(rows::JobValues(job))));
   if (result.Affected() != 1) {
     if (insert) return absl::AlreadyExistsError(absl::StrCat("job ", job.id, " exists"));
     return absl::NotFoundError(absl::StrCat("no job ", job.id));
@@ -702,46 +987,24 @@ absl::Status PostgresMetadataStore::SaveJob(Connection& c, const Job& job, bool 
 absl::StatusOr<std::vector<Task>> PostgresMetadataStore::LoadTasks(Connection& c, const std::string& job_id) {
   ASSIGN_OR_RETURN(PgResult result,
                    c.Exec(c.for_update() ? kSelectTasksOfJobForUpdate : kSelectTasksOfJob, Params().Text(job_id)));
-  std::vector<Task> tasks;
-  for (int i = 0; i < result.Rows(); ++i) {
-    ASSIGN_OR_RETURN(Task task, ReadTaskRow(Row{result, i}));
-    tasks.push_back(std::move(task));
-  }
-  return tasks;
+  return ReadTasks(result);
 }
 
-absl::StatusOr<Task> PostgresMetadataStore::LoadTask(Connection& c, const std::string& job_id, int64_t index) {
+absl::StatusOr<std::vector<Task>> PostgresMetadataStore::LoadTasks(
+    Connection& c, const std::vector<std::pair<std::string, int64_t>>& keys) {
+  std::vector<rows::Values> values;
+  for (const auto& [job_id, index] : keys) values.push_back({job_id, index});
   ASSIGN_OR_RETURN(PgResult result,
-                   c.Exec(c.for_update() ? kSelectTaskForUpdate : kSelectTask, Params().Text(job_id).Int(index)));
-  if (result.Rows() == 0) return absl::NotFoundError(absl::StrCat("no task ", job_id, "/", index));
-  return ReadTaskRow(Row{result, 0});
+                   c.Exec(c.for_update() ? kSelectTasksForUpdate : kSelectTasks, Params().Columns(values, 2)));
+  return ReadTasks(result);
 }
 
-absl::Status PostgresMetadataStore::SaveTask(Connection& c, const Task& task, bool insert) {
-  Params params;
-  params.Text(task.job_id)
-      .Int(task.index)
-      .Int(task.first_record)
-      .Int(task.n_records)
-      .Int(task.byte_begin)
-      .Int(task.byte_end)
-      .Text(Name(TaskStateName(task.state)))
-      .Int(task.attempt)
-      .Int(task.failures)
-      .Int(task.preemptions)
-      .Text(task.executor_id)
-      .Time(task.lease_expires_at)
-      .Time(task.not_before)
-      .Int(task.records_done)
-      .Int(task.records_failed)
-      .Text(task.last_error)
-      .Time(task.started_at)
-      .Time(task.finished_at)
-      .Text(DumpJson(ChunksToJson(task.chunks)));
-  ASSIGN_OR_RETURN(PgResult result, c.Exec(insert ? kInsertTask : kUpdateTask, params));
-  if (result.Affected() != 1) {
-    if (insert) return absl::AlreadyExistsError(absl::StrCat("task ", task.job_id, "/", task.index, " exists"));
-    return absl::NotFoundError(absl::StrCat("no task ", task.job_id, "/", task.index));
+absl::Status PostgresMetadataStore::SaveTasks(Connection& c, const std::vector<Task>& tasks, bool insert) {
+  if (tasks.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(PgResult result, c.Exec(insert ? kInsertTasks : kUpdateTasks, TaskArrays(tasks)));
+  if (result.Affected() != static_cast<int64_t>(tasks.size())) {
+    return insert ? absl::AlreadyExistsError(absl::StrCat("job ", tasks.front().job_id, ": tasks exist"))
+                  : absl::NotFoundError(absl::StrCat("job ", tasks.front().job_id, ": tasks vanished"));
   }
   return absl::OkStatus();
 }
@@ -750,20 +1013,12 @@ absl::StatusOr<Executor> PostgresMetadataStore::LoadExecutor(Connection& c, cons
   ASSIGN_OR_RETURN(PgResult result,
                    c.Exec(c.for_update() ? kSelectExecutorForUpdate : kSelectExecutor, Params().Text(executor_id)));
   if (result.Rows() == 0) return absl::NotFoundError(absl::StrCat("no executor ", executor_id));
-  return ReadExecutorRow(Row{result, 0});
+  return rows::ReadExecutor(Row{result, 0});
 }
 
 absl::Status PostgresMetadataStore::SaveExecutor(Connection& c, const Executor& executor, bool insert) {
-  Params params;
-  params.Text(executor.id)
-      .Text(DumpJson(ExecutorInfoToJson(executor.info)))
-      .Text(Name(ExecutorStateName(executor.state)))
-      .Text(executor.state_reason)
-      .Time(executor.registered_at)
-      .Time(executor.last_heartbeat_at)
-      .Bool(executor.drain_requested)
-      .Int(executor.records_done);
-  ASSIGN_OR_RETURN(PgResult result, c.Exec(insert ? kInsertExecutor : kUpdateExecutor, params));
+  ASSIGN_OR_RETURN(PgResult result, c.Exec(insert ? kInsertExecutor : kUpdateExecutor,
+                                           Params().Values(rows::ExecutorValues(executor))));
   if (result.Affected() != 1) {
     if (insert) return absl::AlreadyExistsError(absl::StrCat("executor ", executor.id, " exists"));
     return absl::NotFoundError(absl::StrCat("no executor ", executor.id));
@@ -771,15 +1026,135 @@ absl::Status PostgresMetadataStore::SaveExecutor(Connection& c, const Executor& 
   return absl::OkStatus();
 }
 
+// --- ending attempts, counting, settling ---
+
+struct PostgresMetadataStore::AttemptWrites {
+  std::vector<Task> tasks;         // to write back
+  std::vector<const Task*> ended;  // those of them that reached a terminal state
+  // What they add to their jobs' counts, when not CountTerminalTask of `ended` (an expiry).
+  std::optional<std::map<std::string, Job>> counted;
+  std::string executor_id;         // "" for none
+  int64_t records = 0;             // added to the executor's records_done
+};
+
+absl::Status PostgresMetadataStore::WriteAttempts(Connection& c, const AttemptWrites& writes, absl::Time now,
+                                                  std::set<std::string>* settle_later) {
+  // What the ended tasks add to each job's counts, as a zeroed Job counts them.
+  std::map<std::string, Job> added;
+  if (writes.counted) added = *writes.counted;
+  for (const Task* task : writes.ended) CountTerminalTask(added[task->job_id], *task, now);
+  std::vector<rows::Values> counts;
+  std::vector<rows::Values> job_ids;
+  const int shard = RandomShard();
+  for (const auto& [job_id, job] : added) {
+    counts.push_back({job_id, int64_t{shard}, job.tasks_done, job.tasks_succeeded, job.counts.completed,
+                      job.counts.failed, rows::TimeValue(now)});
+    job_ids.push_back({job_id});
+  }
+  Params params = TaskArrays(writes.tasks);
+  params.Columns(counts, 7).Int(writes.records).Text(writes.executor_id);
+  if (settle_later != nullptr && !job_ids.empty()) {
+    c.AfterCommit(kFinishedJobs,
+                  std::move(Params()
+                                .Columns(job_ids, 1)
+                                .Text(Name(JobStateName(JobState::kQueued)))
+                                .Text(Name(JobStateName(JobState::kRunning)))),
+                  [settle_later](const PgResult& finished) {
+                    for (int i = 0; i < finished.Rows(); ++i) settle_later->insert(finished.Text(i, 0));
+                  });
+  }
+  return c.ExecAndCommit(kWriteAttempts, params);
+}
+
+absl::Status PostgresMetadataStore::SettleIfDone(Connection& c, const std::string& job_id, absl::Time now) {
+  auto unsettled = [](const Job& job) {
+    // Only a job whose tasks run: one still validating has none yet.
+    return job.tasks_done >= job.n_tasks && (job.state == JobState::kQueued || job.state == JobState::kRunning);
+  };
+  ASSIGN_OR_RETURN(Job job, ReadJobUnlocked(c, job_id));
+  if (!unsettled(job)) return absl::OkStatus();
+  // Lock it and look again.
+  if (!c.for_update()) return absl::InternalError("settling a job outside a writing transaction");
+  ASSIGN_OR_RETURN(job, LoadJob(c, job_id));
+  if (!unsettled(job)) return absl::OkStatus();
+  std::string last_error;
+  if (job.tasks_succeeded == 0) {
+    ASSIGN_OR_RETURN(PgResult failure,
+                     c.Exec(kLastFailure, Params().Text(job_id).Text(Name(TaskStateName(TaskState::kFailed)))));
+    if (failure.Rows() > 0) last_error = failure.Text(0, 0);
+  }
+  if (SettleJob(job, last_error, now)) RETURN_IF_ERROR(SaveJob(c, job));
+  return absl::OkStatus();
+}
+
+void PostgresMetadataStore::SettleLater(const std::set<std::string>& job_ids, absl::Time now) {
+  if (job_ids.empty()) return;
+  (void)InTransaction(true, [&](Connection& c) -> absl::Status {
+    for (const std::string& job_id : job_ids) RETURN_IF_ERROR(SettleIfDone(c, job_id, now));
+    return absl::OkStatus();
+  });
+}
+
+template <typename Transition>
+absl::StatusOr<std::vector<absl::Status>> PostgresMetadataStore::FinishAttempts(
+    Connection& c, const std::string& executor_id, const std::vector<LeaseProgress>& reports, Transition&& transition,
+    absl::Time now, std::vector<Task>* finished, std::set<std::string>& settle_later) {
+  // The reported tasks are locked in key order, in one statement.
+  std::vector<std::pair<std::string, int64_t>> keys;
+  for (const LeaseProgress& report : reports) keys.emplace_back(report.job_id, report.task_index);
+  std::vector<rows::Values> key_values;
+  for (const auto& [job_id, index] : keys) key_values.push_back({job_id, index});
+  ASSIGN_OR_RETURN(PgResult loaded,
+                   c.Exec(kExecutorAndTasksForUpdate, std::move(Params().Columns(key_values, 2).Text(executor_id))));
+  if (loaded.Rows() == 0 || loaded.Int(0, 0) == 0) return absl::NotFoundError(absl::StrCat("no executor ", executor_id));
+  std::map<std::pair<std::string, int64_t>, Task> tasks;
+  for (int i = 0; i < loaded.Rows(); ++i) {
+    if (loaded.IsNull(i, 1)) continue;
+    ASSIGN_OR_RETURN(Task task, rows::ReadTask(Row{loaded, i}, 1));
+    tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
+  }
+
+  AttemptWrites writes;
+  writes.executor_id = executor_id;
+  std::vector<absl::Status> outcomes;
+  std::vector<size_t> written;  // index in writes.tasks of each report's task, or npos
+  for (const LeaseProgress& report : reports) {
+    auto it = tasks.find(std::make_pair(report.job_id, report.task_index));
+    if (it == tasks.end()) {
+      outcomes.push_back(absl::NotFoundError(absl::StrCat("no task ", report.job_id, "/", report.task_index)));
+      written.push_back(std::string::npos);
+      continue;
+    }
+    Task updated = it->second;  // as loaded: a refused report leaves the row as it is
+    absl::Status fence = CheckFence(updated, executor_id, report.attempt);
+    if (fence.ok()) fence = transition(updated, report);
+    outcomes.push_back(fence);
+    if (!fence.ok()) {
+      written.push_back(std::string::npos);
+      continue;
+    }
+    it->second = updated;  // a second report of the same attempt is then refused
+    written.push_back(writes.tasks.size());
+    writes.tasks.push_back(std::move(updated));
+  }
+  for (const Task& task : writes.tasks) {
+    if (IsTerminal(task.state)) {
+      writes.ended.push_back(&task);
+      if (task.state == TaskState::kSucceeded) writes.records += task.records_done;
+    }
+  }
+  RETURN_IF_ERROR(WriteAttempts(c, writes, now, &settle_later));
+  if (finished != nullptr) {
+    for (size_t i : written) finished->push_back(i == std::string::npos ? Task{} : writes.tasks[i]);
+  }
+  return outcomes;
+}
+
 // --- jobs ---
 
 absl::StatusOr<Job> PostgresMetadataStore::CreateJob(const JobSpec& spec, absl::Time now) {
   return InTransaction(true, [&](Connection& c) -> absl::StatusOr<Job> {
-    Job job;
-    job.spec = spec;
-    job.state = JobState::kValidating;
-    job.created_at = now;
-    job.updated_at = now;
+    Job job = rules::NewJob(spec, now);
     // 48 random bits: a collision is unlikely, and retried when it happens.
     for (int tries = 0;; ++tries) {
       job.id = NewId("job-");
@@ -794,40 +1169,8 @@ absl::Status PostgresMetadataStore::AddTasks(const std::string& job_id, const st
                                              int64_t total_records, absl::Time now) {
   return InTransaction(true, [&](Connection& c) -> absl::Status {
     ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
-    if (!IsAllowed(job.state, JobState::kQueued) || job.n_tasks != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", Name(JobStateName(job.state)),
-                                                        "; tasks are added once, to a validating job"));
-    }
-    std::set<int64_t> indexes;
-    int64_t records = 0;
-    for (const Task& given : tasks) {
-      if (given.index < 0 || !indexes.insert(given.index).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("job ", job_id, ": task index ", given.index, " is negative or given twice"));
-      }
-      records += given.n_records;
-    }
-    if (records != total_records) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("job ", job_id, ": tasks hold ", records, " records but the job has ", total_records));
-    }
-    for (const Task& given : tasks) {
-      // Only the shard's extent comes from the caller; the rest is a fresh task.
-      Task task;
-      task.job_id = job_id;
-      task.index = given.index;
-      task.first_record = given.first_record;
-      task.n_records = given.n_records;
-      task.byte_begin = given.byte_begin;
-      task.byte_end = given.byte_end;
-      RETURN_IF_ERROR(SaveTask(c, task, /*insert=*/true));
-    }
-    job.n_tasks = static_cast<int64_t>(tasks.size());
-    job.counts.total = total_records;
-    job.state = JobState::kQueued;
-    // An empty input has nothing to run: straight to finalizing (an empty output).
-    if (tasks.empty()) job.state = JobState::kFinalizing;
-    job.updated_at = now;
+    ASSIGN_OR_RETURN(std::vector<Task> fresh, rules::AddTasksToJob(job, tasks, total_records, now));
+    RETURN_IF_ERROR(SaveTasks(c, fresh, /*insert=*/true));
     return SaveJob(c, job);
   });
 }
@@ -857,29 +1200,33 @@ absl::StatusOr<std::vector<Task>> PostgresMetadataStore::ListTasks(const std::st
   });
 }
 
+absl::StatusOr<TaskStateCounts> PostgresMetadataStore::CountTasks(const std::string& job_id) {
+  return InTransaction(false, [&](Connection& c) -> absl::StatusOr<TaskStateCounts> {
+    ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
+    ASSIGN_OR_RETURN(PgResult result, c.Exec(kCountTasks, Params().Text(job_id)));
+    TaskStateCounts counts;
+    counts.done = job.tasks_done;
+    counts.succeeded = job.tasks_succeeded;
+    counts.pending = result.Int(0, 0);
+    counts.running = result.Int(0, 1);
+    counts.executors = result.Int(0, 2);
+    return counts;
+  });
+}
+
 absl::StatusOr<Job> PostgresMetadataStore::EndJob(Connection& c, const std::string& job_id, JobState state,
                                                   const std::string& error, absl::Time now) {
   // The store's lock order is tasks, then their job: lock the tasks first, then read them again
   // once the job is locked (AddTasks may have committed in between).
   RETURN_IF_ERROR(LoadTasks(c, job_id).status());
   ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
-  if (!IsAllowed(job.state, state)) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " already ", Name(JobStateName(job.state)),
-                                                      "; it cannot become ", Name(JobStateName(state))));
-  }
-  // The job ends first, so accounting its cancelled tasks below only counts them done.
-  job.state = state;
-  job.error = error;
-  job.finished_at = now;
-  job.updated_at = now;
   ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(c, job_id));
-  for (Task& task : tasks) {
-    if (IsTerminal(task.state)) continue;
-    CancelTask(task, now);
-    RETURN_IF_ERROR(SaveTask(c, task));
-    AccountTerminalTask(job, task, now);
-  }
+  ASSIGN_OR_RETURN(std::vector<Task> cancelled, rules::EndJob(job, state, error, tasks, now));
   RETURN_IF_ERROR(SaveJob(c, job));
+  AttemptWrites writes;
+  writes.tasks = std::move(cancelled);
+  for (const Task& task : writes.tasks) writes.ended.push_back(&task);
+  RETURN_IF_ERROR(WriteAttempts(c, writes, now, /*settle_later=*/nullptr));  // it has ended: nothing to settle
   return job;
 }
 
@@ -894,19 +1241,67 @@ absl::StatusOr<Job> PostgresMetadataStore::FailJob(const std::string& job_id, co
 
 absl::StatusOr<Job> PostgresMetadataStore::ExpireJob(const std::string& job_id, absl::Time now) {
   return InTransaction(true, [&](Connection& c) -> absl::StatusOr<Job> {
+    // Lock order: the tasks, then their job (as EndJob).
+    RETURN_IF_ERROR(LoadTasks(c, job_id).status());
     ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
     ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(c, job_id));
-    std::vector<Task> before = tasks;
+    const Job before = job;
+    std::vector<Task> was = tasks;
     RETURN_IF_ERROR(::minions::ExpireJob(job, tasks, now));
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      if (tasks[i].state != before[i].state) RETURN_IF_ERROR(SaveTask(c, tasks[i]));
-    }
     RETURN_IF_ERROR(SaveJob(c, job));
+    // The counts live in counter rows: add what the expiry counted.
+    AttemptWrites writes;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      if (tasks[i].state != was[i].state) writes.tasks.push_back(tasks[i]);
+    }
+    Job delta;
+    delta.tasks_done = job.tasks_done - before.tasks_done;
+    delta.tasks_succeeded = job.tasks_succeeded - before.tasks_succeeded;
+    delta.counts.completed = job.counts.completed - before.counts.completed;
+    delta.counts.failed = job.counts.failed - before.counts.failed;
+    writes.counted.emplace();
+    if (delta.tasks_done > 0) (*writes.counted)[job_id] = delta;
+    RETURN_IF_ERROR(WriteAttempts(c, writes, now, /*settle_later=*/nullptr));  // it is finalizing already
     return job;
   });
 }
 
+absl::StatusOr<Task> PostgresMetadataStore::RequestBackup(const std::string& job_id, int64_t task_index, int attempt,
+                                                          absl::Time now) {
+  return InTransaction(true, [&](Connection& c) -> absl::StatusOr<Task> {
+    ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(c, std::vector<std::pair<std::string, int64_t>>{{job_id, task_index}}));
+    if (tasks.empty()) return absl::NotFoundError(absl::StrCat("no task ", job_id, "/", task_index));
+    Task& task = tasks[0];
+    if (task.attempt != attempt) {
+      return absl::FailedPreconditionError(absl::StrCat("task ", job_id, "/", task_index, " is on attempt ",
+                                                        task.attempt, ", not ", attempt));
+    }
+    RETURN_IF_ERROR(::minions::RequestBackup(task, now));
+    RETURN_IF_ERROR(SaveTasks(c, tasks));
+    return task;
+  });
+}
+
 absl::StatusOr<std::vector<Job>> PostgresMetadataStore::JobsToFinalize(int limit) {
+  // First the sweep: jobs whose last tasks ended in transactions that could not see each other
+  // (and whose settling after the commit did not happen: the server died in between).
+  ASSIGN_OR_RETURN(std::vector<std::string> unsettled,
+                   InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::vector<std::string>> {
+                     ASSIGN_OR_RETURN(PgResult result,
+                                      c.Exec(kUnsettledJobs, Params()
+                                                                 .Text(Name(JobStateName(JobState::kQueued)))
+                                                                 .Text(Name(JobStateName(JobState::kRunning)))));
+                     std::vector<std::string> ids;
+                     for (int i = 0; i < result.Rows(); ++i) ids.push_back(result.Text(i, 0));
+                     return ids;
+                   }));
+  for (const std::string& job_id : unsettled) {
+    RETURN_IF_ERROR(InTransaction(true, [&](Connection& c) -> absl::Status {
+      // Settled as of its last count (this method is not told the time).
+      ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
+      return SettleIfDone(c, job_id, job.updated_at);
+    }));
+  }
   return InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::vector<Job>> {
     ASSIGN_OR_RETURN(PgResult result,
                      c.Exec(kJobsInState, Params().Text(Name(JobStateName(JobState::kFinalizing))).Limit(limit)));
@@ -919,17 +1314,7 @@ absl::StatusOr<Job> PostgresMetadataStore::FinishJob(const std::string& job_id, 
                                                      absl::Time now, JobState outcome) {
   return InTransaction(true, [&](Connection& c) -> absl::StatusOr<Job> {
     ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
-    if (job.state != JobState::kFinalizing || !IsAllowed(job.state, outcome)) {
-      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", Name(JobStateName(job.state)),
-                                                        ", not finalizing; it cannot become ",
-                                                        Name(JobStateName(outcome))));
-    }
-    job.state = outcome;
-    job.output_key = output_key;
-    job.errors_key = errors_key;
-    job.manifest_key = manifest_key;
-    job.finished_at = now;
-    job.updated_at = now;
+    RETURN_IF_ERROR(rules::FinishJob(job, output_key, errors_key, manifest_key, now, outcome));
     RETURN_IF_ERROR(SaveJob(c, job));
     return job;
   });
@@ -953,14 +1338,7 @@ absl::StatusOr<Executor> PostgresMetadataStore::RegisterExecutor(const std::stri
         executor.id = executor_id;  // known to the executor, not (or no longer) to this store
       }
     }
-    if (!exists) executor.registered_at = now;
-    // A (re)started executor starts afresh: available, no drain pending (a drained executor that
-    // is started again is back in service), leases of its previous life left to expire.
-    executor.info = info;
-    executor.state = ExecutorState::kAvailable;
-    executor.state_reason.clear();
-    executor.last_heartbeat_at = now;
-    executor.drain_requested = false;
+    rules::RegisterExecutor(executor, exists, info, now);
     if (exists || !executor.id.empty()) {
       RETURN_IF_ERROR(SaveExecutor(c, executor, /*insert=*/!exists));
       return executor;
@@ -983,10 +1361,17 @@ absl::StatusOr<std::vector<Executor>> PostgresMetadataStore::ListExecutors() {
     ASSIGN_OR_RETURN(PgResult result, c.Exec(kListExecutors));
     std::vector<Executor> executors;
     for (int i = 0; i < result.Rows(); ++i) {
-      ASSIGN_OR_RETURN(Executor executor, ReadExecutorRow(Row{result, i}));
+      ASSIGN_OR_RETURN(Executor executor, rows::ReadExecutor(Row{result, i}));
       executors.push_back(std::move(executor));
     }
     return executors;
+  });
+}
+
+absl::StatusOr<std::vector<Task>> PostgresMetadataStore::ListRunningTasks() {
+  return InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::vector<Task>> {
+    ASSIGN_OR_RETURN(PgResult result, c.Exec(kRunningTasks));
+    return ReadTasks(result);
   });
 }
 
@@ -996,43 +1381,34 @@ absl::StatusOr<HeartbeatReply> PostgresMetadataStore::Heartbeat(const std::strin
                                                                 absl::Duration ttl, absl::Time now) {
   return InTransaction(true, [&](Connection& c) -> absl::StatusOr<HeartbeatReply> {
     HeartbeatReply reply;
-    absl::StatusOr<Executor> loaded = LoadExecutor(c, executor_id);
-    if (absl::IsNotFound(loaded.status())) {
+    // Tasks before their executor: the lock order of completions, which also lock both.
+    std::vector<std::pair<std::string, int64_t>> keys;
+    for (const LeaseProgress& progress : held) keys.emplace_back(progress.job_id, progress.task_index);
+    std::sort(keys.begin(), keys.end());
+    ASSIGN_OR_RETURN(std::vector<Task> loaded, LoadTasks(c, keys));
+    absl::StatusOr<Executor> executor = LoadExecutor(c, executor_id);
+    if (absl::IsNotFound(executor.status())) {
       // Its leases are left alone: it registers again (same id) and heartbeats them then.
       reply.unknown_executor = true;
       return reply;
     }
-    RETURN_IF_ERROR(loaded.status());
-    Executor& executor = *loaded;
-    // Alive again if it was lost; in whatever state it reports, except that a drain asked for
-    // stays visible until the executor itself reports draining.
-    executor.last_heartbeat_at = now;
-    executor.state = state;
-    executor.state_reason = reason;
-    if (executor.drain_requested && (state == ExecutorState::kAvailable || state == ExecutorState::kBusy)) {
-      executor.state = ExecutorState::kDraining;
-      if (executor.state_reason.empty()) executor.state_reason = "drain requested";
-    }
+    RETURN_IF_ERROR(executor.status());
+    rules::RecordHeartbeat(*executor, state, reason, now);
+    std::map<std::pair<std::string, int64_t>, Task> tasks;
+    for (Task& task : loaded) tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
+    std::vector<Task> renewed;
     for (const LeaseProgress& progress : held) {
-      absl::StatusOr<Task> task = LoadTask(c, progress.job_id, progress.task_index);
-      if (absl::IsNotFound(task.status())) {
+      auto it = tasks.find(std::make_pair(progress.job_id, progress.task_index));
+      if (it == tasks.end() || !rules::RenewLease(it->second, executor_id, progress, ttl, now)) {
         reply.cancel.push_back(progress);
         continue;
       }
-      RETURN_IF_ERROR(task.status());
-      if (!CheckFence(*task, executor_id, progress.attempt).ok()) {
-        reply.cancel.push_back(progress);  // cancelled, expired and requeued, or someone else's
-        continue;
-      }
-      if (absl::Status chunks = RenewLease(*task, progress, ttl, now); !chunks.ok()) {
-        // The lease is renewed all the same; the completion will be refused with this message.
-        task->last_error = std::string(chunks.message());
-      }
-      RETURN_IF_ERROR(SaveTask(c, *task));
+      renewed.push_back(it->second);
       reply.renewed.push_back(progress);
     }
-    reply.drain = executor.drain_requested;
-    RETURN_IF_ERROR(SaveExecutor(c, executor));
+    RETURN_IF_ERROR(SaveTasks(c, renewed));
+    reply.drain = executor->drain_requested;
+    RETURN_IF_ERROR(SaveExecutor(c, *executor));
     return reply;
   });
 }
@@ -1040,11 +1416,7 @@ absl::StatusOr<HeartbeatReply> PostgresMetadataStore::Heartbeat(const std::strin
 absl::Status PostgresMetadataStore::RequestDrain(const std::string& executor_id, absl::Time now) {
   return InTransaction(true, [&](Connection& c) -> absl::Status {
     ASSIGN_OR_RETURN(Executor executor, LoadExecutor(c, executor_id));
-    executor.drain_requested = true;
-    if (executor.state != ExecutorState::kLost) {
-      executor.state = ExecutorState::kDraining;
-      executor.state_reason = "drain requested";
-    }
+    rules::RequestDrain(executor);
     return SaveExecutor(c, executor);
   });
 }
@@ -1056,215 +1428,177 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
   return InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<Lease>> {
     std::vector<Lease> leases;
     ASSIGN_OR_RETURN(Executor executor, LoadExecutor(c, executor_id));
-    if (max_tasks <= 0 || executor.state == ExecutorState::kLost || executor.state == ExecutorState::kDraining ||
-        executor.drain_requested) {
-      return leases;
-    }
-    std::vector<std::string> runners = executor.info.runners;
-    if (runners.empty()) runners.push_back(kDefaultRunner);
+    if (!rules::MayLease(executor, max_tasks)) return leases;
 
-    std::vector<std::pair<std::string, int64_t>> candidates;
-    {
-      ASSIGN_OR_RETURN(PgResult result, c.Exec(kLeaseCandidates, Params()
-                                                                     .Text(Name(TaskStateName(TaskState::kPending)))
-                                                                     .Time(now)
-                                                                     .Text(Name(JobStateName(JobState::kQueued)))
-                                                                     .Text(Name(JobStateName(JobState::kRunning)))
-                                                                     .Int(executor.info.memory_bytes)
-                                                                     .Text(DumpJson(Json(runners)))
-                                                                     .Int(max_tasks)));
-      for (int i = 0; i < result.Rows(); ++i) candidates.emplace_back(result.Text(i, 0), result.Int(i, 1));
-    }
-
-    // The candidates' jobs (their model and options go into the leases).
-    std::map<std::string, Job> jobs;
-    for (const auto& candidate : candidates) jobs.emplace(candidate.first, Job{});
-    for (auto& [job_id, job] : jobs) {
-      // Read without a row lock: every lease of a job would queue on its row otherwise. Only a
-      // job that starts with this lease is locked and written, below.
-      ASSIGN_OR_RETURN(PgResult result, c.Exec(kSelectJob, Params().Text(job_id)));
-      if (result.Rows() == 0) return absl::NotFoundError(absl::StrCat("no job ", job_id));
-      ASSIGN_OR_RETURN(job, ReadJobRow(Row{result, 0}));
-    }
-    for (const auto& [job_id, index] : candidates) {
-      const Job& job = jobs.at(job_id);
-      ASSIGN_OR_RETURN(Task task, LoadTask(c, job_id, index));
+    ASSIGN_OR_RETURN(PgResult result, c.Exec(kLeaseCandidates, Params()
+                                                                   .Time(now)
+                                                                   .Text(Name(JobStateName(JobState::kQueued)))
+                                                                   .Text(Name(JobStateName(JobState::kRunning)))
+                                                                   .Int(executor.info.memory_bytes)
+                                                                   .Text(DumpJson(Json(rules::RunnersOf(executor))))
+                                                                   .Int(max_tasks)));
+    std::map<std::string, JobSpec> specs;  // parsed once per job
+    std::set<std::string> to_start;        // jobs this lease starts
+    std::vector<Task> granted;
+    for (int i = 0; i < result.Rows(); ++i) {
+      const Row row{result, i};
+      ASSIGN_OR_RETURN(Task task, rows::ReadTask(row));
+      if (specs.count(task.job_id) == 0) {
+        ASSIGN_OR_RETURN(JobSpec spec, rows::JobSpecOf(task.job_id, row.Text(rows::kTaskColumns)));
+        specs.emplace(task.job_id, std::move(spec));
+        if (row.Text(rows::kTaskColumns + 1) == JobStateName(JobState::kQueued) || !row.Bool(rows::kTaskColumns + 2)) {
+          to_start.insert(task.job_id);
+        }
+      }
+      if (task.shadow && task.shadow->executor_id == executor_id) continue;  // its backup goes elsewhere
       RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));
-      RETURN_IF_ERROR(SaveTask(c, task));
-      Lease lease;
-      lease.expires_at = *task.lease_expires_at;
-      lease.task = std::move(task);
-      lease.job_model = job.spec.model;
-      lease.runner_options = job.spec.runner_options;
-      lease.input_key = job.spec.input_key;
-      leases.push_back(std::move(lease));
+      granted.push_back(task);
+      leases.push_back(rules::MakeLease(std::move(task), specs.at(granted.back().job_id)));
     }
-    for (auto& [job_id, job] : jobs) {
-      if (job.state != JobState::kQueued && job.started_at) continue;  // already running
-      // Starting it: now lock it (jobs in id order, after their tasks: the store's lock order).
-      ASSIGN_OR_RETURN(job, LoadJob(c, job_id));
+    // Only a job that starts with this lease is locked and written (after its tasks, the store's
+    // lock order); every lease of a running job would queue on its row otherwise.
+    for (const std::string& job_id : to_start) {
+      ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
       if (MarkJobStarted(job, now)) RETURN_IF_ERROR(SaveJob(c, job));
     }
-    // An executor that is already busy stays as it is: no write, no contention on its row.
-    if (!leases.empty() && (executor.state != ExecutorState::kBusy || !executor.state_reason.empty())) {
-      executor.state = ExecutorState::kBusy;
-      executor.state_reason.clear();
-      RETURN_IF_ERROR(SaveExecutor(c, executor));
-    }
+    if (!leases.empty() && rules::MarkBusy(executor)) RETURN_IF_ERROR(SaveExecutor(c, executor));
+    // The grants last, sent with the COMMIT.
+    if (!granted.empty()) RETURN_IF_ERROR(c.ExecAndCommit(kUpdateTasks, TaskArrays(granted)));
     return leases;
   });
-}
-
-template <typename Transition>
-absl::StatusOr<Task> PostgresMetadataStore::FinishAttempt(Connection& c, const std::string& executor_id,
-                                                          const std::string& job_id, int64_t task_index, int attempt,
-                                                          Transition&& transition, absl::Time now) {
-  RETURN_IF_ERROR(LoadExecutor(c, executor_id).status());
-  // The task is locked before its job (the store's lock order); an unknown job is still "no job".
-  absl::StatusOr<Task> loaded = LoadTask(c, job_id, task_index);
-  ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
-  ASSIGN_OR_RETURN(Task task, std::move(loaded));
-  RETURN_IF_ERROR(CheckFence(task, executor_id, attempt));
-  RETURN_IF_ERROR(transition(task, job));
-  RETURN_IF_ERROR(SaveTask(c, task));
-  if (IsTerminal(task.state)) {
-    AccountTerminalTask(job, task, now);
-    RETURN_IF_ERROR(SaveJob(c, job));
-  }
-  return task;
 }
 
 absl::StatusOr<Task> PostgresMetadataStore::CompleteTask(const std::string& executor_id, const std::string& job_id,
                                                          int64_t task_index, int attempt, int64_t records_done,
                                                          int64_t records_failed, absl::Time now) {
-  return InTransaction(true, [&](Connection& c) -> absl::StatusOr<Task> {
-    ASSIGN_OR_RETURN(
-        Task task,
-        FinishAttempt(
-            c, executor_id, job_id, task_index, attempt,
-            [&](Task& t, const Job&) { return ::minions::CompleteTask(t, records_done, records_failed, now); }, now));
-    ASSIGN_OR_RETURN(Executor executor, LoadExecutor(c, executor_id));
-    executor.records_done += task.records_done;
-    RETURN_IF_ERROR(SaveExecutor(c, executor));
-    return task;
+  std::set<std::string> settle_later;
+  absl::StatusOr<Task> task = InTransaction(true, [&](Connection& c) -> absl::StatusOr<Task> {
+    settle_later.clear();
+    std::vector<Task> finished;
+    ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes,
+                     FinishAttempts(
+                         c, executor_id, {{job_id, task_index, attempt, records_done, records_failed}},
+                         [&](Task& t, const LeaseProgress&) {
+                           return ::minions::CompleteTask(t, records_done, records_failed, now);
+                         },
+                         now, &finished, settle_later));
+    RETURN_IF_ERROR(outcomes.front());
+    return finished.front();
   });
+  if (task.ok()) SettleLater(settle_later, now);
+  return task;
 }
 
 absl::StatusOr<std::vector<absl::Status>> PostgresMetadataStore::CompleteTasks(
     const std::string& executor_id, const std::vector<LeaseProgress>& reports, absl::Time now) {
-  return InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<absl::Status>> {
-    ASSIGN_OR_RETURN(Executor executor, LoadExecutor(c, executor_id));
-    // The reported tasks are locked first, in key order, then their jobs, in id order (the
-    // store's lock order). Jobs are loaded once and saved once, however many of their tasks
-    // complete here.
-    std::map<std::pair<std::string, int64_t>, absl::StatusOr<Task>> tasks;
-    for (const LeaseProgress& report : reports) {
-      tasks.emplace(std::make_pair(report.job_id, report.task_index), absl::UnknownError(""));
-    }
-    for (auto& [key, task] : tasks) task = LoadTask(c, key.first, key.second);
-    std::map<std::string, absl::StatusOr<Job>> jobs;
-    for (const LeaseProgress& report : reports) jobs.emplace(report.job_id, absl::UnknownError(""));
-    for (auto& [job_id, job] : jobs) job = LoadJob(c, job_id);
-    std::vector<absl::Status> outcomes;
-    for (const LeaseProgress& report : reports) {
-      absl::StatusOr<Job>& job = jobs.at(report.job_id);
-      if (!job.ok()) {
-        outcomes.push_back(job.status());
-        continue;
-      }
-      absl::StatusOr<Task>& task = tasks.at(std::make_pair(report.job_id, report.task_index));
-      if (!task.ok()) {
-        outcomes.push_back(task.status());
-        continue;
-      }
-      Task updated = *task;  // as reloaded: a refused report leaves the row as it is
-      absl::Status fence = CheckFence(updated, executor_id, report.attempt);
-      if (fence.ok()) fence = ::minions::CompleteTask(updated, report, now);
-      if (!fence.ok()) {
-        outcomes.push_back(fence);
-        continue;
-      }
-      RETURN_IF_ERROR(SaveTask(c, updated));
-      *task = updated;
-      AccountTerminalTask(*job, updated, now);
-      executor.records_done += updated.records_done;
-      outcomes.push_back(absl::OkStatus());
-    }
-    for (auto& [id, job] : jobs) {
-      if (job.ok()) RETURN_IF_ERROR(SaveJob(c, *job));
-    }
-    RETURN_IF_ERROR(SaveExecutor(c, executor));
-    return outcomes;
-  });
+  std::set<std::string> settle_later;
+  absl::StatusOr<std::vector<absl::Status>> outcomes =
+      InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<absl::Status>> {
+        settle_later.clear();
+        return FinishAttempts(
+            c, executor_id, reports,
+            [&](Task& t, const LeaseProgress& report) {
+              return ::minions::CompleteTask(t, report, now);
+            },
+            now, nullptr, settle_later);
+      });
+  if (outcomes.ok()) SettleLater(settle_later, now);
+  return outcomes;
 }
 
 absl::StatusOr<Task> PostgresMetadataStore::FailTask(const std::string& executor_id, const std::string& job_id,
                                                      int64_t task_index, int attempt, FailureClass failure,
-                                                     const std::string& message, absl::Time now) {
-  return InTransaction(true, [&](Connection& c) -> absl::StatusOr<Task> {
-    return FinishAttempt(
-        c, executor_id, job_id, task_index, attempt,
-        [&](Task& t, const Job& job) {
-          return ::minions::FailTask(t, failure, message, job.spec.max_attempts, options_.retry, now);
-        },
-        now);
+                                                     const std::string& message, absl::Time now,
+                                                     const std::vector<Chunk>& chunks) {
+  std::set<std::string> settle_later;
+  absl::StatusOr<Task> task = InTransaction(true, [&](Connection& c) -> absl::StatusOr<Task> {
+    settle_later.clear();
+    // The job is only read (for max_attempts): its row is not what this writes.
+    absl::StatusOr<Job> job = ReadJobUnlocked(c, job_id);
+    if (!job.ok() && !absl::IsNotFound(job.status())) return job.status();
+    std::vector<Task> finished;
+    ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes,
+                     FinishAttempts(
+                         c, executor_id, {{job_id, task_index, attempt, 0, 0}},
+                         [&](Task& t, const LeaseProgress&) -> absl::Status {
+                           if (!job.ok()) return job.status();
+                           return FailAttempt(t, attempt, chunks, failure, message, job->spec.max_attempts,
+                                              options_.retry, now);
+                         },
+                         now, &finished, settle_later));
+    RETURN_IF_ERROR(outcomes.front());
+    return finished.front();
   });
+  if (task.ok()) SettleLater(settle_later, now);
+  return task;
 }
 
 // --- watchdog ---
 
 absl::StatusOr<std::vector<Task>> PostgresMetadataStore::ExpireLeases(absl::Time now, int limit) {
-  return InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<Task>> {
-    std::vector<std::pair<std::string, int64_t>> expired;
-    {
-      ASSIGN_OR_RETURN(
-          PgResult result,
-          c.Exec(kExpiredLeases, Params().Text(Name(TaskStateName(TaskState::kRunning))).Time(now).Limit(limit)));
-      for (int i = 0; i < result.Rows(); ++i) expired.emplace_back(result.Text(i, 0), result.Int(i, 1));
-    }
-    // Their jobs, locked in id order.
-    std::map<std::string, Job> jobs;
-    for (const auto& task : expired) jobs.emplace(task.first, Job{});
-    for (auto& [job_id, job] : jobs) {
-      ASSIGN_OR_RETURN(job, LoadJob(c, job_id));
-    }
-    std::set<std::string> accounted;  // jobs to save
-    std::vector<Task> tasks;
-    for (const auto& [job_id, index] : expired) {
-      Job& job = jobs.at(job_id);
-      ASSIGN_OR_RETURN(Task task, LoadTask(c, job_id, index));
-      RETURN_IF_ERROR(ExpireLease(task, job.spec.max_attempts, options_.retry, now));
-      RETURN_IF_ERROR(SaveTask(c, task));
-      if (IsTerminal(task.state)) {
-        AccountTerminalTask(job, task, now);
-        accounted.insert(job_id);
-      }
-      tasks.push_back(std::move(task));
-    }
-    for (const std::string& job_id : accounted) RETURN_IF_ERROR(SaveJob(c, jobs.at(job_id)));
-    return tasks;
-  });
+  std::set<std::string> settle_later;
+  absl::StatusOr<std::vector<Task>> expired =
+      InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<Task>> {
+        settle_later.clear();
+        ASSIGN_OR_RETURN(
+            PgResult result,
+            c.Exec(kExpiredLeases, Params().Time(now).Limit(limit)));
+        AttemptWrites writes;
+        ASSIGN_OR_RETURN(writes.tasks, ReadTasks(result));
+        std::map<std::string, Job> jobs;  // read for max_attempts, not locked: their rows are not written
+        for (Task& task : writes.tasks) {
+          auto job = jobs.find(task.job_id);
+          if (job == jobs.end()) {
+            ASSIGN_OR_RETURN(Job loaded, ReadJobUnlocked(c, task.job_id));
+            job = jobs.emplace(task.job_id, std::move(loaded)).first;
+          }
+          RETURN_IF_ERROR(ExpireLease(task, job->second.spec.max_attempts, options_.retry, now));
+        }
+        for (const Task& task : writes.tasks) {
+          if (IsTerminal(task.state)) writes.ended.push_back(&task);
+        }
+        RETURN_IF_ERROR(WriteAttempts(c, writes, now, &settle_later));
+        return writes.tasks;
+      });
+  if (expired.ok()) SettleLater(settle_later, now);
+  return expired;
 }
 
 absl::StatusOr<std::vector<Executor>> PostgresMetadataStore::MarkLostExecutors(absl::Time cutoff, absl::Time now) {
   return InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<Executor>> {
-    std::vector<std::string> ids;
-    {
-      ASSIGN_OR_RETURN(
-          PgResult result,
-          c.Exec(kSilentExecutors, Params().Text(Name(ExecutorStateName(ExecutorState::kLost))).Time(cutoff)));
-      for (int i = 0; i < result.Rows(); ++i) ids.push_back(result.Text(i, 0));
-    }
+    ASSIGN_OR_RETURN(
+        PgResult result,
+        c.Exec(kSilentExecutors, Params().Text(Name(ExecutorStateName(ExecutorState::kLost))).Time(cutoff)));
     std::vector<Executor> lost;
-    for (const std::string& id : ids) {
-      ASSIGN_OR_RETURN(Executor executor, LoadExecutor(c, id));
-      executor.state = ExecutorState::kLost;
-      executor.state_reason = absl::StrCat("no heartbeat since ", absl::FormatTime(executor.last_heartbeat_at));
+    for (int i = 0; i < result.Rows(); ++i) {
+      ASSIGN_OR_RETURN(Executor executor, rows::ReadExecutor(Row{result, i}));
+      rules::MarkLost(executor);
       RETURN_IF_ERROR(SaveExecutor(c, executor));
       lost.push_back(std::move(executor));
     }
     return lost;
   });
+}
+
+// --- fault injection (tests) ---
+
+void PostgresMetadataStore::InjectCommitFaultForTesting(CommitFault fault, int times) {
+  absl::MutexLock lock(&fault_mu_);
+  fault_ = fault;
+  faults_left_ = times;
+}
+
+int PostgresMetadataStore::CommitFaultsInjectedForTesting() {
+  absl::MutexLock lock(&fault_mu_);
+  return faults_injected_;
+}
+
+PostgresMetadataStore::CommitFault PostgresMetadataStore::TakeCommitFault() {
+  absl::MutexLock lock(&fault_mu_);
+  if (faults_left_ <= 0 || fault_ == CommitFault::kNone) return CommitFault::kNone;
+  --faults_left_;
+  ++faults_injected_;
+  return fault_;
 }
 
 // --- the watchdog lock ---

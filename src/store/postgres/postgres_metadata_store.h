@@ -1,26 +1,43 @@
 #pragma once
 // PostgresMetadataStore: the MetadataStore on a PostgreSQL database, for several servers (and a
-// watchdog) sharing one store. Same tables and the same semantics as SqliteMetadataStore; every
-// transition goes through model/state_machines.h (load the rows FOR UPDATE, apply, write back).
+// watchdog) sharing one store. The same semantics as SqliteMetadataStore, and the same row mapping
+// and transition plumbing (store/common/); every transition goes through model/state_machines.h
+// (load the rows FOR UPDATE, apply, write back).
 //
+// - Counts: a job's counts (tasks done and succeeded, records completed and failed) are kept in
+//   counter rows, several shards per job (job_counts; see postgres_migrations.cc): the end of an
+//   attempt adds to one shard chosen at random instead of locking and rewriting the job row, so
+//   completers of one job do not queue on it. Reading a job sums its shards. Whether a job's last
+//   task ended is asked right after the COMMIT of each transaction that ended tasks (in the same
+//   round trip): of transactions ending a job's last tasks at once, none can see the others'
+//   counts before committing, but the one that commits last sees them all after. That job alone
+//   is then locked and settled (finalizing, or failed) in a transaction of its own;
+//   JobsToFinalize first sweeps up jobs left unsettled (a server died in between).
+// - Round trips: rows are read and written set-based (one statement per kind of row:
+//   UPDATE ... FROM unnest(...)); BEGIN goes out with a transaction's first statement and, where
+//   nothing can fail after it, COMMIT with its last (libpq pipeline mode). Statements are prepared
+//   once per connection and keep their generic plans (plan_cache_mode = force_generic_plan):
+//   left to choose, PostgreSQL would plan those taking arrays again on every call.
 // - Isolation: READ COMMITTED with row locks. A writing method locks every row it loads
 //   (SELECT ... FOR UPDATE) before applying a transition to it, so no update is lost; leasing
-//   picks its tasks with FOR UPDATE OF t SKIP LOCKED, so servers leasing at once take disjoint
-//   tasks without waiting on each other (and, as PostgreSQL re-checks a locked row's WHERE clause
+//   picks its tasks with FOR UPDATE SKIP LOCKED, so servers leasing at once take disjoint tasks
+//   without waiting on each other (and, as PostgreSQL re-checks a locked row's WHERE clause
 //   against its newest version, never a task another transaction just granted). SERIALIZABLE
 //   would add predicate-lock aborts on every concurrent lease for no extra safety here.
-//   Locks are taken executor -> tasks -> jobs (jobs in id order), in every method: leasing has
-//   to find (and lock) its tasks before it knows their jobs, and SKIP LOCKED keeps the lock of a
-//   row it then rejects (one another server just granted), so any method taking job -> task
-//   would deadlock against it. A deadlock that still happens (two stale reports for the same
-//   tasks in different orders) is broken by PostgreSQL (after deadlock_timeout) and retried.
+//   Lock order: tasks (in key order) -> executor -> job -> counter shards (in job order); settling
+//   locks a job alone, after the commit that ended its tasks. Leasing
+//   locks its executor first but never waits for a task (SKIP LOCKED keeps the lock of a row it
+//   then rejects, one another server just granted, so any method taking job -> task would
+//   deadlock against it). A deadlock that still happens is broken by PostgreSQL (after
+//   deadlock_timeout) and retried.
 // - Retries: a transaction that fails because the connection broke (SQLSTATE class 08, no
 //   SQLSTATE at all, 57P01-57P03 shutdown/startup, 53300 too many connections) or on a
 //   serialization failure or deadlock (40001, 40P01) is rolled back and run again (reconnecting
 //   first when the connection broke), with jittered exponential backoff from 20 ms to 1 s, for up
 //   to 30 seconds; then the method is Unavailable.
 //   A COMMIT whose answer was lost is not blindly retried: writing transactions note their
-//   transaction id, and after reconnecting the store asks txid_status() whether it committed.
+//   transaction id (taken with BEGIN), and after reconnecting the store asks txid_status()
+//   whether it committed (InjectCommitFaultForTesting exercises both outcomes).
 // - Open applies the schema migrations the database lacks (store/postgres/postgres_migrations.h)
 //   under pg_advisory_xact_lock, and refuses a schema newer than this binary (FailedPrecondition).
 //   The schema is the first one in the connection's search_path.
@@ -31,7 +48,10 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -41,6 +61,9 @@ namespace minions {
 namespace postgres_store {
 class Connection;      // one libpq connection (postgres_metadata_store.cc)
 class ConnectionPool;  // a fixed set of them
+// Tests only: how the COMMIT of a writing transaction is made to go wrong
+// (PostgresMetadataStore::InjectCommitFaultForTesting).
+enum class CommitFault { kNone, kConnectionLostBeforeCommit, kAnswerLost };
 }  // namespace postgres_store
 
 class PostgresMetadataStore : public MetadataStore {
@@ -60,17 +83,21 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<Job> GetJob(const std::string& job_id) override;
   absl::StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter) override;
   absl::StatusOr<std::vector<Task>> ListTasks(const std::string& job_id) override;
+  absl::StatusOr<TaskStateCounts> CountTasks(const std::string& job_id) override;
   absl::StatusOr<Job> CancelJob(const std::string& job_id, absl::Time now) override;
   absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error, absl::Time now) override;
   absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit) override;
   absl::StatusOr<Job> FinishJob(const std::string& job_id, const std::string& output_key, const std::string& errors_key,
                                 const std::string& manifest_key, absl::Time now, JobState outcome = JobState::kCompleted) override;
   absl::StatusOr<Job> ExpireJob(const std::string& job_id, absl::Time now) override;
+  absl::StatusOr<Task> RequestBackup(const std::string& job_id, int64_t task_index, int attempt,
+                                     absl::Time now) override;
 
   absl::StatusOr<Executor> RegisterExecutor(const std::string& executor_id, const ExecutorInfo& info,
                                             absl::Time now) override;
   absl::StatusOr<Executor> GetExecutor(const std::string& executor_id) override;
   absl::StatusOr<std::vector<Executor>> ListExecutors() override;
+  absl::StatusOr<std::vector<Task>> ListRunningTasks() override;
   absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& executor_id, ExecutorState state,
                                            const std::string& reason, const std::vector<LeaseProgress>& held,
                                            absl::Duration ttl, absl::Time now) override;
@@ -84,13 +111,23 @@ class PostgresMetadataStore : public MetadataStore {
                                                           const std::vector<LeaseProgress>& reports,
                                                           absl::Time now) override;
   absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
-                                int attempt, FailureClass failure, const std::string& message, absl::Time now) override;
+                                int attempt, FailureClass failure, const std::string& message, absl::Time now,
+                                const std::vector<Chunk>& chunks = {}) override;
 
   absl::StatusOr<std::vector<Task>> ExpireLeases(absl::Time now, int limit) override;
   absl::StatusOr<std::vector<Executor>> MarkLostExecutors(absl::Time cutoff, absl::Time now) override;
 
   // The schema version of the database (the highest applied migration).
   absl::StatusOr<int> SchemaVersion();
+
+  // For tests of the lost-COMMIT path: the next `times` COMMITs of writing transactions go wrong.
+  // kConnectionLostBeforeCommit: the connection breaks before COMMIT is sent (the transaction
+  // rolls back). kAnswerLost: COMMIT is sent, then the connection breaks before its answer is
+  // read (the transaction commits; the store must not run it again).
+  using CommitFault = postgres_store::CommitFault;
+  void InjectCommitFaultForTesting(CommitFault fault, int times = 1) ABSL_LOCKS_EXCLUDED(fault_mu_);
+  // How many injected faults have happened.
+  int CommitFaultsInjectedForTesting() ABSL_LOCKS_EXCLUDED(fault_mu_);
 
  private:
   using Connection = postgres_store::Connection;
@@ -110,27 +147,54 @@ class PostgresMetadataStore : public MetadataStore {
   // "job-" / "exe-" followed by 12 random lowercase hex digits.
   std::string NewId(const char* prefix) ABSL_LOCKS_EXCLUDED(random_mu_);
 
-  // Row helpers, all inside a transaction.
+  // Row helpers, all inside a transaction. In a writing transaction, loads lock what they read.
   absl::StatusOr<Job> LoadJob(Connection& c, const std::string& job_id);
-  absl::Status SaveJob(Connection& c, const Job& job, bool insert = false);
-  absl::StatusOr<Task> LoadTask(Connection& c, const std::string& job_id, int64_t index);
-  absl::Status SaveTask(Connection& c, const Task& task, bool insert = false);
+  absl::Status SaveJob(Connection& c, const Job& job, bool insert = false);  // all but its counts
   absl::StatusOr<std::vector<Task>> LoadTasks(Connection& c, const std::string& job_id);
+  // The tasks with these keys that exist, in key order.
+  absl::StatusOr<std::vector<Task>> LoadTasks(Connection& c, const std::vector<std::pair<std::string, int64_t>>& keys);
+  absl::Status SaveTasks(Connection& c, const std::vector<Task>& tasks, bool insert = false);
   absl::StatusOr<Executor> LoadExecutor(Connection& c, const std::string& executor_id);
   absl::Status SaveExecutor(Connection& c, const Executor& executor, bool insert = false);
   // Ends a job that has not ended (cancelled or failed): its unfinished tasks are cancelled.
   absl::StatusOr<Job> EndJob(Connection& c, const std::string& job_id, JobState state, const std::string& error,
                              absl::Time now);
-  // The fenced end of an attempt: loads job and task, checks the fence, applies `transition` to
-  // the task, and accounts the task on its job when it became terminal.
+
+  // The end of attempts, shared by CompleteTask(s), FailTask, ExpireLeases and EndJob: writes
+  // `tasks` (as the state machine left them), adds `ended` (those of them that reached a terminal
+  // state) to their jobs' counts and `records` to the executor's, in one statement. NotFound
+  // when `executor_id` is given and unknown. With `settle_later`, right after the COMMIT (in the
+  // same round trip) it asks which of the jobs now have every task ended and adds those to it,
+  // for SettleLater.
+  struct AttemptWrites;
+  absl::Status WriteAttempts(Connection& c, const AttemptWrites& writes, absl::Time now,
+                             std::set<std::string>* settle_later);
+  // Settles job `job_id` (finalizing, or failed) if all its tasks have ended; locks it only then.
+  absl::Status SettleIfDone(Connection& c, const std::string& job_id, absl::Time now);
+  // SettleIfDone for each of `job_ids`, in a transaction of its own. Best effort: what it misses
+  // (the server died in between) JobsToFinalize's sweep settles.
+  void SettleLater(const std::set<std::string>& job_ids, absl::Time now);
+  // The fenced end of reported attempts by `executor_id`: loads the tasks, checks each report's
+  // fence, applies `transition` to each fenced task, then WriteAttempts. One status per report;
+  // NotFound as a whole if the executor is unknown.
   template <typename Transition>
-  absl::StatusOr<Task> FinishAttempt(Connection& c, const std::string& executor_id, const std::string& job_id,
-                                     int64_t task_index, int attempt, Transition&& transition, absl::Time now);
+  absl::StatusOr<std::vector<absl::Status>> FinishAttempts(Connection& c, const std::string& executor_id,
+                                                           const std::vector<LeaseProgress>& reports,
+                                                           Transition&& transition, absl::Time now,
+                                                           std::vector<Task>* finished,
+                                                           std::set<std::string>& settle_later);
+
+  // Tests only: what InTransaction does at the next COMMIT of a writing transaction.
+  CommitFault TakeCommitFault() ABSL_LOCKS_EXCLUDED(fault_mu_);
 
   const StoreOptions options_;
   const std::unique_ptr<postgres_store::ConnectionPool> pool_;
   absl::Mutex random_mu_;
   std::mt19937_64 random_ ABSL_GUARDED_BY(random_mu_);  // for ids; seeded from std::random_device
+  absl::Mutex fault_mu_;
+  CommitFault fault_ ABSL_GUARDED_BY(fault_mu_) = CommitFault::kNone;
+  int faults_left_ ABSL_GUARDED_BY(fault_mu_) = 0;
+  int faults_injected_ ABSL_GUARDED_BY(fault_mu_) = 0;
 };
 
 // The watchdog's single-instance lock: pg_try_advisory_lock on a connection of its own, held for

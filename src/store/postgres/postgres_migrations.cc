@@ -80,18 +80,45 @@ CREATE TABLE executors (
 CREATE INDEX executors_by_heartbeat ON executors (state, last_heartbeat_at);
 )sql";
 
-// Checkpoints: a task's committed chunks (model/json_codec.h ChunksToJson).
-constexpr char kTaskChunks[] = "ALTER TABLE tasks ADD COLUMN chunks JSONB NOT NULL DEFAULT '[]';";
+// A job's counts (tasks done and succeeded, records completed and failed) move out of its row
+// into counter rows: every completion adds to one of several shards of its job (chosen at random)
+// instead of locking and rewriting the job row, so completers of one job no longer queue on it.
+// A job's counts are the sums of its shards; the jobs columns stay at zero.
+constexpr char kCounterShards[] = R"sql(
+CREATE TABLE job_counts (
+  job_id            TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+  shard             INTEGER NOT NULL,
+  tasks_done        BIGINT NOT NULL DEFAULT 0,
+  tasks_succeeded   BIGINT NOT NULL DEFAULT 0,
+  completed_records BIGINT NOT NULL DEFAULT 0,
+  failed_records    BIGINT NOT NULL DEFAULT 0,
+  updated_at        BIGINT NOT NULL,
+  PRIMARY KEY (job_id, shard)
+);
+INSERT INTO job_counts (job_id, shard, tasks_done, tasks_succeeded, completed_records, failed_records, updated_at)
+  SELECT id, 0, tasks_done, tasks_succeeded, completed_records, failed_records, updated_at FROM jobs;
+UPDATE jobs SET tasks_done = 0, tasks_succeeded = 0, completed_records = 0, failed_records = 0;
+-- CountTasks and ListRunningTasks: running tasks by job and by executor.
+CREATE INDEX tasks_running ON tasks (job_id, executor_id) WHERE state = 'running';
+)sql";
+
+// Checkpoints: a task's committed chunks (model/json_codec.h ChunksToJson); stragglers: the
+// attempt racing the task's backup (null when none).
+constexpr char kTaskChunks[] = R"sql(
+ALTER TABLE tasks ADD COLUMN chunks JSONB NOT NULL DEFAULT '[]';
+ALTER TABLE tasks ADD COLUMN shadow JSONB;
+)sql";
 
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
-    {2, "task checkpoints", kTaskChunks},
+    {2, "job counts in counter shards; running tasks by job", kCounterShards},
+    {3, "task checkpoints and straggler backups", kTaskChunks},
 };
 
 }  // namespace
 
 std::span<const Migration> Migrations() { return kMigrations; }
 
-int LatestSchemaVersion() { return kMigrations[std::size(kMigrations) - 1].version; }
+int LatestSchemaVersion() { return store_common::LatestVersion(kMigrations); }
 
 }  // namespace minions::postgres_store

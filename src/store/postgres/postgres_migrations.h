@@ -4,19 +4,16 @@
 // advisory lock (so servers opening one database at once do not race), and records them in
 // schema_migrations(version, applied_at).
 //
-// Rules (as for SQLite): versions are 1, 2, 3, ... with no gaps; a migration that has shipped is
-// never edited — append a new one instead.
+// Rules: store/common/migration.h.
 
 #include <cstdint>
 #include <span>
 
+#include "store/common/migration.h"
+
 namespace minions::postgres_store {
 
-struct Migration {
-  int version;
-  const char* description;
-  const char* sql;  // one or more statements; constant text, never built from input
-};
+using Migration = store_common::Migration;
 
 // All migrations, in version order.
 std::span<const Migration> Migrations();

@@ -6,10 +6,13 @@
 #include <map>
 #include <set>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "model/json_codec.h"
+#include "store/common/store_rows.h"
+#include "store/common/store_rules.h"
 #include "store/sqlite/sqlite_migrations.h"
 
 namespace minions {
@@ -19,9 +22,6 @@ namespace {
 // giving up with Unavailable. Transactions here are short; seconds of waiting mean something is
 // stuck.
 constexpr int kBusyTimeoutMs = 5000;
-
-// Tasks of an unknown runner kind: an executor that lists no runners runs the built-in one.
-constexpr char kDefaultRunner[] = "llama";
 
 absl::Status SqliteError(sqlite3* db, int rc, std::string_view what) {
   std::string message = absl::StrCat("sqlite: ", std::string(what), ": ", sqlite3_errstr(rc));
@@ -40,11 +40,6 @@ absl::Status SqliteError(sqlite3* db, int rc, std::string_view what) {
 std::optional<absl::Time> OptionalTime(sqlite3_stmt* stmt, int column) {
   if (sqlite3_column_type(stmt, column) == SQLITE_NULL) return std::nullopt;
   return absl::FromUnixMicros(sqlite3_column_int64(stmt, column));
-}
-
-absl::Status CorruptRow(std::string_view table, std::string_view id, std::string_view what) {
-  return absl::InternalError(
-      absl::StrCat("corrupt ", std::string(table), " row ", std::string(id), ": ", std::string(what)));
 }
 
 }  // namespace
@@ -82,6 +77,21 @@ class Statement {
     return *this;
   }
   Statement& BindTime(const char* name, absl::Time value) { return BindInt(name, absl::ToUnixMicros(value)); }
+  // Binds `values` to the positional parameters ?1, ?2, ... in order.
+  Statement& BindValues(const store_rows::Values& values) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      const int index = static_cast<int>(i + 1);
+      const char* what = "a row value";
+      if (const int64_t* number = std::get_if<int64_t>(&values[i])) {
+        Check(sqlite3_bind_int64(stmt_, index, *number), what);
+      } else if (const std::string* text = std::get_if<std::string>(&values[i])) {
+        Check(sqlite3_bind_text(stmt_, index, text->data(), static_cast<int>(text->size()), SQLITE_TRANSIENT), what);
+      } else {
+        Check(sqlite3_bind_null(stmt_, index), what);
+      }
+    }
+    return *this;
+  }
   Statement& BindTime(const char* name, const std::optional<absl::Time>& value) {
     return value ? BindTime(name, *value) : BindNull(name);
   }
@@ -103,6 +113,7 @@ class Statement {
   int Changes() const { return sqlite3_changes(db_); }
 
   int64_t Int(int column) const { return sqlite3_column_int64(stmt_, column); }
+  bool Bool(int column) const { return Int(column) != 0; }
   std::string Text(int column) const {
     const unsigned char* text = sqlite3_column_text(stmt_, column);
     if (text == nullptr) return "";
@@ -133,56 +144,44 @@ class Statement {
 namespace {
 
 using sqlite_store::Statement;
+namespace rows = store_rows;
+namespace rules = store_rules;
 
-// --- SQL. Every statement is constant text with named parameters; values are always bound. ---
+// --- SQL. Every statement is constant text with parameters; values are always bound. Rows are
+// written with positional parameters in the order of store/common/store_rows.h's column lists. ---
 
-#define MINIONS_JOB_COLUMNS                                                                         \
-  "id, team, state, spec, total_records, completed_records, failed_records, n_tasks, tasks_done, " \
-  "tasks_succeeded, error, output_key, errors_key, manifest_key, created_at, updated_at, "         \
-  "started_at, finished_at"
-#define MINIONS_TASK_COLUMNS                                                                        \
-  "job_id, idx, first_record, n_records, byte_begin, byte_end, state, attempt, failures, "         \
-  "preemptions, executor_id, lease_expires_at, not_before, records_done, records_failed, "         \
-  "last_error, started_at, finished_at, chunks"
-#define MINIONS_EXECUTOR_COLUMNS \
-  "id, info, state, state_reason, registered_at, last_heartbeat_at, drain_requested, records_done"
-
-constexpr char kSelectJob[] = "SELECT " MINIONS_JOB_COLUMNS " FROM jobs WHERE id = :id";
-constexpr char kInsertJob[] =
-    "INSERT INTO jobs (id, team, state, spec, priority, min_memory_bytes, runner, total_records, "
-    "completed_records, failed_records, n_tasks, tasks_done, tasks_succeeded, error, output_key, "
-    "errors_key, manifest_key, created_at, updated_at, started_at, finished_at) VALUES (:id, :team, "
-    ":state, :spec, :priority, :min_memory_bytes, :runner, :total_records, :completed_records, "
-    ":failed_records, :n_tasks, :tasks_done, :tasks_succeeded, :error, :output_key, :errors_key, "
-    ":manifest_key, :created_at, :updated_at, :started_at, :finished_at)";
+constexpr char kSelectJob[] = "SELECT " MINIONS_STORE_JOB_COLUMNS " FROM jobs WHERE id = :id";
+constexpr char kInsertJob[] = "INSERT INTO jobs (" MINIONS_STORE_JOB_WRITE_COLUMNS ", " MINIONS_STORE_JOB_COUNT_COLUMNS
+                              ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+                              "?17, ?18, ?19, ?20, ?21)";
 constexpr char kUpdateJob[] =
-    "UPDATE jobs SET team = :team, state = :state, spec = :spec, priority = :priority, "
-    "min_memory_bytes = :min_memory_bytes, runner = :runner, total_records = :total_records, "
-    "completed_records = :completed_records, failed_records = :failed_records, n_tasks = :n_tasks, "
-    "tasks_done = :tasks_done, tasks_succeeded = :tasks_succeeded, error = :error, "
-    "output_key = :output_key, errors_key = :errors_key, manifest_key = :manifest_key, "
-    "created_at = :created_at, updated_at = :updated_at, started_at = :started_at, "
-    "finished_at = :finished_at WHERE id = :id";
+    "UPDATE jobs SET team = ?2, state = ?3, spec = ?4, priority = ?5, min_memory_bytes = ?6, runner = ?7, "
+    "total_records = ?8, n_tasks = ?9, error = ?10, output_key = ?11, errors_key = ?12, manifest_key = ?13, "
+    "created_at = ?14, updated_at = ?15, started_at = ?16, finished_at = ?17, completed_records = ?18, "
+    "failed_records = ?19, tasks_done = ?20, tasks_succeeded = ?21 WHERE id = ?1";
 constexpr char kListJobs[] =
-    "SELECT " MINIONS_JOB_COLUMNS " FROM jobs WHERE (:state IS NULL OR state = :state) "
+    "SELECT " MINIONS_STORE_JOB_COLUMNS " FROM jobs WHERE (:state IS NULL OR state = :state) "
     "AND (:team = '' OR team = :team) ORDER BY created_at DESC, id DESC LIMIT :limit";
 constexpr char kJobsInState[] =
-    "SELECT " MINIONS_JOB_COLUMNS " FROM jobs WHERE state = :state ORDER BY created_at, id LIMIT :limit";
+    "SELECT " MINIONS_STORE_JOB_COLUMNS " FROM jobs WHERE state = :state ORDER BY created_at, id LIMIT :limit";
 
-constexpr char kSelectTask[] = "SELECT " MINIONS_TASK_COLUMNS " FROM tasks WHERE job_id = :job_id AND idx = :idx";
-constexpr char kSelectTasksOfJob[] = "SELECT " MINIONS_TASK_COLUMNS " FROM tasks WHERE job_id = :job_id ORDER BY idx";
-constexpr char kInsertTask[] =
-    "INSERT INTO tasks (" MINIONS_TASK_COLUMNS ") VALUES (:job_id, :idx, :first_record, :n_records, "
-    ":byte_begin, :byte_end, :state, :attempt, :failures, :preemptions, :executor_id, "
-    ":lease_expires_at, :not_before, :records_done, :records_failed, :last_error, :started_at, "
-    ":finished_at, :chunks)";
+constexpr char kSelectTask[] =
+    "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE job_id = :job_id AND idx = :idx";
+constexpr char kSelectTasksOfJob[] =
+    "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE job_id = :job_id ORDER BY idx";
+constexpr char kInsertTask[] = "INSERT INTO tasks (" MINIONS_STORE_TASK_COLUMNS
+                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+                               "?17, ?18, ?19, ?20)";
 constexpr char kUpdateTask[] =
-    "UPDATE tasks SET first_record = :first_record, n_records = :n_records, byte_begin = :byte_begin, "
-    "byte_end = :byte_end, state = :state, attempt = :attempt, failures = :failures, "
-    "preemptions = :preemptions, executor_id = :executor_id, lease_expires_at = :lease_expires_at, "
-    "not_before = :not_before, records_done = :records_done, records_failed = :records_failed, "
-    "last_error = :last_error, started_at = :started_at, finished_at = :finished_at, chunks = :chunks "
-    "WHERE job_id = :job_id AND idx = :idx";
+    "UPDATE tasks SET first_record = ?3, n_records = ?4, byte_begin = ?5, byte_end = ?6, state = ?7, "
+    "attempt = ?8, failures = ?9, preemptions = ?10, executor_id = ?11, lease_expires_at = ?12, "
+    "not_before = ?13, records_done = ?14, records_failed = ?15, last_error = ?16, started_at = ?17, "
+    "finished_at = ?18, chunks = ?19, shadow = ?20 WHERE job_id = ?1 AND idx = ?2";
+constexpr char kRunningTasks[] =
+    "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = :running ORDER BY executor_id, job_id, idx";
+constexpr char kCountPending[] = "SELECT COUNT(*) FROM tasks WHERE job_id = :job_id AND state = :pending";
+constexpr char kCountRunning[] =
+    "SELECT COUNT(*), COUNT(DISTINCT executor_id) FROM tasks WHERE job_id = :job_id AND state = :running";
 
 // Candidate selection only: which pending tasks this executor could run, in grant order. Whether
 // a task may actually be granted is GrantTask's decision.
@@ -196,15 +195,14 @@ constexpr char kExpiredLeases[] =
     "SELECT job_id, idx FROM tasks WHERE state = :running AND lease_expires_at <= :now "
     "ORDER BY lease_expires_at, job_id, idx LIMIT :limit";
 
-constexpr char kSelectExecutor[] = "SELECT " MINIONS_EXECUTOR_COLUMNS " FROM executors WHERE id = :id";
-constexpr char kListExecutors[] = "SELECT " MINIONS_EXECUTOR_COLUMNS " FROM executors ORDER BY registered_at, id";
+constexpr char kSelectExecutor[] = "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = :id";
+constexpr char kListExecutors[] =
+    "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors ORDER BY registered_at, id";
 constexpr char kInsertExecutor[] =
-    "INSERT INTO executors (" MINIONS_EXECUTOR_COLUMNS ") VALUES (:id, :info, :state, :state_reason, "
-    ":registered_at, :last_heartbeat_at, :drain_requested, :records_done)";
+    "INSERT INTO executors (" MINIONS_STORE_EXECUTOR_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 constexpr char kUpdateExecutor[] =
-    "UPDATE executors SET info = :info, state = :state, state_reason = :state_reason, "
-    "registered_at = :registered_at, last_heartbeat_at = :last_heartbeat_at, "
-    "drain_requested = :drain_requested, records_done = :records_done WHERE id = :id";
+    "UPDATE executors SET info = ?2, state = ?3, state_reason = ?4, registered_at = ?5, "
+    "last_heartbeat_at = ?6, drain_requested = ?7, records_done = ?8 WHERE id = ?1";
 constexpr char kSilentExecutors[] =
     "SELECT id FROM executors WHERE state != :lost AND last_heartbeat_at < :cutoff "
     "ORDER BY last_heartbeat_at, id";
@@ -216,11 +214,12 @@ constexpr char kRecordMigration[] =
     "INSERT INTO schema_migrations (version, applied_at) "
     "VALUES (:version, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))";
 
-#undef MINIONS_JOB_COLUMNS
-#undef MINIONS_TASK_COLUMNS
-#undef MINIONS_EXECUTOR_COLUMNS
-
 std::string Name(std::string_view name) { return std::string(name); }
+
+rows::Values Concat(rows::Values a, const rows::Values& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
 
 }  // namespace
 
@@ -357,30 +356,7 @@ absl::StatusOr<std::vector<Job>> SqliteMetadataStore::QueryJobs(Statement& query
   while (true) {
     ASSIGN_OR_RETURN(bool row, query.Step());
     if (!row) break;
-    Job job;
-    job.id = query.Text(0);
-    std::optional<JobState> state = ParseJobState(query.Text(2));
-    if (!state) return CorruptRow("jobs", job.id, absl::StrCat("unknown state ", query.Text(2)));
-    job.state = *state;
-    absl::StatusOr<Json> spec_json = ParseJson(query.Text(3));
-    if (!spec_json.ok()) return CorruptRow("jobs", job.id, std::string(spec_json.status().message()));
-    absl::StatusOr<JobSpec> spec = JobSpecFromJson(*spec_json);
-    if (!spec.ok()) return CorruptRow("jobs", job.id, std::string(spec.status().message()));
-    job.spec = std::move(*spec);
-    job.counts.total = query.Int(4);
-    job.counts.completed = query.Int(5);
-    job.counts.failed = query.Int(6);
-    job.n_tasks = query.Int(7);
-    job.tasks_done = query.Int(8);
-    job.tasks_succeeded = query.Int(9);
-    job.error = query.Text(10);
-    job.output_key = query.Text(11);
-    job.errors_key = query.Text(12);
-    job.manifest_key = query.Text(13);
-    job.created_at = query.Time(14);
-    job.updated_at = query.Time(15);
-    job.started_at = query.OptTime(16);
-    job.finished_at = query.OptTime(17);
+    ASSIGN_OR_RETURN(Job job, rows::ReadJob(query));
     jobs.push_back(std::move(job));
   }
   return jobs;
@@ -388,82 +364,27 @@ absl::StatusOr<std::vector<Job>> SqliteMetadataStore::QueryJobs(Statement& query
 
 absl::Status SqliteMetadataStore::SaveJob(const Job& job, bool insert) {
   ASSIGN_OR_RETURN(Statement statement, Prepare(insert ? kInsertJob : kUpdateJob));
-  statement.BindText(":id", job.id)
-      .BindText(":team", job.spec.team)
-      .BindText(":state", Name(JobStateName(job.state)))
-      .BindText(":spec", DumpJson(JobSpecToJson(job.spec)))
-      .BindInt(":priority", job.spec.priority)
-      .BindInt(":min_memory_bytes", job.spec.requirements.min_memory_bytes)
-      .BindText(":runner", job.spec.requirements.runner)
-      .BindInt(":total_records", job.counts.total)
-      .BindInt(":completed_records", job.counts.completed)
-      .BindInt(":failed_records", job.counts.failed)
-      .BindInt(":n_tasks", job.n_tasks)
-      .BindInt(":tasks_done", job.tasks_done)
-      .BindInt(":tasks_succeeded", job.tasks_succeeded)
-      .BindText(":error", job.error)
-      .BindText(":output_key", job.output_key)
-      .BindText(":errors_key", job.errors_key)
-      .BindText(":manifest_key", job.manifest_key)
-      .BindTime(":created_at", job.created_at)
-      .BindTime(":updated_at", job.updated_at)
-      .BindTime(":started_at", job.started_at)
-      .BindTime(":finished_at", job.finished_at);
+  statement.BindValues(Concat(rows::JobValues(job), rows::JobCountValues(job)));
   RETURN_IF_ERROR(statement.Run());
   if (statement.Changes() != 1) return absl::NotFoundError(absl::StrCat("no job ", job.id));
   return absl::OkStatus();
 }
 
-namespace {
-
-absl::StatusOr<Task> ReadTaskRow(const Statement& row) {
-  Task task;
-  task.job_id = row.Text(0);
-  task.index = row.Int(1);
-  task.first_record = row.Int(2);
-  task.n_records = row.Int(3);
-  task.byte_begin = row.Int(4);
-  task.byte_end = row.Int(5);
-  std::optional<TaskState> state = ParseTaskState(row.Text(6));
-  if (!state) {
-    return CorruptRow("tasks", absl::StrCat(task.job_id, "/", task.index),
-                      absl::StrCat("unknown state ", row.Text(6)));
-  }
-  task.state = *state;
-  task.attempt = static_cast<int>(row.Int(7));
-  task.failures = static_cast<int>(row.Int(8));
-  task.preemptions = static_cast<int>(row.Int(9));
-  task.executor_id = row.Text(10);
-  task.lease_expires_at = row.OptTime(11);
-  task.not_before = row.OptTime(12);
-  task.records_done = row.Int(13);
-  task.records_failed = row.Int(14);
-  task.last_error = row.Text(15);
-  task.started_at = row.OptTime(16);
-  task.finished_at = row.OptTime(17);
-  absl::StatusOr<Json> chunks_json = ParseJson(row.Text(18));
-  absl::StatusOr<std::vector<Chunk>> chunks =
-      chunks_json.ok() ? ChunksFromJson(*chunks_json) : absl::StatusOr<std::vector<Chunk>>(chunks_json.status());
-  if (!chunks.ok()) {
-    return CorruptRow("tasks", absl::StrCat(task.job_id, "/", task.index), std::string(chunks.status().message()));
-  }
-  task.chunks = *std::move(chunks);
-  return task;
-}
-
-}  // namespace
-
-absl::StatusOr<std::vector<Task>> SqliteMetadataStore::LoadTasks(const std::string& job_id) {
-  ASSIGN_OR_RETURN(Statement query, Prepare(kSelectTasksOfJob));
-  query.BindText(":job_id", job_id);
+absl::StatusOr<std::vector<Task>> SqliteMetadataStore::QueryTasks(Statement& query) {
   std::vector<Task> tasks;
   while (true) {
     ASSIGN_OR_RETURN(bool row, query.Step());
     if (!row) break;
-    ASSIGN_OR_RETURN(Task task, ReadTaskRow(query));
+    ASSIGN_OR_RETURN(Task task, rows::ReadTask(query));
     tasks.push_back(std::move(task));
   }
   return tasks;
+}
+
+absl::StatusOr<std::vector<Task>> SqliteMetadataStore::LoadTasks(const std::string& job_id) {
+  ASSIGN_OR_RETURN(Statement query, Prepare(kSelectTasksOfJob));
+  query.BindText(":job_id", job_id);
+  return QueryTasks(query);
 }
 
 absl::StatusOr<Task> SqliteMetadataStore::LoadTask(const std::string& job_id, int64_t index) {
@@ -471,76 +392,28 @@ absl::StatusOr<Task> SqliteMetadataStore::LoadTask(const std::string& job_id, in
   query.BindText(":job_id", job_id).BindInt(":idx", index);
   ASSIGN_OR_RETURN(bool row, query.Step());
   if (!row) return absl::NotFoundError(absl::StrCat("no task ", job_id, "/", index));
-  return ReadTaskRow(query);
+  return rows::ReadTask(query);
 }
 
 absl::Status SqliteMetadataStore::SaveTask(const Task& task, bool insert) {
   ASSIGN_OR_RETURN(Statement statement, Prepare(insert ? kInsertTask : kUpdateTask));
-  statement.BindText(":job_id", task.job_id)
-      .BindInt(":idx", task.index)
-      .BindInt(":first_record", task.first_record)
-      .BindInt(":n_records", task.n_records)
-      .BindInt(":byte_begin", task.byte_begin)
-      .BindInt(":byte_end", task.byte_end)
-      .BindText(":state", Name(TaskStateName(task.state)))
-      .BindInt(":attempt", task.attempt)
-      .BindInt(":failures", task.failures)
-      .BindInt(":preemptions", task.preemptions)
-      .BindText(":executor_id", task.executor_id)
-      .BindTime(":lease_expires_at", task.lease_expires_at)
-      .BindTime(":not_before", task.not_before)
-      .BindInt(":records_done", task.records_done)
-      .BindInt(":records_failed", task.records_failed)
-      .BindText(":last_error", task.last_error)
-      .BindTime(":started_at", task.started_at)
-      .BindTime(":finished_at", task.finished_at)
-      .BindText(":chunks", DumpJson(ChunksToJson(task.chunks)));
+  statement.BindValues(rows::TaskValues(task));
   RETURN_IF_ERROR(statement.Run());
   if (statement.Changes() != 1) return absl::NotFoundError(absl::StrCat("no task ", task.job_id, "/", task.index));
   return absl::OkStatus();
 }
-
-namespace {
-
-absl::StatusOr<Executor> ReadExecutorRow(const Statement& row) {
-  Executor executor;
-  executor.id = row.Text(0);
-  absl::StatusOr<Json> info_json = ParseJson(row.Text(1));
-  if (!info_json.ok()) return CorruptRow("executors", executor.id, std::string(info_json.status().message()));
-  absl::StatusOr<ExecutorInfo> info = ExecutorInfoFromJson(*info_json);
-  if (!info.ok()) return CorruptRow("executors", executor.id, std::string(info.status().message()));
-  executor.info = std::move(*info);
-  std::optional<ExecutorState> state = ParseExecutorState(row.Text(2));
-  if (!state) return CorruptRow("executors", executor.id, absl::StrCat("unknown state ", row.Text(2)));
-  executor.state = *state;
-  executor.state_reason = row.Text(3);
-  executor.registered_at = row.Time(4);
-  executor.last_heartbeat_at = row.Time(5);
-  executor.drain_requested = row.Int(6) != 0;
-  executor.records_done = row.Int(7);
-  return executor;
-}
-
-}  // namespace
 
 absl::StatusOr<Executor> SqliteMetadataStore::LoadExecutor(const std::string& executor_id) {
   ASSIGN_OR_RETURN(Statement query, Prepare(kSelectExecutor));
   query.BindText(":id", executor_id);
   ASSIGN_OR_RETURN(bool row, query.Step());
   if (!row) return absl::NotFoundError(absl::StrCat("no executor ", executor_id));
-  return ReadExecutorRow(query);
+  return rows::ReadExecutor(query);
 }
 
 absl::Status SqliteMetadataStore::SaveExecutor(const Executor& executor, bool insert) {
   ASSIGN_OR_RETURN(Statement statement, Prepare(insert ? kInsertExecutor : kUpdateExecutor));
-  statement.BindText(":id", executor.id)
-      .BindText(":info", DumpJson(ExecutorInfoToJson(executor.info)))
-      .BindText(":state", Name(ExecutorStateName(executor.state)))
-      .BindText(":state_reason", executor.state_reason)
-      .BindTime(":registered_at", executor.registered_at)
-      .BindTime(":last_heartbeat_at", executor.last_heartbeat_at)
-      .BindInt(":drain_requested", executor.drain_requested ? 1 : 0)
-      .BindInt(":records_done", executor.records_done);
+  statement.BindValues(rows::ExecutorValues(executor));
   RETURN_IF_ERROR(statement.Run());
   if (statement.Changes() != 1) return absl::NotFoundError(absl::StrCat("no executor ", executor.id));
   return absl::OkStatus();
@@ -550,11 +423,7 @@ absl::Status SqliteMetadataStore::SaveExecutor(const Executor& executor, bool in
 
 absl::StatusOr<Job> SqliteMetadataStore::CreateJob(const JobSpec& spec, absl::Time now) {
   return InTransaction(true, [&]() -> absl::StatusOr<Job> {
-    Job job;
-    job.spec = spec;
-    job.state = JobState::kValidating;
-    job.created_at = now;
-    job.updated_at = now;
+    Job job = rules::NewJob(spec, now);
     // 48 random bits: a collision is unlikely, and retried when it happens.
     for (int tries = 0;; ++tries) {
       job.id = NewId("job-");
@@ -569,40 +438,8 @@ absl::Status SqliteMetadataStore::AddTasks(const std::string& job_id, const std:
                                            int64_t total_records, absl::Time now) {
   return InTransaction(true, [&]() -> absl::Status {
     ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
-    if (!IsAllowed(job.state, JobState::kQueued) || job.n_tasks != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", Name(JobStateName(job.state)),
-                                                        "; tasks are added once, to a validating job"));
-    }
-    std::set<int64_t> indexes;
-    int64_t records = 0;
-    for (const Task& given : tasks) {
-      if (given.index < 0 || !indexes.insert(given.index).second) {
-        return absl::InvalidArgumentError(absl::StrCat("job ", job_id, ": task index ", given.index,
-                                                       " is negative or given twice"));
-      }
-      records += given.n_records;
-    }
-    if (records != total_records) {
-      return absl::InvalidArgumentError(absl::StrCat("job ", job_id, ": tasks hold ", records,
-                                                     " records but the job has ", total_records));
-    }
-    for (const Task& given : tasks) {
-      // Only the shard's extent comes from the caller; the rest is a fresh task.
-      Task task;
-      task.job_id = job_id;
-      task.index = given.index;
-      task.first_record = given.first_record;
-      task.n_records = given.n_records;
-      task.byte_begin = given.byte_begin;
-      task.byte_end = given.byte_end;
-      RETURN_IF_ERROR(SaveTask(task, /*insert=*/true));
-    }
-    job.n_tasks = static_cast<int64_t>(tasks.size());
-    job.counts.total = total_records;
-    job.state = JobState::kQueued;
-    // An empty input has nothing to run: straight to finalizing (an empty output).
-    if (tasks.empty()) job.state = JobState::kFinalizing;
-    job.updated_at = now;
+    ASSIGN_OR_RETURN(std::vector<Task> fresh, rules::AddTasksToJob(job, tasks, total_records, now));
+    for (const Task& task : fresh) RETURN_IF_ERROR(SaveTask(task, /*insert=*/true));
     return SaveJob(job);
   });
 }
@@ -631,25 +468,35 @@ absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ListTasks(const std::stri
   });
 }
 
+absl::StatusOr<TaskStateCounts> SqliteMetadataStore::CountTasks(const std::string& job_id) {
+  return InTransaction(false, [&]() -> absl::StatusOr<TaskStateCounts> {
+    ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
+    TaskStateCounts counts;
+    counts.done = job.tasks_done;
+    counts.succeeded = job.tasks_succeeded;
+    {
+      ASSIGN_OR_RETURN(Statement query, Prepare(kCountPending));
+      query.BindText(":job_id", job_id).BindText(":pending", Name(TaskStateName(TaskState::kPending)));
+      ASSIGN_OR_RETURN(bool row, query.Step());
+      if (row) counts.pending = query.Int(0);
+    }
+    ASSIGN_OR_RETURN(Statement query, Prepare(kCountRunning));
+    query.BindText(":job_id", job_id).BindText(":running", Name(TaskStateName(TaskState::kRunning)));
+    ASSIGN_OR_RETURN(bool row, query.Step());
+    if (row) {
+      counts.running = query.Int(0);
+      counts.executors = query.Int(1);
+    }
+    return counts;
+  });
+}
+
 absl::StatusOr<Job> SqliteMetadataStore::EndJob(const std::string& job_id, JobState state,
                                                 const std::string& error, absl::Time now) {
   ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
-  if (!IsAllowed(job.state, state)) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " already ", Name(JobStateName(job.state)),
-                                                      "; it cannot become ", Name(JobStateName(state))));
-  }
-  // The job ends first, so accounting its cancelled tasks below only counts them done.
-  job.state = state;
-  job.error = error;
-  job.finished_at = now;
-  job.updated_at = now;
   ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(job_id));
-  for (Task& task : tasks) {
-    if (IsTerminal(task.state)) continue;
-    CancelTask(task, now);
-    RETURN_IF_ERROR(SaveTask(task));
-    AccountTerminalTask(job, task, now);
-  }
+  ASSIGN_OR_RETURN(std::vector<Task> cancelled, rules::EndJob(job, state, error, tasks, now));
+  for (const Task& task : cancelled) RETURN_IF_ERROR(SaveTask(task));
   RETURN_IF_ERROR(SaveJob(job));
   return job;
 }
@@ -677,6 +524,20 @@ absl::StatusOr<Job> SqliteMetadataStore::ExpireJob(const std::string& job_id, ab
   });
 }
 
+absl::StatusOr<Task> SqliteMetadataStore::RequestBackup(const std::string& job_id, int64_t task_index, int attempt,
+                                                        absl::Time now) {
+  return InTransaction(true, [&]() -> absl::StatusOr<Task> {
+    ASSIGN_OR_RETURN(Task task, LoadTask(job_id, task_index));
+    if (task.attempt != attempt) {
+      return absl::FailedPreconditionError(absl::StrCat("task ", job_id, "/", task_index, " is on attempt ",
+                                                        task.attempt, ", not ", attempt));
+    }
+    RETURN_IF_ERROR(::minions::RequestBackup(task, now));
+    RETURN_IF_ERROR(SaveTask(task));
+    return task;
+  });
+}
+
 absl::StatusOr<std::vector<Job>> SqliteMetadataStore::JobsToFinalize(int limit) {
   return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Job>> {
     ASSIGN_OR_RETURN(Statement query, Prepare(kJobsInState));
@@ -690,17 +551,7 @@ absl::StatusOr<Job> SqliteMetadataStore::FinishJob(const std::string& job_id, co
                                                    absl::Time now, JobState outcome) {
   return InTransaction(true, [&]() -> absl::StatusOr<Job> {
     ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
-    if (job.state != JobState::kFinalizing || !IsAllowed(job.state, outcome)) {
-      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", Name(JobStateName(job.state)),
-                                                        ", not finalizing; it cannot become ",
-                                                        Name(JobStateName(outcome))));
-    }
-    job.state = outcome;
-    job.output_key = output_key;
-    job.errors_key = errors_key;
-    job.manifest_key = manifest_key;
-    job.finished_at = now;
-    job.updated_at = now;
+    RETURN_IF_ERROR(rules::FinishJob(job, output_key, errors_key, manifest_key, now, outcome));
     RETURN_IF_ERROR(SaveJob(job));
     return job;
   });
@@ -724,14 +575,7 @@ absl::StatusOr<Executor> SqliteMetadataStore::RegisterExecutor(const std::string
         executor.id = executor_id;  // known to the executor, not (or no longer) to this store
       }
     }
-    if (!exists) executor.registered_at = now;
-    // A (re)started executor starts afresh: available, no drain pending (a drained executor that
-    // is started again is back in service), leases of its previous life left to expire.
-    executor.info = info;
-    executor.state = ExecutorState::kAvailable;
-    executor.state_reason.clear();
-    executor.last_heartbeat_at = now;
-    executor.drain_requested = false;
+    rules::RegisterExecutor(executor, exists, info, now);
     if (exists || !executor.id.empty()) {
       RETURN_IF_ERROR(SaveExecutor(executor, /*insert=*/!exists));
       return executor;
@@ -756,10 +600,18 @@ absl::StatusOr<std::vector<Executor>> SqliteMetadataStore::ListExecutors() {
     while (true) {
       ASSIGN_OR_RETURN(bool row, query.Step());
       if (!row) break;
-      ASSIGN_OR_RETURN(Executor executor, ReadExecutorRow(query));
+      ASSIGN_OR_RETURN(Executor executor, rows::ReadExecutor(query));
       executors.push_back(std::move(executor));
     }
     return executors;
+  });
+}
+
+absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ListRunningTasks() {
+  return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Task>> {
+    ASSIGN_OR_RETURN(Statement query, Prepare(kRunningTasks));
+    query.BindText(":running", Name(TaskStateName(TaskState::kRunning)));
+    return QueryTasks(query);
   });
 }
 
@@ -777,29 +629,13 @@ absl::StatusOr<HeartbeatReply> SqliteMetadataStore::Heartbeat(const std::string&
     }
     RETURN_IF_ERROR(loaded.status());
     Executor& executor = *loaded;
-    // Alive again if it was lost; in whatever state it reports, except that a drain asked for
-    // stays visible until the executor itself reports draining.
-    executor.last_heartbeat_at = now;
-    executor.state = state;
-    executor.state_reason = reason;
-    if (executor.drain_requested && (state == ExecutorState::kAvailable || state == ExecutorState::kBusy)) {
-      executor.state = ExecutorState::kDraining;
-      if (executor.state_reason.empty()) executor.state_reason = "drain requested";
-    }
+    rules::RecordHeartbeat(executor, state, reason, now);
     for (const LeaseProgress& progress : held) {
       absl::StatusOr<Task> task = LoadTask(progress.job_id, progress.task_index);
-      if (absl::IsNotFound(task.status())) {
+      if (!task.ok() && !absl::IsNotFound(task.status())) return task.status();
+      if (!task.ok() || !rules::RenewLease(*task, executor_id, progress, ttl, now)) {
         reply.cancel.push_back(progress);
         continue;
-      }
-      RETURN_IF_ERROR(task.status());
-      if (!CheckFence(*task, executor_id, progress.attempt).ok()) {
-        reply.cancel.push_back(progress);  // cancelled, expired and requeued, or someone else's
-        continue;
-      }
-      if (absl::Status chunks = RenewLease(*task, progress, ttl, now); !chunks.ok()) {
-        // The lease is renewed all the same; the completion will be refused with this message.
-        task->last_error = std::string(chunks.message());
       }
       RETURN_IF_ERROR(SaveTask(*task));
       reply.renewed.push_back(progress);
@@ -813,11 +649,7 @@ absl::StatusOr<HeartbeatReply> SqliteMetadataStore::Heartbeat(const std::string&
 absl::Status SqliteMetadataStore::RequestDrain(const std::string& executor_id, absl::Time now) {
   return InTransaction(true, [&]() -> absl::Status {
     ASSIGN_OR_RETURN(Executor executor, LoadExecutor(executor_id));
-    executor.drain_requested = true;
-    if (executor.state != ExecutorState::kLost) {
-      executor.state = ExecutorState::kDraining;
-      executor.state_reason = "drain requested";
-    }
+    rules::RequestDrain(executor);
     return SaveExecutor(executor);
   });
 }
@@ -829,12 +661,7 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
   return InTransaction(true, [&]() -> absl::StatusOr<std::vector<Lease>> {
     std::vector<Lease> leases;
     ASSIGN_OR_RETURN(Executor executor, LoadExecutor(executor_id));
-    if (max_tasks <= 0 || executor.state == ExecutorState::kLost ||
-        executor.state == ExecutorState::kDraining || executor.drain_requested) {
-      return leases;
-    }
-    std::vector<std::string> runners = executor.info.runners;
-    if (runners.empty()) runners.push_back(kDefaultRunner);
+    if (!rules::MayLease(executor, max_tasks)) return leases;
 
     std::vector<std::pair<std::string, int64_t>> candidates;
     {
@@ -844,7 +671,7 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
           .BindText(":queued", Name(JobStateName(JobState::kQueued)))
           .BindText(":running", Name(JobStateName(JobState::kRunning)))
           .BindInt(":memory_bytes", executor.info.memory_bytes)
-          .BindText(":runners", DumpJson(Json(runners)))
+          .BindText(":runners", DumpJson(Json(rules::RunnersOf(executor))))
           .BindInt(":limit", max_tasks);
       while (true) {
         ASSIGN_OR_RETURN(bool row, query.Step());
@@ -860,27 +687,16 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
         ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
         job_it = jobs.emplace(job_id, std::move(job)).first;
       }
-      const Job& job = job_it->second;
       ASSIGN_OR_RETURN(Task task, LoadTask(job_id, index));
+      if (task.shadow && task.shadow->executor_id == executor_id) continue;  // its backup goes elsewhere
       RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));
       RETURN_IF_ERROR(SaveTask(task));
-      Lease lease;
-      lease.expires_at = *task.lease_expires_at;
-      lease.task = std::move(task);
-      lease.job_model = job.spec.model;
-      lease.runner_options = job.spec.runner_options;
-      lease.input_key = job.spec.input_key;
-      leases.push_back(std::move(lease));
+      leases.push_back(rules::MakeLease(std::move(task), job_it->second.spec));
     }
     for (auto& [job_id, job] : jobs) {
       if (MarkJobStarted(job, now)) RETURN_IF_ERROR(SaveJob(job));
     }
-    // An executor that is already busy stays as it is: no write, no contention on its row.
-    if (!leases.empty() && (executor.state != ExecutorState::kBusy || !executor.state_reason.empty())) {
-      executor.state = ExecutorState::kBusy;
-      executor.state_reason.clear();
-      RETURN_IF_ERROR(SaveExecutor(executor));
-    }
+    if (!leases.empty() && rules::MarkBusy(executor)) RETURN_IF_ERROR(SaveExecutor(executor));
     return leases;
   });
 }
@@ -941,10 +757,8 @@ absl::StatusOr<std::vector<absl::Status>> SqliteMetadataStore::CompleteTasks(
         outcomes.push_back(task.status());
         continue;
       }
-      absl::Status fence = CheckFence(*task, executor_id, report.attempt);
-      if (fence.ok()) fence = ::minions::CompleteTask(*task, report, now);
-      if (!fence.ok()) {
-        outcomes.push_back(fence);
+      if (absl::Status done = rules::CompleteReport(*task, executor_id, report, now); !done.ok()) {
+        outcomes.push_back(done);
         continue;
       }
       RETURN_IF_ERROR(SaveTask(*task));
@@ -960,12 +774,13 @@ absl::StatusOr<std::vector<absl::Status>> SqliteMetadataStore::CompleteTasks(
 
 absl::StatusOr<Task> SqliteMetadataStore::FailTask(const std::string& executor_id, const std::string& job_id,
                                                    int64_t task_index, int attempt, FailureClass failure,
-                                                   const std::string& message, absl::Time now) {
+                                                   const std::string& message, absl::Time now,
+                                                   const std::vector<Chunk>& chunks) {
   return InTransaction(true, [&]() -> absl::StatusOr<Task> {
     return FinishAttempt(
         executor_id, job_id, task_index, attempt,
         [&](Task& t, const Job& job) {
-          return ::minions::FailTask(t, failure, message, job.spec.max_attempts, options_.retry, now);
+          return FailAttempt(t, attempt, chunks, failure, message, job.spec.max_attempts, options_.retry, now);
         },
         now);
   });
@@ -1026,8 +841,7 @@ absl::StatusOr<std::vector<Executor>> SqliteMetadataStore::MarkLostExecutors(abs
     std::vector<Executor> lost;
     for (const std::string& id : ids) {
       ASSIGN_OR_RETURN(Executor executor, LoadExecutor(id));
-      executor.state = ExecutorState::kLost;
-      executor.state_reason = absl::StrCat("no heartbeat since ", absl::FormatTime(executor.last_heartbeat_at));
+      rules::MarkLost(executor);
       RETURN_IF_ERROR(SaveExecutor(executor));
       lost.push_back(std::move(executor));
     }

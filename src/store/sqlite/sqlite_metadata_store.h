@@ -45,6 +45,7 @@ class SqliteMetadataStore : public MetadataStore {
   absl::StatusOr<Job> GetJob(const std::string& job_id) override;
   absl::StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter) override;
   absl::StatusOr<std::vector<Task>> ListTasks(const std::string& job_id) override;
+  absl::StatusOr<TaskStateCounts> CountTasks(const std::string& job_id) override;
   absl::StatusOr<Job> CancelJob(const std::string& job_id, absl::Time now) override;
   absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error, absl::Time now) override;
   absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit) override;
@@ -52,11 +53,14 @@ class SqliteMetadataStore : public MetadataStore {
                                 const std::string& errors_key, const std::string& manifest_key,
                                 absl::Time now, JobState outcome = JobState::kCompleted) override;
   absl::StatusOr<Job> ExpireJob(const std::string& job_id, absl::Time now) override;
+  absl::StatusOr<Task> RequestBackup(const std::string& job_id, int64_t task_index, int attempt,
+                                     absl::Time now) override;
 
   absl::StatusOr<Executor> RegisterExecutor(const std::string& executor_id, const ExecutorInfo& info,
                                             absl::Time now) override;
   absl::StatusOr<Executor> GetExecutor(const std::string& executor_id) override;
   absl::StatusOr<std::vector<Executor>> ListExecutors() override;
+  absl::StatusOr<std::vector<Task>> ListRunningTasks() override;
   absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& executor_id, ExecutorState state,
                                            const std::string& reason, const std::vector<LeaseProgress>& held,
                                            absl::Duration ttl, absl::Time now) override;
@@ -72,7 +76,8 @@ class SqliteMetadataStore : public MetadataStore {
                                                           absl::Time now) override;
   absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
                                 int attempt, FailureClass failure, const std::string& message,
-                                absl::Time now) override;
+                                absl::Time now,
+                                const std::vector<Chunk>& chunks = {}) override;
 
   absl::StatusOr<std::vector<Task>> ExpireLeases(absl::Time now, int limit) override;
   absl::StatusOr<std::vector<Executor>> MarkLostExecutors(absl::Time cutoff, absl::Time now) override;
@@ -109,6 +114,7 @@ class SqliteMetadataStore : public MetadataStore {
   absl::StatusOr<Executor> LoadExecutor(const std::string& executor_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveExecutor(const Executor& executor, bool insert = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::vector<Job>> QueryJobs(Statement& statement) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::vector<Task>> QueryTasks(Statement& statement) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a job that has not ended (cancelled or failed): its unfinished tasks are cancelled.
   absl::StatusOr<Job> EndJob(const std::string& job_id, JobState state, const std::string& error,
                              absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

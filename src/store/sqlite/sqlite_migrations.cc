@@ -77,18 +77,29 @@ CREATE TABLE executors (
 CREATE INDEX executors_by_heartbeat ON executors (state, last_heartbeat_at);
 )sql";
 
-// Checkpoints: a task's committed chunks, as JSON (model/json_codec.h ChunksToJson).
-constexpr char kTaskChunks[] = "ALTER TABLE tasks ADD COLUMN chunks TEXT NOT NULL DEFAULT '[]';";
+// CountTasks and ListRunningTasks: running tasks by job and by executor.
+constexpr char kRunningTasksIndex[] = R"sql(
+CREATE INDEX tasks_running ON tasks (job_id, executor_id) WHERE state = 'running';
+CREATE INDEX tasks_pending ON tasks (job_id) WHERE state = 'pending';
+)sql";
+
+// Checkpoints: a task's committed chunks (model/json_codec.h ChunksToJson); stragglers: the
+// attempt racing the task's backup (null when none).
+constexpr char kTaskChunks[] = R"sql(
+ALTER TABLE tasks ADD COLUMN chunks TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE tasks ADD COLUMN shadow TEXT;
+)sql";
 
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
-    {2, "task checkpoints", kTaskChunks},
+    {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
+    {3, "task checkpoints and straggler backups", kTaskChunks},
 };
 
 }  // namespace
 
 std::span<const Migration> Migrations() { return kMigrations; }
 
-int LatestSchemaVersion() { return kMigrations[std::size(kMigrations) - 1].version; }
+int LatestSchemaVersion() { return store_common::LatestVersion(kMigrations); }
 
 }  // namespace minions::sqlite_store

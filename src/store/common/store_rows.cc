@@ -1,0 +1,127 @@
+#include "store/common/store_rows.h"
+
+namespace minions::store_rows {
+namespace {
+
+std::string Name(std::string_view name) { return std::string(name); }
+
+}  // namespace
+
+Values JobValues(const Job& job) {
+  return {job.id,
+          job.spec.team,
+          Name(JobStateName(job.state)),
+          DumpJson(JobSpecToJson(job.spec)),
+          int64_t{job.spec.priority},
+          job.spec.requirements.min_memory_bytes,
+          job.spec.requirements.runner,
+          job.counts.total,
+          job.n_tasks,
+          job.error,
+          job.output_key,
+          job.errors_key,
+          job.manifest_key,
+          TimeValue(job.created_at),
+          TimeValue(job.updated_at),
+          TimeValue(job.started_at),
+          TimeValue(job.finished_at)};
+}
+
+Values JobCountValues(const Job& job) {
+  return {job.counts.completed, job.counts.failed, job.tasks_done, job.tasks_succeeded};
+}
+
+Values TaskValues(const Task& task) {
+  return {task.job_id,
+          task.index,
+          task.first_record,
+          task.n_records,
+          task.byte_begin,
+          task.byte_end,
+          Name(TaskStateName(task.state)),
+          int64_t{task.attempt},
+          int64_t{task.failures},
+          int64_t{task.preemptions},
+          task.executor_id,
+          TimeValue(task.lease_expires_at),
+          TimeValue(task.not_before),
+          task.records_done,
+          task.records_failed,
+          task.last_error,
+          TimeValue(task.started_at),
+          TimeValue(task.finished_at),
+          DumpJson(ChunksToJson(task.chunks)),
+          task.shadow ? Value(DumpJson(Json{{"attempt", task.shadow->attempt},
+                                            {"executor_id", task.shadow->executor_id}}))
+                      : Value(std::monostate{})};
+}
+
+Values ExecutorValues(const Executor& executor) {
+  return {executor.id,
+          DumpJson(ExecutorInfoToJson(executor.info)),
+          Name(ExecutorStateName(executor.state)),
+          executor.state_reason,
+          TimeValue(executor.registered_at),
+          TimeValue(executor.last_heartbeat_at),
+          int64_t{executor.drain_requested ? 1 : 0},
+          executor.records_done};
+}
+
+absl::Status CorruptRow(std::string_view table, std::string_view id, std::string_view what) {
+  return absl::InternalError(
+      absl::StrCat("corrupt ", std::string(table), " row ", std::string(id), ": ", std::string(what)));
+}
+
+absl::StatusOr<JobState> JobStateOf(const std::string& id, const std::string& name) {
+  std::optional<JobState> state = ParseJobState(name);
+  if (!state) return CorruptRow("jobs", id, absl::StrCat("unknown state ", name));
+  return *state;
+}
+
+absl::StatusOr<JobSpec> JobSpecOf(const std::string& id, const std::string& json) {
+  absl::StatusOr<Json> parsed = ParseJson(json);
+  if (!parsed.ok()) return CorruptRow("jobs", id, std::string(parsed.status().message()));
+  absl::StatusOr<JobSpec> spec = JobSpecFromJson(*parsed);
+  if (!spec.ok()) return CorruptRow("jobs", id, std::string(spec.status().message()));
+  return spec;
+}
+
+absl::StatusOr<TaskState> TaskStateOf(const std::string& job_id, int64_t index, const std::string& name) {
+  std::optional<TaskState> state = ParseTaskState(name);
+  if (!state) return CorruptRow("tasks", absl::StrCat(job_id, "/", index), absl::StrCat("unknown state ", name));
+  return *state;
+}
+
+absl::Status ReadTaskJson(Task& task, const std::string& chunks, const std::string& shadow) {
+  const std::string id = absl::StrCat(task.job_id, "/", task.index);
+  absl::StatusOr<Json> chunks_json = ParseJson(chunks.empty() ? "[]" : chunks);
+  if (!chunks_json.ok()) return CorruptRow("tasks", id, std::string(chunks_json.status().message()));
+  absl::StatusOr<std::vector<Chunk>> parsed = ChunksFromJson(*chunks_json);
+  if (!parsed.ok()) return CorruptRow("tasks", id, std::string(parsed.status().message()));
+  task.chunks = *std::move(parsed);
+  task.shadow.reset();
+  if (shadow.empty()) return absl::OkStatus();
+  absl::StatusOr<Json> shadow_json = ParseJson(shadow);
+  if (!shadow_json.ok() || !shadow_json->is_object() || !JsonField(*shadow_json, "attempt").is_number_integer() ||
+      !JsonField(*shadow_json, "executor_id").is_string()) {
+    return CorruptRow("tasks", id, absl::StrCat("bad shadow ", shadow));
+  }
+  task.shadow = Task::Shadow{(*shadow_json)["attempt"].get<int>(), (*shadow_json)["executor_id"].get<std::string>()};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExecutorState> ExecutorStateOf(const std::string& id, const std::string& name) {
+  std::optional<ExecutorState> state = ParseExecutorState(name);
+  if (!state) return CorruptRow("executors", id, absl::StrCat("unknown state ", name));
+  return *state;
+}
+
+absl::StatusOr<ExecutorInfo> ExecutorInfoOf(const std::string& id, const std::string& json) {
+  absl::StatusOr<Json> parsed = ParseJson(json);
+  if (!parsed.ok()) return CorruptRow("executors", id, std::string(parsed.status().message()));
+  absl::StatusOr<ExecutorInfo> info = ExecutorInfoFromJson(*parsed);
+  if (!info.ok()) return CorruptRow("executors", id, std::string(info.status().message()));
+  return info;
+}
+
+}  // namespace minions::store_rows

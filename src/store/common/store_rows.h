@@ -1,0 +1,147 @@
+#pragma once
+// The row mapping every MetadataStore backend shares: which columns jobs, tasks and executors are
+// stored in, in which order, and how a Job/Task/Executor becomes a row of values and back. A
+// backend only supplies its way of binding values and of reading a result row.
+//
+// Reading: the templates take any `Row` with Text(c), Int(c), Bool(c), Time(c) and OptTime(c) for
+// column c (SQLite's current statement row, a PostgreSQL result row); the columns must be selected
+// in the order of the MINIONS_STORE_*_COLUMNS lists, from `first` on.
+// Writing: *Values() return the values in the order of the matching column list, for binding as
+// positional parameters ($1... or ?1...).
+// Pure functions; any thread.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "model/json_codec.h"
+#include "model/types.h"
+
+// Read columns (SELECT lists). Times are unix microseconds (NULL when unset), states their names
+// from model/types.h, spec and info model/json_codec.h's JSON.
+#define MINIONS_STORE_JOB_COLUMNS                                                                  \
+  "id, team, state, spec, total_records, completed_records, failed_records, n_tasks, tasks_done, " \
+  "tasks_succeeded, error, output_key, errors_key, manifest_key, created_at, updated_at, "         \
+  "started_at, finished_at"
+#define MINIONS_STORE_TASK_COLUMNS                                                         \
+  "job_id, idx, first_record, n_records, byte_begin, byte_end, state, attempt, failures, " \
+  "preemptions, executor_id, lease_expires_at, not_before, records_done, records_failed, " \
+  "last_error, started_at, finished_at, chunks, shadow"
+#define MINIONS_STORE_EXECUTOR_COLUMNS \
+  "id, info, state, state_reason, registered_at, last_heartbeat_at, drain_requested, records_done"
+// Written columns of a job, but for its counts (JobValues); JobCountValues holds those.
+#define MINIONS_STORE_JOB_WRITE_COLUMNS                                                               \
+  "id, team, state, spec, priority, min_memory_bytes, runner, total_records, n_tasks, error, "         \
+  "output_key, errors_key, manifest_key, created_at, updated_at, started_at, finished_at"
+#define MINIONS_STORE_JOB_COUNT_COLUMNS "completed_records, failed_records, tasks_done, tasks_succeeded"
+
+namespace minions::store_rows {
+
+// One bound value: NULL, an integer (also times and booleans) or text.
+using Value = std::variant<std::monostate, int64_t, std::string>;
+using Values = std::vector<Value>;
+
+constexpr int kJobColumns = 18;
+constexpr int kTaskColumns = 20;
+constexpr int kExecutorColumns = 8;
+
+inline Value TimeValue(absl::Time time) { return absl::ToUnixMicros(time); }
+inline Value TimeValue(const std::optional<absl::Time>& time) {
+  return time ? TimeValue(*time) : Value(std::monostate{});
+}
+
+Values JobValues(const Job& job);       // MINIONS_STORE_JOB_WRITE_COLUMNS
+Values JobCountValues(const Job& job);  // MINIONS_STORE_JOB_COUNT_COLUMNS
+Values TaskValues(const Task& task);    // MINIONS_STORE_TASK_COLUMNS
+Values ExecutorValues(const Executor& executor);  // MINIONS_STORE_EXECUTOR_COLUMNS
+
+absl::Status CorruptRow(std::string_view table, std::string_view id, std::string_view what);
+
+// The parsed halves of a row, shared by the templates below.
+absl::StatusOr<JobState> JobStateOf(const std::string& id, const std::string& name);
+absl::StatusOr<JobSpec> JobSpecOf(const std::string& id, const std::string& json);
+absl::StatusOr<TaskState> TaskStateOf(const std::string& job_id, int64_t index, const std::string& name);
+absl::StatusOr<ExecutorState> ExecutorStateOf(const std::string& id, const std::string& name);
+absl::StatusOr<ExecutorInfo> ExecutorInfoOf(const std::string& id, const std::string& json);
+// A task's chunks (JSON array) and shadow (JSON object, "" or NULL for none).
+absl::Status ReadTaskJson(Task& task, const std::string& chunks, const std::string& shadow);
+
+template <typename Row>
+absl::StatusOr<Job> ReadJob(const Row& row, int first = 0) {
+  Job job;
+  job.id = row.Text(first + 0);
+  absl::StatusOr<JobState> state = JobStateOf(job.id, row.Text(first + 2));
+  if (!state.ok()) return state.status();
+  job.state = *state;
+  absl::StatusOr<JobSpec> spec = JobSpecOf(job.id, row.Text(first + 3));
+  if (!spec.ok()) return spec.status();
+  job.spec = std::move(*spec);
+  job.counts.total = row.Int(first + 4);
+  job.counts.completed = row.Int(first + 5);
+  job.counts.failed = row.Int(first + 6);
+  job.n_tasks = row.Int(first + 7);
+  job.tasks_done = row.Int(first + 8);
+  job.tasks_succeeded = row.Int(first + 9);
+  job.error = row.Text(first + 10);
+  job.output_key = row.Text(first + 11);
+  job.errors_key = row.Text(first + 12);
+  job.manifest_key = row.Text(first + 13);
+  job.created_at = row.Time(first + 14);
+  job.updated_at = row.Time(first + 15);
+  job.started_at = row.OptTime(first + 16);
+  job.finished_at = row.OptTime(first + 17);
+  return job;
+}
+
+template <typename Row>
+absl::StatusOr<Task> ReadTask(const Row& row, int first = 0) {
+  Task task;
+  task.job_id = row.Text(first + 0);
+  task.index = row.Int(first + 1);
+  task.first_record = row.Int(first + 2);
+  task.n_records = row.Int(first + 3);
+  task.byte_begin = row.Int(first + 4);
+  task.byte_end = row.Int(first + 5);
+  absl::StatusOr<TaskState> state = TaskStateOf(task.job_id, task.index, row.Text(first + 6));
+  if (!state.ok()) return state.status();
+  task.state = *state;
+  task.attempt = static_cast<int>(row.Int(first + 7));
+  task.failures = static_cast<int>(row.Int(first + 8));
+  task.preemptions = static_cast<int>(row.Int(first + 9));
+  task.executor_id = row.Text(first + 10);
+  task.lease_expires_at = row.OptTime(first + 11);
+  task.not_before = row.OptTime(first + 12);
+  task.records_done = row.Int(first + 13);
+  task.records_failed = row.Int(first + 14);
+  task.last_error = row.Text(first + 15);
+  task.started_at = row.OptTime(first + 16);
+  task.finished_at = row.OptTime(first + 17);
+  if (absl::Status s = ReadTaskJson(task, row.Text(first + 18), row.Text(first + 19)); !s.ok()) return s;
+  return task;
+}
+
+template <typename Row>
+absl::StatusOr<Executor> ReadExecutor(const Row& row, int first = 0) {
+  Executor executor;
+  executor.id = row.Text(first + 0);
+  absl::StatusOr<ExecutorInfo> info = ExecutorInfoOf(executor.id, row.Text(first + 1));
+  if (!info.ok()) return info.status();
+  executor.info = std::move(*info);
+  absl::StatusOr<ExecutorState> state = ExecutorStateOf(executor.id, row.Text(first + 2));
+  if (!state.ok()) return state.status();
+  executor.state = *state;
+  executor.state_reason = row.Text(first + 3);
+  executor.registered_at = row.Time(first + 4);
+  executor.last_heartbeat_at = row.Time(first + 5);
+  executor.drain_requested = row.Bool(first + 6);
+  executor.records_done = row.Int(first + 7);
+  return executor;
+}
+
+}  // namespace minions::store_rows

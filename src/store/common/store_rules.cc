@@ -1,0 +1,178 @@
+#include "store/common/store_rules.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+
+namespace minions::store_rules {
+namespace {
+
+std::string Name(std::string_view name) { return std::string(name); }
+
+}  // namespace
+
+Job NewJob(const JobSpec& spec, absl::Time now) {
+  Job job;
+  job.spec = spec;
+  job.state = JobState::kValidating;
+  job.created_at = now;
+  job.updated_at = now;
+  return job;
+}
+
+absl::StatusOr<std::vector<Task>> AddTasksToJob(Job& job, const std::vector<Task>& given, int64_t total_records,
+                                                absl::Time now) {
+  if (!IsAllowed(job.state, JobState::kQueued) || job.n_tasks != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.id, " is ", Name(JobStateName(job.state)),
+                                                      "; tasks are added once, to a validating job"));
+  }
+  std::set<int64_t> indexes;
+  int64_t records = 0;
+  for (const Task& task : given) {
+    if (task.index < 0 || !indexes.insert(task.index).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job ", job.id, ": task index ", task.index, " is negative or given twice"));
+    }
+    records += task.n_records;
+  }
+  if (records != total_records) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", job.id, ": tasks hold ", records, " records but the job has ", total_records));
+  }
+  std::vector<Task> tasks;
+  tasks.reserve(given.size());
+  for (const Task& shard : given) {
+    Task task;
+    task.job_id = job.id;
+    task.index = shard.index;
+    task.first_record = shard.first_record;
+    task.n_records = shard.n_records;
+    task.byte_begin = shard.byte_begin;
+    task.byte_end = shard.byte_end;
+    tasks.push_back(std::move(task));
+  }
+  job.n_tasks = static_cast<int64_t>(tasks.size());
+  job.counts.total = total_records;
+  // An empty input has nothing to run: straight to finalizing (an empty output).
+  job.state = tasks.empty() ? JobState::kFinalizing : JobState::kQueued;
+  job.updated_at = now;
+  return tasks;
+}
+
+absl::StatusOr<std::vector<Task>> EndJob(Job& job, JobState state, const std::string& error, std::vector<Task>& tasks,
+                                         absl::Time now) {
+  if (!IsAllowed(job.state, state)) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.id, " already ", Name(JobStateName(job.state)),
+                                                      "; it cannot become ", Name(JobStateName(state))));
+  }
+  // The job ends first, so accounting its cancelled tasks below only counts them done.
+  job.state = state;
+  job.error = error;
+  job.finished_at = now;
+  job.updated_at = now;
+  std::vector<Task> changed;
+  for (Task& task : tasks) {
+    if (IsTerminal(task.state)) continue;
+    CancelTask(task, now);
+    AccountTerminalTask(job, task, now);
+    changed.push_back(task);
+  }
+  return changed;
+}
+
+absl::Status FinishJob(Job& job, const std::string& output_key, const std::string& errors_key,
+                       const std::string& manifest_key, absl::Time now, JobState outcome) {
+  if (job.state != JobState::kFinalizing || !IsAllowed(job.state, outcome)) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.id, " is ", Name(JobStateName(job.state)),
+                                                      ", not finalizing; it cannot become ",
+                                                      Name(JobStateName(outcome))));
+  }
+  job.state = outcome;
+  job.output_key = output_key;
+  job.errors_key = errors_key;
+  job.manifest_key = manifest_key;
+  job.finished_at = now;
+  job.updated_at = now;
+  return absl::OkStatus();
+}
+
+void RegisterExecutor(Executor& executor, bool exists, const ExecutorInfo& info, absl::Time now) {
+  if (!exists) executor.registered_at = now;
+  // Leases of its previous life are left to expire.
+  executor.info = info;
+  executor.state = ExecutorState::kAvailable;
+  executor.state_reason.clear();
+  executor.last_heartbeat_at = now;
+  executor.drain_requested = false;
+}
+
+void RecordHeartbeat(Executor& executor, ExecutorState state, const std::string& reason, absl::Time now) {
+  executor.last_heartbeat_at = now;
+  executor.state = state;
+  executor.state_reason = reason;
+  if (executor.drain_requested && (state == ExecutorState::kAvailable || state == ExecutorState::kBusy)) {
+    executor.state = ExecutorState::kDraining;
+    if (executor.state_reason.empty()) executor.state_reason = "drain requested";
+  }
+}
+
+bool RenewLease(Task& task, const std::string& executor_id, const LeaseProgress& progress, absl::Duration ttl,
+                absl::Time now) {
+  // Cancelled, expired and requeued, or someone else's: not renewed.
+  if (!CheckFence(task, executor_id, progress.attempt).ok()) return false;
+  if (absl::Status chunks = ::minions::RenewLease(task, progress, ttl, now); !chunks.ok()) {
+    // Renewed all the same; the completion will be refused with this message.
+    task.last_error = std::string(chunks.message());
+  }
+  return true;
+}
+
+void RequestDrain(Executor& executor) {
+  executor.drain_requested = true;
+  if (executor.state != ExecutorState::kLost) {
+    executor.state = ExecutorState::kDraining;
+    executor.state_reason = "drain requested";
+  }
+}
+
+bool MayLease(const Executor& executor, int max_tasks) {
+  return max_tasks > 0 && executor.state != ExecutorState::kLost && executor.state != ExecutorState::kDraining &&
+         !executor.drain_requested;
+}
+
+std::vector<std::string> RunnersOf(const Executor& executor) {
+  std::vector<std::string> runners = executor.info.runners;
+  if (runners.empty()) runners.push_back(kDefaultRunner);
+  return runners;
+}
+
+Lease MakeLease(Task task, const JobSpec& spec) {
+  Lease lease;
+  lease.expires_at = task.lease_expires_at.value_or(absl::InfinitePast());
+  lease.task = std::move(task);
+  lease.job_model = spec.model;
+  lease.runner_options = spec.runner_options;
+  lease.input_key = spec.input_key;
+  return lease;
+}
+
+bool MarkBusy(Executor& executor) {
+  // An executor that is already busy stays as it is: no write, no contention on its row.
+  if (executor.state == ExecutorState::kBusy && executor.state_reason.empty()) return false;
+  executor.state = ExecutorState::kBusy;
+  executor.state_reason.clear();
+  return true;
+}
+
+absl::Status CompleteReport(Task& task, const std::string& executor_id, const LeaseProgress& report, absl::Time now) {
+  absl::Status fence = CheckFence(task, executor_id, report.attempt);
+  if (!fence.ok()) return fence;
+  return CompleteTask(task, report, now);
+}
+
+void MarkLost(Executor& executor) {
+  executor.state = ExecutorState::kLost;
+  executor.state_reason = absl::StrCat("no heartbeat since ", absl::FormatTime(executor.last_heartbeat_at));
+}
+
+}  // namespace minions::store_rules

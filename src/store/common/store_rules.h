@@ -1,0 +1,72 @@
+#pragma once
+// The backend-agnostic half of every MetadataStore method: what a method does to the rows it has
+// loaded, before the backend writes them back. The rules themselves are model/state_machines.h's;
+// these functions are the plumbing around them that the SQLite and PostgreSQL stores would
+// otherwise each spell out (checks and messages, which fields a method sets). Pure; any thread.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "model/state_machines.h"
+#include "model/types.h"
+
+namespace minions::store_rules {
+
+// Tasks of an unknown runner kind: an executor that lists no runners runs the built-in one.
+inline constexpr char kDefaultRunner[] = "llama";
+
+// A fresh job in `validating`, id left to the caller.
+Job NewJob(const JobSpec& spec, absl::Time now);
+
+// AddTasks: checks that `job` may get tasks and that `given` are valid (distinct non-negative
+// indexes holding `total_records`), moves the job to queued (finalizing when there are none), and
+// returns the fresh tasks to insert (only the shard's extent comes from the caller).
+absl::StatusOr<std::vector<Task>> AddTasksToJob(Job& job, const std::vector<Task>& given, int64_t total_records,
+                                                absl::Time now);
+
+// CancelJob/FailJob: ends `job` (FailedPrecondition if it has ended) and cancels its unfinished
+// tasks among `tasks` (all of the job's tasks), accounting them on the job. Returns the tasks
+// that changed.
+absl::StatusOr<std::vector<Task>> EndJob(Job& job, JobState state, const std::string& error, std::vector<Task>& tasks,
+                                         absl::Time now);
+
+// FinishJob: finalizing -> `outcome` (completed or expired) with the result keys
+// (FailedPrecondition otherwise).
+absl::Status FinishJob(Job& job, const std::string& output_key, const std::string& errors_key,
+                       const std::string& manifest_key, absl::Time now, JobState outcome);
+
+// RegisterExecutor: a (re)started executor starts afresh: available, no drain pending (a drained
+// executor that is started again is back in service); `exists` says whether it was known.
+void RegisterExecutor(Executor& executor, bool exists, const ExecutorInfo& info, absl::Time now);
+
+// Heartbeat: alive again if it was lost, in the state it reports, except that a drain asked for
+// stays visible until the executor itself reports draining.
+void RecordHeartbeat(Executor& executor, ExecutorState state, const std::string& reason, absl::Time now);
+
+// Heartbeat, per held lease: renews `task` for `progress` (model RenewLease: lease, progress,
+// chunks) when it is still the executor's current attempt or the task's shadow (true), else leaves
+// it alone (false: the executor must stop it).
+bool RenewLease(Task& task, const std::string& executor_id, const LeaseProgress& progress, absl::Duration ttl,
+                absl::Time now);
+
+// RequestDrain.
+void RequestDrain(Executor& executor);
+
+// LeaseTasks: whether `executor` may be granted tasks at all, and the runner kinds it runs.
+bool MayLease(const Executor& executor, int max_tasks);
+std::vector<std::string> RunnersOf(const Executor& executor);
+// A granted task and its job make a lease.
+Lease MakeLease(Task task, const JobSpec& spec);
+// After a grant: the executor becomes busy. False when it already was (nothing to write).
+bool MarkBusy(Executor& executor);
+
+// CompleteTask(s): the fenced completion of one report.
+absl::Status CompleteReport(Task& task, const std::string& executor_id, const LeaseProgress& report, absl::Time now);
+
+// MarkLostExecutors.
+void MarkLost(Executor& executor);
+
+}  // namespace minions::store_rules
