@@ -49,6 +49,8 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     str("server", "token", &config.token);
     str("server", "data_dir", &config.data_dir);
     if (auto v = table["server"]["lease_ttl_ms"].value<int64_t>()) config.lease_ttl_ms = *v;
+    if (auto v = table["server"]["straggler_factor"].value<double>()) config.straggler_factor = *v;
+    if (auto v = table["server"]["straggler_min_runtime_ms"].value<int64_t>()) config.straggler_min_runtime_ms = *v;
     if (auto v = table["server"]["watchdog"].value<bool>()) config.watchdog = *v;
     str("store", "database", &config.database);
     str("objects", "url", &config.objects);
@@ -80,6 +82,11 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
                                     " (reachable from other machines) but no token is set: set server.token or "
                                     "MINIONS_TOKEN"));
   }
+  if (config.straggler_factor < 1.0) {
+    problems.push_back(absl::StrCat("server.straggler_factor is ", config.straggler_factor,
+                                    "; it must be at least 1 (a backup for a task slower than the median)"));
+  }
+  if (config.straggler_min_runtime_ms < 0) problems.push_back("server.straggler_min_runtime_ms must be 0 or more");
   if (config.lease_ttl_ms < 300 || config.lease_ttl_ms > 600000) {
     problems.push_back(absl::StrCat("server.lease_ttl_ms is ", config.lease_ttl_ms,
                                     "; use between 300 and 600000 (9000 is the default)"));

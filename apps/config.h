@@ -3,7 +3,8 @@
 // overriding the one before. `minions config check` reports what is wrong in words a person can
 // act on.
 //
-//   [server]    listen, token, lease_ttl_ms, watchdog, data_dir
+//   [server]    listen, token, lease_ttl_ms, watchdog, data_dir, straggler_factor,
+//               straggler_min_runtime_ms
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
@@ -26,6 +27,10 @@ struct MinionsConfig {
   std::string listen = "127.0.0.1:7070";
   std::string token;
   int64_t lease_ttl_ms = 9000;
+  // Stragglers: near a job's end, a task running `straggler_factor` times its peers' median and
+  // at least `straggler_min_runtime_ms` gets a backup attempt elsewhere.
+  double straggler_factor = 3.0;
+  int64_t straggler_min_runtime_ms = 30000;
   bool watchdog = true;
   std::string data_dir;  // default: ~/.minions/server
   // [store]

@@ -70,6 +70,8 @@ int RunServer(const minions::apps::MinionsConfig& config) {
       minions::WatchdogOptions wo;
       wo.executor_timeout = options.lease_ttl * 3;
       wo.takeover_grace = options.lease_ttl * 2;  // a heartbeat, plus the reconnection backoff
+      wo.stragglers.factor = config.straggler_factor;
+      wo.stragglers.min_runtime = absl::Milliseconds(config.straggler_min_runtime_ms);
       watchdog = std::make_unique<minions::Watchdog>(backends->store.get(), wo);
     } else {
       MINIONS_LOG(Info) << "another process runs the watchdog; this server runs without it";
@@ -111,6 +113,8 @@ int RunWatchdog(const minions::apps::MinionsConfig& config) {
   minions::WatchdogOptions wo;
   wo.executor_timeout = absl::Milliseconds(config.lease_ttl_ms) * 3;
   wo.takeover_grace = absl::Milliseconds(config.lease_ttl_ms) * 2;
+  wo.stragglers.factor = config.straggler_factor;
+  wo.stragglers.min_runtime = absl::Milliseconds(config.straggler_min_runtime_ms);
   minions::Watchdog watchdog(backends->store.get(), wo);
   minions::RealClock clock;
   while (g_signals.load() == 0) {
@@ -209,7 +213,7 @@ int main(int argc, char** argv) {
   // --- processes ---
   // Flags override the environment, which overrides the config file (see apps/config.h).
   std::string config_path, flag_listen, flag_data_dir, flag_token, flag_database, flag_objects;
-  int64_t flag_ttl_ms = 0;
+  int64_t flag_ttl_ms = 0, flag_straggler_ms = -1;
   bool no_watchdog = false;
   auto* server_cmd = app.add_subcommand("server", "run the control plane (gRPC API, watchdog)");
   server_cmd->add_option("--config", config_path, "TOML config file (or MINIONS_CONFIG)");
@@ -220,6 +224,8 @@ int main(int argc, char** argv) {
   server_cmd->add_option("--token", flag_token, "require this token from clients and executors");
   server_cmd->add_option("--lease-ttl-ms", flag_ttl_ms, "lease TTL; executors heartbeat every third (default 9000)");
   server_cmd->add_flag("--no-watchdog", no_watchdog, "leave the watchdog to a `minions watchdog` process");
+  server_cmd->add_option("--straggler-min-runtime-ms", flag_straggler_ms,
+                         "a straggler gets a backup attempt only after running this long (default 30000)");
 
   auto* watchdog_cmd = app.add_subcommand("watchdog", "run the watchdog alone (one is active at a time)");
   watchdog_cmd->add_option("--config", config_path, "TOML config file (or MINIONS_CONFIG)");
@@ -346,6 +352,7 @@ int main(int argc, char** argv) {
     if (!flag_objects.empty()) config->objects = flag_objects;
     if (!flag_token.empty()) config->token = flag_token;
     if (flag_ttl_ms > 0) config->lease_ttl_ms = flag_ttl_ms;
+    if (flag_straggler_ms >= 0) config->straggler_min_runtime_ms = flag_straggler_ms;
     if (no_watchdog) config->watchdog = false;
     return config;
   };

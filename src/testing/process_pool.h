@@ -58,6 +58,11 @@ class ProcessPool {
     backend_env_ = std::move(server_env);
   }
 
+  // More flags for every server started from now on.
+  void AddServerArgs(const std::vector<std::string>& args) {
+    server_args_.insert(server_args_.end(), args.begin(), args.end());
+  }
+
   // Starts the server and waits until it answers.
   absl::Status StartServer() { return StartServerOn(connection_.server, "server"); }
 
@@ -73,6 +78,7 @@ class ProcessPool {
     sp.argv = {minions_, "server", "--listen", address, "--data-dir", dir_ + "/server", "--lease-ttl-ms",
                std::to_string(ttl_ms_)};
     sp.argv.insert(sp.argv.end(), backend_args_.begin(), backend_args_.end());
+    sp.argv.insert(sp.argv.end(), server_args_.begin(), server_args_.end());
     sp.extra_env = backend_env_;
     sp.stderr_path = dir_ + "/logs/" + name + ".log";
     auto p = Subprocess::Start(sp);
@@ -124,6 +130,7 @@ class ProcessPool {
   cli::Connection connection_;
   std::vector<std::string> backend_args_;
   std::vector<std::string> backend_env_;
+  std::vector<std::string> server_args_;
   std::vector<std::unique_ptr<Subprocess>> servers_;
   std::map<std::string, std::unique_ptr<Subprocess>> executors_;
 };

@@ -541,6 +541,55 @@ TEST_P(Pool, ExecutorsRideOutAServerRestartAndReattachTheirLeases) {
   if (!HasFailure()) std::filesystem::remove_all(dir);  // logs stay for a failure
 }
 
+TEST_P(Pool, AStragglerGetsABackupAndTheFirstToFinishWins) {
+  std::string dir = TempDir("straggler-" + GetParam());
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
+  if (HasFatalFailure()) return;
+  pool.AddServerArgs({"--straggler-min-runtime-ms", "500"});
+  ASSERT_TRUE(pool.StartServer().ok());
+  const std::string noop = kBin + "/minions-noop-runner";
+  // "slow" would need 2 s a task; "fast" 50 ms.
+  ASSERT_TRUE(pool.StartExecutor("slow", 1, noop, "", {}, {"MINIONS_NOOP_RECORD_DELAY_MS=400"}).ok());
+  auto lines = NoopLines(40);
+  cli::JobsClient client(pool.connection());
+  auto submitted = Submit(pool, WriteInput(dir, lines), 5);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  // Let the slow one hold its first tasks, then bring the fast one.
+  for (int i = 0; i < 100; ++i) {
+    auto executors = client.Executors();
+    if (executors.ok() && !executors->empty() && !(*executors)[0].current_tasks().empty()) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(pool.StartExecutor("fast", 1, noop, "", {}, {"MINIONS_NOOP_RECORD_DELAY_MS=10"}).ok());
+  absl::Time start = absl::Now();
+  v1::Job job = WaitForEnd(client, submitted->id(), absl::Minutes(2));
+  ASSERT_EQ(job.state(), "completed") << job.error();
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), Lines(FetchResults(pool, job.id(), true)));
+  auto tasks = client.Tasks(job.id());
+  ASSERT_TRUE(tasks.ok());
+  int backed_up = 0;
+  for (const auto& t : *tasks) {
+    EXPECT_EQ(t.failures(), 0) << "task " << t.index() << ": a lost race is not a failure";
+    backed_up += t.attempt() > 1;
+  }
+  EXPECT_GE(backed_up, 1) << "no task finished under a backup attempt";
+  // Far sooner than the slow executor alone would take for its tasks (2 s each).
+  EXPECT_LT(absl::ToDoubleSeconds(absl::Now() - start), 2.0 * backed_up + 10);
+  // The losing attempts are cancelled within a heartbeat or two: the slow one holds nothing.
+  bool idle = false;
+  for (int i = 0; i < 60 && !idle; ++i) {
+    auto executors = client.Executors();
+    idle = executors.ok();
+    if (executors.ok()) {
+      for (const auto& e : *executors) idle &= e.current_tasks().empty();
+    }
+    if (!idle) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(idle) << "an executor still holds a task of the finished job";
+  if (!HasFailure()) std::filesystem::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Pool, ::testing::Values("embedded", "postgres-s3"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param == "embedded" ? std::string("Embedded") : std::string("PostgresS3");

@@ -889,5 +889,42 @@ TEST_P(MetadataStoreContract, APassedDeadlineExpiresTheJobThroughFinalizing) {
   EXPECT_EQ(store_->FinishJob(job_id, "o", "e", "m", now_).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_P(MetadataStoreContract, AStragglersBackupRunsElsewhereAndTheFirstCompletionWins) {
+  const std::string job_id = Submit(Spec(), 1);
+  const std::string slow = Register("slow"), fast = Register("fast");
+  std::vector<Lease> first = LeaseUpTo(slow, 1);
+  ASSERT_THAT(first, SizeIs(1));
+  EXPECT_EQ(store_->RequestBackup(job_id, 0, 7, now_).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_OK_AND_ASSIGN(Task backed, store_->RequestBackup(job_id, 0, 1, now_));
+  EXPECT_EQ(backed.state, TaskState::kPending);
+  EXPECT_EQ(GetTask(job_id, 0).shadow, (Task::Shadow{1, slow}));
+  EXPECT_EQ(store_->RequestBackup(job_id, 0, 1, now_).status().code(), absl::StatusCode::kFailedPrecondition);
+  // The straggler's own executor is not given its backup; another one is.
+  EXPECT_THAT(LeaseUpTo(slow, 1), IsEmpty());
+  std::vector<Lease> backup = LeaseUpTo(fast, 1);
+  ASSERT_THAT(backup, SizeIs(1));
+  EXPECT_EQ(backup[0].task.attempt, 2);
+  // Both heartbeat; both are renewed.
+  ASSERT_OK_AND_ASSIGN(HeartbeatReply slow_beat,
+                       store_->Heartbeat(slow, ExecutorState::kBusy, "", {Progress(first[0], 3)}, kTtl, now_));
+  EXPECT_THAT(slow_beat.cancel, IsEmpty());
+  ASSERT_OK_AND_ASSIGN(HeartbeatReply fast_beat,
+                       store_->Heartbeat(fast, ExecutorState::kBusy, "", {Progress(backup[0], 3)}, kTtl, now_));
+  EXPECT_THAT(fast_beat.cancel, IsEmpty());
+  // The shadow finishes first and wins; the backup is told to stop and its completion refused.
+  ASSERT_OK_AND_ASSIGN(auto won, store_->CompleteTasks(slow, {Progress(first[0], 10)}, now_));
+  ASSERT_OK(won[0]);
+  Task task = GetTask(job_id, 0);
+  EXPECT_EQ(task.state, TaskState::kSucceeded);
+  EXPECT_EQ(task.attempt, 1);
+  EXPECT_EQ(task.shadow, std::nullopt);
+  ASSERT_OK_AND_ASSIGN(fast_beat, store_->Heartbeat(fast, ExecutorState::kBusy, "", {Progress(backup[0], 5)}, kTtl, now_));
+  EXPECT_THAT(fast_beat.cancel, SizeIs(1));
+  ASSERT_OK_AND_ASSIGN(auto lost, store_->CompleteTasks(fast, {Progress(backup[0], 10)}, now_));
+  EXPECT_EQ(lost[0].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(GetJob(job_id).counts.completed, 10);
+  EXPECT_EQ(GetJob(job_id).state, JobState::kFinalizing);
+}
+
 }  // namespace
 }  // namespace minions
