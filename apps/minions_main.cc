@@ -57,6 +57,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   }
   minions::ServerOptions options;
   options.listen = config.listen;
+  options.http_listen = config.http_listen == "off" ? "" : config.http_listen;
   options.token = config.token;
   options.lease_ttl = absl::Milliseconds(config.lease_ttl_ms);
   // Executors elsewhere open models by their own paths.
@@ -122,6 +123,7 @@ int RunWatchdog(const minions::apps::MinionsConfig& config) {
 int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
   auto problems = minions::apps::CheckConfig(config, connect);
   printf("configuration%s\n", config.source.empty() ? " (no file; defaults and environment)" : (" from " + config.source).c_str());
+  printf("  http      %s\n", config.http_listen.empty() || config.http_listen == "off" ? "off" : config.http_listen.c_str());
   printf("  server    listen %s, lease ttl %lld ms, watchdog %s, token %s\n", config.listen.c_str(),
          static_cast<long long>(config.lease_ttl_ms), config.watchdog ? "on" : "off", config.token.empty() ? "none" : "set");
   printf("  database  %s\n", config.database.empty() ? (config.data_dir + "/minions.db (SQLite)").c_str() : config.database.c_str());
@@ -181,9 +183,13 @@ int RunUp(const minions::cli::PoolOptions& options) {
     return 1;
   }
   printf("pool up: server %s with %d executors (data in %s)\n"
-         "  submit:   minions submit FILE --model PATH --server %s\n"
-         "  Ctrl-C stops the pool\n",
+         "  submit:    minions submit FILE --model PATH --server %s\n",
          (*pool)->address().c_str(), (*pool)->executor_count(), options.data_dir.c_str(), (*pool)->address().c_str());
+  if (!(*pool)->dashboard_url().empty()) {
+    printf("  dashboard: %s  (Prometheus metrics at %smetrics)\n", (*pool)->dashboard_url().c_str(),
+           (*pool)->dashboard_url().c_str());
+  }
+  printf("  Ctrl-C stops the pool\n");
   fflush(stdout);
   InstallSignalHandlers();
   while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -206,12 +212,14 @@ int main(int argc, char** argv) {
 
   // --- processes ---
   // Flags override the environment, which overrides the config file (see apps/config.h).
-  std::string config_path, flag_listen, flag_data_dir, flag_token, flag_database, flag_objects;
+  std::string config_path, flag_listen, flag_http_listen, flag_data_dir, flag_token, flag_database, flag_objects;
   int64_t flag_ttl_ms = 0;
   bool no_watchdog = false;
   auto* server_cmd = app.add_subcommand("server", "run the control plane (gRPC API, watchdog)");
   server_cmd->add_option("--config", config_path, "TOML config file (or MINIONS_CONFIG)");
   server_cmd->add_option("--listen", flag_listen, "address to serve on (default 127.0.0.1:7070)");
+  server_cmd->add_option("--http-listen", flag_http_listen,
+                         "HTTP address for /metrics, /healthz, /readyz and the dashboard; off: none (default 127.0.0.1:7080)");
   server_cmd->add_option("--data-dir", flag_data_dir, "SQLite database and objects (default ~/.minions/server)");
   server_cmd->add_option("--database", flag_database, "postgresql://... or sqlite:/path (default: SQLite in the data dir)");
   server_cmd->add_option("--objects", flag_objects, "s3://bucket/prefix or a directory (default: in the data dir)");
@@ -250,9 +258,12 @@ int main(int argc, char** argv) {
   minions::cli::PoolOptions pool_options;
   pool_options.data_dir = home + "/pool";
   pool_options.listen = "127.0.0.1:7070";
+  pool_options.http_listen = "127.0.0.1:7080";
   auto* up_cmd = app.add_subcommand("up", "run a whole pool on this machine: server, watchdog, executors");
   up_cmd->add_option("--executors", pool_options.executors, "executor processes")->capture_default_str();
   up_cmd->add_option("--listen", pool_options.listen, "server address")->capture_default_str();
+  up_cmd->add_option("--http-listen", pool_options.http_listen, "dashboard and metrics address (off: none)")
+      ->capture_default_str();
   up_cmd->add_option("--data-dir", pool_options.data_dir, "database, objects, logs")->capture_default_str();
 
   // --- client verbs ---
@@ -330,6 +341,7 @@ int main(int argc, char** argv) {
     auto config = minions::apps::LoadConfig(config_path);
     if (!config.ok()) return config;
     if (!flag_listen.empty()) config->listen = flag_listen;
+    if (!flag_http_listen.empty()) config->http_listen = flag_http_listen;
     if (!flag_data_dir.empty()) config->data_dir = flag_data_dir;
     if (!flag_database.empty()) config->database = flag_database;
     if (!flag_objects.empty()) config->objects = flag_objects;

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "metrics/metrics.h"
 #include "store/metadata_store.h"
 
 namespace minions {
@@ -34,10 +35,15 @@ class Watchdog {
   Watchdog(MetadataStore* store, WatchdogOptions options) : store_(store), options_(options) {}
   absl::StatusOr<WatchdogPass> Tick(absl::Time now);
   const WatchdogOptions& options() const { return options_; }
+  // Counts expired leases and every action of later passes in `registry` (which must outlive
+  // this watchdog). Call once, before the first Tick.
+  void ExportMetrics(metrics::Registry* registry);
 
  private:
   MetadataStore* store_;
   WatchdogOptions options_;
+  metrics::Counter* leases_expired_ = nullptr;            // null: not exported
+  metrics::Family<metrics::Counter>* actions_ = nullptr;
 };
 
 // Holds an exclusive lock on a file while alive; the process that holds it runs the watchdog.
