@@ -16,6 +16,12 @@ HttpServer::HttpServer(int threads) : impl_(std::make_unique<Impl>()) {
   // A few workers suffice: scrapes and dashboard polls are small; the default pool would start a
   // thread per core.
   impl_->server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second server bind
+  // the same port silently instead of failing.
+  impl_->server.set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   impl_->server.set_read_timeout(5, 0);
   impl_->server.set_write_timeout(5, 0);
 }

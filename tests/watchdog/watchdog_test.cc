@@ -8,6 +8,7 @@
 
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
+#include "testing/prometheus_text.h"
 
 namespace minions::testing {
 namespace {
@@ -164,6 +165,23 @@ TEST_F(WatchdogTest, AnExpiredLeaseIsRequeuedAndTheLateHolderIsFencedOff) {
   Job job = Must(store_->GetJob(job_id));
   EXPECT_EQ(job.state, JobState::kFinalizing);
   EXPECT_EQ(job.counts.completed, kRecordsPerTask);
+}
+
+TEST_F(WatchdogTest, ItsActionsAreCountedInTheRegistry) {
+  metrics::Registry registry;
+  watchdog_->ExportMetrics(&registry);
+  std::string job_id = Submit(2, /*max_attempts=*/1);
+  std::string a = Register("a");
+  ASSERT_EQ(LeaseOne(a).size(), 1u);
+  // a goes silent: its lease expires (its task had one attempt: it fails), then a is lost.
+  clock_.Advance(kExecutorTimeout + absl::Seconds(1));
+  WatchdogPass pass = Tick();
+  ASSERT_EQ(pass.tasks_failed, 1);
+  auto m = ParsePrometheusSamples(registry.Render());
+  EXPECT_EQ(m["minions_leases_expired_total"], 1);
+  EXPECT_EQ(m["minions_watchdog_actions_total{action=\"fail_task\"}"], 1);
+  EXPECT_EQ(m["minions_watchdog_actions_total{action=\"requeue_task\"}"], 0);
+  EXPECT_EQ(m["minions_watchdog_actions_total{action=\"mark_executor_lost\"}"], 1);
 }
 
 TEST_F(WatchdogTest, RenewedLeasesAreNotReaped) {
