@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
   config_check_cmd->add_flag("--connect", connect, "also connect to the database and the object store");
 
   minions::AgentOptions agent_options;
-  std::string runner_program;
+  std::string runner_program, executor_metrics_listen;
   bool exit_with_parent = false;
   auto* executor_cmd = app.add_subcommand("executor", "run the agent that leases and runs tasks on this machine");
   AddConnection(executor_cmd, &connection);
@@ -251,6 +251,8 @@ int main(int argc, char** argv) {
   executor_cmd->add_option("--state-dir", agent_options.state_dir, "keeps the executor id across restarts");
   executor_cmd->add_option("--runner", runner_program, "runner program (default: minions-llama-runner)");
   executor_cmd->add_option("--runner-log", agent_options.runner_log, "file for the runner's log");
+  executor_cmd->add_option("--metrics-listen", executor_metrics_listen,
+                           "serve this executor's /metrics on host:port (default: none)");
   executor_cmd->add_flag("--exit-with-parent", exit_with_parent, "exit when the parent process does (Linux)");
   executor_cmd->add_option("--runner-threads", agent_options.runner_threads,
                            "CPU threads for the runner when the job does not set them (default: all cores but one)");
@@ -370,6 +372,14 @@ int main(int argc, char** argv) {
     if (agent_options.runner_threads == 0) {
       // Leave a core to the machine's owner and to this agent (see docs/architecture.md).
       agent_options.runner_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+    }
+    minions::ExecutorMetrics executor_metrics;
+    if (!executor_metrics_listen.empty()) {
+      if (auto s = executor_metrics.Serve(executor_metrics_listen); !s.ok()) {
+        fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+      agent_options.metrics = &executor_metrics;
     }
     return RunExecutor(connection, agent_options, exit_with_parent);
   }

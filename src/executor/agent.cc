@@ -247,6 +247,7 @@ absl::Status ExecutorAgent::EnsureRunner() {
   if (!runner.ok()) return runner.status();
   std::lock_guard<std::mutex> lock(mu_);
   runner_ = std::move(*runner);
+  if (options_.metrics) options_.metrics->SetRunnerPid(runner_->pid());  // metrics hook
   loaded_model_.clear();
   loaded_options_.clear();
   return absl::OkStatus();
@@ -408,6 +409,7 @@ void ExecutorAgent::FlushCompletions() {
     const v1::Outcome* outcome = i < static_cast<size_t>(reply->outcomes_size()) ? &reply->outcomes(i) : nullptr;
     if (outcome && outcome->code() == 0) {
       ++tasks_completed_;
+      if (options_.metrics) options_.metrics->TaskCompleted();  // metrics hook
       MINIONS_LOG(Debug) << Describe(sent[i]->lease) << " completed: " << sent[i]->records_done << " records, "
                          << sent[i]->records_failed << " errors";
     } else {
@@ -447,6 +449,10 @@ void ExecutorAgent::HeartbeatLoop() {
     v1::HeartbeatRequest request;
     request.set_executor_id(id());
     request.set_state(drain_ ? "draining" : (tasks.empty() ? "available" : "busy"));
+    if (options_.metrics) {  // metrics hook
+      options_.metrics->SetState(ParseExecutorState(request.state()).value_or(ExecutorState::kAvailable),
+                               request.state_reason());
+    }
     for (const auto& task : tasks) {
       v1::LeaseRef* ref = request.add_leases();
       *ref = task->lease.ref();

@@ -32,6 +32,7 @@
 #include "common/json_util.h"
 #include "executor/blob_client.h"
 #include "executor/control_plane_client.h"
+#include "executor/executor_metrics.h"
 #include "model/types.h"
 #include "runner/runner_process.h"
 
@@ -50,6 +51,7 @@ struct AgentOptions {
   int max_prefetch = 32;                     // most tasks held at once (tiny tasks)
   // Aim to hold this much work beyond the running task.
   absl::Duration prefetch_target = absl::Milliseconds(500);
+  ExecutorMetrics* metrics = nullptr;        // observability hooks; null: none (not owned)
 };
 
 class ExecutorAgent {
