@@ -125,7 +125,7 @@ void FleetView::Collect(std::vector<metrics::FamilySnapshot>* out) {
     if (IsTerminal(job.state)) continue;
     auto labels = [&](const char* key, std::string value) {
       return std::vector<std::pair<std::string, std::string>>{
-          {"job", job.id}, {"team", job.spec.team}, {key, std::move(value)}};
+          {"job_id", job.id}, {"team", job.spec.team}, {key, std::move(value)}};
     };
     auto in_flight = s.records_in_flight.find(job.id);
     records.samples.push_back({"minions_job_records", labels("kind", "total"), static_cast<double>(job.counts.total)});

@@ -92,7 +92,7 @@ class ProcessPool {
 
   // Starts an executor process. `runner` empty: the built-in llama.cpp runner.
   absl::Status StartExecutor(const std::string& name, int runner_threads = 1, const std::string& runner = "",
-                             const std::string& server = "") {
+                             const std::string& server = "", const std::vector<std::string>& extra_args = {}) {
     Subprocess::Options sp;
     sp.argv = {minions_, "executor", "--server", server.empty() ? connection_.server : server, "--name", name,
                "--state-dir",
@@ -102,6 +102,7 @@ class ProcessPool {
       sp.argv.push_back("--runner");
       sp.argv.push_back(runner);
     }
+    sp.argv.insert(sp.argv.end(), extra_args.begin(), extra_args.end());
     sp.stderr_path = dir_ + "/logs/executor-" + name + ".log";
     auto p = Subprocess::Start(sp);
     if (!p.ok()) return p.status();

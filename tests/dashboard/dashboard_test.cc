@@ -103,6 +103,7 @@ TEST_F(DashboardTest, AScrapeCountsJobsTasksAndExecutorsByStateFromTheStore) {
   std::string gpu_box = Register("gpu-box", "RTX 4090");
   std::string laptop = Register("laptop", "");
   std::string job = Submit(3);
+  clock_.Advance(absl::Seconds(1));  // the older job is leased first
   Submit(2);  // stays queued: all its tasks pending
   std::vector<Lease> leases = Must(store_->LeaseTasks(gpu_box, 1, kTtl, clock_.Now()));
   ASSERT_EQ(leases.size(), 1u);
@@ -121,7 +122,7 @@ TEST_F(DashboardTest, AScrapeCountsJobsTasksAndExecutorsByStateFromTheStore) {
   EXPECT_EQ(s["minions_executors{state=\"busy\"}"], 1);
   EXPECT_EQ(s["minions_executors{state=\"owner_active\"}"], 1);
   EXPECT_EQ(s["minions_executors{state=\"lost\"}"], 0);
-  std::string labels = absl::StrCat("job=\"", job, "\",team=\"ml\"");
+  std::string labels = absl::StrCat("job_id=\"", job, "\",team=\"ml\"");
   EXPECT_EQ(s[absl::StrCat("minions_job_records{", labels, ",kind=\"total\"}")], 30);
   EXPECT_EQ(s[absl::StrCat("minions_job_records{", labels, ",kind=\"in_flight\"}")], 4);
   EXPECT_EQ(s[absl::StrCat("minions_job_tasks{", labels, ",state=\"running\"}")], 1);
