@@ -278,7 +278,8 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   // The page is up before the job exists, so it sees the job from its first state.
   Json loaded = next();
   ASSERT_EQ(loaded["event"], "loaded") << DumpJson(loaded);
-  auto job = SubmitSample(pool, 120, 10);
+  // Long enough (several seconds) for the page's once-a-second updates to catch it part-way.
+  auto job = SubmitSample(pool, 240, 10);
   ASSERT_TRUE(job.ok()) << job.status();
 
   Json event;
@@ -289,7 +290,7 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   }
   ASSERT_EQ(event["event"], "done") << DumpJson(event);
   EXPECT_EQ(event["job"], job->id());
-  EXPECT_EQ(event["tasks"], 12) << "the job's detail view lists its tasks";
+  EXPECT_EQ(event["tasks"], 24) << "the job's detail view lists its tasks";
   // The page showed the job part-way, then finished, never going backwards.
   ASSERT_GE(progress.size(), 2u);
   EXPECT_TRUE(std::any_of(progress.begin(), progress.end(), [](double p) { return p > 0 && p < 1; }))
