@@ -13,6 +13,7 @@
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
 #include "testing/http_get.h"
+#include "testing/must.h"
 #include "testing/prometheus_text.h"
 
 namespace minions::testing {
@@ -22,13 +23,6 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 constexpr absl::Duration kTtl = absl::Seconds(10);
-
-template <typename T>
-T Must(absl::StatusOr<T> result) {
-  EXPECT_TRUE(result.ok()) << result.status();
-  if (!result.ok()) throw std::runtime_error(std::string(result.status().message()));
-  return std::move(result).value();
-}
 
 class DashboardTest : public ::testing::Test {
  protected:

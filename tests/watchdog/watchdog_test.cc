@@ -8,6 +8,7 @@
 
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
+#include "testing/must.h"
 #include "testing/prometheus_text.h"
 
 namespace minions::testing {
@@ -31,13 +32,6 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& status_or) {
     const absl::Status _st = StatusOf(expr);     \
     ASSERT_TRUE(_st.ok()) << _st;                \
   } while (0)
-
-template <typename T>
-T Must(absl::StatusOr<T> result) {
-  EXPECT_TRUE(result.ok()) << result.status();
-  if (!result.ok()) throw std::runtime_error(std::string(result.status().message()));
-  return std::move(result).value();
-}
 
 class WatchdogTest : public ::testing::Test {
  protected:
