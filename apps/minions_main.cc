@@ -18,6 +18,7 @@
 #include "cli/local_run.h"
 #include "common/logging.h"
 #include "executor/agent.h"
+#include "http/metrics_endpoints.h"
 #include "absl/strings/match.h"
 #include "config.h"
 #include "local_pool.h"
@@ -90,11 +91,24 @@ int RunServer(const minions::apps::MinionsConfig& config) {
 
 // Runs the watchdog alone (when servers run with --no-watchdog); one active at a time: the others
 // wait on standby and take over when it dies.
-int RunWatchdog(const minions::apps::MinionsConfig& config) {
+// `http_listen` (may be empty): where to serve /metrics and /healthz, so the watchdog's actions are
+// counted when it runs apart from the servers.
+int RunWatchdog(const minions::apps::MinionsConfig& config, const std::string& http_listen) {
   auto backends = minions::apps::OpenBackends(config);
   if (!backends.ok()) {
     fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
     return 1;
+  }
+  minions::metrics::Registry registry;
+  minions::metrics::Gauge* active =
+      registry.AddGauge("minions_watchdog_active", "1 while this process is the active watchdog, 0 on standby.");
+  minions::HttpServer http;
+  if (!http_listen.empty()) {
+    minions::InstallMetricsEndpoints(&registry, &http);
+    if (auto s = http.Start(http_listen); !s.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
   }
   InstallSignalHandlers();
   std::shared_ptr<void> lock;
@@ -108,9 +122,11 @@ int RunWatchdog(const minions::apps::MinionsConfig& config) {
   }
   if (!lock) return 0;
   MINIONS_LOG(Info) << "watchdog active on " << backends->description;
+  active->Set(1);
   minions::WatchdogOptions wo;
   wo.executor_timeout = absl::Milliseconds(config.lease_ttl_ms) * 3;
   minions::Watchdog watchdog(backends->store.get(), wo);
+  watchdog.ExportMetrics(&registry);
   minions::RealClock clock;
   while (g_signals.load() == 0) {
     auto pass = watchdog.Tick(clock.Now());
@@ -232,6 +248,8 @@ int main(int argc, char** argv) {
   watchdog_cmd->add_option("--data-dir", flag_data_dir, "the server's data directory");
   watchdog_cmd->add_option("--database", flag_database, "the servers' database");
   watchdog_cmd->add_option("--lease-ttl-ms", flag_ttl_ms, "the servers' lease TTL");
+  std::string watchdog_http_listen;
+  watchdog_cmd->add_option("--http-listen", watchdog_http_listen, "serve /metrics and /healthz here (default: none)");
 
   bool connect = false;
   auto* config_cmd = app.add_subcommand("config", "configuration tools");
@@ -365,7 +383,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     minions::SetLogComponent(server_cmd->parsed() ? "server" : "watchdog");
-    return server_cmd->parsed() ? RunServer(*config) : RunWatchdog(*config);
+    return server_cmd->parsed() ? RunServer(*config) : RunWatchdog(*config, watchdog_http_listen);
   }
   if (executor_cmd->parsed()) {
     if (!runner_program.empty()) agent_options.runner_command = {runner_program};

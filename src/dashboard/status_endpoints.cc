@@ -1,6 +1,7 @@
 #include "dashboard/status_endpoints.h"
 
 #include "absl/strings/str_cat.h"
+#include "http/metrics_endpoints.h"
 #include "model/json_codec.h"
 
 namespace minions {
@@ -117,10 +118,7 @@ Json JobJson(const Job& job, const std::vector<Task>& tasks, absl::Time now) {
 }
 
 void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
-  http->Handle("/metrics", [src](const HttpRequest&) {
-    return HttpResponse{200, metrics::kTextContentType, src.registry->Render(), {}};
-  });
-  http->Handle("/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n", {}}; });
+  InstallMetricsEndpoints(src.registry, http);
   http->Handle("/readyz", [src](const HttpRequest&) {
     if (src.serving && !src.serving()) {
       return HttpResponse{503, "text/plain; charset=utf-8", "not serving: starting or shutting down\n", {}};

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "http/metrics_endpoints.h"
 
 namespace minions {
 namespace {
@@ -57,10 +58,7 @@ void ExecutorMetrics::Collect(std::vector<metrics::FamilySnapshot>* out) {
 
 absl::Status ExecutorMetrics::Serve(const std::string& listen) {
   http_ = std::make_unique<HttpServer>(2);
-  http_->Handle("/metrics", [this](const HttpRequest&) {
-    return HttpResponse{200, metrics::kTextContentType, registry_.Render(), {}};
-  });
-  http_->Handle("/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n", {}}; });
+  InstallMetricsEndpoints(&registry_, http_.get());
   absl::Status s = http_->Start(listen);
   if (!s.ok()) http_.reset();
   return s;
