@@ -1,5 +1,7 @@
 #include "dashboard/fleet_view.h"
 
+#include <algorithm>
+
 #include "common/logging.h"
 
 namespace minions {
@@ -37,16 +39,45 @@ absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Get() {
 absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Read() {
   auto snapshot = std::make_shared<FleetSnapshot>();
   snapshot->taken_at = clock_->Now();
-  auto jobs = store_->ListJobs(JobFilter{std::nullopt, "", kMaxJobs});
-  if (!jobs.ok()) return jobs.status();
-  snapshot->jobs = std::move(*jobs);
+  // The jobs that have not ended (bounded by the work in flight), then the newest others.
+  std::map<std::string, Job> by_id;
+  for (JobState state : {JobState::kValidating, JobState::kQueued, JobState::kRunning, JobState::kFinalizing}) {
+    auto jobs = store_->ListJobs(JobFilter{state, "", kMaxJobs});
+    if (!jobs.ok()) return jobs.status();
+    for (Job& job : *jobs) by_id[job.id] = std::move(job);
+  }
+  auto recent = store_->ListJobs(JobFilter{std::nullopt, "", kRecentJobs});
+  if (!recent.ok()) return recent.status();
+  for (Job& job : *recent) by_id.try_emplace(job.id, std::move(job));
+  std::set<std::string> active;
+  for (const auto& [id, job] : by_id) {
+    if (!IsTerminal(job.state)) active.insert(id);
+  }
+  bool some_ended = std::any_of(active_ids_.begin(), active_ids_.end(),
+                                [&](const std::string& id) { return !active.count(id); });
+  active_ids_ = std::move(active);
+  for (auto& [id, job] : by_id) snapshot->jobs.push_back(std::move(job));
+  std::sort(snapshot->jobs.begin(), snapshot->jobs.end(), [](const Job& a, const Job& b) {
+    return a.created_at != b.created_at ? a.created_at > b.created_at : a.id > b.id;
+  });
+  if (some_ended || snapshot->taken_at - terminal_counted_at_ >= terminal_max_age_) {
+    std::map<JobState, int64_t> counts;
+    for (JobState state : {JobState::kCompleted, JobState::kFailed, JobState::kCancelled, JobState::kExpired}) {
+      auto jobs = store_->ListJobs(JobFilter{state, "", kMaxJobs});
+      if (!jobs.ok()) return jobs.status();
+      counts[state] = static_cast<int64_t>(jobs->size());
+    }
+    terminal_counts_ = std::move(counts);
+    terminal_counted_at_ = snapshot->taken_at;
+  }
+  snapshot->jobs_by_state = terminal_counts_;
   auto executors = store_->ListExecutors();
   if (!executors.ok()) return executors.status();
   snapshot->executors = std::move(*executors);
   for (const Executor& e : snapshot->executors) snapshot->executors_by_state[e.state] += 1;
   for (const Job& job : snapshot->jobs) {
-    snapshot->jobs_by_state[job.state] += 1;
     if (IsTerminal(job.state)) continue;
+    snapshot->jobs_by_state[job.state] += 1;
     auto& by_state = snapshot->job_tasks[job.id];
     // Only a running job has tasks other than pending (queued) or ended (finalizing): read the
     // tasks of those alone.

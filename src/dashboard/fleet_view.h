@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,12 +29,14 @@ namespace minions {
 
 struct FleetSnapshot {
   absl::Time taken_at;
-  std::vector<Job> jobs;  // newest first (at most FleetView::kMaxJobs)
+  // Every job that has not ended, and the newest FleetView::kRecentJobs of the others; newest
+  // first.
+  std::vector<Job> jobs;
   std::vector<Executor> executors;
   std::map<std::string, std::vector<Task>> running_by_executor;  // executor id -> tasks it runs
   std::map<std::string, int64_t> records_in_flight;              // job id -> committed progress of running tasks
   std::map<std::string, std::map<TaskState, int64_t>> job_tasks; // unfinished job -> its tasks by state
-  std::map<JobState, int64_t> jobs_by_state;
+  std::map<JobState, int64_t> jobs_by_state;  // ended states: as of the last terminal count
   std::map<TaskState, int64_t> tasks_by_state;  // tasks of jobs that have not ended
   std::map<ExecutorState, int64_t> executors_by_state;
 };
@@ -50,10 +53,15 @@ JobProgress ProgressOf(const Job& job, int64_t in_flight, absl::Time now);
 
 class FleetView {
  public:
-  static constexpr int kMaxJobs = 100000;
+  static constexpr int kMaxJobs = 100000;  // per state listed
+  static constexpr int kRecentJobs = 200;  // ended jobs shown on the dashboard
 
-  FleetView(MetadataStore* store, Clock* clock, absl::Duration max_age = absl::Seconds(1))
-      : store_(store), clock_(clock), max_age_(max_age) {}
+  // Jobs that have not ended, executors and tasks are read every `max_age`. Counting the ended
+  // jobs reads the whole job history, so it happens only when a job has ended since the last
+  // count, and every `terminal_max_age` (jobs ended through another server's view).
+  FleetView(MetadataStore* store, Clock* clock, absl::Duration max_age = absl::Seconds(1),
+            absl::Duration terminal_max_age = absl::Seconds(30))
+      : store_(store), clock_(clock), max_age_(max_age), terminal_max_age_(terminal_max_age) {}
 
   absl::StatusOr<std::shared_ptr<const FleetSnapshot>> Get();
   // Adds the store-derived gauges to `registry` (a collector reading Get()); minions_store_up is 0
@@ -67,8 +75,12 @@ class FleetView {
   MetadataStore* store_;
   Clock* clock_;
   const absl::Duration max_age_;
+  const absl::Duration terminal_max_age_;
   std::mutex mu_;  // held across a refresh: one at a time
   std::shared_ptr<const FleetSnapshot> cached_;  // guarded by mu_
+  std::map<JobState, int64_t> terminal_counts_;  // guarded by mu_
+  absl::Time terminal_counted_at_ = absl::InfinitePast();  // guarded by mu_
+  std::set<std::string> active_ids_;                       // jobs not ended at the last read; guarded by mu_
 };
 
 }  // namespace minions

@@ -186,6 +186,23 @@ TEST_F(DashboardTest, ScrapesWithinTheCacheAgeCostNoStoreReadAndLaterOnesSeeChan
   EXPECT_EQ(Scrape()["minions_jobs{state=\"queued\"}"], 2);
 }
 
+TEST_F(DashboardTest, EndedJobsAreRecountedWhenAJobEnds) {
+  std::string job = Submit(1);
+  auto before = Scrape();
+  EXPECT_EQ(before["minions_jobs{state=\"queued\"}"], 1);
+  EXPECT_EQ(before["minions_jobs{state=\"failed\"}"], 0);
+  ASSERT_TRUE(store_->FailJob(job, "input unreadable", clock_.Now()).ok());
+  clock_.Advance(absl::Seconds(2));  // past the 1 s cache, well before the 30 s recount
+  auto after = Scrape();
+  EXPECT_EQ(after["minions_jobs{state=\"queued\"}"], 0);
+  EXPECT_EQ(after["minions_jobs{state=\"failed\"}"], 1);
+  // An ended job stays on the dashboard's list, and leaves the per-job series.
+  Json jobs = GetJson("/api/jobs");
+  ASSERT_EQ(jobs["jobs"].size(), 1u);
+  EXPECT_EQ(jobs["jobs"][0]["state"], "failed");
+  EXPECT_EQ(after.count(absl::StrCat("minions_job_records{job_id=\"", job, "\",team=\"ml\",kind=\"total\"}")), 0u);
+}
+
 TEST_F(DashboardTest, HealthAndReadiness) {
   HttpReply health = HttpGet(base_ + "/healthz");
   EXPECT_EQ(health.status, 200);
