@@ -21,7 +21,8 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, MetadataStore* store) 
       "minions_records_succeeded_total", "Records whose output line was written, by the job's team.", {"team"});
   records_failed_ = registry->AddCounterFamily(
       "minions_records_failed_total",
-      "Records that ended as error lines (including every record of a task that failed for good), by team.",
+      "Records that ended as error lines, and every record of a task an executor reported failed for good "
+      "(a task failed by lease expiry is counted in minions_watchdog_actions_total{action=\"fail_task\"}), by team.",
       {"team"});
   harvested_seconds_ = registry->AddCounterFamily(
       "minions_harvested_device_seconds_total",
