@@ -26,6 +26,7 @@
 #include "dashboard/fleet_view.h"
 #include "metrics/metrics.h"
 #include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/even_tasks.h"
 #include "testing/fake_clock.h"
 
 namespace {
@@ -48,16 +49,7 @@ std::string MakeJob(MetadataStore& store, int n_tasks, absl::Time now) {
   spec.team = "bench";
   spec.model = "/models/m.gguf";
   spec.input_key = "in";
-  std::vector<Task> tasks;
-  for (int i = 0; i < n_tasks; ++i) {
-    Task t;
-    t.index = i;
-    t.first_record = i * 10;
-    t.n_records = 10;
-    t.byte_begin = i * 100;
-    t.byte_end = (i + 1) * 100;
-    tasks.push_back(t);
-  }
+  std::vector<Task> tasks = testing::EvenTasks(n_tasks, 10);
   Job job = Must(store.CreateJob(spec, now), "create job");
   if (!store.AddTasks(job.id, tasks, n_tasks * 10, now).ok()) Die("add tasks");
   return job.id;

@@ -11,6 +11,7 @@
 #include "dashboard/status_endpoints.h"
 #include "http/http_server.h"
 #include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/even_tasks.h"
 #include "testing/fake_clock.h"
 #include "testing/http_get.h"
 #include "testing/must.h"
@@ -55,16 +56,7 @@ class DashboardTest : public ::testing::Test {
     spec.model = "/models/tiny.gguf";
     spec.input_key = "inputs/in.jsonl";
     spec.shard_size = 10;
-    std::vector<Task> tasks;
-    for (int i = 0; i < n_tasks; ++i) {
-      Task t;
-      t.index = i;
-      t.first_record = i * 10;
-      t.n_records = 10;
-      t.byte_begin = i * 100;
-      t.byte_end = (i + 1) * 100;
-      tasks.push_back(t);
-    }
+    std::vector<Task> tasks = EvenTasks(n_tasks, 10);
     Job job = Must(store_->CreateJob(spec, clock_.Now()));
     EXPECT_TRUE(store_->AddTasks(job.id, tasks, n_tasks * 10, clock_.Now()).ok());
     return job.id;

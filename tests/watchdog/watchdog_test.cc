@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/even_tasks.h"
 #include "testing/fake_clock.h"
 #include "testing/must.h"
 #include "testing/prometheus_text.h"
@@ -57,16 +58,7 @@ class WatchdogTest : public ::testing::Test {
     spec.input_key = "inputs/in.jsonl";
     spec.shard_size = kRecordsPerTask;
     spec.max_attempts = max_attempts;
-    std::vector<Task> tasks;
-    for (int i = 0; i < n_tasks; ++i) {
-      Task t;
-      t.index = i;
-      t.first_record = i * kRecordsPerTask;
-      t.n_records = kRecordsPerTask;
-      t.byte_begin = i * 100;
-      t.byte_end = (i + 1) * 100;
-      tasks.push_back(t);
-    }
+    std::vector<Task> tasks = EvenTasks(n_tasks, kRecordsPerTask);
     Job job = Must(store_->CreateJob(spec, clock_.Now()));
     EXPECT_TRUE(store_->AddTasks(job.id, tasks, n_tasks * kRecordsPerTask, clock_.Now()).ok());
     return job.id;
