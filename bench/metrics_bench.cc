@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   printf("  (a) bare store reads            %8.2f ms\n", bare);
   printf("  (b) scrape, gauges refreshed    %8.2f ms   %.2fx (a)   %zu bytes\n", stale, stale / bare, bytes);
   printf("  (c) scrape within cache period  %8.3f ms   %.3fx (a)\n", cached, cached / bare);
-  printf("  (d) counting the ended jobs      %8.2f ms   %.2fx (a)   (when a job ends; every 30 s)\n", terminal,
+  printf("  (d) counting the ended jobs      %8.2f ms   %.2fx (a)   (after a job ends, at most every 5 s; every 30 s)\n", terminal,
          terminal / bare);
   std::filesystem::remove_all(dir);
   return 0;

@@ -53,14 +53,16 @@ absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Read() {
   for (const auto& [id, job] : by_id) {
     if (!IsTerminal(job.state)) active.insert(id);
   }
-  bool some_ended = std::any_of(active_ids_.begin(), active_ids_.end(),
-                                [&](const std::string& id) { return !active.count(id); });
+  terminal_stale_ |= std::any_of(active_ids_.begin(), active_ids_.end(),
+                                 [&](const std::string& id) { return !active.count(id); });
   active_ids_ = std::move(active);
   for (auto& [id, job] : by_id) snapshot->jobs.push_back(std::move(job));
   std::sort(snapshot->jobs.begin(), snapshot->jobs.end(), [](const Job& a, const Job& b) {
     return a.created_at != b.created_at ? a.created_at > b.created_at : a.id > b.id;
   });
-  if (some_ended || snapshot->taken_at - terminal_counted_at_ >= terminal_max_age_) {
+  // A fleet where jobs end every second recounts every kStaleRecount, not every refresh.
+  absl::Duration since = snapshot->taken_at - terminal_counted_at_;
+  if ((terminal_stale_ && since >= kStaleRecount) || since >= terminal_max_age_) {
     std::map<JobState, int64_t> counts;
     for (JobState state : {JobState::kCompleted, JobState::kFailed, JobState::kCancelled, JobState::kExpired}) {
       auto jobs = store_->ListJobs(JobFilter{state, "", kMaxJobs});
@@ -69,6 +71,7 @@ absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Read() {
     }
     terminal_counts_ = std::move(counts);
     terminal_counted_at_ = snapshot->taken_at;
+    terminal_stale_ = false;
   }
   snapshot->jobs_by_state = terminal_counts_;
   auto executors = store_->ListExecutors();

@@ -55,10 +55,11 @@ class FleetView {
  public:
   static constexpr int kMaxJobs = 100000;  // per state listed
   static constexpr int kRecentJobs = 200;  // ended jobs shown on the dashboard
+  static constexpr absl::Duration kStaleRecount = absl::Seconds(5);
 
   // Jobs that have not ended, executors and tasks are read every `max_age`. Counting the ended
-  // jobs reads the whole job history, so it happens only when a job has ended since the last
-  // count, and every `terminal_max_age` (jobs ended through another server's view).
+  // jobs reads the whole job history, so it happens when a job has ended since the last count (at
+  // most every kStaleRecount), and every `terminal_max_age` regardless.
   FleetView(MetadataStore* store, Clock* clock, absl::Duration max_age = absl::Seconds(1),
             absl::Duration terminal_max_age = absl::Seconds(30))
       : store_(store), clock_(clock), max_age_(max_age), terminal_max_age_(terminal_max_age) {}
@@ -81,6 +82,7 @@ class FleetView {
   std::map<JobState, int64_t> terminal_counts_;  // guarded by mu_
   absl::Time terminal_counted_at_ = absl::InfinitePast();  // guarded by mu_
   std::set<std::string> active_ids_;                       // jobs not ended at the last read; guarded by mu_
+  bool terminal_stale_ = false;  // a job ended since terminal_counts_ was read; guarded by mu_
 };
 
 }  // namespace minions

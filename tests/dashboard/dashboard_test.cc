@@ -184,7 +184,9 @@ TEST_F(DashboardTest, EndedJobsAreRecountedWhenAJobEnds) {
   EXPECT_EQ(before["minions_jobs{state=\"queued\"}"], 1);
   EXPECT_EQ(before["minions_jobs{state=\"failed\"}"], 0);
   ASSERT_TRUE(store_->FailJob(job, "input unreadable", clock_.Now()).ok());
-  clock_.Advance(absl::Seconds(2));  // past the 1 s cache, well before the 30 s recount
+  clock_.Advance(absl::Seconds(2));  // past the 1 s cache: the job has left the unfinished ones...
+  EXPECT_EQ(Scrape()["minions_jobs{state=\"queued\"}"], 0);
+  clock_.Advance(absl::Seconds(4));  // ...and 5 s after the last count, well before 30 s, it is counted
   auto after = Scrape();
   EXPECT_EQ(after["minions_jobs{state=\"queued\"}"], 0);
   EXPECT_EQ(after["minions_jobs{state=\"failed\"}"], 1);
