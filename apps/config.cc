@@ -46,6 +46,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
       if (auto v = table[section][key].value<std::string>()) *field = *v;
     };
     str("server", "listen", &config.listen);
+    str("server", "http_listen", &config.http_listen);
     str("server", "token", &config.token);
     str("server", "data_dir", &config.data_dir);
     if (auto v = table["server"]["lease_ttl_ms"].value<int64_t>()) config.lease_ttl_ms = *v;
@@ -64,6 +65,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["executor"]["runner_threads"].value<int64_t>()) config.runner_threads = static_cast<int>(*v);
   }
   FromEnv("MINIONS_LISTEN", &config.listen);
+  FromEnv("MINIONS_HTTP_LISTEN", &config.http_listen);
   FromEnv("MINIONS_TOKEN", &config.token);
   FromEnv("MINIONS_DATA_DIR", &config.data_dir);
   FromEnv("MINIONS_DATABASE", &config.database);
@@ -87,6 +89,11 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
                                     "; it must be at least 1 (a backup for a task slower than the median)"));
   }
   if (config.straggler_min_runtime_ms < 0) problems.push_back("server.straggler_min_runtime_ms must be 0 or more");
+  if (!config.http_listen.empty() && config.http_listen != "off" &&
+      config.http_listen.find(':') == std::string::npos) {
+    problems.push_back(absl::StrCat("server.http_listen '", config.http_listen,
+                                    "' needs a port, like 127.0.0.1:7080 (or \"off\" for no HTTP port)"));
+  }
   if (config.lease_ttl_ms < 300 || config.lease_ttl_ms > 600000) {
     problems.push_back(absl::StrCat("server.lease_ttl_ms is ", config.lease_ttl_ms,
                                     "; use between 300 and 600000 (9000 is the default)"));

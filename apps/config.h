@@ -3,14 +3,14 @@
 // overriding the one before. `minions config check` reports what is wrong in words a person can
 // act on.
 //
-//   [server]    listen, token, lease_ttl_ms, watchdog, data_dir, straggler_factor,
+//   [server]    listen, http_listen, token, lease_ttl_ms, watchdog, data_dir, straggler_factor,
 //               straggler_min_runtime_ms
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
 //   [executor]  server, name, state_dir, runner, runner_threads
 //
-// Environment: MINIONS_CONFIG (the file), MINIONS_LISTEN, MINIONS_TOKEN, MINIONS_DATA_DIR,
+// Environment: MINIONS_CONFIG (the file), MINIONS_LISTEN, MINIONS_HTTP_LISTEN, MINIONS_TOKEN, MINIONS_DATA_DIR,
 // MINIONS_DATABASE, MINIONS_OBJECTS, MINIONS_SERVER, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
 // AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL.
 
@@ -25,6 +25,8 @@ namespace minions::apps {
 struct MinionsConfig {
   // [server]
   std::string listen = "127.0.0.1:7070";
+  // /metrics, /healthz, /readyz and the web dashboard; "off" (or "") serves no HTTP.
+  std::string http_listen = "127.0.0.1:7080";
   std::string token;
   int64_t lease_ttl_ms = 9000;
   // Stragglers: near a job's end, a task running `straggler_factor` times its peers' median and

@@ -33,6 +33,7 @@ class LocalPool : public cli::Pool {
   }
   std::string address() const override { return server_->address(); }
   int executor_count() const override { return static_cast<int>(executors_.size()); }
+  std::string dashboard_url() const override { return server_->dashboard_url(); }
 
   absl::Status Start(const cli::PoolOptions& options) {
     // The embedded defaults: SQLite and a directory, both in the pool's data directory.
@@ -50,6 +51,7 @@ class LocalPool : public cli::Pool {
     lock_ = std::move(*lock);
     ServerOptions server_options;
     server_options.listen = options.listen;
+    server_options.http_listen = options.http_listen == "off" ? "" : options.http_listen;
     server_options.token = options.token;
     server_options.lease_ttl = options.lease_ttl;
     WatchdogOptions watchdog_options;

@@ -18,6 +18,7 @@
 #include "cli/local_run.h"
 #include "common/logging.h"
 #include "executor/agent.h"
+#include "http/metrics_endpoints.h"
 #include "absl/strings/match.h"
 #include "config.h"
 #include "local_pool.h"
@@ -57,6 +58,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   }
   minions::ServerOptions options;
   options.listen = config.listen;
+  options.http_listen = config.http_listen == "off" ? "" : config.http_listen;
   options.token = config.token;
   options.lease_ttl = absl::Milliseconds(config.lease_ttl_ms);
   // Executors elsewhere open models by their own paths.
@@ -92,11 +94,24 @@ int RunServer(const minions::apps::MinionsConfig& config) {
 
 // Runs the watchdog alone (when servers run with --no-watchdog); one active at a time: the others
 // wait on standby and take over when it dies.
-int RunWatchdog(const minions::apps::MinionsConfig& config) {
+// `http_listen` (may be empty): where to serve /metrics and /healthz, so the watchdog's actions are
+// counted when it runs apart from the servers.
+int RunWatchdog(const minions::apps::MinionsConfig& config, const std::string& http_listen) {
   auto backends = minions::apps::OpenBackends(config);
   if (!backends.ok()) {
     fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
     return 1;
+  }
+  minions::metrics::Registry registry;
+  minions::metrics::Gauge* active =
+      registry.AddGauge("minions_watchdog_active", "1 while this process is the active watchdog, 0 on standby.");
+  minions::HttpServer http;
+  if (!http_listen.empty()) {
+    minions::InstallMetricsEndpoints(&registry, &http);
+    if (auto s = http.Start(http_listen); !s.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
   }
   InstallSignalHandlers();
   std::shared_ptr<void> lock;
@@ -110,12 +125,14 @@ int RunWatchdog(const minions::apps::MinionsConfig& config) {
   }
   if (!lock) return 0;
   MINIONS_LOG(Info) << "watchdog active on " << backends->description;
+  active->Set(1);
   minions::WatchdogOptions wo;
   wo.executor_timeout = absl::Milliseconds(config.lease_ttl_ms) * 3;
   wo.takeover_grace = absl::Milliseconds(config.lease_ttl_ms) * 2;
   wo.stragglers.factor = config.straggler_factor;
   wo.stragglers.min_runtime = absl::Milliseconds(config.straggler_min_runtime_ms);
   minions::Watchdog watchdog(backends->store.get(), wo);
+  watchdog.ExportMetrics(&registry);
   minions::RealClock clock;
   while (g_signals.load() == 0) {
     auto pass = watchdog.Tick(clock.Now());
@@ -128,6 +145,7 @@ int RunWatchdog(const minions::apps::MinionsConfig& config) {
 int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
   auto problems = minions::apps::CheckConfig(config, connect);
   printf("configuration%s\n", config.source.empty() ? " (no file; defaults and environment)" : (" from " + config.source).c_str());
+  printf("  http      %s\n", config.http_listen.empty() || config.http_listen == "off" ? "off" : config.http_listen.c_str());
   printf("  server    listen %s, lease ttl %lld ms, watchdog %s, token %s\n", config.listen.c_str(),
          static_cast<long long>(config.lease_ttl_ms), config.watchdog ? "on" : "off", config.token.empty() ? "none" : "set");
   printf("  database  %s\n", config.database.empty() ? (config.data_dir + "/minions.db (SQLite)").c_str() : config.database.c_str());
@@ -187,9 +205,13 @@ int RunUp(const minions::cli::PoolOptions& options) {
     return 1;
   }
   printf("pool up: server %s with %d executors (data in %s)\n"
-         "  submit:   minions submit FILE --model PATH --server %s\n"
-         "  Ctrl-C stops the pool\n",
+         "  submit:    minions submit FILE --model PATH --server %s\n",
          (*pool)->address().c_str(), (*pool)->executor_count(), options.data_dir.c_str(), (*pool)->address().c_str());
+  if (!(*pool)->dashboard_url().empty()) {
+    printf("  dashboard: %s  (Prometheus metrics at %smetrics)\n", (*pool)->dashboard_url().c_str(),
+           (*pool)->dashboard_url().c_str());
+  }
+  printf("  Ctrl-C stops the pool\n");
   fflush(stdout);
   InstallSignalHandlers();
   while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -212,12 +234,14 @@ int main(int argc, char** argv) {
 
   // --- processes ---
   // Flags override the environment, which overrides the config file (see apps/config.h).
-  std::string config_path, flag_listen, flag_data_dir, flag_token, flag_database, flag_objects;
+  std::string config_path, flag_listen, flag_http_listen, flag_data_dir, flag_token, flag_database, flag_objects;
   int64_t flag_ttl_ms = 0, flag_straggler_ms = -1;
   bool no_watchdog = false;
   auto* server_cmd = app.add_subcommand("server", "run the control plane (gRPC API, watchdog)");
   server_cmd->add_option("--config", config_path, "TOML config file (or MINIONS_CONFIG)");
   server_cmd->add_option("--listen", flag_listen, "address to serve on (default 127.0.0.1:7070)");
+  server_cmd->add_option("--http-listen", flag_http_listen,
+                         "HTTP address for /metrics, /healthz, /readyz and the dashboard; off: none (default 127.0.0.1:7080)");
   server_cmd->add_option("--data-dir", flag_data_dir, "SQLite database and objects (default ~/.minions/server)");
   server_cmd->add_option("--database", flag_database, "postgresql://... or sqlite:/path (default: SQLite in the data dir)");
   server_cmd->add_option("--objects", flag_objects, "s3://bucket/prefix or a directory (default: in the data dir)");
@@ -232,6 +256,8 @@ int main(int argc, char** argv) {
   watchdog_cmd->add_option("--data-dir", flag_data_dir, "the server's data directory");
   watchdog_cmd->add_option("--database", flag_database, "the servers' database");
   watchdog_cmd->add_option("--lease-ttl-ms", flag_ttl_ms, "the servers' lease TTL");
+  std::string watchdog_http_listen;
+  watchdog_cmd->add_option("--http-listen", watchdog_http_listen, "serve /metrics and /healthz here (default: none)");
 
   bool connect = false;
   auto* config_cmd = app.add_subcommand("config", "configuration tools");
@@ -243,7 +269,7 @@ int main(int argc, char** argv) {
   config_check_cmd->add_flag("--connect", connect, "also connect to the database and the object store");
 
   minions::AgentOptions agent_options;
-  std::string runner_program;
+  std::string runner_program, executor_metrics_listen;
   bool exit_with_parent = false;
   auto* executor_cmd = app.add_subcommand("executor", "run the agent that leases and runs tasks on this machine");
   AddConnection(executor_cmd, &connection);
@@ -251,6 +277,8 @@ int main(int argc, char** argv) {
   executor_cmd->add_option("--state-dir", agent_options.state_dir, "keeps the executor id across restarts");
   executor_cmd->add_option("--runner", runner_program, "runner program (default: minions-llama-runner)");
   executor_cmd->add_option("--runner-log", agent_options.runner_log, "file for the runner's log");
+  executor_cmd->add_option("--metrics-listen", executor_metrics_listen,
+                           "serve this executor's /metrics on host:port (default: none)");
   executor_cmd->add_flag("--exit-with-parent", exit_with_parent, "exit when the parent process does (Linux)");
   executor_cmd->add_option("--runner-threads", agent_options.runner_threads,
                            "CPU threads for the runner when the job does not set them (default: all cores but one)");
@@ -265,9 +293,12 @@ int main(int argc, char** argv) {
   minions::cli::PoolOptions pool_options;
   pool_options.data_dir = home + "/pool";
   pool_options.listen = "127.0.0.1:7070";
+  pool_options.http_listen = "127.0.0.1:7080";
   auto* up_cmd = app.add_subcommand("up", "run a whole pool on this machine: server, watchdog, executors");
   up_cmd->add_option("--executors", pool_options.executors, "executor processes")->capture_default_str();
   up_cmd->add_option("--listen", pool_options.listen, "server address")->capture_default_str();
+  up_cmd->add_option("--http-listen", pool_options.http_listen, "dashboard and metrics address (off: none)")
+      ->capture_default_str();
   up_cmd->add_option("--data-dir", pool_options.data_dir, "database, objects, logs")->capture_default_str();
 
   // --- client verbs ---
@@ -347,6 +378,7 @@ int main(int argc, char** argv) {
     auto config = minions::apps::LoadConfig(config_path);
     if (!config.ok()) return config;
     if (!flag_listen.empty()) config->listen = flag_listen;
+    if (!flag_http_listen.empty()) config->http_listen = flag_http_listen;
     if (!flag_data_dir.empty()) config->data_dir = flag_data_dir;
     if (!flag_database.empty()) config->database = flag_database;
     if (!flag_objects.empty()) config->objects = flag_objects;
@@ -369,7 +401,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     minions::SetLogComponent(server_cmd->parsed() ? "server" : "watchdog");
-    return server_cmd->parsed() ? RunServer(*config) : RunWatchdog(*config);
+    return server_cmd->parsed() ? RunServer(*config) : RunWatchdog(*config, watchdog_http_listen);
   }
   if (executor_cmd->parsed()) {
     if (!runner_program.empty()) agent_options.runner_command = {runner_program};
@@ -377,6 +409,14 @@ int main(int argc, char** argv) {
     if (agent_options.runner_threads == 0) {
       // Leave a core to the machine's owner and to this agent (see docs/architecture.md).
       agent_options.runner_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+    }
+    minions::ExecutorMetrics executor_metrics;
+    if (!executor_metrics_listen.empty()) {
+      if (auto s = executor_metrics.Serve(executor_metrics_listen); !s.ok()) {
+        fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+      agent_options.metrics = &executor_metrics;
     }
     return RunExecutor(connection, agent_options, exit_with_parent);
   }

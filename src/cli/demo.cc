@@ -69,6 +69,7 @@ int RunDemo(const DemoOptions& options, const PoolFactory& start_pool) {
   }
   printf("pool up: server %s, %d executors (logs in %s/logs)\n", (*pool)->address().c_str(), (*pool)->executor_count(),
          pool_options.data_dir.c_str());
+  if (!(*pool)->dashboard_url().empty()) printf("dashboard: %s\n", (*pool)->dashboard_url().c_str());
 
   Connection connection;
   connection.server = (*pool)->address();

@@ -270,6 +270,7 @@ absl::Status ExecutorAgent::EnsureRunner() {
   if (!runner.ok()) return runner.status();
   std::lock_guard<std::mutex> lock(mu_);
   runner_ = std::move(*runner);
+  if (options_.metrics) options_.metrics->SetRunnerPid(runner_->pid());  // metrics hook
   loaded_model_.clear();
   loaded_options_.clear();
   return absl::OkStatus();
@@ -517,6 +518,7 @@ void ExecutorAgent::FlushCompletions() {
     const v1::Outcome* outcome = i < static_cast<size_t>(reply->outcomes_size()) ? &reply->outcomes(i) : nullptr;
     if (outcome && outcome->code() == 0) {
       ++tasks_completed_;
+      if (options_.metrics) options_.metrics->TaskCompleted();  // metrics hook
       MINIONS_LOG(Debug) << Describe(sent[i]->lease) << " completed: " << sent[i]->records_done
                          << " records run, " << sent[i]->records_failed << " errors";
     } else {
@@ -607,6 +609,10 @@ void ExecutorAgent::HeartbeatLoop() {
     v1::HeartbeatRequest request;
     request.set_executor_id(id());
     request.set_state(drain_ ? "draining" : (tasks.empty() ? "available" : "busy"));
+    if (options_.metrics) {  // metrics hook
+      options_.metrics->SetState(ParseExecutorState(request.state()).value_or(ExecutorState::kAvailable),
+                                 request.state_reason());
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& task : tasks) {

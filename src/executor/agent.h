@@ -34,6 +34,7 @@
 #include "common/json_util.h"
 #include "executor/blob_client.h"
 #include "executor/control_plane_client.h"
+#include "executor/executor_metrics.h"
 #include "model/types.h"
 #include "runner/runner_process.h"
 
@@ -60,6 +61,7 @@ struct AgentOptions {
   // Poison records: runner crashes one task may cause while its records are isolated, before the
   // attempt is given up as a retryable failure (the machine, not a record, is then the suspect).
   int max_crashes_per_task = 24;
+  ExecutorMetrics* metrics = nullptr;        // observability hooks; null: none (not owned)
 };
 
 class ExecutorAgent {

@@ -151,6 +151,9 @@ grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::Leas
     MINIONS_LOG(Debug) << "job=" << t.job_id << " task=" << t.index << " attempt=" << t.attempt
                        << " executor=" << request->executor_id() << " leased";
   }
+  if (metrics_) {
+    for (const minions::Lease& lease : *leases) metrics_->LeaseGranted(lease.task, now);
+  }
   return grpc::Status::OK;
 }
 
@@ -171,6 +174,7 @@ grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::C
                       << " executor=" << request->executor_id() << " completion refused: " << outcomes->at(0).message();
     return ToGrpc(outcomes->at(0));
   }
+  if (metrics_) metrics_->AttemptCompleted(request->executor_id(), FromProto(ref), clock_->Now());
   auto job = store_->GetJob(ref.job_id());
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return grpc::Status::OK;
@@ -191,6 +195,7 @@ grpc::Status ExecutorService::CompleteBatch(grpc::ServerContext* context, const 
     out->set_message(std::string(outcome.message()));
     if (outcome.ok()) {
       jobs.insert(reports[i].job_id);
+      if (metrics_) metrics_->AttemptCompleted(request->executor_id(), reports[i], clock_->Now());
     } else {
       MINIONS_LOG(Info) << "job=" << reports[i].job_id << " task=" << reports[i].task_index
                         << " attempt=" << reports[i].attempt << " executor=" << request->executor_id()
@@ -216,6 +221,7 @@ grpc::Status ExecutorService::Fail(grpc::ServerContext* context, const v1::FailR
   auto task = store_->FailTask(request->executor_id(), ref.job_id(), ref.task_index(), ref.attempt(), *failure,
                                request->message(), clock_->Now(), FromProto(ref).chunks);
   if (!task.ok()) return ToGrpc(task.status());
+  if (metrics_) metrics_->AttemptFailed(request->executor_id(), *task, *failure, clock_->Now());
   MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
                     << " executor=" << request->executor_id() << " " << request->failure_class() << ": "
                     << request->message() << " -> " << TaskStateName(task->state);

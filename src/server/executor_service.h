@@ -11,6 +11,7 @@
 #include "blob/blob_store.h"
 #include "common/clock.h"
 #include "minions/v1/minions.grpc.pb.h"
+#include "server/server_metrics.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
 
@@ -18,10 +19,16 @@ namespace minions {
 
 class ExecutorService final : public v1::Executors::Service {
  public:
-  // `job_ready` is called when a completion leaves a job ready to finalise.
+  // `job_ready` is called when a completion leaves a job ready to finalise. `metrics` (may be null)
+  // observes leases and attempts.
   ExecutorService(MetadataStore* store, BlobStore* blobs, Clock* clock, const ServerOptions& options,
-                  std::function<void(const std::string& job_id)> job_ready)
-      : store_(store), blobs_(blobs), clock_(clock), options_(options), job_ready_(std::move(job_ready)) {}
+                  std::function<void(const std::string& job_id)> job_ready, ServerMetrics* metrics = nullptr)
+      : store_(store),
+        blobs_(blobs),
+        clock_(clock),
+        options_(options),
+        job_ready_(std::move(job_ready)),
+        metrics_(metrics) {}
 
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                         v1::RegisterResponse* reply) override;
@@ -47,6 +54,7 @@ class ExecutorService final : public v1::Executors::Service {
   Clock* clock_;
   ServerOptions options_;
   std::function<void(const std::string&)> job_ready_;
+  ServerMetrics* metrics_;
   std::mutex work_mu_;
   std::condition_variable work_cv_;
   uint64_t work_generation_ = 0;  // guarded by work_mu_

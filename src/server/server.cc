@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "dashboard/status_endpoints.h"
 
 namespace minions {
 
@@ -12,13 +13,18 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
       clock_(clock),
       options_(std::move(options)),
       watchdog_(std::move(watchdog)),
+      server_metrics_(&registry_, store),
+      fleet_view_(store, clock),
       finalizer_(store, blobs, clock),
       job_service_(store, blobs, clock, options_, [this] { executor_service_.NotifyWork(); }),
       executor_service_(store, blobs, clock, options_, [this](const std::string& job_id) {
         std::lock_guard<std::mutex> lock(ready_mu_);
         ready_jobs_.insert(job_id);
         ready_cv_.notify_all();
-      }) {}
+      }, &server_metrics_) {
+  fleet_view_.ExportMetrics(&registry_);
+  if (watchdog_) watchdog_->ExportMetrics(&registry_);
+}
 
 MinionsServer::~MinionsServer() { Shutdown(); }
 
@@ -34,9 +40,27 @@ absl::Status MinionsServer::Start() {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen,
                                                " (is another server running there?)"));
   }
+  if (!options_.http_listen.empty()) {
+    http_ = std::make_unique<HttpServer>();
+    InstallStatusEndpoints({store_, clock_, &fleet_view_, &registry_, [this] { return serving_.load(); }}, http_.get());
+    if (auto s = http_->Start(options_.http_listen); !s.ok()) {
+      server_->Shutdown();
+      http_.reset();
+      return s;
+    }
+  }
   background_ = std::thread([this] { BackgroundLoop(); });
-  MINIONS_LOG(Info) << "server listening on " << address() << (watchdog_ ? " with the watchdog" : "");
+  serving_ = true;
+  MINIONS_LOG(Info) << "server listening on " << address() << (watchdog_ ? " with the watchdog" : "")
+                    << (http_ ? absl::StrCat("; dashboard and metrics on ", dashboard_url()) : "");
   return absl::OkStatus();
+}
+
+std::string MinionsServer::dashboard_url() const {
+  if (!http_) return "";
+  std::string host = options_.http_listen.substr(0, options_.http_listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
+  return absl::StrCat("http://", host, ":", http_->port(), "/");
 }
 
 std::string MinionsServer::address() const {
@@ -75,6 +99,7 @@ void MinionsServer::BackgroundLoop() {
 
 void MinionsServer::Shutdown() {
   if (stopping_.exchange(true)) return;
+  serving_ = false;  // /readyz says so while the rest winds down
   {
     std::lock_guard<std::mutex> lock(ready_mu_);
     ready_cv_.notify_all();
@@ -82,6 +107,7 @@ void MinionsServer::Shutdown() {
   clock_->Wake();  // WatchJob streams sleeping on the clock
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (background_.joinable()) background_.join();
+  if (http_) http_->Stop();
 }
 
 void MinionsServer::Wait() {

@@ -8,6 +8,8 @@ namespace minions {
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:7070";  // gRPC address
+  // HTTP address for /metrics, /healthz, /readyz and the web dashboard; "" serves no HTTP.
+  std::string http_listen;
   std::string token;                       // when set, every call must carry "authorization: Bearer <token>"
   absl::Duration lease_ttl = absl::Seconds(9);  // executors heartbeat every ttl/3
   int64_t default_shard_size = 100;

@@ -75,8 +75,10 @@ class ProcessPool {
 
   absl::Status StartServerOn(const std::string& address, const std::string& name) {
     Subprocess::Options sp;
-    sp.argv = {minions_, "server", "--listen", address, "--data-dir", dir_ + "/server", "--lease-ttl-ms",
-               std::to_string(ttl_ms_)};
+    std::string http = absl::StrCat("127.0.0.1:", PickFreePort());
+    http_[name] = http;
+    sp.argv = {minions_, "server", "--listen", address, "--http-listen", http, "--data-dir", dir_ + "/server",
+               "--lease-ttl-ms", std::to_string(ttl_ms_)};
     sp.argv.insert(sp.argv.end(), backend_args_.begin(), backend_args_.end());
     sp.argv.insert(sp.argv.end(), server_args_.begin(), server_args_.end());
     sp.extra_env = backend_env_;
@@ -121,6 +123,8 @@ class ProcessPool {
   // The i-th server started (StartServer again after killing one starts a replacement).
   Subprocess& server(size_t i = 0) { return *servers_.at(i); }
   const cli::Connection& connection() const { return connection_; }
+  // "127.0.0.1:PORT" of a server's HTTP port (metrics, health, dashboard).
+  std::string http_address(const std::string& server = "server") const { return http_.at(server); }
   const std::string& dir() const { return dir_; }
 
  private:
@@ -132,6 +136,7 @@ class ProcessPool {
   std::vector<std::string> backend_env_;
   std::vector<std::string> server_args_;
   std::vector<std::unique_ptr<Subprocess>> servers_;
+  std::map<std::string, std::string> http_;  // server name -> its HTTP address
   std::map<std::string, std::unique_ptr<Subprocess>> executors_;
 };
 

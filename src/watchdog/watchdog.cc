@@ -58,6 +58,14 @@ absl::StatusOr<WatchdogPass> Watchdog::Tick(absl::Time now) {
     }
   }
   pass.jobs_touched.assign(jobs.begin(), jobs.end());
+  if (leases_expired_) {
+    leases_expired_->Increment(pass.leases_expired);
+    actions_->With({"requeue_task"})->Increment(pass.leases_expired - pass.tasks_failed);
+    actions_->With({"fail_task"})->Increment(pass.tasks_failed);
+    actions_->With({"mark_executor_lost"})->Increment(pass.executors_lost);
+    actions_->With({"expire_job"})->Increment(pass.jobs_expired);
+    actions_->With({"back_up_straggler"})->Increment(pass.backups_requested);
+  }
   return pass;
 }
 
@@ -81,6 +89,22 @@ absl::Status Watchdog::BackUpStragglers(const Job& job, absl::Time now, Watchdog
                       << "); a backup attempt may run elsewhere";
   }
   return absl::OkStatus();
+}
+
+void Watchdog::ExportMetrics(metrics::Registry* registry) {
+  leases_expired_ = registry->AddCounter("minions_leases_expired_total",
+                                         "Leases the watchdog found expired (their holder stopped heartbeating).");
+  actions_ = registry->AddCounterFamily(
+      "minions_watchdog_actions_total",
+      "What the watchdog did: requeue_task (an expired lease, retried elsewhere), fail_task (an expired "
+      "lease that used up the task's attempts), mark_executor_lost (missed heartbeats), expire_job (its "
+      "completion window passed), back_up_straggler (a backup attempt for a task far slower than its peers).",
+      {"action"});
+  // Zero series from the start, so rate() and dashboards see them before the first action.
+  for (const char* action :
+       {"requeue_task", "fail_task", "mark_executor_lost", "expire_job", "back_up_straggler"}) {
+    actions_->With({action});
+  }
 }
 
 absl::StatusOr<std::unique_ptr<WatchdogLock>> WatchdogLock::TryAcquire(const std::string& path) {

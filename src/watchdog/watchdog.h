@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "metrics/metrics.h"
 #include "store/metadata_store.h"
 #include "watchdog/stragglers.h"
 
@@ -47,6 +48,9 @@ class Watchdog {
   Watchdog(MetadataStore* store, WatchdogOptions options) : store_(store), options_(options) {}
   absl::StatusOr<WatchdogPass> Tick(absl::Time now);
   const WatchdogOptions& options() const { return options_; }
+  // Counts expired leases and every action of later passes in `registry` (which must outlive
+  // this watchdog). Call once, before the first Tick.
+  void ExportMetrics(metrics::Registry* registry);
 
  private:
   absl::Status BackUpStragglers(const Job& job, absl::Time now, WatchdogPass& pass);
@@ -54,6 +58,8 @@ class Watchdog {
   MetadataStore* store_;
   WatchdogOptions options_;
   std::optional<absl::Time> active_since_;  // the first Tick
+  metrics::Counter* leases_expired_ = nullptr;            // null: not exported
+  metrics::Family<metrics::Counter>* actions_ = nullptr;
 };
 
 // Holds an exclusive lock on a file while alive; the process that holds it runs the watchdog.

@@ -15,6 +15,7 @@
 #include "server_test_util.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
+#include "testing/prometheus_text.h"
 
 namespace minions::testing {
 namespace {
@@ -762,6 +763,39 @@ TEST_F(GrpcServiceTest, InvalidRecordsBecomeErrorLinesOfACompletedJob) {
   std::vector<std::string> error_lines = absl::StrSplit(errors, '\n', absl::SkipEmpty());
   ASSERT_EQ(error_lines.size(), 2u);
   EXPECT_THAT(error_lines[1], HasSubstr("\"d\""));
+}
+
+TEST_F(GrpcServiceTest, MetricsCountLeasesAttemptsRecordsAndTimes) {
+  StartServer();
+  v1::Job job = MustSubmit(Records(9), 3);  // 3 tasks of 3 records, team "default"
+  fake_clock_.Advance(absl::Seconds(4));    // they wait 4 s in the queue
+  std::string executor = RegisterExecutor("counted");
+  std::vector<v1::TaskLease> leases = MustLease(executor, 3);
+  ASSERT_EQ(leases.size(), 3u);
+  fake_clock_.Advance(absl::Seconds(2));    // each attempt takes 2 s
+  ASSERT_GRPC_OK(Complete(executor, leases[0].ref(), 3, 1));
+  ASSERT_GRPC_OK(Fail(executor, leases[1].ref(), "retryable"));
+  ASSERT_GRPC_OK(Fail(executor, leases[2].ref(), "preempted"));
+  // A refused report changes no counter.
+  EXPECT_FALSE(Complete(executor, leases[1].ref(), 3, 0).ok());
+
+  auto m = ParsePrometheusSamples(server_->metrics().Render());
+  EXPECT_EQ(m["minions_leases_granted_total"], 3);
+  EXPECT_EQ(m["minions_task_attempts_total{outcome=\"succeeded\"}"], 1);
+  EXPECT_EQ(m["minions_task_attempts_total{outcome=\"retried\"}"], 1);
+  EXPECT_EQ(m["minions_task_attempts_total{outcome=\"preempted\"}"], 1);
+  EXPECT_EQ(m["minions_task_attempts_total{outcome=\"failed\"}"], 0);
+  EXPECT_EQ(m["minions_records_succeeded_total{team=\"default\"}"], 2);
+  EXPECT_EQ(m["minions_records_failed_total{team=\"default\"}"], 1);
+  EXPECT_EQ(m["minions_task_duration_seconds_count"], 1);
+  EXPECT_EQ(m["minions_task_duration_seconds_sum"], 2);
+  EXPECT_EQ(m["minions_task_queue_wait_seconds_count"], 3);
+  EXPECT_EQ(m["minions_task_queue_wait_seconds_sum"], 12);
+  // Every attempt used the executor's time, successful or not: 3 x 2 s on a CPU.
+  EXPECT_EQ(m["minions_harvested_device_seconds_total{team=\"default\",device=\"cpu\"}"], 6);
+  // The store-derived gauges ride along.
+  EXPECT_EQ(m["minions_jobs{state=\"running\"}"], 1);
+  EXPECT_EQ(m["minions_tasks{state=\"pending\"}"], 2);
 }
 
 }  // namespace

@@ -7,7 +7,10 @@
 #include <filesystem>
 
 #include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/even_tasks.h"
 #include "testing/fake_clock.h"
+#include "testing/must.h"
+#include "testing/prometheus_text.h"
 
 namespace minions::testing {
 namespace {
@@ -30,13 +33,6 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& status_or) {
     const absl::Status _st = StatusOf(expr);     \
     ASSERT_TRUE(_st.ok()) << _st;                \
   } while (0)
-
-template <typename T>
-T Must(absl::StatusOr<T> result) {
-  EXPECT_TRUE(result.ok()) << result.status();
-  if (!result.ok()) throw std::runtime_error(std::string(result.status().message()));
-  return std::move(result).value();
-}
 
 class WatchdogTest : public ::testing::Test {
  protected:
@@ -62,16 +58,7 @@ class WatchdogTest : public ::testing::Test {
     spec.input_key = "inputs/in.jsonl";
     spec.shard_size = kRecordsPerTask;
     spec.max_attempts = max_attempts;
-    std::vector<Task> tasks;
-    for (int i = 0; i < n_tasks; ++i) {
-      Task t;
-      t.index = i;
-      t.first_record = i * kRecordsPerTask;
-      t.n_records = kRecordsPerTask;
-      t.byte_begin = i * 100;
-      t.byte_end = (i + 1) * 100;
-      tasks.push_back(t);
-    }
+    std::vector<Task> tasks = EvenTasks(n_tasks, kRecordsPerTask);
     Job job = Must(store_->CreateJob(spec, clock_.Now()));
     EXPECT_TRUE(store_->AddTasks(job.id, tasks, n_tasks * kRecordsPerTask, clock_.Now()).ok());
     return job.id;
@@ -164,6 +151,23 @@ TEST_F(WatchdogTest, AnExpiredLeaseIsRequeuedAndTheLateHolderIsFencedOff) {
   Job job = Must(store_->GetJob(job_id));
   EXPECT_EQ(job.state, JobState::kFinalizing);
   EXPECT_EQ(job.counts.completed, kRecordsPerTask);
+}
+
+TEST_F(WatchdogTest, ItsActionsAreCountedInTheRegistry) {
+  metrics::Registry registry;
+  watchdog_->ExportMetrics(&registry);
+  std::string job_id = Submit(2, /*max_attempts=*/1);
+  std::string a = Register("a");
+  ASSERT_EQ(LeaseOne(a).size(), 1u);
+  // a goes silent: its lease expires (its task had one attempt: it fails), then a is lost.
+  clock_.Advance(kExecutorTimeout + absl::Seconds(1));
+  WatchdogPass pass = Tick();
+  ASSERT_EQ(pass.tasks_failed, 1);
+  auto m = ParsePrometheusSamples(registry.Render());
+  EXPECT_EQ(m["minions_leases_expired_total"], 1);
+  EXPECT_EQ(m["minions_watchdog_actions_total{action=\"fail_task\"}"], 1);
+  EXPECT_EQ(m["minions_watchdog_actions_total{action=\"requeue_task\"}"], 0);
+  EXPECT_EQ(m["minions_watchdog_actions_total{action=\"mark_executor_lost\"}"], 1);
 }
 
 TEST_F(WatchdogTest, RenewedLeasesAreNotReaped) {

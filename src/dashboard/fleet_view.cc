@@ -1,0 +1,182 @@
+#include "dashboard/fleet_view.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace minions {
+
+JobProgress ProgressOf(const Job& job, int64_t in_flight, absl::Time now) {
+  JobProgress p;
+  p.finished = job.counts.completed + job.counts.failed;
+  p.in_flight = IsTerminal(job.state) ? 0 : in_flight;
+  int64_t done = std::min(job.counts.total, p.finished + p.in_flight);
+  p.fraction = job.counts.total > 0 ? static_cast<double>(done) / static_cast<double>(job.counts.total)
+                                    : (job.state == JobState::kCompleted ? 1.0 : 0.0);
+  if (job.started_at) {
+    absl::Time end = job.finished_at.value_or(now);
+    double seconds = absl::ToDoubleSeconds(end - *job.started_at);
+    if (seconds > 0) p.records_per_second = static_cast<double>(done) / seconds;
+  }
+  if (IsTerminal(job.state)) {
+    p.eta_seconds = 0;
+  } else if (p.records_per_second > 0) {
+    p.eta_seconds = static_cast<double>(job.counts.total - done) / p.records_per_second;
+  }
+  return p;
+}
+
+absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Get() {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Time now = clock_->Now();
+  if (cached_ && now - cached_->taken_at < max_age_) return cached_;
+  auto fresh = Read();
+  if (!fresh.ok()) return fresh.status();
+  cached_ = *fresh;
+  return cached_;
+}
+
+absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Read() {
+  auto snapshot = std::make_shared<FleetSnapshot>();
+  snapshot->taken_at = clock_->Now();
+  // The jobs that have not ended (bounded by the work in flight), then the newest others.
+  std::map<std::string, Job> by_id;
+  for (JobState state : {JobState::kValidating, JobState::kQueued, JobState::kRunning, JobState::kFinalizing}) {
+    auto jobs = store_->ListJobs(JobFilter{state, "", kMaxJobs});
+    if (!jobs.ok()) return jobs.status();
+    for (Job& job : *jobs) by_id[job.id] = std::move(job);
+  }
+  auto recent = store_->ListJobs(JobFilter{std::nullopt, "", kRecentJobs});
+  if (!recent.ok()) return recent.status();
+  for (Job& job : *recent) by_id.try_emplace(job.id, std::move(job));
+  std::set<std::string> active;
+  for (const auto& [id, job] : by_id) {
+    if (!IsTerminal(job.state)) active.insert(id);
+  }
+  terminal_stale_ |= std::any_of(active_ids_.begin(), active_ids_.end(),
+                                 [&](const std::string& id) { return !active.count(id); });
+  active_ids_ = std::move(active);
+  for (auto& [id, job] : by_id) snapshot->jobs.push_back(std::move(job));
+  std::sort(snapshot->jobs.begin(), snapshot->jobs.end(), [](const Job& a, const Job& b) {
+    return a.created_at != b.created_at ? a.created_at > b.created_at : a.id > b.id;
+  });
+  // A fleet where jobs end every second recounts every kStaleRecount, not every refresh.
+  absl::Duration since = snapshot->taken_at - terminal_counted_at_;
+  if ((terminal_stale_ && since >= kStaleRecount) || since >= terminal_max_age_) {
+    std::map<JobState, int64_t> counts;
+    for (JobState state : {JobState::kCompleted, JobState::kFailed, JobState::kCancelled, JobState::kExpired}) {
+      auto jobs = store_->ListJobs(JobFilter{state, "", kMaxJobs});
+      if (!jobs.ok()) return jobs.status();
+      counts[state] = static_cast<int64_t>(jobs->size());
+    }
+    terminal_counts_ = std::move(counts);
+    terminal_counted_at_ = snapshot->taken_at;
+    terminal_stale_ = false;
+  }
+  snapshot->jobs_by_state = terminal_counts_;
+  auto executors = store_->ListExecutors();
+  if (!executors.ok()) return executors.status();
+  snapshot->executors = std::move(*executors);
+  for (const Executor& e : snapshot->executors) snapshot->executors_by_state[e.state] += 1;
+  for (const Job& job : snapshot->jobs) {
+    if (IsTerminal(job.state)) continue;
+    snapshot->jobs_by_state[job.state] += 1;
+    auto& by_state = snapshot->job_tasks[job.id];
+    // Only a running job has tasks other than pending (queued) or ended (finalizing): read the
+    // tasks of those alone.
+    if (job.state == JobState::kRunning) {
+      auto tasks = store_->ListTasks(job.id);
+      if (!tasks.ok()) return tasks.status();
+      for (Task& t : *tasks) {
+        by_state[t.state] += 1;
+        if (t.state == TaskState::kRunning) {
+          snapshot->records_in_flight[job.id] += t.records_done;
+          snapshot->running_by_executor[t.executor_id].push_back(std::move(t));
+        }
+      }
+    } else if (job.state == JobState::kQueued) {
+      by_state[TaskState::kPending] = job.n_tasks;
+    } else if (job.state == JobState::kFinalizing) {
+      by_state[TaskState::kSucceeded] = job.tasks_succeeded;
+      by_state[TaskState::kFailed] = job.tasks_done - job.tasks_succeeded;
+    }
+    for (const auto& [state, n] : by_state) snapshot->tasks_by_state[state] += n;
+  }
+  return std::shared_ptr<const FleetSnapshot>(std::move(snapshot));
+}
+
+void FleetView::ExportMetrics(metrics::Registry* registry) {
+  registry->AddCollector([this](std::vector<metrics::FamilySnapshot>* out) { Collect(out); });
+}
+
+void FleetView::Collect(std::vector<metrics::FamilySnapshot>* out) {
+  using metrics::FamilySnapshot;
+  using metrics::MetricType;
+  auto snapshot = Get();
+  out->push_back({"minions_store_up", "1 when this server could read the metadata store for this scrape.",
+                  MetricType::kGauge, {{"minions_store_up", {}, snapshot.ok() ? 1.0 : 0.0}}});
+  if (!snapshot.ok()) {
+    MINIONS_LOG(Warning) << "metrics: cannot read the store: " << snapshot.status().message();
+    return;
+  }
+  const FleetSnapshot& s = **snapshot;
+  // Every state gets a sample, zeros included, so a state that empties shows 0 rather than vanishing.
+  FamilySnapshot jobs{"minions_jobs", "Jobs by state (from the store; the same on every server).",
+                      MetricType::kGauge, {}};
+  for (JobState st : {JobState::kValidating, JobState::kQueued, JobState::kRunning, JobState::kFinalizing,
+                      JobState::kCompleted, JobState::kFailed, JobState::kCancelled, JobState::kExpired}) {
+    auto it = s.jobs_by_state.find(st);
+    jobs.samples.push_back({"minions_jobs", {{"state", std::string(JobStateName(st))}},
+                            static_cast<double>(it == s.jobs_by_state.end() ? 0 : it->second)});
+  }
+  out->push_back(std::move(jobs));
+  FamilySnapshot tasks{"minions_tasks", "Tasks of the jobs that have not ended, by state (from the store).",
+                       MetricType::kGauge, {}};
+  for (TaskState st : {TaskState::kPending, TaskState::kRunning, TaskState::kSucceeded, TaskState::kFailed,
+                       TaskState::kCancelled}) {
+    auto it = s.tasks_by_state.find(st);
+    tasks.samples.push_back({"minions_tasks", {{"state", std::string(TaskStateName(st))}},
+                             static_cast<double>(it == s.tasks_by_state.end() ? 0 : it->second)});
+  }
+  out->push_back(std::move(tasks));
+  FamilySnapshot executors{"minions_executors",
+                           "Executors by state: available, busy, owner_active, draining, lost (from the store).",
+                           MetricType::kGauge, {}};
+  for (ExecutorState st : {ExecutorState::kAvailable, ExecutorState::kBusy, ExecutorState::kOwnerActive,
+                           ExecutorState::kDraining, ExecutorState::kLost}) {
+    auto it = s.executors_by_state.find(st);
+    executors.samples.push_back({"minions_executors", {{"state", std::string(ExecutorStateName(st))}},
+                                 static_cast<double>(it == s.executors_by_state.end() ? 0 : it->second)});
+  }
+  out->push_back(std::move(executors));
+  // Per job, only jobs that have not ended: bounded by the work in flight, not by history.
+  FamilySnapshot records{"minions_job_records",
+                         "Records of each unfinished job: total, succeeded, failed, in_flight (done by running "
+                         "attempts, not yet reported).",
+                         MetricType::kGauge, {}};
+  FamilySnapshot job_tasks{"minions_job_tasks", "Tasks of each unfinished job by state.", MetricType::kGauge, {}};
+  for (const Job& job : s.jobs) {
+    if (IsTerminal(job.state)) continue;
+    auto labels = [&](const char* key, std::string value) {
+      return std::vector<std::pair<std::string, std::string>>{
+          {"job_id", job.id}, {"team", job.spec.team}, {key, std::move(value)}};
+    };
+    auto in_flight = s.records_in_flight.find(job.id);
+    records.samples.push_back({"minions_job_records", labels("kind", "total"), static_cast<double>(job.counts.total)});
+    records.samples.push_back(
+        {"minions_job_records", labels("kind", "succeeded"), static_cast<double>(job.counts.completed)});
+    records.samples.push_back({"minions_job_records", labels("kind", "failed"), static_cast<double>(job.counts.failed)});
+    records.samples.push_back({"minions_job_records", labels("kind", "in_flight"),
+                               static_cast<double>(in_flight == s.records_in_flight.end() ? 0 : in_flight->second)});
+    if (auto it = s.job_tasks.find(job.id); it != s.job_tasks.end()) {
+      for (const auto& [state, n] : it->second) {
+        job_tasks.samples.push_back(
+            {"minions_job_tasks", labels("state", std::string(TaskStateName(state))), static_cast<double>(n)});
+      }
+    }
+  }
+  out->push_back(std::move(records));
+  out->push_back(std::move(job_tasks));
+}
+
+}  // namespace minions

@@ -1,0 +1,124 @@
+#include "server/server_metrics.h"
+
+namespace minions {
+namespace {
+
+// Bounds on what is remembered: leases whose completion never reaches this server (expired,
+// completed through another server) and finished jobs are forgotten in bulk past these sizes.
+constexpr size_t kMaxGrants = 200000;
+constexpr size_t kMaxCached = 10000;
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(metrics::Registry* registry, MetadataStore* store) : store_(store) {
+  leases_granted_ = registry->AddCounter("minions_leases_granted_total", "Task leases granted by this server.");
+  attempts_ = registry->AddCounterFamily(
+      "minions_task_attempts_total",
+      "Task attempts reported to this server, by outcome: succeeded, retried (back to pending after a "
+      "retryable failure), preempted (owner came back; not counted against the task), failed (for good).",
+      {"outcome"});
+  records_succeeded_ = registry->AddCounterFamily(
+      "minions_records_succeeded_total", "Records whose output line was written, by the job's team.", {"team"});
+  records_failed_ = registry->AddCounterFamily(
+      "minions_records_failed_total",
+      "Records that ended as error lines, and every record of a task an executor reported failed for good "
+      "(a task failed by lease expiry is counted in minions_watchdog_actions_total{action=\"fail_task\"}), by team.",
+      {"team"});
+  harvested_seconds_ = registry->AddCounterFamily(
+      "minions_harvested_device_seconds_total",
+      "Executor time spent on a team's tasks (lease grant to report, every attempt), by the executor's device "
+      "(gpu or cpu). GPU-hours: sum by (team) (increase(...{device=\"gpu\"}[1h])) / 3600.",
+      {"team", "device"});
+  for (const char* outcome : {"succeeded", "retried", "preempted", "failed"}) attempts_->With({outcome});
+  task_duration_ = registry->AddHistogram(
+      "minions_task_duration_seconds", "Lease grant to completion of the attempts that succeeded.",
+      metrics::ExponentialBuckets(0.05, 2, 16));  // 50 ms .. ~27 min
+  queue_wait_ = registry->AddHistogram(
+      "minions_task_queue_wait_seconds", "Job submission to the first lease of each of its tasks.",
+      metrics::ExponentialBuckets(0.05, 2, 18));  // 50 ms .. ~1.8 h
+}
+
+ServerMetrics::JobInfo ServerMetrics::JobInfoOf(const std::string& job_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = jobs_.find(job_id); it != jobs_.end()) return it->second;
+  }
+  // A job's team and submission time never change, so one read per job is enough.
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return {"unknown", absl::InfinitePast()};
+  JobInfo info{job->spec.team, job->created_at};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (jobs_.size() >= kMaxCached) jobs_.clear();
+  jobs_[job_id] = info;
+  return info;
+}
+
+std::string ServerMetrics::DeviceOf(const std::string& executor_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = devices_.find(executor_id); it != devices_.end()) return it->second;
+  }
+  auto executor = store_->GetExecutor(executor_id);
+  if (!executor.ok()) return "cpu";
+  std::string device = executor->info.gpu.empty() ? "cpu" : "gpu";
+  std::lock_guard<std::mutex> lock(mu_);
+  if (devices_.size() >= kMaxCached) devices_.clear();
+  devices_[executor_id] = device;
+  return device;
+}
+
+void ServerMetrics::LeaseGranted(const Task& task, absl::Time now) {
+  leases_granted_->Increment();
+  JobInfo job = JobInfoOf(task.job_id);
+  // Only first attempts: a retried task's wait would mix in its backoff.
+  if (task.attempt == 1 && job.created_at != absl::InfinitePast()) {
+    queue_wait_->Observe(absl::ToDoubleSeconds(now - job.created_at));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (grants_.size() >= kMaxGrants) {
+    for (auto it = grants_.begin(); it != grants_.end();) {
+      it = now - it->second.at > absl::Hours(24) ? grants_.erase(it) : std::next(it);
+    }
+    if (grants_.size() >= kMaxGrants) grants_.clear();
+  }
+  grants_[{task.job_id, task.index, task.attempt}] = {now, job.team};
+}
+
+std::optional<ServerMetrics::Granted> ServerMetrics::TakeGrant(const AttemptKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = grants_.find(key);
+  if (it == grants_.end()) return std::nullopt;
+  Granted g = it->second;
+  grants_.erase(it);
+  return g;
+}
+
+void ServerMetrics::ObserveAttemptTime(const std::string& executor_id, const std::optional<Granted>& grant,
+                                       absl::Time now, bool completed) {
+  // Attempts leased through another server (or before a restart) have no known start.
+  if (!grant) return;
+  double seconds = std::max(0.0, absl::ToDoubleSeconds(now - grant->at));
+  harvested_seconds_->With({grant->team, DeviceOf(executor_id)})->Increment(seconds);
+  if (completed) task_duration_->Observe(seconds);
+}
+
+void ServerMetrics::AttemptCompleted(const std::string& executor_id, const LeaseProgress& report, absl::Time now) {
+  std::string team = JobInfoOf(report.job_id).team;
+  attempts_->With({"succeeded"})->Increment();
+  records_succeeded_->With({team})->Increment(static_cast<double>(report.records_done - report.records_failed));
+  records_failed_->With({team})->Increment(static_cast<double>(report.records_failed));
+  ObserveAttemptTime(executor_id, TakeGrant({report.job_id, report.task_index, report.attempt}), now, true);
+}
+
+void ServerMetrics::AttemptFailed(const std::string& executor_id, const Task& after, FailureClass failure,
+                                  absl::Time now) {
+  std::string outcome = after.state == TaskState::kFailed   ? "failed"
+                        : failure == FailureClass::kPreempted ? "preempted"
+                                                              : "retried";
+  attempts_->With({outcome})->Increment();
+  std::string team = JobInfoOf(after.job_id).team;
+  if (after.state == TaskState::kFailed) records_failed_->With({team})->Increment(static_cast<double>(after.n_records));
+  ObserveAttemptTime(executor_id, TakeGrant({after.job_id, after.index, after.attempt}), now, false);
+}
+
+}  // namespace minions

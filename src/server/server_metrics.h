@@ -1,0 +1,71 @@
+#pragma once
+// ServerMetrics: the control plane's in-process counters and histograms, declared in one place,
+// and what it must remember to observe them: when each lease it granted began, each job's team
+// and submission time, whether each executor has a GPU. Counters are per server process; with
+// several servers Prometheus sums them (sum(rate(...))).
+//
+// Observed where the events happen: ExecutorService calls LeaseGranted / AttemptCompleted /
+// AttemptFailed. Gauges read from the store (jobs, tasks, executors by state) live in
+// dashboard/FleetView, not here.
+//
+// Ownership: registers its metrics in the Registry it is given (which must outlive it); borrows
+// the store for the team and device look-ups (once per job / executor, then cached).
+// Threads: thread-safe.
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "absl/time/time.h"
+#include "metrics/metrics.h"
+#include "model/types.h"
+#include "store/metadata_store.h"
+
+namespace minions {
+
+class ServerMetrics {
+ public:
+  ServerMetrics(metrics::Registry* registry, MetadataStore* store);
+
+  // A lease this server granted at `now` (`task` as granted: attempt already bumped).
+  void LeaseGranted(const Task& task, absl::Time now);
+  // The store accepted a completion.
+  void AttemptCompleted(const std::string& executor_id, const LeaseProgress& report, absl::Time now);
+  // The store accepted a failure report; `after` is the task as it is now.
+  void AttemptFailed(const std::string& executor_id, const Task& after, FailureClass failure, absl::Time now);
+
+ private:
+  struct JobInfo {
+    std::string team;
+    absl::Time created_at;
+  };
+  struct Granted {
+    absl::Time at;
+    std::string team;
+  };
+  using AttemptKey = std::tuple<std::string, int64_t, int>;  // job, task index, attempt
+
+  JobInfo JobInfoOf(const std::string& job_id);
+  std::string DeviceOf(const std::string& executor_id);
+  // Forgets the attempt; its grant, if this server granted it.
+  std::optional<Granted> TakeGrant(const AttemptKey& key);
+  void ObserveAttemptTime(const std::string& executor_id, const std::optional<Granted>& grant, absl::Time now,
+                          bool completed);
+
+  MetadataStore* store_;
+  metrics::Counter* leases_granted_;
+  metrics::Family<metrics::Counter>* attempts_;
+  metrics::Family<metrics::Counter>* records_succeeded_;
+  metrics::Family<metrics::Counter>* records_failed_;
+  metrics::Family<metrics::Counter>* harvested_seconds_;
+  metrics::Histogram* task_duration_;
+  metrics::Histogram* queue_wait_;
+
+  std::mutex mu_;
+  std::map<AttemptKey, Granted> grants_;          // guarded by mu_
+  std::map<std::string, JobInfo> jobs_;           // guarded by mu_
+  std::map<std::string, std::string> devices_;    // executor id -> "gpu" | "cpu"; guarded by mu_
+};
+
+}  // namespace minions

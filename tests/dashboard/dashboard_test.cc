@@ -1,0 +1,239 @@
+// The server's HTTP face on a real loopback port: the store-derived gauges, the dashboard's JSON,
+// health and readiness, the compiled-in web files. A SQLite store in memory and a fake clock.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "dashboard/fleet_view.h"
+#include "dashboard/status_endpoints.h"
+#include "http/http_server.h"
+#include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/even_tasks.h"
+#include "testing/fake_clock.h"
+#include "testing/http_get.h"
+#include "testing/must.h"
+#include "testing/prometheus_text.h"
+
+namespace minions::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr absl::Duration kTtl = absl::Seconds(10);
+
+class DashboardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = Must(SqliteMetadataStore::Open(":memory:", StoreOptions{}));
+    fleet_ = std::make_unique<FleetView>(store_.get(), &clock_, absl::Seconds(1));
+    fleet_->ExportMetrics(&registry_);
+    InstallStatusEndpoints({store_.get(), &clock_, fleet_.get(), &registry_, [this] { return serving_.load(); }},
+                           &http_);
+    ASSERT_TRUE(http_.Start("127.0.0.1:0").ok());
+    base_ = absl::StrCat("http://127.0.0.1:", http_.port());
+  }
+  void TearDown() override { http_.Stop(); }
+
+  std::string Register(const std::string& name, const std::string& gpu) {
+    ExecutorInfo info;
+    info.name = name;
+    info.chip = "Test CPU";
+    info.gpu = gpu;
+    info.memory_bytes = int64_t{8} << 30;
+    info.runners = {"llama"};
+    info.max_tasks = 4;
+    return Must(store_->RegisterExecutor("", info, clock_.Now())).id;
+  }
+
+  // A job of `n_tasks` tasks of 10 records each, for team "ml".
+  std::string Submit(int n_tasks) {
+    JobSpec spec;
+    spec.team = "ml";
+    spec.model = "/models/tiny.gguf";
+    spec.input_key = "inputs/in.jsonl";
+    spec.shard_size = 10;
+    std::vector<Task> tasks = EvenTasks(n_tasks, 10);
+    Job job = Must(store_->CreateJob(spec, clock_.Now()));
+    EXPECT_TRUE(store_->AddTasks(job.id, tasks, n_tasks * 10, clock_.Now()).ok());
+    return job.id;
+  }
+
+  std::map<std::string, double> Scrape() {
+    HttpReply reply = HttpGet(base_ + "/metrics");
+    EXPECT_EQ(reply.status, 200);
+    EXPECT_THAT(reply.content_type, StartsWith("text/plain; version=0.0.4"));
+    return ParsePrometheusSamples(reply.body);
+  }
+
+  Json GetJson(const std::string& path, long want_status = 200) {
+    HttpReply reply = HttpGet(base_ + path);
+    EXPECT_EQ(reply.status, want_status) << path << ": " << reply.body;
+    EXPECT_EQ(reply.content_type, "application/json");
+    return Must(ParseJson(reply.body));
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<SqliteMetadataStore> store_;
+  metrics::Registry registry_;
+  std::unique_ptr<FleetView> fleet_;
+  std::atomic<bool> serving_{true};
+  HttpServer http_;
+  std::string base_;
+};
+
+TEST_F(DashboardTest, AScrapeCountsJobsTasksAndExecutorsByStateFromTheStore) {
+  std::string gpu_box = Register("gpu-box", "RTX 4090");
+  std::string laptop = Register("laptop", "");
+  std::string job = Submit(3);
+  clock_.Advance(absl::Seconds(1));  // the older job is leased first
+  Submit(2);  // stays queued: all its tasks pending
+  std::vector<Lease> leases = Must(store_->LeaseTasks(gpu_box, 1, kTtl, clock_.Now()));
+  ASSERT_EQ(leases.size(), 1u);
+  // The lease holder reports 4 records done so far; the laptop's owner sat down.
+  LeaseProgress progress{job, leases[0].task.index, leases[0].task.attempt, 4, 1};
+  ASSERT_TRUE(store_->Heartbeat(gpu_box, ExecutorState::kBusy, "", {progress}, kTtl, clock_.Now()).ok());
+  ASSERT_TRUE(store_->Heartbeat(laptop, ExecutorState::kOwnerActive, "keyboard", {}, kTtl, clock_.Now()).ok());
+
+  auto s = Scrape();
+  EXPECT_EQ(s["minions_store_up"], 1);
+  EXPECT_EQ(s["minions_jobs{state=\"running\"}"], 1);
+  EXPECT_EQ(s["minions_jobs{state=\"queued\"}"], 1);
+  EXPECT_EQ(s["minions_jobs{state=\"completed\"}"], 0);
+  EXPECT_EQ(s["minions_tasks{state=\"pending\"}"], 4);  // 2 of the running job, 2 of the queued one
+  EXPECT_EQ(s["minions_tasks{state=\"running\"}"], 1);
+  EXPECT_EQ(s["minions_executors{state=\"busy\"}"], 1);
+  EXPECT_EQ(s["minions_executors{state=\"owner_active\"}"], 1);
+  EXPECT_EQ(s["minions_executors{state=\"lost\"}"], 0);
+  std::string labels = absl::StrCat("job_id=\"", job, "\",team=\"ml\"");
+  EXPECT_EQ(s[absl::StrCat("minions_job_records{", labels, ",kind=\"total\"}")], 30);
+  EXPECT_EQ(s[absl::StrCat("minions_job_records{", labels, ",kind=\"in_flight\"}")], 4);
+  EXPECT_EQ(s[absl::StrCat("minions_job_tasks{", labels, ",state=\"running\"}")], 1);
+
+  // The fleet as the dashboard sees it: device, state, owner, current task.
+  Json fleet = GetJson("/api/fleet");
+  ASSERT_EQ(fleet["executors"].size(), 2u);
+  for (const Json& e : fleet["executors"]) {
+    if (e["id"] == gpu_box) {
+      EXPECT_EQ(e["device"], "RTX 4090");
+      EXPECT_EQ(e["state"], "busy");
+      EXPECT_EQ(e["owner"], "away");
+      ASSERT_EQ(e["tasks"].size(), 1u);
+      EXPECT_EQ(e["tasks"][0]["job"], job);
+      EXPECT_EQ(e["tasks"][0]["records_done"], 4);
+    } else {
+      EXPECT_EQ(e["device"], "Test CPU");
+      EXPECT_EQ(e["state"], "owner_active");
+      EXPECT_EQ(e["state_reason"], "keyboard");
+      EXPECT_EQ(e["owner"], "present");
+      EXPECT_TRUE(e["tasks"].empty());
+    }
+  }
+  EXPECT_EQ(fleet["executors_by_state"]["busy"], 1);
+}
+
+TEST_F(DashboardTest, JobsShowProgressRateAndEta) {
+  std::string executor = Register("worker", "");
+  std::string job = Submit(2);
+  std::vector<Lease> leases = Must(store_->LeaseTasks(executor, 2, kTtl, clock_.Now()));
+  ASSERT_EQ(leases.size(), 2u);
+  clock_.Advance(absl::Seconds(10));
+  ASSERT_TRUE(store_->CompleteTask(executor, job, 0, 1, 10, 2, clock_.Now()).ok());
+
+  Json jobs = GetJson("/api/jobs");
+  ASSERT_EQ(jobs["jobs"].size(), 1u);
+  const Json& j = jobs["jobs"][0];
+  EXPECT_EQ(j["id"], job);
+  EXPECT_EQ(j["state"], "running");
+  EXPECT_EQ(j["records_succeeded"], 8);
+  EXPECT_EQ(j["records_failed"], 2);
+  EXPECT_DOUBLE_EQ(j["progress"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(j["records_per_second"].get<double>(), 1.0);  // 10 records in 10 s
+  EXPECT_DOUBLE_EQ(j["eta_seconds"].get<double>(), 10.0);
+
+  // One job: its tasks and their errors.
+  ASSERT_TRUE(store_->FailTask(executor, job, 1, 1, FailureClass::kRetryable, "runner crashed", clock_.Now()).ok());
+  Json detail = GetJson("/api/job?id=" + job);
+  EXPECT_EQ(detail["job"]["id"], job);
+  ASSERT_EQ(detail["tasks"].size(), 2u);
+  EXPECT_EQ(detail["tasks"][0]["state"], "succeeded");
+  EXPECT_EQ(detail["tasks"][1]["state"], "pending");
+  ASSERT_EQ(detail["errors"].size(), 1u);
+  EXPECT_EQ(detail["errors"][0]["task"], 1);
+  EXPECT_EQ(detail["errors"][0]["message"], "runner crashed");
+
+  EXPECT_THAT(GetJson("/api/job", 400)["error"].get<std::string>(), HasSubstr("which job"));
+  EXPECT_THAT(GetJson("/api/job?id=job-nope", 404)["error"].get<std::string>(), HasSubstr("job-nope"));
+}
+
+TEST_F(DashboardTest, ScrapesWithinTheCacheAgeCostNoStoreReadAndLaterOnesSeeChanges) {
+  Submit(1);
+  EXPECT_EQ(Scrape()["minions_jobs{state=\"queued\"}"], 1);
+  Submit(1);
+  EXPECT_EQ(Scrape()["minions_jobs{state=\"queued\"}"], 1);  // cached
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Scrape()["minions_jobs{state=\"queued\"}"], 2);
+}
+
+TEST_F(DashboardTest, EndedJobsAreRecountedWhenAJobEnds) {
+  std::string job = Submit(1);
+  auto before = Scrape();
+  EXPECT_EQ(before["minions_jobs{state=\"queued\"}"], 1);
+  EXPECT_EQ(before["minions_jobs{state=\"failed\"}"], 0);
+  ASSERT_TRUE(store_->FailJob(job, "input unreadable", clock_.Now()).ok());
+  clock_.Advance(absl::Seconds(2));  // past the 1 s cache: the job has left the unfinished ones...
+  EXPECT_EQ(Scrape()["minions_jobs{state=\"queued\"}"], 0);
+  clock_.Advance(absl::Seconds(4));  // ...and 5 s after the last count, well before 30 s, it is counted
+  auto after = Scrape();
+  EXPECT_EQ(after["minions_jobs{state=\"queued\"}"], 0);
+  EXPECT_EQ(after["minions_jobs{state=\"failed\"}"], 1);
+  // An ended job stays on the dashboard's list, and leaves the per-job series.
+  Json jobs = GetJson("/api/jobs");
+  ASSERT_EQ(jobs["jobs"].size(), 1u);
+  EXPECT_EQ(jobs["jobs"][0]["state"], "failed");
+  EXPECT_EQ(after.count(absl::StrCat("minions_job_records{job_id=\"", job, "\",team=\"ml\",kind=\"total\"}")), 0u);
+}
+
+TEST_F(DashboardTest, HealthAndReadiness) {
+  HttpReply health = HttpGet(base_ + "/healthz");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(HttpGet(base_ + "/readyz").status, 200);
+  serving_ = false;  // shutting down
+  HttpReply ready = HttpGet(base_ + "/readyz");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_THAT(ready.body, HasSubstr("shutting down"));
+  EXPECT_EQ(HttpGet(base_ + "/healthz").status, 200);  // alive all the same
+}
+
+TEST_F(DashboardTest, TheDashboardIsServedFromTheBinary) {
+  HttpReply page = HttpGet(base_ + "/");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_THAT(page.content_type, StartsWith("text/html"));
+  EXPECT_THAT(page.body, HasSubstr("<script src=\"/app.js\">"));
+  HttpReply script = HttpGet(base_ + "/app.js");
+  EXPECT_EQ(script.status, 200);
+  EXPECT_THAT(script.content_type, StartsWith("text/javascript"));
+  EXPECT_THAT(script.body, HasSubstr("/api/fleet"));
+  EXPECT_EQ(HttpGet(base_ + "/style.css").status, 200);
+  HttpReply missing = HttpGet(base_ + "/nothing-here");
+  EXPECT_EQ(missing.status, 404);
+}
+
+TEST(HttpServerTest, AnAddressWithoutAPortOrATakenPortIsAClearError) {
+  HttpServer a;
+  absl::Status bad = a.Start("localhost");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("host:port"));
+  HttpServer b;
+  ASSERT_TRUE(b.Start("127.0.0.1:0").ok());
+  HttpServer c;
+  absl::Status taken = c.Start(absl::StrCat("127.0.0.1:", b.port()));
+  EXPECT_FALSE(taken.ok());
+  EXPECT_THAT(std::string(taken.message()), HasSubstr("cannot listen"));
+}
+
+}  // namespace
+}  // namespace minions::testing

@@ -1,0 +1,311 @@
+// Observability end to end with real processes on loopback: a server and executors running the
+// llama.cpp runner on the test model, scraped by a real Prometheus (Debian `prometheus`) and
+// watched by a real browser (headless Chromium), while a job runs.
+
+#include <curl/curl.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "cli/sample_prompts.h"
+#include "common/json_util.h"
+#include "testing/http_get.h"
+#include "testing/process_pool.h"
+
+namespace minions::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::Gt;
+
+const std::string kBin = MINIONS_TEST_BIN_DIR;
+const std::string kModel = std::string(MINIONS_TEST_MODELS_DIR) + "/text.gguf";
+const std::string kSource = MINIONS_SOURCE_DIR;
+const std::string kArtifacts = MINIONS_TEST_ARTIFACTS_DIR;
+
+std::string TempDir(const std::string& name) {
+  return (fs::temp_directory_path() / absl::StrCat("minions-obs-", getpid(), "-", name)).string();
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A job of `records` sample prompts (two of them malformed), `shard_size` records per task.
+absl::StatusOr<v1::Job> SubmitSample(ProcessPool& pool, int records, int64_t shard_size) {
+  cli::SamplePromptOptions sample;
+  sample.records = records;
+  sample.max_tokens = 16;
+  std::string input;
+  for (const auto& line : cli::SamplePromptLines(sample)) input += line + "\n";
+  v1::SubmitJobRequest request;
+  request.set_input(input);
+  request.set_model(kModel);
+  request.set_shard_size(shard_size);
+  request.set_team("research");
+  return cli::JobsClient(pool.connection()).Submit(request);
+}
+
+v1::Job WaitForEnd(ProcessPool& pool, const std::string& job_id, absl::Duration timeout) {
+  cli::JobsClient client(pool.connection());
+  absl::Time deadline = absl::Now() + timeout;
+  v1::Job job;
+  while (absl::Now() < deadline) {
+    auto now = client.Get(job_id);
+    if (now.ok()) {
+      job = *now;
+      if (job.state() == "completed" || job.state() == "failed" || job.state() == "cancelled") return job;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ADD_FAILURE() << "job " << job_id << " did not end; logs in " << pool.dir() << "/logs";
+  return job;
+}
+
+// A real Prometheus with a temporary configuration and storage, scraping every second.
+class PrometheusProcess {
+ public:
+  // `targets`: job name -> "host:port" addresses.
+  static absl::StatusOr<std::unique_ptr<PrometheusProcess>> Start(
+      const std::string& dir, const std::map<std::string, std::vector<std::string>>& targets) {
+    fs::create_directories(dir + "/data");
+    std::string config =
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nscrape_configs:\n";
+    for (const auto& [job, addresses] : targets) {
+      absl::StrAppend(&config, "  - job_name: ", job, "\n    static_configs:\n      - targets: [");
+      for (size_t i = 0; i < addresses.size(); ++i) absl::StrAppend(&config, i ? ", " : "", "'", addresses[i], "'");
+      absl::StrAppend(&config, "]\n");
+    }
+    std::ofstream(dir + "/prometheus.yml") << config;
+    auto p = std::unique_ptr<PrometheusProcess>(new PrometheusProcess);
+    p->address_ = absl::StrCat("127.0.0.1:", PickFreePort());
+    Subprocess::Options sp;
+    sp.argv = {"prometheus", "--config.file=" + dir + "/prometheus.yml", "--storage.tsdb.path=" + dir + "/data",
+               "--web.listen-address=" + p->address_, "--log.level=warn"};
+    sp.stderr_path = dir + "/prometheus.log";
+    auto process = Subprocess::Start(sp);
+    if (!process.ok()) return process.status();
+    p->process_ = std::move(*process);
+    p->process_->CloseStdin();
+    for (int i = 0; i < 300; ++i) {
+      if (HttpGet(absl::StrCat("http://", p->address_, "/-/ready"), 1000).status == 200) return p;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return absl::DeadlineExceededError("prometheus did not become ready; see " + dir + "/prometheus.log");
+  }
+  ~PrometheusProcess() {
+    process_->Signal(SIGTERM);
+    if (!process_->Wait(absl::Seconds(10)).ok()) process_->Signal(SIGKILL);
+  }
+
+  // The instant query API: {"status": ..., "data": {"resultType": ..., "result": [...]}}.
+  Json Query(const std::string& promql) {
+    char* escaped = curl_easy_escape(nullptr, promql.c_str(), static_cast<int>(promql.size()));
+    std::string url = absl::StrCat("http://", address_, "/api/v1/query?query=", escaped);
+    curl_free(escaped);
+    HttpReply reply = HttpGet(url);
+    auto json = ParseJson(reply.body);
+    return json.ok() ? *json : Json{{"status", "unreachable"}, {"error", reply.body}};
+  }
+  // The single value of a query whose result is one sample; nullopt when it has none (yet).
+  std::optional<double> Value(const std::string& promql) {
+    Json r = Query(promql);
+    const Json& result = r["data"]["result"];
+    if (r["status"] != "success" || !result.is_array() || result.size() != 1) return std::nullopt;
+    return std::stod(result[0]["value"][1].get<std::string>());
+  }
+  // Polls until `promql` has one value satisfying `ok`; returns the last value seen.
+  std::optional<double> WaitFor(const std::string& promql, const std::function<bool(double)>& ok,
+                                absl::Duration timeout = absl::Seconds(30)) {
+    absl::Time deadline = absl::Now() + timeout;
+    std::optional<double> v;
+    while (absl::Now() < deadline) {
+      v = Value(promql);
+      if (v && ok(*v)) return v;
+      absl::SleepFor(absl::Milliseconds(250));
+    }
+    return v;
+  }
+
+ private:
+  PrometheusProcess() = default;
+  std::string address_;
+  std::unique_ptr<Subprocess> process_;
+};
+
+// Every PromQL expression in the provisioned Grafana dashboards.
+std::vector<std::string> GrafanaQueries() {
+  std::vector<std::string> exprs;
+  std::function<void(const Json&)> walk = [&](const Json& node) {
+    if (node.is_object()) {
+      if (node.contains("expr") && node["expr"].is_string()) exprs.push_back(node["expr"].get<std::string>());
+      for (const auto& [key, value] : node.items()) {
+        if (key == "templating") continue;  // variables are checked apart: they hold label_values()
+        walk(value);
+      }
+    } else if (node.is_array()) {
+      for (const auto& item : node) walk(item);
+    }
+  };
+  for (const auto& entry : fs::directory_iterator(kSource + "/deploy/grafana/dashboards")) {
+    if (entry.path().extension() != ".json") continue;
+    auto dashboard = ParseJson(ReadAll(entry.path().string()));
+    EXPECT_TRUE(dashboard.ok()) << entry.path() << ": " << dashboard.status();
+    if (dashboard.ok()) walk(*dashboard);
+  }
+  return exprs;
+}
+
+TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
+  std::string dir = TempDir("prometheus");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  ASSERT_TRUE(pool.StartServer().ok());
+  std::vector<std::string> executor_metrics;
+  for (const char* name : {"e1", "e2"}) {
+    executor_metrics.push_back(absl::StrCat("127.0.0.1:", PickFreePort()));
+    ASSERT_TRUE(pool.StartExecutor(name, 1, "", "", {"--metrics-listen", executor_metrics.back()}).ok());
+  }
+  auto prometheus = PrometheusProcess::Start(
+      dir + "/prometheus", {{"minions-server", {pool.http_address()}}, {"minions-executor", executor_metrics}});
+  ASSERT_TRUE(prometheus.ok()) << prometheus.status();
+  PrometheusProcess& prom = **prometheus;
+  ASSERT_EQ(prom.WaitFor("up{job=\"minions-server\"}", [](double v) { return v == 1; }), 1.0);
+  ASSERT_EQ(prom.WaitFor("sum(up{job=\"minions-executor\"})", [](double v) { return v == 2; }), 2.0);
+
+  auto job = SubmitSample(pool, 120, 10);  // 12 tasks
+  ASSERT_TRUE(job.ok()) << job.status();
+  // While it runs, Prometheus sees it running, and the executors working.
+  EXPECT_EQ(prom.WaitFor("minions_jobs{state=\"running\"}", [](double v) { return v == 1; }), 1.0);
+  EXPECT_THAT(prom.WaitFor(absl::StrCat("minions_job_records{job_id=\"", job->id(), "\",kind=\"total\"}"),
+                           [](double v) { return v > 0; }),
+              ::testing::Optional(120.0));
+  // A scrape while the job runs: the per-job series exist only until the job ends.
+  std::string scraped = HttpGet("http://" + pool.http_address() + "/metrics").body;
+  v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(5));
+  ASSERT_EQ(done.state(), "completed") << done.error();
+
+  // After the job: counters add up to what the job did.
+  EXPECT_EQ(prom.WaitFor("sum(minions_records_succeeded_total{team=\"research\"})", [](double v) { return v == 118; }),
+            118.0);
+  EXPECT_EQ(prom.WaitFor("sum(minions_records_failed_total{team=\"research\"})", [](double v) { return v == 2; }), 2.0);
+  EXPECT_THAT(prom.Value("sum(minions_leases_granted_total)"), ::testing::Optional(::testing::Ge(12.0)));
+  EXPECT_THAT(prom.WaitFor("sum(minions_task_duration_seconds_count)", [](double v) { return v >= 12; }),
+              ::testing::Optional(::testing::Ge(12.0)));
+  EXPECT_EQ(prom.Value("sum(minions_task_queue_wait_seconds_count)"), 12.0);
+  // Plausible times: tasks took more than nothing and less than the whole test.
+  auto mean_duration = prom.Value("sum(minions_task_duration_seconds_sum) / sum(minions_task_duration_seconds_count)");
+  ASSERT_TRUE(mean_duration.has_value());
+  EXPECT_GT(*mean_duration, 0.001);
+  EXPECT_LT(*mean_duration, 300);
+  EXPECT_THAT(prom.Value("sum(minions_harvested_device_seconds_total{team=\"research\",device=\"cpu\"})"),
+              ::testing::Optional(Gt(0.0)));
+  // Records per second: the rate of the counter was above zero at some point of the job.
+  EXPECT_THAT(prom.Value("max_over_time(sum(rate(minions_records_succeeded_total[3s]))[5m:1s])"),
+              ::testing::Optional(Gt(0.0)));
+  EXPECT_EQ(prom.WaitFor("minions_jobs{state=\"completed\"}", [](double v) { return v == 1; }), 1.0);
+  EXPECT_EQ(prom.Value("minions_jobs{state=\"running\"}"), 0.0);
+  EXPECT_EQ(prom.Value("sum(minions_executors{state=~\"available|busy\"})"), 2.0);
+  EXPECT_EQ(prom.Value("minions_store_up"), 1.0);
+  // The executors' own metrics: one state each, a runner with a model in memory.
+  EXPECT_EQ(prom.WaitFor("sum(minions_executor_state)", [](double v) { return v == 2; }), 2.0);
+  EXPECT_EQ(prom.Value("count(minions_executor_runner_memory_bytes > 1e6)"), 2.0);
+  EXPECT_EQ(prom.Value("sum(minions_executor_tasks_completed_total)"), 12.0);
+
+  // Grafana: every query parses and runs in Prometheus, and names only series a scrape has.
+  scraped += HttpGet("http://" + pool.http_address() + "/metrics").body;
+  for (const auto& e : executor_metrics) scraped += HttpGet("http://" + e + "/metrics").body;
+  std::vector<std::string> queries = GrafanaQueries();
+  EXPECT_GE(queries.size(), 15u) << "the dashboards hold fewer queries than expected";
+  std::regex name_re("minions_[a-z0-9_]+");
+  for (const std::string& expr : queries) {
+    std::string promql = absl::StrReplaceAll(
+        expr, {{"$__rate_interval", "5s"}, {"$__interval", "5s"}, {"$__range", "5m"}, {"$job_id", job->id()},
+               {"$team", "research"}, {"$instance", ".*"}});
+    Json result = prom.Query(promql);
+    EXPECT_EQ(result["status"], "success") << expr << "\n" << DumpJson(result);
+    for (auto it = std::sregex_iterator(expr.begin(), expr.end(), name_re); it != std::sregex_iterator(); ++it) {
+      std::string name = it->str();
+      bool present = scraped.find("\n" + name + "{") != std::string::npos ||
+                     scraped.find("\n" + name + " ") != std::string::npos;
+      EXPECT_TRUE(present) << "Grafana query uses " << name << ", which no scrape has: " << expr;
+    }
+  }
+  // Variables (label_values(...)) too: every series named anywhere in a dashboard.
+  for (const auto& entry : fs::directory_iterator(kSource + "/deploy/grafana/dashboards")) {
+    std::string text = ReadAll(entry.path().string());
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), name_re); it != std::sregex_iterator(); ++it) {
+      std::string name = it->str();
+      EXPECT_TRUE(scraped.find("\n" + name + "{") != std::string::npos ||
+                  scraped.find("\n" + name + " ") != std::string::npos)
+          << entry.path().filename() << " names " << name << ", which no scrape has";
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
+  std::string dir = TempDir("chromium");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  ASSERT_TRUE(pool.StartServer().ok());
+  for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
+  fs::create_directories(kArtifacts);
+  std::string screenshot = kArtifacts + "/dashboard.png";
+  fs::remove(screenshot);
+
+  Subprocess::Options sp;
+  sp.argv = {"node", "--experimental-websocket", "--no-warnings", kSource + "/tests/js/dashboard_check.mjs",
+             absl::StrCat("http://", pool.http_address(), "/"), screenshot, "240"};
+  sp.stderr_path = dir + "/dashboard_check.log";
+  auto browser = Subprocess::Start(sp);
+  ASSERT_TRUE(browser.ok()) << browser.status();
+  (*browser)->CloseStdin();
+  auto next = [&]() -> Json {
+    auto line = (*browser)->ReadLine(absl::Minutes(4));
+    if (!line.ok()) return Json{{"event", "eof"}, {"why", ReadAll(dir + "/dashboard_check.log")}};
+    auto json = ParseJson(*line);
+    return json.ok() ? *json : Json{{"event", "garbage"}, {"line", *line}};
+  };
+  // The page is up before the job exists, so it sees the job from its first state.
+  Json loaded = next();
+  ASSERT_EQ(loaded["event"], "loaded") << DumpJson(loaded);
+  // Long enough (several seconds) for the page's once-a-second updates to catch it part-way.
+  auto job = SubmitSample(pool, 240, 10);
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  Json event;
+  std::vector<double> progress;
+  while ((event = next())["event"] == "progress") {
+    EXPECT_EQ(event["job"], job->id());
+    progress.push_back(event["progress"].get<double>());
+  }
+  ASSERT_EQ(event["event"], "done") << DumpJson(event);
+  EXPECT_EQ(event["job"], job->id());
+  EXPECT_EQ(event["tasks"], 24) << "the job's detail view lists its tasks";
+  // The page showed the job part-way, then finished, never going backwards.
+  ASSERT_GE(progress.size(), 2u);
+  EXPECT_TRUE(std::any_of(progress.begin(), progress.end(), [](double p) { return p > 0 && p < 1; }))
+      << "no intermediate progress seen";
+  EXPECT_EQ(progress.back(), 1.0);
+  EXPECT_TRUE(std::is_sorted(progress.begin(), progress.end()));
+  auto exit = (*browser)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(exit.ok());
+  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
+  // The screenshot is kept under the build directory for a person to look at.
+  ASSERT_TRUE(fs::exists(screenshot));
+  EXPECT_GT(fs::file_size(screenshot), 10000u);
+  EXPECT_EQ(ReadAll(screenshot).substr(1, 3), "PNG");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace minions::testing

@@ -1,0 +1,131 @@
+// The Minions dashboard: polls the server's JSON endpoints once a second and redraws. No
+// framework and no build step; the server compiles this file in (cmake/EmbedFiles.cmake).
+"use strict";
+
+const POLL_MS = 1000;
+let selectedJob = null;
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("data-")) node.setAttribute(k, v);
+    else node[k] = v;
+  }
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c ?? "")));
+  return node;
+}
+
+function stateBadge(state) { return el("span", { class: "state state-" + state }, state); }
+
+function duration(seconds) {
+  if (seconds == null || seconds < 0) return "?";
+  if (seconds < 60) return Math.round(seconds) + " s";
+  if (seconds < 3600) return Math.floor(seconds / 60) + " min " + Math.round(seconds % 60) + " s";
+  return Math.floor(seconds / 3600) + " h " + Math.round((seconds % 3600) / 60) + " min";
+}
+
+function progressBar(fraction) {
+  const pct = Math.round(fraction * 1000) / 10;
+  return el("span", {}, el("span", { class: "bar" }, el("span", { style: "" })), el("span", { class: "pct" }, pct.toFixed(1) + " %"));
+}
+
+function setBar(cell, fraction) {
+  cell.replaceChildren(progressBar(fraction));
+  cell.querySelector(".bar > span").style.width = (fraction * 100).toFixed(1) + "%";
+}
+
+async function getJson(path) {
+  const res = await fetch(path, { cache: "no-store" });
+  const body = await res.json();
+  if (!res.ok) throw new Error(body.error || res.statusText);
+  return body;
+}
+
+function renderFleet(fleet) {
+  const body = document.querySelector("#fleet tbody");
+  body.replaceChildren(...fleet.executors.map((e) => {
+    const tasks = e.tasks.length === 0 ? el("span", { class: "muted" }, "none")
+      : el("span", {}, e.tasks.map((t) => `${t.job} #${t.index} (${t.records_done}/${t.records})`).join(", "));
+    return el("tr", { "data-executor": e.id },
+      el("td", {}, e.name, " ", el("span", { class: "muted" }, e.id)),
+      el("td", {}, e.device || "?", e.gpu ? "" : el("span", { class: "muted" }, " (CPU)")),
+      el("td", {}, stateBadge(e.state), e.state_reason ? el("span", { class: "muted" }, " " + e.state_reason) : ""),
+      el("td", { "data-owner": e.owner }, e.owner),
+      el("td", {}, tasks),
+      el("td", { class: "num" }, e.records_done),
+      el("td", { class: "num" }, duration(e.last_heartbeat_age_seconds) + " ago"));
+  }));
+  const c = fleet.executors_by_state;
+  const parts = Object.entries(c).map(([k, v]) => `${v} ${k}`);
+  const jobs = fleet.jobs_by_state;
+  document.getElementById("counts").textContent =
+    `${fleet.executors.length} executors (${parts.join(", ") || "none"}) · ${jobs.running || 0} jobs running, ${jobs.queued || 0} queued`;
+}
+
+function renderJobs(list) {
+  const body = document.querySelector("#jobs tbody");
+  body.replaceChildren(...list.jobs.map((j) => {
+    const progress = el("td", { class: "progress", "data-progress": String(j.progress) });
+    setBar(progress, j.progress);
+    const row = el("tr", { class: "clickable", "data-job": j.id },
+      el("td", {}, j.id),
+      el("td", {}, j.team),
+      el("td", {}, stateBadge(j.state)),
+      progress,
+      el("td", { class: "num" }, `${j.records_succeeded + j.records_failed}/${j.records_total}` + (j.records_failed ? ` (${j.records_failed} failed)` : "")),
+      el("td", { class: "num" }, j.records_per_second.toFixed(1) + " rec/s"),
+      el("td", { class: "num eta" }, j.state === "completed" ? "done" : duration(j.eta_seconds)));
+    row.addEventListener("click", () => { location.hash = "job=" + j.id; });
+    return row;
+  }));
+}
+
+function renderJob(detail) {
+  const j = detail.job;
+  document.getElementById("job-detail").hidden = false;
+  document.getElementById("job-id").textContent = j.id;
+  document.getElementById("job-summary").textContent =
+    `${j.state} · ${Math.round(j.progress * 100)} % · ${j.records_succeeded} succeeded, ${j.records_failed} failed of ${j.records_total}` +
+    ` · tasks ${j.tasks_done}/${j.tasks_total} · model ${j.model}` + (j.error ? ` · ${j.error}` : "");
+  const errors = detail.errors.map((e) => el("li", {}, `task ${e.task} attempt ${e.attempt} (${e.state}): ${e.message}`));
+  if (j.error) errors.unshift(el("li", {}, j.error));
+  document.getElementById("job-errors").replaceChildren(...(errors.length ? errors : [el("li", { class: "muted" }, "none")]));
+  document.querySelector("#job-tasks tbody").replaceChildren(...detail.tasks.map((t) => el("tr", { "data-task": t.index },
+    el("td", { class: "num" }, t.index),
+    el("td", {}, stateBadge(t.state)),
+    el("td", { class: "num" }, t.attempt),
+    el("td", {}, t.executor),
+    el("td", { class: "num" }, `${t.state === "succeeded" ? t.records : t.records_done}/${t.records}`),
+    el("td", { class: "num" }, t.failures),
+    el("td", { class: "num" }, t.preemptions),
+    el("td", {}, t.last_error))));
+}
+
+function readHash() {
+  const m = location.hash.match(/job=([^&]+)/);
+  selectedJob = m ? decodeURIComponent(m[1]) : null;
+  if (!selectedJob) document.getElementById("job-detail").hidden = true;
+}
+
+async function poll() {
+  const status = document.getElementById("status");
+  try {
+    const [fleet, jobs] = await Promise.all([getJson("/api/fleet"), getJson("/api/jobs")]);
+    renderFleet(fleet);
+    renderJobs(jobs);
+    if (selectedJob) renderJob(await getJson("/api/job?id=" + encodeURIComponent(selectedJob)));
+    status.textContent = "updated " + new Date().toLocaleTimeString();
+    status.className = "status";
+    document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
+  } catch (err) {
+    status.textContent = "cannot reach the server: " + err.message;
+    status.className = "status error";
+  }
+  setTimeout(poll, POLL_MS);
+}
+
+window.addEventListener("hashchange", readHash);
+document.getElementById("job-close").addEventListener("click", (e) => { e.preventDefault(); location.hash = ""; });
+readHash();
+poll();
