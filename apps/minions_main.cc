@@ -20,6 +20,7 @@
 #include "executor/agent.h"
 #include "absl/strings/match.h"
 #include "config.h"
+#include "executor_commands.h"
 #include "local_pool.h"
 #include "minions/version.h"
 
@@ -135,7 +136,8 @@ int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
   return 1;
 }
 
-int RunExecutor(const minions::cli::Connection& connection, minions::AgentOptions options, bool exit_with_parent) {
+int RunExecutor(const minions::cli::Connection& connection, minions::AgentOptions options, bool exit_with_parent,
+                const minions::AvailabilityOptions& availability) {
 #ifdef __linux__
   if (exit_with_parent) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -146,6 +148,12 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
   minions::RealClock clock;
   minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(connection.server, connection.token),
                                std::make_unique<minions::UrlBlobClient>(), &clock);
+  // Owner first: the availability controller and the owner's control channel (executor_commands.cc).
+  auto owner = minions::apps::OwnerSide::Start(availability, &agent, &clock, options.state_dir);
+  if (!owner.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(owner.status().message()).c_str());
+    return 1;
+  }
   InstallSignalHandlers();
   // First signal: drain (finish the current task). Second: hand the task back now.
   std::atomic<bool> done{false};
@@ -246,6 +254,9 @@ int main(int argc, char** argv) {
   executor_cmd->add_flag("--exit-with-parent", exit_with_parent, "exit when the parent process does (Linux)");
   executor_cmd->add_option("--runner-threads", agent_options.runner_threads,
                            "CPU threads for the runner when the job does not set them (default: all cores but one)");
+  minions::apps::ExecutorFlags executor_flags;
+  std::string owner_state_dir;
+  minions::apps::AddExecutorCommands(executor_cmd, &executor_flags, &owner_state_dir);
 
   minions::cli::PoolOptions pool_options;
   pool_options.data_dir = home + "/pool";
@@ -354,12 +365,18 @@ int main(int argc, char** argv) {
     return server_cmd->parsed() ? RunServer(*config) : RunWatchdog(*config);
   }
   if (executor_cmd->parsed()) {
+    if (auto code = minions::apps::RunOwnerVerb(executor_flags, owner_state_dir)) return *code;
+    auto availability = minions::apps::LoadAvailability(executor_flags);
+    if (!availability.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(availability.status().message()).c_str());
+      return 1;
+    }
     if (!runner_program.empty()) agent_options.runner_command = {runner_program};
     if (agent_options.runner_threads == 0) {
       // Leave a core to the machine's owner and to this agent (see docs/architecture.md).
       agent_options.runner_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
     }
-    return RunExecutor(connection, agent_options, exit_with_parent);
+    return RunExecutor(connection, agent_options, exit_with_parent, *availability);
   }
   if (up_cmd->parsed()) return RunUp(pool_options);
   if (submit_cmd->parsed()) {

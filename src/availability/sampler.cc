@@ -11,10 +11,10 @@ void Sampler::ReportActivity(absl::Time when) {
   activity_ = std::max(activity_, when);
 }
 
-Snapshot Sampler::Sample(absl::Time now) {
+Snapshot Sampler::Sample(absl::Time now, bool all) {
   next_due_ = absl::InfiniteFuture();
   for (auto& e : probes_) {
-    if (now >= e.due) {
+    if (all || now >= e.due) {
       e.probe->Fill(&snapshot_, now);
       e.due = now + e.probe->cadence();
     }

@@ -16,8 +16,9 @@ class Sampler {
  public:
   explicit Sampler(std::vector<std::unique_ptr<Probe>> probes);
 
-  // Runs the probes that are due (all of them on the first call) and returns the snapshot.
-  Snapshot Sample(absl::Time now);
+  // Runs the probes that are due (all of them on the first call, or with `all`) and returns the
+  // snapshot.
+  Snapshot Sample(absl::Time now, bool all = false);
   // When the next probe is due.
   absl::Time NextDue() const { return next_due_; }
   void ReportActivity(absl::Time when);

@@ -128,12 +128,18 @@ absl::Status ExecutorAgent::Run() {
       active = active_.size();
     }
     if (drain_ && active == 0) break;
-    if (!drain_) LeaseMore();
-    FeedRunner();
+    // Owner first: the availability controller may hold the loop (agent_yield.cc).
+    bool hold = ApplyWorkMode();
+    if (!drain_ && !hold) LeaseMore();
+    if (!hold) FeedRunner();
     bool in_runner = false;
     for (const auto& task : ActiveTasks()) in_runner |= task->in_runner;
     if (!in_runner) {
       FlushCompletions();
+      if (hold) {
+        clock_->SleepFor(options_.idle_poll);  // woken at once when the mode changes
+        continue;
+      }
       // Idle: the next lease call long-polls, unless the last one failed (then wait it out).
       // Waiting only for completions to go through: retry them shortly.
       if (!to_complete_.empty()) {
@@ -158,6 +164,7 @@ absl::Status ExecutorAgent::Run() {
   heartbeat_stop_ = true;
   clock_->Wake();
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (frozen_) SignalRunner(SIGCONT);  // a stopped runner cannot read its shutdown
   std::unique_ptr<RunnerProcess> runner;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -446,7 +453,9 @@ void ExecutorAgent::HeartbeatLoop() {
     std::vector<TaskPtr> tasks = ActiveTasks();
     v1::HeartbeatRequest request;
     request.set_executor_id(id());
-    request.set_state(drain_ ? "draining" : (tasks.empty() ? "available" : "busy"));
+    std::string reason;
+    request.set_state(FleetState(!tasks.empty(), &reason));
+    request.set_state_reason(reason);
     for (const auto& task : tasks) {
       v1::LeaseRef* ref = request.add_leases();
       *ref = task->lease.ref();

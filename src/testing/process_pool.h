@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -88,9 +89,10 @@ class ProcessPool {
     return absl::DeadlineExceededError(absl::StrCat(name, " did not come up; see ", dir_, "/logs/", name, ".log"));
   }
 
-  // Starts an executor process. `runner` empty: the built-in llama.cpp runner.
+  // Starts an executor process. `runner` empty: the built-in llama.cpp runner. Availability is
+  // off (the test machine's owner signals are not the test's) unless `extra_args` sets it.
   absl::Status StartExecutor(const std::string& name, int runner_threads = 1, const std::string& runner = "",
-                             const std::string& server = "") {
+                             const std::string& server = "", const std::vector<std::string>& extra_args = {}) {
     Subprocess::Options sp;
     sp.argv = {minions_, "executor", "--server", server.empty() ? connection_.server : server, "--name", name,
                "--state-dir",
@@ -100,6 +102,10 @@ class ProcessPool {
       sp.argv.push_back("--runner");
       sp.argv.push_back(runner);
     }
+    if (std::find(extra_args.begin(), extra_args.end(), "--availability") == extra_args.end()) {
+      sp.argv.insert(sp.argv.end(), {"--availability", "off"});
+    }
+    sp.argv.insert(sp.argv.end(), extra_args.begin(), extra_args.end());
     sp.stderr_path = dir_ + "/logs/executor-" + name + ".log";
     auto p = Subprocess::Start(sp);
     if (!p.ok()) return p.status();
