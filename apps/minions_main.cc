@@ -146,10 +146,11 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
 #endif
   minions::SetLogComponent("executor");
   minions::RealClock clock;
+  std::string state_dir = options.state_dir;
   minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(connection.server, connection.token),
                                std::make_unique<minions::UrlBlobClient>(), &clock);
   // Owner first: the availability controller and the owner's control channel (executor_commands.cc).
-  auto owner = minions::apps::OwnerSide::Start(availability, &agent, &clock, options.state_dir);
+  auto owner = minions::apps::OwnerSide::Start(availability, &agent, &clock, state_dir);
   if (!owner.ok()) {
     fprintf(stderr, "error: %s\n", std::string(owner.status().message()).c_str());
     return 1;

@@ -8,7 +8,11 @@
 namespace minions::availability {
 namespace {
 
-std::string Ago(absl::Duration d) { return absl::StrCat(absl::FormatDuration(absl::Trunc(d, absl::Seconds(1)))); }
+// "3s", "10m", "1h5m"; "0s" rather than absl's bare "0".
+std::string Ago(absl::Duration d) {
+  d = absl::Trunc(d, absl::Seconds(1));
+  return d == absl::ZeroDuration() ? "0s" : absl::FormatDuration(d);
+}
 
 std::string Percent(double share) { return absl::StrFormat("%.0f %%", share * 100); }
 
@@ -328,11 +332,11 @@ Decision Decide(const PolicyConfig& config, const Snapshot& s, const PolicyState
                     config);
       }
       std::string why = n.manual_pause ? "paused by the owner" : "";
-      if (why.empty() && now - n.phase_since < config.min_paused && state.phase == Phase::kPaused) {
-        why = absl::StrCat("paused ", Ago(now - n.phase_since), " ago");
-      }
       if (why.empty()) why = EnvironmentProblem(config, s, n, owner, now, /*starting=*/true);
       if (why.empty()) why = IdleProblem(config, owner, now, config.resume_idle);
+      if (why.empty() && now - n.paused_since < config.min_paused) {
+        why = absl::StrCat("paused ", Ago(now - n.paused_since), " ago");
+      }
       if (why.empty()) {
         n.started_short = owner.short_threshold;
         return Act(std::move(d), Action::kResume, Phase::kRunning, now, "owner away again");
