@@ -291,9 +291,12 @@ Decision Decide(const PolicyConfig& config, const Snapshot& s, const PolicyState
 
     case Phase::kRunning: {
       if (std::string why = StopProblem(config, s, n); !why.empty()) return Stop(std::move(d), now, why, config);
-      if (n.manual_pause) return Act(std::move(d), Action::kPause, Phase::kPaused, now, "paused by the owner");
+      if (n.manual_pause) {
+        n.paused_since = now;
+        return Act(std::move(d), Action::kPause, Phase::kPaused, now, "paused by the owner");
+      }
       std::string why;
-      if (owner.last_activity > n.phase_since) {
+      if (owner.last_activity >= n.phase_since) {  // the start itself needed idle time before it
         why = absl::StrCat("owner active ", Ago(std::max(now - owner.last_activity, absl::ZeroDuration())), " ago");
       } else if (!owner.idle_known) {
         why = "input idle time unknown";

@@ -554,6 +554,20 @@ TEST(Policy, StartAfterBackoffEnds) {
   EXPECT_EQ(Decide(config, Away(clock.Now(), Minutes(35)), st, clock.Now()).action, Action::kStart);
 }
 
+TEST(Policy, EveryPauseStartsThePauseClock) {
+  testing::FakeClock clock;
+  PolicyConfig config;
+  PolicyState st = InPhase(Phase::kRunning, clock.Now());
+  st.manual_pause = true;
+  clock.Advance(Minutes(20));
+  Decision d = Decide(config, Away(clock.Now(), Minutes(30)), st, clock.Now());
+  ASSERT_EQ(d.action, Action::kPause);
+  EXPECT_EQ(d.next.paused_since, clock.Now());
+  clock.Advance(Minutes(1));
+  EXPECT_EQ(Decide(config, Away(clock.Now(), Minutes(31)), d.next, clock.Now()).action, Action::kRelease)
+      << "released after 60 s, not stopped as if paused forever";
+}
+
 TEST(Policy, KillRepeatsAfterAnotherGrace) {
   testing::FakeClock clock;
   PolicyConfig config;
