@@ -29,6 +29,9 @@ void AddExecutorCommands(CLI::App* executor, ExecutorFlags* flags, std::string* 
   flags->status = verb("status", "what the executor does, why, and the signals it reads");
   flags->activity = verb("activity", "report owner activity (as if a key were pressed): headless machines, tests");
   flags->dry_run = executor->add_subcommand("dry-run", "print what the policy would decide from live signals");
+  flags->dry_run->add_option("--config", flags->config_path, "TOML config file (or MINIONS_CONFIG): [availability]");
+  flags->dry_run->add_option("--availability", flags->availability_mode, "owner, dedicated or off");
+  flags->dry_run->add_option("--availability-set", flags->availability_set, "availability setting key=value (repeat)");
   flags->install_cmd = executor->add_subcommand("install", "print (or write) a systemd unit or a LaunchDaemon plist");
   auto* i = flags->install_cmd;
   i->add_option("--platform", flags->install.platform, "linux or macos (default: this machine's)");
