@@ -1,5 +1,7 @@
 #include "executor_commands.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -114,8 +116,9 @@ absl::StatusOr<std::unique_ptr<OwnerSide>> OwnerSide::Start(const AvailabilityOp
                                                             Clock* clock, const std::string& state_dir_flag) {
   if (options.mode == AvailabilityOptions::Mode::kOff) return nullptr;
   auto side = std::unique_ptr<OwnerSide>(new OwnerSide());
-  side->controller_ =
-      std::make_unique<AvailabilityController>(options, availability::PlatformProbes(options.probes), clock);
+  availability::ProbeOptions probes = options.probes;
+  probes.own_pids = [agent] { return std::vector<int>{static_cast<int>(getpid()), agent->RunnerPid()}; };
+  side->controller_ = std::make_unique<AvailabilityController>(options, availability::PlatformProbes(probes), clock);
   AvailabilityController* controller = side->controller_.get();
   controller->Attach(agent);
   controller->OnChange([clock] { clock->Wake(); });

@@ -110,9 +110,41 @@ std::map<std::string, int64_t> MemInfo(const std::string& root) {
   return values;
 }
 
+// Our tree through /proc/<pid>/task/<tid>/children (a few small reads, where a full /proc scan
+// reads every process's stat file); false where the kernel does not offer those files.
+bool TreeFromChildren(const std::string& root, int top, std::vector<int>* tree) {
+  tree->assign({top});
+  for (size_t i = 0; i < tree->size(); ++i) {
+    std::error_code ec;
+    fs::directory_iterator tasks(Path(root, absl::StrCat("proc/", (*tree)[i], "/task")), ec);
+    if (ec) return i > 0;  // a child that just exited is fine; no task dir for ourselves is not
+    for (const auto& task : tasks) {
+      std::string children;
+      if (!ReadWhole(task.path().string() + "/children", &children)) return false;
+      for (absl::string_view pid : absl::StrSplit(children, ' ', absl::SkipWhitespace())) {
+        int child;
+        if (absl::SimpleAtoi(pid, &child)) tree->push_back(child);
+      }
+    }
+  }
+  return true;
+}
+
+ProcStat ReadOne(const std::string& root, int pid) {
+  ProcStat stat;
+  std::string text;
+  if (ReadWhole(Path(root, absl::StrCat("proc/", pid, "/stat")), &text)) ParseProcStat(text, &stat);
+  stat.pid = pid;
+  return stat;
+}
+
 }  // namespace
 
-std::vector<int> OwnProcessTree(const std::string& root) { return TreeOf(AllProcesses(root), getpid()); }
+std::vector<int> OwnProcessTree(const std::string& root) {
+  std::vector<int> tree;
+  if (TreeFromChildren(root, getpid(), &tree)) return tree;
+  return TreeOf(AllProcesses(root), getpid());
+}
 
 int64_t MemTotalBytes(const std::string& root) {
   auto info = MemInfo(root);
@@ -133,7 +165,8 @@ int64_t ProcessRssBytes(const std::string& root, int pid) {
 
 // --- CPU ---
 
-ProcCpuProbe::ProcCpuProbe(std::string root, int own_pid) : root_(std::move(root)), own_pid_(own_pid) {}
+ProcCpuProbe::ProcCpuProbe(std::string root, int own_pid, std::function<std::vector<int>()> own_pids)
+    : root_(std::move(root)), own_pid_(own_pid), own_pids_(std::move(own_pids)) {}
 
 void ProcCpuProbe::Fill(Snapshot* s, absl::Time now) {
   std::string text;
@@ -151,11 +184,20 @@ void ProcCpuProbe::Fill(Snapshot* s, absl::Time now) {
     if (i == 4 || i == 5) idle += v;
   }
   int64_t busy = total - idle;
-  std::vector<ProcStat> all = AllProcesses(root_);
   std::map<int, int64_t> ours;
-  for (int pid : TreeOf(all, own_pid_)) {
-    for (const auto& p : all) {
-      if (p.pid == pid) ours[pid] = p.ticks;
+  std::vector<int> tree;
+  if (own_pids_) {
+    for (int pid : own_pids_()) {
+      if (pid > 0) ours[pid] = ReadOne(root_, pid).ticks;
+    }
+  } else if (TreeFromChildren(root_, own_pid_, &tree)) {
+    for (int pid : tree) ours[pid] = ReadOne(root_, pid).ticks;
+  } else {
+    std::vector<ProcStat> all = AllProcesses(root_);
+    for (int pid : TreeOf(all, own_pid_)) {
+      for (const auto& p : all) {
+        if (p.pid == pid) ours[pid] = p.ticks;
+      }
     }
   }
   if (have_baseline_ && total > last_total_) {

@@ -17,7 +17,8 @@ namespace minions::availability {
 // the utime+stime deltas of our own tree (/proc/<pid>/stat). The first call only takes a baseline.
 class ProcCpuProbe : public Probe {
  public:
-  explicit ProcCpuProbe(std::string root, int own_pid);
+  // `own_pids`: our processes; null: `own_pid` and its descendants (a /proc scan).
+  ProcCpuProbe(std::string root, int own_pid, std::function<std::vector<int>()> own_pids = nullptr);
   std::string name() const override { return "/proc/stat"; }
   absl::Duration cadence() const override { return absl::Seconds(5); }
   void Fill(Snapshot* snapshot, absl::Time now) override;
@@ -25,6 +26,7 @@ class ProcCpuProbe : public Probe {
  private:
   std::string root_;
   int own_pid_;
+  std::function<std::vector<int>()> own_pids_;
   bool have_baseline_ = false;
   int64_t last_total_ = 0, last_busy_ = 0;
   std::map<int, int64_t> last_ours_;  // pid -> utime+stime ticks

@@ -49,7 +49,8 @@ struct NvmlProbe::Api {
   }
 };
 
-NvmlProbe::NvmlProbe(std::string root, std::string library) : root_(std::move(root)), library_(std::move(library)) {}
+NvmlProbe::NvmlProbe(std::string root, std::string library, std::function<std::vector<int>()> own_pids)
+    : root_(std::move(root)), library_(std::move(library)), own_pids_(std::move(own_pids)) {}
 NvmlProbe::~NvmlProbe() = default;
 
 bool NvmlProbe::Load() {
@@ -98,7 +99,7 @@ void NvmlProbe::Fill(Snapshot* s, absl::Time now) {
     s->gpu_count.source = "nvml: device count failed";
     return;
   }
-  std::vector<int> tree = OwnProcessTree(root_);
+  std::vector<int> tree = own_pids_ ? own_pids_() : OwnProcessTree(root_);
   std::set<unsigned int> ours(tree.begin(), tree.end());
   double busiest = 0;
   bool ok = true;

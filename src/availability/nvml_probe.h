@@ -17,7 +17,8 @@ namespace minions::availability {
 class NvmlProbe : public Probe {
  public:
   // `library`: the NVML shared object (tests pass a missing path); `root`: where /dev lives.
-  explicit NvmlProbe(std::string root = "/", std::string library = "libnvidia-ml.so.1");
+  explicit NvmlProbe(std::string root = "/", std::string library = "libnvidia-ml.so.1",
+                     std::function<std::vector<int>()> own_pids = nullptr);
   ~NvmlProbe() override;
   std::string name() const override { return "nvml"; }
   absl::Duration cadence() const override { return absl::Seconds(5); }
@@ -27,6 +28,7 @@ class NvmlProbe : public Probe {
   struct Api;
   bool Load();
   std::string root_, library_;
+  std::function<std::vector<int>()> own_pids_;
   std::unique_ptr<Api> api_;
   bool tried_ = false;
   unsigned long long last_sample_us_ = 0;

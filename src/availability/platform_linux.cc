@@ -14,12 +14,12 @@ std::vector<std::unique_ptr<Probe>> PlatformProbes(const ProbeOptions& options) 
   std::vector<std::unique_ptr<Probe>> probes;
   if (options.logind) probes.push_back(std::make_unique<LogindProbe>("", getpid()));
   if (options.input_devices) probes.push_back(std::make_unique<InputDeviceProbe>(options.root));
-  probes.push_back(std::make_unique<ProcCpuProbe>(options.root, getpid()));
+  probes.push_back(std::make_unique<ProcCpuProbe>(options.root, getpid(), options.own_pids));
   probes.push_back(std::make_unique<MemoryProbe>(options.root));
   probes.push_back(std::make_unique<PowerSupplyProbe>(options.root));
   probes.push_back(std::make_unique<ThermalZoneProbe>(options.root));
   if (options.nvml) {
-    probes.push_back(std::make_unique<NvmlProbe>(options.root));
+    probes.push_back(std::make_unique<NvmlProbe>(options.root, "libnvidia-ml.so.1", options.own_pids));
   } else {
     // Told not to look: a machine whose GPUs are not the owner's concern.
     struct NoGpu : Probe {

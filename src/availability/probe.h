@@ -4,6 +4,7 @@
 //
 // Threads: a probe is called from one thread at a time (the sampler's).
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ struct ProbeOptions {
   bool logind = true;                      // Linux: ask systemd-logind over the system bus
   bool input_devices = true;               // Linux: watch /dev/input/event*
   bool nvml = true;                        // Linux: NVIDIA GPUs through libnvidia-ml
+  // The pids whose CPU and GPU use is ours (the executor and its runner). Empty: this process
+  // and its descendants, found by scanning /proc (costly on a busy machine, every 5 s).
+  std::function<std::vector<int>()> own_pids;
 };
 
 // The probes of the platform this binary was built for.

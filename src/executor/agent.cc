@@ -137,7 +137,7 @@ absl::Status ExecutorAgent::Run() {
     if (!in_runner) {
       FlushCompletions();
       if (hold) {
-        clock_->SleepFor(options_.idle_poll);  // woken at once when the mode changes
+        clock_->SleepFor(absl::Seconds(1));  // woken at once when the mode changes
         continue;
       }
       // Idle: the next lease call long-polls, unless the last one failed (then wait it out).

@@ -68,6 +68,21 @@ TEST_F(FixtureRoot, CpuOfOtherProcessesExcludesOurTree) {
   EXPECT_EQ(s.other_cpu.at, clock_.Now());
 }
 
+TEST_F(FixtureRoot, CpuWithOurPidsGiven) {
+  // The executor names its processes (itself and its runner): no scan of every process.
+  Write("proc/stat", "cpu  0 0 0 1000 0 0 0 0 0 0\n");
+  Write("proc/10/stat", ProcStat(10, 1, 0, 0));
+  Write("proc/20/stat", ProcStat(20, 10, 0, 0));
+  ProcCpuProbe probe(root_, 10, [] { return std::vector<int>{10, 20, 0}; });
+  Snapshot s;
+  probe.Fill(&s, clock_.Now());
+  Write("proc/stat", "cpu  500 0 0 1500 0 0 0 0 0 0\n");
+  Write("proc/20/stat", ProcStat(20, 10, 400, 0));
+  probe.Fill(&s, clock_.Now());
+  ASSERT_TRUE(s.other_cpu.known());
+  EXPECT_NEAR(*s.other_cpu.value, 0.1, 1e-9);
+}
+
 TEST_F(FixtureRoot, CpuUnreadableIsUnknown) {
   ProcCpuProbe probe(root_, 1);
   Snapshot s;
