@@ -12,12 +12,20 @@
 #include <mach/mach.h>
 #include <mach/mach_time.h>
 #include <notify.h>
+#include <objc/message.h>
+#include <objc/runtime.h>
 #include <sys/sysctl.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "availability/macos_parse.h"
 #include "availability/probe.h"
 #include "availability/sleep_guard.h"
+
+// Metal's C entry point (declared in Objective-C headers; an NSArray<id<MTLDevice>> *, +1).
+extern "C" id MTLCopyAllDevices(void);
 
 namespace minions::availability {
 namespace {
@@ -143,15 +151,16 @@ class SystemProbe : public Probe {
     if (sysctlbyname("kern.memorystatus_vm_pressure_level", &pressure, &size, nullptr, 0) == 0) {
       if (auto m = macos::MemoryFromPressureLevel(pressure)) s->memory.Set(*m, now, "memorystatus_vm_pressure_level");
     }
-    // Low Power Mode is NSProcessInfo's; its IOPM setting is readable without Objective-C.
-    CFDictionaryRef settings = IOPMCopyActivePMPreferences();
-    if (settings) {
-      Json prefs = FromCF(settings);
-      CFRelease(settings);
-      bool low = false;
-      for (const auto& [source, values] : prefs.items()) low |= JsonDouble(values, "LowPowerMode") > 0;
-      s->low_power_mode.Set(low, now, "IOPM preferences");
+    // Low Power Mode: -[NSProcessInfo isLowPowerModeEnabled], through the Objective-C runtime.
+    id info = reinterpret_cast<id (*)(Class, SEL)>(objc_msgSend)(objc_getClass("NSProcessInfo"),
+                                                                 sel_registerName("processInfo"));
+    SEL low_power = sel_registerName("isLowPowerModeEnabled");
+    if (info && class_respondsToSelector(object_getClass(info), low_power)) {
+      bool low = reinterpret_cast<BOOL (*)(id, SEL)>(objc_msgSend)(info, low_power);
+      s->low_power_mode.Set(low, now, "NSProcessInfo");
     }
+    if (metal_budget_gb_ < 0) metal_budget_gb_ = MetalWorkingSetGb();
+    if (metal_budget_gb_ > 0) s->gpu_memory_budget_gb.Set(metal_budget_gb_, now, "MTLDevice");
     // GPU: the accelerator's utilisation (Apple silicon has one GPU).
     io_service_t accel = IOServiceGetMatchingService(kIOMainPortDefault, IOServiceMatching("IOAccelerator"));
     if (accel) {
@@ -204,7 +213,23 @@ class SystemProbe : public Probe {
     last_busy_ = busy;
     last_ours_ = ours;
   }
+  // MTLDevice.recommendedMaxWorkingSetSize of the first device (MTLCopyAllDevices works in a
+  // daemon, MTLCreateSystemDefaultDevice may not); 0 when there is none.
+  static double MetalWorkingSetGb() {
+    id devices = MTLCopyAllDevices();
+    if (!devices) return 0;
+    id device = reinterpret_cast<id (*)(id, SEL)>(objc_msgSend)(devices, sel_registerName("firstObject"));
+    double gb = 0;
+    if (device) {
+      uint64_t bytes = reinterpret_cast<uint64_t (*)(id, SEL)>(objc_msgSend)(
+          device, sel_registerName("recommendedMaxWorkingSetSize"));
+      gb = static_cast<double>(bytes) / (1ull << 30);
+    }
+    reinterpret_cast<void (*)(id, SEL)>(objc_msgSend)(devices, sel_registerName("release"));
+    return gb;
+  }
   double last_total_ = 0, last_busy_ = 0, last_ours_ = 0;
+  double metal_budget_gb_ = -1;
 };
 
 // Protected apps by process name (proc_listallpids + proc_name).
