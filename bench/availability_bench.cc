@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench_util.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -32,17 +33,8 @@ namespace {
 
 using minions::testing::ProcessPool;
 
-std::string BinDir() {
-  std::string self = minions::CurrentExecutablePath();
-  return self.substr(0, self.rfind('/'));
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using minions::bench::BinDir;
+using minions::bench::Slurp;
 
 // Fields of /proc/<pid>/stat after the command name (field 3 is [0]).
 std::vector<std::string> StatFields(int pid) {
