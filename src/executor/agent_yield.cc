@@ -87,6 +87,13 @@ bool ExecutorAgent::ApplyWorkMode() {
   if (!gate_) return false;
   WorkMode mode = gate_->mode();
   absl::Time now = clock_->Now();
+  if ((stop_ || drain_) && mode != WorkMode::kRun && mode != WorkMode::kThrottle) {
+    // Asked to exit while the owner has the machine: the tasks cannot finish here, so they go
+    // back now (preempted) rather than holding the exit until the owner leaves.
+    ReleaseRunner();
+    HandBack();
+    return true;
+  }
   bool busy = false;
   for (const auto& task : ActiveTasks()) busy |= task->in_runner;
   switch (mode) {
