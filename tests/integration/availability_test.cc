@@ -3,6 +3,8 @@
 // back as preempted, another executor finishes it without a failure counted, and once the owner
 // has been away for the idle period the first executor comes back and takes work again.
 
+#include <signal.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -135,6 +137,47 @@ TEST(Availability, OwnerActivityPreemptsWithoutFailureAndTheExecutorComesBack) {
   auto second_tasks = cli::JobsClient(pool.connection()).Tasks(second->id());
   ASSERT_TRUE(second_tasks.ok());
   for (const auto& t : *second_tasks) EXPECT_EQ(t.executor_id(), owner->id());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Availability, AnExecutorStoppedWhilePausedByHandHandsItsTasksBack) {
+  std::string dir = (std::filesystem::temp_directory_path() / absl::StrCat("minions-it-avail-stop-", getpid())).string();
+  ProcessPool pool(kBin + "/minions", dir, 2000);
+  ASSERT_TRUE(pool.StartServer().ok());
+  ASSERT_TRUE(pool.StartExecutor("owner", 1, "", "", kOwnerArgs).ok());
+  cli::SamplePromptOptions sample;
+  sample.records = 60;
+  sample.max_tokens = 16;
+  sample.include_bad_lines = false;
+  auto job = Submit(pool, cli::SamplePromptLines(sample), 20);
+  ASSERT_TRUE(job.ok()) << job.status();
+  bool held = false;
+  for (int i = 0; i < 300 && !held; ++i) {
+    auto e = Find(pool, "owner");
+    held = e && !e->current_tasks().empty();
+    if (!held) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(held);
+  // The owner takes the machine back by hand, then the service is stopped (SIGTERM: drain).
+  auto paused = SendControlCommand(ControlSocketPath(dir + "/owner"), "pause");
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  pool.executor("owner").Signal(SIGTERM);
+  auto exit = pool.executor("owner").Wait(absl::Seconds(15));
+  ASSERT_TRUE(exit.ok()) << "a paused executor must not hold its exit until the owner leaves";
+  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
+  // Its tasks went back as preempted; another executor finishes them without a failure.
+  ASSERT_TRUE(pool.StartExecutor("helper", 1).ok());
+  v1::Job done = WaitDone(pool, job->id(), absl::Minutes(2));
+  ASSERT_EQ(done.state(), "completed");
+  auto tasks = cli::JobsClient(pool.connection()).Tasks(job->id());
+  ASSERT_TRUE(tasks.ok());
+  int preemptions = 0, failures = 0;
+  for (const auto& t : *tasks) {
+    preemptions += t.preemptions();
+    failures += t.failures();
+  }
+  EXPECT_GE(preemptions, 1);
+  EXPECT_EQ(failures, 0);
   std::filesystem::remove_all(dir);
 }
 
