@@ -78,7 +78,11 @@ class InputDeviceProbe : public Probe {
   explicit InputDeviceProbe(std::string root) : root_(std::move(root)) {}
   ~InputDeviceProbe() override;
   std::string name() const override { return "/dev/input"; }
-  absl::Duration cadence() const override { return absl::Seconds(1); }
+  // Often while there are devices to watch: this is how fast a key press is seen (one poll() of
+  // the open devices per call). Without any, only the rescan for hot-plugged ones.
+  absl::Duration cadence() const override {
+    return fds_.empty() ? absl::Seconds(30) : absl::Milliseconds(250);
+  }
   void Fill(Snapshot* snapshot, absl::Time now) override;
 
  private:

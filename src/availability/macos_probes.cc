@@ -80,14 +80,24 @@ Json RegistryProperty(io_registry_entry_t entry, const char* key) {
 class HidProbe : public Probe {
  public:
   std::string name() const override { return "IOHIDSystem"; }
-  absl::Duration cadence() const override { return absl::Seconds(1); }
+  // HIDIdleTime often (a key press is seen within 250 ms); console and display every second.
+  absl::Duration cadence() const override { return absl::Milliseconds(250); }
   void Fill(Snapshot* s, absl::Time now) override {
+    ReadIdle(s, now);
+    if (++calls_ % 4 == 1) ReadConsole(s, now);
+  }
+
+ private:
+  int calls_ = 0;
+  void ReadIdle(Snapshot* s, absl::Time now) {
     io_service_t hid = IOServiceGetMatchingService(kIOMainPortDefault, IOServiceMatching("IOHIDSystem"));
     if (hid) {
       Json props = {{"HIDIdleTime", RegistryProperty(hid, "HIDIdleTime")}};
       IOObjectRelease(hid);
       if (auto idle = macos::HidIdleTime(props)) s->last_input.Set(now - *idle, now, "IOHIDSystem HIDIdleTime");
     }
+  }
+  void ReadConsole(Snapshot* s, absl::Time now) {
     io_registry_entry_t root = IORegistryGetRootEntry(kIOMainPortDefault);
     macos::ConsoleState console = macos::ReadConsoleUsers(RegistryProperty(root, "IOConsoleUsers"));
     IOObjectRelease(root);

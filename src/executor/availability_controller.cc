@@ -120,6 +120,11 @@ const std::vector<std::pair<std::string, Setter>>& Settings() {
       {"probe_logind", Bool([](AvailabilityOptions* o) { return &o->probes.logind; })},
       {"probe_input_devices", Bool([](AvailabilityOptions* o) { return &o->probes.input_devices; })},
       {"probe_nvml", Bool([](AvailabilityOptions* o) { return &o->probes.nvml; })},
+      {"probe_root",  // where the file probes look for /proc, /sys and /dev (tests, benchmarks)
+       [](const std::string&, const std::string& value, AvailabilityOptions* o) {
+         o->probes.root = value;
+         return absl::OkStatus();
+       }},
       {"hours",
        [](const std::string& key, const std::string& value, AvailabilityOptions* o) {
          std::vector<std::pair<int, int>> hours;
