@@ -5,10 +5,12 @@
 
 #include <toml++/toml.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "backends.h"
 #include "cli/demo.h"
+#include "executor/availability_controller.h"
 
 namespace minions::apps {
 namespace {
@@ -33,13 +35,13 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
       return absl::InvalidArgumentError(absl::StrCat(
           "config file ", path, ": ", std::string(e.description()), " at line ", e.source().begin.line));
     }
-    static const char* kSections[] = {"server", "store", "objects", "executor"};
+    static const char* kSections[] = {"server", "store", "objects", "executor", "availability"};
     for (const auto& [key, value] : table) {
       bool known = false;
       for (const char* s : kSections) known |= key.str() == s;
       if (!known) {
         return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": unknown section [",
-                                                       std::string(key.str()), "]; expected server, store, objects or executor"));
+                                                       std::string(key.str()), "]; expected server, store, objects, executor or availability"));
       }
     }
     auto str = [&](const char* section, const char* key, std::string* field) {
@@ -63,6 +65,23 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     str("executor", "state_dir", &config.executor_state_dir);
     str("executor", "runner", &config.runner);
     if (auto v = table["executor"]["runner_threads"].value<int64_t>()) config.runner_threads = static_cast<int>(*v);
+    if (const toml::table* availability = table["availability"].as_table()) {
+      for (const auto& [key, value] : *availability) {
+        std::string text;
+        if (auto s = value.value<std::string>()) {
+          text = *s;
+        } else if (auto b = value.value<bool>()) {
+          text = *b ? "true" : "false";
+        } else if (auto d = value.value<double>()) {
+          text = absl::StrCat(*d);
+        } else if (const toml::array* list = value.as_array()) {
+          for (const auto& item : *list) {
+            if (auto s = item.value<std::string>()) absl::StrAppend(&text, text.empty() ? "" : ",", *s);
+          }
+        }
+        config.availability.emplace_back(std::string(key.str()), text);
+      }
+    }
   }
   FromEnv("MINIONS_LISTEN", &config.listen);
   FromEnv("MINIONS_HTTP_LISTEN", &config.http_listen);
@@ -71,6 +90,11 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
   FromEnv("MINIONS_DATABASE", &config.database);
   FromEnv("MINIONS_OBJECTS", &config.objects);
   FromEnv("MINIONS_SERVER", &config.server);
+  if (const char* mode = std::getenv("MINIONS_AVAILABILITY"); mode && *mode) config.availability.emplace_back("mode", mode);
+  for (const std::string& key : AvailabilitySettingNames()) {
+    std::string var = absl::AsciiStrToUpper(absl::StrCat("MINIONS_AVAILABILITY_", key));
+    if (const char* value = std::getenv(var.c_str()); value && *value) config.availability.emplace_back(key, value);
+  }
   return config;
 }
 
@@ -110,6 +134,10 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
     }
   }
   if (config.runner_threads < 0) problems.push_back("executor.runner_threads must be 0 (automatic) or more");
+  AvailabilityOptions availability;
+  for (const auto& [key, value] : config.availability) {
+    if (auto s = ApplyAvailabilitySetting(key, value, &availability); !s.ok()) problems.push_back(std::string(s.message()));
+  }
   if (connect && problems.empty()) {
     auto backends = OpenBackends(config);
     if (!backends.ok()) {

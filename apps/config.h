@@ -9,10 +9,14 @@
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
 //   [executor]  server, name, state_dir, runner, runner_threads
+//   [availability]  when the executor may use its machine: mode = "owner" | "dedicated" | "off",
+//               start_idle = "10m", allow_battery = false, hours = "22-7", protected_apps = [...],
+//               ... (every key: docs/availability.md; src/executor/availability_controller.h)
 //
 // Environment: MINIONS_CONFIG (the file), MINIONS_LISTEN, MINIONS_HTTP_LISTEN, MINIONS_TOKEN, MINIONS_DATA_DIR,
 // MINIONS_DATABASE, MINIONS_OBJECTS, MINIONS_SERVER, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-// AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL.
+// AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL, MINIONS_AVAILABILITY (the mode),
+// MINIONS_AVAILABILITY_<KEY> (any availability key, upper case).
 
 #include <cstdint>
 #include <string>
@@ -48,6 +52,8 @@ struct MinionsConfig {
   std::string executor_state_dir;
   std::string runner;
   int runner_threads = 0;
+  // [availability]: settings by name, in the order they apply (file, then environment).
+  std::vector<std::pair<std::string, std::string>> availability;
 
   std::string source;  // the file it came from, for messages
 };

@@ -69,7 +69,9 @@ class LocalPool : public cli::Pool {
       sp.argv = {CurrentExecutablePath(), "executor", "--server", server_->address(), "--name",
                  absl::StrCat("executor-", i), "--state-dir", dir, "--runner-log",
                  absl::StrCat(options.data_dir, "/logs/runner-", i, ".log"), "--exit-with-parent",
-                 "--runner-threads", std::to_string(threads)};
+                 "--runner-threads", std::to_string(threads),
+                 // A pool started by hand is the owner's deliberate use of the machine.
+                 "--availability", "off"};
       if (!options.token.empty()) sp.extra_env.push_back("MINIONS_TOKEN=" + options.token);
       sp.stderr_path = absl::StrCat(options.data_dir, "/logs/executor-", i, ".log");
       auto process = Subprocess::Start(sp);

@@ -21,6 +21,7 @@
 #include "http/metrics_endpoints.h"
 #include "absl/strings/match.h"
 #include "config.h"
+#include "executor_commands.h"
 #include "local_pool.h"
 #include "minions/version.h"
 
@@ -159,7 +160,8 @@ int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
   return 1;
 }
 
-int RunExecutor(const minions::cli::Connection& connection, minions::AgentOptions options, bool exit_with_parent) {
+int RunExecutor(const minions::cli::Connection& connection, minions::AgentOptions options, bool exit_with_parent,
+                const minions::AvailabilityOptions& availability) {
 #ifdef __linux__
   if (exit_with_parent) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -168,8 +170,15 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
 #endif
   minions::SetLogComponent("executor");
   minions::RealClock clock;
+  std::string state_dir = options.state_dir;
   minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(connection.server, connection.token),
                                std::make_unique<minions::UrlBlobClient>(), &clock);
+  // Owner first: the availability controller and the owner's control channel (executor_commands.cc).
+  auto owner = minions::apps::OwnerSide::Start(availability, &agent, &clock, state_dir);
+  if (!owner.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(owner.status().message()).c_str());
+    return 1;
+  }
   InstallSignalHandlers();
   // First signal: drain (finish the current task). Second: hand the task back now.
   std::atomic<bool> done{false};
@@ -289,6 +298,9 @@ int main(int argc, char** argv) {
   executor_cmd->add_option("--checkpoint-interval-ms", checkpoint_interval_ms,
                            "... or this often, whichever comes first")
       ->capture_default_str();
+  minions::apps::ExecutorFlags executor_flags;
+  std::string owner_state_dir;
+  minions::apps::AddExecutorCommands(executor_cmd, &executor_flags, &owner_state_dir);
 
   minions::cli::PoolOptions pool_options;
   pool_options.data_dir = home + "/pool";
@@ -404,6 +416,12 @@ int main(int argc, char** argv) {
     return server_cmd->parsed() ? RunServer(*config) : RunWatchdog(*config, watchdog_http_listen);
   }
   if (executor_cmd->parsed()) {
+    if (auto code = minions::apps::RunOwnerVerb(executor_flags, owner_state_dir)) return *code;
+    auto availability = minions::apps::LoadAvailability(executor_flags);
+    if (!availability.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(availability.status().message()).c_str());
+      return 1;
+    }
     if (!runner_program.empty()) agent_options.runner_command = {runner_program};
     agent_options.checkpoint_interval = absl::Milliseconds(checkpoint_interval_ms);
     if (agent_options.runner_threads == 0) {
@@ -418,7 +436,7 @@ int main(int argc, char** argv) {
       }
       agent_options.metrics = &executor_metrics;
     }
-    return RunExecutor(connection, agent_options, exit_with_parent);
+    return RunExecutor(connection, agent_options, exit_with_parent, *availability);
   }
   if (up_cmd->parsed()) return RunUp(pool_options);
   if (submit_cmd->parsed()) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench_util.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cli/sample_prompts.h"
@@ -31,17 +32,8 @@ using minions::Json;
 using minions::Subprocess;
 using minions::testing::ProcessPool;
 
-std::string BinDir() {
-  std::string self = minions::CurrentExecutablePath();
-  return self.substr(0, self.rfind('/'));
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using minions::bench::BinDir;
+using minions::bench::Slurp;
 
 // Runs a command to completion; returns its stdout.
 std::string RunCommand(const std::vector<std::string>& argv, const std::string& log) {

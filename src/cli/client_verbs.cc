@@ -339,10 +339,13 @@ int ListExecutors(const Connection& connection, bool json) {
     printf("]\n");
     return 0;
   }
-  printf("%-16s %-16s %-12s %-8s %9s %10s  %s\n", "EXECUTOR", "NAME", "STATE", "OS", "MEMORY", "HEARTBEAT", "TASKS");
+  printf("%-16s %-16s %-12s %-8s %9s %10s  %s\n", "EXECUTOR", "NAME", "STATE", "OS", "MEMORY", "HEARTBEAT",
+         "TASKS (WHY)");
   for (const auto& e : *executors) {
     std::string tasks;
     for (const auto& t : e.current_tasks()) tasks += (tasks.empty() ? "" : " ") + t;
+    // Why an executor is not working (the owner is back, ...), as its heartbeat said.
+    if (!e.state_reason().empty()) tasks += (tasks.empty() ? "(" : " (") + e.state_reason() + ")";
     printf("%-16s %-16s %-12s %-8s %8.1fG %10s  %s\n", e.id().c_str(), e.name().c_str(), e.state().c_str(),
            e.os().c_str(), static_cast<double>(e.memory_bytes()) / (1 << 30), (Age(e.last_heartbeat_at_ms()) + " ago").c_str(),
            tasks.c_str());

@@ -136,12 +136,18 @@ absl::Status ExecutorAgent::Run() {
       active = active_.size();
     }
     if (drain_ && active == 0) break;
-    if (!drain_) LeaseMore();
-    FeedRunner();
+    // Owner first: the availability controller may hold the loop (agent_yield.cc).
+    bool hold = ApplyWorkMode();
+    if (!drain_ && !hold) LeaseMore();
+    if (!hold) FeedRunner();
     bool in_runner = false;
     for (const auto& task : ActiveTasks()) in_runner |= task->in_runner;
     if (!in_runner) {
       FlushCompletions();
+      if (hold) {
+        clock_->SleepFor(absl::Seconds(1));  // woken at once when the mode changes
+        continue;
+      }
       // Idle: the next lease call long-polls, unless the last one failed (then wait it out).
       // Waiting only for completions to go through: retry them shortly.
       if (!to_complete_.empty()) {
@@ -166,6 +172,7 @@ absl::Status ExecutorAgent::Run() {
   heartbeat_stop_ = true;
   clock_->Wake();
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (frozen_) SignalRunner(SIGCONT);  // a stopped runner cannot read its shutdown
   std::unique_ptr<RunnerProcess> runner;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -541,9 +548,14 @@ void ExecutorAgent::OnRunnerDied(const absl::Status& why) {
   for (const auto& task : ActiveTasks()) {
     if (task->in_runner) victims.push_back(task);
   }
+  const bool on_purpose = killed_on_purpose_.exchange(false);
   std::vector<TaskPtr> again;
   for (const auto& task : victims) {
     task->in_runner = false;
+    if (on_purpose && !task->cancelled && !stop_) {
+      again.push_back(task);  // killed for the owner: it runs again later, nothing to isolate
+      continue;
+    }
     if (task->cancelled || stop_) {
       if (stop_) Report(task, absl::AbortedError("the executor is stopping"), FailureClass::kPreempted);
       Forget(task);
@@ -608,7 +620,9 @@ void ExecutorAgent::HeartbeatLoop() {
     std::vector<TaskPtr> tasks = ActiveTasks();
     v1::HeartbeatRequest request;
     request.set_executor_id(id());
-    request.set_state(drain_ ? "draining" : (tasks.empty() ? "available" : "busy"));
+    std::string reason;
+    request.set_state(FleetState(!tasks.empty(), &reason));
+    request.set_state_reason(reason);
     if (options_.metrics) {  // metrics hook
       options_.metrics->SetState(ParseExecutorState(request.state()).value_or(ExecutorState::kAvailable),
                                  request.state_reason());
@@ -658,6 +672,15 @@ void ExecutorAgent::HeartbeatLoop() {
         if (runner_) (void)runner_->Cancel(task->batch);
       }
     }
+  }
+}
+
+void ExecutorAgent::KillRunner(const char* why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (runner_) {
+    MINIONS_LOG(Warning) << "killing the runner: " << why;
+    killed_on_purpose_ = true;  // its death is not a crash: no record is to blame
+    ::kill(runner_->pid(), SIGKILL);
   }
 }
 

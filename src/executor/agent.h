@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "common/json_util.h"
+#include "executor/availability_controller.h"
 #include "executor/blob_client.h"
 #include "executor/control_plane_client.h"
 #include "executor/executor_metrics.h"
@@ -64,7 +65,7 @@ struct AgentOptions {
   ExecutorMetrics* metrics = nullptr;        // observability hooks; null: none (not owned)
 };
 
-class ExecutorAgent {
+class ExecutorAgent : public WorkTarget {
  public:
   ExecutorAgent(AgentOptions options, std::unique_ptr<ControlPlaneClient> client,
                 std::unique_ptr<BlobClient> blobs, Clock* clock);
@@ -79,6 +80,14 @@ class ExecutorAgent {
 
   std::string id() const;
   int64_t tasks_completed() const { return tasks_completed_; }
+
+  // Owner first (agent_yield.cc): the agent obeys `gate`'s mode from then on; null: always run.
+  // Set before Run().
+  void SetWorkGate(WorkGate* gate) { gate_ = gate; }
+  // WorkTarget, for the AvailabilityController (any thread).
+  bool HoldsWork() const override;
+  int RunnerPid() const override;
+  void KillRunner(const char* why) override;
 
  private:
   struct ActiveTask {
@@ -165,9 +174,24 @@ class ExecutorAgent {
   absl::Time last_empty_lease_ = absl::InfinitePast();
   absl::Time next_lease_try_ = absl::InfinitePast();
 
+  // Owner first (agent_yield.cc); main thread only, except gate_ (set before Run).
+  // Applies the gate's mode; true when the loop must neither lease nor feed the runner.
+  bool ApplyWorkMode();
+  void SignalRunner(int sig);
+  // Ends the runner; the tasks it held go back to the front of staged_ to run again later.
+  void ReleaseRunner();
+  // Hands every task not yet finished back to the server as preempted.
+  void HandBack();
+  // The state and reason the heartbeat reports (any thread).
+  std::string FleetState(bool has_tasks, std::string* reason) const;
+  WorkGate* gate_ = nullptr;
+  bool frozen_ = false;                         // the runner is SIGSTOPped
+  absl::Time next_throttle_toggle_ = absl::InfinitePast();
+
   std::thread heartbeat_;
   std::atomic<bool> heartbeat_stop_{false};
   bool detached_ = false;                       // heartbeat thread only: the server has been away a TTL
+  std::atomic<bool> killed_on_purpose_{false};  // KillRunner: the runner's death is no crash
 };
 
 }  // namespace minions

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -96,7 +97,8 @@ class ProcessPool {
     return absl::DeadlineExceededError(absl::StrCat(name, " did not come up; see ", dir_, "/logs/", name, ".log"));
   }
 
-  // Starts an executor process. `runner` empty: the built-in llama.cpp runner.
+  // Starts an executor process. `runner` empty: the built-in llama.cpp runner. Availability is
+  // off (the test machine's owner signals are not the test's) unless `extra_args` sets it.
   // `extra_args` go to `minions executor`; `env` ("NAME=value") to it and so to its runner.
   absl::Status StartExecutor(const std::string& name, int runner_threads = 1, const std::string& runner = "",
                              const std::string& server = "", const std::vector<std::string>& extra_args = {},
@@ -109,6 +111,9 @@ class ProcessPool {
     if (!runner.empty()) {
       sp.argv.push_back("--runner");
       sp.argv.push_back(runner);
+    }
+    if (std::find(extra_args.begin(), extra_args.end(), "--availability") == extra_args.end()) {
+      sp.argv.insert(sp.argv.end(), {"--availability", "off"});
     }
     sp.argv.insert(sp.argv.end(), extra_args.begin(), extra_args.end());
     sp.extra_env = env;

@@ -1,0 +1,146 @@
+#include "executor_commands.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_split.h"
+#include "cli/demo.h"
+#include "common/logging.h"
+
+namespace minions::apps {
+
+std::string DefaultExecutorStateDir() { return cli::MinionsHome() + "/executor"; }
+
+void AddExecutorCommands(CLI::App* executor, ExecutorFlags* flags, std::string* state_dir) {
+  executor->add_option("--config", flags->config_path, "TOML config file (or MINIONS_CONFIG): [availability]");
+  executor->add_option("--availability", flags->availability_mode,
+                       "owner (default: work only while the owner is away), dedicated (signals this machine "
+                       "cannot give do not block), off");
+  executor->add_option("--availability-set", flags->availability_set,
+                       "availability setting, e.g. start_idle=2m (repeat; see docs/availability.md)");
+  // Owner verbs: they talk to the executor running with the same --state-dir.
+  auto verb = [&](const char* name, const char* help) {
+    CLI::App* cmd = executor->add_subcommand(name, help);
+    cmd->add_option("--state-dir", *state_dir, "the running executor's state directory (default ~/.minions/executor)");
+    return cmd;
+  };
+  flags->pause = verb("pause", "take the machine back now: the executor yields until `resume`");
+  flags->resume = verb("resume", "let the executor work again when the policy allows");
+  flags->status = verb("status", "what the executor does, why, and the signals it reads");
+  flags->activity = verb("activity", "report owner activity (as if a key were pressed): headless machines, tests");
+  flags->dry_run = executor->add_subcommand("dry-run", "print what the policy would decide from live signals");
+  flags->dry_run->add_option("--config", flags->config_path, "TOML config file (or MINIONS_CONFIG): [availability]");
+  flags->dry_run->add_option("--availability", flags->availability_mode, "owner, dedicated or off");
+  flags->dry_run->add_option("--availability-set", flags->availability_set, "availability setting key=value (repeat)");
+  flags->install_cmd = executor->add_subcommand("install", "print (or write) a systemd unit or a LaunchDaemon plist");
+  auto* i = flags->install_cmd;
+  i->add_option("--platform", flags->install.platform, "linux or macos (default: this machine's)");
+  i->add_option("--binary", flags->install.binary, "the minions binary")->capture_default_str();
+  i->add_option("--server", flags->install.server, "server address")->capture_default_str();
+  i->add_option("--state-dir", flags->install.state_dir, "executor state directory (default: the platform's)");
+  i->add_option("--user", flags->install.user, "Linux service account")->capture_default_str();
+  i->add_option("--output", flags->install_output,
+                "write the file here (e.g. " + ServiceFilePath(DefaultPlatform()) + ") instead of printing it");
+  executor->require_subcommand(0, 1);
+}
+
+absl::StatusOr<AvailabilityOptions> LoadAvailability(const ExecutorFlags& flags) {
+  AvailabilityOptions options;
+  auto config = LoadConfig(flags.config_path);
+  if (!config.ok()) return config.status();
+  std::vector<std::pair<std::string, std::string>> settings = config->availability;
+  if (!flags.availability_mode.empty()) settings.emplace_back("mode", flags.availability_mode);
+  for (const std::string& kv : flags.availability_set) {
+    std::vector<std::string> parts = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    if (parts.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat("--availability-set ", kv, ": expected key=value"));
+    }
+    settings.emplace_back(parts[0], parts[1]);
+  }
+  for (const auto& [key, value] : settings) {
+    if (auto s = ApplyAvailabilitySetting(key, value, &options); !s.ok()) return s;
+  }
+  return options;
+}
+
+std::optional<int> RunOwnerVerb(const ExecutorFlags& flags, const std::string& state_dir_flag) {
+  std::string state_dir = state_dir_flag.empty() ? DefaultExecutorStateDir() : state_dir_flag;
+  for (auto [cmd, command] : {std::pair{flags.pause, "pause"}, {flags.resume, "resume"}, {flags.status, "status"},
+                              {flags.activity, "activity"}}) {
+    if (!cmd->parsed()) continue;
+    auto answer = SendControlCommand(ControlSocketPath(state_dir), command);
+    if (!answer.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(answer.status().message()).c_str());
+      return 1;
+    }
+    fputs(answer->c_str(), stdout);
+    return absl::StartsWith(*answer, "error:") ? 1 : 0;
+  }
+  if (flags.dry_run->parsed()) {
+    auto options = LoadAvailability(flags);
+    if (!options.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(options.status().message()).c_str());
+      return 1;
+    }
+    fputs(AvailabilityDryRun(*options).c_str(), stdout);
+    return 0;
+  }
+  if (flags.install_cmd->parsed()) {
+    auto text = ServiceFile(flags.install);
+    if (!text.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(text.status().message()).c_str());
+      return 1;
+    }
+    if (flags.install_output.empty()) {
+      fputs(text->c_str(), stdout);
+      return 0;
+    }
+    std::ofstream out(flags.install_output, std::ios::trunc);
+    out << *text;
+    if (!out.good()) {
+      fprintf(stderr, "error: cannot write %s\n", flags.install_output.c_str());
+      return 1;
+    }
+    std::string platform = flags.install.platform.empty() ? DefaultPlatform() : flags.install.platform;
+    printf("wrote %s; then: %s\n", flags.install_output.c_str(),
+           platform == "macos" ? "sudo launchctl bootstrap system <the plist>"
+                               : "sudo systemctl daemon-reload && sudo systemctl enable --now minions-executor");
+    return 0;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::unique_ptr<OwnerSide>> OwnerSide::Start(const AvailabilityOptions& options, ExecutorAgent* agent,
+                                                            Clock* clock, const std::string& state_dir_flag) {
+  if (options.mode == AvailabilityOptions::Mode::kOff) return nullptr;
+  auto side = std::unique_ptr<OwnerSide>(new OwnerSide());
+  availability::ProbeOptions probes = options.probes;
+  probes.own_pids = [agent] { return std::vector<int>{static_cast<int>(getpid()), agent->RunnerPid()}; };
+  side->controller_ = std::make_unique<AvailabilityController>(options, availability::PlatformProbes(probes), clock);
+  AvailabilityController* controller = side->controller_.get();
+  controller->Attach(agent);
+  controller->OnChange([clock] { clock->Wake(); });
+  agent->SetWorkGate(controller);
+  std::string state_dir = state_dir_flag.empty() ? DefaultExecutorStateDir() : state_dir_flag;
+  auto channel = ControlChannel::Listen(ControlSocketPath(state_dir),
+                                        [controller](const std::string& c) { return controller->HandleCommand(c); });
+  if (!channel.ok()) {
+    // The executor still yields to the owner's activity; only the hand controls are missing.
+    MINIONS_LOG(Warning) << "no owner controls: " << channel.status().message();
+  } else {
+    side->channel_ = std::move(*channel);
+  }
+  controller->Start();
+  MINIONS_LOG(Info) << "availability: " << controller->Reason() << " (mode " << WorkModeName(controller->mode())
+                    << ")";
+  return side;
+}
+
+OwnerSide::~OwnerSide() {
+  if (channel_) channel_->Stop();
+  if (controller_) controller_->Shutdown();
+}
+
+}  // namespace minions::apps

@@ -1,0 +1,128 @@
+#pragma once
+// AvailabilityController: the owner's side of an executor. A thread samples the probes, asks the
+// pure policy what to do, and sets the WorkMode the agent's main loop obeys: run, throttle,
+// pause (stop feeding the runner; SIGSTOP after a grace), release (end the runner so its memory
+// returns), stop (hand the tasks back as preempted). It also serves the owner's hand controls
+// (pause, resume, "I am here") and the status they print.
+//
+// Ownership: owns the sampler (and its probes), the policy state and the sleep guard; borrows
+// the agent through WorkTarget.
+// Threads: Start() runs the sampling thread; every public method is safe from any thread.
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "availability/policy.h"
+#include "availability/probe.h"
+#include "availability/sampler.h"
+#include "availability/sleep_guard.h"
+#include "common/clock.h"
+
+namespace minions {
+
+// What the agent may do with the machine right now.
+enum class WorkMode { kRun, kThrottle, kPause, kRelease, kStop };
+const char* WorkModeName(WorkMode mode);
+
+// The agent as the controller sees it (ExecutorAgent implements it).
+class WorkTarget {
+ public:
+  virtual ~WorkTarget() = default;
+  virtual bool HoldsWork() const = 0;          // tasks in hand or a runner alive
+  virtual int RunnerPid() const = 0;           // 0: none
+  virtual void KillRunner(const char* why) = 0;
+};
+
+// The agent's view of the controller: the mode it must obey.
+class WorkGate {
+ public:
+  virtual ~WorkGate() = default;
+  virtual WorkMode mode() const = 0;
+  virtual absl::Time mode_since() const = 0;
+  // The state and reason the server shows in `minions executors`.
+  virtual std::string FleetState(bool holds_work) const = 0;
+  virtual std::string Reason() const = 0;
+  // How long a paused runner may finish its batch before it is SIGSTOPped.
+  virtual absl::Duration pause_grace() const = 0;
+};
+
+struct AvailabilityOptions {
+  enum class Mode { kOwner, kDedicated, kOff };
+  Mode mode = Mode::kOwner;
+  availability::PolicyConfig policy;
+  availability::ProbeOptions probes;
+  absl::Duration pause_grace = absl::Milliseconds(500);
+  absl::Duration tick = absl::Seconds(1);  // at least one decision this often
+};
+
+// Applies one setting by name ("start_idle" = "10m", "allow_battery" = "true", "hours" =
+// "22-7,12-13", "protected_apps" = "zoom,obs", "mode" = "owner|dedicated|off", ...): the one
+// parser behind the TOML [availability] section, MINIONS_AVAILABILITY* variables and
+// --availability-set flags. The error names the setting and what it accepts.
+absl::Status ApplyAvailabilitySetting(const std::string& key, const std::string& value, AvailabilityOptions* options);
+// Every setting name ApplyAvailabilitySetting knows (for messages and docs).
+std::vector<std::string> AvailabilitySettingNames();
+
+class AvailabilityController : public WorkGate {
+ public:
+  AvailabilityController(AvailabilityOptions options, std::vector<std::unique_ptr<availability::Probe>> probes,
+                         Clock* clock);
+  ~AvailabilityController() override;
+
+  void Attach(WorkTarget* target);
+  // Called whenever the mode changes (the agent wakes its main loop).
+  void OnChange(std::function<void()> callback);
+  void Start();
+  void Shutdown();
+  // One sample and decision now (the thread calls it; tests and dry runs too).
+  void Tick();
+
+  // Owner controls.
+  void ManualPause();
+  void ManualResume();
+  void ReportActivity();
+  // Phase, mode, reason, the snapshot and the last actions, for `minions executor status`.
+  std::string Status() const;
+  // Answers one control-channel command: pause, resume, activity, status.
+  std::string HandleCommand(const std::string& command);
+
+  // WorkGate.
+  WorkMode mode() const override;
+  absl::Time mode_since() const override;
+  std::string FleetState(bool holds_work) const override;
+  std::string Reason() const override;
+  absl::Duration pause_grace() const override { return options_.pause_grace; }
+  availability::Phase phase() const;
+
+ private:
+  void Loop();
+  void TickLocked();  // under tick_mu_
+
+  AvailabilityOptions options_;
+  availability::Sampler sampler_;
+  Clock* clock_;
+  availability::SleepGuard sleep_guard_;   // controller thread only
+  std::function<void()> on_change_;
+  WorkTarget* target_ = nullptr;
+
+  mutable std::mutex mu_;
+  availability::PolicyState state_;        // guarded by mu_
+  availability::Snapshot snapshot_;        // guarded by mu_ (the last one)
+  WorkMode mode_ = WorkMode::kRelease;     // guarded by mu_
+  absl::Time mode_since_;                  // guarded by mu_
+  std::string reason_ = "starting";        // guarded by mu_
+  std::deque<std::string> history_;        // guarded by mu_: the last actions, newest last
+  std::mutex tick_mu_;                     // one Tick at a time
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace minions
