@@ -192,6 +192,8 @@ class ExecutorAgent : public WorkTarget {
   std::atomic<bool> heartbeat_stop_{false};
   bool detached_ = false;                       // heartbeat thread only: the server has been away a TTL
   std::atomic<bool> killed_on_purpose_{false};  // KillRunner: the runner's death is no crash
+  std::atomic<bool> heartbeat_now_{false};      // a chunk waits to be committed: beat now
+  absl::Time last_commit_wake_ = absl::InfinitePast();  // main thread only
 };
 
 }  // namespace minions

@@ -249,10 +249,16 @@ absl::Status ExpireLease(Task& task, int max_attempts, const RetryPolicy& policy
     return absl::FailedPreconditionError("lease has not expired");
   }
   std::string holder = task.executor_id;
-  return FailTask(task, FailureClass::kRetryable,
-                  absl::StrCat("lease of attempt ", task.attempt, " expired (executor ", holder,
-                               " stopped heartbeating)"),
-                  max_attempts, policy, now);
+  absl::Status failed = FailTask(task, FailureClass::kRetryable,
+                                 absl::StrCat("lease of attempt ", task.attempt, " expired (executor ", holder,
+                                              " stopped heartbeating)"),
+                                 max_attempts, policy, now);
+  if (!failed.ok()) return failed;
+  // A vanished executor says nothing about the task: the first time, it runs elsewhere at once
+  // (failover within a TTL). Backoff starts with the second failure, in case the task is what
+  // takes its executors down.
+  if (task.state == TaskState::kPending && task.failures == 1) task.not_before.reset();
+  return absl::OkStatus();
 }
 
 void CancelTask(Task& task, absl::Time now) {

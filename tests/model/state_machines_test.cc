@@ -267,13 +267,21 @@ TEST(ExpireLease, OnlyOnceTheLeaseHasRunOut) {
   ASSERT_TRUE(ExpireLease(task, 4, RetryPolicy{}, kNow + absl::Seconds(30)).ok());
   EXPECT_EQ(task.state, TaskState::kPending);
   EXPECT_EQ(task.failures, 1);
-  EXPECT_EQ(task.not_before, kNow + absl::Seconds(30) + RetryPolicy{}.backoff_base);
+  EXPECT_EQ(task.not_before, std::nullopt);  // the first loss fails over at once
   EXPECT_THAT(task.last_error, HasSubstr("attempt 1"));
   EXPECT_THAT(task.last_error, HasSubstr("exe-a"));
 
   // Not running any more: nothing to expire.
   EXPECT_EQ(ExpireLease(task, 4, RetryPolicy{}, kNow + absl::Hours(1)).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ExpireLease, RepeatedLossesBackOff) {
+  Task task = RunningTask();
+  task.failures = 1;
+  ASSERT_TRUE(ExpireLease(task, 4, RetryPolicy{}, kNow + absl::Minutes(1)).ok());
+  EXPECT_EQ(task.state, TaskState::kPending);
+  EXPECT_EQ(task.not_before, kNow + absl::Minutes(1) + 2 * RetryPolicy{}.backoff_base);
 }
 
 TEST(ExpireLease, TheLastAttemptFailsTheTask) {
