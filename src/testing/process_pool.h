@@ -1,7 +1,9 @@
 #pragma once
 // ProcessPool: a pool of real processes on loopback — one `minions server` and N
-// `minions executor`s, each its own process — for integration tests and benchmarks. Every process
-// is SIGKILLed when the pool is destroyed.
+// `minions executor`s, each its own process — for integration tests, the chaos suite and
+// benchmarks. Any of them can be killed and started again (same address, same state directory).
+// Every process is SIGKILLed when the pool is destroyed.
+// Threads: one thread at a time.
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -9,6 +11,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -58,8 +61,20 @@ class ProcessPool {
     backend_env_ = std::move(server_env);
   }
 
-  // Starts the server and waits until it answers.
+  // Starts the server and waits until it answers. After StopServer(), starts it again on the same
+  // address and backends (its log goes on in the same file).
   absl::Status StartServer() { return StartServerOn(connection_.server, "server"); }
+
+  // Sends `sig` to the server StartServer() started and waits until it has exited (SIGTERM: a
+  // graceful shutdown; SIGKILL: a crash).
+  absl::Status StopServer(int sig = SIGKILL) {
+    if (!main_server_) return absl::FailedPreconditionError("the server is not running");
+    main_server_->Signal(sig);
+    auto exit = main_server_->Wait(absl::Seconds(30));
+    main_server_ = nullptr;
+    if (!exit.ok()) return exit.status();
+    return absl::OkStatus();
+  }
 
   // Starts another server on the same backends (several servers serve one fleet).
   absl::StatusOr<std::string> StartAnotherServer(const std::string& name) {
@@ -75,8 +90,10 @@ class ProcessPool {
     sp.argv.insert(sp.argv.end(), backend_args_.begin(), backend_args_.end());
     sp.extra_env = backend_env_;
     sp.stderr_path = dir_ + "/logs/" + name + ".log";
+    AppendMarker(sp.stderr_path);
     auto p = Subprocess::Start(sp);
     if (!p.ok()) return p.status();
+    if (address == connection_.server) main_server_ = p->get();
     servers_.push_back(std::move(*p));
     cli::Connection connection = connection_;
     connection.server = address;
@@ -88,7 +105,8 @@ class ProcessPool {
     return absl::DeadlineExceededError(absl::StrCat(name, " did not come up; see ", dir_, "/logs/", name, ".log"));
   }
 
-  // Starts an executor process. `runner` empty: the built-in llama.cpp runner.
+  // Starts an executor process. `runner` empty: the built-in llama.cpp runner. A name used before
+  // starts that executor again: same state directory (so same executor id) and log files.
   absl::Status StartExecutor(const std::string& name, int runner_threads = 1, const std::string& runner = "",
                              const std::string& server = "") {
     Subprocess::Options sp;
@@ -101,10 +119,40 @@ class ProcessPool {
       sp.argv.push_back(runner);
     }
     sp.stderr_path = dir_ + "/logs/executor-" + name + ".log";
+    AppendMarker(sp.stderr_path);
     auto p = Subprocess::Start(sp);
     if (!p.ok()) return p.status();
     executors_[name] = std::move(*p);
     return absl::OkStatus();
+  }
+
+  // Sends `sig` to executor `name` and waits until it has exited; its runner dies with it.
+  absl::Status StopExecutor(const std::string& name, int sig = SIGKILL) {
+    auto it = executors_.find(name);
+    if (it == executors_.end()) return absl::NotFoundError(absl::StrCat("no executor ", name));
+    it->second->Signal(sig);
+    auto exit = it->second->Wait(absl::Seconds(30));
+    if (!exit.ok()) return exit.status();
+    executors_.erase(it);
+    return absl::OkStatus();
+  }
+
+  // The process ids of an executor's children (its runner), read from /proc; empty elsewhere.
+  std::vector<pid_t> ExecutorChildren(const std::string& name) {
+    std::vector<pid_t> children;
+    auto it = executors_.find(name);
+    if (it == executors_.end()) return children;
+    pid_t pid = it->second->pid();
+    std::ifstream in(absl::StrCat("/proc/", pid, "/task/", pid, "/children"));
+    for (pid_t child; in >> child;) children.push_back(child);
+    return children;
+  }
+
+  // Names of the executors started and not stopped.
+  std::vector<std::string> executor_names() const {
+    std::vector<std::string> names;
+    for (const auto& [name, e] : executors_) names.push_back(name);
+    return names;
   }
 
   Subprocess& executor(const std::string& name) { return *executors_.at(name); }
@@ -112,13 +160,19 @@ class ProcessPool {
   const std::string& dir() const { return dir_; }
 
  private:
+  // A process started again logs into the same file: mark where each run starts.
+  static void AppendMarker(const std::string& log) {
+    std::ofstream(log, std::ios::app) << "---- started " << absl::FormatTime(absl::Now()) << "\n";
+  }
+
   std::string minions_;
   std::string dir_;
   int ttl_ms_;
   cli::Connection connection_;
   std::vector<std::string> backend_args_;
   std::vector<std::string> backend_env_;
-  std::vector<std::unique_ptr<Subprocess>> servers_;
+  std::vector<std::unique_ptr<Subprocess>> servers_;  // every one started, dead ones too
+  Subprocess* main_server_ = nullptr;                 // the running one at connection().server
   std::map<std::string, std::unique_ptr<Subprocess>> executors_;
 };
 
