@@ -41,11 +41,6 @@ using minions::Json;
 using minions::Subprocess;
 using minions::testing::ProcessPool;
 
-std::string BinDir() {
-  std::string self = minions::CurrentExecutablePath();
-  return self.substr(0, self.rfind('/'));
-}
-
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -110,9 +105,9 @@ std::vector<Trial> MinionsTrials(const std::string& work, int executors, int tri
   setenv("MINIONS_PACED_LOG", log.c_str(), 1);
   const std::string model = work + "/paced.model";  // the paced runner loads nothing; the path must exist
   std::ofstream(model) << "paced\n";
-  const std::string runner = BinDir() + "/minions-bench-paced-runner";
+  const std::string runner = minions::SiblingProgram("minions-bench-paced-runner");
 
-  ProcessPool pool(BinDir() + "/minions", work + "/minions", ttl_ms);
+  ProcessPool pool(minions::SiblingProgram("minions"), work + "/minions", ttl_ms);
   std::vector<Trial> results;
   if (auto s = pool.StartServer(); !s.ok()) {
     fprintf(stderr, "server: %s\n", std::string(s.message()).c_str());
