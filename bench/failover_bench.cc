@@ -97,7 +97,7 @@ void PrintSummary(const char* who, const std::vector<Trial>& trials) {
 
 // Kills the executor running a one-task job midway, `trials` times.
 std::vector<Trial> MinionsTrials(const std::string& work, int executors, int trials, int records, int record_ms,
-                                 int ttl_ms) {
+                                 int ttl_ms, const std::vector<std::string>& executor_args) {
   const std::string log = work + "/minions-paced.log";
   std::filesystem::remove(log);
   // The executors' runners inherit these.
@@ -108,6 +108,7 @@ std::vector<Trial> MinionsTrials(const std::string& work, int executors, int tri
   const std::string runner = minions::SiblingProgram("minions-bench-paced-runner");
 
   ProcessPool pool(minions::SiblingProgram("minions"), work + "/minions", ttl_ms);
+  pool.SetExecutorArgs(executor_args);
   std::vector<Trial> results;
   if (auto s = pool.StartServer(); !s.ok()) {
     fprintf(stderr, "server: %s\n", std::string(s.message()).c_str());
@@ -151,7 +152,7 @@ std::vector<Trial> MinionsTrials(const std::string& work, int executors, int tri
       if (std::to_string(pool.executor(name).pid()) == victim_pid) victim = name;
     }
     if (victim.empty()) {
-      fprintf(stderr, "trial %d: no executor ran the task (see %s)\n", t, log.c_str());
+      fprintf(stderr, "trial %d: no executor ran the task within a minute; see %s/minions/logs\n", t, work.c_str());
       return results;
     }
     const int64_t killed_ms = NowMs();
@@ -247,6 +248,7 @@ int main(int argc, char** argv) {
   std::string work = "/tmp/minions-bench-failover";
   int executors = 3, trials = 5, records = 40, record_ms = 50, ttl_ms = 9000;
   bool no_dask = false;
+  std::vector<std::string> executor_args;
   app.add_option("--work-dir", work, "scratch directory")->capture_default_str();
   app.add_option("--executors", executors, "executors (Dask: workers)")->capture_default_str();
   app.add_option("--trials", trials, "failures, one per trial")->capture_default_str();
@@ -255,6 +257,9 @@ int main(int argc, char** argv) {
   app.add_option("--lease-ttl-ms", ttl_ms, "the server's lease TTL (default: the server's default)")
       ->capture_default_str();
   app.add_flag("--no-dask", no_dask, "skip the Dask side");
+  app.add_option("--executor-arg", executor_args,
+                 "a flag for every executor, e.g. its checkpoint settings (repeat for several)")
+      ->allow_extra_args(false);
   CLI11_PARSE(app, argc, argv);
   std::filesystem::remove_all(work);
   std::filesystem::create_directories(work);
@@ -262,8 +267,13 @@ int main(int argc, char** argv) {
   printf("== failover: %d trials, %d executors, a task of %d records x %d ms, lease ttl %d ms ==\n", trials,
          executors, records, record_ms, ttl_ms);
   printf("   (killed when half done; target: running elsewhere within ttl + 1 s = %.1f s)\n", ttl_ms / 1000.0 + 1);
+  if (!executor_args.empty()) {
+    std::string joined;
+    for (const auto& a : executor_args) joined += " " + a;
+    printf("   executors run with:%s\n", joined.c_str());
+  }
   fflush(stdout);
-  auto minions = MinionsTrials(work, executors, trials, records, record_ms, ttl_ms);
+  auto minions = MinionsTrials(work, executors, trials, records, record_ms, ttl_ms, executor_args);
   auto dask = no_dask ? std::vector<Trial>() : DaskTrials(work, executors, trials, records, record_ms);
   printf("\n");
   PrintSummary("minions", minions);

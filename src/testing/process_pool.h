@@ -61,6 +61,9 @@ class ProcessPool {
     backend_env_ = std::move(server_env);
   }
 
+  // Extra flags for every executor started from now on (e.g. checkpoint settings).
+  void SetExecutorArgs(std::vector<std::string> args) { executor_args_ = std::move(args); }
+
   // Starts the server and waits until it answers. After StopServer(), starts it again on the same
   // address and backends (its log goes on in the same file).
   absl::Status StartServer() { return StartServerOn(connection_.server, "server"); }
@@ -118,6 +121,7 @@ class ProcessPool {
       sp.argv.push_back("--runner");
       sp.argv.push_back(runner);
     }
+    sp.argv.insert(sp.argv.end(), executor_args_.begin(), executor_args_.end());
     sp.stderr_path = dir_ + "/logs/executor-" + name + ".log";
     AppendMarker(sp.stderr_path);
     auto p = Subprocess::Start(sp);
@@ -171,6 +175,7 @@ class ProcessPool {
   cli::Connection connection_;
   std::vector<std::string> backend_args_;
   std::vector<std::string> backend_env_;
+  std::vector<std::string> executor_args_;
   std::vector<std::unique_ptr<Subprocess>> servers_;  // every one started, dead ones too
   Subprocess* main_server_ = nullptr;                 // the running one at connection().server
   std::map<std::string, std::unique_ptr<Subprocess>> executors_;

@@ -322,6 +322,7 @@ TEST_P(Chaos, FaultsLoseNoRecordAndRepeatNone) {
 
   ASSERT_EQ(last.state(), "completed") << DescribeState(pool, job->id());
   EXPECT_EQ(next, plan.size()) << "the job ended before every planned fault fired";
+  EXPECT_GT(retried, 0) << "no fault cost a task its attempt: the driver missed the running tasks";
   EXPECT_EQ(last.request_counts().total(), kRecords);
   EXPECT_EQ(last.request_counts().failed(), static_cast<int64_t>(reference.errors.size())) << DescribeState(pool, job->id());
   auto output = Lines(FetchResults(pool, job->id(), false));
