@@ -146,9 +146,13 @@ class ProcessPool {
     std::vector<pid_t> children;
     auto it = executors_.find(name);
     if (it == executors_.end()) return children;
-    pid_t pid = it->second->pid();
-    std::ifstream in(absl::StrCat("/proc/", pid, "/task/", pid, "/children"));
-    for (pid_t child; in >> child;) children.push_back(child);
+    // Each thread lists the children it started.
+    std::error_code ec;
+    for (const auto& thread :
+         std::filesystem::directory_iterator(absl::StrCat("/proc/", it->second->pid(), "/task"), ec)) {
+      std::ifstream in(thread.path() / "children");
+      for (pid_t child; in >> child;) children.push_back(child);
+    }
     return children;
   }
 
