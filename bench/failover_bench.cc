@@ -108,14 +108,15 @@ std::vector<Trial> MinionsTrials(const std::string& work, int executors, int tri
   const std::string runner = minions::SiblingProgram("minions-bench-paced-runner");
 
   ProcessPool pool(minions::SiblingProgram("minions"), work + "/minions", ttl_ms);
-  pool.SetExecutorArgs(executor_args);
   std::vector<Trial> results;
   if (auto s = pool.StartServer(); !s.ok()) {
     fprintf(stderr, "server: %s\n", std::string(s.message()).c_str());
     return results;
   }
   int next_name = 0;
-  for (int i = 0; i < executors; ++i) (void)pool.StartExecutor(absl::StrCat("e", ++next_name), 1, runner);
+  for (int i = 0; i < executors; ++i) {
+    (void)pool.StartExecutor(absl::StrCat("e", ++next_name), 1, runner, "", executor_args);
+  }
   minions::cli::JobsClient client(pool.connection());
 
   for (int t = 0; t < trials; ++t) {
@@ -157,7 +158,8 @@ std::vector<Trial> MinionsTrials(const std::string& work, int executors, int tri
     }
     const int64_t killed_ms = NowMs();
     (void)pool.StopExecutor(victim, SIGKILL);
-    (void)pool.StartExecutor(absl::StrCat("e", ++next_name), 1, runner);  // the fleet keeps its size
+    // The fleet keeps its size.
+    (void)pool.StartExecutor(absl::StrCat("e", ++next_name), 1, runner, "", executor_args);
 
     // Follow the task through the control plane until a runner elsewhere starts it.
     Trial trial;

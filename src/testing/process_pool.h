@@ -61,9 +61,6 @@ class ProcessPool {
     backend_env_ = std::move(server_env);
   }
 
-  // Extra flags for every executor started from now on (e.g. checkpoint settings).
-  void SetExecutorArgs(std::vector<std::string> args) { executor_args_ = std::move(args); }
-
   // Starts the server and waits until it answers. After StopServer(), starts it again on the same
   // address and backends (its log goes on in the same file).
   absl::Status StartServer() { return StartServerOn(connection_.server, "server"); }
@@ -108,10 +105,11 @@ class ProcessPool {
     return absl::DeadlineExceededError(absl::StrCat(name, " did not come up; see ", dir_, "/logs/", name, ".log"));
   }
 
-  // Starts an executor process. `runner` empty: the built-in llama.cpp runner. A name used before
-  // starts that executor again: same state directory (so same executor id) and log files.
+  // Starts an executor process. `runner` empty: the built-in llama.cpp runner.
+  // `extra_args` go to `minions executor`; `env` ("NAME=value") to it and so to its runner.
   absl::Status StartExecutor(const std::string& name, int runner_threads = 1, const std::string& runner = "",
-                             const std::string& server = "") {
+                             const std::string& server = "", const std::vector<std::string>& extra_args = {},
+                             const std::vector<std::string>& env = {}) {
     Subprocess::Options sp;
     sp.argv = {minions_, "executor", "--server", server.empty() ? connection_.server : server, "--name", name,
                "--state-dir",
@@ -121,8 +119,11 @@ class ProcessPool {
       sp.argv.push_back("--runner");
       sp.argv.push_back(runner);
     }
-    sp.argv.insert(sp.argv.end(), executor_args_.begin(), executor_args_.end());
+    sp.argv.insert(sp.argv.end(), extra_args.begin(), extra_args.end());
+    sp.extra_env = env;
     sp.stderr_path = dir_ + "/logs/executor-" + name + ".log";
+    // A name used before starts that executor again: same state directory (so same executor id)
+    // and log files.
     AppendMarker(sp.stderr_path);
     auto p = Subprocess::Start(sp);
     if (!p.ok()) return p.status();
@@ -179,7 +180,6 @@ class ProcessPool {
   cli::Connection connection_;
   std::vector<std::string> backend_args_;
   std::vector<std::string> backend_env_;
-  std::vector<std::string> executor_args_;
   std::vector<std::unique_ptr<Subprocess>> servers_;  // every one started, dead ones too
   Subprocess* main_server_ = nullptr;                 // the running one at connection().server
   std::map<std::string, std::unique_ptr<Subprocess>> executors_;
