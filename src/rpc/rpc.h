@@ -29,6 +29,11 @@ inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(1 << 30);
   args.SetMaxSendMessageSize(1 << 30);
+  // A failed connection makes the channel resolve its target again before it reconnects, and by
+  // default a name is resolved at most once in 30 s: without this, a client of a restarted server
+  // failed for 5-30 s after the server was back (the chaos suite's server restarts), long enough
+  // for every lease to run out.
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 250);
   // Reconnect quickly after a server restart instead of backing off for up to two minutes.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);

@@ -1,7 +1,9 @@
 #pragma once
 // ProcessPool: a pool of real processes on loopback — one `minions server` and N
-// `minions executor`s, each its own process — for integration tests and benchmarks. Every process
-// is SIGKILLed when the pool is destroyed.
+// `minions executor`s, each its own process — for integration tests, the chaos suite and
+// benchmarks. Any of them can be killed and started again (same address, same state directory).
+// Every process is SIGKILLed when the pool is destroyed.
+// Threads: one thread at a time.
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -10,6 +12,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -64,8 +67,20 @@ class ProcessPool {
     server_args_.insert(server_args_.end(), args.begin(), args.end());
   }
 
-  // Starts the server and waits until it answers.
+  // Starts the server and waits until it answers. After StopServer(), starts it again on the same
+  // address and backends (its log goes on in the same file).
   absl::Status StartServer() { return StartServerOn(connection_.server, "server"); }
+
+  // Sends `sig` to the server StartServer() started and waits until it has exited (SIGTERM: a
+  // graceful shutdown; SIGKILL: a crash).
+  absl::Status StopServer(int sig = SIGKILL) {
+    if (!main_server_) return absl::FailedPreconditionError("the server is not running");
+    main_server_->Signal(sig);
+    auto exit = main_server_->Wait(absl::Seconds(30));
+    main_server_ = nullptr;
+    if (!exit.ok()) return exit.status();
+    return absl::OkStatus();
+  }
 
   // Starts another server on the same backends (several servers serve one fleet).
   absl::StatusOr<std::string> StartAnotherServer(const std::string& name) {
@@ -84,8 +99,10 @@ class ProcessPool {
     sp.argv.insert(sp.argv.end(), server_args_.begin(), server_args_.end());
     sp.extra_env = backend_env_;
     sp.stderr_path = dir_ + "/logs/" + name + ".log";
+    AppendMarker(sp.stderr_path);
     auto p = Subprocess::Start(sp);
     if (!p.ok()) return p.status();
+    if (address == connection_.server) main_server_ = p->get();
     servers_.push_back(std::move(*p));
     cli::Connection connection = connection_;
     connection.server = address;
@@ -118,10 +135,46 @@ class ProcessPool {
     sp.argv.insert(sp.argv.end(), extra_args.begin(), extra_args.end());
     sp.extra_env = env;
     sp.stderr_path = dir_ + "/logs/executor-" + name + ".log";
+    // A name used before starts that executor again: same state directory (so same executor id)
+    // and log files.
+    AppendMarker(sp.stderr_path);
     auto p = Subprocess::Start(sp);
     if (!p.ok()) return p.status();
     executors_[name] = std::move(*p);
     return absl::OkStatus();
+  }
+
+  // Sends `sig` to executor `name` and waits until it has exited; its runner dies with it.
+  absl::Status StopExecutor(const std::string& name, int sig = SIGKILL) {
+    auto it = executors_.find(name);
+    if (it == executors_.end()) return absl::NotFoundError(absl::StrCat("no executor ", name));
+    it->second->Signal(sig);
+    auto exit = it->second->Wait(absl::Seconds(30));
+    if (!exit.ok()) return exit.status();
+    executors_.erase(it);
+    return absl::OkStatus();
+  }
+
+  // The process ids of an executor's children (its runner), read from /proc; empty elsewhere.
+  std::vector<pid_t> ExecutorChildren(const std::string& name) {
+    std::vector<pid_t> children;
+    auto it = executors_.find(name);
+    if (it == executors_.end()) return children;
+    // Each thread lists the children it started.
+    std::error_code ec;
+    for (const auto& thread :
+         std::filesystem::directory_iterator(absl::StrCat("/proc/", it->second->pid(), "/task"), ec)) {
+      std::ifstream in(thread.path() / "children");
+      for (pid_t child; in >> child;) children.push_back(child);
+    }
+    return children;
+  }
+
+  // Names of the executors started and not stopped.
+  std::vector<std::string> executor_names() const {
+    std::vector<std::string> names;
+    for (const auto& [name, e] : executors_) names.push_back(name);
+    return names;
   }
 
   Subprocess& executor(const std::string& name) { return *executors_.at(name); }
@@ -133,6 +186,11 @@ class ProcessPool {
   const std::string& dir() const { return dir_; }
 
  private:
+  // A process started again logs into the same file: mark where each run starts.
+  static void AppendMarker(const std::string& log) {
+    std::ofstream(log, std::ios::app) << "---- started " << absl::FormatTime(absl::Now()) << "\n";
+  }
+
   std::string minions_;
   std::string dir_;
   int ttl_ms_;
@@ -140,7 +198,8 @@ class ProcessPool {
   std::vector<std::string> backend_args_;
   std::vector<std::string> backend_env_;
   std::vector<std::string> server_args_;
-  std::vector<std::unique_ptr<Subprocess>> servers_;
+  std::vector<std::unique_ptr<Subprocess>> servers_;  // every one started, dead ones too
+  Subprocess* main_server_ = nullptr;                 // the running one at connection().server
   std::map<std::string, std::string> http_;  // server name -> its HTTP address
   std::map<std::string, std::unique_ptr<Subprocess>> executors_;
 };

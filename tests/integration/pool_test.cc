@@ -1,185 +1,16 @@
 // End to end with real processes on loopback: a server, several executors, each running the real
 // llama.cpp runner on a test model.
 
-#include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <map>
-#include <sstream>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "cli/sample_prompts.h"
-#include "common/json_util.h"
-#include "absl/strings/str_cat.h"
-#include "testing/process_pool.h"
+#include "pool_test_util.h"
 
 namespace minions::testing {
 namespace {
 
-const std::string kBin = MINIONS_TEST_BIN_DIR;
-const std::string kModel = std::string(MINIONS_TEST_MODELS_DIR) + "/text.gguf";
-
-// The backend pairs the end-to-end suite runs on.
-std::string ReadFirstLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
-// Points the pool at `backend`: "embedded" (SQLite + a directory, the default) or "postgres-s3"
-// (a fresh schema in the fixture's PostgreSQL, a fresh prefix in the fixture's S3 server).
-void UseBackend(ProcessPool& pool, const std::string& backend, const std::string& name) {
-  if (backend == "embedded") return;
-  std::string schema = absl::StrCat("it_", name, "_", getpid());
-  std::string base = MINIONS_TEST_POSTGRES_URL;
-  Subprocess::Options sp;
-  sp.argv = {"psql", base, "-q", "-v", "ON_ERROR_STOP=1", "-c", "CREATE SCHEMA " + schema};
-  sp.stderr_path = pool.dir() + "/logs/psql.log";
-  auto psql = Subprocess::Start(sp);
-  ASSERT_TRUE(psql.ok()) << psql.status();
-  (*psql)->CloseStdin();
-  auto exit = (*psql)->Wait(absl::Seconds(30));
-  ASSERT_TRUE(exit.ok() && exit->exited && exit->code == 0)
-      << "cannot create a schema in the test PostgreSQL (" << base << "); see " << pool.dir() << "/logs/psql.log";
-  std::string endpoint = ReadFirstLine(std::string(MINIONS_TEST_S3_DIR) + "/endpoint");
-  ASSERT_FALSE(endpoint.empty()) << "the test S3 server is not running (fixture s3rver_start)";
-  pool.SetBackend({"--database", base + "?options=-csearch_path%3D" + schema, "--objects",
-                   "s3://minions-test/" + schema},
-                  {"AWS_ACCESS_KEY_ID=S3RVER", "AWS_SECRET_ACCESS_KEY=S3RVER", "AWS_ENDPOINT_URL=" + endpoint,
-                   "AWS_REGION=us-east-1"});
-}
-
 class Pool : public ::testing::TestWithParam<std::string> {};
-
-std::string TempDir(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("minions-it-" + std::to_string(getpid()) + "-" + name)).string();
-}
-
-std::string WriteInput(const std::string& dir, const std::vector<std::string>& lines) {
-  std::filesystem::create_directories(dir);
-  std::string path = dir + "/input.jsonl";
-  std::ofstream out(path);
-  for (const auto& l : lines) out << l << "\n";
-  return path;
-}
-
-// Submits the JSONL file at `input` with the test model.
-absl::StatusOr<v1::Job> Submit(ProcessPool& pool, const std::string& input, int64_t shard_size,
-                               const std::string& options = "") {
-  std::ifstream in(input);
-  std::stringstream data;
-  data << in.rdbuf();
-  v1::SubmitJobRequest request;
-  request.set_input(data.str());
-  request.set_model(kModel);
-  request.set_shard_size(shard_size);
-  request.set_runner_options_json(options);
-  return cli::JobsClient(pool.connection()).Submit(request);
-}
-
-v1::Job SubmitAndWait(ProcessPool& pool, const std::string& input, int64_t shard_size, const std::string& options,
-                      absl::Duration timeout) {
-  cli::JobsClient client(pool.connection());
-  auto job = Submit(pool, input, shard_size, options);
-  EXPECT_TRUE(job.ok()) << job.status();
-  if (!job.ok()) return {};
-  absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    auto now = client.Get(job->id());
-    if (now.ok() && (now->state() == "completed" || now->state() == "failed" || now->state() == "cancelled")) {
-      return *now;
-    }
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-  ADD_FAILURE() << "job " << job->id() << " did not finish in time; logs in " << pool.dir() << "/logs";
-  return *client.Get(job->id());
-}
-
-std::vector<Json> Lines(const std::string& text) {
-  std::vector<Json> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    auto parsed = ParseJson(line);
-    EXPECT_TRUE(parsed.ok()) << line;
-    if (parsed.ok()) out.push_back(*parsed);
-  }
-  return out;
-}
-
-std::string FetchResults(ProcessPool& pool, const std::string& job_id, bool errors) {
-  std::string all;
-  auto s = cli::JobsClient(pool.connection()).Results(job_id, errors, [&](const std::string& c) { all += c; });
-  EXPECT_TRUE(s.ok()) << s;
-  return all;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// The parts of an output line that must not depend on where or when it ran. Generated text must
-// be identical; embedding vectors agree to rounding (mean pooling sums over however many tokens
-// share the batch), so they are compared separately and removed here.
-Json Normalised(Json line, std::vector<std::vector<float>>* embeddings = nullptr) {
-  if (line.contains("response") && line["response"].is_object() && line["response"].contains("body")) {
-    Json& body = line["response"]["body"];
-    body.erase("created");
-    if (body.contains("data") && body["data"].is_array()) {
-      for (auto& item : body["data"]) {
-        if (embeddings) embeddings->push_back(item["embedding"].get<std::vector<float>>());
-        item.erase("embedding");
-      }
-    }
-  }
-  return line;
-}
-
-double Cosine(const std::vector<float>& a, const std::vector<float>& b) {
-  double dot = 0, na = 0, nb = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    dot += double(a[i]) * b[i];
-    na += double(a[i]) * a[i];
-    nb += double(b[i]) * b[i];
-  }
-  return dot / std::sqrt(na * nb);
-}
-
-// Every custom_id of `lines` exactly once across output and errors.
-void ExpectEachRecordOnce(const std::vector<std::string>& lines, const std::vector<Json>& output,
-                          const std::vector<Json>& errors) {
-  std::map<std::string, int> seen;
-  int nulls = 0;
-  for (const auto* file : {&output, &errors}) {
-    for (const auto& l : *file) {
-      if (l["custom_id"].is_string()) {
-        ++seen[l["custom_id"].get<std::string>()];
-      } else {
-        ++nulls;  // a line too broken to name its record
-      }
-    }
-  }
-  int expected_nulls = 0;
-  for (const auto& line : lines) {
-    auto parsed = ParseJson(line);
-    if (!parsed.ok() || !parsed->contains("custom_id")) {
-      ++expected_nulls;
-      continue;
-    }
-    std::string id = (*parsed)["custom_id"].get<std::string>();
-    EXPECT_EQ(seen[id], 1) << id;
-    seen.erase(id);
-  }
-  EXPECT_TRUE(seen.empty()) << "unexpected custom_ids, e.g. " << (seen.empty() ? "" : seen.begin()->first);
-  EXPECT_EQ(nulls, expected_nulls);
-}
 
 TEST_P(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
   std::string dir = TempDir("thousand-" + GetParam());
@@ -204,33 +35,11 @@ TEST_P(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
   ExpectEachRecordOnce(lines, output, errors);
 
   // The same records through one runner in one process, batched differently.
-  Subprocess::Options sp;
-  sp.argv = {kBin + "/minions", "local-run", input, "--model", kModel, "-o", dir + "/local.jsonl", "--errors",
-             dir + "/local-errors.jsonl", "--parallel", "8", "--no-progress"};
-  sp.stderr_path = dir + "/local-run.log";
-  auto local = Subprocess::Start(sp);
-  ASSERT_TRUE(local.ok());
-  (*local)->CloseStdin();
-  while ((*local)->ReadLine().ok()) {
-  }
-  auto exit = (*local)->Wait(absl::Minutes(5));
-  ASSERT_TRUE(exit.ok() && exit->exited && exit->code == 0);
-  auto local_output = Lines(ReadFile(dir + "/local.jsonl"));
-  auto local_errors = Lines(ReadFile(dir + "/local-errors.jsonl"));
-  ASSERT_EQ(output.size(), local_output.size());
-  int embeddings_compared = 0;
-  for (size_t i = 0; i < output.size(); ++i) {
-    std::vector<std::vector<float>> a, b;
-    ASSERT_EQ(Normalised(output[i], &a), Normalised(local_output[i], &b)) << "output line " << i;
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t k = 0; k < a.size(); ++k) {
-      EXPECT_GT(Cosine(a[k], b[k]), 1 - 1e-5) << "output line " << i;
-      ++embeddings_compared;
-    }
-  }
+  RunLocally(input, dir);
+  if (HasFatalFailure()) return;
+  int embeddings_compared = ExpectSameResults(output, errors, Lines(ReadFile(dir + "/local.jsonl")),
+                                              Lines(ReadFile(dir + "/local-errors.jsonl")));
   EXPECT_GT(embeddings_compared, 10);
-  ASSERT_EQ(errors.size(), local_errors.size());
-  for (size_t i = 0; i < errors.size(); ++i) EXPECT_EQ(errors[i], local_errors[i]);
   std::filesystem::remove_all(dir);
 }
 
