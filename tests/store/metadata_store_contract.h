@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "store/metadata_store.h"
+#include "testing/even_tasks.h"
 
 namespace minions {
 
@@ -100,19 +101,7 @@ class MetadataStoreContract : public ::testing::TestWithParam<StoreFactory> {
     return spec;
   }
 
-  static std::vector<Task> Shards(int n_tasks) {
-    std::vector<Task> tasks;
-    for (int i = 0; i < n_tasks; ++i) {
-      Task task;
-      task.index = i;
-      task.first_record = i * kRecordsPerTask;
-      task.n_records = kRecordsPerTask;
-      task.byte_begin = i * 1000;
-      task.byte_end = (i + 1) * 1000;
-      tasks.push_back(task);
-    }
-    return tasks;
-  }
+  static std::vector<Task> Shards(int n_tasks) { return testing::EvenTasks(n_tasks, kRecordsPerTask, 1000); }
 
   // Creates a job and gives it `n_tasks` tasks of kRecordsPerTask records: a queued job. Time
   // moves on a second, so jobs submitted one after the other have distinct ages.
