@@ -186,6 +186,8 @@ class ExecutorAgent : public WorkTarget {
   std::string FleetState(bool has_tasks, std::string* reason) const;
   WorkGate* gate_ = nullptr;
   bool frozen_ = false;                         // the runner is SIGSTOPped
+  bool yield_observed_ = false;                 // since the owner last took the machine
+  void ObserveYield(absl::Time now);
   absl::Time next_throttle_toggle_ = absl::InfinitePast();
 
   std::thread heartbeat_;

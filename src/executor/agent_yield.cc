@@ -90,6 +90,14 @@ void ExecutorAgent::HandBack() {
   if (handed) MINIONS_LOG(Info) << "handed " << handed << " tasks back (preempted)";
 }
 
+void ExecutorAgent::ObserveYield(absl::Time now) {
+  // Once per time the owner takes the machine: from leaving run to the runner no longer using it
+  // (stopped, or gone); the pause -> release -> stop steps that may follow are not new yields.
+  if (!options_.metrics || yield_observed_) return;
+  yield_observed_ = true;
+  options_.metrics->ObserveYieldSeconds(absl::ToDoubleSeconds(now - gate_->mode_since()));
+}
+
 bool ExecutorAgent::ApplyWorkMode() {
   if (!gate_) return false;
   WorkMode mode = gate_->mode();
@@ -105,9 +113,11 @@ bool ExecutorAgent::ApplyWorkMode() {
   for (const auto& task : ActiveTasks()) busy |= task->in_runner;
   switch (mode) {
     case WorkMode::kRun:
+      yield_observed_ = false;
       if (frozen_) SignalRunner(SIGCONT);
       return false;
     case WorkMode::kThrottle:
+      yield_observed_ = false;
       if (now >= next_throttle_toggle_) {
         SignalRunner(frozen_ || !busy ? SIGCONT : SIGSTOP);
         next_throttle_toggle_ = now + absl::Milliseconds(500);
@@ -119,13 +129,16 @@ bool ExecutorAgent::ApplyWorkMode() {
         SignalRunner(SIGSTOP);
         MINIONS_LOG(Info) << "runner stopped (SIGSTOP): the owner is back and its batch is not done";
       }
+      if (!busy || frozen_) ObserveYield(now);  // idle at its batch boundary, or stopped
       return true;
     case WorkMode::kRelease:
       ReleaseRunner();
+      ObserveYield(now);
       return true;
     case WorkMode::kStop:
       ReleaseRunner();
       HandBack();
+      ObserveYield(now);
       return true;
   }
   return false;

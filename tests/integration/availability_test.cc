@@ -14,7 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "cli/sample_prompts.h"
 #include "executor/control_channel.h"
+#include "testing/http_get.h"
 #include "testing/process_pool.h"
+#include "testing/prometheus_text.h"
 
 namespace minions::testing {
 namespace {
@@ -70,7 +72,10 @@ TEST(Availability, OwnerActivityPreemptsWithoutFailureAndTheExecutorComesBack) {
   std::string dir = (std::filesystem::temp_directory_path() / absl::StrCat("minions-it-avail-", getpid())).string();
   ProcessPool pool(kBin + "/minions", dir, 2000);
   ASSERT_TRUE(pool.StartServer().ok());
-  ASSERT_TRUE(pool.StartExecutor("owner", 1, "", "", kOwnerArgs).ok());
+  const std::string metrics = absl::StrCat("127.0.0.1:", PickFreePort());
+  std::vector<std::string> owner_args = kOwnerArgs;
+  owner_args.insert(owner_args.end(), {"--metrics-listen", metrics});
+  ASSERT_TRUE(pool.StartExecutor("owner", 1, "", "", owner_args).ok());
   std::string socket = ControlSocketPath(dir + "/owner");
   cli::SamplePromptOptions sample;
   sample.records = 160;
@@ -108,6 +113,12 @@ TEST(Availability, OwnerActivityPreemptsWithoutFailureAndTheExecutorComesBack) {
   auto status = SendControlCommand(socket, "status");
   ASSERT_TRUE(status.ok());
   EXPECT_NE(status->find("stop: paused for"), std::string::npos) << *status;
+  // The executor's own metrics time the yield: the owner came back once, so one observation,
+  // within the pause grace and a probe's look (well under the 1 s target).
+  auto samples = ParsePrometheusSamples(HttpGet("http://" + metrics + "/metrics").body);
+  EXPECT_EQ(samples["minions_executor_yield_seconds_count"], 1);
+  EXPECT_GT(samples["minions_executor_yield_seconds_sum"], 0);
+  EXPECT_LT(samples["minions_executor_yield_seconds_sum"], 5);
 
   // The task is finished elsewhere; the preemption is not a failure.
   v1::Job done = WaitDone(pool, job->id(), absl::Minutes(4));
