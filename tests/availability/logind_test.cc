@@ -18,7 +18,9 @@ constexpr char kPython[] = "/usr/bin/python3";
 class Logind : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists("/usr/bin/dbus-daemon")) GTEST_SKIP() << "dbus-daemon not installed";
+    // scripts/setup installs dbus-daemon and python3-dbusmock: a machine without them is not set up.
+    ASSERT_TRUE(std::filesystem::exists("/usr/bin/dbus-daemon"))
+        << "dbus-daemon is missing: run scripts/setup (Debian packages dbus-daemon, python3-dbusmock)";
     Subprocess::Options bus;
     bus.argv = {"dbus-daemon", "--session", "--nofork", "--print-address=1"};
     bus.stderr_path = "/dev/null";  // it complains it cannot raise its fd limit
