@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -420,15 +421,18 @@ void ExecutorAgent::OnEvent(const runner_protocol::Event& event) {
 
 absl::Status ExecutorAgent::MaybeCheckpoint(const TaskPtr& task, bool final) {
   const int64_t n = static_cast<int64_t>(task->records.size());
-  int64_t end = task->chunk_begin;
+  // The last URL pair is kept for the final chunk: with none other left, only the end uploads.
+  if (!final && static_cast<int>(task->chunks.size()) + 1 >= task->lease.chunk_urls_size()) return absl::OkStatus();
+  // The finished prefix only grows: each record is looked at once, whatever the result order.
+  int64_t end = std::max(task->prefix_end, task->chunk_begin);
   while (end < n && task->outputs[end]) ++end;
+  task->prefix_end = end;
   const absl::Time now = clock_->Now();
   if (!final) {
     if (end == task->chunk_begin || end >= n) return absl::OkStatus();  // the final chunk carries it
     bool due = end - task->chunk_begin >= options_.checkpoint_records ||
                now - task->last_chunk_at >= options_.checkpoint_interval;
-    // The last URL pair is kept for the final chunk.
-    if (!due || static_cast<int>(task->chunks.size()) + 1 >= task->lease.chunk_urls_size()) return absl::OkStatus();
+    if (!due) return absl::OkStatus();
   } else if (end < n) {
     return absl::InternalError("the final chunk has records without output");
   } else if (end == task->chunk_begin && !task->chunks.empty()) {

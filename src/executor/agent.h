@@ -105,6 +105,7 @@ class ExecutorAgent : public WorkTarget {
     // Checkpoints. Main thread only, except `chunks` (guarded by mu_; the heartbeat reports it).
     std::vector<v1::Chunk> chunks;        // uploaded by this attempt, in order
     int64_t chunk_begin = 0;              // first record not in an uploaded chunk
+    int64_t prefix_end = 0;               // records [0, prefix_end) all have an output
     absl::Time last_chunk_at;
     // Poison records (main thread only): after the runner died under this task, it runs alone, and
     // the records still to run wait here in groups, halved on every crash until a lone record

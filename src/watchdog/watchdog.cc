@@ -36,8 +36,13 @@ absl::StatusOr<WatchdogPass> Watchdog::Tick(absl::Time now) {
     MINIONS_LOG(Warning) << "executor=" << e.id << " (" << e.info.name << ") lost: no heartbeat since "
                          << absl::FormatTime(e.last_heartbeat_at);
   }
-  // Deadlines: a job whose completion window has passed ends `expired` with what it finished.
+  // Deadlines (a job whose completion window has passed ends `expired` with what it finished) and
+  // stragglers: a sweep over every unfinished job, so not on every pass; both act on a scale of
+  // minutes, the pass runs twice a second.
+  const bool sweep = now - last_job_sweep_ >= options_.job_sweep_interval;
+  if (sweep) last_job_sweep_ = now;
   for (JobState state : {JobState::kValidating, JobState::kQueued, JobState::kRunning}) {
+    if (!sweep) break;
     JobFilter filter;
     filter.state = state;
     filter.limit = 10000;

@@ -22,6 +22,7 @@ namespace minions {
 
 struct WatchdogOptions {
   absl::Duration interval = absl::Milliseconds(500);
+  absl::Duration job_sweep_interval = absl::Seconds(2);  // deadlines and stragglers
   absl::Duration executor_timeout = absl::Seconds(30);  // no heartbeat for this long: lost
   int batch = 500;                                      // leases expired per pass
   // After the watchdog becomes active, leases are not expired nor executors declared lost for
@@ -58,6 +59,7 @@ class Watchdog {
   MetadataStore* store_;
   WatchdogOptions options_;
   std::optional<absl::Time> active_since_;  // the first Tick
+  absl::Time last_job_sweep_ = absl::InfinitePast();
   metrics::Counter* leases_expired_ = nullptr;            // null: not exported
   metrics::Family<metrics::Counter>* actions_ = nullptr;
 };
