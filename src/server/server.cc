@@ -9,7 +9,6 @@ namespace minions {
 MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* clock, ServerOptions options,
                              std::unique_ptr<Watchdog> watchdog)
     : store_(store),
-      blobs_(blobs),
       clock_(clock),
       options_(std::move(options)),
       watchdog_(std::move(watchdog)),

@@ -57,7 +57,6 @@ class MinionsServer {
   void BackgroundLoop();
 
   MetadataStore* store_;
-  BlobStore* blobs_;
   Clock* clock_;
   ServerOptions options_;
   std::unique_ptr<Watchdog> watchdog_;

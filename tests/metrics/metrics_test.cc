@@ -114,7 +114,7 @@ TEST(MetricsTest, ConcurrentIncrementsAreAllCounted) {
   auto* family = registry.AddCounterFamily("minions_m_total", "m", {"k"});
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
+    threads.emplace_back([&] {
       for (int i = 0; i < 10000; ++i) {
         c->Increment();
         family->With({std::to_string(i % 3)})->Increment();

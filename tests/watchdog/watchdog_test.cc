@@ -23,7 +23,7 @@ constexpr absl::Duration kTtl = absl::Seconds(10);
 constexpr absl::Duration kExecutorTimeout = absl::Seconds(30);
 constexpr int64_t kRecordsPerTask = 5;
 
-inline const absl::Status& StatusOf(const absl::Status& status) { return status; }
+[[maybe_unused]] inline const absl::Status& StatusOf(const absl::Status& status) { return status; }
 template <typename T>
 const absl::Status& StatusOf(const absl::StatusOr<T>& status_or) {
   return status_or.status();

@@ -267,6 +267,7 @@ absl::Status SqliteMetadataStore::Migrate(const std::string& path) {
   // opening the same file may have applied it meanwhile.
   while (true) {
     ASSIGN_OR_RETURN(bool done, InTransaction(true, [&]() -> absl::StatusOr<bool> {
+    mu_.AssertHeld();
       RETURN_IF_ERROR(Exec(kCreateMigrationsTable));
       ASSIGN_OR_RETURN(Statement version_query, Prepare(kSchemaVersion));
       ASSIGN_OR_RETURN(bool row, version_query.Step());
@@ -292,6 +293,7 @@ absl::Status SqliteMetadataStore::Migrate(const std::string& path) {
 
 absl::StatusOr<int> SqliteMetadataStore::SchemaVersion() {
   return InTransaction(false, [&]() -> absl::StatusOr<int> {
+    mu_.AssertHeld();
     ASSIGN_OR_RETURN(Statement query, Prepare(kSchemaVersion));
     ASSIGN_OR_RETURN(bool row, query.Step());
     return row ? static_cast<int>(query.Int(0)) : 0;
@@ -423,6 +425,7 @@ absl::Status SqliteMetadataStore::SaveExecutor(const Executor& executor, bool in
 
 absl::StatusOr<Job> SqliteMetadataStore::CreateJob(const JobSpec& spec, absl::Time now) {
   return InTransaction(true, [&]() -> absl::StatusOr<Job> {
+    mu_.AssertHeld();
     Job job = rules::NewJob(spec, now);
     // 48 random bits: a collision is unlikely, and retried when it happens.
     for (int tries = 0;; ++tries) {
@@ -437,6 +440,7 @@ absl::StatusOr<Job> SqliteMetadataStore::CreateJob(const JobSpec& spec, absl::Ti
 absl::Status SqliteMetadataStore::AddTasks(const std::string& job_id, const std::vector<Task>& tasks,
                                            int64_t total_records, absl::Time now) {
   return InTransaction(true, [&]() -> absl::Status {
+    mu_.AssertHeld();
     ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
     ASSIGN_OR_RETURN(std::vector<Task> fresh, rules::AddTasksToJob(job, tasks, total_records, now));
     for (const Task& task : fresh) RETURN_IF_ERROR(SaveTask(task, /*insert=*/true));
@@ -445,11 +449,12 @@ absl::Status SqliteMetadataStore::AddTasks(const std::string& job_id, const std:
 }
 
 absl::StatusOr<Job> SqliteMetadataStore::GetJob(const std::string& job_id) {
-  return InTransaction(false, [&] { return LoadJob(job_id); });
+  return InTransaction(false, [&] { mu_.AssertHeld(); return LoadJob(job_id); });
 }
 
 absl::StatusOr<std::vector<Job>> SqliteMetadataStore::ListJobs(const JobFilter& filter) {
   return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Job>> {
+    mu_.AssertHeld();
     ASSIGN_OR_RETURN(Statement query, Prepare(kListJobs));
     if (filter.state) {
       query.BindText(":state", Name(JobStateName(*filter.state)));
@@ -463,6 +468,7 @@ absl::StatusOr<std::vector<Job>> SqliteMetadataStore::ListJobs(const JobFilter& 
 
 absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ListTasks(const std::string& job_id) {
   return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Task>> {
+    mu_.AssertHeld();
     RETURN_IF_ERROR(LoadJob(job_id).status());
     return LoadTasks(job_id);
   });
@@ -470,6 +476,7 @@ absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ListTasks(const std::stri
 
 absl::StatusOr<TaskStateCounts> SqliteMetadataStore::CountTasks(const std::string& job_id) {
   return InTransaction(false, [&]() -> absl::StatusOr<TaskStateCounts> {
+    mu_.AssertHeld();
     ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
     TaskStateCounts counts;
     counts.done = job.tasks_done;
@@ -502,16 +509,17 @@ absl::StatusOr<Job> SqliteMetadataStore::EndJob(const std::string& job_id, JobSt
 }
 
 absl::StatusOr<Job> SqliteMetadataStore::CancelJob(const std::string& job_id, absl::Time now) {
-  return InTransaction(true, [&] { return EndJob(job_id, JobState::kCancelled, "", now); });
+  return InTransaction(true, [&] { mu_.AssertHeld(); return EndJob(job_id, JobState::kCancelled, "", now); });
 }
 
 absl::StatusOr<Job> SqliteMetadataStore::FailJob(const std::string& job_id, const std::string& error,
                                                  absl::Time now) {
-  return InTransaction(true, [&] { return EndJob(job_id, JobState::kFailed, error, now); });
+  return InTransaction(true, [&] { mu_.AssertHeld(); return EndJob(job_id, JobState::kFailed, error, now); });
 }
 
 absl::StatusOr<Job> SqliteMetadataStore::ExpireJob(const std::string& job_id, absl::Time now) {
   return InTransaction(true, [&]() -> absl::StatusOr<Job> {
+    mu_.AssertHeld();
     ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
     ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(job_id));
     std::vector<Task> before = tasks;
@@ -527,6 +535,7 @@ absl::StatusOr<Job> SqliteMetadataStore::ExpireJob(const std::string& job_id, ab
 absl::StatusOr<Task> SqliteMetadataStore::RequestBackup(const std::string& job_id, int64_t task_index, int attempt,
                                                         absl::Time now) {
   return InTransaction(true, [&]() -> absl::StatusOr<Task> {
+    mu_.AssertHeld();
     ASSIGN_OR_RETURN(Task task, LoadTask(job_id, task_index));
     if (task.attempt != attempt) {
       return absl::FailedPreconditionError(absl::StrCat("task ", job_id, "/", task_index, " is on attempt ",
@@ -540,6 +549,7 @@ absl::StatusOr<Task> SqliteMetadataStore::RequestBackup(const std::string& job_i
 
 absl::StatusOr<std::vector<Job>> SqliteMetadataStore::JobsToFinalize(int limit) {
   return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Job>> {
+    mu_.AssertHeld();
     ASSIGN_OR_RETURN(Statement query, Prepare(kJobsInState));
     query.BindText(":state", Name(JobStateName(JobState::kFinalizing))).BindInt(":limit", limit > 0 ? limit : -1);
     return QueryJobs(query);
@@ -550,6 +560,7 @@ absl::StatusOr<Job> SqliteMetadataStore::FinishJob(const std::string& job_id, co
                                                    const std::string& errors_key, const std::string& manifest_key,
                                                    absl::Time now, JobState outcome) {
   return InTransaction(true, [&]() -> absl::StatusOr<Job> {
+    mu_.AssertHeld();
     ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
     RETURN_IF_ERROR(rules::FinishJob(job, output_key, errors_key, manifest_key, now, outcome));
     RETURN_IF_ERROR(SaveJob(job));
@@ -562,6 +573,7 @@ absl::StatusOr<Job> SqliteMetadataStore::FinishJob(const std::string& job_id, co
 absl::StatusOr<Executor> SqliteMetadataStore::RegisterExecutor(const std::string& executor_id,
                                                                const ExecutorInfo& info, absl::Time now) {
   return InTransaction(true, [&]() -> absl::StatusOr<Executor> {
+    mu_.AssertHeld();
     Executor executor;
     bool exists = false;
     if (!executor_id.empty()) {
@@ -590,11 +602,12 @@ absl::StatusOr<Executor> SqliteMetadataStore::RegisterExecutor(const std::string
 }
 
 absl::StatusOr<Executor> SqliteMetadataStore::GetExecutor(const std::string& executor_id) {
-  return InTransaction(false, [&] { return LoadExecutor(executor_id); });
+  return InTransaction(false, [&] { mu_.AssertHeld(); return LoadExecutor(executor_id); });
 }
 
 absl::StatusOr<std::vector<Executor>> SqliteMetadataStore::ListExecutors() {
   return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Executor>> {
+    mu_.AssertHeld();
     ASSIGN_OR_RETURN(Statement query, Prepare(kListExecutors));
     std::vector<Executor> executors;
     while (true) {
@@ -609,6 +622,7 @@ absl::StatusOr<std::vector<Executor>> SqliteMetadataStore::ListExecutors() {
 
 absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ListRunningTasks() {
   return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Task>> {
+    mu_.AssertHeld();
     ASSIGN_OR_RETURN(Statement query, Prepare(kRunningTasks));
     query.BindText(":running", Name(TaskStateName(TaskState::kRunning)));
     return QueryTasks(query);
@@ -620,6 +634,7 @@ absl::StatusOr<HeartbeatReply> SqliteMetadataStore::Heartbeat(const std::string&
                                                               const std::vector<LeaseProgress>& held,
                                                               absl::Duration ttl, absl::Time now) {
   return InTransaction(true, [&]() -> absl::StatusOr<HeartbeatReply> {
+    mu_.AssertHeld();
     HeartbeatReply reply;
     absl::StatusOr<Executor> loaded = LoadExecutor(executor_id);
     if (absl::IsNotFound(loaded.status())) {
@@ -648,6 +663,7 @@ absl::StatusOr<HeartbeatReply> SqliteMetadataStore::Heartbeat(const std::string&
 
 absl::Status SqliteMetadataStore::RequestDrain(const std::string& executor_id, absl::Time now) {
   return InTransaction(true, [&]() -> absl::Status {
+    mu_.AssertHeld();
     ASSIGN_OR_RETURN(Executor executor, LoadExecutor(executor_id));
     rules::RequestDrain(executor);
     return SaveExecutor(executor);
@@ -659,6 +675,7 @@ absl::Status SqliteMetadataStore::RequestDrain(const std::string& executor_id, a
 absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::string& executor_id, int max_tasks,
                                                                    absl::Duration ttl, absl::Time now) {
   return InTransaction(true, [&]() -> absl::StatusOr<std::vector<Lease>> {
+    mu_.AssertHeld();
     std::vector<Lease> leases;
     ASSIGN_OR_RETURN(Executor executor, LoadExecutor(executor_id));
     if (!rules::MayLease(executor, max_tasks)) return leases;
@@ -722,6 +739,7 @@ absl::StatusOr<Task> SqliteMetadataStore::CompleteTask(const std::string& execut
                                                        int64_t task_index, int attempt, int64_t records_done,
                                                        int64_t records_failed, absl::Time now) {
   return InTransaction(true, [&]() -> absl::StatusOr<Task> {
+    mu_.AssertHeld();
     ASSIGN_OR_RETURN(Task task, FinishAttempt(
                                     executor_id, job_id, task_index, attempt,
                                     [&](Task& t, const Job&) {
@@ -738,6 +756,7 @@ absl::StatusOr<Task> SqliteMetadataStore::CompleteTask(const std::string& execut
 absl::StatusOr<std::vector<absl::Status>> SqliteMetadataStore::CompleteTasks(
     const std::string& executor_id, const std::vector<LeaseProgress>& reports, absl::Time now) {
   return InTransaction(true, [&]() -> absl::StatusOr<std::vector<absl::Status>> {
+    mu_.AssertHeld();
     ASSIGN_OR_RETURN(Executor executor, LoadExecutor(executor_id));
     // Jobs are loaded once and saved once, however many of their tasks complete here.
     std::map<std::string, Job> jobs;
@@ -777,6 +796,7 @@ absl::StatusOr<Task> SqliteMetadataStore::FailTask(const std::string& executor_i
                                                    const std::string& message, absl::Time now,
                                                    const std::vector<Chunk>& chunks) {
   return InTransaction(true, [&]() -> absl::StatusOr<Task> {
+    mu_.AssertHeld();
     return FinishAttempt(
         executor_id, job_id, task_index, attempt,
         [&](Task& t, const Job& job) {
@@ -790,6 +810,7 @@ absl::StatusOr<Task> SqliteMetadataStore::FailTask(const std::string& executor_i
 
 absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ExpireLeases(absl::Time now, int limit) {
   return InTransaction(true, [&]() -> absl::StatusOr<std::vector<Task>> {
+    mu_.AssertHeld();
     std::vector<std::pair<std::string, int64_t>> expired;
     {
       ASSIGN_OR_RETURN(Statement query, Prepare(kExpiredLeases));
@@ -828,6 +849,7 @@ absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ExpireLeases(absl::Time n
 
 absl::StatusOr<std::vector<Executor>> SqliteMetadataStore::MarkLostExecutors(absl::Time cutoff, absl::Time now) {
   return InTransaction(true, [&]() -> absl::StatusOr<std::vector<Executor>> {
+    mu_.AssertHeld();
     std::vector<std::string> ids;
     {
       ASSIGN_OR_RETURN(Statement query, Prepare(kSilentExecutors));

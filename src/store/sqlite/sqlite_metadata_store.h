@@ -95,8 +95,9 @@ class SqliteMetadataStore : public MetadataStore {
 
   // Runs `body` inside BEGIN IMMEDIATE (write) or BEGIN (read) ... COMMIT, rolling back when it
   // returns an error. `Result` is absl::Status or absl::StatusOr<T>.
+  // Takes mu_. Each body starts with mu_.AssertHeld(): clang's thread-safety analysis checks a
+  // lambda on its own and cannot see that InTransaction holds the lock while it runs.
   template <typename Body>
-  // Takes mu_.
   auto InTransaction(bool write, Body&& body) -> decltype(body());
 
   // A cached prepared statement for constant `sql`, reset and with its bindings cleared.
