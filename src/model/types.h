@@ -14,7 +14,8 @@ namespace minions {
 
 enum class JobState { kValidating, kQueued, kRunning, kFinalizing, kCompleted, kFailed, kCancelled, kExpired };
 enum class TaskState { kPending, kRunning, kSucceeded, kFailed, kCancelled };
-enum class ExecutorState { kAvailable, kBusy, kOwnerActive, kDraining, kLost };
+// kRevoked: cut off by an admin (IdentityStore::RevokeExecutor); final.
+enum class ExecutorState { kAvailable, kBusy, kOwnerActive, kDraining, kLost, kRevoked };
 // Why an attempt ended without success.
 enum class FailureClass { kRetryable, kPermanent, kPreempted };
 

@@ -24,5 +24,11 @@ inline std::string ChunkErrors(const std::string& job, int64_t task, int attempt
 inline std::string JobOutput(const std::string& job) { return absl::StrCat("jobs/", job, "/results/output.jsonl"); }
 inline std::string JobErrors(const std::string& job) { return absl::StrCat("jobs/", job, "/results/errors.jsonl"); }
 inline std::string JobManifest(const std::string& job) { return absl::StrCat("jobs/", job, "/results/manifest.json"); }
+// A caller's own uploads (inline inputs are stored here too): a job's input named by key must lie
+// under its submitter's prefix, so nobody can run another caller's objects as input and fetch
+// them back as results. Team and principal names cannot hold '/' (model/identity.h).
+inline std::string Uploads(const std::string& team, const std::string& principal) {
+  return absl::StrCat("uploads/", team, "/", principal, "/");
+}
 
 }  // namespace minions::keys

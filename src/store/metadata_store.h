@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "model/state_machines.h"
 #include "model/types.h"
+#include "store/identity_store.h"
 
 namespace minions {
 
@@ -44,12 +45,15 @@ struct StoreOptions {
   RetryPolicy retry;
 };
 
-class MetadataStore {
+// A MetadataStore is also the IdentityStore (identity_store.h): teams and credentials live in the
+// same database, so enrolling or revoking an executor changes its row and its credentials at once.
+class MetadataStore : public IdentityStore {
  public:
-  virtual ~MetadataStore() = default;
+  ~MetadataStore() override = default;
 
   // --- jobs ---
-  // Creates a job in `validating` with a fresh id.
+  // Creates a job in `validating` with a fresh id. ResourceExhausted when its team already has
+  // its limit of jobs that have not ended (Team::max_active_jobs; store_rules::CheckJobQuota).
   virtual absl::StatusOr<Job> CreateJob(const JobSpec& spec, absl::Time now) = 0;
   // Validation is done: stores the tasks (state pending, attempt 0), sets counts.total and n_tasks,
   // and moves the job to `queued`. A job may not be given tasks twice.

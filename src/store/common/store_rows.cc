@@ -67,6 +67,26 @@ Values ExecutorValues(const Executor& executor) {
           executor.records_done};
 }
 
+Values TeamValues(const Team& team) {
+  return {team.name, int64_t{team.max_priority}, team.max_active_jobs, team.requests_per_second,
+          TimeValue(team.created_at)};
+}
+
+Values TokenValues(const TokenRecord& token) {
+  return {token.id,
+          token.secret_hash,
+          Name(RoleName(token.role)),
+          token.team,
+          token.principal,
+          ScopesToString(token.scopes),
+          token.uses_left,
+          token.created_by,
+          TimeValue(token.created_at),
+          TimeValue(token.expires_at),
+          TimeValue(token.last_used_at),
+          TimeValue(token.revoked_at)};
+}
+
 absl::Status CorruptRow(std::string_view table, std::string_view id, std::string_view what) {
   return absl::InternalError(
       absl::StrCat("corrupt ", std::string(table), " row ", std::string(id), ": ", std::string(what)));
@@ -122,6 +142,18 @@ absl::StatusOr<ExecutorInfo> ExecutorInfoOf(const std::string& id, const std::st
   absl::StatusOr<ExecutorInfo> info = ExecutorInfoFromJson(*parsed);
   if (!info.ok()) return CorruptRow("executors", id, std::string(info.status().message()));
   return info;
+}
+
+absl::StatusOr<Role> RoleOf(const std::string& id, const std::string& name) {
+  std::optional<Role> role = ParseRole(name);
+  if (!role) return CorruptRow("tokens", id, absl::StrCat("unknown role ", name));
+  return *role;
+}
+
+absl::StatusOr<ScopeSet> ScopesOf(const std::string& id, const std::string& text) {
+  ScopeSet scopes;
+  if (absl::Status s = ParseScopes(text, &scopes); !s.ok()) return CorruptRow("tokens", id, std::string(s.message()));
+  return scopes;
 }
 
 }  // namespace minions::store_rows

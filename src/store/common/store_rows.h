@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "model/identity.h"
 #include "model/json_codec.h"
 #include "model/types.h"
 
@@ -35,6 +36,10 @@
   "last_error, started_at, finished_at, chunks, shadow"
 #define MINIONS_STORE_EXECUTOR_COLUMNS \
   "id, info, state, state_reason, registered_at, last_heartbeat_at, drain_requested, records_done"
+#define MINIONS_STORE_TEAM_COLUMNS "name, max_priority, max_active_jobs, requests_per_second, created_at"
+#define MINIONS_STORE_TOKEN_COLUMNS                                                                  \
+  "id, secret_hash, role, team, principal, scopes, uses_left, created_by, created_at, expires_at, " \
+  "last_used_at, revoked_at"
 // Written columns of a job, but for its counts (JobValues); JobCountValues holds those.
 #define MINIONS_STORE_JOB_WRITE_COLUMNS                                                               \
   "id, team, state, spec, priority, min_memory_bytes, runner, total_records, n_tasks, error, "         \
@@ -50,6 +55,8 @@ using Values = std::vector<Value>;
 constexpr int kJobColumns = 18;
 constexpr int kTaskColumns = 20;
 constexpr int kExecutorColumns = 8;
+constexpr int kTeamColumns = 5;
+constexpr int kTokenColumns = 12;
 
 inline Value TimeValue(absl::Time time) { return absl::ToUnixMicros(time); }
 inline Value TimeValue(const std::optional<absl::Time>& time) {
@@ -60,6 +67,8 @@ Values JobValues(const Job& job);       // MINIONS_STORE_JOB_WRITE_COLUMNS
 Values JobCountValues(const Job& job);  // MINIONS_STORE_JOB_COUNT_COLUMNS
 Values TaskValues(const Task& task);    // MINIONS_STORE_TASK_COLUMNS
 Values ExecutorValues(const Executor& executor);  // MINIONS_STORE_EXECUTOR_COLUMNS
+Values TeamValues(const Team& team);              // MINIONS_STORE_TEAM_COLUMNS
+Values TokenValues(const TokenRecord& token);     // MINIONS_STORE_TOKEN_COLUMNS
 
 absl::Status CorruptRow(std::string_view table, std::string_view id, std::string_view what);
 
@@ -69,6 +78,8 @@ absl::StatusOr<JobSpec> JobSpecOf(const std::string& id, const std::string& json
 absl::StatusOr<TaskState> TaskStateOf(const std::string& job_id, int64_t index, const std::string& name);
 absl::StatusOr<ExecutorState> ExecutorStateOf(const std::string& id, const std::string& name);
 absl::StatusOr<ExecutorInfo> ExecutorInfoOf(const std::string& id, const std::string& json);
+absl::StatusOr<Role> RoleOf(const std::string& id, const std::string& name);
+absl::StatusOr<ScopeSet> ScopesOf(const std::string& id, const std::string& text);
 // A task's chunks (JSON array) and shadow (JSON object, "" or NULL for none).
 absl::Status ReadTaskJson(Task& task, const std::string& chunks, const std::string& shadow);
 
@@ -142,6 +153,39 @@ absl::StatusOr<Executor> ReadExecutor(const Row& row, int first = 0) {
   executor.drain_requested = row.Bool(first + 6);
   executor.records_done = row.Int(first + 7);
   return executor;
+}
+
+template <typename Row>
+Team ReadTeam(const Row& row, int first = 0) {
+  Team team;
+  team.name = row.Text(first + 0);
+  team.max_priority = static_cast<int>(row.Int(first + 1));
+  team.max_active_jobs = row.Int(first + 2);
+  team.requests_per_second = row.Int(first + 3);
+  team.created_at = row.Time(first + 4);
+  return team;
+}
+
+template <typename Row>
+absl::StatusOr<TokenRecord> ReadToken(const Row& row, int first = 0) {
+  TokenRecord token;
+  token.id = row.Text(first + 0);
+  token.secret_hash = row.Text(first + 1);
+  absl::StatusOr<Role> role = RoleOf(token.id, row.Text(first + 2));
+  if (!role.ok()) return role.status();
+  token.role = *role;
+  token.team = row.Text(first + 3);
+  token.principal = row.Text(first + 4);
+  absl::StatusOr<ScopeSet> scopes = ScopesOf(token.id, row.Text(first + 5));
+  if (!scopes.ok()) return scopes.status();
+  token.scopes = *scopes;
+  token.uses_left = row.Int(first + 6);
+  token.created_by = row.Text(first + 7);
+  token.created_at = row.Time(first + 8);
+  token.expires_at = row.OptTime(first + 9);
+  token.last_used_at = row.OptTime(first + 10);
+  token.revoked_at = row.OptTime(first + 11);
+  return token;
 }
 
 }  // namespace minions::store_rows

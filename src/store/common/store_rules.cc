@@ -98,6 +98,8 @@ absl::Status FinishJob(Job& job, const std::string& output_key, const std::strin
 
 void RegisterExecutor(Executor& executor, bool exists, const ExecutorInfo& info, absl::Time now) {
   if (!exists) executor.registered_at = now;
+  // A revoked executor stays revoked whatever it says (the caller refuses it).
+  if (executor.state == ExecutorState::kRevoked) return;
   // Leases of its previous life are left to expire.
   executor.info = info;
   executor.state = ExecutorState::kAvailable;
@@ -108,6 +110,7 @@ void RegisterExecutor(Executor& executor, bool exists, const ExecutorInfo& info,
 
 void RecordHeartbeat(Executor& executor, ExecutorState state, const std::string& reason, absl::Time now) {
   executor.last_heartbeat_at = now;
+  if (executor.state == ExecutorState::kRevoked) return;
   executor.state = state;
   executor.state_reason = reason;
   if (executor.drain_requested && (state == ExecutorState::kAvailable || state == ExecutorState::kBusy)) {
@@ -129,7 +132,7 @@ bool RenewLease(Task& task, const std::string& executor_id, const LeaseProgress&
 
 void RequestDrain(Executor& executor) {
   executor.drain_requested = true;
-  if (executor.state != ExecutorState::kLost) {
+  if (executor.state != ExecutorState::kLost && executor.state != ExecutorState::kRevoked) {
     executor.state = ExecutorState::kDraining;
     executor.state_reason = "drain requested";
   }
@@ -137,7 +140,7 @@ void RequestDrain(Executor& executor) {
 
 bool MayLease(const Executor& executor, int max_tasks) {
   return max_tasks > 0 && executor.state != ExecutorState::kLost && executor.state != ExecutorState::kDraining &&
-         !executor.drain_requested;
+         executor.state != ExecutorState::kRevoked && !executor.drain_requested;
 }
 
 std::vector<std::string> RunnersOf(const Executor& executor) {
@@ -173,6 +176,59 @@ absl::Status CompleteReport(Task& task, const std::string& executor_id, const Le
 void MarkLost(Executor& executor) {
   executor.state = ExecutorState::kLost;
   executor.state_reason = absl::StrCat("no heartbeat since ", absl::FormatTime(executor.last_heartbeat_at));
+}
+
+absl::Status CheckJobQuota(const std::optional<Team>& team, int64_t active) {
+  if (!team || team->max_active_jobs <= 0 || active < team->max_active_jobs) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "team ", team->name, " has ", active, " jobs that have not ended, its limit (an admin sets it with "
+      "`minions admin team set ", team->name, " --max-active-jobs N`); wait for one to end or cancel one"));
+}
+
+absl::Status CheckNewToken(const TokenRecord& token) {
+  if (token.id.empty() || token.secret_hash.size() != 64) {
+    return absl::InvalidArgumentError("a credential needs an id and the SHA-256 of its text");
+  }
+  if (IsTeamRole(token.role) != !token.team.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("a ", Name(RoleName(token.role)), " token ",
+                                                   IsTeamRole(token.role) ? "belongs to a team" : "has no team"));
+  }
+  if ((token.role == Role::kJoin) != (token.uses_left >= 0)) {
+    return absl::InvalidArgumentError("only join tokens have a number of uses");
+  }
+  return absl::OkStatus();
+}
+
+void RevokeToken(TokenRecord& token, absl::Time now) {
+  if (!token.revoked_at) token.revoked_at = now;
+}
+
+absl::Status TakeJoinUse(TokenRecord& join, absl::Time now) {
+  if (join.role != Role::kJoin) {
+    return absl::UnauthenticatedError("enrolment needs a join token (mnj_...): ask an admin for one");
+  }
+  if (absl::Status usable = CheckUsable(join, now); !usable.ok()) return usable;
+  --join.uses_left;
+  join.last_used_at = now;
+  return absl::OkStatus();
+}
+
+void RevokeExecutor(Executor& executor) {
+  executor.state = ExecutorState::kRevoked;
+  executor.state_reason = "revoked by an admin";
+  executor.drain_requested = false;
+}
+
+bool HandBack(Task& task, const std::string& executor_id, int max_attempts, const RetryPolicy& policy,
+              absl::Time now) {
+  if (task.shadow && task.shadow->executor_id == executor_id) {
+    DropShadow(task, task.shadow->attempt);
+    return true;
+  }
+  if (task.state != TaskState::kRunning || task.executor_id != executor_id) return false;
+  // Cannot fail: the task is running (preempted attempts are not counted against max_attempts).
+  (void)::minions::FailTask(task, FailureClass::kPreempted, "its executor was revoked", max_attempts, policy, now);
+  return true;
 }
 
 }  // namespace minions::store_rules

@@ -4,12 +4,14 @@
 // these functions are the plumbing around them that the SQLite and PostgreSQL stores would
 // otherwise each spell out (checks and messages, which fields a method sets). Pure; any thread.
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "model/identity.h"
 #include "model/state_machines.h"
 #include "model/types.h"
 
@@ -39,11 +41,12 @@ absl::Status FinishJob(Job& job, const std::string& output_key, const std::strin
                        const std::string& manifest_key, absl::Time now, JobState outcome);
 
 // RegisterExecutor: a (re)started executor starts afresh: available, no drain pending (a drained
-// executor that is started again is back in service); `exists` says whether it was known.
+// executor that is started again is back in service); `exists` says whether it was known. A
+// revoked executor stays revoked (only its info and times change).
 void RegisterExecutor(Executor& executor, bool exists, const ExecutorInfo& info, absl::Time now);
 
 // Heartbeat: alive again if it was lost, in the state it reports, except that a drain asked for
-// stays visible until the executor itself reports draining.
+// stays visible until the executor itself reports draining, and a revoked executor stays revoked.
 void RecordHeartbeat(Executor& executor, ExecutorState state, const std::string& reason, absl::Time now);
 
 // Heartbeat, per held lease: renews `task` for `progress` (model RenewLease: lease, progress,
@@ -68,5 +71,28 @@ absl::Status CompleteReport(Task& task, const std::string& executor_id, const Le
 
 // MarkLostExecutors.
 void MarkLost(Executor& executor);
+
+// --- identities (IdentityStore) ---
+
+// CreateJob: a team may have at most `team.max_active_jobs` jobs that have not ended (0: no
+// limit); `active` is how many it has. ResourceExhausted, saying so, when one more is too many.
+// A team without a row (older stores, or names an admin used before teams existed) has no limit.
+absl::Status CheckJobQuota(const std::optional<Team>& team, int64_t active);
+
+// AddToken: a credential's shape before it is stored (InvalidArgument otherwise): an id, a hash,
+// a team exactly for team roles, uses only for join tokens.
+absl::Status CheckNewToken(const TokenRecord& token);
+
+// RevokeToken: revoked now, unless it already was (the first time stays).
+void RevokeToken(TokenRecord& token, absl::Time now);
+
+// EnrolExecutor: takes one use of a join token (Unauthenticated unless it is a usable join token).
+absl::Status TakeJoinUse(TokenRecord& join, absl::Time now);
+
+// RevokeExecutor: the executor becomes revoked. Then, per task it holds: a running attempt of its
+// is handed back (preempted: pending at once, not counted; committed chunks stay), and a shadow
+// of its is dropped. Returns whether `task` changed.
+void RevokeExecutor(Executor& executor);
+bool HandBack(Task& task, const std::string& executor_id, int max_attempts, const RetryPolicy& policy, absl::Time now);
 
 }  // namespace minions::store_rules

@@ -7,18 +7,22 @@
 //   BEGIN IMMEDIATE so that two writers serialise instead of failing half-way.
 // - Open applies the schema migrations the file lacks (store/sqlite/sqlite_migrations.h) and
 //   refuses a file whose schema is newer than this binary (FailedPrecondition).
+// - Jobs, tasks and executors are in sqlite_metadata_store.cc; teams and credentials (the
+//   IdentityStore half) in sqlite_identity_store.cc.
 // - Each object owns one connection, guarded by a mutex: all methods may be called from any
 //   thread; calls on one object run one at a time.
 // - Errors: besides the MetadataStore contract, a database still locked by another process after
 //   the busy timeout is Unavailable; a corrupt or unreadable file is Internal.
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <random>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "store/metadata_store.h"
 
 struct sqlite3;
@@ -82,6 +86,21 @@ class SqliteMetadataStore : public MetadataStore {
   absl::StatusOr<std::vector<Task>> ExpireLeases(absl::Time now, int limit) override;
   absl::StatusOr<std::vector<Executor>> MarkLostExecutors(absl::Time cutoff, absl::Time now) override;
 
+  // --- IdentityStore (sqlite_identity_store.cc) ---
+  absl::StatusOr<Team> CreateTeam(const Team& team) override;
+  absl::StatusOr<Team> UpdateTeam(const Team& team) override;
+  absl::StatusOr<Team> GetTeam(const std::string& name) override;
+  absl::StatusOr<std::vector<Team>> ListTeams() override;
+  absl::Status AddToken(const TokenRecord& token) override;
+  absl::StatusOr<TokenRecord> FindToken(const std::string& secret_hash) override;
+  absl::StatusOr<TokenRecord> GetToken(const std::string& token_id) override;
+  absl::StatusOr<std::vector<TokenRecord>> ListTokens(const TokenFilter& filter) override;
+  absl::StatusOr<TokenRecord> RevokeToken(const std::string& token_id, absl::Time now) override;
+  absl::Status RecordTokenUse(const std::vector<std::string>& token_ids, absl::Time at) override;
+  absl::StatusOr<Executor> EnrolExecutor(const std::string& join_secret_hash, TokenRecord& credential,
+                                         const ExecutorInfo& info, absl::Time now) override;
+  absl::StatusOr<Executor> RevokeExecutor(const std::string& executor_id, absl::Time now) override;
+
   // The schema version of the open database (the number of applied migrations).
   absl::StatusOr<int> SchemaVersion();
 
@@ -114,6 +133,10 @@ class SqliteMetadataStore : public MetadataStore {
   absl::StatusOr<std::vector<Task>> LoadTasks(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Executor> LoadExecutor(const std::string& executor_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveExecutor(const Executor& executor, bool insert = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::optional<Team>> LoadTeam(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<TokenRecord> LoadToken(const char* sql, const char* parameter, const std::string& value)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SaveToken(const TokenRecord& token, bool insert = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::vector<Job>> QueryJobs(Statement& statement) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::vector<Task>> QueryTasks(Statement& statement) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a job that has not ended (cancelled or failed): its unfinished tasks are cancelled.
@@ -133,5 +156,23 @@ class SqliteMetadataStore : public MetadataStore {
   std::map<const char*, sqlite3_stmt*> statements_ ABSL_GUARDED_BY(mu_);
   std::mt19937_64 random_ ABSL_GUARDED_BY(mu_);  // for ids; seeded from std::random_device
 };
+
+template <typename Body>
+auto SqliteMetadataStore::InTransaction(bool write, Body&& body) -> decltype(body()) {
+  absl::MutexLock lock(&mu_);
+  // BEGIN IMMEDIATE takes the write lock up front (waiting up to the busy timeout): a deferred
+  // transaction that reads and then writes could fail mid-way when another process wrote first.
+  RETURN_IF_ERROR(Exec(write ? "BEGIN IMMEDIATE" : "BEGIN"));
+  auto result = body();
+  if (!result.ok()) {
+    (void)Exec("ROLLBACK");
+    return result;
+  }
+  if (absl::Status committed = Exec("COMMIT"); !committed.ok()) {
+    (void)Exec("ROLLBACK");
+    return committed;
+  }
+  return result;
+}
 
 }  // namespace minions

@@ -1,0 +1,120 @@
+#include "model/identity.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace minions {
+namespace {
+
+constexpr std::string_view kRoles[] = {"admin", "submitter", "viewer", "monitor", "executor", "join"};
+
+struct ScopeEntry {
+  Scope scope;
+  std::string_view name;
+};
+constexpr ScopeEntry kScopes[] = {
+    {Scope::kAdmin, "admin"},          {Scope::kJobsRead, "jobs:read"},       {Scope::kJobsWrite, "jobs:write"},
+    {Scope::kFleetRead, "fleet:read"}, {Scope::kMetricsRead, "metrics:read"}, {Scope::kExecutor, "executor"},
+    {Scope::kEnrol, "enrol"},
+};
+
+bool IsNameChar(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_'; }
+
+}  // namespace
+
+std::string_view RoleName(Role role) { return kRoles[static_cast<int>(role)]; }
+
+std::optional<Role> ParseRole(std::string_view name) {
+  for (size_t i = 0; i < std::size(kRoles); ++i) {
+    if (kRoles[i] == name) return static_cast<Role>(i);
+  }
+  return std::nullopt;
+}
+
+bool IsTeamRole(Role role) { return role == Role::kSubmitter || role == Role::kViewer; }
+
+std::string_view ScopeName(Scope scope) {
+  for (const auto& entry : kScopes) {
+    if (entry.scope == scope) return entry.name;
+  }
+  return "?";
+}
+
+std::string ScopesToString(ScopeSet scopes) {
+  std::string out;
+  for (const auto& entry : kScopes) {
+    if (scopes.Has(entry.scope)) absl::StrAppend(&out, out.empty() ? "" : " ", std::string(entry.name));
+  }
+  return out;
+}
+
+absl::Status ParseScopes(std::string_view text, ScopeSet* scopes) {
+  uint32_t bits = 0;
+  for (absl::string_view name : absl::StrSplit(absl::string_view(text.data(), text.size()), ' ', absl::SkipEmpty())) {
+    bool known = false;
+    for (const auto& entry : kScopes) {
+      if (entry.name == std::string_view(name.data(), name.size())) {
+        bits |= static_cast<uint32_t>(entry.scope);
+        known = true;
+      }
+    }
+    if (!known) return absl::InvalidArgumentError(absl::StrCat("unknown scope '", std::string(name), "'"));
+  }
+  *scopes = ScopeSet(bits);
+  return absl::OkStatus();
+}
+
+ScopeSet DefaultScopes(Role role) {
+  switch (role) {
+    case Role::kAdmin:
+      return {Scope::kAdmin, Scope::kJobsRead, Scope::kJobsWrite, Scope::kFleetRead, Scope::kMetricsRead};
+    case Role::kSubmitter:
+      return {Scope::kJobsRead, Scope::kJobsWrite, Scope::kFleetRead};
+    case Role::kViewer:
+      return {Scope::kJobsRead, Scope::kFleetRead};
+    case Role::kMonitor:
+      return {Scope::kMetricsRead, Scope::kFleetRead};
+    case Role::kExecutor:
+      return {Scope::kExecutor};
+    case Role::kJoin:
+      return {Scope::kEnrol};
+  }
+  return {};
+}
+
+absl::Status ValidateTeamName(std::string_view name) {
+  bool ok = !name.empty() && name.size() <= 63 && name[0] != '-' && name[0] != '_';
+  for (char c : name) ok = ok && IsNameChar(c);
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "team name '", std::string(name.substr(0, 80)),
+        "' is not valid: use 1-63 lower-case letters, digits, '-' or '_', starting with a letter or digit"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePrincipalName(std::string_view name) {
+  bool ok = !name.empty() && name.size() <= 100 && name != "." && name != "..";
+  for (char c : name) ok = ok && c > ' ' && c < 0x7f && c != '/' && c != '\\';
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        "a token's name must be 1-100 printable ASCII characters without spaces, '/' or '\\' "
+        "(who holds it: a person, a program, a machine)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckUsable(const TokenRecord& token, absl::Time now) {
+  if (token.revoked_at) {
+    return absl::UnauthenticatedError(absl::StrCat("token ", token.id, " was revoked"));
+  }
+  if (token.expires_at && now >= *token.expires_at) {
+    return absl::UnauthenticatedError(absl::StrCat("token ", token.id, " has expired"));
+  }
+  if (token.role == Role::kJoin && token.uses_left <= 0) {
+    return absl::UnauthenticatedError(absl::StrCat("join token ", token.id, " is used up"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace minions

@@ -1,0 +1,118 @@
+#pragma once
+// Who may do what: teams, roles, scopes and the records of issued credentials. Plain data and pure
+// rules, no I/O (the token text itself is made in identity/token.h; the records live in the
+// IdentityStore). See docs/architecture.md, "Identities".
+//
+// Principals and roles (the design note fleet.md):
+//   admin      everything: teams, credentials, any team's jobs, the fleet, drains and revocations
+//   submitter  one team: submit, read, watch, fetch results of and cancel that team's jobs
+//   viewer     one team: read its jobs and results, the dashboard
+//   monitor    the fleet's metrics (Prometheus), no job data
+//   executor   one executor: register, heartbeat, lease, report about its own leases
+//   join       enrolment only: traded once (or a few times) for executor credentials
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace minions {
+
+enum class Role { kAdmin, kSubmitter, kViewer, kMonitor, kExecutor, kJoin };
+
+std::string_view RoleName(Role role);
+std::optional<Role> ParseRole(std::string_view name);
+// Roles that belong to a team (submitter, viewer); the others have none.
+bool IsTeamRole(Role role);
+
+// What a credential allows, as a bit set. Each RPC and page names the one scope it needs.
+enum class Scope : uint32_t {
+  kAdmin = 1u << 0,        // teams, credentials, revocations, drains; every team's jobs
+  kJobsRead = 1u << 1,     // list, status, watch, tasks, results of the team's jobs
+  kJobsWrite = 1u << 2,    // submit and cancel the team's jobs
+  kFleetRead = 1u << 3,    // the fleet in coarse form (no other team's work)
+  kMetricsRead = 1u << 4,  // /metrics
+  kExecutor = 1u << 5,     // the Executors service, for the executor the credential names
+  kEnrol = 1u << 6,        // trade a join token for an executor credential
+};
+
+class ScopeSet {
+ public:
+  constexpr ScopeSet() = default;
+  constexpr explicit ScopeSet(uint32_t bits) : bits_(bits) {}
+  constexpr ScopeSet(std::initializer_list<Scope> scopes) {
+    for (Scope s : scopes) bits_ |= static_cast<uint32_t>(s);
+  }
+  bool Has(Scope scope) const { return (bits_ & static_cast<uint32_t>(scope)) != 0; }
+  // Every scope of `other` is in this set.
+  bool Covers(ScopeSet other) const { return (bits_ & other.bits_) == other.bits_; }
+  uint32_t bits() const { return bits_; }
+  bool operator==(const ScopeSet&) const = default;
+
+ private:
+  uint32_t bits_ = 0;
+};
+
+std::string_view ScopeName(Scope scope);
+// "jobs:read jobs:write": space-separated names, in a fixed order (how stores keep them).
+std::string ScopesToString(ScopeSet scopes);
+// InvalidArgument naming the unknown scope.
+absl::Status ParseScopes(std::string_view text, ScopeSet* scopes);
+// The scopes a role's credentials get.
+ScopeSet DefaultScopes(Role role);
+
+// A team: the unit of isolation and of quotas. Its settings are set by an admin.
+struct Team {
+  std::string name;
+  int max_priority = 10;            // its jobs' priority ceiling (a higher request is refused)
+  int64_t max_active_jobs = 0;      // jobs not yet ended at once; 0: no limit
+  int64_t requests_per_second = 0;  // API calls per second per server (burst: twice as many); 0: no limit
+  absl::Time created_at;
+  bool operator==(const Team&) const = default;
+};
+
+// The team every pool starts with (jobs of an admin who names no team go there).
+inline constexpr char kDefaultTeam[] = "default";
+
+// InvalidArgument unless `name` is 1-63 of [a-z0-9_-], starting with a letter or digit: team names
+// become object-store prefixes and metric labels.
+absl::Status ValidateTeamName(std::string_view name);
+// InvalidArgument unless a principal name is 1-100 printable ASCII characters without '/', spaces
+// or control characters (names appear in object keys and log lines).
+absl::Status ValidatePrincipalName(std::string_view name);
+
+// An issued credential as stored: never its text, only the text's SHA-256 (identity/token.h).
+struct TokenRecord {
+  std::string id;           // "tok-" + 12 hex digits: shown in listings, named to revoke
+  std::string secret_hash;  // hex SHA-256 of the token text
+  Role role = Role::kViewer;
+  std::string team;         // submitter and viewer tokens; "" otherwise
+  // Who holds it: a person's or a program's name within its team ("alice", "ci"); for an executor
+  // credential its executor id; for admin, monitor and join tokens a label.
+  std::string principal;
+  ScopeSet scopes;
+  // Join tokens: trades left (each enrolment takes one). Other tokens: -1 (no limit).
+  int64_t uses_left = -1;
+  std::string created_by;  // the issuing token's id, or "local" (issued on the server's own data)
+  absl::Time created_at;
+  std::optional<absl::Time> expires_at;
+  std::optional<absl::Time> last_used_at;
+  std::optional<absl::Time> revoked_at;
+  bool operator==(const TokenRecord&) const = default;
+};
+
+// Whether `token` may be used at `now`: Unauthenticated when revoked, expired or (join tokens)
+// used up, with a message that says which, but never anything about other tokens.
+absl::Status CheckUsable(const TokenRecord& token, absl::Time now);
+
+// The executor id an executor credential is bound to ("" for other roles).
+inline std::string ExecutorIdOf(const TokenRecord& token) {
+  return token.role == Role::kExecutor ? token.principal : "";
+}
+
+}  // namespace minions

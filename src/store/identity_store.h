@@ -1,0 +1,79 @@
+#pragma once
+// IdentityStore: the durable half of who may do what — teams and issued credentials — and the two
+// operations that tie credentials to executors (enrolment, revocation). Every MetadataStore is
+// one (metadata_store.h), so a credential and the executor it names change in one transaction.
+//
+// Contract (every implementation passes tests/store/identity_store_contract.cc), as for the
+// MetadataStore: each method is one transaction, takes `now` rather than reading a clock, and
+// applies the pure rules of model/identity.h. Tokens are stored only as records: the store never
+// sees a token's text, only its SHA-256 (identity/token.h).
+// Errors: NotFound for an unknown team, token or executor; AlreadyExists for a name or id taken;
+// Unauthenticated when a join token cannot be traded; Unavailable when the backend cannot be
+// reached.
+// Threads: implementations are thread-safe.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "model/identity.h"
+#include "model/types.h"
+
+namespace minions {
+
+struct TokenFilter {
+  std::string team;            // "": every team (and tokens without one)
+  std::optional<Role> role;    // none: every role
+  std::string principal;       // "": everyone
+  bool include_revoked = false;
+};
+
+class IdentityStore {
+ public:
+  virtual ~IdentityStore() = default;
+
+  // --- teams ---
+  // AlreadyExists when a team of that name exists. Every store starts with the team "default".
+  virtual absl::StatusOr<Team> CreateTeam(const Team& team) { return Unbuilt(); }
+  // Replaces the settings of an existing team (its creation time stays); NotFound otherwise.
+  virtual absl::StatusOr<Team> UpdateTeam(const Team& team) { return Unbuilt(); }
+  virtual absl::StatusOr<Team> GetTeam(const std::string& name) { return Unbuilt(); }
+  virtual absl::StatusOr<std::vector<Team>> ListTeams() { return Unbuilt(); }
+
+  // --- credentials ---
+  // Stores a freshly issued credential. NotFound when it names a team that does not exist;
+  // AlreadyExists when its id or hash is taken.
+  virtual absl::Status AddToken(const TokenRecord& token) { return Unbuilt(); }
+  // The credential whose text hashes to `secret_hash`, revoked and expired ones included (the
+  // caller applies CheckUsable); NotFound when there is none.
+  virtual absl::StatusOr<TokenRecord> FindToken(const std::string& secret_hash) { return Unbuilt(); }
+  virtual absl::StatusOr<TokenRecord> GetToken(const std::string& token_id) { return Unbuilt(); }
+  // Newest first.
+  virtual absl::StatusOr<std::vector<TokenRecord>> ListTokens(const TokenFilter& filter) { return Unbuilt(); }
+  // Revokes a credential; a revoked one keeps its first revocation time. NotFound when unknown.
+  virtual absl::StatusOr<TokenRecord> RevokeToken(const std::string& token_id, absl::Time now) { return Unbuilt(); }
+  // Records that these credentials were used at `at` (last_used_at never moves back). Unknown ids
+  // are ignored.
+  virtual absl::Status RecordTokenUse(const std::vector<std::string>& token_ids, absl::Time at) { return Unbuilt(); }
+
+  // --- executors ---
+  // Trades a join token for an executor, all or nothing: checks the join token whose text hashes
+  // to `join_secret_hash` (CheckUsable; Unauthenticated, as for an unknown one, otherwise), takes
+  // one of its uses, registers a new executor under a fresh id with `info`, and stores
+  // `credential` (role executor; its principal is set to the new executor's id).
+  // Returns the executor; `credential` is completed with its id.
+  virtual absl::StatusOr<Executor> EnrolExecutor(const std::string& join_secret_hash, TokenRecord& credential,
+                                                 const ExecutorInfo& info, absl::Time now) { return Unbuilt(); }
+  // Cuts an executor off, all or nothing: its credentials are revoked, it becomes `revoked` (it
+  // will never lease, heartbeat its way back or register again), and the tasks it runs go back to
+  // pending at once without counting as failures (committed checkpoints stay). Idempotent.
+  // NotFound when unknown.
+  virtual absl::StatusOr<Executor> RevokeExecutor(const std::string& executor_id, absl::Time now) { return Unbuilt(); }
+ protected:
+  // TEMPORARY, until the PostgreSQL store's identity half lands: methods a backend has not built.
+  static absl::Status Unbuilt() { return absl::UnimplementedError("this store keeps no identities yet"); }
+};
+
+}  // namespace minions
