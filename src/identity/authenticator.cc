@@ -1,0 +1,153 @@
+#include "identity/authenticator.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "identity/token.h"
+
+namespace minions {
+namespace {
+
+std::string WhatItAllows(Scope scope) {
+  switch (scope) {
+    case Scope::kAdmin:
+      return "administer the pool (teams, tokens, executors)";
+    case Scope::kJobsRead:
+      return "read jobs";
+    case Scope::kJobsWrite:
+      return "submit or cancel jobs";
+    case Scope::kFleetRead:
+      return "see the fleet";
+    case Scope::kMetricsRead:
+      return "read metrics";
+    case Scope::kExecutor:
+      return "act as an executor";
+    case Scope::kEnrol:
+      return "enrol executors";
+  }
+  return "do that";
+}
+
+}  // namespace
+
+std::string DescribeMissingScope(const Caller& caller, Scope scope) {
+  std::string needs;
+  switch (scope) {
+    case Scope::kAdmin:
+      needs = "an admin token";
+      break;
+    case Scope::kJobsRead:
+      needs = "a team's viewer or submitter token";
+      break;
+    case Scope::kJobsWrite:
+      needs = "a team's submitter token";
+      break;
+    case Scope::kFleetRead:
+    case Scope::kMetricsRead:
+      needs = "a viewer, monitor or admin token";
+      break;
+    case Scope::kExecutor:
+      needs = "an executor's own credential (from enrolment with a join token)";
+      break;
+    case Scope::kEnrol:
+      needs = "a join token";
+      break;
+  }
+  return absl::StrCat("a ", std::string(RoleName(caller.role)), " token cannot ", WhatItAllows(scope), "; that takes ", needs);
+}
+
+Authenticator::Authenticator(IdentityStore* store, Clock* clock, AuthenticatorOptions options)
+    : store_(store), clock_(clock), options_(options) {}
+
+absl::StatusOr<Authenticator::Entry> Authenticator::Lookup(const std::string& hash, absl::Time now) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = by_hash_.find(hash);
+    if (it != by_hash_.end() && now - it->second.fetched_at < options_.cache_ttl && now >= it->second.fetched_at) {
+      return it->second;
+    }
+  }
+  absl::StatusOr<TokenRecord> token = store_->FindToken(hash);
+  if (absl::IsNotFound(token.status())) {
+    return absl::UnauthenticatedError("unknown token: it was never issued here, or its pool's data was reset");
+  }
+  if (!token.ok()) return token.status();
+  Entry entry{*std::move(token), std::nullopt, now, absl::InfinitePast()};
+  if (!entry.token.team.empty()) {
+    absl::StatusOr<Team> team = store_->GetTeam(entry.token.team);
+    if (team.ok()) {
+      entry.team = *std::move(team);
+    } else if (!absl::IsNotFound(team.status())) {
+      return team.status();
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (by_hash_.size() >= options_.max_cached) {
+    // Bounded: old entries go first; if every entry is fresh, start over (correct, just slower).
+    absl::erase_if(by_hash_, [&](const auto& item) { return now - item.second.fetched_at >= options_.cache_ttl; });
+    if (by_hash_.size() >= options_.max_cached) by_hash_.clear();
+  }
+  // A refreshed entry keeps when its use was last written.
+  if (auto old = by_hash_.find(hash); old != by_hash_.end()) entry.use_recorded_at = old->second.use_recorded_at;
+  by_hash_.insert_or_assign(hash, entry);
+  return entry;
+}
+
+absl::StatusOr<Caller> Authenticator::Authenticate(std::string_view token_text) {
+  absl::StatusOr<Entry> entry = Check(token_text);
+  if (!entry.ok()) return entry.status();
+  return Caller::From(entry->token);
+}
+
+absl::StatusOr<Authenticator::Entry> Authenticator::Check(std::string_view token_text) {
+  if (token_text.empty()) {
+    return absl::UnauthenticatedError(
+        "this server needs a token: pass --token, set MINIONS_TOKEN or MINIONS_TOKEN_FILE (see `minions admin`)");
+  }
+  absl::StatusOr<Role> claimed = token::Parse(token_text);
+  if (!claimed.ok()) return absl::UnauthenticatedError(claimed.status().message());
+  const absl::Time now = clock_->Now();
+  const std::string hash = token::Hash(token_text);
+  absl::StatusOr<Entry> entry = Lookup(hash, now);
+  if (!entry.ok()) return entry.status();
+  // The prefix is part of the hashed text, so a mismatch means a record edited behind our back.
+  if (entry->token.role != *claimed) return absl::UnauthenticatedError("the token's kind does not match its record");
+  if (absl::Status usable = CheckUsable(entry->token, now); !usable.ok()) return usable;
+  if (now - entry->use_recorded_at >= options_.use_record_interval) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = by_hash_.find(hash); it != by_hash_.end()) it->second.use_recorded_at = now;
+    }
+    // Last use is bookkeeping: a store that cannot write it does not refuse the caller.
+    if (absl::Status recorded = store_->RecordTokenUse({entry->token.id}, now); !recorded.ok()) {
+      MINIONS_LOG(Warning) << "token=" << entry->token.id << " last use not recorded: " << recorded.message();
+    }
+  }
+  return entry;
+}
+
+absl::StatusOr<Caller> Authenticator::Authorize(std::string_view token_text, Scope scope) {
+  absl::StatusOr<Entry> entry = Check(token_text);
+  if (!entry.ok()) return entry.status();
+  Caller caller = Caller::From(entry->token);
+  if (!caller.Has(scope)) return absl::PermissionDeniedError(DescribeMissingScope(caller, scope));
+  const int64_t per_second = entry->team ? entry->team->requests_per_second : 0;
+  if (!caller.team.empty() && !limiter_.Admit(caller.team, per_second, clock_->Now())) {
+    return absl::ResourceExhaustedError(absl::StrCat("team ", caller.team, " is over its rate limit of ", per_second,
+                                                     " requests per second; retry in a moment"));
+  }
+  return caller;
+}
+
+void Authenticator::Forget(const std::string& token_id) {
+  absl::MutexLock lock(&mu_);
+  absl::erase_if(by_hash_, [&](const auto& item) { return item.second.token.id == token_id; });
+}
+
+void Authenticator::ForgetExecutor(const std::string& executor_id) {
+  absl::MutexLock lock(&mu_);
+  absl::erase_if(by_hash_, [&](const auto& item) { return ExecutorIdOf(item.second.token) == executor_id; });
+}
+
+}  // namespace minions

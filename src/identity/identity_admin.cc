@@ -1,0 +1,102 @@
+#include "identity/identity_admin.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "identity/token.h"
+
+namespace minions {
+
+absl::Status IdentityAdmin::ValidateTeam(const Team& team) {
+  RETURN_IF_ERROR(ValidateTeamName(team.name));
+  if (team.max_priority < -1000000 || team.max_priority > 1000000) {
+    return absl::InvalidArgumentError("a team's priority ceiling must be between -1000000 and 1000000");
+  }
+  if (team.max_active_jobs < 0 || team.requests_per_second < 0) {
+    return absl::InvalidArgumentError("a team's limits are 0 (none) or more");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Team> IdentityAdmin::CreateTeam(Team team) {
+  RETURN_IF_ERROR(ValidateTeam(team));
+  team.created_at = clock_->Now();
+  return store_->CreateTeam(team);
+}
+
+absl::StatusOr<Team> IdentityAdmin::UpdateTeam(const Team& team) {
+  RETURN_IF_ERROR(ValidateTeam(team));
+  return store_->UpdateTeam(team);
+}
+
+absl::StatusOr<IssuedToken> IdentityAdmin::Issue(const IssueRequest& request, const std::string& issued_by) {
+  if (request.role == Role::kExecutor) {
+    return absl::InvalidArgumentError(
+        "executor credentials are not issued: an executor enrols with a join token (`minions admin join-token`) "
+        "and the server names it");
+  }
+  if (IsTeamRole(request.role)) {
+    if (request.team.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("a ", std::string(RoleName(request.role)), " token belongs to a team: say --team"));
+    }
+    RETURN_IF_ERROR(ValidateTeamName(request.team));
+  } else if (!request.team.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("a ", std::string(RoleName(request.role)), " token belongs to no team"));
+  }
+  RETURN_IF_ERROR(ValidatePrincipalName(request.principal));
+  const ScopeSet allowed = DefaultScopes(request.role);
+  if (request.scopes && (!allowed.Covers(*request.scopes) || request.scopes->bits() == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("a ", std::string(RoleName(request.role)), " token may hold some of: ",
+                                                   ScopesToString(allowed)));
+  }
+  if (request.ttl && *request.ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("a token's lifetime must be positive");
+  }
+  if (request.role != Role::kJoin && request.uses != 0) {
+    return absl::InvalidArgumentError("only join tokens have a number of uses");
+  }
+  if (request.uses < 0 || request.uses > 100000) return absl::InvalidArgumentError("uses must be 1 to 100000");
+
+  const absl::Time now = clock_->Now();
+  token::Minted minted = token::Mint(request.role);
+  IssuedToken issued;
+  issued.text = std::move(minted.text);
+  TokenRecord& record = issued.record;
+  record.id = token::NewId("tok-");
+  record.secret_hash = std::move(minted.secret_hash);
+  record.role = request.role;
+  record.team = request.team;
+  record.principal = request.principal;
+  record.scopes = request.scopes.value_or(allowed);
+  record.uses_left = request.role == Role::kJoin ? std::max<int64_t>(request.uses, 1) : -1;
+  record.created_by = issued_by;
+  record.created_at = now;
+  if (request.ttl) {
+    record.expires_at = now + *request.ttl;
+  } else if (request.role == Role::kJoin) {
+    record.expires_at = now + kDefaultJoinTtl;
+  }
+  RETURN_IF_ERROR(store_->AddToken(record));
+  return issued;
+}
+
+absl::StatusOr<Enrolment> IdentityAdmin::Enrol(const std::string& join_text, const ExecutorInfo& info) {
+  absl::StatusOr<Role> role = token::Parse(join_text);
+  if (!role.ok()) return absl::UnauthenticatedError(role.status().message());
+  if (*role != Role::kJoin) {
+    return absl::UnauthenticatedError("enrolment needs a join token (mnj_...): ask an admin for one");
+  }
+  const absl::Time now = clock_->Now();
+  token::Minted minted = token::Mint(Role::kExecutor);
+  Enrolment enrolment;
+  enrolment.credential.text = std::move(minted.text);
+  TokenRecord& record = enrolment.credential.record;
+  record.id = token::NewId("tok-");
+  record.secret_hash = std::move(minted.secret_hash);
+  record.role = Role::kExecutor;
+  record.scopes = DefaultScopes(Role::kExecutor);
+  record.created_at = now;
+  ASSIGN_OR_RETURN(enrolment.executor, store_->EnrolExecutor(token::Hash(join_text), record, info, now));
+  return enrolment;
+}
+
+}  // namespace minions

@@ -1,0 +1,126 @@
+// IdentityAdmin: what can be issued, to whom, and the trade of a join token for an executor.
+
+#include "identity/identity_admin.h"
+
+#include "identity/authenticator.h"
+#include "identity/token.h"
+#include "identity_test_util.h"
+
+namespace minions::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class IdentityAdminTest : public IdentityFixture {};
+
+IssueRequest Request(Role role, const std::string& team, const std::string& principal) {
+  IssueRequest request;
+  request.role = role;
+  request.team = team;
+  request.principal = principal;
+  return request;
+}
+
+TEST_F(IdentityAdminTest, OnlyWellFormedCredentialsAreIssued) {
+  MustCreateTeam("search");
+  IDENTITY_EXPECT_CODE(admin_->Issue(Request(Role::kExecutor, "", "x"), "local"), kInvalidArgument);
+  EXPECT_THAT(MessageOf(admin_->Issue(Request(Role::kExecutor, "", "x"), "local")), HasSubstr("join token"));
+  IDENTITY_EXPECT_CODE(admin_->Issue(Request(Role::kSubmitter, "", "alice"), "local"), kInvalidArgument);
+  IDENTITY_EXPECT_CODE(admin_->Issue(Request(Role::kAdmin, "search", "root"), "local"), kInvalidArgument);
+  IDENTITY_EXPECT_CODE(admin_->Issue(Request(Role::kViewer, "search", "a b"), "local"), kInvalidArgument);
+  IDENTITY_EXPECT_CODE(admin_->Issue(Request(Role::kViewer, "search", "../../etc"), "local"), kInvalidArgument);
+  IDENTITY_EXPECT_CODE(admin_->Issue(Request(Role::kViewer, "search", "x\nFAKE log line"), "local"), kInvalidArgument);
+  IDENTITY_EXPECT_CODE(admin_->Issue(Request(Role::kViewer, "nobody", "bob"), "local"), kNotFound);
+  IssueRequest wider = Request(Role::kViewer, "search", "bob");
+  wider.scopes = ScopeSet{Scope::kJobsRead, Scope::kJobsWrite};
+  IDENTITY_EXPECT_CODE(admin_->Issue(wider, "local"), kInvalidArgument);
+  IssueRequest uses = Request(Role::kViewer, "search", "bob");
+  uses.uses = 3;
+  IDENTITY_EXPECT_CODE(admin_->Issue(uses, "local"), kInvalidArgument);
+  IssueRequest negative = Request(Role::kViewer, "search", "bob");
+  negative.ttl = -absl::Hours(1);
+  IDENTITY_EXPECT_CODE(admin_->Issue(negative, "local"), kInvalidArgument);
+  // Nothing was stored by any refusal.
+  EXPECT_TRUE(store_->ListTokens({})->empty());
+}
+
+TEST_F(IdentityAdminTest, TheStoreKeepsOnlyTheHashAndTheRecordSaysWhoIssuedIt) {
+  MustCreateTeam("search");
+  IssueRequest narrow = Request(Role::kSubmitter, "search", "ci");
+  narrow.scopes = ScopeSet{Scope::kJobsRead};
+  absl::StatusOr<IssuedToken> issued = admin_->Issue(narrow, "tok-0123456789ab");
+  ASSERT_TRUE(issued.ok()) << issued.status();
+  absl::StatusOr<TokenRecord> stored = store_->GetToken(issued->record.id);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->secret_hash, token::Hash(issued->text));
+  EXPECT_EQ(stored->created_by, "tok-0123456789ab");
+  EXPECT_EQ(stored->scopes, ScopeSet{Scope::kJobsRead});
+  EXPECT_FALSE(stored->expires_at.has_value());
+  for (const TokenRecord& record : *store_->ListTokens({})) {
+    EXPECT_EQ(record.secret_hash.find(issued->text), std::string::npos);
+    EXPECT_NE(record.principal, issued->text);
+  }
+  Authenticator auth(store_.get(), &clock_);
+  IDENTITY_EXPECT_CODE(auth.Authorize(issued->text, Scope::kJobsWrite), kPermissionDenied);
+}
+
+TEST_F(IdentityAdminTest, AJoinTokenExpiresInADayAndEnrolsAsManyExecutorsAsItsUses) {
+  IssueRequest join = Request(Role::kJoin, "", "rack-7");
+  join.uses = 2;
+  absl::StatusOr<IssuedToken> issued = admin_->Issue(join, "local");
+  ASSERT_TRUE(issued.ok()) << issued.status();
+  EXPECT_EQ(issued->record.expires_at, clock_.Now() + IdentityAdmin::kDefaultJoinTtl);
+  EXPECT_EQ(issued->record.uses_left, 2);
+
+  ExecutorInfo info;
+  info.name = "mac-1";
+  absl::StatusOr<Enrolment> first = admin_->Enrol(issued->text, info);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<Enrolment> second = admin_->Enrol(issued->text, info);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE(first->executor.id, second->executor.id);
+  // Each credential is bound to its own executor.
+  Authenticator auth(store_.get(), &clock_);
+  absl::StatusOr<Caller> caller = auth.Authorize(first->credential.text, Scope::kExecutor);
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  EXPECT_EQ(caller->executor_id(), first->executor.id);
+  EXPECT_EQ(auth.Authenticate(second->credential.text)->executor_id(), second->executor.id);
+  // Used up.
+  IDENTITY_EXPECT_CODE(admin_->Enrol(issued->text, info), kUnauthenticated);
+  // Another kind of token, or no token at all, cannot enrol.
+  IssuedToken admin = MustIssue(Role::kAdmin, "", "root");
+  IDENTITY_EXPECT_CODE(admin_->Enrol(admin.text, info), kUnauthenticated);
+  IDENTITY_EXPECT_CODE(admin_->Enrol("", info), kUnauthenticated);
+  EXPECT_EQ(store_->ListExecutors()->size(), 2u);
+}
+
+TEST_F(IdentityAdminTest, AnExpiredJoinTokenEnrolsNobody) {
+  IssueRequest join = Request(Role::kJoin, "", "rack-7");
+  join.ttl = absl::Minutes(5);
+  absl::StatusOr<IssuedToken> issued = admin_->Issue(join, "local");
+  ASSERT_TRUE(issued.ok());
+  clock_.Advance(absl::Minutes(5));
+  absl::StatusOr<Enrolment> late = admin_->Enrol(issued->text, ExecutorInfo{});
+  IDENTITY_EXPECT_CODE(late, kUnauthenticated);
+  EXPECT_THAT(MessageOf(late), HasSubstr("expired"));
+  EXPECT_TRUE(store_->ListExecutors()->empty());
+}
+
+TEST_F(IdentityAdminTest, TeamsAreValidated) {
+  Team bad;
+  bad.name = "Search Team";
+  IDENTITY_EXPECT_CODE(admin_->CreateTeam(bad), kInvalidArgument);
+  Team negative;
+  negative.name = "search";
+  negative.max_active_jobs = -1;
+  IDENTITY_EXPECT_CODE(admin_->CreateTeam(negative), kInvalidArgument);
+  Team team = MustCreateTeam("search", 5, 3);
+  team.requests_per_second = 9;
+  absl::StatusOr<Team> updated = admin_->UpdateTeam(team);
+  ASSERT_TRUE(updated.ok());
+  EXPECT_EQ(updated->requests_per_second, 9);
+  EXPECT_EQ(updated->max_priority, 3);
+}
+
+}  // namespace
+}  // namespace minions::testing
