@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "backends.h"
+#include "common/host_port.h"
 #include "cli/demo.h"
 #include "executor/availability_controller.h"
 
@@ -49,7 +50,9 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     };
     str("server", "listen", &config.listen);
     str("server", "http_listen", &config.http_listen);
-    str("server", "token", &config.token);
+    str("server", "tls_cert", &config.tls_cert);
+    str("server", "tls_key", &config.tls_key);
+    config.legacy_token = table["server"]["token"].is_value();
     str("server", "data_dir", &config.data_dir);
     if (auto v = table["server"]["lease_ttl_ms"].value<int64_t>()) config.lease_ttl_ms = *v;
     if (auto v = table["server"]["straggler_factor"].value<double>()) config.straggler_factor = *v;
@@ -61,6 +64,8 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     str("objects", "region", &config.s3_region);
     if (auto v = table["objects"]["path_style"].value<bool>()) config.s3_path_style = *v;
     str("executor", "server", &config.server);
+    str("executor", "ca", &config.ca);
+    str("executor", "join_token_file", &config.join_token_file);
     str("executor", "name", &config.executor_name);
     str("executor", "state_dir", &config.executor_state_dir);
     str("executor", "runner", &config.runner);
@@ -85,7 +90,10 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
   }
   FromEnv("MINIONS_LISTEN", &config.listen);
   FromEnv("MINIONS_HTTP_LISTEN", &config.http_listen);
-  FromEnv("MINIONS_TOKEN", &config.token);
+  FromEnv("MINIONS_TLS_CERT", &config.tls_cert);
+  FromEnv("MINIONS_TLS_KEY", &config.tls_key);
+  FromEnv("MINIONS_CA", &config.ca);
+  FromEnv("MINIONS_JOIN_TOKEN_FILE", &config.join_token_file);
   FromEnv("MINIONS_DATA_DIR", &config.data_dir);
   FromEnv("MINIONS_DATABASE", &config.database);
   FromEnv("MINIONS_OBJECTS", &config.objects);
@@ -100,13 +108,27 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
 
 std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) {
   std::vector<std::string> problems;
+  const bool tls = !config.tls_cert.empty() || !config.tls_key.empty();
+  if (config.legacy_token) {
+    problems.push_back(
+        "server.token is no longer used: every caller has its own token now (`minions admin token issue`; a "
+        "server mints an admin token into its data folder when the pool has none). Remove the key");
+  }
   if (config.listen.find(':') == std::string::npos) {
     problems.push_back(absl::StrCat("server.listen '", config.listen, "' needs a port, like 0.0.0.0:7070"));
-  } else if (!absl::StartsWith(config.listen, "127.") && !absl::StartsWith(config.listen, "localhost") &&
-             config.token.empty()) {
+  } else if (!IsLoopbackAddress(config.listen) && !tls) {
     problems.push_back(absl::StrCat("server.listen is ", config.listen,
-                                    " (reachable from other machines) but no token is set: set server.token or "
-                                    "MINIONS_TOKEN"));
+                                    " (reachable from other machines) but the server has no TLS certificate: set "
+                                    "server.tls_cert and server.tls_key (`minions pki init` makes them)"));
+  }
+  if (!config.http_listen.empty() && config.http_listen != "off" && config.http_listen.find(':') != std::string::npos &&
+      !IsLoopbackAddress(config.http_listen) && !tls) {
+    problems.push_back(absl::StrCat("server.http_listen is ", config.http_listen,
+                                    " (reachable from other machines) but the server has no TLS certificate: set "
+                                    "server.tls_cert and server.tls_key, or serve HTTP on 127.0.0.1"));
+  }
+  if (tls && (config.tls_cert.empty() || config.tls_key.empty())) {
+    problems.push_back("TLS needs both server.tls_cert and server.tls_key");
   }
   if (config.straggler_factor < 1.0) {
     problems.push_back(absl::StrCat("server.straggler_factor is ", config.straggler_factor,

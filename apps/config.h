@@ -3,17 +3,18 @@
 // overriding the one before. `minions config check` reports what is wrong in words a person can
 // act on.
 //
-//   [server]    listen, http_listen, token, lease_ttl_ms, watchdog, data_dir, straggler_factor,
-//               straggler_min_runtime_ms
+//   [server]    listen, http_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
+//               straggler_factor, straggler_min_runtime_ms
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
-//   [executor]  server, name, state_dir, runner, runner_threads
+//   [executor]  server, ca, join_token_file, name, state_dir, runner, runner_threads
 //   [availability]  when the executor may use its machine: mode = "owner" | "dedicated" | "off",
 //               start_idle = "10m", allow_battery = false, hours = "22-7", protected_apps = [...],
 //               ... (every key: docs/availability.md; src/executor/availability_controller.h)
 //
-// Environment: MINIONS_CONFIG (the file), MINIONS_LISTEN, MINIONS_HTTP_LISTEN, MINIONS_TOKEN, MINIONS_DATA_DIR,
+// Environment: MINIONS_CONFIG (the file), MINIONS_LISTEN, MINIONS_HTTP_LISTEN, MINIONS_TLS_CERT,
+// MINIONS_TLS_KEY, MINIONS_CA, MINIONS_JOIN_TOKEN_FILE, MINIONS_DATA_DIR,
 // MINIONS_DATABASE, MINIONS_OBJECTS, MINIONS_SERVER, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
 // AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL, MINIONS_AVAILABILITY (the mode),
 // MINIONS_AVAILABILITY_<KEY> (any availability key, upper case).
@@ -31,7 +32,11 @@ struct MinionsConfig {
   std::string listen = "127.0.0.1:7070";
   // /metrics, /healthz, /readyz and the web dashboard; "off" (or "") serves no HTTP.
   std::string http_listen = "127.0.0.1:7080";
-  std::string token;
+  // TLS for both ports (required unless both are on loopback): `minions pki init` makes them.
+  std::string tls_cert;
+  std::string tls_key;
+  // Set when the file still carries the shared secret of old: refused with a message.
+  bool legacy_token = false;
   int64_t lease_ttl_ms = 9000;
   // Stragglers: near a job's end, a task running `straggler_factor` times its peers' median and
   // at least `straggler_min_runtime_ms` gets a backup attempt elsewhere.
@@ -48,6 +53,8 @@ struct MinionsConfig {
   bool s3_path_style = true;
   // [executor]
   std::string server = "127.0.0.1:7070";
+  std::string ca;               // the pool's CA certificate (TLS)
+  std::string join_token_file;  // enrolment, when the executor has no credential yet
   std::string executor_name;
   std::string executor_state_dir;
   std::string runner;

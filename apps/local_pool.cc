@@ -8,8 +8,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cli/credentials.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/subprocess.h"
+#include "identity/identity_admin.h"
+#include "identity/pki.h"
+#include "identity_setup.h"
 
 namespace minions::apps {
 namespace fs = std::filesystem;
@@ -34,6 +39,9 @@ class LocalPool : public cli::Pool {
   std::string address() const override { return server_->address(); }
   int executor_count() const override { return static_cast<int>(executors_.size()); }
   std::string dashboard_url() const override { return server_->dashboard_url(); }
+  std::string admin_token() const override { return admin_token_; }
+  std::string admin_token_file() const override { return admin_token_file_; }
+  std::string ca_file() const override { return ca_file_; }
 
   absl::Status Start(const cli::PoolOptions& options) {
     // The embedded defaults: SQLite and a directory, both in the pool's data directory.
@@ -52,13 +60,30 @@ class LocalPool : public cli::Pool {
     ServerOptions server_options;
     server_options.listen = options.listen;
     server_options.http_listen = options.http_listen == "off" ? "" : options.http_listen;
-    server_options.token = options.token;
     server_options.lease_ttl = options.lease_ttl;
+    if (auto s = SetUpTls(options, &server_options); !s.ok()) return s;
+    // The pool's admin: a token in its data folder, which the CLI finds there.
+    admin_token_file_ = options.data_dir + "/admin-token";
+    absl::StatusOr<std::string> admin = EnsureAdminToken(backends_.store.get(), &clock_, admin_token_file_);
+    if (!admin.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot set up the pool's admin token: ", admin.status().message()));
+    }
+    admin_token_ = *admin;
     WatchdogOptions watchdog_options;
     watchdog_options.executor_timeout = options.lease_ttl * 3;
     server_ = std::make_unique<MinionsServer>(backends_.store.get(), backends_.blobs.get(), &clock_, server_options,
                                               std::make_unique<Watchdog>(backends_.store.get(), watchdog_options));
     if (auto s = server_->Start(); !s.ok()) return s;
+    // The executors enrol with a join token of one use each, in a file only they read.
+    const std::string join_file = options.data_dir + "/join-token";
+    IssueRequest join;
+    join.role = Role::kJoin;
+    join.principal = "local-pool";
+    join.uses = std::max(1, options.executors);
+    join.ttl = absl::Hours(1);
+    absl::StatusOr<IssuedToken> issued = server_->identities().Issue(join, "local");
+    if (!issued.ok()) return issued.status();
+    if (auto s = cli::WriteTokenFile(join_file, issued->text); !s.ok()) return s;
     // Executors on one machine share its cores, and leave one for the server and the agents:
     // decode threads wait for each other by spinning, so a core taken away mid-step stalls them.
     unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -71,8 +96,8 @@ class LocalPool : public cli::Pool {
                  absl::StrCat(options.data_dir, "/logs/runner-", i, ".log"), "--exit-with-parent",
                  "--runner-threads", std::to_string(threads),
                  // A pool started by hand is the owner's deliberate use of the machine.
-                 "--availability", "off"};
-      if (!options.token.empty()) sp.extra_env.push_back("MINIONS_TOKEN=" + options.token);
+                 "--availability", "off", "--join-token-file", join_file};
+      if (!ca_file_.empty()) sp.argv.insert(sp.argv.end(), {"--ca", ca_file_});
       sp.stderr_path = absl::StrCat(options.data_dir, "/logs/executor-", i, ".log");
       auto process = Subprocess::Start(sp);
       if (!process.ok()) return process.status();
@@ -83,11 +108,42 @@ class LocalPool : public cli::Pool {
   }
 
  private:
+  // TLS from the operator's files, or from a private CA made in DATA_DIR/tls. A pool reachable
+  // from other machines must have it (the server refuses plain text there).
+  absl::Status SetUpTls(const cli::PoolOptions& options, ServerOptions* server_options) {
+    if (!options.tls_cert.empty() || !options.tls_key.empty()) {
+      if (options.tls_ca.empty()) {
+        return absl::InvalidArgumentError(
+            "with --tls-cert and --tls-key, say also which CA signed them (--ca), or use --tls for a private CA of "
+            "the pool's own");
+      }
+      server_options->tls = {options.tls_cert, options.tls_key};
+      ca_file_ = options.tls_ca;
+      return absl::OkStatus();
+    }
+    if (!options.tls) return absl::OkStatus();
+    pki::InitOptions pki_options;
+    pki_options.dir = options.data_dir + "/tls";
+    std::string host;
+    int port = 0;
+    if (SplitHostPort(options.listen, &host, &port).ok() && host != "0.0.0.0" && host != "::") {
+      pki_options.hosts.push_back(host);
+    }
+    absl::StatusOr<pki::Files> files = pki::Init(pki_options, clock_.Now());
+    if (!files.ok()) return files.status();
+    server_options->tls = {files->server_cert, files->server_key};
+    ca_file_ = files->ca_cert;
+    return absl::OkStatus();
+  }
+
   RealClock clock_;
   Backends backends_;
   std::shared_ptr<void> lock_;
   std::unique_ptr<MinionsServer> server_;
   std::vector<std::unique_ptr<Subprocess>> executors_;
+  std::string admin_token_;
+  std::string admin_token_file_;
+  std::string ca_file_;
 };
 
 }  // namespace

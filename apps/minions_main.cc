@@ -13,15 +13,21 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "cli/admin_verbs.h"
 #include "cli/client_verbs.h"
+#include "cli/credentials.h"
 #include "cli/demo.h"
 #include "cli/local_run.h"
 #include "common/logging.h"
 #include "executor/agent.h"
 #include "http/metrics_endpoints.h"
+#include "identity/pki.h"
+#include "rpc/tls.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "config.h"
 #include "executor_commands.h"
+#include "identity_setup.h"
 #include "local_pool.h"
 #include "minions/version.h"
 
@@ -45,9 +51,17 @@ void AddLoadOptions(CLI::App* cmd, minions::runner_protocol::LoadOptions* load) 
   cmd->add_option("--gpu-layers", load->n_gpu_layers, "layers offloaded to the GPU (-1: all)");
 }
 
-void AddConnection(CLI::App* cmd, minions::cli::Connection* connection) {
+void AddServerAddress(CLI::App* cmd, minions::cli::Connection* connection) {
   cmd->add_option("--server", connection->server, "server address (or MINIONS_SERVER)")->capture_default_str();
-  cmd->add_option("--token", connection->token, "access token (or MINIONS_TOKEN)");
+  cmd->add_option("--ca", connection->tls.ca_file, "the pool's CA certificate: talk TLS (or MINIONS_CA)");
+  cmd->add_option("--tls-server-name", connection->tls.server_name,
+                  "the name the server's certificate carries, when it is not the address dialled");
+}
+
+void AddConnection(CLI::App* cmd, minions::cli::Connection* connection) {
+  AddServerAddress(cmd, connection);
+  cmd->add_option("--token-file", connection->token_file, "file holding your token, mode 0600 (or MINIONS_TOKEN_FILE)");
+  cmd->add_option("--token", connection->token, "your token (or MINIONS_TOKEN; a file is safer)");
 }
 
 // Runs the server until SIGTERM/SIGINT.
@@ -60,7 +74,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   minions::ServerOptions options;
   options.listen = config.listen;
   options.http_listen = config.http_listen == "off" ? "" : config.http_listen;
-  options.token = config.token;
+  options.tls = {config.tls_cert, config.tls_key};
   options.lease_ttl = absl::Milliseconds(config.lease_ttl_ms);
   // Executors elsewhere open models by their own paths.
   options.check_model_paths = !absl::StartsWith(config.database, "postgres");
@@ -82,6 +96,12 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   }
   MINIONS_LOG(Info) << "backends: " << backends->description;
   minions::RealClock clock;
+  // A pool without an admin gets one, in the data folder (the CLI on this machine finds it).
+  auto admin = minions::apps::EnsureAdminToken(backends->store.get(), &clock, config.data_dir + "/admin-token");
+  if (!admin.ok() && !absl::IsNotFound(admin.status())) {
+    fprintf(stderr, "error: %s\n", std::string(admin.status().message()).c_str());
+    return 1;
+  }
   minions::MinionsServer server(backends->store.get(), backends->blobs.get(), &clock, options, std::move(watchdog));
   if (auto s = server.Start(); !s.ok()) {
     fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
@@ -147,8 +167,9 @@ int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
   auto problems = minions::apps::CheckConfig(config, connect);
   printf("configuration%s\n", config.source.empty() ? " (no file; defaults and environment)" : (" from " + config.source).c_str());
   printf("  http      %s\n", config.http_listen.empty() || config.http_listen == "off" ? "off" : config.http_listen.c_str());
-  printf("  server    listen %s, lease ttl %lld ms, watchdog %s, token %s\n", config.listen.c_str(),
-         static_cast<long long>(config.lease_ttl_ms), config.watchdog ? "on" : "off", config.token.empty() ? "none" : "set");
+  printf("  server    listen %s, lease ttl %lld ms, watchdog %s, TLS %s\n", config.listen.c_str(),
+         static_cast<long long>(config.lease_ttl_ms), config.watchdog ? "on" : "off",
+         config.tls_cert.empty() ? "off (loopback only)" : config.tls_cert.c_str());
   printf("  database  %s\n", config.database.empty() ? (config.data_dir + "/minions.db (SQLite)").c_str() : config.database.c_str());
   printf("  objects   %s\n", config.objects.empty() ? (config.data_dir + "/objects").c_str() : config.objects.c_str());
   printf("  executor  server %s\n", config.server.c_str());
@@ -160,8 +181,21 @@ int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
   return 1;
 }
 
+// The join token an executor enrols with (used only when it has no credential yet): from a file
+// (--join-token-file, MINIONS_JOIN_TOKEN_FILE) or MINIONS_JOIN_TOKEN. Taken out of the
+// environment either way, with MINIONS_TOKEN: nothing the executor starts (its runner) inherits a
+// credential.
+absl::StatusOr<std::string> TakeJoinToken(const std::string& file) {
+  std::string token;
+  if (const char* env = std::getenv("MINIONS_JOIN_TOKEN"); env && *env) token = env;
+  unsetenv("MINIONS_JOIN_TOKEN");
+  unsetenv("MINIONS_TOKEN");
+  if (!file.empty()) return minions::cli::ReadTokenFile(file);
+  return token;
+}
+
 int RunExecutor(const minions::cli::Connection& connection, minions::AgentOptions options, bool exit_with_parent,
-                const minions::AvailabilityOptions& availability) {
+                const minions::AvailabilityOptions& availability, const std::string& join_token_file) {
 #ifdef __linux__
   if (exit_with_parent) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -171,7 +205,22 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
   minions::SetLogComponent("executor");
   minions::RealClock clock;
   std::string state_dir = options.state_dir;
-  minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(connection.server, connection.token),
+  auto join_token = TakeJoinToken(join_token_file);
+  if (!join_token.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(join_token.status().message()).c_str());
+    return 1;
+  }
+  auto channel = minions::rpc::OpenChannel(connection.server, connection.tls);
+  if (!channel.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(channel.status().message()).c_str());
+    return 1;
+  }
+  // The executor's identity: its credential, in its state folder (mode 0600).
+  minions::ExecutorCredentials credentials;
+  credentials.credential_file =
+      (state_dir.empty() ? minions::apps::DefaultExecutorStateDir() : state_dir) + "/credential";
+  credentials.join_token = *join_token;
+  minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(*channel, credentials),
                                std::make_unique<minions::UrlBlobClient>(), &clock);
   // Owner first: the availability controller and the owner's control channel (executor_commands.cc).
   auto owner = minions::apps::OwnerSide::Start(availability, &agent, &clock, state_dir);
@@ -213,9 +262,15 @@ int RunUp(const minions::cli::PoolOptions& options) {
     fprintf(stderr, "error: %s\n", std::string(pool.status().message()).c_str());
     return 1;
   }
+  const std::string ca = (*pool)->ca_file().empty() ? "" : " --ca " + (*pool)->ca_file();
   printf("pool up: server %s with %d executors (data in %s)\n"
-         "  submit:    minions submit FILE --model PATH --server %s\n",
-         (*pool)->address().c_str(), (*pool)->executor_count(), options.data_dir.c_str(), (*pool)->address().c_str());
+         "  submit:    minions submit FILE --model PATH --server %s%s\n"
+         "  admin:     its token is in %s (mode 0600); the CLI on this machine finds it%s\n",
+         (*pool)->address().c_str(), (*pool)->executor_count(), options.data_dir.c_str(), (*pool)->address().c_str(),
+         ca.c_str(), (*pool)->admin_token_file().c_str(),
+         (*pool)->admin_token_file() == minions::cli::MinionsHome() + "/pool/admin-token"
+             ? ""
+             : absl::StrCat(" when MINIONS_TOKEN_FILE=", (*pool)->admin_token_file()).c_str());
   if (!(*pool)->dashboard_url().empty()) {
     printf("  dashboard: %s  (Prometheus metrics at %smetrics)\n", (*pool)->dashboard_url().c_str(),
            (*pool)->dashboard_url().c_str());
@@ -243,7 +298,8 @@ int main(int argc, char** argv) {
 
   // --- processes ---
   // Flags override the environment, which overrides the config file (see apps/config.h).
-  std::string config_path, flag_listen, flag_http_listen, flag_data_dir, flag_token, flag_database, flag_objects;
+  std::string config_path, flag_listen, flag_http_listen, flag_data_dir, flag_database, flag_objects, flag_tls_cert,
+      flag_tls_key;
   int64_t flag_ttl_ms = 0, flag_straggler_ms = -1;
   bool no_watchdog = false;
   auto* server_cmd = app.add_subcommand("server", "run the control plane (gRPC API, watchdog)");
@@ -254,7 +310,8 @@ int main(int argc, char** argv) {
   server_cmd->add_option("--data-dir", flag_data_dir, "SQLite database and objects (default ~/.minions/server)");
   server_cmd->add_option("--database", flag_database, "postgresql://... or sqlite:/path (default: SQLite in the data dir)");
   server_cmd->add_option("--objects", flag_objects, "s3://bucket/prefix or a directory (default: in the data dir)");
-  server_cmd->add_option("--token", flag_token, "require this token from clients and executors");
+  server_cmd->add_option("--tls-cert", flag_tls_cert, "TLS certificate for both ports (`minions pki init` makes one)");
+  server_cmd->add_option("--tls-key", flag_tls_key, "its private key");
   server_cmd->add_option("--lease-ttl-ms", flag_ttl_ms, "lease TTL; executors heartbeat every third (default 9000)");
   server_cmd->add_flag("--no-watchdog", no_watchdog, "leave the watchdog to a `minions watchdog` process");
   server_cmd->add_option("--straggler-min-runtime-ms", flag_straggler_ms,
@@ -281,7 +338,11 @@ int main(int argc, char** argv) {
   std::string runner_program, executor_metrics_listen;
   bool exit_with_parent = false;
   auto* executor_cmd = app.add_subcommand("executor", "run the agent that leases and runs tasks on this machine");
-  AddConnection(executor_cmd, &connection);
+  AddServerAddress(executor_cmd, &connection);
+  std::string join_token_file;
+  executor_cmd->add_option("--join-token-file", join_token_file,
+                           "join token to enrol with when this executor has no credential yet (or "
+                           "MINIONS_JOIN_TOKEN_FILE, MINIONS_JOIN_TOKEN)");
   executor_cmd->add_option("--name", agent_options.name, "name shown in `minions executors` (default: host name)");
   executor_cmd->add_option("--state-dir", agent_options.state_dir, "keeps the executor id across restarts");
   executor_cmd->add_option("--runner", runner_program, "runner program (default: minions-llama-runner)");
@@ -312,6 +373,10 @@ int main(int argc, char** argv) {
   up_cmd->add_option("--http-listen", pool_options.http_listen, "dashboard and metrics address (off: none)")
       ->capture_default_str();
   up_cmd->add_option("--data-dir", pool_options.data_dir, "database, objects, logs")->capture_default_str();
+  up_cmd->add_flag("--tls", pool_options.tls, "TLS from a private CA made in DATA_DIR/tls (needed off loopback)");
+  up_cmd->add_option("--tls-cert", pool_options.tls_cert, "TLS certificate of your own");
+  up_cmd->add_option("--tls-key", pool_options.tls_key, "its private key");
+  up_cmd->add_option("--ca", pool_options.tls_ca, "the CA that signed --tls-cert");
 
   // --- client verbs ---
   minions::cli::SubmitOptions submit;
@@ -358,6 +423,80 @@ int main(int argc, char** argv) {
   auto* executors_cmd = app.add_subcommand("executors", "the fleet: each executor's state and current tasks");
   AddConnection(executors_cmd, &connection);
   executors_cmd->add_flag("--json", json, "JSON output");
+  auto* revoke_executor_cmd =
+      executors_cmd->add_subcommand("revoke", "cut an executor off now: its credentials stop working, its tasks go back");
+  revoke_executor_cmd->add_option("executor", executor_id, "executor id")->required();
+  AddConnection(revoke_executor_cmd, &connection);
+  revoke_executor_cmd->add_flag("--json", json, "JSON output");
+  auto* whoami_cmd = app.add_subcommand("whoami", "which credential this client presents, and what it may do");
+  AddConnection(whoami_cmd, &connection);
+  whoami_cmd->add_flag("--json", json, "JSON output");
+
+  // --- administration: over the network with an admin token, or on the server's own data ---
+  auto* admin_cmd = app.add_subcommand("admin", "teams and credentials (an admin token, or --data-dir/--database)");
+  admin_cmd->require_subcommand(1);
+  AddConnection(admin_cmd, &connection);
+  std::string admin_data_dir, admin_database;
+  admin_cmd->add_option("--data-dir", admin_data_dir, "act on this server's own data instead of over the network");
+  admin_cmd->add_option("--database", admin_database, "... or on this database (postgresql://..., sqlite:/path)");
+  admin_cmd->add_option("--config", config_path, "... or on the database of this config file");
+  admin_cmd->add_flag("--json", json, "JSON output");
+  minions::cli::TeamOptions team_options;
+  auto* team_cmd = admin_cmd->add_subcommand("team", "create or change a team");
+  team_cmd->require_subcommand(1);
+  auto add_team_options = [&](CLI::App* cmd) {
+    cmd->add_option("name", team_options.name, "team name (lower case letters, digits, - and _)")->required();
+    cmd->add_option("--max-priority", team_options.max_priority, "its jobs' priority ceiling (new teams: 10)");
+    cmd->add_option("--max-active-jobs", team_options.max_active_jobs, "jobs not yet ended at once (0: no limit)");
+    cmd->add_option("--requests-per-second", team_options.requests_per_second,
+                    "API calls per second per server (0: no limit)");
+  };
+  auto* team_create_cmd = team_cmd->add_subcommand("create", "create a team");
+  add_team_options(team_create_cmd);
+  auto* team_set_cmd = team_cmd->add_subcommand("set", "change a team's settings");
+  add_team_options(team_set_cmd);
+  auto* teams_cmd = admin_cmd->add_subcommand("teams", "list the teams and their limits");
+  minions::cli::IssueOptions issue;
+  auto* token_cmd = admin_cmd->add_subcommand("token", "issue or revoke a token");
+  token_cmd->require_subcommand(1);
+  auto* token_issue_cmd = token_cmd->add_subcommand("issue", "issue a token (shown once)");
+  token_issue_cmd->add_option("--role", issue.role, "admin, submitter, viewer, monitor or join")->required();
+  token_issue_cmd->add_option("--team", issue.team, "the team of a submitter or viewer");
+  token_issue_cmd->add_option("--name", issue.name, "who will hold it (alice, ci, prometheus)")->required();
+  token_issue_cmd->add_option("--expires", issue.expires, "lifetime: 90d, 12h (default: none; join tokens 24h)");
+  token_issue_cmd->add_option("--uses", issue.uses, "join tokens: how many executors may enrol with it (default 1)");
+  token_issue_cmd->add_option("--scopes", issue.scopes, "fewer scopes than the role's, e.g. \"jobs:read\"");
+  token_issue_cmd->add_option("-o,--output", issue.output, "write the token to this file (mode 0600)");
+  std::string token_id, token_team, token_role;
+  bool all_tokens = false;
+  auto* token_revoke_cmd = token_cmd->add_subcommand("revoke", "revoke a token now");
+  token_revoke_cmd->add_option("id", token_id, "token id (tok-...)")->required();
+  auto* tokens_cmd = admin_cmd->add_subcommand("tokens", "list tokens (never their text)");
+  tokens_cmd->add_option("--team", token_team, "only this team's");
+  tokens_cmd->add_option("--role", token_role, "only this role's");
+  tokens_cmd->add_flag("--all", all_tokens, "revoked ones too");
+  minions::cli::IssueOptions join_issue;
+  join_issue.role = "join";
+  join_issue.name = "join";
+  auto* join_cmd = admin_cmd->add_subcommand("join-token", "issue a token executors enrol with");
+  join_cmd->add_option("--uses", join_issue.uses, "how many executors may enrol with it (default 1)");
+  join_cmd->add_option("--expires", join_issue.expires, "lifetime (default 24h)");
+  join_cmd->add_option("--name", join_issue.name, "a label (which machines it is for)");
+  join_cmd->add_option("-o,--output", join_issue.output, "write the token to this file (mode 0600)");
+
+  // The connection and --json flags of `admin` may come after its verbs too.
+  for (CLI::App* cmd : {team_cmd, team_create_cmd, team_set_cmd, teams_cmd, token_cmd, token_issue_cmd,
+                        token_revoke_cmd, tokens_cmd, join_cmd}) {
+    cmd->fallthrough();
+  }
+
+  minions::pki::InitOptions pki_options;
+  auto* pki_cmd = app.add_subcommand("pki", "a private certificate authority for a pool's TLS");
+  pki_cmd->require_subcommand(1);
+  auto* pki_init_cmd = pki_cmd->add_subcommand("init", "make a CA (if none) and a server certificate signed by it");
+  pki_init_cmd->add_option("--dir", pki_options.dir, "where the files go")->required();
+  pki_init_cmd->add_option("--host", pki_options.hosts,
+                           "a name or address clients dial (repeat; localhost, 127.0.0.1 and this host's name are added)");
   auto* drain_cmd = app.add_subcommand("drain", "ask an executor to finish its task and take no more");
   AddConnection(drain_cmd, &connection);
   drain_cmd->add_option("executor", executor_id, "executor id")->required();
@@ -392,9 +531,10 @@ int main(int argc, char** argv) {
     if (!flag_listen.empty()) config->listen = flag_listen;
     if (!flag_http_listen.empty()) config->http_listen = flag_http_listen;
     if (!flag_data_dir.empty()) config->data_dir = flag_data_dir;
+    if (!flag_tls_cert.empty()) config->tls_cert = flag_tls_cert;
+    if (!flag_tls_key.empty()) config->tls_key = flag_tls_key;
     if (!flag_database.empty()) config->database = flag_database;
     if (!flag_objects.empty()) config->objects = flag_objects;
-    if (!flag_token.empty()) config->token = flag_token;
     if (flag_ttl_ms > 0) config->lease_ttl_ms = flag_ttl_ms;
     if (flag_straggler_ms >= 0) config->straggler_min_runtime_ms = flag_straggler_ms;
     if (no_watchdog) config->watchdog = false;
@@ -436,7 +576,13 @@ int main(int argc, char** argv) {
       }
       agent_options.metrics = &executor_metrics;
     }
-    return RunExecutor(connection, agent_options, exit_with_parent, *availability);
+    // The config file's [executor] keys fill what the flags and environment left unset.
+    auto config = minions::apps::LoadConfig(executor_flags.config_path);
+    if (config.ok()) {
+      if (connection.tls.ca_file.empty()) connection.tls.ca_file = config->ca;
+      if (join_token_file.empty()) join_token_file = config->join_token_file;
+    }
+    return RunExecutor(connection, agent_options, exit_with_parent, *availability, join_token_file);
   }
   if (up_cmd->parsed()) return RunUp(pool_options);
   if (submit_cmd->parsed()) {
@@ -450,7 +596,58 @@ int main(int argc, char** argv) {
   if (watch_cmd->parsed()) return minions::cli::Watch(connection, job_id, json);
   if (results_cmd->parsed()) return minions::cli::Results(connection, job_id, output_path, errors);
   if (cancel_cmd->parsed()) return minions::cli::Cancel(connection, job_id, json);
+  if (revoke_executor_cmd->parsed()) {
+    return minions::cli::RevokeExecutor(*minions::cli::RemoteAdmin(connection), executor_id, json);
+  }
   if (executors_cmd->parsed()) return minions::cli::ListExecutors(connection, json);
+  if (whoami_cmd->parsed()) return minions::cli::WhoAmI(*minions::cli::RemoteAdmin(connection), json);
+  if (admin_cmd->parsed()) {
+    // On the server's own data (no token needed: whoever reads the database is its admin), or
+    // over the network with an admin token.
+    std::unique_ptr<minions::cli::AdminBackend> admin;
+    minions::apps::Backends local;
+    minions::RealClock clock;
+    if (!admin_data_dir.empty() || !admin_database.empty() || !config_path.empty()) {
+      auto config = minions::apps::LoadConfig(config_path);
+      if (!config.ok()) {
+        fprintf(stderr, "error: %s\n", std::string(config.status().message()).c_str());
+        return 1;
+      }
+      if (!admin_data_dir.empty()) config->data_dir = admin_data_dir;
+      if (!admin_database.empty()) config->database = admin_database;
+      auto backends = minions::apps::OpenBackends(*config);
+      if (!backends.ok()) {
+        fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
+        return 1;
+      }
+      local = std::move(*backends);
+      admin = minions::apps::LocalAdmin(local.store.get(), &clock);
+    } else {
+      admin = minions::cli::RemoteAdmin(connection);
+    }
+    if (team_create_cmd->parsed()) return minions::cli::CreateTeam(*admin, team_options, json);
+    if (team_set_cmd->parsed()) return minions::cli::UpdateTeam(*admin, team_options, json);
+    if (teams_cmd->parsed()) return minions::cli::ListTeams(*admin, json);
+    if (token_issue_cmd->parsed()) return minions::cli::IssueToken(*admin, issue, json);
+    if (token_revoke_cmd->parsed()) return minions::cli::RevokeToken(*admin, token_id, json);
+    if (tokens_cmd->parsed()) return minions::cli::ListTokens(*admin, token_team, token_role, all_tokens, json);
+    if (join_cmd->parsed()) return minions::cli::IssueToken(*admin, join_issue, json);
+    return 1;
+  }
+  if (pki_init_cmd->parsed()) {
+    auto files = minions::pki::Init(pki_options, absl::Now());
+    if (!files.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(files.status().message()).c_str());
+      return 1;
+    }
+    printf("%s %s\nserver certificate %s (key %s) for %s\n"
+           "  server:     minions server --tls-cert %s --tls-key %s ...\n"
+           "  clients and executors: --ca %s (or MINIONS_CA); keep %s on this machine\n",
+           files->ca_created ? "made the CA" : "kept the CA", files->ca_cert.c_str(), files->server_cert.c_str(),
+           files->server_key.c_str(), absl::StrJoin(minions::pki::ServerNames(pki_options.hosts), ", ").c_str(),
+           files->server_cert.c_str(), files->server_key.c_str(), files->ca_cert.c_str(), files->ca_key.c_str());
+    return 0;
+  }
   if (drain_cmd->parsed()) return minions::cli::DrainExecutor(connection, executor_id, json);
   if (demo_cmd->parsed()) {
     // The pool's server logs go to a file; the demo's own output stays readable.

@@ -12,6 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "cli/credentials.h"
+#include "cli/demo.h"
+#include "common/host_port.h"
 #include "rpc/rpc.h"
 
 namespace minions::cli {
@@ -71,12 +74,49 @@ std::string HumanDuration(double seconds) {
 void Connection::FromEnvironment() {
   if (const char* s = std::getenv("MINIONS_SERVER"); s && *s && server == "127.0.0.1:7070") server = s;
   if (const char* t = std::getenv("MINIONS_TOKEN"); t && *t && token.empty()) token = t;
+  if (const char* f = std::getenv("MINIONS_TOKEN_FILE"); f && *f && token_file.empty()) token_file = f;
+  if (const char* ca = std::getenv("MINIONS_CA"); ca && *ca && tls.ca_file.empty()) tls.ca_file = ca;
 }
 
-JobsClient::JobsClient(const Connection& connection)
-    : stub_(v1::Jobs::NewStub(rpc::MakeChannel(connection.server))), token_(connection.token) {}
+absl::StatusOr<OpenConnection> Open(const Connection& connection) {
+  OpenConnection open;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = rpc::OpenChannel(connection.server, connection.tls);
+  if (!channel.ok()) return channel.status();
+  open.channel = *std::move(channel);
+  // A file named explicitly wins over the environment's token (cli/credentials.h).
+  if (!connection.token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadTokenFile(connection.token_file);
+    if (!token.ok()) return token.status();
+    open.token = *token;
+  } else if (!connection.token.empty()) {
+    open.token = connection.token;
+  } else if (absl::StatusOr<std::string> keychain = KeychainToken(connection.server); keychain.ok()) {
+    open.token = *keychain;
+  } else if (IsLoopbackAddress(connection.server)) {
+    for (const std::string& file : LocalAdminTokenFiles(MinionsHome())) {
+      absl::StatusOr<std::string> token = ReadTokenFile(file);
+      if (token.ok()) {
+        open.token = *token;
+        break;
+      }
+      if (absl::IsFailedPrecondition(token.status())) return token.status();  // there, but readable by others
+    }
+  }
+  return open;
+}
+
+JobsClient::JobsClient(const Connection& connection) {
+  absl::StatusOr<OpenConnection> open = Open(connection);
+  if (!open.ok()) {
+    open_ = open.status();
+    return;
+  }
+  stub_ = v1::Jobs::NewStub(open->channel);
+  token_ = open->token;
+}
 
 absl::StatusOr<v1::Job> JobsClient::Submit(const v1::SubmitJobRequest& request) {
+  if (!open_.ok()) return open_;
   grpc::ClientContext context;
   rpc::Prepare(context, token_, absl::Minutes(10));
   v1::Job job;
@@ -86,6 +126,7 @@ absl::StatusOr<v1::Job> JobsClient::Submit(const v1::SubmitJobRequest& request) 
 }
 
 absl::StatusOr<v1::Job> JobsClient::Get(const std::string& job_id) {
+  if (!open_.ok()) return open_;
   grpc::ClientContext context;
   rpc::Prepare(context, token_);
   v1::GetJobRequest request;
@@ -97,6 +138,7 @@ absl::StatusOr<v1::Job> JobsClient::Get(const std::string& job_id) {
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobsClient::List(const std::string& state, int limit) {
+  if (!open_.ok()) return open_;
   grpc::ClientContext context;
   rpc::Prepare(context, token_);
   v1::ListJobsRequest request;
@@ -109,6 +151,7 @@ absl::StatusOr<std::vector<v1::Job>> JobsClient::List(const std::string& state, 
 }
 
 absl::StatusOr<v1::Job> JobsClient::Cancel(const std::string& job_id) {
+  if (!open_.ok()) return open_;
   grpc::ClientContext context;
   rpc::Prepare(context, token_);
   v1::CancelJobRequest request;
@@ -120,6 +163,7 @@ absl::StatusOr<v1::Job> JobsClient::Cancel(const std::string& job_id) {
 }
 
 absl::StatusOr<std::vector<v1::Executor>> JobsClient::Executors() {
+  if (!open_.ok()) return open_;
   grpc::ClientContext context;
   rpc::Prepare(context, token_);
   v1::ListExecutorsResponse reply;
@@ -129,6 +173,7 @@ absl::StatusOr<std::vector<v1::Executor>> JobsClient::Executors() {
 }
 
 absl::StatusOr<v1::Executor> JobsClient::Drain(const std::string& executor_id) {
+  if (!open_.ok()) return open_;
   grpc::ClientContext context;
   rpc::Prepare(context, token_);
   v1::DrainExecutorRequest request;
@@ -140,18 +185,27 @@ absl::StatusOr<v1::Executor> JobsClient::Drain(const std::string& executor_id) {
 }
 
 absl::StatusOr<std::vector<v1::Task>> JobsClient::Tasks(const std::string& job_id) {
-  grpc::ClientContext context;
-  rpc::Prepare(context, token_);
-  v1::ListTasksRequest request;
-  request.set_job_id(job_id);
-  v1::ListTasksResponse reply;
-  auto status = stub_->ListTasks(&context, request, &reply);
-  if (!status.ok()) return rpc::FromGrpc(status);
-  return std::vector<v1::Task>(reply.tasks().begin(), reply.tasks().end());
+  if (!open_.ok()) return open_;
+  std::vector<v1::Task> tasks;
+  std::string page_token;
+  do {  // page by page: a job of 50,000 tasks is not one message
+    grpc::ClientContext context;
+    rpc::Prepare(context, token_);
+    v1::ListTasksRequest request;
+    request.set_job_id(job_id);
+    request.set_page_token(page_token);
+    v1::ListTasksResponse reply;
+    auto status = stub_->ListTasks(&context, request, &reply);
+    if (!status.ok()) return rpc::FromGrpc(status);
+    tasks.insert(tasks.end(), reply.tasks().begin(), reply.tasks().end());
+    page_token = reply.next_page_token();
+  } while (!page_token.empty());
+  return tasks;
 }
 
 absl::Status JobsClient::Results(const std::string& job_id, bool errors,
                                  const std::function<void(const std::string&)>& sink) {
+  if (!open_.ok()) return open_;
   grpc::ClientContext context;
   rpc::Prepare(context, token_, absl::InfiniteDuration());
   v1::GetResultsRequest request;
@@ -165,6 +219,7 @@ absl::Status JobsClient::Results(const std::string& job_id, bool errors,
 
 absl::StatusOr<v1::Job> JobsClient::Watch(const std::string& job_id, absl::Duration interval,
                                           const std::function<void(const v1::JobProgress&)>& on_progress) {
+  if (!open_.ok()) return open_;
   grpc::ClientContext context;
   rpc::Prepare(context, token_, absl::InfiniteDuration());
   v1::WatchJobRequest request;
@@ -344,7 +399,7 @@ int ListExecutors(const Connection& connection, bool json) {
   for (const auto& e : *executors) {
     std::string tasks;
     for (const auto& t : e.current_tasks()) tasks += (tasks.empty() ? "" : " ") + t;
-    // Why an executor is not working (the owner is back, ...), as its heartbeat said.
+    // Why an executor is not working, as far as the server says (never why an owner is present).
     if (!e.state_reason().empty()) tasks += (tasks.empty() ? "(" : " (") + e.state_reason() + ")";
     printf("%-16s %-16s %-12s %-8s %8.1fG %10s  %s\n", e.id().c_str(), e.name().c_str(), e.state().c_str(),
            e.os().c_str(), static_cast<double>(e.memory_bytes()) / (1 << 30), (Age(e.last_heartbeat_at_ms()) + " ago").c_str(),

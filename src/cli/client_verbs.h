@@ -7,15 +7,27 @@
 
 #include "absl/status/statusor.h"
 #include "minions/v1/minions.grpc.pb.h"
+#include "rpc/tls.h"
 
 namespace minions::cli {
 
 struct Connection {
   std::string server = "127.0.0.1:7070";  // --server or MINIONS_SERVER
-  std::string token;                      // --token or MINIONS_TOKEN
+  std::string token;                      // --token or MINIONS_TOKEN (else see cli/credentials.h)
+  std::string token_file;                 // --token-file or MINIONS_TOKEN_FILE
+  rpc::ClientTls tls;                     // --ca (MINIONS_CA), --tls-server-name
   // Fills unset fields from the environment.
   void FromEnvironment();
 };
+
+// A channel to the connection's server and the credential to present, found as
+// cli/credentials.h says. Errors: a token file others can read, a CA that cannot be read, plain
+// text to another machine.
+struct OpenConnection {
+  std::shared_ptr<grpc::Channel> channel;
+  std::string token;
+};
+absl::StatusOr<OpenConnection> Open(const Connection& connection);
 
 // A thin, status-returning wrapper of the Jobs service.
 class JobsClient {
@@ -35,6 +47,7 @@ class JobsClient {
                                 const std::function<void(const v1::JobProgress&)>& on_progress);
 
  private:
+  absl::Status open_;  // why the connection could not be opened; every call returns it
   std::unique_ptr<v1::Jobs::Stub> stub_;
   std::string token_;
 };

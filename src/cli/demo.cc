@@ -73,6 +73,8 @@ int RunDemo(const DemoOptions& options, const PoolFactory& start_pool) {
 
   Connection connection;
   connection.server = (*pool)->address();
+  connection.token = (*pool)->admin_token();
+  connection.tls.ca_file = (*pool)->ca_file();
   SubmitOptions submit;
   submit.input_path = input;
   submit.model = model;

@@ -1,17 +1,72 @@
 #include "executor/control_plane_client.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
 #include "rpc/rpc.h"
 
 namespace minions {
 namespace {
 
+// The credential kept in the state folder: the owner's alone (0600), replaced atomically.
+absl::Status SaveSecret(const std::string& path, const std::string& secret) {
+  std::filesystem::path file(path);
+  std::error_code ec;
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ec);
+  const std::string tmp = absl::StrCat(path, ".tmp");
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
+  (void)fchmod(fd, 0600);
+  const std::string line = secret + "\n";
+  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && fsync(fd) == 0;
+  ok = ::close(fd) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (in) std::getline(in, line);
+  return std::string(absl::StripAsciiWhitespace(line));
+}
+
 class GrpcControlPlaneClient : public ControlPlaneClient {
  public:
-  GrpcControlPlaneClient(const std::string& address, std::string token)
-      : stub_(v1::Executors::NewStub(rpc::MakeChannel(address))), token_(std::move(token)) {}
+  GrpcControlPlaneClient(std::shared_ptr<grpc::Channel> channel, ExecutorCredentials credentials)
+      : stub_(v1::Executors::NewStub(channel)), credentials_(std::move(credentials)) {
+    if (!credentials_.credential_file.empty()) {
+      struct stat st;
+      if (stat(credentials_.credential_file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+        // Tightened rather than refused: the file is this executor's own, in its state folder.
+        MINIONS_LOG(Warning) << credentials_.credential_file << " was readable by others; now mode 0600";
+        (void)chmod(credentials_.credential_file.c_str(), 0600);
+      }
+      credential_ = ReadFirstLine(credentials_.credential_file);
+    }
+  }
 
   absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request) override {
-    return Call(&v1::Executors::Stub::Register, request, v1::RegisterResponse());
+    v1::RegisterRequest to_send = request;
+    if (Credential().empty()) {
+      absl::StatusOr<std::string> enrolled = Enrol(request.capabilities());
+      if (!enrolled.ok()) return enrolled.status();
+      to_send.set_executor_id(*enrolled);
+    }
+    return Call(&v1::Executors::Stub::Register, to_send, v1::RegisterResponse());
   }
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) override {
     return Call(&v1::Executors::Stub::Heartbeat, request, v1::HeartbeatResponse());
@@ -30,23 +85,65 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
   }
 
  private:
+  std::string Credential() {
+    absl::MutexLock lock(&mu_);
+    return credential_;
+  }
+
+  // Trades the join token for this executor's credential; returns the executor id.
+  absl::StatusOr<std::string> Enrol(const v1::Capabilities& capabilities) {
+    if (credentials_.join_token.empty()) {
+      return absl::UnauthenticatedError(
+          "this executor has no credential yet: start it with a join token (--join-token-file FILE, "
+          "from `minions admin join-token` on the server)");
+    }
+    v1::EnrolRequest request;
+    *request.mutable_capabilities() = capabilities;
+    grpc::ClientContext context;
+    rpc::Prepare(context, credentials_.join_token, absl::Seconds(10));
+    v1::EnrolResponse reply;
+    grpc::Status status = stub_->Enrol(&context, request, &reply);
+    if (!status.ok()) return rpc::FromGrpc(status);
+    if (!credentials_.credential_file.empty()) {
+      // The id first: a credential without its id would be a credential for an unknown executor.
+      std::filesystem::path folder = std::filesystem::path(credentials_.credential_file).parent_path();
+      if (auto s = SaveSecret((folder / "executor-id").string(), reply.executor_id()); !s.ok()) return s;
+      if (auto s = SaveSecret(credentials_.credential_file, reply.credential()); !s.ok()) return s;
+    }
+    MINIONS_LOG(Info) << "enrolled as executor=" << reply.executor_id();
+    absl::MutexLock lock(&mu_);
+    credential_ = reply.credential();
+    return reply.executor_id();
+  }
+
   template <typename Method, typename Request, typename Reply>
   absl::StatusOr<Reply> Call(Method method, const Request& request, Reply reply) {
     grpc::ClientContext context;
-    rpc::Prepare(context, token_, absl::Seconds(10));
+    rpc::Prepare(context, Credential(), absl::Seconds(10));
     grpc::Status status = ((*stub_).*method)(&context, request, &reply);
+    if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          "the server refused this executor's credential (", status.error_message(),
+          "): it was revoked, or the pool's data was reset. Remove ", credentials_.credential_file.empty()
+              ? std::string("the credential")
+              : credentials_.credential_file,
+          " and start again with a new join token"));
+    }
     if (!status.ok()) return rpc::FromGrpc(status);
     return reply;
   }
 
   std::unique_ptr<v1::Executors::Stub> stub_;
-  std::string token_;
+  const ExecutorCredentials credentials_;
+  absl::Mutex mu_;
+  std::string credential_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
 
-std::unique_ptr<ControlPlaneClient> MakeGrpcControlPlaneClient(const std::string& address, const std::string& token) {
-  return std::make_unique<GrpcControlPlaneClient>(address, token);
+std::unique_ptr<ControlPlaneClient> MakeGrpcControlPlaneClient(std::shared_ptr<grpc::Channel> channel,
+                                                               ExecutorCredentials credentials) {
+  return std::make_unique<GrpcControlPlaneClient>(std::move(channel), std::move(credentials));
 }
 
 }  // namespace minions

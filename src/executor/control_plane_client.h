@@ -3,6 +3,8 @@
 // one speaks gRPC; tests substitute a fake that talks to a server in the same process.
 // Threads: thread-safe (the agent's main and heartbeat threads share one).
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
 
@@ -22,6 +24,18 @@ class ControlPlaneClient {
   virtual absl::Status Fail(const v1::FailRequest& request) = 0;
 };
 
-std::unique_ptr<ControlPlaneClient> MakeGrpcControlPlaneClient(const std::string& address, const std::string& token);
+// Who the executor is to the server. An executor's identity is its credential (an executor
+// token, mne_...), kept in `credential_file` (mode 0600, in its state folder). Without one, the
+// first Register enrols: it trades `join_token` (once) for a server-named executor id and its
+// credential, writes both into the state folder (credential_file and the executor-id file next to
+// it), then registers as that executor. The credential is never put in the environment.
+struct ExecutorCredentials {
+  std::string credential_file;  // "": keep the credential in memory only (enrols at every start)
+  std::string join_token;       // used when there is no credential yet
+};
+
+// The gRPC client on `channel` (rpc/tls.h OpenChannel).
+std::unique_ptr<ControlPlaneClient> MakeGrpcControlPlaneClient(std::shared_ptr<grpc::Channel> channel,
+                                                               ExecutorCredentials credentials);
 
 }  // namespace minions

@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/host_port.h"
 
 namespace minions {
 
@@ -29,17 +30,6 @@ HttpServer::HttpServer(int threads) : impl_(std::make_unique<Impl>()) {
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Handle(const std::string& path, HttpHandler handler) { impl_->routes[path] = std::move(handler); }
-
-absl::Status SplitHostPort(const std::string& listen, std::string* host, int* port) {
-  auto colon = listen.rfind(':');
-  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), port) || *port < 0 || *port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("HTTP address '", listen, "' needs host:port, like 127.0.0.1:7080"));
-  }
-  *host = listen.substr(0, colon);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
-  if (host->empty()) *host = "0.0.0.0";
-  return absl::OkStatus();
-}
 
 absl::Status HttpServer::Start(const std::string& listen) {
   std::string host;

@@ -54,7 +54,5 @@ class HttpServer {
   std::thread thread_;
 };
 
-// "host:port" -> host and port; InvalidArgument with a message a person can act on.
-absl::Status SplitHostPort(const std::string& listen, std::string* host, int* port);
 
 }  // namespace minions

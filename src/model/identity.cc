@@ -95,11 +95,13 @@ absl::Status ValidateTeamName(std::string_view name) {
 
 absl::Status ValidatePrincipalName(std::string_view name) {
   bool ok = !name.empty() && name.size() <= 100 && name != "." && name != "..";
-  for (char c : name) ok = ok && c > ' ' && c < 0x7f && c != '/' && c != '\\';
+  for (char c : name) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                c == '-');
+  }
   if (!ok) {
     return absl::InvalidArgumentError(
-        "a token's name must be 1-100 printable ASCII characters without spaces, '/' or '\\' "
-        "(who holds it: a person, a program, a machine)");
+        "a token's holder name must be 1-100 of [A-Za-z0-9._-] (who holds it: a person, a program, a machine)");
   }
   return absl::OkStatus();
 }

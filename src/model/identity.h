@@ -82,8 +82,8 @@ inline constexpr char kDefaultTeam[] = "default";
 // InvalidArgument unless `name` is 1-63 of [a-z0-9_-], starting with a letter or digit: team names
 // become object-store prefixes and metric labels.
 absl::Status ValidateTeamName(std::string_view name);
-// InvalidArgument unless a principal name is 1-100 printable ASCII characters without '/', spaces
-// or control characters (names appear in object keys and log lines).
+// InvalidArgument unless a principal name is 1-100 of [A-Za-z0-9._-] and not "." or "..": names
+// are object-key segments (the caller's uploads) and appear in log lines.
 absl::Status ValidatePrincipalName(std::string_view name);
 
 // An issued credential as stored: never its text, only the text's SHA-256 (identity/token.h).

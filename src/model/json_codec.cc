@@ -80,6 +80,7 @@ Json JobSpecToJson(const JobSpec& spec) {
   if (spec.completion_window) {
     json["completion_window"] = absl::FormatDuration(*spec.completion_window);
   }
+  if (!spec.owner.empty()) json["owner"] = spec.owner;
   return json;
 }
 
@@ -87,6 +88,7 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const Json& json) {
   if (!json.is_object()) return absl::InvalidArgumentError("a job spec must be a JSON object");
   JobSpec spec;
   RETURN_IF_ERROR(ReadString(json, "team", spec.team));
+  RETURN_IF_ERROR(ReadString(json, "owner", spec.owner));
   RETURN_IF_ERROR(ReadString(json, "model", spec.model));
   RETURN_IF_ERROR(ReadString(json, "input_key", spec.input_key));
   RETURN_IF_ERROR(ReadInt(json, "shard_size", spec.shard_size));

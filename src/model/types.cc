@@ -22,6 +22,9 @@ constexpr std::string_view kFailureClasses[] = {"retryable", "permanent", "preem
 std::string_view JobStateName(JobState s) { return kJobStates[static_cast<int>(s)]; }
 std::string_view TaskStateName(TaskState s) { return kTaskStates[static_cast<int>(s)]; }
 std::string_view ExecutorStateName(ExecutorState s) { return kExecutorStates[static_cast<int>(s)]; }
+std::string_view ExecutorStateShown(ExecutorState s) {
+  return s == ExecutorState::kOwnerActive ? "unavailable" : ExecutorStateName(s);
+}
 std::string_view FailureClassName(FailureClass f) { return kFailureClasses[static_cast<int>(f)]; }
 std::optional<JobState> ParseJobState(std::string_view n) { return Lookup<JobState>(kJobStates, n); }
 std::optional<TaskState> ParseTaskState(std::string_view n) { return Lookup<TaskState>(kTaskStates, n); }

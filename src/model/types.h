@@ -22,6 +22,9 @@ enum class FailureClass { kRetryable, kPermanent, kPreempted };
 std::string_view JobStateName(JobState state);
 std::string_view TaskStateName(TaskState state);
 std::string_view ExecutorStateName(ExecutorState state);
+// What people are shown of an executor's state: its owner's presence (owner_active) becomes
+// "unavailable", so nothing says why a machine is not free.
+std::string_view ExecutorStateShown(ExecutorState state);
 std::string_view FailureClassName(FailureClass failure);
 std::optional<JobState> ParseJobState(std::string_view name);
 std::optional<TaskState> ParseTaskState(std::string_view name);
@@ -40,6 +43,7 @@ struct Requirements {
 // What the submitter asks for.
 struct JobSpec {
   std::string team = "default";   // owner team, for fair share and accounting
+  std::string owner;              // who submitted it: its credential's principal ("" before identities)
   std::string model;              // model reference (a GGUF path on executors, for now)
   std::string input_key;          // the input JSONL in the object store
   int64_t shard_size = 100;       // records per task

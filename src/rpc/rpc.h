@@ -1,6 +1,6 @@
 #pragma once
 // The gRPC plumbing shared by the server, the executor and the client verbs: channels, the bearer
-// token, and absl::Status <-> grpc::Status (the codes are the same numbers).
+// token, and absl::Status <-> grpc::Status (the codes are the same numbers). TLS: rpc/tls.h.
 
 #include <grpcpp/grpcpp.h>
 
@@ -25,7 +25,8 @@ inline absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
-inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+// The channel arguments every client uses.
+inline grpc::ChannelArguments ChannelArgs() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(1 << 30);
   args.SetMaxSendMessageSize(1 << 30);
@@ -37,12 +38,12 @@ inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // Reconnect quickly after a server restart instead of backing off for up to two minutes.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  // A failed connection makes the channel resolve its target again before it reconnects, and by
-  // default a name is resolved at most once in 30 s: without this, a client of a restarted server
-  // failed for 5-30 s after the server was back (the chaos suite's server restarts), long enough
-  // for every lease to run out.
-  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 250);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return args;
+}
+
+// A plain-text channel (loopback; rpc/tls.h OpenChannel chooses TLS or refuses otherwise).
+inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), ChannelArgs());
 }
 
 // Sets the token and a deadline on a call.

@@ -4,18 +4,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "server/auth.h"
+#include "server/call_auth.h"
 #include "server/keys.h"
 #include "server/proto_convert.h"
 
 namespace minions {
 namespace {
 
-#define RETURN_IF_UNAUTHENTICATED(context)                    \
-  do {                                                        \
-    grpc::Status _auth = CheckToken(context, options_.token); \
-    if (!_auth.ok()) return _auth;                            \
-  } while (0)
+// Authorises the call as an executor and declares `executor_id`, the one its credential names.
+#define EXECUTOR_OR_RETURN(context, claimed)                                        \
+  absl::StatusOr<std::string> executor_or = AuthorizeExecutor(context, claimed);    \
+  if (!executor_or.ok()) return ToGrpc(executor_or.status());                       \
+  const std::string& executor_id = *executor_or
 
 // Most chunk URL pairs one lease carries: an attempt that runs out writes the rest of its task as
 // its last chunk (it checkpoints less often, and loses nothing).
@@ -61,43 +61,89 @@ absl::Status ExecutorService::FillObjectUrls(const minions::Lease& lease, v1::Ta
   return absl::OkStatus();
 }
 
-grpc::Status ExecutorService::Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
-                                       v1::RegisterResponse* reply) {
-  RETURN_IF_UNAUTHENTICATED(context);
-  auto executor = store_->RegisterExecutor(request->executor_id(), minions::FromProto(request->capabilities()),
-                                           clock_->Now());
-  if (!executor.ok()) return ToGrpc(executor.status());
-  MINIONS_LOG(Info) << "executor=" << executor->id << " registered (" << executor->info.name << ", "
-                    << executor->info.os << ", " << executor->info.chip << ")";
-  reply->set_executor_id(executor->id);
+absl::StatusOr<std::string> ExecutorService::AuthorizeExecutor(const grpc::ServerContext* context,
+                                                                const std::string& claimed) {
+  absl::StatusOr<Caller> caller = AuthorizeCall(context, *auth_, Scope::kExecutor);
+  if (!caller.ok()) return caller.status();
+  const std::string id = caller->executor_id();
+  if (id.empty()) return absl::PermissionDeniedError("this credential is bound to no executor");
+  if (!claimed.empty() && claimed != id) {
+    MINIONS_LOG(Warning) << "executor=" << id << " (" << context->peer() << ") called as executor " << claimed
+                         << ": refused";
+    return absl::PermissionDeniedError(absl::StrCat("this credential belongs to executor ", id, ", not ", claimed));
+  }
+  return id;
+}
+
+grpc::Status ExecutorService::Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request,
+                                    v1::EnrolResponse* reply) {
+  absl::StatusOr<Enrolment> enrolment = identities_->Enrol(BearerToken(context), minions::FromProto(request->capabilities()));
+  if (!enrolment.ok()) {
+    MINIONS_LOG(Info) << "refused an enrolment from " << context->peer() << ": " << enrolment.status().message();
+    return ToGrpc(enrolment.status());
+  }
+  MINIONS_LOG(Info) << "executor=" << enrolment->executor.id << " enrolled (" << enrolment->executor.info.name
+                    << ", " << context->peer() << ") with join token " << enrolment->credential.record.created_by;
+  reply->set_executor_id(enrolment->executor.id);
+  reply->set_credential(enrolment->credential.text);
   reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
   return grpc::Status::OK;
 }
 
+grpc::Status ExecutorService::Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
+                                       v1::RegisterResponse* reply) {
+  EXECUTOR_OR_RETURN(context, request->executor_id());
+  return ToGrpc(Register(executor_id, *request, reply));
+}
+
+absl::Status ExecutorService::Register(const std::string& executor_id, const v1::RegisterRequest& request,
+                                       v1::RegisterResponse* reply) {
+  auto executor = store_->RegisterExecutor(executor_id, minions::FromProto(request.capabilities()), clock_->Now());
+  if (!executor.ok()) return executor.status();
+  if (executor->state == ExecutorState::kRevoked) {
+    return absl::PermissionDeniedError(absl::StrCat("executor ", executor_id, " was revoked by an admin"));
+  }
+  MINIONS_LOG(Info) << "executor=" << executor->id << " registered (" << executor->info.name << ", "
+                    << executor->info.os << ", " << executor->info.chip << ")";
+  reply->set_executor_id(executor->id);
+  reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
+  return absl::OkStatus();
+}
+
 grpc::Status ExecutorService::Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                                         v1::HeartbeatResponse* reply) {
-  RETURN_IF_UNAUTHENTICATED(context);
-  auto state = ParseExecutorState(request->state().empty() ? "available" : request->state());
-  if (!state || *state == ExecutorState::kLost) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("unknown executor state '", request->state(), "'"));
+  EXECUTOR_OR_RETURN(context, request->executor_id());
+  return ToGrpc(Heartbeat(executor_id, *request, reply));
+}
+
+absl::Status ExecutorService::Heartbeat(const std::string& executor_id, const v1::HeartbeatRequest& request,
+                                        v1::HeartbeatResponse* reply) {
+  auto state = ParseExecutorState(request.state().empty() ? "available" : request.state());
+  if (!state || *state == ExecutorState::kLost || *state == ExecutorState::kRevoked) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown executor state '", request.state(), "'"));
   }
   std::vector<LeaseProgress> held;
-  for (const auto& ref : request->leases()) held.push_back(FromProto(ref));
-  auto answer = store_->Heartbeat(request->executor_id(), *state, request->state_reason(), held,
-                                  options_.lease_ttl, clock_->Now());
-  if (!answer.ok()) return ToGrpc(answer.status());
+  for (const auto& ref : request.leases()) held.push_back(FromProto(ref));
+  // The executor's reason is not kept: why its owner is present never leaves the machine.
+  auto answer = store_->Heartbeat(executor_id, *state, "", held, options_.lease_ttl, clock_->Now());
+  if (!answer.ok()) return answer.status();
   for (const auto& c : answer->cancel) ToProto(c, reply->add_cancel());
   for (const auto& r : answer->renewed) ToProto(r, reply->add_renewed());
   reply->set_drain(answer->drain);
   reply->set_reregister(answer->unknown_executor);
   reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::LeaseRequest* request,
                                     v1::LeaseResponse* reply) {
-  RETURN_IF_UNAUTHENTICATED(context);
+  EXECUTOR_OR_RETURN(context, request->executor_id());
+  return ToGrpc(Lease(executor_id, context, *request, reply));
+}
+
+absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::ServerContext* context,
+                                    const v1::LeaseRequest& request_ref, v1::LeaseResponse* reply) {
+  const v1::LeaseRequest* request = &request_ref;
   int max_tasks = std::clamp(request->max_tasks(), 1, 64);
   // Long poll: retry when notified of new work here, and every 50 ms for work that arrived
   // through another server. Bounded, so a stuck executor call never outlives its usefulness.
@@ -112,9 +158,11 @@ grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::Leas
       generation = work_generation_;
     }
     now = clock_->Now();
-    leases = store_->LeaseTasks(request->executor_id(), max_tasks, options_.lease_ttl, now);
-    if (!leases.ok()) return ToGrpc(leases.status());
-    if (!leases->empty() || context->IsCancelled() || std::chrono::steady_clock::now() >= deadline) break;
+    leases = store_->LeaseTasks(executor_id, max_tasks, options_.lease_ttl, now);
+    if (!leases.ok()) return leases.status();
+    if (!leases->empty() || (context && context->IsCancelled()) || std::chrono::steady_clock::now() >= deadline) {
+      break;
+    }
     std::unique_lock<std::mutex> lock(work_mu_);
     work_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)),
                         [&] { return work_generation_ != generation; });
@@ -130,11 +178,11 @@ grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::Leas
       // a failure against each. Preempted: straight back to pending, not counted.
       for (const minions::Lease& granted : *leases) {
         const Task& g = granted.task;
-        (void)store_->FailTask(request->executor_id(), g.job_id, g.index, g.attempt, FailureClass::kPreempted,
+        (void)store_->FailTask(executor_id, g.job_id, g.index, g.attempt, FailureClass::kPreempted,
                                "the server could not produce object URLs", now);
       }
       reply->clear_leases();
-      return ToGrpc(urls);
+      return urls;
     }
     out->mutable_ref()->set_job_id(t.job_id);
     out->mutable_ref()->set_task_index(t.index);
@@ -149,12 +197,12 @@ grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::Leas
     out->set_runner_options_json(DumpJson(lease.runner_options));
     out->set_lease_expires_at_ms(absl::ToUnixMillis(lease.expires_at));
     MINIONS_LOG(Debug) << "job=" << t.job_id << " task=" << t.index << " attempt=" << t.attempt
-                       << " executor=" << request->executor_id() << " leased";
+                       << " executor=" << executor_id << " leased";
   }
   if (metrics_) {
     for (const minions::Lease& lease : *leases) metrics_->LeaseGranted(lease.task, now);
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 void ExecutorService::NotifyWork() {
@@ -165,28 +213,38 @@ void ExecutorService::NotifyWork() {
 
 grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,
                                        v1::CompleteResponse*) {
-  RETURN_IF_UNAUTHENTICATED(context);
-  const auto& ref = request->ref();
-  auto outcomes = store_->CompleteTasks(request->executor_id(), {FromProto(ref)}, clock_->Now());
-  if (!outcomes.ok()) return ToGrpc(outcomes.status());
+  EXECUTOR_OR_RETURN(context, request->executor_id());
+  return ToGrpc(Complete(executor_id, *request));
+}
+
+absl::Status ExecutorService::Complete(const std::string& executor_id, const v1::CompleteRequest& request) {
+  const auto& ref = request.ref();
+  auto outcomes = store_->CompleteTasks(executor_id, {FromProto(ref)}, clock_->Now());
+  if (!outcomes.ok()) return outcomes.status();
   if (!outcomes->at(0).ok()) {
     MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
-                      << " executor=" << request->executor_id() << " completion refused: " << outcomes->at(0).message();
-    return ToGrpc(outcomes->at(0));
+                      << " executor=" << executor_id << " completion refused: " << outcomes->at(0).message();
+    return outcomes->at(0);
   }
-  if (metrics_) metrics_->AttemptCompleted(request->executor_id(), FromProto(ref), clock_->Now());
+  if (metrics_) metrics_->AttemptCompleted(executor_id, FromProto(ref), clock_->Now());
   auto job = store_->GetJob(ref.job_id());
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status ExecutorService::CompleteBatch(grpc::ServerContext* context, const v1::CompleteBatchRequest* request,
                                             v1::CompleteBatchResponse* reply) {
-  RETURN_IF_UNAUTHENTICATED(context);
+  EXECUTOR_OR_RETURN(context, request->executor_id());
+  return ToGrpc(CompleteBatch(executor_id, *request, reply));
+}
+
+absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, const v1::CompleteBatchRequest& request_ref,
+                                            v1::CompleteBatchResponse* reply) {
+  const v1::CompleteBatchRequest* request = &request_ref;
   std::vector<LeaseProgress> reports;
   for (const auto& ref : request->refs()) reports.push_back(FromProto(ref));
-  auto outcomes = store_->CompleteTasks(request->executor_id(), reports, clock_->Now());
-  if (!outcomes.ok()) return ToGrpc(outcomes.status());
+  auto outcomes = store_->CompleteTasks(executor_id, reports, clock_->Now());
+  if (!outcomes.ok()) return outcomes.status();
   std::set<std::string> jobs;
   for (size_t i = 0; i < outcomes->size(); ++i) {
     const absl::Status& outcome = (*outcomes)[i];
@@ -195,10 +253,10 @@ grpc::Status ExecutorService::CompleteBatch(grpc::ServerContext* context, const 
     out->set_message(std::string(outcome.message()));
     if (outcome.ok()) {
       jobs.insert(reports[i].job_id);
-      if (metrics_) metrics_->AttemptCompleted(request->executor_id(), reports[i], clock_->Now());
+      if (metrics_) metrics_->AttemptCompleted(executor_id, reports[i], clock_->Now());
     } else {
       MINIONS_LOG(Info) << "job=" << reports[i].job_id << " task=" << reports[i].task_index
-                        << " attempt=" << reports[i].attempt << " executor=" << request->executor_id()
+                        << " attempt=" << reports[i].attempt << " executor=" << executor_id
                         << " completion refused: " << outcome.message();
     }
   }
@@ -206,29 +264,32 @@ grpc::Status ExecutorService::CompleteBatch(grpc::ServerContext* context, const 
     auto job = store_->GetJob(job_id);
     if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status ExecutorService::Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse*) {
-  RETURN_IF_UNAUTHENTICATED(context);
-  auto failure = ParseFailureClass(request->failure_class());
+  EXECUTOR_OR_RETURN(context, request->executor_id());
+  return ToGrpc(Fail(executor_id, *request));
+}
+
+absl::Status ExecutorService::Fail(const std::string& executor_id, const v1::FailRequest& request) {
+  auto failure = ParseFailureClass(request.failure_class());
   if (!failure) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("failure_class must be retryable, permanent or preempted, not '",
-                                     request->failure_class(), "'"));
+    return absl::InvalidArgumentError(absl::StrCat("failure_class must be retryable, permanent or preempted, not '",
+                                                   request.failure_class(), "'"));
   }
-  const auto& ref = request->ref();
-  auto task = store_->FailTask(request->executor_id(), ref.job_id(), ref.task_index(), ref.attempt(), *failure,
-                               request->message(), clock_->Now(), FromProto(ref).chunks);
-  if (!task.ok()) return ToGrpc(task.status());
-  if (metrics_) metrics_->AttemptFailed(request->executor_id(), *task, *failure, clock_->Now());
+  const auto& ref = request.ref();
+  auto task = store_->FailTask(executor_id, ref.job_id(), ref.task_index(), ref.attempt(), *failure,
+                               request.message(), clock_->Now(), FromProto(ref).chunks);
+  if (!task.ok()) return task.status();
+  if (metrics_) metrics_->AttemptFailed(executor_id, *task, *failure, clock_->Now());
   MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
-                    << " executor=" << request->executor_id() << " " << request->failure_class() << ": "
-                    << request->message() << " -> " << TaskStateName(task->state);
+                    << " executor=" << executor_id << " " << request.failure_class() << ": " << request.message()
+                    << " -> " << TaskStateName(task->state);
   if (task->state == TaskState::kPending) NotifyWork();
   auto job = store_->GetJob(ref.job_id());
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 }  // namespace minions

@@ -1,7 +1,16 @@
 #pragma once
-// ExecutorService: the Executors gRPC service — register, heartbeat, lease, complete, fail.
-// Every report about a task is fenced by its attempt in the store. Leases carry URLs for exactly
-// the task's objects, so executors hold no object-store credentials.
+// ExecutorService: the Executors gRPC service — enrol, register, heartbeat, lease, complete,
+// fail. Every report about a task is fenced by its attempt in the store. Leases carry URLs for
+// exactly the task's objects, so executors hold no object-store credentials.
+//
+// Who an executor is comes from its credential, never from the request: Enrol trades a join
+// token for a server-named executor and its own credential; every other call is made as the
+// executor that credential is bound to (an executor_id in the request must be that one, or the
+// call is refused with PermissionDenied). A revoked executor is refused by the store itself, on
+// every server, at once.
+//
+// The typed methods (taking an executor id) are the calls without gRPC, for a caller already
+// authenticated as that executor (an in-process control plane in tests).
 // Threads: called on gRPC's threads; thread-safe.
 
 #include <condition_variable>
@@ -10,6 +19,8 @@
 
 #include "blob/blob_store.h"
 #include "common/clock.h"
+#include "identity/authenticator.h"
+#include "identity/identity_admin.h"
 #include "minions/v1/minions.grpc.pb.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
@@ -21,15 +32,19 @@ class ExecutorService final : public v1::Executors::Service {
  public:
   // `job_ready` is called when a completion leaves a job ready to finalise. `metrics` (may be null)
   // observes leases and attempts.
-  ExecutorService(MetadataStore* store, BlobStore* blobs, Clock* clock, const ServerOptions& options,
+  ExecutorService(MetadataStore* store, BlobStore* blobs, Clock* clock, Authenticator* auth,
+                  IdentityAdmin* identities, const ServerOptions& options,
                   std::function<void(const std::string& job_id)> job_ready, ServerMetrics* metrics = nullptr)
       : store_(store),
         blobs_(blobs),
         clock_(clock),
+        auth_(auth),
+        identities_(identities),
         options_(options),
         job_ready_(std::move(job_ready)),
         metrics_(metrics) {}
 
+  grpc::Status Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request, v1::EnrolResponse* reply) override;
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                         v1::RegisterResponse* reply) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
@@ -45,13 +60,32 @@ class ExecutorService final : public v1::Executors::Service {
   // New work may be leasable (a job was submitted, a task requeued): wakes long-polling leases.
   void NotifyWork();
 
+  // The calls for an executor already authenticated as `executor_id` (the request's own
+  // executor_id field is not consulted).
+  absl::Status Register(const std::string& executor_id, const v1::RegisterRequest& request,
+                        v1::RegisterResponse* reply);
+  absl::Status Heartbeat(const std::string& executor_id, const v1::HeartbeatRequest& request,
+                         v1::HeartbeatResponse* reply);
+  absl::Status Lease(const std::string& executor_id, const grpc::ServerContext* context,
+                     const v1::LeaseRequest& request, v1::LeaseResponse* reply);
+  absl::Status Complete(const std::string& executor_id, const v1::CompleteRequest& request);
+  absl::Status CompleteBatch(const std::string& executor_id, const v1::CompleteBatchRequest& request,
+                             v1::CompleteBatchResponse* reply);
+  absl::Status Fail(const std::string& executor_id, const v1::FailRequest& request);
+
  private:
+  // The executor the call's credential is bound to; PermissionDenied when the request names
+  // another (`claimed` non-empty and different).
+  absl::StatusOr<std::string> AuthorizeExecutor(const grpc::ServerContext* context, const std::string& claimed);
+
   // The lease's input URL and one write URL pair per chunk the attempt may upload.
   absl::Status FillObjectUrls(const minions::Lease& lease, v1::TaskLease& out);
 
   MetadataStore* store_;
   BlobStore* blobs_;
   Clock* clock_;
+  Authenticator* auth_;
+  IdentityAdmin* identities_;
   ServerOptions options_;
   std::function<void(const std::string&)> job_ready_;
   ServerMetrics* metrics_;

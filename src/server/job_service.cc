@@ -9,7 +9,10 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "runner/protocol.h"
-#include "server/auth.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "blob/blob_store.h"
+#include "server/call_auth.h"
 #include "server/job_splitter.h"
 #include "server/keys.h"
 #include "server/proto_convert.h"
@@ -24,16 +27,44 @@ std::string RandomHex(int n) {
   return out;
 }
 
-#define RETURN_IF_UNAUTHENTICATED(context)                  \
-  do {                                                      \
-    grpc::Status _auth = CheckToken(context, options_.token); \
-    if (!_auth.ok()) return _auth;                          \
-  } while (0)
+// Authorises the call for `scope`, or returns its refusal; declares `caller`.
+#define AUTHORIZE_OR_RETURN(context, scope)                                 \
+  absl::StatusOr<Caller> caller_or = AuthorizeCall(context, *auth_, scope); \
+  if (!caller_or.ok()) return ToGrpc(caller_or.status());                   \
+  const Caller& caller = *caller_or
+
+constexpr int32_t kDefaultTaskPage = 1000;
+constexpr int32_t kMaxTaskPage = 10000;
 
 }  // namespace
 
-absl::StatusOr<Job> JobService::Submit(const v1::SubmitJobRequest& request) {
+absl::StatusOr<Job> JobService::VisibleJob(const Caller& caller, const std::string& job_id) {
+  absl::StatusOr<Job> job = store_->GetJob(job_id);
+  if (job.ok() && !caller.SeesTeam(job->spec.team)) {
+    return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  }
+  return job;
+}
+
+absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJobRequest& request) {
   JobSpec spec;
+  // The team is the credential's. An admin may name any existing team (default: "default").
+  if (caller.IsAdmin()) {
+    spec.team = request.team().empty() ? std::string(kDefaultTeam) : request.team();
+  } else {
+    if (!request.team().empty() && request.team() != caller.team) {
+      return absl::PermissionDeniedError(absl::StrCat("your token belongs to team ", caller.team,
+                                                      "; it cannot submit jobs for team ", request.team()));
+    }
+    spec.team = caller.team;
+  }
+  absl::StatusOr<Team> team = store_->GetTeam(spec.team);
+  if (absl::IsNotFound(team.status())) {
+    return absl::InvalidArgumentError(absl::StrCat("there is no team ", spec.team,
+                                                   " (an admin creates it: minions admin team create ", spec.team, ")"));
+  }
+  if (!team.ok()) return team.status();
+  spec.owner = caller.principal;
   spec.model = request.model();
   if (spec.model.empty()) {
     return absl::InvalidArgumentError("a job needs a model (--model PATH of a GGUF file)");
@@ -51,7 +82,11 @@ absl::StatusOr<Job> JobService::Submit(const v1::SubmitJobRequest& request) {
   }
   if (request.max_attempts() > 0) spec.max_attempts = request.max_attempts();
   spec.priority = request.priority();
-  if (!request.team().empty()) spec.team = request.team();
+  if (!caller.IsAdmin() && spec.priority > team->max_priority) {
+    return absl::PermissionDeniedError(absl::StrCat("team ", spec.team, "'s jobs may have priority ",
+                                                    team->max_priority, " at most (asked for ", spec.priority,
+                                                    "); an admin sets the ceiling"));
+  }
   spec.requirements.min_memory_bytes = request.min_memory_bytes();
   if (!request.runner_options_json().empty()) {
     auto options = ParseJson(request.runner_options_json());
@@ -64,15 +99,22 @@ absl::StatusOr<Job> JobService::Submit(const v1::SubmitJobRequest& request) {
   }
   if (request.completion_window_ms() > 0) spec.completion_window = absl::Milliseconds(request.completion_window_ms());
 
+  // Inputs are the caller's own uploads: kept under its prefix, and only from there.
+  const std::string uploads = keys::Uploads(spec.team, caller.principal);
   if (!request.input().empty()) {
     if (static_cast<int64_t>(request.input().size()) > options_.max_input_bytes) {
       return absl::InvalidArgumentError(absl::StrCat("input is larger than ", options_.max_input_bytes, " bytes"));
     }
-    spec.input_key = absl::StrCat("inputs/", absl::FormatTime("%Y%m%d", clock_->Now(), absl::UTCTimeZone()), "-",
+    spec.input_key = absl::StrCat(uploads, absl::FormatTime("%Y%m%d", clock_->Now(), absl::UTCTimeZone()), "-",
                                   RandomHex(16), ".jsonl");
     if (auto s = blobs_->Put(spec.input_key, request.input()); !s.ok()) return s;
   } else if (!request.input_key().empty()) {
     spec.input_key = request.input_key();
+    if (auto valid = ValidateBlobKey(spec.input_key); !valid.ok()) return valid;
+    if (!caller.IsAdmin() && !absl::StartsWith(spec.input_key, uploads)) {
+      return absl::PermissionDeniedError(absl::StrCat("input_key must name one of your own uploads (under ", uploads,
+                                                      "); send the input inline instead"));
+    }
     auto size = blobs_->Size(spec.input_key);
     if (!size.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("input object '", spec.input_key, "': ", size.status().message()));
@@ -84,7 +126,7 @@ absl::StatusOr<Job> JobService::Submit(const v1::SubmitJobRequest& request) {
   }
 
   auto job = store_->CreateJob(spec, clock_->Now());
-  if (!job.ok()) return job.status();
+  if (!job.ok()) return job.status();  // ResourceExhausted: the team's quota of jobs
   auto split = SplitInput(*blobs_, spec.input_key, spec.shard_size);
   if (!split.ok()) {
     (void)store_->FailJob(job->id, std::string(split.status().message()), clock_->Now());
@@ -95,23 +137,24 @@ absl::StatusOr<Job> JobService::Submit(const v1::SubmitJobRequest& request) {
     return s;
   }
   if (work_added_) work_added_();
-  MINIONS_LOG(Info) << "job=" << job->id << " submitted: " << split->total_records << " records ("
+  MINIONS_LOG(Info) << "job=" << job->id << " submitted by " << caller.Describe() << ": " << split->total_records
+                    << " records ("
                     << split->invalid_records << " invalid) in " << split->tasks.size() << " tasks";
   return store_->GetJob(job->id);
 }
 
 grpc::Status JobService::SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                                    v1::Job* reply) {
-  RETURN_IF_UNAUTHENTICATED(context);
-  auto job = Submit(*request);
+  AUTHORIZE_OR_RETURN(context, Scope::kJobsWrite);
+  auto job = Submit(caller, *request);
   if (!job.ok()) return ToGrpc(job.status());
   *reply = ToProto(*job);
   return grpc::Status::OK;
 }
 
 grpc::Status JobService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* reply) {
-  RETURN_IF_UNAUTHENTICATED(context);
-  auto job = store_->GetJob(request->job_id());
+  AUTHORIZE_OR_RETURN(context, Scope::kJobsRead);
+  auto job = VisibleJob(caller, request->job_id());
   if (!job.ok()) return ToGrpc(job.status());
   *reply = ToProto(*job);
   return grpc::Status::OK;
@@ -119,7 +162,7 @@ grpc::Status JobService::GetJob(grpc::ServerContext* context, const v1::GetJobRe
 
 grpc::Status JobService::ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
                                   v1::ListJobsResponse* reply) {
-  RETURN_IF_UNAUTHENTICATED(context);
+  AUTHORIZE_OR_RETURN(context, Scope::kJobsRead);
   JobFilter filter;
   if (!request->state().empty()) {
     filter.state = ParseJobState(request->state());
@@ -128,7 +171,14 @@ grpc::Status JobService::ListJobs(grpc::ServerContext* context, const v1::ListJo
     }
   }
   filter.team = request->team();
-  if (request->limit() > 0) filter.limit = request->limit();
+  if (!caller.IsAdmin()) {
+    if (!filter.team.empty() && filter.team != caller.team) {
+      return ToGrpc(absl::PermissionDeniedError(
+          absl::StrCat("your token sees team ", caller.team, "'s jobs only, not team ", filter.team, "'s")));
+    }
+    filter.team = caller.team;
+  }
+  if (request->limit() > 0) filter.limit = std::min(request->limit(), 10000);
   auto jobs = store_->ListJobs(filter);
   if (!jobs.ok()) return ToGrpc(jobs.status());
   for (const Job& job : *jobs) *reply->add_jobs() = ToProto(job);
@@ -137,17 +187,19 @@ grpc::Status JobService::ListJobs(grpc::ServerContext* context, const v1::ListJo
 
 grpc::Status JobService::CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
                                    v1::Job* reply) {
-  RETURN_IF_UNAUTHENTICATED(context);
+  AUTHORIZE_OR_RETURN(context, Scope::kJobsWrite);
+  if (auto visible = VisibleJob(caller, request->job_id()); !visible.ok()) return ToGrpc(visible.status());
   auto job = store_->CancelJob(request->job_id(), clock_->Now());
   if (!job.ok()) return ToGrpc(job.status());
-  MINIONS_LOG(Info) << "job=" << job->id << " cancelled";
+  MINIONS_LOG(Info) << "job=" << job->id << " cancelled by " << caller.Describe();
   *reply = ToProto(*job);
   return grpc::Status::OK;
 }
 
 grpc::Status JobService::WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                                   grpc::ServerWriter<v1::JobProgress>* writer) {
-  RETURN_IF_UNAUTHENTICATED(context);
+  AUTHORIZE_OR_RETURN(context, Scope::kJobsRead);
+  if (auto visible = VisibleJob(caller, request->job_id()); !visible.ok()) return ToGrpc(visible.status());
   absl::Duration interval = request->interval_ms() > 0 ? absl::Milliseconds(request->interval_ms())
                                                        : absl::Milliseconds(500);
   interval = std::max(interval, absl::Milliseconds(50));
@@ -188,8 +240,8 @@ grpc::Status JobService::WatchJob(grpc::ServerContext* context, const v1::WatchJ
 
 grpc::Status JobService::GetResults(grpc::ServerContext* context, const v1::GetResultsRequest* request,
                                     grpc::ServerWriter<v1::ResultsChunk>* writer) {
-  RETURN_IF_UNAUTHENTICATED(context);
-  auto job = store_->GetJob(request->job_id());
+  AUTHORIZE_OR_RETURN(context, Scope::kJobsRead);
+  auto job = VisibleJob(caller, request->job_id());
   if (!job.ok()) return ToGrpc(job.status());
   const std::string& key = request->errors() ? job->errors_key : job->output_key;
   // An expired job has results too: what it finished, and an error line for the rest.
@@ -212,23 +264,48 @@ grpc::Status JobService::GetResults(grpc::ServerContext* context, const v1::GetR
 
 grpc::Status JobService::ListTasks(grpc::ServerContext* context, const v1::ListTasksRequest* request,
                                    v1::ListTasksResponse* reply) {
-  RETURN_IF_UNAUTHENTICATED(context);
+  AUTHORIZE_OR_RETURN(context, Scope::kJobsRead);
+  if (auto visible = VisibleJob(caller, request->job_id()); !visible.ok()) return ToGrpc(visible.status());
+  int64_t first = 0;
+  if (!request->page_token().empty() && (!absl::SimpleAtoi(request->page_token(), &first) || first < 0)) {
+    return ToGrpc(absl::InvalidArgumentError("page_token must be a next_page_token this server gave"));
+  }
+  const int32_t page = request->page_size() > 0 ? std::min(request->page_size(), kMaxTaskPage) : kDefaultTaskPage;
   auto tasks = store_->ListTasks(request->job_id());
   if (!tasks.ok()) return ToGrpc(tasks.status());
-  for (const Task& t : *tasks) *reply->add_tasks() = ToProto(t);
+  int32_t taken = 0;
+  for (const Task& t : *tasks) {
+    if (t.index < first) continue;
+    if (taken == page) {
+      reply->set_next_page_token(absl::StrCat(t.index));
+      break;
+    }
+    *reply->add_tasks() = ToProto(t);
+    ++taken;
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status JobService::ListExecutors(grpc::ServerContext* context, const v1::ListExecutorsRequest*,
                                        v1::ListExecutorsResponse* reply) {
-  RETURN_IF_UNAUTHENTICATED(context);
+  AUTHORIZE_OR_RETURN(context, Scope::kFleetRead);
   auto executors = store_->ListExecutors();
   if (!executors.ok()) return ToGrpc(executors.status());
-  // Current tasks: every running task, asked of the store at once (not job by job).
+  // Current tasks: every running task, asked of the store at once (not job by job). A caller who
+  // is not an admin sees only its own team's.
   std::map<std::string, std::vector<std::string>> current;
   auto running = store_->ListRunningTasks();
   if (!running.ok()) return ToGrpc(running.status());
+  std::map<std::string, bool> visible;  // job id -> the caller sees its team
   for (const Task& t : *running) {
+    if (!caller.IsAdmin()) {
+      auto seen = visible.find(t.job_id);
+      if (seen == visible.end()) {
+        auto job = store_->GetJob(t.job_id);
+        seen = visible.emplace(t.job_id, job.ok() && caller.SeesTeam(job->spec.team)).first;
+      }
+      if (!seen->second) continue;
+    }
     current[t.executor_id].push_back(absl::StrCat(t.job_id, "/", t.index, "#", t.attempt));
   }
   for (const Executor& e : *executors) {
@@ -241,10 +318,11 @@ grpc::Status JobService::ListExecutors(grpc::ServerContext* context, const v1::L
 
 grpc::Status JobService::DrainExecutor(grpc::ServerContext* context, const v1::DrainExecutorRequest* request,
                                        v1::Executor* reply) {
-  RETURN_IF_UNAUTHENTICATED(context);
+  AUTHORIZE_OR_RETURN(context, Scope::kAdmin);
   if (auto s = store_->RequestDrain(request->executor_id(), clock_->Now()); !s.ok()) return ToGrpc(s);
   auto executor = store_->GetExecutor(request->executor_id());
   if (!executor.ok()) return ToGrpc(executor.status());
+  MINIONS_LOG(Info) << "executor=" << executor->id << " drain requested by " << caller.Describe();
   *reply = ToProto(*executor);
   return grpc::Status::OK;
 }

@@ -1,12 +1,19 @@
 #pragma once
 // JobService: the Jobs gRPC service — submit, inspect, watch, cancel, fetch results; list and
 // drain executors. Holds no state: everything is in the MetadataStore and the BlobStore.
+//
+// Every call is authorised (server/call_auth.h) and sees only its caller's team: a job belongs
+// to its submitter's team, and another team's job is NotFound, exactly as an unknown one, so
+// nothing tells a caller that it exists. Team and priority come from the credential (a team's
+// ceiling bounds the priority); a job's input named by key must be one of the caller's own
+// uploads. Admins see and touch every team's work.
 // Threads: called on gRPC's threads; thread-safe.
 
 #include <functional>
 
 #include "blob/blob_store.h"
 #include "common/clock.h"
+#include "identity/authenticator.h"
 #include "minions/v1/minions.grpc.pb.h"
 #include "server/job_finalizer.h"
 #include "server/server_options.h"
@@ -16,9 +23,14 @@ namespace minions {
 
 class JobService final : public v1::Jobs::Service {
  public:
-  JobService(MetadataStore* store, BlobStore* blobs, Clock* clock, const ServerOptions& options,
+  JobService(MetadataStore* store, BlobStore* blobs, Clock* clock, Authenticator* auth, const ServerOptions& options,
              std::function<void()> work_added = nullptr)
-      : store_(store), blobs_(blobs), clock_(clock), options_(options), work_added_(std::move(work_added)) {}
+      : store_(store),
+        blobs_(blobs),
+        clock_(clock),
+        auth_(auth),
+        options_(options),
+        work_added_(std::move(work_added)) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request, v1::Job* reply) override;
   grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* reply) override;
@@ -36,13 +48,18 @@ class JobService final : public v1::Jobs::Service {
   grpc::Status DrainExecutor(grpc::ServerContext* context, const v1::DrainExecutorRequest* request,
                              v1::Executor* reply) override;
 
-  // The submit path without gRPC, for tests and the in-process pool.
-  absl::StatusOr<Job> Submit(const v1::SubmitJobRequest& request);
+  // The submit path without gRPC, for an authorised caller (holding jobs:write).
+  absl::StatusOr<Job> Submit(const Caller& caller, const v1::SubmitJobRequest& request);
 
  private:
+  // The job, if the caller may see it; NotFound ("no job ID") otherwise, word for word what an
+  // unknown id gets.
+  absl::StatusOr<Job> VisibleJob(const Caller& caller, const std::string& job_id);
+
   MetadataStore* store_;
   BlobStore* blobs_;
   Clock* clock_;
+  Authenticator* auth_;
   ServerOptions options_;
   std::function<void()> work_added_;  // a job became leasable
 };

@@ -25,6 +25,7 @@ v1::Job ToProto(const Job& job) {
   p.set_shard_size(job.spec.shard_size);
   p.set_priority(job.spec.priority);
   p.set_max_attempts(job.spec.max_attempts);
+  p.set_owner(job.spec.owner);
   return p;
 }
 
@@ -59,8 +60,9 @@ v1::Executor ToProto(const Executor& e) {
   v1::Executor p;
   p.set_id(e.id);
   p.set_name(e.info.name);
-  p.set_state(std::string(ExecutorStateName(e.state)));
-  p.set_state_reason(e.state_reason);
+  p.set_state(std::string(ExecutorStateShown(e.state)));
+  // The server's own reasons only: an owner's presence is never explained.
+  if (e.state != ExecutorState::kOwnerActive) p.set_state_reason(e.state_reason);
   p.set_os(e.info.os);
   p.set_chip(e.info.chip);
   p.set_memory_bytes(e.info.memory_bytes);
@@ -83,6 +85,41 @@ ExecutorInfo FromProto(const v1::Capabilities& c) {
   info.max_tasks = c.max_tasks() > 0 ? c.max_tasks() : 1;
   info.version = c.version();
   return info;
+}
+
+v1::Team ToProto(const Team& team) {
+  v1::Team p;
+  p.set_name(team.name);
+  p.set_max_priority(team.max_priority);
+  p.set_max_active_jobs(team.max_active_jobs);
+  p.set_requests_per_second(team.requests_per_second);
+  p.set_created_at_ms(absl::ToUnixMillis(team.created_at));
+  return p;
+}
+
+Team FromProto(const v1::Team& p) {
+  Team team;
+  team.name = p.name();
+  team.max_priority = p.max_priority();
+  team.max_active_jobs = p.max_active_jobs();
+  team.requests_per_second = p.requests_per_second();
+  return team;
+}
+
+v1::TokenInfo ToProto(const TokenRecord& token) {
+  v1::TokenInfo p;
+  p.set_id(token.id);
+  p.set_role(std::string(RoleName(token.role)));
+  p.set_team(token.team);
+  p.set_principal(token.principal);
+  p.set_scopes(ScopesToString(token.scopes));
+  p.set_uses_left(token.uses_left);
+  p.set_created_by(token.created_by);
+  p.set_created_at_ms(absl::ToUnixMillis(token.created_at));
+  p.set_expires_at_ms(MillisOrZero(token.expires_at));
+  p.set_last_used_at_ms(MillisOrZero(token.last_used_at));
+  p.set_revoked_at_ms(MillisOrZero(token.revoked_at));
+  return p;
 }
 
 }  // namespace minions

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "minions/v1/minions.pb.h"
+#include "model/identity.h"
 #include "model/types.h"
 #include "rpc/rpc.h"
 
@@ -17,6 +18,9 @@ v1::Job ToProto(const Job& job);
 v1::Task ToProto(const Task& task);
 v1::Executor ToProto(const Executor& executor);
 ExecutorInfo FromProto(const v1::Capabilities& capabilities);
+v1::Team ToProto(const Team& team);
+Team FromProto(const v1::Team& team);  // settings only; created_at is the server's
+v1::TokenInfo ToProto(const TokenRecord& token);  // never the text (the record has none)
 
 using rpc::ToGrpc;
 

@@ -15,12 +15,17 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
       server_metrics_(&registry_, store),
       fleet_view_(store, clock),
       finalizer_(store, blobs, clock),
-      job_service_(store, blobs, clock, options_, [this] { executor_service_.NotifyWork(); }),
-      executor_service_(store, blobs, clock, options_, [this](const std::string& job_id) {
-        std::lock_guard<std::mutex> lock(ready_mu_);
-        ready_jobs_.insert(job_id);
-        ready_cv_.notify_all();
-      }, &server_metrics_) {
+      authenticator_(store, clock, options_.auth),
+      identities_(store, clock),
+      job_service_(store, blobs, clock, &authenticator_, options_, [this] { executor_service_.NotifyWork(); }),
+      executor_service_(store, blobs, clock, &authenticator_, &identities_, options_,
+                        [this](const std::string& job_id) {
+                          std::lock_guard<std::mutex> lock(ready_mu_);
+                          ready_jobs_.insert(job_id);
+                          ready_cv_.notify_all();
+                        },
+                        &server_metrics_),
+      admin_service_(store, clock, &authenticator_, &identities_, [this] { executor_service_.NotifyWork(); }) {
   fleet_view_.ExportMetrics(&registry_);
   if (watchdog_) watchdog_->ExportMetrics(&registry_);
 }
@@ -28,10 +33,14 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
 MinionsServer::~MinionsServer() { Shutdown(); }
 
 absl::Status MinionsServer::Start() {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      rpc::ServerCredentials(options_.listen, options_.tls);
+  if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(options_.listen, *credentials, &port_);
   builder.RegisterService(&job_service_);
   builder.RegisterService(&executor_service_);
+  builder.RegisterService(&admin_service_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(options_.max_input_bytes + (1 << 20), INT32_MAX)));
   builder.SetMaxSendMessageSize(64 << 20);
   server_ = builder.BuildAndStart();
@@ -50,7 +59,8 @@ absl::Status MinionsServer::Start() {
   }
   background_ = std::thread([this] { BackgroundLoop(); });
   serving_ = true;
-  MINIONS_LOG(Info) << "server listening on " << address() << (watchdog_ ? " with the watchdog" : "")
+  MINIONS_LOG(Info) << "server listening on " << address() << (options_.tls.enabled() ? " (TLS)" : " (plain text, loopback)")
+                    << (watchdog_ ? " with the watchdog" : "")
                     << (http_ ? absl::StrCat("; dashboard and metrics on ", dashboard_url()) : "");
   return absl::OkStatus();
 }

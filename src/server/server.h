@@ -2,7 +2,9 @@
 // MinionsServer: the control plane process minus main(): the gRPC services on one port, the
 // HTTP port (metrics, health, the web dashboard; when options.http_listen is set), plus the
 // background loop that finalises finished jobs and (when this process holds the watchdog lock)
-// runs the watchdog. Holds no job state of its own; its metrics registry is per process.
+// runs the watchdog. Holds no job state of its own; its metrics registry is per process. Owns the
+// Authenticator every call goes through, and serves TLS (options.tls) on both ports; it refuses
+// to serve plain text anywhere but loopback.
 // Threads: Start/Shutdown from the owning thread; the services run on gRPC's threads; the
 // background loop on its own thread.
 
@@ -21,6 +23,9 @@
 #include "common/clock.h"
 #include "dashboard/fleet_view.h"
 #include "http/http_server.h"
+#include "identity/authenticator.h"
+#include "identity/identity_admin.h"
+#include "server/admin_service.h"
 #include "metrics/metrics.h"
 #include "server/executor_service.h"
 #include "server/job_finalizer.h"
@@ -51,6 +56,9 @@ class MinionsServer {
   void Wait();
 
   JobService& jobs() { return job_service_; }
+  ExecutorService& executors() { return executor_service_; }
+  Authenticator& authenticator() { return authenticator_; }
+  IdentityAdmin& identities() { return identities_; }
   metrics::Registry& metrics() { return registry_; }
 
  private:
@@ -64,8 +72,11 @@ class MinionsServer {
   ServerMetrics server_metrics_;
   FleetView fleet_view_;
   JobFinalizer finalizer_;
+  Authenticator authenticator_;
+  IdentityAdmin identities_;
   JobService job_service_;
   ExecutorService executor_service_;
+  AdminService admin_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;

@@ -3,6 +3,8 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "identity/authenticator.h"
+#include "rpc/tls.h"
 
 namespace minions {
 
@@ -10,7 +12,12 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:7070";  // gRPC address
   // HTTP address for /metrics, /healthz, /readyz and the web dashboard; "" serves no HTTP.
   std::string http_listen;
-  std::string token;                       // when set, every call must carry "authorization: Bearer <token>"
+  // The certificate both ports present. Required unless both listen on loopback.
+  rpc::ServerTls tls;
+  // Credentials: every call carries one (identity/authenticator.h); how long a looked-up one is
+  // trusted before the store is asked again bounds how soon a revocation made through another
+  // server bites.
+  AuthenticatorOptions auth;
   absl::Duration lease_ttl = absl::Seconds(9);  // executors heartbeat every ttl/3
   int64_t default_shard_size = 100;
   int64_t max_input_bytes = int64_t{1} << 30;

@@ -2,6 +2,7 @@
 // through real stubs, the way the client verbs and executors talk to it.
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "minions/v1/minions.grpc.pb.h"
 #include "rpc/rpc.h"
 #include "runner/batch_record.h"
+#include "identity/token.h"
 #include "server/server.h"
 #include "server_test_util.h"
 #include "store/sqlite/sqlite_metadata_store.h"
@@ -123,21 +125,43 @@ class GrpcServiceTest : public ::testing::Test {
   // Starts the server on `clock` (the fake clock unless a test needs real time to pass).
   void StartServer(Clock* clock, ServerOptions options, BlobStore* blobs = nullptr) {
     clock_ = clock;
-    token_ = options.token;
     server_ = std::make_unique<MinionsServer>(store_.get(), blobs ? blobs : blobs_.get(), clock, options, nullptr);
     ASSERT_OK(server_->Start());
     ASSERT_GT(server_->port(), 0);
     auto channel = rpc::MakeChannel(server_->address());
     jobs_ = v1::Jobs::NewStub(channel);
     executors_ = v1::Executors::NewStub(channel);
+    // Credentials: the Jobs calls are an admin's; executors enrol with a join token.
+    token_ = Issue(Role::kAdmin, "", "tests");
+    IssueRequest join;
+    join.role = Role::kJoin;
+    join.principal = "tests";
+    join.uses = 1000;
+    ASSERT_OK_AND_ASSIGN(IssuedToken join_token, server_->identities().Issue(join, "local"));
+    join_token_ = join_token.text;
   }
   void StartServer() { StartServer(&fake_clock_, Options()); }
 
-  // A context carrying the server's token (if any) and a deadline.
+  // A fresh token's text.
+  std::string Issue(Role role, const std::string& team, const std::string& principal) {
+    IssueRequest request;
+    request.role = role;
+    request.team = team;
+    request.principal = principal;
+    absl::StatusOr<IssuedToken> issued = server_->identities().Issue(request, "local");
+    EXPECT_TRUE(issued.ok()) << issued.status();
+    return issued.ok() ? issued->text : "";
+  }
+
+  // A context carrying the admin's token (or `token`) and a deadline.
   std::unique_ptr<grpc::ClientContext> Context(const std::string* token = nullptr) {
     auto context = std::make_unique<grpc::ClientContext>();
     rpc::Prepare(*context, token ? *token : token_, absl::Seconds(10));
     return context;
+  }
+  // A context carrying an executor's own credential.
+  std::unique_ptr<grpc::ClientContext> ExecutorContext(const std::string& executor_id) {
+    return Context(&credentials_[executor_id]);
   }
 
   v1::SubmitJobRequest Request(const std::string& input, int64_t shard_size = 3) {
@@ -207,6 +231,7 @@ class GrpcServiceTest : public ::testing::Test {
     EXPECT_TRUE(status.ok()) << status.error_message();
   }
 
+  // Enrols an executor with the join token, then registers it with its own credential.
   std::string RegisterExecutor(const std::string& name) {
     v1::RegisterRequest request;
     v1::Capabilities* caps = request.mutable_capabilities();
@@ -215,8 +240,14 @@ class GrpcServiceTest : public ::testing::Test {
     caps->set_memory_bytes(int64_t{16} << 30);
     caps->add_runners("llama");
     caps->set_max_tasks(8);
+    v1::EnrolRequest enrol;
+    *enrol.mutable_capabilities() = *caps;
+    v1::EnrolResponse enrolled;
+    grpc::Status enrolment = executors_->Enrol(Context(&join_token_).get(), enrol, &enrolled);
+    EXPECT_TRUE(enrolment.ok()) << enrolment.error_message();
+    credentials_[enrolled.executor_id()] = enrolled.credential();
     v1::RegisterResponse reply;
-    grpc::Status status = executors_->Register(Context().get(), request, &reply);
+    grpc::Status status = executors_->Register(ExecutorContext(enrolled.executor_id()).get(), request, &reply);
     EXPECT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(reply.lease_ttl_ms(), absl::ToInt64Milliseconds(kLeaseTtl));
     EXPECT_FALSE(reply.executor_id().empty());
@@ -227,7 +258,7 @@ class GrpcServiceTest : public ::testing::Test {
     v1::LeaseRequest request;
     request.set_executor_id(executor_id);
     request.set_max_tasks(max_tasks);
-    return executors_->Lease(Context().get(), request, reply);
+    return executors_->Lease(ExecutorContext(executor_id).get(), request, reply);
   }
   std::vector<v1::TaskLease> MustLease(const std::string& executor_id, int max_tasks) {
     v1::LeaseResponse reply;
@@ -243,7 +274,7 @@ class GrpcServiceTest : public ::testing::Test {
     request.mutable_ref()->set_records_done(done);
     request.mutable_ref()->set_records_failed(failed);
     v1::CompleteResponse reply;
-    return executors_->Complete(Context().get(), request, &reply);
+    return executors_->Complete(ExecutorContext(executor_id).get(), request, &reply);
   }
   grpc::Status Fail(const std::string& executor_id, const v1::LeaseRef& ref, const std::string& failure_class,
                     const std::string& message = "it broke") {
@@ -253,7 +284,7 @@ class GrpcServiceTest : public ::testing::Test {
     request.set_failure_class(failure_class);
     request.set_message(message);
     v1::FailResponse reply;
-    return executors_->Fail(Context().get(), request, &reply);
+    return executors_->Fail(ExecutorContext(executor_id).get(), request, &reply);
   }
 
   // What an executor does with a lease: read its input range by URL, answer every record, write
@@ -327,7 +358,9 @@ class GrpcServiceTest : public ::testing::Test {
   RealClock real_clock_;
   Clock* clock_ = nullptr;
   std::string model_;
-  std::string token_;
+  std::string token_;       // an admin's
+  std::string join_token_;  // executors enrol with it
+  std::map<std::string, std::string> credentials_;  // executor id -> its credential
   std::unique_ptr<SqliteMetadataStore> store_;
   std::unique_ptr<LocalBlobStore> blobs_;
   std::unique_ptr<MinionsServer> server_;  // after what it points to: destroyed first
@@ -469,29 +502,42 @@ TEST_F(GrpcServiceTest, CancelOfAFinishedJobIsRefused) {
 
 // ------------------------------------------------------------------ executors: fencing
 
-TEST_F(GrpcServiceTest, UnknownExecutorIsToldToRegisterOrRefused) {
+TEST_F(GrpcServiceTest, AnExecutorIsTheOneItsCredentialNamesWhateverItsRequestsSay) {
   StartServer();
+  MustSubmit(Records(2));
+  std::string executor = RegisterExecutor("e");
+  // Naming another executor is refused, whichever id it is (unknown or not).
   v1::HeartbeatRequest heartbeat;
   heartbeat.set_executor_id("exe-unknown00000");
   heartbeat.set_state("available");
   v1::HeartbeatResponse reply;
-  ASSERT_GRPC_OK(executors_->Heartbeat(Context().get(), heartbeat, &reply));
-  EXPECT_TRUE(reply.reregister());
-
-  MustSubmit(Records(2));
+  EXPECT_GRPC_ERROR(executors_->Heartbeat(ExecutorContext(executor).get(), heartbeat, &reply), PERMISSION_DENIED,
+                    "not exe-unknown00000");
+  v1::LeaseRequest lease;
+  lease.set_executor_id("exe-unknown00000");
+  lease.set_max_tasks(4);
   v1::LeaseResponse leases;
-  EXPECT_GRPC_ERROR(Lease("exe-unknown00000", 4, &leases), NOT_FOUND, "exe-unknown00000");
+  EXPECT_GRPC_ERROR(executors_->Lease(ExecutorContext(executor).get(), lease, &leases), PERMISSION_DENIED,
+                    executor);
   EXPECT_EQ(leases.leases_size(), 0);
-
-  // A known executor heartbeating is not told to re-register; a bad state is refused.
-  std::string executor = RegisterExecutor("e");
-  heartbeat.set_executor_id(executor);
-  ASSERT_GRPC_OK(executors_->Heartbeat(Context().get(), heartbeat, &reply));
+  // An empty id means "the one my credential names".
+  heartbeat.set_executor_id("");
+  ASSERT_GRPC_OK(executors_->Heartbeat(ExecutorContext(executor).get(), heartbeat, &reply));
   EXPECT_FALSE(reply.reregister());
+  heartbeat.set_executor_id(executor);
+  ASSERT_GRPC_OK(executors_->Heartbeat(ExecutorContext(executor).get(), heartbeat, &reply));
+  // A bad state is refused; so is one only the server may give.
   heartbeat.set_state("sleepy");
-  EXPECT_GRPC_ERROR(executors_->Heartbeat(Context().get(), heartbeat, &reply), INVALID_ARGUMENT, "sleepy");
+  EXPECT_GRPC_ERROR(executors_->Heartbeat(ExecutorContext(executor).get(), heartbeat, &reply), INVALID_ARGUMENT,
+                    "sleepy");
   heartbeat.set_state("lost");
-  EXPECT_GRPC_ERROR(executors_->Heartbeat(Context().get(), heartbeat, &reply), INVALID_ARGUMENT, "lost");
+  EXPECT_GRPC_ERROR(executors_->Heartbeat(ExecutorContext(executor).get(), heartbeat, &reply), INVALID_ARGUMENT,
+                    "lost");
+  heartbeat.set_state("revoked");
+  EXPECT_GRPC_ERROR(executors_->Heartbeat(ExecutorContext(executor).get(), heartbeat, &reply), INVALID_ARGUMENT,
+                    "revoked");
+  // Nothing leased by the refused calls.
+  EXPECT_THAT(store_->ListRunningTasks().value(), IsEmpty());
 }
 
 TEST_F(GrpcServiceTest, ReportsForAnotherExecutorsLeaseAreRefusedAndChangeNothing) {
@@ -507,8 +553,8 @@ TEST_F(GrpcServiceTest, ReportsForAnotherExecutorsLeaseAreRefusedAndChangeNothin
   EXPECT_GRPC_ERROR(Complete(intruder, ref, 3), FAILED_PRECONDITION, "stale attempt");
   EXPECT_GRPC_ERROR(Fail(intruder, ref, "permanent"), FAILED_PRECONDITION, "stale attempt");
   EXPECT_GRPC_ERROR(Fail(intruder, ref, "preempted"), FAILED_PRECONDITION, "stale attempt");
-  // An executor that was never registered is not even asked about the fence.
-  EXPECT_GRPC_ERROR(Complete("exe-nobody000000", ref, 3), NOT_FOUND, "exe-nobody000000");
+  // An executor without a credential is not even asked about the fence.
+  EXPECT_GRPC_ERROR(Complete("exe-nobody000000", ref, 3), UNAUTHENTICATED, "token");
 
   Task task = StoreTask(job.id(), 0);
   EXPECT_EQ(task.state, TaskState::kRunning);
@@ -565,7 +611,7 @@ TEST_F(GrpcServiceTest, AStaleAttemptsCompletionAfterExpiryIsRefused) {
   heartbeat.set_state("busy");
   *heartbeat.add_leases() = first[0].ref();
   v1::HeartbeatResponse reply;
-  ASSERT_GRPC_OK(executors_->Heartbeat(Context().get(), heartbeat, &reply));
+  ASSERT_GRPC_OK(executors_->Heartbeat(ExecutorContext(a).get(), heartbeat, &reply));
   ASSERT_EQ(reply.cancel_size(), 1);
   EXPECT_EQ(reply.cancel(0).attempt(), 1);
   EXPECT_EQ(reply.renewed_size(), 0);
@@ -626,35 +672,42 @@ TEST_F(GrpcServiceTest, ALeaseThatCannotBeAnsweredHandsEveryGrantedTaskBack) {
 
 // ------------------------------------------------------------------ authentication
 
-TEST_F(GrpcServiceTest, ATokenProtectedServerRefusesCallsWithoutIt) {
-  ServerOptions options = Options();
-  options.token = "s3cret";
-  StartServer(&fake_clock_, options);
-  const std::string none, wrong = "guess";
+TEST_F(GrpcServiceTest, CallsWithoutAValidTokenAreRefusedAndMakeNothing) {
+  StartServer();
+  const std::string none, wrong = "guess", forged = token::Mint(Role::kAdmin).text;
 
   v1::GetJobRequest get;
   get.set_job_id("job-0123456789ab");
   v1::Job job;
   EXPECT_GRPC_ERROR(jobs_->GetJob(Context(&none).get(), get, &job), UNAUTHENTICATED, "token");
   EXPECT_GRPC_ERROR(jobs_->GetJob(Context(&wrong).get(), get, &job), UNAUTHENTICATED, "token");
+  EXPECT_GRPC_ERROR(jobs_->GetJob(Context(&forged).get(), get, &job), UNAUTHENTICATED, "unknown token");
   EXPECT_GRPC_ERROR(jobs_->SubmitJob(Context(&none).get(), Request(Records(2)), &job), UNAUTHENTICATED, "token");
   v1::RegisterRequest register_request;
   v1::RegisterResponse register_reply;
   EXPECT_GRPC_ERROR(executors_->Register(Context(&none).get(), register_request, &register_reply), UNAUTHENTICATED,
                     "token");
+  // An admin's token is not an executor's credential; a join token enrols and does nothing else.
+  EXPECT_GRPC_ERROR(executors_->Register(Context().get(), register_request, &register_reply), PERMISSION_DENIED,
+                    "executor");
+  EXPECT_GRPC_ERROR(executors_->Register(Context(&join_token_).get(), register_request, &register_reply),
+                    PERMISSION_DENIED, "executor");
+  EXPECT_GRPC_ERROR(jobs_->GetJob(Context(&join_token_).get(), get, &job), PERMISSION_DENIED, "join token");
   v1::ListJobsResponse list;
   ASSERT_OK_AND_ASSIGN(auto stored, store_->ListJobs(JobFilter{}));
   EXPECT_THAT(stored, IsEmpty());  // the refused submit made nothing
   ASSERT_OK_AND_ASSIGN(auto executors, store_->ListExecutors());
   EXPECT_THAT(executors, IsEmpty());
 
-  // With "authorization: Bearer s3cret" the same calls go through.
+  // With a valid token the same calls go through.
   EXPECT_GRPC_ERROR(jobs_->GetJob(Context().get(), get, &job), NOT_FOUND, "job-0123456789ab");
   ASSERT_GRPC_OK(jobs_->SubmitJob(Context().get(), Request(Records(2)), &job));
   EXPECT_EQ(job.state(), "queued");
+  EXPECT_EQ(job.owner(), "tests");
+  EXPECT_EQ(job.team(), "default");
   ASSERT_GRPC_OK(jobs_->ListJobs(Context().get(), v1::ListJobsRequest(), &list));
   EXPECT_EQ(list.jobs_size(), 1);
-  EXPECT_FALSE(RegisterExecutor("with-token").empty());
+  EXPECT_FALSE(RegisterExecutor("with-credential").empty());
 }
 
 // ------------------------------------------------------------------ a whole job through gRPC

@@ -1,0 +1,270 @@
+#include "cli/admin_verbs.h"
+
+#include <cstdio>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cli/credentials.h"
+#include "rpc/rpc.h"
+
+namespace minions::cli {
+namespace {
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+int Fail(const absl::Status& status) {
+  fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+std::string When(int64_t ms) {
+  if (ms <= 0) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M", absl::FromUnixMillis(ms), absl::LocalTimeZone());
+}
+
+std::string Limit(int64_t value) { return value > 0 ? absl::StrCat(value) : "none"; }
+
+void PrintTeam(const v1::Team& t) {
+  printf("%-20s %12d %16s %20s\n", t.name().c_str(), t.max_priority(), Limit(t.max_active_jobs()).c_str(),
+         Limit(t.requests_per_second()).c_str());
+}
+
+class RemoteAdminBackend : public AdminBackend {
+ public:
+  explicit RemoteAdminBackend(const Connection& connection) {
+    absl::StatusOr<OpenConnection> open = Open(connection);
+    if (!open.ok()) {
+      open_ = open.status();
+      return;
+    }
+    stub_ = v1::Admin::NewStub(open->channel);
+    token_ = open->token;
+  }
+
+  absl::StatusOr<v1::Team> CreateTeam(const v1::Team& team) override {
+    v1::CreateTeamRequest request;
+    *request.mutable_team() = team;
+    return Call(&v1::Admin::Stub::CreateTeam, request, v1::Team());
+  }
+  absl::StatusOr<v1::Team> UpdateTeam(const v1::Team& team) override {
+    v1::UpdateTeamRequest request;
+    *request.mutable_team() = team;
+    return Call(&v1::Admin::Stub::UpdateTeam, request, v1::Team());
+  }
+  absl::StatusOr<std::vector<v1::Team>> ListTeams() override {
+    auto reply = Call(&v1::Admin::Stub::ListTeams, v1::ListTeamsRequest(), v1::ListTeamsResponse());
+    if (!reply.ok()) return reply.status();
+    return std::vector<v1::Team>(reply->teams().begin(), reply->teams().end());
+  }
+  absl::StatusOr<v1::IssuedToken> IssueToken(const v1::IssueTokenRequest& request) override {
+    return Call(&v1::Admin::Stub::IssueToken, request, v1::IssuedToken());
+  }
+  absl::StatusOr<std::vector<v1::TokenInfo>> ListTokens(const v1::ListTokensRequest& request) override {
+    auto reply = Call(&v1::Admin::Stub::ListTokens, request, v1::ListTokensResponse());
+    if (!reply.ok()) return reply.status();
+    return std::vector<v1::TokenInfo>(reply->tokens().begin(), reply->tokens().end());
+  }
+  absl::StatusOr<v1::TokenInfo> RevokeToken(const std::string& token_id) override {
+    v1::RevokeTokenRequest request;
+    request.set_token_id(token_id);
+    return Call(&v1::Admin::Stub::RevokeToken, request, v1::TokenInfo());
+  }
+  absl::StatusOr<v1::Executor> RevokeExecutor(const std::string& executor_id) override {
+    v1::RevokeExecutorRequest request;
+    request.set_executor_id(executor_id);
+    return Call(&v1::Admin::Stub::RevokeExecutor, request, v1::Executor());
+  }
+  absl::StatusOr<v1::TokenInfo> WhoAmI() override {
+    return Call(&v1::Admin::Stub::WhoAmI, v1::WhoAmIRequest(), v1::TokenInfo());
+  }
+
+ private:
+  template <typename Method, typename Request, typename Reply>
+  absl::StatusOr<Reply> Call(Method method, const Request& request, Reply reply) {
+    if (!open_.ok()) return open_;
+    grpc::ClientContext context;
+    rpc::Prepare(context, token_);
+    grpc::Status status = ((*stub_).*method)(&context, request, &reply);
+    if (!status.ok()) return rpc::FromGrpc(status);
+    return reply;
+  }
+
+  absl::Status open_;
+  std::unique_ptr<v1::Admin::Stub> stub_;
+  std::string token_;
+};
+
+v1::Team TeamOf(const TeamOptions& options, v1::Team base) {
+  base.set_name(options.name);
+  if (options.max_priority) base.set_max_priority(*options.max_priority);
+  if (options.max_active_jobs) base.set_max_active_jobs(*options.max_active_jobs);
+  if (options.requests_per_second) base.set_requests_per_second(*options.requests_per_second);
+  return base;
+}
+
+int PrintTeamResult(const absl::StatusOr<v1::Team>& team, bool json, const char* verb) {
+  if (!team.ok()) return Fail(team.status());
+  if (json) {
+    printf("%s\n", ToJson(*team).c_str());
+  } else {
+    printf("team %s %s: priority at most %d, active jobs %s, requests per second %s\n", team->name().c_str(), verb,
+           team->max_priority(), Limit(team->max_active_jobs()).c_str(), Limit(team->requests_per_second()).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::unique_ptr<AdminBackend> RemoteAdmin(const Connection& connection) {
+  return std::make_unique<RemoteAdminBackend>(connection);
+}
+
+absl::StatusOr<absl::Duration> ParseLifetime(const std::string& text) {
+  absl::Duration d;
+  int64_t days = 0;
+  if (text.size() > 1 && text.back() == 'd' && absl::SimpleAtoi(text.substr(0, text.size() - 1), &days) && days > 0) {
+    return absl::Hours(24 * days);
+  }
+  if (absl::ParseDuration(text, &d) && d > absl::ZeroDuration()) return d;
+  return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a lifetime such as 90d, 12h or 30m"));
+}
+
+int CreateTeam(AdminBackend& admin, const TeamOptions& options, bool json) {
+  v1::Team team;
+  team.set_max_priority(10);
+  return PrintTeamResult(admin.CreateTeam(TeamOf(options, team)), json, "created");
+}
+
+int UpdateTeam(AdminBackend& admin, const TeamOptions& options, bool json) {
+  auto teams = admin.ListTeams();
+  if (!teams.ok()) return Fail(teams.status());
+  for (const v1::Team& team : *teams) {
+    if (team.name() == options.name) return PrintTeamResult(admin.UpdateTeam(TeamOf(options, team)), json, "updated");
+  }
+  return Fail(absl::NotFoundError(absl::StrCat("no team ", options.name, " (create it: minions admin team create ",
+                                               options.name, ")")));
+}
+
+int ListTeams(AdminBackend& admin, bool json) {
+  auto teams = admin.ListTeams();
+  if (!teams.ok()) return Fail(teams.status());
+  if (json) {
+    printf("[");
+    for (size_t i = 0; i < teams->size(); ++i) printf("%s%s", i ? "," : "", ToJson((*teams)[i]).c_str());
+    printf("]\n");
+    return 0;
+  }
+  printf("%-20s %12s %16s %20s\n", "TEAM", "MAX PRIORITY", "MAX ACTIVE JOBS", "REQUESTS PER SECOND");
+  for (const v1::Team& team : *teams) PrintTeam(team);
+  return 0;
+}
+
+int IssueToken(AdminBackend& admin, const IssueOptions& options, bool json) {
+  v1::IssueTokenRequest request;
+  request.set_role(options.role);
+  request.set_team(options.team);
+  request.set_principal(options.name);
+  request.set_uses(options.uses);
+  request.set_scopes(options.scopes);
+  if (!options.expires.empty()) {
+    auto ttl = ParseLifetime(options.expires);
+    if (!ttl.ok()) return Fail(ttl.status());
+    request.set_ttl_ms(absl::ToInt64Milliseconds(*ttl));
+  }
+  auto issued = admin.IssueToken(request);
+  if (!issued.ok()) return Fail(issued.status());
+  const v1::TokenInfo& info = issued->info();
+  if (!options.output.empty()) {
+    if (auto s = WriteTokenFile(options.output, issued->token()); !s.ok()) return Fail(s);
+  }
+  if (json) {
+    v1::IssuedToken shown = *issued;
+    if (!options.output.empty()) shown.clear_token();
+    printf("%s\n", ToJson(shown).c_str());
+    return 0;
+  }
+  // The token alone on standard output (for scripts); what it is on standard error.
+  if (options.output.empty()) printf("%s\n", issued->token().c_str());
+  fprintf(stderr, "issued %s: %s %s%s%s%s; %s\n", info.id().c_str(), info.role().c_str(), info.principal().c_str(),
+          info.team().empty() ? "" : ("@" + info.team()).c_str(),
+          info.expires_at_ms() > 0 ? (", expires " + When(info.expires_at_ms())).c_str() : "",
+          info.role() == "join" ? absl::StrCat(", ", info.uses_left(), " use(s)").c_str() : "",
+          options.output.empty() ? "it is shown this once: keep it in a 0600 file or the Keychain"
+                                 : ("written to " + options.output + " (mode 0600)").c_str());
+  return 0;
+}
+
+int ListTokens(AdminBackend& admin, const std::string& team, const std::string& role, bool all, bool json) {
+  v1::ListTokensRequest request;
+  request.set_team(team);
+  request.set_role(role);
+  request.set_include_revoked(all);
+  auto tokens = admin.ListTokens(request);
+  if (!tokens.ok()) return Fail(tokens.status());
+  if (json) {
+    printf("[");
+    for (size_t i = 0; i < tokens->size(); ++i) printf("%s%s", i ? "," : "", ToJson((*tokens)[i]).c_str());
+    printf("]\n");
+    return 0;
+  }
+  printf("%-16s %-9s %-24s %-16s %-16s %-16s %s\n", "TOKEN", "ROLE", "HOLDER", "CREATED", "EXPIRES", "LAST USED",
+         "STATE");
+  for (const v1::TokenInfo& t : *tokens) {
+    std::string holder = t.principal() + (t.team().empty() ? "" : "@" + t.team());
+    std::string state = t.revoked_at_ms() > 0 ? "revoked " + When(t.revoked_at_ms())
+                        : (t.expires_at_ms() > 0 && t.expires_at_ms() <= absl::ToUnixMillis(absl::Now())) ? "expired"
+                        : t.role() == "join" ? absl::StrCat(t.uses_left(), " use(s) left")
+                                             : "active";
+    printf("%-16s %-9s %-24s %-16s %-16s %-16s %s\n", t.id().c_str(), t.role().c_str(), holder.c_str(),
+           When(t.created_at_ms()).c_str(), When(t.expires_at_ms()).c_str(), When(t.last_used_at_ms()).c_str(),
+           state.c_str());
+  }
+  return 0;
+}
+
+int RevokeToken(AdminBackend& admin, const std::string& token_id, bool json) {
+  auto token = admin.RevokeToken(token_id);
+  if (!token.ok()) return Fail(token.status());
+  if (json) {
+    printf("%s\n", ToJson(*token).c_str());
+  } else {
+    printf("token %s revoked\n", token->id().c_str());
+  }
+  return 0;
+}
+
+int RevokeExecutor(AdminBackend& admin, const std::string& executor_id, bool json) {
+  auto executor = admin.RevokeExecutor(executor_id);
+  if (!executor.ok()) return Fail(executor.status());
+  if (json) {
+    printf("%s\n", ToJson(*executor).c_str());
+  } else {
+    printf("executor %s revoked: its credentials no longer work and its tasks went back to pending\n",
+           executor->id().c_str());
+  }
+  return 0;
+}
+
+int WhoAmI(AdminBackend& admin, bool json) {
+  auto me = admin.WhoAmI();
+  if (!me.ok()) return Fail(me.status());
+  if (json) {
+    printf("%s\n", ToJson(*me).c_str());
+  } else {
+    printf("%s: %s %s%s (scopes: %s)\n", me->id().c_str(), me->role().c_str(), me->principal().c_str(),
+           me->team().empty() ? "" : ("@" + me->team()).c_str(), me->scopes().c_str());
+  }
+  return 0;
+}
+
+}  // namespace minions::cli

@@ -1,0 +1,132 @@
+#include "server/admin_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "server/call_auth.h"
+#include "server/proto_convert.h"
+
+namespace minions {
+namespace {
+
+#define ADMIN_OR_RETURN(context)                                                       \
+  absl::StatusOr<Caller> caller_or = AuthorizeCall(context, *auth_, Scope::kAdmin);    \
+  if (!caller_or.ok()) return ToGrpc(caller_or.status());                              \
+  const Caller& caller = *caller_or
+
+}  // namespace
+
+absl::StatusOr<IssueRequest> FromProto(const v1::IssueTokenRequest& p) {
+  IssueRequest request;
+  std::optional<Role> role = ParseRole(p.role());
+  if (!role) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown role '", p.role(), "': admin, submitter, viewer, monitor or join"));
+  }
+  request.role = *role;
+  request.team = p.team();
+  request.principal = p.principal();
+  if (p.ttl_ms() < 0) return absl::InvalidArgumentError("a token's lifetime must be positive");
+  if (p.ttl_ms() > 0) request.ttl = absl::Milliseconds(p.ttl_ms());
+  request.uses = p.uses();
+  if (!p.scopes().empty()) {
+    ScopeSet scopes;
+    if (absl::Status parsed = ParseScopes(p.scopes(), &scopes); !parsed.ok()) return parsed;
+    request.scopes = scopes;
+  }
+  return request;
+}
+
+grpc::Status AdminService::CreateTeam(grpc::ServerContext* context, const v1::CreateTeamRequest* request,
+                                      v1::Team* reply) {
+  ADMIN_OR_RETURN(context);
+  absl::StatusOr<Team> team = identities_->CreateTeam(minions::FromProto(request->team()));
+  if (!team.ok()) return ToGrpc(team.status());
+  MINIONS_LOG(Info) << "team " << team->name << " created by " << caller.Describe();
+  *reply = ToProto(*team);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::UpdateTeam(grpc::ServerContext* context, const v1::UpdateTeamRequest* request,
+                                      v1::Team* reply) {
+  ADMIN_OR_RETURN(context);
+  absl::StatusOr<Team> team = identities_->UpdateTeam(minions::FromProto(request->team()));
+  if (!team.ok()) return ToGrpc(team.status());
+  MINIONS_LOG(Info) << "team " << team->name << " updated by " << caller.Describe();
+  *reply = ToProto(*team);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ListTeams(grpc::ServerContext* context, const v1::ListTeamsRequest*,
+                                     v1::ListTeamsResponse* reply) {
+  ADMIN_OR_RETURN(context);
+  absl::StatusOr<std::vector<Team>> teams = store_->ListTeams();
+  if (!teams.ok()) return ToGrpc(teams.status());
+  for (const Team& team : *teams) *reply->add_teams() = ToProto(team);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::IssueToken(grpc::ServerContext* context, const v1::IssueTokenRequest* request,
+                                      v1::IssuedToken* reply) {
+  ADMIN_OR_RETURN(context);
+  absl::StatusOr<IssueRequest> issue = FromProto(*request);
+  if (!issue.ok()) return ToGrpc(issue.status());
+  absl::StatusOr<IssuedToken> issued = identities_->Issue(*issue, caller.token_id);
+  if (!issued.ok()) return ToGrpc(issued.status());
+  MINIONS_LOG(Info) << "token=" << issued->record.id << " (" << RoleName(issued->record.role) << " "
+                    << issued->record.principal << (issued->record.team.empty() ? "" : "@" + issued->record.team)
+                    << ") issued by " << caller.Describe();
+  *reply->mutable_info() = ToProto(issued->record);
+  reply->set_token(issued->text);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ListTokens(grpc::ServerContext* context, const v1::ListTokensRequest* request,
+                                      v1::ListTokensResponse* reply) {
+  ADMIN_OR_RETURN(context);
+  TokenFilter filter;
+  filter.team = request->team();
+  if (!request->role().empty()) {
+    filter.role = ParseRole(request->role());
+    if (!filter.role) return ToGrpc(absl::InvalidArgumentError(absl::StrCat("unknown role '", request->role(), "'")));
+  }
+  filter.principal = request->principal();
+  filter.include_revoked = request->include_revoked();
+  absl::StatusOr<std::vector<TokenRecord>> tokens = store_->ListTokens(filter);
+  if (!tokens.ok()) return ToGrpc(tokens.status());
+  for (const TokenRecord& token : *tokens) *reply->add_tokens() = ToProto(token);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::RevokeToken(grpc::ServerContext* context, const v1::RevokeTokenRequest* request,
+                                       v1::TokenInfo* reply) {
+  ADMIN_OR_RETURN(context);
+  absl::StatusOr<TokenRecord> token = store_->RevokeToken(request->token_id(), clock_->Now());
+  if (!token.ok()) return ToGrpc(token.status());
+  auth_->Forget(token->id);
+  MINIONS_LOG(Info) << "token=" << token->id << " revoked by " << caller.Describe();
+  *reply = ToProto(*token);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::RevokeExecutor(grpc::ServerContext* context, const v1::RevokeExecutorRequest* request,
+                                          v1::Executor* reply) {
+  ADMIN_OR_RETURN(context);
+  absl::StatusOr<Executor> executor = store_->RevokeExecutor(request->executor_id(), clock_->Now());
+  if (!executor.ok()) return ToGrpc(executor.status());
+  auth_->ForgetExecutor(executor->id);
+  if (work_added_) work_added_();
+  MINIONS_LOG(Info) << "executor=" << executor->id << " revoked by " << caller.Describe();
+  *reply = ToProto(*executor);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::WhoAmI(grpc::ServerContext* context, const v1::WhoAmIRequest*, v1::TokenInfo* reply) {
+  absl::StatusOr<Caller> caller = auth_->Authenticate(BearerToken(context));
+  if (!caller.ok()) return ToGrpc(caller.status());
+  absl::StatusOr<TokenRecord> token = store_->GetToken(caller->token_id);
+  if (!token.ok()) return ToGrpc(token.status());
+  *reply = ToProto(*token);
+  return grpc::Status::OK;
+}
+
+}  // namespace minions
