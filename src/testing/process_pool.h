@@ -3,6 +3,11 @@
 // `minions executor`s, each its own process — for integration tests, the chaos suite and
 // benchmarks. Any of them can be killed and started again (same address, same state directory).
 // Every process is SIGKILLed when the pool is destroyed.
+//
+// Credentials as in production: connection() carries the admin token the first server minted
+// into its data folder; executors enrol with a join token the pool issues through the Admin
+// service (and keep their credential in their state folder across restarts). EnableTls() makes a
+// private CA (`minions pki init`) and runs every process over TLS.
 // Threads: one thread at a time.
 
 #include <netinet/in.h>
@@ -21,7 +26,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cli/admin_verbs.h"
 #include "cli/client_verbs.h"
+#include "cli/credentials.h"
 #include "common/subprocess.h"
 
 namespace minions::testing {
@@ -67,6 +74,47 @@ class ProcessPool {
     server_args_.insert(server_args_.end(), args.begin(), args.end());
   }
 
+  // TLS for every process started from now on: a private CA and server certificate in dir/tls.
+  absl::Status EnableTls() {
+    Subprocess::Options sp;
+    sp.argv = {minions_, "pki", "init", "--dir", dir_ + "/tls"};
+    sp.stderr_path = dir_ + "/logs/pki.log";
+    auto p = Subprocess::Start(sp);
+    if (!p.ok()) return p.status();
+    (*p)->CloseStdin();
+    while ((*p)->ReadLine().ok()) {
+    }
+    auto exit = (*p)->Wait(absl::Seconds(60));
+    if (!exit.ok() || !exit->exited || exit->code != 0) {
+      return absl::InternalError(absl::StrCat("minions pki init failed; see ", dir_, "/logs/pki.log"));
+    }
+    server_args_.insert(server_args_.end(),
+                        {"--tls-cert", dir_ + "/tls/server.pem", "--tls-key", dir_ + "/tls/server-key.pem"});
+    connection_.tls.ca_file = dir_ + "/tls/ca.pem";
+    return absl::OkStatus();
+  }
+
+  // A fresh token (shown once) issued with the admin token; "" (and a test failure) if refused.
+  absl::StatusOr<std::string> IssueToken(const std::string& role, const std::string& team, const std::string& name,
+                                         int64_t uses = 0) {
+    auto admin = cli::RemoteAdmin(connection_);
+    v1::IssueTokenRequest request;
+    request.set_role(role);
+    request.set_team(team);
+    request.set_principal(name);
+    request.set_uses(uses);
+    auto issued = admin->IssueToken(request);
+    if (!issued.ok()) return issued.status();
+    return issued->token();
+  }
+  // Creates a team (through the Admin service).
+  absl::Status CreateTeam(const std::string& name) {
+    v1::Team team;
+    team.set_name(name);
+    team.set_max_priority(10);
+    return cli::RemoteAdmin(connection_)->CreateTeam(team).status();
+  }
+
   // Starts the server and waits until it answers. After StopServer(), starts it again on the same
   // address and backends (its log goes on in the same file).
   absl::Status StartServer() { return StartServerOn(connection_.server, "server"); }
@@ -104,11 +152,15 @@ class ProcessPool {
     if (!p.ok()) return p.status();
     if (address == connection_.server) main_server_ = p->get();
     servers_.push_back(std::move(*p));
-    cli::Connection connection = connection_;
-    connection.server = address;
-    cli::JobsClient client(connection);
+    // The first server mints the pool's admin token into its data folder before it listens.
     for (int i = 0; i < 150; ++i) {
-      if (client.List("", 1).ok()) return absl::OkStatus();
+      if (connection_.token.empty()) {
+        auto token = cli::ReadTokenFile(dir_ + "/server/admin-token");
+        if (token.ok()) connection_.token = *token;
+      }
+      cli::Connection connection = connection_;
+      connection.server = address;
+      if (!connection.token.empty() && cli::JobsClient(connection).List("", 1).ok()) return absl::OkStatus();
       absl::SleepFor(absl::Milliseconds(100));
     }
     return absl::DeadlineExceededError(absl::StrCat(name, " did not come up; see ", dir_, "/logs/", name, ".log"));
@@ -120,11 +172,19 @@ class ProcessPool {
   absl::Status StartExecutor(const std::string& name, int runner_threads = 1, const std::string& runner = "",
                              const std::string& server = "", const std::vector<std::string>& extra_args = {},
                              const std::vector<std::string>& env = {}) {
+    // One join token for the pool's executors, in a file only they read.
+    const std::string join_file = dir_ + "/join-token";
+    if (!std::filesystem::exists(join_file)) {
+      auto join = IssueToken("join", "", "process-pool", 100000);
+      if (!join.ok()) return join.status();
+      if (auto s = cli::WriteTokenFile(join_file, *join); !s.ok()) return s;
+    }
     Subprocess::Options sp;
     sp.argv = {minions_, "executor", "--server", server.empty() ? connection_.server : server, "--name", name,
                "--state-dir",
                dir_ + "/" + name, "--runner-log", dir_ + "/logs/runner-" + name + ".log", "--runner-threads",
-               std::to_string(runner_threads)};
+               std::to_string(runner_threads), "--join-token-file", join_file};
+    if (connection_.tls.enabled()) sp.argv.insert(sp.argv.end(), {"--ca", connection_.tls.ca_file});
     if (!runner.empty()) {
       sp.argv.push_back("--runner");
       sp.argv.push_back(runner);
@@ -180,6 +240,7 @@ class ProcessPool {
   Subprocess& executor(const std::string& name) { return *executors_.at(name); }
   // The i-th server started (StartServer again after killing one starts a replacement).
   Subprocess& server(size_t i = 0) { return *servers_.at(i); }
+  // The first server's address, the admin token, and the CA when TLS is on.
   const cli::Connection& connection() const { return connection_; }
   // "127.0.0.1:PORT" of a server's HTTP port (metrics, health, dashboard).
   std::string http_address(const std::string& server = "server") const { return http_.at(server); }
