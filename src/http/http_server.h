@@ -1,29 +1,57 @@
 #pragma once
-// HttpServer: a small HTTP/1.1 server for the observability endpoints (/metrics, /healthz, the
-// web dashboard and its JSON). GET and HEAD only; exact paths; query parameters decoded. Not for
-// bulk data: the gRPC port carries the API.
+// HttpServer: a small HTTP/1.1 server for the observability endpoints and the web dashboard
+// (/metrics, /healthz, /readyz, the dashboard, its JSON and its login). GET, HEAD and POST (small
+// forms); exact paths; query parameters and urlencoded forms decoded. Not for bulk data: the gRPC
+// port carries the API.
 //
-// Ownership: owns its listening socket and a small pool of worker threads.
-// Threads: Handle() before Start(); Start/Stop from the owning thread; handlers run on the worker
-// threads, several at once, and must be thread-safe.
+// Built for a hostile network:
+//   - One I/O thread multiplexes every connection (poll); handlers run on a small pool of worker
+//     threads and never touch a socket. A slow or silent client therefore holds a connection, not
+//     a thread: it cannot starve /readyz (six slow clients used to make it time out).
+//   - A request must arrive whole within `request_timeout` of its first byte (or of the
+//     connection), headers and body within their byte limits; a response must be taken within
+//     `write_timeout`; an idle keep-alive connection is closed after `idle_timeout`.
+//   - At most `max_connections` connections, and `max_connections_per_peer` from one address;
+//     beyond that a new connection is closed at once.
+//   - TLS (a certificate and key) on the same terms: the handshake is part of the request's time.
+//     Without TLS, Start refuses any address but loopback.
+//   - Every response says nosniff, no framing, no referrer; HTML gets a same-origin CSP.
+//
+// Ownership: owns its listening socket, its connections and its threads.
+// Threads: Handle*/Start/Stop from the owning thread (Handle before Start); handlers run on the
+// worker threads, several at once, and must be thread-safe.
 
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 
 namespace minions {
 
 struct HttpRequest {
+  std::string method;  // GET, HEAD or POST
   std::string path;
   std::map<std::string, std::string> query;
+  std::map<std::string, std::string> headers;  // names in lower case
+  std::string body;                            // POST only
+  std::string peer;                            // the client's address
+  bool tls = false;                            // it came over TLS
+
   std::string Param(const std::string& name) const {
     auto it = query.find(name);
     return it == query.end() ? "" : it->second;
   }
+  std::string Header(const std::string& lower_case_name) const {
+    auto it = headers.find(lower_case_name);
+    return it == headers.end() ? "" : it->second;
+  }
+  // A cookie's value ("" when absent).
+  std::string Cookie(const std::string& name) const;
+  // The fields of an application/x-www-form-urlencoded body.
+  std::map<std::string, std::string> Form() const;
 };
 
 struct HttpResponse {
@@ -35,24 +63,47 @@ struct HttpResponse {
 
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
 
+struct HttpServerOptions {
+  int threads = 4;  // handler threads
+  absl::Duration request_timeout = absl::Seconds(10);
+  absl::Duration write_timeout = absl::Seconds(10);
+  absl::Duration idle_timeout = absl::Seconds(30);
+  size_t max_connections = 512;
+  size_t max_connections_per_peer = 32;
+  size_t max_header_bytes = 16 << 10;
+  size_t max_body_bytes = 16 << 10;
+  // TLS: PEM files of the certificate (then its chain) and key. Both or neither.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+};
+
 class HttpServer {
  public:
-  explicit HttpServer(int threads = 4);
+  explicit HttpServer(HttpServerOptions options = {});
+  explicit HttpServer(int threads);
   ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
 
+  // GET (and HEAD) of `path`.
   void Handle(const std::string& path, HttpHandler handler);
-  // Binds `listen` ("host:port"; port 0 picks a free one) and serves on a background thread.
+  // POST to `path`.
+  void HandlePost(const std::string& path, HttpHandler handler);
+  // Binds `listen` ("host:port"; port 0 picks a free one) and serves on background threads.
+  // FailedPrecondition for plain text off loopback; Unavailable when the port is taken.
   absl::Status Start(const std::string& listen);
   int port() const { return port_; }
-  // Stops accepting, finishes the requests in flight, joins the threads. Idempotent.
+  // Stops accepting, closes every connection, lets handlers in flight finish, joins the threads.
+  // Idempotent.
   void Stop();
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int port_ = 0;
-  std::thread thread_;
 };
 
+// "%41" -> "A", "+" -> " ".
+std::string UrlDecode(const std::string& text);
 
 }  // namespace minions
