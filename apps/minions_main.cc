@@ -20,7 +20,9 @@
 #include "cli/local_run.h"
 #include "common/logging.h"
 #include "executor/agent.h"
+#include "dashboard/status_endpoints.h"
 #include "http/metrics_endpoints.h"
+#include "identity/authenticator.h"
 #include "identity/pki.h"
 #include "rpc/tls.h"
 #include "absl/strings/match.h"
@@ -126,9 +128,21 @@ int RunWatchdog(const minions::apps::MinionsConfig& config, const std::string& h
   minions::metrics::Registry registry;
   minions::metrics::Gauge* active =
       registry.AddGauge("minions_watchdog_active", "1 while this process is the active watchdog, 0 on standby.");
-  minions::HttpServer http;
+  minions::RealClock auth_clock;
+  minions::Authenticator auth(backends->store.get(), &auth_clock);
+  minions::HttpServerOptions http_options;
+  http_options.tls_cert_file = config.tls_cert;
+  http_options.tls_key_file = config.tls_key;
+  minions::HttpServer http(http_options);
   if (!http_listen.empty()) {
-    minions::InstallMetricsEndpoints(&registry, &http);
+    // /metrics for monitor and admin tokens, as on a server.
+    minions::InstallMetricsEndpoints(&registry, &http, [&auth](const minions::HttpRequest& request)
+                                                           -> std::optional<minions::HttpResponse> {
+      auto caller = auth.Authorize(minions::RequestToken(request), minions::Scope::kMetricsRead);
+      if (caller.ok()) return std::nullopt;
+      return minions::HttpResponse{absl::IsPermissionDenied(caller.status()) ? 403 : 401, "text/plain; charset=utf-8",
+                                   std::string(caller.status().message()) + "\n", {}};
+    });
     if (auto s = http.Start(http_listen); !s.ok()) {
       fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
       return 1;

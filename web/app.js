@@ -3,7 +3,10 @@
 "use strict";
 
 const POLL_MS = 1000;
+const PAGE = 100;
 let selectedJob = null;
+let jobsOffset = 0;
+let tasksOffset = 0;
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -36,10 +39,26 @@ function setBar(cell, fraction) {
 }
 
 async function getJson(path) {
-  const res = await fetch(path, { cache: "no-store" });
+  const res = await fetch(path, { cache: "no-store", credentials: "same-origin" });
+  if (res.status === 401) {  // the session ended (signed out, token revoked or expired)
+    location.assign("/login");
+    throw new Error("signed out");
+  }
   const body = await res.json();
   if (!res.ok) throw new Error(body.error || res.statusText);
   return body;
+}
+
+// "21-40 of 130" with previous/next buttons; `move` gets the new offset.
+function renderPager(id, page, move) {
+  const pager = document.getElementById(id);
+  if (!page || page.total <= page.limit) { pager.replaceChildren(); return; }
+  const prev = el("button", { type: "button", disabled: page.offset === 0 }, "previous");
+  prev.addEventListener("click", () => move(Math.max(0, page.offset - page.limit)));
+  const next = el("button", { type: "button", disabled: page.next_offset == null }, "next");
+  next.addEventListener("click", () => move(page.next_offset));
+  const last = Math.min(page.total, page.offset + page.limit);
+  pager.replaceChildren(prev, next, el("span", { class: "muted" }, `${page.offset + 1}-${last} of ${page.total}`));
 }
 
 function renderFleet(fleet) {
@@ -51,7 +70,6 @@ function renderFleet(fleet) {
       el("td", {}, e.name, " ", el("span", { class: "muted" }, e.id)),
       el("td", {}, e.device || "?", e.gpu ? "" : el("span", { class: "muted" }, " (CPU)")),
       el("td", {}, stateBadge(e.state), e.state_reason ? el("span", { class: "muted" }, " " + e.state_reason) : ""),
-      el("td", { "data-owner": e.owner }, e.owner),
       el("td", {}, tasks),
       el("td", { class: "num" }, e.records_done),
       el("td", { class: "num" }, duration(e.last_heartbeat_age_seconds) + " ago"));
@@ -61,6 +79,8 @@ function renderFleet(fleet) {
   const jobs = fleet.jobs_by_state;
   document.getElementById("counts").textContent =
     `${fleet.executors.length} executors (${parts.join(", ") || "none"}) · ${jobs.running || 0} jobs running, ${jobs.queued || 0} queued`;
+  const v = fleet.viewer;
+  document.getElementById("viewer").textContent = `${v.principal}${v.team ? "@" + v.team : ""} (${v.role})`;
 }
 
 function renderJobs(list) {
@@ -76,9 +96,10 @@ function renderJobs(list) {
       el("td", { class: "num" }, `${j.records_succeeded + j.records_failed}/${j.records_total}` + (j.records_failed ? ` (${j.records_failed} failed)` : "")),
       el("td", { class: "num" }, j.records_per_second.toFixed(1) + " rec/s"),
       el("td", { class: "num eta" }, j.state === "completed" ? "done" : duration(j.eta_seconds)));
-    row.addEventListener("click", () => { location.hash = "job=" + j.id; });
+    row.addEventListener("click", () => { location.hash = "job=" + j.id; tasksOffset = 0; });
     return row;
   }));
+  renderPager("jobs-pager", list, (offset) => { jobsOffset = offset; });
 }
 
 function renderJob(detail) {
@@ -100,6 +121,7 @@ function renderJob(detail) {
     el("td", { class: "num" }, t.failures),
     el("td", { class: "num" }, t.preemptions),
     el("td", {}, t.last_error))));
+  renderPager("tasks-pager", detail.tasks_page, (offset) => { tasksOffset = offset; });
 }
 
 function readHash() {
@@ -111,10 +133,12 @@ function readHash() {
 async function poll() {
   const status = document.getElementById("status");
   try {
-    const [fleet, jobs] = await Promise.all([getJson("/api/fleet"), getJson("/api/jobs")]);
+    const [fleet, jobs] = await Promise.all([getJson("/api/fleet"), getJson(`/api/jobs?offset=${jobsOffset}&limit=${PAGE}`)]);
     renderFleet(fleet);
     renderJobs(jobs);
-    if (selectedJob) renderJob(await getJson("/api/job?id=" + encodeURIComponent(selectedJob)));
+    if (selectedJob) {
+      renderJob(await getJson(`/api/job?id=${encodeURIComponent(selectedJob)}&offset=${tasksOffset}&limit=${PAGE * 5}`));
+    }
     status.textContent = "updated " + new Date().toLocaleTimeString();
     status.className = "status";
     document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);

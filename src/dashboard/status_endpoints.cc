@@ -1,11 +1,20 @@
 #include "dashboard/status_endpoints.h"
 
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/logging.h"
 #include "http/metrics_endpoints.h"
 #include "model/json_codec.h"
 
 namespace minions {
 namespace {
+
+constexpr char kPlain[] = "text/plain; charset=utf-8";
+constexpr int64_t kMaxErrorsShown = 100;
 
 HttpResponse JsonResponse(const Json& body, int status = 200) {
   // Live data: never cached by the browser or a proxy.
@@ -15,10 +24,26 @@ HttpResponse JsonResponse(const Json& body, int status = 200) {
 Json Seconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
 Json OptionalSeconds(const std::optional<absl::Time>& t) { return t ? Seconds(*t) : Json(nullptr); }
 
+std::string HtmlEscape(const std::string& text) {
+  return absl::StrReplaceAll(text, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}, {"\"", "&quot;"}, {"'", "&#39;"}});
+}
+
+// A refused credential, as HTTP says it.
+HttpResponse Refusal(const absl::Status& status) {
+  int code = 503;
+  if (absl::IsUnauthenticated(status)) code = 401;
+  if (absl::IsPermissionDenied(status)) code = 403;
+  if (absl::IsResourceExhausted(status)) code = 429;
+  HttpResponse response = JsonResponse({{"error", std::string(status.message())}, {"login", "/login"}}, code);
+  if (code == 401) response.headers["WWW-Authenticate"] = "Bearer realm=\"minions\"";
+  return response;
+}
+
 Json JobSummary(const Job& job, int64_t in_flight, absl::Time now) {
   JobProgress p = ProgressOf(job, in_flight, now);
   return Json{{"id", job.id},
               {"team", job.spec.team},
+              {"owner", job.spec.owner},
               {"state", JobStateName(job.state)},
               {"model", job.spec.model},
               {"priority", job.spec.priority},
@@ -41,18 +66,46 @@ Json JobSummary(const Job& job, int64_t in_flight, absl::Time now) {
 template <typename Enum, typename Name>
 Json CountsJson(const std::map<Enum, int64_t>& counts, Name name) {
   Json out = Json::object();
-  for (const auto& [state, n] : counts) out[std::string(name(state))] = n;
+  for (const auto& [state, n] : counts) {
+    if (n != 0) out[std::string(name(state))] = out.value(std::string(name(state)), int64_t{0}) + n;
+  }
   return out;
+}
+
+Json PageJson(int64_t total, Page page) {
+  const int64_t next = page.offset + page.limit;
+  return Json{{"total", total}, {"offset", page.offset}, {"limit", page.limit},
+              {"next_offset", next < total ? Json(next) : Json(nullptr)}};
 }
 
 }  // namespace
 
-Json FleetJson(const FleetSnapshot& s, absl::Time now) {
+std::string RequestToken(const HttpRequest& request) {
+  const std::string authorization = request.Header("authorization");
+  if (absl::StartsWith(authorization, "Bearer ")) return authorization.substr(7);
+  return request.Cookie(kSessionCookie);
+}
+
+Page PageOf(const HttpRequest& request, int64_t default_limit, int64_t max_limit) {
+  Page page;
+  page.limit = default_limit;
+  int64_t value = 0;
+  if (absl::SimpleAtoi(request.Param("offset"), &value) && value >= 0) page.offset = value;
+  if (absl::SimpleAtoi(request.Param("limit"), &value) && value > 0) page.limit = std::min(value, max_limit);
+  return page;
+}
+
+Json FleetJson(const FleetSnapshot& s, absl::Time now, const Caller& caller) {
+  // The team of every job with a running task: the snapshot holds every unfinished job.
+  std::map<std::string, std::string> team_of;
+  for (const Job& job : s.jobs) team_of[job.id] = job.spec.team;
   Json executors = Json::array();
   for (const Executor& e : s.executors) {
     Json tasks = Json::array();
     if (auto it = s.running_by_executor.find(e.id); it != s.running_by_executor.end()) {
       for (const Task& t : it->second) {
+        auto team = team_of.find(t.job_id);
+        if (!caller.IsAdmin() && (team == team_of.end() || !caller.SeesTeam(team->second))) continue;
         tasks.push_back({{"job", t.job_id}, {"index", t.index}, {"attempt", t.attempt},
                          {"records_done", t.records_done}, {"records", t.n_records}});
       }
@@ -63,102 +116,198 @@ Json FleetJson(const FleetSnapshot& s, absl::Time now) {
                          {"gpu", !e.info.gpu.empty()},
                          {"os", e.info.os},
                          {"memory_bytes", e.info.memory_bytes},
-                         {"state", ExecutorStateName(e.state)},
-                         {"state_reason", e.state_reason},
-                         // The owner is present exactly when the executor stepped aside for them.
-                         {"owner", e.state == ExecutorState::kOwnerActive ? "present" : "away"},
+                         // Coarse: an owner's presence is "unavailable", and never explained.
+                         {"state", ExecutorStateShown(e.state)},
+                         {"state_reason", e.state == ExecutorState::kOwnerActive ? "" : e.state_reason},
                          {"drain_requested", e.drain_requested},
                          {"records_done", e.records_done},
                          {"last_heartbeat_age_seconds", absl::ToDoubleSeconds(now - e.last_heartbeat_at)},
                          {"tasks", std::move(tasks)}});
   }
+  Json executors_by_state = Json::object();
+  for (const auto& [state, n] : s.executors_by_state) {
+    std::string name(ExecutorStateShown(state));
+    if (n != 0) executors_by_state[name] = executors_by_state.value(name, int64_t{0}) + n;
+  }
+  Json jobs_by_state, tasks_by_state;
+  if (caller.IsAdmin()) {
+    jobs_by_state = CountsJson(s.jobs_by_state, JobStateName);
+    tasks_by_state = CountsJson(s.tasks_by_state, TaskStateName);
+  } else {
+    // A team sees counts of its own jobs only (those the snapshot lists).
+    std::map<JobState, int64_t> jobs;
+    std::map<TaskState, int64_t> tasks;
+    for (const Job& job : s.jobs) {
+      if (!caller.SeesTeam(job.spec.team)) continue;
+      ++jobs[job.state];
+      if (auto it = s.job_tasks.find(job.id); it != s.job_tasks.end()) {
+        for (const auto& [state, n] : it->second) tasks[state] += n;
+      }
+    }
+    jobs_by_state = CountsJson(jobs, JobStateName);
+    tasks_by_state = CountsJson(tasks, TaskStateName);
+  }
   return Json{{"now", Seconds(now)},
               {"snapshot_at", Seconds(s.taken_at)},
+              {"viewer", {{"role", RoleName(caller.role)}, {"team", caller.team}, {"principal", caller.principal}}},
               {"executors", std::move(executors)},
-              {"jobs_by_state", CountsJson(s.jobs_by_state, JobStateName)},
-              {"tasks_by_state", CountsJson(s.tasks_by_state, TaskStateName)},
-              {"executors_by_state", CountsJson(s.executors_by_state, ExecutorStateName)}};
+              {"jobs_by_state", std::move(jobs_by_state)},
+              {"tasks_by_state", std::move(tasks_by_state)},
+              {"executors_by_state", std::move(executors_by_state)}};
 }
 
-Json JobsJson(const FleetSnapshot& s, absl::Time now, int limit) {
+Json JobsJson(const FleetSnapshot& s, absl::Time now, const Caller& caller, Page page) {
   Json jobs = Json::array();
+  int64_t seen = 0;
   for (const Job& job : s.jobs) {
-    if (static_cast<int>(jobs.size()) >= limit) break;
+    if (!caller.SeesTeam(job.spec.team)) continue;
+    if (seen++ < page.offset || static_cast<int64_t>(jobs.size()) >= page.limit) continue;
     auto it = s.records_in_flight.find(job.id);
     jobs.push_back(JobSummary(job, it == s.records_in_flight.end() ? 0 : it->second, now));
   }
-  return Json{{"now", Seconds(now)}, {"jobs", std::move(jobs)}};
+  Json out = PageJson(seen, page);
+  out["now"] = Seconds(now);
+  out["jobs"] = std::move(jobs);
+  return out;
 }
 
-Json JobJson(const Job& job, const std::vector<Task>& tasks, absl::Time now) {
+Json JobJson(const Job& job, const std::vector<Task>& tasks, absl::Time now, Page tasks_page) {
   int64_t in_flight = 0;
   Json list = Json::array();
   Json errors = Json::array();
   for (const Task& t : tasks) {
     if (t.state == TaskState::kRunning) in_flight += t.records_done;
-    list.push_back({{"index", t.index},
-                    {"state", TaskStateName(t.state)},
-                    {"attempt", t.attempt},
-                    {"executor", t.executor_id},
-                    {"records", t.n_records},
-                    {"records_done", t.records_done},
-                    {"records_failed", t.records_failed},
-                    {"failures", t.failures},
-                    {"preemptions", t.preemptions},
-                    {"started_at", OptionalSeconds(t.started_at)},
-                    {"finished_at", OptionalSeconds(t.finished_at)},
-                    {"last_error", t.last_error}});
-    if (!t.last_error.empty()) {
+    if (t.index >= tasks_page.offset && static_cast<int64_t>(list.size()) < tasks_page.limit) {
+      list.push_back({{"index", t.index},
+                      {"state", TaskStateName(t.state)},
+                      {"attempt", t.attempt},
+                      {"executor", t.executor_id},
+                      {"records", t.n_records},
+                      {"records_done", t.records_done},
+                      {"records_failed", t.records_failed},
+                      {"failures", t.failures},
+                      {"preemptions", t.preemptions},
+                      {"started_at", OptionalSeconds(t.started_at)},
+                      {"finished_at", OptionalSeconds(t.finished_at)},
+                      {"last_error", t.last_error}});
+    }
+    if (!t.last_error.empty() && static_cast<int64_t>(errors.size()) < kMaxErrorsShown) {
       errors.push_back({{"task", t.index}, {"attempt", t.attempt}, {"state", TaskStateName(t.state)},
                         {"message", t.last_error}});
     }
   }
-  return Json{{"now", Seconds(now)}, {"job", JobSummary(job, in_flight, now)}, {"tasks", std::move(list)},
-              {"errors", std::move(errors)}};
+  Json out{{"now", Seconds(now)}, {"job", JobSummary(job, in_flight, now)}, {"tasks", std::move(list)},
+           {"tasks_page", PageJson(static_cast<int64_t>(tasks.size()), tasks_page)}, {"errors", std::move(errors)}};
+  return out;
 }
 
 void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
-  InstallMetricsEndpoints(src.registry, http);
+  // The caller of a request that must hold `scope`, or the refusal to send.
+  auto authorize = [src](const HttpRequest& request, Scope scope) -> absl::StatusOr<Caller> {
+    return src.auth->Authorize(RequestToken(request), scope);
+  };
+  InstallMetricsEndpoints(src.registry, http, [authorize](const HttpRequest& request) -> std::optional<HttpResponse> {
+    absl::StatusOr<Caller> caller = authorize(request, Scope::kMetricsRead);
+    if (!caller.ok()) return Refusal(caller.status());
+    return std::nullopt;
+  });
   http->Handle("/readyz", [src](const HttpRequest&) {
-    if (src.serving && !src.serving()) {
-      return HttpResponse{503, "text/plain; charset=utf-8", "not serving: starting or shutting down\n", {}};
-    }
+    // Says ready or not, nothing else: the reason goes to the log.
+    if (src.serving && !src.serving()) return HttpResponse{503, kPlain, "not ready: starting or shutting down\n", {}};
     auto probe = src.store->ListJobs(JobFilter{std::nullopt, "", 1});
     if (!probe.ok()) {
-      return HttpResponse{503, "text/plain; charset=utf-8",
-                          absl::StrCat("the store cannot be read: ", probe.status().message(), "\n"), {}};
+      MINIONS_LOG(Warning) << "/readyz: the store cannot be read: " << probe.status().message();
+      return HttpResponse{503, kPlain, "not ready\n", {}};
     }
-    return HttpResponse{200, "text/plain; charset=utf-8", "ready\n", {}};
+    return HttpResponse{200, kPlain, "ready\n", {}};
   });
-  http->Handle("/api/fleet", [src](const HttpRequest&) {
+  http->Handle("/api/fleet", [src, authorize](const HttpRequest& request) {
+    absl::StatusOr<Caller> caller = authorize(request, Scope::kFleetRead);
+    if (!caller.ok()) return Refusal(caller.status());
     auto s = src.fleet->Get();
-    if (!s.ok()) return JsonResponse({{"error", std::string(s.status().message())}}, 503);
-    return JsonResponse(FleetJson(**s, src.clock->Now()));
+    if (!s.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
+    return JsonResponse(FleetJson(**s, src.clock->Now(), *caller));
   });
-  http->Handle("/api/jobs", [src](const HttpRequest&) {
+  http->Handle("/api/jobs", [src, authorize](const HttpRequest& request) {
+    absl::StatusOr<Caller> caller = authorize(request, Scope::kJobsRead);
+    if (!caller.ok()) return Refusal(caller.status());
     auto s = src.fleet->Get();
-    if (!s.ok()) return JsonResponse({{"error", std::string(s.status().message())}}, 503);
-    return JsonResponse(JobsJson(**s, src.clock->Now(), 200));
+    if (!s.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
+    return JsonResponse(JobsJson(**s, src.clock->Now(), *caller, PageOf(request, 100, 500)));
   });
-  http->Handle("/api/job", [src](const HttpRequest& request) {
+  http->Handle("/api/job", [src, authorize](const HttpRequest& request) {
+    absl::StatusOr<Caller> caller = authorize(request, Scope::kJobsRead);
+    if (!caller.ok()) return Refusal(caller.status());
     std::string id = request.Param("id");
     if (id.empty()) return JsonResponse({{"error", "say which job: /api/job?id=JOB_ID"}}, 400);
     auto job = src.store->GetJob(id);
-    if (!job.ok()) {
-      int status = absl::IsNotFound(job.status()) ? 404 : 503;
-      return JsonResponse({{"error", std::string(job.status().message())}}, status);
+    // Another team's job is not found, word for word as an unknown one.
+    if ((job.ok() && !caller->SeesTeam(job->spec.team)) || absl::IsNotFound(job.status())) {
+      return JsonResponse({{"error", absl::StrCat("no job ", id)}}, 404);
     }
+    if (!job.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
     auto tasks = src.store->ListTasks(id);
-    if (!tasks.ok()) return JsonResponse({{"error", std::string(tasks.status().message())}}, 503);
-    return JsonResponse(JobJson(*job, *tasks, src.clock->Now()));
+    if (!tasks.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
+    return JsonResponse(JobJson(*job, *tasks, src.clock->Now(), PageOf(request, 500, 5000)));
   });
+
+  // Login: the token is checked, then kept in an HttpOnly cookie for the browser session.
+  const WebAsset* login_page = nullptr;
   for (const WebAsset& asset : WebAssets()) {
+    if (std::string(asset.path) == "/login.html") login_page = &asset;
+  }
+  auto login_html = [login_page](int status, const std::string& message) {
+    std::string page = login_page ? std::string(reinterpret_cast<const char*>(login_page->data), login_page->size)
+                                  : "<p>{{message}}</p>";
+    return HttpResponse{status, "text/html; charset=utf-8",
+                        absl::StrReplaceAll(page, {{"{{message}}", HtmlEscape(message)}}),
+                        {{"Cache-Control", "no-store"}}};
+  };
+  http->Handle("/login", [login_html](const HttpRequest&) { return login_html(200, ""); });
+  http->HandlePost("/login", [src, login_html](const HttpRequest& request) {
+    // A login posted from another site's page is refused (SameSite also keeps its cookie home).
+    const std::string origin = request.Header("origin");
+    if (!origin.empty() && origin != "null" && !absl::EndsWith(origin, "://" + request.Header("host"))) {
+      return login_html(403, "sign in from this server's own page");
+    }
+    const std::string token = request.Form()["token"];
+    absl::StatusOr<Caller> caller = src.auth->Authorize(token, Scope::kFleetRead);
+    if (!caller.ok()) {
+      MINIONS_LOG(Info) << "refused a dashboard login from " << request.peer << ": " << caller.status().message();
+      return login_html(401, std::string(caller.status().message()));
+    }
+    HttpResponse response{303, kPlain, "signed in\n", {{"Location", "/"}, {"Cache-Control", "no-store"}}};
+    response.headers["Set-Cookie"] = absl::StrCat(kSessionCookie, "=", token,
+                                                  "; Path=/; HttpOnly; SameSite=Strict", request.tls ? "; Secure" : "");
+    return response;
+  });
+  http->HandlePost("/logout", [](const HttpRequest& request) {
+    HttpResponse response{303, kPlain, "signed out\n", {{"Location", "/login"}}};
+    response.headers["Set-Cookie"] = absl::StrCat(kSessionCookie, "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
+                                                  request.tls ? "; Secure" : "");
+    return response;
+  });
+
+  for (const WebAsset& asset : WebAssets()) {
+    const std::string path = asset.path;
+    if (path == "/login.html") continue;
     auto serve = [&asset](const HttpRequest&) {
       return HttpResponse{200, asset.content_type, std::string(reinterpret_cast<const char*>(asset.data), asset.size),
                           {}};
     };
-    http->Handle(asset.path, serve);
-    if (std::string(asset.path) == "/index.html") http->Handle("/", serve);
+    if (path == "/index.html") {
+      // The page itself holds no data, but a visitor without a session is sent to sign in first.
+      auto page = [src, serve](const HttpRequest& request) {
+        if (!src.auth->Authorize(RequestToken(request), Scope::kFleetRead).ok()) {
+          return HttpResponse{302, kPlain, "sign in first\n", {{"Location", "/login"}}};
+        }
+        return serve(request);
+      };
+      http->Handle("/", page);
+      http->Handle("/index.html", page);
+      continue;
+    }
+    http->Handle(path, serve);
   }
 }
 

@@ -1,13 +1,21 @@
 #pragma once
-// StatusEndpoints: what a server serves on its HTTP port. Operators' and tools' endpoints:
-//   /metrics   Prometheus text format (the server's registry, store-derived gauges included)
-//   /healthz   200 while the process is up
-//   /readyz    200 when the server serves gRPC and can read its store; 503 otherwise
-// The web dashboard (files from web/, compiled in) and its JSON:
-//   /            the dashboard page; /app.js, /style.css
-//   /api/fleet   executors (device, state, owner away/present, current tasks) and counts by state
-//   /api/jobs    jobs, newest first, with progress, rate and ETA
-//   /api/job?id= one job, its tasks and their errors
+// StatusEndpoints: what a server serves on its HTTP port.
+//   Open to anyone, and saying nothing else:
+//     /healthz   200 while the process is up
+//     /readyz    200 when the server serves gRPC and can read its store; 503 otherwise
+//     /login     the login page (GET) and the login (POST token=...: sets the session cookie)
+//     /logout    (POST) forgets the session cookie
+//     /app.js, /style.css   the dashboard's code and looks (no data)
+//   With a credential ("Authorization: Bearer <token>", or the HttpOnly session cookie the login
+//   sets, which holds the token itself):
+//     /metrics     Prometheus text format: metrics:read (monitor and admin tokens)
+//     /            the dashboard page (without a session: a redirect to /login)
+//     /api/fleet   executors (device, coarse state, current tasks) and counts by state: fleet:read
+//     /api/jobs    jobs, newest first, paged (?offset=&limit=): jobs:read
+//     /api/job?id= one job and its tasks (paged) and errors: jobs:read
+// A caller who is not an admin sees only its own team's jobs and tasks (another team's job is
+// 404, as an unknown one) and counts of its own team's jobs. Nobody is shown why an executor's
+// owner made it unavailable: states are coarse (available, busy, unavailable, ...).
 //
 // Ownership: borrows everything it is given; they must outlive the HttpServer it installs into.
 // Threads: handlers run on the HTTP server's threads; thread-safe.
@@ -20,6 +28,7 @@
 #include "common/json_util.h"
 #include "dashboard/fleet_view.h"
 #include "http/http_server.h"
+#include "identity/authenticator.h"
 #include "metrics/metrics.h"
 #include "store/metadata_store.h"
 
@@ -31,14 +40,28 @@ struct StatusSources {
   FleetView* fleet = nullptr;
   metrics::Registry* registry = nullptr;
   std::function<bool()> serving;  // the gRPC port is up and the server is not shutting down
+  Authenticator* auth = nullptr;  // every page but the open ones asks it
 };
 
 void InstallStatusEndpoints(const StatusSources& sources, HttpServer* http);
 
-// The dashboard's JSON documents (exposed for tests).
-Json FleetJson(const FleetSnapshot& snapshot, absl::Time now);
-Json JobsJson(const FleetSnapshot& snapshot, absl::Time now, int limit);
-Json JobJson(const Job& job, const std::vector<Task>& tasks, absl::Time now);
+// The session cookie the login sets.
+inline constexpr char kSessionCookie[] = "minions_session";
+
+// The credential a request carries: its bearer token, else its session cookie ("" when none).
+std::string RequestToken(const HttpRequest& request);
+
+// A page of a listing: `offset` and `limit` from ?offset=&limit= (limit at most `max_limit`).
+struct Page {
+  int64_t offset = 0;
+  int64_t limit = 100;
+};
+Page PageOf(const HttpRequest& request, int64_t default_limit, int64_t max_limit);
+
+// The dashboard's JSON documents (exposed for tests), as `caller` may see them.
+Json FleetJson(const FleetSnapshot& snapshot, absl::Time now, const Caller& caller);
+Json JobsJson(const FleetSnapshot& snapshot, absl::Time now, const Caller& caller, Page page);
+Json JobJson(const Job& job, const std::vector<Task>& tasks, absl::Time now, Page tasks_page);
 
 // A file of the web dashboard compiled into the binary (generated from web/ at build time).
 struct WebAsset {

@@ -2,8 +2,11 @@
 
 namespace minions {
 
-void InstallMetricsEndpoints(metrics::Registry* registry, HttpServer* http) {
-  http->Handle("/metrics", [registry](const HttpRequest&) {
+void InstallMetricsEndpoints(metrics::Registry* registry, HttpServer* http, MetricsGuard guard) {
+  http->Handle("/metrics", [registry, guard](const HttpRequest& request) {
+    if (guard) {
+      if (std::optional<HttpResponse> refusal = guard(request)) return *refusal;
+    }
     return HttpResponse{200, metrics::kTextContentType, registry->Render(), {}};
   });
   http->Handle("/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n", {}}; });

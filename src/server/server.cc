@@ -49,8 +49,12 @@ absl::Status MinionsServer::Start() {
                                                " (is another server running there?)"));
   }
   if (!options_.http_listen.empty()) {
-    http_ = std::make_unique<HttpServer>();
-    InstallStatusEndpoints({store_, clock_, &fleet_view_, &registry_, [this] { return serving_.load(); }}, http_.get());
+    HttpServerOptions http_options;
+    http_options.tls_cert_file = options_.tls.cert_file;
+    http_options.tls_key_file = options_.tls.key_file;
+    http_ = std::make_unique<HttpServer>(http_options);
+    InstallStatusEndpoints(
+        {store_, clock_, &fleet_view_, &registry_, [this] { return serving_.load(); }, &authenticator_}, http_.get());
     if (auto s = http_->Start(options_.http_listen); !s.ok()) {
       server_->Shutdown();
       http_.reset();
@@ -69,7 +73,7 @@ std::string MinionsServer::dashboard_url() const {
   if (!http_) return "";
   std::string host = options_.http_listen.substr(0, options_.http_listen.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
-  return absl::StrCat("http://", host, ":", http_->port(), "/");
+  return absl::StrCat(options_.tls.enabled() ? "https://" : "http://", host, ":", http_->port(), "/");
 }
 
 std::string MinionsServer::address() const {

@@ -10,6 +10,8 @@
 #include "dashboard/fleet_view.h"
 #include "dashboard/status_endpoints.h"
 #include "http/http_server.h"
+#include "identity/authenticator.h"
+#include "identity/identity_admin.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/even_tasks.h"
 #include "testing/fake_clock.h"
@@ -31,11 +33,24 @@ class DashboardTest : public ::testing::Test {
     store_ = Must(SqliteMetadataStore::Open(":memory:", StoreOptions{}));
     fleet_ = std::make_unique<FleetView>(store_.get(), &clock_, absl::Seconds(1));
     fleet_->ExportMetrics(&registry_);
-    InstallStatusEndpoints({store_.get(), &clock_, fleet_.get(), &registry_, [this] { return serving_.load(); }},
-                           &http_);
+    auth_ = std::make_unique<Authenticator>(store_.get(), &clock_);
+    identities_ = std::make_unique<IdentityAdmin>(store_.get(), &clock_);
+    InstallStatusEndpoints(
+        {store_.get(), &clock_, fleet_.get(), &registry_, [this] { return serving_.load(); }, auth_.get()}, &http_);
     ASSERT_TRUE(http_.Start("127.0.0.1:0").ok());
     base_ = absl::StrCat("http://127.0.0.1:", http_.port());
+    admin_ = Issue(Role::kAdmin, "", "ops");
   }
+
+  // A fresh token's text.
+  std::string Issue(Role role, const std::string& team, const std::string& name) {
+    IssueRequest request;
+    request.role = role;
+    request.team = team;
+    request.principal = name;
+    return Must(identities_->Issue(request, "local")).text;
+  }
+  static std::vector<std::string> Bearer(const std::string& token) { return {"Authorization: Bearer " + token}; }
   void TearDown() override { http_.Stop(); }
 
   std::string Register(const std::string& name, const std::string& gpu) {
@@ -63,14 +78,14 @@ class DashboardTest : public ::testing::Test {
   }
 
   std::map<std::string, double> Scrape() {
-    HttpReply reply = HttpGet(base_ + "/metrics");
+    HttpReply reply = HttpGet(base_ + "/metrics", 10000, Bearer(admin_));
     EXPECT_EQ(reply.status, 200);
     EXPECT_THAT(reply.content_type, StartsWith("text/plain; version=0.0.4"));
     return ParsePrometheusSamples(reply.body);
   }
 
-  Json GetJson(const std::string& path, long want_status = 200) {
-    HttpReply reply = HttpGet(base_ + path);
+  Json GetJson(const std::string& path, long want_status = 200, const std::string& token = "") {
+    HttpReply reply = HttpGet(base_ + path, 10000, Bearer(token.empty() ? admin_ : token));
     EXPECT_EQ(reply.status, want_status) << path << ": " << reply.body;
     EXPECT_EQ(reply.content_type, "application/json");
     return Must(ParseJson(reply.body));
@@ -78,6 +93,9 @@ class DashboardTest : public ::testing::Test {
 
   FakeClock clock_;
   std::unique_ptr<SqliteMetadataStore> store_;
+  std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<IdentityAdmin> identities_;
+  std::string admin_;
   metrics::Registry registry_;
   std::unique_ptr<FleetView> fleet_;
   std::atomic<bool> serving_{true};
@@ -113,26 +131,28 @@ TEST_F(DashboardTest, AScrapeCountsJobsTasksAndExecutorsByStateFromTheStore) {
   EXPECT_EQ(s[absl::StrCat("minions_job_records{", labels, ",kind=\"in_flight\"}")], 4);
   EXPECT_EQ(s[absl::StrCat("minions_job_tasks{", labels, ",state=\"running\"}")], 1);
 
-  // The fleet as the dashboard sees it: device, state, owner, current task.
+  // The fleet as the dashboard sees it: device, coarse state, current task. The owner's presence
+  // is "unavailable", never why (not even to an admin).
   Json fleet = GetJson("/api/fleet");
   ASSERT_EQ(fleet["executors"].size(), 2u);
   for (const Json& e : fleet["executors"]) {
+    EXPECT_FALSE(e.contains("owner"));
     if (e["id"] == gpu_box) {
       EXPECT_EQ(e["device"], "RTX 4090");
       EXPECT_EQ(e["state"], "busy");
-      EXPECT_EQ(e["owner"], "away");
       ASSERT_EQ(e["tasks"].size(), 1u);
       EXPECT_EQ(e["tasks"][0]["job"], job);
       EXPECT_EQ(e["tasks"][0]["records_done"], 4);
     } else {
       EXPECT_EQ(e["device"], "Test CPU");
-      EXPECT_EQ(e["state"], "owner_active");
-      EXPECT_EQ(e["state_reason"], "keyboard");
-      EXPECT_EQ(e["owner"], "present");
+      EXPECT_EQ(e["state"], "unavailable");
+      EXPECT_EQ(e["state_reason"], "");
       EXPECT_TRUE(e["tasks"].empty());
     }
   }
   EXPECT_EQ(fleet["executors_by_state"]["busy"], 1);
+  EXPECT_EQ(fleet["executors_by_state"]["unavailable"], 1);
+  EXPECT_EQ(fleet.dump().find("keyboard"), std::string::npos);
 }
 
 TEST_F(DashboardTest, JobsShowProgressRateAndEta) {
@@ -209,7 +229,7 @@ TEST_F(DashboardTest, HealthAndReadiness) {
 }
 
 TEST_F(DashboardTest, TheDashboardIsServedFromTheBinary) {
-  HttpReply page = HttpGet(base_ + "/");
+  HttpReply page = HttpGet(base_ + "/", 10000, Bearer(admin_));
   EXPECT_EQ(page.status, 200);
   EXPECT_THAT(page.content_type, StartsWith("text/html"));
   EXPECT_THAT(page.body, HasSubstr("<script src=\"/app.js\">"));

@@ -16,6 +16,7 @@
 #include "absl/strings/str_replace.h"
 #include "cli/sample_prompts.h"
 #include "common/json_util.h"
+#include "cli/credentials.h"
 #include "testing/http_get.h"
 #include "testing/process_pool.h"
 
@@ -75,14 +76,21 @@ v1::Job WaitForEnd(ProcessPool& pool, const std::string& job_id, absl::Duration 
 // A real Prometheus with a temporary configuration and storage, scraping every second.
 class PrometheusProcess {
  public:
-  // `targets`: job name -> "host:port" addresses.
+  // `targets`: job name -> "host:port" addresses. `token_files`: job name -> a file holding the
+  // bearer token Prometheus presents to that job's targets.
   static absl::StatusOr<std::unique_ptr<PrometheusProcess>> Start(
-      const std::string& dir, const std::map<std::string, std::vector<std::string>>& targets) {
+      const std::string& dir, const std::map<std::string, std::vector<std::string>>& targets,
+      const std::map<std::string, std::string>& token_files = {}) {
     fs::create_directories(dir + "/data");
     std::string config =
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nscrape_configs:\n";
     for (const auto& [job, addresses] : targets) {
-      absl::StrAppend(&config, "  - job_name: ", job, "\n    static_configs:\n      - targets: [");
+      absl::StrAppend(&config, "  - job_name: ", job, "\n");
+      if (auto token = token_files.find(job); token != token_files.end()) {
+        absl::StrAppend(&config, "    authorization:\n      type: Bearer\n      credentials_file: ", token->second,
+                        "\n");
+      }
+      absl::StrAppend(&config, "    static_configs:\n      - targets: [");
       for (size_t i = 0; i < addresses.size(); ++i) absl::StrAppend(&config, i ? ", " : "", "'", addresses[i], "'");
       absl::StrAppend(&config, "]\n");
     }
@@ -175,8 +183,16 @@ TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
     executor_metrics.push_back(absl::StrCat("127.0.0.1:", PickFreePort()));
     ASSERT_TRUE(pool.StartExecutor(name, 1, "", "", {"--metrics-listen", executor_metrics.back()}).ok());
   }
+  ASSERT_TRUE(pool.CreateTeam("research").ok());
+  // Prometheus scrapes the server with a monitor token (the executors' ports are loopback-only).
+  auto monitor = pool.IssueToken("monitor", "", "prometheus");
+  ASSERT_TRUE(monitor.ok()) << monitor.status();
+  const std::string monitor_file = dir + "/monitor-token";
+  ASSERT_TRUE(cli::WriteTokenFile(monitor_file, *monitor).ok());
+  const std::vector<std::string> bearer = {"Authorization: Bearer " + *monitor};
   auto prometheus = PrometheusProcess::Start(
-      dir + "/prometheus", {{"minions-server", {pool.http_address()}}, {"minions-executor", executor_metrics}});
+      dir + "/prometheus", {{"minions-server", {pool.http_address()}}, {"minions-executor", executor_metrics}},
+      {{"minions-server", monitor_file}});
   ASSERT_TRUE(prometheus.ok()) << prometheus.status();
   PrometheusProcess& prom = **prometheus;
   ASSERT_EQ(prom.WaitFor("up{job=\"minions-server\"}", [](double v) { return v == 1; }), 1.0);
@@ -190,7 +206,7 @@ TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
                            [](double v) { return v > 0; }),
               ::testing::Optional(120.0));
   // A scrape while the job runs: the per-job series exist only until the job ends.
-  std::string scraped = HttpGet("http://" + pool.http_address() + "/metrics").body;
+  std::string scraped = HttpGet("http://" + pool.http_address() + "/metrics", 10000, bearer).body;
   v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(5));
   ASSERT_EQ(done.state(), "completed") << done.error();
 
@@ -222,7 +238,7 @@ TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
   EXPECT_EQ(prom.Value("sum(minions_executor_tasks_completed_total)"), 12.0);
 
   // Grafana: every query parses and runs in Prometheus, and names only series a scrape has.
-  scraped += HttpGet("http://" + pool.http_address() + "/metrics").body;
+  scraped += HttpGet("http://" + pool.http_address() + "/metrics", 10000, bearer).body;
   for (const auto& e : executor_metrics) scraped += HttpGet("http://" + e + "/metrics").body;
   std::vector<std::string> queries = GrafanaQueries();
   EXPECT_GE(queries.size(), 15u) << "the dashboards hold fewer queries than expected";
@@ -258,6 +274,10 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
   ASSERT_TRUE(pool.StartServer().ok());
   for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
+  ASSERT_TRUE(pool.CreateTeam("research").ok());
+  // The browser signs in with a viewer token of the team, as a person would.
+  auto viewer = pool.IssueToken("viewer", "research", "browser");
+  ASSERT_TRUE(viewer.ok()) << viewer.status();
   fs::create_directories(kArtifacts);
   std::string screenshot = kArtifacts + "/dashboard.png";
   fs::remove(screenshot);
@@ -266,6 +286,7 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   sp.argv = {"node", "--experimental-websocket", "--no-warnings", kSource + "/tests/js/dashboard_check.mjs",
              absl::StrCat("http://", pool.http_address(), "/"), screenshot, "240"};
   sp.stderr_path = dir + "/dashboard_check.log";
+  sp.extra_env = {"MINIONS_DASHBOARD_TOKEN=" + *viewer};
   auto browser = Subprocess::Start(sp);
   ASSERT_TRUE(browser.ok()) << browser.status();
   (*browser)->CloseStdin();

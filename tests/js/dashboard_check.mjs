@@ -2,7 +2,10 @@
 // through the DevTools protocol (Node's WebSocket; no npm package). Used by
 // tests/integration/observability_test.cc.
 //
-//   node --experimental-websocket dashboard_check.mjs URL SCREENSHOT.png [TIMEOUT_SECONDS]
+//   MINIONS_DASHBOARD_TOKEN=mnv_... node --experimental-websocket dashboard_check.mjs URL SCREENSHOT.png [TIMEOUT_SECONDS]
+//
+// The dashboard sends a browser without a session to its login page: the check signs in there
+// with the token, as a person would, and goes on from the page it lands on.
 //
 // Prints one JSON line per event on stdout:
 //   {"event":"loaded"}                                  the page has drawn its first update
@@ -91,6 +94,18 @@ async function main() {
   await cdp.send("Page.enable");
   await cdp.send("Runtime.enable");
   await cdp.send("Page.navigate", { url });
+  // Sent to sign in first: fill in the token and submit the form.
+  while ((await cdp.eval("location.pathname")) !== "/login" || !(await cdp.eval("!!document.getElementById('token')"))) {
+    if (Date.now() > deadline) throw new Error("the dashboard did not ask to sign in");
+    await sleep(100);
+  }
+  const token = process.env.MINIONS_DASHBOARD_TOKEN || "";
+  await cdp.eval(`document.getElementById("token").value = ${JSON.stringify(token)};
+                  document.querySelector("form").submit(); true`);
+  while ((await cdp.eval("location.pathname")) !== "/") {
+    if (Date.now() > deadline) throw new Error("signing in did not lead to the dashboard");
+    await sleep(100);
+  }
   // The page counts its successful updates in <body data-updates>.
   while (!(Number(await cdp.eval("document.body && document.body.dataset.updates || 0")) > 0)) {
     if (Date.now() > deadline) throw new Error("the dashboard never drew an update");
