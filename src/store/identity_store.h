@@ -36,27 +36,27 @@ class IdentityStore {
 
   // --- teams ---
   // AlreadyExists when a team of that name exists. Every store starts with the team "default".
-  virtual absl::StatusOr<Team> CreateTeam(const Team& team) { return Unbuilt(); }
+  virtual absl::StatusOr<Team> CreateTeam(const Team& team) = 0;
   // Replaces the settings of an existing team (its creation time stays); NotFound otherwise.
-  virtual absl::StatusOr<Team> UpdateTeam(const Team& team) { return Unbuilt(); }
-  virtual absl::StatusOr<Team> GetTeam(const std::string& name) { return Unbuilt(); }
-  virtual absl::StatusOr<std::vector<Team>> ListTeams() { return Unbuilt(); }
+  virtual absl::StatusOr<Team> UpdateTeam(const Team& team) = 0;
+  virtual absl::StatusOr<Team> GetTeam(const std::string& name) = 0;
+  virtual absl::StatusOr<std::vector<Team>> ListTeams() = 0;
 
   // --- credentials ---
   // Stores a freshly issued credential. NotFound when it names a team that does not exist;
   // AlreadyExists when its id or hash is taken.
-  virtual absl::Status AddToken(const TokenRecord& token) { return Unbuilt(); }
+  virtual absl::Status AddToken(const TokenRecord& token) = 0;
   // The credential whose text hashes to `secret_hash`, revoked and expired ones included (the
   // caller applies CheckUsable); NotFound when there is none.
-  virtual absl::StatusOr<TokenRecord> FindToken(const std::string& secret_hash) { return Unbuilt(); }
-  virtual absl::StatusOr<TokenRecord> GetToken(const std::string& token_id) { return Unbuilt(); }
+  virtual absl::StatusOr<TokenRecord> FindToken(const std::string& secret_hash) = 0;
+  virtual absl::StatusOr<TokenRecord> GetToken(const std::string& token_id) = 0;
   // Newest first.
-  virtual absl::StatusOr<std::vector<TokenRecord>> ListTokens(const TokenFilter& filter) { return Unbuilt(); }
+  virtual absl::StatusOr<std::vector<TokenRecord>> ListTokens(const TokenFilter& filter) = 0;
   // Revokes a credential; a revoked one keeps its first revocation time. NotFound when unknown.
-  virtual absl::StatusOr<TokenRecord> RevokeToken(const std::string& token_id, absl::Time now) { return Unbuilt(); }
+  virtual absl::StatusOr<TokenRecord> RevokeToken(const std::string& token_id, absl::Time now) = 0;
   // Records that these credentials were used at `at` (last_used_at never moves back). Unknown ids
   // are ignored.
-  virtual absl::Status RecordTokenUse(const std::vector<std::string>& token_ids, absl::Time at) { return Unbuilt(); }
+  virtual absl::Status RecordTokenUse(const std::vector<std::string>& token_ids, absl::Time at) = 0;
 
   // --- executors ---
   // Trades a join token for an executor, all or nothing: checks the join token whose text hashes
@@ -65,15 +65,12 @@ class IdentityStore {
   // `credential` (role executor; its principal is set to the new executor's id).
   // Returns the executor; `credential` is completed with its id.
   virtual absl::StatusOr<Executor> EnrolExecutor(const std::string& join_secret_hash, TokenRecord& credential,
-                                                 const ExecutorInfo& info, absl::Time now) { return Unbuilt(); }
+                                                 const ExecutorInfo& info, absl::Time now) = 0;
   // Cuts an executor off, all or nothing: its credentials are revoked, it becomes `revoked` (it
   // will never lease, heartbeat its way back or register again), and the tasks it runs go back to
   // pending at once without counting as failures (committed checkpoints stay). Idempotent.
   // NotFound when unknown.
-  virtual absl::StatusOr<Executor> RevokeExecutor(const std::string& executor_id, absl::Time now) { return Unbuilt(); }
- protected:
-  // TEMPORARY, until the PostgreSQL store's identity half lands: methods a backend has not built.
-  static absl::Status Unbuilt() { return absl::UnimplementedError("this store keeps no identities yet"); }
+  virtual absl::StatusOr<Executor> RevokeExecutor(const std::string& executor_id, absl::Time now) = 0;
 };
 
 }  // namespace minions

@@ -21,7 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "metadata_store_contract.h"
+#include "identity_store_contract.h"
 #include "store/postgres/postgres_migrations.h"
 
 namespace minions {
@@ -159,6 +159,11 @@ std::unique_ptr<PostgresMetadataStore> MustOpen(const std::string& url, int pool
 }
 
 INSTANTIATE_TEST_SUITE_P(Postgres, MetadataStoreContract,
+                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                           return MustOpen(Schemas::FreshUrl());
+                         })),
+                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
+INSTANTIATE_TEST_SUITE_P(Postgres, IdentityStoreContract,
                          ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
                            return MustOpen(Schemas::FreshUrl());
                          })),

@@ -43,11 +43,6 @@ std::string Name(std::string_view name) { return std::string(name); }
 
 }  // namespace
 
-template <typename Body>
-auto PostgresMetadataStore::InTransaction(bool write, Body&& body) -> decltype(body(std::declval<Connection&>())) {
-  return transactions_.InTransaction(write, std::forward<Body>(body));
-}
-
 // --- opening and migrations ---
 
 absl::StatusOr<std::unique_ptr<PostgresMetadataStore>> PostgresMetadataStore::Open(const std::string& conninfo,
@@ -347,6 +342,11 @@ absl::StatusOr<std::vector<absl::Status>> PostgresMetadataStore::FinishAttempts(
 
 absl::StatusOr<Job> PostgresMetadataStore::CreateJob(const JobSpec& spec, absl::Time now) {
   return InTransaction(true, [&](Connection& c) -> absl::StatusOr<Job> {
+    // The team's row, locked, serialises its submissions, so its quota cannot be overrun by
+    // several at once.
+    ASSIGN_OR_RETURN(std::optional<Team> team, LoadTeam(c, spec.team));
+    ASSIGN_OR_RETURN(PgResult active, c.Exec(sql::kCountActiveJobs, Params().Text(spec.team)));
+    RETURN_IF_ERROR(rules::CheckJobQuota(team, active.Int(0, 0)));
     Job job = rules::NewJob(spec, now);
     // 48 random bits: a collision is unlikely, and retried when it happens.
     for (int tries = 0;; ++tries) {
@@ -762,7 +762,10 @@ absl::StatusOr<std::vector<Executor>> PostgresMetadataStore::MarkLostExecutors(a
   return InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<Executor>> {
     ASSIGN_OR_RETURN(
         PgResult result,
-        c.Exec(sql::kSilentExecutors, Params().Text(Name(ExecutorStateName(ExecutorState::kLost))).Time(cutoff)));
+        c.Exec(sql::kSilentExecutors, Params()
+                                          .Text(Name(ExecutorStateName(ExecutorState::kLost)))
+                                          .Time(cutoff)
+                                          .Text(Name(ExecutorStateName(ExecutorState::kRevoked)))));
     std::vector<Executor> lost;
     for (int i = 0; i < result.Rows(); ++i) {
       ASSIGN_OR_RETURN(Executor executor, rows::ReadExecutor(Row{result, i}));

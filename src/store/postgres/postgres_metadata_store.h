@@ -34,6 +34,8 @@
 //   TransactionRunner (pg_transaction_runner.h): a transaction the database broke off (the
 //   connection lost, a serialization failure or deadlock) is run again for up to 30 seconds,
 //   then the method is Unavailable; a COMMIT whose answer was lost is looked up, not run twice.
+// - Teams and credentials (the IdentityStore half) are in postgres_identity_store.cc; its SQL is
+//   in postgres_statements.h with the rest.
 // - Open applies the schema migrations the database lacks (store/postgres/postgres_migrations.h)
 //   under pg_advisory_xact_lock, and refuses a schema newer than this binary (FailedPrecondition).
 //   The schema is the first one in the connection's search_path.
@@ -45,6 +47,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -110,6 +113,21 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<std::vector<Task>> ExpireLeases(absl::Time now, int limit) override;
   absl::StatusOr<std::vector<Executor>> MarkLostExecutors(absl::Time cutoff, absl::Time now) override;
 
+  // --- IdentityStore (postgres_identity_store.cc) ---
+  absl::StatusOr<Team> CreateTeam(const Team& team) override;
+  absl::StatusOr<Team> UpdateTeam(const Team& team) override;
+  absl::StatusOr<Team> GetTeam(const std::string& name) override;
+  absl::StatusOr<std::vector<Team>> ListTeams() override;
+  absl::Status AddToken(const TokenRecord& token) override;
+  absl::StatusOr<TokenRecord> FindToken(const std::string& secret_hash) override;
+  absl::StatusOr<TokenRecord> GetToken(const std::string& token_id) override;
+  absl::StatusOr<std::vector<TokenRecord>> ListTokens(const TokenFilter& filter) override;
+  absl::StatusOr<TokenRecord> RevokeToken(const std::string& token_id, absl::Time now) override;
+  absl::Status RecordTokenUse(const std::vector<std::string>& token_ids, absl::Time at) override;
+  absl::StatusOr<Executor> EnrolExecutor(const std::string& join_secret_hash, TokenRecord& credential,
+                                         const ExecutorInfo& info, absl::Time now) override;
+  absl::StatusOr<Executor> RevokeExecutor(const std::string& executor_id, absl::Time now) override;
+
   // The schema version of the database (the highest applied migration).
   absl::StatusOr<int> SchemaVersion();
 
@@ -130,9 +148,11 @@ class PostgresMetadataStore : public MetadataStore {
   // Applies the missing migrations, each in its own transaction.
   absl::Status Migrate();
 
-  // TransactionRunner::InTransaction on the store's pool (defined in the .cc, its only user).
+  // TransactionRunner::InTransaction on the store's pool.
   template <typename Body>
-  auto InTransaction(bool write, Body&& body) -> decltype(body(std::declval<Connection&>()));
+  auto InTransaction(bool write, Body&& body) -> decltype(body(std::declval<Connection&>())) {
+    return transactions_.InTransaction(write, std::forward<Body>(body));
+  }
 
   // "job-" / "exe-" followed by 12 random lowercase hex digits.
   std::string NewId(const char* prefix) ABSL_LOCKS_EXCLUDED(random_mu_);
@@ -146,6 +166,11 @@ class PostgresMetadataStore : public MetadataStore {
   absl::Status SaveTasks(Connection& c, const std::vector<Task>& tasks, bool insert = false);
   absl::StatusOr<Executor> LoadExecutor(Connection& c, const std::string& executor_id);
   absl::Status SaveExecutor(Connection& c, const Executor& executor, bool insert = false);
+  // The team, if it exists (locked in a writing transaction).
+  absl::StatusOr<std::optional<Team>> LoadTeam(Connection& c, const std::string& name);
+  // The token whose id (or hash, `by_hash`) is `key` (locked in a writing transaction).
+  absl::StatusOr<TokenRecord> LoadToken(Connection& c, const std::string& key, bool by_hash);
+  absl::Status SaveToken(Connection& c, const TokenRecord& token, bool insert = false);
   // Ends a job that has not ended (cancelled or failed): its unfinished tasks are cancelled.
   absl::StatusOr<Job> EndJob(Connection& c, const std::string& job_id, JobState state, const std::string& error,
                              absl::Time now);

@@ -109,10 +109,47 @@ ALTER TABLE tasks ADD COLUMN chunks JSONB NOT NULL DEFAULT '[]';
 ALTER TABLE tasks ADD COLUMN shadow JSONB;
 )sql";
 
+// Identities: teams (with their quotas) and issued credentials, stored only as the SHA-256 of
+// their text (model/identity.h), as in the SQLite store. Every store starts with the team
+// "default". Executors revoked by an admin take the state "revoked" (no column changes).
+constexpr char kIdentities[] = R"sql(
+CREATE TABLE teams (
+  name                TEXT PRIMARY KEY,
+  max_priority        INTEGER NOT NULL,
+  max_active_jobs     BIGINT NOT NULL DEFAULT 0,
+  requests_per_second BIGINT NOT NULL DEFAULT 0,
+  created_at          BIGINT NOT NULL
+);
+INSERT INTO teams (name, max_priority, max_active_jobs, requests_per_second, created_at)
+  VALUES ('default', 10, 0, 0, 0);
+
+CREATE TABLE tokens (
+  id           TEXT PRIMARY KEY,
+  secret_hash  TEXT NOT NULL UNIQUE,
+  role         TEXT NOT NULL,
+  team         TEXT NOT NULL DEFAULT '',
+  principal    TEXT NOT NULL,
+  scopes       TEXT NOT NULL,
+  uses_left    BIGINT NOT NULL DEFAULT -1,
+  created_by   TEXT NOT NULL DEFAULT '',
+  created_at   BIGINT NOT NULL,
+  expires_at   BIGINT,
+  last_used_at BIGINT,
+  revoked_at   BIGINT
+);
+-- Listing a team's or a principal's credentials; revoking an executor's.
+CREATE INDEX tokens_by_team ON tokens (team, created_at);
+CREATE INDEX tokens_by_principal ON tokens (principal);
+-- CreateJob's quota: a team's jobs that have not ended.
+CREATE INDEX jobs_active_by_team ON jobs (team)
+  WHERE state NOT IN ('completed', 'failed', 'cancelled', 'expired');
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
     {3, "task checkpoints and straggler backups", kTaskChunks},
+    {4, "identities: teams and credentials", kIdentities},
 };
 
 }  // namespace

@@ -133,10 +133,53 @@ inline constexpr char kInsertExecutor[] = "INSERT INTO executors (" MINIONS_STOR
 inline constexpr char kUpdateExecutor[] =
     "UPDATE executors SET info = $2::jsonb, state = $3, state_reason = $4, registered_at = $5, "
     "last_heartbeat_at = $6, drain_requested = $7::int::boolean, records_done = $8 WHERE id = $1";
-// A heartbeat being recorded right now (its row locked) is proof of life: skipped.
+// A heartbeat being recorded right now (its row locked) is proof of life: skipped. Revoked
+// executors ($3) are never "lost".
 inline constexpr char kSilentExecutors[] =
-    "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE state <> $1 AND last_heartbeat_at < $2 "
-    "ORDER BY last_heartbeat_at, id FOR UPDATE SKIP LOCKED";
+    "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE state <> $1 AND state <> $3 "
+    "AND last_heartbeat_at < $2 ORDER BY last_heartbeat_at, id FOR UPDATE SKIP LOCKED";
+
+// --- identities: teams and credentials (postgres_identity_store.cc) ---
+
+#define MINIONS_PG_SELECT_TEAM "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams WHERE name = $1"
+inline constexpr char kSelectTeam[] = MINIONS_PG_SELECT_TEAM;
+inline constexpr char kSelectTeamForUpdate[] = MINIONS_PG_SELECT_TEAM " FOR UPDATE";
+inline constexpr char kListTeams[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams ORDER BY name";
+// Parameters: rows::TeamValues.
+inline constexpr char kInsertTeam[] = "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS
+                                      ") VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING";
+inline constexpr char kUpdateTeam[] =
+    "UPDATE teams SET max_priority = $2, max_active_jobs = $3, requests_per_second = $4, created_at = $5 "
+    "WHERE name = $1";
+// CreateJob's quota: the team's jobs that have not ended (partial index jobs_active_by_team).
+inline constexpr char kCountActiveJobs[] =
+    "SELECT COUNT(*) FROM jobs WHERE team = $1 AND state NOT IN ('completed', 'failed', 'cancelled', 'expired')";
+
+#define MINIONS_PG_SELECT_TOKEN "SELECT " MINIONS_STORE_TOKEN_COLUMNS " FROM tokens "
+inline constexpr char kTokenById[] = MINIONS_PG_SELECT_TOKEN "WHERE id = $1";
+inline constexpr char kTokenByIdForUpdate[] = MINIONS_PG_SELECT_TOKEN "WHERE id = $1 FOR UPDATE";
+inline constexpr char kTokenByHash[] = MINIONS_PG_SELECT_TOKEN "WHERE secret_hash = $1";
+inline constexpr char kTokenByHashForUpdate[] = MINIONS_PG_SELECT_TOKEN "WHERE secret_hash = $1 FOR UPDATE";
+inline constexpr char kListTokens[] = MINIONS_PG_SELECT_TOKEN
+    "WHERE ($1 = '' OR team = $1) AND ($2 = '' OR role = $2) AND ($3 = '' OR principal = $3) "
+    "AND ($4::boolean OR revoked_at IS NULL) ORDER BY created_at DESC, id DESC";
+// An executor's credentials that still work, locked (RevokeExecutor).
+inline constexpr char kExecutorTokensForUpdate[] = MINIONS_PG_SELECT_TOKEN
+    "WHERE principal = $1 AND role = 'executor' AND revoked_at IS NULL ORDER BY id FOR UPDATE";
+// Parameters: rows::TokenValues. A clash of id or hash inserts nothing.
+inline constexpr char kInsertToken[] = "INSERT INTO tokens (" MINIONS_STORE_TOKEN_COLUMNS
+                                       ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
+                                       "ON CONFLICT DO NOTHING";
+inline constexpr char kUpdateToken[] =
+    "UPDATE tokens SET secret_hash = $2, role = $3, team = $4, principal = $5, scopes = $6, uses_left = $7, "
+    "created_by = $8, created_at = $9, expires_at = $10, last_used_at = $11, revoked_at = $12 WHERE id = $1";
+inline constexpr char kRecordTokenUse[] =
+    "UPDATE tokens SET last_used_at = $2 WHERE id = ANY($1::text[]) AND (last_used_at IS NULL OR last_used_at < $2)";
+// Tasks an executor holds, running attempts and shadows, locked in key order (RevokeExecutor:
+// rare, so a scan is fine).
+inline constexpr char kTasksOfExecutorForUpdate[] =
+    "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE (state = 'running' AND executor_id = $1) "
+    "OR shadow->>'executor_id' = $1 ORDER BY job_id, idx FOR UPDATE";
 
 inline constexpr char kMigrationLock[] = "SELECT pg_advisory_xact_lock($1)";
 inline constexpr char kCreateMigrationsTable[] =
@@ -157,5 +200,7 @@ inline constexpr char kPing[] = "SELECT 1";
 #undef MINIONS_PG_SELECT_TASKS
 #undef MINIONS_PG_SELECT_TASKS_OF_JOB
 #undef MINIONS_PG_SELECT_EXECUTOR
+#undef MINIONS_PG_SELECT_TEAM
+#undef MINIONS_PG_SELECT_TOKEN
 
 }  // namespace minions::postgres_store::sql
