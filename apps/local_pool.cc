@@ -44,6 +44,14 @@ class LocalPool : public cli::Pool {
   std::string ca_file() const override { return ca_file_; }
 
   absl::Status Start(const cli::PoolOptions& options) {
+    // A pool other machines can reach speaks TLS: say how before anything is made.
+    const bool tls = options.tls || !options.tls_cert.empty();
+    const bool http = !options.http_listen.empty() && options.http_listen != "off";
+    if (!tls && (!IsLoopbackAddress(options.listen) || (http && !IsLoopbackAddress(options.http_listen)))) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "a pool on ", options.listen, " can be reached from other machines, so it needs TLS: add --tls (a private "
+          "CA in ", options.data_dir, "/tls) or --tls-cert, --tls-key and --ca; or listen on 127.0.0.1"));
+    }
     // The embedded defaults: SQLite and a directory, both in the pool's data directory.
     MinionsConfig config;
     config.data_dir = options.data_dir;

@@ -49,7 +49,7 @@ absl::Status MinionsServer::Start() {
                                                " (is another server running there?)"));
   }
   if (!options_.http_listen.empty()) {
-    HttpServerOptions http_options;
+    HttpServerOptions http_options = options_.http;
     http_options.tls_cert_file = options_.tls.cert_file;
     http_options.tls_key_file = options_.tls.key_file;
     http_ = std::make_unique<HttpServer>(http_options);

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "http/http_server.h"
 #include "identity/authenticator.h"
 #include "rpc/tls.h"
 
@@ -12,6 +13,8 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:7070";  // gRPC address
   // HTTP address for /metrics, /healthz, /readyz and the web dashboard; "" serves no HTTP.
   std::string http_listen;
+  // The HTTP port's limits and deadlines (its TLS files are `tls`'s).
+  HttpServerOptions http;
   // The certificate both ports present. Required unless both listen on loopback.
   rpc::ServerTls tls;
   // Credentials: every call carries one (identity/authenticator.h); how long a looked-up one is

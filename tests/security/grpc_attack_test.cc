@@ -1,0 +1,432 @@
+// Attacks on the gRPC port, one per attack and role boundary. Each asserts the refusal AND that
+// nothing else was lost: the victim's job, lease or credential is as it was, and the refused call
+// left no trace in the store.
+
+#include <thread>
+
+#include "identity/token.h"
+#include "secure_server.h"
+#include "server/keys.h"
+
+namespace minions::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+class GrpcAttack : public SecureServer {
+ protected:
+  void SetUp() override {
+    SecureServer::SetUp();
+    StartServer();
+    CreateTeam("search");
+    CreateTeam("ads");
+    search_submitter_ = Issue(Role::kSubmitter, "search", "alice");
+    search_viewer_ = Issue(Role::kViewer, "search", "bob");
+    ads_submitter_ = Issue(Role::kSubmitter, "ads", "eve");
+  }
+  std::string search_submitter_, search_viewer_, ads_submitter_;
+};
+
+TEST_F(GrpcAttack, NoTokenIsRefusedOnEveryServiceAndMakesNothing) {
+  v1::Job job;
+  EXPECT_GRPC_CODE(jobs_->SubmitJob(As("").get(), Request(2), &job), UNAUTHENTICATED);
+  v1::ListJobsResponse jobs;
+  EXPECT_GRPC_CODE(jobs_->ListJobs(As("").get(), v1::ListJobsRequest(), &jobs), UNAUTHENTICATED);
+  v1::ListExecutorsResponse fleet;
+  EXPECT_GRPC_CODE(jobs_->ListExecutors(As("").get(), v1::ListExecutorsRequest(), &fleet), UNAUTHENTICATED);
+  v1::RegisterRequest registration;
+  v1::RegisterResponse registered;
+  EXPECT_GRPC_CODE(executors_->Register(As("").get(), registration, &registered), UNAUTHENTICATED);
+  v1::EnrolResponse enrolled;
+  EXPECT_GRPC_CODE(executors_->Enrol(As("").get(), v1::EnrolRequest(), &enrolled), UNAUTHENTICATED);
+  v1::LeaseResponse leases;
+  EXPECT_GRPC_CODE(executors_->Lease(As("").get(), v1::LeaseRequest(), &leases), UNAUTHENTICATED);
+  v1::IssuedToken issued;
+  v1::IssueTokenRequest issue;
+  issue.set_role("admin");
+  issue.set_principal("me");
+  EXPECT_GRPC_CODE(admin_stub_->IssueToken(As("").get(), issue, &issued), UNAUTHENTICATED);
+  // A token of the right shape that was never issued is no better.
+  EXPECT_GRPC_CODE(admin_stub_->IssueToken(As(token::Mint(Role::kAdmin).text).get(), issue, &issued),
+                   UNAUTHENTICATED);
+  EXPECT_THAT(Must(store_->ListJobs({})), IsEmpty());
+  EXPECT_THAT(Must(store_->ListExecutors()), IsEmpty());
+  EXPECT_EQ(Must(store_->ListTokens({"", Role::kAdmin, "", true})).size(), 1u);  // the fixture's
+}
+
+TEST_F(GrpcAttack, ARevokedTokenIsRefusedOnItsNextCallAndTheJobsItMadeStay) {
+  v1::Job job = MustSubmit(search_submitter_);
+  TokenRecord record = Must(store_->FindToken(token::Hash(search_submitter_)));
+  v1::RevokeTokenRequest revoke;
+  revoke.set_token_id(record.id);
+  v1::TokenInfo info;
+  ASSERT_GRPC_OK(admin_stub_->RevokeToken(As(admin_).get(), revoke, &info));
+  EXPECT_GT(info.revoked_at_ms(), 0);
+  // Refused at once by the server that revoked it (its cache forgot the credential).
+  v1::GetJobRequest get;
+  get.set_job_id(job.id());
+  v1::Job seen;
+  grpc::Status refused = jobs_->GetJob(As(search_submitter_).get(), get, &seen);
+  EXPECT_GRPC_CODE(refused, UNAUTHENTICATED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("revoked"));
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(job.id());
+  EXPECT_GRPC_CODE(jobs_->CancelJob(As(search_submitter_).get(), cancel, &seen), UNAUTHENTICATED);
+  // The job it made is untouched, and its team's other members still see it.
+  EXPECT_EQ(StoreJob(job.id()).state, JobState::kQueued);
+  ASSERT_GRPC_OK(jobs_->GetJob(As(search_viewer_).get(), get, &seen));
+  EXPECT_EQ(seen.owner(), "alice");
+}
+
+TEST_F(GrpcAttack, AnExpiredJoinTokenEnrolsNobody) {
+  const std::string join = Issue(Role::kJoin, "", "laptops", absl::Milliseconds(1));
+  absl::SleepFor(absl::Milliseconds(5));
+  v1::EnrolRequest request;
+  request.mutable_capabilities()->set_name("late");
+  v1::EnrolResponse reply;
+  grpc::Status status = executors_->Enrol(As(join).get(), request, &reply);
+  EXPECT_GRPC_CODE(status, UNAUTHENTICATED);
+  EXPECT_THAT(status.error_message(), HasSubstr("expired"));
+  EXPECT_TRUE(reply.credential().empty());
+  EXPECT_THAT(Must(store_->ListExecutors()), IsEmpty());
+  EXPECT_THAT(Must(store_->ListTokens({"", Role::kExecutor, "", true})), IsEmpty());
+}
+
+TEST_F(GrpcAttack, AJoinTokenIsTradedOnlyAsOftenAsItsUsesAndForNothingElse) {
+  const std::string join = Issue(Role::kJoin, "", "laptops", std::nullopt, /*uses=*/2);
+  v1::EnrolRequest request;
+  v1::EnrolResponse first, second, third;
+  ASSERT_GRPC_OK(executors_->Enrol(As(join).get(), request, &first));
+  // While it has uses left it cannot read jobs, act as an executor, or administer.
+  v1::ListJobsResponse jobs;
+  EXPECT_GRPC_CODE(jobs_->ListJobs(As(join).get(), v1::ListJobsRequest(), &jobs), PERMISSION_DENIED);
+  v1::LeaseResponse leases;
+  EXPECT_GRPC_CODE(executors_->Lease(As(join).get(), v1::LeaseRequest(), &leases), PERMISSION_DENIED);
+  v1::ListTeamsResponse teams;
+  EXPECT_GRPC_CODE(admin_stub_->ListTeams(As(join).get(), v1::ListTeamsRequest(), &teams), PERMISSION_DENIED);
+  ASSERT_GRPC_OK(executors_->Enrol(As(join).get(), request, &second));
+  // Used up.
+  EXPECT_GRPC_CODE(executors_->Enrol(As(join).get(), request, &third), UNAUTHENTICATED);
+  EXPECT_EQ(Must(store_->ListExecutors()).size(), 2u);
+  // Nor can an executor's credential enrol another executor.
+  EXPECT_GRPC_CODE(executors_->Enrol(As(first.credential()).get(), request, &third), UNAUTHENTICATED);
+  EXPECT_EQ(Must(store_->ListExecutors()).size(), 2u);
+}
+
+TEST_F(GrpcAttack, AViewerCanReadButNotSubmitOrCancel) {
+  v1::Job job = MustSubmit(search_submitter_);
+  v1::Job reply;
+  grpc::Status submit = jobs_->SubmitJob(As(search_viewer_).get(), Request(2), &reply);
+  EXPECT_GRPC_CODE(submit, PERMISSION_DENIED);
+  EXPECT_THAT(submit.error_message(), HasSubstr("viewer"));
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(job.id());
+  EXPECT_GRPC_CODE(jobs_->CancelJob(As(search_viewer_).get(), cancel, &reply), PERMISSION_DENIED);
+  // Nothing was made or cancelled; reading works.
+  EXPECT_EQ(Must(store_->ListJobs({})).size(), 1u);
+  EXPECT_EQ(StoreJob(job.id()).state, JobState::kQueued);
+  v1::GetJobRequest get;
+  get.set_job_id(job.id());
+  ASSERT_GRPC_OK(jobs_->GetJob(As(search_viewer_).get(), get, &reply));
+}
+
+TEST_F(GrpcAttack, AnotherTeamsJobIsNotFoundEverywhereAndStaysAsItWas) {
+  v1::Job theirs = MustSubmit(search_submitter_, 6);
+  const std::string unknown = "job-000000000000";
+  // Each call on their job answers exactly as on a job that does not exist.
+  auto expect_hidden = [&](const std::function<grpc::Status(const std::string&)>& call, const char* what) {
+    grpc::Status on_theirs = call(theirs.id());
+    grpc::Status on_unknown = call(unknown);
+    EXPECT_EQ(on_theirs.error_code(), grpc::StatusCode::NOT_FOUND) << what << ": " << on_theirs.error_message();
+    EXPECT_EQ(on_theirs.error_message(), absl::StrReplaceAll(on_unknown.error_message(), {{unknown, theirs.id()}}))
+        << what;
+  };
+  expect_hidden(
+      [&](const std::string& id) {
+        v1::GetJobRequest request;
+        request.set_job_id(id);
+        v1::Job reply;
+        return jobs_->GetJob(As(ads_submitter_).get(), request, &reply);
+      },
+      "GetJob");
+  expect_hidden(
+      [&](const std::string& id) {
+        v1::CancelJobRequest request;
+        request.set_job_id(id);
+        v1::Job reply;
+        return jobs_->CancelJob(As(ads_submitter_).get(), request, &reply);
+      },
+      "CancelJob");
+  expect_hidden(
+      [&](const std::string& id) {
+        v1::ListTasksRequest request;
+        request.set_job_id(id);
+        v1::ListTasksResponse reply;
+        return jobs_->ListTasks(As(ads_submitter_).get(), request, &reply);
+      },
+      "ListTasks");
+  expect_hidden(
+      [&](const std::string& id) {
+        v1::GetResultsRequest request;
+        request.set_job_id(id);
+        auto context = As(ads_submitter_);
+        auto reader = jobs_->GetResults(context.get(), request);
+        v1::ResultsChunk chunk;
+        EXPECT_FALSE(reader->Read(&chunk)) << "a byte of another team's results";
+        return reader->Finish();
+      },
+      "GetResults");
+  expect_hidden(
+      [&](const std::string& id) {
+        v1::WatchJobRequest request;
+        request.set_job_id(id);
+        auto context = As(ads_submitter_);
+        auto reader = jobs_->WatchJob(context.get(), request);
+        v1::JobProgress progress;
+        EXPECT_FALSE(reader->Read(&progress)) << "progress of another team's job";
+        return reader->Finish();
+      },
+      "WatchJob");
+  // Listing shows only the caller's team; naming the other team is refused.
+  v1::ListJobsResponse listed;
+  ASSERT_GRPC_OK(jobs_->ListJobs(As(ads_submitter_).get(), v1::ListJobsRequest(), &listed));
+  EXPECT_EQ(listed.jobs_size(), 0);
+  v1::ListJobsRequest by_team;
+  by_team.set_team("search");
+  EXPECT_GRPC_CODE(jobs_->ListJobs(As(ads_submitter_).get(), by_team, &listed), PERMISSION_DENIED);
+  // Their job is as it was: not cancelled, its tasks untouched.
+  EXPECT_EQ(StoreJob(theirs.id()).state, JobState::kQueued);
+  for (const Task& task : Must(store_->ListTasks(theirs.id()))) EXPECT_EQ(task.state, TaskState::kPending);
+  // An admin sees every team's.
+  v1::GetJobRequest get;
+  get.set_job_id(theirs.id());
+  v1::Job seen;
+  ASSERT_GRPC_OK(jobs_->GetJob(As(admin_).get(), get, &seen));
+  EXPECT_EQ(seen.team(), "search");
+}
+
+TEST_F(GrpcAttack, TheFleetShowsOnlyTheCallersOwnTasksAndNeverWhyAnOwnerIsBack) {
+  Enrolled worker = Enrol("worker");
+  Enrolled laptop = Enrol("laptop");
+  v1::Job theirs = MustSubmit(search_submitter_);
+  ASSERT_EQ(MustLease(worker, 1).size(), 1u);
+  v1::HeartbeatRequest beat;
+  beat.set_state("owner_active");
+  beat.set_state_reason("keyboard activity 3 s ago; zoom.us running");
+  v1::HeartbeatResponse answer;
+  ASSERT_GRPC_OK(executors_->Heartbeat(As(laptop.credential).get(), beat, &answer));
+  v1::ListExecutorsResponse fleet;
+  ASSERT_GRPC_OK(jobs_->ListExecutors(As(ads_submitter_).get(), v1::ListExecutorsRequest(), &fleet));
+  ASSERT_EQ(fleet.executors_size(), 2);
+  for (const v1::Executor& e : fleet.executors()) {
+    EXPECT_THAT(e.current_tasks(), IsEmpty()) << "another team's task shown";
+    if (e.id() == laptop.id) {
+      EXPECT_EQ(e.state(), "unavailable");
+      EXPECT_EQ(e.state_reason(), "");
+    }
+  }
+  // The reason was never even stored; the team that owns the task sees it.
+  EXPECT_EQ(Must(store_->GetExecutor(laptop.id)).state_reason, "");
+  ASSERT_GRPC_OK(jobs_->ListExecutors(As(search_viewer_).get(), v1::ListExecutorsRequest(), &fleet));
+  int shown = 0;
+  for (const v1::Executor& e : fleet.executors()) shown += e.current_tasks_size();
+  EXPECT_EQ(shown, 1);
+}
+
+TEST_F(GrpcAttack, TeamAndPriorityComeFromTheCredential) {
+  v1::Job job;
+  // Another team's name is refused; so is a priority over the team's ceiling (10).
+  grpc::Status other_team = jobs_->SubmitJob(As(search_submitter_).get(), Request(2, "ads"), &job);
+  EXPECT_GRPC_CODE(other_team, PERMISSION_DENIED);
+  EXPECT_THAT(other_team.error_message(), HasSubstr("team search"));
+  v1::SubmitJobRequest urgent = Request(2);
+  urgent.set_priority(11);
+  grpc::Status over = jobs_->SubmitJob(As(search_submitter_).get(), urgent, &job);
+  EXPECT_GRPC_CODE(over, PERMISSION_DENIED);
+  EXPECT_THAT(over.error_message(), HasSubstr("priority 10 at most"));
+  EXPECT_THAT(Must(store_->ListJobs({})), IsEmpty());
+  // Within bounds: the credential's team and principal.
+  urgent.set_priority(10);
+  ASSERT_GRPC_OK(jobs_->SubmitJob(As(search_submitter_).get(), urgent, &job));
+  EXPECT_EQ(job.team(), "search");
+  EXPECT_EQ(job.owner(), "alice");
+  EXPECT_EQ(job.priority(), 10);
+}
+
+TEST_F(GrpcAttack, AJobsInputCanOnlyBeTheCallersOwnUpload) {
+  // Alice's inline input is kept among her uploads.
+  v1::Job alices = MustSubmit(search_submitter_, 4);
+  const std::string alices_input = StoreJob(alices.id()).spec.input_key;
+  ASSERT_THAT(alices_input, ::testing::StartsWith(keys::Uploads("search", "alice")));
+  // Eve (another team) cannot run it as her input, nor any other object of the store: another
+  // job's results, or a path that climbs out.
+  for (const std::string& key : {alices_input, keys::JobOutput(alices.id()), std::string("inputs/whatever.jsonl"),
+                                 keys::Uploads("ads", "eve") + "../../search/alice/x.jsonl"}) {
+    v1::SubmitJobRequest request = Request(0);
+    request.clear_input();
+    request.set_input_key(key);
+    v1::Job job;
+    grpc::Status status = jobs_->SubmitJob(As(ads_submitter_).get(), request, &job);
+    EXPECT_TRUE(status.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+                status.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+        << key << ": " << status.error_code() << " " << status.error_message();
+  }
+  // Nor can Bob, a teammate with another name.
+  const std::string carol = Issue(Role::kSubmitter, "search", "carol");
+  v1::SubmitJobRequest request = Request(0);
+  request.clear_input();
+  request.set_input_key(alices_input);
+  v1::Job job;
+  EXPECT_GRPC_CODE(jobs_->SubmitJob(As(carol).get(), request, &job), PERMISSION_DENIED);
+  EXPECT_EQ(Must(store_->ListJobs({})).size(), 1u);
+  // Alice herself can run it again.
+  ASSERT_GRPC_OK(jobs_->SubmitJob(As(search_submitter_).get(), request, &job));
+  EXPECT_EQ(job.request_counts().total(), 4);
+}
+
+TEST_F(GrpcAttack, AnExecutorCannotActAsAnotherAndTheVictimsLeaseIsUntouched) {
+  Enrolled victim = Enrol("victim");
+  Enrolled intruder = Enrol("intruder");
+  v1::Job job = MustSubmit(search_submitter_, 2);  // one task
+  std::vector<v1::TaskLease> leases = MustLease(victim, 1);
+  ASSERT_EQ(leases.size(), 1u);
+  const v1::LeaseRef& ref = leases[0].ref();
+
+  // Every call naming the victim with the intruder's credential is refused.
+  v1::RegisterRequest registration;
+  registration.set_executor_id(victim.id);
+  v1::RegisterResponse registered;
+  EXPECT_GRPC_CODE(executors_->Register(As(intruder.credential).get(), registration, &registered),
+                   PERMISSION_DENIED);
+  v1::HeartbeatRequest beat;
+  beat.set_executor_id(victim.id);
+  *beat.add_leases() = ref;
+  v1::HeartbeatResponse answer;
+  EXPECT_GRPC_CODE(executors_->Heartbeat(As(intruder.credential).get(), beat, &answer), PERMISSION_DENIED);
+  v1::CompleteRequest complete;
+  complete.set_executor_id(victim.id);
+  *complete.mutable_ref() = ref;
+  complete.mutable_ref()->set_records_done(2);
+  v1::CompleteResponse completed;
+  EXPECT_GRPC_CODE(executors_->Complete(As(intruder.credential).get(), complete, &completed), PERMISSION_DENIED);
+  v1::FailRequest fail;
+  fail.set_executor_id(victim.id);
+  *fail.mutable_ref() = ref;
+  fail.set_failure_class("permanent");
+  v1::FailResponse failed;
+  EXPECT_GRPC_CODE(executors_->Fail(As(intruder.credential).get(), fail, &failed), PERMISSION_DENIED);
+  // As itself, the intruder's reports about the victim's lease fail the fence.
+  complete.clear_executor_id();
+  EXPECT_GRPC_CODE(executors_->Complete(As(intruder.credential).get(), complete, &completed), FAILED_PRECONDITION);
+  fail.clear_executor_id();
+  EXPECT_GRPC_CODE(executors_->Fail(As(intruder.credential).get(), fail, &failed), FAILED_PRECONDITION);
+
+  // The victim's lease is as it was, and the victim finishes the job.
+  Task task = Must(store_->ListTasks(job.id()))[0];
+  EXPECT_EQ(task.state, TaskState::kRunning);
+  EXPECT_EQ(task.executor_id, victim.id);
+  EXPECT_EQ(task.failures, 0);
+  ASSERT_GRPC_OK(CompleteLease(victim, leases[0]));
+  EXPECT_EQ(Must(store_->ListTasks(job.id()))[0].state, TaskState::kSucceeded);
+}
+
+TEST_F(GrpcAttack, ARevokedExecutorIsCutOffAtOnceAndItsTasksGoToAnother) {
+  Enrolled bad = Enrol("bad");
+  Enrolled good = Enrol("good");
+  v1::Job job = MustSubmit(search_submitter_, 4);  // two tasks
+  std::vector<v1::TaskLease> taken = MustLease(bad, 2);
+  ASSERT_EQ(taken.size(), 2u);
+  v1::RevokeExecutorRequest revoke;
+  revoke.set_executor_id(bad.id);
+  v1::Executor revoked;
+  ASSERT_GRPC_OK(admin_stub_->RevokeExecutor(As(admin_).get(), revoke, &revoked));
+  EXPECT_EQ(revoked.state(), "revoked");
+  // Its credential is refused at once; its completions would be stale anyway.
+  v1::HeartbeatResponse answer;
+  EXPECT_GRPC_CODE(executors_->Heartbeat(As(bad.credential).get(), v1::HeartbeatRequest(), &answer),
+                   UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(CompleteLease(bad, taken[0]), UNAUTHENTICATED);
+  // Its tasks are pending again (not counted as failures) and the good executor does them.
+  std::vector<v1::TaskLease> again = MustLease(good, 2);
+  ASSERT_EQ(again.size(), 2u);
+  for (const auto& lease : again) ASSERT_GRPC_OK(CompleteLease(good, lease));
+  for (const Task& task : Must(store_->ListTasks(job.id()))) {
+    EXPECT_EQ(task.state, TaskState::kSucceeded);
+    EXPECT_EQ(task.failures, 0);
+  }
+}
+
+TEST_F(GrpcAttack, OnlyAdminsAdministerAndDrain) {
+  Enrolled worker = Enrol("worker");
+  for (const std::string& token : {search_submitter_, search_viewer_, worker.credential}) {
+    v1::IssueTokenRequest issue;
+    issue.set_role("admin");
+    issue.set_principal("me");
+    v1::IssuedToken issued;
+    EXPECT_GRPC_CODE(admin_stub_->IssueToken(As(token).get(), issue, &issued), PERMISSION_DENIED);
+    v1::CreateTeamRequest team;
+    team.mutable_team()->set_name("mine");
+    v1::Team created;
+    EXPECT_GRPC_CODE(admin_stub_->CreateTeam(As(token).get(), team, &created), PERMISSION_DENIED);
+    v1::RevokeExecutorRequest revoke;
+    revoke.set_executor_id(worker.id);
+    v1::Executor executor;
+    EXPECT_GRPC_CODE(admin_stub_->RevokeExecutor(As(token).get(), revoke, &executor), PERMISSION_DENIED);
+    v1::DrainExecutorRequest drain;
+    drain.set_executor_id(worker.id);
+    EXPECT_GRPC_CODE(jobs_->DrainExecutor(As(token).get(), drain, &executor), PERMISSION_DENIED);
+    v1::ListTokensResponse tokens;
+    EXPECT_GRPC_CODE(admin_stub_->ListTokens(As(token).get(), v1::ListTokensRequest(), &tokens), PERMISSION_DENIED);
+  }
+  // Nothing changed: no new admin, no new team, the executor serves on.
+  EXPECT_EQ(Must(store_->ListTokens({"", Role::kAdmin, "", true})).size(), 1u);
+  EXPECT_EQ(Must(store_->ListTeams()).size(), 3u);  // default, search, ads
+  Executor executor = Must(store_->GetExecutor(worker.id));
+  EXPECT_EQ(executor.state, ExecutorState::kAvailable);
+  EXPECT_FALSE(executor.drain_requested);
+  // Who am I: any valid credential may ask, and learns only about itself.
+  v1::TokenInfo me;
+  ASSERT_GRPC_OK(admin_stub_->WhoAmI(As(search_viewer_).get(), v1::WhoAmIRequest(), &me));
+  EXPECT_EQ(me.role(), "viewer");
+  EXPECT_EQ(me.principal(), "bob");
+}
+
+TEST_F(GrpcAttack, AnExecutorsCredentialReachesNoJobAndAnAdminsNoLease) {
+  Enrolled worker = Enrol("worker");
+  v1::ListJobsResponse jobs;
+  EXPECT_GRPC_CODE(jobs_->ListJobs(As(worker.credential).get(), v1::ListJobsRequest(), &jobs), PERMISSION_DENIED);
+  v1::Job job;
+  EXPECT_GRPC_CODE(jobs_->SubmitJob(As(worker.credential).get(), Request(2), &job), PERMISSION_DENIED);
+  MustSubmit(search_submitter_);
+  v1::LeaseResponse leases;
+  EXPECT_GRPC_CODE(executors_->Lease(As(admin_).get(), v1::LeaseRequest(), &leases), PERMISSION_DENIED);
+  EXPECT_THAT(Must(store_->ListRunningTasks()), IsEmpty());
+}
+
+TEST_F(GrpcAttack, ATeamOverItsQuotaOrRateIsRefusedAndOthersAreNot) {
+  CreateTeam("small", /*max_priority=*/10, /*max_active_jobs=*/1, /*requests_per_second=*/2);
+  const std::string small = Issue(Role::kSubmitter, "small", "sam");
+  MustSubmit(small);
+  v1::Job job;
+  grpc::Status quota = jobs_->SubmitJob(As(small).get(), Request(2), &job);
+  EXPECT_GRPC_CODE(quota, RESOURCE_EXHAUSTED);
+  EXPECT_THAT(quota.error_message(), HasSubstr("max-active-jobs"));
+  // Its burst (twice its rate) is spent by now; more calls are refused...
+  int refused = 0;
+  for (int i = 0; i < 10; ++i) {
+    v1::ListJobsResponse listed;
+    refused += jobs_->ListJobs(As(small).get(), v1::ListJobsRequest(), &listed).error_code() ==
+               grpc::StatusCode::RESOURCE_EXHAUSTED;
+  }
+  EXPECT_GE(refused, 5);
+  // ...and another team is not held back.
+  for (int i = 0; i < 10; ++i) {
+    v1::ListJobsResponse listed;
+    ASSERT_GRPC_OK(jobs_->ListJobs(As(search_viewer_).get(), v1::ListJobsRequest(), &listed));
+  }
+  EXPECT_EQ(Must(store_->ListJobs({std::nullopt, "small", 100})).size(), 1u);
+}
+
+}  // namespace
+}  // namespace minions::testing
