@@ -80,7 +80,8 @@ absl::StatusOr<std::string> ServiceFile(InstallOptions o) {
         "# /dev/input: owner activity on machines without a desktop session in logind.\n"
         "SupplementaryGroups=input\n"
         "EnvironmentFile=-/etc/minions/env\n"
-        "# MINIONS_TOKEN comes from /etc/minions/env; the executor needs no object-store credentials.\n"
+        "# It enrols once with [executor] join_token_file of /etc/minions/minions.toml (and checks the server\n"
+        "# against [executor] ca), then keeps its own credential in its state folder (docs/security.md).\n"
         "# Availability settings: the [availability] section of /etc/minions/minions.toml.\n"
         "Environment=MINIONS_CONFIG=/etc/minions/minions.toml\n"
         "ExecStart=", o.binary, " executor --server ", o.server, " --state-dir ", o.state_dir, " --runner-log ",

@@ -103,13 +103,14 @@ TEST(Availability, OwnerActivityPreemptsWithoutFailureAndTheExecutorComesBack) {
     absl::SleepFor(absl::Milliseconds(500));
     ASSERT_TRUE(SendControlCommand(socket, "activity").ok());
     auto e = Find(pool, "owner");
-    if (e && e->state() == "owner_active") {
+    if (e && e->state() == "unavailable") {
       seen_owner_active = true;
       reason = e->state_reason();
     }
   }
-  EXPECT_TRUE(seen_owner_active) << "the fleet view never showed the owner executor as owner_active";
-  EXPECT_NE(reason.find("owner active"), std::string::npos) << reason;
+  // The fleet sees a coarse state; why the owner is back stays on the machine (its status says).
+  EXPECT_TRUE(seen_owner_active) << "the fleet view never showed the owner executor as unavailable";
+  EXPECT_EQ(reason, "");
   auto status = SendControlCommand(socket, "status");
   ASSERT_TRUE(status.ok());
   EXPECT_NE(status->find("stop: paused for"), std::string::npos) << *status;

@@ -1,0 +1,229 @@
+// minions-bench-security: the cost of security on the hot path, side by side in one run
+// (docs/benchmarks.md records the figures and the commands).
+//
+// Three pools of real processes on loopback, each a `minions server` (SQLite) and executors with
+// the no-op runner, so the control plane is all there is to measure:
+//   before   the `minions` of a build without identities (--baseline-bin: a build of the commit
+//            before them), plain text, no credentials at all
+//   tokens   this build on loopback: plain text, every call authorised (credential cache, scopes)
+//   tls      this build with TLS on both ports (a private CA from `minions pki init`) and tokens
+// Each round starts each pool afresh (in a rotating order, so no pool always runs first) and
+// measures, after a warm-up job:
+//   throughput    N one-record tasks leased, run and completed: tasks/s, submit to job completed
+//   first result  a one-record job on the warm pool: submit to its result (job completed)
+// The report gives medians over the rounds and the ratios tls/before and tokens/before.
+//
+//   minions-bench-security --baseline-bin /path/to/old/build/apps [--tasks 2000] [--executors 2]
+//                          [--rounds 3] [--trials 15]
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "bench_util.h"
+#include "cli/admin_verbs.h"
+#include "cli/client_verbs.h"
+#include "cli/credentials.h"
+#include "common/subprocess.h"
+#include "testing/process_pool.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using minions::Subprocess;
+using minions::bench::BinDir;
+using minions::testing::PickFreePort;
+
+enum class Mode { kBefore, kTokens, kTls };
+const char* Name(Mode m) { return m == Mode::kBefore ? "before" : m == Mode::kTokens ? "tokens" : "tls"; }
+
+// One pool of processes; everything is SIGKILLed when it goes.
+class BenchPool {
+ public:
+  BenchPool(Mode mode, std::string bin, std::string dir) : mode_(mode), bin_(std::move(bin)), dir_(std::move(dir)) {}
+  ~BenchPool() {
+    for (auto& e : executors_) e->Signal(SIGKILL);
+    if (server_) server_->Signal(SIGKILL);
+    for (auto& e : executors_) (void)e->Wait(absl::Seconds(10));
+    if (server_) (void)server_->Wait(absl::Seconds(10));
+  }
+
+  bool Start(int executors) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ + "/logs");
+    connection_.server = absl::StrCat("127.0.0.1:", PickFreePort());
+    std::vector<std::string> argv = {bin_ + "/minions", "server", "--listen", connection_.server, "--http-listen",
+                                     "off", "--data-dir", dir_ + "/server", "--lease-ttl-ms", "9000"};
+    if (mode_ == Mode::kTls) {
+      if (!Run({bin_ + "/minions", "pki", "init", "--dir", dir_ + "/tls"})) return false;
+      argv.insert(argv.end(), {"--tls-cert", dir_ + "/tls/server.pem", "--tls-key", dir_ + "/tls/server-key.pem"});
+      connection_.tls.ca_file = dir_ + "/tls/ca.pem";
+    }
+    server_ = Spawn(argv, "server");
+    if (!server_) return false;
+    for (int i = 0; i < 300; ++i) {
+      if (mode_ != Mode::kBefore && connection_.token.empty()) {
+        auto token = minions::cli::ReadTokenFile(dir_ + "/server/admin-token");
+        if (token.ok()) connection_.token = *token;
+      }
+      if ((mode_ == Mode::kBefore || !connection_.token.empty()) &&
+          minions::cli::JobsClient(connection_).List("", 1).ok()) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    std::string join_file;
+    if (mode_ != Mode::kBefore) {
+      minions::v1::IssueTokenRequest join;
+      join.set_role("join");
+      join.set_principal("bench");
+      join.set_uses(executors);
+      auto issued = minions::cli::RemoteAdmin(connection_)->IssueToken(join);
+      if (!issued.ok()) {
+        fprintf(stderr, "join token: %s\n", std::string(issued.status().message()).c_str());
+        return false;
+      }
+      join_file = dir_ + "/join-token";
+      if (!minions::cli::WriteTokenFile(join_file, issued->token()).ok()) return false;
+    }
+    for (int i = 1; i <= executors; ++i) {
+      std::vector<std::string> e = {bin_ + "/minions", "executor", "--server", connection_.server, "--name",
+                                    absl::StrCat("e", i), "--state-dir", absl::StrCat(dir_, "/e", i),
+                                    "--runner", BinDir() + "/minions-noop-runner", "--availability", "off",
+                                    "--runner-threads", "1"};
+      if (!join_file.empty()) e.insert(e.end(), {"--join-token-file", join_file});
+      if (mode_ == Mode::kTls) e.insert(e.end(), {"--ca", connection_.tls.ca_file});
+      auto process = Spawn(e, absl::StrCat("executor-", i));
+      if (!process) return false;
+      executors_.push_back(std::move(process));
+    }
+    return true;
+  }
+
+  // Submits `tasks` one-record tasks; seconds from submit to the job completed (-1: failed).
+  double TimeJob(int tasks) {
+    std::string input;
+    for (int i = 0; i < tasks; ++i) absl::StrAppend(&input, R"({"custom_id":"t)", i, R"(","prompt":"x"})", "\n");
+    minions::cli::JobsClient client(connection_);
+    minions::v1::SubmitJobRequest request;
+    request.set_input(input);
+    request.set_model(BinDir() + "/minions-noop-runner");  // any file: the no-op runner loads nothing
+    request.set_shard_size(1);
+    const absl::Time start = absl::Now();
+    auto job = client.Submit(request);
+    if (!job.ok()) {
+      fprintf(stderr, "%s: submit failed: %s\n", Name(mode_), std::string(job.status().message()).c_str());
+      return -1;
+    }
+    for (absl::Time deadline = start + absl::Minutes(10); absl::Now() < deadline;) {
+      auto now = client.Get(job->id());
+      if (now.ok() && now->state() == "completed") return absl::ToDoubleSeconds(absl::Now() - start);
+      if (now.ok() && (now->state() == "failed" || now->state() == "cancelled")) return -1;
+      // Finer polling for short jobs (the first-result measure); light for long ones.
+      absl::SleepFor(tasks <= 1 ? absl::Milliseconds(2) : absl::Milliseconds(20));
+    }
+    return -1;
+  }
+
+ private:
+  bool Run(const std::vector<std::string>& argv) {
+    auto p = Spawn(argv, "pki");
+    if (!p) return false;
+    while (p->ReadLine().ok()) {
+    }
+    auto exit = p->Wait(absl::Minutes(1));
+    return exit.ok() && exit->exited && exit->code == 0;
+  }
+  std::unique_ptr<Subprocess> Spawn(const std::vector<std::string>& argv, const std::string& log) {
+    Subprocess::Options sp;
+    sp.argv = argv;
+    sp.stderr_path = dir_ + "/logs/" + log + ".log";
+    auto p = Subprocess::Start(sp);
+    if (!p.ok()) {
+      fprintf(stderr, "cannot start %s: %s\n", argv[0].c_str(), std::string(p.status().message()).c_str());
+      return nullptr;
+    }
+    (*p)->CloseStdin();
+    return std::move(*p);
+  }
+
+  Mode mode_;
+  std::string bin_;
+  std::string dir_;
+  minions::cli::Connection connection_;
+  std::unique_ptr<Subprocess> server_;
+  std::vector<std::unique_ptr<Subprocess>> executors_;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"minions-bench-security: lease-and-complete throughput and time to first result, before identities, "
+               "with tokens, with TLS and tokens"};
+  std::string baseline, work = (fs::temp_directory_path() / absl::StrCat("minions-bench-security-", getpid())).string();
+  int tasks = 2000, executors = 2, rounds = 3, trials = 15;
+  app.add_option("--baseline-bin", baseline, "apps/ folder of a build without identities (the 'before' pool)")
+      ->required();
+  app.add_option("--tasks", tasks, "one-record tasks per throughput job")->capture_default_str();
+  app.add_option("--executors", executors, "executor processes per pool")->capture_default_str();
+  app.add_option("--rounds", rounds, "rounds; each starts every pool afresh")->capture_default_str();
+  app.add_option("--trials", trials, "one-record jobs per round for the first result")->capture_default_str();
+  app.add_option("--work", work, "scratch folder")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  const std::vector<Mode> modes = {Mode::kBefore, Mode::kTokens, Mode::kTls};
+  std::map<Mode, std::vector<double>> throughput, first_result;
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t k = 0; k < modes.size(); ++k) {
+      const Mode mode = modes[(k + static_cast<size_t>(round)) % modes.size()];
+      BenchPool pool(mode, mode == Mode::kBefore ? baseline : BinDir(), absl::StrCat(work, "/", Name(mode)));
+      if (!pool.Start(executors)) {
+        fprintf(stderr, "%s: the pool did not start; logs in %s/%s/logs\n", Name(mode), work.c_str(), Name(mode));
+        return 1;
+      }
+      (void)pool.TimeJob(std::min(tasks, 100));  // warm-up: executors registered, runners up
+      const double seconds = pool.TimeJob(tasks);
+      if (seconds < 0) {
+        fprintf(stderr, "%s: the throughput job failed; logs in %s/%s/logs\n", Name(mode), work.c_str(), Name(mode));
+        return 1;
+      }
+      throughput[mode].push_back(tasks / seconds);
+      std::vector<double> times;
+      for (int t = 0; t < trials; ++t) times.push_back(pool.TimeJob(1) * 1000);
+      first_result[mode].push_back(Median(times));
+      printf("round %d %-6s  %7.1f tasks/s   first result %6.1f ms (median of %d)\n", round + 1, Name(mode),
+             tasks / seconds, Median(times), trials);
+      fflush(stdout);
+    }
+  }
+  printf("\n%d one-record tasks per job, %d executors (no-op runner), SQLite; medians of %d rounds\n", tasks, executors,
+         rounds);
+  printf("| pool | tasks/s | vs before | first result (ms) | added |\n|---|---:|---:|---:|---:|\n");
+  const double base_rate = Median(throughput[Mode::kBefore]);
+  const double base_first = Median(first_result[Mode::kBefore]);
+  for (Mode mode : modes) {
+    const double rate = Median(throughput[mode]);
+    const double first = Median(first_result[mode]);
+    printf("| %s | %.1f | %.1f %% | %.1f | %+.1f ms |\n", Name(mode), rate, 100 * rate / base_rate, first,
+           first - base_first);
+  }
+  printf("\ntls+tokens / before: %.1f %% of the throughput (target >= 90 %%)\n",
+         100 * Median(throughput[Mode::kTls]) / base_rate);
+  fs::remove_all(work);
+  return 0;
+}
