@@ -2,30 +2,15 @@
 
 #include <cstdio>
 
-#include <google/protobuf/util/json_util.h>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cli/credentials.h"
+#include "cli/output.h"
 #include "rpc/rpc.h"
 
 namespace minions::cli {
 namespace {
-
-std::string ToJson(const google::protobuf::Message& message) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
-}
-
-int Fail(const absl::Status& status) {
-  fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
-  return 1;
-}
 
 std::string When(int64_t ms) {
   if (ms <= 0) return "-";
@@ -159,9 +144,7 @@ int ListTeams(AdminBackend& admin, bool json) {
   auto teams = admin.ListTeams();
   if (!teams.ok()) return Fail(teams.status());
   if (json) {
-    printf("[");
-    for (size_t i = 0; i < teams->size(); ++i) printf("%s%s", i ? "," : "", ToJson((*teams)[i]).c_str());
-    printf("]\n");
+    PrintJsonArray(*teams);
     return 0;
   }
   printf("%-20s %12s %16s %20s\n", "TEAM", "MAX PRIORITY", "MAX ACTIVE JOBS", "REQUESTS PER SECOND");
@@ -212,9 +195,7 @@ int ListTokens(AdminBackend& admin, const std::string& team, const std::string& 
   auto tokens = admin.ListTokens(request);
   if (!tokens.ok()) return Fail(tokens.status());
   if (json) {
-    printf("[");
-    for (size_t i = 0; i < tokens->size(); ++i) printf("%s%s", i ? "," : "", ToJson((*tokens)[i]).c_str());
-    printf("]\n");
+    PrintJsonArray(*tokens);
     return 0;
   }
   printf("%-16s %-9s %-24s %-16s %-16s %-16s %s\n", "TOKEN", "ROLE", "HOLDER", "CREATED", "EXPIRES", "LAST USED",

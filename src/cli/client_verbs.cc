@@ -14,25 +14,12 @@
 #include "absl/time/clock.h"
 #include "cli/credentials.h"
 #include "cli/demo.h"
+#include "cli/output.h"
 #include "common/host_port.h"
 #include "rpc/rpc.h"
 
 namespace minions::cli {
 namespace {
-
-std::string ToJson(const google::protobuf::Message& message) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
-}
-
-int Fail(const absl::Status& status) {
-  fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
-  return 1;
-}
 
 std::string Age(int64_t since_ms) {
   if (since_ms <= 0) return "-";
