@@ -123,11 +123,10 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
     grpc::Status status = ((*stub_).*method)(&context, request, &reply);
     if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
       return absl::UnauthenticatedError(absl::StrCat(
-          "the server refused this executor's credential (", status.error_message(),
-          "): it was revoked, or the pool's data was reset. Remove ", credentials_.credential_file.empty()
-              ? std::string("the credential")
-              : credentials_.credential_file,
-          " and start again with a new join token"));
+          "the server refused this executor's credential: ", status.error_message(),
+          ". To serve this pool again, remove ",
+          credentials_.credential_file.empty() ? std::string("the credential") : credentials_.credential_file,
+          " and start with a new join token"));
     }
     if (!status.ok()) return rpc::FromGrpc(status);
     return reply;
