@@ -4,13 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/private_files.h"
 #include "common/subprocess.h"
 
 namespace minions::cli {
@@ -32,25 +31,7 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
 }
 
 absl::Status WriteTokenFile(const std::string& path, const std::string& token) {
-  std::filesystem::path target(path);
-  if (target.has_parent_path()) {
-    std::error_code ec;
-    std::filesystem::create_directories(target.parent_path(), ec);
-    if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", target.parent_path().string()));
-  }
-  const std::string tmp = absl::StrCat(path, ".tmp-", getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
-  // Whatever the umask, the file is the owner's alone.
-  (void)fchmod(fd, 0600);
-  const std::string line = token + "\n";
-  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && fsync(fd) == 0;
-  ok = ::close(fd) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
-  }
-  return absl::OkStatus();
+  return WritePrivateFile(path, token + "\n");
 }
 
 absl::StatusOr<std::string> KeychainToken(const std::string& server) {

@@ -1,10 +1,8 @@
 #include "executor/control_plane_client.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -13,29 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
+#include "common/private_files.h"
 #include "rpc/rpc.h"
 
 namespace minions {
 namespace {
-
-// The credential kept in the state folder: the owner's alone (0600), replaced atomically.
-absl::Status SaveSecret(const std::string& path, const std::string& secret) {
-  std::filesystem::path file(path);
-  std::error_code ec;
-  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ec);
-  const std::string tmp = absl::StrCat(path, ".tmp");
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
-  (void)fchmod(fd, 0600);
-  const std::string line = secret + "\n";
-  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && fsync(fd) == 0;
-  ok = ::close(fd) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
-  }
-  return absl::OkStatus();
-}
 
 std::string ReadFirstLine(const std::string& path) {
   std::ifstream in(path);
@@ -107,8 +87,8 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
     if (!credentials_.credential_file.empty()) {
       // The id first: a credential without its id would be a credential for an unknown executor.
       std::filesystem::path folder = std::filesystem::path(credentials_.credential_file).parent_path();
-      if (auto s = SaveSecret((folder / "executor-id").string(), reply.executor_id()); !s.ok()) return s;
-      if (auto s = SaveSecret(credentials_.credential_file, reply.credential()); !s.ok()) return s;
+      if (auto s = WritePrivateFile((folder / "executor-id").string(), reply.executor_id() + "\n"); !s.ok()) return s;
+      if (auto s = WritePrivateFile(credentials_.credential_file, reply.credential() + "\n"); !s.ok()) return s;
     }
     MINIONS_LOG(Info) << "enrolled as executor=" << reply.executor_id();
     absl::MutexLock lock(&mu_);

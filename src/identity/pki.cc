@@ -21,6 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/private_files.h"
+#include "common/status_macros.h"
 
 namespace minions::pki {
 namespace {
@@ -68,22 +70,15 @@ absl::StatusOr<Key> NewKey() {
   return key;
 }
 
-// A PEM file the owner alone may read (keys) or anyone (certificates), replaced atomically.
+// A PEM file: the owner's alone (keys: WritePrivateFile) or anyone's (certificates), replaced
+// atomically either way.
 absl::Status WritePem(const std::string& path, bool secret, const std::function<int(BIO*)>& write) {
   Bio bio(BIO_new(BIO_s_mem()));
   if (!bio || write(bio.get()) != 1) return OpenSslError(absl::StrCat("cannot encode ", path));
   char* data = nullptr;
   long size = BIO_get_mem_data(bio.get(), &data);
-  const std::string tmp = absl::StrCat(path, ".tmp");
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, secret ? 0600 : 0644);
-  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
-  (void)fchmod(fd, secret ? 0600 : 0644);
-  bool ok = ::write(fd, data, static_cast<size_t>(size)) == size && fsync(fd) == 0;
-  ok = ::close(fd) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
-  }
+  RETURN_IF_ERROR(WritePrivateFile(path, std::string_view(data, static_cast<size_t>(size))));
+  if (!secret && chmod(path.c_str(), 0644) != 0) return absl::PermissionDeniedError(absl::StrCat("cannot chmod ", path));
   return absl::OkStatus();
 }
 
@@ -171,10 +166,7 @@ absl::StatusOr<Files> Init(const InitOptions& options, absl::Time now) {
   for (const auto& name : names) {
     if (auto valid = ValidateHost(name); !valid.ok()) return valid;
   }
-  std::error_code ec;
-  fs::create_directories(options.dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", options.dir));
-  (void)chmod(options.dir.c_str(), 0700);
+  RETURN_IF_ERROR(MakePrivateDirectories(options.dir));
   Files files{options.dir + "/ca.pem", options.dir + "/ca-key.pem", options.dir + "/server.pem",
               options.dir + "/server-key.pem", false};
 
