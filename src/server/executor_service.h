@@ -61,7 +61,8 @@ class ExecutorService final : public v1::Executors::Service {
   void NotifyWork();
 
   // The calls for an executor already authenticated as `executor_id` (the request's own
-  // executor_id field is not consulted).
+  // executor_id field is not consulted). Register with an empty id registers a new executor under
+  // a fresh id (an in-process control plane; over gRPC a credential always names one).
   absl::Status Register(const std::string& executor_id, const v1::RegisterRequest& request,
                         v1::RegisterResponse* reply);
   absl::Status Heartbeat(const std::string& executor_id, const v1::HeartbeatRequest& request,

@@ -5,13 +5,13 @@
 #include <deque>
 #include <random>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "common/logging.h"
-#include "runner/protocol.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "blob/blob_store.h"
+#include "common/logging.h"
+#include "runner/protocol.h"
 #include "server/call_auth.h"
 #include "server/job_splitter.h"
 #include "server/keys.h"
@@ -138,8 +138,7 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   }
   if (work_added_) work_added_();
   MINIONS_LOG(Info) << "job=" << job->id << " submitted by " << caller.Describe() << ": " << split->total_records
-                    << " records ("
-                    << split->invalid_records << " invalid) in " << split->tasks.size() << " tasks";
+                    << " records (" << split->invalid_records << " invalid) in " << split->tasks.size() << " tasks";
   return store_->GetJob(job->id);
 }
 
