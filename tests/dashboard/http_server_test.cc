@@ -1,0 +1,153 @@
+// The HTTP server itself (src/http): keep-alive and pipelining, HEAD, POST forms, TLS, refusing
+// plain text off loopback, and stopping with connections still open.
+
+#include "http/http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "identity/pki.h"
+#include "testing/http_get.h"
+
+namespace minions::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+int Connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+  return fd;
+}
+
+// Reads until `count` responses' worth of "HTTP/1.1 " have arrived and their bodies (or 5 s).
+std::string ReadAnswers(int fd, int count, size_t body_bytes_each) {
+  std::string all;
+  char buffer[4096];
+  pollfd p{fd, POLLIN, 0};
+  while (poll(&p, 1, 5000) > 0) {
+    ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    all.append(buffer, static_cast<size_t>(n));
+    size_t seen = 0;
+    for (size_t at = all.find("HTTP/1.1 "); at != std::string::npos; at = all.find("HTTP/1.1 ", at + 1)) ++seen;
+    if (static_cast<int>(seen) >= count && all.size() >= count * body_bytes_each) break;
+  }
+  return all;
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_.Handle("/echo", [](const HttpRequest& r) {
+      return HttpResponse{200, "text/plain", absl::StrCat("path=", r.path, " q=", r.Param("q"), "\n"), {}};
+    });
+    server_.HandlePost("/form", [](const HttpRequest& r) {
+      auto form = r.Form();
+      return HttpResponse{200, "text/plain", absl::StrCat("name=", form["name"], " cookie=", r.Cookie("c"), "\n"), {}};
+    });
+    ASSERT_TRUE(server_.Start("127.0.0.1:0").ok());
+    base_ = absl::StrCat("http://127.0.0.1:", server_.port());
+  }
+  HttpServer server_;
+  std::string base_;
+};
+
+TEST_F(HttpServerTest, KeepAliveAndPipelinedRequestsAreAnsweredInOrder) {
+  int fd = Connect(server_.port());
+  ASSERT_GE(fd, 0);
+  const std::string two = "GET /echo?q=one HTTP/1.1\r\nHost: x\r\n\r\nGET /echo?q=two HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(send(fd, two.data(), two.size(), 0), static_cast<ssize_t>(two.size()));
+  std::string answers = ReadAnswers(fd, 2, 10);
+  auto one = answers.find("q=one"), second = answers.find("q=two");
+  ASSERT_NE(one, std::string::npos) << answers;
+  ASSERT_NE(second, std::string::npos) << answers;
+  EXPECT_LT(one, second);
+  // The connection stays open for a third.
+  const std::string three = "GET /echo?q=three HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(send(fd, three.data(), three.size(), 0), static_cast<ssize_t>(three.size()));
+  EXPECT_THAT(ReadAnswers(fd, 1, 10), HasSubstr("q=three"));
+  close(fd);
+}
+
+TEST_F(HttpServerTest, HeadGivesTheLengthButNoBodyAndPostFormsAreDecoded) {
+  int fd = Connect(server_.port());
+  const std::string head = "HEAD /echo?q=abc HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(send(fd, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+  std::string answer = ReadAnswers(fd, 1, 0);
+  EXPECT_THAT(answer, StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(answer, HasSubstr("Content-Length: 18"));  // "path=/echo q=abc\n"
+  EXPECT_EQ(answer.find("path="), std::string::npos);
+  close(fd);
+  HttpReply posted = HttpPost(base_ + "/form", "name=a%20b%2Bc&other=1", {"Cookie: x=1; c=yum"});
+  EXPECT_EQ(posted.status, 200);
+  EXPECT_EQ(posted.body, "name=a b+c cookie=yum\n");
+  EXPECT_EQ(HttpPost(base_ + "/echo", "").status, 405);
+  EXPECT_EQ(HttpGet(base_ + "/form").status, 405);
+  HttpReply page = HttpGet(base_ + "/echo");
+  EXPECT_EQ(page.headers["x-content-type-options"], "nosniff");
+  EXPECT_EQ(page.headers["x-frame-options"], "DENY");
+}
+
+TEST_F(HttpServerTest, StopReturnsWithConnectionsStillOpen) {
+  std::vector<int> idle;
+  for (int i = 0; i < 5; ++i) idle.push_back(Connect(server_.port()));
+  (void)!send(idle[0], "GET /ec", 7, 0);
+  server_.Stop();
+  for (int fd : idle) close(fd);
+  server_.Stop();  // idempotent
+}
+
+TEST(HttpServerTls, ServesTlsAndOnlyTlsAndPlainTextOnlyOnLoopback) {
+  const std::string dir = (std::filesystem::temp_directory_path() / absl::StrCat("minions-http-tls-", getpid())).string();
+  pki::InitOptions pki_options;
+  pki_options.dir = dir;
+  absl::StatusOr<pki::Files> files = pki::Init(pki_options, absl::Now());
+  ASSERT_TRUE(files.ok()) << files.status();
+  HttpServerOptions options;
+  options.tls_cert_file = files->server_cert;
+  options.tls_key_file = files->server_key;
+  HttpServer server(options);
+  server.Handle("/hello", [](const HttpRequest& r) { return HttpResponse{200, "text/plain", r.tls ? "tls\n" : "plain\n", {}}; });
+  ASSERT_TRUE(server.Start("127.0.0.1:0").ok());
+  HttpOptions https;
+  https.ca_file = files->ca_cert;
+  HttpReply reply = HttpRequestOnce(absl::StrCat("https://localhost:", server.port(), "/hello"), https);
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.body, "tls\n");
+  EXPECT_EQ(HttpGet(absl::StrCat("http://127.0.0.1:", server.port(), "/hello"), 3000).status, 0);
+  server.Stop();
+  // A key that is not the certificate's.
+  pki::InitOptions other_options;
+  other_options.dir = dir + "/other";
+  auto other = pki::Init(other_options, absl::Now());
+  ASSERT_TRUE(other.ok());
+  HttpServerOptions mismatched;
+  mismatched.tls_cert_file = files->server_cert;
+  mismatched.tls_key_file = other->server_key;
+  HttpServer broken(mismatched);
+  EXPECT_EQ(broken.Start("127.0.0.1:0").code(), absl::StatusCode::kInvalidArgument);
+  // Plain text: loopback only.
+  HttpServer open;
+  absl::Status refused = open.Start("0.0.0.0:0");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("plain text"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace minions::testing
