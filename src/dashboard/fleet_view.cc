@@ -27,7 +27,7 @@ JobProgress ProgressOf(const Job& job, int64_t in_flight, absl::Time now) {
 }
 
 absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Get() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   absl::Time now = clock_->Now();
   if (cached_ && now - cached_->taken_at < max_age_) return cached_;
   auto fresh = Read();

@@ -13,12 +13,13 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "metrics/metrics.h"
@@ -64,25 +65,25 @@ class FleetView {
             absl::Duration terminal_max_age = absl::Seconds(30))
       : store_(store), clock_(clock), max_age_(max_age), terminal_max_age_(terminal_max_age) {}
 
-  absl::StatusOr<std::shared_ptr<const FleetSnapshot>> Get();
+  absl::StatusOr<std::shared_ptr<const FleetSnapshot>> Get() ABSL_LOCKS_EXCLUDED(mu_);
   // Adds the store-derived gauges to `registry` (a collector reading Get()); minions_store_up is 0
   // when the store cannot be read.
   void ExportMetrics(metrics::Registry* registry);
 
  private:
-  absl::StatusOr<std::shared_ptr<const FleetSnapshot>> Read();
-  void Collect(std::vector<metrics::FamilySnapshot>* out);
+  absl::StatusOr<std::shared_ptr<const FleetSnapshot>> Read() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Collect(std::vector<metrics::FamilySnapshot>* out) ABSL_LOCKS_EXCLUDED(mu_);
 
   MetadataStore* store_;
   Clock* clock_;
   const absl::Duration max_age_;
   const absl::Duration terminal_max_age_;
-  std::mutex mu_;  // held across a refresh: one at a time
-  std::shared_ptr<const FleetSnapshot> cached_;  // guarded by mu_
-  std::map<JobState, int64_t> terminal_counts_;  // guarded by mu_
-  absl::Time terminal_counted_at_ = absl::InfinitePast();  // guarded by mu_
-  std::set<std::string> active_ids_;                       // jobs not ended at the last read; guarded by mu_
-  bool terminal_stale_ = false;  // a job ended since terminal_counts_ was read; guarded by mu_
+  absl::Mutex mu_;  // held across a refresh: one at a time
+  std::shared_ptr<const FleetSnapshot> cached_ ABSL_GUARDED_BY(mu_);
+  std::map<JobState, int64_t> terminal_counts_ ABSL_GUARDED_BY(mu_);
+  absl::Time terminal_counted_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::set<std::string> active_ids_ ABSL_GUARDED_BY(mu_);  // jobs not ended at the last read
+  bool terminal_stale_ ABSL_GUARDED_BY(mu_) = false;       // a job ended since terminal_counts_ was read
 };
 
 }  // namespace minions

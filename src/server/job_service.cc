@@ -94,6 +94,7 @@ absl::StatusOr<Job> JobService::Submit(const v1::SubmitJobRequest& request) {
     (void)store_->FailJob(job->id, std::string(s.message()), clock_->Now());
     return s;
   }
+  if (metrics_) metrics_->JobSubmitted(*job);
   if (work_added_) work_added_();
   MINIONS_LOG(Info) << "job=" << job->id << " submitted: " << split->total_records << " records ("
                     << split->invalid_records << " invalid) in " << split->tasks.size() << " tasks";

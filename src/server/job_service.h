@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "minions/v1/minions.grpc.pb.h"
 #include "server/job_finalizer.h"
+#include "server/server_metrics.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
 
@@ -16,9 +17,16 @@ namespace minions {
 
 class JobService final : public v1::Jobs::Service {
  public:
+  // `work_added` is called when a submitted job becomes leasable; `metrics` (may be null) counts
+  // submissions.
   JobService(MetadataStore* store, BlobStore* blobs, Clock* clock, const ServerOptions& options,
-             std::function<void()> work_added = nullptr)
-      : store_(store), blobs_(blobs), clock_(clock), options_(options), work_added_(std::move(work_added)) {}
+             std::function<void()> work_added = nullptr, ServerMetrics* metrics = nullptr)
+      : store_(store),
+        blobs_(blobs),
+        clock_(clock),
+        options_(options),
+        work_added_(std::move(work_added)),
+        metrics_(metrics) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request, v1::Job* reply) override;
   grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* reply) override;
@@ -45,6 +53,7 @@ class JobService final : public v1::Jobs::Service {
   Clock* clock_;
   ServerOptions options_;
   std::function<void()> work_added_;  // a job became leasable
+  ServerMetrics* metrics_;
 };
 
 }  // namespace minions

@@ -4,19 +4,20 @@
 // background loop that finalises finished jobs and (when this process holds the watchdog lock)
 // runs the watchdog. Holds no job state of its own; its metrics registry is per process.
 // Threads: Start/Shutdown from the owning thread; the services run on gRPC's threads; the
-// background loop on its own thread.
+// background loop on its own thread (or, with options.background_thread off, wherever
+// RunBackgroundPass is called). Every wait is on the Clock it is given.
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "blob/blob_store.h"
 #include "common/clock.h"
 #include "dashboard/fleet_view.h"
@@ -53,8 +54,15 @@ class MinionsServer {
   JobService& jobs() { return job_service_; }
   metrics::Registry& metrics() { return registry_; }
 
+  // One pass of the background loop: finalises the jobs reported ready, runs the watchdog (when
+  // this server has one), then sweeps for jobs left ready by others. The loop runs it every
+  // watchdog interval (1 s without a watchdog) and as soon as a job is reported ready.
+  void RunBackgroundPass() ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
-  void BackgroundLoop();
+  void BackgroundLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // A completion left `job_id` ready to finalise: the loop wakes for it.
+  void JobReady(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   MetadataStore* store_;
   Clock* clock_;
@@ -70,11 +78,10 @@ class MinionsServer {
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;
   std::atomic<bool> serving_{false};
-  std::atomic<bool> stopping_{false};
   std::thread background_;
-  std::mutex ready_mu_;
-  std::condition_variable ready_cv_;   // wakes the background loop: a job is ready, or shutdown
-  std::set<std::string> ready_jobs_;  // guarded by ready_mu_
+  absl::Mutex mu_;                    // a change to these wakes the background loop
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<std::string> ready_jobs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace minions
