@@ -139,7 +139,8 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
     if (auto s = ApplyAvailabilitySetting(key, value, &availability); !s.ok()) problems.push_back(std::string(s.message()));
   }
   if (connect && problems.empty()) {
-    auto backends = OpenBackends(config);
+    RealClock clock;
+    auto backends = OpenBackends(config, &clock);
     if (!backends.ok()) {
       problems.push_back(std::string(backends.status().message()));
     } else {

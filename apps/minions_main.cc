@@ -50,9 +50,21 @@ void AddConnection(CLI::App* cmd, minions::cli::Connection* connection) {
   cmd->add_option("--token", connection->token, "access token (or MINIONS_TOKEN)");
 }
 
+// The watchdog's options, the same for a server's watchdog and a standalone one.
+minions::WatchdogOptions WatchdogOptionsOf(const minions::apps::MinionsConfig& config) {
+  const absl::Duration ttl = absl::Milliseconds(config.lease_ttl_ms);
+  minions::WatchdogOptions options;
+  options.executor_timeout = ttl * 3;
+  options.takeover_grace = ttl * 2;  // a heartbeat, plus the reconnection backoff
+  options.stragglers.factor = config.straggler_factor;
+  options.stragglers.min_runtime = absl::Milliseconds(config.straggler_min_runtime_ms);
+  return options;
+}
+
 // Runs the server until SIGTERM/SIGINT.
 int RunServer(const minions::apps::MinionsConfig& config) {
-  auto backends = minions::apps::OpenBackends(config);
+  minions::RealClock clock;
+  auto backends = minions::apps::OpenBackends(config, &clock);
   if (!backends.ok()) {
     fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
     return 1;
@@ -65,23 +77,16 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   // Executors elsewhere open models by their own paths.
   options.check_model_paths = !absl::StartsWith(config.database, "postgres");
   std::unique_ptr<minions::Watchdog> watchdog;
-  std::shared_ptr<void> lock;
   if (config.watchdog) {
-    auto acquired = minions::apps::TryAcquireWatchdog(config);
-    if (acquired.ok()) {
-      lock = std::move(*acquired);
-      minions::WatchdogOptions wo;
-      wo.executor_timeout = options.lease_ttl * 3;
-      wo.takeover_grace = options.lease_ttl * 2;  // a heartbeat, plus the reconnection backoff
-      wo.stragglers.factor = config.straggler_factor;
-      wo.stragglers.min_runtime = absl::Milliseconds(config.straggler_min_runtime_ms);
-      watchdog = std::make_unique<minions::Watchdog>(backends->store.get(), wo);
+    auto lock = minions::apps::TryAcquireWatchdog(config);
+    if (lock.ok()) {
+      watchdog = std::make_unique<minions::Watchdog>(backends->store.get(), WatchdogOptionsOf(config),
+                                                     std::move(*lock));
     } else {
       MINIONS_LOG(Info) << "another process runs the watchdog; this server runs without it";
     }
   }
   MINIONS_LOG(Info) << "backends: " << backends->description;
-  minions::RealClock clock;
   minions::MinionsServer server(backends->store.get(), backends->blobs.get(), &clock, options, std::move(watchdog));
   if (auto s = server.Start(); !s.ok()) {
     fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
@@ -94,11 +99,13 @@ int RunServer(const minions::apps::MinionsConfig& config) {
 }
 
 // Runs the watchdog alone (when servers run with --no-watchdog); one active at a time: the others
-// wait on standby and take over when it dies.
+// wait on standby and take over when it dies. One that loses its lock (its database session
+// ended) stops at once and goes back to standby.
 // `http_listen` (may be empty): where to serve /metrics and /healthz, so the watchdog's actions are
 // counted when it runs apart from the servers.
 int RunWatchdog(const minions::apps::MinionsConfig& config, const std::string& http_listen) {
-  auto backends = minions::apps::OpenBackends(config);
+  minions::RealClock clock;
+  auto backends = minions::apps::OpenBackends(config, &clock);
   if (!backends.ok()) {
     fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
     return 1;
@@ -115,30 +122,32 @@ int RunWatchdog(const minions::apps::MinionsConfig& config, const std::string& h
     }
   }
   InstallSignalHandlers();
-  std::shared_ptr<void> lock;
+  const minions::WatchdogOptions options = WatchdogOptionsOf(config);
+  std::unique_ptr<minions::Watchdog> watchdog;
   while (g_signals.load() == 0) {
-    auto acquired = minions::apps::TryAcquireWatchdog(config);
-    if (acquired.ok()) {
-      lock = std::move(*acquired);
-      break;
+    if (watchdog == nullptr || !watchdog->active()) {
+      // Standby: try for the lock every second.
+      auto lock = minions::apps::TryAcquireWatchdog(config);
+      if (!lock.ok()) {
+        clock.SleepFor(absl::Seconds(1));
+        continue;
+      }
+      MINIONS_LOG(Info) << "watchdog active on " << backends->description;
+      if (watchdog == nullptr) {
+        watchdog = std::make_unique<minions::Watchdog>(backends->store.get(), options, std::move(*lock));
+        watchdog->ExportMetrics(&registry);
+      } else {
+        watchdog->Resume(std::move(*lock));
+      }
+      active->Set(1);
     }
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
-  if (!lock) return 0;
-  MINIONS_LOG(Info) << "watchdog active on " << backends->description;
-  active->Set(1);
-  minions::WatchdogOptions wo;
-  wo.executor_timeout = absl::Milliseconds(config.lease_ttl_ms) * 3;
-  wo.takeover_grace = absl::Milliseconds(config.lease_ttl_ms) * 2;
-  wo.stragglers.factor = config.straggler_factor;
-  wo.stragglers.min_runtime = absl::Milliseconds(config.straggler_min_runtime_ms);
-  minions::Watchdog watchdog(backends->store.get(), wo);
-  watchdog.ExportMetrics(&registry);
-  minions::RealClock clock;
-  while (g_signals.load() == 0) {
-    auto pass = watchdog.Tick(clock.Now());
+    auto pass = watchdog->Tick(clock.Now());
+    if (!watchdog->active()) {
+      active->Set(0);  // lost: back to standby (the watchdog said why)
+      continue;
+    }
     if (!pass.ok()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
-    clock.SleepFor(wo.interval);
+    clock.SleepFor(options.interval);
   }
   return 0;
 }
@@ -172,7 +181,8 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
   minions::RealClock clock;
   std::string state_dir = options.state_dir;
   minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(connection.server, connection.token),
-                               std::make_unique<minions::UrlBlobClient>(), &clock);
+                               std::make_unique<minions::UrlBlobClient>(minions::UrlBlobClient::Options{.clock = &clock}),
+                               &clock);
   // Owner first: the availability controller and the owner's control channel (executor_commands.cc).
   auto owner = minions::apps::OwnerSide::Start(availability, &agent, &clock, state_dir);
   if (!owner.ok()) {

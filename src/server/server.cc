@@ -79,9 +79,10 @@ void MinionsServer::RunBackgroundPass() {
     auto result = finalizer_.Finalize(job);
     if (!result.ok()) MINIONS_LOG(Warning) << "job=" << job << " finalisation failed: " << result.status().message();
   }
-  if (watchdog_) {
+  if (watchdog_ && watchdog_->active()) {
     auto pass = watchdog_->Tick(clock_->Now());
-    if (!pass.ok()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
+    // A lost lock the watchdog logs itself, once; this server then runs without it.
+    if (!pass.ok() && watchdog_->active()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
     // Requeued tasks and backups of stragglers are work for idle executors.
     if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) executor_service_.NotifyWork();
   }

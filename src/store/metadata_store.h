@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "model/state_machines.h"
 #include "model/types.h"
 
@@ -42,6 +43,9 @@ struct TaskStateCounts {
 
 struct StoreOptions {
   RetryPolicy retry;
+  // What a backend waits on when it must wait (a busy database, a retry's backoff); it is never
+  // asked the time of a write (methods take `now`). Null: real time. Borrowed; outlives the store.
+  Clock* clock = nullptr;
 };
 
 class MetadataStore {

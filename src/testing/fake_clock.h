@@ -3,9 +3,12 @@
 // their deadline, so a test can run an hour of heartbeats in a microsecond.
 //
 // A test that drives code running on another thread does not sleep to let it reach its next wait:
-// it waits for that (AwaitWaiters), then advances (Advance, or AdvanceToNextDeadline).
+// it waits for that (AwaitWaiters), then advances (Advance, or AdvanceToNextDeadline). For code
+// on the test's own thread (a retry loop), AutoAdvance makes every sleep and every wait that is
+// not over at once jump the clock to its deadline.
 // Threads: thread-safe.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -26,6 +29,7 @@ class FakeClock : public Clock {
   }
 
   bool SleepUntil(absl::Time deadline) override ABSL_LOCKS_EXCLUDED(mu_) {
+    if (JumpedTo(deadline)) return false;
     absl::MutexLock lock(&mu_);
     const uint64_t generation = generation_;
     auto it = deadlines_.insert(deadline);
@@ -46,6 +50,7 @@ class FakeClock : public Clock {
   bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& condition, absl::Time deadline) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) ABSL_LOCKS_EXCLUDED(mu_) {
     if (condition.Eval()) return true;
+    if (JumpedTo(deadline)) return condition.Eval();
     auto timer = std::make_shared<Timer>();
     timer->mu = &mu;
     std::multiset<absl::Time>::iterator it;
@@ -65,6 +70,13 @@ class FakeClock : public Clock {
       deadlines_.erase(it);
     }
     return condition.Eval();
+  }
+
+  // On: every sleep, and every wait whose condition does not hold, moves the clock to its deadline
+  // at once (for code under test that runs on the test's own thread).
+  void AutoAdvance(bool on) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto_advance_ = on;
   }
 
   // Moves time forward by `d`, waking the sleepers and waiters whose deadline it passes.
@@ -116,6 +128,18 @@ class FakeClock : public Clock {
   }
 
  private:
+  // With AutoAdvance on, advances to `deadline` (if it is ahead) and answers true.
+  bool JumpedTo(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::Duration step;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!auto_advance_) return false;
+      step = std::max(absl::ZeroDuration(), deadline - now_);
+    }
+    Advance(step);
+    return true;
+  }
+
   struct Timer {
     absl::Mutex* mu = nullptr;  // the waiter's mutex; `fired` is written under it
     absl::Time deadline;
@@ -125,6 +149,7 @@ class FakeClock : public Clock {
   mutable absl::Mutex mu_;
   absl::Time now_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool auto_advance_ ABSL_GUARDED_BY(mu_) = false;
   std::multiset<absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);     // of every sleeper and waiter
   std::set<std::shared_ptr<Timer>> timers_ ABSL_GUARDED_BY(mu_);  // of the waiters (AwaitWithDeadline)
 };

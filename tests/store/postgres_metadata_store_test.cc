@@ -22,7 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "metadata_store_contract.h"
+#include "watchdog_lock_contract.h"
 #include "store/postgres/postgres_migrations.h"
+#include "testing/fake_clock.h"
 
 namespace minions {
 namespace {
@@ -163,6 +165,30 @@ INSTANTIATE_TEST_SUITE_P(Postgres, MetadataStoreContract,
                            return MustOpen(Schemas::FreshUrl());
                          })),
                          [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
+
+// One lock per store: each test's schema has its own.
+INSTANTIATE_TEST_SUITE_P(Postgres, WatchdogLockContract,
+                         ::testing::Values(WatchdogLockFactory([] {
+                           const std::string url = Schemas::FreshUrl();
+                           return WatchdogLockPlace{
+                               [url]() -> absl::StatusOr<std::unique_ptr<WatchdogLock>> {
+                                 auto lock = PostgresWatchdogLock::TryAcquire(url);
+                                 if (!lock.ok()) return lock.status();
+                                 return std::unique_ptr<WatchdogLock>(std::move(*lock));
+                               },
+                               // The holder's session dies (a crashed process, a network cut, a
+                               // database restart).
+                               [url] {
+                                 RawConnection raw(url);  // in the same schema
+                                 EXPECT_EQ(raw.Count(absl::StrCat(
+                                               "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype "
+                                               "= 'advisory' AND granted AND objsubid = 2 AND classid::bigint = ",
+                                               PostgresWatchdogLock::kLockClass,
+                                               " AND objid::bigint = (hashtext(current_schema())::bigint & 4294967295)")),
+                                           1);
+                               }};
+                         })),
+                         [](const ::testing::TestParamInfo<WatchdogLockFactory>&) { return "Advisory"; });
 
 class PostgresMetadataStoreTest : public ::testing::Test {
  protected:
@@ -339,34 +365,6 @@ TEST_F(PostgresMetadataStoreTest, TwoServersNeverGrantATaskTwice) {
   }
 }
 
-TEST_F(PostgresMetadataStoreTest, TheWatchdogLockIsExclusiveAndDiesWithItsHolder) {
-  absl::StatusOr<std::unique_ptr<PostgresWatchdogLock>> first = PostgresWatchdogLock::TryAcquire(url_);
-  ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_OK((*first)->Check());
-  EXPECT_CODE(PostgresWatchdogLock::TryAcquire(url_), kUnavailable);
-  // Its holder goes away: the lock is free.
-  first->reset();
-  absl::StatusOr<std::unique_ptr<PostgresWatchdogLock>> second = PostgresWatchdogLock::TryAcquire(url_);
-  ASSERT_TRUE(second.ok()) << second.status();
-  // Its holder's session dies (a crashed process, a network cut): the lock is free, and the
-  // holder learns that it lost it.
-  RawConnection raw(url_);
-  const int64_t key = PostgresWatchdogLock::kLockKey;
-  EXPECT_EQ(raw.Count(absl::StrCat("SELECT COUNT(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = "
-                                   "'advisory' AND granted AND classid::bigint = ",
-                                   key >> 32, " AND objid::bigint = ", key & 0xffffffff)),
-            1);
-  absl::StatusOr<std::unique_ptr<PostgresWatchdogLock>> third;
-  for (int i = 0; i < 50; ++i) {  // the backend exits asynchronously
-    third = PostgresWatchdogLock::TryAcquire(url_);
-    if (third.ok()) break;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_TRUE(third.ok()) << third.status();
-  EXPECT_CODE((*second)->Check(), kUnavailable);
-  EXPECT_OK((*third)->Check());
-}
-
 // The lost-COMMIT path: a writing transaction whose COMMIT went out but whose answer never came
 // back must not be run again (it committed), and one cut off before its COMMIT must be. Either
 // way, each call below must have happened exactly once.
@@ -411,6 +409,40 @@ TEST_F(PostgresMetadataStoreTest, ACommitWhoseAnswerWasLostIsNotRunAgain) {
 
 TEST_F(PostgresMetadataStoreTest, ATransactionCutOffBeforeItsCommitRunsAgain) {
   ExpectEachCallOnceUnder(CommitFault::kConnectionLostBeforeCommit, url_, now_, kTtl);
+}
+
+// The retries of a transaction the database keeps breaking off wait on the store's clock, and
+// end after its retry window of that clock's time: a test runs the 30 seconds in a moment.
+TEST_F(PostgresMetadataStoreTest, RetriesWaitOnTheStoresClockAndGiveUpAfterItsWindow) {
+  testing::FakeClock clock;
+  StoreOptions options;
+  options.clock = &clock;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PostgresMetadataStore> store, PostgresMetadataStore::Open(url_, options, 1));
+  JobSpec spec;
+  spec.model = "m.gguf";
+  store->InjectCommitFaultForTesting(CommitFault::kConnectionLostBeforeCommit, 1000);  // every COMMIT
+  const absl::Time start = clock.Now();
+  absl::StatusOr<Job> created;
+  std::atomic<bool> returned{false};
+  std::thread caller([&] {
+    created = store->CreateJob(spec, now_);
+    returned = true;
+  });
+  // Each time the store waits out a backoff, its clock jumps to the end of that wait.
+  while (!returned) {
+    if (clock.AwaitWaiters(1, absl::Milliseconds(50))) clock.AdvanceToNextDeadline();
+  }
+  caller.join();
+  EXPECT_CODE(created, kUnavailable);
+  EXPECT_THAT(created.status().message(), HasSubstr("gave up after"));
+  const absl::Duration waited = clock.Now() - start;
+  EXPECT_LE(waited, postgres_store::TransactionRunner::kRetryWindow);
+  EXPECT_GT(waited, postgres_store::TransactionRunner::kRetryWindow - absl::Seconds(1)) << "gave up early";
+  EXPECT_GT(store->CommitFaultsInjectedForTesting(), 10);
+  // None of the tries committed.
+  store->InjectCommitFaultForTesting(CommitFault::kNone, 0);
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> jobs, store->ListJobs(JobFilter{}));
+  EXPECT_THAT(jobs, ::testing::IsEmpty());
 }
 
 // Runs alone (RUN_SERIAL): it restarts the server every Postgres test uses.

@@ -68,7 +68,9 @@ absl::StatusOr<std::unique_ptr<PostgresMetadataStore>> PostgresMetadataStore::Op
 }
 
 PostgresMetadataStore::PostgresMetadataStore(std::unique_ptr<ConnectionPool> pool, const StoreOptions& options)
-    : options_(options), transactions_(std::move(pool)), random_(std::random_device{}()) {}
+    : options_(options),
+      transactions_(std::move(pool), options.clock != nullptr ? options.clock : &real_clock_),
+      random_(std::random_device{}()) {}
 
 PostgresMetadataStore::~PostgresMetadataStore() = default;
 

@@ -175,6 +175,7 @@ class PostgresMetadataStore : public MetadataStore {
                                                            std::set<std::string>& settle_later);
 
   const StoreOptions options_;
+  RealClock real_clock_;  // when options_.clock is null
   postgres_store::TransactionRunner transactions_;  // owns the connection pool
   absl::Mutex random_mu_;
   std::mt19937_64 random_ ABSL_GUARDED_BY(random_mu_);  // for ids; seeded from std::random_device

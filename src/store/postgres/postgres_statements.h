@@ -146,9 +146,11 @@ inline constexpr char kSchemaVersion[] =
     "SELECT COALESCE(MAX(version), 0), current_database(), COALESCE(current_schema(), '') FROM schema_migrations";
 inline constexpr char kRecordMigration[] = "INSERT INTO schema_migrations (version) VALUES ($1)";
 
-// The watchdog's session-level advisory lock (postgres_watchdog_lock.h).
-inline constexpr char kTryAdvisoryLock[] = "SELECT pg_try_advisory_lock($1)";
-inline constexpr char kAdvisoryUnlock[] = "SELECT pg_advisory_unlock($1)";
+// The watchdog's session-level advisory lock (postgres_watchdog_lock.h): ($1, the schema's hash).
+inline constexpr char kTryWatchdogLock[] =
+    "SELECT pg_try_advisory_lock($1::int, hashtext(COALESCE(current_schema(), '')))";
+inline constexpr char kWatchdogUnlock[] =
+    "SELECT pg_advisory_unlock($1::int, hashtext(COALESCE(current_schema(), '')))";
 inline constexpr char kPing[] = "SELECT 1";
 
 #undef MINIONS_PG_SELECT_JOBS

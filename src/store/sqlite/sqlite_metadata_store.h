@@ -126,9 +126,16 @@ class SqliteMetadataStore : public MetadataStore {
                                      int64_t task_index, int attempt, Transition&& transition,
                                      absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // sqlite3_busy_handler: while another connection (or process) holds the write lock, waits on
+  // the clock a little longer each time, for up to kBusyTimeout per statement.
+  static int OnBusy(void* store, int count);
+
   const StoreOptions options_;
+  RealClock real_clock_;  // when options_.clock is null
+  Clock* const clock_;
   absl::Mutex mu_;
   sqlite3* const db_ ABSL_GUARDED_BY(mu_);  // owned; closed by the destructor
+  absl::Time busy_since_ ABSL_GUARDED_BY(mu_);  // when the current statement first found the database busy
   // Prepared statements by their (constant) SQL text's address; finalized by the destructor.
   std::map<const char*, sqlite3_stmt*> statements_ ABSL_GUARDED_BY(mu_);
   std::mt19937_64 random_ ABSL_GUARDED_BY(mu_);  // for ids; seeded from std::random_device
