@@ -3,8 +3,16 @@
 // its own; several servers may share one store.
 //
 // Contract (every implementation passes tests/store/metadata_store_contract.h):
-// - Each method is one transaction: it happens entirely or not at all.
-// - Methods take `now`; no implementation reads the clock.
+// - Each method is one transaction: it happens entirely or not at all. One consequence may follow
+//   in a transaction of its own: a call that ends a job's last tasks (CompleteTask(s), FailTask,
+//   ExpireLeases) settles that job (finalizing, or failed when no task succeeded) before it
+//   returns, and a backend whose concurrent completers do not lock the job's row (PostgreSQL,
+//   where only the completer that commits last can see that every task has ended) settles it in
+//   a second transaction right after the first commits. Settling is idempotent; a job left
+//   unsettled by a process that died in between is settled by JobsToFinalize.
+// - Every time a method writes or compares comes from its `now` (or `cutoff`) argument; no
+//   implementation reads the clock for that. A backend that has to wait (a busy database, the
+//   backoff of a retry) waits on the Clock of its StoreOptions.
 // - Transitions go through the pure functions of model/state_machines.h, never hand-written SQL
 //   logic, so every backend applies the same rules.
 // - Errors: NotFound for an unknown job/executor/task; FailedPrecondition for a transition the
@@ -71,8 +79,9 @@ class MetadataStore {
   // Fails a job that has not ended (validation failed, input unreadable), with a message.
   virtual absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error,
                                       absl::Time now) = 0;
-  // Jobs in `finalizing`, oldest first.
-  virtual absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit) = 0;
+  // Jobs in `finalizing`, oldest first, after settling (as of `now`) any job whose tasks have all
+  // ended but that is still queued or running (see the contract above).
+  virtual absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit, absl::Time now) = 0;
   // finalizing -> `outcome` (completed, or expired for a job whose window passed) with the result
   // keys. FailedPrecondition unless finalizing: of two servers finishing one job, exactly one
   // succeeds.

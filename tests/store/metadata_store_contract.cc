@@ -130,7 +130,7 @@ TEST_P(MetadataStoreContract, AJobFromSubmissionToCompletion) {
   EXPECT_EQ(job.counts.completed, 19);
   EXPECT_EQ(job.counts.failed, 1);
   counts_only_grow();
-  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10));
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10, now_));
   ASSERT_THAT(to_finalize, SizeIs(1));
   EXPECT_EQ(to_finalize[0].id, job_id);
 
@@ -145,7 +145,7 @@ TEST_P(MetadataStoreContract, AJobFromSubmissionToCompletion) {
   EXPECT_EQ(job.manifest_key, "out/m.json");
   EXPECT_EQ(job.finished_at, now_);
   counts_only_grow();
-  ASSERT_OK_AND_ASSIGN(to_finalize, store_->JobsToFinalize(10));
+  ASSERT_OK_AND_ASSIGN(to_finalize, store_->JobsToFinalize(10, now_));
   EXPECT_THAT(to_finalize, IsEmpty());
   EXPECT_EQ(GetExecutor(a).records_done, 20);
 }
@@ -310,7 +310,7 @@ TEST_P(MetadataStoreContract, AJobWhoseTasksAllFailEndsFailed) {
   EXPECT_THAT(job.error, HasSubstr("bad model"));
   EXPECT_EQ(job.counts.failed, 20);
   EXPECT_EQ(job.finished_at, now_);
-  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10));
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10, now_));
   EXPECT_THAT(to_finalize, IsEmpty());
 }
 

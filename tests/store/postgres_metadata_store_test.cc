@@ -411,6 +411,35 @@ TEST_F(PostgresMetadataStoreTest, ATransactionCutOffBeforeItsCommitRunsAgain) {
   ExpectEachCallOnceUnder(CommitFault::kConnectionLostBeforeCommit, url_, now_, kTtl);
 }
 
+// A server died between ending a job's last task and settling it (PostgreSQL settles in a second
+// transaction): JobsToFinalize's sweep settles it, as of the time it is given.
+TEST_F(PostgresMetadataStoreTest, JobsLeftUnsettledAreSettledAsOfTheSweepsTime) {
+  auto store = MustOpen(url_);
+  ASSERT_NE(store, nullptr);
+  const std::string done = SubmitTo(*store, 1);
+  const std::string failed = SubmitTo(*store, 1);
+  const std::string a = RegisterWith(*store, "a");
+  ASSERT_OK_AND_ASSIGN(std::vector<Lease> leases, store->LeaseTasks(a, 2, kTtl, now_));
+  ASSERT_THAT(leases, SizeIs(2));
+  ASSERT_OK(store->CompleteTask(a, done, 0, 1, 1, 0, now_).status());
+  ASSERT_OK(store->FailTask(a, failed, 0, 1, FailureClass::kPermanent, "broken", now_).status());
+  // As if the settling after those commits never happened.
+  RawConnection raw(url_);
+  ASSERT_EQ(raw.Exec("UPDATE jobs SET state = 'running', error = '', finished_at = NULL"), "");
+  ASSERT_EQ(store->GetJob(done)->state, JobState::kRunning);
+
+  const absl::Time later = now_ + absl::Hours(1);
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store->JobsToFinalize(10, later));
+  ASSERT_THAT(to_finalize, SizeIs(1));
+  EXPECT_EQ(to_finalize[0].id, done);
+  EXPECT_EQ(to_finalize[0].state, JobState::kFinalizing);
+  EXPECT_EQ(to_finalize[0].updated_at, later);
+  ASSERT_OK_AND_ASSIGN(Job settled_failed, store->GetJob(failed));
+  EXPECT_EQ(settled_failed.state, JobState::kFailed);
+  EXPECT_EQ(settled_failed.finished_at, later);
+  EXPECT_THAT(settled_failed.error, HasSubstr("broken"));
+}
+
 // The retries of a transaction the database keeps breaking off wait on the store's clock, and
 // end after its retry window of that clock's time: a test runs the 30 seconds in a moment.
 TEST_F(PostgresMetadataStoreTest, RetriesWaitOnTheStoresClockAndGiveUpAfterItsWindow) {

@@ -565,7 +565,8 @@ absl::StatusOr<Task> SqliteMetadataStore::RequestBackup(const std::string& job_i
   });
 }
 
-absl::StatusOr<std::vector<Job>> SqliteMetadataStore::JobsToFinalize(int limit) {
+absl::StatusOr<std::vector<Job>> SqliteMetadataStore::JobsToFinalize(int limit, absl::Time now) {
+  // Nothing to settle first: here the transaction that ends a job's last task settles it.
   return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Job>> {
     mu_.AssertHeld();
     ASSIGN_OR_RETURN(Statement query, Prepare(kJobsInState));
