@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -44,9 +45,10 @@ void PrintJobLine(const v1::Job& job) {
          static_cast<long long>(job.n_tasks()), Age(job.created_at_ms()).c_str());
 }
 
+// Done counts the records of running attempts too (records_in_flight): the bar moves per record.
 std::string ProgressLine(const v1::JobProgress& p) {
   const auto& c = p.job().request_counts();
-  int64_t done = c.completed() + c.failed();
+  int64_t done = std::min(c.total(), c.completed() + c.failed() + p.records_in_flight());
   double fraction = c.total() > 0 ? static_cast<double>(done) / static_cast<double>(c.total()) : 0;
   const int width = 30;
   int filled = static_cast<int>(fraction * width);
@@ -272,7 +274,7 @@ int Watch(const Connection& connection, const std::string& job_id, bool json) {
   std::string last_state;
   auto last = JobsClient(connection).Watch(job_id, absl::Milliseconds(500), [&](const v1::JobProgress& p) {
     const auto& c = p.job().request_counts();
-    int64_t done = c.completed() + c.failed();
+    int64_t done = c.completed() + c.failed() + p.records_in_flight();
     if (json) {
       printf("%s\n", ToJson(p).c_str());
     } else if (tty) {

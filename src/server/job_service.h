@@ -8,6 +8,7 @@
 #include "blob/blob_store.h"
 #include "common/clock.h"
 #include "minions/v1/minions.grpc.pb.h"
+#include "model/progress_estimator.h"
 #include "server/job_finalizer.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
@@ -18,15 +19,18 @@ namespace minions {
 class JobService final : public v1::Jobs::Service {
  public:
   // `work_added` is called when a submitted job becomes leasable; `metrics` (may be null) counts
-  // submissions.
+  // submissions; WatchJob's rate and ETA come from `progress` (the server's; null: one of its
+  // own).
   JobService(MetadataStore* store, BlobStore* blobs, Clock* clock, const ServerOptions& options,
-             std::function<void()> work_added = nullptr, ServerMetrics* metrics = nullptr)
+             std::function<void()> work_added = nullptr, ServerMetrics* metrics = nullptr,
+             ProgressTracker* progress = nullptr)
       : store_(store),
         blobs_(blobs),
         clock_(clock),
         options_(options),
         work_added_(std::move(work_added)),
-        metrics_(metrics) {}
+        metrics_(metrics),
+        progress_(progress != nullptr ? progress : &own_progress_) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request, v1::Job* reply) override;
   grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* reply) override;
@@ -54,6 +58,8 @@ class JobService final : public v1::Jobs::Service {
   ServerOptions options_;
   std::function<void()> work_added_;  // a job became leasable
   ServerMetrics* metrics_;
+  ProgressTracker own_progress_;
+  ProgressTracker* progress_;
 };
 
 }  // namespace minions

@@ -13,9 +13,10 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
       options_(std::move(options)),
       watchdog_(std::move(watchdog)),
       server_metrics_(&registry_, store),
-      fleet_view_(store, clock),
+      fleet_view_(store, clock, &progress_),
       finalizer_(store, blobs, clock),
-      job_service_(store, blobs, clock, options_, [this] { executor_service_.NotifyWork(); }, &server_metrics_),
+      job_service_(store, blobs, clock, options_, [this] { executor_service_.NotifyWork(); }, &server_metrics_,
+                   &progress_),
       executor_service_(store, blobs, clock, options_, [this](const std::string& job_id) { JobReady(job_id); },
                         &server_metrics_) {
   fleet_view_.ExportMetrics(&registry_);
@@ -38,7 +39,8 @@ absl::Status MinionsServer::Start() {
   }
   if (!options_.http_listen.empty()) {
     http_ = std::make_unique<HttpServer>();
-    InstallStatusEndpoints({store_, clock_, &fleet_view_, &registry_, [this] { return serving_.load(); }}, http_.get());
+    InstallStatusEndpoints({store_, clock_, &fleet_view_, &progress_, &registry_, [this] { return serving_.load(); }},
+                           http_.get());
     if (auto s = http_->Start(options_.http_listen); !s.ok()) {
       server_->Shutdown();
       http_.reset();

@@ -23,6 +23,7 @@
 #include "dashboard/fleet_view.h"
 #include "http/http_server.h"
 #include "metrics/metrics.h"
+#include "model/progress_estimator.h"
 #include "server/executor_service.h"
 #include "server/job_finalizer.h"
 #include "server/job_service.h"
@@ -70,6 +71,7 @@ class MinionsServer {
   std::unique_ptr<Watchdog> watchdog_;
   metrics::Registry registry_;
   ServerMetrics server_metrics_;
+  ProgressTracker progress_;  // every job's progress estimate: watch streams, dashboard, metrics
   FleetView fleet_view_;
   JobFinalizer finalizer_;
   JobService job_service_;

@@ -47,6 +47,7 @@ struct TaskStateCounts {
   int64_t done = 0;       // in a terminal state (the job's tasks_done)
   int64_t succeeded = 0;  // of those, succeeded
   int64_t executors = 0;  // distinct holders of the running tasks
+  int64_t records_in_flight = 0;  // records done so far by the running attempts (their records_done)
 };
 
 struct StoreOptions {

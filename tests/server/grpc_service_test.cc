@@ -667,7 +667,7 @@ TEST_F(GrpcServiceTest, ATokenProtectedServerRefusesCallsWithoutIt) {
 // ------------------------------------------------------------------ a whole job through gRPC
 
 TEST_F(GrpcServiceTest, AJobRunsToCompletionThroughGrpcAlone) {
-  StartServer(&real_clock_, Options());
+  StartServer();
   v1::Job job = MustSubmit(Records(7), 3);
   ASSERT_FALSE(job.id().empty());
   EXPECT_EQ(job.state(), "queued");
@@ -685,9 +685,15 @@ TEST_F(GrpcServiceTest, AJobRunsToCompletionThroughGrpcAlone) {
   EXPECT_EQ(tasks.tasks(2).n_records(), 1);
   EXPECT_EQ(tasks.tasks(2).first_record(), 6);
 
-  // Someone watches the job from the start.
+  // Someone watches the job from the start: an update now, then one each second of the clock.
   std::pair<grpc::Status, std::vector<v1::JobProgress>> watched;
-  std::thread watcher([&] { watched = Watch(job.id(), 50); });
+  std::thread watcher([&] { watched = Watch(job.id(), 1000); });
+  // A second passes; the stream sends its update and waits for the next before the story goes on.
+  auto next_update = [&] {
+    fake_clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(fake_clock_.AwaitWaiters(1)) << "the watch stream does not wait for its next update";
+  };
+  ASSERT_TRUE(fake_clock_.AwaitWaiters(1));  // the first update is out
 
   std::string executor = RegisterExecutor("worker");
   std::vector<v1::TaskLease> leases;
@@ -706,15 +712,26 @@ TEST_F(GrpcServiceTest, AJobRunsToCompletionThroughGrpcAlone) {
     EXPECT_THAT(leases[i].input_url(), ::testing::StartsWith("file:///"));
     EXPECT_THAT(leases[i].chunk_urls(0).output_url(), HasSubstr(absl::StrCat("/tasks/", i, "/attempt-1/")));
   }
-  // The last task finishes first.
+  // Second 1: a heartbeat says task 0 has done 2 of its records.
+  next_update();
+  v1::HeartbeatRequest heartbeat;
+  heartbeat.set_executor_id(executor);
+  heartbeat.set_state("busy");
+  *heartbeat.add_leases() = leases[0].ref();
+  heartbeat.mutable_leases(0)->set_records_done(2);
+  v1::HeartbeatResponse beat;
+  ASSERT_GRPC_OK(executors_->Heartbeat(Context().get(), heartbeat, &beat));
+  // Seconds 2 to 4: the last task finishes first, then the others.
   for (int i : {2, 0, 1}) {
+    next_update();
     auto [done, failed] = Serve(leases[i]);
     ASSERT_GRPC_OK(Complete(executor, leases[i].ref(), done, failed));
-    absl::SleepFor(absl::Milliseconds(60));  // let the watcher see progress
   }
-
-  // The server's background loop finalises it.
+  next_update();  // every task has ended: finalizing
+  // The server's background loop finalises it; the stream's next update is the last.
   v1::Job finished = WaitForState(job.id(), "completed");
+  fake_clock_.Advance(absl::Seconds(1));
+  watcher.join();
   EXPECT_EQ(finished.request_counts().completed(), 7);
   EXPECT_EQ(finished.request_counts().failed(), 0);
   EXPECT_EQ(finished.tasks_done(), 3);
@@ -728,19 +745,31 @@ TEST_F(GrpcServiceTest, AJobRunsToCompletionThroughGrpcAlone) {
   ASSERT_GRPC_OK(errors_status);
   EXPECT_THAT(errors, IsEmpty());
 
-  watcher.join();
+  // What the watcher saw, second by second: progress moves per record (the heartbeat's 2 records
+  // count before their task ends), never back, and the rate and ETA follow.
   ASSERT_GRPC_OK(watched.first);
   const std::vector<v1::JobProgress>& progress = watched.second;
-  ASSERT_GE(progress.size(), 2u);
-  EXPECT_EQ(progress.back().job().state(), "completed");
-  EXPECT_EQ(progress.back().job().request_counts().completed(), 7);
-  EXPECT_EQ(progress.back().eta_seconds(), 0);
-  for (size_t i = 0; i + 1 < progress.size(); ++i) {
-    EXPECT_NE(progress[i].job().state(), "completed") << "the stream ends at the terminal state";
-    if (i > 0) {  // counts never go back
-      EXPECT_GE(progress[i].job().request_counts().completed(), progress[i - 1].job().request_counts().completed());
-    }
+  std::vector<int64_t> done;
+  for (const v1::JobProgress& p : progress) {
+    done.push_back(p.job().request_counts().completed() + p.job().request_counts().failed() + p.records_in_flight());
   }
+  // 0 s: queued; 1 s: leased, nothing done; 2 s: 2 in flight; 3 s: task 2 (1 record) done;
+  // 4 s: task 0 done; 5 s: task 1 done; 6 s: completed.
+  EXPECT_THAT(done, ElementsAre(0, 0, 2, 3, 4, 7, 7));
+  ASSERT_EQ(progress.size(), 7u);
+  EXPECT_EQ(progress[0].job().state(), "queued");
+  EXPECT_EQ(progress[0].eta_seconds(), -1);
+  EXPECT_EQ(progress[2].records_in_flight(), 2);
+  EXPECT_EQ(progress[2].tasks_running(), 3);
+  EXPECT_EQ(progress[2].executors_working(), 1);
+  // The job started at second 0 (its first lease): 2 records in 2 s, 5 left.
+  EXPECT_DOUBLE_EQ(progress[2].records_per_second(), 1.0);
+  EXPECT_DOUBLE_EQ(progress[2].eta_seconds(), 5.0);
+  EXPECT_EQ(progress[5].job().state(), "finalizing");
+  EXPECT_EQ(progress[5].eta_seconds(), 0);
+  EXPECT_EQ(progress.back().job().state(), "completed");
+  EXPECT_EQ(progress.back().eta_seconds(), 0);
+
   // Watching a finished job gives its final state at once.
   auto [again_status, again] = Watch(job.id());
   ASSERT_GRPC_OK(again_status);

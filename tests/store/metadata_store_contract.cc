@@ -612,6 +612,13 @@ TEST_P(MetadataStoreContract, CountTasksAndListRunningTasksAnswerWithoutListingA
   EXPECT_EQ(counts.executors, 1);
   EXPECT_CODE(store_->CountTasks("job-000000000000"), kNotFound);
 
+  EXPECT_EQ(counts.records_in_flight, 0);
+  // Progress of a running attempt, as its executor's heartbeat reports it.
+  ASSERT_OK(store_->Heartbeat(a, ExecutorState::kBusy, "", {{job_id, of_a[1].task.index, of_a[1].task.attempt, 7, 1}},
+                              kTtl, now_));
+  ASSERT_OK_AND_ASSIGN(counts, store_->CountTasks(job_id));
+  EXPECT_EQ(counts.records_in_flight, 7);
+
   std::vector<Lease> more = LeaseUpTo(b, 1);
   ASSERT_THAT(more, SizeIs(1));
   ASSERT_OK_AND_ASSIGN(std::vector<Task> running, store_->ListRunningTasks());
@@ -628,6 +635,7 @@ TEST_P(MetadataStoreContract, CountTasksAndListRunningTasksAnswerWithoutListingA
   EXPECT_EQ(counts.running, 2);
   EXPECT_EQ(counts.executors, 2);
   EXPECT_EQ(counts.pending, 1);
+  EXPECT_EQ(counts.records_in_flight, 7);
 }
 
 // --- executors and listings ---

@@ -405,6 +405,7 @@ absl::StatusOr<TaskStateCounts> PostgresMetadataStore::CountTasks(const std::str
     counts.pending = result.Int(0, 0);
     counts.running = result.Int(0, 1);
     counts.executors = result.Int(0, 2);
+    counts.records_in_flight = result.Int(0, 3);
     return counts;
   });
 }

@@ -78,7 +78,8 @@ inline constexpr char kRunningTasks[] =
     "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = 'running' ORDER BY executor_id, job_id, idx";
 inline constexpr char kCountTasks[] =
     "SELECT (SELECT COUNT(*) FROM tasks WHERE job_id = $1 AND state = 'pending'), COUNT(*), "
-    "COUNT(DISTINCT executor_id) FROM tasks WHERE job_id = $1 AND state = 'running'";
+    "COUNT(DISTINCT executor_id), COALESCE(SUM(records_done), 0)::bigint FROM tasks WHERE job_id = $1 AND "
+    "state = 'running'";
 
 // The end of attempts, in one statement: the tasks as the state machine left them ($1-$20, as
 // kUpdateTasks), what they add to their jobs' counts ($21-$27: one counter shard row per job),

@@ -185,7 +185,8 @@ constexpr char kRunningTasks[] =
     "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = :running ORDER BY executor_id, job_id, idx";
 constexpr char kCountPending[] = "SELECT COUNT(*) FROM tasks WHERE job_id = :job_id AND state = :pending";
 constexpr char kCountRunning[] =
-    "SELECT COUNT(*), COUNT(DISTINCT executor_id) FROM tasks WHERE job_id = :job_id AND state = :running";
+    "SELECT COUNT(*), COUNT(DISTINCT executor_id), COALESCE(SUM(records_done), 0) FROM tasks "
+    "WHERE job_id = :job_id AND state = :running";
 
 // Candidate selection only: which pending tasks this executor could run, in grant order. Whether
 // a task may actually be granted is GrantTask's decision.
@@ -511,6 +512,7 @@ absl::StatusOr<TaskStateCounts> SqliteMetadataStore::CountTasks(const std::strin
     if (row) {
       counts.running = query.Int(0);
       counts.executors = query.Int(1);
+      counts.records_in_flight = query.Int(2);
     }
     return counts;
   });
