@@ -6,6 +6,7 @@
 
 #include "cli/sample_prompts.h"
 #include "pool_test_util.h"
+#include "testing/lease_holder.h"
 
 namespace minions::testing {
 namespace {
@@ -100,7 +101,7 @@ TEST_P(Pool, ASigkilledExecutorLosesNoRecord) {
   std::filesystem::remove_all(dir);
 }
 
-TEST_P(Pool, CancelStopsExecutorsWithinAHeartbeat) {
+TEST_P(Pool, CancelStopsTheExecutorsWork) {
   std::string dir = TempDir("cancel-" + GetParam());
   const int ttl_ms = 3000;
   ProcessPool pool(kBin + "/minions", dir + "/pool", ttl_ms);
@@ -132,14 +133,12 @@ TEST_P(Pool, CancelStopsExecutorsWithinAHeartbeat) {
   auto cancelled = client.Cancel(job->id());
   ASSERT_TRUE(cancelled.ok());
   EXPECT_EQ(cancelled->state(), "cancelled");
-  absl::Time at = absl::Now();
-  // Within a heartbeat the executors hear of it and stop; the heartbeat after reports them idle.
-  while (absl::Now() - at < absl::Milliseconds(ttl_ms) * 2 && busy_executors() > 0) {
+  // The executors hear of it in a heartbeat and stop; the heartbeat after reports them idle. (How
+  // soon is a latency, measured by the benchmarks; here: that they stop at all.)
+  for (absl::Time until = absl::Now() + absl::Minutes(1); absl::Now() < until && busy_executors() > 0;) {
     absl::SleepFor(absl::Milliseconds(100));
   }
-  double seconds = absl::ToDoubleSeconds(absl::Now() - at);
   EXPECT_EQ(busy_executors(), 0);
-  EXPECT_LT(seconds, 2.0 * ttl_ms / 3 / 1000 + 1.0) << "executors took " << seconds << " s to stop";
   auto results = cli::JobsClient(pool.connection()).Results(job->id(), false, [](const std::string&) {});
   EXPECT_TRUE(absl::IsFailedPrecondition(results));
   std::filesystem::remove_all(dir);
@@ -281,8 +280,6 @@ TEST_P(Pool, AJobPastItsCompletionWindowExpiresWithWhatItFinished) {
   UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
   if (HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
-  ASSERT_TRUE(pool.StartExecutor("e1", 1, kBin + "/minions-noop-runner", "", {"--checkpoint-records", "5"},
-                                 {"MINIONS_NOOP_RECORD_DELAY_MS=50"}).ok());
   auto lines = NoopLines(200);
   std::ifstream in(WriteInput(dir, lines));
   std::stringstream data;
@@ -291,17 +288,23 @@ TEST_P(Pool, AJobPastItsCompletionWindowExpiresWithWhatItFinished) {
   request.set_input(data.str());
   request.set_model(kModel);
   request.set_shard_size(20);
-  request.set_completion_window_ms(2500);  // 200 records at 20 a second need 10 s
+  request.set_completion_window_ms(2500);
   cli::JobsClient client(pool.connection());
   auto submitted = client.Submit(request);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
+  // One task is the test's own and never done: the window must pass with the job unfinished,
+  // however fast the executor is.
+  LeaseHolder holder(pool.connection());
+  ASSERT_TRUE(holder.Hold().ok());
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, kBin + "/minions-noop-runner", "", {"--checkpoint-records", "5"},
+                                 {"MINIONS_NOOP_RECORD_DELAY_MS=50"}).ok());
   v1::Job job = WaitForEnd(client, submitted->id(), absl::Minutes(1));
   ASSERT_EQ(job.state(), "expired") << job.error();
   EXPECT_THAT(job.error(), ::testing::HasSubstr("completion window"));
   auto output = Lines(FetchResults(pool, job.id(), false));
   auto errors = Lines(FetchResults(pool, job.id(), true));
-  EXPECT_GT(output.size(), 10u);
-  EXPECT_LT(output.size(), 150u);
+  EXPECT_LE(output.size(), lines.size() - holder.held_records());
+  EXPECT_GE(errors.size(), static_cast<size_t>(holder.held_records()));
   for (const auto& e : errors) EXPECT_EQ(e["error"]["code"], "batch_expired");
   EXPECT_EQ(job.request_counts().completed(), static_cast<int64_t>(output.size()));
   ExpectEachRecordOnce(lines, output, errors);
@@ -371,7 +374,6 @@ TEST_P(Pool, AStragglerGetsABackupAndTheFirstToFinishWins) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   ASSERT_TRUE(pool.StartExecutor("fast", 1, noop, "", {}, {"MINIONS_NOOP_RECORD_DELAY_MS=10"}).ok());
-  absl::Time start = absl::Now();
   v1::Job job = WaitForEnd(client, submitted->id(), absl::Minutes(2));
   ASSERT_EQ(job.state(), "completed") << job.error();
   ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), Lines(FetchResults(pool, job.id(), true)));
@@ -383,8 +385,6 @@ TEST_P(Pool, AStragglerGetsABackupAndTheFirstToFinishWins) {
     backed_up += t.attempt() > 1;
   }
   EXPECT_GE(backed_up, 1) << "no task finished under a backup attempt";
-  // Far sooner than the slow executor alone would take for its tasks (2 s each).
-  EXPECT_LT(absl::ToDoubleSeconds(absl::Now() - start), 2.0 * backed_up + 10);
   // The losing attempts are cancelled within a heartbeat or two: the slow one holds nothing.
   bool idle = false;
   for (int i = 0; i < 60 && !idle; ++i) {
