@@ -17,6 +17,8 @@
 #include "cli/demo.h"
 #include "cli/local_run.h"
 #include "common/logging.h"
+#include "common/private_files.h"
+#include "common/redact.h"
 #include "executor/agent.h"
 #include "http/metrics_endpoints.h"
 #include "absl/strings/match.h"
@@ -149,8 +151,11 @@ int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
   printf("  http      %s\n", config.http_listen.empty() || config.http_listen == "off" ? "off" : config.http_listen.c_str());
   printf("  server    listen %s, lease ttl %lld ms, watchdog %s, token %s\n", config.listen.c_str(),
          static_cast<long long>(config.lease_ttl_ms), config.watchdog ? "on" : "off", config.token.empty() ? "none" : "set");
-  printf("  database  %s\n", config.database.empty() ? (config.data_dir + "/minions.db (SQLite)").c_str() : config.database.c_str());
-  printf("  objects   %s\n", config.objects.empty() ? (config.data_dir + "/objects").c_str() : config.objects.c_str());
+  // Connection strings may hold a password: printed with it hidden.
+  printf("  database  %s\n", config.database.empty() ? (config.data_dir + "/minions.db (SQLite)").c_str()
+                                                    : minions::RedactSecrets(config.database).c_str());
+  printf("  objects   %s%s\n", config.objects.empty() ? (config.data_dir + "/objects").c_str() : config.objects.c_str(),
+         config.s3_endpoint.empty() ? "" : (" at " + minions::RedactSecrets(config.s3_endpoint)).c_str());
   printf("  executor  server %s\n", config.server.c_str());
   if (problems.empty()) {
     printf("ok%s\n", connect ? ": the database and the object store answer" : "");
@@ -384,6 +389,12 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (verbose) minions::SetLogLevel(minions::LogLevel::kDebug);
+  // The processes that keep data (databases, objects, state, logs) create it for their own account
+  // only; the client verbs leave the user's umask alone (their output files are the user's).
+  if (server_cmd->parsed() || watchdog_cmd->parsed() || executor_cmd->parsed() || up_cmd->parsed() ||
+      demo_cmd->parsed()) {
+    minions::UsePrivateUmask();
+  }
   connection.FromEnvironment();
 
   auto load_config = [&]() -> absl::StatusOr<minions::apps::MinionsConfig> {
