@@ -2,8 +2,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <toml++/toml.h>
 
@@ -21,60 +19,70 @@ void FromEnv(const char* name, std::string* field) {
   if (const char* value = std::getenv(name); value && *value) *field = value;
 }
 
-// Fills `config` from a parsed file.
-absl::Status ApplyTable(const toml::table& table, const std::string& path, MinionsConfig* config_out) {
-  MinionsConfig& config = *config_out;
-  static const char* kSections[] = {"server", "store", "objects", "executor", "availability"};
-  for (const auto& [key, value] : table) {
-    bool known = false;
-    for (const char* s : kSections) known |= key.str() == s;
-    if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": unknown section [",
-                                                     std::string(key.str()), "]; expected server, store, objects, executor or availability"));
-    }
-  }
-  auto str = [&](const char* section, const char* key, std::string* field) {
-    if (auto v = table[section][key].value<std::string>()) *field = *v;
-  };
-  str("server", "listen", &config.listen);
-  str("server", "http_listen", &config.http_listen);
-  str("server", "token", &config.token);
-  str("server", "data_dir", &config.data_dir);
-  if (auto v = table["server"]["lease_ttl_ms"].value<int64_t>()) config.lease_ttl_ms = *v;
-  if (auto v = table["server"]["straggler_factor"].value<double>()) config.straggler_factor = *v;
-  if (auto v = table["server"]["straggler_min_runtime_ms"].value<int64_t>()) config.straggler_min_runtime_ms = *v;
-  if (auto v = table["server"]["watchdog"].value<bool>()) config.watchdog = *v;
-  str("store", "database", &config.database);
-  str("objects", "url", &config.objects);
-  str("objects", "endpoint", &config.s3_endpoint);
-  str("objects", "region", &config.s3_region);
-  if (auto v = table["objects"]["path_style"].value<bool>()) config.s3_path_style = *v;
-  str("executor", "server", &config.server);
-  str("executor", "name", &config.executor_name);
-  str("executor", "state_dir", &config.executor_state_dir);
-  str("executor", "runner", &config.runner);
-  if (auto v = table["executor"]["runner_threads"].value<int64_t>()) config.runner_threads = static_cast<int>(*v);
-  if (const toml::table* availability = table["availability"].as_table()) {
-    for (const auto& [key, value] : *availability) {
-      std::string text;
-      if (auto s = value.value<std::string>()) {
-        text = *s;
-      } else if (auto b = value.value<bool>()) {
-        text = *b ? "true" : "false";
-      } else if (auto d = value.value<double>()) {
-        text = absl::StrCat(*d);
-      } else if (const toml::array* list = value.as_array()) {
-        for (const auto& item : *list) {
-          if (auto s = item.value<std::string>()) absl::StrAppend(&text, text.empty() ? "" : ",", *s);
-        }
-      }
-      config.availability.emplace_back(std::string(key.str()), text);
-    }
-  }
-  return absl::OkStatus();
-}
+}  // namespace
 
-void ApplyEnvironment(MinionsConfig& config) {
+absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
+  MinionsConfig config;
+  config.data_dir = cli::MinionsHome() + "/server";
+  std::string path = path_arg;
+  if (path.empty()) FromEnv("MINIONS_CONFIG", &path);
+  if (!path.empty()) {
+    config.source = path;
+    toml::table table;
+    try {
+      table = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config file ", path, ": ", std::string(e.description()), " at line ", e.source().begin.line));
+    }
+    static const char* kSections[] = {"server", "store", "objects", "executor", "availability"};
+    for (const auto& [key, value] : table) {
+      bool known = false;
+      for (const char* s : kSections) known |= key.str() == s;
+      if (!known) {
+        return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": unknown section [",
+                                                       std::string(key.str()), "]; expected server, store, objects, executor or availability"));
+      }
+    }
+    auto str = [&](const char* section, const char* key, std::string* field) {
+      if (auto v = table[section][key].value<std::string>()) *field = *v;
+    };
+    str("server", "listen", &config.listen);
+    str("server", "http_listen", &config.http_listen);
+    str("server", "token", &config.token);
+    str("server", "data_dir", &config.data_dir);
+    if (auto v = table["server"]["lease_ttl_ms"].value<int64_t>()) config.lease_ttl_ms = *v;
+    if (auto v = table["server"]["straggler_factor"].value<double>()) config.straggler_factor = *v;
+    if (auto v = table["server"]["straggler_min_runtime_ms"].value<int64_t>()) config.straggler_min_runtime_ms = *v;
+    if (auto v = table["server"]["watchdog"].value<bool>()) config.watchdog = *v;
+    str("store", "database", &config.database);
+    str("objects", "url", &config.objects);
+    str("objects", "endpoint", &config.s3_endpoint);
+    str("objects", "region", &config.s3_region);
+    if (auto v = table["objects"]["path_style"].value<bool>()) config.s3_path_style = *v;
+    str("executor", "server", &config.server);
+    str("executor", "name", &config.executor_name);
+    str("executor", "state_dir", &config.executor_state_dir);
+    str("executor", "runner", &config.runner);
+    if (auto v = table["executor"]["runner_threads"].value<int64_t>()) config.runner_threads = static_cast<int>(*v);
+    if (const toml::table* availability = table["availability"].as_table()) {
+      for (const auto& [key, value] : *availability) {
+        std::string text;
+        if (auto s = value.value<std::string>()) {
+          text = *s;
+        } else if (auto b = value.value<bool>()) {
+          text = *b ? "true" : "false";
+        } else if (auto d = value.value<double>()) {
+          text = absl::StrCat(*d);
+        } else if (const toml::array* list = value.as_array()) {
+          for (const auto& item : *list) {
+            if (auto s = item.value<std::string>()) absl::StrAppend(&text, text.empty() ? "" : ",", *s);
+          }
+        }
+        config.availability.emplace_back(std::string(key.str()), text);
+      }
+    }
+  }
   FromEnv("MINIONS_LISTEN", &config.listen);
   FromEnv("MINIONS_HTTP_LISTEN", &config.http_listen);
   FromEnv("MINIONS_TOKEN", &config.token);
@@ -87,40 +95,7 @@ void ApplyEnvironment(MinionsConfig& config) {
     std::string var = absl::AsciiStrToUpper(absl::StrCat("MINIONS_AVAILABILITY_", key));
     if (const char* value = std::getenv(var.c_str()); value && *value) config.availability.emplace_back(key, value);
   }
-}
-
-}  // namespace
-
-absl::StatusOr<MinionsConfig> LoadConfigFromText(std::string_view text, const std::string& source) {
-  MinionsConfig config;
-  config.data_dir = cli::MinionsHome() + "/server";
-  config.source = source;
-  toml::table table;
-  try {
-    table = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    return absl::InvalidArgumentError(absl::StrCat("config file ", source, ": ", std::string(e.description()),
-                                                   " at line ", e.source().begin.line));
-  }
-  if (absl::Status s = ApplyTable(table, source, &config); !s.ok()) return s;
-  ApplyEnvironment(config);
   return config;
-}
-
-absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
-  std::string path = path_arg;
-  if (path.empty()) FromEnv("MINIONS_CONFIG", &path);
-  if (path.empty()) {
-    MinionsConfig config;
-    config.data_dir = cli::MinionsHome() + "/server";
-    ApplyEnvironment(config);
-    return config;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": cannot be read"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return LoadConfigFromText(text.str(), path);
 }
 
 std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) {

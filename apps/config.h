@@ -20,7 +20,6 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -61,9 +60,6 @@ struct MinionsConfig {
 
 // Reads `path` (empty: $MINIONS_CONFIG, or no file), then applies the environment.
 absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path);
-// The same for a file's text (`source` names it in messages): parses the TOML, then applies the
-// environment. Never throws, whatever the text.
-absl::StatusOr<MinionsConfig> LoadConfigFromText(std::string_view text, const std::string& source);
 
 // Problems found in the configuration; with `connect`, also tries the database and the object store.
 std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect);
