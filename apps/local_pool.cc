@@ -71,7 +71,12 @@ class LocalPool : public cli::Pool {
                  absl::StrCat(options.data_dir, "/logs/runner-", i, ".log"), "--exit-with-parent",
                  "--runner-threads", std::to_string(threads),
                  // A pool started by hand is the owner's deliberate use of the machine.
-                 "--availability", "off"};
+                 "--availability", "off",
+                 // The executors follow URLs into this pool's objects folder only.
+                 "--objects", absl::StrCat("file://", fs::absolute(options.data_dir).lexically_normal().string(), "/objects")};
+      for (const std::string& folder : options.model_folders) {
+        sp.argv.insert(sp.argv.end(), {"--models", fs::absolute(folder).lexically_normal().string()});
+      }
       if (!options.token.empty()) sp.extra_env.push_back("MINIONS_TOKEN=" + options.token);
       sp.stderr_path = absl::StrCat(options.data_dir, "/logs/executor-", i, ".log");
       auto process = Subprocess::Start(sp);

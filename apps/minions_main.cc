@@ -166,7 +166,7 @@ int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
 }
 
 int RunExecutor(const minions::cli::Connection& connection, minions::AgentOptions options, bool exit_with_parent,
-                const minions::AvailabilityOptions& availability) {
+                const minions::AvailabilityOptions& availability, minions::UrlPolicy url_policy) {
 #ifdef __linux__
   if (exit_with_parent) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -177,7 +177,9 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
   minions::RealClock clock;
   std::string state_dir = options.state_dir;
   minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(connection.server, connection.token),
-                               std::make_unique<minions::UrlBlobClient>(), &clock);
+                               std::make_unique<minions::PolicyBlobClient>(
+                                   std::move(url_policy), std::make_unique<minions::UrlBlobClient>()),
+                               &clock);
   // Owner first: the availability controller and the owner's control channel (executor_commands.cc).
   auto owner = minions::apps::OwnerSide::Start(availability, &agent, &clock, state_dir);
   if (!owner.ok()) {
@@ -317,6 +319,8 @@ int main(int argc, char** argv) {
   up_cmd->add_option("--http-listen", pool_options.http_listen, "dashboard and metrics address (off: none)")
       ->capture_default_str();
   up_cmd->add_option("--data-dir", pool_options.data_dir, "database, objects, logs")->capture_default_str();
+  up_cmd->add_option("--models", pool_options.model_folders,
+                     "a folder the executors may load models from (repeat; default ~/.minions/models)");
 
   // --- client verbs ---
   minions::cli::SubmitOptions submit;
@@ -447,7 +451,13 @@ int main(int argc, char** argv) {
       }
       agent_options.metrics = &executor_metrics;
     }
-    return RunExecutor(connection, agent_options, exit_with_parent, *availability);
+    // Trust nothing sent: object URLs, model paths, the runner's confinement (executor_commands.cc).
+    auto url_policy = minions::apps::ApplyExecutorTrust(executor_flags, connection.server, &agent_options);
+    if (!url_policy.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(url_policy.status().message()).c_str());
+      return 1;
+    }
+    return RunExecutor(connection, agent_options, exit_with_parent, *availability, *std::move(url_policy));
   }
   if (up_cmd->parsed()) return RunUp(pool_options);
   if (submit_cmd->parsed()) {

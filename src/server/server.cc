@@ -14,7 +14,7 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
       watchdog_(std::move(watchdog)),
       server_metrics_(&registry_, store),
       fleet_view_(store, clock),
-      finalizer_(store, blobs, clock),
+      finalizer_(store, blobs, clock, {options_.max_chunk_bytes}),
       job_service_(store, blobs, clock, options_, [this] { executor_service_.NotifyWork(); }),
       executor_service_(store, blobs, clock, options_, [this](const std::string& job_id) {
         std::lock_guard<std::mutex> lock(ready_mu_);

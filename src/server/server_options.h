@@ -24,6 +24,8 @@ struct ServerOptions {
   // a call gets RESOURCE_EXHAUSTED instead of a thread.
   int max_threads = 1024;
   int max_watch_streams = 64;
+  // The largest object (output or errors) one chunk may upload; a larger one fails its attempt.
+  int64_t max_chunk_bytes = int64_t{256} << 20;
   // Refuse a job whose model is a path that does not exist on this machine (right for a pool on
   // one machine; a fleet whose executors fetch models elsewhere turns it off).
   bool check_model_paths = true;
