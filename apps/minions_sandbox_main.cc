@@ -34,7 +34,7 @@ int Usage(const char* why) {
 int main(int argc, char** argv) {
   minions::sandbox::Policy policy = minions::sandbox::SystemPolicy();
   std::vector<std::string> env;
-  std::string chdir_to;
+  std::string chdir_to, first_write;
   bool require_landlock = false, quiet = false, unconfined = false;
   int i = 1;
   for (; i < argc; ++i) {
@@ -54,7 +54,10 @@ int main(int argc, char** argv) {
       const char* v = value();
       if (v == nullptr) return Usage((arg + " needs a value").c_str());
       if (arg == "--read") policy.read_only.push_back(v);
-      if (arg == "--write") policy.read_write.push_back(v);
+      if (arg == "--write") {
+        policy.read_write.push_back(v);
+        if (first_write.empty()) first_write = v;
+      }
       if (arg == "--device") policy.devices.push_back(v);
       if (arg == "--env") {
         if (std::strchr(v, '=') == nullptr) return Usage("--env needs NAME=VALUE");
@@ -70,7 +73,7 @@ int main(int argc, char** argv) {
   args.push_back(nullptr);
   const std::string program = args[0];
   policy.read_only.push_back(program);
-  if (chdir_to.empty() && !policy.read_write.empty()) chdir_to = policy.read_write.front();
+  if (chdir_to.empty()) chdir_to = first_write;
   if (chdir_to.empty()) chdir_to = "/";
   if (::chdir(chdir_to.c_str()) != 0) {
     fprintf(stderr, "minions-sandbox: cannot enter %s: %s\n", chdir_to.c_str(), std::strerror(errno));
