@@ -1,5 +1,6 @@
 #include "executor_commands.h"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,6 +8,8 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "common/subprocess.h"
 #include "absl/strings/str_split.h"
 #include "cli/demo.h"
 #include "common/logging.h"
@@ -49,7 +52,10 @@ absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const s
   if (!policy.ok()) return policy.status();
   ModelAccessOptions models;
   models.folders = !flags.models.empty() ? flags.models : config->executor_models;
-  if (models.folders.empty()) models.folders = {cli::MinionsHome() + "/models"};
+  if (models.folders.empty()) {
+    // The models folder of its state folder (a service's), or the user's own.
+    models.folders = {agent->state_dir.empty() ? cli::MinionsHome() + "/models" : agent->state_dir + "/models"};
+  }
   for (std::string& folder : models.folders) {
     std::error_code ec;
     if (!folder.empty() && folder[0] != '/') folder = std::filesystem::absolute(folder, ec).string();
@@ -89,7 +95,8 @@ void AddExecutorCommands(CLI::App* executor, ExecutorFlags* flags, std::string* 
                        "server on this machine, its objects folder (repeat; default for a local server: "
                        "~/.minions/server/objects)");
   executor->add_option("--models", flags->models,
-                       "a folder models may be loaded from (repeat; default ~/.minions/models)");
+                       "a folder models may be loaded from (repeat; default: STATE_DIR/models, or "
+                       "~/.minions/models without --state-dir)");
   executor->add_option("--runner-env", flags->runner_env,
                        "NAME=VALUE for the runner's otherwise empty environment (repeat)");
   executor->add_option("--runner-sandbox", flags->runner_sandbox,
@@ -120,7 +127,8 @@ void AddExecutorCommands(CLI::App* executor, ExecutorFlags* flags, std::string* 
   i->add_option("--binary", flags->install.binary, "the minions binary")->capture_default_str();
   i->add_option("--server", flags->install.server, "server address")->capture_default_str();
   i->add_option("--state-dir", flags->install.state_dir, "executor state directory (default: the platform's)");
-  i->add_option("--user", flags->install.user, "Linux service account")->capture_default_str();
+  i->add_option("--user", flags->install.user,
+                "the executor's own account, made when missing (default: minions-executor; macOS: _minions)");
   i->add_option("--output", flags->install_output,
                 "write the file here (e.g. " + ServiceFilePath(DefaultPlatform()) + ") instead of printing it");
   executor->require_subcommand(0, 1);
@@ -176,6 +184,25 @@ std::optional<int> RunOwnerVerb(const ExecutorFlags& flags, const std::string& s
     if (flags.install_output.empty()) {
       fputs(text->c_str(), stdout);
       return 0;
+    }
+    // The executor's own unprivileged account (and, on macOS, its folders): made when missing.
+    auto commands = ServiceAccountCommands(flags.install, [](const std::string& user) { return getpwnam(user.c_str()) != nullptr; });
+    if (!commands.empty() && geteuid() != 0) {
+      fprintf(stderr, "error: the executor's account must be made first; as root, run this again, or:\n");
+      for (const auto& argv : commands) fprintf(stderr, "  %s\n", absl::StrJoin(argv, " ").c_str());
+      return 1;
+    }
+    for (const auto& argv : commands) {
+      Subprocess::Options sp;
+      sp.argv = argv;
+      auto process = Subprocess::Start(sp);
+      absl::StatusOr<ExitInfo> exit = process.ok() ? (*process)->Wait(absl::Minutes(1)) : process.status();
+      if (!exit.ok() || !exit->exited || exit->code != 0) {
+        fprintf(stderr, "error: %s failed%s\n", absl::StrJoin(argv, " ").c_str(),
+                exit.ok() ? "" : (": " + std::string(exit.status().message())).c_str());
+        return 1;
+      }
+      printf("ran: %s\n", absl::StrJoin(argv, " ").c_str());
     }
     std::ofstream out(flags.install_output, std::ios::trunc);
     out << *text;

@@ -62,7 +62,8 @@ std::string DefaultExecutorStateDir();
 
 // What an executor trusts, from its flags and config file: the object URLs it follows (default,
 // for a server on this machine: the default server's objects folder; a server elsewhere needs
-// --objects), the model folders it loads from (default ~/.minions/models), and how its runner is
+// --objects), the model folders it loads from (default: its state folder's models folder, or
+// ~/.minions/models without one), and how its runner is
 // confined (sandbox on by default; "required" refuses to run a runner without Landlock). Sets
 // agent->models and agent->sandbox; returns the URL policy for the blob client.
 absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const std::string& server,

@@ -13,6 +13,7 @@
 
 #include "common/subprocess.h"
 #include "executor/model_access.h"
+#include "executor/owner_controls.h"
 #include "executor/runner_sandbox.h"
 #include "executor/url_policy.h"
 #include "sandbox/sandbox.h"
@@ -301,6 +302,52 @@ TEST(MacProfile, DeniesByDefaultReadsModelsWritesScratchAndHasNoNetwork) {
   // Paths are quoted: a folder named with a quote cannot break out of its rule.
   policy.read_only = {"/tmp/a\")(allow default)(\""};
   EXPECT_THAT(sandbox::MacProfile(policy, "/r"), HasSubstr("\"/tmp/a\\\")(allow default)(\\\"\""));
+}
+
+// ------------------------------------------------------------------ least privilege
+
+TEST(Install, TheExecutorRunsAsItsOwnUnprivilegedAccount) {
+  InstallOptions linux_options;
+  linux_options.platform = "linux";
+  std::string unit = *ServiceFile(linux_options);
+  for (const char* line : {"User=minions-executor\n", "Group=minions-executor\n", "NoNewPrivileges=yes\n",
+                           "ProtectSystem=strict\n", "ProtectHome=yes\n", "PrivateTmp=yes\n",
+                           "CapabilityBoundingSet=\n", "AmbientCapabilities=\n", "UMask=0077\n",
+                           "StateDirectoryMode=0700\n", "RestrictSUIDSGID=yes\n", "RestrictNamespaces=yes\n"}) {
+    EXPECT_THAT(unit, HasSubstr(line));
+  }
+  // /dev/input is not granted by default: logind answers where it can.
+  EXPECT_THAT(unit, HasSubstr("# SupplementaryGroups=input"));
+  EXPECT_THAT(unit, Not(HasSubstr("\nSupplementaryGroups=input")));
+  InstallOptions mac;
+  mac.platform = "macos";
+  std::string plist = *ServiceFile(mac);
+  EXPECT_THAT(plist, HasSubstr("<key>UserName</key>\n  <string>_minions</string>"));
+  EXPECT_THAT(plist, HasSubstr("<key>Umask</key>\n  <integer>63</integer>"));
+}
+
+TEST(Install, TheAccountIsMadeWhenMissingAndOnlyThen) {
+  InstallOptions linux_options;
+  linux_options.platform = "linux";
+  auto missing = ServiceAccountCommands(linux_options, [](const std::string&) { return false; });
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_EQ(missing[0].front(), "useradd");
+  EXPECT_EQ(missing[0].back(), "minions-executor");
+  EXPECT_THAT(missing[0], ::testing::Contains("--system"));
+  EXPECT_THAT(missing[0], ::testing::Contains("/usr/sbin/nologin"));
+  EXPECT_TRUE(ServiceAccountCommands(linux_options, [](const std::string&) { return true; }).empty());
+  InstallOptions mac;
+  mac.platform = "macos";
+  auto mac_missing = ServiceAccountCommands(mac, [](const std::string&) { return false; });
+  auto mac_exists = ServiceAccountCommands(mac, [](const std::string&) { return true; });
+  EXPECT_GT(mac_missing.size(), mac_exists.size());
+  EXPECT_THAT(mac_missing[0], ::testing::ElementsAre("dscl", ".", "-create", "/Groups/_minions", "PrimaryGroupID", "471"));
+  bool hidden = false;
+  for (const auto& argv : mac_missing) hidden |= argv.size() == 6 && argv[4] == "IsHidden" && argv[5] == "1";
+  EXPECT_TRUE(hidden);
+  // Folders are made and handed to the account either way.
+  EXPECT_EQ(mac_exists.back(), (std::vector<std::string>{"chmod", "700", "/Library/Application Support/Minions/executor",
+                                                         "/Library/Logs/Minions"}));
 }
 
 }  // namespace
