@@ -19,6 +19,8 @@
 #include "cli/demo.h"
 #include "cli/local_run.h"
 #include "common/logging.h"
+#include "common/private_files.h"
+#include "common/redact.h"
 #include "executor/agent.h"
 #include "http/metrics_endpoints.h"
 #include "absl/strings/match.h"
@@ -202,9 +204,15 @@ int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
   printf("  http      %s\n", config.http_listen.empty() || config.http_listen == "off" ? "off" : config.http_listen.c_str());
   printf("  server    listen %s, lease ttl %lld ms, watchdog %s, token %s\n", config.listen.c_str(),
          static_cast<long long>(config.lease_ttl_ms), config.watchdog ? "on" : "off", config.token.empty() ? "none" : "set");
-  printf("  database  %s\n", config.database.empty() ? (config.data_dir + "/minions.db (SQLite)").c_str() : config.database.c_str());
-  printf("  objects   %s\n", config.objects.empty() ? (config.data_dir + "/objects").c_str() : config.objects.c_str());
-  printf("  executor  server %s (%s), name %s, state dir %s, runner %s, runner threads %s\n", config.server.c_str(),
+  // Connection strings may hold a password: printed with it hidden.
+  printf("  database  %s
+", config.database.empty() ? (config.data_dir + "/minions.db (SQLite)").c_str()
+                                                    : minions::RedactSecrets(config.database).c_str());
+  printf("  objects   %s%s
+", config.objects.empty() ? (config.data_dir + "/objects").c_str() : config.objects.c_str(),
+         config.s3_endpoint.empty() ? "" : (" at " + minions::RedactSecrets(config.s3_endpoint)).c_str());
+  printf("  executor  server %s (%s), name %s, state dir %s, runner %s, runner threads %s
+", config.server.c_str(),
          config.server_source.c_str(), config.executor_name.empty() ? "(host name)" : config.executor_name.c_str(),
          config.executor_state_dir.empty() ? "(default)" : config.executor_state_dir.c_str(),
          config.runner.empty() ? "minions-llama-runner" : config.runner.c_str(),
@@ -218,7 +226,7 @@ int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
 }
 
 int RunExecutor(const minions::cli::Connection& connection, minions::AgentOptions options, bool exit_with_parent,
-                const minions::AvailabilityOptions& availability) {
+                const minions::AvailabilityOptions& availability, minions::UrlPolicy url_policy) {
 #ifdef __linux__
   if (exit_with_parent) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -229,7 +237,9 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
   minions::RealClock clock;
   std::string state_dir = options.state_dir;
   minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(connection.server, connection.token),
-                               std::make_unique<minions::UrlBlobClient>(minions::UrlBlobClient::Options{.clock = &clock}),
+                               std::make_unique<minions::PolicyBlobClient>(
+                                   std::move(url_policy),
+                                   std::make_unique<minions::UrlBlobClient>(minions::UrlBlobClient::Options{.clock = &clock})),
                                &clock);
   // Owner first: the availability controller and the owner's control channel (executor_commands.cc).
   auto owner = minions::apps::OwnerSide::Start(availability, &agent, &clock, state_dir);
@@ -370,6 +380,8 @@ int main(int argc, char** argv) {
   up_cmd->add_option("--http-listen", pool_options.http_listen, "dashboard and metrics address (off: none)")
       ->capture_default_str();
   up_cmd->add_option("--data-dir", pool_options.data_dir, "database, objects, logs")->capture_default_str();
+  up_cmd->add_option("--models", pool_options.model_folders,
+                     "a folder the executors may load models from (repeat; default ~/.minions/models)");
 
   // --- client verbs ---
   minions::cli::SubmitOptions submit;
@@ -445,6 +457,12 @@ int main(int argc, char** argv) {
   if (app.get_subcommands().empty()) {
     PrintVerbs(app);
     return 0;
+  }
+  // The processes that keep data (databases, objects, state, logs) create it for their own account
+  // only; the client verbs leave the user's umask alone (their output files are the user's).
+  if (server_cmd->parsed() || watchdog_cmd->parsed() || executor_cmd->parsed() || up_cmd->parsed() ||
+      demo_cmd->parsed()) {
+    minions::UsePrivateUmask();
   }
   connection.FromEnvironment();
 
@@ -527,7 +545,13 @@ int main(int argc, char** argv) {
       }
       agent_options.metrics = &executor_metrics;
     }
-    return RunExecutor(connection, agent_options, exit_with_parent, *availability);
+    // Trust nothing sent: object URLs, model paths, the runner's confinement (executor_commands.cc).
+    auto url_policy = minions::apps::ApplyExecutorTrust(executor_flags, connection.server, &agent_options);
+    if (!url_policy.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(url_policy.status().message()).c_str());
+      return 1;
+    }
+    return RunExecutor(connection, agent_options, exit_with_parent, *availability, *std::move(url_policy));
   }
   if (up_cmd->parsed()) return RunUp(pool_options);
   if (submit_cmd->parsed()) {

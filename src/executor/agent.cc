@@ -272,7 +272,7 @@ ExecutorAgent::TaskPtr ExecutorAgent::Stage(const v1::TaskLease& lease) {
 absl::Status ExecutorAgent::EnsureRunner() {
   if (runner_) return absl::OkStatus();
   RunnerProcess::Options options;
-  options.command = options_.runner_command;
+  options.command = options_.sandbox ? options_.sandbox->Wrap(options_.runner_command) : options_.runner_command;
   options.stderr_path = options_.runner_log;
   auto runner = RunnerProcess::Start(options);
   if (!runner.ok()) return runner.status();
@@ -286,7 +286,11 @@ absl::Status ExecutorAgent::EnsureRunner() {
 
 absl::Status ExecutorAgent::LoadModel(const v1::TaskLease& lease) {
   runner_protocol::LoadRequest load;
-  load.model = lease.model();
+  // Only from the owner's model folders, by real path (one answer for every refusal).
+  absl::StatusOr<std::string> model = options_.models ? options_.models->Resolve(lease.model())
+                                                      : absl::NotFoundError(ModelAccess::UnavailableMessage(lease.model()));
+  if (!model.ok()) return model.status();
+  load.model = *model;
   if (!lease.runner_options_json().empty()) {
     auto json = ParseJson(lease.runner_options_json());
     if (!json.ok()) return json.status();

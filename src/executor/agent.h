@@ -36,6 +36,8 @@
 #include "executor/blob_client.h"
 #include "executor/control_plane_client.h"
 #include "executor/executor_metrics.h"
+#include "executor/model_access.h"
+#include "executor/runner_sandbox.h"
 #include "model/types.h"
 #include "runner/runner_process.h"
 
@@ -63,6 +65,11 @@ struct AgentOptions {
   // attempt is given up as a retryable failure (the machine, not a record, is then the suspect).
   int max_crashes_per_task = 24;
   ExecutorMetrics* metrics = nullptr;        // observability hooks; null: none (not owned)
+  // Where models may be loaded from (executor/model_access.h); null: nowhere, every load refused.
+  std::shared_ptr<const ModelAccess> models;
+  // How the runner is started: the command is wrapped in the platform's sandbox and an empty
+  // environment (executor/runner_sandbox.h); null: as it is (tests that drive a fake runner).
+  std::shared_ptr<const RunnerSandbox> sandbox;
 };
 
 class ExecutorAgent : public WorkTarget {

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "minions/v1/minions.grpc.pb.h"
 #include "server/server_metrics.h"
+#include "server/chunk_check.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
 
@@ -29,7 +30,8 @@ class ExecutorService final : public v1::Executors::Service {
         clock_(clock),
         options_(options),
         job_ready_(std::move(job_ready)),
-        metrics_(metrics) {}
+        metrics_(metrics),
+        chunks_(store, blobs, {options.max_chunk_bytes}) {}
 
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                         v1::RegisterResponse* reply) override;
@@ -58,6 +60,9 @@ class ExecutorService final : public v1::Executors::Service {
   ServerOptions options_;
   std::function<void(const std::string&)> job_ready_;
   ServerMetrics* metrics_;
+  // Every call that commits chunks goes through it: an upload becomes part of a job's results only
+  // once checked against the task's input (server/chunk_check.h).
+  ChunkChecker chunks_;
   absl::Mutex work_mu_;
   uint64_t work_generation_ ABSL_GUARDED_BY(work_mu_) = 0;  // bumped by NotifyWork
   bool stopping_ ABSL_GUARDED_BY(work_mu_) = false;

@@ -12,6 +12,7 @@
 #include "server/job_finalizer.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
+#include "server/stream_limiter.h"
 #include "store/metadata_store.h"
 
 namespace minions {
@@ -30,7 +31,8 @@ class JobService final : public v1::Jobs::Service {
         options_(options),
         work_added_(std::move(work_added)),
         metrics_(metrics),
-        progress_(progress != nullptr ? progress : &own_progress_) {}
+        progress_(progress != nullptr ? progress : &own_progress_),
+        watch_streams_(options.max_watch_streams) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request, v1::Job* reply) override;
   grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* reply) override;
@@ -60,6 +62,7 @@ class JobService final : public v1::Jobs::Service {
   ServerMetrics* metrics_;
   ProgressTracker own_progress_;
   ProgressTracker* progress_;
+  StreamLimiter watch_streams_;        // open WatchJob streams
 };
 
 }  // namespace minions

@@ -172,6 +172,7 @@ std::vector<std::string> GrafanaQueries() {
 TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
   std::string dir = TempDir("prometheus");
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   ASSERT_TRUE(pool.StartServer().ok());
   std::vector<std::string> executor_metrics;
   for (int i = 0; i < 2; ++i) executor_metrics.push_back(absl::StrCat("127.0.0.1:", PickFreePort()));
@@ -269,6 +270,7 @@ TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
 TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   std::string dir = TempDir("chromium");
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   ASSERT_TRUE(pool.StartServer().ok());
   fs::create_directories(kArtifacts);
   std::string screenshot = kArtifacts + "/dashboard.png";

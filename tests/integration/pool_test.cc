@@ -16,6 +16,7 @@ class Pool : public ::testing::TestWithParam<std::string> {};
 TEST_P(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
   std::string dir = TempDir("thousand-" + GetParam());
   ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
   if (::testing::Test::HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
@@ -47,6 +48,7 @@ TEST_P(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
 TEST_P(Pool, ASigkilledExecutorLosesNoRecord) {
   std::string dir = TempDir("sigkill-" + GetParam());
   ProcessPool pool(kBin + "/minions", dir + "/pool", 2000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
   if (::testing::Test::HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
@@ -105,6 +107,7 @@ TEST_P(Pool, CancelStopsTheExecutorsWork) {
   std::string dir = TempDir("cancel-" + GetParam());
   const int ttl_ms = 3000;
   ProcessPool pool(kBin + "/minions", dir + "/pool", ttl_ms);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
   if (::testing::Test::HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
@@ -149,6 +152,7 @@ TEST_P(Pool, TwoServersOnOneStoreServeEveryRecordOnce) {
   // leased through both, and every record is served exactly once.
   std::string dir = TempDir("two-servers-" + GetParam());
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   UseBackend(pool, GetParam(), "two");
   if (HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
@@ -206,6 +210,7 @@ v1::Job WaitForEnd(cli::JobsClient& client, const std::string& job_id, absl::Dur
 TEST_P(Pool, ARecordThatCrashesTheRunnerBecomesAnErrorRecordNotAFailedTask) {
   std::string dir = TempDir("poison-" + GetParam());
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
   if (HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
@@ -237,6 +242,7 @@ TEST_P(Pool, ARecordThatCrashesTheRunnerBecomesAnErrorRecordNotAFailedTask) {
 TEST_P(Pool, AnExecutorsSuccessorResumesAfterItsLastCheckpoint) {
   std::string dir = TempDir("resume-" + GetParam());
   ProcessPool pool(kBin + "/minions", dir + "/pool", 1500);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
   if (HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
@@ -277,6 +283,7 @@ TEST_P(Pool, AnExecutorsSuccessorResumesAfterItsLastCheckpoint) {
 TEST_P(Pool, AJobPastItsCompletionWindowExpiresWithWhatItFinished) {
   std::string dir = TempDir("expire-" + GetParam());
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
   if (HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
@@ -315,6 +322,7 @@ TEST_P(Pool, ExecutorsRideOutAServerRestartAndReattachTheirLeases) {
   std::string dir = TempDir("restart-" + GetParam());
   const int ttl_ms = 1500;
   ProcessPool pool(kBin + "/minions", dir + "/pool", ttl_ms);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
   if (HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
@@ -356,6 +364,7 @@ TEST_P(Pool, ExecutorsRideOutAServerRestartAndReattachTheirLeases) {
 TEST_P(Pool, AStragglerGetsABackupAndTheFirstToFinishWins) {
   std::string dir = TempDir("straggler-" + GetParam());
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
   if (HasFatalFailure()) return;
   pool.AddServerArgs({"--straggler-min-runtime-ms", "500"});
