@@ -121,7 +121,7 @@ absl::StatusOr<std::unique_ptr<OwnerSide>> OwnerSide::Start(const AvailabilityOp
   side->controller_ = std::make_unique<AvailabilityController>(options, availability::PlatformProbes(probes), clock);
   AvailabilityController* controller = side->controller_.get();
   controller->Attach(agent);
-  controller->OnChange([clock] { clock->Wake(); });
+  controller->OnChange([agent] { agent->Wake(); });
   agent->SetWorkGate(controller);
   std::string state_dir = state_dir_flag.empty() ? DefaultExecutorStateDir() : state_dir_flag;
   auto channel = ControlChannel::Listen(ControlSocketPath(state_dir),

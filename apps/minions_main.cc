@@ -18,6 +18,7 @@
 #include "cli/local_run.h"
 #include "common/logging.h"
 #include "executor/agent.h"
+#include "runner/process_runner.h"
 #include "http/metrics_endpoints.h"
 #include "absl/strings/match.h"
 #include "config.h"
@@ -160,7 +161,8 @@ int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
   return 1;
 }
 
-int RunExecutor(const minions::cli::Connection& connection, minions::AgentOptions options, bool exit_with_parent,
+int RunExecutor(const minions::cli::Connection& connection, minions::AgentOptions options,
+                minions::ProcessRunner::Options runner, bool exit_with_parent,
                 const minions::AvailabilityOptions& availability) {
 #ifdef __linux__
   if (exit_with_parent) {
@@ -171,8 +173,11 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
   minions::SetLogComponent("executor");
   minions::RealClock clock;
   std::string state_dir = options.state_dir;
+  // The runner's command and environment are decided here (ProcessRunner::Options).
+  if (runner.command.empty()) runner.command = {minions::SiblingProgram("minions-llama-runner")};
   minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(connection.server, connection.token),
-                               std::make_unique<minions::UrlBlobClient>(), &clock);
+                               std::make_unique<minions::UrlBlobClient>(),
+                               std::make_unique<minions::ProcessRunnerFactory>(std::move(runner)), &clock);
   // Owner first: the availability controller and the owner's control channel (executor_commands.cc).
   auto owner = minions::apps::OwnerSide::Start(availability, &agent, &clock, state_dir);
   if (!owner.ok()) {
@@ -278,6 +283,7 @@ int main(int argc, char** argv) {
   config_check_cmd->add_flag("--connect", connect, "also connect to the database and the object store");
 
   minions::AgentOptions agent_options;
+  minions::ProcessRunner::Options runner_options;
   std::string runner_program, executor_metrics_listen;
   bool exit_with_parent = false;
   auto* executor_cmd = app.add_subcommand("executor", "run the agent that leases and runs tasks on this machine");
@@ -285,7 +291,7 @@ int main(int argc, char** argv) {
   executor_cmd->add_option("--name", agent_options.name, "name shown in `minions executors` (default: host name)");
   executor_cmd->add_option("--state-dir", agent_options.state_dir, "keeps the executor id across restarts");
   executor_cmd->add_option("--runner", runner_program, "runner program (default: minions-llama-runner)");
-  executor_cmd->add_option("--runner-log", agent_options.runner_log, "file for the runner's log");
+  executor_cmd->add_option("--runner-log", runner_options.stderr_path, "file for the runner's log");
   executor_cmd->add_option("--metrics-listen", executor_metrics_listen,
                            "serve this executor's /metrics on host:port (default: none)");
   executor_cmd->add_flag("--exit-with-parent", exit_with_parent, "exit when the parent process does (Linux)");
@@ -422,7 +428,7 @@ int main(int argc, char** argv) {
       fprintf(stderr, "error: %s\n", std::string(availability.status().message()).c_str());
       return 1;
     }
-    if (!runner_program.empty()) agent_options.runner_command = {runner_program};
+    if (!runner_program.empty()) runner_options.command = {runner_program};
     agent_options.checkpoint_interval = absl::Milliseconds(checkpoint_interval_ms);
     if (agent_options.runner_threads == 0) {
       // Leave a core to the machine's owner and to this agent (see docs/architecture.md).
@@ -436,7 +442,7 @@ int main(int argc, char** argv) {
       }
       agent_options.metrics = &executor_metrics;
     }
-    return RunExecutor(connection, agent_options, exit_with_parent, *availability);
+    return RunExecutor(connection, agent_options, runner_options, exit_with_parent, *availability);
   }
   if (up_cmd->parsed()) return RunUp(pool_options);
   if (submit_cmd->parsed()) {

@@ -3,6 +3,7 @@
 // deadline, so a test can run an hour of heartbeats in a microsecond.
 
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 
 #include "common/clock.h"
@@ -27,13 +28,41 @@ class FakeClock : public Clock {
     ++generation_;
     cv_.notify_all();
   }
+  std::unique_ptr<Alarm> NewAlarm() override { return std::make_unique<FakeAlarm>(this); }
   void Advance(absl::Duration d) {
     std::lock_guard<std::mutex> lock(mu_);
     now_ += d;
     cv_.notify_all();
   }
+  // Moves time to `t` (never backwards).
+  void AdvanceTo(absl::Time t) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (t > now_) now_ = t;
+    cv_.notify_all();
+  }
 
  private:
+  class FakeAlarm : public Alarm {
+   public:
+    explicit FakeAlarm(FakeClock* clock) : clock_(clock) {}
+    bool SleepUntil(absl::Time deadline) override {
+      std::unique_lock<std::mutex> lock(clock_->mu_);
+      clock_->cv_.wait(lock, [&] { return rung_ || clock_->now_ >= deadline; });
+      bool rung = rung_;
+      rung_ = false;
+      return rung;
+    }
+    void Ring() override {
+      std::lock_guard<std::mutex> lock(clock_->mu_);
+      rung_ = true;
+      clock_->cv_.notify_all();
+    }
+
+   private:
+    FakeClock* clock_;
+    bool rung_ = false;  // guarded by clock_->mu_
+  };
+
   mutable std::mutex mu_;
   std::condition_variable cv_;
   absl::Time now_;           // guarded by mu_
