@@ -304,6 +304,10 @@ int main(int argc, char** argv) {
   executor_cmd->add_option("--checkpoint-interval-ms", checkpoint_interval_ms,
                            "... or this often, whichever comes first")
       ->capture_default_str();
+  int64_t runner_hang_ms = absl::ToInt64Milliseconds(agent_options.hang.min_silence);
+  executor_cmd->add_option("--runner-hang-ms", runner_hang_ms,
+                           "a runner holding work and silent this long (and 10x its slowest record) is killed as hung")
+      ->capture_default_str();
   minions::apps::ExecutorFlags executor_flags;
   std::string owner_state_dir;
   minions::apps::AddExecutorCommands(executor_cmd, &executor_flags, &owner_state_dir);
@@ -430,6 +434,7 @@ int main(int argc, char** argv) {
     }
     if (!runner_program.empty()) runner_options.command = {runner_program};
     agent_options.checkpoint_interval = absl::Milliseconds(checkpoint_interval_ms);
+    agent_options.hang.min_silence = absl::Milliseconds(runner_hang_ms);
     if (agent_options.runner_threads == 0) {
       // Leave a core to the machine's owner and to this agent (see docs/architecture.md).
       agent_options.runner_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);

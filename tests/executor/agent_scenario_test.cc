@@ -389,6 +389,49 @@ TEST(ExecutorStory, AnInputThatCannotBeReadIsRetried) {
   EXPECT_THAT(task.last_error, HasSubstr("cannot read the input"));
 }
 
+TEST(ExecutorStory, AStragglerGetsABackupAndTheFirstToFinishWins) {
+  FakeControlPlane::Options server;
+  server.watchdog.stragglers.min_runtime = absl::Milliseconds(500);
+  Scenario s(server);
+  Scenario::Executor& slow = s.AddExecutor("slow");
+  slow.runner.record_time = absl::Milliseconds(400);  // 2 s a task
+  std::string job = s.Submit(Scenario::Records(40), 5);
+  ASSERT_TRUE(s.RunUntil([&] { return s.RunningTasksOf("slow") > 0; }));
+  Scenario::Executor& fast = s.AddExecutor("fast");
+  fast.runner.record_time = absl::Milliseconds(10);
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  s.ExpectEachRecordOnce(job, 40);
+  int backed_up = 0;
+  for (const Task& t : s.tasks(job)) {
+    EXPECT_EQ(t.failures, 0) << "task " << t.index << ": a lost race is not a failure";
+    backed_up += t.attempt > 1;
+  }
+  EXPECT_GE(backed_up, 1) << "no task finished under a backup attempt";
+  // The losing attempts are cancelled by the next heartbeat: the slow one stops running them.
+  ASSERT_TRUE(s.RunUntil([&] { return slow.runners->live() == nullptr || slow.runners->live()->idle(); },
+                         absl::Seconds(5)));
+}
+
+TEST(ExecutorStory, AJobPastItsCompletionWindowExpiresWithWhatItFinished) {
+  Scenario s;
+  AgentOptions options = Scenario::DefaultOptions();
+  options.checkpoint_records = 5;
+  s.AddExecutor("A", options).runner.record_time = absl::Milliseconds(50);
+  // 200 records at 20 a second need 10 s; the job may take 2.5.
+  std::string job = s.Submit(Scenario::Records(200), 20, 0, absl::Milliseconds(2500));
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  Job expired = s.job(job);
+  ASSERT_EQ(expired.state, JobState::kExpired);
+  EXPECT_THAT(expired.error, HasSubstr("completion window"));
+  std::vector<Json> output = s.server.Results(job, false);
+  EXPECT_GT(output.size(), 10u);
+  EXPECT_LT(output.size(), 150u);
+  for (const Json& e : s.server.Results(job, true)) EXPECT_EQ(e["error"]["code"], "batch_expired");
+  EXPECT_EQ(expired.counts.completed, static_cast<int64_t>(output.size()));
+  s.ExpectEachRecordOnce(job, 200);
+}
+
 // The production loop on its threads: Run() under a fake clock that never moves still obeys
 // Stop() at once, with a runner that answers nothing.
 TEST(ExecutorStory, StopEndsRunWhateverTheRunnerDoes) {

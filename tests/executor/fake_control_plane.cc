@@ -83,7 +83,7 @@ FakeControlPlane::~FakeControlPlane() {
 std::unique_ptr<ControlPlaneClient> FakeControlPlane::NewClient() { return std::make_unique<Client>(this); }
 
 absl::StatusOr<std::string> FakeControlPlane::Submit(const std::vector<std::string>& lines, int64_t shard_size,
-                                                     int max_attempts) {
+                                                     int max_attempts, absl::Duration completion_window) {
   v1::SubmitJobRequest request;
   std::string input;
   for (const auto& line : lines) absl::StrAppend(&input, line, "\n");
@@ -91,6 +91,7 @@ absl::StatusOr<std::string> FakeControlPlane::Submit(const std::vector<std::stri
   request.set_model("/models/fake.gguf");
   request.set_shard_size(shard_size);
   request.set_max_attempts(max_attempts);
+  request.set_completion_window_ms(absl::ToInt64Milliseconds(completion_window));
   auto job = jobs_->Submit(request);
   if (!job.ok()) return job.status();
   return job->id;

@@ -47,8 +47,9 @@ class FakeControlPlane {
   bool down() const { return down_; }
   int calls() const { return calls_; }
 
-  // Submits `lines` as one job; returns its id.
-  absl::StatusOr<std::string> Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts = 0);
+  // Submits `lines` as one job (the model is a name the fake runners take); returns its id.
+  absl::StatusOr<std::string> Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts = 0,
+                                     absl::Duration completion_window = absl::ZeroDuration());
   absl::Status Cancel(const std::string& job_id);
   absl::Status Drain(const std::string& executor_id);
 

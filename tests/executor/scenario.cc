@@ -57,8 +57,9 @@ std::vector<std::string> Scenario::Records(int n, const std::map<int, std::strin
   return lines;
 }
 
-std::string Scenario::Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts) {
-  auto job = server.Submit(lines, shard_size, max_attempts);
+std::string Scenario::Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts,
+                             absl::Duration completion_window) {
+  auto job = server.Submit(lines, shard_size, max_attempts, completion_window);
   EXPECT_TRUE(job.ok()) << job.status();
   return job.ok() ? *job : "";
 }
