@@ -71,11 +71,12 @@ class RunnerProcess {
   absl::StatusOr<runner_protocol::Event> Next(absl::Duration timeout);
   void Notify();
 
+  // Before runner_: the runner's threads call Notify() until it is destroyed.
+  absl::Mutex mu_;
+  uint64_t arrivals_ ABSL_GUARDED_BY(mu_) = 0;  // on_event calls so far
   std::unique_ptr<ProcessRunner> runner_;
   std::string program_;
   Json ready_;
-  absl::Mutex mu_;
-  uint64_t arrivals_ ABSL_GUARDED_BY(mu_) = 0;  // on_event calls so far
 };
 
 }  // namespace minions

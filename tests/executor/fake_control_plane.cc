@@ -67,7 +67,10 @@ FakeControlPlane::FakeControlPlane(Clock* clock, Options options) : clock_(clock
   finalizer_ = std::make_unique<JobFinalizer>(store_.get(), blobs_.get(), clock_);
   jobs_ = std::make_unique<JobService>(store_.get(), blobs_.get(), clock_, server_options_);
   executors_ = std::make_unique<ExecutorService>(store_.get(), blobs_.get(), clock_, server_options_,
-                                                 [this](const std::string& job_id) { ready_jobs_.push_back(job_id); });
+                                                 [this](const std::string& job_id) {
+                                                   absl::MutexLock lock(&ready_mu_);
+                                                   ready_jobs_.push_back(job_id);
+                                                 });
   // As `minions server` sets them.
   options_.watchdog.executor_timeout = options_.lease_ttl * 3;
   options_.watchdog.takeover_grace = options_.lease_ttl * 2;
@@ -122,7 +125,10 @@ void FakeControlPlane::Restart() {
 void FakeControlPlane::Tick(absl::Time now) {
   if (down_) return;
   std::vector<std::string> ready;
-  ready.swap(ready_jobs_);
+  {
+    absl::MutexLock lock(&ready_mu_);
+    ready.swap(ready_jobs_);
+  }
   for (const auto& job_id : ready) {
     auto finished = finalizer_->Finalize(job_id);
     EXPECT_TRUE(finished.ok()) << "job=" << job_id << ": " << finished.status();

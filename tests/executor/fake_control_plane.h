@@ -11,11 +11,13 @@
 // Threads: one thread at a time (the test's).
 
 #include <functional>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "blob/local/local_blob_store.h"
 #include "common/clock.h"
 #include "executor/blob_client.h"
@@ -45,7 +47,7 @@ class FakeControlPlane {
   // Down, then up again as a new process: a new watchdog that waits its takeover grace.
   void Restart();
   bool down() const { return down_; }
-  int calls() const { return calls_; }
+  int calls() const { return calls_.load(); }
 
   // Submits `lines` as one job (the model is a name the fake runners take); returns its id.
   absl::StatusOr<std::string> Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts = 0,
@@ -79,10 +81,11 @@ class FakeControlPlane {
   std::unique_ptr<JobService> jobs_;
   std::unique_ptr<ExecutorService> executors_;
   std::unique_ptr<Watchdog> watchdog_;
-  std::vector<std::string> ready_jobs_;
+  absl::Mutex ready_mu_;  // completions may come from an agent's own threads (Run())
+  std::vector<std::string> ready_jobs_ ABSL_GUARDED_BY(ready_mu_);
   absl::Time next_watchdog_at_;
-  bool down_ = false;
-  int calls_ = 0;
+  std::atomic<bool> down_{false};
+  std::atomic<int> calls_{0};
 };
 
 // A BlobClient that breaks on demand (LevelDB's fault-injecting Env, for uploads and fetches):
