@@ -186,6 +186,14 @@ class ExecutorAgent : public WorkTarget {
   // The state and reason the heartbeat reports.
   std::string FleetState(bool has_tasks, std::string* reason) const;
 
+  // --- the heartbeat (agent.cc) ---
+  // What this beat says: the executor's state and, unless the main loop is stuck, the progress of
+  // every lease it holds.
+  v1::HeartbeatRequest BuildHeartbeat(absl::Time now, absl::Duration* ttl, bool* holds_leases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
+  // Acts on the server's answer: register again, drain, cancel.
+  void OnHeartbeatReply(const v1::HeartbeatResponse& reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
+
   const AgentOptions options_;
   const TaskRun::Options run_options_;
   const std::unique_ptr<ControlPlaneClient> client_;

@@ -11,6 +11,7 @@ absl::StatusOr<std::unique_ptr<RunnerProcess>> RunnerProcess::Start(const Option
   auto process = std::unique_ptr<RunnerProcess>(new RunnerProcess());
   ProcessRunner::Options runner_options;
   runner_options.command = options.command;
+  runner_options.environment = options.environment;
   runner_options.stderr_path = options.stderr_path;
   RunnerProcess* self = process.get();
   auto runner = ProcessRunner::Start(runner_options, [self] { self->Notify(); });

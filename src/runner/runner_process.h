@@ -31,8 +31,9 @@ namespace minions {
 class RunnerProcess {
  public:
   struct Options {
-    std::vector<std::string> command;  // the runner program and its arguments
-    std::string stderr_path;           // runner logs; empty: inherit
+    std::vector<std::string> command;      // the runner program and its arguments
+    std::vector<std::string> environment;  // "NAME=value" added to the runner's (ProcessRunner)
+    std::string stderr_path;               // runner logs; empty: inherit
     absl::Duration start_timeout = absl::Seconds(30);
     absl::Duration load_timeout = absl::Minutes(10);
   };
@@ -63,6 +64,8 @@ class RunnerProcess {
 
   const Json& ready_info() const { return ready_; }
   pid_t pid() const { return runner_->pid(); }
+  // The asynchronous runner underneath (Kill, exit_info).
+  ProcessRunner& runner() { return *runner_; }
 
  private:
   RunnerProcess() = default;

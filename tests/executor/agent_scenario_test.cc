@@ -214,8 +214,14 @@ TEST(ExecutorStory, AStoppedExecutorHandsItsTasksBackAtOnceAsPreempted) {
   EXPECT_GE(CommittedRecords(first), 20) << "its checkpoints stay";
 }
 
-// The most tasks executor A of `s` holds at once while `job` runs.
-int MostHeld(Scenario& s, const std::string& job) {
+// The most tasks one executor (max_prefetch 8) holds at once while it runs a job of `records`
+// records, `shard_size` per task, `record_time` each.
+int MostHeld(absl::Duration record_time, int records, int64_t shard_size) {
+  Scenario s;
+  AgentOptions options = Scenario::DefaultOptions();
+  options.max_prefetch = 8;
+  s.AddExecutor("A", options).runner.record_time = record_time;
+  std::string job = s.Submit(Scenario::Records(records), shard_size);
   int most = 0;
   EXPECT_TRUE(s.RunUntil([&] {
     most = std::max(most, s.RunningTasksOf("A"));
@@ -224,21 +230,9 @@ int MostHeld(Scenario& s, const std::string& job) {
   return most;
 }
 
-TEST(ExecutorStory, TinyTasksFillThePrefetchWindow) {
-  Scenario s;
-  AgentOptions options = Scenario::DefaultOptions();
-  options.max_prefetch = 8;
-  s.AddExecutor("A", options).runner.record_time = absl::Milliseconds(1);
-  EXPECT_EQ(MostHeld(s, s.Submit(Scenario::Records(400), 1)), 8);
-}
+TEST(ExecutorStory, TinyTasksFillThePrefetchWindow) { EXPECT_EQ(MostHeld(absl::Milliseconds(1), 400, 1), 8); }
 
-TEST(ExecutorStory, LongTasksKeepOneRunningAndOneQueued) {
-  Scenario s;
-  AgentOptions options = Scenario::DefaultOptions();
-  options.max_prefetch = 8;
-  s.AddExecutor("A", options).runner.record_time = absl::Seconds(1);
-  EXPECT_EQ(MostHeld(s, s.Submit(Scenario::Records(100), 10)), 2);
-}
+TEST(ExecutorStory, LongTasksKeepOneRunningAndOneQueued) { EXPECT_EQ(MostHeld(absl::Seconds(1), 100, 10), 2); }
 
 TEST(ExecutorStory, ARunnerThatStopsAnsweringIsKilledAsHungAndItsTaskRetried) {
   Scenario s;
