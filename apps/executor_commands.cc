@@ -84,7 +84,8 @@ std::optional<int> RunOwnerVerb(const ExecutorFlags& flags, const std::string& s
       fprintf(stderr, "error: %s\n", std::string(options.status().message()).c_str());
       return 1;
     }
-    fputs(AvailabilityDryRun(*options).c_str(), stdout);
+    RealClock clock;
+    fputs(AvailabilityDryRun(*options, &clock).c_str(), stdout);
     return 0;
   }
   if (flags.install_cmd->parsed()) {
