@@ -48,8 +48,8 @@ ExecutorAgent::ExecutorAgent(AgentOptions options, std::unique_ptr<ControlPlaneC
       blobs_(std::move(blobs)),
       runners_(std::move(runners)),
       clock_(clock),
-      main_alarm_(clock->NewAlarm()),
-      heartbeat_alarm_(clock->NewAlarm()),
+      main_alarm_(std::make_unique<Alarm>(clock)),
+      heartbeat_alarm_(std::make_unique<Alarm>(clock)),
       watch_(options_.hang) {}
 
 ExecutorAgent::~ExecutorAgent() {

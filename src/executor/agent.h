@@ -200,8 +200,8 @@ class ExecutorAgent : public WorkTarget {
   const std::unique_ptr<BlobClient> blobs_;
   const std::unique_ptr<RunnerFactory> runners_;
   Clock* const clock_;
-  const std::unique_ptr<Clock::Alarm> main_alarm_;       // rings the main loop
-  const std::unique_ptr<Clock::Alarm> heartbeat_alarm_;  // rings the heartbeat
+  const std::unique_ptr<Alarm> main_alarm_;       // rings the main loop
+  const std::unique_ptr<Alarm> heartbeat_alarm_;  // rings the heartbeat
   WorkGate* gate_ = nullptr;                             // set before Run()
   std::atomic<int64_t> tasks_completed_{0};
 

@@ -187,7 +187,7 @@ std::vector<std::string> AvailabilitySettingNames() {
 
 AvailabilityController::AvailabilityController(AvailabilityOptions options,
                                                std::vector<std::unique_ptr<availability::Probe>> probes, Clock* clock)
-    : options_(std::move(options)), clock_(clock), alarm_(clock->NewAlarm()), sampler_(std::move(probes)) {
+    : options_(std::move(options)), clock_(clock), alarm_(std::make_unique<Alarm>(clock)), sampler_(std::move(probes)) {
   options_.policy.dedicated = options_.mode == AvailabilityOptions::Mode::kDedicated;
   options_.policy.time_zone = absl::LocalTimeZone();
   absl::MutexLock lock(&mu_);

@@ -109,7 +109,7 @@ class AvailabilityController : public WorkGate {
 
   AvailabilityOptions options_;
   Clock* const clock_;
-  const std::unique_ptr<Clock::Alarm> alarm_;  // rings the sampling thread (shutdown)
+  const std::unique_ptr<Alarm> alarm_;  // rings the sampling thread (shutdown)
   std::function<void()> on_change_;           // set before Start()
   WorkTarget* target_ = nullptr;              // set before Start()
 
