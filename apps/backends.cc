@@ -7,6 +7,7 @@
 #include "blob/local/local_blob_store.h"
 #include "blob/s3/s3_blob_store.h"
 #include "store/postgres/postgres_metadata_store.h"
+#include "store/postgres/postgres_watchdog_lock.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "watchdog/watchdog.h"
 
