@@ -135,27 +135,11 @@ class ExecutorAgent : public WorkTarget {
   void LeaseMore(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Fetches a new lease's input and queues its TaskRun; on failure reports it.
   void Stage(const LeaseGrant& lease, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  // Sends queued tasks to the runner in order (loading the model when it changes, once the
-  // runner has finished the previous model's tasks).
-  void FeedRunner(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  absl::Status StartRunner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  // The load command for a lease's model and options (this executor's thread count unless the
-  // job sets one).
-  absl::StatusOr<runner_protocol::LoadRequest> LoadRequestFor(const LeaseGrant& lease) const;
-  // Takes what the runner said; handles its end.
-  void TakeRunnerEvents(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  void OnEvent(const runner_protocol::Event& event, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  // Kills a runner that hangs or does not load.
-  void CheckRunner(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // The runner's batch for `task` ended (or nothing was left to run): upload, queue the completion.
   void FinishTask(TaskPtr task, TaskRun::BatchEnd end, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Uploads a chunk and records it.
   absl::Status Upload(TaskPtr task, const TaskRun::ChunkUpload& upload, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   void MaybeCheckpoint(TaskPtr task, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  // The runner died on its own (`why`): isolate, requeue or give up the tasks it held.
-  void OnRunnerDied(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  // Ends the runner; returns the tasks it held, oldest first (no longer in the runner).
-  std::vector<TaskPtr> DropRunner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Completes every uploaded task in one call; keeps them (and their leases, renewed by the
   // heartbeat) for the next try when the server cannot be reached.
   void FlushCompletions(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
@@ -174,6 +158,24 @@ class ExecutorAgent : public WorkTarget {
   int PrefetchWindow() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   bool RunnerBusy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_) { return !batches_.empty(); }
 
+  // --- the runner (agent_runner.cc) ---
+  // Sends queued tasks to the runner in order (loading the model when it changes, once the
+  // runner has finished the previous model's tasks).
+  void FeedRunner(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  absl::Status StartRunner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // The load command for a lease's model and options (this executor's thread count unless the
+  // job sets one).
+  absl::StatusOr<runner_protocol::LoadRequest> LoadRequestFor(const LeaseGrant& lease) const;
+  // Takes what the runner said; handles its end.
+  void TakeRunnerEvents(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  void OnEvent(const runner_protocol::Event& event, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Kills a runner that hangs or does not load.
+  void CheckRunner(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // The runner died on its own (`why`): isolate, requeue or give up the tasks it held.
+  void OnRunnerDied(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Ends the runner; returns the tasks it held, oldest first (no longer in the runner).
+  std::vector<TaskPtr> DropRunner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+
   // --- owner first (agent_yield.cc) ---
   // Applies the gate's mode; true when the loop must neither lease nor feed the runner.
   bool ApplyWorkMode(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
@@ -186,7 +188,7 @@ class ExecutorAgent : public WorkTarget {
   // The state and reason the heartbeat reports.
   std::string FleetState(bool has_tasks, std::string* reason) const;
 
-  // --- the heartbeat (agent.cc) ---
+  // --- the heartbeat (agent_heartbeat.cc) ---
   // What this beat says: the executor's state and, unless the main loop is stuck, the progress of
   // every lease it holds.
   v1::HeartbeatRequest BuildHeartbeat(absl::Time now, absl::Duration* ttl, bool* holds_leases)

@@ -1,17 +1,6 @@
 #include "executor/lease_proto.h"
 
 namespace minions {
-namespace {
-
-LeaseProgress ProgressFromProto(const v1::LeaseRef& ref) {
-  LeaseProgress progress{ref.job_id(), ref.task_index(), ref.attempt(), ref.records_done(), ref.records_failed(), {}};
-  for (const auto& c : ref.chunks()) {
-    progress.chunks.push_back({c.attempt(), c.seq(), c.begin(), c.end(), c.records_failed()});
-  }
-  return progress;
-}
-
-}  // namespace
 
 LeaseGrant FromProto(const v1::TaskLease& lease) {
   LeaseGrant grant;
@@ -46,15 +35,6 @@ void ToProto(const LeaseProgress& progress, v1::LeaseRef* ref) {
     out->set_end(chunk.end);
     out->set_records_failed(chunk.records_failed);
   }
-}
-
-HeartbeatReply FromProto(const v1::HeartbeatResponse& reply) {
-  HeartbeatReply out;
-  for (const auto& ref : reply.cancel()) out.cancel.push_back(ProgressFromProto(ref));
-  for (const auto& ref : reply.renewed()) out.renewed.push_back(ProgressFromProto(ref));
-  out.drain = reply.drain();
-  out.unknown_executor = reply.reregister();
-  return out;
 }
 
 }  // namespace minions

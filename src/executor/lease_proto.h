@@ -11,7 +11,5 @@ LeaseGrant FromProto(const v1::TaskLease& lease);
 AttemptRef FromProto(const v1::LeaseRef& ref);
 // A report about an attempt: its ref, progress and the chunks it has uploaded.
 void ToProto(const LeaseProgress& progress, v1::LeaseRef* ref);
-// What the server answered a heartbeat.
-HeartbeatReply FromProto(const v1::HeartbeatResponse& reply);
 
 }  // namespace minions

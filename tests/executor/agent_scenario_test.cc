@@ -435,8 +435,10 @@ TEST(ExecutorStory, StopEndsRunWhateverTheRunnerDoes) {
   std::string job = s.Submit(Scenario::Records(10), 10);
   absl::Status status = absl::UnknownError("Run() did not return");
   std::thread run([&] { status = a.agent->Run(); });
-  // Nothing here waits on time: the test waits for the agent to have taken its task.
-  while (s.RunningTasksOf("A") == 0) std::this_thread::yield();
+  // The test waits for both loops to wait on the clock (the main loop does only once it holds
+  // its task and has asked the runner for the model); time never moves.
+  EXPECT_TRUE(s.clock.AwaitWaiters(2));
+  EXPECT_EQ(s.RunningTasksOf("A"), 1);
   a.agent->Stop();
   run.join();
   EXPECT_TRUE(status.ok()) << status;
