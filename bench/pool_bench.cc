@@ -90,6 +90,7 @@ std::string JoinLines(const std::vector<std::string>& lines) {
 void ControlPlane(const std::string& work, int executors, int tasks) {
   printf("\n== control plane: %d empty tasks, %d executors (no-op runner) vs Dask distributed ==\n", tasks, executors);
   ProcessPool pool(BinDir() + "/minions", work + "/control-plane", 9000);
+  pool.AllowModels({BinDir()});  // the "model" is the no-op runner's own file
   if (!pool.StartServer().ok()) return;
   for (int i = 1; i <= executors; ++i) {
     (void)pool.StartExecutor(absl::StrCat("noop-", i), 1, BinDir() + "/minions-noop-runner");
@@ -124,6 +125,7 @@ void ControlPlane(const std::string& work, int executors, int tasks) {
 void FirstResult(const std::string& work, const std::string& model, int trials) {
   printf("\n== submit to first result, warm pool (1 executor, llama.cpp runner, test model) ==\n");
   ProcessPool pool(BinDir() + "/minions", work + "/first-result", 9000);
+  pool.AllowModels({std::filesystem::path(model).parent_path().string()});
   if (!pool.StartServer().ok()) return;
   (void)pool.StartExecutor("e1", 0);
   minions::cli::SamplePromptOptions sample;
@@ -193,6 +195,7 @@ void Scaling(const std::string& work, const std::string& model, int records, int
   double one;
   {
     ProcessPool pool(BinDir() + "/minions", work + "/scaling-1", 9000);
+    pool.AllowModels({std::filesystem::path(model).parent_path().string()});
     if (!pool.StartServer().ok()) return;
     (void)pool.StartExecutor("e1", threads);
     SubmitAndTime(pool, JoinLines({minions::cli::SamplePromptLines(sample)[0]}), model, shard, options);  // warm
@@ -208,6 +211,7 @@ void Scaling(const std::string& work, const std::string& model, int records, int
   double many;
   {
     ProcessPool pool(BinDir() + "/minions", work + "/scaling-n", 9000);
+    pool.AllowModels({std::filesystem::path(model).parent_path().string()});
     if (!pool.StartServer().ok()) return;
     for (int i = 1; i <= n; ++i) (void)pool.StartExecutor(absl::StrCat("e", i), 1);
     SubmitAndTime(pool, JoinLines(minions::cli::SamplePromptLines(sample)), model, shard, options);  // warm all

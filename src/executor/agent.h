@@ -46,6 +46,7 @@
 #include "executor/blob_client.h"
 #include "executor/control_plane_client.h"
 #include "executor/executor_metrics.h"
+#include "executor/model_access.h"
 #include "executor/runner_watch.h"
 #include "executor/task_run.h"
 #include "model/types.h"
@@ -82,6 +83,10 @@ struct AgentOptions {
   // How long a runner asked to exit may take before it is killed.
   absl::Duration shutdown_grace = absl::Seconds(5);
   ExecutorMetrics* metrics = nullptr;        // observability hooks; null: none (not owned)
+  // Where models may be loaded from (executor/model_access.h); null: nowhere, every load refused.
+  // (How the runner is started and confined is its RunnerFactory's: executor/runner_sandbox.h
+  // wraps the command a ProcessRunner starts.)
+  std::shared_ptr<const ModelAccess> models;
 };
 
 class ExecutorAgent : public WorkTarget {

@@ -37,7 +37,9 @@ absl::Status ExecutorAgent::StartRunner() {
 
 absl::StatusOr<runner_protocol::LoadRequest> ExecutorAgent::LoadRequestFor(const LeaseGrant& lease) const {
   runner_protocol::LoadRequest load;
-  load.model = lease.model;
+  // Only from the owner's model folders, by real path (one answer for every refusal).
+  if (!options_.models) return absl::NotFoundError(ModelAccess::UnavailableMessage(lease.model));
+  ASSIGN_OR_RETURN(load.model, options_.models->Resolve(lease.model));
   bool threads_given = false;
   if (!lease.runner_options_json.empty()) {
     ASSIGN_OR_RETURN(Json json, ParseJson(lease.runner_options_json));

@@ -118,7 +118,20 @@ const std::vector<std::pair<std::string, Setter>>& Settings() {
       {"battery_stop_percent", Number(&P::battery_stop_percent, "a percentage")},
       {"allow_battery", Bool([](AvailabilityOptions* o) { return &o->policy.allow_battery; })},
       {"probe_logind", Bool([](AvailabilityOptions* o) { return &o->probes.logind; })},
-      {"probe_input_devices", Bool([](AvailabilityOptions* o) { return &o->probes.input_devices; })},
+      {"probe_input_devices",
+       [](const std::string& key, const std::string& value, AvailabilityOptions* o) -> absl::Status {
+         // auto: only where logind cannot tell (no `input` group needed where it can).
+         if (absl::AsciiStrToLower(value) == "auto") {
+           o->probes.input_devices = true;
+           o->probes.input_devices_defer_to_logind = true;
+           return absl::OkStatus();
+         }
+         auto b = ParseBool(key, value);
+         if (!b.ok()) return Bad(key, value, "auto, true or false");
+         o->probes.input_devices = *b;
+         o->probes.input_devices_defer_to_logind = false;
+         return absl::OkStatus();
+       }},
       {"probe_nvml", Bool([](AvailabilityOptions* o) { return &o->probes.nvml; })},
       {"probe_root",  // where the file probes look for /proc, /sys and /dev (tests, benchmarks)
        [](const std::string&, const std::string& value, AvailabilityOptions* o) {

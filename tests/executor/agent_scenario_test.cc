@@ -341,7 +341,7 @@ TEST(ExecutorStory, TheOwnerComingBackPausesTheRunnerThenReleasesItThenHandsTheT
 TEST(ExecutorStory, AModelThatDoesNotLoadFailsItsTasksForGood) {
   Scenario s;
   Scenario::Executor& a = s.AddExecutor("A");
-  a.runner.bad_model = "/models/fake.gguf";
+  a.runner.bad_model = s.server.model_path();
   std::string job = s.Submit(Scenario::Records(20), 10);
   ASSERT_TRUE(s.RunUntilJobEnds(job));
   EXPECT_EQ(s.job(job).state, JobState::kFailed);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -56,7 +57,11 @@ absl::StatusOr<Reply> FakeControlPlane::Call(Method method, const Request& reque
 FakeControlPlane::FakeControlPlane(Clock* clock, Options options) : clock_(clock), options_(options) {
   std::string pattern = (std::filesystem::path(::testing::TempDir()) / "minions-fake-cp-XXXXXX").string();
   if (mkdtemp(pattern.data()) == nullptr) std::abort();
-  dir_ = pattern;
+  dir_ = std::filesystem::canonical(pattern).string();  // real paths, as ModelAccess resolves them
+  models_dir_ = dir_ + "/models";
+  model_path_ = models_dir_ + "/fake.gguf";
+  std::filesystem::create_directories(models_dir_);
+  std::ofstream(model_path_) << "GGUF";
   auto store = SqliteMetadataStore::Open(":memory:", StoreOptions{});
   auto blobs = LocalBlobStore::Open(dir_ + "/objects");
   if (!store.ok() || !blobs.ok()) std::abort();
@@ -91,7 +96,7 @@ absl::StatusOr<std::string> FakeControlPlane::Submit(const std::vector<std::stri
   std::string input;
   for (const auto& line : lines) absl::StrAppend(&input, line, "\n");
   request.set_input(input);
-  request.set_model("/models/fake.gguf");
+  request.set_model(model_path_);
   request.set_shard_size(shard_size);
   request.set_max_attempts(max_attempts);
   request.set_completion_window_ms(absl::ToInt64Milliseconds(completion_window));

@@ -49,7 +49,12 @@ class FakeControlPlane {
   bool down() const { return down_; }
   int calls() const { return calls_.load(); }
 
-  // Submits `lines` as one job (the model is a name the fake runners take); returns its id.
+  // The model every job names: an empty file in this server's folder (the fake runners read
+  // nothing), so the agent's ModelAccess resolves it like a real model in an owner's folder.
+  const std::string& model_path() const { return model_path_; }
+  const std::string& models_dir() const { return models_dir_; }
+
+  // Submits `lines` as one job (the model is model_path()); returns its id.
   absl::StatusOr<std::string> Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts = 0,
                                      absl::Duration completion_window = absl::ZeroDuration());
   absl::Status Cancel(const std::string& job_id);
@@ -74,6 +79,8 @@ class FakeControlPlane {
   Clock* clock_;
   Options options_;
   std::string dir_;
+  std::string models_dir_;
+  std::string model_path_;
   std::unique_ptr<SqliteMetadataStore> store_;
   std::unique_ptr<LocalBlobStore> blobs_;
   ServerOptions server_options_;

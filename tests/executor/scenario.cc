@@ -22,6 +22,13 @@ Scenario::Executor& Scenario::AddExecutor(const std::string& name, AgentOptions 
   auto e = std::make_unique<Executor>();
   e->name = name;
   options.name = name;
+  if (!options.models) {  // the owner's model folder holds the server's model
+    ModelAccessOptions models;
+    models.folders = {server.models_dir()};
+    auto access = ModelAccess::Create(models);
+    if (!access.ok()) std::abort();
+    options.models = std::make_shared<const ModelAccess>(*std::move(access));
+  }
   e->runners = std::make_unique<FakeRunnerFactory>(&clock, &e->runner);
   auto blobs = std::make_unique<FaultyBlobClient>(std::make_unique<UrlBlobClient>());
   e->blobs = blobs.get();

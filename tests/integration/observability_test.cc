@@ -169,6 +169,7 @@ std::vector<std::string> GrafanaQueries() {
 TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
   std::string dir = TempDir("prometheus");
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   ASSERT_TRUE(pool.StartServer().ok());
   std::vector<std::string> executor_metrics;
   for (const char* name : {"e1", "e2"}) {
@@ -257,6 +258,7 @@ TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
 TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   std::string dir = TempDir("chromium");
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   ASSERT_TRUE(pool.StartServer().ok());
   for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
   fs::create_directories(kArtifacts);

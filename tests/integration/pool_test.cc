@@ -17,6 +17,7 @@ class Pool : public ::testing::TestWithParam<std::string> {};
 TEST_P(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
   std::string dir = TempDir("thousand-" + GetParam());
   ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
   if (::testing::Test::HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
@@ -48,6 +49,7 @@ TEST_P(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
 TEST_P(Pool, ASigkilledExecutorLosesNoRecord) {
   std::string dir = TempDir("sigkill-" + GetParam());
   ProcessPool pool(kBin + "/minions", dir + "/pool", 2000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
   if (::testing::Test::HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
@@ -107,6 +109,7 @@ TEST_P(Pool, TwoServersOnOneStoreServeEveryRecordOnce) {
   // leased through both, and every record is served exactly once.
   std::string dir = TempDir("two-servers-" + GetParam());
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   UseBackend(pool, GetParam(), "two");
   if (HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
@@ -168,6 +171,7 @@ v1::Job WaitForEnd(cli::JobsClient& client, const std::string& job_id, absl::Dur
 TEST(Pool, AOneLineAtATimeRunnerServesTasksFarLargerThanAPipe) {
   std::string dir = TempDir("pipes");
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   ASSERT_TRUE(pool.StartServer().ok());
   const std::string noop = kBin + "/minions-noop-runner";
   for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name, 1, noop).ok());
@@ -187,6 +191,7 @@ TEST(Pool, AOneLineAtATimeRunnerServesTasksFarLargerThanAPipe) {
 TEST(Pool, AHungRunnerIsKilledItsTaskRunsElsewhereAndSigtermStillStopsItsExecutor) {
   std::string dir = TempDir("hung");
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   ASSERT_TRUE(pool.StartServer().ok());
   const std::string noop = kBin + "/minions-noop-runner";
   ASSERT_TRUE(pool.StartExecutor("stuck", 1, noop, "", {"--runner-hang-ms", "1500"}, {"MINIONS_NOOP_STALL_ON=stall-me"}).ok());

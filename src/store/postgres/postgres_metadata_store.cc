@@ -393,6 +393,14 @@ absl::StatusOr<std::vector<Task>> PostgresMetadataStore::ListTasks(const std::st
   });
 }
 
+absl::StatusOr<Task> PostgresMetadataStore::GetTask(const std::string& job_id, int64_t task_index) {
+  return InTransaction(false, [&](Connection& c) -> absl::StatusOr<Task> {
+    ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(c, {{job_id, task_index}}));
+    if (tasks.empty()) return absl::NotFoundError(absl::StrCat("no task ", job_id, "/", task_index));
+    return std::move(tasks.front());
+  });
+}
+
 absl::StatusOr<TaskStateCounts> PostgresMetadataStore::CountTasks(const std::string& job_id) {
   return InTransaction(false, [&](Connection& c) -> absl::StatusOr<TaskStateCounts> {
     ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
