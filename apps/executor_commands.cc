@@ -32,7 +32,7 @@ bool IsLoopbackServer(const std::string& server) {
 }  // namespace
 
 absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const std::string& server,
-                                            AgentOptions* agent) {
+                                            AgentOptions* agent, ProcessRunner::Options* runner) {
   auto config = LoadConfig(flags.config_path);
   if (!config.ok()) return config.status();
   const bool loopback = IsLoopbackServer(server);
@@ -78,7 +78,7 @@ absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const s
   sandbox.confine = flags.runner_sandbox != "off";
   auto made = RunnerSandbox::Create(sandbox);
   if (!made.ok()) return made.status();
-  agent->sandbox = *made;
+  runner->command = (*made)->Wrap(runner->command);
   if (sandbox.confine) {
     MINIONS_LOG(Info) << (*made)->Describe();
   } else {
@@ -172,7 +172,8 @@ std::optional<int> RunOwnerVerb(const ExecutorFlags& flags, const std::string& s
       fprintf(stderr, "error: %s\n", std::string(options.status().message()).c_str());
       return 1;
     }
-    fputs(AvailabilityDryRun(*options).c_str(), stdout);
+    RealClock clock;
+    fputs(AvailabilityDryRun(*options, &clock).c_str(), stdout);
     return 0;
   }
   if (flags.install_cmd->parsed()) {
@@ -228,7 +229,7 @@ absl::StatusOr<std::unique_ptr<OwnerSide>> OwnerSide::Start(const AvailabilityOp
   side->controller_ = std::make_unique<AvailabilityController>(options, availability::PlatformProbes(probes), clock);
   AvailabilityController* controller = side->controller_.get();
   controller->Attach(agent);
-  controller->OnChange([clock] { clock->Wake(); });
+  controller->OnChange([agent] { agent->Wake(); });
   agent->SetWorkGate(controller);
   std::string state_dir = state_dir_flag.empty() ? DefaultExecutorStateDir() : state_dir_flag;
   auto channel = ControlChannel::Listen(ControlSocketPath(state_dir),

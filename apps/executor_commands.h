@@ -14,6 +14,8 @@
 #include "executor/control_channel.h"
 #include "executor/owner_controls.h"
 #include "executor/url_policy.h"
+#include "executor/runner_sandbox.h"
+#include "runner/process_runner.h"
 
 namespace minions::apps {
 
@@ -65,8 +67,8 @@ std::string DefaultExecutorStateDir();
 // --objects), the model folders it loads from (default: its state folder's models folder, or
 // ~/.minions/models without one), and how its runner is
 // confined (sandbox on by default; "required" refuses to run a runner without Landlock). Sets
-// agent->models and agent->sandbox; returns the URL policy for the blob client.
+// agent->models and wraps runner->command in the sandbox; returns the URL policy for the blob client.
 absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const std::string& server,
-                                            AgentOptions* agent);
+                                            AgentOptions* agent, ProcessRunner::Options* runner);
 
 }  // namespace minions::apps

@@ -30,6 +30,36 @@ class Clock {
   bool SleepFor(absl::Duration d) { return SleepUntil(Now() + d); }
 };
 
+// Alarm: one sleeper's own wake-up call on a Clock. A loop sleeps until its next deadline or
+// until another thread has something for it (an event arrived, a command, shutdown); ringing the
+// alarm wakes that loop alone, where Clock::Wake() wakes every sleeper of the clock. A ring that
+// comes while the loop is awake ends its next sleep at once.
+// Threads: SleepUntil from the owning loop's thread only; Ring from any thread.
+class Alarm {
+ public:
+  explicit Alarm(Clock* clock) : clock_(clock) {}
+  Alarm(const Alarm&) = delete;
+  Alarm& operator=(const Alarm&) = delete;
+
+  // Sleeps until `deadline` (the clock's time) or until rung. True if rung; the ring is used up.
+  bool SleepUntil(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    clock_->AwaitWithDeadline(mu_, absl::Condition(&rung_), deadline);
+    const bool rung = rung_;
+    rung_ = false;
+    return rung;
+  }
+  void Ring() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    rung_ = true;
+  }
+
+ private:
+  Clock* const clock_;
+  absl::Mutex mu_;
+  bool rung_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 // The real thing.
 class RealClock : public Clock {
  public:

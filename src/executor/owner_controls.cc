@@ -27,11 +27,11 @@ std::string XmlEscape(const std::string& s) {
 
 }  // namespace
 
-std::string AvailabilityDryRun(const AvailabilityOptions& options, absl::Duration settle) {
+std::string AvailabilityDryRun(const AvailabilityOptions& options, Clock* clock, absl::Duration settle) {
   availability::Sampler sampler(availability::PlatformProbes(options.probes));
-  (void)sampler.Sample(absl::Now());
-  absl::SleepFor(settle);
-  absl::Time now = absl::Now();
+  (void)sampler.Sample(clock->Now());
+  clock->SleepFor(settle);
+  absl::Time now = clock->Now();
   availability::Snapshot s = sampler.Sample(now, /*all=*/true);
   availability::PolicyConfig config = options.policy;
   config.dedicated = options.mode == AvailabilityOptions::Mode::kDedicated;

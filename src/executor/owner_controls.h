@@ -9,13 +9,15 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "executor/availability_controller.h"
 
 namespace minions {
 
 // Samples the platform's probes twice (`settle` apart, so CPU deltas exist) and says what the
 // policy would decide now, for an executor waiting for work and for one running.
-std::string AvailabilityDryRun(const AvailabilityOptions& options, absl::Duration settle = absl::Seconds(1));
+std::string AvailabilityDryRun(const AvailabilityOptions& options, Clock* clock,
+                               absl::Duration settle = absl::Seconds(1));
 
 struct InstallOptions {
   std::string platform;                       // "linux" or "macos"; default: this machine's
