@@ -125,16 +125,17 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.check_model_paths = !absl::StartsWith(config.database, "postgres");
   std::unique_ptr<minions::Watchdog> watchdog;
   if (config.watchdog) {
+    // Without the lock (another process holds it) the watchdog waits on standby: the server seeks
+    // the lock again every second, so when that process goes, or the database restarts and ends
+    // every session's lock, one of the servers takes over.
     auto lock = minions::apps::TryAcquireWatchdog(config);
-    if (lock.ok()) {
-      watchdog = std::make_unique<minions::Watchdog>(backends->store.get(), WatchdogOptionsOf(config),
-                                                     std::move(*lock));
-    } else {
-      MINIONS_LOG(Info) << "another process runs the watchdog; this server runs without it";
-    }
+    if (!lock.ok()) MINIONS_LOG(Info) << "another process runs the watchdog; this server stands by";
+    watchdog = std::make_unique<minions::Watchdog>(backends->store.get(), WatchdogOptionsOf(config),
+                                                   lock.ok() ? std::move(*lock) : nullptr);
   }
   MINIONS_LOG(Info) << "backends: " << backends->description;
   minions::MinionsServer server(backends->store.get(), backends->blobs.get(), &clock, options, std::move(watchdog));
+  if (config.watchdog) server.SetWatchdogLockSource([config] { return minions::apps::TryAcquireWatchdog(config); });
   if (auto s = server.Start(); !s.ok()) {
     fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
     return 1;

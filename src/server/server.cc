@@ -90,9 +90,17 @@ void MinionsServer::RunBackgroundPass() {
     auto result = finalizer_.Finalize(job);
     if (!result.ok()) MINIONS_LOG(Warning) << "job=" << job << " finalisation failed: " << result.status().message();
   }
+  if (watchdog_ && !watchdog_->active() && watchdog_lock_source_ && clock_->Now() >= next_watchdog_lock_try_) {
+    next_watchdog_lock_try_ = clock_->Now() + watchdog_lock_retry_;
+    auto lock = watchdog_lock_source_();
+    if (lock.ok()) {
+      MINIONS_LOG(Info) << "this server runs the watchdog again (after its takeover grace)";
+      watchdog_->Resume(std::move(*lock));
+    }
+  }
   if (watchdog_ && watchdog_->active()) {
     auto pass = watchdog_->Tick(clock_->Now());
-    // A lost lock the watchdog logs itself, once; this server then runs without it.
+    // A lost lock the watchdog logs itself, once; this server then seeks it again (above).
     if (!pass.ok() && watchdog_->active()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
     // Requeued tasks and backups of stragglers are work for idle executors.
     if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) executor_service_.NotifyWork();

@@ -7,6 +7,7 @@
 // background loop on its own thread (or, with options.background_thread off, wherever
 // RunBackgroundPass is called). Every wait is on the Clock it is given.
 
+#include <functional>
 #include <atomic>
 #include <memory>
 #include <set>
@@ -36,10 +37,21 @@ namespace minions {
 
 class MinionsServer {
  public:
-  // `watchdog` may be null: another process runs it.
+  // `watchdog` may be null: another process runs it. A watchdog without its lock is on standby
+  // (see SetWatchdogLockSource).
   MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* clock, ServerOptions options,
                 std::unique_ptr<Watchdog> watchdog);
   ~MinionsServer();
+
+  // Where a watchdog on standby (it never held the lock, or lost it with the database's session:
+  // a database restart, another server's failover) gets the lock again. The background loop tries
+  // once per `retry` until it holds it, so some server always runs the watchdog while any serves.
+  // Call before Start.
+  using WatchdogLockSource = std::function<absl::StatusOr<std::unique_ptr<WatchdogLock>>()>;
+  void SetWatchdogLockSource(WatchdogLockSource source, absl::Duration retry = absl::Seconds(1)) {
+    watchdog_lock_source_ = std::move(source);
+    watchdog_lock_retry_ = retry;
+  }
 
   absl::Status Start();
   // The port actually bound (useful with ":0").
@@ -69,6 +81,9 @@ class MinionsServer {
   Clock* clock_;
   ServerOptions options_;
   std::unique_ptr<Watchdog> watchdog_;
+  WatchdogLockSource watchdog_lock_source_;  // empty: a lost lock is not sought again
+  absl::Duration watchdog_lock_retry_ = absl::Seconds(1);
+  absl::Time next_watchdog_lock_try_ = absl::InfinitePast();  // the background loop's thread only
   metrics::Registry registry_;
   ServerMetrics server_metrics_;
   ProgressTracker progress_;  // every job's progress estimate: watch streams, dashboard, metrics

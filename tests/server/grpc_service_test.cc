@@ -2,6 +2,8 @@
 // through real stubs, the way the client verbs and executors talk to it (grpc_service_fixture.h).
 
 #include "grpc_service_fixture.h"
+#include "testing/fake_watchdog_lock.h"
+#include "watchdog/watchdog.h"
 
 namespace minions::testing {
 namespace {
@@ -509,6 +511,58 @@ TEST_F(GrpcServiceTest, MetricsCountLeasesAttemptsRecordsAndTimes) {
   // The store-derived gauges ride along.
   EXPECT_EQ(m["minions_jobs{state=\"running\"}"], 1);
   EXPECT_EQ(m["minions_tasks{state=\"pending\"}"], 2);
+}
+
+// ------------------------------------------------------------------ the watchdog on standby
+
+// A database restart ends every session, and with it the watchdog's lock: the server must seek the
+// lock again, or no process would ever requeue the work of a vanished executor (the chaos suite's
+// store restart found a job stuck for good that way).
+TEST_F(GrpcServiceTest, AServerWhoseWatchdogLostItsLockTakesItBackAndRequeuesAVanishedExecutorsTask) {
+  auto held = std::make_shared<std::atomic<bool>>(true);
+  WatchdogOptions watchdog_options;
+  watchdog_options.executor_timeout = kLeaseTtl * 3;
+  watchdog_options.takeover_grace = kLeaseTtl * 2;
+  auto watchdog = std::make_unique<Watchdog>(store_.get(), watchdog_options, std::make_unique<FakeWatchdogLock>(held));
+  ServerOptions options = Options();
+  options.background_thread = false;
+  clock_ = &fake_clock_;
+  server_ = std::make_unique<MinionsServer>(store_.get(), blobs_.get(), &fake_clock_, options, std::move(watchdog));
+  bool lock_free = false;  // another process holds it until the test says otherwise
+  int tries = 0;
+  server_->SetWatchdogLockSource([&]() -> absl::StatusOr<std::unique_ptr<WatchdogLock>> {
+    ++tries;
+    if (!lock_free) return absl::UnavailableError("another process holds the watchdog lock");
+    return std::unique_ptr<WatchdogLock>(std::make_unique<FakeWatchdogLock>());
+  });
+  ASSERT_OK(server_->Start());
+  auto channel = rpc::MakeChannel(server_->address());
+  jobs_ = v1::Jobs::NewStub(channel);
+  executors_ = v1::Executors::NewStub(channel);
+
+  v1::Job job = MustSubmit(Records(3), 3);
+  std::string executor = RegisterExecutor("vanishes");
+  ASSERT_EQ(MustLease(executor, 1).size(), 1u);
+  // The database restarts: the lock is gone; the executor vanishes with its task.
+  *held = false;
+  server_->RunBackgroundPass();
+  EXPECT_EQ(tries, 0) << "the lock is sought only on the pass after it was found lost";
+  fake_clock_.Advance(kLeaseTtl * 2);
+  server_->RunBackgroundPass();  // sought, not free: the lease stays, nobody requeues it
+  EXPECT_EQ(tries, 1);
+  EXPECT_EQ(StoreTask(job.id(), 0).state, TaskState::kRunning);
+  // The lock is free again: the server takes it, waits out its takeover grace, then requeues.
+  lock_free = true;
+  fake_clock_.Advance(absl::Seconds(1));
+  server_->RunBackgroundPass();
+  EXPECT_EQ(tries, 2);
+  EXPECT_EQ(StoreTask(job.id(), 0).state, TaskState::kRunning) << "requeued inside the takeover grace";
+  fake_clock_.Advance(watchdog_options.takeover_grace);
+  server_->RunBackgroundPass();
+  EXPECT_EQ(tries, 2) << "sought again while held";
+  Task task = StoreTask(job.id(), 0);
+  EXPECT_EQ(task.state, TaskState::kPending);
+  EXPECT_THAT(task.last_error, HasSubstr("expired"));
 }
 
 }  // namespace
