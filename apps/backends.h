@@ -6,8 +6,10 @@
 
 #include "absl/status/statusor.h"
 #include "blob/blob_store.h"
+#include "common/clock.h"
 #include "config.h"
 #include "store/metadata_store.h"
+#include "store/watchdog_lock.h"
 
 namespace minions::apps {
 
@@ -17,11 +19,21 @@ struct Backends {
   std::string description;  // "sqlite:/path + /path/objects", for the log
 };
 
-absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config);
+// The backends wait (retries, a busy database) on `clock`, which must outlive them.
+absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config, Clock* clock);
+
+// The PostgreSQL connection string the processes use: `database` as given (its sslmode, or
+// PGSSLMODE, is libpq's to honour), except that a server on another machine with no sslmode at all
+// gets sslmode=require, so the store is never reached in plain text by default.
+std::string PostgresConninfo(const std::string& database);
+// Why `database` (a PostgreSQL connection string) is unsafe: a host on another machine reached
+// with sslmode disable, allow or prefer (plain text, or a downgrade anyone on the path can force).
+// Empty when it is fine.
+std::string PostgresTransportProblem(const std::string& database);
 
 // The right to run the watchdog: a file lock next to a SQLite database, an advisory lock on
-// PostgreSQL. Unavailable when another process holds it; released when the handle is destroyed
-// (or its process dies).
-absl::StatusOr<std::shared_ptr<void>> TryAcquireWatchdog(const MinionsConfig& config);
+// PostgreSQL (store/watchdog_lock.h). Unavailable when another process holds it; released when
+// the lock is destroyed (or its process dies).
+absl::StatusOr<std::unique_ptr<WatchdogLock>> TryAcquireWatchdog(const MinionsConfig& config);
 
 }  // namespace minions::apps

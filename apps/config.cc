@@ -63,13 +63,25 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     str("objects", "endpoint", &config.s3_endpoint);
     str("objects", "region", &config.s3_region);
     if (auto v = table["objects"]["path_style"].value<bool>()) config.s3_path_style = *v;
-    str("executor", "server", &config.server);
+    if (auto v = table["executor"]["server"].value<std::string>()) {
+      config.server = *v;
+      config.server_source = absl::StrCat("[executor] server in ", path);
+    }
     str("executor", "ca", &config.ca);
     str("executor", "join_token_file", &config.join_token_file);
     str("executor", "name", &config.executor_name);
     str("executor", "state_dir", &config.executor_state_dir);
     str("executor", "runner", &config.runner);
     if (auto v = table["executor"]["runner_threads"].value<int64_t>()) config.runner_threads = static_cast<int>(*v);
+    for (auto [key, field] : {std::pair{"objects", &config.executor_objects}, {"models", &config.executor_models}}) {
+      if (const toml::array* list = table["executor"][key].as_array()) {
+        for (const auto& item : *list) {
+          if (auto s = item.value<std::string>()) field->push_back(*s);
+        }
+      } else if (auto s = table["executor"][key].value<std::string>()) {
+        field->push_back(*s);
+      }
+    }
     if (const toml::table* availability = table["availability"].as_table()) {
       for (const auto& [key, value] : *availability) {
         std::string text;
@@ -97,7 +109,10 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
   FromEnv("MINIONS_DATA_DIR", &config.data_dir);
   FromEnv("MINIONS_DATABASE", &config.database);
   FromEnv("MINIONS_OBJECTS", &config.objects);
-  FromEnv("MINIONS_SERVER", &config.server);
+  if (const char* server = std::getenv("MINIONS_SERVER"); server && *server) {
+    config.server = server;
+    config.server_source = "MINIONS_SERVER";
+  }
   if (const char* mode = std::getenv("MINIONS_AVAILABILITY"); mode && *mode) config.availability.emplace_back("mode", mode);
   for (const std::string& key : AvailabilitySettingNames()) {
     std::string var = absl::AsciiStrToUpper(absl::StrCat("MINIONS_AVAILABILITY_", key));
@@ -149,6 +164,9 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
     problems.push_back(absl::StrCat("store.database '", config.database,
                                     "' is neither postgresql://... nor sqlite:/path/to/minions.db"));
   }
+  if (absl::StartsWith(config.database, "postgres")) {
+    if (std::string problem = PostgresTransportProblem(config.database); !problem.empty()) problems.push_back(problem);
+  }
   if (absl::StartsWith(config.objects, "s3://")) {
     if (config.objects.size() <= 5) problems.push_back("objects.url 's3://' names no bucket: use s3://bucket/prefix");
     if (!std::getenv("AWS_ACCESS_KEY_ID") || !std::getenv("AWS_SECRET_ACCESS_KEY")) {
@@ -161,7 +179,8 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
     if (auto s = ApplyAvailabilitySetting(key, value, &availability); !s.ok()) problems.push_back(std::string(s.message()));
   }
   if (connect && problems.empty()) {
-    auto backends = OpenBackends(config);
+    RealClock clock;
+    auto backends = OpenBackends(config, &clock);
     if (!backends.ok()) {
       problems.push_back(std::string(backends.status().message()));
     } else {

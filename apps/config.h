@@ -1,6 +1,8 @@
 #pragma once
 // Configuration of the minions processes: one TOML file, then the environment, then flags, each
-// overriding the one before. `minions config check` reports what is wrong in words a person can
+// overriding the one before. The server and the watchdog read [server], [store] and [objects];
+// the executor [executor] and [availability]; the client verbs (submit, jobs, watch, ...) take
+// the server's address from [executor] server when neither --server nor MINIONS_SERVER says. `minions config check` reports what is wrong in words a person can
 // act on.
 //
 //   [server]    listen, http_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
@@ -8,7 +10,7 @@
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
-//   [executor]  server, ca, join_token_file, name, state_dir, runner, runner_threads
+//   [executor]  server, ca, join_token_file, name, state_dir, runner, runner_threads, objects = [...], models = [...]
 //   [availability]  when the executor may use its machine: mode = "owner" | "dedicated" | "off",
 //               start_idle = "10m", allow_battery = false, hours = "22-7", protected_apps = [...],
 //               ... (every key: docs/availability.md; src/executor/availability_controller.h)
@@ -51,12 +53,17 @@ struct MinionsConfig {
   std::string s3_endpoint;
   std::string s3_region;
   bool s3_path_style = true;
-  // [executor]
+  // [executor] (the client verbs use `server` too)
   std::string server = "127.0.0.1:7070";
   std::string ca;               // the pool's CA certificate (TLS)
   std::string join_token_file;  // enrolment, when the executor has no credential yet
+  std::string server_source = "the default";  // or "MINIONS_SERVER", "[executor] server in FILE"
   std::string executor_name;
   std::string executor_state_dir;
+  // Where this executor's object URLs may point (origins, or folders for a pool on one machine)
+  // and where it loads models from (executor/url_policy.h, executor/model_access.h).
+  std::vector<std::string> executor_objects;
+  std::vector<std::string> executor_models;
   std::string runner;
   int runner_threads = 0;
   // [availability]: settings by name, in the order they apply (file, then environment).

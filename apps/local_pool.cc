@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/credentials.h"
 #include "common/host_port.h"
+#include "cli/demo.h"
 #include "common/logging.h"
 #include "common/subprocess.h"
 #include "identity/identity_admin.h"
@@ -55,7 +56,7 @@ class LocalPool : public cli::Pool {
     // The embedded defaults: SQLite and a directory, both in the pool's data directory.
     MinionsConfig config;
     config.data_dir = options.data_dir;
-    auto backends = OpenBackends(config);
+    auto backends = OpenBackends(config, &clock_);
     if (!backends.ok()) return backends.status();
     backends_ = std::move(*backends);
     fs::create_directories(options.data_dir + "/logs");
@@ -64,7 +65,6 @@ class LocalPool : public cli::Pool {
       return absl::FailedPreconditionError(absl::StrCat(
           "another pool or server is using ", options.data_dir, " (its watchdog lock is held)"));
     }
-    lock_ = std::move(*lock);
     ServerOptions server_options;
     server_options.listen = options.listen;
     server_options.http_listen = options.http_listen == "off" ? "" : options.http_listen;
@@ -80,7 +80,8 @@ class LocalPool : public cli::Pool {
     WatchdogOptions watchdog_options;
     watchdog_options.executor_timeout = options.lease_ttl * 3;
     server_ = std::make_unique<MinionsServer>(backends_.store.get(), backends_.blobs.get(), &clock_, server_options,
-                                              std::make_unique<Watchdog>(backends_.store.get(), watchdog_options));
+                                              std::make_unique<Watchdog>(backends_.store.get(), watchdog_options,
+                                                                         std::move(*lock)));
     if (auto s = server_->Start(); !s.ok()) return s;
     // The executors enrol with a join token of one use each, in a file only they read.
     const std::string join_file = options.data_dir + "/join-token";
@@ -104,8 +105,16 @@ class LocalPool : public cli::Pool {
                  absl::StrCat(options.data_dir, "/logs/runner-", i, ".log"), "--exit-with-parent",
                  "--runner-threads", std::to_string(threads),
                  // A pool started by hand is the owner's deliberate use of the machine.
-                 "--availability", "off", "--join-token-file", join_file};
+                 "--availability", "off", "--join-token-file", join_file,
+                 // The executors follow URLs into this pool's objects folder only.
+                 "--objects", absl::StrCat("file://", fs::absolute(options.data_dir).lexically_normal().string(), "/objects")};
       if (!ca_file_.empty()) sp.argv.insert(sp.argv.end(), {"--ca", ca_file_});
+      // Models: the folders `up --models` named, else the user's own ~/.minions/models.
+      std::vector<std::string> model_folders = options.model_folders;
+      if (model_folders.empty()) model_folders = {cli::MinionsHome() + "/models"};
+      for (const std::string& folder : model_folders) {
+        sp.argv.insert(sp.argv.end(), {"--models", fs::absolute(folder).lexically_normal().string()});
+      }
       sp.stderr_path = absl::StrCat(options.data_dir, "/logs/executor-", i, ".log");
       auto process = Subprocess::Start(sp);
       if (!process.ok()) return process.status();
@@ -146,7 +155,6 @@ class LocalPool : public cli::Pool {
 
   RealClock clock_;
   Backends backends_;
-  std::shared_ptr<void> lock_;
   std::unique_ptr<MinionsServer> server_;
   std::vector<std::unique_ptr<Subprocess>> executors_;
   std::string admin_token_;

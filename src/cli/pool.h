@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -25,6 +26,9 @@ struct PoolOptions {
   std::string tls_key;
   std::string tls_ca;  // the CA that signed tls_cert (its executors check the server against it)
   absl::Duration lease_ttl = absl::Seconds(9);
+  // Folders the pool's executors load models from (they load from nowhere else); empty: the
+  // executors' default, ~/.minions/models.
+  std::vector<std::string> model_folders;
 };
 
 class Pool {

@@ -39,8 +39,7 @@ HttpResponse Refusal(const absl::Status& status) {
   return response;
 }
 
-Json JobSummary(const Job& job, int64_t in_flight, absl::Time now) {
-  JobProgress p = ProgressOf(job, in_flight, now);
+Json JobSummary(const Job& job, const ProgressEstimate& p) {
   return Json{{"id", job.id},
               {"team", job.spec.team},
               {"owner", job.spec.owner},
@@ -162,8 +161,8 @@ Json JobsJson(const FleetSnapshot& s, absl::Time now, const Caller& caller, Page
   for (const Job& job : s.jobs) {
     if (!caller.SeesTeam(job.spec.team)) continue;
     if (seen++ < page.offset || static_cast<int64_t>(jobs.size()) >= page.limit) continue;
-    auto it = s.records_in_flight.find(job.id);
-    jobs.push_back(JobSummary(job, it == s.records_in_flight.end() ? 0 : it->second, now));
+    auto it = s.progress.find(job.id);
+    jobs.push_back(JobSummary(job, it == s.progress.end() ? ProgressEstimate{} : it->second));
   }
   Json out = PageJson(seen, page);
   out["now"] = Seconds(now);
@@ -171,12 +170,11 @@ Json JobsJson(const FleetSnapshot& s, absl::Time now, const Caller& caller, Page
   return out;
 }
 
-Json JobJson(const Job& job, const std::vector<Task>& tasks, absl::Time now, Page tasks_page) {
-  int64_t in_flight = 0;
+Json JobJson(const Job& job, const std::vector<Task>& tasks, const ProgressEstimate& progress, absl::Time now,
+             Page tasks_page) {
   Json list = Json::array();
   Json errors = Json::array();
   for (const Task& t : tasks) {
-    if (t.state == TaskState::kRunning) in_flight += t.records_done;
     if (t.index >= tasks_page.offset && static_cast<int64_t>(list.size()) < tasks_page.limit) {
       list.push_back({{"index", t.index},
                       {"state", TaskStateName(t.state)},
@@ -196,9 +194,8 @@ Json JobJson(const Job& job, const std::vector<Task>& tasks, absl::Time now, Pag
                         {"message", t.last_error}});
     }
   }
-  Json out{{"now", Seconds(now)}, {"job", JobSummary(job, in_flight, now)}, {"tasks", std::move(list)},
-           {"tasks_page", PageJson(static_cast<int64_t>(tasks.size()), tasks_page)}, {"errors", std::move(errors)}};
-  return out;
+  return Json{{"now", Seconds(now)}, {"job", JobSummary(job, progress)}, {"tasks", std::move(list)},
+              {"tasks_page", PageJson(static_cast<int64_t>(tasks.size()), tasks_page)}, {"errors", std::move(errors)}};
 }
 
 void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
@@ -248,7 +245,13 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
     if (!job.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
     auto tasks = src.store->ListTasks(id);
     if (!tasks.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
-    return JsonResponse(JobJson(*job, *tasks, src.clock->Now(), PageOf(request, 500, 5000)));
+    const absl::Time now = src.clock->Now();
+    int64_t in_flight = 0;
+    for (const Task& t : *tasks) {
+      if (t.state == TaskState::kRunning) in_flight += t.records_done;
+    }
+    return JsonResponse(JobJson(*job, *tasks, src.progress->Observe(*job, in_flight, now), now,
+                                PageOf(request, 500, 5000)));
   });
 
   // Login: the token is checked, then kept in an HttpOnly cookie for the browser session.

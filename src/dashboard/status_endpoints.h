@@ -38,6 +38,7 @@ struct StatusSources {
   MetadataStore* store = nullptr;
   Clock* clock = nullptr;
   FleetView* fleet = nullptr;
+  ProgressTracker* progress = nullptr;  // the server's (FleetView feeds it too)
   metrics::Registry* registry = nullptr;
   std::function<bool()> serving;  // the gRPC port is up and the server is not shutting down
   Authenticator* auth = nullptr;  // every page but the open ones asks it
@@ -61,7 +62,8 @@ Page PageOf(const HttpRequest& request, int64_t default_limit, int64_t max_limit
 // The dashboard's JSON documents (exposed for tests), as `caller` may see them.
 Json FleetJson(const FleetSnapshot& snapshot, absl::Time now, const Caller& caller);
 Json JobsJson(const FleetSnapshot& snapshot, absl::Time now, const Caller& caller, Page page);
-Json JobJson(const Job& job, const std::vector<Task>& tasks, absl::Time now, Page tasks_page);
+Json JobJson(const Job& job, const std::vector<Task>& tasks, const ProgressEstimate& progress, absl::Time now,
+             Page tasks_page);
 
 // A file of the web dashboard compiled into the binary (generated from web/ at build time).
 struct WebAsset {

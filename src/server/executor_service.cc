@@ -21,6 +21,9 @@ namespace {
 // its last chunk (it checkpoints less often, and loses nothing).
 constexpr int64_t kMaxChunkUrls = 32;
 
+// How often a long-polling Lease looks again for work another server may have made leasable.
+constexpr absl::Duration kLeasePoll = absl::Milliseconds(50);
+
 LeaseProgress FromProto(const v1::LeaseRef& ref) {
   LeaseProgress progress{ref.job_id(), ref.task_index(), ref.attempt(), ref.records_done(), ref.records_failed(), {}};
   for (const auto& c : ref.chunks()) {
@@ -125,7 +128,7 @@ absl::Status ExecutorService::Heartbeat(const std::string& executor_id, const v1
   std::vector<LeaseProgress> held;
   for (const auto& ref : request.leases()) held.push_back(FromProto(ref));
   // The executor's reason is not kept: why its owner is present never leaves the machine.
-  auto answer = store_->Heartbeat(executor_id, *state, "", held, options_.lease_ttl, clock_->Now());
+  auto answer = chunks_.Heartbeat(executor_id, *state, "", held, options_.lease_ttl, clock_->Now());
   if (!answer.ok()) return answer.status();
   for (const auto& c : answer->cancel) ToProto(c, reply->add_cancel());
   for (const auto& r : answer->renewed) ToProto(r, reply->add_renewed());
@@ -145,27 +148,29 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
                                     const v1::LeaseRequest& request_ref, v1::LeaseResponse* reply) {
   const v1::LeaseRequest* request = &request_ref;
   int max_tasks = std::clamp(request->max_tasks(), 1, 64);
-  // Long poll: retry when notified of new work here, and every 50 ms for work that arrived
+  // Long poll: retry when notified of new work here, and every kLeasePoll for work that arrived
   // through another server. Bounded, so a stuck executor call never outlives its usefulness.
-  const auto wait = std::chrono::milliseconds(std::clamp<int64_t>(request->wait_ms(), 0, 30000));
-  const auto deadline = std::chrono::steady_clock::now() + wait;
-  absl::Time now = clock_->Now();
+  const absl::Duration wait = absl::Milliseconds(std::clamp<int64_t>(request->wait_ms(), 0, 30000));
+  const absl::Time deadline = clock_->Now() + wait;
+  absl::Time now;
   absl::StatusOr<std::vector<minions::Lease>> leases;
   while (true) {
     uint64_t generation;
     {
-      std::lock_guard<std::mutex> lock(work_mu_);
+      absl::MutexLock lock(&work_mu_);
       generation = work_generation_;
     }
     now = clock_->Now();
     leases = store_->LeaseTasks(executor_id, max_tasks, options_.lease_ttl, now);
     if (!leases.ok()) return leases.status();
-    if (!leases->empty() || (context && context->IsCancelled()) || std::chrono::steady_clock::now() >= deadline) {
-      break;
-    }
-    std::unique_lock<std::mutex> lock(work_mu_);
-    work_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)),
-                        [&] { return work_generation_ != generation; });
+    if (!leases->empty() || (context && context->IsCancelled()) || now >= deadline) break;
+    absl::MutexLock lock(&work_mu_);
+    auto notified = [&] {
+      work_mu_.AssertHeld();
+      return work_generation_ != generation || stopping_;
+    };
+    clock_->AwaitWithDeadline(work_mu_, absl::Condition(&notified), std::min(deadline, now + kLeasePoll));
+    if (stopping_) break;
   }
   reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
   for (const minions::Lease& lease : *leases) {
@@ -206,9 +211,13 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
 }
 
 void ExecutorService::NotifyWork() {
-  std::lock_guard<std::mutex> lock(work_mu_);
+  absl::MutexLock lock(&work_mu_);
   ++work_generation_;
-  work_cv_.notify_all();
+}
+
+void ExecutorService::Shutdown() {
+  absl::MutexLock lock(&work_mu_);
+  stopping_ = true;
 }
 
 grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,
@@ -219,7 +228,7 @@ grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::C
 
 absl::Status ExecutorService::Complete(const std::string& executor_id, const v1::CompleteRequest& request) {
   const auto& ref = request.ref();
-  auto outcomes = store_->CompleteTasks(executor_id, {FromProto(ref)}, clock_->Now());
+  auto outcomes = chunks_.CompleteTasks(executor_id, {FromProto(ref)}, clock_->Now());
   if (!outcomes.ok()) return outcomes.status();
   if (!outcomes->at(0).ok()) {
     MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
@@ -243,7 +252,7 @@ absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, cons
   const v1::CompleteBatchRequest* request = &request_ref;
   std::vector<LeaseProgress> reports;
   for (const auto& ref : request->refs()) reports.push_back(FromProto(ref));
-  auto outcomes = store_->CompleteTasks(executor_id, reports, clock_->Now());
+  auto outcomes = chunks_.CompleteTasks(executor_id, reports, clock_->Now());
   if (!outcomes.ok()) return outcomes.status();
   std::set<std::string> jobs;
   for (size_t i = 0; i < outcomes->size(); ++i) {
@@ -279,7 +288,7 @@ absl::Status ExecutorService::Fail(const std::string& executor_id, const v1::Fai
                                                    request.failure_class(), "'"));
   }
   const auto& ref = request.ref();
-  auto task = store_->FailTask(executor_id, ref.job_id(), ref.task_index(), ref.attempt(), *failure,
+  auto task = chunks_.FailTask(executor_id, ref.job_id(), ref.task_index(), ref.attempt(), *failure,
                                request.message(), clock_->Now(), FromProto(ref).chunks);
   if (!task.ok()) return task.status();
   if (metrics_) metrics_->AttemptFailed(executor_id, *task, *failure, clock_->Now());

@@ -11,11 +11,12 @@
 //
 // The typed methods (taking an executor id) are the calls without gRPC, for a caller already
 // authenticated as that executor (an in-process control plane in tests).
-// Threads: called on gRPC's threads; thread-safe.
+// Threads: called on gRPC's threads; thread-safe. A long-polling Lease waits on the Clock.
 
-#include <condition_variable>
 #include <functional>
-#include <mutex>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "blob/blob_store.h"
 #include "common/clock.h"
@@ -23,6 +24,7 @@
 #include "identity/identity_admin.h"
 #include "minions/v1/minions.grpc.pb.h"
 #include "server/server_metrics.h"
+#include "server/chunk_check.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
 
@@ -42,7 +44,8 @@ class ExecutorService final : public v1::Executors::Service {
         identities_(identities),
         options_(options),
         job_ready_(std::move(job_ready)),
-        metrics_(metrics) {}
+        metrics_(metrics),
+        chunks_(store, blobs, {options.max_chunk_bytes}) {}
 
   grpc::Status Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request, v1::EnrolResponse* reply) override;
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
@@ -58,7 +61,9 @@ class ExecutorService final : public v1::Executors::Service {
   grpc::Status Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse* reply) override;
 
   // New work may be leasable (a job was submitted, a task requeued): wakes long-polling leases.
-  void NotifyWork();
+  void NotifyWork() ABSL_LOCKS_EXCLUDED(work_mu_);
+  // The server is stopping: long-polling leases answer at once, and later ones do not wait.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(work_mu_);
 
   // The calls for an executor already authenticated as `executor_id` (the request's own
   // executor_id field is not consulted). Register with an empty id registers a new executor under
@@ -90,9 +95,12 @@ class ExecutorService final : public v1::Executors::Service {
   ServerOptions options_;
   std::function<void(const std::string&)> job_ready_;
   ServerMetrics* metrics_;
-  std::mutex work_mu_;
-  std::condition_variable work_cv_;
-  uint64_t work_generation_ = 0;  // guarded by work_mu_
+  // Every call that commits chunks goes through it: an upload becomes part of a job's results only
+  // once checked against the task's input (server/chunk_check.h).
+  ChunkChecker chunks_;
+  absl::Mutex work_mu_;
+  uint64_t work_generation_ ABSL_GUARDED_BY(work_mu_) = 0;  // bumped by NotifyWork
+  bool stopping_ ABSL_GUARDED_BY(work_mu_) = false;
 };
 
 }  // namespace minions

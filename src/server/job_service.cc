@@ -2,7 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <deque>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -77,6 +76,10 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   }
   spec.shard_size = request.shard_size() > 0 ? request.shard_size() : options_.default_shard_size;
   if (spec.shard_size > 1'000'000) return absl::InvalidArgumentError("shard_size must be at most 1000000");
+  if (spec.shard_size < options_.min_shard_size) {
+    return absl::InvalidArgumentError(absl::StrCat("shard_size must be at least ", options_.min_shard_size,
+                                                   " records per task on this server"));
+  }
   if (request.max_attempts() < 0 || request.max_attempts() > 100) {
     return absl::InvalidArgumentError("max_attempts must be between 1 and 100");
   }
@@ -103,7 +106,8 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   const std::string uploads = keys::Uploads(spec.team, caller.principal);
   if (!request.input().empty()) {
     if (static_cast<int64_t>(request.input().size()) > options_.max_input_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("input is larger than ", options_.max_input_bytes, " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat("input is larger than ", options_.max_input_bytes,
+                                                     " bytes (this server's limit; split it into several jobs)"));
     }
     spec.input_key = absl::StrCat(uploads, absl::FormatTime("%Y%m%d", clock_->Now(), absl::UTCTimeZone()), "-",
                                   RandomHex(16), ".jsonl");
@@ -119,6 +123,10 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
     if (!size.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("input object '", spec.input_key, "': ", size.status().message()));
     }
+    if (*size > options_.max_input_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("input object '", spec.input_key, "' is ", *size,
+                                                     " bytes; the most is ", options_.max_input_bytes));
+    }
   } else {
     // proto3 cannot tell an empty input from none: both are an input with no records.
     return absl::InvalidArgumentError(
@@ -127,7 +135,7 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
 
   auto job = store_->CreateJob(spec, clock_->Now());
   if (!job.ok()) return job.status();  // ResourceExhausted: the team's quota of jobs
-  auto split = SplitInput(*blobs_, spec.input_key, spec.shard_size);
+  auto split = SplitInput(*blobs_, spec.input_key, spec.shard_size, options_.max_tasks_per_job);
   if (!split.ok()) {
     (void)store_->FailJob(job->id, std::string(split.status().message()), clock_->Now());
     return absl::InvalidArgumentError(absl::StrCat("job ", job->id, " refused: ", split.status().message()));
@@ -136,6 +144,7 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
     (void)store_->FailJob(job->id, std::string(s.message()), clock_->Now());
     return s;
   }
+  if (metrics_) metrics_->JobSubmitted(*job);
   if (work_added_) work_added_();
   MINIONS_LOG(Info) << "job=" << job->id << " submitted by " << caller.Describe() << ": " << split->total_records
                     << " records (" << split->invalid_records << " invalid) in " << split->tasks.size() << " tasks";
@@ -199,28 +208,18 @@ grpc::Status JobService::WatchJob(grpc::ServerContext* context, const v1::WatchJ
                                   grpc::ServerWriter<v1::JobProgress>* writer) {
   AUTHORIZE_OR_RETURN(context, Scope::kJobsRead);
   if (auto visible = VisibleJob(caller, request->job_id()); !visible.ok()) return ToGrpc(visible.status());
+  StreamLimiter::Slot slot = watch_streams_.Acquire();
+  if (!slot) return ToGrpc(watch_streams_.Refusal("watch streams"));
   absl::Duration interval = request->interval_ms() > 0 ? absl::Milliseconds(request->interval_ms())
                                                        : absl::Milliseconds(500);
   interval = std::max(interval, absl::Milliseconds(50));
-  // Rate over a sliding window of (time, records finished) samples.
-  std::deque<std::pair<absl::Time, int64_t>> samples;
   while (!context->IsCancelled()) {
     auto job = store_->GetJob(request->job_id());
     if (!job.ok()) return ToGrpc(job.status());
-    absl::Time now = clock_->Now();
-    int64_t finished = job->counts.completed + job->counts.failed;
-    samples.emplace_back(now, finished);
-    while (samples.size() > 2 && now - samples.front().first > absl::Minutes(1)) samples.pop_front();
+    const absl::Time now = clock_->Now();
     v1::JobProgress progress;
     *progress.mutable_job() = ToProto(*job);
-    double rate = 0;
-    if (samples.size() >= 2) {
-      double secs = absl::ToDoubleSeconds(samples.back().first - samples.front().first);
-      if (secs > 0) rate = static_cast<double>(samples.back().second - samples.front().second) / secs;
-    }
-    progress.set_records_per_second(rate);
-    int64_t left = job->counts.total - finished;
-    progress.set_eta_seconds(IsTerminal(job->state) ? 0 : (rate > 0 ? static_cast<double>(left) / rate : -1));
+    int64_t in_flight = 0;
     if (!IsTerminal(job->state)) {
       // Counted by the store: a job of 50,000 tasks is not listed twice a second.
       auto counts = store_->CountTasks(job->id);
@@ -228,8 +227,13 @@ grpc::Status JobService::WatchJob(grpc::ServerContext* context, const v1::WatchJ
         progress.set_tasks_running(counts->running);
         progress.set_tasks_pending(counts->pending);
         progress.set_executors_working(static_cast<int32_t>(counts->executors));
+        in_flight = counts->records_in_flight;
       }
     }
+    const ProgressEstimate estimate = progress_->Observe(*job, in_flight, now);
+    progress.set_records_in_flight(estimate.in_flight);
+    progress.set_records_per_second(estimate.records_per_second);
+    progress.set_eta_seconds(estimate.eta_seconds);
     if (!writer->Write(progress)) break;
     if (IsTerminal(job->state)) break;
     clock_->SleepFor(interval);

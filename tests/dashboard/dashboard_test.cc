@@ -31,12 +31,13 @@ class DashboardTest : public ::testing::Test {
  protected:
   void SetUp() override {
     store_ = Must(SqliteMetadataStore::Open(":memory:", StoreOptions{}));
-    fleet_ = std::make_unique<FleetView>(store_.get(), &clock_, absl::Seconds(1));
+    fleet_ = std::make_unique<FleetView>(store_.get(), &clock_, &progress_, absl::Seconds(1));
     fleet_->ExportMetrics(&registry_);
     auth_ = std::make_unique<Authenticator>(store_.get(), &clock_);
     identities_ = std::make_unique<IdentityAdmin>(store_.get(), &clock_);
-    InstallStatusEndpoints(
-        {store_.get(), &clock_, fleet_.get(), &registry_, [this] { return serving_.load(); }, auth_.get()}, &http_);
+    InstallStatusEndpoints({store_.get(), &clock_, fleet_.get(), &progress_, &registry_,
+                            [this] { return serving_.load(); }, auth_.get()},
+                           &http_);
     ASSERT_TRUE(http_.Start("127.0.0.1:0").ok());
     base_ = absl::StrCat("http://127.0.0.1:", http_.port());
     admin_ = Issue(Role::kAdmin, "", "ops");
@@ -97,6 +98,7 @@ class DashboardTest : public ::testing::Test {
   std::unique_ptr<IdentityAdmin> identities_;
   std::string admin_;
   metrics::Registry registry_;
+  ProgressTracker progress_;
   std::unique_ptr<FleetView> fleet_;
   std::atomic<bool> serving_{true};
   HttpServer http_;

@@ -82,8 +82,11 @@ class ProcessAttack : public ::testing::Test {
   void SetUp() override {
     dir_ = TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
     pool_ = std::make_unique<ProcessPool>(kBin + "/minions", dir_, 3000);
+    // The model in a folder of its own, the only one the executors may load from.
+    fs::create_directories(dir_ + "/models");
+    pool_->AllowModels({dir_ + "/models"});
     ASSERT_TRUE(pool_->StartServer().ok());
-    model_ = dir_ + "/model.gguf";
+    model_ = dir_ + "/models/model.gguf";
     std::ofstream(model_) << "the no-op runner reads no model";
   }
   void TearDown() override {
@@ -121,11 +124,15 @@ TEST_F(ProcessAttack, AnExecutorStartedWithAnotherExecutorsIdIsRefusedAndTheVict
 }
 
 TEST_F(ProcessAttack, NoCredentialReachesTheRunnersEnvironmentAndTheCredentialFileIsPrivate) {
-  // The runner: a script that writes its environment down, then is the no-op runner.
-  const std::string env_file = dir_ + "/runner-env.txt";
-  const std::string runner = dir_ + "/env-runner.sh";
-  std::ofstream(runner) << "#!/bin/sh\nenv > '" << env_file << "'\nexec '" << kNoop << "'\n";
+  // The runner: a script that writes its environment down, then is the no-op runner. Both in a
+  // folder of their own: the sandbox lets a runner read its program's folder and write only its
+  // scratch folder (its HOME), so that is where the environment goes.
+  fs::create_directories(dir_ + "/runner");
+  fs::copy_file(kNoop, dir_ + "/runner/noop", fs::copy_options::overwrite_existing);
+  const std::string runner = dir_ + "/runner/env-runner.sh";
+  std::ofstream(runner) << "#!/bin/sh\nenv > \"$HOME/runner-env.txt\"\nexec '" << dir_ << "/runner/noop'\n";
   fs::permissions(runner, fs::perms::owner_all);
+  const std::string env_file = dir_ + "/e/runner-scratch/runner-env.txt";
   // This executor is handed its join token and a stray token in its environment.
   auto join = pool_->IssueToken("join", "", "env-test");
   ASSERT_TRUE(join.ok()) << join.status();
@@ -193,13 +200,15 @@ TEST_F(ProcessAttack, RevokingAWorkingExecutorCutsItOffAndItsTasksAreDoneElsewhe
 TEST(ProcessTls, AWholePoolRunsOverTlsFromItsPrivateCa) {
   const std::string dir = TempDir("tls");
   ProcessPool pool(kBin + "/minions", dir, 3000);
+  pool.AllowModels({dir + "/models"});
   ASSERT_TRUE(pool.EnableTls().ok());
   ASSERT_TRUE(pool.StartServer().ok());
   ASSERT_TRUE(pool.connection().tls.enabled());
   // Executors enrol and work over TLS, checking the server against the pool's CA.
   for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name, 1, kNoop).ok());
-  std::ofstream(dir + "/model.gguf") << "no model";
-  v1::Job job = RunJob(pool, 30, 5, dir + "/model.gguf");
+  fs::create_directories(dir + "/models");
+  std::ofstream(dir + "/models/model.gguf") << "no model";
+  v1::Job job = RunJob(pool, 30, 5, dir + "/models/model.gguf");
   EXPECT_EQ(job.state(), "completed");
   EXPECT_EQ(job.request_counts().completed(), 30);
   // The same client without the CA reaches nothing.

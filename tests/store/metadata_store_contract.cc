@@ -130,7 +130,7 @@ TEST_P(MetadataStoreContract, AJobFromSubmissionToCompletion) {
   EXPECT_EQ(job.counts.completed, 19);
   EXPECT_EQ(job.counts.failed, 1);
   counts_only_grow();
-  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10));
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10, now_));
   ASSERT_THAT(to_finalize, SizeIs(1));
   EXPECT_EQ(to_finalize[0].id, job_id);
 
@@ -145,7 +145,7 @@ TEST_P(MetadataStoreContract, AJobFromSubmissionToCompletion) {
   EXPECT_EQ(job.manifest_key, "out/m.json");
   EXPECT_EQ(job.finished_at, now_);
   counts_only_grow();
-  ASSERT_OK_AND_ASSIGN(to_finalize, store_->JobsToFinalize(10));
+  ASSERT_OK_AND_ASSIGN(to_finalize, store_->JobsToFinalize(10, now_));
   EXPECT_THAT(to_finalize, IsEmpty());
   EXPECT_EQ(GetExecutor(a).records_done, 20);
 }
@@ -310,7 +310,7 @@ TEST_P(MetadataStoreContract, AJobWhoseTasksAllFailEndsFailed) {
   EXPECT_THAT(job.error, HasSubstr("bad model"));
   EXPECT_EQ(job.counts.failed, 20);
   EXPECT_EQ(job.finished_at, now_);
-  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10));
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10, now_));
   EXPECT_THAT(to_finalize, IsEmpty());
 }
 
@@ -612,6 +612,13 @@ TEST_P(MetadataStoreContract, CountTasksAndListRunningTasksAnswerWithoutListingA
   EXPECT_EQ(counts.executors, 1);
   EXPECT_CODE(store_->CountTasks("job-000000000000"), kNotFound);
 
+  EXPECT_EQ(counts.records_in_flight, 0);
+  // Progress of a running attempt, as its executor's heartbeat reports it.
+  ASSERT_OK(store_->Heartbeat(a, ExecutorState::kBusy, "", {{job_id, of_a[1].task.index, of_a[1].task.attempt, 7, 1}},
+                              kTtl, now_));
+  ASSERT_OK_AND_ASSIGN(counts, store_->CountTasks(job_id));
+  EXPECT_EQ(counts.records_in_flight, 7);
+
   std::vector<Lease> more = LeaseUpTo(b, 1);
   ASSERT_THAT(more, SizeIs(1));
   ASSERT_OK_AND_ASSIGN(std::vector<Task> running, store_->ListRunningTasks());
@@ -628,6 +635,7 @@ TEST_P(MetadataStoreContract, CountTasksAndListRunningTasksAnswerWithoutListingA
   EXPECT_EQ(counts.running, 2);
   EXPECT_EQ(counts.executors, 2);
   EXPECT_EQ(counts.pending, 1);
+  EXPECT_EQ(counts.records_in_flight, 7);
 }
 
 // --- executors and listings ---
@@ -923,6 +931,35 @@ TEST_P(MetadataStoreContract, AStragglersBackupRunsElsewhereAndTheFirstCompletio
   EXPECT_EQ(lost[0].code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(GetJob(job_id).counts.completed, 10);
   EXPECT_EQ(GetJob(job_id).state, JobState::kFinalizing);
+}
+
+// GetTask reads one task as ListTasks has it (what the server checks an executor's report of
+// chunks against), chunks included; an unknown job or index is NotFound.
+TEST_P(MetadataStoreContract, GetTaskReadsOneTaskAsListTasksHasIt) {
+  const std::string job_id = Submit(Spec(), 3);
+  const std::string executor = Register("a");
+  std::vector<Lease> leases = LeaseUpTo(executor, 1);
+  ASSERT_THAT(leases, SizeIs(1));
+  LeaseProgress progress = Progress(leases[0], 4);
+  progress.chunks = {Chunk{leases[0].task.attempt, 0, 0, 4, 1}};
+  ASSERT_OK(store_->Heartbeat(executor, ExecutorState::kBusy, "", {progress}, kTtl, now_).status());
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> listed, store_->ListTasks(job_id));
+  for (const Task& expected : listed) {
+    ASSERT_OK_AND_ASSIGN(Task task, store_->GetTask(job_id, expected.index));
+    EXPECT_EQ(task.job_id, expected.job_id);
+    EXPECT_EQ(task.index, expected.index);
+    EXPECT_EQ(task.state, expected.state);
+    EXPECT_EQ(task.attempt, expected.attempt);
+    EXPECT_EQ(task.executor_id, expected.executor_id);
+    EXPECT_EQ(task.byte_begin, expected.byte_begin);
+    EXPECT_EQ(task.byte_end, expected.byte_end);
+    EXPECT_EQ(task.n_records, expected.n_records);
+    EXPECT_EQ(task.chunks, expected.chunks);
+  }
+  ASSERT_OK_AND_ASSIGN(Task first, store_->GetTask(job_id, leases[0].task.index));
+  EXPECT_THAT(first.chunks, ElementsAre(Chunk{leases[0].task.attempt, 0, 0, 4, 1}));
+  EXPECT_CODE(store_->GetTask(job_id, 3), kNotFound);
+  EXPECT_CODE(store_->GetTask("job-000000000000", 0), kNotFound);
 }
 
 }  // namespace
