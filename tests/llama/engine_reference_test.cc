@@ -10,12 +10,15 @@
 
 #include "llama.h"
 #include "runner/llama/llama_engine.h"
+#include "engine_test_util.h"
 #include "test_env.h"
 
 namespace minions::llama_runner {
 namespace {
 
 using minions::testing::TestModel;
+using engine_test::GeneratedText;
+using engine_test::ServeAll;
 
 // llama.cpp used directly: one prompt at a time, greedy argmax over the logits. Deliberately
 // shares no code with LlamaEngine.
@@ -117,26 +120,6 @@ double Cosine(const std::vector<float>& a, const std::vector<float>& b) {
     nb += (double)b[i] * b[i];
   }
   return dot / std::sqrt(na * nb);
-}
-
-std::string GeneratedText(const Json& line) {
-  const Json& choice = line["response"]["body"]["choices"][0];
-  return choice.contains("message") ? choice["message"]["content"].get<std::string>()
-                                    : choice["text"].get<std::string>();
-}
-
-std::map<size_t, Json> ServeAll(LlamaEngine& engine, const std::vector<std::string>& lines) {
-  std::vector<WorkItem> items;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    auto parsed = ParseRecordLine(lines[i]);
-    EXPECT_TRUE(parsed.ok()) << parsed.error_message;
-    items.push_back({"", i, *parsed.request});
-  }
-  std::map<size_t, Json> results;
-  auto unserved = engine.Serve(std::move(items), [&](WorkResult r) { results[r.index] = r.output; },
-                               [] { return false; });
-  EXPECT_TRUE(unserved.empty());
-  return results;
 }
 
 class EngineReference : public ::testing::Test {
