@@ -171,6 +171,38 @@ TEST_F(EngineReference, BatchedGreedyGenerationEqualsOnePromptAtATime) {
   EXPECT_GT(nonempty, 6);  // the comparison is about real text, not empty strings
 }
 
+TEST_F(EngineReference, SequencesMovedIntoFreeSlotsAtTheTailKeepTheirOutput) {
+  // The last records outlive their neighbours: the engine moves them into the free slots below
+  // (a copy of their KV streams) so the busy sequences stay consecutive. Their text must not
+  // change, with or without shared prefixes.
+  const std::string model = TestModel("text.gguf");
+  DirectLlama direct(model);
+  ASSERT_TRUE(direct.ok());
+  std::vector<std::string> lines, expected;
+  const int max_tokens[] = {3, 40, 2, 35, 4, 30};
+  for (int i = 0; i < 6; ++i) {
+    std::string prompt = "Record " + std::to_string(i) + " says hello to the other records";
+    lines.push_back(DumpJson({{"custom_id", "t" + std::to_string(i)}, {"prompt", prompt},
+                              {"max_tokens", max_tokens[i]}, {"temperature", 0}}));
+    expected.push_back(direct.Generate(prompt, false, max_tokens[i]));
+  }
+  for (bool share : {false, true}) {
+    SCOPED_TRACE(share ? "sharing" : "not sharing");
+    runner_protocol::LoadOptions options;
+    options.n_parallel = 4;
+    options.n_ctx_per_seq = 256;
+    options.flash_attn = "off";
+    options.share_prefixes = share;
+    auto engine = LlamaEngine::Load(model, options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto results = ServeAll(**engine, lines);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      ASSERT_TRUE(results[i]["error"].is_null()) << DumpJson(results[i]);
+      EXPECT_EQ(GeneratedText(results[i]), expected[i]) << "record " << i;
+    }
+  }
+}
+
 TEST_F(EngineReference, SeededSamplingIsReproducibleWhateverTheBatch) {
   runner_protocol::LoadOptions options;
   options.n_ctx_per_seq = 256;

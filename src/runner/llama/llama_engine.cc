@@ -650,20 +650,28 @@ void LlamaEngine::ServeStream(WorkSource& source) {
       ServeEmbeddings(embeddings, source);
       embeddings.clear();
     }
+    // A slot left free (the source has nothing more now) below a busy one splits the batch.
+    CompactSlots();
+    // Every generating sequence gets its one token (which keeps their latency flat); prompts
+    // share what is left of the batch, the first slot first, in chunks. Tokens go into the batch
+    // in sequence order: with separate KV streams llama.cpp computes a batch in micro-batches of
+    // consecutive sequences with equally many tokens each, so this order makes one micro-batch
+    // of every sequence's first token and one more per prompt, instead of one per gap.
+    int budget = n_batch;
+    for (Slot& slot : slots_) {
+      if (slot.active && slot.waiting_on < 0 && slot.n_fed == slot.n_prompt) --budget;
+    }
     batch.n_tokens = 0;
-    // Sequences that are generating go first: one token each keeps their latency flat.
     for (Slot& slot : slots_) {
       slot.logit_index = -1;
-      if (slot.active && slot.waiting_on < 0 && slot.n_fed == slot.n_prompt) {
+      if (!slot.active || slot.waiting_on >= 0) continue;
+      if (slot.n_fed == slot.n_prompt) {
         BatchAdd(batch, slot.tokens[slot.n_past], slot.n_past, slot.seq, true);
         slot.logit_index = batch.n_tokens - 1;
         slot.decoding_pending = true;
+        continue;
       }
-    }
-    // Prompts fill the rest of the batch, in chunks.
-    for (Slot& slot : slots_) {
-      if (!slot.active || slot.waiting_on >= 0 || slot.n_fed == slot.n_prompt) continue;
-      while (slot.n_fed < slot.n_prompt && batch.n_tokens < n_batch) {
+      for (; slot.n_fed < slot.n_prompt && budget > 0; --budget) {
         bool last = slot.n_fed + 1 == slot.n_prompt;
         BatchAdd(batch, slot.tokens[slot.n_fed], static_cast<llama_pos>(slot.n_fed), slot.seq, last);
         if (last) slot.logit_index = batch.n_tokens - 1;
@@ -739,6 +747,34 @@ void LlamaEngine::Release(Slot& slot) {
   slot.waiting_on = -1;
   // Without sharing, a finished record's cells are dropped at once, as they always were.
   if (!share_prefixes_) ForgetFrom(slot, 0);
+}
+
+void LlamaEngine::CompactSlots() {
+  llama_memory_t mem = llama_get_memory(gen_ctx_);
+  while (true) {
+    size_t hole = 0;
+    while (hole < slots_.size() && slots_[hole].active) ++hole;
+    size_t last = slots_.size();
+    while (last > hole + 1 && !slots_[last - 1].active) --last;
+    if (last <= hole + 1) return;
+    Slot& from = slots_[last - 1];
+    Slot& to = slots_[hole];
+    // Whoever waits for `from` (or is `from`, waiting) keeps waiting on the same cells.
+    if (from.waiting_on >= 0) return;  // moves after its wait: its cells are about to be replaced
+    // The stream is copied whole at the start of the next decode (cells keep their places, so
+    // the arithmetic is unchanged); the record's state moves with it.
+    llama_memory_seq_cp(mem, from.seq, to.seq, -1, -1);
+    std::swap(from.seq, to.seq);
+    std::swap(from, to);
+    // The vacated slot still holds the cells it had: a cache, when sharing.
+    Slot& vacated = slots_[last - 1];
+    vacated.tokens = slots_[hole].tokens;
+    vacated.n_past = slots_[hole].n_past;
+    if (!share_prefixes_) ForgetFrom(vacated, 0);
+    for (Slot& slot : slots_) {
+      if (slot.waiting_on == static_cast<int>(last - 1)) slot.waiting_on = static_cast<int>(hole);
+    }
+  }
 }
 
 void LlamaEngine::ForgetFrom(Slot& slot, size_t keep) {

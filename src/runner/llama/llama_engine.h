@@ -107,6 +107,9 @@ class LlamaEngine {
 
   // Ends a slot's record (its cells stay for the next one when prefixes are shared).
   void Release(Slot& slot);
+  // Moves the records of the highest busy slots into free slots below them (copying their KV
+  // streams), so that the busy sequences are consecutive.
+  void CompactSlots();
   // Drops the slot's cells from position `keep` on (all of them when keep is 0).
   void ForgetFrom(Slot& slot, size_t keep);
   // For an admitted slot whose prompt is not fed yet: takes the longest prefix of its prompt that
