@@ -547,7 +547,6 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     Release(slot);
   };
 
-  // Prepares a queued item for a free slot; false if the item was answered with an error instead.
   // Admits a queued item into a free slot: the one whose cells hold the most of its prompt. False
   // if the item was answered with an error instead.
   auto admit = [&](WorkItem item) -> bool {
