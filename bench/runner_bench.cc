@@ -2,7 +2,7 @@
 // pinned source with the same flags (bench/build-llama-tools), in one run on the same model, the
 // same records and the same machine. docs/benchmarks.md has the figures and the command.
 //
-//   mixed       independent records (chat and completions; prompts of 16 to 400 tokens, 8 to 96
+//   mixed       independent records (chat and completions; prompts of 16 to 400 tokens, 8 to 64
 //               generated): `minions local-run` and one executor in a pool (`minions up
 //               --executors 1`) against llama-server fed by a client with many requests in flight.
 //   shared      records sharing a 1,000-token system prompt, the same sides.
@@ -83,13 +83,15 @@ struct BenchOptions {
   int parallel = 8;
   int ctx_per_seq = 2048;
   int repeat = 2;
-  int mixed_records = 32;
-  int shared_records = 32;
+  int mixed_records = 24;
+  int shared_records = 24;
   int shared_prefix_tokens = 1000;
   int ceiling_tokens = 64;
   int ceiling_prompt = 32;
-  int embedding_records = 64;
-  std::vector<int> curve_parallel = {1, 2, 4, 8, 16};
+  int embedding_records = 16;
+  int curve_records = 16;
+  std::vector<int> curve_parallel = {2, 4, 8, 16};
+  std::vector<int> curve_clients = {1, 2};  // client threads per slot
   int server_parallel = 0;     // 0: the best of the curve (or --parallel without a curve)
   int server_concurrency = 0;  // 0: the best of the curve (or 2 x the server's parallel)
 };
@@ -182,13 +184,13 @@ class Workloads {
     return text;
   }
 
-  // Independent records: chat and completions, prompts of 16 to 400 tokens, 8 to 96 generated.
+  // Independent records: chat and completions, prompts of 16 to 400 tokens, 8 to 64 generated.
   std::vector<std::string> Mixed(uint64_t seed, int records) const {
     std::mt19937_64 rng(seed);
     std::vector<std::string> lines;
     for (int i = 0; i < records; ++i) {
       const int prompt_tokens = static_cast<int>(16 * std::pow(25.0, (rng() % 1000) / 1000.0));  // 16..400
-      const int max_tokens = 8 + static_cast<int>(rng() % 89);
+      const int max_tokens = 8 + static_cast<int>(rng() % 57);
       const std::string id = absl::StrCat("m", seed, "-", i);
       if (i % 2 == 0) {
         lines.push_back(Chat(id, "You are a helpful assistant. Case " + std::to_string(seed * 1000 + i) + ".",
@@ -230,13 +232,13 @@ class Workloads {
     return lines;
   }
 
-  // Embedding records of 4 inputs each, 32 to 200 tokens per input.
+  // Embedding records of 4 inputs each, 32 to 128 tokens per input.
   std::vector<std::string> Embeddings(uint64_t seed, int records) const {
     std::mt19937_64 rng(seed);
     std::vector<std::string> lines;
     for (int i = 0; i < records; ++i) {
       Json inputs = Json::array();
-      for (int k = 0; k < 4; ++k) inputs.push_back(Text(rng, 32 + static_cast<int>(rng() % 169)));
+      for (int k = 0; k < 4; ++k) inputs.push_back(Text(rng, 32 + static_cast<int>(rng() % 97)));
       lines.push_back(minions::DumpJson(
           {{"custom_id", absl::StrCat("e", seed, "-", i)}, {"url", "/v1/embeddings"}, {"body", {{"input", inputs}}}}));
     }
@@ -359,7 +361,7 @@ class LlamaServer {
       : port_(minions::testing::PickFreePort()) {
     std::vector<std::string> argv = {bin, "-m", model, "--host", "127.0.0.1", "--port", std::to_string(port_),
                                      "-np", std::to_string(s.parallel), "-c", std::to_string(s.parallel * s.ctx_per_seq),
-                                     "-t", std::to_string(s.threads), "-tb", std::to_string(s.threads), "-ngl", "999",
+                                     "-t", std::to_string(s.threads), "-tb", std::to_string(s.threads), "-ngl", GpuLayers(),
                                      // as the runner: separate KV streams, flash attention off on CPU
                                      // (the server's own default, auto, picks the same there)
                                      "--no-kv-unified", "-fa", FlashAttn(), "--no-webui", "--no-warmup"};
@@ -379,6 +381,7 @@ class LlamaServer {
   }
 
   static const char* FlashAttn() { return llama_supports_gpu_offload() ? "auto" : "off"; }
+  static const char* GpuLayers() { return llama_supports_gpu_offload() ? "999" : "0"; }
 
   Outcome Run(const std::vector<std::string>& lines, int concurrency) {
     struct Request {
@@ -604,9 +607,10 @@ class Bench {
     return {parallel, opt_.ctx_per_seq, threads_, embeddings};
   }
 
-  // llama-server at each --parallel, clients = parallel and 2 x parallel; returns the best.
+  // llama-server at each --parallel and client concurrency; returns the best.
   ServerBest Curve(const std::string& workload) {
-    std::printf("\n### llama-server: --parallel and client concurrency, %s workload\n\n", workload.c_str());
+    std::printf("\n### llama-server: --parallel and client concurrency, %s workload (%d records a point)\n\n",
+                workload.c_str(), opt_.curve_records);
     std::printf("| --parallel | clients | records/s | generated tokens/s | seconds |\n|---:|---:|---:|---:|---:|\n");
     ServerBest best;
     double best_rate = 0;
@@ -614,8 +618,9 @@ class Bench {
     for (int p : opt_.curve_parallel) {
       LlamaServer server(tools_ + "/llama-server", model_, Server(p), opt_.work + "/llama-server-curve.log");
       server.Run(Lines(workload, 1, 2), p);  // warm-up
-      for (int c : {p, 2 * p}) {
-        Outcome o = server.Run(Lines(workload, ++seed), c);
+      for (int factor : opt_.curve_clients) {
+        const int c = factor * p;
+        Outcome o = server.Run(Lines(workload, ++seed, opt_.curve_records), c);
         std::printf("| %d | %d | %.3f | %.2f | %.2f |\n", p, c, o.records_per_second(), o.tokens_per_second(), o.seconds);
         std::fflush(stdout);
         if (o.errors == 0 && o.records_per_second() > best_rate) {
@@ -663,44 +668,63 @@ class Bench {
     std::printf("\nrecords whose generated token count differs between llama-server and local-run: %d\n", disagreements);
   }
 
-  // The runner against llama-batched-bench at the same batch size.
+  // The runner against llama-batched-bench at the same batch size, interleaved.
   void Ceiling() {
     const int b = opt_.parallel, pp = opt_.ceiling_prompt, tg = opt_.ceiling_tokens;
-    // llama-batched-bench: one prompt of pp tokens per sequence, then tg tokens each, b at once.
-    std::string out = RunProgram({tools_ + "/llama-batched-bench", "-m", model_, "-c", std::to_string(b * opt_.ctx_per_seq),
-                                  "-b", "512", "-ub", "512", "-npp", std::to_string(pp), "-ntg", std::to_string(tg),
-                                  "-npl", std::to_string(b), "-t", std::to_string(threads_), "-tb", std::to_string(threads_),
-                                  "-ngl", "999", "-fa", LlamaServer::FlashAttn(), "--no-warmup"},
-                                 opt_.work + "/batched-bench.log");
-    // | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
-    double t_pp = 0, s_pp = 0, t_tg = 0, s_tg = 0, t = 0;
-    std::istringstream in(out);
-    for (std::string line; std::getline(in, line);) {
-      int p = 0, g = 0, bb = 0, nkv = 0;
-      double s_total = 0;
-      if (std::sscanf(line.c_str(), " | %d | %d | %d | %d | %lf | %lf | %lf | %lf | %lf | %lf", &p, &g, &bb, &nkv, &t_pp,
-                      &s_pp, &t_tg, &s_tg, &t, &s_total) == 10 && bb == b) {
-        break;
+    struct BatchedBench {
+      double t_pp = 0, t_tg = 0, s_tg = 0, t = 0;
+    };
+    // llama-batched-bench: b sequences, a prompt of pp tokens each, then tg tokens each, together.
+    auto batched_bench = [&] {
+      std::string out = RunProgram(
+          {tools_ + "/llama-batched-bench", "-m", model_, "-c", std::to_string(b * opt_.ctx_per_seq), "-b", "512",
+           "-ub", "512", "-npp", std::to_string(pp), "-ntg", std::to_string(tg), "-npl", std::to_string(b), "-t",
+           std::to_string(threads_), "-tb", std::to_string(threads_), "-ngl", LlamaServer::GpuLayers(), "-fa",
+           LlamaServer::FlashAttn()},
+          opt_.work + "/batched-bench.log");
+      // | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
+      BatchedBench r;
+      std::istringstream in(out);
+      for (std::string line; std::getline(in, line);) {
+        int p = 0, g = 0, bb = 0, nkv = 0;
+        double s_pp = 0, s_total = 0;
+        if (std::sscanf(line.c_str(), " | %d | %d | %d | %d | %lf | %lf | %lf | %lf | %lf | %lf", &p, &g, &bb, &nkv,
+                        &r.t_pp, &s_pp, &r.t_tg, &r.s_tg, &r.t, &s_total) == 10 && bb == b) {
+          return r;
+        }
       }
-    }
-    if (s_tg <= 0) Die("could not read llama-batched-bench's table; see its output in " + opt_.work);
+      Die("could not read llama-batched-bench's table; see " + opt_.work + "/batched-bench.log");
+    };
     // The runner: rounds of b records with prompts of about pp tokens, tg tokens each.
+    std::vector<BatchedBench> benches;
     std::vector<Outcome> runs;
     for (int r = 0; r < opt_.repeat; ++r) {
-      runs.push_back(LocalRun(opt_, model_, threads_, workloads_.Fixed(300 + r, 4 * b, pp, tg), "ceiling"));
+      auto lines = workloads_.Fixed(300 + r, 4 * b, pp, tg);
+      if (r % 2 == 0) benches.push_back(batched_bench());
+      runs.push_back(LocalRun(opt_, model_, threads_, lines, "ceiling"));
+      if (r % 2 == 1) benches.push_back(batched_bench());
     }
     std::sort(runs.begin(), runs.end(), [](const Outcome& x, const Outcome& y) { return x.seconds < y.seconds; });
+    std::sort(benches.begin(), benches.end(), [](const BatchedBench& x, const BatchedBench& y) { return x.s_tg > y.s_tg; });
     const Outcome& m = runs[(runs.size() - 1) / 2];
-    std::printf("\n### decode ceiling: batch %d, prompts of %d tokens, %d generated each, threads %d\n\n", b, pp, tg, threads_);
-    std::printf("| side | generated tokens/s | note |\n|---|---:|---|\n");
-    std::printf("| llama-batched-bench, decode only (S_TG) | %.2f | %d sequences x %d tokens in %.2f s |\n", s_tg, b, tg, t_tg);
-    std::printf("| llama-batched-bench, prompts and decode (B*TG/T) | %.2f | prompts %.2f s + decode %.2f s |\n",
-                b * tg / t, t_pp, t_tg);
-    std::printf("| minions local-run (parallel %d), everything | %.2f | %zu records, %lld tokens, %lld prompt tokens in %.2f s |\n",
-                b, m.tokens_per_second(), m.records, static_cast<long long>(m.completion_tokens),
+    const BatchedBench& bb = benches[(benches.size() - 1) / 2];
+    std::printf("\n### decode ceiling: batch %d, prompts of %d tokens, %d generated each, threads %d, median of %d\n\n", b,
+                pp, tg, threads_, opt_.repeat);
+    std::printf("| side | generated tokens/s | passes | note |\n|---|---:|---|---|\n");
+    std::string passes;
+    for (const auto& x : benches) absl::StrAppend(&passes, passes.empty() ? "" : ", ", absl::StrFormat("%.2f", x.s_tg));
+    std::printf("| llama-batched-bench, decode only (S_TG) | %.2f | %s | %d sequences x %d tokens in %.2f s |\n", bb.s_tg,
+                passes.c_str(), b, tg, bb.t_tg);
+    std::printf("| llama-batched-bench, prompts and decode (B*TG/T) | %.2f | | prompts %.2f s + decode %.2f s |\n",
+                b * tg / bb.t, bb.t_pp, bb.t_tg);
+    passes.clear();
+    for (const auto& x : runs) absl::StrAppend(&passes, passes.empty() ? "" : ", ", absl::StrFormat("%.2f", x.tokens_per_second()));
+    std::printf("| minions local-run (parallel %d), prompts and decode | %.2f | %s | %zu records, %lld tokens, %lld prompt tokens in %.2f s |\n",
+                b, m.tokens_per_second(), passes.c_str(), m.records, static_cast<long long>(m.completion_tokens),
                 static_cast<long long>(m.prompt_tokens), m.seconds);
     std::printf("\nrunner / decode ceiling: **%.1f %%** (target >= 90 %%); / batched-bench with its prompts: %.1f %%\n",
-                100 * m.tokens_per_second() / s_tg, 100 * m.tokens_per_second() / (b * tg / t));
+                100 * m.tokens_per_second() / bb.s_tg, 100 * m.tokens_per_second() / (b * tg / bb.t));
+    std::fflush(stdout);
   }
 
   void Embeddings(ServerBest server_setting) {
@@ -722,7 +746,7 @@ class Bench {
         s_server.passes.push_back(server.Run(lines, server_setting.concurrency));
       }
     }
-    PrintTable(absl::StrCat("### embeddings: ", opt_.embedding_records, " records of 4 inputs (32-200 tokens each), mean pooling"),
+    PrintTable(absl::StrCat("### embeddings: ", opt_.embedding_records, " records of 4 inputs (32-128 tokens each), mean pooling"),
                {s_server, s_local}, 0);
     for (const Series* s : {&s_server, &s_local}) {
       const Outcome m = s->Median();
@@ -813,6 +837,8 @@ int main(int argc, char** argv) {
   app.add_option("--ceiling-tokens", opt.ceiling_tokens, "tokens each sequence generates in the ceiling mode")->capture_default_str();
   app.add_option("--embedding-records", opt.embedding_records, "records of the embeddings mode")->capture_default_str();
   app.add_option("--curve-parallel", opt.curve_parallel, "llama-server --parallel values the curve tries")->capture_default_str();
+  app.add_option("--curve-clients", opt.curve_clients, "client threads per server slot the curve tries")->capture_default_str();
+  app.add_option("--curve-records", opt.curve_records, "records of each point of the curve")->capture_default_str();
   app.add_option("--server-parallel", opt.server_parallel, "llama-server --parallel (0: the curve's best)");
   app.add_option("--server-clients", opt.server_concurrency, "client concurrency for llama-server (0: the curve's best)");
   CLI11_PARSE(app, argc, argv);
