@@ -23,6 +23,7 @@
 //                        [--llama-tools DIR] [--work-dir DIR]
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -185,20 +186,23 @@ class Workloads {
   }
 
   // Independent records: chat and completions, prompts of 16 to 400 tokens, 8 to 64 generated.
-  std::vector<std::string> Mixed(uint64_t seed, int records) const {
+  // `seed` makes the records' texts and lengths; `variant` is written at the start of every
+  // prompt, so that two variants are the same work but share no prefix (a server's prompt cache
+  // cannot serve one pass from the last).
+  std::vector<std::string> Mixed(uint64_t seed, int records, uint64_t variant) const {
     std::mt19937_64 rng(seed);
     std::vector<std::string> lines;
     for (int i = 0; i < records; ++i) {
       const int prompt_tokens = static_cast<int>(16 * std::pow(25.0, (rng() % 1000) / 1000.0));  // 16..400
       const int max_tokens = 8 + static_cast<int>(rng() % 57);
-      const std::string id = absl::StrCat("m", seed, "-", i);
+      const std::string id = absl::StrCat("m", seed, "-", variant, "-", i);
+      const std::string tag = absl::StrCat("Case ", variant, "-", i, ".");
       if (i % 2 == 0) {
-        lines.push_back(Chat(id, "You are a helpful assistant. Case " + std::to_string(seed * 1000 + i) + ".",
-                             Text(rng, prompt_tokens), max_tokens));
+        lines.push_back(Chat(id, tag + " You are a helpful assistant.", Text(rng, prompt_tokens), max_tokens));
       } else {
         lines.push_back(minions::DumpJson({{"custom_id", id},
                                            {"url", "/v1/completions"},
-                                           {"body", {{"prompt", std::to_string(seed * 1000 + i) + ". " + Text(rng, prompt_tokens)},
+                                           {"body", {{"prompt", tag + " " + Text(rng, prompt_tokens)},
                                                      {"max_tokens", max_tokens},
                                                      {"temperature", 0}}}}));
       }
@@ -207,14 +211,14 @@ class Workloads {
   }
 
   // Records sharing one system prompt of `prefix_tokens` tokens (instructions and examples), each
-  // with its own short question; 16 to 32 generated.
-  std::vector<std::string> Shared(uint64_t seed, int records, int prefix_tokens) const {
+  // with its own short question; 16 to 32 generated. `variant` starts the system prompt.
+  std::vector<std::string> Shared(uint64_t seed, int records, int prefix_tokens, uint64_t variant) const {
     std::mt19937_64 rng(seed);
-    const std::string system = "Job " + std::to_string(seed) + ". Classify each message. " + Text(rng, prefix_tokens);
+    const std::string system = absl::StrCat("Job ", variant, ". Classify each message. ") + Text(rng, prefix_tokens);
     std::vector<std::string> lines;
     for (int i = 0; i < records; ++i) {
-      lines.push_back(Chat(absl::StrCat("s", seed, "-", i), system, Text(rng, 20 + static_cast<int>(rng() % 30)),
-                           16 + static_cast<int>(rng() % 17)));
+      lines.push_back(Chat(absl::StrCat("s", seed, "-", variant, "-", i), system,
+                           Text(rng, 20 + static_cast<int>(rng() % 30)), 16 + static_cast<int>(rng() % 17)));
     }
     return lines;
   }
@@ -232,15 +236,18 @@ class Workloads {
     return lines;
   }
 
-  // Embedding records of 4 inputs each, 32 to 128 tokens per input.
-  std::vector<std::string> Embeddings(uint64_t seed, int records) const {
+  // Embedding records of 4 inputs each, 32 to 128 tokens per input; `variant` starts each input.
+  std::vector<std::string> Embeddings(uint64_t seed, int records, uint64_t variant) const {
     std::mt19937_64 rng(seed);
     std::vector<std::string> lines;
     for (int i = 0; i < records; ++i) {
       Json inputs = Json::array();
-      for (int k = 0; k < 4; ++k) inputs.push_back(Text(rng, 32 + static_cast<int>(rng() % 97)));
-      lines.push_back(minions::DumpJson(
-          {{"custom_id", absl::StrCat("e", seed, "-", i)}, {"url", "/v1/embeddings"}, {"body", {{"input", inputs}}}}));
+      for (int k = 0; k < 4; ++k) {
+        inputs.push_back(absl::StrCat("Text ", variant, "-", i, "-", k, ". ") + Text(rng, 32 + static_cast<int>(rng() % 97)));
+      }
+      lines.push_back(minions::DumpJson({{"custom_id", absl::StrCat("e", seed, "-", variant, "-", i)},
+                                         {"url", "/v1/embeddings"},
+                                         {"body", {{"input", inputs}}}}));
     }
     return lines;
   }
@@ -259,7 +266,18 @@ class Workloads {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Child processes: stdout and stderr into a log file (nothing to drain), stopped on destruction.
+// Child processes: stdout and stderr into a log file (nothing to drain), stopped on destruction,
+// and killed when the benchmark itself is interrupted.
+
+std::atomic<pid_t> g_children[16];
+
+void KillChildrenAndExit(int sig) {
+  for (auto& pid : g_children) {
+    pid_t p = pid.load();
+    if (p > 0) kill(p, SIGKILL);
+  }
+  _exit(128 + sig);
+}
 
 class Child {
  public:
@@ -272,9 +290,17 @@ class Child {
     if (!process.ok()) Die(absl::StrCat("cannot start ", argv[0], ": ", std::string(process.status().message())));
     auto child = std::make_unique<Child>();
     child->process_ = std::move(*process);
+    for (auto& slot : g_children) {
+      pid_t expected = 0;
+      if (slot.compare_exchange_strong(expected, child->process_->pid())) break;
+    }
     return child;
   }
   ~Child() {
+    for (auto& slot : g_children) {
+      pid_t expected = process_->pid();
+      slot.compare_exchange_strong(expected, 0);
+    }
     process_->Signal(SIGTERM);
     if (!process_->Wait(absl::Seconds(10)).ok()) {
       process_->Signal(SIGKILL);
@@ -614,13 +640,13 @@ class Bench {
     std::printf("| --parallel | clients | records/s | generated tokens/s | seconds |\n|---:|---:|---:|---:|---:|\n");
     ServerBest best;
     double best_rate = 0;
-    uint64_t seed = 7000;
+    uint64_t variant = 7000;
     for (int p : opt_.curve_parallel) {
       LlamaServer server(tools_ + "/llama-server", model_, Server(p), opt_.work + "/llama-server-curve.log");
       server.Run(Lines(workload, 1, 2), p);  // warm-up
       for (int factor : opt_.curve_clients) {
         const int c = factor * p;
-        Outcome o = server.Run(Lines(workload, ++seed, opt_.curve_records), c);
+        Outcome o = server.Run(Lines(workload, ++variant, opt_.curve_records), c);
         std::printf("| %d | %d | %.3f | %.2f | %.2f |\n", p, c, o.records_per_second(), o.tokens_per_second(), o.seconds);
         std::fflush(stdout);
         if (o.errors == 0 && o.records_per_second() > best_rate) {
@@ -730,14 +756,14 @@ class Bench {
   void Embeddings(ServerBest server_setting) {
     LlamaServer server(tools_ + "/llama-server", model_, Server(server_setting.parallel, true),
                        opt_.work + "/llama-server-embeddings.log");
-    auto warm = workloads_.Embeddings(1, 4);
+    auto warm = workloads_.Embeddings(13, 4, 1);
     server.Run(warm, server_setting.concurrency);
     LocalRun(opt_, model_, threads_, warm, "warm-embeddings");
     Series s_server{absl::StrFormat("llama-server --embeddings (--parallel %d, %d clients)", server_setting.parallel,
                                     server_setting.concurrency), {}};
     Series s_local{"minions local-run", {}};
     for (int r = 0; r < opt_.repeat; ++r) {
-      auto lines = workloads_.Embeddings(500 + r, opt_.embedding_records);
+      auto lines = workloads_.Embeddings(13, opt_.embedding_records, 500 + r);
       if (r % 2 == 0) {
         s_server.passes.push_back(server.Run(lines, server_setting.concurrency));
         s_local.passes.push_back(LocalRun(opt_, model_, threads_, lines, "embeddings"));
@@ -754,9 +780,10 @@ class Bench {
     }
   }
 
-  std::vector<std::string> Lines(const std::string& workload, uint64_t seed, int records = 0) const {
-    if (workload == "mixed") return workloads_.Mixed(seed, records > 0 ? records : opt_.mixed_records);
-    return workloads_.Shared(seed, records > 0 ? records : opt_.shared_records, opt_.shared_prefix_tokens);
+  // The workload's records: the same work for every `variant`, no prefix shared between variants.
+  std::vector<std::string> Lines(const std::string& workload, uint64_t variant, int records = 0) const {
+    if (workload == "mixed") return workloads_.Mixed(11, records > 0 ? records : opt_.mixed_records, variant);
+    return workloads_.Shared(12, records > 0 ? records : opt_.shared_records, opt_.shared_prefix_tokens, variant);
   }
 
   int threads() const { return threads_; }
@@ -844,6 +871,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   std::filesystem::create_directories(opt.work);
+  std::signal(SIGINT, KillChildrenAndExit);
+  std::signal(SIGTERM, KillChildrenAndExit);
   curl_global_init(CURL_GLOBAL_DEFAULT);
   minions::llama_runner::InstallLlamaLogging();
   if (opt.tools.empty()) opt.tools = DefaultToolsDir();
