@@ -19,6 +19,15 @@ struct Backends {
 
 absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config);
 
+// The PostgreSQL connection string the processes use: `database` as given (its sslmode, or
+// PGSSLMODE, is libpq's to honour), except that a server on another machine with no sslmode at all
+// gets sslmode=require, so the store is never reached in plain text by default.
+std::string PostgresConninfo(const std::string& database);
+// Why `database` (a PostgreSQL connection string) is unsafe: a host on another machine reached
+// with sslmode disable, allow or prefer (plain text, or a downgrade anyone on the path can force).
+// Empty when it is fine.
+std::string PostgresTransportProblem(const std::string& database);
+
 // The right to run the watchdog: a file lock next to a SQLite database, an advisory lock on
 // PostgreSQL. Unavailable when another process holds it; released when the handle is destroyed
 // (or its process dies).

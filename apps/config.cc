@@ -65,6 +65,15 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     str("executor", "state_dir", &config.executor_state_dir);
     str("executor", "runner", &config.runner);
     if (auto v = table["executor"]["runner_threads"].value<int64_t>()) config.runner_threads = static_cast<int>(*v);
+    for (auto [key, field] : {std::pair{"objects", &config.executor_objects}, {"models", &config.executor_models}}) {
+      if (const toml::array* list = table["executor"][key].as_array()) {
+        for (const auto& item : *list) {
+          if (auto s = item.value<std::string>()) field->push_back(*s);
+        }
+      } else if (auto s = table["executor"][key].value<std::string>()) {
+        field->push_back(*s);
+      }
+    }
     if (const toml::table* availability = table["availability"].as_table()) {
       for (const auto& [key, value] : *availability) {
         std::string text;
@@ -126,6 +135,9 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
       !absl::StartsWith(config.database, "postgresql://") && !absl::StartsWith(config.database, "sqlite:")) {
     problems.push_back(absl::StrCat("store.database '", config.database,
                                     "' is neither postgresql://... nor sqlite:/path/to/minions.db"));
+  }
+  if (absl::StartsWith(config.database, "postgres")) {
+    if (std::string problem = PostgresTransportProblem(config.database); !problem.empty()) problems.push_back(problem);
   }
   if (absl::StartsWith(config.objects, "s3://")) {
     if (config.objects.size() <= 5) problems.push_back("objects.url 's3://' names no bucket: use s3://bucket/prefix");

@@ -8,7 +8,7 @@
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
-//   [executor]  server, name, state_dir, runner, runner_threads
+//   [executor]  server, name, state_dir, runner, runner_threads, objects = [...], models = [...]
 //   [availability]  when the executor may use its machine: mode = "owner" | "dedicated" | "off",
 //               start_idle = "10m", allow_battery = false, hours = "22-7", protected_apps = [...],
 //               ... (every key: docs/availability.md; src/executor/availability_controller.h)
@@ -50,6 +50,10 @@ struct MinionsConfig {
   std::string server = "127.0.0.1:7070";
   std::string executor_name;
   std::string executor_state_dir;
+  // Where this executor's object URLs may point (origins, or folders for a pool on one machine)
+  // and where it loads models from (executor/url_policy.h, executor/model_access.h).
+  std::vector<std::string> executor_objects;
+  std::vector<std::string> executor_models;
   std::string runner;
   int runner_threads = 0;
   // [availability]: settings by name, in the order they apply (file, then environment).

@@ -1,10 +1,15 @@
 #include "executor_commands.h"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "common/subprocess.h"
 #include "absl/strings/str_split.h"
 #include "cli/demo.h"
 #include "common/logging.h"
@@ -13,8 +18,90 @@ namespace minions::apps {
 
 std::string DefaultExecutorStateDir() { return cli::MinionsHome() + "/executor"; }
 
+namespace {
+
+// host:port on this machine.
+bool IsLoopbackServer(const std::string& server) {
+  std::string host = server.substr(0, server.rfind(':'));
+  if (absl::StartsWith(host, "dns:///")) host = host.substr(7);
+  if (absl::StartsWith(host, "ipv4:")) host = host.substr(5);
+  return host == "localhost" || absl::StartsWith(host, "127.") || host == "[::1]" || host == "::1" ||
+         absl::StartsWith(host, "unix:");
+}
+
+}  // namespace
+
+absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const std::string& server,
+                                            AgentOptions* agent, ProcessRunner::Options* runner) {
+  auto config = LoadConfig(flags.config_path);
+  if (!config.ok()) return config.status();
+  const bool loopback = IsLoopbackServer(server);
+  UrlPolicyOptions urls;
+  urls.loopback_server = loopback;
+  urls.allowed = !flags.objects.empty() ? flags.objects : config->executor_objects;
+  if (urls.allowed.empty()) {
+    if (!loopback) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "this executor's server (", server, ") is on another machine: say where its objects are with "
+          "--objects https://<the object store's host[:port]> (or [executor] objects in the config file); "
+          "it follows no other URL"));
+    }
+    urls.allowed = {cli::MinionsHome() + "/server/objects"};  // `minions server`'s default
+  }
+  auto policy = UrlPolicy::Create(urls);
+  if (!policy.ok()) return policy.status();
+  ModelAccessOptions models;
+  models.folders = !flags.models.empty() ? flags.models : config->executor_models;
+  if (models.folders.empty()) {
+    // The models folder of its state folder (a service's), or the user's own.
+    models.folders = {agent->state_dir.empty() ? cli::MinionsHome() + "/models" : agent->state_dir + "/models"};
+  }
+  for (std::string& folder : models.folders) {
+    std::error_code ec;
+    if (!folder.empty() && folder[0] != '/') folder = std::filesystem::absolute(folder, ec).string();
+  }
+  auto access = ModelAccess::Create(models);
+  if (!access.ok()) return access.status();
+  agent->models = std::make_shared<const ModelAccess>(*std::move(access));
+  if (flags.runner_sandbox != "on" && flags.runner_sandbox != "required" && flags.runner_sandbox != "off") {
+    return absl::InvalidArgumentError("--runner-sandbox is on, required or off");
+  }
+  RunnerSandboxOptions sandbox;
+  sandbox.model_folders = agent->models->ReadableFolders();
+  std::string state_dir = agent->state_dir.empty() ? DefaultExecutorStateDir() : agent->state_dir;
+  std::error_code ec;
+  sandbox.scratch_dir = std::filesystem::absolute(state_dir + "/runner-scratch", ec).lexically_normal().string();
+  sandbox.env = flags.runner_env;
+  sandbox.require_landlock = flags.runner_sandbox == "required";
+  // Off (an owner's choice, for a platform where the sandbox gets in the way): the runner is not
+  // confined, but still starts with an empty environment.
+  sandbox.confine = flags.runner_sandbox != "off";
+  auto made = RunnerSandbox::Create(sandbox);
+  if (!made.ok()) return made.status();
+  runner->command = (*made)->Wrap(runner->command);
+  if (sandbox.confine) {
+    MINIONS_LOG(Info) << (*made)->Describe();
+  } else {
+    MINIONS_LOG(Warning) << "the runner runs unconfined (--runner-sandbox off), with an empty environment";
+  }
+  MINIONS_LOG(Info) << "objects from " << policy->Describe() << "; models from " << agent->models->Describe();
+  return policy;
+}
+
 void AddExecutorCommands(CLI::App* executor, ExecutorFlags* flags, std::string* state_dir) {
   executor->add_option("--config", flags->config_path, "TOML config file (or MINIONS_CONFIG): [availability]");
+  executor->add_option("--objects", flags->objects,
+                       "where object URLs may point: the object store's origin (https://host[:port]) or, for a "
+                       "server on this machine, its objects folder (repeat; default for a local server: "
+                       "~/.minions/server/objects)");
+  executor->add_option("--models", flags->models,
+                       "a folder models may be loaded from (repeat; default: STATE_DIR/models, or "
+                       "~/.minions/models without --state-dir)");
+  executor->add_option("--runner-env", flags->runner_env,
+                       "NAME=VALUE for the runner's otherwise empty environment (repeat)");
+  executor->add_option("--runner-sandbox", flags->runner_sandbox,
+                       "on (default: the runner is confined), required (refuse to run without Landlock), off")
+      ->capture_default_str();
   executor->add_option("--availability", flags->availability_mode,
                        "owner (default: work only while the owner is away), dedicated (signals this machine "
                        "cannot give do not block), off");
@@ -40,7 +127,8 @@ void AddExecutorCommands(CLI::App* executor, ExecutorFlags* flags, std::string* 
   i->add_option("--binary", flags->install.binary, "the minions binary")->capture_default_str();
   i->add_option("--server", flags->install.server, "server address")->capture_default_str();
   i->add_option("--state-dir", flags->install.state_dir, "executor state directory (default: the platform's)");
-  i->add_option("--user", flags->install.user, "Linux service account")->capture_default_str();
+  i->add_option("--user", flags->install.user,
+                "the executor's own account, made when missing (default: minions-executor; macOS: _minions)");
   i->add_option("--output", flags->install_output,
                 "write the file here (e.g. " + ServiceFilePath(DefaultPlatform()) + ") instead of printing it");
   executor->require_subcommand(0, 1);
@@ -84,7 +172,8 @@ std::optional<int> RunOwnerVerb(const ExecutorFlags& flags, const std::string& s
       fprintf(stderr, "error: %s\n", std::string(options.status().message()).c_str());
       return 1;
     }
-    fputs(AvailabilityDryRun(*options).c_str(), stdout);
+    RealClock clock;
+    fputs(AvailabilityDryRun(*options, &clock).c_str(), stdout);
     return 0;
   }
   if (flags.install_cmd->parsed()) {
@@ -96,6 +185,25 @@ std::optional<int> RunOwnerVerb(const ExecutorFlags& flags, const std::string& s
     if (flags.install_output.empty()) {
       fputs(text->c_str(), stdout);
       return 0;
+    }
+    // The executor's own unprivileged account (and, on macOS, its folders): made when missing.
+    auto commands = ServiceAccountCommands(flags.install, [](const std::string& user) { return getpwnam(user.c_str()) != nullptr; });
+    if (!commands.empty() && geteuid() != 0) {
+      fprintf(stderr, "error: the executor's account must be made first; as root, run this again, or:\n");
+      for (const auto& argv : commands) fprintf(stderr, "  %s\n", absl::StrJoin(argv, " ").c_str());
+      return 1;
+    }
+    for (const auto& argv : commands) {
+      Subprocess::Options sp;
+      sp.argv = argv;
+      auto process = Subprocess::Start(sp);
+      absl::StatusOr<ExitInfo> exit = process.ok() ? (*process)->Wait(absl::Minutes(1)) : process.status();
+      if (!exit.ok() || !exit->exited || exit->code != 0) {
+        fprintf(stderr, "error: %s failed%s\n", absl::StrJoin(argv, " ").c_str(),
+                exit.ok() ? "" : (": " + std::string(exit.status().message())).c_str());
+        return 1;
+      }
+      printf("ran: %s\n", absl::StrJoin(argv, " ").c_str());
     }
     std::ofstream out(flags.install_output, std::ios::trunc);
     out << *text;
@@ -121,7 +229,7 @@ absl::StatusOr<std::unique_ptr<OwnerSide>> OwnerSide::Start(const AvailabilityOp
   side->controller_ = std::make_unique<AvailabilityController>(options, availability::PlatformProbes(probes), clock);
   AvailabilityController* controller = side->controller_.get();
   controller->Attach(agent);
-  controller->OnChange([clock] { clock->Wake(); });
+  controller->OnChange([agent] { agent->Wake(); });
   agent->SetWorkGate(controller);
   std::string state_dir = state_dir_flag.empty() ? DefaultExecutorStateDir() : state_dir_flag;
   auto channel = ControlChannel::Listen(ControlSocketPath(state_dir),

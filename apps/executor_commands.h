@@ -13,11 +13,19 @@
 #include "executor/availability_controller.h"
 #include "executor/control_channel.h"
 #include "executor/owner_controls.h"
+#include "executor/url_policy.h"
+#include "executor/runner_sandbox.h"
+#include "runner/process_runner.h"
 
 namespace minions::apps {
 
 struct ExecutorFlags {
   std::string config_path;
+  // Trust nothing sent (see ApplyExecutorTrust).
+  std::vector<std::string> objects;           // --objects
+  std::vector<std::string> models;            // --models
+  std::vector<std::string> runner_env;        // --runner-env NAME=VALUE
+  std::string runner_sandbox = "on";          // --runner-sandbox on|required|off
   std::string availability_mode;              // --availability
   std::vector<std::string> availability_set;  // --availability-set key=value
   std::string control_dir;                    // state dir for the owner verbs
@@ -53,5 +61,14 @@ class OwnerSide {
 
 // The state directory an executor uses when none is given (its control socket lives there).
 std::string DefaultExecutorStateDir();
+
+// What an executor trusts, from its flags and config file: the object URLs it follows (default,
+// for a server on this machine: the default server's objects folder; a server elsewhere needs
+// --objects), the model folders it loads from (default: its state folder's models folder, or
+// ~/.minions/models without one), and how its runner is
+// confined (sandbox on by default; "required" refuses to run a runner without Landlock). Sets
+// agent->models and wraps runner->command in the sandbox; returns the URL policy for the blob client.
+absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const std::string& server,
+                                            AgentOptions* agent, ProcessRunner::Options* runner);
 
 }  // namespace minions::apps

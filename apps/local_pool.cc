@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cli/demo.h"
 #include "common/logging.h"
 #include "common/subprocess.h"
 
@@ -71,7 +72,15 @@ class LocalPool : public cli::Pool {
                  absl::StrCat(options.data_dir, "/logs/runner-", i, ".log"), "--exit-with-parent",
                  "--runner-threads", std::to_string(threads),
                  // A pool started by hand is the owner's deliberate use of the machine.
-                 "--availability", "off"};
+                 "--availability", "off",
+                 // The executors follow URLs into this pool's objects folder only.
+                 "--objects", absl::StrCat("file://", fs::absolute(options.data_dir).lexically_normal().string(), "/objects")};
+      // Models: the folders `up --models` named, else the user's own ~/.minions/models.
+      std::vector<std::string> model_folders = options.model_folders;
+      if (model_folders.empty()) model_folders = {cli::MinionsHome() + "/models"};
+      for (const std::string& folder : model_folders) {
+        sp.argv.insert(sp.argv.end(), {"--models", fs::absolute(folder).lexically_normal().string()});
+      }
       if (!options.token.empty()) sp.extra_env.push_back("MINIONS_TOKEN=" + options.token);
       sp.stderr_path = absl::StrCat(options.data_dir, "/logs/executor-", i, ".log");
       auto process = Subprocess::Start(sp);

@@ -17,7 +17,10 @@
 #include "cli/demo.h"
 #include "cli/local_run.h"
 #include "common/logging.h"
+#include "common/private_files.h"
+#include "common/redact.h"
 #include "executor/agent.h"
+#include "runner/process_runner.h"
 #include "http/metrics_endpoints.h"
 #include "absl/strings/match.h"
 #include "config.h"
@@ -149,8 +152,11 @@ int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
   printf("  http      %s\n", config.http_listen.empty() || config.http_listen == "off" ? "off" : config.http_listen.c_str());
   printf("  server    listen %s, lease ttl %lld ms, watchdog %s, token %s\n", config.listen.c_str(),
          static_cast<long long>(config.lease_ttl_ms), config.watchdog ? "on" : "off", config.token.empty() ? "none" : "set");
-  printf("  database  %s\n", config.database.empty() ? (config.data_dir + "/minions.db (SQLite)").c_str() : config.database.c_str());
-  printf("  objects   %s\n", config.objects.empty() ? (config.data_dir + "/objects").c_str() : config.objects.c_str());
+  // Connection strings may hold a password: printed with it hidden.
+  printf("  database  %s\n", config.database.empty() ? (config.data_dir + "/minions.db (SQLite)").c_str()
+                                                    : minions::RedactSecrets(config.database).c_str());
+  printf("  objects   %s%s\n", config.objects.empty() ? (config.data_dir + "/objects").c_str() : config.objects.c_str(),
+         config.s3_endpoint.empty() ? "" : (" at " + minions::RedactSecrets(config.s3_endpoint)).c_str());
   printf("  executor  server %s\n", config.server.c_str());
   if (problems.empty()) {
     printf("ok%s\n", connect ? ": the database and the object store answer" : "");
@@ -160,8 +166,9 @@ int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
   return 1;
 }
 
-int RunExecutor(const minions::cli::Connection& connection, minions::AgentOptions options, bool exit_with_parent,
-                const minions::AvailabilityOptions& availability) {
+int RunExecutor(const minions::cli::Connection& connection, minions::AgentOptions options,
+                minions::ProcessRunner::Options runner, bool exit_with_parent,
+                const minions::AvailabilityOptions& availability, minions::UrlPolicy url_policy) {
 #ifdef __linux__
   if (exit_with_parent) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -172,7 +179,9 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
   minions::RealClock clock;
   std::string state_dir = options.state_dir;
   minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(connection.server, connection.token),
-                               std::make_unique<minions::UrlBlobClient>(), &clock);
+                               std::make_unique<minions::PolicyBlobClient>(
+                                   std::move(url_policy), std::make_unique<minions::UrlBlobClient>()),
+                               std::make_unique<minions::ProcessRunnerFactory>(std::move(runner)), &clock);
   // Owner first: the availability controller and the owner's control channel (executor_commands.cc).
   auto owner = minions::apps::OwnerSide::Start(availability, &agent, &clock, state_dir);
   if (!owner.ok()) {
@@ -278,6 +287,7 @@ int main(int argc, char** argv) {
   config_check_cmd->add_flag("--connect", connect, "also connect to the database and the object store");
 
   minions::AgentOptions agent_options;
+  minions::ProcessRunner::Options runner_options;
   std::string runner_program, executor_metrics_listen;
   bool exit_with_parent = false;
   auto* executor_cmd = app.add_subcommand("executor", "run the agent that leases and runs tasks on this machine");
@@ -285,7 +295,7 @@ int main(int argc, char** argv) {
   executor_cmd->add_option("--name", agent_options.name, "name shown in `minions executors` (default: host name)");
   executor_cmd->add_option("--state-dir", agent_options.state_dir, "keeps the executor id across restarts");
   executor_cmd->add_option("--runner", runner_program, "runner program (default: minions-llama-runner)");
-  executor_cmd->add_option("--runner-log", agent_options.runner_log, "file for the runner's log");
+  executor_cmd->add_option("--runner-log", runner_options.stderr_path, "file for the runner's log");
   executor_cmd->add_option("--metrics-listen", executor_metrics_listen,
                            "serve this executor's /metrics on host:port (default: none)");
   executor_cmd->add_flag("--exit-with-parent", exit_with_parent, "exit when the parent process does (Linux)");
@@ -297,6 +307,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   executor_cmd->add_option("--checkpoint-interval-ms", checkpoint_interval_ms,
                            "... or this often, whichever comes first")
+      ->capture_default_str();
+  int64_t runner_hang_ms = absl::ToInt64Milliseconds(agent_options.hang.min_silence);
+  executor_cmd->add_option("--runner-hang-ms", runner_hang_ms,
+                           "a runner holding work and silent this long (and 10x its slowest record) is killed as hung")
       ->capture_default_str();
   minions::apps::ExecutorFlags executor_flags;
   std::string owner_state_dir;
@@ -312,6 +326,8 @@ int main(int argc, char** argv) {
   up_cmd->add_option("--http-listen", pool_options.http_listen, "dashboard and metrics address (off: none)")
       ->capture_default_str();
   up_cmd->add_option("--data-dir", pool_options.data_dir, "database, objects, logs")->capture_default_str();
+  up_cmd->add_option("--models", pool_options.model_folders,
+                     "a folder the executors may load models from (repeat; default ~/.minions/models)");
 
   // --- client verbs ---
   minions::cli::SubmitOptions submit;
@@ -384,6 +400,12 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (verbose) minions::SetLogLevel(minions::LogLevel::kDebug);
+  // The processes that keep data (databases, objects, state, logs) create it for their own account
+  // only; the client verbs leave the user's umask alone (their output files are the user's).
+  if (server_cmd->parsed() || watchdog_cmd->parsed() || executor_cmd->parsed() || up_cmd->parsed() ||
+      demo_cmd->parsed()) {
+    minions::UsePrivateUmask();
+  }
   connection.FromEnvironment();
 
   auto load_config = [&]() -> absl::StatusOr<minions::apps::MinionsConfig> {
@@ -422,8 +444,9 @@ int main(int argc, char** argv) {
       fprintf(stderr, "error: %s\n", std::string(availability.status().message()).c_str());
       return 1;
     }
-    if (!runner_program.empty()) agent_options.runner_command = {runner_program};
+    if (!runner_program.empty()) runner_options.command = {runner_program};
     agent_options.checkpoint_interval = absl::Milliseconds(checkpoint_interval_ms);
+    agent_options.hang.min_silence = absl::Milliseconds(runner_hang_ms);
     if (agent_options.runner_threads == 0) {
       // Leave a core to the machine's owner and to this agent (see docs/architecture.md).
       agent_options.runner_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
@@ -436,7 +459,17 @@ int main(int argc, char** argv) {
       }
       agent_options.metrics = &executor_metrics;
     }
-    return RunExecutor(connection, agent_options, exit_with_parent, *availability);
+    // Trust nothing sent: object URLs, model paths, the runner's confinement (executor_commands.cc).
+    // The runner's command and environment are decided here (ProcessRunner::Options).
+    if (runner_options.command.empty()) runner_options.command = {minions::SiblingProgram("minions-llama-runner")};
+    auto url_policy = minions::apps::ApplyExecutorTrust(executor_flags, connection.server, &agent_options,
+                                                        &runner_options);
+    if (!url_policy.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(url_policy.status().message()).c_str());
+      return 1;
+    }
+    return RunExecutor(connection, agent_options, runner_options, exit_with_parent, *availability,
+                       *std::move(url_policy));
   }
   if (up_cmd->parsed()) return RunUp(pool_options);
   if (submit_cmd->parsed()) {

@@ -7,6 +7,13 @@
 //   MINIONS_NOOP_RECORD_DELAY_MS=N   answer each record N ms after the previous one
 //   MINIONS_NOOP_CRASH_ON=TEXT       abort (a crash, as a poison record would cause) on reaching a
 //                                    record whose line contains TEXT
+//   MINIONS_NOOP_STALL_ON=TEXT       stop answering (alive, reading nothing more) on reaching a
+//                                    record whose line contains TEXT: a hung runner
+//
+// It reads one command and answers it before it reads the next, one line at a time, as
+// examples/echo_runner.py does: whoever drives it must read its answers while it feeds it.
+
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -24,6 +31,8 @@ int main() {
   const auto delay = std::chrono::milliseconds(delay_env ? std::atoi(delay_env) : 0);
   const char* crash_env = std::getenv("MINIONS_NOOP_CRASH_ON");
   const std::string crash_on = crash_env ? crash_env : "";
+  const char* stall_env = std::getenv("MINIONS_NOOP_STALL_ON");
+  const std::string stall_on = stall_env ? stall_env : "";
   std::cout << runner_protocol::EncodeReady("noop", "1") << std::flush;
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -40,7 +49,14 @@ int main() {
         runner_protocol::BatchStats stats;
         stats.records = command->run.records.size();
         for (size_t i = 0; i < command->run.records.size(); ++i) {
-          if (!crash_on.empty() && command->run.records[i].find(crash_on) != std::string::npos) std::abort();
+          if (!crash_on.empty() && command->run.records[i].find(crash_on) != std::string::npos) {
+            std::cout << std::flush;  // the answers before it are out
+            std::abort();
+          }
+          if (!stall_on.empty() && command->run.records[i].find(stall_on) != std::string::npos) {
+            std::cout << std::flush;
+            while (true) pause();
+          }
           if (delay.count() > 0) {
             std::cout << std::flush;
             std::this_thread::sleep_for(delay);

@@ -140,6 +140,7 @@ void Yield(const std::string& work, const std::string& model, int trials) {
                                Series{"activity -> runner gone (release_after=0s)", "0s", false}}) {
     bool release = series.release_after == "0s";
     ProcessPool pool(BinDir() + "/minions", work + "/yield", 9000);
+    pool.AllowModels({std::filesystem::path(model).parent_path().string()});
     std::vector<std::string> args = OwnerArgs(series.release_after);
     if (series.by_device) {
       args.insert(args.end(), {"--availability-set", "probe_input_devices=true", "--availability-set",

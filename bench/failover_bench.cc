@@ -100,14 +100,18 @@ std::vector<Trial> MinionsTrials(const std::string& work, int executors, int tri
                                  int ttl_ms, const std::vector<std::string>& executor_args) {
   const std::string log = work + "/minions-paced.log";
   std::filesystem::remove(log);
-  // The executors' runners inherit these.
-  setenv("MINIONS_PACED_RECORD_MS", std::to_string(record_ms).c_str(), 1);
-  setenv("MINIONS_PACED_LOG", log.c_str(), 1);
+  // The executors' runners get these (--runner-env); they run unconfined, as the paced runner
+  // appends to a log outside its scratch folder.
+  const std::vector<std::string> runner_env = {absl::StrCat("MINIONS_PACED_RECORD_MS=", record_ms),
+                                               absl::StrCat("MINIONS_PACED_LOG=", log)};
+  std::vector<std::string> args = executor_args;
+  args.insert(args.end(), {"--runner-sandbox", "off"});
   const std::string model = work + "/paced.model";  // the paced runner loads nothing; the path must exist
   std::ofstream(model) << "paced\n";
   const std::string runner = minions::SiblingProgram("minions-bench-paced-runner");
 
   ProcessPool pool(minions::SiblingProgram("minions"), work + "/minions", ttl_ms);
+  pool.AllowModels({work});
   std::vector<Trial> results;
   if (auto s = pool.StartServer(); !s.ok()) {
     fprintf(stderr, "server: %s\n", std::string(s.message()).c_str());
@@ -115,7 +119,7 @@ std::vector<Trial> MinionsTrials(const std::string& work, int executors, int tri
   }
   int next_name = 0;
   for (int i = 0; i < executors; ++i) {
-    (void)pool.StartExecutor(absl::StrCat("e", ++next_name), 1, runner, "", executor_args);
+    (void)pool.StartExecutor(absl::StrCat("e", ++next_name), 1, runner, "", args, runner_env);
   }
   minions::cli::JobsClient client(pool.connection());
 
@@ -159,7 +163,7 @@ std::vector<Trial> MinionsTrials(const std::string& work, int executors, int tri
     const int64_t killed_ms = NowMs();
     (void)pool.StopExecutor(victim, SIGKILL);
     // The fleet keeps its size.
-    (void)pool.StartExecutor(absl::StrCat("e", ++next_name), 1, runner, "", executor_args);
+    (void)pool.StartExecutor(absl::StrCat("e", ++next_name), 1, runner, "", args, runner_env);
 
     // Follow the task through the control plane until a runner elsewhere starts it.
     Trial trial;

@@ -4,7 +4,9 @@
 //   --mode control-plane   empty tasks through server + executors (no-op runner) vs Dask distributed
 //   --mode first-result    submit -> first record's result on a warm pool
 //   --mode scaling         one executor vs the runner alone; N executors vs N x the runner alone
-//   --mode all             all three
+//   --mode noop-job        a team's big job of tiny records through executors with the no-op
+//                          runner (which answers one line at a time) vs that runner alone
+//   --mode all             control-plane, first-result and scaling
 
 #include <unistd.h>
 
@@ -88,6 +90,7 @@ std::string JoinLines(const std::vector<std::string>& lines) {
 void ControlPlane(const std::string& work, int executors, int tasks) {
   printf("\n== control plane: %d empty tasks, %d executors (no-op runner) vs Dask distributed ==\n", tasks, executors);
   ProcessPool pool(BinDir() + "/minions", work + "/control-plane", 9000);
+  pool.AllowModels({BinDir()});  // the "model" is the no-op runner's own file
   if (!pool.StartServer().ok()) return;
   for (int i = 1; i <= executors; ++i) {
     (void)pool.StartExecutor(absl::StrCat("noop-", i), 1, BinDir() + "/minions-noop-runner");
@@ -122,6 +125,7 @@ void ControlPlane(const std::string& work, int executors, int tasks) {
 void FirstResult(const std::string& work, const std::string& model, int trials) {
   printf("\n== submit to first result, warm pool (1 executor, llama.cpp runner, test model) ==\n");
   ProcessPool pool(BinDir() + "/minions", work + "/first-result", 9000);
+  pool.AllowModels({std::filesystem::path(model).parent_path().string()});
   if (!pool.StartServer().ok()) return;
   (void)pool.StartExecutor("e1", 0);
   minions::cli::SamplePromptOptions sample;
@@ -191,6 +195,7 @@ void Scaling(const std::string& work, const std::string& model, int records, int
   double one;
   {
     ProcessPool pool(BinDir() + "/minions", work + "/scaling-1", 9000);
+    pool.AllowModels({std::filesystem::path(model).parent_path().string()});
     if (!pool.StartServer().ok()) return;
     (void)pool.StartExecutor("e1", threads);
     SubmitAndTime(pool, JoinLines({minions::cli::SamplePromptLines(sample)[0]}), model, shard, options);  // warm
@@ -206,6 +211,7 @@ void Scaling(const std::string& work, const std::string& model, int records, int
   double many;
   {
     ProcessPool pool(BinDir() + "/minions", work + "/scaling-n", 9000);
+    pool.AllowModels({std::filesystem::path(model).parent_path().string()});
     if (!pool.StartServer().ok()) return;
     for (int i = 1; i <= n; ++i) (void)pool.StartExecutor(absl::StrCat("e", i), 1);
     SubmitAndTime(pool, JoinLines(minions::cli::SamplePromptLines(sample)), model, shard, options);  // warm all
@@ -216,6 +222,42 @@ void Scaling(const std::string& work, const std::string& model, int records, int
          many, 100 * many / (n * alone1), n);
 }
 
+// A team bringing its own runner: `records` tiny records, `shard` per task, through `executors`
+// executors whose runner (the no-op one) reads a command and answers it before reading the next,
+// against the same records through that runner alone (`minions local-run`).
+void NoopJob(const std::string& work, int executors, int records, int64_t shard) {
+  printf("\n== a team's job: %d records, %lld per task, %d executors, no-op runner (one line at a time) ==\n", records,
+         static_cast<long long>(shard), executors);
+  std::vector<std::string> lines;
+  for (int i = 0; i < records; ++i) lines.push_back(absl::StrCat("{\"custom_id\":\"r", i, "\",\"prompt\":\"x\"}"));
+  const std::string input = JoinLines(lines);
+  const std::string input_path = work + "/noop-job.jsonl";
+  std::ofstream(input_path) << input;
+  const std::string noop = BinDir() + "/minions-noop-runner";
+  double seconds;
+  {
+    ProcessPool pool(BinDir() + "/minions", work + "/noop-job", 9000);
+    if (!pool.StartServer().ok()) return;
+    for (int i = 1; i <= executors; ++i) (void)pool.StartExecutor(absl::StrCat("e", i), 1, noop);
+    seconds = SubmitAndTime(pool, input, noop, shard, "");  // the no-op runner loads nothing: any file will do
+  }
+  if (seconds <= 0) {
+    printf("  the job did not complete\n");
+    return;
+  }
+  std::string out = RunCommand({BinDir() + "/minions", "local-run", input_path, "--model", "none", "--runner", noop,
+                                "-o", work + "/noop-local.jsonl", "--no-progress"},
+                               work + "/noop-local.log");
+  double alone = 0;
+  if (sscanf(out.c_str(), "%*d records (%*d errors) in %lf s", &alone) != 1 || alone <= 0) alone = -1;
+  printf("  pool:          %.1f s = %.0f records/s (submit to job completed, incl. splitting and merging)\n", seconds,
+         records / seconds);
+  if (alone > 0) {
+    printf("  runner alone:  %.1f s = %.0f records/s (minions local-run, one process)\n", alone, records / alone);
+    printf("  pool / runner alone: %.2fx the time\n", seconds / alone);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -223,18 +265,18 @@ int main(int argc, char** argv) {
   std::string mode = "all", model, work = "/tmp/minions-bench-pool";
   int executors = 2, tasks = 2000, trials = 5, records = 200, max_tokens = 16;
   int64_t shard = 25;
-  app.add_option("--mode", mode, "control-plane | first-result | scaling | all")->capture_default_str();
+  app.add_option("--mode", mode, "control-plane | first-result | scaling | noop-job | all")->capture_default_str();
   app.add_option("--model", model, "GGUF model (default: a test model made in the work dir)");
   app.add_option("--work-dir", work, "scratch directory")->capture_default_str();
   app.add_option("--executors", executors, "executors for control-plane")->capture_default_str();
   app.add_option("--tasks", tasks, "empty tasks for control-plane")->capture_default_str();
   app.add_option("--trials", trials, "submissions for first-result")->capture_default_str();
-  app.add_option("--records", records, "records for scaling")->capture_default_str();
+  app.add_option("--records", records, "records for scaling and noop-job")->capture_default_str();
   app.add_option("--max-tokens", max_tokens, "max_tokens for scaling")->capture_default_str();
-  app.add_option("--shard-size", shard, "records per task for scaling")->capture_default_str();
+  app.add_option("--shard-size", shard, "records per task for scaling and noop-job")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   std::filesystem::create_directories(work);
-  if (model.empty() && mode != "control-plane") {
+  if (model.empty() && mode != "control-plane" && mode != "noop-job") {
     model = work + "/text.gguf";
     if (!std::filesystem::exists(model)) {
       RunCommand({BinDir() + "/minions-make-test-model", "--kind", "text", "-o", model}, work + "/make-model.log");
@@ -244,5 +286,6 @@ int main(int argc, char** argv) {
   if (mode == "control-plane" || mode == "all") ControlPlane(work, executors, tasks);
   if (mode == "first-result" || mode == "all") FirstResult(work, model, trials);
   if (mode == "scaling" || mode == "all") Scaling(work, model, records, max_tokens, shard);
+  if (mode == "noop-job") NoopJob(work, executors, records, shard);
   return 0;
 }

@@ -337,8 +337,13 @@ void MemoryProbe::Fill(Snapshot* s, absl::Time now) {
 
 // --- input devices ---
 
-InputDeviceProbe::~InputDeviceProbe() {
+InputDeviceProbe::~InputDeviceProbe() { CloseAll(); }
+
+void InputDeviceProbe::CloseAll() {
   for (auto& [path, fd] : fds_) close(fd);
+  fds_.clear();
+  last_scan_ = absl::InfinitePast();
+  watching_since_ = absl::InfinitePast();
 }
 
 void InputDeviceProbe::Rescan(absl::Time now) {
@@ -353,6 +358,10 @@ void InputDeviceProbe::Rescan(absl::Time now) {
 }
 
 void InputDeviceProbe::Fill(Snapshot* s, absl::Time now) {
+  if (defer_to_logind_ && s->console_user.known() && s->console_user.source == "logind" && *s->console_user.value) {
+    CloseAll();  // logind tells the owner's idle time for the seat: no device is read
+    return;
+  }
   if (now - last_scan_ >= absl::Seconds(30)) Rescan(now);  // hot-plugged keyboards
   if (fds_.empty()) {
     s->last_input = {};

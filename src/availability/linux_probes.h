@@ -73,9 +73,13 @@ class MemoryProbe : public Probe {
 
 // Input activity from /dev/input/event* (readable by root or the `input` group): any event is
 // owner activity. Until the first event the last input counts as "when we started watching".
+// `defer_to_logind`: while logind answers for a console session (the snapshot's console_user
+// comes from logind and says someone is there), its idle time is the owner's activity and no
+// device is opened, so an executor needs no `input` group where logind can tell.
 class InputDeviceProbe : public Probe {
  public:
-  explicit InputDeviceProbe(std::string root) : root_(std::move(root)) {}
+  explicit InputDeviceProbe(std::string root, bool defer_to_logind = false)
+      : root_(std::move(root)), defer_to_logind_(defer_to_logind) {}
   ~InputDeviceProbe() override;
   std::string name() const override { return "/dev/input"; }
   // Often while there are devices to watch: this is how fast a key press is seen (one poll() of
@@ -87,7 +91,9 @@ class InputDeviceProbe : public Probe {
 
  private:
   void Rescan(absl::Time now);
+  void CloseAll();
   std::string root_;
+  bool defer_to_logind_;
   std::map<std::string, int> fds_;  // device path -> fd
   absl::Time last_scan_ = absl::InfinitePast();
   absl::Time watching_since_ = absl::InfinitePast();

@@ -13,7 +13,9 @@ namespace minions::availability {
 std::vector<std::unique_ptr<Probe>> PlatformProbes(const ProbeOptions& options) {
   std::vector<std::unique_ptr<Probe>> probes;
   if (options.logind) probes.push_back(std::make_unique<LogindProbe>("", getpid()));
-  if (options.input_devices) probes.push_back(std::make_unique<InputDeviceProbe>(options.root));
+  if (options.input_devices) {
+    probes.push_back(std::make_unique<InputDeviceProbe>(options.root, options.logind && options.input_devices_defer_to_logind));
+  }
   probes.push_back(std::make_unique<ProcCpuProbe>(options.root, getpid(), options.own_pids));
   probes.push_back(std::make_unique<MemoryProbe>(options.root));
   probes.push_back(std::make_unique<PowerSupplyProbe>(options.root));

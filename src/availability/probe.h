@@ -30,6 +30,9 @@ struct ProbeOptions {
   std::vector<std::string> protected_apps; // process names the owner never wants disturbed
   bool logind = true;                      // Linux: ask systemd-logind over the system bus
   bool input_devices = true;               // Linux: watch /dev/input/event*
+  // ... only when logind cannot tell the owner's idle time (no console session): setting
+  // probe_input_devices = auto (the default); "true" watches them whatever logind says.
+  bool input_devices_defer_to_logind = true;
   bool nvml = true;                        // Linux: NVIDIA GPUs through libnvidia-ml
   // The pids whose CPU and GPU use is ours (the executor and its runner). Empty: this process
   // and its descendants, found by scanning /proc (costly on a busy machine, every 5 s).

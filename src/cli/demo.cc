@@ -62,6 +62,7 @@ int RunDemo(const DemoOptions& options, const PoolFactory& start_pool) {
   PoolOptions pool_options;
   pool_options.data_dir = (fs::path(options.workdir) / "pool").string();
   pool_options.executors = options.executors;
+  pool_options.model_folders = {(fs::path(options.workdir) / "models").string()};
   auto pool = start_pool(pool_options);
   if (!pool.ok()) {
     fprintf(stderr, "error: cannot start the pool: %s\n", std::string(pool.status().message()).c_str());

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -19,6 +20,9 @@ struct PoolOptions {
   std::string http_listen = "127.0.0.1:0";  // dashboard and metrics; "" or "off": none
   std::string token;
   absl::Duration lease_ttl = absl::Seconds(9);
+  // Folders the pool's executors load models from (they load from nowhere else); empty: the
+  // executors' default, ~/.minions/models.
+  std::vector<std::string> model_folders;
 };
 
 class Pool {

@@ -15,8 +15,15 @@ using Json = nlohmann::json;
 // One-line serialisation (JSON Lines); invalid UTF-8 becomes U+FFFD.
 std::string DumpJson(const Json& value);
 
-// Parses one JSON document; the error says where the text is malformed.
-absl::StatusOr<Json> ParseJson(std::string_view text);
+// The deepest nesting of arrays and objects ParseJson accepts. Every JSON this system reads
+// (records, runner and protocol lines, options) stays far below it; a deeper document is refused
+// while it is being parsed, before anything is built from it, so a line of a million '[' costs
+// linear time and a bounded stack (copying, comparing or printing a deep value recurses).
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses one JSON document; the error says where the text is malformed. Nesting deeper than
+// `max_depth` is InvalidArgument ("nested deeper than ...").
+absl::StatusOr<Json> ParseJson(std::string_view text, int max_depth = kMaxJsonDepth);
 
 // Lenient readers for JSON that came from another process: a missing key, a null or a value of
 // the wrong type gives the fallback, never an exception.

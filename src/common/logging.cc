@@ -7,6 +7,7 @@
 #include <cstring>
 #include <ctime>
 #include <mutex>
+#include <string_view>
 
 namespace minions {
 namespace {
@@ -57,9 +58,35 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(leve
           << millis << ' ' << component << ' ' << (base ? base + 1 : file) << ':' << line << "] ";
 }
 
+std::string EscapeControlCharacters(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      out.push_back(c);
+      continue;
+    }
+    switch (c) {
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default: {
+        static constexpr char kHex[] = "0123456789abcdef";
+        out += "\\x";
+        out.push_back(kHex[u >> 4]);
+        out.push_back(kHex[u & 15]);
+      }
+    }
+  }
+  return out;
+}
+
 LogMessage::~LogMessage() {
-  stream_ << '\n';
-  std::string text = stream_.str();
+  // One line per message, whatever its fields hold: an executor's name, a job's error or a model's
+  // path can come from anyone, and a newline or a terminal escape in them must not forge a line.
+  std::string text = EscapeControlCharacters(stream_.str());
+  text.push_back('\n');
   ssize_t ignored = ::write(STDERR_FILENO, text.data(), text.size());
   (void)ignored;
   (void)level_;

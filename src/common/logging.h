@@ -1,10 +1,13 @@
 #pragma once
 // Minimal leveled logging to stderr, one line per message. Every line about a job carries its ids
 // (job= task= attempt= executor=) in the message itself; tests never assert on log text.
+// Control characters in a message (newlines, escapes: fields such as executor names come from
+// callers) are written escaped (\n, \x1b), so every message stays one line.
 // Thread-safe: each message is written with a single write(2).
 
 #include <sstream>
 #include <string>
+#include <string_view>
 
 namespace minions {
 
@@ -14,6 +17,8 @@ void SetLogLevel(LogLevel level);
 LogLevel GetLogLevel();
 // Prefix every line with this process's role (e.g. "runner", "executor-2").
 void SetLogComponent(std::string component);
+// `text` with every control character (below 0x20, and 0x7f) escaped as \n, \r, \t or \xNN.
+std::string EscapeControlCharacters(std::string_view text);
 
 class LogMessage {
  public:

@@ -79,7 +79,12 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const Options& opt
   sigemptyset(&defaults);
   sigaddset(&defaults, SIGPIPE);
   posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  short flags = POSIX_SPAWN_SETSIGDEF;
+  if (options.own_process_group) {
+    posix_spawnattr_setpgroup(&attr, 0);
+    flags |= POSIX_SPAWN_SETPGROUP;
+  }
+  posix_spawnattr_setflags(&attr, flags);
 
   std::vector<char*> argv;
   for (const auto& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
@@ -105,6 +110,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const Options& opt
   }
   auto process = std::unique_ptr<Subprocess>(new Subprocess());
   process->pid_ = pid;
+  process->group_ = options.own_process_group;
   process->stdin_fd_ = in_pipe[1];
   process->stdout_fd_ = out_pipe[0];
   return process;
@@ -112,10 +118,8 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const Options& opt
 
 Subprocess::~Subprocess() {
   CloseStdin();
-  if (!reaped_ && pid_ > 0) {
-    kill(pid_, SIGKILL);
-    (void)Wait();
-  }
+  Signal(SIGKILL);
+  if (pid_ > 0) (void)Wait();
   if (stdout_fd_ >= 0) close(stdout_fd_);
 }
 
@@ -181,30 +185,37 @@ void Subprocess::CloseStdin() {
 }
 
 void Subprocess::Signal(int sig) {
-  if (pid_ > 0 && !reaped_) kill(pid_, sig);
+  absl::MutexLock lock(&reap_mu_);
+  if (pid_ <= 0 || reaped_) return;
+  // The group lives on (a process the child started) while the leader is a zombie not yet reaped.
+  if (group_) kill(-pid_, sig);
+  kill(pid_, sig);
 }
 
 bool Subprocess::running() {
-  if (reaped_) return false;
   auto info = Wait(absl::ZeroDuration());
   return !info.ok();
 }
 
 absl::StatusOr<ExitInfo> Subprocess::Wait(absl::Duration timeout) {
-  if (reaped_) return exit_info_;
   auto deadline = DeadlineAfter(timeout);
   auto backoff = std::chrono::milliseconds(1);
   while (true) {
-    int status = 0;
-    pid_t rc = waitpid(pid_, &status, WNOHANG);
-    if (rc == pid_) {
-      reaped_ = true;
-      exit_info_.exited = WIFEXITED(status);
-      exit_info_.code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-      exit_info_.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-      return exit_info_;
+    {
+      // Reaped under the lock, so that Signal() never reaches a pid the system may reuse.
+      absl::MutexLock lock(&reap_mu_);
+      if (reaped_) return exit_info_;
+      int status = 0;
+      pid_t rc = waitpid(pid_, &status, WNOHANG);
+      if (rc == pid_) {
+        reaped_ = true;
+        exit_info_.exited = WIFEXITED(status);
+        exit_info_.code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+        exit_info_.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        return exit_info_;
+      }
+      if (rc < 0 && errno != EINTR) return ErrnoError("waitpid");
     }
-    if (rc < 0 && errno != EINTR) return ErrnoError("waitpid");
     if (MillisLeft(deadline) == 0) return absl::DeadlineExceededError("child still running");
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(20));

@@ -4,8 +4,9 @@
 //
 // Ownership: owns the child and the parent's pipe ends; the destructor SIGKILLs and reaps a child
 // still running, so a Subprocess never leaks a process.
-// Threads: one thread at a time may write, one at a time may read; Signal() and pid() may be called
-// from any thread.
+// Threads: one thread at a time may write (Write, CloseStdin), one at a time may read (ReadLine);
+// Signal(), Wait(), running() and pid() may be called from any thread (a signal never reaches a
+// process that has been reaped, whose pid may belong to another by then).
 
 #include <sys/types.h>
 
@@ -14,7 +15,9 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace minions {
@@ -32,6 +35,9 @@ class Subprocess {
     std::vector<std::string> argv;        // argv[0] is a path or a name looked up in PATH
     std::vector<std::string> extra_env;   // "NAME=value" entries added to this process's environment
     std::string stderr_path;              // empty: inherit this process's stderr
+    // Start the child in a process group of its own, and signal the whole group: whatever it
+    // starts in turn stops, continues and dies with it (and keeps no pipe of ours open).
+    bool own_process_group = false;
   };
 
   static absl::StatusOr<std::unique_ptr<Subprocess>> Start(const Options& options);
@@ -55,11 +61,13 @@ class Subprocess {
   Subprocess() = default;
 
   pid_t pid_ = -1;
-  int stdin_fd_ = -1;
-  int stdout_fd_ = -1;
-  bool reaped_ = false;
-  ExitInfo exit_info_;
-  std::string read_buffer_;
+  bool group_ = false;             // pid_ leads a process group of its own
+  int stdin_fd_ = -1;              // the writing thread's
+  int stdout_fd_ = -1;             // the reading thread's
+  std::string read_buffer_;        // the reading thread's
+  absl::Mutex reap_mu_;
+  bool reaped_ ABSL_GUARDED_BY(reap_mu_) = false;
+  ExitInfo exit_info_ ABSL_GUARDED_BY(reap_mu_);
 };
 
 // Absolute path of the running executable ("" if unknown); used to find sibling programs such as

@@ -11,7 +11,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "executor/capabilities.h"
-#include "runner/batch_record.h"
+#include "executor/lease_proto.h"
 
 namespace minions {
 namespace {
@@ -23,69 +23,199 @@ std::string ReadFileOr(const std::string& path, const std::string& fallback) {
   return fallback;
 }
 
-bool SameLease(const v1::LeaseRef& a, const v1::LeaseRef& b) {
-  return a.job_id() == b.job_id() && a.task_index() == b.task_index() && a.attempt() == b.attempt();
+AgentOptions Normalised(AgentOptions options) {
+  options.max_prefetch = std::max(1, options.max_prefetch);
+  return options;
 }
 
-std::string Describe(const v1::TaskLease& lease) {
-  return absl::StrCat("job=", lease.ref().job_id(), " task=", lease.ref().task_index(),
-                      " attempt=", lease.ref().attempt());
-}
-
-// A result line that goes to the error file: an error, or no usable response.
-bool IsErrorLine(const Json& line) {
-  return !JsonField(line, "error").is_null() || !JsonField(line, "response").is_object();
-}
-
-inline constexpr std::string_view kErrorRunnerCrashed = "runner_crashed";
+// The main loop looks around at least this often, whatever it waits for.
+constexpr absl::Duration kLongestPass = absl::Seconds(1);
+// A chunk is committed by a heartbeat sent at once, at most this often.
+constexpr absl::Duration kCommitBeatInterval = absl::Milliseconds(250);
 
 }  // namespace
 
 ExecutorAgent::ExecutorAgent(AgentOptions options, std::unique_ptr<ControlPlaneClient> client,
-                             std::unique_ptr<BlobClient> blobs, Clock* clock)
-    : options_(std::move(options)), client_(std::move(client)), blobs_(std::move(blobs)), clock_(clock) {
-  if (options_.runner_command.empty()) options_.runner_command = {SiblingProgram("minions-llama-runner")};
-  options_.max_prefetch = std::max(1, options_.max_prefetch);
-}
+                             std::unique_ptr<BlobClient> blobs, std::unique_ptr<RunnerFactory> runners, Clock* clock)
+    : options_(Normalised(std::move(options))),
+      run_options_{options_.checkpoint_records, options_.checkpoint_interval, options_.max_crashes_per_task},
+      client_(std::move(client)),
+      blobs_(std::move(blobs)),
+      runners_(std::move(runners)),
+      clock_(clock),
+      main_alarm_(std::make_unique<Alarm>(clock)),
+      heartbeat_alarm_(std::make_unique<Alarm>(clock)),
+      watch_(options_.hang) {}
 
 ExecutorAgent::~ExecutorAgent() {
   heartbeat_stop_ = true;
-  clock_->Wake();
-  if (heartbeat_.joinable()) heartbeat_.join();
+  heartbeat_alarm_->Ring();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
 std::string ExecutorAgent::id() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return id_;
 }
 
-std::vector<ExecutorAgent::TaskPtr> ExecutorAgent::ActiveTasks() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<TaskPtr> tasks;
-  for (const auto& [key, task] : active_) tasks.push_back(task);
-  return tasks;
+bool ExecutorAgent::finished() const {
+  absl::MutexLock lock(&mu_);
+  return finished_;
+}
+
+absl::Status ExecutorAgent::exit_status() const {
+  absl::MutexLock lock(&mu_);
+  return exit_status_;
 }
 
 void ExecutorAgent::Drain() {
-  drain_ = true;
-  clock_->Wake();
+  {
+    absl::MutexLock lock(&mu_);
+    drain_ = true;
+  }
+  main_alarm_->Ring();
 }
 
 void ExecutorAgent::Stop() {
-  stop_ = true;
-  drain_ = true;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (runner_) {
-    for (const auto& [key, task] : active_) (void)runner_->Cancel(task->batch);
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    drain_ = true;
   }
-  clock_->Wake();
+  main_alarm_->Ring();
+}
+
+void ExecutorAgent::Wake() { main_alarm_->Ring(); }
+
+absl::Status ExecutorAgent::Run() {
+  heartbeat_thread_ = std::thread([this] {
+    while (!heartbeat_stop_) {
+      absl::Time due = NextBeat();
+      if (clock_->Now() < due) {
+        heartbeat_alarm_->SleepUntil(due);
+        continue;
+      }
+      Beat();
+    }
+  });
+  while (true) {
+    absl::Time next = Step();
+    if (finished()) break;
+    main_alarm_->SleepUntil(next);
+  }
+  heartbeat_stop_ = true;
+  heartbeat_alarm_->Ring();
+  heartbeat_thread_.join();
+  MINIONS_LOG(Info) << "executor stopped after " << tasks_completed_ << " tasks";
+  return exit_status();
+}
+
+// --- The main loop ---
+
+absl::Time ExecutorAgent::Step() {
+  ThreadRoleScope role(&main_);
+  const absl::Time now = clock_->Now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return absl::InfiniteFuture();
+    pass_since_ = now;
+  }
+  switch (phase_) {
+    case Phase::kRegistering:
+      TryRegister(now);
+      break;
+    case Phase::kServing:
+      Serve(now);
+      break;
+    case Phase::kShuttingDown:
+      ShutDown(now);
+      break;
+    case Phase::kFinished:
+      break;
+  }
+  Publish();
+  {
+    absl::MutexLock lock(&mu_);
+    pass_since_.reset();
+    holds_work_ = !tasks_.empty();
+    finished_ = phase_ == Phase::kFinished;
+  }
+  return NextPass(clock_->Now());
+}
+
+void ExecutorAgent::Serve(absl::Time now) {
+  TakeCancellations();
+  bool drain, stop;
+  {
+    absl::MutexLock lock(&mu_);
+    drain = drain_;
+    stop = stop_;
+  }
+  if (stop) {
+    // Hand the tasks back now: whatever the runner holds is given up with it.
+    if (RunnerBusy() || loading_since_) DropRunner();
+    HandBack("the executor is stopping");
+    next_completion_try_ = absl::InfinitePast();
+    FlushCompletions(now);  // one try: a stop does not wait for the server
+    for (TaskPtr task : std::vector<TaskPtr>(to_complete_)) Forget(task);
+    phase_ = Phase::kShuttingDown;
+    return ShutDown(clock_->Now());
+  }
+  TakeRunnerEvents(now);
+  CheckRunner(clock_->Now());
+  // Owner first: the availability controller may hold the loop (agent_yield.cc).
+  const bool hold = holding_ = ApplyWorkMode(clock_->Now());
+  if (drain && tasks_.empty()) {
+    phase_ = Phase::kShuttingDown;
+    return ShutDown(clock_->Now());
+  }
+  if (!drain && !hold) LeaseMore(clock_->Now());
+  if (!hold) FeedRunner(clock_->Now());
+  FlushCompletions(clock_->Now());
+}
+
+absl::Time ExecutorAgent::NextPass(absl::Time now) {
+  if (more_events_) return now;
+  absl::Time next = now + kLongestPass;
+  switch (phase_) {
+    case Phase::kRegistering:
+      return std::min(next, next_register_try_);
+    case Phase::kShuttingDown:
+      return shutdown_deadline_ ? std::min(next, *shutdown_deadline_) : now;
+    case Phase::kFinished:
+      return absl::InfiniteFuture();
+    case Phase::kServing:
+      break;
+  }
+  bool drain;
+  {
+    absl::MutexLock lock(&mu_);
+    drain = drain_;
+  }
+  const int held = static_cast<int>(tasks_.size());
+  if (!drain && !holding_ && held <= PrefetchWindow() / 2) {
+    next = std::min(next, std::max(next_lease_try_, held > 0 ? last_empty_lease_ + absl::Milliseconds(50)
+                                                              : absl::InfinitePast()));
+  }
+  if (!to_complete_.empty()) next = std::min(next, next_completion_try_);
+  if (!frozen_) next = std::min(next, watch_.HungAt());
+  if (loading_since_) next = std::min(next, *loading_since_ + options_.load_timeout);
+  if (gate_) {
+    WorkMode mode = gate_->mode();
+    if (mode == WorkMode::kThrottle) next = std::min(next, next_throttle_toggle_);
+    if (mode == WorkMode::kPause && RunnerBusy() && !frozen_) {
+      next = std::min(next, gate_->mode_since() + gate_->pause_grace());
+    }
+  }
+  return std::max(next, now);
 }
 
 absl::Status ExecutorAgent::Register() {
+  absl::MutexLock registering(&register_mu_);
   std::string id_file = options_.state_dir.empty() ? "" : options_.state_dir + "/executor-id";
   v1::RegisterRequest request;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     request.set_executor_id(id_.empty() && !id_file.empty() ? ReadFileOr(id_file, "") : id_);
   }
   v1::Capabilities capabilities = DetectCapabilities(options_.name);
@@ -93,11 +223,13 @@ absl::Status ExecutorAgent::Register() {
   *request.mutable_capabilities() = capabilities;
   auto reply = client_->Register(request);
   if (!reply.ok()) return reply.status();
-  ttl_ms_ = std::max<int64_t>(reply->lease_ttl_ms(), 300);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     id_ = reply->executor_id();
+    ttl_ = std::max(absl::Milliseconds(reply->lease_ttl_ms()), absl::Milliseconds(300));
+    beat_now_ = true;  // say at once what this executor is doing
   }
+  heartbeat_alarm_->Ring();
   if (!id_file.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options_.state_dir, ec);
@@ -109,6 +241,33 @@ absl::Status ExecutorAgent::Register() {
   return absl::OkStatus();
 }
 
+void ExecutorAgent::TryRegister(absl::Time now) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_ || drain_) {
+      phase_ = Phase::kFinished;
+      return;
+    }
+  }
+  if (now < next_register_try_) return;
+  absl::Status s = Register();
+  if (s.ok()) {
+    phase_ = Phase::kServing;
+    return;
+  }
+  if (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s)) {
+    // Refused, not unreachable: trying again will not help.
+    absl::MutexLock lock(&mu_);
+    exit_status_ = s;
+    phase_ = Phase::kFinished;
+    return;
+  }
+  // Ride out a server that is not up yet.
+  MINIONS_LOG(Warning) << "cannot register yet: " << s.message();
+  next_register_try_ = now + register_backoff_;
+  register_backoff_ = std::min(register_backoff_ * 2, absl::Seconds(5));
+}
+
 int ExecutorAgent::PrefetchWindow() const {
   // Enough tasks to cover prefetch_target beyond the one running; at least two so the runner
   // always has the next task queued.
@@ -116,99 +275,26 @@ int ExecutorAgent::PrefetchWindow() const {
   return std::clamp(static_cast<int>(std::ceil(want)), 2, options_.max_prefetch);
 }
 
-absl::Status ExecutorAgent::Run() {
-  // Register, riding out a server that is not up yet.
-  absl::Duration backoff = absl::Milliseconds(100);
-  while (true) {
-    absl::Status s = Register();
-    if (s.ok()) break;
-    if (stop_ || drain_) return absl::OkStatus();
-    if (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s)) return s;
-    MINIONS_LOG(Warning) << "cannot register yet: " << s.message();
-    clock_->SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(5));
-  }
-  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
-
-  while (true) {
-    size_t active;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      active = active_.size();
-    }
-    if (drain_ && active == 0) break;
-    // Owner first: the availability controller may hold the loop (agent_yield.cc).
-    bool hold = ApplyWorkMode();
-    if (!drain_ && !hold) LeaseMore();
-    if (!hold) FeedRunner();
-    bool in_runner = false;
-    for (const auto& task : ActiveTasks()) in_runner |= task->in_runner;
-    if (!in_runner) {
-      FlushCompletions();
-      if (hold) {
-        clock_->SleepFor(absl::Seconds(1));  // woken at once when the mode changes
-        continue;
-      }
-      // Idle: the next lease call long-polls, unless the last one failed (then wait it out).
-      // Waiting only for completions to go through: retry them shortly.
-      if (!to_complete_.empty()) {
-        clock_->SleepFor(options_.idle_poll);
-      } else if (clock_->Now() < next_lease_try_) {
-        clock_->SleepUntil(next_lease_try_);
-      }
-      continue;
-    }
-    // Wait for the runner; come back soon enough to top up the window. Events already waiting
-    // are taken in one go, so a burst of finished tasks is completed in one call.
-    auto event = runner_->NextEvent(absl::Milliseconds(50));
-    for (int taken = 0; event.ok() && taken < 4096; ++taken) {
-      OnEvent(*event);
-      if (!runner_) break;
-      event = runner_->NextEvent(absl::ZeroDuration());
-    }
-    if (!event.ok() && !absl::IsDeadlineExceeded(event.status())) OnRunnerDied(event.status());
-    FlushCompletions();
-  }
-
-  heartbeat_stop_ = true;
-  clock_->Wake();
-  if (heartbeat_.joinable()) heartbeat_.join();
-  if (frozen_) SignalRunner(SIGCONT);  // a stopped runner cannot read its shutdown
-  std::unique_ptr<RunnerProcess> runner;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    runner = std::move(runner_);
-  }
-  if (runner) runner->Shutdown(absl::Seconds(5));
-  MINIONS_LOG(Info) << "executor stopped after " << tasks_completed_ << " tasks";
-  return absl::OkStatus();
-}
-
-int ExecutorAgent::LeaseMore() {
-  size_t held;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    held = active_.size();
-  }
-  int window = PrefetchWindow();
+void ExecutorAgent::LeaseMore(absl::Time now) {
+  const int held = static_cast<int>(tasks_.size());
+  const int window = PrefetchWindow();
   // Top up when half the window is free (one lease call brings several tiny tasks). An idle
   // executor long-polls: the server answers the moment a task is ready, so a submission starts
   // without a polling delay. A busy one asks at most every 50 ms when the queue is dry.
-  if (static_cast<int>(held) > window / 2) return 0;
-  absl::Time now = clock_->Now();
-  if (now < next_lease_try_) return 0;
-  if (held > 0 && now - last_empty_lease_ < absl::Milliseconds(50)) return 0;
+  if (held > window / 2) return;
+  if (now < next_lease_try_) return;
+  if (held > 0 && now - last_empty_lease_ < absl::Milliseconds(50)) return;
   v1::LeaseRequest request;
   request.set_executor_id(id());
-  request.set_max_tasks(window - static_cast<int>(held));
-  if (held == 0 && !drain_) request.set_wait_ms(absl::ToInt64Milliseconds(options_.lease_wait));
+  request.set_max_tasks(window - held);
+  if (held == 0) request.set_wait_ms(absl::ToInt64Milliseconds(options_.lease_wait));
   auto reply = client_->Lease(request);
   if (!reply.ok()) {
     if (absl::IsNotFound(reply.status())) (void)Register();  // the server forgot us (new database)
     MINIONS_LOG(Debug) << "lease failed: " << reply.status().message();
     last_empty_lease_ = now;
     next_lease_try_ = clock_->Now() + options_.idle_poll;  // do not hammer a server that is down
-    return 0;
+    return;
   }
   if (reply->leases().empty()) {
     last_empty_lease_ = now;
@@ -217,318 +303,108 @@ int ExecutorAgent::LeaseMore() {
     if (request.wait_ms() > 0 && clock_->Now() - now < options_.lease_wait / 2) {
       next_lease_try_ = clock_->Now() + options_.idle_poll;
     }
-    return 0;
+    return;
   }
-  for (const auto& lease : reply->leases()) {
-    TaskPtr task = Stage(lease);
-    if (task) staged_.push_back(task);
-  }
-  return reply->leases_size();
+  for (const auto& lease : reply->leases()) Stage(FromProto(lease), clock_->Now());
 }
 
-ExecutorAgent::TaskPtr ExecutorAgent::Stage(const v1::TaskLease& lease) {
-  auto task = std::make_shared<ActiveTask>();
-  task->lease = lease;
-  task->key = absl::StrCat(lease.ref().job_id(), "/", lease.ref().task_index(), "#", lease.ref().attempt());
-  task->batch = task->key;
+void ExecutorAgent::Stage(const LeaseGrant& lease, absl::Time now) {
+  const std::string key = TaskKey(lease.ref);
+  LeaseProgress leased{lease.ref.job_id, lease.ref.task_index, lease.ref.attempt, lease.resume_from, 0, {}};
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    active_[task->key] = task;  // heartbeats cover it from now on
+    absl::MutexLock lock(&mu_);
+    snapshots_[key] = std::make_shared<const LeaseProgress>(leased);  // heartbeats cover it from now on
   }
-  auto input = blobs_->GetRange(lease.input_url(), lease.byte_begin(), lease.byte_end());
+  auto drop = [&](const absl::Status& why, FailureClass failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_) {
+    ReportFailure(leased, why, failure);
+    absl::MutexLock lock(&mu_);
+    snapshots_.erase(key);
+  };
+  auto input = blobs_->GetRange(lease.input_url, lease.byte_begin, lease.byte_end);
   if (!input.ok()) {
-    Report(task, absl::Status(input.status().code(), absl::StrCat("cannot read the input: ", input.status().message())),
-           FailureClass::kRetryable);
-    Forget(task);
-    return nullptr;
+    return drop(absl::Status(input.status().code(), absl::StrCat("cannot read the input: ", input.status().message())),
+                FailureClass::kRetryable);
   }
-  task->records = SplitRecordLines(*input);
-  if (static_cast<int64_t>(task->records.size()) != lease.n_records()) {
-    Report(task,
-           absl::DataLossError(absl::StrCat("the input range holds ", task->records.size(), " records, the task ",
-                                            lease.n_records())),
-           FailureClass::kPermanent);
-    Forget(task);
-    return nullptr;
-  }
-  if (lease.resume_from() < 0 || lease.resume_from() > lease.n_records() || lease.chunk_urls_size() == 0) {
-    Report(task,
-           absl::InvalidArgumentError(absl::StrCat("the lease resumes at record ", lease.resume_from(), " of ",
-                                                   lease.n_records(), " with ", lease.chunk_urls_size(),
-                                                   " chunk URLs")),
-           FailureClass::kPermanent);
-    Forget(task);
-    return nullptr;
-  }
-  task->outputs.resize(task->records.size());
-  task->resume_from = task->chunk_begin = lease.resume_from();
-  task->last_chunk_at = clock_->Now();
-  if (task->resume_from > 0) {
-    MINIONS_LOG(Info) << Describe(lease) << " resumes after " << task->resume_from << " committed records";
-  }
-  return task;
-}
-
-absl::Status ExecutorAgent::EnsureRunner() {
-  if (runner_) return absl::OkStatus();
-  RunnerProcess::Options options;
-  options.command = options_.runner_command;
-  options.stderr_path = options_.runner_log;
-  auto runner = RunnerProcess::Start(options);
-  if (!runner.ok()) return runner.status();
-  std::lock_guard<std::mutex> lock(mu_);
-  runner_ = std::move(*runner);
-  if (options_.metrics) options_.metrics->SetRunnerPid(runner_->pid());  // metrics hook
-  loaded_model_.clear();
-  loaded_options_.clear();
-  return absl::OkStatus();
-}
-
-absl::Status ExecutorAgent::LoadModel(const v1::TaskLease& lease) {
-  runner_protocol::LoadRequest load;
-  load.model = lease.model();
-  if (!lease.runner_options_json().empty()) {
-    auto json = ParseJson(lease.runner_options_json());
-    if (!json.ok()) return json.status();
-    auto options = runner_protocol::LoadOptions::FromJson(*json);
-    if (!options.ok()) return options.status();
-    load.options = *options;
-    if (options_.runner_threads > 0 && !JsonField(*json, "n_threads").is_number()) {
-      load.options.n_threads = options_.runner_threads;
-    }
-  } else if (options_.runner_threads > 0) {
-    load.options.n_threads = options_.runner_threads;
-  }
-  auto info = runner_->Load(load);
-  if (!info.ok()) return info.status();
-  loaded_model_ = lease.model();
-  loaded_options_ = lease.runner_options_json();
-  return absl::OkStatus();
-}
-
-void ExecutorAgent::FeedRunner() {
-  while (!staged_.empty()) {
-    TaskPtr task = staged_.front();
-    if (task->cancelled || stop_) {
-      staged_.pop_front();
-      if (stop_ && !task->cancelled) {
-        Report(task, absl::AbortedError("the executor is stopping"), FailureClass::kPreempted);
-      }
-      Forget(task);
-      continue;
-    }
-    // A task under suspicion of crashing the runner runs alone: nothing joins it, and it waits
-    // for the runner to empty.
-    bool busy = false, suspect_running = false;
-    for (const auto& other : ActiveTasks()) {
-      if (!other->in_runner) continue;
-      busy = true;
-      suspect_running |= other->suspect;
-    }
-    if (suspect_running || (task->suspect && busy)) return;
-    const auto& lease = task->lease;
-    bool same_model = runner_ && loaded_model_ == lease.model() && loaded_options_ == lease.runner_options_json();
-    if (!same_model) {
-      // A model change waits until the runner has finished the previous model's tasks.
-      if (busy) return;
-      absl::Status s = EnsureRunner();
-      if (s.ok()) s = LoadModel(lease);
-      if (!s.ok()) {
-        // A model that cannot be loaded will not load next time either; a runner that will not
-        // start may be a passing problem of this machine.
-        bool load_error = absl::IsInvalidArgument(s) || absl::IsNotFound(s);
-        if (!load_error) {
-          std::lock_guard<std::mutex> lock(mu_);
-          runner_.reset();
-        }
-        staged_.pop_front();
-        Report(task, absl::Status(s.code(), absl::StrCat(load_error ? "cannot load the model: " : "runner: ", s.message())),
-               load_error ? FailureClass::kPermanent : FailureClass::kRetryable);
-        Forget(task);
-        continue;
-      }
-    }
-    std::vector<size_t> indices;
-    if (!task->isolation.empty()) {
-      indices = std::move(task->isolation.front());
-      task->isolation.pop_front();
-    } else {
-      indices = Unfinished(task);
-    }
-    if (indices.empty()) {  // nothing left to run (it resumed at its end)
-      staged_.pop_front();
-      task->started = clock_->Now();
-      FinishTask(task, Json::object());
-      continue;
-    }
-    std::vector<std::string> records;
-    records.reserve(indices.size());
-    for (size_t i : indices) records.push_back(task->records[i]);
-    std::string batch = task->runs == 0 ? task->key : absl::StrCat(task->key, ".", task->runs);
-    ++task->runs;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      task->batch = batch;
-    }
-    task->batch_records = std::move(indices);
-    task->in_runner = true;
-    task->started = clock_->Now();
-    batches_[batch] = task;
-    staged_.pop_front();
-    if (absl::Status s = runner_->StartBatch(batch, records); !s.ok()) {
-      OnRunnerDied(s);
-      return;
-    }
+  auto run = TaskRun::Start(lease, *input, run_options_, now);
+  if (!run.ok()) return drop(run.status(), FailureClass::kPermanent);
+  TaskPtr task = run->get();
+  tasks_[key] = std::move(*run);
+  queue_.push_back(task);
+  PublishTask(task);
+  if (lease.resume_from > 0) {
+    MINIONS_LOG(Info) << Describe(lease.ref) << " resumes after " << lease.resume_from << " committed records";
   }
 }
 
-std::vector<size_t> ExecutorAgent::Unfinished(const TaskPtr& task) const {
-  std::vector<size_t> left;
-  for (size_t i = task->resume_from; i < task->outputs.size(); ++i) {
-    if (!task->outputs[i]) left.push_back(i);
-  }
-  return left;
-}
-
-void ExecutorAgent::OnEvent(const runner_protocol::Event& event) {
-  auto it = batches_.find(event.batch);
-  if (it == batches_.end()) return;  // a batch we already gave up
-  TaskPtr task = it->second;
-  if (event.type == runner_protocol::Event::Type::kResult) {
-    if (event.index >= task->batch_records.size()) return;
-    const size_t i = task->batch_records[event.index];
-    const Json& line = JsonField(event.body, "output");
-    if (!task->outputs[i]) {
-      task->records_done.fetch_add(1);
-      if (!JsonField(line, "error").is_null()) task->records_failed.fetch_add(1);
-    }
-    task->outputs[i] = line;
-    if (absl::Status s = MaybeCheckpoint(task, false); !s.ok()) {
-      MINIONS_LOG(Warning) << Describe(task->lease) << " checkpoint not uploaded (will retry): " << s.message();
-    }
-  } else if (event.type == runner_protocol::Event::Type::kBatchDone) {
-    batches_.erase(it);
-    if (!task->isolation.empty() && !JsonBool(event.body, "cancelled")) {
-      task->in_runner = false;  // more groups of an isolated task to run, alone
-      staged_.push_front(task);
-      return;
-    }
-    FinishTask(task, event.body);
-  } else if (event.type == runner_protocol::Event::Type::kError) {
-    MINIONS_LOG(Warning) << "runner error for batch " << event.batch << ": " << event.message;
+void ExecutorAgent::MaybeCheckpoint(TaskPtr task, absl::Time now) {
+  std::optional<TaskRun::ChunkUpload> due = task->DueCheckpoint(now);
+  if (!due) return;
+  if (absl::Status s = Upload(task, *due, now); !s.ok()) {
+    MINIONS_LOG(Warning) << Describe(task->ref()) << " checkpoint not uploaded (will retry): " << s.message();
   }
 }
 
-absl::Status ExecutorAgent::MaybeCheckpoint(const TaskPtr& task, bool final) {
-  const int64_t n = static_cast<int64_t>(task->records.size());
-  // The last URL pair is kept for the final chunk: with none other left, only the end uploads.
-  if (!final && static_cast<int>(task->chunks.size()) + 1 >= task->lease.chunk_urls_size()) return absl::OkStatus();
-  // The finished prefix only grows: each record is looked at once, whatever the result order.
-  int64_t end = std::max(task->prefix_end, task->chunk_begin);
-  while (end < n && task->outputs[end]) ++end;
-  task->prefix_end = end;
-  const absl::Time now = clock_->Now();
-  if (!final) {
-    if (end == task->chunk_begin || end >= n) return absl::OkStatus();  // the final chunk carries it
-    bool due = end - task->chunk_begin >= options_.checkpoint_records ||
-               now - task->last_chunk_at >= options_.checkpoint_interval;
-    if (!due) return absl::OkStatus();
-  } else if (end < n) {
-    return absl::InternalError("the final chunk has records without output");
-  } else if (end == task->chunk_begin && !task->chunks.empty()) {
-    return absl::OkStatus();  // everything is in chunks already
-  }
-  const int seq = static_cast<int>(task->chunks.size());
-  if (seq >= task->lease.chunk_urls_size()) return absl::FailedPreconditionError("no chunk URL left");
-  std::string output, errors;
-  int64_t failed = 0;
-  for (int64_t i = task->chunk_begin; i < end; ++i) {
-    const Json& line = *task->outputs[i];
-    bool is_error = IsErrorLine(line);
-    (is_error ? errors : output) += DumpJson(line) + "\n";
-    failed += is_error;
-  }
+absl::Status ExecutorAgent::Upload(TaskPtr task, const TaskRun::ChunkUpload& upload, absl::Time now) {
   // Every chunk writes its output object (the finaliser reads a missing one as lost); a chunk
   // without error lines writes no error object.
-  const v1::ChunkUrls& urls = task->lease.chunk_urls(seq);
-  RETURN_IF_ERROR(blobs_->Put(urls.output_url(), output));
-  if (!errors.empty()) RETURN_IF_ERROR(blobs_->Put(urls.errors_url(), errors));
-  v1::Chunk chunk;
-  chunk.set_attempt(task->lease.ref().attempt());
-  chunk.set_seq(seq);
-  chunk.set_begin(task->chunk_begin);
-  chunk.set_end(end);
-  chunk.set_records_failed(failed);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    task->chunks.push_back(chunk);
-  }
-  task->chunk_begin = end;
-  task->last_chunk_at = now;
+  RETURN_IF_ERROR(blobs_->Put(upload.urls.output_url, upload.output));
+  if (!upload.errors.empty()) RETURN_IF_ERROR(blobs_->Put(upload.urls.errors_url, upload.errors));
+  task->ChunkUploaded(upload.chunk, now);
+  PublishTask(task);
   // Commit it now rather than at the next periodic heartbeat (up to TTL/3 away), at most a few
   // times a second: a loss costs one chunk, not one chunk plus a heartbeat interval.
-  if (now - last_commit_wake_ >= absl::Milliseconds(250)) {
-    last_commit_wake_ = now;
-    heartbeat_now_ = true;
-    clock_->Wake();
+  if (now - last_commit_ring_ >= kCommitBeatInterval) {
+    last_commit_ring_ = now;
+    {
+      absl::MutexLock lock(&mu_);
+      beat_now_ = true;
+    }
+    heartbeat_alarm_->Ring();
   }
   return absl::OkStatus();
 }
 
-void ExecutorAgent::FinishTask(const TaskPtr& task, const Json& batch_done) {
-  double seconds = absl::ToDoubleSeconds(clock_->Now() - task->started);
-  avg_task_seconds_ = 0.8 * avg_task_seconds_ + 0.2 * seconds;
-  task->in_runner = false;
-  if (stop_) {
-    Report(task, absl::AbortedError("the executor is stopping"), FailureClass::kPreempted);
-    return Forget(task);
+void ExecutorAgent::FinishTask(TaskPtr task, TaskRun::BatchEnd end, absl::Time now) {
+  using End = TaskRun::BatchEnd;
+  if (end == End::kIgnored) return;
+  avg_task_seconds_ = 0.8 * avg_task_seconds_ + 0.2 * absl::ToDoubleSeconds(now - task->started());
+  if (end == End::kRunAgain) {
+    queue_.push_front(task);  // more groups of an isolated task to run, alone
+    return;
   }
-  if (task->cancelled) return Forget(task);
-  if (JsonBool(batch_done, "cancelled")) {
-    Report(task, absl::AbortedError("the runner cancelled the batch"), FailureClass::kRetryable);
-    return Forget(task);
+  if (task->cancelled()) return Forget(task);
+  if (end == End::kCancelled) {
+    return GiveUp(task, absl::AbortedError("the runner cancelled the batch"), FailureClass::kRetryable);
   }
-  for (size_t i = task->resume_from; i < task->records.size(); ++i) {
-    if (task->outputs[i]) continue;
-    task->outputs[i] = MakeErrorLine(ParseRecordLine(task->records[i]).custom_id, kErrorRunnerFailed,
-                                     "the runner gave no result for this record");
-  }
-  if (absl::Status s = MaybeCheckpoint(task, true); !s.ok()) {
-    Report(task, absl::Status(s.code(), absl::StrCat("cannot upload the output: ", s.message())),
-           FailureClass::kRetryable);
-    return Forget(task);
+  auto last = task->FinalChunk();
+  absl::Status uploaded = last.ok() ? absl::OkStatus() : last.status();
+  if (uploaded.ok() && *last) uploaded = Upload(task, **last, now);
+  if (!uploaded.ok()) {
+    return GiveUp(task,
+                  absl::Status(uploaded.code(), absl::StrCat("cannot upload the output: ", uploaded.message())),
+                  FailureClass::kRetryable);
   }
   to_complete_.push_back(task);
 }
 
-void ExecutorAgent::FlushCompletions() {
-  if (to_complete_.empty() || clock_->Now() < next_completion_try_) return;
+void ExecutorAgent::FlushCompletions(absl::Time now) {
+  if (to_complete_.empty() || now < next_completion_try_) return;
   v1::CompleteBatchRequest request;
   request.set_executor_id(id());
   std::vector<TaskPtr> sent;
-  for (const TaskPtr& task : to_complete_) {
-    if (task->cancelled) {
+  for (TaskPtr task : std::vector<TaskPtr>(to_complete_)) {
+    if (task->cancelled()) {
       Forget(task);
       continue;
     }
-    v1::LeaseRef* ref = request.add_refs();
-    *ref = task->lease.ref();
-    int64_t failed = 0;
-    for (const v1::Chunk& chunk : task->chunks) {
-      failed += chunk.records_failed();
-      *ref->add_chunks() = chunk;
-    }
-    ref->set_records_done(task->lease.n_records());
-    ref->set_records_failed(failed);
+    ToProto(task->Completion(), request.add_refs());
     sent.push_back(task);
   }
-  to_complete_.clear();
   if (sent.empty()) return;
   auto reply = client_->CompleteBatch(request);
   if (!reply.ok()) {
     // Keep them: the heartbeat keeps renewing their leases, and the next try may get through.
     MINIONS_LOG(Warning) << "cannot complete " << sent.size() << " tasks yet: " << reply.status().message();
-    to_complete_ = std::move(sent);
     next_completion_try_ = clock_->Now() + absl::Milliseconds(500);
     return;
   }
@@ -537,184 +413,102 @@ void ExecutorAgent::FlushCompletions() {
     if (outcome && outcome->code() == 0) {
       ++tasks_completed_;
       if (options_.metrics) options_.metrics->TaskCompleted();  // metrics hook
-      MINIONS_LOG(Debug) << Describe(sent[i]->lease) << " completed: " << sent[i]->records_done
-                         << " records run, " << sent[i]->records_failed << " errors";
+      MINIONS_LOG(Debug) << Describe(sent[i]->ref()) << " completed: " << sent[i]->records_done() << " records run, "
+                         << sent[i]->records_failed() << " errors";
     } else {
-      MINIONS_LOG(Warning) << Describe(sent[i]->lease)
+      MINIONS_LOG(Warning) << Describe(sent[i]->ref())
                            << " completion refused: " << (outcome ? outcome->message() : "no answer");
     }
     Forget(sent[i]);
   }
 }
 
-void ExecutorAgent::OnRunnerDied(const absl::Status& why) {
-  MINIONS_LOG(Warning) << "the runner died: " << why.message();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    runner_.reset();
-  }
-  loaded_model_.clear();
-  batches_.clear();
-  std::vector<TaskPtr> victims;
-  for (const auto& task : ActiveTasks()) {
-    if (task->in_runner) victims.push_back(task);
-  }
-  const bool on_purpose = killed_on_purpose_.exchange(false);
-  std::vector<TaskPtr> again;
-  for (const auto& task : victims) {
-    task->in_runner = false;
-    if (on_purpose && !task->cancelled && !stop_) {
-      again.push_back(task);  // killed for the owner: it runs again later, nothing to isolate
-      continue;
-    }
-    if (task->cancelled || stop_) {
-      if (stop_) Report(task, absl::AbortedError("the executor is stopping"), FailureClass::kPreempted);
-      Forget(task);
-      continue;
-    }
-    if (!Isolate(task, victims.size() == 1, why)) {
-      Report(task,
-             absl::UnavailableError(absl::StrCat("the runner failed ", task->crashes, " times; last: ", why.message())),
-             FailureClass::kRetryable);
-      Forget(task);
-      continue;
-    }
-    again.push_back(task);
-  }
-  // They go first, in their order, when a new runner is up.
-  staged_.insert(staged_.begin(), again.begin(), again.end());
-}
-
-bool ExecutorAgent::Isolate(const TaskPtr& task, bool ran_alone, const absl::Status& why) {
-  if (++task->crashes > options_.max_crashes_per_task) return false;
-  task->suspect = true;
-  std::vector<size_t> left;
-  for (size_t i : task->batch_records) {
-    if (!task->outputs[i]) left.push_back(i);
-  }
-  if (left.empty()) return true;
-  if (!ran_alone) {
-    // Whose record killed it is unknown: each task in the runner runs again, alone.
-    task->isolation.push_front(std::move(left));
-    return true;
-  }
-  if (left.size() == 1) {
-    const size_t i = left[0];
-    task->outputs[i] = MakeErrorLine(
-        ParseRecordLine(task->records[i]).custom_id, kErrorRunnerCrashed,
-        absl::StrCat("the runner crashed on this record, run alone: ", std::string(why.message())));
-    task->records_done.fetch_add(1);
-    task->records_failed.fetch_add(1);
-    MINIONS_LOG(Warning) << Describe(task->lease) << " record " << (task->lease.first_record() + static_cast<int64_t>(i))
-                         << " crashes the runner; reported as an error record";
-    return true;
-  }
-  // Halve the group: the half holding the poison record crashes again, the other goes through.
-  std::vector<size_t> second(left.begin() + static_cast<std::ptrdiff_t>(left.size() / 2), left.end());
-  left.resize(left.size() / 2);
-  task->isolation.push_front(std::move(second));
-  task->isolation.push_front(std::move(left));
-  return true;
-}
-
-void ExecutorAgent::Forget(const TaskPtr& task) {
-  std::lock_guard<std::mutex> lock(mu_);
-  active_.erase(task->key);
-}
-
-void ExecutorAgent::HeartbeatLoop() {
-  absl::Time last_renewed = clock_->Now();
-  while (!heartbeat_stop_) {
-    absl::Duration ttl = absl::Milliseconds(ttl_ms_.load());
-    // Every TTL/3, or at once when a chunk waits to be committed.
-    absl::Time deadline = clock_->Now() + ttl / 3;
-    while (!heartbeat_stop_ && !heartbeat_now_.exchange(false) && clock_->Now() < deadline) {
-      clock_->SleepUntil(deadline);
-    }
-    if (heartbeat_stop_) break;
-    std::vector<TaskPtr> tasks = ActiveTasks();
-    v1::HeartbeatRequest request;
-    request.set_executor_id(id());
-    std::string reason;
-    request.set_state(FleetState(!tasks.empty(), &reason));
-    request.set_state_reason(reason);
-    if (options_.metrics) {  // metrics hook
-      options_.metrics->SetState(ParseExecutorState(request.state()).value_or(ExecutorState::kAvailable),
-                                 request.state_reason());
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& task : tasks) {
-        v1::LeaseRef* ref = request.add_leases();
-        *ref = task->lease.ref();
-        ref->set_records_done(task->resume_from + task->records_done);
-        ref->set_records_failed(task->records_failed);
-        for (const v1::Chunk& chunk : task->chunks) *ref->add_chunks() = chunk;
-      }
-    }
-    auto reply = client_->Heartbeat(request);
-    absl::Time now = clock_->Now();
-    if (!reply.ok()) {
-      MINIONS_LOG(Warning) << "heartbeat failed: " << reply.status().message();
-      if (!tasks.empty() && now - last_renewed >= ttl && !detached_) {
-        // The server is away (restarting, or out of reach). Keep running: when it answers again,
-        // the heartbeat re-attaches the leases that are still ours and cancels the others, and
-        // every report stays fenced by its attempt, so nothing runs twice into the results.
-        detached_ = true;
-        MINIONS_LOG(Warning) << "no lease renewed for a whole TTL; carrying on until the server answers";
-      }
-      continue;
-    }
-    if (detached_) {
-      detached_ = false;
-      MINIONS_LOG(Info) << "the server answers again; re-attached " << reply->renewed_size() << " leases, "
-                        << reply->cancel_size() << " were given to others";
-    }
-    last_renewed = now;
-    if (reply->reregister()) {
-      (void)Register();
-      continue;
-    }
-    if (reply->drain() && !drain_) {
-      MINIONS_LOG(Info) << "the server asked this executor to drain";
-      Drain();
-    }
-    for (const auto& ref : reply->cancel()) {
-      for (const auto& task : tasks) {
-        if (!SameLease(ref, task->lease.ref()) || task->cancelled.exchange(true)) continue;
-        MINIONS_LOG(Info) << Describe(task->lease) << " cancelled by the server";
-        std::lock_guard<std::mutex> lock(mu_);
-        if (runner_) (void)runner_->Cancel(task->batch);
-      }
-    }
-  }
-}
-
-void ExecutorAgent::KillRunner(const char* why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (runner_) {
-    MINIONS_LOG(Warning) << "killing the runner: " << why;
-    killed_on_purpose_ = true;  // its death is not a crash: no record is to blame
-    ::kill(runner_->pid(), SIGKILL);
-  }
-}
-
-void ExecutorAgent::Report(const TaskPtr& task, absl::Status outcome, FailureClass failure) {
-  if (task->cancelled) return;  // not ours to report any more
+void ExecutorAgent::ReportFailure(const LeaseProgress& progress, const absl::Status& why, FailureClass failure) {
   v1::FailRequest request;
   request.set_executor_id(id());
-  *request.mutable_ref() = task->lease.ref();
-  {
-    // Chunks uploaded since the last heartbeat are committed with the report: a preempted or
-    // failed attempt hands back every record it finished.
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const v1::Chunk& chunk : task->chunks) *request.mutable_ref()->add_chunks() = chunk;
-  }
+  // Chunks uploaded since the last heartbeat are committed with the report: a preempted or
+  // failed attempt hands back every record it uploaded.
+  ToProto(progress, request.mutable_ref());
   request.set_failure_class(std::string(FailureClassName(failure)));
-  request.set_message(std::string(outcome.message()));
+  request.set_message(std::string(why.message()));
   absl::Status s = client_->Fail(request);
-  MINIONS_LOG(Warning) << Describe(task->lease) << " " << FailureClassName(failure) << ": " << outcome.message()
+  MINIONS_LOG(Warning) << Describe(AttemptRef{progress.job_id, progress.task_index, progress.attempt}) << " "
+                       << FailureClassName(failure) << ": " << why.message()
                        << (s.ok() ? "" : absl::StrCat(" (report refused: ", std::string(s.message()), ")"));
+}
+
+void ExecutorAgent::GiveUp(TaskPtr task, absl::Status why, FailureClass failure) {
+  if (!task->cancelled()) ReportFailure(task->Progress(), why, failure);  // else not ours to report any more
+  Forget(task);
+}
+
+void ExecutorAgent::Forget(TaskPtr task) {
+  queue_.erase(std::remove(queue_.begin(), queue_.end(), task), queue_.end());
+  to_complete_.erase(std::remove(to_complete_.begin(), to_complete_.end(), task), to_complete_.end());
+  for (auto it = batches_.begin(); it != batches_.end();) {
+    it = it->second == task ? batches_.erase(it) : std::next(it);
+  }
+  if (loading_for_ == task) loading_for_ = nullptr;
+  const std::string key = task->key();
+  published_.erase(key);
+  {
+    absl::MutexLock lock(&mu_);
+    snapshots_.erase(key);
+  }
+  tasks_.erase(key);  // the TaskRun goes
+}
+
+void ExecutorAgent::TakeCancellations() {
+  std::vector<AttemptRef> cancelled;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled.swap(cancelled_);
+  }
+  for (const AttemptRef& ref : cancelled) {
+    auto it = tasks_.find(TaskKey(ref));
+    if (it == tasks_.end() || it->second->cancelled()) continue;
+    TaskPtr task = it->second.get();
+    task->Cancel();
+    MINIONS_LOG(Info) << Describe(ref) << " cancelled by the server";
+    if (task->in_runner() && runner_) {
+      runner_->Cancel(task->batch());  // forgotten when its batch ends
+    } else if (!task->in_runner()) {
+      Forget(task);
+    }
+  }
+}
+
+void ExecutorAgent::PublishTask(TaskPtr task) {
+  auto snapshot = std::make_shared<const LeaseProgress>(task->Progress());
+  published_[task->key()] = task->version();
+  absl::MutexLock lock(&mu_);
+  snapshots_[task->key()] = std::move(snapshot);
+}
+
+void ExecutorAgent::Publish() {
+  for (const auto& [key, task] : tasks_) {
+    auto it = published_.find(key);
+    if (it == published_.end() || it->second != task->version()) PublishTask(task.get());
+  }
+}
+
+void ExecutorAgent::ShutDown(absl::Time now) {
+  if (runner_) {
+    if (!shutdown_deadline_) {
+      if (frozen_) Freeze(false, now);  // a stopped runner cannot read its shutdown
+      runner_->RequestShutdown();
+      shutdown_deadline_ = now + options_.shutdown_grace;
+    }
+    bool ended = false;
+    while (true) {
+      auto event = runner_->Poll();
+      if (!event.ok()) ended = true;
+      if (!event.ok() || !*event) break;
+    }
+    if (!ended && now < *shutdown_deadline_) return;  // its end rings the loop
+    DropRunner();
+  }
+  phase_ = Phase::kFinished;
 }
 
 }  // namespace minions

@@ -1,51 +1,62 @@
 #pragma once
-// ExecutorAgent: the executor's main loop. Registers, leases tasks while it has room, fetches each
-// task's input range, pipes the records to its runner (kept alive between tasks, so a model loads
-// once), uploads each task's output, and completes it. A heartbeat thread renews every held lease
-// every third of its TTL, reports progress, and acts on the answer: cancel a task, drain,
-// register again.
+// ExecutorAgent: the executor's I/O and scheduling around its core (TaskRun, one per attempt).
+// It registers, leases tasks while it has room, fetches each task's input, feeds the records to
+// its runner (kept between tasks, so a model loads once), uploads checkpoints and outputs, and
+// completes or reports each attempt. A heartbeat renews the leases of tasks that move every
+// third of the TTL and acts on the answer: cancel a task, drain, register again.
 //
-// Pipelining: the agent keeps up to `prefetch` tasks in the runner at once, so the runner never
-// waits for the control plane between tasks. The window adapts to task length: long tasks keep
-// two (one running, one queued); tiny ones up to `max_prefetch`, each lease and completion then
-// amortised over many records per second.
+// Never stuck on a runner: the runner is driven asynchronously (Runner), so feeding it never
+// waits for it to read, and its answers are taken as they come. A runner silent for far longer
+// than its records take (RunnerWatch), or that does not load a model in load_timeout, is killed
+// and its tasks are handed back as retryable failures. The heartbeat renews leases only while
+// the main loop is not stuck inside one pass, so the watchdog can step in when it is.
+//
+// Pipelining: up to `max_prefetch` tasks are held at once, so the runner never waits for the
+// control plane between tasks; long tasks keep two (one running, one queued).
 //
 // Server restarts: when no heartbeat gets through for a whole TTL the agent keeps running (the
 // server may be restarting); the first heartbeat that gets through re-attaches the leases that are
-// still its own and cancels the others. Every report is fenced by its attempt, so work that was
-// given to someone else meanwhile never reaches the results.
+// still its own and cancels the others. Every report is fenced by its attempt.
 //
-// Ownership: owns its runner process, its control-plane client and blob client.
-// Threads: Run() on one thread (the "main" thread); Drain()/Stop() from any thread; an internal
-// heartbeat thread.
+// Time: every wait goes through the Clock (its alarms), so tests drive the agent with a fake one:
+// Step() and Beat() are the two loops' bodies, each one pass without waiting; Run() is the
+// production form that loops them on two threads.
+//
+// Ownership: owns its runner, its control-plane client, its blob client and its runner factory.
+// Threads: Run() on one thread (the main loop; it starts the heartbeat thread). Or, in tests,
+// Step() and Beat() from one thread, never alongside Run(). Drain(), Stop(), id(),
+// tasks_completed() and the WorkTarget methods from any thread.
 
 #include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/json_util.h"
+#include "common/thread_role.h"
 #include "executor/availability_controller.h"
 #include "executor/blob_client.h"
 #include "executor/control_plane_client.h"
 #include "executor/executor_metrics.h"
+#include "executor/model_access.h"
+#include "executor/runner_watch.h"
+#include "executor/task_run.h"
 #include "model/types.h"
-#include "runner/runner_process.h"
+#include "runner/runner.h"
 
 namespace minions {
 
 struct AgentOptions {
   std::string name;                          // shown in `minions executors`; default: host name
   std::string state_dir;                     // keeps the executor id across restarts; "" = none
-  std::vector<std::string> runner_command;   // default: minions-llama-runner next to this binary
-  std::string runner_log;                    // runner stderr; "" = inherit
   absl::Duration idle_poll = absl::Milliseconds(200);  // retry pause after a failed call
   absl::Duration lease_wait = absl::Seconds(1);        // long poll of an idle executor's lease
   // CPU threads for the runner when the job does not say; 0: the runner's default (all cores).
@@ -54,29 +65,55 @@ struct AgentOptions {
   int max_prefetch = 32;                     // most tasks held at once (tiny tasks)
   // Aim to hold this much work beyond the running task.
   absl::Duration prefetch_target = absl::Milliseconds(500);
-  // Checkpoints: a task's finished records are uploaded as a chunk every `checkpoint_records`
-  // records or `checkpoint_interval`, whichever comes first, and committed by the next heartbeat.
-  // A lost attempt costs at most one chunk (plus a heartbeat) of work.
+  // Checkpoints (TaskRun::Options): a task's finished records are uploaded as a chunk every
+  // `checkpoint_records` records or `checkpoint_interval`, whichever comes first, and committed
+  // by a heartbeat sent at once. A lost attempt costs at most one chunk of work.
   int64_t checkpoint_records = 50;
   absl::Duration checkpoint_interval = absl::Seconds(30);
   // Poison records: runner crashes one task may cause while its records are isolated, before the
   // attempt is given up as a retryable failure (the machine, not a record, is then the suspect).
   int max_crashes_per_task = 24;
+  // A runner that has not loaded its model this long after it was asked is ended.
+  absl::Duration load_timeout = absl::Minutes(10);
+  // When a runner holding work and saying nothing is hung.
+  RunnerWatch::Options hang;
+  // A main loop inside one pass for this long (a call that never returns) renews no lease: the
+  // watchdog then requeues its tasks.
+  absl::Duration stuck_after = absl::Minutes(2);
+  // How long a runner asked to exit may take before it is killed.
+  absl::Duration shutdown_grace = absl::Seconds(5);
   ExecutorMetrics* metrics = nullptr;        // observability hooks; null: none (not owned)
+  // Where models may be loaded from (executor/model_access.h); null: nowhere, every load refused.
+  // (How the runner is started and confined is its RunnerFactory's: executor/runner_sandbox.h
+  // wraps the command a ProcessRunner starts.)
+  std::shared_ptr<const ModelAccess> models;
 };
 
 class ExecutorAgent : public WorkTarget {
  public:
-  ExecutorAgent(AgentOptions options, std::unique_ptr<ControlPlaneClient> client,
-                std::unique_ptr<BlobClient> blobs, Clock* clock);
-  ~ExecutorAgent();
+  ExecutorAgent(AgentOptions options, std::unique_ptr<ControlPlaneClient> client, std::unique_ptr<BlobClient> blobs,
+                std::unique_ptr<RunnerFactory> runners, Clock* clock);
+  ~ExecutorAgent() override;
 
-  // Serves until drained (current tasks finished) or stopped (current tasks handed back).
+  // Serves until drained (current tasks finished) or stopped (current tasks handed back). An
+  // error only when the server refuses to register this executor (not when it is unreachable).
   absl::Status Run();
   // Finish the tasks in hand, take no more, return from Run().
   void Drain();
-  // Hand the tasks back now (as preempted: not counted as failures) and return.
+  // Hand the tasks back now (as preempted: not counted as failures) and return from Run().
   void Stop();
+
+  // The loops' bodies, for tests (see Time above).
+  // One pass of the main loop: register if not yet, take the runner's events, lease, feed the
+  // runner, upload, complete. Returns when it wants the next pass.
+  absl::Time Step();
+  // One heartbeat now.
+  void Beat();
+  // When the heartbeat is due (InfinitePast: at once; InfiniteFuture: not before a ring).
+  absl::Time NextBeat() const;
+  // Run() would return now, with this status.
+  bool finished() const;
+  absl::Status exit_status() const;
 
   std::string id() const;
   int64_t tasks_completed() const { return tasks_completed_; }
@@ -84,119 +121,152 @@ class ExecutorAgent : public WorkTarget {
   // Owner first (agent_yield.cc): the agent obeys `gate`'s mode from then on; null: always run.
   // Set before Run().
   void SetWorkGate(WorkGate* gate) { gate_ = gate; }
+  // Wakes the main loop (the gate's mode changed). Any thread.
+  void Wake();
   // WorkTarget, for the AvailabilityController (any thread).
   bool HoldsWork() const override;
   int RunnerPid() const override;
   void KillRunner(const char* why) override;
 
  private:
-  struct ActiveTask {
-    v1::TaskLease lease;
-    std::string key;                      // "job/index#attempt"; the key of active_
-    std::string batch;                    // the runner batch running it now; guarded by mu_
-    std::vector<std::string> records;     // every record of the task
-    std::vector<std::optional<Json>> outputs;
-    int64_t resume_from = 0;              // records [0, resume_from) were committed by earlier attempts
-    bool in_runner = false;               // main thread only
-    absl::Time started;                   // main thread only
-    // Main thread only: which records the running batch holds (runner index -> record index).
-    std::vector<size_t> batch_records;
-    int runs = 0;                         // batches started, for unique batch ids
-    // Checkpoints. Main thread only, except `chunks` (guarded by mu_; the heartbeat reports it).
-    std::vector<v1::Chunk> chunks;        // uploaded by this attempt, in order
-    int64_t chunk_begin = 0;              // first record not in an uploaded chunk
-    int64_t prefix_end = 0;               // records [0, prefix_end) all have an output
-    absl::Time last_chunk_at;
-    // Poison records (main thread only): after the runner died under this task, it runs alone, and
-    // the records still to run wait here in groups, halved on every crash until a lone record
-    // that still crashes is reported as an error record.
-    bool suspect = false;
-    std::deque<std::vector<size_t>> isolation;
-    int crashes = 0;
-    std::atomic<int64_t> records_done{0};
-    std::atomic<int64_t> records_failed{0};
-    std::atomic<bool> cancelled{false};   // the server said stop (job cancelled, lease gone)
-  };
-  using TaskPtr = std::shared_ptr<ActiveTask>;
+  using TaskPtr = TaskRun*;
+  enum class Phase { kRegistering, kServing, kShuttingDown, kFinished };
 
+  // --- main loop (agent.cc) ---
   absl::Status Register();
-  void HeartbeatLoop();
-  // Leases more tasks when the window has room; returns how many arrived.
-  int LeaseMore();
-  // Fetches a new lease's input; on failure reports it and returns null.
-  TaskPtr Stage(const v1::TaskLease& lease);
-  // Sends staged tasks to the runner in order (loading the model when it changes, once the
-  // runner has drained the previous model's tasks).
-  void FeedRunner();
-  absl::Status EnsureRunner();
-  absl::Status LoadModel(const v1::TaskLease& lease);
-  void OnEvent(const runner_protocol::Event& event);
-  void FinishTask(const TaskPtr& task, const Json& batch_done);
-  // Records of the task that have no output yet (in record order).
-  std::vector<size_t> Unfinished(const TaskPtr& task) const;
-  // Uploads the finished prefix as a chunk when one is due (or `final`: everything left).
-  absl::Status MaybeCheckpoint(const TaskPtr& task, bool final);
-  // The runner died under `task`: isolate its records (see ActiveTask::isolation). Returns false
-  // when the attempt is given up.
-  bool Isolate(const TaskPtr& task, bool ran_alone, const absl::Status& why);
-  void OnRunnerDied(const absl::Status& why);
-  // Reports an attempt that ended without success.
-  void Report(const TaskPtr& task, absl::Status outcome, FailureClass failure);
+  void Serve(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  void TryRegister(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Leases more tasks when the window has room.
+  void LeaseMore(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Fetches a new lease's input and queues its TaskRun; on failure reports it.
+  void Stage(const LeaseGrant& lease, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // The runner's batch for `task` ended (or nothing was left to run): upload, queue the completion.
+  void FinishTask(TaskPtr task, TaskRun::BatchEnd end, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Uploads a chunk and records it.
+  absl::Status Upload(TaskPtr task, const TaskRun::ChunkUpload& upload, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  void MaybeCheckpoint(TaskPtr task, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Completes every uploaded task in one call; keeps them (and their leases, renewed by the
   // heartbeat) for the next try when the server cannot be reached.
-  void FlushCompletions();
-  void Forget(const TaskPtr& task);
-  int PrefetchWindow() const;
-  std::vector<TaskPtr> ActiveTasks() const;
+  void FlushCompletions(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Reports an attempt that ended without success and forgets it.
+  void GiveUp(TaskPtr task, absl::Status why, FailureClass failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  void ReportFailure(const LeaseProgress& progress, const absl::Status& why, FailureClass failure);
+  void Forget(TaskPtr task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // The server's cancellations, taken from the heartbeat.
+  void TakeCancellations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // What the heartbeat reports of each task, republished when it moved.
+  void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  void PublishTask(TaskPtr task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Drained or stopped: end the runner (a grace to exit), then finish.
+  void ShutDown(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  absl::Time NextPass(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  int PrefetchWindow() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  bool RunnerBusy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_) { return !batches_.empty(); }
 
-  AgentOptions options_;
-  std::unique_ptr<ControlPlaneClient> client_;
-  std::unique_ptr<BlobClient> blobs_;
-  Clock* clock_;
+  // --- the runner (agent_runner.cc) ---
+  // Sends queued tasks to the runner in order (loading the model when it changes, once the
+  // runner has finished the previous model's tasks).
+  void FeedRunner(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  absl::Status StartRunner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // The load command for a lease's model and options (this executor's thread count unless the
+  // job sets one).
+  absl::StatusOr<runner_protocol::LoadRequest> LoadRequestFor(const LeaseGrant& lease) const;
+  // Takes what the runner said; handles its end.
+  void TakeRunnerEvents(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  void OnEvent(const runner_protocol::Event& event, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Kills a runner that hangs or does not load.
+  void CheckRunner(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // The runner died on its own (`why`): isolate, requeue or give up the tasks it held.
+  void OnRunnerDied(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Ends the runner; returns the tasks it held, oldest first (no longer in the runner).
+  std::vector<TaskPtr> DropRunner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
 
-  std::atomic<bool> drain_{false};
-  std::atomic<bool> stop_{false};
-  std::atomic<int64_t> tasks_completed_{0};
-  std::atomic<int64_t> ttl_ms_{9000};
-
-  mutable std::mutex mu_;
-  std::string id_;                              // guarded by mu_
-  std::map<std::string, TaskPtr> active_;       // by task key; guarded by mu_
-  std::unique_ptr<RunnerProcess> runner_;       // replaced only by the main thread, under mu_
-
-  // Main thread only.
-  std::deque<TaskPtr> staged_;                  // leased and fetched, not yet in the runner
-  std::map<std::string, TaskPtr> batches_;      // runner batch id -> task, for tasks in the runner
-  std::vector<TaskPtr> to_complete_;            // uploaded, completion not yet accepted
-  absl::Time next_completion_try_ = absl::InfinitePast();
-  std::string loaded_model_;
-  std::string loaded_options_;
-  double avg_task_seconds_ = 1.0;               // moving average, drives the prefetch window
-  absl::Time last_empty_lease_ = absl::InfinitePast();
-  absl::Time next_lease_try_ = absl::InfinitePast();
-
-  // Owner first (agent_yield.cc); main thread only, except gate_ (set before Run).
+  // --- owner first (agent_yield.cc) ---
   // Applies the gate's mode; true when the loop must neither lease nor feed the runner.
-  bool ApplyWorkMode();
-  void SignalRunner(int sig);
-  // Ends the runner; the tasks it held go back to the front of staged_ to run again later.
-  void ReleaseRunner();
+  bool ApplyWorkMode(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  void Freeze(bool frozen, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Ends the runner; the tasks it held go back to the front of the queue to run again later.
+  void ReleaseRunner(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Hands every task not yet finished back to the server as preempted.
-  void HandBack();
-  // The state and reason the heartbeat reports (any thread).
+  void HandBack(const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  void ObserveYield(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // The state and reason the heartbeat reports.
   std::string FleetState(bool has_tasks, std::string* reason) const;
-  WorkGate* gate_ = nullptr;
-  bool frozen_ = false;                         // the runner is SIGSTOPped
-  bool yield_observed_ = false;                 // since the owner last took the machine
-  void ObserveYield(absl::Time now);
-  absl::Time next_throttle_toggle_ = absl::InfinitePast();
 
-  std::thread heartbeat_;
+  // --- the heartbeat (agent_heartbeat.cc) ---
+  // What this beat says: the executor's state and, unless the main loop is stuck, the progress of
+  // every lease it holds.
+  v1::HeartbeatRequest BuildHeartbeat(absl::Time now, absl::Duration* ttl, bool* holds_leases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
+  // Acts on the server's answer: register again, drain, cancel.
+  void OnHeartbeatReply(const v1::HeartbeatResponse& reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
+
+  const AgentOptions options_;
+  const TaskRun::Options run_options_;
+  const std::unique_ptr<ControlPlaneClient> client_;
+  const std::unique_ptr<BlobClient> blobs_;
+  const std::unique_ptr<RunnerFactory> runners_;
+  Clock* const clock_;
+  const std::unique_ptr<Alarm> main_alarm_;       // rings the main loop
+  const std::unique_ptr<Alarm> heartbeat_alarm_;  // rings the heartbeat
+  WorkGate* gate_ = nullptr;                             // set before Run()
+  std::atomic<int64_t> tasks_completed_{0};
+
+  // Shared between the loops and the callers from other threads.
+  mutable absl::Mutex mu_;
+  std::string id_ ABSL_GUARDED_BY(mu_);
+  absl::Duration ttl_ ABSL_GUARDED_BY(mu_) = absl::Seconds(9);
+  absl::Time next_beat_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool beat_now_ ABSL_GUARDED_BY(mu_) = false;           // a chunk waits to be committed
+  bool drain_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status exit_status_ ABSL_GUARDED_BY(mu_);
+  // What the heartbeat reports, by task key: immutable snapshots the main loop replaces.
+  std::map<std::string, std::shared_ptr<const LeaseProgress>> snapshots_ ABSL_GUARDED_BY(mu_);
+  std::vector<AttemptRef> cancelled_ ABSL_GUARDED_BY(mu_);  // by the server, for the main loop
+  std::optional<absl::Time> pass_since_ ABSL_GUARDED_BY(mu_);  // the main loop is inside a pass
+  bool holds_work_ ABSL_GUARDED_BY(mu_) = false;
+  Runner* live_runner_ ABSL_GUARDED_BY(mu_) = nullptr;  // for KillRunner; owned by runner_
+  bool killed_on_purpose_ ABSL_GUARDED_BY(mu_) = false;  // KillRunner: its death is no crash
+  absl::Mutex register_mu_ ABSL_ACQUIRED_BEFORE(mu_);    // one registration at a time
+
+  // The main loop's own state.
+  ThreadRole main_{"executor main loop"};
+  Phase phase_ ABSL_GUARDED_BY(main_) = Phase::kRegistering;
+  absl::Duration register_backoff_ ABSL_GUARDED_BY(main_) = absl::Milliseconds(100);
+  absl::Time next_register_try_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
+  std::map<std::string, std::unique_ptr<TaskRun>> tasks_ ABSL_GUARDED_BY(main_);  // by key
+  std::map<std::string, uint64_t> published_ ABSL_GUARDED_BY(main_);  // key -> version sent
+  std::deque<TaskPtr> queue_ ABSL_GUARDED_BY(main_);     // leased and fetched, not in the runner
+  std::map<std::string, TaskPtr> batches_ ABSL_GUARDED_BY(main_);  // runner batch -> its task
+  std::vector<TaskPtr> to_complete_ ABSL_GUARDED_BY(main_);  // uploaded, completion not accepted
+  absl::Time next_completion_try_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
+  std::unique_ptr<Runner> runner_ ABSL_GUARDED_BY(main_);
+  std::string runner_model_ ABSL_GUARDED_BY(main_);      // model and options it has (or loads)
+  std::optional<absl::Time> loading_since_ ABSL_GUARDED_BY(main_);  // a load was asked then
+  TaskPtr loading_for_ ABSL_GUARDED_BY(main_) = nullptr;  // the task that asked for it
+  RunnerWatch watch_ ABSL_GUARDED_BY(main_);
+  double avg_task_seconds_ ABSL_GUARDED_BY(main_) = 1.0;  // moving average: the prefetch window
+  absl::Time last_empty_lease_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
+  absl::Time next_lease_try_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
+  absl::Time last_commit_ring_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
+  std::optional<absl::Time> shutdown_deadline_ ABSL_GUARDED_BY(main_);
+  bool more_events_ ABSL_GUARDED_BY(main_) = false;      // the last pass left events to take
+  bool holding_ ABSL_GUARDED_BY(main_) = false;          // the owner's mode holds leasing and feeding
+  // Owner first.
+  bool frozen_ ABSL_GUARDED_BY(main_) = false;           // the runner is SIGSTOPped
+  bool yield_observed_ ABSL_GUARDED_BY(main_) = false;   // since the owner last took the machine
+  absl::Time next_throttle_toggle_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
+
+  // The heartbeat's own state.
+  ThreadRole heartbeat_{"executor heartbeat"};
+  bool detached_ ABSL_GUARDED_BY(heartbeat_) = false;    // the server has been away a TTL
+  bool warned_stuck_ ABSL_GUARDED_BY(heartbeat_) = false;  // said once per stuck spell
+  absl::Time last_renewed_ ABSL_GUARDED_BY(heartbeat_) = absl::InfinitePast();
+
+  std::thread heartbeat_thread_;
   std::atomic<bool> heartbeat_stop_{false};
-  bool detached_ = false;                       // heartbeat thread only: the server has been away a TTL
-  std::atomic<bool> killed_on_purpose_{false};  // KillRunner: the runner's death is no crash
-  std::atomic<bool> heartbeat_now_{false};      // a chunk waits to be committed: beat now
-  absl::Time last_commit_wake_ = absl::InfinitePast();  // main thread only
 };
 
 }  // namespace minions

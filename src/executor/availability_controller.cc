@@ -118,7 +118,20 @@ const std::vector<std::pair<std::string, Setter>>& Settings() {
       {"battery_stop_percent", Number(&P::battery_stop_percent, "a percentage")},
       {"allow_battery", Bool([](AvailabilityOptions* o) { return &o->policy.allow_battery; })},
       {"probe_logind", Bool([](AvailabilityOptions* o) { return &o->probes.logind; })},
-      {"probe_input_devices", Bool([](AvailabilityOptions* o) { return &o->probes.input_devices; })},
+      {"probe_input_devices",
+       [](const std::string& key, const std::string& value, AvailabilityOptions* o) -> absl::Status {
+         // auto: only where logind cannot tell (no `input` group needed where it can).
+         if (absl::AsciiStrToLower(value) == "auto") {
+           o->probes.input_devices = true;
+           o->probes.input_devices_defer_to_logind = true;
+           return absl::OkStatus();
+         }
+         auto b = ParseBool(key, value);
+         if (!b.ok()) return Bad(key, value, "auto, true or false");
+         o->probes.input_devices = *b;
+         o->probes.input_devices_defer_to_logind = false;
+         return absl::OkStatus();
+       }},
       {"probe_nvml", Bool([](AvailabilityOptions* o) { return &o->probes.nvml; })},
       {"probe_root",  // where the file probes look for /proc, /sys and /dev (tests, benchmarks)
        [](const std::string&, const std::string& value, AvailabilityOptions* o) {
@@ -187,9 +200,10 @@ std::vector<std::string> AvailabilitySettingNames() {
 
 AvailabilityController::AvailabilityController(AvailabilityOptions options,
                                                std::vector<std::unique_ptr<availability::Probe>> probes, Clock* clock)
-    : options_(std::move(options)), sampler_(std::move(probes)), clock_(clock) {
+    : options_(std::move(options)), clock_(clock), alarm_(std::make_unique<Alarm>(clock)), sampler_(std::move(probes)) {
   options_.policy.dedicated = options_.mode == AvailabilityOptions::Mode::kDedicated;
   options_.policy.time_zone = absl::LocalTimeZone();
+  absl::MutexLock lock(&mu_);
   mode_since_ = clock_->Now();
   state_.phase_since = clock_->Now();
 }
@@ -206,21 +220,25 @@ void AvailabilityController::Start() {
 
 void AvailabilityController::Shutdown() {
   stop_ = true;
-  clock_->Wake();
+  alarm_->Ring();
   if (thread_.joinable()) thread_.join();
 }
 
 void AvailabilityController::Loop() {
   while (!stop_) {
-    absl::Time now = clock_->Now();
-    clock_->SleepUntil(std::min(sampler_.NextDue(), now + options_.tick));
+    absl::Time due;
+    {
+      absl::MutexLock lock(&tick_mu_);
+      due = std::min(sampler_.NextDue(), clock_->Now() + options_.tick);
+    }
+    alarm_->SleepUntil(due);
     if (stop_) break;
     Tick();
   }
 }
 
 void AvailabilityController::Tick() {
-  std::lock_guard<std::mutex> tick_lock(tick_mu_);
+  absl::MutexLock tick_lock(&tick_mu_);
   TickLocked();
 }
 
@@ -229,7 +247,7 @@ void AvailabilityController::TickLocked() {
   availability::Snapshot snapshot = sampler_.Sample(now);
   availability::PolicyState state;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     state = state_;
   }
   if (target_) {
@@ -244,7 +262,7 @@ void AvailabilityController::TickLocked() {
   WorkMode mode = ModeFor(d.next);
   bool changed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     state_ = d.next;
     snapshot_ = snapshot;
     reason_ = d.reason;
@@ -267,55 +285,56 @@ void AvailabilityController::TickLocked() {
 }
 
 void AvailabilityController::ManualPause() {
-  std::lock_guard<std::mutex> tick_lock(tick_mu_);
+  absl::MutexLock tick_lock(&tick_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     state_.manual_pause = true;
   }
   TickLocked();
 }
 
 void AvailabilityController::ManualResume() {
-  std::lock_guard<std::mutex> tick_lock(tick_mu_);
+  absl::MutexLock tick_lock(&tick_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     state_.manual_pause = false;
   }
   TickLocked();
 }
 
 void AvailabilityController::ReportActivity() {
+  absl::MutexLock tick_lock(&tick_mu_);
   sampler_.ReportActivity(clock_->Now());
-  Tick();  // at once: this is the yield latency the owner feels
+  TickLocked();  // at once: this is the yield latency the owner feels
 }
 
 WorkMode AvailabilityController::mode() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return mode_;
 }
 
 absl::Time AvailabilityController::mode_since() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return mode_since_;
 }
 
 availability::Phase AvailabilityController::phase() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return state_.phase;
 }
 
 std::string AvailabilityController::FleetState(bool holds_work) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return availability::FleetState(state_.phase, holds_work);
 }
 
 std::string AvailabilityController::Reason() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return state_.manual_pause ? absl::StrCat("paused by the owner; ", reason_) : reason_;
 }
 
 std::string AvailabilityController::Status() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   absl::Time now = clock_->Now();
   std::string out = absl::StrCat(
       "phase     ", availability::PhaseName(state_.phase), " (mode ", WorkModeName(mode_), ", since ",

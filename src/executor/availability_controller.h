@@ -7,18 +7,20 @@
 //
 // Ownership: owns the sampler (and its probes), the policy state and the sleep guard; borrows
 // the agent through WorkTarget.
-// Threads: Start() runs the sampling thread; every public method is safe from any thread.
+// Threads: Start() runs the sampling thread; every public method is safe from any thread, except
+// Attach() and OnChange(), which come before Start(). One decision (Tick) at a time.
 
 #include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "availability/policy.h"
 #include "availability/probe.h"
 #include "availability/sampler.h"
@@ -103,23 +105,25 @@ class AvailabilityController : public WorkGate {
 
  private:
   void Loop();
-  void TickLocked();  // under tick_mu_
+  void TickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
 
   AvailabilityOptions options_;
-  availability::Sampler sampler_;
-  Clock* clock_;
-  availability::SleepGuard sleep_guard_;   // controller thread only
-  std::function<void()> on_change_;
-  WorkTarget* target_ = nullptr;
+  Clock* const clock_;
+  const std::unique_ptr<Alarm> alarm_;  // rings the sampling thread (shutdown)
+  std::function<void()> on_change_;           // set before Start()
+  WorkTarget* target_ = nullptr;              // set before Start()
 
-  mutable std::mutex mu_;
-  availability::PolicyState state_;        // guarded by mu_
-  availability::Snapshot snapshot_;        // guarded by mu_ (the last one)
-  WorkMode mode_ = WorkMode::kRelease;     // guarded by mu_
-  absl::Time mode_since_;                  // guarded by mu_
-  std::string reason_ = "starting";        // guarded by mu_
-  std::deque<std::string> history_;        // guarded by mu_: the last actions, newest last
-  std::mutex tick_mu_;                     // one Tick at a time
+  absl::Mutex tick_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // one decision at a time
+  availability::Sampler sampler_ ABSL_GUARDED_BY(tick_mu_);
+  availability::SleepGuard sleep_guard_ ABSL_GUARDED_BY(tick_mu_);
+
+  mutable absl::Mutex mu_;
+  availability::PolicyState state_ ABSL_GUARDED_BY(mu_);
+  availability::Snapshot snapshot_ ABSL_GUARDED_BY(mu_);  // the last one
+  WorkMode mode_ ABSL_GUARDED_BY(mu_) = WorkMode::kRelease;
+  absl::Time mode_since_ ABSL_GUARDED_BY(mu_);
+  std::string reason_ ABSL_GUARDED_BY(mu_) = "starting";
+  std::deque<std::string> history_ ABSL_GUARDED_BY(mu_);  // the last actions, newest last
 
   std::thread thread_;
   std::atomic<bool> stop_{false};

@@ -93,11 +93,19 @@ absl::StatusOr<std::unique_ptr<ControlChannel>> ControlChannel::Listen(const std
     close(fd);
     return absl::UnavailableError(absl::StrCat("cannot listen on ", path, ": ", why));
   }
-  return std::unique_ptr<ControlChannel>(new ControlChannel(path, fd, std::move(handler)));
+  int wake[2];
+  if (pipe(wake) != 0) {
+    std::string why = strerror(errno);
+    close(fd);
+    return absl::InternalError(absl::StrCat("pipe: ", why));
+  }
+  fcntl(wake[0], F_SETFD, FD_CLOEXEC);
+  fcntl(wake[1], F_SETFD, FD_CLOEXEC);
+  return std::unique_ptr<ControlChannel>(new ControlChannel(path, fd, wake, std::move(handler)));
 }
 
-ControlChannel::ControlChannel(std::string path, int fd, Handler handler)
-    : path_(std::move(path)), fd_(fd), handler_(std::move(handler)) {
+ControlChannel::ControlChannel(std::string path, int fd, int wake[2], Handler handler)
+    : path_(std::move(path)), fd_(fd), wake_read_(wake[0]), wake_write_(wake[1]), handler_(std::move(handler)) {
   thread_ = std::thread([this] { Serve(); });
 }
 
@@ -105,15 +113,19 @@ ControlChannel::~ControlChannel() { Stop(); }
 
 void ControlChannel::Stop() {
   if (stop_.exchange(true)) return;
+  char byte = 0;
+  (void)!write(wake_write_, &byte, 1);
   if (thread_.joinable()) thread_.join();
   close(fd_);
+  close(wake_read_);
+  close(wake_write_);
   unlink(path_.c_str());
 }
 
 void ControlChannel::Serve() {
   while (!stop_) {
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, 200) <= 0) continue;  // wakes to notice Stop()
+    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_read_, POLLIN, 0}};
+    if (poll(p, 2, -1) <= 0 || (p[1].revents & POLLIN)) continue;  // the wake byte: Stop()
     int client = accept(fd_, nullptr, nullptr);
     if (client < 0) continue;
     fcntl(client, F_SETFD, FD_CLOEXEC);

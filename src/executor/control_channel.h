@@ -26,10 +26,12 @@ class ControlChannel {
   void Stop();
 
  private:
-  ControlChannel(std::string path, int fd, Handler handler);
+  ControlChannel(std::string path, int fd, int wake[2], Handler handler);
   void Serve();
   std::string path_;
   int fd_;
+  int wake_read_;   // Stop() writes a byte to wake_write_: Serve waits for nothing else
+  int wake_write_;
   Handler handler_;
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -1,5 +1,7 @@
 #include "model/types.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace minions {
 namespace {
 
@@ -38,6 +40,10 @@ bool IsTerminal(JobState s) {
 }
 bool IsTerminal(TaskState s) {
   return s == TaskState::kSucceeded || s == TaskState::kFailed || s == TaskState::kCancelled;
+}
+
+std::string Describe(const AttemptRef& ref) {
+  return absl::StrCat("job=", ref.job_id, " task=", ref.task_index, " attempt=", ref.attempt);
 }
 
 int64_t CommittedFailed(const Task& task) {

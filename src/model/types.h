@@ -163,6 +163,42 @@ struct LeaseProgress {
   std::vector<Chunk> chunks;  // chunks the attempt has uploaded (see CommitChunks)
 };
 
+// One attempt at one task: the fencing token every report about it carries.
+struct AttemptRef {
+  std::string job_id;
+  int64_t task_index = 0;
+  int attempt = 0;
+  bool operator==(const AttemptRef&) const = default;
+};
+// "job=J task=T attempt=A", as every log line about an attempt says it.
+std::string Describe(const AttemptRef& ref);
+
+// Where one chunk of an attempt is written: output lines to one URL, error lines to the other.
+struct ChunkUrls {
+  std::string output_url;
+  std::string errors_url;
+};
+
+// A lease as the executor holding it sees it: one attempt at one task, what to run it with, and
+// the URLs it reads and writes (it holds no object-store credentials). The server's own view is
+// Lease.
+struct LeaseGrant {
+  AttemptRef ref;
+  int64_t first_record = 0;   // the task's first record in the job's input
+  int64_t n_records = 0;
+  std::string input_url;      // read bytes [byte_begin, byte_end): the task's records
+  int64_t byte_begin = 0;
+  int64_t byte_end = 0;
+  std::string model;          // what the runner loads
+  std::string runner;         // which runner program serves it
+  std::string runner_options_json;  // the runner's load options ("" or a JSON object)
+  absl::Time expires_at;
+  int64_t resume_from = 0;    // records [0, resume_from) were committed by earlier attempts
+  // Chunk number k of this attempt goes to chunk_urls[k]; the last pair must take everything up
+  // to the end of the task.
+  std::vector<ChunkUrls> chunk_urls;
+};
+
 // What the server tells an executor in answer to a heartbeat.
 struct HeartbeatReply {
   std::vector<LeaseProgress> cancel;  // leases the executor must stop (cancelled, or not its own)

@@ -139,6 +139,11 @@ namespace {
 ParsedRecord ParseRecordLineUnchecked(std::string_view line);
 }  // namespace
 
+std::string RecordTooLargeMessage(size_t bytes) {
+  return absl::StrCat("the record is ", bytes, " bytes; a record may have at most ", kMaxRecordBytes,
+                      " bytes (split long inputs across records)");
+}
+
 ParsedRecord ParseRecordLine(std::string_view line) {
   // Defence in depth: the parser checks every type before reading it, but a record is user input
   // and must never take a process down.
@@ -153,7 +158,8 @@ namespace {
 ParsedRecord ParseRecordLineUnchecked(std::string_view line) {
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
   if (line.empty()) return Fail("", kErrorInvalidJson, "empty line");
-  auto parsed = ParseJson(line);
+  if (line.size() > kMaxRecordBytes) return Fail("", kErrorRecordTooLarge, RecordTooLargeMessage(line.size()));
+  auto parsed = ParseJson(line, kMaxRecordDepth);
   if (!parsed.ok()) return Fail("", kErrorInvalidJson, std::string(parsed.status().message()));
   const Json& root = *parsed;
   if (!root.is_object()) return Fail("", kErrorInvalidRequest, "a record must be a JSON object");
@@ -178,7 +184,6 @@ ParsedRecord ParseRecordLineUnchecked(std::string_view line) {
   InferenceRequest request;
   request.custom_id = custom_id;
   const Json* body = nullptr;
-  Json shorthand_body;
   if (root.contains("body") || root.contains("url")) {
     auto url_it = root.find("url");
     if (url_it == root.end() || !url_it->is_string()) {
@@ -206,10 +211,9 @@ ParsedRecord ParseRecordLineUnchecked(std::string_view line) {
     }
     body = &*body_it;
   } else if (root.contains("prompt")) {
+    // The shorthand's fields are the body's (its custom_id is not read as one); never copied.
     request.endpoint = Endpoint::kCompletions;
-    shorthand_body = root;
-    shorthand_body.erase("custom_id");
-    body = &shorthand_body;
+    body = &root;
   } else {
     return Fail(custom_id, kErrorInvalidRequest,
                 "a record needs url and body (OpenAI Batch format) or a prompt (shorthand)");

@@ -58,6 +58,14 @@ inline constexpr std::string_view kErrorPromptTooLong = "context_length_exceeded
 inline constexpr std::string_view kErrorEmptyPrompt = "empty_prompt";
 inline constexpr std::string_view kErrorCancelled = "cancelled";
 inline constexpr std::string_view kErrorRunnerFailed = "runner_error";
+inline constexpr std::string_view kErrorRecordTooLarge = "record_too_large";
+
+// Limits on one input line, checked before and while it is parsed: a longer line, or JSON nested
+// deeper, is that record's error (never a crash, never a refusal of the whole input).
+inline constexpr size_t kMaxRecordBytes = size_t{4} << 20;
+inline constexpr int kMaxRecordDepth = kMaxJsonDepth;
+// The error message of a line longer than kMaxRecordBytes.
+std::string RecordTooLargeMessage(size_t bytes);
 
 // The outcome of parsing one line: a request, or an error that names the record when it can.
 struct ParsedRecord {

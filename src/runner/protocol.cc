@@ -32,13 +32,19 @@ absl::StatusOr<LoadOptions> LoadOptions::FromJson(const Json& json) {
   if (json.is_null()) return options;
   if (!json.is_object()) return absl::InvalidArgumentError("load options must be an object");
   absl::Status s;
-  if (!(s = ReadInt(json, "n_parallel", 1, 256, &options.n_parallel)).ok()) return s;
-  if (!(s = ReadInt(json, "n_ctx_per_seq", 0, 1 << 20, &options.n_ctx_per_seq)).ok()) return s;
-  if (!(s = ReadInt(json, "n_batch", 1, 1 << 16, &options.n_batch)).ok()) return s;
+  if (!(s = ReadInt(json, "n_parallel", 1, kMaxParallel, &options.n_parallel)).ok()) return s;
+  if (!(s = ReadInt(json, "n_ctx_per_seq", 0, kMaxCtxPerSeq, &options.n_ctx_per_seq)).ok()) return s;
+  if (!(s = ReadInt(json, "n_batch", 1, kMaxBatch, &options.n_batch)).ok()) return s;
   if (!(s = ReadInt(json, "n_threads", 0, 1024, &options.n_threads)).ok()) return s;
   if (!(s = ReadInt(json, "n_gpu_layers", -1, 100000, &options.n_gpu_layers)).ok()) return s;
-  if (!(s = ReadInt(json, "default_max_tokens", 1, 1 << 20, &options.default_max_tokens)).ok()) {
+  if (!(s = ReadInt(json, "default_max_tokens", 1, kMaxDefaultMaxTokens, &options.default_max_tokens)).ok()) {
     return s;
+  }
+  const int64_t total = int64_t{options.n_parallel} * (options.n_ctx_per_seq == 0 ? 4096 : options.n_ctx_per_seq);
+  if (total > kMaxTotalContext) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "load options n_parallel x n_ctx_per_seq is ", total, " tokens of context; at most ", kMaxTotalContext,
+        " (an n_ctx_per_seq of 0 counts as 4096)"));
   }
   if (auto it = json.find("flash_attn"); it != json.end() && !it->is_null()) {
     if (!it->is_string() || (*it != "auto" && *it != "on" && *it != "off")) {

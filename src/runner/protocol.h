@@ -18,6 +18,15 @@ namespace minions::runner_protocol {
 inline constexpr int kProtocolVersion = 1;
 
 // Options of `load`. Zero/negative values mean "the runner decides".
+// Caps on what a job may ask a runner for: every executor is someone's machine, and the KV cache
+// grows with n_parallel x n_ctx_per_seq. FromJson refuses more, so a job asking for more is refused
+// at submission, and a runner refuses it again.
+inline constexpr int kMaxParallel = 64;
+inline constexpr int kMaxCtxPerSeq = 131072;
+inline constexpr int64_t kMaxTotalContext = 262144;  // n_parallel x n_ctx_per_seq (0 counts as 4096)
+inline constexpr int kMaxBatch = 8192;
+inline constexpr int kMaxDefaultMaxTokens = 131072;
+
 struct LoadOptions {
   int n_parallel = 8;         // sequences decoded together
   int n_ctx_per_seq = 0;      // context per sequence; 0: min(model's training context, 4096)

@@ -1,7 +1,5 @@
 #include "runner/runner_process.h"
 
-#include <signal.h>
-
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
@@ -10,59 +8,58 @@ namespace minions {
 using runner_protocol::Event;
 
 absl::StatusOr<std::unique_ptr<RunnerProcess>> RunnerProcess::Start(const Options& options) {
-  Subprocess::Options sp;
-  sp.argv = options.command;
-  sp.stderr_path = options.stderr_path;
-  auto process = Subprocess::Start(sp);
-  if (!process.ok()) return process.status();
-  auto runner = std::unique_ptr<RunnerProcess>(new RunnerProcess(std::move(*process)));
-  auto line = runner->process_->ReadLine(options.start_timeout);
-  if (!line.ok()) {
-    if (absl::IsDeadlineExceeded(line.status())) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "runner '", options.command[0], "' did not say ready within ", absl::FormatDuration(options.start_timeout)));
+  auto process = std::unique_ptr<RunnerProcess>(new RunnerProcess());
+  ProcessRunner::Options runner_options;
+  runner_options.command = options.command;
+  runner_options.environment = options.environment;
+  runner_options.stderr_path = options.stderr_path;
+  RunnerProcess* self = process.get();
+  auto runner = ProcessRunner::Start(runner_options, [self] { self->Notify(); });
+  if (!runner.ok()) return runner.status();
+  process->runner_ = std::move(*runner);
+  process->program_ = options.command[0];
+  auto ready = process->Next(options.start_timeout);
+  if (!ready.ok()) {
+    if (absl::IsDeadlineExceeded(ready.status())) {
+      return absl::DeadlineExceededError(absl::StrCat("runner '", options.command[0], "' did not say ready within ",
+                                                      absl::FormatDuration(options.start_timeout)));
     }
-    return runner->Died("start");
+    return ready.status();
   }
-  auto event = runner_protocol::DecodeEvent(*line);
-  if (!event.ok() || event->type != Event::Type::kReady) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "'", options.command[0], "' does not speak the runner protocol; its first line was: ",
-        Excerpt(*line)));
-  }
-  int64_t protocol = JsonInt(event->body, "protocol");
-  if (protocol != runner_protocol::kProtocolVersion) {
-    return absl::FailedPreconditionError(absl::StrCat("runner speaks protocol ", protocol,
-                                                      ", this executor speaks ",
-                                                      runner_protocol::kProtocolVersion));
-  }
-  runner->ready_ = event->body;
-  return runner;
+  process->ready_ = ready->body;  // ProcessRunner let only a valid `ready` through first
+  return process;
 }
 
 RunnerProcess::~RunnerProcess() = default;
 
-absl::Status RunnerProcess::Send(const std::string& line) {
-  std::lock_guard<std::mutex> lock(write_mu_);
-  return process_->Write(line);
+void RunnerProcess::Notify() {
+  absl::MutexLock lock(&mu_);
+  ++arrivals_;
 }
 
-absl::Status RunnerProcess::Died(std::string_view during) {
-  auto info = process_->Wait(absl::Seconds(2));
-  return absl::UnavailableError(absl::StrCat(
-      "runner ", process_->pid(), " ended during ", std::string(during), ": ",
-      info.ok() ? info->ToString() : "closed its output"));
+absl::StatusOr<Event> RunnerProcess::Next(absl::Duration timeout) {
+  const absl::Time deadline = timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
+  while (true) {
+    uint64_t seen;
+    {
+      absl::MutexLock lock(&mu_);
+      seen = arrivals_;
+    }
+    auto event = runner_->Poll();
+    if (!event.ok()) return event.status();
+    if (*event) return std::move(**event);
+    absl::MutexLock lock(&mu_);
+    auto arrived = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return arrivals_ != seen; };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&arrived), deadline)) {
+      return absl::DeadlineExceededError("no line from the runner before the deadline");
+    }
+  }
 }
 
 absl::StatusOr<Json> RunnerProcess::Load(const runner_protocol::LoadRequest& request) {
-  if (auto s = Send(runner_protocol::EncodeLoad(request)); !s.ok()) return Died("load");
+  runner_->Load(request);
   while (true) {
-    auto line = process_->ReadLine(absl::Minutes(10));
-    if (!line.ok()) {
-      if (absl::IsDeadlineExceeded(line.status())) return line.status();
-      return Died("load");
-    }
-    auto event = runner_protocol::DecodeEvent(*line);
+    auto event = Next(absl::Minutes(10));
     if (!event.ok()) return event.status();
     if (event->type == Event::Type::kLoaded) {
       const Json& info = JsonField(event->body, "info");
@@ -73,18 +70,12 @@ absl::StatusOr<Json> RunnerProcess::Load(const runner_protocol::LoadRequest& req
   }
 }
 
-absl::StatusOr<Json> RunnerProcess::RunBatch(const std::string& batch,
-                                             const std::vector<std::string>& records,
+absl::StatusOr<Json> RunnerProcess::RunBatch(const std::string& batch, const std::vector<std::string>& records,
                                              const ResultCallback& on_result) {
-  if (auto s = Send(runner_protocol::EncodeRun({batch, records})); !s.ok()) return Died("run");
+  runner_->StartBatch(batch, records);
   while (true) {
-    auto line = process_->ReadLine();
-    if (!line.ok()) return Died(absl::StrCat("batch ", batch));
-    auto event = runner_protocol::DecodeEvent(*line);
-    if (!event.ok()) {
-      MINIONS_LOG(Warning) << "ignoring a malformed runner line: " << event.status().message();
-      continue;
-    }
+    auto event = Next(absl::InfiniteDuration());
+    if (!event.ok()) return event.status();
     if (event->batch != batch) continue;  // a reply to an earlier, abandoned batch
     switch (event->type) {
       case Event::Type::kResult:
@@ -106,37 +97,32 @@ absl::StatusOr<Json> RunnerProcess::RunBatch(const std::string& batch,
 }
 
 absl::Status RunnerProcess::StartBatch(const std::string& batch, const std::vector<std::string>& records) {
-  if (auto s = Send(runner_protocol::EncodeRun({batch, records})); !s.ok()) return Died("run");
+  runner_->StartBatch(batch, records);
   return absl::OkStatus();
 }
 
-absl::StatusOr<runner_protocol::Event> RunnerProcess::NextEvent(absl::Duration timeout) {
-  while (true) {
-    auto line = process_->ReadLine(timeout);
-    if (!line.ok()) {
-      if (absl::IsDeadlineExceeded(line.status())) return line.status();
-      return Died("a batch");
-    }
-    auto event = runner_protocol::DecodeEvent(*line);
-    if (!event.ok()) {
-      MINIONS_LOG(Warning) << "ignoring a malformed runner line: " << event.status().message();
-      continue;
-    }
-    return event;
-  }
-}
+absl::StatusOr<Event> RunnerProcess::NextEvent(absl::Duration timeout) { return Next(timeout); }
 
 absl::Status RunnerProcess::Cancel(const std::string& batch) {
-  return Send(runner_protocol::EncodeCancel(batch));
+  runner_->Cancel(batch);
+  return absl::OkStatus();
 }
 
 ExitInfo RunnerProcess::Shutdown(absl::Duration grace) {
-  (void)Send(runner_protocol::EncodeShutdown());
-  process_->CloseStdin();
-  auto info = process_->Wait(grace);
-  if (info.ok()) return *info;
-  process_->Signal(SIGKILL);
-  return process_->Wait().value_or(ExitInfo{});
+  runner_->RequestShutdown();
+  const absl::Time deadline = absl::Now() + grace;
+  while (true) {
+    auto event = Next(deadline - absl::Now());
+    if (event.ok()) continue;  // whatever it still says
+    if (absl::IsDeadlineExceeded(event.status())) runner_->Kill();
+    break;
+  }
+  // After a kill its end arrives once the reader has seen it.
+  while (true) {
+    auto event = Next(absl::Seconds(10));
+    if (!event.ok()) break;
+  }
+  return runner_->exit_info().value_or(ExitInfo{});
 }
 
 }  // namespace minions

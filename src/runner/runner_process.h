@@ -1,21 +1,29 @@
 #pragma once
-// RunnerProcess: the executor's side of the runner protocol (docs/runner-protocol.md). Starts a
-// runner program, loads a model into it, streams batches through it.
+// RunnerProcess: a runner program driven one call at a time — the form tools want (`minions
+// local-run`, the runner benchmark, the runner's own tests): start and wait for `ready`, load and
+// wait for `loaded`, run a batch and collect its results. A ProcessRunner does the talking, so
+// several batches may be queued without the pipes ever jamming. The executor drives its
+// ProcessRunner directly, asynchronously, through the Runner seam.
 //
-// Ownership: owns the runner's process; destroying a RunnerProcess kills the runner, which is
-// how its memory goes back to the machine's owner at once.
-// Threads: Load/RunBatch/Shutdown from one thread at a time; Cancel() and pid() from any thread.
+// Waits are in real time: this is the tools' client, not the executor's (whose waits go through
+// its Clock).
+// Ownership: owns the runner; destroying a RunnerProcess kills it, which is how its memory goes
+// back to the machine's owner at once.
+// Threads: Load/RunBatch/StartBatch/NextEvent/Shutdown from one thread at a time; Cancel() and
+// pid() from any thread.
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/json_util.h"
 #include "common/subprocess.h"
+#include "runner/process_runner.h"
 #include "runner/protocol.h"
 
 namespace minions {
@@ -23,8 +31,9 @@ namespace minions {
 class RunnerProcess {
  public:
   struct Options {
-    std::vector<std::string> command;  // the runner program and its arguments
-    std::string stderr_path;           // runner logs; empty: inherit
+    std::vector<std::string> command;      // the runner program and its arguments
+    std::vector<std::string> environment;  // "NAME=value" added to the runner's (ProcessRunner)
+    std::string stderr_path;               // runner logs; empty: inherit
     absl::Duration start_timeout = absl::Seconds(30);
     absl::Duration load_timeout = absl::Minutes(10);
   };
@@ -54,15 +63,22 @@ class RunnerProcess {
   ExitInfo Shutdown(absl::Duration grace = absl::Seconds(5));
 
   const Json& ready_info() const { return ready_; }
-  pid_t pid() const { return process_->pid(); }
+  pid_t pid() const { return runner_->pid(); }
+  // The asynchronous runner underneath (Kill, exit_info).
+  ProcessRunner& runner() { return *runner_; }
 
  private:
-  explicit RunnerProcess(std::unique_ptr<Subprocess> process) : process_(std::move(process)) {}
-  absl::Status Send(const std::string& line);
-  absl::Status Died(std::string_view during);
+  RunnerProcess() = default;
+  // The next event within `timeout`: DeadlineExceeded when none came, the runner's end (an error)
+  // when it ended.
+  absl::StatusOr<runner_protocol::Event> Next(absl::Duration timeout);
+  void Notify();
 
-  std::unique_ptr<Subprocess> process_;
-  std::mutex write_mu_;
+  // Before runner_: the runner's threads call Notify() until it is destroyed.
+  absl::Mutex mu_;
+  uint64_t arrivals_ ABSL_GUARDED_BY(mu_) = 0;  // on_event calls so far
+  std::unique_ptr<ProcessRunner> runner_;
+  std::string program_;
   Json ready_;
 };
 

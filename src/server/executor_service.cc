@@ -84,7 +84,7 @@ grpc::Status ExecutorService::Heartbeat(grpc::ServerContext* context, const v1::
   }
   std::vector<LeaseProgress> held;
   for (const auto& ref : request->leases()) held.push_back(FromProto(ref));
-  auto answer = store_->Heartbeat(request->executor_id(), *state, request->state_reason(), held,
+  auto answer = chunks_.Heartbeat(request->executor_id(), *state, request->state_reason(), held,
                                   options_.lease_ttl, clock_->Now());
   if (!answer.ok()) return ToGrpc(answer.status());
   for (const auto& c : answer->cancel) ToProto(c, reply->add_cancel());
@@ -167,7 +167,7 @@ grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::C
                                        v1::CompleteResponse*) {
   RETURN_IF_UNAUTHENTICATED(context);
   const auto& ref = request->ref();
-  auto outcomes = store_->CompleteTasks(request->executor_id(), {FromProto(ref)}, clock_->Now());
+  auto outcomes = chunks_.CompleteTasks(request->executor_id(), {FromProto(ref)}, clock_->Now());
   if (!outcomes.ok()) return ToGrpc(outcomes.status());
   if (!outcomes->at(0).ok()) {
     MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
@@ -185,7 +185,7 @@ grpc::Status ExecutorService::CompleteBatch(grpc::ServerContext* context, const 
   RETURN_IF_UNAUTHENTICATED(context);
   std::vector<LeaseProgress> reports;
   for (const auto& ref : request->refs()) reports.push_back(FromProto(ref));
-  auto outcomes = store_->CompleteTasks(request->executor_id(), reports, clock_->Now());
+  auto outcomes = chunks_.CompleteTasks(request->executor_id(), reports, clock_->Now());
   if (!outcomes.ok()) return ToGrpc(outcomes.status());
   std::set<std::string> jobs;
   for (size_t i = 0; i < outcomes->size(); ++i) {
@@ -218,7 +218,7 @@ grpc::Status ExecutorService::Fail(grpc::ServerContext* context, const v1::FailR
                                      request->failure_class(), "'"));
   }
   const auto& ref = request->ref();
-  auto task = store_->FailTask(request->executor_id(), ref.job_id(), ref.task_index(), ref.attempt(), *failure,
+  auto task = chunks_.FailTask(request->executor_id(), ref.job_id(), ref.task_index(), ref.attempt(), *failure,
                                request->message(), clock_->Now(), FromProto(ref).chunks);
   if (!task.ok()) return ToGrpc(task.status());
   if (metrics_) metrics_->AttemptFailed(request->executor_id(), *task, *failure, clock_->Now());

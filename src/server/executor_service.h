@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "minions/v1/minions.grpc.pb.h"
 #include "server/server_metrics.h"
+#include "server/chunk_check.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
 
@@ -28,7 +29,8 @@ class ExecutorService final : public v1::Executors::Service {
         clock_(clock),
         options_(options),
         job_ready_(std::move(job_ready)),
-        metrics_(metrics) {}
+        metrics_(metrics),
+        chunks_(store, blobs, {options.max_chunk_bytes}) {}
 
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                         v1::RegisterResponse* reply) override;
@@ -55,6 +57,9 @@ class ExecutorService final : public v1::Executors::Service {
   ServerOptions options_;
   std::function<void(const std::string&)> job_ready_;
   ServerMetrics* metrics_;
+  // Every call that commits chunks goes through it: an upload becomes part of a job's results only
+  // once checked against the task's input (server/chunk_check.h).
+  ChunkChecker chunks_;
   std::mutex work_mu_;
   std::condition_variable work_cv_;
   uint64_t work_generation_ = 0;  // guarded by work_mu_

@@ -1,7 +1,14 @@
 #include "server/job_finalizer.h"
 
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
+#include "server/chunk_check.h"
 #include "runner/batch_record.h"
 #include "server/keys.h"
 
@@ -17,70 +24,115 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
   auto tasks = store_->ListTasks(job_id);
   if (!tasks.ok()) return tasks.status();
 
-  // The pieces of the two files, in input order. A task contributes its committed chunks whatever
-  // its end (a failed or expired task keeps what it finished), then one error line per record it
-  // never finished. Pieces are fetched one at a time, so a job's results are never held in memory.
-  struct Piece {
-    std::string key;            // a chunk object, or
-    const Task* unfinished = nullptr;  // error lines for this task's records after its chunks
+  // One pass over the tasks in input order writes the output file as it goes; what goes to the
+  // error file is spooled to a temporary file and written after (the two files are in input order,
+  // and every piece is read once). A task contributes its committed chunks whatever its end (a
+  // failed or expired task keeps what it finished), then an error line per record it never
+  // finished. Every chunk is checked again as it is merged, on the very bytes that are published
+  // (server/chunk_check.h): one changed since its commit is not published, its records get
+  // "output_rejected" error lines. Nothing of a job's results is held in memory but one chunk.
+  std::FILE* spool = std::tmpfile();
+  if (spool == nullptr) return absl::InternalError("cannot create a temporary file for the error lines");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> spool_closer(spool, &std::fclose);
+  auto spool_write = [&](std::string_view data) -> absl::Status {
+    if (data.empty()) return absl::OkStatus();
+    if (std::fwrite(data.data(), 1, data.size(), spool) != data.size()) {
+      return absl::InternalError("cannot write the temporary file of error lines");
+    }
+    if (data.back() != '\n') std::fputc('\n', spool);
+    return absl::OkStatus();
   };
-  std::vector<Piece> output_pieces, error_pieces;
-  for (const Task& task : *tasks) {
+  std::map<std::pair<int64_t, int>, std::string> rejected;  // (task, chunk seq) -> why
+  size_t next_task = 0;
+  std::deque<std::string> ready;  // output pieces of the current task, in order
+  auto finish_task = [&](const Task& task) -> absl::Status {
+    std::vector<std::string> records;  // the task's input records, read when first needed
+    auto read_input = [&]() -> absl::Status {
+      if (!records.empty()) return absl::OkStatus();
+      auto input = blobs_->GetRange(job->spec.input_key, task.byte_begin, task.byte_end - task.byte_begin);
+      if (!input.ok()) return input.status();
+      records = SplitRecordLines(*input);
+      return absl::OkStatus();
+    };
     for (const Chunk& c : task.chunks) {
-      output_pieces.push_back({keys::ChunkOutput(job_id, task.index, c.attempt, c.seq)});
-      error_pieces.push_back({keys::ChunkErrors(job_id, task.index, c.attempt, c.seq)});
+      const std::string output_key = keys::ChunkOutput(job_id, task.index, c.attempt, c.seq);
+      auto output = ReadChunkObject(*blobs_, output_key, chunk_limits_.max_chunk_bytes);
+      if (absl::IsNotFound(output.status())) {
+        // Every committed chunk was uploaded before it was reported: a missing one means the
+        // object store lost it. Refuse to publish results without those records.
+        return absl::DataLossError(absl::StrCat(output_key, " is missing from the object store"));
+      }
+      auto errors = ReadChunkObject(*blobs_, keys::ChunkErrors(job_id, task.index, c.attempt, c.seq),
+                                    chunk_limits_.max_chunk_bytes);
+      if (absl::IsNotFound(errors.status())) errors = std::string();  // a chunk without error lines
+      RETURN_IF_ERROR(read_input());
+      std::vector<std::string> ids = ExpectedCustomIds(records, c.begin, c.end);
+      // Too large is the chunk's fault (InvalidArgument); another error is the object store's.
+      absl::Status verdict = !output.ok() ? output.status() : !errors.ok() ? errors.status()
+                                                                           : VerifyChunk(c, *output, *errors, ids);
+      if (!verdict.ok() && !absl::IsInvalidArgument(verdict)) return verdict;
+      if (!verdict.ok()) {
+        MINIONS_LOG(Warning) << "job=" << job_id << " task=" << task.index << " attempt=" << c.attempt
+                             << " chunk " << c.seq << " changed after it was committed; not published: "
+                             << verdict.message();
+        rejected[{task.index, c.seq}] = std::string(verdict.message());
+        std::string lines;
+        for (const std::string& id : ids) {
+          lines += DumpJson(MakeErrorLine(id, kErrorOutputRejected,
+                                          "the executor's output for this record failed its check after it was "
+                                          "accepted, so it is not published; submit the record again"));
+          lines += '\n';
+        }
+        RETURN_IF_ERROR(spool_write(lines));
+        continue;
+      }
+      if (!output->empty()) ready.push_back(*std::move(output));
+      RETURN_IF_ERROR(spool_write(*errors));
     }
     if (task.state != TaskState::kSucceeded && CommittedRecords(task) < task.n_records) {
-      error_pieces.push_back({"", &task});
-    }
-  }
-  auto unfinished_lines = [&](const Task& task) -> absl::StatusOr<std::string> {
-    auto input = blobs_->GetRange(job->spec.input_key, task.byte_begin, task.byte_end - task.byte_begin);
-    if (!input.ok()) return input.status();
-    const bool expired = task.state == TaskState::kCancelled;
-    std::string lines;
-    std::vector<std::string> records = SplitRecordLines(*input);
-    for (size_t i = CommittedRecords(task); i < records.size(); ++i) {
-      ParsedRecord parsed = ParseRecordLine(records[i]);
-      lines += DumpJson(expired ? MakeErrorLine(parsed.custom_id, kErrorBatchExpired,
-                                                "the job's completion window passed before this record ran")
-                                : MakeErrorLine(parsed.custom_id, kErrorTaskFailed,
-                                                absl::StrCat("the task holding this record failed: ", task.last_error)));
-      lines += '\n';
-    }
-    return lines;
-  };
-  auto source = [&](const std::vector<Piece>& pieces, bool errors) {
-    return [&, errors, next = size_t{0}]() mutable -> absl::StatusOr<std::string> {
-      while (next < pieces.size()) {
-        const Piece& piece = pieces[next++];
-        if (piece.unfinished) {
-          auto lines = unfinished_lines(*piece.unfinished);
-          if (!lines.ok() || !lines->empty()) return lines;
-          continue;
-        }
-        auto data = blobs_->Get(piece.key);
-        if (absl::IsNotFound(data.status())) {
-          if (errors) continue;  // a chunk without error lines writes no error object
-          // Every committed chunk was uploaded before it was reported: a missing one means the
-          // object store lost it. Refuse to publish results without those records.
-          return absl::DataLossError(absl::StrCat(piece.key, " is missing from the object store"));
-        }
-        if (!data.ok()) return data.status();
-        if (data->empty()) continue;
-        // A file whose last line lacks its '\n' must not run into the next piece's first line.
-        if (data->back() != '\n') data->push_back('\n');
-        return *std::move(data);
+      RETURN_IF_ERROR(read_input());
+      const bool expired = task.state == TaskState::kCancelled;
+      std::string lines;
+      for (size_t i = CommittedRecords(task); i < records.size(); ++i) {
+        ParsedRecord parsed = ParseRecordLine(records[i]);
+        lines += DumpJson(expired ? MakeErrorLine(parsed.custom_id, kErrorBatchExpired,
+                                                  "the job's completion window passed before this record ran")
+                                  : MakeErrorLine(parsed.custom_id, kErrorTaskFailed,
+                                                  absl::StrCat("the task holding this record failed: ", task.last_error)));
+        lines += '\n';
       }
-      return std::string();
-    };
+      RETURN_IF_ERROR(spool_write(lines));
+    }
+    return absl::OkStatus();
+  };
+  auto output_source = [&]() -> absl::StatusOr<std::string> {
+    while (ready.empty() && next_task < tasks->size()) RETURN_IF_ERROR(finish_task((*tasks)[next_task++]));
+    if (ready.empty()) return std::string();
+    std::string piece = std::move(ready.front());
+    ready.pop_front();
+    // A file whose last line lacks its '\n' must not run into the next piece's first line.
+    if (piece.back() != '\n') piece.push_back('\n');
+    return piece;
+  };
+  auto spool_source = [&, rewound = false]() mutable -> absl::StatusOr<std::string> {
+    if (!rewound) {
+      if (std::fflush(spool) != 0 || std::fseek(spool, 0, SEEK_SET) != 0) {
+        return absl::InternalError("cannot read back the temporary file of error lines");
+      }
+      rewound = true;
+    }
+    std::string buffer(1 << 20, '\0');
+    size_t n = std::fread(buffer.data(), 1, buffer.size(), spool);
+    if (n == 0 && std::ferror(spool)) return absl::InternalError("cannot read back the temporary file of error lines");
+    buffer.resize(n);
+    return buffer;
   };
 
   const std::string output_key = keys::JobOutput(job_id);
   const std::string errors_key = keys::JobErrors(job_id);
   const std::string manifest_key = keys::JobManifest(job_id);
-  if (auto s = blobs_->PutStream(output_key, source(output_pieces, false)); !s.ok()) return s;
-  if (auto s = blobs_->PutStream(errors_key, source(error_pieces, true)); !s.ok()) return s;
+  if (auto s = blobs_->PutStream(output_key, output_source); !s.ok()) return s;
+  if (auto s = blobs_->PutStream(errors_key, spool_source); !s.ok()) return s;
   Json manifest_tasks = Json::array();
   bool expired = false;
   for (const Task& task : *tasks) {
@@ -101,6 +153,7 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
                         {"records_failed", c.records_failed},
                         {"output_key", keys::ChunkOutput(job_id, task.index, c.attempt, c.seq)},
                         {"errors_key", keys::ChunkErrors(job_id, task.index, c.attempt, c.seq)}});
+      if (auto it = rejected.find({task.index, c.seq}); it != rejected.end()) chunks.back()["rejected"] = it->second;
     }
     entry["chunks"] = std::move(chunks);
     if (task.state != TaskState::kSucceeded) entry["error"] = task.last_error;

@@ -2,7 +2,8 @@
 // JobFinalizer: turns a finished job's task outputs into its results: one output file and one
 // error file, both in input order, and a manifest naming the attempt each task's lines came from.
 // A task that failed for good contributes an error line per record ("task_failed"), so every
-// custom_id appears exactly once across the two files.
+// custom_id appears exactly once across the two files. Every chunk is checked as it is merged
+// (server/chunk_check.h); one that fails is not published and its records get error lines.
 //
 // Several servers may finalise the same job at once: the store's FinishJob lets exactly one win,
 // and the result objects are written under deterministic keys, so the loser's writes are identical.
@@ -13,14 +14,15 @@
 #include "absl/status/statusor.h"
 #include "blob/blob_store.h"
 #include "common/clock.h"
+#include "server/chunk_check.h"
 #include "store/metadata_store.h"
 
 namespace minions {
 
 class JobFinalizer {
  public:
-  JobFinalizer(MetadataStore* store, BlobStore* blobs, Clock* clock)
-      : store_(store), blobs_(blobs), clock_(clock) {}
+  JobFinalizer(MetadataStore* store, BlobStore* blobs, Clock* clock, ChunkCheckOptions chunk_limits = {})
+      : store_(store), blobs_(blobs), clock_(clock), chunk_limits_(chunk_limits) {}
 
   // Finalises one job in `finalizing`; returns the job as it is afterwards.
   absl::StatusOr<Job> Finalize(const std::string& job_id);
@@ -31,6 +33,7 @@ class JobFinalizer {
   MetadataStore* store_;
   BlobStore* blobs_;
   Clock* clock_;
+  ChunkCheckOptions chunk_limits_;
 };
 
 }  // namespace minions

@@ -46,6 +46,10 @@ absl::StatusOr<Job> JobService::Submit(const v1::SubmitJobRequest& request) {
   }
   spec.shard_size = request.shard_size() > 0 ? request.shard_size() : options_.default_shard_size;
   if (spec.shard_size > 1'000'000) return absl::InvalidArgumentError("shard_size must be at most 1000000");
+  if (spec.shard_size < options_.min_shard_size) {
+    return absl::InvalidArgumentError(absl::StrCat("shard_size must be at least ", options_.min_shard_size,
+                                                   " records per task on this server"));
+  }
   if (request.max_attempts() < 0 || request.max_attempts() > 100) {
     return absl::InvalidArgumentError("max_attempts must be between 1 and 100");
   }
@@ -66,7 +70,8 @@ absl::StatusOr<Job> JobService::Submit(const v1::SubmitJobRequest& request) {
 
   if (!request.input().empty()) {
     if (static_cast<int64_t>(request.input().size()) > options_.max_input_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("input is larger than ", options_.max_input_bytes, " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat("input is larger than ", options_.max_input_bytes,
+                                                     " bytes (this server's limit; split it into several jobs)"));
     }
     spec.input_key = absl::StrCat("inputs/", absl::FormatTime("%Y%m%d", clock_->Now(), absl::UTCTimeZone()), "-",
                                   RandomHex(16), ".jsonl");
@@ -77,6 +82,10 @@ absl::StatusOr<Job> JobService::Submit(const v1::SubmitJobRequest& request) {
     if (!size.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("input object '", spec.input_key, "': ", size.status().message()));
     }
+    if (*size > options_.max_input_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("input object '", spec.input_key, "' is ", *size,
+                                                     " bytes; the most is ", options_.max_input_bytes));
+    }
   } else {
     // proto3 cannot tell an empty input from none: both are an input with no records.
     return absl::InvalidArgumentError(
@@ -85,7 +94,7 @@ absl::StatusOr<Job> JobService::Submit(const v1::SubmitJobRequest& request) {
 
   auto job = store_->CreateJob(spec, clock_->Now());
   if (!job.ok()) return job.status();
-  auto split = SplitInput(*blobs_, spec.input_key, spec.shard_size);
+  auto split = SplitInput(*blobs_, spec.input_key, spec.shard_size, options_.max_tasks_per_job);
   if (!split.ok()) {
     (void)store_->FailJob(job->id, std::string(split.status().message()), clock_->Now());
     return absl::InvalidArgumentError(absl::StrCat("job ", job->id, " refused: ", split.status().message()));
@@ -148,6 +157,8 @@ grpc::Status JobService::CancelJob(grpc::ServerContext* context, const v1::Cance
 grpc::Status JobService::WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                                   grpc::ServerWriter<v1::JobProgress>* writer) {
   RETURN_IF_UNAUTHENTICATED(context);
+  StreamLimiter::Slot slot = watch_streams_.Acquire();
+  if (!slot) return ToGrpc(watch_streams_.Refusal("watch streams"));
   absl::Duration interval = request->interval_ms() > 0 ? absl::Milliseconds(request->interval_ms())
                                                        : absl::Milliseconds(500);
   interval = std::max(interval, absl::Milliseconds(50));

@@ -10,6 +10,7 @@
 #include "minions/v1/minions.grpc.pb.h"
 #include "server/job_finalizer.h"
 #include "server/server_options.h"
+#include "server/stream_limiter.h"
 #include "store/metadata_store.h"
 
 namespace minions {
@@ -18,7 +19,12 @@ class JobService final : public v1::Jobs::Service {
  public:
   JobService(MetadataStore* store, BlobStore* blobs, Clock* clock, const ServerOptions& options,
              std::function<void()> work_added = nullptr)
-      : store_(store), blobs_(blobs), clock_(clock), options_(options), work_added_(std::move(work_added)) {}
+      : store_(store),
+        blobs_(blobs),
+        clock_(clock),
+        options_(options),
+        work_added_(std::move(work_added)),
+        watch_streams_(options.max_watch_streams) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request, v1::Job* reply) override;
   grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* reply) override;
@@ -45,6 +51,7 @@ class JobService final : public v1::Jobs::Service {
   Clock* clock_;
   ServerOptions options_;
   std::function<void()> work_added_;  // a job became leasable
+  StreamLimiter watch_streams_;        // open WatchJob streams
 };
 
 }  // namespace minions

@@ -5,22 +5,32 @@
 
 namespace minions {
 
+void InputSplitter::AppendPartial(std::string_view bytes) {
+  partial_bytes_ += static_cast<int64_t>(bytes.size());
+  partial_blank_ = partial_blank_ && IsBlankLine(bytes);
+  // Enough of an overlong line to see that it is one (and whether it is blank); no more.
+  const size_t keep = kMaxRecordBytes + 1;
+  if (partial_.size() < keep) partial_.append(bytes.substr(0, keep - partial_.size()));
+}
+
 void InputSplitter::Feed(std::string_view chunk) {
   size_t start = 0;
   while (start < chunk.size()) {
     size_t nl = chunk.find('\n', start);
     if (nl == std::string_view::npos) {
-      partial_.append(chunk.substr(start));
+      AppendPartial(chunk.substr(start));
       offset_ += static_cast<int64_t>(chunk.size() - start);
       return;
     }
     int64_t line_end = offset_ + static_cast<int64_t>(nl - start) + 1;  // just past the '\n'
-    if (partial_.empty()) {
+    if (partial_bytes_ == 0) {
       EndLine(chunk.substr(start, nl - start), line_end);
     } else {
-      partial_.append(chunk.substr(start, nl - start));
+      AppendPartial(chunk.substr(start, nl - start));
       EndLine(partial_, line_end);
       partial_.clear();
+      partial_bytes_ = 0;
+      partial_blank_ = true;
     }
     offset_ = line_end;
     start = nl + 1;
@@ -29,21 +39,34 @@ void InputSplitter::Feed(std::string_view chunk) {
 
 void InputSplitter::EndLine(std::string_view line, int64_t line_end_offset) {
   ++line_number_;
-  if (IsBlankLine(line)) return;  // not a record
-  ParsedRecord parsed = ParseRecordLine(line);
-  if (parsed.ok()) {
+  // Not a record. (Of an overlong line only a prefix is kept; whether all of it is blank was
+  // tracked as it came.)
+  if (partial_bytes_ > 0 ? partial_blank_ : IsBlankLine(line)) return;
+  ++result_.total_records;
+  if (too_many_tasks_) return;  // only counted, for the refusal's message
+  std::string error;
+  if (partial_bytes_ > static_cast<int64_t>(kMaxRecordBytes)) {
+    error = RecordTooLargeMessage(static_cast<size_t>(partial_bytes_));
+  } else {
+    ParsedRecord parsed = ParseRecordLine(line);
+    if (!parsed.ok()) error = std::move(parsed.error_message);
+  }
+  if (error.empty()) {
     ++valid_records_;
   } else {
     ++result_.invalid_records;
-    if (result_.first_invalid.empty()) {
-      result_.first_invalid = absl::StrCat("line ", line_number_, ": ", parsed.error_message);
-    }
+    if (result_.first_invalid.empty()) result_.first_invalid = absl::StrCat("line ", line_number_, ": ", error);
   }
-  ++result_.total_records;
   if (++task_records_ == shard_size_) CloseTask(line_end_offset);
 }
 
 void InputSplitter::CloseTask(int64_t end_offset) {
+  if (static_cast<int64_t>(result_.tasks.size()) >= max_tasks_) {
+    too_many_tasks_ = true;
+    result_.tasks.clear();  // never stored: the job is refused
+    result_.tasks.shrink_to_fit();
+    return;
+  }
   Task task;
   task.index = static_cast<int64_t>(result_.tasks.size());
   task.first_record = result_.total_records - task_records_;
@@ -56,10 +79,21 @@ void InputSplitter::CloseTask(int64_t end_offset) {
 }
 
 absl::StatusOr<SplitResult> InputSplitter::Finish() {
-  if (!partial_.empty()) {  // a last line without '\n'
+  if (partial_bytes_ > 0) {  // a last line without '\n'
     std::string last = std::move(partial_);
     partial_.clear();
     EndLine(last, offset_);
+    partial_bytes_ = 0;
+    partial_blank_ = true;
+  }
+  if (too_many_tasks_ || (task_records_ > 0 && static_cast<int64_t>(result_.tasks.size()) >= max_tasks_)) {
+    const int64_t records = result_.total_records;
+    const int64_t tasks = (records + shard_size_ - 1) / shard_size_;
+    const int64_t fitting = (records + max_tasks_ - 1) / max_tasks_;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the input's ", records, " records at shard size ", shard_size_, " make ", tasks,
+        " tasks; a job may have at most ", max_tasks_, ": submit with a shard size of at least ", fitting,
+        " (--shard-size ", fitting, "), or split the input into several jobs"));
   }
   if (task_records_ > 0) {
     CloseTask(offset_);
@@ -79,9 +113,11 @@ absl::StatusOr<SplitResult> InputSplitter::Finish() {
   return std::move(result_);
 }
 
-absl::StatusOr<SplitResult> SplitInput(BlobStore& blobs, const std::string& input_key, int64_t shard_size) {
+absl::StatusOr<SplitResult> SplitInput(BlobStore& blobs, const std::string& input_key, int64_t shard_size,
+                                       int64_t max_tasks) {
   if (shard_size <= 0) return absl::InvalidArgumentError("shard_size must be positive");
-  InputSplitter splitter(shard_size);
+  if (max_tasks <= 0) return absl::InvalidArgumentError("max_tasks must be positive");
+  InputSplitter splitter(shard_size, max_tasks);
   auto status = blobs.Read(input_key, [&](std::string_view chunk) {
     splitter.Feed(chunk);
     return true;

@@ -2,7 +2,12 @@
 // JobSplitter: reads a job's input once, validates every line, and cuts it into tasks of
 // `shard_size` records on newline-aligned byte ranges. A bad line stays in its task (the runner
 // turns it into that record's error line, so every record gets exactly one output line); the
-// input as a whole is refused only when it holds no valid record at all.
+// input as a whole is refused only when it holds no valid record at all, or when it would make
+// more tasks than a job may have.
+//
+// Limits: a line longer than kMaxRecordBytes is kept only up to that size (memory stays bounded
+// whatever the input) and becomes that record's error; past `max_tasks` tasks the rest of the
+// input is only counted, not parsed, so the refusal can say which shard size would fit.
 
 #include <string>
 #include <vector>
@@ -20,24 +25,36 @@ struct SplitResult {
   std::string first_invalid;     // "line N: message" of the first bad line
 };
 
+// The most tasks one job may have unless the server says otherwise (ServerOptions).
+inline constexpr int64_t kDefaultMaxTasksPerJob = 10000;
+
 // Splits a whole input held in memory (tests) or streamed from the store.
-absl::StatusOr<SplitResult> SplitInput(BlobStore& blobs, const std::string& input_key, int64_t shard_size);
+absl::StatusOr<SplitResult> SplitInput(BlobStore& blobs, const std::string& input_key, int64_t shard_size,
+                                       int64_t max_tasks = kDefaultMaxTasksPerJob);
 
 // Incremental form: feed chunks, then Finish().
 class InputSplitter {
  public:
-  explicit InputSplitter(int64_t shard_size) : shard_size_(shard_size) {}
+  explicit InputSplitter(int64_t shard_size, int64_t max_tasks = kDefaultMaxTasksPerJob)
+      : shard_size_(shard_size), max_tasks_(max_tasks) {}
   void Feed(std::string_view chunk);
-  // InvalidArgument when the input holds no record, or no valid one.
+  // InvalidArgument when the input holds no record, or no valid one, or makes more than
+  // `max_tasks` tasks.
   absl::StatusOr<SplitResult> Finish();
 
  private:
   void EndLine(std::string_view line, int64_t line_end_offset);
   void CloseTask(int64_t end_offset);
 
+  void AppendPartial(std::string_view bytes);
+
   int64_t shard_size_;
+  int64_t max_tasks_;
   SplitResult result_;
-  std::string partial_;        // the current line, when it spans chunks
+  std::string partial_;        // the current line, when it spans chunks (at most kMaxRecordBytes + 1)
+  int64_t partial_bytes_ = 0;  // its real length, which may exceed what partial_ keeps
+  bool partial_blank_ = true;  // every byte of it so far is blank
+  bool too_many_tasks_ = false;  // past max_tasks_: lines are only counted
   int64_t offset_ = 0;         // bytes fed so far
   int64_t line_number_ = 0;
   int64_t task_begin_ = 0;     // byte offset where the open task starts

@@ -14,7 +14,7 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
       watchdog_(std::move(watchdog)),
       server_metrics_(&registry_, store),
       fleet_view_(store, clock),
-      finalizer_(store, blobs, clock),
+      finalizer_(store, blobs, clock, {options_.max_chunk_bytes}),
       job_service_(store, blobs, clock, options_, [this] { executor_service_.NotifyWork(); }),
       executor_service_(store, blobs, clock, options_, [this](const std::string& job_id) {
         std::lock_guard<std::mutex> lock(ready_mu_);
@@ -32,8 +32,17 @@ absl::Status MinionsServer::Start() {
   builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(&job_service_);
   builder.RegisterService(&executor_service_);
+  // Limits on what a caller can make this process hold (docs/operations.md, "Limits"): the largest
+  // message is an inline input; every call in flight holds a thread of the synchronous server, so
+  // the threads are capped (past the cap a call gets RESOURCE_EXHAUSTED), as are the streams one
+  // connection may open and the size of a call's metadata.
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(options_.max_input_bytes + (1 << 20), INT32_MAX)));
   builder.SetMaxSendMessageSize(64 << 20);
+  grpc::ResourceQuota quota("minions-server");
+  quota.SetMaxThreads(std::max(options_.max_threads, 4));
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 256);
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, 16 << 10);
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen,

@@ -13,7 +13,19 @@ struct ServerOptions {
   std::string token;                       // when set, every call must carry "authorization: Bearer <token>"
   absl::Duration lease_ttl = absl::Seconds(9);  // executors heartbeat every ttl/3
   int64_t default_shard_size = 100;
-  int64_t max_input_bytes = int64_t{1} << 30;
+  // Limits on what one submission may ask for (docs/operations.md, "Limits"). The largest input
+  // sent inline (the gRPC message limit follows it) or named by key; the fewest records per task
+  // a job may ask for and the most tasks it may make (each task is a row, a lease and heartbeats).
+  int64_t max_input_bytes = int64_t{256} << 20;
+  int64_t min_shard_size = 1;
+  int64_t max_tasks_per_job = 10000;
+  // Threads and streams: the most RPCs served at once (each holds a thread of the synchronous
+  // server: executors' long polls, watch streams) and, of those, open WatchJob streams. Past either,
+  // a call gets RESOURCE_EXHAUSTED instead of a thread.
+  int max_threads = 1024;
+  int max_watch_streams = 64;
+  // The largest object (output or errors) one chunk may upload; a larger one fails its attempt.
+  int64_t max_chunk_bytes = int64_t{256} << 20;
   // Refuse a job whose model is a path that does not exist on this machine (right for a pool on
   // one machine; a fleet whose executors fetch models elsewhere turns it off).
   bool check_model_paths = true;

@@ -58,6 +58,9 @@ class MetadataStore {
   virtual absl::StatusOr<Job> GetJob(const std::string& job_id) = 0;
   virtual absl::StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter) = 0;
   virtual absl::StatusOr<std::vector<Task>> ListTasks(const std::string& job_id) = 0;
+  // One task; NotFound for an unknown job or task. (What a report about one lease is checked
+  // against, without listing the job's tasks.)
+  virtual absl::StatusOr<Task> GetTask(const std::string& job_id, int64_t task_index) = 0;
   // The job's tasks counted by state; NotFound for an unknown job. Its cost grows with the tasks
   // that are pending or running, not with the job's size.
   virtual absl::StatusOr<TaskStateCounts> CountTasks(const std::string& job_id) = 0;

@@ -62,6 +62,10 @@ class ProcessPool {
     backend_env_ = std::move(server_env);
   }
 
+  // Folders every executor started from now on may load models from (`--models`); an executor
+  // loads from nowhere else (executor/model_access.h).
+  void AllowModels(std::vector<std::string> folders) { model_folders_ = std::move(folders); }
+
   // More flags for every server started from now on.
   void AddServerArgs(const std::vector<std::string>& args) {
     server_args_.insert(server_args_.end(), args.begin(), args.end());
@@ -116,7 +120,10 @@ class ProcessPool {
 
   // Starts an executor process. `runner` empty: the built-in llama.cpp runner. Availability is
   // off (the test machine's owner signals are not the test's) unless `extra_args` sets it.
-  // `extra_args` go to `minions executor`; `env` ("NAME=value") to it and so to its runner.
+  // `extra_args` go to `minions executor`; `env` ("NAME=value") to it and, as --runner-env, to
+  // its runner (which otherwise gets an empty environment). The executor follows object URLs into
+  // the pool's backend only (--objects, unless `extra_args` says) and loads models from the
+  // folders AllowModels named.
   absl::Status StartExecutor(const std::string& name, int runner_threads = 1, const std::string& runner = "",
                              const std::string& server = "", const std::vector<std::string>& extra_args = {},
                              const std::vector<std::string>& env = {}) {
@@ -129,9 +136,13 @@ class ProcessPool {
       sp.argv.push_back("--runner");
       sp.argv.push_back(runner);
     }
-    if (std::find(extra_args.begin(), extra_args.end(), "--availability") == extra_args.end()) {
-      sp.argv.insert(sp.argv.end(), {"--availability", "off"});
+    auto has = [&](const char* flag) { return std::find(extra_args.begin(), extra_args.end(), flag) != extra_args.end(); };
+    if (!has("--availability")) sp.argv.insert(sp.argv.end(), {"--availability", "off"});
+    if (!has("--objects")) sp.argv.insert(sp.argv.end(), {"--objects", ObjectsOrigin()});
+    if (!has("--models")) {
+      for (const std::string& folder : model_folders_) sp.argv.insert(sp.argv.end(), {"--models", folder});
     }
+    for (const std::string& pair : env) sp.argv.insert(sp.argv.end(), {"--runner-env", pair});
     sp.argv.insert(sp.argv.end(), extra_args.begin(), extra_args.end());
     sp.extra_env = env;
     sp.stderr_path = dir_ + "/logs/executor-" + name + ".log";
@@ -186,6 +197,18 @@ class ProcessPool {
   const std::string& dir() const { return dir_; }
 
  private:
+  // Where the pool's objects are, as an executor's --objects: the S3 endpoint of a postgres-s3
+  // backend, else the embedded objects folder of the servers' data directory.
+  std::string ObjectsOrigin() const {
+    for (size_t i = 0; i + 1 < backend_args_.size(); ++i) {
+      if (backend_args_[i] != "--objects" || backend_args_[i + 1].rfind("s3://", 0) != 0) continue;
+      for (const std::string& e : backend_env_) {
+        if (e.rfind("AWS_ENDPOINT_URL=", 0) == 0) return e.substr(17);
+      }
+    }
+    return "file://" + std::filesystem::absolute(dir_ + "/server/objects").lexically_normal().string();
+  }
+
   // A process started again logs into the same file: mark where each run starts.
   static void AppendMarker(const std::string& log) {
     std::ofstream(log, std::ios::app) << "---- started " << absl::FormatTime(absl::Now()) << "\n";
@@ -198,6 +221,7 @@ class ProcessPool {
   std::vector<std::string> backend_args_;
   std::vector<std::string> backend_env_;
   std::vector<std::string> server_args_;
+  std::vector<std::string> model_folders_;
   std::vector<std::unique_ptr<Subprocess>> servers_;  // every one started, dead ones too
   Subprocess* main_server_ = nullptr;                 // the running one at connection().server
   std::map<std::string, std::string> http_;  // server name -> its HTTP address

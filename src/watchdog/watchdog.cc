@@ -49,6 +49,10 @@ absl::StatusOr<WatchdogPass> Watchdog::Tick(absl::Time now) {
     auto active = store_->ListJobs(filter);
     if (!active.ok()) return active.status();
     for (const Job& job : *active) {
+      if (state == JobState::kValidating && now - job.created_at >= options_.validation_timeout) {
+        if (absl::Status s = FailOrphanedValidation(job, now, pass); !s.ok()) return s;
+        continue;
+      }
       if (state == JobState::kRunning && options_.backups && !DeadlinePassed(job, now)) {
         if (absl::Status s = BackUpStragglers(job, now, pass); !s.ok()) return s;
       }
@@ -69,9 +73,22 @@ absl::StatusOr<WatchdogPass> Watchdog::Tick(absl::Time now) {
     actions_->With({"fail_task"})->Increment(pass.tasks_failed);
     actions_->With({"mark_executor_lost"})->Increment(pass.executors_lost);
     actions_->With({"expire_job"})->Increment(pass.jobs_expired);
+    actions_->With({"fail_orphaned_validation"})->Increment(pass.jobs_orphaned);
     actions_->With({"back_up_straggler"})->Increment(pass.backups_requested);
   }
   return pass;
+}
+
+absl::Status Watchdog::FailOrphanedValidation(const Job& job, absl::Time now, WatchdogPass& pass) {
+  std::string reason = absl::StrCat("validation did not finish within ", absl::FormatDuration(options_.validation_timeout),
+                                    " of submission (the server validating the input stopped before it ended); "
+                                    "submit the job again");
+  auto failed = store_->FailJob(job.id, reason, now);
+  if (absl::IsFailedPrecondition(failed.status())) return absl::OkStatus();  // it ended meanwhile
+  if (!failed.ok()) return failed.status();
+  ++pass.jobs_orphaned;
+  MINIONS_LOG(Warning) << "job=" << job.id << " failed: " << reason;
+  return absl::OkStatus();
 }
 
 absl::Status Watchdog::BackUpStragglers(const Job& job, absl::Time now, WatchdogPass& pass) {
@@ -103,11 +120,13 @@ void Watchdog::ExportMetrics(metrics::Registry* registry) {
       "minions_watchdog_actions_total",
       "What the watchdog did: requeue_task (an expired lease, retried elsewhere), fail_task (an expired "
       "lease that used up the task's attempts), mark_executor_lost (missed heartbeats), expire_job (its "
-      "completion window passed), back_up_straggler (a backup attempt for a task far slower than its peers).",
+      "completion window passed), back_up_straggler (a backup attempt for a task far slower than its peers), "
+      "fail_orphaned_validation (a job left validating by a server that stopped).",
       {"action"});
   // Zero series from the start, so rate() and dashboards see them before the first action.
   for (const char* action :
-       {"requeue_task", "fail_task", "mark_executor_lost", "expire_job", "back_up_straggler"}) {
+       {"requeue_task", "fail_task", "mark_executor_lost", "expire_job", "back_up_straggler",
+        "fail_orphaned_validation"}) {
     actions_->With({action});
   }
 }

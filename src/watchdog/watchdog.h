@@ -32,6 +32,10 @@ struct WatchdogOptions {
   absl::Duration takeover_grace = absl::ZeroDuration();
   StragglerPolicy stragglers;                // backups for tasks far slower than their peers
   bool backups = true;
+  // A job validates inside its SubmitJob call; one still validating this long after it was
+  // created lost its server mid-way (a crash, a restart) and would wait for ever: it is failed,
+  // with that reason. Far longer than validating the largest input takes.
+  absl::Duration validation_timeout = absl::Minutes(30);
 };
 
 struct WatchdogPass {
@@ -39,6 +43,7 @@ struct WatchdogPass {
   int tasks_failed = 0;       // expiry that exhausted max_attempts
   int executors_lost = 0;
   int jobs_expired = 0;       // completion window passed
+  int jobs_orphaned = 0;      // still validating after validation_timeout: failed
   bool in_grace = false;      // the takeover grace held back lease expiry and lost executors
   int backups_requested = 0;  // stragglers given a backup attempt
   std::vector<std::string> jobs_touched;  // jobs whose tasks changed (may now need finalising)
@@ -55,6 +60,7 @@ class Watchdog {
 
  private:
   absl::Status BackUpStragglers(const Job& job, absl::Time now, WatchdogPass& pass);
+  absl::Status FailOrphanedValidation(const Job& job, absl::Time now, WatchdogPass& pass);
 
   MetadataStore* store_;
   WatchdogOptions options_;

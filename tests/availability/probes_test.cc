@@ -216,6 +216,31 @@ TEST_F(FixtureRoot, InputDeviceActivity) {
   close(writer);
 }
 
+// Where logind answers for a console session, no input device is opened (the executor needs no
+// `input` group there); when it stops answering, the devices are watched again.
+TEST_F(FixtureRoot, InputDevicesAreLeftAloneWhileLogindAnswers) {
+  fs::create_directories(root_ + "/dev/input");
+  std::string device = root_ + "/dev/input/event3";
+  ASSERT_EQ(mkfifo(device.c_str(), 0600), 0);
+  InputDeviceProbe probe(root_, /*defer_to_logind=*/true);
+  Snapshot s;
+  s.console_user.Set(true, clock_.Now(), "logind");
+  s.last_input.Set(clock_.Now() - absl::Minutes(20), clock_.Now(), "logind");
+  probe.Fill(&s, clock_.Now());
+  // A FIFO opened for writing without blocking fails with ENXIO unless someone has it open to read.
+  EXPECT_LT(open(device.c_str(), O_WRONLY | O_NONBLOCK), 0) << "the probe opened the device";
+  EXPECT_EQ(errno, ENXIO);
+  EXPECT_EQ(s.last_input.source, "logind");
+  EXPECT_EQ(*s.last_input.value, clock_.Now() - absl::Minutes(20));
+  // logind goes away: the device is watched.
+  s.console_user = {};
+  clock_.Advance(absl::Seconds(1));
+  probe.Fill(&s, clock_.Now());
+  int writer = open(device.c_str(), O_WRONLY | O_NONBLOCK);
+  EXPECT_GE(writer, 0) << "the probe did not open the device";
+  if (writer >= 0) close(writer);
+}
+
 TEST_F(FixtureRoot, NoInputDevicesIsUnknown) {
   InputDeviceProbe probe(root_);
   Snapshot s;

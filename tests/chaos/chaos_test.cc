@@ -265,6 +265,7 @@ TEST_P(Chaos, FaultsLoseNoRecordAndRepeatNone) {
   const bool postgres = GetParam() == "postgres-s3";
   std::string dir = TempDir("chaos-" + GetParam());
   ProcessPool pool(kBin + "/minions", dir + "/pool", kLeaseTtlMs);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   UseBackend(pool, GetParam(), "chaos");
   if (HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());

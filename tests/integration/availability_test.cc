@@ -71,6 +71,7 @@ std::optional<v1::Executor> Find(ProcessPool& pool, const std::string& name) {
 TEST(Availability, OwnerActivityPreemptsWithoutFailureAndTheExecutorComesBack) {
   std::string dir = (std::filesystem::temp_directory_path() / absl::StrCat("minions-it-avail-", getpid())).string();
   ProcessPool pool(kBin + "/minions", dir, 2000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   ASSERT_TRUE(pool.StartServer().ok());
   const std::string metrics = absl::StrCat("127.0.0.1:", PickFreePort());
   std::vector<std::string> owner_args = kOwnerArgs;
@@ -154,6 +155,7 @@ TEST(Availability, OwnerActivityPreemptsWithoutFailureAndTheExecutorComesBack) {
 TEST(Availability, AnExecutorStoppedWhilePausedByHandHandsItsTasksBack) {
   std::string dir = (std::filesystem::temp_directory_path() / absl::StrCat("minions-it-avail-stop-", getpid())).string();
   ProcessPool pool(kBin + "/minions", dir, 2000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   ASSERT_TRUE(pool.StartServer().ok());
   ASSERT_TRUE(pool.StartExecutor("owner", 1, "", "", kOwnerArgs).ok());
   cli::SamplePromptOptions sample;

@@ -169,6 +169,7 @@ std::vector<std::string> GrafanaQueries() {
 TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
   std::string dir = TempDir("prometheus");
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   ASSERT_TRUE(pool.StartServer().ok());
   std::vector<std::string> executor_metrics;
   for (const char* name : {"e1", "e2"}) {
@@ -219,7 +220,8 @@ TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
   // The executors' own metrics: one state each, a runner with a model in memory.
   EXPECT_EQ(prom.WaitFor("sum(minions_executor_state)", [](double v) { return v == 2; }), 2.0);
   EXPECT_EQ(prom.Value("count(minions_executor_runner_memory_bytes > 1e6)"), 2.0);
-  EXPECT_EQ(prom.Value("sum(minions_executor_tasks_completed_total)"), 12.0);
+  // Counted once a completion is accepted, after the job may have ended: wait for a scrape.
+  EXPECT_EQ(prom.WaitFor("sum(minions_executor_tasks_completed_total)", [](double v) { return v == 12; }), 12.0);
 
   // Grafana: every query parses and runs in Prometheus, and names only series a scrape has.
   scraped += HttpGet("http://" + pool.http_address() + "/metrics").body;
@@ -256,6 +258,7 @@ TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
 TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   std::string dir = TempDir("chromium");
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   ASSERT_TRUE(pool.StartServer().ok());
   for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
   fs::create_directories(kArtifacts);

@@ -296,5 +296,75 @@ TEST(SplitInput, RefusesANonPositiveShardSizeAndAMissingObject) {
   EXPECT_EQ(SplitInput(*blobs, "inputs/missing.jsonl", 10).status().code(), absl::StatusCode::kNotFound);
 }
 
+// The attack of issue 17: one 7 MB input at shard size 1 made 200,000 tasks. The splitter refuses
+// it with the shard size that would fit, and holds no task list of that size meanwhile.
+TEST(InputSplitter, MoreTasksThanAJobMayHaveAreRefusedWithAShardSizeThatFits) {
+  std::string input;
+  for (int i = 0; i < 200'000; ++i) absl::StrAppend(&input, R"({"custom_id":")", i, R"(","prompt":"p"})", "\n");
+  auto split = SplitWhole(input, 1);
+  ASSERT_FALSE(split.ok());
+  EXPECT_EQ(split.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(split.status().message(), HasSubstr("200000 records at shard size 1 make 200000 tasks"));
+  EXPECT_THAT(split.status().message(), HasSubstr("at most 10000"));
+  EXPECT_THAT(split.status().message(), HasSubstr("--shard-size 20"));
+  // The shard size it names does fit.
+  auto fits = SplitWhole(input, 20);
+  ASSERT_OK(fits);
+  EXPECT_EQ(fits->tasks.size(), 10000u);
+  EXPECT_EQ(fits->total_records, 200000);
+}
+
+TEST(InputSplitter, TheTaskCeilingCountsTheLastShortTask) {
+  // 7 records at shard size 2 make 4 tasks: refused under a ceiling of 3, accepted under 4.
+  InputSplitter three(2, 3);
+  three.Feed(Records(7));
+  EXPECT_THAT(three.Finish().status().message(), HasSubstr("make 4 tasks; a job may have at most 3"));
+  InputSplitter four(2, 4);
+  four.Feed(Records(7));
+  ASSERT_OK_AND_ASSIGN(SplitResult result, four.Finish());
+  EXPECT_EQ(result.tasks.size(), 4u);
+}
+
+TEST(InputSplitter, ANestedLineIsThatRecordsErrorAndTheOthersStay) {
+  std::string nested = R"({"custom_id":"deep","prompt":)" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}";
+  std::string input = Records(2) + nested + "\n" + Records(2, 2);
+  for (size_t piece : {size_t{7}, size_t{4096}, input.size()}) {
+    auto split = SplitChunked(input, 2, [&] { return piece; });
+    ASSERT_OK(split);
+    EXPECT_EQ(split->total_records, 5);
+    EXPECT_EQ(split->invalid_records, 1);
+    EXPECT_THAT(split->first_invalid, HasSubstr("line 3: JSON nested deeper than 64"));
+    ExpectCoversInput(input, *split, 2);
+  }
+}
+
+TEST(InputSplitter, AnOverlongLineIsThatRecordsErrorInBoundedMemory) {
+  // 9 MiB without a newline between two good records, fed in small pieces.
+  std::string huge = R"({"custom_id":"huge","prompt":")" + std::string(9 << 20, 'x') + R"("})";
+  std::string input = Records(1) + huge + "\n" + Records(1, 1);
+  auto split = SplitChunked(input, 10, [] { return 65536; });
+  ASSERT_OK(split);
+  EXPECT_EQ(split->total_records, 3);
+  EXPECT_EQ(split->invalid_records, 1);
+  EXPECT_THAT(split->first_invalid, HasSubstr(absl::StrCat("line 2: the record is ", huge.size(), " bytes")));
+  ExpectCoversInput(input, *split, 10);
+  // A last line without '\n' too.
+  auto last = SplitChunked(Records(1) + huge, 10, [] { return 65536; });
+  ASSERT_OK(last);
+  EXPECT_EQ(last->invalid_records, 1);
+  // And a line of only blanks stays a blank line whatever its length.
+  auto blanks = SplitChunked(Records(1) + std::string(5 << 20, ' ') + "\n" + Records(1, 1), 10, [] { return 4096; });
+  ASSERT_OK(blanks);
+  EXPECT_EQ(blanks->total_records, 2);
+  EXPECT_EQ(blanks->invalid_records, 0);
+  // But blanks with something after the kept prefix are a record (as the executor will see it).
+  std::string tail_line = std::string(5 << 20, ' ') + "x";
+  auto not_blank = SplitChunked(Records(1) + tail_line + "\n" + Records(1, 1), 10, [] { return 4096; });
+  ASSERT_OK(not_blank);
+  EXPECT_EQ(not_blank->total_records, 3);
+  EXPECT_EQ(not_blank->invalid_records, 1);
+  EXPECT_EQ(SplitRecordLines(Records(1) + tail_line + "\n" + Records(1, 1)).size(), 3u);
+}
+
 }  // namespace
 }  // namespace minions::testing

@@ -925,5 +925,34 @@ TEST_P(MetadataStoreContract, AStragglersBackupRunsElsewhereAndTheFirstCompletio
   EXPECT_EQ(GetJob(job_id).state, JobState::kFinalizing);
 }
 
+// GetTask reads one task as ListTasks has it (what the server checks an executor's report of
+// chunks against), chunks included; an unknown job or index is NotFound.
+TEST_P(MetadataStoreContract, GetTaskReadsOneTaskAsListTasksHasIt) {
+  const std::string job_id = Submit(Spec(), 3);
+  const std::string executor = Register("a");
+  std::vector<Lease> leases = LeaseUpTo(executor, 1);
+  ASSERT_THAT(leases, SizeIs(1));
+  LeaseProgress progress = Progress(leases[0], 4);
+  progress.chunks = {Chunk{leases[0].task.attempt, 0, 0, 4, 1}};
+  ASSERT_OK(store_->Heartbeat(executor, ExecutorState::kBusy, "", {progress}, kTtl, now_).status());
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> listed, store_->ListTasks(job_id));
+  for (const Task& expected : listed) {
+    ASSERT_OK_AND_ASSIGN(Task task, store_->GetTask(job_id, expected.index));
+    EXPECT_EQ(task.job_id, expected.job_id);
+    EXPECT_EQ(task.index, expected.index);
+    EXPECT_EQ(task.state, expected.state);
+    EXPECT_EQ(task.attempt, expected.attempt);
+    EXPECT_EQ(task.executor_id, expected.executor_id);
+    EXPECT_EQ(task.byte_begin, expected.byte_begin);
+    EXPECT_EQ(task.byte_end, expected.byte_end);
+    EXPECT_EQ(task.n_records, expected.n_records);
+    EXPECT_EQ(task.chunks, expected.chunks);
+  }
+  ASSERT_OK_AND_ASSIGN(Task first, store_->GetTask(job_id, leases[0].task.index));
+  EXPECT_THAT(first.chunks, ElementsAre(Chunk{leases[0].task.attempt, 0, 0, 4, 1}));
+  EXPECT_CODE(store_->GetTask(job_id, 3), kNotFound);
+  EXPECT_CODE(store_->GetTask("job-000000000000", 0), kNotFound);
+}
+
 }  // namespace
 }  // namespace minions

@@ -6,6 +6,7 @@
 // cluster's folder, for the restart test) override it. Each test gets a fresh schema of its own,
 // so test processes share one database without seeing each other.
 #include "store/postgres/postgres_metadata_store.h"
+#include "store/postgres/postgres_watchdog_lock.h"
 
 #include <libpq-fe.h>
 #include <unistd.h>

@@ -143,5 +143,54 @@ TEST(OutputLines, InvalidUtf8InModelTextIsReplacedNotFatal) {
   EXPECT_THAT(text, HasSubstr("\"a\xEF\xBF\xBD"));
 }
 
+// The attack of issue 17: one 2 MB line of a million nested '[' in the shorthand crashed the
+// server (deep copies and prints recurse). It must be that record's error, in linear time.
+TEST(ParseRecordLine, AMillionNestedArraysAreThatRecordsErrorNotACrash) {
+  std::string line = R"({"custom_id":"deep","prompt":)" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}";
+  ASSERT_LT(line.size(), kMaxRecordBytes);
+  ParsedRecord r = ParseRecordLine(line);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.error_code, kErrorInvalidJson);
+  EXPECT_THAT(r.error_message, HasSubstr("nested deeper than 64"));
+  // Unbalanced, and objects: the same.
+  EXPECT_THAT(ParseRecordLine(std::string(500'000, '[')).error_message, HasSubstr("nested deeper"));
+  std::string objects;
+  for (int i = 0; i < 100'000; ++i) objects += R"({"a":)";
+  EXPECT_THAT(ParseRecordLine(objects).error_message, HasSubstr("nested deeper"));
+}
+
+TEST(ParseRecordLine, NestingUpToTheLimitIsAccepted) {
+  // A tools-like body nested 60 deep is still a request (the prompt is what is served).
+  std::string deep = std::string(60, '[') + std::string(60, ']');
+  ParsedRecord r = ParseRecordLine(R"({"custom_id":"ok","prompt":"p","extra":)" + deep + "}");
+  ASSERT_TRUE(r.ok()) << r.error_message;
+  EXPECT_EQ(r.custom_id, "ok");
+}
+
+TEST(ParseRecordLine, ALineLongerThanTheLimitIsThatRecordsError) {
+  std::string prompt(kMaxRecordBytes, 'x');
+  ParsedRecord r = ParseRecordLine(R"({"custom_id":"big","prompt":")" + prompt + R"("})");
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.error_code, kErrorRecordTooLarge);
+  EXPECT_THAT(r.error_message, HasSubstr("at most 4194304 bytes"));
+  // Just under the limit is fine.
+  ParsedRecord fits = ParseRecordLine(R"({"custom_id":"fits","prompt":")" + prompt.substr(0, kMaxRecordBytes - 100) + R"("})");
+  EXPECT_TRUE(fits.ok()) << fits.error_message;
+}
+
+TEST(ParseJson, DepthIsCheckedWhileParsing) {
+  EXPECT_TRUE(ParseJson("[[[1]]]", 3).ok());
+  auto too_deep = ParseJson("[[[[1]]]]", 3);
+  ASSERT_FALSE(too_deep.ok());
+  EXPECT_THAT(too_deep.status().message(), HasSubstr("nested deeper than 3"));
+  auto bad = ParseJson("{\"a\": tru}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("not valid JSON (byte"));
+  EXPECT_FALSE(ParseJson("[1] trailing").ok());
+  EXPECT_FALSE(ParseJson("").ok());
+  ASSERT_TRUE(ParseJson(R"({"a":[1,{"b":null}],"c":"d"})").ok());
+  EXPECT_EQ((*ParseJson(R"({"a":[1,{"b":null}]})"))["a"][1]["b"], nullptr);
+}
+
 }  // namespace
 }  // namespace minions

@@ -89,5 +89,25 @@ TEST(RunnerProtocol, EventsRoundTrip) {
   EXPECT_FALSE(DecodeEvent("garbage").ok());
 }
 
+// A job's runner options are capped: the KV cache grows with n_parallel x n_ctx_per_seq, and the
+// machine is someone's laptop.
+TEST(LoadOptions, RunnerOptionsAreCapped) {
+  auto refused = [](const char* json) {
+    auto options = LoadOptions::FromJson(Json::parse(json));
+    return options.ok() ? std::string("accepted") : std::string(options.status().message());
+  };
+  EXPECT_THAT(refused(R"({"n_parallel": 65})"), HasSubstr("n_parallel must be an integer in [1, 64]"));
+  EXPECT_THAT(refused(R"({"n_ctx_per_seq": 131073})"), HasSubstr("n_ctx_per_seq must be an integer in [0, 131072]"));
+  EXPECT_THAT(refused(R"({"n_parallel": 64, "n_ctx_per_seq": 8192})"), HasSubstr("524288 tokens of context; at most 262144"));
+  EXPECT_THAT(refused(R"({"n_parallel": 65, "n_ctx_per_seq": 0})"), HasSubstr("n_parallel"));
+  EXPECT_THAT(refused(R"({"n_batch": 8193})"), HasSubstr("n_batch"));
+  EXPECT_THAT(refused(R"({"default_max_tokens": 1000000})"), HasSubstr("default_max_tokens"));
+  EXPECT_EQ(refused(R"({"n_parallel": 64, "n_ctx_per_seq": 4096})"), "accepted");
+  EXPECT_EQ(refused(R"({"n_parallel": 64})"), "accepted");  // 64 x 4096
+  EXPECT_EQ(refused(R"({"n_parallel": 2, "n_ctx_per_seq": 131072})"), "accepted");
+  // The runner refuses the same in a load command.
+  EXPECT_FALSE(DecodeCommand(R"({"op":"load","model":"m","options":{"n_parallel":64,"n_ctx_per_seq":8192}})").ok());
+}
+
 }  // namespace
 }  // namespace minions::runner_protocol

@@ -363,5 +363,36 @@ TEST_F(WatchdogTest, ATakeoverGraceLetsExecutorsReattachAfterAnOutage) {
   EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kRunning);
 }
 
+// Issue 17: a server that crashed while validating an input left its job `validating` for ever.
+// The watchdog fails such a job, with the reason, once validation_timeout has passed; a job still
+// within it (a large input being validated now) is left alone, and other jobs are untouched.
+TEST_F(WatchdogTest, AJobOrphanedInValidationIsFailedWithItsReason) {
+  metrics::Registry registry;
+  watchdog_->ExportMetrics(&registry);
+  JobSpec spec;
+  spec.model = "/models/tiny.gguf";
+  spec.input_key = "inputs/in.jsonl";
+  Job orphan = Must(store_->CreateJob(spec, clock_.Now()));  // its server died before AddTasks
+  std::string healthy = Submit(1);
+  clock_.Advance(absl::Minutes(29));
+  Job newer = Must(store_->CreateJob(spec, clock_.Now()));   // validating now, legitimately
+  Tick();
+  EXPECT_EQ(Must(store_->GetJob(orphan.id)).state, JobState::kValidating);  // not yet
+  clock_.Advance(absl::Minutes(1) + absl::Seconds(5));
+  WatchdogPass pass = Tick();
+  EXPECT_EQ(pass.jobs_orphaned, 1);
+  Job failed = Must(store_->GetJob(orphan.id));
+  EXPECT_EQ(failed.state, JobState::kFailed);
+  EXPECT_THAT(failed.error, HasSubstr("validation did not finish within 30m"));
+  EXPECT_THAT(failed.error, HasSubstr("submit the job again"));
+  EXPECT_EQ(Must(store_->GetJob(newer.id)).state, JobState::kValidating);
+  EXPECT_EQ(Must(store_->GetJob(healthy)).state, JobState::kQueued);
+  auto m = ParsePrometheusSamples(registry.Render());
+  EXPECT_EQ(m["minions_watchdog_actions_total{action=\"fail_orphaned_validation\"}"], 1);
+  // Once failed it is not failed again.
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(Tick().jobs_orphaned, 0);
+}
+
 }  // namespace
 }  // namespace minions::testing

@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/private_files.h"
 
 namespace minions {
 namespace fs = std::filesystem;
@@ -43,11 +44,10 @@ bool WriteAll(int fd, std::string_view data) {
 
 absl::Status WriteFileFrom(const std::string& path,
                            const std::function<absl::StatusOr<std::string>()>& source) {
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create directory for '", path, "': ", ec.message()));
+  // Objects are a team's data: folders 0700, files 0600 (common/private_files.h).
+  if (absl::Status s = MakePrivateDirectories(fs::path(path).parent_path().string()); !s.ok()) return s;
   std::string tmp = TempPathFor(path);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, kPrivateFileMode);
   if (fd < 0) return IoError("cannot create", tmp);
   while (true) {
     auto chunk = source();
@@ -98,9 +98,10 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view data)
 }
 
 absl::StatusOr<std::unique_ptr<LocalBlobStore>> LocalBlobStore::Open(const std::string& root) {
+  if (absl::Status s = MakePrivateDirectories(root); !s.ok()) {
+    return absl::InternalError(absl::StrCat("cannot create the object store's folder: ", s.message()));
+  }
   std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create object store directory '", root, "': ", ec.message()));
   std::string absolute = fs::absolute(root, ec).lexically_normal().string();
   while (absolute.size() > 1 && absolute.back() == '/') absolute.pop_back();
   return std::unique_ptr<LocalBlobStore>(new LocalBlobStore(absolute));

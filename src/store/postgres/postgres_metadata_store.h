@@ -30,20 +30,18 @@
 //   then rejects, one another server just granted, so any method taking job -> task would
 //   deadlock against it). A deadlock that still happens is broken by PostgreSQL (after
 //   deadlock_timeout) and retried.
-// - Retries: a transaction that fails because the connection broke (SQLSTATE class 08, no
-//   SQLSTATE at all, 57P01-57P03 shutdown/startup, 53300 too many connections) or on a
-//   serialization failure or deadlock (40001, 40P01) is rolled back and run again (reconnecting
-//   first when the connection broke), with jittered exponential backoff from 20 ms to 1 s, for up
-//   to 30 seconds; then the method is Unavailable.
-//   A COMMIT whose answer was lost is not blindly retried: writing transactions note their
-//   transaction id (taken with BEGIN), and after reconnecting the store asks txid_status()
-//   whether it committed (InjectCommitFaultForTesting exercises both outcomes).
+// - Retries and commit verification: every method runs as one transaction through a
+//   TransactionRunner (pg_transaction_runner.h): a transaction the database broke off (the
+//   connection lost, a serialization failure or deadlock) is run again for up to 30 seconds,
+//   then the method is Unavailable; a COMMIT whose answer was lost is looked up, not run twice.
 // - Open applies the schema migrations the database lacks (store/postgres/postgres_migrations.h)
 //   under pg_advisory_xact_lock, and refuses a schema newer than this binary (FailedPrecondition).
 //   The schema is the first one in the connection's search_path.
 // - A fixed pool of connections (made lazily, re-made when broken) serves all threads; a method
-//   waits for a free connection.
-// - All SQL is constant text with $n parameters; values are always bound.
+//   waits for a free connection (pg_connection.h).
+// - All SQL is constant text with $n parameters; values are always bound (postgres_statements.h).
+//
+// The watchdog's lock on the same database is PostgresWatchdogLock (postgres_watchdog_lock.h).
 
 #include <cstdint>
 #include <memory>
@@ -56,15 +54,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "store/metadata_store.h"
+#include "store/postgres/commit_fault.h"
+#include "store/postgres/pg_transaction_runner.h"
 
 namespace minions {
-namespace postgres_store {
-class Connection;      // one libpq connection (postgres_metadata_store.cc)
-class ConnectionPool;  // a fixed set of them
-// Tests only: how the COMMIT of a writing transaction is made to go wrong
-// (PostgresMetadataStore::InjectCommitFaultForTesting).
-enum class CommitFault { kNone, kConnectionLostBeforeCommit, kAnswerLost };
-}  // namespace postgres_store
 
 class PostgresMetadataStore : public MetadataStore {
  public:
@@ -83,6 +76,7 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<Job> GetJob(const std::string& job_id) override;
   absl::StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter) override;
   absl::StatusOr<std::vector<Task>> ListTasks(const std::string& job_id) override;
+  absl::StatusOr<Task> GetTask(const std::string& job_id, int64_t task_index) override;
   absl::StatusOr<TaskStateCounts> CountTasks(const std::string& job_id) override;
   absl::StatusOr<Job> CancelJob(const std::string& job_id, absl::Time now) override;
   absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error, absl::Time now) override;
@@ -125,9 +119,9 @@ class PostgresMetadataStore : public MetadataStore {
   // rolls back). kAnswerLost: COMMIT is sent, then the connection breaks before its answer is
   // read (the transaction commits; the store must not run it again).
   using CommitFault = postgres_store::CommitFault;
-  void InjectCommitFaultForTesting(CommitFault fault, int times = 1) ABSL_LOCKS_EXCLUDED(fault_mu_);
+  void InjectCommitFaultForTesting(CommitFault fault, int times = 1);
   // How many injected faults have happened.
-  int CommitFaultsInjectedForTesting() ABSL_LOCKS_EXCLUDED(fault_mu_);
+  int CommitFaultsInjectedForTesting();
 
  private:
   using Connection = postgres_store::Connection;
@@ -137,10 +131,7 @@ class PostgresMetadataStore : public MetadataStore {
   // Applies the missing migrations, each in its own transaction.
   absl::Status Migrate();
 
-  // Runs `body(connection)` inside BEGIN ... COMMIT on a pooled connection, rolling back when it
-  // returns an error, and running it again (see the header comment) when the connection broke or
-  // the server aborted it. In a `write` transaction every row loaded is locked FOR UPDATE.
-  // `Result` is absl::Status or absl::StatusOr<T>.
+  // TransactionRunner::InTransaction on the store's pool (defined in the .cc, its only user).
   template <typename Body>
   auto InTransaction(bool write, Body&& body) -> decltype(body(std::declval<Connection&>()));
 
@@ -184,42 +175,10 @@ class PostgresMetadataStore : public MetadataStore {
                                                            std::vector<Task>* finished,
                                                            std::set<std::string>& settle_later);
 
-  // Tests only: what InTransaction does at the next COMMIT of a writing transaction.
-  CommitFault TakeCommitFault() ABSL_LOCKS_EXCLUDED(fault_mu_);
-
   const StoreOptions options_;
-  const std::unique_ptr<postgres_store::ConnectionPool> pool_;
+  postgres_store::TransactionRunner transactions_;  // owns the connection pool
   absl::Mutex random_mu_;
   std::mt19937_64 random_ ABSL_GUARDED_BY(random_mu_);  // for ids; seeded from std::random_device
-  absl::Mutex fault_mu_;
-  CommitFault fault_ ABSL_GUARDED_BY(fault_mu_) = CommitFault::kNone;
-  int faults_left_ ABSL_GUARDED_BY(fault_mu_) = 0;
-  int faults_injected_ ABSL_GUARDED_BY(fault_mu_) = 0;
-};
-
-// The watchdog's single-instance lock: pg_try_advisory_lock on a connection of its own, held for
-// as long as this object lives. Releasing is closing the connection, so a watchdog process that
-// dies (or whose connection breaks) releases it too.
-class PostgresWatchdogLock {
- public:
-  // The advisory lock key (database-wide).
-  static constexpr int64_t kLockKey = 0x6d696e696f6e0002;  // "minion" 2
-
-  // Unavailable when another session holds the lock or the server cannot be reached.
-  static absl::StatusOr<std::unique_ptr<PostgresWatchdogLock>> TryAcquire(const std::string& conninfo);
-  ~PostgresWatchdogLock();
-  PostgresWatchdogLock(const PostgresWatchdogLock&) = delete;
-  PostgresWatchdogLock& operator=(const PostgresWatchdogLock&) = delete;
-
-  // OK while the lock is still held: the connection is alive (a server restart ends the session
-  // and with it the lock; the holder must then stop and try to acquire again).
-  absl::Status Check();
-
- private:
-  using Connection = postgres_store::Connection;
-  explicit PostgresWatchdogLock(std::unique_ptr<Connection> connection);
-  absl::Mutex mu_;
-  std::unique_ptr<Connection> connection_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace minions

@@ -474,6 +474,13 @@ absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ListTasks(const std::stri
   });
 }
 
+absl::StatusOr<Task> SqliteMetadataStore::GetTask(const std::string& job_id, int64_t task_index) {
+  return InTransaction(false, [&]() -> absl::StatusOr<Task> {
+    mu_.AssertHeld();
+    return LoadTask(job_id, task_index);
+  });
+}
+
 absl::StatusOr<TaskStateCounts> SqliteMetadataStore::CountTasks(const std::string& job_id) {
   return InTransaction(false, [&]() -> absl::StatusOr<TaskStateCounts> {
     mu_.AssertHeld();

@@ -1,0 +1,102 @@
+// ExecutorAgent, the heartbeat: every third of the lease TTL (or at once when a chunk waits to be
+// committed) it reports the progress of the leases whose tasks move, and acts on the answer:
+// register again, drain, cancel. It runs on its own thread and reads only the snapshots the main
+// loop publishes.
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "executor/agent.h"
+#include "executor/lease_proto.h"
+
+namespace minions {
+
+absl::Time ExecutorAgent::NextBeat() const {
+  absl::MutexLock lock(&mu_);
+  if (id_.empty() || finished_) return absl::InfiniteFuture();
+  return beat_now_ ? absl::InfinitePast() : next_beat_at_;
+}
+
+void ExecutorAgent::Beat() {
+  ThreadRoleScope role(&heartbeat_);
+  const absl::Time now = clock_->Now();
+  absl::Duration ttl;
+  bool holds_leases;
+  v1::HeartbeatRequest request = BuildHeartbeat(now, &ttl, &holds_leases);
+  auto reply = client_->Heartbeat(request);
+  if (!reply.ok()) {
+    MINIONS_LOG(Warning) << "heartbeat failed: " << reply.status().message();
+    if (holds_leases && now - last_renewed_ >= ttl && !detached_) {
+      // The server is away (restarting, or out of reach). Keep running: when it answers again,
+      // the heartbeat re-attaches the leases that are still ours and cancels the others, and
+      // every report stays fenced by its attempt, so nothing runs twice into the results.
+      detached_ = true;
+      MINIONS_LOG(Warning) << "no lease renewed for a whole TTL; carrying on until the server answers";
+    }
+    return;
+  }
+  if (detached_) {
+    detached_ = false;
+    MINIONS_LOG(Info) << "the server answers again; re-attached " << reply->renewed_size() << " leases, "
+                      << reply->cancel_size() << " were given to others";
+  }
+  last_renewed_ = now;
+  OnHeartbeatReply(*reply);
+}
+
+v1::HeartbeatRequest ExecutorAgent::BuildHeartbeat(absl::Time now, absl::Duration* ttl, bool* holds_leases) {
+  v1::HeartbeatRequest request;
+  std::vector<std::shared_ptr<const LeaseProgress>> held;
+  std::optional<absl::Time> stuck_since;
+  {
+    absl::MutexLock lock(&mu_);
+    beat_now_ = false;
+    *ttl = ttl_;
+    next_beat_at_ = now + ttl_ / 3;
+    request.set_executor_id(id_);
+    for (const auto& [key, snapshot] : snapshots_) held.push_back(snapshot);
+    if (pass_since_ && now - *pass_since_ >= options_.stuck_after) stuck_since = pass_since_;
+  }
+  if (last_renewed_ == absl::InfinitePast()) last_renewed_ = now;
+  *holds_leases = !held.empty();
+  std::string reason;
+  request.set_state(FleetState(!held.empty(), &reason));
+  request.set_state_reason(reason);
+  if (options_.metrics) {  // metrics hook
+    options_.metrics->SetState(ParseExecutorState(request.state()).value_or(ExecutorState::kAvailable),
+                               request.state_reason());
+  }
+  if (stuck_since) {
+    // A task moves only while the main loop does: renewing the leases of a loop stuck in one
+    // call would keep the watchdog from giving them to someone else for ever.
+    if (!warned_stuck_) {
+      MINIONS_LOG(Warning) << "the main loop has been stuck since " << absl::FormatTime(*stuck_since)
+                           << "; renewing none of its " << held.size() << " leases";
+    }
+    warned_stuck_ = true;
+    return request;
+  }
+  warned_stuck_ = false;
+  for (const auto& snapshot : held) ToProto(*snapshot, request.add_leases());
+  return request;
+}
+
+void ExecutorAgent::OnHeartbeatReply(const v1::HeartbeatResponse& reply) {
+  if (reply.reregister()) {
+    (void)Register();
+    return;
+  }
+  bool draining;
+  {
+    absl::MutexLock lock(&mu_);
+    draining = drain_;
+    for (const auto& ref : reply.cancel()) cancelled_.push_back(FromProto(ref));
+  }
+  if (reply.drain() && !draining) {
+    MINIONS_LOG(Info) << "the server asked this executor to drain";
+    Drain();
+  }
+  if (reply.cancel_size() > 0) main_alarm_->Ring();
+}
+
+}  // namespace minions

@@ -1,0 +1,245 @@
+// ExecutorAgent, the runner's side: starting a runner, loading models, feeding it queued tasks in
+// order, taking what it says, and ending it when it hangs, will not load, or dies. Kept apart from
+// agent.cc (the main loop, leasing, uploads and reports) so the two read separately.
+
+#include <signal.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "executor/agent.h"
+#include "executor/lease_proto.h"
+
+namespace minions {
+namespace {
+
+// What a runner must have loaded to run a lease: its model and load options.
+std::string ModelKey(const LeaseGrant& lease) { return absl::StrCat(lease.model, "\n", lease.runner_options_json); }
+
+// Events taken per pass at most, so a flood of results cannot starve leasing and completions.
+constexpr int kEventsPerPass = 4096;
+
+}  // namespace
+
+absl::Status ExecutorAgent::StartRunner() {
+  ASSIGN_OR_RETURN(std::unique_ptr<Runner> runner, runners_->Start([this] { main_alarm_->Ring(); }));
+  runner_ = std::move(runner);
+  {
+    absl::MutexLock lock(&mu_);
+    live_runner_ = runner_.get();
+  }
+  watch_ = RunnerWatch(options_.hang);
+  if (options_.metrics) options_.metrics->SetRunnerPid(runner_->pid());  // metrics hook
+  return absl::OkStatus();
+}
+
+absl::StatusOr<runner_protocol::LoadRequest> ExecutorAgent::LoadRequestFor(const LeaseGrant& lease) const {
+  runner_protocol::LoadRequest load;
+  // Only from the owner's model folders, by real path (one answer for every refusal).
+  if (!options_.models) return absl::NotFoundError(ModelAccess::UnavailableMessage(lease.model));
+  ASSIGN_OR_RETURN(load.model, options_.models->Resolve(lease.model));
+  bool threads_given = false;
+  if (!lease.runner_options_json.empty()) {
+    ASSIGN_OR_RETURN(Json json, ParseJson(lease.runner_options_json));
+    ASSIGN_OR_RETURN(load.options, runner_protocol::LoadOptions::FromJson(json));
+    threads_given = JsonField(json, "n_threads").is_number();
+  }
+  if (options_.runner_threads > 0 && !threads_given) load.options.n_threads = options_.runner_threads;
+  return load;
+}
+
+void ExecutorAgent::FeedRunner(absl::Time now) {
+  while (!queue_.empty()) {
+    TaskPtr task = queue_.front();
+    // A task under suspicion of crashing the runner runs alone: nothing joins it, and it waits
+    // for the runner to empty.
+    bool suspect_running = false;
+    for (const auto& [batch, other] : batches_) suspect_running |= other->suspect();
+    if (suspect_running || (task->suspect() && RunnerBusy())) return;
+    const std::string model = ModelKey(task->lease());
+    if (!runner_ || runner_model_ != model) {
+      // A model change waits until the runner has finished the previous model's tasks.
+      if (RunnerBusy()) return;
+      auto load = LoadRequestFor(task->lease());
+      if (!load.ok()) {
+        // Options that do not parse will not parse next time either.
+        queue_.pop_front();
+        GiveUp(task, absl::InvalidArgumentError(absl::StrCat("cannot load the model: ", load.status().message())),
+               FailureClass::kPermanent);
+        continue;
+      }
+      if (!runner_) {
+        if (absl::Status s = StartRunner(); !s.ok()) {
+          // A runner that will not start may be a passing problem of this machine.
+          queue_.pop_front();
+          GiveUp(task, absl::Status(s.code(), absl::StrCat("cannot start the runner: ", s.message())),
+                 FailureClass::kRetryable);
+          continue;
+        }
+      }
+      runner_->Load(*load);
+      runner_model_ = model;
+      loading_since_ = now;
+      loading_for_ = task;
+      return;  // the runner says `loaded` (or why not)
+    }
+    if (loading_since_) return;
+    queue_.pop_front();
+    std::optional<TaskRun::Batch> batch = task->NextBatch(now);
+    if (!batch) {  // nothing left to run (it resumed at its end)
+      FinishTask(task, TaskRun::BatchEnd::kFinished, now);
+      continue;
+    }
+    batches_[batch->id] = task;
+    runner_->StartBatch(batch->id, batch->records);
+    watch_.Sent(now);
+  }
+}
+
+void ExecutorAgent::TakeRunnerEvents(absl::Time now) {
+  more_events_ = false;
+  for (int taken = 0; runner_ && taken < kEventsPerPass; ++taken) {
+    auto event = runner_->Poll();
+    if (!event.ok()) return OnRunnerDied(event.status());
+    if (!*event) return;
+    OnEvent(**event, now);
+  }
+  more_events_ = runner_ != nullptr;  // the burst goes on next pass, after the other work
+}
+
+void ExecutorAgent::OnEvent(const runner_protocol::Event& event, absl::Time now) {
+  using Type = runner_protocol::Event::Type;
+  switch (event.type) {
+    case Type::kLoaded:
+      loading_since_.reset();
+      loading_for_ = nullptr;
+      return;
+    case Type::kError:
+      if (JsonString(event.body, "op") == "load" && loading_since_) {
+        // A model that cannot be loaded will not load next time either.
+        TaskPtr task = loading_for_;
+        loading_since_.reset();
+        loading_for_ = nullptr;
+        runner_model_.clear();
+        if (task) {
+          GiveUp(task, absl::InvalidArgumentError(absl::StrCat("cannot load the model: ", event.message)),
+                 FailureClass::kPermanent);
+        }
+        return;
+      }
+      MINIONS_LOG(Warning) << "runner error" << (event.batch.empty() ? "" : " for batch " + event.batch) << ": "
+                           << event.message;
+      return;
+    case Type::kResult: {
+      auto it = batches_.find(event.batch);
+      if (it == batches_.end()) return;  // a batch given up already
+      TaskPtr task = it->second;
+      watch_.Heard(now, true);
+      task->OnResult(event.batch, event.index, JsonField(event.body, "output"));
+      MaybeCheckpoint(task, now);
+      return;
+    }
+    case Type::kBatchDone: {
+      auto it = batches_.find(event.batch);
+      if (it == batches_.end()) return;
+      TaskPtr task = it->second;
+      batches_.erase(it);
+      watch_.Heard(now, RunnerBusy());
+      FinishTask(task, task->OnBatchDone(event.batch, JsonBool(event.body, "cancelled")), now);
+      return;
+    }
+    case Type::kReady:
+    case Type::kPong:
+      return;
+  }
+}
+
+void ExecutorAgent::CheckRunner(absl::Time now) {
+  if (!runner_) return;
+  if (loading_since_ && now - *loading_since_ >= options_.load_timeout) {
+    TaskPtr task = loading_for_;
+    MINIONS_LOG(Warning) << "the runner did not load its model within " << options_.load_timeout << "; ending it";
+    DropRunner();
+    if (task) {
+      GiveUp(task,
+             absl::DeadlineExceededError(absl::StrCat("the runner did not load the model within ",
+                                                      absl::FormatDuration(options_.load_timeout))),
+             FailureClass::kRetryable);
+    }
+    return;
+  }
+  if (frozen_ || !watch_.Hung(now)) return;
+  const absl::Duration silence = watch_.Silence(now);
+  const absl::Duration limit = watch_.limit();
+  std::vector<TaskPtr> held = DropRunner();
+  MINIONS_LOG(Warning) << "the runner said nothing for " << silence << " while holding " << held.size()
+                       << " tasks (a hang past " << limit << "): killed";
+  for (TaskPtr task : held) {
+    GiveUp(task,
+           absl::DeadlineExceededError(absl::StrCat("the runner made no progress for ", absl::FormatDuration(silence),
+                                                    " and was killed as hung")),
+           FailureClass::kRetryable);
+  }
+}
+
+std::vector<ExecutorAgent::TaskPtr> ExecutorAgent::DropRunner() {
+  std::vector<TaskPtr> held;
+  for (const auto& [batch, task] : batches_) held.push_back(task);
+  std::sort(held.begin(), held.end(), [](TaskPtr a, TaskPtr b) { return a->started() < b->started(); });
+  batches_.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    live_runner_ = nullptr;
+  }
+  runner_.reset();  // SIGKILL and reap: its memory is the machine's again
+  runner_model_.clear();
+  loading_since_.reset();
+  loading_for_ = nullptr;
+  watch_ = RunnerWatch(options_.hang);
+  frozen_ = false;
+  if (options_.metrics) options_.metrics->SetRunnerPid(0);  // metrics hook
+  return held;
+}
+
+void ExecutorAgent::OnRunnerDied(const absl::Status& why) {
+  bool on_purpose;
+  {
+    absl::MutexLock lock(&mu_);
+    on_purpose = killed_on_purpose_;
+    killed_on_purpose_ = false;
+  }
+  MINIONS_LOG(Warning) << "the runner died: " << why.message();
+  TaskPtr loading = loading_for_;
+  std::vector<TaskPtr> victims = DropRunner();
+  std::vector<TaskPtr> again;
+  for (TaskPtr task : victims) {
+    if (on_purpose) {
+      task->OnRunnerGone();  // killed for the owner: it runs again later, nothing to isolate
+      again.push_back(task);
+    } else if (task->OnRunnerCrashed(victims.size() == 1, std::string(why.message()))) {
+      again.push_back(task);
+    } else {
+      GiveUp(task,
+             absl::UnavailableError(absl::StrCat("the runner failed ", task->crashes(), " times; last: ", why.message())),
+             FailureClass::kRetryable);
+    }
+  }
+  // They go first, in their order, when a new runner is up.
+  queue_.insert(queue_.begin(), again.begin(), again.end());
+  if (loading && !on_purpose) {
+    GiveUp(loading, absl::UnavailableError(absl::StrCat("the runner ended while loading the model: ", why.message())),
+           FailureClass::kRetryable);
+  }
+}
+
+void ExecutorAgent::KillRunner(const char* why) {
+  absl::MutexLock lock(&mu_);
+  if (!live_runner_) return;
+  MINIONS_LOG(Warning) << "killing the runner: " << why;
+  killed_on_purpose_ = true;  // its death is not a crash: no record is to blame
+  live_runner_->Kill();
+}
+
+}  // namespace minions

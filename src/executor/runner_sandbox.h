@@ -1,0 +1,41 @@
+#pragma once
+// RunnerSandbox: how an executor starts its runner: through `minions-sandbox` (src/sandbox), with
+// an empty environment (plus the variables the owner chose to pass), the model folders read-only,
+// its own scratch folder read-write, no network. The executor's environment, which may hold its
+// credentials, never reaches a runner.
+// Threads: immutable after Create; thread-safe.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace minions {
+
+struct RunnerSandboxOptions {
+  std::string launcher;                  // minions-sandbox; default: next to this program
+  std::vector<std::string> model_folders;  // read-only (real paths)
+  std::string scratch_dir;               // created 0700; the runner's TMPDIR, HOME and working folder
+  // NAME=VALUE pairs the runner's environment gets (nothing else). Names that look like
+  // credentials (MINIONS_TOKEN, AWS_*, *TOKEN*, *SECRET*, *PASSWORD*, *CREDENTIAL*) are refused.
+  std::vector<std::string> env;
+  bool require_landlock = false;         // refuse to start a runner without it (Linux)
+  bool confine = true;                   // false: only the empty environment and the scratch folder
+};
+
+class RunnerSandbox {
+ public:
+  static absl::StatusOr<std::shared_ptr<const RunnerSandbox>> Create(RunnerSandboxOptions options);
+
+  // The command that runs `command` in the sandbox. command[0] is made absolute (found on PATH
+  // when it is a bare name), as the launcher executes it directly.
+  std::vector<std::string> Wrap(const std::vector<std::string>& command) const;
+  std::string Describe() const;
+
+ private:
+  explicit RunnerSandbox(RunnerSandboxOptions options) : options_(std::move(options)) {}
+  RunnerSandboxOptions options_;
+};
+
+}  // namespace minions

@@ -1,0 +1,44 @@
+#pragma once
+// The runner's sandbox: what a runner process may touch. A runner parses records anyone could
+// have submitted and loads a model file; if either subverts it, it must still find nothing of the
+// machine's owner to read, nowhere to send anything, and nothing to harm. The executor starts each
+// runner through `minions-sandbox` (apps/minions_sandbox_main.cc), which:
+//   - replaces the environment with the few variables it is given (the executor's own, with its
+//     credentials, never reaches the runner);
+//   - Linux: sets no_new_privs, then a Landlock ruleset (as much as the kernel's ABI offers):
+//     read (and execute) the system's libraries and the runner, read the model folders, read and
+//     write only the scratch folder, use the GPU devices, no TCP; and a seccomp filter that refuses
+//     sockets, ptrace, io_uring, mounts, namespaces, BPF, keyrings and kernel modules;
+//   - macOS: runs the runner under sandbox-exec with a profile to the same effect (MacProfile).
+// Then it executes the runner. Sandboxes survive execve: the runner cannot lift them.
+//
+// Pure functions and one that changes the calling process (ApplyToSelf); any thread, but
+// ApplyToSelf is meant for a process about to execve.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace minions::sandbox {
+
+struct Policy {
+  std::vector<std::string> read_only;   // folders or files: read, list, execute
+  std::vector<std::string> read_write;  // folders: everything inside (the scratch folder)
+  std::vector<std::string> devices;     // device files or folders: read, write, ioctl (GPUs)
+};
+
+// The system paths any dynamically linked program needs to start and run (libraries, the loader's
+// cache, CPU and memory information, /dev/null...), that exist on this machine.
+Policy SystemPolicy();
+
+// Linux: applies `policy` to this process and its future children (no_new_privs, Landlock,
+// seccomp). Returns a line saying what was applied ("landlock ABI 6 (files, tcp, scopes), seccomp").
+// FailedPrecondition when `require_landlock` and the kernel has none.
+absl::StatusOr<std::string> ApplyToSelf(const Policy& policy, bool require_landlock);
+
+// macOS: the sandbox-exec profile (SBPL) for `program` under `policy`: deny by default; read the
+// system, the program and the read-only paths; read and write the scratch folders; no network.
+std::string MacProfile(const Policy& policy, const std::string& program);
+
+}  // namespace minions::sandbox

@@ -1,0 +1,432 @@
+#include "server/chunk_check.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/json_util.h"
+#include "common/logging.h"
+#include "model/state_machines.h"
+#include "runner/batch_record.h"
+#include "server/keys.h"
+
+namespace minions {
+namespace {
+
+// What an executor's line says about itself, read without building it: whether it is a JSON
+// object, the custom_id it answers, and whether it is an error line (error not null, or no
+// response object: the executor's own rule for which file a line goes to).
+struct LineFacts {
+  bool object = false;
+  bool custom_id_string = false;  // a string custom_id (else null or absent)
+  std::string custom_id;
+  bool error_null = true;          // absent or null
+  bool response_object = false;
+  bool is_error_line() const { return !error_null || !response_object; }
+};
+
+class LineFactsReader {
+ public:
+  explicit LineFactsReader(LineFacts* facts) : facts_(facts) {}
+
+  bool null() { return Value(Kind::kNull, nullptr); }
+  bool boolean(bool) { return Value(Kind::kOther, nullptr); }
+  bool number_integer(Json::number_integer_t) { return Value(Kind::kOther, nullptr); }
+  bool number_unsigned(Json::number_unsigned_t) { return Value(Kind::kOther, nullptr); }
+  bool number_float(Json::number_float_t, const Json::string_t&) { return Value(Kind::kOther, nullptr); }
+  bool string(Json::string_t& value) { return Value(Kind::kString, &value); }
+  bool binary(Json::binary_t&) { return Value(Kind::kOther, nullptr); }
+  bool start_object(std::size_t) {
+    if (depth_ == 0) facts_->object = true;
+    if (!Value(Kind::kObject, nullptr)) return false;
+    return ++depth_ <= kMaxJsonDepth;
+  }
+  bool end_object() {
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) {
+    if (!Value(Kind::kOther, nullptr)) return false;
+    return ++depth_ <= kMaxJsonDepth;
+  }
+  bool end_array() {
+    --depth_;
+    return true;
+  }
+  bool key(Json::string_t& name) {
+    if (depth_ == 1) key_ = name;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
+
+ private:
+  enum class Kind { kNull, kString, kObject, kOther };
+  // A value starts; at depth 1 it is a field of the line (later duplicates win, as when parsed).
+  bool Value(Kind kind, const std::string* text) {
+    if (depth_ != 1) return true;
+    if (key_ == "custom_id") {
+      facts_->custom_id_string = kind == Kind::kString;
+      facts_->custom_id = text ? *text : "";
+    } else if (key_ == "error") {
+      facts_->error_null = kind == Kind::kNull;
+    } else if (key_ == "response") {
+      facts_->response_object = kind == Kind::kObject;
+    }
+    key_.clear();
+    return true;
+  }
+
+  LineFacts* facts_;
+  int depth_ = 0;
+  std::string key_;
+};
+
+absl::StatusOr<LineFacts> ReadLineFacts(std::string_view line) {
+  LineFacts facts;
+  LineFactsReader reader(&facts);
+  bool ok = false;
+  try {
+    ok = Json::sax_parse(line.begin(), line.end(), &reader, Json::input_format_t::json, /*strict=*/true);
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  if (!ok || !facts.object) return absl::InvalidArgumentError("is not a JSON object");
+  return facts;
+}
+
+// The non-blank lines of an object.
+std::vector<std::string_view> Lines(std::string_view data) {
+  std::vector<std::string_view> lines;
+  size_t start = 0;
+  while (start < data.size()) {
+    size_t nl = data.find('\n', start);
+    if (nl == std::string_view::npos) nl = data.size();
+    std::string_view line = data.substr(start, nl - start);
+    if (!IsBlankLine(line)) lines.push_back(line);
+    start = nl + 1;
+  }
+  return lines;
+}
+
+bool Answers(const LineFacts& facts, const std::string& expected) {
+  if (expected.empty()) return !facts.custom_id_string || facts.custom_id.empty();
+  return facts.custom_id_string && facts.custom_id == expected;
+}
+
+std::string Describe(const Chunk& chunk) {
+  return absl::StrCat("chunk ", chunk.seq, " of attempt ", chunk.attempt, " (records ", chunk.begin, "-",
+                      chunk.end - 1, ")");
+}
+
+std::string Quoted(const LineFacts& facts) {
+  return facts.custom_id_string ? absl::StrCat("'", Excerpt(facts.custom_id, 64), "'") : "no custom_id";
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadChunkObject(BlobStore& blobs, const std::string& key, int64_t limit) {
+  std::string data;
+  bool too_large = false;
+  absl::Status read = blobs.Read(key, [&](std::string_view piece) {
+    if (static_cast<int64_t>(data.size() + piece.size()) > limit) {
+      too_large = true;
+      return false;
+    }
+    data.append(piece);
+    return true;
+  });
+  if (too_large) {
+    return absl::InvalidArgumentError(absl::StrCat("its object ", key, " is larger than ", limit,
+                                                   " bytes, the most a chunk may upload"));
+  }
+  if (!read.ok()) return read;
+  return data;
+}
+
+namespace {
+
+std::string ChunkKey(const Task& task, const Chunk& chunk) {
+  return absl::StrCat(task.job_id, "/", task.index, "#", chunk.attempt, ".", chunk.seq);
+}
+
+}  // namespace
+
+std::vector<std::string> ExpectedCustomIds(const std::vector<std::string>& records, int64_t begin, int64_t end) {
+  std::vector<std::string> ids;
+  for (int64_t i = std::max<int64_t>(begin, 0); i < end && i < static_cast<int64_t>(records.size()); ++i) {
+    ids.push_back(ParseRecordLine(records[static_cast<size_t>(i)]).custom_id);
+  }
+  return ids;
+}
+
+absl::Status VerifyChunk(const Chunk& chunk, std::string_view output, std::string_view errors,
+                         const std::vector<std::string>& expected_ids) {
+  const int64_t n = chunk.end - chunk.begin;
+  if (n <= 0 || static_cast<int64_t>(expected_ids.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat(Describe(chunk), " claims a range the task does not have"));
+  }
+  std::vector<std::string_view> out_lines = Lines(output), err_lines = Lines(errors);
+  if (static_cast<int64_t>(out_lines.size() + err_lines.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat(Describe(chunk), " holds ", out_lines.size(), " output and ",
+                                                   err_lines.size(), " error lines for its ", n, " records"));
+  }
+  if (static_cast<int64_t>(err_lines.size()) != chunk.records_failed) {
+    return absl::InvalidArgumentError(absl::StrCat(Describe(chunk), " claims ", chunk.records_failed,
+                                                   " failed records but holds ", err_lines.size(), " error lines"));
+  }
+  std::vector<LineFacts> outs, errs;
+  for (size_t i = 0; i < out_lines.size(); ++i) {
+    auto facts = ReadLineFacts(out_lines[i]);
+    if (!facts.ok()) return absl::InvalidArgumentError(absl::StrCat(Describe(chunk), ": output line ", i + 1, " ", facts.status().message()));
+    if (facts->is_error_line()) {
+      return absl::InvalidArgumentError(absl::StrCat(Describe(chunk), ": output line ", i + 1, " is an error line"));
+    }
+    outs.push_back(*std::move(facts));
+  }
+  for (size_t i = 0; i < err_lines.size(); ++i) {
+    auto facts = ReadLineFacts(err_lines[i]);
+    if (!facts.ok()) return absl::InvalidArgumentError(absl::StrCat(Describe(chunk), ": error line ", i + 1, " ", facts.status().message()));
+    if (!facts->is_error_line()) {
+      return absl::InvalidArgumentError(absl::StrCat(Describe(chunk), ": error line ", i + 1, " is not an error"));
+    }
+    errs.push_back(*std::move(facts));
+  }
+  // Each record, in order, is answered by the next output line or the next error line.
+  size_t o = 0, e = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const std::string& id = expected_ids[static_cast<size_t>(i)];
+    if (o < outs.size() && Answers(outs[o], id)) {
+      ++o;
+    } else if (e < errs.size() && Answers(errs[e], id)) {
+      ++e;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Describe(chunk), ": record ", chunk.begin + i, " (custom_id '", Excerpt(id, 64), "') is not answered: ",
+          o < outs.size() ? absl::StrCat("output line ", o + 1, " answers ", Quoted(outs[o])) : "no output line left",
+          ", ", e < errs.size() ? absl::StrCat("error line ", e + 1, " answers ", Quoted(errs[e])) : "no error line left"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// --- ChunkChecker ---
+
+bool ChunkChecker::Known(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  return admitted_.contains(key);
+}
+
+void ChunkChecker::Remember(const std::string& key) {
+  constexpr size_t kRemembered = 200000;
+  absl::MutexLock lock(&mu_);
+  if (!admitted_.insert(key).second) return;
+  admitted_order_.push_back(key);
+  if (admitted_order_.size() > kRemembered) {
+    admitted_.erase(admitted_order_.front());
+    admitted_order_.pop_front();
+  }
+}
+
+absl::StatusOr<std::string> ChunkChecker::InputKey(const std::string& job_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = input_keys_.find(job_id); it != input_keys_.end()) return it->second;
+  }
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  absl::MutexLock lock(&mu_);
+  if (input_keys_.size() > 10000) input_keys_.clear();  // a job's input never changes: a cache, nothing more
+  input_keys_[job_id] = job->spec.input_key;
+  return job->spec.input_key;
+}
+
+absl::Status ChunkChecker::CheckOne(const Task& task, const std::string& input_key, const Chunk& chunk,
+                                    std::vector<std::string>* records) {
+  if (records->empty()) {
+    auto input = blobs_->GetRange(input_key, task.byte_begin, task.byte_end - task.byte_begin);
+    if (!input.ok()) return absl::UnavailableError(absl::StrCat("cannot read the task's input: ", input.status().message()));
+    *records = SplitRecordLines(*input);
+    if (static_cast<int64_t>(records->size()) != task.n_records) {
+      return absl::DataLossError(absl::StrCat("the task's input holds ", records->size(), " records, not ", task.n_records));
+    }
+  }
+  auto output = ReadChunkObject(*blobs_, keys::ChunkOutput(task.job_id, task.index, chunk.attempt, chunk.seq),
+                           options_.max_chunk_bytes);
+  if (absl::IsNotFound(output.status())) {
+    return absl::InvalidArgumentError(absl::StrCat(Describe(chunk), " was reported but its output was never uploaded"));
+  }
+  if (!output.ok()) return output.status();
+  auto errors = ReadChunkObject(*blobs_, keys::ChunkErrors(task.job_id, task.index, chunk.attempt, chunk.seq),
+                           options_.max_chunk_bytes);
+  if (absl::IsNotFound(errors.status())) errors = std::string();
+  if (!errors.ok()) return errors.status();
+  return VerifyChunk(chunk, *output, *errors, ExpectedCustomIds(*records, chunk.begin, chunk.end));
+}
+
+ChunkChecker::Verdict ChunkChecker::Screen(const std::string& executor_id, const LeaseProgress& report,
+                                           bool completing, absl::Time now, absl::Status* why,
+                                           std::vector<Chunk>* good) {
+  if (report.chunks.empty() && !completing) return Verdict::kAdmit;
+  if (!completing) {
+    // Chunks admitted before (an executor repeats its list in every heartbeat) are not read again.
+    bool all_known = true;
+    for (const Chunk& c : report.chunks) {
+      all_known &= Known(absl::StrCat(report.job_id, "/", report.task_index, "#", report.attempt, ".", c.seq));
+    }
+    if (all_known) {
+      if (good) *good = report.chunks;
+      return Verdict::kAdmit;
+    }
+  }
+  auto task = store_->GetTask(report.job_id, report.task_index);
+  if (!task.ok()) return Verdict::kAdmit;  // unknown task: the store refuses the report itself
+  // A stale attempt's report is refused by the store; its uploads are never read.
+  if (!CheckFence(*task, executor_id, report.attempt).ok()) return Verdict::kAdmit;
+  // Which chunks this report would commit: the model's own transition, applied to a copy.
+  Task after = *task;
+  LeaseProgress as_reported = report;
+  for (Chunk& c : as_reported.chunks) c.attempt = report.attempt;  // as the service reads them
+  if (completing) {
+    if (!CompleteTask(after, as_reported, now).ok()) return Verdict::kAdmit;  // refused by the store anyway
+  } else if (!FromShadow(after, report.attempt) && !after.shadow) {
+    (void)CommitChunks(after, as_reported.chunks);  // what does not fit is left out by the store too
+  }
+  std::vector<Chunk> fresh;
+  for (const Chunk& c : after.chunks) {
+    bool committed = false;
+    for (const Chunk& old : task->chunks) committed |= old.attempt == c.attempt && old.seq == c.seq;
+    if (!committed) fresh.push_back(c);
+  }
+  auto input_key = InputKey(report.job_id);
+  if (!input_key.ok()) {
+    *why = input_key.status();
+    return Verdict::kUnreadable;
+  }
+  std::vector<std::string> records;
+  std::vector<Chunk> passed;
+  for (const Chunk& chunk : fresh) {
+    const std::string key = ChunkKey(*task, chunk);
+    absl::Status checked = Known(key) ? absl::OkStatus() : CheckOne(*task, *input_key, chunk, &records);
+    if (checked.ok()) {
+      Remember(key);
+      passed.push_back(chunk);
+      continue;
+    }
+    if (!absl::IsInvalidArgument(checked)) {  // the object store's trouble, not the chunk's
+      *why = checked;
+      return Verdict::kUnreadable;
+    }
+    // A forged or broken chunk: the attempt fails, keeping the chunks before it.
+    std::vector<Chunk> keep;
+    for (const Chunk& c : as_reported.chunks) {
+      bool ok = false;
+      for (const Chunk& p : passed) ok |= p.seq == c.seq && p.attempt == c.attempt;
+      if (!ok) break;
+      keep.push_back(c);
+    }
+    if (good) *good = keep;
+    *why = absl::InvalidArgumentError(absl::StrCat("refused ", checked.message()));
+    {
+      absl::MutexLock lock(&mu_);
+      ++rejected_;
+    }
+    MINIONS_LOG(Warning) << "job=" << report.job_id << " task=" << report.task_index << " attempt=" << report.attempt
+                         << " executor=" << executor_id << " uploaded a chunk that fails its check: "
+                         << checked.message();
+    auto failed = store_->FailTask(executor_id, report.job_id, report.task_index, report.attempt,
+                                   FailureClass::kRetryable, std::string(why->message()), now, keep);
+    if (!failed.ok() && !absl::IsFailedPrecondition(failed.status())) {
+      *why = failed.status();
+      return Verdict::kUnreadable;
+    }
+    return Verdict::kRejected;
+  }
+  if (good) *good = report.chunks;
+  return Verdict::kAdmit;
+}
+
+absl::StatusOr<HeartbeatReply> ChunkChecker::Heartbeat(const std::string& executor_id, ExecutorState state,
+                                                       const std::string& reason,
+                                                       const std::vector<LeaseProgress>& held, absl::Duration ttl,
+                                                       absl::Time now) {
+  std::vector<LeaseProgress> admitted, refused;
+  for (const LeaseProgress& lease : held) {
+    absl::Status why;
+    switch (Screen(executor_id, lease, /*completing=*/false, now, &why, nullptr)) {
+      case Verdict::kAdmit:
+        admitted.push_back(lease);
+        break;
+      case Verdict::kRejected:
+        refused.push_back(lease);
+        break;
+      case Verdict::kUnreadable: {
+        // Renewed, but nothing committed until its chunks can be read.
+        LeaseProgress renew_only = lease;
+        renew_only.chunks.clear();
+        admitted.push_back(std::move(renew_only));
+        MINIONS_LOG(Info) << "job=" << lease.job_id << " task=" << lease.task_index
+                          << " chunks not committed yet: " << why.message();
+        break;
+      }
+    }
+  }
+  auto reply = store_->Heartbeat(executor_id, state, reason, admitted, ttl, now);
+  if (!reply.ok()) return reply;
+  for (LeaseProgress& lease : refused) reply->cancel.push_back(std::move(lease));
+  return reply;
+}
+
+absl::StatusOr<std::vector<absl::Status>> ChunkChecker::CompleteTasks(const std::string& executor_id,
+                                                                      const std::vector<LeaseProgress>& reports,
+                                                                      absl::Time now) {
+  std::vector<absl::Status> refusals(reports.size());
+  std::vector<LeaseProgress> admitted;
+  std::vector<size_t> admitted_index;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    absl::Status why;
+    switch (Screen(executor_id, reports[i], /*completing=*/true, now, &why, nullptr)) {
+      case Verdict::kAdmit:
+        admitted.push_back(reports[i]);
+        admitted_index.push_back(i);
+        break;
+      case Verdict::kRejected:
+        refusals[i] = why;
+        break;
+      case Verdict::kUnreadable:
+        // The executor keeps its completions and tries again shortly.
+        return absl::UnavailableError(absl::StrCat("cannot check the uploads yet: ", why.message()));
+    }
+  }
+  std::vector<absl::Status> outcomes = refusals;
+  if (!admitted.empty()) {
+    auto stored = store_->CompleteTasks(executor_id, admitted, now);
+    if (!stored.ok()) return stored;
+    for (size_t k = 0; k < admitted.size(); ++k) outcomes[admitted_index[k]] = (*stored)[k];
+  }
+  return outcomes;
+}
+
+absl::StatusOr<Task> ChunkChecker::FailTask(const std::string& executor_id, const std::string& job_id,
+                                            int64_t task_index, int attempt, FailureClass failure,
+                                            const std::string& message, absl::Time now,
+                                            const std::vector<Chunk>& chunks) {
+  LeaseProgress report;
+  report.job_id = job_id;
+  report.task_index = task_index;
+  report.attempt = attempt;
+  report.chunks = chunks;
+  absl::Status why;
+  std::vector<Chunk> good;
+  switch (Screen(executor_id, report, /*completing=*/false, now, &why, &good)) {
+    case Verdict::kAdmit:
+      return store_->FailTask(executor_id, job_id, task_index, attempt, failure, message, now, chunks);
+    case Verdict::kRejected:
+      // Screen failed the attempt already, keeping the chunks that passed.
+      return store_->GetTask(job_id, task_index);
+    case Verdict::kUnreadable:
+      // Fail it as reported, committing nothing unchecked: the next attempt redoes those records.
+      return store_->FailTask(executor_id, job_id, task_index, attempt, failure, message, now);
+  }
+  return absl::InternalError("unreachable");
+}
+
+}  // namespace minions

@@ -1,0 +1,149 @@
+#include "store/postgres/pg_transaction_runner.h"
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "store/postgres/pg_connection.h"
+
+namespace minions::postgres_store {
+namespace {
+
+// How long a method keeps retrying a transaction the server broke off (a restart, a failover, a
+// deadlock victim) before it answers Unavailable.
+constexpr absl::Duration kRetryWindow = absl::Seconds(30);
+constexpr absl::Duration kFirstBackoff = absl::Milliseconds(20);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
+
+constexpr char kTxidStatus[] = "SELECT txid_status($1)";
+
+// A bit of jitter, so that servers that lost the database together do not retry in lockstep.
+absl::Duration Jittered(absl::Duration backoff) {
+  static thread_local std::mt19937 random(std::random_device{}());
+  return backoff * (0.5 + std::uniform_real_distribution<double>(0, 1)(random));
+}
+
+// After a COMMIT whose answer was lost: did transaction `xid` commit? Asks on a fresh connection
+// until `deadline`.
+absl::StatusOr<bool> WasCommitted(Connection& c, int64_t xid, absl::Time deadline) {
+  absl::Duration backoff = kFirstBackoff;
+  absl::Status last_error;
+  while (true) {
+    absl::Status connected = c.EnsureConnected();
+    if (connected.ok()) {
+      c.StartTransaction(false);
+      absl::StatusOr<PgResult> status = c.Exec(kTxidStatus, Params().Int(xid));
+      c.Rollback();
+      if (status.ok()) {
+        const std::string answer = status->IsNull(0, 0) ? "" : status->Text(0, 0);
+        if (answer == "committed") return true;
+        if (answer != "in progress") return false;  // aborted (or forgotten: never committed)
+      } else {
+        last_error = status.status();
+        if (!c.retryable()) return last_error;
+      }
+    } else {
+      last_error = connected;
+    }
+    if (absl::Now() + backoff > deadline) {
+      return absl::UnavailableError(
+          absl::StrCat("PostgreSQL: cannot learn whether a transaction committed: ", last_error.message()));
+    }
+    absl::SleepFor(Jittered(backoff));
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+}
+
+}  // namespace
+
+TransactionRunner::TransactionRunner(std::unique_ptr<ConnectionPool> pool) : pool_(std::move(pool)) {}
+
+TransactionRunner::~TransactionRunner() = default;
+
+absl::Status TransactionRunner::Run(bool write, absl::FunctionRef<absl::Status(Connection&)> body) {
+  Borrowed borrowed(pool_.get());
+  Connection& c = *borrowed;
+  const absl::Time deadline = absl::Now() + kRetryWindow;
+  absl::Duration backoff = kFirstBackoff;
+  absl::Status last_error;
+  for (int tries = 0;; ++tries) {
+    if (tries > 0) {
+      if (absl::Now() + backoff > deadline) {
+        return absl::UnavailableError(absl::StrCat("PostgreSQL unavailable; gave up after ", tries, " tries in ",
+                                                   absl::FormatDuration(kRetryWindow), ": ", last_error.message()));
+      }
+      absl::SleepFor(Jittered(backoff));
+      backoff = std::min(backoff * 2, kMaxBackoff);
+    }
+    if (absl::Status connected = c.EnsureConnected(); !connected.ok()) {
+      last_error = connected;
+      continue;
+    }
+    c.StartTransaction(write, write ? TakeCommitFault() : CommitFault::kNone);
+    const absl::Status answered = body(c);
+    if (c.commit_state() == Connection::CommitState::kCommitted) return absl::OkStatus();
+    if (c.commit_state() == Connection::CommitState::kAnswerLost) {
+      // Its last statement and COMMIT went out together and no answer came back.
+      const Connection::AfterCommitStep after = c.TakeAfterCommit();
+      absl::StatusOr<bool> was_committed = WasCommitted(c, c.xid(), deadline);
+      if (!was_committed.ok()) return was_committed.status();
+      if (*was_committed) {
+        c.RunAfterCommit(after);
+        return absl::OkStatus();
+      }
+      last_error = absl::UnavailableError("the connection broke before a COMMIT was answered");
+      continue;  // it rolled back: run it again
+    }
+    if (c.retryable()) {  // the body's answer was made on a broken or aborted transaction
+      last_error = c.first_error();
+      c.Rollback();
+      continue;
+    }
+    if (!answered.ok() || !c.first_error().ok()) {
+      c.Rollback();
+      if (answered.ok()) return c.first_error();  // a query failed but the body went on
+      return absl::OkStatus();                    // the body's own error stands
+    }
+    if (c.begin_pending()) return absl::OkStatus();  // it sent nothing: nothing to commit
+    const int64_t xid = c.xid();
+    absl::StatusOr<PgResult> committed = c.Commit();
+    if (committed.ok()) return absl::OkStatus();
+    last_error = committed.status();
+    if (!c.retryable()) {
+      c.Rollback();
+      return committed.status();
+    }
+    if (!write) continue;
+    const Connection::AfterCommitStep after = c.TakeAfterCommit();
+    absl::StatusOr<bool> was_committed = WasCommitted(c, xid, deadline);
+    if (!was_committed.ok()) return was_committed.status();
+    if (*was_committed) {
+      c.RunAfterCommit(after);
+      return absl::OkStatus();
+    }
+    // It rolled back: run it again.
+  }
+}
+
+void TransactionRunner::InjectCommitFault(CommitFault fault, int times) {
+  absl::MutexLock lock(&fault_mu_);
+  fault_ = fault;
+  faults_left_ = times;
+}
+
+int TransactionRunner::CommitFaultsInjected() {
+  absl::MutexLock lock(&fault_mu_);
+  return faults_injected_;
+}
+
+CommitFault TransactionRunner::TakeCommitFault() {
+  absl::MutexLock lock(&fault_mu_);
+  if (faults_left_ <= 0 || fault_ == CommitFault::kNone) return CommitFault::kNone;
+  --faults_left_;
+  ++faults_injected_;
+  return fault_;
+}
+
+}  // namespace minions::postgres_store

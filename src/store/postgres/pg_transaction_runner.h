@@ -1,0 +1,80 @@
+#pragma once
+// TransactionRunner: runs a body of statements as one PostgreSQL transaction on a pooled
+// connection, and runs it again when the database broke it off.
+//
+// - Retries: a transaction that fails because the connection broke (SQLSTATE class 08, no
+//   SQLSTATE at all, 57P01-57P03 shutdown/startup, 53300 too many connections) or on a
+//   serialization failure or deadlock (40001, 40P01) is rolled back and run again (reconnecting
+//   first when the connection broke), with jittered exponential backoff from 20 ms to 1 s, for up
+//   to 30 seconds; then it is Unavailable.
+// - Commit verification: a COMMIT whose answer was lost is not blindly retried: writing
+//   transactions note their transaction id (taken with BEGIN), and after reconnecting the runner
+//   asks txid_status() whether it committed (InjectCommitFault exercises both outcomes).
+// Owns the connection pool. Thread-safe: any thread may run transactions; each waits for a free
+// connection.
+
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "store/postgres/commit_fault.h"
+
+namespace minions::postgres_store {
+
+class Connection;      // pg_connection.h
+class ConnectionPool;
+
+class TransactionRunner {
+ public:
+  explicit TransactionRunner(std::unique_ptr<ConnectionPool> pool);
+  ~TransactionRunner();
+  TransactionRunner(const TransactionRunner&) = delete;
+  TransactionRunner& operator=(const TransactionRunner&) = delete;
+
+  // Runs `body(connection)` inside BEGIN ... COMMIT on a pooled connection, rolling back when it
+  // returns an error, and running it again (see the header comment) when the connection broke or
+  // the server aborted it. In a `write` transaction every row loaded is locked FOR UPDATE (the
+  // body asks Connection::for_update()). The body's result is absl::Status or absl::StatusOr<T>;
+  // it is the answer unless the transaction itself failed (then that failure is).
+  template <typename Body>
+  auto InTransaction(bool write, Body&& body) -> decltype(body(std::declval<Connection&>())) {
+    using Result = decltype(body(std::declval<Connection&>()));
+    std::optional<Result> result;
+    absl::Status failed = Run(write, [&](Connection& c) -> absl::Status {
+      result.emplace(body(c));
+      if constexpr (std::is_same_v<Result, absl::Status>) {
+        return *result;
+      } else {
+        return result->status();
+      }
+    });
+    if (!failed.ok()) return Result(std::move(failed));
+    return *std::move(result);
+  }
+
+  // Tests only: the next `times` COMMITs of writing transactions go wrong as `fault` says.
+  void InjectCommitFault(CommitFault fault, int times) ABSL_LOCKS_EXCLUDED(fault_mu_);
+  // How many injected faults have happened.
+  int CommitFaultsInjected() ABSL_LOCKS_EXCLUDED(fault_mu_);
+
+ private:
+  // Runs the attempts. OK: the body's last answer stands (it committed, or it failed on its own
+  // and was rolled back, or it sent nothing); otherwise the transaction failed with this error.
+  absl::Status Run(bool write, absl::FunctionRef<absl::Status(Connection&)> body);
+  // What Run does at the next COMMIT of a writing transaction.
+  CommitFault TakeCommitFault() ABSL_LOCKS_EXCLUDED(fault_mu_);
+
+  const std::unique_ptr<ConnectionPool> pool_;
+  absl::Mutex fault_mu_;
+  CommitFault fault_ ABSL_GUARDED_BY(fault_mu_) = CommitFault::kNone;
+  int faults_left_ ABSL_GUARDED_BY(fault_mu_) = 0;
+  int faults_injected_ ABSL_GUARDED_BY(fault_mu_) = 0;
+};
+
+}  // namespace minions::postgres_store

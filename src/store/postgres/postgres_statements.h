@@ -1,0 +1,161 @@
+#pragma once
+// The PostgreSQL store's SQL: every statement is constant text with $n parameters; values are
+// always bound. Rows are written with the parameters in the order of store/common/store_rows.h's
+// column lists. The schema these run against is postgres_migrations.cc.
+//
+// Each statement is prepared once per connection (pg_connection.h) and keeps its generic plan, so
+// the states that partial indexes name are literals here, not parameters: a generic plan can only
+// use a partial index whose predicate the query states as such.
+
+#include "store/common/store_rows.h"
+
+namespace minions::postgres_store::sql {
+
+// A job's counts are the sums of its counter shards (job_counts, see postgres_migrations.cc); the
+// jobs row's own count columns stay zero. Columns as MINIONS_STORE_JOB_COLUMNS.
+#define MINIONS_PG_SELECT_JOBS                                                                                    \
+  "SELECT j.id, j.team, j.state, j.spec, j.total_records, COALESCE(c.completed, 0), COALESCE(c.failed, 0), "      \
+  "j.n_tasks, COALESCE(c.done, 0), COALESCE(c.succeeded, 0), j.error, j.output_key, j.errors_key, "               \
+  "j.manifest_key, j.created_at, GREATEST(j.updated_at, c.updated_at), j.started_at, j.finished_at FROM jobs j " \
+  "LEFT JOIN LATERAL (SELECT SUM(completed_records)::bigint AS completed, SUM(failed_records)::bigint AS failed, " \
+  "SUM(tasks_done)::bigint AS done, SUM(tasks_succeeded)::bigint AS succeeded, MAX(updated_at) AS updated_at "    \
+  "FROM job_counts WHERE job_id = j.id) c ON true "
+inline constexpr char kSelectJob[] = MINIONS_PG_SELECT_JOBS "WHERE j.id = $1";
+inline constexpr char kSelectJobForUpdate[] = MINIONS_PG_SELECT_JOBS "WHERE j.id = $1 FOR UPDATE OF j";
+inline constexpr char kListJobs[] = MINIONS_PG_SELECT_JOBS
+    "WHERE ($1::text IS NULL OR j.state = $1::text) AND ($2::text = '' OR j.team = $2::text) "
+    "ORDER BY j.created_at DESC, j.id DESC LIMIT $3::bigint";
+inline constexpr char kJobsInState[] = MINIONS_PG_SELECT_JOBS "WHERE j.state = $1 ORDER BY j.created_at, j.id LIMIT $2::bigint";
+// Jobs not yet settled whose tasks have all ended (their last completers ran at once and none saw
+// the others' counts): JobsToFinalize settles them.
+inline constexpr char kUnsettledJobs[] =
+    "SELECT j.id FROM jobs j WHERE j.state IN ($1, $2) AND j.n_tasks > 0 "
+    "AND j.n_tasks <= (SELECT COALESCE(SUM(tasks_done), 0) FROM job_counts WHERE job_id = j.id)";
+inline constexpr char kLastFailure[] =
+    "SELECT last_error FROM tasks WHERE job_id = $1 AND state = $2 ORDER BY finished_at DESC NULLS LAST, idx DESC "
+    "LIMIT 1";
+// Parameters: rows::JobValues.
+inline constexpr char kInsertJob[] = "INSERT INTO jobs (" MINIONS_STORE_JOB_WRITE_COLUMNS
+                              ") VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, "
+                              "$16, $17) ON CONFLICT (id) DO NOTHING";
+inline constexpr char kUpdateJob[] =
+    "UPDATE jobs SET team = $2, state = $3, spec = $4::jsonb, priority = $5, min_memory_bytes = $6, runner = $7, "
+    "total_records = $8, n_tasks = $9, error = $10, output_key = $11, errors_key = $12, manifest_key = $13, "
+    "created_at = $14, updated_at = $15, started_at = $16, finished_at = $17 WHERE id = $1";
+
+// Tasks, many at a time: one array parameter per column of MINIONS_STORE_TASK_COLUMNS.
+#define MINIONS_PG_TASK_ARRAYS                                                                                  \
+  "unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], "       \
+  "$8::int[], $9::int[], $10::int[], $11::text[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], " \
+  "$16::text[], $17::bigint[], $18::bigint[], $19::jsonb[], $20::jsonb[])"
+#define MINIONS_PG_UPDATE_TASKS                                                                                  \
+  "UPDATE tasks SET first_record = u.first_record, n_records = u.n_records, byte_begin = u.byte_begin, "          \
+  "byte_end = u.byte_end, state = u.state, attempt = u.attempt, failures = u.failures, preemptions = "             \
+  "u.preemptions, executor_id = u.executor_id, lease_expires_at = u.lease_expires_at, not_before = u.not_before, " \
+  "records_done = u.records_done, records_failed = u.records_failed, last_error = u.last_error, started_at = "     \
+  "u.started_at, finished_at = u.finished_at, chunks = u.chunks, shadow = u.shadow FROM " MINIONS_PG_TASK_ARRAYS                                         \
+  " AS u(" MINIONS_STORE_TASK_COLUMNS ") WHERE tasks.job_id = u.job_id AND tasks.idx = u.idx"
+inline constexpr char kInsertTasks[] = "INSERT INTO tasks (" MINIONS_STORE_TASK_COLUMNS ") SELECT * FROM " MINIONS_PG_TASK_ARRAYS
+                                " ON CONFLICT (job_id, idx) DO NOTHING";
+inline constexpr char kUpdateTasks[] = MINIONS_PG_UPDATE_TASKS;
+// Tasks by key ($1 job ids, $2 indexes), in key order (the order they are locked in).
+// (A lateral join: one index probe per key, whatever the planner guesses unnest's size to be.)
+#define MINIONS_PG_SELECT_TASKS(LOCK)                                                                        \
+  "SELECT t.* FROM (SELECT DISTINCT * FROM unnest($1::text[], $2::bigint[]) ORDER BY 1, 2) k(job_id, idx) " \
+  "CROSS JOIN LATERAL (SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE job_id = k.job_id AND "       \
+  "idx = k.idx" LOCK ") t"
+inline constexpr char kSelectTasks[] = MINIONS_PG_SELECT_TASKS("");
+inline constexpr char kSelectTasksForUpdate[] = MINIONS_PG_SELECT_TASKS(" FOR UPDATE");
+// Whether executor $3 exists, then (only if it does) the tasks by key, locked: one row with
+// NULL task columns when there are none.
+inline constexpr char kExecutorAndTasksForUpdate[] =
+    "SELECT e.n, t.* FROM (SELECT COUNT(*) AS n FROM executors WHERE id = $3) e LEFT JOIN LATERAL ("
+    MINIONS_PG_SELECT_TASKS(" FOR UPDATE") " WHERE e.n > 0) t ON true";
+#define MINIONS_PG_SELECT_TASKS_OF_JOB "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE job_id = $1 ORDER BY idx"
+inline constexpr char kSelectTasksOfJob[] = MINIONS_PG_SELECT_TASKS_OF_JOB;
+inline constexpr char kSelectTasksOfJobForUpdate[] = MINIONS_PG_SELECT_TASKS_OF_JOB " FOR UPDATE";
+inline constexpr char kRunningTasks[] =
+    "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = 'running' ORDER BY executor_id, job_id, idx";
+inline constexpr char kCountTasks[] =
+    "SELECT (SELECT COUNT(*) FROM tasks WHERE job_id = $1 AND state = 'pending'), COUNT(*), "
+    "COUNT(DISTINCT executor_id) FROM tasks WHERE job_id = $1 AND state = 'running'";
+
+// The end of attempts, in one statement: the tasks as the state machine left them ($1-$20, as
+// kUpdateTasks), what they add to their jobs' counts ($21-$27: one counter shard row per job),
+// and the records the executor ($29) did ($28). Answers how many tasks it wrote and whether the
+// executor exists.
+inline constexpr char kWriteAttempts[] =
+    "WITH t AS (" MINIONS_PG_UPDATE_TASKS " RETURNING 1), "
+    "c AS (INSERT INTO job_counts (job_id, shard, tasks_done, tasks_succeeded, completed_records, failed_records, "
+    "updated_at) SELECT * FROM unnest($21::text[], $22::int[], $23::bigint[], $24::bigint[], $25::bigint[], "
+    "$26::bigint[], $27::bigint[]) ON CONFLICT (job_id, shard) DO UPDATE SET "
+    "tasks_done = job_counts.tasks_done + EXCLUDED.tasks_done, "
+    "tasks_succeeded = job_counts.tasks_succeeded + EXCLUDED.tasks_succeeded, "
+    "completed_records = job_counts.completed_records + EXCLUDED.completed_records, "
+    "failed_records = job_counts.failed_records + EXCLUDED.failed_records, "
+    "updated_at = GREATEST(job_counts.updated_at, EXCLUDED.updated_at)), "
+    "e AS (UPDATE executors SET records_done = records_done + $28 WHERE id = $29 RETURNING 1) "
+    "SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM e)";
+// Which of the jobs $1 have not settled though all their tasks have ended: asked right after
+// the COMMIT of a transaction that ended some of their tasks. Of transactions ending a job's last
+// tasks at once, none may see the others' counts before it commits; the one that commits last
+// sees them all after.
+inline constexpr char kFinishedJobs[] =
+    "SELECT j.id FROM jobs j WHERE j.id = ANY($1::text[]) AND j.state IN ($2, $3) "
+    "AND j.n_tasks <= (SELECT COALESCE(SUM(tasks_done), 0) FROM job_counts WHERE job_id = j.id)";
+
+// Candidate selection: which pending tasks this executor could run, in grant order, locked
+// (tasks another transaction holds are skipped, not waited for), with what the lease needs of
+// their job. Runnable jobs in grant order, and for each its pending tasks in index order off the
+// partial index (a nested loop keeps the jobs' order), so a lease reads about as many tasks as it
+// takes, however many are pending. States the partial indexes name are literals: a generic plan
+// can only use a partial index whose predicate the query states as such. Whether a task may
+// actually be granted is GrantTask's decision.
+inline constexpr char kLeaseCandidates[] =
+    "SELECT t.*, j.spec, j.state, j.started_at IS NOT NULL FROM (SELECT id, spec, state, started_at FROM jobs "
+    "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
+    "ORDER BY priority DESC, created_at, id) j CROSS JOIN LATERAL (SELECT " MINIONS_STORE_TASK_COLUMNS
+    " FROM tasks WHERE job_id = j.id AND state = 'pending' AND (not_before IS NULL OR not_before <= $1) "
+    "ORDER BY idx LIMIT $6 FOR UPDATE SKIP LOCKED) t LIMIT $6";
+inline constexpr char kExpiredLeases[] =
+    "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = 'running' AND lease_expires_at <= $1 "
+    "ORDER BY lease_expires_at, job_id, idx LIMIT $2::bigint FOR UPDATE SKIP LOCKED";
+
+#define MINIONS_PG_SELECT_EXECUTOR "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = $1"
+inline constexpr char kSelectExecutor[] = MINIONS_PG_SELECT_EXECUTOR;
+inline constexpr char kSelectExecutorForUpdate[] = MINIONS_PG_SELECT_EXECUTOR " FOR UPDATE";
+inline constexpr char kListExecutors[] =
+    "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors ORDER BY registered_at, id";
+// Parameters: rows::ExecutorValues.
+inline constexpr char kInsertExecutor[] = "INSERT INTO executors (" MINIONS_STORE_EXECUTOR_COLUMNS
+                                   ") VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7::int::boolean, $8) "
+                                   "ON CONFLICT (id) DO NOTHING";
+inline constexpr char kUpdateExecutor[] =
+    "UPDATE executors SET info = $2::jsonb, state = $3, state_reason = $4, registered_at = $5, "
+    "last_heartbeat_at = $6, drain_requested = $7::int::boolean, records_done = $8 WHERE id = $1";
+// A heartbeat being recorded right now (its row locked) is proof of life: skipped.
+inline constexpr char kSilentExecutors[] =
+    "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE state <> $1 AND last_heartbeat_at < $2 "
+    "ORDER BY last_heartbeat_at, id FOR UPDATE SKIP LOCKED";
+
+inline constexpr char kMigrationLock[] = "SELECT pg_advisory_xact_lock($1)";
+inline constexpr char kCreateMigrationsTable[] =
+    "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+    "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())";
+inline constexpr char kSchemaVersion[] =
+    "SELECT COALESCE(MAX(version), 0), current_database(), COALESCE(current_schema(), '') FROM schema_migrations";
+inline constexpr char kRecordMigration[] = "INSERT INTO schema_migrations (version) VALUES ($1)";
+
+// The watchdog's session-level advisory lock (postgres_watchdog_lock.h).
+inline constexpr char kTryAdvisoryLock[] = "SELECT pg_try_advisory_lock($1)";
+inline constexpr char kAdvisoryUnlock[] = "SELECT pg_advisory_unlock($1)";
+inline constexpr char kPing[] = "SELECT 1";
+
+#undef MINIONS_PG_SELECT_JOBS
+#undef MINIONS_PG_TASK_ARRAYS
+#undef MINIONS_PG_UPDATE_TASKS
+#undef MINIONS_PG_SELECT_TASKS
+#undef MINIONS_PG_SELECT_TASKS_OF_JOB
+#undef MINIONS_PG_SELECT_EXECUTOR
+
+}  // namespace minions::postgres_store::sql

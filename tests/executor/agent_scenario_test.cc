@@ -1,0 +1,450 @@
+// The executor's behaviours as stories on fake time: the real ExecutorAgent and the real
+// control-plane services (Scenario), fake runners that can crash, stall or die. Each story runs in
+// milliseconds and the same way every time.
+
+#include <signal.h>
+
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "scenario.h"
+
+namespace minions::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+const Task& TaskAt(const std::vector<Task>& tasks, int64_t index) { return tasks.at(static_cast<size_t>(index)); }
+
+TEST(ExecutorStory, TwoExecutorsServeEveryRecordOfAJobOnce) {
+  Scenario s;
+  s.AddExecutor("A");
+  s.AddExecutor("B");
+  std::string job = s.Submit(Scenario::Records(1000), 10);
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  Job done = s.job(job);
+  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
+  EXPECT_EQ(done.counts.completed, 1000);
+  s.ExpectEachRecordOnce(job, 1000);
+  // Both took part, and no record ran twice.
+  EXPECT_GT(s.executor("A").runner.records_run, 0);
+  EXPECT_GT(s.executor("B").runner.records_run, 0);
+  EXPECT_EQ(s.executor("A").runner.records_run + s.executor("B").runner.records_run, 1000);
+  for (const Task& t : s.tasks(job)) EXPECT_EQ(t.attempt, 1) << "task " << t.index;
+  // A model loads once per runner, not once per task.
+  EXPECT_EQ(s.executor("A").runner.loads, 1);
+}
+
+TEST(ExecutorStory, CheckpointsAreCommittedAsTheRecordsFinish) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");  // a checkpoint every 10 records
+  a.runner.record_time = absl::Milliseconds(100);
+  std::string job = s.Submit(Scenario::Records(100), 100);  // one task
+  // 3.5 s in, 35 records are done; the first three chunks are already committed by the server.
+  ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= 35; }));
+  s.RunFor(absl::Milliseconds(10));
+  Task task = TaskAt(s.tasks(job), 0);
+  EXPECT_EQ(CommittedRecords(task), 30);
+  ASSERT_EQ(task.chunks.size(), 3u);
+  EXPECT_EQ(task.chunks[2], (Chunk{1, 2, 20, 30, 0}));
+  EXPECT_GE(task.records_done, 30);
+}
+
+TEST(ExecutorStory, AnExecutorsSuccessorResumesAfterItsLastCheckpoint) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.record_time = absl::Milliseconds(100);
+  std::string job = s.Submit(Scenario::Records(100), 100);
+  ASSERT_TRUE(s.RunUntil([&] { return CommittedRecords(TaskAt(s.tasks(job), 0)) >= 30; }));
+  const int64_t committed = CommittedRecords(TaskAt(s.tasks(job), 0));
+  s.Crash("A");  // power cut: no report, no heartbeat
+  Scenario::Executor& b = s.AddExecutor("B");
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  s.ExpectEachRecordOnce(job, 100);
+  Task task = TaskAt(s.tasks(job), 0);
+  EXPECT_EQ(task.attempt, 2);
+  EXPECT_EQ(task.failures, 1) << "a lost lease is a failure";
+  EXPECT_EQ(task.chunks.front().attempt, 1);
+  EXPECT_EQ(task.chunks.back().attempt, 2);
+  EXPECT_EQ(task.chunks.back().end, 100);
+  // The successor ran only what was not committed.
+  EXPECT_EQ(b.runner.records_run, 100 - committed);
+}
+
+TEST(ExecutorStory, ARecordThatCrashesTheRunnerBecomesAnErrorRecordNotAFailedTask) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.crash_on = "poison-me";
+  std::string job = s.Submit(Scenario::Records(60, {{37, "poison-me"}}), 20);
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  Job done = s.job(job);
+  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
+  EXPECT_EQ(done.counts.completed, 59);
+  EXPECT_EQ(done.counts.failed, 1);
+  std::vector<Json> errors = s.server.Results(job, true);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0]["custom_id"], "r37");
+  EXPECT_EQ(errors[0]["error"]["code"], "runner_crashed");
+  s.ExpectEachRecordOnce(job, 60);
+  for (const Task& t : s.tasks(job)) {
+    EXPECT_EQ(t.attempt, 1) << "task " << t.index << ": a poison record is no task failure";
+    EXPECT_EQ(t.failures, 0) << "task " << t.index;
+  }
+  EXPECT_GE(a.runner.crashes, 2) << "run with others, then alone, then halved";
+  EXPECT_LE(a.runner.crashes, 7);
+}
+
+TEST(ExecutorStory, AMachineWhoseRunnerAlwaysCrashesGivesItsTasksBack) {
+  Scenario s;
+  AgentOptions options = Scenario::DefaultOptions();
+  options.max_crashes_per_task = 3;
+  Scenario::Executor& a = s.AddExecutor("A", options);
+  a.runner.crash_on = "x";  // every record
+  std::string job = s.Submit(Scenario::Records(4), 4, /*max_attempts=*/2);
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  EXPECT_EQ(s.job(job).state, JobState::kFailed);
+  Task task = TaskAt(s.tasks(job), 0);
+  EXPECT_EQ(task.failures, 2);
+  EXPECT_THAT(task.last_error, HasSubstr("the runner failed 4 times"));
+}
+
+TEST(ExecutorStory, ExecutorsRideOutAServerOutageAndReattachTheirLeases) {
+  FakeControlPlane::Options server;
+  server.lease_ttl = absl::Milliseconds(1500);
+  Scenario s(server);
+  for (const char* name : {"A", "B"}) s.AddExecutor(name).runner.record_time = absl::Milliseconds(25);
+  std::string job = s.Submit(Scenario::Records(400), 40);
+  ASSERT_TRUE(s.RunUntil([&] { return s.RunningTasksOf("A") > 0 && s.RunningTasksOf("B") > 0; }));
+  // The server goes away for two TTLs; the executors carry on with what they hold.
+  s.server.SetDown(true);
+  const int64_t before = s.executor("A").runner.records_run;
+  s.RunFor(absl::Seconds(3));
+  EXPECT_GT(s.executor("A").runner.records_run, before) << "work goes on while the server is away";
+  s.server.Restart();
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  s.ExpectEachRecordOnce(job, 400);
+  for (const Task& t : s.tasks(job)) {
+    EXPECT_EQ(t.attempt, 1) << "task " << t.index << ": no lease was taken from its holder";
+    EXPECT_EQ(t.failures, 0) << "task " << t.index << ": " << t.last_error;
+  }
+}
+
+TEST(ExecutorStory, AnExecutorWaitsForAServerThatIsNotUpYet) {
+  Scenario s;
+  s.server.SetDown(true);
+  Scenario::Executor& a = s.AddExecutor("A");
+  s.RunFor(absl::Seconds(30));
+  EXPECT_EQ(a.id(), "");
+  EXPECT_FALSE(a.agent->finished());
+  const int calls = s.server.calls();
+  EXPECT_LT(calls, 15) << "registration backs off (up to 5 s between tries)";
+  s.server.SetDown(false);
+  std::string job = s.Submit(Scenario::Records(20), 10);
+  ASSERT_TRUE(s.RunUntilJobEnds(job, absl::Seconds(30)));
+  EXPECT_NE(a.id(), "");
+  EXPECT_EQ(s.job(job).state, JobState::kCompleted);
+}
+
+TEST(ExecutorStory, ACancelledJobStopsItsExecutorsWithinAHeartbeat) {
+  Scenario s;  // lease TTL 9 s: a heartbeat every 3 s
+  for (const char* name : {"A", "B"}) s.AddExecutor(name).runner.record_time = absl::Seconds(1);
+  std::string job = s.Submit(Scenario::Records(400), 50);
+  ASSERT_TRUE(s.RunUntil([&] { return s.RunningTasksOf("A") > 0 && s.RunningTasksOf("B") > 0; }));
+  ASSERT_TRUE(s.server.Cancel(job).ok());
+  const absl::Time cancelled_at = s.clock.Now();
+  auto idle = [&](const char* name) {
+    FakeRunner* runner = s.executor(name).runners->live();
+    return runner == nullptr || runner->idle();
+  };
+  ASSERT_TRUE(s.RunUntil([&] { return idle("A") && idle("B"); }));
+  EXPECT_LE(s.clock.Now() - cancelled_at, absl::Seconds(3) + absl::Seconds(1)) << "a heartbeat, and a record's time";
+  const int64_t run = s.executor("A").runner.records_run + s.executor("B").runner.records_run;
+  s.RunFor(absl::Minutes(1));
+  EXPECT_EQ(s.executor("A").runner.records_run + s.executor("B").runner.records_run, run) << "nothing more runs";
+  EXPECT_EQ(s.job(job).state, JobState::kCancelled);
+  // Cancelled work is not reported as failed.
+  for (const Task& t : s.tasks(job)) EXPECT_EQ(t.failures, 0) << "task " << t.index;
+}
+
+TEST(ExecutorStory, ADrainedExecutorFinishesItsTasksTakesNoMoreAndExits) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.record_time = absl::Milliseconds(200);
+  std::string job = s.Submit(Scenario::Records(200), 10);
+  ASSERT_TRUE(s.RunUntil([&] { return s.RunningTasksOf("A") > 0; }));
+  ASSERT_TRUE(s.server.Drain(a.id()).ok());
+  ASSERT_TRUE(s.RunUntilFinished("A", absl::Minutes(1)));
+  // What it held it finished; the rest waits for someone else.
+  std::vector<Task> tasks = s.tasks(job);
+  int succeeded = 0, pending = 0;
+  for (const Task& t : tasks) {
+    succeeded += t.state == TaskState::kSucceeded;
+    pending += t.state == TaskState::kPending;
+    EXPECT_EQ(t.failures, 0);
+    EXPECT_EQ(t.preemptions, 0);
+  }
+  EXPECT_GT(succeeded, 0);
+  EXPECT_EQ(succeeded + pending, 20);
+  EXPECT_GT(pending, 0);
+  EXPECT_EQ(a.runner.records_run, succeeded * 10);
+  EXPECT_EQ(s.executor("A").runners->live(), nullptr) << "the runner was shut down";
+  s.AddExecutor("B");
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  s.ExpectEachRecordOnce(job, 200);
+}
+
+TEST(ExecutorStory, AStoppedExecutorHandsItsTasksBackAtOnceAsPreempted) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.record_time = absl::Milliseconds(100);
+  std::string job = s.Submit(Scenario::Records(100), 50);
+  ASSERT_TRUE(s.RunUntil([&] { return CommittedRecords(TaskAt(s.tasks(job), 0)) >= 20; }));
+  a.agent->Stop();
+  ASSERT_TRUE(s.RunUntilFinished("A", absl::Milliseconds(1)));
+  for (const Task& t : s.tasks(job)) {
+    EXPECT_EQ(t.state, TaskState::kPending) << "task " << t.index;
+    EXPECT_EQ(t.failures, 0) << "task " << t.index;
+  }
+  Task first = TaskAt(s.tasks(job), 0);
+  EXPECT_EQ(first.preemptions, 1);
+  EXPECT_GE(CommittedRecords(first), 20) << "its checkpoints stay";
+}
+
+// The most tasks one executor (max_prefetch 8) holds at once while it runs a job of `records`
+// records, `shard_size` per task, `record_time` each.
+int MostHeld(absl::Duration record_time, int records, int64_t shard_size) {
+  Scenario s;
+  AgentOptions options = Scenario::DefaultOptions();
+  options.max_prefetch = 8;
+  s.AddExecutor("A", options).runner.record_time = record_time;
+  std::string job = s.Submit(Scenario::Records(records), shard_size);
+  int most = 0;
+  EXPECT_TRUE(s.RunUntil([&] {
+    most = std::max(most, s.RunningTasksOf("A"));
+    return s.job(job).state == JobState::kCompleted;
+  }));
+  return most;
+}
+
+TEST(ExecutorStory, TinyTasksFillThePrefetchWindow) { EXPECT_EQ(MostHeld(absl::Milliseconds(1), 400, 1), 8); }
+
+TEST(ExecutorStory, LongTasksKeepOneRunningAndOneQueued) { EXPECT_EQ(MostHeld(absl::Seconds(1), 100, 10), 2); }
+
+TEST(ExecutorStory, ARunnerThatStopsAnsweringIsKilledAsHungAndItsTaskRetried) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");  // hung after 30 s of silence at the least
+  a.runner.stall_on = "stall-me";
+  std::string job = s.Submit(Scenario::Records(40, {{25, "stall-me"}}), 20);
+  ASSERT_TRUE(s.RunUntil([&] { return a.runner.kills > 0; }));
+  a.runner.stall_on.clear();  // a passing fault: the next runner answers
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  s.ExpectEachRecordOnce(job, 40);
+  Task stalled = TaskAt(s.tasks(job), 1);
+  EXPECT_EQ(stalled.attempt, 2);
+  EXPECT_EQ(stalled.failures, 1);
+  EXPECT_THAT(stalled.last_error, HasSubstr("killed as hung"));
+  EXPECT_EQ(a.runner.starts, 2);
+}
+
+TEST(ExecutorStory, AHungRunnerIsGivenTimeInProportionToItsRecords) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.record_time = absl::Seconds(20);  // slow, but moving: 10 x 20 s before it counts as hung
+  std::string job = s.Submit(Scenario::Records(10), 10);
+  ASSERT_TRUE(s.RunUntilJobEnds(job, absl::Hours(1)));
+  EXPECT_EQ(s.job(job).state, JobState::kCompleted);
+  EXPECT_EQ(a.runner.kills, 0);
+}
+
+TEST(ExecutorStory, AMainLoopStuckInACallStopsRenewingItsLeases) {
+  FakeControlPlane::Options server;
+  server.lease_ttl = absl::Seconds(3);
+  Scenario s(server);
+  AgentOptions options = Scenario::DefaultOptions();
+  options.stuck_after = absl::Seconds(10);
+  Scenario::Executor& a = s.AddExecutor("A", options);
+  a.runner.record_time = absl::Milliseconds(100);
+  std::string job = s.Submit(Scenario::Records(100), 100);
+  ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= 15; }));
+  // The next upload never returns in time: the main loop is inside one call for a minute, while
+  // its heartbeat beats on (its own thread) and the server's watchdog sweeps.
+  bool hung_once = false;
+  a.blobs->OnPut([&] {
+    if (hung_once) return;
+    hung_once = true;
+    for (int i = 0; i < 60; ++i) {
+      s.clock.Advance(absl::Seconds(1));
+      if (a.agent->NextBeat() <= s.clock.Now()) a.agent->Beat();
+      s.server.Tick(s.clock.Now());
+    }
+  });
+  ASSERT_TRUE(s.RunUntil([&] { return hung_once; }));
+  Task task = TaskAt(s.tasks(job), 0);
+  EXPECT_GE(task.attempt, 2) << "the watchdog took the lease back";
+  EXPECT_EQ(task.failures, 1);
+  // The stuck attempt's late work is refused; the task finishes once, under a later attempt.
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  s.ExpectEachRecordOnce(job, 100);
+}
+
+TEST(ExecutorStory, TheOwnerComingBackPausesTheRunnerThenReleasesItThenHandsTheTasksBack) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.record_time = absl::Milliseconds(100);
+  std::string job = s.Submit(Scenario::Records(100), 50);
+  ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= 5; }));
+
+  // Pause: nothing more is fed; past the grace the runner is stopped.
+  a.gate->Set(WorkMode::kPause);
+  s.RunFor(absl::Seconds(1));
+  ASSERT_TRUE(a.runners->live());
+  EXPECT_TRUE(a.runners->live()->stopped());
+  const int64_t paused_at = a.runner.records_run;
+  s.RunFor(absl::Seconds(20));
+  EXPECT_EQ(a.runner.records_run, paused_at);
+  EXPECT_EQ(s.RunningTasksOf("A"), 2) << "its leases are still renewed";
+
+  // Release: the runner goes (its memory back to the owner); the tasks wait.
+  a.gate->Set(WorkMode::kRelease);
+  s.RunFor(absl::Seconds(1));
+  EXPECT_EQ(a.runners->live(), nullptr);
+  EXPECT_EQ(a.runner.kills, 1);
+  EXPECT_EQ(s.RunningTasksOf("A"), 2);
+
+  // Back to work: a new runner picks up where the old one stopped.
+  a.gate->Set(WorkMode::kRun);
+  ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= paused_at + 5; }));
+  EXPECT_EQ(a.runner.starts, 2);
+
+  // Stop: every task not finished goes back, preempted, not failed.
+  a.gate->Set(WorkMode::kStop);
+  s.RunFor(absl::Seconds(1));
+  EXPECT_EQ(s.RunningTasksOf("A"), 0);
+  int preemptions = 0;
+  for (const Task& t : s.tasks(job)) {
+    preemptions += t.preemptions;
+    EXPECT_EQ(t.failures, 0);
+  }
+  EXPECT_GE(preemptions, 1);
+
+  a.gate->Set(WorkMode::kRun);
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  s.ExpectEachRecordOnce(job, 100);
+}
+
+TEST(ExecutorStory, AModelThatDoesNotLoadFailsItsTasksForGood) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.bad_model = s.server.model_path();
+  std::string job = s.Submit(Scenario::Records(20), 10);
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  EXPECT_EQ(s.job(job).state, JobState::kFailed);
+  for (const Task& t : s.tasks(job)) {
+    EXPECT_EQ(t.state, TaskState::kFailed);
+    EXPECT_EQ(t.attempt, 1) << "permanent: not retried";
+    EXPECT_THAT(t.last_error, HasSubstr("cannot load the model"));
+  }
+}
+
+TEST(ExecutorStory, AFailedCheckpointIsRetriedAndAFailedOutputRetriesTheTask) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.record_time = absl::Milliseconds(100);
+  std::string job = s.Submit(Scenario::Records(30), 30);
+  a.blobs->FailPuts(1);  // the first checkpoint's upload fails; the next one carries its records
+  ASSERT_TRUE(s.RunUntil([&] { return CommittedRecords(TaskAt(s.tasks(job), 0)) > 0; }));
+  EXPECT_EQ(CommittedRecords(TaskAt(s.tasks(job), 0)), 11) << "tried again with the next record";
+  ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= 29; }));
+  a.blobs->FailPuts(1);  // and the last chunk's
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  s.ExpectEachRecordOnce(job, 30);
+  Task task = TaskAt(s.tasks(job), 0);
+  EXPECT_EQ(task.attempt, 2);
+  EXPECT_THAT(task.last_error, HasSubstr("cannot upload the output"));
+  EXPECT_EQ(a.runner.records_run, 30 + 9) << "the retry resumed after the committed 21";
+}
+
+TEST(ExecutorStory, AnInputThatCannotBeReadIsRetried) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.blobs->FailGets(1);
+  std::string job = s.Submit(Scenario::Records(10), 10);
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  Task task = TaskAt(s.tasks(job), 0);
+  EXPECT_EQ(task.attempt, 2);
+  EXPECT_THAT(task.last_error, HasSubstr("cannot read the input"));
+}
+
+TEST(ExecutorStory, AStragglerGetsABackupAndTheFirstToFinishWins) {
+  FakeControlPlane::Options server;
+  server.watchdog.stragglers.min_runtime = absl::Milliseconds(500);
+  Scenario s(server);
+  Scenario::Executor& slow = s.AddExecutor("slow");
+  slow.runner.record_time = absl::Milliseconds(400);  // 2 s a task
+  std::string job = s.Submit(Scenario::Records(40), 5);
+  ASSERT_TRUE(s.RunUntil([&] { return s.RunningTasksOf("slow") > 0; }));
+  Scenario::Executor& fast = s.AddExecutor("fast");
+  fast.runner.record_time = absl::Milliseconds(10);
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  s.ExpectEachRecordOnce(job, 40);
+  int backed_up = 0;
+  for (const Task& t : s.tasks(job)) {
+    EXPECT_EQ(t.failures, 0) << "task " << t.index << ": a lost race is not a failure";
+    backed_up += t.attempt > 1;
+  }
+  EXPECT_GE(backed_up, 1) << "no task finished under a backup attempt";
+  // The losing attempts are cancelled by the next heartbeat: the slow one stops running them.
+  ASSERT_TRUE(s.RunUntil([&] { return slow.runners->live() == nullptr || slow.runners->live()->idle(); },
+                         absl::Seconds(5)));
+}
+
+TEST(ExecutorStory, AJobPastItsCompletionWindowExpiresWithWhatItFinished) {
+  Scenario s;
+  AgentOptions options = Scenario::DefaultOptions();
+  options.checkpoint_records = 5;
+  s.AddExecutor("A", options).runner.record_time = absl::Milliseconds(50);
+  // 200 records at 20 a second need 10 s; the job may take 2.5.
+  std::string job = s.Submit(Scenario::Records(200), 20, 0, absl::Milliseconds(2500));
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  Job expired = s.job(job);
+  ASSERT_EQ(expired.state, JobState::kExpired);
+  EXPECT_THAT(expired.error, HasSubstr("completion window"));
+  std::vector<Json> output = s.server.Results(job, false);
+  EXPECT_GT(output.size(), 10u);
+  EXPECT_LT(output.size(), 150u);
+  for (const Json& e : s.server.Results(job, true)) EXPECT_EQ(e["error"]["code"], "batch_expired");
+  EXPECT_EQ(expired.counts.completed, static_cast<int64_t>(output.size()));
+  s.ExpectEachRecordOnce(job, 200);
+}
+
+// The production loop on its threads: Run() under a fake clock that never moves still obeys
+// Stop() at once, with a runner that answers nothing.
+TEST(ExecutorStory, StopEndsRunWhateverTheRunnerDoes) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.load_time = absl::Hours(1);  // the runner never gets anywhere
+  std::string job = s.Submit(Scenario::Records(10), 10);
+  absl::Status status = absl::UnknownError("Run() did not return");
+  std::thread run([&] { status = a.agent->Run(); });
+  // The test waits for both loops to wait on the clock (the main loop does only once it holds
+  // its task and has asked the runner for the model); time never moves.
+  EXPECT_TRUE(s.clock.AwaitWaiters(2));
+  EXPECT_EQ(s.RunningTasksOf("A"), 1);
+  a.agent->Stop();
+  run.join();
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(TaskAt(s.tasks(job), 0).state, TaskState::kPending);
+  EXPECT_EQ(TaskAt(s.tasks(job), 0).preemptions, 1);
+}
+
+}  // namespace
+}  // namespace minions::testing

@@ -1,0 +1,178 @@
+#include "fake_control_plane.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "rpc/rpc.h"
+
+namespace minions::testing {
+
+class FakeControlPlane::Client : public ControlPlaneClient {
+ public:
+  explicit Client(FakeControlPlane* server) : server_(server) {}
+
+  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request) override {
+    return server_->Call<v1::RegisterRequest, v1::RegisterResponse>(&ExecutorService::Register, request);
+  }
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) override {
+    return server_->Call<v1::HeartbeatRequest, v1::HeartbeatResponse>(&ExecutorService::Heartbeat, request);
+  }
+  absl::StatusOr<v1::LeaseResponse> Lease(const v1::LeaseRequest& request) override {
+    v1::LeaseRequest at_once = request;
+    at_once.set_wait_ms(0);  // the test's driver moves time: nothing may wait for it
+    return server_->Call<v1::LeaseRequest, v1::LeaseResponse>(&ExecutorService::Lease, at_once);
+  }
+  absl::Status Complete(const v1::CompleteRequest& request) override {
+    return server_->Call<v1::CompleteRequest, v1::CompleteResponse>(&ExecutorService::Complete, request).status();
+  }
+  absl::StatusOr<v1::CompleteBatchResponse> CompleteBatch(const v1::CompleteBatchRequest& request) override {
+    return server_->Call<v1::CompleteBatchRequest, v1::CompleteBatchResponse>(&ExecutorService::CompleteBatch,
+                                                                             request);
+  }
+  absl::Status Fail(const v1::FailRequest& request) override {
+    return server_->Call<v1::FailRequest, v1::FailResponse>(&ExecutorService::Fail, request).status();
+  }
+
+ private:
+  FakeControlPlane* server_;
+};
+
+template <typename Request, typename Reply, typename Method>
+absl::StatusOr<Reply> FakeControlPlane::Call(Method method, const Request& request) {
+  ++calls_;
+  if (down_) return absl::UnavailableError("cannot reach the Minions server: connection refused (the test took it down)");
+  grpc::ServerContext context;
+  Reply reply;
+  grpc::Status status = ((*executors_).*method)(&context, &request, &reply);
+  if (!status.ok()) return rpc::FromGrpc(status);
+  return reply;
+}
+
+FakeControlPlane::FakeControlPlane(Clock* clock, Options options) : clock_(clock), options_(options) {
+  std::string pattern = (std::filesystem::path(::testing::TempDir()) / "minions-fake-cp-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) std::abort();
+  dir_ = std::filesystem::canonical(pattern).string();  // real paths, as ModelAccess resolves them
+  models_dir_ = dir_ + "/models";
+  model_path_ = models_dir_ + "/fake.gguf";
+  std::filesystem::create_directories(models_dir_);
+  std::ofstream(model_path_) << "GGUF";
+  auto store = SqliteMetadataStore::Open(":memory:", StoreOptions{});
+  auto blobs = LocalBlobStore::Open(dir_ + "/objects");
+  if (!store.ok() || !blobs.ok()) std::abort();
+  store_ = std::move(*store);
+  blobs_ = std::move(*blobs);
+  server_options_.lease_ttl = options_.lease_ttl;
+  server_options_.check_model_paths = false;  // the fake runners load no file
+  finalizer_ = std::make_unique<JobFinalizer>(store_.get(), blobs_.get(), clock_);
+  jobs_ = std::make_unique<JobService>(store_.get(), blobs_.get(), clock_, server_options_);
+  executors_ = std::make_unique<ExecutorService>(store_.get(), blobs_.get(), clock_, server_options_,
+                                                 [this](const std::string& job_id) {
+                                                   absl::MutexLock lock(&ready_mu_);
+                                                   ready_jobs_.push_back(job_id);
+                                                 });
+  // As `minions server` sets them.
+  options_.watchdog.executor_timeout = options_.lease_ttl * 3;
+  options_.watchdog.takeover_grace = options_.lease_ttl * 2;
+  watchdog_ = std::make_unique<Watchdog>(store_.get(), options_.watchdog);
+  next_watchdog_at_ = clock_->Now();
+}
+
+FakeControlPlane::~FakeControlPlane() {
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+std::unique_ptr<ControlPlaneClient> FakeControlPlane::NewClient() { return std::make_unique<Client>(this); }
+
+absl::StatusOr<std::string> FakeControlPlane::Submit(const std::vector<std::string>& lines, int64_t shard_size,
+                                                     int max_attempts, absl::Duration completion_window) {
+  v1::SubmitJobRequest request;
+  std::string input;
+  for (const auto& line : lines) absl::StrAppend(&input, line, "\n");
+  request.set_input(input);
+  request.set_model(model_path_);
+  request.set_shard_size(shard_size);
+  request.set_max_attempts(max_attempts);
+  request.set_completion_window_ms(absl::ToInt64Milliseconds(completion_window));
+  auto job = jobs_->Submit(request);
+  if (!job.ok()) return job.status();
+  return job->id;
+}
+
+absl::Status FakeControlPlane::Cancel(const std::string& job_id) {
+  grpc::ServerContext context;
+  v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job reply;
+  return rpc::FromGrpc(jobs_->CancelJob(&context, &request, &reply));
+}
+
+absl::Status FakeControlPlane::Drain(const std::string& executor_id) {
+  grpc::ServerContext context;
+  v1::DrainExecutorRequest request;
+  request.set_executor_id(executor_id);
+  v1::Executor reply;
+  return rpc::FromGrpc(jobs_->DrainExecutor(&context, &request, &reply));
+}
+
+void FakeControlPlane::Restart() {
+  down_ = false;
+  watchdog_ = std::make_unique<Watchdog>(store_.get(), options_.watchdog);
+  next_watchdog_at_ = clock_->Now();
+}
+
+void FakeControlPlane::Tick(absl::Time now) {
+  if (down_) return;
+  std::vector<std::string> ready;
+  {
+    absl::MutexLock lock(&ready_mu_);
+    ready.swap(ready_jobs_);
+  }
+  for (const auto& job_id : ready) {
+    auto finished = finalizer_->Finalize(job_id);
+    EXPECT_TRUE(finished.ok()) << "job=" << job_id << ": " << finished.status();
+  }
+  if (now < next_watchdog_at_) return;
+  next_watchdog_at_ = now + options_.watchdog.interval;
+  auto pass = watchdog_->Tick(now);
+  EXPECT_TRUE(pass.ok()) << pass.status();
+  auto swept = finalizer_->FinalizeReady();
+  EXPECT_TRUE(swept.ok()) << swept.status();
+}
+
+Job FakeControlPlane::GetJob(const std::string& job_id) {
+  auto job = store_->GetJob(job_id);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.ok() ? *job : Job{};
+}
+
+std::vector<Task> FakeControlPlane::Tasks(const std::string& job_id) {
+  auto tasks = store_->ListTasks(job_id);
+  EXPECT_TRUE(tasks.ok()) << tasks.status();
+  return tasks.ok() ? *tasks : std::vector<Task>{};
+}
+
+std::vector<Json> FakeControlPlane::Results(const std::string& job_id, bool errors) {
+  Job job = GetJob(job_id);
+  const std::string& key = errors ? job.errors_key : job.output_key;
+  std::vector<Json> lines;
+  if (key.empty()) return lines;
+  auto data = blobs_->Get(key);
+  if (!data.ok()) return lines;  // no error file: no error lines
+  std::istringstream in(*data);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    auto json = ParseJson(line);
+    EXPECT_TRUE(json.ok()) << line;
+    if (json.ok()) lines.push_back(*json);
+  }
+  return lines;
+}
+
+}  // namespace minions::testing

@@ -1,0 +1,133 @@
+#pragma once
+// FakeControlPlane: the control plane inside the test's process, without sockets or threads —
+// the real ExecutorService and JobService over an in-memory SQLite store and a local blob store
+// in a temporary folder, with the real finaliser and watchdog, all on the test's clock.
+// Executors reach it through clients that call the services' methods directly; the server can be
+// taken down (every call then fails as an unreachable server's would) and brought back.
+//
+// What is not real: no gRPC, no authentication, and a lease's long poll is answered at once (the
+// test's driver moves time, so nothing may wait for it).
+// Ownership: owns the store, the blob store's folder, the services, the finaliser and the watchdog.
+// Threads: one thread at a time (the test's).
+
+#include <functional>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "blob/local/local_blob_store.h"
+#include "common/clock.h"
+#include "executor/blob_client.h"
+#include "executor/control_plane_client.h"
+#include "server/executor_service.h"
+#include "server/job_finalizer.h"
+#include "server/job_service.h"
+#include "store/sqlite/sqlite_metadata_store.h"
+#include "watchdog/watchdog.h"
+
+namespace minions::testing {
+
+class FakeControlPlane {
+ public:
+  struct Options {
+    absl::Duration lease_ttl = absl::Seconds(9);
+    WatchdogOptions watchdog;  // its executor timeout and takeover grace follow the TTL, as in `minions server`
+  };
+  FakeControlPlane(Clock* clock, Options options);
+  ~FakeControlPlane();
+
+  // A client for one executor.
+  std::unique_ptr<ControlPlaneClient> NewClient();
+  // While down, every call of every client fails Unavailable, as with a server that is away, and
+  // the server does nothing in the background.
+  void SetDown(bool down) { down_ = down; }
+  // Down, then up again as a new process: a new watchdog that waits its takeover grace.
+  void Restart();
+  bool down() const { return down_; }
+  int calls() const { return calls_.load(); }
+
+  // The model every job names: an empty file in this server's folder (the fake runners read
+  // nothing), so the agent's ModelAccess resolves it like a real model in an owner's folder.
+  const std::string& model_path() const { return model_path_; }
+  const std::string& models_dir() const { return models_dir_; }
+
+  // Submits `lines` as one job (the model is model_path()); returns its id.
+  absl::StatusOr<std::string> Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts = 0,
+                                     absl::Duration completion_window = absl::ZeroDuration());
+  absl::Status Cancel(const std::string& job_id);
+  absl::Status Drain(const std::string& executor_id);
+
+  // What the server does in the background: finalise the jobs ready for it, and a watchdog pass
+  // when one is due.
+  void Tick(absl::Time now);
+  absl::Time NextTickAt() const { return down_ ? absl::InfiniteFuture() : next_watchdog_at_; }
+
+  MetadataStore& store() { return *store_; }
+  Job GetJob(const std::string& job_id);
+  std::vector<Task> Tasks(const std::string& job_id);
+  // The lines of a finished job's merged output (or error) file, parsed.
+  std::vector<Json> Results(const std::string& job_id, bool errors);
+
+ private:
+  class Client;
+  template <typename Request, typename Reply, typename Method>
+  absl::StatusOr<Reply> Call(Method method, const Request& request);
+
+  Clock* clock_;
+  Options options_;
+  std::string dir_;
+  std::string models_dir_;
+  std::string model_path_;
+  std::unique_ptr<SqliteMetadataStore> store_;
+  std::unique_ptr<LocalBlobStore> blobs_;
+  ServerOptions server_options_;
+  std::unique_ptr<JobFinalizer> finalizer_;
+  std::unique_ptr<JobService> jobs_;
+  std::unique_ptr<ExecutorService> executors_;
+  std::unique_ptr<Watchdog> watchdog_;
+  absl::Mutex ready_mu_;  // completions may come from an agent's own threads (Run())
+  std::vector<std::string> ready_jobs_ ABSL_GUARDED_BY(ready_mu_);
+  absl::Time next_watchdog_at_;
+  std::atomic<bool> down_{false};
+  std::atomic<int> calls_{0};
+};
+
+// A BlobClient that breaks on demand (LevelDB's fault-injecting Env, for uploads and fetches):
+// the real one underneath, and a count of calls to fail.
+class FaultyBlobClient : public BlobClient {
+ public:
+  explicit FaultyBlobClient(std::unique_ptr<BlobClient> real) : real_(std::move(real)) {}
+  absl::StatusOr<std::string> GetRange(const std::string& url, int64_t begin, int64_t end) override {
+    if (fail_gets_ > 0) {
+      --fail_gets_;
+      return absl::UnavailableError("the object store is out of reach (injected)");
+    }
+    return real_->GetRange(url, begin, end);
+  }
+  absl::Status Put(const std::string& url, std::string_view data) override {
+    ++puts_;
+    if (on_put_) on_put_();
+    if (fail_puts_ > 0) {
+      --fail_puts_;
+      return absl::UnavailableError("the object store is out of reach (injected)");
+    }
+    return real_->Put(url, data);
+  }
+  void FailGets(int n) { fail_gets_ = n; }
+  void FailPuts(int n) { fail_puts_ = n; }
+  // Runs inside every Put, before it does anything (a call that takes its time).
+  void OnPut(std::function<void()> hook) { on_put_ = std::move(hook); }
+  int puts() const { return puts_; }
+
+ private:
+  std::unique_ptr<BlobClient> real_;
+  std::function<void()> on_put_;
+  int fail_gets_ = 0;
+  int fail_puts_ = 0;
+  int puts_ = 0;
+};
+
+}  // namespace minions::testing

@@ -1,0 +1,176 @@
+#include "scenario.h"
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace minions::testing {
+
+Scenario::Scenario(FakeControlPlane::Options server_options) : server(&clock, server_options), start_(clock.Now()) {}
+
+AgentOptions Scenario::DefaultOptions() {
+  AgentOptions options;
+  options.name = "test";
+  options.checkpoint_records = 10;
+  options.checkpoint_interval = absl::Seconds(5);
+  options.hang.min_silence = absl::Seconds(30);
+  options.load_timeout = absl::Minutes(1);
+  return options;
+}
+
+Scenario::Executor& Scenario::AddExecutor(const std::string& name, AgentOptions options) {
+  auto e = std::make_unique<Executor>();
+  e->name = name;
+  options.name = name;
+  if (!options.models) {  // the owner's model folder holds the server's model
+    ModelAccessOptions models;
+    models.folders = {server.models_dir()};
+    auto access = ModelAccess::Create(models);
+    if (!access.ok()) std::abort();
+    options.models = std::make_shared<const ModelAccess>(*std::move(access));
+  }
+  e->runners = std::make_unique<FakeRunnerFactory>(&clock, &e->runner);
+  auto blobs = std::make_unique<FaultyBlobClient>(std::make_unique<UrlBlobClient>());
+  e->blobs = blobs.get();
+  e->gate = std::make_unique<FakeWorkGate>(&clock);
+
+  // The agent owns its factory; this one forwards to the executor's, which the test inspects.
+  class Forward : public RunnerFactory {
+   public:
+    explicit Forward(FakeRunnerFactory* to) : to_(to) {}
+    absl::StatusOr<std::unique_ptr<Runner>> Start(std::function<void()> on_event) override {
+      return to_->Start(std::move(on_event));
+    }
+
+   private:
+    FakeRunnerFactory* to_;
+  };
+  e->agent = std::make_unique<ExecutorAgent>(options, server.NewClient(), std::move(blobs),
+                                             std::make_unique<Forward>(e->runners.get()), &clock);
+  e->agent->SetWorkGate(e->gate.get());
+  e->next_step = clock.Now();
+  Executor& ref = *e;
+  executors_[name] = std::move(e);
+  return ref;
+}
+
+std::vector<std::string> Scenario::Records(int n, const std::map<int, std::string>& marked) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < n; ++i) {
+    auto it = marked.find(i);
+    lines.push_back(absl::StrCat("{\"custom_id\":\"r", i, "\",\"prompt\":\"", it == marked.end() ? "x" : it->second,
+                                 "\"}"));
+  }
+  return lines;
+}
+
+std::string Scenario::Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts,
+                             absl::Duration completion_window) {
+  auto job = server.Submit(lines, shard_size, max_attempts, completion_window);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.ok() ? *job : "";
+}
+
+bool Scenario::RunDue() {
+  const absl::Time now = clock.Now();
+  bool ran = false;
+  for (auto& [name, e] : executors_) {
+    if (e->gone || e->agent->finished()) continue;
+    if (e->next_step <= now || e->runners->NextEventAt() <= now) {
+      e->next_step = e->agent->Step();
+      ran = true;
+    }
+    if (e->agent->NextBeat() <= now) {
+      e->agent->Beat();
+      e->next_step = now;  // what the server answered (a cancel, a drain) is for the main loop
+      ran = true;
+    }
+  }
+  if (server.NextTickAt() <= now) {
+    server.Tick(now);
+    ran = true;
+  }
+  return ran;
+}
+
+absl::Time Scenario::NextDue() const {
+  absl::Time next = server.NextTickAt();
+  for (const auto& [name, e] : executors_) {
+    if (e->gone || e->agent->finished()) continue;
+    next = std::min({next, e->next_step, e->runners->NextEventAt(), e->agent->NextBeat()});
+  }
+  return next;
+}
+
+bool Scenario::RunUntil(const std::function<bool()>& done, absl::Duration limit) {
+  const absl::Time end = clock.Now() + limit;
+  // A ring from outside (a test's Drain(), a new mode) is seen by the next pass.
+  for (auto& [name, e] : executors_) e->next_step = std::min(e->next_step, clock.Now());
+  int passes_this_instant = 0;
+  while (!done()) {
+    if (RunDue()) {
+      // Everything due at one instant settles in a few passes; thousands mean a loop that spins.
+      if (++passes_this_instant > 100000) {
+        ADD_FAILURE() << "the executors spin at " << absl::FormatTime(clock.Now()) << " without time moving";
+        return false;
+      }
+      continue;
+    }
+    passes_this_instant = 0;
+    const absl::Time next = NextDue();
+    if (next > end) {
+      clock.Advance(end - clock.Now());
+      return done();
+    }
+    clock.Advance(std::max(absl::ZeroDuration(), next - clock.Now()));
+  }
+  return true;
+}
+
+void Scenario::RunFor(absl::Duration d) {
+  const absl::Time end = clock.Now() + d;
+  RunUntil([&] { return clock.Now() >= end; }, d);
+}
+
+bool Scenario::RunUntilJobEnds(const std::string& job_id, absl::Duration limit) {
+  return RunUntil(
+      [&] {
+        JobState state = server.GetJob(job_id).state;
+        return state == JobState::kCompleted || state == JobState::kFailed || state == JobState::kCancelled ||
+               state == JobState::kExpired;
+      },
+      limit);
+}
+
+bool Scenario::RunUntilFinished(const std::string& executor_name, absl::Duration limit) {
+  return RunUntil([&] { return executor(executor_name).agent->finished(); }, limit);
+}
+
+void Scenario::ExpectEachRecordOnce(const std::string& job_id, int n_records) {
+  std::map<std::string, int> seen;
+  for (bool errors : {false, true}) {
+    for (const Json& line : server.Results(job_id, errors)) ++seen[JsonString(line, "custom_id")];
+  }
+  std::vector<std::string> wrong;
+  for (int i = 0; i < n_records; ++i) {
+    const std::string id = absl::StrCat("r", i);
+    auto it = seen.find(id);
+    int times = it == seen.end() ? 0 : it->second;
+    if (times != 1) wrong.push_back(absl::StrCat(id, " x", times));
+    if (it != seen.end()) seen.erase(it);
+  }
+  for (const auto& [id, times] : seen) wrong.push_back(absl::StrCat("unexpected ", id, " x", times));
+  EXPECT_TRUE(wrong.empty()) << wrong.size() << " records not exactly once, e.g. "
+                             << (wrong.empty() ? "" : wrong.front());
+}
+
+int Scenario::RunningTasksOf(const std::string& executor_name) {
+  auto running = server.store().ListRunningTasks();
+  EXPECT_TRUE(running.ok()) << running.status();
+  int n = 0;
+  if (!running.ok()) return n;
+  for (const Task& task : *running) n += task.executor_id == executor(executor_name).id();
+  return n;
+}
+
+}  // namespace minions::testing

@@ -1,0 +1,106 @@
+#pragma once
+// Scenario: the executor's stories told on fake time. A FakeControlPlane and any number of
+// executors — the real ExecutorAgent, each with its fake runner (FakeRunner), a blob client that
+// can fail, and an owner's work gate the test sets — all driven from the test's one thread.
+// RunUntil() plays time forward as a discrete-event simulation: whatever is due now runs (each
+// executor's main loop pass and heartbeat, its runner's records, the server's finaliser and
+// watchdog), then the clock jumps to the next thing due. No thread, no sleep: an hour of leases
+// and heartbeats takes milliseconds, and a run is the same every time.
+// Threads: one (the test's).
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "executor/agent.h"
+#include "fake_control_plane.h"
+#include "testing/fake_clock.h"
+#include "testing/fake_runner.h"
+
+namespace minions::testing {
+
+// The owner's side as the agent sees it, set by the test.
+class FakeWorkGate : public WorkGate {
+ public:
+  explicit FakeWorkGate(Clock* clock) : clock_(clock), since_(clock->Now()) {}
+  void Set(WorkMode mode) {
+    if (mode == mode_) return;
+    mode_ = mode;
+    since_ = clock_->Now();
+  }
+  WorkMode mode() const override { return mode_; }
+  absl::Time mode_since() const override { return since_; }
+  std::string FleetState(bool holds_work) const override {
+    if (mode_ == WorkMode::kRun || mode_ == WorkMode::kThrottle) return holds_work ? "busy" : "available";
+    return "owner_active";
+  }
+  std::string Reason() const override { return mode_ == WorkMode::kRun ? "" : "owner active (test)"; }
+  absl::Duration pause_grace() const override { return absl::Milliseconds(500); }
+
+ private:
+  Clock* clock_;
+  WorkMode mode_ = WorkMode::kRun;
+  absl::Time since_;
+};
+
+class Scenario {
+ public:
+  struct Executor {
+    std::string name;
+    FakeRunnerScript runner;                     // how its runners behave; their tally
+    std::unique_ptr<FakeRunnerFactory> runners;  // ... and the live one
+    FaultyBlobClient* blobs = nullptr;           // owned by the agent
+    std::unique_ptr<FakeWorkGate> gate;
+    std::unique_ptr<ExecutorAgent> agent;
+    absl::Time next_step;
+    bool gone = false;                           // crashed: no longer stepped (Crash())
+    std::string id() const { return agent->id(); }
+  };
+
+  explicit Scenario(FakeControlPlane::Options server_options = {});
+
+  // Options of a test executor: a quick prefetch and checkpoint cadence, short timeouts.
+  static AgentOptions DefaultOptions();
+  Executor& AddExecutor(const std::string& name, AgentOptions options = DefaultOptions());
+  Executor& executor(const std::string& name) { return *executors_.at(name); }
+  // The executor vanishes (power cut): it takes no further step and sends nothing.
+  void Crash(const std::string& name) { executor(name).gone = true; }
+
+  // `n` records {"custom_id": "r<i>", "prompt": "x"}; the prompt of those in `marked` is "<mark>".
+  static std::vector<std::string> Records(int n, const std::map<int, std::string>& marked = {});
+  std::string Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts = 0,
+                     absl::Duration completion_window = absl::ZeroDuration());
+
+  // Plays time until `done()` holds (true) or `limit` of fake time has passed (false).
+  bool RunUntil(const std::function<bool()>& done, absl::Duration limit = absl::Hours(1));
+  void RunFor(absl::Duration d);
+  // Until the job is completed, failed, cancelled or expired.
+  bool RunUntilJobEnds(const std::string& job_id, absl::Duration limit = absl::Hours(1));
+  bool RunUntilFinished(const std::string& executor_name, absl::Duration limit = absl::Hours(1));
+
+  // The story's facts.
+  absl::Duration elapsed() const { return clock.Now() - start_; }
+  Job job(const std::string& id) { return server.GetJob(id); }
+  std::vector<Task> tasks(const std::string& id) { return server.Tasks(id); }
+  // Every custom_id of the job's records in its output and error files exactly once; how many
+  // were in the error file.
+  void ExpectEachRecordOnce(const std::string& job_id, int n_records);
+  // Leases the server holds for this executor, as a count of running tasks.
+  int RunningTasksOf(const std::string& executor_name);
+
+  FakeClock clock;
+  FakeControlPlane server;
+
+ private:
+  // One instant: runs whatever is due; true if anything ran.
+  bool RunDue();
+  absl::Time NextDue() const;
+
+  absl::Time start_;
+  std::map<std::string, std::unique_ptr<Executor>> executors_;
+};
+
+}  // namespace minions::testing

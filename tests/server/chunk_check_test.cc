@@ -1,0 +1,165 @@
+#include "server/chunk_check.h"
+
+#include "blob/local/local_blob_store.h"
+#include "runner/batch_record.h"
+#include "server/keys.h"
+#include "server/job_splitter.h"
+#include "server_test_util.h"
+#include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/fake_clock.h"
+
+namespace minions::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+std::string Ok(const std::string& id) { return DumpJson(MakeResponseLine(id, Json{{"text", "t"}})) + "\n"; }
+std::string Err(const std::string& id) { return DumpJson(MakeErrorLine(id, "invalid_request", "bad")) + "\n"; }
+
+TEST(VerifyChunk, AnHonestChunkPasses) {
+  Chunk chunk{1, 0, 0, 4, 1};
+  EXPECT_OK(VerifyChunk(chunk, Ok("a") + Ok("b") + Ok("d"), Err("c"), {"a", "b", "c", "d"}));
+  // Blank lines and a missing final newline change nothing.
+  std::string out = Ok("a") + "\n  \n" + Ok("b") + Ok("d");
+  out.pop_back();
+  EXPECT_OK(VerifyChunk(chunk, out, Err("c"), {"a", "b", "c", "d"}));
+}
+
+TEST(VerifyChunk, RecordsWithoutACustomIdAreAnsweredByNullErrorLines) {
+  // What a runner writes for an unparseable line: custom_id null (expected: "").
+  std::vector<std::string> records = {RequestLine("a"), "not json", R"({"custom_id":7,"prompt":"p"})"};
+  std::vector<std::string> ids = ExpectedCustomIds(records, 0, 3);
+  EXPECT_EQ(ids, (std::vector<std::string>{"a", "", "7"}));
+  Chunk chunk{1, 0, 0, 3, 1};
+  EXPECT_OK(VerifyChunk(chunk, Ok("a") + Ok("7"), Err(""), ids));
+  // A line claiming a custom_id for a record that has none is a forgery.
+  EXPECT_FALSE(VerifyChunk(chunk, Ok("a") + Ok("7"), Err("x"), ids).ok());
+}
+
+TEST(VerifyChunk, DuplicateCustomIdsAreMatchedInOrder) {
+  Chunk chunk{1, 0, 0, 3, 1};
+  EXPECT_OK(VerifyChunk(chunk, Ok("a") + Ok("b"), Err("a"), {"a", "a", "b"}));
+  EXPECT_OK(VerifyChunk(Chunk{1, 0, 0, 3, 2}, Ok("a"), Err("a") + Err("b"), {"a", "a", "b"}));
+  EXPECT_OK(VerifyChunk(Chunk{1, 0, 0, 3, 1}, Ok("a") + Ok("a"), Err("b"), {"a", "b", "a"}));
+}
+
+TEST(VerifyChunk, ForgeriesAreRefusedWithWhatIsWrong) {
+  const std::vector<std::string> ids = {"a", "b", "c"};
+  Chunk chunk{2, 5, 10, 13, 0};
+  auto why = [&](const std::string& out, const std::string& err, int64_t failed = 0) {
+    Chunk c = chunk;
+    c.records_failed = failed;
+    absl::Status s = VerifyChunk(c, out, err, ids);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    return std::string(s.message());
+  };
+  EXPECT_THAT(why(Ok("a") + Ok("b"), ""), HasSubstr("chunk 5 of attempt 2 (records 10-12) holds 2 output and 0 error lines"));
+  EXPECT_THAT(why(Ok("a") + Ok("b") + Ok("c") + Ok("c"), ""), HasSubstr("holds 4 output"));
+  EXPECT_THAT(why(Ok("a") + Ok("c") + Ok("b"), ""), HasSubstr("record 11 (custom_id 'b') is not answered: output line 2 answers 'c'"));
+  EXPECT_THAT(why(Ok("a") + Ok("b"), Err("c")), HasSubstr("claims 0 failed records but holds 1 error lines"));
+  EXPECT_THAT(why(Ok("a") + Ok("b") + Err("c"), ""), HasSubstr("output line 3 is an error line"));
+  EXPECT_THAT(why(Ok("a") + Ok("b"), Ok("c"), 1), HasSubstr("error line 1 is not an error"));
+  EXPECT_THAT(why("[1]\n" + Ok("b") + Ok("c"), ""), HasSubstr("output line 1 is not a JSON object"));
+  EXPECT_THAT(why(std::string(100, '[') + "\n" + Ok("b") + Ok("c"), ""), HasSubstr("output line 1 is not a JSON object"));
+  // A response line whose custom_id is a number is not the string the record asked for.
+  EXPECT_THAT(why(R"({"custom_id":1,"response":{},"error":null})" "\n" + Ok("b") + Ok("c"), ""),
+              HasSubstr("output line 1 answers no custom_id"));
+  // A range the task does not have.
+  EXPECT_THAT(std::string(VerifyChunk(Chunk{1, 0, 0, 4, 0}, "", "", ids).message()), HasSubstr("claims a range"));
+}
+
+TEST(ReadChunkObject, StopsAtTheLimit) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto blobs, LocalBlobStore::Open(dir.path()));
+  ASSERT_OK(blobs->Put("k", std::string(10000, 'x')));
+  EXPECT_OK(ReadChunkObject(*blobs, "k", 10000));
+  auto big = ReadChunkObject(*blobs, "k", 9999);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(big.status().message()), HasSubstr("larger than 9999 bytes"));
+  EXPECT_EQ(ReadChunkObject(*blobs, "missing", 10).status().code(), absl::StatusCode::kNotFound);
+}
+
+// The object store that cannot be read for a while: the checker neither commits nor refuses.
+class FlakyBlobStore : public BlobStore {
+ public:
+  explicit FlakyBlobStore(BlobStore* inner) : inner_(inner) {}
+  bool down = false;
+  absl::Status Put(const std::string& key, std::string_view data) override { return inner_->Put(key, data); }
+  absl::Status PutStream(const std::string& key, const std::function<absl::StatusOr<std::string>()>& source) override {
+    return inner_->PutStream(key, source);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key) override {
+    if (down) return absl::UnavailableError("down");
+    return inner_->Get(key);
+  }
+  absl::StatusOr<std::string> GetRange(const std::string& key, int64_t offset, int64_t length) override {
+    if (down) return absl::UnavailableError("down");
+    return inner_->GetRange(key, offset, length);
+  }
+  absl::Status Read(const std::string& key, const std::function<bool(std::string_view)>& sink) override {
+    if (down) return absl::UnavailableError("down");
+    return inner_->Read(key, sink);
+  }
+  absl::StatusOr<int64_t> Size(const std::string& key) override { return inner_->Size(key); }
+  absl::StatusOr<std::vector<std::string>> List(const std::string& prefix) override { return inner_->List(prefix); }
+  absl::Status Delete(const std::string& key) override { return inner_->Delete(key); }
+  absl::StatusOr<std::string> Url(const std::string& key, UrlAccess access, absl::Duration ttl) override {
+    return inner_->Url(key, access, ttl);
+  }
+
+ private:
+  BlobStore* inner_;
+};
+
+TEST(ChunkChecker, AnUnreadableChunkIsNeitherCommittedNorHeldAgainstTheExecutor) {
+  TempDir dir;
+  FakeClock clock;
+  ASSERT_OK_AND_ASSIGN(auto store, SqliteMetadataStore::Open(":memory:", StoreOptions{}));
+  ASSERT_OK_AND_ASSIGN(auto local, LocalBlobStore::Open(dir.path()));
+  FlakyBlobStore blobs(local.get());
+  std::string input;
+  for (const char* id : {"a", "b", "c"}) input += RequestLine(id) + "\n";
+  ASSERT_OK(blobs.Put("inputs/in.jsonl", input));
+  ASSERT_OK_AND_ASSIGN(SplitResult split, SplitInput(blobs, "inputs/in.jsonl", 3));
+  JobSpec spec;
+  spec.model = "m";
+  spec.input_key = "inputs/in.jsonl";
+  ASSERT_OK_AND_ASSIGN(Job job, store->CreateJob(spec, clock.Now()));
+  ASSERT_OK(store->AddTasks(job.id, split.tasks, 3, clock.Now()));
+  ExecutorInfo info;
+  info.name = "e";
+  info.runners = {"llama"};
+  info.max_tasks = 1;
+  ASSERT_OK_AND_ASSIGN(Executor executor, store->RegisterExecutor("", info, clock.Now()));
+  ASSERT_OK_AND_ASSIGN(std::vector<Lease> leases, store->LeaseTasks(executor.id, 1, absl::Seconds(30), clock.Now()));
+  ASSERT_EQ(leases.size(), 1u);
+  const int attempt = leases[0].task.attempt;
+  ASSERT_OK(blobs.Put(keys::ChunkOutput(job.id, 0, attempt, 0), Ok("a") + Ok("b")));
+  ChunkChecker checker(store.get(), &blobs);
+  LeaseProgress progress{job.id, 0, attempt, 2, 0, {Chunk{attempt, 0, 0, 2, 0}}};
+  blobs.down = true;
+  ASSERT_OK_AND_ASSIGN(HeartbeatReply reply,
+                       checker.Heartbeat(executor.id, ExecutorState::kBusy, "", {progress}, absl::Seconds(30), clock.Now()));
+  EXPECT_THAT(reply.cancel, IsEmpty());
+  ASSERT_OK_AND_ASSIGN(Task task, store->GetTask(job.id, 0));
+  EXPECT_EQ(task.state, TaskState::kRunning);
+  EXPECT_THAT(task.chunks, IsEmpty());  // not committed unchecked
+  LeaseProgress done = progress;
+  done.records_done = 3;
+  ASSERT_OK(blobs.Put(keys::ChunkOutput(job.id, 0, attempt, 1), Ok("c")));
+  done.chunks.push_back(Chunk{attempt, 1, 2, 3, 0});
+  EXPECT_EQ(checker.CompleteTasks(executor.id, {done}, clock.Now()).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(checker.rejected(), 0);
+  // Back up: the same completion goes through.
+  blobs.down = false;
+  ASSERT_OK_AND_ASSIGN(std::vector<absl::Status> outcomes, checker.CompleteTasks(executor.id, {done}, clock.Now()));
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_OK(outcomes[0]);
+  ASSERT_OK_AND_ASSIGN(task, store->GetTask(job.id, 0));
+  EXPECT_EQ(task.state, TaskState::kSucceeded);
+  EXPECT_EQ(task.chunks.size(), 2u);
+}
+
+}  // namespace
+}  // namespace minions::testing

@@ -1,0 +1,337 @@
+#pragma once
+// The fixture of the gRPC service tests (grpc_service_test.cc, attack_test.cc): a MinionsServer on a
+// loopback port over SQLite in memory and a local blob store, driven only through real stubs, the
+// way the client verbs and executors talk to it; and what an honest executor does with a lease.
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "blob/local/local_blob_store.h"
+#include "minions/v1/minions.grpc.pb.h"
+#include "rpc/rpc.h"
+#include "runner/batch_record.h"
+#include "server/server.h"
+#include "server_test_util.h"
+#include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/fake_clock.h"
+#include "testing/prometheus_text.h"
+
+namespace minions::testing {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kLeaseTtl = absl::Seconds(9);
+
+// Asserts a gRPC status's code and a phrase of its message.
+#define EXPECT_GRPC_ERROR(status_expr, grpc_code, phrase)                                  \
+  do {                                                                                     \
+    const ::grpc::Status _s = (status_expr);                                               \
+    EXPECT_EQ(_s.error_code(), ::grpc::StatusCode::grpc_code) << _s.error_message();       \
+    EXPECT_THAT(_s.error_message(), HasSubstr(phrase));                                    \
+  } while (0)
+#define ASSERT_GRPC_OK(status_expr)                                                        \
+  do {                                                                                     \
+    const ::grpc::Status _s = (status_expr);                                               \
+    ASSERT_TRUE(_s.ok()) << _s.error_code() << ": " << _s.error_message();                 \
+  } while (0)
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// `n` request lines r0..r{n-1}.
+inline std::string Records(int n) {
+  std::string input;
+  for (int i = 0; i < n; ++i) absl::StrAppend(&input, RequestLine(absl::StrCat("r", i)), "\n");
+  return input;
+}
+
+inline std::vector<std::string> CustomIds(const std::string& jsonl) {
+  std::vector<std::string> ids;
+  for (absl::string_view line : absl::StrSplit(jsonl, '\n', absl::SkipEmpty())) {
+    auto json = ParseJson(std::string(line));
+    ids.push_back(json.ok() && json->contains("custom_id") && (*json)["custom_id"].is_string()
+                      ? (*json)["custom_id"].get<std::string>()
+                      : "<bad line>");
+  }
+  return ids;
+}
+
+// The fixture's blob store, except that URLs of keys containing `fail_urls_for` cannot be made
+// (a presigner that is down, say).
+class UrlFailingBlobStore : public BlobStore {
+ public:
+  UrlFailingBlobStore(BlobStore* inner, std::string fail_urls_for)
+      : inner_(inner), fail_urls_for_(std::move(fail_urls_for)) {}
+  absl::Status Put(const std::string& key, std::string_view data) override { return inner_->Put(key, data); }
+  absl::Status PutStream(const std::string& key,
+                         const std::function<absl::StatusOr<std::string>()>& source) override {
+    return inner_->PutStream(key, source);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key) override { return inner_->Get(key); }
+  absl::StatusOr<std::string> GetRange(const std::string& key, int64_t offset, int64_t length) override {
+    return inner_->GetRange(key, offset, length);
+  }
+  absl::Status Read(const std::string& key, const std::function<bool(std::string_view)>& sink) override {
+    return inner_->Read(key, sink);
+  }
+  absl::StatusOr<int64_t> Size(const std::string& key) override { return inner_->Size(key); }
+  absl::StatusOr<std::vector<std::string>> List(const std::string& prefix) override { return inner_->List(prefix); }
+  absl::Status Delete(const std::string& key) override { return inner_->Delete(key); }
+  absl::StatusOr<std::string> Url(const std::string& key, UrlAccess access, absl::Duration ttl) override {
+    if (key.find(fail_urls_for_) != std::string::npos) return absl::UnavailableError("cannot presign " + key);
+    return inner_->Url(key, access, ttl);
+  }
+
+ private:
+  BlobStore* inner_;
+  std::string fail_urls_for_;
+};
+
+class GrpcServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = SqliteMetadataStore::Open(":memory:", StoreOptions{});
+    ASSERT_OK(store);
+    store_ = std::move(*store);
+    auto blobs = LocalBlobStore::Open(dir_.File("blobs"));
+    ASSERT_OK(blobs);
+    blobs_ = std::move(*blobs);
+    model_ = dir_.File("tiny.gguf");
+    std::ofstream(model_) << "GGUF but not really";
+  }
+
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+
+  ServerOptions Options() {
+    ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.check_model_paths = true;
+    options.lease_ttl = kLeaseTtl;
+    return options;
+  }
+
+  // Starts the server on `clock` (the fake clock unless a test needs real time to pass).
+  void StartServer(Clock* clock, ServerOptions options, BlobStore* blobs = nullptr) {
+    clock_ = clock;
+    token_ = options.token;
+    server_ = std::make_unique<MinionsServer>(store_.get(), blobs ? blobs : blobs_.get(), clock, options, nullptr);
+    ASSERT_OK(server_->Start());
+    ASSERT_GT(server_->port(), 0);
+    auto channel = rpc::MakeChannel(server_->address());
+    jobs_ = v1::Jobs::NewStub(channel);
+    executors_ = v1::Executors::NewStub(channel);
+  }
+  void StartServer() { StartServer(&fake_clock_, Options()); }
+
+  // A context carrying the server's token (if any) and a deadline.
+  std::unique_ptr<grpc::ClientContext> Context(const std::string* token = nullptr) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    rpc::Prepare(*context, token ? *token : token_, absl::Seconds(10));
+    return context;
+  }
+
+  v1::SubmitJobRequest Request(const std::string& input, int64_t shard_size = 3) {
+    v1::SubmitJobRequest request;
+    request.set_input(input);
+    request.set_model(model_);
+    request.set_shard_size(shard_size);
+    return request;
+  }
+
+  grpc::Status Submit(const v1::SubmitJobRequest& request, v1::Job* job) {
+    return jobs_->SubmitJob(Context().get(), request, job);
+  }
+  v1::Job MustSubmit(const std::string& input, int64_t shard_size = 3) {
+    v1::Job job;
+    grpc::Status status = Submit(Request(input, shard_size), &job);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return job;
+  }
+
+  grpc::Status GetJob(const std::string& job_id, v1::Job* job) {
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    return jobs_->GetJob(Context().get(), request, job);
+  }
+  v1::Job MustGetJob(const std::string& job_id) {
+    v1::Job job;
+    grpc::Status status = GetJob(job_id, &job);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return job;
+  }
+  grpc::Status Cancel(const std::string& job_id, v1::Job* job) {
+    v1::CancelJobRequest request;
+    request.set_job_id(job_id);
+    return jobs_->CancelJob(Context().get(), request, job);
+  }
+
+  // The whole stream of GetResults: its status, and the bytes received.
+  std::pair<grpc::Status, std::string> Results(const std::string& job_id, bool errors = false) {
+    v1::GetResultsRequest request;
+    request.set_job_id(job_id);
+    request.set_errors(errors);
+    auto context = Context();
+    auto reader = jobs_->GetResults(context.get(), request);
+    std::string data;
+    v1::ResultsChunk chunk;
+    while (reader->Read(&chunk)) data += chunk.data();
+    return {reader->Finish(), data};
+  }
+
+  std::pair<grpc::Status, std::vector<v1::JobProgress>> Watch(const std::string& job_id, int64_t interval_ms = 50) {
+    v1::WatchJobRequest request;
+    request.set_job_id(job_id);
+    request.set_interval_ms(interval_ms);
+    auto context = Context();
+    auto reader = jobs_->WatchJob(context.get(), request);
+    std::vector<v1::JobProgress> progress;
+    v1::JobProgress p;
+    while (reader->Read(&p)) progress.push_back(p);
+    return {reader->Finish(), progress};
+  }
+
+  // Server health after a refused call: it still answers.
+  void ExpectServerUp() {
+    v1::ListJobsResponse reply;
+    grpc::Status status = jobs_->ListJobs(Context().get(), v1::ListJobsRequest(), &reply);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+
+  std::string RegisterExecutor(const std::string& name) {
+    v1::RegisterRequest request;
+    v1::Capabilities* caps = request.mutable_capabilities();
+    caps->set_name(name);
+    caps->set_os("linux");
+    caps->set_memory_bytes(int64_t{16} << 30);
+    caps->add_runners("llama");
+    caps->set_max_tasks(8);
+    v1::RegisterResponse reply;
+    grpc::Status status = executors_->Register(Context().get(), request, &reply);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(reply.lease_ttl_ms(), absl::ToInt64Milliseconds(kLeaseTtl));
+    EXPECT_FALSE(reply.executor_id().empty());
+    return reply.executor_id();
+  }
+
+  grpc::Status Lease(const std::string& executor_id, int max_tasks, v1::LeaseResponse* reply) {
+    v1::LeaseRequest request;
+    request.set_executor_id(executor_id);
+    request.set_max_tasks(max_tasks);
+    return executors_->Lease(Context().get(), request, reply);
+  }
+  std::vector<v1::TaskLease> MustLease(const std::string& executor_id, int max_tasks) {
+    v1::LeaseResponse reply;
+    grpc::Status status = Lease(executor_id, max_tasks, &reply);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return {reply.leases().begin(), reply.leases().end()};
+  }
+
+  grpc::Status Complete(const std::string& executor_id, const v1::LeaseRef& ref, int64_t done, int64_t failed = 0) {
+    v1::CompleteRequest request;
+    request.set_executor_id(executor_id);
+    *request.mutable_ref() = ref;
+    request.mutable_ref()->set_records_done(done);
+    request.mutable_ref()->set_records_failed(failed);
+    v1::CompleteResponse reply;
+    return executors_->Complete(Context().get(), request, &reply);
+  }
+  grpc::Status Fail(const std::string& executor_id, const v1::LeaseRef& ref, const std::string& failure_class,
+                    const std::string& message = "it broke") {
+    v1::FailRequest request;
+    request.set_executor_id(executor_id);
+    *request.mutable_ref() = ref;
+    request.set_failure_class(failure_class);
+    request.set_message(message);
+    v1::FailResponse reply;
+    return executors_->Fail(Context().get(), request, &reply);
+  }
+
+  // What an executor does with a lease: read its input range by URL, answer every record, write
+  // the output and error files by URL. Returns (records, error lines).
+  std::pair<int64_t, int64_t> Serve(const v1::TaskLease& lease) {
+    auto input_path = FileUrlPath(lease.input_url());
+    EXPECT_OK(input_path);
+    std::string input = ReadFile(*input_path);
+    EXPECT_LE(lease.byte_end(), static_cast<int64_t>(input.size()));
+    std::string range = input.substr(lease.byte_begin(), lease.byte_end() - lease.byte_begin());
+    std::string output, errors;
+    int64_t records = 0, failed = 0;
+    for (const std::string& line : SplitRecordLines(range)) {
+      ++records;
+      ParsedRecord parsed = ParseRecordLine(line);
+      if (parsed.ok()) {
+        output += DumpJson(MakeResponseLine(parsed.custom_id, Json{{"echo", parsed.custom_id}})) + "\n";
+      } else {
+        ++failed;
+        errors += DumpJson(MakeErrorLine(parsed.custom_id, parsed.error_code, parsed.error_message)) + "\n";
+      }
+    }
+    EXPECT_EQ(records, lease.n_records());
+    auto output_path = FileUrlPath(lease.chunk_urls(0).output_url());
+    auto errors_path = FileUrlPath(lease.chunk_urls(0).errors_url());
+    EXPECT_OK(output_path);
+    EXPECT_OK(errors_path);
+    EXPECT_OK(WriteFileAtomically(*output_path, output));
+    EXPECT_OK(WriteFileAtomically(*errors_path, errors));
+    return {records, failed};
+  }
+
+  // Polls until the job is in `state` (nudging a fake clock so the background loop runs).
+  v1::Job WaitForState(const std::string& job_id, const std::string& state,
+                       absl::Duration timeout = absl::Seconds(5)) {
+    absl::Time deadline = absl::Now() + timeout;
+    v1::Job job;
+    while (absl::Now() < deadline) {
+      job = MustGetJob(job_id);
+      if (job.state() == state) return job;
+      if (clock_ == &fake_clock_) fake_clock_.Advance(absl::Milliseconds(100));
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ADD_FAILURE() << "job " << job_id << " is " << job.state() << " after " << timeout << ", not " << state;
+    return job;
+  }
+
+  // Submits `records` records and runs the job to completion.
+  v1::Job CompletedJob(int records, int64_t shard_size) {
+    v1::Job job = MustSubmit(Records(records), shard_size);
+    std::string executor = RegisterExecutor("finisher");
+    for (const v1::TaskLease& lease : MustLease(executor, 64)) {
+      auto [done, failed] = Serve(lease);
+      EXPECT_TRUE(Complete(executor, lease.ref(), done, failed).ok());
+    }
+    return WaitForState(job.id(), "completed");
+  }
+
+  Task StoreTask(const std::string& job_id, int64_t index) {
+    auto tasks = store_->ListTasks(job_id);
+    EXPECT_OK(tasks);
+    for (const Task& t : *tasks) {
+      if (t.index == index) return t;
+    }
+    ADD_FAILURE() << "no task " << index;
+    return Task{};
+  }
+
+  TempDir dir_;
+  FakeClock fake_clock_;
+  RealClock real_clock_;
+  Clock* clock_ = nullptr;
+  std::string model_;
+  std::string token_;
+  std::unique_ptr<SqliteMetadataStore> store_;
+  std::unique_ptr<LocalBlobStore> blobs_;
+  std::unique_ptr<MinionsServer> server_;  // after what it points to: destroyed first
+  std::unique_ptr<v1::Jobs::Stub> jobs_;
+  std::unique_ptr<v1::Executors::Stub> executors_;
+};
+
+}  // namespace minions::testing
