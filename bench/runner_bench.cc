@@ -510,7 +510,8 @@ class Pool {
     std::filesystem::create_directories(dir);
     connection_.server = absl::StrCat("127.0.0.1:", minions::testing::PickFreePort());
     child_ = Child::Start({BinDir() + "/minions", "up", "--executors", "1", "--listen", connection_.server,
-                           "--http-listen", "off", "--data-dir", dir},
+                           "--http-listen", "off", "--data-dir", dir, "--models",
+                           std::filesystem::path(model).parent_path().string()},
                           opt.work + "/pool.log");
     minions::cli::JobsClient client(connection_);
     auto start = Clock::now();
