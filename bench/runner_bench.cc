@@ -314,24 +314,10 @@ class Child {
   std::unique_ptr<minions::Subprocess> process_;
 };
 
-// Runs a program to completion; its stdout.
+// Runs a program to completion; its stdout (the benchmark ends when it fails).
 std::string RunProgram(const std::vector<std::string>& argv, const std::string& log) {
-  minions::Subprocess::Options sp;
-  sp.argv = argv;
-  sp.stderr_path = log;
-  auto p = minions::Subprocess::Start(sp);
-  if (!p.ok()) Die(absl::StrCat("cannot start ", argv[0], ": ", std::string(p.status().message())));
-  (*p)->CloseStdin();
   std::string out;
-  while (true) {
-    auto line = (*p)->ReadLine();
-    if (!line.ok()) break;
-    out += *line + "\n";
-  }
-  auto exit = (*p)->Wait();
-  if (!exit.ok() || !exit->exited || exit->code != 0) {
-    Die(absl::StrCat(argv[0], " failed (", exit.ok() ? exit->ToString() : "no exit status", "); see ", log));
-  }
+  if (absl::Status status = minions::bench::RunProgram(argv, log, out); !status.ok()) Die(std::string(status.message()));
   return out;
 }
 

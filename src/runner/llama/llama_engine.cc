@@ -143,6 +143,16 @@ struct LlamaEngine::Slot {
 
 namespace {
 
+// The source's next record that is not cancelled (each cancelled one it comes to is answered as
+// dropped); nullopt when none is ready.
+std::optional<WorkItem> NextLive(WorkSource& source) {
+  for (std::optional<WorkItem> item = source.Next(); item; item = source.Next()) {
+    if (!source.Cancelled(*item)) return item;
+    source.OnDropped(*item);
+  }
+  return std::nullopt;
+}
+
 // Length of the common prefix of a[0, na) and b[0, nb).
 size_t CommonPrefix(const std::vector<llama_token>& a, size_t na, const std::vector<llama_token>& b, size_t nb) {
   const size_t n = std::min({na, nb, a.size(), b.size()});
@@ -502,11 +512,9 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     // Embedding model: serve whatever is ready in packed groups; generation is refused.
     std::vector<WorkItem> embeddings;
     while (!source.Stopping()) {
-      std::optional<WorkItem> item = source.Next();
+      std::optional<WorkItem> item = NextLive(source);
       if (!item) break;
-      if (source.Cancelled(*item)) {
-        source.OnDropped(*item);
-      } else if (item->request.endpoint == Endpoint::kEmbeddings) {
+      if (item->request.endpoint == Endpoint::kEmbeddings) {
         embeddings.push_back(std::move(*item));
         if (embeddings.size() >= 64) {
           ServeEmbeddings(embeddings, source);
@@ -635,11 +643,9 @@ void LlamaEngine::ServeStream(WorkSource& source) {
       return std::count_if(slots_.begin(), slots_.end(), [](const Slot& slot) { return !slot.active; });
     };
     while (free_slots() > 0) {
-      std::optional<WorkItem> item = source.Next();
+      std::optional<WorkItem> item = NextLive(source);
       if (!item) break;
-      if (source.Cancelled(*item)) {
-        source.OnDropped(*item);
-      } else if (item->request.endpoint == Endpoint::kEmbeddings) {
+      if (item->request.endpoint == Endpoint::kEmbeddings) {
         embeddings.push_back(std::move(*item));
       } else {
         admit(std::move(*item));
