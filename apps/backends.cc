@@ -16,7 +16,7 @@
 #include "store/postgres/postgres_metadata_store.h"
 #include "store/postgres/postgres_watchdog_lock.h"
 #include "store/sqlite/sqlite_metadata_store.h"
-#include "watchdog/watchdog.h"
+#include "store/sqlite/sqlite_watchdog_lock.h"
 
 namespace minions::apps {
 namespace {
@@ -92,12 +92,14 @@ std::string PostgresTransportProblem(const std::string& database) {
   return "";
 }
 
-absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config) {
+absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config, Clock* clock) {
   Backends backends;
   // The data folder holds the database and the objects: only this account may read it.
   if (absl::Status s = MakePrivateDirectories(config.data_dir); !s.ok()) return s;
+  StoreOptions store_options;
+  store_options.clock = clock;
   if (IsPostgres(config.database)) {
-    auto store = PostgresMetadataStore::Open(PostgresConninfo(config.database), StoreOptions{});
+    auto store = PostgresMetadataStore::Open(PostgresConninfo(config.database), store_options);
     if (!store.ok()) return absl::Status(store.status().code(), absl::StrCat("database: ", store.status().message()));
     backends.store = std::move(*store);
     backends.description = "postgresql";
@@ -111,7 +113,7 @@ absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config) {
       int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, kPrivateFileMode);
       if (fd >= 0) ::close(fd);
     }
-    auto store = SqliteMetadataStore::Open(path, StoreOptions{});
+    auto store = SqliteMetadataStore::Open(path, store_options);
     if (!store.ok()) return absl::Status(store.status().code(), absl::StrCat("database: ", store.status().message()));
     backends.store = std::move(*store);
     backends.description = "sqlite:" + path;
@@ -124,6 +126,7 @@ absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config) {
     s3.endpoint = config.s3_endpoint;
     if (!config.s3_region.empty()) s3.region = config.s3_region;
     s3.path_style = config.s3_path_style;
+    s3.clock = clock;
     s3 = S3ConfigFromEnvironment(s3);
     auto blobs = S3BlobStore::Open(s3);
     if (!blobs.ok()) return absl::Status(blobs.status().code(), absl::StrCat("objects: ", blobs.status().message()));
@@ -140,16 +143,15 @@ absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config) {
   return backends;
 }
 
-absl::StatusOr<std::shared_ptr<void>> TryAcquireWatchdog(const MinionsConfig& config) {
+absl::StatusOr<std::unique_ptr<WatchdogLock>> TryAcquireWatchdog(const MinionsConfig& config) {
   if (IsPostgres(config.database)) {
     auto lock = PostgresWatchdogLock::TryAcquire(PostgresConninfo(config.database));
     if (!lock.ok()) return lock.status();
-    return std::shared_ptr<void>(std::move(*lock));
+    return std::unique_ptr<WatchdogLock>(std::move(*lock));
   }
-  std::string path = SqlitePath(config) + ".watchdog.lock";
-  auto lock = WatchdogLock::TryAcquire(path);
+  auto lock = SqliteWatchdogLock::TryAcquire(SqlitePath(config));
   if (!lock.ok()) return lock.status();
-  return std::shared_ptr<void>(std::move(*lock));
+  return std::unique_ptr<WatchdogLock>(std::move(*lock));
 }
 
 }  // namespace minions::apps

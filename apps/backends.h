@@ -6,8 +6,10 @@
 
 #include "absl/status/statusor.h"
 #include "blob/blob_store.h"
+#include "common/clock.h"
 #include "config.h"
 #include "store/metadata_store.h"
+#include "store/watchdog_lock.h"
 
 namespace minions::apps {
 
@@ -17,7 +19,8 @@ struct Backends {
   std::string description;  // "sqlite:/path + /path/objects", for the log
 };
 
-absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config);
+// The backends wait (retries, a busy database) on `clock`, which must outlive them.
+absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config, Clock* clock);
 
 // The PostgreSQL connection string the processes use: `database` as given (its sslmode, or
 // PGSSLMODE, is libpq's to honour), except that a server on another machine with no sslmode at all
@@ -29,8 +32,8 @@ std::string PostgresConninfo(const std::string& database);
 std::string PostgresTransportProblem(const std::string& database);
 
 // The right to run the watchdog: a file lock next to a SQLite database, an advisory lock on
-// PostgreSQL. Unavailable when another process holds it; released when the handle is destroyed
-// (or its process dies).
-absl::StatusOr<std::shared_ptr<void>> TryAcquireWatchdog(const MinionsConfig& config);
+// PostgreSQL (store/watchdog_lock.h). Unavailable when another process holds it; released when
+// the lock is destroyed (or its process dies).
+absl::StatusOr<std::unique_ptr<WatchdogLock>> TryAcquireWatchdog(const MinionsConfig& config);
 
 }  // namespace minions::apps

@@ -60,7 +60,10 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     str("objects", "endpoint", &config.s3_endpoint);
     str("objects", "region", &config.s3_region);
     if (auto v = table["objects"]["path_style"].value<bool>()) config.s3_path_style = *v;
-    str("executor", "server", &config.server);
+    if (auto v = table["executor"]["server"].value<std::string>()) {
+      config.server = *v;
+      config.server_source = absl::StrCat("[executor] server in ", path);
+    }
     str("executor", "name", &config.executor_name);
     str("executor", "state_dir", &config.executor_state_dir);
     str("executor", "runner", &config.runner);
@@ -98,7 +101,10 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
   FromEnv("MINIONS_DATA_DIR", &config.data_dir);
   FromEnv("MINIONS_DATABASE", &config.database);
   FromEnv("MINIONS_OBJECTS", &config.objects);
-  FromEnv("MINIONS_SERVER", &config.server);
+  if (const char* server = std::getenv("MINIONS_SERVER"); server && *server) {
+    config.server = server;
+    config.server_source = "MINIONS_SERVER";
+  }
   if (const char* mode = std::getenv("MINIONS_AVAILABILITY"); mode && *mode) config.availability.emplace_back("mode", mode);
   for (const std::string& key : AvailabilitySettingNames()) {
     std::string var = absl::AsciiStrToUpper(absl::StrCat("MINIONS_AVAILABILITY_", key));
@@ -151,7 +157,8 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
     if (auto s = ApplyAvailabilitySetting(key, value, &availability); !s.ok()) problems.push_back(std::string(s.message()));
   }
   if (connect && problems.empty()) {
-    auto backends = OpenBackends(config);
+    RealClock clock;
+    auto backends = OpenBackends(config, &clock);
     if (!backends.ok()) {
       problems.push_back(std::string(backends.status().message()));
     } else {

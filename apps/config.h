@@ -1,6 +1,8 @@
 #pragma once
 // Configuration of the minions processes: one TOML file, then the environment, then flags, each
-// overriding the one before. `minions config check` reports what is wrong in words a person can
+// overriding the one before. The server and the watchdog read [server], [store] and [objects];
+// the executor [executor] and [availability]; the client verbs (submit, jobs, watch, ...) take
+// the server's address from [executor] server when neither --server nor MINIONS_SERVER says. `minions config check` reports what is wrong in words a person can
 // act on.
 //
 //   [server]    listen, http_listen, token, lease_ttl_ms, watchdog, data_dir, straggler_factor,
@@ -46,8 +48,9 @@ struct MinionsConfig {
   std::string s3_endpoint;
   std::string s3_region;
   bool s3_path_style = true;
-  // [executor]
+  // [executor] (the client verbs use `server` too)
   std::string server = "127.0.0.1:7070";
+  std::string server_source = "the default";  // or "MINIONS_SERVER", "[executor] server in FILE"
   std::string executor_name;
   std::string executor_state_dir;
   // Where this executor's object URLs may point (origins, or folders for a pool on one machine)

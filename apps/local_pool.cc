@@ -40,7 +40,7 @@ class LocalPool : public cli::Pool {
     // The embedded defaults: SQLite and a directory, both in the pool's data directory.
     MinionsConfig config;
     config.data_dir = options.data_dir;
-    auto backends = OpenBackends(config);
+    auto backends = OpenBackends(config, &clock_);
     if (!backends.ok()) return backends.status();
     backends_ = std::move(*backends);
     fs::create_directories(options.data_dir + "/logs");
@@ -49,7 +49,6 @@ class LocalPool : public cli::Pool {
       return absl::FailedPreconditionError(absl::StrCat(
           "another pool or server is using ", options.data_dir, " (its watchdog lock is held)"));
     }
-    lock_ = std::move(*lock);
     ServerOptions server_options;
     server_options.listen = options.listen;
     server_options.http_listen = options.http_listen == "off" ? "" : options.http_listen;
@@ -58,7 +57,8 @@ class LocalPool : public cli::Pool {
     WatchdogOptions watchdog_options;
     watchdog_options.executor_timeout = options.lease_ttl * 3;
     server_ = std::make_unique<MinionsServer>(backends_.store.get(), backends_.blobs.get(), &clock_, server_options,
-                                              std::make_unique<Watchdog>(backends_.store.get(), watchdog_options));
+                                              std::make_unique<Watchdog>(backends_.store.get(), watchdog_options,
+                                                                         std::move(*lock)));
     if (auto s = server_->Start(); !s.ok()) return s;
     // Executors on one machine share its cores, and leave one for the server and the agents:
     // decode threads wait for each other by spinning, so a core taken away mid-step stalls them.
@@ -94,7 +94,6 @@ class LocalPool : public cli::Pool {
  private:
   RealClock clock_;
   Backends backends_;
-  std::shared_ptr<void> lock_;
   std::unique_ptr<MinionsServer> server_;
   std::vector<std::unique_ptr<Subprocess>> executors_;
 };

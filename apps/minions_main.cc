@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -48,14 +50,68 @@ void AddLoadOptions(CLI::App* cmd, minions::runner_protocol::LoadOptions* load) 
   cmd->add_option("--gpu-layers", load->n_gpu_layers, "layers offloaded to the GPU (-1: all)");
 }
 
-void AddConnection(CLI::App* cmd, minions::cli::Connection* connection) {
-  cmd->add_option("--server", connection->server, "server address (or MINIONS_SERVER)")->capture_default_str();
+// --server and --token; and --config, unless the command has one already (`config_path` null).
+void AddConnection(CLI::App* cmd, minions::cli::Connection* connection, std::string* config_path) {
+  cmd->add_option("--server", connection->server,
+                  "server address (default: MINIONS_SERVER, else [executor] server of the config file, else "
+                  "127.0.0.1:7070)");
   cmd->add_option("--token", connection->token, "access token (or MINIONS_TOKEN)");
+  if (config_path != nullptr) {
+    cmd->add_option("--config", *config_path, "TOML config file (or MINIONS_CONFIG) for [executor] server");
+  }
+}
+
+// What a bare `minions` prints: the verbs, grouped for a person who has not used it before. Each
+// verb's line is its own description (so it cannot drift); verbs not named in a group are listed
+// under "More".
+void PrintVerbs(CLI::App& app) {
+  const std::vector<std::pair<const char*, std::vector<const char*>>> groups = {
+      {"Start here", {"demo", "up"}},
+      {"Submit and follow work", {"submit", "jobs", "status", "watch", "results", "cancel"}},
+      {"The fleet", {"executors", "drain"}},
+      {"Run the pieces yourself", {"server", "watchdog", "executor", "config"}},
+      {"Without a server", {"local-run"}},
+  };
+  printf("%s\n\nUsage: minions VERB [options]   (minions VERB --help says more)\n", app.get_description().c_str());
+  std::set<std::string> listed;
+  auto line = [&](const CLI::App* verb) {
+    printf("  %-11s %s\n", verb->get_name().c_str(), verb->get_description().c_str());
+    listed.insert(verb->get_name());
+  };
+  const std::vector<CLI::App*> verbs = app.get_subcommands({});
+  for (const auto& [title, names] : groups) {
+    printf("\n%s:\n", title);
+    for (const char* name : names) {
+      for (const CLI::App* verb : verbs) {
+        if (verb->get_name() == name) line(verb);
+      }
+    }
+  }
+  bool more = false;
+  for (const CLI::App* verb : verbs) {
+    if (listed.count(verb->get_name())) continue;
+    if (!more) printf("\nMore:\n");
+    more = true;
+    line(verb);
+  }
+  printf("\nNew here? `minions demo` runs a whole batch on this machine; `minions up` starts a pool to submit to.\n");
+}
+
+// The watchdog's options, the same for a server's watchdog and a standalone one.
+minions::WatchdogOptions WatchdogOptionsOf(const minions::apps::MinionsConfig& config) {
+  const absl::Duration ttl = absl::Milliseconds(config.lease_ttl_ms);
+  minions::WatchdogOptions options;
+  options.executor_timeout = ttl * 3;
+  options.takeover_grace = ttl * 2;  // a heartbeat, plus the reconnection backoff
+  options.stragglers.factor = config.straggler_factor;
+  options.stragglers.min_runtime = absl::Milliseconds(config.straggler_min_runtime_ms);
+  return options;
 }
 
 // Runs the server until SIGTERM/SIGINT.
 int RunServer(const minions::apps::MinionsConfig& config) {
-  auto backends = minions::apps::OpenBackends(config);
+  minions::RealClock clock;
+  auto backends = minions::apps::OpenBackends(config, &clock);
   if (!backends.ok()) {
     fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
     return 1;
@@ -68,24 +124,18 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   // Executors elsewhere open models by their own paths.
   options.check_model_paths = !absl::StartsWith(config.database, "postgres");
   std::unique_ptr<minions::Watchdog> watchdog;
-  std::shared_ptr<void> lock;
   if (config.watchdog) {
-    auto acquired = minions::apps::TryAcquireWatchdog(config);
-    if (acquired.ok()) {
-      lock = std::move(*acquired);
-      minions::WatchdogOptions wo;
-      wo.executor_timeout = options.lease_ttl * 3;
-      wo.takeover_grace = options.lease_ttl * 2;  // a heartbeat, plus the reconnection backoff
-      wo.stragglers.factor = config.straggler_factor;
-      wo.stragglers.min_runtime = absl::Milliseconds(config.straggler_min_runtime_ms);
-      watchdog = std::make_unique<minions::Watchdog>(backends->store.get(), wo);
-    } else {
-      MINIONS_LOG(Info) << "another process runs the watchdog; this server runs without it";
-    }
+    // Without the lock (another process holds it) the watchdog waits on standby: the server seeks
+    // the lock again every second, so when that process goes, or the database restarts and ends
+    // every session's lock, one of the servers takes over.
+    auto lock = minions::apps::TryAcquireWatchdog(config);
+    if (!lock.ok()) MINIONS_LOG(Info) << "another process runs the watchdog; this server stands by";
+    watchdog = std::make_unique<minions::Watchdog>(backends->store.get(), WatchdogOptionsOf(config),
+                                                   lock.ok() ? std::move(*lock) : nullptr);
   }
   MINIONS_LOG(Info) << "backends: " << backends->description;
-  minions::RealClock clock;
   minions::MinionsServer server(backends->store.get(), backends->blobs.get(), &clock, options, std::move(watchdog));
+  if (config.watchdog) server.SetWatchdogLockSource([config] { return minions::apps::TryAcquireWatchdog(config); });
   if (auto s = server.Start(); !s.ok()) {
     fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -97,11 +147,13 @@ int RunServer(const minions::apps::MinionsConfig& config) {
 }
 
 // Runs the watchdog alone (when servers run with --no-watchdog); one active at a time: the others
-// wait on standby and take over when it dies.
+// wait on standby and take over when it dies. One that loses its lock (its database session
+// ended) stops at once and goes back to standby.
 // `http_listen` (may be empty): where to serve /metrics and /healthz, so the watchdog's actions are
 // counted when it runs apart from the servers.
 int RunWatchdog(const minions::apps::MinionsConfig& config, const std::string& http_listen) {
-  auto backends = minions::apps::OpenBackends(config);
+  minions::RealClock clock;
+  auto backends = minions::apps::OpenBackends(config, &clock);
   if (!backends.ok()) {
     fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
     return 1;
@@ -118,30 +170,32 @@ int RunWatchdog(const minions::apps::MinionsConfig& config, const std::string& h
     }
   }
   InstallSignalHandlers();
-  std::shared_ptr<void> lock;
+  const minions::WatchdogOptions options = WatchdogOptionsOf(config);
+  std::unique_ptr<minions::Watchdog> watchdog;
   while (g_signals.load() == 0) {
-    auto acquired = minions::apps::TryAcquireWatchdog(config);
-    if (acquired.ok()) {
-      lock = std::move(*acquired);
-      break;
+    if (watchdog == nullptr || !watchdog->active()) {
+      // Standby: try for the lock every second.
+      auto lock = minions::apps::TryAcquireWatchdog(config);
+      if (!lock.ok()) {
+        clock.SleepFor(absl::Seconds(1));
+        continue;
+      }
+      MINIONS_LOG(Info) << "watchdog active on " << backends->description;
+      if (watchdog == nullptr) {
+        watchdog = std::make_unique<minions::Watchdog>(backends->store.get(), options, std::move(*lock));
+        watchdog->ExportMetrics(&registry);
+      } else {
+        watchdog->Resume(std::move(*lock));
+      }
+      active->Set(1);
     }
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
-  if (!lock) return 0;
-  MINIONS_LOG(Info) << "watchdog active on " << backends->description;
-  active->Set(1);
-  minions::WatchdogOptions wo;
-  wo.executor_timeout = absl::Milliseconds(config.lease_ttl_ms) * 3;
-  wo.takeover_grace = absl::Milliseconds(config.lease_ttl_ms) * 2;
-  wo.stragglers.factor = config.straggler_factor;
-  wo.stragglers.min_runtime = absl::Milliseconds(config.straggler_min_runtime_ms);
-  minions::Watchdog watchdog(backends->store.get(), wo);
-  watchdog.ExportMetrics(&registry);
-  minions::RealClock clock;
-  while (g_signals.load() == 0) {
-    auto pass = watchdog.Tick(clock.Now());
+    auto pass = watchdog->Tick(clock.Now());
+    if (!watchdog->active()) {
+      active->Set(0);  // lost: back to standby (the watchdog said why)
+      continue;
+    }
     if (!pass.ok()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
-    clock.SleepFor(wo.interval);
+    clock.SleepFor(options.interval);
   }
   return 0;
 }
@@ -157,7 +211,11 @@ int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
                                                     : minions::RedactSecrets(config.database).c_str());
   printf("  objects   %s%s\n", config.objects.empty() ? (config.data_dir + "/objects").c_str() : config.objects.c_str(),
          config.s3_endpoint.empty() ? "" : (" at " + minions::RedactSecrets(config.s3_endpoint)).c_str());
-  printf("  executor  server %s\n", config.server.c_str());
+  printf("  executor  server %s (%s), name %s, state dir %s, runner %s, runner threads %s\n", config.server.c_str(),
+         config.server_source.c_str(), config.executor_name.empty() ? "(host name)" : config.executor_name.c_str(),
+         config.executor_state_dir.empty() ? "(default)" : config.executor_state_dir.c_str(),
+         config.runner.empty() ? "minions-llama-runner" : config.runner.c_str(),
+         config.runner_threads > 0 ? std::to_string(config.runner_threads).c_str() : "all cores but one");
   if (problems.empty()) {
     printf("ok%s\n", connect ? ": the database and the object store answer" : "");
     return 0;
@@ -180,7 +238,8 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
   std::string state_dir = options.state_dir;
   minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(connection.server, connection.token),
                                std::make_unique<minions::PolicyBlobClient>(
-                                   std::move(url_policy), std::make_unique<minions::UrlBlobClient>()),
+                                   std::move(url_policy),
+                                   std::make_unique<minions::UrlBlobClient>(minions::UrlBlobClient::Options{.clock = &clock})),
                                std::make_unique<minions::ProcessRunnerFactory>(std::move(runner)), &clock);
   // Owner first: the availability controller and the owner's control channel (executor_commands.cc).
   auto owner = minions::apps::OwnerSide::Start(availability, &agent, &clock, state_dir);
@@ -242,7 +301,7 @@ int RunUp(const minions::cli::PoolOptions& options) {
 int main(int argc, char** argv) {
   CLI::App app{"Minions: a virtual GPU cloud made of idle machines, for batch inference"};
   app.set_version_flag("--version", std::string("minions ") + minions::kVersion);
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "debug logging");
 
@@ -291,7 +350,7 @@ int main(int argc, char** argv) {
   std::string runner_program, executor_metrics_listen;
   bool exit_with_parent = false;
   auto* executor_cmd = app.add_subcommand("executor", "run the agent that leases and runs tasks on this machine");
-  AddConnection(executor_cmd, &connection);
+  AddConnection(executor_cmd, &connection, nullptr);  // its --config comes with the availability flags
   executor_cmd->add_option("--name", agent_options.name, "name shown in `minions executors` (default: host name)");
   executor_cmd->add_option("--state-dir", agent_options.state_dir, "keeps the executor id across restarts");
   executor_cmd->add_option("--runner", runner_program, "runner program (default: minions-llama-runner)");
@@ -333,7 +392,7 @@ int main(int argc, char** argv) {
   minions::cli::SubmitOptions submit;
   int parallel = 0;
   auto* submit_cmd = app.add_subcommand("submit", "submit a JSONL batch file; prints the job id");
-  AddConnection(submit_cmd, &connection);
+  AddConnection(submit_cmd, &connection, &config_path);
   submit_cmd->add_option("file", submit.input_path, "OpenAI Batch request lines (JSONL)")->required();
   submit_cmd->add_option("--model", submit.model, "model the executors load (a GGUF path)")->required();
   submit_cmd->add_option("--shard-size", submit.shard_size, "records per task (default 100)");
@@ -350,32 +409,32 @@ int main(int argc, char** argv) {
   std::string job_id, state_filter, output_path, executor_id;
   bool errors = false, show_tasks = false;
   auto* jobs_cmd = app.add_subcommand("jobs", "list jobs, newest first");
-  AddConnection(jobs_cmd, &connection);
+  AddConnection(jobs_cmd, &connection, &config_path);
   jobs_cmd->add_option("--state", state_filter, "only jobs in this state");
   jobs_cmd->add_flag("--json", json, "JSON output");
   auto* status_cmd = app.add_subcommand("status", "one job: state, request counts, where its results are");
-  AddConnection(status_cmd, &connection);
+  AddConnection(status_cmd, &connection, &config_path);
   status_cmd->add_option("job", job_id, "job id")->required();
   status_cmd->add_flag("--tasks", show_tasks, "list the job's tasks");
   status_cmd->add_flag("--json", json, "JSON output");
   auto* watch_cmd = app.add_subcommand("watch", "progress bar with rate and ETA until the job ends");
-  AddConnection(watch_cmd, &connection);
+  AddConnection(watch_cmd, &connection, &config_path);
   watch_cmd->add_option("job", job_id, "job id")->required();
   watch_cmd->add_flag("--json", json, "one JSON progress line per update");
   auto* results_cmd = app.add_subcommand("results", "the merged output (or error) file of a completed job");
-  AddConnection(results_cmd, &connection);
+  AddConnection(results_cmd, &connection, &config_path);
   results_cmd->add_option("job", job_id, "job id")->required();
   results_cmd->add_option("-o,--output", output_path, "file to write (default: standard output)");
   results_cmd->add_flag("--errors", errors, "the error file instead");
   auto* cancel_cmd = app.add_subcommand("cancel", "cancel a job; executors stop its tasks within a heartbeat");
-  AddConnection(cancel_cmd, &connection);
+  AddConnection(cancel_cmd, &connection, &config_path);
   cancel_cmd->add_option("job", job_id, "job id")->required();
   cancel_cmd->add_flag("--json", json, "JSON output");
   auto* executors_cmd = app.add_subcommand("executors", "the fleet: each executor's state and current tasks");
-  AddConnection(executors_cmd, &connection);
+  AddConnection(executors_cmd, &connection, &config_path);
   executors_cmd->add_flag("--json", json, "JSON output");
   auto* drain_cmd = app.add_subcommand("drain", "ask an executor to finish its task and take no more");
-  AddConnection(drain_cmd, &connection);
+  AddConnection(drain_cmd, &connection, &config_path);
   drain_cmd->add_option("executor", executor_id, "executor id")->required();
   drain_cmd->add_flag("--json", json, "JSON output");
 
@@ -400,6 +459,10 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (verbose) minions::SetLogLevel(minions::LogLevel::kDebug);
+  if (app.get_subcommands().empty()) {
+    PrintVerbs(app);
+    return 0;
+  }
   // The processes that keep data (databases, objects, state, logs) create it for their own account
   // only; the client verbs leave the user's umask alone (their output files are the user's).
   if (server_cmd->parsed() || watchdog_cmd->parsed() || executor_cmd->parsed() || up_cmd->parsed() ||
@@ -407,6 +470,27 @@ int main(int argc, char** argv) {
     minions::UsePrivateUmask();
   }
   connection.FromEnvironment();
+
+  // Where the client verbs and the executor find the server: --server, else MINIONS_SERVER, else
+  // [executor] server in the config file, else the default; messages say which it was. The
+  // executor also takes its other [executor] settings from the file where no flag gives them.
+  std::optional<minions::apps::MinionsConfig> client_config;
+  for (CLI::App* cmd : {submit_cmd, jobs_cmd, status_cmd, watch_cmd, results_cmd, cancel_cmd, executors_cmd,
+                        drain_cmd, executor_cmd}) {
+    if (!cmd->parsed()) continue;
+    auto config = minions::apps::LoadConfig(cmd == executor_cmd ? executor_flags.config_path : config_path);
+    if (!config.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(config.status().message()).c_str());
+      return 1;
+    }
+    if (cmd->count("--server") > 0) {
+      connection.server_source = "--server";
+    } else {
+      connection.server = config->server;
+      connection.server_source = config->server_source;
+    }
+    client_config = *std::move(config);
+  }
 
   auto load_config = [&]() -> absl::StatusOr<minions::apps::MinionsConfig> {
     auto config = minions::apps::LoadConfig(config_path);
@@ -444,6 +528,14 @@ int main(int argc, char** argv) {
       fprintf(stderr, "error: %s\n", std::string(availability.status().message()).c_str());
       return 1;
     }
+    if (executor_cmd->count("--name") == 0 && !client_config->executor_name.empty()) {
+      agent_options.name = client_config->executor_name;
+    }
+    if (executor_cmd->count("--state-dir") == 0 && !client_config->executor_state_dir.empty()) {
+      agent_options.state_dir = client_config->executor_state_dir;
+    }
+    if (runner_program.empty()) runner_program = client_config->runner;
+    if (executor_cmd->count("--runner-threads") == 0) agent_options.runner_threads = client_config->runner_threads;
     if (!runner_program.empty()) runner_options.command = {runner_program};
     agent_options.checkpoint_interval = absl::Milliseconds(checkpoint_interval_ms);
     agent_options.hang.min_silence = absl::Milliseconds(runner_hang_ms);

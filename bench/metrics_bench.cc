@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
     }
   });
   metrics::Registry registry;
-  FleetView fleet(store.get(), &clock, absl::Seconds(1), absl::Hours(24));  // (d) apart
+  ProgressTracker progress;
+  FleetView fleet(store.get(), &clock, &progress, absl::Seconds(1), absl::Hours(24));  // (d) apart
   registry.Render();  // the first refresh counts the ended jobs
   fleet.ExportMetrics(&registry);
   size_t bytes = 0;

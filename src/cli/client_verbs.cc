@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -9,6 +10,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -31,6 +33,15 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// A verb's failure; one that could not reach the server says where it looked and what to do.
+int Fail(const Connection& connection, const absl::Status& status) {
+  if (absl::IsUnavailable(status) && absl::StartsWith(status.message(), rpc::kUnreachable)) {
+    fprintf(stderr, "error: %s\n%s\n", std::string(status.message()).c_str(), UnreachableHint(connection).c_str());
+    return 1;
+  }
+  return Fail(status);
+}
+
 std::string Age(int64_t since_ms) {
   if (since_ms <= 0) return "-";
   return HumanDuration(static_cast<double>(absl::ToUnixMillis(absl::Now()) - since_ms) / 1000.0);
@@ -44,9 +55,10 @@ void PrintJobLine(const v1::Job& job) {
          static_cast<long long>(job.n_tasks()), Age(job.created_at_ms()).c_str());
 }
 
+// Done counts the records of running attempts too (records_in_flight): the bar moves per record.
 std::string ProgressLine(const v1::JobProgress& p) {
   const auto& c = p.job().request_counts();
-  int64_t done = c.completed() + c.failed();
+  int64_t done = std::min(c.total(), c.completed() + c.failed() + p.records_in_flight());
   double fraction = c.total() > 0 ? static_cast<double>(done) / static_cast<double>(c.total()) : 0;
   const int width = 30;
   int filled = static_cast<int>(fraction * width);
@@ -69,8 +81,19 @@ std::string HumanDuration(double seconds) {
 }
 
 void Connection::FromEnvironment() {
-  if (const char* s = std::getenv("MINIONS_SERVER"); s && *s && server == "127.0.0.1:7070") server = s;
   if (const char* t = std::getenv("MINIONS_TOKEN"); t && *t && token.empty()) token = t;
+}
+
+std::string UnreachableHint(const Connection& connection) {
+  if (connection.server_source == "the default") {
+    return absl::StrCat("  Nothing answers at ", connection.server,
+                        ", the default address. To start a pool on this machine: minions up\n"
+                        "  (or see it all work at once: minions demo). For a server elsewhere: --server HOST:PORT,\n"
+                        "  MINIONS_SERVER, or [executor] server in a config file (MINIONS_CONFIG).");
+  }
+  return absl::StrCat("  Nothing answers at ", connection.server, " (from ", connection.server_source,
+                      "). Is a server running there? minions server starts one;\n"
+                      "  minions up runs a whole pool on this machine.");
 }
 
 JobsClient::JobsClient(const Connection& connection)
@@ -204,7 +227,7 @@ int Submit(const Connection& connection, const SubmitOptions& options) {
   }
   JobsClient client(connection);
   auto job = client.Submit(request);
-  if (!job.ok()) return Fail(job.status());
+  if (!job.ok()) return Fail(connection, job.status());
   if (options.json && !options.wait) {
     printf("%s\n", ToJson(*job).c_str());
   } else {
@@ -217,7 +240,7 @@ int Submit(const Connection& connection, const SubmitOptions& options) {
 
 int ListJobs(const Connection& connection, const std::string& state, bool json) {
   auto jobs = JobsClient(connection).List(state, 100);
-  if (!jobs.ok()) return Fail(jobs.status());
+  if (!jobs.ok()) return Fail(connection, jobs.status());
   if (json) {
     printf("[");
     for (size_t i = 0; i < jobs->size(); ++i) printf("%s%s", i ? "," : "", ToJson((*jobs)[i]).c_str());
@@ -232,7 +255,7 @@ int ListJobs(const Connection& connection, const std::string& state, bool json) 
 int Status(const Connection& connection, const std::string& job_id, bool json, bool tasks) {
   JobsClient client(connection);
   auto job = client.Get(job_id);
-  if (!job.ok()) return Fail(job.status());
+  if (!job.ok()) return Fail(connection, job.status());
   if (json) {
     printf("%s\n", ToJson(*job).c_str());
     return 0;
@@ -253,7 +276,7 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
   }
   if (tasks) {
     auto list = client.Tasks(job_id);
-    if (!list.ok()) return Fail(list.status());
+    if (!list.ok()) return Fail(connection, list.status());
     printf("\n%6s %-10s %8s %9s %9s %-16s %s\n", "TASK", "STATE", "ATTEMPT", "RECORDS", "FAILED", "EXECUTOR", "LAST ERROR");
     for (const auto& t : *list) {
       printf("%6lld %-10s %8d %9lld %9lld %-16s %s\n", static_cast<long long>(t.index()), t.state().c_str(),
@@ -272,7 +295,7 @@ int Watch(const Connection& connection, const std::string& job_id, bool json) {
   std::string last_state;
   auto last = JobsClient(connection).Watch(job_id, absl::Milliseconds(500), [&](const v1::JobProgress& p) {
     const auto& c = p.job().request_counts();
-    int64_t done = c.completed() + c.failed();
+    int64_t done = c.completed() + c.failed() + p.records_in_flight();
     if (json) {
       printf("%s\n", ToJson(p).c_str());
     } else if (tty) {
@@ -287,7 +310,7 @@ int Watch(const Connection& connection, const std::string& job_id, bool json) {
     fflush(stdout);
   });
   if (tty) printf("\n");
-  if (!last.ok()) return Fail(last.status());
+  if (!last.ok()) return Fail(connection, last.status());
   if (!json) {
     printf("job %s %s", last->id().c_str(), last->state().c_str());
     if (!last->error().empty()) printf(": %s", last->error().c_str());
@@ -315,13 +338,13 @@ int Results(const Connection& connection, const std::string& job_id, const std::
       std::remove(tmp.c_str());
     }
   }
-  if (!status.ok()) return Fail(status);
+  if (!status.ok()) return Fail(connection, status);
   return 0;
 }
 
 int Cancel(const Connection& connection, const std::string& job_id, bool json) {
   auto job = JobsClient(connection).Cancel(job_id);
-  if (!job.ok()) return Fail(job.status());
+  if (!job.ok()) return Fail(connection, job.status());
   if (json) {
     printf("%s\n", ToJson(*job).c_str());
   } else {
@@ -332,7 +355,7 @@ int Cancel(const Connection& connection, const std::string& job_id, bool json) {
 
 int ListExecutors(const Connection& connection, bool json) {
   auto executors = JobsClient(connection).Executors();
-  if (!executors.ok()) return Fail(executors.status());
+  if (!executors.ok()) return Fail(connection, executors.status());
   if (json) {
     printf("[");
     for (size_t i = 0; i < executors->size(); ++i) printf("%s%s", i ? "," : "", ToJson((*executors)[i]).c_str());
@@ -355,7 +378,7 @@ int ListExecutors(const Connection& connection, bool json) {
 
 int DrainExecutor(const Connection& connection, const std::string& executor_id, bool json) {
   auto executor = JobsClient(connection).Drain(executor_id);
-  if (!executor.ok()) return Fail(executor.status());
+  if (!executor.ok()) return Fail(connection, executor.status());
   if (json) {
     printf("%s\n", ToJson(*executor).c_str());
   } else {

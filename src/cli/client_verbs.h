@@ -11,11 +11,19 @@
 namespace minions::cli {
 
 struct Connection {
-  std::string server = "127.0.0.1:7070";  // --server or MINIONS_SERVER
-  std::string token;                      // --token or MINIONS_TOKEN
-  // Fills unset fields from the environment.
+  // --server, else MINIONS_SERVER, else [executor] server of the config file, else this default.
+  std::string server = "127.0.0.1:7070";
+  // Where `server` came from, as a person would look for it: "--server", "MINIONS_SERVER",
+  // "[executor] server in FILE", "the default". Messages name it when the server cannot be reached.
+  std::string server_source = "the default";
+  std::string token;  // --token or MINIONS_TOKEN
+  // Fills the token from the environment when it is unset.
   void FromEnvironment();
 };
+
+// What a person should hear when a verb cannot reach the server at `connection`: the address
+// tried, where it came from, and how to start a pool or point at another server.
+std::string UnreachableHint(const Connection& connection);
 
 // A thin, status-returning wrapper of the Jobs service.
 class JobsClient {

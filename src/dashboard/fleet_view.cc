@@ -6,28 +6,8 @@
 
 namespace minions {
 
-JobProgress ProgressOf(const Job& job, int64_t in_flight, absl::Time now) {
-  JobProgress p;
-  p.finished = job.counts.completed + job.counts.failed;
-  p.in_flight = IsTerminal(job.state) ? 0 : in_flight;
-  int64_t done = std::min(job.counts.total, p.finished + p.in_flight);
-  p.fraction = job.counts.total > 0 ? static_cast<double>(done) / static_cast<double>(job.counts.total)
-                                    : (job.state == JobState::kCompleted ? 1.0 : 0.0);
-  if (job.started_at) {
-    absl::Time end = job.finished_at.value_or(now);
-    double seconds = absl::ToDoubleSeconds(end - *job.started_at);
-    if (seconds > 0) p.records_per_second = static_cast<double>(done) / seconds;
-  }
-  if (IsTerminal(job.state)) {
-    p.eta_seconds = 0;
-  } else if (p.records_per_second > 0) {
-    p.eta_seconds = static_cast<double>(job.counts.total - done) / p.records_per_second;
-  }
-  return p;
-}
-
 absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Get() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   absl::Time now = clock_->Now();
   if (cached_ && now - cached_->taken_at < max_age_) return cached_;
   auto fresh = Read();
@@ -102,6 +82,11 @@ absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Read() {
     }
     for (const auto& [state, n] : by_state) snapshot->tasks_by_state[state] += n;
   }
+  for (const Job& job : snapshot->jobs) {
+    auto in_flight = snapshot->records_in_flight.find(job.id);
+    snapshot->progress[job.id] = progress_->Observe(
+        job, in_flight == snapshot->records_in_flight.end() ? 0 : in_flight->second, snapshot->taken_at);
+  }
   return std::shared_ptr<const FleetSnapshot>(std::move(snapshot));
 }
 
@@ -155,6 +140,13 @@ void FleetView::Collect(std::vector<metrics::FamilySnapshot>* out) {
                          "attempts, not yet reported).",
                          MetricType::kGauge, {}};
   FamilySnapshot job_tasks{"minions_job_tasks", "Tasks of each unfinished job by state.", MetricType::kGauge, {}};
+  FamilySnapshot rates{"minions_job_records_per_second",
+                       "Records each unfinished job does per second now (over the last minute; records of running "
+                       "attempts count as they are done).",
+                       MetricType::kGauge, {}};
+  FamilySnapshot etas{"minions_job_eta_seconds",
+                      "Seconds each unfinished job needs at its current rate (absent while unknown).",
+                      MetricType::kGauge, {}};
   for (const Job& job : s.jobs) {
     if (IsTerminal(job.state)) continue;
     auto labels = [&](const char* key, std::string value) {
@@ -168,6 +160,11 @@ void FleetView::Collect(std::vector<metrics::FamilySnapshot>* out) {
     records.samples.push_back({"minions_job_records", labels("kind", "failed"), static_cast<double>(job.counts.failed)});
     records.samples.push_back({"minions_job_records", labels("kind", "in_flight"),
                                static_cast<double>(in_flight == s.records_in_flight.end() ? 0 : in_flight->second)});
+    if (auto it = s.progress.find(job.id); it != s.progress.end()) {
+      const std::vector<std::pair<std::string, std::string>> job_labels = {{"job_id", job.id}, {"team", job.spec.team}};
+      rates.samples.push_back({"minions_job_records_per_second", job_labels, it->second.records_per_second});
+      if (it->second.eta_seconds >= 0) etas.samples.push_back({"minions_job_eta_seconds", job_labels, it->second.eta_seconds});
+    }
     if (auto it = s.job_tasks.find(job.id); it != s.job_tasks.end()) {
       for (const auto& [state, n] : it->second) {
         job_tasks.samples.push_back(
@@ -177,6 +174,8 @@ void FleetView::Collect(std::vector<metrics::FamilySnapshot>* out) {
   }
   out->push_back(std::move(records));
   out->push_back(std::move(job_tasks));
+  out->push_back(std::move(rates));
+  out->push_back(std::move(etas));
 }
 
 }  // namespace minions

@@ -1,27 +1,30 @@
 #pragma once
 // FleetView: what the fleet looks like now, read from the store and cached briefly, so scrapes,
 // dashboard polls and several browsers cost one set of store reads per `max_age`. Feeds the
-// gauges on /metrics (jobs, tasks and executors by state; each unfinished job's progress) and the
-// dashboard's JSON.
+// gauges on /metrics (jobs, tasks and executors by state; each unfinished job's progress, rate
+// and ETA) and the dashboard's JSON. Each refresh samples every unfinished job into the server's
+// ProgressTracker (model/progress_estimator.h), the estimate `minions watch` reads too.
 //
 // Gauges derived here are the same on every server of a fleet (they read the shared store): in
 // Prometheus use max() or pick one instance, never sum(), for the minions_jobs/tasks/executors
 // families.
 //
-// Ownership: borrows the store and the clock.
+// Ownership: borrows the store, the clock and the progress tracker.
 // Threads: thread-safe; one refresh at a time, callers during a refresh get its result.
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "metrics/metrics.h"
+#include "model/progress_estimator.h"
 #include "model/types.h"
 #include "store/metadata_store.h"
 
@@ -34,22 +37,13 @@ struct FleetSnapshot {
   std::vector<Job> jobs;
   std::vector<Executor> executors;
   std::map<std::string, std::vector<Task>> running_by_executor;  // executor id -> tasks it runs
-  std::map<std::string, int64_t> records_in_flight;              // job id -> committed progress of running tasks
+  std::map<std::string, int64_t> records_in_flight;              // job id -> progress of its running tasks
+  std::map<std::string, ProgressEstimate> progress;               // job id -> its estimate, every job here
   std::map<std::string, std::map<TaskState, int64_t>> job_tasks; // unfinished job -> its tasks by state
   std::map<JobState, int64_t> jobs_by_state;  // ended states: as of the last terminal count
   std::map<TaskState, int64_t> tasks_by_state;  // tasks of jobs that have not ended
   std::map<ExecutorState, int64_t> executors_by_state;
 };
-
-// Progress and ETA of one job as the dashboard shows it.
-struct JobProgress {
-  int64_t finished = 0;    // completed + failed records
-  int64_t in_flight = 0;   // records done by running attempts, not yet reported complete
-  double fraction = 0;     // (finished + in_flight) / total, 0..1
-  double records_per_second = 0;  // since the first lease
-  double eta_seconds = -1;        // -1: unknown
-};
-JobProgress ProgressOf(const Job& job, int64_t in_flight, absl::Time now);
 
 class FleetView {
  public:
@@ -60,29 +54,30 @@ class FleetView {
   // Jobs that have not ended, executors and tasks are read every `max_age`. Counting the ended
   // jobs reads the whole job history, so it happens when a job has ended since the last count (at
   // most every kStaleRecount), and every `terminal_max_age` regardless.
-  FleetView(MetadataStore* store, Clock* clock, absl::Duration max_age = absl::Seconds(1),
+  FleetView(MetadataStore* store, Clock* clock, ProgressTracker* progress, absl::Duration max_age = absl::Seconds(1),
             absl::Duration terminal_max_age = absl::Seconds(30))
-      : store_(store), clock_(clock), max_age_(max_age), terminal_max_age_(terminal_max_age) {}
+      : store_(store), clock_(clock), progress_(progress), max_age_(max_age), terminal_max_age_(terminal_max_age) {}
 
-  absl::StatusOr<std::shared_ptr<const FleetSnapshot>> Get();
+  absl::StatusOr<std::shared_ptr<const FleetSnapshot>> Get() ABSL_LOCKS_EXCLUDED(mu_);
   // Adds the store-derived gauges to `registry` (a collector reading Get()); minions_store_up is 0
   // when the store cannot be read.
   void ExportMetrics(metrics::Registry* registry);
 
  private:
-  absl::StatusOr<std::shared_ptr<const FleetSnapshot>> Read();
-  void Collect(std::vector<metrics::FamilySnapshot>* out);
+  absl::StatusOr<std::shared_ptr<const FleetSnapshot>> Read() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Collect(std::vector<metrics::FamilySnapshot>* out) ABSL_LOCKS_EXCLUDED(mu_);
 
   MetadataStore* store_;
   Clock* clock_;
+  ProgressTracker* progress_;
   const absl::Duration max_age_;
   const absl::Duration terminal_max_age_;
-  std::mutex mu_;  // held across a refresh: one at a time
-  std::shared_ptr<const FleetSnapshot> cached_;  // guarded by mu_
-  std::map<JobState, int64_t> terminal_counts_;  // guarded by mu_
-  absl::Time terminal_counted_at_ = absl::InfinitePast();  // guarded by mu_
-  std::set<std::string> active_ids_;                       // jobs not ended at the last read; guarded by mu_
-  bool terminal_stale_ = false;  // a job ended since terminal_counts_ was read; guarded by mu_
+  absl::Mutex mu_;  // held across a refresh: one at a time
+  std::shared_ptr<const FleetSnapshot> cached_ ABSL_GUARDED_BY(mu_);
+  std::map<JobState, int64_t> terminal_counts_ ABSL_GUARDED_BY(mu_);
+  absl::Time terminal_counted_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::set<std::string> active_ids_ ABSL_GUARDED_BY(mu_);  // jobs not ended at the last read
+  bool terminal_stale_ ABSL_GUARDED_BY(mu_) = false;       // a job ended since terminal_counts_ was read
 };
 
 }  // namespace minions

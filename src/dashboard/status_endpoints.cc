@@ -15,8 +15,7 @@ HttpResponse JsonResponse(const Json& body, int status = 200) {
 Json Seconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
 Json OptionalSeconds(const std::optional<absl::Time>& t) { return t ? Seconds(*t) : Json(nullptr); }
 
-Json JobSummary(const Job& job, int64_t in_flight, absl::Time now) {
-  JobProgress p = ProgressOf(job, in_flight, now);
+Json JobSummary(const Job& job, const ProgressEstimate& p) {
   return Json{{"id", job.id},
               {"team", job.spec.team},
               {"state", JobStateName(job.state)},
@@ -84,18 +83,16 @@ Json JobsJson(const FleetSnapshot& s, absl::Time now, int limit) {
   Json jobs = Json::array();
   for (const Job& job : s.jobs) {
     if (static_cast<int>(jobs.size()) >= limit) break;
-    auto it = s.records_in_flight.find(job.id);
-    jobs.push_back(JobSummary(job, it == s.records_in_flight.end() ? 0 : it->second, now));
+    auto it = s.progress.find(job.id);
+    jobs.push_back(JobSummary(job, it == s.progress.end() ? ProgressEstimate{} : it->second));
   }
   return Json{{"now", Seconds(now)}, {"jobs", std::move(jobs)}};
 }
 
-Json JobJson(const Job& job, const std::vector<Task>& tasks, absl::Time now) {
-  int64_t in_flight = 0;
+Json JobJson(const Job& job, const std::vector<Task>& tasks, const ProgressEstimate& progress, absl::Time now) {
   Json list = Json::array();
   Json errors = Json::array();
   for (const Task& t : tasks) {
-    if (t.state == TaskState::kRunning) in_flight += t.records_done;
     list.push_back({{"index", t.index},
                     {"state", TaskStateName(t.state)},
                     {"attempt", t.attempt},
@@ -113,7 +110,7 @@ Json JobJson(const Job& job, const std::vector<Task>& tasks, absl::Time now) {
                         {"message", t.last_error}});
     }
   }
-  return Json{{"now", Seconds(now)}, {"job", JobSummary(job, in_flight, now)}, {"tasks", std::move(list)},
+  return Json{{"now", Seconds(now)}, {"job", JobSummary(job, progress)}, {"tasks", std::move(list)},
               {"errors", std::move(errors)}};
 }
 
@@ -150,7 +147,12 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
     }
     auto tasks = src.store->ListTasks(id);
     if (!tasks.ok()) return JsonResponse({{"error", std::string(tasks.status().message())}}, 503);
-    return JsonResponse(JobJson(*job, *tasks, src.clock->Now()));
+    const absl::Time now = src.clock->Now();
+    int64_t in_flight = 0;
+    for (const Task& t : *tasks) {
+      if (t.state == TaskState::kRunning) in_flight += t.records_done;
+    }
+    return JsonResponse(JobJson(*job, *tasks, src.progress->Observe(*job, in_flight, now), now));
   });
   for (const WebAsset& asset : WebAssets()) {
     auto serve = [&asset](const HttpRequest&) {

@@ -29,6 +29,7 @@ struct StatusSources {
   MetadataStore* store = nullptr;
   Clock* clock = nullptr;
   FleetView* fleet = nullptr;
+  ProgressTracker* progress = nullptr;  // the server's (FleetView feeds it too)
   metrics::Registry* registry = nullptr;
   std::function<bool()> serving;  // the gRPC port is up and the server is not shutting down
 };
@@ -38,7 +39,7 @@ void InstallStatusEndpoints(const StatusSources& sources, HttpServer* http);
 // The dashboard's JSON documents (exposed for tests).
 Json FleetJson(const FleetSnapshot& snapshot, absl::Time now);
 Json JobsJson(const FleetSnapshot& snapshot, absl::Time now, int limit);
-Json JobJson(const Job& job, const std::vector<Task>& tasks, absl::Time now);
+Json JobJson(const Job& job, const std::vector<Task>& tasks, const ProgressEstimate& progress, absl::Time now);
 
 // A file of the web dashboard compiled into the binary (generated from web/ at build time).
 struct WebAsset {

@@ -10,6 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/http_client.h"
 
 namespace minions {
 
@@ -23,24 +25,27 @@ class BlobClient {
 };
 
 // file:// URLs are files; http:// and https:// URLs (presigned S3 URLs) are plain requests through
-// libcurl: GetRange is a GET with "Range: bytes=begin-(end-1)", Put a PUT of the body. Connection
-// failures, 5xx and 429 are retried with exponential backoff, then Unavailable; 404 is NotFound,
-// 403 (an expired or wrong URL) PermissionDenied, a short object DataLoss.
+// common/http_client.h: GetRange is a GET with "Range: bytes=begin-(end-1)", Put a PUT of the body.
+// Connection failures, 5xx and 429 are retried with exponential backoff on the clock, then
+// Unavailable; 404 is NotFound, 403 (an expired or wrong URL) PermissionDenied, a short object
+// DataLoss.
 class UrlBlobClient : public BlobClient {
  public:
   struct Options {
     int max_attempts = 4;
     absl::Duration initial_backoff = absl::Milliseconds(200);
     absl::Duration connect_timeout = absl::Seconds(10);
+    Clock* clock = nullptr;  // waits between retries on it; null: real time. Borrowed.
   };
-  UrlBlobClient() = default;
-  explicit UrlBlobClient(Options options) : options_(options) {}
+  UrlBlobClient() : UrlBlobClient(Options{}) {}
+  explicit UrlBlobClient(Options options);
 
   absl::StatusOr<std::string> GetRange(const std::string& url, int64_t begin, int64_t end) override;
   absl::Status Put(const std::string& url, std::string_view data) override;
 
  private:
-  Options options_;
+  RealClock real_clock_;  // when options.clock is null
+  const HttpClient http_;
 };
 
 }  // namespace minions

@@ -125,7 +125,7 @@ Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), c
 void Histogram::Observe(double value) {
   size_t bucket = 0;
   while (bucket < bounds_.size() && value > bounds_[bucket]) ++bucket;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   counts_[bucket] += 1;
   sum_ += value;
   count_ += 1;
@@ -134,7 +134,7 @@ void Histogram::Observe(double value) {
 Histogram::Snapshot Histogram::snapshot() const {
   Snapshot s;
   s.bounds = bounds_;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   uint64_t running = 0;
   for (uint64_t c : counts_) {
     running += c;
@@ -160,7 +160,7 @@ Registry::Entry& Registry::Add(const std::string& name, const std::string& help,
   for (const auto& label : label_names) {
     if (!IsValidLabelName(label) || label == "le") Die(absl::StrCat("invalid label name '", label, "' on ", name));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const auto& e : entries_) {
     if (e->name == name) Die(absl::StrCat("metric '", name, "' registered twice"));
   }
@@ -203,7 +203,7 @@ Histogram* Registry::AddHistogram(const std::string& name, const std::string& he
 }
 
 void Registry::AddCollector(Collector collector) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   collectors_.push_back(std::move(collector));
 }
 
@@ -211,7 +211,7 @@ std::vector<FamilySnapshot> Registry::Collect() const {
   std::vector<FamilySnapshot> out;
   std::vector<Collector> collectors;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (const auto& e : entries_) {
       FamilySnapshot f{e->name, e->help, e->type, {}};
       if (e->counters) {

@@ -15,11 +15,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace minions::metrics {
 
@@ -83,10 +85,10 @@ class Histogram {
 
  private:
   const std::vector<double> bounds_;
-  mutable std::mutex mu_;
-  std::vector<uint64_t> counts_;  // per bucket (not cumulative), last is +Inf; guarded by mu_
-  double sum_ = 0;                // guarded by mu_
-  uint64_t count_ = 0;            // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::vector<uint64_t> counts_ ABSL_GUARDED_BY(mu_);  // per bucket (not cumulative), last is +Inf
+  double sum_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Buckets for durations from `start` seconds, each `factor` times the last.
@@ -101,7 +103,7 @@ class Family {
   // The child for these values (as many as label names; missing ones are empty).
   M* With(std::vector<std::string> values) {
     values.resize(label_names_.size());
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto& child = children_[values];
     if (!child) child = make_();
     return child.get();
@@ -109,15 +111,15 @@ class Family {
   const std::vector<std::string>& label_names() const { return label_names_; }
   // Calls `f(values, metric)` for every child, in label order.
   void ForEach(const std::function<void(const std::vector<std::string>&, const M&)>& f) const {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (const auto& [values, child] : children_) f(values, *child);
   }
 
  private:
   const std::vector<std::string> label_names_;
   const std::function<std::unique_ptr<M>()> make_;
-  mutable std::mutex mu_;
-  std::map<std::vector<std::string>, std::unique_ptr<M>> children_;  // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::map<std::vector<std::string>, std::unique_ptr<M>> children_ ABSL_GUARDED_BY(mu_);
 };
 
 class Registry {
@@ -156,9 +158,9 @@ class Registry {
   Entry& Add(const std::string& name, const std::string& help, MetricType type,
              const std::vector<std::string>& label_names);
 
-  mutable std::mutex mu_;
-  std::vector<std::unique_ptr<Entry>> entries_;  // registration order; guarded by mu_
-  std::vector<Collector> collectors_;            // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);  // registration order
+  std::vector<Collector> collectors_ ABSL_GUARDED_BY(mu_);
 };
 
 // The content type of EncodeText's output.

@@ -17,10 +17,13 @@ inline grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+// How FromGrpc's message begins when the server could not be reached.
+inline constexpr char kUnreachable[] = "cannot reach the Minions server";
+
 inline absl::Status FromGrpc(const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return absl::UnavailableError("cannot reach the Minions server: " + s.error_message());
+    return absl::UnavailableError(std::string(kUnreachable) + ": " + s.error_message());
   }
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }

@@ -21,6 +21,9 @@ namespace {
 // its last chunk (it checkpoints less often, and loses nothing).
 constexpr int64_t kMaxChunkUrls = 32;
 
+// How often a long-polling Lease looks again for work another server may have made leasable.
+constexpr absl::Duration kLeasePoll = absl::Milliseconds(50);
+
 LeaseProgress FromProto(const v1::LeaseRef& ref) {
   LeaseProgress progress{ref.job_id(), ref.task_index(), ref.attempt(), ref.records_done(), ref.records_failed(), {}};
   for (const auto& c : ref.chunks()) {
@@ -99,25 +102,29 @@ grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::Leas
                                     v1::LeaseResponse* reply) {
   RETURN_IF_UNAUTHENTICATED(context);
   int max_tasks = std::clamp(request->max_tasks(), 1, 64);
-  // Long poll: retry when notified of new work here, and every 50 ms for work that arrived
+  // Long poll: retry when notified of new work here, and every kLeasePoll for work that arrived
   // through another server. Bounded, so a stuck executor call never outlives its usefulness.
-  const auto wait = std::chrono::milliseconds(std::clamp<int64_t>(request->wait_ms(), 0, 30000));
-  const auto deadline = std::chrono::steady_clock::now() + wait;
-  absl::Time now = clock_->Now();
+  const absl::Duration wait = absl::Milliseconds(std::clamp<int64_t>(request->wait_ms(), 0, 30000));
+  const absl::Time deadline = clock_->Now() + wait;
+  absl::Time now;
   absl::StatusOr<std::vector<minions::Lease>> leases;
   while (true) {
     uint64_t generation;
     {
-      std::lock_guard<std::mutex> lock(work_mu_);
+      absl::MutexLock lock(&work_mu_);
       generation = work_generation_;
     }
     now = clock_->Now();
     leases = store_->LeaseTasks(request->executor_id(), max_tasks, options_.lease_ttl, now);
     if (!leases.ok()) return ToGrpc(leases.status());
-    if (!leases->empty() || context->IsCancelled() || std::chrono::steady_clock::now() >= deadline) break;
-    std::unique_lock<std::mutex> lock(work_mu_);
-    work_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)),
-                        [&] { return work_generation_ != generation; });
+    if (!leases->empty() || context->IsCancelled() || now >= deadline) break;
+    absl::MutexLock lock(&work_mu_);
+    auto notified = [&] {
+      work_mu_.AssertHeld();
+      return work_generation_ != generation || stopping_;
+    };
+    clock_->AwaitWithDeadline(work_mu_, absl::Condition(&notified), std::min(deadline, now + kLeasePoll));
+    if (stopping_) break;
   }
   reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
   for (const minions::Lease& lease : *leases) {
@@ -158,9 +165,13 @@ grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::Leas
 }
 
 void ExecutorService::NotifyWork() {
-  std::lock_guard<std::mutex> lock(work_mu_);
+  absl::MutexLock lock(&work_mu_);
   ++work_generation_;
-  work_cv_.notify_all();
+}
+
+void ExecutorService::Shutdown() {
+  absl::MutexLock lock(&work_mu_);
+  stopping_ = true;
 }
 
 grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,

@@ -2,11 +2,12 @@
 // ExecutorService: the Executors gRPC service — register, heartbeat, lease, complete, fail.
 // Every report about a task is fenced by its attempt in the store. Leases carry URLs for exactly
 // the task's objects, so executors hold no object-store credentials.
-// Threads: called on gRPC's threads; thread-safe.
+// Threads: called on gRPC's threads; thread-safe. A long-polling Lease waits on the Clock.
 
-#include <condition_variable>
 #include <functional>
-#include <mutex>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "blob/blob_store.h"
 #include "common/clock.h"
@@ -45,7 +46,9 @@ class ExecutorService final : public v1::Executors::Service {
   grpc::Status Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse* reply) override;
 
   // New work may be leasable (a job was submitted, a task requeued): wakes long-polling leases.
-  void NotifyWork();
+  void NotifyWork() ABSL_LOCKS_EXCLUDED(work_mu_);
+  // The server is stopping: long-polling leases answer at once, and later ones do not wait.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(work_mu_);
 
  private:
   // The lease's input URL and one write URL pair per chunk the attempt may upload.
@@ -60,9 +63,9 @@ class ExecutorService final : public v1::Executors::Service {
   // Every call that commits chunks goes through it: an upload becomes part of a job's results only
   // once checked against the task's input (server/chunk_check.h).
   ChunkChecker chunks_;
-  std::mutex work_mu_;
-  std::condition_variable work_cv_;
-  uint64_t work_generation_ = 0;  // guarded by work_mu_
+  absl::Mutex work_mu_;
+  uint64_t work_generation_ ABSL_GUARDED_BY(work_mu_) = 0;  // bumped by NotifyWork
+  bool stopping_ ABSL_GUARDED_BY(work_mu_) = false;
 };
 
 }  // namespace minions

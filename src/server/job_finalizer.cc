@@ -179,7 +179,7 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
 }
 
 absl::StatusOr<int> JobFinalizer::FinalizeReady() {
-  auto jobs = store_->JobsToFinalize(16);
+  auto jobs = store_->JobsToFinalize(16, clock_->Now());
   if (!jobs.ok()) return jobs.status();
   int done = 0;
   for (const Job& job : *jobs) {

@@ -2,7 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <deque>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -103,6 +102,7 @@ absl::StatusOr<Job> JobService::Submit(const v1::SubmitJobRequest& request) {
     (void)store_->FailJob(job->id, std::string(s.message()), clock_->Now());
     return s;
   }
+  if (metrics_) metrics_->JobSubmitted(*job);
   if (work_added_) work_added_();
   MINIONS_LOG(Info) << "job=" << job->id << " submitted: " << split->total_records << " records ("
                     << split->invalid_records << " invalid) in " << split->tasks.size() << " tasks";
@@ -162,25 +162,13 @@ grpc::Status JobService::WatchJob(grpc::ServerContext* context, const v1::WatchJ
   absl::Duration interval = request->interval_ms() > 0 ? absl::Milliseconds(request->interval_ms())
                                                        : absl::Milliseconds(500);
   interval = std::max(interval, absl::Milliseconds(50));
-  // Rate over a sliding window of (time, records finished) samples.
-  std::deque<std::pair<absl::Time, int64_t>> samples;
   while (!context->IsCancelled()) {
     auto job = store_->GetJob(request->job_id());
     if (!job.ok()) return ToGrpc(job.status());
-    absl::Time now = clock_->Now();
-    int64_t finished = job->counts.completed + job->counts.failed;
-    samples.emplace_back(now, finished);
-    while (samples.size() > 2 && now - samples.front().first > absl::Minutes(1)) samples.pop_front();
+    const absl::Time now = clock_->Now();
     v1::JobProgress progress;
     *progress.mutable_job() = ToProto(*job);
-    double rate = 0;
-    if (samples.size() >= 2) {
-      double secs = absl::ToDoubleSeconds(samples.back().first - samples.front().first);
-      if (secs > 0) rate = static_cast<double>(samples.back().second - samples.front().second) / secs;
-    }
-    progress.set_records_per_second(rate);
-    int64_t left = job->counts.total - finished;
-    progress.set_eta_seconds(IsTerminal(job->state) ? 0 : (rate > 0 ? static_cast<double>(left) / rate : -1));
+    int64_t in_flight = 0;
     if (!IsTerminal(job->state)) {
       // Counted by the store: a job of 50,000 tasks is not listed twice a second.
       auto counts = store_->CountTasks(job->id);
@@ -188,8 +176,13 @@ grpc::Status JobService::WatchJob(grpc::ServerContext* context, const v1::WatchJ
         progress.set_tasks_running(counts->running);
         progress.set_tasks_pending(counts->pending);
         progress.set_executors_working(static_cast<int32_t>(counts->executors));
+        in_flight = counts->records_in_flight;
       }
     }
+    const ProgressEstimate estimate = progress_->Observe(*job, in_flight, now);
+    progress.set_records_in_flight(estimate.in_flight);
+    progress.set_records_per_second(estimate.records_per_second);
+    progress.set_eta_seconds(estimate.eta_seconds);
     if (!writer->Write(progress)) break;
     if (IsTerminal(job->state)) break;
     clock_->SleepFor(interval);

@@ -8,7 +8,9 @@
 #include "blob/blob_store.h"
 #include "common/clock.h"
 #include "minions/v1/minions.grpc.pb.h"
+#include "model/progress_estimator.h"
 #include "server/job_finalizer.h"
+#include "server/server_metrics.h"
 #include "server/server_options.h"
 #include "server/stream_limiter.h"
 #include "store/metadata_store.h"
@@ -17,13 +19,19 @@ namespace minions {
 
 class JobService final : public v1::Jobs::Service {
  public:
+  // `work_added` is called when a submitted job becomes leasable; `metrics` (may be null) counts
+  // submissions; WatchJob's rate and ETA come from `progress` (the server's; null: one of its
+  // own).
   JobService(MetadataStore* store, BlobStore* blobs, Clock* clock, const ServerOptions& options,
-             std::function<void()> work_added = nullptr)
+             std::function<void()> work_added = nullptr, ServerMetrics* metrics = nullptr,
+             ProgressTracker* progress = nullptr)
       : store_(store),
         blobs_(blobs),
         clock_(clock),
         options_(options),
         work_added_(std::move(work_added)),
+        metrics_(metrics),
+        progress_(progress != nullptr ? progress : &own_progress_),
         watch_streams_(options.max_watch_streams) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request, v1::Job* reply) override;
@@ -51,6 +59,9 @@ class JobService final : public v1::Jobs::Service {
   Clock* clock_;
   ServerOptions options_;
   std::function<void()> work_added_;  // a job became leasable
+  ServerMetrics* metrics_;
+  ProgressTracker own_progress_;
+  ProgressTracker* progress_;
   StreamLimiter watch_streams_;        // open WatchJob streams
 };
 

@@ -13,14 +13,12 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
       options_(std::move(options)),
       watchdog_(std::move(watchdog)),
       server_metrics_(&registry_, store),
-      fleet_view_(store, clock),
+      fleet_view_(store, clock, &progress_),
       finalizer_(store, blobs, clock, {options_.max_chunk_bytes}),
-      job_service_(store, blobs, clock, options_, [this] { executor_service_.NotifyWork(); }),
-      executor_service_(store, blobs, clock, options_, [this](const std::string& job_id) {
-        std::lock_guard<std::mutex> lock(ready_mu_);
-        ready_jobs_.insert(job_id);
-        ready_cv_.notify_all();
-      }, &server_metrics_) {
+      job_service_(store, blobs, clock, options_, [this] { executor_service_.NotifyWork(); }, &server_metrics_,
+                   &progress_),
+      executor_service_(store, blobs, clock, options_, [this](const std::string& job_id) { JobReady(job_id); },
+                        &server_metrics_) {
   fleet_view_.ExportMetrics(&registry_);
   if (watchdog_) watchdog_->ExportMetrics(&registry_);
 }
@@ -50,14 +48,15 @@ absl::Status MinionsServer::Start() {
   }
   if (!options_.http_listen.empty()) {
     http_ = std::make_unique<HttpServer>();
-    InstallStatusEndpoints({store_, clock_, &fleet_view_, &registry_, [this] { return serving_.load(); }}, http_.get());
+    InstallStatusEndpoints({store_, clock_, &fleet_view_, &progress_, &registry_, [this] { return serving_.load(); }},
+                           http_.get());
     if (auto s = http_->Start(options_.http_listen); !s.ok()) {
       server_->Shutdown();
       http_.reset();
       return s;
     }
   }
-  background_ = std::thread([this] { BackgroundLoop(); });
+  if (options_.background_thread) background_ = std::thread([this] { BackgroundLoop(); });
   serving_ = true;
   MINIONS_LOG(Info) << "server listening on " << address() << (watchdog_ ? " with the watchdog" : "")
                     << (http_ ? absl::StrCat("; dashboard and metrics on ", dashboard_url()) : "");
@@ -76,42 +75,65 @@ std::string MinionsServer::address() const {
   return absl::StrCat(host, ":", port_);
 }
 
+void MinionsServer::JobReady(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  ready_jobs_.insert(job_id);
+}
+
+void MinionsServer::RunBackgroundPass() {
+  std::set<std::string> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    ready.swap(ready_jobs_);
+  }
+  for (const auto& job : ready) {
+    auto result = finalizer_.Finalize(job);
+    if (!result.ok()) MINIONS_LOG(Warning) << "job=" << job << " finalisation failed: " << result.status().message();
+  }
+  if (watchdog_ && !watchdog_->active() && watchdog_lock_source_ && clock_->Now() >= next_watchdog_lock_try_) {
+    next_watchdog_lock_try_ = clock_->Now() + watchdog_lock_retry_;
+    auto lock = watchdog_lock_source_();
+    if (lock.ok()) {
+      MINIONS_LOG(Info) << "this server runs the watchdog again (after its takeover grace)";
+      watchdog_->Resume(std::move(*lock));
+    }
+  }
+  if (watchdog_ && watchdog_->active()) {
+    auto pass = watchdog_->Tick(clock_->Now());
+    // A lost lock the watchdog logs itself, once; this server then seeks it again (above).
+    if (!pass.ok() && watchdog_->active()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
+    // Requeued tasks and backups of stragglers are work for idle executors.
+    if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) executor_service_.NotifyWork();
+  }
+  // Jobs finished by another server, by the watchdog, or left over from a restart.
+  auto swept = finalizer_.FinalizeReady();
+  if (!swept.ok()) MINIONS_LOG(Warning) << "finaliser sweep failed: " << swept.status().message();
+}
+
 void MinionsServer::BackgroundLoop() {
-  absl::Duration interval = watchdog_ ? watchdog_->options().interval : absl::Seconds(1);
-  while (!stopping_) {
-    std::set<std::string> ready;
-    {
-      std::lock_guard<std::mutex> lock(ready_mu_);
-      ready.swap(ready_jobs_);
-    }
-    for (const auto& job : ready) {
-      auto result = finalizer_.Finalize(job);
-      if (!result.ok()) MINIONS_LOG(Warning) << "job=" << job << " finalisation failed: " << result.status().message();
-    }
-    if (watchdog_) {
-      auto pass = watchdog_->Tick(clock_->Now());
-      if (!pass.ok()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
-      // Requeued tasks and backups of stragglers are work for idle executors.
-      if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) executor_service_.NotifyWork();
-    }
-    // Jobs finished by another server, by the watchdog, or left over from a restart.
-    auto swept = finalizer_.FinalizeReady();
-    if (!swept.ok()) MINIONS_LOG(Warning) << "finaliser sweep failed: " << swept.status().message();
-    // A job becoming ready (or shutdown) ends the wait early; the flag is checked under the lock,
-    // so a notification between the swap above and this wait is not lost.
-    std::unique_lock<std::mutex> lock(ready_mu_);
-    ready_cv_.wait_for(lock, absl::ToChronoMilliseconds(interval),
-                       [&] { return stopping_.load() || !ready_jobs_.empty(); });
+  const absl::Duration interval = watchdog_ ? watchdog_->options().interval : absl::Seconds(1);
+  while (true) {
+    RunBackgroundPass();
+    // A job becoming ready (or shutdown) ends the wait early; the condition is evaluated under the
+    // lock, so a job reported between the pass's swap and this wait is not missed.
+    absl::MutexLock lock(&mu_);
+    auto woken = [this] {
+      mu_.AssertHeld();
+      return stopping_ || !ready_jobs_.empty();
+    };
+    clock_->AwaitWithDeadline(mu_, absl::Condition(&woken), clock_->Now() + interval);
+    if (stopping_) return;
   }
 }
 
 void MinionsServer::Shutdown() {
-  if (stopping_.exchange(true)) return;
-  serving_ = false;  // /readyz says so while the rest winds down
   {
-    std::lock_guard<std::mutex> lock(ready_mu_);
-    ready_cv_.notify_all();
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
   }
+  serving_ = false;  // /readyz says so while the rest winds down
+  executor_service_.Shutdown();  // long-polling leases answer now
   clock_->Wake();  // WatchJob streams sleeping on the clock
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (background_.joinable()) background_.join();

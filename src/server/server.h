@@ -4,24 +4,27 @@
 // background loop that finalises finished jobs and (when this process holds the watchdog lock)
 // runs the watchdog. Holds no job state of its own; its metrics registry is per process.
 // Threads: Start/Shutdown from the owning thread; the services run on gRPC's threads; the
-// background loop on its own thread.
+// background loop on its own thread (or, with options.background_thread off, wherever
+// RunBackgroundPass is called). Every wait is on the Clock it is given.
 
+#include <functional>
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "blob/blob_store.h"
 #include "common/clock.h"
 #include "dashboard/fleet_view.h"
 #include "http/http_server.h"
 #include "metrics/metrics.h"
+#include "model/progress_estimator.h"
 #include "server/executor_service.h"
 #include "server/job_finalizer.h"
 #include "server/job_service.h"
@@ -34,10 +37,21 @@ namespace minions {
 
 class MinionsServer {
  public:
-  // `watchdog` may be null: another process runs it.
+  // `watchdog` may be null: another process runs it. A watchdog without its lock is on standby
+  // (see SetWatchdogLockSource).
   MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* clock, ServerOptions options,
                 std::unique_ptr<Watchdog> watchdog);
   ~MinionsServer();
+
+  // Where a watchdog on standby (it never held the lock, or lost it with the database's session:
+  // a database restart, another server's failover) gets the lock again. The background loop tries
+  // once per `retry` until it holds it, so some server always runs the watchdog while any serves.
+  // Call before Start.
+  using WatchdogLockSource = std::function<absl::StatusOr<std::unique_ptr<WatchdogLock>>()>;
+  void SetWatchdogLockSource(WatchdogLockSource source, absl::Duration retry = absl::Seconds(1)) {
+    watchdog_lock_source_ = std::move(source);
+    watchdog_lock_retry_ = retry;
+  }
 
   absl::Status Start();
   // The port actually bound (useful with ":0").
@@ -53,15 +67,26 @@ class MinionsServer {
   JobService& jobs() { return job_service_; }
   metrics::Registry& metrics() { return registry_; }
 
+  // One pass of the background loop: finalises the jobs reported ready, runs the watchdog (when
+  // this server has one), then sweeps for jobs left ready by others. The loop runs it every
+  // watchdog interval (1 s without a watchdog) and as soon as a job is reported ready.
+  void RunBackgroundPass() ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
-  void BackgroundLoop();
+  void BackgroundLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // A completion left `job_id` ready to finalise: the loop wakes for it.
+  void JobReady(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   MetadataStore* store_;
   Clock* clock_;
   ServerOptions options_;
   std::unique_ptr<Watchdog> watchdog_;
+  WatchdogLockSource watchdog_lock_source_;  // empty: a lost lock is not sought again
+  absl::Duration watchdog_lock_retry_ = absl::Seconds(1);
+  absl::Time next_watchdog_lock_try_ = absl::InfinitePast();  // the background loop's thread only
   metrics::Registry registry_;
   ServerMetrics server_metrics_;
+  ProgressTracker progress_;  // every job's progress estimate: watch streams, dashboard, metrics
   FleetView fleet_view_;
   JobFinalizer finalizer_;
   JobService job_service_;
@@ -70,11 +95,10 @@ class MinionsServer {
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;
   std::atomic<bool> serving_{false};
-  std::atomic<bool> stopping_{false};
   std::thread background_;
-  std::mutex ready_mu_;
-  std::condition_variable ready_cv_;   // wakes the background loop: a job is ready, or shutdown
-  std::set<std::string> ready_jobs_;  // guarded by ready_mu_
+  absl::Mutex mu_;                    // a change to these wakes the background loop
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<std::string> ready_jobs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace minions

@@ -40,28 +40,39 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, MetadataStore* store) 
 
 ServerMetrics::JobInfo ServerMetrics::JobInfoOf(const std::string& job_id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (auto it = jobs_.find(job_id); it != jobs_.end()) return it->second;
   }
   // A job's team and submission time never change, so one read per job is enough.
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return {"unknown", absl::InfinitePast()};
   JobInfo info{job->spec.team, job->created_at};
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
+  RememberJob(job_id, info);
+  return info;
+}
+
+void ServerMetrics::RememberJob(const std::string& job_id, const JobInfo& info) {
   if (jobs_.size() >= kMaxCached) jobs_.clear();
   jobs_[job_id] = info;
-  return info;
+}
+
+void ServerMetrics::JobSubmitted(const Job& job) {
+  records_succeeded_->With({job.spec.team});
+  records_failed_->With({job.spec.team});
+  absl::MutexLock lock(&mu_);
+  RememberJob(job.id, {job.spec.team, job.created_at});
 }
 
 std::string ServerMetrics::DeviceOf(const std::string& executor_id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (auto it = devices_.find(executor_id); it != devices_.end()) return it->second;
   }
   auto executor = store_->GetExecutor(executor_id);
   if (!executor.ok()) return "cpu";
   std::string device = executor->info.gpu.empty() ? "cpu" : "gpu";
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (devices_.size() >= kMaxCached) devices_.clear();
   devices_[executor_id] = device;
   return device;
@@ -74,7 +85,7 @@ void ServerMetrics::LeaseGranted(const Task& task, absl::Time now) {
   if (task.attempt == 1 && job.created_at != absl::InfinitePast()) {
     queue_wait_->Observe(absl::ToDoubleSeconds(now - job.created_at));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (grants_.size() >= kMaxGrants) {
     for (auto it = grants_.begin(); it != grants_.end();) {
       it = now - it->second.at > absl::Hours(24) ? grants_.erase(it) : std::next(it);
@@ -85,7 +96,7 @@ void ServerMetrics::LeaseGranted(const Task& task, absl::Time now) {
 }
 
 std::optional<ServerMetrics::Granted> ServerMetrics::TakeGrant(const AttemptKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = grants_.find(key);
   if (it == grants_.end()) return std::nullopt;
   Granted g = it->second;

@@ -4,8 +4,8 @@
 // and submission time, whether each executor has a GPU. Counters are per server process; with
 // several servers Prometheus sums them (sum(rate(...))).
 //
-// Observed where the events happen: ExecutorService calls LeaseGranted / AttemptCompleted /
-// AttemptFailed. Gauges read from the store (jobs, tasks, executors by state) live in
+// Observed where the events happen: JobService calls JobSubmitted, ExecutorService calls
+// LeaseGranted / AttemptCompleted / AttemptFailed. Gauges read from the store (jobs, tasks, executors by state) live in
 // dashboard/FleetView, not here.
 //
 // Ownership: registers its metrics in the Registry it is given (which must outlive it); borrows
@@ -13,10 +13,12 @@
 // Threads: thread-safe.
 
 #include <map>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "metrics/metrics.h"
 #include "model/types.h"
@@ -28,8 +30,11 @@ class ServerMetrics {
  public:
   ServerMetrics(metrics::Registry* registry, MetadataStore* store);
 
+  // A job was submitted here: its team's record counters exist from now on (at zero), so that
+  // rate() over them sees the job's first records.
+  void JobSubmitted(const Job& job) ABSL_LOCKS_EXCLUDED(mu_);
   // A lease this server granted at `now` (`task` as granted: attempt already bumped).
-  void LeaseGranted(const Task& task, absl::Time now);
+  void LeaseGranted(const Task& task, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   // The store accepted a completion.
   void AttemptCompleted(const std::string& executor_id, const LeaseProgress& report, absl::Time now);
   // The store accepted a failure report; `after` is the task as it is now.
@@ -46,10 +51,11 @@ class ServerMetrics {
   };
   using AttemptKey = std::tuple<std::string, int64_t, int>;  // job, task index, attempt
 
-  JobInfo JobInfoOf(const std::string& job_id);
-  std::string DeviceOf(const std::string& executor_id);
+  JobInfo JobInfoOf(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  void RememberJob(const std::string& job_id, const JobInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DeviceOf(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets the attempt; its grant, if this server granted it.
-  std::optional<Granted> TakeGrant(const AttemptKey& key);
+  std::optional<Granted> TakeGrant(const AttemptKey& key) ABSL_LOCKS_EXCLUDED(mu_);
   void ObserveAttemptTime(const std::string& executor_id, const std::optional<Granted>& grant, absl::Time now,
                           bool completed);
 
@@ -62,10 +68,10 @@ class ServerMetrics {
   metrics::Histogram* task_duration_;
   metrics::Histogram* queue_wait_;
 
-  std::mutex mu_;
-  std::map<AttemptKey, Granted> grants_;          // guarded by mu_
-  std::map<std::string, JobInfo> jobs_;           // guarded by mu_
-  std::map<std::string, std::string> devices_;    // executor id -> "gpu" | "cpu"; guarded by mu_
+  absl::Mutex mu_;
+  std::map<AttemptKey, Granted> grants_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, JobInfo> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> devices_ ABSL_GUARDED_BY(mu_);  // executor id -> "gpu" | "cpu"
 };
 
 }  // namespace minions

@@ -30,6 +30,9 @@ struct ServerOptions {
   // one machine; a fleet whose executors fetch models elsewhere turns it off).
   bool check_model_paths = true;
   absl::Duration url_ttl = absl::Hours(1);  // of the URLs handed to executors
+  // The background loop (finalising jobs, the watchdog) runs on a thread of its own. Tests that
+  // drive a FakeClock turn it off and call MinionsServer::RunBackgroundPass themselves.
+  bool background_thread = true;
 };
 
 }  // namespace minions

@@ -3,8 +3,16 @@
 // its own; several servers may share one store.
 //
 // Contract (every implementation passes tests/store/metadata_store_contract.h):
-// - Each method is one transaction: it happens entirely or not at all.
-// - Methods take `now`; no implementation reads the clock.
+// - Each method is one transaction: it happens entirely or not at all. One consequence may follow
+//   in a transaction of its own: a call that ends a job's last tasks (CompleteTask(s), FailTask,
+//   ExpireLeases) settles that job (finalizing, or failed when no task succeeded) before it
+//   returns, and a backend whose concurrent completers do not lock the job's row (PostgreSQL,
+//   where only the completer that commits last can see that every task has ended) settles it in
+//   a second transaction right after the first commits. Settling is idempotent; a job left
+//   unsettled by a process that died in between is settled by JobsToFinalize.
+// - Every time a method writes or compares comes from its `now` (or `cutoff`) argument; no
+//   implementation reads the clock for that. A backend that has to wait (a busy database, the
+//   backoff of a retry) waits on the Clock of its StoreOptions.
 // - Transitions go through the pure functions of model/state_machines.h, never hand-written SQL
 //   logic, so every backend applies the same rules.
 // - Errors: NotFound for an unknown job/executor/task; FailedPrecondition for a transition the
@@ -19,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "model/state_machines.h"
 #include "model/types.h"
 
@@ -38,10 +47,14 @@ struct TaskStateCounts {
   int64_t done = 0;       // in a terminal state (the job's tasks_done)
   int64_t succeeded = 0;  // of those, succeeded
   int64_t executors = 0;  // distinct holders of the running tasks
+  int64_t records_in_flight = 0;  // records done so far by the running attempts (their records_done)
 };
 
 struct StoreOptions {
   RetryPolicy retry;
+  // What a backend waits on when it must wait (a busy database, a retry's backoff); it is never
+  // asked the time of a write (methods take `now`). Null: real time. Borrowed; outlives the store.
+  Clock* clock = nullptr;
 };
 
 class MetadataStore {
@@ -70,8 +83,9 @@ class MetadataStore {
   // Fails a job that has not ended (validation failed, input unreadable), with a message.
   virtual absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error,
                                       absl::Time now) = 0;
-  // Jobs in `finalizing`, oldest first.
-  virtual absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit) = 0;
+  // Jobs in `finalizing`, oldest first, after settling (as of `now`) any job whose tasks have all
+  // ended but that is still queued or running (see the contract above).
+  virtual absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit, absl::Time now) = 0;
   // finalizing -> `outcome` (completed, or expired for a job whose window passed) with the result
   // keys. FailedPrecondition unless finalizing: of two servers finishing one job, exactly one
   // succeeds.

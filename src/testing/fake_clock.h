@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <set>
 
@@ -96,38 +97,45 @@ class FakeClock : public Clock {
     }
   }
 
-  // Advances to the earliest deadline anyone sleeps or waits for; false (and no change) when
-  // nobody does.
+  // Advances to the earliest deadline anyone still waits for; false (and no change) when nobody
+  // does.
   bool AdvanceToNextDeadline() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::Duration step;
     {
       absl::MutexLock lock(&mu_);
-      if (deadlines_.empty()) return false;
-      step = std::max(absl::ZeroDuration(), *deadlines_.begin() - now_);
+      auto next = deadlines_.upper_bound(now_);
+      if (next == deadlines_.end()) return false;
+      step = *next - now_;
     }
     Advance(step);
     return true;
   }
 
-  // How many threads sleep or wait on this clock now.
+  // How many threads sleep or wait on this clock now, for a deadline still ahead (one whose
+  // deadline has passed is about to wake, and is not counted).
   int waiters() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    return static_cast<int>(deadlines_.size());
+    return Waiting();
   }
 
-  // Blocks until at least `n` threads sleep or wait on this clock (the code under test reached its
-  // wait). False if that has not happened after `patience` of real time: a test that gets false
-  // fails rather than hangs.
+  // Blocks until at least `n` threads sleep or wait on this clock for a deadline still ahead: the
+  // code under test reached its next wait (after an Advance, a sleeper it woke counts again once
+  // it sleeps again). False if that has not happened after `patience` of real time: a test that
+  // gets false fails rather than hangs.
   bool AwaitWaiters(int n, absl::Duration patience = absl::Seconds(60)) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     auto enough = [&] {
       mu_.AssertHeld();
-      return static_cast<int>(deadlines_.size()) >= n;
+      return Waiting() >= n;
     };
     return mu_.AwaitWithTimeout(absl::Condition(&enough), patience);
   }
 
  private:
+  int Waiting() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return static_cast<int>(std::distance(deadlines_.upper_bound(now_), deadlines_.end()));
+  }
+
   // With AutoAdvance on, advances to `deadline` (if it is ahead) and answers true.
   bool JumpedTo(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::Duration step;

@@ -1,10 +1,5 @@
 #include "watchdog/watchdog.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <cstring>
 #include <algorithm>
 #include <set>
 
@@ -13,7 +8,20 @@
 
 namespace minions {
 
+void Watchdog::Resume(std::unique_ptr<WatchdogLock> lock) {
+  lock_ = std::move(lock);
+  active_since_.reset();
+}
+
 absl::StatusOr<WatchdogPass> Watchdog::Tick(absl::Time now) {
+  if (lock_ == nullptr) {
+    return absl::FailedPreconditionError("this process does not hold the watchdog lock; it acts no more");
+  }
+  if (absl::Status held = lock_->Check(); !held.ok()) {
+    lock_.reset();
+    MINIONS_LOG(Warning) << "watchdog stopped: " << held.message();
+    return absl::FailedPreconditionError(absl::StrCat("this process lost the watchdog lock: ", held.message()));
+  }
   WatchdogPass pass;
   std::set<std::string> jobs;
   if (!active_since_) active_since_ = now;
@@ -130,17 +138,5 @@ void Watchdog::ExportMetrics(metrics::Registry* registry) {
     actions_->With({action});
   }
 }
-
-absl::StatusOr<std::unique_ptr<WatchdogLock>> WatchdogLock::TryAcquire(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open lock file '", path, "': ", std::strerror(errno)));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    ::close(fd);
-    return absl::UnavailableError("another watchdog is active");
-  }
-  return std::unique_ptr<WatchdogLock>(new WatchdogLock(fd));
-}
-
-WatchdogLock::~WatchdogLock() { ::close(fd_); }
 
 }  // namespace minions

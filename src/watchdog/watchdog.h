@@ -2,9 +2,12 @@
 // Watchdog: the reaping loops. Requeues tasks whose lease expired (the next attempt resumes them
 // elsewhere), fails them after max_attempts, declares executors lost after missed heartbeats, and
 // expires jobs whose completion window has passed.
-// Exactly one watchdog should be active per store: WatchdogLock elects it (a file lock for SQLite;
-// PostgreSQL uses an advisory lock). Tick() is pure store work with `now` passed in, so tests
-// drive it with a fake clock; WatchdogLoop runs it on a real one.
+// Exactly one watchdog may be active per store: the store's WatchdogLock (store/watchdog_lock.h)
+// elects it. The watchdog holds that lock and checks it before every pass: a lost lock stops it at
+// once (another process may be the watchdog already) until it is given a new one (Resume).
+// Tick() is store work with `now` passed in, so tests drive it with a fake clock; the server's
+// background loop and `minions watchdog` run it on a real one.
+// Threads: one thread at a time (whoever runs the passes).
 
 #include <atomic>
 #include <memory>
@@ -16,6 +19,7 @@
 #include "common/clock.h"
 #include "metrics/metrics.h"
 #include "store/metadata_store.h"
+#include "store/watchdog_lock.h"
 #include "watchdog/stragglers.h"
 
 namespace minions {
@@ -51,8 +55,19 @@ struct WatchdogPass {
 
 class Watchdog {
  public:
-  Watchdog(MetadataStore* store, WatchdogOptions options) : store_(store), options_(options) {}
+  // `lock`: the store's watchdog lock, acquired by the caller.
+  Watchdog(MetadataStore* store, WatchdogOptions options, std::unique_ptr<WatchdogLock> lock)
+      : store_(store), options_(options), lock_(std::move(lock)) {}
+
+  // One pass, after checking that this process still holds the lock. FailedPrecondition when it
+  // does not (the pass did nothing): the first time, the lock has just been found lost and is
+  // dropped; every later pass answers the same until Resume.
   absl::StatusOr<WatchdogPass> Tick(absl::Time now);
+  // Whether it holds its lock, as of the last pass.
+  bool active() const { return lock_ != nullptr; }
+  // A lock acquired again after a loss: passes act again, after the takeover grace (executors
+  // get time to re-attach their leases, as after any takeover).
+  void Resume(std::unique_ptr<WatchdogLock> lock);
   const WatchdogOptions& options() const { return options_; }
   // Counts expired leases and every action of later passes in `registry` (which must outlive
   // this watchdog). Call once, before the first Tick.
@@ -64,23 +79,11 @@ class Watchdog {
 
   MetadataStore* store_;
   WatchdogOptions options_;
-  std::optional<absl::Time> active_since_;  // the first Tick
+  std::unique_ptr<WatchdogLock> lock_;      // null once lost
+  std::optional<absl::Time> active_since_;  // the first Tick with this lock
   absl::Time last_job_sweep_ = absl::InfinitePast();
   metrics::Counter* leases_expired_ = nullptr;            // null: not exported
   metrics::Family<metrics::Counter>* actions_ = nullptr;
-};
-
-// Holds an exclusive lock on a file while alive; the process that holds it runs the watchdog.
-// The lock goes with the process, so when it dies another process takes over.
-class WatchdogLock {
- public:
-  // Unavailable if another process holds it.
-  static absl::StatusOr<std::unique_ptr<WatchdogLock>> TryAcquire(const std::string& path);
-  ~WatchdogLock();
-
- private:
-  explicit WatchdogLock(int fd) : fd_(fd) {}
-  int fd_;
 };
 
 }  // namespace minions

@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "blob_store_contract.h"
 #include "executor/blob_client.h"
+#include "testing/fake_clock.h"
 
 namespace minions::testing {
 namespace {
@@ -203,22 +204,28 @@ TEST(S3BlobStore, UnknownCredentialsArePermissionDenied) {
   EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("InvalidAccessKeyId"));
 }
 
-TEST(S3BlobStore, AnUnreachableEndpointIsUnavailableAfterRetriesQuickly) {
+// Retries wait on the configured clock: 20 + 40 + 80 ms of its time between four tries.
+TEST(S3BlobStore, AnUnreachableEndpointIsUnavailableAfterItsRetries) {
+  FakeClock clock;
+  clock.AutoAdvance(true);
   S3Config config = BaseConfig(true);
   config.endpoint = "http://127.0.0.1:1";  // nothing listens there
   config.initial_backoff = absl::Milliseconds(20);
+  config.clock = &clock;
   auto store = OpenStore(config);
   ASSERT_NE(store, nullptr);
-  absl::Time start = absl::Now();
+  absl::Time start = clock.Now();
   auto got = store->Get("k");
   EXPECT_TRUE(absl::IsUnavailable(got.status())) << got.status();
   EXPECT_THAT(std::string(got.status().message()), ::testing::HasSubstr("after 4 attempts"));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(clock.Now() - start, absl::Milliseconds(20 + 40 + 80));
 
-  UrlBlobClient client(UrlBlobClient::Options{3, absl::Milliseconds(10), absl::Seconds(2)});
+  start = clock.Now();
+  UrlBlobClient client(UrlBlobClient::Options{3, absl::Milliseconds(10), absl::Seconds(2), &clock});
   auto range = client.GetRange("http://127.0.0.1:1/b/k?X-Amz-Signature=secret", 0, 5);
   EXPECT_TRUE(absl::IsUnavailable(range.status())) << range.status();
   EXPECT_THAT(std::string(range.status().message()), ::testing::Not(::testing::HasSubstr("secret")));
+  EXPECT_EQ(clock.Now() - start, absl::Milliseconds(10 + 20));
 }
 
 // A one-thread HTTP server answering each request with the next canned response.
@@ -269,20 +276,23 @@ class CannedServer {
   std::thread thread_;
 };
 
-std::string HttpResponse(int status, const std::string& reason, const std::string& body,
+std::string CannedResponse(int status, const std::string& reason, const std::string& body,
                          const std::string& extra_headers = "") {
   return absl::StrCat("HTTP/1.1 ", status, " ", reason, "\r\nContent-Length: ", body.size(),
                       "\r\nConnection: close\r\n", extra_headers, "\r\n", body);
 }
 
 TEST(S3BlobStore, ThrottlingAndServerErrorsAreRetried) {
-  const std::string slow_down = HttpResponse(
+  const std::string slow_down = CannedResponse(
       503, "Slow Down", "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>");
-  CannedServer server({slow_down, HttpResponse(429, "Too Many Requests", ""), HttpResponse(500, "Oops", ""),
-                       HttpResponse(200, "OK", "payload")});
+  CannedServer server({slow_down, CannedResponse(429, "Too Many Requests", ""), CannedResponse(500, "Oops", ""),
+                       CannedResponse(200, "OK", "payload")});
+  FakeClock clock;
+  clock.AutoAdvance(true);
   S3Config config = BaseConfig(true);
   config.endpoint = server.endpoint();
   config.initial_backoff = absl::Milliseconds(10);
+  config.clock = &clock;
   auto store = OpenStore(config);
   ASSERT_NE(store, nullptr);
   auto got = store->Get("k");
@@ -292,12 +302,15 @@ TEST(S3BlobStore, ThrottlingAndServerErrorsAreRetried) {
 }
 
 TEST(S3BlobStore, PersistentThrottlingIsUnavailableWithS3sMessage) {
-  const std::string slow_down = HttpResponse(
+  const std::string slow_down = CannedResponse(
       503, "Slow Down", "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>");
   CannedServer server({slow_down, slow_down, slow_down, slow_down});
+  FakeClock clock;
+  clock.AutoAdvance(true);
   S3Config config = BaseConfig(true);
   config.endpoint = server.endpoint();
   config.initial_backoff = absl::Milliseconds(10);
+  config.clock = &clock;
   auto store = OpenStore(config);
   ASSERT_NE(store, nullptr);
   auto status = store->Put("k", "x");
@@ -307,15 +320,17 @@ TEST(S3BlobStore, PersistentThrottlingIsUnavailableWithS3sMessage) {
 }
 
 TEST(S3BlobStore, UrlBlobClientRetriesServerErrors) {
-  CannedServer server({HttpResponse(503, "Busy", ""), HttpResponse(206, "Partial Content", "23456")});
-  UrlBlobClient client(UrlBlobClient::Options{3, absl::Milliseconds(10), absl::Seconds(2)});
+  CannedServer server({CannedResponse(503, "Busy", ""), CannedResponse(206, "Partial Content", "23456")});
+  FakeClock clock;
+  clock.AutoAdvance(true);
+  UrlBlobClient client(UrlBlobClient::Options{3, absl::Milliseconds(10), absl::Seconds(2), &clock});
   auto got = client.GetRange(server.endpoint() + "/b/k?X-Amz-Signature=x", 2, 7);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, "23456");
 }
 
 TEST(S3BlobStore, ExpiredOrForbiddenUrlsArePermissionDenied) {
-  CannedServer server({HttpResponse(403, "Forbidden",
+  CannedServer server({CannedResponse(403, "Forbidden",
                                     "<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>")});
   UrlBlobClient client;
   auto got = client.GetRange(server.endpoint() + "/b/k?X-Amz-Signature=x", 0, 4);
@@ -324,8 +339,9 @@ TEST(S3BlobStore, ExpiredOrForbiddenUrlsArePermissionDenied) {
 }
 
 TEST(S3BlobStore, SigningUsesTheInjectedClock) {
+  FakeClock clock(absl::FromCivil(absl::CivilSecond(2013, 5, 24, 0, 0, 0), absl::UTCTimeZone()));
   S3Config config = BaseConfig(true);
-  config.clock = [] { return absl::FromCivil(absl::CivilSecond(2013, 5, 24, 0, 0, 0), absl::UTCTimeZone()); };
+  config.clock = &clock;
   auto store = OpenStore(config);
   ASSERT_NE(store, nullptr);
   auto url = store->Url("k", UrlAccess::kRead, absl::Hours(1));

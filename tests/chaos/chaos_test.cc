@@ -7,6 +7,12 @@
 // On SQLite + a directory the server restart is the store restart (the database lives in the
 // server process); on PostgreSQL + S3 the PostgreSQL cluster is restarted on its own as well.
 //
+// The fault plan is driven by the job's progress, never by the wall clock: fault k fires once the
+// job has done (k+1)/(n+2) of its records. So that every fault lands while the job runs, however
+// fast the machine, the test holds one task of the job itself (a LeaseHolder: an executor of its
+// own that heartbeats the task and runs nothing) until the last fault has fired, then hands it
+// back; the job cannot end before that.
+//
 // MINIONS_CHAOS_SEED=N replays a run's choices (timing still differs from run to run); the seed is
 // printed with the summary of what the driver did. Logs are kept when a test fails, or always with
 // MINIONS_CHAOS_KEEP_LOGS=1.
@@ -23,6 +29,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/sample_prompts.h"
 #include "pool_test_util.h"
+#include "testing/lease_holder.h"
 
 namespace minions::testing {
 namespace {
@@ -55,14 +62,12 @@ struct Reference {
   std::vector<Json> output, errors;
 };
 
-// Changes when anything that decides the reference's contents changes.
+// Changes when anything that decides the reference's contents changes: the input, and the bytes
+// (not the times) of the programs and the model (the model is made again for every test run).
 std::string ReferenceStamp(const std::vector<std::string>& lines) {
   std::string stamp = absl::StrCat(std::hash<std::string>()(absl::StrJoin(lines, "\n")));
   for (const std::string& file : {kBin + "/minions", kBin + "/minions-llama-runner", kModel}) {
-    std::error_code ec;
-    auto time = std::filesystem::last_write_time(file, ec);
-    absl::StrAppend(&stamp, " ", file, ":", std::filesystem::file_size(file, ec), ":",
-                    time.time_since_epoch().count());
+    absl::StrAppend(&stamp, " ", file, ":", std::hash<std::string>()(ReadFile(file)));
   }
   return stamp;
 }
@@ -269,7 +274,6 @@ TEST_P(Chaos, FaultsLoseNoRecordAndRepeatNone) {
   UseBackend(pool, GetParam(), "chaos");
   if (HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
-  for (int i = 1; i <= kExecutors; ++i) ASSERT_TRUE(pool.StartExecutor(absl::StrCat("e", i), 1).ok());
 
   const uint64_t seed = Seed();
   ChaosDriver driver(&pool, postgres, seed);
@@ -277,13 +281,17 @@ TEST_P(Chaos, FaultsLoseNoRecordAndRepeatNone) {
   auto job = Submit(pool, WriteInput(dir, reference.lines), kShardSize, R"({"n_parallel": 4})", kMaxAttempts);
   ASSERT_TRUE(job.ok()) << job.status();
   driver.Log(absl::StrCat("submitted job ", job->id(), ": ", kRecords, " records, ", job->n_tasks(), " tasks"));
+  // The hold first (the job cannot end before it is released), then the executors.
+  LeaseHolder holder(pool.connection());
+  ASSERT_TRUE(holder.Hold().ok());
+  for (int i = 1; i <= kExecutors; ++i) ASSERT_TRUE(pool.StartExecutor(absl::StrCat("e", i), 1).ok());
 
-  // Fault k fires once the job is past (k+1)/(n+2) of its records (so every fault lands while it
-  // runs, whatever the machine's speed), and at least a random 0.5-2 s after the previous one.
+  // Fault k fires once the job has done (k+1)/(n+2) of its records, one after another; then the
+  // hold ends. (The held task is one of 75: the job can pass every threshold while it is held.)
   cli::JobsClient client(pool.connection());
-  absl::Time deadline = absl::Now() + absl::Minutes(8);
-  absl::Time next_allowed = absl::Now();
+  absl::Time deadline = absl::Now() + absl::Minutes(8);  // a stuck job fails the test, not the plan
   size_t next = 0;
+  bool held = true;
   v1::Job last;
   while (absl::Now() < deadline) {
     auto now = client.Get(job->id());
@@ -292,9 +300,15 @@ TEST_P(Chaos, FaultsLoseNoRecordAndRepeatNone) {
       if (IsFinished(last)) break;
     }
     double progress = double(last.request_counts().completed() + last.request_counts().failed()) / kRecords;
-    if (next < plan.size() && progress >= double(next + 1) / (plan.size() + 2) && absl::Now() >= next_allowed) {
+    if (next < plan.size() && progress >= double(next + 1) / (plan.size() + 2)) {
       driver.Inject(plan[next++]);
-      next_allowed = absl::Now() + absl::Milliseconds(std::uniform_int_distribution<int>(500, 2000)(driver.random()));
+      continue;
+    }
+    if (next == plan.size() && held) {
+      absl::Status released = holder.Release();
+      EXPECT_TRUE(released.ok()) << released;
+      held = false;
+      driver.Log(absl::StrCat("the hold ends (the watchdog took the held task ", holder.taken_away(), " times)"));
     }
     absl::SleepFor(absl::Milliseconds(100));
   }

@@ -29,9 +29,10 @@ class DashboardTest : public ::testing::Test {
  protected:
   void SetUp() override {
     store_ = Must(SqliteMetadataStore::Open(":memory:", StoreOptions{}));
-    fleet_ = std::make_unique<FleetView>(store_.get(), &clock_, absl::Seconds(1));
+    fleet_ = std::make_unique<FleetView>(store_.get(), &clock_, &progress_, absl::Seconds(1));
     fleet_->ExportMetrics(&registry_);
-    InstallStatusEndpoints({store_.get(), &clock_, fleet_.get(), &registry_, [this] { return serving_.load(); }},
+    InstallStatusEndpoints({store_.get(), &clock_, fleet_.get(), &progress_, &registry_,
+                            [this] { return serving_.load(); }},
                            &http_);
     ASSERT_TRUE(http_.Start("127.0.0.1:0").ok());
     base_ = absl::StrCat("http://127.0.0.1:", http_.port());
@@ -79,6 +80,7 @@ class DashboardTest : public ::testing::Test {
   FakeClock clock_;
   std::unique_ptr<SqliteMetadataStore> store_;
   metrics::Registry registry_;
+  ProgressTracker progress_;
   std::unique_ptr<FleetView> fleet_;
   std::atomic<bool> serving_{true};
   HttpServer http_;

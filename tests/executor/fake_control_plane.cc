@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "rpc/rpc.h"
+#include "testing/fake_watchdog_lock.h"
 
 namespace minions::testing {
 
@@ -79,7 +80,7 @@ FakeControlPlane::FakeControlPlane(Clock* clock, Options options) : clock_(clock
   // As `minions server` sets them.
   options_.watchdog.executor_timeout = options_.lease_ttl * 3;
   options_.watchdog.takeover_grace = options_.lease_ttl * 2;
-  watchdog_ = std::make_unique<Watchdog>(store_.get(), options_.watchdog);
+  watchdog_ = std::make_unique<Watchdog>(store_.get(), options_.watchdog, std::make_unique<testing::FakeWatchdogLock>());
   next_watchdog_at_ = clock_->Now();
 }
 
@@ -123,7 +124,7 @@ absl::Status FakeControlPlane::Drain(const std::string& executor_id) {
 
 void FakeControlPlane::Restart() {
   down_ = false;
-  watchdog_ = std::make_unique<Watchdog>(store_.get(), options_.watchdog);
+  watchdog_ = std::make_unique<Watchdog>(store_.get(), options_.watchdog, std::make_unique<testing::FakeWatchdogLock>());
   next_watchdog_at_ = clock_->Now();
 }
 

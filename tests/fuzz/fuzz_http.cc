@@ -21,6 +21,7 @@ namespace {
 struct Server {
   std::unique_ptr<minions::SqliteMetadataStore> store;
   minions::RealClock clock;
+  minions::ProgressTracker progress;
   std::unique_ptr<minions::FleetView> fleet;
   minions::metrics::Registry registry;
   minions::HttpServer http;
@@ -31,8 +32,8 @@ Server& Get() {
     auto store = minions::SqliteMetadataStore::Open(":memory:", minions::StoreOptions{});
     if (!store.ok()) std::abort();
     s->store = std::move(*store);
-    s->fleet = std::make_unique<minions::FleetView>(s->store.get(), &s->clock);
-    minions::InstallStatusEndpoints({s->store.get(), &s->clock, s->fleet.get(), &s->registry, [] { return true; }}, &s->http);
+    s->fleet = std::make_unique<minions::FleetView>(s->store.get(), &s->clock, &s->progress);
+    minions::InstallStatusEndpoints({s->store.get(), &s->clock, s->fleet.get(), &s->progress, &s->registry, [] { return true; }}, &s->http);
     if (!s->http.Start("127.0.0.1:0").ok()) std::abort();
     return s;
   }();

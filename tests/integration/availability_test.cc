@@ -114,12 +114,11 @@ TEST(Availability, OwnerActivityPreemptsWithoutFailureAndTheExecutorComesBack) {
   auto status = SendControlCommand(socket, "status");
   ASSERT_TRUE(status.ok());
   EXPECT_NE(status->find("stop: paused for"), std::string::npos) << *status;
-  // The executor's own metrics time the yield: the owner came back once, so one observation,
-  // within the pause grace and a probe's look (well under the 1 s target).
+  // The executor's own metrics time the yield: the owner came back once, so one observation (how
+  // fast is docs/benchmarks.md's business: a test does not time it).
   auto samples = ParsePrometheusSamples(HttpGet("http://" + metrics + "/metrics").body);
   EXPECT_EQ(samples["minions_executor_yield_seconds_count"], 1);
   EXPECT_GT(samples["minions_executor_yield_seconds_sum"], 0);
-  EXPECT_LT(samples["minions_executor_yield_seconds_sum"], 5);
 
   // The task is finished elsewhere; the preemption is not a failure.
   v1::Job done = WaitDone(pool, job->id(), absl::Minutes(4));

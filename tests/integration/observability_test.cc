@@ -1,6 +1,8 @@
 // Observability end to end with real processes on loopback: a server and executors running the
 // llama.cpp runner on the test model, scraped by a real Prometheus (Debian `prometheus`) and
-// watched by a real browser (headless Chromium), while a job runs.
+// watched by a real browser (headless Chromium), while a job runs. What must be seen while the
+// job runs is seen for sure: the test holds one of its tasks (testing/lease_holder.h) until it
+// has, instead of hoping the job lasts longer than a scrape interval.
 
 #include <curl/curl.h>
 
@@ -17,6 +19,7 @@
 #include "cli/sample_prompts.h"
 #include "common/json_util.h"
 #include "testing/http_get.h"
+#include "testing/lease_holder.h"
 #include "testing/process_pool.h"
 
 namespace minions::testing {
@@ -172,26 +175,36 @@ TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
   pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   ASSERT_TRUE(pool.StartServer().ok());
   std::vector<std::string> executor_metrics;
-  for (const char* name : {"e1", "e2"}) {
-    executor_metrics.push_back(absl::StrCat("127.0.0.1:", PickFreePort()));
-    ASSERT_TRUE(pool.StartExecutor(name, 1, "", "", {"--metrics-listen", executor_metrics.back()}).ok());
-  }
+  for (int i = 0; i < 2; ++i) executor_metrics.push_back(absl::StrCat("127.0.0.1:", PickFreePort()));
   auto prometheus = PrometheusProcess::Start(
       dir + "/prometheus", {{"minions-server", {pool.http_address()}}, {"minions-executor", executor_metrics}});
   ASSERT_TRUE(prometheus.ok()) << prometheus.status();
   PrometheusProcess& prom = **prometheus;
   ASSERT_EQ(prom.WaitFor("up{job=\"minions-server\"}", [](double v) { return v == 1; }), 1.0);
-  ASSERT_EQ(prom.WaitFor("sum(up{job=\"minions-executor\"})", [](double v) { return v == 2; }), 2.0);
 
+  // The job first, held (one of its tasks is the test's) and with no executor yet: Prometheus
+  // sees the team's record counter at zero before any record is done, so rate() has a start.
   auto job = SubmitSample(pool, 120, 10);  // 12 tasks
   ASSERT_TRUE(job.ok()) << job.status();
-  // While it runs, Prometheus sees it running, and the executors working.
+  LeaseHolder holder(pool.connection());
+  ASSERT_TRUE(holder.Hold().ok());
+  ASSERT_EQ(prom.WaitFor("sum(minions_records_succeeded_total{team=\"research\"})", [](double v) { return v == 0; }),
+            0.0);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(pool.StartExecutor(absl::StrCat("e", i + 1), 1, "", "", {"--metrics-listen", executor_metrics[i]}).ok());
+  }
+  ASSERT_EQ(prom.WaitFor("sum(up{job=\"minions-executor\"})", [](double v) { return v == 2; }), 2.0);
+  // While it runs (it cannot end while held), Prometheus sees it running, and the executors working.
   EXPECT_EQ(prom.WaitFor("minions_jobs{state=\"running\"}", [](double v) { return v == 1; }), 1.0);
   EXPECT_THAT(prom.WaitFor(absl::StrCat("minions_job_records{job_id=\"", job->id(), "\",kind=\"total\"}"),
                            [](double v) { return v > 0; }),
               ::testing::Optional(120.0));
+  EXPECT_THAT(prom.WaitFor(absl::StrCat("minions_job_records_per_second{job_id=\"", job->id(), "\"}"),
+                           [](double v) { return v > 0; }),
+              ::testing::Optional(Gt(0.0)));
   // A scrape while the job runs: the per-job series exist only until the job ends.
   std::string scraped = HttpGet("http://" + pool.http_address() + "/metrics").body;
+  ASSERT_TRUE(holder.Release().ok());
   v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(5));
   ASSERT_EQ(done.state(), "completed") << done.error();
 
@@ -202,25 +215,24 @@ TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
   EXPECT_THAT(prom.Value("sum(minions_leases_granted_total)"), ::testing::Optional(::testing::Ge(12.0)));
   EXPECT_THAT(prom.WaitFor("sum(minions_task_duration_seconds_count)", [](double v) { return v >= 12; }),
               ::testing::Optional(::testing::Ge(12.0)));
-  EXPECT_EQ(prom.Value("sum(minions_task_queue_wait_seconds_count)"), 12.0);
-  // Plausible times: tasks took more than nothing and less than the whole test.
-  auto mean_duration = prom.Value("sum(minions_task_duration_seconds_sum) / sum(minions_task_duration_seconds_count)");
-  ASSERT_TRUE(mean_duration.has_value());
-  EXPECT_GT(*mean_duration, 0.001);
-  EXPECT_LT(*mean_duration, 300);
+  EXPECT_EQ(prom.WaitFor("sum(minions_task_queue_wait_seconds_count)", [](double v) { return v == 12; }), 12.0);
+  // Tasks took some time (how much is the benchmarks' business, not a test's).
+  EXPECT_THAT(prom.Value("sum(minions_task_duration_seconds_sum)"), ::testing::Optional(Gt(0.0)));
   EXPECT_THAT(prom.Value("sum(minions_harvested_device_seconds_total{team=\"research\",device=\"cpu\"})"),
               ::testing::Optional(Gt(0.0)));
-  // Records per second: the rate of the counter was above zero at some point of the job.
-  EXPECT_THAT(prom.Value("max_over_time(sum(rate(minions_records_succeeded_total[3s]))[5m:1s])"),
+  // Records per second: the rate of the counter was above zero at some point of the job (a minute's
+  // window holds the zero Prometheus saw before the job started and a later count).
+  EXPECT_THAT(prom.Value("max_over_time(sum(rate(minions_records_succeeded_total{team=\"research\"}[1m]))[15m:5s])"),
               ::testing::Optional(Gt(0.0)));
   EXPECT_EQ(prom.WaitFor("minions_jobs{state=\"completed\"}", [](double v) { return v == 1; }), 1.0);
   EXPECT_EQ(prom.Value("minions_jobs{state=\"running\"}"), 0.0);
-  EXPECT_EQ(prom.Value("sum(minions_executors{state=~\"available|busy\"})"), 2.0);
+  // The two executors, and the test's lease holder (until the watchdog finds it silent).
+  EXPECT_EQ(prom.Value("sum(minions_executors{state=~\"available|busy\"})"), 3.0);
   EXPECT_EQ(prom.Value("minions_store_up"), 1.0);
   // The executors' own metrics: one state each, a runner with a model in memory.
   EXPECT_EQ(prom.WaitFor("sum(minions_executor_state)", [](double v) { return v == 2; }), 2.0);
-  EXPECT_EQ(prom.Value("count(minions_executor_runner_memory_bytes > 1e6)"), 2.0);
-  // Counted once a completion is accepted, after the job may have ended: wait for a scrape.
+  EXPECT_EQ(prom.WaitFor("count(minions_executor_runner_memory_bytes > 1e6)", [](double v) { return v == 2; }), 2.0);
+  // (A scrape of the executors after their last completion: they are scraped apart from the server.)
   EXPECT_EQ(prom.WaitFor("sum(minions_executor_tasks_completed_total)", [](double v) { return v == 12; }), 12.0);
 
   // Grafana: every query parses and runs in Prometheus, and names only series a scrape has.
@@ -260,7 +272,6 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
   pool.AllowModels({MINIONS_TEST_MODELS_DIR});
   ASSERT_TRUE(pool.StartServer().ok());
-  for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
   fs::create_directories(kArtifacts);
   std::string screenshot = kArtifacts + "/dashboard.png";
   fs::remove(screenshot);
@@ -281,15 +292,24 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   // The page is up before the job exists, so it sees the job from its first state.
   Json loaded = next();
   ASSERT_EQ(loaded["event"], "loaded") << DumpJson(loaded);
-  // Long enough (several seconds) for the page's once-a-second updates to catch it part-way.
+  // One task of it held by the test until the page has shown the job part-way: the job cannot
+  // end before the page's once-a-second updates catch it.
   auto job = SubmitSample(pool, 240, 10);
   ASSERT_TRUE(job.ok()) << job.status();
+  LeaseHolder holder(pool.connection());
+  ASSERT_TRUE(holder.Hold().ok());
+  for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
 
   Json event;
   std::vector<double> progress;
+  bool held = true;
   while ((event = next())["event"] == "progress") {
     EXPECT_EQ(event["job"], job->id());
     progress.push_back(event["progress"].get<double>());
+    if (held && progress.back() > 0 && progress.back() < 1) {
+      ASSERT_TRUE(holder.Release().ok());
+      held = false;
+    }
   }
   ASSERT_EQ(event["event"], "done") << DumpJson(event);
   EXPECT_EQ(event["job"], job->id());

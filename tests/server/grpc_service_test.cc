@@ -2,6 +2,8 @@
 // through real stubs, the way the client verbs and executors talk to it (grpc_service_fixture.h).
 
 #include "grpc_service_fixture.h"
+#include "testing/fake_watchdog_lock.h"
+#include "watchdog/watchdog.h"
 
 namespace minions::testing {
 namespace {
@@ -336,7 +338,7 @@ TEST_F(GrpcServiceTest, ATokenProtectedServerRefusesCallsWithoutIt) {
 // ------------------------------------------------------------------ a whole job through gRPC
 
 TEST_F(GrpcServiceTest, AJobRunsToCompletionThroughGrpcAlone) {
-  StartServer(&real_clock_, Options());
+  StartServer();
   v1::Job job = MustSubmit(Records(7), 3);
   ASSERT_FALSE(job.id().empty());
   EXPECT_EQ(job.state(), "queued");
@@ -354,9 +356,15 @@ TEST_F(GrpcServiceTest, AJobRunsToCompletionThroughGrpcAlone) {
   EXPECT_EQ(tasks.tasks(2).n_records(), 1);
   EXPECT_EQ(tasks.tasks(2).first_record(), 6);
 
-  // Someone watches the job from the start.
+  // Someone watches the job from the start: an update now, then one each second of the clock.
   std::pair<grpc::Status, std::vector<v1::JobProgress>> watched;
-  std::thread watcher([&] { watched = Watch(job.id(), 50); });
+  std::thread watcher([&] { watched = Watch(job.id(), 1000); });
+  // A second passes; the stream sends its update and waits for the next before the story goes on.
+  auto next_update = [&] {
+    fake_clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(fake_clock_.AwaitWaiters(1)) << "the watch stream does not wait for its next update";
+  };
+  ASSERT_TRUE(fake_clock_.AwaitWaiters(1));  // the first update is out
 
   std::string executor = RegisterExecutor("worker");
   std::vector<v1::TaskLease> leases;
@@ -375,15 +383,26 @@ TEST_F(GrpcServiceTest, AJobRunsToCompletionThroughGrpcAlone) {
     EXPECT_THAT(leases[i].input_url(), ::testing::StartsWith("file:///"));
     EXPECT_THAT(leases[i].chunk_urls(0).output_url(), HasSubstr(absl::StrCat("/tasks/", i, "/attempt-1/")));
   }
-  // The last task finishes first.
+  // Second 1: a heartbeat says task 0 has done 2 of its records.
+  next_update();
+  v1::HeartbeatRequest heartbeat;
+  heartbeat.set_executor_id(executor);
+  heartbeat.set_state("busy");
+  *heartbeat.add_leases() = leases[0].ref();
+  heartbeat.mutable_leases(0)->set_records_done(2);
+  v1::HeartbeatResponse beat;
+  ASSERT_GRPC_OK(executors_->Heartbeat(Context().get(), heartbeat, &beat));
+  // Seconds 2 to 4: the last task finishes first, then the others.
   for (int i : {2, 0, 1}) {
+    next_update();
     auto [done, failed] = Serve(leases[i]);
     ASSERT_GRPC_OK(Complete(executor, leases[i].ref(), done, failed));
-    absl::SleepFor(absl::Milliseconds(60));  // let the watcher see progress
   }
-
-  // The server's background loop finalises it.
+  next_update();  // every task has ended: finalizing
+  // The server's background loop finalises it; the stream's next update is the last.
   v1::Job finished = WaitForState(job.id(), "completed");
+  fake_clock_.Advance(absl::Seconds(1));
+  watcher.join();
   EXPECT_EQ(finished.request_counts().completed(), 7);
   EXPECT_EQ(finished.request_counts().failed(), 0);
   EXPECT_EQ(finished.tasks_done(), 3);
@@ -397,19 +416,31 @@ TEST_F(GrpcServiceTest, AJobRunsToCompletionThroughGrpcAlone) {
   ASSERT_GRPC_OK(errors_status);
   EXPECT_THAT(errors, IsEmpty());
 
-  watcher.join();
+  // What the watcher saw, second by second: progress moves per record (the heartbeat's 2 records
+  // count before their task ends), never back, and the rate and ETA follow.
   ASSERT_GRPC_OK(watched.first);
   const std::vector<v1::JobProgress>& progress = watched.second;
-  ASSERT_GE(progress.size(), 2u);
-  EXPECT_EQ(progress.back().job().state(), "completed");
-  EXPECT_EQ(progress.back().job().request_counts().completed(), 7);
-  EXPECT_EQ(progress.back().eta_seconds(), 0);
-  for (size_t i = 0; i + 1 < progress.size(); ++i) {
-    EXPECT_NE(progress[i].job().state(), "completed") << "the stream ends at the terminal state";
-    if (i > 0) {  // counts never go back
-      EXPECT_GE(progress[i].job().request_counts().completed(), progress[i - 1].job().request_counts().completed());
-    }
+  std::vector<int64_t> done;
+  for (const v1::JobProgress& p : progress) {
+    done.push_back(p.job().request_counts().completed() + p.job().request_counts().failed() + p.records_in_flight());
   }
+  // 0 s: queued; 1 s: leased, nothing done; 2 s: 2 in flight; 3 s: task 2 (1 record) done;
+  // 4 s: task 0 done; 5 s: task 1 done; 6 s: completed.
+  EXPECT_THAT(done, ElementsAre(0, 0, 2, 3, 4, 7, 7));
+  ASSERT_EQ(progress.size(), 7u);
+  EXPECT_EQ(progress[0].job().state(), "queued");
+  EXPECT_EQ(progress[0].eta_seconds(), -1);
+  EXPECT_EQ(progress[2].records_in_flight(), 2);
+  EXPECT_EQ(progress[2].tasks_running(), 3);
+  EXPECT_EQ(progress[2].executors_working(), 1);
+  // The job started at second 0 (its first lease): 2 records in 2 s, 5 left.
+  EXPECT_DOUBLE_EQ(progress[2].records_per_second(), 1.0);
+  EXPECT_DOUBLE_EQ(progress[2].eta_seconds(), 5.0);
+  EXPECT_EQ(progress[5].job().state(), "finalizing");
+  EXPECT_EQ(progress[5].eta_seconds(), 0);
+  EXPECT_EQ(progress.back().job().state(), "completed");
+  EXPECT_EQ(progress.back().eta_seconds(), 0);
+
   // Watching a finished job gives its final state at once.
   auto [again_status, again] = Watch(job.id());
   ASSERT_GRPC_OK(again_status);
@@ -480,6 +511,58 @@ TEST_F(GrpcServiceTest, MetricsCountLeasesAttemptsRecordsAndTimes) {
   // The store-derived gauges ride along.
   EXPECT_EQ(m["minions_jobs{state=\"running\"}"], 1);
   EXPECT_EQ(m["minions_tasks{state=\"pending\"}"], 2);
+}
+
+// ------------------------------------------------------------------ the watchdog on standby
+
+// A database restart ends every session, and with it the watchdog's lock: the server must seek the
+// lock again, or no process would ever requeue the work of a vanished executor (the chaos suite's
+// store restart found a job stuck for good that way).
+TEST_F(GrpcServiceTest, AServerWhoseWatchdogLostItsLockTakesItBackAndRequeuesAVanishedExecutorsTask) {
+  auto held = std::make_shared<std::atomic<bool>>(true);
+  WatchdogOptions watchdog_options;
+  watchdog_options.executor_timeout = kLeaseTtl * 3;
+  watchdog_options.takeover_grace = kLeaseTtl * 2;
+  auto watchdog = std::make_unique<Watchdog>(store_.get(), watchdog_options, std::make_unique<FakeWatchdogLock>(held));
+  ServerOptions options = Options();
+  options.background_thread = false;
+  clock_ = &fake_clock_;
+  server_ = std::make_unique<MinionsServer>(store_.get(), blobs_.get(), &fake_clock_, options, std::move(watchdog));
+  bool lock_free = false;  // another process holds it until the test says otherwise
+  int tries = 0;
+  server_->SetWatchdogLockSource([&]() -> absl::StatusOr<std::unique_ptr<WatchdogLock>> {
+    ++tries;
+    if (!lock_free) return absl::UnavailableError("another process holds the watchdog lock");
+    return std::unique_ptr<WatchdogLock>(std::make_unique<FakeWatchdogLock>());
+  });
+  ASSERT_OK(server_->Start());
+  auto channel = rpc::MakeChannel(server_->address());
+  jobs_ = v1::Jobs::NewStub(channel);
+  executors_ = v1::Executors::NewStub(channel);
+
+  v1::Job job = MustSubmit(Records(3), 3);
+  std::string executor = RegisterExecutor("vanishes");
+  ASSERT_EQ(MustLease(executor, 1).size(), 1u);
+  // The database restarts: the lock is gone; the executor vanishes with its task.
+  *held = false;
+  server_->RunBackgroundPass();
+  EXPECT_EQ(tries, 0) << "the lock is sought only on the pass after it was found lost";
+  fake_clock_.Advance(kLeaseTtl * 2);
+  server_->RunBackgroundPass();  // sought, not free: the lease stays, nobody requeues it
+  EXPECT_EQ(tries, 1);
+  EXPECT_EQ(StoreTask(job.id(), 0).state, TaskState::kRunning);
+  // The lock is free again: the server takes it, waits out its takeover grace, then requeues.
+  lock_free = true;
+  fake_clock_.Advance(absl::Seconds(1));
+  server_->RunBackgroundPass();
+  EXPECT_EQ(tries, 2);
+  EXPECT_EQ(StoreTask(job.id(), 0).state, TaskState::kRunning) << "requeued inside the takeover grace";
+  fake_clock_.Advance(watchdog_options.takeover_grace);
+  server_->RunBackgroundPass();
+  EXPECT_EQ(tries, 2) << "sought again while held";
+  Task task = StoreTask(job.id(), 0);
+  EXPECT_EQ(task.state, TaskState::kPending);
+  EXPECT_THAT(task.last_error, HasSubstr("expired"));
 }
 
 }  // namespace

@@ -357,7 +357,7 @@ TEST_F(JobFinalizerTest, FinalizeReadyPicksUpEveryFinalizingJob) {
     Complete(job_id, 0, 1, 8);
     ASSERT_EQ(GetJob(job_id).state, JobState::kFinalizing);
   }
-  ASSERT_OK_AND_ASSIGN(auto waiting, store_->JobsToFinalize(10));
+  ASSERT_OK_AND_ASSIGN(auto waiting, store_->JobsToFinalize(10, clock_.Now()));
   ASSERT_EQ(waiting.size(), 2u);
 
   JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
@@ -372,7 +372,7 @@ TEST_F(JobFinalizerTest, FinalizeReadyPicksUpEveryFinalizingJob) {
   }
   EXPECT_EQ(GetJob(running).state, JobState::kRunning);
   EXPECT_EQ(GetJob(running).output_key, "");
-  ASSERT_OK_AND_ASSIGN(auto none, store_->JobsToFinalize(10));
+  ASSERT_OK_AND_ASSIGN(auto none, store_->JobsToFinalize(10, clock_.Now()));
   EXPECT_THAT(none, IsEmpty());
   ASSERT_OK_AND_ASSIGN(int again, finalizer.FinalizeReady());
   EXPECT_EQ(again, 0);

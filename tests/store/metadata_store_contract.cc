@@ -130,7 +130,7 @@ TEST_P(MetadataStoreContract, AJobFromSubmissionToCompletion) {
   EXPECT_EQ(job.counts.completed, 19);
   EXPECT_EQ(job.counts.failed, 1);
   counts_only_grow();
-  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10));
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10, now_));
   ASSERT_THAT(to_finalize, SizeIs(1));
   EXPECT_EQ(to_finalize[0].id, job_id);
 
@@ -145,7 +145,7 @@ TEST_P(MetadataStoreContract, AJobFromSubmissionToCompletion) {
   EXPECT_EQ(job.manifest_key, "out/m.json");
   EXPECT_EQ(job.finished_at, now_);
   counts_only_grow();
-  ASSERT_OK_AND_ASSIGN(to_finalize, store_->JobsToFinalize(10));
+  ASSERT_OK_AND_ASSIGN(to_finalize, store_->JobsToFinalize(10, now_));
   EXPECT_THAT(to_finalize, IsEmpty());
   EXPECT_EQ(GetExecutor(a).records_done, 20);
 }
@@ -310,7 +310,7 @@ TEST_P(MetadataStoreContract, AJobWhoseTasksAllFailEndsFailed) {
   EXPECT_THAT(job.error, HasSubstr("bad model"));
   EXPECT_EQ(job.counts.failed, 20);
   EXPECT_EQ(job.finished_at, now_);
-  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10));
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10, now_));
   EXPECT_THAT(to_finalize, IsEmpty());
 }
 
@@ -612,6 +612,13 @@ TEST_P(MetadataStoreContract, CountTasksAndListRunningTasksAnswerWithoutListingA
   EXPECT_EQ(counts.executors, 1);
   EXPECT_CODE(store_->CountTasks("job-000000000000"), kNotFound);
 
+  EXPECT_EQ(counts.records_in_flight, 0);
+  // Progress of a running attempt, as its executor's heartbeat reports it.
+  ASSERT_OK(store_->Heartbeat(a, ExecutorState::kBusy, "", {{job_id, of_a[1].task.index, of_a[1].task.attempt, 7, 1}},
+                              kTtl, now_));
+  ASSERT_OK_AND_ASSIGN(counts, store_->CountTasks(job_id));
+  EXPECT_EQ(counts.records_in_flight, 7);
+
   std::vector<Lease> more = LeaseUpTo(b, 1);
   ASSERT_THAT(more, SizeIs(1));
   ASSERT_OK_AND_ASSIGN(std::vector<Task> running, store_->ListRunningTasks());
@@ -628,6 +635,7 @@ TEST_P(MetadataStoreContract, CountTasksAndListRunningTasksAnswerWithoutListingA
   EXPECT_EQ(counts.running, 2);
   EXPECT_EQ(counts.executors, 2);
   EXPECT_EQ(counts.pending, 1);
+  EXPECT_EQ(counts.records_in_flight, 7);
 }
 
 // --- executors and listings ---

@@ -10,6 +10,9 @@
 
 #include "metadata_store_contract.h"
 #include "store/sqlite/sqlite_migrations.h"
+#include "store/sqlite/sqlite_watchdog_lock.h"
+#include "watchdog_lock_contract.h"
+#include "testing/fake_clock.h"
 
 namespace minions {
 namespace {
@@ -53,6 +56,27 @@ INSTANTIATE_TEST_SUITE_P(
                         return MustOpen(TempFolder::NewDatabase());
                       })),
     [](const ::testing::TestParamInfo<StoreFactory>& info) { return info.index == 0 ? "Memory" : "File"; });
+
+INSTANTIATE_TEST_SUITE_P(Sqlite, WatchdogLockContract,
+                         ::testing::Values(WatchdogLockFactory([] {
+                           const std::string database = TempFolder::NewDatabase();
+                           return WatchdogLockPlace{
+                               [database]() -> absl::StatusOr<std::unique_ptr<WatchdogLock>> {
+                                 auto lock = SqliteWatchdogLock::TryAcquire(database);
+                                 if (!lock.ok()) return lock.status();
+                                 return std::unique_ptr<WatchdogLock>(std::move(*lock));
+                               },
+                               // Someone removes the lock file (a clean-up script, a person).
+                               [database] { std::filesystem::remove(SqliteWatchdogLock::LockPath(database)); }};
+                         })),
+                         [](const ::testing::TestParamInfo<WatchdogLockFactory>&) { return "File"; });
+
+TEST(SqliteWatchdogLock, AnUnopenableLockFileIsAnError) {
+  auto lock = SqliteWatchdogLock::TryAcquire((TempFolder::Path() / "no" / "such" / "dir.db").string());
+  EXPECT_FALSE(lock.ok());
+  EXPECT_NE(lock.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(lock.status().message()), HasSubstr("dir.db.watchdog.lock"));
+}
 
 // Runs one query with the SQLite API directly, as another tool (or an older or newer binary) would.
 void RawExec(const std::string& path, const char* sql) {
@@ -255,6 +279,43 @@ TEST_F(SqliteMetadataStoreTest, TwoStoresOnOneFileNeverGrantATaskTwice) {
   }
   EXPECT_EQ(total, static_cast<size_t>(kTasks));
   EXPECT_EQ(seen.size(), static_cast<size_t>(kTasks));
+}
+
+// Another process holds the write lock: the store waits on its clock, a little longer each time,
+// then answers Unavailable after five seconds of that clock.
+TEST_F(SqliteMetadataStoreTest, ABusyDatabaseIsWaitedForOnTheStoresClock) {
+  testing::FakeClock clock;
+  StoreOptions options;
+  options.clock = &clock;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SqliteMetadataStore> store, SqliteMetadataStore::Open(path_, options));
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+
+  const absl::Time start = clock.Now();
+  absl::StatusOr<Executor> registered;
+  std::atomic<bool> returned{false};
+  std::thread caller([&] {
+    registered = store->RegisterExecutor("", ExecutorInfo{}, now_);
+    returned = true;
+  });
+  int waits = 0;
+  while (!returned) {
+    if (clock.AwaitWaiters(1, absl::Milliseconds(50))) {
+      clock.AdvanceToNextDeadline();
+      ++waits;
+    }
+  }
+  caller.join();
+  EXPECT_CODE(registered, kUnavailable);
+  EXPECT_GE(clock.Now() - start, absl::Seconds(5));
+  EXPECT_LT(clock.Now() - start, absl::Seconds(6));
+  EXPECT_GT(waits, 10);
+
+  // Once the other transaction ends, the store writes again.
+  ASSERT_EQ(sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  EXPECT_OK(store->RegisterExecutor("", ExecutorInfo{}, now_).status());
 }
 
 }  // namespace

@@ -2,13 +2,13 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
-#include <filesystem>
+#include <atomic>
 
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/even_tasks.h"
 #include "testing/fake_clock.h"
+#include "testing/fake_watchdog_lock.h"
 #include "testing/must.h"
 #include "testing/prometheus_text.h"
 
@@ -40,7 +40,7 @@ class WatchdogTest : public ::testing::Test {
     store_ = Must(SqliteMetadataStore::Open(":memory:", StoreOptions{}));
     WatchdogOptions options;
     options.executor_timeout = kExecutorTimeout;
-    watchdog_ = std::make_unique<Watchdog>(store_.get(), options);
+    watchdog_ = std::make_unique<Watchdog>(store_.get(), options, std::make_unique<FakeWatchdogLock>(lock_held_));
   }
 
   std::string Register(const std::string& name) {
@@ -86,6 +86,7 @@ class WatchdogTest : public ::testing::Test {
 
   FakeClock clock_;
   std::unique_ptr<SqliteMetadataStore> store_;
+  std::shared_ptr<std::atomic<bool>> lock_held_ = std::make_shared<std::atomic<bool>>(true);
   std::unique_ptr<Watchdog> watchdog_;
 };
 
@@ -291,46 +292,46 @@ TEST_F(WatchdogTest, ALostExecutorsLeaseIsStillReapedByItsTtl) {
 
 // ------------------------------------------------------------------ the lock
 
-class TempLockDir {
- public:
-  TempLockDir() {
-    std::string pattern = (std::filesystem::path(::testing::TempDir()) / "minions-wd-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) std::abort();
-    path_ = pattern;
-  }
-  ~TempLockDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  std::string path_;
-};
+TEST_F(WatchdogTest, ALostLockStopsTheWatchdogUntilItHasANewOne) {
+  std::string job_id = Submit(1);
+  std::string a = Register("a");
+  ASSERT_EQ(LeaseOne(a).size(), 1u);
+  // The lock goes (its database session ended): the next pass does nothing, however late the
+  // lease, and says why; so does every pass after it.
+  *lock_held_ = false;
+  clock_.Advance(kExecutorTimeout * 2);
+  absl::StatusOr<WatchdogPass> lost = watchdog_->Tick(clock_.Now());
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kFailedPrecondition) << lost.status();
+  EXPECT_THAT(std::string(lost.status().message()), HasSubstr("lost the watchdog lock"));
+  EXPECT_FALSE(watchdog_->active());
+  *lock_held_ = true;  // even if the old lock looked good again, it is gone for good
+  EXPECT_EQ(watchdog_->Tick(clock_.Now()).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kRunning);
+  EXPECT_EQ(Must(store_->GetExecutor(a)).state, ExecutorState::kBusy);
 
-TEST(WatchdogLock, OneHolderAtATime) {
-  TempLockDir dir;
-  std::string path = dir.path_ + "/watchdog.lock";
-  auto first = WatchdogLock::TryAcquire(path);
-  ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_NE(*first, nullptr);
-
-  auto second = WatchdogLock::TryAcquire(path);
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
-  EXPECT_THAT(std::string(second.status().message()), HasSubstr("another watchdog"));
-  // Refusing does not disturb the holder.
-  auto third = WatchdogLock::TryAcquire(path);
-  EXPECT_EQ(third.status().code(), absl::StatusCode::kUnavailable);
-
-  first->reset();  // the holder goes away
-  auto fourth = WatchdogLock::TryAcquire(path);
-  ASSERT_TRUE(fourth.ok()) << fourth.status();
-  EXPECT_EQ(WatchdogLock::TryAcquire(path).status().code(), absl::StatusCode::kUnavailable);
+  // A new lock: it acts again.
+  watchdog_->Resume(std::make_unique<FakeWatchdogLock>());
+  EXPECT_TRUE(watchdog_->active());
+  WatchdogPass pass = Tick();
+  EXPECT_EQ(pass.leases_expired, 1);
+  EXPECT_EQ(pass.executors_lost, 1);
+  EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kPending);
 }
 
-TEST(WatchdogLock, AnUnopenableLockFileIsAnError) {
-  TempLockDir dir;
-  auto lock = WatchdogLock::TryAcquire(dir.path_ + "/no/such/dir/watchdog.lock");
-  EXPECT_FALSE(lock.ok());
-  EXPECT_NE(lock.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(std::string(lock.status().message()), HasSubstr("watchdog.lock"));
+TEST_F(WatchdogTest, AResumedWatchdogGivesExecutorsItsTakeoverGraceAgain) {
+  WatchdogOptions options;
+  options.executor_timeout = kExecutorTimeout;
+  options.takeover_grace = kTtl;
+  auto held = std::make_shared<std::atomic<bool>>(true);
+  Watchdog watchdog(store_.get(), options, std::make_unique<FakeWatchdogLock>(held));
+  EXPECT_TRUE(Must(watchdog.Tick(clock_.Now())).in_grace);
+  clock_.Advance(kTtl);
+  EXPECT_FALSE(Must(watchdog.Tick(clock_.Now())).in_grace);
+  *held = false;
+  EXPECT_FALSE(watchdog.Tick(clock_.Now()).ok());
+  clock_.Advance(kExecutorTimeout);  // down a while: executors could not heartbeat to it
+  watchdog.Resume(std::make_unique<FakeWatchdogLock>());
+  EXPECT_TRUE(Must(watchdog.Tick(clock_.Now())).in_grace);
 }
 
 TEST_F(WatchdogTest, ATakeoverGraceLetsExecutorsReattachAfterAnOutage) {
@@ -344,7 +345,7 @@ TEST_F(WatchdogTest, ATakeoverGraceLetsExecutorsReattachAfterAnOutage) {
   WatchdogOptions options;
   options.executor_timeout = kExecutorTimeout;
   options.takeover_grace = kTtl;
-  Watchdog fresh(store_.get(), options);
+  Watchdog fresh(store_.get(), options, std::make_unique<FakeWatchdogLock>());
   WatchdogPass first = Must(fresh.Tick(clock_.Now()));
   EXPECT_TRUE(first.in_grace);
   EXPECT_EQ(first.leases_expired, 0);

@@ -1,32 +1,18 @@
 #include "blob/s3/s3_blob_store.h"
 
-#include <curl/curl.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <map>
-#include <mutex>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 
 namespace minions {
 
-struct S3BlobStore::Response {
-  long status = 0;
-  std::string body;                            // empty when a sink took it
-  std::map<std::string, std::string> headers;  // lower-case names
-};
-
 namespace {
-
-void GlobalCurlInit() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
 
 // ---- tiny XML helpers (S3 responses are flat enough) ----
 
@@ -100,116 +86,6 @@ std::string XmlEscape(std::string_view s) {
   return out;
 }
 
-// ---- one HTTP exchange through libcurl ----
-
-struct Exchange {
-  CURLcode code = CURLE_OK;
-  std::string curl_error;
-  long status = 0;
-  std::string body;
-  std::map<std::string, std::string> headers;
-  bool sink_used = false;     // the sink received bytes
-  bool sink_stopped = false;  // the sink asked to stop
-};
-
-struct TransferState {
-  CURL* curl = nullptr;
-  Exchange* exchange = nullptr;
-  const std::function<bool(std::string_view)>* sink = nullptr;
-  std::string_view upload;
-};
-
-size_t OnWrite(char* data, size_t size, size_t count, void* user) {
-  auto* state = static_cast<TransferState*>(user);
-  size_t n = size * count;
-  long status = 0;
-  curl_easy_getinfo(state->curl, CURLINFO_RESPONSE_CODE, &status);
-  if (state->sink != nullptr && status >= 200 && status < 300) {
-    state->exchange->sink_used = true;
-    if (!(*state->sink)(std::string_view(data, n))) {
-      state->exchange->sink_stopped = true;
-      return 0;  // aborts the transfer (CURLE_WRITE_ERROR)
-    }
-    return n;
-  }
-  state->exchange->body.append(data, n);
-  return n;
-}
-
-size_t OnHeader(char* data, size_t size, size_t count, void* user) {
-  auto* state = static_cast<TransferState*>(user);
-  size_t n = size * count;
-  std::string line(data, n);
-  if (absl::StartsWith(line, "HTTP/")) {
-    state->exchange->headers.clear();  // a new response (after 100 Continue or a redirect)
-    return n;
-  }
-  size_t colon = line.find(':');
-  if (colon != std::string::npos) {
-    std::string name = absl::AsciiStrToLower(line.substr(0, colon));
-    state->exchange->headers[name] = std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-  }
-  return n;
-}
-
-size_t OnRead(char* buffer, size_t size, size_t count, void* user) {
-  auto* state = static_cast<TransferState*>(user);
-  size_t n = std::min(size * count, state->upload.size());
-  std::copy_n(state->upload.data(), n, buffer);
-  state->upload.remove_prefix(n);
-  return n;
-}
-
-Exchange Perform(const std::string& method, const std::string& url, const std::vector<std::string>& headers,
-                 std::string_view body, const std::function<bool(std::string_view)>* sink,
-                 absl::Duration connect_timeout) {
-  GlobalCurlInit();
-  Exchange exchange;
-  CURL* curl = curl_easy_init();
-  if (curl == nullptr) {
-    exchange.code = CURLE_FAILED_INIT;
-    exchange.curl_error = "curl_easy_init failed";
-    return exchange;
-  }
-  TransferState state{curl, &exchange, sink, body};
-  char error[CURL_ERROR_SIZE] = {0};
-  curl_slist* list = nullptr;
-  for (const auto& h : headers) list = curl_slist_append(list, h.c_str());
-  list = curl_slist_append(list, "Expect:");  // no 100-continue round trip
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, list);
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(connect_timeout)));
-  // A stalled transfer (under 1 byte/s for 60 s) is a failure, not a hang.
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 60L);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnWrite);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &state);
-  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
-  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &state);
-  if (method == "HEAD") {
-    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
-  } else if (method == "PUT") {
-    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(curl, CURLOPT_READFUNCTION, OnRead);
-    curl_easy_setopt(curl, CURLOPT_READDATA, &state);
-    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body.size()));
-  } else if (method == "POST") {
-    curl_easy_setopt(curl, CURLOPT_POST, 1L);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-  } else if (method != "GET") {
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
-  }
-  exchange.code = curl_easy_perform(curl);
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &exchange.status);
-  if (exchange.code != CURLE_OK) exchange.curl_error = error[0] ? error : curl_easy_strerror(exchange.code);
-  curl_slist_free_all(list);
-  curl_easy_cleanup(curl);
-  return exchange;
-}
-
 bool IsThrottleCode(const std::string& code) {
   return code == "SlowDown" || code == "Throttling" || code == "ThrottlingException" || code == "RequestTimeout" ||
          code == "InternalError" || code == "ServiceUnavailable";
@@ -226,7 +102,7 @@ std::string Describe(const std::string& body) {
 }  // namespace
 
 // Maps an unsuccessful S3 response to a status.
-static absl::Status ErrorStatus(const S3BlobStore::Response& response, const std::string& what) {
+static absl::Status ErrorStatus(const HttpClient::Response& response, const std::string& what) {
   std::string code = XmlValue(response.body, "Code");
   std::string detail = Describe(response.body);
   std::string suffix = detail.empty() ? "" : absl::StrCat(": ", detail);
@@ -258,7 +134,10 @@ S3Config S3ConfigFromEnvironment(S3Config config) {
   return config;
 }
 
-S3BlobStore::S3BlobStore(S3Config config) : config_(std::move(config)) {}
+S3BlobStore::S3BlobStore(S3Config config)
+    : config_(std::move(config)),
+      clock_(config_.clock != nullptr ? config_.clock : &real_clock_),
+      http_(clock_, HttpClient::Options{config_.max_attempts, config_.initial_backoff, config_.connect_timeout}) {}
 
 absl::StatusOr<std::unique_ptr<S3BlobStore>> S3BlobStore::Open(S3Config config) {
   if (config.bucket.empty()) return absl::InvalidArgumentError("S3: no bucket configured");
@@ -304,52 +183,39 @@ std::string S3BlobStore::PathFor(const std::string& object_key) const {
   return absl::StrCat("/", object_key);
 }
 
-absl::StatusOr<S3BlobStore::Response> S3BlobStore::Send(const std::string& method, const std::string& path,
-                                                        const sigv4::Pairs& query, const sigv4::Pairs& extra_headers,
-                                                        std::string_view body,
-                                                        const std::function<bool(std::string_view)>* sink) {
+absl::StatusOr<HttpClient::Response> S3BlobStore::Send(const std::string& method, const std::string& path,
+                                               const sigv4::Pairs& query, const sigv4::Pairs& extra_headers,
+                                               std::string_view body,
+                                               const std::function<bool(std::string_view)>* sink) {
   const std::string host = config_.path_style ? host_ : absl::StrCat(config_.bucket, ".", host_);
   std::string url = absl::StrCat(scheme_, "://", host, sigv4::UriEncode(path, true));
   if (!query.empty()) absl::StrAppend(&url, "?", sigv4::CanonicalQuery(query));
   const std::string payload_hash = sigv4::Sha256Hex(body);
   const sigv4::Credentials credentials{config_.access_key, config_.secret_key, config_.session_token};
-  std::string last_error;
-  absl::Duration backoff = config_.initial_backoff;
-  for (int attempt = 1; attempt <= config_.max_attempts; ++attempt) {
-    if (attempt > 1) {
-      absl::SleepFor(backoff);
-      backoff *= 2;
-    }
-    absl::Time now = Now();
+  // Signed again for each try: the signature carries the time.
+  auto signed_request = [&] {
+    const absl::Time now = Now();
     sigv4::Request request{method, path, query, extra_headers, payload_hash};
     request.headers.emplace_back("host", host);
     request.headers.emplace_back("x-amz-date", sigv4::AmzDate(now));
     request.headers.emplace_back("x-amz-content-sha256", payload_hash);
     if (!credentials.session_token.empty()) request.headers.emplace_back("x-amz-security-token", credentials.session_token);
-    std::vector<std::string> headers;
-    for (const auto& [name, value] : request.headers) headers.push_back(absl::StrCat(name, ": ", value));
-    headers.push_back(absl::StrCat("Authorization: ", sigv4::AuthorizationHeader(request, credentials, config_.region, now)));
-    if (method == "POST") headers.push_back("Content-Type: application/xml");
-
-    Exchange exchange = Perform(method, url, headers, body, sink, config_.connect_timeout);
-    if (exchange.code != CURLE_OK && !exchange.sink_stopped) {
-      last_error = absl::StrCat("cannot reach S3 at ", scheme_, "://", host, ": ", exchange.curl_error);
-      if (exchange.sink_used) break;  // part of the object went out already: a retry would repeat it
-      continue;
+    HttpClient::Request http{method, url, {}, body, sink};
+    for (const auto& [name, value] : request.headers) http.headers.push_back(absl::StrCat(name, ": ", value));
+    http.headers.push_back(
+        absl::StrCat("Authorization: ", sigv4::AuthorizationHeader(request, credentials, config_.region, now)));
+    if (method == "POST") http.headers.push_back("Content-Type: application/xml");
+    return http;
+  };
+  auto transient = [&](const HttpClient::Response& response) -> std::optional<std::string> {
+    std::string code = response.status >= 300 ? XmlValue(response.body, "Code") : std::string();
+    if (response.status >= 500 || response.status == 429 || IsThrottleCode(code)) {
+      return absl::StrCat("S3 answered HTTP ", response.status, " to ", method, " ", path,
+                          code.empty() ? "" : absl::StrCat(" (", Describe(response.body), ")"));
     }
-    std::string code = exchange.status >= 300 ? XmlValue(exchange.body, "Code") : std::string();
-    if (exchange.status >= 500 || exchange.status == 429 || IsThrottleCode(code)) {
-      last_error = absl::StrCat("S3 answered HTTP ", exchange.status, " to ", method, " ", path,
-                                code.empty() ? "" : absl::StrCat(" (", Describe(exchange.body), ")"));
-      continue;
-    }
-    Response response;
-    response.status = exchange.status;
-    response.body = std::move(exchange.body);
-    response.headers = std::move(exchange.headers);
-    return response;
-  }
-  return absl::UnavailableError(absl::StrCat(last_error, " (gave up after ", config_.max_attempts, " attempts)"));
+    return std::nullopt;
+  };
+  return http_.Send(signed_request, transient);
 }
 
 absl::Status S3BlobStore::Put(const std::string& key, std::string_view data) {

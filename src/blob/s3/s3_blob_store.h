@@ -8,7 +8,8 @@
 //   is ever visible.
 // - Url: presigned GET/PUT URLs (query-string SigV4); executors use them without credentials.
 // - Errors: 404/NoSuchKey -> NotFound; 403 -> PermissionDenied with S3's message; connection
-//   failures, 5xx, 429 and SlowDown are retried with exponential backoff, then Unavailable.
+//   failures, 5xx, 429 and SlowDown are retried with exponential backoff (on the configured
+//   Clock, through common/http_client.h), then Unavailable.
 // Threads: thread-safe; every request uses its own curl handle.
 
 #include <functional>
@@ -17,6 +18,8 @@
 
 #include "blob/blob_store.h"
 #include "blob/s3/sigv4.h"
+#include "common/clock.h"
+#include "common/http_client.h"
 
 namespace minions {
 
@@ -37,8 +40,8 @@ struct S3Config {
   absl::Duration connect_timeout = absl::Seconds(10);
   int list_page_size = 1000;                             // max-keys per ListObjectsV2 page
   int64_t part_size = 8 << 20;                           // multipart part size (S3 minimum 5 MiB)
-  // The clock used for signing; null means absl::Now. Tests fix it.
-  std::function<absl::Time()> clock;
+  // The clock that signs requests and waits between retries; null: real time. Borrowed.
+  Clock* clock = nullptr;
 };
 
 // Fills what `config` leaves blank from the standard AWS variables: AWS_ACCESS_KEY_ID,
@@ -64,22 +67,23 @@ class S3BlobStore : public BlobStore {
 
   const S3Config& config() const { return config_; }
 
-  struct Response;  // one HTTP exchange (internal)
-
  private:
   explicit S3BlobStore(S3Config config);
-  absl::Time Now() const { return config_.clock ? config_.clock() : absl::Now(); }
+  absl::Time Now() const { return clock_->Now(); }
   std::string ObjectKey(const std::string& key) const;
   std::string PathFor(const std::string& object_key) const;  // unencoded request path
   // Sends a signed request, retrying transient failures. `sink`, when set, receives a successful
-  // response's body instead of Response::body.
-  absl::StatusOr<Response> Send(const std::string& method, const std::string& path, const sigv4::Pairs& query,
+  // response's body instead of HttpClient::Response::body.
+  absl::StatusOr<HttpClient::Response> Send(const std::string& method, const std::string& path, const sigv4::Pairs& query,
                                 const sigv4::Pairs& extra_headers, std::string_view body,
                                 const std::function<bool(std::string_view)>* sink = nullptr);
   absl::Status PutMultipart(const std::string& object_key, std::string first,
                             const std::function<absl::StatusOr<std::string>()>& source);
 
   S3Config config_;
+  RealClock real_clock_;  // when config_.clock is null
+  Clock* const clock_;
+  const HttpClient http_;
   std::string scheme_;     // "http" / "https"
   std::string host_;       // host[:port] of the endpoint
 };

@@ -5,15 +5,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "store/postgres/pg_connection.h"
 
 namespace minions::postgres_store {
 namespace {
 
-// How long a method keeps retrying a transaction the server broke off (a restart, a failover, a
-// deadlock victim) before it answers Unavailable.
-constexpr absl::Duration kRetryWindow = absl::Seconds(30);
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(20);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
 
@@ -25,9 +21,22 @@ absl::Duration Jittered(absl::Duration backoff) {
   return backoff * (0.5 + std::uniform_real_distribution<double>(0, 1)(random));
 }
 
-// After a COMMIT whose answer was lost: did transaction `xid` commit? Asks on a fresh connection
-// until `deadline`.
-absl::StatusOr<bool> WasCommitted(Connection& c, int64_t xid, absl::Time deadline) {
+}  // namespace
+
+TransactionRunner::TransactionRunner(std::unique_ptr<ConnectionPool> pool, Clock* clock)
+    : pool_(std::move(pool)), clock_(clock) {}
+
+TransactionRunner::~TransactionRunner() = default;
+
+bool TransactionRunner::Backoff(absl::Duration& backoff, absl::Time deadline) {
+  const absl::Duration wait = Jittered(backoff);
+  if (clock_->Now() + wait > deadline) return false;
+  clock_->SleepFor(wait);
+  backoff = std::min(backoff * 2, kMaxBackoff);
+  return true;
+}
+
+absl::StatusOr<bool> TransactionRunner::WasCommitted(Connection& c, int64_t xid, absl::Time deadline) {
   absl::Duration backoff = kFirstBackoff;
   absl::Status last_error;
   while (true) {
@@ -47,35 +56,23 @@ absl::StatusOr<bool> WasCommitted(Connection& c, int64_t xid, absl::Time deadlin
     } else {
       last_error = connected;
     }
-    if (absl::Now() + backoff > deadline) {
+    if (!Backoff(backoff, deadline)) {
       return absl::UnavailableError(
           absl::StrCat("PostgreSQL: cannot learn whether a transaction committed: ", last_error.message()));
     }
-    absl::SleepFor(Jittered(backoff));
-    backoff = std::min(backoff * 2, kMaxBackoff);
   }
 }
-
-}  // namespace
-
-TransactionRunner::TransactionRunner(std::unique_ptr<ConnectionPool> pool) : pool_(std::move(pool)) {}
-
-TransactionRunner::~TransactionRunner() = default;
 
 absl::Status TransactionRunner::Run(bool write, absl::FunctionRef<absl::Status(Connection&)> body) {
   Borrowed borrowed(pool_.get());
   Connection& c = *borrowed;
-  const absl::Time deadline = absl::Now() + kRetryWindow;
+  const absl::Time deadline = clock_->Now() + kRetryWindow;
   absl::Duration backoff = kFirstBackoff;
   absl::Status last_error;
   for (int tries = 0;; ++tries) {
-    if (tries > 0) {
-      if (absl::Now() + backoff > deadline) {
-        return absl::UnavailableError(absl::StrCat("PostgreSQL unavailable; gave up after ", tries, " tries in ",
-                                                   absl::FormatDuration(kRetryWindow), ": ", last_error.message()));
-      }
-      absl::SleepFor(Jittered(backoff));
-      backoff = std::min(backoff * 2, kMaxBackoff);
+    if (tries > 0 && !Backoff(backoff, deadline)) {
+      return absl::UnavailableError(absl::StrCat("PostgreSQL unavailable; gave up after ", tries, " tries in ",
+                                                 absl::FormatDuration(kRetryWindow), ": ", last_error.message()));
     }
     if (absl::Status connected = c.EnsureConnected(); !connected.ok()) {
       last_error = connected;

@@ -10,8 +10,10 @@
 // - Commit verification: a COMMIT whose answer was lost is not blindly retried: writing
 //   transactions note their transaction id (taken with BEGIN), and after reconnecting the runner
 //   asks txid_status() whether it committed (InjectCommitFault exercises both outcomes).
-// Owns the connection pool. Thread-safe: any thread may run transactions; each waits for a free
-// connection.
+// - Time: the retry window and every backoff are on the Clock it is given, so a test can run the
+//   30 seconds of retries in a moment.
+// Owns the connection pool; borrows the clock. Thread-safe: any thread may run transactions; each
+// waits for a free connection.
 
 #include <memory>
 #include <optional>
@@ -23,6 +25,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
 #include "store/postgres/commit_fault.h"
 
 namespace minions::postgres_store {
@@ -32,7 +36,10 @@ class ConnectionPool;
 
 class TransactionRunner {
  public:
-  explicit TransactionRunner(std::unique_ptr<ConnectionPool> pool);
+  // How long a transaction the database broke off is retried before it is Unavailable.
+  static constexpr absl::Duration kRetryWindow = absl::Seconds(30);
+
+  TransactionRunner(std::unique_ptr<ConnectionPool> pool, Clock* clock);
   ~TransactionRunner();
   TransactionRunner(const TransactionRunner&) = delete;
   TransactionRunner& operator=(const TransactionRunner&) = delete;
@@ -69,8 +76,14 @@ class TransactionRunner {
   absl::Status Run(bool write, absl::FunctionRef<absl::Status(Connection&)> body);
   // What Run does at the next COMMIT of a writing transaction.
   CommitFault TakeCommitFault() ABSL_LOCKS_EXCLUDED(fault_mu_);
+  // After a COMMIT whose answer was lost: did transaction `xid` commit? Asks (reconnecting) until
+  // `deadline`.
+  absl::StatusOr<bool> WasCommitted(Connection& c, int64_t xid, absl::Time deadline);
+  // Waits out a backoff (doubling it for next time); false when that would pass `deadline`.
+  bool Backoff(absl::Duration& backoff, absl::Time deadline);
 
   const std::unique_ptr<ConnectionPool> pool_;
+  Clock* const clock_;
   absl::Mutex fault_mu_;
   CommitFault fault_ ABSL_GUARDED_BY(fault_mu_) = CommitFault::kNone;
   int faults_left_ ABSL_GUARDED_BY(fault_mu_) = 0;

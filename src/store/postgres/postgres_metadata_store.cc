@@ -68,7 +68,9 @@ absl::StatusOr<std::unique_ptr<PostgresMetadataStore>> PostgresMetadataStore::Op
 }
 
 PostgresMetadataStore::PostgresMetadataStore(std::unique_ptr<ConnectionPool> pool, const StoreOptions& options)
-    : options_(options), transactions_(std::move(pool)), random_(std::random_device{}()) {}
+    : options_(options),
+      transactions_(std::move(pool), options.clock != nullptr ? options.clock : &real_clock_),
+      random_(std::random_device{}()) {}
 
 PostgresMetadataStore::~PostgresMetadataStore() = default;
 
@@ -411,6 +413,7 @@ absl::StatusOr<TaskStateCounts> PostgresMetadataStore::CountTasks(const std::str
     counts.pending = result.Int(0, 0);
     counts.running = result.Int(0, 1);
     counts.executors = result.Int(0, 2);
+    counts.records_in_flight = result.Int(0, 3);
     return counts;
   });
 }
@@ -484,27 +487,15 @@ absl::StatusOr<Task> PostgresMetadataStore::RequestBackup(const std::string& job
   });
 }
 
-absl::StatusOr<std::vector<Job>> PostgresMetadataStore::JobsToFinalize(int limit) {
-  // First the sweep: jobs whose last tasks ended in transactions that could not see each other
-  // (and whose settling after the commit did not happen: the server died in between).
-  ASSIGN_OR_RETURN(std::vector<std::string> unsettled,
-                   InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::vector<std::string>> {
-                     ASSIGN_OR_RETURN(PgResult result,
-                                      c.Exec(sql::kUnsettledJobs, Params()
-                                                                 .Text(Name(JobStateName(JobState::kQueued)))
-                                                                 .Text(Name(JobStateName(JobState::kRunning)))));
-                     std::vector<std::string> ids;
-                     for (int i = 0; i < result.Rows(); ++i) ids.push_back(result.Text(i, 0));
-                     return ids;
-                   }));
-  for (const std::string& job_id : unsettled) {
-    RETURN_IF_ERROR(InTransaction(true, [&](Connection& c) -> absl::Status {
-      // Settled as of its last count (this method is not told the time).
-      ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
-      return SettleIfDone(c, job_id, job.updated_at);
-    }));
-  }
-  return InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::vector<Job>> {
+absl::StatusOr<std::vector<Job>> PostgresMetadataStore::JobsToFinalize(int limit, absl::Time now) {
+  return InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<Job>> {
+    // First the sweep: jobs whose last tasks ended in transactions that could not see each other
+    // and whose settling after the commit did not happen (the server died in between). Read
+    // without locks; SettleIfDone locks each and looks again.
+    ASSIGN_OR_RETURN(PgResult unsettled, c.Exec(sql::kUnsettledJobs, Params()
+                                                                         .Text(Name(JobStateName(JobState::kQueued)))
+                                                                         .Text(Name(JobStateName(JobState::kRunning)))));
+    for (int i = 0; i < unsettled.Rows(); ++i) RETURN_IF_ERROR(SettleIfDone(c, unsettled.Text(i, 0), now));
     ASSIGN_OR_RETURN(PgResult result,
                      c.Exec(sql::kJobsInState, Params().Text(Name(JobStateName(JobState::kFinalizing))).Limit(limit)));
     return ReadJobs(result);

@@ -80,7 +80,7 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<TaskStateCounts> CountTasks(const std::string& job_id) override;
   absl::StatusOr<Job> CancelJob(const std::string& job_id, absl::Time now) override;
   absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error, absl::Time now) override;
-  absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit) override;
+  absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit, absl::Time now) override;
   absl::StatusOr<Job> FinishJob(const std::string& job_id, const std::string& output_key, const std::string& errors_key,
                                 const std::string& manifest_key, absl::Time now, JobState outcome = JobState::kCompleted) override;
   absl::StatusOr<Job> ExpireJob(const std::string& job_id, absl::Time now) override;
@@ -176,6 +176,7 @@ class PostgresMetadataStore : public MetadataStore {
                                                            std::set<std::string>& settle_later);
 
   const StoreOptions options_;
+  RealClock real_clock_;  // when options_.clock is null
   postgres_store::TransactionRunner transactions_;  // owns the connection pool
   absl::Mutex random_mu_;
   std::mt19937_64 random_ ABSL_GUARDED_BY(random_mu_);  // for ids; seeded from std::random_device

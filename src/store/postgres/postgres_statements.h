@@ -78,7 +78,8 @@ inline constexpr char kRunningTasks[] =
     "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = 'running' ORDER BY executor_id, job_id, idx";
 inline constexpr char kCountTasks[] =
     "SELECT (SELECT COUNT(*) FROM tasks WHERE job_id = $1 AND state = 'pending'), COUNT(*), "
-    "COUNT(DISTINCT executor_id) FROM tasks WHERE job_id = $1 AND state = 'running'";
+    "COUNT(DISTINCT executor_id), COALESCE(SUM(records_done), 0)::bigint FROM tasks WHERE job_id = $1 AND "
+    "state = 'running'";
 
 // The end of attempts, in one statement: the tasks as the state machine left them ($1-$20, as
 // kUpdateTasks), what they add to their jobs' counts ($21-$27: one counter shard row per job),
@@ -146,9 +147,11 @@ inline constexpr char kSchemaVersion[] =
     "SELECT COALESCE(MAX(version), 0), current_database(), COALESCE(current_schema(), '') FROM schema_migrations";
 inline constexpr char kRecordMigration[] = "INSERT INTO schema_migrations (version) VALUES ($1)";
 
-// The watchdog's session-level advisory lock (postgres_watchdog_lock.h).
-inline constexpr char kTryAdvisoryLock[] = "SELECT pg_try_advisory_lock($1)";
-inline constexpr char kAdvisoryUnlock[] = "SELECT pg_advisory_unlock($1)";
+// The watchdog's session-level advisory lock (postgres_watchdog_lock.h): ($1, the schema's hash).
+inline constexpr char kTryWatchdogLock[] =
+    "SELECT pg_try_advisory_lock($1::int, hashtext(COALESCE(current_schema(), '')))";
+inline constexpr char kWatchdogUnlock[] =
+    "SELECT pg_advisory_unlock($1::int, hashtext(COALESCE(current_schema(), '')))";
 inline constexpr char kPing[] = "SELECT 1";
 
 #undef MINIONS_PG_SELECT_JOBS

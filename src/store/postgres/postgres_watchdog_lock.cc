@@ -16,10 +16,11 @@ absl::StatusOr<std::unique_ptr<PostgresWatchdogLock>> PostgresWatchdogLock::TryA
   RETURN_IF_ERROR(CheckConninfo(conninfo));
   auto connection = std::make_unique<Connection>(conninfo);
   RETURN_IF_ERROR(connection->EnsureConnected());
-  ASSIGN_OR_RETURN(PgResult got, connection->Exec(sql::kTryAdvisoryLock, Params().Int(kLockKey)));
+  ASSIGN_OR_RETURN(PgResult got, connection->Exec(sql::kTryWatchdogLock, Params().Int(kLockClass)));
   if (!got.Bool(0, 0)) {
     return absl::UnavailableError(
-        absl::StrCat("another watchdog holds the PostgreSQL advisory lock ", kLockKey, " on this database"));
+        absl::StrCat("another watchdog holds the PostgreSQL advisory lock of this store (", kLockClass,
+                     ", hashtext of its schema)"));
   }
   return std::unique_ptr<PostgresWatchdogLock>(new PostgresWatchdogLock(std::move(connection)));
 }
@@ -31,20 +32,22 @@ PostgresWatchdogLock::~PostgresWatchdogLock() {
   absl::MutexLock lock(&mu_);
   // Unlocking first makes the release immediate (closing alone releases it once the server has
   // noticed); a dead process gets the second.
-  if (!connection_->Broken()) (void)connection_->Exec(sql::kAdvisoryUnlock, Params().Int(kLockKey));
+  if (!connection_->Broken()) (void)connection_->Exec(sql::kWatchdogUnlock, Params().Int(kLockClass));
   connection_->Close();
 }
 
 absl::Status PostgresWatchdogLock::Check() {
   absl::MutexLock lock(&mu_);
+  if (!lost_.ok()) return lost_;
   // The session is the lock: the connection never reconnects by itself, so a live connection
   // still holds it.
   absl::StatusOr<PgResult> alive = connection_->Exec(sql::kPing);
   if (!alive.ok() || connection_->Broken()) {
-    return absl::UnavailableError(absl::StrCat("the watchdog lock was lost with its connection: ",
-                                               alive.ok() ? "connection broken" : alive.status().message()));
+    lost_ = absl::UnavailableError(absl::StrCat("the watchdog lock was lost with its connection: ",
+                                                alive.ok() ? "connection broken" : alive.status().message()));
+    connection_->Close();  // whatever is left of the session goes, and the lock with it
   }
-  return absl::OkStatus();
+  return lost_;
 }
 
 }  // namespace minions

@@ -2,7 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <set>
 #include <utility>
@@ -21,7 +23,9 @@ namespace {
 // How long a connection waits for another connection's (or process's) write transaction before
 // giving up with Unavailable. Transactions here are short; seconds of waiting mean something is
 // stuck.
-constexpr int kBusyTimeoutMs = 5000;
+constexpr absl::Duration kBusyTimeout = absl::Seconds(5);
+// The waits between tries while busy (then the last, again and again): SQLite's own schedule.
+constexpr int kBusyDelaysMs[] = {1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100};
 
 absl::Status SqliteError(sqlite3* db, int rc, std::string_view what) {
   std::string message = absl::StrCat("sqlite: ", std::string(what), ": ", sqlite3_errstr(rc));
@@ -181,7 +185,8 @@ constexpr char kRunningTasks[] =
     "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = :running ORDER BY executor_id, job_id, idx";
 constexpr char kCountPending[] = "SELECT COUNT(*) FROM tasks WHERE job_id = :job_id AND state = :pending";
 constexpr char kCountRunning[] =
-    "SELECT COUNT(*), COUNT(DISTINCT executor_id) FROM tasks WHERE job_id = :job_id AND state = :running";
+    "SELECT COUNT(*), COUNT(DISTINCT executor_id), COALESCE(SUM(records_done), 0) FROM tasks "
+    "WHERE job_id = :job_id AND state = :running";
 
 // Candidate selection only: which pending tasks this executor could run, in grant order. Whether
 // a task may actually be granted is GrantTask's decision.
@@ -239,8 +244,8 @@ absl::StatusOr<std::unique_ptr<SqliteMetadataStore>> SqliteMetadataStore::Open(c
   {
     absl::MutexLock lock(&store->mu_);
     sqlite3_extended_result_codes(db, 1);
-    // The busy timeout first: switching to WAL itself may wait for another process.
-    sqlite3_busy_timeout(db, kBusyTimeoutMs);
+    // The busy handler first: switching to WAL itself may wait for another process.
+    sqlite3_busy_handler(db, &SqliteMetadataStore::OnBusy, store.get());
     // WAL lets readers and one writer of several processes work at once; NORMAL synchronisation
     // is durable across application crashes (a power cut may lose the last transactions, never
     // corrupt the file). ":memory:" databases stay in "memory" journal mode.
@@ -253,7 +258,21 @@ absl::StatusOr<std::unique_ptr<SqliteMetadataStore>> SqliteMetadataStore::Open(c
 }
 
 SqliteMetadataStore::SqliteMetadataStore(sqlite3* db, const StoreOptions& options)
-    : options_(options), db_(db), random_(std::random_device{}()) {}
+    : options_(options),
+      clock_(options.clock != nullptr ? options.clock : &real_clock_),
+      db_(db),
+      random_(std::random_device{}()) {}
+
+int SqliteMetadataStore::OnBusy(void* arg, int count) {
+  auto* store = static_cast<SqliteMetadataStore*>(arg);
+  store->mu_.AssertHeld();  // statements run under mu_
+  const absl::Time now = store->clock_->Now();
+  if (count == 0) store->busy_since_ = now;
+  if (now - store->busy_since_ >= kBusyTimeout) return 0;  // give up: SQLITE_BUSY
+  const int n = static_cast<int>(std::size(kBusyDelaysMs));
+  store->clock_->SleepFor(absl::Milliseconds(kBusyDelaysMs[std::min(count, n - 1)]));
+  return 1;
+}
 
 SqliteMetadataStore::~SqliteMetadataStore() {
   absl::MutexLock lock(&mu_);
@@ -500,6 +519,7 @@ absl::StatusOr<TaskStateCounts> SqliteMetadataStore::CountTasks(const std::strin
     if (row) {
       counts.running = query.Int(0);
       counts.executors = query.Int(1);
+      counts.records_in_flight = query.Int(2);
     }
     return counts;
   });
@@ -554,7 +574,8 @@ absl::StatusOr<Task> SqliteMetadataStore::RequestBackup(const std::string& job_i
   });
 }
 
-absl::StatusOr<std::vector<Job>> SqliteMetadataStore::JobsToFinalize(int limit) {
+absl::StatusOr<std::vector<Job>> SqliteMetadataStore::JobsToFinalize(int limit, absl::Time now) {
+  // Nothing to settle first: here the transaction that ends a job's last task settles it.
   return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Job>> {
     mu_.AssertHeld();
     ASSIGN_OR_RETURN(Statement query, Prepare(kJobsInState));

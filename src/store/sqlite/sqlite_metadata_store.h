@@ -49,7 +49,7 @@ class SqliteMetadataStore : public MetadataStore {
   absl::StatusOr<TaskStateCounts> CountTasks(const std::string& job_id) override;
   absl::StatusOr<Job> CancelJob(const std::string& job_id, absl::Time now) override;
   absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error, absl::Time now) override;
-  absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit) override;
+  absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit, absl::Time now) override;
   absl::StatusOr<Job> FinishJob(const std::string& job_id, const std::string& output_key,
                                 const std::string& errors_key, const std::string& manifest_key,
                                 absl::Time now, JobState outcome = JobState::kCompleted) override;
@@ -127,9 +127,16 @@ class SqliteMetadataStore : public MetadataStore {
                                      int64_t task_index, int attempt, Transition&& transition,
                                      absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // sqlite3_busy_handler: while another connection (or process) holds the write lock, waits on
+  // the clock a little longer each time, for up to kBusyTimeout per statement.
+  static int OnBusy(void* store, int count);
+
   const StoreOptions options_;
+  RealClock real_clock_;  // when options_.clock is null
+  Clock* const clock_;
   absl::Mutex mu_;
   sqlite3* const db_ ABSL_GUARDED_BY(mu_);  // owned; closed by the destructor
+  absl::Time busy_since_ ABSL_GUARDED_BY(mu_);  // when the current statement first found the database busy
   // Prepared statements by their (constant) SQL text's address; finalized by the destructor.
   std::map<const char*, sqlite3_stmt*> statements_ ABSL_GUARDED_BY(mu_);
   std::mt19937_64 random_ ABSL_GUARDED_BY(mu_);  // for ids; seeded from std::random_device

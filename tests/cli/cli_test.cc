@@ -1,0 +1,118 @@
+// The `minions` program as a person meets it: a bare `minions` lists its verbs; a verb that cannot
+// reach the server says which address it tried, where that address came from, and what to do.
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "cli/client_verbs.h"
+#include "common/subprocess.h"
+
+namespace minions::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kMinions = std::string(MINIONS_TEST_BIN_DIR) + "/minions";
+// Nothing listens on port 1 of the loopback address: a connection there is refused.
+constexpr char kNobody[] = "127.0.0.1:1";
+
+struct Outcome {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `minions args...` without MINIONS_SERVER and MINIONS_CONFIG from this process's
+// environment, plus `env` ("NAME=value").
+Outcome Minions(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  static int runs = 0;
+  const std::string err_path =
+      (std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-", getpid(), "-", runs++, ".err")).string();
+  Subprocess::Options options;
+  options.argv = {"env", "-u", "MINIONS_SERVER", "-u", "MINIONS_CONFIG"};
+  options.argv.insert(options.argv.end(), env.begin(), env.end());
+  options.argv.push_back(kMinions);
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.stderr_path = err_path;
+  Outcome run;
+  auto process = Subprocess::Start(options);
+  if (!process.ok()) {
+    ADD_FAILURE() << process.status();
+    return run;
+  }
+  (*process)->CloseStdin();
+  while (true) {
+    auto line = (*process)->ReadLine(absl::Minutes(1));
+    if (!line.ok()) break;
+    absl::StrAppend(&run.out, *line, "\n");
+  }
+  auto exit = (*process)->Wait(absl::Minutes(1));
+  if (exit.ok() && exit->exited) run.code = exit->code;
+  std::ifstream in(err_path);
+  std::stringstream err;
+  err << in.rdbuf();
+  run.err = err.str();
+  std::filesystem::remove(err_path);
+  return run;
+}
+
+TEST(MinionsCli, ABareMinionsListsItsVerbsAndWhereToStart) {
+  Outcome run = Minions({});
+  EXPECT_EQ(run.code, 0) << run.err;
+  for (const char* verb : {"demo", "up", "submit", "jobs", "status", "watch", "results", "cancel", "executors",
+                           "drain", "server", "watchdog", "executor", "config", "local-run"}) {
+    EXPECT_THAT(run.out, HasSubstr(absl::StrCat("\n  ", verb, " "))) << verb;
+  }
+  EXPECT_THAT(run.out, HasSubstr("minions demo"));
+  EXPECT_THAT(run.out, HasSubstr("--help"));
+  EXPECT_THAT(run.err, Not(HasSubstr("required")));
+}
+
+TEST(MinionsCli, ARefusedConnectionNamesTheAddressAndTheFlagItCameFrom) {
+  Outcome run = Minions({"jobs", "--server", kNobody});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr(absl::StrCat("Nothing answers at ", kNobody, " (from --server)")));
+  EXPECT_THAT(run.err, HasSubstr("minions server"));
+}
+
+TEST(MinionsCli, ARefusedConnectionNamesTheEnvironmentVariableItCameFrom) {
+  Outcome run = Minions({"status", "job-0123456789ab"}, {absl::StrCat("MINIONS_SERVER=", kNobody)});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr(absl::StrCat("Nothing answers at ", kNobody, " (from MINIONS_SERVER)")));
+}
+
+TEST(MinionsCli, ARefusedConnectionNamesTheConfigFileItCameFrom) {
+  const std::string config =
+      (std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-", getpid(), ".toml")).string();
+  std::ofstream(config) << "[executor]\nserver = \"" << kNobody << "\"\n";
+  for (const std::vector<std::string>& env : {std::vector<std::string>{"MINIONS_CONFIG=" + config},
+                                              std::vector<std::string>{}}) {
+    std::vector<std::string> args = {"executors"};
+    if (env.empty()) args = {"executors", "--config", config};
+    Outcome run = Minions(args, env);
+    EXPECT_EQ(run.code, 1);
+    EXPECT_THAT(run.err, HasSubstr(absl::StrCat("Nothing answers at ", kNobody, " (from [executor] server in ", config,
+                                                ")")));
+  }
+  std::filesystem::remove(config);
+}
+
+// The default address (which another pool on this machine may be using): the words only.
+TEST(MinionsCli, TheDefaultAddressComesWithHowToStartAPool) {
+  cli::Connection connection;
+  std::string hint = cli::UnreachableHint(connection);
+  EXPECT_THAT(hint, HasSubstr("127.0.0.1:7070, the default address"));
+  EXPECT_THAT(hint, HasSubstr("minions up"));
+  EXPECT_THAT(hint, HasSubstr("--server"));
+  EXPECT_THAT(hint, HasSubstr("MINIONS_SERVER"));
+}
+
+}  // namespace
+}  // namespace minions::testing

@@ -1,0 +1,38 @@
+#pragma once
+// The WatchdogLock contract (store/watchdog_lock.h): one suite every backend's lock passes. A
+// backend's test file instantiates it with a factory of a fresh place to lock (a database file,
+// a schema):
+//
+//   INSTANTIATE_TEST_SUITE_P(Sqlite, WatchdogLockContract,
+//                            ::testing::Values(WatchdogLockFactory([] { return WatchdogLockPlace{...}; })));
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <ostream>
+
+#include "absl/status/statusor.h"
+#include "store/watchdog_lock.h"
+
+namespace minions {
+
+// One place to lock, as a backend's test makes it.
+struct WatchdogLockPlace {
+  // TryAcquire of the backend's lock on this place.
+  std::function<absl::StatusOr<std::unique_ptr<WatchdogLock>>()> try_acquire;
+  // Takes the lock away from its holder behind its back, as can happen to this backend (the
+  // holder's database session ends; its lock file is removed).
+  std::function<void()> sever;
+};
+using WatchdogLockFactory = std::function<WatchdogLockPlace()>;
+inline void PrintTo(const WatchdogLockFactory&, std::ostream* os) { *os << "a watchdog lock factory"; }
+
+class WatchdogLockContract : public ::testing::TestWithParam<WatchdogLockFactory> {
+ protected:
+  void SetUp() override { place_ = GetParam()(); }
+  WatchdogLockPlace place_;
+};
+
+}  // namespace minions
