@@ -4,7 +4,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
 
 namespace minions::bench {
@@ -21,6 +24,25 @@ inline std::string Slurp(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// Runs a program to completion, its stderr into `log`; `out` gets its stdout (whatever it wrote,
+// even when it failed). An error when it cannot start or does not exit 0.
+inline absl::Status RunProgram(const std::vector<std::string>& argv, const std::string& log, std::string& out) {
+  Subprocess::Options sp;
+  sp.argv = argv;
+  sp.stderr_path = log;
+  auto p = Subprocess::Start(sp);
+  if (!p.ok()) return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", p.status().message()));
+  (*p)->CloseStdin();
+  out.clear();
+  for (auto line = (*p)->ReadLine(); line.ok(); line = (*p)->ReadLine()) out += *line + "\n";
+  auto exit = (*p)->Wait();
+  if (!exit.ok() || !exit->exited || exit->code != 0) {
+    return absl::InternalError(
+        absl::StrCat(argv[0], " failed (", exit.ok() ? exit->ToString() : "no exit status", "); see ", log));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace minions::bench

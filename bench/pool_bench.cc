@@ -37,21 +37,10 @@ using minions::testing::ProcessPool;
 using minions::bench::BinDir;
 using minions::bench::Slurp;
 
-// Runs a command to completion; returns its stdout.
+// Runs a command to completion; returns its stdout (what it wrote, even when it failed).
 std::string RunCommand(const std::vector<std::string>& argv, const std::string& log) {
-  Subprocess::Options sp;
-  sp.argv = argv;
-  sp.stderr_path = log;
-  auto p = Subprocess::Start(sp);
-  if (!p.ok()) return "";
-  (*p)->CloseStdin();
   std::string out;
-  while (true) {
-    auto line = (*p)->ReadLine();
-    if (!line.ok()) break;
-    out += *line + "\n";
-  }
-  (void)(*p)->Wait();
+  (void)minions::bench::RunProgram(argv, log, out);
   return out;
 }
 

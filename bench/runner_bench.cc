@@ -1,682 +1,910 @@
-// minions-bench-runner: records/s and generated tokens/s of the Minions runner against the same
-// work done directly with llama.cpp, in one run on the same records and the same machine.
+// minions-bench-runner: the Minions runner against llama.cpp's own tools, built from the same
+// pinned source with the same flags (bench/build-llama-tools), in one run on the same model, the
+// same records and the same machine. docs/benchmarks.md has the figures and the command.
 //
-//   (a) direct, one prompt at a time: llama.cpp's API, a context with one sequence, a prompt is
-//       decoded and generated to the end before the next one starts.
-//   (b) direct, batched: llama.cpp's API, P sequences decoded together by a hand-written
-//       continuous-batching loop over llama_batch (a finished sequence's slot is refilled at once).
-//   (c) the runner: minions-llama-runner driven through RunnerProcess (JSON lines over pipes), the
-//       records sent as one batch; timed from sending the batch to its batch_done.
+//   mixed       independent records (chat and completions; prompts of 16 to 400 tokens, 8 to 64
+//               generated): `minions local-run` and one executor in a pool (`minions up
+//               --executors 1`) against llama-server fed by a client with many requests in flight.
+//   shared      records sharing a 1,000-token system prompt, the same sides.
+//   ceiling     the runner (local-run) against llama-batched-bench's decode ceiling at the same
+//               batch size: records with short prompts, every one generating the same count.
+//   embeddings  /v1/embeddings records through local-run against llama-server --embeddings.
+//   curve       llama-server's records/s for each --parallel and client concurrency on both
+//               workloads; the best setting is the one the other modes compare against.
 //
-// All three do the same work per record: parse the OpenAI Batch line, apply the chat template,
-// tokenize, decode, sample greedily, turn tokens into text. They use the same threads, the same
-// context per sequence and the same batch sizes. Model loading is not timed (reported apart).
+// Sides run one after another, interleaved, `--repeat` times (each pass gets records of its own,
+// so nobody serves a pass from what it cached in the last one); the table shows the median pass.
+// All sides use the same threads, the same context per sequence and greedy decoding; llama-server
+// gets the cheapest sampler chain a request can ask for (top_k 1), and its outputs are checked
+// against the runner's token counts.
 //
-//   minions-bench-runner [--model M.gguf] [--records 64] [--max-tokens 32] [--parallel 8]
-//                        [--threads 0] [--repeat 1] [--flash-attn auto] [--in-process]
-//                        [--runner PATH]
-//
-// Without --model it writes the test model with minions-make-test-model into a temporary folder.
-// Results and the commands that reproduce them: docs/benchmarks.md.
+//   minions-bench-runner [--model M.gguf | --shape 1b --type q4_0] [--threads N] [--parallel 8]
+//                        [--mode all|mixed|shared|ceiling|embeddings|curve] [--repeat 2]
+//                        [--llama-tools DIR] [--work-dir DIR]
 
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cctype>
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <limits>
+#include <fstream>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <curl/curl.h>
 
 #include "absl/strings/str_cat.h"
-#include "cli/sample_prompts.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "bench_util.h"
+#include "cli/client_verbs.h"
+#include "cli/local_run.h"
 #include "common/json_util.h"
 #include "common/subprocess.h"
 #include "llama.h"
-#include "runner/batch_record.h"
 #include "runner/llama/llama_engine.h"
-#include "runner/protocol.h"
-#include "runner/runner_process.h"
+#include "testing/process_pool.h"
 
 namespace {
 
+using minions::Json;
+using minions::bench::BinDir;
 using Clock = std::chrono::steady_clock;
 
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-struct BenchOptions {
-  std::string model;
-  size_t records = 64;
-  int max_tokens = 32;
-  int parallel = 8;
-  int threads = 0;
-  int repeat = 1;
-  size_t warmup = 4;
-  std::string runner;
-  bool in_process = false;
-  std::string flash_attn = "auto";
-};
-
-// What one timed pass of a variant produced.
-struct RunResult {
-  double seconds = 0;
-  size_t records = 0;       // records served (errors excluded)
-  size_t errors = 0;
-  int64_t prompt_tokens = 0;
-  int64_t generated_tokens = 0;
-  std::vector<std::optional<std::string>> texts;  // generated text per record
-  double runner_seconds = 0;  // (c): the batch as timed inside the runner (batch_done "seconds")
-  double slowest_seconds = 0;  // the slowest of the passes (with --repeat)
-};
+double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 [[noreturn]] void Die(const std::string& message) {
   std::fprintf(stderr, "minions-bench-runner: error: %s\n", message.c_str());
   std::exit(1);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Direct llama.cpp. Written as a competent llama.cpp user would, from llama.h alone; the record
-// handling (template, tokenization flags, max_tokens default, stop at EOG) matches LlamaEngine so
-// that both produce the same tokens.
-
-// Context parameters shared by (a) and (b), and mirrored in the runner's load options.
-struct ContextShape {
-  int ctx_per_seq = 0;
-  int n_batch = 512;
-  int threads = 1;
-  llama_flash_attn_type flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
+struct BenchOptions {
+  std::string model;
+  std::string shape = "1b";
+  std::string type = "q4_0";
+  std::string mode = "all";
+  std::string tools;
+  std::string work = "/tmp/minions-bench-runner";
+  int threads = 0;
+  int parallel = 8;
+  int ctx_per_seq = 2048;
+  int repeat = 2;
+  int mixed_records = 24;
+  int shared_records = 24;
+  int shared_prefix_tokens = 1000;
+  int ceiling_tokens = 64;
+  int ceiling_prompt = 32;
+  int embedding_records = 16;
+  int curve_records = 16;
+  std::vector<int> curve_parallel = {2, 4, 8, 16};
+  std::vector<int> curve_clients = {1, 2};  // client threads per slot
+  std::vector<std::string> curve_workloads = {"mixed", "shared"};  // the others use the mixed best
+  int server_parallel = 0;     // 0: the best of the curve (or --parallel without a curve)
+  int server_concurrency = 0;  // 0: the best of the curve (or 2 x the server's parallel)
 };
 
-// The runner's reading of its flash_attn load option: "auto" is off without a GPU (on CPU the
-// flash-attention kernel depends on the batch size, and the runner prefers determinism).
-llama_flash_attn_type FlashAttnType(const std::string& option) {
-  if (option == "on") return LLAMA_FLASH_ATTN_TYPE_ENABLED;
-  if (option == "off") return LLAMA_FLASH_ATTN_TYPE_DISABLED;
-  if (!llama_supports_gpu_offload()) return LLAMA_FLASH_ATTN_TYPE_DISABLED;
-  return LLAMA_FLASH_ATTN_TYPE_AUTO;
+// ---------------------------------------------------------------------------------------------
+// What one side did in one pass.
+
+struct Outcome {
+  double seconds = 0;
+  size_t records = 0;  // answered without error
+  size_t errors = 0;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t inputs = 0;  // embeddings: vectors returned
+  std::map<std::string, int> generated;  // custom_id -> completion tokens
+  std::string first_error;
+  double records_per_second() const { return records / std::max(seconds, 1e-9); }
+  double tokens_per_second() const { return completion_tokens / std::max(seconds, 1e-9); }
+};
+
+// Adds one response body (OpenAI shape) to the tally.
+void TallyBody(const std::string& custom_id, const Json& body, Outcome& out) {
+  const Json& usage = body.contains("usage") ? body["usage"] : Json::object();
+  ++out.records;
+  out.prompt_tokens += usage.value("prompt_tokens", int64_t{0});
+  const int completion = usage.value("completion_tokens", 0);
+  out.completion_tokens += completion;
+  if (body.contains("data") && body["data"].is_array()) out.inputs += static_cast<int64_t>(body["data"].size());
+  out.generated[custom_id] = completion;
 }
 
-class DirectLlama {
+// Adds one OpenAI Batch output line to the tally.
+void TallyOutputLine(const std::string& line, Outcome& out) {
+  auto parsed = minions::ParseJson(line);
+  if (!parsed.ok() || !parsed->is_object()) return;
+  const Json& j = *parsed;
+  if (!j["error"].is_null() || !j["response"].is_object()) {
+    ++out.errors;
+    if (out.first_error.empty()) out.first_error = minions::DumpJson(j["error"]);
+    return;
+  }
+  TallyBody(j.value("custom_id", std::string()), j["response"]["body"], out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workloads: OpenAI Batch lines made from a seed, with prompts of known token counts (counted with
+// the model's own tokenizer).
+
+class Workloads {
  public:
-  DirectLlama(const std::string& model_path, const ContextShape& shape) : shape_(shape) {
-    llama_model_params mparams = llama_model_default_params();
-    mparams.n_gpu_layers = 999;  // as the runner: every layer on the GPU when there is one
-    model_ = llama_model_load_from_file(model_path.c_str(), mparams);
-    if (model_ == nullptr) Die(absl::StrCat("llama.cpp cannot load '", model_path, "'"));
+  explicit Workloads(const std::string& model) {
+    llama_model_params mp = llama_model_default_params();
+    mp.vocab_only = true;
+    model_ = llama_model_load_from_file(model.c_str(), mp);
+    if (model_ == nullptr) Die(absl::StrCat("cannot read the vocabulary of '", model, "'"));
     vocab_ = llama_model_get_vocab(model_);
-    if (const char* tmpl = llama_model_chat_template(model_, nullptr)) chat_template_ = tmpl;
   }
-  ~DirectLlama() {
-    for (auto& [n_seq, ctx] : contexts_) llama_free(ctx);
-    llama_model_free(model_);
-  }
+  ~Workloads() { llama_model_free(model_); }
 
-  int n_ctx_train() const { return llama_model_n_ctx_train(model_); }
-  void set_ctx_per_seq(int n) { shape_.ctx_per_seq = n; }
-
-  // Selects the context for n_seq sequences, creating it the first time. Contexts are kept, so
-  // that a timed pass never pays for a cold context.
-  void UseContext(int n_seq) {
-    if (auto it = contexts_.find(n_seq); it != contexts_.end()) {
-      ctx_ = it->second;
-      n_ctx_seq_ = static_cast<int>(llama_n_ctx_seq(ctx_));
-      return;
-    }
-    llama_context_params cparams = llama_context_default_params();
-    cparams.n_seq_max = static_cast<uint32_t>(n_seq);
-    cparams.n_ctx = static_cast<uint32_t>(shape_.ctx_per_seq * n_seq);
-    const int n_batch = std::max(shape_.n_batch, n_seq);
-    cparams.n_batch = static_cast<uint32_t>(n_batch);
-    cparams.n_ubatch = static_cast<uint32_t>(std::min(n_batch, 512));
-    cparams.n_threads = shape_.threads;
-    cparams.n_threads_batch = shape_.threads;
-    cparams.kv_unified = false;
-    cparams.flash_attn_type = shape_.flash_attn;
-    cparams.no_perf = true;
-    ctx_ = llama_init_from_model(model_, cparams);
-    if (ctx_ == nullptr) Die(absl::StrCat("llama.cpp cannot create a context for ", n_seq, " sequences"));
-    contexts_[n_seq] = ctx_;
-    n_ctx_seq_ = static_cast<int>(llama_n_ctx_seq(ctx_));
+  int Tokens(const std::string& text) const {
+    int n = -llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), nullptr, 0, false, false);
+    return std::max(n, 0);
   }
 
-  // (a): one record at a time.
-  RunResult RunSequential(const std::vector<std::string>& lines) {
-    UseContext(1);
-    RunResult result;
-    result.texts.resize(lines.size());
-    llama_memory_t mem = llama_get_memory(ctx_);
-    const int n_batch = static_cast<int>(llama_n_batch(ctx_));
-    llama_batch batch = llama_batch_init(n_batch, 0, 1);
-    llama_sampler* sampler = llama_sampler_chain_init(llama_sampler_chain_default_params());
-    llama_sampler_chain_add(sampler, llama_sampler_init_greedy());
-    auto start = Clock::now();
-    for (size_t i = 0; i < lines.size(); ++i) {
-      Job job;
-      if (!Prepare(lines[i], &job)) {
-        ++result.errors;
-        continue;
-      }
-      llama_memory_clear(mem, true);
-      llama_sampler_reset(sampler);
-      // The prompt, in chunks of n_batch; logits for its last token only.
-      const int n_prompt = static_cast<int>(job.prompt.size());
-      for (int fed = 0; fed < n_prompt;) {
-        batch.n_tokens = 0;
-        for (; fed < n_prompt && batch.n_tokens < n_batch; ++fed) {
-          Add(batch, job.prompt[fed], fed, 0, fed + 1 == n_prompt);
-        }
-        if (llama_decode(ctx_, batch) != 0) Die("llama_decode failed");
-      }
-      llama_pos n_past = n_prompt;
-      int n_generated = 0;
-      std::string text;
-      while (true) {
-        llama_token token = llama_sampler_sample(sampler, ctx_, -1);
-        if (llama_vocab_is_eog(vocab_, token)) break;
-        text += Piece(token);
-        ++n_generated;
-        if (n_generated >= job.max_tokens || n_past + 1 >= n_ctx_seq_) break;
-        batch.n_tokens = 0;
-        Add(batch, token, n_past, 0, true);
-        if (llama_decode(ctx_, batch) != 0) Die("llama_decode failed");
-        ++n_past;
-      }
-      ++result.records;
-      result.prompt_tokens += n_prompt;
-      result.generated_tokens += n_generated;
-      result.texts[i] = std::move(text);
-    }
-    result.seconds = SecondsSince(start);
-    llama_sampler_free(sampler);
-    llama_batch_free(batch);
-    return result;
-  }
-
-  // (b): n_parallel sequences decoded together; a finished sequence's slot takes the next record
-  // at once. Each step decodes one token of every generating sequence plus as much of the new
-  // prompts as fits in n_batch.
-  RunResult RunBatched(const std::vector<std::string>& lines, int n_parallel) {
-    UseContext(n_parallel);
-    RunResult result;
-    result.texts.resize(lines.size());
-    llama_memory_t mem = llama_get_memory(ctx_);
-    llama_memory_clear(mem, true);
-    const int n_batch = static_cast<int>(llama_n_batch(ctx_));
-    llama_batch batch = llama_batch_init(n_batch, 0, 1);
-
-    struct Seq {
-      bool busy = false;
-      size_t record = 0;
-      Job job;
-      int n_fed = 0;        // prompt tokens in the batch or the cache
-      llama_pos n_past = 0; // tokens in the cache after the current decode
-      int n_generated = 0;
-      llama_token next = -1;  // sampled, to be decoded in the next step
-      int i_logits = -1;      // row of this sequence's logits in the current batch
-      std::string text;
-      llama_sampler* sampler = nullptr;
-    };
-    std::vector<Seq> seqs(static_cast<size_t>(n_parallel));
-    for (Seq& s : seqs) {
-      s.sampler = llama_sampler_chain_init(llama_sampler_chain_default_params());
-      llama_sampler_chain_add(s.sampler, llama_sampler_init_greedy());
-    }
-    auto release = [&](Seq& s, llama_seq_id id) {
-      ++result.records;
-      result.prompt_tokens += static_cast<int64_t>(s.job.prompt.size());
-      result.generated_tokens += s.n_generated;
-      result.texts[s.record] = std::move(s.text);
-      llama_memory_seq_rm(mem, id, -1, -1);
-      s.busy = false;
-    };
-
-    auto start = Clock::now();
-    size_t next_record = 0;
-    while (true) {
-      for (Seq& s : seqs) {
-        while (!s.busy && next_record < lines.size()) {
-          size_t r = next_record++;
-          if (!Prepare(lines[r], &s.job)) {
-            ++result.errors;
-            continue;
-          }
-          s.busy = true;
-          s.record = r;
-          s.n_fed = 0;
-          s.n_past = 0;
-          s.n_generated = 0;
-          s.text.clear();
-          llama_sampler_reset(s.sampler);
-        }
-      }
-      batch.n_tokens = 0;
-      for (size_t k = 0; k < seqs.size(); ++k) {
-        Seq& s = seqs[k];
-        s.i_logits = -1;
-        if (s.busy && s.n_fed == static_cast<int>(s.job.prompt.size())) {
-          Add(batch, s.next, s.n_past, static_cast<llama_seq_id>(k), true);
-          s.i_logits = batch.n_tokens - 1;
-        }
-      }
-      for (size_t k = 0; k < seqs.size(); ++k) {
-        Seq& s = seqs[k];
-        const int n_prompt = static_cast<int>(s.job.prompt.size());
-        if (!s.busy || s.n_fed == n_prompt) continue;
-        for (; s.n_fed < n_prompt && batch.n_tokens < n_batch; ++s.n_fed) {
-          bool last = s.n_fed + 1 == n_prompt;
-          Add(batch, s.job.prompt[s.n_fed], s.n_fed, static_cast<llama_seq_id>(k), last);
-          if (last) s.i_logits = batch.n_tokens - 1;
-        }
-      }
-      if (batch.n_tokens == 0) break;
-      if (llama_decode(ctx_, batch) != 0) Die("llama_decode failed");
-      for (size_t k = 0; k < seqs.size(); ++k) {
-        Seq& s = seqs[k];
-        if (!s.busy || s.i_logits < 0) continue;  // idle, or a prompt not fully fed yet
-        s.n_past = s.n_generated == 0 ? s.n_fed : s.n_past + 1;
-        llama_token token = llama_sampler_sample(s.sampler, ctx_, s.i_logits);
-        if (llama_vocab_is_eog(vocab_, token)) {
-          release(s, static_cast<llama_seq_id>(k));
-          continue;
-        }
-        s.text += Piece(token);
-        ++s.n_generated;
-        if (s.n_generated >= s.job.max_tokens || s.n_past + 1 >= n_ctx_seq_) {
-          release(s, static_cast<llama_seq_id>(k));
-        } else {
-          s.next = token;
+  // Pseudo-English of about `tokens` tokens.
+  std::string Text(std::mt19937_64& rng, int tokens) const {
+    static const char* kWords[] = {
+        "the", "order", "customer", "shipping", "refund", "account", "password", "delivery", "invoice",
+        "product", "quality", "support", "message", "request", "answer", "question", "problem", "team",
+        "weather", "river", "mountain", "city", "history", "music", "science", "energy", "market",
+        "report", "summary", "detail", "example", "number", "letter", "window", "garden", "kitchen",
+        "is", "was", "will", "can", "should", "would", "has", "had", "made", "sent", "arrived", "broke",
+        "quickly", "late", "early", "never", "always", "often", "again", "together", "almost", "very",
+        "and", "but", "because", "while", "after", "before", "with", "without", "from", "into", "about",
+        "green", "small", "large", "new", "old", "strange", "simple", "careful", "happy", "angry"};
+    const int n_words = static_cast<int>(sizeof(kWords) / sizeof(kWords[0]));
+    std::string text;
+    int words_in_sentence = 0;
+    while (Tokens(text) < tokens) {
+      for (int i = 0; i < 8; ++i) {
+        std::string word = kWords[rng() % n_words];
+        if (words_in_sentence == 0) word[0] = static_cast<char>(std::toupper(word[0]));
+        text += (text.empty() ? "" : " ") + word;
+        if (++words_in_sentence > 6 && rng() % 5 == 0) {
+          text += ".";
+          words_in_sentence = 0;
         }
       }
     }
-    result.seconds = SecondsSince(start);
-    for (Seq& s : seqs) llama_sampler_free(s.sampler);
-    llama_batch_free(batch);
-    return result;
+    return text;
+  }
+
+  // Independent records: chat and completions, prompts of 16 to 400 tokens, 8 to 64 generated.
+  // `seed` makes the records' texts and lengths; `variant` is written at the start of every
+  // prompt, so that two variants are the same work but share no prefix (a server's prompt cache
+  // cannot serve one pass from the last).
+  std::vector<std::string> Mixed(uint64_t seed, int records, uint64_t variant) const {
+    std::mt19937_64 rng(seed);
+    std::vector<std::string> lines;
+    for (int i = 0; i < records; ++i) {
+      const int prompt_tokens = static_cast<int>(16 * std::pow(25.0, (rng() % 1000) / 1000.0));  // 16..400
+      const int max_tokens = 8 + static_cast<int>(rng() % 57);
+      const std::string id = absl::StrCat("m", seed, "-", variant, "-", i);
+      const std::string tag = absl::StrCat("Case ", variant, "-", i, ".");
+      if (i % 2 == 0) {
+        lines.push_back(Chat(id, tag + " You are a helpful assistant.", Text(rng, prompt_tokens), max_tokens));
+      } else {
+        lines.push_back(minions::DumpJson({{"custom_id", id},
+                                           {"url", "/v1/completions"},
+                                           {"body", {{"prompt", tag + " " + Text(rng, prompt_tokens)},
+                                                     {"max_tokens", max_tokens},
+                                                     {"temperature", 0}}}}));
+      }
+    }
+    return lines;
+  }
+
+  // Records sharing one system prompt of `prefix_tokens` tokens (instructions and examples), each
+  // with its own short question; 16 to 32 generated. `variant` starts the system prompt.
+  std::vector<std::string> Shared(uint64_t seed, int records, int prefix_tokens, uint64_t variant) const {
+    std::mt19937_64 rng(seed);
+    const std::string system = absl::StrCat("Job ", variant, ". Classify each message. ") + Text(rng, prefix_tokens);
+    std::vector<std::string> lines;
+    for (int i = 0; i < records; ++i) {
+      lines.push_back(Chat(absl::StrCat("s", seed, "-", variant, "-", i), system,
+                           Text(rng, 20 + static_cast<int>(rng() % 30)), 16 + static_cast<int>(rng() % 17)));
+    }
+    return lines;
+  }
+
+  // Completions with `prompt_tokens`-token prompts, each generating `tokens` (unless a record
+  // meets an end-of-generation token first).
+  std::vector<std::string> Fixed(uint64_t seed, int records, int prompt_tokens, int tokens) const {
+    std::mt19937_64 rng(seed);
+    std::vector<std::string> lines;
+    for (int i = 0; i < records; ++i) {
+      lines.push_back(minions::DumpJson({{"custom_id", absl::StrCat("f", seed, "-", i)},
+                                         {"url", "/v1/completions"},
+                                         {"body", {{"prompt", Text(rng, prompt_tokens)}, {"max_tokens", tokens}, {"temperature", 0}}}}));
+    }
+    return lines;
+  }
+
+  // Embedding records of 4 inputs each, 32 to 128 tokens per input; `variant` starts each input.
+  std::vector<std::string> Embeddings(uint64_t seed, int records, uint64_t variant) const {
+    std::mt19937_64 rng(seed);
+    std::vector<std::string> lines;
+    for (int i = 0; i < records; ++i) {
+      Json inputs = Json::array();
+      for (int k = 0; k < 4; ++k) {
+        inputs.push_back(absl::StrCat("Text ", variant, "-", i, "-", k, ". ") + Text(rng, 32 + static_cast<int>(rng() % 97)));
+      }
+      lines.push_back(minions::DumpJson({{"custom_id", absl::StrCat("e", seed, "-", variant, "-", i)},
+                                         {"url", "/v1/embeddings"},
+                                         {"body", {{"input", inputs}}}}));
+    }
+    return lines;
   }
 
  private:
-  struct Job {
-    std::vector<llama_token> prompt;
-    int max_tokens = 0;
-  };
-
-  static void Add(llama_batch& batch, llama_token token, llama_pos pos, llama_seq_id seq, bool logits) {
-    const int i = batch.n_tokens++;
-    batch.token[i] = token;
-    batch.pos[i] = pos;
-    batch.n_seq_id[i] = 1;
-    batch.seq_id[i][0] = seq;
-    batch.logits[i] = logits;
+  static std::string Chat(const std::string& id, const std::string& system, const std::string& user, int max_tokens) {
+    return minions::DumpJson({{"custom_id", id},
+                              {"url", "/v1/chat/completions"},
+                              {"body", {{"messages", {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", user}}}},
+                                        {"max_tokens", max_tokens},
+                                        {"temperature", 0}}}});
   }
 
-  // Parses a record, renders its prompt and tokenizes it; false for a record the runner would
-  // answer with an error line (none in the benchmark's input).
-  bool Prepare(const std::string& line, Job* job) {
-    minions::ParsedRecord parsed = minions::ParseRecordLine(line);
-    if (!parsed.ok()) return false;
-    const minions::InferenceRequest& req = *parsed.request;
-    const bool chat = req.endpoint == minions::Endpoint::kChatCompletions;
-    if (!chat && req.endpoint != minions::Endpoint::kCompletions) return false;
-    std::string text;
-    if (chat) {
-      std::vector<llama_chat_message> messages;
-      for (const auto& m : req.messages) messages.push_back({m.role.c_str(), m.content.c_str()});
-      const char* tmpl = chat_template_.empty() ? "chatml" : chat_template_.c_str();
-      size_t guess = 256;
-      for (const auto& m : req.messages) guess += 2 * m.content.size() + 32;
-      std::vector<char> buf(guess);
-      int32_t n = llama_chat_apply_template(tmpl, messages.data(), messages.size(), true, buf.data(),
-                                            static_cast<int32_t>(buf.size()));
-      if (n > static_cast<int32_t>(buf.size())) {
-        buf.resize(static_cast<size_t>(n));
-        n = llama_chat_apply_template(tmpl, messages.data(), messages.size(), true, buf.data(), n);
-      }
-      if (n < 0) return false;
-      text.assign(buf.data(), static_cast<size_t>(n));
-    } else {
-      text = req.prompt;
-    }
-    job->prompt.resize(text.size() + 8);
-    int32_t n = llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), job->prompt.data(),
-                               static_cast<int32_t>(job->prompt.size()), true, chat);
-    if (n < 0) {
-      job->prompt.resize(static_cast<size_t>(-n));
-      n = llama_tokenize(vocab_, text.data(), static_cast<int32_t>(text.size()), job->prompt.data(),
-                         static_cast<int32_t>(job->prompt.size()), true, chat);
-    }
-    job->prompt.resize(static_cast<size_t>(std::max(n, 0)));
-    const int n_prompt = static_cast<int>(job->prompt.size());
-    if (n_prompt == 0 || n_prompt >= n_ctx_seq_) return false;
-    const int default_max = chat ? 256 : 16;  // the runner's defaults (load option, OpenAI's 16)
-    job->max_tokens = req.sampling.max_tokens.value_or(std::min(default_max, n_ctx_seq_ - n_prompt));
-    return n_prompt + job->max_tokens <= n_ctx_seq_;
-  }
-
-  std::string Piece(llama_token token) const {
-    char buf[256];
-    int32_t n = llama_token_to_piece(vocab_, token, buf, sizeof(buf), 0, false);
-    if (n < 0) {
-      std::string big(static_cast<size_t>(-n), '\0');
-      n = llama_token_to_piece(vocab_, token, big.data(), static_cast<int32_t>(big.size()), 0, false);
-      big.resize(static_cast<size_t>(std::max(n, 0)));
-      return big;
-    }
-    return std::string(buf, static_cast<size_t>(n));
-  }
-
-  ContextShape shape_;
   llama_model* model_ = nullptr;
   const llama_vocab* vocab_ = nullptr;
-  std::map<int, llama_context*> contexts_;  // by number of sequences
-  llama_context* ctx_ = nullptr;            // the one in use
-  int n_ctx_seq_ = 0;
-  std::string chat_template_;
 };
 
 // ---------------------------------------------------------------------------------------------
-// (c): the runner.
+// Child processes: stdout and stderr into a log file (nothing to drain), stopped on destruction,
+// and killed when the benchmark itself is interrupted.
 
-RunResult RunThroughRunner(minions::RunnerProcess& runner, const std::string& batch_id,
-                           const std::vector<std::string>& lines) {
-  RunResult result;
-  result.texts.resize(lines.size());
-  std::vector<minions::Json> outputs(lines.size());
-  auto start = Clock::now();
-  auto done = runner.RunBatch(batch_id, lines, [&](size_t index, const minions::Json& line) {
-    outputs[index] = line;
-  });
-  result.seconds = SecondsSince(start);
-  if (!done.ok()) Die(absl::StrCat("runner batch failed: ", std::string(done.status().message())));
-  const minions::Json& usage = (*done)["usage"];
-  result.prompt_tokens = usage.value("prompt_tokens", int64_t{0});
-  result.generated_tokens = usage.value("completion_tokens", int64_t{0});
-  result.errors = done->value("errors", size_t{0});
-  result.runner_seconds = done->value("seconds", 0.0);
-  result.records = lines.size() - result.errors;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const minions::Json& out = outputs[i];
-    if (!out.is_object() || !out.contains("response") || !out["response"].is_object()) continue;
-    const minions::Json& choice = out["response"]["body"]["choices"][0];
-    if (choice.contains("text")) {
-      result.texts[i] = choice["text"].get<std::string>();
-    } else if (choice.contains("message")) {
-      result.texts[i] = choice["message"]["content"].get<std::string>();
-    }
+std::atomic<pid_t> g_children[16];
+
+void KillChildrenAndExit(int sig) {
+  for (auto& pid : g_children) {
+    pid_t p = pid.load();
+    if (p > 0) kill(p, SIGKILL);
   }
-  return result;
+  _exit(128 + sig);
 }
 
-// (d), diagnostic: the runner's engine called in this process, without the runner process, its
-// pipes and the JSON that crosses them. (c) - (d) is the cost of the process boundary.
-RunResult RunEngineInProcess(minions::llama_runner::LlamaEngine& engine, const std::vector<std::string>& lines) {
-  RunResult result;
-  result.texts.resize(lines.size());
-  auto start = Clock::now();
-  std::vector<minions::llama_runner::WorkItem> items;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    minions::ParsedRecord parsed = minions::ParseRecordLine(lines[i]);
-    if (!parsed.ok()) {
-      ++result.errors;
-      continue;
+class Child {
+ public:
+  static std::unique_ptr<Child> Start(const std::vector<std::string>& argv, const std::string& log) {
+    minions::Subprocess::Options sp;
+    sp.argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" >>\"$MINIONS_BENCH_LOG\" 2>&1"};
+    sp.argv.insert(sp.argv.end(), argv.begin(), argv.end());
+    sp.extra_env = {"MINIONS_BENCH_LOG=" + log};
+    auto process = minions::Subprocess::Start(sp);
+    if (!process.ok()) Die(absl::StrCat("cannot start ", argv[0], ": ", std::string(process.status().message())));
+    auto child = std::make_unique<Child>();
+    child->process_ = std::move(*process);
+    for (auto& slot : g_children) {
+      pid_t expected = 0;
+      if (slot.compare_exchange_strong(expected, child->process_->pid())) break;
     }
-    items.push_back({"", i, std::move(*parsed.request)});
+    return child;
   }
-  engine.Serve(
-      std::move(items),
-      [&](minions::llama_runner::WorkResult r) {
-        if (r.is_error) {
-          ++result.errors;
-          return;
+  ~Child() {
+    for (auto& slot : g_children) {
+      pid_t expected = process_->pid();
+      slot.compare_exchange_strong(expected, 0);
+    }
+    process_->Signal(SIGTERM);
+    if (!process_->Wait(absl::Seconds(10)).ok()) {
+      process_->Signal(SIGKILL);
+      (void)process_->Wait(absl::Seconds(10));
+    }
+  }
+  bool running() { return process_->running(); }
+
+ private:
+  std::unique_ptr<minions::Subprocess> process_;
+};
+
+// Runs a program to completion; its stdout (the benchmark ends when it fails).
+std::string RunProgram(const std::vector<std::string>& argv, const std::string& log) {
+  std::string out;
+  if (absl::Status status = minions::bench::RunProgram(argv, log, out); !status.ok()) Die(std::string(status.message()));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP with libcurl: one handle per thread, so connections are kept alive.
+
+class HttpClient {
+ public:
+  HttpClient() : curl_(curl_easy_init()) {}
+  ~HttpClient() { curl_easy_cleanup(curl_); }
+  // Status and body; status 0 when nothing answered.
+  std::pair<long, std::string> Request(const std::string& url, const std::string* post_body, long timeout_s = 3600) {
+    std::string body;
+    curl_easy_reset(curl_);
+    curl_easy_setopt(curl_, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(curl_, CURLOPT_TIMEOUT, timeout_s);
+    curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl_, CURLOPT_WRITEDATA, &body);
+    curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, +[](char* data, size_t size, size_t n, void* out) {
+      static_cast<std::string*>(out)->append(data, size * n);
+      return size * n;
+    });
+    curl_slist* headers = nullptr;
+    if (post_body) {
+      headers = curl_slist_append(headers, "Content-Type: application/json");
+      curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, headers);
+      curl_easy_setopt(curl_, CURLOPT_POSTFIELDS, post_body->c_str());
+      curl_easy_setopt(curl_, CURLOPT_POSTFIELDSIZE, static_cast<long>(post_body->size()));
+    }
+    long status = 0;
+    if (curl_easy_perform(curl_) == CURLE_OK) curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &status);
+    if (headers) curl_slist_free_all(headers);
+    return {status, body};
+  }
+
+ private:
+  CURL* curl_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// llama-server, fed by `concurrency` client threads that each send the next record as soon as
+// their last one is answered.
+
+struct ServerSettings {
+  int parallel = 8;
+  int ctx_per_seq = 2048;
+  int threads = 2;
+  bool embeddings = false;
+};
+
+class LlamaServer {
+ public:
+  LlamaServer(const std::string& bin, const std::string& model, const ServerSettings& s, const std::string& log)
+      : port_(minions::testing::PickFreePort()) {
+    std::vector<std::string> argv = {bin, "-m", model, "--host", "127.0.0.1", "--port", std::to_string(port_),
+                                     "-np", std::to_string(s.parallel), "-c", std::to_string(s.parallel * s.ctx_per_seq),
+                                     "-t", std::to_string(s.threads), "-tb", std::to_string(s.threads), "-ngl", GpuLayers(),
+                                     // as the runner: separate KV streams, flash attention off on CPU
+                                     // (the server's own default, auto, picks the same there)
+                                     "--no-kv-unified", "-fa", FlashAttn(), "--no-webui", "--no-warmup"};
+    if (s.embeddings) {
+      // Every input must fit one micro-batch.
+      argv.insert(argv.end(), {"--embeddings", "--pooling", "mean", "-b", "2048", "-ub", "2048"});
+    }
+    child_ = Child::Start(argv, log);
+    HttpClient http;
+    auto start = Clock::now();
+    while (true) {
+      if (http.Request(Url("/health"), nullptr, 5).first == 200) break;
+      if (!child_->running()) Die(absl::StrCat("llama-server exited during start; see ", log));
+      if (SecondsSince(start) > 600) Die(absl::StrCat("llama-server did not become healthy; see ", log));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  static const char* FlashAttn() { return llama_supports_gpu_offload() ? "auto" : "off"; }
+  static const char* GpuLayers() { return llama_supports_gpu_offload() ? "999" : "0"; }
+
+  Outcome Run(const std::vector<std::string>& lines, int concurrency) {
+    struct Request {
+      std::string id, url, body;
+    };
+    std::vector<Request> requests;
+    for (const auto& line : lines) {
+      Json j = *minions::ParseJson(line);
+      Json body = j["body"];
+      if (j["url"] != "/v1/embeddings") {
+        // The cheapest greedy sampler chain llama-server offers (its default chain also runs
+        // penalties, top-k 40, top-p, min-p, typical-p, XTC and temperature per token).
+        body["samplers"] = Json::array({"top_k"});
+        body["top_k"] = 1;
+      }
+      requests.push_back({j["custom_id"].get<std::string>(), j["url"].get<std::string>(), minions::DumpJson(body)});
+    }
+    Outcome out;
+    std::mutex mu;
+    std::atomic<size_t> next{0};
+    auto start = Clock::now();
+    std::vector<std::thread> clients;
+    for (int c = 0; c < concurrency; ++c) {
+      clients.emplace_back([&] {
+        HttpClient http;
+        while (true) {
+          const size_t i = next++;
+          if (i >= requests.size()) return;
+          auto [status, reply] = http.Request(Url(requests[i].url), &requests[i].body);
+          auto parsed = minions::ParseJson(reply);
+          std::lock_guard<std::mutex> lock(mu);
+          if (status != 200 || !parsed.ok()) {
+            ++out.errors;
+            if (out.first_error.empty()) out.first_error = absl::StrCat("HTTP ", status, ": ", reply.substr(0, 300));
+            continue;
+          }
+          TallyBody(requests[i].id, *parsed, out);
         }
-        ++result.records;
-        result.prompt_tokens += r.usage.prompt_tokens;
-        result.generated_tokens += r.usage.completion_tokens;
-        const minions::Json& choice = r.output["response"]["body"]["choices"][0];
-        result.texts[r.index] = choice.contains("text") ? choice["text"].get<std::string>()
-                                                        : choice["message"]["content"].get<std::string>();
-      },
-      [] { return false; });
-  result.seconds = SecondsSince(start);
-  return result;
+      });
+    }
+    for (auto& t : clients) t.join();
+    out.seconds = SecondsSince(start);
+    return out;
+  }
+
+ private:
+  std::string Url(const std::string& path) const { return absl::StrCat("http://127.0.0.1:", port_, path); }
+
+  int port_;
+  std::unique_ptr<Child> child_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The Minions sides.
+
+minions::runner_protocol::LoadOptions RunnerLoadOptions(const BenchOptions& opt, int threads) {
+  minions::runner_protocol::LoadOptions load;
+  load.n_parallel = opt.parallel;
+  load.n_ctx_per_seq = opt.ctx_per_seq;
+  load.n_threads = threads;
+  return load;
 }
 
-// Writes the test model with the sibling program minions-make-test-model.
-std::string MakeTestModel(const std::string& dir) {
-  std::string path = (std::filesystem::path(dir) / "minions-test-text.gguf").string();
-  minions::Subprocess::Options sp;
-  sp.argv = {minions::SiblingProgram("minions-make-test-model"), "-o", path};
-  auto process = minions::Subprocess::Start(sp);
-  if (!process.ok()) Die(absl::StrCat("cannot start minions-make-test-model: ", std::string(process.status().message())));
-  while ((*process)->ReadLine().ok()) {
+std::string WriteLines(const std::string& path, const std::vector<std::string>& lines) {
+  std::ofstream out(path);
+  for (const auto& line : lines) out << line << "\n";
+  return path;
+}
+
+// `minions local-run`, as a library call (the command is this function and a printf): model load
+// not timed.
+Outcome LocalRun(const BenchOptions& opt, const std::string& model, int threads, const std::vector<std::string>& lines,
+                 const std::string& name) {
+  minions::cli::LocalRunOptions lr;
+  lr.input_path = WriteLines(opt.work + "/" + name + ".in.jsonl", lines);
+  lr.model_path = model;
+  lr.output_path = opt.work + "/" + name + ".out.jsonl";
+  lr.errors_path = opt.work + "/" + name + ".errors.jsonl";
+  lr.runner_log = opt.work + "/local-run-runner.log";
+  lr.load = RunnerLoadOptions(opt, threads);
+  lr.progress = false;
+  auto summary = minions::cli::RunLocally(lr);
+  if (!summary.ok()) Die(absl::StrCat("local-run failed: ", std::string(summary.status().message())));
+  Outcome out;
+  for (const std::string& path : {lr.output_path, lr.errors_path}) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) TallyOutputLine(line, out);
   }
-  auto exit = (*process)->Wait();
-  if (!exit.ok() || !exit->exited || exit->code != 0) {
-    Die(absl::StrCat("minions-make-test-model failed (", exit.ok() ? exit->ToString() : "no exit status",
-                     "); pass --model or set MINIONS_VOCAB_DIR"));
+  out.seconds = summary->seconds;
+  return out;
+}
+
+// `minions up --executors 1`: a server (with its watchdog) and one executor, on loopback.
+class Pool {
+ public:
+  Pool(const BenchOptions& opt, const std::string& model, int threads) : opt_(opt), model_(model), threads_(threads) {
+    const std::string dir = opt.work + "/pool";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    connection_.server = absl::StrCat("127.0.0.1:", minions::testing::PickFreePort());
+    child_ = Child::Start({BinDir() + "/minions", "up", "--executors", "1", "--listen", connection_.server,
+                           "--http-listen", "off", "--data-dir", dir, "--models",
+                           std::filesystem::path(model).parent_path().string()},
+                          opt.work + "/pool.log");
+    minions::cli::JobsClient client(connection_);
+    auto start = Clock::now();
+    while (true) {
+      auto executors = client.Executors();
+      if (executors.ok() && !executors->empty()) break;
+      if (!child_->running()) Die("minions up exited; see " + opt.work + "/pool.log");
+      if (SecondsSince(start) > 120) Die("no executor joined the pool; see " + opt.work + "/pool.log");
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  // Submit to completed, results read back.
+  Outcome Run(const std::vector<std::string>& lines, int64_t shard_size) {
+    minions::cli::JobsClient client(connection_);
+    minions::v1::SubmitJobRequest request;
+    std::string input;
+    for (const auto& line : lines) input += line + "\n";
+    request.set_input(input);
+    request.set_model(model_);
+    request.set_shard_size(shard_size);
+    Json options = RunnerLoadOptions(opt_, threads_).ToJson();
+    request.set_runner_options_json(minions::DumpJson(options));
+    auto start = Clock::now();
+    auto job = client.Submit(request);
+    if (!job.ok()) Die(absl::StrCat("submit failed: ", std::string(job.status().message())));
+    while (true) {
+      auto now = client.Get(job->id());
+      if (now.ok() && now->state() == "completed") break;
+      if (now.ok() && (now->state() == "failed" || now->state() == "cancelled" || now->state() == "expired")) {
+        Die(absl::StrCat("pool job ", job->id(), " ", now->state(), ": ", now->error()));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // harder would load the server
+    }
+    Outcome out;
+    out.seconds = SecondsSince(start);
+    for (bool errors : {false, true}) {
+      auto st = client.Results(job->id(), errors, [&](const std::string& chunk) { pending_ += chunk; });
+      if (!st.ok()) Die(absl::StrCat("reading results: ", std::string(st.message())));
+      std::istringstream in(pending_);
+      for (std::string line; std::getline(in, line);) TallyOutputLine(line, out);
+      pending_.clear();
+    }
+    return out;
+  }
+
+ private:
+  const BenchOptions& opt_;
+  std::string model_;
+  int threads_;
+  minions::cli::Connection connection_;
+  std::unique_ptr<Child> child_;
+  std::string pending_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reporting.
+
+// The passes of one side.
+struct Series {
+  std::string name;
+  std::vector<Outcome> passes;
+  Outcome Median() const {
+    std::vector<Outcome> sorted = passes;
+    std::sort(sorted.begin(), sorted.end(), [](const Outcome& a, const Outcome& b) { return a.seconds < b.seconds; });
+    return sorted.empty() ? Outcome{} : sorted[(sorted.size() - 1) / 2];
+  }
+  std::string Spread() const {
+    double lo = 1e18, hi = 0;
+    for (const auto& p : passes) {
+      lo = std::min(lo, p.records_per_second());
+      hi = std::max(hi, p.records_per_second());
+    }
+    return passes.size() < 2 ? "" : absl::StrFormat("%.2f-%.2f", lo, hi);
+  }
+};
+
+void PrintTable(const std::string& title, const std::vector<Series>& sides, size_t baseline) {
+  std::printf("\n%s\n\n", title.c_str());
+  std::printf("| side | records | seconds | records/s | generated tokens/s | prompt tokens | generated tokens | vs %s | passes (records/s) |\n",
+              sides[baseline].name.c_str());
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
+  const Outcome base = sides[baseline].Median();
+  for (const Series& s : sides) {
+    const Outcome m = s.Median();
+    std::printf("| %s | %zu%s | %.2f | %.3f | %.2f | %lld | %lld | **%.2fx** | %s |\n", s.name.c_str(), m.records,
+                m.errors ? absl::StrCat(" (", m.errors, " errors)").c_str() : "", m.seconds, m.records_per_second(),
+                m.tokens_per_second(), static_cast<long long>(m.prompt_tokens),
+                static_cast<long long>(m.completion_tokens), m.records_per_second() / base.records_per_second(),
+                s.Spread().c_str());
+    if (!m.first_error.empty()) std::printf("|  first error: %s |\n", m.first_error.c_str());
+  }
+  std::fflush(stdout);
+}
+
+// Records whose generated token counts differ between two passes over the same records (both sides
+// decode greedily with the same arithmetic, so they should agree).
+int Disagreements(const Outcome& a, const Outcome& b) {
+  int n = 0;
+  for (const auto& [id, tokens] : a.generated) {
+    auto it = b.generated.find(id);
+    if (it != b.generated.end() && it->second != tokens) ++n;
+  }
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct ServerBest {
+  int parallel = 8;
+  int concurrency = 16;
+};
+
+class Bench {
+ public:
+  Bench(BenchOptions opt, std::string model, std::string tools)
+      : opt_(std::move(opt)), model_(std::move(model)), tools_(std::move(tools)), workloads_(model_),
+        threads_(opt_.threads > 0 ? opt_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
+
+  ServerSettings Server(int parallel, bool embeddings = false) const {
+    return {parallel, opt_.ctx_per_seq, threads_, embeddings};
+  }
+
+  // llama-server at each --parallel and client concurrency; returns the best.
+  ServerBest Curve(const std::string& workload) {
+    std::printf("\n### llama-server: --parallel and client concurrency, %s workload (%d records a point)\n\n",
+                workload.c_str(), opt_.curve_records);
+    std::printf("| --parallel | clients | records/s | generated tokens/s | seconds |\n|---:|---:|---:|---:|---:|\n");
+    ServerBest best;
+    double best_rate = 0;
+    uint64_t variant = 7000;
+    for (int p : opt_.curve_parallel) {
+      LlamaServer server(tools_ + "/llama-server", model_, Server(p), opt_.work + "/llama-server-curve.log");
+      server.Run(Lines("mixed", 1, 2), p);  // warm-up (short records: a shared prefix would cost minutes)
+      for (int factor : opt_.curve_clients) {
+        const int c = factor * p;
+        Outcome o = server.Run(Lines(workload, ++variant, opt_.curve_records), c);
+        std::printf("| %d | %d | %.3f | %.2f | %.2f |\n", p, c, o.records_per_second(), o.tokens_per_second(), o.seconds);
+        std::fflush(stdout);
+        if (o.errors == 0 && o.records_per_second() > best_rate) {
+          best_rate = o.records_per_second();
+          best = {p, c};
+        }
+      }
+    }
+    std::printf("\nbest for the %s workload: --parallel %d with %d clients\n", workload.c_str(), best.parallel,
+                best.concurrency);
+    return best;
+  }
+
+  // The three sides on one workload, interleaved, `repeat` passes each.
+  void Compare(const std::string& workload, ServerBest server_setting) {
+    LlamaServer server(tools_ + "/llama-server", model_, Server(server_setting.parallel), opt_.work + "/llama-server.log");
+    Pool pool(opt_, model_, threads_);
+    // Warm-up, not timed: every side has its model loaded and has served a few records. Short
+    // independent records on both workloads: the shared prefix would cost each side minutes on a
+    // small CPU, and a warm-up with it would leave its KV cells cached for nobody.
+    auto warm = Lines("mixed", 1, 2);
+    server.Run(warm, server_setting.concurrency);
+    LocalRun(opt_, model_, threads_, warm, "warm");
+    pool.Run(warm, 25);
+
+    Series s_server{absl::StrFormat("llama-server (--parallel %d, %d clients)", server_setting.parallel,
+                                    server_setting.concurrency), {}};
+    Series s_local{absl::StrFormat("minions local-run (parallel %d)", opt_.parallel), {}};
+    Series s_pool{absl::StrFormat("minions up --executors 1 (parallel %d)", opt_.parallel), {}};
+    int disagreements = 0;
+    for (int r = 0; r < opt_.repeat; ++r) {
+      auto lines = Lines(workload, 100 + r);
+      // Rotate the order, so that no side always runs first or last.
+      for (int k = 0; k < 3; ++k) {
+        switch ((r + k) % 3) {
+          case 0: s_server.passes.push_back(server.Run(lines, server_setting.concurrency)); break;
+          case 1: s_local.passes.push_back(LocalRun(opt_, model_, threads_, lines, workload)); break;
+          case 2: s_pool.passes.push_back(pool.Run(lines, 25)); break;
+        }
+      }
+      disagreements += Disagreements(s_server.passes.back(), s_local.passes.back());
+    }
+    PrintTable(absl::StrCat("### ", workload, " workload: ", workload == "mixed" ? opt_.mixed_records : opt_.shared_records,
+                            " records, threads ", threads_,
+                            ", median of ", opt_.repeat, " passes"),
+               {s_server, s_local, s_pool}, 0);
+    std::printf("\nrecords whose generated token count differs between llama-server and local-run: %d\n", disagreements);
+  }
+
+  // The runner against llama-batched-bench at the same batch size, interleaved.
+  void Ceiling() {
+    const int b = opt_.parallel, pp = opt_.ceiling_prompt, tg = opt_.ceiling_tokens;
+    struct BatchedBench {
+      double t_pp = 0, t_tg = 0, s_tg = 0, t = 0;
+    };
+    // llama-batched-bench: b sequences, a prompt of pp tokens each, then tg tokens each, together.
+    auto batched_bench = [&] {
+      std::string out = RunProgram(
+          {tools_ + "/llama-batched-bench", "-m", model_, "-c", std::to_string(b * opt_.ctx_per_seq), "-b", "512",
+           "-ub", "512", "-npp", std::to_string(pp), "-ntg", std::to_string(tg), "-npl", std::to_string(b), "-t",
+           std::to_string(threads_), "-tb", std::to_string(threads_), "-ngl", LlamaServer::GpuLayers(), "-fa",
+           LlamaServer::FlashAttn()},
+          opt_.work + "/batched-bench.log");
+      // | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
+      BatchedBench r;
+      std::istringstream in(out);
+      for (std::string line; std::getline(in, line);) {
+        int p = 0, g = 0, bb = 0, nkv = 0;
+        double s_pp = 0, s_total = 0;
+        if (std::sscanf(line.c_str(), " | %d | %d | %d | %d | %lf | %lf | %lf | %lf | %lf | %lf", &p, &g, &bb, &nkv,
+                        &r.t_pp, &s_pp, &r.t_tg, &r.s_tg, &r.t, &s_total) == 10 && bb == b) {
+          return r;
+        }
+      }
+      Die("could not read llama-batched-bench's table; see " + opt_.work + "/batched-bench.log");
+    };
+    // The runner: rounds of b records with prompts of about pp tokens, tg tokens each.
+    std::vector<BatchedBench> benches;
+    std::vector<Outcome> runs;
+    for (int r = 0; r < opt_.repeat; ++r) {
+      auto lines = workloads_.Fixed(300 + r, 4 * b, pp, tg);
+      if (r % 2 == 0) benches.push_back(batched_bench());
+      runs.push_back(LocalRun(opt_, model_, threads_, lines, "ceiling"));
+      if (r % 2 == 1) benches.push_back(batched_bench());
+    }
+    std::sort(runs.begin(), runs.end(), [](const Outcome& x, const Outcome& y) { return x.seconds < y.seconds; });
+    std::sort(benches.begin(), benches.end(), [](const BatchedBench& x, const BatchedBench& y) { return x.s_tg > y.s_tg; });
+    const Outcome& m = runs[(runs.size() - 1) / 2];
+    const BatchedBench& bb = benches[(benches.size() - 1) / 2];
+    std::printf("\n### decode ceiling: batch %d, prompts of %d tokens, %d generated each, threads %d, median of %d\n\n", b,
+                pp, tg, threads_, opt_.repeat);
+    std::printf("| side | generated tokens/s | passes | note |\n|---|---:|---|---|\n");
+    std::string passes;
+    for (const auto& x : benches) absl::StrAppend(&passes, passes.empty() ? "" : ", ", absl::StrFormat("%.2f", x.s_tg));
+    std::printf("| llama-batched-bench, decode only (S_TG) | %.2f | %s | %d sequences x %d tokens in %.2f s |\n", bb.s_tg,
+                passes.c_str(), b, tg, bb.t_tg);
+    std::printf("| llama-batched-bench, prompts and decode (B*TG/T) | %.2f | | prompts %.2f s + decode %.2f s |\n",
+                b * tg / bb.t, bb.t_pp, bb.t_tg);
+    passes.clear();
+    for (const auto& x : runs) absl::StrAppend(&passes, passes.empty() ? "" : ", ", absl::StrFormat("%.2f", x.tokens_per_second()));
+    std::printf("| minions local-run (parallel %d), prompts and decode | %.2f | %s | %zu records, %lld tokens, %lld prompt tokens in %.2f s |\n",
+                b, m.tokens_per_second(), passes.c_str(), m.records, static_cast<long long>(m.completion_tokens),
+                static_cast<long long>(m.prompt_tokens), m.seconds);
+    std::printf("\nrunner / decode ceiling: **%.1f %%** (target >= 90 %%); / batched-bench with its prompts: %.1f %%\n",
+                100 * m.tokens_per_second() / bb.s_tg, 100 * m.tokens_per_second() / (b * tg / bb.t));
+    std::fflush(stdout);
+  }
+
+  void Embeddings(ServerBest server_setting) {
+    LlamaServer server(tools_ + "/llama-server", model_, Server(server_setting.parallel, true),
+                       opt_.work + "/llama-server-embeddings.log");
+    auto warm = workloads_.Embeddings(13, 1, 1);
+    server.Run(warm, server_setting.concurrency);
+    LocalRun(opt_, model_, threads_, warm, "warm-embeddings");
+    Series s_server{absl::StrFormat("llama-server --embeddings (--parallel %d, %d clients)", server_setting.parallel,
+                                    server_setting.concurrency), {}};
+    Series s_local{"minions local-run", {}};
+    for (int r = 0; r < opt_.repeat; ++r) {
+      auto lines = workloads_.Embeddings(13, opt_.embedding_records, 500 + r);
+      if (r % 2 == 0) {
+        s_server.passes.push_back(server.Run(lines, server_setting.concurrency));
+        s_local.passes.push_back(LocalRun(opt_, model_, threads_, lines, "embeddings"));
+      } else {
+        s_local.passes.push_back(LocalRun(opt_, model_, threads_, lines, "embeddings"));
+        s_server.passes.push_back(server.Run(lines, server_setting.concurrency));
+      }
+    }
+    PrintTable(absl::StrCat("### embeddings: ", opt_.embedding_records, " records of 4 inputs (32-128 tokens each), mean pooling"),
+               {s_server, s_local}, 0);
+    for (const Series* s : {&s_server, &s_local}) {
+      const Outcome m = s->Median();
+      std::printf("%s: %.1f inputs/s, %.1f prompt tokens/s\n", s->name.c_str(), m.inputs / m.seconds, m.prompt_tokens / m.seconds);
+    }
+  }
+
+  // The workload's records: the same work for every `variant`, no prefix shared between variants.
+  std::vector<std::string> Lines(const std::string& workload, uint64_t variant, int records = 0) const {
+    if (workload == "mixed") return workloads_.Mixed(11, records > 0 ? records : opt_.mixed_records, variant);
+    return workloads_.Shared(12, records > 0 ? records : opt_.shared_records, opt_.shared_prefix_tokens, variant);
+  }
+
+  int threads() const { return threads_; }
+
+ private:
+  BenchOptions opt_;
+  std::string model_;
+  std::string tools_;
+  Workloads workloads_;
+  int threads_;
+};
+
+std::string DefaultToolsDir() {
+  const char* cache = std::getenv("MINIONS_CACHE");
+  const char* home = std::getenv("HOME");
+  std::string base = cache && *cache ? cache : absl::StrCat(home ? home : "", "/.cache/minions");
+  const char* variant = llama_supports_gpu_offload() ? "gpu" : "cpu";
+  for (const char* v : {"cuda", "metal", variant}) {
+    std::string dir = absl::StrCat(base, "/llama.cpp-3.21.1-", v, "-tools/bin");
+    if (std::filesystem::exists(dir + "/llama-server")) return dir;
+  }
+  return "";
+}
+
+std::string ModelFor(const BenchOptions& opt) {
+  if (!opt.model.empty()) return opt.model;
+  const char* cache = std::getenv("MINIONS_CACHE");
+  const char* home = std::getenv("HOME");
+  std::string dir = absl::StrCat(cache && *cache ? cache : absl::StrCat(home ? home : "", "/.cache/minions"), "/bench-models");
+  std::filesystem::create_directories(dir);
+  std::string path = absl::StrCat(dir, "/shape-", opt.shape, "-", opt.type, ".gguf");
+  if (!std::filesystem::exists(path)) {
+    std::printf("writing the %s-shaped %s model to %s\n", opt.shape.c_str(), opt.type.c_str(), path.c_str());
+    RunProgram({BinDir() + "/minions-make-test-model", "--shape", opt.shape, "--type", opt.type, "-o", path},
+               opt.work + "/make-model.log");
   }
   return path;
 }
 
-// Keeps the fastest of `repeat` passes (and the time of the slowest).
-void KeepBest(std::optional<RunResult>& best, RunResult run) {
-  const double slowest = std::max(run.seconds, best ? best->slowest_seconds : 0.0);
-  if (!best || run.seconds < best->seconds) best = std::move(run);
-  best->slowest_seconds = slowest;
-}
-
-// Text as it reads after a trip through an output line (invalid UTF-8 becomes U+FFFD).
-std::string AsInOutputLine(const std::string& text) {
-  auto parsed = minions::ParseJson(minions::DumpJson(minions::Json(text)));
-  return parsed.ok() && parsed->is_string() ? parsed->get<std::string>() : text;
-}
-
-// Records whose generated text differs between two variants (records without text excluded).
-size_t Mismatches(RunResult x, RunResult y) {
-  size_t n = 0;
-  for (auto* run : {&x, &y}) {
-    for (auto& text : run->texts) {
-      if (text) text = AsInOutputLine(*text);
+std::string MachineLine() {
+  std::string cpu;
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
     }
   }
-  for (size_t i = 0; i < x.texts.size() && i < y.texts.size(); ++i) {
-    if (x.texts[i] && y.texts[i] && *x.texts[i] != *y.texts[i]) ++n;
-  }
-  return n;
+  double load[3] = {0, 0, 0};
+  if (getloadavg(load, 3) < 0) load[0] = load[1] = load[2] = -1;
+  return absl::StrFormat("%u cores (%s), load average %.2f %.2f %.2f", std::thread::hardware_concurrency(),
+                         cpu.empty() ? "?" : cpu.c_str(), load[0], load[1], load[2]);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   BenchOptions opt;
-  CLI::App app{"The Minions runner against the same work done directly with llama.cpp (one prompt "
-               "at a time, and batched); see docs/benchmarks.md",
+  CLI::App app{"The Minions runner against llama-server and llama-batched-bench (same llama.cpp, same flags); "
+               "see docs/benchmarks.md",
                "minions-bench-runner"};
-  app.add_option("--model", opt.model, "GGUF model (default: the test model, written to a temp dir)");
-  app.add_option("--records", opt.records, "records (greedy chat and completion requests)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--max-tokens", opt.max_tokens, "max_tokens of every record")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--parallel", opt.parallel, "sequences decoded together in (b) and the runner")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--threads", opt.threads, "CPU threads for every variant (0: all cores)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--repeat", opt.repeat, "timed passes per variant; the fastest counts")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--warmup", opt.warmup, "records of the untimed warm-up pass of each variant")
+  app.add_option("--model", opt.model, "GGUF model (default: the --shape model, written once into the cache)");
+  app.add_option("--shape", opt.shape, "shape of the default model (minions-make-test-model --list-shapes)")->capture_default_str();
+  app.add_option("--type", opt.type, "weights of the default model: f16, q8_0, q4_0, q4_k_m")->capture_default_str();
+  app.add_option("--mode", opt.mode, "all, mixed, shared, ceiling, embeddings, curve")
+      ->check(CLI::IsMember({"all", "mixed", "shared", "ceiling", "embeddings", "curve"}))
       ->capture_default_str();
-  app.add_option("--runner", opt.runner, "runner program (default: minions-llama-runner next to this program)");
-  app.add_option("--flash-attn", opt.flash_attn,
-                 "flash attention in every variant, as the runner's load option (auto: off on CPU)")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
+  app.add_option("--llama-tools", opt.tools, "folder with llama-server and llama-batched-bench (default: what "
+                 "bench/build-llama-tools built)");
+  app.add_option("--work-dir", opt.work, "scratch folder (inputs, outputs, logs)")->capture_default_str();
+  app.add_option("--threads", opt.threads, "CPU threads of every side (0: all cores)")->capture_default_str();
+  app.add_option("--parallel", opt.parallel, "sequences the runner decodes together; the ceiling's batch")->capture_default_str();
+  app.add_option("--ctx-per-seq", opt.ctx_per_seq, "context per sequence, every side")->capture_default_str();
+  app.add_option("--repeat", opt.repeat, "passes per side (the median counts)")->capture_default_str();
+  app.add_option("--mixed-records", opt.mixed_records, "records of the mixed workload")->capture_default_str();
+  app.add_option("--shared-records", opt.shared_records, "records of the shared-prefix workload")->capture_default_str();
+  app.add_option("--shared-prefix-tokens", opt.shared_prefix_tokens, "tokens of the shared system prompt")->capture_default_str();
+  app.add_option("--ceiling-tokens", opt.ceiling_tokens, "tokens each sequence generates in the ceiling mode")->capture_default_str();
+  app.add_option("--embedding-records", opt.embedding_records, "records of the embeddings mode")->capture_default_str();
+  app.add_option("--curve-parallel", opt.curve_parallel, "llama-server --parallel values the curve tries")->capture_default_str();
+  app.add_option("--curve-clients", opt.curve_clients, "client threads per server slot the curve tries")->capture_default_str();
+  app.add_option("--curve-records", opt.curve_records, "records of each point of the curve")->capture_default_str();
+  app.add_option("--curve-workloads", opt.curve_workloads,
+                 "workloads the curve searches (mixed, shared); a workload not searched uses the mixed best")
+      ->check(CLI::IsMember({"mixed", "shared"}))
       ->capture_default_str();
-  app.add_flag("--in-process", opt.in_process,
-               "also time (d): the runner's engine (LlamaEngine) in this process, without the runner "
-               "process and its pipes (loads the model once more)");
+  app.add_option("--server-parallel", opt.server_parallel, "llama-server --parallel (0: the curve's best)");
+  app.add_option("--server-clients", opt.server_concurrency, "client concurrency for llama-server (0: the curve's best)");
   CLI11_PARSE(app, argc, argv);
 
-  const int threads =
-      opt.threads > 0 ? opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const std::string runner_program =
-      opt.runner.empty() ? minions::SiblingProgram("minions-llama-runner") : opt.runner;
-
-  // Quiet llama.cpp (warnings and errors only), as in the runner.
+  std::filesystem::create_directories(opt.work);
+  std::signal(SIGINT, KillChildrenAndExit);
+  std::signal(SIGTERM, KillChildrenAndExit);
+  curl_global_init(CURL_GLOBAL_DEFAULT);
   minions::llama_runner::InstallLlamaLogging();
-
-  char dir_template[] = "/tmp/minions-bench-XXXXXX";
-  if (mkdtemp(dir_template) == nullptr) Die("cannot create a temporary folder");
-  const std::string tmp_dir = dir_template;
-  std::string model = opt.model;
-  if (model.empty()) model = MakeTestModel(tmp_dir);
-
-  minions::cli::SamplePromptOptions sample;
-  sample.records = opt.records;
-  sample.max_tokens = opt.max_tokens;
-  sample.include_bad_lines = false;
-  sample.include_embeddings = false;
-  sample.greedy_only = true;
-  const std::vector<std::string> lines = minions::cli::SamplePromptLines(sample);
-  sample.records = std::min(opt.warmup, opt.records);
-  const std::vector<std::string> warmup_lines = minions::cli::SamplePromptLines(sample);
-
-  // Direct llama.cpp: the model, and the context shape the runner gets too.
-  auto load_start = Clock::now();
-  ContextShape shape;
-  shape.threads = threads;
-  shape.flash_attn = FlashAttnType(opt.flash_attn);
-  DirectLlama direct(model, shape);
-  const int ctx_per_seq = std::min(direct.n_ctx_train(), 4096);  // the runner's default
-  direct.set_ctx_per_seq(ctx_per_seq);
-  direct.UseContext(opt.parallel);
-  direct.UseContext(1);
-  const double direct_load_seconds = SecondsSince(load_start);
-
-  // The runner, loaded with the same shape.
-  minions::RunnerProcess::Options ro;
-  ro.command = {runner_program};
-  ro.stderr_path = (std::filesystem::path(tmp_dir) / "runner.log").string();
-  auto runner = minions::RunnerProcess::Start(ro);
-  if (!runner.ok()) Die(absl::StrCat("cannot start the runner '", runner_program, "': ", std::string(runner.status().message())));
-  minions::runner_protocol::LoadRequest load;
-  load.model = model;
-  load.options.n_parallel = opt.parallel;
-  load.options.n_ctx_per_seq = ctx_per_seq;
-  load.options.n_batch = shape.n_batch;
-  load.options.n_threads = threads;
-  load.options.flash_attn = opt.flash_attn;
-  load_start = Clock::now();
-  auto info = (*runner)->Load(load);
-  if (!info.ok()) Die(absl::StrCat("the runner cannot load the model: ", std::string(info.status().message())));
-  const double runner_load_seconds = SecondsSince(load_start);
-
-  std::unique_ptr<minions::llama_runner::LlamaEngine> engine;
-  if (opt.in_process) {
-    auto loaded = minions::llama_runner::LlamaEngine::Load(model, load.options);
-    if (!loaded.ok()) Die(absl::StrCat("LlamaEngine cannot load the model: ", std::string(loaded.status().message())));
-    engine = std::move(*loaded);
+  if (opt.tools.empty()) opt.tools = DefaultToolsDir();
+  if (opt.tools.empty() || !std::filesystem::exists(opt.tools + "/llama-server")) {
+    Die("llama-server not found: run bench/build-llama-tools first (or pass --llama-tools DIR)");
   }
+  const std::string model = ModelFor(opt);
+  Bench bench(opt, model, opt.tools);
 
-  std::printf("minions-bench-runner: %zu records (greedy, max_tokens %d), parallel %d, threads %d, "
-              "repeat %d (fastest pass counts), context %d tokens per sequence, flash attention %s\n",
-              lines.size(), opt.max_tokens, opt.parallel, threads, opt.repeat, ctx_per_seq,
-              shape.flash_attn == LLAMA_FLASH_ATTN_TYPE_ENABLED    ? "on"
-              : shape.flash_attn == LLAMA_FLASH_ATTN_TYPE_DISABLED ? "off"
-                                                                   : "auto");
-  std::printf("model: %s (%s, %lld parameters)\n", model.c_str(),
-              info->value("name", std::string("?")).c_str(),
-              static_cast<long long>(info->value("n_params", int64_t{0})));
-  std::printf("model load (not timed below): direct %.2f s, runner %.2f s\n", direct_load_seconds,
-              runner_load_seconds);
+  std::printf("minions-bench-runner: model %s; machine: %s; threads %d; runner parallel %d; context %d per sequence; "
+              "llama.cpp tools from %s\n",
+              model.c_str(), MachineLine().c_str(), bench.threads(), opt.parallel, opt.ctx_per_seq, opt.tools.c_str());
   std::fflush(stdout);
+  auto started = Clock::now();
 
-  // Warm-up: caches, thread pools, the runner's first batch.
-  if (!warmup_lines.empty()) {
-    direct.RunSequential(warmup_lines);
-    direct.RunBatched(warmup_lines, opt.parallel);
-    RunThroughRunner(**runner, "warmup", warmup_lines);
-    if (engine) RunEngineInProcess(*engine, warmup_lines);
-  }
-
-  // Each timed pass starts after a short pause, so that the threads of the previous variant (often
-  // in the other process; ggml's OpenMP workers spin-wait for a while before they sleep) are idle.
-  auto settle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); };
-  std::optional<RunResult> seq, batched, served, in_process;
-  for (int r = 0; r < opt.repeat; ++r) {
-    settle();
-    KeepBest(seq, direct.RunSequential(lines));
-    settle();
-    KeepBest(batched, direct.RunBatched(lines, opt.parallel));
-    settle();
-    KeepBest(served, RunThroughRunner(**runner, absl::StrCat("bench-", r), lines));
-    if (engine) {
-      settle();
-      KeepBest(in_process, RunEngineInProcess(*engine, lines));
-    }
-  }
-  (*runner)->Shutdown();
-
-  struct Row {
-    const char* name;
-    const RunResult* run;
+  const bool all = opt.mode == "all";
+  std::map<std::string, ServerBest> best;
+  const auto searched = [&](const std::string& workload) {
+    return (all || opt.mode == "curve") && opt.server_parallel == 0 &&
+           std::find(opt.curve_workloads.begin(), opt.curve_workloads.end(), workload) != opt.curve_workloads.end();
   };
-  std::vector<Row> rows = {{"(a) llama.cpp, one prompt at a time", &*seq},
-                           {"(b) llama.cpp, batched", &*batched},
-                           {"(c) minions runner", &*served}};
-  if (in_process) rows.push_back({"(d) runner's engine, in-process", &*in_process});
-  auto tokens_per_s = [](const RunResult& run) { return run.generated_tokens / std::max(run.seconds, 1e-9); };
-  auto records_per_s = [](const RunResult& run) { return run.records / std::max(run.seconds, 1e-9); };
-  std::printf("\n%-38s %9s %8s %10s %12s %9s %9s\n", "variant", "seconds", "records", "records/s",
-              "gen tokens/s", "vs (b)", "vs (a)");
-  for (const Row& row : rows) {
-    const RunResult& run = *row.run;
-    std::printf("%-38s %9.3f %8zu %10.2f %12.1f %8.1f%% %8.1f%%\n", row.name, run.seconds, run.records,
-                records_per_s(run), tokens_per_s(run), 100.0 * tokens_per_s(run) / tokens_per_s(*batched),
-                100.0 * tokens_per_s(run) / tokens_per_s(*seq));
-  }
-  if (opt.repeat > 1) {
-    std::printf("spread of the %d passes (slowest / fastest - 1):", opt.repeat);
-    for (const Row& row : rows) {
-      std::printf(" %.3s %.1f%%", row.name, 100.0 * (row.run->slowest_seconds / std::max(row.run->seconds, 1e-9) - 1));
+  for (const std::string workload : {"mixed", "shared"}) {
+    ServerBest b;
+    b.parallel = opt.server_parallel > 0 ? opt.server_parallel : opt.parallel;
+    b.concurrency = opt.server_concurrency > 0 ? opt.server_concurrency : 2 * b.parallel;
+    if (searched(workload)) {
+      b = bench.Curve(workload);
+    } else if (workload == "shared" && searched("mixed")) {
+      b = best["mixed"];
+      std::printf("\nshared workload: not searched; llama-server uses the mixed best (--parallel %d, %d clients)\n",
+                  b.parallel, b.concurrency);
     }
-    std::printf("\n");
+    best[workload] = b;
   }
-  std::printf("(c) inside the runner: %.3f s of %.3f s (the rest: sending the batch, decoding its "
-              "command, reading the results)\n",
-              served->runner_seconds, served->seconds);
-  std::printf("generated tokens: (a) %lld, (b) %lld, (c) %lld; prompt tokens: (a) %lld, (b) %lld, (c) %lld\n",
-              static_cast<long long>(seq->generated_tokens), static_cast<long long>(batched->generated_tokens),
-              static_cast<long long>(served->generated_tokens), static_cast<long long>(seq->prompt_tokens),
-              static_cast<long long>(batched->prompt_tokens), static_cast<long long>(served->prompt_tokens));
-  int status = 0;
-  if (seq->errors + batched->errors + served->errors > 0) {
-    std::printf("WARNING: records failed: (a) %zu, (b) %zu, (c) %zu\n", seq->errors, batched->errors,
-                served->errors);
-    status = 1;
-  }
-  if (batched->generated_tokens != served->generated_tokens) {
-    std::printf("WARNING: (b) and (c) generated different numbers of tokens; the ratio compares unequal work\n");
-  }
-  if (size_t n = Mismatches(*batched, *served); n > 0) {
-    std::printf("WARNING: %zu records have different text in (b) and (c)\n", n);
-  }
-  if (in_process && in_process->generated_tokens != served->generated_tokens) {
-    std::printf("WARNING: (c) and (d) generated different numbers of tokens\n");
-  }
-  if (size_t n = Mismatches(*seq, *batched); n > 0) {
-    std::printf("note: %zu records have different text in (a) and (b) (batched arithmetic differs)\n", n);
-  }
-  std::printf("runner / direct batched: %.1f %% (target >= 98 %%)\n",
-              100.0 * tokens_per_s(*served) / tokens_per_s(*batched));
-
-  std::error_code ec;
-  std::filesystem::remove_all(tmp_dir, ec);
-  return status;
+  if (all || opt.mode == "mixed") bench.Compare("mixed", best["mixed"]);
+  if (all || opt.mode == "shared") bench.Compare("shared", best["shared"]);
+  if (all || opt.mode == "ceiling") bench.Ceiling();
+  if (all || opt.mode == "embeddings") bench.Embeddings(best["mixed"]);
+  std::printf("\nmachine at the end: %s; whole run %.0f s\n", MachineLine().c_str(), SecondsSince(started));
+  return 0;
 }

@@ -24,7 +24,7 @@ Json LoadOptions::ToJson() const {
   return {{"n_parallel", n_parallel}, {"n_ctx_per_seq", n_ctx_per_seq},
           {"n_batch", n_batch},       {"n_threads", n_threads},
           {"n_gpu_layers", n_gpu_layers}, {"default_max_tokens", default_max_tokens},
-          {"flash_attn", flash_attn}};
+          {"flash_attn", flash_attn}, {"share_prefixes", share_prefixes}};
 }
 
 absl::StatusOr<LoadOptions> LoadOptions::FromJson(const Json& json) {
@@ -51,6 +51,10 @@ absl::StatusOr<LoadOptions> LoadOptions::FromJson(const Json& json) {
       return absl::InvalidArgumentError("load option flash_attn must be \"auto\", \"on\" or \"off\"");
     }
     options.flash_attn = it->get<std::string>();
+  }
+  if (auto it = json.find("share_prefixes"); it != json.end() && !it->is_null()) {
+    if (!it->is_boolean()) return absl::InvalidArgumentError("load option share_prefixes must be true or false");
+    options.share_prefixes = it->get<bool>();
   }
   return options;
 }
@@ -173,7 +177,8 @@ std::string EncodeBatchDone(const std::string& batch, const BatchStats& stats) {
                {"errors", stats.errors},
                {"cancelled", stats.cancelled},
                {"usage", {{"prompt_tokens", stats.prompt_tokens},
-                          {"completion_tokens", stats.completion_tokens}}},
+                          {"completion_tokens", stats.completion_tokens},
+                          {"cached_prompt_tokens", stats.cached_prompt_tokens}}},
                {"seconds", stats.seconds}});
 }
 

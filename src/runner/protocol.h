@@ -37,6 +37,9 @@ struct LoadOptions {
   // "auto", "on" or "off". Off makes CPU attention independent of batch composition (see
   // docs/runner-protocol.md, "Determinism").
   std::string flash_attn = "auto";
+  // Records whose prompts start alike reuse the KV cells of the common prefix instead of
+  // computing it again (within a batch and across batches on the same runner).
+  bool share_prefixes = true;
   Json ToJson() const;
   static absl::StatusOr<LoadOptions> FromJson(const Json& json);
 };
@@ -87,6 +90,7 @@ struct BatchStats {
   bool cancelled = false;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens whose KV cells were reused, not computed
   double seconds = 0;
 };
 std::string EncodeBatchDone(const std::string& batch, const BatchStats& stats);

@@ -10,12 +10,15 @@
 
 #include "llama.h"
 #include "runner/llama/llama_engine.h"
+#include "engine_test_util.h"
 #include "test_env.h"
 
 namespace minions::llama_runner {
 namespace {
 
 using minions::testing::TestModel;
+using engine_test::GeneratedText;
+using engine_test::ServeAll;
 
 // llama.cpp used directly: one prompt at a time, greedy argmax over the logits. Deliberately
 // shares no code with LlamaEngine.
@@ -119,26 +122,6 @@ double Cosine(const std::vector<float>& a, const std::vector<float>& b) {
   return dot / std::sqrt(na * nb);
 }
 
-std::string GeneratedText(const Json& line) {
-  const Json& choice = line["response"]["body"]["choices"][0];
-  return choice.contains("message") ? choice["message"]["content"].get<std::string>()
-                                    : choice["text"].get<std::string>();
-}
-
-std::map<size_t, Json> ServeAll(LlamaEngine& engine, const std::vector<std::string>& lines) {
-  std::vector<WorkItem> items;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    auto parsed = ParseRecordLine(lines[i]);
-    EXPECT_TRUE(parsed.ok()) << parsed.error_message;
-    items.push_back({"", i, *parsed.request});
-  }
-  std::map<size_t, Json> results;
-  auto unserved = engine.Serve(std::move(items), [&](WorkResult r) { results[r.index] = r.output; },
-                               [] { return false; });
-  EXPECT_TRUE(unserved.empty());
-  return results;
-}
-
 class EngineReference : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { InstallLlamaLogging(); }
@@ -186,6 +169,38 @@ TEST_F(EngineReference, BatchedGreedyGenerationEqualsOnePromptAtATime) {
     nonempty += !expected[i].empty();
   }
   EXPECT_GT(nonempty, 6);  // the comparison is about real text, not empty strings
+}
+
+TEST_F(EngineReference, SequencesMovedIntoFreeSlotsAtTheTailKeepTheirOutput) {
+  // The last records outlive their neighbours: the engine moves them into the free slots below
+  // (a copy of their KV streams) so the busy sequences stay consecutive. Their text must not
+  // change, with or without shared prefixes.
+  const std::string model = TestModel("text.gguf");
+  DirectLlama direct(model);
+  ASSERT_TRUE(direct.ok());
+  std::vector<std::string> lines, expected;
+  const int max_tokens[] = {3, 40, 2, 35, 4, 30};
+  for (int i = 0; i < 6; ++i) {
+    std::string prompt = "Record " + std::to_string(i) + " says hello to the other records";
+    lines.push_back(DumpJson({{"custom_id", "t" + std::to_string(i)}, {"prompt", prompt},
+                              {"max_tokens", max_tokens[i]}, {"temperature", 0}}));
+    expected.push_back(direct.Generate(prompt, false, max_tokens[i]));
+  }
+  for (bool share : {false, true}) {
+    SCOPED_TRACE(share ? "sharing" : "not sharing");
+    runner_protocol::LoadOptions options;
+    options.n_parallel = 4;
+    options.n_ctx_per_seq = 256;
+    options.flash_attn = "off";
+    options.share_prefixes = share;
+    auto engine = LlamaEngine::Load(model, options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto results = ServeAll(**engine, lines);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      ASSERT_TRUE(results[i]["error"].is_null()) << DumpJson(results[i]);
+      EXPECT_EQ(GeneratedText(results[i]), expected[i]) << "record " << i;
+    }
+  }
 }
 
 TEST_F(EngineReference, SeededSamplingIsReproducibleWhateverTheBatch) {

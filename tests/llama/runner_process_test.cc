@@ -211,6 +211,54 @@ TEST(LlamaRunner, QueuedBatchesStreamThroughTheEngineAndOneCanBeCancelled) {
   EXPECT_EQ(cancelled_lines["c"], 0);
 }
 
+TEST(LlamaRunner, SharedPrefixesAreCountedInBatchDoneAndCanBeTurnedOff) {
+  // Two batches of records with one long system prompt: with sharing (the default), the runner
+  // reports the prompt tokens it reused, the second batch all of its prefixes; a load with
+  // share_prefixes false reuses nothing. The outputs are the same.
+  std::string system = "You answer questions about parcels, invoices and refunds. ";
+  for (int i = 0; i < 12; ++i) system += "Rule " + std::to_string(i) + ": be precise, be brief and be kind. ";
+  auto batch = [&](const std::string& name) {
+    std::vector<std::string> records;
+    for (int i = 0; i < 6; ++i) {
+      records.push_back(DumpJson({{"custom_id", name + std::to_string(i)},
+                                  {"url", "/v1/chat/completions"},
+                                  {"body", {{"messages", {{{"role", "system"}, {"content", system}},
+                                                          {{"role", "user"}, {"content", "Question " + std::to_string(i)}}}},
+                                            {"max_tokens", 4}, {"temperature", 0}}}}));
+    }
+    return records;
+  };
+  std::map<bool, std::vector<Json>> outputs;
+  for (bool share : {true, false}) {
+    SCOPED_TRACE(share ? "sharing" : "not sharing");
+    auto runner = StartRunner();
+    ASSERT_TRUE(runner);
+    auto load = SmallLoad(TestModel("text.gguf"));
+    load.options.n_ctx_per_seq = 512;
+    load.options.share_prefixes = share;
+    ASSERT_TRUE(runner->Load(load).ok());
+    Json first, second;
+    auto a = RunRecords(*runner, "a", batch("a"), &first);
+    auto b = RunRecords(*runner, "b", batch("b"), &second);
+    const int64_t prompt = second["usage"]["prompt_tokens"].get<int64_t>();
+    if (share) {
+      EXPECT_GT(first["usage"]["cached_prompt_tokens"].get<int64_t>(), 0);
+      // Every record of the second batch finds the system prompt in a slot.
+      EXPECT_GT(second["usage"]["cached_prompt_tokens"].get<int64_t>(), prompt / 2);
+    } else {
+      EXPECT_EQ(first["usage"]["cached_prompt_tokens"], 0);
+      EXPECT_EQ(second["usage"]["cached_prompt_tokens"], 0);
+    }
+    outputs[share] = a;
+    outputs[share].insert(outputs[share].end(), b.begin(), b.end());
+    EXPECT_EQ(runner->Shutdown().code, 0);
+  }
+  ASSERT_EQ(outputs[true].size(), outputs[false].size());
+  for (size_t i = 0; i < outputs[true].size(); ++i) {
+    EXPECT_EQ(outputs[true][i]["response"]["body"]["choices"], outputs[false][i]["response"]["body"]["choices"]) << i;
+  }
+}
+
 TEST(LlamaRunner, ProtocolErrorsAnswerAndPingAndEofExitCleanly) {
   Subprocess::Options sp;
   sp.argv = {TestProgram("minions-llama-runner")};

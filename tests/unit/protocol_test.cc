@@ -16,6 +16,9 @@ TEST(RunnerProtocol, CommandsRoundTrip) {
   EXPECT_EQ(decoded->op, Command::Op::kLoad);
   EXPECT_EQ(decoded->load.model, "/m.gguf");
   EXPECT_EQ(decoded->load.options.n_parallel, 3);
+  EXPECT_TRUE(decoded->load.options.share_prefixes);
+  load.options.share_prefixes = false;
+  EXPECT_FALSE(DecodeCommand(EncodeLoad(load))->load.options.share_prefixes);
 
   auto run = DecodeCommand(EncodeRun({"b7", {"{\"custom_id\":\"a\"}", "not json"}}));
   ASSERT_TRUE(run.ok());
@@ -42,6 +45,17 @@ TEST(RunnerProtocol, BadCommandsSayWhatIsWrong) {
               HasSubstr("records"));
   EXPECT_THAT(std::string(DecodeCommand(R"({"op":"load","model":"m","options":{"n_parallel":0}})").status().message()),
               HasSubstr("n_parallel"));
+  EXPECT_THAT(std::string(DecodeCommand(R"({"op":"load","model":"m","options":{"share_prefixes":"yes"}})")
+                              .status()
+                              .message()),
+              HasSubstr("share_prefixes must be true or false"));
+}
+
+TEST(RunnerProtocol, LoadOptionsWithoutSharePrefixesKeepTheDefault) {
+  // An executor that predates the option sends none: prefixes are shared.
+  auto load = DecodeCommand(R"({"op":"load","model":"m","options":{"n_parallel":2}})");
+  ASSERT_TRUE(load.ok()) << load.status();
+  EXPECT_TRUE(load->load.options.share_prefixes);
 }
 
 TEST(RunnerProtocol, EventsRoundTrip) {
@@ -60,11 +74,13 @@ TEST(RunnerProtocol, EventsRoundTrip) {
   BatchStats stats;
   stats.records = 5;
   stats.cancelled = true;
+  stats.cached_prompt_tokens = 1200;
   auto done = DecodeEvent(EncodeBatchDone("b", stats));
   ASSERT_TRUE(done.ok());
   EXPECT_EQ(done->type, Event::Type::kBatchDone);
   EXPECT_EQ(done->body["records"], 5);
   EXPECT_TRUE(done->body["cancelled"].get<bool>());
+  EXPECT_EQ(done->body["usage"]["cached_prompt_tokens"], 1200);
 
   auto error = DecodeEvent(EncodeError("load", "", "boom"));
   EXPECT_EQ(error->type, Event::Type::kError);

@@ -119,22 +119,53 @@ void InstallLlamaLogging() {
   llama_backend_init();
 }
 
-// One sequence being generated.
+// One decode slot: a sequence id with its own KV stream, and the record it serves.
 struct LlamaEngine::Slot {
-  bool active = false;
   llama_seq_id seq = 0;
+  // tokens[0, n_past) are in this slot's KV stream, whether it serves a record or not: a finished
+  // record's cells stay until the slot's next record, which keeps what it shares with them.
+  std::vector<llama_token> tokens;
+  llama_pos n_past = 0;
+
+  bool active = false;  // serving `item`
   WorkItem item;
-  std::vector<llama_token> prompt;
-  size_t n_fed = 0;       // prompt tokens already decoded
-  llama_pos n_past = 0;   // tokens in this sequence's KV cache
+  size_t n_prompt = 0;   // tokens[0, n_prompt) is the prompt; generated tokens follow
+  size_t n_fed = 0;      // prompt tokens in the cache or in the batch being decoded
+  size_t n_cached = 0;   // prompt tokens taken from a cache instead of computed
+  int waiting_on = -1;   // a slot computing a prefix of this prompt; -1: feeding itself
   int max_tokens = 0;
   int n_generated = 0;
   std::string text;
-  llama_token pending = -1;  // sampled, not yet decoded
-  bool decoding_pending = false;  // `pending` is in the batch being decoded
-  int32_t logit_index = -1;  // row of this slot's logits in the last batch, -1 if none
+  bool decoding_pending = false;  // tokens.back() is in the batch being decoded
+  int32_t logit_index = -1;       // row of this slot's logits in the last batch, -1 if none
   llama_sampler* sampler = nullptr;
 };
+
+namespace {
+
+// The source's next record that is not cancelled (each cancelled one it comes to is answered as
+// dropped); nullopt when none is ready.
+std::optional<WorkItem> NextLive(WorkSource& source) {
+  for (std::optional<WorkItem> item = source.Next(); item; item = source.Next()) {
+    if (!source.Cancelled(*item)) return item;
+    source.OnDropped(*item);
+  }
+  return std::nullopt;
+}
+
+// Length of the common prefix of a[0, na) and b[0, nb).
+size_t CommonPrefix(const std::vector<llama_token>& a, size_t na, const std::vector<llama_token>& b, size_t nb) {
+  const size_t n = std::min({na, nb, a.size(), b.size()});
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+// The fewest prompt tokens worth taking from another slot's cells. llama.cpp copies a KV stream
+// whole (every cell of every layer), so a short common prefix is cheaper to compute again.
+constexpr size_t kMinSharedTokens = 32;
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Load(
     const std::string& model_path, const runner_protocol::LoadOptions& options) {
@@ -172,10 +203,18 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Load(
   } else {
     if (auto s = engine->CreateGenerationContext(); !s.ok()) return s;
   }
+  // Prefix sharing keeps and copies KV cells by position: not for recurrent state, nor for
+  // sliding-window caches, which drop old positions.
+  engine->share_prefixes_ = options.share_prefixes && !engine->embedding_model_ &&
+                            !llama_model_is_recurrent(engine->model_) && !llama_model_is_hybrid(engine->model_) &&
+                            llama_model_n_swa(engine->model_) == 0;
   return engine;
 }
 
 LlamaEngine::~LlamaEngine() {
+  for (Slot& slot : slots_) {
+    if (slot.sampler) llama_sampler_free(slot.sampler);
+  }
   if (gen_ctx_) llama_free(gen_ctx_);
   if (embd_ctx_) llama_free(embd_ctx_);
   if (model_) llama_model_free(model_);
@@ -194,8 +233,10 @@ absl::Status LlamaEngine::CreateGenerationContext() {
   int threads = options_.n_threads > 0 ? options_.n_threads : DefaultThreads();
   cparams.n_threads = threads;
   cparams.n_threads_batch = threads;
-  // Sequences of a batch job rarely share prefixes: separate KV streams attend only to their own
-  // tokens, which is faster and keeps each sequence's arithmetic independent of its neighbours.
+  // Separate KV streams: a sequence attends only to its own cells, which is faster than masking
+  // everyone's and keeps each sequence's arithmetic independent of its neighbours (the same cells
+  // at the same places whatever the batch). A shared prefix is copied from stream to stream
+  // (SharePrefix) rather than held once in a unified cache, for the same reason.
   cparams.kv_unified = false;
   cparams.flash_attn_type = FlashAttnType(options_.flash_attn);
   cparams.no_perf = true;
@@ -206,6 +247,9 @@ absl::Status LlamaEngine::CreateGenerationContext() {
         "': ", TakeLastLlamaError(), " (lower n_parallel or n_ctx_per_seq)"));
   }
   n_ctx_per_seq_ = static_cast<int>(llama_n_ctx_seq(gen_ctx_));
+  slots_.resize(static_cast<size_t>(options_.n_parallel));
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].seq = static_cast<llama_seq_id>(i);
+  llama_memory_clear(llama_get_memory(gen_ctx_), true);
   return absl::OkStatus();
 }
 
@@ -468,11 +512,9 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     // Embedding model: serve whatever is ready in packed groups; generation is refused.
     std::vector<WorkItem> embeddings;
     while (!source.Stopping()) {
-      std::optional<WorkItem> item = source.Next();
+      std::optional<WorkItem> item = NextLive(source);
       if (!item) break;
-      if (source.Cancelled(*item)) {
-        source.OnDropped(*item);
-      } else if (item->request.endpoint == Endpoint::kEmbeddings) {
+      if (item->request.endpoint == Endpoint::kEmbeddings) {
         embeddings.push_back(std::move(*item));
         if (embeddings.size() >= 64) {
           ServeEmbeddings(embeddings, source);
@@ -491,39 +533,31 @@ void LlamaEngine::ServeStream(WorkSource& source) {
   }
   const llama_vocab* vocab = llama_model_get_vocab(model_);
   const int n_vocab = llama_vocab_n_tokens(vocab);
-  llama_memory_t mem = llama_get_memory(gen_ctx_);
   const int n_batch = static_cast<int>(llama_n_batch(gen_ctx_));
   const int64_t created = UnixSeconds();
 
-  std::vector<Slot> slots(static_cast<size_t>(options_.n_parallel));
-  for (size_t i = 0; i < slots.size(); ++i) slots[i].seq = static_cast<llama_seq_id>(i);
-  llama_memory_clear(mem, true);
-
   auto finish = [&](Slot& slot, const std::string& finish_reason) {
-    Usage usage{static_cast<int>(slot.prompt.size()), slot.n_generated};
+    Usage usage{static_cast<int>(slot.n_prompt), slot.n_generated};
     const auto& req = slot.item.request;
     Json body = req.endpoint == Endpoint::kChatCompletions
                     ? MakeChatCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created)
                     : MakeCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created);
-    source.OnResult({slot.item.batch, slot.item.index, MakeResponseLine(req.custom_id, std::move(body)), false, usage});
-    llama_memory_seq_rm(mem, slot.seq, -1, -1);
-    if (slot.sampler) llama_sampler_free(slot.sampler);
-    slot.sampler = nullptr;
-    slot.active = false;
+    WorkResult result{slot.item.batch, slot.item.index, MakeResponseLine(req.custom_id, std::move(body)), false, usage};
+    result.cached_tokens = static_cast<int>(slot.n_cached);
+    source.OnResult(std::move(result));
+    Release(slot);
   };
   auto fail = [&](const WorkItem& item, std::string_view code, const std::string& message) {
     source.OnResult({item.batch, item.index, MakeErrorLine(item.request.custom_id, code, message), true, {}});
   };
   auto drop = [&](Slot& slot) {
     source.OnDropped(slot.item);
-    llama_memory_seq_rm(mem, slot.seq, -1, -1);
-    if (slot.sampler) llama_sampler_free(slot.sampler);
-    slot.sampler = nullptr;
-    slot.active = false;
+    Release(slot);
   };
 
-  // Prepares a queued item for a free slot; false if the item was answered with an error instead.
-  auto admit = [&](Slot& slot, WorkItem item) -> bool {
+  // Admits a queued item into a free slot: the one whose cells hold the most of its prompt. False
+  // if the item was answered with an error instead.
+  auto admit = [&](WorkItem item) -> bool {
     const auto& req = item.request;
     auto text = PromptText(req);
     if (!text.ok()) {
@@ -556,18 +590,33 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     } else {
       max_tokens = std::min(default_max, n_ctx_per_seq_ - n_prompt);
     }
+    // Keep what the slot's cells already hold of this prompt (at least its last token must be
+    // decoded, for its logits); the rest of the cells go.
+    size_t index = slots_.size(), keep = 0;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (slots_[i].active) continue;
+      const size_t held = share_prefixes_ ? CommonPrefix(prompt, prompt.size() - 1, slots_[i].tokens, slots_[i].n_past) : 0;
+      if (index == slots_.size() || held > keep) {
+        index = i;
+        keep = held;
+      }
+    }
+    Slot& slot = slots_[index];
+    ForgetFrom(slot, keep);
+    slot.tokens = std::move(prompt);
     slot.active = true;
-    slot.prompt = std::move(prompt);
-    slot.n_fed = 0;
-    slot.n_past = 0;
+    slot.n_prompt = slot.tokens.size();
+    slot.n_fed = keep;
+    slot.n_cached = keep;
+    slot.waiting_on = -1;
     slot.max_tokens = max_tokens;
     slot.n_generated = 0;
     slot.text.clear();
-    slot.pending = -1;
     slot.decoding_pending = false;
     slot.logit_index = -1;
     slot.sampler = MakeSampler(req.sampling, req.sampling.seed.value_or(DefaultSeed(req.custom_id)));
     slot.item = std::move(item);
+    if (share_prefixes_) SharePrefix(index);
     return true;
   };
 
@@ -575,71 +624,82 @@ void LlamaEngine::ServeStream(WorkSource& source) {
   std::vector<WorkItem> embeddings;
   while (true) {
     if (source.Stopping()) {
-      for (Slot& slot : slots) {
+      for (Slot& slot : slots_) {
         if (slot.active) drop(slot);
       }
       break;
     }
-    for (Slot& slot : slots) {
+    for (Slot& slot : slots_) {
       if (slot.active && source.Cancelled(slot.item)) drop(slot);
+    }
+    // Records waiting for another slot's prefix: take it once it is computed (before free slots
+    // are refilled, while every finished record's cells are still there).
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (slots_[i].active && slots_[i].waiting_on >= 0) SharePrefix(i);
     }
     // Fill free slots from the source, whichever batch its records come from. Embedding records
     // are set aside and served whole before the next decode step.
-    for (Slot& slot : slots) {
-      while (!slot.active) {
-        std::optional<WorkItem> item = source.Next();
-        if (!item) break;
-        if (source.Cancelled(*item)) {
-          source.OnDropped(*item);
-        } else if (item->request.endpoint == Endpoint::kEmbeddings) {
-          embeddings.push_back(std::move(*item));
-        } else {
-          admit(slot, std::move(*item));
-        }
+    auto free_slots = [&] {
+      return std::count_if(slots_.begin(), slots_.end(), [](const Slot& slot) { return !slot.active; });
+    };
+    while (free_slots() > 0) {
+      std::optional<WorkItem> item = NextLive(source);
+      if (!item) break;
+      if (item->request.endpoint == Endpoint::kEmbeddings) {
+        embeddings.push_back(std::move(*item));
+      } else {
+        admit(std::move(*item));
       }
     }
     if (!embeddings.empty()) {
       ServeEmbeddings(embeddings, source);
       embeddings.clear();
     }
+    // A slot left free (the source has nothing more now) below a busy one splits the batch.
+    CompactSlots();
+    // Every generating sequence gets its one token (which keeps their latency flat); prompts
+    // share what is left of the batch, the first slot first, in chunks. Tokens go into the batch
+    // in sequence order: with separate KV streams llama.cpp computes a batch in micro-batches of
+    // consecutive sequences with equally many tokens each, so this order makes one micro-batch
+    // of every sequence's first token and one more per prompt, instead of one per gap.
+    int budget = n_batch;
+    for (Slot& slot : slots_) {
+      if (slot.active && slot.waiting_on < 0 && slot.n_fed == slot.n_prompt) --budget;
+    }
     batch.n_tokens = 0;
-    // Sequences that are generating go first: one token each keeps their latency flat.
-    for (Slot& slot : slots) {
+    for (Slot& slot : slots_) {
       slot.logit_index = -1;
-      if (slot.active && slot.n_fed == slot.prompt.size()) {
-        BatchAdd(batch, slot.pending, slot.n_past, slot.seq, true);
+      if (!slot.active || slot.waiting_on >= 0) continue;
+      if (slot.n_fed == slot.n_prompt) {
+        BatchAdd(batch, slot.tokens[slot.n_past], slot.n_past, slot.seq, true);
         slot.logit_index = batch.n_tokens - 1;
         slot.decoding_pending = true;
+        continue;
       }
-    }
-    // Prompts fill the rest of the batch, in chunks.
-    for (Slot& slot : slots) {
-      if (!slot.active || slot.n_fed == slot.prompt.size()) continue;
-      while (slot.n_fed < slot.prompt.size() && batch.n_tokens < n_batch) {
-        bool last = slot.n_fed + 1 == slot.prompt.size();
-        BatchAdd(batch, slot.prompt[slot.n_fed], static_cast<llama_pos>(slot.n_fed), slot.seq, last);
+      for (; slot.n_fed < slot.n_prompt && budget > 0; --budget) {
+        bool last = slot.n_fed + 1 == slot.n_prompt;
+        BatchAdd(batch, slot.tokens[slot.n_fed], static_cast<llama_pos>(slot.n_fed), slot.seq, last);
         if (last) slot.logit_index = batch.n_tokens - 1;
         ++slot.n_fed;
       }
     }
-    if (batch.n_tokens == 0) break;  // nothing in flight and nothing ready
+    if (batch.n_tokens == 0) break;  // nothing in flight and nothing ready (a waiting slot always
+                                     // waits on one that is feeding its prompt)
     int rc = llama_decode(gen_ctx_, batch);
     if (rc != 0) {
       // Should not happen with per-sequence context sizing; fail the records in flight, go on.
       std::string message = absl::StrCat("llama_decode failed (code ", rc, ") ", TakeLastLlamaError());
       MINIONS_LOG(Error) << message;
-      for (Slot& slot : slots) {
+      for (Slot& slot : slots_) {
         if (!slot.active) continue;
         fail(slot.item, kErrorRunnerFailed, message);
-        llama_memory_seq_rm(mem, slot.seq, -1, -1);
-        if (slot.sampler) llama_sampler_free(slot.sampler);
-        slot.sampler = nullptr;
-        slot.active = false;
+        Release(slot);
+        ForgetFrom(slot, 0);  // what the failed decode left in the cells is unknown
       }
       continue;
     }
-    for (Slot& slot : slots) {
-      if (!slot.active) continue;
+    for (Slot& slot : slots_) {
+      if (!slot.active || slot.waiting_on >= 0) continue;
       // n_past counts the tokens now in this sequence's cache.
       if (slot.decoding_pending) {
         ++slot.n_past;
@@ -677,12 +737,103 @@ void LlamaEngine::ServeStream(WorkSource& source) {
       } else if (slot.n_generated >= slot.max_tokens || slot.n_past + 1 >= n_ctx_per_seq_) {
         finish(slot, "length");
       } else {
-        slot.pending = token;
+        slot.tokens.push_back(token);  // decoded in the next step
       }
     }
     source.StepDone();
   }
   llama_batch_free(batch);
+}
+
+void LlamaEngine::Release(Slot& slot) {
+  if (slot.sampler) llama_sampler_free(slot.sampler);
+  slot.sampler = nullptr;
+  slot.active = false;
+  slot.waiting_on = -1;
+  // Without sharing, a finished record's cells are dropped at once, as they always were.
+  if (!share_prefixes_) ForgetFrom(slot, 0);
+}
+
+void LlamaEngine::CompactSlots() {
+  llama_memory_t mem = llama_get_memory(gen_ctx_);
+  while (true) {
+    size_t hole = 0;
+    while (hole < slots_.size() && slots_[hole].active) ++hole;
+    size_t last = slots_.size();
+    while (last > hole + 1 && !slots_[last - 1].active) --last;
+    if (last <= hole + 1) return;
+    Slot& from = slots_[last - 1];
+    Slot& to = slots_[hole];
+    // Whoever waits for `from` (or is `from`, waiting) keeps waiting on the same cells.
+    if (from.waiting_on >= 0) return;  // moves after its wait: its cells are about to be replaced
+    // The stream is copied whole at the start of the next decode (cells keep their places, so
+    // the arithmetic is unchanged); the record's state moves with it.
+    llama_memory_seq_cp(mem, from.seq, to.seq, -1, -1);
+    std::swap(from.seq, to.seq);
+    std::swap(from, to);
+    // The vacated slot still holds the cells it had: a cache, when sharing.
+    Slot& vacated = slots_[last - 1];
+    vacated.tokens = slots_[hole].tokens;
+    vacated.n_past = slots_[hole].n_past;
+    if (!share_prefixes_) ForgetFrom(vacated, 0);
+    for (Slot& slot : slots_) {
+      if (slot.waiting_on == static_cast<int>(last - 1)) slot.waiting_on = static_cast<int>(hole);
+    }
+  }
+}
+
+void LlamaEngine::ForgetFrom(Slot& slot, size_t keep) {
+  llama_memory_t mem = llama_get_memory(gen_ctx_);
+  if (keep == 0 || !llama_memory_seq_rm(mem, slot.seq, static_cast<llama_pos>(keep), -1)) {
+    llama_memory_seq_rm(mem, slot.seq, -1, -1);
+    keep = 0;
+  }
+  slot.n_past = static_cast<llama_pos>(std::min<size_t>(keep, static_cast<size_t>(slot.n_past)));
+  slot.tokens.resize(std::min(slot.tokens.size(), static_cast<size_t>(slot.n_past)));
+}
+
+void LlamaEngine::SharePrefix(size_t index) {
+  Slot& target = slots_[index];
+  // At least the prompt's last token is decoded here, for its logits.
+  const size_t cap = target.n_prompt - 1;
+  size_t ready = target.n_past, future = target.n_past;
+  int ready_from = -1, future_from = -1;
+  for (size_t j = 0; j < slots_.size(); ++j) {
+    if (j == index) continue;
+    const Slot& other = slots_[j];
+    const size_t computed = CommonPrefix(target.tokens, cap, other.tokens, other.n_past);
+    if (computed > ready) {
+      ready = computed;
+      ready_from = static_cast<int>(j);
+    }
+    // A slot feeding its own prompt will have computed what it shares with this one.
+    if (other.active && other.waiting_on < 0 && static_cast<size_t>(other.n_past) < other.n_prompt) {
+      const size_t coming = CommonPrefix(target.tokens, cap, other.tokens, other.n_prompt);
+      if (coming > future) {
+        future = coming;
+        future_from = static_cast<int>(j);
+      }
+    }
+  }
+  // Wait while a slot is computing more of this prompt than is ready anywhere (computing it
+  // twice at once would waste the work), if that is worth a copy at all.
+  if (future_from >= 0 && future > ready && future >= static_cast<size_t>(target.n_past) + kMinSharedTokens) {
+    target.waiting_on = future_from;
+    return;
+  }
+  target.waiting_on = -1;
+  if (ready_from >= 0 && ready >= static_cast<size_t>(target.n_past) + kMinSharedTokens) {
+    // Streams are copied whole (the copy runs at the start of the next decode, before the batch
+    // is computed); then the cells past the shared prefix go.
+    llama_memory_t mem = llama_get_memory(gen_ctx_);
+    llama_memory_seq_cp(mem, slots_[ready_from].seq, target.seq, -1, -1);
+    target.n_past = static_cast<llama_pos>(ready);
+    if (!llama_memory_seq_rm(mem, target.seq, static_cast<llama_pos>(ready), -1)) {
+      llama_memory_seq_rm(mem, target.seq, -1, -1);
+      target.n_past = 0;
+    }
+    target.n_fed = target.n_cached = static_cast<size_t>(target.n_past);
+  }
 }
 
 }  // namespace minions::llama_runner

@@ -3,7 +3,14 @@
 // n_parallel sequences per llama_decode call and refills a sequence's slot as soon as it finishes
 // (continuous batching); embeddings pack several inputs into one decode.
 //
-// Ownership: owns the llama_model, its contexts and samplers; unloading is destroying the engine.
+// Shared prefixes (load option share_prefixes, on by default): a slot keeps its last record's KV
+// cells, and a new record keeps what its prompt shares with them; a longer prefix computed by
+// another slot is copied from that slot's stream, and a prefix another slot is still computing
+// is waited for rather than computed twice. Outputs are the same with sharing as without: the
+// reused cells hold exactly what the record would have computed, at the same places.
+//
+// Ownership: owns the llama_model, its contexts, the decode slots (and the KV cells they keep
+// between ServeStream calls) and samplers; unloading is destroying the engine.
 // Threads: not thread-safe; one thread calls Serve(). The `cancelled` callback passed to Serve may
 // read state set by other threads.
 
@@ -36,6 +43,7 @@ struct WorkResult {
   Json output;  // one OpenAI Batch output line (a response or an error)
   bool is_error = false;
   Usage usage;
+  int cached_tokens = 0;  // prompt tokens whose KV cells came from a cache, not computed
 };
 
 // Where a streaming engine gets its work and puts its results. All calls come from the thread
@@ -97,6 +105,18 @@ class LlamaEngine {
   // Embeds every item (embedding requests are short: served whole, between generation steps).
   void ServeEmbeddings(std::vector<WorkItem>& items, WorkSource& source);
 
+  // Ends a slot's record (its cells stay for the next one when prefixes are shared).
+  void Release(Slot& slot);
+  // Moves the records of the highest busy slots into free slots below them (copying their KV
+  // streams), so that the busy sequences are consecutive.
+  void CompactSlots();
+  // Drops the slot's cells from position `keep` on (all of them when keep is 0).
+  void ForgetFrom(Slot& slot, size_t keep);
+  // For an admitted slot whose prompt is not fed yet: takes the longest prefix of its prompt that
+  // another slot has computed (copying that slot's stream) when it is worth a copy, or waits for
+  // a slot that is computing a longer one.
+  void SharePrefix(size_t index);
+
   std::string model_path_;
   std::string model_name_;  // reported as "model" in response bodies
   runner_protocol::LoadOptions options_;
@@ -106,6 +126,8 @@ class LlamaEngine {
   bool embedding_model_ = false;
   std::string chat_template_;
   int n_ctx_per_seq_ = 0;
+  bool share_prefixes_ = false;
+  std::vector<Slot> slots_;  // generation slots; slot i decodes sequence i
 };
 
 // Sets llama.cpp's log callback: warnings and errors go to stderr through our logging, and the

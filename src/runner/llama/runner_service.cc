@@ -192,13 +192,14 @@ void RunnerService::Expand(runner_protocol::RunRequest run) {
 }
 
 void RunnerService::Answer(const std::string& batch, size_t index, const Json& output, bool is_error,
-                           const Usage& usage) {
+                           const Usage& usage, int cached_tokens) {
   auto it = batches_.find(batch);
   if (it == batches_.end()) return;
   BatchState& state = it->second;
   state.stats.errors += is_error;
   state.stats.prompt_tokens += usage.prompt_tokens;
   state.stats.completion_tokens += usage.completion_tokens;
+  state.stats.cached_prompt_tokens += cached_tokens;
   Emit(runner_protocol::EncodeResult(batch, index, output), /*flush=*/false);
   if (++state.answered < state.total) return;
   state.stats.seconds = SteadySeconds() - state.started;
@@ -234,7 +235,7 @@ std::optional<WorkItem> RunnerService::Next() {
 }
 
 void RunnerService::OnResult(WorkResult result) {
-  Answer(result.batch, result.index, result.output, result.is_error, result.usage);
+  Answer(result.batch, result.index, result.output, result.is_error, result.usage, result.cached_tokens);
 }
 
 bool RunnerService::Cancelled(const WorkItem& item) { return IsCancelled(item.batch); }

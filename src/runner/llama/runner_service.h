@@ -47,7 +47,8 @@ class RunnerService : private WorkSource {
   void HandleLoad(const runner_protocol::LoadRequest& load);
   // Moves the records of a `run` into the stream; malformed ones are answered at once.
   void Expand(runner_protocol::RunRequest run);
-  void Answer(const std::string& batch, size_t index, const Json& output, bool is_error, const Usage& usage);
+  void Answer(const std::string& batch, size_t index, const Json& output, bool is_error, const Usage& usage,
+              int cached_tokens = 0);
   bool IsCancelled(const std::string& batch);
 
   // WorkSource, called by the engine on the main thread.

@@ -1,0 +1,48 @@
+#pragma once
+// Helpers the engine tests share: serving parsed records through a LlamaEngine and reading what
+// came back.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "runner/llama/llama_engine.h"
+
+namespace minions::llama_runner::engine_test {
+
+// The generated text of a completion or chat output line.
+inline std::string GeneratedText(const Json& line) {
+  const Json& choice = line["response"]["body"]["choices"][0];
+  return choice.contains("message") ? choice["message"]["content"].get<std::string>()
+                                    : choice["text"].get<std::string>();
+}
+
+inline std::vector<WorkItem> ParseItems(const std::vector<std::string>& lines, const std::string& batch = "") {
+  std::vector<WorkItem> items;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto parsed = ParseRecordLine(lines[i]);
+    EXPECT_TRUE(parsed.ok()) << parsed.error_message;
+    if (parsed.ok()) items.push_back({batch, i, *parsed.request});
+  }
+  return items;
+}
+
+// Serves the lines as one batch; every result by the line's index.
+inline std::map<size_t, WorkResult> ServeResults(LlamaEngine& engine, const std::vector<std::string>& lines) {
+  std::map<size_t, WorkResult> results;
+  auto unserved = engine.Serve(
+      ParseItems(lines), [&](WorkResult r) { results[r.index] = std::move(r); }, [] { return false; });
+  EXPECT_TRUE(unserved.empty());
+  return results;
+}
+
+// Serves the lines as one batch; every output line by the line's index.
+inline std::map<size_t, Json> ServeAll(LlamaEngine& engine, const std::vector<std::string>& lines) {
+  std::map<size_t, Json> outputs;
+  for (auto& [index, result] : ServeResults(engine, lines)) outputs[index] = std::move(result.output);
+  return outputs;
+}
+
+}  // namespace minions::llama_runner::engine_test
