@@ -368,96 +368,219 @@ int RunUp(const minions::cli::PoolOptions& options) {
   return 0;
 }
 
-}  // namespace
+// --- the verb groups: each Add* registers its verbs' options into its struct (bound by reference,
+// so a struct must outlive the parse); each Run* runs the verb that was parsed. main() calls them
+// in the order the verbs are listed by --help. ---
 
-int main(int argc, char** argv) {
-  CLI::App app{"Minions: a virtual GPU cloud made of idle machines, for batch inference"};
-  app.set_version_flag("--version", std::string("minions ") + minions::kVersion);
-  app.require_subcommand(0, 1);
-  bool verbose = false;
-  app.add_flag("-v,--verbose", verbose, "debug logging");
-
+// What the verb groups share: one variable each for the connection to the server, --json and
+// --config, bound to every verb that takes it.
+struct SharedFlags {
   minions::cli::Connection connection;
   bool json = false;
   std::string home = minions::cli::MinionsHome();
+  std::string config_path;
+};
 
-  // --- processes ---
-  // Flags override the environment, which overrides the config file (see apps/config.h).
-  std::string config_path, flag_listen, flag_http_listen, flag_data_dir, flag_database, flag_objects, flag_tls_cert,
-      flag_tls_key;
+// `server`, `watchdog` and `config check`. Flags override the environment, which overrides the
+// config file (see apps/config.h).
+struct ProcessVerbs {
+  std::string flag_listen, flag_http_listen, flag_data_dir, flag_database, flag_objects, flag_tls_cert, flag_tls_key;
   int64_t flag_ttl_ms = 0, flag_straggler_ms = -1;
   bool no_watchdog = false;
-  auto* server_cmd = app.add_subcommand("server", "run the control plane (gRPC API, watchdog)");
+  std::string watchdog_http_listen;  // watchdog --http-listen
+  bool connect = false;              // config check --connect
+  CLI::App* server_cmd = nullptr;
+  CLI::App* watchdog_cmd = nullptr;
+  CLI::App* config_check_cmd = nullptr;
+};
+
+void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
+  std::string& config_path = shared->config_path;
+  auto* server_cmd = p->server_cmd = app.add_subcommand("server", "run the control plane (gRPC API, watchdog)");
   server_cmd->add_option("--config", config_path, "TOML config file (or MINIONS_CONFIG)");
-  server_cmd->add_option("--listen", flag_listen, "address to serve on (default 127.0.0.1:7070)");
-  server_cmd->add_option("--http-listen", flag_http_listen,
+  server_cmd->add_option("--listen", p->flag_listen, "address to serve on (default 127.0.0.1:7070)");
+  server_cmd->add_option("--http-listen", p->flag_http_listen,
                          "HTTP address for /metrics, /healthz, /readyz and the dashboard; off: none (default 127.0.0.1:7080)");
-  server_cmd->add_option("--data-dir", flag_data_dir, "SQLite database and objects (default ~/.minions/server)");
-  server_cmd->add_option("--database", flag_database, "postgresql://... or sqlite:/path (default: SQLite in the data dir)");
-  server_cmd->add_option("--objects", flag_objects, "s3://bucket/prefix or a directory (default: in the data dir)");
-  server_cmd->add_option("--tls-cert", flag_tls_cert, "TLS certificate for both ports (`minions pki init` makes one)");
-  server_cmd->add_option("--tls-key", flag_tls_key, "its private key");
-  server_cmd->add_option("--lease-ttl-ms", flag_ttl_ms, "lease TTL; executors heartbeat every third (default 9000)");
-  server_cmd->add_flag("--no-watchdog", no_watchdog, "leave the watchdog to a `minions watchdog` process");
-  server_cmd->add_option("--straggler-min-runtime-ms", flag_straggler_ms,
+  server_cmd->add_option("--data-dir", p->flag_data_dir, "SQLite database and objects (default ~/.minions/server)");
+  server_cmd->add_option("--database", p->flag_database, "postgresql://... or sqlite:/path (default: SQLite in the data dir)");
+  server_cmd->add_option("--objects", p->flag_objects, "s3://bucket/prefix or a directory (default: in the data dir)");
+  server_cmd->add_option("--tls-cert", p->flag_tls_cert, "TLS certificate for both ports (`minions pki init` makes one)");
+  server_cmd->add_option("--tls-key", p->flag_tls_key, "its private key");
+  server_cmd->add_option("--lease-ttl-ms", p->flag_ttl_ms, "lease TTL; executors heartbeat every third (default 9000)");
+  server_cmd->add_flag("--no-watchdog", p->no_watchdog, "leave the watchdog to a `minions watchdog` process");
+  server_cmd->add_option("--straggler-min-runtime-ms", p->flag_straggler_ms,
                          "a straggler gets a backup attempt only after running this long (default 30000)");
 
-  auto* watchdog_cmd = app.add_subcommand("watchdog", "run the watchdog alone (one is active at a time)");
+  auto* watchdog_cmd = p->watchdog_cmd =
+      app.add_subcommand("watchdog", "run the watchdog alone (one is active at a time)");
   watchdog_cmd->add_option("--config", config_path, "TOML config file (or MINIONS_CONFIG)");
-  watchdog_cmd->add_option("--data-dir", flag_data_dir, "the server's data directory");
-  watchdog_cmd->add_option("--database", flag_database, "the servers' database");
-  watchdog_cmd->add_option("--lease-ttl-ms", flag_ttl_ms, "the servers' lease TTL");
-  std::string watchdog_http_listen;
-  watchdog_cmd->add_option("--http-listen", watchdog_http_listen, "serve /metrics and /healthz here (default: none)");
+  watchdog_cmd->add_option("--data-dir", p->flag_data_dir, "the server's data directory");
+  watchdog_cmd->add_option("--database", p->flag_database, "the servers' database");
+  watchdog_cmd->add_option("--lease-ttl-ms", p->flag_ttl_ms, "the servers' lease TTL");
+  watchdog_cmd->add_option("--http-listen", p->watchdog_http_listen, "serve /metrics and /healthz here (default: none)");
 
-  bool connect = false;
   auto* config_cmd = app.add_subcommand("config", "configuration tools");
-  auto* config_check_cmd = config_cmd->add_subcommand("check", "say what is wrong with the configuration");
+  auto* config_check_cmd = p->config_check_cmd =
+      config_cmd->add_subcommand("check", "say what is wrong with the configuration");
   config_cmd->require_subcommand(1);
   config_check_cmd->add_option("--config", config_path, "TOML config file (or MINIONS_CONFIG)");
-  config_check_cmd->add_option("--database", flag_database, "override the database");
-  config_check_cmd->add_option("--objects", flag_objects, "override the object store");
-  config_check_cmd->add_flag("--connect", connect, "also connect to the database and the object store");
+  config_check_cmd->add_option("--database", p->flag_database, "override the database");
+  config_check_cmd->add_option("--objects", p->flag_objects, "override the object store");
+  config_check_cmd->add_flag("--connect", p->connect, "also connect to the database and the object store");
+}
 
+// The configuration of `server`, `watchdog` and `config check`: the file's, then the flags'.
+absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerbs& p, const std::string& config_path) {
+  auto config = minions::apps::LoadConfig(config_path);
+  if (!config.ok()) return config;
+  if (!p.flag_listen.empty()) config->listen = p.flag_listen;
+  if (!p.flag_http_listen.empty()) config->http_listen = p.flag_http_listen;
+  if (!p.flag_data_dir.empty()) config->data_dir = p.flag_data_dir;
+  if (!p.flag_tls_cert.empty()) config->tls_cert = p.flag_tls_cert;
+  if (!p.flag_tls_key.empty()) config->tls_key = p.flag_tls_key;
+  if (!p.flag_database.empty()) config->database = p.flag_database;
+  if (!p.flag_objects.empty()) config->objects = p.flag_objects;
+  if (p.flag_ttl_ms > 0) config->lease_ttl_ms = p.flag_ttl_ms;
+  if (p.flag_straggler_ms >= 0) config->straggler_min_runtime_ms = p.flag_straggler_ms;
+  if (p.no_watchdog) config->watchdog = false;
+  return config;
+}
+
+// Runs `server`, `watchdog` or `config check`, whichever was parsed.
+int RunProcessVerb(const ProcessVerbs& p, const std::string& config_path) {
+  auto config = LoadProcessConfig(p, config_path);
+  if (!config.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(config.status().message()).c_str());
+    return 1;
+  }
+  if (p.config_check_cmd->parsed()) return RunConfigCheck(*config, p.connect);
+  auto problems = minions::apps::CheckConfig(*config, false);
+  if (!problems.empty()) {
+    for (const auto& problem : problems) fprintf(stderr, "error: %s\n", problem.c_str());
+    return 1;
+  }
+  minions::SetLogComponent(p.server_cmd->parsed() ? "server" : "watchdog");
+  return p.server_cmd->parsed() ? RunServer(*config) : RunWatchdog(*config, p.watchdog_http_listen);
+}
+
+// `executor` and its owner verbs (apps/executor_commands.cc).
+struct ExecutorVerb {
   minions::AgentOptions agent_options;
   minions::ProcessRunner::Options runner_options;
   std::string runner_program, executor_metrics_listen;
   bool exit_with_parent = false;
-  auto* executor_cmd = app.add_subcommand("executor", "run the agent that leases and runs tasks on this machine");
-  AddServerAddress(executor_cmd, &connection);
   std::string join_token_file;
-  executor_cmd->add_option("--join-token-file", join_token_file,
+  int64_t checkpoint_interval_ms = 0;
+  int64_t runner_hang_ms = 0;
+  minions::apps::ExecutorFlags executor_flags;
+  std::string owner_state_dir;
+  CLI::App* executor_cmd = nullptr;
+};
+
+void AddExecutorVerb(CLI::App& app, SharedFlags* shared, ExecutorVerb* e) {
+  minions::AgentOptions& agent_options = e->agent_options;
+  auto* executor_cmd = e->executor_cmd =
+      app.add_subcommand("executor", "run the agent that leases and runs tasks on this machine");
+  AddServerAddress(executor_cmd, &shared->connection);
+  executor_cmd->add_option("--join-token-file", e->join_token_file,
                            "join token to enrol with when this executor has no credential yet (or "
                            "MINIONS_JOIN_TOKEN_FILE, MINIONS_JOIN_TOKEN)");
   executor_cmd->add_option("--name", agent_options.name, "name shown in `minions executors` (default: host name)");
   executor_cmd->add_option("--state-dir", agent_options.state_dir, "keeps the executor id across restarts");
-  executor_cmd->add_option("--runner", runner_program, "runner program (default: minions-llama-runner)");
-  executor_cmd->add_option("--runner-log", runner_options.stderr_path, "file for the runner's log");
-  executor_cmd->add_option("--metrics-listen", executor_metrics_listen,
+  executor_cmd->add_option("--runner", e->runner_program, "runner program (default: minions-llama-runner)");
+  executor_cmd->add_option("--runner-log", e->runner_options.stderr_path, "file for the runner's log");
+  executor_cmd->add_option("--metrics-listen", e->executor_metrics_listen,
                            "serve this executor's /metrics on host:port (default: none)");
-  executor_cmd->add_flag("--exit-with-parent", exit_with_parent, "exit when the parent process does (Linux)");
+  executor_cmd->add_flag("--exit-with-parent", e->exit_with_parent, "exit when the parent process does (Linux)");
   executor_cmd->add_option("--runner-threads", agent_options.runner_threads,
                            "CPU threads for the runner when the job does not set them (default: all cores but one)");
-  int64_t checkpoint_interval_ms = absl::ToInt64Milliseconds(agent_options.checkpoint_interval);
+  e->checkpoint_interval_ms = absl::ToInt64Milliseconds(agent_options.checkpoint_interval);
   executor_cmd->add_option("--checkpoint-records", agent_options.checkpoint_records,
                            "upload a task's finished records as a checkpoint every this many records")
       ->capture_default_str();
-  executor_cmd->add_option("--checkpoint-interval-ms", checkpoint_interval_ms,
+  executor_cmd->add_option("--checkpoint-interval-ms", e->checkpoint_interval_ms,
                            "... or this often, whichever comes first")
       ->capture_default_str();
-  int64_t runner_hang_ms = absl::ToInt64Milliseconds(agent_options.hang.min_silence);
-  executor_cmd->add_option("--runner-hang-ms", runner_hang_ms,
+  e->runner_hang_ms = absl::ToInt64Milliseconds(agent_options.hang.min_silence);
+  executor_cmd->add_option("--runner-hang-ms", e->runner_hang_ms,
                            "a runner holding work and silent this long (and 10x its slowest record) is killed as hung")
       ->capture_default_str();
-  minions::apps::ExecutorFlags executor_flags;
-  std::string owner_state_dir;
-  minions::apps::AddExecutorCommands(executor_cmd, &executor_flags, &owner_state_dir);
+  minions::apps::AddExecutorCommands(executor_cmd, &e->executor_flags, &e->owner_state_dir);
+}
 
+// Runs `executor` (an owner verb, or the agent). `client_config`: the config file read for it
+// (LoadClientConfig).
+int RunExecutorVerb(ExecutorVerb* e, minions::cli::Connection* connection,
+                    const std::optional<minions::apps::MinionsConfig>& client_config) {
+  minions::AgentOptions& agent_options = e->agent_options;
+  minions::ProcessRunner::Options& runner_options = e->runner_options;
+  const minions::apps::ExecutorFlags& executor_flags = e->executor_flags;
+  if (auto code = minions::apps::RunOwnerVerb(executor_flags, e->owner_state_dir)) return *code;
+  auto availability = minions::apps::LoadAvailability(executor_flags);
+  if (!availability.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(availability.status().message()).c_str());
+    return 1;
+  }
+  if (e->executor_cmd->count("--name") == 0 && !client_config->executor_name.empty()) {
+    agent_options.name = client_config->executor_name;
+  }
+  if (e->executor_cmd->count("--state-dir") == 0 && !client_config->executor_state_dir.empty()) {
+    agent_options.state_dir = client_config->executor_state_dir;
+  }
+  if (e->runner_program.empty()) e->runner_program = client_config->runner;
+  if (e->executor_cmd->count("--runner-threads") == 0) agent_options.runner_threads = client_config->runner_threads;
+  if (!e->runner_program.empty()) runner_options.command = {e->runner_program};
+  agent_options.checkpoint_interval = absl::Milliseconds(e->checkpoint_interval_ms);
+  agent_options.hang.min_silence = absl::Milliseconds(e->runner_hang_ms);
+  if (agent_options.runner_threads == 0) {
+    // Leave a core to the machine's owner and to this agent (see docs/architecture.md).
+    agent_options.runner_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  }
+  minions::ExecutorMetrics executor_metrics;
+  if (!e->executor_metrics_listen.empty()) {
+    if (auto s = executor_metrics.Serve(e->executor_metrics_listen); !s.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    agent_options.metrics = &executor_metrics;
+  }
+  // The config file's [executor] keys fill what the flags and environment left unset.
+  auto config = minions::apps::LoadConfig(executor_flags.config_path);
+  if (config.ok()) {
+    if (connection->tls.ca_file.empty()) connection->tls.ca_file = config->ca;
+    if (e->join_token_file.empty()) e->join_token_file = config->join_token_file;
+  }
+  // Trust nothing sent: object URLs, model paths, the runner's confinement (executor_commands.cc).
+  // The runner's command and environment are decided here (ProcessRunner::Options).
+  if (runner_options.command.empty()) runner_options.command = {minions::SiblingProgram("minions-llama-runner")};
+  auto url_policy = minions::apps::ApplyExecutorTrust(executor_flags, connection->server, &agent_options,
+                                                      &runner_options);
+  if (!url_policy.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(url_policy.status().message()).c_str());
+    return 1;
+  }
+  return RunExecutor(*connection, agent_options, runner_options, e->exit_with_parent, *availability,
+                     *std::move(url_policy), e->join_token_file);
+}
+
+// The verbs that run everything on this machine: `up` (a pool), `demo` and `local-run` (no
+// server).
+struct LocalVerbs {
   minions::cli::PoolOptions pool_options;
-  pool_options.data_dir = home + "/pool";
+  minions::cli::DemoOptions demo;
+  minions::cli::LocalRunOptions local;
+  CLI::App* up_cmd = nullptr;
+  CLI::App* demo_cmd = nullptr;
+  CLI::App* local_cmd = nullptr;
+};
+
+void AddUpVerb(CLI::App& app, const SharedFlags& shared, LocalVerbs* l) {
+  minions::cli::PoolOptions& pool_options = l->pool_options;
+  pool_options.data_dir = shared.home + "/pool";
   pool_options.listen = "127.0.0.1:7070";
   pool_options.http_listen = "127.0.0.1:7080";
-  auto* up_cmd = app.add_subcommand("up", "run a whole pool on this machine: server, watchdog, executors");
+  auto* up_cmd = l->up_cmd =
+      app.add_subcommand("up", "run a whole pool on this machine: server, watchdog, executors");
   up_cmd->add_option("--executors", pool_options.executors, "executor processes")->capture_default_str();
   up_cmd->add_option("--listen", pool_options.listen, "server address")->capture_default_str();
   up_cmd->add_option("--http-listen", pool_options.http_listen, "dashboard and metrics address (off: none)")
@@ -469,11 +592,69 @@ int main(int argc, char** argv) {
   up_cmd->add_option("--ca", pool_options.tls_ca, "the CA that signed --tls-cert");
   up_cmd->add_option("--models", pool_options.model_folders,
                      "a folder the executors may load models from (repeat; default ~/.minions/models)");
+}
 
-  // --- client verbs ---
+// `demo` and `local-run`: the main job and the server-less path.
+void AddDemoAndLocalRun(CLI::App& app, const SharedFlags& shared, LocalVerbs* l) {
+  minions::cli::DemoOptions& demo = l->demo;
+  demo.workdir = shared.home + "/demo";
+  auto* demo_cmd = l->demo_cmd =
+      app.add_subcommand("demo", "the main job: a pool of 2 executors runs a batch end to end");
+  demo_cmd->add_option("--workdir", demo.workdir, "where the model, input, output and pool data go")->capture_default_str();
+  demo_cmd->add_option("--records", demo.records, "number of sample records")->capture_default_str();
+  demo_cmd->add_option("--executors", demo.executors, "executor processes")->capture_default_str();
+
+  minions::cli::LocalRunOptions& local = l->local;
+  auto* local_cmd = l->local_cmd =
+      app.add_subcommand("local-run", "run a JSONL file through one runner on this machine, no server");
+  local_cmd->add_option("input", local.input_path, "OpenAI Batch request lines (JSONL)")->required();
+  local_cmd->add_option("--model", local.model_path, "GGUF model file")->required();
+  local_cmd->add_option("-o,--output", local.output_path, "output lines")->required();
+  local_cmd->add_option("--errors", local.errors_path, "error lines (default: OUTPUT.errors.jsonl)");
+  local_cmd->add_option("--runner", local.runner, "runner program (default: minions-llama-runner)");
+  local_cmd->add_option("--batch-size", local.batch_size, "records per runner batch")->capture_default_str();
+  local_cmd->add_flag("!--no-progress", local.progress, "no progress line");
+  AddLoadOptions(local_cmd, &local.load);
+}
+
+int RunLocalRun(minions::cli::LocalRunOptions local) {
+  if (local.errors_path.empty()) local.errors_path = local.output_path + ".errors.jsonl";
+  auto summary = minions::cli::RunLocally(local);
+  if (!summary.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(summary.status().message()).c_str());
+    return 1;
+  }
+  printf("%zu records (%zu errors) in %.2f s: %.1f records/s, %.1f generated tokens/s\n", summary->records,
+         summary->errors, summary->seconds, summary->records / std::max(summary->seconds, 1e-9),
+         summary->completion_tokens / std::max(summary->seconds, 1e-9));
+  return 0;
+}
+
+// The client verbs: they talk to a server with a token.
+struct ClientVerbs {
   minions::cli::SubmitOptions submit;
   int parallel = 0;
-  auto* submit_cmd = app.add_subcommand("submit", "submit a JSONL batch file; prints the job id");
+  std::string job_id, state_filter, output_path, executor_id;
+  bool errors = false, show_tasks = false;
+  CLI::App* submit_cmd = nullptr;
+  CLI::App* jobs_cmd = nullptr;
+  CLI::App* status_cmd = nullptr;
+  CLI::App* watch_cmd = nullptr;
+  CLI::App* results_cmd = nullptr;
+  CLI::App* cancel_cmd = nullptr;
+  CLI::App* executors_cmd = nullptr;
+  CLI::App* revoke_executor_cmd = nullptr;
+  CLI::App* whoami_cmd = nullptr;
+  CLI::App* drain_cmd = nullptr;  // AddDrainVerb
+};
+
+// submit, jobs, status, watch, results, cancel, executors (revoke) and whoami.
+void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
+  minions::cli::Connection& connection = shared->connection;
+  std::string& config_path = shared->config_path;
+  bool& json = shared->json;
+  minions::cli::SubmitOptions& submit = c->submit;
+  auto* submit_cmd = c->submit_cmd = app.add_subcommand("submit", "submit a JSONL batch file; prints the job id");
   AddConnection(submit_cmd, &connection, &config_path);
   submit_cmd->add_option("file", submit.input_path, "OpenAI Batch request lines (JSONL)")->required();
   submit_cmd->add_option("--model", submit.model, "model the executors load (a GGUF path)")->required();
@@ -481,59 +662,112 @@ int main(int argc, char** argv) {
   submit_cmd->add_option("--max-attempts", submit.max_attempts, "failures before a task fails (default 4)");
   submit_cmd->add_option("--priority", submit.priority, "higher runs first");
   submit_cmd->add_option("--team", submit.team, "owner team");
-  submit_cmd->add_option("--parallel", parallel, "sequences each runner decodes together");
+  submit_cmd->add_option("--parallel", c->parallel, "sequences each runner decodes together");
   submit_cmd->add_option("--runner-options", submit.runner_options_json, "runner load options as JSON");
   submit_cmd->add_option("--completion-window", submit.completion_window,
                          "deadline after submission (24h, 90m); the job then expires with what it finished");
   submit_cmd->add_flag("--wait", submit.wait, "watch the job until it ends");
   submit_cmd->add_flag("--json", submit.json, "JSON output");
 
-  std::string job_id, state_filter, output_path, executor_id;
-  bool errors = false, show_tasks = false;
-  auto* jobs_cmd = app.add_subcommand("jobs", "list jobs, newest first");
+  auto* jobs_cmd = c->jobs_cmd = app.add_subcommand("jobs", "list jobs, newest first");
   AddConnection(jobs_cmd, &connection, &config_path);
-  jobs_cmd->add_option("--state", state_filter, "only jobs in this state");
+  jobs_cmd->add_option("--state", c->state_filter, "only jobs in this state");
   jobs_cmd->add_flag("--json", json, "JSON output");
-  auto* status_cmd = app.add_subcommand("status", "one job: state, request counts, where its results are");
+  auto* status_cmd = c->status_cmd =
+      app.add_subcommand("status", "one job: state, request counts, where its results are");
   AddConnection(status_cmd, &connection, &config_path);
-  status_cmd->add_option("job", job_id, "job id")->required();
-  status_cmd->add_flag("--tasks", show_tasks, "list the job's tasks");
+  status_cmd->add_option("job", c->job_id, "job id")->required();
+  status_cmd->add_flag("--tasks", c->show_tasks, "list the job's tasks");
   status_cmd->add_flag("--json", json, "JSON output");
-  auto* watch_cmd = app.add_subcommand("watch", "progress bar with rate and ETA until the job ends");
+  auto* watch_cmd = c->watch_cmd = app.add_subcommand("watch", "progress bar with rate and ETA until the job ends");
   AddConnection(watch_cmd, &connection, &config_path);
-  watch_cmd->add_option("job", job_id, "job id")->required();
+  watch_cmd->add_option("job", c->job_id, "job id")->required();
   watch_cmd->add_flag("--json", json, "one JSON progress line per update");
-  auto* results_cmd = app.add_subcommand("results", "the merged output (or error) file of a completed job");
+  auto* results_cmd = c->results_cmd =
+      app.add_subcommand("results", "the merged output (or error) file of a completed job");
   AddConnection(results_cmd, &connection, &config_path);
-  results_cmd->add_option("job", job_id, "job id")->required();
-  results_cmd->add_option("-o,--output", output_path, "file to write (default: standard output)");
-  results_cmd->add_flag("--errors", errors, "the error file instead");
-  auto* cancel_cmd = app.add_subcommand("cancel", "cancel a job; executors stop its tasks within a heartbeat");
+  results_cmd->add_option("job", c->job_id, "job id")->required();
+  results_cmd->add_option("-o,--output", c->output_path, "file to write (default: standard output)");
+  results_cmd->add_flag("--errors", c->errors, "the error file instead");
+  auto* cancel_cmd = c->cancel_cmd =
+      app.add_subcommand("cancel", "cancel a job; executors stop its tasks within a heartbeat");
   AddConnection(cancel_cmd, &connection, &config_path);
-  cancel_cmd->add_option("job", job_id, "job id")->required();
+  cancel_cmd->add_option("job", c->job_id, "job id")->required();
   cancel_cmd->add_flag("--json", json, "JSON output");
-  auto* executors_cmd = app.add_subcommand("executors", "the fleet: each executor's state and current tasks");
+  auto* executors_cmd = c->executors_cmd =
+      app.add_subcommand("executors", "the fleet: each executor's state and current tasks");
   AddConnection(executors_cmd, &connection, &config_path);
   executors_cmd->add_flag("--json", json, "JSON output");
-  auto* revoke_executor_cmd =
+  auto* revoke_executor_cmd = c->revoke_executor_cmd =
       executors_cmd->add_subcommand("revoke", "cut an executor off now: its credentials stop working, its tasks go back");
-  revoke_executor_cmd->add_option("executor", executor_id, "executor id")->required();
+  revoke_executor_cmd->add_option("executor", c->executor_id, "executor id")->required();
   AddConnection(revoke_executor_cmd, &connection, &config_path);
   revoke_executor_cmd->add_flag("--json", json, "JSON output");
-  auto* whoami_cmd = app.add_subcommand("whoami", "which credential this client presents, and what it may do");
+  auto* whoami_cmd = c->whoami_cmd =
+      app.add_subcommand("whoami", "which credential this client presents, and what it may do");
   AddConnection(whoami_cmd, &connection, &config_path);
   whoami_cmd->add_flag("--json", json, "JSON output");
+}
 
-  // --- administration: over the network with an admin token, or on the server's own data ---
-  auto* admin_cmd = app.add_subcommand("admin", "teams and credentials (an admin token, or --data-dir/--database)");
-  admin_cmd->require_subcommand(1);
-  AddConnection(admin_cmd, &connection, nullptr);  // its --config is below
+// `drain`, registered after `pki` (the order of --help).
+void AddDrainVerb(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
+  auto* drain_cmd = c->drain_cmd = app.add_subcommand("drain", "ask an executor to finish its task and take no more");
+  AddConnection(drain_cmd, &shared->connection, &shared->config_path);
+  drain_cmd->add_option("executor", c->executor_id, "executor id")->required();
+  drain_cmd->add_flag("--json", shared->json, "JSON output");
+}
+
+// Runs the client verb parsed among submit ... whoami (not drain); nullopt: none of them.
+std::optional<int> RunClientVerb(ClientVerbs* c, const minions::cli::Connection& connection, bool json) {
+  if (c->submit_cmd->parsed()) {
+    if (c->parallel > 0 && c->submit.runner_options_json.empty()) {
+      c->submit.runner_options_json = "{\"n_parallel\": " + std::to_string(c->parallel) + "}";
+    }
+    return minions::cli::Submit(connection, c->submit);
+  }
+  if (c->jobs_cmd->parsed()) return minions::cli::ListJobs(connection, c->state_filter, json);
+  if (c->status_cmd->parsed()) return minions::cli::Status(connection, c->job_id, json, c->show_tasks);
+  if (c->watch_cmd->parsed()) return minions::cli::Watch(connection, c->job_id, json);
+  if (c->results_cmd->parsed()) return minions::cli::Results(connection, c->job_id, c->output_path, c->errors);
+  if (c->cancel_cmd->parsed()) return minions::cli::Cancel(connection, c->job_id, json);
+  if (c->revoke_executor_cmd->parsed()) {
+    return minions::cli::RevokeExecutor(*minions::cli::RemoteAdmin(connection), c->executor_id, json);
+  }
+  if (c->executors_cmd->parsed()) return minions::cli::ListExecutors(connection, json);
+  if (c->whoami_cmd->parsed()) return minions::cli::WhoAmI(*minions::cli::RemoteAdmin(connection), json);
+  return std::nullopt;
+}
+
+// `admin` (over the network with an admin token, or on the server's own data) and `pki`.
+struct AdminVerbs {
   std::string admin_data_dir, admin_database;
-  admin_cmd->add_option("--data-dir", admin_data_dir, "act on this server's own data instead of over the network");
-  admin_cmd->add_option("--database", admin_database, "... or on this database (postgresql://..., sqlite:/path)");
-  admin_cmd->add_option("--config", config_path, "... or on the database of this config file");
-  admin_cmd->add_flag("--json", json, "JSON output");
   minions::cli::TeamOptions team_options;
+  minions::cli::IssueOptions issue;
+  std::string token_id, token_team, token_role;
+  bool all_tokens = false;
+  minions::cli::IssueOptions join_issue;
+  minions::pki::InitOptions pki_options;
+  CLI::App* admin_cmd = nullptr;
+  CLI::App* team_create_cmd = nullptr;
+  CLI::App* team_set_cmd = nullptr;
+  CLI::App* teams_cmd = nullptr;
+  CLI::App* token_issue_cmd = nullptr;
+  CLI::App* token_revoke_cmd = nullptr;
+  CLI::App* tokens_cmd = nullptr;
+  CLI::App* join_cmd = nullptr;
+  CLI::App* pki_init_cmd = nullptr;
+};
+
+void AddAdminVerbs(CLI::App& app, SharedFlags* shared, AdminVerbs* a) {
+  auto* admin_cmd = a->admin_cmd =
+      app.add_subcommand("admin", "teams and credentials (an admin token, or --data-dir/--database)");
+  admin_cmd->require_subcommand(1);
+  AddConnection(admin_cmd, &shared->connection, nullptr);  // its --config is below
+  admin_cmd->add_option("--data-dir", a->admin_data_dir, "act on this server's own data instead of over the network");
+  admin_cmd->add_option("--database", a->admin_database, "... or on this database (postgresql://..., sqlite:/path)");
+  admin_cmd->add_option("--config", shared->config_path, "... or on the database of this config file");
+  admin_cmd->add_flag("--json", shared->json, "JSON output");
+  minions::cli::TeamOptions& team_options = a->team_options;
   auto* team_cmd = admin_cmd->add_subcommand("team", "create or change a team");
   team_cmd->require_subcommand(1);
   auto add_team_options = [&](CLI::App* cmd) {
@@ -543,15 +777,15 @@ int main(int argc, char** argv) {
     cmd->add_option("--requests-per-second", team_options.requests_per_second,
                     "API calls per second per server (0: no limit)");
   };
-  auto* team_create_cmd = team_cmd->add_subcommand("create", "create a team");
+  auto* team_create_cmd = a->team_create_cmd = team_cmd->add_subcommand("create", "create a team");
   add_team_options(team_create_cmd);
-  auto* team_set_cmd = team_cmd->add_subcommand("set", "change a team's settings");
+  auto* team_set_cmd = a->team_set_cmd = team_cmd->add_subcommand("set", "change a team's settings");
   add_team_options(team_set_cmd);
-  auto* teams_cmd = admin_cmd->add_subcommand("teams", "list the teams and their limits");
-  minions::cli::IssueOptions issue;
+  auto* teams_cmd = a->teams_cmd = admin_cmd->add_subcommand("teams", "list the teams and their limits");
+  minions::cli::IssueOptions& issue = a->issue;
   auto* token_cmd = admin_cmd->add_subcommand("token", "issue or revoke a token");
   token_cmd->require_subcommand(1);
-  auto* token_issue_cmd = token_cmd->add_subcommand("issue", "issue a token (shown once)");
+  auto* token_issue_cmd = a->token_issue_cmd = token_cmd->add_subcommand("issue", "issue a token (shown once)");
   token_issue_cmd->add_option("--role", issue.role, "admin, submitter, viewer, monitor or join")->required();
   token_issue_cmd->add_option("--team", issue.team, "the team of a submitter or viewer");
   token_issue_cmd->add_option("--name", issue.name, "who will hold it (alice, ci, prometheus)")->required();
@@ -559,18 +793,16 @@ int main(int argc, char** argv) {
   token_issue_cmd->add_option("--uses", issue.uses, "join tokens: how many executors may enrol with it (default 1)");
   token_issue_cmd->add_option("--scopes", issue.scopes, "fewer scopes than the role's, e.g. \"jobs:read\"");
   token_issue_cmd->add_option("-o,--output", issue.output, "write the token to this file (mode 0600)");
-  std::string token_id, token_team, token_role;
-  bool all_tokens = false;
-  auto* token_revoke_cmd = token_cmd->add_subcommand("revoke", "revoke a token now");
-  token_revoke_cmd->add_option("id", token_id, "token id (tok-...)")->required();
-  auto* tokens_cmd = admin_cmd->add_subcommand("tokens", "list tokens (never their text)");
-  tokens_cmd->add_option("--team", token_team, "only this team's");
-  tokens_cmd->add_option("--role", token_role, "only this role's");
-  tokens_cmd->add_flag("--all", all_tokens, "revoked ones too");
-  minions::cli::IssueOptions join_issue;
+  auto* token_revoke_cmd = a->token_revoke_cmd = token_cmd->add_subcommand("revoke", "revoke a token now");
+  token_revoke_cmd->add_option("id", a->token_id, "token id (tok-...)")->required();
+  auto* tokens_cmd = a->tokens_cmd = admin_cmd->add_subcommand("tokens", "list tokens (never their text)");
+  tokens_cmd->add_option("--team", a->token_team, "only this team's");
+  tokens_cmd->add_option("--role", a->token_role, "only this role's");
+  tokens_cmd->add_flag("--all", a->all_tokens, "revoked ones too");
+  minions::cli::IssueOptions& join_issue = a->join_issue;
   join_issue.role = "join";
   join_issue.name = "join";
-  auto* join_cmd = admin_cmd->add_subcommand("join-token", "issue a token executors enrol with");
+  auto* join_cmd = a->join_cmd = admin_cmd->add_subcommand("join-token", "issue a token executors enrol with");
   join_cmd->add_option("--uses", join_issue.uses, "how many executors may enrol with it (default 1)");
   join_cmd->add_option("--expires", join_issue.expires, "lifetime (default 24h)");
   join_cmd->add_option("--name", join_issue.name, "a label (which machines it is for)");
@@ -582,36 +814,115 @@ int main(int argc, char** argv) {
     cmd->fallthrough();
   }
 
-  minions::pki::InitOptions pki_options;
+  minions::pki::InitOptions& pki_options = a->pki_options;
   auto* pki_cmd = app.add_subcommand("pki", "a private certificate authority for a pool's TLS");
   pki_cmd->require_subcommand(1);
-  auto* pki_init_cmd = pki_cmd->add_subcommand("init", "make a CA (if none) and a server certificate signed by it");
+  auto* pki_init_cmd = a->pki_init_cmd =
+      pki_cmd->add_subcommand("init", "make a CA (if none) and a server certificate signed by it");
   pki_init_cmd->add_option("--dir", pki_options.dir, "where the files go")->required();
   pki_init_cmd->add_option("--host", pki_options.hosts,
                            "a name or address clients dial (repeat; localhost, 127.0.0.1 and this host's name are added)");
-  auto* drain_cmd = app.add_subcommand("drain", "ask an executor to finish its task and take no more");
-  AddConnection(drain_cmd, &connection, &config_path);
-  drain_cmd->add_option("executor", executor_id, "executor id")->required();
-  drain_cmd->add_flag("--json", json, "JSON output");
+}
 
-  // --- the main job and the server-less path ---
-  minions::cli::DemoOptions demo;
-  demo.workdir = home + "/demo";
-  auto* demo_cmd = app.add_subcommand("demo", "the main job: a pool of 2 executors runs a batch end to end");
-  demo_cmd->add_option("--workdir", demo.workdir, "where the model, input, output and pool data go")->capture_default_str();
-  demo_cmd->add_option("--records", demo.records, "number of sample records")->capture_default_str();
-  demo_cmd->add_option("--executors", demo.executors, "executor processes")->capture_default_str();
+// Runs the `admin` verb parsed: on the server's own data (no token needed: whoever reads the
+// database is its admin), or over the network with an admin token.
+int RunAdminVerb(const AdminVerbs& a, const SharedFlags& shared) {
+  std::unique_ptr<minions::cli::AdminBackend> admin;
+  minions::apps::Backends local;
+  minions::RealClock clock;
+  if (!a.admin_data_dir.empty() || !a.admin_database.empty() || !shared.config_path.empty()) {
+    auto config = minions::apps::LoadConfig(shared.config_path);
+    if (!config.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(config.status().message()).c_str());
+      return 1;
+    }
+    if (!a.admin_data_dir.empty()) config->data_dir = a.admin_data_dir;
+    if (!a.admin_database.empty()) config->database = a.admin_database;
+    auto backends = minions::apps::OpenBackends(*config, &clock);
+    if (!backends.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
+      return 1;
+    }
+    local = std::move(*backends);
+    admin = minions::apps::LocalAdmin(local.store.get(), &clock);
+  } else {
+    admin = minions::cli::RemoteAdmin(shared.connection);
+  }
+  const bool json = shared.json;
+  if (a.team_create_cmd->parsed()) return minions::cli::CreateTeam(*admin, a.team_options, json);
+  if (a.team_set_cmd->parsed()) return minions::cli::UpdateTeam(*admin, a.team_options, json);
+  if (a.teams_cmd->parsed()) return minions::cli::ListTeams(*admin, json);
+  if (a.token_issue_cmd->parsed()) return minions::cli::IssueToken(*admin, a.issue, json);
+  if (a.token_revoke_cmd->parsed()) return minions::cli::RevokeToken(*admin, a.token_id, json);
+  if (a.tokens_cmd->parsed()) return minions::cli::ListTokens(*admin, a.token_team, a.token_role, a.all_tokens, json);
+  if (a.join_cmd->parsed()) return minions::cli::IssueToken(*admin, a.join_issue, json);
+  return 1;
+}
 
-  minions::cli::LocalRunOptions local;
-  auto* local_cmd = app.add_subcommand("local-run", "run a JSONL file through one runner on this machine, no server");
-  local_cmd->add_option("input", local.input_path, "OpenAI Batch request lines (JSONL)")->required();
-  local_cmd->add_option("--model", local.model_path, "GGUF model file")->required();
-  local_cmd->add_option("-o,--output", local.output_path, "output lines")->required();
-  local_cmd->add_option("--errors", local.errors_path, "error lines (default: OUTPUT.errors.jsonl)");
-  local_cmd->add_option("--runner", local.runner, "runner program (default: minions-llama-runner)");
-  local_cmd->add_option("--batch-size", local.batch_size, "records per runner batch")->capture_default_str();
-  local_cmd->add_flag("!--no-progress", local.progress, "no progress line");
-  AddLoadOptions(local_cmd, &local.load);
+int RunPkiInit(const minions::pki::InitOptions& pki_options) {
+  auto files = minions::pki::Init(pki_options, absl::Now());
+  if (!files.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(files.status().message()).c_str());
+    return 1;
+  }
+  printf("%s %s\nserver certificate %s (key %s) for %s\n"
+         "  server:     minions server --tls-cert %s --tls-key %s ...\n"
+         "  clients and executors: --ca %s (or MINIONS_CA); keep %s on this machine\n",
+         files->ca_created ? "made the CA" : "kept the CA", files->ca_cert.c_str(), files->server_cert.c_str(),
+         files->server_key.c_str(), absl::StrJoin(minions::pki::ServerNames(pki_options.hosts), ", ").c_str(),
+         files->server_cert.c_str(), files->server_key.c_str(), files->ca_cert.c_str(), files->ca_key.c_str());
+  return 0;
+}
+
+// Where the client verbs and the executor find the server: --server, else MINIONS_SERVER, else
+// [executor] server in the config file, else the default; messages say which it was. The
+// executor also takes its other [executor] settings from the file where no flag gives them.
+// Sets `client_config` to the file read for the verb parsed (left unset when none of these was).
+absl::Status LoadClientConfig(const ClientVerbs& c, const AdminVerbs& a, const ExecutorVerb& e,
+                              SharedFlags* shared, std::optional<minions::apps::MinionsConfig>* client_config) {
+  minions::cli::Connection& connection = shared->connection;
+  for (CLI::App* cmd : {c.submit_cmd, c.jobs_cmd, c.status_cmd, c.watch_cmd, c.results_cmd, c.cancel_cmd,
+                        c.executors_cmd, c.drain_cmd, c.revoke_executor_cmd, c.whoami_cmd, a.admin_cmd,
+                        e.executor_cmd}) {
+    if (!cmd->parsed()) continue;
+    auto config =
+        minions::apps::LoadConfig(cmd == e.executor_cmd ? e.executor_flags.config_path : shared->config_path);
+    if (!config.ok()) return config.status();
+    if (cmd->count("--server") > 0) {
+      connection.server_source = "--server";
+    } else {
+      connection.server = config->server;
+      connection.server_source = config->server_source;
+    }
+    if (connection.tls.ca_file.empty()) connection.tls.ca_file = config->ca;  // [executor] ca
+    *client_config = *std::move(config);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Minions: a virtual GPU cloud made of idle machines, for batch inference"};
+  app.set_version_flag("--version", std::string("minions ") + minions::kVersion);
+  app.require_subcommand(0, 1);
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "debug logging");
+
+  // Registered in the order --help lists them.
+  SharedFlags shared;
+  ProcessVerbs process;
+  ExecutorVerb executor;
+  LocalVerbs local;
+  ClientVerbs client;
+  AdminVerbs admin;
+  AddProcessVerbs(app, &shared, &process);    // server, watchdog, config
+  AddExecutorVerb(app, &shared, &executor);   // executor
+  AddUpVerb(app, shared, &local);             // up
+  AddClientVerbs(app, &shared, &client);      // submit ... whoami
+  AddAdminVerbs(app, &shared, &admin);        // admin, pki
+  AddDrainVerb(app, &shared, &client);        // drain
+  AddDemoAndLocalRun(app, shared, &local);    // demo, local-run
 
   CLI11_PARSE(app, argc, argv);
   if (verbose) minions::SetLogLevel(minions::LogLevel::kDebug);
@@ -621,192 +932,32 @@ int main(int argc, char** argv) {
   }
   // The processes that keep data (databases, objects, state, logs) create it for their own account
   // only; the client verbs leave the user's umask alone (their output files are the user's).
-  if (server_cmd->parsed() || watchdog_cmd->parsed() || executor_cmd->parsed() || up_cmd->parsed() ||
-      demo_cmd->parsed()) {
+  if (process.server_cmd->parsed() || process.watchdog_cmd->parsed() || executor.executor_cmd->parsed() ||
+      local.up_cmd->parsed() || local.demo_cmd->parsed()) {
     minions::UsePrivateUmask();
   }
-  connection.FromEnvironment();
-
-  // Where the client verbs and the executor find the server: --server, else MINIONS_SERVER, else
-  // [executor] server in the config file, else the default; messages say which it was. The
-  // executor also takes its other [executor] settings from the file where no flag gives them.
+  shared.connection.FromEnvironment();
   std::optional<minions::apps::MinionsConfig> client_config;
-  for (CLI::App* cmd : {submit_cmd, jobs_cmd, status_cmd, watch_cmd, results_cmd, cancel_cmd, executors_cmd,
-                        drain_cmd, revoke_executor_cmd, whoami_cmd, admin_cmd, executor_cmd}) {
-    if (!cmd->parsed()) continue;
-    auto config = minions::apps::LoadConfig(cmd == executor_cmd ? executor_flags.config_path : config_path);
-    if (!config.ok()) {
-      fprintf(stderr, "error: %s\n", std::string(config.status().message()).c_str());
-      return 1;
-    }
-    if (cmd->count("--server") > 0) {
-      connection.server_source = "--server";
-    } else {
-      connection.server = config->server;
-      connection.server_source = config->server_source;
-    }
-    if (connection.tls.ca_file.empty()) connection.tls.ca_file = config->ca;  // [executor] ca
-    client_config = *std::move(config);
-  }
-
-  auto load_config = [&]() -> absl::StatusOr<minions::apps::MinionsConfig> {
-    auto config = minions::apps::LoadConfig(config_path);
-    if (!config.ok()) return config;
-    if (!flag_listen.empty()) config->listen = flag_listen;
-    if (!flag_http_listen.empty()) config->http_listen = flag_http_listen;
-    if (!flag_data_dir.empty()) config->data_dir = flag_data_dir;
-    if (!flag_tls_cert.empty()) config->tls_cert = flag_tls_cert;
-    if (!flag_tls_key.empty()) config->tls_key = flag_tls_key;
-    if (!flag_database.empty()) config->database = flag_database;
-    if (!flag_objects.empty()) config->objects = flag_objects;
-    if (flag_ttl_ms > 0) config->lease_ttl_ms = flag_ttl_ms;
-    if (flag_straggler_ms >= 0) config->straggler_min_runtime_ms = flag_straggler_ms;
-    if (no_watchdog) config->watchdog = false;
-    return config;
-  };
-  if (server_cmd->parsed() || watchdog_cmd->parsed() || config_check_cmd->parsed()) {
-    auto config = load_config();
-    if (!config.ok()) {
-      fprintf(stderr, "error: %s\n", std::string(config.status().message()).c_str());
-      return 1;
-    }
-    if (config_check_cmd->parsed()) return RunConfigCheck(*config, connect);
-    auto problems = minions::apps::CheckConfig(*config, false);
-    if (!problems.empty()) {
-      for (const auto& p : problems) fprintf(stderr, "error: %s\n", p.c_str());
-      return 1;
-    }
-    minions::SetLogComponent(server_cmd->parsed() ? "server" : "watchdog");
-    return server_cmd->parsed() ? RunServer(*config) : RunWatchdog(*config, watchdog_http_listen);
-  }
-  if (executor_cmd->parsed()) {
-    if (auto code = minions::apps::RunOwnerVerb(executor_flags, owner_state_dir)) return *code;
-    auto availability = minions::apps::LoadAvailability(executor_flags);
-    if (!availability.ok()) {
-      fprintf(stderr, "error: %s\n", std::string(availability.status().message()).c_str());
-      return 1;
-    }
-    if (executor_cmd->count("--name") == 0 && !client_config->executor_name.empty()) {
-      agent_options.name = client_config->executor_name;
-    }
-    if (executor_cmd->count("--state-dir") == 0 && !client_config->executor_state_dir.empty()) {
-      agent_options.state_dir = client_config->executor_state_dir;
-    }
-    if (runner_program.empty()) runner_program = client_config->runner;
-    if (executor_cmd->count("--runner-threads") == 0) agent_options.runner_threads = client_config->runner_threads;
-    if (!runner_program.empty()) runner_options.command = {runner_program};
-    agent_options.checkpoint_interval = absl::Milliseconds(checkpoint_interval_ms);
-    agent_options.hang.min_silence = absl::Milliseconds(runner_hang_ms);
-    if (agent_options.runner_threads == 0) {
-      // Leave a core to the machine's owner and to this agent (see docs/architecture.md).
-      agent_options.runner_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
-    }
-    minions::ExecutorMetrics executor_metrics;
-    if (!executor_metrics_listen.empty()) {
-      if (auto s = executor_metrics.Serve(executor_metrics_listen); !s.ok()) {
-        fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
-        return 1;
-      }
-      agent_options.metrics = &executor_metrics;
-    }
-    // The config file's [executor] keys fill what the flags and environment left unset.
-    auto config = minions::apps::LoadConfig(executor_flags.config_path);
-    if (config.ok()) {
-      if (connection.tls.ca_file.empty()) connection.tls.ca_file = config->ca;
-      if (join_token_file.empty()) join_token_file = config->join_token_file;
-    }
-    // Trust nothing sent: object URLs, model paths, the runner's confinement (executor_commands.cc).
-    // The runner's command and environment are decided here (ProcessRunner::Options).
-    if (runner_options.command.empty()) runner_options.command = {minions::SiblingProgram("minions-llama-runner")};
-    auto url_policy = minions::apps::ApplyExecutorTrust(executor_flags, connection.server, &agent_options,
-                                                        &runner_options);
-    if (!url_policy.ok()) {
-      fprintf(stderr, "error: %s\n", std::string(url_policy.status().message()).c_str());
-      return 1;
-    }
-    return RunExecutor(connection, agent_options, runner_options, exit_with_parent, *availability,
-                       *std::move(url_policy), join_token_file);
-  }
-  if (up_cmd->parsed()) return RunUp(pool_options);
-  if (submit_cmd->parsed()) {
-    if (parallel > 0 && submit.runner_options_json.empty()) {
-      submit.runner_options_json = "{\"n_parallel\": " + std::to_string(parallel) + "}";
-    }
-    return minions::cli::Submit(connection, submit);
-  }
-  if (jobs_cmd->parsed()) return minions::cli::ListJobs(connection, state_filter, json);
-  if (status_cmd->parsed()) return minions::cli::Status(connection, job_id, json, show_tasks);
-  if (watch_cmd->parsed()) return minions::cli::Watch(connection, job_id, json);
-  if (results_cmd->parsed()) return minions::cli::Results(connection, job_id, output_path, errors);
-  if (cancel_cmd->parsed()) return minions::cli::Cancel(connection, job_id, json);
-  if (revoke_executor_cmd->parsed()) {
-    return minions::cli::RevokeExecutor(*minions::cli::RemoteAdmin(connection), executor_id, json);
-  }
-  if (executors_cmd->parsed()) return minions::cli::ListExecutors(connection, json);
-  if (whoami_cmd->parsed()) return minions::cli::WhoAmI(*minions::cli::RemoteAdmin(connection), json);
-  if (admin_cmd->parsed()) {
-    // On the server's own data (no token needed: whoever reads the database is its admin), or
-    // over the network with an admin token.
-    std::unique_ptr<minions::cli::AdminBackend> admin;
-    minions::apps::Backends local;
-    minions::RealClock clock;
-    if (!admin_data_dir.empty() || !admin_database.empty() || !config_path.empty()) {
-      auto config = minions::apps::LoadConfig(config_path);
-      if (!config.ok()) {
-        fprintf(stderr, "error: %s\n", std::string(config.status().message()).c_str());
-        return 1;
-      }
-      if (!admin_data_dir.empty()) config->data_dir = admin_data_dir;
-      if (!admin_database.empty()) config->database = admin_database;
-      auto backends = minions::apps::OpenBackends(*config, &clock);
-      if (!backends.ok()) {
-        fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
-        return 1;
-      }
-      local = std::move(*backends);
-      admin = minions::apps::LocalAdmin(local.store.get(), &clock);
-    } else {
-      admin = minions::cli::RemoteAdmin(connection);
-    }
-    if (team_create_cmd->parsed()) return minions::cli::CreateTeam(*admin, team_options, json);
-    if (team_set_cmd->parsed()) return minions::cli::UpdateTeam(*admin, team_options, json);
-    if (teams_cmd->parsed()) return minions::cli::ListTeams(*admin, json);
-    if (token_issue_cmd->parsed()) return minions::cli::IssueToken(*admin, issue, json);
-    if (token_revoke_cmd->parsed()) return minions::cli::RevokeToken(*admin, token_id, json);
-    if (tokens_cmd->parsed()) return minions::cli::ListTokens(*admin, token_team, token_role, all_tokens, json);
-    if (join_cmd->parsed()) return minions::cli::IssueToken(*admin, join_issue, json);
+  if (auto s = LoadClientConfig(client, admin, executor, &shared, &client_config); !s.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  if (pki_init_cmd->parsed()) {
-    auto files = minions::pki::Init(pki_options, absl::Now());
-    if (!files.ok()) {
-      fprintf(stderr, "error: %s\n", std::string(files.status().message()).c_str());
-      return 1;
-    }
-    printf("%s %s\nserver certificate %s (key %s) for %s\n"
-           "  server:     minions server --tls-cert %s --tls-key %s ...\n"
-           "  clients and executors: --ca %s (or MINIONS_CA); keep %s on this machine\n",
-           files->ca_created ? "made the CA" : "kept the CA", files->ca_cert.c_str(), files->server_cert.c_str(),
-           files->server_key.c_str(), absl::StrJoin(minions::pki::ServerNames(pki_options.hosts), ", ").c_str(),
-           files->server_cert.c_str(), files->server_key.c_str(), files->ca_cert.c_str(), files->ca_key.c_str());
-    return 0;
+
+  if (process.server_cmd->parsed() || process.watchdog_cmd->parsed() || process.config_check_cmd->parsed()) {
+    return RunProcessVerb(process, shared.config_path);
   }
-  if (drain_cmd->parsed()) return minions::cli::DrainExecutor(connection, executor_id, json);
-  if (demo_cmd->parsed()) {
+  if (executor.executor_cmd->parsed()) return RunExecutorVerb(&executor, &shared.connection, client_config);
+  if (local.up_cmd->parsed()) return RunUp(local.pool_options);
+  if (auto code = RunClientVerb(&client, shared.connection, shared.json)) return *code;
+  if (admin.admin_cmd->parsed()) return RunAdminVerb(admin, shared);
+  if (admin.pki_init_cmd->parsed()) return RunPkiInit(admin.pki_options);
+  if (client.drain_cmd->parsed()) {
+    return minions::cli::DrainExecutor(shared.connection, client.executor_id, shared.json);
+  }
+  if (local.demo_cmd->parsed()) {
     // The pool's server logs go to a file; the demo's own output stays readable.
-    return minions::cli::RunDemo(demo, minions::apps::StartLocalPool);
+    return minions::cli::RunDemo(local.demo, minions::apps::StartLocalPool);
   }
-  if (local_cmd->parsed()) {
-    if (local.errors_path.empty()) local.errors_path = local.output_path + ".errors.jsonl";
-    auto summary = minions::cli::RunLocally(local);
-    if (!summary.ok()) {
-      fprintf(stderr, "error: %s\n", std::string(summary.status().message()).c_str());
-      return 1;
-    }
-    printf("%zu records (%zu errors) in %.2f s: %.1f records/s, %.1f generated tokens/s\n", summary->records,
-           summary->errors, summary->seconds, summary->records / std::max(summary->seconds, 1e-9),
-           summary->completion_tokens / std::max(summary->seconds, 1e-9));
-    return 0;
-  }
+  if (local.local_cmd->parsed()) return RunLocalRun(local.local);
   return 0;
 }
