@@ -885,6 +885,8 @@ absl::Status LoadClientConfig(const ClientVerbs& c, const AdminVerbs& a, const E
                         c.executors_cmd, c.drain_cmd, c.revoke_executor_cmd, c.whoami_cmd, a.admin_cmd,
                         e.executor_cmd}) {
     if (!cmd->parsed()) continue;
+    // `executors revoke` is parsed as both: the sub-verb's own --server is the one to honour.
+    if (cmd == c.executors_cmd && c.revoke_executor_cmd->parsed()) continue;
     auto config =
         minions::apps::LoadConfig(cmd == e.executor_cmd ? e.executor_flags.config_path : shared->config_path);
     if (!config.ok()) return config.status();

@@ -82,6 +82,14 @@ TEST(MinionsCli, ARefusedConnectionNamesTheAddressAndTheFlagItCameFrom) {
   EXPECT_THAT(run.err, HasSubstr("minions server"));
 }
 
+// A sub-verb's --server is the address dialled (`executors revoke` once dialled the default).
+TEST(MinionsCli, ASubVerbDialsItsOwnServerFlag) {
+  Outcome run = Minions({"executors", "revoke", "exe-0123456789ab", "--server", kNobody});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr(kNobody));
+  EXPECT_THAT(run.err, Not(HasSubstr("127.0.0.1:7070")));
+}
+
 TEST(MinionsCli, ARefusedConnectionNamesTheEnvironmentVariableItCameFrom) {
   Outcome run = Minions({"status", "job-0123456789ab"}, {absl::StrCat("MINIONS_SERVER=", kNobody)});
   EXPECT_EQ(run.code, 1);
