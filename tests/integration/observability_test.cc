@@ -237,8 +237,10 @@ TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
   EXPECT_THAT(prom.Value("sum(minions_harvested_device_seconds_total{team=\"research\",device=\"cpu\"})"),
               ::testing::Optional(Gt(0.0)));
   // Records per second: the rate of the counter was above zero at some point of the job (a minute's
-  // window holds the zero Prometheus saw before the job started and a later count).
-  EXPECT_THAT(prom.Value("max_over_time(sum(rate(minions_records_succeeded_total{team=\"research\"}[1m]))[15m:5s])"),
+  // window holds the zero Prometheus saw before the job started and a later count). Waited for: the
+  // subquery is evaluated at 5 s steps, so a job that ran within the last step shows only at the next.
+  EXPECT_THAT(prom.WaitFor("max_over_time(sum(rate(minions_records_succeeded_total{team=\"research\"}[1m]))[15m:5s])",
+                           [](double v) { return v > 0; }),
               ::testing::Optional(Gt(0.0)));
   EXPECT_EQ(prom.WaitFor("minions_jobs{state=\"completed\"}", [](double v) { return v == 1; }), 1.0);
   EXPECT_EQ(prom.Value("minions_jobs{state=\"running\"}"), 0.0);
