@@ -86,8 +86,8 @@ async function mainPhase() {
   const params = {
     input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h', metadata: { run: 'sdk' },
   };
-  const created = await client.batches.create(params, { idempotencyKey: 'sdk-main-1' });
-  const retried = await client.batches.create(params, { idempotencyKey: 'sdk-main-1' });
+  const created = await client.batches.create(params, { headers: { 'Idempotency-Key': 'sdk-main-1' } });
+  const retried = await client.batches.create(params, { headers: { 'Idempotency-Key': 'sdk-main-1' } });
   assert.equal(retried.id, created.id, 'a retried create with its Idempotency-Key makes one batch');
   assert.deepEqual(created.metadata, { run: 'sdk' });
   assert.equal(created.input_file_id, file.id);
