@@ -258,13 +258,14 @@ class StreamConn final : public HttpStream {
   bool head_written() const override { return head_written_; }
 
   // After the response: reads (and drops) what is left of a body the handler did not want, for a
-  // little while, so that closing does not reset the connection before the client has read the
-  // answer.
+  // little while (2 s, 16 MiB at most, so a client dripping bytes cannot hold the thread), so that
+  // closing does not reset the connection before the client has read the answer.
   void Linger() {
     if (body_done_ || broken_) return;
     SetTimeout(SO_RCVTIMEO, absl::Milliseconds(500));
+    const absl::Time until = absl::Now() + absl::Seconds(2);
     char drop[16384];
-    for (size_t dropped = 0; dropped < (16u << 20);) {
+    for (size_t dropped = 0; dropped < (16u << 20) && absl::Now() < until;) {
       auto n = RawRead(drop, sizeof(drop));
       if (!n.ok() || *n == 0) break;
       dropped += *n;

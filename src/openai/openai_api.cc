@@ -1,6 +1,5 @@
 #include "openai/openai_api.h"
 
-#include <random>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -24,13 +23,6 @@ constexpr char kOutputSuffix[] = "-output";
 constexpr char kErrorsSuffix[] = "-errors";
 const std::set<std::string> kEndpoints = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
 
-std::string RandomHex(int n) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string out;
-  for (int i = 0; i < n; ++i) out += "0123456789abcdef"[rng() % 16];
-  return out;
-}
-
 Json Unix(absl::Time t) { return absl::ToUnixSeconds(t); }
 Json Unix(const std::optional<absl::Time>& t) { return t ? Json(absl::ToUnixSeconds(*t)) : Json(nullptr); }
 
@@ -45,6 +37,11 @@ bool IsUploadId(const std::string& id) {
     if (!absl::ascii_isxdigit(c) || absl::ascii_isupper(c)) return false;
   }
   return true;
+}
+
+// A batch's output or error file id: "file-JOB-output", "file-JOB-errors".
+bool IsResultId(const std::string& id) {
+  return absl::StartsWith(id, kFilePrefix) && (absl::EndsWith(id, kOutputSuffix) || absl::EndsWith(id, kErrorsSuffix));
 }
 
 // A job id as the stores make them ("job-" and [a-z0-9-]): anything else is no job.
@@ -261,7 +258,7 @@ void OpenAiApi::CreateFile(Call& call) {
                      "invalid_request_error", "file");
   }
   MultipartReader form(*boundary, [&](char* buffer, size_t size) { return call.stream.ReadBody(buffer, size); });
-  const std::string id = absl::StrCat(kFilePrefix, RandomHex(24));
+  const std::string id = absl::StrCat(token::NewId(kFilePrefix), token::NewId(""));  // 24 random hex digits
   const std::string key = keys::OpenAiFiles(call.team) + id;
   std::string purpose, filename;
   bool have_file = false;
@@ -380,45 +377,35 @@ void OpenAiApi::ListFiles(Call& call) {
                        {"has_more", has_more}});
 }
 
-absl::StatusOr<Job> OpenAiApi::JobOfFile(Call& call, const std::string& id, bool* errors) {
-  std::string rest = id.substr(std::string(kFilePrefix).size());
-  *errors = absl::EndsWith(rest, kErrorsSuffix);
-  rest.resize(rest.size() - (*errors ? std::string(kErrorsSuffix).size() : std::string(kOutputSuffix).size()));
+absl::StatusOr<OpenAiApi::ResultFile> OpenAiApi::FindResultFile(Call& call, const std::string& id) {
   auto not_found = absl::NotFoundError(absl::StrCat("No such File object: ", id));
+  std::string rest = id.substr(std::string(kFilePrefix).size());
+  const bool errors = absl::EndsWith(rest, kErrorsSuffix);
+  rest.resize(rest.size() - (errors ? std::string(kErrorsSuffix).size() : std::string(kOutputSuffix).size()));
   if (!IsJobId(rest)) return not_found;
   auto job = deps_.store->GetJob(rest);
   if (absl::IsNotFound(job.status())) return not_found;
   if (!job.ok()) return job.status();
   if (!call.caller.SeesTeam(job->spec.team)) return not_found;
-  return job;
+  // Only a file the batch names exists (an error file only when there are error lines).
+  auto batch = BatchObject(*job);
+  if (!batch.ok()) return batch.status();
+  if ((*batch)[errors ? "error_file_id" : "output_file_id"] != id) return not_found;
+  return ResultFile{*std::move(job), errors, errors ? keys::JobErrors(rest) : keys::JobOutput(rest)};
 }
-
-namespace {
-
-bool IsResultId(const std::string& id) {
-  return absl::StartsWith(id, kFilePrefix) && (absl::EndsWith(id, kOutputSuffix) || absl::EndsWith(id, kErrorsSuffix));
-}
-
-}  // namespace
 
 void OpenAiApi::GetFile(Call& call, const std::string& id) {
   if (IsResultId(id)) {
-    bool errors = false;
-    auto job = JobOfFile(call, id, &errors);
-    if (!job.ok()) return call.Fail(job.status(), "file_id");
-    auto batch = BatchObject(*job);
-    if (!batch.ok()) return call.Fail(batch.status());
-    if ((*batch)[errors ? "error_file_id" : "output_file_id"] != id) {
-      return call.Fail(404, absl::StrCat("No such File object: ", id), "invalid_request_error", "file_id");
-    }
-    const std::string key = errors ? keys::JobErrors(job->id) : keys::JobOutput(job->id);
-    auto size = deps_.blobs->Size(key);
+    auto file = FindResultFile(call, id);
+    if (!file.ok()) return call.Fail(file.status(), "file_id");
+    auto size = deps_.blobs->Size(file->key);
     if (!size.ok()) return call.Fail(size.status());
+    const Job& job = file->job;
     return call.Reply(200, FileObject(Json{{"id", id},
                                            {"bytes", *size},
-                                           {"created_at", absl::ToUnixSeconds(job->finished_at.value_or(job->updated_at))},
-                                           {"filename", errors ? "batch_errors.jsonl" : "batch_output.jsonl"},
-                                           {"purpose", errors ? "batch_output" : "batch_output"}}));
+                                           {"created_at", absl::ToUnixSeconds(job.finished_at.value_or(job.updated_at))},
+                                           {"filename", file->errors ? "batch_errors.jsonl" : "batch_output.jsonl"},
+                                           {"purpose", "batch_output"}}));
   }
   if (!IsUploadId(id)) return call.Fail(404, absl::StrCat("No such File object: ", id), "invalid_request_error", "file_id");
   auto text = deps_.blobs->Get(keys::OpenAiFiles(call.team) + id + ".json");
@@ -434,15 +421,9 @@ void OpenAiApi::GetFile(Call& call, const std::string& id) {
 void OpenAiApi::FileContent(Call& call, const std::string& id) {
   std::string key;
   if (IsResultId(id)) {
-    bool errors = false;
-    auto job = JobOfFile(call, id, &errors);
-    if (!job.ok()) return call.Fail(job.status(), "file_id");
-    auto batch = BatchObject(*job);
-    if (!batch.ok()) return call.Fail(batch.status());
-    if ((*batch)[errors ? "error_file_id" : "output_file_id"] != id) {
-      return call.Fail(404, absl::StrCat("No such File object: ", id), "invalid_request_error", "file_id");
-    }
-    key = errors ? keys::JobErrors(job->id) : keys::JobOutput(job->id);
+    auto file = FindResultFile(call, id);
+    if (!file.ok()) return call.Fail(file.status(), "file_id");
+    key = file->key;
   } else if (IsUploadId(id)) {
     key = keys::OpenAiFiles(call.team) + id;
   } else {

@@ -77,8 +77,13 @@ class OpenAiApi {
 
   // The batch object of a job the caller may see (a cancelled job's partial results merged).
   absl::StatusOr<Json> BatchObject(const Job& job);
-  // The job behind an output or error file id, when the caller may see it.
-  absl::StatusOr<Job> JobOfFile(Call& call, const std::string& id, bool* errors);
+  // A batch's output or error file, when the caller may see the batch and the batch names it.
+  struct ResultFile {
+    Job job;
+    bool errors = false;  // the error file (else the output)
+    std::string key;      // its object
+  };
+  absl::StatusOr<ResultFile> FindResultFile(Call& call, const std::string& id);
 
   Deps deps_;
   OpenAiApiOptions options_;

@@ -1,7 +1,8 @@
 // The OpenAI Batch API driven by the official `openai` SDK (tests/js/openai_check.mjs) against real
 // processes: a `minions server` and executors running the real llama.cpp runner on the test model,
 // served to the SDK under the name "text" (--openai-model-dir). What the SDK downloads must equal
-// `local-run` on the same file. The cancel test runs the no-op runner, stalled on one record so
+// `local-run` on the same file. Both backend pairs: SQLite and a folder, PostgreSQL and S3 (where
+// a large file goes up as an S3 multipart upload while it arrives). The cancel test runs the no-op runner, stalled on one record so
 // that the batch can never finish on its own: cancelled, it keeps the output its tasks committed.
 
 #include <gmock/gmock.h>
@@ -34,13 +35,15 @@ std::vector<std::string> ChatLines(int n, const std::string& stall_at = "") {
   return lines;
 }
 
-class OpenAiSdk : public ::testing::Test {
+class OpenAiSdk : public ::testing::TestWithParam<std::string> {
  protected:
   // A pool serving the OpenAI API with the test models, and keys for two teams.
-  void StartPool(const std::string& name, int lease_ttl_ms = 6000) {
+  void StartPool(const std::string& name, const std::string& backend = "embedded", int lease_ttl_ms = 6000) {
     dir_ = TempDir("openai-" + name);
     pool_ = std::make_unique<ProcessPool>(kBin + "/minions", dir_ + "/pool", lease_ttl_ms);
     pool_->AllowModels({kModelsDir});
+    UseBackend(*pool_, backend, "openai_" + name);
+    if (HasFatalFailure()) return;
     pool_->AddServerArgs({"--openai-model-dir", kModelsDir});
     ASSERT_TRUE(pool_->StartServer().ok());
     ASSERT_TRUE(pool_->CreateTeam("search").ok());
@@ -85,8 +88,8 @@ class OpenAiSdk : public ::testing::Test {
   std::string key_, viewer_key_, other_key_;
 };
 
-TEST_F(OpenAiSdk, AnSdkScriptRunsItsBatchAndGetsWhatLocalRunGets) {
-  StartPool("sdk");
+TEST_P(OpenAiSdk, AnSdkScriptRunsItsBatchAndGetsWhatLocalRunGets) {
+  StartPool("sdk" + std::to_string(getpid()), GetParam());
   if (HasFatalFailure()) return;
   std::vector<std::string> lines = ChatLines(24);
   std::string input = WriteInput(dir_, lines);
@@ -95,13 +98,19 @@ TEST_F(OpenAiSdk, AnSdkScriptRunsItsBatchAndGetsWhatLocalRunGets) {
     std::ofstream out(bad);
     out << lines[0] << "\n{not json\n" << lines[0] << "\n";
   }
+  // A file of 20 MiB: several parts of an S3 multipart upload on the way in, streamed back out.
+  std::string big = dir_ + "/big.jsonl";
+  {
+    std::ofstream out(big);
+    for (int i = 0; out.tellp() < (20 << 20); ++i) out << lines[i % lines.size()] << "\n";
+  }
 
   // No executor yet: a batch whose window passes expires, every record an error line.
   Json expired = RunCheck("expire", input);
   EXPECT_EQ(expired["errors"], 24) << expired;
 
   for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool_->StartExecutor(name).ok());
-  Json main = RunCheck("main", input, {"BAD_INPUT=" + bad});
+  Json main = RunCheck("main", input, {"BAD_INPUT=" + bad, "BIG_INPUT=" + big});
   ASSERT_TRUE(main.is_object()) << main;
   EXPECT_EQ(main["counts"]["total"], 24);
   // The validation errors name the lines: 2 (not JSON) and 3 (a repeated custom_id).
@@ -125,8 +134,8 @@ TEST_F(OpenAiSdk, AnSdkScriptRunsItsBatchAndGetsWhatLocalRunGets) {
   std::filesystem::remove_all(dir_);
 }
 
-TEST_F(OpenAiSdk, ACancelledBatchGoesCancellingThenCancelledAndKeepsItsPartialOutput) {
-  StartPool("cancel");
+TEST_P(OpenAiSdk, ACancelledBatchGoesCancellingThenCancelledAndKeepsItsPartialOutput) {
+  StartPool("cancel" + std::to_string(getpid()), GetParam());
   if (HasFatalFailure()) return;
   // 300 records in tasks of 100; the runner stalls for good on record 160, so the batch cannot end
   // by itself: the first task completes, the second commits a checkpoint (50 records) and hangs.
@@ -149,6 +158,11 @@ TEST_F(OpenAiSdk, ACancelledBatchGoesCancellingThenCancelledAndKeepsItsPartialOu
   EXPECT_EQ(job->state(), "cancelled");
   std::filesystem::remove_all(dir_);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, OpenAiSdk, ::testing::Values("embedded", "postgres-s3"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "embedded" ? std::string("Embedded") : std::string("PostgresS3");
+                         });
 
 }  // namespace
 }  // namespace minions::testing

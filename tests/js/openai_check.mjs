@@ -5,7 +5,7 @@
 // with, in the environment: OPENAI_BASE_URL (http://host:port/v1), MINIONS_KEY (a submitter of
 // team A), MINIONS_VIEWER_KEY (a viewer of A), MINIONS_OTHER_KEY (a submitter of team B), INPUT
 // (a JSONL file of requests), OUT_DIR (where downloaded files go) and, per phase, BAD_INPUT or
-// CANCEL_AFTER. Prints one JSON line of what it saw; exits non-zero (with the reason on stderr)
+// CANCEL_AFTER and BIG_INPUT. Prints one JSON line of what it saw; exits non-zero (with the reason on stderr)
 // when the API does not behave as OpenAI's does.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -131,6 +131,16 @@ async function mainPhase() {
   for await (const b of client.batches.list({ limit: 1 })) batchIds.push(b.id);
   assert.ok(batchIds.includes(created.id) && batchIds.includes(refused.id), `listed: ${batchIds}`);
   assert.equal(new Set(batchIds).size, batchIds.length, 'no batch twice across pages');
+
+  // A large file goes up and comes back byte for byte (on S3: a multipart upload as it arrives).
+  if (process.env.BIG_INPUT) {
+    const want = fs.readFileSync(process.env.BIG_INPUT);
+    const bigFile = await client.files.create({ file: fs.createReadStream(process.env.BIG_INPUT), purpose: 'batch' });
+    assert.equal(bigFile.bytes, want.length);
+    const got = Buffer.from(await (await client.files.content(bigFile.id)).arrayBuffer());
+    assert.ok(got.equals(want), 'the large file comes back as it went');
+    assert.equal((await client.files.delete(bigFile.id)).deleted, true);
+  }
 
   const deleted = await client.files.delete(bad.id);
   assert.equal(deleted.deleted, true);
