@@ -261,7 +261,8 @@ class StreamConn final : public HttpStream {
   // little while (2 s, 16 MiB at most, so a client dripping bytes cannot hold the thread), so that
   // closing does not reset the connection before the client has read the answer.
   void Linger() {
-    if (body_done_ || broken_) return;
+    // (A client still waiting for "100 Continue" sends no body: there is nothing to drain.)
+    if (body_done_ || broken_ || expect_continue_) return;
     SetTimeout(SO_RCVTIMEO, absl::Milliseconds(500));
     const absl::Time until = absl::Now() + absl::Seconds(2);
     char drop[16384];
