@@ -198,12 +198,31 @@ TEST(HttpServerTls, ServesTlsAndOnlyTlsAndPlainTextOnlyOnLoopback) {
   options.tls_key_file = files->server_key;
   HttpServer server(options);
   server.Handle("/hello", [](const HttpRequest& r) { return HttpResponse{200, "text/plain", r.tls ? "tls\n" : "plain\n", {}}; });
+  // A streamed route over TLS: the body read and the answer written on the stream's own thread.
+  server.HandleStream("/s/", [](const HttpRequest& r, HttpStream& stream) {
+    std::string body;
+    char buffer[4096];
+    while (true) {
+      auto n = stream.ReadBody(buffer, sizeof(buffer));
+      if (!n.ok() || *n == 0) break;
+      body.append(buffer, *n);
+    }
+    (void)stream.WriteHead(200, "text/plain", -1);
+    (void)stream.Write(r.tls ? "tls:" : "plain:");
+    for (size_t at = 0; at < body.size(); at += 10000) (void)stream.Write(std::string_view(body).substr(at, 10000));
+  });
   ASSERT_TRUE(server.Start("127.0.0.1:0").ok());
   HttpOptions https;
   https.ca_file = files->ca_cert;
   HttpReply reply = HttpRequestOnce(absl::StrCat("https://localhost:", server.port(), "/hello"), https);
   EXPECT_EQ(reply.status, 200);
   EXPECT_EQ(reply.body, "tls\n");
+  HttpOptions upload = https;
+  upload.post = true;
+  for (int i = 0; i < 50000; ++i) upload.post_body += static_cast<char>('a' + i % 26);
+  HttpReply echoed = HttpRequestOnce(absl::StrCat("https://localhost:", server.port(), "/s/echo"), upload);
+  EXPECT_EQ(echoed.status, 200);
+  EXPECT_EQ(echoed.body, "tls:" + upload.post_body);
   EXPECT_EQ(HttpGet(absl::StrCat("http://127.0.0.1:", server.port(), "/hello"), 3000).status, 0);
   server.Stop();
   // A key that is not the certificate's.
