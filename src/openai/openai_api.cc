@@ -804,16 +804,13 @@ void OpenAiApi::CreateBatch(Call& call) {
     // Refused at validation: still a job (failed), so the CLI and dashboard show it too.
     side["errors"] = errors;
     JobSpec spec;
-    spec.team = call.team;
-    spec.owner = call.caller.principal;
     spec.model = model.empty() ? "(none)" : model;
     spec.input_key = input_key;
     spec.completion_window = *window;
-    job = deps_.store->CreateJob(spec, deps_.clock->Now());
+    job = deps_.jobs->SubmitRefused(
+        call.caller, spec, absl::StrCat("validation failed: ", errors[0]["message"].get<std::string>()));
     if (!job.ok()) return call.Fail(job.status());
     if (auto s = deps_.blobs->Put(keys::OpenAiBatch(call.team, job->id), DumpJson(side)); !s.ok()) return call.Fail(s);
-    std::string first = errors[0]["message"].get<std::string>();
-    job = deps_.store->FailJob(job->id, absl::StrCat("validation failed: ", first), deps_.clock->Now());
   } else {
     v1::SubmitJobRequest submit;
     submit.set_team(call.caller.IsAdmin() ? call.team : "");

@@ -153,6 +153,16 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   return store_->GetJob(job->id);
 }
 
+absl::StatusOr<Job> JobService::SubmitRefused(const Caller& caller, JobSpec spec, const std::string& error) {
+  spec.team = caller.team.empty() ? std::string(kDefaultTeam) : caller.team;
+  spec.owner = caller.principal;
+  auto job = store_->CreateJob(spec, clock_->Now());
+  if (!job.ok()) return job.status();  // ResourceExhausted: the team's quota of jobs
+  if (metrics_) metrics_->JobSubmitted(*job);
+  MINIONS_LOG(Info) << "job=" << job->id << " submitted by " << caller.Describe() << " and refused: " << error;
+  return store_->FailJob(job->id, error, clock_->Now());
+}
+
 grpc::Status JobService::SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                                    v1::Job* reply) {
   AUTHORIZE_OR_RETURN(context, Scope::kJobsWrite);

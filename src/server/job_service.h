@@ -63,6 +63,11 @@ class JobService final : public v1::Jobs::Service {
   // OpenAI API passes its team's files (keys::OpenAiFiles), which it has authorised already.
   absl::StatusOr<Job> Submit(const Caller& caller, const v1::SubmitJobRequest& request,
                              const std::string& input_prefix = "");
+  // A submission refused after its input was read (the OpenAI API's batch whose file fails
+  // validation), kept as a failed job of the caller's team with `error`, so that the CLI, the
+  // dashboard and the metrics show it like any other. `spec` gives the model, input and window;
+  // team and owner come from the caller.
+  absl::StatusOr<Job> SubmitRefused(const Caller& caller, JobSpec spec, const std::string& error);
 
  private:
   // The job, if the caller may see it; NotFound ("no job ID") otherwise, word for word what an
