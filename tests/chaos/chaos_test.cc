@@ -17,7 +17,10 @@
 // printed with the summary of what the driver did. Logs are kept when a test fails, or always with
 // MINIONS_CHAOS_KEEP_LOGS=1.
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -80,6 +83,17 @@ Reference MakeReference() {
   r.lines = cli::SamplePromptLines(sample);
   const std::string dir = MINIONS_CHAOS_REFERENCE_DIR;
   const std::string stamp = ReferenceStamp(r.lines);
+  // ctest -j runs the chaos variants at once, each in its own process: without a lock two of
+  // them both find the stamp stale and remove the folder while the other one is filling it.
+  const int lock = ::open((dir + ".lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  EXPECT_GE(lock, 0) << "cannot open the reference's lock file " << dir << ".lock";
+  if (lock >= 0) ::flock(lock, LOCK_EX);
+  struct Unlock {
+    int fd;
+    ~Unlock() {
+      if (fd >= 0) ::close(fd);  // Closing releases the flock.
+    }
+  } unlock{lock};
   if (ReadFile(dir + "/stamp") != stamp) {
     std::filesystem::remove_all(dir);
     // One thread: spinning ggml threads on a shared machine slow everyone down.
