@@ -33,6 +33,7 @@
 #include "server/executor_service.h"
 #include "server/job_finalizer.h"
 #include "server/job_service.h"
+#include "server/model_service.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
@@ -71,6 +72,7 @@ class MinionsServer {
 
   JobService& jobs() { return job_service_; }
   ExecutorService& executors() { return executor_service_; }
+  ModelService& models() { return model_service_; }
   Authenticator& authenticator() { return authenticator_; }
   IdentityAdmin& identities() { return identities_; }
   metrics::Registry& metrics() { return registry_; }
@@ -102,6 +104,7 @@ class MinionsServer {
   JobService job_service_;
   ExecutorService executor_service_;
   AdminService admin_service_;
+  ModelService model_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;

@@ -11,9 +11,12 @@
 #include "model/json_codec.h"
 #include "model/memory_estimate.h"
 #include "model/model_ref.h"
+#include "testing/gguf_builder.h"
 
 namespace minions {
 namespace {
+
+using testing::GgufBuilder;
 
 using ::testing::HasSubstr;
 
@@ -53,74 +56,6 @@ TEST(ModelRef, RunnerNames) {
     EXPECT_FALSE(ValidateRunnerName(bad).ok()) << bad;
   }
 }
-
-// A GGUF header built by hand: what gguf_header.cc reads, and nothing it does not.
-class GgufBuilder {
- public:
-  GgufBuilder& Kv(const std::string& key, uint32_t value) {
-    Key(key, 4);
-    Raw(value);
-    ++n_kv_;
-    return *this;
-  }
-  GgufBuilder& Kv(const std::string& key, const std::string& value) {
-    Key(key, 8);
-    String(value);
-    ++n_kv_;
-    return *this;
-  }
-  GgufBuilder& Float(const std::string& key, float value) {
-    Key(key, 6);
-    Raw(value);
-    ++n_kv_;
-    return *this;
-  }
-  GgufBuilder& Strings(const std::string& key, int n) {
-    Key(key, 9);
-    Raw(uint32_t{8});
-    Raw(uint64_t(n));
-    for (int i = 0; i < n; ++i) String("t" + std::to_string(i));
-    ++n_kv_;
-    return *this;
-  }
-  GgufBuilder& Tensor(const std::string& name, std::vector<uint64_t> dims) {
-    String(tensors_, name);
-    Raw(tensors_, uint32_t(dims.size()));
-    for (uint64_t d : dims) Raw(tensors_, d);
-    Raw(tensors_, uint32_t{0});
-    Raw(tensors_, uint64_t{0});
-    ++n_tensors_;
-    return *this;
-  }
-  std::string Build(uint32_t version = 3) const {
-    std::string out = "GGUF";
-    Raw(out, version);
-    Raw(out, n_tensors_);
-    Raw(out, n_kv_);
-    return out + kv_ + tensors_;
-  }
-
- private:
-  template <typename T>
-  static void Raw(std::string& out, T value) {
-    out.append(reinterpret_cast<const char*>(&value), sizeof(T));
-  }
-  template <typename T>
-  void Raw(T value) {
-    Raw(kv_, value);
-  }
-  static void String(std::string& out, const std::string& s) {
-    Raw(out, uint64_t(s.size()));
-    out += s;
-  }
-  void String(const std::string& s) { String(kv_, s); }
-  void Key(const std::string& key, uint32_t type) {
-    String(key);
-    Raw(type);
-  }
-  std::string kv_, tensors_;
-  uint64_t n_kv_ = 0, n_tensors_ = 0;
-};
 
 std::string LlamaHeader() {
   return GgufBuilder()
