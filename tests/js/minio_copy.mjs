@@ -27,6 +27,8 @@ try {
     secretKey: process.env.AWS_SECRET_ACCESS_KEY || "S3RVER",
     region: a.region || "us-east-1",
     pathStyle: true,
+    // One PUT for files up to 5 GiB: s3rver refuses the multipart form minio uses for large ones.
+    partSize: 5 * 1024 * 1024 * 1024,
   });
   let t = process.hrtime.bigint();
   await client.fPutObject(a.bucket, a.key, a.file);
