@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/demo.h"
 #include "common/logging.h"
+#include "model/model_ref.h"
 
 namespace minions::apps {
 
@@ -96,6 +97,20 @@ absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const s
   sandbox.confine = flags.runner_sandbox != "off";
   auto made = RunnerSandbox::Create(sandbox);
   if (!made.ok()) return made.status();
+  // Runners the owner declared ([runners] NAME = command), confined as the built-in one is.
+  for (const auto& [name, command] : config->runners) {
+    if (absl::Status valid = ValidateRunnerName(name); !valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("[runners] ", valid.message()));
+    }
+    if (name == "llama" || command.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "[runners] ", name, ": give a program (llama is the built-in runner; [executor] runner changes its program)"));
+    }
+    ProcessRunner::Options declared = *runner;
+    declared.command = (*made)->Wrap(command);
+    agent->declared_runners[name] = std::make_shared<ProcessRunnerFactory>(std::move(declared));
+    agent->runners.push_back(name);
+  }
   runner->command = (*made)->Wrap(runner->command);
   if (sandbox.confine) {
     MINIONS_LOG(Info) << (*made)->Describe();

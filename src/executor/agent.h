@@ -96,6 +96,10 @@ struct AgentOptions {
   // share of memory work may take (usable memory follows it).
   std::vector<std::string> runners = {"llama"};
   double owner_memory_share = 1.0;
+  // Runners its owner declared beside the built-in one (config [runners] NAME = command), by name;
+  // a lease naming one runs there (the built-in "llama" is the factory given to the agent). Their
+  // names are added to `runners` by whoever fills this.
+  std::map<std::string, std::shared_ptr<RunnerFactory>> declared_runners;
 };
 
 class ExecutorAgent : public WorkTarget {
@@ -176,7 +180,8 @@ class ExecutorAgent : public WorkTarget {
   // Sends queued tasks to the runner in order (loading the model when it changes, once the
   // runner has finished the previous model's tasks).
   void FeedRunner(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  absl::Status StartRunner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Starts the runner `name` ("llama" or one of declared_runners).
+  absl::Status StartRunner(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // The load command for a lease's model and options (this executor's thread count unless the
   // job sets one).
   absl::StatusOr<runner_protocol::LoadRequest> LoadRequestFor(const LeaseGrant& lease) const
@@ -260,6 +265,7 @@ class ExecutorAgent : public WorkTarget {
   absl::Time next_completion_try_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
   std::unique_ptr<Runner> runner_ ABSL_GUARDED_BY(main_);
   std::string runner_model_ ABSL_GUARDED_BY(main_);      // model and options it has (or loads)
+  std::string runner_name_ ABSL_GUARDED_BY(main_);       // which runner runner_ is
   std::optional<absl::Time> loading_since_ ABSL_GUARDED_BY(main_);  // a load was asked then
   TaskPtr loading_for_ ABSL_GUARDED_BY(main_) = nullptr;  // the task that asked for it
   // The background fetch of a registry model (one at a time) and where each fetched one is.

@@ -15,10 +15,14 @@
 namespace minions {
 namespace {
 
+// The runner every executor has; a lease that names none runs there.
+constexpr char kBuiltInRunner[] = "llama";
+std::string RunnerOf(const LeaseGrant& lease) { return lease.runner.empty() ? kBuiltInRunner : lease.runner; }
+
 // What a runner must have loaded to run a lease: its model (the bytes, for a registry model) and
 // load options.
 std::string ModelKey(const LeaseGrant& lease) {
-  return absl::StrCat(lease.model, "@", lease.model_digest, "\n", lease.runner_options_json);
+  return absl::StrCat(RunnerOf(lease), ":", lease.model, "@", lease.model_digest, "\n", lease.runner_options_json);
 }
 
 // Events taken per pass at most, so a flood of results cannot starve leasing and completions.
@@ -26,9 +30,18 @@ constexpr int kEventsPerPass = 4096;
 
 }  // namespace
 
-absl::Status ExecutorAgent::StartRunner() {
-  ASSIGN_OR_RETURN(std::unique_ptr<Runner> runner, runners_->Start([this] { main_alarm_->Ring(); }));
+absl::Status ExecutorAgent::StartRunner(const std::string& name) {
+  RunnerFactory* factory = runners_.get();
+  if (name != kBuiltInRunner) {
+    auto declared = options_.declared_runners.find(name);
+    if (declared == options_.declared_runners.end()) {
+      return absl::FailedPreconditionError(absl::StrCat("this executor offers no runner '", name, "'"));
+    }
+    factory = declared->second.get();
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Runner> runner, factory->Start([this] { main_alarm_->Ring(); }));
   runner_ = std::move(runner);
+  runner_name_ = name;
   {
     absl::MutexLock lock(&mu_);
     live_runner_ = runner_.get();
@@ -139,8 +152,12 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
                FailureClass::kPermanent);
         continue;
       }
+      if (runner_ && runner_name_ != RunnerOf(task->lease())) {
+        // Another runner program: the idle one ends (it holds no batch) and the lease's starts.
+        for (TaskPtr held : DropRunner()) queue_.push_back(held);
+      }
       if (!runner_) {
-        if (absl::Status s = StartRunner(); !s.ok()) {
+        if (absl::Status s = StartRunner(RunnerOf(task->lease())); !s.ok()) {
           // A runner that will not start may be a passing problem of this machine.
           queue_.pop_front();
           GiveUp(task, absl::Status(s.code(), absl::StrCat("cannot start the runner: ", s.message())),
