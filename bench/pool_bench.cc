@@ -311,7 +311,7 @@ void ColdModel(const std::string& work, const std::string& model, const std::str
   (void)models.Push(model, "bench-again", "");
   const double again = absl::ToDoubleSeconds(absl::Now() - start);
   // The baseline, interleaved with the cold starts: the same file into and out of the same server.
-  const std::string script = std::string(MINIONS_SOURCE_DIR) + "/tests/js/minio_copy.mjs";
+  const std::string script = std::string(MINIONS_SOURCE_DIR) + "/tests/js/minio_model_copy.mjs";
   std::vector<double> cold, put, get;
   for (int t = 0; t < trials; ++t) {
     std::string out = RunCommand({"env", s3_env[0], s3_env[1], "node", script, "--endpoint", endpoint, "--bucket",

@@ -2,7 +2,7 @@
 // the baseline of the model cold-start benchmark (bench/pool_bench.cc --mode cold-model).
 // Prints one JSON line {"put_seconds": P, "get_seconds": G, "bytes": N} or {"error": "..."}.
 //
-// node minio_copy.mjs --endpoint http://127.0.0.1:PORT --bucket B --key K --file PATH --out PATH
+// node minio_model_copy.mjs --endpoint http://127.0.0.1:PORT --bucket B --key K --file PATH --out PATH
 // Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, default S3RVER/S3RVER. Path-style, no TLS.
 import * as Minio from "minio";
 import { statSync } from "node:fs";
