@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "backends.h"
 #include "common/host_port.h"
 #include "cli/demo.h"
@@ -80,6 +81,19 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
         }
       } else if (auto s = table["executor"][key].value<std::string>()) {
         field->push_back(*s);
+      }
+    }
+    if (const toml::table* runners = table["runners"].as_table()) {
+      for (const auto& [key, value] : *runners) {
+        std::vector<std::string> argv;
+        if (auto s = value.value<std::string>()) {
+          argv = absl::StrSplit(*s, ' ', absl::SkipEmpty());
+        } else if (const toml::array* list = value.as_array()) {
+          for (const auto& item : *list) {
+            if (auto s = item.value<std::string>()) argv.push_back(*s);
+          }
+        }
+        config.runners.emplace_back(std::string(key.str()), std::move(argv));
       }
     }
     if (const toml::table* availability = table["availability"].as_table()) {

@@ -11,6 +11,7 @@
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
 //   [executor]  server, ca, join_token_file, name, state_dir, runner, runner_threads, objects = [...], models = [...]
+//   [runners]   NAME = "program arg ..." (runners declared beside the built-in llama one)
 //   [availability]  when the executor may use its machine: mode = "owner" | "dedicated" | "off",
 //               start_idle = "10m", allow_battery = false, hours = "22-7", protected_apps = [...],
 //               ... (every key: docs/availability.md; src/executor/availability_controller.h)
@@ -70,6 +71,9 @@ struct MinionsConfig {
   std::vector<std::string> executor_models;
   std::string runner;
   int runner_threads = 0;
+  // [runners] NAME = "program arg ..." (or ["program", "arg", ...]): runners the executor offers
+  // beside the built-in llama one; a job names one with --runner NAME.
+  std::vector<std::pair<std::string, std::vector<std::string>>> runners;
   // [availability]: settings by name, in the order they apply (file, then environment).
   std::vector<std::pair<std::string, std::string>> availability;
 

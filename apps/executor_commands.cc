@@ -13,10 +13,18 @@
 #include "absl/strings/str_split.h"
 #include "cli/demo.h"
 #include "common/logging.h"
+#include "model/model_ref.h"
 
 namespace minions::apps {
 
 std::string DefaultExecutorStateDir() { return cli::MinionsHome() + "/executor"; }
+
+std::string ModelCacheDir(const std::string& state_dir) {
+  std::error_code ec;
+  return std::filesystem::absolute((state_dir.empty() ? DefaultExecutorStateDir() : state_dir) + "/model-cache", ec)
+      .lexically_normal()
+      .string();
+}
 
 namespace {
 
@@ -68,6 +76,17 @@ absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const s
   }
   RunnerSandboxOptions sandbox;
   sandbox.model_folders = agent->models->ReadableFolders();
+  // The runner reads registry models from the cache too. The cache is not one of the folders a
+  // job may name a path in (ModelAccess): a job would otherwise run another team's cached model
+  // by naming its digest; a lease reaches a cached model only by its digest and the team's URL.
+  // (Made now: the sandbox opens only folders that exist.)
+  const std::string cache_dir = ModelCacheDir(agent->state_dir);
+  std::error_code made_cache;
+  std::filesystem::create_directories(cache_dir + "/sha256", made_cache);
+  if (made_cache) {
+    return absl::UnavailableError(absl::StrCat("cannot make the model cache ", cache_dir, ": ", made_cache.message()));
+  }
+  sandbox.model_folders.push_back(cache_dir);
   std::string state_dir = agent->state_dir.empty() ? DefaultExecutorStateDir() : agent->state_dir;
   std::error_code ec;
   sandbox.scratch_dir = std::filesystem::absolute(state_dir + "/runner-scratch", ec).lexically_normal().string();
@@ -78,6 +97,20 @@ absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const s
   sandbox.confine = flags.runner_sandbox != "off";
   auto made = RunnerSandbox::Create(sandbox);
   if (!made.ok()) return made.status();
+  // Runners the owner declared ([runners] NAME = command), confined as the built-in one is.
+  for (const auto& [name, command] : config->runners) {
+    if (absl::Status valid = ValidateRunnerName(name); !valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("[runners] ", valid.message()));
+    }
+    if (name == "llama" || command.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "[runners] ", name, ": give a program (llama is the built-in runner; [executor] runner changes its program)"));
+    }
+    ProcessRunner::Options declared = *runner;
+    declared.command = (*made)->Wrap(command);
+    agent->declared_runners[name] = std::make_shared<ProcessRunnerFactory>(std::move(declared));
+    agent->runners.push_back(name);
+  }
   runner->command = (*made)->Wrap(runner->command);
   if (sandbox.confine) {
     MINIONS_LOG(Info) << (*made)->Describe();

@@ -39,6 +39,9 @@ struct ExecutorFlags {
   CLI::App* install_cmd = nullptr;
 };
 
+// Where the executor keeps registry models (executor/model_cache.h): STATE_DIR/model-cache.
+std::string ModelCacheDir(const std::string& state_dir);
+
 // Adds the availability flags and the owner verbs to the `executor` command.
 void AddExecutorCommands(CLI::App* executor, ExecutorFlags* flags, std::string* state_dir);
 // Runs an owner verb if one was given; nullopt: none (run the agent).

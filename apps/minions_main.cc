@@ -20,6 +20,7 @@
 #include "cli/credentials.h"
 #include "cli/demo.h"
 #include "cli/local_run.h"
+#include "cli/model_verbs.h"
 #include "common/logging.h"
 #include "common/private_files.h"
 #include "common/redact.h"
@@ -87,6 +88,7 @@ void PrintVerbs(CLI::App& app) {
   const std::vector<std::pair<const char*, std::vector<const char*>>> groups = {
       {"Start here", {"demo", "up"}},
       {"Submit and follow work", {"submit", "jobs", "status", "watch", "results", "cancel"}},
+      {"Models", {"models"}},
       {"The fleet", {"executors", "drain"}},
       {"Teams and access", {"admin", "pki"}},
       {"Run the pieces yourself", {"server", "watchdog", "executor", "config"}},
@@ -312,6 +314,21 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
   credentials.credential_file =
       (state_dir.empty() ? minions::apps::DefaultExecutorStateDir() : state_dir) + "/credential";
   credentials.join_token = *join_token;
+  // Registry models: fetched into the cache by the leases' URLs, under the same URL policy.
+  minions::PolicyBlobClient cache_blobs(
+      url_policy, std::make_unique<minions::UrlBlobClient>(minions::UrlBlobClient::Options{.clock = &clock}));
+  minions::ModelCacheOptions cache_options;
+  cache_options.dir = minions::apps::ModelCacheDir(state_dir);
+  cache_options.max_bytes = availability.model_cache_bytes;
+  cache_options.free_disk_floor_bytes = availability.free_disk_floor_bytes;
+  cache_options.bytes_per_second = availability.model_download_bytes_per_second;
+  auto cache = minions::ModelCache::Open(cache_options, &cache_blobs, &clock);
+  if (!cache.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(cache.status().message()).c_str());
+    return 1;
+  }
+  options.model_cache = std::move(*cache);
+  options.owner_memory_share = availability.policy.max_memory_share;
   minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(*channel, credentials),
                                std::make_unique<minions::PolicyBlobClient>(
                                    std::move(url_policy),
@@ -664,6 +681,12 @@ struct ClientVerbs {
   CLI::App* revoke_executor_cmd = nullptr;
   CLI::App* whoami_cmd = nullptr;
   CLI::App* drain_cmd = nullptr;  // AddDrainVerb
+  minions::cli::ModelOptions model;
+  CLI::App* models_cmd = nullptr;
+  CLI::App* models_push_cmd = nullptr;
+  CLI::App* models_list_cmd = nullptr;
+  CLI::App* models_show_cmd = nullptr;
+  CLI::App* models_rm_cmd = nullptr;
 };
 
 // submit, jobs, status, watch, results, cancel, executors (revoke) and whoami.
@@ -675,7 +698,10 @@ void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
   auto* submit_cmd = c->submit_cmd = app.add_subcommand("submit", "submit a JSONL batch file; prints the job id");
   AddConnection(submit_cmd, &connection, &config_path);
   submit_cmd->add_option("file", submit.input_path, "OpenAI Batch request lines (JSONL)")->required();
-  submit_cmd->add_option("--model", submit.model, "model the executors load (a GGUF path)")->required();
+  submit_cmd->add_option("--model", submit.model,
+                         "a pushed model (NAME or NAME@sha256:...), or a GGUF path the executors can open")
+      ->required();
+  submit_cmd->add_option("--runner", submit.runner, "the runner that serves it (default llama; or one executors declare)");
   submit_cmd->add_option("--shard-size", submit.shard_size, "records per task (default 100)");
   submit_cmd->add_option("--max-attempts", submit.max_attempts, "failures before a task fails (default 4)");
   submit_cmd->add_option("--priority", submit.priority, "higher runs first");
@@ -721,6 +747,26 @@ void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
   revoke_executor_cmd->add_option("executor", c->executor_id, "executor id")->required();
   AddConnection(revoke_executor_cmd, &connection, &config_path);
   revoke_executor_cmd->add_flag("--json", json, "JSON output");
+  // models: push, list, show, rm (a bare `minions models` lists).
+  auto* models_cmd = c->models_cmd = app.add_subcommand("models", "the team's models: push a GGUF file, list, show, rm");
+  AddConnection(models_cmd, &connection, &config_path);
+  models_cmd->add_option("--team", c->model.team, "the team (admins: any; default your credential's)");
+  models_cmd->add_flag("--json", c->model.json, "JSON output");
+  auto* push = c->models_push_cmd =
+      models_cmd->add_subcommand("push", "upload a GGUF model for the team (resumable; the same bytes again are free)");
+  push->add_option("file", c->model.path, "the GGUF file")->required();
+  push->add_option("--name", c->model.name, "the name jobs use (--model NAME)")->required();
+  auto* list = c->models_list_cmd = models_cmd->add_subcommand("list", "the team's models");
+  auto* show = c->models_show_cmd = models_cmd->add_subcommand("show", "one model: what its header says, what a task needs");
+  show->add_option("model", c->model.name, "NAME or NAME@sha256:...")->required();
+  auto* rm = c->models_rm_cmd =
+      models_cmd->add_subcommand("rm", "remove a model (every digest of NAME, or NAME@sha256:...); refused while a job needs it");
+  rm->add_option("model", c->model.name, "NAME or NAME@sha256:...")->required();
+  for (CLI::App* verb : {push, list, show, rm}) {
+    AddConnection(verb, &connection, &config_path);
+    verb->add_option("--team", c->model.team, "the team (admins: any; default your credential's)");
+    verb->add_flag("--json", c->model.json, "JSON output");
+  }
   auto* whoami_cmd = c->whoami_cmd =
       app.add_subcommand("whoami", "which credential this client presents, and what it may do");
   AddConnection(whoami_cmd, &connection, &config_path);
@@ -752,6 +798,13 @@ std::optional<int> RunClientVerb(ClientVerbs* c, const minions::cli::Connection&
     return minions::cli::RevokeExecutor(*minions::cli::RemoteAdmin(connection), c->executor_id, json);
   }
   if (c->executors_cmd->parsed()) return minions::cli::ListExecutors(connection, json);
+  if (c->models_cmd->parsed()) {
+    c->model.json = c->model.json || json;
+    if (c->models_push_cmd->parsed()) return minions::cli::PushModel(connection, c->model);
+    if (c->models_show_cmd->parsed()) return minions::cli::ShowModel(connection, c->model);
+    if (c->models_rm_cmd->parsed()) return minions::cli::RemoveModel(connection, c->model);
+    return minions::cli::ListModels(connection, c->model);
+  }
   if (c->whoami_cmd->parsed()) return minions::cli::WhoAmI(*minions::cli::RemoteAdmin(connection), json);
   return std::nullopt;
 }
@@ -900,9 +953,15 @@ absl::Status LoadClientConfig(const ClientVerbs& c, const AdminVerbs& a, const E
                               SharedFlags* shared, std::optional<minions::apps::MinionsConfig>* client_config) {
   minions::cli::Connection& connection = shared->connection;
   for (CLI::App* cmd : {c.submit_cmd, c.jobs_cmd, c.status_cmd, c.watch_cmd, c.results_cmd, c.cancel_cmd,
-                        c.executors_cmd, c.drain_cmd, c.revoke_executor_cmd, c.whoami_cmd, a.admin_cmd,
+                        c.executors_cmd, c.drain_cmd, c.revoke_executor_cmd, c.whoami_cmd, c.models_cmd,
+                        c.models_push_cmd, c.models_list_cmd, c.models_show_cmd, c.models_rm_cmd, a.admin_cmd,
                         e.executor_cmd}) {
     if (!cmd->parsed()) continue;
+    // `models VERB` is parsed as both: the sub-verb's own --server is the one to honour.
+    if (cmd == c.models_cmd && (c.models_push_cmd->parsed() || c.models_list_cmd->parsed() ||
+                                c.models_show_cmd->parsed() || c.models_rm_cmd->parsed())) {
+      continue;
+    }
     // `executors revoke` is parsed as both: the sub-verb's own --server is the one to honour.
     if (cmd == c.executors_cmd && c.revoke_executor_cmd->parsed()) continue;
     auto config =

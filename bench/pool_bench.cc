@@ -6,8 +6,13 @@
 //   --mode scaling         one executor vs the runner alone; N executors vs N x the runner alone
 //   --mode noop-job        a team's big job of tiny records through executors with the no-op
 //                          runner (which answers one line at a time) vs that runner alone
+//   --mode cold-model      a model no executor holds yet, pushed to the registry over the S3 server
+//                          on loopback (--s3-endpoint): push, then submit -> first result on a
+//                          fresh executor (download, digest check, load), vs copying the file into
+//                          and out of the same server with the minio client (tests/js)
 //   --mode all             control-plane, first-result and scaling
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +28,7 @@
 #include "bench_util.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cli/model_verbs.h"
 #include "cli/sample_prompts.h"
 #include "common/json_util.h"
 #include "common/subprocess.h"
@@ -247,6 +253,102 @@ void NoopJob(const std::string& work, int executors, int records, int64_t shard)
   }
 }
 
+// Seconds from submit to the first record's result (-1 on failure), then waits for the job to end.
+double FirstResultSeconds(minions::cli::JobsClient& client, const std::string& input, const std::string& model) {
+  minions::v1::SubmitJobRequest request;
+  request.set_input(input);
+  request.set_model(model);
+  request.set_shard_size(1);
+  absl::Time start = absl::Now();
+  auto job = client.Submit(request);
+  if (!job.ok()) {
+    fprintf(stderr, "submit failed: %s\n", std::string(job.status().message()).c_str());
+    return -1;
+  }
+  double first = -1;
+  while (true) {
+    auto now = client.Get(job->id());
+    if (!now.ok()) continue;
+    if (first < 0 && now->request_counts().completed() + now->request_counts().failed() > 0) {
+      first = absl::ToDoubleSeconds(absl::Now() - start);
+    }
+    if (now->state() == "completed") return first;
+    if (now->state() == "failed" || now->state() == "cancelled") {
+      fprintf(stderr, "job %s %s: %s\n", job->id().c_str(), now->state().c_str(), now->error().c_str());
+      return -1;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+}
+
+void ColdModel(const std::string& work, const std::string& model, const std::string& endpoint, int trials) {
+  const int64_t bytes = static_cast<int64_t>(std::filesystem::file_size(model));
+  printf("\n== cold start: a %.0f MB model no executor holds, over the S3 server at %s ==\n", bytes / 1e6,
+         endpoint.c_str());
+  const std::string prefix = absl::StrCat("bench-", getpid());
+  const std::vector<std::string> s3_env = {"AWS_ACCESS_KEY_ID=S3RVER", "AWS_SECRET_ACCESS_KEY=S3RVER",
+                                           "AWS_ENDPOINT_URL=" + endpoint, "AWS_REGION=us-east-1"};
+  ProcessPool pool(BinDir() + "/minions", work + "/cold-model", 9000);
+  pool.SetBackend({"--objects", "s3://minions-test/" + prefix}, s3_env);
+  if (!pool.StartServer().ok()) return;
+  minions::cli::SamplePromptOptions sample;
+  sample.records = 1;
+  sample.max_tokens = 1;
+  sample.include_bad_lines = false;
+  sample.include_embeddings = false;
+  const std::string input = JoinLines(minions::cli::SamplePromptLines(sample));
+  minions::cli::JobsClient client(pool.connection());
+  minions::cli::ModelsClient models(pool.connection());
+
+  absl::Time start = absl::Now();
+  auto pushed = models.Push(model, "bench", "");
+  const double push = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!pushed.ok()) {
+    printf("  push failed: %s\n", std::string(pushed.status().message()).c_str());
+    return;
+  }
+  start = absl::Now();
+  (void)models.Push(model, "bench-again", "");
+  const double again = absl::ToDoubleSeconds(absl::Now() - start);
+  // The baseline, interleaved with the cold starts: the same file into and out of the same server.
+  const std::string script = std::string(MINIONS_SOURCE_DIR) + "/tests/js/minio_model_copy.mjs";
+  std::vector<double> cold, put, get;
+  for (int t = 0; t < trials; ++t) {
+    std::string out = RunCommand({"env", s3_env[0], s3_env[1], "node", script, "--endpoint", endpoint, "--bucket",
+                                  "minions-test", "--key", absl::StrCat(prefix, "/minio-", t), "--file", model, "--out",
+                                  work + "/cold-model/minio-copy.gguf"},
+                                 work + "/minio.log");
+    auto parsed = minions::ParseJson(out.substr(0, out.find('\n')));
+    if (parsed.ok() && parsed->contains("put_seconds")) {
+      put.push_back((*parsed)["put_seconds"].get<double>());
+      get.push_back((*parsed)["get_seconds"].get<double>());
+    }
+    // A fresh executor: an empty cache, no runner yet.
+    const std::string name = absl::StrCat("cold-", t);
+    if (!pool.StartExecutor(name, 0).ok()) return;
+    double seconds = FirstResultSeconds(client, input, "bench");
+    (void)pool.StopExecutor(name, SIGTERM);
+    if (seconds > 0) cold.push_back(seconds);
+  }
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return -1.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  printf("  minions models push:            %.2f s (%.0f MB/s: hash, parts, digest check, join)\n", push,
+         bytes / 1e6 / push);
+  printf("  the same bytes pushed again:    %.3f s (hash only; nothing sent)\n", again);
+  printf("  submit -> first result, cold:   %.2f s median of %zu (download, digest check, load, 1 token)\n",
+         median(cold), cold.size());
+  if (!get.empty()) {
+    printf("  minio client put / get:         %.2f s / %.2f s median of %zu\n", median(put), median(get), get.size());
+    printf("  cold first result / minio get:  %.2fx;  push / minio put: %.2fx\n", median(cold) / median(get),
+           push / median(put));
+  } else {
+    printf("  minio client: not available (see %s/minio.log)\n", work.c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -254,7 +356,7 @@ int main(int argc, char** argv) {
   std::string mode = "all", model, work = "/tmp/minions-bench-pool";
   int executors = 2, tasks = 2000, trials = 5, records = 200, max_tokens = 16;
   int64_t shard = 25;
-  app.add_option("--mode", mode, "control-plane | first-result | scaling | noop-job | all")->capture_default_str();
+  app.add_option("--mode", mode, "control-plane | first-result | scaling | noop-job | cold-model | all")->capture_default_str();
   app.add_option("--model", model, "GGUF model (default: a test model made in the work dir)");
   app.add_option("--work-dir", work, "scratch directory")->capture_default_str();
   app.add_option("--executors", executors, "executors for control-plane")->capture_default_str();
@@ -263,6 +365,9 @@ int main(int argc, char** argv) {
   app.add_option("--records", records, "records for scaling and noop-job")->capture_default_str();
   app.add_option("--max-tokens", max_tokens, "max_tokens for scaling")->capture_default_str();
   app.add_option("--shard-size", shard, "records per task for scaling and noop-job")->capture_default_str();
+  std::string s3_endpoint;
+  app.add_option("--s3-endpoint", s3_endpoint,
+                 "cold-model: the S3 server (tests/services/s3rver.sh start DIR 0 writes DIR/endpoint)");
   CLI11_PARSE(app, argc, argv);
   std::filesystem::create_directories(work);
   if (model.empty() && mode != "control-plane" && mode != "noop-job") {
@@ -276,5 +381,6 @@ int main(int argc, char** argv) {
   if (mode == "first-result" || mode == "all") FirstResult(work, model, trials);
   if (mode == "scaling" || mode == "all") Scaling(work, model, records, max_tokens, shard);
   if (mode == "noop-job") NoopJob(work, executors, records, shard);
+  if (mode == "cold-model") ColdModel(work, model, s3_endpoint, trials);
   return 0;
 }

@@ -259,6 +259,7 @@ int Submit(const Connection& connection, const SubmitOptions& options) {
   request.set_priority(options.priority);
   request.set_team(options.team);
   request.set_runner_options_json(options.runner_options_json);
+  request.set_runner(options.runner);
   if (!options.completion_window.empty()) {
     absl::Duration window;
     if (!absl::ParseDuration(options.completion_window, &window) || window <= absl::ZeroDuration()) {
@@ -404,16 +405,27 @@ int ListExecutors(const Connection& connection, bool json) {
     printf("]\n");
     return 0;
   }
-  printf("%-16s %-16s %-12s %-8s %9s %10s  %s\n", "EXECUTOR", "NAME", "STATE", "OS", "MEMORY", "HEARTBEAT",
-         "TASKS (WHY)");
+  printf("%-16s %-16s %-12s %-24s %9s %9s %10s  %s\n", "EXECUTOR", "NAME", "STATE", "DEVICE", "MEMORY", "USABLE",
+         "HEARTBEAT", "MODELS | TASKS (WHY)");
   for (const auto& e : *executors) {
     std::string tasks;
     for (const auto& t : e.current_tasks()) tasks += (tasks.empty() ? "" : " ") + t;
     // Why an executor is not working, as far as the server says (never why an owner is present).
     if (!e.state_reason().empty()) tasks += (tasks.empty() ? "(" : " (") + e.state_reason() + ")";
-    printf("%-16s %-16s %-12s %-8s %8.1fG %10s  %s\n", e.id().c_str(), e.name().c_str(), e.state().c_str(),
-           e.os().c_str(), static_cast<double>(e.memory_bytes()) / (1 << 30), (Age(e.last_heartbeat_at_ms()) + " ago").c_str(),
-           tasks.c_str());
+    // Cached models by short digest; the loaded one starred.
+    std::string models;
+    for (const auto& digest : e.models_cached()) {
+      models += (models.empty() ? "" : " ") + digest.substr(0, std::min<size_t>(digest.size(), 15)) +
+                (digest == e.model_loaded() ? "*" : "");
+    }
+    if (models.empty()) models = "-";
+    const std::string device =
+        e.gpu().empty() ? absl::StrCat(e.accelerator().empty() ? "cpu" : e.accelerator(), " ", e.os())
+                        : absl::StrCat(e.accelerator(), " ", e.gpu());
+    printf("%-16s %-16s %-12s %-24s %8.1fG %8.1fG %10s  %s | %s\n", e.id().c_str(), e.name().c_str(),
+           e.state().c_str(), device.substr(0, 24).c_str(), static_cast<double>(e.memory_bytes()) / (1 << 30),
+           static_cast<double>(e.usable_memory_bytes()) / (1 << 30), (Age(e.last_heartbeat_at_ms()) + " ago").c_str(),
+           models.c_str(), tasks.c_str());
   }
   return 0;
 }

@@ -68,6 +68,7 @@ struct SubmitOptions {
   int priority = 0;
   std::string team;
   std::string runner_options_json;
+  std::string runner;             // "" : llama
   std::string completion_window;  // "24h", "90m": the job expires with what it finished by then
   bool wait = false;
   bool json = false;

@@ -115,6 +115,11 @@ Json FleetJson(const FleetSnapshot& s, absl::Time now, const Caller& caller) {
                          {"gpu", !e.info.gpu.empty()},
                          {"os", e.info.os},
                          {"memory_bytes", e.info.memory_bytes},
+                         {"accelerator", e.info.accelerator},
+                         {"usable_memory_bytes", UsableMemory(e.info)},
+                         {"runners", e.info.runners},
+                         {"models_cached", e.info.models},
+                         {"model_loaded", e.info.model_loaded},
                          // Coarse: an owner's presence is "unavailable", and never explained.
                          {"state", ExecutorStateShown(e.state)},
                          {"state_reason", e.state == ExecutorState::kOwnerActive ? "" : e.state_reason},

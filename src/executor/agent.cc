@@ -48,9 +48,11 @@ ExecutorAgent::ExecutorAgent(AgentOptions options, std::unique_ptr<ControlPlaneC
       watch_(options_.hang) {}
 
 ExecutorAgent::~ExecutorAgent() {
-  heartbeat_stop_ = true;
+  heartbeat_stop_ = true;  // also stops a model fetch at its next range (MayFetch)
   heartbeat_alarm_->Ring();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  ThreadRoleScope role(&main_);
+  if (fetch_ && fetch_->thread.joinable()) fetch_->thread.join();
 }
 
 std::string ExecutorAgent::id() const {
@@ -218,7 +220,12 @@ absl::Status ExecutorAgent::Register() {
     absl::MutexLock lock(&mu_);
     request.set_executor_id(id_.empty() && !id_file.empty() ? ReadFileOr(id_file, "") : id_);
   }
-  v1::Capabilities capabilities = DetectCapabilities(options_.name);
+  CapabilityOptions offer;
+  offer.name = options_.name;
+  offer.runners = options_.runners;
+  offer.owner_memory_share = options_.owner_memory_share;
+  if (options_.model_cache) offer.models_cached = options_.model_cache->Cached();
+  v1::Capabilities capabilities = DetectCapabilities(offer);
   capabilities.set_max_tasks(options_.max_prefetch);
   *request.mutable_capabilities() = capabilities;
   auto reply = client_->Register(request);

@@ -47,6 +47,7 @@
 #include "executor/control_plane_client.h"
 #include "executor/executor_metrics.h"
 #include "executor/model_access.h"
+#include "executor/model_cache.h"
 #include "executor/runner_watch.h"
 #include "executor/task_run.h"
 #include "model/types.h"
@@ -87,6 +88,18 @@ struct AgentOptions {
   // (How the runner is started and confined is its RunnerFactory's: executor/runner_sandbox.h
   // wraps the command a ProcessRunner starts.)
   std::shared_ptr<const ModelAccess> models;
+  // Where registry models are kept (executor/model_cache.h): a lease naming a model by digest is
+  // run from here once the cache holds it (fetched in the background while the owner is away);
+  // null: such leases fail (retryable), as on an executor that cannot fetch.
+  std::shared_ptr<ModelCache> model_cache;
+  // What it offers (executor/capabilities.h): the runners it can start, and the owner's cap on the
+  // share of memory work may take (usable memory follows it).
+  std::vector<std::string> runners = {"llama"};
+  double owner_memory_share = 1.0;
+  // Runners its owner declared beside the built-in one (config [runners] NAME = command), by name;
+  // a lease naming one runs there (the built-in "llama" is the factory given to the agent). Their
+  // names are added to `runners` by whoever fills this.
+  std::map<std::string, std::shared_ptr<RunnerFactory>> declared_runners;
 };
 
 class ExecutorAgent : public WorkTarget {
@@ -167,10 +180,12 @@ class ExecutorAgent : public WorkTarget {
   // Sends queued tasks to the runner in order (loading the model when it changes, once the
   // runner has finished the previous model's tasks).
   void FeedRunner(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  absl::Status StartRunner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Starts the runner `name` ("llama" or one of declared_runners).
+  absl::Status StartRunner(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // The load command for a lease's model and options (this executor's thread count unless the
   // job sets one).
-  absl::StatusOr<runner_protocol::LoadRequest> LoadRequestFor(const LeaseGrant& lease) const;
+  absl::StatusOr<runner_protocol::LoadRequest> LoadRequestFor(const LeaseGrant& lease) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Takes what the runner said; handles its end.
   void TakeRunnerEvents(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   void OnEvent(const runner_protocol::Event& event, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
@@ -178,6 +193,11 @@ class ExecutorAgent : public WorkTarget {
   void CheckRunner(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // The runner died on its own (`why`): isolate, requeue or give up the tasks it held.
   void OnRunnerDied(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // A registry model's file for `lease`: its cached path, nullopt while it is being fetched in the
+  // background (the main loop is rung when it is done), or why it cannot be had.
+  absl::StatusOr<std::optional<std::string>> CachedModel(const LeaseGrant& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Whether a background fetch may go on (the owner's mode lets work run, and no stop).
+  bool MayFetch() const;
   // Ends the runner; returns the tasks it held, oldest first (no longer in the runner).
   std::vector<TaskPtr> DropRunner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
 
@@ -230,6 +250,7 @@ class ExecutorAgent : public WorkTarget {
   Runner* live_runner_ ABSL_GUARDED_BY(mu_) = nullptr;  // for KillRunner; owned by runner_
   bool killed_on_purpose_ ABSL_GUARDED_BY(mu_) = false;  // KillRunner: its death is no crash
   absl::Mutex register_mu_ ABSL_ACQUIRED_BEFORE(mu_);    // one registration at a time
+  std::string model_loaded_ ABSL_GUARDED_BY(mu_);        // digest (or path) the runner has loaded
 
   // The main loop's own state.
   ThreadRole main_{"executor main loop"};
@@ -244,8 +265,18 @@ class ExecutorAgent : public WorkTarget {
   absl::Time next_completion_try_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
   std::unique_ptr<Runner> runner_ ABSL_GUARDED_BY(main_);
   std::string runner_model_ ABSL_GUARDED_BY(main_);      // model and options it has (or loads)
+  std::string runner_name_ ABSL_GUARDED_BY(main_);       // which runner runner_ is
   std::optional<absl::Time> loading_since_ ABSL_GUARDED_BY(main_);  // a load was asked then
   TaskPtr loading_for_ ABSL_GUARDED_BY(main_) = nullptr;  // the task that asked for it
+  // The background fetch of a registry model (one at a time) and where each fetched one is.
+  struct ModelFetch {
+    std::string digest;
+    std::thread thread;
+    std::atomic<bool> done{false};
+    absl::StatusOr<std::string> path;  // written by the thread before `done`
+  };
+  std::unique_ptr<ModelFetch> fetch_ ABSL_GUARDED_BY(main_);
+  std::map<std::string, std::string> model_paths_ ABSL_GUARDED_BY(main_);  // digest -> cached file
   RunnerWatch watch_ ABSL_GUARDED_BY(main_);
   double avg_task_seconds_ ABSL_GUARDED_BY(main_) = 1.0;  // moving average: the prefetch window
   absl::Time last_empty_lease_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();

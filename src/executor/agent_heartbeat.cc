@@ -55,7 +55,12 @@ v1::HeartbeatRequest ExecutorAgent::BuildHeartbeat(absl::Time now, absl::Duratio
     next_beat_at_ = now + ttl_ / 3;
     request.set_executor_id(id_);
     for (const auto& [key, snapshot] : snapshots_) held.push_back(snapshot);
+    request.mutable_holdings()->set_loaded(model_loaded_);
     if (pass_since_ && now - *pass_since_ >= options_.stuck_after) stuck_since = pass_since_;
+  }
+  // What it holds of the models, in every beat: placement prefers executors that have a model.
+  if (options_.model_cache) {
+    for (const std::string& digest : options_.model_cache->Cached()) request.mutable_holdings()->add_cached(digest);
   }
   if (last_renewed_ == absl::InfinitePast()) last_renewed_ = now;
   *holds_leases = !held.empty();

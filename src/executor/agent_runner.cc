@@ -15,17 +15,33 @@
 namespace minions {
 namespace {
 
-// What a runner must have loaded to run a lease: its model and load options.
-std::string ModelKey(const LeaseGrant& lease) { return absl::StrCat(lease.model, "\n", lease.runner_options_json); }
+// The runner every executor has; a lease that names none runs there.
+constexpr char kBuiltInRunner[] = "llama";
+std::string RunnerOf(const LeaseGrant& lease) { return lease.runner.empty() ? kBuiltInRunner : lease.runner; }
+
+// What a runner must have loaded to run a lease: its model (the bytes, for a registry model) and
+// load options.
+std::string ModelKey(const LeaseGrant& lease) {
+  return absl::StrCat(RunnerOf(lease), ":", lease.model, "@", lease.model_digest, "\n", lease.runner_options_json);
+}
 
 // Events taken per pass at most, so a flood of results cannot starve leasing and completions.
 constexpr int kEventsPerPass = 4096;
 
 }  // namespace
 
-absl::Status ExecutorAgent::StartRunner() {
-  ASSIGN_OR_RETURN(std::unique_ptr<Runner> runner, runners_->Start([this] { main_alarm_->Ring(); }));
+absl::Status ExecutorAgent::StartRunner(const std::string& name) {
+  RunnerFactory* factory = runners_.get();
+  if (name != kBuiltInRunner) {
+    auto declared = options_.declared_runners.find(name);
+    if (declared == options_.declared_runners.end()) {
+      return absl::FailedPreconditionError(absl::StrCat("this executor offers no runner '", name, "'"));
+    }
+    factory = declared->second.get();
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Runner> runner, factory->Start([this] { main_alarm_->Ring(); }));
   runner_ = std::move(runner);
+  runner_name_ = name;
   {
     absl::MutexLock lock(&mu_);
     live_runner_ = runner_.get();
@@ -35,11 +51,64 @@ absl::Status ExecutorAgent::StartRunner() {
   return absl::OkStatus();
 }
 
+bool ExecutorAgent::MayFetch() const {
+  if (heartbeat_stop_) return false;  // the agent is going away
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return false;
+  }
+  if (gate_ == nullptr) return true;
+  const WorkMode mode = gate_->mode();
+  return mode == WorkMode::kRun || mode == WorkMode::kThrottle;
+}
+
+absl::StatusOr<std::optional<std::string>> ExecutorAgent::CachedModel(const LeaseGrant& lease) {
+  if (auto known = model_paths_.find(lease.model_digest); known != model_paths_.end()) {
+    return std::optional<std::string>(known->second);
+  }
+  if (!options_.model_cache) {
+    return absl::FailedPreconditionError("this executor has no model cache for registry models");
+  }
+  if (fetch_ && fetch_->done) {
+    fetch_->thread.join();
+    std::unique_ptr<ModelFetch> fetched = std::move(fetch_);
+    if (fetched->path.ok()) {
+      model_paths_[fetched->digest] = *fetched->path;
+      if (fetched->digest == lease.model_digest) return std::optional<std::string>(*fetched->path);
+    } else if (fetched->digest == lease.model_digest) {
+      return fetched->path.status();
+    }
+  }
+  if (fetch_) return std::optional<std::string>();  // another model is on its way first
+  // In the background: a large model takes minutes, and the main loop must go on meanwhile.
+  auto fetch = std::make_unique<ModelFetch>();
+  fetch->digest = lease.model_digest;
+  ModelFetch* raw = fetch.get();
+  std::shared_ptr<ModelCache> cache = options_.model_cache;
+  raw->thread = std::thread([this, raw, cache, digest = lease.model_digest, size = lease.model_size_bytes,
+                             url = lease.model_url] {
+    raw->path = cache->Fetch(digest, size, url, [this] { return MayFetch(); });
+    raw->done = true;
+    main_alarm_->Ring();
+  });
+  fetch_ = std::move(fetch);
+  MINIONS_LOG(Info) << "fetching model " << lease.model << "@" << lease.model_digest << " (" << lease.model_size_bytes
+                    << " bytes) into the model cache";
+  return std::optional<std::string>();
+}
+
 absl::StatusOr<runner_protocol::LoadRequest> ExecutorAgent::LoadRequestFor(const LeaseGrant& lease) const {
   runner_protocol::LoadRequest load;
-  // Only from the owner's model folders, by real path (one answer for every refusal).
-  if (!options_.models) return absl::NotFoundError(ModelAccess::UnavailableMessage(lease.model));
-  ASSIGN_OR_RETURN(load.model, options_.models->Resolve(lease.model));
+  if (!lease.model_digest.empty()) {
+    // A registry model: the cache's verified file (FeedRunner fetched it first).
+    auto path = model_paths_.find(lease.model_digest);
+    if (path == model_paths_.end()) return absl::NotFoundError(ModelAccess::UnavailableMessage(lease.model));
+    load.model = path->second;
+  } else {
+    // Only from the owner's model folders, by real path (one answer for every refusal).
+    if (!options_.models) return absl::NotFoundError(ModelAccess::UnavailableMessage(lease.model));
+    ASSIGN_OR_RETURN(load.model, options_.models->Resolve(lease.model));
+  }
   bool threads_given = false;
   if (!lease.runner_options_json.empty()) {
     ASSIGN_OR_RETURN(Json json, ParseJson(lease.runner_options_json));
@@ -62,6 +131,19 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
     if (!runner_ || runner_model_ != model) {
       // A model change waits until the runner has finished the previous model's tasks.
       if (RunnerBusy()) return;
+      if (!task->lease().model_digest.empty()) {
+        absl::StatusOr<std::optional<std::string>> cached = CachedModel(task->lease());
+        if (!cached.ok()) {
+          // Not fetched (no room, the bytes were wrong, the URL failed): another executor may do
+          // better, and this one tries afresh next time.
+          queue_.pop_front();
+          GiveUp(task, absl::Status(cached.status().code(),
+                                    absl::StrCat("cannot fetch the model: ", cached.status().message())),
+                 FailureClass::kRetryable);
+          continue;
+        }
+        if (!cached->has_value()) return;  // still on its way; the fetch rings the loop when done
+      }
       auto load = LoadRequestFor(task->lease());
       if (!load.ok()) {
         // Options that do not parse will not parse next time either.
@@ -70,8 +152,12 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
                FailureClass::kPermanent);
         continue;
       }
+      if (runner_ && runner_name_ != RunnerOf(task->lease())) {
+        // Another runner program: the idle one ends (it holds no batch) and the lease's starts.
+        for (TaskPtr held : DropRunner()) queue_.push_back(held);
+      }
       if (!runner_) {
-        if (absl::Status s = StartRunner(); !s.ok()) {
+        if (absl::Status s = StartRunner(RunnerOf(task->lease())); !s.ok()) {
           // A runner that will not start may be a passing problem of this machine.
           queue_.pop_front();
           GiveUp(task, absl::Status(s.code(), absl::StrCat("cannot start the runner: ", s.message())),
@@ -81,6 +167,10 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
       }
       runner_->Load(*load);
       runner_model_ = model;
+      {
+        absl::MutexLock lock(&mu_);
+        model_loaded_ = task->lease().model_digest.empty() ? task->lease().model : task->lease().model_digest;
+      }
       loading_since_ = now;
       loading_for_ = task;
       return;  // the runner says `loaded` (or why not)
@@ -123,6 +213,14 @@ void ExecutorAgent::OnEvent(const runner_protocol::Event& event, absl::Time now)
         loading_since_.reset();
         loading_for_ = nullptr;
         runner_model_.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    model_loaded_.clear();
+  }
+        {
+          absl::MutexLock lock(&mu_);
+          model_loaded_.clear();
+        }
         if (task) {
           GiveUp(task, absl::InvalidArgumentError(absl::StrCat("cannot load the model: ", event.message)),
                  FailureClass::kPermanent);
@@ -195,6 +293,10 @@ std::vector<ExecutorAgent::TaskPtr> ExecutorAgent::DropRunner() {
   }
   runner_.reset();  // SIGKILL and reap: its memory is the machine's again
   runner_model_.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    model_loaded_.clear();
+  }
   loading_since_.reset();
   loading_for_ = nullptr;
   watch_ = RunnerWatch(options_.hang);

@@ -2,6 +2,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -59,6 +60,26 @@ absl::StatusOr<bool> ParseBool(const std::string& key, const std::string& value)
   if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
   if (v == "false" || v == "0" || v == "no" || v == "off") return false;
   return Bad(key, value, "true or false");
+}
+
+// "20GB", "512MB", "1.5G", "1000000" (bytes).
+Setter Bytes(int64_t AvailabilityOptions::*field) {
+  return [field](const std::string& key, const std::string& value, AvailabilityOptions* o) -> absl::Status {
+    std::string number = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(value));
+    double scale = 1;
+    for (const auto& [suffix, factor] : {std::pair{"GB", 1 << 30}, {"G", 1 << 30}, {"MB", 1 << 20}, {"M", 1 << 20},
+                                         {"KB", 1 << 10}, {"K", 1 << 10}, {"B", 1}}) {
+      if (absl::EndsWith(number, suffix)) {
+        number = number.substr(0, number.size() - std::string(suffix).size());
+        scale = factor;
+        break;
+      }
+    }
+    double v;
+    if (!absl::SimpleAtod(number, &v) || v < 0) return Bad(key, value, "a size like 20GB, 512MB or 0");
+    o->*field = static_cast<int64_t>(v * scale);
+    return absl::OkStatus();
+  };
 }
 
 Setter Bool(bool* (*field)(AvailabilityOptions*)) {
@@ -157,6 +178,9 @@ const std::vector<std::pair<std::string, Setter>>& Settings() {
          o->policy.protected_apps = o->probes.protected_apps = List(value);
          return absl::OkStatus();
        }},
+      {"model_cache_max", Bytes(&AvailabilityOptions::model_cache_bytes)},
+      {"free_disk_floor", Bytes(&AvailabilityOptions::free_disk_floor_bytes)},
+      {"model_download_per_second", Bytes(&AvailabilityOptions::model_download_bytes_per_second)},
       {"pause_grace",
        [](const std::string& key, const std::string& value, AvailabilityOptions* o) {
          absl::Duration d;

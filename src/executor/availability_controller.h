@@ -62,6 +62,11 @@ struct AvailabilityOptions {
   availability::ProbeOptions probes;
   absl::Duration pause_grace = absl::Milliseconds(500);
   absl::Duration tick = absl::Seconds(1);  // at least one decision this often
+  // The model cache (executor/model_cache.h): the most bytes it keeps, the free disk space it
+  // never takes from the owner, and how fast it may download (0: no limit).
+  int64_t model_cache_bytes = int64_t{64} << 30;
+  int64_t free_disk_floor_bytes = int64_t{10} << 30;
+  int64_t model_download_bytes_per_second = 0;
 };
 
 // Applies one setting by name ("start_idle" = "10m", "allow_battery" = "true", "hours" =

@@ -19,8 +19,9 @@ namespace minions {
 
 struct ModelAccessOptions {
   std::vector<std::string> folders;  // absolute paths; they need not exist yet
-  // The executor's model cache (models fetched from the object store by digest). A later issue
-  // fills it; it is one more folder here, searched after the owner's.
+  // One more folder, searched after the owner's. The executor's model cache is deliberately NOT
+  // given here (apps/executor_commands.cc): registry models are reached by digest through
+  // executor/model_cache.h, never by a path a job names.
   std::string cache_dir;
 };
 

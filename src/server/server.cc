@@ -21,7 +21,8 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
                    &server_metrics_, &progress_),
       executor_service_(store, blobs, clock, &authenticator_, &identities_, options_,
                         [this](const std::string& job_id) { JobReady(job_id); }, &server_metrics_),
-      admin_service_(store, clock, &authenticator_, &identities_, [this] { executor_service_.NotifyWork(); }) {
+      admin_service_(store, clock, &authenticator_, &identities_, [this] { executor_service_.NotifyWork(); }),
+      model_service_(store, blobs, clock, &authenticator_, options_) {
   fleet_view_.ExportMetrics(&registry_);
   if (watchdog_) watchdog_->ExportMetrics(&registry_);
 }
@@ -37,6 +38,7 @@ absl::Status MinionsServer::Start() {
   builder.RegisterService(&job_service_);
   builder.RegisterService(&executor_service_);
   builder.RegisterService(&admin_service_);
+  builder.RegisterService(&model_service_);
   // Limits on what a caller can make this process hold (docs/operations.md, "Limits"): the largest
   // message is an inline input; every call in flight holds a thread of the synchronous server, so
   // the threads are capped (past the cap a call gets RESOURCE_EXHAUSTED), as are the streams one

@@ -34,6 +34,7 @@
 #include "server/executor_service.h"
 #include "server/job_finalizer.h"
 #include "server/job_service.h"
+#include "server/model_service.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
@@ -77,6 +78,7 @@ class MinionsServer {
   JobService& jobs() { return job_service_; }
   const ServerOptions& options() const { return options_; }
   ExecutorService& executors() { return executor_service_; }
+  ModelService& models() { return model_service_; }
   Authenticator& authenticator() { return authenticator_; }
   IdentityAdmin& identities() { return identities_; }
   metrics::Registry& metrics() { return registry_; }
@@ -108,6 +110,7 @@ class MinionsServer {
   JobService job_service_;
   ExecutorService executor_service_;
   AdminService admin_service_;
+  ModelService model_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
   std::vector<std::function<void(HttpServer*)>> http_routes_;

@@ -71,7 +71,9 @@ std::string ServerMetrics::DeviceOf(const std::string& executor_id) {
   }
   auto executor = store_->GetExecutor(executor_id);
   if (!executor.ok()) return "cpu";
-  std::string device = executor->info.gpu.empty() ? "cpu" : "gpu";
+  // gpu for any accelerator the executor reported (Metal, CUDA), cpu otherwise.
+  const std::string& kind = executor->info.accelerator;
+  std::string device = (!kind.empty() && kind != kAcceleratorCpu) || !executor->info.gpu.empty() ? "gpu" : "cpu";
   absl::MutexLock lock(&mu_);
   if (devices_.size() >= kMaxCached) devices_.clear();
   devices_[executor_id] = device;

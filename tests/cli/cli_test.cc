@@ -66,8 +66,8 @@ Outcome Minions(const std::vector<std::string>& args, const std::vector<std::str
 TEST(MinionsCli, ABareMinionsListsItsVerbsAndWhereToStart) {
   Outcome run = Minions({});
   EXPECT_EQ(run.code, 0) << run.err;
-  for (const char* verb : {"demo", "up", "submit", "jobs", "status", "watch", "results", "cancel", "executors",
-                           "drain", "server", "watchdog", "executor", "config", "local-run"}) {
+  for (const char* verb : {"demo", "up", "submit", "jobs", "status", "watch", "results", "cancel", "models",
+                           "executors", "drain", "server", "watchdog", "executor", "config", "local-run"}) {
     EXPECT_THAT(run.out, HasSubstr(absl::StrCat("\n  ", verb, " "))) << verb;
   }
   EXPECT_THAT(run.out, HasSubstr("minions demo"));

@@ -37,6 +37,27 @@ TEST(ExecutorStory, TwoExecutorsServeEveryRecordOfAJobOnce) {
   EXPECT_EQ(s.executor("A").runner.loads, 1);
 }
 
+TEST(ExecutorStory, AJobThatNamesADeclaredRunnerRunsThereAndOnlyWhereItIsOffered) {
+  Scenario s;
+  // A offers only the built-in runner; B offers "echo" too (its owner declared it).
+  Scenario::Executor& a = s.AddExecutor("A");
+  Scenario::Executor& b = s.AddExecutor("B", Scenario::DefaultOptions(), {"echo"});
+  std::string echo_job = s.Submit(Scenario::Records(40), 10, 0, absl::ZeroDuration(), "echo");
+  std::string llama_job = s.Submit(Scenario::Records(40), 10);
+  ASSERT_TRUE(s.RunUntilJobEnds(echo_job));
+  ASSERT_TRUE(s.RunUntilJobEnds(llama_job));
+  ASSERT_EQ(s.job(echo_job).state, JobState::kCompleted) << s.job(echo_job).error;
+  ASSERT_EQ(s.job(llama_job).state, JobState::kCompleted) << s.job(llama_job).error;
+  s.ExpectEachRecordOnce(echo_job, 40);
+  s.ExpectEachRecordOnce(llama_job, 40);
+  // Every echo record ran on B's echo runner; A never saw one.
+  const FakeRunnerScript& echo = *b.declared_scripts.at("echo");
+  EXPECT_EQ(echo.records_run, 40);
+  EXPECT_EQ(a.runner.records_run + b.runner.records_run, 40);
+  for (const Task& t : s.tasks(echo_job)) EXPECT_EQ(t.executor_id, b.id()) << "task " << t.index;
+  EXPECT_GE(echo.starts, 1);
+}
+
 TEST(ExecutorStory, CheckpointsAreCommittedAsTheRecordsFinish) {
   Scenario s;
   Scenario::Executor& a = s.AddExecutor("A");  // a checkpoint every 10 records

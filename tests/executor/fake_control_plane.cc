@@ -109,7 +109,8 @@ FakeControlPlane::~FakeControlPlane() {
 std::unique_ptr<ControlPlaneClient> FakeControlPlane::NewClient() { return std::make_unique<Client>(this); }
 
 absl::StatusOr<std::string> FakeControlPlane::Submit(const std::vector<std::string>& lines, int64_t shard_size,
-                                                     int max_attempts, absl::Duration completion_window) {
+                                                     int max_attempts, absl::Duration completion_window,
+                                                     const std::string& runner) {
   v1::SubmitJobRequest request;
   std::string input;
   for (const auto& line : lines) absl::StrAppend(&input, line, "\n");
@@ -118,6 +119,7 @@ absl::StatusOr<std::string> FakeControlPlane::Submit(const std::vector<std::stri
   request.set_shard_size(shard_size);
   request.set_max_attempts(max_attempts);
   request.set_completion_window_ms(absl::ToInt64Milliseconds(completion_window));
+  request.set_runner(runner);
   // Submitted as the pool's admin would, into the default team.
   const Caller admin{"tok-fakecp000000", Role::kAdmin, "", "tests", DefaultScopes(Role::kAdmin)};
   auto job = jobs_->Submit(admin, request);

@@ -56,9 +56,11 @@ class FakeControlPlane {
   const std::string& model_path() const { return model_path_; }
   const std::string& models_dir() const { return models_dir_; }
 
-  // Submits `lines` as one job (the model is model_path()); returns its id.
+  // Submits `lines` as one job (the model is model_path(); `runner` "" is the built-in one);
+  // returns its id.
   absl::StatusOr<std::string> Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts = 0,
-                                     absl::Duration completion_window = absl::ZeroDuration());
+                                     absl::Duration completion_window = absl::ZeroDuration(),
+                                     const std::string& runner = "");
   absl::Status Cancel(const std::string& job_id);
   absl::Status Drain(const std::string& executor_id);
 

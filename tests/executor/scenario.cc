@@ -18,10 +18,19 @@ AgentOptions Scenario::DefaultOptions() {
   return options;
 }
 
-Scenario::Executor& Scenario::AddExecutor(const std::string& name, AgentOptions options) {
+Scenario::Executor& Scenario::AddExecutor(const std::string& name, AgentOptions options,
+                                          const std::vector<std::string>& declared) {
   auto e = std::make_unique<Executor>();
   e->name = name;
   options.name = name;
+  for (const std::string& runner : declared) {
+    auto script = std::make_unique<FakeRunnerScript>();
+    auto factory = std::make_shared<FakeRunnerFactory>(&clock, script.get());
+    options.declared_runners[runner] = factory;
+    options.runners.push_back(runner);
+    e->declared[runner] = factory;
+    e->declared_scripts[runner] = std::move(script);
+  }
   if (!options.models) {  // the owner's model folder holds the server's model
     ModelAccessOptions models;
     models.folders = {server.models_dir()};
@@ -65,8 +74,8 @@ std::vector<std::string> Scenario::Records(int n, const std::map<int, std::strin
 }
 
 std::string Scenario::Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts,
-                             absl::Duration completion_window) {
-  auto job = server.Submit(lines, shard_size, max_attempts, completion_window);
+                             absl::Duration completion_window, const std::string& runner) {
+  auto job = server.Submit(lines, shard_size, max_attempts, completion_window, runner);
   EXPECT_TRUE(job.ok()) << job.status();
   return job.ok() ? *job : "";
 }
@@ -76,7 +85,9 @@ bool Scenario::RunDue() {
   bool ran = false;
   for (auto& [name, e] : executors_) {
     if (e->gone || e->agent->finished()) continue;
-    if (e->next_step <= now || e->runners->NextEventAt() <= now) {
+    absl::Time runner_event = e->runners->NextEventAt();
+    for (const auto& [runner, factory] : e->declared) runner_event = std::min(runner_event, factory->NextEventAt());
+    if (e->next_step <= now || runner_event <= now) {
       e->next_step = e->agent->Step();
       ran = true;
     }
@@ -98,6 +109,7 @@ absl::Time Scenario::NextDue() const {
   for (const auto& [name, e] : executors_) {
     if (e->gone || e->agent->finished()) continue;
     next = std::min({next, e->next_step, e->runners->NextEventAt(), e->agent->NextBeat()});
+    for (const auto& [runner, factory] : e->declared) next = std::min(next, factory->NextEventAt());
   }
   return next;
 }

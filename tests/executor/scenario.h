@@ -52,6 +52,10 @@ class Scenario {
     std::string name;
     FakeRunnerScript runner;                     // how its runners behave; their tally
     std::unique_ptr<FakeRunnerFactory> runners;  // ... and the live one
+    // Runners declared beside the built-in one (AgentOptions::declared_runners), by name: their
+    // scripts and factories (AddExecutor fills them from `declared`).
+    std::map<std::string, std::unique_ptr<FakeRunnerScript>> declared_scripts;
+    std::map<std::string, std::shared_ptr<FakeRunnerFactory>> declared;
     FaultyBlobClient* blobs = nullptr;           // owned by the agent
     std::unique_ptr<FakeWorkGate> gate;
     std::unique_ptr<ExecutorAgent> agent;
@@ -64,7 +68,9 @@ class Scenario {
 
   // Options of a test executor: a quick prefetch and checkpoint cadence, short timeouts.
   static AgentOptions DefaultOptions();
-  Executor& AddExecutor(const std::string& name, AgentOptions options = DefaultOptions());
+  // `declared`: names of runners the executor offers beside the built-in one (fake runners too).
+  Executor& AddExecutor(const std::string& name, AgentOptions options = DefaultOptions(),
+                        const std::vector<std::string>& declared = {});
   Executor& executor(const std::string& name) { return *executors_.at(name); }
   // The executor vanishes (power cut): it takes no further step and sends nothing.
   void Crash(const std::string& name) { executor(name).gone = true; }
@@ -72,7 +78,7 @@ class Scenario {
   // `n` records {"custom_id": "r<i>", "prompt": "x"}; the prompt of those in `marked` is "<mark>".
   static std::vector<std::string> Records(int n, const std::map<int, std::string>& marked = {});
   std::string Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts = 0,
-                     absl::Duration completion_window = absl::ZeroDuration());
+                     absl::Duration completion_window = absl::ZeroDuration(), const std::string& runner = "");
 
   // Plays time until `done()` holds (true) or `limit` of fake time has passed (false).
   bool RunUntil(const std::function<bool()>& done, absl::Duration limit = absl::Hours(1));

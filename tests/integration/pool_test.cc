@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "cli/model_verbs.h"
 #include "cli/sample_prompts.h"
 #include "pool_test_util.h"
 
@@ -218,6 +219,60 @@ TEST(Pool, AHungRunnerIsKilledItsTaskRunsElsewhereAndSigtermStillStopsItsExecuto
   ASSERT_EQ(job.state(), "completed") << job.error();
   ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), Lines(FetchResults(pool, job.id(), true)));
   if (!HasFailure()) std::filesystem::remove_all(dir);
+}
+
+TEST_P(Pool, AModelPushedOnceIsFetchedByTheExecutorsAndServesAsTheFileDoes) {
+  // The executors are given no model folder holding the test model: they run it only from
+  // their caches, fetched by digest from the object store.
+  std::string dir = TempDir("registry-" + GetParam());
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  UseBackend(pool, GetParam(), "reg");
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());
+  absl::StatusOr<v1::Model> pushed = cli::ModelsClient(pool.connection()).Push(kModel, "text", "");
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  // A second push of the same bytes sends nothing and names the same digest.
+  absl::StatusOr<v1::Model> again = cli::ModelsClient(pool.connection()).Push(kModel, "text-again", "");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->digest(), pushed->digest());
+  for (const char* name : {"e1", "e2", "e3"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
+
+  cli::SamplePromptOptions sample;
+  sample.records = 120;
+  sample.max_tokens = 4;
+  auto lines = cli::SamplePromptLines(sample);
+  std::string input = WriteInput(dir, lines);
+  v1::SubmitJobRequest request;
+  request.set_input(ReadFile(input));
+  request.set_model("text");
+  request.set_shard_size(4);
+  request.set_runner_options_json(R"({"n_parallel": 4})");
+  cli::JobsClient client(pool.connection());
+  absl::StatusOr<v1::Job> submitted = client.Submit(request);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  EXPECT_EQ(submitted->model_digest(), pushed->digest());
+  v1::Job job = WaitForEnd(client, submitted->id(), absl::Minutes(8));
+  ASSERT_EQ(job.state(), "completed") << job.error() << "; logs in " << pool.dir() << "/logs";
+  auto output = Lines(FetchResults(pool, job.id(), false));
+  auto errors = Lines(FetchResults(pool, job.id(), true));
+  ExpectEachRecordOnce(lines, output, errors);
+
+  // Every executor that ran a task holds the model in its cache, and says so.
+  auto executors = client.Executors();
+  ASSERT_TRUE(executors.ok()) << executors.status();
+  int holders = 0;
+  for (const auto& e : *executors) {
+    if (e.records_done() == 0) continue;
+    EXPECT_THAT(e.models_cached(), ::testing::Contains(pushed->digest())) << e.name();
+    holders += 1;
+  }
+  EXPECT_GE(holders, 1);
+
+  // The same records through one runner in one process, from the original file.
+  RunLocally(input, dir);
+  if (HasFatalFailure()) return;
+  ExpectSameResults(output, errors, Lines(ReadFile(dir + "/local.jsonl")), Lines(ReadFile(dir + "/local-errors.jsonl")));
+  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Pool, ::testing::Values("embedded", "postgres-s3"),

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "identity_store_contract.h"
+#include "model_store_contract.h"
 #include "metadata_store_contract.h"
 #include "watchdog_lock_contract.h"
 #include "store/postgres/postgres_migrations.h"
@@ -167,6 +168,11 @@ INSTANTIATE_TEST_SUITE_P(Postgres, MetadataStoreContract,
                          })),
                          [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
 INSTANTIATE_TEST_SUITE_P(Postgres, IdentityStoreContract,
+                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                           return MustOpen(Schemas::FreshUrl());
+                         })),
+                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
+INSTANTIATE_TEST_SUITE_P(Postgres, ModelStoreContract,
                          ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
                            return MustOpen(Schemas::FreshUrl());
                          })),
