@@ -164,6 +164,85 @@ v1::Job WaitForEnd(cli::JobsClient& client, const std::string& job_id, absl::Dur
   return job.ok() ? *job : v1::Job();
 }
 
+// The watchdog always runs somewhere. Server A (which took the watchdog lock first) is killed
+// for good; on PostgreSQL the database then restarts, ending every session and the lock with
+// them. Only then is a job submitted through B, and an executor holding one of its tasks killed:
+// its lease is reaped only if B took the watchdog over (and took it again after the restart), and
+// the job must complete with every record exactly once.
+TEST_P(Pool, TheWatchdogMovesToAServerStillUpWhenItsHolderIsKilled) {
+  std::string dir = TempDir("watchdog-moves-" + GetParam());
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 2000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  UseBackend(pool, GetParam(), "wd");
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());  // A: takes the watchdog lock
+  auto second = pool.StartAnotherServer("server-b");  // B: stands by
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::string noop = kBin + "/minions-noop-runner";
+  const std::vector<std::string> slow = {"MINIONS_NOOP_RECORD_DELAY_MS=20"};
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, *second, {}, slow).ok());
+  ASSERT_TRUE(pool.StartExecutor("e2", 1, noop, *second, {}, slow).ok());
+  ASSERT_TRUE(pool.StopServer(SIGKILL).ok());  // A, for good
+  if (GetParam() == "postgres-s3") {
+    Subprocess::Options sp;
+    sp.argv = {std::string(MINIONS_TEST_SOURCE_DIR) + "/tests/services/postgres.sh", "restart",
+               MINIONS_TEST_POSTGRES_DIR};
+    sp.stderr_path = dir + "/pool/logs/postgres-restart.log";
+    auto p = Subprocess::Start(sp);
+    ASSERT_TRUE(p.ok()) << p.status();
+    (*p)->CloseStdin();
+    while ((*p)->ReadLine().ok()) {
+    }
+    auto exit = (*p)->Wait(absl::Minutes(1));
+    ASSERT_TRUE(exit.ok() && exit->exited && exit->code == 0) << "see " << sp.stderr_path;
+  }
+  cli::Connection b = pool.connection();
+  b.server = *second;
+  cli::JobsClient client(b);
+  std::vector<std::string> lines = NoopLines(200);
+  std::string input = WriteInput(dir, lines);
+  absl::StatusOr<v1::Job> job;
+  for (int i = 0; i < 100 && !job.ok(); ++i) {  // B may still be reconnecting to the restarted database
+    v1::SubmitJobRequest request;
+    request.set_input(ReadFile(input));
+    request.set_model(kModel);
+    request.set_shard_size(10);
+    job = client.Submit(request);
+    if (!job.ok()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  std::string victim;
+  for (int i = 0; i < 600 && victim.empty(); ++i) {
+    auto executors = client.Executors();
+    if (executors.ok()) {
+      for (const auto& e : *executors) {
+        if (!e.current_tasks().empty()) victim = e.name();
+      }
+    }
+    if (victim.empty()) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_FALSE(victim.empty()) << "no executor ever held a task";
+  ASSERT_TRUE(pool.StopExecutor(victim, SIGKILL).ok());
+  ASSERT_TRUE(pool.StartExecutor("e3", 1, noop, *second, {}, slow).ok());
+
+  v1::Job done = WaitForEnd(client, job->id(), absl::Minutes(4));
+  ASSERT_EQ(done.state(), "completed") << done.error();
+  EXPECT_EQ(done.request_counts().completed(), 200);
+  auto results = [&](bool errors) {
+    std::string all;
+    EXPECT_TRUE(client.Results(job->id(), errors, [&](const std::string& c) { all += c; }).ok());
+    return all;
+  };
+  ExpectEachRecordOnce(lines, Lines(results(false)), Lines(results(true)));
+  auto tasks = client.Tasks(job->id());
+  ASSERT_TRUE(tasks.ok());
+  int retried = 0;
+  for (const auto& t : *tasks) retried += t.attempt() > 1;
+  EXPECT_GE(retried, 1) << "the victim's task never ran again";
+  std::filesystem::remove_all(dir);
+}
+
 // The no-op runner reads one command and answers it before it reads the next, as
 // examples/echo_runner.py does. Tasks of 5,000 records send it commands and get answers far
 // larger than a pipe's buffer, and the executor queues the next task's before the last is
