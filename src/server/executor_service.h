@@ -45,7 +45,11 @@
 
 namespace minions {
 
-class ExecutorService final : public v1::Executors::WithCallbackMethod_Lease<v1::Executors::Service> {
+// The generated service with Lease and Attach on gRPC's callback API (held without a thread).
+using ExecutorServiceBase =
+    v1::Executors::WithCallbackMethod_Lease<v1::Executors::WithCallbackMethod_Attach<v1::Executors::Service>>;
+
+class ExecutorService final : public ExecutorServiceBase {
  public:
   // `job_ready` is called when a completion leaves a job ready to finalise. `metrics` (may be null)
   // observes leases and attempts.
@@ -75,6 +79,12 @@ class ExecutorService final : public v1::Executors::WithCallbackMethod_Lease<v1:
   grpc::Status CompleteBatch(grpc::ServerContext* context, const v1::CompleteBatchRequest* request,
                              v1::CompleteBatchResponse* reply) override;
   grpc::Status Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse* reply) override;
+  // Presence (proto: Attach): open for as long as the executor runs. When its last stream here
+  // closes while the server is not stopping, each task it still runs gets a backup attempt at once
+  // (the store's straggler backups): the task runs elsewhere while the executor's own attempt keeps
+  // its lease and may still finish first (a reconnect costs no lease).
+  grpc::ServerWriteReactor<v1::AttachEvent>* Attach(grpc::CallbackServerContext* context,
+                                                    const v1::AttachRequest* request) override;
 
   // Where announcements of work reach the other servers on the store (may be null: this server
   // alone). Call before serving.
@@ -90,6 +100,9 @@ class ExecutorService final : public v1::Executors::WithCallbackMethod_Lease<v1:
   // lease calls are held waiting now.
   int64_t lease_lookups() const ABSL_LOCKS_EXCLUDED(work_mu_);
   int64_t leases_waiting() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  // Attach streams open here now; executors whose tasks got backups because their stream closed.
+  int64_t executors_attached() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  int64_t executors_detached_abruptly() const ABSL_LOCKS_EXCLUDED(work_mu_);
 
   // The calls for an executor already authenticated as `executor_id` (the request's own
   // executor_id field is not consulted). Register with an empty id registers a new executor under
@@ -107,7 +120,8 @@ class ExecutorService final : public v1::Executors::WithCallbackMethod_Lease<v1:
 
  private:
   // The synchronous Lease of the generated base, replaced by the callback one (it is never called).
-  using v1::Executors::WithCallbackMethod_Lease<v1::Executors::Service>::Lease;
+  using ExecutorServiceBase::Lease;
+  using ExecutorServiceBase::Attach;
 
   // The executor the call's credential is bound to; PermissionDenied when the request names
   // another (`claimed` non-empty and different).
@@ -126,8 +140,14 @@ class ExecutorService final : public v1::Executors::WithCallbackMethod_Lease<v1:
   absl::Status AnswerLease(const std::string& executor_id, const std::vector<minions::Lease>& leases, absl::Time now,
                            v1::LeaseResponse* reply);
 
-  // A Lease call held by the callback API (defined in the .cc).
+  // A Lease call held by the callback API, and an Attach stream (defined in the .cc).
   class HeldLease;
+  class Presence;
+  // An Attach stream of `executor_id` closed: when it was its last here and the server is not
+  // stopping, the lease threads back up its running tasks.
+  void Detached(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
+  // Backup attempts for every task `executor_id` runs (the lease threads, after Detached).
+  void BackUpTasksOf(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
   void StartLeaseThreads() ABSL_LOCKS_EXCLUDED(work_mu_);
   void LeaseThreadLoop() ABSL_LOCKS_EXCLUDED(work_mu_);
   // One look for work for a held call: answers it, or parks it until work is announced or its
@@ -167,6 +187,10 @@ class ExecutorService final : public v1::Executors::WithCallbackMethod_Lease<v1:
   // Held Lease calls: to serve now, and parked until (wake time, call).
   std::deque<HeldLease*> ready_ ABSL_GUARDED_BY(work_mu_);
   std::set<std::pair<absl::Time, HeldLease*>> parked_ ABSL_GUARDED_BY(work_mu_);
+  // Open Attach streams per executor, and executors whose last one closed (to back up).
+  absl::flat_hash_map<std::string, int> attached_ ABSL_GUARDED_BY(work_mu_);
+  std::deque<std::string> detached_ ABSL_GUARDED_BY(work_mu_);
+  int64_t detached_abruptly_ ABSL_GUARDED_BY(work_mu_) = 0;
   std::vector<std::thread> lease_threads_ ABSL_GUARDED_BY(work_mu_);  // started by the first held call
 };
 

@@ -243,6 +243,84 @@ TEST_P(Pool, TheWatchdogMovesToAServerStillUpWhenItsHolderIsKilled) {
   std::filesystem::remove_all(dir);
 }
 
+// Death noticed at once: with a lease TTL of ten minutes, a SIGKILLed executor's task can run
+// elsewhere within the test's few minutes only because its closed connection was noticed (the
+// server backs up the tasks of an executor whose presence stream closes), never by expiry.
+TEST_P(Pool, ASigkilledExecutorsTaskRunsElsewhereLongBeforeItsLeaseCouldExpire) {
+  std::string dir = TempDir("presence-" + GetParam());
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 600000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  UseBackend(pool, GetParam(), "presence");
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());
+  const std::string noop = kBin + "/minions-noop-runner";
+  const std::vector<std::string> slow = {"MINIONS_NOOP_RECORD_DELAY_MS=20"};
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, "", {}, slow).ok());
+  ASSERT_TRUE(pool.StartExecutor("e2", 1, noop, "", {}, slow).ok());
+  cli::JobsClient client(pool.connection());
+  std::vector<std::string> lines = NoopLines(200);
+  auto job = Submit(pool, WriteInput(dir, lines), 20);
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::string victim;
+  for (int i = 0; i < 600 && victim.empty(); ++i) {
+    auto executors = client.Executors();
+    if (executors.ok()) {
+      for (const auto& e : *executors) {
+        if (!e.current_tasks().empty()) victim = e.name();
+      }
+    }
+    if (victim.empty()) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_FALSE(victim.empty()) << "no executor ever held a task";
+  ASSERT_TRUE(pool.StopExecutor(victim, SIGKILL).ok());
+  v1::Job done = WaitForEnd(client, job->id(), absl::Minutes(4));
+  ASSERT_EQ(done.state(), "completed") << done.error();
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
+  auto tasks = client.Tasks(job->id());
+  ASSERT_TRUE(tasks.ok());
+  int retried = 0;
+  for (const auto& t : *tasks) retried += t.attempt() > 1;
+  EXPECT_GE(retried, 1);
+  std::filesystem::remove_all(dir);
+}
+
+// A mere reconnect costs no lease: the server is killed and started again while an executor runs
+// the job's only task; the executor re-attaches and finishes that very attempt.
+TEST_P(Pool, AServerRestartCostsNoLease) {
+  std::string dir = TempDir("restart-lease-" + GetParam());
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 600000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  UseBackend(pool, GetParam(), "restartlease");
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());
+  const std::string noop = kBin + "/minions-noop-runner";
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, "", {}, {"MINIONS_NOOP_RECORD_DELAY_MS=40"}).ok());
+  cli::JobsClient client(pool.connection());
+  std::vector<std::string> lines = NoopLines(100);
+  auto job = Submit(pool, WriteInput(dir, lines), 100);  // one task
+  ASSERT_TRUE(job.ok()) << job.status();
+  bool running = false;
+  for (int i = 0; i < 600 && !running; ++i) {
+    auto executors = client.Executors();
+    if (executors.ok()) {
+      for (const auto& e : *executors) running |= !e.current_tasks().empty();
+    }
+    if (!running) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(running) << "the executor never held the task";
+  ASSERT_TRUE(pool.StopServer(SIGKILL).ok());
+  ASSERT_TRUE(pool.StartServer().ok());
+  cli::JobsClient again(pool.connection());
+  v1::Job done = WaitForEnd(again, job->id(), absl::Minutes(4));
+  ASSERT_EQ(done.state(), "completed") << done.error();
+  auto tasks = again.Tasks(job->id());
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 1);
+  EXPECT_EQ((*tasks)[0].attempt(), 1) << "the restart cost the executor its lease";
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
+  std::filesystem::remove_all(dir);
+}
+
 // The no-op runner reads one command and answers it before it reads the next, as
 // examples/echo_runner.py does. Tasks of 5,000 records send it commands and get answers far
 // larger than a pipe's buffer, and the executor queues the next task's before the last is

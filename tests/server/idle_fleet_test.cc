@@ -174,5 +174,121 @@ TEST_F(IdleFleetTest, ASubmissionThroughOneServerWakesAnExecutorWaitingOnAnother
   a.Shutdown();
 }
 
+// An executor's presence stream (Attach), held open on a context the test can cancel.
+class Presence {
+ public:
+  Presence(v1::Executors::Stub* stub, const std::string& credential, const std::string& executor_id) {
+    rpc::Prepare(context_, credential, absl::InfiniteDuration());
+    v1::AttachRequest request;
+    request.set_executor_id(executor_id);
+    stream_ = stub->Attach(&context_, request);
+    attached_ = stream_->Read(&hello_);  // the server's first event: the stream is open there
+    reader_ = std::thread([this] {
+      v1::AttachEvent more;
+      while (stream_->Read(&more)) {
+      }
+      status_ = stream_->Finish();
+    });
+  }
+  ~Presence() { Drop(); }
+  // The connection goes without a goodbye (a process killed, a cable pulled).
+  void Drop() {
+    if (!reader_.joinable()) return;
+    context_.TryCancel();
+    reader_.join();
+  }
+  bool attached() const { return attached_; }
+  const v1::AttachEvent& hello() const { return hello_; }
+  const grpc::Status& status() const { return status_; }  // after Drop or the server's end
+  void Join() { if (reader_.joinable()) reader_.join(); }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::AttachEvent>> stream_;
+  v1::AttachEvent hello_;
+  bool attached_ = false;
+  grpc::Status status_;
+  std::thread reader_;
+};
+
+// Until `server` has backed up the tasks of `n` executors whose stream closed.
+void AwaitDetached(MinionsServer& server, int64_t n) {
+  for (int i = 0; i < 10000 && server.executors().executors_detached_abruptly() < n; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(server.executors().executors_detached_abruptly(), n);
+}
+
+TEST_F(IdleFleetTest, AnExecutorWhoseConnectionClosesWhileItRunsATaskHasItBackedUpAtOnceAndMayStillWin) {
+  StartServer();  // the fake clock never moves: no lease can expire
+  const std::string a = RegisterExecutor("a");
+  const std::string b = RegisterExecutor("b");
+  v1::Job job = MustSubmit(Records(3), 3);
+  std::vector<v1::TaskLease> held = MustLease(a, 1);
+  ASSERT_EQ(held.size(), 1u);
+  auto presence = std::make_unique<Presence>(executors_.get(), credentials_[a], a);
+  ASSERT_TRUE(presence->attached());
+  EXPECT_EQ(presence->hello().lease_ttl_ms(), absl::ToInt64Milliseconds(kLeaseTtl));
+  EXPECT_TRUE(MustLease(b, 1).empty()) << "nothing to run while a runs the only task";
+
+  presence->Drop();
+  AwaitDetached(*server_, 1);
+  std::vector<v1::TaskLease> backup = MustLease(b, 1);
+  ASSERT_EQ(backup.size(), 1u) << "the task was not offered again before its lease expired";
+  EXPECT_EQ(backup[0].ref().task_index(), held[0].ref().task_index());
+  EXPECT_EQ(backup[0].ref().attempt(), held[0].ref().attempt() + 1);
+
+  // a was only cut off: it finishes first, and its attempt wins (it kept its lease).
+  Serve(held[0]);
+  ASSERT_GRPC_OK(Complete(a, held[0].ref(), 3));
+  EXPECT_FALSE(Complete(b, backup[0].ref(), 3).ok()) << "the backup is fenced off once the first attempt won";
+  EXPECT_EQ(WaitForState(job.id(), "completed").request_counts().completed(), 3);
+}
+
+TEST_F(IdleFleetTest, AReconnectOrAnIdleExecutorsCloseOrTheServersShutdownBacksNothingUp) {
+  StartServer();
+  const std::string a = RegisterExecutor("a");
+  const std::string idle = RegisterExecutor("idle");
+  MustSubmit(Records(3), 3);
+  std::vector<v1::TaskLease> held = MustLease(a, 1);
+  ASSERT_EQ(held.size(), 1u);
+  // A reconnect: the new stream opens before the old one is seen to close.
+  Presence old_stream(executors_.get(), credentials_[a], a);
+  Presence new_stream(executors_.get(), credentials_[a], a);
+  ASSERT_TRUE(old_stream.attached() && new_stream.attached());
+  EXPECT_EQ(server_->executors().executors_attached(), 2);
+  old_stream.Drop();
+  // An executor without tasks goes.
+  {
+    Presence gone(executors_.get(), credentials_[idle], idle);
+    ASSERT_TRUE(gone.attached());
+  }
+  for (int i = 0; i < 10000 && server_->executors().executors_attached() != 1; ++i) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(server_->executors().executors_attached(), 1);
+  // The server stops: every stream ends, and that is not the executors going.
+  server_->Shutdown();
+  new_stream.Join();
+  EXPECT_EQ(server_->executors().executors_detached_abruptly(), 0);
+  ASSERT_OK_AND_ASSIGN(Task task, store_->GetTask(held[0].ref().job_id(), held[0].ref().task_index()));
+  EXPECT_EQ(task.state, TaskState::kRunning);
+  EXPECT_EQ(task.attempt, held[0].ref().attempt());
+  EXPECT_FALSE(task.shadow.has_value());
+}
+
+TEST_F(IdleFleetTest, AttachIsForTheExecutorItsCredentialNames) {
+  StartServer();
+  const std::string a = RegisterExecutor("a");
+  const std::string b = RegisterExecutor("b");
+  Presence as_other(executors_.get(), credentials_[a], b);
+  EXPECT_FALSE(as_other.attached());
+  as_other.Join();
+  EXPECT_EQ(as_other.status().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  Presence anonymous(executors_.get(), "", a);
+  EXPECT_FALSE(anonymous.attached());
+  anonymous.Join();
+  EXPECT_EQ(anonymous.status().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(server_->executors().executors_attached(), 0);
+}
+
 }  // namespace
 }  // namespace minions::testing
