@@ -274,6 +274,9 @@ TEST_P(Pool, ASigkilledExecutorsTaskRunsElsewhereLongBeforeItsLeaseCouldExpire) 
   ASSERT_FALSE(victim.empty()) << "no executor ever held a task";
   ASSERT_TRUE(pool.StopExecutor(victim, SIGKILL).ok());
   v1::Job done = WaitForEnd(client, job->id(), absl::Minutes(4));
+  // By which mechanism: the closed connection, not the watchdog's straggler backups (which would
+  // also rescue the task, after 30 s at least).
+  EXPECT_THAT(ReadFile(dir + "/pool/logs/server.log"), ::testing::HasSubstr("closed its connection without handing the task back"));
   ASSERT_EQ(done.state(), "completed") << done.error();
   ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
   auto tasks = client.Tasks(job->id());
