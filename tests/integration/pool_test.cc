@@ -164,6 +164,20 @@ v1::Job WaitForEnd(cli::JobsClient& client, const std::string& job_id, absl::Dur
   return job.ok() ? *job : v1::Job();
 }
 
+// The name of an executor that holds a task, once one does (within half a minute); "" if none.
+std::string BusyExecutor(cli::JobsClient& client) {
+  for (int i = 0; i < 600; ++i) {
+    auto executors = client.Executors();
+    if (executors.ok()) {
+      for (const auto& e : *executors) {
+        if (!e.current_tasks().empty()) return e.name();
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return "";
+}
+
 // The watchdog always runs somewhere. Server A (which took the watchdog lock first) is killed
 // for good; on PostgreSQL the database then restarts, ending every session and the lock with
 // them. Only then is a job submitted through B, and an executor holding one of its tasks killed:
@@ -212,16 +226,7 @@ TEST_P(Pool, TheWatchdogMovesToAServerStillUpWhenItsHolderIsKilled) {
   }
   ASSERT_TRUE(job.ok()) << job.status();
 
-  std::string victim;
-  for (int i = 0; i < 600 && victim.empty(); ++i) {
-    auto executors = client.Executors();
-    if (executors.ok()) {
-      for (const auto& e : *executors) {
-        if (!e.current_tasks().empty()) victim = e.name();
-      }
-    }
-    if (victim.empty()) absl::SleepFor(absl::Milliseconds(50));
-  }
+  std::string victim = BusyExecutor(client);
   ASSERT_FALSE(victim.empty()) << "no executor ever held a task";
   ASSERT_TRUE(pool.StopExecutor(victim, SIGKILL).ok());
   ASSERT_TRUE(pool.StartExecutor("e3", 1, noop, *second, {}, slow).ok());
@@ -261,16 +266,7 @@ TEST_P(Pool, ASigkilledExecutorsTaskRunsElsewhereLongBeforeItsLeaseCouldExpire) 
   std::vector<std::string> lines = NoopLines(200);
   auto job = Submit(pool, WriteInput(dir, lines), 20);
   ASSERT_TRUE(job.ok()) << job.status();
-  std::string victim;
-  for (int i = 0; i < 600 && victim.empty(); ++i) {
-    auto executors = client.Executors();
-    if (executors.ok()) {
-      for (const auto& e : *executors) {
-        if (!e.current_tasks().empty()) victim = e.name();
-      }
-    }
-    if (victim.empty()) absl::SleepFor(absl::Milliseconds(50));
-  }
+  std::string victim = BusyExecutor(client);
   ASSERT_FALSE(victim.empty()) << "no executor ever held a task";
   ASSERT_TRUE(pool.StopExecutor(victim, SIGKILL).ok());
   v1::Job done = WaitForEnd(client, job->id(), absl::Minutes(4));
@@ -302,15 +298,7 @@ TEST_P(Pool, AServerRestartCostsNoLease) {
   std::vector<std::string> lines = NoopLines(100);
   auto job = Submit(pool, WriteInput(dir, lines), 100);  // one task
   ASSERT_TRUE(job.ok()) << job.status();
-  bool running = false;
-  for (int i = 0; i < 600 && !running; ++i) {
-    auto executors = client.Executors();
-    if (executors.ok()) {
-      for (const auto& e : *executors) running |= !e.current_tasks().empty();
-    }
-    if (!running) absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_TRUE(running) << "the executor never held the task";
+  ASSERT_FALSE(BusyExecutor(client).empty()) << "the executor never held the task";
   ASSERT_TRUE(pool.StopServer(SIGKILL).ok());
   ASSERT_TRUE(pool.StartServer().ok());
   cli::JobsClient again(pool.connection());
