@@ -15,8 +15,10 @@
 #include "blob/s3/s3_blob_store.h"
 #include "store/postgres/postgres_metadata_store.h"
 #include "store/postgres/postgres_watchdog_lock.h"
+#include "store/postgres/postgres_work_signal.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "store/sqlite/sqlite_watchdog_lock.h"
+#include "store/sqlite/sqlite_work_signal.h"
 
 namespace minions::apps {
 namespace {
@@ -152,6 +154,17 @@ absl::StatusOr<std::unique_ptr<WatchdogLock>> TryAcquireWatchdog(const MinionsCo
   auto lock = SqliteWatchdogLock::TryAcquire(SqlitePath(config));
   if (!lock.ok()) return lock.status();
   return std::unique_ptr<WatchdogLock>(std::move(*lock));
+}
+
+absl::StatusOr<std::unique_ptr<WorkSignal>> OpenWorkSignal(const MinionsConfig& config) {
+  if (IsPostgres(config.database)) {
+    auto signal = PostgresWorkSignal::Create(PostgresConninfo(config.database));
+    if (!signal.ok()) return signal.status();
+    return std::unique_ptr<WorkSignal>(std::move(*signal));
+  }
+  auto signal = SqliteWorkSignal::Open(SqlitePath(config));
+  if (!signal.ok()) return signal.status();
+  return std::unique_ptr<WorkSignal>(std::move(*signal));
 }
 
 }  // namespace minions::apps

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "store/metadata_store.h"
 #include "store/watchdog_lock.h"
+#include "store/work_signal.h"
 
 namespace minions::apps {
 
@@ -35,5 +36,7 @@ std::string PostgresTransportProblem(const std::string& database);
 // PostgreSQL (store/watchdog_lock.h). Unavailable when another process holds it; released when
 // the lock is destroyed (or its process dies).
 absl::StatusOr<std::unique_ptr<WatchdogLock>> TryAcquireWatchdog(const MinionsConfig& config);
+// How the servers on the configured store tell each other of new work (store/work_signal.h).
+absl::StatusOr<std::unique_ptr<WorkSignal>> OpenWorkSignal(const MinionsConfig& config);
 
 }  // namespace minions::apps

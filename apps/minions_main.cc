@@ -164,6 +164,13 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   }
   minions::MinionsServer server(backends->store.get(), backends->blobs.get(), &clock, options, std::move(watchdog));
   if (config.watchdog) server.SetWatchdogLockSource([config] { return minions::apps::TryAcquireWatchdog(config); });
+  // Work submitted through any server wakes executors waiting on every server.
+  auto work_signal = minions::apps::OpenWorkSignal(config);
+  if (!work_signal.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(work_signal.status().message()).c_str());
+    return 1;
+  }
+  server.SetWorkSignal(std::move(*work_signal));
   // The OpenAI Batch API on the HTTP port.
   minions::openai::FolderModelCatalog openai_models(config.openai_model_dirs);
   minions::openai::OpenAiApiOptions openai_options;
@@ -220,6 +227,12 @@ int RunWatchdog(const minions::apps::MinionsConfig& config, const std::string& h
   InstallSignalHandlers();
   const minions::WatchdogOptions options = WatchdogOptionsOf(config);
   std::unique_ptr<minions::Watchdog> watchdog;
+  // Requeued work wakes the executors waiting on the servers.
+  auto work_signal = minions::apps::OpenWorkSignal(config);
+  if (!work_signal.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(work_signal.status().message()).c_str());
+    return 1;
+  }
   while (g_signals.load() == 0) {
     if (watchdog == nullptr || !watchdog->active()) {
       // Standby: try for the lock every second.
@@ -243,6 +256,11 @@ int RunWatchdog(const minions::apps::MinionsConfig& config, const std::string& h
       continue;
     }
     if (!pass.ok()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
+    if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) {
+      if (auto s = (*work_signal)->Announce(); !s.ok()) {
+        MINIONS_LOG(Warning) << "servers not told of requeued work: " << s.message();
+      }
+    }
     clock.SleepFor(options.interval);
   }
   return 0;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
@@ -46,7 +47,19 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
       if (!enrolled.ok()) return enrolled.status();
       to_send.set_executor_id(*enrolled);
     }
-    return Call(&v1::Executors::Stub::Register, to_send, v1::RegisterResponse());
+    absl::StatusOr<v1::RegisterResponse> registered =
+        Call(&v1::Executors::Stub::Register, to_send, v1::RegisterResponse());
+    if (registered.ok()) StartPresence(registered->executor_id());
+    return registered;
+  }
+
+  ~GrpcControlPlaneClient() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      if (presence_context_) presence_context_->TryCancel();
+    }
+    if (presence_.joinable()) presence_.join();
   }
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) override {
     return Call(&v1::Executors::Stub::Heartbeat, request, v1::HeartbeatResponse());
@@ -65,6 +78,39 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
   }
 
  private:
+  // Keeps an Attach stream open to the server for as long as this client lives (proto: the
+  // server backs up the tasks of an executor whose stream closes while it runs them). A stream the
+  // server ends (it restarted) is opened again after a second.
+  void StartPresence(const std::string& executor_id) {
+    absl::MutexLock lock(&mu_);
+    if (presence_.joinable() || stopping_) return;
+    presence_ = std::thread([this, executor_id] {
+      while (true) {
+        auto context = std::make_shared<grpc::ClientContext>();
+        rpc::Prepare(*context, Credential(), absl::InfiniteDuration());
+        {
+          absl::MutexLock lock(&mu_);
+          if (stopping_) return;
+          presence_context_ = context;
+        }
+        v1::AttachRequest request;
+        request.set_executor_id(executor_id);
+        std::unique_ptr<grpc::ClientReader<v1::AttachEvent>> stream = stub_->Attach(context.get(), request);
+        v1::AttachEvent event;
+        while (stream->Read(&event)) {
+        }
+        grpc::Status ended = stream->Finish();
+        absl::MutexLock lock(&mu_);
+        presence_context_.reset();
+        if (stopping_) return;
+        MINIONS_LOG(Debug) << "presence stream ended (" << ended.error_message() << "); opening it again";
+        // A real wait (the server is down or restarting); the destructor ends it early.
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Seconds(1));
+        if (stopping_) return;
+      }
+    });
+  }
+
   std::string Credential() {
     absl::MutexLock lock(&mu_);
     return credential_;
@@ -116,6 +162,9 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
   const ExecutorCredentials credentials_;
   absl::Mutex mu_;
   std::string credential_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<grpc::ClientContext> presence_context_ ABSL_GUARDED_BY(mu_);  // the open Attach stream's
+  std::thread presence_;  // started by the first successful Register; joined by the destructor
 };
 
 }  // namespace

@@ -14,10 +14,10 @@
 namespace minions {
 
 // The token of the call's "authorization: Bearer" header; "" when there is none.
-std::string BearerToken(const grpc::ServerContext* context);
+std::string BearerToken(const grpc::ServerContextBase* context);
 
 // The caller, when its token holds `scope` and its team is within its rate; otherwise
 // Unauthenticated, PermissionDenied or ResourceExhausted with a message the caller can act on.
-absl::StatusOr<Caller> AuthorizeCall(const grpc::ServerContext* context, Authenticator& auth, Scope scope);
+absl::StatusOr<Caller> AuthorizeCall(const grpc::ServerContextBase* context, Authenticator& auth, Scope scope);
 
 }  // namespace minions

@@ -22,9 +22,6 @@ namespace {
 // its last chunk (it checkpoints less often, and loses nothing).
 constexpr int64_t kMaxChunkUrls = 32;
 
-// How often a long-polling Lease looks again for work another server may have made leasable.
-constexpr absl::Duration kLeasePoll = absl::Milliseconds(50);
-
 LeaseProgress FromProto(const v1::LeaseRef& ref) {
   LeaseProgress progress{ref.job_id(), ref.task_index(), ref.attempt(), ref.records_done(), ref.records_failed(), {}};
   for (const auto& c : ref.chunks()) {
@@ -74,7 +71,7 @@ absl::Status ExecutorService::FillObjectUrls(const minions::Lease& lease, v1::Ta
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ExecutorService::AuthorizeExecutor(const grpc::ServerContext* context,
+absl::StatusOr<std::string> ExecutorService::AuthorizeExecutor(const grpc::ServerContextBase* context,
                                                                 const std::string& claimed) {
   absl::StatusOr<Caller> caller = AuthorizeCall(context, *auth_, Scope::kExecutor);
   if (!caller.ok()) return caller.status();
@@ -116,6 +113,7 @@ absl::Status ExecutorService::Register(const std::string& executor_id, const v1:
   if (executor->state == ExecutorState::kRevoked) {
     return absl::PermissionDeniedError(absl::StrCat("executor ", executor_id, " was revoked by an admin"));
   }
+  ForgetIdle(executor->id);
   MINIONS_LOG(Info) << "executor=" << executor->id << " registered (" << executor->info.name << ", "
                     << executor->info.os << ", " << executor->info.chip << ")";
   reply->set_executor_id(executor->id);
@@ -135,6 +133,17 @@ absl::Status ExecutorService::Heartbeat(const std::string& executor_id, const v1
   if (!state || *state == ExecutorState::kLost || *state == ExecutorState::kRevoked) {
     return absl::InvalidArgumentError(absl::StrCat("unknown executor state '", request.state(), "'"));
   }
+  {
+    // An executor whose state changed (its owner left) may be offered what it was not before.
+    absl::MutexLock lock(&work_mu_);
+    if (auto it = idle_.find(executor_id); it != idle_.end()) {
+      if (it->second.reported && *it->second.reported != *state) {
+        idle_.erase(it);
+      } else {
+        it->second.reported = *state;
+      }
+    }
+  }
   std::vector<LeaseProgress> held;
   for (const auto& ref : request.leases()) held.push_back(FromProto(ref));
   // The executor's reason is not kept: why its owner is present never leaves the machine.
@@ -150,30 +159,333 @@ absl::Status ExecutorService::Heartbeat(const std::string& executor_id, const v1
   return absl::OkStatus();
 }
 
-grpc::Status ExecutorService::Lease(grpc::ServerContext* context, const v1::LeaseRequest* request,
-                                    v1::LeaseResponse* reply) {
-  EXECUTOR_OR_RETURN(context, request->executor_id());
-  return ToGrpc(Lease(executor_id, context, *request, reply));
+// A Lease call held by the callback API: no thread waits for it. Its state moves under work_mu_;
+// whoever moves it to kFinished calls Finish (outside the lock), after which only gRPC touches it
+// (OnDone deletes it).
+class ExecutorService::HeldLease : public grpc::ServerUnaryReactor {
+ public:
+  enum class State { kReady, kServing, kParked, kFinished };
+  HeldLease(ExecutorService* service, std::string executor_id, const v1::LeaseRequest* request,
+            v1::LeaseResponse* reply, absl::Time deadline)
+      : service(service), executor_id(std::move(executor_id)), request(request), reply(reply), deadline(deadline) {}
+  void OnCancel() override { service->Cancelled(this); }
+  void OnDone() override { delete this; }
+
+  ExecutorService* const service;
+  const std::string executor_id;
+  const v1::LeaseRequest* const request;
+  v1::LeaseResponse* const reply;
+  const absl::Time deadline;
+  // Guarded by service->work_mu_ (the analysis cannot name another object's mutex here).
+  State state = State::kReady;
+  bool cancelled = false;
+  absl::Time wake_at;  // while parked
+};
+
+// An Attach stream: one event when it opens, then nothing until it ends. Its own mutex orders the
+// first write against the end (Finish waits for the write to be done).
+class ExecutorService::Presence : public grpc::ServerWriteReactor<v1::AttachEvent> {
+ public:
+  Presence(ExecutorService* service, std::string executor_id, absl::Duration lease_ttl)
+      : service_(service), executor_id_(std::move(executor_id)) {
+    hello_.set_lease_ttl_ms(absl::ToInt64Milliseconds(lease_ttl));
+    StartWrite(&hello_);
+  }
+  void OnWriteDone(bool) override {
+    bool finish;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      finish = cancelled_;
+    }
+    if (finish) Finish(grpc::Status::CANCELLED);
+  }
+  void OnCancel() override {
+    service_->Detached(executor_id_);
+    bool finish;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      finish = !writing_;
+    }
+    if (finish) Finish(grpc::Status::CANCELLED);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  ExecutorService* const service_;
+  const std::string executor_id_;
+  v1::AttachEvent hello_;
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = true;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+grpc::ServerWriteReactor<v1::AttachEvent>* ExecutorService::Attach(grpc::CallbackServerContext* context,
+                                                                   const v1::AttachRequest* request) {
+  absl::StatusOr<std::string> executor_id = AuthorizeExecutor(context, request->executor_id());
+  if (!executor_id.ok()) {
+    class Refused : public grpc::ServerWriteReactor<v1::AttachEvent> {
+     public:
+      explicit Refused(const absl::Status& why) { Finish(ToGrpc(why)); }
+      void OnDone() override { delete this; }
+    };
+    return new Refused(executor_id.status());
+  }
+  StartLeaseThreads();  // they back up the tasks of executors whose stream closes
+  {
+    absl::MutexLock lock(&work_mu_);
+    ++attached_[*executor_id];
+  }
+  return new Presence(this, *executor_id, options_.lease_ttl);
+}
+
+void ExecutorService::Detached(const std::string& executor_id) {
+  absl::MutexLock lock(&work_mu_);
+  auto it = attached_.find(executor_id);
+  if (it == attached_.end()) return;
+  if (--it->second > 0) return;  // it holds another stream here (a reconnect)
+  attached_.erase(it);
+  // The server's own shutdown ends every stream: that is not the executor going.
+  if (!stopping_) detached_.push_back(executor_id);
+}
+
+void ExecutorService::BackUpTasksOf(const std::string& executor_id) {
+  {
+    absl::MutexLock lock(&work_mu_);
+    if (attached_.contains(executor_id)) return;  // back already
+  }
+  absl::StatusOr<std::vector<Task>> running = store_->ListRunningTasks();
+  if (!running.ok()) {
+    MINIONS_LOG(Warning) << "executor=" << executor_id << " closed its connection; its tasks wait for their lease TTL: "
+                         << running.status().message();
+    return;
+  }
+  const absl::Time now = clock_->Now();
+  int backed_up = 0;
+  for (const Task& task : *running) {
+    if (task.executor_id != executor_id) continue;
+    absl::StatusOr<Task> backed = store_->RequestBackup(task.job_id, task.index, task.attempt, now);
+    if (!backed.ok()) continue;  // finished, handed back, or backed up already meanwhile
+    ++backed_up;
+    MINIONS_LOG(Info) << "job=" << task.job_id << " task=" << task.index << " attempt=" << task.attempt
+                      << " executor=" << executor_id
+                      << " closed its connection without handing the task back; a backup attempt may run elsewhere";
+  }
+  if (backed_up == 0) return;
+  {
+    absl::MutexLock lock(&work_mu_);
+    ++detached_abruptly_;
+  }
+  WorkArrived();
+}
+
+int64_t ExecutorService::executors_attached() const {
+  absl::MutexLock lock(&work_mu_);
+  int64_t n = 0;
+  for (const auto& [id, streams] : attached_) n += streams;
+  return n;
+}
+
+int64_t ExecutorService::executors_detached_abruptly() const {
+  absl::MutexLock lock(&work_mu_);
+  return detached_abruptly_;
+}
+
+ExecutorService::~ExecutorService() {
+  {
+    absl::MutexLock lock(&work_mu_);
+    stopping_ = true;
+    exiting_ = true;
+    WakeParkedLocked();
+  }
+  clock_->Wake();
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&work_mu_);
+    threads.swap(lease_threads_);
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+void ExecutorService::StartLeaseThreads() {
+  absl::MutexLock lock(&work_mu_);
+  if (!lease_threads_.empty()) return;
+  for (int i = 0; i < std::max(options_.lease_threads, 1); ++i) lease_threads_.emplace_back([this] { LeaseThreadLoop(); });
+}
+
+grpc::ServerUnaryReactor* ExecutorService::Lease(grpc::CallbackServerContext* context, const v1::LeaseRequest* request,
+                                                 v1::LeaseResponse* reply) {
+  absl::StatusOr<std::string> executor_id = AuthorizeExecutor(context, request->executor_id());
+  if (!executor_id.ok()) {
+    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
+    refused->Finish(ToGrpc(executor_id.status()));
+    return refused;
+  }
+  StartLeaseThreads();  // on the first call: an in-process caller of the typed methods needs none
+  const absl::Duration wait = absl::Milliseconds(std::clamp<int64_t>(request->wait_ms(), 0, 30000));
+  auto* call = new HeldLease(this, *executor_id, request, reply, clock_->Now() + wait);
+  {
+    absl::MutexLock lock(&work_mu_);
+    ready_.push_back(call);
+  }
+  return call;
+}
+
+void ExecutorService::LeaseThreadLoop() {
+  while (true) {
+    HeldLease* call = nullptr;
+    std::string detached;
+    {
+      absl::MutexLock lock(&work_mu_);
+      while (call == nullptr && detached.empty()) {
+        if (!detached_.empty()) {
+          detached = std::move(detached_.front());
+          detached_.pop_front();
+          break;
+        }
+        const absl::Time now = clock_->Now();
+        while (!parked_.empty() && parked_.begin()->first <= now) {
+          HeldLease* due = parked_.begin()->second;
+          parked_.erase(parked_.begin());
+          due->state = HeldLease::State::kReady;
+          ready_.push_back(due);
+        }
+        if (!ready_.empty()) {
+          call = ready_.front();
+          ready_.pop_front();
+          call->state = HeldLease::State::kServing;
+          break;
+        }
+        if (exiting_) return;
+        auto runnable = [this] {
+          work_mu_.AssertHeld();
+          return !ready_.empty() || !detached_.empty() || exiting_;
+        };
+        if (parked_.empty()) {
+          work_mu_.Await(absl::Condition(&runnable));  // nothing due on the clock: no clock waiter
+        } else {
+          clock_->AwaitWithDeadline(work_mu_, absl::Condition(&runnable), parked_.begin()->first);
+        }
+      }
+    }
+    if (!detached.empty()) {
+      BackUpTasksOf(detached);
+      continue;
+    }
+    Serve(call);
+  }
+}
+
+void ExecutorService::Serve(HeldLease* call) {
+  const int max_tasks = std::clamp(call->request->max_tasks(), 1, 64);
+  const absl::Time now = clock_->Now();
+  uint64_t generation = 0;
+  absl::StatusOr<std::vector<minions::Lease>> leases;
+  bool cancelled;
+  {
+    absl::MutexLock lock(&work_mu_);
+    cancelled = call->cancelled;
+  }
+  if (!cancelled) leases = LookForWork(call->executor_id, max_tasks, now, &generation);
+  grpc::Status answer = grpc::Status::OK;
+  {
+    absl::MutexLock lock(&work_mu_);
+    if (call->cancelled) {
+      answer = grpc::Status::CANCELLED;
+    } else if (!leases.ok()) {
+      answer = ToGrpc(leases.status());
+    } else if (leases->empty() && now < call->deadline && !stopping_) {
+      if (generation != work_generation_) {
+        // Work was announced while this looked: look again.
+        call->state = HeldLease::State::kReady;
+        ready_.push_back(call);
+        return;
+      }
+      absl::Time wake = call->deadline;
+      if (auto it = idle_.find(call->executor_id); it != idle_.end()) wake = std::min(wake, it->second.recheck_at);
+      call->state = HeldLease::State::kParked;
+      call->wake_at = wake;
+      parked_.emplace(wake, call);
+      return;
+    }
+    call->state = HeldLease::State::kFinished;
+  }
+  if (answer.ok()) answer = ToGrpc(AnswerLease(call->executor_id, *leases, now, call->reply));
+  call->Finish(answer);
+}
+
+void ExecutorService::Cancelled(HeldLease* call) {
+  {
+    absl::MutexLock lock(&work_mu_);
+    call->cancelled = true;
+    if (call->state != HeldLease::State::kParked) return;  // whoever holds it finishes it
+    parked_.erase({call->wake_at, call});
+    call->state = HeldLease::State::kFinished;
+  }
+  call->Finish(grpc::Status::CANCELLED);
+}
+
+void ExecutorService::WakeParkedLocked() {
+  for (const auto& [wake, call] : parked_) {
+    call->state = HeldLease::State::kReady;
+    ready_.push_back(call);
+  }
+  parked_.clear();
+}
+
+absl::StatusOr<std::vector<minions::Lease>> ExecutorService::LookForWork(const std::string& executor_id,
+                                                                         int max_tasks, absl::Time now,
+                                                                         uint64_t* generation) {
+  {
+    absl::MutexLock lock(&work_mu_);
+    *generation = work_generation_;
+    auto it = idle_.find(executor_id);
+    if (it != idle_.end() && it->second.generation == work_generation_ && now < it->second.recheck_at) {
+      return std::vector<minions::Lease>{};
+    }
+    ++lease_lookups_;
+  }
+  absl::StatusOr<std::vector<minions::Lease>> leases = store_->LeaseTasks(executor_id, max_tasks, options_.lease_ttl, now);
+  if (!leases.ok()) return leases;
+  absl::MutexLock lock(&work_mu_);
+  if (leases->empty()) {
+    IdleMark& mark = idle_[executor_id];
+    mark.generation = *generation;
+    mark.recheck_at = now + options_.idle_recheck;
+  } else {
+    idle_.erase(executor_id);
+  }
+  return leases;
+}
+
+void ExecutorService::ForgetIdle(const std::string& executor_id) {
+  absl::MutexLock lock(&work_mu_);
+  idle_.erase(executor_id);
+}
+
+int64_t ExecutorService::lease_lookups() const {
+  absl::MutexLock lock(&work_mu_);
+  return lease_lookups_;
+}
+
+int64_t ExecutorService::leases_waiting() const {
+  absl::MutexLock lock(&work_mu_);
+  return static_cast<int64_t>(parked_.size());
 }
 
 absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::ServerContext* context,
-                                    const v1::LeaseRequest& request_ref, v1::LeaseResponse* reply) {
-  const v1::LeaseRequest* request = &request_ref;
-  int max_tasks = std::clamp(request->max_tasks(), 1, 64);
-  // Long poll: retry when notified of new work here, and every kLeasePoll for work that arrived
-  // through another server. Bounded, so a stuck executor call never outlives its usefulness.
-  const absl::Duration wait = absl::Milliseconds(std::clamp<int64_t>(request->wait_ms(), 0, 30000));
+                                    const v1::LeaseRequest& request, v1::LeaseResponse* reply) {
+  const int max_tasks = std::clamp(request.max_tasks(), 1, 64);
+  // Long poll: look again when work is announced, or when this executor's recheck is due.
+  const absl::Duration wait = absl::Milliseconds(std::clamp<int64_t>(request.wait_ms(), 0, 30000));
   const absl::Time deadline = clock_->Now() + wait;
   absl::Time now;
   absl::StatusOr<std::vector<minions::Lease>> leases;
   while (true) {
     uint64_t generation;
-    {
-      absl::MutexLock lock(&work_mu_);
-      generation = work_generation_;
-    }
     now = clock_->Now();
-    leases = store_->LeaseTasks(executor_id, max_tasks, options_.lease_ttl, now);
+    leases = LookForWork(executor_id, max_tasks, now, &generation);
     if (!leases.ok()) return leases.status();
     if (!leases->empty() || (context && context->IsCancelled()) || now >= deadline) break;
     absl::MutexLock lock(&work_mu_);
@@ -181,11 +493,18 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
       work_mu_.AssertHeld();
       return work_generation_ != generation || stopping_;
     };
-    clock_->AwaitWithDeadline(work_mu_, absl::Condition(&notified), std::min(deadline, now + kLeasePoll));
+    absl::Time wake = deadline;
+    if (auto it = idle_.find(executor_id); it != idle_.end()) wake = std::min(wake, it->second.recheck_at);
+    clock_->AwaitWithDeadline(work_mu_, absl::Condition(&notified), wake);
     if (stopping_) break;
   }
+  return AnswerLease(executor_id, *leases, now, reply);
+}
+
+absl::Status ExecutorService::AnswerLease(const std::string& executor_id, const std::vector<minions::Lease>& leases,
+                                          absl::Time now, v1::LeaseResponse* reply) {
   reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
-  for (const minions::Lease& lease : *leases) {
+  for (const minions::Lease& lease : leases) {
     const Task& t = lease.task;
     v1::TaskLease* out = reply->add_leases();
     absl::Status urls = FillObjectUrls(lease, *out);
@@ -193,12 +512,13 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
       // An error reply carries no leases, so hand back every task granted by this call (not just
       // this one): the executor never learns of them, and letting their leases expire would count
       // a failure against each. Preempted: straight back to pending, not counted.
-      for (const minions::Lease& granted : *leases) {
+      for (const minions::Lease& granted : leases) {
         const Task& g = granted.task;
         (void)store_->FailTask(executor_id, g.job_id, g.index, g.attempt, FailureClass::kPreempted,
                                "the server could not produce object URLs", now);
       }
       reply->clear_leases();
+      WorkArrived();
       return urls;
     }
     out->mutable_ref()->set_job_id(t.job_id);
@@ -217,19 +537,32 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
                        << " executor=" << executor_id << " leased";
   }
   if (metrics_) {
-    for (const minions::Lease& lease : *leases) metrics_->LeaseGranted(lease.task, now);
+    for (const minions::Lease& lease : leases) metrics_->LeaseGranted(lease.task, now);
   }
   return absl::OkStatus();
 }
 
+void ExecutorService::WorkArrived() {
+  NotifyWork();
+  if (signal_ == nullptr) return;
+  // Best effort: a server that misses it looks again after its idle recheck.
+  if (absl::Status announced = signal_->Announce(); !announced.ok()) {
+    MINIONS_LOG(Warning) << "other servers not told of new work: " << announced.message();
+  }
+}
+
 void ExecutorService::NotifyWork() {
-  absl::MutexLock lock(&work_mu_);
-  ++work_generation_;
+  {
+    absl::MutexLock lock(&work_mu_);
+    ++work_generation_;
+    WakeParkedLocked();
+  }
 }
 
 void ExecutorService::Shutdown() {
   absl::MutexLock lock(&work_mu_);
   stopping_ = true;
+  WakeParkedLocked();
 }
 
 grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,
@@ -240,6 +573,7 @@ grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::C
 
 absl::Status ExecutorService::Complete(const std::string& executor_id, const v1::CompleteRequest& request) {
   const auto& ref = request.ref();
+  ForgetIdle(executor_id);
   auto outcomes = chunks_.CompleteTasks(executor_id, {FromProto(ref)}, clock_->Now());
   if (!outcomes.ok()) return outcomes.status();
   if (!outcomes->at(0).ok()) {
@@ -264,6 +598,7 @@ absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, cons
   const v1::CompleteBatchRequest* request = &request_ref;
   std::vector<LeaseProgress> reports;
   for (const auto& ref : request->refs()) reports.push_back(FromProto(ref));
+  ForgetIdle(executor_id);
   auto outcomes = chunks_.CompleteTasks(executor_id, reports, clock_->Now());
   if (!outcomes.ok()) return outcomes.status();
   std::set<std::string> jobs;
@@ -300,6 +635,7 @@ absl::Status ExecutorService::Fail(const std::string& executor_id, const v1::Fai
                                                    request.failure_class(), "'"));
   }
   const auto& ref = request.ref();
+  ForgetIdle(executor_id);
   auto task = chunks_.FailTask(executor_id, ref.job_id(), ref.task_index(), ref.attempt(), *failure,
                                request.message(), clock_->Now(), FromProto(ref).chunks);
   if (!task.ok()) return task.status();
@@ -307,7 +643,7 @@ absl::Status ExecutorService::Fail(const std::string& executor_id, const v1::Fai
   MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
                     << " executor=" << executor_id << " " << request.failure_class() << ": " << request.message()
                     << " -> " << TaskStateName(task->state);
-  if (task->state == TaskState::kPending) NotifyWork();
+  if (task->state == TaskState::kPending) WorkArrived();
   auto job = store_->GetJob(ref.job_id());
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return absl::OkStatus();

@@ -9,13 +9,27 @@
 // call is refused with PermissionDenied). A revoked executor is refused by the store itself, on
 // every server, at once.
 //
+// An idle fleet costs (almost) nothing: a Lease that finds no work is held without a thread
+// (gRPC's callback API) until work is announced (WorkArrived on this server; NotifyWork from the
+// store's WorkSignal for the others) or its wait ends, and an executor that found nothing is not
+// looked up in the store again until something was announced (or options.idle_recheck passed).
+//
 // The typed methods (taking an executor id) are the calls without gRPC, for a caller already
 // authenticated as that executor (an in-process control plane in tests).
-// Threads: called on gRPC's threads; thread-safe. A long-polling Lease waits on the Clock.
+// Threads: called on gRPC's threads; thread-safe. Held Lease calls are served by
+// options.lease_threads threads of its own, which wait on the Clock; a typed long-polling Lease
+// waits on the Clock on its caller's thread.
 
+#include <deque>
 #include <functional>
+#include <optional>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 
 #include "blob/blob_store.h"
@@ -27,10 +41,15 @@
 #include "server/chunk_check.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
+#include "store/work_signal.h"
 
 namespace minions {
 
-class ExecutorService final : public v1::Executors::Service {
+// The generated service with Lease and Attach on gRPC's callback API (held without a thread).
+using ExecutorServiceBase =
+    v1::Executors::WithCallbackMethod_Lease<v1::Executors::WithCallbackMethod_Attach<v1::Executors::Service>>;
+
+class ExecutorService final : public ExecutorServiceBase {
  public:
   // `job_ready` is called when a completion leaves a job ready to finalise. `metrics` (may be null)
   // observes leases and attempts.
@@ -46,24 +65,44 @@ class ExecutorService final : public v1::Executors::Service {
         job_ready_(std::move(job_ready)),
         metrics_(metrics),
         chunks_(store, blobs, {options.max_chunk_bytes}) {}
+  ~ExecutorService() override;
 
   grpc::Status Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request, v1::EnrolResponse* reply) override;
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                         v1::RegisterResponse* reply) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* reply) override;
-  grpc::Status Lease(grpc::ServerContext* context, const v1::LeaseRequest* request,
-                     v1::LeaseResponse* reply) override;
+  grpc::ServerUnaryReactor* Lease(grpc::CallbackServerContext* context, const v1::LeaseRequest* request,
+                                  v1::LeaseResponse* reply) override;
   grpc::Status Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,
                         v1::CompleteResponse* reply) override;
   grpc::Status CompleteBatch(grpc::ServerContext* context, const v1::CompleteBatchRequest* request,
                              v1::CompleteBatchResponse* reply) override;
   grpc::Status Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse* reply) override;
+  // Presence (proto: Attach): open for as long as the executor runs. When its last stream here
+  // closes while the server is not stopping, each task it still runs gets a backup attempt at once
+  // (the store's straggler backups): the task runs elsewhere while the executor's own attempt keeps
+  // its lease and may still finish first (a reconnect costs no lease).
+  grpc::ServerWriteReactor<v1::AttachEvent>* Attach(grpc::CallbackServerContext* context,
+                                                    const v1::AttachRequest* request) override;
 
-  // New work may be leasable (a job was submitted, a task requeued): wakes long-polling leases.
+  // Where announcements of work reach the other servers on the store (may be null: this server
+  // alone). Call before serving.
+  void SetWorkSignal(WorkSignal* signal) { signal_ = signal; }
+  // New work may be leasable (a job was submitted, a task requeued) through this server: wakes
+  // the long-polling leases here, and announces it to the other servers.
+  void WorkArrived() ABSL_LOCKS_EXCLUDED(work_mu_);
+  // New work may be leasable (announced by another server): wakes the long-polling leases here.
   void NotifyWork() ABSL_LOCKS_EXCLUDED(work_mu_);
   // The server is stopping: long-polling leases answer at once, and later ones do not wait.
   void Shutdown() ABSL_LOCKS_EXCLUDED(work_mu_);
+  // How many times a lease looked the store up (tests: an idle fleet makes none), and how many
+  // lease calls are held waiting now.
+  int64_t lease_lookups() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  int64_t leases_waiting() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  // Attach streams open here now; executors whose tasks got backups because their stream closed.
+  int64_t executors_attached() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  int64_t executors_detached_abruptly() const ABSL_LOCKS_EXCLUDED(work_mu_);
 
   // The calls for an executor already authenticated as `executor_id` (the request's own
   // executor_id field is not consulted). Register with an empty id registers a new executor under
@@ -80,9 +119,43 @@ class ExecutorService final : public v1::Executors::Service {
   absl::Status Fail(const std::string& executor_id, const v1::FailRequest& request);
 
  private:
+  // The synchronous Lease of the generated base, replaced by the callback one (it is never called).
+  using ExecutorServiceBase::Lease;
+  using ExecutorServiceBase::Attach;
+
   // The executor the call's credential is bound to; PermissionDenied when the request names
   // another (`claimed` non-empty and different).
-  absl::StatusOr<std::string> AuthorizeExecutor(const grpc::ServerContext* context, const std::string& claimed);
+  absl::StatusOr<std::string> AuthorizeExecutor(const grpc::ServerContextBase* context, const std::string& claimed);
+
+  // One look for work for `executor_id`: the store's, unless it found none since the last
+  // announcement and its recheck is not due (then none, without a store round trip).
+  // `generation` is the announcement count the answer is as of.
+  absl::StatusOr<std::vector<minions::Lease>> LookForWork(const std::string& executor_id, int max_tasks,
+                                                          absl::Time now, uint64_t* generation)
+      ABSL_LOCKS_EXCLUDED(work_mu_);
+  // The executor's circumstances changed (it registered, finished or gave up a task): it looks in
+  // the store on its next lease.
+  void ForgetIdle(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
+  // Fills `reply` with `leases` (their URLs); on failure hands every one of them back.
+  absl::Status AnswerLease(const std::string& executor_id, const std::vector<minions::Lease>& leases, absl::Time now,
+                           v1::LeaseResponse* reply);
+
+  // A Lease call held by the callback API, and an Attach stream (defined in the .cc).
+  class HeldLease;
+  class Presence;
+  // An Attach stream of `executor_id` closed: when it was its last here and the server is not
+  // stopping, the lease threads back up its running tasks.
+  void Detached(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
+  // Backup attempts for every task `executor_id` runs (the lease threads, after Detached).
+  void BackUpTasksOf(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
+  void StartLeaseThreads() ABSL_LOCKS_EXCLUDED(work_mu_);
+  void LeaseThreadLoop() ABSL_LOCKS_EXCLUDED(work_mu_);
+  // One look for work for a held call: answers it, or parks it until work is announced or its
+  // wait (or the executor's recheck) is due.
+  void Serve(HeldLease* call) ABSL_LOCKS_EXCLUDED(work_mu_);
+  void Cancelled(HeldLease* call) ABSL_LOCKS_EXCLUDED(work_mu_);
+  // Every parked call to the ready queue (work was announced, or the server stops).
+  void WakeParkedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
 
   // The lease's input URL and one write URL pair per chunk the attempt may upload.
   absl::Status FillObjectUrls(const minions::Lease& lease, v1::TaskLease& out);
@@ -98,9 +171,27 @@ class ExecutorService final : public v1::Executors::Service {
   // Every call that commits chunks goes through it: an upload becomes part of a job's results only
   // once checked against the task's input (server/chunk_check.h).
   ChunkChecker chunks_;
-  absl::Mutex work_mu_;
+  WorkSignal* signal_ = nullptr;
+  mutable absl::Mutex work_mu_;
   uint64_t work_generation_ ABSL_GUARDED_BY(work_mu_) = 0;  // bumped by NotifyWork
   bool stopping_ ABSL_GUARDED_BY(work_mu_) = false;
+  bool exiting_ ABSL_GUARDED_BY(work_mu_) = false;  // the destructor: lease threads end
+  // Executors whose last look found nothing: as of which generation, and when to look anyway.
+  struct IdleMark {
+    uint64_t generation = 0;
+    absl::Time recheck_at;
+    std::optional<ExecutorState> reported;  // the state its heartbeats report
+  };
+  absl::flat_hash_map<std::string, IdleMark> idle_ ABSL_GUARDED_BY(work_mu_);
+  int64_t lease_lookups_ ABSL_GUARDED_BY(work_mu_) = 0;
+  // Held Lease calls: to serve now, and parked until (wake time, call).
+  std::deque<HeldLease*> ready_ ABSL_GUARDED_BY(work_mu_);
+  std::set<std::pair<absl::Time, HeldLease*>> parked_ ABSL_GUARDED_BY(work_mu_);
+  // Open Attach streams per executor, and executors whose last one closed (to back up).
+  absl::flat_hash_map<std::string, int> attached_ ABSL_GUARDED_BY(work_mu_);
+  std::deque<std::string> detached_ ABSL_GUARDED_BY(work_mu_);
+  int64_t detached_abruptly_ ABSL_GUARDED_BY(work_mu_) = 0;
+  std::vector<std::thread> lease_threads_ ABSL_GUARDED_BY(work_mu_);  // started by the first held call
 };
 
 }  // namespace minions

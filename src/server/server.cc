@@ -17,11 +17,11 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
       finalizer_(store, blobs, clock, {options_.max_chunk_bytes}),
       authenticator_(store, clock, options_.auth),
       identities_(store, clock),
-      job_service_(store, blobs, clock, &authenticator_, options_, [this] { executor_service_.NotifyWork(); },
+      job_service_(store, blobs, clock, &authenticator_, options_, [this] { executor_service_.WorkArrived(); },
                    &server_metrics_, &progress_),
       executor_service_(store, blobs, clock, &authenticator_, &identities_, options_,
                         [this](const std::string& job_id) { JobReady(job_id); }, &server_metrics_),
-      admin_service_(store, clock, &authenticator_, &identities_, [this] { executor_service_.NotifyWork(); }),
+      admin_service_(store, clock, &authenticator_, &identities_, [this] { executor_service_.WorkArrived(); }),
       model_service_(store, blobs, clock, &authenticator_, options_) {
   fleet_view_.ExportMetrics(&registry_);
   if (watchdog_) watchdog_->ExportMetrics(&registry_);
@@ -67,6 +67,14 @@ absl::Status MinionsServer::Start() {
     if (auto s = http_->Start(options_.http_listen); !s.ok()) {
       server_->Shutdown();
       http_.reset();
+      return s;
+    }
+  }
+  if (work_signal_) {
+    // Work announced by other servers wakes this one's waiting leases.
+    if (auto s = work_signal_->Start([this] { executor_service_.NotifyWork(); }); !s.ok()) {
+      server_->Shutdown();
+      if (http_) http_->Stop();
       return s;
     }
   }
@@ -118,7 +126,7 @@ void MinionsServer::RunBackgroundPass() {
     // A lost lock the watchdog logs itself, once; this server then seeks it again (above).
     if (!pass.ok() && watchdog_->active()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
     // Requeued tasks and backups of stragglers are work for idle executors.
-    if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) executor_service_.NotifyWork();
+    if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) executor_service_.WorkArrived();
   }
   // Jobs finished by another server, by the watchdog, or left over from a restart.
   auto swept = finalizer_.FinalizeReady();
@@ -152,6 +160,7 @@ void MinionsServer::Shutdown() {
   clock_->Wake();  // WatchJob streams sleeping on the clock
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (background_.joinable()) background_.join();
+  if (work_signal_) work_signal_->Stop();
   if (http_) http_->Stop();
 }
 

@@ -38,6 +38,7 @@
 #include "server/server_metrics.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
+#include "store/work_signal.h"
 #include "watchdog/watchdog.h"
 
 namespace minions {
@@ -58,6 +59,14 @@ class MinionsServer {
   void SetWatchdogLockSource(WatchdogLockSource source, absl::Duration retry = absl::Seconds(1)) {
     watchdog_lock_source_ = std::move(source);
     watchdog_lock_retry_ = retry;
+  }
+
+  // How work submitted or requeued through this server reaches the other servers on the store,
+  // and theirs this one (store/work_signal.h). Without one, this server wakes only its own
+  // waiting leases (right for a server alone on its store). Call before Start.
+  void SetWorkSignal(std::unique_ptr<WorkSignal> signal) {
+    work_signal_ = std::move(signal);
+    executor_service_.SetWorkSignal(work_signal_.get());
   }
 
   // More routes on the HTTP port (the OpenAI API, which apps/ wires in): `install` is called with
@@ -97,6 +106,7 @@ class MinionsServer {
   Clock* clock_;
   ServerOptions options_;
   std::unique_ptr<Watchdog> watchdog_;
+  std::unique_ptr<WorkSignal> work_signal_;  // null: this server alone
   WatchdogLockSource watchdog_lock_source_;  // empty: a lost lock is not sought again
   absl::Duration watchdog_lock_retry_ = absl::Seconds(1);
   absl::Time next_watchdog_lock_try_ = absl::InfinitePast();  // the background loop's thread only

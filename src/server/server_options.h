@@ -33,6 +33,13 @@ struct ServerOptions {
   // server: executors' long polls, watch streams) and, of those, open WatchJob streams. Past either,
   // a call gets RESOURCE_EXHAUSTED instead of a thread.
   int max_threads = 1024;
+  // Idle executors' long polls (Lease with wait_ms) are held without a thread each (gRPC's
+  // callback API) and served by this many threads, which also run their store lookups.
+  int lease_threads = 4;
+  // An executor that found no work is not looked up in the store again until work is announced
+  // (a submission, a requeue, on any server: store/work_signal.h) or this long has passed: the
+  // safety net for changes nobody announces. An idle fleet costs one lookup per executor per this.
+  absl::Duration idle_recheck = absl::Seconds(30);
   int max_watch_streams = 64;
   // The largest object (output or errors) one chunk may upload; a larger one fails its attempt.
   int64_t max_chunk_bytes = int64_t{256} << 20;

@@ -87,7 +87,9 @@ FakeControlPlane::FakeControlPlane(Clock* clock, Options options) : clock_(clock
   finalizer_ = std::make_unique<JobFinalizer>(store_.get(), blobs_.get(), clock_);
   auth_ = std::make_unique<Authenticator>(store_.get(), clock_);
   identities_ = std::make_unique<IdentityAdmin>(store_.get(), clock_);
-  jobs_ = std::make_unique<JobService>(store_.get(), blobs_.get(), clock_, auth_.get(), server_options_);
+  // As a MinionsServer wires them: new and requeued work wakes the executors' leases.
+  jobs_ = std::make_unique<JobService>(store_.get(), blobs_.get(), clock_, auth_.get(), server_options_,
+                                       [this] { executors_->WorkArrived(); });
   executors_ = std::make_unique<ExecutorService>(store_.get(), blobs_.get(), clock_, auth_.get(), identities_.get(),
                                                  server_options_,
                                                  [this](const std::string& job_id) {
@@ -157,6 +159,7 @@ void FakeControlPlane::Tick(absl::Time now) {
   next_watchdog_at_ = now + options_.watchdog.interval;
   auto pass = watchdog_->Tick(now);
   EXPECT_TRUE(pass.ok()) << pass.status();
+  if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) executors_->WorkArrived();
   auto swept = finalizer_->FinalizeReady();
   EXPECT_TRUE(swept.ok()) << swept.status();
 }

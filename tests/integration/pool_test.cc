@@ -165,6 +165,154 @@ v1::Job WaitForEnd(cli::JobsClient& client, const std::string& job_id, absl::Dur
   return job.ok() ? *job : v1::Job();
 }
 
+// The name of an executor that holds a task, once one does (within half a minute); "" if none.
+std::string BusyExecutor(cli::JobsClient& client) {
+  for (int i = 0; i < 600; ++i) {
+    auto executors = client.Executors();
+    if (executors.ok()) {
+      for (const auto& e : *executors) {
+        if (!e.current_tasks().empty()) return e.name();
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return "";
+}
+
+// The watchdog always runs somewhere. Server A (which took the watchdog lock first) is killed
+// for good; on PostgreSQL the database then restarts, ending every session and the lock with
+// them. Only then is a job submitted through B, and an executor holding one of its tasks killed:
+// its lease is reaped only if B took the watchdog over (and took it again after the restart), and
+// the job must complete with every record exactly once.
+TEST_P(Pool, TheWatchdogMovesToAServerStillUpWhenItsHolderIsKilled) {
+  std::string dir = TempDir("watchdog-moves-" + GetParam());
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 2000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  UseBackend(pool, GetParam(), "wd");
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());  // A: takes the watchdog lock
+  auto second = pool.StartAnotherServer("server-b");  // B: stands by
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::string noop = kBin + "/minions-noop-runner";
+  const std::vector<std::string> slow = {"MINIONS_NOOP_RECORD_DELAY_MS=20"};
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, *second, {}, slow).ok());
+  ASSERT_TRUE(pool.StartExecutor("e2", 1, noop, *second, {}, slow).ok());
+  ASSERT_TRUE(pool.StopServer(SIGKILL).ok());  // A, for good
+  if (GetParam() == "postgres-s3") {
+    Subprocess::Options sp;
+    sp.argv = {std::string(MINIONS_TEST_SOURCE_DIR) + "/tests/services/postgres.sh", "restart",
+               MINIONS_TEST_POSTGRES_DIR};
+    sp.stderr_path = dir + "/pool/logs/postgres-restart.log";
+    auto p = Subprocess::Start(sp);
+    ASSERT_TRUE(p.ok()) << p.status();
+    (*p)->CloseStdin();
+    while ((*p)->ReadLine().ok()) {
+    }
+    auto exit = (*p)->Wait(absl::Minutes(1));
+    ASSERT_TRUE(exit.ok() && exit->exited && exit->code == 0) << "see " << sp.stderr_path;
+  }
+  cli::Connection b = pool.connection();
+  b.server = *second;
+  cli::JobsClient client(b);
+  std::vector<std::string> lines = NoopLines(200);
+  std::string input = WriteInput(dir, lines);
+  absl::StatusOr<v1::Job> job;
+  for (int i = 0; i < 100 && !job.ok(); ++i) {  // B may still be reconnecting to the restarted database
+    v1::SubmitJobRequest request;
+    request.set_input(ReadFile(input));
+    request.set_model(kModel);
+    request.set_shard_size(10);
+    job = client.Submit(request);
+    if (!job.ok()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  std::string victim = BusyExecutor(client);
+  ASSERT_FALSE(victim.empty()) << "no executor ever held a task";
+  ASSERT_TRUE(pool.StopExecutor(victim, SIGKILL).ok());
+  ASSERT_TRUE(pool.StartExecutor("e3", 1, noop, *second, {}, slow).ok());
+
+  v1::Job done = WaitForEnd(client, job->id(), absl::Minutes(4));
+  ASSERT_EQ(done.state(), "completed") << done.error();
+  EXPECT_EQ(done.request_counts().completed(), 200);
+  auto results = [&](bool errors) {
+    std::string all;
+    EXPECT_TRUE(client.Results(job->id(), errors, [&](const std::string& c) { all += c; }).ok());
+    return all;
+  };
+  ExpectEachRecordOnce(lines, Lines(results(false)), Lines(results(true)));
+  auto tasks = client.Tasks(job->id());
+  ASSERT_TRUE(tasks.ok());
+  int retried = 0;
+  for (const auto& t : *tasks) retried += t.attempt() > 1;
+  EXPECT_GE(retried, 1) << "the victim's task never ran again";
+  std::filesystem::remove_all(dir);
+}
+
+// Death noticed at once: with a lease TTL of ten minutes, a SIGKILLed executor's task can run
+// elsewhere within the test's few minutes only because its closed connection was noticed (the
+// server backs up the tasks of an executor whose presence stream closes), never by expiry.
+TEST_P(Pool, ASigkilledExecutorsTaskRunsElsewhereLongBeforeItsLeaseCouldExpire) {
+  std::string dir = TempDir("presence-" + GetParam());
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 600000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  UseBackend(pool, GetParam(), "presence");
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());
+  const std::string noop = kBin + "/minions-noop-runner";
+  const std::vector<std::string> slow = {"MINIONS_NOOP_RECORD_DELAY_MS=20"};
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, "", {}, slow).ok());
+  ASSERT_TRUE(pool.StartExecutor("e2", 1, noop, "", {}, slow).ok());
+  cli::JobsClient client(pool.connection());
+  std::vector<std::string> lines = NoopLines(200);
+  auto job = Submit(pool, WriteInput(dir, lines), 20);
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::string victim = BusyExecutor(client);
+  ASSERT_FALSE(victim.empty()) << "no executor ever held a task";
+  ASSERT_TRUE(pool.StopExecutor(victim, SIGKILL).ok());
+  v1::Job done = WaitForEnd(client, job->id(), absl::Minutes(4));
+  // By which mechanism: the closed connection, not the watchdog's straggler backups (which would
+  // also rescue the task, after 30 s at least).
+  EXPECT_THAT(ReadFile(dir + "/pool/logs/server.log"), ::testing::HasSubstr("closed its connection without handing the task back"));
+  ASSERT_EQ(done.state(), "completed") << done.error();
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
+  auto tasks = client.Tasks(job->id());
+  ASSERT_TRUE(tasks.ok());
+  int retried = 0;
+  for (const auto& t : *tasks) retried += t.attempt() > 1;
+  EXPECT_GE(retried, 1);
+  std::filesystem::remove_all(dir);
+}
+
+// A mere reconnect costs no lease: the server is killed and started again while an executor runs
+// the job's only task; the executor re-attaches and finishes that very attempt.
+TEST_P(Pool, AServerRestartCostsNoLease) {
+  std::string dir = TempDir("restart-lease-" + GetParam());
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 600000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  UseBackend(pool, GetParam(), "restartlease");
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());
+  const std::string noop = kBin + "/minions-noop-runner";
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, "", {}, {"MINIONS_NOOP_RECORD_DELAY_MS=40"}).ok());
+  cli::JobsClient client(pool.connection());
+  std::vector<std::string> lines = NoopLines(100);
+  auto job = Submit(pool, WriteInput(dir, lines), 100);  // one task
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_FALSE(BusyExecutor(client).empty()) << "the executor never held the task";
+  ASSERT_TRUE(pool.StopServer(SIGKILL).ok());
+  ASSERT_TRUE(pool.StartServer().ok());
+  cli::JobsClient again(pool.connection());
+  v1::Job done = WaitForEnd(again, job->id(), absl::Minutes(4));
+  ASSERT_EQ(done.state(), "completed") << done.error();
+  auto tasks = again.Tasks(job->id());
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 1);
+  EXPECT_EQ((*tasks)[0].attempt(), 1) << "the restart cost the executor its lease";
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
+  std::filesystem::remove_all(dir);
+}
+
 // The no-op runner reads one command and answers it before it reads the next, as
 // examples/echo_runner.py does. Tasks of 5,000 records send it commands and get answers far
 // larger than a pipe's buffer, and the executor queues the next task's before the last is

@@ -25,6 +25,8 @@
 #include "model_store_contract.h"
 #include "metadata_store_contract.h"
 #include "watchdog_lock_contract.h"
+#include "work_signal_contract.h"
+#include "store/postgres/postgres_work_signal.h"
 #include "store/postgres/postgres_migrations.h"
 #include "testing/fake_clock.h"
 
@@ -201,6 +203,18 @@ INSTANTIATE_TEST_SUITE_P(Postgres, WatchdogLockContract,
                                }};
                          })),
                          [](const ::testing::TestParamInfo<WatchdogLockFactory>&) { return "Advisory"; });
+
+// Each test's schema is a store of its own: its own channel.
+INSTANTIATE_TEST_SUITE_P(Postgres, WorkSignalContract,
+                         ::testing::Values(WorkSignalFactory([] {
+                           const std::string url = Schemas::FreshUrl();
+                           return WorkSignalOpener([url]() -> std::unique_ptr<WorkSignal> {
+                             auto signal = PostgresWorkSignal::Create(url);
+                             EXPECT_TRUE(signal.ok()) << signal.status();
+                             return signal.ok() ? std::move(*signal) : nullptr;
+                           });
+                         })),
+                         [](const ::testing::TestParamInfo<WorkSignalFactory>&) { return "ListenNotify"; });
 
 class PostgresMetadataStoreTest : public ::testing::Test {
  protected:

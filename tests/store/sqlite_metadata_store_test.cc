@@ -13,6 +13,8 @@
 #include "store/sqlite/sqlite_migrations.h"
 #include "store/sqlite/sqlite_watchdog_lock.h"
 #include "watchdog_lock_contract.h"
+#include "work_signal_contract.h"
+#include "store/sqlite/sqlite_work_signal.h"
 #include "testing/fake_clock.h"
 
 namespace minions {
@@ -85,6 +87,17 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, WatchdogLockContract,
                                [database] { std::filesystem::remove(SqliteWatchdogLock::LockPath(database)); }};
                          })),
                          [](const ::testing::TestParamInfo<WatchdogLockFactory>&) { return "File"; });
+
+INSTANTIATE_TEST_SUITE_P(Sqlite, WorkSignalContract,
+                         ::testing::Values(WorkSignalFactory([] {
+                           const std::string database = TempFolder::NewDatabase();
+                           return WorkSignalOpener([database]() -> std::unique_ptr<WorkSignal> {
+                             auto signal = SqliteWorkSignal::Open(database, absl::Milliseconds(10));
+                             EXPECT_TRUE(signal.ok()) << signal.status();
+                             return signal.ok() ? std::move(*signal) : nullptr;
+                           });
+                         })),
+                         [](const ::testing::TestParamInfo<WorkSignalFactory>&) { return "CounterFile"; });
 
 TEST(SqliteWatchdogLock, AnUnopenableLockFileIsAnError) {
   auto lock = SqliteWatchdogLock::TryAcquire((TempFolder::Path() / "no" / "such" / "dir.db").string());

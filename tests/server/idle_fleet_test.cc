@@ -1,0 +1,294 @@
+// An idle fleet costs (almost) nothing: a waiting executor's Lease is held without store lookups
+// until work is announced, on its server or another one on the store. Every test runs on the fake
+// clock, which never moves unless the test moves it: a lease that answers with work it did not
+// have before was woken by an announcement, not by a timed poll.
+
+#include <thread>
+
+#include "grpc_service_fixture.h"
+#include "store/sqlite/sqlite_work_signal.h"
+
+namespace minions::testing {
+namespace {
+
+class IdleFleetTest : public GrpcServiceTest {
+ protected:
+  // A long poll on `stub` as `executor_id`, waiting up to 30 s of the (fake) clock; the call's
+  // real deadline is the fixture's 10 s, the test's failure if no wake-up comes.
+  std::thread LongPoll(v1::Executors::Stub* stub, const std::string& executor_id, grpc::Status* status,
+                       v1::LeaseResponse* reply) {
+    auto context = ExecutorContext(executor_id);
+    return std::thread([stub, executor_id, status, reply, context = std::move(context)] {
+      v1::LeaseRequest request;
+      request.set_executor_id(executor_id);
+      request.set_max_tasks(1);
+      request.set_wait_ms(30000);
+      *status = stub->Lease(context.get(), request, reply);
+    });
+  }
+  // Until `server` holds `n` lease calls waiting (the call reached it and found nothing).
+  static void AwaitWaiting(MinionsServer& server, int64_t n) {
+    for (int i = 0; i < 10000 && server.executors().leases_waiting() != n; ++i) absl::SleepFor(absl::Milliseconds(1));
+    ASSERT_EQ(server.executors().leases_waiting(), n);
+  }
+};
+
+TEST_F(IdleFleetTest, AnExecutorThatFoundNothingIsNotLookedUpAgainUntilWorkIsAnnounced) {
+  StartServer();
+  const std::string executor = RegisterExecutor("idle");
+  ExecutorService& service = server_->executors();
+  EXPECT_TRUE(MustLease(executor, 1).empty());
+  EXPECT_EQ(service.lease_lookups(), 1);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(MustLease(executor, 1).empty());
+  EXPECT_EQ(service.lease_lookups(), 1) << "an idle executor's polls reached the store";
+
+  MustSubmit(Records(3));  // announces work
+  ASSERT_EQ(MustLease(executor, 1).size(), 1u);
+  EXPECT_EQ(service.lease_lookups(), 2);
+  // Found work: the next call looks again (and finds nothing more).
+  EXPECT_TRUE(MustLease(executor, 1).empty());
+  EXPECT_EQ(service.lease_lookups(), 3);
+  EXPECT_TRUE(MustLease(executor, 1).empty());
+  EXPECT_EQ(service.lease_lookups(), 3);
+}
+
+TEST_F(IdleFleetTest, AnIdleExecutorIsLookedUpAgainAfterItsRecheckOrWhenItsOwnCircumstancesChange) {
+  ServerOptions options = Options();
+  options.idle_recheck = absl::Seconds(30);
+  StartServer(&fake_clock_, options);
+  const std::string executor = RegisterExecutor("idle");
+  ExecutorService& service = server_->executors();
+  EXPECT_TRUE(MustLease(executor, 1).empty());
+  fake_clock_.Advance(absl::Seconds(29));
+  EXPECT_TRUE(MustLease(executor, 1).empty());
+  EXPECT_EQ(service.lease_lookups(), 1);
+  fake_clock_.Advance(absl::Seconds(1));  // the safety net: changes nobody announced
+  EXPECT_TRUE(MustLease(executor, 1).empty());
+  EXPECT_EQ(service.lease_lookups(), 2);
+
+  // Its heartbeat says its state changed (its owner came and went): it looks again.
+  v1::HeartbeatRequest beat;
+  beat.set_executor_id(executor);
+  beat.set_state("available");
+  v1::HeartbeatResponse answer;
+  ASSERT_GRPC_OK(executors_->Heartbeat(ExecutorContext(executor).get(), beat, &answer));
+  EXPECT_TRUE(MustLease(executor, 1).empty());
+  EXPECT_EQ(service.lease_lookups(), 2) << "the same state again changes nothing";
+  beat.set_state("owner_active");
+  ASSERT_GRPC_OK(executors_->Heartbeat(ExecutorContext(executor).get(), beat, &answer));
+  EXPECT_TRUE(MustLease(executor, 1).empty());
+  EXPECT_EQ(service.lease_lookups(), 3);
+}
+
+TEST_F(IdleFleetTest, AWaitingLeaseHoldsNoLookupsAndIsWokenBySubmissionOnItsServer) {
+  StartServer();
+  const std::string executor = RegisterExecutor("waiting");
+  grpc::Status status;
+  v1::LeaseResponse reply;
+  std::thread poll = LongPoll(executors_.get(), executor, &status, &reply);
+  AwaitWaiting(*server_, 1);
+  EXPECT_EQ(server_->executors().lease_lookups(), 1);
+  const absl::Time before = fake_clock_.Now();
+  MustSubmit(Records(3));
+  poll.join();
+  ASSERT_GRPC_OK(status);
+  EXPECT_EQ(reply.leases_size(), 1);
+  EXPECT_EQ(fake_clock_.Now(), before) << "the clock moved: the wake-up may have been a poll";
+  EXPECT_EQ(server_->executors().leases_waiting(), 0);
+}
+
+TEST_F(IdleFleetTest, AWaitingLeaseEndsEmptyAtItsWaitAndWhenItsCallerGivesUp) {
+  ServerOptions options = Options();
+  options.idle_recheck = absl::Minutes(5);  // longer than the wait
+  StartServer(&fake_clock_, options);
+  const std::string executor = RegisterExecutor("waiting");
+  grpc::Status status;
+  v1::LeaseResponse reply;
+  std::thread poll = LongPoll(executors_.get(), executor, &status, &reply);
+  AwaitWaiting(*server_, 1);
+  fake_clock_.Advance(absl::Seconds(30));
+  poll.join();
+  ASSERT_GRPC_OK(status);
+  EXPECT_EQ(reply.leases_size(), 0);
+  EXPECT_EQ(server_->executors().lease_lookups(), 1) << "the wait's end needs no lookup";
+
+  // A caller that gives up (its deadline) leaves nothing held.
+  v1::LeaseRequest request;
+  request.set_executor_id(executor);
+  request.set_wait_ms(30000);
+  grpc::ClientContext context;
+  rpc::Prepare(context, credentials_[executor], absl::Milliseconds(200));
+  v1::LeaseResponse ignored;
+  EXPECT_EQ(executors_->Lease(&context, request, &ignored).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  AwaitWaiting(*server_, 0);
+}
+
+TEST_F(IdleFleetTest, AWaitingLeaseAnswersAtOnceWhenTheServerStops) {
+  StartServer();
+  const std::string executor = RegisterExecutor("waiting");
+  grpc::Status status;
+  v1::LeaseResponse reply;
+  std::thread poll = LongPoll(executors_.get(), executor, &status, &reply);
+  AwaitWaiting(*server_, 1);
+  server_->Shutdown();
+  poll.join();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reply.leases_size(), 0);
+}
+
+// Two servers on one store file, each with the store's work signal: an executor waits on B, a
+// job is submitted through A.
+TEST_F(IdleFleetTest, ASubmissionThroughOneServerWakesAnExecutorWaitingOnAnother) {
+  const std::string database = dir_.File("shared.db");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SqliteMetadataStore> store_a, SqliteMetadataStore::Open(database, StoreOptions{}));
+  ASSERT_OK_AND_ASSIGN(store_, SqliteMetadataStore::Open(database, StoreOptions{}));
+  ServerOptions options = Options();
+  options.background_thread = false;
+  MinionsServer a(store_a.get(), blobs_.get(), &fake_clock_, options, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SqliteWorkSignal> signal_a, SqliteWorkSignal::Open(database));
+  a.SetWorkSignal(std::move(signal_a));
+  ASSERT_OK(a.Start());
+  clock_ = &fake_clock_;
+  server_ = std::make_unique<MinionsServer>(store_.get(), blobs_.get(), &fake_clock_, options, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SqliteWorkSignal> signal_b, SqliteWorkSignal::Open(database));
+  server_->SetWorkSignal(std::move(signal_b));
+  ASSERT_OK(server_->Start());
+  Connect();  // the stubs and credentials are B's (the credentials live in the shared store)
+
+  const std::string executor = RegisterExecutor("on-b");
+  grpc::Status status;
+  v1::LeaseResponse reply;
+  std::thread poll = LongPoll(executors_.get(), executor, &status, &reply);
+  AwaitWaiting(*server_, 1);
+  const int64_t lookups = server_->executors().lease_lookups();
+
+  auto jobs_a = v1::Jobs::NewStub(rpc::MakeChannel(a.address()));
+  v1::Job job;
+  ASSERT_GRPC_OK(jobs_a->SubmitJob(Context().get(), Request(Records(3)), &job));
+  poll.join();
+  ASSERT_GRPC_OK(status);
+  ASSERT_EQ(reply.leases_size(), 1);
+  EXPECT_EQ(reply.leases(0).ref().job_id(), job.id());
+  EXPECT_EQ(server_->executors().lease_lookups(), lookups + 1) << "one lookup, after the announcement";
+  EXPECT_EQ(a.executors().lease_lookups(), 0);
+  a.Shutdown();
+}
+
+// An executor's presence stream (Attach), held open on a context the test can cancel.
+class Presence {
+ public:
+  Presence(v1::Executors::Stub* stub, const std::string& credential, const std::string& executor_id) {
+    rpc::Prepare(context_, credential, absl::InfiniteDuration());
+    v1::AttachRequest request;
+    request.set_executor_id(executor_id);
+    stream_ = stub->Attach(&context_, request);
+    attached_ = stream_->Read(&hello_);  // the server's first event: the stream is open there
+    reader_ = std::thread([this] {
+      v1::AttachEvent more;
+      while (stream_->Read(&more)) {
+      }
+      status_ = stream_->Finish();
+    });
+  }
+  ~Presence() { Drop(); }
+  // The connection goes without a goodbye (a process killed, a cable pulled).
+  void Drop() {
+    if (!reader_.joinable()) return;
+    context_.TryCancel();
+    reader_.join();
+  }
+  bool attached() const { return attached_; }
+  const v1::AttachEvent& hello() const { return hello_; }
+  const grpc::Status& status() const { return status_; }  // after Drop or the server's end
+  void Join() { if (reader_.joinable()) reader_.join(); }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::AttachEvent>> stream_;
+  v1::AttachEvent hello_;
+  bool attached_ = false;
+  grpc::Status status_;
+  std::thread reader_;
+};
+
+// Until `server` has backed up the tasks of `n` executors whose stream closed.
+void AwaitDetached(MinionsServer& server, int64_t n) {
+  for (int i = 0; i < 10000 && server.executors().executors_detached_abruptly() < n; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(server.executors().executors_detached_abruptly(), n);
+}
+
+TEST_F(IdleFleetTest, AnExecutorWhoseConnectionClosesWhileItRunsATaskHasItBackedUpAtOnceAndMayStillWin) {
+  StartServer();  // the fake clock never moves: no lease can expire
+  const std::string a = RegisterExecutor("a");
+  const std::string b = RegisterExecutor("b");
+  v1::Job job = MustSubmit(Records(3), 3);
+  std::vector<v1::TaskLease> held = MustLease(a, 1);
+  ASSERT_EQ(held.size(), 1u);
+  auto presence = std::make_unique<Presence>(executors_.get(), credentials_[a], a);
+  ASSERT_TRUE(presence->attached());
+  EXPECT_EQ(presence->hello().lease_ttl_ms(), absl::ToInt64Milliseconds(kLeaseTtl));
+  EXPECT_TRUE(MustLease(b, 1).empty()) << "nothing to run while a runs the only task";
+
+  presence->Drop();
+  AwaitDetached(*server_, 1);
+  std::vector<v1::TaskLease> backup = MustLease(b, 1);
+  ASSERT_EQ(backup.size(), 1u) << "the task was not offered again before its lease expired";
+  EXPECT_EQ(backup[0].ref().task_index(), held[0].ref().task_index());
+  EXPECT_EQ(backup[0].ref().attempt(), held[0].ref().attempt() + 1);
+
+  // a was only cut off: it finishes first, and its attempt wins (it kept its lease).
+  Serve(held[0]);
+  ASSERT_GRPC_OK(Complete(a, held[0].ref(), 3));
+  EXPECT_FALSE(Complete(b, backup[0].ref(), 3).ok()) << "the backup is fenced off once the first attempt won";
+  EXPECT_EQ(WaitForState(job.id(), "completed").request_counts().completed(), 3);
+}
+
+TEST_F(IdleFleetTest, AReconnectOrAnIdleExecutorsCloseOrTheServersShutdownBacksNothingUp) {
+  StartServer();
+  const std::string a = RegisterExecutor("a");
+  const std::string idle = RegisterExecutor("idle");
+  MustSubmit(Records(3), 3);
+  std::vector<v1::TaskLease> held = MustLease(a, 1);
+  ASSERT_EQ(held.size(), 1u);
+  // A reconnect: the new stream opens before the old one is seen to close.
+  Presence old_stream(executors_.get(), credentials_[a], a);
+  Presence new_stream(executors_.get(), credentials_[a], a);
+  ASSERT_TRUE(old_stream.attached() && new_stream.attached());
+  EXPECT_EQ(server_->executors().executors_attached(), 2);
+  old_stream.Drop();
+  // An executor without tasks goes.
+  {
+    Presence gone(executors_.get(), credentials_[idle], idle);
+    ASSERT_TRUE(gone.attached());
+  }
+  for (int i = 0; i < 10000 && server_->executors().executors_attached() != 1; ++i) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(server_->executors().executors_attached(), 1);
+  // The server stops: every stream ends, and that is not the executors going.
+  server_->Shutdown();
+  new_stream.Join();
+  EXPECT_EQ(server_->executors().executors_detached_abruptly(), 0);
+  ASSERT_OK_AND_ASSIGN(Task task, store_->GetTask(held[0].ref().job_id(), held[0].ref().task_index()));
+  EXPECT_EQ(task.state, TaskState::kRunning);
+  EXPECT_EQ(task.attempt, held[0].ref().attempt());
+  EXPECT_FALSE(task.shadow.has_value());
+}
+
+TEST_F(IdleFleetTest, AttachIsForTheExecutorItsCredentialNames) {
+  StartServer();
+  const std::string a = RegisterExecutor("a");
+  const std::string b = RegisterExecutor("b");
+  Presence as_other(executors_.get(), credentials_[a], b);
+  EXPECT_FALSE(as_other.attached());
+  as_other.Join();
+  EXPECT_EQ(as_other.status().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  Presence anonymous(executors_.get(), "", a);
+  EXPECT_FALSE(anonymous.attached());
+  anonymous.Join();
+  EXPECT_EQ(anonymous.status().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(server_->executors().executors_attached(), 0);
+}
+
+}  // namespace
+}  // namespace minions::testing
