@@ -6,7 +6,7 @@
 // act on.
 //
 //   [server]    listen, http_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
-//               straggler_factor, straggler_min_runtime_ms
+//               straggler_factor, straggler_min_runtime_ms, fair_share_half_life_s
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
@@ -44,6 +44,9 @@ struct MinionsConfig {
   // at least `straggler_min_runtime_ms` gets a backup attempt elsewhere.
   double straggler_factor = 3.0;
   int64_t straggler_min_runtime_ms = 30000;
+  // Fair share between teams (docs/architecture.md, "Scheduling order"): past usage halves every
+  // this many seconds (HTCondor's default, a day).
+  int64_t fair_share_half_life_s = 86400;
   bool watchdog = true;
   std::string data_dir;  // default: ~/.minions/server
   // [store]

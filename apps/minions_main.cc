@@ -385,7 +385,7 @@ struct SharedFlags {
 // config file (see apps/config.h).
 struct ProcessVerbs {
   std::string flag_listen, flag_http_listen, flag_data_dir, flag_database, flag_objects, flag_tls_cert, flag_tls_key;
-  int64_t flag_ttl_ms = 0, flag_straggler_ms = -1;
+  int64_t flag_ttl_ms = 0, flag_straggler_ms = -1, flag_half_life_s = 0;
   bool no_watchdog = false;
   std::string watchdog_http_listen;  // watchdog --http-listen
   bool connect = false;              // config check --connect
@@ -408,6 +408,8 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_option("--tls-key", p->flag_tls_key, "its private key");
   server_cmd->add_option("--lease-ttl-ms", p->flag_ttl_ms, "lease TTL; executors heartbeat every third (default 9000)");
   server_cmd->add_flag("--no-watchdog", p->no_watchdog, "leave the watchdog to a `minions watchdog` process");
+  server_cmd->add_option("--fair-share-half-life-s", p->flag_half_life_s,
+                         "fair share between teams: past usage halves every this many seconds (default 86400)");
   server_cmd->add_option("--straggler-min-runtime-ms", p->flag_straggler_ms,
                          "a straggler gets a backup attempt only after running this long (default 30000)");
 
@@ -442,6 +444,7 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (!p.flag_objects.empty()) config->objects = p.flag_objects;
   if (p.flag_ttl_ms > 0) config->lease_ttl_ms = p.flag_ttl_ms;
   if (p.flag_straggler_ms >= 0) config->straggler_min_runtime_ms = p.flag_straggler_ms;
+  if (p.flag_half_life_s > 0) config->fair_share_half_life_s = p.flag_half_life_s;
   if (p.no_watchdog) config->watchdog = false;
   return config;
 }
@@ -773,7 +776,10 @@ void AddAdminVerbs(CLI::App& app, SharedFlags* shared, AdminVerbs* a) {
   auto add_team_options = [&](CLI::App* cmd) {
     cmd->add_option("name", team_options.name, "team name (lower case letters, digits, - and _)")->required();
     cmd->add_option("--max-priority", team_options.max_priority, "its jobs' priority ceiling (new teams: 10)");
-    cmd->add_option("--max-active-jobs", team_options.max_active_jobs, "jobs not yet ended at once (0: no limit)");
+    cmd->add_option("--max-queued-jobs,--max-active-jobs", team_options.max_active_jobs,
+                    "its jobs not yet ended (queued or running) at once; a submit over it is refused (0: no limit)");
+    cmd->add_option("--weight", team_options.weight, "fair-share weight, 1 or more (new teams: 1)");
+    cmd->add_option("--max-running", team_options.max_running_tasks, "its tasks running at once (0: no limit)");
     cmd->add_option("--requests-per-second", team_options.requests_per_second,
                     "API calls per second per server (0: no limit)");
   };
@@ -781,7 +787,7 @@ void AddAdminVerbs(CLI::App& app, SharedFlags* shared, AdminVerbs* a) {
   add_team_options(team_create_cmd);
   auto* team_set_cmd = a->team_set_cmd = team_cmd->add_subcommand("set", "change a team's settings");
   add_team_options(team_set_cmd);
-  auto* teams_cmd = a->teams_cmd = admin_cmd->add_subcommand("teams", "list the teams and their limits");
+  auto* teams_cmd = a->teams_cmd = admin_cmd->add_subcommand("teams", "list the teams: fair-share weight, share, usage, running tasks, quotas");
   minions::cli::IssueOptions& issue = a->issue;
   auto* token_cmd = admin_cmd->add_subcommand("token", "issue or revoke a token");
   token_cmd->require_subcommand(1);

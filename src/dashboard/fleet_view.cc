@@ -58,6 +58,9 @@ absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Read() {
   if (!executors.ok()) return executors.status();
   snapshot->executors = std::move(*executors);
   for (const Executor& e : snapshot->executors) snapshot->executors_by_state[e.state] += 1;
+  auto teams = store_->ListTeamUsage(snapshot->taken_at);
+  if (!teams.ok()) return teams.status();
+  snapshot->teams = std::move(*teams);
   for (const Job& job : snapshot->jobs) {
     if (IsTerminal(job.state)) continue;
     snapshot->jobs_by_state[job.state] += 1;
@@ -172,6 +175,29 @@ void FleetView::Collect(std::vector<metrics::FamilySnapshot>* out) {
       }
     }
   }
+  FamilySnapshot team_usage{"minions_team_usage_device_seconds",
+                            "Each team's fair-share usage: device time decayed with the half-life, running attempts "
+                            "included (from the store).",
+                            MetricType::kGauge, {}};
+  FamilySnapshot team_running{"minions_team_running_tasks", "Each team's running tasks (from the store).",
+                              MetricType::kGauge, {}};
+  FamilySnapshot team_weight{"minions_team_weight", "Each team's fair-share weight.", MetricType::kGauge, {}};
+  FamilySnapshot team_share{"minions_team_target_share",
+                            "Each team's target share of the fleet: its weight over the sum of all teams' weights.",
+                            MetricType::kGauge, {}};
+  const std::map<std::string, double> targets = TargetShares(s.teams);
+  for (const TeamUsage& t : s.teams) {
+    const std::vector<std::pair<std::string, std::string>> team_labels = {{"team", t.team}};
+    team_usage.samples.push_back(
+        {"minions_team_usage_device_seconds", team_labels, absl::ToDoubleSeconds(t.usage)});
+    team_running.samples.push_back({"minions_team_running_tasks", team_labels, static_cast<double>(t.running)});
+    team_weight.samples.push_back({"minions_team_weight", team_labels, static_cast<double>(t.weight)});
+    team_share.samples.push_back({"minions_team_target_share", team_labels, targets.at(t.team)});
+  }
+  out->push_back(std::move(team_usage));
+  out->push_back(std::move(team_running));
+  out->push_back(std::move(team_weight));
+  out->push_back(std::move(team_share));
   out->push_back(std::move(records));
   out->push_back(std::move(job_tasks));
   out->push_back(std::move(rates));

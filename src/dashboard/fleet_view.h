@@ -2,7 +2,7 @@
 // FleetView: what the fleet looks like now, read from the store and cached briefly, so scrapes,
 // dashboard polls and several browsers cost one set of store reads per `max_age`. Feeds the
 // gauges on /metrics (jobs, tasks and executors by state; each unfinished job's progress, rate
-// and ETA) and the dashboard's JSON. Each refresh samples every unfinished job into the server's
+// and ETA; each team's fair-share weight, usage and running tasks) and the dashboard's JSON. Each refresh samples every unfinished job into the server's
 // ProgressTracker (model/progress_estimator.h), the estimate `minions watch` reads too.
 //
 // Gauges derived here are the same on every server of a fleet (they read the shared store): in
@@ -43,6 +43,7 @@ struct FleetSnapshot {
   std::map<JobState, int64_t> jobs_by_state;  // ended states: as of the last terminal count
   std::map<TaskState, int64_t> tasks_by_state;  // tasks of jobs that have not ended
   std::map<ExecutorState, int64_t> executors_by_state;
+  std::vector<TeamUsage> teams;  // every team's fair-share standing (model/fair_share.h)
 };
 
 class FleetView {

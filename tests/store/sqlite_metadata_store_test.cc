@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "fair_share_contract.h"
 #include "identity_store_contract.h"
 #include "store/sqlite/sqlite_migrations.h"
 #include "store/sqlite/sqlite_watchdog_lock.h"
@@ -51,6 +52,13 @@ std::unique_ptr<SqliteMetadataStore> MustOpen(const std::string& path) {
 
 INSTANTIATE_TEST_SUITE_P(
     Sqlite, MetadataStoreContract,
+    ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> { return MustOpen(":memory:"); }),
+                      StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                        return MustOpen(TempFolder::NewDatabase());
+                      })),
+    [](const ::testing::TestParamInfo<StoreFactory>& info) { return info.index == 0 ? "Memory" : "File"; });
+INSTANTIATE_TEST_SUITE_P(
+    Sqlite, FairShare,
     ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> { return MustOpen(":memory:"); }),
                       StoreFactory([]() -> std::unique_ptr<MetadataStore> {
                         return MustOpen(TempFolder::NewDatabase());
