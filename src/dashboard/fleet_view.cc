@@ -13,7 +13,31 @@ absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Get() {
   auto fresh = Read();
   if (!fresh.ok()) return fresh.status();
   cached_ = *fresh;
+  if (history_.empty() || cached_->taken_at - history_.back().at >= history_step_) {
+    history_.push_back(PointOf(*cached_));
+    while (history_.front().at < cached_->taken_at - kHistorySpan) history_.pop_front();
+  }
   return cached_;
+}
+
+FleetHistoryPoint FleetView::PointOf(const FleetSnapshot& s) {
+  FleetHistoryPoint point;
+  point.at = s.taken_at;
+  point.executors_by_state = s.executors_by_state;
+  for (const Job& job : s.jobs) {
+    if (IsTerminal(job.state)) continue;
+    auto it = s.progress.find(job.id);
+    point.jobs[job.id] = {job.spec.team, it == s.progress.end() ? 0.0 : it->second.records_per_second};
+  }
+  point.teams = s.teams;
+  return point;
+}
+
+std::vector<FleetHistoryPoint> FleetView::History() {
+  absl::MutexLock lock(&mu_);
+  std::vector<FleetHistoryPoint> points(history_.begin(), history_.end());
+  if (cached_ && (points.empty() || points.back().at < cached_->taken_at)) points.push_back(PointOf(*cached_));
+  return points;
 }
 
 absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Read() {
