@@ -11,6 +11,9 @@ LeaseGrant FromProto(const v1::TaskLease& lease) {
   grant.byte_begin = lease.byte_begin();
   grant.byte_end = lease.byte_end();
   grant.model = lease.model();
+  grant.model_digest = lease.model_digest();
+  grant.model_size_bytes = lease.model_size_bytes();
+  grant.model_url = lease.model_url();
   grant.runner = lease.runner();
   grant.runner_options_json = lease.runner_options_json();
   grant.expires_at = absl::FromUnixMillis(lease.lease_expires_at_ms());

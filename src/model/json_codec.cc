@@ -69,12 +69,16 @@ Json JobSpecToJson(const JobSpec& spec) {
   Json json = {
       {"team", spec.team},
       {"model", spec.model},
+      {"model_digest", spec.model_digest},
+      {"model_size_bytes", spec.model_size_bytes},
       {"input_key", spec.input_key},
       {"shard_size", spec.shard_size},
       {"max_attempts", spec.max_attempts},
       {"priority", spec.priority},
       {"requirements",
-       {{"min_memory_bytes", spec.requirements.min_memory_bytes}, {"runner", spec.requirements.runner}}},
+       {{"min_memory_bytes", spec.requirements.min_memory_bytes},
+        {"estimate_bytes", spec.requirements.estimate_bytes},
+        {"runner", spec.requirements.runner}}},
       {"runner_options", spec.runner_options.is_null() ? Json::object() : spec.runner_options},
   };
   if (spec.completion_window) {
@@ -90,6 +94,8 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const Json& json) {
   RETURN_IF_ERROR(ReadString(json, "team", spec.team));
   RETURN_IF_ERROR(ReadString(json, "owner", spec.owner));
   RETURN_IF_ERROR(ReadString(json, "model", spec.model));
+  RETURN_IF_ERROR(ReadString(json, "model_digest", spec.model_digest));
+  RETURN_IF_ERROR(ReadInt(json, "model_size_bytes", spec.model_size_bytes));
   RETURN_IF_ERROR(ReadString(json, "input_key", spec.input_key));
   RETURN_IF_ERROR(ReadInt(json, "shard_size", spec.shard_size));
   RETURN_IF_ERROR(ReadInt(json, "max_attempts", spec.max_attempts));
@@ -98,6 +104,7 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const Json& json) {
   if (!requirements.is_null()) {
     if (!requirements.is_object()) return absl::InvalidArgumentError("\"requirements\" must be an object");
     RETURN_IF_ERROR(ReadInt(requirements, "min_memory_bytes", spec.requirements.min_memory_bytes));
+    RETURN_IF_ERROR(ReadInt(requirements, "estimate_bytes", spec.requirements.estimate_bytes));
     RETURN_IF_ERROR(ReadString(requirements, "runner", spec.requirements.runner));
   }
   const Json& options = JsonField(json, "runner_options");
@@ -115,9 +122,12 @@ Json ExecutorInfoToJson(const ExecutorInfo& info) {
       {"os", info.os},
       {"chip", info.chip},
       {"memory_bytes", info.memory_bytes},
+      {"accelerator", info.accelerator},
       {"gpu", info.gpu},
+      {"usable_memory_bytes", info.usable_memory_bytes},
       {"runners", info.runners},
       {"models", info.models},
+      {"model_loaded", info.model_loaded},
       {"max_tasks", info.max_tasks},
       {"version", info.version},
   };
@@ -130,12 +140,50 @@ absl::StatusOr<ExecutorInfo> ExecutorInfoFromJson(const Json& json) {
   RETURN_IF_ERROR(ReadString(json, "os", info.os));
   RETURN_IF_ERROR(ReadString(json, "chip", info.chip));
   RETURN_IF_ERROR(ReadInt(json, "memory_bytes", info.memory_bytes));
+  RETURN_IF_ERROR(ReadString(json, "accelerator", info.accelerator));
   RETURN_IF_ERROR(ReadString(json, "gpu", info.gpu));
+  RETURN_IF_ERROR(ReadInt(json, "usable_memory_bytes", info.usable_memory_bytes));
   RETURN_IF_ERROR(ReadStrings(json, "runners", info.runners));
   RETURN_IF_ERROR(ReadStrings(json, "models", info.models));
+  RETURN_IF_ERROR(ReadString(json, "model_loaded", info.model_loaded));
   RETURN_IF_ERROR(ReadInt(json, "max_tasks", info.max_tasks));
   RETURN_IF_ERROR(ReadString(json, "version", info.version));
   return info;
+}
+
+Json ModelFactsToJson(const ModelFacts& facts) {
+  return Json{
+      {"format", facts.format},
+      {"architecture", facts.architecture},
+      {"name", facts.name},
+      {"parameters", facts.parameters},
+      {"quantization", facts.quantization},
+      {"context_length", facts.context_length},
+      {"layers", facts.layers},
+      {"embedding_size", facts.embedding_size},
+      {"heads", facts.heads},
+      {"kv_heads", facts.kv_heads},
+      {"head_dim", facts.head_dim},
+      {"vocab_size", facts.vocab_size},
+  };
+}
+
+absl::StatusOr<ModelFacts> ModelFactsFromJson(const Json& json) {
+  if (!json.is_object()) return absl::InvalidArgumentError("model facts must be a JSON object");
+  ModelFacts facts;
+  RETURN_IF_ERROR(ReadString(json, "format", facts.format));
+  RETURN_IF_ERROR(ReadString(json, "architecture", facts.architecture));
+  RETURN_IF_ERROR(ReadString(json, "name", facts.name));
+  RETURN_IF_ERROR(ReadInt(json, "parameters", facts.parameters));
+  RETURN_IF_ERROR(ReadString(json, "quantization", facts.quantization));
+  RETURN_IF_ERROR(ReadInt(json, "context_length", facts.context_length));
+  RETURN_IF_ERROR(ReadInt(json, "layers", facts.layers));
+  RETURN_IF_ERROR(ReadInt(json, "embedding_size", facts.embedding_size));
+  RETURN_IF_ERROR(ReadInt(json, "heads", facts.heads));
+  RETURN_IF_ERROR(ReadInt(json, "kv_heads", facts.kv_heads));
+  RETURN_IF_ERROR(ReadInt(json, "head_dim", facts.head_dim));
+  RETURN_IF_ERROR(ReadInt(json, "vocab_size", facts.vocab_size));
+  return facts;
 }
 
 Json ChunksToJson(const std::vector<Chunk>& chunks) {

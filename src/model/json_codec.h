@@ -12,17 +12,22 @@
 
 namespace minions {
 
-// {"team", "model", "input_key", "shard_size", "max_attempts", "priority",
-//  "requirements": {"min_memory_bytes", "runner"}, "runner_options": {...},
+// {"team", "model", "model_digest", "model_size_bytes", "input_key", "shard_size", "max_attempts", "priority",
+//  "requirements": {"min_memory_bytes", "estimate_bytes", "runner"}, "runner_options": {...},
 //  "completion_window": "24h"}  (completion_window absent when unset; a Go-style duration string,
 //  or a number of seconds when decoding)
 Json JobSpecToJson(const JobSpec& spec);
 absl::StatusOr<JobSpec> JobSpecFromJson(const Json& json);
 
-// {"name", "os", "chip", "memory_bytes", "gpu", "runners": [...], "models": [...], "max_tasks",
-//  "version"}
+// {"name", "os", "chip", "memory_bytes", "accelerator", "gpu", "usable_memory_bytes",
+//  "runners": [...], "models": [...], "model_loaded", "max_tasks", "version"}
 Json ExecutorInfoToJson(const ExecutorInfo& info);
 absl::StatusOr<ExecutorInfo> ExecutorInfoFromJson(const Json& json);
+
+// {"format", "architecture", "name", "parameters", "quantization", "context_length", "layers",
+//  "embedding_size", "heads", "kv_heads", "head_dim", "vocab_size"} (a registry row's facts)
+Json ModelFactsToJson(const ModelFacts& facts);
+absl::StatusOr<ModelFacts> ModelFactsFromJson(const Json& json);
 
 // [{"attempt", "seq", "begin", "end", "records_failed"}, ...] (a task's committed chunks)
 Json ChunksToJson(const std::vector<Chunk>& chunks);

@@ -36,15 +36,24 @@ bool IsTerminal(TaskState state);
 
 // What a job asks of an executor.
 struct Requirements {
-  int64_t min_memory_bytes = 0;  // the executor's memory must be at least this
-  std::string runner = "llama";  // which runner program serves it
+  // The executor's usable memory (ExecutorInfo::usable_memory_bytes) must be at least this: the
+  // larger of the submitter's floor and estimate_bytes. The lease query filters on this one number.
+  int64_t min_memory_bytes = 0;
+  // What one task of the job needs (model/memory_estimate.h EstimateTaskMemory of the job's model
+  // and runner options); 0 when unknown (a model named by path).
+  int64_t estimate_bytes = 0;
+  std::string runner = "llama";  // which runner program serves it (an executor's declared runners)
 };
 
 // What the submitter asks for.
 struct JobSpec {
   std::string team = "default";   // owner team, for fair share and accounting
   std::string owner;              // who submitted it: its credential's principal ("" before identities)
-  std::string model;              // model reference (a GGUF path on executors, for now)
+  // The model: a registry name (ModelRecord::name of the job's team), or a GGUF path on executors
+  // (a loopback pool, or a folder the executors allow) when model_digest is empty.
+  std::string model;
+  std::string model_digest;       // "sha256:<64 hex>" of a registry model; "" for a path
+  int64_t model_size_bytes = 0;   // the registry model's size (what an executor downloads)
   std::string input_key;          // the input JSONL in the object store
   int64_t shard_size = 100;       // records per task
   int max_attempts = 4;           // real failures (not preemptions) before a task fails
@@ -122,16 +131,71 @@ struct Task {
   std::optional<absl::Time> finished_at;
 };
 
+// The kinds of accelerator an executor reports (ExecutorInfo::accelerator).
+inline constexpr char kAcceleratorCpu[] = "cpu";
+inline constexpr char kAcceleratorMetal[] = "metal";
+inline constexpr char kAcceleratorCuda[] = "cuda";
+
+// What an executor holds of the models, reported at registration and in every heartbeat.
+struct ModelHoldings {
+  std::vector<std::string> cached;  // digests ("sha256:…") in its model cache, verified
+  std::string loaded;               // digest (or path) its runner has loaded now; "" when none
+  bool operator==(const ModelHoldings&) const = default;
+};
+
 struct ExecutorInfo {
   std::string name;          // host name or a label
   std::string os;            // "linux", "macos"
   std::string chip;          // CPU or SoC model
-  int64_t memory_bytes = 0;
-  std::string gpu;           // "" when none
-  std::vector<std::string> runners;  // runner kinds it can start ("llama")
-  std::vector<std::string> models;   // models already on disk (scheduling hint)
+  int64_t memory_bytes = 0;  // physical memory of the machine
+  std::string accelerator = kAcceleratorCpu;  // kAccelerator*: what runs the model
+  std::string gpu;           // the accelerator's device name; "" when none (CPU)
+  // Memory a task may use on this machine under its owner's limits: for a GPU its memory (Metal:
+  // the recommended working set), for the CPU the machine's memory, capped by the owner's
+  // setting. 0 from an executor that does not say (older): placement falls back to memory_bytes.
+  int64_t usable_memory_bytes = 0;
+  std::vector<std::string> runners;  // runner names it can start ("llama", custom ones it declares)
+  // What it holds of the models (ModelHoldings; updated by every heartbeat that reports them).
+  std::vector<std::string> models;   // digests in its model cache
+  std::string model_loaded;          // digest (or path) its runner has loaded; "" when none
   int max_tasks = 1;         // tasks it runs at once
   std::string version;
+};
+
+// What placement compares a job's Requirements::min_memory_bytes with.
+inline int64_t UsableMemory(const ExecutorInfo& info) {
+  return info.usable_memory_bytes > 0 ? info.usable_memory_bytes : info.memory_bytes;
+}
+
+// What a GGUF file's header says that placement and people need (model/gguf_header.h reads it).
+// 0 or "" when the header does not say.
+struct ModelFacts {
+  std::string format = "gguf";
+  std::string architecture;     // general.architecture: "llama", "qwen2", "bert", ...
+  std::string name;             // general.name
+  int64_t parameters = 0;       // weights counted over the tensors
+  std::string quantization;     // general.file_type as llama.cpp names it ("Q4_K_M", "F16")
+  int64_t context_length = 0;   // training context (ARCH.context_length)
+  int64_t layers = 0;           // ARCH.block_count
+  int64_t embedding_size = 0;   // ARCH.embedding_length
+  int64_t heads = 0;            // ARCH.attention.head_count
+  int64_t kv_heads = 0;         // ARCH.attention.head_count_kv (heads when absent)
+  int64_t head_dim = 0;         // ARCH.attention.key_length, else embedding_size / heads
+  int64_t vocab_size = 0;       // tokenizer.ggml.tokens
+  bool operator==(const ModelFacts&) const = default;
+};
+
+// A model in the registry: a name of a team, bound to bytes by their digest. Several digests may
+// carry one name (each push of new bytes adds one); the name alone means the newest.
+struct ModelRecord {
+  std::string team;
+  std::string name;
+  std::string digest;           // "sha256:<64 lowercase hex>"
+  int64_t size_bytes = 0;
+  ModelFacts facts;
+  std::string blob_key;         // where the bytes are (server keys::ModelBlob(team, digest))
+  std::string created_by;       // the pushing principal
+  absl::Time created_at;
 };
 
 struct Executor {
@@ -153,6 +217,10 @@ int64_t CommittedFailed(const Task& task);
 struct Lease {
   Task task;
   std::string job_model;
+  std::string team;             // the job's team (whose model bytes these are)
+  std::string model_digest;     // the job's registry model ("" for a path)
+  int64_t model_size_bytes = 0;
+  std::string runner;           // the job's runner
   Json runner_options;
   std::string input_key;
   absl::Time expires_at;
@@ -194,7 +262,12 @@ struct LeaseGrant {
   std::string input_url;      // read bytes [byte_begin, byte_end): the task's records
   int64_t byte_begin = 0;
   int64_t byte_end = 0;
-  std::string model;          // what the runner loads
+  std::string model;          // what the runner loads: a path, or the registry name (see model_digest)
+  // A registry model: its digest, size and a URL to download it from when not cached (the
+  // executor verifies the digest before it loads anything). Empty/0 for a model named by path.
+  std::string model_digest;
+  int64_t model_size_bytes = 0;
+  std::string model_url;
   std::string runner;         // which runner program serves it
   std::string runner_options_json;  // the runner's load options ("" or a JSON object)
   absl::Time expires_at;

@@ -347,7 +347,7 @@ ChunkChecker::Verdict ChunkChecker::Screen(const std::string& executor_id, const
 absl::StatusOr<HeartbeatReply> ChunkChecker::Heartbeat(const std::string& executor_id, ExecutorState state,
                                                        const std::string& reason,
                                                        const std::vector<LeaseProgress>& held, absl::Duration ttl,
-                                                       absl::Time now) {
+                                                       absl::Time now, const std::optional<ModelHoldings>& holdings) {
   std::vector<LeaseProgress> admitted, refused;
   for (const LeaseProgress& lease : held) {
     absl::Status why;
@@ -369,7 +369,7 @@ absl::StatusOr<HeartbeatReply> ChunkChecker::Heartbeat(const std::string& execut
       }
     }
   }
-  auto reply = store_->Heartbeat(executor_id, state, reason, admitted, ttl, now);
+  auto reply = store_->Heartbeat(executor_id, state, reason, admitted, ttl, now, holdings);
   if (!reply.ok()) return reply;
   for (LeaseProgress& lease : refused) reply->cancel.push_back(std::move(lease));
   return reply;

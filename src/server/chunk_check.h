@@ -68,7 +68,8 @@ class ChunkChecker {
 
   absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& executor_id, ExecutorState state,
                                            const std::string& reason, const std::vector<LeaseProgress>& held,
-                                           absl::Duration ttl, absl::Time now);
+                                           absl::Duration ttl, absl::Time now,
+                                           const std::optional<ModelHoldings>& holdings = std::nullopt);
   absl::StatusOr<std::vector<absl::Status>> CompleteTasks(const std::string& executor_id,
                                                           const std::vector<LeaseProgress>& reports, absl::Time now);
   absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "model/model_ref.h"
 #include "server/call_auth.h"
 #include "server/keys.h"
 #include "server/proto_convert.h"
@@ -48,6 +49,15 @@ absl::Status ExecutorService::FillObjectUrls(const minions::Lease& lease, v1::Ta
   auto input = blobs_->Url(lease.input_key, UrlAccess::kRead, options_.url_ttl);
   if (!input.ok()) return input.status();
   out.set_input_url(*input);
+  if (!lease.model_digest.empty()) {
+    // Content-addressed under the job's team: the executor verifies the digest before loading.
+    auto model = blobs_->Url(keys::ModelBlob(lease.team, std::string(DigestHex(lease.model_digest))), UrlAccess::kRead,
+                             options_.url_ttl);
+    if (!model.ok()) return model.status();
+    out.set_model_url(*model);
+    out.set_model_digest(lease.model_digest);
+    out.set_model_size_bytes(lease.model_size_bytes);
+  }
   // One pair per chunk the attempt may write: a record per chunk at most, kMaxChunkUrls in all.
   const int first_seq = NextChunkSeq(t);
   const int64_t n_urls = std::clamp<int64_t>(t.n_records - CommittedRecords(t), 1, kMaxChunkUrls);
@@ -128,7 +138,9 @@ absl::Status ExecutorService::Heartbeat(const std::string& executor_id, const v1
   std::vector<LeaseProgress> held;
   for (const auto& ref : request.leases()) held.push_back(FromProto(ref));
   // The executor's reason is not kept: why its owner is present never leaves the machine.
-  auto answer = chunks_.Heartbeat(executor_id, *state, "", held, options_.lease_ttl, clock_->Now());
+  std::optional<ModelHoldings> holdings;
+  if (request.has_holdings()) holdings = minions::FromProto(request.holdings());
+  auto answer = chunks_.Heartbeat(executor_id, *state, "", held, options_.lease_ttl, clock_->Now(), holdings);
   if (!answer.ok()) return answer.status();
   for (const auto& c : answer->cancel) ToProto(c, reply->add_cancel());
   for (const auto& r : answer->renewed) ToProto(r, reply->add_renewed());
@@ -198,7 +210,7 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
     out->set_byte_end(t.byte_end);
     out->set_resume_from(CommittedRecords(t));
     out->set_model(lease.job_model);
-    out->set_runner("llama");
+    out->set_runner(lease.runner.empty() ? "llama" : lease.runner);
     out->set_runner_options_json(DumpJson(lease.runner_options));
     out->set_lease_expires_at_ms(absl::ToUnixMillis(lease.expires_at));
     MINIONS_LOG(Debug) << "job=" << t.job_id << " task=" << t.index << " attempt=" << t.attempt

@@ -10,10 +10,13 @@
 #include "absl/strings/str_format.h"
 #include "blob/blob_store.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
+#include "model/model_ref.h"
 #include "runner/protocol.h"
 #include "server/call_auth.h"
 #include "server/job_splitter.h"
 #include "server/keys.h"
+#include "server/model_registry.h"
 #include "server/proto_convert.h"
 
 namespace minions {
@@ -66,9 +69,9 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   spec.owner = caller.principal;
   spec.model = request.model();
   if (spec.model.empty()) {
-    return absl::InvalidArgumentError("a job needs a model (--model PATH of a GGUF file)");
+    return absl::InvalidArgumentError("a job needs a model (--model NAME of a pushed model, or PATH of a GGUF file)");
   }
-  if (options_.check_model_paths && !spec.model.empty() && spec.model[0] == '/') {
+  if (options_.check_model_paths && spec.model[0] == '/') {
     struct stat st;
     if (stat(spec.model.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
       return absl::InvalidArgumentError(absl::StrCat("model file '", spec.model, "' does not exist"));
@@ -100,6 +103,13 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
     if (!valid.ok()) return valid.status();
     spec.runner_options = *options;
   }
+  if (!request.runner().empty()) {
+    RETURN_IF_ERROR(ValidateRunnerName(request.runner()));
+    spec.requirements.runner = request.runner();
+  }
+  // A registry model: its digest, size and the memory a task needs (InvalidArgument for an
+  // unknown one, with the names the team has).
+  RETURN_IF_ERROR(ResolveJobModel(*store_, spec));
   if (request.completion_window_ms() > 0) spec.completion_window = absl::Milliseconds(request.completion_window_ms());
 
   // Inputs are the caller's own uploads: kept under its prefix, and only from there.

@@ -31,4 +31,17 @@ inline std::string Uploads(const std::string& team, const std::string& principal
   return absl::StrCat("uploads/", team, "/", principal, "/");
 }
 
+// A team's model bytes, once per digest (hex, without "sha256:"): content-addressed under the team
+// that owns them, so a second push of the same bytes is free and no team reads another's.
+inline std::string ModelBlob(const std::string& team, const std::string& digest_hex) {
+  return absl::StrCat("models/", team, "/sha256/", digest_hex);
+}
+// The parts of a push in progress, until FinishModelPush joins them into ModelBlob.
+inline std::string ModelUploadPrefix(const std::string& team, const std::string& digest_hex, int64_t size) {
+  return absl::StrCat("model-uploads/", team, "/", digest_hex, "-", size, "/");
+}
+inline std::string ModelUploadPart(const std::string& team, const std::string& digest_hex, int64_t size, int part) {
+  return absl::StrCat(ModelUploadPrefix(team, digest_hex, size), "part-", absl::Dec(part, absl::kZeroPad6));
+}
+
 }  // namespace minions::keys

@@ -1,5 +1,7 @@
 #include "server/proto_convert.h"
 
+#include "model/memory_estimate.h"
+
 namespace minions {
 
 int64_t MillisOrZero(const std::optional<absl::Time>& t) { return t ? absl::ToUnixMillis(*t) : 0; }
@@ -26,6 +28,9 @@ v1::Job ToProto(const Job& job) {
   p.set_priority(job.spec.priority);
   p.set_max_attempts(job.spec.max_attempts);
   p.set_owner(job.spec.owner);
+  p.set_model_digest(job.spec.model_digest);
+  p.set_runner(job.spec.requirements.runner);
+  p.set_memory_bytes(job.spec.requirements.min_memory_bytes);
   return p;
 }
 
@@ -67,6 +72,11 @@ v1::Executor ToProto(const Executor& e) {
   p.set_chip(e.info.chip);
   p.set_memory_bytes(e.info.memory_bytes);
   p.set_gpu(e.info.gpu);
+  p.set_accelerator(e.info.accelerator);
+  p.set_usable_memory_bytes(UsableMemory(e.info));
+  for (const std::string& runner : e.info.runners) p.add_runners(runner);
+  for (const std::string& digest : e.info.models) p.add_models_cached(digest);
+  p.set_model_loaded(e.info.model_loaded);
   p.set_last_heartbeat_at_ms(absl::ToUnixMillis(e.last_heartbeat_at));
   p.set_registered_at_ms(absl::ToUnixMillis(e.registered_at));
   p.set_records_done(e.records_done);
@@ -80,11 +90,44 @@ ExecutorInfo FromProto(const v1::Capabilities& c) {
   info.chip = c.chip();
   info.memory_bytes = c.memory_bytes();
   info.gpu = c.gpu();
+  info.accelerator = c.accelerator().empty() ? kAcceleratorCpu : c.accelerator();
+  info.usable_memory_bytes = c.usable_memory_bytes();
+  info.model_loaded = c.model_loaded();
   info.runners.assign(c.runners().begin(), c.runners().end());
   info.models.assign(c.models().begin(), c.models().end());
   info.max_tasks = c.max_tasks() > 0 ? c.max_tasks() : 1;
   info.version = c.version();
   return info;
+}
+
+ModelHoldings FromProto(const v1::ModelHoldings& p) {
+  ModelHoldings holdings;
+  holdings.cached.assign(p.cached().begin(), p.cached().end());
+  holdings.loaded = p.loaded();
+  return holdings;
+}
+
+v1::Model ToProto(const ModelRecord& model) {
+  v1::Model p;
+  p.set_team(model.team);
+  p.set_name(model.name);
+  p.set_digest(model.digest);
+  p.set_size_bytes(model.size_bytes);
+  p.set_format(model.facts.format);
+  p.set_architecture(model.facts.architecture);
+  p.set_parameters(model.facts.parameters);
+  p.set_quantization(model.facts.quantization);
+  p.set_context_length(model.facts.context_length);
+  p.set_layers(model.facts.layers);
+  p.set_embedding_size(model.facts.embedding_size);
+  p.set_heads(model.facts.heads);
+  p.set_kv_heads(model.facts.kv_heads);
+  p.set_head_dim(model.facts.head_dim);
+  p.set_vocab_size(model.facts.vocab_size);
+  p.set_created_by(model.created_by);
+  p.set_created_at_ms(absl::ToUnixMillis(model.created_at));
+  p.set_memory_bytes(EstimateTaskMemory(model.size_bytes, model.facts, MemoryEstimateOptions{}));
+  return p;
 }
 
 v1::Team ToProto(const Team& team) {

@@ -18,6 +18,9 @@ v1::Job ToProto(const Job& job);
 v1::Task ToProto(const Task& task);
 v1::Executor ToProto(const Executor& executor);
 ExecutorInfo FromProto(const v1::Capabilities& capabilities);
+ModelHoldings FromProto(const v1::ModelHoldings& holdings);
+// With the memory one task needs under the runner's default options.
+v1::Model ToProto(const ModelRecord& model);
 v1::Team ToProto(const Team& team);
 Team FromProto(const v1::Team& team);  // settings only; created_at is the server's
 v1::TokenInfo ToProto(const TokenRecord& token);  // never the text (the record has none)

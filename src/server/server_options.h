@@ -40,6 +40,10 @@ struct ServerOptions {
   // one machine; a fleet whose executors fetch models elsewhere turns it off).
   bool check_model_paths = true;
   absl::Duration url_ttl = absl::Hours(1);  // of the URLs handed to executors
+  // The model registry: the largest model one push may store, and the size of its parts (one
+  // gRPC message each; at most max_input_bytes, the message limit).
+  int64_t max_model_bytes = int64_t{256} << 30;
+  int64_t model_part_bytes = int64_t{8} << 20;
   // The background loop (finalising jobs, the watchdog) runs on a thread of its own. Tests that
   // drive a FakeClock turn it off and call MinionsServer::RunBackgroundPass themselves.
   bool background_thread = true;

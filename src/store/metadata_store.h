@@ -32,6 +32,7 @@
 #include "model/state_machines.h"
 #include "model/types.h"
 #include "store/identity_store.h"
+#include "store/model_store.h"
 
 namespace minions {
 
@@ -63,7 +64,8 @@ struct StoreOptions {
 
 // A MetadataStore is also the IdentityStore (identity_store.h): teams and credentials live in the
 // same database, so enrolling or revoking an executor changes its row and its credentials at once.
-class MetadataStore : public IdentityStore {
+// It is the ModelStore (model_store.h) too: removing a model checks the jobs that need it.
+class MetadataStore : public IdentityStore, public ModelStore {
  public:
   ~MetadataStore() override = default;
 
@@ -114,11 +116,14 @@ class MetadataStore : public IdentityStore {
   virtual absl::StatusOr<std::vector<Task>> ListRunningTasks() = 0;
   // Records that the executor is alive and in `state` (reason: why), renews the leases in `held`
   // that are still its own (RenewLease: lease extended, progress stored, chunks committed), and
-  // answers which of them it must stop. An unknown executor gets `unknown_executor`.
+  // answers which of them it must stop. An unknown executor gets `unknown_executor`. `holdings`,
+  // when given, replaces what the executor holds of the models (ExecutorInfo models and
+  // model_loaded); absent, they stay as they were.
   virtual absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& executor_id, ExecutorState state,
                                                    const std::string& reason,
                                                    const std::vector<LeaseProgress>& held,
-                                                   absl::Duration ttl, absl::Time now) = 0;
+                                                   absl::Duration ttl, absl::Time now,
+                                                   const std::optional<ModelHoldings>& holdings = std::nullopt) = 0;
   // Asks an executor to finish (or hand back) its tasks and take no more.
   virtual absl::Status RequestDrain(const std::string& executor_id, absl::Time now) = 0;
 

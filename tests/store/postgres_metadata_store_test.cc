@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "fair_share_contract.h"
 #include "identity_store_contract.h"
+#include "model_store_contract.h"
 #include "metadata_store_contract.h"
 #include "watchdog_lock_contract.h"
 #include "store/postgres/postgres_migrations.h"
@@ -173,6 +174,11 @@ INSTANTIATE_TEST_SUITE_P(Postgres, FairShare,
                          })),
                          [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
 INSTANTIATE_TEST_SUITE_P(Postgres, IdentityStoreContract,
+                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                           return MustOpen(Schemas::FreshUrl());
+                         })),
+                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
+INSTANTIATE_TEST_SUITE_P(Postgres, ModelStoreContract,
                          ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
                            return MustOpen(Schemas::FreshUrl());
                          })),

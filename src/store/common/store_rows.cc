@@ -24,7 +24,8 @@ Values JobValues(const Job& job) {
           TimeValue(job.created_at),
           TimeValue(job.updated_at),
           TimeValue(job.started_at),
-          TimeValue(job.finished_at)};
+          TimeValue(job.finished_at),
+          job.spec.model_digest};
 }
 
 Values JobCountValues(const Job& job) {
@@ -70,6 +71,11 @@ Values ExecutorValues(const Executor& executor) {
 Values TeamValues(const Team& team) {
   return {team.name,           int64_t{team.max_priority}, team.max_active_jobs, team.requests_per_second,
           TimeValue(team.created_at), team.weight,           team.max_running_tasks};
+}
+
+Values ModelValues(const ModelRecord& model) {
+  return {model.team,       model.name,       model.digest,     model.size_bytes, DumpJson(ModelFactsToJson(model.facts)),
+          model.blob_key,   model.created_by, TimeValue(model.created_at)};
 }
 
 Values TokenValues(const TokenRecord& token) {
@@ -142,6 +148,14 @@ absl::StatusOr<ExecutorInfo> ExecutorInfoOf(const std::string& id, const std::st
   absl::StatusOr<ExecutorInfo> info = ExecutorInfoFromJson(*parsed);
   if (!info.ok()) return CorruptRow("executors", id, std::string(info.status().message()));
   return info;
+}
+
+absl::StatusOr<ModelFacts> ModelFactsOf(const std::string& id, const std::string& json) {
+  absl::StatusOr<Json> parsed = ParseJson(json);
+  if (!parsed.ok()) return CorruptRow("models", id, std::string(parsed.status().message()));
+  absl::StatusOr<ModelFacts> facts = ModelFactsFromJson(*parsed);
+  if (!facts.ok()) return CorruptRow("models", id, std::string(facts.status().message()));
+  return facts;
 }
 
 absl::StatusOr<Role> RoleOf(const std::string& id, const std::string& name) {

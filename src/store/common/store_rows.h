@@ -38,6 +38,7 @@
   "last_error, started_at, finished_at, chunks, shadow"
 #define MINIONS_STORE_EXECUTOR_COLUMNS \
   "id, info, state, state_reason, registered_at, last_heartbeat_at, drain_requested, records_done"
+#define MINIONS_STORE_MODEL_COLUMNS "team, name, digest, size_bytes, facts, blob_key, created_by, created_at"
 #define MINIONS_STORE_TEAM_COLUMNS \
   "name, max_priority, max_active_jobs, requests_per_second, created_at, weight, max_running_tasks"
 #define MINIONS_STORE_TOKEN_COLUMNS                                                                  \
@@ -46,7 +47,7 @@
 // Written columns of a job, but for its counts (JobValues); JobCountValues holds those.
 #define MINIONS_STORE_JOB_WRITE_COLUMNS                                                               \
   "id, team, state, spec, priority, min_memory_bytes, runner, total_records, n_tasks, error, "         \
-  "output_key, errors_key, manifest_key, created_at, updated_at, started_at, finished_at"
+  "output_key, errors_key, manifest_key, created_at, updated_at, started_at, finished_at, model_digest"
 #define MINIONS_STORE_JOB_COUNT_COLUMNS "completed_records, failed_records, tasks_done, tasks_succeeded"
 
 namespace minions::store_rows {
@@ -60,6 +61,7 @@ constexpr int kTaskColumns = 20;
 constexpr int kExecutorColumns = 8;
 constexpr int kTeamColumns = 7;
 constexpr int kTokenColumns = 12;
+constexpr int kModelColumns = 8;
 
 inline Value TimeValue(absl::Time time) { return absl::ToUnixMicros(time); }
 inline Value TimeValue(const std::optional<absl::Time>& time) {
@@ -72,6 +74,7 @@ Values TaskValues(const Task& task);    // MINIONS_STORE_TASK_COLUMNS
 Values ExecutorValues(const Executor& executor);  // MINIONS_STORE_EXECUTOR_COLUMNS
 Values TeamValues(const Team& team);              // MINIONS_STORE_TEAM_COLUMNS
 Values TokenValues(const TokenRecord& token);     // MINIONS_STORE_TOKEN_COLUMNS
+Values ModelValues(const ModelRecord& model);     // MINIONS_STORE_MODEL_COLUMNS
 
 absl::Status CorruptRow(std::string_view table, std::string_view id, std::string_view what);
 
@@ -83,6 +86,7 @@ absl::StatusOr<ExecutorState> ExecutorStateOf(const std::string& id, const std::
 absl::StatusOr<ExecutorInfo> ExecutorInfoOf(const std::string& id, const std::string& json);
 absl::StatusOr<Role> RoleOf(const std::string& id, const std::string& name);
 absl::StatusOr<ScopeSet> ScopesOf(const std::string& id, const std::string& text);
+absl::StatusOr<ModelFacts> ModelFactsOf(const std::string& id, const std::string& json);
 // A task's chunks (JSON array) and shadow (JSON object, "" or NULL for none).
 absl::Status ReadTaskJson(Task& task, const std::string& chunks, const std::string& shadow);
 
@@ -207,6 +211,22 @@ absl::StatusOr<TokenRecord> ReadToken(const Row& row, int first = 0) {
   token.last_used_at = row.OptTime(first + 10);
   token.revoked_at = row.OptTime(first + 11);
   return token;
+}
+
+template <typename Row>
+absl::StatusOr<ModelRecord> ReadModel(const Row& row, int first = 0) {
+  ModelRecord model;
+  model.team = row.Text(first + 0);
+  model.name = row.Text(first + 1);
+  model.digest = row.Text(first + 2);
+  model.size_bytes = row.Int(first + 3);
+  absl::StatusOr<ModelFacts> facts = ModelFactsOf(absl::StrCat(model.team, "/", model.name), row.Text(first + 4));
+  if (!facts.ok()) return facts.status();
+  model.facts = std::move(*facts);
+  model.blob_key = row.Text(first + 5);
+  model.created_by = row.Text(first + 6);
+  model.created_at = row.Time(first + 7);
+  return model;
 }
 
 }  // namespace minions::store_rows

@@ -4,7 +4,9 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "model/json_codec.h"
+#include "model/model_ref.h"
 
 namespace minions::store_rules {
 namespace {
@@ -110,8 +112,13 @@ void RegisterExecutor(Executor& executor, bool exists, const ExecutorInfo& info,
   executor.drain_requested = false;
 }
 
-void RecordHeartbeat(Executor& executor, ExecutorState state, const std::string& reason, absl::Time now) {
+void RecordHeartbeat(Executor& executor, ExecutorState state, const std::string& reason, absl::Time now,
+                     const std::optional<ModelHoldings>& holdings) {
   executor.last_heartbeat_at = now;
+  if (holdings) {
+    executor.info.models = holdings->cached;
+    executor.info.model_loaded = holdings->loaded;
+  }
   if (executor.state == ExecutorState::kRevoked) return;
   executor.state = state;
   executor.state_reason = reason;
@@ -156,6 +163,10 @@ Lease MakeLease(Task task, const JobSpec& spec) {
   lease.expires_at = task.lease_expires_at.value_or(absl::InfinitePast());
   lease.task = std::move(task);
   lease.job_model = spec.model;
+  lease.team = spec.team;
+  lease.runner = spec.requirements.runner;
+  lease.model_digest = spec.model_digest;
+  lease.model_size_bytes = spec.model_size_bytes;
   lease.runner_options = spec.runner_options;
   lease.input_key = spec.input_key;
   return lease;
@@ -260,6 +271,34 @@ bool HandBack(Task& task, const std::string& executor_id, int max_attempts, cons
   // Cannot fail: the task is running (preempted attempts are not counted against max_attempts).
   (void)::minions::FailTask(task, FailureClass::kPreempted, "its executor was revoked", max_attempts, policy, now);
   return true;
+}
+
+// --- models ---
+
+absl::Status CheckNewModel(const ModelRecord& model) {
+  if (model.team.empty()) return absl::InvalidArgumentError("a model belongs to a team");
+  RETURN_IF_ERROR(ValidateModelName(model.name));
+  RETURN_IF_ERROR(ValidateModelDigest(model.digest));
+  if (model.size_bytes <= 0) return absl::InvalidArgumentError("a model has a size");
+  if (model.blob_key.empty()) return absl::InvalidArgumentError("a model has a blob key");
+  return absl::OkStatus();
+}
+
+absl::Status CheckModelQuery(const std::string& name, const std::string& digest) {
+  if (name.empty() && digest.empty()) return absl::InvalidArgumentError("name a model, a digest or both");
+  if (!name.empty()) RETURN_IF_ERROR(ValidateModelName(name));
+  if (!digest.empty()) RETURN_IF_ERROR(ValidateModelDigest(digest));
+  return absl::OkStatus();
+}
+
+absl::Status CheckModelUnused(const std::string& name, const std::string& digest, const std::vector<Job>& jobs) {
+  for (const Job& job : jobs) {
+    if (job.spec.model != name || job.spec.model_digest != digest || IsTerminal(job.state)) continue;
+    return absl::FailedPreconditionError(absl::StrCat("model ", name, "@", digest, " is needed by job ", job.id,
+                                                      " (", Name(JobStateName(job.state)),
+                                                      "); cancel it or wait until it ends"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace minions::store_rules

@@ -49,7 +49,9 @@ void RegisterExecutor(Executor& executor, bool exists, const ExecutorInfo& info,
 
 // Heartbeat: alive again if it was lost, in the state it reports, except that a drain asked for
 // stays visible until the executor itself reports draining, and a revoked executor stays revoked.
-void RecordHeartbeat(Executor& executor, ExecutorState state, const std::string& reason, absl::Time now);
+// `holdings`, when given, replaces what it holds of the models.
+void RecordHeartbeat(Executor& executor, ExecutorState state, const std::string& reason, absl::Time now,
+                     const std::optional<ModelHoldings>& holdings = std::nullopt);
 
 // Heartbeat, per held lease: renews `task` for `progress` (model RenewLease: lease, progress,
 // chunks) when it is still the executor's current attempt or the task's shadow (true), else leaves
@@ -85,6 +87,18 @@ absl::Status CompleteReport(Task& task, const std::string& executor_id, const Le
 
 // MarkLostExecutors.
 void MarkLost(Executor& executor);
+
+// --- models (ModelStore) ---
+
+// AddModel: a row's shape before it is stored (InvalidArgument otherwise): a team, a valid name
+// and digest, a size, a blob key.
+absl::Status CheckNewModel(const ModelRecord& model);
+// GetModel/RemoveModel: what to look for (InvalidArgument for a malformed name or digest, or
+// neither given).
+absl::Status CheckModelQuery(const std::string& name, const std::string& digest);
+// RemoveModel: FailedPrecondition, naming the job, when one of `jobs` (the team's jobs that have
+// not ended and need `digest`) names the model `name`.
+absl::Status CheckModelUnused(const std::string& name, const std::string& digest, const std::vector<Job>& jobs);
 
 // --- identities (IdentityStore) ---
 

@@ -582,7 +582,8 @@ absl::StatusOr<std::vector<Task>> PostgresMetadataStore::ListRunningTasks() {
 absl::StatusOr<HeartbeatReply> PostgresMetadataStore::Heartbeat(const std::string& executor_id, ExecutorState state,
                                                                 const std::string& reason,
                                                                 const std::vector<LeaseProgress>& held,
-                                                                absl::Duration ttl, absl::Time now) {
+                                                                absl::Duration ttl, absl::Time now,
+    const std::optional<ModelHoldings>& holdings) {
   return InTransaction(true, [&](Connection& c) -> absl::StatusOr<HeartbeatReply> {
     HeartbeatReply reply;
     // Tasks before their executor: the lock order of completions, which also lock both.
@@ -597,7 +598,7 @@ absl::StatusOr<HeartbeatReply> PostgresMetadataStore::Heartbeat(const std::strin
       return reply;
     }
     RETURN_IF_ERROR(executor.status());
-    rules::RecordHeartbeat(*executor, state, reason, now);
+    rules::RecordHeartbeat(*executor, state, reason, now, holdings);
     std::map<std::pair<std::string, int64_t>, Task> tasks;
     for (Task& task : loaded) tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
     std::vector<Task> renewed;

@@ -97,7 +97,8 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<std::vector<Task>> ListRunningTasks() override;
   absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& executor_id, ExecutorState state,
                                            const std::string& reason, const std::vector<LeaseProgress>& held,
-                                           absl::Duration ttl, absl::Time now) override;
+                                           absl::Duration ttl, absl::Time now,
+                                           const std::optional<ModelHoldings>& holdings = std::nullopt) override;
   absl::Status RequestDrain(const std::string& executor_id, absl::Time now) override;
 
   absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now) override;
@@ -120,6 +121,14 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<Team> UpdateTeam(const Team& team) override;
   absl::StatusOr<Team> GetTeam(const std::string& name) override;
   absl::StatusOr<std::vector<Team>> ListTeams() override;
+
+  // ModelStore (sqlite_model_store.cc / postgres_model_store.cc)
+  absl::StatusOr<ModelRecord> AddModel(const ModelRecord& model) override;
+  absl::StatusOr<ModelRecord> GetModel(const std::string& team, const std::string& name,
+                                       const std::string& digest) override;
+  absl::StatusOr<std::vector<ModelRecord>> ListModels(const std::string& team) override;
+  absl::StatusOr<RemovedModels> RemoveModel(const std::string& team, const std::string& name,
+                                            const std::string& digest) override;
   absl::Status AddToken(const TokenRecord& token) override;
   absl::StatusOr<TokenRecord> FindToken(const std::string& secret_hash) override;
   absl::StatusOr<TokenRecord> GetToken(const std::string& token_id) override;

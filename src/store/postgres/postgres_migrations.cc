@@ -145,6 +145,25 @@ CREATE INDEX jobs_active_by_team ON jobs (team)
   WHERE state NOT IN ('completed', 'failed', 'cancelled', 'expired');
 )sql";
 
+// The model registry, as in the SQLite store (store/sqlite/sqlite_migrations.cc, migration 5).
+constexpr char kModels[] = R"sql(
+CREATE TABLE models (
+  team       TEXT NOT NULL,
+  name       TEXT NOT NULL,
+  digest     TEXT NOT NULL,
+  size_bytes BIGINT NOT NULL,
+  facts      JSONB NOT NULL,
+  blob_key   TEXT NOT NULL,
+  created_by TEXT NOT NULL DEFAULT '',
+  created_at BIGINT NOT NULL,
+  PRIMARY KEY (team, name, digest)
+);
+CREATE INDEX models_by_digest ON models (team, digest);
+ALTER TABLE jobs ADD COLUMN model_digest TEXT NOT NULL DEFAULT '';
+CREATE INDEX jobs_active_by_model ON jobs (team, model_digest)
+  WHERE state NOT IN ('completed', 'failed', 'cancelled', 'expired');
+)sql";
+
 // Fair share (model/fair_share.h), as in the SQLite store: each team's weight and running-task
 // quota, and its usage. team_usage.usage_us is the team's decayed device time in microseconds as of
 // usage_at, from the attempts that have ended (charged with the writes that end them). running
@@ -187,7 +206,8 @@ constexpr Migration kMigrations[] = {
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
     {3, "task checkpoints and straggler backups", kTaskChunks},
     {4, "identities: teams and credentials", kIdentities},
-    {5, "fair share: team weights, running-task quotas and usage", kFairShare},
+    {5, "the model registry; the model a job needs", kModels},
+    {6, "fair share: team weights, running-task quotas and usage", kFairShare},
 };
 
 }  // namespace

@@ -37,11 +37,11 @@ inline constexpr char kLastFailure[] =
 // Parameters: rows::JobValues.
 inline constexpr char kInsertJob[] = "INSERT INTO jobs (" MINIONS_STORE_JOB_WRITE_COLUMNS
                               ") VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, "
-                              "$16, $17) ON CONFLICT (id) DO NOTHING";
+                              "$16, $17, $18) ON CONFLICT (id) DO NOTHING";
 inline constexpr char kUpdateJob[] =
     "UPDATE jobs SET team = $2, state = $3, spec = $4::jsonb, priority = $5, min_memory_bytes = $6, runner = $7, "
     "total_records = $8, n_tasks = $9, error = $10, output_key = $11, errors_key = $12, manifest_key = $13, "
-    "created_at = $14, updated_at = $15, started_at = $16, finished_at = $17 WHERE id = $1";
+    "created_at = $14, updated_at = $15, started_at = $16, finished_at = $17, model_digest = $18 WHERE id = $1";
 
 // Tasks, many at a time: one array parameter per column of MINIONS_STORE_TASK_COLUMNS.
 #define MINIONS_PG_TASK_ARRAYS                                                                                  \
@@ -213,6 +213,29 @@ inline constexpr char kTasksOfExecutorForUpdate[] =
     "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE (state = 'running' AND executor_id = $1) "
     "OR shadow->>'executor_id' = $1 ORDER BY job_id, idx FOR UPDATE";
 
+// --- the model registry (postgres_model_store.cc) ---
+
+#define MINIONS_PG_SELECT_MODEL "SELECT " MINIONS_STORE_MODEL_COLUMNS " FROM models "
+// Parameters: rows::ModelValues. A row there is already inserts nothing.
+inline constexpr char kInsertModel[] = "INSERT INTO models (" MINIONS_STORE_MODEL_COLUMNS
+                                       ") VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8) ON CONFLICT DO NOTHING";
+inline constexpr char kSelectModel[] = MINIONS_PG_SELECT_MODEL "WHERE team = $1 AND name = $2 AND digest = $3";
+inline constexpr char kNewestModel[] =
+    MINIONS_PG_SELECT_MODEL "WHERE team = $1 AND name = $2 ORDER BY created_at DESC, digest DESC LIMIT 1";
+inline constexpr char kModelByDigest[] =
+    MINIONS_PG_SELECT_MODEL "WHERE team = $1 AND digest = $2 ORDER BY created_at, name LIMIT 1";
+inline constexpr char kListModels[] =
+    MINIONS_PG_SELECT_MODEL "WHERE ($1 = '' OR team = $1) ORDER BY team, name, created_at DESC, digest DESC";
+// RemoveModel: the rows to remove, locked.
+inline constexpr char kModelsNamedForUpdate[] = MINIONS_PG_SELECT_MODEL
+    "WHERE team = $1 AND name = $2 AND ($3 = '' OR digest = $3) ORDER BY created_at DESC, digest DESC FOR UPDATE";
+inline constexpr char kDeleteModel[] = "DELETE FROM models WHERE team = $1 AND name = $2 AND digest = $3";
+inline constexpr char kDigestNamed[] = "SELECT COUNT(*) FROM models WHERE team = $1 AND digest = $2";
+// The team's jobs that have not ended and need these bytes (partial index jobs_active_by_model).
+inline constexpr char kJobsNeedingDigest[] =
+    "SELECT " MINIONS_STORE_JOB_COLUMNS " FROM jobs WHERE team = $1 AND model_digest = $2 "
+    "AND state NOT IN ('completed', 'failed', 'cancelled', 'expired') ORDER BY created_at, id";
+
 inline constexpr char kMigrationLock[] = "SELECT pg_advisory_xact_lock($1)";
 inline constexpr char kCreateMigrationsTable[] =
     "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
@@ -237,5 +260,6 @@ inline constexpr char kPing[] = "SELECT 1";
 #undef MINIONS_PG_SELECT_EXECUTOR
 #undef MINIONS_PG_SELECT_TEAM
 #undef MINIONS_PG_SELECT_TOKEN
+#undef MINIONS_PG_SELECT_MODEL
 
 }  // namespace minions::postgres_store::sql

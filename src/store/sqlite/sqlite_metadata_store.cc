@@ -38,12 +38,12 @@ namespace rules = store_rules;
 constexpr char kSelectJob[] = "SELECT " MINIONS_STORE_JOB_COLUMNS " FROM jobs WHERE id = :id";
 constexpr char kInsertJob[] = "INSERT INTO jobs (" MINIONS_STORE_JOB_WRITE_COLUMNS ", " MINIONS_STORE_JOB_COUNT_COLUMNS
                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-                              "?17, ?18, ?19, ?20, ?21)";
+                              "?17, ?18, ?19, ?20, ?21, ?22)";
 constexpr char kUpdateJob[] =
     "UPDATE jobs SET team = ?2, state = ?3, spec = ?4, priority = ?5, min_memory_bytes = ?6, runner = ?7, "
     "total_records = ?8, n_tasks = ?9, error = ?10, output_key = ?11, errors_key = ?12, manifest_key = ?13, "
-    "created_at = ?14, updated_at = ?15, started_at = ?16, finished_at = ?17, completed_records = ?18, "
-    "failed_records = ?19, tasks_done = ?20, tasks_succeeded = ?21 WHERE id = ?1";
+    "created_at = ?14, updated_at = ?15, started_at = ?16, finished_at = ?17, model_digest = ?18, "
+    "completed_records = ?19, failed_records = ?20, tasks_done = ?21, tasks_succeeded = ?22 WHERE id = ?1";
 constexpr char kListJobs[] =
     "SELECT " MINIONS_STORE_JOB_COLUMNS " FROM jobs WHERE (:state IS NULL OR state = :state) "
     "AND (:team = '' OR team = :team) ORDER BY created_at DESC, id DESC LIMIT :limit";
@@ -551,7 +551,8 @@ absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ListRunningTasks() {
 absl::StatusOr<HeartbeatReply> SqliteMetadataStore::Heartbeat(const std::string& executor_id, ExecutorState state,
                                                               const std::string& reason,
                                                               const std::vector<LeaseProgress>& held,
-                                                              absl::Duration ttl, absl::Time now) {
+                                                              absl::Duration ttl, absl::Time now,
+    const std::optional<ModelHoldings>& holdings) {
   return InTransaction(true, [&]() -> absl::StatusOr<HeartbeatReply> {
     mu_.AssertHeld();
     HeartbeatReply reply;
@@ -563,7 +564,7 @@ absl::StatusOr<HeartbeatReply> SqliteMetadataStore::Heartbeat(const std::string&
     }
     RETURN_IF_ERROR(loaded.status());
     Executor& executor = *loaded;
-    rules::RecordHeartbeat(executor, state, reason, now);
+    rules::RecordHeartbeat(executor, state, reason, now, holdings);
     for (const LeaseProgress& progress : held) {
       absl::StatusOr<Task> task = LoadTask(progress.job_id, progress.task_index);
       if (!task.ok() && !absl::IsNotFound(task.status())) return task.status();

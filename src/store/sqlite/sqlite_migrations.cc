@@ -126,6 +126,28 @@ CREATE INDEX jobs_active_by_team ON jobs (team)
   WHERE state NOT IN ('completed', 'failed', 'cancelled', 'expired');
 )sql";
 
+// The model registry (store/model_store.h): a team's names for model bytes, with what their GGUF
+// headers say (facts: model/json_codec.h ModelFactsToJson). jobs.model_digest copies the spec's
+// model_digest so removing a model and the lease query find the jobs that need it without
+// parsing JSON.
+constexpr char kModels[] = R"sql(
+CREATE TABLE models (
+  team       TEXT NOT NULL,
+  name       TEXT NOT NULL,
+  digest     TEXT NOT NULL,
+  size_bytes INTEGER NOT NULL,
+  facts      TEXT NOT NULL,
+  blob_key   TEXT NOT NULL,
+  created_by TEXT NOT NULL DEFAULT '',
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (team, name, digest)
+);
+CREATE INDEX models_by_digest ON models (team, digest);
+ALTER TABLE jobs ADD COLUMN model_digest TEXT NOT NULL DEFAULT '';
+CREATE INDEX jobs_active_by_model ON jobs (team, model_digest)
+  WHERE state NOT IN ('completed', 'failed', 'cancelled', 'expired');
+)sql";
+
 // Fair share (model/fair_share.h): each team's weight and running-task quota, and its usage.
 // team_usage.usage_us is the team's decayed device time in microseconds as of usage_at, from the
 // attempts that have ended (charged by the store when an attempt completes, fails or expires).
@@ -162,7 +184,8 @@ constexpr Migration kMigrations[] = {
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
     {3, "task checkpoints and straggler backups", kTaskChunks},
     {4, "identities: teams and credentials", kIdentities},
-    {5, "fair share: team weights, running-task quotas and usage", kFairShare},
+    {5, "the model registry; the model a job needs", kModels},
+    {6, "fair share: team weights, running-task quotas and usage", kFairShare},
 };
 
 }  // namespace

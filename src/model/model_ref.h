@@ -1,0 +1,36 @@
+#pragma once
+// How a job names its model (JobSpec::model): a registry name of its team ("llama-3b"), a name
+// pinned to a digest ("llama-3b@sha256:<64 hex>"), or a GGUF path on the executors (anything with
+// a '/' or ending in ".gguf": a loopback pool, or a folder the executors allow). Registry names
+// are 1-128 of [A-Za-z0-9._-], starting with a letter or digit, and never end in ".gguf".
+//
+// Pure; any thread.
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace minions {
+
+struct ModelRef {
+  std::string name;    // a registry name, or the path when is_path
+  std::string digest;  // "sha256:<64 lowercase hex>" when pinned; "" otherwise
+  bool is_path = false;
+};
+
+// InvalidArgument, saying what a reference looks like, for one that is neither.
+absl::StatusOr<ModelRef> ParseModelRef(std::string_view text);
+
+// InvalidArgument unless `name` is a valid registry name.
+absl::Status ValidateModelName(std::string_view name);
+// InvalidArgument unless `digest` is "sha256:" and 64 lowercase hex digits.
+absl::Status ValidateModelDigest(std::string_view digest);
+
+// InvalidArgument unless `runner` is a runner name: 1-64 of [a-z0-9_-], starting with a letter.
+absl::Status ValidateRunnerName(std::string_view runner);
+
+// "sha256:<hex>" -> "<hex>" (the digest's form in object keys and cache file names).
+std::string_view DigestHex(std::string_view digest);
+
+}  // namespace minions
