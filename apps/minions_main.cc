@@ -385,7 +385,7 @@ struct SharedFlags {
 // config file (see apps/config.h).
 struct ProcessVerbs {
   std::string flag_listen, flag_http_listen, flag_data_dir, flag_database, flag_objects, flag_tls_cert, flag_tls_key;
-  int64_t flag_ttl_ms = 0, flag_straggler_ms = -1, flag_half_life_s = 0;
+  int64_t flag_ttl_ms = 0, flag_straggler_ms = -1, flag_half_life_s = 0, flag_warm_wait_ms = -1;
   bool no_watchdog = false;
   std::string watchdog_http_listen;  // watchdog --http-listen
   bool connect = false;              // config check --connect
@@ -410,6 +410,9 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_flag("--no-watchdog", p->no_watchdog, "leave the watchdog to a `minions watchdog` process");
   server_cmd->add_option("--fair-share-half-life-s", p->flag_half_life_s,
                          "fair share between teams: past usage halves every this many seconds (default 86400)");
+  server_cmd->add_option("--warm-wait-ms", p->flag_warm_wait_ms,
+                         "a job's tasks wait this long for an executor holding its model before a cold one "
+                         "may take them (default 3000)");
   server_cmd->add_option("--straggler-min-runtime-ms", p->flag_straggler_ms,
                          "a straggler gets a backup attempt only after running this long (default 30000)");
 
@@ -445,6 +448,7 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (p.flag_ttl_ms > 0) config->lease_ttl_ms = p.flag_ttl_ms;
   if (p.flag_straggler_ms >= 0) config->straggler_min_runtime_ms = p.flag_straggler_ms;
   if (p.flag_half_life_s > 0) config->fair_share_half_life_s = p.flag_half_life_s;
+  if (p.flag_warm_wait_ms >= 0) config->warm_wait_ms = p.flag_warm_wait_ms;
   if (p.no_watchdog) config->watchdog = false;
   return config;
 }

@@ -60,6 +60,9 @@ struct StoreOptions {
   Clock* clock = nullptr;
   // How fast a team's past usage is forgotten (model/fair_share.h): halved every this long.
   absl::Duration fair_share_half_life = kDefaultFairShareHalfLife;
+  // Delay scheduling: how long after its submission a job's tasks wait for an executor that holds
+  // its registry model (loaded or cached) before a cold executor may take them.
+  absl::Duration warm_wait = absl::Seconds(3);
 };
 
 // A MetadataStore is also the IdentityStore (identity_store.h): teams and credentials live in the
@@ -129,9 +132,13 @@ class MetadataStore : public IdentityStore, public ModelStore {
 
   // --- leasing ---
   // Grants up to `max_tasks` pending tasks the executor can run (its memory and runners meet the
-  // job's requirements) in the fleet's scheduling order: teams by fair share first (the team
-  // furthest below its share; model/fair_share.h FairShareRanks over ListTeamUsage), then highest
-  // job priority, then oldest job, then task index. A team at its max_running_tasks gets none.
+  // job's requirements: UsableMemory holds the job's min_memory_bytes, its runners include the
+  // job's) in the fleet's scheduling order: teams by fair share first (the team furthest below
+  // its share; model/fair_share.h FairShareRanks over ListTeamUsage), then highest job priority,
+  // then jobs whose registry model the executor has loaded, then cached, then the others, then
+  // oldest job, then task index. A team at its max_running_tasks gets none. An executor that
+  // holds a job's registry model neither loaded nor cached gets its tasks only once the job was
+  // submitted at least StoreOptions::warm_wait ago (delay scheduling).
   // Tasks backing off (not_before > now) are skipped; a lost, draining or unknown executor gets
   // none. Each granted task gets attempt + 1 and lease_expires_at = now + ttl; its job becomes
   // running. One transaction: it reads the small team_usage table, not the teams' attempts.

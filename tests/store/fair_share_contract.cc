@@ -203,3 +203,45 @@ TEST_P(FairShare, AQuotaHoldsOverASimulatedFleet) {
 
 }  // namespace
 }  // namespace minions
+
+// --- placement (issue 11): memory, warm executors first, delay scheduling ---
+
+namespace minions {
+namespace {
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Placement);
+
+TEST_P(Placement, AnExecutorWhoseUsableMemoryCannotHoldTheJobGetsNone) {
+  const std::string job = SubmitModel("", 2, 16 * kGiB);
+  // 64 GiB of RAM, but only 8 GiB usable (the owner's limits): never given the task.
+  const std::string small = RegisterHolding("small", 8 * kGiB, {}, "");
+  Advance(absl::Hours(1));
+  EXPECT_THAT(LeaseUpTo(small, 4), SizeIs(0));
+  const std::string big = RegisterHolding("big", 32 * kGiB, {}, "");
+  std::vector<Lease> got = LeaseUpTo(big, 4);
+  ASSERT_THAT(got, SizeIs(2));
+  EXPECT_EQ(got[0].task.job_id, job);
+}
+
+TEST_P(Placement, LoadedThenCachedThenColdAndAColdExecutorWaitsOutTheDelay) {
+  // Oldest first: the cold job, then the cached one, then the loaded one.
+  const std::string cold_job = SubmitModel(Digest('c'), 1);
+  const std::string cached_job = SubmitModel(Digest('b'), 1);
+  const std::string loaded_job = SubmitModel(Digest('a'), 1);
+  const std::string warm = RegisterHolding("warm", 32 * kGiB, {Digest('b')}, Digest('a'));
+  const std::string cold = RegisterHolding("cold", 32 * kGiB, {}, "");
+  // Within the delay, the cold executor gets nothing; the warm one gets what it holds, loaded first.
+  EXPECT_THAT(LeaseUpTo(cold, 4), SizeIs(0));
+  std::vector<Lease> got = LeaseUpTo(warm, 4);
+  ASSERT_THAT(got, SizeIs(2));
+  EXPECT_EQ(got[0].task.job_id, loaded_job);
+  EXPECT_EQ(got[1].task.job_id, cached_job);
+  // After the delay (the stores' default: 3 s), the cold executor takes the rest.
+  Advance(StoreOptions{}.warm_wait);
+  got = LeaseUpTo(cold, 4);
+  ASSERT_THAT(got, SizeIs(1));
+  EXPECT_EQ(got[0].task.job_id, cold_job);
+}
+
+}  // namespace
+}  // namespace minions

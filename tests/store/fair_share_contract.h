@@ -105,4 +105,33 @@ class FairShare : public IdentityStoreContract {
   std::map<std::string, std::string> team_of_job_;
 };
 
+// Placement (issue 11) over the same fixture: executors that hold models, jobs that need them.
+class Placement : public FairShare {
+ protected:
+  std::string RegisterHolding(const std::string& name, int64_t usable_memory, std::vector<std::string> cached,
+                              const std::string& loaded) {
+    ExecutorInfo info;
+    info.name = name;
+    info.os = "linux";
+    info.memory_bytes = 64 * kGiB;
+    info.usable_memory_bytes = usable_memory;
+    info.runners = {"llama"};
+    info.models = std::move(cached);
+    info.model_loaded = loaded;
+    info.max_tasks = 4;
+    return Must(store_->RegisterExecutor("", info, now_), "RegisterExecutor").id;
+  }
+  // A job of `n_tasks` that needs model `digest` ("": a path); time moves on 10 ms (distinct
+  // ages, well within the warm-executor wait).
+  std::string SubmitModel(const std::string& digest, int n_tasks, int64_t min_memory = 0) {
+    JobSpec spec = Spec(0, 4, min_memory);
+    spec.model_digest = digest;
+    Job job = Must(store_->CreateJob(spec, now_), "CreateJob");
+    Must(store_->AddTasks(job.id, Shards(n_tasks), n_tasks * kRecordsPerTask, now_), "AddTasks");
+    Advance(absl::Milliseconds(10));
+    return job.id;
+  }
+  static std::string Digest(char c) { return "sha256:" + std::string(64, c); }
+};
+
 }  // namespace minions

@@ -173,6 +173,11 @@ INSTANTIATE_TEST_SUITE_P(Postgres, FairShare,
                            return MustOpen(Schemas::FreshUrl());
                          })),
                          [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
+INSTANTIATE_TEST_SUITE_P(Postgres, Placement,
+                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                           return MustOpen(Schemas::FreshUrl());
+                         })),
+                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
 INSTANTIATE_TEST_SUITE_P(Postgres, IdentityStoreContract,
                          ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
                            return MustOpen(Schemas::FreshUrl());

@@ -66,6 +66,13 @@ INSTANTIATE_TEST_SUITE_P(
                       })),
     [](const ::testing::TestParamInfo<StoreFactory>& info) { return info.index == 0 ? "Memory" : "File"; });
 INSTANTIATE_TEST_SUITE_P(
+    Sqlite, Placement,
+    ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> { return MustOpen(":memory:"); }),
+                      StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                        return MustOpen(TempFolder::NewDatabase());
+                      })),
+    [](const ::testing::TestParamInfo<StoreFactory>& info) { return info.index == 0 ? "Memory" : "File"; });
+INSTANTIATE_TEST_SUITE_P(
     Sqlite, IdentityStoreContract,
     ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> { return MustOpen(":memory:"); }),
                       StoreFactory([]() -> std::unique_ptr<MetadataStore> {

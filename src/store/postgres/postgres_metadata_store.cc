@@ -653,10 +653,13 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
                                                                    .Time(now)
                                                                    .Text(Name(JobStateName(JobState::kQueued)))
                                                                    .Text(Name(JobStateName(JobState::kRunning)))
-                                                                   .Int(executor.info.memory_bytes)
+                                                                   .Int(UsableMemory(executor.info))
                                                                    .Text(DumpJson(Json(rules::RunnersOf(executor))))
                                                                    .Int(max_tasks)
-                                                                   .Text(rules::FairShareRanksJson(teams))));
+                                                                   .Text(rules::FairShareRanksJson(teams))
+                                                                   .Text(executor.info.model_loaded)
+                                                                   .Text(DumpJson(Json(executor.info.models)))
+                                                                   .Time(now - options_.warm_wait)));
     // Teams with a running-task quota among the candidates: their counts again, under lock.
     std::map<std::string, int64_t> allowances = rules::RunningAllowances(teams);
     std::vector<rows::Values> quota_teams;

@@ -128,12 +128,20 @@ inline constexpr char kFinishedJobs[] =
 // actually be granted is GrantTask's decision.
 // Jobs are ordered by their team's fair-share rank first ($7, store_rules::FairShareRanksJson: a
 // team it leaves out ranks 0; a team ranked -1 is at its running-task quota and is skipped).
+// Placement: $4 is the executor's usable memory; warmth is how warm it is for a job's registry
+// model (0 loaded ($8), 1 cached ($9, a JSON array of digests), 2 cold; a job without a registry
+// model is 0): warmer first within a priority, and a cold executor takes a job only once it was
+// submitted before $10 (delay scheduling).
+#define MINIONS_PG_WARMTH                                                                          \
+  "(CASE WHEN model_digest = '' OR model_digest = $8 THEN 0 WHEN model_digest IN "                 \
+  "(SELECT jsonb_array_elements_text($9::jsonb)) THEN 1 ELSE 2 END)"
 inline constexpr char kLeaseCandidates[] =
     "SELECT t.*, j.spec, j.state, j.started_at IS NOT NULL, j.team FROM (SELECT id, spec, state, started_at, team "
     "FROM jobs LEFT JOIN jsonb_each_text($7::jsonb) r ON r.key = jobs.team "
     "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
-    "AND COALESCE(r.value::int, 0) >= 0 "
-    "ORDER BY COALESCE(r.value::int, 0), priority DESC, created_at, id) j CROSS JOIN LATERAL (SELECT "
+    "AND COALESCE(r.value::int, 0) >= 0 AND (" MINIONS_PG_WARMTH " < 2 OR created_at <= $10) "
+    "ORDER BY COALESCE(r.value::int, 0), priority DESC, " MINIONS_PG_WARMTH ", created_at, id) j "
+    "CROSS JOIN LATERAL (SELECT "
     MINIONS_STORE_TASK_COLUMNS
     " FROM tasks WHERE job_id = j.id AND state = 'pending' AND (not_before IS NULL OR not_before <= $1) "
     "ORDER BY idx LIMIT $6 FOR UPDATE SKIP LOCKED) t LIMIT $6";
@@ -253,6 +261,7 @@ inline constexpr char kPing[] = "SELECT 1";
 
 #undef MINIONS_PG_SELECT_JOBS
 #undef MINIONS_PG_CHARGE_USAGE
+#undef MINIONS_PG_WARMTH
 #undef MINIONS_PG_TASK_ARRAYS
 #undef MINIONS_PG_UPDATE_TASKS
 #undef MINIONS_PG_SELECT_TASKS

@@ -73,13 +73,22 @@ constexpr char kCountRunning[] =
 // a task may actually be granted is GrantTask's decision.
 // :ranks is the teams' fair-share order (store_rules::FairShareRanksJson): a team it leaves out
 // ranks 0; a team ranked -1 is at its running-task quota.
+// Placement: how warm the executor is for a job's registry model (0 loaded, 1 cached, 2 cold;
+// a job without a registry model is 0): warmer first within a priority, and a cold executor
+// takes a job only once it was submitted before :cold_before (delay scheduling).
+#define MINIONS_SQLITE_WARMTH                                                                   \
+  "(CASE WHEN j.model_digest = '' OR j.model_digest = :loaded THEN 0 WHEN j.model_digest IN " \
+  "(SELECT value FROM json_each(:cached)) THEN 1 ELSE 2 END)"
 constexpr char kLeaseCandidates[] =
     "SELECT t.job_id, t.idx, j.team FROM tasks t JOIN jobs j ON j.id = t.job_id "
     "LEFT JOIN json_each(:ranks) r ON r.key = j.team "
     "WHERE t.state = :pending AND (t.not_before IS NULL OR t.not_before <= :now) "
     "AND j.state IN (:queued, :running) AND j.min_memory_bytes <= :memory_bytes "
     "AND j.runner IN (SELECT value FROM json_each(:runners)) AND COALESCE(r.value, 0) >= 0 "
-    "ORDER BY COALESCE(r.value, 0), j.priority DESC, j.created_at, j.id, t.idx LIMIT :limit";
+    "AND (" MINIONS_SQLITE_WARMTH " < 2 OR j.created_at <= :cold_before) "
+    "ORDER BY COALESCE(r.value, 0), j.priority DESC, " MINIONS_SQLITE_WARMTH ", j.created_at, j.id, t.idx "
+    "LIMIT :limit";
+#undef MINIONS_SQLITE_WARMTH
 // Every team's standing (store_rows::ReadTeamUsage's columns): teams without usage yet, and usage
 // of teams without a row in `teams` (jobs of a team created before it was).
 // (No FULL OUTER JOIN: older SQLite libraries, macOS's among them, lack it.)
@@ -659,9 +668,12 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
           .BindTime(":now", now)
           .BindText(":queued", Name(JobStateName(JobState::kQueued)))
           .BindText(":running", Name(JobStateName(JobState::kRunning)))
-          .BindInt(":memory_bytes", executor.info.memory_bytes)
+          .BindInt(":memory_bytes", UsableMemory(executor.info))
           .BindText(":runners", DumpJson(Json(rules::RunnersOf(executor))))
           .BindText(":ranks", rules::FairShareRanksJson(teams))
+          .BindText(":loaded", executor.info.model_loaded)
+          .BindText(":cached", DumpJson(Json(executor.info.models)))
+          .BindTime(":cold_before", now - options_.warm_wait)
           .BindInt(":limit", max_tasks);
       while (true) {
         ASSIGN_OR_RETURN(bool row, query.Step());
