@@ -43,5 +43,15 @@ inline std::string ModelUploadPrefix(const std::string& team, const std::string&
 inline std::string ModelUploadPart(const std::string& team, const std::string& digest_hex, int64_t size, int part) {
   return absl::StrCat(ModelUploadPrefix(team, digest_hex, size), "part-", absl::Dec(part, absl::kZeroPad6));
 }
+// The OpenAI API's objects of a team (src/openai): its files (each beside a ".json" of what the
+// Files API says of it), its batches' own fields (a batch is a job; these hold what the job row
+// does not: endpoint, input file, metadata, validation errors) and its idempotency keys.
+inline std::string OpenAiFiles(const std::string& team) { return absl::StrCat("openai/", team, "/files/"); }
+inline std::string OpenAiBatch(const std::string& team, const std::string& job) {
+  return absl::StrCat("openai/", team, "/batches/", job, ".json");
+}
+inline std::string OpenAiIdempotency(const std::string& team, const std::string& key_hash) {
+  return absl::StrCat("openai/", team, "/idempotency/", key_hash);
+}
 
 }  // namespace minions::keys
