@@ -100,6 +100,8 @@ absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config, Clock* clock)
   if (absl::Status s = MakePrivateDirectories(config.data_dir); !s.ok()) return s;
   StoreOptions store_options;
   store_options.clock = clock;
+  store_options.fair_share_half_life = absl::Seconds(config.fair_share_half_life_s);
+  store_options.warm_wait = absl::Milliseconds(config.warm_wait_ms);
   if (IsPostgres(config.database)) {
     auto store = PostgresMetadataStore::Open(PostgresConninfo(config.database), store_options);
     if (!store.ok()) return absl::Status(store.status().code(), absl::StrCat("database: ", store.status().message()));

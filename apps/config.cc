@@ -58,6 +58,8 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["lease_ttl_ms"].value<int64_t>()) config.lease_ttl_ms = *v;
     if (auto v = table["server"]["straggler_factor"].value<double>()) config.straggler_factor = *v;
     if (auto v = table["server"]["straggler_min_runtime_ms"].value<int64_t>()) config.straggler_min_runtime_ms = *v;
+    if (auto v = table["server"]["fair_share_half_life_s"].value<int64_t>()) config.fair_share_half_life_s = *v;
+    if (auto v = table["server"]["warm_wait_ms"].value<int64_t>()) config.warm_wait_ms = *v;
     if (auto v = table["server"]["watchdog"].value<bool>()) config.watchdog = *v;
     str("store", "database", &config.database);
     str("objects", "url", &config.objects);
@@ -168,6 +170,14 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
       config.http_listen.find(':') == std::string::npos) {
     problems.push_back(absl::StrCat("server.http_listen '", config.http_listen,
                                     "' needs a port, like 127.0.0.1:7080 (or \"off\" for no HTTP port)"));
+  }
+  if (config.fair_share_half_life_s < 60 || config.fair_share_half_life_s > 365 * 86400) {
+    problems.push_back(absl::StrCat("server.fair_share_half_life_s is ", config.fair_share_half_life_s,
+                                    "; use between 60 (a minute) and 31536000 (a year); 86400 (a day) is the default"));
+  }
+  if (config.warm_wait_ms < 0 || config.warm_wait_ms > 600000) {
+    problems.push_back(absl::StrCat("server.warm_wait_ms is ", config.warm_wait_ms,
+                                    "; use between 0 (no waiting for a warm executor) and 600000; 3000 is the default"));
   }
   if (config.lease_ttl_ms < 300 || config.lease_ttl_ms > 600000) {
     problems.push_back(absl::StrCat("server.lease_ttl_ms is ", config.lease_ttl_ms,

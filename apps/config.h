@@ -6,7 +6,7 @@
 // act on.
 //
 //   [server]    listen, http_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
-//               straggler_factor, straggler_min_runtime_ms
+//               straggler_factor, straggler_min_runtime_ms, fair_share_half_life_s, warm_wait_ms
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
@@ -45,6 +45,12 @@ struct MinionsConfig {
   // at least `straggler_min_runtime_ms` gets a backup attempt elsewhere.
   double straggler_factor = 3.0;
   int64_t straggler_min_runtime_ms = 30000;
+  // Fair share between teams (docs/architecture.md, "Scheduling order"): past usage halves every
+  // this many seconds (HTCondor's default, a day).
+  int64_t fair_share_half_life_s = 86400;
+  // Placement: a job's tasks wait this long after submission for an executor that holds its model
+  // before a cold one may take them (delay scheduling).
+  int64_t warm_wait_ms = 3000;
   bool watchdog = true;
   std::string data_dir;  // default: ~/.minions/server
   // The OpenAI API (src/openai): folders whose *.gguf files are its models (by file name, without

@@ -26,11 +26,7 @@ class LocalAdminBackend : public cli::AdminBackend {
     return ToProto(*updated);
   }
   absl::StatusOr<std::vector<v1::Team>> ListTeams() override {
-    auto teams = store_->ListTeams();
-    if (!teams.ok()) return teams.status();
-    std::vector<v1::Team> out;
-    for (const Team& team : *teams) out.push_back(ToProto(team));
-    return out;
+    return TeamsWithStanding(*store_, clock_->Now());
   }
   absl::StatusOr<v1::IssuedToken> IssueToken(const v1::IssueTokenRequest& request) override {
     auto issue = FromProto(request);

@@ -430,7 +430,7 @@ struct SharedFlags {
 // config file (see apps/config.h).
 struct ProcessVerbs {
   std::string flag_listen, flag_http_listen, flag_data_dir, flag_database, flag_objects, flag_tls_cert, flag_tls_key;
-  int64_t flag_ttl_ms = 0, flag_straggler_ms = -1;
+  int64_t flag_ttl_ms = 0, flag_straggler_ms = -1, flag_half_life_s = 0, flag_warm_wait_ms = -1;
   std::vector<std::string> flag_openai_model_dirs;
   int64_t flag_openai_max_file_bytes = 0;
   bool no_watchdog = false;
@@ -455,6 +455,11 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_option("--tls-key", p->flag_tls_key, "its private key");
   server_cmd->add_option("--lease-ttl-ms", p->flag_ttl_ms, "lease TTL; executors heartbeat every third (default 9000)");
   server_cmd->add_flag("--no-watchdog", p->no_watchdog, "leave the watchdog to a `minions watchdog` process");
+  server_cmd->add_option("--fair-share-half-life-s", p->flag_half_life_s,
+                         "fair share between teams: past usage halves every this many seconds (default 86400)");
+  server_cmd->add_option("--warm-wait-ms", p->flag_warm_wait_ms,
+                         "a job's tasks wait this long for an executor holding its model before a cold one "
+                         "may take them (default 3000)");
   server_cmd->add_option("--openai-model-dir", p->flag_openai_model_dirs,
                          "a folder of GGUF files the OpenAI API serves as models, by file name (repeatable)");
   server_cmd->add_option("--openai-max-file-bytes", p->flag_openai_max_file_bytes,
@@ -493,6 +498,8 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (!p.flag_objects.empty()) config->objects = p.flag_objects;
   if (p.flag_ttl_ms > 0) config->lease_ttl_ms = p.flag_ttl_ms;
   if (p.flag_straggler_ms >= 0) config->straggler_min_runtime_ms = p.flag_straggler_ms;
+  if (p.flag_half_life_s > 0) config->fair_share_half_life_s = p.flag_half_life_s;
+  if (p.flag_warm_wait_ms >= 0) config->warm_wait_ms = p.flag_warm_wait_ms;
   if (p.no_watchdog) config->watchdog = false;
   if (!p.flag_openai_model_dirs.empty()) config->openai_model_dirs = p.flag_openai_model_dirs;
   if (p.flag_openai_max_file_bytes > 0) config->openai_max_file_bytes = p.flag_openai_max_file_bytes;
@@ -862,7 +869,10 @@ void AddAdminVerbs(CLI::App& app, SharedFlags* shared, AdminVerbs* a) {
   auto add_team_options = [&](CLI::App* cmd) {
     cmd->add_option("name", team_options.name, "team name (lower case letters, digits, - and _)")->required();
     cmd->add_option("--max-priority", team_options.max_priority, "its jobs' priority ceiling (new teams: 10)");
-    cmd->add_option("--max-active-jobs", team_options.max_active_jobs, "jobs not yet ended at once (0: no limit)");
+    cmd->add_option("--max-queued-jobs,--max-active-jobs", team_options.max_active_jobs,
+                    "its jobs not yet ended (queued or running) at once; a submit over it is refused (0: no limit)");
+    cmd->add_option("--weight", team_options.weight, "fair-share weight, 1 or more (new teams: 1)");
+    cmd->add_option("--max-running", team_options.max_running_tasks, "its tasks running at once (0: no limit)");
     cmd->add_option("--requests-per-second", team_options.requests_per_second,
                     "API calls per second per server (0: no limit)");
   };
@@ -870,7 +880,7 @@ void AddAdminVerbs(CLI::App& app, SharedFlags* shared, AdminVerbs* a) {
   add_team_options(team_create_cmd);
   auto* team_set_cmd = a->team_set_cmd = team_cmd->add_subcommand("set", "change a team's settings");
   add_team_options(team_set_cmd);
-  auto* teams_cmd = a->teams_cmd = admin_cmd->add_subcommand("teams", "list the teams and their limits");
+  auto* teams_cmd = a->teams_cmd = admin_cmd->add_subcommand("teams", "list the teams: fair-share weight, share, usage, running tasks, quotas");
   minions::cli::IssueOptions& issue = a->issue;
   auto* token_cmd = admin_cmd->add_subcommand("token", "issue or revoke a token");
   token_cmd->require_subcommand(1);

@@ -2,13 +2,24 @@
 #   cmake -DOUT=web_assets.cc -DROOT=web -P EmbedFiles.cmake
 # Each file under ROOT becomes a byte array served at "/<relative path>", so the server needs no
 # files beside its binary and the dashboard needs no front-end build step.
+# -DUPLOT=DIR (optional): uPlot's dist folder (tests/js/node_modules/uplot/dist, installed by
+# scripts/setup from tests/js/package.json), served as /uplot.js and /uplot.css.
 file(GLOB_RECURSE files RELATIVE ${ROOT} ${ROOT}/*)
 list(SORT files)
+set(sources "")
+foreach(f ${files})
+  list(APPEND sources "${ROOT}/${f}=${f}")
+endforeach()
+if(UPLOT)
+  list(APPEND sources "${UPLOT}/uPlot.iife.min.js=uplot.js" "${UPLOT}/uPlot.min.css=uplot.css")
+endif()
 set(body "// Generated from web/ by cmake/EmbedFiles.cmake; do not edit.\n#include \"dashboard/status_endpoints.h\"\n\nnamespace minions {\nnamespace {\n")
 set(table "")
 set(i 0)
-foreach(f ${files})
-  file(READ ${ROOT}/${f} hex HEX)
+foreach(source ${sources})
+  string(REGEX REPLACE "=[^=]*$" "" path "${source}")
+  string(REGEX REPLACE "^.*=" "" f "${source}")
+  file(READ ${path} hex HEX)
   string(LENGTH "${hex}" hexlen)
   math(EXPR size "${hexlen} / 2")
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")

@@ -124,6 +124,61 @@ function renderJob(detail) {
   renderPager("tasks-pager", detail.tasks_page, (offset) => { tasksOffset = offset; });
 }
 
+// --- charts (uPlot, served with the page) ---
+
+const HISTORY_EVERY = 2;  // polls between history reads
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+const charts = {};  // id -> {key, plot}
+let polls = 0;
+
+// Draws `data` ([times, ...series]) into the element `id`; a chart is made again only when its
+// series change (uPlot keeps its series fixed), otherwise given the new data.
+function drawChart(id, series, data, yLabel) {
+  const node = document.getElementById(id);
+  const key = series.map((s) => s.label + (s.dash ? "~" : "")).join("|");
+  const width = Math.max(300, node.clientWidth || 400);
+  let chart = charts[id];
+  if (!chart || chart.key !== key) {
+    if (chart) chart.plot.destroy();
+    const options = {
+      width, height: 220,
+      // A history of one point (a fresh server) still spans a minute, not uPlot's default years.
+      scales: { x: { time: true, range: (u, min, max) => (max - min < 60 ? [max - 60, max] : [min, max]) } },
+      axes: [{}, { label: yLabel, size: 60 }],
+      series: [{}, ...series.map((s, i) => ({
+        label: s.label, stroke: s.color || PALETTE[i % PALETTE.length], width: 2, spanGaps: false,
+        dash: s.dash ? [6, 4] : undefined, points: { show: false },
+      }))],
+    };
+    chart = charts[id] = { key, plot: new uPlot(options, data, node) };
+  } else {
+    chart.plot.setData(data);
+  }
+  node.dataset.points = String(data[0].length);
+  node.dataset.series = String(series.length);
+}
+
+function renderCharts(h) {
+  const note = document.getElementById("charts-note");
+  if (typeof uPlot === "undefined") {
+    note.hidden = false;
+    note.textContent = "This server was built without its charting library (scripts/setup installs it).";
+    return;
+  }
+  const t = h.t;
+  drawChart("chart-rates", h.jobs.map((j) => ({ label: j.id })), [t, ...h.jobs.map((j) => j.records_per_second)], "records/s");
+  const states = [["busy", "#2ca02c"], ["available", "#1f77b4"], ["unavailable", "#ff7f0e"], ["offline", "#7f7f7f"]];
+  drawChart("chart-executors", states.map(([s, color]) => ({ label: s, color })), [t, ...states.map(([s]) => h.executors[s])], "executors");
+  const teamSeries = [], teamData = [];
+  h.teams.forEach((team, i) => {
+    const color = PALETTE[i % PALETTE.length];
+    teamSeries.push({ label: team.team, color }, { label: team.team + " target", color, dash: true });
+    teamData.push(team.usage_share.map((v) => v == null ? null : v * 100), team.target_share.map((v) => v == null ? null : v * 100));
+  });
+  drawChart("chart-teams", teamSeries, [t, ...teamData], "% of usage");
+  document.body.dataset.chartPoints = String(t.length);
+}
+
 function readHash() {
   const m = location.hash.match(/job=([^&]+)/);
   selectedJob = m ? decodeURIComponent(m[1]) : null;
@@ -139,6 +194,7 @@ async function poll() {
     if (selectedJob) {
       renderJob(await getJson(`/api/job?id=${encodeURIComponent(selectedJob)}&offset=${tasksOffset}&limit=${PAGE * 5}`));
     }
+    if (polls++ % HISTORY_EVERY === 0) renderCharts(await getJson("/api/history"));
     status.textContent = "updated " + new Date().toLocaleTimeString();
     status.className = "status";
     document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);

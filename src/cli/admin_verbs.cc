@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "cli/credentials.h"
 #include "cli/output.h"
@@ -19,9 +20,14 @@ std::string When(int64_t ms) {
 
 std::string Limit(int64_t value) { return value > 0 ? absl::StrCat(value) : "none"; }
 
+std::string Percent(double fraction) { return absl::StrFormat("%.1f%%", 100 * fraction); }
+
 void PrintTeam(const v1::Team& t) {
-  printf("%-20s %12d %16s %20s\n", t.name().c_str(), t.max_priority(), Limit(t.max_active_jobs()).c_str(),
-         Limit(t.requests_per_second()).c_str());
+  printf("%-20s %6lld %8s %8s %14.0f %8lld %12s %12s %12d %14s\n", t.name().c_str(),
+         static_cast<long long>(t.weight()), Percent(t.usage().target_share()).c_str(),
+         Percent(t.usage().usage_share()).c_str(), t.usage().usage_device_seconds(),
+         static_cast<long long>(t.usage().running_tasks()), Limit(t.max_running_tasks()).c_str(),
+         Limit(t.max_active_jobs()).c_str(), t.max_priority(), Limit(t.requests_per_second()).c_str());
 }
 
 class RemoteAdminBackend : public AdminBackend {
@@ -94,6 +100,9 @@ v1::Team TeamOf(const TeamOptions& options, v1::Team base) {
   if (options.max_priority) base.set_max_priority(*options.max_priority);
   if (options.max_active_jobs) base.set_max_active_jobs(*options.max_active_jobs);
   if (options.requests_per_second) base.set_requests_per_second(*options.requests_per_second);
+  if (options.weight) base.set_weight(*options.weight);
+  if (options.max_running_tasks) base.set_max_running_tasks(*options.max_running_tasks);
+  base.clear_usage();
   return base;
 }
 
@@ -102,8 +111,9 @@ int PrintTeamResult(const absl::StatusOr<v1::Team>& team, bool json, const char*
   if (json) {
     printf("%s\n", ToJson(*team).c_str());
   } else {
-    printf("team %s %s: priority at most %d, active jobs %s, requests per second %s\n", team->name().c_str(), verb,
-           team->max_priority(), Limit(team->max_active_jobs()).c_str(), Limit(team->requests_per_second()).c_str());
+    printf("team %s %s: weight %lld, running tasks %s, queued jobs %s, priority at most %d, requests per second %s\n",
+           team->name().c_str(), verb, static_cast<long long>(team->weight()), Limit(team->max_running_tasks()).c_str(),
+           Limit(team->max_active_jobs()).c_str(), team->max_priority(), Limit(team->requests_per_second()).c_str());
   }
   return 0;
 }
@@ -127,6 +137,7 @@ absl::StatusOr<absl::Duration> ParseLifetime(const std::string& text) {
 int CreateTeam(AdminBackend& admin, const TeamOptions& options, bool json) {
   v1::Team team;
   team.set_max_priority(10);
+  team.set_weight(1);
   return PrintTeamResult(admin.CreateTeam(TeamOf(options, team)), json, "created");
 }
 
@@ -147,7 +158,8 @@ int ListTeams(AdminBackend& admin, bool json) {
     PrintJsonArray(*teams);
     return 0;
   }
-  printf("%-20s %12s %16s %20s\n", "TEAM", "MAX PRIORITY", "MAX ACTIVE JOBS", "REQUESTS PER SECOND");
+  printf("%-20s %6s %8s %8s %14s %8s %12s %12s %12s %14s\n", "TEAM", "WEIGHT", "SHARE", "USED", "USAGE (DEV-S)",
+         "RUNNING", "MAX RUNNING", "MAX QUEUED", "MAX PRIORITY", "REQUESTS/S");
   for (const v1::Team& team : *teams) PrintTeam(team);
   return 0;
 }

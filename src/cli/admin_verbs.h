@@ -39,6 +39,8 @@ struct TeamOptions {
   std::optional<int> max_priority;
   std::optional<int64_t> max_active_jobs;
   std::optional<int64_t> requests_per_second;
+  std::optional<int64_t> weight;
+  std::optional<int64_t> max_running_tasks;
 };
 struct IssueOptions {
   std::string role;

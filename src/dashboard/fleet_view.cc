@@ -13,7 +13,31 @@ absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Get() {
   auto fresh = Read();
   if (!fresh.ok()) return fresh.status();
   cached_ = *fresh;
+  if (history_.empty() || cached_->taken_at - history_.back().at >= history_step_) {
+    history_.push_back(PointOf(*cached_));
+    while (history_.front().at < cached_->taken_at - kHistorySpan) history_.pop_front();
+  }
   return cached_;
+}
+
+FleetHistoryPoint FleetView::PointOf(const FleetSnapshot& s) {
+  FleetHistoryPoint point;
+  point.at = s.taken_at;
+  point.executors_by_state = s.executors_by_state;
+  for (const Job& job : s.jobs) {
+    if (IsTerminal(job.state)) continue;
+    auto it = s.progress.find(job.id);
+    point.jobs[job.id] = {job.spec.team, it == s.progress.end() ? 0.0 : it->second.records_per_second};
+  }
+  point.teams = s.teams;
+  return point;
+}
+
+std::vector<FleetHistoryPoint> FleetView::History() {
+  absl::MutexLock lock(&mu_);
+  std::vector<FleetHistoryPoint> points(history_.begin(), history_.end());
+  if (cached_ && (points.empty() || points.back().at < cached_->taken_at)) points.push_back(PointOf(*cached_));
+  return points;
 }
 
 absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Read() {
@@ -58,6 +82,9 @@ absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Read() {
   if (!executors.ok()) return executors.status();
   snapshot->executors = std::move(*executors);
   for (const Executor& e : snapshot->executors) snapshot->executors_by_state[e.state] += 1;
+  auto teams = store_->ListTeamUsage(snapshot->taken_at);
+  if (!teams.ok()) return teams.status();
+  snapshot->teams = std::move(*teams);
   for (const Job& job : snapshot->jobs) {
     if (IsTerminal(job.state)) continue;
     snapshot->jobs_by_state[job.state] += 1;
@@ -172,6 +199,29 @@ void FleetView::Collect(std::vector<metrics::FamilySnapshot>* out) {
       }
     }
   }
+  FamilySnapshot team_usage{"minions_team_usage_device_seconds",
+                            "Each team's fair-share usage: device time decayed with the half-life, running attempts "
+                            "included (from the store).",
+                            MetricType::kGauge, {}};
+  FamilySnapshot team_running{"minions_team_running_tasks", "Each team's running tasks (from the store).",
+                              MetricType::kGauge, {}};
+  FamilySnapshot team_weight{"minions_team_weight", "Each team's fair-share weight.", MetricType::kGauge, {}};
+  FamilySnapshot team_share{"minions_team_target_share",
+                            "Each team's target share of the fleet: its weight over the sum of all teams' weights.",
+                            MetricType::kGauge, {}};
+  const std::map<std::string, double> targets = TargetShares(s.teams);
+  for (const TeamUsage& t : s.teams) {
+    const std::vector<std::pair<std::string, std::string>> team_labels = {{"team", t.team}};
+    team_usage.samples.push_back(
+        {"minions_team_usage_device_seconds", team_labels, absl::ToDoubleSeconds(t.usage)});
+    team_running.samples.push_back({"minions_team_running_tasks", team_labels, static_cast<double>(t.running)});
+    team_weight.samples.push_back({"minions_team_weight", team_labels, static_cast<double>(t.weight)});
+    team_share.samples.push_back({"minions_team_target_share", team_labels, targets.at(t.team)});
+  }
+  out->push_back(std::move(team_usage));
+  out->push_back(std::move(team_running));
+  out->push_back(std::move(team_weight));
+  out->push_back(std::move(team_share));
   out->push_back(std::move(records));
   out->push_back(std::move(job_tasks));
   out->push_back(std::move(rates));

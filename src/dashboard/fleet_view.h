@@ -2,7 +2,7 @@
 // FleetView: what the fleet looks like now, read from the store and cached briefly, so scrapes,
 // dashboard polls and several browsers cost one set of store reads per `max_age`. Feeds the
 // gauges on /metrics (jobs, tasks and executors by state; each unfinished job's progress, rate
-// and ETA) and the dashboard's JSON. Each refresh samples every unfinished job into the server's
+// and ETA; each team's fair-share weight, usage and running tasks) and the dashboard's JSON. Each refresh samples every unfinished job into the server's
 // ProgressTracker (model/progress_estimator.h), the estimate `minions watch` reads too.
 //
 // Gauges derived here are the same on every server of a fleet (they read the shared store): in
@@ -10,8 +10,12 @@
 // families.
 //
 // Ownership: borrows the store, the clock and the progress tracker.
+// It also keeps the fleet's recent history (executors by state, each job's rate, each team's
+// usage), a point every history_step, for the dashboard's charts; in memory, per server.
+//
 // Threads: thread-safe; one refresh at a time, callers during a refresh get its result.
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -43,6 +47,19 @@ struct FleetSnapshot {
   std::map<JobState, int64_t> jobs_by_state;  // ended states: as of the last terminal count
   std::map<TaskState, int64_t> tasks_by_state;  // tasks of jobs that have not ended
   std::map<ExecutorState, int64_t> executors_by_state;
+  std::vector<TeamUsage> teams;  // every team's fair-share standing (model/fair_share.h)
+};
+
+// One point of the fleet's recent history (the dashboard's charts).
+struct FleetHistoryPoint {
+  absl::Time at;
+  std::map<ExecutorState, int64_t> executors_by_state;
+  struct JobRate {
+    std::string team;
+    double records_per_second = 0;
+  };
+  std::map<std::string, JobRate> jobs;  // job id -> its rate, for the jobs that had not ended
+  std::vector<TeamUsage> teams;
 };
 
 class FleetView {
@@ -50,21 +67,33 @@ class FleetView {
   static constexpr int kMaxJobs = 100000;  // per state listed
   static constexpr int kRecentJobs = 200;  // ended jobs shown on the dashboard
   static constexpr absl::Duration kStaleRecount = absl::Seconds(5);
+  // How far back History() reaches.
+  static constexpr absl::Duration kHistorySpan = absl::Hours(6);
 
   // Jobs that have not ended, executors and tasks are read every `max_age`. Counting the ended
   // jobs reads the whole job history, so it happens when a job has ended since the last count (at
   // most every kStaleRecount), and every `terminal_max_age` regardless.
+  // A refresh at least `history_step` after the last point kept adds one to the history.
   FleetView(MetadataStore* store, Clock* clock, ProgressTracker* progress, absl::Duration max_age = absl::Seconds(1),
-            absl::Duration terminal_max_age = absl::Seconds(30))
-      : store_(store), clock_(clock), progress_(progress), max_age_(max_age), terminal_max_age_(terminal_max_age) {}
+            absl::Duration terminal_max_age = absl::Seconds(30), absl::Duration history_step = absl::Seconds(15))
+      : store_(store),
+        clock_(clock),
+        progress_(progress),
+        max_age_(max_age),
+        terminal_max_age_(terminal_max_age),
+        history_step_(history_step) {}
 
   absl::StatusOr<std::shared_ptr<const FleetSnapshot>> Get() ABSL_LOCKS_EXCLUDED(mu_);
+  // The fleet over the last kHistorySpan, oldest first: one point per history_step, and the
+  // newest refresh last. Empty before the first refresh (Get()).
+  std::vector<FleetHistoryPoint> History() ABSL_LOCKS_EXCLUDED(mu_);
   // Adds the store-derived gauges to `registry` (a collector reading Get()); minions_store_up is 0
   // when the store cannot be read.
   void ExportMetrics(metrics::Registry* registry);
 
  private:
   absl::StatusOr<std::shared_ptr<const FleetSnapshot>> Read() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static FleetHistoryPoint PointOf(const FleetSnapshot& snapshot);
   void Collect(std::vector<metrics::FamilySnapshot>* out) ABSL_LOCKS_EXCLUDED(mu_);
 
   MetadataStore* store_;
@@ -72,12 +101,14 @@ class FleetView {
   ProgressTracker* progress_;
   const absl::Duration max_age_;
   const absl::Duration terminal_max_age_;
+  const absl::Duration history_step_;
   absl::Mutex mu_;  // held across a refresh: one at a time
   std::shared_ptr<const FleetSnapshot> cached_ ABSL_GUARDED_BY(mu_);
   std::map<JobState, int64_t> terminal_counts_ ABSL_GUARDED_BY(mu_);
   absl::Time terminal_counted_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::set<std::string> active_ids_ ABSL_GUARDED_BY(mu_);  // jobs not ended at the last read
   bool terminal_stale_ ABSL_GUARDED_BY(mu_) = false;       // a job ended since terminal_counts_ was read
+  std::deque<FleetHistoryPoint> history_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace minions

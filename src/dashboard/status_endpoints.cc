@@ -203,6 +203,65 @@ Json JobJson(const Job& job, const std::vector<Task>& tasks, const ProgressEstim
               {"tasks_page", PageJson(static_cast<int64_t>(tasks.size()), tasks_page)}, {"errors", std::move(errors)}};
 }
 
+Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& caller) {
+  const size_t n = points.size();
+  Json times = Json::array();
+  // The chart's four series; draining counts as busy, revoked executors are left out.
+  std::map<std::string, std::vector<int64_t>> executors = {
+      {"busy", std::vector<int64_t>(n)}, {"available", std::vector<int64_t>(n)},
+      {"unavailable", std::vector<int64_t>(n)}, {"offline", std::vector<int64_t>(n)}};
+  std::map<std::string, std::pair<std::string, Json>> jobs;  // id -> team, rates
+  std::map<std::string, std::pair<Json, Json>> teams;        // team -> usage shares, target shares
+  for (size_t i = 0; i < n; ++i) {
+    const FleetHistoryPoint& p = points[i];
+    times.push_back(Seconds(p.at));
+    for (const auto& [state, count] : p.executors_by_state) {
+      switch (state) {
+        case ExecutorState::kBusy:
+        case ExecutorState::kDraining: executors["busy"][i] += count; break;
+        case ExecutorState::kAvailable: executors["available"][i] += count; break;
+        case ExecutorState::kOwnerActive: executors["unavailable"][i] += count; break;
+        case ExecutorState::kLost: executors["offline"][i] += count; break;
+        default: break;
+      }
+    }
+    for (const auto& [id, rate] : p.jobs) {
+      if (!caller.SeesTeam(rate.team)) continue;
+      auto [it, added] = jobs.try_emplace(id, rate.team, Json::array());
+      if (added) it->second.second = Json(std::vector<Json>(n, nullptr));
+      it->second.second[i] = rate.records_per_second;
+    }
+    const std::map<std::string, double> targets = TargetShares(p.teams);
+    absl::Duration total;
+    for (const TeamUsage& t : p.teams) total += t.usage;
+    for (const TeamUsage& t : p.teams) {
+      if (!caller.IsAdmin() && !caller.SeesTeam(t.team)) continue;
+      auto [it, added] = teams.try_emplace(t.team);
+      if (added) {
+        it->second.first = Json(std::vector<Json>(n, nullptr));
+        it->second.second = Json(std::vector<Json>(n, nullptr));
+      }
+      it->second.first[i] = total > absl::ZeroDuration() ? absl::FDivDuration(t.usage, total) : 0.0;
+      it->second.second[i] = targets.at(t.team);
+    }
+  }
+  Json jobs_json = Json::array();
+  for (auto& [id, team_rates] : jobs) {
+    jobs_json.push_back({{"id", id}, {"team", team_rates.first}, {"records_per_second", std::move(team_rates.second)}});
+  }
+  Json teams_json = Json::array();
+  for (auto& [team, shares] : teams) {
+    teams_json.push_back(
+        {{"team", team}, {"usage_share", std::move(shares.first)}, {"target_share", std::move(shares.second)}});
+  }
+  Json executors_json = Json::object();
+  for (auto& [state, counts] : executors) executors_json[state] = std::move(counts);
+  return Json{{"t", std::move(times)},
+              {"executors", std::move(executors_json)},
+              {"jobs", std::move(jobs_json)},
+              {"teams", std::move(teams_json)}};
+}
+
 void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
   // The caller of a request that must hold `scope`, or the refusal to send.
   auto authorize = [src](const HttpRequest& request, Scope scope) -> absl::StatusOr<Caller> {
@@ -229,6 +288,12 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
     auto s = src.fleet->Get();
     if (!s.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
     return JsonResponse(FleetJson(**s, src.clock->Now(), *caller));
+  });
+  http->Handle("/api/history", [src, authorize](const HttpRequest& request) {
+    absl::StatusOr<Caller> caller = authorize(request, Scope::kFleetRead);
+    if (!caller.ok()) return Refusal(caller.status());
+    if (!src.fleet->Get().ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
+    return JsonResponse(HistoryJson(src.fleet->History(), *caller));
   });
   http->Handle("/api/jobs", [src, authorize](const HttpRequest& request) {
     absl::StatusOr<Caller> caller = authorize(request, Scope::kJobsRead);

@@ -5,7 +5,8 @@
 //     /readyz    200 when the server serves gRPC and can read its store; 503 otherwise
 //     /login     the login page (GET) and the login (POST token=...: sets the session cookie)
 //     /logout    (POST) forgets the session cookie
-//     /app.js, /style.css   the dashboard's code and looks (no data)
+//     /app.js, /style.css   the dashboard's code and looks (no data); /uplot.js, /uplot.css its
+//                           charting library (uPlot, embedded at build time)
 //   With a credential ("Authorization: Bearer <token>", or the HttpOnly session cookie the login
 //   sets, which holds the token itself):
 //     /metrics     Prometheus text format: metrics:read (monitor and admin tokens)
@@ -13,6 +14,8 @@
 //     /api/fleet   executors (device, coarse state, current tasks) and counts by state: fleet:read
 //     /api/jobs    jobs, newest first, paged (?offset=&limit=): jobs:read
 //     /api/job?id= one job and its tasks (paged) and errors: jobs:read
+//     /api/history the last hours for the charts: executors by state, each job's records per
+//                  second, each team's usage against its share: fleet:read
 // A caller who is not an admin sees only its own team's jobs and tasks (another team's job is
 // 404, as an unknown one) and counts of its own team's jobs. Nobody is shown why an executor's
 // owner made it unavailable: states are coarse (available, busy, unavailable, ...).
@@ -64,6 +67,12 @@ Json FleetJson(const FleetSnapshot& snapshot, absl::Time now, const Caller& call
 Json JobsJson(const FleetSnapshot& snapshot, absl::Time now, const Caller& caller, Page page);
 Json JobJson(const Job& job, const std::vector<Task>& tasks, const ProgressEstimate& progress, absl::Time now,
              Page tasks_page);
+// {"t": [unix seconds], "executors": {"busy": [...], "available": [...], "unavailable": [...],
+//  "offline": [...]}, "jobs": [{"id", "team", "records_per_second": [...]}], "teams": [{"team",
+//  "usage_share": [...], "target_share": [...]}]}: one value per time in "t" (null where a job
+// had not started or had ended). Another team's jobs and usage are left out unless `caller` is
+// an admin.
+Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& caller);
 
 // A file of the web dashboard compiled into the binary (generated from web/ at build time).
 struct WebAsset {

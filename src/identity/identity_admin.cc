@@ -11,8 +11,12 @@ absl::Status IdentityAdmin::ValidateTeam(const Team& team) {
   if (team.max_priority < -1000000 || team.max_priority > 1000000) {
     return absl::InvalidArgumentError("a team's priority ceiling must be between -1000000 and 1000000");
   }
-  if (team.max_active_jobs < 0 || team.requests_per_second < 0) {
+  if (team.max_active_jobs < 0 || team.requests_per_second < 0 || team.max_running_tasks < 0) {
     return absl::InvalidArgumentError("a team's limits are 0 (none) or more");
+  }
+  if (team.weight < 1 || team.weight > kMaxTeamWeight) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a team's fair-share weight must be between 1 and ", kMaxTeamWeight));
   }
   return absl::OkStatus();
 }

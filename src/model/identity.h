@@ -72,12 +72,18 @@ struct Team {
   int max_priority = 10;            // its jobs' priority ceiling (a higher request is refused)
   int64_t max_active_jobs = 0;      // jobs not yet ended at once; 0: no limit
   int64_t requests_per_second = 0;  // API calls per second per server (burst: twice as many); 0: no limit
+  // Fair share (model/fair_share.h): its share of the fleet is weight / the sum of the weights of
+  // the teams that want work; at least 1.
+  int64_t weight = 1;
+  int64_t max_running_tasks = 0;    // its tasks running at once; 0: no limit
   absl::Time created_at;
   bool operator==(const Team&) const = default;
 };
 
 // The team every pool starts with (jobs of an admin who names no team go there).
 inline constexpr char kDefaultTeam[] = "default";
+// The largest fair-share weight an admin may give a team.
+inline constexpr int64_t kMaxTeamWeight = 1000000;
 
 // InvalidArgument unless `name` is 1-63 of [a-z0-9_-], starting with a letter or digit: team names
 // become object-store prefixes and metric labels.

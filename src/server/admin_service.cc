@@ -1,5 +1,7 @@
 #include "server/admin_service.h"
 
+#include <map>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "server/call_auth.h"
@@ -36,6 +38,29 @@ absl::StatusOr<IssueRequest> FromProto(const v1::IssueTokenRequest& p) {
   return request;
 }
 
+absl::StatusOr<std::vector<v1::Team>> TeamsWithStanding(MetadataStore& store, absl::Time now) {
+  absl::StatusOr<std::vector<Team>> teams = store.ListTeams();
+  if (!teams.ok()) return teams.status();
+  absl::StatusOr<std::vector<TeamUsage>> usage = store.ListTeamUsage(now);
+  if (!usage.ok()) return usage.status();
+  const std::map<std::string, double> targets = TargetShares(*usage);
+  double total = 0;
+  for (const TeamUsage& u : *usage) total += absl::ToDoubleSeconds(u.usage);
+  std::vector<v1::Team> out;
+  for (const Team& team : *teams) {
+    v1::Team& p = out.emplace_back(ToProto(team));
+    for (const TeamUsage& u : *usage) {
+      if (u.team != team.name) continue;
+      v1::TeamUsage* standing = p.mutable_usage();
+      standing->set_usage_device_seconds(absl::ToDoubleSeconds(u.usage));
+      standing->set_running_tasks(u.running);
+      standing->set_target_share(targets.at(u.team));
+      standing->set_usage_share(total > 0 ? absl::ToDoubleSeconds(u.usage) / total : 0);
+    }
+  }
+  return out;
+}
+
 grpc::Status AdminService::CreateTeam(grpc::ServerContext* context, const v1::CreateTeamRequest* request,
                                       v1::Team* reply) {
   ADMIN_OR_RETURN(context);
@@ -59,9 +84,9 @@ grpc::Status AdminService::UpdateTeam(grpc::ServerContext* context, const v1::Up
 grpc::Status AdminService::ListTeams(grpc::ServerContext* context, const v1::ListTeamsRequest*,
                                      v1::ListTeamsResponse* reply) {
   ADMIN_OR_RETURN(context);
-  absl::StatusOr<std::vector<Team>> teams = store_->ListTeams();
+  absl::StatusOr<std::vector<v1::Team>> teams = TeamsWithStanding(*store_, clock_->Now());
   if (!teams.ok()) return ToGrpc(teams.status());
-  for (const Team& team : *teams) *reply->add_teams() = ToProto(team);
+  for (v1::Team& team : *teams) *reply->add_teams() = std::move(team);
   return grpc::Status::OK;
 }
 

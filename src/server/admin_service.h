@@ -5,6 +5,7 @@
 // Threads: called on gRPC's threads; thread-safe.
 
 #include <functional>
+#include <vector>
 
 #include "common/clock.h"
 #include "identity/authenticator.h"
@@ -13,6 +14,10 @@
 #include "store/metadata_store.h"
 
 namespace minions {
+
+// Every team with its settings and its fair-share standing as of `now` (ListTeams, and the admin
+// verbs run on the server's own data).
+absl::StatusOr<std::vector<v1::Team>> TeamsWithStanding(MetadataStore& store, absl::Time now);
 
 class AdminService final : public v1::Admin::Service {
  public:

@@ -111,6 +111,12 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   // A registry model: its digest, size and the memory a task needs (InvalidArgument for an
   // unknown one, with the names the team has).
   RETURN_IF_ERROR(ResolveJobModel(*store_, spec));
+  // Placement: a job no executor could ever run says so now, not by waiting for ever.
+  {
+    absl::StatusOr<std::vector<Executor>> fleet = store_->ListExecutors();
+    if (!fleet.ok()) return fleet.status();
+    RETURN_IF_ERROR(CheckFleetCanHold(*fleet, spec));
+  }
   if (request.completion_window_ms() > 0) spec.completion_window = absl::Milliseconds(request.completion_window_ms());
 
   // Inputs are the caller's own uploads: kept under its prefix, and only from there.

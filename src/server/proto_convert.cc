@@ -137,6 +137,8 @@ v1::Team ToProto(const Team& team) {
   p.set_max_active_jobs(team.max_active_jobs);
   p.set_requests_per_second(team.requests_per_second);
   p.set_created_at_ms(absl::ToUnixMillis(team.created_at));
+  p.set_weight(team.weight);
+  p.set_max_running_tasks(team.max_running_tasks);
   return p;
 }
 
@@ -146,6 +148,8 @@ Team FromProto(const v1::Team& p) {
   team.max_priority = p.max_priority();
   team.max_active_jobs = p.max_active_jobs();
   team.requests_per_second = p.requests_per_second();
+  team.weight = p.weight() == 0 ? 1 : p.weight();  // unset: the default
+  team.max_running_tasks = p.max_running_tasks();
   return team;
 }
 

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "model/fair_share.h"
 #include "model/state_machines.h"
 #include "model/types.h"
 #include "store/identity_store.h"
@@ -57,6 +58,11 @@ struct StoreOptions {
   // What a backend waits on when it must wait (a busy database, a retry's backoff); it is never
   // asked the time of a write (methods take `now`). Null: real time. Borrowed; outlives the store.
   Clock* clock = nullptr;
+  // How fast a team's past usage is forgotten (model/fair_share.h): halved every this long.
+  absl::Duration fair_share_half_life = kDefaultFairShareHalfLife;
+  // Delay scheduling: how long after its submission a job's tasks wait for an executor that holds
+  // its registry model (loaded or cached) before a cold executor may take them.
+  absl::Duration warm_wait = absl::Seconds(3);
 };
 
 // A MetadataStore is also the IdentityStore (identity_store.h): teams and credentials live in the
@@ -126,9 +132,16 @@ class MetadataStore : public IdentityStore, public ModelStore {
 
   // --- leasing ---
   // Grants up to `max_tasks` pending tasks the executor can run (its memory and runners meet the
-  // job's requirements), highest job priority first, then oldest job, then task index. Tasks
-  // backing off (not_before > now) are skipped; a lost, draining or unknown executor gets none.
-  // Each granted task gets attempt + 1 and lease_expires_at = now + ttl; its job becomes running.
+  // job's requirements: UsableMemory holds the job's min_memory_bytes, its runners include the
+  // job's) in the fleet's scheduling order: teams by fair share first (the team furthest below
+  // its share; model/fair_share.h FairShareRanks over ListTeamUsage), then highest job priority,
+  // then jobs whose registry model the executor has loaded, then cached, then the others, then
+  // oldest job, then task index. A team at its max_running_tasks gets none. An executor that
+  // holds a job's registry model neither loaded nor cached gets its tasks only once the job was
+  // submitted at least StoreOptions::warm_wait ago (delay scheduling).
+  // Tasks backing off (not_before > now) are skipped; a lost, draining or unknown executor gets
+  // none. Each granted task gets attempt + 1 and lease_expires_at = now + ttl; its job becomes
+  // running. One transaction: it reads the small team_usage table, not the teams' attempts.
   virtual absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks,
                                                         absl::Duration ttl, absl::Time now) = 0;
   // Fenced: only the current attempt of the lease holder may complete or fail a task. CompleteTask
@@ -149,6 +162,12 @@ class MetadataStore : public IdentityStore, public ModelStore {
                                         int64_t task_index, int attempt, FailureClass failure,
                                         const std::string& message, absl::Time now,
                                         const std::vector<Chunk>& chunks = {}) = 0;
+
+  // Every team (those in the teams table, and any other whose jobs have run) with its weight,
+  // quota, running tasks and usage decayed to `now` (with the store's fair_share_half_life),
+  // running attempts' time so far included. An attempt's device time is charged to its job's
+  // team when it completes, fails or its lease expires; by name.
+  virtual absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now) = 0;
 
   // --- watchdog ---
   // Requeues (or fails, past max_attempts) up to `limit` running tasks whose lease has expired;

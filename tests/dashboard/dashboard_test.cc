@@ -219,6 +219,62 @@ TEST_F(DashboardTest, EndedJobsAreRecountedWhenAJobEnds) {
   EXPECT_EQ(after.count(absl::StrCat("minions_job_records{job_id=\"", job, "\",team=\"ml\",kind=\"total\"}")), 0u);
 }
 
+TEST_F(DashboardTest, EachTeamsFairShareStandingIsExported) {
+  Team ml;
+  ml.name = "ml";
+  ml.weight = 3;
+  ASSERT_TRUE(store_->CreateTeam(ml).ok());
+  std::string executor = Register("worker", "");
+  Submit(2);
+  ASSERT_EQ(Must(store_->LeaseTasks(executor, 2, kTtl, clock_.Now())).size(), 2u);
+  clock_.Advance(absl::Seconds(10));
+  auto samples = Scrape();
+  EXPECT_EQ(samples["minions_team_running_tasks{team=\"ml\"}"], 2);
+  EXPECT_EQ(samples["minions_team_usage_device_seconds{team=\"ml\"}"], 20);  // two attempts, 10 s each
+  EXPECT_EQ(samples["minions_team_weight{team=\"ml\"}"], 3);
+  EXPECT_EQ(samples["minions_team_target_share{team=\"ml\"}"], 0.75);  // 3 of default's 1 + ml's 3
+}
+
+TEST_F(DashboardTest, TheHistoryKeepsAPointPerStepAndShowsATeamOnlyItsOwn) {
+  Team ml;
+  ml.name = "ml";
+  ASSERT_TRUE(store_->CreateTeam(ml).ok());
+  std::string executor = Register("worker", "");
+  std::string job = Submit(4);
+  JobSpec other;
+  other.team = "ads";
+  other.model = "/models/tiny.gguf";
+  other.input_key = "inputs/in.jsonl";
+  Job ads = Must(store_->CreateJob(other, clock_.Now()));
+  ASSERT_TRUE(store_->AddTasks(ads.id, EvenTasks(1, 10), 10, clock_.Now()).ok());
+  // Three refreshes 15 s apart (a point each), and two within a step of the last (only the
+  // newest of them shows, as the live point).
+  for (int i = 0; i < 3; ++i) {
+    if (i == 1) ASSERT_EQ(Must(store_->LeaseTasks(executor, 1, absl::Hours(1), clock_.Now())).size(), 1u);
+    ASSERT_TRUE(fleet_->Get().ok());
+    clock_.Advance(absl::Seconds(15));
+  }
+  ASSERT_TRUE(fleet_->Get().ok());
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(fleet_->Get().ok());
+
+  Json history = GetJson("/api/history");
+  ASSERT_EQ(history["t"].size(), 5u);
+  EXPECT_EQ(history["executors"]["available"][0], 1);
+  EXPECT_EQ(history["executors"]["busy"][1], 1);
+  EXPECT_EQ(history["executors"]["busy"][4], 1);
+  EXPECT_EQ(history["jobs"].size(), 2u);  // an admin sees every team's jobs
+  for (const Json& j : history["jobs"]) EXPECT_EQ(j["records_per_second"].size(), 5u);
+
+  // A team's viewer sees its own job and its own team's usage only.
+  Json mine = GetJson("/api/history", 200, Issue(Role::kViewer, "ml", "dash"));
+  ASSERT_EQ(mine["jobs"].size(), 1u);
+  EXPECT_EQ(mine["jobs"][0]["id"], job);
+  for (const Json& t : mine["teams"]) EXPECT_EQ(t["team"], "ml");
+  // No credential, no history.
+  EXPECT_EQ(HttpGet(base_ + "/api/history").status, 401);
+}
+
 TEST_F(DashboardTest, HealthAndReadiness) {
   HttpReply health = HttpGet(base_ + "/healthz");
   EXPECT_EQ(health.status, 200);
@@ -240,6 +296,12 @@ TEST_F(DashboardTest, TheDashboardIsServedFromTheBinary) {
   EXPECT_THAT(script.content_type, StartsWith("text/javascript"));
   EXPECT_THAT(script.body, HasSubstr("/api/fleet"));
   EXPECT_EQ(HttpGet(base_ + "/style.css").status, 200);
+  // The charting library travels with the page (no CDN).
+  EXPECT_THAT(page.body, HasSubstr("<script src=\"/uplot.js\">"));
+  HttpReply uplot = HttpGet(base_ + "/uplot.js");
+  EXPECT_EQ(uplot.status, 200);
+  EXPECT_THAT(uplot.body, HasSubstr("uPlot"));
+  EXPECT_EQ(HttpGet(base_ + "/uplot.css").status, 200);
   HttpReply missing = HttpGet(base_ + "/nothing-here");
   EXPECT_EQ(missing.status, 404);
 }

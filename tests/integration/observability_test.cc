@@ -343,6 +343,11 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
       << "no intermediate progress seen";
   EXPECT_EQ(progress.back(), 1.0);
   EXPECT_TRUE(std::is_sorted(progress.begin(), progress.end()));
+  // The charts were drawn with data: all three, each with two points of history or more, the
+  // job's rate among the series.
+  EXPECT_EQ(event["charts"]["drawn"], 3) << DumpJson(event);
+  EXPECT_GE(event["charts"]["points"].get<int>(), 2) << DumpJson(event);
+  EXPECT_GE(event["charts"]["rate_series"].get<int>(), 1) << DumpJson(event);
   auto exit = (*browser)->Wait(absl::Seconds(30));
   ASSERT_TRUE(exit.ok());
   EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();

@@ -10,7 +10,8 @@
 // Prints one JSON line per event on stdout:
 //   {"event":"loaded"}                                  the page has drawn its first update
 //   {"event":"progress","job":ID,"progress":P,"state":S} each time the job's progress changes
-//   {"event":"done","job":ID,"values":[...],"tasks":N,"screenshot":PATH}
+//   {"event":"done","job":ID,"values":[...],"tasks":N,"screenshot":PATH,
+//    "charts":{"drawn":N,"points":P,"rate_series":R}}  (charts drawn, fewest points, rate series)
 // and exits 0 once the job is completed, 1 on a timeout or an error.
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
@@ -139,8 +140,22 @@ async function main() {
         shotTaken = true;
       }
       if (seen.state === "completed") {
+        // The charts: each drawn (a uPlot canvas) with at least two points of history, the job's
+        // rate among the series.
+        const chartsReady = `(() => {
+          const ids = ["chart-rates", "chart-executors", "chart-teams"];
+          const drawn = ids.filter((id) => document.querySelector("#" + id + " .uplot canvas"));
+          const points = ids.map((id) => Number(document.getElementById(id).dataset.points || 0));
+          return { drawn: drawn.length, points: Math.min(...points),
+                   rate_series: Number(document.getElementById("chart-rates").dataset.series || 0) };
+        })()`;
+        let charts = await cdp.eval(chartsReady);
+        while ((charts.drawn < 3 || charts.points < 2 || charts.rate_series < 1) && Date.now() < deadline) {
+          await sleep(200);
+          charts = await cdp.eval(chartsReady);
+        }
         if (!shotTaken) await screenshot(cdp);
-        emit({ event: "done", job, values, tasks: seen.tasks, screenshot: screenshotPath });
+        emit({ event: "done", job, values, tasks: seen.tasks, screenshot: screenshotPath, charts });
         return;
       }
     }

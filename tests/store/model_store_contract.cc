@@ -115,8 +115,10 @@ TEST_P(ModelStoreContract, JobsKeepTheirModelAndEstimate) {
   EXPECT_EQ(job.spec.model_size_bytes, 123);
   EXPECT_EQ(job.spec.requirements.estimate_bytes, 5 * kGiB);
 
-  // The lease carries what the executor needs to fetch and run it.
+  // The lease carries what the executor needs to fetch and run it (an executor without the
+  // model gets it once the warm-executor wait is over: StoreOptions::warm_wait).
   const std::string executor = Register("big", 16 * kGiB, {"custom"});
+  Advance(StoreOptions{}.warm_wait);
   std::vector<Lease> leases = LeaseUpTo(executor, 1);
   ASSERT_THAT(leases, SizeIs(1));
   EXPECT_EQ(leases[0].model_digest, Digest('a'));

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "fair_share_contract.h"
 #include "identity_store_contract.h"
 #include "model_store_contract.h"
 #include "metadata_store_contract.h"
@@ -165,6 +166,16 @@ std::unique_ptr<PostgresMetadataStore> MustOpen(const std::string& url, int pool
 }
 
 INSTANTIATE_TEST_SUITE_P(Postgres, MetadataStoreContract,
+                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                           return MustOpen(Schemas::FreshUrl());
+                         })),
+                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
+INSTANTIATE_TEST_SUITE_P(Postgres, FairShare,
+                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                           return MustOpen(Schemas::FreshUrl());
+                         })),
+                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
+INSTANTIATE_TEST_SUITE_P(Postgres, Placement,
                          ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
                            return MustOpen(Schemas::FreshUrl());
                          })),

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "fair_share_contract.h"
 #include "identity_store_contract.h"
 #include "model_store_contract.h"
 #include "store/sqlite/sqlite_migrations.h"
@@ -54,6 +55,20 @@ std::unique_ptr<SqliteMetadataStore> MustOpen(const std::string& path) {
 
 INSTANTIATE_TEST_SUITE_P(
     Sqlite, MetadataStoreContract,
+    ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> { return MustOpen(":memory:"); }),
+                      StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                        return MustOpen(TempFolder::NewDatabase());
+                      })),
+    [](const ::testing::TestParamInfo<StoreFactory>& info) { return info.index == 0 ? "Memory" : "File"; });
+INSTANTIATE_TEST_SUITE_P(
+    Sqlite, FairShare,
+    ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> { return MustOpen(":memory:"); }),
+                      StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                        return MustOpen(TempFolder::NewDatabase());
+                      })),
+    [](const ::testing::TestParamInfo<StoreFactory>& info) { return info.index == 0 ? "Memory" : "File"; });
+INSTANTIATE_TEST_SUITE_P(
+    Sqlite, Placement,
     ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> { return MustOpen(":memory:"); }),
                       StoreFactory([]() -> std::unique_ptr<MetadataStore> {
                         return MustOpen(TempFolder::NewDatabase());

@@ -69,8 +69,8 @@ Values ExecutorValues(const Executor& executor) {
 }
 
 Values TeamValues(const Team& team) {
-  return {team.name, int64_t{team.max_priority}, team.max_active_jobs, team.requests_per_second,
-          TimeValue(team.created_at)};
+  return {team.name,           int64_t{team.max_priority}, team.max_active_jobs, team.requests_per_second,
+          TimeValue(team.created_at), team.weight,           team.max_running_tasks};
 }
 
 Values ModelValues(const ModelRecord& model) {

@@ -10,6 +10,7 @@
 // positional parameters ($1... or ?1...).
 // Pure functions; any thread.
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "model/fair_share.h"
 #include "model/identity.h"
 #include "model/json_codec.h"
 #include "model/types.h"
@@ -37,7 +39,8 @@
 #define MINIONS_STORE_EXECUTOR_COLUMNS \
   "id, info, state, state_reason, registered_at, last_heartbeat_at, drain_requested, records_done"
 #define MINIONS_STORE_MODEL_COLUMNS "team, name, digest, size_bytes, facts, blob_key, created_by, created_at"
-#define MINIONS_STORE_TEAM_COLUMNS "name, max_priority, max_active_jobs, requests_per_second, created_at"
+#define MINIONS_STORE_TEAM_COLUMNS \
+  "name, max_priority, max_active_jobs, requests_per_second, created_at, weight, max_running_tasks"
 #define MINIONS_STORE_TOKEN_COLUMNS                                                                  \
   "id, secret_hash, role, team, principal, scopes, uses_left, created_by, created_at, expires_at, " \
   "last_used_at, revoked_at"
@@ -56,7 +59,7 @@ using Values = std::vector<Value>;
 constexpr int kJobColumns = 18;
 constexpr int kTaskColumns = 20;
 constexpr int kExecutorColumns = 8;
-constexpr int kTeamColumns = 5;
+constexpr int kTeamColumns = 7;
 constexpr int kTokenColumns = 12;
 constexpr int kModelColumns = 8;
 
@@ -167,7 +170,25 @@ Team ReadTeam(const Row& row, int first = 0) {
   team.max_active_jobs = row.Int(first + 2);
   team.requests_per_second = row.Int(first + 3);
   team.created_at = row.Time(first + 4);
+  team.weight = row.Int(first + 5);
+  team.max_running_tasks = row.Int(first + 6);
   return team;
+}
+
+// A team's standing (model/fair_share.h) from a row of: name, weight, max_running_tasks,
+// usage_us (ended attempts, decayed as of usage_at), usage_at, running, and the microseconds the
+// running attempts have run so far; decayed to `now`.
+template <typename Row>
+TeamUsage ReadTeamUsage(const Row& row, absl::Time now, absl::Duration half_life) {
+  TeamUsage usage;
+  usage.team = row.Text(0);
+  usage.weight = row.Int(1);
+  usage.max_running_tasks = row.Int(2);
+  usage.usage = DecayUsage(absl::Microseconds(row.Int(3)), absl::FromUnixMicros(row.Int(4)), now, half_life);
+  usage.running = row.Int(5);
+  // (The running attempts' start times are summed in floating point: clamp its rounding.)
+  if (usage.running > 0) usage.usage += absl::Microseconds(std::max<int64_t>(row.Int(6), 0));
+  return usage;
 }
 
 template <typename Row>

@@ -1,9 +1,11 @@
 #include "store/common/store_rules.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "model/json_codec.h"
 #include "model/model_ref.h"
 
 namespace minions::store_rules {
@@ -187,6 +189,35 @@ absl::Status CompleteReport(Task& task, const std::string& executor_id, const Le
 void MarkLost(Executor& executor) {
   executor.state = ExecutorState::kLost;
   executor.state_reason = absl::StrCat("no heartbeat since ", absl::FormatTime(executor.last_heartbeat_at));
+}
+
+std::string FairShareRanksJson(const std::vector<TeamUsage>& teams) {
+  Json ranks = Json::object();
+  for (const auto& [team, rank] : FairShareRanks(teams)) ranks[team] = rank;
+  return DumpJson(ranks);
+}
+
+std::map<std::string, int64_t> RunningAllowances(const std::vector<TeamUsage>& teams) {
+  std::map<std::string, int64_t> allowances;
+  for (const TeamUsage& t : teams) {
+    if (t.max_running_tasks > 0) allowances[t.team] = std::max<int64_t>(t.max_running_tasks - t.running, 0);
+  }
+  return allowances;
+}
+
+bool TakeAllowance(std::map<std::string, int64_t>& allowances, const std::string& team) {
+  auto it = allowances.find(team);
+  if (it == allowances.end()) return true;
+  if (it->second <= 0) return false;
+  --it->second;
+  return true;
+}
+
+absl::Duration EndedAttemptTime(TaskState before, const Task& after, absl::Time now) {
+  if (before != TaskState::kRunning || after.state == TaskState::kRunning || !after.started_at) {
+    return absl::ZeroDuration();
+  }
+  return std::max(now - *after.started_at, absl::ZeroDuration());
 }
 
 absl::Status CheckJobQuota(const std::optional<Team>& team, int64_t active) {

@@ -4,6 +4,7 @@
 // these functions are the plumbing around them that the SQLite and PostgreSQL stores would
 // otherwise each spell out (checks and messages, which fields a method sets). Pure; any thread.
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "model/fair_share.h"
 #include "model/identity.h"
 #include "model/state_machines.h"
 #include "model/types.h"
@@ -67,6 +69,18 @@ std::vector<std::string> RunnersOf(const Executor& executor);
 Lease MakeLease(Task task, const JobSpec& spec);
 // After a grant: the executor becomes busy. False when it already was (nothing to write).
 bool MarkBusy(Executor& executor);
+
+// Fair share (model/fair_share.h). The lease query's team order as the JSON object it binds
+// ({"team": rank}; a team left out ranks 0, a team at its running-task quota -1, not served).
+std::string FairShareRanksJson(const std::vector<TeamUsage>& teams);
+// How many more tasks each team with a running-task quota may be granted now (teams without one
+// are absent: no limit).
+std::map<std::string, int64_t> RunningAllowances(const std::vector<TeamUsage>& teams);
+// Whether a grant to `team` fits its allowance; takes one from it if so.
+bool TakeAllowance(std::map<std::string, int64_t>& allowances, const std::string& team);
+// The device time of an attempt that ended at `now`: its task was `before` and has left
+// `running` (completed, failed, requeued, expired). Zero otherwise. One device per attempt.
+absl::Duration EndedAttemptTime(TaskState before, const Task& after, absl::Time now);
 
 // CompleteTask(s): the fenced completion of one report.
 absl::Status CompleteReport(Task& task, const std::string& executor_id, const LeaseProgress& report, absl::Time now);

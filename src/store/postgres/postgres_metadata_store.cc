@@ -224,6 +224,7 @@ struct PostgresMetadataStore::AttemptWrites {
   std::optional<std::map<std::string, Job>> counted;
   std::string executor_id;         // "" for none
   int64_t records = 0;             // added to the executor's records_done
+  std::map<std::string, absl::Duration> charges;  // device time of attempts that ended, by job
 };
 
 absl::Status PostgresMetadataStore::WriteAttempts(Connection& c, const AttemptWrites& writes, absl::Time now,
@@ -240,8 +241,17 @@ absl::Status PostgresMetadataStore::WriteAttempts(Connection& c, const AttemptWr
                       job.counts.failed, rows::TimeValue(now)});
     job_ids.push_back({job_id});
   }
+  std::vector<rows::Values> charges;
+  for (const auto& [job_id, time] : writes.charges) {
+    if (time > absl::ZeroDuration()) charges.push_back({job_id, absl::ToInt64Microseconds(time)});
+  }
   Params params = TaskArrays(writes.tasks);
-  params.Columns(counts, 7).Int(writes.records).Text(writes.executor_id);
+  params.Columns(counts, 7)
+      .Int(writes.records)
+      .Text(writes.executor_id)
+      .Columns(charges, 2)
+      .Time(now)
+      .Int(absl::ToInt64Microseconds(options_.fair_share_half_life));
   if (settle_later != nullptr && !job_ids.empty()) {
     c.AfterCommit(sql::kFinishedJobs,
                   std::move(Params()
@@ -323,6 +333,7 @@ absl::StatusOr<std::vector<absl::Status>> PostgresMetadataStore::FinishAttempts(
       written.push_back(std::string::npos);
       continue;
     }
+    writes.charges[updated.job_id] += rules::EndedAttemptTime(it->second.state, updated, now);
     it->second = updated;  // a second report of the same attempt is then refused
     written.push_back(writes.tasks.size());
     writes.tasks.push_back(std::move(updated));
@@ -617,6 +628,19 @@ absl::Status PostgresMetadataStore::RequestDrain(const std::string& executor_id,
 
 // --- leasing ---
 
+absl::StatusOr<std::vector<TeamUsage>> PostgresMetadataStore::LoadTeamUsage(Connection& c, absl::Time now) {
+  ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kTeamUsage, Params().Time(now)));
+  std::vector<TeamUsage> teams;
+  for (int i = 0; i < result.Rows(); ++i) {
+    teams.push_back(rows::ReadTeamUsage(Row{result, i}, now, options_.fair_share_half_life));
+  }
+  return teams;
+}
+
+absl::StatusOr<std::vector<TeamUsage>> PostgresMetadataStore::ListTeamUsage(absl::Time now) {
+  return InTransaction(false, [&](Connection& c) { return LoadTeamUsage(c, now); });
+}
+
 absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::string& executor_id, int max_tasks,
                                                                      absl::Duration ttl, absl::Time now) {
   return InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<Lease>> {
@@ -624,13 +648,38 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
     ASSIGN_OR_RETURN(Executor executor, LoadExecutor(c, executor_id));
     if (!rules::MayLease(executor, max_tasks)) return leases;
 
+    ASSIGN_OR_RETURN(std::vector<TeamUsage> teams, LoadTeamUsage(c, now));
     ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kLeaseCandidates, Params()
                                                                    .Time(now)
                                                                    .Text(Name(JobStateName(JobState::kQueued)))
                                                                    .Text(Name(JobStateName(JobState::kRunning)))
-                                                                   .Int(executor.info.memory_bytes)
+                                                                   .Int(UsableMemory(executor.info))
                                                                    .Text(DumpJson(Json(rules::RunnersOf(executor))))
-                                                                   .Int(max_tasks)));
+                                                                   .Int(max_tasks)
+                                                                   .Text(rules::FairShareRanksJson(teams))
+                                                                   .Text(executor.info.model_loaded)
+                                                                   .Text(DumpJson(Json(executor.info.models)))
+                                                                   .Time(now - options_.warm_wait)));
+    // Teams with a running-task quota among the candidates: their counts again, under lock.
+    std::map<std::string, int64_t> allowances = rules::RunningAllowances(teams);
+    std::vector<rows::Values> quota_teams;
+    for (int i = 0; i < result.Rows(); ++i) {
+      const std::string team = result.Text(i, rows::kTaskColumns + 3);
+      if (allowances.count(team) > 0 &&
+          (quota_teams.empty() || std::get<std::string>(quota_teams.back()[0]) != team)) {
+        quota_teams.push_back({team});
+      }
+    }
+    if (!quota_teams.empty()) {
+      ASSIGN_OR_RETURN(PgResult running,
+                       c.Exec(sql::kTeamsRunningForUpdate, std::move(Params().Columns(quota_teams, 1))));
+      for (int i = 0; i < running.Rows(); ++i) {
+        for (TeamUsage& t : teams) {
+          if (t.team == running.Text(i, 0)) t.running = running.Int(i, 1);
+        }
+      }
+      allowances = rules::RunningAllowances(teams);
+    }
     std::map<std::string, JobSpec> specs;  // parsed once per job
     std::set<std::string> to_start;        // jobs this lease starts
     std::vector<Task> granted;
@@ -645,6 +694,7 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
         }
       }
       if (task.shadow && task.shadow->executor_id == executor_id) continue;  // its backup goes elsewhere
+      if (!rules::TakeAllowance(allowances, row.Text(rows::kTaskColumns + 3))) continue;  // team at its quota
       RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));
       granted.push_back(task);
       leases.push_back(rules::MakeLease(std::move(task), specs.at(granted.back().job_id)));
@@ -747,6 +797,7 @@ absl::StatusOr<std::vector<Task>> PostgresMetadataStore::ExpireLeases(absl::Time
             job = jobs.emplace(task.job_id, std::move(loaded)).first;
           }
           RETURN_IF_ERROR(ExpireLease(task, job->second.spec.max_attempts, options_.retry, now));
+          writes.charges[task.job_id] += rules::EndedAttemptTime(TaskState::kRunning, task, now);
         }
         for (const Task& task : writes.tasks) {
           if (IsTerminal(task.state)) writes.ended.push_back(&task);

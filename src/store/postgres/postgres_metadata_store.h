@@ -101,6 +101,7 @@ class PostgresMetadataStore : public MetadataStore {
                                            const std::optional<ModelHoldings>& holdings = std::nullopt) override;
   absl::Status RequestDrain(const std::string& executor_id, absl::Time now) override;
 
+  absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now) override;
   absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks, absl::Duration ttl,
                                                 absl::Time now) override;
   absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
@@ -191,6 +192,8 @@ class PostgresMetadataStore : public MetadataStore {
   // when `executor_id` is given and unknown. With `settle_later`, right after the COMMIT (in the
   // same round trip) it asks which of the jobs now have every task ended and adds those to it,
   // for SettleLater.
+  // Every team's standing (MetadataStore::ListTeamUsage).
+  absl::StatusOr<std::vector<TeamUsage>> LoadTeamUsage(Connection& c, absl::Time now);
   struct AttemptWrites;
   absl::Status WriteAttempts(Connection& c, const AttemptWrites& writes, absl::Time now,
                              std::set<std::string>* settle_later);

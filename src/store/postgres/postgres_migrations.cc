@@ -164,12 +164,50 @@ CREATE INDEX jobs_active_by_model ON jobs (team, model_digest)
   WHERE state NOT IN ('completed', 'failed', 'cancelled', 'expired');
 )sql";
 
+// Fair share (model/fair_share.h), as in the SQLite store: each team's weight and running-task
+// quota, and its usage. team_usage.usage_us is the team's decayed device time in microseconds as of
+// usage_at, from the attempts that have ended (charged with the writes that end them). running
+// and running_since_us (the sum of the running attempts' started_at) are kept by a trigger on every
+// change of a task into or out of `running`, whichever statement makes it, so the running-task
+// quota and the time running attempts have run so far never drift. (The trigger's upsert locks the
+// team's row until the transaction commits; the task updates that fire it are sent with the
+// COMMIT, so the row is held for about one round trip.)
+constexpr char kFairShare[] = R"sql(
+ALTER TABLE teams ADD COLUMN weight BIGINT NOT NULL DEFAULT 1;
+ALTER TABLE teams ADD COLUMN max_running_tasks BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE team_usage (
+  team          TEXT PRIMARY KEY,
+  usage_us      BIGINT NOT NULL DEFAULT 0,
+  usage_at      BIGINT NOT NULL DEFAULT 0,
+  running       BIGINT NOT NULL DEFAULT 0,
+  running_since_us DOUBLE PRECISION NOT NULL DEFAULT 0
+);
+INSERT INTO team_usage (team, running, running_since_us)
+  SELECT j.team, COUNT(*), SUM(COALESCE(t.started_at, 0)) FROM tasks t JOIN jobs j ON j.id = t.job_id
+  WHERE t.state = 'running' GROUP BY j.team;
+CREATE FUNCTION minions_count_running_by_team() RETURNS trigger LANGUAGE plpgsql AS $body$
+BEGIN
+  INSERT INTO team_usage AS u (team, running, running_since_us)
+    SELECT team, CASE WHEN NEW.state = 'running' THEN 1 ELSE -1 END,
+           CASE WHEN NEW.state = 'running' THEN COALESCE(NEW.started_at, 0) ELSE -COALESCE(OLD.started_at, 0) END
+    FROM jobs WHERE id = NEW.job_id
+  ON CONFLICT (team) DO UPDATE SET running = u.running + EXCLUDED.running,
+    running_since_us = u.running_since_us + EXCLUDED.running_since_us;
+  RETURN NULL;
+END
+$body$;
+CREATE TRIGGER tasks_running_by_team AFTER UPDATE OF state ON tasks FOR EACH ROW
+  WHEN ((OLD.state = 'running') IS DISTINCT FROM (NEW.state = 'running'))
+  EXECUTE FUNCTION minions_count_running_by_team();
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
     {3, "task checkpoints and straggler backups", kTaskChunks},
     {4, "identities: teams and credentials", kIdentities},
     {5, "the model registry; the model a job needs", kModels},
+    {6, "fair share: team weights, running-task quotas and usage", kFairShare},
 };
 
 }  // namespace

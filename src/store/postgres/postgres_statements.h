@@ -81,10 +81,23 @@ inline constexpr char kCountTasks[] =
     "COUNT(DISTINCT executor_id), COALESCE(SUM(records_done), 0)::bigint FROM tasks WHERE job_id = $1 AND "
     "state = 'running'";
 
+// Fair share: ended attempts' device time (JOB_IDS text[], MICROS bigint[], by job) added to their
+// teams' usage, decayed to NOW (bigint micros) with HALF_LIFE (bigint micros; 0: no decay), as
+// model/fair_share.h DecayUsage does: usage(now) = usage(at) x 2^-((now - at) / half_life) + charge.
+// (At most 1000 halvings: PostgreSQL reports a float underflow as an error, not as zero.)
+#define MINIONS_PG_CHARGE_USAGE(JOB_IDS, MICROS, NOW, HALF_LIFE)                                                  \
+  "u AS (INSERT INTO team_usage AS tu (team, usage_us, usage_at) SELECT j.team, SUM(x.us)::bigint, " NOW "::bigint " \
+  "FROM unnest(" JOB_IDS "::text[], " MICROS "::bigint[]) x(job_id, us) JOIN jobs j ON j.id = x.job_id "            \
+  "WHERE x.us > 0 GROUP BY j.team ON CONFLICT (team) DO UPDATE SET usage_us = (tu.usage_us * CASE WHEN "           \
+  "EXCLUDED.usage_at > tu.usage_at AND " HALF_LIFE "::bigint > 0 THEN power(0.5, LEAST((EXCLUDED.usage_at - "      \
+  "tu.usage_at)::float8 / " HALF_LIFE "::bigint, 1000)) ELSE 1 END)::bigint + EXCLUDED.usage_us, "                \
+  "usage_at = GREATEST(tu.usage_at, EXCLUDED.usage_at))"
+
 // The end of attempts, in one statement: the tasks as the state machine left them ($1-$20, as
 // kUpdateTasks), what they add to their jobs' counts ($21-$27: one counter shard row per job),
-// and the records the executor ($29) did ($28). Answers how many tasks it wrote and whether the
-// executor exists.
+// the records the executor ($29) did ($28), and the device time of the attempts that ended, by
+// job ($30 ids, $31 micros), charged to their teams at $32 with half-life $33
+// (MINIONS_PG_CHARGE_USAGE). Answers how many tasks it wrote and whether the executor exists.
 inline constexpr char kWriteAttempts[] =
     "WITH t AS (" MINIONS_PG_UPDATE_TASKS " RETURNING 1), "
     "c AS (INSERT INTO job_counts (job_id, shard, tasks_done, tasks_succeeded, completed_records, failed_records, "
@@ -95,7 +108,8 @@ inline constexpr char kWriteAttempts[] =
     "completed_records = job_counts.completed_records + EXCLUDED.completed_records, "
     "failed_records = job_counts.failed_records + EXCLUDED.failed_records, "
     "updated_at = GREATEST(job_counts.updated_at, EXCLUDED.updated_at)), "
-    "e AS (UPDATE executors SET records_done = records_done + $28 WHERE id = $29 RETURNING 1) "
+    "e AS (UPDATE executors SET records_done = records_done + $28 WHERE id = $29 RETURNING 1), "
+    MINIONS_PG_CHARGE_USAGE("$30", "$31", "$32", "$33") " "
     "SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM e)";
 // Which of the jobs $1 have not settled though all their tasks have ended: asked right after
 // the COMMIT of a transaction that ended some of their tasks. Of transactions ending a job's last
@@ -112,12 +126,36 @@ inline constexpr char kFinishedJobs[] =
 // takes, however many are pending. States the partial indexes name are literals: a generic plan
 // can only use a partial index whose predicate the query states as such. Whether a task may
 // actually be granted is GrantTask's decision.
+// Jobs are ordered by their team's fair-share rank first ($7, store_rules::FairShareRanksJson: a
+// team it leaves out ranks 0; a team ranked -1 is at its running-task quota and is skipped).
+// Placement: $4 is the executor's usable memory; warmth is how warm it is for a job's registry
+// model (0 loaded ($8), 1 cached ($9, a JSON array of digests), 2 cold; a job without a registry
+// model is 0): warmer first within a priority, and a cold executor takes a job only once it was
+// submitted before $10 (delay scheduling).
+#define MINIONS_PG_WARMTH                                                                          \
+  "(CASE WHEN model_digest = '' OR model_digest = $8 THEN 0 WHEN model_digest IN "                 \
+  "(SELECT jsonb_array_elements_text($9::jsonb)) THEN 1 ELSE 2 END)"
 inline constexpr char kLeaseCandidates[] =
-    "SELECT t.*, j.spec, j.state, j.started_at IS NOT NULL FROM (SELECT id, spec, state, started_at FROM jobs "
+    "SELECT t.*, j.spec, j.state, j.started_at IS NOT NULL, j.team FROM (SELECT id, spec, state, started_at, team "
+    "FROM jobs LEFT JOIN jsonb_each_text($7::jsonb) r ON r.key = jobs.team "
     "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
-    "ORDER BY priority DESC, created_at, id) j CROSS JOIN LATERAL (SELECT " MINIONS_STORE_TASK_COLUMNS
+    "AND COALESCE(r.value::int, 0) >= 0 AND (" MINIONS_PG_WARMTH " < 2 OR created_at <= $10) "
+    "ORDER BY COALESCE(r.value::int, 0), priority DESC, " MINIONS_PG_WARMTH ", created_at, id) j "
+    "CROSS JOIN LATERAL (SELECT "
+    MINIONS_STORE_TASK_COLUMNS
     " FROM tasks WHERE job_id = j.id AND state = 'pending' AND (not_before IS NULL OR not_before <= $1) "
     "ORDER BY idx LIMIT $6 FOR UPDATE SKIP LOCKED) t LIMIT $6";
+// Every team's standing at $1 (store_rows::ReadTeamUsage's columns): teams without usage yet, and
+// usage of teams without a row in `teams`.
+inline constexpr char kTeamUsage[] =
+    "SELECT COALESCE(t.name, u.team), COALESCE(t.weight, 1), COALESCE(t.max_running_tasks, 0), "
+    "COALESCE(u.usage_us, 0), COALESCE(u.usage_at, 0), COALESCE(u.running, 0), "
+    "COALESCE(u.running * $1::bigint::float8 - u.running_since_us, 0)::bigint "
+    "FROM teams t FULL OUTER JOIN team_usage u ON u.team = t.name ORDER BY 1";
+// The running tasks of teams with a running-task quota ($1), locked: a lease that grants them
+// work counts again under the lock, so concurrent leases cannot overshoot the quota.
+inline constexpr char kTeamsRunningForUpdate[] =
+    "SELECT team, running FROM team_usage WHERE team = ANY($1::text[]) ORDER BY team FOR UPDATE";
 inline constexpr char kExpiredLeases[] =
     "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = 'running' AND lease_expires_at <= $1 "
     "ORDER BY lease_expires_at, job_id, idx LIMIT $2::bigint FOR UPDATE SKIP LOCKED";
@@ -148,9 +186,10 @@ inline constexpr char kSelectTeamForUpdate[] = MINIONS_PG_SELECT_TEAM " FOR UPDA
 inline constexpr char kListTeams[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams ORDER BY name";
 // Parameters: rows::TeamValues.
 inline constexpr char kInsertTeam[] = "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS
-                                      ") VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING";
+                                      ") VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING";
 inline constexpr char kUpdateTeam[] =
-    "UPDATE teams SET max_priority = $2, max_active_jobs = $3, requests_per_second = $4, created_at = $5 "
+    "UPDATE teams SET max_priority = $2, max_active_jobs = $3, requests_per_second = $4, created_at = $5, "
+    "weight = $6, max_running_tasks = $7 "
     "WHERE name = $1";
 // CreateJob's quota: the team's jobs that have not ended (partial index jobs_active_by_team).
 inline constexpr char kCountActiveJobs[] =
@@ -221,6 +260,8 @@ inline constexpr char kWatchdogUnlock[] =
 inline constexpr char kPing[] = "SELECT 1";
 
 #undef MINIONS_PG_SELECT_JOBS
+#undef MINIONS_PG_CHARGE_USAGE
+#undef MINIONS_PG_WARMTH
 #undef MINIONS_PG_TASK_ARRAYS
 #undef MINIONS_PG_UPDATE_TASKS
 #undef MINIONS_PG_SELECT_TASKS

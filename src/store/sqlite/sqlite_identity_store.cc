@@ -18,9 +18,10 @@ namespace rules = store_rules;
 
 constexpr char kSelectTeam[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams WHERE name = :name";
 constexpr char kListTeams[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams ORDER BY name";
-constexpr char kInsertTeam[] = "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5)";
+constexpr char kInsertTeam[] = "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 constexpr char kUpdateTeam[] =
-    "UPDATE teams SET max_priority = ?2, max_active_jobs = ?3, requests_per_second = ?4, created_at = ?5 "
+    "UPDATE teams SET max_priority = ?2, max_active_jobs = ?3, requests_per_second = ?4, created_at = ?5, "
+    "weight = ?6, max_running_tasks = ?7 "
     "WHERE name = ?1";
 
 constexpr char kTokenById[] = "SELECT " MINIONS_STORE_TOKEN_COLUMNS " FROM tokens WHERE id = :id";

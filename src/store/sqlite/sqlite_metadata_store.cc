@@ -71,12 +71,39 @@ constexpr char kCountRunning[] =
 
 // Candidate selection only: which pending tasks this executor could run, in grant order. Whether
 // a task may actually be granted is GrantTask's decision.
+// :ranks is the teams' fair-share order (store_rules::FairShareRanksJson): a team it leaves out
+// ranks 0; a team ranked -1 is at its running-task quota.
+// Placement: how warm the executor is for a job's registry model (0 loaded, 1 cached, 2 cold;
+// a job without a registry model is 0): warmer first within a priority, and a cold executor
+// takes a job only once it was submitted before :cold_before (delay scheduling).
+#define MINIONS_SQLITE_WARMTH                                                                   \
+  "(CASE WHEN j.model_digest = '' OR j.model_digest = :loaded THEN 0 WHEN j.model_digest IN " \
+  "(SELECT value FROM json_each(:cached)) THEN 1 ELSE 2 END)"
 constexpr char kLeaseCandidates[] =
-    "SELECT t.job_id, t.idx FROM tasks t JOIN jobs j ON j.id = t.job_id "
+    "SELECT t.job_id, t.idx, j.team FROM tasks t JOIN jobs j ON j.id = t.job_id "
+    "LEFT JOIN json_each(:ranks) r ON r.key = j.team "
     "WHERE t.state = :pending AND (t.not_before IS NULL OR t.not_before <= :now) "
     "AND j.state IN (:queued, :running) AND j.min_memory_bytes <= :memory_bytes "
-    "AND j.runner IN (SELECT value FROM json_each(:runners)) "
-    "ORDER BY j.priority DESC, j.created_at, j.id, t.idx LIMIT :limit";
+    "AND j.runner IN (SELECT value FROM json_each(:runners)) AND COALESCE(r.value, 0) >= 0 "
+    "AND (" MINIONS_SQLITE_WARMTH " < 2 OR j.created_at <= :cold_before) "
+    "ORDER BY COALESCE(r.value, 0), j.priority DESC, " MINIONS_SQLITE_WARMTH ", j.created_at, j.id, t.idx "
+    "LIMIT :limit";
+#undef MINIONS_SQLITE_WARMTH
+// Every team's standing (store_rows::ReadTeamUsage's columns): teams without usage yet, and usage
+// of teams without a row in `teams` (jobs of a team created before it was).
+// (No FULL OUTER JOIN: older SQLite libraries, macOS's among them, lack it.)
+#define MINIONS_SQLITE_OPEN_US \
+  "CAST(COALESCE(u.running * CAST(:now AS REAL) - u.running_since_us, 0) AS INTEGER)"
+constexpr char kTeamUsage[] =
+    "SELECT t.name, t.weight, t.max_running_tasks, COALESCE(u.usage_us, 0), COALESCE(u.usage_at, 0), "
+    "COALESCE(u.running, 0), " MINIONS_SQLITE_OPEN_US " FROM teams t LEFT JOIN team_usage u ON u.team = t.name "
+    "UNION ALL SELECT u.team, 1, 0, u.usage_us, u.usage_at, u.running, " MINIONS_SQLITE_OPEN_US
+    " FROM team_usage u WHERE u.team NOT IN (SELECT name FROM teams) ORDER BY 1";
+#undef MINIONS_SQLITE_OPEN_US
+constexpr char kTeamUsageOf[] = "SELECT usage_us, usage_at FROM team_usage WHERE team = :team";
+constexpr char kChargeUsage[] =
+    "INSERT INTO team_usage (team, usage_us, usage_at) VALUES (:team, :usage_us, :usage_at) "
+    "ON CONFLICT (team) DO UPDATE SET usage_us = excluded.usage_us, usage_at = excluded.usage_at";
 constexpr char kExpiredLeases[] =
     "SELECT job_id, idx FROM tasks WHERE state = :running AND lease_expires_at <= :now "
     "ORDER BY lease_expires_at, job_id, idx LIMIT :limit";
@@ -574,6 +601,51 @@ absl::Status SqliteMetadataStore::RequestDrain(const std::string& executor_id, a
 
 // --- leasing ---
 
+absl::StatusOr<std::vector<TeamUsage>> SqliteMetadataStore::LoadTeamUsage(absl::Time now) {
+  ASSIGN_OR_RETURN(Statement query, Prepare(kTeamUsage));
+  query.BindTime(":now", now);
+  std::vector<TeamUsage> teams;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, query.Step());
+    if (!row) break;
+    teams.push_back(rows::ReadTeamUsage(query, now, options_.fair_share_half_life));
+  }
+  return teams;
+}
+
+absl::Status SqliteMetadataStore::ChargeUsage(const std::map<std::string, absl::Duration>& by_job, absl::Time now) {
+  std::map<std::string, absl::Duration> by_team;
+  for (const auto& [job_id, time] : by_job) {
+    if (time <= absl::ZeroDuration()) continue;
+    ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
+    by_team[job.spec.team] += time;
+  }
+  for (const auto& [team, time] : by_team) {
+    absl::Duration usage;
+    absl::Time at = now;
+    {
+      ASSIGN_OR_RETURN(Statement query, Prepare(kTeamUsageOf));
+      query.BindText(":team", team);
+      ASSIGN_OR_RETURN(bool row, query.Step());
+      if (row) {
+        usage = absl::Microseconds(query.Int(0));
+        at = absl::FromUnixMicros(query.Int(1));
+      }
+    }
+    usage = DecayUsage(usage, at, now, options_.fair_share_half_life) + time;
+    ASSIGN_OR_RETURN(Statement upsert, Prepare(kChargeUsage));
+    upsert.BindText(":team", team)
+        .BindInt(":usage_us", absl::ToInt64Microseconds(usage))
+        .BindTime(":usage_at", std::max(at, now));
+    RETURN_IF_ERROR(upsert.Run());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TeamUsage>> SqliteMetadataStore::ListTeamUsage(absl::Time now) {
+  return InTransaction(false, [&] { mu_.AssertHeld(); return LoadTeamUsage(now); });
+}
+
 absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::string& executor_id, int max_tasks,
                                                                    absl::Duration ttl, absl::Time now) {
   return InTransaction(true, [&]() -> absl::StatusOr<std::vector<Lease>> {
@@ -582,25 +654,36 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
     ASSIGN_OR_RETURN(Executor executor, LoadExecutor(executor_id));
     if (!rules::MayLease(executor, max_tasks)) return leases;
 
-    std::vector<std::pair<std::string, int64_t>> candidates;
+    ASSIGN_OR_RETURN(std::vector<TeamUsage> teams, LoadTeamUsage(now));
+    std::map<std::string, int64_t> allowances = rules::RunningAllowances(teams);
+    struct Candidate {
+      std::string job_id;
+      int64_t index;
+      std::string team;
+    };
+    std::vector<Candidate> candidates;
     {
       ASSIGN_OR_RETURN(Statement query, Prepare(kLeaseCandidates));
       query.BindText(":pending", Name(TaskStateName(TaskState::kPending)))
           .BindTime(":now", now)
           .BindText(":queued", Name(JobStateName(JobState::kQueued)))
           .BindText(":running", Name(JobStateName(JobState::kRunning)))
-          .BindInt(":memory_bytes", executor.info.memory_bytes)
+          .BindInt(":memory_bytes", UsableMemory(executor.info))
           .BindText(":runners", DumpJson(Json(rules::RunnersOf(executor))))
+          .BindText(":ranks", rules::FairShareRanksJson(teams))
+          .BindText(":loaded", executor.info.model_loaded)
+          .BindText(":cached", DumpJson(Json(executor.info.models)))
+          .BindTime(":cold_before", now - options_.warm_wait)
           .BindInt(":limit", max_tasks);
       while (true) {
         ASSIGN_OR_RETURN(bool row, query.Step());
         if (!row) break;
-        candidates.emplace_back(query.Text(0), query.Int(1));
+        candidates.push_back({query.Text(0), query.Int(1), query.Text(2)});
       }
     }
 
     std::map<std::string, Job> jobs;  // the candidates' jobs, started and saved once each
-    for (const auto& [job_id, index] : candidates) {
+    for (const auto& [job_id, index, team] : candidates) {
       auto job_it = jobs.find(job_id);
       if (job_it == jobs.end()) {
         ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
@@ -608,6 +691,7 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
       }
       ASSIGN_OR_RETURN(Task task, LoadTask(job_id, index));
       if (task.shadow && task.shadow->executor_id == executor_id) continue;  // its backup goes elsewhere
+      if (!rules::TakeAllowance(allowances, team)) continue;                 // its team reached its quota
       RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));
       RETURN_IF_ERROR(SaveTask(task));
       leases.push_back(rules::MakeLease(std::move(task), job_it->second.spec));
@@ -628,8 +712,10 @@ absl::StatusOr<Task> SqliteMetadataStore::FinishAttempt(const std::string& execu
   ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
   ASSIGN_OR_RETURN(Task task, LoadTask(job_id, task_index));
   RETURN_IF_ERROR(CheckFence(task, executor_id, attempt));
+  const TaskState before = task.state;
   RETURN_IF_ERROR(transition(task, job));
   RETURN_IF_ERROR(SaveTask(task));
+  RETURN_IF_ERROR(ChargeUsage({{job_id, rules::EndedAttemptTime(before, task, now)}}, now));
   if (IsTerminal(task.state)) {
     AccountTerminalTask(job, task, now);
     RETURN_IF_ERROR(SaveJob(job));
@@ -662,6 +748,7 @@ absl::StatusOr<std::vector<absl::Status>> SqliteMetadataStore::CompleteTasks(
     ASSIGN_OR_RETURN(Executor executor, LoadExecutor(executor_id));
     // Jobs are loaded once and saved once, however many of their tasks complete here.
     std::map<std::string, Job> jobs;
+    std::map<std::string, absl::Duration> charges;  // by job
     std::vector<absl::Status> outcomes;
     for (const LeaseProgress& report : reports) {
       auto job_it = jobs.find(report.job_id);
@@ -678,17 +765,20 @@ absl::StatusOr<std::vector<absl::Status>> SqliteMetadataStore::CompleteTasks(
         outcomes.push_back(task.status());
         continue;
       }
+      const TaskState before = task->state;
       if (absl::Status done = rules::CompleteReport(*task, executor_id, report, now); !done.ok()) {
         outcomes.push_back(done);
         continue;
       }
       RETURN_IF_ERROR(SaveTask(*task));
+      charges[report.job_id] += rules::EndedAttemptTime(before, *task, now);
       AccountTerminalTask(job_it->second, *task, now);
       executor.records_done += task->records_done;
       outcomes.push_back(absl::OkStatus());
     }
     for (auto& [id, job] : jobs) RETURN_IF_ERROR(SaveJob(job));
     RETURN_IF_ERROR(SaveExecutor(executor));
+    RETURN_IF_ERROR(ChargeUsage(charges, now));
     return outcomes;
   });
 }
@@ -727,6 +817,7 @@ absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ExpireLeases(absl::Time n
     }
     std::map<std::string, Job> jobs;
     std::set<std::string> accounted;  // jobs to save
+    std::map<std::string, absl::Duration> charges;  // by job
     std::vector<Task> tasks;
     for (const auto& [job_id, index] : expired) {
       auto job_it = jobs.find(job_id);
@@ -738,6 +829,7 @@ absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ExpireLeases(absl::Time n
       ASSIGN_OR_RETURN(Task task, LoadTask(job_id, index));
       RETURN_IF_ERROR(ExpireLease(task, job.spec.max_attempts, options_.retry, now));
       RETURN_IF_ERROR(SaveTask(task));
+      charges[job_id] += rules::EndedAttemptTime(TaskState::kRunning, task, now);
       if (IsTerminal(task.state)) {
         AccountTerminalTask(job, task, now);
         accounted.insert(job_id);
@@ -745,6 +837,7 @@ absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ExpireLeases(absl::Time n
       tasks.push_back(std::move(task));
     }
     for (const std::string& job_id : accounted) RETURN_IF_ERROR(SaveJob(jobs.at(job_id)));
+    RETURN_IF_ERROR(ChargeUsage(charges, now));
     return tasks;
   });
 }

@@ -72,6 +72,7 @@ class SqliteMetadataStore : public MetadataStore {
                                            const std::optional<ModelHoldings>& holdings = std::nullopt) override;
   absl::Status RequestDrain(const std::string& executor_id, absl::Time now) override;
 
+  absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now) override;
   absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks,
                                                 absl::Duration ttl, absl::Time now) override;
   absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id,
@@ -144,6 +145,10 @@ class SqliteMetadataStore : public MetadataStore {
   absl::StatusOr<Executor> LoadExecutor(const std::string& executor_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveExecutor(const Executor& executor, bool insert = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::optional<Team>> LoadTeam(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::vector<TeamUsage>> LoadTeamUsage(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds ended attempts' device time (by job id) to their teams' decayed usage as of `now`.
+  absl::Status ChargeUsage(const std::map<std::string, absl::Duration>& by_job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<TokenRecord> LoadToken(const char* sql, const char* parameter, const std::string& value)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveToken(const TokenRecord& token, bool insert = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -148,12 +148,44 @@ CREATE INDEX jobs_active_by_model ON jobs (team, model_digest)
   WHERE state NOT IN ('completed', 'failed', 'cancelled', 'expired');
 )sql";
 
+// Fair share (model/fair_share.h): each team's weight and running-task quota, and its usage.
+// team_usage.usage_us is the team's decayed device time in microseconds as of usage_at, from the
+// attempts that have ended (charged by the store when an attempt completes, fails or expires).
+// running and running_since_us (the sum of the running attempts' started_at) are kept by a trigger
+// on every change of a task into or out of `running`, whichever code path makes it, so the
+// running-task quota and the time running attempts have run so far never drift.
+constexpr char kFairShare[] = R"sql(
+ALTER TABLE teams ADD COLUMN weight INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE teams ADD COLUMN max_running_tasks INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE team_usage (
+  team          TEXT PRIMARY KEY,
+  usage_us      INTEGER NOT NULL DEFAULT 0,
+  usage_at      INTEGER NOT NULL DEFAULT 0,
+  running       INTEGER NOT NULL DEFAULT 0,
+  running_since_us REAL NOT NULL DEFAULT 0
+);
+INSERT INTO team_usage (team, running, running_since_us)
+  SELECT j.team, COUNT(*), SUM(COALESCE(t.started_at, 0)) FROM tasks t JOIN jobs j ON j.id = t.job_id
+  WHERE t.state = 'running' GROUP BY j.team;
+CREATE TRIGGER tasks_running_by_team AFTER UPDATE OF state ON tasks
+WHEN (OLD.state = 'running') <> (NEW.state = 'running')
+BEGIN
+  INSERT INTO team_usage (team, running, running_since_us)
+    SELECT team, CASE WHEN NEW.state = 'running' THEN 1 ELSE -1 END,
+           CASE WHEN NEW.state = 'running' THEN COALESCE(NEW.started_at, 0) ELSE -COALESCE(OLD.started_at, 0) END
+    FROM jobs WHERE id = NEW.job_id
+  ON CONFLICT (team) DO UPDATE SET running = running + excluded.running,
+    running_since_us = running_since_us + excluded.running_since_us;
+END;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
     {3, "task checkpoints and straggler backups", kTaskChunks},
     {4, "identities: teams and credentials", kIdentities},
     {5, "the model registry; the model a job needs", kModels},
+    {6, "fair share: team weights, running-task quotas and usage", kFairShare},
 };
 
 }  // namespace

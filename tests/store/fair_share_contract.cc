@@ -1,0 +1,247 @@
+// Fair share between teams and their running-task quotas (model/fair_share.h), over the real
+// store contract: every backend that runs the identity contract runs these. Time is the fake
+// `now_` of the fixture; a small fleet simulation drives LeaseTasks and CompleteTask the way
+// executors would, over simulated hours, without sleeping.
+
+#include "fair_share_contract.h"
+
+namespace minions {
+namespace {
+
+using ::testing::SizeIs;
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FairShare);
+
+TEST_P(FairShare, TeamsKeepTheirWeightsAndQuotas) {
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 3, 7)));
+  ASSERT_OK_AND_ASSIGN(Team search, store_->GetTeam("search"));
+  EXPECT_EQ(search.weight, 3);
+  EXPECT_EQ(search.max_running_tasks, 7);
+  search.weight = 5;
+  search.max_running_tasks = 0;
+  ASSERT_OK(store_->UpdateTeam(search));
+  ASSERT_OK_AND_ASSIGN(Team updated, store_->GetTeam("search"));
+  EXPECT_EQ(updated.weight, 5);
+  EXPECT_EQ(updated.max_running_tasks, 0);
+  // The default team, and every team made without saying, weighs 1.
+  ASSERT_OK_AND_ASSIGN(Team fallback, store_->GetTeam(kDefaultTeam));
+  EXPECT_EQ(fallback.weight, 1);
+}
+
+TEST_P(FairShare, UsageIsDeviceTimeDecayedOverTheHalfLifeAndRunningTasksAreCounted) {
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 2)));
+  const std::string job = SubmitFor("search", 3);
+  const std::string a = Register("a"), b = Register("b");
+  std::vector<Lease> first = LeaseUpTo(a, 2);
+  ASSERT_THAT(first, SizeIs(2));
+  std::vector<Lease> second = LeaseUpTo(b, 1);
+  ASSERT_THAT(second, SizeIs(1));
+  EXPECT_EQ(UsageOf("search").running, 3);
+  EXPECT_EQ(UsageOf("search").weight, 2);
+
+  // Running attempts count as they run: 3 attempts × 100 s.
+  Advance(absl::Seconds(100));
+  EXPECT_EQ(UsageOf("search").usage, absl::Seconds(300));
+  // One completes, one fails (retryable: back to pending), one's lease expires: each charges
+  // its 100 s and leaves `running`.
+  ASSERT_OK(store_->CompleteTask(a, job, first[0].task.index, first[0].task.attempt, kRecordsPerTask, 0, now_));
+  ASSERT_OK(store_->FailTask(a, job, first[1].task.index, first[1].task.attempt, FailureClass::kRetryable, "boom",
+                             now_));
+  EXPECT_EQ(UsageOf("search").running, 1);
+  EXPECT_EQ(UsageOf("search").usage, absl::Seconds(300));
+  ASSERT_OK(store_->ExpireLeases(now_, 10).status());  // it expired at 30 s
+  EXPECT_EQ(UsageOf("search").running, 0);
+  EXPECT_EQ(UsageOf("search").usage, absl::Seconds(300));
+
+  // A half-life later (the stores' default one), half is left.
+  Advance(kDefaultFairShareHalfLife);
+  const absl::Duration halved = UsageOf("search").usage;
+  EXPECT_LE(absl::AbsDuration(halved - absl::Seconds(150)), absl::Milliseconds(1)) << halved;
+  // A new charge adds to the decayed usage.
+  std::vector<Lease> third = LeaseUpTo(b, 1);
+  ASSERT_THAT(third, SizeIs(1));
+  Advance(absl::Seconds(10));
+  ASSERT_OK(store_->CompleteTask(b, job, third[0].task.index, third[0].task.attempt, kRecordsPerTask, 0, now_));
+  // (150 s decayed over 10 s more, plus 10 s.)
+  EXPECT_LE(absl::AbsDuration(UsageOf("search").usage - absl::Seconds(160)), absl::Milliseconds(50));
+
+  // A cancelled job's running tasks stop counting (whatever path ends them).
+  const std::string other = SubmitFor("search", 2);
+  ASSERT_THAT(LeaseUpTo(a, 2), SizeIs(2));
+  EXPECT_EQ(UsageOf("search").running, 2);
+  ASSERT_OK(store_->CancelJob(other, now_));
+  ASSERT_OK(store_->CancelJob(job, now_));
+  EXPECT_EQ(UsageOf("search").running, 0);
+}
+
+TEST_P(FairShare, TheTeamFurthestBelowItsShareIsServedFirstThenPriorityThenAge) {
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 1)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));
+  const std::string e = Register("e");
+  // search has used the fleet: 100 s.
+  const std::string used = SubmitFor("search", 1);
+  std::vector<Lease> warmup = LeaseUpTo(e, 1);
+  ASSERT_THAT(warmup, SizeIs(1));
+  Advance(absl::Seconds(100));
+  ASSERT_OK(store_->CompleteTask(e, used, 0, warmup[0].task.attempt, kRecordsPerTask, 0, now_));
+
+  // search's urgent job is older and of higher priority, but ads is further below its share.
+  const std::string urgent = SubmitFor("search", 2, /*priority=*/9);
+  const std::string ads_low = SubmitFor("ads", 1, /*priority=*/0);
+  const std::string ads_high = SubmitFor("ads", 1, /*priority=*/5);
+  std::vector<Lease> got = LeaseUpTo(e, 3);
+  ASSERT_THAT(got, SizeIs(3));
+  EXPECT_EQ(got[0].task.job_id, ads_high);  // ads first; within ads, priority
+  EXPECT_EQ(got[1].task.job_id, ads_low);
+  EXPECT_EQ(got[2].task.job_id, urgent);
+}
+
+TEST_P(FairShare, ALoneTeamGetsTheWholeFleet) {
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 1)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 100)));  // heavy, but it wants nothing
+  SubmitFor("search", 500);
+  std::vector<SimExecutor> fleet = Fleet(6);
+  std::map<std::string, absl::Duration> held;
+  const absl::Time start = now_;
+  Run(fleet, start + absl::Minutes(30), start, held);
+  // Every executor worked all the time: nobody waited for a share.
+  EXPECT_EQ(held["search"], 6 * absl::Minutes(30));
+  EXPECT_EQ(UsageOf("search").running, 6);
+}
+
+TEST_P(FairShare, TwoTeamsConvergeToTheirWeights) {
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 3)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));
+  SubmitFor("search", 1000);
+  SubmitFor("ads", 1000);
+  std::vector<SimExecutor> fleet = Fleet(8);
+  std::map<std::string, absl::Duration> warmup, held;
+  const absl::Time start = now_;
+  Run(fleet, start + absl::Hours(1), start + absl::Hours(1), warmup);
+  Run(fleet, start + absl::Hours(2), start + absl::Hours(1), held);
+  const std::map<std::string, double> shares = Shares(held);
+  EXPECT_NEAR(shares.at("search"), 0.75, 0.075);
+  EXPECT_NEAR(shares.at("ads"), 0.25, 0.025);
+}
+
+TEST_P(FairShare, ThreeTeamsConvergeToTheirWeights) {
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("a", 1)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("b", 2)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("c", 3)));
+  for (const char* team : {"a", "b", "c"}) SubmitFor(team, 1000);
+  std::vector<SimExecutor> fleet = Fleet(12);
+  std::map<std::string, absl::Duration> warmup, held;
+  const absl::Time start = now_;
+  Run(fleet, start + absl::Hours(1), start + absl::Hours(1), warmup);
+  Run(fleet, start + absl::Hours(2), start + absl::Hours(1), held);
+  const std::map<std::string, double> shares = Shares(held);
+  EXPECT_NEAR(shares.at("a"), 1.0 / 6, 0.1 / 6);
+  EXPECT_NEAR(shares.at("b"), 2.0 / 6, 0.2 / 6);
+  EXPECT_NEAR(shares.at("c"), 3.0 / 6, 0.3 / 6);
+}
+
+TEST_P(FairShare, ANewcomerGetsExecutorsWithinOneTaskTime) {
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 1)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));
+  SubmitFor("search", 1000);
+  std::vector<SimExecutor> fleet = Fleet(6);
+  std::map<std::string, absl::Duration> held;
+  const absl::Time start = now_;
+  Run(fleet, start + absl::Hours(1), start, held);
+  EXPECT_EQ(UsageOf("search").running, 6);  // search alone had it all
+
+  SubmitFor("ads", 100);
+  const absl::Time arrived = now_;
+  // The longest task takes 70 s: by then every executor has come back once, and each went to
+  // the newcomer, which has no usage yet.
+  Run(fleet, arrived + absl::Seconds(71), arrived, held);
+  EXPECT_EQ(UsageOf("ads").running, 6);
+  EXPECT_EQ(UsageOf("search").running, 0);
+}
+
+TEST_P(FairShare, ATeamNeverRunsMoreTasksThanItsQuota) {
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 1, /*max_running_tasks=*/2)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));
+  const std::string job = SubmitFor("search", 10);
+  const std::string a = Register("a"), b = Register("b");
+  // One executor asking for four gets two; the next gets none of search's.
+  std::vector<Lease> got = LeaseUpTo(a, 4);
+  ASSERT_THAT(got, SizeIs(2));
+  EXPECT_THAT(LeaseUpTo(b, 4), SizeIs(0));
+  // Other teams are not held back.
+  const std::string ads = SubmitFor("ads", 3);
+  std::vector<Lease> ads_got = LeaseUpTo(b, 4);
+  EXPECT_THAT(ads_got, SizeIs(3));
+  // A finished task frees a place.
+  Advance(absl::Seconds(5));
+  ASSERT_OK(store_->CompleteTask(a, job, got[0].task.index, got[0].task.attempt, kRecordsPerTask, 0, now_));
+  std::vector<Lease> next = LeaseUpTo(b, 4);
+  ASSERT_THAT(next, SizeIs(1));
+  EXPECT_EQ(next[0].task.job_id, job);
+  EXPECT_EQ(UsageOf("search").running, 2);
+
+  (void)ads;
+}
+
+TEST_P(FairShare, AQuotaHoldsOverASimulatedFleet) {
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("batch", 10, /*max_running_tasks=*/3)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));
+  SubmitFor("batch", 500);
+  SubmitFor("ads", 500);
+  std::vector<SimExecutor> fleet = Fleet(6);
+  std::map<std::string, absl::Duration> held;
+  int64_t most = 0;
+  for (int minute = 0; minute < 30; ++minute) {
+    Run(fleet, now_ + absl::Minutes(1), now_, held);
+    most = std::max(most, UsageOf("batch").running);
+    EXPECT_LE(UsageOf("batch").running, 3);
+  }
+  EXPECT_EQ(most, 3);  // its weight would have taken more
+  // The rest of the fleet was not left idle.
+  EXPECT_EQ(held["batch"] + held["ads"], 6 * absl::Minutes(30));
+}
+
+}  // namespace
+}  // namespace minions
+
+// --- placement (issue 11): memory, warm executors first, delay scheduling ---
+
+namespace minions {
+namespace {
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Placement);
+
+TEST_P(Placement, AnExecutorWhoseUsableMemoryCannotHoldTheJobGetsNone) {
+  const std::string job = SubmitModel("", 2, 16 * kGiB);
+  // 64 GiB of RAM, but only 8 GiB usable (the owner's limits): never given the task.
+  const std::string small = RegisterHolding("small", 8 * kGiB, {}, "");
+  Advance(absl::Hours(1));
+  EXPECT_THAT(LeaseUpTo(small, 4), SizeIs(0));
+  const std::string big = RegisterHolding("big", 32 * kGiB, {}, "");
+  std::vector<Lease> got = LeaseUpTo(big, 4);
+  ASSERT_THAT(got, SizeIs(2));
+  EXPECT_EQ(got[0].task.job_id, job);
+}
+
+TEST_P(Placement, LoadedThenCachedThenColdAndAColdExecutorWaitsOutTheDelay) {
+  // Oldest first: the cold job, then the cached one, then the loaded one.
+  const std::string cold_job = SubmitModel(Digest('c'), 1);
+  const std::string cached_job = SubmitModel(Digest('b'), 1);
+  const std::string loaded_job = SubmitModel(Digest('a'), 1);
+  const std::string warm = RegisterHolding("warm", 32 * kGiB, {Digest('b')}, Digest('a'));
+  const std::string cold = RegisterHolding("cold", 32 * kGiB, {}, "");
+  // Within the delay, the cold executor gets nothing; the warm one gets what it holds, loaded first.
+  EXPECT_THAT(LeaseUpTo(cold, 4), SizeIs(0));
+  std::vector<Lease> got = LeaseUpTo(warm, 4);
+  ASSERT_THAT(got, SizeIs(2));
+  EXPECT_EQ(got[0].task.job_id, loaded_job);
+  EXPECT_EQ(got[1].task.job_id, cached_job);
+  // After the delay (the stores' default: 3 s), the cold executor takes the rest.
+  Advance(StoreOptions{}.warm_wait);
+  got = LeaseUpTo(cold, 4);
+  ASSERT_THAT(got, SizeIs(1));
+  EXPECT_EQ(got[0].task.job_id, cold_job);
+}
+
+}  // namespace
+}  // namespace minions

@@ -1,0 +1,137 @@
+#pragma once
+// The fair-share half of the store contract (fair_share_contract.cc): teams' weights, usage and
+// running-task quotas in the lease order. Instantiated wherever IdentityStoreContract is.
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "identity_store_contract.h"
+
+namespace minions {
+
+// Long enough that no lease expires in a simulation (nothing heartbeats there).
+inline const absl::Duration kSimTtl = absl::Hours(12);
+
+class FairShare : public IdentityStoreContract {
+ protected:
+  Team WeightedTeam(const std::string& name, int64_t weight, int64_t max_running_tasks = 0) {
+    Team team = NewTeam(name);
+    team.weight = weight;
+    team.max_running_tasks = max_running_tasks;
+    return team;
+  }
+
+  // A job of `team` with `n_tasks` tasks.
+  std::string SubmitFor(const std::string& team, int n_tasks, int priority = 0) {
+    JobSpec spec = Spec(priority);
+    spec.team = team;
+    const std::string id = Submit(spec, n_tasks);
+    team_of_job_[id] = team;
+    return id;
+  }
+
+  TeamUsage UsageOf(const std::string& team) {
+    for (const TeamUsage& usage : Must(store_->ListTeamUsage(now_), "ListTeamUsage")) {
+      if (usage.team == team) return usage;
+    }
+    return TeamUsage{team};
+  }
+
+  // One simulated executor: one task at a time, each taking `task_time`.
+  struct SimExecutor {
+    std::string id;
+    absl::Duration task_time;
+    std::optional<Lease> lease;
+    absl::Time started;
+    absl::Time free_at;
+  };
+
+  // `n` executors whose task times spread over [50 s, 70 s] (so they do not all come back at
+  // once); all idle now.
+  std::vector<SimExecutor> Fleet(int n) {
+    std::vector<SimExecutor> fleet;
+    for (int i = 0; i < n; ++i) {
+      fleet.push_back({Register(absl::StrCat("sim-", i)), absl::Seconds(50 + (i * 7) % 21), std::nullopt, now_, now_});
+    }
+    return fleet;
+  }
+
+  // Runs the fleet until `until`: an executor whose task is done completes it and leases the
+  // next; one that got nothing asks again a second later. Adds to `held` the executor time each
+  // team's attempts ran inside [window_begin, until).
+  void Run(std::vector<SimExecutor>& fleet, absl::Time until, absl::Time window_begin,
+           std::map<std::string, absl::Duration>& held) {
+    while (now_ < until) {
+      for (SimExecutor& e : fleet) {
+        if (e.free_at > now_) continue;
+        if (e.lease) Finish(e, window_begin, held);
+        std::vector<Lease> leases = Must(store_->LeaseTasks(e.id, 1, kSimTtl, now_), "LeaseTasks");
+        if (leases.empty()) {
+          e.free_at = now_ + absl::Seconds(1);
+          continue;
+        }
+        e.lease = leases[0];
+        e.started = now_;
+        e.free_at = now_ + e.task_time;
+      }
+      absl::Time next = until;
+      for (const SimExecutor& e : fleet) next = std::min(next, e.free_at);
+      now_ = std::max(next, now_ + absl::Milliseconds(1));
+    }
+    // What is still running counts up to `until`.
+    for (const SimExecutor& e : fleet) {
+      if (e.lease) held[team_of_job_.at(e.lease->task.job_id)] += until - std::max(e.started, window_begin);
+    }
+  }
+
+  void Finish(SimExecutor& e, absl::Time window_begin, std::map<std::string, absl::Duration>& held) {
+    const Task& task = e.lease->task;
+    Must(store_->CompleteTask(e.id, task.job_id, task.index, task.attempt, task.n_records, 0, now_), "CompleteTask");
+    if (now_ > window_begin) held[team_of_job_.at(task.job_id)] += now_ - std::max(e.started, window_begin);
+    e.lease.reset();
+  }
+
+  static std::map<std::string, double> Shares(const std::map<std::string, absl::Duration>& held) {
+    absl::Duration total;
+    for (const auto& [team, time] : held) total += time;
+    std::map<std::string, double> shares;
+    for (const auto& [team, time] : held) shares[team] = absl::FDivDuration(time, total);
+    return shares;
+  }
+
+  std::map<std::string, std::string> team_of_job_;
+};
+
+// Placement (issue 11) over the same fixture: executors that hold models, jobs that need them.
+class Placement : public FairShare {
+ protected:
+  std::string RegisterHolding(const std::string& name, int64_t usable_memory, std::vector<std::string> cached,
+                              const std::string& loaded) {
+    ExecutorInfo info;
+    info.name = name;
+    info.os = "linux";
+    info.memory_bytes = 64 * kGiB;
+    info.usable_memory_bytes = usable_memory;
+    info.runners = {"llama"};
+    info.models = std::move(cached);
+    info.model_loaded = loaded;
+    info.max_tasks = 4;
+    return Must(store_->RegisterExecutor("", info, now_), "RegisterExecutor").id;
+  }
+  // A job of `n_tasks` that needs model `digest` ("": a path); time moves on 10 ms (distinct
+  // ages, well within the warm-executor wait).
+  std::string SubmitModel(const std::string& digest, int n_tasks, int64_t min_memory = 0) {
+    JobSpec spec = Spec(0, 4, min_memory);
+    spec.model_digest = digest;
+    Job job = Must(store_->CreateJob(spec, now_), "CreateJob");
+    Must(store_->AddTasks(job.id, Shards(n_tasks), n_tasks * kRecordsPerTask, now_), "AddTasks");
+    Advance(absl::Milliseconds(10));
+    return job.id;
+  }
+  static std::string Digest(char c) { return "sha256:" + std::string(64, c); }
+};
+
+}  // namespace minions
