@@ -149,6 +149,23 @@ TEST(Gang, AnUnreachableMemberIsALoadErrorAndTheRunnerLivesOn) {
   EXPECT_EQ(runner->Shutdown().code, 0);
 }
 
+TEST(Gang, AMemberThatDiesTakesTheLeadersRunnerDownAndTheExecutorSeesACrash) {
+  auto member = GangMember::Start(MemberOptions());
+  ASSERT_TRUE(member.ok()) << member.status();
+  auto leader = StartRunner();
+  ASSERT_TRUE(leader);
+  auto load = SmallLoad();
+  load.gang.servers = {{(*member)->endpoint(), 1 << 30}};
+  ASSERT_TRUE(leader->Load(load).ok());
+  ASSERT_FALSE(RunRecords(*leader, {R"({"custom_id":"a","prompt":"Hello","max_tokens":4})"})[0].is_null());
+  (*member)->Stop();  // the member's rpc-server is SIGKILLed
+  std::vector<Json> outputs(1);
+  auto done = leader->RunBatch("after", {R"({"custom_id":"b","prompt":"Hello","max_tokens":4})"},
+                               [&](size_t i, const Json& line) { outputs[i] = line; });
+  EXPECT_FALSE(done.ok());  // the runner is gone: a runner crash, which the executor handles
+  EXPECT_TRUE(outputs[0].is_null());
+}
+
 TEST(GangMember, TheGateClosesConnectionsFromAnyoneButTheLeader) {
   // The leader is 127.0.0.2; a connection from 127.0.0.1 is closed before a byte is forwarded.
   auto member = GangMember::Start(MemberOptions("127.0.0.2"));
