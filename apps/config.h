@@ -46,6 +46,10 @@ struct MinionsConfig {
   int64_t straggler_min_runtime_ms = 30000;
   bool watchdog = true;
   std::string data_dir;  // default: ~/.minions/server
+  // The OpenAI API (src/openai): folders whose *.gguf files are its models (by file name, without
+  // .gguf), and the largest file it takes.
+  std::vector<std::string> openai_model_dirs;
+  int64_t openai_max_file_bytes = int64_t{256} << 20;
   // [store]
   std::string database;
   // [objects]

@@ -16,6 +16,8 @@
 #include "identity/identity_admin.h"
 #include "identity/pki.h"
 #include "identity_setup.h"
+#include "openai/model_catalog.h"
+#include "openai/openai_api.h"
 
 namespace minions::apps {
 namespace fs = std::filesystem;
@@ -82,6 +84,19 @@ class LocalPool : public cli::Pool {
     server_ = std::make_unique<MinionsServer>(backends_.store.get(), backends_.blobs.get(), &clock_, server_options,
                                               std::make_unique<Watchdog>(backends_.store.get(), watchdog_options,
                                                                          std::move(*lock)));
+    // Models: the folders `up --models` named, else the user's own ~/.minions/models. The OpenAI
+    // API on the HTTP port serves their GGUF files by name; the executors load from them.
+    std::vector<std::string> model_folders;
+    for (const std::string& folder : options.model_folders.empty() ? std::vector<std::string>{cli::MinionsHome() + "/models"}
+                                                                    : options.model_folders) {
+      model_folders.push_back(fs::absolute(folder).lexically_normal().string());
+    }
+    openai_models_ = std::make_unique<openai::FolderModelCatalog>(model_folders);
+    openai_api_ = std::make_unique<openai::OpenAiApi>(
+        openai::OpenAiApi::Deps{backends_.store.get(), backends_.blobs.get(), &clock_, &server_->authenticator(),
+                                &server_->jobs(), openai_models_.get(), {server_options.max_chunk_bytes}},
+        openai::OpenAiApiOptions{});
+    server_->AddHttpRoutes([api = openai_api_.get()](HttpServer* http) { api->Install(http); });
     if (auto s = server_->Start(); !s.ok()) return s;
     // The executors enrol with a join token of one use each, in a file only they read.
     const std::string join_file = options.data_dir + "/join-token";
@@ -109,12 +124,7 @@ class LocalPool : public cli::Pool {
                  // The executors follow URLs into this pool's objects folder only.
                  "--objects", absl::StrCat("file://", fs::absolute(options.data_dir).lexically_normal().string(), "/objects")};
       if (!ca_file_.empty()) sp.argv.insert(sp.argv.end(), {"--ca", ca_file_});
-      // Models: the folders `up --models` named, else the user's own ~/.minions/models.
-      std::vector<std::string> model_folders = options.model_folders;
-      if (model_folders.empty()) model_folders = {cli::MinionsHome() + "/models"};
-      for (const std::string& folder : model_folders) {
-        sp.argv.insert(sp.argv.end(), {"--models", fs::absolute(folder).lexically_normal().string()});
-      }
+      for (const std::string& folder : model_folders) sp.argv.insert(sp.argv.end(), {"--models", folder});
       sp.stderr_path = absl::StrCat(options.data_dir, "/logs/executor-", i, ".log");
       auto process = Subprocess::Start(sp);
       if (!process.ok()) return process.status();
@@ -155,6 +165,8 @@ class LocalPool : public cli::Pool {
 
   RealClock clock_;
   Backends backends_;
+  std::unique_ptr<openai::FolderModelCatalog> openai_models_;
+  std::unique_ptr<openai::OpenAiApi> openai_api_;  // its routes live as long as the server serves
   std::unique_ptr<MinionsServer> server_;
   std::vector<std::unique_ptr<Subprocess>> executors_;
   std::string admin_token_;

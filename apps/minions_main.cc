@@ -27,6 +27,8 @@
 #include "dashboard/status_endpoints.h"
 #include "runner/process_runner.h"
 #include "http/metrics_endpoints.h"
+#include "openai/model_catalog.h"
+#include "openai/openai_api.h"
 #include "identity/authenticator.h"
 #include "identity/pki.h"
 #include "rpc/tls.h"
@@ -160,6 +162,14 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   }
   minions::MinionsServer server(backends->store.get(), backends->blobs.get(), &clock, options, std::move(watchdog));
   if (config.watchdog) server.SetWatchdogLockSource([config] { return minions::apps::TryAcquireWatchdog(config); });
+  // The OpenAI Batch API on the HTTP port.
+  minions::openai::FolderModelCatalog openai_models(config.openai_model_dirs);
+  minions::openai::OpenAiApiOptions openai_options;
+  openai_options.max_file_bytes = config.openai_max_file_bytes;
+  minions::openai::OpenAiApi openai_api({backends->store.get(), backends->blobs.get(), &clock, &server.authenticator(),
+                                         &server.jobs(), &openai_models, {server.options().max_chunk_bytes}},
+                                        openai_options);
+  server.AddHttpRoutes([&openai_api](minions::HttpServer* http) { openai_api.Install(http); });
   if (auto s = server.Start(); !s.ok()) {
     fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -386,6 +396,8 @@ struct SharedFlags {
 struct ProcessVerbs {
   std::string flag_listen, flag_http_listen, flag_data_dir, flag_database, flag_objects, flag_tls_cert, flag_tls_key;
   int64_t flag_ttl_ms = 0, flag_straggler_ms = -1;
+  std::vector<std::string> flag_openai_model_dirs;
+  int64_t flag_openai_max_file_bytes = 0;
   bool no_watchdog = false;
   std::string watchdog_http_listen;  // watchdog --http-listen
   bool connect = false;              // config check --connect
@@ -408,6 +420,10 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_option("--tls-key", p->flag_tls_key, "its private key");
   server_cmd->add_option("--lease-ttl-ms", p->flag_ttl_ms, "lease TTL; executors heartbeat every third (default 9000)");
   server_cmd->add_flag("--no-watchdog", p->no_watchdog, "leave the watchdog to a `minions watchdog` process");
+  server_cmd->add_option("--openai-model-dir", p->flag_openai_model_dirs,
+                         "a folder of GGUF files the OpenAI API serves as models, by file name (repeatable)");
+  server_cmd->add_option("--openai-max-file-bytes", p->flag_openai_max_file_bytes,
+                         "the largest file /v1/files takes (default 256 MiB)");
   server_cmd->add_option("--straggler-min-runtime-ms", p->flag_straggler_ms,
                          "a straggler gets a backup attempt only after running this long (default 30000)");
 
@@ -443,6 +459,8 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (p.flag_ttl_ms > 0) config->lease_ttl_ms = p.flag_ttl_ms;
   if (p.flag_straggler_ms >= 0) config->straggler_min_runtime_ms = p.flag_straggler_ms;
   if (p.no_watchdog) config->watchdog = false;
+  if (!p.flag_openai_model_dirs.empty()) config->openai_model_dirs = p.flag_openai_model_dirs;
+  if (p.flag_openai_max_file_bytes > 0) config->openai_max_file_bytes = p.flag_openai_max_file_bytes;
   return config;
 }
 

@@ -12,8 +12,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/time.h>
+
 #include <atomic>
 #include <deque>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -113,6 +116,265 @@ std::string HttpRequest::Cookie(const std::string& name) const {
 
 std::map<std::string, std::string> HttpRequest::Form() const { return ParseUrlEncoded(body); }
 
+absl::Status HttpStream::Respond(const HttpResponse& response) {
+  if (auto s = WriteHead(response.status, response.content_type, static_cast<int64_t>(response.body.size()),
+                         response.headers);
+      !s.ok()) {
+    return s;
+  }
+  return Write(response.body);
+}
+
+namespace {
+
+// The status line and headers of a response (`content_length` < 0: chunked).
+std::string ResponseHead(int status, const std::string& content_type, int64_t content_length, bool keep_alive,
+                         const std::map<std::string, std::string>& headers) {
+  std::string out = absl::StrCat("HTTP/1.1 ", status, " ", Reason(status), "\r\n");
+  absl::StrAppend(&out, "Content-Type: ", content_type, "\r\n");
+  if (content_length >= 0) {
+    absl::StrAppend(&out, "Content-Length: ", content_length, "\r\n");
+  } else {
+    absl::StrAppend(&out, "Transfer-Encoding: chunked\r\n");
+  }
+  absl::StrAppend(&out, "Connection: ", keep_alive ? "keep-alive" : "close", "\r\n");
+  // Nothing here is meant to be framed, sniffed or followed elsewhere.
+  absl::StrAppend(&out, "X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n");
+  if (absl::StartsWith(content_type, "text/html")) {
+    absl::StrAppend(&out,
+                    "Content-Security-Policy: default-src 'self'; frame-ancestors 'none'; form-action 'self'\r\n");
+  }
+  for (const auto& [name, value] : headers) {
+    // Handlers are ours, but a header value must never end the header block.
+    if (value.find_first_of("\r\n") != std::string::npos || name.find_first_of("\r\n:") != std::string::npos) continue;
+    absl::StrAppend(&out, name, ": ", value, "\r\n");
+  }
+  absl::StrAppend(&out, "\r\n");
+  return out;
+}
+
+// A detached connection serving one request of a streamed route, on the handler's thread, with
+// blocking I/O bounded by per-operation timeouts. Owns the socket (and its TLS) until destroyed.
+class StreamConn final : public HttpStream {
+ public:
+  StreamConn(int fd, SSL* ssl, std::string buffered, const HttpRequest& request, absl::Duration read_timeout,
+             absl::Duration write_timeout)
+      : fd_(fd), ssl_(ssl), in_(std::move(buffered)), head_only_(request.method == "HEAD") {
+    int flags = fcntl(fd_, F_GETFL);
+    fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
+    SetTimeout(SO_RCVTIMEO, read_timeout);
+    SetTimeout(SO_SNDTIMEO, write_timeout);
+    chunked_ = absl::AsciiStrToLower(request.Header("transfer-encoding")).find("chunked") != std::string::npos;
+    if (!chunked_) {
+      int64_t length = 0;
+      if (absl::SimpleAtoi(request.Header("content-length"), &length) && length > 0) remaining_ = length;
+    }
+    body_done_ = !chunked_ && remaining_ == 0;
+    expect_continue_ = absl::EqualsIgnoreCase(request.Header("expect"), "100-continue");
+  }
+  ~StreamConn() override {
+    if (ssl_) {
+      SSL_shutdown(ssl_);
+      SSL_free(ssl_);
+    }
+    close(fd_);
+  }
+
+  absl::StatusOr<size_t> ReadBody(char* buffer, size_t size) override {
+    if (body_done_ || size == 0) return 0;
+    if (expect_continue_) {
+      expect_continue_ = false;
+      if (!head_written_) {
+        if (auto s = WriteAll("HTTP/1.1 100 Continue\r\n\r\n"); !s.ok()) return s;
+      }
+    }
+    if (!chunked_) {
+      if (auto s = Fill(); !s.ok()) return s;
+      size_t n = std::min({size, in_.size() - in_pos_, static_cast<size_t>(remaining_)});
+      memcpy(buffer, in_.data() + in_pos_, n);
+      in_pos_ += n;
+      remaining_ -= static_cast<int64_t>(n);
+      body_done_ = remaining_ == 0;
+      return n;
+    }
+    if (chunk_left_ == 0) {
+      if (need_crlf_) {
+        auto line = ReadLine();
+        if (!line.ok()) return line.status();
+        if (!line->empty()) return absl::InvalidArgumentError("malformed chunked body: a chunk overran its size");
+        need_crlf_ = false;
+      }
+      auto line = ReadLine();
+      if (!line.ok()) return line.status();
+      std::string hex(absl::StripAsciiWhitespace(line->substr(0, line->find(';'))));
+      uint64_t chunk = 0;
+      if (hex.empty() || hex.size() > 15 || !absl::SimpleHexAtoi(hex, &chunk)) {
+        return absl::InvalidArgumentError("malformed chunked body: a bad chunk size");
+      }
+      if (chunk == 0) {
+        while (true) {  // trailers, up to the empty line
+          auto trailer = ReadLine();
+          if (!trailer.ok()) return trailer.status();
+          if (trailer->empty()) break;
+        }
+        body_done_ = true;
+        return 0;
+      }
+      chunk_left_ = static_cast<int64_t>(chunk);
+      need_crlf_ = true;
+    }
+    if (auto s = Fill(); !s.ok()) return s;
+    size_t n = std::min({size, in_.size() - in_pos_, static_cast<size_t>(chunk_left_)});
+    memcpy(buffer, in_.data() + in_pos_, n);
+    in_pos_ += n;
+    chunk_left_ -= static_cast<int64_t>(n);
+    return n;
+  }
+
+  absl::Status WriteHead(int status, const std::string& content_type, int64_t content_length,
+                         const std::map<std::string, std::string>& headers) override {
+    if (head_written_) return absl::FailedPreconditionError("the response head was written already");
+    head_written_ = true;
+    response_chunked_ = content_length < 0 && !head_only_;
+    return WriteAll(ResponseHead(status, content_type, head_only_ ? std::max<int64_t>(content_length, 0) : content_length,
+                                 false, headers));
+  }
+
+  absl::Status Write(std::string_view data) override {
+    if (!head_written_) return absl::FailedPreconditionError("write the response head first");
+    if (head_only_ || data.empty()) return absl::OkStatus();
+    if (!response_chunked_) return WriteAll(data);
+    if (auto s = WriteAll(absl::StrCat(absl::Hex(data.size()), "\r\n")); !s.ok()) return s;
+    if (auto s = WriteAll(data); !s.ok()) return s;
+    return WriteAll("\r\n");
+  }
+
+  absl::Status Finish() override {
+    if (!response_chunked_ || finished_) return absl::OkStatus();
+    finished_ = true;
+    return WriteAll("0\r\n\r\n");
+  }
+
+  bool head_written() const override { return head_written_; }
+
+  // After the response: reads (and drops) what is left of a body the handler did not want, for a
+  // little while (2 s, 16 MiB at most, so a client dripping bytes cannot hold the thread), so that
+  // closing does not reset the connection before the client has read the answer.
+  void Linger() {
+    // (A client still waiting for "100 Continue" sends no body: there is nothing to drain.)
+    if (body_done_ || broken_ || expect_continue_) return;
+    SetTimeout(SO_RCVTIMEO, absl::Milliseconds(500));
+    const absl::Time until = absl::Now() + absl::Seconds(2);
+    char drop[16384];
+    for (size_t dropped = 0; dropped < (16u << 20) && absl::Now() < until;) {
+      auto n = RawRead(drop, sizeof(drop));
+      if (!n.ok() || *n == 0) break;
+      dropped += *n;
+    }
+  }
+
+ private:
+  void SetTimeout(int option, absl::Duration timeout) {
+    timeval tv = absl::ToTimeval(std::max(timeout, absl::Milliseconds(1)));
+    setsockopt(fd_, SOL_SOCKET, option, &tv, sizeof(tv));
+  }
+
+  // Bytes from the socket: > 0, or 0 at the client's end of stream.
+  absl::StatusOr<size_t> RawRead(char* buffer, size_t size) {
+    while (true) {
+      if (ssl_) {
+        int n = SSL_read(ssl_, buffer, static_cast<int>(std::min<size_t>(size, INT32_MAX)));
+        if (n > 0) return static_cast<size_t>(n);
+        int error = SSL_get_error(ssl_, n);
+        ERR_clear_error();
+        if (error == SSL_ERROR_ZERO_RETURN) return 0;
+        broken_ = true;
+        return absl::DeadlineExceededError("the client stopped sending (or the TLS session broke)");
+      }
+      ssize_t n = recv(fd_, buffer, size, 0);
+      if (n >= 0) return static_cast<size_t>(n);
+      if (errno == EINTR) continue;
+      broken_ = true;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::DeadlineExceededError("the client stopped sending");
+      return absl::UnavailableError("the client's connection broke");
+    }
+  }
+
+  // Makes sure unread input is buffered; an error at the end of stream (the body is not whole).
+  absl::Status Fill() {
+    if (in_pos_ < in_.size()) return absl::OkStatus();
+    in_.resize(64 << 10);
+    in_pos_ = 0;
+    auto n = RawRead(in_.data(), in_.size());
+    if (!n.ok()) {
+      in_.clear();
+      return n.status();
+    }
+    in_.resize(*n);
+    if (*n == 0) {
+      broken_ = true;
+      return absl::DataLossError("the client closed the connection before the body ended");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> ReadLine() {
+    std::string line;
+    while (true) {
+      if (auto s = Fill(); !s.ok()) return s;
+      size_t eol = in_.find('\n', in_pos_);
+      size_t end = eol == std::string::npos ? in_.size() : eol;
+      line.append(in_, in_pos_, end - in_pos_);
+      in_pos_ = eol == std::string::npos ? in_.size() : eol + 1;
+      if (line.size() > 4096) return absl::InvalidArgumentError("malformed chunked body: a line too long");
+      if (eol != std::string::npos) break;
+    }
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    return line;
+  }
+
+  absl::Status WriteAll(std::string_view data) {
+    while (!data.empty()) {
+      if (ssl_) {
+        int n = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 20)));
+        if (n <= 0) {
+          ERR_clear_error();
+          broken_ = true;
+          return absl::UnavailableError("the client stopped reading the response");
+        }
+        data.remove_prefix(static_cast<size_t>(n));
+        continue;
+      }
+      ssize_t n = send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        broken_ = true;
+        return absl::UnavailableError("the client stopped reading the response");
+      }
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return absl::OkStatus();
+  }
+
+  int fd_;
+  SSL* ssl_;
+  std::string in_;  // read from the socket, not yet consumed from in_pos_
+  size_t in_pos_ = 0;
+  const bool head_only_;
+  bool chunked_ = false;
+  int64_t remaining_ = 0;   // Content-Length bytes not yet read
+  int64_t chunk_left_ = 0;  // of the current chunk
+  bool need_crlf_ = false;  // a chunk's data ended; its CRLF is next
+  bool body_done_ = false;
+  bool expect_continue_ = false;
+  bool head_written_ = false;
+  bool response_chunked_ = false;
+  bool finished_ = false;
+  bool broken_ = false;
+};
+
+}  // namespace
+
 struct HttpServer::Impl {
   // A connection, owned by the I/O thread.
   struct Conn {
@@ -146,6 +408,7 @@ struct HttpServer::Impl {
   HttpServerOptions options;
   std::map<std::string, HttpHandler> get_routes;
   std::map<std::string, HttpHandler> post_routes;
+  std::map<std::string, HttpStreamHandler> stream_routes;  // by path prefix
   int listen_fd = -1;
   int wake_read = -1, wake_write = -1;
   SSL_CTX* ssl_ctx = nullptr;
@@ -157,6 +420,11 @@ struct HttpServer::Impl {
   std::deque<Job> jobs ABSL_GUARDED_BY(mu);
   std::deque<Done> done ABSL_GUARDED_BY(mu);
   bool workers_stop ABSL_GUARDED_BY(mu) = false;
+
+  // Streamed requests in flight (their threads are detached; Stop waits for the count to drop).
+  absl::Mutex streams_mu;
+  size_t active_streams ABSL_GUARDED_BY(streams_mu) = 0;
+  std::set<int> stream_fds ABSL_GUARDED_BY(streams_mu);
 
   // The I/O thread's own.
   std::map<uint64_t, Conn> conns;
@@ -221,24 +489,42 @@ struct HttpServer::Impl {
   }
 
   static std::string Serialize(const HttpResponse& response, bool head, bool keep_alive) {
-    std::string out = absl::StrCat("HTTP/1.1 ", response.status, " ", Reason(response.status), "\r\n");
-    absl::StrAppend(&out, "Content-Type: ", response.content_type, "\r\n");
-    absl::StrAppend(&out, "Content-Length: ", response.body.size(), "\r\n");
-    absl::StrAppend(&out, "Connection: ", keep_alive ? "keep-alive" : "close", "\r\n");
-    // Nothing here is meant to be framed, sniffed or followed elsewhere.
-    absl::StrAppend(&out, "X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n");
-    if (absl::StartsWith(response.content_type, "text/html")) {
-      absl::StrAppend(&out,
-                      "Content-Security-Policy: default-src 'self'; frame-ancestors 'none'; form-action 'self'\r\n");
-    }
-    for (const auto& [name, value] : response.headers) {
-      // Handlers are ours, but a header value must never end the header block.
-      if (value.find_first_of("\r\n") != std::string::npos) continue;
-      absl::StrAppend(&out, name, ": ", value, "\r\n");
-    }
-    absl::StrAppend(&out, "\r\n");
+    std::string out = ResponseHead(response.status, response.content_type, static_cast<int64_t>(response.body.size()),
+                                   keep_alive, response.headers);
     if (!head) out += response.body;
     return out;
+  }
+
+  // --- streamed routes ---
+
+  // The streamed route serving `path` (null: none).
+  const HttpStreamHandler* StreamRoute(const std::string& method, const std::string& path) const {
+    if ((method == "GET" || method == "HEAD") && get_routes.count(path)) return nullptr;
+    if (method == "POST" && post_routes.count(path)) return nullptr;
+    for (const auto& [prefix, handler] : stream_routes) {
+      if (absl::StartsWith(path, prefix)) return &handler;
+    }
+    return nullptr;
+  }
+
+  // Runs on a thread of its own; owns `conn`.
+  void ServeStream(std::unique_ptr<StreamConn> conn, HttpRequest request, const HttpStreamHandler* handler,
+                   int fd) {
+    try {
+      (*handler)(request, *conn);
+    } catch (const std::exception& e) {
+      MINIONS_LOG(Warning) << "HTTP handler for " << request.path << " failed: " << e.what();
+    }
+    if (!conn->head_written()) (void)conn->Respond(HttpResponse{500, kPlain, "internal error\n", {}});
+    (void)conn->Finish();
+    conn->Linger();
+    {
+      absl::MutexLock lock(&streams_mu);
+      stream_fds.erase(fd);
+    }
+    conn.reset();
+    absl::MutexLock lock(&streams_mu);
+    --active_streams;
   }
 
   // --- the I/O thread ---
@@ -421,8 +707,8 @@ struct HttpServer::Impl {
       return Refuse(c, 400, "malformed request line", now);
     }
     request.method = first[0];
-    if (request.method != "GET" && request.method != "HEAD" && request.method != "POST") {
-      return Refuse(c, 405, "only GET, HEAD and POST are served", now);
+    if (request.method != "GET" && request.method != "HEAD" && request.method != "POST" && request.method != "DELETE") {
+      return Refuse(c, 405, "only GET, HEAD, POST and DELETE are served", now);
     }
     request.headers[":version"] = first[2];
     for (size_t i = 1; i < lines.size(); ++i) {
@@ -435,6 +721,14 @@ struct HttpServer::Impl {
       auto [it, fresh] = request.headers.emplace(name, value);
       if (!fresh) it->second += (name == "cookie" ? "; " : ", ") + value;
     }
+    std::string target = first[1];
+    auto question = target.find('?');
+    request.path = target.substr(0, question);
+    if (question != std::string::npos) request.query = ParseUrlEncoded(target.substr(question + 1));
+    if (const HttpStreamHandler* handler = StreamRoute(request.method, request.path)) {
+      return Detach(id, c, std::move(request), c.in.substr(end + 4), handler, now);
+    }
+    if (request.method == "DELETE") return Refuse(c, 405, "DELETE is not allowed here", now);
     if (!request.Header("transfer-encoding").empty()) {
       return Refuse(c, 501, "chunked request bodies are not accepted; send Content-Length", now);
     }
@@ -446,16 +740,45 @@ struct HttpServer::Impl {
     if (c.in.size() < end + 4 + length) return true;  // the body is still coming
     request.body = c.in.substr(end + 4, length);
     c.in.erase(0, end + 4 + length);
-    std::string target = first[1];
-    auto question = target.find('?');
-    request.path = target.substr(0, question);
-    if (question != std::string::npos) request.query = ParseUrlEncoded(target.substr(question + 1));
     c.phase = Conn::Phase::kHandling;
     {
       absl::MutexLock lock(&mu);
       jobs.push_back({id, std::move(request)});
     }
     return true;
+  }
+
+  // Hands the connection of a streamed request to a thread of its own (it leaves the I/O loop).
+  bool Detach(uint64_t id, Conn& c, HttpRequest request, std::string buffered, const HttpStreamHandler* handler,
+              absl::Time now) {
+    if (request.headers.count("content-length") && request.headers.count("transfer-encoding")) {
+      return Refuse(c, 400, "a request may not have both Content-Length and Transfer-Encoding", now);
+    }
+    int64_t length = 0;
+    if (std::string cl = request.Header("content-length"); !cl.empty() && (!absl::SimpleAtoi(cl, &length) || length < 0)) {
+      return Refuse(c, 400, "bad Content-Length", now);
+    }
+    if (std::string te = absl::AsciiStrToLower(request.Header("transfer-encoding")); !te.empty() && te != "chunked") {
+      return Refuse(c, 501, "only the chunked transfer coding is accepted", now);
+    }
+    {
+      absl::MutexLock lock(&streams_mu);
+      if (active_streams >= options.max_streams) {
+        return Refuse(c, 503, "too many uploads and downloads at once; try again shortly", now);
+      }
+      ++active_streams;
+      stream_fds.insert(c.fd);
+    }
+    const int fd = c.fd;
+    auto conn = std::make_unique<StreamConn>(fd, c.ssl, std::move(buffered), request, options.request_timeout,
+                                             options.write_timeout);
+    // The connection is the stream's now: forget it without closing it.
+    if (auto p = per_peer.find(c.peer); p != per_peer.end() && --p->second == 0) per_peer.erase(p);
+    conns.erase(id);
+    std::thread([this, conn = std::move(conn), request = std::move(request), handler, fd]() mutable {
+      ServeStream(std::move(conn), std::move(request), handler, fd);
+    }).detach();
+    return false;  // the caller must not touch `c` (nor close it): see Progress
   }
 
   void TakeAnswers(absl::Time now) {
@@ -544,6 +867,10 @@ void HttpServer::HandlePost(const std::string& path, HttpHandler handler) {
   impl_->post_routes[path] = std::move(handler);
 }
 
+void HttpServer::HandleStream(const std::string& prefix, HttpStreamHandler handler) {
+  impl_->stream_routes[prefix] = std::move(handler);
+}
+
 absl::Status HttpServer::Start(const std::string& listen) {
   std::string host;
   int port = 0;
@@ -614,6 +941,14 @@ void HttpServer::Stop() {
   impl_->stopping = true;
   impl_->Wake();
   impl_->io_thread.join();
+  {
+    // Streamed requests: their sockets are shut so that blocked reads and writes end at once.
+    absl::MutexLock lock(&impl_->streams_mu);
+    for (int fd : impl_->stream_fds) shutdown(fd, SHUT_RDWR);
+    impl_->streams_mu.Await(absl::Condition(
+        +[](Impl* impl) ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl->streams_mu) { return impl->active_streams == 0; },
+        impl_.get()));
+  }
   {
     absl::MutexLock lock(&impl_->mu);
     impl_->workers_stop = true;

@@ -17,26 +17,36 @@
 //     Without TLS, Start refuses any address but loopback.
 //   - Every response says nosniff, no framing, no referrer; HTML gets a same-origin CSP.
 //
+//   - Streamed routes (HandleStream: bulk uploads and downloads, any method under a path prefix)
+//     are handed, once their headers have arrived, to a thread of their own that reads the body
+//     and writes the response as they go (HttpStream), so no request or response is ever held
+//     whole. Each read and write must progress within `request_timeout`/`write_timeout`; at most
+//     `max_streams` run at once (beyond that a request gets 503); the connection closes after
+//     the response.
+//
 // Ownership: owns its listening socket, its connections and its threads.
 // Threads: Handle*/Start/Stop from the owning thread (Handle before Start); handlers run on the
-// worker threads, several at once, and must be thread-safe.
+// worker threads (streamed ones on their own threads), several at once, and must be thread-safe.
 
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 
+#include <string_view>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace minions {
 
 struct HttpRequest {
-  std::string method;  // GET, HEAD or POST
+  std::string method;  // GET, HEAD or POST (and DELETE on streamed routes)
   std::string path;
   std::map<std::string, std::string> query;
   std::map<std::string, std::string> headers;  // names in lower case
-  std::string body;                            // POST only
+  std::string body;                            // POST only (streamed routes: read from the HttpStream)
   std::string peer;                            // the client's address
   bool tls = false;                            // it came over TLS
 
@@ -63,6 +73,29 @@ struct HttpResponse {
 
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
 
+// The connection of a request on a streamed route, as its handler sees it: the request body to
+// read (Content-Length or chunked, decoded; "Expect: 100-continue" answered on the first read)
+// and the response to write. One thread (the handler's) uses it.
+class HttpStream {
+ public:
+  virtual ~HttpStream() = default;
+  // Up to `size` bytes of the request body; 0 at its end. An error when the client stalls past
+  // the read timeout, hangs up, or sends malformed chunked framing.
+  virtual absl::StatusOr<size_t> ReadBody(char* buffer, size_t size) = 0;
+  // Sends the status line and headers; `content_length` < 0 sends the body chunked. Once only.
+  virtual absl::Status WriteHead(int status, const std::string& content_type, int64_t content_length,
+                                 const std::map<std::string, std::string>& headers = {}) = 0;
+  // Body bytes after WriteHead (nothing for HEAD).
+  virtual absl::Status Write(std::string_view data) = 0;
+  // Ends a chunked body. (Called for the handler when it returns without calling it.)
+  virtual absl::Status Finish() = 0;
+  // Whether WriteHead was called.
+  virtual bool head_written() const = 0;
+  // A whole small response (HttpResponse), when nothing was written yet.
+  absl::Status Respond(const HttpResponse& response);
+};
+using HttpStreamHandler = std::function<void(const HttpRequest&, HttpStream&)>;
+
 struct HttpServerOptions {
   int threads = 4;  // handler threads
   absl::Duration request_timeout = absl::Seconds(10);
@@ -72,6 +105,8 @@ struct HttpServerOptions {
   size_t max_connections_per_peer = 32;
   size_t max_header_bytes = 16 << 10;
   size_t max_body_bytes = 16 << 10;
+  // Streamed routes running at once (each holds a thread while it runs).
+  size_t max_streams = 32;
   // TLS: PEM files of the certificate (then its chain) and key. Both or neither.
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -89,6 +124,9 @@ class HttpServer {
   void Handle(const std::string& path, HttpHandler handler);
   // POST to `path`.
   void HandlePost(const std::string& path, HttpHandler handler);
+  // Every method (GET, HEAD, POST, DELETE) on every path that starts with `prefix`, streamed (see
+  // the class comment). Exact routes are matched first.
+  void HandleStream(const std::string& prefix, HttpStreamHandler handler);
   // Binds `listen` ("host:port"; port 0 picks a free one) and serves on background threads.
   // FailedPrecondition for plain text off loopback; Unavailable when the port is taken.
   absl::Status Start(const std::string& listen);

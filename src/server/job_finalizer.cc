@@ -16,14 +16,10 @@ namespace minions {
 
 inline constexpr std::string_view kErrorTaskFailed = "task_failed";
 inline constexpr std::string_view kErrorBatchExpired = "batch_expired";  // the OpenAI Batch API's code
+inline constexpr std::string_view kErrorBatchCancelled = "batch_cancelled";
 
-absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
-  auto job = store_->GetJob(job_id);
-  if (!job.ok()) return job.status();
-  if (job->state != JobState::kFinalizing) return *job;
-  auto tasks = store_->ListTasks(job_id);
-  if (!tasks.ok()) return tasks.status();
-
+absl::Status JobFinalizer::WriteResults(const Job& job, const std::vector<Task>& tasks, bool cancelled,
+                                        std::map<std::pair<int64_t, int>, std::string>* rejected) {
   // One pass over the tasks in input order writes the output file as it goes; what goes to the
   // error file is spooled to a temporary file and written after (the two files are in input order,
   // and every piece is read once). A task contributes its committed chunks whatever its end (a
@@ -42,27 +38,26 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
     if (data.back() != '\n') std::fputc('\n', spool);
     return absl::OkStatus();
   };
-  std::map<std::pair<int64_t, int>, std::string> rejected;  // (task, chunk seq) -> why
   size_t next_task = 0;
   std::deque<std::string> ready;  // output pieces of the current task, in order
   auto finish_task = [&](const Task& task) -> absl::Status {
     std::vector<std::string> records;  // the task's input records, read when first needed
     auto read_input = [&]() -> absl::Status {
       if (!records.empty()) return absl::OkStatus();
-      auto input = blobs_->GetRange(job->spec.input_key, task.byte_begin, task.byte_end - task.byte_begin);
+      auto input = blobs_->GetRange(job.spec.input_key, task.byte_begin, task.byte_end - task.byte_begin);
       if (!input.ok()) return input.status();
       records = SplitRecordLines(*input);
       return absl::OkStatus();
     };
     for (const Chunk& c : task.chunks) {
-      const std::string output_key = keys::ChunkOutput(job_id, task.index, c.attempt, c.seq);
+      const std::string output_key = keys::ChunkOutput(job.id, task.index, c.attempt, c.seq);
       auto output = ReadChunkObject(*blobs_, output_key, chunk_limits_.max_chunk_bytes);
       if (absl::IsNotFound(output.status())) {
         // Every committed chunk was uploaded before it was reported: a missing one means the
         // object store lost it. Refuse to publish results without those records.
         return absl::DataLossError(absl::StrCat(output_key, " is missing from the object store"));
       }
-      auto errors = ReadChunkObject(*blobs_, keys::ChunkErrors(job_id, task.index, c.attempt, c.seq),
+      auto errors = ReadChunkObject(*blobs_, keys::ChunkErrors(job.id, task.index, c.attempt, c.seq),
                                     chunk_limits_.max_chunk_bytes);
       if (absl::IsNotFound(errors.status())) errors = std::string();  // a chunk without error lines
       RETURN_IF_ERROR(read_input());
@@ -72,10 +67,10 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
                                                                            : VerifyChunk(c, *output, *errors, ids);
       if (!verdict.ok() && !absl::IsInvalidArgument(verdict)) return verdict;
       if (!verdict.ok()) {
-        MINIONS_LOG(Warning) << "job=" << job_id << " task=" << task.index << " attempt=" << c.attempt
+        MINIONS_LOG(Warning) << "job=" << job.id << " task=" << task.index << " attempt=" << c.attempt
                              << " chunk " << c.seq << " changed after it was committed; not published: "
                              << verdict.message();
-        rejected[{task.index, c.seq}] = std::string(verdict.message());
+        (*rejected)[{task.index, c.seq}] = std::string(verdict.message());
         std::string lines;
         for (const std::string& id : ids) {
           lines += DumpJson(MakeErrorLine(id, kErrorOutputRejected,
@@ -91,13 +86,15 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
     }
     if (task.state != TaskState::kSucceeded && CommittedRecords(task) < task.n_records) {
       RETURN_IF_ERROR(read_input());
-      const bool expired = task.state == TaskState::kCancelled;
+      const bool stopped = task.state == TaskState::kCancelled;
       std::string lines;
       for (size_t i = CommittedRecords(task); i < records.size(); ++i) {
         ParsedRecord parsed = ParseRecordLine(records[i]);
-        lines += DumpJson(expired ? MakeErrorLine(parsed.custom_id, kErrorBatchExpired,
-                                                  "the job's completion window passed before this record ran")
-                                  : MakeErrorLine(parsed.custom_id, kErrorTaskFailed,
+        lines += DumpJson(stopped && cancelled ? MakeErrorLine(parsed.custom_id, kErrorBatchCancelled,
+                                                               "the job was cancelled before this record ran")
+                          : stopped ? MakeErrorLine(parsed.custom_id, kErrorBatchExpired,
+                                                    "the job's completion window passed before this record ran")
+                                    : MakeErrorLine(parsed.custom_id, kErrorTaskFailed,
                                                   absl::StrCat("the task holding this record failed: ", task.last_error)));
         lines += '\n';
       }
@@ -106,7 +103,7 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
     return absl::OkStatus();
   };
   auto output_source = [&]() -> absl::StatusOr<std::string> {
-    while (ready.empty() && next_task < tasks->size()) RETURN_IF_ERROR(finish_task((*tasks)[next_task++]));
+    while (ready.empty() && next_task < tasks.size()) RETURN_IF_ERROR(finish_task(tasks[next_task++]));
     if (ready.empty()) return std::string();
     std::string piece = std::move(ready.front());
     ready.pop_front();
@@ -128,11 +125,21 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
     return buffer;
   };
 
+  if (auto s = blobs_->PutStream(keys::JobOutput(job.id), output_source); !s.ok()) return s;
+  return blobs_->PutStream(keys::JobErrors(job.id), spool_source);
+}
+
+absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  if (job->state != JobState::kFinalizing) return *job;
+  auto tasks = store_->ListTasks(job_id);
+  if (!tasks.ok()) return tasks.status();
+  std::map<std::pair<int64_t, int>, std::string> rejected;  // (task, chunk seq) -> why
+  RETURN_IF_ERROR(WriteResults(*job, *tasks, /*cancelled=*/false, &rejected));
   const std::string output_key = keys::JobOutput(job_id);
   const std::string errors_key = keys::JobErrors(job_id);
   const std::string manifest_key = keys::JobManifest(job_id);
-  if (auto s = blobs_->PutStream(output_key, output_source); !s.ok()) return s;
-  if (auto s = blobs_->PutStream(errors_key, spool_source); !s.ok()) return s;
   Json manifest_tasks = Json::array();
   bool expired = false;
   for (const Task& task : *tasks) {
@@ -176,6 +183,18 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
                       << job->counts.failed << " failed";
   }
   return finished;
+}
+
+absl::Status JobFinalizer::MergeCancelled(const std::string& job_id) {
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  if (job->state != JobState::kCancelled) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is not cancelled"));
+  }
+  auto tasks = store_->ListTasks(job_id);
+  if (!tasks.ok()) return tasks.status();
+  std::map<std::pair<int64_t, int>, std::string> rejected;
+  return WriteResults(*job, *tasks, /*cancelled=*/true, &rejected);
 }
 
 absl::StatusOr<int> JobFinalizer::FinalizeReady() {

@@ -9,7 +9,10 @@
 // and the result objects are written under deterministic keys, so the loser's writes are identical.
 // Threads: FinalizeReady may be called from several threads.
 
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "blob/blob_store.h"
@@ -28,8 +31,18 @@ class JobFinalizer {
   absl::StatusOr<Job> Finalize(const std::string& job_id);
   // Finalises every job waiting for it; returns how many were finished.
   absl::StatusOr<int> FinalizeReady();
+  // A cancelled job's partial results: what its tasks committed before the cancel, merged as
+  // Finalize would (keys::JobOutput and keys::JobErrors; an error line "batch_cancelled" for every
+  // record that never ran). The job's row is left as it is. Idempotent (the same bytes each time:
+  // a cancelled job's tasks commit nothing more).
+  absl::Status MergeCancelled(const std::string& job_id);
 
  private:
+  // Writes the merged output and error files of `job` (see Finalize); `cancelled`: unfinished
+  // records were cancelled, not expired. Chunks that failed their check are added to `rejected`.
+  absl::Status WriteResults(const Job& job, const std::vector<Task>& tasks, bool cancelled,
+                            std::map<std::pair<int64_t, int>, std::string>* rejected);
+
   MetadataStore* store_;
   BlobStore* blobs_;
   Clock* clock_;

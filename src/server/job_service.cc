@@ -45,7 +45,8 @@ absl::StatusOr<Job> JobService::VisibleJob(const Caller& caller, const std::stri
   return job;
 }
 
-absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJobRequest& request) {
+absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJobRequest& request,
+                                       const std::string& input_prefix) {
   JobSpec spec;
   // The team is the credential's. An admin may name any existing team (default: "default").
   if (caller.IsAdmin()) {
@@ -115,8 +116,9 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   } else if (!request.input_key().empty()) {
     spec.input_key = request.input_key();
     if (auto valid = ValidateBlobKey(spec.input_key); !valid.ok()) return valid;
-    if (!caller.IsAdmin() && !absl::StartsWith(spec.input_key, uploads)) {
-      return absl::PermissionDeniedError(absl::StrCat("input_key must name one of your own uploads (under ", uploads,
+    const std::string& allowed = input_prefix.empty() ? uploads : input_prefix;
+    if (!caller.IsAdmin() && !absl::StartsWith(spec.input_key, allowed)) {
+      return absl::PermissionDeniedError(absl::StrCat("input_key must name one of your own uploads (under ", allowed,
                                                       "); send the input inline instead"));
     }
     auto size = blobs_->Size(spec.input_key);

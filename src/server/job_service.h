@@ -58,8 +58,11 @@ class JobService final : public v1::Jobs::Service {
   grpc::Status DrainExecutor(grpc::ServerContext* context, const v1::DrainExecutorRequest* request,
                              v1::Executor* reply) override;
 
-  // The submit path without gRPC, for an authorised caller (holding jobs:write).
-  absl::StatusOr<Job> Submit(const Caller& caller, const v1::SubmitJobRequest& request);
+  // The submit path without gRPC, for an authorised caller (holding jobs:write). An input named
+  // by key must lie under `input_prefix` (empty: the caller's own uploads, keys::Uploads); the
+  // OpenAI API passes its team's files (keys::OpenAiFiles), which it has authorised already.
+  absl::StatusOr<Job> Submit(const Caller& caller, const v1::SubmitJobRequest& request,
+                             const std::string& input_prefix = "");
 
  private:
   // The job, if the caller may see it; NotFound ("no job ID") otherwise, word for word what an

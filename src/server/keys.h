@@ -31,4 +31,15 @@ inline std::string Uploads(const std::string& team, const std::string& principal
   return absl::StrCat("uploads/", team, "/", principal, "/");
 }
 
+// The OpenAI API's objects of a team (src/openai): its files (each beside a ".json" of what the
+// Files API says of it), its batches' own fields (a batch is a job; these hold what the job row
+// does not: endpoint, input file, metadata, validation errors) and its idempotency keys.
+inline std::string OpenAiFiles(const std::string& team) { return absl::StrCat("openai/", team, "/files/"); }
+inline std::string OpenAiBatch(const std::string& team, const std::string& job) {
+  return absl::StrCat("openai/", team, "/batches/", job, ".json");
+}
+inline std::string OpenAiIdempotency(const std::string& team, const std::string& key_hash) {
+  return absl::StrCat("openai/", team, "/idempotency/", key_hash);
+}
+
 }  // namespace minions::keys

@@ -61,6 +61,7 @@ absl::Status MinionsServer::Start() {
     InstallStatusEndpoints({store_, clock_, &fleet_view_, &progress_, &registry_, [this] { return serving_.load(); },
                             &authenticator_},
                            http_.get());
+    for (const auto& install : http_routes_) install(http_.get());
     if (auto s = http_->Start(options_.http_listen); !s.ok()) {
       server_->Shutdown();
       http_.reset();

@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -58,6 +59,10 @@ class MinionsServer {
     watchdog_lock_retry_ = retry;
   }
 
+  // More routes on the HTTP port (the OpenAI API, which apps/ wires in): `install` is called with
+  // the HTTP server before it starts. Call before Start; ignored without HTTP.
+  void AddHttpRoutes(std::function<void(HttpServer*)> install) { http_routes_.push_back(std::move(install)); }
+
   absl::Status Start();
   // The port actually bound (useful with ":0").
   int port() const { return port_; }
@@ -70,6 +75,7 @@ class MinionsServer {
   void Wait();
 
   JobService& jobs() { return job_service_; }
+  const ServerOptions& options() const { return options_; }
   ExecutorService& executors() { return executor_service_; }
   Authenticator& authenticator() { return authenticator_; }
   IdentityAdmin& identities() { return identities_; }
@@ -104,6 +110,7 @@ class MinionsServer {
   AdminService admin_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpServer> http_;
+  std::vector<std::function<void(HttpServer*)>> http_routes_;
   int port_ = 0;
   std::atomic<bool> serving_{false};
   std::thread background_;

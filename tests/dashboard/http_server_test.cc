@@ -1,5 +1,6 @@
 // The HTTP server itself (src/http): keep-alive and pipelining, HEAD, POST forms, TLS, refusing
-// plain text off loopback, and stopping with connections still open.
+// plain text off loopback, stopping with connections still open, and streamed routes (bodies in
+// either framing, chunked answers, the cap on streams, stopping with a stream in flight).
 
 #include "http/http_server.h"
 
@@ -10,6 +11,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+
+#include "absl/synchronization/notification.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -110,6 +113,78 @@ TEST_F(HttpServerConnections, StopReturnsWithConnectionsStillOpen) {
   server_.Stop();
   for (int fd : idle) close(fd);
   server_.Stop();  // idempotent
+}
+
+// A streamed route that echoes the request body back, chunked, after "method path:".
+class HttpServerStreams : public ::testing::Test {
+ protected:
+  void Start(size_t max_streams) {
+    HttpServerOptions options;
+    options.max_streams = max_streams;
+    server_ = std::make_unique<HttpServer>(options);
+    server_->Handle("/plain", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "plain\n", {}}; });
+    server_->HandleStream("/s/", [this](const HttpRequest& r, HttpStream& stream) {
+      if (!reading_.HasBeenNotified()) reading_.Notify();  // requests here come one at a time
+      std::string body;
+      char buffer[5];
+      while (true) {
+        auto n = stream.ReadBody(buffer, sizeof(buffer));
+        if (!n.ok()) return (void)stream.Respond(HttpResponse{400, "text/plain", std::string(n.status().message()), {}});
+        if (*n == 0) break;
+        body.append(buffer, *n);
+      }
+      (void)stream.WriteHead(200, "text/plain", -1);
+      (void)stream.Write(absl::StrCat(r.method, " ", r.path, ":"));
+      (void)stream.Write(body);
+    });
+    ASSERT_TRUE(server_->Start("127.0.0.1:0").ok());
+  }
+  std::string Exchange(const std::string& request) {
+    int fd = Connect(server_->port());
+    (void)!send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    std::string all = ReadAnswers(fd, 1, 1 << 20);
+    close(fd);
+    return all;
+  }
+  std::unique_ptr<HttpServer> server_;
+  absl::Notification reading_;
+};
+
+TEST_F(HttpServerStreams, BodiesInEitherFramingAreReadAndAnswersAreChunked) {
+  Start(4);
+  std::string sized = Exchange("POST /s/a?x=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nhello world");
+  EXPECT_THAT(sized, StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(sized, HasSubstr("Transfer-Encoding: chunked"));
+  EXPECT_THAT(sized, HasSubstr("Connection: close"));
+  EXPECT_THAT(sized, HasSubstr("b\r\nhello world\r\n0\r\n\r\n"));
+  std::string chunked = Exchange(
+      "DELETE /s/b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\n"
+      "Trailer: t\r\n\r\n");
+  EXPECT_THAT(chunked, HasSubstr("DELETE /s/b:"));
+  EXPECT_THAT(chunked, HasSubstr("5\r\nabcde\r\n"));
+  EXPECT_THAT(Exchange("POST /s/c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nxyz\r\n"),
+              StartsWith("HTTP/1.1 400"));
+  EXPECT_THAT(Exchange("POST /s/c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n"), StartsWith("HTTP/1.1 501"));
+  EXPECT_THAT(Exchange("POST /s/c HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"),
+              StartsWith("HTTP/1.1 400"));
+  // Exact routes still win, and DELETE elsewhere is refused.
+  EXPECT_THAT(Exchange("GET /plain HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), HasSubstr("plain"));
+  EXPECT_THAT(Exchange("DELETE /plain HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), StartsWith("HTTP/1.1 405"));
+}
+
+TEST_F(HttpServerStreams, StreamsBeyondTheCapAre503AndStopEndsAStalledOne) {
+  Start(1);
+  // One stream whose body never comes holds the only slot...
+  int stalled = Connect(server_->port());
+  std::string head = "POST /s/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab";
+  (void)!send(stalled, head.data(), head.size(), MSG_NOSIGNAL);
+  reading_.WaitForNotification();
+  // ... so another is refused, while plain routes still answer.
+  EXPECT_THAT(Exchange("POST /s/other HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"), StartsWith("HTTP/1.1 503"));
+  EXPECT_THAT(Exchange("GET /plain HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), StartsWith("HTTP/1.1 200"));
+  // Stop does not wait out the stalled read (its socket is shut).
+  server_->Stop();
+  close(stalled);
 }
 
 TEST(HttpServerTls, ServesTlsAndOnlyTlsAndPlainTextOnlyOnLoopback) {
