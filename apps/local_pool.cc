@@ -91,7 +91,8 @@ class LocalPool : public cli::Pool {
                                                                     : options.model_folders) {
       model_folders.push_back(fs::absolute(folder).lexically_normal().string());
     }
-    openai_models_ = std::make_unique<openai::FolderModelCatalog>(model_folders);
+    openai_folder_models_ = std::make_unique<openai::FolderModelCatalog>(model_folders);
+    openai_models_ = std::make_unique<openai::RegistryModelCatalog>(backends_.store.get(), openai_folder_models_.get());
     openai_api_ = std::make_unique<openai::OpenAiApi>(
         openai::OpenAiApi::Deps{backends_.store.get(), backends_.blobs.get(), &clock_, &server_->authenticator(),
                                 &server_->jobs(), openai_models_.get(), {server_options.max_chunk_bytes}},
@@ -165,7 +166,8 @@ class LocalPool : public cli::Pool {
 
   RealClock clock_;
   Backends backends_;
-  std::unique_ptr<openai::FolderModelCatalog> openai_models_;
+  std::unique_ptr<openai::FolderModelCatalog> openai_folder_models_;
+  std::unique_ptr<openai::RegistryModelCatalog> openai_models_;
   std::unique_ptr<openai::OpenAiApi> openai_api_;  // its routes live as long as the server serves
   std::unique_ptr<MinionsServer> server_;
   std::vector<std::unique_ptr<Subprocess>> executors_;

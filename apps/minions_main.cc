@@ -172,7 +172,9 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   }
   server.SetWorkSignal(std::move(*work_signal));
   // The OpenAI Batch API on the HTTP port.
-  minions::openai::FolderModelCatalog openai_models(config.openai_model_dirs);
+  // Record `model` names resolve through the team's registry, then the --openai-model-dir folders.
+  minions::openai::FolderModelCatalog openai_folder_models(config.openai_model_dirs);
+  minions::openai::RegistryModelCatalog openai_models(backends->store.get(), &openai_folder_models);
   minions::openai::OpenAiApiOptions openai_options;
   openai_options.max_file_bytes = config.openai_max_file_bytes;
   minions::openai::OpenAiApi openai_api({backends->store.get(), backends->blobs.get(), &clock, &server.authenticator(),

@@ -9,8 +9,8 @@
 
 namespace minions::openai {
 
-absl::StatusOr<CatalogModel> ModelCatalog::Resolve(const std::string& name) {
-  auto models = List();
+absl::StatusOr<CatalogModel> ModelCatalog::Resolve(const std::string& team, const std::string& name) {
+  auto models = List(team);
   if (!models.ok()) return models.status();
   std::vector<std::string> names;
   for (const CatalogModel& m : *models) {
@@ -22,7 +22,7 @@ absl::StatusOr<CatalogModel> ModelCatalog::Resolve(const std::string& name) {
                                                         : absl::StrCat("its models are: ", absl::StrJoin(names, ", "))));
 }
 
-absl::StatusOr<std::vector<CatalogModel>> FolderModelCatalog::List() {
+absl::StatusOr<std::vector<CatalogModel>> FolderModelCatalog::List(const std::string& /*team*/) {
   std::vector<CatalogModel> out;
   std::set<std::string> seen;
   for (const std::string& folder : folders_) {
@@ -39,6 +39,26 @@ absl::StatusOr<std::vector<CatalogModel>> FolderModelCatalog::List() {
         model.created = absl::FromUnixSeconds(std::chrono::duration_cast<std::chrono::seconds>(since).count());
       }
       out.push_back(std::move(model));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const CatalogModel& a, const CatalogModel& b) { return a.name < b.name; });
+  return out;
+}
+
+absl::StatusOr<std::vector<CatalogModel>> RegistryModelCatalog::List(const std::string& team) {
+  auto records = store_->ListModels(team);  // by name, then newest first
+  if (!records.ok()) return records.status();
+  std::vector<CatalogModel> out;
+  std::set<std::string> seen;
+  for (const ModelRecord& r : *records) {
+    if (r.team != team || !seen.insert(r.name).second) continue;
+    out.push_back({r.name, absl::StrCat(r.name, "@", r.digest), r.created_at});
+  }
+  if (fallback_ != nullptr) {
+    auto more = fallback_->List(team);
+    if (!more.ok()) return more.status();
+    for (CatalogModel& m : *more) {
+      if (seen.insert(m.name).second) out.push_back(std::move(m));
     }
   }
   std::sort(out.begin(), out.end(), [](const CatalogModel& a, const CatalogModel& b) { return a.name < b.name; });

@@ -784,7 +784,7 @@ void OpenAiApi::CreateBatch(Call& call) {
   if (records == 0 && errors.empty()) error("empty_file", "The input file has no requests.", 0, nullptr);
   std::string model_reference;
   if (errors.empty()) {
-    auto resolved = deps_.models->Resolve(model);
+    auto resolved = deps_.models->Resolve(call.team, model);
     if (absl::IsNotFound(resolved.status())) {
       error("model_not_found", std::string(resolved.status().message()), 1, "body.model");
     } else if (!resolved.ok()) {
@@ -841,7 +841,7 @@ Json ModelObject(const CatalogModel& m) {
 }  // namespace
 
 void OpenAiApi::ListModels(Call& call) {
-  auto models = deps_.models->List();
+  auto models = deps_.models->List(call.team);
   if (!models.ok()) return call.Fail(models.status());
   Json data = Json::array();
   for (const CatalogModel& m : *models) data.push_back(ModelObject(m));
@@ -849,7 +849,7 @@ void OpenAiApi::ListModels(Call& call) {
 }
 
 void OpenAiApi::GetModel(Call& call, const std::string& id) {
-  auto model = deps_.models->Resolve(id);
+  auto model = deps_.models->Resolve(call.team, id);
   if (absl::IsNotFound(model.status())) {
     return call.Fail(404, std::string(model.status().message()), "invalid_request_error", "model", "model_not_found");
   }

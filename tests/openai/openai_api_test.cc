@@ -132,7 +132,8 @@ class OpenAiApiTest : public ::testing::Test {
     viewer_ = Issue(Role::kViewer, "search", "vera");
     other_team_ = Issue(Role::kSubmitter, "ads", "bob");
     jobs_ = std::make_unique<JobService>(store_.get(), blobs_.get(), &clock_, auth_.get(), ServerOptions{});
-    catalog_ = std::make_unique<FolderModelCatalog>(std::vector<std::string>{dir_ + "/models"});
+    folders_ = std::make_unique<FolderModelCatalog>(std::vector<std::string>{dir_ + "/models"});
+    catalog_ = std::make_unique<RegistryModelCatalog>(store_.get(), folders_.get());
     OpenAiApiOptions options;
     options.max_file_bytes = 64 << 10;
     api_ = std::make_unique<OpenAiApi>(
@@ -190,7 +191,8 @@ class OpenAiApiTest : public ::testing::Test {
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<IdentityAdmin> identities_;
   std::unique_ptr<JobService> jobs_;
-  std::unique_ptr<FolderModelCatalog> catalog_;
+  std::unique_ptr<FolderModelCatalog> folders_;
+  std::unique_ptr<RegistryModelCatalog> catalog_;
   std::unique_ptr<OpenAiApi> api_;
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;
@@ -479,6 +481,55 @@ TEST_F(OpenAiApiTest, ModelsListTheCatalog) {
   EXPECT_EQ(models.json["data"][1]["id"], "tiny");
   EXPECT_EQ(Send("GET", "/v1/models/tiny", viewer_).json["object"], "model");
   ExpectError(Send("GET", "/v1/models/gpt-4o", viewer_), 404, "tiny");
+}
+
+// A record's `model` names a model of the key's team in the registry (`minions models push`):
+// the batch's job runs those bytes, pinned by digest; another team cannot name it.
+TEST_F(OpenAiApiTest, RecordModelsResolveThroughTheTeamsRegistry) {
+  auto add = [&](const std::string& team, const std::string& name, char digit) -> std::string {
+    ModelRecord model;
+    model.team = team;
+    model.name = name;
+    model.digest = "sha256:" + std::string(64, digit);
+    model.size_bytes = 1 << 20;
+    model.facts.architecture = "llama";
+    model.facts.layers = 2;
+    model.facts.embedding_size = 64;
+    model.facts.heads = 4;
+    model.facts.kv_heads = 4;
+    model.facts.head_dim = 16;
+    model.facts.context_length = 512;
+    model.blob_key = keys::ModelBlob(team, std::string(64, digit));
+    model.created_by = "alice";
+    model.created_at = clock_.Now();
+    EXPECT_TRUE(store_->AddModel(model).ok());
+    return model.digest;
+  };
+  add("search", "llama-8b", 'a');
+  clock_.Advance(absl::Seconds(5));
+  const std::string newest = add("search", "llama-8b", 'b');
+  add("ads", "ads-only", 'c');
+
+  Reply models = Send("GET", "/v1/models", viewer_);
+  ASSERT_EQ(models.status, 200) << models.body;
+  std::vector<std::string> ids;
+  for (const Json& m : models.json["data"]) ids.push_back(m["id"]);
+  EXPECT_EQ(ids, (std::vector<std::string>{"llama-8b", "other", "tiny"}));  // each name once; not ads'
+  EXPECT_EQ(Send("GET", "/v1/models/llama-8b", viewer_).json["id"], "llama-8b");
+  ExpectError(Send("GET", "/v1/models/ads-only", viewer_), 404, "llama-8b");
+
+  Reply created = CreateBatch(Upload({Line("a", "llama-8b"), Line("b", "llama-8b")}));
+  ASSERT_EQ(created.status, 200) << created.body;
+  Job job = Must(store_->GetJob(created.json["id"]));
+  EXPECT_EQ(job.spec.model, "llama-8b");
+  EXPECT_EQ(job.spec.model_digest, newest);  // the newest bytes of the name
+  EXPECT_GT(job.spec.requirements.estimate_bytes, 1 << 20);
+
+  // Another team's registry model is unknown to this team's key.
+  Reply theirs = CreateBatch(Upload({Line("a", "ads-only")}));
+  ASSERT_EQ(theirs.status, 200) << theirs.body;
+  EXPECT_EQ(theirs.json["status"], "failed");
+  EXPECT_EQ(theirs.json["errors"]["data"][0]["code"], "model_not_found") << theirs.body;
 }
 
 }  // namespace
