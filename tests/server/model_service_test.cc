@@ -274,8 +274,10 @@ TEST_F(ModelServiceTest, RemovingAModelAJobNeedsIsRefusedUntilTheJobEnds) {
   rm.set_model("tiny");
   v1::RemoveModelResponse removed;
   EXPECT_GRPC_ERROR(models_->RemoveModel(Context(&submitter_).get(), rm, &removed), FAILED_PRECONDITION, job.id());
-  // A lease of the job carries the model's digest, size and a URL to fetch it from.
+  // A lease of the job carries the model's digest, size and a URL to fetch it from. The executor
+  // holds no model, so it gets the job once the warm-executor wait is over (delay scheduling).
   const std::string executor = RegisterExecutor("e1");
+  fake_clock_.Advance(StoreOptions{}.warm_wait);
   v1::LeaseRequest lease;
   lease.set_executor_id(executor);
   lease.set_max_tasks(1);
