@@ -369,6 +369,12 @@ TEST_F(GrpcAttack, OnlyAdminsAdministerAndDrain) {
     team.mutable_team()->set_name("mine");
     v1::Team created;
     EXPECT_GRPC_CODE(admin_stub_->CreateTeam(As(token).get(), team, &created), PERMISSION_DENIED);
+    // Nobody but an admin raises a team's fair-share weight or lifts its quotas.
+    v1::UpdateTeamRequest raise;
+    raise.mutable_team()->set_name("search");
+    raise.mutable_team()->set_weight(100);
+    raise.mutable_team()->set_max_running_tasks(0);
+    EXPECT_GRPC_CODE(admin_stub_->UpdateTeam(As(token).get(), raise, &created), PERMISSION_DENIED);
     v1::RevokeExecutorRequest revoke;
     revoke.set_executor_id(worker.id);
     v1::Executor executor;
@@ -382,6 +388,7 @@ TEST_F(GrpcAttack, OnlyAdminsAdministerAndDrain) {
   // Nothing changed: no new admin, no new team, the executor serves on.
   EXPECT_EQ(Must(store_->ListTokens({"", Role::kAdmin, "", true})).size(), 1u);
   EXPECT_EQ(Must(store_->ListTeams()).size(), 3u);  // default, search, ads
+  for (const Team& t : Must(store_->ListTeams())) EXPECT_EQ(t.weight, 1) << t.name;
   Executor executor = Must(store_->GetExecutor(worker.id));
   EXPECT_EQ(executor.state, ExecutorState::kAvailable);
   EXPECT_FALSE(executor.drain_requested);
