@@ -133,6 +133,10 @@ class ExecutorService final : public ExecutorServiceBase {
   absl::StatusOr<std::vector<minions::Lease>> LookForWork(const std::string& executor_id, int max_tasks,
                                                           absl::Time now, uint64_t* generation)
       ABSL_LOCKS_EXCLUDED(work_mu_);
+  // With `request.reclaim`: the store's current leases of `executor_id` that `request.held` does
+  // not name and that have not expired (granted by a call whose answer it never heard); else none.
+  absl::StatusOr<std::vector<minions::Lease>> Reclaimed(const std::string& executor_id,
+                                                        const v1::LeaseRequest& request, absl::Time now);
   // The executor's circumstances changed (it registered, finished or gave up a task): it looks in
   // the store on its next lease.
   void ForgetIdle(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);

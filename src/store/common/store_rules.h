@@ -65,8 +65,6 @@ void RequestDrain(Executor& executor);
 // LeaseTasks: whether `executor` may be granted tasks at all, and the runner kinds it runs.
 bool MayLease(const Executor& executor, int max_tasks);
 std::vector<std::string> RunnersOf(const Executor& executor);
-// A granted task and its job make a lease.
-Lease MakeLease(Task task, const JobSpec& spec);
 // After a grant: the executor becomes busy. False when it already was (nothing to write).
 bool MarkBusy(Executor& executor);
 

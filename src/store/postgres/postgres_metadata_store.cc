@@ -697,7 +697,7 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
       if (!rules::TakeAllowance(allowances, row.Text(rows::kTaskColumns + 3))) continue;  // team at its quota
       RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));
       granted.push_back(task);
-      leases.push_back(rules::MakeLease(std::move(task), specs.at(granted.back().job_id)));
+      leases.push_back(MakeLease(std::move(task), specs.at(granted.back().job_id)));
     }
     // Only a job that starts with this lease is locked and written (after its tasks, the store's
     // lock order); every lease of a running job would queue on its row otherwise.

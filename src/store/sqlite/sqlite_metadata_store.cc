@@ -694,7 +694,7 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
       if (!rules::TakeAllowance(allowances, team)) continue;                 // its team reached its quota
       RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));
       RETURN_IF_ERROR(SaveTask(task));
-      leases.push_back(rules::MakeLease(std::move(task), job_it->second.spec));
+      leases.push_back(MakeLease(std::move(task), job_it->second.spec));
     }
     for (auto& [job_id, job] : jobs) {
       if (MarkJobStarted(job, now)) RETURN_IF_ERROR(SaveJob(job));
