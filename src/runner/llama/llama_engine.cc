@@ -93,12 +93,31 @@ absl::Status CheckModelFile(const std::string& path) {
   return absl::OkStatus();
 }
 
+// This machine's own accelerators (Metal, CUDA...): GPU devices of every backend but RPC. An
+// RPC-enabled llama.cpp registers the RPC backend, and each gang member's rpc-server once added,
+// as GPU devices; they are other machines, not this one's.
+std::vector<ggml_backend_dev_t> LocalAccelerators() {
+  ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
+  std::vector<ggml_backend_dev_t> local;
+  for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+    auto type = ggml_backend_dev_type(dev);
+    if ((type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) &&
+        (rpc == nullptr || ggml_backend_dev_backend_reg(dev) != rpc)) {
+      local.push_back(dev);
+    }
+  }
+  return local;
+}
+
 llama_flash_attn_type FlashAttnType(const std::string& option) {
   if (option == "on") return LLAMA_FLASH_ATTN_TYPE_ENABLED;
   if (option == "off") return LLAMA_FLASH_ATTN_TYPE_DISABLED;
   // On CPU, flash attention picks different kernels for different batch sizes, so a record's
-  // output would depend on what it was batched with; without a GPU, determinism wins.
-  if (!llama_supports_gpu_offload()) return LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  // output would depend on what it was batched with; without a GPU, determinism wins. Not
+  // llama_supports_gpu_offload(): that is true whenever the RPC backend is compiled in, even on a
+  // machine without a GPU (and a gang of CPU rpc-servers runs the same CPU kernels remotely).
+  if (LocalAccelerators().empty()) return LLAMA_FLASH_ATTN_TYPE_DISABLED;
   return LLAMA_FLASH_ATTN_TYPE_AUTO;
 }
 
@@ -264,16 +283,10 @@ absl::StatusOr<GangPlacement> PlaceGang(const std::string& model_path, const run
   GangPlacement placement;
   std::vector<double> weights;
   // The leader's own accelerators (Metal, CUDA), if any, come first.
+  // (Not the RPC devices of a gang this runner loaded before: those stay registered.)
+  const std::vector<ggml_backend_dev_t> local = LocalAccelerators();
   double leader_free = 0;
-  std::vector<ggml_backend_dev_t> local;
-  for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
-    auto type = ggml_backend_dev_type(dev);
-    if (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) {
-      local.push_back(dev);
-      leader_free += free_bytes(dev);
-    }
-  }
+  for (ggml_backend_dev_t dev : local) leader_free += free_bytes(dev);
   if (local.empty()) {
     if (ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)) leader_free = free_bytes(cpu);
   }
@@ -468,6 +481,8 @@ Json LlamaEngine::Info() const {
   info["has_chat_template"] = !chat_template_.empty();
   info["n_parallel"] = options_.n_parallel;
   info["n_ctx_per_seq"] = n_ctx_per_seq_;
+  // What the contexts were asked for: "disabled" on a machine without its own accelerator.
+  info["flash_attn"] = llama_flash_attn_type_name(FlashAttnType(options_.flash_attn));
   if (!gang_info_.is_null()) info["gang"] = gang_info_;
   info["endpoints"] = embedding_model_
                           ? Json::array({"/v1/embeddings"})
