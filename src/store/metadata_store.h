@@ -31,6 +31,7 @@
 #include "model/fair_share.h"
 #include "model/state_machines.h"
 #include "model/types.h"
+#include "store/gang_store.h"
 #include "store/identity_store.h"
 #include "store/model_store.h"
 
@@ -67,8 +68,9 @@ struct StoreOptions {
 
 // A MetadataStore is also the IdentityStore (identity_store.h): teams and credentials live in the
 // same database, so enrolling or revoking an executor changes its row and its credentials at once.
-// It is the ModelStore (model_store.h) too: removing a model checks the jobs that need it.
-class MetadataStore : public IdentityStore, public ModelStore {
+// It is the ModelStore (model_store.h) too: removing a model checks the jobs that need it. And the
+// GangStore (gang_store.h): a gang's seats name its task.
+class MetadataStore : public IdentityStore, public ModelStore, public GangStore {
  public:
   ~MetadataStore() override = default;
 

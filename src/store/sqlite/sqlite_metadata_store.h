@@ -95,6 +95,12 @@ class SqliteMetadataStore : public MetadataStore {
   absl::StatusOr<Team> GetTeam(const std::string& name) override;
   absl::StatusOr<std::vector<Team>> ListTeams() override;
 
+  // GangStore ({sqlite,postgres}_gang_store.cc)
+  absl::Status RecordGang(const GangLease& gang) override;
+  absl::StatusOr<GangLease> GangOf(const std::string& executor_id) override;
+  absl::StatusOr<std::vector<GangLease>> ListGangs() override;
+  absl::Status EndGang(const std::string& job_id, int64_t task_index, int attempt) override;
+
   // ModelStore (sqlite_model_store.cc / postgres_model_store.cc)
   absl::StatusOr<ModelRecord> AddModel(const ModelRecord& model) override;
   absl::StatusOr<ModelRecord> GetModel(const std::string& team, const std::string& name,
