@@ -13,8 +13,12 @@ absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Get() {
   auto fresh = Read();
   if (!fresh.ok()) return fresh.status();
   cached_ = *fresh;
+  FleetHistoryPoint point = PointOf(*cached_);
+  for (const auto& [id, rate] : point.jobs) jobs_since_point_[id] = rate;
   if (history_.empty() || cached_->taken_at - history_.back().at >= history_step_) {
-    history_.push_back(PointOf(*cached_));
+    for (const auto& [id, rate] : jobs_since_point_) point.jobs.try_emplace(id, rate);
+    jobs_since_point_.clear();
+    history_.push_back(std::move(point));
     while (history_.front().at < cached_->taken_at - kHistorySpan) history_.pop_front();
   }
   return cached_;
@@ -36,7 +40,11 @@ FleetHistoryPoint FleetView::PointOf(const FleetSnapshot& s) {
 std::vector<FleetHistoryPoint> FleetView::History() {
   absl::MutexLock lock(&mu_);
   std::vector<FleetHistoryPoint> points(history_.begin(), history_.end());
-  if (cached_ && (points.empty() || points.back().at < cached_->taken_at)) points.push_back(PointOf(*cached_));
+  if (cached_ && (points.empty() || points.back().at < cached_->taken_at)) {
+    FleetHistoryPoint newest = PointOf(*cached_);
+    for (const auto& [id, rate] : jobs_since_point_) newest.jobs.try_emplace(id, rate);
+    points.push_back(std::move(newest));
+  }
   return points;
 }
 

@@ -58,7 +58,7 @@ struct FleetHistoryPoint {
     std::string team;
     double records_per_second = 0;
   };
-  std::map<std::string, JobRate> jobs;  // job id -> its rate, for the jobs that had not ended
+  std::map<std::string, JobRate> jobs;  // job id -> its rate, for the jobs running since the last point
   std::vector<TeamUsage> teams;
 };
 
@@ -109,6 +109,9 @@ class FleetView {
   std::set<std::string> active_ids_ ABSL_GUARDED_BY(mu_);  // jobs not ended at the last read
   bool terminal_stale_ ABSL_GUARDED_BY(mu_) = false;       // a job ended since terminal_counts_ was read
   std::deque<FleetHistoryPoint> history_ ABSL_GUARDED_BY(mu_);
+  // Jobs seen running by the refreshes since the last point kept, with their last rate: a job that
+  // starts and ends between two points is in the next one, not missing from the charts.
+  std::map<std::string, FleetHistoryPoint::JobRate> jobs_since_point_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace minions

@@ -275,6 +275,32 @@ TEST_F(DashboardTest, TheHistoryKeepsAPointPerStepAndShowsATeamOnlyItsOwn) {
   EXPECT_EQ(HttpGet(base_ + "/api/history").status, 401);
 }
 
+// A job that starts and ends between two history points is in the next point (and in the live
+// one meanwhile): a short job does not vanish from the rate chart.
+TEST_F(DashboardTest, AJobThatRanBetweenTwoHistoryPointsIsInTheNext) {
+  ASSERT_TRUE(fleet_->Get().ok());  // a point, before the job
+  std::string job = Submit(1);
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(fleet_->Get().ok());  // the job seen running, within the step
+  ASSERT_TRUE(store_->CancelJob(job, clock_.Now()).ok());
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(fleet_->Get().ok());  // ended, still within the step: the live point keeps it
+  Json live = GetJson("/api/history");
+  ASSERT_EQ(live["jobs"].size(), 1u) << DumpJson(live);
+  EXPECT_EQ(live["jobs"][0]["id"], job);
+  clock_.Advance(absl::Seconds(15));
+  ASSERT_TRUE(fleet_->Get().ok());  // the next point kept
+  clock_.Advance(absl::Seconds(15));
+  ASSERT_TRUE(fleet_->Get().ok());  // and one more, after which the job is gone from new points
+  Json history = GetJson("/api/history");
+  ASSERT_EQ(history["t"].size(), 3u) << DumpJson(history);
+  ASSERT_EQ(history["jobs"].size(), 1u) << DumpJson(history);
+  const Json& rates = history["jobs"][0]["records_per_second"];
+  EXPECT_TRUE(rates[0].is_null());
+  EXPECT_FALSE(rates[1].is_null()) << "the point after the job ran has it";
+  EXPECT_TRUE(rates[2].is_null());
+}
+
 TEST_F(DashboardTest, HealthAndReadiness) {
   HttpReply health = HttpGet(base_ + "/healthz");
   EXPECT_EQ(health.status, 200);
