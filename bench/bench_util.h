@@ -1,9 +1,12 @@
 #pragma once
 // Small helpers the benchmark programs share.
 
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <iterator>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -43,6 +46,23 @@ inline absl::Status RunProgram(const std::vector<std::string>& argv, const std::
         absl::StrCat(argv[0], " failed (", exit.ok() ? exit->ToString() : "no exit status", "); see ", log));
   }
   return absl::OkStatus();
+}
+
+// CPU seconds (user + system) a process has used so far, from /proc/PID/stat; 0 elsewhere.
+inline double CpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  // Fields after the command: state(3) ... utime(14) stime(15).
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace minions::bench

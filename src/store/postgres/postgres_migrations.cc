@@ -201,6 +201,16 @@ CREATE TRIGGER tasks_running_by_team AFTER UPDATE OF state ON tasks FOR EACH ROW
   EXECUTE FUNCTION minions_count_running_by_team();
 )sql";
 
+// The servers' shared facts (one row each): `object_store`, the identity of the object store the
+// servers on this database keep their objects in (MetadataStore::ClaimObjectStore).
+constexpr char kSettings[] = R"sql(
+CREATE TABLE settings (
+  name   TEXT PRIMARY KEY,
+  value  TEXT NOT NULL,
+  set_at BIGINT NOT NULL
+);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -208,6 +218,7 @@ constexpr Migration kMigrations[] = {
     {4, "identities: teams and credentials", kIdentities},
     {5, "the model registry; the model a job needs", kModels},
     {6, "fair share: team weights, running-task quotas and usage", kFairShare},
+    {7, "settings: the object store the servers share", kSettings},
 };
 
 }  // namespace

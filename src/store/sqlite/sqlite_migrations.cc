@@ -179,6 +179,16 @@ BEGIN
 END;
 )sql";
 
+// The servers' shared facts (one row each): `object_store`, the identity of the object store the
+// servers on this database keep their objects in (MetadataStore::ClaimObjectStore).
+constexpr char kSettings[] = R"sql(
+CREATE TABLE settings (
+  name   TEXT PRIMARY KEY,
+  value  TEXT NOT NULL,
+  set_at BIGINT NOT NULL
+);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -186,6 +196,7 @@ constexpr Migration kMigrations[] = {
     {4, "identities: teams and credentials", kIdentities},
     {5, "the model registry; the model a job needs", kModels},
     {6, "fair share: team weights, running-task quotas and usage", kFairShare},
+    {7, "settings: the object store the servers share", kSettings},
 };
 
 }  // namespace
