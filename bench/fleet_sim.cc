@@ -452,6 +452,16 @@ class Fleet {
   }
 
   void Complete(Executor* e, v1::LeaseRef ref, int64_t n_records) {
+    // Done: no longer reported in heartbeats (as the executor does once it completes).
+    {
+      absl::MutexLock lock(&e->mu);
+      auto& held = e->held;
+      held.erase(std::remove_if(held.begin(), held.end(),
+                                [&](const v1::LeaseRef& r) {
+                                  return r.job_id() == ref.job_id() && r.task_index() == ref.task_index();
+                                }),
+                 held.end());
+    }
     auto* call = new Call<v1::CompleteResponse>;
     auto* request = new v1::CompleteRequest;
     request->set_executor_id(e->id);
@@ -460,16 +470,6 @@ class Fleet {
     minions::rpc::Prepare(call->context, e->credential);
     ++in_flight_;
     e->stub->async()->Complete(&call->context, request, &call->reply, [this, e, call, request](grpc::Status s) {
-      {
-        absl::MutexLock lock(&e->mu);
-        auto& held = e->held;
-        held.erase(std::remove_if(held.begin(), held.end(),
-                                  [&](const v1::LeaseRef& r) {
-                                    return r.job_id() == request->ref().job_id() &&
-                                           r.task_index() == request->ref().task_index();
-                                  }),
-                   held.end());
-      }
       {
         absl::MutexLock lock(&mu_);
         if (s.ok()) {
