@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <iterator>
@@ -27,6 +29,21 @@ inline std::string Slurp(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// Starts a program with its stderr into `log` and its stdin closed; null (and a message) when it
+// cannot start.
+inline std::unique_ptr<Subprocess> SpawnLogged(const std::vector<std::string>& argv, const std::string& log) {
+  Subprocess::Options sp;
+  sp.argv = argv;
+  sp.stderr_path = log;
+  auto p = Subprocess::Start(sp);
+  if (!p.ok()) {
+    fprintf(stderr, "cannot start %s: %s\n", argv[0].c_str(), std::string(p.status().message()).c_str());
+    return nullptr;
+  }
+  (*p)->CloseStdin();
+  return std::move(*p);
 }
 
 // Runs a program to completion, its stderr into `log`; `out` gets its stdout (whatever it wrote,

@@ -527,19 +527,6 @@ struct Flags {
   std::vector<std::string> server_args;
 };
 
-std::unique_ptr<Subprocess> Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  Subprocess::Options sp;
-  sp.argv = argv;
-  sp.stderr_path = log;
-  auto p = Subprocess::Start(sp);
-  if (!p.ok()) {
-    fprintf(stderr, "cannot start %s: %s\n", argv[0].c_str(), std::string(p.status().message()).c_str());
-    return nullptr;
-  }
-  (*p)->CloseStdin();
-  return std::move(*p);
-}
-
 // PostgreSQL: a private cluster (tests/services/postgres.sh) in DIR/pg, one database per point.
 class Postgres {
  public:
@@ -641,7 +628,7 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
     argv.insert(argv.end(), {"--database", pg->Url(db)});
   }
   argv.insert(argv.end(), flags.server_args.begin(), flags.server_args.end());
-  auto server = Spawn(argv, dir + "/server.log");
+  auto server = minions::bench::SpawnLogged(argv, dir + "/server.log");
   if (!server) return false;
   for (int i = 0; i < 600; ++i) {
     if (connection.token.empty()) {

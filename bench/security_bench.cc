@@ -165,16 +165,7 @@ class BenchPool {
     return exit.ok() && exit->exited && exit->code == 0;
   }
   std::unique_ptr<Subprocess> Spawn(const std::vector<std::string>& argv, const std::string& log) {
-    Subprocess::Options sp;
-    sp.argv = argv;
-    sp.stderr_path = dir_ + "/logs/" + log + ".log";
-    auto p = Subprocess::Start(sp);
-    if (!p.ok()) {
-      fprintf(stderr, "cannot start %s: %s\n", argv[0].c_str(), std::string(p.status().message()).c_str());
-      return nullptr;
-    }
-    (*p)->CloseStdin();
-    return std::move(*p);
+    return minions::bench::SpawnLogged(argv, dir_ + "/logs/" + log + ".log");
   }
 
   Mode mode_;
