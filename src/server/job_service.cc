@@ -2,14 +2,13 @@
 
 #include <sys/stat.h>
 
-#include <random>
-
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "blob/blob_store.h"
 #include "common/logging.h"
+#include "common/random_hex.h"
 #include "common/status_macros.h"
 #include "model/model_ref.h"
 #include "runner/protocol.h"
@@ -21,13 +20,6 @@
 
 namespace minions {
 namespace {
-
-std::string RandomHex(int n) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string out;
-  for (int i = 0; i < n; ++i) out += "0123456789abcdef"[rng() % 16];
-  return out;
-}
 
 // Authorises the call for `scope`, or returns its refusal; declares `caller`.
 #define AUTHORIZE_OR_RETURN(context, scope)                                 \
