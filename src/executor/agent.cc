@@ -195,7 +195,7 @@ absl::Time ExecutorAgent::NextPass(absl::Time now) {
     drain = drain_;
   }
   const int held = static_cast<int>(tasks_.size());
-  if (!drain && !holding_ && held <= PrefetchWindow() / 2) {
+  if (!drain && !holding_ && (held <= PrefetchWindow() / 2 || lease_unheard_)) {
     next = std::min(next, std::max(next_lease_try_, held > 0 ? last_empty_lease_ + absl::Milliseconds(50)
                                                               : absl::InfinitePast()));
   }
@@ -288,21 +288,37 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
   // Top up when half the window is free (one lease call brings several tiny tasks). An idle
   // executor long-polls: the server answers the moment a task is ready, so a submission starts
   // without a polling delay. A busy one asks at most every 50 ms when the queue is dry.
-  if (held > window / 2) return;
+  if (held > window / 2 && !lease_unheard_) return;
   if (now < next_lease_try_) return;
   if (held > 0 && now - last_empty_lease_ < absl::Milliseconds(50)) return;
   v1::LeaseRequest request;
   request.set_executor_id(id());
-  request.set_max_tasks(window - held);
+  request.set_max_tasks(std::max(window - held, 1));
   if (held == 0) request.set_wait_ms(absl::ToInt64Milliseconds(options_.lease_wait));
+  if (lease_unheard_) {
+    request.set_reclaim(true);
+    for (const auto& [key, task] : tasks_) {
+      v1::LeaseRef* ref = request.add_held();
+      ref->set_job_id(task->ref().job_id);
+      ref->set_task_index(task->ref().task_index);
+      ref->set_attempt(task->ref().attempt);
+    }
+  }
   auto reply = client_->Lease(request);
   if (!reply.ok()) {
     if (absl::IsNotFound(reply.status())) (void)Register();  // the server forgot us (new database)
+    // Unless the server refused the call, it may have granted tasks before the answer was lost.
+    const absl::StatusCode code = reply.status().code();
+    if (code != absl::StatusCode::kNotFound && code != absl::StatusCode::kPermissionDenied &&
+        code != absl::StatusCode::kUnauthenticated && code != absl::StatusCode::kInvalidArgument) {
+      lease_unheard_ = true;
+    }
     MINIONS_LOG(Debug) << "lease failed: " << reply.status().message();
     last_empty_lease_ = now;
     next_lease_try_ = clock_->Now() + options_.idle_poll;  // do not hammer a server that is down
     return;
   }
+  lease_unheard_ = false;
   if (reply->leases().empty()) {
     last_empty_lease_ = now;
     // A server that answered a long poll early (an older one, or one shutting down) must not
@@ -317,6 +333,7 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
 
 void ExecutorAgent::Stage(const LeaseGrant& lease, absl::Time now) {
   const std::string key = TaskKey(lease.ref);
+  if (tasks_.contains(key)) return;  // granted again (a reclaim) while this executor already runs it
   LeaseProgress leased{lease.ref.job_id, lease.ref.task_index, lease.ref.attempt, lease.resume_from, 0, {}};
   {
     absl::MutexLock lock(&mu_);

@@ -281,6 +281,9 @@ class ExecutorAgent : public WorkTarget {
   double avg_task_seconds_ ABSL_GUARDED_BY(main_) = 1.0;  // moving average: the prefetch window
   absl::Time last_empty_lease_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
   absl::Time next_lease_try_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
+  // A Lease call failed without a refusal: the server may have granted tasks and never answered
+  // (it died, or the answer was lost). The next Lease asks for them back (LeaseRequest.reclaim).
+  bool lease_unheard_ ABSL_GUARDED_BY(main_) = false;
   absl::Time last_commit_ring_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
   std::optional<absl::Time> shutdown_deadline_ ABSL_GUARDED_BY(main_);
   bool more_events_ ABSL_GUARDED_BY(main_) = false;      // the last pass left events to take

@@ -55,4 +55,18 @@ int64_t CommittedFailed(const Task& task) {
   return failed;
 }
 
+Lease MakeLease(Task task, const JobSpec& spec) {
+  Lease lease;
+  lease.expires_at = task.lease_expires_at.value_or(absl::InfinitePast());
+  lease.task = std::move(task);
+  lease.job_model = spec.model;
+  lease.team = spec.team;
+  lease.runner = spec.requirements.runner;
+  lease.model_digest = spec.model_digest;
+  lease.model_size_bytes = spec.model_size_bytes;
+  lease.runner_options = spec.runner_options;
+  lease.input_key = spec.input_key;
+  return lease;
+}
+
 }  // namespace minions

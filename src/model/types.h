@@ -225,6 +225,9 @@ struct Lease {
   std::string input_key;
   absl::Time expires_at;
 };
+// A granted task (its lease held) and its job make a lease.
+Lease MakeLease(Task task, const JobSpec& spec);
+
 
 // Progress an executor reports for a lease it holds.
 struct LeaseProgress {

@@ -1,6 +1,10 @@
 #include "runner/protocol.h"
 
+#include <cctype>
+
 #include "absl/strings/str_cat.h"
+#include "common/host_port.h"
+#include "common/status_macros.h"
 
 namespace minions::runner_protocol {
 namespace {
@@ -18,7 +22,63 @@ absl::Status ReadInt(const Json& json, const char* name, int min, int max, int* 
   return absl::OkStatus();
 }
 
+absl::StatusOr<Gang> GangFromJson(const Json& json) {
+  Gang gang;
+  if (json.is_null()) return gang;
+  if (!json.is_object()) return absl::InvalidArgumentError("load's \"gang\" must be an object");
+  if (auto it = json.find("leader_bytes"); it != json.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+      return absl::InvalidArgumentError("gang leader_bytes must be a non-negative integer");
+    }
+    gang.leader_bytes = it->get<int64_t>();
+  }
+  auto servers = json.find("servers");
+  if (servers == json.end() || !servers->is_array()) {
+    return absl::InvalidArgumentError("gang needs \"servers\": an array of {endpoint, bytes}");
+  }
+  if (servers->empty() || servers->size() > kMaxRpcServers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a gang has 1 to ", kMaxRpcServers, " rpc servers besides its leader, not ", servers->size()));
+  }
+  for (const Json& entry : *servers) {
+    if (!entry.is_object()) return absl::InvalidArgumentError("each gang server must be an object");
+    RpcServer server;
+    server.endpoint = JsonString(entry, "endpoint");
+    RETURN_IF_ERROR(ValidateRpcEndpoint(server.endpoint));
+    if (auto it = entry.find("bytes"); it != entry.end() && !it->is_null()) {
+      if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+        return absl::InvalidArgumentError("gang server bytes must be a non-negative integer");
+      }
+      server.bytes = it->get<int64_t>();
+    }
+    for (const RpcServer& seen : gang.servers) {
+      if (seen.endpoint == server.endpoint) {
+        return absl::InvalidArgumentError(absl::StrCat("gang server ", server.endpoint, " is named twice"));
+      }
+    }
+    gang.servers.push_back(std::move(server));
+  }
+  return gang;
+}
+
 }  // namespace
+
+absl::Status ValidateRpcEndpoint(std::string_view endpoint) {
+  std::string host;
+  int port = 0;
+  const std::string text(endpoint.substr(0, 256));
+  bool ok = endpoint.size() <= 255 && !endpoint.empty() && endpoint.front() != ':' &&
+            SplitHostPort(text, &host, &port).ok() && port >= 1;
+  for (char c : host) {
+    // A name or an address: letters, digits, '.', '-', and ':' inside IPv6 brackets.
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':');
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rpc endpoint '", Excerpt(endpoint, 80), "' must be host:port with a port in [1, 65535]"));
+  }
+  return absl::OkStatus();
+}
 
 Json LoadOptions::ToJson() const {
   return {{"n_parallel", n_parallel}, {"n_ctx_per_seq", n_ctx_per_seq},
@@ -60,7 +120,15 @@ absl::StatusOr<LoadOptions> LoadOptions::FromJson(const Json& json) {
 }
 
 std::string EncodeLoad(const LoadRequest& request) {
-  return Line({{"op", "load"}, {"model", request.model}, {"options", request.options.ToJson()}});
+  Json json = {{"op", "load"}, {"model", request.model}, {"options", request.options.ToJson()}};
+  if (!request.gang.servers.empty()) {
+    Json servers = Json::array();
+    for (const RpcServer& server : request.gang.servers) {
+      servers.push_back({{"endpoint", server.endpoint}, {"bytes", server.bytes}});
+    }
+    json["gang"] = {{"leader_bytes", request.gang.leader_bytes}, {"servers", std::move(servers)}};
+  }
+  return Line(json);
 }
 
 std::string EncodeRun(const RunRequest& request) {
@@ -90,6 +158,7 @@ absl::StatusOr<Command> DecodeCommand(std::string_view line) {
     auto options = LoadOptions::FromJson(JsonField(json, "options"));
     if (!options.ok()) return options.status();
     command.load.options = *options;
+    ASSIGN_OR_RETURN(command.load.gang, GangFromJson(JsonField(json, "gang")));
   } else if (op == "run") {
     command.op = Command::Op::kRun;
     if (!json.contains("batch") || !json["batch"].is_string()) {

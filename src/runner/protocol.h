@@ -44,9 +44,27 @@ struct LoadOptions {
   static absl::StatusOr<LoadOptions> FromJson(const Json& json);
 };
 
+// A gang (docs/architecture.md, "Gangs"): the members' rpc-servers over which the runner spreads
+// the model's layers, each in proportion to the memory it offers. Set by the executor from its
+// lease, never from a job's options: the runner connects to these addresses.
+inline constexpr size_t kMaxRpcServers = 16;  // llama.cpp's GGML_RPC_MAX_SERVERS
+struct RpcServer {
+  std::string endpoint;  // host:port (an IPv6 host in brackets)
+  int64_t bytes = 0;     // memory the member offers; 0: what its rpc-server reports free
+  bool operator==(const RpcServer&) const = default;
+};
+struct Gang {
+  std::vector<RpcServer> servers;  // empty: no gang, the whole model on this machine
+  int64_t leader_bytes = 0;        // memory this machine offers; 0: what it has free
+  bool operator==(const Gang&) const = default;
+};
+// Checks "host:port": a host name or address (IPv6 in brackets) and a port in [1, 65535].
+absl::Status ValidateRpcEndpoint(std::string_view endpoint);
+
 struct LoadRequest {
   std::string model;  // path of a GGUF file
   LoadOptions options;
+  Gang gang;
 };
 
 struct RunRequest {

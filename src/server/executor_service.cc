@@ -1,6 +1,7 @@
 #include "server/executor_service.h"
 
 #include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -387,7 +388,10 @@ void ExecutorService::Serve(HeldLease* call) {
     absl::MutexLock lock(&work_mu_);
     cancelled = call->cancelled;
   }
-  if (!cancelled) leases = LookForWork(call->executor_id, max_tasks, now, &generation);
+  if (!cancelled) {
+    leases = Reclaimed(call->executor_id, *call->request, now);
+    if (leases.ok() && leases->empty()) leases = LookForWork(call->executor_id, max_tasks, now, &generation);
+  }
   grpc::Status answer = grpc::Status::OK;
   {
     absl::MutexLock lock(&work_mu_);
@@ -480,9 +484,10 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
   // Long poll: look again when work is announced, or when this executor's recheck is due.
   const absl::Duration wait = absl::Milliseconds(std::clamp<int64_t>(request.wait_ms(), 0, 30000));
   const absl::Time deadline = clock_->Now() + wait;
-  absl::Time now;
-  absl::StatusOr<std::vector<minions::Lease>> leases;
-  while (true) {
+  absl::Time now = clock_->Now();
+  absl::StatusOr<std::vector<minions::Lease>> leases = Reclaimed(executor_id, request, now);
+  if (!leases.ok()) return leases.status();
+  while (leases->empty()) {
     uint64_t generation;
     now = clock_->Now();
     leases = LookForWork(executor_id, max_tasks, now, &generation);
@@ -499,6 +504,28 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
     if (stopping_) break;
   }
   return AnswerLease(executor_id, *leases, now, reply);
+}
+
+absl::StatusOr<std::vector<minions::Lease>> ExecutorService::Reclaimed(const std::string& executor_id,
+                                                                       const v1::LeaseRequest& request,
+                                                                       absl::Time now) {
+  std::vector<minions::Lease> orphans;
+  if (!request.reclaim()) return orphans;
+  std::set<std::tuple<std::string, int64_t, int>> held;
+  for (const auto& ref : request.held()) held.insert({ref.job_id(), ref.task_index(), ref.attempt()});
+  // A rare call (only after a lost answer), so a scan of the running tasks is cheap enough.
+  absl::StatusOr<std::vector<Task>> running = store_->ListRunningTasks();
+  if (!running.ok()) return running.status();
+  for (Task& task : *running) {
+    if (task.executor_id != executor_id || held.contains({task.job_id, task.index, task.attempt})) continue;
+    if (task.lease_expires_at && *task.lease_expires_at <= now) continue;  // the watchdog's now
+    absl::StatusOr<Job> job = store_->GetJob(task.job_id);
+    if (!job.ok()) continue;
+    MINIONS_LOG(Info) << Describe(AttemptRef{task.job_id, task.index, task.attempt}) << " executor=" << executor_id
+                      << " granted again: it never heard the answer that leased it";
+    orphans.push_back(MakeLease(std::move(task), job->spec));
+  }
+  return orphans;
 }
 
 absl::Status ExecutorService::AnswerLease(const std::string& executor_id, const std::vector<minions::Lease>& leases,
@@ -542,6 +569,23 @@ absl::Status ExecutorService::AnswerLease(const std::string& executor_id, const 
   return absl::OkStatus();
 }
 
+void ExecutorService::QuotaFreed(const Job& job) {
+  const absl::Time now = clock_->Now();
+  std::optional<bool> limited;
+  {
+    absl::MutexLock lock(&work_mu_);
+    auto it = team_quotas_.find(job.spec.team);
+    if (it != team_quotas_.end() && now < it->second.checked_at + kTeamQuotaRecheck) limited = it->second.limited;
+  }
+  if (!limited) {
+    absl::StatusOr<Team> team = store_->GetTeam(job.spec.team);
+    limited = team.ok() && team->max_running_tasks > 0;
+    absl::MutexLock lock(&work_mu_);
+    team_quotas_[job.spec.team] = TeamQuota{*limited, now};
+  }
+  if (*limited) WorkArrived();
+}
+
 void ExecutorService::WorkArrived() {
   NotifyWork();
   if (signal_ == nullptr) return;
@@ -583,6 +627,7 @@ absl::Status ExecutorService::Complete(const std::string& executor_id, const v1:
   }
   if (metrics_) metrics_->AttemptCompleted(executor_id, FromProto(ref), clock_->Now());
   auto job = store_->GetJob(ref.job_id());
+  if (job.ok()) QuotaFreed(*job);
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return absl::OkStatus();
 }
@@ -618,6 +663,7 @@ absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, cons
   }
   for (const auto& job_id : jobs) {
     auto job = store_->GetJob(job_id);
+    if (job.ok()) QuotaFreed(*job);
     if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   }
   return absl::OkStatus();
@@ -645,6 +691,7 @@ absl::Status ExecutorService::Fail(const std::string& executor_id, const v1::Fai
                     << " -> " << TaskStateName(task->state);
   if (task->state == TaskState::kPending) WorkArrived();
   auto job = store_->GetJob(ref.job_id());
+  if (job.ok() && task->state != TaskState::kPending) QuotaFreed(*job);
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return absl::OkStatus();
 }

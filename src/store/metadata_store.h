@@ -26,15 +26,40 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/status_macros.h"
 #include "model/fair_share.h"
 #include "model/state_machines.h"
 #include "model/types.h"
+#include "store/gang_store.h"
 #include "store/identity_store.h"
 #include "store/model_store.h"
 
 namespace minions {
+
+// ClaimObjectStore's rule: OK when `identity` is the object store `recorded` on the database (or
+// none is recorded yet), else FailedPrecondition naming both and what to do.
+inline absl::Status CheckObjectStore(const std::string& recorded, const std::string& identity) {
+  if (recorded.empty() || recorded == identity) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the servers on this database keep their objects in ", recorded, ", but this server is configured with ",
+      identity, ": its jobs' inputs and results would be where the other servers and their executors never look. "
+      "Give every server on one database the same object store ([objects] url / --objects), or give this server "
+      "a database of its own"));
+}
+// The settings row (migration 7) that holds the object store's identity.
+inline constexpr char kObjectStoreSetting[] = "object_store";
+
+// One executor's heartbeat, as MetadataStore::Heartbeats takes several at once.
+struct HeartbeatCall {
+  std::string executor_id;
+  ExecutorState state = ExecutorState::kAvailable;
+  std::string reason;
+  std::vector<LeaseProgress> held;
+  std::optional<ModelHoldings> holdings;
+};
 
 struct JobFilter {
   std::optional<JobState> state;
@@ -67,8 +92,9 @@ struct StoreOptions {
 
 // A MetadataStore is also the IdentityStore (identity_store.h): teams and credentials live in the
 // same database, so enrolling or revoking an executor changes its row and its credentials at once.
-// It is the ModelStore (model_store.h) too: removing a model checks the jobs that need it.
-class MetadataStore : public IdentityStore, public ModelStore {
+// It is the ModelStore (model_store.h) too: removing a model checks the jobs that need it. And the
+// GangStore (gang_store.h): a gang's seats name its task.
+class MetadataStore : public IdentityStore, public ModelStore, public GangStore {
  public:
   ~MetadataStore() override = default;
 
@@ -131,6 +157,21 @@ class MetadataStore : public IdentityStore, public ModelStore {
                                                    const std::vector<LeaseProgress>& held,
                                                    absl::Duration ttl, absl::Time now,
                                                    const std::optional<ModelHoldings>& holdings = std::nullopt) = 0;
+  // Several executors' heartbeats in one transaction (group commit: the server gathers the
+  // heartbeats that arrive while the last batch commits). Each is applied, in order, exactly as
+  // Heartbeat would apply it alone (fencing, renewals and cancels unchanged) and answered in
+  // order; an error of the store fails the whole batch (nothing of it is written). The default
+  // makes one transaction per call.
+  virtual absl::StatusOr<std::vector<HeartbeatReply>> Heartbeats(const std::vector<HeartbeatCall>& calls,
+                                                                 absl::Duration ttl, absl::Time now) {
+    std::vector<HeartbeatReply> replies;
+    for (const HeartbeatCall& call : calls) {
+      ASSIGN_OR_RETURN(HeartbeatReply reply,
+                       Heartbeat(call.executor_id, call.state, call.reason, call.held, ttl, now, call.holdings));
+      replies.push_back(std::move(reply));
+    }
+    return replies;
+  }
   // Asks an executor to finish (or hand back) its tasks and take no more.
   virtual absl::Status RequestDrain(const std::string& executor_id, absl::Time now) = 0;
 
@@ -172,6 +213,15 @@ class MetadataStore : public IdentityStore, public ModelStore {
   // running attempts' time so far included. An attempt's device time is charged to its job's
   // team when it completes, fails or its lease expires; by name.
   virtual absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now) = 0;
+
+  // --- the servers' agreement ---
+  // The object store every server on this database keeps its objects in, by `identity` (where
+  // it is: a folder's absolute path, an S3 bucket, prefix and endpoint). The first server records
+  // it; a server with another is refused (FailedPrecondition naming both): its objects would be
+  // where no other server and no executor of theirs looks.
+  virtual absl::Status ClaimObjectStore(const std::string& identity, absl::Time now) = 0;
+  // The object store recorded by ClaimObjectStore; "" when no server has claimed one yet.
+  virtual absl::StatusOr<std::string> RecordedObjectStore() = 0;
 
   // --- watchdog ---
   // Requeues (or fails, past max_attempts) up to `limit` running tasks whose lease has expired;

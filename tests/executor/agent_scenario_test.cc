@@ -174,6 +174,47 @@ TEST(ExecutorStory, ExecutorsRideOutAServerOutageAndReattachTheirLeases) {
   }
 }
 
+// The server grants a task and dies before its answer leaves (the lease is in the store, the
+// executor never heard of it). The executor asks for what it may have been granted on its next
+// lease, and runs it in that same attempt: the task does not wait a lease TTL for the watchdog.
+TEST(ExecutorStory, ALeaseWhoseAnswerWasLostIsGrantedAgainNotLeftToExpire) {
+  FakeControlPlane::Options server;
+  server.lease_ttl = absl::Hours(1);  // a lost lease would hold the job for an hour
+  Scenario s(server);
+  Scenario::Executor& a = s.AddExecutor("A");
+  ASSERT_TRUE(s.RunUntil([&] { return !a.id().empty(); }));
+  s.server.LoseLeaseAnswers(1);
+  std::string job = s.Submit(Scenario::Records(30), 30);  // one task
+  ASSERT_TRUE(s.RunUntilJobEnds(job, absl::Minutes(1))) << "the task waited for its lease to expire";
+  ASSERT_EQ(s.job(job).state, JobState::kCompleted) << s.job(job).error;
+  s.ExpectEachRecordOnce(job, 30);
+  EXPECT_GE(s.server.reclaims(), 1);
+  Task task = TaskAt(s.tasks(job), 0);
+  EXPECT_EQ(task.attempt, 1) << "granted again, not requeued";
+  EXPECT_EQ(task.failures, 0) << task.last_error;
+  EXPECT_EQ(a.runner.records_run, 30) << "each record ran once";
+}
+
+// A reclaim that finds nothing lost changes nothing: the executor keeps what it runs, takes
+// nothing twice, and leases as before.
+TEST(ExecutorStory, AFailedLeaseCallThatGrantedNothingReclaimsNothing) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.record_time = absl::Milliseconds(20);
+  ASSERT_TRUE(s.RunUntil([&] { return !a.id().empty(); }));
+  // A while down: the idle executor's lease calls fail without reaching the server.
+  s.server.SetDown(true);
+  s.RunFor(absl::Seconds(2));
+  s.server.SetDown(false);
+  std::string job = s.Submit(Scenario::Records(200), 20);
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  s.ExpectEachRecordOnce(job, 200);
+  EXPECT_GE(s.server.reclaims(), 1);
+  for (const Task& t : s.tasks(job)) EXPECT_EQ(t.attempt, 1) << "task " << t.index;
+  EXPECT_EQ(a.runner.records_run, 200);
+}
+
 TEST(ExecutorStory, AnExecutorWaitsForAServerThatIsNotUpYet) {
   Scenario s;
   s.server.SetDown(true);

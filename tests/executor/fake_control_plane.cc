@@ -34,9 +34,15 @@ class FakeControlPlane::Client : public ControlPlaneClient {
   absl::StatusOr<v1::LeaseResponse> Lease(const v1::LeaseRequest& request) override {
     v1::LeaseRequest at_once = request;
     at_once.set_wait_ms(0);  // the test's driver moves time: nothing may wait for it
-    return server_->Call<v1::LeaseResponse>([&](ExecutorService& s, v1::LeaseResponse* reply) {
+    if (request.reclaim()) ++server_->reclaims_;
+    auto reply = server_->Call<v1::LeaseResponse>([&](ExecutorService& s, v1::LeaseResponse* reply) {
       return s.Lease(at_once.executor_id(), nullptr, at_once, reply);
     });
+    if (reply.ok() && server_->lease_answers_to_lose_ > 0) {
+      --server_->lease_answers_to_lose_;
+      return absl::UnavailableError("the server died before it answered (the test lost the answer)");
+    }
+    return reply;
   }
   absl::Status Complete(const v1::CompleteRequest& request) override {
     return server_

@@ -49,6 +49,11 @@ class FakeControlPlane {
   // Down, then up again as a new process: a new watchdog that waits its takeover grace.
   void Restart();
   bool down() const { return down_; }
+  // The next `n` Lease calls are served (their grants committed to the store) and then fail as
+  // if the server died before answering: the executor never hears what it was granted.
+  void LoseLeaseAnswers(int n) { lease_answers_to_lose_ = n; }
+  // Lease calls made with LeaseRequest.reclaim, and the leases they were granted.
+  int reclaims() const { return reclaims_.load(); }
   int calls() const { return calls_.load(); }
 
   // The model every job names: an empty file in this server's folder (the fake runners read
@@ -99,6 +104,8 @@ class FakeControlPlane {
   absl::Time next_watchdog_at_;
   std::atomic<bool> down_{false};
   std::atomic<int> calls_{0};
+  std::atomic<int> lease_answers_to_lose_{0};
+  std::atomic<int> reclaims_{0};
 };
 
 // A BlobClient that breaks on demand (LevelDB's fault-injecting Env, for uploads and fetches):

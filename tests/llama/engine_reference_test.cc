@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "ggml-backend.h"
 #include "llama.h"
 #include "runner/llama/llama_engine.h"
 #include "engine_test_util.h"
@@ -200,6 +201,50 @@ TEST_F(EngineReference, SequencesMovedIntoFreeSlotsAtTheTailKeepTheirOutput) {
       ASSERT_TRUE(results[i]["error"].is_null()) << DumpJson(results[i]);
       EXPECT_EQ(GeneratedText(results[i]), expected[i]) << "record " << i;
     }
+  }
+}
+
+// Whether this machine has an accelerator of its own (RPC devices are other machines).
+bool HasLocalAccelerator() {
+  ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
+  for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+    auto type = ggml_backend_dev_type(dev);
+    if ((type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) &&
+        (rpc == nullptr || ggml_backend_dev_backend_reg(dev) != rpc)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+TEST_F(EngineReference, DefaultAttentionKeepsCpuOutputIndependentOfTheBatch) {
+  // Executors load with flash_attn "auto" (the default). On a machine without a GPU that must mean
+  // off, RPC backend compiled in or not: llama.cpp's llama_supports_gpu_offload() says yes as soon
+  // as the RPC backend exists, and the CPU flash-attention kernels change with the batch, so a
+  // record's text would depend on its neighbours (the chaos suite saw it).
+  const std::string model = TestModel("text.gguf");
+  DirectLlama direct(model);
+  ASSERT_TRUE(direct.ok());
+  std::vector<std::string> lines, expected;
+  for (int i = 0; i < 8; ++i) {
+    std::string prompt = "Default attention, record " + std::to_string(i) + std::string(i * 3, '!');
+    lines.push_back(DumpJson({{"custom_id", "d" + std::to_string(i)}, {"prompt", prompt},
+                              {"max_tokens", 4 + 5 * (i % 3)}, {"temperature", 0}}));
+    expected.push_back(direct.Generate(prompt, false, 4 + 5 * (i % 3)));
+  }
+  runner_protocol::LoadOptions options;
+  ASSERT_EQ(options.flash_attn, "auto");
+  options.n_parallel = 4;
+  options.n_ctx_per_seq = 256;
+  auto engine = LlamaEngine::Load(model, options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  if (HasLocalAccelerator()) GTEST_SKIP() << "this machine has a GPU: auto leaves the choice to llama.cpp";
+  EXPECT_EQ((*engine)->Info()["flash_attn"], "disabled");
+  auto results = ServeAll(**engine, lines);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    ASSERT_TRUE(results[i]["error"].is_null()) << DumpJson(results[i]);
+    EXPECT_EQ(GeneratedText(results[i]), expected[i]) << "record " << i;
   }
 }
 

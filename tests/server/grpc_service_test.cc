@@ -216,6 +216,45 @@ TEST_F(GrpcServiceTest, ReportsForAnotherExecutorsLeaseAreRefusedAndChangeNothin
   EXPECT_GRPC_ERROR(Complete(holder, ref, done, failed), FAILED_PRECONDITION, "succeeded");
 }
 
+// An executor whose Lease answer was lost asks again with `reclaim`: it gets back its own current
+// lease (same attempt, nothing requeued), never another executor's, and nothing it says it holds.
+TEST_F(GrpcServiceTest, AReclaimGrantsBackOnlyTheCallersOwnUnheardLeases) {
+  StartServer();
+  v1::Job job = MustSubmit(Records(3), 3);  // one task
+  std::string holder = RegisterExecutor("holder");
+  std::string intruder = RegisterExecutor("intruder");
+  std::vector<v1::TaskLease> granted = MustLease(holder, 1);  // "lost": the holder never heard it
+  ASSERT_EQ(granted.size(), 1u);
+  auto reclaim = [&](const std::string& executor, const std::vector<v1::LeaseRef>& held) {
+    v1::LeaseRequest request;
+    request.set_executor_id(executor);
+    request.set_max_tasks(4);
+    request.set_reclaim(true);
+    for (const v1::LeaseRef& ref : held) *request.add_held() = ref;
+    v1::LeaseResponse reply;
+    grpc::Status status = executors_->Lease(ExecutorContext(executor).get(), request, &reply);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return std::vector<v1::TaskLease>(reply.leases().begin(), reply.leases().end());
+  };
+  EXPECT_TRUE(reclaim(intruder, {}).empty()) << "another executor's lease is never handed over";
+  EXPECT_TRUE(reclaim(holder, {granted[0].ref()}).empty()) << "what it holds is not granted twice";
+  std::vector<v1::TaskLease> again = reclaim(holder, {});
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].ref().job_id(), job.id());
+  EXPECT_EQ(again[0].ref().task_index(), 0);
+  EXPECT_EQ(again[0].ref().attempt(), 1);
+  EXPECT_EQ(again[0].byte_begin(), granted[0].byte_begin());
+  EXPECT_EQ(again[0].byte_end(), granted[0].byte_end());
+  EXPECT_EQ(again[0].model(), granted[0].model());
+  Task task = StoreTask(job.id(), 0);
+  EXPECT_EQ(task.executor_id, holder);
+  EXPECT_EQ(task.attempt, 1);
+  // And the holder completes it in that attempt.
+  auto [done, failed] = Serve(again[0]);
+  ASSERT_GRPC_OK(Complete(holder, again[0].ref(), done, failed));
+  WaitForState(job.id(), "completed");
+}
+
 TEST_F(GrpcServiceTest, CompletionMustAccountForEveryRecord) {
   StartServer();
   v1::Job job = MustSubmit(Records(3), 3);

@@ -67,13 +67,20 @@ TEST_P(FairShare, UsageIsDeviceTimeDecayedOverTheHalfLifeAndRunningTasksAreCount
   // (150 s decayed over 10 s more, plus 10 s.)
   EXPECT_LE(absl::AbsDuration(UsageOf("search").usage - absl::Seconds(160)), absl::Milliseconds(50));
 
-  // A cancelled job's running tasks stop counting (whatever path ends them).
+  // A cancelled job's running tasks stop counting as running (whatever path ends them), and the
+  // time they ran is charged: the machines were the team's until the cancel.
   const std::string other = SubmitFor("search", 2);
   ASSERT_THAT(LeaseUpTo(a, 2), SizeIs(2));
   EXPECT_EQ(UsageOf("search").running, 2);
+  const absl::Duration before_cancel = UsageOf("search").usage;
+  Advance(absl::Seconds(40));
+  const absl::Duration ran = UsageOf("search").usage;  // decayed, plus 2 × 40 s running
+  EXPECT_GT(ran, before_cancel + absl::Seconds(79));
   ASSERT_OK(store_->CancelJob(other, now_));
   ASSERT_OK(store_->CancelJob(job, now_));
   EXPECT_EQ(UsageOf("search").running, 0);
+  EXPECT_LE(absl::AbsDuration(UsageOf("search").usage - ran), absl::Milliseconds(50))
+      << "the cancelled attempts' 80 s were not charged";
 }
 
 TEST_P(FairShare, TheTeamFurthestBelowItsShareIsServedFirstThenPriorityThenAge) {

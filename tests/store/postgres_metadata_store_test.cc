@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "fair_share_contract.h"
+#include "gang_store_contract.h"
 #include "identity_store_contract.h"
 #include "model_store_contract.h"
 #include "metadata_store_contract.h"
@@ -186,6 +187,11 @@ INSTANTIATE_TEST_SUITE_P(Postgres, IdentityStoreContract,
                          })),
                          [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
 INSTANTIATE_TEST_SUITE_P(Postgres, ModelStoreContract,
+                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                           return MustOpen(Schemas::FreshUrl());
+                         })),
+                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
+INSTANTIATE_TEST_SUITE_P(Postgres, GangStoreContract,
                          ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
                            return MustOpen(Schemas::FreshUrl());
                          })),

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "fair_share_contract.h"
+#include "gang_store_contract.h"
 #include "identity_store_contract.h"
 #include "model_store_contract.h"
 #include "store/sqlite/sqlite_migrations.h"
@@ -83,6 +84,13 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<StoreFactory>& info) { return info.index == 0 ? "Memory" : "File"; });
 INSTANTIATE_TEST_SUITE_P(
     Sqlite, ModelStoreContract,
+    ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> { return MustOpen(":memory:"); }),
+                      StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                        return MustOpen(TempFolder::NewDatabase());
+                      })),
+    [](const ::testing::TestParamInfo<StoreFactory>& info) { return info.index == 0 ? "Memory" : "File"; });
+INSTANTIATE_TEST_SUITE_P(
+    Sqlite, GangStoreContract,
     ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> { return MustOpen(":memory:"); }),
                       StoreFactory([]() -> std::unique_ptr<MetadataStore> {
                         return MustOpen(TempFolder::NewDatabase());

@@ -51,6 +51,46 @@ TEST(RunnerProtocol, BadCommandsSayWhatIsWrong) {
               HasSubstr("share_prefixes must be true or false"));
 }
 
+TEST(RunnerProtocol, AGangRoundTripsAndIsAbsentWithoutOne) {
+  LoadRequest load{"/m.gguf", {}};
+  EXPECT_EQ(EncodeLoad(load).find("gang"), std::string::npos);
+  load.gang.leader_bytes = 1000;
+  load.gang.servers = {{"10.0.0.2:50052", 2000}, {"[fe80::1]:7000", 0}};
+  auto decoded = DecodeCommand(EncodeLoad(load));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->load.gang, load.gang);
+  EXPECT_TRUE(DecodeCommand(R"({"op":"load","model":"m"})")->load.gang.servers.empty());
+}
+
+TEST(RunnerProtocol, BadGangsSayWhatIsWrong) {
+  auto message = [](const std::string& gang) {
+    return std::string(DecodeCommand(R"({"op":"load","model":"m","gang":)" + gang + "}").status().message());
+  };
+  EXPECT_THAT(message(R"("10.0.0.2:1")"), HasSubstr("must be an object"));
+  EXPECT_THAT(message(R"({})"), HasSubstr("needs \"servers\""));
+  EXPECT_THAT(message(R"({"servers":[]})"), HasSubstr("1 to 16"));
+  EXPECT_THAT(message(R"({"servers":[{"endpoint":"10.0.0.2"}]})"), HasSubstr("host:port"));
+  EXPECT_THAT(message(R"({"servers":[{"endpoint":":50052"}]})"), HasSubstr("host:port"));
+  EXPECT_THAT(message(R"({"servers":[{"endpoint":"10.0.0.2:0"}]})"), HasSubstr("host:port"));
+  EXPECT_THAT(message(R"({"servers":[{"endpoint":"10.0.0.2:70000"}]})"), HasSubstr("host:port"));
+  EXPECT_THAT(message(R"({"servers":[{"endpoint":"a b:1"}]})"), HasSubstr("host:port"));
+  EXPECT_THAT(message(R"({"servers":[{"endpoint":"h:1","bytes":-1}]})"), HasSubstr("non-negative"));
+  EXPECT_THAT(message(R"({"servers":[{"endpoint":"h:1"},{"endpoint":"h:1"}]})"), HasSubstr("named twice"));
+  EXPECT_THAT(message(R"({"leader_bytes":"lots","servers":[{"endpoint":"h:1"}]})"), HasSubstr("leader_bytes"));
+  Json many = Json::array();
+  for (int i = 0; i < 17; ++i) many.push_back({{"endpoint", "h:" + std::to_string(i + 1)}});
+  EXPECT_THAT(message(DumpJson({{"servers", many}})), HasSubstr("1 to 16"));
+}
+
+TEST(RunnerProtocol, AJobsRunnerOptionsCannotNameAGang) {
+  // The rpc endpoints come from the lease only: a "gang" among a job's options is not read.
+  // A job's runner_options become load's "options"; a gang there is not a gang.
+  auto load = DecodeCommand(R"({"op":"load","model":"m","options":{"gang":{"servers":[{"endpoint":"evil:1"}]}}})");
+  ASSERT_TRUE(load.ok()) << load.status();
+  EXPECT_TRUE(load->load.gang.servers.empty());
+  EXPECT_FALSE(load->load.options.ToJson().contains("gang"));
+}
+
 TEST(RunnerProtocol, LoadOptionsWithoutSharePrefixesKeepTheDefault) {
   // An executor that predates the option sends none: prefixes are shared.
   auto load = DecodeCommand(R"({"op":"load","model":"m","options":{"n_parallel":2}})");

@@ -68,8 +68,12 @@ class LlamaEngine {
   using ResultCallback = std::function<void(WorkResult)>;
 
   // Loads the model; a missing, unreadable, truncated or non-GGUF file is an error, not a crash.
+  // With a gang, the model's layers are spread over this machine and the gang's rpc-servers in
+  // proportion to the memory each offers (the first layers here, the rest in the servers' order);
+  // a server that cannot be reached is an Unavailable error.
   static absl::StatusOr<std::unique_ptr<LlamaEngine>> Load(
-      const std::string& model_path, const runner_protocol::LoadOptions& options);
+      const std::string& model_path, const runner_protocol::LoadOptions& options,
+      const runner_protocol::Gang& gang = {});
   ~LlamaEngine();
   LlamaEngine(const LlamaEngine&) = delete;
   LlamaEngine& operator=(const LlamaEngine&) = delete;
@@ -127,6 +131,7 @@ class LlamaEngine {
   std::string chat_template_;
   int n_ctx_per_seq_ = 0;
   bool share_prefixes_ = false;
+  Json gang_info_;  // where the layers went when a gang shares the model (null otherwise)
   std::vector<Slot> slots_;  // generation slots; slot i decodes sequence i
 };
 

@@ -149,13 +149,14 @@ int RunnerService::Run() {
 void RunnerService::HandleLoad(const runner_protocol::LoadRequest& load) {
   // The same model with the same options stays loaded: that is what makes tasks after the
   // first one cheap.
-  if (engine_ && engine_model_ == load.model && engine_options_.ToJson() == load.options.ToJson()) {
+  if (engine_ && engine_model_ == load.model && engine_options_.ToJson() == load.options.ToJson() &&
+      engine_gang_ == load.gang) {
     Emit(runner_protocol::EncodeLoaded(load.model, engine_->Info()));
     return;
   }
   engine_.reset();  // free the old model's memory before loading the next one
   auto start = std::chrono::steady_clock::now();
-  auto engine = LlamaEngine::Load(load.model, load.options);
+  auto engine = LlamaEngine::Load(load.model, load.options, load.gang);
   if (!engine.ok()) {
     MINIONS_LOG(Error) << "load failed: " << engine.status().message();
     Emit(runner_protocol::EncodeError("load", "", std::string(engine.status().message())));
@@ -164,6 +165,7 @@ void RunnerService::HandleLoad(const runner_protocol::LoadRequest& load) {
   engine_ = std::move(*engine);
   engine_model_ = load.model;
   engine_options_ = load.options;
+  engine_gang_ = load.gang;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Json info = engine_->Info();
   info["load_seconds"] = seconds;

@@ -76,6 +76,7 @@ class RunnerService : private WorkSource {
   std::unique_ptr<LlamaEngine> engine_;
   std::string engine_model_;
   runner_protocol::LoadOptions engine_options_;
+  runner_protocol::Gang engine_gang_;
 };
 
 }  // namespace minions::llama_runner

@@ -158,20 +158,6 @@ bool MayPlace(const Executor& executor, const Job& job, absl::Time now, absl::Du
   return PlaceOn(executor.info, job, now, warm_wait) == Fit::kFits;
 }
 
-Lease MakeLease(Task task, const JobSpec& spec) {
-  Lease lease;
-  lease.expires_at = task.lease_expires_at.value_or(absl::InfinitePast());
-  lease.task = std::move(task);
-  lease.job_model = spec.model;
-  lease.team = spec.team;
-  lease.runner = spec.requirements.runner;
-  lease.model_digest = spec.model_digest;
-  lease.model_size_bytes = spec.model_size_bytes;
-  lease.runner_options = spec.runner_options;
-  lease.input_key = spec.input_key;
-  return lease;
-}
-
 bool MarkBusy(Executor& executor) {
   // An executor that is already busy stays as it is: no write, no contention on its row.
   if (executor.state == ExecutorState::kBusy && executor.state_reason.empty()) return false;

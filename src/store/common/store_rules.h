@@ -67,8 +67,6 @@ std::vector<std::string> RunnersOf(const Executor& executor);
 // PlaceOn: runner, memory, warm-executor wait): the query's SQL is an index over these rules; this
 // is the decision, the one `minions status` explains a wait with.
 bool MayPlace(const Executor& executor, const Job& job, absl::Time now, absl::Duration warm_wait);
-// A granted task and its job make a lease.
-Lease MakeLease(Task task, const JobSpec& spec);
 // After a grant: the executor becomes busy. False when it already was (nothing to write).
 bool MarkBusy(Executor& executor);
 

@@ -99,6 +99,8 @@ class PostgresMetadataStore : public MetadataStore {
                                            const std::string& reason, const std::vector<LeaseProgress>& held,
                                            absl::Duration ttl, absl::Time now,
                                            const std::optional<ModelHoldings>& holdings = std::nullopt) override;
+  absl::StatusOr<std::vector<HeartbeatReply>> Heartbeats(const std::vector<HeartbeatCall>& calls, absl::Duration ttl,
+                                                         absl::Time now) override;
   absl::Status RequestDrain(const std::string& executor_id, absl::Time now) override;
 
   absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now) override;
@@ -114,6 +116,8 @@ class PostgresMetadataStore : public MetadataStore {
                                 int attempt, FailureClass failure, const std::string& message, absl::Time now,
                                 const std::vector<Chunk>& chunks = {}) override;
 
+  absl::Status ClaimObjectStore(const std::string& identity, absl::Time now) override;
+  absl::StatusOr<std::string> RecordedObjectStore() override;
   absl::StatusOr<std::vector<Task>> ExpireLeases(absl::Time now, int limit) override;
   absl::StatusOr<std::vector<Executor>> MarkLostExecutors(absl::Time cutoff, absl::Time now) override;
 
@@ -122,6 +126,12 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<Team> UpdateTeam(const Team& team) override;
   absl::StatusOr<Team> GetTeam(const std::string& name) override;
   absl::StatusOr<std::vector<Team>> ListTeams() override;
+
+  // GangStore ({sqlite,postgres}_gang_store.cc)
+  absl::Status RecordGang(const GangLease& gang) override;
+  absl::StatusOr<GangLease> GangOf(const std::string& executor_id) override;
+  absl::StatusOr<std::vector<GangLease>> ListGangs() override;
+  absl::Status EndGang(const std::string& job_id, int64_t task_index, int attempt) override;
 
   // ModelStore (sqlite_model_store.cc / postgres_model_store.cc)
   absl::StatusOr<ModelRecord> AddModel(const ModelRecord& model) override;

@@ -201,6 +201,33 @@ CREATE TRIGGER tasks_running_by_team AFTER UPDATE OF state ON tasks FOR EACH ROW
   EXECUTE FUNCTION minions_count_running_by_team();
 )sql";
 
+// The servers' shared facts (one row each): `object_store`, the identity of the object store the
+// servers on this database keep their objects in (MetadataStore::ClaimObjectStore).
+constexpr char kSettings[] = R"sql(
+CREATE TABLE settings (
+  name   TEXT PRIMARY KEY,
+  value  TEXT NOT NULL,
+  set_at BIGINT NOT NULL
+);
+)sql";
+
+// Gangs (store/gang_store.h): one row per seat of a living gang, seat 0 its leader. An executor
+// sits in one gang at a time (UNIQUE executor_id); ending the attempt deletes its rows. Migration 8.
+constexpr char kGangs[] = R"sql(
+CREATE TABLE gang_seats (
+  job_id      TEXT NOT NULL,
+  task_index  BIGINT NOT NULL,
+  attempt     INTEGER NOT NULL,
+  seat        INTEGER NOT NULL,
+  executor_id TEXT NOT NULL UNIQUE,
+  endpoint    TEXT NOT NULL DEFAULT '',
+  bytes       BIGINT NOT NULL DEFAULT 0,
+  formed_at   BIGINT NOT NULL,
+  PRIMARY KEY (job_id, task_index, attempt, seat),
+  FOREIGN KEY (job_id, task_index) REFERENCES tasks (job_id, idx) ON DELETE CASCADE
+);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -208,6 +235,8 @@ constexpr Migration kMigrations[] = {
     {4, "identities: teams and credentials", kIdentities},
     {5, "the model registry; the model a job needs", kModels},
     {6, "fair share: team weights, running-task quotas and usage", kFairShare},
+    {7, "settings: the object store the servers share", kSettings},
+    {8, "gangs: which executors form the gang of a task attempt", kGangs},
 };
 
 }  // namespace

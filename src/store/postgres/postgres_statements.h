@@ -164,6 +164,19 @@ inline constexpr char kExpiredLeases[] =
 #define MINIONS_PG_SELECT_EXECUTOR "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = $1"
 inline constexpr char kSelectExecutor[] = MINIONS_PG_SELECT_EXECUTOR;
 inline constexpr char kSelectExecutorForUpdate[] = MINIONS_PG_SELECT_EXECUTOR " FOR UPDATE";
+// The settings table (ClaimObjectStore): $1 name, $2 value, $3 when.
+inline constexpr char kInsertSetting[] =
+    "INSERT INTO settings (name, value, set_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING";
+inline constexpr char kSelectSetting[] = "SELECT value FROM settings WHERE name = $1";
+// Executors $1 (ids), locked in id order (a batch of heartbeats).
+inline constexpr char kSelectExecutorsForUpdate[] =
+    "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE";
+// Parameters: one array per rows::ExecutorValues column.
+inline constexpr char kUpdateExecutors[] =
+    "UPDATE executors SET info = u.info, state = u.state, state_reason = u.state_reason, registered_at = "
+    "u.registered_at, last_heartbeat_at = u.last_heartbeat_at, drain_requested = u.drain_requested::boolean, "
+    "records_done = u.records_done FROM unnest($1::text[], $2::jsonb[], $3::text[], $4::text[], $5::bigint[], "
+    "$6::bigint[], $7::int[], $8::bigint[]) AS u(" MINIONS_STORE_EXECUTOR_COLUMNS ") WHERE executors.id = u.id";
 inline constexpr char kListExecutors[] =
     "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors ORDER BY registered_at, id";
 // Parameters: rows::ExecutorValues.

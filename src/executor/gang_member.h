@@ -1,0 +1,90 @@
+#pragma once
+// GangMember: what an executor runs while it lends its memory and compute to a gang's leader
+// (docs/architecture.md, "Gangs"): llama.cpp's rpc-server, reachable only by that leader, for the
+// lifetime of one gang lease.
+//
+// llama.cpp's RPC protocol has no authentication: whoever reaches an rpc-server may store tensors
+// in it and run graphs on it. So the rpc-server itself listens only on loopback, on a port of its
+// own, and the member's gate listens on the gang network's address (the operator's
+// `gang_network`), on a port chosen per lease. The gate closes every connection whose peer is not
+// the leader's address and forwards the leader's bytes to the rpc-server and back. Stop (or the
+// destructor) closes the gate and SIGKILLs the rpc-server: nothing of the gang outlives its lease.
+// What this cannot stop (a process on the member's own machine reaching the loopback port; a host
+// on the gang network spoofing the leader's address) is said in docs/security.md.
+//
+// Ownership: owns the rpc-server process, the gate's listening socket, its accept thread and two
+// forwarding threads per admitted connection.
+// Threads: Start, Stop and the destructor from one thread (the agent's); endpoint(), running(),
+// refused() and admitted() from any thread.
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/subprocess.h"
+
+namespace minions {
+
+struct GangMemberOptions {
+  std::string rpc_server;   // path of ggml-rpc-server (default: next to this program)
+  std::string bind_host;    // the gang network address this machine has (never 0.0.0.0 or ::)
+  int port = 0;             // the gate's port; 0: one the system picks (per lease)
+  std::string leader_host;  // the only peer address admitted
+  int threads = 0;          // rpc-server's compute threads; 0: its default
+  absl::Duration start_timeout = absl::Seconds(30);  // for rpc-server to listen
+  std::string stderr_path;  // rpc-server's stderr; empty: inherited
+};
+
+class GangMember {
+ public:
+  static absl::StatusOr<std::unique_ptr<GangMember>> Start(GangMemberOptions options);
+  ~GangMember();
+  GangMember(const GangMember&) = delete;
+  GangMember& operator=(const GangMember&) = delete;
+
+  // host:port the leader connects to (the gang network address and the gate's port).
+  const std::string& endpoint() const { return endpoint_; }
+  // False once the rpc-server has exited (the gang's attempt cannot go on).
+  bool running();
+  // Connections closed because their peer was not the leader, and those forwarded.
+  int64_t refused() const { return refused_.load(); }
+  int64_t admitted() const { return admitted_.load(); }
+  // Bytes forwarded from the leader to the rpc-server, and back (benchmarks: bytes per token).
+  int64_t bytes_in() const { return bytes_in_.load(); }
+  int64_t bytes_out() const { return bytes_out_.load(); }
+  // Closes the gate and every forwarded connection, kills the rpc-server. Idempotent.
+  void Stop();
+
+ private:
+  GangMember() = default;
+  void AcceptLoop();
+  void Forward(int client_fd);
+
+  GangMemberOptions options_;
+  std::string endpoint_;
+  std::unique_ptr<Subprocess> server_;
+  int server_port_ = 0;  // rpc-server's loopback port
+  int listen_fd_ = -1;
+  int wake_fd_[2] = {-1, -1};  // a byte on it ends the accept loop
+  std::thread accept_thread_;
+  std::thread drain_thread_;  // reads rpc-server's stdout so that it never blocks on it
+  std::atomic<int64_t> refused_{0};
+  std::atomic<int64_t> admitted_{0};
+  std::atomic<int64_t> bytes_in_{0};
+  std::atomic<int64_t> bytes_out_{0};
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<int> open_fds_ ABSL_GUARDED_BY(mu_);  // forwarded sockets, shut down by Stop
+  std::vector<std::thread> forwarders_ ABSL_GUARDED_BY(mu_);
+};
+
+// The same address, written either way ("::ffff:10.0.0.1" is "10.0.0.1"); false for names.
+bool SameIpAddress(const std::string& a, const std::string& b);
+
+}  // namespace minions

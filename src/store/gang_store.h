@@ -1,0 +1,64 @@
+#pragma once
+// GangStore: the durable record of which executors form which gang (docs/architecture.md,
+// "Gangs"). A gang runs one attempt of one task: its leader (seat 0) holds the task's lease and
+// runs the runner; its members lend their memory through rpc-servers. While the gang lives, each
+// of its executors is in no other gang (an executor sits in one gang at a time); ending the
+// attempt ends the gang and frees its seats. `minions status`, `minions executors` and the
+// dashboard read the gangs from here; the lease path writes them when GangReserver
+// (server/gang_reservation.h) forms a gang.
+//
+// Contract (every implementation passes tests/store/gang_store_contract.cc), as for the
+// MetadataStore: each method is one transaction. Errors: InvalidArgument for a malformed gang;
+// NotFound for an unknown task or gang; AlreadyExists when the attempt has a gang already;
+// FailedPrecondition, naming the executor and its gang, when an executor already sits in one;
+// Unavailable when the backend cannot be reached.
+// Threads: implementations are thread-safe.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace minions {
+
+// One executor's place in a gang.
+struct GangSeat {
+  std::string executor_id;
+  std::string endpoint;  // the member's rpc gate on the gang network (host:port); "" for the leader
+  int64_t bytes = 0;     // memory it lends the gang
+  bool operator==(const GangSeat&) const = default;
+};
+
+// The gang of one task attempt. members[0] leads.
+struct GangLease {
+  std::string job_id;
+  int64_t task_index = 0;
+  int attempt = 0;
+  std::vector<GangSeat> members;
+  absl::Time formed_at;
+  const std::string& leader() const { return members.front().executor_id; }
+  bool operator==(const GangLease&) const = default;
+};
+
+// Gangs have 2 to this many executors (a leader and llama.cpp's 16 rpc servers at most).
+inline constexpr size_t kMaxGangSize = 17;
+
+class GangStore {
+ public:
+  virtual ~GangStore() = default;
+
+  // Records the gang that runs attempt `gang.attempt` of task (job_id, task_index).
+  virtual absl::Status RecordGang(const GangLease& gang) = 0;
+  // The gang `executor_id` sits in (as leader or member); NotFound when none.
+  virtual absl::StatusOr<GangLease> GangOf(const std::string& executor_id) = 0;
+  // Every living gang, oldest first (then by job and task).
+  virtual absl::StatusOr<std::vector<GangLease>> ListGangs() = 0;
+  // Ends the gang of that attempt: its executors are free. NotFound when it has none (ended
+  // already, or never formed), so a second end changes nothing.
+  virtual absl::Status EndGang(const std::string& job_id, int64_t task_index, int attempt) = 0;
+};
+
+}  // namespace minions

@@ -1,0 +1,211 @@
+// Gangs on loopback (docs/architecture.md, "Gangs"): the real minions-llama-runner spreads a model
+// over real rpc-servers (llama.cpp's tools/rpc, run by GangMember behind its gate), and greedy
+// output is the same as the model on one machine. The gate admits only the leader's address and
+// Stop leaves nothing running.
+
+#include "executor/gang_member.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/host_port.h"
+#include "runner/runner_process.h"
+#include "test_env.h"
+
+namespace minions {
+namespace {
+
+using ::testing::HasSubstr;
+using minions::testing::TestModel;
+using minions::testing::TestProgram;
+
+GangMemberOptions MemberOptions(const std::string& leader = "127.0.0.1") {
+  GangMemberOptions options;
+  options.rpc_server = TestProgram("ggml-rpc-server");
+  options.bind_host = "127.0.0.1";
+  options.leader_host = leader;
+  options.threads = 1;
+  return options;
+}
+
+std::unique_ptr<RunnerProcess> StartRunner() {
+  RunnerProcess::Options options;
+  options.command = {TestProgram("minions-llama-runner")};
+  auto runner = RunnerProcess::Start(options);
+  EXPECT_TRUE(runner.ok()) << runner.status();
+  return runner.ok() ? std::move(*runner) : nullptr;
+}
+
+runner_protocol::LoadRequest SmallLoad() {
+  runner_protocol::LoadRequest load{TestModel("text.gguf"), {}};
+  load.options.n_parallel = 4;
+  load.options.n_ctx_per_seq = 128;
+  load.options.n_threads = 1;
+  load.options.flash_attn = "off";
+  return load;
+}
+
+std::vector<Json> RunRecords(RunnerProcess& runner, const std::vector<std::string>& records) {
+  std::vector<Json> outputs(records.size());
+  auto done = runner.RunBatch("b", records, [&](size_t i, const Json& line) { outputs[i] = line; });
+  EXPECT_TRUE(done.ok()) << done.status();
+  return outputs;
+}
+
+// Connects from `source` (a loopback address) to `endpoint`; returns the socket or -1.
+int ConnectFrom(const std::string& source, const std::string& endpoint) {
+  std::string host;
+  int port = 0;
+  if (!SplitHostPort(endpoint, &host, &port).ok()) return -1;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  inet_pton(AF_INET, source.c_str(), &local.sin_addr);
+  sockaddr_in remote{};
+  remote.sin_family = AF_INET;
+  remote.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, host.c_str(), &remote.sin_addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(Gang, GreedyOutputOfAGangOfTwoEqualsTheModelOnOneMachine) {
+  auto first = GangMember::Start(MemberOptions());
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = GangMember::Start(MemberOptions());
+  ASSERT_TRUE(second.ok()) << second.status();
+
+  std::vector<std::string> records;
+  for (int i = 0; i < 6; ++i) {
+    records.push_back(DumpJson({{"custom_id", "r" + std::to_string(i)},
+                                {"prompt", "Once upon a time number " + std::to_string(i)},
+                                {"max_tokens", 12},
+                                {"temperature", 0}}));
+  }
+  records.push_back(R"({"custom_id":"chat","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Say something"}],"max_tokens":10,"temperature":0}})");
+
+  auto alone = StartRunner();
+  ASSERT_TRUE(alone);
+  ASSERT_TRUE(alone->Load(SmallLoad()).ok());
+  auto expected = RunRecords(*alone, records);
+
+  auto leader = StartRunner();
+  ASSERT_TRUE(leader);
+  auto load = SmallLoad();
+  // Equal shares: the leader keeps the first layers on its CPU, each member gets some of the rest.
+  load.gang.leader_bytes = 1 << 30;
+  load.gang.servers = {{(*first)->endpoint(), 1 << 30}, {(*second)->endpoint(), 1 << 30}};
+  auto info = leader->Load(load);
+  ASSERT_TRUE(info.ok()) << info.status();
+  const Json& gang = (*info)["gang"];
+  ASSERT_TRUE(gang.is_object()) << DumpJson(*info);
+  EXPECT_EQ(gang["servers"].size(), 2u);
+  EXPECT_GT(gang["leader_cpu_layers"].get<int>(), 0);
+  EXPECT_GT(gang["offloaded_layers"].get<int>(), 1);  // at least one layer for each member
+  // Both members were reached through their gates.
+  EXPECT_GE((*first)->admitted(), 1);
+  EXPECT_GE((*second)->admitted(), 1);
+
+  auto got = RunRecords(*leader, records);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    ASSERT_TRUE(expected[i]["error"].is_null()) << DumpJson(expected[i]);
+    ASSERT_TRUE(got[i]["error"].is_null()) << DumpJson(got[i]);
+    EXPECT_EQ(got[i]["response"]["body"]["choices"], expected[i]["response"]["body"]["choices"]) << records[i];
+    EXPECT_EQ(got[i]["response"]["body"]["usage"], expected[i]["response"]["body"]["usage"]);
+  }
+  EXPECT_EQ(leader->Shutdown().code, 0);
+  EXPECT_EQ(alone->Shutdown().code, 0);
+}
+
+TEST(Gang, AnUnreachableMemberIsALoadErrorAndTheRunnerLivesOn) {
+  // A port that was free a moment ago and has no listener.
+  auto member = GangMember::Start(MemberOptions());
+  ASSERT_TRUE(member.ok()) << member.status();
+  const std::string endpoint = (*member)->endpoint();
+  (*member)->Stop();
+
+  auto runner = StartRunner();
+  ASSERT_TRUE(runner);
+  auto load = SmallLoad();
+  load.gang.servers = {{endpoint, 1 << 30}};
+  auto info = runner->Load(load);
+  ASSERT_FALSE(info.ok());
+  EXPECT_THAT(std::string(info.status().message()), HasSubstr("unreachable"));
+  // Still serving: the same model loads alone.
+  EXPECT_TRUE(runner->Load(SmallLoad()).ok());
+  EXPECT_EQ(runner->Shutdown().code, 0);
+}
+
+TEST(Gang, AMemberThatDiesTakesTheLeadersRunnerDownAndTheExecutorSeesACrash) {
+  auto member = GangMember::Start(MemberOptions());
+  ASSERT_TRUE(member.ok()) << member.status();
+  auto leader = StartRunner();
+  ASSERT_TRUE(leader);
+  auto load = SmallLoad();
+  load.gang.servers = {{(*member)->endpoint(), 1 << 30}};
+  ASSERT_TRUE(leader->Load(load).ok());
+  ASSERT_FALSE(RunRecords(*leader, {R"({"custom_id":"a","prompt":"Hello","max_tokens":4})"})[0].is_null());
+  (*member)->Stop();  // the member's rpc-server is SIGKILLed
+  std::vector<Json> outputs(1);
+  auto done = leader->RunBatch("after", {R"({"custom_id":"b","prompt":"Hello","max_tokens":4})"},
+                               [&](size_t i, const Json& line) { outputs[i] = line; });
+  EXPECT_FALSE(done.ok());  // the runner is gone: a runner crash, which the executor handles
+  EXPECT_TRUE(outputs[0].is_null());
+}
+
+TEST(GangMember, TheGateClosesConnectionsFromAnyoneButTheLeader) {
+  // The leader is 127.0.0.2; a connection from 127.0.0.1 is closed before a byte is forwarded.
+  auto member = GangMember::Start(MemberOptions("127.0.0.2"));
+  ASSERT_TRUE(member.ok()) << member.status();
+  int intruder = ConnectFrom("127.0.0.1", (*member)->endpoint());
+  ASSERT_GE(intruder, 0);
+  char byte = 0;
+  EXPECT_LE(read(intruder, &byte, 1), 0);  // closed by the gate
+  close(intruder);
+  EXPECT_EQ((*member)->refused(), 1);
+  EXPECT_EQ((*member)->admitted(), 0);
+}
+
+TEST(GangMember, StopKillsTheRpcServerAndClosesTheGate) {
+  auto member = GangMember::Start(MemberOptions());
+  ASSERT_TRUE(member.ok()) << member.status();
+  const std::string endpoint = (*member)->endpoint();
+  EXPECT_TRUE((*member)->running());
+  (*member)->Stop();
+  EXPECT_FALSE((*member)->running());
+  EXPECT_LT(ConnectFrom("127.0.0.1", endpoint), 0);
+}
+
+TEST(GangMember, RefusesToListenOnEveryInterfaceOrAName) {
+  for (const std::string host : {"0.0.0.0", "::", "", "gang.example"}) {
+    auto options = MemberOptions();
+    options.bind_host = host;
+    auto member = GangMember::Start(options);
+    EXPECT_EQ(member.status().code(), absl::StatusCode::kInvalidArgument) << host;
+  }
+  auto options = MemberOptions("not-an-address");
+  EXPECT_EQ(GangMember::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GangMember, SameIpAddressReadsBothWritings) {
+  EXPECT_TRUE(SameIpAddress("10.0.0.1", "::ffff:10.0.0.1"));
+  EXPECT_TRUE(SameIpAddress("fe80::1", "fe80:0::1"));
+  EXPECT_FALSE(SameIpAddress("10.0.0.1", "10.0.0.2"));
+  EXPECT_FALSE(SameIpAddress("host", "host"));
+}
+
+}  // namespace
+}  // namespace minions

@@ -1,0 +1,99 @@
+// The GangStore half of the store contract (see gang_store.h): which executors form the gang of a
+// task attempt, one gang per executor at a time. Same fixture and instantiations as the
+// MetadataStore contract, so every backend runs these stories too.
+
+#include "gang_store_contract.h"
+
+namespace minions {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GangStoreContract);
+
+std::vector<std::string> Leaders(const std::vector<GangLease>& gangs) {
+  std::vector<std::string> out;
+  for (const GangLease& g : gangs) out.push_back(g.leader() + "@" + g.job_id.substr(0, 4) + "/" + std::to_string(g.task_index));
+  return out;
+}
+
+TEST_P(GangStoreContract, AGangIsRecordedFoundFromEachSeatAndEnded) {
+  const std::string job = Submit(Spec(), 2);
+  const GangLease gang = Gang(job, 1, 1, {"lead", "m1", "m2"});
+  ASSERT_OK(store_->RecordGang(gang));
+
+  // Every seat finds the whole gang, leader first, as it was written.
+  for (const std::string& executor : {"lead", "m1", "m2"}) {
+    ASSERT_OK_AND_ASSIGN(GangLease found, store_->GangOf(executor));
+    EXPECT_EQ(found, gang) << executor;
+    EXPECT_EQ(found.leader(), "lead");
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<GangLease> all, store_->ListGangs());
+  ASSERT_THAT(all, SizeIs(1));
+  EXPECT_EQ(all[0].members[2].endpoint, "10.9.0.2:50052");
+  EXPECT_EQ(all[0].members[2].bytes, int64_t{3} << 30);
+  EXPECT_CODE(store_->GangOf("someone-else"), kNotFound);
+
+  // Ending the attempt frees every seat; a second end finds nothing.
+  ASSERT_OK(store_->EndGang(job, 1, 1));
+  EXPECT_CODE(store_->GangOf("m1"), kNotFound);
+  ASSERT_OK_AND_ASSIGN(all, store_->ListGangs());
+  EXPECT_THAT(all, IsEmpty());
+  EXPECT_CODE(store_->EndGang(job, 1, 1), kNotFound);
+
+  // The freed executors may form the next attempt's gang, in another order.
+  ASSERT_OK(store_->RecordGang(Gang(job, 1, 2, {"m2", "lead"})));
+  ASSERT_OK_AND_ASSIGN(GangLease next, store_->GangOf("lead"));
+  EXPECT_EQ(next.attempt, 2);
+  EXPECT_EQ(next.leader(), "m2");
+}
+
+TEST_P(GangStoreContract, AnExecutorSitsInOneGangAtATime) {
+  const std::string job = Submit(Spec(), 3);
+  ASSERT_OK(store_->RecordGang(Gang(job, 0, 1, {"a", "b"})));
+  // b is taken: the second gang is refused as a whole, naming b, and records none of its seats.
+  absl::Status taken = store_->RecordGang(Gang(job, 1, 1, {"c", "d", "b"}));
+  EXPECT_EQ(taken.code(), absl::StatusCode::kFailedPrecondition) << taken;
+  EXPECT_THAT(std::string(taken.message()), HasSubstr("executor b"));
+  EXPECT_CODE(store_->GangOf("c"), kNotFound);
+  EXPECT_CODE(store_->GangOf("d"), kNotFound);
+  // Nor may an attempt have two gangs.
+  EXPECT_CODE(store_->RecordGang(Gang(job, 0, 1, {"c", "d"})), kAlreadyExists);
+
+  // Other executors form other gangs; the list is oldest first.
+  Advance(absl::Seconds(5));
+  ASSERT_OK(store_->RecordGang(Gang(job, 2, 1, {"d", "c"})));
+  ASSERT_OK_AND_ASSIGN(std::vector<GangLease> all, store_->ListGangs());
+  EXPECT_THAT(Leaders(all), ElementsAre("a@" + job.substr(0, 4) + "/0", "d@" + job.substr(0, 4) + "/2"));
+}
+
+TEST_P(GangStoreContract, MalformedGangsAndUnknownTasksAreRefused) {
+  const std::string job = Submit(Spec(), 1);
+  EXPECT_CODE(store_->RecordGang(Gang(job, 0, 1, {"alone"})), kInvalidArgument);
+  EXPECT_CODE(store_->RecordGang(Gang(job, 0, 1, {"a", "a"})), kInvalidArgument);
+  EXPECT_CODE(store_->RecordGang(Gang(job, 0, 1, {"a", ""})), kInvalidArgument);
+  EXPECT_CODE(store_->RecordGang(Gang(job, 0, 0, {"a", "b"})), kInvalidArgument);
+  EXPECT_CODE(store_->RecordGang(Gang("", 0, 1, {"a", "b"})), kInvalidArgument);
+  std::vector<std::string> crowd;
+  for (size_t i = 0; i <= kMaxGangSize; ++i) crowd.push_back("e" + std::to_string(i));
+  EXPECT_CODE(store_->RecordGang(Gang(job, 0, 1, crowd)), kInvalidArgument);
+  for (const char* endpoint : {"", "10.9.0.2", "10.9.0.2:0", "10.9.0.2:99999", ":50052"}) {
+    GangLease gang = Gang(job, 0, 1, {"a", "b"});
+    gang.members[1].endpoint = endpoint;
+    EXPECT_CODE(store_->RecordGang(gang), kInvalidArgument) << "endpoint '" << endpoint << "'";
+  }
+  GangLease negative = Gang(job, 0, 1, {"a", "b"});
+  negative.members[1].bytes = -1;
+  EXPECT_CODE(store_->RecordGang(negative), kInvalidArgument);
+  // A task that does not exist.
+  EXPECT_CODE(store_->RecordGang(Gang(job, 7, 1, {"a", "b"})), kNotFound);
+  EXPECT_CODE(store_->RecordGang(Gang("job-000000000000", 0, 1, {"a", "b"})), kNotFound);
+  ASSERT_OK_AND_ASSIGN(std::vector<GangLease> all, store_->ListGangs());
+  EXPECT_THAT(all, IsEmpty());
+}
+
+}  // namespace
+}  // namespace minions
