@@ -68,6 +68,12 @@ inline std::string ModelBlob(const std::string& team, const std::string& digest_
 inline std::string ModelUploadPrefix(const std::string& team, const std::string& digest_hex, int64_t size) {
   return absl::StrCat("model-uploads/", team, "/", digest_hex, "-", size, "/");
 }
+// When a push in progress was last touched (its start, each part): unix microseconds, as text.
+inline std::string ModelUploadMarker(const std::string& team, const std::string& digest_hex, int64_t size) {
+  return absl::StrCat(ModelUploadPrefix(team, digest_hex, size), "touched");
+}
+// Every push in progress of a team.
+inline std::string ModelUploadsOf(const std::string& team) { return absl::StrCat("model-uploads/", team, "/"); }
 inline std::string ModelUploadPart(const std::string& team, const std::string& digest_hex, int64_t size, int part) {
   return absl::StrCat(ModelUploadPrefix(team, digest_hex, size), "part-", absl::Dec(part, absl::kZeroPad6));
 }

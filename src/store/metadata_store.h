@@ -98,6 +98,10 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
  public:
   ~MetadataStore() override = default;
 
+  // The delay-scheduling wait LeaseTasks applies (StoreOptions::warm_wait), for explaining a wait
+  // with the same rules (model/placement.h ExplainWait).
+  virtual absl::Duration WarmWait() const { return StoreOptions{}.warm_wait; }
+
   // --- jobs ---
   // Creates a job in `validating` with a fresh id. ResourceExhausted when its team already has
   // its limit of jobs that have not ended (Team::max_active_jobs; store_rules::CheckJobQuota).

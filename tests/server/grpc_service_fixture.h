@@ -220,12 +220,16 @@ class GrpcServiceTest : public ::testing::Test {
     EXPECT_TRUE(status.ok()) << status.error_message();
   }
 
-  // Enrols an executor with the join token, then registers it with its own credential.
-  std::string RegisterExecutor(const std::string& name) {
+  // Enrols an executor with the join token, then registers it with its own credential; a CPU
+  // machine unless an accelerator (and its device name) is given.
+  std::string RegisterExecutor(const std::string& name, const std::string& accelerator = "",
+                               const std::string& gpu = "") {
     v1::RegisterRequest request;
     v1::Capabilities* caps = request.mutable_capabilities();
     caps->set_name(name);
     caps->set_os("linux");
+    caps->set_accelerator(accelerator);
+    caps->set_gpu(gpu);
     caps->set_memory_bytes(int64_t{16} << 30);
     caps->add_runners("llama");
     caps->set_max_tasks(8);

@@ -729,24 +729,30 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
       }
       allowances = rules::RunningAllowances(teams);
     }
-    std::map<std::string, JobSpec> specs;  // parsed once per job
-    std::set<std::string> to_start;        // jobs this lease starts
+    std::map<std::string, Job> jobs;  // what placement reads of each job (spec, submission), parsed once
+    std::set<std::string> unstarted;  // of those, jobs not started yet
+    std::set<std::string> to_start;   // jobs this lease starts
     std::vector<Task> granted;
     for (int i = 0; i < result.Rows(); ++i) {
       const Row row{result, i};
       ASSIGN_OR_RETURN(Task task, rows::ReadTask(row));
-      if (specs.count(task.job_id) == 0) {
-        ASSIGN_OR_RETURN(JobSpec spec, rows::JobSpecOf(task.job_id, row.Text(rows::kTaskColumns)));
-        specs.emplace(task.job_id, std::move(spec));
+      if (jobs.count(task.job_id) == 0) {
+        Job job;
+        job.id = task.job_id;
+        ASSIGN_OR_RETURN(job.spec, rows::JobSpecOf(task.job_id, row.Text(rows::kTaskColumns)));
+        job.created_at = row.Time(rows::kTaskColumns + 4);
+        jobs.emplace(task.job_id, std::move(job));
         if (row.Text(rows::kTaskColumns + 1) == JobStateName(JobState::kQueued) || !row.Bool(rows::kTaskColumns + 2)) {
-          to_start.insert(task.job_id);
+          unstarted.insert(task.job_id);
         }
       }
+      if (!rules::MayPlace(executor, jobs.at(task.job_id), now, options_.warm_wait)) continue;  // the rules decide
       if (task.shadow && task.shadow->executor_id == executor_id) continue;  // its backup goes elsewhere
       if (!rules::TakeAllowance(allowances, row.Text(rows::kTaskColumns + 3))) continue;  // team at its quota
       RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));
+      if (unstarted.count(task.job_id) > 0) to_start.insert(task.job_id);
       granted.push_back(task);
-      leases.push_back(MakeLease(std::move(task), specs.at(granted.back().job_id)));
+      leases.push_back(MakeLease(std::move(task), jobs.at(granted.back().job_id).spec));
     }
     // Only a job that starts with this lease is locked and written (after its tasks, the store's
     // lock order); every lease of a running job would queue on its row otherwise.

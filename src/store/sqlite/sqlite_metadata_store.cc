@@ -701,22 +701,21 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
       }
     }
 
-    std::map<std::string, Job> jobs;  // the candidates' jobs, started and saved once each
+    std::map<std::string, Job> jobs;  // the candidates' jobs, loaded once each (started by their first grant)
     for (const auto& [job_id, index, team] : candidates) {
       auto job_it = jobs.find(job_id);
       if (job_it == jobs.end()) {
         ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
         job_it = jobs.emplace(job_id, std::move(job)).first;
       }
+      if (!rules::MayPlace(executor, job_it->second, now, options_.warm_wait)) continue;  // the rules decide
       ASSIGN_OR_RETURN(Task task, LoadTask(job_id, index));
       if (task.shadow && task.shadow->executor_id == executor_id) continue;  // its backup goes elsewhere
       if (!rules::TakeAllowance(allowances, team)) continue;                 // its team reached its quota
       RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));
       RETURN_IF_ERROR(SaveTask(task));
       leases.push_back(MakeLease(std::move(task), job_it->second.spec));
-    }
-    for (auto& [job_id, job] : jobs) {
-      if (MarkJobStarted(job, now)) RETURN_IF_ERROR(SaveJob(job));
+      if (MarkJobStarted(job_it->second, now)) RETURN_IF_ERROR(SaveJob(job_it->second));
     }
     if (!leases.empty() && rules::MarkBusy(executor)) RETURN_IF_ERROR(SaveExecutor(executor));
     return leases;
