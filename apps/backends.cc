@@ -136,6 +136,10 @@ absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config, Clock* clock)
     if (!blobs.ok()) return absl::Status(blobs.status().code(), absl::StrCat("objects: ", blobs.status().message()));
     backends.blobs = std::move(*blobs);
     absl::StrAppend(&backends.description, " + ", config.objects);
+    std::string prefix = s3.prefix;
+    while (absl::EndsWith(prefix, "/")) prefix.pop_back();
+    backends.object_store =
+        absl::StrCat("s3://", s3.bucket, "/", prefix, " at ", s3.endpoint.empty() ? "aws" : s3.endpoint);
   } else {
     std::string root = config.objects.empty() ? config.data_dir + "/objects" : config.objects;
     if (absl::StartsWith(root, "file://")) root = root.substr(7);
@@ -143,6 +147,9 @@ absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config, Clock* clock)
     if (!blobs.ok()) return absl::Status(blobs.status().code(), absl::StrCat("objects: ", blobs.status().message()));
     backends.blobs = std::move(*blobs);
     absl::StrAppend(&backends.description, " + ", root);
+    std::error_code ignored;
+    std::filesystem::path canonical = std::filesystem::weakly_canonical(std::filesystem::absolute(root), ignored);
+    backends.object_store = "file:" + (canonical.empty() ? root : canonical.string());
   }
   return backends;
 }

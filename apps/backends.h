@@ -18,6 +18,10 @@ struct Backends {
   std::unique_ptr<MetadataStore> store;
   std::unique_ptr<BlobStore> blobs;
   std::string description;  // "sqlite:/path + /path/objects", for the log
+  // Where the objects are, as the servers on one database must agree on it
+  // (MetadataStore::ClaimObjectStore): "file:" and the folder's canonical path, or
+  // "s3://bucket/prefix at ENDPOINT" (ENDPOINT "aws" when none is configured).
+  std::string object_store;
 };
 
 // The backends wait (retries, a busy database) on `clock`, which must outlive them.

@@ -60,6 +60,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["straggler_min_runtime_ms"].value<int64_t>()) config.straggler_min_runtime_ms = *v;
     if (auto v = table["server"]["fair_share_half_life_s"].value<int64_t>()) config.fair_share_half_life_s = *v;
     if (auto v = table["server"]["warm_wait_ms"].value<int64_t>()) config.warm_wait_ms = *v;
+    if (auto v = table["server"]["heartbeat_batch"].value<int64_t>()) config.heartbeat_batch = *v;
     if (auto v = table["server"]["watchdog"].value<bool>()) config.watchdog = *v;
     str("store", "database", &config.database);
     str("objects", "url", &config.objects);
@@ -175,6 +176,10 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
     problems.push_back(absl::StrCat("server.fair_share_half_life_s is ", config.fair_share_half_life_s,
                                     "; use between 60 (a minute) and 31536000 (a year); 86400 (a day) is the default"));
   }
+  if (config.heartbeat_batch < 1 || config.heartbeat_batch > 10000) {
+    problems.push_back(absl::StrCat("server.heartbeat_batch is ", config.heartbeat_batch,
+                                    "; use between 1 (each heartbeat its own transaction) and 10000; 256 is the default"));
+  }
   if (config.warm_wait_ms < 0 || config.warm_wait_ms > 600000) {
     problems.push_back(absl::StrCat("server.warm_wait_ms is ", config.warm_wait_ms,
                                     "; use between 0 (no waiting for a warm executor) and 600000; 3000 is the default"));
@@ -214,6 +219,13 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
       }
       auto jobs = backends->store->ListJobs(JobFilter{std::nullopt, "", 1});
       if (!jobs.ok()) problems.push_back(absl::StrCat("the database cannot be read: ", jobs.status().message()));
+      // The servers on one database share one object store (a server with another refuses to start).
+      auto recorded = backends->store->RecordedObjectStore();
+      if (!recorded.ok()) {
+        problems.push_back(absl::StrCat("the database cannot be read: ", recorded.status().message()));
+      } else if (auto agreed = CheckObjectStore(*recorded, backends->object_store); !agreed.ok()) {
+        problems.push_back(std::string(agreed.message()));
+      }
     }
   }
   return problems;

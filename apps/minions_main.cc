@@ -138,11 +138,17 @@ int RunServer(const minions::apps::MinionsConfig& config) {
     fprintf(stderr, "error: %s\n", std::string(backends.status().message()).c_str());
     return 1;
   }
+  // Servers on one database share one object store: the first records it, one with another stops here.
+  if (auto agreed = backends->store->ClaimObjectStore(backends->object_store, clock.Now()); !agreed.ok()) {
+    fprintf(stderr, "error: %s\n", std::string(agreed.message()).c_str());
+    return 1;
+  }
   minions::ServerOptions options;
   options.listen = config.listen;
   options.http_listen = config.http_listen == "off" ? "" : config.http_listen;
   options.tls = {config.tls_cert, config.tls_key};
   options.lease_ttl = absl::Milliseconds(config.lease_ttl_ms);
+  options.heartbeat_batch = static_cast<int>(config.heartbeat_batch);
   // Executors elsewhere open models by their own paths.
   options.check_model_paths = !absl::StartsWith(config.database, "postgres");
   std::unique_ptr<minions::Watchdog> watchdog;
@@ -432,7 +438,8 @@ struct SharedFlags {
 // config file (see apps/config.h).
 struct ProcessVerbs {
   std::string flag_listen, flag_http_listen, flag_data_dir, flag_database, flag_objects, flag_tls_cert, flag_tls_key;
-  int64_t flag_ttl_ms = 0, flag_straggler_ms = -1, flag_half_life_s = 0, flag_warm_wait_ms = -1;
+  int64_t flag_ttl_ms = 0, flag_straggler_ms = -1, flag_half_life_s = 0, flag_warm_wait_ms = -1,
+          flag_heartbeat_batch = 0;
   std::vector<std::string> flag_openai_model_dirs;
   int64_t flag_openai_max_file_bytes = 0;
   bool no_watchdog = false;
@@ -462,6 +469,9 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_option("--warm-wait-ms", p->flag_warm_wait_ms,
                          "a job's tasks wait this long for an executor holding its model before a cold one "
                          "may take them (default 3000)");
+  server_cmd->add_option("--heartbeat-batch", p->flag_heartbeat_batch,
+                         "write up to this many executors' heartbeats in one store transaction; 1: each alone "
+                         "(default 256)");
   server_cmd->add_option("--openai-model-dir", p->flag_openai_model_dirs,
                          "a folder of GGUF files the OpenAI API serves as models, by file name (repeatable)");
   server_cmd->add_option("--openai-max-file-bytes", p->flag_openai_max_file_bytes,
@@ -502,6 +512,7 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (p.flag_straggler_ms >= 0) config->straggler_min_runtime_ms = p.flag_straggler_ms;
   if (p.flag_half_life_s > 0) config->fair_share_half_life_s = p.flag_half_life_s;
   if (p.flag_warm_wait_ms >= 0) config->warm_wait_ms = p.flag_warm_wait_ms;
+  if (p.flag_heartbeat_batch > 0) config->heartbeat_batch = p.flag_heartbeat_batch;
   if (p.no_watchdog) config->watchdog = false;
   if (!p.flag_openai_model_dirs.empty()) config->openai_model_dirs = p.flag_openai_model_dirs;
   if (p.flag_openai_max_file_bytes > 0) config->openai_max_file_bytes = p.flag_openai_max_file_bytes;

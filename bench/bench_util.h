@@ -1,9 +1,14 @@
 #pragma once
 // Small helpers the benchmark programs share.
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <iterator>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -26,6 +31,21 @@ inline std::string Slurp(const std::string& path) {
   return s.str();
 }
 
+// Starts a program with its stderr into `log` and its stdin closed; null (and a message) when it
+// cannot start.
+inline std::unique_ptr<Subprocess> SpawnLogged(const std::vector<std::string>& argv, const std::string& log) {
+  Subprocess::Options sp;
+  sp.argv = argv;
+  sp.stderr_path = log;
+  auto p = Subprocess::Start(sp);
+  if (!p.ok()) {
+    fprintf(stderr, "cannot start %s: %s\n", argv[0].c_str(), std::string(p.status().message()).c_str());
+    return nullptr;
+  }
+  (*p)->CloseStdin();
+  return std::move(*p);
+}
+
 // Runs a program to completion, its stderr into `log`; `out` gets its stdout (whatever it wrote,
 // even when it failed). An error when it cannot start or does not exit 0.
 inline absl::Status RunProgram(const std::vector<std::string>& argv, const std::string& log, std::string& out) {
@@ -43,6 +63,23 @@ inline absl::Status RunProgram(const std::vector<std::string>& argv, const std::
         absl::StrCat(argv[0], " failed (", exit.ok() ? exit->ToString() : "no exit status", "); see ", log));
   }
   return absl::OkStatus();
+}
+
+// CPU seconds (user + system) a process has used so far, from /proc/PID/stat; 0 elsewhere.
+inline double CpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  // Fields after the command: state(3) ... utime(14) stime(15).
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace minions::bench

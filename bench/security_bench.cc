@@ -53,27 +53,11 @@ namespace {
 namespace fs = std::filesystem;
 using minions::Subprocess;
 using minions::bench::BinDir;
+using minions::bench::CpuSeconds;
 using minions::testing::PickFreePort;
 
 enum class Mode { kBefore, kTokens, kTls };
 const char* Name(Mode m) { return m == Mode::kBefore ? "before" : m == Mode::kTokens ? "tokens" : "tls"; }
-
-// CPU seconds (user + system) a process has used so far, from /proc/PID/stat; 0 elsewhere.
-double CpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(stat.substr(close + 2));
-  std::string field;
-  double utime = 0, stime = 0;
-  // Fields after the command: state(3) ... utime(14) stime(15).
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14) utime = std::stod(field);
-    if (i == 15) stime = std::stod(field);
-  }
-  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
 
 // One pool of processes; everything is SIGKILLed when it goes.
 class BenchPool {
@@ -181,16 +165,7 @@ class BenchPool {
     return exit.ok() && exit->exited && exit->code == 0;
   }
   std::unique_ptr<Subprocess> Spawn(const std::vector<std::string>& argv, const std::string& log) {
-    Subprocess::Options sp;
-    sp.argv = argv;
-    sp.stderr_path = dir_ + "/logs/" + log + ".log";
-    auto p = Subprocess::Start(sp);
-    if (!p.ok()) {
-      fprintf(stderr, "cannot start %s: %s\n", argv[0].c_str(), std::string(p.status().message()).c_str());
-      return nullptr;
-    }
-    (*p)->CloseStdin();
-    return std::move(*p);
+    return minions::bench::SpawnLogged(argv, dir_ + "/logs/" + log + ".log");
   }
 
   Mode mode_;

@@ -21,6 +21,8 @@ function el(tag, attrs = {}, ...children) {
 
 function stateBadge(state) { return el("span", { class: "state state-" + state }, state); }
 
+function gib(bytes) { return bytes > 0 ? (bytes / 2 ** 30).toFixed(1) + " GiB" : "?"; }
+
 function duration(seconds) {
   if (seconds == null || seconds < 0) return "?";
   if (seconds < 60) return Math.round(seconds) + " s";
@@ -68,7 +70,10 @@ function renderFleet(fleet) {
       : el("span", {}, e.tasks.map((t) => `${t.job} #${t.index} (${t.records_done}/${t.records})`).join(", "));
     return el("tr", { "data-executor": e.id },
       el("td", {}, e.name, " ", el("span", { class: "muted" }, e.id)),
-      el("td", {}, e.device || "?", e.gpu ? "" : el("span", { class: "muted" }, " (CPU)")),
+      el("td", { class: "device" }, el("span", { class: "muted" }, (e.accelerator || "cpu") + " "), e.device || "?"),
+      el("td", { class: "num memory" }, gib(e.usable_memory_bytes)),
+      el("td", { class: "models" }, (e.models_shown || []).length === 0 ? el("span", { class: "muted" }, "none")
+        : e.models_shown.map((m, i) => m + (e.models_cached[i] === e.model_loaded ? " (loaded)" : "")).join(", ")),
       el("td", {}, stateBadge(e.state), e.state_reason ? el("span", { class: "muted" }, " " + e.state_reason) : ""),
       el("td", {}, tasks),
       el("td", { class: "num" }, e.records_done),

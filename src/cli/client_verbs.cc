@@ -314,6 +314,7 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
     printf("ran       %s\n", HumanDuration((job->finished_at_ms() - job->started_at_ms()) / 1000.0).c_str());
   }
   if (!job->error().empty()) printf("error     %s\n", job->error().c_str());
+  if (!job->wait_reason().empty()) printf("waiting   %s\n", job->wait_reason().c_str());
   if (job->state() == "completed" || job->state() == "expired") {
     printf("results   minions results %s -o output.jsonl   (errors: --errors)\n", job->id().c_str());
   }
@@ -412,11 +413,12 @@ int ListExecutors(const Connection& connection, bool json) {
     for (const auto& t : e.current_tasks()) tasks += (tasks.empty() ? "" : " ") + t;
     // Why an executor is not working, as far as the server says (never why an owner is present).
     if (!e.state_reason().empty()) tasks += (tasks.empty() ? "(" : " (") + e.state_reason() + ")";
-    // Cached models by short digest; the loaded one starred.
+    // Cached models as NAME@short digest (the server's naming); the loaded one starred.
     std::string models;
-    for (const auto& digest : e.models_cached()) {
-      models += (models.empty() ? "" : " ") + digest.substr(0, std::min<size_t>(digest.size(), 15)) +
-                (digest == e.model_loaded() ? "*" : "");
+    for (int i = 0; i < e.models_cached_size(); ++i) {
+      const std::string& digest = e.models_cached(i);
+      const std::string shown = i < e.models_shown_size() ? e.models_shown(i) : digest.substr(0, 19);
+      models += (models.empty() ? "" : " ") + shown + (digest == e.model_loaded() ? "*" : "");
     }
     if (models.empty()) models = "-";
     const std::string device =

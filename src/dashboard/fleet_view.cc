@@ -93,6 +93,9 @@ absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Read() {
   auto teams = store_->ListTeamUsage(snapshot->taken_at);
   if (!teams.ok()) return teams.status();
   snapshot->teams = std::move(*teams);
+  auto models = store_->ListModels("");
+  if (!models.ok()) return models.status();
+  snapshot->models = std::move(*models);
   for (const Job& job : snapshot->jobs) {
     if (IsTerminal(job.state)) continue;
     snapshot->jobs_by_state[job.state] += 1;

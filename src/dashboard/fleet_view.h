@@ -48,6 +48,7 @@ struct FleetSnapshot {
   std::map<TaskState, int64_t> tasks_by_state;  // tasks of jobs that have not ended
   std::map<ExecutorState, int64_t> executors_by_state;
   std::vector<TeamUsage> teams;  // every team's fair-share standing (model/fair_share.h)
+  std::vector<ModelRecord> models;  // the registry, every team's (executors' models are shown by name)
 };
 
 // One point of the fleet's recent history (the dashboard's charts).

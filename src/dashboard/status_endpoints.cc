@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "http/metrics_endpoints.h"
 #include "model/json_codec.h"
+#include "model/model_ref.h"
 
 namespace minions {
 namespace {
@@ -98,8 +99,16 @@ Json FleetJson(const FleetSnapshot& s, absl::Time now, const Caller& caller) {
   // The team of every job with a running task: the snapshot holds every unfinished job.
   std::map<std::string, std::string> team_of;
   for (const Job& job : s.jobs) team_of[job.id] = job.spec.team;
+  // Cached models by the names the viewer's team gives them (admins: every team's).
+  std::vector<ModelRecord> visible_models;
+  for (const ModelRecord& m : s.models) {
+    if (caller.SeesTeam(m.team)) visible_models.push_back(m);
+  }
+  const std::map<std::string, std::string> model_names = ModelNamesByDigest(visible_models);
   Json executors = Json::array();
   for (const Executor& e : s.executors) {
+    Json models_shown = Json::array();
+    for (const std::string& digest : e.info.models) models_shown.push_back(ShownModel(digest, model_names));
     Json tasks = Json::array();
     if (auto it = s.running_by_executor.find(e.id); it != s.running_by_executor.end()) {
       for (const Task& t : it->second) {
@@ -120,6 +129,8 @@ Json FleetJson(const FleetSnapshot& s, absl::Time now, const Caller& caller) {
                          {"runners", e.info.runners},
                          {"models_cached", e.info.models},
                          {"model_loaded", e.info.model_loaded},
+                         {"models_shown", std::move(models_shown)},
+                         {"model_loaded_shown", ShownModel(e.info.model_loaded, model_names)},
                          // Coarse: an owner's presence is "unavailable", and never explained.
                          {"state", ExecutorStateShown(e.state)},
                          {"state_reason", e.state == ExecutorState::kOwnerActive ? "" : e.state_reason},

@@ -175,7 +175,9 @@ absl::StatusOr<std::optional<TaskRun::ChunkUpload>> TaskRun::FinalChunk() {
   while (end < n && outputs_[end]) ++end;
   prefix_end_ = end;
   if (end < n) return absl::InternalError("the final chunk has records without output");
-  if (end == chunk_begin_ && !chunks_.empty()) return std::nullopt;  // everything is in chunks already
+  // Everything is in chunks already: this attempt's, or (an attempt that resumed at its end) the
+  // committed ones of earlier attempts. An empty chunk is no chunk: the server refuses one.
+  if (end == chunk_begin_) return std::nullopt;
   if (chunks_.size() >= lease_.chunk_urls.size()) return absl::FailedPreconditionError("no chunk URL left");
   return MakeChunk(chunk_begin_, end);
 }
@@ -188,7 +190,7 @@ void TaskRun::ChunkUploaded(const Chunk& chunk, absl::Time now) {
 }
 
 bool TaskRun::uploaded() const {
-  return !chunks_.empty() && chunk_begin_ == static_cast<int64_t>(records_.size());
+  return chunk_begin_ == static_cast<int64_t>(records_.size());
 }
 
 LeaseProgress TaskRun::Progress() const {

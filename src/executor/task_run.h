@@ -100,11 +100,13 @@ class TaskRun {
   std::optional<ChunkUpload> DueCheckpoint(absl::Time now);
   // The attempt's last chunk: every record after the last chunk (after OnBatchDone said
   // kFinished, or when NextBatch had nothing to run). nullopt when every record is in a chunk
-  // already. Internal when a record has no line, FailedPrecondition when no URL is left.
+  // already (one of this attempt's, or a committed one it resumed after: an attempt that resumes
+  // at its end completes without a chunk). Internal when a record has no line, FailedPrecondition
+  // when no URL is left.
   absl::StatusOr<std::optional<ChunkUpload>> FinalChunk();
   // Both objects of `chunk` are written: the heartbeat may commit it.
   void ChunkUploaded(const Chunk& chunk, absl::Time now);
-  // Every record has a line and every line is in an uploaded chunk.
+  // Every record has a line and every line is in an uploaded chunk (or a committed one it resumed after).
   bool uploaded() const;
 
   // --- Reports ---

@@ -76,4 +76,18 @@ absl::StatusOr<ModelRef> ParseModelRef(std::string_view text) {
   return ref;
 }
 
+std::string ShownModel(const std::string& digest, const std::map<std::string, std::string>& names_by_digest) {
+  constexpr size_t kShownHex = 12;
+  if (!ValidateModelDigest(digest).ok()) return digest;
+  const std::string shortened = "sha256:" + std::string(DigestHex(digest).substr(0, kShownHex));
+  auto name = names_by_digest.find(digest);
+  return name == names_by_digest.end() ? shortened : absl::StrCat(name->second, "@", shortened);
+}
+
+std::map<std::string, std::string> ModelNamesByDigest(const std::vector<ModelRecord>& models) {
+  std::map<std::string, std::string> names;
+  for (const ModelRecord& m : models) names.emplace(m.digest, m.name);
+  return names;
+}
+
 }  // namespace minions

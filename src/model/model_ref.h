@@ -6,10 +6,13 @@
 //
 // Pure; any thread.
 
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/types.h"
 
 namespace minions {
 
@@ -32,5 +35,12 @@ absl::Status ValidateRunnerName(std::string_view runner);
 
 // "sha256:<hex>" -> "<hex>" (the digest's form in object keys and cache file names).
 std::string_view DigestHex(std::string_view digest);
+
+// How people are shown a model an executor holds: "NAME@sha256:<first 12 hex>" with the registry
+// name `names_by_digest` gives the digest (the viewer's teams' models: ModelNamesByDigest), the
+// short digest alone when it has none, and anything else (a path) as it is.
+std::string ShownModel(const std::string& digest, const std::map<std::string, std::string>& names_by_digest);
+// Digest -> name over `models` (several names: the first in order).
+std::map<std::string, std::string> ModelNamesByDigest(const std::vector<ModelRecord>& models);
 
 }  // namespace minions

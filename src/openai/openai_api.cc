@@ -391,7 +391,11 @@ absl::StatusOr<OpenAiApi::ResultFile> OpenAiApi::FindResultFile(Call& call, cons
   auto batch = BatchObject(*job);
   if (!batch.ok()) return batch.status();
   if ((*batch)[errors ? "error_file_id" : "output_file_id"] != id) return not_found;
-  return ResultFile{*std::move(job), errors, errors ? keys::JobErrors(rest) : keys::JobOutput(rest)};
+  // A cancelled job's partial results lie where MergeCancelled put them; a finished job's row names its own.
+  const bool cancelled = job->state == JobState::kCancelled;
+  std::string key = errors ? (cancelled ? keys::CancelledJobErrors(rest) : job->errors_key)
+                           : (cancelled ? keys::CancelledJobOutput(rest) : job->output_key);
+  return ResultFile{*std::move(job), errors, std::move(key)};
 }
 
 void OpenAiApi::GetFile(Call& call, const std::string& id) {
@@ -505,8 +509,8 @@ absl::StatusOr<Json> OpenAiApi::BatchObject(const Job& job) {
         if (auto s = deps_.blobs->Put(keys::OpenAiBatch(job.spec.team, job.id), DumpJson(side)); !s.ok()) return s;
       }
       status = "cancelled";
-      output_key = keys::JobOutput(job.id);
-      errors_key = keys::JobErrors(job.id);
+      output_key = keys::CancelledJobOutput(job.id);
+      errors_key = keys::CancelledJobErrors(job.id);
       break;
     }
   }

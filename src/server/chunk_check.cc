@@ -369,7 +369,9 @@ absl::StatusOr<HeartbeatReply> ChunkChecker::Heartbeat(const std::string& execut
       }
     }
   }
-  auto reply = store_->Heartbeat(executor_id, state, reason, admitted, ttl, now, holdings);
+  auto reply = heartbeats_ != nullptr
+                   ? heartbeats_->Heartbeat(HeartbeatCall{executor_id, state, reason, admitted, holdings}, ttl)
+                   : store_->Heartbeat(executor_id, state, reason, admitted, ttl, now, holdings);
   if (!reply.ok()) return reply;
   for (LeaseProgress& lease : refused) reply->cancel.push_back(std::move(lease));
   return reply;

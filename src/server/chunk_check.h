@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "blob/blob_store.h"
 #include "model/types.h"
+#include "server/heartbeat_batcher.h"
 #include "store/metadata_store.h"
 
 namespace minions {
@@ -63,8 +64,10 @@ absl::StatusOr<std::string> ReadChunkObject(BlobStore& blobs, const std::string&
 // answered Unavailable (completions: the executor tries again).
 class ChunkChecker {
  public:
-  ChunkChecker(MetadataStore* store, BlobStore* blobs, ChunkCheckOptions options = {})
-      : store_(store), blobs_(blobs), options_(options) {}
+  // `heartbeats` (may be null: one transaction per heartbeat) commits the heartbeats it admits.
+  ChunkChecker(MetadataStore* store, BlobStore* blobs, ChunkCheckOptions options = {},
+               HeartbeatBatcher* heartbeats = nullptr)
+      : store_(store), blobs_(blobs), options_(options), heartbeats_(heartbeats) {}
 
   absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& executor_id, ExecutorState state,
                                            const std::string& reason, const std::vector<LeaseProgress>& held,
@@ -99,6 +102,7 @@ class ChunkChecker {
   MetadataStore* store_;
   BlobStore* blobs_;
   ChunkCheckOptions options_;
+  HeartbeatBatcher* heartbeats_;
   mutable absl::Mutex mu_;
   // Chunks this server checked and admitted ("job/task#attempt.seq"): an executor lists its
   // attempt's chunks in every heartbeat, and they are not read again. Bounded, oldest forgotten.

@@ -569,6 +569,23 @@ absl::Status ExecutorService::AnswerLease(const std::string& executor_id, const 
   return absl::OkStatus();
 }
 
+void ExecutorService::QuotaFreed(const Job& job) {
+  const absl::Time now = clock_->Now();
+  std::optional<bool> limited;
+  {
+    absl::MutexLock lock(&work_mu_);
+    auto it = team_quotas_.find(job.spec.team);
+    if (it != team_quotas_.end() && now < it->second.checked_at + kTeamQuotaRecheck) limited = it->second.limited;
+  }
+  if (!limited) {
+    absl::StatusOr<Team> team = store_->GetTeam(job.spec.team);
+    limited = team.ok() && team->max_running_tasks > 0;
+    absl::MutexLock lock(&work_mu_);
+    team_quotas_[job.spec.team] = TeamQuota{*limited, now};
+  }
+  if (*limited) WorkArrived();
+}
+
 void ExecutorService::WorkArrived() {
   NotifyWork();
   if (signal_ == nullptr) return;
@@ -610,6 +627,7 @@ absl::Status ExecutorService::Complete(const std::string& executor_id, const v1:
   }
   if (metrics_) metrics_->AttemptCompleted(executor_id, FromProto(ref), clock_->Now());
   auto job = store_->GetJob(ref.job_id());
+  if (job.ok()) QuotaFreed(*job);
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return absl::OkStatus();
 }
@@ -645,6 +663,7 @@ absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, cons
   }
   for (const auto& job_id : jobs) {
     auto job = store_->GetJob(job_id);
+    if (job.ok()) QuotaFreed(*job);
     if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   }
   return absl::OkStatus();
@@ -672,6 +691,7 @@ absl::Status ExecutorService::Fail(const std::string& executor_id, const v1::Fai
                     << " -> " << TaskStateName(task->state);
   if (task->state == TaskState::kPending) WorkArrived();
   auto job = store_->GetJob(ref.job_id());
+  if (job.ok() && task->state != TaskState::kPending) QuotaFreed(*job);
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return absl::OkStatus();
 }

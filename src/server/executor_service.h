@@ -39,6 +39,7 @@
 #include "minions/v1/minions.grpc.pb.h"
 #include "server/server_metrics.h"
 #include "server/chunk_check.h"
+#include "server/heartbeat_batcher.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
 #include "store/work_signal.h"
@@ -64,7 +65,8 @@ class ExecutorService final : public ExecutorServiceBase {
         options_(options),
         job_ready_(std::move(job_ready)),
         metrics_(metrics),
-        chunks_(store, blobs, {options.max_chunk_bytes}) {}
+        heartbeats_(store, clock, options.heartbeat_batch),
+        chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_) {}
   ~ExecutorService() override;
 
   grpc::Status Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request, v1::EnrolResponse* reply) override;
@@ -140,6 +142,11 @@ class ExecutorService final : public ExecutorServiceBase {
   // The executor's circumstances changed (it registered, finished or gave up a task): it looks in
   // the store on its next lease.
   void ForgetIdle(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
+  // A task of `job` ended (completed, or failed for good). When its team has a running-task
+  // quota, the place it freed may let the team's queued tasks be leased: announced as work (the
+  // idle executors passed over by the quota look again). Whether a team has a quota is looked up
+  // at most once per kTeamQuotaRecheck.
+  void QuotaFreed(const Job& job) ABSL_LOCKS_EXCLUDED(work_mu_);
   // Fills `reply` with `leases` (their URLs); on failure hands every one of them back.
   absl::Status AnswerLease(const std::string& executor_id, const std::vector<minions::Lease>& leases, absl::Time now,
                            v1::LeaseResponse* reply);
@@ -172,6 +179,8 @@ class ExecutorService final : public ExecutorServiceBase {
   ServerOptions options_;
   std::function<void(const std::string&)> job_ready_;
   ServerMetrics* metrics_;
+  // Heartbeats reach the store in batches (group commit) through it.
+  HeartbeatBatcher heartbeats_;
   // Every call that commits chunks goes through it: an upload becomes part of a job's results only
   // once checked against the task's input (server/chunk_check.h).
   ChunkChecker chunks_;
@@ -195,7 +204,14 @@ class ExecutorService final : public ExecutorServiceBase {
   absl::flat_hash_map<std::string, int> attached_ ABSL_GUARDED_BY(work_mu_);
   std::deque<std::string> detached_ ABSL_GUARDED_BY(work_mu_);
   int64_t detached_abruptly_ ABSL_GUARDED_BY(work_mu_) = 0;
-  std::vector<std::thread> lease_threads_ ABSL_GUARDED_BY(work_mu_);  // started by the first held call
+  std::vector<std::thread> lease_threads_ ABSL_GUARDED_BY(work_mu_);
+  // Whether each team has a running-task quota, as of checked_at (QuotaFreed).
+  static constexpr absl::Duration kTeamQuotaRecheck = absl::Seconds(10);
+  struct TeamQuota {
+    bool limited = false;
+    absl::Time checked_at;
+  };
+  absl::flat_hash_map<std::string, TeamQuota> team_quotas_ ABSL_GUARDED_BY(work_mu_);  // started by the first held call
 };
 
 }  // namespace minions

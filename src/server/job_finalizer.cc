@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/random_hex.h"
 #include "common/status_macros.h"
 #include "server/chunk_check.h"
 #include "runner/batch_record.h"
@@ -19,6 +20,7 @@ inline constexpr std::string_view kErrorBatchExpired = "batch_expired";  // the 
 inline constexpr std::string_view kErrorBatchCancelled = "batch_cancelled";
 
 absl::Status JobFinalizer::WriteResults(const Job& job, const std::vector<Task>& tasks, bool cancelled,
+                                        const std::string& output_key, const std::string& errors_key,
                                         std::map<std::pair<int64_t, int>, std::string>* rejected) {
   // One pass over the tasks in input order writes the output file as it goes; what goes to the
   // error file is spooled to a temporary file and written after (the two files are in input order,
@@ -125,8 +127,8 @@ absl::Status JobFinalizer::WriteResults(const Job& job, const std::vector<Task>&
     return buffer;
   };
 
-  if (auto s = blobs_->PutStream(keys::JobOutput(job.id), output_source); !s.ok()) return s;
-  return blobs_->PutStream(keys::JobErrors(job.id), spool_source);
+  if (auto s = blobs_->PutStream(output_key, output_source); !s.ok()) return s;
+  return blobs_->PutStream(errors_key, spool_source);
 }
 
 absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
@@ -135,11 +137,14 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
   if (job->state != JobState::kFinalizing) return *job;
   auto tasks = store_->ListTasks(job_id);
   if (!tasks.ok()) return tasks.status();
+  // This finalisation's own keys: another server finalising the job at the same time writes
+  // beside them, and only the FinishJob that wins publishes its keys (server/keys.h).
+  const std::string writer = RandomHex(16);
+  const std::string output_key = keys::JobOutput(job_id, writer);
+  const std::string errors_key = keys::JobErrors(job_id, writer);
+  const std::string manifest_key = keys::JobManifest(job_id, writer);
   std::map<std::pair<int64_t, int>, std::string> rejected;  // (task, chunk seq) -> why
-  RETURN_IF_ERROR(WriteResults(*job, *tasks, /*cancelled=*/false, &rejected));
-  const std::string output_key = keys::JobOutput(job_id);
-  const std::string errors_key = keys::JobErrors(job_id);
-  const std::string manifest_key = keys::JobManifest(job_id);
+  RETURN_IF_ERROR(WriteResults(*job, *tasks, /*cancelled=*/false, output_key, errors_key, &rejected));
   Json manifest_tasks = Json::array();
   bool expired = false;
   for (const Task& task : *tasks) {
@@ -177,7 +182,20 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
   // Tasks are cancelled in a finalising job only when its completion window passed (ExpireJob).
   auto finished = store_->FinishJob(job_id, output_key, errors_key, manifest_key, clock_->Now(),
                                     expired ? JobState::kExpired : JobState::kCompleted);
-  if (absl::IsFailedPrecondition(finished.status())) return store_->GetJob(job_id);  // another server won
+  if (absl::IsFailedPrecondition(finished.status())) {
+    // Another server won (or this FinishJob did, in a try whose answer was lost): unless the job
+    // names this finalisation's objects, they are nobody's, and are removed.
+    auto now = store_->GetJob(job_id);
+    if (now.ok() && now->output_key != output_key) {
+      for (const std::string& key : {output_key, errors_key, manifest_key}) {
+        if (auto s = blobs_->Delete(key); !s.ok() && !absl::IsNotFound(s)) {
+          MINIONS_LOG(Warning) << "job=" << job_id << " cannot remove " << key << " (another server's results won): "
+                               << s.message();
+        }
+      }
+    }
+    return now;
+  }
   if (finished.ok()) {
     MINIONS_LOG(Info) << "job=" << job_id << " completed: " << job->counts.completed << " served, "
                       << job->counts.failed << " failed";
@@ -194,7 +212,8 @@ absl::Status JobFinalizer::MergeCancelled(const std::string& job_id) {
   auto tasks = store_->ListTasks(job_id);
   if (!tasks.ok()) return tasks.status();
   std::map<std::pair<int64_t, int>, std::string> rejected;
-  return WriteResults(*job, *tasks, /*cancelled=*/true, &rejected);
+  return WriteResults(*job, *tasks, /*cancelled=*/true, keys::CancelledJobOutput(job_id),
+                      keys::CancelledJobErrors(job_id), &rejected);
 }
 
 absl::StatusOr<int> JobFinalizer::FinalizeReady() {

@@ -5,8 +5,9 @@
 // custom_id appears exactly once across the two files. Every chunk is checked as it is merged
 // (server/chunk_check.h); one that fails is not published and its records get error lines.
 //
-// Several servers may finalise the same job at once: the store's FinishJob lets exactly one win,
-// and the result objects are written under deterministic keys, so the loser's writes are identical.
+// Several servers may finalise the same job at once: each writes its results under keys of its own
+// (server/keys.h), the store's FinishJob lets exactly one win and names the winner's keys in the
+// job's row, and a loser removes its own objects. A published result object is never written again.
 // Threads: FinalizeReady may be called from several threads.
 
 #include <map>
@@ -32,15 +33,17 @@ class JobFinalizer {
   // Finalises every job waiting for it; returns how many were finished.
   absl::StatusOr<int> FinalizeReady();
   // A cancelled job's partial results: what its tasks committed before the cancel, merged as
-  // Finalize would (keys::JobOutput and keys::JobErrors; an error line "batch_cancelled" for every
+  // Finalize would (keys::CancelledJobOutput and CancelledJobErrors; an error line "batch_cancelled" for every
   // record that never ran). The job's row is left as it is. Idempotent (the same bytes each time:
   // a cancelled job's tasks commit nothing more).
   absl::Status MergeCancelled(const std::string& job_id);
 
  private:
-  // Writes the merged output and error files of `job` (see Finalize); `cancelled`: unfinished
-  // records were cancelled, not expired. Chunks that failed their check are added to `rejected`.
+  // Writes the merged output and error files of `job` (see Finalize) to `output_key` and
+  // `errors_key`; `cancelled`: unfinished records were cancelled, not expired. Chunks that failed
+  // their check are added to `rejected`.
   absl::Status WriteResults(const Job& job, const std::vector<Task>& tasks, bool cancelled,
+                            const std::string& output_key, const std::string& errors_key,
                             std::map<std::pair<int64_t, int>, std::string>* rejected);
 
   MetadataStore* store_;

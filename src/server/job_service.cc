@@ -2,7 +2,7 @@
 
 #include <sys/stat.h>
 
-#include <random>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -10,8 +10,10 @@
 #include "absl/strings/str_format.h"
 #include "blob/blob_store.h"
 #include "common/logging.h"
+#include "common/random_hex.h"
 #include "common/status_macros.h"
 #include "model/model_ref.h"
+#include "model/placement.h"
 #include "runner/protocol.h"
 #include "server/call_auth.h"
 #include "server/job_splitter.h"
@@ -21,13 +23,6 @@
 
 namespace minions {
 namespace {
-
-std::string RandomHex(int n) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string out;
-  for (int i = 0; i < n; ++i) out += "0123456789abcdef"[rng() % 16];
-  return out;
-}
 
 // Authorises the call for `scope`, or returns its refusal; declares `caller`.
 #define AUTHORIZE_OR_RETURN(context, scope)                                 \
@@ -193,7 +188,34 @@ grpc::Status JobService::GetJob(grpc::ServerContext* context, const v1::GetJobRe
   auto job = VisibleJob(caller, request->job_id());
   if (!job.ok()) return ToGrpc(job.status());
   *reply = ToProto(*job);
+  if (!IsTerminal(job->state)) {
+    auto counts = store_->CountTasks(job->id);
+    if (!counts.ok()) return ToGrpc(counts.status());
+    if (absl::Status explained = ExplainWaitInto(*job, counts->pending, *reply); !explained.ok()) {
+      return ToGrpc(explained);
+    }
+  }
   return grpc::Status::OK;
+}
+
+absl::Status JobService::ExplainWaitInto(const Job& job, int64_t pending_tasks, v1::Job& out) {
+  if (pending_tasks <= 0) return absl::OkStatus();
+  const absl::Time now = clock_->Now();
+  ASSIGN_OR_RETURN(std::vector<Executor> executors, store_->ListExecutors());
+  ASSIGN_OR_RETURN(std::vector<Task> running, store_->ListRunningTasks());
+  ASSIGN_OR_RETURN(std::vector<TeamUsage> teams, store_->ListTeamUsage(now));
+  std::map<std::string, int64_t> running_by_executor;
+  for (const Task& t : running) ++running_by_executor[t.executor_id];
+  std::vector<FleetMember> fleet;
+  fleet.reserve(executors.size());
+  for (Executor& e : executors) {
+    const int64_t tasks = running_by_executor[e.id];
+    fleet.push_back({std::move(e), tasks});
+  }
+  const WaitExplanation why = ExplainWait(job, pending_tasks, fleet, teams, now, store_->WarmWait());
+  out.set_wait_cause(std::string(WaitCauseName(why.cause)));
+  out.set_wait_reason(why.message);
+  return absl::OkStatus();
 }
 
 grpc::Status JobService::ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
@@ -256,6 +278,8 @@ grpc::Status JobService::WatchJob(grpc::ServerContext* context, const v1::WatchJ
         progress.set_tasks_pending(counts->pending);
         progress.set_executors_working(static_cast<int32_t>(counts->executors));
         in_flight = counts->records_in_flight;
+        // A job none of whose tasks runs says why (read from the fleet: only while it waits).
+        if (counts->running == 0) (void)ExplainWaitInto(*job, counts->pending, *progress.mutable_job());
       }
     }
     const ProgressEstimate estimate = progress_->Observe(*job, in_flight, now);
@@ -339,10 +363,16 @@ grpc::Status JobService::ListExecutors(grpc::ServerContext* context, const v1::L
     }
     current[t.executor_id].push_back(absl::StrCat(t.job_id, "/", t.index, "#", t.attempt));
   }
+  // Cached models by the names the caller's team gives them (admins: every team's).
+  auto models = store_->ListModels(caller.IsAdmin() ? "" : caller.team);
+  if (!models.ok()) return ToGrpc(models.status());
+  const std::map<std::string, std::string> names = ModelNamesByDigest(*models);
   for (const Executor& e : *executors) {
     v1::Executor* out = reply->add_executors();
     *out = ToProto(e);
     for (const auto& t : current[e.id]) out->add_current_tasks(t);
+    for (const std::string& digest : e.info.models) out->add_models_shown(ShownModel(digest, names));
+    out->set_model_loaded_shown(ShownModel(e.info.model_loaded, names));
   }
   return grpc::Status::OK;
 }

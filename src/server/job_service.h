@@ -73,6 +73,9 @@ class JobService final : public v1::Jobs::Service {
   // The job, if the caller may see it; NotFound ("no job ID") otherwise, word for word what an
   // unknown id gets.
   absl::StatusOr<Job> VisibleJob(const Caller& caller, const std::string& job_id);
+  // Sets out's wait_cause and wait_reason: why `job`, with `pending_tasks` pending, waits
+  // (model/placement.h ExplainWait over the fleet, its running tasks and the teams' standing).
+  absl::Status ExplainWaitInto(const Job& job, int64_t pending_tasks, v1::Job& out);
 
   MetadataStore* store_;
   BlobStore* blobs_;

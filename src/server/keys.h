@@ -21,9 +21,27 @@ inline std::string ChunkOutput(const std::string& job, int64_t task, int attempt
 inline std::string ChunkErrors(const std::string& job, int64_t task, int attempt, int seq) {
   return absl::StrCat(TaskPrefix(job, task), "attempt-", attempt, "/chunk-", seq, ".errors.jsonl");
 }
-inline std::string JobOutput(const std::string& job) { return absl::StrCat("jobs/", job, "/results/output.jsonl"); }
-inline std::string JobErrors(const std::string& job) { return absl::StrCat("jobs/", job, "/results/errors.jsonl"); }
-inline std::string JobManifest(const std::string& job) { return absl::StrCat("jobs/", job, "/results/manifest.json"); }
+// A finished job's results, scoped by the finalisation that wrote them (`writer`, unique to each
+// Finalize call): several servers may finalise one job at once, and the store's FinishJob names the
+// winner's objects in the job's row; a loser writes beside them, never over them, so a reader of
+// published results never meets them being rewritten (BlobStore's Put is atomic by contract, but
+// the test S3 server, s3rver, truncates an object and rewrites it in place).
+inline std::string JobOutput(const std::string& job, const std::string& writer) {
+  return absl::StrCat("jobs/", job, "/results/", writer, "/output.jsonl");
+}
+inline std::string JobErrors(const std::string& job, const std::string& writer) {
+  return absl::StrCat("jobs/", job, "/results/", writer, "/errors.jsonl");
+}
+inline std::string JobManifest(const std::string& job, const std::string& writer) {
+  return absl::StrCat("jobs/", job, "/results/", writer, "/manifest.json");
+}
+// A cancelled job's partial results (JobFinalizer::MergeCancelled): its row names no keys.
+inline std::string CancelledJobOutput(const std::string& job) {
+  return absl::StrCat("jobs/", job, "/results/output.jsonl");
+}
+inline std::string CancelledJobErrors(const std::string& job) {
+  return absl::StrCat("jobs/", job, "/results/errors.jsonl");
+}
 // A caller's own uploads (inline inputs are stored here too): a job's input named by key must lie
 // under its submitter's prefix, so nobody can run another caller's objects as input and fetch
 // them back as results. Team and principal names cannot hold '/' (model/identity.h).
@@ -50,6 +68,12 @@ inline std::string ModelBlob(const std::string& team, const std::string& digest_
 inline std::string ModelUploadPrefix(const std::string& team, const std::string& digest_hex, int64_t size) {
   return absl::StrCat("model-uploads/", team, "/", digest_hex, "-", size, "/");
 }
+// When a push in progress was last touched (its start, each part): unix microseconds, as text.
+inline std::string ModelUploadMarker(const std::string& team, const std::string& digest_hex, int64_t size) {
+  return absl::StrCat(ModelUploadPrefix(team, digest_hex, size), "touched");
+}
+// Every push in progress of a team.
+inline std::string ModelUploadsOf(const std::string& team) { return absl::StrCat("model-uploads/", team, "/"); }
 inline std::string ModelUploadPart(const std::string& team, const std::string& digest_hex, int64_t size, int part) {
   return absl::StrCat(ModelUploadPrefix(team, digest_hex, size), "part-", absl::Dec(part, absl::kZeroPad6));
 }

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "model/memory_estimate.h"
 #include "model/model_ref.h"
+#include "model/placement.h"
 
 namespace minions {
 
@@ -44,30 +45,23 @@ absl::Status ResolveJobModel(ModelStore& store, JobSpec& spec) {
 
 absl::Status CheckFleetCanHold(const std::vector<Executor>& fleet, const JobSpec& spec) {
   int64_t largest = 0;
-  bool any = false, runner_offered = false;
-  for (const Executor& e : fleet) {
-    if (e.state == ExecutorState::kRevoked) continue;
-    any = true;
-    std::vector<std::string> runners = e.info.runners;
-    if (runners.empty()) runners.push_back(Requirements{}.runner);  // an executor naming none runs the default
-    if (std::find(runners.begin(), runners.end(), spec.requirements.runner) == runners.end()) continue;
-    runner_offered = true;
-    if (UsableMemory(e.info) >= spec.requirements.min_memory_bytes) return absl::OkStatus();
-    largest = std::max(largest, UsableMemory(e.info));
+  switch (FleetFit(fleet, spec.requirements, &largest)) {
+    case Fit::kNoRunner:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "no executor of the fleet offers the runner '", spec.requirements.runner,
+          "': name one they run (--runner), or configure it on executors"));
+    case Fit::kTooSmall: {
+      constexpr double kGiB = 1024.0 * 1024 * 1024;
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "no executor of the fleet can hold this job: a task needs %.2f GiB (model, KV cache and margin) and the "
+          "most usable memory of an executor offering runner '%s' is %.2f GiB; use a smaller model or context "
+          "(n_ctx, n_parallel), or add a larger machine",
+          static_cast<double>(spec.requirements.min_memory_bytes) / kGiB, spec.requirements.runner,
+          static_cast<double>(largest) / kGiB));
+    }
+    default:
+      return absl::OkStatus();
   }
-  if (!any) return absl::OkStatus();
-  if (!runner_offered) {
-    return absl::FailedPreconditionError(absl::StrCat("no executor of the fleet offers the runner '",
-                                                      spec.requirements.runner,
-                                                      "': name one they run (--runner), or configure it on executors"));
-  }
-  constexpr double kGiB = 1024.0 * 1024 * 1024;
-  return absl::FailedPreconditionError(absl::StrFormat(
-      "no executor of the fleet can hold this job: a task needs %.2f GiB (model, KV cache and margin) and the "
-      "most usable memory of an executor offering runner '%s' is %.2f GiB; use a smaller model or context "
-      "(n_ctx, n_parallel), or add a larger machine",
-      static_cast<double>(spec.requirements.min_memory_bytes) / kGiB, spec.requirements.runner,
-      static_cast<double>(largest) / kGiB));
 }
 
 }  // namespace minions

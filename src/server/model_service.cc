@@ -1,6 +1,7 @@
 #include "server/model_service.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,7 @@ absl::StatusOr<v1::StartModelPushResponse> ModelService::StartPush(const Caller&
     return reply;
   }
 
+  RETURN_IF_ERROR(AdmitPush(team, hex, request.size_bytes()));
   // Parts already received (a push that stopped): listed so the client sends only the rest.
   const std::string prefix = keys::ModelUploadPrefix(team, hex, request.size_bytes());
   ASSIGN_OR_RETURN(std::vector<std::string> parts, blobs_->List(prefix));
@@ -139,8 +141,54 @@ absl::Status ModelService::UploadPart(const Caller& caller, const v1::UploadMode
     return absl::InvalidArgumentError(
         absl::StrCat("part ", part, " has ", request.data().size(), " bytes; it must have ", expected));
   }
-  return blobs_->Put(keys::ModelUploadPart(team, std::string(DigestHex(request.digest())), request.size_bytes(), part),
-                     request.data());
+  const std::string hex(DigestHex(request.digest()));
+  RETURN_IF_ERROR(AdmitPush(team, hex, request.size_bytes()));
+  return blobs_->Put(keys::ModelUploadPart(team, hex, request.size_bytes(), part), request.data());
+}
+
+absl::Status ModelService::AdmitPush(const std::string& team, const std::string& hex, int64_t size) {
+  const absl::Time now = clock_->Now();
+  const std::string marker = keys::ModelUploadMarker(team, hex, size);
+  const std::string touched = absl::StrCat(absl::ToUnixMicros(now));
+  if (blobs_->Size(marker).ok()) return blobs_->Put(marker, touched);  // under way: touched
+  // A new push: the team's others, by folder; stale ones go.
+  const std::string uploads = keys::ModelUploadsOf(team);
+  const std::string mine = keys::ModelUploadPrefix(team, hex, size);
+  ASSIGN_OR_RETURN(std::vector<std::string> keys, blobs_->List(uploads));
+  std::map<std::string, std::vector<std::string>> pushes;  // folder -> its objects
+  for (const std::string& key : keys) {
+    const size_t slash = key.find('/', uploads.size());
+    if (slash == std::string::npos) continue;
+    pushes[key.substr(0, slash + 1)].push_back(key);
+  }
+  int others = 0;
+  for (const auto& [folder, objects] : pushes) {
+    if (folder == mine) continue;
+    const std::string folder_marker = folder + "touched";
+    int64_t micros = 0;
+    absl::StatusOr<std::string> last = blobs_->Get(folder_marker);
+    if (!last.ok() || !absl::SimpleAtoi(*last, &micros)) {
+      // Parts without a marker (a push from before markers, or one half removed): their age is
+      // counted from now.
+      RETURN_IF_ERROR(blobs_->Put(folder_marker, touched));
+      micros = absl::ToUnixMicros(now);
+    }
+    if (absl::FromUnixMicros(micros) + options_.unfinished_model_push_ttl <= now) {
+      for (const std::string& key : objects) (void)blobs_->Delete(key);
+      (void)blobs_->Delete(folder_marker);
+      MINIONS_LOG(Info) << "unfinished model push " << folder << " removed: untouched since "
+                        << absl::FormatTime(absl::FromUnixMicros(micros));
+      continue;
+    }
+    ++others;
+  }
+  if (others >= options_.max_unfinished_model_pushes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "team ", team, " has ", others, " unfinished model pushes (at most ", options_.max_unfinished_model_pushes,
+        " at once): finish them (push the same files again; they resume) or let them expire (",
+        absl::FormatDuration(options_.unfinished_model_push_ttl), " after their last part)"));
+  }
+  return blobs_->Put(marker, touched);
 }
 
 absl::StatusOr<ModelRecord> ModelService::FinishPush(const Caller& caller, const v1::FinishModelPushRequest& request) {
@@ -175,6 +223,7 @@ absl::StatusOr<ModelRecord> ModelService::FinishPush(const Caller& caller, const
     const std::string actual = absl::StrCat("sha256:", hash.HexDigest());
     if (actual != request.digest()) {
       for (const std::string& key : parts) (void)blobs_->Delete(key);
+      (void)blobs_->Delete(keys::ModelUploadMarker(team, hex, size));
       return absl::InvalidArgumentError(absl::StrCat("the bytes received hash to ", actual, ", not ", request.digest(),
                                                      "; nothing was stored (push again)"));
     }
@@ -188,6 +237,7 @@ absl::StatusOr<ModelRecord> ModelService::FinishPush(const Caller& caller, const
       if (!absl::IsOutOfRange(facts.status()) || static_cast<int64_t>(head.size()) >= kMaxHeaderBytes ||
           part == n_parts - 1) {
         for (const std::string& key : parts) (void)blobs_->Delete(key);
+        (void)blobs_->Delete(keys::ModelUploadMarker(team, hex, size));
         return absl::InvalidArgumentError(absl::StrCat("not a GGUF model: ", facts.status().message()));
       }
     }
@@ -198,6 +248,7 @@ absl::StatusOr<ModelRecord> ModelService::FinishPush(const Caller& caller, const
     }));
     for (const std::string& key : parts) (void)blobs_->Delete(key);
   }
+  (void)blobs_->Delete(keys::ModelUploadMarker(team, hex, size));  // no longer in progress
   ModelRecord model;
   ASSIGN_OR_RETURN(model.facts, ReadFacts(blob, size));
   model.team = team;

@@ -48,6 +48,11 @@ class ModelService final : public v1::Models::Service {
   absl::StatusOr<std::string> TeamOf(const Caller& caller, const std::string& requested, bool all_allowed = false);
   // Checks a push's digest and size and the part size it is sent in.
   absl::Status CheckPush(const std::string& digest, int64_t size) const;
+  // A push in progress of `team` (its parts under `prefix`) may go on: it is touched (its marker
+  // says now). A push the team has not started yet is admitted only while the team has fewer than
+  // ServerOptions::max_unfinished_model_pushes others; those untouched for
+  // unfinished_model_push_ttl are removed first. ResourceExhausted, saying what to do, otherwise.
+  absl::Status AdmitPush(const std::string& team, const std::string& hex, int64_t size);
   int64_t PartBytes() const;
   int PartCount(int64_t size) const;
   // The GGUF facts of a stored object (reads its head, more while the header goes on).

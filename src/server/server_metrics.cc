@@ -27,8 +27,9 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, MetadataStore* store) 
   harvested_seconds_ = registry->AddCounterFamily(
       "minions_harvested_device_seconds_total",
       "Executor time spent on a team's tasks (lease grant to report, every attempt), by the executor's device "
-      "(gpu or cpu). GPU-hours: sum by (team) (increase(...{device=\"gpu\"}[1h])) / 3600.",
-      {"team", "device"});
+      "(gpu or cpu) and its kind (the accelerator it reports: metal, cuda, cpu). GPU-hours: sum by (team) "
+      "(increase(...{device=\"gpu\"}[1h])) / 3600; per kind: sum by (team, kind).",
+      {"team", "device", "kind"});
   for (const char* outcome : {"succeeded", "retried", "preempted", "failed"}) attempts_->With({outcome});
   task_duration_ = registry->AddHistogram(
       "minions_task_duration_seconds", "Lease grant to completion of the attempts that succeeded.",
@@ -64,16 +65,18 @@ void ServerMetrics::JobSubmitted(const Job& job) {
   RememberJob(job.id, {job.spec.team, job.created_at});
 }
 
-std::string ServerMetrics::DeviceOf(const std::string& executor_id) {
+ServerMetrics::Device ServerMetrics::DeviceOf(const std::string& executor_id) {
   {
     absl::MutexLock lock(&mu_);
     if (auto it = devices_.find(executor_id); it != devices_.end()) return it->second;
   }
   auto executor = store_->GetExecutor(executor_id);
-  if (!executor.ok()) return "cpu";
-  // gpu for any accelerator the executor reported (Metal, CUDA), cpu otherwise.
+  if (!executor.ok()) return {"cpu", kAcceleratorCpu};
+  // gpu for any accelerator the executor reported (Metal, CUDA), cpu otherwise; the kind as reported.
   const std::string& kind = executor->info.accelerator;
-  std::string device = (!kind.empty() && kind != kAcceleratorCpu) || !executor->info.gpu.empty() ? "gpu" : "cpu";
+  Device device;
+  device.device = (!kind.empty() && kind != kAcceleratorCpu) || !executor->info.gpu.empty() ? "gpu" : "cpu";
+  device.kind = kind.empty() ? std::string(kAcceleratorCpu) : kind;
   absl::MutexLock lock(&mu_);
   if (devices_.size() >= kMaxCached) devices_.clear();
   devices_[executor_id] = device;
@@ -111,7 +114,8 @@ void ServerMetrics::ObserveAttemptTime(const std::string& executor_id, const std
   // Attempts leased through another server (or before a restart) have no known start.
   if (!grant) return;
   double seconds = std::max(0.0, absl::ToDoubleSeconds(now - grant->at));
-  harvested_seconds_->With({grant->team, DeviceOf(executor_id)})->Increment(seconds);
+  const Device device = DeviceOf(executor_id);
+  harvested_seconds_->With({grant->team, device.device, device.kind})->Increment(seconds);
   if (completed) task_duration_->Observe(seconds);
 }
 

@@ -53,7 +53,13 @@ class ServerMetrics {
 
   JobInfo JobInfoOf(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   void RememberJob(const std::string& job_id, const JobInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string DeviceOf(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The executor's device class ("gpu" or "cpu") and kind (its reported accelerator: "metal",
+  // "cuda", "cpu"), from the capabilities it registered with.
+  struct Device {
+    std::string device;
+    std::string kind;
+  };
+  Device DeviceOf(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets the attempt; its grant, if this server granted it.
   std::optional<Granted> TakeGrant(const AttemptKey& key) ABSL_LOCKS_EXCLUDED(mu_);
   void ObserveAttemptTime(const std::string& executor_id, const std::optional<Granted>& grant, absl::Time now,
@@ -71,7 +77,7 @@ class ServerMetrics {
   absl::Mutex mu_;
   std::map<AttemptKey, Granted> grants_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobInfo> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> devices_ ABSL_GUARDED_BY(mu_);  // executor id -> "gpu" | "cpu"
+  std::map<std::string, Device> devices_ ABSL_GUARDED_BY(mu_);  // executor id -> its device
 };
 
 }  // namespace minions

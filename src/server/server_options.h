@@ -41,6 +41,9 @@ struct ServerOptions {
   // safety net for changes nobody announces. An idle fleet costs one lookup per executor per this.
   absl::Duration idle_recheck = absl::Seconds(30);
   int max_watch_streams = 64;
+  // Heartbeats that arrive while others are being written are written together, up to this many
+  // in one store transaction (group commit: server/heartbeat_batcher.h); 1 writes each alone.
+  int heartbeat_batch = 256;
   // The largest object (output or errors) one chunk may upload; a larger one fails its attempt.
   int64_t max_chunk_bytes = int64_t{256} << 20;
   // Refuse a job whose model is a path that does not exist on this machine (right for a pool on
@@ -51,6 +54,10 @@ struct ServerOptions {
   // gRPC message each; at most max_input_bytes, the message limit).
   int64_t max_model_bytes = int64_t{256} << 30;
   int64_t model_part_bytes = int64_t{8} << 20;
+  // Unfinished pushes (parts in the object store, not yet joined): a team may have this many at
+  // once (a new one beyond is refused), and one untouched this long is removed, its parts with it.
+  int max_unfinished_model_pushes = 4;
+  absl::Duration unfinished_model_push_ttl = absl::Hours(24);
   // The background loop (finalising jobs, the watchdog) runs on a thread of its own. Tests that
   // drive a FakeClock turn it off and call MinionsServer::RunBackgroundPass themselves.
   bool background_thread = true;

@@ -26,8 +26,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/status_macros.h"
 #include "model/fair_share.h"
 #include "model/state_machines.h"
 #include "model/types.h"
@@ -36,6 +38,28 @@
 #include "store/model_store.h"
 
 namespace minions {
+
+// ClaimObjectStore's rule: OK when `identity` is the object store `recorded` on the database (or
+// none is recorded yet), else FailedPrecondition naming both and what to do.
+inline absl::Status CheckObjectStore(const std::string& recorded, const std::string& identity) {
+  if (recorded.empty() || recorded == identity) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the servers on this database keep their objects in ", recorded, ", but this server is configured with ",
+      identity, ": its jobs' inputs and results would be where the other servers and their executors never look. "
+      "Give every server on one database the same object store ([objects] url / --objects), or give this server "
+      "a database of its own"));
+}
+// The settings row (migration 7) that holds the object store's identity.
+inline constexpr char kObjectStoreSetting[] = "object_store";
+
+// One executor's heartbeat, as MetadataStore::Heartbeats takes several at once.
+struct HeartbeatCall {
+  std::string executor_id;
+  ExecutorState state = ExecutorState::kAvailable;
+  std::string reason;
+  std::vector<LeaseProgress> held;
+  std::optional<ModelHoldings> holdings;
+};
 
 struct JobFilter {
   std::optional<JobState> state;
@@ -73,6 +97,10 @@ struct StoreOptions {
 class MetadataStore : public IdentityStore, public ModelStore, public GangStore {
  public:
   ~MetadataStore() override = default;
+
+  // The delay-scheduling wait LeaseTasks applies (StoreOptions::warm_wait), for explaining a wait
+  // with the same rules (model/placement.h ExplainWait).
+  virtual absl::Duration WarmWait() const { return StoreOptions{}.warm_wait; }
 
   // --- jobs ---
   // Creates a job in `validating` with a fresh id. ResourceExhausted when its team already has
@@ -129,6 +157,21 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
                                                    const std::vector<LeaseProgress>& held,
                                                    absl::Duration ttl, absl::Time now,
                                                    const std::optional<ModelHoldings>& holdings = std::nullopt) = 0;
+  // Several executors' heartbeats in one transaction (group commit: the server gathers the
+  // heartbeats that arrive while the last batch commits). Each is applied, in order, exactly as
+  // Heartbeat would apply it alone (fencing, renewals and cancels unchanged) and answered in
+  // order; an error of the store fails the whole batch (nothing of it is written). The default
+  // makes one transaction per call.
+  virtual absl::StatusOr<std::vector<HeartbeatReply>> Heartbeats(const std::vector<HeartbeatCall>& calls,
+                                                                 absl::Duration ttl, absl::Time now) {
+    std::vector<HeartbeatReply> replies;
+    for (const HeartbeatCall& call : calls) {
+      ASSIGN_OR_RETURN(HeartbeatReply reply,
+                       Heartbeat(call.executor_id, call.state, call.reason, call.held, ttl, now, call.holdings));
+      replies.push_back(std::move(reply));
+    }
+    return replies;
+  }
   // Asks an executor to finish (or hand back) its tasks and take no more.
   virtual absl::Status RequestDrain(const std::string& executor_id, absl::Time now) = 0;
 
@@ -170,6 +213,15 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   // running attempts' time so far included. An attempt's device time is charged to its job's
   // team when it completes, fails or its lease expires; by name.
   virtual absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now) = 0;
+
+  // --- the servers' agreement ---
+  // The object store every server on this database keeps its objects in, by `identity` (where
+  // it is: a folder's absolute path, an S3 bucket, prefix and endpoint). The first server records
+  // it; a server with another is refused (FailedPrecondition naming both): its objects would be
+  // where no other server and no executor of theirs looks.
+  virtual absl::Status ClaimObjectStore(const std::string& identity, absl::Time now) = 0;
+  // The object store recorded by ClaimObjectStore; "" when no server has claimed one yet.
+  virtual absl::StatusOr<std::string> RecordedObjectStore() = 0;
 
   // --- watchdog ---
   // Requeues (or fails, past max_attempts) up to `limit` running tasks whose lease has expired;

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -120,6 +121,54 @@ TEST(MinionsCli, TheDefaultAddressComesWithHowToStartAPool) {
   EXPECT_THAT(hint, HasSubstr("minions up"));
   EXPECT_THAT(hint, HasSubstr("--server"));
   EXPECT_THAT(hint, HasSubstr("MINIONS_SERVER"));
+}
+
+// Servers on one database share one object store: the first server records its own; a second
+// server configured with another refuses to start, saying which the database has, and `config
+// check --connect` says the same.
+TEST(MinionsCli, AServerWithAnotherObjectStoreThanTheDatabasesRefusesToStart) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-objects-", getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string database = absl::StrCat("sqlite:", (dir / "minions.db").string());
+  const std::string ours = (dir / "objects-a").string();
+  const std::string theirs = (dir / "objects-b").string();
+
+  // The first server: it records its object store before it mints the admin token.
+  Subprocess::Options first;
+  first.argv = {kMinions, "server", "--listen", "127.0.0.1:0", "--http-listen", "off", "--data-dir",
+                (dir / "first").string(), "--database", database, "--objects", ours};
+  first.stderr_path = (dir / "first.log").string();
+  auto server = Subprocess::Start(first);
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->CloseStdin();
+  for (int i = 0; i < 600 && !std::filesystem::exists(dir / "first" / "admin-token"); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir / "first" / "admin-token")) << "the first server did not start; see "
+                                                                       << first.stderr_path;
+
+  Outcome refused = Minions({"server", "--listen", "127.0.0.1:0", "--http-listen", "off", "--data-dir",
+                             (dir / "second").string(), "--database", database, "--objects", theirs});
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("keep their objects in file:" + ours));
+  EXPECT_THAT(refused.err, HasSubstr("configured with file:" + theirs));
+  EXPECT_FALSE(std::filesystem::exists(dir / "second" / "admin-token")) << "the second server went on";
+
+  Outcome check = Minions({"config", "check", "--connect", "--database", database, "--objects", theirs},
+                          {absl::StrCat("HOME=", dir.string())});
+  EXPECT_NE(check.code, 0);
+  EXPECT_THAT(check.out + check.err, HasSubstr("keep their objects in file:" + ours));
+  // The same object store, named another way (a relative path through a symlink-free parent), agrees.
+  Outcome agreed = Minions({"config", "check", "--connect", "--database", database, "--objects",
+                            (dir / "objects-b" / ".." / "objects-a").string()},
+                           {absl::StrCat("HOME=", dir.string())});
+  EXPECT_EQ(agreed.code, 0) << agreed.out << agreed.err;
+
+  (*server)->Signal(SIGKILL);
+  (void)(*server)->Wait(absl::Seconds(30));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -301,6 +301,54 @@ TEST_F(DashboardTest, AJobThatRanBetweenTwoHistoryPointsIsInTheNext) {
   EXPECT_TRUE(rates[2].is_null());
 }
 
+// The fleet table's data: each machine's device (kind and name), usable memory and cached models
+// as NAME@short digest, named by the viewer's own team's registry only (another team's viewer
+// sees the short digest, not the name).
+TEST_F(DashboardTest, TheFleetShowsEachMachinesDeviceMemoryAndCachedModelsByName) {
+  const std::string digest = "sha256:" + std::string(64, 'a');
+  ModelRecord model;
+  model.team = "ml";
+  model.name = "llama-3b";
+  model.digest = digest;
+  model.size_bytes = 1000;
+  model.blob_key = "models/ml/sha256/" + std::string(64, 'a');
+  model.created_at = clock_.Now();
+  ASSERT_TRUE(store_->AddModel(model).ok());
+  ExecutorInfo info;
+  info.name = "mac";
+  info.chip = "Apple M2 Max";
+  info.accelerator = kAcceleratorMetal;
+  info.gpu = "Apple M2 Max";
+  info.memory_bytes = int64_t{32} << 30;
+  info.usable_memory_bytes = int64_t{24} << 30;
+  info.models = {digest, "sha256:" + std::string(64, 'b')};
+  info.model_loaded = digest;
+  info.max_tasks = 1;
+  Must(store_->RegisterExecutor("", info, clock_.Now()));
+
+  Team ml;
+  ml.name = "ml";
+  ml.created_at = clock_.Now();
+  ASSERT_TRUE(store_->CreateTeam(ml).ok());
+  Team ads;
+  ads.name = "ads";
+  ads.created_at = clock_.Now();
+  ASSERT_TRUE(store_->CreateTeam(ads).ok());
+  const std::string ml_viewer = Issue(Role::kViewer, "ml", "ann");
+  const std::string ads_viewer = Issue(Role::kViewer, "ads", "bo");
+
+  Json mine = GetJson("/api/fleet", 200, ml_viewer)["executors"][0];
+  EXPECT_EQ(mine["accelerator"], "metal");
+  EXPECT_EQ(mine["device"], "Apple M2 Max");
+  EXPECT_EQ(mine["usable_memory_bytes"], int64_t{24} << 30);
+  EXPECT_EQ(mine["models_shown"], Json({"llama-3b@sha256:aaaaaaaaaaaa", "sha256:bbbbbbbbbbbb"}));
+  EXPECT_EQ(mine["model_loaded_shown"], "llama-3b@sha256:aaaaaaaaaaaa");
+  Json theirs = GetJson("/api/fleet", 200, ads_viewer)["executors"][0];
+  EXPECT_EQ(theirs["models_shown"], Json({"sha256:aaaaaaaaaaaa", "sha256:bbbbbbbbbbbb"}));
+  Json admins = GetJson("/api/fleet")["executors"][0];
+  EXPECT_EQ(admins["models_shown"][0], "llama-3b@sha256:aaaaaaaaaaaa");
+}
+
 TEST_F(DashboardTest, HealthAndReadiness) {
   HttpReply health = HttpGet(base_ + "/healthz");
   EXPECT_EQ(health.status, 200);

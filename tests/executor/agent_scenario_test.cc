@@ -37,6 +37,26 @@ TEST(ExecutorStory, TwoExecutorsServeEveryRecordOfAJobOnce) {
   EXPECT_EQ(s.executor("A").runner.loads, 1);
 }
 
+// An executor keeps its runner loaded across consecutive jobs of the same model: the second job's
+// tasks run on the same runner process without loading the model again.
+TEST(ExecutorStory, ConsecutiveJobsOfTheSameModelKeepTheRunnerLoaded) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  const std::string first = s.Submit(Scenario::Records(30), 10);
+  ASSERT_TRUE(s.RunUntilJobEnds(first));
+  ASSERT_EQ(s.job(first).state, JobState::kCompleted) << s.job(first).error;
+  ASSERT_EQ(a.runner.starts, 1);
+  ASSERT_EQ(a.runner.loads, 1);
+  s.RunFor(absl::Seconds(30));  // idle between the jobs: the runner stays
+  const std::string second = s.Submit(Scenario::Records(30), 10);
+  ASSERT_TRUE(s.RunUntilJobEnds(second));
+  ASSERT_EQ(s.job(second).state, JobState::kCompleted) << s.job(second).error;
+  s.ExpectEachRecordOnce(second, 30);
+  EXPECT_EQ(a.runner.records_run, 60);
+  EXPECT_EQ(a.runner.starts, 1) << "the runner process was started again";
+  EXPECT_EQ(a.runner.loads, 1) << "the model was loaded again";
+}
+
 TEST(ExecutorStory, AJobThatNamesADeclaredRunnerRunsThereAndOnlyWhereItIsOffered) {
   Scenario s;
   // A offers only the built-in runner; B offers "echo" too (its owner declared it).

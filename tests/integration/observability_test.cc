@@ -348,6 +348,14 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   EXPECT_EQ(event["charts"]["drawn"], 3) << DumpJson(event);
   EXPECT_GE(event["charts"]["points"].get<int>(), 2) << DumpJson(event);
   EXPECT_GE(event["charts"]["rate_series"].get<int>(), 1) << DumpJson(event);
+  // The fleet table shows each machine's device (kind and name), usable memory and cached models
+  // (a job of a model named by path leaves the caches empty): e1, e2 and the test's lease holder.
+  ASSERT_EQ(event["fleet"].size(), 3u) << DumpJson(event);
+  for (const Json& row : event["fleet"]) {
+    EXPECT_THAT(row["device"].get<std::string>(), ::testing::MatchesRegex("(cpu|metal|cuda) .+")) << DumpJson(row);
+    EXPECT_THAT(row["memory"].get<std::string>(), ::testing::MatchesRegex("[0-9]+\\.[0-9] GiB")) << DumpJson(row);
+    EXPECT_EQ(row["models"], "none") << DumpJson(row);
+  }
   auto exit = (*browser)->Wait(absl::Seconds(30));
   ASSERT_TRUE(exit.ok());
   EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();

@@ -415,6 +415,24 @@ TEST_P(Pool, AModelPushedOnceIsFetchedByTheExecutorsAndServesAsTheFileDoes) {
     holders += 1;
   }
   EXPECT_GE(holders, 1);
+  // `minions executors` shows each machine's device, usable memory and its cached models by
+  // name and short digest (the first of the two names the bytes have).
+  {
+    Subprocess::Options sp;
+    sp.argv = {kBin + "/minions", "executors", "--server", pool.connection().server};
+    sp.extra_env = {"MINIONS_TOKEN=" + pool.connection().token};
+    sp.stderr_path = dir + "/executors.log";
+    auto cli = Subprocess::Start(sp);
+    ASSERT_TRUE(cli.ok()) << cli.status();
+    (*cli)->CloseStdin();
+    std::string shown;
+    for (auto line = (*cli)->ReadLine(); line.ok(); line = (*cli)->ReadLine()) shown += *line + "\n";
+    auto exit = (*cli)->Wait(absl::Minutes(1));
+    ASSERT_TRUE(exit.ok() && exit->exited && exit->code == 0) << "see " << sp.stderr_path;
+    EXPECT_THAT(shown, ::testing::HasSubstr("DEVICE")) << shown;
+    EXPECT_THAT(shown, ::testing::HasSubstr("USABLE")) << shown;
+    EXPECT_THAT(shown, ::testing::HasSubstr("text@sha256:" + pushed->digest().substr(7, 12))) << shown;
+  }
 
   // The same records through one runner in one process, from the original file.
   RunLocally(input, dir);

@@ -11,7 +11,8 @@
 //   {"event":"loaded"}                                  the page has drawn its first update
 //   {"event":"progress","job":ID,"progress":P,"state":S} each time the job's progress changes
 //   {"event":"done","job":ID,"values":[...],"tasks":N,"screenshot":PATH,
-//    "charts":{"drawn":N,"points":P,"rate_series":R}}  (charts drawn, fewest points, rate series)
+//    "charts":{"drawn":N,"points":P,"rate_series":R},  (charts drawn, fewest points, rate series)
+//    "fleet":[{"device":D,"memory":M,"models":C}]}      (the fleet table's cells, one per executor)
 // and exits 0 once the job is completed, 1 on a timeout or an error.
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
@@ -155,7 +156,11 @@ async function main() {
           charts = await cdp.eval(chartsReady);
         }
         if (!shotTaken) await screenshot(cdp);
-        emit({ event: "done", job, values, tasks: seen.tasks, screenshot: screenshotPath, charts });
+        // The fleet table as drawn: each machine's device, usable memory and cached models.
+        const fleet = await cdp.eval(`[...document.querySelectorAll("#fleet tbody tr")].map((tr) => ({
+          device: tr.querySelector("td.device").textContent, memory: tr.querySelector("td.memory").textContent,
+          models: tr.querySelector("td.models").textContent }))`);
+        emit({ event: "done", job, values, tasks: seen.tasks, screenshot: screenshotPath, charts, fleet });
         return;
       }
     }

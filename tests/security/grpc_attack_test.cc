@@ -261,7 +261,7 @@ TEST_F(GrpcAttack, AJobsInputCanOnlyBeTheCallersOwnUpload) {
   ASSERT_THAT(alices_input, ::testing::StartsWith(keys::Uploads("search", "alice")));
   // Eve (another team) cannot run it as her input, nor any other object of the store: another
   // job's results, or a path that climbs out.
-  for (const std::string& key : {alices_input, keys::JobOutput(alices.id()), std::string("inputs/whatever.jsonl"),
+  for (const std::string& key : {alices_input, keys::JobOutput(alices.id(), "0123456789abcdef"), std::string("inputs/whatever.jsonl"),
                                  keys::Uploads("ads", "eve") + "../../search/alice/x.jsonl"}) {
     v1::SubmitJobRequest request = Request(0);
     request.clear_input();

@@ -81,35 +81,22 @@ TEST(ReadChunkObject, StopsAtTheLimit) {
 }
 
 // The object store that cannot be read for a while: the checker neither commits nor refuses.
-class FlakyBlobStore : public BlobStore {
+class FlakyBlobStore : public ForwardingBlobStore {
  public:
-  explicit FlakyBlobStore(BlobStore* inner) : inner_(inner) {}
+  using ForwardingBlobStore::ForwardingBlobStore;
   bool down = false;
-  absl::Status Put(const std::string& key, std::string_view data) override { return inner_->Put(key, data); }
-  absl::Status PutStream(const std::string& key, const std::function<absl::StatusOr<std::string>()>& source) override {
-    return inner_->PutStream(key, source);
-  }
   absl::StatusOr<std::string> Get(const std::string& key) override {
     if (down) return absl::UnavailableError("down");
-    return inner_->Get(key);
+    return ForwardingBlobStore::Get(key);
   }
   absl::StatusOr<std::string> GetRange(const std::string& key, int64_t offset, int64_t length) override {
     if (down) return absl::UnavailableError("down");
-    return inner_->GetRange(key, offset, length);
+    return ForwardingBlobStore::GetRange(key, offset, length);
   }
   absl::Status Read(const std::string& key, const std::function<bool(std::string_view)>& sink) override {
     if (down) return absl::UnavailableError("down");
-    return inner_->Read(key, sink);
+    return ForwardingBlobStore::Read(key, sink);
   }
-  absl::StatusOr<int64_t> Size(const std::string& key) override { return inner_->Size(key); }
-  absl::StatusOr<std::vector<std::string>> List(const std::string& prefix) override { return inner_->List(prefix); }
-  absl::Status Delete(const std::string& key) override { return inner_->Delete(key); }
-  absl::StatusOr<std::string> Url(const std::string& key, UrlAccess access, absl::Duration ttl) override {
-    return inner_->Url(key, access, ttl);
-  }
-
- private:
-  BlobStore* inner_;
 };
 
 TEST(ChunkChecker, AnUnreadableChunkIsNeitherCommittedNorHeldAgainstTheExecutor) {

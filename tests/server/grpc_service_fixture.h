@@ -67,32 +67,16 @@ inline std::vector<std::string> CustomIds(const std::string& jsonl) {
 
 // The fixture's blob store, except that URLs of keys containing `fail_urls_for` cannot be made
 // (a presigner that is down, say).
-class UrlFailingBlobStore : public BlobStore {
+class UrlFailingBlobStore : public ForwardingBlobStore {
  public:
   UrlFailingBlobStore(BlobStore* inner, std::string fail_urls_for)
-      : inner_(inner), fail_urls_for_(std::move(fail_urls_for)) {}
-  absl::Status Put(const std::string& key, std::string_view data) override { return inner_->Put(key, data); }
-  absl::Status PutStream(const std::string& key,
-                         const std::function<absl::StatusOr<std::string>()>& source) override {
-    return inner_->PutStream(key, source);
-  }
-  absl::StatusOr<std::string> Get(const std::string& key) override { return inner_->Get(key); }
-  absl::StatusOr<std::string> GetRange(const std::string& key, int64_t offset, int64_t length) override {
-    return inner_->GetRange(key, offset, length);
-  }
-  absl::Status Read(const std::string& key, const std::function<bool(std::string_view)>& sink) override {
-    return inner_->Read(key, sink);
-  }
-  absl::StatusOr<int64_t> Size(const std::string& key) override { return inner_->Size(key); }
-  absl::StatusOr<std::vector<std::string>> List(const std::string& prefix) override { return inner_->List(prefix); }
-  absl::Status Delete(const std::string& key) override { return inner_->Delete(key); }
+      : ForwardingBlobStore(inner), fail_urls_for_(std::move(fail_urls_for)) {}
   absl::StatusOr<std::string> Url(const std::string& key, UrlAccess access, absl::Duration ttl) override {
     if (key.find(fail_urls_for_) != std::string::npos) return absl::UnavailableError("cannot presign " + key);
-    return inner_->Url(key, access, ttl);
+    return ForwardingBlobStore::Url(key, access, ttl);
   }
 
  private:
-  BlobStore* inner_;
   std::string fail_urls_for_;
 };
 
@@ -236,12 +220,16 @@ class GrpcServiceTest : public ::testing::Test {
     EXPECT_TRUE(status.ok()) << status.error_message();
   }
 
-  // Enrols an executor with the join token, then registers it with its own credential.
-  std::string RegisterExecutor(const std::string& name) {
+  // Enrols an executor with the join token, then registers it with its own credential; a CPU
+  // machine unless an accelerator (and its device name) is given.
+  std::string RegisterExecutor(const std::string& name, const std::string& accelerator = "",
+                               const std::string& gpu = "") {
     v1::RegisterRequest request;
     v1::Capabilities* caps = request.mutable_capabilities();
     caps->set_name(name);
     caps->set_os("linux");
+    caps->set_accelerator(accelerator);
+    caps->set_gpu(gpu);
     caps->set_memory_bytes(int64_t{16} << 30);
     caps->add_runners("llama");
     caps->set_max_tasks(8);

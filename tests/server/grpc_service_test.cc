@@ -531,6 +531,25 @@ TEST_F(GrpcServiceTest, InvalidRecordsBecomeErrorLinesOfACompletedJob) {
   EXPECT_THAT(error_lines[1], HasSubstr("\"d\""));
 }
 
+// GPU-hours per team and device kind come from the capabilities each executor reports: a CUDA
+// machine's attempt is counted as gpu time of kind cuda, a CPU machine's as cpu.
+TEST_F(GrpcServiceTest, HarvestedTimeIsCountedByTeamDeviceAndKindFromTheReportedAccelerator) {
+  StartServer();
+  MustSubmit(Records(6), 3);  // 2 tasks
+  const std::string gpu = RegisterExecutor("gpu-box", kAcceleratorCuda, "NVIDIA H200");
+  const std::string cpu = RegisterExecutor("cpu-box");
+  std::vector<v1::TaskLease> on_gpu = MustLease(gpu, 1);
+  std::vector<v1::TaskLease> on_cpu = MustLease(cpu, 1);
+  ASSERT_EQ(on_gpu.size(), 1u);
+  ASSERT_EQ(on_cpu.size(), 1u);
+  fake_clock_.Advance(absl::Seconds(5));
+  ASSERT_GRPC_OK(Fail(gpu, on_gpu[0].ref(), "retryable"));
+  ASSERT_GRPC_OK(Fail(cpu, on_cpu[0].ref(), "retryable"));
+  auto m = ParsePrometheusSamples(server_->metrics().Render());
+  EXPECT_EQ(m["minions_harvested_device_seconds_total{team=\"default\",device=\"gpu\",kind=\"cuda\"}"], 5);
+  EXPECT_EQ(m["minions_harvested_device_seconds_total{team=\"default\",device=\"cpu\",kind=\"cpu\"}"], 5);
+}
+
 TEST_F(GrpcServiceTest, MetricsCountLeasesAttemptsRecordsAndTimes) {
   StartServer();
   v1::Job job = MustSubmit(Records(9), 3);  // 3 tasks of 3 records, team "default"
@@ -566,7 +585,7 @@ TEST_F(GrpcServiceTest, MetricsCountLeasesAttemptsRecordsAndTimes) {
   EXPECT_EQ(m["minions_task_queue_wait_seconds_count"], 3);
   EXPECT_EQ(m["minions_task_queue_wait_seconds_sum"], 12);
   // Every attempt used the executor's time, successful or not: 3 x 2 s on a CPU.
-  EXPECT_EQ(m["minions_harvested_device_seconds_total{team=\"default\",device=\"cpu\"}"], 6);
+  EXPECT_EQ(m["minions_harvested_device_seconds_total{team=\"default\",device=\"cpu\",kind=\"cpu\"}"], 6);
   // The store-derived gauges ride along.
   EXPECT_EQ(m["minions_jobs{state=\"running\"}"], 1);
   EXPECT_EQ(m["minions_tasks{state=\"pending\"}"], 2);

@@ -97,6 +97,35 @@ TEST_F(IdleFleetTest, AWaitingLeaseHoldsNoLookupsAndIsWokenBySubmissionOnItsServ
   EXPECT_EQ(server_->executors().leases_waiting(), 0);
 }
 
+// A team at its running-task quota: its queued task is passed over, and an executor waiting for
+// work finds nothing. When the team's running task ends, the place it freed is announced: the
+// waiting executor gets the queued task at once (the clock never moves, so no poll found it).
+TEST_F(IdleFleetTest, AQuotaFreedByAnEndingTaskIsAnnouncedSoTheTeamsQueuedTaskLeasesAtOnce) {
+  StartServer();
+  ASSERT_OK_AND_ASSIGN(Team team, store_->GetTeam(std::string(kDefaultTeam)));
+  team.max_running_tasks = 1;
+  ASSERT_OK(store_->UpdateTeam(team));
+  const v1::Job job = MustSubmit(Records(2), /*shard_size=*/1);
+  const std::string running = RegisterExecutor("running");
+  const std::string waiting = RegisterExecutor("waiting");
+  std::vector<v1::TaskLease> held = MustLease(running, 1);
+  ASSERT_EQ(held.size(), 1u);
+
+  grpc::Status status;
+  v1::LeaseResponse reply;
+  std::thread poll = LongPoll(executors_.get(), waiting, &status, &reply);
+  AwaitWaiting(*server_, 1);  // it looked, and the quota let it have nothing
+  const absl::Time before = fake_clock_.Now();
+  Serve(held[0]);
+  ASSERT_GRPC_OK(Complete(running, held[0].ref(), 1));
+  poll.join();
+  ASSERT_GRPC_OK(status);
+  ASSERT_EQ(reply.leases_size(), 1) << "the freed quota was not announced";
+  EXPECT_EQ(reply.leases(0).ref().job_id(), job.id());
+  EXPECT_NE(reply.leases(0).ref().task_index(), held[0].ref().task_index());
+  EXPECT_EQ(fake_clock_.Now(), before) << "the clock moved: the wake-up may have been a poll";
+}
+
 TEST_F(IdleFleetTest, AWaitingLeaseEndsEmptyAtItsWaitAndWhenItsCallerGivesUp) {
   ServerOptions options = Options();
   options.idle_recheck = absl::Minutes(5);  // longer than the wait

@@ -1,6 +1,8 @@
 #include "server/job_finalizer.h"
 
+#include <functional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_split.h"
@@ -19,6 +21,7 @@ using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::MatchesRegex;
 
 constexpr absl::Duration kTtl = absl::Seconds(30);
 
@@ -156,7 +159,8 @@ TEST_F(JobFinalizerTest, MergesOutOfOrderCompletionsInInputOrder) {
   JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
   ASSERT_OK_AND_ASSIGN(Job early, finalizer.Finalize(job_id));
   EXPECT_EQ(early.state, JobState::kRunning);
-  EXPECT_FALSE(blobs_->Size(keys::JobOutput(job_id)).ok());
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> written, blobs_->List(absl::StrCat("jobs/", job_id, "/results/")));
+  EXPECT_THAT(written, IsEmpty());
 
   Upload(job_id, 1, 1, Out({"r3", "r5"}), Err({"r4"}));
   Complete(job_id, 1, 1, 3, 1);
@@ -164,9 +168,10 @@ TEST_F(JobFinalizerTest, MergesOutOfOrderCompletionsInInputOrder) {
 
   ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
   EXPECT_EQ(job.state, JobState::kCompleted);
-  EXPECT_EQ(job.output_key, keys::JobOutput(job_id));
-  EXPECT_EQ(job.errors_key, keys::JobErrors(job_id));
-  EXPECT_EQ(job.manifest_key, keys::JobManifest(job_id));
+  EXPECT_THAT(job.output_key, MatchesRegex(absl::StrCat("jobs/", job_id, "/results/[0-9a-f]{16}/output.jsonl")));
+  const std::string writer = job.output_key.substr(0, job.output_key.rfind('/') + 1);
+  EXPECT_EQ(job.errors_key, writer + "errors.jsonl");
+  EXPECT_EQ(job.manifest_key, writer + "manifest.json");
   EXPECT_EQ(job.counts.total, 8);
   EXPECT_EQ(job.counts.completed, 7);
   EXPECT_EQ(job.counts.failed, 1);
@@ -339,6 +344,68 @@ TEST_F(JobFinalizerTest, TwoServersFinalisingOneJobBothSucceedOnce) {
   // No temporary files left next to the results.
   ASSERT_OK_AND_ASSIGN(std::vector<std::string> results, blobs_->List(absl::StrCat("jobs/", job_id, "/results/")));
   EXPECT_EQ(results.size(), 3u) << ::testing::PrintToString(results);
+}
+
+// The object store of one server in a two-server race: it records the keys written through it,
+// and runs `before_first_write` (once) when its server starts writing results.
+class InterleavingBlobStore : public ForwardingBlobStore {
+ public:
+  using ForwardingBlobStore::ForwardingBlobStore;
+  std::function<void()> before_first_write;
+  std::vector<std::string> written;
+  absl::Status Put(const std::string& key, std::string_view data) override {
+    Writing(key);
+    return ForwardingBlobStore::Put(key, data);
+  }
+  absl::Status PutStream(const std::string& key, const std::function<absl::StatusOr<std::string>()>& source) override {
+    Writing(key);
+    return ForwardingBlobStore::PutStream(key, source);
+  }
+
+ private:
+  void Writing(const std::string& key) {
+    written.push_back(key);
+    if (before_first_write) std::exchange(before_first_write, nullptr)();
+  }
+};
+
+// Server B starts finalising; server A finalises the job all the way while B is still at its
+// first write, and a client may already be reading A's results. B must never write over them (an
+// object store need not replace an object atomically: the test S3 server rewrites it in place, and
+// a reader saw a short output file), and it leaves no objects of its own behind.
+TEST_F(JobFinalizerTest, AServerFinalisingLateNeverWritesOverThePublishedResults) {
+  std::string job_id = MakeJob(EightRecords(), 3);
+  ASSERT_EQ(LeaseAll().size(), 3u);
+  Upload(job_id, 0, 1, Out({"r0", "r1", "r2"}), "");
+  Upload(job_id, 1, 1, Out({"r3", "r4", "r5"}), "");
+  Upload(job_id, 2, 1, Out({"r6"}), Err({"r7"}));
+  Complete(job_id, 0, 1, 3);
+  Complete(job_id, 1, 1, 3);
+  Complete(job_id, 2, 1, 2, 1);
+  ASSERT_EQ(GetJob(job_id).state, JobState::kFinalizing);
+
+  JobFinalizer a(store_.get(), blobs_.get(), &clock_);
+  InterleavingBlobStore b_blobs(blobs_.get());
+  JobFinalizer b(store_.get(), &b_blobs, &clock_);
+  absl::StatusOr<Job> published;
+  b_blobs.before_first_write = [&] { published = a.Finalize(job_id); };
+  ASSERT_OK_AND_ASSIGN(Job seen_by_b, b.Finalize(job_id));
+  ASSERT_OK(published);
+  ASSERT_EQ(published->state, JobState::kCompleted);
+  EXPECT_EQ(seen_by_b.state, JobState::kCompleted);
+  EXPECT_EQ(seen_by_b.output_key, published->output_key);
+  ASSERT_FALSE(b_blobs.written.empty());
+  for (const std::string& key : b_blobs.written) {
+    EXPECT_NE(key, published->output_key);
+    EXPECT_NE(key, published->errors_key);
+    EXPECT_NE(key, published->manifest_key);
+  }
+  EXPECT_THAT(CustomIds(Get(published->output_key)), ElementsAre("r0", "r1", "r2", "r3", "r4", "r5", "r6"));
+  EXPECT_THAT(CustomIds(Get(published->errors_key)), ElementsAre("r7"));
+  // Only the published results are left.
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> results, blobs_->List(absl::StrCat("jobs/", job_id, "/results/")));
+  EXPECT_THAT(results, ::testing::UnorderedElementsAre(published->output_key, published->errors_key,
+                                                         published->manifest_key));
 }
 
 TEST_F(JobFinalizerTest, FinalizeOfAnUnknownJobIsNotFound) {

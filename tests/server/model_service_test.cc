@@ -3,6 +3,7 @@
 
 #include "common/sha256.h"
 #include "grpc_service_fixture.h"
+#include "model/model_ref.h"
 #include "server/keys.h"
 #include "testing/gguf_builder.h"
 
@@ -300,6 +301,103 @@ TEST_F(ModelServiceTest, RemovingAModelAJobNeedsIsRefusedUntilTheJobEnds) {
   // The bytes went with the last name that carried them.
   ASSERT_OK_AND_ASSIGN(std::vector<std::string> stored, blobs_->List("models/"));
   EXPECT_THAT(stored, SizeIs(0));
+}
+
+}  // namespace
+}  // namespace minions::testing
+
+namespace minions::testing {
+namespace {
+
+// `minions status JOB` says why a queued job waits (GetJob's wait_cause and wait_reason), from
+// the lease's own placement rules: a cold executor within the warm-executor wait, then in line,
+// then nothing once its task runs.
+TEST_F(ModelServiceTest, GetJobSaysWhyAQueuedJobWaits) {
+  StartModels();
+  MustPush("tiny", TinyGguf(10'000));
+  v1::Job job;
+  ASSERT_GRPC_OK(jobs_->SubmitJob(Context(&submitter_).get(), ModelRequest("tiny"), &job));
+  v1::GetJobRequest get;
+  get.set_job_id(job.id());
+  v1::Job read;
+  ASSERT_GRPC_OK(jobs_->GetJob(Context(&viewer_).get(), get, &read));
+  EXPECT_EQ(read.wait_cause(), "no_executors");
+
+  const std::string executor = RegisterExecutor("e1");  // holds no model: cold
+  ASSERT_GRPC_OK(jobs_->GetJob(Context(&viewer_).get(), get, &read));
+  EXPECT_EQ(read.wait_cause(), "warm_wait") << read.wait_reason();
+  EXPECT_THAT(read.wait_reason(), ::testing::HasSubstr("tiny"));
+  v1::LeaseResponse leased;
+  ASSERT_GRPC_OK(Lease(executor, 1, &leased));
+  EXPECT_THAT(leased.leases(), SizeIs(0));  // what the status said: the lease agrees
+
+  // After the wait (and the executor's idle recheck: it asked and got nothing, so the server looks
+  // again for it once that has passed or work is announced), the cold executor takes it.
+  fake_clock_.Advance(std::max(StoreOptions{}.warm_wait, Options().idle_recheck));
+  ASSERT_GRPC_OK(jobs_->GetJob(Context(&viewer_).get(), get, &read));
+  EXPECT_EQ(read.wait_cause(), "in_line") << read.wait_reason();
+  ASSERT_GRPC_OK(Lease(executor, 8, &leased));
+  EXPECT_THAT(leased.leases(), SizeIs(1));
+  ASSERT_GRPC_OK(jobs_->GetJob(Context(&viewer_).get(), get, &read));
+  EXPECT_EQ(read.wait_cause(), "");  // nothing pending: it runs
+  EXPECT_EQ(read.wait_reason(), "");
+
+}
+
+}  // namespace
+}  // namespace minions::testing
+
+namespace minions::testing {
+namespace {
+
+// A team cannot fill the object store with abandoned pushes: a new push beyond
+// max_unfinished_model_pushes is refused (a part sent without a start too), one under way goes
+// on, another team is not held back, and a push untouched for the TTL is removed, which frees
+// its place.
+TEST_F(ModelServiceTest, UnfinishedPushesAreCappedPerTeamAndExpire) {
+  ServerOptions options = Options();
+  options.max_unfinished_model_pushes = 2;
+  options.unfinished_model_push_ttl = absl::Hours(1);
+  options.model_part_bytes = 1 << 20;
+  StartServer(&fake_clock_, options);
+  models_ = v1::Models::NewStub(rpc::MakeChannel(server_->address()));
+  for (const char* name : {"search", "ads"}) {
+    Team team;
+    team.name = name;
+    team.created_at = fake_clock_.Now();
+    ASSERT_OK(store_->CreateTeam(team));
+  }
+  submitter_ = Issue(Role::kSubmitter, "search", "alice");
+  const std::string ads = Issue(Role::kSubmitter, "ads", "carol");
+  const int64_t part = 1 << 20;
+  const std::string a = TinyGguf(1'500'000, 'a'), b = TinyGguf(1'500'000, 'b'), c = TinyGguf(1'500'000, 'c');
+  ASSERT_NE(DigestOf(a), DigestOf(b));
+  ASSERT_NE(DigestOf(b), DigestOf(c));
+  // Two pushes left half done.
+  ASSERT_GRPC_OK(Upload(submitter_, a, 1, part));
+  fake_clock_.Advance(absl::Minutes(30));
+  v1::StartModelPushResponse started;
+  ASSERT_GRPC_OK(Start(submitter_, "b", b, &started));
+  ASSERT_GRPC_OK(Upload(submitter_, b, 1, part));
+  // A third is refused, by its start and by a part sent without one; nothing of it is stored.
+  EXPECT_GRPC_ERROR(Start(submitter_, "c", c, &started), RESOURCE_EXHAUSTED, "2 unfinished model pushes");
+  EXPECT_GRPC_ERROR(Upload(submitter_, c, 1, part), RESOURCE_EXHAUSTED, "at most 2");
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> stored, blobs_->List("model-uploads/search/"));
+  for (const std::string& key : stored) EXPECT_EQ(key.find(std::string(DigestHex(DigestOf(c)))), std::string::npos);
+  // The ones under way go on; another team has places of its own.
+  ASSERT_GRPC_OK(Upload(submitter_, b, 2, part));
+  ASSERT_GRPC_OK(Upload(ads, c, 1, part));
+  // An hour after a's last part (b was touched since), a is removed and c may start.
+  fake_clock_.Advance(absl::Minutes(31));
+  ASSERT_GRPC_OK(Start(submitter_, "c", c, &started));
+  EXPECT_THAT(started.parts_present(), SizeIs(0));
+  ASSERT_OK_AND_ASSIGN(stored, blobs_->List(keys::ModelUploadPrefix("search", std::string(DigestHex(DigestOf(a))),
+                                                                    static_cast<int64_t>(a.size()))));
+  EXPECT_THAT(stored, SizeIs(0));
+  // A finished push frees its place: b completes, and a new push of a fits again.
+  v1::Model model;
+  ASSERT_GRPC_OK(Finish(submitter_, "b", b, &model));
+  ASSERT_GRPC_OK(Start(submitter_, "a", a, &started));
 }
 
 }  // namespace

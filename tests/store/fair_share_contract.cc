@@ -5,6 +5,8 @@
 
 #include "fair_share_contract.h"
 
+#include "model/placement.h"
+
 namespace minions {
 namespace {
 
@@ -65,13 +67,20 @@ TEST_P(FairShare, UsageIsDeviceTimeDecayedOverTheHalfLifeAndRunningTasksAreCount
   // (150 s decayed over 10 s more, plus 10 s.)
   EXPECT_LE(absl::AbsDuration(UsageOf("search").usage - absl::Seconds(160)), absl::Milliseconds(50));
 
-  // A cancelled job's running tasks stop counting (whatever path ends them).
+  // A cancelled job's running tasks stop counting as running (whatever path ends them), and the
+  // time they ran is charged: the machines were the team's until the cancel.
   const std::string other = SubmitFor("search", 2);
   ASSERT_THAT(LeaseUpTo(a, 2), SizeIs(2));
   EXPECT_EQ(UsageOf("search").running, 2);
+  const absl::Duration before_cancel = UsageOf("search").usage;
+  Advance(absl::Seconds(40));
+  const absl::Duration ran = UsageOf("search").usage;  // decayed, plus 2 × 40 s running
+  EXPECT_GT(ran, before_cancel + absl::Seconds(79));
   ASSERT_OK(store_->CancelJob(other, now_));
   ASSERT_OK(store_->CancelJob(job, now_));
   EXPECT_EQ(UsageOf("search").running, 0);
+  EXPECT_LE(absl::AbsDuration(UsageOf("search").usage - ran), absl::Milliseconds(50))
+      << "the cancelled attempts' 80 s were not charged";
 }
 
 TEST_P(FairShare, TheTeamFurthestBelowItsShareIsServedFirstThenPriorityThenAge) {
@@ -241,6 +250,62 @@ TEST_P(Placement, LoadedThenCachedThenColdAndAColdExecutorWaitsOutTheDelay) {
   got = LeaseUpTo(cold, 4);
   ASSERT_THAT(got, SizeIs(1));
   EXPECT_EQ(got[0].task.job_id, cold_job);
+}
+
+// One source of truth: the lease grants a job's task to an executor exactly when the rules
+// `minions status` explains a wait with (model/placement.h PlaceOn) say it fits: over executors
+// of every kind (small, other runner, loaded, cached, cold) and jobs of every kind (large, other
+// runner, registry model or path), within the warm-executor wait and after it.
+TEST_P(Placement, TheLeaseGrantsExactlyWhatThePlacementRulesAllow) {
+  std::vector<std::string> executors = {
+      RegisterHolding("small", 4 * kGiB, {}, ""),
+      RegisterHolding("loaded", 32 * kGiB, {}, Digest('a')),
+      RegisterHolding("cached", 32 * kGiB, {Digest('a'), Digest('b')}, ""),
+      RegisterHolding("cold", 32 * kGiB, {}, ""),
+  };
+  {
+    ExecutorInfo info;
+    info.name = "custom";
+    info.memory_bytes = 64 * kGiB;
+    info.runners = {"custom"};
+    info.models = {Digest('a')};
+    info.max_tasks = 4;
+    executors.push_back(Must(store_->RegisterExecutor("", info, now_), "RegisterExecutor").id);
+  }
+  struct Kind {
+    std::string digest;
+    int64_t memory;
+    std::string runner;
+  };
+  const std::vector<Kind> kinds = {
+      {"", 0, "llama"},          {"", 16 * kGiB, "llama"},         {Digest('a'), 2 * kGiB, "llama"},
+      {Digest('b'), 0, "llama"}, {Digest('c'), 8 * kGiB, "llama"}, {Digest('a'), 0, "custom"},
+      {"", 0, "other"},
+  };
+  int granted = 0, refused = 0;
+  for (const Kind& kind : kinds) {
+    for (const std::string& executor_id : executors) {
+      for (bool after_wait : {false, true}) {
+        JobSpec spec = Spec(0, 4, kind.memory, kind.runner);
+        spec.model_digest = kind.digest;
+        Job job = Must(store_->CreateJob(spec, now_), "CreateJob");
+        Must(store_->AddTasks(job.id, Shards(1), kRecordsPerTask, now_), "AddTasks");
+        job = GetJob(job.id);
+        if (after_wait) Advance(store_->WarmWait());
+        const bool fits = PlaceOn(GetExecutor(executor_id).info, job, now_, store_->WarmWait()) == Fit::kFits;
+        const std::vector<Lease> got = LeaseUpTo(executor_id, 1);
+        EXPECT_EQ(got.size(), fits ? 1u : 0u) << GetExecutor(executor_id).info.name << " job " << kind.digest
+                                              << " " << kind.memory << " " << kind.runner << " after the wait "
+                                              << after_wait;
+        (fits ? granted : refused)++;
+        Must(store_->CancelJob(job.id, now_), "CancelJob");
+        Advance(absl::Milliseconds(10));
+      }
+    }
+  }
+  // The grid has both outcomes (a test that cannot fail is a defect).
+  EXPECT_GT(granted, 10);
+  EXPECT_GT(refused, 10);
 }
 
 }  // namespace

@@ -591,6 +591,98 @@ TEST_P(MetadataStoreContract, UnknownIdsAreNotFound) {
   EXPECT_THAT(reply.cancel, SizeIs(1));
 }
 
+// --- heartbeats in batches (group commit) ---
+
+TEST_P(MetadataStoreContract, ABatchOfHeartbeatsIsAnsweredAsEachWouldBeAlone) {
+  const std::string job_id = Submit(Spec(), 3);
+  const std::string a = Register("a");
+  const std::string b = Register("b");
+  const std::string c = Register("c");
+  std::vector<Lease> of_a = LeaseUpTo(a, 1);
+  std::vector<Lease> of_b = LeaseUpTo(b, 1);
+  ASSERT_THAT(of_a, SizeIs(1));
+  ASSERT_THAT(of_b, SizeIs(1));
+  ASSERT_OK(store_->RequestDrain(c, now_));
+  Advance(absl::Seconds(5));
+
+  std::vector<HeartbeatCall> calls = {
+      // a renews its own lease with progress.
+      {a, ExecutorState::kBusy, "", {Progress(of_a[0], 4, 1)}, std::nullopt},
+      // b reports its own lease, and a's (fenced: not b's, told to stop at once, not recorded).
+      {b, ExecutorState::kBusy, "", {Progress(of_b[0], 2), Progress(of_a[0], 9)}, std::nullopt},
+      // An executor the store does not know: register again; its leases are left alone.
+      {"exe-000000000000", ExecutorState::kAvailable, "", {Progress(of_b[0], 8)}, std::nullopt},
+      // c was asked to drain: told so.
+      {c, ExecutorState::kAvailable, "", {}, std::nullopt},
+      // A task that does not exist: stop it.
+      {a, ExecutorState::kBusy, "", {{job_id, 7, 1, 0, 0}}, std::nullopt},
+  };
+  ASSERT_OK_AND_ASSIGN(std::vector<HeartbeatReply> replies, store_->Heartbeats(calls, kTtl, now_));
+  ASSERT_THAT(replies, SizeIs(5));
+  EXPECT_THAT(replies[0].renewed, SizeIs(1));
+  EXPECT_THAT(replies[0].cancel, IsEmpty());
+  ASSERT_THAT(replies[1].renewed, SizeIs(1));
+  EXPECT_EQ(replies[1].renewed[0].task_index, of_b[0].task.index);
+  ASSERT_THAT(replies[1].cancel, SizeIs(1));
+  EXPECT_EQ(replies[1].cancel[0].task_index, of_a[0].task.index);
+  EXPECT_TRUE(replies[2].unknown_executor);
+  EXPECT_THAT(replies[2].renewed, IsEmpty());
+  EXPECT_TRUE(replies[3].drain);
+  EXPECT_FALSE(replies[0].drain);
+  EXPECT_THAT(replies[4].cancel, SizeIs(1));
+
+  // Written as one: both leases renewed from now, a's progress kept (not b's claim on it), every
+  // known executor heard from now.
+  Task task_a = GetTask(job_id, of_a[0].task.index);
+  EXPECT_EQ(task_a.lease_expires_at, now_ + kTtl);
+  EXPECT_EQ(task_a.records_done, 4);
+  EXPECT_EQ(task_a.records_failed, 1);
+  EXPECT_EQ(task_a.executor_id, a);
+  Task task_b = GetTask(job_id, of_b[0].task.index);
+  EXPECT_EQ(task_b.lease_expires_at, now_ + kTtl);
+  EXPECT_EQ(task_b.records_done, 2);
+  EXPECT_EQ(GetExecutor(a).last_heartbeat_at, now_);
+  EXPECT_EQ(GetExecutor(b).last_heartbeat_at, now_);
+  EXPECT_EQ(GetExecutor(c).last_heartbeat_at, now_);
+
+  // A lease that expired and was requeued is not renewed by a late batch: the attempt is fenced.
+  Advance(kTtl + absl::Seconds(1));
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> expired, store_->ExpireLeases(now_, 10));
+  ASSERT_THAT(expired, SizeIs(2));
+  ASSERT_OK_AND_ASSIGN(replies, store_->Heartbeats({{a, ExecutorState::kBusy, "", {Progress(of_a[0], 6)}, std::nullopt},
+                                                    {b, ExecutorState::kBusy, "", {Progress(of_b[0], 6)}, std::nullopt}},
+                                                   kTtl, now_));
+  ASSERT_THAT(replies, SizeIs(2));
+  EXPECT_THAT(replies[0].cancel, SizeIs(1));
+  EXPECT_THAT(replies[0].renewed, IsEmpty());
+  EXPECT_THAT(replies[1].cancel, SizeIs(1));
+  EXPECT_NE(GetTask(job_id, of_a[0].task.index).state, TaskState::kRunning);
+
+  // An empty batch writes nothing and answers nothing.
+  ASSERT_OK_AND_ASSIGN(replies, store_->Heartbeats({}, kTtl, now_));
+  EXPECT_THAT(replies, IsEmpty());
+}
+
+// --- the servers agree on the object store ---
+
+TEST_P(MetadataStoreContract, TheFirstServersObjectStoreIsRecordedAndAServerWithAnotherIsRefused) {
+  ASSERT_OK_AND_ASSIGN(std::string recorded, store_->RecordedObjectStore());
+  EXPECT_EQ(recorded, "");
+  ASSERT_OK(store_->ClaimObjectStore("file:/srv/minions/objects", now_));
+  ASSERT_OK_AND_ASSIGN(recorded, store_->RecordedObjectStore());
+  EXPECT_EQ(recorded, "file:/srv/minions/objects");
+  // The same object store again (a server restarting, a second server): agreed.
+  Advance(absl::Seconds(5));
+  EXPECT_OK(store_->ClaimObjectStore("file:/srv/minions/objects", now_));
+  // Another: refused, naming both, and the record stays.
+  absl::Status other = store_->ClaimObjectStore("file:/home/me/objects", now_);
+  EXPECT_CODE(other, kFailedPrecondition);
+  EXPECT_THAT(Message(other), HasSubstr("file:/srv/minions/objects"));
+  EXPECT_THAT(Message(other), HasSubstr("file:/home/me/objects"));
+  ASSERT_OK_AND_ASSIGN(recorded, store_->RecordedObjectStore());
+  EXPECT_EQ(recorded, "file:/srv/minions/objects");
+}
+
 // --- what the server asks for a job's and an executor's view ---
 
 TEST_P(MetadataStoreContract, CountTasksAndListRunningTasksAnswerWithoutListingAJob) {

@@ -152,10 +152,10 @@ bool MayLease(const Executor& executor, int max_tasks) {
          executor.state != ExecutorState::kRevoked && !executor.drain_requested;
 }
 
-std::vector<std::string> RunnersOf(const Executor& executor) {
-  std::vector<std::string> runners = executor.info.runners;
-  if (runners.empty()) runners.push_back(kDefaultRunner);
-  return runners;
+std::vector<std::string> RunnersOf(const Executor& executor) { return ::minions::RunnersOf(executor.info); }
+
+bool MayPlace(const Executor& executor, const Job& job, absl::Time now, absl::Duration warm_wait) {
+  return PlaceOn(executor.info, job, now, warm_wait) == Fit::kFits;
 }
 
 bool MarkBusy(Executor& executor) {

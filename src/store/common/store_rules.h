@@ -14,13 +14,11 @@
 #include "absl/time/time.h"
 #include "model/fair_share.h"
 #include "model/identity.h"
+#include "model/placement.h"
 #include "model/state_machines.h"
 #include "model/types.h"
 
 namespace minions::store_rules {
-
-// Tasks of an unknown runner kind: an executor that lists no runners runs the built-in one.
-inline constexpr char kDefaultRunner[] = "llama";
 
 // A fresh job in `validating`, id left to the caller.
 Job NewJob(const JobSpec& spec, absl::Time now);
@@ -65,6 +63,10 @@ void RequestDrain(Executor& executor);
 // LeaseTasks: whether `executor` may be granted tasks at all, and the runner kinds it runs.
 bool MayLease(const Executor& executor, int max_tasks);
 std::vector<std::string> RunnersOf(const Executor& executor);
+// Whether a candidate the lease query selected may be granted to `executor` (model/placement.h
+// PlaceOn: runner, memory, warm-executor wait): the query's SQL is an index over these rules; this
+// is the decision, the one `minions status` explains a wait with.
+bool MayPlace(const Executor& executor, const Job& job, absl::Time now, absl::Duration warm_wait);
 // After a grant: the executor becomes busy. False when it already was (nothing to write).
 bool MarkBusy(Executor& executor);
 

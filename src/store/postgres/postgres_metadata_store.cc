@@ -436,11 +436,17 @@ absl::StatusOr<Job> PostgresMetadataStore::EndJob(Connection& c, const std::stri
   RETURN_IF_ERROR(LoadTasks(c, job_id).status());
   ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
   ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(c, job_id));
+  std::map<int64_t, TaskState> before;
+  for (const Task& task : tasks) before[task.index] = task.state;
   ASSIGN_OR_RETURN(std::vector<Task> cancelled, rules::EndJob(job, state, error, tasks, now));
   RETURN_IF_ERROR(SaveJob(c, job));
   AttemptWrites writes;
   writes.tasks = std::move(cancelled);
-  for (const Task& task : writes.tasks) writes.ended.push_back(&task);
+  for (const Task& task : writes.tasks) {
+    writes.ended.push_back(&task);
+    // The attempts it stopped used their machines until now: charged to the team like any other.
+    writes.charges[job_id] += rules::EndedAttemptTime(before[task.index], task, now);
+  }
   RETURN_IF_ERROR(WriteAttempts(c, writes, now, /*settle_later=*/nullptr));  // it has ended: nothing to settle
   return job;
 }
@@ -584,37 +590,80 @@ absl::StatusOr<HeartbeatReply> PostgresMetadataStore::Heartbeat(const std::strin
                                                                 const std::vector<LeaseProgress>& held,
                                                                 absl::Duration ttl, absl::Time now,
     const std::optional<ModelHoldings>& holdings) {
-  return InTransaction(true, [&](Connection& c) -> absl::StatusOr<HeartbeatReply> {
-    HeartbeatReply reply;
-    // Tasks before their executor: the lock order of completions, which also lock both.
+  ASSIGN_OR_RETURN(std::vector<HeartbeatReply> replies,
+                   Heartbeats({HeartbeatCall{executor_id, state, reason, held, holdings}}, ttl, now));
+  return std::move(replies.front());
+}
+
+absl::StatusOr<std::vector<HeartbeatReply>> PostgresMetadataStore::Heartbeats(const std::vector<HeartbeatCall>& calls,
+                                                                             absl::Duration ttl, absl::Time now) {
+  if (calls.empty()) return std::vector<HeartbeatReply>{};
+  return InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<HeartbeatReply>> {
+    // Every task of the batch before every executor, each in key order: the lock order of
+    // completions, which also lock both (so batches and completions cannot deadlock).
     std::vector<std::pair<std::string, int64_t>> keys;
-    for (const LeaseProgress& progress : held) keys.emplace_back(progress.job_id, progress.task_index);
-    std::sort(keys.begin(), keys.end());
-    ASSIGN_OR_RETURN(std::vector<Task> loaded, LoadTasks(c, keys));
-    absl::StatusOr<Executor> executor = LoadExecutor(c, executor_id);
-    if (absl::IsNotFound(executor.status())) {
-      // Its leases are left alone: it registers again (same id) and heartbeats them then.
-      reply.unknown_executor = true;
-      return reply;
+    std::vector<std::string> ids;
+    for (const HeartbeatCall& call : calls) {
+      ids.push_back(call.executor_id);
+      for (const LeaseProgress& progress : call.held) keys.emplace_back(progress.job_id, progress.task_index);
     }
-    RETURN_IF_ERROR(executor.status());
-    rules::RecordHeartbeat(*executor, state, reason, now, holdings);
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     std::map<std::pair<std::string, int64_t>, Task> tasks;
-    for (Task& task : loaded) tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
-    std::vector<Task> renewed;
-    for (const LeaseProgress& progress : held) {
-      auto it = tasks.find(std::make_pair(progress.job_id, progress.task_index));
-      if (it == tasks.end() || !rules::RenewLease(it->second, executor_id, progress, ttl, now)) {
-        reply.cancel.push_back(progress);
+    if (!keys.empty()) {
+      ASSIGN_OR_RETURN(std::vector<Task> loaded, LoadTasks(c, keys));
+      for (Task& task : loaded) tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
+    }
+    std::map<std::string, Executor> executors;
+    {
+      std::vector<rows::Values> id_values;
+      for (const std::string& id : ids) id_values.push_back({id});
+      ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kSelectExecutorsForUpdate, Params().Columns(id_values, 1)));
+      for (int i = 0; i < result.Rows(); ++i) {
+        ASSIGN_OR_RETURN(Executor executor, rows::ReadExecutor(Row{result, i}));
+        std::string id = executor.id;
+        executors.emplace(std::move(id), std::move(executor));
+      }
+    }
+    std::vector<HeartbeatReply> replies;
+    std::set<std::pair<std::string, int64_t>> renewed_keys;
+    std::set<std::string> seen;
+    for (const HeartbeatCall& call : calls) {
+      HeartbeatReply& reply = replies.emplace_back();
+      auto executor = executors.find(call.executor_id);
+      if (executor == executors.end()) {
+        // Its leases are left alone: it registers again (same id) and heartbeats them then.
+        reply.unknown_executor = true;
         continue;
       }
-      renewed.push_back(it->second);
-      reply.renewed.push_back(progress);
+      seen.insert(call.executor_id);
+      rules::RecordHeartbeat(executor->second, call.state, call.reason, now, call.holdings);
+      for (const LeaseProgress& progress : call.held) {
+        auto key = std::make_pair(progress.job_id, progress.task_index);
+        auto it = tasks.find(key);
+        if (it == tasks.end() || !rules::RenewLease(it->second, call.executor_id, progress, ttl, now)) {
+          reply.cancel.push_back(progress);
+          continue;
+        }
+        renewed_keys.insert(key);
+        reply.renewed.push_back(progress);
+      }
+      reply.drain = executor->second.drain_requested;
     }
+    std::vector<Task> renewed;
+    for (const auto& key : renewed_keys) renewed.push_back(tasks.at(key));
     RETURN_IF_ERROR(SaveTasks(c, renewed));
-    reply.drain = executor->drain_requested;
-    RETURN_IF_ERROR(SaveExecutor(c, *executor));
-    return reply;
+    if (!seen.empty()) {
+      std::vector<rows::Values> values;
+      for (const std::string& id : seen) values.push_back(rows::ExecutorValues(executors.at(id)));
+      ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kUpdateExecutors, Params().Columns(values, 8)));
+      if (result.Affected() != static_cast<int64_t>(values.size())) {
+        return absl::InternalError("executors vanished under a batch of heartbeats");
+      }
+    }
+    return replies;
   });
 }
 
@@ -680,24 +729,30 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
       }
       allowances = rules::RunningAllowances(teams);
     }
-    std::map<std::string, JobSpec> specs;  // parsed once per job
-    std::set<std::string> to_start;        // jobs this lease starts
+    std::map<std::string, Job> jobs;  // what placement reads of each job (spec, submission), parsed once
+    std::set<std::string> unstarted;  // of those, jobs not started yet
+    std::set<std::string> to_start;   // jobs this lease starts
     std::vector<Task> granted;
     for (int i = 0; i < result.Rows(); ++i) {
       const Row row{result, i};
       ASSIGN_OR_RETURN(Task task, rows::ReadTask(row));
-      if (specs.count(task.job_id) == 0) {
-        ASSIGN_OR_RETURN(JobSpec spec, rows::JobSpecOf(task.job_id, row.Text(rows::kTaskColumns)));
-        specs.emplace(task.job_id, std::move(spec));
+      if (jobs.count(task.job_id) == 0) {
+        Job job;
+        job.id = task.job_id;
+        ASSIGN_OR_RETURN(job.spec, rows::JobSpecOf(task.job_id, row.Text(rows::kTaskColumns)));
+        job.created_at = row.Time(rows::kTaskColumns + 4);
+        jobs.emplace(task.job_id, std::move(job));
         if (row.Text(rows::kTaskColumns + 1) == JobStateName(JobState::kQueued) || !row.Bool(rows::kTaskColumns + 2)) {
-          to_start.insert(task.job_id);
+          unstarted.insert(task.job_id);
         }
       }
+      if (!rules::MayPlace(executor, jobs.at(task.job_id), now, options_.warm_wait)) continue;  // the rules decide
       if (task.shadow && task.shadow->executor_id == executor_id) continue;  // its backup goes elsewhere
       if (!rules::TakeAllowance(allowances, row.Text(rows::kTaskColumns + 3))) continue;  // team at its quota
       RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));
+      if (unstarted.count(task.job_id) > 0) to_start.insert(task.job_id);
       granted.push_back(task);
-      leases.push_back(MakeLease(std::move(task), specs.at(granted.back().job_id)));
+      leases.push_back(MakeLease(std::move(task), jobs.at(granted.back().job_id).spec));
     }
     // Only a job that starts with this lease is locked and written (after its tasks, the store's
     // lock order); every lease of a running job would queue on its row otherwise.
@@ -778,6 +833,24 @@ absl::StatusOr<Task> PostgresMetadataStore::FailTask(const std::string& executor
 }
 
 // --- watchdog ---
+
+// --- the servers' agreement ---
+
+absl::Status PostgresMetadataStore::ClaimObjectStore(const std::string& identity, absl::Time now) {
+  return InTransaction(true, [&](Connection& c) -> absl::Status {
+    RETURN_IF_ERROR(
+        c.Exec(sql::kInsertSetting, Params().Text(kObjectStoreSetting).Text(identity).Time(now)).status());
+    ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kSelectSetting, Params().Text(kObjectStoreSetting)));
+    return CheckObjectStore(result.Rows() > 0 ? result.Text(0, 0) : "", identity);
+  });
+}
+
+absl::StatusOr<std::string> PostgresMetadataStore::RecordedObjectStore() {
+  return InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kSelectSetting, Params().Text(kObjectStoreSetting)));
+    return result.Rows() > 0 ? result.Text(0, 0) : std::string();
+  });
+}
 
 absl::StatusOr<std::vector<Task>> PostgresMetadataStore::ExpireLeases(absl::Time now, int limit) {
   std::set<std::string> settle_later;

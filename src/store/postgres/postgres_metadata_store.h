@@ -99,9 +99,12 @@ class PostgresMetadataStore : public MetadataStore {
                                            const std::string& reason, const std::vector<LeaseProgress>& held,
                                            absl::Duration ttl, absl::Time now,
                                            const std::optional<ModelHoldings>& holdings = std::nullopt) override;
+  absl::StatusOr<std::vector<HeartbeatReply>> Heartbeats(const std::vector<HeartbeatCall>& calls, absl::Duration ttl,
+                                                         absl::Time now) override;
   absl::Status RequestDrain(const std::string& executor_id, absl::Time now) override;
 
   absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now) override;
+  absl::Duration WarmWait() const override { return options_.warm_wait; }
   absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks, absl::Duration ttl,
                                                 absl::Time now) override;
   absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
@@ -113,6 +116,8 @@ class PostgresMetadataStore : public MetadataStore {
                                 int attempt, FailureClass failure, const std::string& message, absl::Time now,
                                 const std::vector<Chunk>& chunks = {}) override;
 
+  absl::Status ClaimObjectStore(const std::string& identity, absl::Time now) override;
+  absl::StatusOr<std::string> RecordedObjectStore() override;
   absl::StatusOr<std::vector<Task>> ExpireLeases(absl::Time now, int limit) override;
   absl::StatusOr<std::vector<Executor>> MarkLostExecutors(absl::Time cutoff, absl::Time now) override;
 

@@ -201,9 +201,18 @@ CREATE TRIGGER tasks_running_by_team AFTER UPDATE OF state ON tasks FOR EACH ROW
   EXECUTE FUNCTION minions_count_running_by_team();
 )sql";
 
+// The servers' shared facts (one row each): `object_store`, the identity of the object store the
+// servers on this database keep their objects in (MetadataStore::ClaimObjectStore).
+constexpr char kSettings[] = R"sql(
+CREATE TABLE settings (
+  name   TEXT PRIMARY KEY,
+  value  TEXT NOT NULL,
+  set_at BIGINT NOT NULL
+);
+)sql";
+
 // Gangs (store/gang_store.h): one row per seat of a living gang, seat 0 its leader. An executor
-// sits in one gang at a time (UNIQUE executor_id); ending the attempt deletes its rows. Planned as
-// migration 9 (scale 7, models 8): renumber to follow whatever lands first.
+// sits in one gang at a time (UNIQUE executor_id); ending the attempt deletes its rows. Migration 8.
 constexpr char kGangs[] = R"sql(
 CREATE TABLE gang_seats (
   job_id      TEXT NOT NULL,
@@ -226,7 +235,8 @@ constexpr Migration kMigrations[] = {
     {4, "identities: teams and credentials", kIdentities},
     {5, "the model registry; the model a job needs", kModels},
     {6, "fair share: team weights, running-task quotas and usage", kFairShare},
-    {7, "gangs: which executors form the gang of a task attempt", kGangs},
+    {7, "settings: the object store the servers share", kSettings},
+    {8, "gangs: which executors form the gang of a task attempt", kGangs},
 };
 
 }  // namespace

@@ -136,7 +136,8 @@ inline constexpr char kFinishedJobs[] =
   "(CASE WHEN model_digest = '' OR model_digest = $8 THEN 0 WHEN model_digest IN "                 \
   "(SELECT jsonb_array_elements_text($9::jsonb)) THEN 1 ELSE 2 END)"
 inline constexpr char kLeaseCandidates[] =
-    "SELECT t.*, j.spec, j.state, j.started_at IS NOT NULL, j.team FROM (SELECT id, spec, state, started_at, team "
+    "SELECT t.*, j.spec, j.state, j.started_at IS NOT NULL, j.team, j.created_at FROM (SELECT id, spec, state, "
+    "started_at, team, created_at "
     "FROM jobs LEFT JOIN jsonb_each_text($7::jsonb) r ON r.key = jobs.team "
     "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
     "AND COALESCE(r.value::int, 0) >= 0 AND (" MINIONS_PG_WARMTH " < 2 OR created_at <= $10) "
@@ -163,6 +164,19 @@ inline constexpr char kExpiredLeases[] =
 #define MINIONS_PG_SELECT_EXECUTOR "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = $1"
 inline constexpr char kSelectExecutor[] = MINIONS_PG_SELECT_EXECUTOR;
 inline constexpr char kSelectExecutorForUpdate[] = MINIONS_PG_SELECT_EXECUTOR " FOR UPDATE";
+// The settings table (ClaimObjectStore): $1 name, $2 value, $3 when.
+inline constexpr char kInsertSetting[] =
+    "INSERT INTO settings (name, value, set_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING";
+inline constexpr char kSelectSetting[] = "SELECT value FROM settings WHERE name = $1";
+// Executors $1 (ids), locked in id order (a batch of heartbeats).
+inline constexpr char kSelectExecutorsForUpdate[] =
+    "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE";
+// Parameters: one array per rows::ExecutorValues column.
+inline constexpr char kUpdateExecutors[] =
+    "UPDATE executors SET info = u.info, state = u.state, state_reason = u.state_reason, registered_at = "
+    "u.registered_at, last_heartbeat_at = u.last_heartbeat_at, drain_requested = u.drain_requested::boolean, "
+    "records_done = u.records_done FROM unnest($1::text[], $2::jsonb[], $3::text[], $4::text[], $5::bigint[], "
+    "$6::bigint[], $7::int[], $8::bigint[]) AS u(" MINIONS_STORE_EXECUTOR_COLUMNS ") WHERE executors.id = u.id";
 inline constexpr char kListExecutors[] =
     "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors ORDER BY registered_at, id";
 // Parameters: rows::ExecutorValues.

@@ -429,8 +429,16 @@ absl::StatusOr<Job> SqliteMetadataStore::EndJob(const std::string& job_id, JobSt
                                                 const std::string& error, absl::Time now) {
   ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
   ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(job_id));
+  std::map<int64_t, TaskState> before;
+  for (const Task& task : tasks) before[task.index] = task.state;
   ASSIGN_OR_RETURN(std::vector<Task> cancelled, rules::EndJob(job, state, error, tasks, now));
-  for (const Task& task : cancelled) RETURN_IF_ERROR(SaveTask(task));
+  // The attempts it stopped used their machines until now: charged to the team like any other.
+  absl::Duration used;
+  for (const Task& task : cancelled) {
+    RETURN_IF_ERROR(SaveTask(task));
+    used += rules::EndedAttemptTime(before[task.index], task, now);
+  }
+  RETURN_IF_ERROR(ChargeUsage({{job_id, used}}, now));
   RETURN_IF_ERROR(SaveJob(job));
   return job;
 }
@@ -562,31 +570,42 @@ absl::StatusOr<HeartbeatReply> SqliteMetadataStore::Heartbeat(const std::string&
                                                               const std::vector<LeaseProgress>& held,
                                                               absl::Duration ttl, absl::Time now,
     const std::optional<ModelHoldings>& holdings) {
-  return InTransaction(true, [&]() -> absl::StatusOr<HeartbeatReply> {
+  ASSIGN_OR_RETURN(std::vector<HeartbeatReply> replies,
+                   Heartbeats({HeartbeatCall{executor_id, state, reason, held, holdings}}, ttl, now));
+  return std::move(replies.front());
+}
+
+absl::StatusOr<std::vector<HeartbeatReply>> SqliteMetadataStore::Heartbeats(const std::vector<HeartbeatCall>& calls,
+                                                                           absl::Duration ttl, absl::Time now) {
+  if (calls.empty()) return std::vector<HeartbeatReply>{};
+  return InTransaction(true, [&]() -> absl::StatusOr<std::vector<HeartbeatReply>> {
     mu_.AssertHeld();
-    HeartbeatReply reply;
-    absl::StatusOr<Executor> loaded = LoadExecutor(executor_id);
-    if (absl::IsNotFound(loaded.status())) {
-      // Its leases are left alone: it registers again (same id) and heartbeats them then.
-      reply.unknown_executor = true;
-      return reply;
-    }
-    RETURN_IF_ERROR(loaded.status());
-    Executor& executor = *loaded;
-    rules::RecordHeartbeat(executor, state, reason, now, holdings);
-    for (const LeaseProgress& progress : held) {
-      absl::StatusOr<Task> task = LoadTask(progress.job_id, progress.task_index);
-      if (!task.ok() && !absl::IsNotFound(task.status())) return task.status();
-      if (!task.ok() || !rules::RenewLease(*task, executor_id, progress, ttl, now)) {
-        reply.cancel.push_back(progress);
+    std::vector<HeartbeatReply> replies;
+    for (const HeartbeatCall& call : calls) {
+      HeartbeatReply& reply = replies.emplace_back();
+      absl::StatusOr<Executor> loaded = LoadExecutor(call.executor_id);
+      if (absl::IsNotFound(loaded.status())) {
+        // Its leases are left alone: it registers again (same id) and heartbeats them then.
+        reply.unknown_executor = true;
         continue;
       }
-      RETURN_IF_ERROR(SaveTask(*task));
-      reply.renewed.push_back(progress);
+      RETURN_IF_ERROR(loaded.status());
+      Executor& executor = *loaded;
+      rules::RecordHeartbeat(executor, call.state, call.reason, now, call.holdings);
+      for (const LeaseProgress& progress : call.held) {
+        absl::StatusOr<Task> task = LoadTask(progress.job_id, progress.task_index);
+        if (!task.ok() && !absl::IsNotFound(task.status())) return task.status();
+        if (!task.ok() || !rules::RenewLease(*task, call.executor_id, progress, ttl, now)) {
+          reply.cancel.push_back(progress);
+          continue;
+        }
+        RETURN_IF_ERROR(SaveTask(*task));
+        reply.renewed.push_back(progress);
+      }
+      reply.drain = executor.drain_requested;
+      RETURN_IF_ERROR(SaveExecutor(executor));
     }
-    reply.drain = executor.drain_requested;
-    RETURN_IF_ERROR(SaveExecutor(executor));
-    return reply;
+    return replies;
   });
 }
 
@@ -682,22 +701,21 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
       }
     }
 
-    std::map<std::string, Job> jobs;  // the candidates' jobs, started and saved once each
+    std::map<std::string, Job> jobs;  // the candidates' jobs, loaded once each (started by their first grant)
     for (const auto& [job_id, index, team] : candidates) {
       auto job_it = jobs.find(job_id);
       if (job_it == jobs.end()) {
         ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
         job_it = jobs.emplace(job_id, std::move(job)).first;
       }
+      if (!rules::MayPlace(executor, job_it->second, now, options_.warm_wait)) continue;  // the rules decide
       ASSIGN_OR_RETURN(Task task, LoadTask(job_id, index));
       if (task.shadow && task.shadow->executor_id == executor_id) continue;  // its backup goes elsewhere
       if (!rules::TakeAllowance(allowances, team)) continue;                 // its team reached its quota
       RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));
       RETURN_IF_ERROR(SaveTask(task));
       leases.push_back(MakeLease(std::move(task), job_it->second.spec));
-    }
-    for (auto& [job_id, job] : jobs) {
-      if (MarkJobStarted(job, now)) RETURN_IF_ERROR(SaveJob(job));
+      if (MarkJobStarted(job_it->second, now)) RETURN_IF_ERROR(SaveJob(job_it->second));
     }
     if (!leases.empty() && rules::MarkBusy(executor)) RETURN_IF_ERROR(SaveExecutor(executor));
     return leases;
@@ -799,6 +817,36 @@ absl::StatusOr<Task> SqliteMetadataStore::FailTask(const std::string& executor_i
 }
 
 // --- watchdog ---
+
+// --- the servers' agreement ---
+
+absl::Status SqliteMetadataStore::ClaimObjectStore(const std::string& identity, absl::Time now) {
+  return InTransaction(true, [&]() -> absl::Status {
+    mu_.AssertHeld();
+    ASSIGN_OR_RETURN(Statement insert, Prepare("INSERT INTO settings (name, value, set_at) VALUES (:name, :value, :at) "
+                                               "ON CONFLICT (name) DO NOTHING"));
+    RETURN_IF_ERROR(insert.BindText(":name", kObjectStoreSetting)
+                        .BindText(":value", identity)
+                        .BindTime(":at", now)
+                        .Run());
+    ASSIGN_OR_RETURN(std::string recorded, LoadSetting(kObjectStoreSetting));
+    return CheckObjectStore(recorded, identity);
+  });
+}
+
+absl::StatusOr<std::string> SqliteMetadataStore::RecordedObjectStore() {
+  return InTransaction(false, [&]() -> absl::StatusOr<std::string> {
+    mu_.AssertHeld();
+    return LoadSetting(kObjectStoreSetting);
+  });
+}
+
+absl::StatusOr<std::string> SqliteMetadataStore::LoadSetting(const std::string& name) {
+  ASSIGN_OR_RETURN(Statement query, Prepare("SELECT value FROM settings WHERE name = :name"));
+  query.BindText(":name", name);
+  ASSIGN_OR_RETURN(bool row, query.Step());
+  return row ? query.Text(0) : std::string();
+}
 
 absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ExpireLeases(absl::Time now, int limit) {
   return InTransaction(true, [&]() -> absl::StatusOr<std::vector<Task>> {

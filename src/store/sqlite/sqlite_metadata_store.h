@@ -70,9 +70,12 @@ class SqliteMetadataStore : public MetadataStore {
                                            const std::string& reason, const std::vector<LeaseProgress>& held,
                                            absl::Duration ttl, absl::Time now,
                                            const std::optional<ModelHoldings>& holdings = std::nullopt) override;
+  absl::StatusOr<std::vector<HeartbeatReply>> Heartbeats(const std::vector<HeartbeatCall>& calls, absl::Duration ttl,
+                                                         absl::Time now) override;
   absl::Status RequestDrain(const std::string& executor_id, absl::Time now) override;
 
   absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now) override;
+  absl::Duration WarmWait() const override { return options_.warm_wait; }
   absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks,
                                                 absl::Duration ttl, absl::Time now) override;
   absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id,
@@ -86,6 +89,8 @@ class SqliteMetadataStore : public MetadataStore {
                                 absl::Time now,
                                 const std::vector<Chunk>& chunks = {}) override;
 
+  absl::Status ClaimObjectStore(const std::string& identity, absl::Time now) override;
+  absl::StatusOr<std::string> RecordedObjectStore() override;
   absl::StatusOr<std::vector<Task>> ExpireLeases(absl::Time now, int limit) override;
   absl::StatusOr<std::vector<Executor>> MarkLostExecutors(absl::Time cutoff, absl::Time now) override;
 
@@ -149,6 +154,8 @@ class SqliteMetadataStore : public MetadataStore {
   absl::Status SaveTask(const Task& task, bool insert = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::vector<Task>> LoadTasks(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Executor> LoadExecutor(const std::string& executor_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A row of the settings table; "" when it has none.
+  absl::StatusOr<std::string> LoadSetting(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveExecutor(const Executor& executor, bool insert = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::optional<Team>> LoadTeam(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::vector<TeamUsage>> LoadTeamUsage(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,0 +1,815 @@
+// minions-bench-fleet: the fleet simulator (issue 15). N simulated executors in this one process,
+// each speaking the real executor protocol over gRPC to one real `minions server` (SQLite, or a
+// private PostgreSQL cluster this program starts): enrolment with a join token, Register, an
+// Attach presence stream held open, a heartbeat every TTL/3 (with its leases), and long-poll
+// Leases (wait 1 s, as the executor's default). A leased task is run by a fake runner: its input
+// range is read through the lease's URL, it "runs" for --task-ms, and one output line per record
+// is written to the attempt's chunk URL before the task is completed, as a real executor does
+// (the server checks the chunk). Each point of the fleet size runs two phases:
+//   idle   the fleet waits with no work for --idle-s seconds (after --warmup-s)
+//   job    one job of --job-tasks one-record tasks is submitted; measured until it completes
+// and reports, per phase: heartbeat latency p50/p99 (client side, call to reply), lease latency
+// p50/p99 (Lease calls that got a task: call to reply; and submit to the first lease), tasks per
+// second, the server's CPU (share of one core) and RSS, the store's CPU (PostgreSQL's processes;
+// SQLite runs inside the server) and PostgreSQL's transactions per second (pg_stat_database).
+// --server-arg passes an option to the server (repeatable) and --label names the run, so that
+// two settings can run side by side, interleaved by the caller (docs/benchmarks.md).
+//
+//   minions-bench-fleet --executors 100 1000 3000 --store sqlite postgres [--ttl-ms 9000]
+//                       [--channels 0] [--idle-s 18] [--job-tasks 2000] [--task-ms 200]
+//
+// Each simulated executor has a gRPC channel (one TCP connection) of its own unless --channels
+// caps them (then executors share channels round-robin). Mind `ulimit -n`: the server and this
+// process each hold one descriptor per connection.
+// Threads: gRPC's callback threads drive the calls; one timer thread fires heartbeats and task
+// ends; --run-threads threads do the fake runner's file I/O.
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <libpq-fe.h>
+
+#include "CLI/CLI.hpp"
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "bench_util.h"
+#include "cli/admin_verbs.h"
+#include "cli/client_verbs.h"
+#include "cli/credentials.h"
+#include "executor/blob_client.h"
+#include "minions/v1/minions.grpc.pb.h"
+#include "rpc/rpc.h"
+#include "runner/batch_record.h"
+#include "testing/process_pool.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using minions::Subprocess;
+using minions::bench::BinDir;
+using minions::bench::CpuSeconds;
+namespace v1 = minions::v1;
+
+// --- measurement helpers ---
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+// Resident memory of a process in MiB (VmRSS), 0 when unknown.
+double RssMiB(pid_t pid) {
+  std::string status = minions::bench::Slurp(absl::StrCat("/proc/", pid, "/status"));
+  auto at = status.find("VmRSS:");
+  if (at == std::string::npos) return 0;
+  return std::stod(status.substr(at + 6)) / 1024.0;
+}
+
+// The CPU seconds of a process and all its children (PostgreSQL's postmaster and backends), per
+// pid, so that a delta counts backends that started in between.
+std::map<pid_t, double> TreeCpu(pid_t root) {
+  std::map<pid_t, double> cpu;
+  if (root <= 0) return cpu;
+  cpu[root] = CpuSeconds(root);
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return cpu;
+  while (dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    long pid = strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    std::string stat = minions::bench::Slurp(absl::StrCat("/proc/", pid, "/stat"));
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (sscanf(stat.c_str() + close + 2, "%c %ld", &state, &ppid) == 2 && ppid == root) {
+      cpu[static_cast<pid_t>(pid)] = CpuSeconds(static_cast<pid_t>(pid));
+    }
+  }
+  closedir(proc);
+  return cpu;
+}
+
+double CpuDelta(const std::map<pid_t, double>& before, const std::map<pid_t, double>& after) {
+  double total = 0;
+  for (const auto& [pid, seconds] : after) {
+    auto it = before.find(pid);
+    total += seconds - (it == before.end() ? 0 : it->second);
+  }
+  return total;
+}
+
+// --- a timer thread: runs callbacks at their time ---
+
+class Timer {
+ public:
+  Timer() : thread_([this] { Loop(); }) {}
+  ~Timer() {
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    }
+    thread_.join();
+  }
+  void At(absl::Time when, std::function<void()> fn) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    queue_.push(Entry{when, seq_++, std::move(fn)});
+  }
+
+ private:
+  struct Entry {
+    absl::Time when;
+    uint64_t seq;
+    std::function<void()> fn;
+    bool operator>(const Entry& o) const { return when != o.when ? when > o.when : seq > o.seq; }
+  };
+  void Loop() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        absl::MutexLock lock(&mu_);
+        auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return done_ || (!queue_.empty() && queue_.top().when <= absl::Now());
+        };
+        const absl::Time wake = queue_.empty() ? absl::Now() + absl::Milliseconds(50) : queue_.top().when;
+        mu_.AwaitWithDeadline(absl::Condition(&due), std::min(wake, absl::Now() + absl::Milliseconds(50)));
+        if (done_) return;
+        if (queue_.empty() || queue_.top().when > absl::Now()) continue;
+        fn = std::move(const_cast<Entry&>(queue_.top()).fn);
+        queue_.pop();
+      }
+      fn();
+    }
+  }
+  absl::Mutex mu_;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// --- a small work queue for the fake runner's file I/O ---
+
+class Workers {
+ public:
+  explicit Workers(int n) {
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
+  }
+  ~Workers() {
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    }
+    for (auto& t : threads_) t.join();
+  }
+  void Post(std::function<void()> fn) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(fn));
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ || !queue_.empty(); };
+        mu_.Await(absl::Condition(&ready));
+        if (queue_.empty()) return;
+        fn = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      fn();
+    }
+  }
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+// --- the fleet ---
+
+struct SimOptions {
+  absl::Duration ttl = absl::Seconds(9);
+  absl::Duration lease_wait = absl::Seconds(1);
+  absl::Duration task_time = absl::Milliseconds(200);
+};
+
+// What the simulated executors measured, for one phase.
+struct Samples {
+  std::vector<double> heartbeat_ms;
+  std::vector<double> lease_ms;       // Lease calls that got a task: call to reply
+  std::vector<absl::Time> leased_at;  // when each task lease arrived
+  int64_t heartbeats_failed = 0;
+  int64_t leases_lost = 0;            // heartbeats answering "cancel" for a lease held
+  int64_t completed = 0;
+  int64_t complete_failed = 0;
+};
+
+class Fleet {
+ public:
+  Fleet(SimOptions options, int run_threads) : options_(options), workers_(run_threads) {}
+  ~Fleet() { Stop(); }
+
+  struct Executor {
+    int index = 0;
+    std::string id;
+    std::string credential;
+    v1::Executors::Stub* stub = nullptr;
+    absl::Mutex mu;
+    std::vector<v1::LeaseRef> held ABSL_GUARDED_BY(mu);
+    std::unique_ptr<grpc::ClientContext> attach_context;
+  };
+
+  void AddStub(std::unique_ptr<v1::Executors::Stub> stub) { stubs_.push_back(std::move(stub)); }
+  v1::Executors::Stub* StubFor(int i) { return stubs_[static_cast<size_t>(i) % stubs_.size()].get(); }
+
+  Executor& Add(int index, std::string id, std::string credential) {
+    executors_.push_back(std::make_unique<Executor>());
+    Executor& e = *executors_.back();
+    e.index = index;
+    e.id = std::move(id);
+    e.credential = std::move(credential);
+    e.stub = StubFor(index);
+    return e;
+  }
+
+  // Register, attach, lease and heartbeat every executor (heartbeats spread over one period).
+  void Start() {
+    std::mt19937 random(42);
+    const absl::Duration period = options_.ttl / 3;
+    for (auto& owned : executors_) {
+      Executor* e = owned.get();
+      Register(e, [this, e, period, phase = std::uniform_real_distribution<double>(0, 1)(random)] {
+        Attach(e);
+        Lease(e);
+        timer_.At(absl::Now() + period * phase, [this, e] { Heartbeat(e); });
+      });
+    }
+  }
+
+  void Stop() {
+    stopping_ = true;
+    for (auto& e : executors_) {
+      if (e->attach_context) e->attach_context->TryCancel();
+    }
+    // Every call in flight ends (the server is gone or the call was cancelled) before the fleet goes.
+    for (int i = 0; i < 600 && in_flight_.load() > 0; ++i) absl::SleepFor(absl::Milliseconds(50));
+  }
+
+  // Starts a phase's samples; Take ends it.
+  void Measure() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    samples_ = Samples{};
+  }
+  Samples Take() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    Samples out = std::move(samples_);
+    samples_ = Samples{};
+    return out;
+  }
+  int registered() const { return registered_.load(); }
+  int attached() const { return attached_.load(); }
+
+ private:
+  template <typename Reply>
+  struct Call {
+    grpc::ClientContext context;
+    Reply reply;
+    absl::Time start = absl::Now();
+  };
+
+  void Register(Executor* e, std::function<void()> then) {
+    auto* call = new Call<v1::RegisterResponse>;
+    auto* request = new v1::RegisterRequest;
+    request->set_executor_id(e->id);
+    FillCapabilities(e->index, request->mutable_capabilities());
+    minions::rpc::Prepare(call->context, e->credential);
+    ++in_flight_;
+    e->stub->async()->Register(&call->context, request, &call->reply,
+                               [this, e, call, request, then = std::move(then)](grpc::Status s) {
+                                 delete request;
+                                 delete call;
+                                 if (s.ok()) {
+                                   ++registered_;
+                                   then();
+                                 } else if (!stopping_) {
+                                   timer_.At(absl::Now() + absl::Seconds(1),
+                                             [this, e, then] { Register(e, then); });
+                                 }
+                                 --in_flight_;
+                               });
+  }
+
+  // The presence stream: held open for as long as the executor runs.
+  class AttachReader : public grpc::ClientReadReactor<v1::AttachEvent> {
+   public:
+    AttachReader(Fleet* fleet, Executor* e) : fleet_(fleet) {
+      request_.set_executor_id(e->id);
+      minions::rpc::Prepare(*e->attach_context, e->credential, absl::InfiniteDuration());
+      e->stub->async()->Attach(e->attach_context.get(), &request_, this);
+      StartRead(&event_);
+      StartCall();
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) return;
+      if (!counted_) {
+        counted_ = true;
+        ++fleet_->attached_;
+      }
+      StartRead(&event_);
+    }
+    void OnDone(const grpc::Status&) override {
+      if (counted_) --fleet_->attached_;
+      Fleet* fleet = fleet_;
+      delete this;
+      --fleet->in_flight_;
+    }
+
+   private:
+    Fleet* fleet_;
+    v1::AttachRequest request_;
+    v1::AttachEvent event_;
+    bool counted_ = false;
+  };
+
+  void Attach(Executor* e) {
+    e->attach_context = std::make_unique<grpc::ClientContext>();
+    ++in_flight_;
+    new AttachReader(this, e);
+  }
+
+  void Heartbeat(Executor* e) {
+    if (stopping_) return;
+    const absl::Time due = absl::Now();
+    auto* call = new Call<v1::HeartbeatResponse>;
+    auto* request = new v1::HeartbeatRequest;
+    request->set_executor_id(e->id);
+    {
+      absl::MutexLock lock(&e->mu);
+      request->set_state(e->held.empty() ? "available" : "busy");
+      for (const auto& ref : e->held) *request->add_leases() = ref;
+    }
+    minions::rpc::Prepare(call->context, e->credential, absl::Seconds(30));
+    ++in_flight_;
+    e->stub->async()->Heartbeat(&call->context, request, &call->reply, [this, e, call, request, due](grpc::Status s) {
+      const double ms = absl::ToDoubleMilliseconds(absl::Now() - call->start);
+      {
+        absl::MutexLock lock(&mu_);
+        if (s.ok()) {
+          samples_.heartbeat_ms.push_back(ms);
+          samples_.leases_lost += call->reply.cancel_size();
+        } else {
+          ++samples_.heartbeats_failed;
+        }
+      }
+      if (s.ok() && call->reply.reregister()) Register(e, [] {});
+      delete request;
+      delete call;
+      if (!stopping_) timer_.At(due + options_.ttl / 3, [this, e] { Heartbeat(e); });
+      --in_flight_;
+    });
+  }
+
+  void Lease(Executor* e) {
+    if (stopping_) return;
+    auto* call = new Call<v1::LeaseResponse>;
+    auto* request = new v1::LeaseRequest;
+    request->set_executor_id(e->id);
+    request->set_max_tasks(1);
+    request->set_wait_ms(absl::ToInt64Milliseconds(options_.lease_wait));
+    minions::rpc::Prepare(call->context, e->credential, options_.lease_wait + absl::Seconds(30));
+    ++in_flight_;
+    e->stub->async()->Lease(&call->context, request, &call->reply, [this, e, call, request](grpc::Status s) {
+      const absl::Time now = absl::Now();
+      if (!s.ok()) {
+        if (!stopping_) timer_.At(now + absl::Seconds(1), [this, e] { Lease(e); });
+      } else if (call->reply.leases_size() == 0) {
+        Lease(e);
+      } else {
+        {
+          absl::MutexLock lock(&mu_);
+          samples_.lease_ms.push_back(absl::ToDoubleMilliseconds(now - call->start));
+          for (int i = 0; i < call->reply.leases_size(); ++i) samples_.leased_at.push_back(now);
+        }
+        for (const v1::TaskLease& lease : call->reply.leases()) Run(e, lease);
+      }
+      delete request;
+      delete call;
+      --in_flight_;
+    });
+  }
+
+  // The fake runner: reads the records, waits the task time, writes one output line per record
+  // to chunk 0 and completes.
+  void Run(Executor* e, const v1::TaskLease& lease) {
+    {
+      absl::MutexLock lock(&e->mu);
+      e->held.push_back(lease.ref());
+    }
+    ++in_flight_;
+    timer_.At(absl::Now() + options_.task_time, [this, e, lease] {
+      workers_.Post([this, e, lease] {
+        absl::Status written = WriteOutput(lease);
+        if (!written.ok()) fprintf(stderr, "fake runner: %s\n", std::string(written.message()).c_str());
+        Complete(e, lease.ref(), lease.n_records());
+        --in_flight_;
+      });
+    });
+  }
+
+  absl::Status WriteOutput(const v1::TaskLease& lease) {
+    if (lease.chunk_urls_size() == 0) return absl::FailedPreconditionError("the lease has no chunk URLs");
+    auto input = blobs_.GetRange(lease.input_url(), lease.byte_begin(), lease.byte_end());
+    if (!input.ok()) return input.status();
+    std::string output;
+    std::vector<std::string> records = minions::SplitRecordLines(*input);
+    for (int64_t i = lease.resume_from(); i < static_cast<int64_t>(records.size()); ++i) {
+      auto parsed = minions::ParseRecordLine(records[static_cast<size_t>(i)]);
+      absl::StrAppend(&output, minions::MakeResponseLine(parsed.custom_id, minions::Json::object()).dump(), "\n");
+    }
+    return blobs_.Put(lease.chunk_urls(0).output_url(), output);
+  }
+
+  void Complete(Executor* e, v1::LeaseRef ref, int64_t n_records) {
+    // Done: no longer reported in heartbeats (as the executor does once it completes).
+    {
+      absl::MutexLock lock(&e->mu);
+      auto& held = e->held;
+      held.erase(std::remove_if(held.begin(), held.end(),
+                                [&](const v1::LeaseRef& r) {
+                                  return r.job_id() == ref.job_id() && r.task_index() == ref.task_index();
+                                }),
+                 held.end());
+    }
+    auto* call = new Call<v1::CompleteResponse>;
+    auto* request = new v1::CompleteRequest;
+    request->set_executor_id(e->id);
+    ref.set_records_done(n_records);
+    *request->mutable_ref() = ref;
+    minions::rpc::Prepare(call->context, e->credential);
+    ++in_flight_;
+    e->stub->async()->Complete(&call->context, request, &call->reply, [this, e, call, request](grpc::Status s) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (s.ok()) {
+          ++samples_.completed;
+        } else {
+          ++samples_.complete_failed;
+          if (samples_.complete_failed <= 3) fprintf(stderr, "complete: %s\n", s.error_message().c_str());
+        }
+      }
+      delete request;
+      delete call;
+      Lease(e);
+      --in_flight_;
+    });
+  }
+
+  static void FillCapabilities(int index, v1::Capabilities* caps) {
+    caps->set_name(absl::StrCat("sim-", index));
+    caps->set_os("linux");
+    caps->set_memory_bytes(int64_t{64} << 30);
+    caps->add_runners("llama");
+    caps->set_max_tasks(1);
+    caps->set_accelerator("cpu");
+  }
+
+  SimOptions options_;
+  std::vector<std::unique_ptr<v1::Executors::Stub>> stubs_;
+  std::vector<std::unique_ptr<Executor>> executors_;
+  minions::UrlBlobClient blobs_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> in_flight_{0};
+  std::atomic<int> registered_{0};
+  std::atomic<int> attached_{0};
+  absl::Mutex mu_;
+  Samples samples_ ABSL_GUARDED_BY(mu_);
+  Workers workers_;  // after the timer goes (its callbacks post here)
+  Timer timer_;
+};
+
+// --- the server and its store ---
+
+struct Flags {
+  std::vector<int> executors = {100, 1000};
+  std::vector<std::string> stores = {"sqlite", "postgres"};
+  int64_t ttl_ms = 9000;
+  int channels = 0;
+  double warmup_s = 0;  // 0: one TTL
+  double idle_s = 18;
+  int job_tasks = 2000;
+  int64_t task_ms = 200;
+  int run_threads = 4;
+  int enrol_threads = 8;
+  std::string dir;
+  std::string label = "default";
+  std::vector<std::string> server_args;
+};
+
+// PostgreSQL: a private cluster (tests/services/postgres.sh) in DIR/pg, one database per point.
+class Postgres {
+ public:
+  explicit Postgres(std::string dir) : dir_(std::move(dir)), port_(minions::testing::PickFreePort()) {}
+  ~Postgres() {
+    std::string out;
+    (void)minions::bench::RunProgram({Script(), "stop", dir_}, dir_ + "-stop.log", out);
+  }
+  absl::Status Start() {
+    std::string out;
+    return minions::bench::RunProgram({Script(), "start", dir_, absl::StrCat(port_)}, dir_ + "-start.log", out);
+  }
+  std::string Url(const std::string& db) const { return absl::StrCat("postgresql://postgres@127.0.0.1:", port_, "/", db); }
+  absl::Status Exec(const std::string& db, const std::string& sql, std::string* value = nullptr) {
+    PGconn* c = PQconnectdb(Url(db).c_str());
+    absl::Status status;
+    if (PQstatus(c) != CONNECTION_OK) {
+      status = absl::UnavailableError(PQerrorMessage(c));
+    } else {
+      PGresult* r = PQexec(c, sql.c_str());
+      if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+        status = absl::InternalError(PQresultErrorMessage(r));
+      } else if (value != nullptr && PQntuples(r) > 0) {
+        *value = PQgetvalue(r, 0, 0);
+      }
+      PQclear(r);
+    }
+    PQfinish(c);
+    return status;
+  }
+  // Transactions committed or rolled back in `db` so far (pg_stat_database; flushed about once a second).
+  double Transactions(const std::string& db) {
+    std::string value;
+    if (!Exec(db, absl::StrCat("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '", db, "'"),
+              &value)
+             .ok() ||
+        value.empty()) {
+      return -1;
+    }
+    return std::stod(value);
+  }
+  pid_t postmaster() const {
+    std::string pidfile = minions::bench::Slurp(dir_ + "/data/postmaster.pid");
+    return pidfile.empty() ? 0 : static_cast<pid_t>(std::stol(pidfile));
+  }
+
+ private:
+  static std::string Script() { return std::string(MINIONS_SOURCE_DIR) + "/tests/services/postgres.sh"; }
+  std::string dir_;
+  int port_;
+};
+
+struct PhaseReport {
+  std::string phase;
+  double seconds = 0;
+  Samples samples;
+  double server_cpu = 0;  // cores
+  double store_cpu = -1;  // cores; -1: inside the server (SQLite)
+  double xacts_per_s = -1;
+  double server_rss = 0;
+  double tasks_per_s = 0;
+  double first_lease_ms = -1;
+};
+
+void Print(const Flags& flags, const std::string& store, int n, const PhaseReport& r) {
+  const auto& s = r.samples;
+  printf("%-10s %-8s %6d %-5s %6.1f | hb n=%-6zu p50 %7.2f p99 %8.2f fail %lld lost %lld | lease n=%-5zu p50 %7.2f p99 "
+         "%8.2f first %7.1f | tasks/s %7.1f | server %5.1f%% %6.0f MiB | store %s | xact/s %s\n",
+         flags.label.c_str(), store.c_str(), n, r.phase.c_str(), r.seconds, s.heartbeat_ms.size(),
+         Percentile(s.heartbeat_ms, 0.5), Percentile(s.heartbeat_ms, 0.99), static_cast<long long>(s.heartbeats_failed),
+         static_cast<long long>(s.leases_lost), s.lease_ms.size(), Percentile(s.lease_ms, 0.5),
+         Percentile(s.lease_ms, 0.99), r.first_lease_ms, r.tasks_per_s, 100 * r.server_cpu, r.server_rss,
+         r.store_cpu < 0 ? "(in server)" : absl::StrCat(static_cast<int>(100 * r.store_cpu + 0.5), "%").c_str(),
+         r.xacts_per_s < 0 ? "-" : absl::StrCat(static_cast<int64_t>(r.xacts_per_s + 0.5)).c_str());
+  fflush(stdout);
+}
+
+std::string LoadAverage() {
+  std::string load = minions::bench::Slurp("/proc/loadavg");
+  return load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1));
+}
+
+// One point: a fresh server on `store` with `n` simulated executors; prints its phases.
+bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg, int point) {
+  const std::string dir = absl::StrCat(flags.dir, "/", flags.label, "-", store, "-", n);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string db = absl::StrCat("fleet_", getpid(), "_", point);
+  std::vector<std::string> argv = {BinDir() + "/minions", "server", "--listen", "", "--http-listen", "off",
+                                   "--data-dir", dir + "/server", "--lease-ttl-ms", absl::StrCat(flags.ttl_ms)};
+  minions::cli::Connection connection;
+  connection.server = absl::StrCat("127.0.0.1:", minions::testing::PickFreePort());
+  argv[3] = connection.server;
+  if (store == "postgres") {
+    if (auto s = pg->Exec("postgres", "CREATE DATABASE " + db); !s.ok()) {
+      fprintf(stderr, "create database: %s\n", std::string(s.message()).c_str());
+      return false;
+    }
+    argv.insert(argv.end(), {"--database", pg->Url(db)});
+  }
+  argv.insert(argv.end(), flags.server_args.begin(), flags.server_args.end());
+  auto server = minions::bench::SpawnLogged(argv, dir + "/server.log");
+  if (!server) return false;
+  for (int i = 0; i < 600; ++i) {
+    if (connection.token.empty()) {
+      auto token = minions::cli::ReadTokenFile(dir + "/server/admin-token");
+      if (token.ok()) connection.token = *token;
+    }
+    if (!connection.token.empty() && minions::cli::JobsClient(connection).List("", 1).ok()) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  v1::IssueTokenRequest join;
+  join.set_role("join");
+  join.set_principal("fleet-sim");
+  join.set_uses(n);
+  auto issued = minions::cli::RemoteAdmin(connection)->IssueToken(join);
+  if (!issued.ok()) {
+    fprintf(stderr, "join token: %s (see %s/server.log)\n", std::string(issued.status().message()).c_str(), dir.c_str());
+    return false;
+  }
+
+  SimOptions options;
+  options.ttl = absl::Milliseconds(flags.ttl_ms);
+  options.task_time = absl::Milliseconds(flags.task_ms);
+  Fleet fleet(options, flags.run_threads);
+  const int channels = flags.channels > 0 ? std::min(flags.channels, n) : n;
+  for (int i = 0; i < channels; ++i) {
+    grpc::ChannelArguments args = minions::rpc::ChannelArgs();
+    args.SetInt("minions.fleet_sim.channel", i);  // a connection of its own (no shared subchannel)
+    fleet.AddStub(v1::Executors::NewStub(
+        grpc::CreateCustomChannel(connection.server, grpc::InsecureChannelCredentials(), args)));
+  }
+  // Enrolment, on a few threads (a fleet does it once; not measured).
+  const absl::Time enrol_start = absl::Now();
+  std::vector<std::pair<std::string, std::string>> enrolled(static_cast<size_t>(n));
+  std::atomic<int> next{0}, failed{0};
+  std::vector<std::thread> enrolers;
+  for (int t = 0; t < flags.enrol_threads; ++t) {
+    enrolers.emplace_back([&] {
+      for (int i = next++; i < n; i = next++) {
+        v1::EnrolRequest request;
+        request.mutable_capabilities()->set_name(absl::StrCat("sim-", i));
+        v1::EnrolResponse reply;
+        grpc::ClientContext context;
+        minions::rpc::Prepare(context, issued->token(), absl::Seconds(60));
+        grpc::Status s = fleet.StubFor(i)->Enrol(&context, request, &reply);
+        if (!s.ok()) {
+          if (++failed <= 3) fprintf(stderr, "enrol: %s\n", s.error_message().c_str());
+          continue;
+        }
+        enrolled[static_cast<size_t>(i)] = {reply.executor_id(), reply.credential()};
+      }
+    });
+  }
+  for (auto& t : enrolers) t.join();
+  if (failed > 0) return false;
+  for (int i = 0; i < n; ++i) fleet.Add(i, enrolled[static_cast<size_t>(i)].first, enrolled[static_cast<size_t>(i)].second);
+  fprintf(stderr, "%s %s %d: enrolled in %.1f s\n", flags.label.c_str(), store.c_str(), n,
+          absl::ToDoubleSeconds(absl::Now() - enrol_start));
+  fleet.Start();
+  for (int i = 0; i < 1200 && (fleet.registered() < n || fleet.attached() < n); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  absl::SleepFor(absl::Seconds(flags.warmup_s > 0 ? flags.warmup_s : flags.ttl_ms / 1000.0));
+
+  const pid_t postmaster = pg != nullptr && store == "postgres" ? pg->postmaster() : 0;
+  auto snapshot = [&](PhaseReport& r, absl::Time start, double cpu0, const std::map<pid_t, double>& store0,
+                      double x0) {
+    r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    r.server_cpu = (CpuSeconds(server->pid()) - cpu0) / r.seconds;
+    r.server_rss = RssMiB(server->pid());
+    if (postmaster > 0) {
+      r.store_cpu = CpuDelta(store0, TreeCpu(postmaster)) / r.seconds;
+      r.xacts_per_s = (pg->Transactions(db) - x0) / r.seconds;
+    }
+  };
+
+  // Idle.
+  {
+    PhaseReport r;
+    r.phase = "idle";
+    fleet.Measure();
+    const double cpu0 = CpuSeconds(server->pid());
+    const auto store0 = TreeCpu(postmaster);
+    const double x0 = postmaster > 0 ? pg->Transactions(db) : 0;
+    const absl::Time start = absl::Now();
+    absl::SleepFor(absl::Seconds(flags.idle_s));
+    r.samples = fleet.Take();
+    snapshot(r, start, cpu0, store0, x0);
+    Print(flags, store, n, r);
+  }
+  // A job of one-record tasks.
+  if (flags.job_tasks > 0) {
+    PhaseReport r;
+    r.phase = "job";
+    std::string input;
+    for (int i = 0; i < flags.job_tasks; ++i) absl::StrAppend(&input, R"({"custom_id":"t)", i, R"(","prompt":"x"})", "\n");
+    v1::SubmitJobRequest request;
+    request.set_input(input);
+    request.set_model(BinDir() + "/minions");  // any file: the fake runner loads nothing
+    request.set_shard_size(1);
+    minions::cli::JobsClient client(connection);
+    fleet.Measure();
+    const double cpu0 = CpuSeconds(server->pid());
+    const auto store0 = TreeCpu(postmaster);
+    const double x0 = postmaster > 0 ? pg->Transactions(db) : 0;
+    const absl::Time start = absl::Now();
+    auto job = client.Submit(request);
+    if (!job.ok()) {
+      fprintf(stderr, "submit: %s\n", std::string(job.status().message()).c_str());
+      return false;
+    }
+    bool done = false;
+    for (absl::Time deadline = start + absl::Minutes(5); absl::Now() < deadline;) {
+      auto now = client.Get(job->id());
+      if (now.ok() && now->state() != "queued" && now->state() != "running" && now->state() != "finalizing") {
+        done = now->state() == "completed";
+        if (!done) fprintf(stderr, "the job ended %s\n", now->state().c_str());
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    r.samples = fleet.Take();
+    snapshot(r, start, cpu0, store0, x0);
+    r.tasks_per_s = static_cast<double>(r.samples.completed) / r.seconds;
+    if (!r.samples.leased_at.empty()) {
+      r.first_lease_ms = absl::ToDoubleMilliseconds(*std::min_element(r.samples.leased_at.begin(), r.samples.leased_at.end()) - start);
+    }
+    if (!done) r.phase = "job!";  // did not complete in time
+    Print(flags, store, n, r);
+  }
+  server->Signal(SIGKILL);
+  (void)server->Wait(absl::Seconds(10));
+  fleet.Stop();
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"minions-bench-fleet: simulated executors against one real server"};
+  Flags flags;
+  app.add_option("--executors", flags.executors, "fleet sizes, one point each")->capture_default_str();
+  app.add_option("--store", flags.stores, "sqlite and/or postgres")->capture_default_str();
+  app.add_option("--ttl-ms", flags.ttl_ms, "the server's lease TTL (heartbeats every third)")->capture_default_str();
+  app.add_option("--channels", flags.channels, "gRPC connections (0: one per executor)")->capture_default_str();
+  app.add_option("--warmup-s", flags.warmup_s, "seconds after the fleet is up before measuring (0: one TTL)");
+  app.add_option("--idle-s", flags.idle_s, "seconds of the idle phase")->capture_default_str();
+  app.add_option("--job-tasks", flags.job_tasks, "one-record tasks of the job phase (0: none)")->capture_default_str();
+  app.add_option("--task-ms", flags.task_ms, "the fake runner's time per task")->capture_default_str();
+  app.add_option("--run-threads", flags.run_threads, "threads of the fake runner's file I/O")->capture_default_str();
+  app.add_option("--dir", flags.dir, "work folder (default: a fresh one under /tmp)");
+  app.add_option("--label", flags.label, "names this run's rows")->capture_default_str();
+  app.add_option("--server-arg", flags.server_args, "an option for the server (repeat)")->allow_extra_args(false);
+  CLI11_PARSE(app, argc, argv);
+  if (flags.dir.empty()) flags.dir = absl::StrCat("/tmp/minions-fleet-", getpid());
+  fs::create_directories(flags.dir);
+
+  printf("# minions-bench-fleet: load average at start %s; %u cores; TTL %lld ms; job %d tasks of %lld ms\n",
+         LoadAverage().c_str(), std::thread::hardware_concurrency(), static_cast<long long>(flags.ttl_ms),
+         flags.job_tasks, static_cast<long long>(flags.task_ms));
+  printf("%-10s %-8s %6s %-5s %6s | heartbeat latency (ms) | Lease calls that got a task (ms), submit to first lease "
+         "| tasks/s | server CPU (of one core), RSS | store CPU | store transactions/s\n",
+         "label", "store", "execs", "phase", "secs");
+  std::unique_ptr<Postgres> pg;
+  if (std::find(flags.stores.begin(), flags.stores.end(), "postgres") != flags.stores.end()) {
+    pg = std::make_unique<Postgres>(flags.dir + "/pg");
+    if (auto s = pg->Start(); !s.ok()) {
+      fprintf(stderr, "PostgreSQL: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
+  int point = 0;
+  bool ok = true;
+  for (int n : flags.executors) {
+    for (const std::string& store : flags.stores) {
+      if (store != "sqlite" && store != "postgres") {
+        fprintf(stderr, "--store: sqlite or postgres, not %s\n", store.c_str());
+        return 2;
+      }
+      ok &= RunPoint(flags, store, n, store == "postgres" ? pg.get() : nullptr, point++);
+    }
+  }
+  printf("# load average at end %s\n", LoadAverage().c_str());
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,163 @@
+#include "model/placement.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace minions {
+namespace {
+
+std::string GiB(int64_t bytes) {
+  return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+}
+
+// Whether the executor could take one more task now: in service (not lost, draining, revoked or
+// with its owner present), no drain asked for, and a slot of its max_tasks free.
+bool HasFreeSlot(const FleetMember& member) {
+  const Executor& e = member.executor;
+  const bool in_service = e.state == ExecutorState::kAvailable || e.state == ExecutorState::kBusy;
+  return in_service && !e.drain_requested && member.running_tasks < std::max(1, e.info.max_tasks);
+}
+
+}  // namespace
+
+std::vector<std::string> RunnersOf(const ExecutorInfo& info) {
+  std::vector<std::string> runners = info.runners;
+  if (runners.empty()) runners.push_back(kDefaultRunnerName);
+  return runners;
+}
+
+bool OffersRunner(const ExecutorInfo& info, const std::string& runner) {
+  const std::vector<std::string> runners = RunnersOf(info);
+  return std::find(runners.begin(), runners.end(), runner) != runners.end();
+}
+
+bool HoldsMemory(const ExecutorInfo& info, const Requirements& requirements) {
+  return requirements.min_memory_bytes <= UsableMemory(info);
+}
+
+Warmth WarmthOf(const ExecutorInfo& info, const std::string& model_digest) {
+  if (model_digest.empty() || model_digest == info.model_loaded) return Warmth::kLoaded;
+  if (std::find(info.models.begin(), info.models.end(), model_digest) != info.models.end()) return Warmth::kCached;
+  return Warmth::kCold;
+}
+
+bool PastWarmWait(const Job& job, absl::Time now, absl::Duration warm_wait) {
+  return job.created_at <= now - warm_wait;
+}
+
+Fit PlaceOn(const ExecutorInfo& info, const Job& job, absl::Time now, absl::Duration warm_wait) {
+  if (!OffersRunner(info, job.spec.requirements.runner)) return Fit::kNoRunner;
+  if (!HoldsMemory(info, job.spec.requirements)) return Fit::kTooSmall;
+  if (WarmthOf(info, job.spec.model_digest) == Warmth::kCold && !PastWarmWait(job, now, warm_wait)) {
+    return Fit::kColdTooEarly;
+  }
+  return Fit::kFits;
+}
+
+Fit FleetFit(const std::vector<Executor>& fleet, const Requirements& requirements, int64_t* largest_bytes) {
+  int64_t largest = 0;
+  bool any = false, runner_offered = false;
+  for (const Executor& e : fleet) {
+    if (e.state == ExecutorState::kRevoked) continue;
+    any = true;
+    if (!OffersRunner(e.info, requirements.runner)) continue;
+    runner_offered = true;
+    if (HoldsMemory(e.info, requirements)) return Fit::kFits;
+    largest = std::max(largest, UsableMemory(e.info));
+  }
+  if (largest_bytes != nullptr) *largest_bytes = largest;
+  if (!any) return Fit::kFits;
+  return runner_offered ? Fit::kTooSmall : Fit::kNoRunner;
+}
+
+std::string_view WaitCauseName(WaitCause cause) {
+  switch (cause) {
+    case WaitCause::kNotWaiting: return "";
+    case WaitCause::kTeamQuota: return "team_quota";
+    case WaitCause::kNoExecutors: return "no_executors";
+    case WaitCause::kNoRunner: return "no_runner";
+    case WaitCause::kTooLarge: return "too_large";
+    case WaitCause::kAllBusy: return "all_busy";
+    case WaitCause::kWarmWait: return "warm_wait";
+    case WaitCause::kInLine: return "in_line";
+  }
+  return "";
+}
+
+WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::vector<FleetMember>& fleet,
+                            const std::vector<TeamUsage>& teams, absl::Time now, absl::Duration warm_wait) {
+  if (pending_tasks <= 0 || (job.state != JobState::kQueued && job.state != JobState::kRunning)) return {};
+  const JobSpec& spec = job.spec;
+  const std::map<std::string, int> ranks = FairShareRanks(teams);
+  if (auto rank = ranks.find(spec.team); rank != ranks.end() && rank->second < 0) {
+    int64_t quota = 0;
+    for (const TeamUsage& t : teams) {
+      if (t.team == spec.team) quota = t.max_running_tasks;
+    }
+    return {WaitCause::kTeamQuota, absl::StrCat("team ", spec.team, " runs its quota of ", quota,
+                                                " tasks at once; its tasks wait until one of them ends")};
+  }
+
+  std::vector<Executor> executors;
+  for (const FleetMember& m : fleet) executors.push_back(m.executor);
+  int64_t largest = 0;
+  switch (FleetFit(executors, spec.requirements, &largest)) {
+    case Fit::kNoRunner:
+      return {WaitCause::kNoRunner, absl::StrCat("no executor offers the runner '", spec.requirements.runner,
+                                                 "' (an executor declares it in its config's [runners])")};
+    case Fit::kTooSmall:
+      return {WaitCause::kTooLarge,
+              absl::StrCat("no executor can hold the model: a task needs ", GiB(spec.requirements.min_memory_bytes),
+                           " (model, KV cache and margin) and the most usable memory of an executor offering "
+                           "runner '",
+                           spec.requirements.runner, "' is ", GiB(largest))};
+    default:
+      break;
+  }
+  int able = 0, ready = 0, warm_busy = 0;
+  for (const FleetMember& m : fleet) {
+    const ExecutorInfo& info = m.executor.info;
+    if (m.executor.state == ExecutorState::kRevoked) continue;
+    if (!OffersRunner(info, spec.requirements.runner) || !HoldsMemory(info, spec.requirements)) continue;
+    ++able;
+    const bool warm = WarmthOf(info, spec.model_digest) != Warmth::kCold;
+    if (!HasFreeSlot(m)) {
+      if (warm) ++warm_busy;
+      continue;
+    }
+    if (PlaceOn(info, job, now, warm_wait) == Fit::kFits) {
+      ++ready;
+    }
+  }
+  if (able == 0) {
+    return {WaitCause::kNoExecutors, "no executor has enrolled yet (minions executor --join TOKEN on a machine)"};
+  }
+  if (ready > 0) {
+    return {WaitCause::kInLine,
+            absl::StrCat(ready, " free executor", ready == 1 ? "" : "s",
+                         " can run it: its tasks are leased at their next request, in the fleet's order "
+                         "(fair share, priority, age)")};
+  }
+  // No free executor may take it now. Free ones exist that are only too early (cold, within the
+  // warm-executor wait)?
+  int cold_free = 0;
+  for (const FleetMember& m : fleet) {
+    if (m.executor.state == ExecutorState::kRevoked || !HasFreeSlot(m)) continue;
+    if (PlaceOn(m.executor.info, job, now, warm_wait) == Fit::kColdTooEarly) ++cold_free;
+  }
+  if (cold_free > 0) {
+    return {WaitCause::kWarmWait,
+            absl::StrCat("waiting for an executor that holds model ", spec.model,
+                         warm_busy == 0 ? " (none does yet)"
+                                        : absl::StrCat(" (", warm_busy, " do", warm_busy == 1 ? "es" : "", ", busy)"),
+                         "; a cold one may take it from ", absl::FormatTime(absl::RFC3339_sec, job.created_at + warm_wait, absl::UTCTimeZone()),
+                         " (the warm-executor wait)")};
+  }
+  return {WaitCause::kAllBusy, absl::StrCat("all ", able, " executor", able == 1 ? "" : "s",
+                                            " that can run it are busy (or their owners are present)")};
+}
+
+}  // namespace minions

@@ -1,0 +1,81 @@
+#pragma once
+// Placement: which executors may run a job's tasks, and why a queued job waits. This is the one
+// statement of the rules (docs/architecture.md "Placement"):
+// - the executor's usable memory (UsableMemory) holds the job's requirements.min_memory_bytes;
+// - it offers the job's runner (an executor that names none runs the default, "llama");
+// - it is warm for the job's registry model (loaded, else cached), or the job was submitted at
+//   least the warm-executor wait ago (delay scheduling);
+// - the job's team is not at its running-task quota (fair_share.h rank -1).
+// Each store's lease query selects its candidates in SQL (an index over these rules, for speed)
+// and grants a candidate only when PlaceOn says kFits; the server's submit-time check
+// (FleetFit) and a job's wait reason (ExplainWait) ask the same functions, so what `minions
+// status` says and what the lease does cannot disagree. Pure; any thread.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "model/fair_share.h"
+#include "model/types.h"
+
+namespace minions {
+
+// The runner of a job that names none, and of an executor that lists none.
+inline constexpr char kDefaultRunnerName[] = "llama";
+
+// The runners an executor runs: those it lists, or the default when it lists none.
+std::vector<std::string> RunnersOf(const ExecutorInfo& info);
+bool OffersRunner(const ExecutorInfo& info, const std::string& runner);
+// Its usable memory holds what one task of the job needs.
+bool HoldsMemory(const ExecutorInfo& info, const Requirements& requirements);
+
+// How warm an executor is for a job's registry model (the lease order: loaded, cached, cold). A
+// job without a registry model (a path) is kLoaded everywhere: it waits for no one.
+enum class Warmth { kLoaded = 0, kCached = 1, kCold = 2 };
+Warmth WarmthOf(const ExecutorInfo& info, const std::string& model_digest);
+// Whether a cold executor may take the job's tasks at `now` (submitted at least `warm_wait` ago).
+bool PastWarmWait(const Job& job, absl::Time now, absl::Duration warm_wait);
+
+// Whether `info` may run a task of `job` at `now` (the executor's own state aside: store_rules
+// MayLease; the team's quota aside: fair share).
+enum class Fit { kFits, kNoRunner, kTooSmall, kColdTooEarly };
+Fit PlaceOn(const ExecutorInfo& info, const Job& job, absl::Time now, absl::Duration warm_wait);
+
+// Whether some executor of `fleet` (revoked ones aside) could ever run the job: kFits when one
+// offers its runner with the memory, else kNoRunner (none offers the runner) or kTooSmall (some
+// do, none with the memory; `largest_bytes` then says the most usable memory among them).
+// An empty fleet fits (machines may enrol later).
+Fit FleetFit(const std::vector<Executor>& fleet, const Requirements& requirements, int64_t* largest_bytes = nullptr);
+
+// Why a job with pending tasks is not running them, worked out from the same rules.
+enum class WaitCause {
+  kNotWaiting,   // the job has no pending task (or has ended)
+  kTeamQuota,    // its team runs its max_running_tasks already
+  kNoExecutors,  // no executor has enrolled (revoked ones aside)
+  kNoRunner,     // no executor offers the job's runner
+  kTooLarge,     // none offering the runner can hold the model (size + KV cache + margin)
+  kAllBusy,      // executors can run it but none has a free slot (busy, owner present, draining, lost)
+  kWarmWait,     // free executors are cold for its model: delay scheduling waits for a warm one
+  kInLine,       // a free executor can run it: it is leased at that executor's next request, in
+                 // the fleet's order (fair share, priority, age)
+};
+std::string_view WaitCauseName(WaitCause cause);  // "team_quota", "too_large", ...
+
+struct WaitExplanation {
+  WaitCause cause = WaitCause::kNotWaiting;
+  std::string message;  // one sentence for people, with the figures ("" when not waiting)
+};
+
+// What ExplainWait reads about the fleet: each executor and how many tasks it runs now.
+struct FleetMember {
+  Executor executor;
+  int64_t running_tasks = 0;
+};
+
+// Why `job` (with `pending_tasks` pending) waits at `now`. `teams` is the fair share's reading
+// (MetadataStore::ListTeamUsage); `warm_wait` the store's delay-scheduling wait.
+WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::vector<FleetMember>& fleet,
+                            const std::vector<TeamUsage>& teams, absl::Time now, absl::Duration warm_wait);
+
+}  // namespace minions

@@ -1,0 +1,222 @@
+// Heartbeats written in batches (group commit, server/heartbeat_batcher.h), on a real SQLite store
+// and the fake clock. The batch being written is held at a gate the test opens, so what lands in
+// which batch is decided by the test's own steps, never by timing.
+
+#include "server/heartbeat_batcher.h"
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/even_tasks.h"
+#include "testing/fake_clock.h"
+
+namespace minions {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+class HeartbeatBatcherTest : public ::testing::Test {
+ protected:
+  const absl::Duration kTtl = absl::Seconds(9);
+
+  void SetUp() override {
+    auto store = SqliteMetadataStore::Open(":memory:", StoreOptions{});
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+  }
+
+  // The batcher, writing through the gate: while `hold_` is set, a batch waits at the gate
+  // (`entered_` says one is there) until the test opens it. Each batch's size is recorded.
+  std::unique_ptr<HeartbeatBatcher> Batcher(int max_batch = 256) {
+    return std::make_unique<HeartbeatBatcher>(
+        [this](const std::vector<HeartbeatCall>& calls, absl::Duration ttl,
+               absl::Time now) -> absl::StatusOr<std::vector<HeartbeatReply>> {
+          {
+            absl::MutexLock lock(&mu_);
+            sizes_.push_back(static_cast<int>(calls.size()));
+          }
+          if (hold_) {
+            hold_ = false;
+            entered_.Notify();
+            open_.WaitForNotification();
+          }
+          for (const HeartbeatCall& call : calls) {
+            if (call.executor_id == failing_) return absl::UnavailableError("the store fails this one");
+          }
+          return store_->Heartbeats(calls, ttl, now);
+        },
+        &clock_, max_batch);
+  }
+
+  std::string Register(const std::string& name) {
+    ExecutorInfo info;
+    info.name = name;
+    info.os = "linux";
+    info.memory_bytes = int64_t{8} << 30;
+    info.runners = {"llama"};
+    info.max_tasks = 1;
+    auto executor = store_->RegisterExecutor("", info, clock_.Now());
+    EXPECT_TRUE(executor.ok()) << executor.status();
+    return executor.ok() ? executor->id : "";
+  }
+
+  // A job of `n` tasks; `executor` leases one of them.
+  Lease LeaseOne(const std::string& executor) {
+    JobSpec spec;
+    spec.team = "search";
+    spec.model = "/models/tiny.gguf";
+    spec.input_key = "inputs/in.jsonl";
+    spec.shard_size = 10;
+    auto job = store_->CreateJob(spec, clock_.Now());
+    EXPECT_TRUE(job.ok()) << job.status();
+    EXPECT_TRUE(store_->AddTasks(job->id, testing::EvenTasks(1, 10, 1000), 10, clock_.Now()).ok());
+    auto leases = store_->LeaseTasks(executor, 1, kTtl, clock_.Now());
+    EXPECT_TRUE(leases.ok() && leases->size() == 1);
+    return leases.ok() && !leases->empty() ? leases->front() : Lease{};
+  }
+
+  static LeaseProgress Progress(const Lease& lease, int64_t done) {
+    LeaseProgress p;
+    p.job_id = lease.task.job_id;
+    p.task_index = lease.task.index;
+    p.attempt = lease.task.attempt;
+    p.records_done = done;
+    return p;
+  }
+
+  // Until `n` heartbeats wait for the batch at the gate.
+  static void AwaitWaiting(const HeartbeatBatcher& batcher, int64_t n) {
+    for (int i = 0; i < 10000 && batcher.waiting() != n; ++i) absl::SleepFor(absl::Milliseconds(1));
+    ASSERT_EQ(batcher.waiting(), n);
+  }
+
+  std::vector<int> sizes() {
+    absl::MutexLock lock(&mu_);
+    return sizes_;
+  }
+
+  testing::FakeClock clock_;
+  std::unique_ptr<SqliteMetadataStore> store_;
+  std::atomic<bool> hold_{false};
+  absl::Notification entered_, open_;
+  std::string failing_;  // set before any heartbeat
+  absl::Mutex mu_;
+  std::vector<int> sizes_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(HeartbeatBatcherTest, HeartbeatsThatArriveWhileABatchIsWrittenAreWrittenTogetherEachWithItsOwnAnswer) {
+  const std::string first = Register("first");
+  const std::string a = Register("a");
+  const std::string b = Register("b");
+  const Lease of_a = LeaseOne(a);
+  const Lease of_b = LeaseOne(b);
+  auto batcher = Batcher();
+
+  // The first heartbeat finds nothing being written: it is written at once, alone (and held at
+  // the gate while the others arrive).
+  hold_ = true;
+  absl::StatusOr<HeartbeatReply> first_reply;
+  std::thread first_thread([&] { first_reply = batcher->Heartbeat({first, ExecutorState::kAvailable}, kTtl); });
+  entered_.WaitForNotification();
+
+  // Three more arrive meanwhile: a renews its lease; b renews its own and claims a's (fenced);
+  // an executor the store does not know.
+  clock_.Advance(absl::Seconds(4));
+  absl::StatusOr<HeartbeatReply> a_reply, b_reply, unknown_reply;
+  std::thread a_thread([&] { a_reply = batcher->Heartbeat({a, ExecutorState::kBusy, "", {Progress(of_a, 3)}}, kTtl); });
+  AwaitWaiting(*batcher, 1);
+  std::thread b_thread([&] {
+    b_reply = batcher->Heartbeat({b, ExecutorState::kBusy, "", {Progress(of_b, 5), Progress(of_a, 7)}}, kTtl);
+  });
+  AwaitWaiting(*batcher, 2);
+  std::thread unknown_thread(
+      [&] { unknown_reply = batcher->Heartbeat({"exe-000000000000", ExecutorState::kAvailable}, kTtl); });
+  AwaitWaiting(*batcher, 3);
+  open_.Notify();
+  for (std::thread* t : {&first_thread, &a_thread, &b_thread, &unknown_thread}) t->join();
+
+  // Two transactions for four heartbeats: the first alone, the three that waited together.
+  EXPECT_THAT(sizes(), ElementsAre(1, 3));
+  EXPECT_EQ(batcher->batches(), 2);
+  EXPECT_EQ(batcher->heartbeats(), 4);
+  ASSERT_TRUE(first_reply.ok()) << first_reply.status();
+  ASSERT_TRUE(a_reply.ok()) << a_reply.status();
+  ASSERT_TRUE(b_reply.ok()) << b_reply.status();
+  ASSERT_TRUE(unknown_reply.ok()) << unknown_reply.status();
+  EXPECT_THAT(a_reply->renewed, SizeIs(1));
+  EXPECT_THAT(a_reply->cancel, IsEmpty());
+  // b is told at once that a's lease is not its own; its own is renewed.
+  ASSERT_THAT(b_reply->cancel, SizeIs(1));
+  EXPECT_EQ(b_reply->cancel[0].job_id, of_a.task.job_id);
+  ASSERT_THAT(b_reply->renewed, SizeIs(1));
+  EXPECT_EQ(b_reply->renewed[0].job_id, of_b.task.job_id);
+  EXPECT_TRUE(unknown_reply->unknown_executor);
+  EXPECT_FALSE(a_reply->unknown_executor);
+
+  // Leases renewed from when the batch was written; a's progress is a's, not b's claim.
+  auto task_a = store_->GetTask(of_a.task.job_id, of_a.task.index);
+  ASSERT_TRUE(task_a.ok());
+  EXPECT_EQ(task_a->lease_expires_at, clock_.Now() + kTtl);
+  EXPECT_EQ(task_a->records_done, 3);
+  EXPECT_EQ(task_a->executor_id, a);
+  auto executor_b = store_->GetExecutor(b);
+  ASSERT_TRUE(executor_b.ok());
+  EXPECT_EQ(executor_b->last_heartbeat_at, clock_.Now());
+}
+
+TEST_F(HeartbeatBatcherTest, AHeartbeatTheStoreRefusesFailsAloneAndTheRestOfItsBatchIsWritten) {
+  const std::string first = Register("first");
+  const std::string a = Register("a");
+  const std::string bad = Register("bad");
+  const Lease of_a = LeaseOne(a);
+  failing_ = bad;
+  auto batcher = Batcher();
+  hold_ = true;
+  absl::StatusOr<HeartbeatReply> first_reply, a_reply, bad_reply;
+  std::thread first_thread([&] { first_reply = batcher->Heartbeat({first, ExecutorState::kAvailable}, kTtl); });
+  entered_.WaitForNotification();
+  std::thread bad_thread([&] { bad_reply = batcher->Heartbeat({bad, ExecutorState::kAvailable}, kTtl); });
+  AwaitWaiting(*batcher, 1);
+  std::thread a_thread([&] { a_reply = batcher->Heartbeat({a, ExecutorState::kBusy, "", {Progress(of_a, 2)}}, kTtl); });
+  AwaitWaiting(*batcher, 2);
+  open_.Notify();
+  for (std::thread* t : {&first_thread, &bad_thread, &a_thread}) t->join();
+
+  // The batch of two was refused as a whole, then written one by one.
+  EXPECT_THAT(sizes(), ElementsAre(1, 2, 1, 1));
+  EXPECT_TRUE(first_reply.ok());
+  EXPECT_TRUE(absl::IsUnavailable(bad_reply.status())) << bad_reply.status();
+  ASSERT_TRUE(a_reply.ok()) << a_reply.status();
+  EXPECT_THAT(a_reply->renewed, SizeIs(1));
+  auto task_a = store_->GetTask(of_a.task.job_id, of_a.task.index);
+  ASSERT_TRUE(task_a.ok());
+  EXPECT_EQ(task_a->records_done, 2);
+}
+
+TEST_F(HeartbeatBatcherTest, ABatchOfOneWritesEachHeartbeatAlone) {
+  const std::string first = Register("first");
+  const std::string a = Register("a");
+  const std::string b = Register("b");
+  auto batcher = Batcher(/*max_batch=*/1);
+  hold_ = true;
+  std::thread first_thread([&] { EXPECT_TRUE(batcher->Heartbeat({first, ExecutorState::kAvailable}, kTtl).ok()); });
+  entered_.WaitForNotification();
+  std::thread a_thread([&] { EXPECT_TRUE(batcher->Heartbeat({a, ExecutorState::kAvailable}, kTtl).ok()); });
+  AwaitWaiting(*batcher, 1);
+  std::thread b_thread([&] { EXPECT_TRUE(batcher->Heartbeat({b, ExecutorState::kAvailable}, kTtl).ok()); });
+  AwaitWaiting(*batcher, 2);
+  open_.Notify();
+  for (std::thread* t : {&first_thread, &a_thread, &b_thread}) t->join();
+  EXPECT_THAT(sizes(), ElementsAre(1, 1, 1));
+  EXPECT_EQ(batcher->batches(), 3);
+}
+
+}  // namespace
+}  // namespace minions
