@@ -118,6 +118,8 @@ class PostgresMetadataStore : public MetadataStore {
 
   absl::Status ClaimObjectStore(const std::string& identity, absl::Time now) override;
   absl::StatusOr<std::string> RecordedObjectStore() override;
+  absl::Status RecordThroughput(const ThroughputKey& key, const ThroughputSample& sample, absl::Time now) override;
+  absl::StatusOr<std::optional<Throughput>> GetThroughput(const ThroughputKey& key) override;
   absl::StatusOr<std::vector<Task>> ExpireLeases(absl::Time now, int limit) override;
   absl::StatusOr<std::vector<Executor>> MarkLostExecutors(absl::Time cutoff, absl::Time now) override;
 

@@ -206,6 +206,21 @@ CREATE TABLE gang_seats (
 );
 )sql";
 
+// Task sizes (model/task_sizing.h): per model and runner, the decayed sums of records processed
+// and seconds taken by finished attempts (MetadataStore::RecordThroughput). Self-contained: the
+// lead may renumber it.
+constexpr char kThroughput[] = R"sql(
+CREATE TABLE task_throughput (
+  model      TEXT NOT NULL,
+  runner     TEXT NOT NULL,
+  records    REAL NOT NULL,
+  seconds    REAL NOT NULL,
+  samples    INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  PRIMARY KEY (model, runner)
+);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -215,6 +230,7 @@ constexpr Migration kMigrations[] = {
     {6, "fair share: team weights, running-task quotas and usage", kFairShare},
     {7, "settings: the object store the servers share", kSettings},
     {8, "gangs: which executors form the gang of a task attempt", kGangs},
+    {9, "task sizes: records per second of each model and runner", kThroughput},
 };
 
 }  // namespace
