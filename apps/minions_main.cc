@@ -150,6 +150,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.lease_ttl = absl::Milliseconds(config.lease_ttl_ms);
   options.heartbeat_batch = static_cast<int>(config.heartbeat_batch);
   options.task_sizing.target = absl::Seconds(config.task_target_s);
+  options.auth.refresh_ttl = absl::Seconds(config.credential_refresh_s);
   // Executors elsewhere open models by their own paths.
   options.check_model_paths = !absl::StartsWith(config.database, "postgres");
   std::unique_ptr<minions::Watchdog> watchdog;
@@ -440,7 +441,7 @@ struct SharedFlags {
 struct ProcessVerbs {
   std::string flag_listen, flag_http_listen, flag_data_dir, flag_database, flag_objects, flag_tls_cert, flag_tls_key;
   int64_t flag_ttl_ms = 0, flag_straggler_ms = -1, flag_half_life_s = 0, flag_warm_wait_ms = -1,
-          flag_heartbeat_batch = 0, flag_task_target_s = 0;
+          flag_heartbeat_batch = 0, flag_task_target_s = 0, flag_credential_refresh_s = 0;
   std::vector<std::string> flag_openai_model_dirs;
   int64_t flag_openai_max_file_bytes = 0;
   bool no_watchdog = false;
@@ -476,6 +477,9 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_option("--task-target-s", p->flag_task_target_s,
                          "jobs submitted without --shard-size get tasks that run about this many seconds, "
                          "from the measured throughput of their model (default 60)");
+  server_cmd->add_option("--credential-refresh-s", p->flag_credential_refresh_s,
+                         "keep a looked-up credential this long before reading it again; revocations are read "
+                         "in one batch every 2 s regardless (default 300)");
   server_cmd->add_option("--openai-model-dir", p->flag_openai_model_dirs,
                          "a folder of GGUF files the OpenAI API serves as models, by file name (repeatable)");
   server_cmd->add_option("--openai-max-file-bytes", p->flag_openai_max_file_bytes,
@@ -518,6 +522,7 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (p.flag_warm_wait_ms >= 0) config->warm_wait_ms = p.flag_warm_wait_ms;
   if (p.flag_heartbeat_batch > 0) config->heartbeat_batch = p.flag_heartbeat_batch;
   if (p.flag_task_target_s > 0) config->task_target_s = p.flag_task_target_s;
+  if (p.flag_credential_refresh_s > 0) config->credential_refresh_s = p.flag_credential_refresh_s;
   if (p.no_watchdog) config->watchdog = false;
   if (!p.flag_openai_model_dirs.empty()) config->openai_model_dirs = p.flag_openai_model_dirs;
   if (p.flag_openai_max_file_bytes > 0) config->openai_max_file_bytes = p.flag_openai_max_file_bytes;

@@ -236,6 +236,8 @@ inline constexpr char kInsertToken[] = "INSERT INTO tokens (" MINIONS_STORE_TOKE
 inline constexpr char kUpdateToken[] =
     "UPDATE tokens SET secret_hash = $2, role = $3, team = $4, principal = $5, scopes = $6, uses_left = $7, "
     "created_by = $8, created_at = $9, expires_at = $10, last_used_at = $11, revoked_at = $12 WHERE id = $1";
+// Credentials revoked at or after $1 (Authenticator's batched revocation check).
+inline constexpr char kRevokedTokensSince[] = "SELECT id FROM tokens WHERE revoked_at >= $1";
 inline constexpr char kRecordTokenUse[] =
     "UPDATE tokens SET last_used_at = $2 WHERE id = ANY($1::text[]) AND (last_used_at IS NULL OR last_used_at < $2)";
 // Tasks an executor holds, running attempts and shadows, locked in key order (RevokeExecutor:
