@@ -37,13 +37,13 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
       return absl::InvalidArgumentError(absl::StrCat(
           "config file ", path, ": ", std::string(e.description()), " at line ", e.source().begin.line));
     }
-    static const char* kSections[] = {"server", "store", "objects", "executor", "availability"};
+    static const char* kSections[] = {"server", "store", "objects", "executor", "availability", "runners", "gang"};
     for (const auto& [key, value] : table) {
       bool known = false;
       for (const char* s : kSections) known |= key.str() == s;
       if (!known) {
         return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": unknown section [",
-                                                       std::string(key.str()), "]; expected server, store, objects, executor or availability"));
+                                                       std::string(key.str()), "]; expected server, store, objects, executor, runners, availability or gang"));
       }
     }
     auto str = [&](const char* section, const char* key, std::string* field) {
@@ -76,6 +76,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     str("executor", "name", &config.executor_name);
     str("executor", "state_dir", &config.executor_state_dir);
     str("executor", "runner", &config.runner);
+    str("gang", "address", &config.gang_address);
     if (auto v = table["executor"]["runner_threads"].value<int64_t>()) config.runner_threads = static_cast<int>(*v);
     for (auto [key, field] : {std::pair{"objects", &config.executor_objects}, {"models", &config.executor_models}}) {
       if (const toml::array* list = table["executor"][key].as_array()) {

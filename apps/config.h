@@ -13,6 +13,7 @@
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
 //   [executor]  server, ca, join_token_file, name, state_dir, runner, runner_threads, objects = [...], models = [...]
 //   [runners]   NAME = "program arg ..." (runners declared beside the built-in llama one)
+//   [gang]      address = "host:port" (this executor's gate on the gang network; none: no gangs)
 //   [availability]  when the executor may use its machine: mode = "owner" | "dedicated" | "off",
 //               start_idle = "10m", allow_battery = false, hours = "22-7", protected_apps = [...],
 //               ... (every key: docs/availability.md; src/executor/availability_controller.h)
@@ -85,6 +86,9 @@ struct MinionsConfig {
   std::vector<std::pair<std::string, std::vector<std::string>>> runners;
   // [availability]: settings by name, in the order they apply (file, then environment).
   std::vector<std::pair<std::string, std::string>> availability;
+  // [gang] address = "host:port": this executor's member gate on the network the operator names
+  // for gangs (docs/operations.md, "Gangs"); "": it joins no gang.
+  std::string gang_address;
 
   std::string source;  // the file it came from, for messages
 };

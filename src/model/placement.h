@@ -39,7 +39,9 @@ bool PastWarmWait(const Job& job, absl::Time now, absl::Duration warm_wait);
 
 // Whether `info` may run a task of `job` at `now` (the executor's own state aside: store_rules
 // MayLease; the team's quota aside: fair share).
-enum class Fit { kFits, kNoRunner, kTooSmall, kColdTooEarly };
+// kGang: a gang job's tasks are never leased to one executor alone (server/gang_leasing.h
+// reserves whole gangs for them).
+enum class Fit { kFits, kNoRunner, kTooSmall, kColdTooEarly, kGang };
 Fit PlaceOn(const ExecutorInfo& info, const Job& job, absl::Time now, absl::Duration warm_wait);
 
 // Whether some executor of `fleet` (revoked ones aside) could ever run the job: kFits when one
@@ -47,6 +49,13 @@ Fit PlaceOn(const ExecutorInfo& info, const Job& job, absl::Time now, absl::Dura
 // do, none with the memory; `largest_bytes` then says the most usable memory among them).
 // An empty fleet fits (machines may enrol later).
 Fit FleetFit(const std::vector<Executor>& fleet, const Requirements& requirements, int64_t* largest_bytes = nullptr);
+
+// Gangs (docs/architecture.md, "Gangs"): whether `gang_size` executors of `fleet` that can join
+// gangs (a gang address, the runner, not revoked) could together hold `requirements`
+// (min_memory_bytes is the whole gang's need): kFits, kNoRunner, or kTooSmall with
+// `total_bytes` the most those `gang_size` largest lend. An empty fleet fits.
+Fit GangFleetFit(const std::vector<Executor>& fleet, const Requirements& requirements, int gang_size,
+                 int64_t* total_bytes = nullptr);
 
 // Why a job with pending tasks is not running them, worked out from the same rules.
 enum class WaitCause {

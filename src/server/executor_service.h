@@ -39,6 +39,7 @@
 #include "minions/v1/minions.grpc.pb.h"
 #include "server/server_metrics.h"
 #include "server/chunk_check.h"
+#include "server/gang_leasing.h"
 #include "server/heartbeat_batcher.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
@@ -66,7 +67,8 @@ class ExecutorService final : public ExecutorServiceBase {
         job_ready_(std::move(job_ready)),
         metrics_(metrics),
         heartbeats_(store, clock, options.heartbeat_batch),
-        chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_) {}
+        chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_),
+        gangs_(store, clock, GangLeasingOptions{options.lease_ttl, options.gang_reservation_timeout}) {}
   ~ExecutorService() override;
 
   grpc::Status Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request, v1::EnrolResponse* reply) override;
@@ -184,6 +186,8 @@ class ExecutorService final : public ExecutorServiceBase {
   // Every call that commits chunks goes through it: an upload becomes part of a job's results only
   // once checked against the task's input (server/chunk_check.h).
   ChunkChecker chunks_;
+  // Gang jobs' tasks go to whole gangs (server/gang_leasing.h); each look for work checks in there.
+  GangLeasing gangs_;
   WorkSignal* signal_ = nullptr;
   mutable absl::Mutex work_mu_;
   uint64_t work_generation_ ABSL_GUARDED_BY(work_mu_) = 0;  // bumped by NotifyWork

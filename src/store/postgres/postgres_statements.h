@@ -139,7 +139,7 @@ inline constexpr char kLeaseCandidates[] =
     "SELECT t.*, j.spec, j.state, j.started_at IS NOT NULL, j.team, j.created_at FROM (SELECT id, spec, state, "
     "started_at, team, created_at "
     "FROM jobs LEFT JOIN jsonb_each_text($7::jsonb) r ON r.key = jobs.team "
-    "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
+    "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND gang_size < 2 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
     "AND COALESCE(r.value::int, 0) >= 0 AND (" MINIONS_PG_WARMTH " < 2 OR created_at <= $10) "
     "ORDER BY COALESCE(r.value::int, 0), priority DESC, " MINIONS_PG_WARMTH ", created_at, id) j "
     "CROSS JOIN LATERAL (SELECT "

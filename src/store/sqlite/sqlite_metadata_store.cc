@@ -83,7 +83,7 @@ constexpr char kLeaseCandidates[] =
     "SELECT t.job_id, t.idx, j.team FROM tasks t JOIN jobs j ON j.id = t.job_id "
     "LEFT JOIN json_each(:ranks) r ON r.key = j.team "
     "WHERE t.state = :pending AND (t.not_before IS NULL OR t.not_before <= :now) "
-    "AND j.state IN (:queued, :running) AND j.min_memory_bytes <= :memory_bytes "
+    "AND j.state IN (:queued, :running) AND j.min_memory_bytes <= :memory_bytes AND j.gang_size < 2 "
     "AND j.runner IN (SELECT value FROM json_each(:runners)) AND COALESCE(r.value, 0) >= 0 "
     "AND (" MINIONS_SQLITE_WARMTH " < 2 OR j.created_at <= :cold_before) "
     "ORDER BY COALESCE(r.value, 0), j.priority DESC, " MINIONS_SQLITE_WARMTH ", j.created_at, j.id, t.idx "

@@ -206,6 +206,13 @@ CREATE TABLE gang_seats (
 );
 )sql";
 
+// Gang jobs (docs/architecture.md, "Gangs"): jobs.gang_size is the spec's gang_size (0: one
+// executor per task), a column the lease query filters on (a gang job's tasks go to gangs only).
+// Generated from the spec, so no writer has to keep it. Migration 9.
+constexpr char kGangJobs[] = R"sql(
+ALTER TABLE jobs ADD COLUMN gang_size INTEGER GENERATED ALWAYS AS (COALESCE(json_extract(spec, '$.gang_size'), 0)) VIRTUAL;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -215,6 +222,7 @@ constexpr Migration kMigrations[] = {
     {6, "fair share: team weights, running-task quotas and usage", kFairShare},
     {7, "settings: the object store the servers share", kSettings},
     {8, "gangs: which executors form the gang of a task attempt", kGangs},
+    {9, "gang jobs: jobs.gang_size", kGangJobs},
 };
 
 }  // namespace
