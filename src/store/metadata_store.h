@@ -49,7 +49,7 @@ inline absl::Status CheckObjectStore(const std::string& recorded, const std::str
       "Give every server on one database the same object store ([objects] url / --objects), or give this server "
       "a database of its own"));
 }
-// The settings row (migration 7) that holds the object store's identity.
+// The settings row (migration 8) that holds the object store's identity.
 inline constexpr char kObjectStoreSetting[] = "object_store";
 
 // One executor's heartbeat, as MetadataStore::Heartbeats takes several at once.

@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <set>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "fair_share_contract.h"
 #include "gang_store_contract.h"
 #include "identity_store_contract.h"
@@ -259,6 +261,22 @@ TEST_F(SqliteMetadataStoreTest, MigrationVersionsAreContiguous) {
   int expected = 1;
   for (const sqlite_store::Migration& migration : sqlite_store::Migrations()) {
     EXPECT_EQ(migration.version, expected++) << migration.description;
+  }
+}
+
+// A migration that has landed keeps its number for good: a database that applied it under that
+// number would otherwise skip its replacement and apply it again under the next (as happened when
+// gang seats landed as 7 and were renumbered 8 on a branch: "table gang_seats already exists").
+// Append landed migrations here as they land.
+TEST_F(SqliteMetadataStoreTest, LandedMigrationsKeepTheirNumbers) {
+  const std::vector<std::string> landed = {"initial schema", "", "task checkpoints", "identities", "the model registry",
+                                           "fair share", "gangs"};
+  ASSERT_GE(sqlite_store::Migrations().size(), landed.size());
+  for (size_t i = 0; i < landed.size(); ++i) {
+    if (landed[i].empty()) continue;  // (2 differs by backend)
+    EXPECT_TRUE(absl::StartsWith(sqlite_store::Migrations()[i].description, landed[i]))
+        << "migration " << i + 1 << " was \"" << landed[i] << "...\" when it landed, is now \""
+        << sqlite_store::Migrations()[i].description << "\"";
   }
 }
 

@@ -190,7 +190,7 @@ CREATE TABLE settings (
 )sql";
 
 // Gangs (store/gang_store.h): one row per seat of a living gang, seat 0 its leader. An executor
-// sits in one gang at a time (UNIQUE executor_id); ending the attempt deletes its rows. Migration 8.
+// sits in one gang at a time (UNIQUE executor_id); ending the attempt deletes its rows. Migration 7.
 constexpr char kGangs[] = R"sql(
 CREATE TABLE gang_seats (
   job_id      TEXT NOT NULL,
@@ -213,8 +213,9 @@ constexpr Migration kMigrations[] = {
     {4, "identities: teams and credentials", kIdentities},
     {5, "the model registry; the model a job needs", kModels},
     {6, "fair share: team weights, running-task quotas and usage", kFairShare},
-    {7, "settings: the object store the servers share", kSettings},
-    {8, "gangs: which executors form the gang of a task attempt", kGangs},
+    // 7 landed first (with gangs part 1), 8 after: a landed migration keeps its number for good.
+    {7, "gangs: which executors form the gang of a task attempt", kGangs},
+    {8, "settings: the object store the servers share", kSettings},
 };
 
 }  // namespace
