@@ -60,6 +60,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["straggler_min_runtime_ms"].value<int64_t>()) config.straggler_min_runtime_ms = *v;
     if (auto v = table["server"]["fair_share_half_life_s"].value<int64_t>()) config.fair_share_half_life_s = *v;
     if (auto v = table["server"]["warm_wait_ms"].value<int64_t>()) config.warm_wait_ms = *v;
+    if (auto v = table["server"]["model_affinity"].value<bool>()) config.model_affinity = *v;
     if (auto v = table["server"]["heartbeat_batch"].value<int64_t>()) config.heartbeat_batch = *v;
     if (auto v = table["server"]["watchdog"].value<bool>()) config.watchdog = *v;
     str("store", "database", &config.database);

@@ -7,7 +7,7 @@
 //
 //   [server]    listen, http_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
 //               straggler_factor, straggler_min_runtime_ms, fair_share_half_life_s, warm_wait_ms,
-//               heartbeat_batch
+//               model_affinity, heartbeat_batch
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
@@ -53,6 +53,9 @@ struct MinionsConfig {
   // Placement: a job's tasks wait this long after submission for an executor that holds its model
   // before a cold one may take them (delay scheduling).
   int64_t warm_wait_ms = 3000;
+  // Model affinity: prefer executors warm for a job's model, and the warm wait above. false (for
+  // benchmarks and operators comparing placements) turns both off: StoreOptions::model_affinity.
+  bool model_affinity = true;
   // The most executors' heartbeats written in one store transaction (group commit); 1: each alone.
   int64_t heartbeat_batch = 256;
   bool watchdog = true;

@@ -444,6 +444,7 @@ struct ProcessVerbs {
   std::vector<std::string> flag_openai_model_dirs;
   int64_t flag_openai_max_file_bytes = 0;
   bool no_watchdog = false;
+  bool no_model_affinity = false;
   std::string watchdog_http_listen;  // watchdog --http-listen
   bool connect = false;              // config check --connect
   CLI::App* server_cmd = nullptr;
@@ -470,6 +471,9 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_option("--warm-wait-ms", p->flag_warm_wait_ms,
                          "a job's tasks wait this long for an executor holding its model before a cold one "
                          "may take them (default 3000)");
+  server_cmd->add_flag("--no-model-affinity", p->no_model_affinity,
+                       "place tasks without regard to the executors' models: no warm preference, no warm wait "
+                       "(for benchmarks and comparisons; server.model_affinity = false)");
   server_cmd->add_option("--heartbeat-batch", p->flag_heartbeat_batch,
                          "write up to this many executors' heartbeats in one store transaction; 1: each alone "
                          "(default 256)");
@@ -515,6 +519,7 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (p.flag_warm_wait_ms >= 0) config->warm_wait_ms = p.flag_warm_wait_ms;
   if (p.flag_heartbeat_batch > 0) config->heartbeat_batch = p.flag_heartbeat_batch;
   if (p.no_watchdog) config->watchdog = false;
+  if (p.no_model_affinity) config->model_affinity = false;
   if (!p.flag_openai_model_dirs.empty()) config->openai_model_dirs = p.flag_openai_model_dirs;
   if (p.flag_openai_max_file_bytes > 0) config->openai_max_file_bytes = p.flag_openai_max_file_bytes;
   return config;

@@ -477,11 +477,17 @@ absl::StatusOr<std::vector<minions::Lease>> ExecutorService::LookForWork(const s
   if (leases->empty()) {
     IdleMark& mark = idle_[executor_id];
     mark.generation = *generation;
-    mark.recheck_at = now + options_.idle_recheck;
+    mark.recheck_at = NextRecheckLocked(now);
   } else {
     idle_.erase(executor_id);
   }
   return leases;
+}
+
+absl::Time ExecutorService::NextRecheckLocked(absl::Time now) {
+  while (!warm_wait_ends_.empty() && *warm_wait_ends_.begin() <= now) warm_wait_ends_.erase(warm_wait_ends_.begin());
+  const absl::Time recheck = now + options_.idle_recheck;
+  return warm_wait_ends_.empty() ? recheck : std::min(recheck, *warm_wait_ends_.begin());
 }
 
 void ExecutorService::ForgetIdle(const std::string& executor_id) {
@@ -637,9 +643,19 @@ void ExecutorService::WorkArrived() {
 }
 
 void ExecutorService::NotifyWork() {
+  // The work may be a job's first tasks, which cold executors may take only once the warm wait
+  // has passed (a job is created before its tasks are announced, so this end is never early).
+  const absl::Duration warm_wait = store_->WarmWait();
+  const absl::Time now = clock_->Now();
   {
     absl::MutexLock lock(&work_mu_);
     ++work_generation_;
+    if (warm_wait > absl::ZeroDuration()) {
+      // Rounded up to 100 ms (never early): a busy server keeps a few dozen of them at most.
+      while (!warm_wait_ends_.empty() && *warm_wait_ends_.begin() <= now) warm_wait_ends_.erase(warm_wait_ends_.begin());
+      const absl::Duration step = absl::Milliseconds(100);
+      warm_wait_ends_.insert(absl::UnixEpoch() + absl::Ceil(now + warm_wait - absl::UnixEpoch(), step));
+    }
     WakeParkedLocked();
   }
 }

@@ -104,7 +104,7 @@ class PostgresMetadataStore : public MetadataStore {
   absl::Status RequestDrain(const std::string& executor_id, absl::Time now) override;
 
   absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now) override;
-  absl::Duration WarmWait() const override { return options_.warm_wait; }
+  absl::Duration WarmWait() const override { return options_.EffectiveWarmWait(); }
   absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks, absl::Duration ttl,
                                                 absl::Time now) override;
   absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
