@@ -1,5 +1,6 @@
 #include "server/executor_service.h"
 
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -9,6 +10,7 @@
 #include "server/call_auth.h"
 #include "server/keys.h"
 #include "server/proto_convert.h"
+#include "server/task_sizer.h"
 
 namespace minions {
 namespace {
@@ -684,6 +686,7 @@ absl::Status ExecutorService::Complete(const std::string& executor_id, const v1:
   }
   if (metrics_) metrics_->AttemptCompleted(executor_id, FromProto(ref), clock_->Now());
   auto job = store_->GetJob(ref.job_id());
+  if (job.ok()) MeasureCompletion(*store_, *job, ref.task_index(), ref.attempt(), clock_->Now());
   if (job.ok()) QuotaFreed(*job);
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return absl::OkStatus();
@@ -703,14 +706,14 @@ absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, cons
   ForgetIdle(executor_id);
   auto outcomes = chunks_.CompleteTasks(executor_id, reports, clock_->Now());
   if (!outcomes.ok()) return outcomes.status();
-  std::set<std::string> jobs;
+  std::map<std::string, std::vector<const LeaseProgress*>> jobs;  // the completed attempts by job
   for (size_t i = 0; i < outcomes->size(); ++i) {
     const absl::Status& outcome = (*outcomes)[i];
     v1::Outcome* out = reply->add_outcomes();
     out->set_code(static_cast<int>(outcome.code()));
     out->set_message(std::string(outcome.message()));
     if (outcome.ok()) {
-      jobs.insert(reports[i].job_id);
+      jobs[reports[i].job_id].push_back(&reports[i]);
       if (metrics_) metrics_->AttemptCompleted(executor_id, reports[i], clock_->Now());
     } else {
       MINIONS_LOG(Info) << "job=" << reports[i].job_id << " task=" << reports[i].task_index
@@ -718,8 +721,13 @@ absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, cons
                         << " completion refused: " << outcome.message();
     }
   }
-  for (const auto& job_id : jobs) {
+  for (const auto& [job_id, completed] : jobs) {
     auto job = store_->GetJob(job_id);
+    if (job.ok()) {
+      for (const LeaseProgress* report : completed) {
+        MeasureCompletion(*store_, *job, report->task_index, report->attempt, clock_->Now());
+      }
+    }
     if (job.ok()) QuotaFreed(*job);
     if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   }

@@ -32,6 +32,7 @@
 #include "common/status_macros.h"
 #include "model/fair_share.h"
 #include "model/state_machines.h"
+#include "model/task_sizing.h"
 #include "model/types.h"
 #include "store/gang_store.h"
 #include "store/identity_store.h"
@@ -229,6 +230,14 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   virtual absl::Status ClaimObjectStore(const std::string& identity, absl::Time now) = 0;
   // The object store recorded by ClaimObjectStore; "" when no server has claimed one yet.
   virtual absl::StatusOr<std::string> RecordedObjectStore() = 0;
+
+  // --- task sizes (model/task_sizing.h) ---
+  // Adds one finished attempt's sample to `key`'s throughput (the old sums weighted by
+  // kThroughputMemory first), in one statement: concurrent completions on several servers all count.
+  virtual absl::Status RecordThroughput(const ThroughputKey& key, const ThroughputSample& sample,
+                                        absl::Time now) = 0;
+  // `key`'s throughput; nullopt when no attempt of it was measured yet.
+  virtual absl::StatusOr<std::optional<Throughput>> GetThroughput(const ThroughputKey& key) = 0;
 
   // --- watchdog ---
   // Requeues (or fails, past max_attempts) up to `limit` running tasks whose lease has expired;

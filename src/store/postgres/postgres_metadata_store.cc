@@ -8,7 +8,9 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "model/json_codec.h"
 #include "store/common/store_rows.h"
@@ -850,6 +852,36 @@ absl::StatusOr<std::string> PostgresMetadataStore::RecordedObjectStore() {
   return InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::string> {
     ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kSelectSetting, Params().Text(kObjectStoreSetting)));
     return result.Rows() > 0 ? result.Text(0, 0) : std::string();
+  });
+}
+
+absl::Status PostgresMetadataStore::RecordThroughput(const ThroughputKey& key, const ThroughputSample& sample,
+                                                     absl::Time now) {
+  return InTransaction(true, [&](Connection& c) -> absl::Status {
+    return c
+        .Exec(sql::kRecordThroughput, Params()
+                                          .Text(key.model)
+                                          .Text(key.runner)
+                                          .Text(absl::StrCat(sample.records))
+                                          .Text(absl::StrFormat("%.9g", absl::ToDoubleSeconds(sample.took)))
+                                          .Time(now)
+                                          .Text(absl::StrFormat("%.9g", kThroughputMemory)))
+        .status();
+  });
+}
+
+absl::StatusOr<std::optional<Throughput>> PostgresMetadataStore::GetThroughput(const ThroughputKey& key) {
+  return InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::optional<Throughput>> {
+    ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kSelectThroughput, Params().Text(key.model).Text(key.runner)));
+    if (result.Rows() == 0) return std::optional<Throughput>();
+    Throughput throughput;
+    if (!absl::SimpleAtod(result.Text(0, 0), &throughput.records) ||
+        !absl::SimpleAtod(result.Text(0, 1), &throughput.seconds)) {
+      return absl::DataLossError(absl::StrCat("task_throughput of ", key.model, " holds no number"));
+    }
+    throughput.samples = result.Int(0, 2);
+    throughput.updated_at = result.Time(0, 3);
+    return std::optional<Throughput>(throughput);
   });
 }
 

@@ -170,6 +170,15 @@ inline constexpr char kSelectExecutorForUpdate[] = MINIONS_PG_SELECT_EXECUTOR " 
 inline constexpr char kInsertSetting[] =
     "INSERT INTO settings (name, value, set_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING";
 inline constexpr char kSelectSetting[] = "SELECT value FROM settings WHERE name = $1";
+// Task sizes: $1 model, $2 runner, $3 records, $4 seconds, $5 when, $6 the old sums' weight.
+inline constexpr char kRecordThroughput[] =
+    "INSERT INTO task_throughput AS t (model, runner, records, seconds, samples, updated_at) "
+    "VALUES ($1, $2, $3::double precision, $4::double precision, 1, $5) ON CONFLICT (model, runner) DO UPDATE SET "
+    "records = t.records * $6::double precision + EXCLUDED.records, "
+    "seconds = t.seconds * $6::double precision + EXCLUDED.seconds, samples = t.samples + 1, "
+    "updated_at = EXCLUDED.updated_at";
+inline constexpr char kSelectThroughput[] =
+    "SELECT records, seconds, samples, updated_at FROM task_throughput WHERE model = $1 AND runner = $2";
 // Executors $1 (ids), locked in id order (a batch of heartbeats).
 inline constexpr char kSelectExecutorsForUpdate[] =
     "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE";
@@ -229,6 +238,8 @@ inline constexpr char kInsertToken[] = "INSERT INTO tokens (" MINIONS_STORE_TOKE
 inline constexpr char kUpdateToken[] =
     "UPDATE tokens SET secret_hash = $2, role = $3, team = $4, principal = $5, scopes = $6, uses_left = $7, "
     "created_by = $8, created_at = $9, expires_at = $10, last_used_at = $11, revoked_at = $12 WHERE id = $1";
+// Credentials revoked at or after $1 (Authenticator's batched revocation check).
+inline constexpr char kRevokedTokensSince[] = "SELECT id FROM tokens WHERE revoked_at >= $1";
 inline constexpr char kRecordTokenUse[] =
     "UPDATE tokens SET last_used_at = $2 WHERE id = ANY($1::text[]) AND (last_used_at IS NULL OR last_used_at < $2)";
 // Tasks an executor holds, running attempts and shadows, locked in key order (RevokeExecutor:

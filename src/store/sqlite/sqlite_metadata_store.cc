@@ -10,7 +10,9 @@
 #include <utility>
 #include <variant>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "model/json_codec.h"
 #include "store/common/store_rows.h"
@@ -843,6 +845,47 @@ absl::StatusOr<std::string> SqliteMetadataStore::RecordedObjectStore() {
   return InTransaction(false, [&]() -> absl::StatusOr<std::string> {
     mu_.AssertHeld();
     return LoadSetting(kObjectStoreSetting);
+  });
+}
+
+absl::Status SqliteMetadataStore::RecordThroughput(const ThroughputKey& key, const ThroughputSample& sample,
+                                                   absl::Time now) {
+  return InTransaction(true, [&]() -> absl::Status {
+    mu_.AssertHeld();
+    ASSIGN_OR_RETURN(
+        Statement upsert,
+        Prepare("INSERT INTO task_throughput (model, runner, records, seconds, samples, updated_at) "
+                "VALUES (:model, :runner, CAST(:records AS REAL), CAST(:seconds AS REAL), 1, :at) "
+                "ON CONFLICT (model, runner) DO UPDATE SET records = records * CAST(:keep AS REAL) + excluded.records, "
+                "seconds = seconds * CAST(:keep AS REAL) + excluded.seconds, samples = samples + 1, "
+                "updated_at = excluded.updated_at"));
+    return upsert.BindText(":model", key.model)
+        .BindText(":runner", key.runner)
+        .BindText(":records", absl::StrCat(sample.records))
+        .BindText(":seconds", absl::StrFormat("%.9g", absl::ToDoubleSeconds(sample.took)))
+        .BindText(":keep", absl::StrFormat("%.9g", kThroughputMemory))
+        .BindTime(":at", now)
+        .Run();
+  });
+}
+
+absl::StatusOr<std::optional<Throughput>> SqliteMetadataStore::GetThroughput(const ThroughputKey& key) {
+  return InTransaction(false, [&]() -> absl::StatusOr<std::optional<Throughput>> {
+    mu_.AssertHeld();
+    ASSIGN_OR_RETURN(Statement query,
+                     Prepare("SELECT CAST(records AS TEXT), CAST(seconds AS TEXT), samples, updated_at "
+                             "FROM task_throughput WHERE model = :model AND runner = :runner"));
+    query.BindText(":model", key.model).BindText(":runner", key.runner);
+    ASSIGN_OR_RETURN(bool row, query.Step());
+    if (!row) return std::optional<Throughput>();
+    Throughput throughput;
+    if (!absl::SimpleAtod(query.Text(0), &throughput.records) ||
+        !absl::SimpleAtod(query.Text(1), &throughput.seconds)) {
+      return absl::DataLossError(absl::StrCat("task_throughput of ", key.model, " holds no number"));
+    }
+    throughput.samples = query.Int(2);
+    throughput.updated_at = query.Time(3);
+    return std::optional<Throughput>(throughput);
   });
 }
 
