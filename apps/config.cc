@@ -37,13 +37,13 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
       return absl::InvalidArgumentError(absl::StrCat(
           "config file ", path, ": ", std::string(e.description()), " at line ", e.source().begin.line));
     }
-    static const char* kSections[] = {"server", "store", "objects", "executor", "availability"};
+    static const char* kSections[] = {"server", "store", "objects", "executor", "availability", "runners", "gang"};
     for (const auto& [key, value] : table) {
       bool known = false;
       for (const char* s : kSections) known |= key.str() == s;
       if (!known) {
         return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": unknown section [",
-                                                       std::string(key.str()), "]; expected server, store, objects, executor or availability"));
+                                                       std::string(key.str()), "]; expected server, store, objects, executor, runners, availability or gang"));
       }
     }
     auto str = [&](const char* section, const char* key, std::string* field) {
@@ -60,6 +60,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["straggler_min_runtime_ms"].value<int64_t>()) config.straggler_min_runtime_ms = *v;
     if (auto v = table["server"]["fair_share_half_life_s"].value<int64_t>()) config.fair_share_half_life_s = *v;
     if (auto v = table["server"]["warm_wait_ms"].value<int64_t>()) config.warm_wait_ms = *v;
+    if (auto v = table["server"]["model_affinity"].value<bool>()) config.model_affinity = *v;
     if (auto v = table["server"]["heartbeat_batch"].value<int64_t>()) config.heartbeat_batch = *v;
     if (auto v = table["server"]["task_target_s"].value<int64_t>()) config.task_target_s = *v;
     if (auto v = table["server"]["credential_refresh_s"].value<int64_t>()) config.credential_refresh_s = *v;
@@ -78,6 +79,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     str("executor", "name", &config.executor_name);
     str("executor", "state_dir", &config.executor_state_dir);
     str("executor", "runner", &config.runner);
+    str("gang", "address", &config.gang_address);
     if (auto v = table["executor"]["runner_threads"].value<int64_t>()) config.runner_threads = static_cast<int>(*v);
     for (auto [key, field] : {std::pair{"objects", &config.executor_objects}, {"models", &config.executor_models}}) {
       if (const toml::array* list = table["executor"][key].as_array()) {

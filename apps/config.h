@@ -7,12 +7,13 @@
 //
 //   [server]    listen, http_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
 //               straggler_factor, straggler_min_runtime_ms, fair_share_half_life_s, warm_wait_ms,
-//               heartbeat_batch, task_target_s, credential_refresh_s
+//               model_affinity, heartbeat_batch, task_target_s, credential_refresh_s
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
 //   [executor]  server, ca, join_token_file, name, state_dir, runner, runner_threads, objects = [...], models = [...]
 //   [runners]   NAME = "program arg ..." (runners declared beside the built-in llama one)
+//   [gang]      address = "host:port" (this executor's gate on the gang network; none: no gangs)
 //   [availability]  when the executor may use its machine: mode = "owner" | "dedicated" | "off",
 //               start_idle = "10m", allow_battery = false, hours = "22-7", protected_apps = [...],
 //               ... (every key: docs/availability.md; src/executor/availability_controller.h)
@@ -52,6 +53,9 @@ struct MinionsConfig {
   // Placement: a job's tasks wait this long after submission for an executor that holds its model
   // before a cold one may take them (delay scheduling).
   int64_t warm_wait_ms = 3000;
+  // Model affinity: prefer executors warm for a job's model, and the warm wait above. false (for
+  // benchmarks and operators comparing placements) turns both off: StoreOptions::model_affinity.
+  bool model_affinity = true;
   // The most executors' heartbeats written in one store transaction (group commit); 1: each alone.
   int64_t heartbeat_batch = 256;
   // Jobs submitted without a shard size get tasks that run about this long, from the measured
@@ -91,6 +95,9 @@ struct MinionsConfig {
   std::vector<std::pair<std::string, std::vector<std::string>>> runners;
   // [availability]: settings by name, in the order they apply (file, then environment).
   std::vector<std::pair<std::string, std::string>> availability;
+  // [gang] address = "host:port": this executor's member gate on the network the operator names
+  // for gangs (docs/operations.md, "Gangs"); "": it joins no gang.
+  std::string gang_address;
 
   std::string source;  // the file it came from, for messages
 };

@@ -111,6 +111,9 @@ absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const s
     agent->declared_runners[name] = std::make_shared<ProcessRunnerFactory>(std::move(declared));
     agent->runners.push_back(name);
   }
+  runner->connecting_command = [sandbox = *made, command = runner->command](const std::vector<int>& ports) {
+    return sandbox->Wrap(command, ports);
+  };
   runner->command = (*made)->Wrap(runner->command);
   if (sandbox.confine) {
     MINIONS_LOG(Info) << (*made)->Describe();

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "common/host_port.h"
 #include "cli/admin_verbs.h"
 #include "cli/client_verbs.h"
 #include "cli/credentials.h"
@@ -445,6 +446,7 @@ struct ProcessVerbs {
   std::vector<std::string> flag_openai_model_dirs;
   int64_t flag_openai_max_file_bytes = 0;
   bool no_watchdog = false;
+  bool no_model_affinity = false;
   std::string watchdog_http_listen;  // watchdog --http-listen
   bool connect = false;              // config check --connect
   CLI::App* server_cmd = nullptr;
@@ -471,6 +473,9 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_option("--warm-wait-ms", p->flag_warm_wait_ms,
                          "a job's tasks wait this long for an executor holding its model before a cold one "
                          "may take them (default 3000)");
+  server_cmd->add_flag("--no-model-affinity", p->no_model_affinity,
+                       "place tasks without regard to the executors' models: no warm preference, no warm wait "
+                       "(for benchmarks and comparisons; server.model_affinity = false)");
   server_cmd->add_option("--heartbeat-batch", p->flag_heartbeat_batch,
                          "write up to this many executors' heartbeats in one store transaction; 1: each alone "
                          "(default 256)");
@@ -524,6 +529,7 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (p.flag_task_target_s > 0) config->task_target_s = p.flag_task_target_s;
   if (p.flag_credential_refresh_s > 0) config->credential_refresh_s = p.flag_credential_refresh_s;
   if (p.no_watchdog) config->watchdog = false;
+  if (p.no_model_affinity) config->model_affinity = false;
   if (!p.flag_openai_model_dirs.empty()) config->openai_model_dirs = p.flag_openai_model_dirs;
   if (p.flag_openai_max_file_bytes > 0) config->openai_max_file_bytes = p.flag_openai_max_file_bytes;
   return config;
@@ -557,6 +563,7 @@ struct ExecutorVerb {
   int64_t runner_hang_ms = 0;
   minions::apps::ExecutorFlags executor_flags;
   std::string owner_state_dir;
+  std::string gang_address;  // --gang-address, else [gang] address
   CLI::App* executor_cmd = nullptr;
 };
 
@@ -588,6 +595,9 @@ void AddExecutorVerb(CLI::App& app, SharedFlags* shared, ExecutorVerb* e) {
   executor_cmd->add_option("--runner-hang-ms", e->runner_hang_ms,
                            "a runner holding work and silent this long (and 10x its slowest record) is killed as hung")
       ->capture_default_str();
+  executor_cmd->add_option("--gang-address", e->gang_address,
+                           "host:port of this machine on the gang network: joins gangs, serving their leaders there "
+                           "(or [gang] address; default: joins none)");
   minions::apps::AddExecutorCommands(executor_cmd, &e->executor_flags, &e->owner_state_dir);
 }
 
@@ -632,6 +642,22 @@ int RunExecutorVerb(ExecutorVerb* e, minions::cli::Connection* connection,
   if (config.ok()) {
     if (connection->tls.ca_file.empty()) connection->tls.ca_file = config->ca;
     if (e->join_token_file.empty()) e->join_token_file = config->join_token_file;
+    if (e->gang_address.empty()) e->gang_address = config->gang_address;
+  }
+  if (!e->gang_address.empty()) {
+    // Gangs (docs/architecture.md): its rpc-server is served on this address to gang leaders only.
+    std::string host;
+    int port = 0;
+    if (auto s = minions::SplitHostPort(e->gang_address, &host, &port);
+        !s.ok() || host.empty() || host == "0.0.0.0" || host == "::" || port < 1) {
+      fprintf(stderr, "error: the gang address must be host:port with this machine's address on the gang network "
+                      "(one address, not every interface), not '%s'\n", e->gang_address.c_str());
+      return 1;
+    }
+    minions::AgentOptions::Gang gang;
+    gang.address = e->gang_address;
+    if (!runner_options.stderr_path.empty()) gang.rpc_log = runner_options.stderr_path + ".rpc-server";
+    agent_options.gang = gang;
   }
   // Trust nothing sent: object URLs, model paths, the runner's confinement (executor_commands.cc).
   // The runner's command and environment are decided here (ProcessRunner::Options).
@@ -759,6 +785,8 @@ void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
   submit_cmd->add_option("--team", submit.team, "owner team");
   submit_cmd->add_option("--parallel", c->parallel, "sequences each runner decodes together");
   submit_cmd->add_option("--runner-options", submit.runner_options_json, "runner load options as JSON");
+  submit_cmd->add_option("--gang", submit.gang,
+                         "run each task on a gang of N executors that split the model between them (2..17)");
   submit_cmd->add_option("--completion-window", submit.completion_window,
                          "deadline after submission (24h, 90m); the job then expires with what it finished");
   submit_cmd->add_flag("--wait", submit.wait, "watch the job until it ends");

@@ -195,7 +195,7 @@ absl::Time ExecutorAgent::NextPass(absl::Time now) {
     drain = drain_;
   }
   const int held = static_cast<int>(tasks_.size());
-  if (!drain && !holding_ && (held <= PrefetchWindow() / 2 || lease_unheard_)) {
+  if (!drain && !holding_ && !InGang() && (held <= PrefetchWindow() / 2 || lease_unheard_)) {
     next = std::min(next, std::max(next_lease_try_, held > 0 ? last_empty_lease_ + absl::Milliseconds(50)
                                                               : absl::InfinitePast()));
   }
@@ -227,6 +227,7 @@ absl::Status ExecutorAgent::Register() {
   if (options_.model_cache) offer.models_cached = options_.model_cache->Cached();
   v1::Capabilities capabilities = DetectCapabilities(offer);
   capabilities.set_max_tasks(options_.max_prefetch);
+  if (options_.gang) capabilities.set_gang_address(options_.gang->address);
   *request.mutable_capabilities() = capabilities;
   auto reply = client_->Register(request);
   if (!reply.ok()) return reply.status();
@@ -283,6 +284,7 @@ int ExecutorAgent::PrefetchWindow() const {
 }
 
 void ExecutorAgent::LeaseMore(absl::Time now) {
+  if (InGang()) return;  // its memory is a gang's until that attempt ends
   const int held = static_cast<int>(tasks_.size());
   const int window = PrefetchWindow();
   // Top up when half the window is free (one lease call brings several tiny tasks). An idle
@@ -319,6 +321,7 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
     return;
   }
   lease_unheard_ = false;
+  TakeGangDuties(*reply);
   if (reply->leases().empty()) {
     last_empty_lease_ = now;
     // A server that answered a long poll early (an older one, or one shutting down) must not
@@ -489,6 +492,7 @@ void ExecutorAgent::TakeCancellations() {
     cancelled.swap(cancelled_);
   }
   for (const AttemptRef& ref : cancelled) {
+    if (EndDuty(ref)) continue;  // a gang it served as a member
     auto it = tasks_.find(TaskKey(ref));
     if (it == tasks_.end() || it->second->cancelled()) continue;
     TaskPtr task = it->second.get();
@@ -517,6 +521,7 @@ void ExecutorAgent::Publish() {
 }
 
 void ExecutorAgent::ShutDown(absl::Time now) {
+  EndDuties("the executor stops");
   if (runner_) {
     if (!shutdown_deadline_) {
       if (frozen_) Freeze(false, now);  // a stopped runner cannot read its shutdown

@@ -46,6 +46,7 @@
 #include "executor/blob_client.h"
 #include "executor/control_plane_client.h"
 #include "executor/executor_metrics.h"
+#include "executor/gang_member.h"
 #include "executor/model_access.h"
 #include "executor/model_cache.h"
 #include "executor/runner_watch.h"
@@ -100,6 +101,16 @@ struct AgentOptions {
   // a lease naming one runs there (the built-in "llama" is the factory given to the agent). Their
   // names are added to `runners` by whoever fills this.
   std::map<std::string, std::shared_ptr<RunnerFactory>> declared_runners;
+  // Gangs (docs/architecture.md, "Gangs"; agent_gang.cc): set when the owner names this machine's
+  // address on the gang network ([gang] address). Unset: it joins no gang.
+  struct Gang {
+    std::string address;     // "host:port": its member gate there (reported in its capabilities)
+    std::string rpc_server;  // ggml-rpc-server; "": next to this program
+    std::string rpc_log;     // the rpc-server's stderr; "": inherited
+    // How long a leader waits for its members' gates to answer before it gives the attempt back.
+    absl::Duration member_wait = absl::Seconds(60);
+  };
+  std::optional<Gang> gang;
 };
 
 class ExecutorAgent : public WorkTarget {
@@ -181,7 +192,8 @@ class ExecutorAgent : public WorkTarget {
   // runner has finished the previous model's tasks).
   void FeedRunner(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Starts the runner `name` ("llama" or one of declared_runners).
-  absl::Status StartRunner(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  absl::Status StartRunner(const std::string& name, const std::vector<int>& tcp_ports = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // The load command for a lease's model and options (this executor's thread count unless the
   // job sets one).
   absl::StatusOr<runner_protocol::LoadRequest> LoadRequestFor(const LeaseGrant& lease) const
@@ -200,6 +212,19 @@ class ExecutorAgent : public WorkTarget {
   bool MayFetch() const;
   // Ends the runner; returns the tasks it held, oldest first (no longer in the runner).
   std::vector<TaskPtr> DropRunner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+
+  // --- gangs (agent_gang.cc) ---
+  // Starts serving the duties a lease answer carries (a member's rpc-server behind its gate).
+  void TakeGangDuties(const v1::LeaseResponse& reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Stops the duty `ref` (the server ended it), or every duty (`why`: the owner is back, exit).
+  bool EndDuty(const AttemptRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  void EndDuties(const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Whether it serves or leads a gang now: it leases nothing else meanwhile.
+  bool InGang() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // The TCP ports a runner for `lease` must reach (its gang's members), and whether every member's
+  // gate answers (waits up to options_.gang->member_wait).
+  static std::vector<int> GangPorts(const LeaseGrant& lease);
+  absl::Status AwaitGang(const LeaseGrant& lease) const;
 
   // --- owner first (agent_yield.cc) ---
   // Applies the gate's mode; true when the loop must neither lease nor feed the runner.
@@ -266,6 +291,10 @@ class ExecutorAgent : public WorkTarget {
   std::unique_ptr<Runner> runner_ ABSL_GUARDED_BY(main_);
   std::string runner_model_ ABSL_GUARDED_BY(main_);      // model and options it has (or loads)
   std::string runner_name_ ABSL_GUARDED_BY(main_);       // which runner runner_ is
+  std::vector<int> runner_ports_ ABSL_GUARDED_BY(main_);  // the TCP ports its sandbox lets it reach
+  // Gang duties it serves as a member, by attempt key; their refs for the heartbeat.
+  std::map<std::string, std::unique_ptr<GangMember>> duties_ ABSL_GUARDED_BY(main_);
+  std::vector<AttemptRef> duty_refs_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> loading_since_ ABSL_GUARDED_BY(main_);  // a load was asked then
   TaskPtr loading_for_ ABSL_GUARDED_BY(main_) = nullptr;  // the task that asked for it
   // The background fetch of a registry model (one at a time) and where each fetched one is.
@@ -273,6 +302,9 @@ class ExecutorAgent : public WorkTarget {
     std::string digest;
     std::thread thread;
     std::atomic<bool> done{false};
+    // The download stopped because the machine was not free (the owner came back): not a
+    // failure of the task, which goes back as preempted.
+    std::atomic<bool> paused{false};
     absl::StatusOr<std::string> path;  // written by the thread before `done`
   };
   std::unique_ptr<ModelFetch> fetch_ ABSL_GUARDED_BY(main_);

@@ -55,6 +55,12 @@ v1::HeartbeatRequest ExecutorAgent::BuildHeartbeat(absl::Time now, absl::Duratio
     next_beat_at_ = now + ttl_ / 3;
     request.set_executor_id(id_);
     for (const auto& [key, snapshot] : snapshots_) held.push_back(snapshot);
+    for (const AttemptRef& duty : duty_refs_) {
+      v1::LeaseRef* ref = request.add_gang_duties();
+      ref->set_job_id(duty.job_id);
+      ref->set_task_index(duty.task_index);
+      ref->set_attempt(duty.attempt);
+    }
     request.mutable_holdings()->set_loaded(model_loaded_);
     if (pass_since_ && now - *pass_since_ >= options_.stuck_after) stuck_since = pass_since_;
   }
@@ -65,7 +71,7 @@ v1::HeartbeatRequest ExecutorAgent::BuildHeartbeat(absl::Time now, absl::Duratio
   if (last_renewed_ == absl::InfinitePast()) last_renewed_ = now;
   *holds_leases = !held.empty();
   std::string reason;
-  request.set_state(FleetState(!held.empty(), &reason));
+  request.set_state(FleetState(!held.empty() || request.gang_duties_size() > 0, &reason));
   request.set_state_reason(reason);
   if (options_.metrics) {  // metrics hook
     options_.metrics->SetState(ParseExecutorState(request.state()).value_or(ExecutorState::kAvailable),

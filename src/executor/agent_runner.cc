@@ -22,7 +22,12 @@ std::string RunnerOf(const LeaseGrant& lease) { return lease.runner.empty() ? kB
 // What a runner must have loaded to run a lease: its model (the bytes, for a registry model) and
 // load options.
 std::string ModelKey(const LeaseGrant& lease) {
-  return absl::StrCat(RunnerOf(lease), ":", lease.model, "@", lease.model_digest, "\n", lease.runner_options_json);
+  std::string key =
+      absl::StrCat(RunnerOf(lease), ":", lease.model, "@", lease.model_digest, "\n", lease.runner_options_json);
+  // A gang's model lives across its members' rpc-servers, which live for one attempt: each gang
+  // attempt is a runner of its own.
+  if (!lease.gang.empty()) absl::StrAppend(&key, "\ngang ", TaskKey(lease.ref));
+  return key;
 }
 
 // Events taken per pass at most, so a flood of results cannot starve leasing and completions.
@@ -30,7 +35,7 @@ constexpr int kEventsPerPass = 4096;
 
 }  // namespace
 
-absl::Status ExecutorAgent::StartRunner(const std::string& name) {
+absl::Status ExecutorAgent::StartRunner(const std::string& name, const std::vector<int>& tcp_ports) {
   RunnerFactory* factory = runners_.get();
   if (name != kBuiltInRunner) {
     auto declared = options_.declared_runners.find(name);
@@ -39,9 +44,10 @@ absl::Status ExecutorAgent::StartRunner(const std::string& name) {
     }
     factory = declared->second.get();
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Runner> runner, factory->Start([this] { main_alarm_->Ring(); }));
+  ASSIGN_OR_RETURN(std::unique_ptr<Runner> runner, factory->StartConnecting([this] { main_alarm_->Ring(); }, tcp_ports));
   runner_ = std::move(runner);
   runner_name_ = name;
+  runner_ports_ = tcp_ports;
   {
     absl::MutexLock lock(&mu_);
     live_runner_ = runner_.get();
@@ -76,6 +82,8 @@ absl::StatusOr<std::optional<std::string>> ExecutorAgent::CachedModel(const Leas
       model_paths_[fetched->digest] = *fetched->path;
       if (fetched->digest == lease.model_digest) return std::optional<std::string>(*fetched->path);
     } else if (fetched->digest == lease.model_digest) {
+      // Paused for the owner: Aborted, which FeedRunner hands back as a preemption.
+      if (fetched->paused) return absl::AbortedError(fetched->path.status().message());
       return fetched->path.status();
     }
   }
@@ -87,7 +95,11 @@ absl::StatusOr<std::optional<std::string>> ExecutorAgent::CachedModel(const Leas
   std::shared_ptr<ModelCache> cache = options_.model_cache;
   raw->thread = std::thread([this, raw, cache, digest = lease.model_digest, size = lease.model_size_bytes,
                              url = lease.model_url] {
-    raw->path = cache->Fetch(digest, size, url, [this] { return MayFetch(); });
+    raw->path = cache->Fetch(digest, size, url, [this, raw] {
+      const bool may = MayFetch();
+      if (!may) raw->paused = true;
+      return may;
+    });
     raw->done = true;
     main_alarm_->Ring();
   });
@@ -116,6 +128,10 @@ absl::StatusOr<runner_protocol::LoadRequest> ExecutorAgent::LoadRequestFor(const
     threads_given = JsonField(json, "n_threads").is_number();
   }
   if (options_.runner_threads > 0 && !threads_given) load.options.n_threads = options_.runner_threads;
+  // A gang's leader: the model's layers spread over its members' rpc-servers (from the lease,
+  // never from the job's options).
+  for (const LeaseGrant::GangPeer& peer : lease.gang) load.gang.servers.push_back({peer.endpoint, peer.bytes});
+  if (!lease.gang.empty()) load.gang.leader_bytes = lease.gang_leader_bytes;
   return load;
 }
 
@@ -135,11 +151,12 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
         absl::StatusOr<std::optional<std::string>> cached = CachedModel(task->lease());
         if (!cached.ok()) {
           // Not fetched (no room, the bytes were wrong, the URL failed): another executor may do
-          // better, and this one tries afresh next time.
+          // better, and this one tries afresh next time. A download paused because the owner came
+          // back failed nothing: the task goes back uncounted (preempted).
           queue_.pop_front();
           GiveUp(task, absl::Status(cached.status().code(),
                                     absl::StrCat("cannot fetch the model: ", cached.status().message())),
-                 FailureClass::kRetryable);
+                 absl::IsAborted(cached.status()) ? FailureClass::kPreempted : FailureClass::kRetryable);
           continue;
         }
         if (!cached->has_value()) return;  // still on its way; the fetch rings the loop when done
@@ -152,12 +169,22 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
                FailureClass::kPermanent);
         continue;
       }
-      if (runner_ && runner_name_ != RunnerOf(task->lease())) {
-        // Another runner program: the idle one ends (it holds no batch) and the lease's starts.
+      const std::vector<int> ports = GangPorts(task->lease());
+      if (runner_ && (runner_name_ != RunnerOf(task->lease()) || runner_ports_ != ports || !ports.empty())) {
+        // Another runner program, or a sandbox with other gang ports: the idle one ends (it
+        // holds no batch) and the lease's starts.
         for (TaskPtr held : DropRunner()) queue_.push_back(held);
       }
+      if (!task->lease().gang.empty()) {
+        // A gang's leader: its members' gates must answer before the runner connects to them.
+        if (absl::Status members = AwaitGang(task->lease()); !members.ok()) {
+          queue_.pop_front();
+          GiveUp(task, members, FailureClass::kRetryable);  // a member that never came up: counted
+          continue;
+        }
+      }
       if (!runner_) {
-        if (absl::Status s = StartRunner(RunnerOf(task->lease())); !s.ok()) {
+        if (absl::Status s = StartRunner(RunnerOf(task->lease()), ports); !s.ok()) {
           // A runner that will not start may be a passing problem of this machine.
           queue_.pop_front();
           GiveUp(task, absl::Status(s.code(), absl::StrCat("cannot start the runner: ", s.message())),
@@ -222,8 +249,9 @@ void ExecutorAgent::OnEvent(const runner_protocol::Event& event, absl::Time now)
           model_loaded_.clear();
         }
         if (task) {
+          // Across a gang, a member may be what failed: retryable (counted), on another gang.
           GiveUp(task, absl::InvalidArgumentError(absl::StrCat("cannot load the model: ", event.message)),
-                 FailureClass::kPermanent);
+                 task->lease().gang.empty() ? FailureClass::kPermanent : FailureClass::kRetryable);
         }
         return;
       }
@@ -293,6 +321,7 @@ std::vector<ExecutorAgent::TaskPtr> ExecutorAgent::DropRunner() {
   }
   runner_.reset();  // SIGKILL and reap: its memory is the machine's again
   runner_model_.clear();
+  runner_ports_.clear();
   {
     absl::MutexLock lock(&mu_);
     model_loaded_.clear();
@@ -317,6 +346,13 @@ void ExecutorAgent::OnRunnerDied(const absl::Status& why) {
   std::vector<TaskPtr> victims = DropRunner();
   std::vector<TaskPtr> again;
   for (TaskPtr task : victims) {
+    if (!task->lease().gang.empty()) {
+      // A gang's runner ends when a member goes (its rpc connection drops): the attempt is
+      // preempted, not failed, and resumes from its checkpoint on a new gang.
+      GiveUp(task, absl::UnavailableError(absl::StrCat("the gang's runner ended: ", why.message())),
+             FailureClass::kPreempted);
+      continue;
+    }
     if (on_purpose) {
       task->OnRunnerGone();  // killed for the owner: it runs again later, nothing to isolate
       again.push_back(task);
@@ -330,7 +366,10 @@ void ExecutorAgent::OnRunnerDied(const absl::Status& why) {
   }
   // They go first, in their order, when a new runner is up.
   queue_.insert(queue_.begin(), again.begin(), again.end());
-  if (loading && !on_purpose) {
+  if (loading && !on_purpose && !loading->lease().gang.empty()) {
+    GiveUp(loading, absl::UnavailableError(absl::StrCat("the gang's runner ended while loading: ", why.message())),
+           FailureClass::kPreempted);
+  } else if (loading && !on_purpose) {
     GiveUp(loading, absl::UnavailableError(absl::StrCat("the runner ended while loading the model: ", why.message())),
            FailureClass::kRetryable);
   }

@@ -102,6 +102,9 @@ bool ExecutorAgent::ApplyWorkMode(absl::Time now) {
     HandBack("the machine's owner needs it");
     return true;
   }
+  // A gang member's owner never waits for the gang: its rpc-server goes at once (the leader's
+  // attempt ends, preempted, and resumes on another gang).
+  if (mode != WorkMode::kRun && mode != WorkMode::kThrottle) EndDuties("the machine's owner needs it");
   const bool busy = RunnerBusy();
   switch (mode) {
     case WorkMode::kRun:

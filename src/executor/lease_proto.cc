@@ -19,8 +19,12 @@ LeaseGrant FromProto(const v1::TaskLease& lease) {
   grant.expires_at = absl::FromUnixMillis(lease.lease_expires_at_ms());
   grant.resume_from = lease.resume_from();
   for (const auto& urls : lease.chunk_urls()) grant.chunk_urls.push_back({urls.output_url(), urls.errors_url()});
+  for (const auto& peer : lease.gang()) grant.gang.push_back({peer.endpoint(), peer.bytes()});
+  grant.gang_leader_bytes = lease.gang_leader_bytes();
   return grant;
 }
+
+GangDuty FromProto(const v1::GangDuty& duty) { return {FromProto(duty.ref()), duty.leader_host(), duty.bind()}; }
 
 AttemptRef FromProto(const v1::LeaseRef& ref) { return {ref.job_id(), ref.task_index(), ref.attempt()}; }
 

@@ -9,6 +9,7 @@ namespace minions {
 
 LeaseGrant FromProto(const v1::TaskLease& lease);
 AttemptRef FromProto(const v1::LeaseRef& ref);
+GangDuty FromProto(const v1::GangDuty& duty);
 // A report about an attempt: its ref, progress and the chunks it has uploaded.
 void ToProto(const LeaseProgress& progress, v1::LeaseRef* ref);
 

@@ -66,8 +66,10 @@ absl::StatusOr<std::shared_ptr<const RunnerSandbox>> RunnerSandbox::Create(Runne
   return std::shared_ptr<const RunnerSandbox>(new RunnerSandbox(std::move(options)));
 }
 
-std::vector<std::string> RunnerSandbox::Wrap(const std::vector<std::string>& command) const {
+std::vector<std::string> RunnerSandbox::Wrap(const std::vector<std::string>& command,
+                                             const std::vector<int>& connect_tcp_ports) const {
   std::vector<std::string> wrapped = {options_.launcher, "--quiet"};
+  for (int port : connect_tcp_ports) wrapped.insert(wrapped.end(), {"--connect-tcp", std::to_string(port)});
   if (!options_.confine) wrapped.push_back("--unconfined");
   if (options_.require_landlock) wrapped.push_back("--require-landlock");
   for (const std::string& folder : options_.model_folders) {

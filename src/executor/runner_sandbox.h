@@ -30,7 +30,9 @@ class RunnerSandbox {
 
   // The command that runs `command` in the sandbox. command[0] is made absolute (found on PATH
   // when it is a bare name), as the launcher executes it directly.
-  std::vector<std::string> Wrap(const std::vector<std::string>& command) const;
+  // `connect_tcp_ports`: the TCP ports it may connect to (a gang's leader: its members' gates).
+  std::vector<std::string> Wrap(const std::vector<std::string>& command,
+                                const std::vector<int>& connect_tcp_ports = {}) const;
   std::string Describe() const;
 
  private:

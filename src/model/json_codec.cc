@@ -85,6 +85,7 @@ Json JobSpecToJson(const JobSpec& spec) {
     json["completion_window"] = absl::FormatDuration(*spec.completion_window);
   }
   if (!spec.owner.empty()) json["owner"] = spec.owner;
+  if (spec.gang_size > 0) json["gang_size"] = spec.gang_size;
   return json;
 }
 
@@ -113,11 +114,12 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const Json& json) {
     spec.runner_options = options;
   }
   RETURN_IF_ERROR(ReadDuration(json, "completion_window", spec.completion_window));
+  RETURN_IF_ERROR(ReadInt(json, "gang_size", spec.gang_size));
   return spec;
 }
 
 Json ExecutorInfoToJson(const ExecutorInfo& info) {
-  return Json{
+  Json json{
       {"name", info.name},
       {"os", info.os},
       {"chip", info.chip},
@@ -131,6 +133,8 @@ Json ExecutorInfoToJson(const ExecutorInfo& info) {
       {"max_tasks", info.max_tasks},
       {"version", info.version},
   };
+  if (!info.gang_address.empty()) json["gang_address"] = info.gang_address;
+  return json;
 }
 
 absl::StatusOr<ExecutorInfo> ExecutorInfoFromJson(const Json& json) {
@@ -148,6 +152,7 @@ absl::StatusOr<ExecutorInfo> ExecutorInfoFromJson(const Json& json) {
   RETURN_IF_ERROR(ReadString(json, "model_loaded", info.model_loaded));
   RETURN_IF_ERROR(ReadInt(json, "max_tasks", info.max_tasks));
   RETURN_IF_ERROR(ReadString(json, "version", info.version));
+  RETURN_IF_ERROR(ReadString(json, "gang_address", info.gang_address));
   return info;
 }
 

@@ -44,14 +44,24 @@ Warmth WarmthOf(const ExecutorInfo& info, const std::string& model_digest) {
   return Warmth::kCold;
 }
 
+bool TakesWithoutWait(const ExecutorInfo& info, const std::string& model_digest) {
+  switch (WarmthOf(info, model_digest)) {
+    case Warmth::kLoaded: return true;
+    case Warmth::kCached: return info.model_loaded.empty();
+    case Warmth::kCold: return false;
+  }
+  return false;
+}
+
 bool PastWarmWait(const Job& job, absl::Time now, absl::Duration warm_wait) {
   return job.created_at <= now - warm_wait;
 }
 
 Fit PlaceOn(const ExecutorInfo& info, const Job& job, absl::Time now, absl::Duration warm_wait) {
+  if (job.spec.gang_size >= 2) return Fit::kGang;
   if (!OffersRunner(info, job.spec.requirements.runner)) return Fit::kNoRunner;
   if (!HoldsMemory(info, job.spec.requirements)) return Fit::kTooSmall;
-  if (WarmthOf(info, job.spec.model_digest) == Warmth::kCold && !PastWarmWait(job, now, warm_wait)) {
+  if (!TakesWithoutWait(info, job.spec.model_digest) && !PastWarmWait(job, now, warm_wait)) {
     return Fit::kColdTooEarly;
   }
   return Fit::kFits;
@@ -71,6 +81,26 @@ Fit FleetFit(const std::vector<Executor>& fleet, const Requirements& requirement
   if (largest_bytes != nullptr) *largest_bytes = largest;
   if (!any) return Fit::kFits;
   return runner_offered ? Fit::kTooSmall : Fit::kNoRunner;
+}
+
+Fit GangFleetFit(const std::vector<Executor>& fleet, const Requirements& requirements, int gang_size,
+                 int64_t* total_bytes) {
+  std::vector<int64_t> lends;
+  bool any = false;
+  for (const Executor& e : fleet) {
+    if (e.state == ExecutorState::kRevoked) continue;
+    any = true;
+    if (e.info.gang_address.empty() || !OffersRunner(e.info, requirements.runner)) continue;
+    lends.push_back(UsableMemory(e.info));
+  }
+  if (!any) return Fit::kFits;
+  if (lends.empty()) return Fit::kNoRunner;
+  std::sort(lends.rbegin(), lends.rend());
+  int64_t total = 0;
+  for (size_t i = 0; i < lends.size() && i < static_cast<size_t>(std::max(gang_size, 0)); ++i) total += lends[i];
+  if (total_bytes != nullptr) *total_bytes = total;
+  return static_cast<int>(lends.size()) >= gang_size && total >= requirements.min_memory_bytes ? Fit::kFits
+                                                                                               : Fit::kTooSmall;
 }
 
 std::string_view WaitCauseName(WaitCause cause) {
@@ -104,6 +134,18 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
   std::vector<Executor> executors;
   for (const FleetMember& m : fleet) executors.push_back(m.executor);
   int64_t largest = 0;
+  if (spec.gang_size >= 2) {
+    // A gang job waits for a whole gang (server/gang_leasing.h), not for one free executor.
+    int64_t total = 0;
+    if (GangFleetFit(executors, spec.requirements, spec.gang_size, &total) != Fit::kFits) {
+      return {WaitCause::kTooLarge,
+              absl::StrCat("no gang of ", spec.gang_size, " executors (with a [gang] address) can hold the model: it needs ",
+                           GiB(spec.requirements.min_memory_bytes), " and the ", spec.gang_size,
+                           " largest lend ", GiB(total))};
+    }
+    return {WaitCause::kInLine, absl::StrCat("waiting for a gang of ", spec.gang_size,
+                                             " free executors, reserved all at once")};
+  }
   switch (FleetFit(executors, spec.requirements, &largest)) {
     case Fit::kNoRunner:
       return {WaitCause::kNoRunner, absl::StrCat("no executor offers the runner '", spec.requirements.runner,
@@ -123,7 +165,7 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
     if (m.executor.state == ExecutorState::kRevoked) continue;
     if (!OffersRunner(info, spec.requirements.runner) || !HoldsMemory(info, spec.requirements)) continue;
     ++able;
-    const bool warm = WarmthOf(info, spec.model_digest) != Warmth::kCold;
+    const bool warm = TakesWithoutWait(info, spec.model_digest);
     if (!HasFreeSlot(m)) {
       if (warm) ++warm_busy;
       continue;
@@ -150,9 +192,10 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
   }
   if (cold_free > 0) {
     return {WaitCause::kWarmWait,
-            absl::StrCat("waiting for an executor that holds model ", spec.model,
-                         warm_busy == 0 ? " (none does yet)"
-                                        : absl::StrCat(" (", warm_busy, " do", warm_busy == 1 ? "es" : "", ", busy)"),
+            absl::StrCat("waiting for an executor warm for model ", spec.model,
+                         " (one that has it loaded, or cached with no other model loaded)",
+                         warm_busy == 0 ? "; none is yet"
+                                        : absl::StrCat("; ", warm_busy, warm_busy == 1 ? " is, busy" : " are, busy"),
                          "; a cold one may take it from ", absl::FormatTime(absl::RFC3339_sec, job.created_at + warm_wait, absl::UTCTimeZone()),
                          " (the warm-executor wait)")};
   }

@@ -3,8 +3,11 @@
 // statement of the rules (docs/architecture.md "Placement"):
 // - the executor's usable memory (UsableMemory) holds the job's requirements.min_memory_bytes;
 // - it offers the job's runner (an executor that names none runs the default, "llama");
-// - it is warm for the job's registry model (loaded, else cached), or the job was submitted at
-//   least the warm-executor wait ago (delay scheduling);
+// - it takes the job's registry model without dropping another (it has it loaded, or cached with
+//   no model loaded), or the job was submitted at least the warm-executor wait ago (delay
+//   scheduling): an executor never unloads one model for another while an executor that has the
+//   job's model loaded may come free in time, so a fleet running two models does not swap them
+//   back and forth;
 // - the job's team is not at its running-task quota (fair_share.h rank -1).
 // Each store's lease query selects its candidates in SQL (an index over these rules, for speed)
 // and grants a candidate only when PlaceOn says kFits; the server's submit-time check
@@ -34,12 +37,18 @@ bool HoldsMemory(const ExecutorInfo& info, const Requirements& requirements);
 // job without a registry model (a path) is kLoaded everywhere: it waits for no one.
 enum class Warmth { kLoaded = 0, kCached = 1, kCold = 2 };
 Warmth WarmthOf(const ExecutorInfo& info, const std::string& model_digest);
+// Whether the executor may take the job's tasks within the warm-executor wait: it has the model
+// loaded, or cached while it has no model loaded (a load that unloads nothing). One with another
+// model loaded, or without the bytes, waits.
+bool TakesWithoutWait(const ExecutorInfo& info, const std::string& model_digest);
 // Whether a cold executor may take the job's tasks at `now` (submitted at least `warm_wait` ago).
 bool PastWarmWait(const Job& job, absl::Time now, absl::Duration warm_wait);
 
 // Whether `info` may run a task of `job` at `now` (the executor's own state aside: store_rules
 // MayLease; the team's quota aside: fair share).
-enum class Fit { kFits, kNoRunner, kTooSmall, kColdTooEarly };
+// kGang: a gang job's tasks are never leased to one executor alone (server/gang_leasing.h
+// reserves whole gangs for them).
+enum class Fit { kFits, kNoRunner, kTooSmall, kColdTooEarly, kGang };
 Fit PlaceOn(const ExecutorInfo& info, const Job& job, absl::Time now, absl::Duration warm_wait);
 
 // Whether some executor of `fleet` (revoked ones aside) could ever run the job: kFits when one
@@ -47,6 +56,13 @@ Fit PlaceOn(const ExecutorInfo& info, const Job& job, absl::Time now, absl::Dura
 // do, none with the memory; `largest_bytes` then says the most usable memory among them).
 // An empty fleet fits (machines may enrol later).
 Fit FleetFit(const std::vector<Executor>& fleet, const Requirements& requirements, int64_t* largest_bytes = nullptr);
+
+// Gangs (docs/architecture.md, "Gangs"): whether `gang_size` executors of `fleet` that can join
+// gangs (a gang address, the runner, not revoked) could together hold `requirements`
+// (min_memory_bytes is the whole gang's need): kFits, kNoRunner, or kTooSmall with
+// `total_bytes` the most those `gang_size` largest lend. An empty fleet fits.
+Fit GangFleetFit(const std::vector<Executor>& fleet, const Requirements& requirements, int gang_size,
+                 int64_t* total_bytes = nullptr);
 
 // Why a job with pending tasks is not running them, worked out from the same rules.
 enum class WaitCause {

@@ -61,6 +61,10 @@ struct JobSpec {
   Requirements requirements;
   Json runner_options = Json::object();  // the runner's load options (runner_protocol::LoadOptions)
   std::optional<absl::Duration> completion_window;  // deadline after submission (issue: deadlines)
+  // A gang job (docs/architecture.md, "Gangs"): each task runs on exactly this many executors at
+  // once, a leader and members lending it their memory (requirements.min_memory_bytes is then what
+  // the whole gang needs). 0: one executor per task.
+  int gang_size = 0;
 };
 
 struct RequestCounts {
@@ -160,6 +164,9 @@ struct ExecutorInfo {
   std::string model_loaded;          // digest (or path) its runner has loaded; "" when none
   int max_tasks = 1;         // tasks it runs at once
   std::string version;
+  // Its gang member gate on the network the operator names for gangs ("host:port"; config
+  // [gang] address): leaders reach its rpc-server there. "" : it joins no gang.
+  std::string gang_address;
 };
 
 // What placement compares a job's Requirements::min_memory_bytes with.
@@ -213,6 +220,14 @@ struct Executor {
 inline int64_t CommittedRecords(const Task& task) { return task.chunks.empty() ? 0 : task.chunks.back().end; }
 int64_t CommittedFailed(const Task& task);
 
+// One executor's place in a gang (store/gang_store.h GangLease): seat 0 leads.
+struct GangSeat {
+  std::string executor_id;
+  std::string endpoint;  // the member's rpc gate on the gang network (host:port); the leader's own gang address
+  int64_t bytes = 0;     // memory it lends the gang
+  bool operator==(const GangSeat&) const = default;
+};
+
 // A granted lease: everything an executor needs to run one attempt.
 struct Lease {
   Task task;
@@ -224,6 +239,7 @@ struct Lease {
   Json runner_options;
   std::string input_key;
   absl::Time expires_at;
+  std::vector<GangSeat> gang;   // a gang task: its seats, the leader (this lease's holder) first
 };
 // A granted task (its lease held) and its job make a lease.
 Lease MakeLease(Task task, const JobSpec& spec);
@@ -278,6 +294,24 @@ struct LeaseGrant {
   // Chunk number k of this attempt goes to chunk_urls[k]; the last pair must take everything up
   // to the end of the task.
   std::vector<ChunkUrls> chunk_urls;
+  // A gang task (this executor leads): its members' rpc gates and the memory each lends, and what
+  // this machine lends (docs/architecture.md, "Gangs"). Empty: the model runs here alone.
+  struct GangPeer {
+    std::string endpoint;
+    int64_t bytes = 0;
+    bool operator==(const GangPeer&) const = default;
+  };
+  std::vector<GangPeer> gang;
+  int64_t gang_leader_bytes = 0;
+};
+
+// A member's part in a gang (docs/architecture.md, "Gangs"): serve the leader's rpc connections
+// for this attempt until the server says it ended.
+struct GangDuty {
+  AttemptRef ref;
+  std::string leader_host;  // the only address the member's gate admits
+  std::string bind;         // this member's gate (its gang address, host:port)
+  bool operator==(const GangDuty&) const = default;
 };
 
 // What the server tells an executor in answer to a heartbeat.

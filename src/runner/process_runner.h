@@ -37,6 +37,9 @@ class ProcessRunner final : public Runner {
     // is built: what it inherits and what it is given are decided here.
     std::vector<std::string> environment;
     std::string stderr_path;               // the runner's log; empty: inherit
+    // The command of a runner that may connect to these TCP ports (a gang's leader); unset: such
+    // a runner cannot be started (RunnerFactory::StartConnecting).
+    std::function<std::vector<std::string>(const std::vector<int>& tcp_ports)> connecting_command;
   };
 
   // Starts the program and returns at once; its `ready` line comes as the first event.
@@ -87,6 +90,16 @@ class ProcessRunnerFactory final : public RunnerFactory {
   explicit ProcessRunnerFactory(ProcessRunner::Options options) : options_(std::move(options)) {}
   absl::StatusOr<std::unique_ptr<Runner>> Start(std::function<void()> on_event) override {
     auto runner = ProcessRunner::Start(options_, std::move(on_event));
+    if (!runner.ok()) return runner.status();
+    return std::unique_ptr<Runner>(std::move(*runner));
+  }
+  absl::StatusOr<std::unique_ptr<Runner>> StartConnecting(std::function<void()> on_event,
+                                                          const std::vector<int>& tcp_ports) override {
+    if (tcp_ports.empty()) return Start(std::move(on_event));
+    if (!options_.connecting_command) return RunnerFactory::StartConnecting(std::move(on_event), tcp_ports);
+    ProcessRunner::Options options = options_;
+    options.command = options_.connecting_command(tcp_ports);
+    auto runner = ProcessRunner::Start(options, std::move(on_event));
     if (!runner.ok()) return runner.status();
     return std::unique_ptr<Runner>(std::move(*runner));
   }

@@ -58,6 +58,13 @@ class RunnerFactory {
   // `on_event` is called (on any thread, possibly the runner's own) whenever Poll() has something
   // new: an event, or the runner's end.
   virtual absl::StatusOr<std::unique_ptr<Runner>> Start(std::function<void()> on_event) = 0;
+  // A runner that may connect to these TCP ports (a gang's leader reaching its members' rpc
+  // gates, docs/architecture.md "Gangs"); Unimplemented where the factory cannot start one so.
+  virtual absl::StatusOr<std::unique_ptr<Runner>> StartConnecting(std::function<void()> on_event,
+                                                                  const std::vector<int>& tcp_ports) {
+    if (tcp_ports.empty()) return Start(std::move(on_event));
+    return absl::UnimplementedError("this runner cannot reach a gang's members");
+  }
 };
 
 }  // namespace minions

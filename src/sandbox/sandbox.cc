@@ -82,6 +82,11 @@ constexpr uint64_t kNetBindTcp = 1ULL << 0, kNetConnectTcp = 1ULL << 1;
 constexpr uint64_t kScopeAbstractUnixSocket = 1ULL << 0, kScopeSignal = 1ULL << 1;
 constexpr uint32_t kCreateRulesetVersion = 1U << 0;
 constexpr int kRulePathBeneath = 1;
+constexpr int kRuleNetPort = 2;
+struct NetPortAttr {
+  uint64_t allowed_access;
+  uint64_t port;
+} __attribute__((packed));
 
 struct RulesetAttr {
   uint64_t handled_access_fs;
@@ -152,6 +157,14 @@ absl::StatusOr<int> ApplyLandlock(const Policy& policy) {
   for (const std::string& path : policy.devices) {
     if (added.ok()) added = AddRule(ruleset, path, read | kFsWriteFile | kFsIoctlDev, handled);
   }
+  if (abi >= 4) {
+    for (int port : policy.connect_tcp_ports) {
+      NetPortAttr rule{kNetConnectTcp, static_cast<uint64_t>(port)};
+      if (added.ok() && ::syscall(SYS_landlock_add_rule, ruleset, kRuleNetPort, &rule, 0) != 0) {
+        added = absl::InternalError(absl::StrCat("landlock_add_rule(tcp port ", port, "): ", std::strerror(errno)));
+      }
+    }
+  }
   if (added.ok() && ::syscall(SYS_landlock_restrict_self, ruleset, 0) != 0) {
     added = absl::InternalError(absl::StrCat("landlock_restrict_self: ", std::strerror(errno)));
   }
@@ -171,7 +184,7 @@ constexpr uint32_t kAuditArch = AUDIT_ARCH_AARCH64;
 #ifndef MINIONS_NO_SECCOMP
 // seccomp: everything is allowed except the calls below, which fail with EPERM (ENOSYS for
 // io_uring and clone3, so that libraries fall back to what the filter can see).
-absl::Status ApplySeccomp() {
+absl::Status ApplySeccomp(bool allow_ip_sockets) {
   struct Denied {
     long nr;
     int error;
@@ -197,6 +210,16 @@ absl::Status ApplySeccomp() {
   program.push_back(BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1));
   program.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM));
 #endif
+  if (allow_ip_sockets) {
+    // A gang's leader: IPv4 and IPv6 sockets only (Landlock limits where TCP may connect).
+    program.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 4));
+    program.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])));
+    program.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 1, 0));
+    program.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 0, 1));
+    program.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    // Anything else falls through to the list below (socket: EPERM); the accumulator is reloaded.
+    program.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)));
+  }
   for (const Denied& d : denied) {
     program.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(d.nr), 0, 1));
     program.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<uint32_t>(d.error) & SECCOMP_RET_DATA)));
@@ -232,8 +255,15 @@ absl::StatusOr<std::string> ApplyToSelf(const Policy& policy, bool require_landl
   std::string applied =
       *abi == 0 ? "no landlock (the kernel has none)"
                 : absl::StrCat("landlock ABI ", *abi, " (files", *abi >= 4 ? ", tcp" : "", *abi >= 6 ? ", scopes" : "", ")");
+  if (!policy.connect_tcp_ports.empty()) {
+    if (*abi < 4 && require_landlock) {
+      return absl::FailedPreconditionError("this kernel's Landlock cannot limit TCP to a gang's ports (ABI 4 or later)");
+    }
+    absl::StrAppend(&applied, ", tcp to ", policy.connect_tcp_ports.size(), " gang port(s)",
+                    *abi < 4 ? " (not limited: Landlock before ABI 4)" : "");
+  }
 #ifndef MINIONS_NO_SECCOMP
-  if (absl::Status s = ApplySeccomp(); !s.ok()) return s;
+  if (absl::Status s = ApplySeccomp(!policy.connect_tcp_ports.empty()); !s.ok()) return s;
   absl::StrAppend(&applied, ", seccomp");
 #endif
   return applied;
@@ -278,6 +308,9 @@ std::string MacProfile(const Policy& policy, const std::string& program) {
       "(global-name \"com.apple.CoreServices.coreservicesd\") (global-name \"com.apple.system.opendirectoryd.libinfo\"))\n"
       "(allow ipc-posix-shm-read-data ipc-posix-shm-write-data)\n";
   profile += "(deny network*)\n";
+  for (int port : policy.connect_tcp_ports) {
+    profile += absl::StrCat("(allow network-outbound (remote tcp \"*:", port, "\"))\n");
+  }
   return profile;
 }
 

@@ -26,6 +26,11 @@ struct Policy {
   std::vector<std::string> read_only;   // folders or files: read, list, execute
   std::vector<std::string> read_write;  // folders: everything inside (the scratch folder)
   std::vector<std::string> devices;     // device files or folders: read, write, ioctl (GPUs)
+  // TCP ports it may connect to (a gang's leader reaching its members' rpc gates,
+  // docs/architecture.md "Gangs"); none: no network at all. Linux: IPv4/IPv6 sockets are then
+  // allowed, and Landlock (ABI 4+) limits TCP connections to these ports (any host: the ports are
+  // Landlock's unit); macOS: outbound TCP to these ports.
+  std::vector<int> connect_tcp_ports;
 };
 
 // The system paths any dynamically linked program needs to start and run (libraries, the loader's

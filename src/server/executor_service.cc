@@ -155,6 +155,18 @@ absl::Status ExecutorService::Heartbeat(const std::string& executor_id, const v1
   auto answer = chunks_.Heartbeat(executor_id, *state, "", held, options_.lease_ttl, clock_->Now(), holdings);
   if (!answer.ok()) return answer.status();
   for (const auto& c : answer->cancel) ToProto(c, reply->add_cancel());
+  if (*state == ExecutorState::kOwnerActive || *state == ExecutorState::kDraining) gangs_.Withdraw(executor_id);
+  if (request.gang_duties_size() > 0) {
+    // A gang member: the duties whose attempt has ended are stopped (their seats freed).
+    std::vector<AttemptRef> duties;
+    for (const auto& ref : request.gang_duties()) duties.push_back({ref.job_id(), ref.task_index(), ref.attempt()});
+    for (const AttemptRef& ended : gangs_.EndedDuties(executor_id, duties)) {
+      v1::LeaseRef* cancel = reply->add_cancel();
+      cancel->set_job_id(ended.job_id);
+      cancel->set_task_index(ended.task_index);
+      cancel->set_attempt(ended.attempt);
+    }
+  }
   for (const auto& r : answer->renewed) ToProto(r, reply->add_renewed());
   reply->set_drain(answer->drain);
   reply->set_reregister(answer->unknown_executor);
@@ -401,7 +413,7 @@ void ExecutorService::Serve(HeldLease* call) {
       answer = grpc::Status::CANCELLED;
     } else if (!leases.ok()) {
       answer = ToGrpc(leases.status());
-    } else if (leases->empty() && now < call->deadline && !stopping_) {
+    } else if (leases->empty() && now < call->deadline && !stopping_ && !gangs_.HasDuties(call->executor_id)) {
       if (generation != work_generation_) {
         // Work was announced while this looked: look again.
         call->state = HeldLease::State::kReady;
@@ -446,6 +458,15 @@ absl::StatusOr<std::vector<minions::Lease>> ExecutorService::LookForWork(const s
   {
     absl::MutexLock lock(&work_mu_);
     *generation = work_generation_;
+  }
+  // Gangs first (server/gang_leasing.h): a gang formed for it, or a reservation holding it.
+  if (absl::StatusOr<GangLeasing::CheckInAnswer> gang = gangs_.CheckIn(executor_id, now); gang.ok()) {
+    if (gang->formed) NotifyWork();  // the gang's other executors take their part at once
+    if (!gang->leases.empty()) return std::move(gang->leases);
+    if (gang->held) return std::vector<minions::Lease>{};
+  }
+  {
+    absl::MutexLock lock(&work_mu_);
     auto it = idle_.find(executor_id);
     if (it != idle_.end() && it->second.generation == work_generation_ && now < it->second.recheck_at) {
       return std::vector<minions::Lease>{};
@@ -458,11 +479,17 @@ absl::StatusOr<std::vector<minions::Lease>> ExecutorService::LookForWork(const s
   if (leases->empty()) {
     IdleMark& mark = idle_[executor_id];
     mark.generation = *generation;
-    mark.recheck_at = now + options_.idle_recheck;
+    mark.recheck_at = NextRecheckLocked(now);
   } else {
     idle_.erase(executor_id);
   }
   return leases;
+}
+
+absl::Time ExecutorService::NextRecheckLocked(absl::Time now) {
+  while (!warm_wait_ends_.empty() && *warm_wait_ends_.begin() <= now) warm_wait_ends_.erase(warm_wait_ends_.begin());
+  const absl::Time recheck = now + options_.idle_recheck;
+  return warm_wait_ends_.empty() ? recheck : std::min(recheck, *warm_wait_ends_.begin());
 }
 
 void ExecutorService::ForgetIdle(const std::string& executor_id) {
@@ -494,7 +521,9 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
     now = clock_->Now();
     leases = LookForWork(executor_id, max_tasks, now, &generation);
     if (!leases.ok()) return leases.status();
-    if (!leases->empty() || (context && context->IsCancelled()) || now >= deadline) break;
+    if (!leases->empty() || gangs_.HasDuties(executor_id) || (context && context->IsCancelled()) || now >= deadline) {
+      break;
+    }
     absl::MutexLock lock(&work_mu_);
     auto notified = [&] {
       work_mu_.AssertHeld();
@@ -562,11 +591,29 @@ absl::Status ExecutorService::AnswerLease(const std::string& executor_id, const 
     out->set_runner(lease.runner.empty() ? "llama" : lease.runner);
     out->set_runner_options_json(DumpJson(lease.runner_options));
     out->set_lease_expires_at_ms(absl::ToUnixMillis(lease.expires_at));
+    if (!lease.gang.empty()) {
+      // It leads a gang: its members' rpc gates (seat order) and what each lends.
+      out->set_gang_leader_bytes(lease.gang.front().bytes);
+      for (size_t i = 1; i < lease.gang.size(); ++i) {
+        v1::GangPeer* peer = out->add_gang();
+        peer->set_endpoint(lease.gang[i].endpoint);
+        peer->set_bytes(lease.gang[i].bytes);
+      }
+    }
     MINIONS_LOG(Debug) << "job=" << t.job_id << " task=" << t.index << " attempt=" << t.attempt
                        << " executor=" << executor_id << " leased";
   }
   if (metrics_) {
     for (const minions::Lease& lease : leases) metrics_->LeaseGranted(lease.task, now);
+  }
+  for (const GangDuty& duty : gangs_.TakeDuties(executor_id)) {
+    v1::GangDuty* out = reply->add_gang_duties();
+    out->mutable_ref()->set_job_id(duty.ref.job_id);
+    out->mutable_ref()->set_task_index(duty.ref.task_index);
+    out->mutable_ref()->set_attempt(duty.ref.attempt);
+    out->set_leader_host(duty.leader_host);
+    out->set_bind(duty.bind);
+    MINIONS_LOG(Info) << Describe(duty.ref) << " executor=" << executor_id << " serves the gang as a member";
   }
   return absl::OkStatus();
 }
@@ -598,9 +645,19 @@ void ExecutorService::WorkArrived() {
 }
 
 void ExecutorService::NotifyWork() {
+  // The work may be a job's first tasks, which cold executors may take only once the warm wait
+  // has passed (a job is created before its tasks are announced, so this end is never early).
+  const absl::Duration warm_wait = store_->WarmWait();
+  const absl::Time now = clock_->Now();
   {
     absl::MutexLock lock(&work_mu_);
     ++work_generation_;
+    if (warm_wait > absl::ZeroDuration()) {
+      // Rounded up to 100 ms (never early): a busy server keeps a few dozen of them at most.
+      while (!warm_wait_ends_.empty() && *warm_wait_ends_.begin() <= now) warm_wait_ends_.erase(warm_wait_ends_.begin());
+      const absl::Duration step = absl::Milliseconds(100);
+      warm_wait_ends_.insert(absl::UnixEpoch() + absl::Ceil(now + warm_wait - absl::UnixEpoch(), step));
+    }
     WakeParkedLocked();
   }
 }

@@ -13,6 +13,9 @@
 // (gRPC's callback API) until work is announced (WorkArrived on this server; NotifyWork from the
 // store's WorkSignal for the others) or its wait ends, and an executor that found nothing is not
 // looked up in the store again until something was announced (or options.idle_recheck passed).
+// Work announced now may be refused to cold executors for the store's warm-executor wait (delay
+// scheduling, model/placement.h): an executor that found nothing looks again when such a wait ends,
+// not only at its idle recheck, so a cold executor waits no longer than the warm wait.
 //
 // The typed methods (taking an executor id) are the calls without gRPC, for a caller already
 // authenticated as that executor (an in-process control plane in tests).
@@ -39,6 +42,7 @@
 #include "minions/v1/minions.grpc.pb.h"
 #include "server/server_metrics.h"
 #include "server/chunk_check.h"
+#include "server/gang_leasing.h"
 #include "server/heartbeat_batcher.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
@@ -66,7 +70,8 @@ class ExecutorService final : public ExecutorServiceBase {
         job_ready_(std::move(job_ready)),
         metrics_(metrics),
         heartbeats_(store, clock, options.heartbeat_batch),
-        chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_) {}
+        chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_),
+        gangs_(store, clock, GangLeasingOptions{options.lease_ttl, options.gang_reservation_timeout}) {}
   ~ExecutorService() override;
 
   grpc::Status Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request, v1::EnrolResponse* reply) override;
@@ -184,6 +189,8 @@ class ExecutorService final : public ExecutorServiceBase {
   // Every call that commits chunks goes through it: an upload becomes part of a job's results only
   // once checked against the task's input (server/chunk_check.h).
   ChunkChecker chunks_;
+  // Gang jobs' tasks go to whole gangs (server/gang_leasing.h); each look for work checks in there.
+  GangLeasing gangs_;
   WorkSignal* signal_ = nullptr;
   mutable absl::Mutex work_mu_;
   uint64_t work_generation_ ABSL_GUARDED_BY(work_mu_) = 0;  // bumped by NotifyWork
@@ -196,6 +203,12 @@ class ExecutorService final : public ExecutorServiceBase {
     std::optional<ExecutorState> reported;  // the state its heartbeats report
   };
   absl::flat_hash_map<std::string, IdleMark> idle_ ABSL_GUARDED_BY(work_mu_);
+  // When the warm-executor waits of work announced so far end (announcement + the store's
+  // WarmWait): an idle executor's recheck comes no later than the next of these.
+  std::set<absl::Time> warm_wait_ends_ ABSL_GUARDED_BY(work_mu_);
+  // The next recheck of an executor that found nothing at `now`: the idle recheck, or the end of
+  // a warm-executor wait if one comes first (and forgets the waits that have ended).
+  absl::Time NextRecheckLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   int64_t lease_lookups_ ABSL_GUARDED_BY(work_mu_) = 0;
   // Held Lease calls: to serve now, and parked until (wake time, call).
   std::deque<HeldLease*> ready_ ABSL_GUARDED_BY(work_mu_);

@@ -23,6 +23,7 @@
 #include "server/task_sizer.h"
 #include "server/model_registry.h"
 #include "server/proto_convert.h"
+#include "store/gang_store.h"
 
 namespace minions {
 namespace {
@@ -96,6 +97,11 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
                                                     "); an admin sets the ceiling"));
   }
   spec.requirements.min_memory_bytes = request.min_memory_bytes();
+  if (request.gang_size() != 0 && (request.gang_size() < 2 || request.gang_size() > static_cast<int>(kMaxGangSize))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a gang has 2 to ", kMaxGangSize, " executors (--gang N), not ", request.gang_size()));
+  }
+  spec.gang_size = request.gang_size();
   if (!request.runner_options_json().empty()) {
     auto options = ParseJson(request.runner_options_json());
     if (!options.ok() || !options->is_object()) {
@@ -122,6 +128,7 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   {
     absl::StatusOr<std::vector<Executor>> fleet = store_->ListExecutors();
     if (!fleet.ok()) return fleet.status();
+    PlanAutomaticGang(*fleet, spec);  // a model no single executor can hold: the fewest that can
     RETURN_IF_ERROR(CheckFleetCanHold(*fleet, spec));
   }
   if (request.completion_window_ms() > 0) spec.completion_window = absl::Milliseconds(request.completion_window_ms());

@@ -11,6 +11,7 @@
 #include "model/memory_estimate.h"
 #include "model/model_ref.h"
 #include "model/placement.h"
+#include "store/gang_store.h"
 
 namespace minions {
 
@@ -43,7 +44,44 @@ absl::Status ResolveJobModel(ModelStore& store, JobSpec& spec) {
   return absl::OkStatus();
 }
 
+void PlanAutomaticGang(const std::vector<Executor>& fleet, JobSpec& spec) {
+  if (spec.gang_size != 0 || FleetFit(fleet, spec.requirements) != Fit::kTooSmall) return;
+  std::vector<int64_t> lends;
+  for (const Executor& e : fleet) {
+    if (e.state == ExecutorState::kRevoked || e.info.gang_address.empty()) continue;
+    if (!OffersRunner(e.info, spec.requirements.runner)) continue;
+    lends.push_back(UsableMemory(e.info));
+  }
+  std::sort(lends.rbegin(), lends.rend());
+  int64_t total = 0;
+  for (size_t n = 1; n <= lends.size() && n <= kMaxGangSize; ++n) {
+    total += lends[n - 1];
+    if (n >= 2 && total >= spec.requirements.min_memory_bytes) {
+      spec.gang_size = static_cast<int>(n);
+      return;
+    }
+  }
+}
+
 absl::Status CheckFleetCanHold(const std::vector<Executor>& fleet, const JobSpec& spec) {
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  if (spec.gang_size >= 2) {
+    int64_t total = 0;
+    switch (GangFleetFit(fleet, spec.requirements, spec.gang_size, &total)) {
+      case Fit::kNoRunner:
+        return absl::FailedPreconditionError(absl::StrCat(
+            "no executor of the fleet can join a gang with runner '", spec.requirements.runner,
+            "' (an executor joins gangs once its config names its [gang] address)"));
+      case Fit::kTooSmall:
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "no gang of %d executors of the fleet can hold this job: it needs %.2f GiB and the %d largest "
+            "executors that join gangs lend %.2f GiB together; ask for a larger gang (--gang) or add machines",
+            spec.gang_size, static_cast<double>(spec.requirements.min_memory_bytes) / kGiB, spec.gang_size,
+            static_cast<double>(total) / kGiB));
+      default:
+        return absl::OkStatus();
+    }
+  }
   int64_t largest = 0;
   switch (FleetFit(fleet, spec.requirements, &largest)) {
     case Fit::kNoRunner:
@@ -51,7 +89,6 @@ absl::Status CheckFleetCanHold(const std::vector<Executor>& fleet, const JobSpec
           "no executor of the fleet offers the runner '", spec.requirements.runner,
           "': name one they run (--runner), or configure it on executors"));
     case Fit::kTooSmall: {
-      constexpr double kGiB = 1024.0 * 1024 * 1024;
       return absl::FailedPreconditionError(absl::StrFormat(
           "no executor of the fleet can hold this job: a task needs %.2f GiB (model, KV cache and margin) and the "
           "most usable memory of an executor offering runner '%s' is %.2f GiB; use a smaller model or context "

@@ -23,6 +23,14 @@ absl::Status ResolveJobModel(ModelStore& store, JobSpec& spec);
 // aside) could ever run a job of `spec` (its usable memory holds requirements.min_memory_bytes
 // and it offers requirements.runner). A fleet with no executor yet takes any job: machines may
 // enrol later.
+// A gang job (spec.gang_size >= 2) is checked against the gang instead (model/placement.h
+// GangFleetFit: its gang_size largest executors with a gang address together).
 absl::Status CheckFleetCanHold(const std::vector<Executor>& fleet, const JobSpec& spec);
+
+// Automatic gangs (docs/architecture.md, "Gangs"): a job that asks for no gang and that no single
+// executor of `fleet` can hold gets spec.gang_size = the fewest executors that can join gangs
+// whose usable memory together holds it (largest first), when some do (2..kMaxGangSize of them);
+// otherwise spec is left as it is (and CheckFleetCanHold refuses it).
+void PlanAutomaticGang(const std::vector<Executor>& fleet, JobSpec& spec);
 
 }  // namespace minions

@@ -1,5 +1,6 @@
 #include "server/proto_convert.h"
 
+#include "common/host_port.h"
 #include "model/memory_estimate.h"
 
 namespace minions {
@@ -31,6 +32,7 @@ v1::Job ToProto(const Job& job) {
   p.set_model_digest(job.spec.model_digest);
   p.set_runner(job.spec.requirements.runner);
   p.set_memory_bytes(job.spec.requirements.min_memory_bytes);
+  p.set_gang_size(job.spec.gang_size);
   return p;
 }
 
@@ -97,6 +99,13 @@ ExecutorInfo FromProto(const v1::Capabilities& c) {
   info.models.assign(c.models().begin(), c.models().end());
   info.max_tasks = c.max_tasks() > 0 ? c.max_tasks() : 1;
   info.version = c.version();
+  // Only a well-formed host:port joins gangs (leaders' runners connect there).
+  std::string host;
+  int port = 0;
+  if (!c.gang_address().empty() && c.gang_address().size() <= 300 && SplitHostPort(c.gang_address(), &host, &port).ok() &&
+      !host.empty() && host != "0.0.0.0" && host != "::" && port > 0) {
+    info.gang_address = c.gang_address();
+  }
   return info;
 }
 

@@ -44,6 +44,8 @@ struct ServerOptions {
   // (a submission, a requeue, on any server: store/work_signal.h) or this long has passed: the
   // safety net for changes nobody announces. An idle fleet costs one lookup per executor per this.
   absl::Duration idle_recheck = absl::Seconds(30);
+  // A gang reservation that does not fill within this is released (server/gang_leasing.h).
+  absl::Duration gang_reservation_timeout = absl::Seconds(30);
   int max_watch_streams = 64;
   // Heartbeats that arrive while others are being written are written together, up to this many
   // in one store transaction (group commit: server/heartbeat_batcher.h); 1 writes each alone.

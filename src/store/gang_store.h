@@ -15,22 +15,17 @@
 // Threads: implementations are thread-safe.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "model/types.h"
 
 namespace minions {
 
-// One executor's place in a gang.
-struct GangSeat {
-  std::string executor_id;
-  std::string endpoint;  // the member's rpc gate on the gang network (host:port); "" for the leader
-  int64_t bytes = 0;     // memory it lends the gang
-  bool operator==(const GangSeat&) const = default;
-};
 
 // The gang of one task attempt. members[0] leads.
 struct GangLease {
@@ -46,9 +41,27 @@ struct GangLease {
 // Gangs have 2 to this many executors (a leader and llama.cpp's 16 rpc servers at most).
 inline constexpr size_t kMaxGangSize = 17;
 
+// A pending task of a gang job, as the lease path finds it (GangStore::NextGangTask).
+struct GangTaskRef {
+  Job job;
+  int64_t task_index = 0;
+};
+
 class GangStore {
  public:
   virtual ~GangStore() = default;
+
+  // The next pending task of a gang job (jobs.gang_size >= 2) a gang should run: not backing off,
+  // its job queued or running, its team not at its running-task quota; highest priority first,
+  // then the oldest job, then task index. nullopt when none.
+  virtual absl::StatusOr<std::optional<GangTaskRef>> NextGangTask(absl::Time now) = 0;
+  // One transaction: grants the pending task (gang.job_id, gang.task_index) to gang.leader() (a new
+  // attempt, leased for `ttl`, as LeaseTasks grants one) and records `gang` as that attempt's
+  // gang (gang.attempt and formed_at are set here). Seats its executors held in gangs whose attempt
+  // has ended (the task moved on) are freed first. FailedPrecondition when the task is not
+  // pending, its job is not a gang job that may run, the leader may not lease, or an executor sits
+  // in a living gang.
+  virtual absl::StatusOr<Lease> LeaseToGang(const GangLease& gang, absl::Duration ttl, absl::Time now) = 0;
 
   // Records the gang that runs attempt `gang.attempt` of task (job_id, task_index).
   virtual absl::Status RecordGang(const GangLease& gang) = 0;

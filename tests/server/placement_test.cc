@@ -1,5 +1,6 @@
 // Placement at submit (server/model_registry.h CheckFleetCanHold): a job no executor of the fleet
-// could ever run is refused with the reason, instead of waiting for ever.
+// could ever run is refused with the reason, instead of waiting for ever; a model no single
+// executor holds gets the fewest executors that do as a gang (PlanAutomaticGang).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -58,6 +59,70 @@ TEST(CheckFleetCanHold, ARunnerNoExecutorOffersIsRefused) {
   EXPECT_THAT(refused.message(), HasSubstr("'vllm'"));
   // An executor that names no runner runs the default one.
   EXPECT_TRUE(CheckFleetCanHold({Machine(64 * kGiB, 0, {})}, Needing(kGiB, Requirements{}.runner)).ok());
+}
+
+Executor GangMachine(const std::string& id, int64_t usable, const std::string& gang_address = "10.9.0.1:50052") {
+  Executor e = Machine(usable, usable, {"llama"});
+  e.id = id;
+  e.info.gang_address = gang_address;
+  return e;
+}
+
+TEST(PlanAutomaticGang, AModelNoOneExecutorHoldsGetsTheFewestThatDo) {
+  std::vector<Executor> fleet = {GangMachine("a", 16 * kGiB), GangMachine("b", 24 * kGiB),
+                                 GangMachine("c", 16 * kGiB), GangMachine("d", 8 * kGiB)};
+  JobSpec spec = Needing(40 * kGiB);
+  PlanAutomaticGang(fleet, spec);
+  EXPECT_EQ(spec.gang_size, 2);  // 24 + 16
+  EXPECT_TRUE(CheckFleetCanHold(fleet, spec).ok());
+  spec = Needing(50 * kGiB);
+  PlanAutomaticGang(fleet, spec);
+  EXPECT_EQ(spec.gang_size, 3);  // 24 + 16 + 16
+  EXPECT_TRUE(CheckFleetCanHold(fleet, spec).ok());
+  // One that one executor holds stays a single-machine job; a job that asked for a gang keeps it.
+  spec = Needing(20 * kGiB);
+  PlanAutomaticGang(fleet, spec);
+  EXPECT_EQ(spec.gang_size, 0);
+  spec = Needing(kGiB);
+  spec.gang_size = 4;
+  PlanAutomaticGang(fleet, spec);
+  EXPECT_EQ(spec.gang_size, 4);
+}
+
+TEST(PlanAutomaticGang, StillRefusedWhenTheWholeFleetCannotHoldIt) {
+  // 64 GiB in all, but only executors with a gang address join gangs: 40 GiB of them.
+  std::vector<Executor> fleet = {GangMachine("a", 16 * kGiB), GangMachine("b", 24 * kGiB),
+                                 GangMachine("c", 24 * kGiB, "")};
+  JobSpec spec = Needing(48 * kGiB);
+  PlanAutomaticGang(fleet, spec);
+  EXPECT_EQ(spec.gang_size, 0);
+  absl::Status refused = CheckFleetCanHold(fleet, spec);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("48.00 GiB"));
+  // Revoked executors are not the fleet.
+  fleet.push_back(GangMachine("d", 24 * kGiB));
+  fleet.back().state = ExecutorState::kRevoked;
+  PlanAutomaticGang(fleet, spec);
+  EXPECT_EQ(spec.gang_size, 0);
+}
+
+TEST(CheckFleetCanHold, AGangJobIsCheckedAgainstItsGang) {
+  std::vector<Executor> fleet = {GangMachine("a", 16 * kGiB), GangMachine("b", 24 * kGiB),
+                                 GangMachine("c", 8 * kGiB)};
+  JobSpec spec = Needing(40 * kGiB);
+  spec.gang_size = 2;
+  EXPECT_TRUE(CheckFleetCanHold(fleet, spec).ok());
+  spec.gang_size = 4;  // more executors than can join
+  EXPECT_EQ(CheckFleetCanHold(fleet, spec).code(), absl::StatusCode::kFailedPrecondition);
+  spec = Needing(41 * kGiB);
+  spec.gang_size = 2;
+  absl::Status refused = CheckFleetCanHold(fleet, spec);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("40.00 GiB"));
+  // Without a gang address no executor joins a gang.
+  for (Executor& e : fleet) e.info.gang_address.clear();
+  spec.gang_size = 2;
+  EXPECT_EQ(CheckFleetCanHold(fleet, spec).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

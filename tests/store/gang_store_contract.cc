@@ -95,5 +95,96 @@ TEST_P(GangStoreContract, MalformedGangsAndUnknownTasksAreRefused) {
   EXPECT_THAT(all, IsEmpty());
 }
 
+
+// Migration 9 (jobs.gang_size): a gang job keeps its size, and the ordinary lease query never
+// gives its tasks to one executor, however large; single jobs queued behind it still flow.
+TEST_P(GangStoreContract, GangJobsKeepTheirSizeAndAreNeverLeasedToOneExecutor) {
+  JobSpec gang_spec = Spec(/*priority=*/5);
+  gang_spec.gang_size = 2;
+  const std::string gang_job = Submit(gang_spec, 2);
+  const std::string single_job = Submit(Spec(), 1);
+  EXPECT_EQ(GetJob(gang_job).spec.gang_size, 2);
+  EXPECT_EQ(GetJob(single_job).spec.gang_size, 0);
+
+  const std::string big = Register("big", 512 * kGiB);
+  std::vector<Lease> leases = LeaseUpTo(big, 4);
+  ASSERT_THAT(leases, SizeIs(1));
+  EXPECT_EQ(leases[0].task.job_id, single_job);
+  EXPECT_TRUE(leases[0].gang.empty());
+
+  // The gang path finds the gang job's first pending task, highest priority first.
+  ASSERT_OK_AND_ASSIGN(std::optional<GangTaskRef> next, store_->NextGangTask(now_));
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->job.id, gang_job);
+  EXPECT_EQ(next->task_index, 0);
+  EXPECT_EQ(next->job.spec.gang_size, 2);
+}
+
+TEST_P(GangStoreContract, LeaseToGangGrantsTheLeaderAndSeatsTheGangInOneStep) {
+  JobSpec spec = Spec();
+  spec.gang_size = 2;
+  const std::string job = Submit(spec, 2);
+  const std::string lead = Register("lead");
+  const std::string member = Register("member");
+  GangLease gang = Gang(job, 0, 0, {lead, member});
+
+  ASSERT_OK_AND_ASSIGN(Lease lease, store_->LeaseToGang(gang, kTtl, now_));
+  EXPECT_EQ(lease.task.job_id, job);
+  EXPECT_EQ(lease.task.index, 0);
+  EXPECT_EQ(lease.task.attempt, 1);
+  EXPECT_EQ(lease.task.executor_id, lead);
+  ASSERT_THAT(lease.gang, SizeIs(2));
+  EXPECT_EQ(lease.gang[1].endpoint, "10.9.0.1:50052");
+  EXPECT_EQ(GetTask(job, 0).state, TaskState::kRunning);
+  EXPECT_EQ(GetJob(job).state, JobState::kRunning);
+  ASSERT_OK_AND_ASSIGN(GangLease seated, store_->GangOf(member));
+  EXPECT_EQ(seated.attempt, 1);
+  EXPECT_EQ(seated.leader(), lead);
+  EXPECT_EQ(seated.formed_at, now_);
+
+  // The next gang task is task 1; task 0 is not pending any more, nor may its members form
+  // another gang while this attempt runs.
+  ASSERT_OK_AND_ASSIGN(std::optional<GangTaskRef> next, store_->NextGangTask(now_));
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->task_index, 1);
+  EXPECT_CODE(store_->LeaseToGang(gang, kTtl, now_), kFailedPrecondition);
+  const std::string other = Register("other");
+  EXPECT_CODE(store_->LeaseToGang(Gang(job, 1, 0, {other, member}), kTtl, now_), kFailedPrecondition);
+  EXPECT_CODE(store_->GangOf(other), kNotFound);
+  EXPECT_EQ(GetTask(job, 1).state, TaskState::kPending);
+
+  // The attempt ends (preempted: back to pending): its seats are stale, and the next gang of
+  // the same executors frees them as it forms.
+  ASSERT_OK(store_->FailTask(lead, job, 0, 1, FailureClass::kPreempted, "a member went away", now_).status());
+  ASSERT_OK_AND_ASSIGN(Lease again, store_->LeaseToGang(Gang(job, 0, 0, {member, lead}), kTtl, now_));
+  EXPECT_EQ(again.task.attempt, 2);
+  ASSERT_OK_AND_ASSIGN(GangLease reseated, store_->GangOf(lead));
+  EXPECT_EQ(reseated.attempt, 2);
+  EXPECT_EQ(reseated.leader(), member);
+}
+
+TEST_P(GangStoreContract, LeaseToGangRefusesWhatNoGangMayRun) {
+  const std::string single = Submit(Spec(), 1);
+  JobSpec spec = Spec();
+  spec.gang_size = 3;
+  const std::string trio = Submit(spec, 1);
+  const std::string a = Register("a");
+  const std::string b = Register("b");
+  // A single job, and a gang of the wrong size, are refused; nothing is granted or seated.
+  EXPECT_CODE(store_->LeaseToGang(Gang(single, 0, 0, {a, b}), kTtl, now_), kFailedPrecondition);
+  EXPECT_CODE(store_->LeaseToGang(Gang(trio, 0, 0, {a, b}), kTtl, now_), kFailedPrecondition);
+  EXPECT_CODE(store_->LeaseToGang(Gang(trio, 0, 0, {a}), kTtl, now_), kInvalidArgument);
+  EXPECT_EQ(GetTask(trio, 0).state, TaskState::kPending);
+  EXPECT_CODE(store_->GangOf(a), kNotFound);
+  // A draining leader leases nothing.
+  const std::string c = Register("c");
+  ASSERT_OK(store_->RequestDrain(a, now_));
+  EXPECT_CODE(store_->LeaseToGang(Gang(trio, 0, 0, {a, b, c}), kTtl, now_), kFailedPrecondition);
+  ASSERT_OK(store_->CancelJob(trio, now_).status());
+  EXPECT_CODE(store_->LeaseToGang(Gang(trio, 0, 0, {b, c, a}), kTtl, now_), kFailedPrecondition);
+  ASSERT_OK_AND_ASSIGN(std::optional<GangTaskRef> none, store_->NextGangTask(now_));
+  EXPECT_FALSE(none.has_value());
+}
+
 }  // namespace
 }  // namespace minions

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/host_port.h"
+#include "store/common/store_rules.h"
 
 namespace minions::gang_rows {
 
@@ -35,6 +36,29 @@ absl::Status CheckNewGang(const GangLease& gang) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckGangGrant(const GangLease& gang, const Executor& leader, const Job& job, const Task& task,
+                            absl::Time now) {
+  if (!store_rules::MayLease(leader, 1)) {
+    return absl::FailedPreconditionError(absl::StrCat("executor ", leader.id, " may not lease now (",
+                                                      std::string(ExecutorStateName(leader.state)), ")"));
+  }
+  if (job.spec.gang_size < 2 || static_cast<size_t>(job.spec.gang_size) != gang.members.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.id, " runs on gangs of ", job.spec.gang_size,
+                                                      ", not ", gang.members.size()));
+  }
+  if (job.state != JobState::kQueued && job.state != JobState::kRunning) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.id, " is ", std::string(JobStateName(job.state))));
+  }
+  if (task.state != TaskState::kPending || (task.not_before && *task.not_before > now)) {
+    return absl::FailedPreconditionError(absl::StrCat("task ", job.id, "/", task.index, " is not waiting for a gang"));
+  }
+  return absl::OkStatus();
+}
+
+bool GangAlive(const GangLease& seated, const Task& task) {
+  return task.state == TaskState::kRunning && task.attempt == seated.attempt;
 }
 
 std::vector<store_rows::Values> SeatValues(const GangLease& gang) {

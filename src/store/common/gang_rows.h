@@ -15,6 +15,17 @@ namespace minions::gang_rows {
 // executors, every member but the leader with a host:port endpoint, none with negative bytes.
 absl::Status CheckNewGang(const GangLease& gang);
 
+// LeaseToGang's checks of what it read: the leader may lease, the job is a gang job that may
+// run (queued or running) with gang.members.size() executors, the task is pending and not
+// backing off at `now`. FailedPrecondition saying which.
+absl::Status CheckGangGrant(const GangLease& gang, const Executor& leader, const Job& job, const Task& task,
+                            absl::Time now);
+// Whether a seat of `seated` (a gang read from the store) still belongs to a living attempt:
+// its task (`task`, as read) runs that very attempt.
+bool GangAlive(const GangLease& seated, const Task& task);
+// The candidates NextGangTask considers at most in one look (teams at their quota are skipped).
+inline constexpr int kGangTaskCandidates = 32;
+
 // The rows of `gang`'s seats, in the column order above.
 std::vector<store_rows::Values> SeatValues(const GangLease& gang);
 

@@ -2,10 +2,15 @@
 // Two gangs recorded at once that share an executor: the seat's UNIQUE executor_id lets one in,
 // the other inserts nothing and answers FailedPrecondition.
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "model/fair_share.h"
+#include "model/state_machines.h"
+#include "store/common/store_rules.h"
 #include "common/status_macros.h"
 #include "store/common/gang_rows.h"
 #include "store/postgres/pg_connection.h"
@@ -30,6 +35,13 @@ constexpr char kSeatsOfAttempt[] = "SELECT " MINIONS_STORE_GANG_SEAT_COLUMNS
 constexpr char kAllSeats[] = "SELECT " MINIONS_STORE_GANG_SEAT_COLUMNS
                              " FROM gang_seats ORDER BY formed_at, job_id, task_index, attempt, seat";
 constexpr char kDeleteAttempt[] = "DELETE FROM gang_seats WHERE job_id = $1 AND task_index = $2 AND attempt = $3";
+
+// Pending tasks of gang jobs, in the order gangs take them (GangStore::NextGangTask).
+constexpr char kGangCandidates[] =
+    "SELECT t.job_id, t.idx, j.team FROM tasks t JOIN jobs j ON j.id = t.job_id "
+    "WHERE j.gang_size >= 2 AND j.state IN ($1, $2) AND t.state = 'pending' "
+    "AND (t.not_before IS NULL OR t.not_before <= $3) "
+    "ORDER BY j.priority DESC, j.created_at, j.id, t.idx LIMIT $4";
 
 std::vector<GangLease> ReadGangs(const PgResult& result) {
   std::vector<GangLease> gangs;
@@ -103,6 +115,70 @@ absl::Status PostgresMetadataStore::EndGang(const std::string& job_id, int64_t t
       return absl::NotFoundError(absl::StrCat("attempt ", attempt, " of task ", job_id, "/", task_index, " has no gang"));
     }
     return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::optional<GangTaskRef>> PostgresMetadataStore::NextGangTask(absl::Time now) {
+  return InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::optional<GangTaskRef>> {
+    ASSIGN_OR_RETURN(std::vector<TeamUsage> teams, LoadTeamUsage(c, now));
+    const std::map<std::string, int> ranks = FairShareRanks(teams);
+    ASSIGN_OR_RETURN(PgResult result, c.Exec(kGangCandidates, Params()
+                                                                  .Text(std::string(JobStateName(JobState::kQueued)))
+                                                                  .Text(std::string(JobStateName(JobState::kRunning)))
+                                                                  .Time(now)
+                                                                  .Int(gang_rows::kGangTaskCandidates)));
+    for (int i = 0; i < result.Rows(); ++i) {
+      const Row row{result, i};
+      auto rank = ranks.find(row.Text(2));
+      if (rank != ranks.end() && rank->second < 0) continue;  // its team runs its quota
+      ASSIGN_OR_RETURN(Job job, LoadJob(c, row.Text(0)));
+      return std::optional<GangTaskRef>(GangTaskRef{std::move(job), row.Int(1)});
+    }
+    return std::optional<GangTaskRef>();
+  });
+}
+
+absl::StatusOr<Lease> PostgresMetadataStore::LeaseToGang(const GangLease& requested, absl::Duration ttl,
+                                                         absl::Time now) {
+  GangLease gang = requested;
+  gang.attempt = 1;  // checked for shape here; the real attempt is the grant's
+  RETURN_IF_ERROR(gang_rows::CheckNewGang(gang));
+  return InTransaction(true, [&](Connection& c) -> absl::StatusOr<Lease> {
+    // The store's lock order: tasks, then jobs, then executors.
+    ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(c, {{gang.job_id, gang.task_index}}));
+    if (tasks.empty()) return absl::NotFoundError(absl::StrCat("job ", gang.job_id, " has no task ", gang.task_index));
+    Task task = std::move(tasks.front());
+    ASSIGN_OR_RETURN(Job job, LoadJob(c, gang.job_id));
+    ASSIGN_OR_RETURN(Executor leader, LoadExecutor(c, gang.leader()));
+    RETURN_IF_ERROR(gang_rows::CheckGangGrant(gang, leader, job, task, now));
+    for (const GangSeat& seat : gang.members) {
+      ASSIGN_OR_RETURN(PgResult of, c.Exec(kSeatOf, Params().Text(seat.executor_id)));
+      std::vector<GangLease> other = ReadGangs(of);
+      if (other.empty()) continue;
+      ASSIGN_OR_RETURN(std::vector<Task> seated, LoadTasks(c, {{other[0].job_id, other[0].task_index}}));
+      if (!seated.empty() && gang_rows::GangAlive(other[0], seated.front())) {
+        return InGangAlready(seat.executor_id, other[0]);
+      }
+      RETURN_IF_ERROR(
+          c.Exec(kDeleteAttempt, Params().Text(other[0].job_id).Int(other[0].task_index).Int(other[0].attempt))
+              .status());
+    }
+    RETURN_IF_ERROR(GrantTask(task, leader.id, ttl, now));
+    RETURN_IF_ERROR(SaveTasks(c, {task}));
+    if (MarkJobStarted(job, now)) RETURN_IF_ERROR(SaveJob(c, job));
+    if (store_rules::MarkBusy(leader)) RETURN_IF_ERROR(SaveExecutor(c, leader));
+    gang.attempt = task.attempt;
+    gang.formed_at = now;
+    for (const store_rows::Values& values : gang_rows::SeatValues(gang)) {
+      ASSIGN_OR_RETURN(PgResult inserted, c.Exec(kInsertSeat, Params().Values(values)));
+      if (inserted.Affected() != 1) {
+        return absl::FailedPreconditionError(absl::StrCat("the gang of task ", gang.job_id, "/", gang.task_index,
+                                                          " lost an executor to another gang while forming"));
+      }
+    }
+    Lease lease = MakeLease(std::move(task), job.spec);
+    lease.gang = gang.members;
+    return lease;
   });
 }
 

@@ -710,7 +710,8 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
                                                                    .Text(rules::FairShareRanksJson(teams))
                                                                    .Text(executor.info.model_loaded)
                                                                    .Text(DumpJson(Json(executor.info.models)))
-                                                                   .Time(now - options_.warm_wait)));
+                                                                   .Time(now - WarmWait())
+                                                                   .Int(options_.model_affinity ? 1 : 0)));
     // Teams with a running-task quota among the candidates: their counts again, under lock.
     std::map<std::string, int64_t> allowances = rules::RunningAllowances(teams);
     std::vector<rows::Values> quota_teams;
@@ -748,7 +749,7 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
           unstarted.insert(task.job_id);
         }
       }
-      if (!rules::MayPlace(executor, jobs.at(task.job_id), now, options_.warm_wait)) continue;  // the rules decide
+      if (!rules::MayPlace(executor, jobs.at(task.job_id), now, WarmWait())) continue;  // the rules decide
       if (task.shadow && task.shadow->executor_id == executor_id) continue;  // its backup goes elsewhere
       if (!rules::TakeAllowance(allowances, row.Text(rows::kTaskColumns + 3))) continue;  // team at its quota
       RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));

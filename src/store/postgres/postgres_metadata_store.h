@@ -104,7 +104,7 @@ class PostgresMetadataStore : public MetadataStore {
   absl::Status RequestDrain(const std::string& executor_id, absl::Time now) override;
 
   absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now) override;
-  absl::Duration WarmWait() const override { return options_.warm_wait; }
+  absl::Duration WarmWait() const override { return options_.EffectiveWarmWait(); }
   absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks, absl::Duration ttl,
                                                 absl::Time now) override;
   absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
@@ -134,6 +134,8 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<GangLease> GangOf(const std::string& executor_id) override;
   absl::StatusOr<std::vector<GangLease>> ListGangs() override;
   absl::Status EndGang(const std::string& job_id, int64_t task_index, int attempt) override;
+  absl::StatusOr<std::optional<GangTaskRef>> NextGangTask(absl::Time now) override;
+  absl::StatusOr<Lease> LeaseToGang(const GangLease& gang, absl::Duration ttl, absl::Time now) override;
 
   // ModelStore (sqlite_model_store.cc / postgres_model_store.cc)
   absl::StatusOr<ModelRecord> AddModel(const ModelRecord& model) override;

@@ -228,9 +228,15 @@ CREATE TABLE gang_seats (
 );
 )sql";
 
+// Gang jobs (docs/architecture.md, "Gangs"): jobs.gang_size is the spec's gang_size (0: one
+// executor per task), a column the lease query filters on (a gang job's tasks go to gangs only).
+// Generated from the spec, so no writer has to keep it. Migration 9.
+constexpr char kGangJobs[] = R"sql(
+ALTER TABLE jobs ADD COLUMN gang_size INTEGER GENERATED ALWAYS AS (COALESCE((spec->>'gang_size')::int, 0)) STORED;
+)sql";
+
 // Task sizes (model/task_sizing.h): per model and runner, the decayed sums of records processed
-// and seconds taken by finished attempts (MetadataStore::RecordThroughput). Self-contained: the
-// lead may renumber it.
+// and seconds taken by finished attempts (MetadataStore::RecordThroughput). Migration 10.
 constexpr char kThroughput[] = R"sql(
 CREATE TABLE task_throughput (
   model      TEXT NOT NULL,
@@ -253,7 +259,8 @@ constexpr Migration kMigrations[] = {
     // 7 landed first (with gangs part 1), 8 after: a landed migration keeps its number for good.
     {7, "gangs: which executors form the gang of a task attempt", kGangs},
     {8, "settings: the object store the servers share", kSettings},
-    {9, "task sizes: records per second of each model and runner", kThroughput},
+    {9, "gang jobs: jobs.gang_size", kGangJobs},
+    {10, "task sizes: records per second of each model and runner", kThroughput},
 };
 
 }  // namespace

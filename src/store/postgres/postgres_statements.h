@@ -130,17 +130,19 @@ inline constexpr char kFinishedJobs[] =
 // team it leaves out ranks 0; a team ranked -1 is at its running-task quota and is skipped).
 // Placement: $4 is the executor's usable memory; warmth is how warm it is for a job's registry
 // model (0 loaded ($8), 1 cached ($9, a JSON array of digests), 2 cold; a job without a registry
-// model is 0): warmer first within a priority, and a cold executor takes a job only once it was
-// submitted before $10 (delay scheduling).
+// model is 0): warmer first within a priority, and an executor that would have to drop another
+// model or fetch the bytes (neither loaded, nor cached with no model loaded: placement.h
+// TakesWithoutWait) takes a job only once it was submitted before $10 (delay scheduling). Without model affinity ($11 = 0) every job is 0.
 #define MINIONS_PG_WARMTH                                                                          \
-  "(CASE WHEN model_digest = '' OR model_digest = $8 THEN 0 WHEN model_digest IN "                 \
+  "(CASE WHEN $11::bigint = 0 OR model_digest = '' OR model_digest = $8 THEN 0 WHEN model_digest IN " \
   "(SELECT jsonb_array_elements_text($9::jsonb)) THEN 1 ELSE 2 END)"
 inline constexpr char kLeaseCandidates[] =
     "SELECT t.*, j.spec, j.state, j.started_at IS NOT NULL, j.team, j.created_at FROM (SELECT id, spec, state, "
     "started_at, team, created_at "
     "FROM jobs LEFT JOIN jsonb_each_text($7::jsonb) r ON r.key = jobs.team "
-    "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
-    "AND COALESCE(r.value::int, 0) >= 0 AND (" MINIONS_PG_WARMTH " < 2 OR created_at <= $10) "
+    "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND gang_size < 2 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
+    "AND COALESCE(r.value::int, 0) >= 0 AND (" MINIONS_PG_WARMTH " = 0 OR (" MINIONS_PG_WARMTH " = 1 AND $8 = '') "
+    "OR created_at <= $10) "
     "ORDER BY COALESCE(r.value::int, 0), priority DESC, " MINIONS_PG_WARMTH ", created_at, id) j "
     "CROSS JOIN LATERAL (SELECT "
     MINIONS_STORE_TASK_COLUMNS

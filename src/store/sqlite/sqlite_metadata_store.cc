@@ -76,18 +76,22 @@ constexpr char kCountRunning[] =
 // :ranks is the teams' fair-share order (store_rules::FairShareRanksJson): a team it leaves out
 // ranks 0; a team ranked -1 is at its running-task quota.
 // Placement: how warm the executor is for a job's registry model (0 loaded, 1 cached, 2 cold;
-// a job without a registry model is 0): warmer first within a priority, and a cold executor
-// takes a job only once it was submitted before :cold_before (delay scheduling).
+// a job without a registry model is 0): warmer first within a priority, and an executor that
+// would have to drop another model or fetch the bytes (neither loaded, nor cached with no model
+// loaded: placement.h TakesWithoutWait) takes a job only once it was submitted before
+// :cold_before (delay scheduling). Without model
+// affinity (:affinity = 0) every job is 0.
 #define MINIONS_SQLITE_WARMTH                                                                   \
-  "(CASE WHEN j.model_digest = '' OR j.model_digest = :loaded THEN 0 WHEN j.model_digest IN " \
+  "(CASE WHEN :affinity = 0 OR j.model_digest = '' OR j.model_digest = :loaded THEN 0 WHEN j.model_digest IN " \
   "(SELECT value FROM json_each(:cached)) THEN 1 ELSE 2 END)"
 constexpr char kLeaseCandidates[] =
     "SELECT t.job_id, t.idx, j.team FROM tasks t JOIN jobs j ON j.id = t.job_id "
     "LEFT JOIN json_each(:ranks) r ON r.key = j.team "
     "WHERE t.state = :pending AND (t.not_before IS NULL OR t.not_before <= :now) "
-    "AND j.state IN (:queued, :running) AND j.min_memory_bytes <= :memory_bytes "
+    "AND j.state IN (:queued, :running) AND j.min_memory_bytes <= :memory_bytes AND j.gang_size < 2 "
     "AND j.runner IN (SELECT value FROM json_each(:runners)) AND COALESCE(r.value, 0) >= 0 "
-    "AND (" MINIONS_SQLITE_WARMTH " < 2 OR j.created_at <= :cold_before) "
+    "AND (" MINIONS_SQLITE_WARMTH " = 0 OR (" MINIONS_SQLITE_WARMTH " = 1 AND :loaded = '') "
+    "OR j.created_at <= :cold_before) "
     "ORDER BY COALESCE(r.value, 0), j.priority DESC, " MINIONS_SQLITE_WARMTH ", j.created_at, j.id, t.idx "
     "LIMIT :limit";
 #undef MINIONS_SQLITE_WARMTH
@@ -694,7 +698,8 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
           .BindText(":ranks", rules::FairShareRanksJson(teams))
           .BindText(":loaded", executor.info.model_loaded)
           .BindText(":cached", DumpJson(Json(executor.info.models)))
-          .BindTime(":cold_before", now - options_.warm_wait)
+          .BindTime(":cold_before", now - WarmWait())
+          .BindInt(":affinity", options_.model_affinity ? 1 : 0)
           .BindInt(":limit", max_tasks);
       while (true) {
         ASSIGN_OR_RETURN(bool row, query.Step());
@@ -710,7 +715,7 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
         ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
         job_it = jobs.emplace(job_id, std::move(job)).first;
       }
-      if (!rules::MayPlace(executor, job_it->second, now, options_.warm_wait)) continue;  // the rules decide
+      if (!rules::MayPlace(executor, job_it->second, now, WarmWait())) continue;  // the rules decide
       ASSIGN_OR_RETURN(Task task, LoadTask(job_id, index));
       if (task.shadow && task.shadow->executor_id == executor_id) continue;  // its backup goes elsewhere
       if (!rules::TakeAllowance(allowances, team)) continue;                 // its team reached its quota

@@ -1,0 +1,148 @@
+// ExecutorAgent, gangs (docs/architecture.md, "Gangs"): as a member it serves the duties its lease
+// answers carry, an rpc-server behind a gate on its gang address that admits only the gang's
+// leader, until a heartbeat says the attempt ended or the owner needs the machine (the owner never
+// waits for a gang); as a leader it waits for its members' gates before its runner loads the model
+// across them. While it serves or leads a gang it leases nothing else: its memory is the gang's.
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/host_port.h"
+#include "common/logging.h"
+#include "executor/agent.h"
+#include "executor/lease_proto.h"
+
+namespace minions {
+namespace {
+
+// Whether something accepts a TCP connection at `endpoint` now (closed at once).
+bool Answers(const std::string& endpoint) {
+  std::string host;
+  int port = 0;
+  if (!SplitHostPort(endpoint, &host, &port).ok()) return false;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool ok = false;
+  for (addrinfo* a = found; a != nullptr && !ok; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    ok = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return ok;
+}
+
+}  // namespace
+
+void ExecutorAgent::TakeGangDuties(const v1::LeaseResponse& reply) {
+  for (const v1::GangDuty& proto : reply.gang_duties()) {
+    const GangDuty duty = FromProto(proto);
+    const std::string key = TaskKey(duty.ref);
+    if (duties_.contains(key)) continue;
+    absl::Status started = absl::FailedPreconditionError("this executor names no [gang] address");
+    if (options_.gang) {
+      GangMemberOptions member;
+      member.rpc_server = options_.gang->rpc_server;
+      member.stderr_path = options_.gang->rpc_log;
+      member.threads = options_.runner_threads;
+      member.leader_host = duty.leader_host;
+      std::string host;
+      int port = 0;
+      // Only its own gang address: the server's `bind` is a copy of what this executor reported.
+      started = SplitHostPort(options_.gang->address, &host, &port);
+      if (started.ok() && duty.bind != options_.gang->address) {
+        started = absl::InvalidArgumentError(absl::StrCat("the duty binds ", duty.bind, ", not this executor's gang address ",
+                                                          options_.gang->address));
+      }
+      if (started.ok()) {
+        member.bind_host = host;
+        member.port = port;
+        absl::StatusOr<std::unique_ptr<GangMember>> running = GangMember::Start(member);
+        if (running.ok()) {
+          MINIONS_LOG(Info) << Describe(duty.ref) << " serving the gang of leader " << duty.leader_host << " at "
+                            << (*running)->endpoint();
+          duties_[key] = *std::move(running);
+        } else {
+          started = running.status();
+        }
+      }
+    }
+    if (!started.ok()) {
+      // Its leader finds no gate and gives the attempt back (preempted): nothing else to do here.
+      MINIONS_LOG(Warning) << Describe(duty.ref) << " cannot serve its gang: " << started.message();
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    duty_refs_.push_back(duty.ref);
+  }
+}
+
+bool ExecutorAgent::EndDuty(const AttemptRef& ref) {
+  auto it = duties_.find(TaskKey(ref));
+  if (it == duties_.end()) return false;
+  it->second->Stop();
+  MINIONS_LOG(Info) << Describe(ref) << " gang duty ended (" << it->second->admitted() << " connections from the leader, "
+                    << it->second->refused() << " refused; " << it->second->bytes_in() << " bytes in, "
+                    << it->second->bytes_out() << " bytes out)";
+  duties_.erase(it);
+  absl::MutexLock lock(&mu_);
+  std::erase(duty_refs_, ref);
+  return true;
+}
+
+void ExecutorAgent::EndDuties(const char* why) {
+  if (duties_.empty()) return;
+  MINIONS_LOG(Info) << "leaving " << duties_.size() << " gang(s): " << why;
+  for (auto& [key, member] : duties_) member->Stop();
+  duties_.clear();
+  absl::MutexLock lock(&mu_);
+  // Reported no more: the server ends those attempts when their leaders give them back, and its
+  // next heartbeat finds this executor free.
+  duty_refs_.clear();
+}
+
+bool ExecutorAgent::InGang() const {
+  if (!duties_.empty()) return true;
+  for (const auto& [key, task] : tasks_) {
+    if (!task->lease().gang.empty()) return true;
+  }
+  return false;
+}
+
+std::vector<int> ExecutorAgent::GangPorts(const LeaseGrant& lease) {
+  std::vector<int> ports;
+  for (const LeaseGrant::GangPeer& peer : lease.gang) {
+    std::string host;
+    int port = 0;
+    if (SplitHostPort(peer.endpoint, &host, &port).ok() && port > 0) ports.push_back(port);
+  }
+  std::sort(ports.begin(), ports.end());
+  ports.erase(std::unique(ports.begin(), ports.end()), ports.end());
+  return ports;
+}
+
+absl::Status ExecutorAgent::AwaitGang(const LeaseGrant& lease) const {
+  const absl::Duration wait = options_.gang ? options_.gang->member_wait : absl::Seconds(60);
+  const absl::Time deadline = absl::Now() + wait;
+  for (const LeaseGrant::GangPeer& peer : lease.gang) {
+    // The members start their gates when their own lease answers reach them: a moment, usually.
+    while (!Answers(peer.endpoint)) {
+      if (absl::Now() >= deadline) {
+        return absl::UnavailableError(absl::StrCat("gang member ", peer.endpoint, " did not answer within ",
+                                                   absl::FormatDuration(wait)));
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace minions

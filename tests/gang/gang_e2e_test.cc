@@ -1,0 +1,223 @@
+// Gangs end to end (docs/architecture.md, "Gangs"): a `minions server` and three `minions
+// executor`s on loopback, each with a gang address, running the real llama.cpp runner and
+// ggml-rpc-server on CPU. A job that needs more memory than any one executor declares runs on a
+// gang of two (a leader whose runner spreads the model's layers over a member's rpc-server); its
+// greedy output equals `minions local-run` of the same model on one machine.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <fstream>
+
+#include "cli/sample_prompts.h"
+#include "pool_test_util.h"
+
+namespace minions::testing {
+namespace {
+
+// Starts three executors e1..e3, each with a gang address of its own on loopback, and waits until
+// the server knows them. Returns the most usable memory any of them declares (0 on failure).
+int64_t StartGangFleet(ProcessPool& pool, const std::vector<std::string>& extra = {}) {
+  for (const char* name : {"e1", "e2", "e3"}) {
+    std::vector<std::string> args = {"--gang-address", absl::StrCat("127.0.0.1:", PickFreePort())};
+    args.insert(args.end(), extra.begin(), extra.end());
+    absl::Status started = pool.StartExecutor(name, 1, "", "", args);
+    if (!started.ok()) {
+      ADD_FAILURE() << started;
+      return 0;
+    }
+  }
+  cli::JobsClient client(pool.connection());
+  for (int i = 0; i < 300; ++i) {
+    auto executors = client.Executors();
+    if (executors.ok() && executors->size() == 3) {
+      int64_t largest = 0;
+      for (const v1::Executor& e : *executors) largest = std::max(largest, e.usable_memory_bytes());
+      return largest;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ADD_FAILURE() << "the three executors did not register; logs in " << pool.dir() << "/logs";
+  return 0;
+}
+
+absl::StatusOr<v1::Job> SubmitGang(ProcessPool& pool, const std::string& input, int gang, int64_t memory_bytes,
+                                   int64_t shard_size) {
+  v1::SubmitJobRequest request;
+  request.set_input(ReadFile(input));
+  request.set_model(kModel);
+  request.set_shard_size(shard_size);
+  request.set_runner_options_json(R"({"n_parallel": 4})");
+  request.set_min_memory_bytes(memory_bytes);
+  request.set_gang_size(gang);
+  return cli::JobsClient(pool.connection()).Submit(request);
+}
+
+v1::Job WaitForEnd(ProcessPool& pool, const std::string& job_id, absl::Duration timeout) {
+  cli::JobsClient client(pool.connection());
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    auto now = client.Get(job_id);
+    if (now.ok() && IsFinished(*now)) return *now;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ADD_FAILURE() << "job " << job_id << " did not finish in time; logs in " << pool.dir() << "/logs";
+  auto last = client.Get(job_id);
+  return last.ok() ? *last : v1::Job{};
+}
+
+std::vector<std::string> GreedyLines(int n) {
+  cli::SamplePromptOptions sample;
+  sample.records = n;
+  sample.max_tokens = 8;
+  sample.greedy_only = true;
+  sample.include_embeddings = false;
+  return cli::SamplePromptLines(sample);
+}
+
+TEST(GangEndToEnd, AModelNoExecutorCanHoldRunsOnAGangOfTwoAndEqualsOneMachine) {
+  const std::string dir = TempDir("gang-e2e");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  ASSERT_TRUE(pool.StartServer().ok());
+  const int64_t largest = StartGangFleet(pool);
+  ASSERT_GT(largest, 0);
+  const std::vector<std::string> lines = GreedyLines(48);
+  const std::string input = WriteInput(dir, lines);
+
+  // More than two executors can hold together is refused as a gang of two; more than the whole
+  // fleet can hold is refused outright.
+  auto too_big = SubmitGang(pool, input, 2, 2 * largest + 1, 16);
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kFailedPrecondition) << too_big.status();
+  auto beyond_fleet = SubmitGang(pool, input, 0, 3 * largest + 1, 16);
+  EXPECT_EQ(beyond_fleet.status().code(), absl::StatusCode::kFailedPrecondition) << beyond_fleet.status();
+  auto job = SubmitGang(pool, input, 2, largest + 1, 16);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->gang_size(), 2);
+
+  v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(10));
+  ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";
+  auto output = Lines(FetchResults(pool, job->id(), false));
+  auto errors = Lines(FetchResults(pool, job->id(), true));
+  ExpectEachRecordOnce(lines, output, errors);
+
+  // Every task ran on a gang: the server formed one per task, and members served its leaders.
+  const std::string server_log = ReadFile(pool.dir() + "/logs/server.log");
+  int gangs = 0;
+  for (size_t at = server_log.find("leased to a gang of 2"); at != std::string::npos;
+       at = server_log.find("leased to a gang of 2", at + 1)) {
+    ++gangs;
+  }
+  EXPECT_GE(gangs, done.n_tasks()) << "see " << pool.dir() << "/logs/server.log";
+  std::string member_logs;
+  for (const char* name : {"e1", "e2", "e3"}) member_logs += ReadFile(pool.dir() + "/logs/executor-" + name + ".log");
+  EXPECT_THAT(member_logs, ::testing::HasSubstr("serving the gang of leader 127.0.0.1"));
+  // And the leader really spread the model: a member took megabytes of tensors over its gate.
+  int64_t most_in = 0;
+  for (size_t at = member_logs.find(" bytes in"); at != std::string::npos; at = member_logs.find(" bytes in", at + 1)) {
+    size_t begin = member_logs.rfind(' ', at - 1) + 1;
+    most_in = std::max<int64_t>(most_in, std::stoll(member_logs.substr(begin, at - begin)));
+  }
+  EXPECT_GT(most_in, 1'000'000) << "no member received the model's layers";
+
+  // The same records on one machine, one runner.
+  RunLocally(input, dir, 4, 1);
+  if (HasFatalFailure()) return;
+  ExpectSameResults(output, errors, Lines(ReadFile(dir + "/local.jsonl")), Lines(ReadFile(dir + "/local-errors.jsonl")));
+  if (!HasFailure()) std::filesystem::remove_all(dir);
+}
+
+// The pid of executor `name`'s ggml-rpc-server (it serves a gang now), or 0.
+pid_t RpcServerOf(ProcessPool& pool, const std::string& name) {
+  for (pid_t child : pool.ExecutorChildren(name)) {
+    std::string comm = ReadFirstLine(absl::StrCat("/proc/", child, "/comm"));
+    if (comm.find("rpc-server") != std::string::npos) return child;
+  }
+  return 0;
+}
+
+// A member machine dies mid-task (its executor and rpc-server SIGKILLed once the task has
+// committed a checkpoint: the fault follows progress, not time). The leader's attempt ends as
+// preempted, not failed; the task resumes from its checkpoint on a new gang of the two left, and
+// every custom_id comes out exactly once, equal to one machine's output.
+TEST(GangEndToEnd, AMemberKilledMidTaskPreemptsTheAttemptAndTheTaskFinishesOnANewGang) {
+  const std::string dir = TempDir("gang-kill");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  ASSERT_TRUE(pool.StartServer().ok());
+  const int64_t largest = StartGangFleet(pool, {"--checkpoint-records", "4"});
+  ASSERT_GT(largest, 0);
+  const std::vector<std::string> lines = GreedyLines(64);
+  const std::string input = WriteInput(dir, lines);
+  auto job = SubmitGang(pool, input, 2, largest + 1, 64);  // one task
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  // Wait until the task has committed a checkpoint, then kill its member.
+  cli::JobsClient client(pool.connection());
+  std::string victim;
+  for (int i = 0; i < 3000 && victim.empty(); ++i) {
+    auto tasks = client.Tasks(job->id());
+    if (tasks.ok() && tasks->size() == 1 && tasks->at(0).state() == "running" &&
+        tasks->at(0).records_committed() >= 4 && tasks->at(0).records_committed() < 64) {
+      for (const std::string& name : pool.executor_names()) {
+        if (RpcServerOf(pool, name) != 0) victim = name;
+      }
+    }
+    if (victim.empty()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_FALSE(victim.empty()) << "no member served a running task with a checkpoint; logs in " << pool.dir();
+  const pid_t rpc_server = RpcServerOf(pool, victim);
+  ASSERT_GT(rpc_server, 0);
+  ::kill(rpc_server, SIGKILL);  // the member's machine dies: both its processes
+  ASSERT_TRUE(pool.StopExecutor(victim, SIGKILL).ok());
+
+  v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(10));
+  ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";
+  auto output = Lines(FetchResults(pool, job->id(), false));
+  auto errors = Lines(FetchResults(pool, job->id(), true));
+  ExpectEachRecordOnce(lines, output, errors);
+  auto tasks = client.Tasks(job->id());
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_GE(tasks->at(0).preemptions(), 1) << "the attempt the member's death ended was not preempted";
+  EXPECT_EQ(tasks->at(0).failures(), 0) << tasks->at(0).last_error();
+  EXPECT_GE(tasks->at(0).attempt(), 2);
+
+  RunLocally(input, dir, 4, 1);
+  if (HasFatalFailure()) return;
+  ExpectSameResults(output, errors, Lines(ReadFile(dir + "/local.jsonl")), Lines(ReadFile(dir + "/local-errors.jsonl")));
+  if (!HasFailure()) std::filesystem::remove_all(dir);
+}
+
+// Automatic gangs: a job that asks for none, whose model no executor can hold alone, becomes a
+// job of the fewest executors that can (two of three here); more than the fleet can hold is
+// still refused.
+TEST(GangEndToEnd, AJobNoExecutorCanHoldGetsTheFewestExecutorsThatCan) {
+  const std::string dir = TempDir("gang-auto");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  ASSERT_TRUE(pool.StartServer().ok());
+  const int64_t largest = StartGangFleet(pool);
+  ASSERT_GT(largest, 0);
+  const std::vector<std::string> lines = GreedyLines(16);
+  const std::string input = WriteInput(dir, lines);
+  auto job = SubmitGang(pool, input, 0, largest + 1, 16);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->gang_size(), 2);
+  auto three = SubmitGang(pool, input, 0, 2 * largest + 1, 16);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->gang_size(), 3);
+  auto beyond = SubmitGang(pool, input, 0, 3 * largest + 1, 16);
+  EXPECT_EQ(beyond.status().code(), absl::StatusCode::kFailedPrecondition) << beyond.status();
+  cli::JobsClient client(pool.connection());
+  ASSERT_TRUE(client.Cancel(three->id()).ok());
+  v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(10));
+  ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
+  if (!HasFailure()) std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace minions::testing
