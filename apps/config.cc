@@ -60,7 +60,10 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["straggler_min_runtime_ms"].value<int64_t>()) config.straggler_min_runtime_ms = *v;
     if (auto v = table["server"]["fair_share_half_life_s"].value<int64_t>()) config.fair_share_half_life_s = *v;
     if (auto v = table["server"]["warm_wait_ms"].value<int64_t>()) config.warm_wait_ms = *v;
+    if (auto v = table["server"]["model_affinity"].value<bool>()) config.model_affinity = *v;
     if (auto v = table["server"]["heartbeat_batch"].value<int64_t>()) config.heartbeat_batch = *v;
+    if (auto v = table["server"]["task_target_s"].value<int64_t>()) config.task_target_s = *v;
+    if (auto v = table["server"]["credential_refresh_s"].value<int64_t>()) config.credential_refresh_s = *v;
     if (auto v = table["server"]["watchdog"].value<bool>()) config.watchdog = *v;
     str("store", "database", &config.database);
     str("objects", "url", &config.objects);
@@ -180,6 +183,14 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
   if (config.heartbeat_batch < 1 || config.heartbeat_batch > 10000) {
     problems.push_back(absl::StrCat("server.heartbeat_batch is ", config.heartbeat_batch,
                                     "; use between 1 (each heartbeat its own transaction) and 10000; 256 is the default"));
+  }
+  if (config.credential_refresh_s < 1 || config.credential_refresh_s > 3600) {
+    problems.push_back(absl::StrCat("server.credential_refresh_s is ", config.credential_refresh_s,
+                                    "; use between 1 and 3600 seconds; 300 is the default"));
+  }
+  if (config.task_target_s < 1 || config.task_target_s > 86400) {
+    problems.push_back(absl::StrCat("server.task_target_s is ", config.task_target_s,
+                                    "; use between 1 and 86400 seconds a task; 60 is the default"));
   }
   if (config.warm_wait_ms < 0 || config.warm_wait_ms > 600000) {
     problems.push_back(absl::StrCat("server.warm_wait_ms is ", config.warm_wait_ms,

@@ -7,7 +7,7 @@
 //
 //   [server]    listen, http_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
 //               straggler_factor, straggler_min_runtime_ms, fair_share_half_life_s, warm_wait_ms,
-//               heartbeat_batch
+//               model_affinity, heartbeat_batch, task_target_s, credential_refresh_s
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
@@ -53,8 +53,17 @@ struct MinionsConfig {
   // Placement: a job's tasks wait this long after submission for an executor that holds its model
   // before a cold one may take them (delay scheduling).
   int64_t warm_wait_ms = 3000;
+  // Model affinity: prefer executors warm for a job's model, and the warm wait above. false (for
+  // benchmarks and operators comparing placements) turns both off: StoreOptions::model_affinity.
+  bool model_affinity = true;
   // The most executors' heartbeats written in one store transaction (group commit); 1: each alone.
   int64_t heartbeat_batch = 256;
+  // Jobs submitted without a shard size get tasks that run about this long, from the measured
+  // throughput of their model and runner (model/task_sizing.h).
+  int64_t task_target_s = 60;
+  // How long a server keeps a credential it looked up before reading it again (revocations are
+  // read in one batch every 2 s whatever this is: identity/authenticator.h).
+  int64_t credential_refresh_s = 300;
   bool watchdog = true;
   std::string data_dir;  // default: ~/.minions/server
   // The OpenAI API (src/openai): folders whose *.gguf files are its models (by file name, without

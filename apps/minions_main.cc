@@ -91,7 +91,7 @@ void PrintVerbs(CLI::App& app) {
       {"Submit and follow work", {"submit", "jobs", "status", "watch", "results", "cancel"}},
       {"Models", {"models"}},
       {"The fleet", {"executors", "drain"}},
-      {"Teams and access", {"admin", "pki"}},
+      {"Teams and access", {"teams", "admin", "pki"}},
       {"Run the pieces yourself", {"server", "watchdog", "executor", "config"}},
       {"Without a server", {"local-run"}},
   };
@@ -150,6 +150,8 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.tls = {config.tls_cert, config.tls_key};
   options.lease_ttl = absl::Milliseconds(config.lease_ttl_ms);
   options.heartbeat_batch = static_cast<int>(config.heartbeat_batch);
+  options.task_sizing.target = absl::Seconds(config.task_target_s);
+  options.auth.refresh_ttl = absl::Seconds(config.credential_refresh_s);
   // Executors elsewhere open models by their own paths.
   options.check_model_paths = !absl::StartsWith(config.database, "postgres");
   std::unique_ptr<minions::Watchdog> watchdog;
@@ -440,10 +442,11 @@ struct SharedFlags {
 struct ProcessVerbs {
   std::string flag_listen, flag_http_listen, flag_data_dir, flag_database, flag_objects, flag_tls_cert, flag_tls_key;
   int64_t flag_ttl_ms = 0, flag_straggler_ms = -1, flag_half_life_s = 0, flag_warm_wait_ms = -1,
-          flag_heartbeat_batch = 0;
+          flag_heartbeat_batch = 0, flag_task_target_s = 0, flag_credential_refresh_s = 0;
   std::vector<std::string> flag_openai_model_dirs;
   int64_t flag_openai_max_file_bytes = 0;
   bool no_watchdog = false;
+  bool no_model_affinity = false;
   std::string watchdog_http_listen;  // watchdog --http-listen
   bool connect = false;              // config check --connect
   CLI::App* server_cmd = nullptr;
@@ -470,9 +473,18 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_option("--warm-wait-ms", p->flag_warm_wait_ms,
                          "a job's tasks wait this long for an executor holding its model before a cold one "
                          "may take them (default 3000)");
+  server_cmd->add_flag("--no-model-affinity", p->no_model_affinity,
+                       "place tasks without regard to the executors' models: no warm preference, no warm wait "
+                       "(for benchmarks and comparisons; server.model_affinity = false)");
   server_cmd->add_option("--heartbeat-batch", p->flag_heartbeat_batch,
                          "write up to this many executors' heartbeats in one store transaction; 1: each alone "
                          "(default 256)");
+  server_cmd->add_option("--task-target-s", p->flag_task_target_s,
+                         "jobs submitted without --shard-size get tasks that run about this many seconds, "
+                         "from the measured throughput of their model (default 60)");
+  server_cmd->add_option("--credential-refresh-s", p->flag_credential_refresh_s,
+                         "keep a looked-up credential this long before reading it again; revocations are read "
+                         "in one batch every 2 s regardless (default 300)");
   server_cmd->add_option("--openai-model-dir", p->flag_openai_model_dirs,
                          "a folder of GGUF files the OpenAI API serves as models, by file name (repeatable)");
   server_cmd->add_option("--openai-max-file-bytes", p->flag_openai_max_file_bytes,
@@ -514,7 +526,10 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (p.flag_half_life_s > 0) config->fair_share_half_life_s = p.flag_half_life_s;
   if (p.flag_warm_wait_ms >= 0) config->warm_wait_ms = p.flag_warm_wait_ms;
   if (p.flag_heartbeat_batch > 0) config->heartbeat_batch = p.flag_heartbeat_batch;
+  if (p.flag_task_target_s > 0) config->task_target_s = p.flag_task_target_s;
+  if (p.flag_credential_refresh_s > 0) config->credential_refresh_s = p.flag_credential_refresh_s;
   if (p.no_watchdog) config->watchdog = false;
+  if (p.no_model_affinity) config->model_affinity = false;
   if (!p.flag_openai_model_dirs.empty()) config->openai_model_dirs = p.flag_openai_model_dirs;
   if (p.flag_openai_max_file_bytes > 0) config->openai_max_file_bytes = p.flag_openai_max_file_bytes;
   return config;
@@ -737,6 +752,7 @@ struct ClientVerbs {
   CLI::App* results_cmd = nullptr;
   CLI::App* cancel_cmd = nullptr;
   CLI::App* executors_cmd = nullptr;
+  CLI::App* teams_cmd = nullptr;
   CLI::App* revoke_executor_cmd = nullptr;
   CLI::App* whoami_cmd = nullptr;
   CLI::App* drain_cmd = nullptr;  // AddDrainVerb
@@ -761,7 +777,9 @@ void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
                          "a pushed model (NAME or NAME@sha256:...), or a GGUF path the executors can open")
       ->required();
   submit_cmd->add_option("--runner", submit.runner, "the runner that serves it (default llama; or one executors declare)");
-  submit_cmd->add_option("--shard-size", submit.shard_size, "records per task (default 100)");
+  submit_cmd->add_option("--shard-size", submit.shard_size,
+                         "records per task (default: the server sizes tasks to run about a minute, from the "
+                         "measured throughput of the model; 100 when nothing was measured yet)");
   submit_cmd->add_option("--max-attempts", submit.max_attempts, "failures before a task fails (default 4)");
   submit_cmd->add_option("--priority", submit.priority, "higher runs first");
   submit_cmd->add_option("--team", submit.team, "owner team");
@@ -803,6 +821,10 @@ void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
       app.add_subcommand("executors", "the fleet: each executor's state and current tasks");
   AddConnection(executors_cmd, &connection, &config_path);
   executors_cmd->add_flag("--json", json, "JSON output");
+  auto* teams_cmd = c->teams_cmd = app.add_subcommand(
+      "teams", "every team's fair-share weight, share, usage, running tasks and limits (no credentials shown)");
+  AddConnection(teams_cmd, &connection, &config_path);
+  teams_cmd->add_flag("--json", json, "JSON output");
   auto* revoke_executor_cmd = c->revoke_executor_cmd =
       executors_cmd->add_subcommand("revoke", "cut an executor off now: its credentials stop working, its tasks go back");
   revoke_executor_cmd->add_option("executor", c->executor_id, "executor id")->required();
@@ -859,6 +881,7 @@ std::optional<int> RunClientVerb(ClientVerbs* c, const minions::cli::Connection&
     return minions::cli::RevokeExecutor(*minions::cli::RemoteAdmin(connection), c->executor_id, json);
   }
   if (c->executors_cmd->parsed()) return minions::cli::ListExecutors(connection, json);
+  if (c->teams_cmd->parsed()) return minions::cli::ListTeams(connection, json);
   if (c->models_cmd->parsed()) {
     c->model.json = c->model.json || json;
     if (c->models_push_cmd->parsed()) return minions::cli::PushModel(connection, c->model);
@@ -1017,7 +1040,7 @@ absl::Status LoadClientConfig(const ClientVerbs& c, const AdminVerbs& a, const E
                               SharedFlags* shared, std::optional<minions::apps::MinionsConfig>* client_config) {
   minions::cli::Connection& connection = shared->connection;
   for (CLI::App* cmd : {c.submit_cmd, c.jobs_cmd, c.status_cmd, c.watch_cmd, c.results_cmd, c.cancel_cmd,
-                        c.executors_cmd, c.drain_cmd, c.revoke_executor_cmd, c.whoami_cmd, c.models_cmd,
+                        c.executors_cmd, c.teams_cmd, c.drain_cmd, c.revoke_executor_cmd, c.whoami_cmd, c.models_cmd,
                         c.models_push_cmd, c.models_list_cmd, c.models_show_cmd, c.models_rm_cmd, a.admin_cmd,
                         e.executor_cmd}) {
     if (!cmd->parsed()) continue;

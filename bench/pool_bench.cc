@@ -10,6 +10,9 @@
 //                          on loopback (--s3-endpoint): push, then submit -> first result on a
 //                          fresh executor (download, digest check, load), vs copying the file into
 //                          and out of the same server with the minio client (tests/js)
+//   --mode affinity        two registry models' jobs alternating over four executors on loopback:
+//                          model loads and total time with model affinity (warm executors first,
+//                          the warm wait) against the server's --no-model-affinity, interleaved
 //   --mode all             control-plane, first-result and scaling
 
 #include <signal.h>
@@ -349,6 +352,114 @@ void ColdModel(const std::string& work, const std::string& model, const std::str
   }
 }
 
+// How many times the runners of a pool loaded a model: the "loaded model" lines of their logs.
+int CountLoads(const std::string& pool_dir) {
+  int loads = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(pool_dir + "/logs")) {
+    if (entry.path().filename().string().rfind("runner-", 0) != 0) continue;
+    std::istringstream lines(Slurp(entry.path().string()));
+    for (std::string line; std::getline(lines, line);) loads += line.find("loaded model") != std::string::npos;
+  }
+  return loads;
+}
+
+// Two models' jobs alternating (alpha, beta, alpha, ...), `jobs` of them submitted `gap` apart,
+// each of `records` records in tasks of `shard`, over four executors; the same with the server's
+// model affinity off (--no-model-affinity), in turns, `trials` times each. Each side is a fresh pool
+// (SQLite, objects in a folder) whose executors fetch both models from the registry once.
+void Affinity(const std::string& work, int trials, int jobs, int records, int64_t shard, absl::Duration gap,
+              int embd) {
+  std::vector<std::string> models;
+  for (int seed : {1, 2}) {
+    const std::string path = absl::StrCat(work, "/affinity-", embd, "-", seed, ".gguf");
+    if (!std::filesystem::exists(path)) {
+      RunCommand({BinDir() + "/minions-make-test-model", "--kind", "text", "--seed", std::to_string(seed), "--n-embd",
+                  std::to_string(embd), "--n-layer", "8", "-o", path},
+                 work + "/make-model.log");
+    }
+    models.push_back(path);
+  }
+  printf("\n== affinity: %d jobs alternating two %.0f MB models (%d records, tasks of %lld, %s apart), "
+         "4 executors ==\n",
+         jobs, std::filesystem::file_size(models[0]) / 1e6, records, static_cast<long long>(shard),
+         absl::FormatDuration(gap).c_str());
+  minions::cli::SamplePromptOptions sample;
+  sample.records = records;
+  sample.max_tokens = 4;
+  sample.include_bad_lines = false;
+  sample.include_embeddings = false;
+  const std::string input = JoinLines(minions::cli::SamplePromptLines(sample));
+  struct Side {
+    std::vector<int> loads;
+    std::vector<double> seconds;
+  };
+  Side sides[2];  // 0: with affinity, 1: without
+  for (int t = 0; t < trials; ++t) {
+    for (int side = 0; side < 2; ++side) {
+      const int which = (t % 2 == 0) ? side : 1 - side;  // alternate which side goes first
+      const std::string dir = absl::StrCat(work, "/affinity-", which == 0 ? "on" : "off", "-", t);
+      ProcessPool pool(BinDir() + "/minions", dir, 9000);
+      if (which == 1) pool.AddServerArgs({"--no-model-affinity"});
+      if (!pool.StartServer().ok()) return;
+      minions::cli::ModelsClient registry(pool.connection());
+      for (int m = 0; m < 2; ++m) {
+        auto pushed = registry.Push(models[m], m == 0 ? "alpha" : "beta", "");
+        if (!pushed.ok()) {
+          printf("  push failed: %s\n", std::string(pushed.status().message()).c_str());
+          return;
+        }
+      }
+      for (int e = 0; e < 4; ++e) {
+        if (!pool.StartExecutor(absl::StrCat("e", e)).ok()) return;
+      }
+      minions::cli::JobsClient client(pool.connection());
+      const absl::Time start = absl::Now();
+      std::vector<std::string> ids;
+      for (int j = 0; j < jobs; ++j) {
+        minions::v1::SubmitJobRequest request;
+        request.set_input(input);
+        request.set_model(j % 2 == 0 ? "alpha" : "beta");
+        request.set_shard_size(shard);
+        auto job = client.Submit(request);
+        if (!job.ok()) {
+          printf("  submit failed: %s\n", std::string(job.status().message()).c_str());
+          return;
+        }
+        ids.push_back(job->id());
+        absl::SleepFor(gap);
+      }
+      for (const std::string& id : ids) {
+        while (true) {
+          auto now = client.Get(id);
+          if (now.ok() && now->state() == "completed") break;
+          if (now.ok() && (now->state() == "failed" || now->state() == "cancelled")) {
+            printf("  job %s %s: %s\n", id.c_str(), now->state().c_str(), now->error().c_str());
+            return;
+          }
+          absl::SleepFor(absl::Milliseconds(50));
+        }
+      }
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+      const int loads = CountLoads(dir);
+      printf("  trial %d, %-17s %3d model loads, %6.1f s\n", t, which == 0 ? "with affinity:" : "without affinity:",
+             loads, seconds);
+      fflush(stdout);
+      sides[which].loads.push_back(loads);
+      sides[which].seconds.push_back(seconds);
+    }
+  }
+  auto median = [](auto v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : static_cast<double>(v[v.size() / 2]);
+  };
+  const double loads_on = median(sides[0].loads), loads_off = median(sides[1].loads);
+  const double time_on = median(sides[0].seconds), time_off = median(sides[1].seconds);
+  printf("  median of %d: with affinity %.0f loads, %.1f s; without %.0f loads, %.1f s\n", trials, loads_on, time_on,
+         loads_off, time_off);
+  printf("  without / with: %.1fx the loads, %.2fx the time\n", loads_off / std::max(1.0, loads_on),
+         time_off / std::max(1e-9, time_on));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -356,7 +467,8 @@ int main(int argc, char** argv) {
   std::string mode = "all", model, work = "/tmp/minions-bench-pool";
   int executors = 2, tasks = 2000, trials = 5, records = 200, max_tokens = 16;
   int64_t shard = 25;
-  app.add_option("--mode", mode, "control-plane | first-result | scaling | noop-job | cold-model | all")->capture_default_str();
+  app.add_option("--mode", mode, "control-plane | first-result | scaling | noop-job | cold-model | affinity | all")
+      ->capture_default_str();
   app.add_option("--model", model, "GGUF model (default: a test model made in the work dir)");
   app.add_option("--work-dir", work, "scratch directory")->capture_default_str();
   app.add_option("--executors", executors, "executors for control-plane")->capture_default_str();
@@ -368,9 +480,14 @@ int main(int argc, char** argv) {
   std::string s3_endpoint;
   app.add_option("--s3-endpoint", s3_endpoint,
                  "cold-model: the S3 server (tests/services/s3rver.sh start DIR 0 writes DIR/endpoint)");
+  int jobs = 24, embd = 512;
+  int64_t gap_ms = 250;
+  app.add_option("--jobs", jobs, "affinity: jobs, alternating two models")->capture_default_str();
+  app.add_option("--gap-ms", gap_ms, "affinity: time between submissions")->capture_default_str();
+  app.add_option("--n-embd", embd, "affinity: the test models' width (8 layers)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   std::filesystem::create_directories(work);
-  if (model.empty() && mode != "control-plane" && mode != "noop-job") {
+  if (model.empty() && mode != "control-plane" && mode != "noop-job" && mode != "affinity") {
     model = work + "/text.gguf";
     if (!std::filesystem::exists(model)) {
       RunCommand({BinDir() + "/minions-make-test-model", "--kind", "text", "-o", model}, work + "/make-model.log");
@@ -382,5 +499,6 @@ int main(int argc, char** argv) {
   if (mode == "scaling" || mode == "all") Scaling(work, model, records, max_tokens, shard);
   if (mode == "noop-job") NoopJob(work, executors, records, shard);
   if (mode == "cold-model") ColdModel(work, model, s3_endpoint, trials);
+  if (mode == "affinity") Affinity(work, trials, jobs, records, shard, absl::Milliseconds(gap_ms), embd);
   return 0;
 }

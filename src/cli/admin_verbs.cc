@@ -154,14 +154,18 @@ int UpdateTeam(AdminBackend& admin, const TeamOptions& options, bool json) {
 int ListTeams(AdminBackend& admin, bool json) {
   auto teams = admin.ListTeams();
   if (!teams.ok()) return Fail(teams.status());
+  PrintTeams(*teams, json);
+  return 0;
+}
+
+void PrintTeams(const std::vector<v1::Team>& teams, bool json) {
   if (json) {
-    PrintJsonArray(*teams);
-    return 0;
+    PrintJsonArray(teams);
+    return;
   }
   printf("%-20s %6s %8s %8s %14s %8s %12s %12s %12s %14s\n", "TEAM", "WEIGHT", "SHARE", "USED", "USAGE (DEV-S)",
          "RUNNING", "MAX RUNNING", "MAX QUEUED", "MAX PRIORITY", "REQUESTS/S");
-  for (const v1::Team& team : *teams) PrintTeam(team);
-  return 0;
+  for (const v1::Team& team : teams) PrintTeam(team);
 }
 
 int IssueToken(AdminBackend& admin, const IssueOptions& options, bool json) {

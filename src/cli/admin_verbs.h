@@ -55,6 +55,8 @@ struct IssueOptions {
 int CreateTeam(AdminBackend& admin, const TeamOptions& options, bool json);
 int UpdateTeam(AdminBackend& admin, const TeamOptions& options, bool json);
 int ListTeams(AdminBackend& admin, bool json);
+// The teams table of `minions admin teams` and `minions teams` (or a JSON array): one row each.
+void PrintTeams(const std::vector<v1::Team>& teams, bool json);
 int IssueToken(AdminBackend& admin, const IssueOptions& options, bool json);
 int ListTokens(AdminBackend& admin, const std::string& team, const std::string& role, bool all, bool json);
 int RevokeToken(AdminBackend& admin, const std::string& token_id, bool json);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "cli/admin_verbs.h"
 #include "cli/credentials.h"
 #include "cli/demo.h"
 #include "cli/output.h"
@@ -182,6 +183,16 @@ absl::StatusOr<std::vector<v1::Executor>> JobsClient::Executors() {
   auto status = stub_->ListExecutors(&context, v1::ListExecutorsRequest(), &reply);
   if (!status.ok()) return rpc::FromGrpc(status);
   return std::vector<v1::Executor>(reply.executors().begin(), reply.executors().end());
+}
+
+absl::StatusOr<std::vector<v1::Team>> JobsClient::Teams() {
+  if (!open_.ok()) return open_;
+  grpc::ClientContext context;
+  rpc::Prepare(context, token_);
+  v1::ListTeamsResponse reply;
+  auto status = stub_->ListTeams(&context, v1::ListTeamsRequest(), &reply);
+  if (!status.ok()) return rpc::FromGrpc(status);
+  return std::vector<v1::Team>(reply.teams().begin(), reply.teams().end());
 }
 
 absl::StatusOr<v1::Executor> JobsClient::Drain(const std::string& executor_id) {
@@ -415,6 +426,13 @@ int Cancel(const Connection& connection, const std::string& job_id, bool json) {
   } else {
     printf("job %s %s\n", job->id().c_str(), job->state().c_str());
   }
+  return 0;
+}
+
+int ListTeams(const Connection& connection, bool json) {
+  auto teams = JobsClient(connection).Teams();
+  if (!teams.ok()) return Fail(connection, teams.status());
+  PrintTeams(*teams, json);
   return 0;
 }
 

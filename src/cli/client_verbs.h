@@ -46,6 +46,7 @@ class JobsClient {
   absl::StatusOr<std::vector<v1::Job>> List(const std::string& state, int limit);
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
   absl::StatusOr<std::vector<v1::Executor>> Executors();
+  absl::StatusOr<std::vector<v1::Team>> Teams();
   absl::StatusOr<v1::Executor> Drain(const std::string& executor_id);
   absl::StatusOr<std::vector<v1::Task>> Tasks(const std::string& job_id);
   // Streams the output (or error) file to `sink`.
@@ -82,6 +83,9 @@ int Watch(const Connection& connection, const std::string& job_id, bool json);
 int Results(const Connection& connection, const std::string& job_id, const std::string& output_path, bool errors);
 int Cancel(const Connection& connection, const std::string& job_id, bool json);
 int ListExecutors(const Connection& connection, bool json);
+// `minions teams`: every team's weight, share, usage, running tasks and limits (any credential
+// that may see the fleet), printed as `minions admin teams` prints them.
+int ListTeams(const Connection& connection, bool json);
 int DrainExecutor(const Connection& connection, const std::string& executor_id, bool json);
 
 // "1h02m", "45s", "-" — for tables and the progress bar.

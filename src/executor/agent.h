@@ -302,6 +302,9 @@ class ExecutorAgent : public WorkTarget {
     std::string digest;
     std::thread thread;
     std::atomic<bool> done{false};
+    // The download stopped because the machine was not free (the owner came back): not a
+    // failure of the task, which goes back as preempted.
+    std::atomic<bool> paused{false};
     absl::StatusOr<std::string> path;  // written by the thread before `done`
   };
   std::unique_ptr<ModelFetch> fetch_ ABSL_GUARDED_BY(main_);

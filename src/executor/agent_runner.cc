@@ -82,6 +82,8 @@ absl::StatusOr<std::optional<std::string>> ExecutorAgent::CachedModel(const Leas
       model_paths_[fetched->digest] = *fetched->path;
       if (fetched->digest == lease.model_digest) return std::optional<std::string>(*fetched->path);
     } else if (fetched->digest == lease.model_digest) {
+      // Paused for the owner: Aborted, which FeedRunner hands back as a preemption.
+      if (fetched->paused) return absl::AbortedError(fetched->path.status().message());
       return fetched->path.status();
     }
   }
@@ -93,7 +95,11 @@ absl::StatusOr<std::optional<std::string>> ExecutorAgent::CachedModel(const Leas
   std::shared_ptr<ModelCache> cache = options_.model_cache;
   raw->thread = std::thread([this, raw, cache, digest = lease.model_digest, size = lease.model_size_bytes,
                              url = lease.model_url] {
-    raw->path = cache->Fetch(digest, size, url, [this] { return MayFetch(); });
+    raw->path = cache->Fetch(digest, size, url, [this, raw] {
+      const bool may = MayFetch();
+      if (!may) raw->paused = true;
+      return may;
+    });
     raw->done = true;
     main_alarm_->Ring();
   });
@@ -145,11 +151,12 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
         absl::StatusOr<std::optional<std::string>> cached = CachedModel(task->lease());
         if (!cached.ok()) {
           // Not fetched (no room, the bytes were wrong, the URL failed): another executor may do
-          // better, and this one tries afresh next time.
+          // better, and this one tries afresh next time. A download paused because the owner came
+          // back failed nothing: the task goes back uncounted (preempted).
           queue_.pop_front();
           GiveUp(task, absl::Status(cached.status().code(),
                                     absl::StrCat("cannot fetch the model: ", cached.status().message())),
-                 FailureClass::kRetryable);
+                 absl::IsAborted(cached.status()) ? FailureClass::kPreempted : FailureClass::kRetryable);
           continue;
         }
         if (!cached->has_value()) return;  // still on its way; the fetch rings the loop when done

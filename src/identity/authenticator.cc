@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "identity/token.h"
@@ -60,12 +61,53 @@ std::string DescribeMissingScope(const Caller& caller, Scope scope) {
 Authenticator::Authenticator(IdentityStore* store, Clock* clock, AuthenticatorOptions options)
     : store_(store), clock_(clock), options_(options) {}
 
+void Authenticator::CheckRevocations(absl::Time now) {
+  auto fresh = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return now >= revocations_checked_at_ && now - revocations_checked_at_ < options_.cache_ttl;
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (fresh()) return;
+  }
+  absl::MutexLock checking(&check_mu_);
+  absl::Time since;
+  {
+    absl::MutexLock lock(&mu_);
+    if (fresh()) return;  // another caller checked meanwhile
+    // The first check looks back as far as the oldest entry the cache may hold.
+    since = (revocations_checked_at_ == absl::InfinitePast() || revocations_checked_at_ > now
+                 ? now - options_.refresh_ttl
+                 : revocations_checked_at_) -
+            options_.revocation_skew;
+  }
+  absl::StatusOr<std::vector<std::string>> revoked = store_->RevokedTokensSince(since);
+  if (!revoked.ok()) {
+    // Entries older than cache_ttl are read again one by one until a check succeeds.
+    MINIONS_LOG(Warning) << "revocations not read: " << revoked.status().message();
+    return;
+  }
+  absl::flat_hash_set<std::string> ids(revoked->begin(), revoked->end());
+  absl::MutexLock lock(&mu_);
+  // An entry read after its revocation already says so; the others go.
+  absl::erase_if(by_hash_, [&](const auto& item) {
+    return !item.second.token.revoked_at.has_value() && ids.contains(item.second.token.id);
+  });
+  revocations_checked_at_ = now;
+}
+
 absl::StatusOr<Authenticator::Entry> Authenticator::Lookup(const std::string& hash, absl::Time now) {
+  CheckRevocations(now);
   {
     absl::MutexLock lock(&mu_);
     auto it = by_hash_.find(hash);
-    if (it != by_hash_.end() && now - it->second.fetched_at < options_.cache_ttl && now >= it->second.fetched_at) {
-      return it->second;
+    if (it != by_hash_.end() && now >= it->second.fetched_at) {
+      const absl::Duration age = now - it->second.fetched_at;
+      // Younger than cache_ttl: good whatever the checks say. Older: good while the revocation
+      // checks are current (they would have dropped it) and it is younger than refresh_ttl.
+      // (Each check reads from where the last successful one began, less the skew, so together
+      // they cover every revocation since the oldest entry was read.)
+      const bool checked = now >= revocations_checked_at_ && now - revocations_checked_at_ < options_.cache_ttl;
+      if (age < options_.cache_ttl || (checked && age < options_.refresh_ttl)) return it->second;
     }
   }
   absl::StatusOr<TokenRecord> token = store_->FindToken(hash);
@@ -85,7 +127,7 @@ absl::StatusOr<Authenticator::Entry> Authenticator::Lookup(const std::string& ha
   absl::MutexLock lock(&mu_);
   if (by_hash_.size() >= options_.max_cached) {
     // Bounded: old entries go first; if every entry is fresh, start over (correct, just slower).
-    absl::erase_if(by_hash_, [&](const auto& item) { return now - item.second.fetched_at >= options_.cache_ttl; });
+    absl::erase_if(by_hash_, [&](const auto& item) { return now - item.second.fetched_at >= options_.refresh_ttl; });
     if (by_hash_.size() >= options_.max_cached) by_hash_.clear();
   }
   // A refreshed entry keeps when its use was last written.
@@ -119,12 +161,36 @@ absl::StatusOr<Authenticator::Entry> Authenticator::Check(std::string_view token
       absl::MutexLock lock(&mu_);
       if (auto it = by_hash_.find(hash); it != by_hash_.end()) it->second.use_recorded_at = now;
     }
-    // Last use is bookkeeping: a store that cannot write it does not refuse the caller.
-    if (absl::Status recorded = store_->RecordTokenUse({entry->token.id}, now); !recorded.ok()) {
-      MINIONS_LOG(Warning) << "token=" << entry->token.id << " last use not recorded: " << recorded.message();
-    }
+    NoteUse(entry->token.id, now);
   }
+  FlushUses(now);
   return entry;
+}
+
+void Authenticator::NoteUse(const std::string& token_id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (uses_due_.empty()) uses_due_since_ = now;
+  uses_due_.push_back(token_id);
+}
+
+void Authenticator::FlushUses(absl::Time now) {
+  std::vector<std::string> due;
+  absl::Time used_at;
+  {
+    absl::MutexLock lock(&mu_);
+    if (uses_due_.empty()) return;
+    if (now >= uses_flushed_at_ && now - uses_flushed_at_ < options_.use_flush_interval) return;
+    uses_flushed_at_ = now;
+    due.swap(uses_due_);
+    used_at = uses_due_since_;
+  }
+  absl::MutexLock flushing(&flush_mu_);  // one write at a time; the next batch waits for it
+  // Each was used at or after the batch's first use: the time written never claims a use that
+  // had not happened by then. Last use is bookkeeping: a store that cannot write it does not
+  // refuse the caller.
+  if (absl::Status recorded = store_->RecordTokenUse(due, used_at); !recorded.ok()) {
+    MINIONS_LOG(Warning) << due.size() << " credentials' last use not recorded: " << recorded.message();
+  }
 }
 
 absl::StatusOr<Caller> Authenticator::Authorize(std::string_view token_text, Scope scope) {

@@ -44,6 +44,15 @@ Warmth WarmthOf(const ExecutorInfo& info, const std::string& model_digest) {
   return Warmth::kCold;
 }
 
+bool TakesWithoutWait(const ExecutorInfo& info, const std::string& model_digest) {
+  switch (WarmthOf(info, model_digest)) {
+    case Warmth::kLoaded: return true;
+    case Warmth::kCached: return info.model_loaded.empty();
+    case Warmth::kCold: return false;
+  }
+  return false;
+}
+
 bool PastWarmWait(const Job& job, absl::Time now, absl::Duration warm_wait) {
   return job.created_at <= now - warm_wait;
 }
@@ -52,7 +61,7 @@ Fit PlaceOn(const ExecutorInfo& info, const Job& job, absl::Time now, absl::Dura
   if (job.spec.gang_size >= 2) return Fit::kGang;
   if (!OffersRunner(info, job.spec.requirements.runner)) return Fit::kNoRunner;
   if (!HoldsMemory(info, job.spec.requirements)) return Fit::kTooSmall;
-  if (WarmthOf(info, job.spec.model_digest) == Warmth::kCold && !PastWarmWait(job, now, warm_wait)) {
+  if (!TakesWithoutWait(info, job.spec.model_digest) && !PastWarmWait(job, now, warm_wait)) {
     return Fit::kColdTooEarly;
   }
   return Fit::kFits;
@@ -156,7 +165,7 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
     if (m.executor.state == ExecutorState::kRevoked) continue;
     if (!OffersRunner(info, spec.requirements.runner) || !HoldsMemory(info, spec.requirements)) continue;
     ++able;
-    const bool warm = WarmthOf(info, spec.model_digest) != Warmth::kCold;
+    const bool warm = TakesWithoutWait(info, spec.model_digest);
     if (!HasFreeSlot(m)) {
       if (warm) ++warm_busy;
       continue;
@@ -183,9 +192,10 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
   }
   if (cold_free > 0) {
     return {WaitCause::kWarmWait,
-            absl::StrCat("waiting for an executor that holds model ", spec.model,
-                         warm_busy == 0 ? " (none does yet)"
-                                        : absl::StrCat(" (", warm_busy, " do", warm_busy == 1 ? "es" : "", ", busy)"),
+            absl::StrCat("waiting for an executor warm for model ", spec.model,
+                         " (one that has it loaded, or cached with no other model loaded)",
+                         warm_busy == 0 ? "; none is yet"
+                                        : absl::StrCat("; ", warm_busy, warm_busy == 1 ? " is, busy" : " are, busy"),
                          "; a cold one may take it from ", absl::FormatTime(absl::RFC3339_sec, job.created_at + warm_wait, absl::UTCTimeZone()),
                          " (the warm-executor wait)")};
   }

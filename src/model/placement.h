@@ -3,8 +3,11 @@
 // statement of the rules (docs/architecture.md "Placement"):
 // - the executor's usable memory (UsableMemory) holds the job's requirements.min_memory_bytes;
 // - it offers the job's runner (an executor that names none runs the default, "llama");
-// - it is warm for the job's registry model (loaded, else cached), or the job was submitted at
-//   least the warm-executor wait ago (delay scheduling);
+// - it takes the job's registry model without dropping another (it has it loaded, or cached with
+//   no model loaded), or the job was submitted at least the warm-executor wait ago (delay
+//   scheduling): an executor never unloads one model for another while an executor that has the
+//   job's model loaded may come free in time, so a fleet running two models does not swap them
+//   back and forth;
 // - the job's team is not at its running-task quota (fair_share.h rank -1).
 // Each store's lease query selects its candidates in SQL (an index over these rules, for speed)
 // and grants a candidate only when PlaceOn says kFits; the server's submit-time check
@@ -34,6 +37,10 @@ bool HoldsMemory(const ExecutorInfo& info, const Requirements& requirements);
 // job without a registry model (a path) is kLoaded everywhere: it waits for no one.
 enum class Warmth { kLoaded = 0, kCached = 1, kCold = 2 };
 Warmth WarmthOf(const ExecutorInfo& info, const std::string& model_digest);
+// Whether the executor may take the job's tasks within the warm-executor wait: it has the model
+// loaded, or cached while it has no model loaded (a load that unloads nothing). One with another
+// model loaded, or without the bytes, waits.
+bool TakesWithoutWait(const ExecutorInfo& info, const std::string& model_digest);
 // Whether a cold executor may take the job's tasks at `now` (submitted at least `warm_wait` ago).
 bool PastWarmWait(const Job& job, absl::Time now, absl::Duration warm_wait);
 

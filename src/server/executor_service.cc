@@ -1,5 +1,6 @@
 #include "server/executor_service.h"
 
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -9,6 +10,7 @@
 #include "server/call_auth.h"
 #include "server/keys.h"
 #include "server/proto_convert.h"
+#include "server/task_sizer.h"
 
 namespace minions {
 namespace {
@@ -477,11 +479,17 @@ absl::StatusOr<std::vector<minions::Lease>> ExecutorService::LookForWork(const s
   if (leases->empty()) {
     IdleMark& mark = idle_[executor_id];
     mark.generation = *generation;
-    mark.recheck_at = now + options_.idle_recheck;
+    mark.recheck_at = NextRecheckLocked(now);
   } else {
     idle_.erase(executor_id);
   }
   return leases;
+}
+
+absl::Time ExecutorService::NextRecheckLocked(absl::Time now) {
+  while (!warm_wait_ends_.empty() && *warm_wait_ends_.begin() <= now) warm_wait_ends_.erase(warm_wait_ends_.begin());
+  const absl::Time recheck = now + options_.idle_recheck;
+  return warm_wait_ends_.empty() ? recheck : std::min(recheck, *warm_wait_ends_.begin());
 }
 
 void ExecutorService::ForgetIdle(const std::string& executor_id) {
@@ -637,9 +645,19 @@ void ExecutorService::WorkArrived() {
 }
 
 void ExecutorService::NotifyWork() {
+  // The work may be a job's first tasks, which cold executors may take only once the warm wait
+  // has passed (a job is created before its tasks are announced, so this end is never early).
+  const absl::Duration warm_wait = store_->WarmWait();
+  const absl::Time now = clock_->Now();
   {
     absl::MutexLock lock(&work_mu_);
     ++work_generation_;
+    if (warm_wait > absl::ZeroDuration()) {
+      // Rounded up to 100 ms (never early): a busy server keeps a few dozen of them at most.
+      while (!warm_wait_ends_.empty() && *warm_wait_ends_.begin() <= now) warm_wait_ends_.erase(warm_wait_ends_.begin());
+      const absl::Duration step = absl::Milliseconds(100);
+      warm_wait_ends_.insert(absl::UnixEpoch() + absl::Ceil(now + warm_wait - absl::UnixEpoch(), step));
+    }
     WakeParkedLocked();
   }
 }
@@ -668,6 +686,7 @@ absl::Status ExecutorService::Complete(const std::string& executor_id, const v1:
   }
   if (metrics_) metrics_->AttemptCompleted(executor_id, FromProto(ref), clock_->Now());
   auto job = store_->GetJob(ref.job_id());
+  if (job.ok()) MeasureCompletion(*store_, *job, ref.task_index(), ref.attempt(), clock_->Now());
   if (job.ok()) QuotaFreed(*job);
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return absl::OkStatus();
@@ -687,14 +706,14 @@ absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, cons
   ForgetIdle(executor_id);
   auto outcomes = chunks_.CompleteTasks(executor_id, reports, clock_->Now());
   if (!outcomes.ok()) return outcomes.status();
-  std::set<std::string> jobs;
+  std::map<std::string, std::vector<const LeaseProgress*>> jobs;  // the completed attempts by job
   for (size_t i = 0; i < outcomes->size(); ++i) {
     const absl::Status& outcome = (*outcomes)[i];
     v1::Outcome* out = reply->add_outcomes();
     out->set_code(static_cast<int>(outcome.code()));
     out->set_message(std::string(outcome.message()));
     if (outcome.ok()) {
-      jobs.insert(reports[i].job_id);
+      jobs[reports[i].job_id].push_back(&reports[i]);
       if (metrics_) metrics_->AttemptCompleted(executor_id, reports[i], clock_->Now());
     } else {
       MINIONS_LOG(Info) << "job=" << reports[i].job_id << " task=" << reports[i].task_index
@@ -702,8 +721,13 @@ absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, cons
                         << " completion refused: " << outcome.message();
     }
   }
-  for (const auto& job_id : jobs) {
+  for (const auto& [job_id, completed] : jobs) {
     auto job = store_->GetJob(job_id);
+    if (job.ok()) {
+      for (const LeaseProgress* report : completed) {
+        MeasureCompletion(*store_, *job, report->task_index, report->attempt, clock_->Now());
+      }
+    }
     if (job.ok()) QuotaFreed(*job);
     if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   }

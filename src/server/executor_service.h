@@ -13,6 +13,9 @@
 // (gRPC's callback API) until work is announced (WorkArrived on this server; NotifyWork from the
 // store's WorkSignal for the others) or its wait ends, and an executor that found nothing is not
 // looked up in the store again until something was announced (or options.idle_recheck passed).
+// Work announced now may be refused to cold executors for the store's warm-executor wait (delay
+// scheduling, model/placement.h): an executor that found nothing looks again when such a wait ends,
+// not only at its idle recheck, so a cold executor waits no longer than the warm wait.
 //
 // The typed methods (taking an executor id) are the calls without gRPC, for a caller already
 // authenticated as that executor (an in-process control plane in tests).
@@ -200,6 +203,12 @@ class ExecutorService final : public ExecutorServiceBase {
     std::optional<ExecutorState> reported;  // the state its heartbeats report
   };
   absl::flat_hash_map<std::string, IdleMark> idle_ ABSL_GUARDED_BY(work_mu_);
+  // When the warm-executor waits of work announced so far end (announcement + the store's
+  // WarmWait): an idle executor's recheck comes no later than the next of these.
+  std::set<absl::Time> warm_wait_ends_ ABSL_GUARDED_BY(work_mu_);
+  // The next recheck of an executor that found nothing at `now`: the idle recheck, or the end of
+  // a warm-executor wait if one comes first (and forgets the waits that have ended).
+  absl::Time NextRecheckLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   int64_t lease_lookups_ ABSL_GUARDED_BY(work_mu_) = 0;
   // Held Lease calls: to serve now, and parked until (wake time, call).
   std::deque<HeldLease*> ready_ ABSL_GUARDED_BY(work_mu_);

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/match.h"
@@ -15,9 +16,11 @@
 #include "model/model_ref.h"
 #include "model/placement.h"
 #include "runner/protocol.h"
+#include "server/admin_service.h"
 #include "server/call_auth.h"
 #include "server/job_splitter.h"
 #include "server/keys.h"
+#include "server/task_sizer.h"
 #include "server/model_registry.h"
 #include "server/proto_convert.h"
 #include "store/gang_store.h"
@@ -74,7 +77,10 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
       return absl::InvalidArgumentError(absl::StrCat("model file '", spec.model, "' does not exist"));
     }
   }
-  spec.shard_size = request.shard_size() > 0 ? request.shard_size() : options_.default_shard_size;
+  // A shard size asked for is kept; without one, the tasks are sized from measured throughput
+  // once the model is known (below).
+  const bool sized_by_server = request.shard_size() <= 0;
+  spec.shard_size = sized_by_server ? options_.task_sizing.default_records : request.shard_size();
   if (spec.shard_size > 1'000'000) return absl::InvalidArgumentError("shard_size must be at most 1000000");
   if (spec.shard_size < options_.min_shard_size) {
     return absl::InvalidArgumentError(absl::StrCat("shard_size must be at least ", options_.min_shard_size,
@@ -112,6 +118,12 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   // A registry model: its digest, size and the memory a task needs (InvalidArgument for an
   // unknown one, with the names the team has).
   RETURN_IF_ERROR(ResolveJobModel(*store_, spec));
+  std::string sizing_why;
+  if (sized_by_server) {
+    ASSIGN_OR_RETURN(TaskSize size, SizeTasksFor(*store_, spec, options_.task_sizing));
+    spec.shard_size = std::max(size.records, options_.min_shard_size);
+    sizing_why = std::move(size.why);
+  }
   // Placement: a job no executor could ever run says so now, not by waiting for ever.
   {
     absl::StatusOr<std::vector<Executor>> fleet = store_->ListExecutors();
@@ -153,9 +165,19 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
         "the input is empty: the job has no records (send a JSONL file of request lines, or name an input_key)");
   }
 
+  // Split before the job is created, so that the job records the shard size its tasks have.
+  int64_t records_seen = 0;
+  auto split = SplitInput(*blobs_, spec.input_key, spec.shard_size, options_.max_tasks_per_job, &records_seen);
+  if (!split.ok() && sized_by_server && records_seen > spec.shard_size * options_.max_tasks_per_job) {
+    // Measured tasks so small that the job would have too many: the fewest that fit instead (the
+    // submitter asked for no particular size).
+    spec.shard_size = (records_seen + options_.max_tasks_per_job - 1) / options_.max_tasks_per_job;
+    absl::StrAppend(&sizing_why, "; ", spec.shard_size, " so that the job has at most ", options_.max_tasks_per_job,
+                    " tasks");
+    split = SplitInput(*blobs_, spec.input_key, spec.shard_size, options_.max_tasks_per_job);
+  }
   auto job = store_->CreateJob(spec, clock_->Now());
   if (!job.ok()) return job.status();  // ResourceExhausted: the team's quota of jobs
-  auto split = SplitInput(*blobs_, spec.input_key, spec.shard_size, options_.max_tasks_per_job);
   if (!split.ok()) {
     (void)store_->FailJob(job->id, std::string(split.status().message()), clock_->Now());
     return absl::InvalidArgumentError(absl::StrCat("job ", job->id, " refused: ", split.status().message()));
@@ -167,7 +189,8 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   if (metrics_) metrics_->JobSubmitted(*job);
   if (work_added_) work_added_();
   MINIONS_LOG(Info) << "job=" << job->id << " submitted by " << caller.Describe() << ": " << split->total_records
-                    << " records (" << split->invalid_records << " invalid) in " << split->tasks.size() << " tasks";
+                    << " records (" << split->invalid_records << " invalid) in " << split->tasks.size() << " tasks of "
+                    << spec.shard_size << (sized_by_server ? absl::StrCat(" (", sizing_why, ")") : std::string(" (as asked)"));
   return store_->GetJob(job->id);
 }
 
@@ -392,6 +415,16 @@ grpc::Status JobService::ListExecutors(grpc::ServerContext* context, const v1::L
     for (const std::string& digest : e.info.models) out->add_models_shown(ShownModel(digest, names));
     out->set_model_loaded_shown(ShownModel(e.info.model_loaded, names));
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status JobService::ListTeams(grpc::ServerContext* context, const v1::ListTeamsRequest*,
+                                   v1::ListTeamsResponse* reply) {
+  AUTHORIZE_OR_RETURN(context, Scope::kFleetRead);
+  (void)caller;  // every team's standing is for anyone who may see the fleet (the rows hold no secret)
+  absl::StatusOr<std::vector<v1::Team>> teams = TeamsWithStanding(*store_, clock_->Now());
+  if (!teams.ok()) return ToGrpc(teams.status());
+  for (v1::Team& team : *teams) *reply->add_teams() = std::move(team);
   return grpc::Status::OK;
 }
 

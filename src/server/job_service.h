@@ -57,6 +57,8 @@ class JobService final : public v1::Jobs::Service {
                              v1::ListExecutorsResponse* reply) override;
   grpc::Status DrainExecutor(grpc::ServerContext* context, const v1::DrainExecutorRequest* request,
                              v1::Executor* reply) override;
+  grpc::Status ListTeams(grpc::ServerContext* context, const v1::ListTeamsRequest* request,
+                         v1::ListTeamsResponse* reply) override;
 
   // The submit path without gRPC, for an authorised caller (holding jobs:write). An input named
   // by key must lie under `input_prefix` (empty: the caller's own uploads, keys::Uploads); the

@@ -114,7 +114,7 @@ absl::StatusOr<SplitResult> InputSplitter::Finish() {
 }
 
 absl::StatusOr<SplitResult> SplitInput(BlobStore& blobs, const std::string& input_key, int64_t shard_size,
-                                       int64_t max_tasks) {
+                                       int64_t max_tasks, int64_t* records_seen) {
   if (shard_size <= 0) return absl::InvalidArgumentError("shard_size must be positive");
   if (max_tasks <= 0) return absl::InvalidArgumentError("max_tasks must be positive");
   InputSplitter splitter(shard_size, max_tasks);
@@ -123,7 +123,9 @@ absl::StatusOr<SplitResult> SplitInput(BlobStore& blobs, const std::string& inpu
     return true;
   });
   if (!status.ok()) return status;
-  return splitter.Finish();
+  absl::StatusOr<SplitResult> result = splitter.Finish();
+  if (records_seen != nullptr) *records_seen = splitter.records_seen();
+  return result;
 }
 
 }  // namespace minions

@@ -29,8 +29,9 @@ struct SplitResult {
 inline constexpr int64_t kDefaultMaxTasksPerJob = 10000;
 
 // Splits a whole input held in memory (tests) or streamed from the store.
+// `records_seen` (optional) gets the records counted, also when the input is refused.
 absl::StatusOr<SplitResult> SplitInput(BlobStore& blobs, const std::string& input_key, int64_t shard_size,
-                                       int64_t max_tasks = kDefaultMaxTasksPerJob);
+                                       int64_t max_tasks = kDefaultMaxTasksPerJob, int64_t* records_seen = nullptr);
 
 // Incremental form: feed chunks, then Finish().
 class InputSplitter {
@@ -41,6 +42,8 @@ class InputSplitter {
   // InvalidArgument when the input holds no record, or no valid one, or makes more than
   // `max_tasks` tasks.
   absl::StatusOr<SplitResult> Finish();
+  // Records counted so far (after Finish, all of them, whether or not it refused the input).
+  int64_t records_seen() const { return result_.total_records; }
 
  private:
   void EndLine(std::string_view line, int64_t line_end_offset);

@@ -5,6 +5,7 @@
 #include "absl/time/time.h"
 #include "http/http_server.h"
 #include "identity/authenticator.h"
+#include "model/task_sizing.h"
 #include "rpc/tls.h"
 
 namespace minions {
@@ -22,7 +23,10 @@ struct ServerOptions {
   // server bites.
   AuthenticatorOptions auth;
   absl::Duration lease_ttl = absl::Seconds(9);  // executors heartbeat every ttl/3
-  int64_t default_shard_size = 100;
+  // Tasks of a job submitted without a shard size: records enough to run about `target` on the
+  // executors, from the finished tasks of its model and runner (model/task_sizing.h); with no
+  // history, `default_records`.
+  TaskSizing task_sizing;
   // Limits on what one submission may ask for (docs/operations.md, "Limits"). The largest input
   // sent inline (the gRPC message limit follows it) or named by key; the fewest records per task
   // a job may ask for and the most tasks it may make (each task is a row, a lease and heartbeats).

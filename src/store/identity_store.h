@@ -57,6 +57,9 @@ class IdentityStore {
   // Records that these credentials were used at `at` (last_used_at never moves back). Unknown ids
   // are ignored.
   virtual absl::Status RecordTokenUse(const std::vector<std::string>& token_ids, absl::Time at) = 0;
+  // The ids of the credentials revoked at or after `since` (by RevokeToken or RevokeExecutor):
+  // what a server that caches credentials drops (identity/authenticator.h), in one query.
+  virtual absl::StatusOr<std::vector<std::string>> RevokedTokensSince(absl::Time since) = 0;
 
   // --- executors ---
   // Trades a join token for an executor, all or nothing: checks the join token whose text hashes

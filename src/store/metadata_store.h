@@ -32,6 +32,7 @@
 #include "common/status_macros.h"
 #include "model/fair_share.h"
 #include "model/state_machines.h"
+#include "model/task_sizing.h"
 #include "model/types.h"
 #include "store/gang_store.h"
 #include "store/identity_store.h"
@@ -88,6 +89,13 @@ struct StoreOptions {
   // Delay scheduling: how long after its submission a job's tasks wait for an executor that holds
   // its registry model (loaded or cached) before a cold executor may take them.
   absl::Duration warm_wait = absl::Seconds(3);
+  // Model affinity: the lease prefers executors warm for a job's model and applies warm_wait.
+  // Off (server.model_affinity = false: for benchmarks and operators who compare): no warm
+  // preference and no wait; any executor that can run a job takes its tasks in the fleet's order
+  // (fair share, priority, age).
+  bool model_affinity = true;
+  // The warm-executor wait the lease applies: warm_wait, or none without model affinity.
+  absl::Duration EffectiveWarmWait() const { return model_affinity ? warm_wait : absl::ZeroDuration(); }
 };
 
 // A MetadataStore is also the IdentityStore (identity_store.h): teams and credentials live in the
@@ -98,9 +106,9 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
  public:
   ~MetadataStore() override = default;
 
-  // The delay-scheduling wait LeaseTasks applies (StoreOptions::warm_wait), for explaining a wait
-  // with the same rules (model/placement.h ExplainWait).
-  virtual absl::Duration WarmWait() const { return StoreOptions{}.warm_wait; }
+  // The delay-scheduling wait LeaseTasks applies (StoreOptions::EffectiveWarmWait), for explaining
+  // a wait with the same rules (model/placement.h ExplainWait).
+  virtual absl::Duration WarmWait() const { return StoreOptions{}.EffectiveWarmWait(); }
 
   // --- jobs ---
   // Creates a job in `validating` with a fresh id. ResourceExhausted when its team already has
@@ -222,6 +230,14 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   virtual absl::Status ClaimObjectStore(const std::string& identity, absl::Time now) = 0;
   // The object store recorded by ClaimObjectStore; "" when no server has claimed one yet.
   virtual absl::StatusOr<std::string> RecordedObjectStore() = 0;
+
+  // --- task sizes (model/task_sizing.h) ---
+  // Adds one finished attempt's sample to `key`'s throughput (the old sums weighted by
+  // kThroughputMemory first), in one statement: concurrent completions on several servers all count.
+  virtual absl::Status RecordThroughput(const ThroughputKey& key, const ThroughputSample& sample,
+                                        absl::Time now) = 0;
+  // `key`'s throughput; nullopt when no attempt of it was measured yet.
+  virtual absl::StatusOr<std::optional<Throughput>> GetThroughput(const ThroughputKey& key) = 0;
 
   // --- watchdog ---
   // Requeues (or fails, past max_attempts) up to `limit` running tasks whose lease has expired;

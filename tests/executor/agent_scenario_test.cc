@@ -4,11 +4,15 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/synchronization/notification.h"
+#include "executor/blob_client.h"
+#include "executor/model_cache.h"
 #include "scenario.h"
 
 namespace minions::testing {
@@ -418,6 +422,86 @@ TEST(ExecutorStory, TheOwnerComingBackPausesTheRunnerThenReleasesItThenHandsTheT
   a.gate->Set(WorkMode::kRun);
   ASSERT_TRUE(s.RunUntilJobEnds(job));
   s.ExpectEachRecordOnce(job, 100);
+}
+
+// The bytes of a registry model as the executor's model cache fetches them: the real client
+// underneath; the first ranged GET holds until the test lets it go (so the test can bring the
+// owner back mid-download, at a point set by progress, not by time); every byte served counted.
+// Called on the agent's fetch thread; the test waits for it without moving the clock.
+class HeldFirstRange : public BlobClient {
+ public:
+  absl::StatusOr<std::string> GetRange(const std::string& url, int64_t begin, int64_t end) override {
+    if (calls_.fetch_add(1) == 0) {
+      entered_.Notify();
+      release_.WaitForNotification();
+    }
+    absl::StatusOr<std::string> bytes = real_.GetRange(url, begin, end);
+    if (bytes.ok()) served_ += static_cast<int64_t>(bytes->size());
+    return bytes;
+  }
+  absl::Status Put(const std::string& url, std::string_view data) override { return real_.Put(url, data); }
+  void WaitUntilEntered() { entered_.WaitForNotification(); }
+  void Release() { release_.Notify(); }
+  int64_t served() const { return served_.load(); }
+
+ private:
+  UrlBlobClient real_;
+  std::atomic<int> calls_{0};
+  std::atomic<int64_t> served_{0};
+  absl::Notification entered_, release_;
+};
+
+// The owner comes back while the executor downloads a task's model: the download stops, and the
+// attempt goes back as preempted (the owner's return is no failure of the task); once the owner is
+// away again the download resumes by range from where it stopped (no byte fetched twice) and the
+// job completes.
+TEST(ExecutorStory, ADownloadPausedForTheOwnerIsNoFailedAttemptAndResumesByRange) {
+  Scenario s;
+  std::string bytes(20'000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>('a' + i % 23);
+  absl::StatusOr<std::string> digest = s.server.AddModel("tiny", bytes);
+  ASSERT_TRUE(digest.ok()) << digest.status();
+  HeldFirstRange blobs;
+  ModelCacheOptions cache_options;
+  cache_options.dir = s.server.models_dir() + "/../cache";
+  cache_options.free_disk_floor_bytes = 0;
+  cache_options.range_bytes = 4'000;  // five ranges
+  absl::StatusOr<std::unique_ptr<ModelCache>> cache =
+      ModelCache::Open(cache_options, &blobs, &s.clock,
+                       [](const std::string&) -> absl::StatusOr<int64_t> { return int64_t{1} << 40; });
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  std::shared_ptr<ModelCache> shared_cache(std::move(*cache));
+  AgentOptions options = Scenario::DefaultOptions();
+  options.model_cache = shared_cache;
+  Scenario::Executor& a = s.AddExecutor("A", options);
+  const std::string job = s.Submit(Scenario::Records(10), 10, 0, absl::ZeroDuration(), "", "tiny");
+  ASSERT_FALSE(job.empty());
+
+  // The executor leases the task and starts the download; its first range is held.
+  ASSERT_TRUE(s.RunUntil([&] { return s.RunningTasksOf("A") == 1; }, absl::Hours(24)));
+  a.agent->Step();  // feeds the runner: the download starts
+  blobs.WaitUntilEntered();
+  // The owner comes back; the range in flight completes, and the download stops there.
+  a.gate->Set(WorkMode::kPause);
+  blobs.Release();
+  // Wait, without moving the clock, until the executor's download has stopped: the cache runs one
+  // fetch at a time, so one of ours (that may not go on) returns only after it.
+  EXPECT_FALSE(shared_cache->Fetch(*digest, static_cast<int64_t>(bytes.size()), "http://127.0.0.1:1/unused",
+                                   [] { return false; })
+                   .ok());
+  EXPECT_EQ(blobs.served(), 4'000);  // one range, then the stop
+  s.RunFor(absl::Seconds(30));
+  // The owner leaves again.
+  a.gate->Set(WorkMode::kRun);
+  ASSERT_TRUE(s.RunUntilJobEnds(job, absl::Hours(24)));
+  ASSERT_EQ(s.job(job).state, JobState::kCompleted) << s.job(job).error;
+  s.ExpectEachRecordOnce(job, 10);
+  const Task task = s.tasks(job).at(0);
+  EXPECT_EQ(task.failures, 0) << "the paused download counted as a failed attempt";
+  EXPECT_EQ(task.preemptions, 1);
+  EXPECT_EQ(task.attempt, 2);
+  EXPECT_EQ(blobs.served(), static_cast<int64_t>(bytes.size())) << "resumed by range: no byte twice";
+  EXPECT_EQ(a.runner.loads, 1);
 }
 
 TEST(ExecutorStory, AModelThatDoesNotLoadFailsItsTasksForGood) {

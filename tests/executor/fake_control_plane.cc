@@ -9,7 +9,11 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
+#include "model/identity.h"
 #include "rpc/rpc.h"
+#include "server/keys.h"
 #include "testing/fake_watchdog_lock.h"
 
 namespace minions::testing {
@@ -118,12 +122,12 @@ std::unique_ptr<ControlPlaneClient> FakeControlPlane::NewClient() { return std::
 
 absl::StatusOr<std::string> FakeControlPlane::Submit(const std::vector<std::string>& lines, int64_t shard_size,
                                                      int max_attempts, absl::Duration completion_window,
-                                                     const std::string& runner) {
+                                                     const std::string& runner, const std::string& model) {
   v1::SubmitJobRequest request;
   std::string input;
   for (const auto& line : lines) absl::StrAppend(&input, line, "\n");
   request.set_input(input);
-  request.set_model(model_path_);
+  request.set_model(model.empty() ? model_path_ : model);
   request.set_shard_size(shard_size);
   request.set_max_attempts(max_attempts);
   request.set_completion_window_ms(absl::ToInt64Milliseconds(completion_window));
@@ -133,6 +137,23 @@ absl::StatusOr<std::string> FakeControlPlane::Submit(const std::vector<std::stri
   auto job = jobs_->Submit(admin, request);
   if (!job.ok()) return job.status();
   return job->id;
+}
+
+absl::StatusOr<std::string> FakeControlPlane::AddModel(const std::string& name, const std::string& bytes) {
+  Sha256 hash;
+  hash.Update(bytes);
+  const std::string hex = hash.HexDigest();
+  ModelRecord model;
+  model.team = kDefaultTeam;  // the team of Submit's jobs (an admin's, naming none)
+  model.name = name;
+  model.digest = "sha256:" + hex;
+  model.size_bytes = static_cast<int64_t>(bytes.size());
+  model.blob_key = keys::ModelBlob(model.team, hex);
+  model.created_by = "tests";
+  model.created_at = clock_->Now();
+  RETURN_IF_ERROR(blobs_->Put(model.blob_key, bytes));
+  RETURN_IF_ERROR(store_->AddModel(model).status());
+  return model.digest;
 }
 
 // Cancel and drain as the Jobs service does them (its gRPC methods ask for a credential).

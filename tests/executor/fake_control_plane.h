@@ -61,11 +61,14 @@ class FakeControlPlane {
   const std::string& model_path() const { return model_path_; }
   const std::string& models_dir() const { return models_dir_; }
 
-  // Submits `lines` as one job (the model is model_path(); `runner` "" is the built-in one);
-  // returns its id.
+  // Submits `lines` as one job (the model is `model`, else model_path(); `runner` "" is the
+  // built-in one); returns its id.
   absl::StatusOr<std::string> Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts = 0,
                                      absl::Duration completion_window = absl::ZeroDuration(),
-                                     const std::string& runner = "");
+                                     const std::string& runner = "", const std::string& model = "");
+  // A registry model `name` of the jobs' team holding `bytes`, as a finished push leaves it (its
+  // bytes under their digest in the object store, its row in the registry); returns its digest.
+  absl::StatusOr<std::string> AddModel(const std::string& name, const std::string& bytes);
   absl::Status Cancel(const std::string& job_id);
   absl::Status Drain(const std::string& executor_id);
 

@@ -74,8 +74,9 @@ std::vector<std::string> Scenario::Records(int n, const std::map<int, std::strin
 }
 
 std::string Scenario::Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts,
-                             absl::Duration completion_window, const std::string& runner) {
-  auto job = server.Submit(lines, shard_size, max_attempts, completion_window, runner);
+                             absl::Duration completion_window, const std::string& runner,
+                             const std::string& model) {
+  auto job = server.Submit(lines, shard_size, max_attempts, completion_window, runner, model);
   EXPECT_TRUE(job.ok()) << job.status();
   return job.ok() ? *job : "";
 }

@@ -78,7 +78,8 @@ class Scenario {
   // `n` records {"custom_id": "r<i>", "prompt": "x"}; the prompt of those in `marked` is "<mark>".
   static std::vector<std::string> Records(int n, const std::map<int, std::string>& marked = {});
   std::string Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts = 0,
-                     absl::Duration completion_window = absl::ZeroDuration(), const std::string& runner = "");
+                     absl::Duration completion_window = absl::ZeroDuration(), const std::string& runner = "",
+                     const std::string& model = "");
 
   // Plays time until `done()` holds (true) or `limit` of fake time has passed (false).
   bool RunUntil(const std::function<bool()>& done, absl::Duration limit = absl::Hours(1));

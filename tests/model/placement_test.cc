@@ -100,7 +100,7 @@ TEST(ExplainWait, WaitingForAWarmExecutorUntilTheDelayIsOver) {
   const std::vector<FleetMember> fleet = {warm, Machine("cold", 64 * kGiB)};
   WaitExplanation why = Explain(Queued(8 * kGiB, Digest('a')), fleet, absl::Seconds(1));
   EXPECT_EQ(why.cause, WaitCause::kWarmWait);
-  EXPECT_THAT(why.message, HasSubstr("llama-3b (1 does, busy)"));
+  EXPECT_THAT(why.message, HasSubstr("model llama-3b (one that has it loaded, or cached with no other model loaded); 1 is, busy"));
   EXPECT_THAT(why.message, HasSubstr("2023-11-14T22:13:23"));  // submitted + the 3 s wait
   // Once the wait is over the cold one may take it.
   EXPECT_EQ(Explain(Queued(8 * kGiB, Digest('a')), fleet, kWarmWait).cause, WaitCause::kInLine);
@@ -132,7 +132,14 @@ TEST(PlaceOn, RunnerMemoryAndWarmth) {
   EXPECT_EQ(PlaceOn(info, Queued(16 * kGiB, Digest('a')), early, kWarmWait), Fit::kFits);
   EXPECT_EQ(PlaceOn(info, Queued(16 * kGiB + 1, Digest('a')), early, kWarmWait), Fit::kTooSmall);
   EXPECT_EQ(PlaceOn(info, Queued(kGiB, Digest('a'), "custom"), early, kWarmWait), Fit::kNoRunner);
-  EXPECT_EQ(PlaceOn(info, Queued(kGiB, Digest('b')), early, kWarmWait), Fit::kFits);  // cached
+  // Cached, but model a is loaded: taking it would unload a, so it waits out the delay too.
+  EXPECT_EQ(PlaceOn(info, Queued(kGiB, Digest('b')), early, kWarmWait), Fit::kColdTooEarly);
+  EXPECT_EQ(PlaceOn(info, Queued(kGiB, Digest('b')), kSubmitted + kWarmWait, kWarmWait), Fit::kFits);
+  ExecutorInfo idle = info;  // cached with nothing loaded: a load that unloads nothing
+  idle.model_loaded.clear();
+  EXPECT_EQ(PlaceOn(idle, Queued(kGiB, Digest('b')), early, kWarmWait), Fit::kFits);
+  EXPECT_TRUE(TakesWithoutWait(idle, Digest('b')));
+  EXPECT_FALSE(TakesWithoutWait(info, Digest('b')));
   EXPECT_EQ(PlaceOn(info, Queued(kGiB, Digest('c')), early, kWarmWait), Fit::kColdTooEarly);
   EXPECT_EQ(PlaceOn(info, Queued(kGiB, Digest('c')), kSubmitted + kWarmWait, kWarmWait), Fit::kFits);
   EXPECT_EQ(WarmthOf(info, Digest('a')), Warmth::kLoaded);

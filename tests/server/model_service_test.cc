@@ -344,6 +344,24 @@ TEST_F(ModelServiceTest, GetJobSaysWhyAQueuedJobWaits) {
 
 }
 
+// A cold executor waits no longer than the warm-executor wait: having found nothing while the
+// job's wait ran, it is looked up again when the wait ends (within its 100 ms rounding), not only
+// at its idle recheck (30 s); a long poll held meanwhile is answered then too.
+TEST_F(ModelServiceTest, AColdExecutorIsServedWhenTheWarmWaitEndsNotAtItsIdleRecheck) {
+  StartModels();
+  MustPush("tiny", TinyGguf(10'000));
+  const std::string executor = RegisterExecutor("e1");  // holds no model: cold
+  v1::Job job;
+  ASSERT_GRPC_OK(jobs_->SubmitJob(Context(&submitter_).get(), ModelRequest("tiny"), &job));
+  v1::LeaseResponse leased;
+  ASSERT_GRPC_OK(Lease(executor, 1, &leased));
+  EXPECT_THAT(leased.leases(), SizeIs(0));  // within the wait
+  ASSERT_LT(StoreOptions{}.warm_wait + absl::Milliseconds(100), Options().idle_recheck);
+  fake_clock_.Advance(StoreOptions{}.warm_wait + absl::Milliseconds(100));
+  ASSERT_GRPC_OK(Lease(executor, 8, &leased));
+  EXPECT_THAT(leased.leases(), SizeIs(1));
+}
+
 }  // namespace
 }  // namespace minions::testing
 

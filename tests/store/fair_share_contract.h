@@ -132,6 +132,83 @@ class Placement : public FairShare {
     return job.id;
   }
   static std::string Digest(char c) { return "sha256:" + std::string(64, c); }
+
+  // What a two-model workload did to the fleet (RunTwoModels).
+  struct ModelTraffic {
+    int loads = 0;                  // a runner loaded a model (its first included)
+    std::vector<int> switches;      // per executor: loads that replaced another loaded model
+    std::vector<int> late_switches; // per executor: switches in the second half of the run
+    int tasks = 0;                  // tasks completed
+  };
+
+  // Two models' jobs alternate (A, B, A, ...: one every 2 s, 2 tasks each) over four executors
+  // that run one task at a time, taking 1, 1.5, 2 and 2.5 s a task (so they come back at
+  // different times; the fleet is about 40% busy, and an executor comes free within the stores'
+  // 3 s warm-executor wait), for `length`. Every half second the free executors ask for work, in
+  // an order that rotates each time (so no executor is always first); each reports in a
+  // heartbeat what it has loaded and cached, as the agent does, and keeps its runner loaded
+  // between tasks. The executors start with `cached` in their caches and nothing loaded.
+  ModelTraffic RunTwoModels(const std::vector<std::string>& cached, absl::Duration length) {
+    struct Machine {
+      std::string id;
+      absl::Duration task_time;
+      std::optional<Lease> lease;
+      absl::Time free_at;
+      std::string loaded;
+      std::vector<std::string> cached;
+    };
+    std::vector<Machine> fleet;
+    for (int i = 0; i < 4; ++i) {
+      fleet.push_back({RegisterHolding(absl::StrCat("two-", i), 32 * kGiB, cached, ""), absl::Milliseconds(1000 + 500 * i),
+                       std::nullopt, now_, "", cached});
+    }
+    ModelTraffic traffic;
+    traffic.switches.assign(fleet.size(), 0);
+    traffic.late_switches.assign(fleet.size(), 0);
+    const absl::Time end = now_ + length, half = now_ + length / 2;
+    absl::Time next_job = now_;
+    int jobs = 0;
+    for (int tick = 0; now_ < end; ++tick) {
+      if (now_ >= next_job) {
+        const std::string digest = Digest(jobs++ % 2 == 0 ? 'a' : 'b');
+        JobSpec spec = Spec();
+        spec.model_digest = digest;
+        Job job = Must(store_->CreateJob(spec, now_), "CreateJob");
+        Must(store_->AddTasks(job.id, Shards(2), 2 * kRecordsPerTask, now_), "AddTasks");
+        next_job = now_ + absl::Seconds(2);
+      }
+      for (size_t k = 0; k < fleet.size(); ++k) {
+        const size_t i = (k + tick) % fleet.size();
+        Machine& m = fleet[i];
+        if (m.free_at > now_) continue;
+        if (m.lease) {
+          const Task& task = m.lease->task;
+          Must(store_->CompleteTask(m.id, task.job_id, task.index, task.attempt, task.n_records, 0, now_),
+               "CompleteTask");
+          ++traffic.tasks;
+          m.lease.reset();
+        }
+        std::vector<Lease> got = Must(store_->LeaseTasks(m.id, 1, kSimTtl, now_), "LeaseTasks");
+        if (got.empty()) continue;
+        const std::string& digest = got[0].model_digest;
+        if (digest != m.loaded) {
+          ++traffic.loads;
+          if (!m.loaded.empty()) {
+            ++traffic.switches[i];
+            if (now_ >= half) ++traffic.late_switches[i];
+          }
+          m.loaded = digest;
+          if (std::find(m.cached.begin(), m.cached.end(), digest) == m.cached.end()) m.cached.push_back(digest);
+          Must(store_->Heartbeat(m.id, ExecutorState::kBusy, "", {}, kSimTtl, now_, ModelHoldings{m.cached, m.loaded}),
+               "Heartbeat");
+        }
+        m.lease = got[0];
+        m.free_at = now_ + m.task_time;
+      }
+      now_ += absl::Milliseconds(500);
+    }
+    return traffic;
+  }
 };
 
 }  // namespace minions

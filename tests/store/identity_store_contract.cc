@@ -13,6 +13,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
+using ::testing::UnorderedElementsAre;
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
@@ -103,6 +104,29 @@ TEST_P(IdentityStoreContract, CredentialsAreFoundByTheirHashAndRevokedOnce) {
   ASSERT_OK_AND_ASSIGN(listed, store_->ListTokens({"search", std::nullopt, "", true}));
   EXPECT_THAT(listed, SizeIs(2));
   EXPECT_CODE(store_->RevokeToken("tok-unknown00001", now_), kNotFound);
+}
+
+TEST_P(IdentityStoreContract, RevocationsAreListedFromATimeOn) {
+  ASSERT_OK(store_->CreateTeam(NewTeam("search")));
+  ASSERT_OK(store_->AddToken(Token("tok-early0000001", Role::kViewer, "search", "a", 1)));
+  ASSERT_OK(store_->AddToken(Token("tok-late00000001", Role::kViewer, "search", "b", 2)));
+  ASSERT_OK(store_->AddToken(Token("tok-kept00000001", Role::kViewer, "search", "c", 3)));
+  ASSERT_OK(store_->AddToken(Token("tok-join00000001", Role::kJoin, "", "laptops", 10)));
+  ASSERT_OK_AND_ASSIGN(Executor executor, Enrol(10, 11, "laptop"));
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> revoked, store_->RevokedTokensSince(absl::InfinitePast()));
+  EXPECT_THAT(revoked, IsEmpty());
+
+  ASSERT_OK(store_->RevokeToken("tok-early0000001", now_));
+  Advance(absl::Seconds(10));
+  const absl::Time later = now_;
+  ASSERT_OK(store_->RevokeToken("tok-late00000001", now_));
+  ASSERT_OK(store_->RevokeExecutor(executor.id, now_));  // its credential with it
+  ASSERT_OK_AND_ASSIGN(revoked, store_->RevokedTokensSince(later));
+  EXPECT_THAT(revoked, UnorderedElementsAre("tok-late00000001", "tok-cred11"));
+  ASSERT_OK_AND_ASSIGN(revoked, store_->RevokedTokensSince(absl::InfinitePast()));
+  EXPECT_THAT(revoked, UnorderedElementsAre("tok-early0000001", "tok-late00000001", "tok-cred11"));
+  ASSERT_OK_AND_ASSIGN(revoked, store_->RevokedTokensSince(later + absl::Microseconds(1)));
+  EXPECT_THAT(revoked, IsEmpty());
 }
 
 TEST_P(IdentityStoreContract, AJoinTokenIsTradedForExecutorsUntilItsUsesRunOut) {

@@ -683,6 +683,45 @@ TEST_P(MetadataStoreContract, TheFirstServersObjectStoreIsRecordedAndAServerWith
   EXPECT_EQ(recorded, "file:/srv/minions/objects");
 }
 
+// --- task sizes ---
+
+TEST_P(MetadataStoreContract, ThroughputIsKeptPerModelAndRunnerWithOldSamplesWeighedLess) {
+  const ThroughputKey llama{"sha256:aa", "llama"};
+  const ThroughputKey other_runner{"sha256:aa", "echo"};
+  ASSERT_OK_AND_ASSIGN(std::optional<Throughput> none, store_->GetThroughput(llama));
+  EXPECT_FALSE(none.has_value());
+  ASSERT_OK(store_->RecordThroughput(llama, ThroughputSample{100, absl::Seconds(50)}, now_));
+  Advance(absl::Seconds(5));
+  ASSERT_OK(store_->RecordThroughput(llama, ThroughputSample{300, absl::Seconds(30)}, now_));
+  ASSERT_OK(store_->RecordThroughput(other_runner, ThroughputSample{7, absl::Seconds(1)}, now_));
+  ASSERT_OK_AND_ASSIGN(std::optional<Throughput> got, store_->GetThroughput(llama));
+  ASSERT_TRUE(got.has_value());
+  // The first sample's sums weighed by kThroughputMemory, the second's added whole.
+  EXPECT_DOUBLE_EQ(got->records, 100 * kThroughputMemory + 300);
+  EXPECT_DOUBLE_EQ(got->seconds, 50 * kThroughputMemory + 30);
+  EXPECT_EQ(got->samples, 2);
+  EXPECT_EQ(got->updated_at, now_);
+  ASSERT_OK_AND_ASSIGN(got, store_->GetThroughput(other_runner));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_DOUBLE_EQ(got->RecordsPerSecond(), 7.0);
+  ASSERT_OK_AND_ASSIGN(none, store_->GetThroughput(ThroughputKey{"sha256:bb", "llama"}));
+  EXPECT_FALSE(none.has_value());
+}
+
+TEST_P(MetadataStoreContract, ACompletedTaskKeepsTheTimesItsThroughputIsMeasuredFrom) {
+  const std::string job_id = Submit(Spec(), 1);
+  const std::string a = Register("a");
+  std::vector<Lease> leases = LeaseUpTo(a, 1);
+  ASSERT_THAT(leases, SizeIs(1));
+  Advance(absl::Seconds(4));
+  ASSERT_OK(store_->CompleteTask(a, job_id, 0, leases[0].task.attempt, kRecordsPerTask, 0, now_));
+  ASSERT_OK_AND_ASSIGN(Task task, store_->GetTask(job_id, 0));
+  std::optional<ThroughputSample> sample = SampleOfCompletion(task, leases[0].task.attempt);
+  ASSERT_TRUE(sample.has_value());
+  EXPECT_EQ(sample->records, kRecordsPerTask);
+  EXPECT_EQ(sample->took, absl::Seconds(4));
+}
+
 // --- what the server asks for a job's and an executor's view ---
 
 TEST_P(MetadataStoreContract, CountTasksAndListRunningTasksAnswerWithoutListingAJob) {

@@ -77,6 +77,30 @@ INSTANTIATE_TEST_SUITE_P(
                         return MustOpen(TempFolder::NewDatabase());
                       })),
     [](const ::testing::TestParamInfo<StoreFactory>& info) { return info.index == 0 ? "Memory" : "File"; });
+
+// The setting benchmarks compare against (server.model_affinity = false): no warm preference and
+// no warm wait. The two-model traffic that keeps each executor on one model with affinity
+// (Placement.TwoModelsAlternating*) makes them swap over and over without it: the simulation can
+// tell the two apart.
+class PlacementWithoutAffinity : public Placement {};
+TEST_P(PlacementWithoutAffinity, TwoModelsAlternatingMakeExecutorsSwapModels) {
+  EXPECT_EQ(store_->WarmWait(), absl::ZeroDuration());
+  const ModelTraffic traffic = RunTwoModels({}, absl::Minutes(10));
+  EXPECT_GE(traffic.tasks, 590);
+  int late = 0;
+  for (int n : traffic.late_switches) late += n;
+  EXPECT_GT(late, 50);
+  EXPECT_GT(traffic.loads, 100);
+}
+INSTANTIATE_TEST_SUITE_P(Sqlite, PlacementWithoutAffinity,
+                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                           StoreOptions options;
+                           options.model_affinity = false;
+                           auto store = SqliteMetadataStore::Open(":memory:", options);
+                           EXPECT_TRUE(store.ok()) << store.status();
+                           return store.ok() ? std::move(*store) : nullptr;
+                         })),
+                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Memory"; });
 INSTANTIATE_TEST_SUITE_P(
     Sqlite, IdentityStoreContract,
     ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> { return MustOpen(":memory:"); }),

@@ -151,6 +151,15 @@ absl::Status PostgresMetadataStore::RecordTokenUse(const std::vector<std::string
   });
 }
 
+absl::StatusOr<std::vector<std::string>> PostgresMetadataStore::RevokedTokensSince(absl::Time since) {
+  return InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::vector<std::string>> {
+    ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kRevokedTokensSince, Params().Time(since)));
+    std::vector<std::string> ids;
+    for (int row = 0; row < result.Rows(); ++row) ids.push_back(result.Text(row, 0));
+    return ids;
+  });
+}
+
 // --- executors ---
 
 absl::StatusOr<Executor> PostgresMetadataStore::EnrolExecutor(const std::string& join_secret_hash,

@@ -8,7 +8,9 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "model/json_codec.h"
 #include "store/common/store_rows.h"
@@ -708,7 +710,8 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
                                                                    .Text(rules::FairShareRanksJson(teams))
                                                                    .Text(executor.info.model_loaded)
                                                                    .Text(DumpJson(Json(executor.info.models)))
-                                                                   .Time(now - options_.warm_wait)));
+                                                                   .Time(now - WarmWait())
+                                                                   .Int(options_.model_affinity ? 1 : 0)));
     // Teams with a running-task quota among the candidates: their counts again, under lock.
     std::map<std::string, int64_t> allowances = rules::RunningAllowances(teams);
     std::vector<rows::Values> quota_teams;
@@ -746,7 +749,7 @@ absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::
           unstarted.insert(task.job_id);
         }
       }
-      if (!rules::MayPlace(executor, jobs.at(task.job_id), now, options_.warm_wait)) continue;  // the rules decide
+      if (!rules::MayPlace(executor, jobs.at(task.job_id), now, WarmWait())) continue;  // the rules decide
       if (task.shadow && task.shadow->executor_id == executor_id) continue;  // its backup goes elsewhere
       if (!rules::TakeAllowance(allowances, row.Text(rows::kTaskColumns + 3))) continue;  // team at its quota
       RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));
@@ -849,6 +852,36 @@ absl::StatusOr<std::string> PostgresMetadataStore::RecordedObjectStore() {
   return InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::string> {
     ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kSelectSetting, Params().Text(kObjectStoreSetting)));
     return result.Rows() > 0 ? result.Text(0, 0) : std::string();
+  });
+}
+
+absl::Status PostgresMetadataStore::RecordThroughput(const ThroughputKey& key, const ThroughputSample& sample,
+                                                     absl::Time now) {
+  return InTransaction(true, [&](Connection& c) -> absl::Status {
+    return c
+        .Exec(sql::kRecordThroughput, Params()
+                                          .Text(key.model)
+                                          .Text(key.runner)
+                                          .Text(absl::StrCat(sample.records))
+                                          .Text(absl::StrFormat("%.9g", absl::ToDoubleSeconds(sample.took)))
+                                          .Time(now)
+                                          .Text(absl::StrFormat("%.9g", kThroughputMemory)))
+        .status();
+  });
+}
+
+absl::StatusOr<std::optional<Throughput>> PostgresMetadataStore::GetThroughput(const ThroughputKey& key) {
+  return InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::optional<Throughput>> {
+    ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kSelectThroughput, Params().Text(key.model).Text(key.runner)));
+    if (result.Rows() == 0) return std::optional<Throughput>();
+    Throughput throughput;
+    if (!absl::SimpleAtod(result.Text(0, 0), &throughput.records) ||
+        !absl::SimpleAtod(result.Text(0, 1), &throughput.seconds)) {
+      return absl::DataLossError(absl::StrCat("task_throughput of ", key.model, " holds no number"));
+    }
+    throughput.samples = result.Int(0, 2);
+    throughput.updated_at = result.Time(0, 3);
+    return std::optional<Throughput>(throughput);
   });
 }
 

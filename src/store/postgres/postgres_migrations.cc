@@ -235,6 +235,20 @@ constexpr char kGangJobs[] = R"sql(
 ALTER TABLE jobs ADD COLUMN gang_size INTEGER GENERATED ALWAYS AS (COALESCE((spec->>'gang_size')::int, 0)) STORED;
 )sql";
 
+// Task sizes (model/task_sizing.h): per model and runner, the decayed sums of records processed
+// and seconds taken by finished attempts (MetadataStore::RecordThroughput). Migration 10.
+constexpr char kThroughput[] = R"sql(
+CREATE TABLE task_throughput (
+  model      TEXT NOT NULL,
+  runner     TEXT NOT NULL,
+  records    DOUBLE PRECISION NOT NULL,
+  seconds    DOUBLE PRECISION NOT NULL,
+  samples    BIGINT NOT NULL,
+  updated_at BIGINT NOT NULL,
+  PRIMARY KEY (model, runner)
+);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -246,6 +260,7 @@ constexpr Migration kMigrations[] = {
     {7, "gangs: which executors form the gang of a task attempt", kGangs},
     {8, "settings: the object store the servers share", kSettings},
     {9, "gang jobs: jobs.gang_size", kGangJobs},
+    {10, "task sizes: records per second of each model and runner", kThroughput},
 };
 
 }  // namespace

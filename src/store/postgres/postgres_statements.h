@@ -130,17 +130,19 @@ inline constexpr char kFinishedJobs[] =
 // team it leaves out ranks 0; a team ranked -1 is at its running-task quota and is skipped).
 // Placement: $4 is the executor's usable memory; warmth is how warm it is for a job's registry
 // model (0 loaded ($8), 1 cached ($9, a JSON array of digests), 2 cold; a job without a registry
-// model is 0): warmer first within a priority, and a cold executor takes a job only once it was
-// submitted before $10 (delay scheduling).
+// model is 0): warmer first within a priority, and an executor that would have to drop another
+// model or fetch the bytes (neither loaded, nor cached with no model loaded: placement.h
+// TakesWithoutWait) takes a job only once it was submitted before $10 (delay scheduling). Without model affinity ($11 = 0) every job is 0.
 #define MINIONS_PG_WARMTH                                                                          \
-  "(CASE WHEN model_digest = '' OR model_digest = $8 THEN 0 WHEN model_digest IN "                 \
+  "(CASE WHEN $11::bigint = 0 OR model_digest = '' OR model_digest = $8 THEN 0 WHEN model_digest IN " \
   "(SELECT jsonb_array_elements_text($9::jsonb)) THEN 1 ELSE 2 END)"
 inline constexpr char kLeaseCandidates[] =
     "SELECT t.*, j.spec, j.state, j.started_at IS NOT NULL, j.team, j.created_at FROM (SELECT id, spec, state, "
     "started_at, team, created_at "
     "FROM jobs LEFT JOIN jsonb_each_text($7::jsonb) r ON r.key = jobs.team "
     "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND gang_size < 2 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
-    "AND COALESCE(r.value::int, 0) >= 0 AND (" MINIONS_PG_WARMTH " < 2 OR created_at <= $10) "
+    "AND COALESCE(r.value::int, 0) >= 0 AND (" MINIONS_PG_WARMTH " = 0 OR (" MINIONS_PG_WARMTH " = 1 AND $8 = '') "
+    "OR created_at <= $10) "
     "ORDER BY COALESCE(r.value::int, 0), priority DESC, " MINIONS_PG_WARMTH ", created_at, id) j "
     "CROSS JOIN LATERAL (SELECT "
     MINIONS_STORE_TASK_COLUMNS
@@ -168,6 +170,15 @@ inline constexpr char kSelectExecutorForUpdate[] = MINIONS_PG_SELECT_EXECUTOR " 
 inline constexpr char kInsertSetting[] =
     "INSERT INTO settings (name, value, set_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING";
 inline constexpr char kSelectSetting[] = "SELECT value FROM settings WHERE name = $1";
+// Task sizes: $1 model, $2 runner, $3 records, $4 seconds, $5 when, $6 the old sums' weight.
+inline constexpr char kRecordThroughput[] =
+    "INSERT INTO task_throughput AS t (model, runner, records, seconds, samples, updated_at) "
+    "VALUES ($1, $2, $3::double precision, $4::double precision, 1, $5) ON CONFLICT (model, runner) DO UPDATE SET "
+    "records = t.records * $6::double precision + EXCLUDED.records, "
+    "seconds = t.seconds * $6::double precision + EXCLUDED.seconds, samples = t.samples + 1, "
+    "updated_at = EXCLUDED.updated_at";
+inline constexpr char kSelectThroughput[] =
+    "SELECT records, seconds, samples, updated_at FROM task_throughput WHERE model = $1 AND runner = $2";
 // Executors $1 (ids), locked in id order (a batch of heartbeats).
 inline constexpr char kSelectExecutorsForUpdate[] =
     "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE";
@@ -227,6 +238,8 @@ inline constexpr char kInsertToken[] = "INSERT INTO tokens (" MINIONS_STORE_TOKE
 inline constexpr char kUpdateToken[] =
     "UPDATE tokens SET secret_hash = $2, role = $3, team = $4, principal = $5, scopes = $6, uses_left = $7, "
     "created_by = $8, created_at = $9, expires_at = $10, last_used_at = $11, revoked_at = $12 WHERE id = $1";
+// Credentials revoked at or after $1 (Authenticator's batched revocation check).
+inline constexpr char kRevokedTokensSince[] = "SELECT id FROM tokens WHERE revoked_at >= $1";
 inline constexpr char kRecordTokenUse[] =
     "UPDATE tokens SET last_used_at = $2 WHERE id = ANY($1::text[]) AND (last_used_at IS NULL OR last_used_at < $2)";
 // Tasks an executor holds, running attempts and shadows, locked in key order (RevokeExecutor:

@@ -193,6 +193,21 @@ absl::Status SqliteMetadataStore::RecordTokenUse(const std::vector<std::string>&
   });
 }
 
+absl::StatusOr<std::vector<std::string>> SqliteMetadataStore::RevokedTokensSince(absl::Time since) {
+  return InTransaction(false, [&]() -> absl::StatusOr<std::vector<std::string>> {
+    mu_.AssertHeld();
+    ASSIGN_OR_RETURN(Statement query, Prepare("SELECT id FROM tokens WHERE revoked_at >= :since"));
+    query.BindTime(":since", since);
+    std::vector<std::string> ids;
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, query.Step());
+      if (!row) break;
+      ids.push_back(query.Text(0));
+    }
+    return ids;
+  });
+}
+
 // --- executors ---
 
 absl::StatusOr<Executor> SqliteMetadataStore::EnrolExecutor(const std::string& join_secret_hash,

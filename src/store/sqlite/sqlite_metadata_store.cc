@@ -10,7 +10,9 @@
 #include <utility>
 #include <variant>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "model/json_codec.h"
 #include "store/common/store_rows.h"
@@ -74,10 +76,13 @@ constexpr char kCountRunning[] =
 // :ranks is the teams' fair-share order (store_rules::FairShareRanksJson): a team it leaves out
 // ranks 0; a team ranked -1 is at its running-task quota.
 // Placement: how warm the executor is for a job's registry model (0 loaded, 1 cached, 2 cold;
-// a job without a registry model is 0): warmer first within a priority, and a cold executor
-// takes a job only once it was submitted before :cold_before (delay scheduling).
+// a job without a registry model is 0): warmer first within a priority, and an executor that
+// would have to drop another model or fetch the bytes (neither loaded, nor cached with no model
+// loaded: placement.h TakesWithoutWait) takes a job only once it was submitted before
+// :cold_before (delay scheduling). Without model
+// affinity (:affinity = 0) every job is 0.
 #define MINIONS_SQLITE_WARMTH                                                                   \
-  "(CASE WHEN j.model_digest = '' OR j.model_digest = :loaded THEN 0 WHEN j.model_digest IN " \
+  "(CASE WHEN :affinity = 0 OR j.model_digest = '' OR j.model_digest = :loaded THEN 0 WHEN j.model_digest IN " \
   "(SELECT value FROM json_each(:cached)) THEN 1 ELSE 2 END)"
 constexpr char kLeaseCandidates[] =
     "SELECT t.job_id, t.idx, j.team FROM tasks t JOIN jobs j ON j.id = t.job_id "
@@ -85,7 +90,8 @@ constexpr char kLeaseCandidates[] =
     "WHERE t.state = :pending AND (t.not_before IS NULL OR t.not_before <= :now) "
     "AND j.state IN (:queued, :running) AND j.min_memory_bytes <= :memory_bytes AND j.gang_size < 2 "
     "AND j.runner IN (SELECT value FROM json_each(:runners)) AND COALESCE(r.value, 0) >= 0 "
-    "AND (" MINIONS_SQLITE_WARMTH " < 2 OR j.created_at <= :cold_before) "
+    "AND (" MINIONS_SQLITE_WARMTH " = 0 OR (" MINIONS_SQLITE_WARMTH " = 1 AND :loaded = '') "
+    "OR j.created_at <= :cold_before) "
     "ORDER BY COALESCE(r.value, 0), j.priority DESC, " MINIONS_SQLITE_WARMTH ", j.created_at, j.id, t.idx "
     "LIMIT :limit";
 #undef MINIONS_SQLITE_WARMTH
@@ -692,7 +698,8 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
           .BindText(":ranks", rules::FairShareRanksJson(teams))
           .BindText(":loaded", executor.info.model_loaded)
           .BindText(":cached", DumpJson(Json(executor.info.models)))
-          .BindTime(":cold_before", now - options_.warm_wait)
+          .BindTime(":cold_before", now - WarmWait())
+          .BindInt(":affinity", options_.model_affinity ? 1 : 0)
           .BindInt(":limit", max_tasks);
       while (true) {
         ASSIGN_OR_RETURN(bool row, query.Step());
@@ -708,7 +715,7 @@ absl::StatusOr<std::vector<Lease>> SqliteMetadataStore::LeaseTasks(const std::st
         ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
         job_it = jobs.emplace(job_id, std::move(job)).first;
       }
-      if (!rules::MayPlace(executor, job_it->second, now, options_.warm_wait)) continue;  // the rules decide
+      if (!rules::MayPlace(executor, job_it->second, now, WarmWait())) continue;  // the rules decide
       ASSIGN_OR_RETURN(Task task, LoadTask(job_id, index));
       if (task.shadow && task.shadow->executor_id == executor_id) continue;  // its backup goes elsewhere
       if (!rules::TakeAllowance(allowances, team)) continue;                 // its team reached its quota
@@ -838,6 +845,47 @@ absl::StatusOr<std::string> SqliteMetadataStore::RecordedObjectStore() {
   return InTransaction(false, [&]() -> absl::StatusOr<std::string> {
     mu_.AssertHeld();
     return LoadSetting(kObjectStoreSetting);
+  });
+}
+
+absl::Status SqliteMetadataStore::RecordThroughput(const ThroughputKey& key, const ThroughputSample& sample,
+                                                   absl::Time now) {
+  return InTransaction(true, [&]() -> absl::Status {
+    mu_.AssertHeld();
+    ASSIGN_OR_RETURN(
+        Statement upsert,
+        Prepare("INSERT INTO task_throughput (model, runner, records, seconds, samples, updated_at) "
+                "VALUES (:model, :runner, CAST(:records AS REAL), CAST(:seconds AS REAL), 1, :at) "
+                "ON CONFLICT (model, runner) DO UPDATE SET records = records * CAST(:keep AS REAL) + excluded.records, "
+                "seconds = seconds * CAST(:keep AS REAL) + excluded.seconds, samples = samples + 1, "
+                "updated_at = excluded.updated_at"));
+    return upsert.BindText(":model", key.model)
+        .BindText(":runner", key.runner)
+        .BindText(":records", absl::StrCat(sample.records))
+        .BindText(":seconds", absl::StrFormat("%.9g", absl::ToDoubleSeconds(sample.took)))
+        .BindText(":keep", absl::StrFormat("%.9g", kThroughputMemory))
+        .BindTime(":at", now)
+        .Run();
+  });
+}
+
+absl::StatusOr<std::optional<Throughput>> SqliteMetadataStore::GetThroughput(const ThroughputKey& key) {
+  return InTransaction(false, [&]() -> absl::StatusOr<std::optional<Throughput>> {
+    mu_.AssertHeld();
+    ASSIGN_OR_RETURN(Statement query,
+                     Prepare("SELECT CAST(records AS TEXT), CAST(seconds AS TEXT), samples, updated_at "
+                             "FROM task_throughput WHERE model = :model AND runner = :runner"));
+    query.BindText(":model", key.model).BindText(":runner", key.runner);
+    ASSIGN_OR_RETURN(bool row, query.Step());
+    if (!row) return std::optional<Throughput>();
+    Throughput throughput;
+    if (!absl::SimpleAtod(query.Text(0), &throughput.records) ||
+        !absl::SimpleAtod(query.Text(1), &throughput.seconds)) {
+      return absl::DataLossError(absl::StrCat("task_throughput of ", key.model, " holds no number"));
+    }
+    throughput.samples = query.Int(2);
+    throughput.updated_at = query.Time(3);
+    return std::optional<Throughput>(throughput);
   });
 }
 

@@ -75,7 +75,7 @@ class SqliteMetadataStore : public MetadataStore {
   absl::Status RequestDrain(const std::string& executor_id, absl::Time now) override;
 
   absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now) override;
-  absl::Duration WarmWait() const override { return options_.warm_wait; }
+  absl::Duration WarmWait() const override { return options_.EffectiveWarmWait(); }
   absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks,
                                                 absl::Duration ttl, absl::Time now) override;
   absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id,
@@ -91,6 +91,8 @@ class SqliteMetadataStore : public MetadataStore {
 
   absl::Status ClaimObjectStore(const std::string& identity, absl::Time now) override;
   absl::StatusOr<std::string> RecordedObjectStore() override;
+  absl::Status RecordThroughput(const ThroughputKey& key, const ThroughputSample& sample, absl::Time now) override;
+  absl::StatusOr<std::optional<Throughput>> GetThroughput(const ThroughputKey& key) override;
   absl::StatusOr<std::vector<Task>> ExpireLeases(absl::Time now, int limit) override;
   absl::StatusOr<std::vector<Executor>> MarkLostExecutors(absl::Time cutoff, absl::Time now) override;
 
@@ -121,6 +123,7 @@ class SqliteMetadataStore : public MetadataStore {
   absl::StatusOr<std::vector<TokenRecord>> ListTokens(const TokenFilter& filter) override;
   absl::StatusOr<TokenRecord> RevokeToken(const std::string& token_id, absl::Time now) override;
   absl::Status RecordTokenUse(const std::vector<std::string>& token_ids, absl::Time at) override;
+  absl::StatusOr<std::vector<std::string>> RevokedTokensSince(absl::Time since) override;
   absl::StatusOr<Executor> EnrolExecutor(const std::string& join_secret_hash, TokenRecord& credential,
                                          const ExecutorInfo& info, absl::Time now) override;
   absl::StatusOr<Executor> RevokeExecutor(const std::string& executor_id, absl::Time now) override;

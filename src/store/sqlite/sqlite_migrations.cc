@@ -213,6 +213,20 @@ constexpr char kGangJobs[] = R"sql(
 ALTER TABLE jobs ADD COLUMN gang_size INTEGER GENERATED ALWAYS AS (COALESCE(json_extract(spec, '$.gang_size'), 0)) VIRTUAL;
 )sql";
 
+// Task sizes (model/task_sizing.h): per model and runner, the decayed sums of records processed
+// and seconds taken by finished attempts (MetadataStore::RecordThroughput). Migration 10.
+constexpr char kThroughput[] = R"sql(
+CREATE TABLE task_throughput (
+  model      TEXT NOT NULL,
+  runner     TEXT NOT NULL,
+  records    REAL NOT NULL,
+  seconds    REAL NOT NULL,
+  samples    INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  PRIMARY KEY (model, runner)
+);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -224,6 +238,7 @@ constexpr Migration kMigrations[] = {
     {7, "gangs: which executors form the gang of a task attempt", kGangs},
     {8, "settings: the object store the servers share", kSettings},
     {9, "gang jobs: jobs.gang_size", kGangJobs},
+    {10, "task sizes: records per second of each model and runner", kThroughput},
 };
 
 }  // namespace
