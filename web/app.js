@@ -68,6 +68,10 @@ function renderFleet(fleet) {
   body.replaceChildren(...fleet.executors.map((e) => {
     const tasks = e.tasks.length === 0 ? el("span", { class: "muted" }, "none")
       : el("span", {}, e.tasks.map((t) => `${t.job} #${t.index} (${t.records_done}/${t.records})`).join(", "));
+    // A gang: which one, and its leader (this executor, or the one it serves).
+    const gang = !e.gang ? "" : el("span", { class: "gang", "data-gang": `${e.gang.job}/${e.gang.index}#${e.gang.attempt}` },
+      ` gang of ${e.gang.size} for ${e.gang.job} #${e.gang.index}: `,
+      e.gang.leads ? "leader" : `member, led by ${e.gang.leader_name || e.gang.leader}`);
     return el("tr", { "data-executor": e.id },
       el("td", {}, e.name, " ", el("span", { class: "muted" }, e.id)),
       el("td", { class: "device" }, el("span", { class: "muted" }, (e.accelerator || "cpu") + " "), e.device || "?"),
@@ -75,7 +79,7 @@ function renderFleet(fleet) {
       el("td", { class: "models" }, (e.models_shown || []).length === 0 ? el("span", { class: "muted" }, "none")
         : e.models_shown.map((m, i) => m + (e.models_cached[i] === e.model_loaded ? " (loaded)" : "")).join(", ")),
       el("td", {}, stateBadge(e.state), e.state_reason ? el("span", { class: "muted" }, " " + e.state_reason) : ""),
-      el("td", {}, tasks),
+      el("td", {}, tasks, gang),
       el("td", { class: "num" }, e.records_done),
       el("td", { class: "num" }, duration(e.last_heartbeat_age_seconds) + " ago"));
   }));

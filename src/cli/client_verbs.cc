@@ -6,12 +6,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "cli/admin_verbs.h"
@@ -327,6 +329,24 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
   }
   if (!job->error().empty()) printf("error     %s\n", job->error().c_str());
   if (!job->wait_reason().empty()) printf("waiting   %s\n", job->wait_reason().c_str());
+  if (job->gang_size() > 0) {
+    printf("gang      %d executors per task\n", job->gang_size());
+    // The gangs running its tasks now: each with its leader first.
+    auto fleet = client.Executors();
+    if (fleet.ok()) {
+      std::map<std::string, std::vector<std::string>> gangs;  // "index#attempt" -> executors, leader first
+      for (const auto& e : *fleet) {
+        if (e.gang().rfind(job_id + "/", 0) != 0) continue;
+        auto& seats = gangs[e.gang().substr(job_id.size() + 1)];
+        if (e.gang_leader() == e.id()) {
+          seats.insert(seats.begin(), e.id() + " (leader)");
+        } else {
+          seats.push_back(e.id());
+        }
+      }
+      for (const auto& [task, seats] : gangs) printf("          task %s: %s\n", task.c_str(), absl::StrJoin(seats, ", ").c_str());
+    }
+  }
   if (job->state() == "completed" || job->state() == "expired") {
     printf("results   minions results %s -o output.jsonl   (errors: --errors)\n", job->id().c_str());
   }
@@ -432,6 +452,11 @@ int ListExecutors(const Connection& connection, bool json) {
     for (const auto& t : e.current_tasks()) tasks += (tasks.empty() ? "" : " ") + t;
     // Why an executor is not working, as far as the server says (never why an owner is present).
     if (!e.state_reason().empty()) tasks += (tasks.empty() ? "(" : " (") + e.state_reason() + ")";
+    // Gangs: which gang it sits in, and whether it leads it or whom it serves.
+    if (!e.gang().empty()) {
+      tasks += (tasks.empty() ? "" : " ") + std::string("[gang ") + e.gang() +
+               (e.gang_leader() == e.id() ? ", leader]" : ", member of " + e.gang_leader() + "]");
+    }
     // Cached models as NAME@short digest (the server's naming); the loaded one starred.
     std::string models;
     for (int i = 0; i < e.models_cached_size(); ++i) {

@@ -120,6 +120,14 @@ absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Read() {
     }
     for (const auto& [state, n] : by_state) snapshot->tasks_by_state[state] += n;
   }
+  // Gangs whose attempt runs (every running task of a gang job is among those read above).
+  auto gangs = store_->ListGangs();
+  if (!gangs.ok()) return gangs.status();
+  if (!gangs->empty()) {
+    std::vector<Task> running;
+    for (const auto& [executor, tasks] : snapshot->running_by_executor) running.insert(running.end(), tasks.begin(), tasks.end());
+    snapshot->gang_of = LivingGangsByExecutor(*gangs, running);
+  }
   for (const Job& job : snapshot->jobs) {
     auto in_flight = snapshot->records_in_flight.find(job.id);
     snapshot->progress[job.id] = progress_->Observe(

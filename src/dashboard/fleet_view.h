@@ -41,6 +41,7 @@ struct FleetSnapshot {
   std::vector<Job> jobs;
   std::vector<Executor> executors;
   std::map<std::string, std::vector<Task>> running_by_executor;  // executor id -> tasks it runs
+  std::map<std::string, GangLease> gang_of;  // executor id -> the living gang it sits in (gang_store.h)
   std::map<std::string, int64_t> records_in_flight;              // job id -> progress of its running tasks
   std::map<std::string, ProgressEstimate> progress;               // job id -> its estimate, every job here
   std::map<std::string, std::map<TaskState, int64_t>> job_tasks; // unfinished job -> its tasks by state

@@ -118,6 +118,20 @@ Json FleetJson(const FleetSnapshot& s, absl::Time now, const Caller& caller) {
                          {"records_done", t.records_done}, {"records", t.n_records}});
       }
     }
+    // The gang it sits in and its leader (a gang of another team's job: not shown).
+    Json gang = nullptr;
+    if (auto g = s.gang_of.find(e.id); g != s.gang_of.end()) {
+      auto team = team_of.find(g->second.job_id);
+      if (caller.IsAdmin() || (team != team_of.end() && caller.SeesTeam(team->second))) {
+        std::string leader_name;
+        for (const Executor& other : s.executors) {
+          if (other.id == g->second.leader()) leader_name = other.info.name;
+        }
+        gang = {{"job", g->second.job_id}, {"index", g->second.task_index}, {"attempt", g->second.attempt},
+                {"leader", g->second.leader()}, {"leader_name", leader_name}, {"size", g->second.members.size()},
+                {"leads", g->second.leader() == e.id}};
+      }
+    }
     executors.push_back({{"id", e.id},
                          {"name", e.info.name},
                          {"device", e.info.gpu.empty() ? e.info.chip : e.info.gpu},
@@ -137,7 +151,8 @@ Json FleetJson(const FleetSnapshot& s, absl::Time now, const Caller& caller) {
                          {"drain_requested", e.drain_requested},
                          {"records_done", e.records_done},
                          {"last_heartbeat_age_seconds", absl::ToDoubleSeconds(now - e.last_heartbeat_at)},
-                         {"tasks", std::move(tasks)}});
+                         {"tasks", std::move(tasks)},
+                         {"gang", std::move(gang)}});
   }
   Json executors_by_state = Json::object();
   for (const auto& [state, n] : s.executors_by_state) {

@@ -397,10 +397,21 @@ grpc::Status JobService::ListExecutors(grpc::ServerContext* context, const v1::L
   auto models = store_->ListModels(caller.IsAdmin() ? "" : caller.team);
   if (!models.ok()) return ToGrpc(models.status());
   const std::map<std::string, std::string> names = ModelNamesByDigest(*models);
+  // Gangs whose attempt runs: which executors form them, and their leader.
+  auto gangs = store_->ListGangs();
+  if (!gangs.ok()) return ToGrpc(gangs.status());
+  const std::map<std::string, GangLease> gang_of = LivingGangsByExecutor(*gangs, *running);
   for (const Executor& e : *executors) {
     v1::Executor* out = reply->add_executors();
     *out = ToProto(e);
     for (const auto& t : current[e.id]) out->add_current_tasks(t);
+    if (auto g = gang_of.find(e.id); g != gang_of.end()) {
+      auto seen = visible.find(g->second.job_id);
+      if (caller.IsAdmin() || (seen != visible.end() && seen->second)) {
+        out->set_gang(absl::StrCat(g->second.job_id, "/", g->second.task_index, "#", g->second.attempt));
+        out->set_gang_leader(g->second.leader());
+      }
+    }
     for (const std::string& digest : e.info.models) out->add_models_shown(ShownModel(digest, names));
     out->set_model_loaded_shown(ShownModel(e.info.model_loaded, names));
   }

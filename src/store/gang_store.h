@@ -14,7 +14,9 @@
 // Unavailable when the backend cannot be reached.
 // Threads: implementations are thread-safe.
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +39,22 @@ struct GangLease {
   const std::string& leader() const { return members.front().executor_id; }
   bool operator==(const GangLease&) const = default;
 };
+
+// The gangs of `gangs` whose attempt is still running (`running`: the running tasks), by executor
+// id: what `minions executors`, `minions status` and the dashboard show. Seats left by an ended
+// attempt (freed lazily) are not shown.
+inline std::map<std::string, GangLease> LivingGangsByExecutor(const std::vector<GangLease>& gangs,
+                                                              const std::vector<Task>& running) {
+  std::map<std::string, GangLease> by_executor;
+  for (const GangLease& gang : gangs) {
+    const bool alive = std::any_of(running.begin(), running.end(), [&](const Task& t) {
+      return t.job_id == gang.job_id && t.index == gang.task_index && t.attempt == gang.attempt;
+    });
+    if (!alive) continue;
+    for (const GangSeat& seat : gang.members) by_executor[seat.executor_id] = gang;
+  }
+  return by_executor;
+}
 
 // Gangs have 2 to this many executors (a leader and llama.cpp's 16 rpc servers at most).
 inline constexpr size_t kMaxGangSize = 17;

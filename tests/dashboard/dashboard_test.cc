@@ -157,6 +157,49 @@ TEST_F(DashboardTest, AScrapeCountsJobsTasksAndExecutorsByStateFromTheStore) {
   EXPECT_EQ(fleet.dump().find("keyboard"), std::string::npos);
 }
 
+// Gangs (docs/architecture.md): the fleet table says which executors form which gang and who
+// leads it; a viewer of another team sees neither.
+TEST_F(DashboardTest, TheFleetShowsWhichExecutorsFormWhichGangAndItsLeader) {
+  const std::string lead = Register("lead-box", "");
+  const std::string member = Register("member-box", "");
+  const std::string idle = Register("idle-box", "");
+  JobSpec spec;
+  spec.team = "ml";
+  spec.model = "/models/tiny.gguf";
+  spec.input_key = "inputs/in.jsonl";
+  spec.shard_size = 10;
+  spec.gang_size = 2;
+  Job job = Must(store_->CreateJob(spec, clock_.Now()));
+  ASSERT_TRUE(store_->AddTasks(job.id, EvenTasks(1, 10), 10, clock_.Now()).ok());
+  GangLease gang;
+  gang.job_id = job.id;
+  gang.task_index = 0;
+  gang.members = {{lead, "10.9.0.1:50052", int64_t{8} << 30}, {member, "10.9.0.2:50052", int64_t{8} << 30}};
+  ASSERT_TRUE(store_->LeaseToGang(gang, kTtl, clock_.Now()).ok());
+
+  Json fleet = GetJson("/api/fleet");
+  ASSERT_EQ(fleet["executors"].size(), 3u);
+  for (const Json& e : fleet["executors"]) {
+    if (e["id"] == idle) {
+      EXPECT_TRUE(e["gang"].is_null());
+      continue;
+    }
+    ASSERT_TRUE(e["gang"].is_object()) << e.dump();
+    EXPECT_EQ(e["gang"]["job"], job.id);
+    EXPECT_EQ(e["gang"]["attempt"], 1);
+    EXPECT_EQ(e["gang"]["size"], 2);
+    EXPECT_EQ(e["gang"]["leader"], lead);
+    EXPECT_EQ(e["gang"]["leader_name"], "lead-box");
+    EXPECT_EQ(e["gang"]["leads"], e["id"] == lead);
+  }
+  clock_.Advance(absl::Seconds(2));  // past the fleet cache
+  Team search;
+  search.name = "search";
+  ASSERT_TRUE(store_->CreateTeam(search).ok());
+  Json other = GetJson("/api/fleet", 200, Issue(Role::kViewer, "search", "someone"));
+  for (const Json& e : other["executors"]) EXPECT_TRUE(e["gang"].is_null()) << e.dump();
+}
+
 TEST_F(DashboardTest, JobsShowProgressRateAndEta) {
   std::string executor = Register("worker", "");
   std::string job = Submit(2);

@@ -1,6 +1,8 @@
 // What an executor trusts, piece by piece: the URL policy, the model folders, the runner's
 // sandbox (its launcher run on real programs).
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -242,6 +244,46 @@ TEST_F(TrustTest, TheSandboxConfinesFilesAndNetwork) {
   EXPECT_NE(nested.code, 0);
 }
 #endif
+
+// A gang's leader (docs/architecture.md, "Gangs"): its runner may reach its members' gate ports,
+// and no other TCP port.
+TEST_F(TrustTest, AGangLeadersSandboxConnectsToItsMembersPortsOnly) {
+#ifdef SYS_landlock_create_ruleset
+  if (syscall(SYS_landlock_create_ruleset, nullptr, 0, 1U) < 4) GTEST_SKIP() << "no Landlock TCP rules (ABI 4)";
+#else
+  GTEST_SKIP() << "no Landlock";
+#endif
+  auto listen_on_loopback = [](int* port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(listen(fd, 4), 0);
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    *port = ntohs(addr.sin_port);
+    return fd;
+  };
+  int member_port = 0, other_port = 0;
+  const int member = listen_on_loopback(&member_port);
+  const int other = listen_on_loopback(&other_port);
+  auto connect_to = [&](int port) {
+    return Sandboxed({"--quiet", "--connect-tcp", std::to_string(member_port), "--write", dir_ + "/scratch", "--",
+                      "/bin/bash", "-c", "echo x > /dev/tcp/127.0.0.1/" + std::to_string(port)});
+  };
+  SandboxRun allowed = connect_to(member_port);
+  EXPECT_EQ(allowed.code, 0) << allowed.err;
+  SandboxRun refused = connect_to(other_port);
+  EXPECT_NE(refused.code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("Permission denied"));
+  // Without --connect-tcp: no socket at all, as for every other runner.
+  SandboxRun none = Sandboxed({"--quiet", "--write", dir_ + "/scratch", "--", "/bin/bash", "-c",
+                               "echo x > /dev/tcp/127.0.0.1/" + std::to_string(member_port)});
+  EXPECT_NE(none.code, 0);
+  close(member);
+  close(other);
+}
 
 TEST_F(TrustTest, TheSandboxReportsWhatItApplied) {
   SandboxRun run = Sandboxed({"--write", dir_ + "/scratch", "--", "/bin/true"});

@@ -10,8 +10,10 @@
 #include <signal.h>
 
 #include <fstream>
+#include <map>
 
 #include "cli/sample_prompts.h"
+#include "executor/control_channel.h"
 #include "pool_test_util.h"
 
 namespace minions::testing {
@@ -168,6 +170,25 @@ TEST(GangEndToEnd, AMemberKilledMidTaskPreemptsTheAttemptAndTheTaskFinishesOnANe
     if (victim.empty()) absl::SleepFor(absl::Milliseconds(100));
   }
   ASSERT_FALSE(victim.empty()) << "no member served a running task with a checkpoint; logs in " << pool.dir();
+  // `minions executors` shows the gang: the member and its leader name the same gang and leader.
+  {
+    auto fleet = client.Executors();
+    ASSERT_TRUE(fleet.ok()) << fleet.status();
+    std::map<std::string, v1::Executor> by_name;
+    for (const v1::Executor& e : *fleet) by_name[e.name()] = e;
+    const v1::Executor& member = by_name[victim];
+    ASSERT_THAT(member.gang(), ::testing::StartsWith(job->id() + "/0#"));
+    EXPECT_NE(member.gang_leader(), member.id());
+    int leaders = 0;
+    for (const v1::Executor& e : *fleet) {
+      if (e.id() == member.gang_leader()) {
+        ++leaders;
+        EXPECT_EQ(e.gang(), member.gang());
+        EXPECT_EQ(e.gang_leader(), e.id());
+      }
+    }
+    EXPECT_EQ(leaders, 1);
+  }
   const pid_t rpc_server = RpcServerOf(pool, victim);
   ASSERT_GT(rpc_server, 0);
   ::kill(rpc_server, SIGKILL);  // the member's machine dies: both its processes
@@ -216,6 +237,63 @@ TEST(GangEndToEnd, AJobNoExecutorCanHoldGetsTheFewestExecutorsThatCan) {
   v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(10));
   ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";
   ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
+  if (!HasFailure()) std::filesystem::remove_all(dir);
+}
+
+// A member's owner comes back mid-task (the owner's "pause" on its control socket, once the task
+// has committed a checkpoint): the member leaves the gang at once (its rpc-server goes, without
+// waiting for the gang), the attempt ends as preempted, not failed, and the task finishes on a
+// new gang; every custom_id exactly once.
+TEST(GangEndToEnd, AMembersOwnerReturningPreemptsTheAttemptAndNeverWaits) {
+  const std::string dir = TempDir("gang-owner");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  ASSERT_TRUE(pool.StartServer().ok());
+  // Dedicated machines whose only owner signal is the hand control (the test machine's own
+  // activity, CPU and GPU load must not steer the test).
+  const int64_t largest = StartGangFleet(
+      pool, {"--checkpoint-records", "4", "--availability", "dedicated", "--availability-set", "probe_logind=false",
+             "--availability-set", "probe_input_devices=false", "--availability-set", "probe_nvml=false",
+             "--availability-set", "start_max_other_cpu=1", "--availability-set", "pause_other_cpu=1",
+             "--availability-set", "start_idle=1s", "--availability-set", "pause_grace=200ms"});
+  ASSERT_GT(largest, 0);
+  const std::vector<std::string> lines = GreedyLines(64);
+  const std::string input = WriteInput(dir, lines);
+  auto job = SubmitGang(pool, input, 2, largest + 1, 64);  // one task
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  cli::JobsClient client(pool.connection());
+  std::string member;
+  for (int i = 0; i < 3000 && member.empty(); ++i) {
+    auto tasks = client.Tasks(job->id());
+    if (tasks.ok() && tasks->size() == 1 && tasks->at(0).state() == "running" &&
+        tasks->at(0).records_committed() >= 4 && tasks->at(0).records_committed() < 64) {
+      for (const std::string& name : pool.executor_names()) {
+        if (RpcServerOf(pool, name) != 0) member = name;
+      }
+    }
+    if (member.empty()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_FALSE(member.empty()) << "no member served a running task with a checkpoint; logs in " << pool.dir();
+  auto paused = SendControlCommand(ControlSocketPath(pool.dir() + "/" + member), "pause");
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  // The owner never waits for the gang: the member's rpc-server goes at once, long before the
+  // task could finish (it still runs, or waits for a new gang).
+  bool gone = false;
+  for (int i = 0; i < 600 && !gone; ++i) {
+    gone = RpcServerOf(pool, member) == 0;
+    if (!gone) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(gone) << "the paused member kept serving its gang";
+
+  v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(10));
+  ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
+  auto tasks = client.Tasks(job->id());
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_GE(tasks->at(0).preemptions(), 1) << "the attempt the owner ended was not preempted";
+  EXPECT_EQ(tasks->at(0).failures(), 0) << tasks->at(0).last_error();
   if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 
