@@ -270,6 +270,7 @@ void ExecutorService::BackUpTasksOf(const std::string& executor_id) {
     absl::MutexLock lock(&work_mu_);
     if (attached_.contains(executor_id)) return;  // back already
   }
+  gangs_.Lost(executor_id, clock_->Now());  // a member or leader of no new gang until heard from
   absl::StatusOr<std::vector<Task>> running = store_->ListRunningTasks();
   if (!running.ok()) {
     MINIONS_LOG(Warning) << "executor=" << executor_id << " closed its connection; its tasks wait for their lease TTL: "

@@ -64,6 +64,12 @@ absl::StatusOr<GangLeasing::CheckInAnswer> GangLeasing::CheckIn(const std::strin
   return answer;
 }
 
+void GangLeasing::Lost(const std::string& executor_id, absl::Time now) {
+  reserver_.Withdraw(executor_id);
+  absl::MutexLock lock(&mu_);
+  lost_[executor_id] = now;
+}
+
 void GangLeasing::MaybeBegin(absl::Time now) {
   {
     absl::MutexLock lock(&mu_);
@@ -88,11 +94,24 @@ void GangLeasing::MaybeBegin(absl::Time now) {
       for (const GangSeat& seat : gang.members) seated.insert(seat.executor_id);
     }
   }
+  absl::flat_hash_map<std::string, absl::Time> lost;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = lost_.begin(); it != lost_.end();) {
+      if (now - it->second > options_.lease_ttl) {
+        lost_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    lost = lost_;
+  }
   std::vector<GangCandidate> candidates;
   for (const Executor& e : *fleet) {
     if (e.state != ExecutorState::kAvailable || e.drain_requested || e.info.gang_address.empty()) continue;
     if (seated.contains(e.id) || !OffersRunner(e.info, job.spec.requirements.runner)) continue;
     if (now - e.last_heartbeat_at > options_.lease_ttl) continue;  // silent: maybe gone
+    if (auto gone = lost.find(e.id); gone != lost.end() && e.last_heartbeat_at <= gone->second) continue;  // died
     candidates.push_back({e.id, UsableMemory(e.info), e.info.gang_address});
   }
   GangRequest request{key, job.spec.requirements.min_memory_bytes, job.spec.gang_size};

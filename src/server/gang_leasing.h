@@ -68,6 +68,11 @@ class GangLeasing {
   // The executor cannot serve a gang now (its owner is back, it drains, it was lost): a
   // reservation holding it is released.
   void Withdraw(const std::string& executor_id) { reserver_.Withdraw(executor_id); }
+  // The executor's connection to this server closed without a goodbye at `now` (its process
+  // died): withdrawn, and chosen for no gang until it is heard from again. Without this, a gang
+  // formed right after a member's death could seat the dead member (its last heartbeat is still
+  // within the TTL), and its leader would wait for a gate that never answers.
+  void Lost(const std::string& executor_id, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // Begins a reservation for the next gang task when there is one and a gang for it.
@@ -86,6 +91,9 @@ class GangLeasing {
   absl::flat_hash_map<std::string, std::vector<GangDuty>> duties_ ABSL_GUARDED_BY(mu_);
   // The job of each reservation's task (the key "job/index").
   absl::flat_hash_map<std::string, std::pair<std::string, int64_t>> tasks_ ABSL_GUARDED_BY(mu_);
+  // Executors whose connection closed without a goodbye, and when (Lost); forgotten once heard
+  // from since, or after a lease TTL (then their silence alone keeps them out).
+  absl::flat_hash_map<std::string, absl::Time> lost_ ABSL_GUARDED_BY(mu_);
 };
 
 // The host of a "host:port" gang address ("" when it has none).
