@@ -140,6 +140,23 @@ pid_t RpcServerOf(ProcessPool& pool, const std::string& name) {
   return 0;
 }
 
+// The member serving the job's one task once it runs with at least `min_committed` (and fewer
+// than `records`) records committed: the fault follows progress, not time. "" if none did.
+std::string MemberOfACheckpointedTask(ProcessPool& pool, cli::JobsClient& client, const std::string& job_id,
+                                      int64_t min_committed, int64_t records) {
+  for (int i = 0; i < 3000; ++i) {
+    auto tasks = client.Tasks(job_id);
+    if (tasks.ok() && tasks->size() == 1 && tasks->at(0).state() == "running" &&
+        tasks->at(0).records_committed() >= min_committed && tasks->at(0).records_committed() < records) {
+      for (const std::string& name : pool.executor_names()) {
+        if (RpcServerOf(pool, name) != 0) return name;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return "";
+}
+
 // A member machine dies mid-task (its executor and rpc-server SIGKILLed once the task has
 // committed a checkpoint: the fault follows progress, not time). The leader's attempt ends as
 // preempted, not failed; the task resumes from its checkpoint on a new gang of the two left, and
@@ -158,17 +175,7 @@ TEST(GangEndToEnd, AMemberKilledMidTaskPreemptsTheAttemptAndTheTaskFinishesOnANe
 
   // Wait until the task has committed a checkpoint, then kill its member.
   cli::JobsClient client(pool.connection());
-  std::string victim;
-  for (int i = 0; i < 3000 && victim.empty(); ++i) {
-    auto tasks = client.Tasks(job->id());
-    if (tasks.ok() && tasks->size() == 1 && tasks->at(0).state() == "running" &&
-        tasks->at(0).records_committed() >= 4 && tasks->at(0).records_committed() < 64) {
-      for (const std::string& name : pool.executor_names()) {
-        if (RpcServerOf(pool, name) != 0) victim = name;
-      }
-    }
-    if (victim.empty()) absl::SleepFor(absl::Milliseconds(100));
-  }
+  const std::string victim = MemberOfACheckpointedTask(pool, client, job->id(), 4, 64);
   ASSERT_FALSE(victim.empty()) << "no member served a running task with a checkpoint; logs in " << pool.dir();
   // `minions executors` shows the gang: the member and its leader name the same gang and leader.
   {
@@ -263,17 +270,7 @@ TEST(GangEndToEnd, AMembersOwnerReturningPreemptsTheAttemptAndNeverWaits) {
   ASSERT_TRUE(job.ok()) << job.status();
 
   cli::JobsClient client(pool.connection());
-  std::string member;
-  for (int i = 0; i < 3000 && member.empty(); ++i) {
-    auto tasks = client.Tasks(job->id());
-    if (tasks.ok() && tasks->size() == 1 && tasks->at(0).state() == "running" &&
-        tasks->at(0).records_committed() >= 4 && tasks->at(0).records_committed() < 64) {
-      for (const std::string& name : pool.executor_names()) {
-        if (RpcServerOf(pool, name) != 0) member = name;
-      }
-    }
-    if (member.empty()) absl::SleepFor(absl::Milliseconds(100));
-  }
+  const std::string member = MemberOfACheckpointedTask(pool, client, job->id(), 4, 64);
   ASSERT_FALSE(member.empty()) << "no member served a running task with a checkpoint; logs in " << pool.dir();
   auto paused = SendControlCommand(ControlSocketPath(pool.dir() + "/" + member), "pause");
   ASSERT_TRUE(paused.ok()) << paused.status();
