@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/json_util.h"
 #include "common/logging.h"
 #include "model/state_machines.h"
@@ -348,6 +349,20 @@ absl::StatusOr<HeartbeatReply> ChunkChecker::Heartbeat(const std::string& execut
                                                        const std::string& reason,
                                                        const std::vector<LeaseProgress>& held, absl::Duration ttl,
                                                        absl::Time now, const std::optional<ModelHoldings>& holdings) {
+  absl::StatusOr<HeartbeatReply> reply;
+  absl::Notification answered;
+  HeartbeatAsync(executor_id, state, reason, held, ttl, now, holdings,
+                 [&reply, &answered](absl::StatusOr<HeartbeatReply> r) {
+                   reply = std::move(r);
+                   answered.Notify();
+                 });
+  answered.WaitForNotification();
+  return reply;
+}
+
+void ChunkChecker::HeartbeatAsync(const std::string& executor_id, ExecutorState state, const std::string& reason,
+                                  const std::vector<LeaseProgress>& held, absl::Duration ttl, absl::Time now,
+                                  const std::optional<ModelHoldings>& holdings, HeartbeatBatcher::Answer answer) {
   std::vector<LeaseProgress> admitted, refused;
   for (const LeaseProgress& lease : held) {
     absl::Status why;
@@ -369,12 +384,20 @@ absl::StatusOr<HeartbeatReply> ChunkChecker::Heartbeat(const std::string& execut
       }
     }
   }
-  auto reply = heartbeats_ != nullptr
-                   ? heartbeats_->Heartbeat(HeartbeatCall{executor_id, state, reason, admitted, holdings}, ttl)
-                   : store_->Heartbeat(executor_id, state, reason, admitted, ttl, now, holdings);
-  if (!reply.ok()) return reply;
-  for (LeaseProgress& lease : refused) reply->cancel.push_back(std::move(lease));
-  return reply;
+  // The refused attempts are cancelled in the reply, with whatever the store answers.
+  auto answer_with_refused = [refused = std::move(refused), answer = std::move(answer)](
+                                 absl::StatusOr<HeartbeatReply> reply) mutable {
+    if (reply.ok()) {
+      for (LeaseProgress& lease : refused) reply->cancel.push_back(std::move(lease));
+    }
+    std::move(answer)(std::move(reply));
+  };
+  if (heartbeats_ != nullptr) {
+    heartbeats_->Submit(HeartbeatCall{executor_id, state, reason, admitted, holdings}, ttl,
+                        std::move(answer_with_refused));
+  } else {
+    answer_with_refused(store_->Heartbeat(executor_id, state, reason, admitted, ttl, now, holdings));
+  }
 }
 
 absl::StatusOr<std::vector<absl::Status>> ChunkChecker::CompleteTasks(const std::string& executor_id,

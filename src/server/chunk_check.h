@@ -73,6 +73,12 @@ class ChunkChecker {
                                            const std::string& reason, const std::vector<LeaseProgress>& held,
                                            absl::Duration ttl, absl::Time now,
                                            const std::optional<ModelHoldings>& holdings = std::nullopt);
+  // The same without waiting for the store: the chunks are checked on this thread, and `answer`
+  // gets the reply when the heartbeat batch commits (on the batcher's thread; with no batcher, on
+  // this one before this returns).
+  void HeartbeatAsync(const std::string& executor_id, ExecutorState state, const std::string& reason,
+                      const std::vector<LeaseProgress>& held, absl::Duration ttl, absl::Time now,
+                      const std::optional<ModelHoldings>& holdings, HeartbeatBatcher::Answer answer);
   absl::StatusOr<std::vector<absl::Status>> CompleteTasks(const std::string& executor_id,
                                                           const std::vector<LeaseProgress>& reports, absl::Time now);
   absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/logging.h"
 #include "model/model_ref.h"
 #include "server/call_auth.h"
@@ -124,17 +125,37 @@ absl::Status ExecutorService::Register(const std::string& executor_id, const v1:
   return absl::OkStatus();
 }
 
-grpc::Status ExecutorService::Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
-                                        v1::HeartbeatResponse* reply) {
-  EXECUTOR_OR_RETURN(context, request->executor_id());
-  return ToGrpc(Heartbeat(executor_id, *request, reply));
+grpc::ServerUnaryReactor* ExecutorService::Heartbeat(grpc::CallbackServerContext* context,
+                                                     const v1::HeartbeatRequest* request,
+                                                     v1::HeartbeatResponse* reply) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::string> executor_id = AuthorizeExecutor(context, request->executor_id());
+  if (!executor_id.ok()) {
+    reactor->Finish(ToGrpc(executor_id.status()));
+    return reactor;
+  }
+  HeartbeatAsync(*executor_id, *request, reply, [reactor](absl::Status status) { reactor->Finish(ToGrpc(status)); });
+  return reactor;
 }
 
 absl::Status ExecutorService::Heartbeat(const std::string& executor_id, const v1::HeartbeatRequest& request,
                                         v1::HeartbeatResponse* reply) {
+  absl::Status outcome;
+  absl::Notification answered;
+  HeartbeatAsync(executor_id, request, reply, [&outcome, &answered](absl::Status status) {
+    outcome = std::move(status);
+    answered.Notify();
+  });
+  answered.WaitForNotification();
+  return outcome;
+}
+
+void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::HeartbeatRequest& request,
+                                     v1::HeartbeatResponse* reply, absl::AnyInvocable<void(absl::Status) &&> done) {
   auto state = ParseExecutorState(request.state().empty() ? "available" : request.state());
   if (!state || *state == ExecutorState::kLost || *state == ExecutorState::kRevoked) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown executor state '", request.state(), "'"));
+    std::move(done)(absl::InvalidArgumentError(absl::StrCat("unknown executor state '", request.state(), "'")));
+    return;
   }
   {
     // An executor whose state changed (its owner left) may be offered what it was not before.
@@ -147,17 +168,10 @@ absl::Status ExecutorService::Heartbeat(const std::string& executor_id, const v1
       }
     }
   }
-  std::vector<LeaseProgress> held;
-  for (const auto& ref : request.leases()) held.push_back(FromProto(ref));
-  // The executor's reason is not kept: why its owner is present never leaves the machine.
-  std::optional<ModelHoldings> holdings;
-  if (request.has_holdings()) holdings = minions::FromProto(request.holdings());
-  auto answer = chunks_.Heartbeat(executor_id, *state, "", held, options_.lease_ttl, clock_->Now(), holdings);
-  if (!answer.ok()) return answer.status();
-  for (const auto& c : answer->cancel) ToProto(c, reply->add_cancel());
   if (*state == ExecutorState::kOwnerActive || *state == ExecutorState::kDraining) gangs_.Withdraw(executor_id);
   if (request.gang_duties_size() > 0) {
-    // A gang member: the duties whose attempt has ended are stopped (their seats freed).
+    // A gang member: the duties whose attempt has ended are stopped (their seats freed). Looked up
+    // here, on the caller's thread: the batcher's thread only answers.
     std::vector<AttemptRef> duties;
     for (const auto& ref : request.gang_duties()) duties.push_back({ref.job_id(), ref.task_index(), ref.attempt()});
     for (const AttemptRef& ended : gangs_.EndedDuties(executor_id, duties)) {
@@ -167,11 +181,26 @@ absl::Status ExecutorService::Heartbeat(const std::string& executor_id, const v1
       cancel->set_attempt(ended.attempt);
     }
   }
-  for (const auto& r : answer->renewed) ToProto(r, reply->add_renewed());
-  reply->set_drain(answer->drain);
-  reply->set_reregister(answer->unknown_executor);
-  reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
-  return absl::OkStatus();
+  std::vector<LeaseProgress> held;
+  for (const auto& ref : request.leases()) held.push_back(FromProto(ref));
+  // The executor's reason is not kept: why its owner is present never leaves the machine.
+  std::optional<ModelHoldings> holdings;
+  if (request.has_holdings()) holdings = minions::FromProto(request.holdings());
+  const int64_t ttl_ms = absl::ToInt64Milliseconds(options_.lease_ttl);
+  chunks_.HeartbeatAsync(
+      executor_id, *state, "", held, options_.lease_ttl, clock_->Now(), holdings,
+      [reply, ttl_ms, done = std::move(done)](absl::StatusOr<HeartbeatReply> answer) mutable {
+        if (!answer.ok()) {
+          std::move(done)(answer.status());
+          return;
+        }
+        for (const auto& c : answer->cancel) ToProto(c, reply->add_cancel());
+        for (const auto& r : answer->renewed) ToProto(r, reply->add_renewed());
+        reply->set_drain(answer->drain);
+        reply->set_reregister(answer->unknown_executor);
+        reply->set_lease_ttl_ms(ttl_ms);
+        std::move(done)(absl::OkStatus());
+      });
 }
 
 // A Lease call held by the callback API: no thread waits for it. Its state moves under work_mu_;

@@ -33,6 +33,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 
 #include "blob/blob_store.h"
@@ -50,9 +51,10 @@
 
 namespace minions {
 
-// The generated service with Lease and Attach on gRPC's callback API (held without a thread).
-using ExecutorServiceBase =
-    v1::Executors::WithCallbackMethod_Lease<v1::Executors::WithCallbackMethod_Attach<v1::Executors::Service>>;
+// The generated service with Lease, Attach and Heartbeat on gRPC's callback API (held without a
+// thread: a held lease, a presence stream, a heartbeat waiting for its group-commit batch).
+using ExecutorServiceBase = v1::Executors::WithCallbackMethod_Lease<
+    v1::Executors::WithCallbackMethod_Attach<v1::Executors::WithCallbackMethod_Heartbeat<v1::Executors::Service>>>;
 
 class ExecutorService final : public ExecutorServiceBase {
  public:
@@ -77,8 +79,9 @@ class ExecutorService final : public ExecutorServiceBase {
   grpc::Status Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request, v1::EnrolResponse* reply) override;
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                         v1::RegisterResponse* reply) override;
-  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
-                         v1::HeartbeatResponse* reply) override;
+  // Answered when the heartbeat's group-commit batch commits (server/heartbeat_batcher.h).
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* reply) override;
   grpc::ServerUnaryReactor* Lease(grpc::CallbackServerContext* context, const v1::LeaseRequest* request,
                                   v1::LeaseResponse* reply) override;
   grpc::Status Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,
@@ -129,6 +132,13 @@ class ExecutorService final : public ExecutorServiceBase {
   // The synchronous Lease of the generated base, replaced by the callback one (it is never called).
   using ExecutorServiceBase::Lease;
   using ExecutorServiceBase::Attach;
+  using ExecutorServiceBase::Heartbeat;
+
+  // Heartbeat without waiting: `reply` is filled and `done` called (with the call's outcome) when
+  // the heartbeat's batch commits, on the batcher's thread (or on this one, before it returns,
+  // when the heartbeat is refused before reaching the store). `reply` must live until then.
+  void HeartbeatAsync(const std::string& executor_id, const v1::HeartbeatRequest& request,
+                      v1::HeartbeatResponse* reply, absl::AnyInvocable<void(absl::Status) &&> done);
 
   // The executor the call's credential is bound to; PermissionDenied when the request names
   // another (`claimed` non-empty and different).

@@ -1,45 +1,74 @@
 #include "server/heartbeat_batcher.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
+
+#include "absl/synchronization/notification.h"
 
 namespace minions {
 
-absl::StatusOr<HeartbeatReply> HeartbeatBatcher::Heartbeat(HeartbeatCall call, absl::Duration ttl) {
-  Pending mine{std::move(call), ttl, absl::UnknownError("not committed"), false};
-  mu_.Lock();
-  queue_.push_back(&mine);
-  while (!mine.done) {
-    if (committing_) {
-      // A batch is committing: this heartbeat joins the next one (or is answered by this one).
-      auto ready = [this, &mine]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return mine.done || !committing_; };
-      mu_.Await(absl::Condition(&ready));
-      continue;
-    }
-    // Nobody commits: this caller commits what is waiting (its own heartbeat first in line or not).
-    committing_ = true;
-    const size_t n = std::min(queue_.size(), static_cast<size_t>(max_batch_));
-    std::vector<Pending*> batch(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
-    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
-    mu_.Unlock();
-    Commit(batch);
-    mu_.Lock();
-    committing_ = false;
-    ++batches_;
-    heartbeats_ += static_cast<int64_t>(batch.size());
-    for (Pending* p : batch) p->done = true;
+HeartbeatBatcher::HeartbeatBatcher(CommitFn commit, Clock* clock, int max_batch)
+    : commit_(std::move(commit)),
+      clock_(clock),
+      max_batch_(max_batch < 1 ? 1 : max_batch),
+      committer_([this] { CommitLoop(); }) {}
+
+HeartbeatBatcher::~HeartbeatBatcher() {
+  {
+    absl::MutexLock lock(&mu_);
+    exiting_ = true;
   }
-  mu_.Unlock();
-  return std::move(mine.reply);
+  committer_.join();
 }
 
-void HeartbeatBatcher::Commit(const std::vector<Pending*>& batch) {
+void HeartbeatBatcher::Submit(HeartbeatCall call, absl::Duration ttl, Answer answer) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(Pending{std::move(call), ttl, std::move(answer)});
+}
+
+absl::StatusOr<HeartbeatReply> HeartbeatBatcher::Heartbeat(HeartbeatCall call, absl::Duration ttl) {
+  absl::StatusOr<HeartbeatReply> reply;
+  absl::Notification answered;
+  Submit(std::move(call), ttl, [&reply, &answered](absl::StatusOr<HeartbeatReply> r) {
+    reply = std::move(r);
+    answered.Notify();
+  });
+  answered.WaitForNotification();
+  return reply;
+}
+
+void HeartbeatBatcher::CommitLoop() {
+  while (true) {
+    std::vector<Pending> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return exiting_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;  // exiting, and nothing waits
+      const size_t n = std::min(queue_.size(), static_cast<size_t>(max_batch_));
+      batch.assign(std::make_move_iterator(queue_.begin()),
+                   std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(n)));
+      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    Commit(batch);
+    {
+      absl::MutexLock lock(&mu_);
+      ++batches_;
+      heartbeats_ += static_cast<int64_t>(batch.size());
+    }
+    // Answered after the counters move: a caller that saw its answer sees its batch counted.
+    for (Pending& p : batch) std::move(p.answer)(std::move(p.reply));
+  }
+}
+
+void HeartbeatBatcher::Commit(std::vector<Pending>& batch) {
   // One TTL per server; heartbeats of another TTL (none today) commit on their own.
   std::vector<HeartbeatCall> calls;
   std::vector<Pending*> same_ttl, alone;
-  for (Pending* p : batch) (p->ttl == batch.front()->ttl ? same_ttl : alone).push_back(p);
+  for (Pending& p : batch) (p.ttl == batch.front().ttl ? same_ttl : alone).push_back(&p);
   for (Pending* p : same_ttl) calls.push_back(p->call);
-  absl::StatusOr<std::vector<HeartbeatReply>> replies = commit_(calls, batch.front()->ttl, clock_->Now());
+  absl::StatusOr<std::vector<HeartbeatReply>> replies = commit_(calls, batch.front().ttl, clock_->Now());
   if (replies.ok() && replies->size() == same_ttl.size()) {
     for (size_t i = 0; i < same_ttl.size(); ++i) same_ttl[i]->reply = std::move((*replies)[i]);
   } else if (same_ttl.size() == 1) {
@@ -67,10 +96,6 @@ int64_t HeartbeatBatcher::heartbeats() const {
   absl::MutexLock lock(&mu_);
   return heartbeats_;
 }
-
-}  // namespace minions
-
-namespace minions {
 
 int64_t HeartbeatBatcher::waiting() const {
   absl::MutexLock lock(&mu_);

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -198,6 +199,68 @@ TEST_F(HeartbeatBatcherTest, AHeartbeatTheStoreRefusesFailsAloneAndTheRestOfItsB
   auto task_a = store_->GetTask(of_a.task.job_id, of_a.task.index);
   ASSERT_TRUE(task_a.ok());
   EXPECT_EQ(task_a->records_done, 2);
+}
+
+TEST_F(HeartbeatBatcherTest, HeartbeatsSubmittedFromOneThreadWaitForTheirBatchWithoutHoldingIt) {
+  // The server's Heartbeat is a callback: it queues the heartbeat and returns. One thread submits
+  // a hundred heartbeats while a batch is held at the gate; none blocks it, and each is answered
+  // (on the batcher's thread) when the one batch they form commits.
+  std::vector<std::string> executors;
+  for (int i = 0; i < 101; ++i) executors.push_back(Register(absl::StrCat("e", i)));
+  auto batcher = Batcher();
+  hold_ = true;
+  absl::Mutex answers_mu;
+  std::vector<absl::StatusOr<HeartbeatReply>> answers(executors.size());
+  int answered = 0;
+  auto answer_into = [&](size_t i) {
+    return [&, i](absl::StatusOr<HeartbeatReply> reply) {
+      absl::MutexLock lock(&answers_mu);
+      answers[i] = std::move(reply);
+      ++answered;
+    };
+  };
+  batcher->Submit({executors[0], ExecutorState::kAvailable}, kTtl, answer_into(0));
+  entered_.WaitForNotification();
+  for (size_t i = 1; i < executors.size(); ++i) {
+    batcher->Submit({executors[i], ExecutorState::kAvailable}, kTtl, answer_into(i));
+  }
+  AwaitWaiting(*batcher, 100);
+  {
+    absl::MutexLock lock(&answers_mu);
+    EXPECT_EQ(answered, 0);  // nothing is answered before its batch commits
+  }
+  open_.Notify();
+  {
+    absl::MutexLock lock(&answers_mu);
+    auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(answers_mu) { return answered == 101; };
+    answers_mu.Await(absl::Condition(&all));
+  }
+  EXPECT_THAT(sizes(), ElementsAre(1, 100));
+  for (size_t i = 0; i < answers.size(); ++i) {
+    ASSERT_TRUE(answers[i].ok()) << i << ": " << answers[i].status();
+    EXPECT_FALSE(answers[i]->unknown_executor);
+    auto executor = store_->GetExecutor(executors[i]);
+    ASSERT_TRUE(executor.ok());
+    EXPECT_EQ(executor->last_heartbeat_at, clock_.Now());
+  }
+}
+
+TEST_F(HeartbeatBatcherTest, HeartbeatsQueuedWhenTheBatcherIsDestroyedAreWrittenAndAnswered) {
+  const std::string first = Register("first");
+  const std::string a = Register("a");
+  auto batcher = Batcher();
+  hold_ = true;
+  absl::StatusOr<HeartbeatReply> a_reply = absl::UnknownError("never answered");
+  batcher->Submit({first, ExecutorState::kAvailable}, kTtl, [](absl::StatusOr<HeartbeatReply>) {});
+  entered_.WaitForNotification();
+  batcher->Submit({a, ExecutorState::kAvailable}, kTtl,
+                  [&a_reply](absl::StatusOr<HeartbeatReply> reply) { a_reply = std::move(reply); });
+  AwaitWaiting(*batcher, 1);
+  std::thread destroy([&] { batcher.reset(); });
+  open_.Notify();
+  destroy.join();
+  ASSERT_TRUE(a_reply.ok()) << a_reply.status();
+  EXPECT_THAT(sizes(), ElementsAre(1, 1));
 }
 
 TEST_F(HeartbeatBatcherTest, ABatchOfOneWritesEachHeartbeatAlone) {
