@@ -1,8 +1,9 @@
 // minions-bench-fleet: the fleet simulator (issue 15). N simulated executors in this one process,
 // each speaking the real executor protocol over gRPC to one real `minions server` (SQLite, or a
 // private PostgreSQL cluster this program starts): enrolment with a join token, Register, an
-// Attach presence stream held open, a heartbeat every TTL/3 (with its leases), and long-poll
-// Leases (wait 1 s, as the executor's default). A leased task is run by a fake runner: its input
+// Attach presence stream held open, a heartbeat every TTL/3 while it holds a lease and every
+// 2/3 TTL while it holds none, and long-poll Leases (wait --lease-wait-ms, 20 s, as the
+// executor's defaults). A leased task is run by a fake runner: its input
 // range is read through the lease's URL, it "runs" for --task-ms, and one output line per record
 // is written to the attempt's chunk URL before the task is completed, as a real executor does
 // (the server checks the chunk). Each point of the fleet size runs two phases:
@@ -211,7 +212,7 @@ class Workers {
 
 struct SimOptions {
   absl::Duration ttl = absl::Seconds(9);
-  absl::Duration lease_wait = absl::Seconds(1);
+  absl::Duration lease_wait = absl::Seconds(20);
   absl::Duration task_time = absl::Milliseconds(200);
 };
 
@@ -257,7 +258,7 @@ class Fleet {
   // Register, attach, lease and heartbeat every executor (heartbeats spread over one period).
   void Start() {
     std::mt19937 random(42);
-    const absl::Duration period = options_.ttl / 3;
+    const absl::Duration period = options_.ttl * 2 / 3;
     for (auto& owned : executors_) {
       Executor* e = owned.get();
       Register(e, [this, e, period, phase = std::uniform_real_distribution<double>(0, 1)(random)] {
@@ -359,6 +360,12 @@ class Fleet {
     new AttachReader(this, e);
   }
 
+  // As the executor: every third of the TTL while it holds leases, two thirds when it holds none.
+  absl::Duration BeatPeriod(Executor* e) {
+    absl::MutexLock lock(&e->mu);
+    return e->held.empty() ? options_.ttl * 2 / 3 : options_.ttl / 3;
+  }
+
   void Heartbeat(Executor* e) {
     if (stopping_) return;
     const absl::Time due = absl::Now();
@@ -386,7 +393,7 @@ class Fleet {
       if (s.ok() && call->reply.reregister()) Register(e, [] {});
       delete request;
       delete call;
-      if (!stopping_) timer_.At(due + options_.ttl / 3, [this, e] { Heartbeat(e); });
+      if (!stopping_) timer_.At(due + BeatPeriod(e), [this, e] { Heartbeat(e); });
       --in_flight_;
     });
   }
@@ -515,6 +522,7 @@ struct Flags {
   std::vector<int> executors = {100, 1000};
   std::vector<std::string> stores = {"sqlite", "postgres"};
   int64_t ttl_ms = 9000;
+  int64_t lease_wait_ms = 20000;
   int channels = 0;
   double warmup_s = 0;  // 0: one TTL
   double idle_s = 18;
@@ -650,6 +658,7 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
 
   SimOptions options;
   options.ttl = absl::Milliseconds(flags.ttl_ms);
+  options.lease_wait = absl::Milliseconds(flags.lease_wait_ms);
   options.task_time = absl::Milliseconds(flags.task_ms);
   Fleet fleet(options, flags.run_threads);
   const int channels = flags.channels > 0 ? std::min(flags.channels, n) : n;
@@ -771,7 +780,10 @@ int main(int argc, char** argv) {
   Flags flags;
   app.add_option("--executors", flags.executors, "fleet sizes, one point each")->capture_default_str();
   app.add_option("--store", flags.stores, "sqlite and/or postgres")->capture_default_str();
-  app.add_option("--ttl-ms", flags.ttl_ms, "the server's lease TTL (heartbeats every third)")->capture_default_str();
+  app.add_option("--ttl-ms", flags.ttl_ms, "the server's lease TTL (heartbeats every third; every 2/3 when idle)")
+      ->capture_default_str();
+  app.add_option("--lease-wait-ms", flags.lease_wait_ms, "an idle executor's long poll (the executor's: 20000)")
+      ->capture_default_str();
   app.add_option("--channels", flags.channels, "gRPC connections (0: one per executor)")->capture_default_str();
   app.add_option("--warmup-s", flags.warmup_s, "seconds after the fleet is up before measuring (0: one TTL)");
   app.add_option("--idle-s", flags.idle_s, "seconds of the idle phase")->capture_default_str();
@@ -785,9 +797,9 @@ int main(int argc, char** argv) {
   if (flags.dir.empty()) flags.dir = absl::StrCat("/tmp/minions-fleet-", getpid());
   fs::create_directories(flags.dir);
 
-  printf("# minions-bench-fleet: load average at start %s; %u cores; TTL %lld ms; job %d tasks of %lld ms\n",
+  printf("# minions-bench-fleet: load average at start %s; %u cores; TTL %lld ms; long poll %lld ms; job %d tasks of %lld ms\n",
          LoadAverage().c_str(), std::thread::hardware_concurrency(), static_cast<long long>(flags.ttl_ms),
-         flags.job_tasks, static_cast<long long>(flags.task_ms));
+         static_cast<long long>(flags.lease_wait_ms), flags.job_tasks, static_cast<long long>(flags.task_ms));
   printf("%-10s %-8s %6s %-5s %6s | heartbeat latency (ms) | Lease calls that got a task (ms), submit to first lease "
          "| tasks/s | server CPU (of one core), RSS | store CPU | store transactions/s\n",
          "label", "store", "execs", "phase", "secs");

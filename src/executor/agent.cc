@@ -75,6 +75,7 @@ void ExecutorAgent::Drain() {
     absl::MutexLock lock(&mu_);
     drain_ = true;
   }
+  client_->InterruptLease();
   main_alarm_->Ring();
 }
 
@@ -84,10 +85,15 @@ void ExecutorAgent::Stop() {
     stop_ = true;
     drain_ = true;
   }
+  client_->InterruptLease();
   main_alarm_->Ring();
 }
 
-void ExecutorAgent::Wake() { main_alarm_->Ring(); }
+void ExecutorAgent::Wake() {
+  // The owner came or went: a long poll must not hand this machine work it may no longer take.
+  client_->InterruptLease();
+  main_alarm_->Ring();
+}
 
 absl::Status ExecutorAgent::Run() {
   heartbeat_thread_ = std::thread([this] {
@@ -338,10 +344,15 @@ void ExecutorAgent::Stage(const LeaseGrant& lease, absl::Time now) {
   const std::string key = TaskKey(lease.ref);
   if (tasks_.contains(key)) return;  // granted again (a reclaim) while this executor already runs it
   LeaseProgress leased{lease.ref.job_id, lease.ref.task_index, lease.ref.attempt, lease.resume_from, 0, {}};
+  bool beat_sooner = false;
   {
     absl::MutexLock lock(&mu_);
     snapshots_[key] = std::make_shared<const LeaseProgress>(leased);  // heartbeats cover it from now on
+    // An idle executor's next beat may be two thirds of a TTL away: renew within a third.
+    beat_sooner = next_beat_at_ > now + ttl_ / 3;
+    if (beat_sooner) next_beat_at_ = now + ttl_ / 3;
   }
+  if (beat_sooner) heartbeat_alarm_->Ring();
   auto drop = [&](const absl::Status& why, FailureClass failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_) {
     ReportFailure(leased, why, failure);
     absl::MutexLock lock(&mu_);

@@ -60,7 +60,10 @@ struct AgentOptions {
   std::string name;                          // shown in `minions executors`; default: host name
   std::string state_dir;                     // keeps the executor id across restarts; "" = none
   absl::Duration idle_poll = absl::Milliseconds(200);  // retry pause after a failed call
-  absl::Duration lease_wait = absl::Seconds(1);        // long poll of an idle executor's lease
+  // Long poll of an idle executor's lease: the server answers the moment work is announced, so
+  // the wait costs no latency, and an idle fleet's calls are one per executor per lease_wait.
+  // Drain(), Stop() and Wake() (the owner came or went) interrupt it (InterruptLease).
+  absl::Duration lease_wait = absl::Seconds(20);
   // CPU threads for the runner when the job does not say; 0: the runner's default (all cores).
   // Several executors on one machine must split the cores, or their threads fight.
   int runner_threads = 0;

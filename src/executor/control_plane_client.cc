@@ -65,7 +65,21 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
     return Call(&v1::Executors::Stub::Heartbeat, request, v1::HeartbeatResponse());
   }
   absl::StatusOr<v1::LeaseResponse> Lease(const v1::LeaseRequest& request) override {
-    return Call(&v1::Executors::Stub::Lease, request, v1::LeaseResponse());
+    auto context = std::make_shared<grpc::ClientContext>();
+    {
+      absl::MutexLock lock(&mu_);
+      lease_context_ = context;
+    }
+    // The long poll's own wait, and the usual allowance for the answer.
+    auto reply = Call(&v1::Executors::Stub::Lease, request, v1::LeaseResponse(), context.get(),
+                      absl::Seconds(10) + absl::Milliseconds(request.wait_ms()));
+    absl::MutexLock lock(&mu_);
+    if (lease_context_ == context) lease_context_.reset();
+    return reply;
+  }
+  void InterruptLease() override {
+    absl::MutexLock lock(&mu_);
+    if (lease_context_) lease_context_->TryCancel();
   }
   absl::Status Complete(const v1::CompleteRequest& request) override {
     return Call(&v1::Executors::Stub::Complete, request, v1::CompleteResponse()).status();
@@ -142,11 +156,14 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
     return reply.executor_id();
   }
 
+  // One call; on `context` when given (a call another thread may cancel), within `deadline`.
   template <typename Method, typename Request, typename Reply>
-  absl::StatusOr<Reply> Call(Method method, const Request& request, Reply reply) {
-    grpc::ClientContext context;
-    rpc::Prepare(context, Credential(), absl::Seconds(10));
-    grpc::Status status = ((*stub_).*method)(&context, request, &reply);
+  absl::StatusOr<Reply> Call(Method method, const Request& request, Reply reply, grpc::ClientContext* context = nullptr,
+                             absl::Duration deadline = absl::Seconds(10)) {
+    grpc::ClientContext own;
+    if (context == nullptr) context = &own;
+    rpc::Prepare(*context, Credential(), deadline);
+    grpc::Status status = ((*stub_).*method)(context, request, &reply);
     if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
       return absl::UnauthenticatedError(absl::StrCat(
           "the server refused this executor's credential: ", status.error_message(),
@@ -164,6 +181,7 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
   std::string credential_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<grpc::ClientContext> presence_context_ ABSL_GUARDED_BY(mu_);  // the open Attach stream's
+  std::shared_ptr<grpc::ClientContext> lease_context_ ABSL_GUARDED_BY(mu_);     // the Lease call waiting now
   std::thread presence_;  // started by the first successful Register; joined by the destructor
 };
 

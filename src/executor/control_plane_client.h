@@ -22,6 +22,10 @@ class ControlPlaneClient {
   virtual absl::Status Complete(const v1::CompleteRequest& request) = 0;
   virtual absl::StatusOr<v1::CompleteBatchResponse> CompleteBatch(const v1::CompleteBatchRequest& request) = 0;
   virtual absl::Status Fail(const v1::FailRequest& request) = 0;
+  // Ends a Lease call now waiting (a long poll) early, from any thread: it returns Cancelled,
+  // and the caller, not knowing whether tasks were granted, reclaims them on its next lease. A
+  // call that has not started yet is not affected. Default: nothing to interrupt.
+  virtual void InterruptLease() {}
 };
 
 // Who the executor is to the server. An executor's identity is its credential (an executor
