@@ -3,7 +3,9 @@
 // private PostgreSQL cluster this program starts): enrolment with a join token, Register, an
 // Attach presence stream held open, a heartbeat every TTL/3 while it holds a lease and every
 // 2/3 TTL while it holds none, and long-poll Leases (wait --lease-wait-ms, 20 s, as the
-// executor's defaults). A leased task is run by a fake runner: its input
+// executor's defaults). Like the executor, it leases a prefetch window of tasks (enough for half a
+// second beyond the running one: 6 of 100 ms; at least 2) and asks for more once half of it is
+// free. Each leased task is run, one at a time, by a fake runner: its input
 // range is read through the lease's URL, it "runs" for --task-ms, and one output line per record
 // is written to the attempt's chunk URL before the task is completed, as a real executor does
 // (the server checks the chunk). Each point of the fleet size runs two phases:
@@ -30,6 +32,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <deque>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -238,7 +242,10 @@ class Fleet {
     std::string credential;
     v1::Executors::Stub* stub = nullptr;
     absl::Mutex mu;
-    std::vector<v1::LeaseRef> held ABSL_GUARDED_BY(mu);
+    std::vector<v1::LeaseRef> held ABSL_GUARDED_BY(mu);  // leased, not yet completed (heartbeats report them)
+    std::deque<v1::TaskLease> queued ABSL_GUARDED_BY(mu);  // leased, not yet started
+    bool running ABSL_GUARDED_BY(mu) = false;             // the fake runner has a task
+    bool leasing ABSL_GUARDED_BY(mu) = false;             // a Lease call is in flight
     std::unique_ptr<grpc::ClientContext> attach_context;
   };
 
@@ -398,28 +405,58 @@ class Fleet {
     });
   }
 
+  // The executor's prefetch window (ExecutorAgent::PrefetchWindow): enough tasks to cover half a
+  // second beyond the one running, at least 2, at most 32.
+  int Window() const {
+    const double want = 1 + 0.5 / std::max(absl::ToDoubleSeconds(options_.task_time), 1e-3);
+    return std::clamp(static_cast<int>(std::ceil(want)), 2, 32);
+  }
+
+  // As the executor: asks for what its window has free once half of it is, long-polling only when
+  // it holds nothing. One Lease call at a time.
   void Lease(Executor* e) {
     if (stopping_) return;
+    int want = 0;
+    bool idle = false;
+    {
+      absl::MutexLock lock(&e->mu);
+      const int held = static_cast<int>(e->held.size());
+      if (e->leasing || held > Window() / 2) return;
+      e->leasing = true;
+      want = Window() - held;
+      idle = held == 0;
+    }
     auto* call = new Call<v1::LeaseResponse>;
     auto* request = new v1::LeaseRequest;
     request->set_executor_id(e->id);
-    request->set_max_tasks(1);
-    request->set_wait_ms(absl::ToInt64Milliseconds(options_.lease_wait));
+    request->set_max_tasks(want);
+    if (idle) request->set_wait_ms(absl::ToInt64Milliseconds(options_.lease_wait));
     minions::rpc::Prepare(call->context, e->credential, options_.lease_wait + absl::Seconds(30));
     ++in_flight_;
-    e->stub->async()->Lease(&call->context, request, &call->reply, [this, e, call, request](grpc::Status s) {
+    e->stub->async()->Lease(&call->context, request, &call->reply, [this, e, call, request, idle](grpc::Status s) {
       const absl::Time now = absl::Now();
+      {
+        absl::MutexLock lock(&e->mu);
+        e->leasing = false;
+      }
       if (!s.ok()) {
         if (!stopping_) timer_.At(now + absl::Seconds(1), [this, e] { Lease(e); });
       } else if (call->reply.leases_size() == 0) {
-        Lease(e);
+        if (idle) Lease(e);  // the long poll ended empty; a busy one asks again after its next task
       } else {
         {
           absl::MutexLock lock(&mu_);
           samples_.lease_ms.push_back(absl::ToDoubleMilliseconds(now - call->start));
           for (int i = 0; i < call->reply.leases_size(); ++i) samples_.leased_at.push_back(now);
         }
-        for (const v1::TaskLease& lease : call->reply.leases()) Run(e, lease);
+        {
+          absl::MutexLock lock(&e->mu);
+          for (const v1::TaskLease& lease : call->reply.leases()) {
+            e->held.push_back(lease.ref());
+            e->queued.push_back(lease);
+          }
+        }
+        RunNext(e);
       }
       delete request;
       delete call;
@@ -427,19 +464,28 @@ class Fleet {
     });
   }
 
-  // The fake runner: reads the records, waits the task time, writes one output line per record
-  // to chunk 0 and completes.
-  void Run(Executor* e, const v1::TaskLease& lease) {
+  // The fake runner, one task at a time: reads the records, waits the task time, writes one output
+  // line per record to chunk 0 and completes; then the next queued task.
+  void RunNext(Executor* e) {
+    v1::TaskLease lease;
     {
       absl::MutexLock lock(&e->mu);
-      e->held.push_back(lease.ref());
+      if (e->running || e->queued.empty()) return;
+      e->running = true;
+      lease = std::move(e->queued.front());
+      e->queued.pop_front();
     }
     ++in_flight_;
     timer_.At(absl::Now() + options_.task_time, [this, e, lease] {
       workers_.Post([this, e, lease] {
         absl::Status written = WriteOutput(lease);
         if (!written.ok()) fprintf(stderr, "fake runner: %s\n", std::string(written.message()).c_str());
+        {
+          absl::MutexLock lock(&e->mu);
+          e->running = false;
+        }
         Complete(e, lease.ref(), lease.n_records());
+        RunNext(e);
         --in_flight_;
       });
     });
@@ -488,7 +534,7 @@ class Fleet {
       }
       delete request;
       delete call;
-      Lease(e);
+      Lease(e);  // its window may have room now
       --in_flight_;
     });
   }
@@ -498,7 +544,7 @@ class Fleet {
     caps->set_os("linux");
     caps->set_memory_bytes(int64_t{64} << 30);
     caps->add_runners("llama");
-    caps->set_max_tasks(1);
+    caps->set_max_tasks(32);  // as the executor: its most tasks held at once (max_prefetch)
     caps->set_accelerator("cpu");
   }
 

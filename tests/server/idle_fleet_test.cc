@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "executor/control_plane_client.h"
 #include "grpc_service_fixture.h"
 #include "store/sqlite/sqlite_work_signal.h"
 
@@ -124,6 +125,45 @@ TEST_F(IdleFleetTest, AQuotaFreedByAnEndingTaskIsAnnouncedSoTheTeamsQueuedTaskLe
   EXPECT_EQ(reply.leases(0).ref().job_id(), job.id());
   EXPECT_NE(reply.leases(0).ref().task_index(), held[0].ref().task_index());
   EXPECT_EQ(fake_clock_.Now(), before) << "the clock moved: the wake-up may have been a poll";
+}
+
+// The executor's own client long-polls for 20 s; when it drains, stops or its owner comes back it
+// interrupts the call, which ends at once (Cancelled: the executor reclaims on its next lease
+// whatever the server may have granted). An interrupt with no call waiting touches no later call.
+TEST_F(IdleFleetTest, TheExecutorsLongPollEndsAtOnceWhenInterruptedAndTheNextOneWaitsForWork) {
+  StartServer();
+  std::unique_ptr<ControlPlaneClient> client =
+      MakeGrpcControlPlaneClient(rpc::MakeChannel(server_->address()), ExecutorCredentials{"", join_token_});
+  v1::RegisterRequest registration;
+  registration.mutable_capabilities()->set_name("interrupted");
+  registration.mutable_capabilities()->set_os("linux");
+  registration.mutable_capabilities()->set_memory_bytes(int64_t{16} << 30);
+  registration.mutable_capabilities()->add_runners("llama");
+  registration.mutable_capabilities()->set_max_tasks(1);
+  ASSERT_OK_AND_ASSIGN(v1::RegisterResponse registered, client->Register(registration));
+  v1::LeaseRequest request;
+  request.set_executor_id(registered.executor_id());
+  request.set_max_tasks(1);
+  request.set_wait_ms(20000);
+
+  absl::StatusOr<v1::LeaseResponse> first;
+  std::thread poll([&] { first = client->Lease(request); });
+  AwaitWaiting(*server_, 1);
+  client->InterruptLease();
+  poll.join();
+  EXPECT_TRUE(absl::IsCancelled(first.status())) << first.status();
+  AwaitWaiting(*server_, 0);  // the server let go of the cancelled call
+
+  client->InterruptLease();  // nothing waits: no effect on the next call
+  absl::StatusOr<v1::LeaseResponse> second;
+  std::thread next([&] { second = client->Lease(request); });
+  AwaitWaiting(*server_, 1);
+  const absl::Time before = fake_clock_.Now();
+  MustSubmit(Records(3));
+  next.join();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->leases_size(), 1);
+  EXPECT_EQ(fake_clock_.Now(), before);
 }
 
 TEST_F(IdleFleetTest, AWaitingLeaseEndsEmptyAtItsWaitAndWhenItsCallerGivesUp) {
