@@ -12,7 +12,8 @@
 //   idle   the fleet waits with no work for --idle-s seconds (after --warmup-s)
 //   job    one job of --job-tasks one-record tasks is submitted; measured until it completes
 // and reports, per phase: heartbeat latency p50/p99 (client side, call to reply), lease latency
-// p50/p99 (Lease calls that got a task: call to reply; and submit to the first lease), tasks per
+// p50/p99 (Lease calls that got a task: call, or the phase's start if later, to reply; and submit
+// to the first lease), tasks per
 // second, the server's CPU (share of one core) and RSS, the store's CPU (PostgreSQL's processes;
 // SQLite runs inside the server) and PostgreSQL's transactions per second (pg_stat_database).
 // --server-arg passes an option to the server (repeatable) and --label names the run, so that
@@ -286,9 +287,12 @@ class Fleet {
   }
 
   // Starts a phase's samples; Take ends it.
+  // Lease latency counts from the phase's start at the earliest: a long poll begun while the
+  // fleet was idle waited for the work, not for the server.
   void Measure() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     samples_ = Samples{};
+    measured_from_ = absl::Now();
   }
   Samples Take() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
@@ -446,7 +450,7 @@ class Fleet {
       } else {
         {
           absl::MutexLock lock(&mu_);
-          samples_.lease_ms.push_back(absl::ToDoubleMilliseconds(now - call->start));
+          samples_.lease_ms.push_back(absl::ToDoubleMilliseconds(now - std::max(call->start, measured_from_)));
           for (int i = 0; i < call->reply.leases_size(); ++i) samples_.leased_at.push_back(now);
         }
         {
@@ -558,6 +562,7 @@ class Fleet {
   std::atomic<int> attached_{0};
   absl::Mutex mu_;
   Samples samples_ ABSL_GUARDED_BY(mu_);
+  absl::Time measured_from_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   Workers workers_;  // after the timer goes (its callbacks post here)
   Timer timer_;
 };
