@@ -317,11 +317,11 @@ TEST(GangEndToEnd, ALeadersRunnerCrashingOnAPoisonRecordIsolatesItAndTheJobCompl
 
   v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(5));
   ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";
-  const std::vector<std::string> errors = Lines(FetchResults(pool, job->id(), true));
+  const auto errors = Lines(FetchResults(pool, job->id(), true));
   ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), errors);
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_THAT(errors[0], ::testing::HasSubstr("\"r23\""));
-  EXPECT_THAT(errors[0], ::testing::HasSubstr("runner_crashed"));
+  EXPECT_EQ(errors[0]["custom_id"], "r23");
+  EXPECT_EQ(errors[0]["error"]["code"], "runner_crashed") << DumpJson(errors[0]);
   cli::JobsClient client(pool.connection());
   auto tasks = client.Tasks(job->id());
   ASSERT_TRUE(tasks.ok()) << tasks.status();
