@@ -45,20 +45,8 @@ TEST(GangLeaderStory, ARunnerThatCrashesOnARecordWhileItsMembersAnswerIsolatesIt
   std::string job = s.Submit(Scenario::Records(40, {{27, "poison-me"}}), 20, /*max_attempts=*/3,
                              absl::ZeroDuration(), "", "", /*gang_size=*/2);
   ASSERT_TRUE(s.RunUntilJobEnds(job, absl::Hours(2)));
-  Job done = s.job(job);
-  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
-  EXPECT_EQ(done.counts.completed, 39);
-  EXPECT_EQ(done.counts.failed, 1);
-  std::vector<Json> errors = s.server.Results(job, true);
-  ASSERT_EQ(errors.size(), 1u);
-  EXPECT_EQ(errors[0]["custom_id"], "r27");
-  EXPECT_EQ(errors[0]["error"]["code"], "runner_crashed");
-  s.ExpectEachRecordOnce(job, 40);
-  for (const Task& t : s.tasks(job)) {
-    EXPECT_EQ(t.attempt, 1) << "task " << t.index << ": a poison record is neither a failure nor a preemption";
-    EXPECT_EQ(t.failures, 0) << "task " << t.index;
-    EXPECT_EQ(t.preemptions, 0) << "task " << t.index;
-  }
+  s.ExpectPoisonIsolated(job, 40, "r27");
+  for (const Task& t : s.tasks(job)) EXPECT_EQ(t.preemptions, 0) << "task " << t.index << ": no member went away";
   // It ran on gangs (a leader's runner started to reach its member's gate), crashed and was halved.
   const int crashes = s.executor("A").runner.crashes + s.executor("B").runner.crashes;
   EXPECT_GE(crashes, 2) << "run whole, then alone and halved";

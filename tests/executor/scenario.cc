@@ -229,6 +229,22 @@ void Scenario::ExpectEachRecordOnce(const std::string& job_id, int n_records) {
                              << (wrong.empty() ? "" : wrong.front());
 }
 
+void Scenario::ExpectPoisonIsolated(const std::string& job_id, int n_records, const std::string& poison) {
+  Job done = job(job_id);
+  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
+  EXPECT_EQ(done.counts.completed, n_records - 1);
+  EXPECT_EQ(done.counts.failed, 1);
+  std::vector<Json> errors = server.Results(job_id, true);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0]["custom_id"], poison);
+  EXPECT_EQ(errors[0]["error"]["code"], "runner_crashed");
+  ExpectEachRecordOnce(job_id, n_records);
+  for (const Task& t : tasks(job_id)) {
+    EXPECT_EQ(t.attempt, 1) << "task " << t.index << ": a poison record is no task failure";
+    EXPECT_EQ(t.failures, 0) << "task " << t.index;
+  }
+}
+
 int Scenario::RunningTasksOf(const std::string& executor_name) {
   auto running = server.store().ListRunningTasks();
   EXPECT_TRUE(running.ok()) << running.status();

@@ -125,6 +125,9 @@ class Scenario {
   // Every custom_id of the job's records in its output and error files exactly once; how many
   // were in the error file.
   void ExpectEachRecordOnce(const std::string& job_id, int n_records);
+  // The job completed, every record once, `poison` (a custom_id) its one error record
+  // (runner_crashed), and no task failed or ran a second attempt: a poison record isolated.
+  void ExpectPoisonIsolated(const std::string& job_id, int n_records, const std::string& poison);
   // Leases the server holds for this executor, as a count of running tasks.
   int RunningTasksOf(const std::string& executor_name);
 
