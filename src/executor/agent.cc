@@ -205,7 +205,7 @@ absl::Time ExecutorAgent::NextPass(absl::Time now) {
   if (!to_complete_.empty()) next = std::min(next, next_completion_try_);
   if (!frozen_) next = std::min(next, watch_.HungAt());
   if (loading_since_) next = std::min(next, *loading_since_ + options_.load_timeout);
-  if (gang_wait_for_) next = std::min(next, now + kGangAskEvery);
+  if (gang_wait_for_ && !holding_) next = std::min(next, now + kGangAskEvery);
   if (gate_) {
     WorkMode mode = gate_->mode();
     if (mode == WorkMode::kThrottle) next = std::min(next, next_throttle_toggle_);

@@ -1,6 +1,5 @@
 #include "executor/gang_link.h"
 
-#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
