@@ -30,6 +30,8 @@ AgentOptions Normalised(AgentOptions options) {
 
 // The main loop looks around at least this often, whatever it waits for.
 constexpr absl::Duration kLongestPass = absl::Seconds(1);
+// A gang leader asks its members' gates this often while it waits for them.
+constexpr absl::Duration kGangAskEvery = absl::Milliseconds(100);
 // A chunk is committed by a heartbeat sent at once, at most this often.
 constexpr absl::Duration kCommitBeatInterval = absl::Milliseconds(250);
 
@@ -45,7 +47,8 @@ ExecutorAgent::ExecutorAgent(AgentOptions options, std::unique_ptr<ControlPlaneC
       clock_(clock),
       main_alarm_(std::make_unique<Alarm>(clock)),
       heartbeat_alarm_(std::make_unique<Alarm>(clock)),
-      watch_(options_.hang) {}
+      watch_(options_.hang),
+      gang_link_(options_.gang && options_.gang->link ? options_.gang->link : std::make_shared<NetworkGangLink>()) {}
 
 ExecutorAgent::~ExecutorAgent() {
   heartbeat_stop_ = true;  // also stops a model fetch at its next range (MayFetch)
@@ -208,6 +211,7 @@ absl::Time ExecutorAgent::NextPass(absl::Time now) {
   if (!to_complete_.empty()) next = std::min(next, next_completion_try_);
   if (!frozen_) next = std::min(next, watch_.HungAt());
   if (loading_since_) next = std::min(next, *loading_since_ + options_.load_timeout);
+  if (gang_wait_for_ && !holding_) next = std::min(next, now + kGangAskEvery);
   if (gate_) {
     WorkMode mode = gate_->mode();
     if (mode == WorkMode::kThrottle) next = std::min(next, next_throttle_toggle_);
@@ -487,6 +491,7 @@ void ExecutorAgent::Forget(TaskPtr task) {
     it = it->second == task ? batches_.erase(it) : std::next(it);
   }
   if (loading_for_ == task) loading_for_ = nullptr;
+  if (gang_wait_for_ == task) gang_wait_for_ = nullptr;
   const std::string key = task->key();
   published_.erase(key);
   {

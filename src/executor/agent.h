@@ -46,7 +46,7 @@
 #include "executor/blob_client.h"
 #include "executor/control_plane_client.h"
 #include "executor/executor_metrics.h"
-#include "executor/gang_member.h"
+#include "executor/gang_link.h"
 #include "executor/model_access.h"
 #include "executor/model_cache.h"
 #include "executor/runner_watch.h"
@@ -112,6 +112,9 @@ struct AgentOptions {
     std::string rpc_log;     // the rpc-server's stderr; "": inherited
     // How long a leader waits for its members' gates to answer before it gives the attempt back.
     absl::Duration member_wait = absl::Seconds(60);
+    // The gang network (executor/gang_link.h): how duties are served and members' gates asked;
+    // null: the real one (NetworkGangLink). Tests put a fake here.
+    std::shared_ptr<GangLink> link;
   };
   std::optional<Gang> gang;
 };
@@ -224,10 +227,18 @@ class ExecutorAgent : public WorkTarget {
   void EndDuties(const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Whether it serves or leads a gang now: it leases nothing else meanwhile.
   bool InGang() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  // The TCP ports a runner for `lease` must reach (its gang's members), and whether every member's
-  // gate answers (waits up to options_.gang->member_wait).
+  // The TCP ports a runner for `lease` must reach (its gang's members).
   static std::vector<int> GangPorts(const LeaseGrant& lease);
-  absl::Status AwaitGang(const LeaseGrant& lease) const;
+  // OK when every member's gate of `lease` answers now, else which one does not (asks each once,
+  // without waiting). Before a leader's runner starts, and when it dies: gates that all answer
+  // mean it died of its own accord (e.g. on a poison record: a crash like any runner's, isolated
+  // record by record); one that does not, that a member went away (its executor died, its owner
+  // came back, its duty was withdrawn): a preemption, not counted.
+  absl::Status GangMembersAnswer(const LeaseGrant& lease) const;
+  // Whether the members of `task` (the queue's front, a gang's) answer, so its runner may start.
+  // While they do not, asked again on later passes for up to options_.gang->member_wait on the
+  // agent's clock; then the task is given up (and false returned with gang_wait_for_ cleared).
+  bool MembersReady(TaskPtr task, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
 
   // --- owner first (agent_yield.cc) ---
   // Applies the gate's mode; true when the loop must neither lease nor feed the runner.
@@ -296,7 +307,7 @@ class ExecutorAgent : public WorkTarget {
   std::string runner_name_ ABSL_GUARDED_BY(main_);       // which runner runner_ is
   std::vector<int> runner_ports_ ABSL_GUARDED_BY(main_);  // the TCP ports its sandbox lets it reach
   // Gang duties it serves as a member, by attempt key; their refs for the heartbeat.
-  std::map<std::string, std::unique_ptr<GangMember>> duties_ ABSL_GUARDED_BY(main_);
+  std::map<std::string, std::unique_ptr<GangService>> duties_ ABSL_GUARDED_BY(main_);
   std::vector<AttemptRef> duty_refs_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> loading_since_ ABSL_GUARDED_BY(main_);  // a load was asked then
   TaskPtr loading_for_ ABSL_GUARDED_BY(main_) = nullptr;  // the task that asked for it
@@ -313,6 +324,11 @@ class ExecutorAgent : public WorkTarget {
   std::unique_ptr<ModelFetch> fetch_ ABSL_GUARDED_BY(main_);
   std::map<std::string, std::string> model_paths_ ABSL_GUARDED_BY(main_);  // digest -> cached file
   RunnerWatch watch_ ABSL_GUARDED_BY(main_);
+  // The gang network (options_.gang->link, else the real one); immutable.
+  const std::shared_ptr<GangLink> gang_link_;
+  // The gang task whose members the loop waits for (MembersReady), since when.
+  TaskPtr gang_wait_for_ ABSL_GUARDED_BY(main_) = nullptr;
+  absl::Time gang_wait_since_ ABSL_GUARDED_BY(main_);
   double avg_task_seconds_ ABSL_GUARDED_BY(main_) = 1.0;  // moving average: the prefetch window
   absl::Time last_empty_lease_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
   absl::Time next_lease_try_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();

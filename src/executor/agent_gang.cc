@@ -2,11 +2,8 @@
 // answers carry, an rpc-server behind a gate on its gang address that admits only the gang's
 // leader, until a heartbeat says the attempt ended or the owner needs the machine (the owner never
 // waits for a gang); as a leader it waits for its members' gates before its runner loads the model
-// across them. While it serves or leads a gang it leases nothing else: its memory is the gang's.
-
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
+// across them, and asks them again when its runner dies (agent_runner.cc: a member gone, or a crash
+// of the runner's own). While it serves or leads a gang it leases nothing else: its memory is the gang's.
 
 #include <algorithm>
 
@@ -17,30 +14,6 @@
 #include "executor/lease_proto.h"
 
 namespace minions {
-namespace {
-
-// Whether something accepts a TCP connection at `endpoint` now (closed at once).
-bool Answers(const std::string& endpoint) {
-  std::string host;
-  int port = 0;
-  if (!SplitHostPort(endpoint, &host, &port).ok()) return false;
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
-  bool ok = false;
-  for (addrinfo* a = found; a != nullptr && !ok; a = a->ai_next) {
-    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    ok = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-    close(fd);
-  }
-  freeaddrinfo(found);
-  return ok;
-}
-
-}  // namespace
 
 void ExecutorAgent::TakeGangDuties(const v1::LeaseResponse& reply) {
   for (const v1::GangDuty& proto : reply.gang_duties()) {
@@ -65,7 +38,7 @@ void ExecutorAgent::TakeGangDuties(const v1::LeaseResponse& reply) {
       if (started.ok()) {
         member.bind_host = host;
         member.port = port;
-        absl::StatusOr<std::unique_ptr<GangMember>> running = GangMember::Start(member);
+        absl::StatusOr<std::unique_ptr<GangService>> running = gang_link_->Serve(member);
         if (running.ok()) {
           MINIONS_LOG(Info) << Describe(duty.ref) << " serving the gang of leader " << duty.leader_host << " at "
                             << (*running)->endpoint();
@@ -129,17 +102,10 @@ std::vector<int> ExecutorAgent::GangPorts(const LeaseGrant& lease) {
   return ports;
 }
 
-absl::Status ExecutorAgent::AwaitGang(const LeaseGrant& lease) const {
-  const absl::Duration wait = options_.gang ? options_.gang->member_wait : absl::Seconds(60);
-  const absl::Time deadline = absl::Now() + wait;
+absl::Status ExecutorAgent::GangMembersAnswer(const LeaseGrant& lease) const {
   for (const LeaseGrant::GangPeer& peer : lease.gang) {
-    // The members start their gates when their own lease answers reach them: a moment, usually.
-    while (!Answers(peer.endpoint)) {
-      if (absl::Now() >= deadline) {
-        return absl::UnavailableError(absl::StrCat("gang member ", peer.endpoint, " did not answer within ",
-                                                   absl::FormatDuration(wait)));
-      }
-      absl::SleepFor(absl::Milliseconds(100));
+    if (!gang_link_->Answers(peer.endpoint)) {
+      return absl::UnavailableError(absl::StrCat("gang member ", peer.endpoint, " does not answer"));
     }
   }
   return absl::OkStatus();

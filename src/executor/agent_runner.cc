@@ -175,13 +175,9 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
         // holds no batch) and the lease's starts.
         for (TaskPtr held : DropRunner()) queue_.push_back(held);
       }
-      if (!task->lease().gang.empty()) {
-        // A gang's leader: its members' gates must answer before the runner connects to them.
-        if (absl::Status members = AwaitGang(task->lease()); !members.ok()) {
-          queue_.pop_front();
-          GiveUp(task, members, FailureClass::kRetryable);  // a member that never came up: counted
-          continue;
-        }
+      if (!task->lease().gang.empty() && !MembersReady(task, now)) {
+        if (gang_wait_for_ == task) return;  // asked again on a later pass
+        continue;                            // given up
       }
       if (!runner_) {
         if (absl::Status s = StartRunner(RunnerOf(task->lease()), ports); !s.ok()) {
@@ -213,6 +209,27 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
     runner_->StartBatch(batch->id, batch->records);
     watch_.Sent(now);
   }
+}
+
+bool ExecutorAgent::MembersReady(TaskPtr task, absl::Time now) {
+  absl::Status members = GangMembersAnswer(task->lease());
+  if (members.ok()) {
+    gang_wait_for_ = nullptr;
+    return true;
+  }
+  // The members start their gates when their own lease answers reach them: a moment, usually.
+  if (gang_wait_for_ != task) {
+    gang_wait_for_ = task;
+    gang_wait_since_ = now;
+  }
+  const absl::Duration wait = options_.gang ? options_.gang->member_wait : absl::Seconds(60);
+  if (now - gang_wait_since_ < wait) return false;
+  gang_wait_for_ = nullptr;
+  // A member that never came up: counted. One that answered this attempt before (its runner
+  // crashed on a record since, and this is the next try) and went away: preempted.
+  GiveUp(task, absl::UnavailableError(absl::StrCat(members.message(), " (waited ", absl::FormatDuration(wait), ")")),
+         task->crashes() > 0 ? FailureClass::kPreempted : FailureClass::kRetryable);
+  return false;
 }
 
 void ExecutorAgent::TakeRunnerEvents(absl::Time now) {
@@ -344,13 +361,24 @@ void ExecutorAgent::OnRunnerDied(const absl::Status& why) {
   MINIONS_LOG(Warning) << "the runner died: " << why.message();
   TaskPtr loading = loading_for_;
   std::vector<TaskPtr> victims = DropRunner();
+  // A gang leader's runner also dies when a member goes (its rpc connection drops): then the
+  // attempt is preempted, not failed, and resumes from its checkpoint on a new gang. When every
+  // member's gate still answers, the runner died of its own accord, like any runner: below.
+  auto member_gone = [&](TaskPtr task) -> std::optional<absl::Status> {
+    if (task->lease().gang.empty()) return std::nullopt;
+    if (on_purpose) return absl::UnavailableError(absl::StrCat("the gang's runner was ended: ", why.message()));
+    absl::Status members = GangMembersAnswer(task->lease());
+    if (members.ok()) {
+      MINIONS_LOG(Warning) << Describe(task->lease().ref)
+                           << " every gang member still answers: the runner crashed on its own";
+      return std::nullopt;
+    }
+    return absl::UnavailableError(absl::StrCat("the gang's runner ended (", members.message(), "): ", why.message()));
+  };
   std::vector<TaskPtr> again;
   for (TaskPtr task : victims) {
-    if (!task->lease().gang.empty()) {
-      // A gang's runner ends when a member goes (its rpc connection drops): the attempt is
-      // preempted, not failed, and resumes from its checkpoint on a new gang.
-      GiveUp(task, absl::UnavailableError(absl::StrCat("the gang's runner ended: ", why.message())),
-             FailureClass::kPreempted);
+    if (std::optional<absl::Status> gone = member_gone(task)) {
+      GiveUp(task, *gone, FailureClass::kPreempted);
       continue;
     }
     if (on_purpose) {
@@ -366,10 +394,10 @@ void ExecutorAgent::OnRunnerDied(const absl::Status& why) {
   }
   // They go first, in their order, when a new runner is up.
   queue_.insert(queue_.begin(), again.begin(), again.end());
-  if (loading && !on_purpose && !loading->lease().gang.empty()) {
-    GiveUp(loading, absl::UnavailableError(absl::StrCat("the gang's runner ended while loading: ", why.message())),
-           FailureClass::kPreempted);
-  } else if (loading && !on_purpose) {
+  if (loading && on_purpose) return;
+  if (std::optional<absl::Status> gone = loading ? member_gone(loading) : std::nullopt) {
+    GiveUp(loading, absl::UnavailableError(absl::StrCat("while loading: ", gone->message())), FailureClass::kPreempted);
+  } else if (loading) {
     GiveUp(loading, absl::UnavailableError(absl::StrCat("the runner ended while loading the model: ", why.message())),
            FailureClass::kRetryable);
   }

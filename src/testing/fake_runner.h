@@ -45,6 +45,7 @@ struct FakeRunnerScript {
   std::vector<std::string> batches;  // ids, in the order they were sent
   int64_t records_run = 0;  // results given
   std::vector<int> signals;  // Signal() calls, in order
+  std::vector<int> tcp_ports;  // the ports the last runner started may connect to (a gang's members)
 };
 
 class FakeRunner : public Runner {
@@ -255,6 +256,12 @@ class FakeRunnerFactory : public RunnerFactory {
     });
     live_.push_back(runner.get());
     return std::unique_ptr<Runner>(std::move(runner));
+  }
+  // A gang leader's runner: the same, noting the ports it may reach.
+  absl::StatusOr<std::unique_ptr<Runner>> StartConnecting(std::function<void()> on_event,
+                                                          const std::vector<int>& tcp_ports) override {
+    script_->tcp_ports = tcp_ports;
+    return Start(std::move(on_event));
   }
   // The runner the executor holds now; null when it holds none.
   FakeRunner* live() const { return live_.empty() ? nullptr : live_.back(); }

@@ -59,6 +59,12 @@ class ProcessPool {
     connection_.server = absl::StrCat("127.0.0.1:", PickFreePort());
   }
   ~ProcessPool() {
+    // An executor's children first: a gang member's rpc-server runs in a process group of its own
+    // and would outlive its SIGKILLed executor (docs/architecture.md, "Gangs", limits), holding
+    // its memory on the test machine.
+    for (auto& [name, e] : executors_) {
+      for (pid_t child : ExecutorChildren(name)) ::kill(child, SIGKILL);
+    }
     for (auto& [name, e] : executors_) e->Signal(SIGKILL);
     for (auto& server : servers_) server->Signal(SIGKILL);
   }

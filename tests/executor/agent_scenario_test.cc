@@ -125,19 +125,7 @@ TEST(ExecutorStory, ARecordThatCrashesTheRunnerBecomesAnErrorRecordNotAFailedTas
   a.runner.crash_on = "poison-me";
   std::string job = s.Submit(Scenario::Records(60, {{37, "poison-me"}}), 20);
   ASSERT_TRUE(s.RunUntilJobEnds(job));
-  Job done = s.job(job);
-  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
-  EXPECT_EQ(done.counts.completed, 59);
-  EXPECT_EQ(done.counts.failed, 1);
-  std::vector<Json> errors = s.server.Results(job, true);
-  ASSERT_EQ(errors.size(), 1u);
-  EXPECT_EQ(errors[0]["custom_id"], "r37");
-  EXPECT_EQ(errors[0]["error"]["code"], "runner_crashed");
-  s.ExpectEachRecordOnce(job, 60);
-  for (const Task& t : s.tasks(job)) {
-    EXPECT_EQ(t.attempt, 1) << "task " << t.index << ": a poison record is no task failure";
-    EXPECT_EQ(t.failures, 0) << "task " << t.index;
-  }
+  s.ExpectPoisonIsolated(job, 60, "r37");
   EXPECT_GE(a.runner.crashes, 2) << "run with others, then alone, then halved";
   EXPECT_LE(a.runner.crashes, 7);
 }

@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -64,6 +66,20 @@ class MaliciousServer final : public v1::Executors::Service {
     absl::MutexLock lock(&mu_);
     offers_.push_back(std::move(lease));
   }
+  // A gang duty for the next Lease answer.
+  void OfferDuty(v1::GangDuty duty) {
+    absl::MutexLock lock(&mu_);
+    duties_.push_back(std::move(duty));
+  }
+  // Duties not yet handed out, and the most any heartbeat reported serving.
+  size_t DutiesLeft() {
+    absl::MutexLock lock(&mu_);
+    return duties_.size();
+  }
+  int MostDutiesReported() {
+    absl::MutexLock lock(&mu_);
+    return most_duties_reported_;
+  }
   std::optional<Report> WaitFor(int64_t task, absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return reports_.count(task) > 0; };
@@ -85,8 +101,11 @@ class MaliciousServer final : public v1::Executors::Service {
     reply->set_lease_ttl_ms(60000);
     return grpc::Status::OK;
   }
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*, v1::HeartbeatResponse* reply) override {
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* reply) override {
     reply->set_lease_ttl_ms(60000);
+    absl::MutexLock lock(&mu_);
+    most_duties_reported_ = std::max(most_duties_reported_, request->gang_duties_size());
     return grpc::Status::OK;
   }
   grpc::Status Lease(grpc::ServerContext*, const v1::LeaseRequest*, v1::LeaseResponse* reply) override {
@@ -98,6 +117,8 @@ class MaliciousServer final : public v1::Executors::Service {
       *reply->add_leases() = offers_.front();
       offers_.pop_front();
     }
+    for (v1::GangDuty& duty : duties_) *reply->add_gang_duties() = std::move(duty);
+    duties_.clear();
     return grpc::Status::OK;
   }
   grpc::Status Complete(grpc::ServerContext*, const v1::CompleteRequest* request, v1::CompleteResponse*) override {
@@ -124,6 +145,8 @@ class MaliciousServer final : public v1::Executors::Service {
   }
   absl::Mutex mu_;
   std::deque<v1::TaskLease> offers_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::GangDuty> duties_ ABSL_GUARDED_BY(mu_);
+  int most_duties_reported_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, Report> reports_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -254,6 +277,53 @@ class ExecutorAttackTest : public ::testing::Test {
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<Subprocess> executor_;
 };
+
+// Whether something accepts TCP connections on 127.0.0.1:`port` now.
+bool ListensOnLoopback(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool connected = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return connected;
+}
+
+// A server answer that makes a member serve a gang (GangDuty) names where its gate listens
+// (`bind`): it must be the executor's own gang address, which the server only copies. llama.cpp's
+// rpc-server has no authentication, so a wrong or hostile answer that moved the gate to another
+// port, to every interface or to another address would expose it: each is refused, nothing
+// listens there (nor on the executor's own gang port), no duty is reported, and the executor goes
+// on serving honest leases.
+TEST_F(ExecutorAttackTest, AGangDutyThatBindsAnythingButTheExecutorsOwnGangAddressIsRefused) {
+  const int own = Listener().port();
+  const int other = Listener().port();
+  StartExecutor(kBin + "/minions-noop-runner", {"--gang-address", absl::StrCat("127.0.0.1:", own)});
+  const std::vector<std::string> binds = {absl::StrCat("127.0.0.1:", other), absl::StrCat("0.0.0.0:", own),
+                                          absl::StrCat("[::]:", own), absl::StrCat("127.0.0.2:", own)};
+  for (size_t i = 0; i < binds.size(); ++i) {
+    v1::GangDuty duty;
+    duty.mutable_ref()->set_job_id("job-gang");
+    duty.mutable_ref()->set_task_index(static_cast<int64_t>(i));
+    duty.mutable_ref()->set_attempt(1);
+    duty.set_leader_host("127.0.0.1");
+    duty.set_bind(binds[i]);
+    server_.OfferDuty(duty);
+  }
+  // The duties went out with a Lease answer before this honest lease's (answers are taken in turn).
+  ExpectStillServes(7);
+  EXPECT_EQ(server_.DutiesLeft(), 0u);
+  const std::string log = ReadAll(dir_ + "/executor.log");
+  for (const std::string& bind : binds) {
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("cannot serve its gang: the duty binds ", bind,
+                                            ", not this executor's gang address 127.0.0.1:", own)));
+  }
+  EXPECT_FALSE(ListensOnLoopback(other));
+  EXPECT_FALSE(ListensOnLoopback(own));
+  EXPECT_THAT(log, Not(HasSubstr("serving the gang of leader")));
+  EXPECT_EQ(server_.MostDutiesReported(), 0);
+}
 
 // An executor followed any file:// URL it was handed and replaced that file with output lines.
 TEST_F(ExecutorAttackTest, FileUrlsOutsideTheObjectsFolderAreNeitherReadNorWritten) {

@@ -122,7 +122,8 @@ std::unique_ptr<ControlPlaneClient> FakeControlPlane::NewClient() { return std::
 
 absl::StatusOr<std::string> FakeControlPlane::Submit(const std::vector<std::string>& lines, int64_t shard_size,
                                                      int max_attempts, absl::Duration completion_window,
-                                                     const std::string& runner, const std::string& model) {
+                                                     const std::string& runner, const std::string& model,
+                                                     int gang_size) {
   v1::SubmitJobRequest request;
   std::string input;
   for (const auto& line : lines) absl::StrAppend(&input, line, "\n");
@@ -132,6 +133,7 @@ absl::StatusOr<std::string> FakeControlPlane::Submit(const std::vector<std::stri
   request.set_max_attempts(max_attempts);
   request.set_completion_window_ms(absl::ToInt64Milliseconds(completion_window));
   request.set_runner(runner);
+  request.set_gang_size(gang_size);
   // Submitted as the pool's admin would, into the default team.
   const Caller admin{"tok-fakecp000000", Role::kAdmin, "", "tests", DefaultScopes(Role::kAdmin)};
   auto job = jobs_->Submit(admin, request);

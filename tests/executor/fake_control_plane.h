@@ -62,10 +62,11 @@ class FakeControlPlane {
   const std::string& models_dir() const { return models_dir_; }
 
   // Submits `lines` as one job (the model is `model`, else model_path(); `runner` "" is the
-  // built-in one); returns its id.
+  // built-in one; `gang_size` >= 2: a gang job); returns its id.
   absl::StatusOr<std::string> Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts = 0,
                                      absl::Duration completion_window = absl::ZeroDuration(),
-                                     const std::string& runner = "", const std::string& model = "");
+                                     const std::string& runner = "", const std::string& model = "",
+                                     int gang_size = 0);
   // A registry model `name` of the jobs' team holding `bytes`, as a finished push leaves it (its
   // bytes under their digest in the object store, its row in the registry); returns its digest.
   absl::StatusOr<std::string> AddModel(const std::string& name, const std::string& bytes);

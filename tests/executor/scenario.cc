@@ -18,11 +18,59 @@ AgentOptions Scenario::DefaultOptions() {
   return options;
 }
 
+class FakeGangNetwork::Service : public GangService {
+ public:
+  Service(FakeGangNetwork* network, std::string endpoint) : network_(network), endpoint_(std::move(endpoint)) {}
+  ~Service() override { Stop(); }
+  const std::string& endpoint() const override { return endpoint_; }
+  int64_t refused() const override { return 0; }
+  int64_t admitted() const override { return 0; }
+  int64_t bytes_in() const override { return 0; }
+  int64_t bytes_out() const override { return 0; }
+  void Stop() override {
+    if (stopped_) return;
+    stopped_ = true;
+    network_->serving_.erase(endpoint_);
+  }
+
+ private:
+  FakeGangNetwork* network_;
+  std::string endpoint_;
+  bool stopped_ = false;
+};
+
+absl::StatusOr<std::unique_ptr<GangService>> FakeGangNetwork::Serve(const GangMemberOptions& options) {
+  std::string endpoint = absl::StrCat(options.bind_host, ":", options.port);
+  if (serving_.contains(endpoint)) return absl::UnavailableError(absl::StrCat(endpoint, " is in use"));
+  serving_.insert(endpoint);
+  cut_.erase(endpoint);  // a new gate
+  answers_left_.erase(endpoint);
+  ++served_;
+  return std::make_unique<Service>(this, std::move(endpoint));
+}
+
+bool FakeGangNetwork::Answers(const std::string& endpoint) {
+  ++asked_;
+  if (auto left = answers_left_.find(endpoint); left != answers_left_.end()) {
+    if (left->second-- <= 0) cut_.insert(endpoint);
+  }
+  return serving_.contains(endpoint) && !cut_.contains(endpoint);
+}
+
+AgentOptions Scenario::GangOptions(const std::string& address) {
+  AgentOptions options = DefaultOptions();
+  AgentOptions::Gang gang;
+  gang.address = address;
+  options.gang = gang;
+  return options;
+}
+
 Scenario::Executor& Scenario::AddExecutor(const std::string& name, AgentOptions options,
                                           const std::vector<std::string>& declared) {
   auto e = std::make_unique<Executor>();
   e->name = name;
   options.name = name;
+  if (options.gang && !options.gang->link) options.gang->link = gangs;
   for (const std::string& runner : declared) {
     auto script = std::make_unique<FakeRunnerScript>();
     auto factory = std::make_shared<FakeRunnerFactory>(&clock, script.get());
@@ -50,6 +98,10 @@ Scenario::Executor& Scenario::AddExecutor(const std::string& name, AgentOptions 
     absl::StatusOr<std::unique_ptr<Runner>> Start(std::function<void()> on_event) override {
       return to_->Start(std::move(on_event));
     }
+    absl::StatusOr<std::unique_ptr<Runner>> StartConnecting(std::function<void()> on_event,
+                                                            const std::vector<int>& tcp_ports) override {
+      return to_->StartConnecting(std::move(on_event), tcp_ports);
+    }
 
    private:
     FakeRunnerFactory* to_;
@@ -75,8 +127,8 @@ std::vector<std::string> Scenario::Records(int n, const std::map<int, std::strin
 
 std::string Scenario::Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts,
                              absl::Duration completion_window, const std::string& runner,
-                             const std::string& model) {
-  auto job = server.Submit(lines, shard_size, max_attempts, completion_window, runner, model);
+                             const std::string& model, int gang_size) {
+  auto job = server.Submit(lines, shard_size, max_attempts, completion_window, runner, model, gang_size);
   EXPECT_TRUE(job.ok()) << job.status();
   return job.ok() ? *job : "";
 }
@@ -175,6 +227,22 @@ void Scenario::ExpectEachRecordOnce(const std::string& job_id, int n_records) {
   for (const auto& [id, times] : seen) wrong.push_back(absl::StrCat("unexpected ", id, " x", times));
   EXPECT_TRUE(wrong.empty()) << wrong.size() << " records not exactly once, e.g. "
                              << (wrong.empty() ? "" : wrong.front());
+}
+
+void Scenario::ExpectPoisonIsolated(const std::string& job_id, int n_records, const std::string& poison) {
+  Job done = job(job_id);
+  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
+  EXPECT_EQ(done.counts.completed, n_records - 1);
+  EXPECT_EQ(done.counts.failed, 1);
+  std::vector<Json> errors = server.Results(job_id, true);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0]["custom_id"], poison);
+  EXPECT_EQ(errors[0]["error"]["code"], "runner_crashed");
+  ExpectEachRecordOnce(job_id, n_records);
+  for (const Task& t : tasks(job_id)) {
+    EXPECT_EQ(t.attempt, 1) << "task " << t.index << ": a poison record is no task failure";
+    EXPECT_EQ(t.failures, 0) << "task " << t.index;
+  }
 }
 
 int Scenario::RunningTasksOf(const std::string& executor_name) {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,33 @@ class FakeWorkGate : public WorkGate {
   absl::Time since_;
 };
 
+// The gang network on fake time (executor/gang_link.h), one for every executor of a scenario: a
+// member serves a duty at its gang address until it stops; a gate answers while its member serves
+// it and the test has not cut it.
+class FakeGangNetwork : public GangLink {
+ public:
+  absl::StatusOr<std::unique_ptr<GangService>> Serve(const GangMemberOptions& options) override;
+  bool Answers(const std::string& endpoint) override;
+
+  // The test's hands: the gate at `endpoint` answers no more (its machine vanished), until a new
+  // duty is served there.
+  void Cut(const std::string& endpoint) { cut_.insert(endpoint); }
+  // The next `n` questions about `endpoint` are answered yes, then no (it goes away meanwhile).
+  void CutAfter(const std::string& endpoint, int n) { answers_left_[endpoint] = n; }
+  // The facts: whether a member serves at `endpoint` now; duties ever served; questions asked.
+  bool serving(const std::string& endpoint) const { return serving_.contains(endpoint); }
+  int served() const { return served_; }
+  int asked() const { return asked_; }
+
+ private:
+  class Service;
+  std::set<std::string> serving_;
+  std::set<std::string> cut_;
+  std::map<std::string, int> answers_left_;
+  int served_ = 0;
+  int asked_ = 0;
+};
+
 class Scenario {
  public:
   struct Executor {
@@ -68,6 +96,8 @@ class Scenario {
 
   // Options of a test executor: a quick prefetch and checkpoint cadence, short timeouts.
   static AgentOptions DefaultOptions();
+  // ... of an executor whose gang address is `address` (on the scenario's FakeGangNetwork).
+  static AgentOptions GangOptions(const std::string& address);
   // `declared`: names of runners the executor offers beside the built-in one (fake runners too).
   Executor& AddExecutor(const std::string& name, AgentOptions options = DefaultOptions(),
                         const std::vector<std::string>& declared = {});
@@ -79,7 +109,7 @@ class Scenario {
   static std::vector<std::string> Records(int n, const std::map<int, std::string>& marked = {});
   std::string Submit(const std::vector<std::string>& lines, int64_t shard_size, int max_attempts = 0,
                      absl::Duration completion_window = absl::ZeroDuration(), const std::string& runner = "",
-                     const std::string& model = "");
+                     const std::string& model = "", int gang_size = 0);
 
   // Plays time until `done()` holds (true) or `limit` of fake time has passed (false).
   bool RunUntil(const std::function<bool()>& done, absl::Duration limit = absl::Hours(1));
@@ -95,11 +125,16 @@ class Scenario {
   // Every custom_id of the job's records in its output and error files exactly once; how many
   // were in the error file.
   void ExpectEachRecordOnce(const std::string& job_id, int n_records);
+  // The job completed, every record once, `poison` (a custom_id) its one error record
+  // (runner_crashed), and no task failed or ran a second attempt: a poison record isolated.
+  void ExpectPoisonIsolated(const std::string& job_id, int n_records, const std::string& poison);
   // Leases the server holds for this executor, as a count of running tasks.
   int RunningTasksOf(const std::string& executor_name);
 
   FakeClock clock;
   FakeControlPlane server;
+  // Every executor with a gang address meets this one (AddExecutor sets it).
+  std::shared_ptr<FakeGangNetwork> gangs = std::make_shared<FakeGangNetwork>();
 
  private:
   // One instant: runs whatever is due; true if anything ran.

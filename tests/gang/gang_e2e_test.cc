@@ -21,11 +21,13 @@ namespace {
 
 // Starts three executors e1..e3, each with a gang address of its own on loopback, and waits until
 // the server knows them. Returns the most usable memory any of them declares (0 on failure).
-int64_t StartGangFleet(ProcessPool& pool, const std::vector<std::string>& extra = {}) {
+// `runner` "": the llama.cpp runner; `env` goes to the executors and their runners.
+int64_t StartGangFleet(ProcessPool& pool, const std::vector<std::string>& extra = {}, const std::string& runner = "",
+                       const std::vector<std::string>& env = {}) {
   for (const char* name : {"e1", "e2", "e3"}) {
     std::vector<std::string> args = {"--gang-address", absl::StrCat("127.0.0.1:", PickFreePort())};
     args.insert(args.end(), extra.begin(), extra.end());
-    absl::Status started = pool.StartExecutor(name, 1, "", "", args);
+    absl::Status started = pool.StartExecutor(name, 1, runner, "", args, env);
     if (!started.ok()) {
       ADD_FAILURE() << started;
       return 0;
@@ -291,6 +293,48 @@ TEST(GangEndToEnd, AMembersOwnerReturningPreemptsTheAttemptAndNeverWaits) {
   ASSERT_EQ(tasks->size(), 1u);
   EXPECT_GE(tasks->at(0).preemptions(), 1) << "the attempt the owner ended was not preempted";
   EXPECT_EQ(tasks->at(0).failures(), 0) << tasks->at(0).last_error();
+  if (!HasFailure()) std::filesystem::remove_all(dir);
+}
+
+// A gang leader's runner aborts on a record of its own while its member's gate answers (the noop
+// runner's crash switch, as a poison record kills a real runner; members still run the real
+// rpc-server behind their gates): the record becomes an error record (runner_crashed), every other
+// record is answered once, and no attempt is failed or preempted. Before, such a task was
+// preempted again and again. The crash follows the record, not a time.
+TEST(GangEndToEnd, ALeadersRunnerCrashingOnAPoisonRecordIsolatesItAndTheJobCompletes) {
+  const std::string dir = TempDir("gang-poison");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  ASSERT_TRUE(pool.StartServer().ok());
+  ASSERT_GT(StartGangFleet(pool, {}, kBin + "/minions-noop-runner", {"MINIONS_NOOP_CRASH_ON=poison-me"}), 0);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 40; ++i) {
+    lines.push_back(absl::StrCat("{\"custom_id\":\"r", i, "\",\"prompt\":\"", i == 23 ? "poison-me" : "x", "\"}"));
+  }
+  const std::string input = WriteInput(dir, lines);
+  auto job = SubmitGang(pool, input, 2, 0, 20);  // two tasks, each on a gang of two
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(5));
+  ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";
+  const auto errors = Lines(FetchResults(pool, job->id(), true));
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0]["custom_id"], "r23");
+  EXPECT_EQ(errors[0]["error"]["code"], "runner_crashed") << DumpJson(errors[0]);
+  cli::JobsClient client(pool.connection());
+  auto tasks = client.Tasks(job->id());
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  for (const auto& t : *tasks) {
+    EXPECT_EQ(t.failures(), 0) << "task " << t.index() << ": " << t.last_error();
+    EXPECT_EQ(t.preemptions(), 0) << "task " << t.index() << ": " << t.last_error();
+    EXPECT_EQ(t.attempt(), 1) << "task " << t.index();
+  }
+  // The gang was real: a member served its leader, and the leader found its gates answering.
+  std::string logs;
+  for (const char* name : {"e1", "e2", "e3"}) logs += ReadFile(pool.dir() + "/logs/executor-" + name + ".log");
+  EXPECT_THAT(logs, ::testing::HasSubstr("serving the gang of leader 127.0.0.1"));
+  EXPECT_THAT(logs, ::testing::HasSubstr("every gang member still answers: the runner crashed on its own"));
   if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 
