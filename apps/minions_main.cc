@@ -36,6 +36,7 @@
 #include "rpc/tls.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "config.h"
 #include "executor_commands.h"
 #include "identity_setup.h"
@@ -1069,6 +1070,11 @@ absl::Status LoadClientConfig(const ClientVerbs& c, const AdminVerbs& a, const E
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Debian's Abseil is built without NDEBUG, so every Mutex lock would also update Abseil's global
+  // lock-order graph (deadlock detection) under one process-wide lock: at 3,000 executors that
+  // was the server's hottest user-space function and a source of futex contention. The unit tests
+  // keep it (they catch lock-order inversions); the program does not pay for it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"Minions: a virtual GPU cloud made of idle machines, for batch inference"};
   app.set_version_flag("--version", std::string("minions ") + minions::kVersion);
   app.require_subcommand(0, 1);

@@ -827,6 +827,7 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
 }  // namespace
 
 int main(int argc, char** argv) {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as `minions` (apps/minions_main.cc)
   CLI::App app{"minions-bench-fleet: simulated executors against one real server"};
   Flags flags;
   app.add_option("--executors", flags.executors, "fleet sizes, one point each")->capture_default_str();
