@@ -2,7 +2,7 @@
 // each speaking the real executor protocol over gRPC to one real `minions server` (SQLite, or a
 // private PostgreSQL cluster this program starts): enrolment with a join token, Register, an
 // Attach presence stream held open, a heartbeat every TTL/3 while it holds a lease and every
-// 2/3 TTL while it holds none, and long-poll Leases (wait --lease-wait-ms, 20 s, as the
+// 2/3 TTL while it holds none (a lease brings the next one forward), and long-poll Leases (wait --lease-wait-ms, 20 s, as the
 // executor's defaults). Like the executor, it leases a prefetch window of tasks (enough for half a
 // second beyond the running one: 6 of 100 ms; at least 2) and asks for more once half of it is
 // free. Each leased task is run, one at a time, by a fake runner: its input
@@ -247,6 +247,8 @@ class Fleet {
     std::deque<v1::TaskLease> queued ABSL_GUARDED_BY(mu);  // leased, not yet started
     bool running ABSL_GUARDED_BY(mu) = false;             // the fake runner has a task
     bool leasing ABSL_GUARDED_BY(mu) = false;             // a Lease call is in flight
+    absl::Time next_beat ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();  // the beat scheduled next
+    int beat_generation ABSL_GUARDED_BY(mu) = 0;          // a scheduled beat of an older one is dropped
     std::unique_ptr<grpc::ClientContext> attach_context;
   };
 
@@ -272,7 +274,7 @@ class Fleet {
       Register(e, [this, e, period, phase = std::uniform_real_distribution<double>(0, 1)(random)] {
         Attach(e);
         Lease(e);
-        timer_.At(absl::Now() + period * phase, [this, e] { Heartbeat(e); });
+        ScheduleBeat(e, absl::Now() + period * phase);
       });
     }
   }
@@ -377,6 +379,23 @@ class Fleet {
     return e->held.empty() ? options_.ttl * 2 / 3 : options_.ttl / 3;
   }
 
+  // The next beat at `at`, replacing the one scheduled.
+  void ScheduleBeat(Executor* e, absl::Time at) {
+    int generation;
+    {
+      absl::MutexLock lock(&e->mu);
+      e->next_beat = at;
+      generation = ++e->beat_generation;
+    }
+    timer_.At(at, [this, e, generation] {
+      {
+        absl::MutexLock lock(&e->mu);
+        if (generation != e->beat_generation) return;  // replaced by a sooner one
+      }
+      Heartbeat(e);
+    });
+  }
+
   void Heartbeat(Executor* e) {
     if (stopping_) return;
     const absl::Time due = absl::Now();
@@ -404,7 +423,7 @@ class Fleet {
       if (s.ok() && call->reply.reregister()) Register(e, [] {});
       delete request;
       delete call;
-      if (!stopping_) timer_.At(due + BeatPeriod(e), [this, e] { Heartbeat(e); });
+      if (!stopping_) ScheduleBeat(e, due + BeatPeriod(e));
       --in_flight_;
     });
   }
@@ -460,6 +479,13 @@ class Fleet {
             e->queued.push_back(lease);
           }
         }
+        // As the executor: an idle executor's next beat may be 2/3 TTL away; renew within 1/3.
+        bool sooner;
+        {
+          absl::MutexLock lock(&e->mu);
+          sooner = e->next_beat > now + options_.ttl / 3;
+        }
+        if (sooner) ScheduleBeat(e, now + options_.ttl / 3);
         RunNext(e);
       }
       delete request;
