@@ -716,7 +716,9 @@ absl::Status ExecutorService::Complete(const std::string& executor_id, const v1:
   }
   if (metrics_) metrics_->AttemptCompleted(executor_id, FromProto(ref), clock_->Now());
   auto job = store_->GetJob(ref.job_id());
-  if (job.ok()) MeasureCompletion(*store_, *job, ref.task_index(), ref.attempt(), clock_->Now());
+  if (job.ok() && sampler_.Take(ThroughputKeyOf(job->spec), clock_->Now())) {
+    MeasureCompletion(*store_, *job, ref.task_index(), ref.attempt(), clock_->Now());
+  }
   if (job.ok()) QuotaFreed(*job);
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return absl::OkStatus();
@@ -755,7 +757,9 @@ absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, cons
     auto job = store_->GetJob(job_id);
     if (job.ok()) {
       for (const LeaseProgress* report : completed) {
-        MeasureCompletion(*store_, *job, report->task_index, report->attempt, clock_->Now());
+        if (sampler_.Take(ThroughputKeyOf(job->spec), clock_->Now())) {
+          MeasureCompletion(*store_, *job, report->task_index, report->attempt, clock_->Now());
+        }
       }
     }
     if (job.ok()) QuotaFreed(*job);

@@ -45,6 +45,7 @@
 #include "server/chunk_check.h"
 #include "server/gang_leasing.h"
 #include "server/heartbeat_batcher.h"
+#include "server/task_sizer.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
 #include "store/work_signal.h"
@@ -199,6 +200,8 @@ class ExecutorService final : public ExecutorServiceBase {
   // Every call that commits chunks goes through it: an upload becomes part of a job's results only
   // once checked against the task's input (server/chunk_check.h).
   ChunkChecker chunks_;
+  // Which completions are measured for task sizes (server/task_sizer.h).
+  CompletionSampler sampler_;
   // Gang jobs' tasks go to whole gangs (server/gang_leasing.h); each look for work checks in there.
   GangLeasing gangs_;
   WorkSignal* signal_ = nullptr;

@@ -1,5 +1,6 @@
 #include "server/task_sizer.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -16,6 +17,17 @@ void MeasureCompletion(MetadataStore& store, const Job& job, int64_t task_index,
   if (absl::Status recorded = store.RecordThroughput(ThroughputKeyOf(job.spec), *sample, now); !recorded.ok()) {
     MINIONS_LOG(Warning) << "job=" << job.id << " task=" << task_index << " not measured: " << recorded;
   }
+}
+
+bool CompletionSampler::Take(const ThroughputKey& key, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  Window& window = windows_[absl::StrCat(key.model, "\n", key.runner)];
+  if (window.taken == 0 || now - window.start >= absl::Seconds(1) || now < window.start) {
+    window = Window{now, 0};
+  }
+  if (window.taken >= per_second_) return false;
+  ++window.taken;
+  return true;
 }
 
 absl::StatusOr<TaskSize> SizeTasksFor(MetadataStore& store, const JobSpec& spec, const TaskSizing& sizing) {

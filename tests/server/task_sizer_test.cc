@@ -105,3 +105,31 @@ TEST_F(TaskSizerTest, SmallMeasuredTasksGrowSoThatAJobStaysWithinItsTaskLimit) {
 
 }  // namespace
 }  // namespace minions::testing
+
+namespace minions::testing {
+namespace {
+
+// Every completion is measured up to the sampler's rate for a model and runner; past it, none
+// until the second ends; another model or runner has its own count.
+TEST(CompletionSamplerTest, MeasuresEveryCompletionUpToItsRateAndEachModelAndRunnerApart) {
+  CompletionSampler sampler(/*per_second=*/3);
+  const ThroughputKey tiny{"/models/tiny.gguf", "llama"};
+  const ThroughputKey other{"/models/other.gguf", "llama"};
+  const ThroughputKey tiny_echo{"/models/tiny.gguf", "echo"};
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(sampler.Take(tiny, t0 + absl::Milliseconds(100 * i))) << i;
+  EXPECT_FALSE(sampler.Take(tiny, t0 + absl::Milliseconds(500)));
+  EXPECT_FALSE(sampler.Take(tiny, t0 + absl::Milliseconds(999)));
+  EXPECT_TRUE(sampler.Take(other, t0 + absl::Milliseconds(500)));
+  EXPECT_TRUE(sampler.Take(tiny_echo, t0 + absl::Milliseconds(500)));
+  // The second ended: measured again.
+  EXPECT_TRUE(sampler.Take(tiny, t0 + absl::Seconds(1)));
+  EXPECT_TRUE(sampler.Take(tiny, t0 + absl::Seconds(1)));
+  EXPECT_TRUE(sampler.Take(tiny, t0 + absl::Seconds(1)));
+  EXPECT_FALSE(sampler.Take(tiny, t0 + absl::Seconds(1)));
+  // A clock that stepped back starts a new window rather than starving the key.
+  EXPECT_TRUE(sampler.Take(tiny, t0));
+}
+
+}  // namespace
+}  // namespace minions::testing
