@@ -1,5 +1,6 @@
 #include "server/chunk_check.h"
 
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -227,19 +228,6 @@ void ChunkChecker::Remember(const std::string& key) {
   }
 }
 
-absl::StatusOr<std::string> ChunkChecker::InputKey(const std::string& job_id) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto it = input_keys_.find(job_id); it != input_keys_.end()) return it->second;
-  }
-  auto job = store_->GetJob(job_id);
-  if (!job.ok()) return job.status();
-  absl::MutexLock lock(&mu_);
-  if (input_keys_.size() > 10000) input_keys_.clear();  // a job's input never changes: a cache, nothing more
-  input_keys_[job_id] = job->spec.input_key;
-  return job->spec.input_key;
-}
-
 absl::Status ChunkChecker::CheckOne(const Task& task, const std::string& input_key, const Chunk& chunk,
                                     std::vector<std::string>* records) {
   if (records->empty()) {
@@ -265,7 +253,7 @@ absl::Status ChunkChecker::CheckOne(const Task& task, const std::string& input_k
 
 ChunkChecker::Verdict ChunkChecker::Screen(const std::string& executor_id, const LeaseProgress& report,
                                            bool completing, absl::Time now, absl::Status* why,
-                                           std::vector<Chunk>* good) {
+                                           std::vector<Chunk>* good, const absl::StatusOr<Task>* read) {
   if (report.chunks.empty() && !completing) return Verdict::kAdmit;
   if (!completing) {
     // Chunks admitted before (an executor repeats its list in every heartbeat) are not read again.
@@ -278,7 +266,12 @@ ChunkChecker::Verdict ChunkChecker::Screen(const std::string& executor_id, const
       return Verdict::kAdmit;
     }
   }
-  auto task = store_->GetTask(report.job_id, report.task_index);
+  absl::StatusOr<Task> fetched;
+  if (read == nullptr) {
+    fetched = store_->GetTask(report.job_id, report.task_index);
+    read = &fetched;
+  }
+  const absl::StatusOr<Task>& task = *read;
   if (!task.ok()) return Verdict::kAdmit;  // unknown task: the store refuses the report itself
   // A stale attempt's report is refused by the store; its uploads are never read.
   if (!CheckFence(*task, executor_id, report.attempt).ok()) return Verdict::kAdmit;
@@ -297,16 +290,17 @@ ChunkChecker::Verdict ChunkChecker::Screen(const std::string& executor_id, const
     for (const Chunk& old : task->chunks) committed |= old.attempt == c.attempt && old.seq == c.seq;
     if (!committed) fresh.push_back(c);
   }
-  auto input_key = InputKey(report.job_id);
-  if (!input_key.ok()) {
-    *why = input_key.status();
+  absl::StatusOr<std::shared_ptr<const JobSpec>> spec = specs_.Get(report.job_id);
+  if (!spec.ok()) {
+    *why = spec.status();
     return Verdict::kUnreadable;
   }
+  const std::string& input_key = (*spec)->input_key;
   std::vector<std::string> records;
   std::vector<Chunk> passed;
   for (const Chunk& chunk : fresh) {
     const std::string key = ChunkKey(*task, chunk);
-    absl::Status checked = Known(key) ? absl::OkStatus() : CheckOne(*task, *input_key, chunk, &records);
+    absl::Status checked = Known(key) ? absl::OkStatus() : CheckOne(*task, input_key, chunk, &records);
     if (checked.ok()) {
       Remember(key);
       passed.push_back(chunk);
@@ -403,31 +397,76 @@ void ChunkChecker::HeartbeatAsync(const std::string& executor_id, ExecutorState 
 absl::StatusOr<std::vector<absl::Status>> ChunkChecker::CompleteTasks(const std::string& executor_id,
                                                                       const std::vector<LeaseProgress>& reports,
                                                                       absl::Time now) {
-  std::vector<absl::Status> refusals(reports.size());
-  std::vector<LeaseProgress> admitted;
-  std::vector<size_t> admitted_index;
-  for (size_t i = 0; i < reports.size(); ++i) {
-    absl::Status why;
-    switch (Screen(executor_id, reports[i], /*completing=*/true, now, &why, nullptr)) {
-      case Verdict::kAdmit:
-        admitted.push_back(reports[i]);
-        admitted_index.push_back(i);
-        break;
-      case Verdict::kRejected:
-        refusals[i] = why;
-        break;
-      case Verdict::kUnreadable:
-        // The executor keeps its completions and tries again shortly.
-        return absl::UnavailableError(absl::StrCat("cannot check the uploads yet: ", why.message()));
+  ASSIGN_OR_RETURN(CompletionReply reply, CompleteMany({CompletionCall{executor_id, reports}}, now));
+  if (reply.outcomes.size() != 1) return absl::InternalError("the store answered no completion");
+  return std::move(reply.outcomes.front());
+}
+
+absl::StatusOr<CompletionReply> ChunkChecker::CompleteMany(const std::vector<CompletionCall>& calls, absl::Time now) {
+  // The batch's tasks, read once: what every report is screened against.
+  std::vector<std::pair<std::string, int64_t>> keys;
+  for (const CompletionCall& call : calls) {
+    for (const LeaseProgress& report : call.reports) keys.emplace_back(report.job_id, report.task_index);
+  }
+  std::map<std::pair<std::string, int64_t>, Task> tasks;
+  if (!keys.empty()) {
+    ASSIGN_OR_RETURN(std::vector<Task> read, store_->GetTasks(keys));
+    for (Task& task : read) tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
+  }
+  CompletionReply reply;
+  reply.outcomes.resize(calls.size());
+  std::vector<CompletionCall> admitted;  // what reaches the store
+  std::vector<size_t> admitted_call;     // the call of each
+  std::vector<std::vector<size_t>> admitted_index;  // the report of each of its reports
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const CompletionCall& call = calls[c];
+    std::vector<absl::Status> refusals(call.reports.size());
+    CompletionCall pass{call.executor_id, {}};
+    std::vector<size_t> pass_index;
+    absl::Status unreadable;
+    for (size_t i = 0; i < call.reports.size() && unreadable.ok(); ++i) {
+      const LeaseProgress& report = call.reports[i];
+      auto it = tasks.find(std::make_pair(report.job_id, report.task_index));
+      const absl::StatusOr<Task> read =
+          it == tasks.end() ? absl::StatusOr<Task>(absl::NotFoundError("no such task")) : absl::StatusOr<Task>(it->second);
+      absl::Status why;
+      switch (Screen(call.executor_id, report, /*completing=*/true, now, &why, nullptr, &read)) {
+        case Verdict::kAdmit:
+          pass.reports.push_back(report);
+          pass_index.push_back(i);
+          break;
+        case Verdict::kRejected:
+          refusals[i] = why;
+          break;
+        case Verdict::kUnreadable:
+          // The executor keeps its completions and tries again shortly.
+          unreadable = absl::UnavailableError(absl::StrCat("cannot check the uploads yet: ", why.message()));
+          break;
+      }
     }
+    if (!unreadable.ok()) {
+      reply.outcomes[c] = unreadable;
+      continue;
+    }
+    reply.outcomes[c] = std::move(refusals);
+    if (pass.reports.empty()) continue;
+    admitted.push_back(std::move(pass));
+    admitted_call.push_back(c);
+    admitted_index.push_back(std::move(pass_index));
   }
-  std::vector<absl::Status> outcomes = refusals;
-  if (!admitted.empty()) {
-    auto stored = store_->CompleteTasks(executor_id, admitted, now);
-    if (!stored.ok()) return stored;
-    for (size_t k = 0; k < admitted.size(); ++k) outcomes[admitted_index[k]] = (*stored)[k];
+  if (admitted.empty()) return reply;
+  ASSIGN_OR_RETURN(CompletionReply stored, store_->CompleteMany(admitted, now));
+  if (stored.outcomes.size() != admitted.size()) return absl::InternalError("the store answered no completion");
+  for (size_t k = 0; k < admitted.size(); ++k) {
+    absl::StatusOr<std::vector<absl::Status>>& answer = reply.outcomes[admitted_call[k]];
+    if (!stored.outcomes[k].ok()) {
+      answer = stored.outcomes[k].status();  // its executor is unknown: the call as a whole
+      continue;
+    }
+    for (size_t r = 0; r < admitted_index[k].size(); ++r) (*answer)[admitted_index[k][r]] = (*stored.outcomes[k])[r];
   }
-  return outcomes;
+  reply.finalizing = std::move(stored.finalizing);
+  return reply;
 }
 
 absl::StatusOr<Task> ChunkChecker::FailTask(const std::string& executor_id, const std::string& job_id,

@@ -31,6 +31,7 @@
 #include "blob/blob_store.h"
 #include "model/types.h"
 #include "server/heartbeat_batcher.h"
+#include "server/job_spec_cache.h"
 #include "store/metadata_store.h"
 
 namespace minions {
@@ -67,7 +68,7 @@ class ChunkChecker {
   // `heartbeats` (may be null: one transaction per heartbeat) commits the heartbeats it admits.
   ChunkChecker(MetadataStore* store, BlobStore* blobs, ChunkCheckOptions options = {},
                HeartbeatBatcher* heartbeats = nullptr)
-      : store_(store), blobs_(blobs), options_(options), heartbeats_(heartbeats) {}
+      : store_(store), blobs_(blobs), options_(options), heartbeats_(heartbeats), specs_(store) {}
 
   absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& executor_id, ExecutorState state,
                                            const std::string& reason, const std::vector<LeaseProgress>& held,
@@ -81,9 +82,17 @@ class ChunkChecker {
                       const std::optional<ModelHoldings>& holdings, HeartbeatBatcher::Answer answer);
   absl::StatusOr<std::vector<absl::Status>> CompleteTasks(const std::string& executor_id,
                                                           const std::vector<LeaseProgress>& reports, absl::Time now);
+  // Several executors' completions (MetadataStore::CompleteMany): their tasks are read in one go
+  // to screen the reports' chunks, and the admitted reports commit in one transaction. A call
+  // whose chunks cannot be read just now is answered Unavailable (nothing of it committed), the
+  // others go on; an error of the store fails the whole batch.
+  absl::StatusOr<CompletionReply> CompleteMany(const std::vector<CompletionCall>& calls, absl::Time now);
   absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
                                 int attempt, FailureClass failure, const std::string& message, absl::Time now,
                                 const std::vector<Chunk>& chunks = {});
+
+  // The specs of the jobs whose chunks it checks, for whoever else needs them (one cache a server).
+  JobSpecCache& job_specs() { return specs_; }
 
   // Chunks refused so far (for metrics and tests).
   int64_t rejected() const {
@@ -97,11 +106,11 @@ class ChunkChecker {
   // says which: those of `report.chunks` not yet committed, plus the implicit last chunk of a
   // completion). kRejected: the attempt has been failed and `why` says why. `good` (when not
   // null) receives the reported chunks that passed, in order, up to the first that did not.
+  // `read` (when not null) is the report's task as already read (NotFound: none), else it is read.
   Verdict Screen(const std::string& executor_id, const LeaseProgress& report, bool completing, absl::Time now,
-                 absl::Status* why, std::vector<Chunk>* good);
+                 absl::Status* why, std::vector<Chunk>* good, const absl::StatusOr<Task>* read = nullptr);
   absl::Status CheckOne(const Task& task, const std::string& input_key, const Chunk& chunk,
                         std::vector<std::string>* records);
-  absl::StatusOr<std::string> InputKey(const std::string& job_id);
   bool Known(const std::string& key);
   void Remember(const std::string& key);
 
@@ -109,12 +118,12 @@ class ChunkChecker {
   BlobStore* blobs_;
   ChunkCheckOptions options_;
   HeartbeatBatcher* heartbeats_;
+  JobSpecCache specs_;  // the jobs' inputs (and whatever else a server reads of a job's spec)
   mutable absl::Mutex mu_;
   // Chunks this server checked and admitted ("job/task#attempt.seq"): an executor lists its
   // attempt's chunks in every heartbeat, and they are not read again. Bounded, oldest forgotten.
   absl::flat_hash_set<std::string> admitted_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> admitted_order_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::string> input_keys_ ABSL_GUARDED_BY(mu_);  // job -> input key
   int64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

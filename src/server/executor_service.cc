@@ -648,19 +648,19 @@ absl::Status ExecutorService::AnswerLease(const std::string& executor_id, const 
   return absl::OkStatus();
 }
 
-void ExecutorService::QuotaFreed(const Job& job) {
+void ExecutorService::QuotaFreed(const std::string& team_name) {
   const absl::Time now = clock_->Now();
   std::optional<bool> limited;
   {
     absl::MutexLock lock(&work_mu_);
-    auto it = team_quotas_.find(job.spec.team);
+    auto it = team_quotas_.find(team_name);
     if (it != team_quotas_.end() && now < it->second.checked_at + kTeamQuotaRecheck) limited = it->second.limited;
   }
   if (!limited) {
-    absl::StatusOr<Team> team = store_->GetTeam(job.spec.team);
+    absl::StatusOr<Team> team = store_->GetTeam(team_name);
     limited = team.ok() && team->max_running_tasks > 0;
     absl::MutexLock lock(&work_mu_);
-    team_quotas_[job.spec.team] = TeamQuota{*limited, now};
+    team_quotas_[team_name] = TeamQuota{*limited, now};
   }
   if (*limited) WorkArrived();
 }
@@ -705,23 +705,8 @@ grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::C
 }
 
 absl::Status ExecutorService::Complete(const std::string& executor_id, const v1::CompleteRequest& request) {
-  const auto& ref = request.ref();
-  ForgetIdle(executor_id);
-  auto outcomes = chunks_.CompleteTasks(executor_id, {FromProto(ref)}, clock_->Now());
-  if (!outcomes.ok()) return outcomes.status();
-  if (!outcomes->at(0).ok()) {
-    MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
-                      << " executor=" << executor_id << " completion refused: " << outcomes->at(0).message();
-    return outcomes->at(0);
-  }
-  if (metrics_) metrics_->AttemptCompleted(executor_id, FromProto(ref), clock_->Now());
-  auto job = store_->GetJob(ref.job_id());
-  if (job.ok() && sampler_.Take(ThroughputKeyOf(job->spec), clock_->Now())) {
-    MeasureCompletion(*store_, *job, ref.task_index(), ref.attempt(), clock_->Now());
-  }
-  if (job.ok()) QuotaFreed(*job);
-  if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
-  return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes, CompleteReports(executor_id, {FromProto(request.ref())}));
+  return outcomes.at(0);
 }
 
 grpc::Status ExecutorService::CompleteBatch(grpc::ServerContext* context, const v1::CompleteBatchRequest* request,
@@ -730,42 +715,70 @@ grpc::Status ExecutorService::CompleteBatch(grpc::ServerContext* context, const 
   return ToGrpc(CompleteBatch(executor_id, *request, reply));
 }
 
-absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, const v1::CompleteBatchRequest& request_ref,
+absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, const v1::CompleteBatchRequest& request,
                                             v1::CompleteBatchResponse* reply) {
-  const v1::CompleteBatchRequest* request = &request_ref;
   std::vector<LeaseProgress> reports;
-  for (const auto& ref : request->refs()) reports.push_back(FromProto(ref));
-  ForgetIdle(executor_id);
-  auto outcomes = chunks_.CompleteTasks(executor_id, reports, clock_->Now());
-  if (!outcomes.ok()) return outcomes.status();
-  std::map<std::string, std::vector<const LeaseProgress*>> jobs;  // the completed attempts by job
-  for (size_t i = 0; i < outcomes->size(); ++i) {
-    const absl::Status& outcome = (*outcomes)[i];
+  for (const auto& ref : request.refs()) reports.push_back(FromProto(ref));
+  ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes, CompleteReports(executor_id, reports));
+  for (const absl::Status& outcome : outcomes) {
     v1::Outcome* out = reply->add_outcomes();
     out->set_code(static_cast<int>(outcome.code()));
     out->set_message(std::string(outcome.message()));
-    if (outcome.ok()) {
-      jobs[reports[i].job_id].push_back(&reports[i]);
-      if (metrics_) metrics_->AttemptCompleted(executor_id, reports[i], clock_->Now());
-    } else {
-      MINIONS_LOG(Info) << "job=" << reports[i].job_id << " task=" << reports[i].task_index
-                        << " attempt=" << reports[i].attempt << " executor=" << executor_id
-                        << " completion refused: " << outcome.message();
-    }
-  }
-  for (const auto& [job_id, completed] : jobs) {
-    auto job = store_->GetJob(job_id);
-    if (job.ok()) {
-      for (const LeaseProgress* report : completed) {
-        if (sampler_.Take(ThroughputKeyOf(job->spec), clock_->Now())) {
-          MeasureCompletion(*store_, *job, report->task_index, report->attempt, clock_->Now());
-        }
-      }
-    }
-    if (job.ok()) QuotaFreed(*job);
-    if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<absl::Status>> ExecutorService::CompleteReports(const std::string& executor_id,
+                                                                          const std::vector<LeaseProgress>& reports) {
+  ForgetIdle(executor_id);
+  std::vector<CompletionCall> calls = {CompletionCall{executor_id, reports}};
+  ASSIGN_OR_RETURN(std::vector<absl::StatusOr<std::vector<absl::Status>>> answers, CommitCompletions(calls));
+  return std::move(answers.at(0));
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<std::vector<absl::Status>>>> ExecutorService::CommitCompletions(
+    const std::vector<CompletionCall>& calls) {
+  const absl::Time now = clock_->Now();
+  ASSIGN_OR_RETURN(CompletionReply reply, chunks_.CompleteMany(calls, now));
+  // What follows a completion, from what the store answered: no read of the jobs.
+  std::map<std::string, std::vector<const LeaseProgress*>> jobs;  // the completed attempts by job
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const CompletionCall& call = calls[c];
+    if (!reply.outcomes[c].ok()) {
+      MINIONS_LOG(Info) << "executor=" << call.executor_id << " completions refused: " << reply.outcomes[c].status();
+      continue;
+    }
+    const std::vector<absl::Status>& outcomes = *reply.outcomes[c];
+    for (size_t i = 0; i < outcomes.size() && i < call.reports.size(); ++i) {
+      const LeaseProgress& report = call.reports[i];
+      if (outcomes[i].ok()) {
+        jobs[report.job_id].push_back(&report);
+        if (metrics_) metrics_->AttemptCompleted(call.executor_id, report, now);
+      } else {
+        MINIONS_LOG(Info) << "job=" << report.job_id << " task=" << report.task_index << " attempt=" << report.attempt
+                          << " executor=" << call.executor_id << " completion refused: " << outcomes[i].message();
+      }
+    }
+  }
+  std::set<std::string> teams;  // of the jobs whose tasks ended here
+  for (const auto& [job_id, completed] : jobs) {
+    absl::StatusOr<std::shared_ptr<const JobSpec>> spec = chunks_.job_specs().Get(job_id);
+    if (!spec.ok()) continue;
+    for (const LeaseProgress* report : completed) {
+      if (sampler_.Take(ThroughputKeyOf(**spec), now)) {
+        Job job;
+        job.id = job_id;
+        job.spec = **spec;
+        MeasureCompletion(*store_, job, report->task_index, report->attempt, now);
+      }
+    }
+    teams.insert((*spec)->team);
+  }
+  for (const std::string& team : teams) QuotaFreed(team);
+  if (job_ready_) {
+    for (const std::string& job_id : reply.finalizing) job_ready_(job_id);
+  }
+  return std::move(reply.outcomes);
 }
 
 grpc::Status ExecutorService::Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse*) {
@@ -790,7 +803,7 @@ absl::Status ExecutorService::Fail(const std::string& executor_id, const v1::Fai
                     << " -> " << TaskStateName(task->state);
   if (task->state == TaskState::kPending) WorkArrived();
   auto job = store_->GetJob(ref.job_id());
-  if (job.ok() && task->state != TaskState::kPending) QuotaFreed(*job);
+  if (job.ok() && task->state != TaskState::kPending) QuotaFreed(job->spec.team);
   if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return absl::OkStatus();
 }

@@ -158,11 +158,20 @@ class ExecutorService final : public ExecutorServiceBase {
   // The executor's circumstances changed (it registered, finished or gave up a task): it looks in
   // the store on its next lease.
   void ForgetIdle(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
-  // A task of `job` ended (completed, or failed for good). When its team has a running-task
+  // A task of a job of `team` ended (completed, or failed for good). When the team has a running-task
   // quota, the place it freed may let the team's queued tasks be leased: announced as work (the
   // idle executors passed over by the quota look again). Whether a team has a quota is looked up
   // at most once per kTeamQuotaRecheck.
-  void QuotaFreed(const Job& job) ABSL_LOCKS_EXCLUDED(work_mu_);
+  void QuotaFreed(const std::string& team) ABSL_LOCKS_EXCLUDED(work_mu_);
+  // Completes `reports` of `executor_id`: one status per report, or why none was committed.
+  absl::StatusOr<std::vector<absl::Status>> CompleteReports(const std::string& executor_id,
+                                                            const std::vector<LeaseProgress>& reports);
+  // Commits `calls` (chunks checked, one store transaction) and does what follows a completion
+  // (metrics, task-size samples, freed quota, jobs ready to finalize) from what the store answers,
+  // without reading the jobs (their specs come from the ChunkChecker's JobSpecCache). One answer
+  // per call; an error when the batch as a whole failed.
+  absl::StatusOr<std::vector<absl::StatusOr<std::vector<absl::Status>>>> CommitCompletions(
+      const std::vector<CompletionCall>& calls);
   // Fills `reply` with `leases` (their URLs); on failure hands every one of them back.
   absl::Status AnswerLease(const std::string& executor_id, const std::vector<minions::Lease>& leases, absl::Time now,
                            v1::LeaseResponse* reply);

@@ -20,9 +20,11 @@
 //   Unavailable when the backend cannot be reached (callers may retry).
 // Threads: implementations are thread-safe.
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -60,6 +62,23 @@ struct HeartbeatCall {
   std::string reason;
   std::vector<LeaseProgress> held;
   std::optional<ModelHoldings> holdings;
+};
+
+// One executor's completion reports, as MetadataStore::CompleteMany takes several executors' at
+// once.
+struct CompletionCall {
+  std::string executor_id;
+  std::vector<LeaseProgress> reports;
+};
+
+// What MetadataStore::CompleteMany answers.
+struct CompletionReply {
+  // One per call, in order: one status per report (as CompleteTasks answers), or NotFound when the
+  // call's executor is unknown.
+  std::vector<absl::StatusOr<std::vector<absl::Status>>> outcomes;
+  // The jobs these completions left ready to finalize (settled to finalizing by this call, not
+  // by another), sorted. A job whose every task failed is settled failed and is not named.
+  std::vector<std::string> finalizing;
 };
 
 struct JobFilter {
@@ -124,6 +143,21 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   // One task; NotFound for an unknown job or task. (What a report about one lease is checked
   // against, without listing the job's tasks.)
   virtual absl::StatusOr<Task> GetTask(const std::string& job_id, int64_t task_index) = 0;
+  // The tasks of `keys` (job id, task index) that exist, in one read, in key order (each once).
+  // (What a batch of reports is checked against.) The default reads them one at a time.
+  virtual absl::StatusOr<std::vector<Task>> GetTasks(const std::vector<std::pair<std::string, int64_t>>& keys) {
+    std::vector<std::pair<std::string, int64_t>> sorted = keys;
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    std::vector<Task> tasks;
+    for (const auto& [job_id, index] : sorted) {
+      absl::StatusOr<Task> task = GetTask(job_id, index);
+      if (absl::IsNotFound(task.status())) continue;
+      RETURN_IF_ERROR(task.status());
+      tasks.push_back(*std::move(task));
+    }
+    return tasks;
+  }
   // The job's tasks counted by state; NotFound for an unknown job. Its cost grows with the tasks
   // that are pending or running, not with the job's size.
   virtual absl::StatusOr<TaskStateCounts> CountTasks(const std::string& job_id) = 0;
@@ -206,10 +240,20 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   // Completes several attempts of one executor in one transaction (an executor finishing many
   // small tasks reports them together). Each report is fenced on its own: the answer holds one
   // status per report, and a refused report does not stop the others. NotFound if the executor
-  // is unknown.
-  virtual absl::StatusOr<std::vector<absl::Status>> CompleteTasks(const std::string& executor_id,
-                                                                  const std::vector<LeaseProgress>& reports,
-                                                                  absl::Time now) = 0;
+  // is unknown. (CompleteMany with one call.)
+  absl::StatusOr<std::vector<absl::Status>> CompleteTasks(const std::string& executor_id,
+                                                          const std::vector<LeaseProgress>& reports, absl::Time now) {
+    ASSIGN_OR_RETURN(CompletionReply reply, CompleteMany({CompletionCall{executor_id, reports}}, now));
+    if (reply.outcomes.size() != 1) return absl::InternalError("the store answered no completion");
+    return std::move(reply.outcomes.front());
+  }
+  // Several executors' completions in one transaction (group commit: the server gathers the
+  // completions that arrive while the last batch commits). Each call's reports are applied, in
+  // order, exactly as CompleteTasks would apply them alone (fenced report by report; an unknown
+  // executor's call is NotFound and the others go on), and the answer names the jobs that became
+  // ready to finalize, so that the caller need not read them. An error of the store fails the
+  // whole batch (nothing of it is written).
+  virtual absl::StatusOr<CompletionReply> CompleteMany(const std::vector<CompletionCall>& calls, absl::Time now) = 0;
   // FailTask applies model FailAttempt: `chunks` (the attempt's uploads) are committed first.
   virtual absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id,
                                         int64_t task_index, int attempt, FailureClass failure,

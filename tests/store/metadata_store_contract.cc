@@ -938,6 +938,89 @@ TEST_P(MetadataStoreContract, ABatchOfCompletionsIsFencedReportByReport) {
   EXPECT_EQ(store_->CompleteTasks("exe-nobody", reports, now_).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_P(MetadataStoreContract, ABatchOfSeveralExecutorsCompletionsIsAnsweredAsEachAlone) {
+  // Two executors' completions and a stranger's, in one transaction: each call is fenced as it
+  // would be alone, and the answer names the job once its last task ends, without a read of it.
+  const std::string job_id = Submit(Spec(), 4);
+  const std::string a = Register("mac-a"), b = Register("mac-b");
+  std::vector<Lease> of_a = LeaseUpTo(a, 2), of_b = LeaseUpTo(b, 2);
+  ASSERT_THAT(of_a, SizeIs(2));
+  ASSERT_THAT(of_b, SizeIs(2));
+  LeaseProgress stale = Progress(of_b[1], 10);
+  stale.attempt = 7;
+  std::vector<CompletionCall> calls = {
+      {a, {Progress(of_a[0], 10), Progress(of_b[0], 10)}},  // b's task is not a's to complete
+      {b, {Progress(of_b[0], 10, 1), stale}},
+      {"exe-nobody", {Progress(of_a[1], 10)}},
+  };
+  ASSERT_OK_AND_ASSIGN(CompletionReply reply, store_->CompleteMany(calls, now_));
+  ASSERT_THAT(reply.outcomes, SizeIs(3));
+  ASSERT_OK(reply.outcomes[0].status());
+  ASSERT_THAT(*reply.outcomes[0], SizeIs(2));
+  EXPECT_OK((*reply.outcomes[0])[0]);
+  EXPECT_EQ((*reply.outcomes[0])[1].code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_OK(reply.outcomes[1].status());
+  ASSERT_THAT(*reply.outcomes[1], SizeIs(2));
+  EXPECT_OK((*reply.outcomes[1])[0]);
+  EXPECT_EQ((*reply.outcomes[1])[1].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reply.outcomes[2].status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(reply.finalizing, IsEmpty());
+  EXPECT_EQ(GetTask(job_id, of_a[0].task.index).state, TaskState::kSucceeded);
+  EXPECT_EQ(GetTask(job_id, of_a[1].task.index).state, TaskState::kRunning);
+  EXPECT_EQ(GetTask(job_id, of_b[0].task.index).state, TaskState::kSucceeded);
+  EXPECT_EQ(GetTask(job_id, of_b[1].task.index).state, TaskState::kRunning);
+  EXPECT_EQ(GetExecutor(a).records_done, 10);
+  EXPECT_EQ(GetExecutor(b).records_done, 10);
+  Job job = GetJob(job_id);
+  EXPECT_EQ(job.tasks_done, 2);
+  EXPECT_EQ(job.counts.completed, 19);
+  EXPECT_EQ(job.counts.failed, 1);
+
+  // The last two tasks end in one batch: the job is named once, as ready to finalize.
+  ASSERT_OK_AND_ASSIGN(reply, store_->CompleteMany({{b, {Progress(of_b[1], 10)}}, {a, {Progress(of_a[1], 10)}}}, now_));
+  ASSERT_THAT(reply.outcomes, SizeIs(2));
+  EXPECT_OK((*reply.outcomes[0])[0]);
+  EXPECT_OK((*reply.outcomes[1])[0]);
+  EXPECT_THAT(reply.finalizing, ElementsAre(job_id));
+  EXPECT_EQ(GetJob(job_id).state, JobState::kFinalizing);
+  // A late report changes nothing and names no job.
+  ASSERT_OK_AND_ASSIGN(reply, store_->CompleteMany({{a, {Progress(of_a[1], 10)}}}, now_));
+  EXPECT_EQ((*reply.outcomes[0])[0].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(reply.finalizing, IsEmpty());
+  ASSERT_OK_AND_ASSIGN(reply, store_->CompleteMany({}, now_));
+  EXPECT_THAT(reply.outcomes, IsEmpty());
+}
+
+TEST_P(MetadataStoreContract, OnlyTheJobsTheseCompletionsEndAreNamedReadyToFinalize) {
+  JobSpec spec = Spec();
+  spec.max_attempts = 1;
+  const std::string failing = Submit(spec, 1);
+  const std::string a = Register("mac-a");
+  std::vector<Lease> leases = LeaseUpTo(a, 1);
+  ASSERT_THAT(leases, SizeIs(1));
+  ASSERT_OK(store_->FailTask(a, failing, 0, leases[0].task.attempt, FailureClass::kPermanent, "bad", now_).status());
+  EXPECT_EQ(GetJob(failing).state, JobState::kFailed);
+  // The next job's one task completes: only it is named.
+  const std::string done = Submit(Spec(), 1);
+  leases = LeaseUpTo(a, 1);
+  ASSERT_THAT(leases, SizeIs(1));
+  ASSERT_OK_AND_ASSIGN(CompletionReply reply, store_->CompleteMany({{a, {Progress(leases[0], 10)}}}, now_));
+  EXPECT_THAT(reply.finalizing, ElementsAre(done));
+}
+
+TEST_P(MetadataStoreContract, TasksAreReadManyAtOnce) {
+  const std::string job_id = Submit(Spec(), 3);
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> tasks,
+                       store_->GetTasks({{job_id, 2}, {job_id, 0}, {job_id, 2}, {job_id, 9}, {"job-nobody", 0}}));
+  ASSERT_THAT(tasks, SizeIs(2));
+  EXPECT_EQ(tasks[0].index, 0);
+  EXPECT_EQ(tasks[1].index, 2);
+  EXPECT_EQ(tasks[1].job_id, job_id);
+  EXPECT_EQ(tasks[1].n_records, GetTask(job_id, 2).n_records);
+  ASSERT_OK_AND_ASSIGN(tasks, store_->GetTasks({}));
+  EXPECT_THAT(tasks, IsEmpty());
+}
+
 // --- checkpoints and deadlines ---
 
 TEST_P(MetadataStoreContract, HeartbeatsCommitChunksAndTheNextAttemptResumesAfterThem) {

@@ -224,8 +224,7 @@ struct PostgresMetadataStore::AttemptWrites {
   std::vector<const Task*> ended;  // those of them that reached a terminal state
   // What they add to their jobs' counts, when not CountTerminalTask of `ended` (an expiry).
   std::optional<std::map<std::string, Job>> counted;
-  std::string executor_id;         // "" for none
-  int64_t records = 0;             // added to the executor's records_done
+  std::map<std::string, int64_t> records;  // added to the executors' records_done, by executor
   std::map<std::string, absl::Duration> charges;  // device time of attempts that ended, by job
 };
 
@@ -247,10 +246,11 @@ absl::Status PostgresMetadataStore::WriteAttempts(Connection& c, const AttemptWr
   for (const auto& [job_id, time] : writes.charges) {
     if (time > absl::ZeroDuration()) charges.push_back({job_id, absl::ToInt64Microseconds(time)});
   }
+  std::vector<rows::Values> records;
+  for (const auto& [executor_id, n] : writes.records) records.push_back({executor_id, n});
   Params params = TaskArrays(writes.tasks);
   params.Columns(counts, 7)
-      .Int(writes.records)
-      .Text(writes.executor_id)
+      .Columns(records, 2)
       .Columns(charges, 2)
       .Time(now)
       .Int(absl::ToInt64Microseconds(options_.fair_share_half_life));
@@ -267,90 +267,132 @@ absl::Status PostgresMetadataStore::WriteAttempts(Connection& c, const AttemptWr
   return c.ExecAndCommit(sql::kWriteAttempts, params);
 }
 
-absl::Status PostgresMetadataStore::SettleIfDone(Connection& c, const std::string& job_id, absl::Time now) {
+absl::StatusOr<bool> PostgresMetadataStore::SettleIfDone(Connection& c, const std::string& job_id, absl::Time now) {
   auto unsettled = [](const Job& job) {
     // Only a job whose tasks run: one still validating has none yet.
     return job.tasks_done >= job.n_tasks && (job.state == JobState::kQueued || job.state == JobState::kRunning);
   };
   ASSIGN_OR_RETURN(Job job, ReadJobUnlocked(c, job_id));
-  if (!unsettled(job)) return absl::OkStatus();
+  if (!unsettled(job)) return false;
   // Lock it and look again.
   if (!c.for_update()) return absl::InternalError("settling a job outside a writing transaction");
   ASSIGN_OR_RETURN(job, LoadJob(c, job_id));
-  if (!unsettled(job)) return absl::OkStatus();
+  if (!unsettled(job)) return false;
   std::string last_error;
   if (job.tasks_succeeded == 0) {
     ASSIGN_OR_RETURN(PgResult failure,
                      c.Exec(sql::kLastFailure, Params().Text(job_id).Text(Name(TaskStateName(TaskState::kFailed)))));
     if (failure.Rows() > 0) last_error = failure.Text(0, 0);
   }
-  if (SettleJob(job, last_error, now)) RETURN_IF_ERROR(SaveJob(c, job));
-  return absl::OkStatus();
+  if (!SettleJob(job, last_error, now)) return false;
+  RETURN_IF_ERROR(SaveJob(c, job));
+  return job.state == JobState::kFinalizing;
 }
 
-void PostgresMetadataStore::SettleLater(const std::set<std::string>& job_ids, absl::Time now) {
-  if (job_ids.empty()) return;
-  (void)InTransaction(true, [&](Connection& c) -> absl::Status {
-    for (const std::string& job_id : job_ids) RETURN_IF_ERROR(SettleIfDone(c, job_id, now));
+std::vector<std::string> PostgresMetadataStore::SettleLater(const std::set<std::string>& job_ids, absl::Time now) {
+  std::vector<std::string> finalizing;
+  if (job_ids.empty()) return finalizing;
+  absl::Status settled = InTransaction(true, [&](Connection& c) -> absl::Status {
+    finalizing.clear();
+    for (const std::string& job_id : job_ids) {
+      ASSIGN_OR_RETURN(bool ready, SettleIfDone(c, job_id, now));
+      if (ready) finalizing.push_back(job_id);
+    }
     return absl::OkStatus();
   });
+  if (!settled.ok()) finalizing.clear();  // nothing of it was written: the sweep settles them
+  return finalizing;
 }
 
 template <typename Transition>
-absl::StatusOr<std::vector<absl::Status>> PostgresMetadataStore::FinishAttempts(
-    Connection& c, const std::string& executor_id, const std::vector<LeaseProgress>& reports, Transition&& transition,
-    absl::Time now, std::vector<Task>* finished, std::set<std::string>& settle_later) {
-  // The reported tasks are locked in key order, in one statement.
+absl::StatusOr<std::vector<absl::StatusOr<std::vector<absl::Status>>>> PostgresMetadataStore::FinishAttempts(
+    Connection& c, const std::vector<CompletionCall>& calls, Transition&& transition, absl::Time now,
+    std::vector<Task>* finished, std::set<std::string>& settle_later) {
+  // The reported tasks are locked in key order, in one statement; then (for several calls) the
+  // executors, in id order.
   std::vector<std::pair<std::string, int64_t>> keys;
-  for (const LeaseProgress& report : reports) keys.emplace_back(report.job_id, report.task_index);
-  std::vector<rows::Values> key_values;
-  for (const auto& [job_id, index] : keys) key_values.push_back({job_id, index});
-  ASSIGN_OR_RETURN(PgResult loaded, c.Exec(sql::kExecutorAndTasksForUpdate,
-                                           std::move(Params().Columns(key_values, 2).Text(executor_id))));
-  if (loaded.Rows() == 0 || loaded.Int(0, 0) == 0)
-    return absl::NotFoundError(absl::StrCat("no executor ", executor_id));
+  for (const CompletionCall& call : calls) {
+    for (const LeaseProgress& report : call.reports) keys.emplace_back(report.job_id, report.task_index);
+  }
+  std::set<std::string> known;  // the calls' executors that exist
   std::map<std::pair<std::string, int64_t>, Task> tasks;
-  for (int i = 0; i < loaded.Rows(); ++i) {
-    if (loaded.IsNull(i, 1)) continue;
-    ASSIGN_OR_RETURN(Task task, rows::ReadTask(Row{loaded, i}, 1));
-    tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
+  if (calls.size() == 1) {
+    // One executor: whether it exists, and its tasks, in one round trip.
+    std::vector<rows::Values> key_values;
+    for (const auto& [job_id, index] : keys) key_values.push_back({job_id, index});
+    ASSIGN_OR_RETURN(PgResult loaded, c.Exec(sql::kExecutorAndTasksForUpdate,
+                                             std::move(Params().Columns(key_values, 2).Text(calls[0].executor_id))));
+    if (loaded.Rows() > 0 && loaded.Int(0, 0) > 0) known.insert(calls[0].executor_id);
+    for (int i = 0; i < loaded.Rows(); ++i) {
+      if (loaded.IsNull(i, 1)) continue;
+      ASSIGN_OR_RETURN(Task task, rows::ReadTask(Row{loaded, i}, 1));
+      tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
+    }
+  } else if (!calls.empty()) {
+    if (!keys.empty()) {
+      ASSIGN_OR_RETURN(std::vector<Task> loaded, LoadTasks(c, keys));
+      for (Task& task : loaded) tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
+    }
+    std::vector<rows::Values> id_values;
+    for (const CompletionCall& call : calls) id_values.push_back({call.executor_id});
+    ASSIGN_OR_RETURN(PgResult ids, c.Exec(sql::kExecutorIdsForUpdate, Params().Columns(id_values, 1)));
+    for (int i = 0; i < ids.Rows(); ++i) known.insert(ids.Text(i, 0));
   }
 
   AttemptWrites writes;
-  writes.executor_id = executor_id;
-  std::vector<absl::Status> outcomes;
+  std::vector<std::string> writers;  // the executor of each of writes.tasks
+  std::vector<absl::StatusOr<std::vector<absl::Status>>> answers;
   std::vector<size_t> written;  // index in writes.tasks of each report's task, or npos
-  for (const LeaseProgress& report : reports) {
-    auto it = tasks.find(std::make_pair(report.job_id, report.task_index));
-    if (it == tasks.end()) {
-      outcomes.push_back(absl::NotFoundError(absl::StrCat("no task ", report.job_id, "/", report.task_index)));
-      written.push_back(std::string::npos);
+  for (const CompletionCall& call : calls) {
+    if (!known.contains(call.executor_id)) {
+      answers.push_back(absl::NotFoundError(absl::StrCat("no executor ", call.executor_id)));
+      written.insert(written.end(), call.reports.size(), std::string::npos);
       continue;
     }
-    Task updated = it->second;  // as loaded: a refused report leaves the row as it is
-    absl::Status fence = CheckFence(updated, executor_id, report.attempt);
-    if (fence.ok()) fence = transition(updated, report);
-    outcomes.push_back(fence);
-    if (!fence.ok()) {
-      written.push_back(std::string::npos);
-      continue;
+    std::vector<absl::Status> outcomes;
+    for (const LeaseProgress& report : call.reports) {
+      auto it = tasks.find(std::make_pair(report.job_id, report.task_index));
+      if (it == tasks.end()) {
+        outcomes.push_back(absl::NotFoundError(absl::StrCat("no task ", report.job_id, "/", report.task_index)));
+        written.push_back(std::string::npos);
+        continue;
+      }
+      Task updated = it->second;  // as loaded: a refused report leaves the row as it is
+      absl::Status fence = CheckFence(updated, call.executor_id, report.attempt);
+      if (fence.ok()) fence = transition(updated, report);
+      outcomes.push_back(fence);
+      if (!fence.ok()) {
+        written.push_back(std::string::npos);
+        continue;
+      }
+      writes.charges[updated.job_id] += rules::EndedAttemptTime(it->second.state, updated, now);
+      it->second = updated;  // a second report of the same attempt is then refused
+      written.push_back(writes.tasks.size());
+      writes.tasks.push_back(std::move(updated));
+      writers.push_back(call.executor_id);
     }
-    writes.charges[updated.job_id] += rules::EndedAttemptTime(it->second.state, updated, now);
-    it->second = updated;  // a second report of the same attempt is then refused
-    written.push_back(writes.tasks.size());
-    writes.tasks.push_back(std::move(updated));
+    answers.push_back(std::move(outcomes));
   }
-  for (const Task& task : writes.tasks) {
+  // One row per task written: a task reported twice in the batch is written as it ended last.
+  {
+    std::map<std::pair<std::string, int64_t>, size_t> last;
+    for (size_t i = 0; i < writes.tasks.size(); ++i) last[{writes.tasks[i].job_id, writes.tasks[i].index}] = i;
+    if (last.size() != writes.tasks.size()) {
+      return absl::InternalError("a task ended twice in one batch of completions");
+    }
+  }
+  for (size_t i = 0; i < writes.tasks.size(); ++i) {
+    const Task& task = writes.tasks[i];
     if (IsTerminal(task.state)) {
       writes.ended.push_back(&task);
-      if (task.state == TaskState::kSucceeded) writes.records += task.records_done;
+      if (task.state == TaskState::kSucceeded) writes.records[writers[i]] += task.records_done;
     }
   }
   RETURN_IF_ERROR(WriteAttempts(c, writes, now, &settle_later));
   if (finished != nullptr) {
     for (size_t i : written) finished->push_back(i == std::string::npos ? Task{} : writes.tasks[i]);
   }
-  return outcomes;
+  return answers;
 }
 
 // --- jobs ---
@@ -414,6 +456,12 @@ absl::StatusOr<Task> PostgresMetadataStore::GetTask(const std::string& job_id, i
     if (tasks.empty()) return absl::NotFoundError(absl::StrCat("no task ", job_id, "/", task_index));
     return std::move(tasks.front());
   });
+}
+
+absl::StatusOr<std::vector<Task>> PostgresMetadataStore::GetTasks(
+    const std::vector<std::pair<std::string, int64_t>>& keys) {
+  if (keys.empty()) return std::vector<Task>{};
+  return InTransaction(false, [&](Connection& c) { return LoadTasks(c, keys); });
 }
 
 absl::StatusOr<TaskStateCounts> PostgresMetadataStore::CountTasks(const std::string& job_id) {
@@ -514,7 +562,7 @@ absl::StatusOr<std::vector<Job>> PostgresMetadataStore::JobsToFinalize(int limit
     ASSIGN_OR_RETURN(PgResult unsettled, c.Exec(sql::kUnsettledJobs, Params()
                                                                          .Text(Name(JobStateName(JobState::kQueued)))
                                                                          .Text(Name(JobStateName(JobState::kRunning)))));
-    for (int i = 0; i < unsettled.Rows(); ++i) RETURN_IF_ERROR(SettleIfDone(c, unsettled.Text(i, 0), now));
+    for (int i = 0; i < unsettled.Rows(); ++i) RETURN_IF_ERROR(SettleIfDone(c, unsettled.Text(i, 0), now).status());
     ASSIGN_OR_RETURN(PgResult result,
                      c.Exec(sql::kJobsInState, Params().Text(Name(JobStateName(JobState::kFinalizing))).Limit(limit)));
     return ReadJobs(result);
@@ -777,13 +825,14 @@ absl::StatusOr<Task> PostgresMetadataStore::CompleteTask(const std::string& exec
   absl::StatusOr<Task> task = InTransaction(true, [&](Connection& c) -> absl::StatusOr<Task> {
     settle_later.clear();
     std::vector<Task> finished;
-    ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes,
+    ASSIGN_OR_RETURN(auto answers,
                      FinishAttempts(
-                         c, executor_id, {{job_id, task_index, attempt, records_done, records_failed}},
+                         c, {CompletionCall{executor_id, {{job_id, task_index, attempt, records_done, records_failed}}}},
                          [&](Task& t, const LeaseProgress&) {
                            return ::minions::CompleteTask(t, records_done, records_failed, now);
                          },
                          now, &finished, settle_later));
+    ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes, std::move(answers.front()));
     RETURN_IF_ERROR(outcomes.front());
     return finished.front();
   });
@@ -791,21 +840,24 @@ absl::StatusOr<Task> PostgresMetadataStore::CompleteTask(const std::string& exec
   return task;
 }
 
-absl::StatusOr<std::vector<absl::Status>> PostgresMetadataStore::CompleteTasks(
-    const std::string& executor_id, const std::vector<LeaseProgress>& reports, absl::Time now) {
+absl::StatusOr<CompletionReply> PostgresMetadataStore::CompleteMany(const std::vector<CompletionCall>& calls,
+                                                                     absl::Time now) {
+  if (calls.empty()) return CompletionReply{};
   std::set<std::string> settle_later;
-  absl::StatusOr<std::vector<absl::Status>> outcomes =
-      InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<absl::Status>> {
-        settle_later.clear();
-        return FinishAttempts(
-            c, executor_id, reports,
-            [&](Task& t, const LeaseProgress& report) {
-              return ::minions::CompleteTask(t, report, now);
-            },
-            now, nullptr, settle_later);
-      });
-  if (outcomes.ok()) SettleLater(settle_later, now);
-  return outcomes;
+  CompletionReply reply;
+  absl::Status written = InTransaction(true, [&](Connection& c) -> absl::Status {
+    settle_later.clear();
+    ASSIGN_OR_RETURN(reply.outcomes, FinishAttempts(
+                                         c, calls,
+                                         [&](Task& t, const LeaseProgress& report) {
+                                           return ::minions::CompleteTask(t, report, now);
+                                         },
+                                         now, nullptr, settle_later));
+    return absl::OkStatus();
+  });
+  RETURN_IF_ERROR(written);
+  reply.finalizing = SettleLater(settle_later, now);
+  return reply;
 }
 
 absl::StatusOr<Task> PostgresMetadataStore::FailTask(const std::string& executor_id, const std::string& job_id,
@@ -819,15 +871,16 @@ absl::StatusOr<Task> PostgresMetadataStore::FailTask(const std::string& executor
     absl::StatusOr<Job> job = ReadJobUnlocked(c, job_id);
     if (!job.ok() && !absl::IsNotFound(job.status())) return job.status();
     std::vector<Task> finished;
-    ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes,
+    ASSIGN_OR_RETURN(auto answers,
                      FinishAttempts(
-                         c, executor_id, {{job_id, task_index, attempt, 0, 0}},
+                         c, {CompletionCall{executor_id, {{job_id, task_index, attempt, 0, 0}}}},
                          [&](Task& t, const LeaseProgress&) -> absl::Status {
                            if (!job.ok()) return job.status();
                            return FailAttempt(t, attempt, chunks, failure, message, job->spec.max_attempts,
                                               options_.retry, now);
                          },
                          now, &finished, settle_later));
+    ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes, std::move(answers.front()));
     RETURN_IF_ERROR(outcomes.front());
     return finished.front();
   });

@@ -80,6 +80,7 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter) override;
   absl::StatusOr<std::vector<Task>> ListTasks(const std::string& job_id) override;
   absl::StatusOr<Task> GetTask(const std::string& job_id, int64_t task_index) override;
+  absl::StatusOr<std::vector<Task>> GetTasks(const std::vector<std::pair<std::string, int64_t>>& keys) override;
   absl::StatusOr<TaskStateCounts> CountTasks(const std::string& job_id) override;
   absl::StatusOr<Job> CancelJob(const std::string& job_id, absl::Time now) override;
   absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error, absl::Time now) override;
@@ -109,9 +110,7 @@ class PostgresMetadataStore : public MetadataStore {
                                                 absl::Time now) override;
   absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
                                     int attempt, int64_t records_done, int64_t records_failed, absl::Time now) override;
-  absl::StatusOr<std::vector<absl::Status>> CompleteTasks(const std::string& executor_id,
-                                                          const std::vector<LeaseProgress>& reports,
-                                                          absl::Time now) override;
+  absl::StatusOr<CompletionReply> CompleteMany(const std::vector<CompletionCall>& calls, absl::Time now) override;
   absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
                                 int attempt, FailureClass failure, const std::string& message, absl::Time now,
                                 const std::vector<Chunk>& chunks = {}) override;
@@ -214,19 +213,21 @@ class PostgresMetadataStore : public MetadataStore {
   absl::Status WriteAttempts(Connection& c, const AttemptWrites& writes, absl::Time now,
                              std::set<std::string>* settle_later);
   // Settles job `job_id` (finalizing, or failed) if all its tasks have ended; locks it only then.
-  absl::Status SettleIfDone(Connection& c, const std::string& job_id, absl::Time now);
-  // SettleIfDone for each of `job_ids`, in a transaction of its own. Best effort: what it misses
-  // (the server died in between) JobsToFinalize's sweep settles.
-  void SettleLater(const std::set<std::string>& job_ids, absl::Time now);
-  // The fenced end of reported attempts by `executor_id`: loads the tasks, checks each report's
-  // fence, applies `transition` to each fenced task, then WriteAttempts. One status per report;
-  // NotFound as a whole if the executor is unknown.
+  // Whether it settled it to finalizing.
+  absl::StatusOr<bool> SettleIfDone(Connection& c, const std::string& job_id, absl::Time now);
+  // SettleIfDone for each of `job_ids`, in a transaction of its own; the jobs it settled to
+  // finalizing, sorted. Best effort: what it misses (the server died in between) JobsToFinalize's
+  // sweep settles.
+  std::vector<std::string> SettleLater(const std::set<std::string>& job_ids, absl::Time now);
+  // The fenced end of reported attempts, each call's by its executor: loads the tasks (and, for
+  // several calls, locks the executors), checks each report's fence, applies `transition` to each
+  // fenced task, then WriteAttempts. One status per report of each call; NotFound for a call
+  // whose executor is unknown. `finished` receives each report's task as written (an empty Task
+  // for a refused one), call after call.
   template <typename Transition>
-  absl::StatusOr<std::vector<absl::Status>> FinishAttempts(Connection& c, const std::string& executor_id,
-                                                           const std::vector<LeaseProgress>& reports,
-                                                           Transition&& transition, absl::Time now,
-                                                           std::vector<Task>* finished,
-                                                           std::set<std::string>& settle_later);
+  absl::StatusOr<std::vector<absl::StatusOr<std::vector<absl::Status>>>> FinishAttempts(
+      Connection& c, const std::vector<CompletionCall>& calls, Transition&& transition, absl::Time now,
+      std::vector<Task>* finished, std::set<std::string>& settle_later);
 
   const StoreOptions options_;
   RealClock real_clock_;  // when options_.clock is null

@@ -95,9 +95,9 @@ inline constexpr char kCountTasks[] =
 
 // The end of attempts, in one statement: the tasks as the state machine left them ($1-$20, as
 // kUpdateTasks), what they add to their jobs' counts ($21-$27: one counter shard row per job),
-// the records the executor ($29) did ($28), and the device time of the attempts that ended, by
+// the records the executors did ($28 ids, $29 records), and the device time of the attempts that ended, by
 // job ($30 ids, $31 micros), charged to their teams at $32 with half-life $33
-// (MINIONS_PG_CHARGE_USAGE). Answers how many tasks it wrote and whether the executor exists.
+// (MINIONS_PG_CHARGE_USAGE). Answers how many tasks and executors it wrote.
 inline constexpr char kWriteAttempts[] =
     "WITH t AS (" MINIONS_PG_UPDATE_TASKS " RETURNING 1), "
     "c AS (INSERT INTO job_counts (job_id, shard, tasks_done, tasks_succeeded, completed_records, failed_records, "
@@ -108,7 +108,8 @@ inline constexpr char kWriteAttempts[] =
     "completed_records = job_counts.completed_records + EXCLUDED.completed_records, "
     "failed_records = job_counts.failed_records + EXCLUDED.failed_records, "
     "updated_at = GREATEST(job_counts.updated_at, EXCLUDED.updated_at)), "
-    "e AS (UPDATE executors SET records_done = records_done + $28 WHERE id = $29 RETURNING 1), "
+    "e AS (UPDATE executors SET records_done = records_done + x.n FROM unnest($28::text[], $29::bigint[]) x(id, n) "
+    "WHERE executors.id = x.id RETURNING 1), "
     MINIONS_PG_CHARGE_USAGE("$30", "$31", "$32", "$33") " "
     "SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM e)";
 // Which of the jobs $1 have not settled though all their tasks have ended: asked right after
@@ -180,6 +181,9 @@ inline constexpr char kRecordThroughput[] =
 inline constexpr char kSelectThroughput[] =
     "SELECT records, seconds, samples, updated_at FROM task_throughput WHERE model = $1 AND runner = $2";
 // Executors $1 (ids), locked in id order (a batch of heartbeats).
+// Which of the executors $1 exist, locked in id order (after the tasks: the store's lock order).
+inline constexpr char kExecutorIdsForUpdate[] =
+    "SELECT id FROM executors WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE";
 inline constexpr char kSelectExecutorsForUpdate[] =
     "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE";
 // Parameters: one array per rows::ExecutorValues column.

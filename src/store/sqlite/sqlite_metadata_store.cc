@@ -406,6 +406,24 @@ absl::StatusOr<Task> SqliteMetadataStore::GetTask(const std::string& job_id, int
   });
 }
 
+absl::StatusOr<std::vector<Task>> SqliteMetadataStore::GetTasks(
+    const std::vector<std::pair<std::string, int64_t>>& keys) {
+  std::vector<std::pair<std::string, int64_t>> sorted = keys;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  return InTransaction(false, [&]() -> absl::StatusOr<std::vector<Task>> {
+    mu_.AssertHeld();
+    std::vector<Task> tasks;
+    for (const auto& [job_id, index] : sorted) {
+      absl::StatusOr<Task> task = LoadTask(job_id, index);
+      if (absl::IsNotFound(task.status())) continue;
+      RETURN_IF_ERROR(task.status());
+      tasks.push_back(*std::move(task));
+    }
+    return tasks;
+  });
+}
+
 absl::StatusOr<TaskStateCounts> SqliteMetadataStore::CountTasks(const std::string& job_id) {
   return InTransaction(false, [&]() -> absl::StatusOr<TaskStateCounts> {
     mu_.AssertHeld();
@@ -766,45 +784,59 @@ absl::StatusOr<Task> SqliteMetadataStore::CompleteTask(const std::string& execut
   });
 }
 
-absl::StatusOr<std::vector<absl::Status>> SqliteMetadataStore::CompleteTasks(
-    const std::string& executor_id, const std::vector<LeaseProgress>& reports, absl::Time now) {
-  return InTransaction(true, [&]() -> absl::StatusOr<std::vector<absl::Status>> {
+absl::StatusOr<CompletionReply> SqliteMetadataStore::CompleteMany(const std::vector<CompletionCall>& calls,
+                                                                   absl::Time now) {
+  return InTransaction(true, [&]() -> absl::StatusOr<CompletionReply> {
     mu_.AssertHeld();
-    ASSIGN_OR_RETURN(Executor executor, LoadExecutor(executor_id));
     // Jobs are loaded once and saved once, however many of their tasks complete here.
     std::map<std::string, Job> jobs;
+    std::map<std::string, JobState> states;  // each job's state as loaded
     std::map<std::string, absl::Duration> charges;  // by job
-    std::vector<absl::Status> outcomes;
-    for (const LeaseProgress& report : reports) {
-      auto job_it = jobs.find(report.job_id);
-      if (job_it == jobs.end()) {
-        auto job = LoadJob(report.job_id);
-        if (!job.ok()) {
-          outcomes.push_back(job.status());
+    CompletionReply reply;
+    for (const CompletionCall& call : calls) {
+      absl::StatusOr<Executor> executor = LoadExecutor(call.executor_id);
+      if (absl::IsNotFound(executor.status())) {
+        reply.outcomes.push_back(executor.status());
+        continue;
+      }
+      RETURN_IF_ERROR(executor.status());
+      std::vector<absl::Status> outcomes;
+      for (const LeaseProgress& report : call.reports) {
+        auto job_it = jobs.find(report.job_id);
+        if (job_it == jobs.end()) {
+          auto job = LoadJob(report.job_id);
+          if (!job.ok()) {
+            outcomes.push_back(job.status());
+            continue;
+          }
+          states[report.job_id] = job->state;
+          job_it = jobs.emplace(report.job_id, std::move(*job)).first;
+        }
+        auto task = LoadTask(report.job_id, report.task_index);
+        if (!task.ok()) {
+          outcomes.push_back(task.status());
           continue;
         }
-        job_it = jobs.emplace(report.job_id, std::move(*job)).first;
+        const TaskState before = task->state;
+        if (absl::Status done = rules::CompleteReport(*task, call.executor_id, report, now); !done.ok()) {
+          outcomes.push_back(done);
+          continue;
+        }
+        RETURN_IF_ERROR(SaveTask(*task));
+        charges[report.job_id] += rules::EndedAttemptTime(before, *task, now);
+        AccountTerminalTask(job_it->second, *task, now);
+        executor->records_done += task->records_done;
+        outcomes.push_back(absl::OkStatus());
       }
-      auto task = LoadTask(report.job_id, report.task_index);
-      if (!task.ok()) {
-        outcomes.push_back(task.status());
-        continue;
-      }
-      const TaskState before = task->state;
-      if (absl::Status done = rules::CompleteReport(*task, executor_id, report, now); !done.ok()) {
-        outcomes.push_back(done);
-        continue;
-      }
-      RETURN_IF_ERROR(SaveTask(*task));
-      charges[report.job_id] += rules::EndedAttemptTime(before, *task, now);
-      AccountTerminalTask(job_it->second, *task, now);
-      executor.records_done += task->records_done;
-      outcomes.push_back(absl::OkStatus());
+      RETURN_IF_ERROR(SaveExecutor(*executor));
+      reply.outcomes.push_back(std::move(outcomes));
     }
-    for (auto& [id, job] : jobs) RETURN_IF_ERROR(SaveJob(job));
-    RETURN_IF_ERROR(SaveExecutor(executor));
+    for (auto& [id, job] : jobs) {
+      RETURN_IF_ERROR(SaveJob(job));
+      if (job.state == JobState::kFinalizing && states[id] != JobState::kFinalizing) reply.finalizing.push_back(id);
+    }
     RETURN_IF_ERROR(ChargeUsage(charges, now));
-    return outcomes;
+    return reply;
   });
 }
 

@@ -50,6 +50,7 @@ class SqliteMetadataStore : public MetadataStore {
   absl::StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter) override;
   absl::StatusOr<std::vector<Task>> ListTasks(const std::string& job_id) override;
   absl::StatusOr<Task> GetTask(const std::string& job_id, int64_t task_index) override;
+  absl::StatusOr<std::vector<Task>> GetTasks(const std::vector<std::pair<std::string, int64_t>>& keys) override;
   absl::StatusOr<TaskStateCounts> CountTasks(const std::string& job_id) override;
   absl::StatusOr<Job> CancelJob(const std::string& job_id, absl::Time now) override;
   absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error, absl::Time now) override;
@@ -81,9 +82,7 @@ class SqliteMetadataStore : public MetadataStore {
   absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id,
                                     int64_t task_index, int attempt, int64_t records_done,
                                     int64_t records_failed, absl::Time now) override;
-  absl::StatusOr<std::vector<absl::Status>> CompleteTasks(const std::string& executor_id,
-                                                          const std::vector<LeaseProgress>& reports,
-                                                          absl::Time now) override;
+  absl::StatusOr<CompletionReply> CompleteMany(const std::vector<CompletionCall>& calls, absl::Time now) override;
   absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
                                 int attempt, FailureClass failure, const std::string& message,
                                 absl::Time now,

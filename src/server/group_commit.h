@@ -1,0 +1,164 @@
+#pragma once
+// GroupCommitter<Call, Reply>: group commit of many callers' writes. A call that arrives while no
+// batch is committing commits at once (alone: no added wait); those that arrive while one commits
+// wait for it and then commit together, as one transaction of the store, up to max_batch at a
+// time. Many callers' writes then cost about one transaction per store round trip instead of one
+// each. What the server batches this way: heartbeats (server/heartbeat_batcher.h) and completions
+// (ExecutorService).
+//
+// A waiting call holds no thread: Submit queues it with the callback that answers it, and the
+// committer's own thread commits the batches and calls each call's answer when its batch commits
+// (the server's callers are gRPC callback methods: thousands may wait for a batch at once, and a
+// thread each would exhaust the server's). Wait is the blocking form, for callers that have a
+// thread to spare (in-process control planes, tests).
+//
+// Nothing is weakened: the commit function applies each call of a batch exactly as it would
+// apply it alone and answers each on its own (a call's own refusal is its answer, not the
+// batch's). A batch the commit function refuses as a whole (an error) is committed again one
+// call at a time, so one caller's failure is no other caller's.
+// Threads: Submit, Wait and the counters are thread-safe. The commit function and the answers run
+// on the committer thread, one after another: answers must be quick and must not call back into
+// this committer (they finish a gRPC call, or wake a blocked caller). The destructor commits what
+// is queued and answers it before it returns.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+
+namespace minions {
+
+template <typename Call, typename Reply>
+class GroupCommitter {
+ public:
+  // Commits a batch in one transaction: one answer per call, in order; an error refuses the whole
+  // batch (nothing of it committed).
+  using CommitFn = std::function<absl::StatusOr<std::vector<absl::StatusOr<Reply>>>(const std::vector<Call>&)>;
+  // Called once with a call's reply (or why it failed), on the committer thread.
+  using Answer = absl::AnyInvocable<void(absl::StatusOr<Reply>) &&>;
+
+  // `max_batch` <= 1: every call is its own transaction (no batching).
+  GroupCommitter(CommitFn commit, int max_batch)
+      : commit_(std::move(commit)), max_batch_(max_batch < 1 ? 1 : max_batch), committer_([this] { CommitLoop(); }) {}
+  ~GroupCommitter() {
+    {
+      absl::MutexLock lock(&mu_);
+      exiting_ = true;
+    }
+    committer_.join();
+  }
+  GroupCommitter(const GroupCommitter&) = delete;
+  GroupCommitter& operator=(const GroupCommitter&) = delete;
+
+  // Queues `call`; `answer` gets its reply when its batch commits. Never blocks on the store.
+  void Submit(Call call, Answer answer) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(Pending{std::move(call), std::move(answer)});
+  }
+  // Submit, then wait for the answer on this thread.
+  absl::StatusOr<Reply> Wait(Call call) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::StatusOr<Reply> reply = absl::UnknownError("not committed");
+    absl::Notification answered;
+    Submit(std::move(call), [&reply, &answered](absl::StatusOr<Reply> r) {
+      reply = std::move(r);
+      answered.Notify();
+    });
+    answered.WaitForNotification();
+    return reply;
+  }
+
+  // Batches committed and calls answered so far, and calls waiting for the batch that commits
+  // now to end (metrics, tests).
+  int64_t batches() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return batches_;
+  }
+  int64_t committed() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return committed_;
+  }
+  int64_t waiting() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int64_t>(queue_.size());
+  }
+
+ private:
+  struct Pending {
+    Call call;
+    Answer answer;
+    absl::StatusOr<Reply> reply = absl::UnknownError("not committed");
+  };
+
+  // The committer thread: takes what waits (up to max_batch), commits it, answers it; until the
+  // destructor, and then until nothing waits.
+  void CommitLoop() ABSL_LOCKS_EXCLUDED(mu_) {
+    while (true) {
+      std::vector<Pending> batch;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return exiting_ || !queue_.empty(); };
+        mu_.Await(absl::Condition(&ready));
+        if (queue_.empty()) return;  // exiting, and nothing waits
+        const size_t n = std::min(queue_.size(), static_cast<size_t>(max_batch_));
+        batch.assign(std::make_move_iterator(queue_.begin()),
+                     std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(n)));
+        queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+      }
+      Commit(batch);
+      {
+        absl::MutexLock lock(&mu_);
+        ++batches_;
+        committed_ += static_cast<int64_t>(batch.size());
+      }
+      // Answered after the counters move: a caller that saw its answer sees its batch counted.
+      for (Pending& p : batch) std::move(p.answer)(std::move(p.reply));
+    }
+  }
+
+  // Commits `batch` (already taken from the queue), setting each call's reply.
+  void Commit(std::vector<Pending>& batch) {
+    std::vector<Call> calls;
+    calls.reserve(batch.size());
+    for (const Pending& p : batch) calls.push_back(p.call);
+    absl::StatusOr<std::vector<absl::StatusOr<Reply>>> replies = commit_(calls);
+    if (replies.ok() && replies->size() == batch.size()) {
+      for (size_t i = 0; i < batch.size(); ++i) batch[i].reply = std::move((*replies)[i]);
+      return;
+    }
+    if (batch.size() == 1) {
+      batch.front().reply = replies.ok() ? absl::InternalError("the store answered no call") : replies.status();
+      return;
+    }
+    // One at a time: one caller's error is its own.
+    for (Pending& p : batch) {
+      absl::StatusOr<std::vector<absl::StatusOr<Reply>>> reply = commit_({p.call});
+      if (reply.ok() && reply->size() == 1) {
+        p.reply = std::move(reply->front());
+      } else {
+        p.reply = reply.ok() ? absl::InternalError("the store answered no call") : reply.status();
+      }
+    }
+  }
+
+  const CommitFn commit_;
+  const int max_batch_;
+  mutable absl::Mutex mu_;
+  std::vector<Pending> queue_ ABSL_GUARDED_BY(mu_);  // arrived, not yet taken into a batch
+  bool exiting_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t batches_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t committed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread committer_;  // last: starts once the rest is built
+};
+
+}  // namespace minions
