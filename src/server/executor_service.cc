@@ -698,21 +698,56 @@ void ExecutorService::Shutdown() {
   WakeParkedLocked();
 }
 
-grpc::Status ExecutorService::Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,
-                                       v1::CompleteResponse*) {
-  EXECUTOR_OR_RETURN(context, request->executor_id());
-  return ToGrpc(Complete(executor_id, *request));
+grpc::ServerUnaryReactor* ExecutorService::Complete(grpc::CallbackServerContext* context,
+                                                    const v1::CompleteRequest* request, v1::CompleteResponse*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::string> executor_id = AuthorizeExecutor(context, request->executor_id());
+  if (!executor_id.ok()) {
+    reactor->Finish(ToGrpc(executor_id.status()));
+    return reactor;
+  }
+  CompleteAsync(*executor_id, {FromProto(request->ref())},
+                [reactor](absl::StatusOr<std::vector<absl::Status>> outcomes) {
+                  if (outcomes.ok() && outcomes->size() != 1) outcomes = absl::InternalError("no outcome");
+                  reactor->Finish(ToGrpc(outcomes.ok() ? outcomes->front() : outcomes.status()));
+                });
+  return reactor;
 }
 
 absl::Status ExecutorService::Complete(const std::string& executor_id, const v1::CompleteRequest& request) {
   ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes, CompleteReports(executor_id, {FromProto(request.ref())}));
-  return outcomes.at(0);
+  if (outcomes.size() != 1) return absl::InternalError("no outcome");
+  return outcomes.front();
 }
 
-grpc::Status ExecutorService::CompleteBatch(grpc::ServerContext* context, const v1::CompleteBatchRequest* request,
-                                            v1::CompleteBatchResponse* reply) {
-  EXECUTOR_OR_RETURN(context, request->executor_id());
-  return ToGrpc(CompleteBatch(executor_id, *request, reply));
+namespace {
+
+void FillOutcomes(const std::vector<absl::Status>& outcomes, v1::CompleteBatchResponse* reply) {
+  for (const absl::Status& outcome : outcomes) {
+    v1::Outcome* out = reply->add_outcomes();
+    out->set_code(static_cast<int>(outcome.code()));
+    out->set_message(std::string(outcome.message()));
+  }
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ExecutorService::CompleteBatch(grpc::CallbackServerContext* context,
+                                                         const v1::CompleteBatchRequest* request,
+                                                         v1::CompleteBatchResponse* reply) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::string> executor_id = AuthorizeExecutor(context, request->executor_id());
+  if (!executor_id.ok()) {
+    reactor->Finish(ToGrpc(executor_id.status()));
+    return reactor;
+  }
+  std::vector<LeaseProgress> reports;
+  for (const auto& ref : request->refs()) reports.push_back(FromProto(ref));
+  CompleteAsync(*executor_id, std::move(reports), [reactor, reply](absl::StatusOr<std::vector<absl::Status>> outcomes) {
+    if (outcomes.ok()) FillOutcomes(*outcomes, reply);
+    reactor->Finish(ToGrpc(outcomes.status()));
+  });
+  return reactor;
 }
 
 absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, const v1::CompleteBatchRequest& request,
@@ -720,20 +755,20 @@ absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, cons
   std::vector<LeaseProgress> reports;
   for (const auto& ref : request.refs()) reports.push_back(FromProto(ref));
   ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes, CompleteReports(executor_id, reports));
-  for (const absl::Status& outcome : outcomes) {
-    v1::Outcome* out = reply->add_outcomes();
-    out->set_code(static_cast<int>(outcome.code()));
-    out->set_message(std::string(outcome.message()));
-  }
+  FillOutcomes(outcomes, reply);
   return absl::OkStatus();
+}
+
+void ExecutorService::CompleteAsync(const std::string& executor_id, std::vector<LeaseProgress> reports,
+                                    absl::AnyInvocable<void(absl::StatusOr<std::vector<absl::Status>>) &&> done) {
+  ForgetIdle(executor_id);
+  completions_.Submit(CompletionCall{executor_id, std::move(reports)}, std::move(done));
 }
 
 absl::StatusOr<std::vector<absl::Status>> ExecutorService::CompleteReports(const std::string& executor_id,
                                                                           const std::vector<LeaseProgress>& reports) {
   ForgetIdle(executor_id);
-  std::vector<CompletionCall> calls = {CompletionCall{executor_id, reports}};
-  ASSIGN_OR_RETURN(std::vector<absl::StatusOr<std::vector<absl::Status>>> answers, CommitCompletions(calls));
-  return std::move(answers.at(0));
+  return completions_.Wait(CompletionCall{executor_id, reports});
 }
 
 absl::StatusOr<std::vector<absl::StatusOr<std::vector<absl::Status>>>> ExecutorService::CommitCompletions(

@@ -44,6 +44,7 @@
 #include "server/server_metrics.h"
 #include "server/chunk_check.h"
 #include "server/gang_leasing.h"
+#include "server/group_commit.h"
 #include "server/heartbeat_batcher.h"
 #include "server/task_sizer.h"
 #include "server/server_options.h"
@@ -52,10 +53,12 @@
 
 namespace minions {
 
-// The generated service with Lease, Attach and Heartbeat on gRPC's callback API (held without a
-// thread: a held lease, a presence stream, a heartbeat waiting for its group-commit batch).
-using ExecutorServiceBase = v1::Executors::WithCallbackMethod_Lease<
-    v1::Executors::WithCallbackMethod_Attach<v1::Executors::WithCallbackMethod_Heartbeat<v1::Executors::Service>>>;
+// The generated service with Lease, Attach, Heartbeat, Complete and CompleteBatch on gRPC's
+// callback API (held without a thread: a held lease, a presence stream, a heartbeat or a
+// completion waiting for its group-commit batch).
+using ExecutorServiceBase = v1::Executors::WithCallbackMethod_Lease<v1::Executors::WithCallbackMethod_Attach<
+    v1::Executors::WithCallbackMethod_Heartbeat<v1::Executors::WithCallbackMethod_Complete<
+        v1::Executors::WithCallbackMethod_CompleteBatch<v1::Executors::Service>>>>>;
 
 class ExecutorService final : public ExecutorServiceBase {
  public:
@@ -85,10 +88,13 @@ class ExecutorService final : public ExecutorServiceBase {
                                       v1::HeartbeatResponse* reply) override;
   grpc::ServerUnaryReactor* Lease(grpc::CallbackServerContext* context, const v1::LeaseRequest* request,
                                   v1::LeaseResponse* reply) override;
-  grpc::Status Complete(grpc::ServerContext* context, const v1::CompleteRequest* request,
-                        v1::CompleteResponse* reply) override;
-  grpc::Status CompleteBatch(grpc::ServerContext* context, const v1::CompleteBatchRequest* request,
-                             v1::CompleteBatchResponse* reply) override;
+  // Answered when the completion's group-commit batch commits: the completions of every executor
+  // that arrive while one batch commits are checked against one read of their tasks and written in
+  // one store transaction (MetadataStore::CompleteMany), each answered with its own outcomes.
+  grpc::ServerUnaryReactor* Complete(grpc::CallbackServerContext* context, const v1::CompleteRequest* request,
+                                     v1::CompleteResponse* reply) override;
+  grpc::ServerUnaryReactor* CompleteBatch(grpc::CallbackServerContext* context, const v1::CompleteBatchRequest* request,
+                                          v1::CompleteBatchResponse* reply) override;
   grpc::Status Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse* reply) override;
   // Presence (proto: Attach): open for as long as the executor runs. When its last stream here
   // closes while the server is not stopping, each task it still runs gets a backup attempt at once
@@ -134,6 +140,13 @@ class ExecutorService final : public ExecutorServiceBase {
   using ExecutorServiceBase::Lease;
   using ExecutorServiceBase::Attach;
   using ExecutorServiceBase::Heartbeat;
+  using ExecutorServiceBase::Complete;
+  using ExecutorServiceBase::CompleteBatch;
+
+  // Completes `reports` of `executor_id` without waiting: `done` gets one status per report (or
+  // why none was committed) when their batch commits, on the committer's thread.
+  void CompleteAsync(const std::string& executor_id, std::vector<LeaseProgress> reports,
+                     absl::AnyInvocable<void(absl::StatusOr<std::vector<absl::Status>>) &&> done);
 
   // Heartbeat without waiting: `reply` is filled and `done` called (with the call's outcome) when
   // the heartbeat's batch commits, on the batcher's thread (or on this one, before it returns,
@@ -247,6 +260,11 @@ class ExecutorService final : public ExecutorServiceBase {
     absl::Time checked_at;
   };
   absl::flat_hash_map<std::string, TeamQuota> team_quotas_ ABSL_GUARDED_BY(work_mu_);  // started by the first held call
+  // Completions reach the store in batches (group commit) through it; its committer thread runs
+  // CommitCompletions. Last: built after, and ended (its queue committed) before, what that uses.
+  GroupCommitter<CompletionCall, std::vector<absl::Status>> completions_{
+      [this](const std::vector<CompletionCall>& calls) { return CommitCompletions(calls); },
+      options_.completion_batch};
 };
 
 }  // namespace minions

@@ -50,6 +50,9 @@ struct ServerOptions {
   // Heartbeats that arrive while others are being written are written together, up to this many
   // in one store transaction (group commit: server/heartbeat_batcher.h); 1 writes each alone.
   int heartbeat_batch = 256;
+  // Most executors' completions written in one store transaction (group commit, as heartbeats;
+  // MetadataStore::CompleteMany); 1 writes each call alone.
+  int completion_batch = 256;
   // The largest object (output or errors) one chunk may upload; a larger one fails its attempt.
   int64_t max_chunk_bytes = int64_t{256} << 20;
   // Refuse a job whose model is a path that does not exist on this machine (right for a pool on
