@@ -1,6 +1,9 @@
 #include "server/chunk_check.h"
 
+#include <atomic>
 #include <map>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -413,18 +416,21 @@ absl::StatusOr<CompletionReply> ChunkChecker::CompleteMany(const std::vector<Com
     ASSIGN_OR_RETURN(std::vector<Task> read, store_->GetTasks(keys));
     for (Task& task : read) tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
   }
-  CompletionReply reply;
-  reply.outcomes.resize(calls.size());
-  std::vector<CompletionCall> admitted;  // what reaches the store
-  std::vector<size_t> admitted_call;     // the call of each
-  std::vector<std::vector<size_t>> admitted_index;  // the report of each of its reports
-  for (size_t c = 0; c < calls.size(); ++c) {
-    const CompletionCall& call = calls[c];
-    std::vector<absl::Status> refusals(call.reports.size());
-    CompletionCall pass{call.executor_id, {}};
-    std::vector<size_t> pass_index;
+  // Each call screened on its own (its uploads read and checked), several at once: with an object
+  // store across the network, a batch's reads would otherwise queue behind each other.
+  struct Screened {
     absl::Status unreadable;
-    for (size_t i = 0; i < call.reports.size() && unreadable.ok(); ++i) {
+    std::vector<absl::Status> refusals;
+    CompletionCall pass;
+    std::vector<size_t> pass_index;  // the call's report of each of pass.reports
+  };
+  std::vector<Screened> screened(calls.size());
+  auto screen_call = [&](size_t c) {
+    const CompletionCall& call = calls[c];
+    Screened& out = screened[c];
+    out.refusals.resize(call.reports.size());
+    out.pass.executor_id = call.executor_id;
+    for (size_t i = 0; i < call.reports.size() && out.unreadable.ok(); ++i) {
       const LeaseProgress& report = call.reports[i];
       auto it = tasks.find(std::make_pair(report.job_id, report.task_index));
       const absl::StatusOr<Task> read =
@@ -432,27 +438,51 @@ absl::StatusOr<CompletionReply> ChunkChecker::CompleteMany(const std::vector<Com
       absl::Status why;
       switch (Screen(call.executor_id, report, /*completing=*/true, now, &why, nullptr, &read)) {
         case Verdict::kAdmit:
-          pass.reports.push_back(report);
-          pass_index.push_back(i);
+          out.pass.reports.push_back(report);
+          out.pass_index.push_back(i);
           break;
         case Verdict::kRejected:
-          refusals[i] = why;
+          out.refusals[i] = why;
           break;
         case Verdict::kUnreadable:
           // The executor keeps its completions and tries again shortly.
-          unreadable = absl::UnavailableError(absl::StrCat("cannot check the uploads yet: ", why.message()));
+          out.unreadable = absl::UnavailableError(absl::StrCat("cannot check the uploads yet: ", why.message()));
           break;
       }
     }
-    if (!unreadable.ok()) {
-      reply.outcomes[c] = unreadable;
+  };
+  {
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t c = next++; c < calls.size(); c = next++) screen_call(c);
+    };
+    std::vector<std::thread> helpers;
+    for (size_t t = 1; t < std::min(calls.size(), kScreeners); ++t) {
+      try {
+        helpers.emplace_back(work);
+      } catch (const std::system_error&) {
+        break;  // no thread to be had: this one screens the rest
+      }
+    }
+    work();
+    for (std::thread& helper : helpers) helper.join();
+  }
+  CompletionReply reply;
+  reply.outcomes.resize(calls.size());
+  std::vector<CompletionCall> admitted;  // what reaches the store
+  std::vector<size_t> admitted_call;     // the call of each
+  std::vector<std::vector<size_t>> admitted_index;  // the report of each of its reports
+  for (size_t c = 0; c < calls.size(); ++c) {
+    Screened& call = screened[c];
+    if (!call.unreadable.ok()) {
+      reply.outcomes[c] = call.unreadable;
       continue;
     }
-    reply.outcomes[c] = std::move(refusals);
-    if (pass.reports.empty()) continue;
-    admitted.push_back(std::move(pass));
+    reply.outcomes[c] = std::move(call.refusals);
+    if (call.pass.reports.empty()) continue;
+    admitted.push_back(std::move(call.pass));
     admitted_call.push_back(c);
-    admitted_index.push_back(std::move(pass_index));
+    admitted_index.push_back(std::move(call.pass_index));
   }
   if (admitted.empty()) return reply;
   ASSIGN_OR_RETURN(CompletionReply stored, store_->CompleteMany(admitted, now));

@@ -85,7 +85,8 @@ class ChunkChecker {
   // Several executors' completions (MetadataStore::CompleteMany): their tasks are read in one go
   // to screen the reports' chunks, and the admitted reports commit in one transaction. A call
   // whose chunks cannot be read just now is answered Unavailable (nothing of it committed), the
-  // others go on; an error of the store fails the whole batch.
+  // others go on; an error of the store fails the whole batch. The calls are screened by up to
+  // kScreeners threads at once (each call's reports in order).
   absl::StatusOr<CompletionReply> CompleteMany(const std::vector<CompletionCall>& calls, absl::Time now);
   absl::StatusOr<Task> FailTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
                                 int attempt, FailureClass failure, const std::string& message, absl::Time now,
@@ -102,6 +103,8 @@ class ChunkChecker {
 
  private:
   enum class Verdict { kAdmit, kRejected, kUnreadable };
+  // Most threads that screen one batch of completions at once (CompleteMany).
+  static constexpr size_t kScreeners = 8;
   // Checks the chunks `report` would commit (the model's transition applied to a copy of the task
   // says which: those of `report.chunks` not yet committed, plus the implicit last chunk of a
   // completion). kRejected: the attempt has been failed and `why` says why. `good` (when not
