@@ -122,6 +122,7 @@ absl::Status ExecutorService::Register(const std::string& executor_id, const v1:
                     << executor->info.os << ", " << executor->info.chip << ")";
   reply->set_executor_id(executor->id);
   reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
+  reply->set_idle_heartbeat_ms(absl::ToInt64Milliseconds(options_.IdleHeartbeat()));
   return absl::OkStatus();
 }
 

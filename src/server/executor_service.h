@@ -74,7 +74,8 @@ class ExecutorService final : public ExecutorServiceBase {
         metrics_(metrics),
         heartbeats_(store, clock, options.heartbeat_batch),
         chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_),
-        gangs_(store, clock, GangLeasingOptions{options.lease_ttl, options.gang_reservation_timeout}) {}
+        gangs_(store, clock, GangLeasingOptions{options.lease_ttl, options.gang_reservation_timeout, absl::Seconds(1),
+                                                    SilentAfterFor(options.IdleHeartbeat(), options.lease_ttl)}) {}
   ~ExecutorService() override;
 
   grpc::Status Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request, v1::EnrolResponse* reply) override;
