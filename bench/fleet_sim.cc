@@ -3,7 +3,7 @@
 // private PostgreSQL cluster this program starts): enrolment with a join token, Register, an
 // Attach presence stream held open, a heartbeat every TTL/3 while it holds a lease and, while it
 // holds none, as often as the server says at registration (1.5 TTL by default; a lease brings the
-// next one forward), and long-poll Leases (wait --lease-wait-ms, 20 s, as the
+// next one forward), and long-poll Leases (wait --lease-wait-ms, 30 s, as the
 // executor's defaults). Like the executor, it leases a prefetch window of tasks (enough for half a
 // second beyond the running one: 6 of 100 ms; at least 2) and asks for more once half of it is
 // free. Each leased task is run, one at a time, by a fake runner: its input
@@ -218,7 +218,7 @@ class Workers {
 
 struct SimOptions {
   absl::Duration ttl = absl::Seconds(9);
-  absl::Duration lease_wait = absl::Seconds(20);
+  absl::Duration lease_wait = absl::Seconds(30);
   absl::Duration task_time = absl::Milliseconds(200);
 };
 
@@ -607,7 +607,7 @@ struct Flags {
   std::vector<int> executors = {100, 1000};
   std::vector<std::string> stores = {"sqlite", "postgres"};
   int64_t ttl_ms = 9000;
-  int64_t lease_wait_ms = 20000;
+  int64_t lease_wait_ms = 30000;
   int channels = 0;
   double warmup_s = 0;  // 0: one TTL
   double idle_s = 18;
@@ -868,7 +868,7 @@ int main(int argc, char** argv) {
   app.add_option("--store", flags.stores, "sqlite and/or postgres")->capture_default_str();
   app.add_option("--ttl-ms", flags.ttl_ms, "the server's lease TTL (heartbeats every third; idle ones as the server says, 1.5 TTL by default)")
       ->capture_default_str();
-  app.add_option("--lease-wait-ms", flags.lease_wait_ms, "an idle executor's long poll (the executor's: 20000)")
+  app.add_option("--lease-wait-ms", flags.lease_wait_ms, "an idle executor's long poll (the executor's: 30000)")
       ->capture_default_str();
   app.add_option("--channels", flags.channels, "gRPC connections (0: one per executor)")->capture_default_str();
   app.add_option("--warmup-s", flags.warmup_s, "seconds after the fleet is up before measuring (0: one TTL)");

@@ -62,8 +62,10 @@ struct AgentOptions {
   absl::Duration idle_poll = absl::Milliseconds(200);  // retry pause after a failed call
   // Long poll of an idle executor's lease: the server answers the moment work is announced, so
   // the wait costs no latency, and an idle fleet's calls are one per executor per lease_wait.
-  // Drain(), Stop() and Wake() (the owner came or went) interrupt it (InterruptLease).
-  absl::Duration lease_wait = absl::Seconds(20);
+  // Drain(), Stop() and Wake() (the owner came or went) interrupt it (InterruptLease). 30 s: the
+  // longest a server holds one (and its idle recheck), well under the 60 s after which proxies
+  // commonly cut a quiet stream.
+  absl::Duration lease_wait = absl::Seconds(30);
   // CPU threads for the runner when the job does not say; 0: the runner's default (all cores).
   // Several executors on one machine must split the cores, or their threads fight.
   int runner_threads = 0;
