@@ -81,6 +81,11 @@ class Spawner {
   }
 
   void Loop() {
+    // Every signal blocked for good: no handler of this process ever runs on this thread, so none
+    // runs in a child between fork and exec either (the child sets its own mask before exec).
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, nullptr);
     absl::MutexLock lock(&mu_);
     while (true) {
       mu_.Await(absl::Condition(
@@ -176,9 +181,9 @@ std::string ResolveProgram(const std::string& name) {
     int fd = open(stderr_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) ReportErrno(report);
   }
-  // Every signal is blocked since the fork: none may run a handler of the parent's in here. The
-  // handlers go back to the default before the signals are unblocked, SIGPIPE too (ignored in the
-  // parent: a runner that dies must not kill us); the mask is that of the thread that called Start.
+  // Every signal is blocked (the spawner's mask): none may run a handler of the parent's in here.
+  // The handlers go back to the default before the signals are unblocked, SIGPIPE too (ignored
+  // in the parent: a runner that dies must not kill us); the mask is that of Start's caller.
   struct sigaction dfl;
   memset(&dfl, 0, sizeof(dfl));
   dfl.sa_handler = SIG_DFL;
@@ -239,18 +244,12 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const Options& opt
   pid_t pid = -1;
   int fork_errno = 0;
   Spawner::Get().Run([&] {
-    // Signals blocked across the fork (as posix_spawn does): the child unblocks them once it has
-    // no handler of ours left.
-    sigset_t all, before;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &before);
     pid = fork();
     if (pid == 0) {
       ExecChild(program.c_str(), argv.data(), envp.data(), in_pipe[0], out_pipe[1], stderr_path,
                 options.own_process_group, mask, parent, report[1]);
     }
     if (pid < 0) fork_errno = errno;
-    pthread_sigmask(SIG_SETMASK, &before, nullptr);
   });
   close(in_pipe[0]);
   close(out_pipe[1]);
