@@ -16,6 +16,7 @@
 #include "identity/identity_admin.h"
 #include "identity/pki.h"
 #include "identity_setup.h"
+#include "model/liveness.h"
 #include "openai/model_catalog.h"
 #include "openai/openai_api.h"
 
@@ -80,7 +81,7 @@ class LocalPool : public cli::Pool {
     }
     admin_token_ = *admin;
     WatchdogOptions watchdog_options;
-    watchdog_options.executor_timeout = options.lease_ttl * 3;
+    watchdog_options.executor_timeout = ExecutorTimeoutFor(options.lease_ttl);
     server_ = std::make_unique<MinionsServer>(backends_.store.get(), backends_.blobs.get(), &clock_, server_options,
                                               std::make_unique<Watchdog>(backends_.store.get(), watchdog_options,
                                                                          std::move(*lock)));

@@ -2,10 +2,6 @@
 // on stdin/stdout; logs go to stderr. The only program that links llama.cpp.
 
 #include <unistd.h>
-#ifdef __linux__
-#include <sys/prctl.h>
-#include <signal.h>
-#endif
 
 #include <cstdio>
 #include <cstring>
@@ -38,11 +34,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "error: unknown argument '%s' (try --help)\n", argv[i]);
     return 2;
   }
-#ifdef __linux__
-  // Die with the executor: a runner nobody reads from only holds memory the owner wants back.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() == 1) return 0;
-#endif
+  // Dying with the executor is the executor's business: on Linux Subprocess gives every child a
+  // parent-death SIGKILL before it executes it; elsewhere the end of stdin stops us (below).
   minions::SetLogComponent("runner");
   minions::llama_runner::InstallLlamaLogging();
   // stdout carries the protocol alone: nothing else may print there.

@@ -25,6 +25,7 @@
 #include "common/logging.h"
 #include "common/private_files.h"
 #include "common/redact.h"
+#include "model/liveness.h"
 #include "executor/agent.h"
 #include "dashboard/status_endpoints.h"
 #include "runner/process_runner.h"
@@ -125,7 +126,7 @@ void PrintVerbs(CLI::App& app) {
 minions::WatchdogOptions WatchdogOptionsOf(const minions::apps::MinionsConfig& config) {
   const absl::Duration ttl = absl::Milliseconds(config.lease_ttl_ms);
   minions::WatchdogOptions options;
-  options.executor_timeout = ttl * 3;
+  options.executor_timeout = minions::ExecutorTimeoutFor(ttl);
   options.takeover_grace = ttl * 2;  // a heartbeat, plus the reconnection backoff
   options.stragglers.factor = config.straggler_factor;
   options.stragglers.min_runtime = absl::Milliseconds(config.straggler_min_runtime_ms);

@@ -1,8 +1,9 @@
 // minions-bench-fleet: the fleet simulator (issue 15). N simulated executors in this one process,
 // each speaking the real executor protocol over gRPC to one real `minions server` (SQLite, or a
 // private PostgreSQL cluster this program starts): enrolment with a join token, Register, an
-// Attach presence stream held open, a heartbeat every TTL/3 while it holds a lease and every
-// 2/3 TTL while it holds none (a lease brings the next one forward), and long-poll Leases (wait --lease-wait-ms, 20 s, as the
+// Attach presence stream held open, a heartbeat every TTL/3 while it holds a lease and, while it
+// holds none, as often as the server says at registration (1.5 TTL by default; a lease brings the
+// next one forward), and long-poll Leases (wait --lease-wait-ms, 30 s, as the
 // executor's defaults). Like the executor, it leases a prefetch window of tasks (enough for half a
 // second beyond the running one: 6 of 100 ms; at least 2) and asks for more once half of it is
 // free. Each leased task is run, one at a time, by a fake runner: its input
@@ -217,7 +218,7 @@ class Workers {
 
 struct SimOptions {
   absl::Duration ttl = absl::Seconds(9);
-  absl::Duration lease_wait = absl::Seconds(20);
+  absl::Duration lease_wait = absl::Seconds(30);
   absl::Duration task_time = absl::Milliseconds(200);
 };
 
@@ -268,13 +269,12 @@ class Fleet {
   // Register, attach, lease and heartbeat every executor (heartbeats spread over one period).
   void Start() {
     std::mt19937 random(42);
-    const absl::Duration period = options_.ttl * 2 / 3;
     for (auto& owned : executors_) {
       Executor* e = owned.get();
-      Register(e, [this, e, period, phase = std::uniform_real_distribution<double>(0, 1)(random)] {
+      Register(e, [this, e, phase = std::uniform_real_distribution<double>(0, 1)(random)] {
         Attach(e);
         Lease(e);
-        ScheduleBeat(e, absl::Now() + period * phase);
+        ScheduleBeat(e, absl::Now() + IdleBeat() * phase);
       });
     }
   }
@@ -322,10 +322,12 @@ class Fleet {
     ++in_flight_;
     e->stub->async()->Register(&call->context, request, &call->reply,
                                [this, e, call, request, then = std::move(then)](grpc::Status s) {
+                                 const int64_t idle_beat_ms = call->reply.idle_heartbeat_ms();
                                  delete request;
                                  delete call;
                                  if (s.ok()) {
                                    ++registered_;
+                                   idle_beat_ms_ = idle_beat_ms;
                                    then();
                                  } else if (!stopping_) {
                                    timer_.At(absl::Now() + absl::Seconds(1),
@@ -373,10 +375,15 @@ class Fleet {
     new AttachReader(this, e);
   }
 
-  // As the executor: every third of the TTL while it holds leases, two thirds when it holds none.
+  // As the executor: every third of the TTL while it holds leases; while it holds none, as often
+  // as the server said at registration (two thirds of the TTL if it said nothing).
+  absl::Duration IdleBeat() const {
+    const int64_t ms = idle_beat_ms_.load();
+    return ms > 0 ? std::max(absl::Milliseconds(ms), options_.ttl / 3) : options_.ttl * 2 / 3;
+  }
   absl::Duration BeatPeriod(Executor* e) {
     absl::MutexLock lock(&e->mu);
-    return e->held.empty() ? options_.ttl * 2 / 3 : options_.ttl / 3;
+    return e->held.empty() ? IdleBeat() : options_.ttl / 3;
   }
 
   // The next beat at `at`, replacing the one scheduled.
@@ -479,7 +486,7 @@ class Fleet {
             e->queued.push_back(lease);
           }
         }
-        // As the executor: an idle executor's next beat may be 2/3 TTL away; renew within 1/3.
+        // As the executor: an idle executor's next beat may be an idle period away; renew within 1/3.
         bool sooner;
         {
           absl::MutexLock lock(&e->mu);
@@ -585,6 +592,7 @@ class Fleet {
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> in_flight_{0};
   std::atomic<int> registered_{0};
+  std::atomic<int64_t> idle_beat_ms_{0};  // the server's idle heartbeat, from a Register answer
   std::atomic<int> attached_{0};
   absl::Mutex mu_;
   Samples samples_ ABSL_GUARDED_BY(mu_);
@@ -599,7 +607,7 @@ struct Flags {
   std::vector<int> executors = {100, 1000};
   std::vector<std::string> stores = {"sqlite", "postgres"};
   int64_t ttl_ms = 9000;
-  int64_t lease_wait_ms = 20000;
+  int64_t lease_wait_ms = 30000;
   int channels = 0;
   double warmup_s = 0;  // 0: one TTL
   double idle_s = 18;
@@ -858,9 +866,9 @@ int main(int argc, char** argv) {
   Flags flags;
   app.add_option("--executors", flags.executors, "fleet sizes, one point each")->capture_default_str();
   app.add_option("--store", flags.stores, "sqlite and/or postgres")->capture_default_str();
-  app.add_option("--ttl-ms", flags.ttl_ms, "the server's lease TTL (heartbeats every third; every 2/3 when idle)")
+  app.add_option("--ttl-ms", flags.ttl_ms, "the server's lease TTL (heartbeats every third; idle ones as the server says, 1.5 TTL by default)")
       ->capture_default_str();
-  app.add_option("--lease-wait-ms", flags.lease_wait_ms, "an idle executor's long poll (the executor's: 20000)")
+  app.add_option("--lease-wait-ms", flags.lease_wait_ms, "an idle executor's long poll (the executor's: 30000)")
       ->capture_default_str();
   app.add_option("--channels", flags.channels, "gRPC connections (0: one per executor)")->capture_default_str();
   app.add_option("--warmup-s", flags.warmup_s, "seconds after the fleet is up before measuring (0: one TTL)");

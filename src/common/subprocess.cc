@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <unistd.h>
 #ifdef __APPLE__
 #include <mach-o/dyld.h>
@@ -17,6 +19,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 
 extern char** environ;
@@ -46,46 +49,169 @@ std::string ExitInfo::ToString() const {
   return absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")");
 }
 
+namespace {
+
+// Every child is forked by one thread that lives as long as the process: the spawner. Linux sends
+// a child its parent-death signal (PR_SET_PDEATHSIG, set in the child below) when the THREAD that
+// forked it exits, not when the process does: a child forked by a caller's thread (a task's
+// worker, a gang duty's thread, a short-lived thread of a test) would be SIGKILLed the moment that
+// thread ended, while its executor lives on. The spawner is started on first use, detached and
+// never stopped (it is leaked on purpose: no destructor runs at exit while it may fork), so a
+// child's parent thread ends only when the whole process does.
+// Threads: Run from any thread; calls run one at a time, in the order the lock admits them.
+class Spawner {
+ public:
+  static Spawner& Get() {
+    static Spawner* spawner = new Spawner();
+    return *spawner;
+  }
+
+  // Runs `work` on the spawner thread and returns when it has returned.
+  void Run(absl::FunctionRef<void()> work) {
+    absl::MutexLock one_at_a_time(&call_mu_);
+    absl::MutexLock lock(&mu_);
+    work_ = &work;
+    mu_.Await(absl::Condition(
+        +[](const absl::FunctionRef<void()>** pending) { return *pending == nullptr; }, &work_));
+  }
+
+ private:
+  Spawner() {
+    std::thread([this] { Loop(); }).detach();
+  }
+
+  void Loop() {
+    // Every signal blocked for good: no handler of this process ever runs on this thread, so none
+    // runs in a child between fork and exec either (the child sets its own mask before exec).
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, nullptr);
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      mu_.Await(absl::Condition(
+          +[](const absl::FunctionRef<void()>** pending) { return *pending != nullptr; }, &work_));
+      (*work_)();
+      work_ = nullptr;
+    }
+  }
+
+  absl::Mutex call_mu_;  // admits one caller at a time
+  absl::Mutex mu_;
+  const absl::FunctionRef<void()>* work_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+// `fd` moved to a descriptor >= 3 (close-on-exec), so that the child's dup2 onto stdin, stdout and
+// stderr never overwrites another of the pipes (a process started with 0, 1 or 2 closed gets
+// them back from pipe()).
+int AboveStdio(int fd) {
+  if (fd > STDERR_FILENO) return fd;
+  int moved = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+  close(fd);
+  return moved;
+}
+
+// A pipe whose two ends are close-on-exec and above stdio; false (errno set) on failure.
+bool MakePipe(int fds[2]) {
+#ifdef __linux__
+  if (pipe2(fds, O_CLOEXEC) != 0) return false;  // never open without close-on-exec
+#else
+  if (pipe(fds) != 0) return false;
+#endif
+  for (int i = 0; i < 2; ++i) {
+    fds[i] = AboveStdio(fds[i]);
+    if (fds[i] >= 0) fcntl(fds[i], F_SETFD, FD_CLOEXEC);
+  }
+  if (fds[0] >= 0 && fds[1] >= 0) return true;
+  int saved = errno;
+  if (fds[0] >= 0) close(fds[0]);
+  if (fds[1] >= 0) close(fds[1]);
+  errno = saved;
+  return false;
+}
+
+void ClosePipe(int fds[2]) {
+  close(fds[0]);
+  close(fds[1]);
+}
+
+// The program posix_spawnp/execvp would run: `name` itself when it has a slash, else the first
+// executable file of that name in this process's PATH. Empty when there is none.
+std::string ResolveProgram(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = getenv("PATH");
+  std::string_view dirs = path != nullptr && *path != '\0' ? path : "/bin:/usr/bin";
+  while (true) {
+    size_t colon = dirs.find(':');
+    std::string_view dir = dirs.substr(0, colon);
+    std::string candidate = (dir.empty() ? std::string(".") : std::string(dir)) + "/" + name;
+    struct stat st;
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    if (colon == std::string_view::npos) return "";
+    dirs.remove_prefix(colon + 1);
+  }
+}
+
+// In the child: errno to the parent on `report`, then exit 127.
+[[noreturn]] void ReportErrno(int report) {
+  int err = errno;
+  ssize_t ignored = ::write(report, &err, sizeof(err));
+  (void)ignored;
+  _exit(127);
+}
+
+// In the child between fork and exec: only async-signal-safe calls. Reports errno on `report`
+// and exits 127 when it cannot execute the program.
+[[noreturn]] void ExecChild(const char* program, char* const* argv, char* const* envp, int stdin_fd,
+                            int stdout_fd, const char* stderr_path, bool own_group, const sigset_t& mask,
+                            pid_t parent, int report) {
+#ifdef __linux__
+  // Die with the process that started us, however it dies (SIGKILL included): the kernel sends
+  // SIGKILL when our parent thread (the spawner, which lives as long as its process) exits. It
+  // survives execve (except into a set-user-ID program) and minions-sandbox's execve of the
+  // runner. If the parent died before prctl took effect we were already reparented: give up now.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ReportErrno(report);
+  if (getppid() != parent) _exit(127);
+#endif
+  // macOS has no parent-death signal: what happens there is said in subprocess.h.
+  if (own_group && setpgid(0, 0) != 0) ReportErrno(report);
+  if (dup2(stdin_fd, STDIN_FILENO) < 0 || dup2(stdout_fd, STDOUT_FILENO) < 0) ReportErrno(report);
+  if (stderr_path != nullptr) {
+    int fd = open(stderr_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) ReportErrno(report);
+  }
+  // Every signal is blocked (the spawner's mask): none may run a handler of the parent's in here.
+  // The handlers go back to the default before the signals are unblocked, SIGPIPE too (ignored
+  // in the parent: a runner that dies must not kill us); the mask is that of Start's caller.
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction current;
+    if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, nullptr, &current) != 0) continue;
+    if (sig == SIGPIPE || (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN)) {
+      sigaction(sig, &dfl, nullptr);
+    }
+  }
+  sigprocmask(SIG_SETMASK, &mask, nullptr);
+  execve(program, argv, envp);
+  ReportErrno(report);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const Options& options) {
   if (options.argv.empty()) return absl::InvalidArgumentError("Subprocess: empty argv");
   // A runner that dies must not kill us with SIGPIPE when we write to it.
   signal(SIGPIPE, SIG_IGN);
 
-  int in_pipe[2], out_pipe[2];
-  if (pipe(in_pipe) != 0) return ErrnoError("pipe");
-  if (pipe(out_pipe) != 0) {
-    close(in_pipe[0]);
-    close(in_pipe[1]);
-    return ErrnoError("pipe");
+  const std::string program = ResolveProgram(options.argv[0]);
+  if (program.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot start '", options.argv[0], "': ", std::strerror(ENOENT)));
   }
-  // The parent's ends must not leak into this or any other child.
-  fcntl(in_pipe[1], F_SETFD, FD_CLOEXEC);
-  fcntl(out_pipe[0], F_SETFD, FD_CLOEXEC);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, in_pipe[0], STDIN_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, in_pipe[0]);
-  posix_spawn_file_actions_addclose(&actions, out_pipe[1]);
-  if (!options.stderr_path.empty()) {
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, options.stderr_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
-  }
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Restore default SIGPIPE handling in the child.
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  short flags = POSIX_SPAWN_SETSIGDEF;
-  if (options.own_process_group) {
-    posix_spawnattr_setpgroup(&attr, 0);
-    flags |= POSIX_SPAWN_SETPGROUP;
-  }
-  posix_spawnattr_setflags(&attr, flags);
-
   std::vector<char*> argv;
   for (const auto& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -95,18 +221,63 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const Options& opt
   std::vector<char*> envp;
   for (auto& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
+  sigset_t mask;  // the caller's, for the child (the spawner thread's may differ)
+  pthread_sigmask(SIG_SETMASK, nullptr, &mask);
 
+  // in: the child's stdin; out: its stdout; report: errno when it cannot execute (EOF on exec).
+  int in_pipe[2], out_pipe[2], report[2];
+  if (!MakePipe(in_pipe)) return ErrnoError("pipe");
+  if (!MakePipe(out_pipe)) {
+    absl::Status error = ErrnoError("pipe");
+    ClosePipe(in_pipe);
+    return error;
+  }
+  if (!MakePipe(report)) {
+    absl::Status error = ErrnoError("pipe");
+    ClosePipe(in_pipe);
+    ClosePipe(out_pipe);
+    return error;
+  }
+
+  const pid_t parent = getpid();
+  const char* stderr_path = options.stderr_path.empty() ? nullptr : options.stderr_path.c_str();
   pid_t pid = -1;
-  int rc = posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  int fork_errno = 0;
+  Spawner::Get().Run([&] {
+    pid = fork();
+    if (pid == 0) {
+      ExecChild(program.c_str(), argv.data(), envp.data(), in_pipe[0], out_pipe[1], stderr_path,
+                options.own_process_group, mask, parent, report[1]);
+    }
+    if (pid < 0) fork_errno = errno;
+  });
   close(in_pipe[0]);
   close(out_pipe[1]);
-  if (rc != 0) {
+  close(report[1]);
+  if (pid < 0) {
+    close(in_pipe[1]);
+    close(out_pipe[0]);
+    close(report[0]);
+    errno = fork_errno;
+    return ErrnoError("fork");
+  }
+  // Also from here, so that Signal() reaches the group even before the child has run setpgid
+  // (fails harmlessly once the child has executed its program).
+  if (options.own_process_group) setpgid(pid, pid);
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(report[0], &child_errno, sizeof(child_errno));
+  } while (n < 0 && errno == EINTR);
+  close(report[0]);
+  if (n > 0) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
     close(in_pipe[1]);
     close(out_pipe[0]);
     return absl::NotFoundError(
-        absl::StrCat("cannot start '", options.argv[0], "': ", std::strerror(rc)));
+        absl::StrCat("cannot start '", options.argv[0], "': ", std::strerror(child_errno)));
   }
   auto process = std::unique_ptr<Subprocess>(new Subprocess());
   process->pid_ = pid;

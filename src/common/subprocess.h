@@ -4,6 +4,15 @@
 //
 // Ownership: owns the child and the parent's pipe ends; the destructor SIGKILLs and reaps a child
 // still running, so a Subprocess never leaks a process.
+// Dying with this process: on Linux every child gets SIGKILL when this process dies, however it
+// dies (SIGKILL included): the child sets PR_SET_PDEATHSIG before it executes its program, and is
+// forked by one thread that lives as long as the process (the kernel sends the signal when the
+// forking thread exits, so a caller's short-lived thread must not be the parent). An executor's
+// runners and a gang member's rpc-server therefore never outlive it. What the child starts in turn
+// is not covered (a parent-death signal is not inherited), except through own_process_group when
+// this process signals the group. macOS has no parent-death signal: there a child outlives a
+// SIGKILLed parent until it exits by itself (a runner does at the end of its stdin, which closes
+// with the executor; an rpc-server does not: docs/architecture.md, "Gangs", limits).
 // Threads: one thread at a time may write (Write, CloseStdin), one at a time may read (ReadLine);
 // Signal(), Wait(), running() and pid() may be called from any thread (a signal never reaches a
 // process that has been reaped, whose pid may belong to another by then).

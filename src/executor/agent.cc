@@ -245,6 +245,9 @@ absl::Status ExecutorAgent::Register() {
     absl::MutexLock lock(&mu_);
     id_ = reply->executor_id();
     ttl_ = std::max(absl::Milliseconds(reply->lease_ttl_ms()), absl::Milliseconds(300));
+    // Never more often than a holder's beat; an older server says nothing: two thirds of a TTL.
+    idle_beat_ = reply->idle_heartbeat_ms() > 0 ? std::max(absl::Milliseconds(reply->idle_heartbeat_ms()), ttl_ / 3)
+                                                : ttl_ * 2 / 3;
     beat_now_ = true;  // say at once what this executor is doing
   }
   heartbeat_alarm_->Ring();
@@ -255,7 +258,7 @@ absl::Status ExecutorAgent::Register() {
   }
   SetLogComponent(absl::StrCat("executor ", reply->executor_id()));
   MINIONS_LOG(Info) << "registered as executor=" << reply->executor_id() << " (lease ttl " << reply->lease_ttl_ms()
-                    << " ms)";
+                    << " ms, idle heartbeat " << reply->idle_heartbeat_ms() << " ms)";
   return absl::OkStatus();
 }
 
@@ -352,9 +355,7 @@ void ExecutorAgent::Stage(const LeaseGrant& lease, absl::Time now) {
   {
     absl::MutexLock lock(&mu_);
     snapshots_[key] = std::make_shared<const LeaseProgress>(leased);  // heartbeats cover it from now on
-    // An idle executor's next beat may be two thirds of a TTL away: renew within a third.
-    beat_sooner = next_beat_at_ > now + ttl_ / 3;
-    if (beat_sooner) next_beat_at_ = now + ttl_ / 3;
+    beat_sooner = BeatWithinAThirdLocked(now);
   }
   if (beat_sooner) heartbeat_alarm_->Ring();
   auto drop = [&](const absl::Status& why, FailureClass failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_) {

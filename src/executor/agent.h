@@ -62,8 +62,10 @@ struct AgentOptions {
   absl::Duration idle_poll = absl::Milliseconds(200);  // retry pause after a failed call
   // Long poll of an idle executor's lease: the server answers the moment work is announced, so
   // the wait costs no latency, and an idle fleet's calls are one per executor per lease_wait.
-  // Drain(), Stop() and Wake() (the owner came or went) interrupt it (InterruptLease).
-  absl::Duration lease_wait = absl::Seconds(20);
+  // Drain(), Stop() and Wake() (the owner came or went) interrupt it (InterruptLease). 30 s: the
+  // longest a server holds one (and its idle recheck), well under the 60 s after which proxies
+  // commonly cut a quiet stream.
+  absl::Duration lease_wait = absl::Seconds(30);
   // CPU threads for the runner when the job does not say; 0: the runner's default (all cores).
   // Several executors on one machine must split the cores, or their threads fight.
   int runner_threads = 0;
@@ -259,6 +261,10 @@ class ExecutorAgent : public WorkTarget {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
   // Acts on the server's answer: register again, drain, cancel.
   void OnHeartbeatReply(const v1::HeartbeatResponse& reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
+  // Brings the next beat forward to a third of the TTL from `now` if it is later (a lease or a
+  // gang duty just came to an executor that was beating at the idle pace). True: it was moved,
+  // ring the heartbeat's alarm (after letting go of mu_).
+  bool BeatWithinAThirdLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const AgentOptions options_;
   const TaskRun::Options run_options_;
@@ -275,6 +281,7 @@ class ExecutorAgent : public WorkTarget {
   mutable absl::Mutex mu_;
   std::string id_ ABSL_GUARDED_BY(mu_);
   absl::Duration ttl_ ABSL_GUARDED_BY(mu_) = absl::Seconds(9);
+  absl::Duration idle_beat_ ABSL_GUARDED_BY(mu_) = absl::Seconds(6);  // as told at registration
   absl::Time next_beat_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool beat_now_ ABSL_GUARDED_BY(mu_) = false;           // a chunk waits to be committed
   bool drain_ ABSL_GUARDED_BY(mu_) = false;

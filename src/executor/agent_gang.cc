@@ -53,8 +53,13 @@ void ExecutorAgent::TakeGangDuties(const v1::LeaseResponse& reply) {
       MINIONS_LOG(Warning) << Describe(duty.ref) << " cannot serve its gang: " << started.message();
       continue;
     }
-    absl::MutexLock lock(&mu_);
-    duty_refs_.push_back(duty.ref);
+    bool beat_sooner;
+    {
+      absl::MutexLock lock(&mu_);
+      duty_refs_.push_back(duty.ref);
+      beat_sooner = BeatWithinAThirdLocked(clock_->Now());  // a member's duty is heard of within a third
+    }
+    if (beat_sooner) heartbeat_alarm_->Ring();
   }
 }
 

@@ -1,11 +1,11 @@
 // ExecutorAgent, the heartbeat: every third of the lease TTL while it holds leases or gang duties
 // (or at once when a chunk waits to be committed) it reports the progress of the leases whose
 // tasks move, and acts on the answer: register again, drain, cancel. An executor that holds
-// nothing renews nothing, and beats every two thirds of the TTL: a large idle fleet sends half the
-// heartbeats, and each executor is still heard from within every TTL (gang placement counts an
-// executor silent for a TTL as maybe gone; the watchdog waits three). A lease granted to an idle
-// executor brings its next beat forward to a third of the TTL (Stage). It runs on its own thread
-// and reads only the snapshots the main loop publishes.
+// nothing renews nothing, and beats as often as the server said at registration (idle_beat_; by
+// default 1.5 TTL, half the watchdog's wait: model/liveness.h), so a large idle fleet sends a
+// fraction of the heartbeats. A lease or gang duty given to an idle executor brings its next beat
+// forward to a third of the TTL (BeatWithinAThirdLocked). It runs on its own thread and reads only
+// the snapshots the main loop publishes.
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -14,6 +14,12 @@
 #include "executor/lease_proto.h"
 
 namespace minions {
+
+bool ExecutorAgent::BeatWithinAThirdLocked(absl::Time now) {
+  if (next_beat_at_ <= now + ttl_ / 3) return false;
+  next_beat_at_ = now + ttl_ / 3;
+  return true;
+}
 
 absl::Time ExecutorAgent::NextBeat() const {
   absl::MutexLock lock(&mu_);
@@ -56,7 +62,7 @@ v1::HeartbeatRequest ExecutorAgent::BuildHeartbeat(absl::Time now, absl::Duratio
     absl::MutexLock lock(&mu_);
     beat_now_ = false;
     *ttl = ttl_;
-    next_beat_at_ = now + (snapshots_.empty() && duty_refs_.empty() ? ttl_ * 2 / 3 : ttl_ / 3);
+    next_beat_at_ = now + (snapshots_.empty() && duty_refs_.empty() ? idle_beat_ : ttl_ / 3);
     request.set_executor_id(id_);
     for (const auto& [key, snapshot] : snapshots_) held.push_back(snapshot);
     for (const AttemptRef& duty : duty_refs_) {

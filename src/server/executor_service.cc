@@ -122,6 +122,7 @@ absl::Status ExecutorService::Register(const std::string& executor_id, const v1:
                     << executor->info.os << ", " << executor->info.chip << ")";
   reply->set_executor_id(executor->id);
   reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
+  reply->set_idle_heartbeat_ms(absl::ToInt64Milliseconds(options_.IdleHeartbeat()));
   return absl::OkStatus();
 }
 
@@ -501,15 +502,37 @@ absl::StatusOr<std::vector<minions::Lease>> ExecutorService::LookForWork(const s
     if (it != idle_.end() && it->second.generation == work_generation_ && now < it->second.recheck_at) {
       return std::vector<minions::Lease>{};
     }
+    if (none_pending_ && none_pending_->generation == work_generation_ && now < none_pending_->recheck_at) {
+      ++lookups_spared_;
+      IdleMark& mark = idle_[executor_id];
+      mark.generation = work_generation_;
+      mark.recheck_at = none_pending_->recheck_at;
+      return std::vector<minions::Lease>{};
+    }
     ++lease_lookups_;
   }
   absl::StatusOr<std::vector<minions::Lease>> leases = store_->LeaseTasks(executor_id, max_tasks, options_.lease_ttl, now);
   if (!leases.ok()) return leases;
+  bool none_pending = false;
+  if (leases->empty()) {
+    bool ask;
+    {
+      absl::MutexLock lock(&work_mu_);
+      ask = *generation == work_generation_ && !(none_pending_ && none_pending_->generation == *generation);
+    }
+    // Nothing for this one; for anyone? (Asked after the lookup: work committed before the answer
+    // is seen, work committed after it is announced with a new generation.)
+    if (ask) {
+      absl::StatusOr<bool> any = store_->AnyTaskPending();
+      none_pending = any.ok() && !*any;
+    }
+  }
   absl::MutexLock lock(&work_mu_);
   if (leases->empty()) {
     IdleMark& mark = idle_[executor_id];
     mark.generation = *generation;
     mark.recheck_at = NextRecheckLocked(now);
+    if (none_pending) none_pending_ = IdleMark{*generation, mark.recheck_at, std::nullopt};
   } else {
     idle_.erase(executor_id);
   }
@@ -530,6 +553,11 @@ void ExecutorService::ForgetIdle(const std::string& executor_id) {
 int64_t ExecutorService::lease_lookups() const {
   absl::MutexLock lock(&work_mu_);
   return lease_lookups_;
+}
+
+int64_t ExecutorService::lookups_spared() const {
+  absl::MutexLock lock(&work_mu_);
+  return lookups_spared_;
 }
 
 int64_t ExecutorService::leases_waiting() const {

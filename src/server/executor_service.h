@@ -77,7 +77,8 @@ class ExecutorService final : public ExecutorServiceBase {
         metrics_(metrics),
         heartbeats_(store, clock, options.heartbeat_batch),
         chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_),
-        gangs_(store, clock, GangLeasingOptions{options.lease_ttl, options.gang_reservation_timeout}) {}
+        gangs_(store, clock, GangLeasingOptions{options.lease_ttl, options.gang_reservation_timeout, absl::Seconds(1),
+                                                    SilentAfterFor(options.IdleHeartbeat(), options.lease_ttl)}) {}
   ~ExecutorService() override;
 
   grpc::Status Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request, v1::EnrolResponse* reply) override;
@@ -116,6 +117,8 @@ class ExecutorService final : public ExecutorServiceBase {
   // How many times a lease looked the store up (tests: an idle fleet makes none), and how many
   // lease calls are held waiting now.
   int64_t lease_lookups() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  // Looks answered "nothing" without a lookup because no task of any job was pending.
+  int64_t lookups_spared() const ABSL_LOCKS_EXCLUDED(work_mu_);
   int64_t leases_waiting() const ABSL_LOCKS_EXCLUDED(work_mu_);
   // Attach streams open here now; executors whose tasks got backups because their stream closed.
   int64_t executors_attached() const ABSL_LOCKS_EXCLUDED(work_mu_);
@@ -238,6 +241,13 @@ class ExecutorService final : public ExecutorServiceBase {
     std::optional<ExecutorState> reported;  // the state its heartbeats report
   };
   absl::flat_hash_map<std::string, IdleMark> idle_ ABSL_GUARDED_BY(work_mu_);
+  // No task of any job was pending as of this generation (a look that found nothing asked the
+  // store, once per generation): until `recheck_at` or the next announcement, every executor's
+  // look finds nothing without asking. Without it, an announcement woke every waiting executor
+  // into a store lookup each: a job of a few hundred tasks cost a fleet of 10,000 executors
+  // 10,000 lookups, and every requeue as many again.
+  std::optional<IdleMark> none_pending_ ABSL_GUARDED_BY(work_mu_);
+  int64_t lookups_spared_ ABSL_GUARDED_BY(work_mu_) = 0;  // looks answered by none_pending_
   // When the warm-executor waits of work announced so far end (announcement + the store's
   // WarmWait): an idle executor's recheck comes no later than the next of these.
   std::set<absl::Time> warm_wait_ends_ ABSL_GUARDED_BY(work_mu_);

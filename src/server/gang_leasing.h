@@ -33,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "model/liveness.h"
 #include "model/types.h"
 #include "server/gang_reservation.h"
 #include "store/metadata_store.h"
@@ -43,6 +44,9 @@ struct GangLeasingOptions {
   absl::Duration lease_ttl = absl::Seconds(9);            // the leader's lease
   absl::Duration reservation_timeout = absl::Seconds(30);  // an unfilled reservation is released
   absl::Duration look_every = absl::Seconds(1);           // how often idle check-ins look for gang work
+  // An idle executor not heard from for this long may be gone: not placed in a gang
+  // (model/liveness.h SilentAfterFor: an idle heartbeat's interval and a late beat's grace).
+  absl::Duration silent_after = SilentAfterFor(IdleHeartbeatFor(absl::Seconds(9)), absl::Seconds(9));
 };
 
 class GangLeasing {

@@ -5,6 +5,7 @@
 #include "absl/time/time.h"
 #include "http/http_server.h"
 #include "identity/authenticator.h"
+#include "model/liveness.h"
 #include "model/task_sizing.h"
 #include "rpc/tls.h"
 
@@ -22,7 +23,13 @@ struct ServerOptions {
   // trusted before the store is asked again bounds how soon a revocation made through another
   // server bites.
   AuthenticatorOptions auth;
-  absl::Duration lease_ttl = absl::Seconds(9);  // executors heartbeat every ttl/3
+  absl::Duration lease_ttl = absl::Seconds(9);  // executors holding leases heartbeat every ttl/3
+  // How often an executor that holds nothing heartbeats (told at registration). Zero:
+  // IdleHeartbeatFor(lease_ttl) (model/liveness.h).
+  absl::Duration idle_heartbeat = absl::ZeroDuration();
+  absl::Duration IdleHeartbeat() const {
+    return idle_heartbeat > absl::ZeroDuration() ? idle_heartbeat : IdleHeartbeatFor(lease_ttl);
+  }
   // Tasks of a job submitted without a shard size: records enough to run about `target` on the
   // executors, from the finished tasks of its model and runner (model/task_sizing.h); with no
   // history, `default_records`.

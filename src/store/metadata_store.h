@@ -231,6 +231,10 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   // running. One transaction: it reads the small team_usage table, not the teams' attempts.
   virtual absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks,
                                                         absl::Duration ttl, absl::Time now) = 0;
+  // Whether any task of any job is pending (backing off or not, leasable by anyone or not): false
+  // means no executor would be granted anything now. One cheap read; a store that cannot tell
+  // answers true.
+  virtual absl::StatusOr<bool> AnyTaskPending() { return true; }
   // Fenced: only the current attempt of the lease holder may complete or fail a task. CompleteTask
   // reports no chunks (the attempt's records form one chunk); CompleteTasks commits each report's
   // chunks (model CompleteTask).

@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cli/admin_verbs.h"
 #include "cli/client_verbs.h"
@@ -49,6 +50,32 @@ inline int PickFreePort() {
   return port;
 }
 
+// The start time of process `pid` (field 22 of /proc/PID/stat), or "" when no process has that
+// pid or it has died (a zombie nobody has reaped yet counts as dead). With the start time, a pid
+// the system has given to another process since does not pass for the one a test watches.
+inline std::string LiveProcessStart(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat;
+  if (!std::getline(in, stat)) return "";
+  size_t paren = stat.rfind(')');  // the command name before it may hold spaces and parentheses
+  if (paren == std::string::npos || paren + 2 > stat.size()) return "";
+  std::vector<std::string> fields = absl::StrSplit(stat.substr(paren + 2), ' ');
+  // fields[0] is field 3 (the state), so field 22 is fields[19].
+  if (fields.size() < 20 || fields[0] == "Z" || fields[0] == "X") return "";
+  return fields[19];
+}
+
+// Waits until process `pid`, started at `started` (LiveProcessStart), has died. It polls, so the
+// wait ends on progress, not after a fixed time; false if it still runs after `patience`.
+inline bool WaitUntilDead(pid_t pid, const std::string& started, absl::Duration patience) {
+  const absl::Time deadline = absl::Now() + patience;
+  while (LiveProcessStart(pid) == started) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
 class ProcessPool {
  public:
   // `minions` is the path of the minions binary; `dir` is wiped and holds data and logs.
@@ -59,12 +86,7 @@ class ProcessPool {
     connection_.server = absl::StrCat("127.0.0.1:", PickFreePort());
   }
   ~ProcessPool() {
-    // An executor's children first: a gang member's rpc-server runs in a process group of its own
-    // and would outlive its SIGKILLed executor (docs/architecture.md, "Gangs", limits), holding
-    // its memory on the test machine.
-    for (auto& [name, e] : executors_) {
-      for (pid_t child : ExecutorChildren(name)) ::kill(child, SIGKILL);
-    }
+    // An executor's children (runners, a gang member's rpc-server) die with it (Subprocess).
     for (auto& [name, e] : executors_) e->Signal(SIGKILL);
     for (auto& server : servers_) server->Signal(SIGKILL);
   }

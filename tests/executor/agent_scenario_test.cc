@@ -223,6 +223,33 @@ TEST(ExecutorStory, AnExecutorWaitsForAServerThatIsNotUpYet) {
   EXPECT_EQ(s.job(job).state, JobState::kCompleted);
 }
 
+TEST(ExecutorStory, AnIdleExecutorBeatsAtTheServersIdlePaceAndIsNeverTakenForLost) {
+  Scenario s;  // lease TTL 9 s: the watchdog waits 27 s, the server asks idle executors for a beat each 13.5 s
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.record_time = absl::Seconds(1);
+  ASSERT_TRUE(s.RunUntil([&] { return !a.id().empty() && s.server.heartbeats() > 0; }));
+  const int first = s.server.heartbeats();
+  s.RunFor(absl::Minutes(10));
+  const int idle_beats = s.server.heartbeats() - first;
+  // 600 s / 13.5 s = 44 beats (two thirds of a TTL would be 100).
+  EXPECT_GE(idle_beats, 43);
+  EXPECT_LE(idle_beats, 46);
+  absl::StatusOr<Executor> seen = s.server.store().GetExecutor(a.id());
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(seen->state, ExecutorState::kAvailable) << "the watchdog never marked it lost: " << seen->state_reason;
+
+  // Work brings the next beat forward and holds it to every third of the TTL: the leases are
+  // renewed and the job runs on the one executor, each task once.
+  std::string job = s.Submit(Scenario::Records(40), 20);  // two tasks of 20 s each
+  const int before_work = s.server.heartbeats();
+  const absl::Time submitted = s.clock.Now();
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  const double seconds = absl::ToDoubleSeconds(s.clock.Now() - submitted);
+  EXPECT_GE(s.server.heartbeats() - before_work, static_cast<int>(seconds / 3) - 1) << "every 3 s while it works";
+  EXPECT_EQ(s.job(job).state, JobState::kCompleted);
+  for (const Task& t : s.tasks(job)) EXPECT_EQ(t.attempt, 1) << "task " << t.index << " ran once";
+}
+
 TEST(ExecutorStory, ACancelledJobStopsItsExecutorsWithinAHeartbeat) {
   Scenario s;  // lease TTL 9 s: a heartbeat every 3 s
   for (const char* name : {"A", "B"}) s.AddExecutor(name).runner.record_time = absl::Seconds(1);

@@ -31,6 +31,7 @@ class FakeControlPlane::Client : public ControlPlaneClient {
     });
   }
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) override {
+    ++server_->heartbeats_;
     return server_->Call<v1::HeartbeatResponse>([&](ExecutorService& s, v1::HeartbeatResponse* reply) {
       return s.Heartbeat(request.executor_id(), request, reply);
     });

@@ -55,6 +55,8 @@ class FakeControlPlane {
   // Lease calls made with LeaseRequest.reclaim, and the leases they were granted.
   int reclaims() const { return reclaims_.load(); }
   int calls() const { return calls_.load(); }
+  // Heartbeat calls made by every client so far.
+  int heartbeats() const { return heartbeats_.load(); }
 
   // The model every job names: an empty file in this server's folder (the fake runners read
   // nothing), so the agent's ModelAccess resolves it like a real model in an owner's folder.
@@ -110,6 +112,7 @@ class FakeControlPlane {
   std::atomic<int> calls_{0};
   std::atomic<int> lease_answers_to_lose_{0};
   std::atomic<int> reclaims_{0};
+  std::atomic<int> heartbeats_{0};
 };
 
 // A BlobClient that breaks on demand (LevelDB's fault-injecting Env, for uploads and fetches):

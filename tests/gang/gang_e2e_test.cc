@@ -159,8 +159,8 @@ std::string MemberOfACheckpointedTask(ProcessPool& pool, cli::JobsClient& client
   return "";
 }
 
-// A member machine dies mid-task (its executor and rpc-server SIGKILLed once the task has
-// committed a checkpoint: the fault follows progress, not time). The leader's attempt ends as
+// A member machine dies mid-task (its executor SIGKILLed once the task has committed a
+// checkpoint: the fault follows progress, not time; its rpc-server dies with it). The leader's attempt ends as
 // preempted, not failed; the task resumes from its checkpoint on a new gang of the two left, and
 // every custom_id comes out exactly once, equal to one machine's output.
 TEST(GangEndToEnd, AMemberKilledMidTaskPreemptsTheAttemptAndTheTaskFinishesOnANewGang) {
@@ -200,8 +200,14 @@ TEST(GangEndToEnd, AMemberKilledMidTaskPreemptsTheAttemptAndTheTaskFinishesOnANe
   }
   const pid_t rpc_server = RpcServerOf(pool, victim);
   ASSERT_GT(rpc_server, 0);
-  ::kill(rpc_server, SIGKILL);  // the member's machine dies: both its processes
-  ASSERT_TRUE(pool.StopExecutor(victim, SIGKILL).ok());
+  const std::string rpc_server_started = LiveProcessStart(rpc_server);
+  ASSERT_FALSE(rpc_server_started.empty());
+  ASSERT_TRUE(pool.StopExecutor(victim, SIGKILL).ok());  // the member executor dies
+  // ... and its rpc-server with it, though nothing else kills it and it reads no stdin: no orphan
+  // keeps the member's memory (Subprocess, parent-death signal).
+  const bool rpc_server_died = WaitUntilDead(rpc_server, rpc_server_started, absl::Minutes(1));
+  if (!rpc_server_died) ::kill(rpc_server, SIGKILL);  // not left behind by a failing test
+  EXPECT_TRUE(rpc_server_died) << "the rpc-server " << rpc_server << " outlived its SIGKILLed executor";
 
   v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(10));
   ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";

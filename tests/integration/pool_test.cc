@@ -369,6 +369,43 @@ TEST(Pool, AHungRunnerIsKilledItsTaskRunsElsewhereAndSigtermStillStopsItsExecuto
   if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 
+// A runner dies with its executor, however the executor dies: one stalled on a record (alive,
+// reading nothing more, so it never sees its stdin close) is gone once its executor is SIGKILLed,
+// though nothing else kills it (Subprocess: a parent-death signal on Linux).
+TEST(Pool, ARunnerStalledOnARecordDiesWithItsSigkilledExecutor) {
+  std::string dir = TempDir("orphan");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  ASSERT_TRUE(pool.StartServer().ok());
+  const std::string noop = kBin + "/minions-noop-runner";
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, "", {"--checkpoint-records", "2"}, {"MINIONS_NOOP_STALL_ON=stall-me"})
+                  .ok());
+  auto lines = NoopLines(10, 2, "stall-me");
+  cli::JobsClient client(pool.connection());
+  auto submitted = Submit(pool, WriteInput(dir, lines), 10);  // one task, sent to the runner as one batch
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  // Progress, not time: r0 and r1 committed means the runner answered them in the batch that goes
+  // on with the record it stalls on; it reads its stdin no more.
+  bool stalled = false;
+  for (int i = 0; i < 600 && !stalled; ++i) {
+    auto tasks = client.Tasks(submitted->id());
+    stalled = tasks.ok() && tasks->size() == 1 && tasks->at(0).records_committed() >= 2;
+    if (!stalled) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(stalled) << "the task never committed its first two records; logs in " << dir << "/pool/logs";
+  const std::vector<pid_t> children = pool.ExecutorChildren("e1");
+  ASSERT_EQ(children.size(), 1u) << "the executor should have one child, its runner";
+  const pid_t runner = children[0];
+  const std::string started = LiveProcessStart(runner);
+  ASSERT_FALSE(started.empty());
+
+  ASSERT_TRUE(pool.StopExecutor("e1", SIGKILL).ok());
+  const bool died = WaitUntilDead(runner, started, absl::Minutes(1));
+  if (!died) ::kill(runner, SIGKILL);  // not left behind by a failing test
+  EXPECT_TRUE(died) << "the runner " << runner << " outlived its SIGKILLed executor";
+  if (!HasFailure()) std::filesystem::remove_all(dir);
+}
+
 TEST_P(Pool, AModelPushedOnceIsFetchedByTheExecutorsAndServesAsTheFileDoes) {
   // The executors are given no model folder holding the test model: they run it only from
   // their caches, fetched by digest from the object store.

@@ -53,6 +53,35 @@ TEST_F(IdleFleetTest, AnExecutorThatFoundNothingIsNotLookedUpAgainUntilWorkIsAnn
   EXPECT_EQ(service.lease_lookups(), 3);
 }
 
+// A woken fleet is not a storm of lookups: once one look finds that no task of any job is
+// pending, the others' looks at the same announcement find nothing without asking the store.
+TEST_F(IdleFleetTest, WhenNoTaskIsPendingAnywhereTheRestOfTheFleetIsNotLookedUp) {
+  StartServer();
+  ExecutorService& service = server_->executors();
+  std::vector<std::string> fleet;
+  for (int i = 0; i < 10; ++i) fleet.push_back(RegisterExecutor(absl::StrCat("e", i)));
+  for (const std::string& e : fleet) EXPECT_TRUE(MustLease(e, 1).empty());
+  EXPECT_EQ(service.lease_lookups(), 1) << "nothing was pending: one look, nine spared";
+  EXPECT_EQ(service.lookups_spared(), 9);
+
+  MustSubmit(Records(2), /*shard_size=*/1);  // two tasks, announced
+  EXPECT_EQ(MustLease(fleet[0], 1).size(), 1u);
+  EXPECT_EQ(MustLease(fleet[1], 1).size(), 1u);
+  int64_t before = service.lease_lookups();
+  for (size_t i = 2; i < fleet.size(); ++i) EXPECT_TRUE(MustLease(fleet[i], 1).empty());
+  EXPECT_EQ(service.lease_lookups(), before + 1) << "the first look found both tasks running; seven spared";
+
+  // A task is pending that none of them may take now (a retry backing off): nothing is assumed,
+  // each looks (the retry is not announced when its backoff ends; their rechecks find it).
+  MustSubmit(Records(1), /*shard_size=*/1);
+  std::vector<v1::TaskLease> retried = MustLease(fleet[2], 1);
+  ASSERT_EQ(retried.size(), 1u);
+  ASSERT_GRPC_OK(Fail(fleet[2], retried[0].ref(), "retryable"));
+  before = service.lease_lookups();
+  for (size_t i = 3; i < fleet.size(); ++i) EXPECT_TRUE(MustLease(fleet[i], 1).empty());
+  EXPECT_EQ(service.lease_lookups(), before + static_cast<int64_t>(fleet.size()) - 3);
+}
+
 TEST_F(IdleFleetTest, AnIdleExecutorIsLookedUpAgainAfterItsRecheckOrWhenItsOwnCircumstancesChange) {
   ServerOptions options = Options();
   options.idle_recheck = absl::Seconds(30);

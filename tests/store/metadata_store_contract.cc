@@ -724,6 +724,27 @@ TEST_P(MetadataStoreContract, ACompletedTaskKeepsTheTimesItsThroughputIsMeasured
 
 // --- what the server asks for a job's and an executor's view ---
 
+TEST_P(MetadataStoreContract, AnyTaskPendingSaysWhetherAnExecutorCouldBeGrantedAnything) {
+  ASSERT_OK_AND_ASSIGN(bool pending, store_->AnyTaskPending());
+  EXPECT_FALSE(pending) << "no job yet";
+  const std::string job_id = Submit(Spec(), 2);
+  ASSERT_OK_AND_ASSIGN(pending, store_->AnyTaskPending());
+  EXPECT_TRUE(pending);
+  const std::string a = Register("a");
+  std::vector<Lease> leased = LeaseUpTo(a, 2);
+  ASSERT_THAT(leased, SizeIs(2));
+  ASSERT_OK_AND_ASSIGN(pending, store_->AnyTaskPending());
+  EXPECT_FALSE(pending) << "every task is running";
+  // A retried task backs off: pending, though no lease may take it yet.
+  ASSERT_OK(store_->FailTask(a, job_id, leased[0].task.index, leased[0].task.attempt, FailureClass::kRetryable,
+                             "runner crashed", now_));
+  ASSERT_OK_AND_ASSIGN(pending, store_->AnyTaskPending());
+  EXPECT_TRUE(pending);
+  ASSERT_OK(store_->CancelJob(job_id, now_));
+  ASSERT_OK_AND_ASSIGN(pending, store_->AnyTaskPending());
+  EXPECT_FALSE(pending) << "a cancelled job's tasks are not pending";
+}
+
 TEST_P(MetadataStoreContract, CountTasksAndListRunningTasksAnswerWithoutListingAJob) {
   const std::string job_id = Submit(Spec(), 5);
   const std::string a = Register("a");

@@ -1,8 +1,18 @@
 #include "common/subprocess.h"
 
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "testing/process_pool.h"
 
 namespace minions {
 namespace {
@@ -50,6 +60,63 @@ TEST(Subprocess, PassesExtraEnvironment) {
   auto p = Subprocess::Start({{"sh", "-c", "echo $MINIONS_TEST_VALUE"}, {"MINIONS_TEST_VALUE=42"}, ""});
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(*(*p)->ReadLine(absl::Seconds(5)), "42");
+}
+
+// An executor SIGKILLed (here: a process that started a child through Subprocess, as an executor
+// starts its runner or a gang member its rpc-server) takes its child with it: a child that reads
+// no stdin (sleep, like rpc-server) would otherwise run on as an orphan.
+TEST(Subprocess, AChildDiesWhenTheProcessThatStartedItIsKilled) {
+  auto parent = Subprocess::Start({{MINIONS_TEST_SPAWNING_PARENT, "sleep", "600"}, {}, ""});
+  ASSERT_TRUE(parent.ok()) << parent.status();
+  auto line = (*parent)->ReadLine(absl::Minutes(1));
+  ASSERT_TRUE(line.ok()) << line.status();
+  const pid_t child = std::stoi(*line);
+  const std::string started = testing::LiveProcessStart(child);
+  ASSERT_FALSE(started.empty()) << "the child " << child << " is not running";
+
+  (*parent)->Signal(SIGKILL);
+  auto exit = (*parent)->Wait(absl::Minutes(1));
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_EQ(exit->signal, SIGKILL);
+  const bool gone = testing::WaitUntilDead(child, started, absl::Minutes(1));
+  if (!gone) ::kill(child, SIGKILL);  // not left behind by a failing test
+  EXPECT_TRUE(gone) << "the child " << child << " outlived the process that started it";
+}
+
+// The parent-death signal follows the thread that forked the child, not the process: a child
+// started from a thread that has ended since (a task's worker, a test's thread) must live on as
+// long as the process that started it.
+TEST(Subprocess, AChildStartedFromAThreadThatHasEndedLivesOn) {
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = absl::UnknownError("not started");
+  pid_t thread_id = 0;
+  std::thread starter([&] {
+    thread_id = static_cast<pid_t>(::syscall(SYS_gettid));
+    p = Subprocess::Start({{"cat"}, {}, ""});
+  });
+  starter.join();
+  ASSERT_TRUE(p.ok()) << p.status();
+  // Gone from the process's threads: whatever its exit signals to its children has been sent.
+  const std::string task = absl::StrCat("/proc/self/task/", thread_id);
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (std::filesystem::exists(task) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_FALSE(std::filesystem::exists(task)) << "the thread that started the child never ended";
+  ASSERT_TRUE((*p)->Write("still here\n").ok());
+  auto echoed = (*p)->ReadLine(absl::Minutes(1));
+  ASSERT_TRUE(echoed.ok()) << echoed.status() << ": the child died with the thread that started it";
+  EXPECT_EQ(*echoed, "still here");
+}
+
+TEST(Subprocess, AStderrFileThatCannotBeOpenedIsAnError) {
+  auto p = Subprocess::Start({{"true"}, {}, "/nonexistent/minions-no-such-folder/stderr.log"});
+  EXPECT_FALSE(p.ok());
+}
+
+TEST(Subprocess, FindsAProgramByNameOnThePath) {
+  auto p = Subprocess::Start({{"sh", "-c", "echo found"}, {}, ""});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(*(*p)->ReadLine(absl::Seconds(5)), "found");
+  auto missing = Subprocess::Start({{"minions-no-such-program-anywhere"}, {}, ""});
+  EXPECT_TRUE(absl::IsNotFound(missing.status())) << missing.status();
 }
 
 }  // namespace

@@ -479,6 +479,13 @@ absl::StatusOr<TaskStateCounts> PostgresMetadataStore::CountTasks(const std::str
   });
 }
 
+absl::StatusOr<bool> PostgresMetadataStore::AnyTaskPending() {
+  return InTransaction(false, [&](Connection& c) -> absl::StatusOr<bool> {
+    ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kAnyTaskPending, Params()));
+    return result.Bool(0, 0);
+  });
+}
+
 absl::StatusOr<Job> PostgresMetadataStore::EndJob(Connection& c, const std::string& job_id, JobState state,
                                                   const std::string& error, absl::Time now) {
   // The store's lock order is tasks, then their job: lock the tasks first, then read them again

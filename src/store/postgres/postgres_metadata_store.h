@@ -82,6 +82,7 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<Task> GetTask(const std::string& job_id, int64_t task_index) override;
   absl::StatusOr<std::vector<Task>> GetTasks(const std::vector<std::pair<std::string, int64_t>>& keys) override;
   absl::StatusOr<TaskStateCounts> CountTasks(const std::string& job_id) override;
+  absl::StatusOr<bool> AnyTaskPending() override;
   absl::StatusOr<Job> CancelJob(const std::string& job_id, absl::Time now) override;
   absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error, absl::Time now) override;
   absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit, absl::Time now) override;

@@ -76,6 +76,8 @@ inline constexpr char kSelectTasksOfJob[] = MINIONS_PG_SELECT_TASKS_OF_JOB;
 inline constexpr char kSelectTasksOfJobForUpdate[] = MINIONS_PG_SELECT_TASKS_OF_JOB " FOR UPDATE";
 inline constexpr char kRunningTasks[] =
     "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = 'running' ORDER BY executor_id, job_id, idx";
+// Uses the partial index tasks_leasable (pending tasks only).
+inline constexpr char kAnyTaskPending[] = "SELECT EXISTS (SELECT 1 FROM tasks WHERE state = 'pending')";
 inline constexpr char kCountTasks[] =
     "SELECT (SELECT COUNT(*) FROM tasks WHERE job_id = $1 AND state = 'pending'), COUNT(*), "
     "COUNT(DISTINCT executor_id), COALESCE(SUM(records_done), 0)::bigint FROM tasks WHERE job_id = $1 AND "

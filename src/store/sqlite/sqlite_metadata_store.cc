@@ -67,6 +67,7 @@ constexpr char kUpdateTask[] =
 constexpr char kRunningTasks[] =
     "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = :running ORDER BY executor_id, job_id, idx";
 constexpr char kCountPending[] = "SELECT COUNT(*) FROM tasks WHERE job_id = :job_id AND state = :pending";
+constexpr char kAnyPending[] = "SELECT EXISTS (SELECT 1 FROM tasks WHERE state = :pending)";
 constexpr char kCountRunning[] =
     "SELECT COUNT(*), COUNT(DISTINCT executor_id), COALESCE(SUM(records_done), 0) FROM tasks "
     "WHERE job_id = :job_id AND state = :running";
@@ -446,6 +447,16 @@ absl::StatusOr<TaskStateCounts> SqliteMetadataStore::CountTasks(const std::strin
       counts.records_in_flight = query.Int(2);
     }
     return counts;
+  });
+}
+
+absl::StatusOr<bool> SqliteMetadataStore::AnyTaskPending() {
+  return InTransaction(false, [&]() -> absl::StatusOr<bool> {
+    mu_.AssertHeld();
+    ASSIGN_OR_RETURN(Statement query, Prepare(kAnyPending));
+    query.BindText(":pending", Name(TaskStateName(TaskState::kPending)));
+    ASSIGN_OR_RETURN(bool row, query.Step());
+    return row && query.Int(0) != 0;
   });
 }
 
