@@ -220,6 +220,9 @@ struct SimOptions {
   absl::Duration ttl = absl::Seconds(9);
   absl::Duration lease_wait = absl::Seconds(30);
   absl::Duration task_time = absl::Milliseconds(200);
+  // Idle polls stand for idle beats when the server says they do (as the executor); false: the
+  // simulated executors beat at the idle pace whatever the server says (the older protocol).
+  bool idle_polls = true;
 };
 
 // What the simulated executors measured, for one phase.
@@ -228,6 +231,7 @@ struct Samples {
   std::vector<double> lease_ms;       // Lease calls that got a task: call to reply
   std::vector<absl::Time> leased_at;  // when each task lease arrived
   int64_t heartbeats_failed = 0;
+  int64_t beats_unsent = 0;           // idle beats left unsent: an idle poll spoke for them
   int64_t leases_lost = 0;            // heartbeats answering "cancel" for a lease held
   int64_t completed = 0;
   int64_t complete_failed = 0;
@@ -248,6 +252,8 @@ class Fleet {
     std::deque<v1::TaskLease> queued ABSL_GUARDED_BY(mu);  // leased, not yet started
     bool running ABSL_GUARDED_BY(mu) = false;             // the fake runner has a task
     bool leasing ABSL_GUARDED_BY(mu) = false;             // a Lease call is in flight
+    bool idle_poll ABSL_GUARDED_BY(mu) = false;           // ... and it is an idle poll (LeaseRequest.idle)
+    absl::Time idle_poll_answered ABSL_GUARDED_BY(mu) = absl::InfinitePast();
     absl::Time next_beat ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();  // the beat scheduled next
     int beat_generation ABSL_GUARDED_BY(mu) = 0;          // a scheduled beat of an older one is dropped
     std::unique_ptr<grpc::ClientContext> attach_context;
@@ -323,11 +329,13 @@ class Fleet {
     e->stub->async()->Register(&call->context, request, &call->reply,
                                [this, e, call, request, then = std::move(then)](grpc::Status s) {
                                  const int64_t idle_beat_ms = call->reply.idle_heartbeat_ms();
+                                 const bool polls_renew = call->reply.idle_polls_renew();
                                  delete request;
                                  delete call;
                                  if (s.ok()) {
                                    ++registered_;
                                    idle_beat_ms_ = idle_beat_ms;
+                                   polls_renew_ = polls_renew && options_.idle_polls;
                                    then();
                                  } else if (!stopping_) {
                                    timer_.At(absl::Now() + absl::Seconds(1),
@@ -403,9 +411,25 @@ class Fleet {
     });
   }
 
+  // As the executor: an idle beat stays unsent while the server renews it from its idle poll (one
+  // stands, or was answered a moment ago); it says nothing new (always "available", no holdings).
+  bool PollSpeaksFor(Executor* e, absl::Time now) {
+    if (!polls_renew_) return false;
+    absl::MutexLock lock(&e->mu);
+    return e->held.empty() && (e->idle_poll || now - e->idle_poll_answered < IdleBeat() / 2);
+  }
+
   void Heartbeat(Executor* e) {
     if (stopping_) return;
     const absl::Time due = absl::Now();
+    if (PollSpeaksFor(e, due)) {
+      {
+        absl::MutexLock lock(&mu_);
+        ++samples_.beats_unsent;
+      }
+      ScheduleBeat(e, due + BeatPeriod(e));
+      return;
+    }
     auto* call = new Call<v1::HeartbeatResponse>;
     auto* request = new v1::HeartbeatRequest;
     request->set_executor_id(e->id);
@@ -461,6 +485,11 @@ class Fleet {
     request->set_executor_id(e->id);
     request->set_max_tasks(want);
     if (idle) request->set_wait_ms(absl::ToInt64Milliseconds(options_.lease_wait));
+    request->set_idle(idle && polls_renew_);
+    {
+      absl::MutexLock lock(&e->mu);
+      e->idle_poll = request->idle();
+    }
     minions::rpc::Prepare(call->context, e->credential, options_.lease_wait + absl::Seconds(30));
     ++in_flight_;
     e->stub->async()->Lease(&call->context, request, &call->reply, [this, e, call, request, idle](grpc::Status s) {
@@ -468,8 +497,12 @@ class Fleet {
       {
         absl::MutexLock lock(&e->mu);
         e->leasing = false;
+        if (e->idle_poll && s.ok()) e->idle_poll_answered = now;
+        e->idle_poll = false;
       }
-      if (!s.ok()) {
+      if (s.ok() && call->reply.reregister()) {
+        Register(e, [this, e] { Lease(e); });
+      } else if (!s.ok()) {
         if (!stopping_) timer_.At(now + absl::Seconds(1), [this, e] { Lease(e); });
       } else if (call->reply.leases_size() == 0) {
         if (idle) Lease(e);  // the long poll ended empty; a busy one asks again after its next task
@@ -593,6 +626,7 @@ class Fleet {
   std::atomic<int64_t> in_flight_{0};
   std::atomic<int> registered_{0};
   std::atomic<int64_t> idle_beat_ms_{0};  // the server's idle heartbeat, from a Register answer
+  std::atomic<bool> polls_renew_{false};   // ... and whether its idle polls stand for idle beats
   std::atomic<int> attached_{0};
   absl::Mutex mu_;
   Samples samples_ ABSL_GUARDED_BY(mu_);
@@ -608,6 +642,7 @@ struct Flags {
   std::vector<std::string> stores = {"sqlite", "postgres"};
   int64_t ttl_ms = 9000;
   int64_t lease_wait_ms = 30000;
+  bool idle_polls = true;
   int channels = 0;
   double warmup_s = 0;  // 0: one TTL
   double idle_s = 18;
@@ -686,11 +721,11 @@ struct PhaseReport {
 
 void Print(const Flags& flags, const std::string& store, int n, const PhaseReport& r) {
   const auto& s = r.samples;
-  printf("%-10s %-8s %6d %-5s %6.1f | hb n=%-6zu p50 %7.2f p99 %8.2f fail %lld lost %lld | lease n=%-5zu p50 %7.2f p99 "
-         "%8.2f first %7.1f | tasks/s %7.1f | server %5.1f%% %6.0f MiB | store %s | xact/s %s\n",
+  printf("%-10s %-8s %6d %-5s %6.1f | hb n=%-6zu p50 %7.2f p99 %8.2f fail %lld unsent %lld lost %lld | lease n=%-5zu "
+         "p50 %7.2f p99 %8.2f first %7.1f | tasks/s %7.1f | server %5.1f%% %6.0f MiB | store %s | xact/s %s\n",
          flags.label.c_str(), store.c_str(), n, r.phase.c_str(), r.seconds, s.heartbeat_ms.size(),
          Percentile(s.heartbeat_ms, 0.5), Percentile(s.heartbeat_ms, 0.99), static_cast<long long>(s.heartbeats_failed),
-         static_cast<long long>(s.leases_lost), s.lease_ms.size(), Percentile(s.lease_ms, 0.5),
+         static_cast<long long>(s.beats_unsent), static_cast<long long>(s.leases_lost), s.lease_ms.size(), Percentile(s.lease_ms, 0.5),
          Percentile(s.lease_ms, 0.99), r.first_lease_ms, r.tasks_per_s, 100 * r.server_cpu, r.server_rss,
          r.store_cpu < 0 ? "(in server)" : absl::StrCat(static_cast<int>(100 * r.store_cpu + 0.5), "%").c_str(),
          r.xacts_per_s < 0 ? "-" : absl::StrCat(static_cast<int64_t>(r.xacts_per_s + 0.5)).c_str());
@@ -744,6 +779,7 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
   SimOptions options;
   options.ttl = absl::Milliseconds(flags.ttl_ms);
   options.lease_wait = absl::Milliseconds(flags.lease_wait_ms);
+  options.idle_polls = flags.idle_polls;
   options.task_time = absl::Milliseconds(flags.task_ms);
   Fleet fleet(options, flags.run_threads);
   const int channels = flags.channels > 0 ? std::min(flags.channels, n) : n;
@@ -867,6 +903,9 @@ int main(int argc, char** argv) {
   app.add_option("--executors", flags.executors, "fleet sizes, one point each")->capture_default_str();
   app.add_option("--store", flags.stores, "sqlite and/or postgres")->capture_default_str();
   app.add_option("--ttl-ms", flags.ttl_ms, "the server's lease TTL (heartbeats every third; idle ones as the server says, 1.5 TTL by default)")
+      ->capture_default_str();
+  app.add_option("--idle-polls", flags.idle_polls,
+                 "idle polls stand for idle heartbeats where the server says so (as the executor); false: beat anyway")
       ->capture_default_str();
   app.add_option("--lease-wait-ms", flags.lease_wait_ms, "an idle executor's long poll (the executor's: 30000)")
       ->capture_default_str();

@@ -248,6 +248,7 @@ absl::Status ExecutorAgent::Register() {
     // Never more often than a holder's beat; an older server says nothing: two thirds of a TTL.
     idle_beat_ = reply->idle_heartbeat_ms() > 0 ? std::max(absl::Milliseconds(reply->idle_heartbeat_ms()), ttl_ / 3)
                                                 : ttl_ * 2 / 3;
+    idle_polls_renew_ = reply->idle_polls_renew();
     beat_now_ = true;  // say at once what this executor is doing
   }
   heartbeat_alarm_->Ring();
@@ -310,6 +311,13 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
   request.set_executor_id(id());
   request.set_max_tasks(std::max(window - held, 1));
   if (held == 0) request.set_wait_ms(absl::ToInt64Milliseconds(options_.lease_wait));
+  {
+    // Holding nothing at all, and available (or it would not lease): the server may keep it alive
+    // from this poll, in place of its idle heartbeat.
+    absl::MutexLock lock(&mu_);
+    request.set_idle(idle_polls_renew_ && held == 0 && !lease_unheard_ && snapshots_.empty() && duty_refs_.empty());
+    idle_poll_in_flight_ = request.idle();
+  }
   if (lease_unheard_) {
     request.set_reclaim(true);
     for (const auto& [key, task] : tasks_) {
@@ -320,6 +328,15 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
     }
   }
   auto reply = client_->Lease(request);
+  if (request.idle()) {
+    absl::MutexLock lock(&mu_);
+    idle_poll_in_flight_ = false;
+    if (reply.ok()) idle_poll_answered_at_ = clock_->Now();
+  }
+  if (reply.ok() && (reply->reregister() || reply->drain())) {
+    OnServerNotice(reply->reregister(), reply->drain());
+    return;
+  }
   if (!reply.ok()) {
     if (absl::IsNotFound(reply.status())) (void)Register();  // the server forgot us (new database)
     // Unless the server refused the call, it may have granted tasks before the answer was lost.

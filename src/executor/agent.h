@@ -261,6 +261,13 @@ class ExecutorAgent : public WorkTarget {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
   // Acts on the server's answer: register again, drain, cancel.
   void OnHeartbeatReply(const v1::HeartbeatResponse& reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
+  // Register again, or drain, as the server said (in a heartbeat's reply or an idle poll's).
+  void OnServerNotice(bool reregister, bool drain);
+  // Whether `request`, due now, is an idle beat that may stay unsent: the server renews this
+  // executor from its idle long poll (one stands now, or was answered a moment ago) and the beat
+  // says nothing the last one sent did not (state available, same holdings, nothing held).
+  bool IdleBeatSaysNothingNew(const v1::HeartbeatRequest& request, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
   // Brings the next beat forward to a third of the TTL from `now` if it is later (a lease or a
   // gang duty just came to an executor that was beating at the idle pace). True: it was moved,
   // ring the heartbeat's alarm (after letting go of mu_).
@@ -283,6 +290,11 @@ class ExecutorAgent : public WorkTarget {
   absl::Duration ttl_ ABSL_GUARDED_BY(mu_) = absl::Seconds(9);
   absl::Duration idle_beat_ ABSL_GUARDED_BY(mu_) = absl::Seconds(6);  // as told at registration
   absl::Time next_beat_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Idle polls stand for idle heartbeats (RegisterResponse.idle_polls_renew): whether the server
+  // said so, whether an idle poll is in flight, and when the last one was answered.
+  bool idle_polls_renew_ ABSL_GUARDED_BY(mu_) = false;
+  bool idle_poll_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time idle_poll_answered_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool beat_now_ ABSL_GUARDED_BY(mu_) = false;           // a chunk waits to be committed
   bool drain_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -356,6 +368,7 @@ class ExecutorAgent : public WorkTarget {
   bool detached_ ABSL_GUARDED_BY(heartbeat_) = false;    // the server has been away a TTL
   bool warned_stuck_ ABSL_GUARDED_BY(heartbeat_) = false;  // said once per stuck spell
   absl::Time last_renewed_ ABSL_GUARDED_BY(heartbeat_) = absl::InfinitePast();
+  std::string last_beat_said_ ABSL_GUARDED_BY(heartbeat_);  // state and holdings of the last beat sent
 
   std::thread heartbeat_thread_;
   std::atomic<bool> heartbeat_stop_{false};

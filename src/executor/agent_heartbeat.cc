@@ -4,8 +4,10 @@
 // nothing renews nothing, and beats as often as the server said at registration (idle_beat_; by
 // default 1.5 TTL, half the watchdog's wait: model/liveness.h), so a large idle fleet sends a
 // fraction of the heartbeats. A lease or gang duty given to an idle executor brings its next beat
-// forward to a third of the TTL (BeatWithinAThirdLocked). It runs on its own thread and reads only
-// the snapshots the main loop publishes.
+// forward to a third of the TTL (BeatWithinAThirdLocked). A server that renews idle executors
+// from their long polls (RegisterResponse.idle_polls_renew) is not sent the idle beats that would
+// say nothing new while such a poll stands: an idle fleet then makes one call per executor per
+// long poll. It runs on its own thread and reads only the snapshots the main loop publishes.
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -33,6 +35,7 @@ void ExecutorAgent::Beat() {
   absl::Duration ttl;
   bool holds_leases;
   v1::HeartbeatRequest request = BuildHeartbeat(now, &ttl, &holds_leases);
+  if (IdleBeatSaysNothingNew(request, now)) return;  // its idle poll keeps it alive
   auto reply = client_->Heartbeat(request);
   if (!reply.ok()) {
     MINIONS_LOG(Warning) << "heartbeat failed: " << reply.status().message();
@@ -51,7 +54,19 @@ void ExecutorAgent::Beat() {
                       << reply->cancel_size() << " were given to others";
   }
   last_renewed_ = now;
+  last_beat_said_ = absl::StrCat(request.state(), "\n", request.holdings().SerializeAsString());
   OnHeartbeatReply(*reply);
+}
+
+bool ExecutorAgent::IdleBeatSaysNothingNew(const v1::HeartbeatRequest& request, absl::Time now) {
+  if (request.leases_size() > 0 || request.gang_duties_size() > 0 || request.state() != "available") return false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!idle_polls_renew_ || !snapshots_.empty()) return false;
+    // Between two polls, the one just answered still speaks for it.
+    if (!idle_poll_in_flight_ && now - idle_poll_answered_at_ >= idle_beat_ / 2) return false;
+  }
+  return last_beat_said_ == absl::StrCat(request.state(), "\n", request.holdings().SerializeAsString());
 }
 
 v1::HeartbeatRequest ExecutorAgent::BuildHeartbeat(absl::Time now, absl::Duration* ttl, bool* holds_leases) {
@@ -103,7 +118,17 @@ v1::HeartbeatRequest ExecutorAgent::BuildHeartbeat(absl::Time now, absl::Duratio
 }
 
 void ExecutorAgent::OnHeartbeatReply(const v1::HeartbeatResponse& reply) {
-  if (reply.reregister()) {
+  if (reply.reregister()) return OnServerNotice(/*reregister=*/true, false);
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& ref : reply.cancel()) cancelled_.push_back(FromProto(ref));
+  }
+  OnServerNotice(false, reply.drain());
+  if (reply.cancel_size() > 0) main_alarm_->Ring();
+}
+
+void ExecutorAgent::OnServerNotice(bool reregister, bool drain) {
+  if (reregister) {
     (void)Register();
     return;
   }
@@ -111,13 +136,11 @@ void ExecutorAgent::OnHeartbeatReply(const v1::HeartbeatResponse& reply) {
   {
     absl::MutexLock lock(&mu_);
     draining = drain_;
-    for (const auto& ref : reply.cancel()) cancelled_.push_back(FromProto(ref));
   }
-  if (reply.drain() && !draining) {
+  if (drain && !draining) {
     MINIONS_LOG(Info) << "the server asked this executor to drain";
     Drain();
   }
-  if (reply.cancel_size() > 0) main_alarm_->Ring();
 }
 
 }  // namespace minions

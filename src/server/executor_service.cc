@@ -118,11 +118,17 @@ absl::Status ExecutorService::Register(const std::string& executor_id, const v1:
     return absl::PermissionDeniedError(absl::StrCat("executor ", executor_id, " was revoked by an admin"));
   }
   ForgetIdle(executor->id);
+  {
+    absl::MutexLock lock(&work_mu_);
+    poll_notices_.erase(executor->id);  // registered again: what it was told before is moot
+    if (options_.idle_polls_renew) renewed_at_[executor->id] = clock_->Now();  // registering renewed it
+  }
   MINIONS_LOG(Info) << "executor=" << executor->id << " registered (" << executor->info.name << ", "
                     << executor->info.os << ", " << executor->info.chip << ")";
   reply->set_executor_id(executor->id);
   reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
   reply->set_idle_heartbeat_ms(absl::ToInt64Milliseconds(options_.IdleHeartbeat()));
+  reply->set_idle_polls_renew(options_.idle_polls_renew);
   return absl::OkStatus();
 }
 
@@ -211,8 +217,13 @@ class ExecutorService::HeldLease : public grpc::ServerUnaryReactor {
  public:
   enum class State { kReady, kServing, kParked, kFinished };
   HeldLease(ExecutorService* service, std::string executor_id, const v1::LeaseRequest* request,
-            v1::LeaseResponse* reply, absl::Time deadline)
-      : service(service), executor_id(std::move(executor_id)), request(request), reply(reply), deadline(deadline) {}
+            v1::LeaseResponse* reply, absl::Time deadline, bool idle)
+      : service(service),
+        executor_id(std::move(executor_id)),
+        request(request),
+        reply(reply),
+        deadline(deadline),
+        idle(idle) {}
   void OnCancel() override { service->Cancelled(this); }
   void OnDone() override { delete this; }
 
@@ -221,6 +232,7 @@ class ExecutorService::HeldLease : public grpc::ServerUnaryReactor {
   const v1::LeaseRequest* const request;
   v1::LeaseResponse* const reply;
   const absl::Time deadline;
+  const bool idle;  // stands for its executor's idle heartbeat while held (LeaseRequest.idle)
   // Guarded by service->work_mu_ (the analysis cannot name another object's mutex here).
   State state = State::kReady;
   bool cancelled = false;
@@ -352,6 +364,11 @@ ExecutorService::~ExecutorService() {
     threads.swap(lease_threads_);
   }
   for (std::thread& t : threads) t.join();
+  // Renewals still queued are answered into this object's maps: wait for them (the batcher, a
+  // member destroyed after these, answers what it holds before it goes).
+  absl::MutexLock lock(&work_mu_);
+  work_mu_.Await(absl::Condition(
+      +[](int64_t* in_flight) { return *in_flight == 0; }, &renewals_in_flight_));
 }
 
 void ExecutorService::StartLeaseThreads() {
@@ -370,11 +387,20 @@ grpc::ServerUnaryReactor* ExecutorService::Lease(grpc::CallbackServerContext* co
   }
   StartLeaseThreads();  // on the first call: an in-process caller of the typed methods needs none
   const absl::Duration wait = absl::Milliseconds(std::clamp<int64_t>(request->wait_ms(), 0, 30000));
-  auto* call = new HeldLease(this, *executor_id, request, reply, clock_->Now() + wait);
+  const absl::Time now = clock_->Now();
+  auto* call = new HeldLease(this, *executor_id, request, reply, now + wait,
+                             options_.idle_polls_renew && request->idle());
+  bool renew = false;
   {
     absl::MutexLock lock(&work_mu_);
+    if (call->idle) {
+      idle_polls_[call->executor_id] = call;  // the latest: an older one still held no longer renews
+      renew = RenewalDueLocked(call->executor_id, now);
+      if (next_renewal_scan_ == absl::InfiniteFuture()) next_renewal_scan_ = now + RenewalScanPeriod();
+    }
     ready_.push_back(call);
   }
+  if (renew) RenewIdle({*executor_id}, /*wait=*/false);
   return call;
 }
 
@@ -382,9 +408,10 @@ void ExecutorService::LeaseThreadLoop() {
   while (true) {
     HeldLease* call = nullptr;
     std::string detached;
+    std::vector<std::string> renew;
     {
       absl::MutexLock lock(&work_mu_);
-      while (call == nullptr && detached.empty()) {
+      while (call == nullptr && detached.empty() && renew.empty()) {
         if (!detached_.empty()) {
           detached = std::move(detached_.front());
           detached_.pop_front();
@@ -397,6 +424,11 @@ void ExecutorService::LeaseThreadLoop() {
           due->state = HeldLease::State::kReady;
           ready_.push_back(due);
         }
+        if (next_renewal_scan_ <= now) {
+          renew = DueRenewalsLocked(now);
+          next_renewal_scan_ = idle_polls_.empty() ? absl::InfiniteFuture() : now + RenewalScanPeriod();
+          if (!renew.empty()) break;
+        }
         if (!ready_.empty()) {
           call = ready_.front();
           ready_.pop_front();
@@ -408,12 +440,18 @@ void ExecutorService::LeaseThreadLoop() {
           work_mu_.AssertHeld();
           return !ready_.empty() || !detached_.empty() || exiting_;
         };
-        if (parked_.empty()) {
+        absl::Time due = next_renewal_scan_;
+        if (!parked_.empty()) due = std::min(due, parked_.begin()->first);
+        if (due == absl::InfiniteFuture()) {
           work_mu_.Await(absl::Condition(&runnable));  // nothing due on the clock: no clock waiter
         } else {
-          clock_->AwaitWithDeadline(work_mu_, absl::Condition(&runnable), parked_.begin()->first);
+          clock_->AwaitWithDeadline(work_mu_, absl::Condition(&runnable), due);
         }
       }
+    }
+    if (!renew.empty()) {
+      RenewIdle(renew, /*wait=*/false);
+      continue;
     }
     if (!detached.empty()) {
       BackUpTasksOf(detached);
@@ -429,9 +467,20 @@ void ExecutorService::Serve(HeldLease* call) {
   uint64_t generation = 0;
   absl::StatusOr<std::vector<minions::Lease>> leases;
   bool cancelled;
+  bool noticed = false;
   {
     absl::MutexLock lock(&work_mu_);
     cancelled = call->cancelled;
+    if (!cancelled && TakePollNoticeLocked(call->executor_id, call->reply)) {
+      // A renewal found it drained or unknown: it hears that now, instead of work.
+      call->state = HeldLease::State::kFinished;
+      EndIdlePollLocked(call);
+      noticed = true;
+    }
+  }
+  if (noticed) {
+    call->Finish(grpc::Status::OK);
+    return;
   }
   if (!cancelled) {
     leases = Reclaimed(call->executor_id, *call->request, now);
@@ -445,8 +494,9 @@ void ExecutorService::Serve(HeldLease* call) {
     } else if (!leases.ok()) {
       answer = ToGrpc(leases.status());
     } else if (leases->empty() && now < call->deadline && !stopping_ && !gangs_.HasDuties(call->executor_id)) {
-      if (generation != work_generation_) {
-        // Work was announced while this looked: look again.
+      if (generation != work_generation_ || poll_notices_.contains(call->executor_id)) {
+        // Work was announced while this looked (look again), or a renewal found something the
+        // executor must hear (answered at the next look).
         call->state = HeldLease::State::kReady;
         ready_.push_back(call);
         return;
@@ -459,6 +509,7 @@ void ExecutorService::Serve(HeldLease* call) {
       return;
     }
     call->state = HeldLease::State::kFinished;
+    EndIdlePollLocked(call);
   }
   if (answer.ok()) answer = ToGrpc(AnswerLease(call->executor_id, *leases, now, call->reply));
   call->Finish(answer);
@@ -471,6 +522,7 @@ void ExecutorService::Cancelled(HeldLease* call) {
     if (call->state != HeldLease::State::kParked) return;  // whoever holds it finishes it
     parked_.erase({call->wake_at, call});
     call->state = HeldLease::State::kFinished;
+    EndIdlePollLocked(call);
   }
   call->Finish(grpc::Status::CANCELLED);
 }
@@ -560,6 +612,92 @@ int64_t ExecutorService::lookups_spared() const {
   return lookups_spared_;
 }
 
+int64_t ExecutorService::idle_renewals() const {
+  absl::MutexLock lock(&work_mu_);
+  return idle_renewals_;
+}
+
+absl::Duration ExecutorService::RenewalScanPeriod() const {
+  return std::max(std::min(options_.lease_ttl, options_.IdleHeartbeat()) / 3, absl::Milliseconds(100));
+}
+
+bool ExecutorService::RenewalDueLocked(const std::string& executor_id, absl::Time now) {
+  auto [it, first] = renewed_at_.try_emplace(executor_id, now);
+  if (first) return true;
+  if (now - it->second < options_.IdleHeartbeat()) return false;
+  it->second = now;
+  return true;
+}
+
+std::vector<std::string> ExecutorService::DueRenewalsLocked(absl::Time now) {
+  std::vector<std::string> due;
+  for (const auto& [executor_id, call] : idle_polls_) {
+    if (RenewalDueLocked(executor_id, now)) due.push_back(executor_id);
+  }
+  // Executors not heard from here for long (gone, or polling another server) are forgotten.
+  const absl::Duration forget_after = options_.IdleHeartbeat() * 2;
+  for (auto it = renewed_at_.begin(); it != renewed_at_.end();) {
+    auto here = it++;
+    if (now - here->second > forget_after && !idle_polls_.contains(here->first)) renewed_at_.erase(here);
+  }
+  return due;
+}
+
+void ExecutorService::RenewIdle(const std::vector<std::string>& executor_ids, bool wait) {
+  if (executor_ids.empty()) return;
+  {
+    absl::MutexLock lock(&work_mu_);
+    idle_renewals_ += static_cast<int64_t>(executor_ids.size());
+    renewals_in_flight_ += static_cast<int64_t>(executor_ids.size());
+  }
+  for (const std::string& executor_id : executor_ids) {
+    auto answer = [this, executor_id](absl::StatusOr<HeartbeatReply> reply) {
+      absl::MutexLock lock(&work_mu_);
+      --renewals_in_flight_;
+      if (!reply.ok()) {
+        // Not renewed: the next scan (or the executor's own beat, if its poll ends) tries again.
+        MINIONS_LOG(Debug) << "executor=" << executor_id << " idle renewal failed: " << reply.status().message();
+        renewed_at_.erase(executor_id);
+        return;
+      }
+      if (!reply->drain && !reply->unknown_executor) return;
+      PollNotice& notice = poll_notices_[executor_id];
+      notice.drain = notice.drain || reply->drain;
+      notice.reregister = notice.reregister || reply->unknown_executor;
+      auto it = idle_polls_.find(executor_id);
+      if (it == idle_polls_.end() || it->second->state != HeldLease::State::kParked) return;  // heard at its next look
+      HeldLease* call = it->second;
+      parked_.erase({call->wake_at, call});
+      call->state = HeldLease::State::kReady;
+      ready_.push_back(call);
+    };
+    HeartbeatCall renewal;
+    renewal.executor_id = executor_id;
+    renewal.state = ExecutorState::kAvailable;
+    if (wait) {
+      answer(heartbeats_.Heartbeat(std::move(renewal), options_.lease_ttl));
+    } else {
+      heartbeats_.Submit(std::move(renewal), options_.lease_ttl, std::move(answer));
+    }
+  }
+}
+
+void ExecutorService::EndIdlePollLocked(HeldLease* call) {
+  if (!call->idle) return;
+  auto it = idle_polls_.find(call->executor_id);
+  if (it != idle_polls_.end() && it->second == call) idle_polls_.erase(it);
+}
+
+bool ExecutorService::TakePollNoticeLocked(const std::string& executor_id, v1::LeaseResponse* reply) {
+  auto it = poll_notices_.find(executor_id);
+  if (it == poll_notices_.end()) return false;
+  reply->set_drain(it->second.drain);
+  reply->set_reregister(it->second.reregister);
+  reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
+  poll_notices_.erase(it);
+  return true;
+}
+
 int64_t ExecutorService::leases_waiting() const {
   absl::MutexLock lock(&work_mu_);
   return static_cast<int64_t>(parked_.size());
@@ -572,6 +710,16 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
   const absl::Duration wait = absl::Milliseconds(std::clamp<int64_t>(request.wait_ms(), 0, 30000));
   const absl::Time deadline = clock_->Now() + wait;
   absl::Time now = clock_->Now();
+  if (options_.idle_polls_renew && request.idle()) {
+    bool renew;
+    {
+      absl::MutexLock lock(&work_mu_);
+      renew = RenewalDueLocked(executor_id, now);
+    }
+    if (renew) RenewIdle({executor_id}, /*wait=*/true);
+    absl::MutexLock lock(&work_mu_);
+    if (TakePollNoticeLocked(executor_id, reply)) return absl::OkStatus();
+  }
   absl::StatusOr<std::vector<minions::Lease>> leases = Reclaimed(executor_id, request, now);
   if (!leases.ok()) return leases.status();
   while (leases->empty()) {

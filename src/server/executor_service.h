@@ -120,6 +120,9 @@ class ExecutorService final : public ExecutorServiceBase {
   // Looks answered "nothing" without a lookup because no task of any job was pending.
   int64_t lookups_spared() const ABSL_LOCKS_EXCLUDED(work_mu_);
   int64_t leases_waiting() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  // Liveness renewals this server has made for executors from their idle long polls (not counting
+  // the executors' own heartbeats).
+  int64_t idle_renewals() const ABSL_LOCKS_EXCLUDED(work_mu_);
   // Attach streams open here now; executors whose tasks got backups because their stream closed.
   int64_t executors_attached() const ABSL_LOCKS_EXCLUDED(work_mu_);
   int64_t executors_detached_abruptly() const ABSL_LOCKS_EXCLUDED(work_mu_);
@@ -131,6 +134,8 @@ class ExecutorService final : public ExecutorServiceBase {
                         v1::RegisterResponse* reply);
   absl::Status Heartbeat(const std::string& executor_id, const v1::HeartbeatRequest& request,
                          v1::HeartbeatResponse* reply);
+  // In-process callers: an idle poll (request.idle) renews the executor's liveness when it arrives
+  // (if due), not while it waits; the callback Lease renews it for as long as it holds the call.
   absl::Status Lease(const std::string& executor_id, const grpc::ServerContext* context,
                      const v1::LeaseRequest& request, v1::LeaseResponse* reply);
   absl::Status Complete(const std::string& executor_id, const v1::CompleteRequest& request);
@@ -209,6 +214,30 @@ class ExecutorService final : public ExecutorServiceBase {
   // Every parked call to the ready queue (work was announced, or the server stops).
   void WakeParkedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
 
+  // Idle polls stand for idle heartbeats (ServerOptions::idle_polls_renew). Whether
+  // `executor_id`'s liveness is due a renewal at `now` (none by this server for an idle heartbeat);
+  // if so it counts as renewed from now.
+  bool RenewalDueLocked(const std::string& executor_id, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // The executors whose held idle polls are due a renewal (and forgets renewals long past).
+  std::vector<std::string> DueRenewalsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Renews them, as idle heartbeats (state available, nothing held), in the heartbeats' group
+  // commit. What the store answers that the executor must hear (drain, register again) is kept
+  // for its poll, and a parked one is answered at once. `wait`: until written (in-process callers).
+  void RenewIdle(const std::vector<std::string>& executor_ids, bool wait) ABSL_LOCKS_EXCLUDED(work_mu_);
+  // How often the lease threads look for held idle polls due a renewal: a renewal comes at most
+  // IdleHeartbeat() + this after the last, well inside the watchdog's executor timeout.
+  absl::Duration RenewalScanPeriod() const;
+  // A held call ends: it no longer stands for its executor's idle heartbeat.
+  void EndIdlePollLocked(HeldLease* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // What a renewal answered that the executor has not heard yet, answered to its next poll.
+  struct PollNotice {
+    bool drain = false;
+    bool reregister = false;
+  };
+  // Answers `reply` with the notice kept for `executor_id`, if any (and forgets it).
+  bool TakePollNoticeLocked(const std::string& executor_id, v1::LeaseResponse* reply)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+
   // The lease's input URL and one write URL pair per chunk the attempt may upload.
   absl::Status FillObjectUrls(const minions::Lease& lease, v1::TaskLease& out);
 
@@ -261,6 +290,14 @@ class ExecutorService final : public ExecutorServiceBase {
   // Open Attach streams per executor, and executors whose last one closed (to back up).
   absl::flat_hash_map<std::string, int> attached_ ABSL_GUARDED_BY(work_mu_);
   std::deque<std::string> detached_ ABSL_GUARDED_BY(work_mu_);
+  // Idle polls held here, by executor (the latest one's), and when this server last renewed each
+  // executor's liveness from one; the next look for renewals due; notices for the next poll.
+  absl::flat_hash_map<std::string, HeldLease*> idle_polls_ ABSL_GUARDED_BY(work_mu_);
+  absl::flat_hash_map<std::string, absl::Time> renewed_at_ ABSL_GUARDED_BY(work_mu_);
+  absl::Time next_renewal_scan_ ABSL_GUARDED_BY(work_mu_) = absl::InfiniteFuture();
+  absl::flat_hash_map<std::string, PollNotice> poll_notices_ ABSL_GUARDED_BY(work_mu_);
+  int64_t idle_renewals_ ABSL_GUARDED_BY(work_mu_) = 0;
+  int64_t renewals_in_flight_ ABSL_GUARDED_BY(work_mu_) = 0;  // submitted, not answered yet
   int64_t detached_abruptly_ ABSL_GUARDED_BY(work_mu_) = 0;
   std::vector<std::thread> lease_threads_ ABSL_GUARDED_BY(work_mu_);
   // Whether each team has a running-task quota, as of checked_at (QuotaFreed).

@@ -51,6 +51,12 @@ struct ServerOptions {
   // (a submission, a requeue, on any server: store/work_signal.h) or this long has passed: the
   // safety net for changes nobody announces. An idle fleet costs one lookup per executor per this.
   absl::Duration idle_recheck = absl::Seconds(30);
+  // An idle executor's long poll (LeaseRequest.idle) stands for its idle heartbeat: the server
+  // renews its liveness when the call arrives and about every IdleHeartbeat() while it holds it,
+  // in the heartbeats' group commit, and tells the executor so at registration. An idle fleet then
+  // makes one call per long poll (30 s) instead of one per poll and one per idle beat. False: idle
+  // executors heartbeat at the idle pace (as with an older server).
+  bool idle_polls_renew = true;
   // A gang reservation that does not fill within this is released (server/gang_leasing.h).
   absl::Duration gang_reservation_timeout = absl::Seconds(30);
   int max_watch_streams = 64;

@@ -224,7 +224,11 @@ TEST(ExecutorStory, AnExecutorWaitsForAServerThatIsNotUpYet) {
 }
 
 TEST(ExecutorStory, AnIdleExecutorBeatsAtTheServersIdlePaceAndIsNeverTakenForLost) {
-  Scenario s;  // lease TTL 9 s: the watchdog waits 27 s, the server asks idle executors for a beat each 13.5 s
+  // Lease TTL 9 s: the watchdog waits 27 s, the server asks idle executors for a beat each 13.5 s;
+  // a server that does not keep idle executors alive from their polls (an older one).
+  FakeControlPlane::Options server;
+  server.idle_polls_renew = false;
+  Scenario s(server);
   Scenario::Executor& a = s.AddExecutor("A");
   a.runner.record_time = absl::Seconds(1);
   ASSERT_TRUE(s.RunUntil([&] { return !a.id().empty() && s.server.heartbeats() > 0; }));
@@ -248,6 +252,42 @@ TEST(ExecutorStory, AnIdleExecutorBeatsAtTheServersIdlePaceAndIsNeverTakenForLos
   EXPECT_GE(s.server.heartbeats() - before_work, static_cast<int>(seconds / 3) - 1) << "every 3 s while it works";
   EXPECT_EQ(s.job(job).state, JobState::kCompleted);
   for (const Task& t : s.tasks(job)) EXPECT_EQ(t.attempt, 1) << "task " << t.index << " ran once";
+}
+
+// A server that keeps idle executors alive from their long polls: an idle executor sends no idle
+// beat for ten minutes (its polls stand for them), is never taken for lost, hears a drain through
+// its poll, and until then runs work as before, renewing its leases every third of the TTL.
+TEST(ExecutorStory, AnIdleExecutorWhosePollsKeepItAliveSendsNoIdleBeatsAndIsNeverTakenForLost) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.record_time = absl::Seconds(1);
+  ASSERT_TRUE(s.RunUntil([&] { return !a.id().empty() && s.server.heartbeats() > 0; }));
+  const int first = s.server.heartbeats();
+  const int64_t renewals = s.server.idle_renewals();
+  s.RunFor(absl::Minutes(10));
+  EXPECT_EQ(s.server.heartbeats() - first, 0) << "an idle beat was sent while its polls stood for it";
+  // 600 s / 13.5 s = 44 renewals, made by the server from the polls.
+  EXPECT_GE(s.server.idle_renewals() - renewals, 43);
+  EXPECT_LE(s.server.idle_renewals() - renewals, 46);
+  absl::StatusOr<Executor> seen = s.server.store().GetExecutor(a.id());
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(seen->state, ExecutorState::kAvailable) << "the watchdog never marked it lost: " << seen->state_reason;
+
+  std::string job = s.Submit(Scenario::Records(40), 20);  // two tasks of 20 s each
+  const int before_work = s.server.heartbeats();
+  const absl::Time submitted = s.clock.Now();
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  const double seconds = absl::ToDoubleSeconds(s.clock.Now() - submitted);
+  EXPECT_GE(s.server.heartbeats() - before_work, static_cast<int>(seconds / 3) - 1) << "every 3 s while it works";
+  EXPECT_EQ(s.job(job).state, JobState::kCompleted);
+  for (const Task& t : s.tasks(job)) EXPECT_EQ(t.attempt, 1) << "task " << t.index << " ran once";
+
+  // Idle again: a drain reaches it through its polls, and it ends.
+  s.RunFor(absl::Minutes(1));
+  const int before_drain = s.server.heartbeats();
+  ASSERT_TRUE(s.server.Drain(a.id()).ok());
+  ASSERT_TRUE(s.RunUntilFinished("A", absl::Seconds(30)));
+  EXPECT_LE(s.server.heartbeats() - before_drain, 1) << "it heard the drain from a poll, not from a beat";
 }
 
 TEST(ExecutorStory, ACancelledJobStopsItsExecutorsWithinAHeartbeat) {

@@ -94,6 +94,7 @@ FakeControlPlane::FakeControlPlane(Clock* clock, Options options) : clock_(clock
   store_ = std::move(*store);
   blobs_ = std::move(*blobs);
   server_options_.lease_ttl = options_.lease_ttl;
+  server_options_.idle_polls_renew = options_.idle_polls_renew;
   server_options_.check_model_paths = false;  // the fake runners load no file
   finalizer_ = std::make_unique<JobFinalizer>(store_.get(), blobs_.get(), clock_);
   auth_ = std::make_unique<Authenticator>(store_.get(), clock_);

@@ -36,6 +36,7 @@ class FakeControlPlane {
  public:
   struct Options {
     absl::Duration lease_ttl = absl::Seconds(9);
+    bool idle_polls_renew = true;  // ServerOptions::idle_polls_renew; false: as an older server
     WatchdogOptions watchdog;  // its executor timeout and takeover grace follow the TTL, as in `minions server`
   };
   FakeControlPlane(Clock* clock, Options options);
@@ -55,8 +56,10 @@ class FakeControlPlane {
   // Lease calls made with LeaseRequest.reclaim, and the leases they were granted.
   int reclaims() const { return reclaims_.load(); }
   int calls() const { return calls_.load(); }
-  // Heartbeat calls made by every client so far.
+  // Heartbeat calls made by every client so far, and liveness renewals the server made from idle
+  // polls (ExecutorService::idle_renewals).
   int heartbeats() const { return heartbeats_.load(); }
+  int64_t idle_renewals() const { return executors_->idle_renewals(); }
 
   // The model every job names: an empty file in this server's folder (the fake runners read
   // nothing), so the agent's ModelAccess resolves it like a real model in an owner's folder.

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "executor/control_plane_client.h"
+#include "model/liveness.h"
 #include "grpc_service_fixture.h"
 #include "store/sqlite/sqlite_work_signal.h"
 
@@ -16,14 +17,16 @@ class IdleFleetTest : public GrpcServiceTest {
  protected:
   // A long poll on `stub` as `executor_id`, waiting up to 30 s of the (fake) clock; the call's
   // real deadline is the fixture's 10 s, the test's failure if no wake-up comes.
+  // `idle`: LeaseRequest.idle (the executor holds nothing: the poll stands for its idle heartbeat).
   std::thread LongPoll(v1::Executors::Stub* stub, const std::string& executor_id, grpc::Status* status,
-                       v1::LeaseResponse* reply) {
+                       v1::LeaseResponse* reply, bool idle = false) {
     auto context = ExecutorContext(executor_id);
-    return std::thread([stub, executor_id, status, reply, context = std::move(context)] {
+    return std::thread([stub, executor_id, status, reply, idle, context = std::move(context)] {
       v1::LeaseRequest request;
       request.set_executor_id(executor_id);
       request.set_max_tasks(1);
       request.set_wait_ms(30000);
+      request.set_idle(idle);
       *status = stub->Lease(context.get(), request, reply);
     });
   }
@@ -32,7 +35,107 @@ class IdleFleetTest : public GrpcServiceTest {
     for (int i = 0; i < 10000 && server.executors().leases_waiting() != n; ++i) absl::SleepFor(absl::Milliseconds(1));
     ASSERT_EQ(server.executors().leases_waiting(), n);
   }
+  // When the store last heard from `executor_id` (its heartbeats, and renewals for it).
+  absl::Time LastHeard(const std::string& executor_id) {
+    absl::StatusOr<Executor> executor = store_->GetExecutor(executor_id);
+    EXPECT_TRUE(executor.ok()) << executor.status();
+    return executor.ok() ? executor->last_heartbeat_at : absl::InfinitePast();
+  }
+  // Until the store has heard from `executor_id` at `since` or later (a renewal commits on the
+  // heartbeats' batcher thread): its last hearing then.
+  absl::Time AwaitHeardSince(const std::string& executor_id, absl::Time since) {
+    for (int i = 0; i < 10000 && LastHeard(executor_id) < since; ++i) absl::SleepFor(absl::Milliseconds(1));
+    return LastHeard(executor_id);
+  }
 };
+
+// An idle executor's held long poll stands for its idle heartbeat: the server renews its liveness
+// about every idle heartbeat while it holds the call, so the store never finds it silent for
+// longer than that (and a scan's period) although it sends no heartbeat at all.
+TEST_F(IdleFleetTest, AHeldIdlePollKeepsItsExecutorAliveWithoutHeartbeats) {
+  StartServer();
+  const std::string executor = RegisterExecutor("idle");
+  const absl::Time registered = fake_clock_.Now();
+  ExecutorService& service = server_->executors();
+  const absl::Duration idle_beat = IdleHeartbeatFor(kLeaseTtl);  // 13.5 s; the watchdog waits 27 s
+  grpc::Status status;
+  v1::LeaseResponse reply;
+  std::thread poll = LongPoll(executors_.get(), executor, &status, &reply, /*idle=*/true);
+  AwaitWaiting(*server_, 1);
+  EXPECT_EQ(service.idle_renewals(), 0) << "registering renewed it a moment ago";
+  for (int second = 1; second <= 29; ++second) {
+    fake_clock_.Advance(absl::Seconds(1));
+    const absl::Time bound = fake_clock_.Now() - idle_beat - kLeaseTtl / 3;
+    EXPECT_GE(AwaitHeardSince(executor, bound), bound) << second << " s into the poll";
+  }
+  EXPECT_GT(LastHeard(executor), registered);
+  // One renewal per idle beat (13.5 s), not one per scan (3 s): one or two in 29 s, as the
+  // scans fall.
+  EXPECT_GE(service.idle_renewals(), 1);
+  EXPECT_LE(service.idle_renewals(), 2) << "renewed more often than an idle beat";
+  fake_clock_.Advance(absl::Seconds(2));  // the poll's 30 s are up: answered, without work
+  poll.join();
+  ASSERT_GRPC_OK(status);
+  EXPECT_EQ(reply.leases_size(), 0);
+  EXPECT_FALSE(reply.drain());
+  EXPECT_FALSE(reply.reregister());
+}
+
+// A poll of an executor that holds something (LeaseRequest.idle unset) is no heartbeat: its
+// executor's own beats renew it, with what it holds.
+TEST_F(IdleFleetTest, APollThatIsNotIdleRenewsNothing) {
+  StartServer();
+  const std::string executor = RegisterExecutor("busy");
+  const absl::Time registered = fake_clock_.Now();
+  grpc::Status status;
+  v1::LeaseResponse reply;
+  std::thread poll = LongPoll(executors_.get(), executor, &status, &reply, /*idle=*/false);
+  AwaitWaiting(*server_, 1);
+  for (int second = 1; second <= 31; ++second) fake_clock_.Advance(absl::Seconds(1));
+  poll.join();
+  ASSERT_GRPC_OK(status);
+  EXPECT_EQ(server_->executors().idle_renewals(), 0);
+  EXPECT_EQ(LastHeard(executor), registered);
+}
+
+// What a heartbeat's reply would say reaches an executor whose poll stands for its heartbeat: a
+// drain answers its held poll at the next renewal, without work, long before its 30 s are up.
+TEST_F(IdleFleetTest, ADrainReachesAnIdleExecutorThroughItsHeldPoll) {
+  StartServer();
+  const std::string executor = RegisterExecutor("idle");
+  const absl::Time registered = fake_clock_.Now();
+  grpc::Status status;
+  v1::LeaseResponse reply;
+  std::thread poll = LongPoll(executors_.get(), executor, &status, &reply, /*idle=*/true);
+  AwaitWaiting(*server_, 1);
+  ASSERT_OK(store_->RequestDrain(executor, fake_clock_.Now()));
+  MustSubmit(Records(1));  // work is there, and not for an executor that drains
+  for (int second = 1; second <= 17; ++second) fake_clock_.Advance(absl::Seconds(1));
+  poll.join();  // the call's real deadline (10 s) fails the test if nothing answered it
+  ASSERT_GRPC_OK(status);
+  EXPECT_TRUE(reply.drain());
+  EXPECT_EQ(reply.leases_size(), 0);
+  EXPECT_LT(fake_clock_.Now() - registered, absl::Seconds(30));
+}
+
+// The idle flag gives no caller more than its own credential: a poll in another executor's name
+// is refused before anything, and renews nobody.
+TEST_F(IdleFleetTest, AnIdlePollInAnotherExecutorsNameIsRefusedAndRenewsNobody) {
+  StartServer();
+  const std::string victim = RegisterExecutor("victim");
+  const std::string mallory = RegisterExecutor("mallory");
+  const absl::Time registered = LastHeard(victim);
+  fake_clock_.Advance(absl::Seconds(20));  // the victim is due a renewal
+  v1::LeaseRequest request;
+  request.set_executor_id(victim);
+  request.set_wait_ms(1000);
+  request.set_idle(true);
+  v1::LeaseResponse reply;
+  EXPECT_GRPC_ERROR(executors_->Lease(ExecutorContext(mallory).get(), request, &reply), PERMISSION_DENIED,
+                    "belongs to executor");
+  EXPECT_EQ(server_->executors().idle_renewals(), 0);
+  EXPECT_EQ(LastHeard(victim), registered);
+}
 
 TEST_F(IdleFleetTest, AnExecutorThatFoundNothingIsNotLookedUpAgainUntilWorkIsAnnounced) {
   StartServer();
