@@ -62,6 +62,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["warm_wait_ms"].value<int64_t>()) config.warm_wait_ms = *v;
     if (auto v = table["server"]["model_affinity"].value<bool>()) config.model_affinity = *v;
     if (auto v = table["server"]["heartbeat_batch"].value<int64_t>()) config.heartbeat_batch = *v;
+    if (auto v = table["server"]["idle_polls_renew"].value<bool>()) config.idle_polls_renew = *v;
     if (auto v = table["server"]["task_target_s"].value<int64_t>()) config.task_target_s = *v;
     if (auto v = table["server"]["credential_refresh_s"].value<int64_t>()) config.credential_refresh_s = *v;
     if (auto v = table["server"]["watchdog"].value<bool>()) config.watchdog = *v;

@@ -152,6 +152,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.tls = {config.tls_cert, config.tls_key};
   options.lease_ttl = absl::Milliseconds(config.lease_ttl_ms);
   options.heartbeat_batch = static_cast<int>(config.heartbeat_batch);
+  options.idle_polls_renew = config.idle_polls_renew;
   options.task_sizing.target = absl::Seconds(config.task_target_s);
   options.auth.refresh_ttl = absl::Seconds(config.credential_refresh_s);
   // Executors elsewhere open models by their own paths.
@@ -449,6 +450,7 @@ struct ProcessVerbs {
   int64_t flag_openai_max_file_bytes = 0;
   bool no_watchdog = false;
   bool no_model_affinity = false;
+  bool no_idle_poll_renewals = false;
   std::string watchdog_http_listen;  // watchdog --http-listen
   bool connect = false;              // config check --connect
   CLI::App* server_cmd = nullptr;
@@ -478,6 +480,9 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_flag("--no-model-affinity", p->no_model_affinity,
                        "place tasks without regard to the executors' models: no warm preference, no warm wait "
                        "(for benchmarks and comparisons; server.model_affinity = false)");
+  server_cmd->add_flag("--no-idle-poll-renewals", p->no_idle_poll_renewals,
+                       "idle executors heartbeat at the idle pace instead of being kept alive by their long "
+                       "polls (server.idle_polls_renew = false)");
   server_cmd->add_option("--heartbeat-batch", p->flag_heartbeat_batch,
                          "write up to this many executors' heartbeats in one store transaction; 1: each alone "
                          "(default 256)");
@@ -532,6 +537,7 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (p.flag_credential_refresh_s > 0) config->credential_refresh_s = p.flag_credential_refresh_s;
   if (p.no_watchdog) config->watchdog = false;
   if (p.no_model_affinity) config->model_affinity = false;
+  if (p.no_idle_poll_renewals) config->idle_polls_renew = false;
   if (!p.flag_openai_model_dirs.empty()) config->openai_model_dirs = p.flag_openai_model_dirs;
   if (p.flag_openai_max_file_bytes > 0) config->openai_max_file_bytes = p.flag_openai_max_file_bytes;
   return config;

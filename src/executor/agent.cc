@@ -329,9 +329,24 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
   }
   auto reply = client_->Lease(request);
   if (request.idle()) {
-    absl::MutexLock lock(&mu_);
-    idle_poll_in_flight_ = false;
-    if (reply.ok()) idle_poll_answered_at_ = clock_->Now();
+    bool unrenewed = false;
+    {
+      absl::MutexLock lock(&mu_);
+      idle_poll_in_flight_ = false;
+      if (reply.ok()) idle_poll_answered_at_ = clock_->Now();
+      if (reply.ok() && !reply->idle_renewed() && idle_polls_renew_) {
+        // A server that does not renew from idle polls (an older one behind the same address, or
+        // one told not to) answered: that poll was no heartbeat. Beat now, and at the idle pace.
+        idle_polls_renew_ = false;
+        beat_now_ = true;
+        unrenewed = true;
+      }
+    }
+    if (unrenewed) {
+      MINIONS_LOG(Warning) << "the server does not keep idle executors alive from their polls; heartbeating at "
+                              "the idle pace";
+      heartbeat_alarm_->Ring();
+    }
   }
   if (reply.ok() && (reply->reregister() || reply->drain())) {
     OnServerNotice(reply->reregister(), reply->drain());

@@ -34,8 +34,19 @@ void ExecutorAgent::Beat() {
   const absl::Time now = clock_->Now();
   absl::Duration ttl;
   bool holds_leases;
+  bool forced;
+  {
+    absl::MutexLock lock(&mu_);
+    forced = beat_now_;  // registered, or told to: said whatever it says
+  }
   v1::HeartbeatRequest request = BuildHeartbeat(now, &ttl, &holds_leases);
-  if (IdleBeatSaysNothingNew(request, now)) return;  // its idle poll keeps it alive
+  if (!forced && IdleBeatSaysNothingNew(request, now)) {
+    // Its idle poll keeps it alive. Looked at again within a third of the TTL, not an idle beat:
+    // when its polls stop (its owner came back, the server went away) the next beat is not late.
+    absl::MutexLock lock(&mu_);
+    next_beat_at_ = std::min(next_beat_at_, now + ttl_ / 3);
+    return;
+  }
   auto reply = client_->Heartbeat(request);
   if (!reply.ok()) {
     MINIONS_LOG(Warning) << "heartbeat failed: " << reply.status().message();

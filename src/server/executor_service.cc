@@ -400,7 +400,7 @@ grpc::ServerUnaryReactor* ExecutorService::Lease(grpc::CallbackServerContext* co
     }
     ready_.push_back(call);
   }
-  if (renew) RenewIdle({*executor_id}, /*wait=*/false);
+  if (renew) RenewIdle({*executor_id});
   return call;
 }
 
@@ -450,7 +450,7 @@ void ExecutorService::LeaseThreadLoop() {
       }
     }
     if (!renew.empty()) {
-      RenewIdle(renew, /*wait=*/false);
+      RenewIdle(renew);
       continue;
     }
     if (!detached.empty()) {
@@ -479,6 +479,7 @@ void ExecutorService::Serve(HeldLease* call) {
     }
   }
   if (noticed) {
+    call->reply->set_idle_renewed(true);
     call->Finish(grpc::Status::OK);
     return;
   }
@@ -512,6 +513,7 @@ void ExecutorService::Serve(HeldLease* call) {
     EndIdlePollLocked(call);
   }
   if (answer.ok()) answer = ToGrpc(AnswerLease(call->executor_id, *leases, now, call->reply));
+  if (answer.ok() && call->idle) call->reply->set_idle_renewed(true);
   call->Finish(answer);
 }
 
@@ -624,7 +626,8 @@ absl::Duration ExecutorService::RenewalScanPeriod() const {
 bool ExecutorService::RenewalDueLocked(const std::string& executor_id, absl::Time now) {
   auto [it, first] = renewed_at_.try_emplace(executor_id, now);
   if (first) return true;
-  if (now - it->second < options_.IdleHeartbeat()) return false;
+  // Due a scan early, so that renewals come at most an idle beat apart however the scans fall.
+  if (now - it->second < options_.IdleHeartbeat() - RenewalScanPeriod()) return false;
   it->second = now;
   return true;
 }
@@ -643,7 +646,14 @@ std::vector<std::string> ExecutorService::DueRenewalsLocked(absl::Time now) {
   return due;
 }
 
-void ExecutorService::RenewIdle(const std::vector<std::string>& executor_ids, bool wait) {
+HeartbeatCall ExecutorService::IdleRenewal(const std::string& executor_id) {
+  HeartbeatCall renewal;
+  renewal.executor_id = executor_id;
+  renewal.state = ExecutorState::kAvailable;
+  return renewal;
+}
+
+void ExecutorService::RenewIdle(const std::vector<std::string>& executor_ids) {
   if (executor_ids.empty()) return;
   {
     absl::MutexLock lock(&work_mu_);
@@ -661,31 +671,29 @@ void ExecutorService::RenewIdle(const std::vector<std::string>& executor_ids, bo
         return;
       }
       if (!reply->drain && !reply->unknown_executor) return;
+      // Kept only while an idle poll of the executor is held here (a later renewal tells a later
+      // poll again): never answered to a poll made after the executor has moved on.
+      auto it = idle_polls_.find(executor_id);
+      if (it == idle_polls_.end()) return;
       PollNotice& notice = poll_notices_[executor_id];
       notice.drain = notice.drain || reply->drain;
       notice.reregister = notice.reregister || reply->unknown_executor;
-      auto it = idle_polls_.find(executor_id);
-      if (it == idle_polls_.end() || it->second->state != HeldLease::State::kParked) return;  // heard at its next look
+      if (it->second->state != HeldLease::State::kParked) return;  // heard at its next look
       HeldLease* call = it->second;
       parked_.erase({call->wake_at, call});
       call->state = HeldLease::State::kReady;
       ready_.push_back(call);
     };
-    HeartbeatCall renewal;
-    renewal.executor_id = executor_id;
-    renewal.state = ExecutorState::kAvailable;
-    if (wait) {
-      answer(heartbeats_.Heartbeat(std::move(renewal), options_.lease_ttl));
-    } else {
-      heartbeats_.Submit(std::move(renewal), options_.lease_ttl, std::move(answer));
-    }
+    heartbeats_.Submit(IdleRenewal(executor_id), options_.lease_ttl, std::move(answer));
   }
 }
 
 void ExecutorService::EndIdlePollLocked(HeldLease* call) {
   if (!call->idle) return;
   auto it = idle_polls_.find(call->executor_id);
-  if (it != idle_polls_.end() && it->second == call) idle_polls_.erase(it);
+  if (it == idle_polls_.end() || it->second != call) return;
+  idle_polls_.erase(it);
+  poll_notices_.erase(call->executor_id);  // not heard: a later poll's renewal tells it again
 }
 
 bool ExecutorService::TakePollNoticeLocked(const std::string& executor_id, v1::LeaseResponse* reply) {
@@ -710,15 +718,27 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
   const absl::Duration wait = absl::Milliseconds(std::clamp<int64_t>(request.wait_ms(), 0, 30000));
   const absl::Time deadline = clock_->Now() + wait;
   absl::Time now = clock_->Now();
-  if (options_.idle_polls_renew && request.idle()) {
+  const bool idle = options_.idle_polls_renew && request.idle();
+  if (idle) {
+    reply->set_idle_renewed(true);
     bool renew;
     {
       absl::MutexLock lock(&work_mu_);
       renew = RenewalDueLocked(executor_id, now);
+      if (renew) ++idle_renewals_;
     }
-    if (renew) RenewIdle({executor_id}, /*wait=*/true);
-    absl::MutexLock lock(&work_mu_);
-    if (TakePollNoticeLocked(executor_id, reply)) return absl::OkStatus();
+    if (renew) {
+      absl::StatusOr<HeartbeatReply> renewed = heartbeats_.Heartbeat(IdleRenewal(executor_id), options_.lease_ttl);
+      if (!renewed.ok()) {
+        absl::MutexLock lock(&work_mu_);
+        renewed_at_.erase(executor_id);  // not renewed: the next poll tries again
+      } else if (renewed->drain || renewed->unknown_executor) {
+        reply->set_drain(renewed->drain);
+        reply->set_reregister(renewed->unknown_executor);
+        reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
+        return absl::OkStatus();
+      }
+    }
   }
   absl::StatusOr<std::vector<minions::Lease>> leases = Reclaimed(executor_id, request, now);
   if (!leases.ok()) return leases.status();

@@ -220,12 +220,15 @@ class ExecutorService final : public ExecutorServiceBase {
   bool RenewalDueLocked(const std::string& executor_id, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   // The executors whose held idle polls are due a renewal (and forgets renewals long past).
   std::vector<std::string> DueRenewalsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  // Renews them, as idle heartbeats (state available, nothing held), in the heartbeats' group
-  // commit. What the store answers that the executor must hear (drain, register again) is kept
-  // for its poll, and a parked one is answered at once. `wait`: until written (in-process callers).
-  void RenewIdle(const std::vector<std::string>& executor_ids, bool wait) ABSL_LOCKS_EXCLUDED(work_mu_);
-  // How often the lease threads look for held idle polls due a renewal: a renewal comes at most
-  // IdleHeartbeat() + this after the last, well inside the watchdog's executor timeout.
+  // Renews them, as idle heartbeats, in the heartbeats' group commit, without waiting. What the
+  // store answers that an executor must hear (drain, register again) is kept for its held idle
+  // poll (none held: dropped), and a parked one is answered at once.
+  void RenewIdle(const std::vector<std::string>& executor_ids) ABSL_LOCKS_EXCLUDED(work_mu_);
+  // A renewal: an idle heartbeat (state available, nothing held, holdings unchanged).
+  static HeartbeatCall IdleRenewal(const std::string& executor_id);
+  // How often the lease threads look for held idle polls due a renewal (a renewal is due this much
+  // before an idle beat has passed, so they come at most an idle beat apart, as the executor's own
+  // beats would).
   absl::Duration RenewalScanPeriod() const;
   // A held call ends: it no longer stands for its executor's idle heartbeat.
   void EndIdlePollLocked(HeldLease* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);

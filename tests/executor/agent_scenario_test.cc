@@ -266,9 +266,10 @@ TEST(ExecutorStory, AnIdleExecutorWhosePollsKeepItAliveSendsNoIdleBeatsAndIsNeve
   const int64_t renewals = s.server.idle_renewals();
   s.RunFor(absl::Minutes(10));
   EXPECT_EQ(s.server.heartbeats() - first, 0) << "an idle beat was sent while its polls stood for it";
-  // 600 s / 13.5 s = 44 renewals, made by the server from the polls.
-  EXPECT_GE(s.server.idle_renewals() - renewals, 43);
-  EXPECT_LE(s.server.idle_renewals() - renewals, 46);
+  // A renewal every idle beat less a scan period (13.5 - 3 = 10.5 s; the fake server answers a
+  // poll at once, so one comes every 200 ms): 600 s / 10.5-10.7 s = 56-57, made by the server.
+  EXPECT_GE(s.server.idle_renewals() - renewals, 55);
+  EXPECT_LE(s.server.idle_renewals() - renewals, 58);
   absl::StatusOr<Executor> seen = s.server.store().GetExecutor(a.id());
   ASSERT_TRUE(seen.ok()) << seen.status();
   EXPECT_EQ(seen->state, ExecutorState::kAvailable) << "the watchdog never marked it lost: " << seen->state_reason;
@@ -288,6 +289,49 @@ TEST(ExecutorStory, AnIdleExecutorWhosePollsKeepItAliveSendsNoIdleBeatsAndIsNeve
   ASSERT_TRUE(s.server.Drain(a.id()).ok());
   ASSERT_TRUE(s.RunUntilFinished("A", absl::Seconds(30)));
   EXPECT_LE(s.server.heartbeats() - before_drain, 1) << "it heard the drain from a poll, not from a beat";
+}
+
+// Its polls stop speaking for it: the owner comes back (it polls no more), or its polls reach a
+// server that does not renew from them (one of the previous version behind the same address). In
+// both, a beat says so within a third of the TTL, and it is never taken for lost.
+TEST(ExecutorStory, AnIdleExecutorWhosePollsStopKeepingItAliveBeatsAgainAtOnce) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  ASSERT_TRUE(s.RunUntil([&] { return !a.id().empty() && s.server.heartbeats() > 0; }));
+  s.RunFor(absl::Minutes(1));
+  const int idle = s.server.heartbeats();
+  auto state = [&] {
+    absl::StatusOr<Executor> seen = s.server.store().GetExecutor(a.id());
+    EXPECT_TRUE(seen.ok()) << seen.status();
+    return seen.ok() ? seen->state : ExecutorState::kLost;
+  };
+
+  a.gate->Set(WorkMode::kPause);  // the owner is back
+  const absl::Time back = s.clock.Now();
+  ASSERT_TRUE(s.RunUntil([&] { return state() == ExecutorState::kOwnerActive; }));
+  EXPECT_LE(s.clock.Now() - back, absl::Seconds(3) + absl::Seconds(1)) << "a third of the TTL, and a pass";
+  s.RunFor(absl::Minutes(2));
+  EXPECT_EQ(state(), ExecutorState::kOwnerActive) << "never taken for lost while its owner works";
+  // 120 s / 13.5 s: it beats at the idle pace again.
+  EXPECT_GE(s.server.heartbeats() - idle, 9);
+  EXPECT_LE(s.server.heartbeats() - idle, 12);
+
+  a.gate->Set(WorkMode::kRun);  // gone again: its polls speak for it once more
+  ASSERT_TRUE(s.RunUntil([&] { return state() == ExecutorState::kAvailable; }));
+  s.RunFor(absl::Minutes(1));
+  const int polling = s.server.heartbeats();
+  s.RunFor(absl::Minutes(1));
+  EXPECT_EQ(s.server.heartbeats(), polling);
+
+  s.server.AnswerLeasesAsAnOlderServer(true);
+  const absl::Time older = s.clock.Now();
+  ASSERT_TRUE(s.RunUntil([&] { return s.server.heartbeats() > polling; }));
+  EXPECT_LE(s.clock.Now() - older, absl::Seconds(1)) << "the first poll answered without a renewal";
+  s.RunFor(absl::Minutes(10));
+  // 600 s / 13.5 s = 44 beats: the idle pace, for as long as it runs.
+  EXPECT_GE(s.server.heartbeats() - polling, 44);
+  EXPECT_LE(s.server.heartbeats() - polling, 47);
+  EXPECT_EQ(state(), ExecutorState::kAvailable) << "never taken for lost";
 }
 
 TEST(ExecutorStory, ACancelledJobStopsItsExecutorsWithinAHeartbeat) {

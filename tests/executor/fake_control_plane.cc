@@ -39,6 +39,7 @@ class FakeControlPlane::Client : public ControlPlaneClient {
   absl::StatusOr<v1::LeaseResponse> Lease(const v1::LeaseRequest& request) override {
     v1::LeaseRequest at_once = request;
     at_once.set_wait_ms(0);  // the test's driver moves time: nothing may wait for it
+    if (server_->older_lease_answers_) at_once.set_idle(false);  // a server that knows no idle polls
     if (request.reclaim()) ++server_->reclaims_;
     auto reply = server_->Call<v1::LeaseResponse>([&](ExecutorService& s, v1::LeaseResponse* reply) {
       return s.Lease(at_once.executor_id(), nullptr, at_once, reply);

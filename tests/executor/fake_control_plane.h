@@ -53,6 +53,10 @@ class FakeControlPlane {
   // The next `n` Lease calls are served (their grants committed to the store) and then fail as
   // if the server died before answering: the executor never hears what it was granted.
   void LoseLeaseAnswers(int n) { lease_answers_to_lose_ = n; }
+  // While on, Lease calls are answered as a server of the previous version answers them (one
+  // behind the same address): LeaseRequest.idle is unknown to it, so it renews no one from a poll
+  // and its answers never say idle_renewed.
+  void AnswerLeasesAsAnOlderServer(bool on) { older_lease_answers_ = on; }
   // Lease calls made with LeaseRequest.reclaim, and the leases they were granted.
   int reclaims() const { return reclaims_.load(); }
   int calls() const { return calls_.load(); }
@@ -114,6 +118,7 @@ class FakeControlPlane {
   std::atomic<bool> down_{false};
   std::atomic<int> calls_{0};
   std::atomic<int> lease_answers_to_lose_{0};
+  std::atomic<bool> older_lease_answers_{false};
   std::atomic<int> reclaims_{0};
   std::atomic<int> heartbeats_{0};
 };

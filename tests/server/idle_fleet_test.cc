@@ -77,8 +77,27 @@ TEST_F(IdleFleetTest, AHeldIdlePollKeepsItsExecutorAliveWithoutHeartbeats) {
   poll.join();
   ASSERT_GRPC_OK(status);
   EXPECT_EQ(reply.leases_size(), 0);
+  EXPECT_TRUE(reply.idle_renewed()) << "the executor learns its poll was its heartbeat";
   EXPECT_FALSE(reply.drain());
   EXPECT_FALSE(reply.reregister());
+}
+
+// A poll that arrives when its executor is due (not heard from for an idle beat) renews it at once.
+TEST_F(IdleFleetTest, AnIdlePollArrivingWhenItsExecutorIsDueRenewsItAtOnce) {
+  StartServer();
+  const std::string executor = RegisterExecutor("idle");
+  fake_clock_.Advance(absl::Seconds(20));
+  const absl::Time arrival = fake_clock_.Now();
+  grpc::Status status;
+  v1::LeaseResponse reply;
+  std::thread poll = LongPoll(executors_.get(), executor, &status, &reply, /*idle=*/true);
+  AwaitWaiting(*server_, 1);
+  EXPECT_EQ(AwaitHeardSince(executor, arrival), arrival);
+  EXPECT_EQ(server_->executors().idle_renewals(), 1);
+  server_->executors().Shutdown();  // the held poll answers at once
+  poll.join();
+  ASSERT_GRPC_OK(status);
+  EXPECT_TRUE(reply.idle_renewed());
 }
 
 // A poll of an executor that holds something (LeaseRequest.idle unset) is no heartbeat: its
@@ -94,6 +113,7 @@ TEST_F(IdleFleetTest, APollThatIsNotIdleRenewsNothing) {
   for (int second = 1; second <= 31; ++second) fake_clock_.Advance(absl::Seconds(1));
   poll.join();
   ASSERT_GRPC_OK(status);
+  EXPECT_FALSE(reply.idle_renewed());
   EXPECT_EQ(server_->executors().idle_renewals(), 0);
   EXPECT_EQ(LastHeard(executor), registered);
 }
