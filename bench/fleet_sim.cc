@@ -228,6 +228,7 @@ struct SimOptions {
 // What the simulated executors measured, for one phase.
 struct Samples {
   std::vector<double> heartbeat_ms;
+  std::vector<absl::Time> heartbeat_at;  // when each of them was answered
   std::vector<double> lease_ms;       // Lease calls that got a task: call to reply
   std::vector<absl::Time> leased_at;  // when each task lease arrived
   int64_t heartbeats_failed = 0;
@@ -446,6 +447,7 @@ class Fleet {
         absl::MutexLock lock(&mu_);
         if (s.ok()) {
           samples_.heartbeat_ms.push_back(ms);
+          samples_.heartbeat_at.push_back(absl::Now());
           samples_.leases_lost += call->reply.cancel_size();
         } else {
           ++samples_.heartbeats_failed;
@@ -729,6 +731,18 @@ void Print(const Flags& flags, const std::string& store, int n, const PhaseRepor
          Percentile(s.lease_ms, 0.99), r.first_lease_ms, r.tasks_per_s, 100 * r.server_cpu, r.server_rss,
          r.store_cpu < 0 ? "(in server)" : absl::StrCat(static_cast<int>(100 * r.store_cpu + 0.5), "%").c_str(),
          r.xacts_per_s < 0 ? "-" : absl::StrCat(static_cast<int64_t>(r.xacts_per_s + 0.5)).c_str());
+  // A long phase: where its heartbeat tail is (a storm of leases or completions, or throughout).
+  if (r.seconds >= 20 && !s.heartbeat_at.empty()) {
+    const absl::Time first = *std::min_element(s.heartbeat_at.begin(), s.heartbeat_at.end());
+    std::map<int64_t, std::vector<double>> windows;
+    for (size_t i = 0; i < s.heartbeat_at.size(); ++i) {
+      windows[absl::ToInt64Seconds(s.heartbeat_at[i] - first) / 10].push_back(s.heartbeat_ms[i]);
+    }
+    printf("%-10s %-8s %6d %-5s heartbeats by 10 s from the first: n / p50 / p99 ms:", flags.label.c_str(),
+           store.c_str(), n, r.phase.c_str());
+    for (const auto& [w, ms] : windows) printf("  %zu / %.0f / %.0f", ms.size(), Percentile(ms, 0.5), Percentile(ms, 0.99));
+    printf("\n");
+  }
   fflush(stdout);
 }
 

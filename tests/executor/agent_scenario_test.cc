@@ -223,6 +223,23 @@ TEST(ExecutorStory, AnExecutorWaitsForAServerThatIsNotUpYet) {
   EXPECT_EQ(s.job(job).state, JobState::kCompleted);
 }
 
+// An idle executor that was never taken for lost: work brings its next beat forward and holds
+// it to every third of the TTL; the leases are renewed and a job of two 20 s tasks runs on it,
+// each task once.
+void AvailableThenBeatsEveryThirdOfTheTtlWhileItWorks(Scenario& s, const std::string& executor_id) {
+  absl::StatusOr<Executor> seen = s.server.store().GetExecutor(executor_id);
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(seen->state, ExecutorState::kAvailable) << "the watchdog never marked it lost: " << seen->state_reason;
+  std::string job = s.Submit(Scenario::Records(40), 20);
+  const int before_work = s.server.heartbeats();
+  const absl::Time submitted = s.clock.Now();
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  const double seconds = absl::ToDoubleSeconds(s.clock.Now() - submitted);
+  EXPECT_GE(s.server.heartbeats() - before_work, static_cast<int>(seconds / 3) - 1) << "every 3 s while it works";
+  EXPECT_EQ(s.job(job).state, JobState::kCompleted);
+  for (const Task& t : s.tasks(job)) EXPECT_EQ(t.attempt, 1) << "task " << t.index << " ran once";
+}
+
 TEST(ExecutorStory, AnIdleExecutorBeatsAtTheServersIdlePaceAndIsNeverTakenForLost) {
   // Lease TTL 9 s: the watchdog waits 27 s, the server asks idle executors for a beat each 13.5 s;
   // a server that does not keep idle executors alive from their polls (an older one).
@@ -238,20 +255,7 @@ TEST(ExecutorStory, AnIdleExecutorBeatsAtTheServersIdlePaceAndIsNeverTakenForLos
   // 600 s / 13.5 s = 44 beats (two thirds of a TTL would be 100).
   EXPECT_GE(idle_beats, 43);
   EXPECT_LE(idle_beats, 46);
-  absl::StatusOr<Executor> seen = s.server.store().GetExecutor(a.id());
-  ASSERT_TRUE(seen.ok()) << seen.status();
-  EXPECT_EQ(seen->state, ExecutorState::kAvailable) << "the watchdog never marked it lost: " << seen->state_reason;
-
-  // Work brings the next beat forward and holds it to every third of the TTL: the leases are
-  // renewed and the job runs on the one executor, each task once.
-  std::string job = s.Submit(Scenario::Records(40), 20);  // two tasks of 20 s each
-  const int before_work = s.server.heartbeats();
-  const absl::Time submitted = s.clock.Now();
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  const double seconds = absl::ToDoubleSeconds(s.clock.Now() - submitted);
-  EXPECT_GE(s.server.heartbeats() - before_work, static_cast<int>(seconds / 3) - 1) << "every 3 s while it works";
-  EXPECT_EQ(s.job(job).state, JobState::kCompleted);
-  for (const Task& t : s.tasks(job)) EXPECT_EQ(t.attempt, 1) << "task " << t.index << " ran once";
+  AvailableThenBeatsEveryThirdOfTheTtlWhileItWorks(s, a.id());
 }
 
 // A server that keeps idle executors alive from their long polls: an idle executor sends no idle
@@ -270,18 +274,7 @@ TEST(ExecutorStory, AnIdleExecutorWhosePollsKeepItAliveSendsNoIdleBeatsAndIsNeve
   // poll at once, so one comes every 200 ms): 600 s / 10.5-10.7 s = 56-57, made by the server.
   EXPECT_GE(s.server.idle_renewals() - renewals, 55);
   EXPECT_LE(s.server.idle_renewals() - renewals, 58);
-  absl::StatusOr<Executor> seen = s.server.store().GetExecutor(a.id());
-  ASSERT_TRUE(seen.ok()) << seen.status();
-  EXPECT_EQ(seen->state, ExecutorState::kAvailable) << "the watchdog never marked it lost: " << seen->state_reason;
-
-  std::string job = s.Submit(Scenario::Records(40), 20);  // two tasks of 20 s each
-  const int before_work = s.server.heartbeats();
-  const absl::Time submitted = s.clock.Now();
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  const double seconds = absl::ToDoubleSeconds(s.clock.Now() - submitted);
-  EXPECT_GE(s.server.heartbeats() - before_work, static_cast<int>(seconds / 3) - 1) << "every 3 s while it works";
-  EXPECT_EQ(s.job(job).state, JobState::kCompleted);
-  for (const Task& t : s.tasks(job)) EXPECT_EQ(t.attempt, 1) << "task " << t.index << " ran once";
+  AvailableThenBeatsEveryThirdOfTheTtlWhileItWorks(s, a.id());
 
   // Idle again: a drain reaches it through its polls, and it ends.
   s.RunFor(absl::Minutes(1));
