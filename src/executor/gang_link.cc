@@ -27,7 +27,12 @@ class MemberService : public GangService {
   std::unique_ptr<GangMember> member_;
 };
 
-// Connects to `address` without blocking for longer than `timeout`; true when it connected.
+// How long a connection to a gate is watched for being closed at once: a gate closes what it
+// cannot forward (its rpc-server gone, before the gate itself closes) and what is not the leader's.
+constexpr absl::Duration kGateSettle = absl::Milliseconds(200);
+
+// Connects to `address` without blocking for longer than `timeout`, and watches the connection
+// for kGateSettle; true when it connected and was not closed at once.
 bool ConnectsWithin(const addrinfo& address, absl::Duration timeout) {
   int fd = socket(address.ai_family, address.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, address.ai_protocol);
   if (fd < 0) return false;
@@ -38,6 +43,14 @@ bool ConnectsWithin(const addrinfo& address, absl::Duration timeout) {
     socklen_t len = sizeof(error);
     ok = poll(&wait, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1 &&
          getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0;
+  }
+  if (ok) {
+    // A live rpc-server waits for a command: nothing to read. End of stream or an error: closed.
+    pollfd watch{fd, POLLIN, 0};
+    if (poll(&watch, 1, static_cast<int>(absl::ToInt64Milliseconds(kGateSettle))) == 1) {
+      char byte;
+      ok = recv(fd, &byte, 1, MSG_PEEK) > 0;
+    }
   }
   close(fd);
   return ok;

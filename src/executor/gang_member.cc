@@ -218,13 +218,13 @@ absl::StatusOr<std::unique_ptr<GangMember>> GangMember::Start(GangMemberOptions 
   if (pipe(member->wake_fd_) != 0) return ErrnoError("pipe");
   fcntl(member->wake_fd_[0], F_SETFD, FD_CLOEXEC);
   fcntl(member->wake_fd_[1], F_SETFD, FD_CLOEXEC);
-  Subprocess* server = member->server_.get();
-  member->drain_thread_ = std::thread([server] {
-    while (server->ReadLine().ok()) {
+  member->drain_thread_ = std::thread([m = member.get()] {
+    while (m->server_->ReadLine().ok()) {
     }
+    m->ServerExited();
   });
   member->accept_thread_ = std::thread([m = member.get()] { m->AcceptLoop(); });
-  MINIONS_LOG(Info) << "gang member: rpc-server pid " << server->pid() << " behind " << member->endpoint_
+  MINIONS_LOG(Info) << "gang member: rpc-server pid " << member->server_->pid() << " behind " << member->endpoint_
                     << ", admitting only " << options.leader_host;
   return member;
 }
@@ -233,6 +233,18 @@ GangMember::~GangMember() { Stop(); }
 
 bool GangMember::running() { return server_ && server_->running(); }
 
+void GangMember::ServerExited() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    server_gone_ = true;
+  }
+  MINIONS_LOG(Warning) << "gang member: rpc-server exited; closing the gate at " << endpoint_
+                       << " (the leader finds this member gone)";
+  char byte = 0;
+  (void)!write(wake_fd_[1], &byte, 1);
+}
+
 void GangMember::AcceptLoop() {
   while (true) {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
@@ -240,7 +252,14 @@ void GangMember::AcceptLoop() {
       if (errno == EINTR) continue;
       return;
     }
-    if (fds[1].revents != 0) return;
+    if (fds[1].revents != 0) {
+      absl::MutexLock lock(&mu_);
+      if (server_gone_ && !stopping_) {
+        close(listen_fd_);  // connections to the gate are refused from now on
+        listen_fd_ = -1;
+      }
+      return;
+    }
     sockaddr_storage peer;
     socklen_t peer_len = sizeof(peer);
     int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len, SOCK_CLOEXEC);

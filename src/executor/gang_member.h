@@ -9,6 +9,9 @@
 // `gang_network`), on a port chosen per lease. The gate closes every connection whose peer is not
 // the leader's address and forwards the leader's bytes to the rpc-server and back. Stop (or the
 // destructor) closes the gate and SIGKILLs the rpc-server: nothing of the gang outlives its lease.
+// When the rpc-server exits on its own (it crashed, or was killed) while the executor lives, the
+// gate closes too: the leader then finds this member gone (its attempt preempted and run on a new
+// gang), not a runner that crashed on its own (which would blame the records it was running).
 // What this cannot stop (a process on the member's own machine reaching the loopback port; a host
 // on the gang network spoofing the leader's address) is said in docs/security.md.
 //
@@ -52,6 +55,8 @@ class GangMember {
   const std::string& endpoint() const { return endpoint_; }
   // False once the rpc-server has exited (the gang's attempt cannot go on).
   bool running();
+  // The rpc-server's process id (tests).
+  int rpc_server_pid() const { return server_ ? server_->pid() : 0; }
   // Connections closed because their peer was not the leader, and those forwarded.
   int64_t refused() const { return refused_.load(); }
   int64_t admitted() const { return admitted_.load(); }
@@ -65,6 +70,9 @@ class GangMember {
   GangMember() = default;
   void AcceptLoop();
   void Forward(int client_fd);
+  // The rpc-server's output ended: it exited. Unless stopping, the gate closes (the accept loop
+  // ends and closes the listening socket).
+  void ServerExited();
 
   GangMemberOptions options_;
   std::string endpoint_;
@@ -80,6 +88,7 @@ class GangMember {
   std::atomic<int64_t> bytes_out_{0};
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool server_gone_ ABSL_GUARDED_BY(mu_) = false;  // exited on its own: the gate closes
   std::vector<int> open_fds_ ABSL_GUARDED_BY(mu_);  // forwarded sockets, shut down by Stop
   std::vector<std::thread> forwarders_ ABSL_GUARDED_BY(mu_);
 };

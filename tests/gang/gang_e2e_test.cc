@@ -159,6 +159,29 @@ std::string MemberOfACheckpointedTask(ProcessPool& pool, cli::JobsClient& client
   return "";
 }
 
+// The gang job `job_id` (one task) completed, its attempt ended by a member's end was preempted
+// (never failed), every record came out once, and the results equal one machine's.
+void ExpectPreemptedOnceAndTheSameAsOneMachine(ProcessPool& pool, cli::JobsClient& client, const std::string& job_id,
+                                               const std::vector<std::string>& lines, const std::string& input,
+                                               const std::string& dir) {
+  v1::Job done = WaitForEnd(pool, job_id, absl::Minutes(10));
+  ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";
+  auto output = Lines(FetchResults(pool, job_id, false));
+  auto errors = Lines(FetchResults(pool, job_id, true));
+  ExpectEachRecordOnce(lines, output, errors);
+  auto tasks = client.Tasks(job_id);
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_GE(tasks->at(0).preemptions(), 1) << "the attempt the member's end ended was not preempted";
+  EXPECT_EQ(tasks->at(0).failures(), 0) << tasks->at(0).last_error();
+  EXPECT_GE(tasks->at(0).attempt(), 2);
+
+  RunLocally(input, dir, 4, 1);
+  if (::testing::Test::HasFatalFailure()) return;
+  ExpectSameResults(output, errors, Lines(ReadFile(dir + "/local.jsonl")), Lines(ReadFile(dir + "/local-errors.jsonl")));
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
+}
+
 // A member machine dies mid-task (its executor SIGKILLed once the task has committed a
 // checkpoint: the fault follows progress, not time; its rpc-server dies with it). The leader's attempt ends as
 // preempted, not failed; the task resumes from its checkpoint on a new gang of the two left, and
@@ -209,22 +232,31 @@ TEST(GangEndToEnd, AMemberKilledMidTaskPreemptsTheAttemptAndTheTaskFinishesOnANe
   if (!rpc_server_died) ::kill(rpc_server, SIGKILL);  // not left behind by a failing test
   EXPECT_TRUE(rpc_server_died) << "the rpc-server " << rpc_server << " outlived its SIGKILLed executor";
 
-  v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(10));
-  ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";
-  auto output = Lines(FetchResults(pool, job->id(), false));
-  auto errors = Lines(FetchResults(pool, job->id(), true));
-  ExpectEachRecordOnce(lines, output, errors);
-  auto tasks = client.Tasks(job->id());
-  ASSERT_TRUE(tasks.ok()) << tasks.status();
-  ASSERT_EQ(tasks->size(), 1u);
-  EXPECT_GE(tasks->at(0).preemptions(), 1) << "the attempt the member's death ended was not preempted";
-  EXPECT_EQ(tasks->at(0).failures(), 0) << tasks->at(0).last_error();
-  EXPECT_GE(tasks->at(0).attempt(), 2);
+  ExpectPreemptedOnceAndTheSameAsOneMachine(pool, client, job->id(), lines, input, dir);
+}
 
-  RunLocally(input, dir, 4, 1);
-  if (HasFatalFailure()) return;
-  ExpectSameResults(output, errors, Lines(ReadFile(dir + "/local.jsonl")), Lines(ReadFile(dir + "/local-errors.jsonl")));
-  if (!HasFailure()) std::filesystem::remove_all(dir);
+// A member's rpc-server dies while its executor lives (it crashed, or was killed): its gate
+// closes, so the leader finds the member gone. The attempt ends as preempted (not as a runner that
+// crashed on its own, which would blame its records and count as a failure), and the task
+// finishes on a new gang, every record once, equal to one machine's output.
+TEST(GangEndToEnd, AMembersRpcServerDyingAloneIsAMemberGoneNotACrash) {
+  const std::string dir = TempDir("gang-rpc");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  ASSERT_TRUE(pool.StartServer().ok());
+  const int64_t largest = StartGangFleet(pool, {"--checkpoint-records", "4"});
+  ASSERT_GT(largest, 0);
+  const std::vector<std::string> lines = GreedyLines(64);
+  const std::string input = WriteInput(dir, lines);
+  auto job = SubmitGang(pool, input, 2, largest + 1, 64);  // one task
+  ASSERT_TRUE(job.ok()) << job.status();
+  cli::JobsClient client(pool.connection());
+  const std::string victim = MemberOfACheckpointedTask(pool, client, job->id(), 4, 64);
+  ASSERT_FALSE(victim.empty()) << "no member served a running task with a checkpoint; logs in " << pool.dir();
+  const pid_t rpc_server = RpcServerOf(pool, victim);
+  ASSERT_GT(rpc_server, 0);
+  ASSERT_EQ(::kill(rpc_server, SIGKILL), 0);  // only the rpc-server: its executor lives on
+  ExpectPreemptedOnceAndTheSameAsOneMachine(pool, client, job->id(), lines, input, dir);
 }
 
 // Automatic gangs: a job that asks for none, whose model no executor can hold alone, becomes a

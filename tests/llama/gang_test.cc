@@ -4,6 +4,7 @@
 // Stop leaves nothing running.
 
 #include "executor/gang_member.h"
+#include "executor/gang_link.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -11,7 +12,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -187,6 +190,31 @@ TEST(GangMember, StopKillsTheRpcServerAndClosesTheGate) {
   (*member)->Stop();
   EXPECT_FALSE((*member)->running());
   EXPECT_LT(ConnectFrom("127.0.0.1", endpoint), 0);
+}
+
+// A member whose rpc-server dies while its executor lives: the gate stops answering, so the
+// leader's check after its runner died finds the member gone (the attempt is preempted and runs on
+// a new gang) instead of a runner that crashed on its own (which would blame its records).
+TEST(GangMember, ItsRpcServerDyingClosesTheGateSoTheLeaderFindsTheMemberGone) {
+  auto member = GangMember::Start(MemberOptions());
+  ASSERT_TRUE(member.ok()) << member.status();
+  NetworkGangLink link;
+  const std::string endpoint = (*member)->endpoint();
+  EXPECT_TRUE(link.Answers(endpoint));
+  ASSERT_EQ(kill((*member)->rpc_server_pid(), SIGKILL), 0);
+  for (int i = 0; i < 1000 && (*member)->running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_FALSE((*member)->running());
+  // Whether the gate has closed yet or still closes what it cannot forward, it does not answer.
+  EXPECT_FALSE(link.Answers(endpoint));
+  // And the gate closes: a connection to it is refused.
+  int fd = ConnectFrom("127.0.0.1", endpoint);
+  for (int i = 0; i < 1000 && fd >= 0; ++i) {
+    close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    fd = ConnectFrom("127.0.0.1", endpoint);
+  }
+  EXPECT_LT(fd, 0);
+  (*member)->Stop();  // still idempotent after the gate closed itself
 }
 
 TEST(GangMember, RefusesToListenOnEveryInterfaceOrAName) {
