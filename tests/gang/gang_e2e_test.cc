@@ -159,11 +159,44 @@ std::string MemberOfACheckpointedTask(ProcessPool& pool, cli::JobsClient& client
   return "";
 }
 
-// The gang job `job_id` (one task) completed, its attempt ended by a member's end was preempted
-// (never failed), every record came out once, and the results equal one machine's.
-void ExpectPreemptedOnceAndTheSameAsOneMachine(ProcessPool& pool, cli::JobsClient& client, const std::string& job_id,
-                                               const std::vector<std::string>& lines, const std::string& input,
-                                               const std::string& dir) {
+// A pool of three gang executors (a checkpoint every 4 records) running a gang job of one task,
+// 64 greedy records on two of them, waited for until the task has committed a checkpoint.
+struct CheckpointedGangTask {
+  std::string dir;
+  std::unique_ptr<ProcessPool> pool;
+  std::vector<std::string> lines;
+  std::string input;
+  std::string job_id;
+  std::string victim;  // the member serving the task
+};
+
+// Fills `task` (a fatal failure of the test when it cannot).
+void StartCheckpointedGangTask(const std::string& name, CheckpointedGangTask* task) {
+  task->dir = TempDir(name);
+  task->pool = std::make_unique<ProcessPool>(kBin + "/minions", task->dir + "/pool", 3000);
+  ProcessPool& pool = *task->pool;
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  ASSERT_TRUE(pool.StartServer().ok());
+  const int64_t largest = StartGangFleet(pool, {"--checkpoint-records", "4"});
+  ASSERT_GT(largest, 0);
+  task->lines = GreedyLines(64);
+  task->input = WriteInput(task->dir, task->lines);
+  auto job = SubmitGang(pool, task->input, 2, largest + 1, 64);  // one task
+  ASSERT_TRUE(job.ok()) << job.status();
+  task->job_id = job->id();
+  cli::JobsClient client(pool.connection());
+  task->victim = MemberOfACheckpointedTask(pool, client, task->job_id, 4, 64);
+  ASSERT_FALSE(task->victim.empty()) << "no member served a running task with a checkpoint; logs in " << pool.dir();
+}
+
+// The task's job completed, its attempt ended by a member's end was preempted (never failed),
+// every record came out once, and the results equal one machine's.
+void ExpectPreemptedOnceAndTheSameAsOneMachine(ProcessPool& pool, cli::JobsClient& client,
+                                               const CheckpointedGangTask& task) {
+  const std::string& job_id = task.job_id;
+  const std::vector<std::string>& lines = task.lines;
+  const std::string& input = task.input;
+  const std::string& dir = task.dir;
   v1::Job done = WaitForEnd(pool, job_id, absl::Minutes(10));
   ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";
   auto output = Lines(FetchResults(pool, job_id, false));
@@ -187,21 +220,12 @@ void ExpectPreemptedOnceAndTheSameAsOneMachine(ProcessPool& pool, cli::JobsClien
 // preempted, not failed; the task resumes from its checkpoint on a new gang of the two left, and
 // every custom_id comes out exactly once, equal to one machine's output.
 TEST(GangEndToEnd, AMemberKilledMidTaskPreemptsTheAttemptAndTheTaskFinishesOnANewGang) {
-  const std::string dir = TempDir("gang-kill");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  ASSERT_TRUE(pool.StartServer().ok());
-  const int64_t largest = StartGangFleet(pool, {"--checkpoint-records", "4"});
-  ASSERT_GT(largest, 0);
-  const std::vector<std::string> lines = GreedyLines(64);
-  const std::string input = WriteInput(dir, lines);
-  auto job = SubmitGang(pool, input, 2, largest + 1, 64);  // one task
-  ASSERT_TRUE(job.ok()) << job.status();
-
-  // Wait until the task has committed a checkpoint, then kill its member.
+  CheckpointedGangTask task;
+  StartCheckpointedGangTask("gang-kill", &task);  // then kill its member
+  if (HasFatalFailure()) return;
+  ProcessPool& pool = *task.pool;
   cli::JobsClient client(pool.connection());
-  const std::string victim = MemberOfACheckpointedTask(pool, client, job->id(), 4, 64);
-  ASSERT_FALSE(victim.empty()) << "no member served a running task with a checkpoint; logs in " << pool.dir();
+  const std::string& victim = task.victim;
   // `minions executors` shows the gang: the member and its leader name the same gang and leader.
   {
     auto fleet = client.Executors();
@@ -209,7 +233,7 @@ TEST(GangEndToEnd, AMemberKilledMidTaskPreemptsTheAttemptAndTheTaskFinishesOnANe
     std::map<std::string, v1::Executor> by_name;
     for (const v1::Executor& e : *fleet) by_name[e.name()] = e;
     const v1::Executor& member = by_name[victim];
-    ASSERT_THAT(member.gang(), ::testing::StartsWith(job->id() + "/0#"));
+    ASSERT_THAT(member.gang(), ::testing::StartsWith(task.job_id + "/0#"));
     EXPECT_NE(member.gang_leader(), member.id());
     int leaders = 0;
     for (const v1::Executor& e : *fleet) {
@@ -232,7 +256,7 @@ TEST(GangEndToEnd, AMemberKilledMidTaskPreemptsTheAttemptAndTheTaskFinishesOnANe
   if (!rpc_server_died) ::kill(rpc_server, SIGKILL);  // not left behind by a failing test
   EXPECT_TRUE(rpc_server_died) << "the rpc-server " << rpc_server << " outlived its SIGKILLed executor";
 
-  ExpectPreemptedOnceAndTheSameAsOneMachine(pool, client, job->id(), lines, input, dir);
+  ExpectPreemptedOnceAndTheSameAsOneMachine(pool, client, task);
 }
 
 // A member's rpc-server dies while its executor lives (it crashed, or was killed): its gate
@@ -240,23 +264,14 @@ TEST(GangEndToEnd, AMemberKilledMidTaskPreemptsTheAttemptAndTheTaskFinishesOnANe
 // crashed on its own, which would blame its records and count as a failure), and the task
 // finishes on a new gang, every record once, equal to one machine's output.
 TEST(GangEndToEnd, AMembersRpcServerDyingAloneIsAMemberGoneNotACrash) {
-  const std::string dir = TempDir("gang-rpc");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  ASSERT_TRUE(pool.StartServer().ok());
-  const int64_t largest = StartGangFleet(pool, {"--checkpoint-records", "4"});
-  ASSERT_GT(largest, 0);
-  const std::vector<std::string> lines = GreedyLines(64);
-  const std::string input = WriteInput(dir, lines);
-  auto job = SubmitGang(pool, input, 2, largest + 1, 64);  // one task
-  ASSERT_TRUE(job.ok()) << job.status();
-  cli::JobsClient client(pool.connection());
-  const std::string victim = MemberOfACheckpointedTask(pool, client, job->id(), 4, 64);
-  ASSERT_FALSE(victim.empty()) << "no member served a running task with a checkpoint; logs in " << pool.dir();
-  const pid_t rpc_server = RpcServerOf(pool, victim);
+  CheckpointedGangTask task;
+  StartCheckpointedGangTask("gang-rpc", &task);
+  if (HasFatalFailure()) return;
+  cli::JobsClient client(task.pool->connection());
+  const pid_t rpc_server = RpcServerOf(*task.pool, task.victim);
   ASSERT_GT(rpc_server, 0);
   ASSERT_EQ(::kill(rpc_server, SIGKILL), 0);  // only the rpc-server: its executor lives on
-  ExpectPreemptedOnceAndTheSameAsOneMachine(pool, client, job->id(), lines, input, dir);
+  ExpectPreemptedOnceAndTheSameAsOneMachine(*task.pool, client, task);
 }
 
 // Automatic gangs: a job that asks for none, whose model no executor can hold alone, becomes a
