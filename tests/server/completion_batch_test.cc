@@ -81,17 +81,7 @@ class CompletionBatchTest : public ::testing::Test {
         256);
   }
 
-  std::string Register(const std::string& name) {
-    ExecutorInfo info;
-    info.name = name;
-    info.os = "linux";
-    info.memory_bytes = int64_t{8} << 30;
-    info.runners = {"llama"};
-    info.max_tasks = 4;
-    auto executor = store_->RegisterExecutor("", info, clock_.Now());
-    EXPECT_TRUE(executor.ok()) << executor.status();
-    return executor.ok() ? executor->id : "";
-  }
+  std::string Register(const std::string& name) { return RegisterInStore(*store_, name, 4, clock_.Now()); }
 
   // `executor` leases one task and uploads its honest output (record rI answered).
   Lease LeaseAndRun(const std::string& executor) {
@@ -107,11 +97,7 @@ class CompletionBatchTest : public ::testing::Test {
     return LeaseProgress{lease.task.job_id, lease.task.index, lease.task.attempt, 1, 0, {}};
   }
 
-  // Until `n` calls wait for the batch at the gate.
-  static void AwaitWaiting(const CompletionCommitter& committer, int64_t n) {
-    for (int i = 0; i < 10000 && committer.waiting() != n; ++i) absl::SleepFor(absl::Milliseconds(1));
-    ASSERT_EQ(committer.waiting(), n);
-  }
+  static void AwaitWaiting(const CompletionCommitter& committer, int64_t n) { AwaitWaitingAtTheGate(committer, n); }
 
   std::vector<int> sizes() {
     absl::MutexLock lock(&mu_);

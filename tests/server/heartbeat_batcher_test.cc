@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/even_tasks.h"
+#include "server_test_util.h"
 #include "testing/fake_clock.h"
 
 namespace minions {
@@ -56,17 +57,7 @@ class HeartbeatBatcherTest : public ::testing::Test {
         &clock_, max_batch);
   }
 
-  std::string Register(const std::string& name) {
-    ExecutorInfo info;
-    info.name = name;
-    info.os = "linux";
-    info.memory_bytes = int64_t{8} << 30;
-    info.runners = {"llama"};
-    info.max_tasks = 1;
-    auto executor = store_->RegisterExecutor("", info, clock_.Now());
-    EXPECT_TRUE(executor.ok()) << executor.status();
-    return executor.ok() ? executor->id : "";
-  }
+  std::string Register(const std::string& name) { return testing::RegisterInStore(*store_, name, 1, clock_.Now()); }
 
   // A job of `n` tasks; `executor` leases one of them.
   Lease LeaseOne(const std::string& executor) {
@@ -92,11 +83,7 @@ class HeartbeatBatcherTest : public ::testing::Test {
     return p;
   }
 
-  // Until `n` heartbeats wait for the batch at the gate.
-  static void AwaitWaiting(const HeartbeatBatcher& batcher, int64_t n) {
-    for (int i = 0; i < 10000 && batcher.waiting() != n; ++i) absl::SleepFor(absl::Milliseconds(1));
-    ASSERT_EQ(batcher.waiting(), n);
-  }
+  static void AwaitWaiting(const HeartbeatBatcher& batcher, int64_t n) { testing::AwaitWaitingAtTheGate(batcher, n); }
 
   std::vector<int> sizes() {
     absl::MutexLock lock(&mu_);

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "blob/blob_store.h"
+#include "store/metadata_store.h"
 
 namespace minions::testing {
 
@@ -69,6 +70,28 @@ class TempDir {
 };
 
 // One OpenAI Batch request line (no newline).
+// Registers an executor named `name` straight in `store` (Linux, 8 GiB, the llama runner, at most
+// `max_tasks` tasks at once) at `now`: its id, or "" with the test failed.
+inline std::string RegisterInStore(MetadataStore& store, const std::string& name, int max_tasks, absl::Time now) {
+  ExecutorInfo info;
+  info.name = name;
+  info.os = "linux";
+  info.memory_bytes = int64_t{8} << 30;
+  info.runners = {"llama"};
+  info.max_tasks = max_tasks;
+  auto executor = store.RegisterExecutor("", info, now);
+  EXPECT_TRUE(executor.ok()) << executor.status();
+  return executor.ok() ? executor->id : "";
+}
+
+// Until `n` calls wait at a group commit's gate (`batcher.waiting()`: server/group_commit.h), up to
+// 10 s; then the test fails unless they do.
+template <typename Batcher>
+void AwaitWaitingAtTheGate(const Batcher& batcher, int64_t n) {
+  for (int i = 0; i < 10000 && batcher.waiting() != n; ++i) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_EQ(batcher.waiting(), n);
+}
+
 inline std::string RequestLine(const std::string& custom_id, const std::string& prompt = "hello") {
   return absl::StrCat(R"({"custom_id":")", custom_id,
                       R"(","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":")",
