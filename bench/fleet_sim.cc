@@ -1,7 +1,8 @@
 // minions-bench-fleet: the fleet simulator (issue 15). N simulated executors in this one process,
 // each speaking the real executor protocol over gRPC to one real `minions server` (SQLite, or a
 // private PostgreSQL cluster this program starts): enrolment with a join token, Register, an
-// Attach presence stream held open, a heartbeat every TTL/3 while it holds a lease and, while it
+// Attach presence stream held open, a heartbeat (on a Beats stream; --beat-stream false: a
+// Heartbeat call each) every TTL/3 while it holds a lease and, while it
 // holds none, as often as the server says at registration (1.5 TTL by default; a lease brings the
 // next one forward), and long-poll Leases (wait --lease-wait-ms, 30 s, as the
 // executor's defaults). Like the executor, it leases a prefetch window of tasks (enough for half a
@@ -223,6 +224,8 @@ struct SimOptions {
   // Idle polls stand for idle beats when the server says they do (as the executor); false: the
   // simulated executors beat at the idle pace whatever the server says (the older protocol).
   bool idle_polls = true;
+  // Heartbeats on a Beats stream (as the executor); false: a Heartbeat call each (older executors).
+  bool beat_stream = true;
 };
 
 // What the simulated executors measured, for one phase.
@@ -243,6 +246,7 @@ class Fleet {
   Fleet(SimOptions options, int run_threads) : options_(options), workers_(run_threads) {}
   ~Fleet() { Stop(); }
 
+  class BeatStreamer;
   struct Executor {
     int index = 0;
     std::string id;
@@ -258,6 +262,7 @@ class Fleet {
     absl::Time next_beat ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();  // the beat scheduled next
     int beat_generation ABSL_GUARDED_BY(mu) = 0;          // a scheduled beat of an older one is dropped
     std::unique_ptr<grpc::ClientContext> attach_context;
+    BeatStreamer* beats ABSL_GUARDED_BY(mu) = nullptr;  // its Beats stream, while one is open
   };
 
   void AddStub(std::unique_ptr<v1::Executors::Stub> stub) { stubs_.push_back(std::move(stub)); }
@@ -290,6 +295,8 @@ class Fleet {
     stopping_ = true;
     for (auto& e : executors_) {
       if (e->attach_context) e->attach_context->TryCancel();
+      absl::MutexLock lock(&e->mu);
+      if (e->beats != nullptr) e->beats->Cancel();
     }
     // Every call in flight ends (the server is gone or the call was cancelled) before the fleet goes.
     for (int i = 0; i < 600 && in_flight_.load() > 0; ++i) absl::SleepFor(absl::Milliseconds(50));
@@ -420,6 +427,83 @@ class Fleet {
     return e->held.empty() && (e->idle_poll || now - e->idle_poll_answered < IdleBeat() / 2);
   }
 
+  // (public: Executor names it)
+ public:
+  // As the executor: heartbeats on a Beats stream, one at a time (one due while another is in
+  // flight is sent once that one is answered). A stream that ends fails the beats it had and is
+  // opened again at the next beat. It deletes itself when gRPC is done with it, having taken
+  // itself from its executor first.
+  class BeatStreamer : public grpc::ClientBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse> {
+   public:
+    using Answer = std::function<void(const grpc::Status&, const v1::HeartbeatResponse&)>;
+    BeatStreamer(Fleet* fleet, Executor* e) : fleet_(fleet), e_(e) {
+      minions::rpc::Prepare(context_, e->credential, absl::InfiniteDuration());
+      e->stub->async()->Beats(&context_, this);
+      StartCall();
+    }
+    // Sends `request` when the beats before it are answered.
+    void Send(v1::HeartbeatRequest request, Answer answer) {
+      absl::MutexLock lock(&mu_);
+      queue_.push_back({std::move(request), std::move(answer)});
+      if (queue_.size() == 1 && !broken_) StartFrontLocked();
+    }
+    void Cancel() { context_.TryCancel(); }
+
+    void OnReadDone(bool ok) override {
+      Pending answered;
+      v1::HeartbeatResponse reply;
+      {
+        absl::MutexLock lock(&mu_);
+        if (!ok) {
+          broken_ = true;  // OnDone fails what waits
+          return;
+        }
+        answered = std::move(queue_.front());
+        queue_.pop_front();
+        reply = std::move(reply_);  // before the next read refills it
+        if (!queue_.empty()) StartFrontLocked();
+      }
+      answered.answer(grpc::Status::OK, reply);
+    }
+    void OnWriteDone(bool) override {}  // a failed write fails the read too
+    void OnDone(const grpc::Status& status) override {
+      {
+        absl::MutexLock lock(&e_->mu);
+        if (e_->beats == this) e_->beats = nullptr;
+      }
+      std::deque<Pending> failed;
+      {
+        absl::MutexLock lock(&mu_);
+        failed.swap(queue_);
+      }
+      const grpc::Status why = status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended") : status;
+      for (Pending& p : failed) p.answer(why, v1::HeartbeatResponse());
+      Fleet* fleet = fleet_;
+      delete this;
+      --fleet->in_flight_;
+    }
+
+   private:
+    struct Pending {
+      v1::HeartbeatRequest request;
+      Answer answer;
+    };
+    void StartFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      request_ = queue_.front().request;
+      StartRead(&reply_);
+      StartWrite(&request_);
+    }
+    Fleet* const fleet_;
+    Executor* const e_;
+    grpc::ClientContext context_;
+    v1::HeartbeatRequest request_;
+    v1::HeartbeatResponse reply_;
+    absl::Mutex mu_;
+    std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);  // front: written, waiting for its answer
+    bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  };
+
+ private:
   void Heartbeat(Executor* e) {
     if (stopping_) return;
     const absl::Time due = absl::Now();
@@ -439,26 +523,46 @@ class Fleet {
       request->set_state(e->held.empty() ? "available" : "busy");
       for (const auto& ref : e->held) *request->add_leases() = ref;
     }
+    if (options_.beat_stream) {
+      const absl::Time start = absl::Now();
+      ++in_flight_;
+      absl::MutexLock lock(&e->mu);
+      if (e->beats == nullptr) {
+        ++in_flight_;  // the stream's own, until its OnDone
+        e->beats = new BeatStreamer(this, e);
+      }
+      e->beats->Send(std::move(*request), [this, e, start, due](const grpc::Status& s, const v1::HeartbeatResponse& reply) {
+        Answered(e, s, reply, absl::ToDoubleMilliseconds(absl::Now() - start), due);
+        --in_flight_;
+      });
+      delete request;
+      delete call;
+      return;
+    }
     minions::rpc::Prepare(call->context, e->credential, absl::Seconds(30));
     ++in_flight_;
     e->stub->async()->Heartbeat(&call->context, request, &call->reply, [this, e, call, request, due](grpc::Status s) {
-      const double ms = absl::ToDoubleMilliseconds(absl::Now() - call->start);
-      {
-        absl::MutexLock lock(&mu_);
-        if (s.ok()) {
-          samples_.heartbeat_ms.push_back(ms);
-          samples_.heartbeat_at.push_back(absl::Now());
-          samples_.leases_lost += call->reply.cancel_size();
-        } else {
-          ++samples_.heartbeats_failed;
-        }
-      }
-      if (s.ok() && call->reply.reregister()) Register(e, [] {});
+      Answered(e, s, call->reply, absl::ToDoubleMilliseconds(absl::Now() - call->start), due);
       delete request;
       delete call;
-      if (!stopping_) ScheduleBeat(e, due + BeatPeriod(e));
       --in_flight_;
     });
+  }
+
+  // A heartbeat's answer (`ms` after it was sent): sampled; the next one scheduled.
+  void Answered(Executor* e, const grpc::Status& s, const v1::HeartbeatResponse& reply, double ms, absl::Time due) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (s.ok()) {
+        samples_.heartbeat_ms.push_back(ms);
+        samples_.heartbeat_at.push_back(absl::Now());
+        samples_.leases_lost += reply.cancel_size();
+      } else {
+        ++samples_.heartbeats_failed;
+      }
+    }
+    if (s.ok() && reply.reregister()) Register(e, [] {});
+    if (!stopping_) ScheduleBeat(e, due + BeatPeriod(e));
   }
 
   // The executor's prefetch window (ExecutorAgent::PrefetchWindow): enough tasks to cover half a
@@ -645,6 +749,7 @@ struct Flags {
   int64_t ttl_ms = 9000;
   int64_t lease_wait_ms = 30000;
   bool idle_polls = true;
+  bool beat_stream = true;
   int channels = 0;
   double warmup_s = 0;  // 0: one TTL
   double idle_s = 18;
@@ -794,6 +899,7 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
   options.ttl = absl::Milliseconds(flags.ttl_ms);
   options.lease_wait = absl::Milliseconds(flags.lease_wait_ms);
   options.idle_polls = flags.idle_polls;
+  options.beat_stream = flags.beat_stream;
   options.task_time = absl::Milliseconds(flags.task_ms);
   Fleet fleet(options, flags.run_threads);
   const int channels = flags.channels > 0 ? std::min(flags.channels, n) : n;
@@ -920,6 +1026,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--idle-polls", flags.idle_polls,
                  "idle polls stand for idle heartbeats where the server says so (as the executor); false: beat anyway")
+      ->capture_default_str();
+  app.add_option("--beat-stream", flags.beat_stream,
+                 "heartbeats on one Beats stream per executor (as the executor); false: a Heartbeat call each")
       ->capture_default_str();
   app.add_option("--lease-wait-ms", flags.lease_wait_ms, "an idle executor's long poll (the executor's: 30000)")
       ->capture_default_str();

@@ -25,6 +25,84 @@ std::string ReadFirstLine(const std::string& path) {
   return std::string(absl::StripAsciiWhitespace(line));
 }
 
+// The client's side of a Beats stream (proto: Beats): one heartbeat at a time, its caller waiting
+// for the answer. Once anything goes wrong (the server ended the stream, no answer in time) the
+// stream is broken for good: the owner opens another. It keeps itself alive until gRPC is done
+// with it (OnDone), whoever else still holds it.
+// Threads: Beat is called by one thread at a time (the owner serialises beats); Close from any.
+class BeatStream : public grpc::ClientBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse> {
+ public:
+  static std::shared_ptr<BeatStream> Open(v1::Executors::Stub* stub, const std::string& credential) {
+    std::shared_ptr<BeatStream> stream(new BeatStream);
+    stream->self_ = stream;
+    rpc::Prepare(stream->context_, credential, absl::InfiniteDuration());
+    stub->async()->Beats(&stream->context_, stream.get());
+    stream->StartCall();
+    return stream;
+  }
+
+  // One heartbeat's answer; or, the stream broken, why (the stream's own status when the server
+  // ended it, DEADLINE_EXCEEDED when no answer came within `timeout`).
+  absl::StatusOr<v1::HeartbeatResponse> Beat(const v1::HeartbeatRequest& request, absl::Duration timeout) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (broken_) return Ended();
+      request_ = request;
+      answered_ = false;
+    }
+    StartRead(&reply_);
+    StartWrite(&request_);
+    absl::MutexLock lock(&mu_);
+    auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return answered_ || broken_; };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&settled), timeout)) {
+      broken_ = true;
+      context_.TryCancel();
+      return absl::DeadlineExceededError("the heartbeat stream did not answer in time");
+    }
+    if (answered_) return reply_;
+    // The read failed: the server ended the stream; its status comes with OnDone, right after.
+    mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Seconds(1));
+    return Ended();
+  }
+  void Close() {
+    context_.TryCancel();
+  }
+
+  void OnReadDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    if (ok) {
+      answered_ = true;
+    } else {
+      broken_ = true;
+    }
+  }
+  void OnWriteDone(bool) override {}  // a failed write fails the read too
+  void OnDone(const grpc::Status& status) override {
+    std::shared_ptr<BeatStream> last = std::move(self_);  // may be the last reference: goes last
+    absl::MutexLock lock(&mu_);
+    broken_ = true;
+    done_ = true;
+    ended_ = status;
+  }
+
+ private:
+  BeatStream() = default;
+  absl::Status Ended() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!done_ || ended_.ok()) return absl::UnavailableError("the heartbeat stream ended");
+    return rpc::FromGrpc(ended_);
+  }
+
+  grpc::ClientContext context_;
+  v1::HeartbeatRequest request_;  // written by Beat before each StartWrite; gRPC reads it until OnWriteDone
+  v1::HeartbeatResponse reply_;   // filled by gRPC before OnReadDone; Beat copies it out
+  absl::Mutex mu_;
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status ended_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<BeatStream> self_;  // until OnDone
+};
+
 class GrpcControlPlaneClient : public ControlPlaneClient {
  public:
   GrpcControlPlaneClient(std::shared_ptr<grpc::Channel> channel, ExecutorCredentials credentials)
@@ -60,8 +138,27 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
       if (presence_context_) presence_context_->TryCancel();
     }
     if (presence_.joinable()) presence_.join();
+    absl::MutexLock lock(&beat_mu_);
+    if (beats_) beats_->Close();
   }
+  // On the Beats stream (opened at the first beat, and again at the beat after one breaks); a beat
+  // the stream could not answer is sent again as a Heartbeat call (a heartbeat is idempotent), so
+  // a broken stream costs no beat. A server without Beats (UNIMPLEMENTED: an older one) gets
+  // Heartbeat calls from then on.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) override {
+    absl::MutexLock lock(&beat_mu_);
+    if (beats_unsupported_) return Call(&v1::Executors::Stub::Heartbeat, request, v1::HeartbeatResponse());
+    if (!beats_) beats_ = BeatStream::Open(stub_.get(), Credential());
+    absl::StatusOr<v1::HeartbeatResponse> reply = beats_->Beat(request, kCallDeadline);
+    if (reply.ok()) return reply;
+    beats_->Close();
+    beats_.reset();
+    if (absl::IsUnimplemented(reply.status())) {
+      MINIONS_LOG(Info) << "the server has no heartbeat stream (an older server): heartbeats are calls from now on";
+      beats_unsupported_ = true;
+    } else {
+      MINIONS_LOG(Debug) << "heartbeat stream: " << reply.status() << "; this beat goes as a call";
+    }
     return Call(&v1::Executors::Stub::Heartbeat, request, v1::HeartbeatResponse());
   }
   absl::StatusOr<v1::LeaseResponse> Lease(const v1::LeaseRequest& request) override {
@@ -157,9 +254,11 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
   }
 
   // One call; on `context` when given (a call another thread may cancel), within `deadline`.
+  static constexpr absl::Duration kCallDeadline = absl::Seconds(10);
+
   template <typename Method, typename Request, typename Reply>
   absl::StatusOr<Reply> Call(Method method, const Request& request, Reply reply, grpc::ClientContext* context = nullptr,
-                             absl::Duration deadline = absl::Seconds(10)) {
+                             absl::Duration deadline = kCallDeadline) {
     grpc::ClientContext own;
     if (context == nullptr) context = &own;
     rpc::Prepare(*context, Credential(), deadline);
@@ -183,6 +282,10 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
   std::shared_ptr<grpc::ClientContext> presence_context_ ABSL_GUARDED_BY(mu_);  // the open Attach stream's
   std::shared_ptr<grpc::ClientContext> lease_context_ ABSL_GUARDED_BY(mu_);     // the Lease call waiting now
   std::thread presence_;  // started by the first successful Register; joined by the destructor
+  // Heartbeats go one at a time (the stream carries one at a time).
+  absl::Mutex beat_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::shared_ptr<BeatStream> beats_ ABSL_GUARDED_BY(beat_mu_);  // open, or none (opened at the next beat)
+  bool beats_unsupported_ ABSL_GUARDED_BY(beat_mu_) = false;      // the server answered Beats UNIMPLEMENTED
 };
 
 }  // namespace

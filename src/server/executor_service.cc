@@ -210,6 +210,59 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
       });
 }
 
+// A Beats stream: heartbeats one after another on one call. Each is read, its credential checked
+// again (a revoked one ends the stream), written into the heartbeats' group commit exactly as a
+// Heartbeat call's would be, and answered; the next is read only once that answer is written. At
+// most one operation is outstanding at any time, so the reactor needs no lock; whatever ends the
+// stream (the executor closing its side, a refusal, a failed write) calls Finish once, and OnDone
+// deletes it. An answer that comes after the call was cancelled is written and fails, which ends
+// it the same way.
+class ExecutorService::BeatStream : public grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse> {
+ public:
+  BeatStream(ExecutorService* service, grpc::CallbackServerContext* context) : service_(service), context_(context) {
+    StartRead(&request_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the executor closed its side (it stops), or the call ended
+      Finish(grpc::Status::OK);
+      return;
+    }
+    absl::StatusOr<std::string> executor_id = service_->AuthorizeExecutor(context_, request_.executor_id());
+    if (!executor_id.ok()) {
+      Finish(ToGrpc(executor_id.status()));
+      return;
+    }
+    reply_.Clear();
+    service_->HeartbeatAsync(*executor_id, request_, &reply_, [this](absl::Status status) {
+      if (!status.ok()) {
+        Finish(ToGrpc(status));
+        return;
+      }
+      service_->beats_streamed_.fetch_add(1, std::memory_order_relaxed);
+      StartWrite(&reply_);
+    });
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status::CANCELLED);
+      return;
+    }
+    StartRead(&request_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  ExecutorService* const service_;
+  grpc::CallbackServerContext* const context_;
+  v1::HeartbeatRequest request_;
+  v1::HeartbeatResponse reply_;
+};
+
+grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>* ExecutorService::Beats(
+    grpc::CallbackServerContext* context) {
+  return new BeatStream(this, context);
+}
+
 // A Lease call held by the callback API: no thread waits for it. Its state moves under work_mu_;
 // whoever moves it to kFinished calls Finish (outside the lock), after which only gRPC touches it
 // (OnDone deletes it).

@@ -23,6 +23,7 @@
 // options.lease_threads threads of its own, which wait on the Clock; a typed long-polling Lease
 // waits on the Clock on its caller's thread.
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <optional>
@@ -53,12 +54,13 @@
 
 namespace minions {
 
-// The generated service with Lease, Attach, Heartbeat, Complete and CompleteBatch on gRPC's
-// callback API (held without a thread: a held lease, a presence stream, a heartbeat or a
-// completion waiting for its group-commit batch).
+// The generated service with Lease, Attach, Heartbeat, Beats, Complete and CompleteBatch on gRPC's
+// callback API (held without a thread: a held lease, a presence or heartbeat stream, a heartbeat
+// or a completion waiting for its group-commit batch).
 using ExecutorServiceBase = v1::Executors::WithCallbackMethod_Lease<v1::Executors::WithCallbackMethod_Attach<
-    v1::Executors::WithCallbackMethod_Heartbeat<v1::Executors::WithCallbackMethod_Complete<
-        v1::Executors::WithCallbackMethod_CompleteBatch<v1::Executors::Service>>>>>;
+    v1::Executors::WithCallbackMethod_Heartbeat<v1::Executors::WithCallbackMethod_Beats<
+        v1::Executors::WithCallbackMethod_Complete<v1::Executors::WithCallbackMethod_CompleteBatch<
+            v1::Executors::Service>>>>>>;
 
 class ExecutorService final : public ExecutorServiceBase {
  public:
@@ -87,6 +89,9 @@ class ExecutorService final : public ExecutorServiceBase {
   // Answered when the heartbeat's group-commit batch commits (server/heartbeat_batcher.h).
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* reply) override;
+  // A stream of heartbeats, each answered as Heartbeat answers it (proto: Beats).
+  grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>* Beats(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Lease(grpc::CallbackServerContext* context, const v1::LeaseRequest* request,
                                   v1::LeaseResponse* reply) override;
   // Answered when the completion's group-commit batch commits: the completions of every executor
@@ -123,6 +128,8 @@ class ExecutorService final : public ExecutorServiceBase {
   // Liveness renewals this server has made for executors from their idle long polls (not counting
   // the executors' own heartbeats).
   int64_t idle_renewals() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  // Heartbeats answered on Beats streams so far (tests: an executor beats on its stream).
+  int64_t beats_streamed() const { return beats_streamed_.load(std::memory_order_relaxed); }
   // Attach streams open here now; executors whose tasks got backups because their stream closed.
   int64_t executors_attached() const ABSL_LOCKS_EXCLUDED(work_mu_);
   int64_t executors_detached_abruptly() const ABSL_LOCKS_EXCLUDED(work_mu_);
@@ -197,9 +204,10 @@ class ExecutorService final : public ExecutorServiceBase {
   absl::Status AnswerLease(const std::string& executor_id, const std::vector<minions::Lease>& leases, absl::Time now,
                            v1::LeaseResponse* reply);
 
-  // A Lease call held by the callback API, and an Attach stream (defined in the .cc).
+  // A Lease call held by the callback API, an Attach stream and a Beats stream (defined in the .cc).
   class HeldLease;
   class Presence;
+  class BeatStream;
   // An Attach stream of `executor_id` closed: when it was its last here and the server is not
   // stopping, the lease threads back up its running tasks.
   void Detached(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
@@ -302,6 +310,7 @@ class ExecutorService final : public ExecutorServiceBase {
   int64_t idle_renewals_ ABSL_GUARDED_BY(work_mu_) = 0;
   int64_t renewals_in_flight_ ABSL_GUARDED_BY(work_mu_) = 0;  // submitted, not answered yet
   int64_t detached_abruptly_ ABSL_GUARDED_BY(work_mu_) = 0;
+  std::atomic<int64_t> beats_streamed_{0};
   std::vector<std::thread> lease_threads_ ABSL_GUARDED_BY(work_mu_);
   // Whether each team has a running-task quota, as of checked_at (QuotaFreed).
   static constexpr absl::Duration kTeamQuotaRecheck = absl::Seconds(10);

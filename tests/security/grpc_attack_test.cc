@@ -337,6 +337,15 @@ TEST_F(GrpcAttack, ARevokedExecutorIsCutOffAtOnceAndItsTasksGoToAnother) {
   v1::Job job = MustSubmit(search_submitter_, 4);  // two tasks
   std::vector<v1::TaskLease> taken = MustLease(bad, 2);
   ASSERT_EQ(taken.size(), 2u);
+  // A heartbeat stream it opened before (proto: Beats) beats until the revocation...
+  auto stream_context = As(bad.credential);
+  auto stream = executors_->Beats(stream_context.get());
+  v1::HeartbeatRequest beat;
+  beat.set_state("busy");
+  for (const auto& lease : taken) *beat.add_leases() = lease.ref();
+  v1::HeartbeatResponse beaten;
+  ASSERT_TRUE(stream->Write(beat) && stream->Read(&beaten));
+  EXPECT_EQ(beaten.renewed_size(), 2);
   v1::RevokeExecutorRequest revoke;
   revoke.set_executor_id(bad.id);
   v1::Executor revoked;
@@ -347,6 +356,9 @@ TEST_F(GrpcAttack, ARevokedExecutorIsCutOffAtOnceAndItsTasksGoToAnother) {
   EXPECT_GRPC_CODE(executors_->Heartbeat(As(bad.credential).get(), v1::HeartbeatRequest(), &answer),
                    UNAUTHENTICATED);
   EXPECT_GRPC_CODE(CompleteLease(bad, taken[0]), UNAUTHENTICATED);
+  // ... and is cut at its next beat, which renews nothing.
+  EXPECT_FALSE(stream->Write(beat) && stream->Read(&beaten));
+  EXPECT_GRPC_CODE(stream->Finish(), UNAUTHENTICATED);
   // Its tasks are pending again (not counted as failures) and the good executor does them.
   std::vector<v1::TaskLease> again = MustLease(good, 2);
   ASSERT_EQ(again.size(), 2u);
