@@ -165,8 +165,12 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
     return;
   }
   {
-    // An executor whose state changed (its owner left) may be offered what it was not before.
     absl::MutexLock lock(&work_mu_);
+    // Its liveness is written now: an idle poll of it renews nothing until an idle beat has passed
+    // (so a fleet whose tasks all end at once, each executor then polling, adds no renewals to
+    // the heartbeats' batches: each beat a moment ago).
+    if (options_.idle_polls_renew) renewed_at_[executor_id] = clock_->Now();
+    // An executor whose state changed (its owner left) may be offered what it was not before.
     if (auto it = idle_.find(executor_id); it != idle_.end()) {
       if (it->second.reported && *it->second.reported != *state) {
         idle_.erase(it);
@@ -196,8 +200,12 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
   const int64_t ttl_ms = absl::ToInt64Milliseconds(options_.lease_ttl);
   chunks_.HeartbeatAsync(
       executor_id, *state, "", held, options_.lease_ttl, clock_->Now(), holdings,
-      [reply, ttl_ms, done = std::move(done)](absl::StatusOr<HeartbeatReply> answer) mutable {
+      [this, executor_id, reply, ttl_ms, done = std::move(done)](absl::StatusOr<HeartbeatReply> answer) mutable {
         if (!answer.ok()) {
+          if (options_.idle_polls_renew) {
+            absl::MutexLock lock(&work_mu_);
+            renewed_at_.erase(executor_id);  // not written: a poll renews it at once
+          }
           std::move(done)(answer.status());
           return;
         }

@@ -100,6 +100,40 @@ TEST_F(IdleFleetTest, AnIdlePollArrivingWhenItsExecutorIsDueRenewsItAtOnce) {
   EXPECT_TRUE(reply.idle_renewed());
 }
 
+// An executor's own heartbeat counts as its renewal: its idle poll right after (its tasks just
+// ended) renews nothing until an idle beat has passed since that beat, and then renews as usual.
+TEST_F(IdleFleetTest, AnIdlePollRightAfterAHeartbeatRenewsNothingUntilAnIdleBeatHasPassed) {
+  StartServer();
+  const std::string executor = RegisterExecutor("was-busy");
+  ExecutorService& service = server_->executors();
+  fake_clock_.Advance(absl::Seconds(20));  // registered long ago: a renewal would be due
+  v1::HeartbeatRequest beat;
+  beat.set_executor_id(executor);
+  beat.set_state("available");
+  v1::HeartbeatResponse answer;
+  ASSERT_GRPC_OK(executors_->Heartbeat(ExecutorContext(executor).get(), beat, &answer));
+  const absl::Time beaten = fake_clock_.Now();
+  fake_clock_.Advance(absl::Seconds(1));
+  grpc::Status status;
+  v1::LeaseResponse reply;
+  std::thread poll = LongPoll(executors_.get(), executor, &status, &reply, /*idle=*/true);
+  AwaitWaiting(*server_, 1);
+  EXPECT_EQ(service.idle_renewals(), 0) << "its heartbeat a second ago was written";
+  EXPECT_EQ(LastHeard(executor), beaten);
+  const absl::Duration idle_beat = IdleHeartbeatFor(kLeaseTtl);
+  for (int second = 2; second <= 16; ++second) {
+    fake_clock_.Advance(absl::Seconds(1));
+    const absl::Time bound = fake_clock_.Now() - idle_beat - kLeaseTtl / 3;
+    EXPECT_GE(AwaitHeardSince(executor, bound), bound) << second << " s after the beat";
+  }
+  // Due an idle beat (less a scan) after the heartbeat, at a scan from 13 s on.
+  EXPECT_GE(AwaitHeardSince(executor, beaten + absl::Seconds(13)), beaten + absl::Seconds(13));
+  EXPECT_EQ(service.idle_renewals(), 1) << "one renewal, an idle beat after the heartbeat";
+  service.Shutdown();  // the held poll answers at once
+  poll.join();
+  ASSERT_GRPC_OK(status);
+}
+
 // A poll of an executor that holds something (LeaseRequest.idle unset) is no heartbeat: its
 // executor's own beats renew it, with what it holds.
 TEST_F(IdleFleetTest, APollThatIsNotIdleRenewsNothing) {
