@@ -62,6 +62,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["warm_wait_ms"].value<int64_t>()) config.warm_wait_ms = *v;
     if (auto v = table["server"]["model_affinity"].value<bool>()) config.model_affinity = *v;
     if (auto v = table["server"]["heartbeat_batch"].value<int64_t>()) config.heartbeat_batch = *v;
+    if (auto v = table["server"]["heartbeat_linger_us"].value<int64_t>()) config.heartbeat_linger_us = *v;
     if (auto v = table["server"]["idle_polls_renew"].value<bool>()) config.idle_polls_renew = *v;
     if (auto v = table["server"]["task_target_s"].value<int64_t>()) config.task_target_s = *v;
     if (auto v = table["server"]["credential_refresh_s"].value<int64_t>()) config.credential_refresh_s = *v;
@@ -184,6 +185,10 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
   if (config.heartbeat_batch < 1 || config.heartbeat_batch > 10000) {
     problems.push_back(absl::StrCat("server.heartbeat_batch is ", config.heartbeat_batch,
                                     "; use between 1 (each heartbeat its own transaction) and 10000; 256 is the default"));
+  }
+  if (config.heartbeat_linger_us < 0 || config.heartbeat_linger_us > 100000) {
+    problems.push_back(absl::StrCat("server.heartbeat_linger_us is ", config.heartbeat_linger_us,
+                                    "; use between 0 (never wait) and 100000 (0.1 s); 2000 is the default"));
   }
   if (config.credential_refresh_s < 1 || config.credential_refresh_s > 3600) {
     problems.push_back(absl::StrCat("server.credential_refresh_s is ", config.credential_refresh_s,

@@ -7,7 +7,7 @@
 //
 //   [server]    listen, http_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
 //               straggler_factor, straggler_min_runtime_ms, fair_share_half_life_s, warm_wait_ms,
-//               model_affinity, heartbeat_batch, task_target_s, credential_refresh_s, idle_polls_renew
+//               model_affinity, heartbeat_batch, heartbeat_linger_us, task_target_s, credential_refresh_s, idle_polls_renew
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
@@ -58,6 +58,8 @@ struct MinionsConfig {
   bool model_affinity = true;
   // The most executors' heartbeats written in one store transaction (group commit); 1: each alone.
   int64_t heartbeat_batch = 256;
+  // How long a batch of heartbeats under steady load waits for more (ServerOptions::heartbeat_linger).
+  int64_t heartbeat_linger_us = 2000;
   // An idle executor's long poll stands for its idle heartbeat (ServerOptions::idle_polls_renew);
   // false: idle executors heartbeat at the idle pace (a fleet behind servers of mixed versions).
   bool idle_polls_renew = true;

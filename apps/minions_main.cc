@@ -152,6 +152,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.tls = {config.tls_cert, config.tls_key};
   options.lease_ttl = absl::Milliseconds(config.lease_ttl_ms);
   options.heartbeat_batch = static_cast<int>(config.heartbeat_batch);
+  options.heartbeat_linger = absl::Microseconds(config.heartbeat_linger_us);
   options.idle_polls_renew = config.idle_polls_renew;
   options.task_sizing.target = absl::Seconds(config.task_target_s);
   options.auth.refresh_ttl = absl::Seconds(config.credential_refresh_s);
@@ -445,7 +446,7 @@ struct SharedFlags {
 struct ProcessVerbs {
   std::string flag_listen, flag_http_listen, flag_data_dir, flag_database, flag_objects, flag_tls_cert, flag_tls_key;
   int64_t flag_ttl_ms = 0, flag_straggler_ms = -1, flag_half_life_s = 0, flag_warm_wait_ms = -1,
-          flag_heartbeat_batch = 0, flag_task_target_s = 0, flag_credential_refresh_s = 0;
+          flag_heartbeat_batch = 0, flag_heartbeat_linger_us = -1, flag_task_target_s = 0, flag_credential_refresh_s = 0;
   std::vector<std::string> flag_openai_model_dirs;
   int64_t flag_openai_max_file_bytes = 0;
   bool no_watchdog = false;
@@ -486,6 +487,9 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_option("--heartbeat-batch", p->flag_heartbeat_batch,
                          "write up to this many executors' heartbeats in one store transaction; 1: each alone "
                          "(default 256)");
+  server_cmd->add_option("--heartbeat-linger-us", p->flag_heartbeat_linger_us,
+                         "under steady load, a batch of heartbeats waits up to this long for more before it is "
+                         "written (fewer store transactions); 0: never (default 2000)");
   server_cmd->add_option("--task-target-s", p->flag_task_target_s,
                          "jobs submitted without --shard-size get tasks that run about this many seconds, "
                          "from the measured throughput of their model (default 60)");
@@ -533,6 +537,7 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (p.flag_half_life_s > 0) config->fair_share_half_life_s = p.flag_half_life_s;
   if (p.flag_warm_wait_ms >= 0) config->warm_wait_ms = p.flag_warm_wait_ms;
   if (p.flag_heartbeat_batch > 0) config->heartbeat_batch = p.flag_heartbeat_batch;
+  if (p.flag_heartbeat_linger_us >= 0) config->heartbeat_linger_us = p.flag_heartbeat_linger_us;
   if (p.flag_task_target_s > 0) config->task_target_s = p.flag_task_target_s;
   if (p.flag_credential_refresh_s > 0) config->credential_refresh_s = p.flag_credential_refresh_s;
   if (p.no_watchdog) config->watchdog = false;

@@ -820,6 +820,7 @@ struct PhaseReport {
   Samples samples;
   double server_cpu = 0;  // cores
   double store_cpu = -1;  // cores; -1: inside the server (SQLite)
+  double sim_cpu = 0;     // cores: this simulator's (its clients share the machine with the server)
   double xacts_per_s = -1;
   double server_rss = 0;
   double tasks_per_s = 0;
@@ -829,13 +830,13 @@ struct PhaseReport {
 void Print(const Flags& flags, const std::string& store, int n, const PhaseReport& r) {
   const auto& s = r.samples;
   printf("%-10s %-8s %6d %-5s %6.1f | hb n=%-6zu p50 %7.2f p99 %8.2f fail %lld unsent %lld lost %lld | lease n=%-5zu "
-         "p50 %7.2f p99 %8.2f first %7.1f | tasks/s %7.1f | server %5.1f%% %6.0f MiB | store %s | xact/s %s\n",
+         "p50 %7.2f p99 %8.2f first %7.1f | tasks/s %7.1f | server %5.1f%% %6.0f MiB | store %s | xact/s %s | sim %.0f%%\n",
          flags.label.c_str(), store.c_str(), n, r.phase.c_str(), r.seconds, s.heartbeat_ms.size(),
          Percentile(s.heartbeat_ms, 0.5), Percentile(s.heartbeat_ms, 0.99), static_cast<long long>(s.heartbeats_failed),
          static_cast<long long>(s.beats_unsent), static_cast<long long>(s.leases_lost), s.lease_ms.size(), Percentile(s.lease_ms, 0.5),
          Percentile(s.lease_ms, 0.99), r.first_lease_ms, r.tasks_per_s, 100 * r.server_cpu, r.server_rss,
          r.store_cpu < 0 ? "(in server)" : absl::StrCat(static_cast<int>(100 * r.store_cpu + 0.5), "%").c_str(),
-         r.xacts_per_s < 0 ? "-" : absl::StrCat(static_cast<int64_t>(r.xacts_per_s + 0.5)).c_str());
+         r.xacts_per_s < 0 ? "-" : absl::StrCat(static_cast<int64_t>(r.xacts_per_s + 0.5)).c_str(), 100 * r.sim_cpu);
   // A long phase: where its heartbeat tail is (a storm of leases or completions, or throughout).
   if (r.seconds >= 20 && !s.heartbeat_at.empty()) {
     const absl::Time first = *std::min_element(s.heartbeat_at.begin(), s.heartbeat_at.end());
@@ -943,10 +944,11 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
   absl::SleepFor(absl::Seconds(flags.warmup_s > 0 ? flags.warmup_s : flags.ttl_ms / 1000.0));
 
   const pid_t postmaster = pg != nullptr && store == "postgres" ? pg->postmaster() : 0;
-  auto snapshot = [&](PhaseReport& r, absl::Time start, double cpu0, const std::map<pid_t, double>& store0,
-                      double x0) {
+  auto snapshot = [&](PhaseReport& r, absl::Time start, double cpu0, double sim0,
+                      const std::map<pid_t, double>& store0, double x0) {
     r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     r.server_cpu = (CpuSeconds(server->pid()) - cpu0) / r.seconds;
+    r.sim_cpu = (CpuSeconds(getpid()) - sim0) / r.seconds;
     r.server_rss = RssMiB(server->pid());
     if (postmaster > 0) {
       r.store_cpu = CpuDelta(store0, TreeCpu(postmaster)) / r.seconds;
@@ -959,13 +961,13 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
     PhaseReport r;
     r.phase = "idle";
     fleet.Measure();
-    const double cpu0 = CpuSeconds(server->pid());
+    const double cpu0 = CpuSeconds(server->pid()), sim0 = CpuSeconds(getpid());
     const auto store0 = TreeCpu(postmaster);
     const double x0 = postmaster > 0 ? pg->Transactions(db) : 0;
     const absl::Time start = absl::Now();
     absl::SleepFor(absl::Seconds(flags.idle_s));
     r.samples = fleet.Take();
-    snapshot(r, start, cpu0, store0, x0);
+    snapshot(r, start, cpu0, sim0, store0, x0);
     Print(flags, store, n, r);
   }
   // A job of one-record tasks.
@@ -980,7 +982,7 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
     request.set_shard_size(1);
     minions::cli::JobsClient client(connection);
     fleet.Measure();
-    const double cpu0 = CpuSeconds(server->pid());
+    const double cpu0 = CpuSeconds(server->pid()), sim0 = CpuSeconds(getpid());
     const auto store0 = TreeCpu(postmaster);
     const double x0 = postmaster > 0 ? pg->Transactions(db) : 0;
     const absl::Time start = absl::Now();
@@ -1000,7 +1002,7 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
       absl::SleepFor(absl::Milliseconds(100));
     }
     r.samples = fleet.Take();
-    snapshot(r, start, cpu0, store0, x0);
+    snapshot(r, start, cpu0, sim0, store0, x0);
     r.tasks_per_s = static_cast<double>(r.samples.completed) / r.seconds;
     if (!r.samples.leased_at.empty()) {
       r.first_lease_ms = absl::ToDoubleMilliseconds(*std::min_element(r.samples.leased_at.begin(), r.samples.leased_at.end()) - start);
@@ -1049,7 +1051,7 @@ int main(int argc, char** argv) {
          LoadAverage().c_str(), std::thread::hardware_concurrency(), static_cast<long long>(flags.ttl_ms),
          static_cast<long long>(flags.lease_wait_ms), flags.job_tasks, static_cast<long long>(flags.task_ms));
   printf("%-10s %-8s %6s %-5s %6s | heartbeat latency (ms) | Lease calls that got a task (ms), submit to first lease "
-         "| tasks/s | server CPU (of one core), RSS | store CPU | store transactions/s\n",
+         "| tasks/s | server CPU (of one core), RSS | store CPU | store transactions/s | simulator CPU\n",
          "label", "store", "execs", "phase", "secs");
   std::unique_ptr<Postgres> pg;
   if (std::find(flags.stores.begin(), flags.stores.end(), "postgres") != flags.stores.end()) {

@@ -142,9 +142,10 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
     if (beats_) beats_->Close();
   }
   // On the Beats stream (opened at the first beat, and again at the beat after one breaks); a beat
-  // the stream could not answer is sent again as a Heartbeat call (a heartbeat is idempotent), so
-  // a broken stream costs no beat. A server without Beats (UNIMPLEMENTED: an older one) gets
-  // Heartbeat calls from then on.
+  // the stream ended without answering is sent again as a Heartbeat call (a heartbeat is
+  // idempotent), so a broken stream costs no beat. One the stream did not answer in time is not:
+  // a server that slow would keep a call waiting as long. A server without Beats (UNIMPLEMENTED:
+  // an older one) gets Heartbeat calls from then on.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) override {
     absl::MutexLock lock(&beat_mu_);
     if (beats_unsupported_) return Call(&v1::Executors::Stub::Heartbeat, request, v1::HeartbeatResponse());
@@ -153,6 +154,7 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
     if (reply.ok()) return reply;
     beats_->Close();
     beats_.reset();
+    if (absl::IsDeadlineExceeded(reply.status())) return reply.status();
     if (absl::IsUnimplemented(reply.status())) {
       MINIONS_LOG(Info) << "the server has no heartbeat stream (an older server): heartbeats are calls from now on";
       beats_unsupported_ = true;

@@ -36,6 +36,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace minions {
 
@@ -48,9 +50,14 @@ class GroupCommitter {
   // Called once with a call's reply (or why it failed), on the committer thread.
   using Answer = absl::AnyInvocable<void(absl::StatusOr<Reply>) &&>;
 
-  // `max_batch` <= 1: every call is its own transaction (no batching).
-  GroupCommitter(CommitFn commit, int max_batch)
-      : commit_(std::move(commit)), max_batch_(max_batch < 1 ? 1 : max_batch), committer_([this] { CommitLoop(); }) {}
+  // `max_batch` <= 1: every call is its own transaction (no batching). `linger` > 0: under
+  // steady load (the last batch ended less than `linger` ago), a batch smaller than max_batch waits
+  // up to `linger` for more calls before it commits; a call on a quiet committer never waits.
+  GroupCommitter(CommitFn commit, int max_batch, absl::Duration linger = absl::ZeroDuration())
+      : commit_(std::move(commit)),
+        max_batch_(max_batch < 1 ? 1 : max_batch),
+        linger_(linger),
+        committer_([this] { CommitLoop(); }) {}
   ~GroupCommitter() {
     {
       absl::MutexLock lock(&mu_);
@@ -110,6 +117,12 @@ class GroupCommitter {
         auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return exiting_ || !queue_.empty(); };
         mu_.Await(absl::Condition(&ready));
         if (queue_.empty()) return;  // exiting, and nothing waits
+        if (linger_ > absl::ZeroDuration() && absl::Now() - last_end_ < linger_) {
+          auto full = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            return exiting_ || queue_.size() >= static_cast<size_t>(max_batch_);
+          };
+          mu_.AwaitWithTimeout(absl::Condition(&full), linger_);
+        }
         const size_t n = std::min(queue_.size(), static_cast<size_t>(max_batch_));
         batch.assign(std::make_move_iterator(queue_.begin()),
                      std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(n)));
@@ -118,6 +131,7 @@ class GroupCommitter {
       Commit(batch);
       {
         absl::MutexLock lock(&mu_);
+        last_end_ = absl::Now();
         ++batches_;
         committed_ += static_cast<int64_t>(batch.size());
       }
@@ -153,7 +167,9 @@ class GroupCommitter {
 
   const CommitFn commit_;
   const int max_batch_;
+  const absl::Duration linger_;
   mutable absl::Mutex mu_;
+  absl::Time last_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // when the last batch committed
   std::vector<Pending> queue_ ABSL_GUARDED_BY(mu_);  // arrived, not yet taken into a batch
   bool exiting_ ABSL_GUARDED_BY(mu_) = false;
   int64_t batches_ ABSL_GUARDED_BY(mu_) = 0;

@@ -4,7 +4,7 @@
 
 namespace minions {
 
-HeartbeatBatcher::HeartbeatBatcher(CommitFn commit, Clock* clock, int max_batch)
+HeartbeatBatcher::HeartbeatBatcher(CommitFn commit, Clock* clock, int max_batch, absl::Duration linger)
     : group_(
           [commit = std::move(commit), clock](const std::vector<Timed>& batch)
               -> absl::StatusOr<std::vector<absl::StatusOr<HeartbeatReply>>> {
@@ -21,6 +21,6 @@ HeartbeatBatcher::HeartbeatBatcher(CommitFn commit, Clock* clock, int max_batch)
             for (HeartbeatReply& reply : *replies) answers.push_back(std::move(reply));
             return answers;
           },
-          max_batch) {}
+          max_batch, linger) {}
 
 }  // namespace minions

@@ -37,14 +37,15 @@ class HeartbeatBatcher {
   // Called once with a heartbeat's reply (or why it failed), on the committer thread.
   using Answer = absl::AnyInvocable<void(absl::StatusOr<HeartbeatReply>) &&>;
 
-  // `max_batch` <= 1: every heartbeat is its own transaction (no batching).
-  HeartbeatBatcher(MetadataStore* store, Clock* clock, int max_batch)
+  // `max_batch` <= 1: every heartbeat is its own transaction (no batching). `linger`: how long a
+  // batch under steady load waits for more (GroupCommitter's; ServerOptions::heartbeat_linger).
+  HeartbeatBatcher(MetadataStore* store, Clock* clock, int max_batch, absl::Duration linger = absl::ZeroDuration())
       : HeartbeatBatcher(
             [store](const std::vector<HeartbeatCall>& calls, absl::Duration ttl, absl::Time now) {
               return store->Heartbeats(calls, ttl, now);
             },
-            clock, max_batch) {}
-  HeartbeatBatcher(CommitFn commit, Clock* clock, int max_batch);
+            clock, max_batch, linger) {}
+  HeartbeatBatcher(CommitFn commit, Clock* clock, int max_batch, absl::Duration linger = absl::ZeroDuration());
   HeartbeatBatcher(const HeartbeatBatcher&) = delete;
   HeartbeatBatcher& operator=(const HeartbeatBatcher&) = delete;
 

@@ -63,6 +63,11 @@ struct ServerOptions {
   // Heartbeats that arrive while others are being written are written together, up to this many
   // in one store transaction (group commit: server/heartbeat_batcher.h); 1 writes each alone.
   int heartbeat_batch = 256;
+  // Under steady load (a batch of heartbeats was written less than this ago), a batch waits up to
+  // this long for more heartbeats before it is written: fewer, larger transactions (at 2,000
+  // heartbeats a second, half the store's transactions and CPU) for a few milliseconds more per
+  // heartbeat. A heartbeat reaching a quiet server never waits. Zero: never wait.
+  absl::Duration heartbeat_linger = absl::Milliseconds(2);
   // Most executors' completions written in one store transaction (group commit, as heartbeats;
   // MetadataStore::CompleteMany); 1 writes each call alone.
   int completion_batch = 256;

@@ -97,6 +97,21 @@ TEST(MinionsCli, ARefusedConnectionNamesTheEnvironmentVariableItCameFrom) {
   EXPECT_THAT(run.err, HasSubstr(absl::StrCat("Nothing answers at ", kNobody, " (from MINIONS_SERVER)")));
 }
 
+// `config check` names each server setting out of its range, with the range to use.
+TEST(MinionsCli, ConfigCheckNamesEachServerSettingOutOfRangeAndWhatToUse) {
+  const std::string config =
+      (std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-range-", getpid(), ".toml")).string();
+  std::ofstream(config) << "[server]\nheartbeat_batch = 0\nheartbeat_linger_us = 500000\n";
+  Outcome check = Minions({"config", "check", "--config", config});
+  EXPECT_NE(check.code, 0);
+  EXPECT_THAT(check.out + check.err, HasSubstr("server.heartbeat_batch is 0; use between 1"));
+  EXPECT_THAT(check.out + check.err, HasSubstr("server.heartbeat_linger_us is 500000; use between 0"));
+  std::ofstream(config) << "[server]\nheartbeat_linger_us = 0\n";
+  Outcome fine = Minions({"config", "check", "--config", config});
+  EXPECT_THAT(fine.out + fine.err, Not(HasSubstr("heartbeat_linger_us")));
+  std::filesystem::remove(config);
+}
+
 TEST(MinionsCli, ARefusedConnectionNamesTheConfigFileItCameFrom) {
   const std::string config =
       (std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-", getpid(), ".toml")).string();

@@ -36,7 +36,7 @@ class HeartbeatBatcherTest : public ::testing::Test {
 
   // The batcher, writing through the gate: while `hold_` is set, a batch waits at the gate
   // (`entered_` says one is there) until the test opens it. Each batch's size is recorded.
-  std::unique_ptr<HeartbeatBatcher> Batcher(int max_batch = 256) {
+  std::unique_ptr<HeartbeatBatcher> Batcher(int max_batch = 256, absl::Duration linger = absl::ZeroDuration()) {
     return std::make_unique<HeartbeatBatcher>(
         [this](const std::vector<HeartbeatCall>& calls, absl::Duration ttl,
                absl::Time now) -> absl::StatusOr<std::vector<HeartbeatReply>> {
@@ -54,7 +54,7 @@ class HeartbeatBatcherTest : public ::testing::Test {
           }
           return store_->Heartbeats(calls, ttl, now);
         },
-        &clock_, max_batch);
+        &clock_, max_batch, linger);
   }
 
   std::string Register(const std::string& name) { return testing::RegisterInStore(*store_, name, 1, clock_.Now()); }
@@ -98,6 +98,30 @@ class HeartbeatBatcherTest : public ::testing::Test {
   absl::Mutex mu_;
   std::vector<int> sizes_ ABSL_GUARDED_BY(mu_);
 };
+
+// Under steady load (a batch was written a moment ago) a batch that is not full waits for more
+// heartbeats, up to its linger; a heartbeat reaching a quiet batcher is written at once. The
+// linger here is an hour: a batch written before it is full was not kept waiting, and a quiet
+// heartbeat that waited would never be answered.
+TEST_F(HeartbeatBatcherTest, UnderLoadABatchWaitsForMoreHeartbeatsUntilItIsFull) {
+  const std::string first = Register("first"), a = Register("a"), b = Register("b"), c = Register("c");
+  auto batcher = Batcher(/*max_batch=*/3, /*linger=*/absl::Hours(1));
+  ASSERT_TRUE(batcher->Heartbeat({first, ExecutorState::kAvailable}, kTtl).ok()) << "a quiet batcher writes at once";
+
+  // Right after it, a's heartbeat waits for company; b's and c's fill the batch, written at once.
+  std::vector<absl::StatusOr<HeartbeatReply>> replies(3, absl::UnknownError("not answered"));
+  std::thread a_thread([&] { replies[0] = batcher->Heartbeat({a, ExecutorState::kAvailable}, kTtl); });
+  AwaitWaiting(*batcher, 1);
+  std::thread b_thread([&] { replies[1] = batcher->Heartbeat({b, ExecutorState::kAvailable}, kTtl); });
+  AwaitWaiting(*batcher, 2);
+  std::thread c_thread([&] { replies[2] = batcher->Heartbeat({c, ExecutorState::kAvailable}, kTtl); });
+  a_thread.join();
+  b_thread.join();
+  c_thread.join();
+  for (const auto& reply : replies) EXPECT_TRUE(reply.ok()) << reply.status();
+  EXPECT_THAT(sizes(), ElementsAre(1, 3));
+  EXPECT_EQ(batcher->batches(), 2);
+}
 
 TEST_F(HeartbeatBatcherTest, HeartbeatsThatArriveWhileABatchIsWrittenAreWrittenTogetherEachWithItsOwnAnswer) {
   const std::string first = Register("first");
