@@ -46,6 +46,15 @@ llama_variant() {
     # (see docs/architecture.md, "Determinism"). Costs some prompt throughput on CPU only.
     LLAMA_FLAGS+=(-DGGML_LLAMAFILE=OFF)
   fi
+  # No AMX kernels. -march=native turns them on wherever the CPU reports AMX (Sapphire Rapids and
+  # later), and there they crash in ggml_backend_amx_mul_mat on machines that report AMX without
+  # granting its tile state (seen on a cloud VM: the test models segfault at their first decode),
+  # and compute other bits than the AVX-512 kernels a gang's rpc-servers use. The AVX-512 and
+  # AVX2 kernels stay. The flags join the cache stamp, so a copy built with AMX is rebuilt.
+  if [ "$(uname -s)" = Linux ] && [ "$(uname -m)" = x86_64 ]; then
+    LLAMA_FLAGS+=("-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+                  "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+  fi
   return 0
 }
 
