@@ -445,7 +445,7 @@ class Fleet {
     void Send(v1::HeartbeatRequest request, Answer answer) {
       absl::MutexLock lock(&mu_);
       queue_.push_back({std::move(request), std::move(answer)});
-      if (queue_.size() == 1 && !broken_) StartFrontLocked();
+      StartNextLocked();
     }
     void Cancel() { context_.TryCancel(); }
 
@@ -461,11 +461,20 @@ class Fleet {
         answered = std::move(queue_.front());
         queue_.pop_front();
         reply = std::move(reply_);  // before the next read refills it
-        if (!queue_.empty()) StartFrontLocked();
+        reading_ = false;
+        StartNextLocked();
       }
       answered.answer(grpc::Status::OK, reply);
     }
-    void OnWriteDone(bool) override {}  // a failed write fails the read too
+    void OnWriteDone(bool ok) override {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) {
+        broken_ = true;  // OnDone fails what waits
+        return;
+      }
+      StartNextLocked();
+    }
     void OnDone(const grpc::Status& status) override {
       {
         absl::MutexLock lock(&e_->mu);
@@ -488,7 +497,10 @@ class Fleet {
       v1::HeartbeatRequest request;
       Answer answer;
     };
-    void StartFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // The front beat, once the one before it is answered and its write done (one write at a time).
+    void StartNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (broken_ || reading_ || writing_ || queue_.empty()) return;
+      reading_ = writing_ = true;
       request_ = queue_.front().request;
       StartRead(&reply_);
       StartWrite(&request_);
@@ -501,6 +513,8 @@ class Fleet {
     absl::Mutex mu_;
     std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);  // front: written, waiting for its answer
     bool broken_ ABSL_GUARDED_BY(mu_) = false;
+    bool reading_ ABSL_GUARDED_BY(mu_) = false;  // the front beat's answer is awaited
+    bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a write is outstanding
   };
 
  private:

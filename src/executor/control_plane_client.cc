@@ -25,82 +25,48 @@ std::string ReadFirstLine(const std::string& path) {
   return std::string(absl::StripAsciiWhitespace(line));
 }
 
-// The client's side of a Beats stream (proto: Beats): one heartbeat at a time, its caller waiting
-// for the answer. Once anything goes wrong (the server ended the stream, no answer in time) the
-// stream is broken for good: the owner opens another. It keeps itself alive until gRPC is done
-// with it (OnDone), whoever else still holds it.
-// Threads: Beat is called by one thread at a time (the owner serialises beats); Close from any.
-class BeatStream : public grpc::ClientBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse> {
+// The client's side of a Beats stream (proto: Beats), on gRPC's synchronous API: one heartbeat at
+// a time, its caller waiting for the answer. Once anything goes wrong (the server ended the
+// stream, no answer in time) the stream is broken for good: the owner closes it and opens another.
+// (Not the callback API: this gRPC's callback completion queue is shared by the process and torn
+// down when its last user goes; an executor with nothing else on it would risk that at every
+// reconnect. Everything of a synchronous stream is done when Beat or Close returns.)
+// Threads: Beat and Close are called by one thread at a time (the owner serialises them); Cancel,
+// from any thread, ends a Beat that waits too long.
+class BeatStream {
  public:
-  static std::shared_ptr<BeatStream> Open(v1::Executors::Stub* stub, const std::string& credential) {
-    std::shared_ptr<BeatStream> stream(new BeatStream);
-    stream->self_ = stream;
-    rpc::Prepare(stream->context_, credential, absl::InfiniteDuration());
-    stub->async()->Beats(&stream->context_, stream.get());
-    stream->StartCall();
-    return stream;
+  BeatStream(v1::Executors::Stub* stub, const std::string& credential) {
+    rpc::Prepare(context_, credential, absl::InfiniteDuration());
+    stream_ = stub->Beats(&context_);
   }
+  BeatStream(const BeatStream&) = delete;
+  BeatStream& operator=(const BeatStream&) = delete;
 
   // One heartbeat's answer; or, the stream broken, why (the stream's own status when the server
-  // ended it, DEADLINE_EXCEEDED when no answer came within `timeout`).
-  absl::StatusOr<v1::HeartbeatResponse> Beat(const v1::HeartbeatRequest& request, absl::Duration timeout) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (broken_) return Ended();
-      request_ = request;
-      answered_ = false;
-    }
-    StartRead(&reply_);
-    StartWrite(&request_);
-    absl::MutexLock lock(&mu_);
-    auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return answered_ || broken_; };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&settled), timeout)) {
-      broken_ = true;
-      context_.TryCancel();
-      return absl::DeadlineExceededError("the heartbeat stream did not answer in time");
-    }
-    if (answered_) return reply_;
-    // The read failed: the server ended the stream; its status comes with OnDone, right after.
-    mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Seconds(1));
-    return Ended();
-  }
-  void Close() {
-    context_.TryCancel();
-  }
-
-  void OnReadDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    if (ok) {
-      answered_ = true;
-    } else {
-      broken_ = true;
-    }
-  }
-  void OnWriteDone(bool) override {}  // a failed write fails the read too
-  void OnDone(const grpc::Status& status) override {
-    std::shared_ptr<BeatStream> last = std::move(self_);  // may be the last reference: goes last
-    absl::MutexLock lock(&mu_);
+  // ended it; CANCELLED when Cancel ended it, the caller's timeout).
+  absl::StatusOr<v1::HeartbeatResponse> Beat(const v1::HeartbeatRequest& request) {
+    v1::HeartbeatResponse reply;
+    if (!broken_ && stream_->Write(request) && stream_->Read(&reply)) return reply;
     broken_ = true;
-    done_ = true;
-    ended_ = status;
+    return Close();
   }
+  // Ends the stream (cancelling it unless the server already did) and returns how it ended.
+  absl::Status Close() {
+    if (!finished_) {
+      finished_ = true;
+      context_.TryCancel();
+      ended_ = stream_->Finish();
+    }
+    return ended_.ok() ? absl::UnavailableError("the heartbeat stream ended") : rpc::FromGrpc(ended_);
+  }
+  void Cancel() { context_.TryCancel(); }
 
  private:
-  BeatStream() = default;
-  absl::Status Ended() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!done_ || ended_.ok()) return absl::UnavailableError("the heartbeat stream ended");
-    return rpc::FromGrpc(ended_);
-  }
-
   grpc::ClientContext context_;
-  v1::HeartbeatRequest request_;  // written by Beat before each StartWrite; gRPC reads it until OnWriteDone
-  v1::HeartbeatResponse reply_;   // filled by gRPC before OnReadDone; Beat copies it out
-  absl::Mutex mu_;
-  bool answered_ ABSL_GUARDED_BY(mu_) = false;
-  bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status ended_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<BeatStream> self_;  // until OnDone
+  std::unique_ptr<grpc::ClientReaderWriter<v1::HeartbeatRequest, v1::HeartbeatResponse>> stream_;
+  bool broken_ = false;
+  bool finished_ = false;
+  grpc::Status ended_;
 };
 
 class GrpcControlPlaneClient : public ControlPlaneClient {
@@ -138,8 +104,15 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
       if (presence_context_) presence_context_->TryCancel();
     }
     if (presence_.joinable()) presence_.join();
-    absl::MutexLock lock(&beat_mu_);
-    if (beats_) beats_->Close();
+    {
+      absl::MutexLock lock(&beat_mu_);
+      if (beats_) (void)beats_->Close();
+    }
+    {
+      absl::MutexLock lock(&watch_mu_);
+      watch_stopping_ = true;
+    }
+    if (beat_watch_.joinable()) beat_watch_.join();
   }
   // On the Beats stream (opened at the first beat, and again at the beat after one breaks); a beat
   // the stream ended without answering is sent again as a Heartbeat call (a heartbeat is
@@ -149,12 +122,14 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) override {
     absl::MutexLock lock(&beat_mu_);
     if (beats_unsupported_) return Call(&v1::Executors::Stub::Heartbeat, request, v1::HeartbeatResponse());
-    if (!beats_) beats_ = BeatStream::Open(stub_.get(), Credential());
-    absl::StatusOr<v1::HeartbeatResponse> reply = beats_->Beat(request, kCallDeadline);
+    if (!beats_) beats_ = std::make_unique<BeatStream>(stub_.get(), Credential());
+    WatchBeat(kCallDeadline);
+    absl::StatusOr<v1::HeartbeatResponse> reply = beats_->Beat(request);
+    const bool timed_out = EndWatch();
     if (reply.ok()) return reply;
-    beats_->Close();
+    (void)beats_->Close();
     beats_.reset();
-    if (absl::IsDeadlineExceeded(reply.status())) return reply.status();
+    if (timed_out) return absl::DeadlineExceededError("the heartbeat stream did not answer in time");
     if (absl::IsUnimplemented(reply.status())) {
       MINIONS_LOG(Info) << "the server has no heartbeat stream (an older server): heartbeats are calls from now on";
       beats_unsupported_ = true;
@@ -284,10 +259,53 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
   std::shared_ptr<grpc::ClientContext> presence_context_ ABSL_GUARDED_BY(mu_);  // the open Attach stream's
   std::shared_ptr<grpc::ClientContext> lease_context_ ABSL_GUARDED_BY(mu_);     // the Lease call waiting now
   std::thread presence_;  // started by the first successful Register; joined by the destructor
+  // Watches the beat now on the stream: cancels it when it is not answered within `timeout` (the
+  // watch thread, started at the first beat).
+  void WatchBeat(absl::Duration timeout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(beat_mu_) {
+    absl::MutexLock lock(&watch_mu_);
+    watched_ = beats_.get();
+    watch_until_ = absl::Now() + timeout;
+    watch_fired_ = false;
+    if (!beat_watch_.joinable()) beat_watch_ = std::thread([this] { WatchLoop(); });
+  }
+  // Ends the watch of the beat; whether it cancelled the beat.
+  bool EndWatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(beat_mu_) {
+    absl::MutexLock lock(&watch_mu_);
+    watched_ = nullptr;
+    return watch_fired_;
+  }
+  void WatchLoop() {
+    absl::MutexLock lock(&watch_mu_);
+    while (!watch_stopping_) {
+      if (watched_ == nullptr) {
+        auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) { return watch_stopping_ || watched_ != nullptr; };
+        watch_mu_.Await(absl::Condition(&wake));
+        continue;
+      }
+      BeatStream* const watched = watched_;
+      auto ended = [this, watched]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) {
+        return watch_stopping_ || watched_ != watched;
+      };
+      if (!watch_mu_.AwaitWithDeadline(absl::Condition(&ended), watch_until_)) {
+        watched->Cancel();  // the stream is still open: its beat is under way (watched_ is set)
+        watch_fired_ = true;
+        watched_ = nullptr;
+      }
+    }
+  }
+
   // Heartbeats go one at a time (the stream carries one at a time).
   absl::Mutex beat_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  std::shared_ptr<BeatStream> beats_ ABSL_GUARDED_BY(beat_mu_);  // open, or none (opened at the next beat)
+  std::unique_ptr<BeatStream> beats_ ABSL_GUARDED_BY(beat_mu_);  // open, or none (opened at the next beat)
   bool beats_unsupported_ ABSL_GUARDED_BY(beat_mu_) = false;      // the server answered Beats UNIMPLEMENTED
+  // The watch of the beat under way (WatchBeat): its stream, until when it may take, and whether
+  // the watch cancelled it.
+  absl::Mutex watch_mu_ ABSL_ACQUIRED_AFTER(beat_mu_);
+  BeatStream* watched_ ABSL_GUARDED_BY(watch_mu_) = nullptr;
+  absl::Time watch_until_ ABSL_GUARDED_BY(watch_mu_);
+  bool watch_fired_ ABSL_GUARDED_BY(watch_mu_) = false;
+  bool watch_stopping_ ABSL_GUARDED_BY(watch_mu_) = false;
+  std::thread beat_watch_;  // started at the first beat; joined by the destructor
 };
 
 }  // namespace

@@ -145,10 +145,13 @@ TEST_F(BeatStreamTest, TheExecutorsClientBeatsOnTheStream) {
 
 // A server of the Executors service as an older one, or a broken one, answers: Enrol and Register
 // as anyone; Heartbeat calls counted; Beats either not there (UNIMPLEMENTED, as in a server from
-// before it) or ending each stream after reading one beat.
-class OlderServer final : public v1::Executors::Service {
+// before it), ending each stream after reading one beat, or reading one and never answering. On gRPC's callback API, as the real
+// server (a synchronous server made and shut down hundreds of times in a row trips an assertion
+// in this gRPC's own shutdown).
+class OlderServer final : public v1::Executors::CallbackService {
  public:
-  explicit OlderServer(bool has_beats) : has_beats_(has_beats) {
+  enum class BeatsMode { kNone, kBreak, kSilent };
+  explicit OlderServer(BeatsMode beats) : beats_(beats) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(this);
@@ -157,34 +160,55 @@ class OlderServer final : public v1::Executors::Service {
   ~OlderServer() override { server_->Shutdown(); }
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
 
-  grpc::Status Enrol(grpc::ServerContext*, const v1::EnrolRequest*, v1::EnrolResponse* reply) override {
+  grpc::ServerUnaryReactor* Enrol(grpc::CallbackServerContext* context, const v1::EnrolRequest*,
+                                  v1::EnrolResponse* reply) override {
     reply->set_executor_id("exe-older0000000");
     reply->set_credential("mne_older");
-    return grpc::Status::OK;
+    return Done(context);
   }
-  grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* request,
-                        v1::RegisterResponse* reply) override {
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
+                                     v1::RegisterResponse* reply) override {
     reply->set_executor_id(request->executor_id());
-    return grpc::Status::OK;
+    return Done(context);
   }
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*, v1::HeartbeatResponse* reply) override {
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context, const v1::HeartbeatRequest*,
+                                      v1::HeartbeatResponse* reply) override {
     ++calls;
     reply->set_lease_ttl_ms(9000);
-    return grpc::Status::OK;
+    return Done(context);
   }
-  grpc::Status Beats(grpc::ServerContext* context,
-                     grpc::ServerReaderWriter<v1::HeartbeatResponse, v1::HeartbeatRequest>* stream) override {
-    if (!has_beats_) return v1::Executors::Service::Beats(context, stream);
+  grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>* Beats(
+      grpc::CallbackServerContext* context) override {
+    if (beats_ == BeatsMode::kNone) return v1::Executors::CallbackService::Beats(context);
     ++streams;
-    v1::HeartbeatRequest beat;
-    stream->Read(&beat);
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this stream broke");
+    // Reads one beat, then ends the stream without answering it, or says nothing until cancelled.
+    class Broken : public grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse> {
+     public:
+      explicit Broken(bool silent) : silent_(silent) { StartRead(&beat_); }
+      void OnReadDone(bool ok) override {
+        if (!silent_ || !ok) Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "this stream broke"));
+      }
+      void OnCancel() override {
+        if (silent_) Finish(grpc::Status::CANCELLED);
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      const bool silent_;
+      v1::HeartbeatRequest beat_;
+    };
+    return new Broken(beats_ == BeatsMode::kSilent);
   }
 
   std::atomic<int> calls{0}, streams{0};
 
  private:
-  const bool has_beats_;
+  static grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  const BeatsMode beats_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
 };
@@ -198,7 +222,7 @@ std::unique_ptr<ControlPlaneClient> RegisteredClient(const OlderServer& server) 
 
 // Against a server without the stream every beat is a call, and the stream is not tried again.
 TEST(BeatStreamClient, AgainstAServerWithoutTheStreamEveryBeatIsACall) {
-  OlderServer older(/*has_beats=*/false);
+  OlderServer older(OlderServer::BeatsMode::kNone);
   std::unique_ptr<ControlPlaneClient> client = RegisteredClient(older);
   for (int i = 1; i <= 3; ++i) {
     ASSERT_OK_AND_ASSIGN(v1::HeartbeatResponse reply, client->Heartbeat(v1::HeartbeatRequest()));
@@ -209,7 +233,7 @@ TEST(BeatStreamClient, AgainstAServerWithoutTheStreamEveryBeatIsACall) {
 
 // A stream that breaks costs no beat: the beat goes as a call, and the next beat opens a new stream.
 TEST(BeatStreamClient, ABeatTheStreamCouldNotAnswerGoesAsACallAndTheNextOpensAnotherStream) {
-  OlderServer broken(/*has_beats=*/true);
+  OlderServer broken(OlderServer::BeatsMode::kBreak);
   std::unique_ptr<ControlPlaneClient> client = RegisteredClient(broken);
   for (int i = 1; i <= 3; ++i) {
     ASSERT_OK_AND_ASSIGN(v1::HeartbeatResponse reply, client->Heartbeat(v1::HeartbeatRequest()));
@@ -217,6 +241,18 @@ TEST(BeatStreamClient, ABeatTheStreamCouldNotAnswerGoesAsACallAndTheNextOpensAno
     EXPECT_EQ(broken.streams.load(), i);
     EXPECT_EQ(broken.calls.load(), i);
   }
+}
+
+// A stream that takes a beat and never answers (a wedged server) ends that beat after the call
+// deadline (10 s) with DEADLINE_EXCEEDED, not sent again as a call (a server that slow would keep a
+// call as long); the next beat opens another stream.
+TEST(BeatStreamClient, ABeatTheStreamNeverAnswersEndsAtTheDeadlineAndIsNotSentAgain) {
+  OlderServer silent(OlderServer::BeatsMode::kSilent);
+  std::unique_ptr<ControlPlaneClient> client = RegisteredClient(silent);
+  absl::StatusOr<v1::HeartbeatResponse> reply = client->Heartbeat(v1::HeartbeatRequest());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(reply.status())) << reply.status();
+  EXPECT_EQ(silent.calls.load(), 0);
+  EXPECT_EQ(silent.streams.load(), 1);
 }
 
 }  // namespace

@@ -57,8 +57,12 @@ absl::StatusOr<bool> TransactionRunner::WasCommitted(Connection& c, int64_t xid,
       last_error = connected;
     }
     if (!Backoff(backoff, deadline)) {
-      return absl::UnavailableError(
-          absl::StrCat("PostgreSQL: cannot learn whether a transaction committed: ", last_error.message()));
+      // The retry window ran out here rather than in Run (the last try's backend was still
+      // ending, or the database was gone): the same giving up, saying what is not known.
+      return absl::UnavailableError(absl::StrCat("PostgreSQL unavailable; gave up after ",
+                                                 absl::FormatDuration(kRetryWindow),
+                                                 " of tries: cannot learn whether a transaction committed: ",
+                                                 last_error.ok() ? "it was still in progress" : last_error.message()));
     }
   }
 }
