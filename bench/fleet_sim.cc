@@ -541,6 +541,12 @@ class Fleet {
       const absl::Time start = absl::Now();
       ++in_flight_;
       absl::MutexLock lock(&e->mu);
+      if (stopping_) {  // Stop may have passed this executor already: no stream it would not cancel
+        --in_flight_;
+        delete request;
+        delete call;
+        return;
+      }
       if (e->beats == nullptr) {
         ++in_flight_;  // the stream's own, until its OnDone
         e->beats = new BeatStreamer(this, e);

@@ -37,6 +37,9 @@ class BeatStream {
  public:
   BeatStream(v1::Executors::Stub* stub, const std::string& credential) {
     rpc::Prepare(context_, credential, absl::InfiniteDuration());
+    // Opening sends nothing and waits for nothing (no connection yet, say): the call's metadata
+    // goes with the first beat, whose wait is watched.
+    context_.set_initial_metadata_corked(true);
     stream_ = stub->Beats(&context_);
   }
   BeatStream(const BeatStream&) = delete;
@@ -48,20 +51,30 @@ class BeatStream {
     v1::HeartbeatResponse reply;
     if (!broken_ && stream_->Write(request) && stream_->Read(&reply)) return reply;
     broken_ = true;
-    return Close();
+    // Ended by the server (or by Cancel): its status, as it sent it (a cancel first would
+    // replace it with CANCELLED, and an older server's UNIMPLEMENTED would go unheard).
+    if (!finished_) {
+      finished_ = true;
+      ended_ = stream_->Finish();
+    }
+    return Ended();
   }
-  // Ends the stream (cancelling it unless the server already did) and returns how it ended.
+  // Ends the stream (cancelling it unless it has ended) and returns how it ended.
   absl::Status Close() {
     if (!finished_) {
       finished_ = true;
       context_.TryCancel();
       ended_ = stream_->Finish();
     }
-    return ended_.ok() ? absl::UnavailableError("the heartbeat stream ended") : rpc::FromGrpc(ended_);
+    return Ended();
   }
   void Cancel() { context_.TryCancel(); }
 
  private:
+  absl::Status Ended() const {
+    return ended_.ok() ? absl::UnavailableError("the heartbeat stream ended") : rpc::FromGrpc(ended_);
+  }
+
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::HeartbeatRequest, v1::HeartbeatResponse>> stream_;
   bool broken_ = false;

@@ -169,7 +169,16 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
     // Its liveness is written now: an idle poll of it renews nothing until an idle beat has passed
     // (so a fleet whose tasks all end at once, each executor then polling, adds no renewals to
     // the heartbeats' batches: each beat a moment ago).
-    if (options_.idle_polls_renew) renewed_at_[executor_id] = clock_->Now();
+    if (options_.idle_polls_renew) {
+      const absl::Time now = clock_->Now();
+      renewed_at_[executor_id] = now;
+      // A fleet that is never idle holds no poll, so the renewal scans that forget silent
+      // executors do not run: forget them here too, whenever the map has doubled.
+      if (renewed_at_.size() >= renewed_at_swept_size_ * 2 + 1024) {
+        ForgetSilentLocked(now);
+        renewed_at_swept_size_ = renewed_at_.size();
+      }
+    }
     // An executor whose state changed (its owner left) may be offered what it was not before.
     if (auto it = idle_.find(executor_id); it != idle_.end()) {
       if (it->second.reported && *it->second.reported != *state) {
@@ -198,6 +207,7 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
   std::optional<ModelHoldings> holdings;
   if (request.has_holdings()) holdings = minions::FromProto(request.holdings());
   const int64_t ttl_ms = absl::ToInt64Milliseconds(options_.lease_ttl);
+  heartbeats_in_flight_.fetch_add(1);  // its answer touches this object: the destructor waits for it
   chunks_.HeartbeatAsync(
       executor_id, *state, "", held, options_.lease_ttl, clock_->Now(), holdings,
       [this, executor_id, reply, ttl_ms, done = std::move(done)](absl::StatusOr<HeartbeatReply> answer) mutable {
@@ -207,6 +217,7 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
             renewed_at_.erase(executor_id);  // not written: a poll renews it at once
           }
           std::move(done)(answer.status());
+          heartbeats_in_flight_.fetch_sub(1);
           return;
         }
         for (const auto& c : answer->cancel) ToProto(c, reply->add_cancel());
@@ -215,6 +226,7 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
         reply->set_reregister(answer->unknown_executor);
         reply->set_lease_ttl_ms(ttl_ms);
         std::move(done)(absl::OkStatus());
+        heartbeats_in_flight_.fetch_sub(1);
       });
 }
 
@@ -268,6 +280,17 @@ class ExecutorService::BeatStream : public grpc::ServerBidiReactor<v1::Heartbeat
 
 grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>* ExecutorService::Beats(
     grpc::CallbackServerContext* context) {
+  // Checked when it opens too: a caller without an executor's credential holds no stream, even
+  // one that never sends a beat.
+  absl::StatusOr<std::string> executor_id = AuthorizeExecutor(context, "");
+  if (!executor_id.ok()) {
+    class Refused : public grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse> {
+     public:
+      explicit Refused(const absl::Status& why) { Finish(ToGrpc(why)); }
+      void OnDone() override { delete this; }
+    };
+    return new Refused(executor_id.status());
+  }
   return new BeatStream(this, context);
 }
 
@@ -425,8 +448,9 @@ ExecutorService::~ExecutorService() {
     threads.swap(lease_threads_);
   }
   for (std::thread& t : threads) t.join();
-  // Renewals still queued are answered into this object's maps: wait for them (the batcher, a
-  // member destroyed after these, answers what it holds before it goes).
+  // Renewals and heartbeats still queued are answered into this object's maps: wait for them (the
+  // batcher, a member destroyed after these, answers what it holds before it goes).
+  while (heartbeats_in_flight_.load() > 0) absl::SleepFor(absl::Milliseconds(1));
   absl::MutexLock lock(&work_mu_);
   work_mu_.Await(absl::Condition(
       +[](int64_t* in_flight) { return *in_flight == 0; }, &renewals_in_flight_));
@@ -698,13 +722,16 @@ std::vector<std::string> ExecutorService::DueRenewalsLocked(absl::Time now) {
   for (const auto& [executor_id, call] : idle_polls_) {
     if (RenewalDueLocked(executor_id, now)) due.push_back(executor_id);
   }
-  // Executors not heard from here for long (gone, or polling another server) are forgotten.
+  ForgetSilentLocked(now);
+  return due;
+}
+
+void ExecutorService::ForgetSilentLocked(absl::Time now) {
   const absl::Duration forget_after = options_.IdleHeartbeat() * 2;
   for (auto it = renewed_at_.begin(); it != renewed_at_.end();) {
     auto here = it++;
     if (now - here->second > forget_after && !idle_polls_.contains(here->first)) renewed_at_.erase(here);
   }
-  return due;
 }
 
 HeartbeatCall ExecutorService::IdleRenewal(const std::string& executor_id) {

@@ -228,6 +228,9 @@ class ExecutorService final : public ExecutorServiceBase {
   bool RenewalDueLocked(const std::string& executor_id, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   // The executors whose held idle polls are due a renewal (and forgets renewals long past).
   std::vector<std::string> DueRenewalsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Forgets the renewals of executors not heard from here for two idle heartbeats (gone, or
+  // heard by another server) whose idle poll is not held here.
+  void ForgetSilentLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   // Renews them, as idle heartbeats, in the heartbeats' group commit, without waiting. What the
   // store answers that an executor must hear (drain, register again) is kept for its held idle
   // poll (none held: dropped), and a parked one is answered at once.
@@ -310,7 +313,9 @@ class ExecutorService final : public ExecutorServiceBase {
   int64_t idle_renewals_ ABSL_GUARDED_BY(work_mu_) = 0;
   int64_t renewals_in_flight_ ABSL_GUARDED_BY(work_mu_) = 0;  // submitted, not answered yet
   int64_t detached_abruptly_ ABSL_GUARDED_BY(work_mu_) = 0;
+  size_t renewed_at_swept_size_ ABSL_GUARDED_BY(work_mu_) = 0;  // renewed_at_'s size after its last sweep
   std::atomic<int64_t> beats_streamed_{0};
+  std::atomic<int64_t> heartbeats_in_flight_{0};  // submitted to the batcher, not answered yet
   std::vector<std::thread> lease_threads_ ABSL_GUARDED_BY(work_mu_);
   // Whether each team has a running-task quota, as of checked_at (QuotaFreed).
   static constexpr absl::Duration kTeamQuotaRecheck = absl::Seconds(10);

@@ -52,7 +52,8 @@ class GroupCommitter {
 
   // `max_batch` <= 1: every call is its own transaction (no batching). `linger` > 0: under
   // steady load (the last batch ended less than `linger` ago), a batch smaller than max_batch waits
-  // up to `linger` for more calls before it commits; a call on a quiet committer never waits.
+  // for more calls until its oldest call has waited `linger`; a call that finds the committer idle
+  // for longer than that is written at once.
   GroupCommitter(CommitFn commit, int max_batch, absl::Duration linger = absl::ZeroDuration())
       : commit_(std::move(commit)),
         max_batch_(max_batch < 1 ? 1 : max_batch),
@@ -71,7 +72,8 @@ class GroupCommitter {
   // Queues `call`; `answer` gets its reply when its batch commits. Never blocks on the store.
   void Submit(Call call, Answer answer) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    queue_.push_back(Pending{std::move(call), std::move(answer)});
+    queue_.push_back(Pending{std::move(call), std::move(answer), absl::InfiniteFuture()});
+    if (linger_ > absl::ZeroDuration()) queue_.back().arrived = absl::Now();
   }
   // Submit, then wait for the answer on this thread.
   absl::StatusOr<Reply> Wait(Call call) ABSL_LOCKS_EXCLUDED(mu_) {
@@ -104,6 +106,7 @@ class GroupCommitter {
   struct Pending {
     Call call;
     Answer answer;
+    absl::Time arrived;  // when Submit queued it (only read with a linger)
     absl::StatusOr<Reply> reply = absl::UnknownError("not committed");
   };
 
@@ -121,7 +124,7 @@ class GroupCommitter {
           auto full = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
             return exiting_ || queue_.size() >= static_cast<size_t>(max_batch_);
           };
-          mu_.AwaitWithTimeout(absl::Condition(&full), linger_);
+          mu_.AwaitWithDeadline(absl::Condition(&full), queue_.front().arrived + linger_);
         }
         const size_t n = std::min(queue_.size(), static_cast<size_t>(max_batch_));
         batch.assign(std::make_move_iterator(queue_.begin()),

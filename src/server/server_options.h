@@ -66,7 +66,8 @@ struct ServerOptions {
   // Under steady load (a batch of heartbeats was written less than this ago), a batch waits up to
   // this long for more heartbeats before it is written: fewer, larger transactions (at 2,000
   // heartbeats a second, half the store's transactions and CPU) for a few milliseconds more per
-  // heartbeat. A heartbeat reaching a quiet server never waits. Zero: never wait.
+  // heartbeat, counted from the oldest heartbeat waiting. A heartbeat that finds no batch written
+  // for longer than this is written at once. Zero: never wait.
   absl::Duration heartbeat_linger = absl::Milliseconds(2);
   // Most executors' completions written in one store transaction (group commit, as heartbeats;
   // MetadataStore::CompleteMany); 1 writes each call alone.

@@ -331,7 +331,9 @@ TEST(Pool, AOneLineAtATimeRunnerServesTasksFarLargerThanAPipe) {
   v1::Job job = WaitForEnd(client, submitted->id(), absl::Minutes(5));
   ASSERT_EQ(job.state(), "completed") << job.error() << "; logs in " << dir << "/pool/logs";
   ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), Lines(FetchResults(pool, job.id(), true)));
-  for (const auto& t : *client.Tasks(job.id())) EXPECT_EQ(t.attempt(), 1) << "task " << t.index();
+  auto tasks = client.Tasks(job.id());  // held: a range over *Tasks(...) would outlive its StatusOr
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  for (const auto& t : *tasks) EXPECT_EQ(t.attempt(), 1) << "task " << t.index();
   if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 

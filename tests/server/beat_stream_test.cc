@@ -123,6 +123,13 @@ TEST_F(BeatStreamTest, RefusalsEndTheStreamWithTheirReason) {
     const grpc::Status ended = stream->Finish();
     EXPECT_EQ(ended.error_code(), code) << ended.error_message();
   }
+  {
+    // Refused when it opens, too: a stream without a credential that never sends a beat holds
+    // nothing at the server.
+    auto context = Context(&none);
+    auto stream = executors_->Beats(context.get());
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
   EXPECT_EQ(server_->executors().beats_streamed(), 0);
 }
 
@@ -179,8 +186,15 @@ class OlderServer final : public v1::Executors::CallbackService {
   }
   grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>* Beats(
       grpc::CallbackServerContext* context) override {
-    if (beats_ == BeatsMode::kNone) return v1::Executors::CallbackService::Beats(context);
     ++streams;
+    if (beats_ == BeatsMode::kNone) {  // as a server without the method answers (counted here)
+      class Unimplemented : public grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse> {
+       public:
+        Unimplemented() { Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "")); }
+        void OnDone() override { delete this; }
+      };
+      return new Unimplemented;
+    }
     // Reads one beat, then ends the stream without answering it, or says nothing until cancelled.
     class Broken : public grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse> {
      public:
@@ -228,6 +242,7 @@ TEST(BeatStreamClient, AgainstAServerWithoutTheStreamEveryBeatIsACall) {
     ASSERT_OK_AND_ASSIGN(v1::HeartbeatResponse reply, client->Heartbeat(v1::HeartbeatRequest()));
     EXPECT_EQ(reply.lease_ttl_ms(), 9000);
     EXPECT_EQ(older.calls.load(), i);
+    EXPECT_EQ(older.streams.load(), 1) << "the stream was tried once, at the first beat";
   }
 }
 
