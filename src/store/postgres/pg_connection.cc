@@ -106,7 +106,10 @@ absl::Status Connection::EnsureConnected() {
 }
 
 void Connection::Close() {
-  if (conn_ != nullptr) PQfinish(conn_);
+  if (conn_ != nullptr) {
+    if (const int pid = PQbackendPID(conn_); pid > 0) lost_backend_pid_ = pid;
+    PQfinish(conn_);
+  }
   conn_ = nullptr;
   prepared_.clear();  // prepared statements live and die with their session
   next_statement_ = 0;

@@ -150,6 +150,9 @@ class Connection {
   bool begin_pending() const { return begin_pending_; }
   // The id of the current writing transaction (0 before its first statement).
   int64_t xid() const { return xid_; }
+  // The server process of the last session this connection closed (0: none known): a transaction
+  // whose connection was lost may still be "in progress" there until it notices.
+  int lost_backend_pid() const { return lost_backend_pid_; }
 
   // Set by a transaction's body: a statement to run right after its COMMIT (sent together with
   // it, so in the same round trip), and what to do with the answer. Nothing happens to it when
@@ -216,6 +219,7 @@ class Connection {
   bool for_update_ = false;
   bool begin_pending_ = false;
   int64_t xid_ = 0;
+  int lost_backend_pid_ = 0;
   std::string lost_message_;  // why the last unfinished pipeline failed
   int next_statement_ = 0;    // names prepared statements
   const char* after_commit_sql_ = nullptr;

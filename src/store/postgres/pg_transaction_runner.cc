@@ -14,6 +14,13 @@ constexpr absl::Duration kFirstBackoff = absl::Milliseconds(20);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
 
 constexpr char kTxidStatus[] = "SELECT txid_status($1)";
+// Ends the server process of a lost connection that still runs transaction $2 (its 32-bit xid is
+// the low half of txid_current()'s), waiting up to 5 s for it to go: until it notices that its
+// client is gone (a closed socket, or TCP keepalive on a network that vanished) the transaction is
+// "in progress" and holds its locks. The xid check makes sure the process is that one still.
+constexpr char kEndLostBackend[] =
+    "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+    "WHERE pid = $1 AND backend_xid::text::bigint = $2::bigint % 4294967296";
 
 // A bit of jitter, so that servers that lost the database together do not retry in lockstep.
 absl::Duration Jittered(absl::Duration backoff) {
@@ -39,6 +46,8 @@ bool TransactionRunner::Backoff(absl::Duration& backoff, absl::Time deadline) {
 absl::StatusOr<bool> TransactionRunner::WasCommitted(Connection& c, int64_t xid, absl::Time deadline) {
   absl::Duration backoff = kFirstBackoff;
   absl::Status last_error;
+  const int lost_backend = c.lost_backend_pid();  // where the transaction ran, if its session was closed
+  bool ended_lost_backend = false;
   while (true) {
     absl::Status connected = c.EnsureConnected();
     if (connected.ok()) {
@@ -49,6 +58,15 @@ absl::StatusOr<bool> TransactionRunner::WasCommitted(Connection& c, int64_t xid,
         const std::string answer = status->IsNull(0, 0) ? "" : status->Text(0, 0);
         if (answer == "committed") return true;
         if (answer != "in progress") return false;  // aborted (or forgotten: never committed)
+        if (lost_backend > 0 && !ended_lost_backend) {
+          // Its process has not noticed yet: end it (once), then ask again at once. An error
+          // (no right to end it, an older PostgreSQL) leaves the waiting below to settle it.
+          ended_lost_backend = true;
+          c.StartTransaction(false);
+          (void)c.Exec(kEndLostBackend, Params().Int(lost_backend).Int(xid));
+          c.Rollback();
+          continue;
+        }
       } else {
         last_error = status.status();
         if (!c.retryable()) return last_error;
