@@ -773,6 +773,7 @@ struct Flags {
   int channels = 0;
   double warmup_s = 0;  // 0: one TTL
   double idle_s = 18;
+  double window_s = 10;  // the heartbeat tail of a long phase, by window of this many seconds
   int job_tasks = 2000;
   int64_t task_ms = 200;
   int run_threads = 4;
@@ -862,10 +863,11 @@ void Print(const Flags& flags, const std::string& store, int n, const PhaseRepor
     const absl::Time first = *std::min_element(s.heartbeat_at.begin(), s.heartbeat_at.end());
     std::map<int64_t, std::vector<double>> windows;
     for (size_t i = 0; i < s.heartbeat_at.size(); ++i) {
-      windows[absl::ToInt64Seconds(s.heartbeat_at[i] - first) / 10].push_back(s.heartbeat_ms[i]);
+      windows[static_cast<int64_t>(absl::ToDoubleSeconds(s.heartbeat_at[i] - first) / flags.window_s)].push_back(
+          s.heartbeat_ms[i]);
     }
-    printf("%-10s %-8s %6d %-5s heartbeats by 10 s from the first: n / p50 / p99 ms:", flags.label.c_str(),
-           store.c_str(), n, r.phase.c_str());
+    printf("%-10s %-8s %6d %-5s heartbeats by %g s from the first: n / p50 / p99 ms:", flags.label.c_str(),
+           store.c_str(), n, r.phase.c_str(), flags.window_s);
     for (const auto& [w, ms] : windows) printf("  %zu / %.0f / %.0f", ms.size(), Percentile(ms, 0.5), Percentile(ms, 0.99));
     printf("\n");
   }
@@ -1057,6 +1059,9 @@ int main(int argc, char** argv) {
   app.add_option("--channels", flags.channels, "gRPC connections (0: one per executor)")->capture_default_str();
   app.add_option("--warmup-s", flags.warmup_s, "seconds after the fleet is up before measuring (0: one TTL)");
   app.add_option("--idle-s", flags.idle_s, "seconds of the idle phase")->capture_default_str();
+  app.add_option("--window-s", flags.window_s, "a long phase's heartbeats are also shown by window of this many seconds")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
   app.add_option("--job-tasks", flags.job_tasks, "one-record tasks of the job phase (0: none)")->capture_default_str();
   app.add_option("--task-ms", flags.task_ms, "the fake runner's time per task")->capture_default_str();
   app.add_option("--run-threads", flags.run_threads, "threads of the fake runner's file I/O")->capture_default_str();

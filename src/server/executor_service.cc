@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "model/model_ref.h"
 #include "server/call_auth.h"
 #include "server/keys.h"
@@ -459,7 +460,12 @@ ExecutorService::~ExecutorService() {
 void ExecutorService::StartLeaseThreads() {
   absl::MutexLock lock(&work_mu_);
   if (!lease_threads_.empty()) return;
-  for (int i = 0; i < std::max(options_.lease_threads, 1); ++i) lease_threads_.emplace_back([this] { LeaseThreadLoop(); });
+  for (int i = 0; i < std::max(options_.lease_threads, 1); ++i) {
+    lease_threads_.emplace_back([this] {
+      NameThisThread("lease");
+      LeaseThreadLoop();
+    });
+  }
 }
 
 grpc::ServerUnaryReactor* ExecutorService::Lease(grpc::CallbackServerContext* context, const v1::LeaseRequest* request,
@@ -772,7 +778,9 @@ void ExecutorService::RenewIdle(const std::vector<std::string>& executor_ids) {
       call->state = HeldLease::State::kReady;
       ready_.push_back(call);
     };
-    heartbeats_.Submit(IdleRenewal(executor_id), options_.lease_ttl, std::move(answer));
+    // Deferred: a renewal is due well before the executor's last beat expires, and thousands may
+    // fall due together; executors waiting for their heartbeats' answers go first.
+    heartbeats_.SubmitDeferred(IdleRenewal(executor_id), options_.lease_ttl, std::move(answer));
   }
 }
 

@@ -328,7 +328,7 @@ class ExecutorService final : public ExecutorServiceBase {
   // CommitCompletions. Last: built after, and ended (its queue committed) before, what that uses.
   GroupCommitter<CompletionCall, std::vector<absl::Status>> completions_{
       [this](const std::vector<CompletionCall>& calls) { return CommitCompletions(calls); },
-      options_.completion_batch};
+      options_.completion_batch, absl::ZeroDuration(), "done-commit"};
 };
 
 }  // namespace minions

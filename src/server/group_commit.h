@@ -20,10 +20,17 @@
 // on the committer thread, one after another: answers must be quick and must not call back into
 // this committer (they finish a gRPC call, or wake a blocked caller). The destructor commits what
 // is queued and answers it before it returns.
+//
+// Deferred calls (SubmitDeferred) are writes nobody waits on at once (the server's renewals of
+// idle executors, thousands due together): they fill the room the waiting calls leave in a batch,
+// so that a storm of them never stands between a caller and its answer. While calls wait, a batch
+// takes at most max_batch/4 deferred ones (a quick batch), and every other batch keeps at least
+// max_batch/8 (at least one) for them, so a steady flood of calls does not starve them either.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <iterator>
 #include <thread>
@@ -38,6 +45,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/thread_name.h"
 
 namespace minions {
 
@@ -53,12 +61,17 @@ class GroupCommitter {
   // `max_batch` <= 1: every call is its own transaction (no batching). `linger` > 0: under
   // steady load (the last batch ended less than `linger` ago), a batch smaller than max_batch waits
   // for more calls until its oldest call has waited `linger`; a call that finds the committer idle
-  // for longer than that is written at once.
-  GroupCommitter(CommitFn commit, int max_batch, absl::Duration linger = absl::ZeroDuration())
+  // for longer than that is written at once (deferred calls never wait for company).
+  // `thread_name` names the committer thread (top -H, perf).
+  GroupCommitter(CommitFn commit, int max_batch, absl::Duration linger = absl::ZeroDuration(),
+                 const char* thread_name = "group-commit")
       : commit_(std::move(commit)),
         max_batch_(max_batch < 1 ? 1 : max_batch),
         linger_(linger),
-        committer_([this] { CommitLoop(); }) {}
+        committer_([this, thread_name] {
+          NameThisThread(thread_name);
+          CommitLoop();
+        }) {}
   ~GroupCommitter() {
     {
       absl::MutexLock lock(&mu_);
@@ -75,6 +88,11 @@ class GroupCommitter {
     queue_.push_back(Pending{std::move(call), std::move(answer), absl::InfiniteFuture()});
     if (linger_ > absl::ZeroDuration()) queue_.back().arrived = absl::Now();
   }
+  // Queues `call` behind those of Submit (see the top of this file); answered as they are.
+  void SubmitDeferred(Call call, Answer answer) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    deferred_.push_back(Pending{std::move(call), std::move(answer), absl::InfiniteFuture()});
+  }
   // Submit, then wait for the answer on this thread.
   absl::StatusOr<Reply> Wait(Call call) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::StatusOr<Reply> reply = absl::UnknownError("not committed");
@@ -87,8 +105,8 @@ class GroupCommitter {
     return reply;
   }
 
-  // Batches committed and calls answered so far, and calls waiting for the batch that commits
-  // now to end (metrics, tests).
+  // Batches committed and calls answered so far, and calls (deferred ones too) waiting for the
+  // batch that commits now to end (metrics, tests).
   int64_t batches() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     return batches_;
@@ -99,7 +117,7 @@ class GroupCommitter {
   }
   int64_t waiting() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    return static_cast<int64_t>(queue_.size());
+    return static_cast<int64_t>(queue_.size() + deferred_.size());
   }
 
  private:
@@ -117,19 +135,18 @@ class GroupCommitter {
       std::vector<Pending> batch;
       {
         absl::MutexLock lock(&mu_);
-        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return exiting_ || !queue_.empty(); };
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return exiting_ || !queue_.empty() || !deferred_.empty();
+        };
         mu_.Await(absl::Condition(&ready));
-        if (queue_.empty()) return;  // exiting, and nothing waits
-        if (linger_ > absl::ZeroDuration() && absl::Now() - last_end_ < linger_) {
+        if (queue_.empty() && deferred_.empty()) return;  // exiting, and nothing waits
+        if (!queue_.empty() && linger_ > absl::ZeroDuration() && absl::Now() - last_end_ < linger_) {
           auto full = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
             return exiting_ || queue_.size() >= static_cast<size_t>(max_batch_);
           };
           mu_.AwaitWithDeadline(absl::Condition(&full), queue_.front().arrived + linger_);
         }
-        const size_t n = std::min(queue_.size(), static_cast<size_t>(max_batch_));
-        batch.assign(std::make_move_iterator(queue_.begin()),
-                     std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(n)));
-        queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+        TakeBatchLocked(batch);
       }
       Commit(batch);
       {
@@ -143,7 +160,26 @@ class GroupCommitter {
     }
   }
 
-  // Commits `batch` (already taken from the queue), setting each call's reply.
+  // Moves the next batch out of the queues: the waiting calls first, then deferred ones in the
+  // room left (see the top of this file).
+  void TakeBatchLocked(std::vector<Pending>& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const size_t max = static_cast<size_t>(max_batch_);
+    size_t kept = 0;  // room kept for deferred calls in this batch
+    if (!deferred_.empty() && !last_took_deferred_) kept = std::min(deferred_.size(), std::max<size_t>(1, max / 8));
+    const size_t calls = std::min(queue_.size(), max - kept);
+    size_t deferred = std::min(deferred_.size(), max - calls);
+    if (calls > 0) deferred = std::min(deferred, std::max(kept, max / 4));
+    batch.reserve(calls + deferred);
+    for (auto* from : {&queue_, &deferred_}) {
+      const size_t n = from == &queue_ ? calls : deferred;
+      batch.insert(batch.end(), std::make_move_iterator(from->begin()),
+                   std::make_move_iterator(from->begin() + static_cast<std::ptrdiff_t>(n)));
+      from->erase(from->begin(), from->begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    last_took_deferred_ = deferred > 0;
+  }
+
+  // Commits `batch` (already taken from the queues), setting each call's reply.
   void Commit(std::vector<Pending>& batch) {
     std::vector<Call> calls;
     calls.reserve(batch.size());
@@ -173,7 +209,9 @@ class GroupCommitter {
   const absl::Duration linger_;
   mutable absl::Mutex mu_;
   absl::Time last_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // when the last batch committed
-  std::vector<Pending> queue_ ABSL_GUARDED_BY(mu_);  // arrived, not yet taken into a batch
+  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);     // arrived (Submit), not yet taken into a batch
+  std::deque<Pending> deferred_ ABSL_GUARDED_BY(mu_);  // arrived (SubmitDeferred), not yet taken
+  bool last_took_deferred_ ABSL_GUARDED_BY(mu_) = false;  // the last batch had deferred calls
   bool exiting_ ABSL_GUARDED_BY(mu_) = false;
   int64_t batches_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t committed_ ABSL_GUARDED_BY(mu_) = 0;

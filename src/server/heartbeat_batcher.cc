@@ -21,6 +21,6 @@ HeartbeatBatcher::HeartbeatBatcher(CommitFn commit, Clock* clock, int max_batch,
             for (HeartbeatReply& reply : *replies) answers.push_back(std::move(reply));
             return answers;
           },
-          max_batch, linger) {}
+          max_batch, linger, "hb-commit") {}
 
 }  // namespace minions

@@ -53,6 +53,11 @@ class HeartbeatBatcher {
   void Submit(HeartbeatCall call, absl::Duration ttl, Answer answer) {
     group_.Submit(Timed{std::move(call), ttl}, std::move(answer));
   }
+  // Queues a heartbeat nobody waits on at once (an idle executor's renewal by the server): it
+  // fills the room the waiting heartbeats leave in a batch (GroupCommitter::SubmitDeferred).
+  void SubmitDeferred(HeartbeatCall call, absl::Duration ttl, Answer answer) {
+    group_.SubmitDeferred(Timed{std::move(call), ttl}, std::move(answer));
+  }
   // Submit, then wait for the answer on this thread.
   absl::StatusOr<HeartbeatReply> Heartbeat(HeartbeatCall call, absl::Duration ttl) {
     return group_.Wait(Timed{std::move(call), ttl});

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "dashboard/status_endpoints.h"
 
 namespace minions {
@@ -78,7 +79,12 @@ absl::Status MinionsServer::Start() {
       return s;
     }
   }
-  if (options_.background_thread) background_ = std::thread([this] { BackgroundLoop(); });
+  if (options_.background_thread) {
+    background_ = std::thread([this] {
+      NameThisThread("server-bg");
+      BackgroundLoop();
+    });
+  }
   serving_ = true;
   MINIONS_LOG(Info) << "server listening on " << address() << (options_.tls.enabled() ? " (TLS)" : " (plain text, loopback)")
                     << (watchdog_ ? " with the watchdog" : "")

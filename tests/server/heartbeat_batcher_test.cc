@@ -43,6 +43,9 @@ class HeartbeatBatcherTest : public ::testing::Test {
           {
             absl::MutexLock lock(&mu_);
             sizes_.push_back(static_cast<int>(calls.size()));
+            std::vector<std::string> ids;
+            for (const HeartbeatCall& call : calls) ids.push_back(call.executor_id);
+            batches_.push_back(std::move(ids));
           }
           if (hold_) {
             hold_ = false;
@@ -89,6 +92,11 @@ class HeartbeatBatcherTest : public ::testing::Test {
     absl::MutexLock lock(&mu_);
     return sizes_;
   }
+  // The executors of each batch written, in order.
+  std::vector<std::vector<std::string>> batches() {
+    absl::MutexLock lock(&mu_);
+    return batches_;
+  }
 
   testing::FakeClock clock_;
   std::unique_ptr<SqliteMetadataStore> store_;
@@ -97,6 +105,7 @@ class HeartbeatBatcherTest : public ::testing::Test {
   std::string failing_;  // set before any heartbeat
   absl::Mutex mu_;
   std::vector<int> sizes_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<std::string>> batches_ ABSL_GUARDED_BY(mu_);
 };
 
 // Under steady load (a batch was written a moment ago) a batch that is not full waits for more
@@ -290,6 +299,71 @@ TEST_F(HeartbeatBatcherTest, ABatchOfOneWritesEachHeartbeatAlone) {
   for (std::thread* t : {&first_thread, &a_thread, &b_thread}) t->join();
   EXPECT_THAT(sizes(), ElementsAre(1, 1, 1));
   EXPECT_EQ(batcher->batches(), 3);
+}
+
+// The server's renewals of idle executors are deferred: thousands fall due together, and none
+// may stand between an executor and its heartbeat's answer. Here ten renewals and two heartbeats
+// wait while a batch is written (batches of 4): the heartbeats go in the next batch, with one
+// renewal beside them (a quick batch); the renewals follow in full batches, each answered and
+// written (the renewed executors' last beat is the batch's time).
+TEST_F(HeartbeatBatcherTest, DeferredRenewalsFillTheRoomWaitingHeartbeatsLeaveAndNeverGoFirst) {
+  const std::string first = Register("first"), a = Register("a"), b = Register("b");
+  std::vector<std::string> idle;
+  for (int i = 0; i < 10; ++i) idle.push_back(Register(absl::StrCat("idle", i)));
+  auto batcher = Batcher(/*max_batch=*/4);
+  hold_ = true;
+  std::thread first_thread([&] { EXPECT_TRUE(batcher->Heartbeat({first, ExecutorState::kAvailable}, kTtl).ok()); });
+  entered_.WaitForNotification();
+  absl::Mutex renewed_mu;
+  int renewed = 0;
+  for (const std::string& id : idle) {
+    batcher->SubmitDeferred({id, ExecutorState::kAvailable}, kTtl, [&](absl::StatusOr<HeartbeatReply> reply) {
+      EXPECT_TRUE(reply.ok()) << reply.status();
+      absl::MutexLock lock(&renewed_mu);
+      ++renewed;
+    });
+  }
+  AwaitWaiting(*batcher, 10);
+  clock_.Advance(absl::Seconds(3));
+  std::thread a_thread([&] { EXPECT_TRUE(batcher->Heartbeat({a, ExecutorState::kAvailable}, kTtl).ok()); });
+  AwaitWaiting(*batcher, 11);
+  std::thread b_thread([&] { EXPECT_TRUE(batcher->Heartbeat({b, ExecutorState::kAvailable}, kTtl).ok()); });
+  AwaitWaiting(*batcher, 12);
+  open_.Notify();
+  for (std::thread* t : {&first_thread, &a_thread, &b_thread}) t->join();
+  batcher.reset();  // writes and answers what is queued
+
+  EXPECT_THAT(batches(), ElementsAre(ElementsAre(first), ElementsAre(a, b, idle[0]),
+                                     ElementsAre(idle[1], idle[2], idle[3], idle[4]),
+                                     ElementsAre(idle[5], idle[6], idle[7], idle[8]), ElementsAre(idle[9])));
+  EXPECT_EQ(renewed, 10);
+  for (const std::string& id : idle) {
+    auto executor = store_->GetExecutor(id);
+    ASSERT_TRUE(executor.ok());
+    EXPECT_EQ(executor->last_heartbeat_at, clock_.Now());
+  }
+}
+
+// ... and a steady flood of heartbeats does not starve them: a batch that took no renewal is
+// followed by one that keeps room for one (an eighth of the batch, at least one).
+TEST_F(HeartbeatBatcherTest, AFloodOfHeartbeatsLeavesRoomForDeferredRenewals) {
+  const std::string first = Register("first");
+  std::vector<std::string> busy;
+  for (int i = 0; i < 8; ++i) busy.push_back(Register(absl::StrCat("busy", i)));
+  const std::string r1 = Register("r1"), r2 = Register("r2");
+  auto batcher = Batcher(/*max_batch=*/4);
+  hold_ = true;
+  batcher->Submit({first, ExecutorState::kAvailable}, kTtl, [](absl::StatusOr<HeartbeatReply>) {});
+  entered_.WaitForNotification();
+  for (const std::string& id : {r1, r2}) {
+    batcher->SubmitDeferred({id, ExecutorState::kAvailable}, kTtl, [](absl::StatusOr<HeartbeatReply>) {});
+  }
+  for (const std::string& id : busy) batcher->Submit({id, ExecutorState::kBusy}, kTtl, [](absl::StatusOr<HeartbeatReply>) {});
+  AwaitWaiting(*batcher, 10);
+  open_.Notify();
+  batcher.reset();
+  EXPECT_THAT(batches(), ElementsAre(ElementsAre(first), ElementsAre(busy[0], busy[1], busy[2], r1),
+                                     ElementsAre(busy[3], busy[4], busy[5], busy[6]), ElementsAre(busy[7], r2)));
 }
 
 }  // namespace
