@@ -15,8 +15,10 @@ inline void NameThisThread(std::string_view name) {
   const std::string cut(name.substr(0, 15));
 #if defined(__APPLE__)
   pthread_setname_np(cut.c_str());
-#else
+#elif defined(__linux__)
   pthread_setname_np(pthread_self(), cut.c_str());
+#else
+  (void)cut;  // elsewhere threads stay unnamed
 #endif
 }
 

@@ -740,10 +740,12 @@ void ExecutorService::ForgetSilentLocked(absl::Time now) {
   }
 }
 
-HeartbeatCall ExecutorService::IdleRenewal(const std::string& executor_id) {
+HeartbeatCall ExecutorService::IdleRenewal(const std::string& executor_id) const {
   HeartbeatCall renewal;
   renewal.executor_id = executor_id;
   renewal.state = ExecutorState::kAvailable;
+  // Deferred behind heartbeats: the executor's own beat may be written first; then it stands.
+  renewal.unless_heard_since = clock_->Now();
   return renewal;
 }
 

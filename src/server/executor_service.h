@@ -236,7 +236,7 @@ class ExecutorService final : public ExecutorServiceBase {
   // poll (none held: dropped), and a parked one is answered at once.
   void RenewIdle(const std::vector<std::string>& executor_ids) ABSL_LOCKS_EXCLUDED(work_mu_);
   // A renewal: an idle heartbeat (state available, nothing held, holdings unchanged).
-  static HeartbeatCall IdleRenewal(const std::string& executor_id);
+  HeartbeatCall IdleRenewal(const std::string& executor_id) const;
   // How often the lease threads look for held idle polls due a renewal (a renewal is due this much
   // before an idle beat has passed, so they come at most an idle beat apart, as the executor's own
   // beats would).

@@ -23,9 +23,13 @@
 //
 // Deferred calls (SubmitDeferred) are writes nobody waits on at once (the server's renewals of
 // idle executors, thousands due together): they fill the room the waiting calls leave in a batch,
-// so that a storm of them never stands between a caller and its answer. While calls wait, a batch
-// takes at most max_batch/4 deferred ones (a quick batch), and every other batch keeps at least
-// max_batch/8 (at least one) for them, so a steady flood of calls does not starve them either.
+// so that a storm of them does not queue ahead of the callers (a caller waits at most for the one
+// batch being written when it came). While calls wait, a batch takes at most max(max_batch/4, the
+// room kept below) deferred ones (a quick batch). A batch that took none is followed by one that
+// keeps max_batch/8 (at least one) for them, and half the batch once the oldest has waited
+// through kDeferredPatience batches: a steady flood of calls delays them, never starves them
+// (counted in batches, not time, so that what lands in which batch follows from the calls alone). Within a batch the
+// deferred calls come after the waiting ones.
 
 #include <algorithm>
 #include <cstddef>
@@ -33,6 +37,7 @@
 #include <deque>
 #include <functional>
 #include <iterator>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -64,11 +69,11 @@ class GroupCommitter {
   // for longer than that is written at once (deferred calls never wait for company).
   // `thread_name` names the committer thread (top -H, perf).
   GroupCommitter(CommitFn commit, int max_batch, absl::Duration linger = absl::ZeroDuration(),
-                 const char* thread_name = "group-commit")
+                 std::string thread_name = "group-commit")
       : commit_(std::move(commit)),
         max_batch_(max_batch < 1 ? 1 : max_batch),
         linger_(linger),
-        committer_([this, thread_name] {
+        committer_([this, thread_name = std::move(thread_name)] {
           NameThisThread(thread_name);
           CommitLoop();
         }) {}
@@ -91,7 +96,7 @@ class GroupCommitter {
   // Queues `call` behind those of Submit (see the top of this file); answered as they are.
   void SubmitDeferred(Call call, Answer answer) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    deferred_.push_back(Pending{std::move(call), std::move(answer), absl::InfiniteFuture()});
+    deferred_.push_back(Pending{std::move(call), std::move(answer), absl::InfiniteFuture(), batches_});
   }
   // Submit, then wait for the answer on this thread.
   absl::StatusOr<Reply> Wait(Call call) ABSL_LOCKS_EXCLUDED(mu_) {
@@ -105,8 +110,8 @@ class GroupCommitter {
     return reply;
   }
 
-  // Batches committed and calls answered so far, and calls (deferred ones too) waiting for the
-  // batch that commits now to end (metrics, tests).
+  // Batches committed and calls answered so far, and calls (deferred ones too) not yet taken into
+  // a batch (metrics, tests).
   int64_t batches() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     return batches_;
@@ -125,6 +130,7 @@ class GroupCommitter {
     Call call;
     Answer answer;
     absl::Time arrived;  // when Submit queued it (only read with a linger)
+    int64_t batches_before = 0;  // batches committed when it was queued (read for deferred calls)
     absl::StatusOr<Reply> reply = absl::UnknownError("not committed");
   };
 
@@ -165,17 +171,24 @@ class GroupCommitter {
   void TakeBatchLocked(std::vector<Pending>& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const size_t max = static_cast<size_t>(max_batch_);
     size_t kept = 0;  // room kept for deferred calls in this batch
-    if (!deferred_.empty() && !last_took_deferred_) kept = std::min(deferred_.size(), std::max<size_t>(1, max / 8));
+    if (!deferred_.empty()) {
+      if (batches_ - deferred_.front().batches_before >= kDeferredPatience) {
+        kept = std::max<size_t>(1, max / 2);
+      } else if (!last_took_deferred_) {
+        kept = std::max<size_t>(1, max / 8);
+      }
+      kept = std::min(kept, deferred_.size());
+    }
     const size_t calls = std::min(queue_.size(), max - kept);
     size_t deferred = std::min(deferred_.size(), max - calls);
     if (calls > 0) deferred = std::min(deferred, std::max(kept, max / 4));
     batch.reserve(calls + deferred);
-    for (auto* from : {&queue_, &deferred_}) {
-      const size_t n = from == &queue_ ? calls : deferred;
-      batch.insert(batch.end(), std::make_move_iterator(from->begin()),
-                   std::make_move_iterator(from->begin() + static_cast<std::ptrdiff_t>(n)));
-      from->erase(from->begin(), from->begin() + static_cast<std::ptrdiff_t>(n));
-    }
+    batch.insert(batch.end(), std::make_move_iterator(queue_.begin()),
+                 std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(calls)));
+    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(calls));
+    batch.insert(batch.end(), std::make_move_iterator(deferred_.begin()),
+                 std::make_move_iterator(deferred_.begin() + static_cast<std::ptrdiff_t>(deferred)));
+    deferred_.erase(deferred_.begin(), deferred_.begin() + static_cast<std::ptrdiff_t>(deferred));
     last_took_deferred_ = deferred > 0;
   }
 
@@ -203,6 +216,9 @@ class GroupCommitter {
       }
     }
   }
+
+  // Batches a deferred call waits through before it gets half of each batch (the top of this file).
+  static constexpr int64_t kDeferredPatience = 16;
 
   const CommitFn commit_;
   const int max_batch_;

@@ -62,6 +62,11 @@ struct HeartbeatCall {
   std::string reason;
   std::vector<LeaseProgress> held;
   std::optional<ModelHoldings> holdings;
+  // A renewal on the executor's behalf (the server's, from its idle poll): written only if the
+  // store has heard nothing from the executor since this time. One heard since (its own beat,
+  // written first, even in the same batch) said more, its state, and renewed it too: the renewal is
+  // skipped (its reply says only `drain`), so a renewal that waited never overwrites a newer state.
+  std::optional<absl::Time> unless_heard_since;
 };
 
 // One executor's completion reports, as MetadataStore::CompleteMany takes several executors' at

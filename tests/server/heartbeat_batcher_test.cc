@@ -366,5 +366,33 @@ TEST_F(HeartbeatBatcherTest, AFloodOfHeartbeatsLeavesRoomForDeferredRenewals) {
                                      ElementsAre(busy[3], busy[4], busy[5], busy[6]), ElementsAre(busy[7], r2)));
 }
 
+// The shares at a batch of 16: one that follows a batch without renewals keeps 2 (an eighth)
+// for them; while heartbeats wait, a batch takes at most 4 (a quarter); alone they fill it.
+TEST_F(HeartbeatBatcherTest, DeferredRenewalsGetAnEighthKeptAndAQuarterAtMostWhileHeartbeatsWait) {
+  const std::string first = Register("first");
+  std::vector<std::string> busy, idle;
+  for (int i = 0; i < 20; ++i) busy.push_back(Register(absl::StrCat("busy", i)));
+  for (int i = 0; i < 10; ++i) idle.push_back(Register(absl::StrCat("idle", i)));
+  auto batcher = Batcher(/*max_batch=*/16);
+  hold_ = true;
+  batcher->Submit({first, ExecutorState::kAvailable}, kTtl, [](absl::StatusOr<HeartbeatReply>) {});
+  entered_.WaitForNotification();
+  for (const std::string& id : idle) {
+    batcher->SubmitDeferred({id, ExecutorState::kAvailable}, kTtl, [](absl::StatusOr<HeartbeatReply>) {});
+  }
+  for (const std::string& id : busy) batcher->Submit({id, ExecutorState::kBusy}, kTtl, [](absl::StatusOr<HeartbeatReply>) {});
+  AwaitWaiting(*batcher, 30);
+  open_.Notify();
+  batcher.reset();
+  EXPECT_THAT(sizes(), ElementsAre(1, 16, 10, 4));
+  const auto written = batches();
+  ASSERT_THAT(written, SizeIs(4));
+  EXPECT_EQ(written[1][13], busy[13]);
+  EXPECT_EQ(written[1][14], idle[0]);
+  EXPECT_EQ(written[2][5], busy[19]);
+  EXPECT_EQ(written[2][6], idle[2]);
+  EXPECT_EQ(written[3][3], idle[9]);
+}
+
 }  // namespace
 }  // namespace minions

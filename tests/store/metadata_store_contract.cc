@@ -663,6 +663,38 @@ TEST_P(MetadataStoreContract, ABatchOfHeartbeatsIsAnsweredAsEachWouldBeAlone) {
   EXPECT_THAT(replies, IsEmpty());
 }
 
+// A server's renewal of an idle executor (it waited behind heartbeats) is written only if the
+// executor was not heard since the renewal was made: a beat of its own written first, in an
+// earlier batch or earlier in the same one, said its state, and the renewal does not undo it.
+TEST_P(MetadataStoreContract, ARenewalMadeBeforeTheExecutorsOwnBeatWasWrittenLeavesThatBeatsState) {
+  const std::string a = Register("a");
+  const std::string b = Register("b");
+  const std::string c = Register("c");
+  Advance(absl::Seconds(10));
+  const absl::Time made = now_;  // the renewals are made now, then wait
+  auto renewal = [&](const std::string& id) {
+    HeartbeatCall call{id, ExecutorState::kAvailable, "", {}, std::nullopt};
+    call.unless_heard_since = made;
+    return call;
+  };
+  Advance(absl::Seconds(1));
+  // a's own beat (its owner came back) is written before its renewal, in an earlier batch.
+  ASSERT_OK(store_->Heartbeats({{a, ExecutorState::kOwnerActive, "", {}, std::nullopt}}, kTtl, now_).status());
+  Advance(absl::Seconds(1));
+  // b's own beat and its renewal in one batch (the renewal after it); c was not heard: renewed.
+  ASSERT_OK_AND_ASSIGN(std::vector<HeartbeatReply> replies,
+                       store_->Heartbeats({renewal(a), {b, ExecutorState::kDraining, "", {}, std::nullopt}, renewal(b),
+                                           renewal(c)},
+                                          kTtl, now_));
+  ASSERT_THAT(replies, SizeIs(4));
+  EXPECT_EQ(GetExecutor(a).state, ExecutorState::kOwnerActive);
+  EXPECT_EQ(GetExecutor(a).last_heartbeat_at, now_ - absl::Seconds(1)) << "a's renewal was written";
+  EXPECT_EQ(GetExecutor(b).state, ExecutorState::kDraining);
+  EXPECT_EQ(GetExecutor(b).last_heartbeat_at, now_);
+  EXPECT_EQ(GetExecutor(c).state, ExecutorState::kAvailable);
+  EXPECT_EQ(GetExecutor(c).last_heartbeat_at, now_);
+}
+
 // --- the servers agree on the object store ---
 
 TEST_P(MetadataStoreContract, TheFirstServersObjectStoreIsRecordedAndAServerWithAnotherIsRefused) {

@@ -695,6 +695,10 @@ absl::StatusOr<std::vector<HeartbeatReply>> PostgresMetadataStore::Heartbeats(co
         reply.unknown_executor = true;
         continue;
       }
+      if (call.unless_heard_since && executor->second.last_heartbeat_at >= *call.unless_heard_since) {
+        reply.drain = executor->second.drain_requested;  // heard since: nothing to write
+        continue;
+      }
       seen.insert(call.executor_id);
       rules::RecordHeartbeat(executor->second, call.state, call.reason, now, call.holdings);
       for (const LeaseProgress& progress : call.held) {

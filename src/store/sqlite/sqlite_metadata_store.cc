@@ -626,6 +626,10 @@ absl::StatusOr<std::vector<HeartbeatReply>> SqliteMetadataStore::Heartbeats(cons
       }
       RETURN_IF_ERROR(loaded.status());
       Executor& executor = *loaded;
+      if (call.unless_heard_since && executor.last_heartbeat_at >= *call.unless_heard_since) {
+        reply.drain = executor.drain_requested;  // heard since: nothing to write
+        continue;
+      }
       rules::RecordHeartbeat(executor, call.state, call.reason, now, call.holdings);
       for (const LeaseProgress& progress : call.held) {
         absl::StatusOr<Task> task = LoadTask(progress.job_id, progress.task_index);
