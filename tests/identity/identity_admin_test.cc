@@ -56,7 +56,9 @@ TEST_F(IdentityAdminTest, TheStoreKeepsOnlyTheHashAndTheRecordSaysWhoIssuedIt) {
   EXPECT_EQ(stored->created_by, "tok-0123456789ab");
   EXPECT_EQ(stored->scopes, ScopeSet{Scope::kJobsRead});
   EXPECT_FALSE(stored->expires_at.has_value());
-  for (const TokenRecord& record : *store_->ListTokens({})) {
+  absl::StatusOr<std::vector<TokenRecord>> tokens = store_->ListTokens({});  // held: the loop reads into it
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  for (const TokenRecord& record : *tokens) {
     EXPECT_EQ(record.secret_hash.find(issued->text), std::string::npos);
     EXPECT_NE(record.principal, issued->text);
   }
