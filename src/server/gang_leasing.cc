@@ -35,6 +35,12 @@ absl::StatusOr<GangLeasing::CheckInAnswer> GangLeasing::CheckIn(const std::strin
       return answer;
     }
   }
+  // A reservation that completes is granted (Form: the gang seated in the store) before any other
+  // check-in may begin the next: begun in between, it would see the new gang's executors as not
+  // yet seated and its task as still pending, and reserve the same executors for the same task
+  // again, to form the moment the leader next checks in (after its attempt ended, with a member
+  // that may have left since).
+  absl::MutexLock forming(&form_mu_);
   GangReserver::Answer reserved = reserver_.CheckIn(executor_id);
   if (reserved.verdict == GangReserver::Verdict::kFree && !reserver_.busy()) {
     MaybeBegin(now);
@@ -49,6 +55,7 @@ absl::StatusOr<GangLeasing::CheckInAnswer> GangLeasing::CheckIn(const std::strin
     case GangReserver::Verdict::kFormed:
       break;
   }
+  if (before_form_) before_form_();
   if (absl::Status formed = Form(reserved, now); !formed.ok()) {
     MINIONS_LOG(Info) << "gang for task " << reserved.request.key << " not formed: " << formed.message();
     return answer;

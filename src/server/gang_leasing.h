@@ -23,6 +23,7 @@
 //
 // Ownership: the GangReserver and the deliveries not yet taken. Threads: thread-safe.
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,17 +78,23 @@ class GangLeasing {
   // formed right after a member's death could seat the dead member (its last heartbeat is still
   // within the TTL), and its leader would wait for a gate that never answers.
   void Lost(const std::string& executor_id, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // Tests: called by the check-in that completes a reservation, before it grants it.
+  void SetBeforeFormForTesting(std::function<void()> hook) { before_form_ = std::move(hook); }
 
  private:
   // Begins a reservation for the next gang task when there is one and a gang for it.
-  void MaybeBegin(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  void MaybeBegin(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(form_mu_) ABSL_LOCKS_EXCLUDED(mu_);
   // The reservation `formed` became a gang: grant it and queue the deliveries.
-  absl::Status Form(const GangReserver::Answer& formed, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Form(const GangReserver::Answer& formed, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(form_mu_)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   MetadataStore* const store_;
   Clock* const clock_;
   const GangLeasingOptions options_;
   GangReserver reserver_;
+  // Held by a check-in from its reservation's answer to its gang's grant (CheckIn); taken before mu_.
+  absl::Mutex form_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::function<void()> before_form_;  // set before any check-in (tests)
   absl::Mutex mu_;
   absl::Time next_look_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // What formed gangs hand to their executors at their next Lease call.

@@ -5,10 +5,15 @@
 
 #include <deque>
 #include <map>
+#include <thread>
 
+#include "absl/synchronization/notification.h"
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "server/gang_leasing.h"
+#include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/even_tasks.h"
 #include "testing/fake_clock.h"
 
 namespace minions {
@@ -194,6 +199,85 @@ TEST(GangReserver, TwoGangJobsAndAStreamOfSingleJobsNeverDeadlock) {
   EXPECT_GT(singles_done, 100);
   EXPECT_GE(reserver.released(), 1);  // c's return released the first reservation
   EXPECT_FALSE(reserver.busy());
+}
+
+// GangLeasing on a real store: the check-in that completes a reservation grants it (the gang
+// seated, the task leased) before any other check-in may begin a reservation. Before, another
+// executor's check-in in between (another lease thread) saw the gang's executors unseated and the
+// task still pending, and reserved the same two for the same task again; that reservation formed
+// the moment the leader checked in after its attempt ended (a member's owner came back), with the
+// member that had left: its leader waited a minute for a gate that never answered (the flaky
+// GangEndToEnd.AMembersOwnerReturningPreemptsTheAttemptAndNeverWaits). Here the member checks in
+// again on another thread while the grant is held at the hook.
+TEST(GangLeasing, NoReservationBeginsWhileACompletedOneIsBeingGranted) {
+  testing::FakeClock clock;
+  auto opened = SqliteMetadataStore::Open(":memory:", StoreOptions{});
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::unique_ptr<SqliteMetadataStore> store = std::move(*opened);
+  auto join = [&](const std::string& name, const std::string& address, int64_t gib) {
+    ExecutorInfo info;
+    info.name = name;
+    info.os = "linux";
+    info.memory_bytes = gib * kGiB;
+    info.runners = {"llama"};
+    info.max_tasks = 1;
+    info.gang_address = address;
+    auto executor = store->RegisterExecutor("", info, clock.Now());
+    EXPECT_TRUE(executor.ok()) << executor.status();
+    return executor.ok() ? executor->id : "";
+  };
+  const std::string lead = join("lead", "10.9.0.1:50052", 16);  // the larger leads
+  const std::string member = join("member", "10.9.0.2:50052", 8);
+  JobSpec spec;
+  spec.team = "search";
+  spec.model = "/models/big.gguf";
+  spec.input_key = "inputs/in.jsonl";
+  spec.shard_size = 10;
+  spec.gang_size = 2;
+  auto job = store->CreateJob(spec, clock.Now());
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(store->AddTasks(job->id, testing::EvenTasks(1, 10, 1000), 10, clock.Now()).ok());
+  GangLeasing gangs(store.get(), &clock, GangLeasingOptions{});
+
+  ASSERT_TRUE(gangs.CheckIn(lead, clock.Now())->held);  // begins the reservation
+  clock.Advance(absl::Seconds(2));                       // a later check-in may look again
+  // The member completes it; while its grant is held, the member checks in again elsewhere.
+  absl::StatusOr<GangLeasing::CheckInAnswer> again = absl::UnknownError("not checked in");
+  std::thread other;
+  absl::Notification other_done;
+  bool fired = false;
+  gangs.SetBeforeFormForTesting([&] {
+    if (fired) return;
+    fired = true;
+    other = std::thread([&] {
+      again = gangs.CheckIn(member, clock.Now());
+      other_done.Notify();
+    });
+    // It waits for the grant, so this wait runs out (2 s); were it not held back, it would have
+    // begun another reservation by then.
+    other_done.WaitForNotificationWithTimeout(absl::Seconds(2));
+  });
+  auto formed = gangs.CheckIn(member, clock.Now());
+  other.join();
+  ASSERT_TRUE(formed.ok() && formed->formed);
+  ASSERT_TRUE(again.ok()) << again.status();
+  // It looked after the grant: the task leased, nothing to reserve (its duty waits for its next call).
+  EXPECT_FALSE(again->held) << "another reservation was begun for the gang's executors";
+  ASSERT_EQ(gangs.TakeDuties(member).size(), 1u);  // its lease answer carries its duty
+  auto leased = gangs.CheckIn(lead, clock.Now());
+  ASSERT_TRUE(leased.ok());
+  ASSERT_EQ(leased->leases.size(), 1u);
+  const Lease lease = leased->leases.front();
+
+  // The attempt ends at once (the member's owner came back); the leader checks in again: no
+  // reservation stood for the same two, so nothing is granted before anyone is looked at anew.
+  ASSERT_TRUE(store->FailTask(lead, lease.task.job_id, lease.task.index, lease.task.attempt, FailureClass::kPreempted,
+                              "gang member 10.9.0.2:50052 does not answer", clock.Now())
+                  .ok());
+  auto after = gangs.CheckIn(lead, clock.Now());
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->leases.empty()) << "a gang re-formed from a reservation begun during the last grant";
+  EXPECT_FALSE(after->formed);
 }
 
 }  // namespace
