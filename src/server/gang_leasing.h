@@ -78,6 +78,8 @@ class GangLeasing {
   // formed right after a member's death could seat the dead member (its last heartbeat is still
   // within the TTL), and its leader would wait for a gate that never answers.
   void Lost(const std::string& executor_id, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a reservation is in progress (tests).
+  bool reserving() { return reserver_.busy(); }
   // Tests: called by the check-in that completes a reservation, before it grants it.
   void SetBeforeFormForTesting(std::function<void()> hook) { before_form_ = std::move(hook); }
 
