@@ -28,8 +28,8 @@
 // room kept below) deferred ones (a quick batch). A batch that took none is followed by one that
 // keeps max_batch/8 (at least one) for them, and half the batch once the oldest has waited
 // through kDeferredPatience batches: a steady flood of calls delays them, never starves them
-// (counted in batches, not time, so that what lands in which batch follows from the calls alone). Within a batch the
-// deferred calls come after the waiting ones.
+// (counted in batches, not time, so that what lands in which batch follows from the calls
+// alone). Within a batch the deferred calls come after the waiting ones.
 
 #include <algorithm>
 #include <cstddef>

@@ -112,6 +112,10 @@ void RegisterExecutor(Executor& executor, bool exists, const ExecutorInfo& info,
   executor.drain_requested = false;
 }
 
+bool HeardSince(const Executor& executor, const std::optional<absl::Time>& unless_heard_since) {
+  return unless_heard_since && executor.last_heartbeat_at >= *unless_heard_since;
+}
+
 void RecordHeartbeat(Executor& executor, ExecutorState state, const std::string& reason, absl::Time now,
                      const std::optional<ModelHoldings>& holdings) {
   executor.last_heartbeat_at = now;

@@ -45,6 +45,11 @@ absl::Status FinishJob(Job& job, const std::string& output_key, const std::strin
 // revoked executor stays revoked (only its info and times change).
 void RegisterExecutor(Executor& executor, bool exists, const ExecutorInfo& info, absl::Time now);
 
+// Whether a renewal made at `unless_heard_since` (HeartbeatCall's) comes after the executor was
+// heard from since (its own beat, even one written earlier in the same batch): then it is skipped,
+// never written over that beat's state.
+bool HeardSince(const Executor& executor, const std::optional<absl::Time>& unless_heard_since);
+
 // Heartbeat: alive again if it was lost, in the state it reports, except that a drain asked for
 // stays visible until the executor itself reports draining, and a revoked executor stays revoked.
 // `holdings`, when given, replaces what it holds of the models.

@@ -695,7 +695,7 @@ absl::StatusOr<std::vector<HeartbeatReply>> PostgresMetadataStore::Heartbeats(co
         reply.unknown_executor = true;
         continue;
       }
-      if (call.unless_heard_since && executor->second.last_heartbeat_at >= *call.unless_heard_since) {
+      if (rules::HeardSince(executor->second, call.unless_heard_since)) {
         reply.drain = executor->second.drain_requested;  // heard since: nothing to write
         continue;
       }

@@ -626,7 +626,7 @@ absl::StatusOr<std::vector<HeartbeatReply>> SqliteMetadataStore::Heartbeats(cons
       }
       RETURN_IF_ERROR(loaded.status());
       Executor& executor = *loaded;
-      if (call.unless_heard_since && executor.last_heartbeat_at >= *call.unless_heard_since) {
+      if (rules::HeardSince(executor, call.unless_heard_since)) {
         reply.drain = executor.drain_requested;  // heard since: nothing to write
         continue;
       }
