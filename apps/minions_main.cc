@@ -337,7 +337,7 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
     fprintf(stderr, "error: %s\n", std::string(join_token.status().message()).c_str());
     return 1;
   }
-  auto channel = minions::rpc::OpenChannel(connection.server, connection.tls);
+  auto channel = minions::rpc::OpenChannel(connection.server, connection.tls, minions::rpc::ChannelUse::kExecutor);
   if (!channel.ok()) {
     fprintf(stderr, "error: %s\n", std::string(channel.status().message()).c_str());
     return 1;

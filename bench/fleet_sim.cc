@@ -927,7 +927,7 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
   Fleet fleet(options, flags.run_threads);
   const int channels = flags.channels > 0 ? std::min(flags.channels, n) : n;
   for (int i = 0; i < channels; ++i) {
-    grpc::ChannelArguments args = minions::rpc::ChannelArgs();
+    grpc::ChannelArguments args = minions::rpc::ChannelArgs(minions::rpc::ChannelUse::kExecutor);
     args.SetInt("minions.fleet_sim.channel", i);  // a connection of its own (no shared subchannel)
     fleet.AddStub(v1::Executors::NewStub(
         grpc::CreateCustomChannel(connection.server, grpc::InsecureChannelCredentials(), args)));

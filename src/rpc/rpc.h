@@ -28,8 +28,27 @@ inline absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
+// What a channel carries, for its transport settings.
+enum class ChannelUse {
+  kClient,    // a person's or a program's calls: inputs, model parts and results, large messages
+  kExecutor,  // an executor's control calls: small messages, one connection of thousands
+};
+
+// gRPC's bandwidth-delay probe (BDP), off on the server's connections (server.cc) and executors'
+// channels. On a connection that receives data it sends a PING and keeps a timer armed until the
+// next one, so a server with 10,000 executors answered pings at the rate of their heartbeats and
+// held 10,000 more timers: dear on Debian's gRPC, built with its debug checks, which walk a pending
+// timer's hash chain at every timer set and cancel, and every outstanding operation of the
+// process's one completion queue, under its lock, at every completion. Off: the fleet simulator's
+// server took 24-35 % less CPU, its 10,000 clients about a third less, and the heartbeat p99 fell
+// from 140-305 ms to 65-71 ms (docs/benchmarks.md, "Tenth round"). What it costs: the probe grows
+// receive windows on long fat links, so a large message sent *to the server* on a slow-RTT link
+// arrives slower (a 56 MB inline input over a 20 ms RTT: 1.7 s with it, 2.7 s without). Clients
+// keep it: what they receive in bulk (results) is where it helps them.
+inline constexpr bool kServerBdpProbe = false;
+
 // The channel arguments every client uses.
-inline grpc::ChannelArguments ChannelArgs() {
+inline grpc::ChannelArguments ChannelArgs(ChannelUse use = ChannelUse::kClient) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(1 << 30);
   args.SetMaxSendMessageSize(1 << 30);
@@ -41,12 +60,13 @@ inline grpc::ChannelArguments ChannelArgs() {
   // Reconnect quickly after a server restart instead of backing off for up to two minutes.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  if (use == ChannelUse::kExecutor) args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);  // see kServerBdpProbe
   return args;
 }
 
 // A plain-text channel (loopback; rpc/tls.h OpenChannel chooses TLS or refuses otherwise).
-inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), ChannelArgs());
+inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, ChannelUse use = ChannelUse::kClient) {
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), ChannelArgs(use));
 }
 
 // Sets the token and a deadline on a call.

@@ -45,7 +45,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
   return grpc::SslServerCredentials(options);
 }
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address, const ClientTls& tls) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address, const ClientTls& tls,
+                                                          ChannelUse use) {
   if (!tls.enabled()) {
     if (!IsLoopbackAddress(address)) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -53,13 +54,13 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& ad
           ": credentials would cross the network in the clear. Pass the pool's CA certificate "
           "(--ca FILE or MINIONS_CA) to use TLS"));
     }
-    return MakeChannel(address);
+    return MakeChannel(address, use);
   }
   absl::StatusOr<std::string> ca = ReadPem(tls.ca_file, "CA certificate");
   if (!ca.ok()) return ca.status();
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = *ca;
-  grpc::ChannelArguments args = ChannelArgs();
+  grpc::ChannelArguments args = ChannelArgs(use);
   if (!tls.server_name.empty()) args.SetSslTargetNameOverride(tls.server_name);
   return grpc::CreateCustomChannel(address, grpc::SslCredentials(options), args);
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "rpc/rpc.h"
 
 namespace minions::rpc {
 
@@ -40,6 +41,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
 
 // A channel to `address`: TLS checked against `tls.ca_file`, or plain text to a loopback address
 // (FailedPrecondition otherwise: the credential would travel in the clear).
-absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address, const ClientTls& tls);
+absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const std::string& address, const ClientTls& tls,
+                                                          ChannelUse use = ChannelUse::kClient);
 
 }  // namespace minions::rpc

@@ -4,6 +4,7 @@
 #include "common/logging.h"
 #include "common/thread_name.h"
 #include "dashboard/status_endpoints.h"
+#include "rpc/rpc.h"
 
 namespace minions {
 
@@ -51,6 +52,7 @@ absl::Status MinionsServer::Start() {
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 256);
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, 16 << 10);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, rpc::kServerBdpProbe ? 1 : 0);  // why: rpc.h
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen,
