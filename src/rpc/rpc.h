@@ -40,14 +40,14 @@ enum class ChannelUse {
 // held 10,000 more timers: dear on Debian's gRPC, built with its debug checks, which walk a pending
 // timer's hash chain at every timer set and cancel, and every outstanding operation of the
 // process's one completion queue, under its lock, at every completion. Off: the fleet simulator's
-// server took 24-35 % less CPU, its 10,000 clients about a third less, and the heartbeat p99 fell
-// from 140-305 ms to 65-71 ms (docs/benchmarks.md, "Tenth round"). What it costs: the probe grows
-// receive windows on long fat links, so a large message sent *to the server* on a slow-RTT link
-// arrives slower (a 56 MB inline input over a 20 ms RTT: 1.7 s with it, 2.7 s without). Clients
-// keep it: what they receive in bulk (results) is where it helps them.
+// server took 10-37 % less CPU, its 10,000 clients 23-35 % less, and the heartbeat p99 fell two- to
+// fivefold, to 55-74 ms (docs/benchmarks.md, "Tenth round"). What it costs: the probe grows
+// receive windows on long fat links, so a large message sent *to the server* over a long round
+// trip arrives slower (a 56 MB inline input over 20 ms: 1.4-1.9 s with it, 2.4-3.1 s without).
+// Clients keep it: what they receive in bulk (results) is where it helps them.
 inline constexpr bool kServerBdpProbe = false;
 
-// The channel arguments every client uses.
+// The channel arguments of every channel to a server (`use` picks the probe, above).
 inline grpc::ChannelArguments ChannelArgs(ChannelUse use = ChannelUse::kClient) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(1 << 30);

@@ -35,7 +35,7 @@ namespace minions::testing {
 class LeaseHolder {
  public:
   explicit LeaseHolder(const cli::Connection& connection) : connection_(connection) {
-    auto channel = rpc::OpenChannel(connection.server, connection.tls);
+    auto channel = rpc::OpenChannel(connection.server, connection.tls, rpc::ChannelUse::kExecutor);
     if (channel.ok()) {
       stub_ = v1::Executors::NewStub(*channel);
     } else {
