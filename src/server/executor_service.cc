@@ -489,7 +489,7 @@ grpc::ServerUnaryReactor* ExecutorService::Lease(grpc::CallbackServerContext* co
       renew = RenewalDueLocked(call->executor_id, now);
       if (next_renewal_scan_ == absl::InfiniteFuture()) next_renewal_scan_ = now + RenewalScanPeriod();
     }
-    ready_.push_back(call);
+    MakeReadyLocked(call);
   }
   if (renew) RenewIdle({*executor_id});
   return call;
@@ -512,24 +512,18 @@ void ExecutorService::LeaseThreadLoop() {
         while (!parked_.empty() && parked_.begin()->first <= now) {
           HeldLease* due = parked_.begin()->second;
           parked_.erase(parked_.begin());
-          due->state = HeldLease::State::kReady;
-          ready_.push_back(due);
+          MakeReadyLocked(due);
         }
         if (next_renewal_scan_ <= now) {
           renew = DueRenewalsLocked(now);
           next_renewal_scan_ = idle_polls_.empty() ? absl::InfiniteFuture() : now + RenewalScanPeriod();
           if (!renew.empty()) break;
         }
-        if (!ready_.empty()) {
-          call = ready_.front();
-          ready_.pop_front();
-          call->state = HeldLease::State::kServing;
-          break;
-        }
-        if (exiting_) return;
+        if ((call = NextToServeLocked()) != nullptr) break;
+        if (exiting_ && ready_.empty() && prefetches_.empty()) return;
         auto runnable = [this] {
           work_mu_.AssertHeld();
-          return !ready_.empty() || !detached_.empty() || exiting_;
+          return !ready_.empty() || (!prefetches_.empty() && idle_unserved_ == 0) || !detached_.empty() || exiting_;
         };
         absl::Time due = next_renewal_scan_;
         if (!parked_.empty()) due = std::min(due, parked_.begin()->first);
@@ -548,12 +542,44 @@ void ExecutorService::LeaseThreadLoop() {
       BackUpTasksOf(detached);
       continue;
     }
+    const bool idle = call->idle;  // (the call may be gone once served)
     Serve(call);
+    if (idle) {
+      absl::MutexLock lock(&work_mu_);
+      --idle_unserved_;
+    }
   }
 }
 
+void ExecutorService::MakeReadyLocked(HeldLease* call) {
+  call->state = HeldLease::State::kReady;
+  if (call->idle) {
+    ++idle_unserved_;  // until its serving ends (LeaseThreadLoop)
+    ready_.push_back(call);
+  } else if (call->request->reclaim() || gangs_.HasDuties(call->executor_id)) {
+    ready_.push_back(call);
+  } else {
+    prefetches_.push_back(call);
+  }
+}
+
+ExecutorService::HeldLease* ExecutorService::NextToServeLocked() {
+  std::deque<HeldLease*>* queue = nullptr;
+  if (!ready_.empty()) {
+    queue = &ready_;
+  } else if (!prefetches_.empty() && (idle_unserved_ == 0 || exiting_)) {
+    queue = &prefetches_;
+  } else {
+    return nullptr;
+  }
+  HeldLease* call = queue->front();
+  queue->pop_front();
+  call->state = HeldLease::State::kServing;
+  return call;
+}
+
 void ExecutorService::Serve(HeldLease* call) {
-  const int max_tasks = std::clamp(call->request->max_tasks(), 1, 64);
+  int max_tasks = std::clamp(call->request->max_tasks(), 1, 64);
   const absl::Time now = clock_->Now();
   uint64_t generation = 0;
   absl::StatusOr<std::vector<minions::Lease>> leases;
@@ -561,6 +587,8 @@ void ExecutorService::Serve(HeldLease* call) {
   bool noticed = false;
   {
     absl::MutexLock lock(&work_mu_);
+    // Other idle executors wait to be served: one task each first (see the top of the header).
+    if (call->idle && idle_unserved_ > 1) max_tasks = 1;
     cancelled = call->cancelled;
     if (!cancelled && TakePollNoticeLocked(call->executor_id, call->reply)) {
       // A renewal found it drained or unknown: it hears that now, instead of work.
@@ -589,8 +617,7 @@ void ExecutorService::Serve(HeldLease* call) {
       if (generation != work_generation_ || poll_notices_.contains(call->executor_id)) {
         // Work was announced while this looked (look again), or a renewal found something the
         // executor must hear (answered at the next look).
-        call->state = HeldLease::State::kReady;
-        ready_.push_back(call);
+        MakeReadyLocked(call);
         return;
       }
       absl::Time wake = call->deadline;
@@ -621,10 +648,7 @@ void ExecutorService::Cancelled(HeldLease* call) {
 }
 
 void ExecutorService::WakeParkedLocked() {
-  for (const auto& [wake, call] : parked_) {
-    call->state = HeldLease::State::kReady;
-    ready_.push_back(call);
-  }
+  for (const auto& [wake, call] : parked_) MakeReadyLocked(call);
   parked_.clear();
 }
 
@@ -777,8 +801,7 @@ void ExecutorService::RenewIdle(const std::vector<std::string>& executor_ids) {
       if (it->second->state != HeldLease::State::kParked) return;  // heard at its next look
       HeldLease* call = it->second;
       parked_.erase({call->wake_at, call});
-      call->state = HeldLease::State::kReady;
-      ready_.push_back(call);
+      MakeReadyLocked(call);
     };
     // Deferred: a renewal is due well before the executor's last beat expires, and thousands may
     // fall due together; executors waiting for their heartbeats' answers go first.

@@ -17,6 +17,14 @@
 // scheduling, model/placement.h): an executor that found nothing looks again when such a wait ends,
 // not only at its idle recheck, so a cold executor waits no longer than the warm wait.
 //
+// Spread before stacking: while idle executors wait here to be served (woken by work, not yet
+// answered), a held Lease grants an idle executor one task at most, and a Lease of an executor
+// that already holds tasks (its prefetch) waits until they have been served. A task queued behind
+// another on one machine while a second machine sits idle is time lost to the job: with more
+// executors than tasks, prefetching two each had half the fleet idle and the job twice as long.
+// Once no idle executor waits here, prefetches are granted as before. Each server counts the
+// executors waiting on it alone.
+//
 // The typed methods (taking an executor id) are the calls without gRPC, for a caller already
 // authenticated as that executor (an in-process control plane in tests).
 // Threads: called on gRPC's threads; thread-safe. Held Lease calls are served by
@@ -298,9 +306,19 @@ class ExecutorService final : public ExecutorServiceBase {
   // a warm-executor wait if one comes first (and forgets the waits that have ended).
   absl::Time NextRecheckLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   int64_t lease_lookups_ ABSL_GUARDED_BY(work_mu_) = 0;
-  // Held Lease calls: to serve now, and parked until (wake time, call).
+  // Held Lease calls: to serve now, and parked until (wake time, call). Prefetches (calls of
+  // executors that hold tasks already) wait in prefetches_ while idle executors' calls are ready or
+  // being served (idle_unserved_ counts those), and are served once none is (see the top).
   std::deque<HeldLease*> ready_ ABSL_GUARDED_BY(work_mu_);
+  std::deque<HeldLease*> prefetches_ ABSL_GUARDED_BY(work_mu_);
+  int64_t idle_unserved_ ABSL_GUARDED_BY(work_mu_) = 0;
   std::set<std::pair<absl::Time, HeldLease*>> parked_ ABSL_GUARDED_BY(work_mu_);
+  // Queues a held call to be served: an idle executor's, or one that must not wait (a reclaim, a
+  // gang duty), in ready_; a prefetch in prefetches_.
+  void MakeReadyLocked(HeldLease* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // The next call to serve, if any may be served now (ready_ first; prefetches_ only when no idle
+  // executor's call is ready or being served).
+  HeldLease* NextToServeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   // Open Attach streams per executor, and executors whose last one closed (to back up).
   absl::flat_hash_map<std::string, int> attached_ ABSL_GUARDED_BY(work_mu_);
   std::deque<std::string> detached_ ABSL_GUARDED_BY(work_mu_);

@@ -18,13 +18,14 @@ class IdleFleetTest : public GrpcServiceTest {
   // A long poll on `stub` as `executor_id`, waiting up to 30 s of the (fake) clock; the call's
   // real deadline is the fixture's 10 s, the test's failure if no wake-up comes.
   // `idle`: LeaseRequest.idle (the executor holds nothing: the poll stands for its idle heartbeat).
+  // `max_tasks`: LeaseRequest.max_tasks (an executor's prefetch window).
   std::thread LongPoll(v1::Executors::Stub* stub, const std::string& executor_id, grpc::Status* status,
-                       v1::LeaseResponse* reply, bool idle = false) {
+                       v1::LeaseResponse* reply, bool idle = false, int max_tasks = 1) {
     auto context = ExecutorContext(executor_id);
-    return std::thread([stub, executor_id, status, reply, idle, context = std::move(context)] {
+    return std::thread([stub, executor_id, status, reply, idle, max_tasks, context = std::move(context)] {
       v1::LeaseRequest request;
       request.set_executor_id(executor_id);
-      request.set_max_tasks(1);
+      request.set_max_tasks(max_tasks);
       request.set_wait_ms(30000);
       request.set_idle(idle);
       *status = stub->Lease(context.get(), request, reply);
@@ -282,6 +283,49 @@ TEST_F(IdleFleetTest, AWaitingLeaseHoldsNoLookupsAndIsWokenBySubmissionOnItsServ
   EXPECT_EQ(reply.leases_size(), 1);
   EXPECT_EQ(fake_clock_.Now(), before) << "the clock moved: the wake-up may have been a poll";
   EXPECT_EQ(server_->executors().leases_waiting(), 0);
+}
+
+// Spread before stacking: two idle executors and one that already holds a task (its Lease is a
+// prefetch; here a long poll so that all three wait together) each ask for three. Two tasks come:
+// each idle executor gets one (neither takes both while the other waits), and the prefetch waits
+// until they are served and finds nothing; the next task goes to it.
+TEST_F(IdleFleetTest, IdleExecutorsWaitingTogetherGetOneTaskEachBeforeAnyPrefetch) {
+  StartServer();
+  const std::string first = RegisterExecutor("idle-1");
+  const std::string second = RegisterExecutor("idle-2");
+  const std::string busy = RegisterExecutor("busy");
+  grpc::Status first_status, second_status, busy_status;
+  v1::LeaseResponse first_reply, second_reply, busy_reply;
+  std::thread busy_poll = LongPoll(executors_.get(), busy, &busy_status, &busy_reply, /*idle=*/false, 3);
+  std::thread first_poll = LongPoll(executors_.get(), first, &first_status, &first_reply, /*idle=*/true, 3);
+  std::thread second_poll = LongPoll(executors_.get(), second, &second_status, &second_reply, /*idle=*/true, 3);
+  AwaitWaiting(*server_, 3);
+  MustSubmit(Records(2), /*shard_size=*/1);
+  first_poll.join();
+  second_poll.join();
+  ASSERT_GRPC_OK(first_status);
+  ASSERT_GRPC_OK(second_status);
+  EXPECT_EQ(first_reply.leases_size(), 1);
+  EXPECT_EQ(second_reply.leases_size(), 1);
+  AwaitWaiting(*server_, 1);  // the prefetch looked after them, found nothing, and waits
+  MustSubmit(Records(1), /*shard_size=*/1);
+  busy_poll.join();
+  ASSERT_GRPC_OK(busy_status);
+  EXPECT_EQ(busy_reply.leases_size(), 1);
+}
+
+// Alone, an idle executor gets its whole prefetch window at once.
+TEST_F(IdleFleetTest, AnIdleExecutorWaitingAloneGetsItsWholeWindow) {
+  StartServer();
+  const std::string executor = RegisterExecutor("alone");
+  grpc::Status status;
+  v1::LeaseResponse reply;
+  std::thread poll = LongPoll(executors_.get(), executor, &status, &reply, /*idle=*/true, 3);
+  AwaitWaiting(*server_, 1);
+  MustSubmit(Records(4), /*shard_size=*/1);
+  poll.join();
+  ASSERT_GRPC_OK(status);
+  EXPECT_EQ(reply.leases_size(), 3);
 }
 
 // A team at its running-task quota: its queued task is passed over, and an executor waiting for
