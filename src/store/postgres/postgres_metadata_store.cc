@@ -59,14 +59,18 @@ absl::StatusOr<std::unique_ptr<PostgresMetadataStore>> PostgresMetadataStore::Op
     Borrowed connection(pool.get());
     RETURN_IF_ERROR(connection->EnsureConnected());
   }
-  std::unique_ptr<PostgresMetadataStore> store(new PostgresMetadataStore(std::move(pool), options));
+  std::unique_ptr<PostgresMetadataStore> store(
+      new PostgresMetadataStore(std::move(pool), std::make_unique<ConnectionPool>(conninfo, 1), options));
   RETURN_IF_ERROR(store->Migrate());
   return store;
 }
 
-PostgresMetadataStore::PostgresMetadataStore(std::unique_ptr<ConnectionPool> pool, const StoreOptions& options)
+PostgresMetadataStore::PostgresMetadataStore(std::unique_ptr<ConnectionPool> pool,
+                                             std::unique_ptr<ConnectionPool> heartbeat_pool,
+                                             const StoreOptions& options)
     : options_(options),
       transactions_(std::move(pool), options.clock != nullptr ? options.clock : &real_clock_),
+      heartbeat_transactions_(std::move(heartbeat_pool), options.clock != nullptr ? options.clock : &real_clock_),
       random_(std::random_device{}()) {}
 
 PostgresMetadataStore::~PostgresMetadataStore() = default;
@@ -655,7 +659,7 @@ absl::StatusOr<HeartbeatReply> PostgresMetadataStore::Heartbeat(const std::strin
 absl::StatusOr<std::vector<HeartbeatReply>> PostgresMetadataStore::Heartbeats(const std::vector<HeartbeatCall>& calls,
                                                                              absl::Duration ttl, absl::Time now) {
   if (calls.empty()) return std::vector<HeartbeatReply>{};
-  return InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<HeartbeatReply>> {
+  return heartbeat_transactions_.InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<HeartbeatReply>> {
     // Every task of the batch before every executor, each in key order: the lock order of
     // completions, which also lock both (so batches and completions cannot deadlock).
     std::vector<std::pair<std::string, int64_t>> keys;

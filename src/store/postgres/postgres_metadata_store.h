@@ -40,7 +40,10 @@
 //   under pg_advisory_xact_lock, and refuses a schema newer than this binary (FailedPrecondition).
 //   The schema is the first one in the connection's search_path.
 // - A fixed pool of connections (made lazily, re-made when broken) serves all threads; a method
-//   waits for a free connection (pg_connection.h).
+//   waits for a free connection (pg_connection.h). Heartbeats have a connection of their own
+//   (their batches commit one at a time, server/heartbeat_batcher.h): in a burst of leases and
+//   completions that fill the pool, a batch of heartbeats never waits for a connection (measured
+//   at 10,000 executors: 20-45 ms of a heartbeat batch's time went to that wait).
 // - All SQL is constant text with $n parameters; values are always bound (postgres_statements.h).
 //
 // The watchdog's lock on the same database is PostgresWatchdogLock (postgres_watchdog_lock.h).
@@ -170,7 +173,8 @@ class PostgresMetadataStore : public MetadataStore {
  private:
   using Connection = postgres_store::Connection;
 
-  PostgresMetadataStore(std::unique_ptr<postgres_store::ConnectionPool> pool, const StoreOptions& options);
+  PostgresMetadataStore(std::unique_ptr<postgres_store::ConnectionPool> pool,
+                        std::unique_ptr<postgres_store::ConnectionPool> heartbeat_pool, const StoreOptions& options);
 
   // Applies the missing migrations, each in its own transaction.
   absl::Status Migrate();
@@ -233,6 +237,7 @@ class PostgresMetadataStore : public MetadataStore {
   const StoreOptions options_;
   RealClock real_clock_;  // when options_.clock is null
   postgres_store::TransactionRunner transactions_;  // owns the connection pool
+  postgres_store::TransactionRunner heartbeat_transactions_;  // Heartbeats' own (one connection)
   absl::Mutex random_mu_;
   std::mt19937_64 random_ ABSL_GUARDED_BY(random_mu_);  // for ids; seeded from std::random_device
 };
