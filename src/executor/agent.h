@@ -12,7 +12,9 @@
 // the main loop is not stuck inside one pass, so the watchdog can step in when it is.
 //
 // Pipelining: up to `max_prefetch` tasks are held at once, so the runner never waits for the
-// control plane between tasks; long tasks keep two (one running, one queued).
+// control plane between tasks; long tasks keep two (one running, one queued). The server decides
+// how much of the window it fills: while idle executors wait on it, it grants one task and holds
+// prefetches back (server/executor_service.h, spread before stacking).
 //
 // Server restarts: when no heartbeat gets through for a whole TTL the agent keeps running (the
 // server may be restarting); the first heartbeat that gets through re-attaches the leases that are
