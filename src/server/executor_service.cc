@@ -302,13 +302,14 @@ class ExecutorService::HeldLease : public grpc::ServerUnaryReactor {
  public:
   enum class State { kReady, kServing, kParked, kFinished };
   HeldLease(ExecutorService* service, std::string executor_id, const v1::LeaseRequest* request,
-            v1::LeaseResponse* reply, absl::Time deadline, bool idle)
+            v1::LeaseResponse* reply, absl::Time deadline, bool idle, bool spreads)
       : service(service),
         executor_id(std::move(executor_id)),
         request(request),
         reply(reply),
         deadline(deadline),
-        idle(idle) {}
+        idle(idle),
+        spreads(spreads) {}
   void OnCancel() override { service->Cancelled(this); }
   void OnDone() override { delete this; }
 
@@ -318,6 +319,9 @@ class ExecutorService::HeldLease : public grpc::ServerUnaryReactor {
   v1::LeaseResponse* const reply;
   const absl::Time deadline;
   const bool idle;  // stands for its executor's idle heartbeat while held (LeaseRequest.idle)
+  // Its executor holds nothing and runs long tasks (or has not measured yet): counted in
+  // idle_unserved_ while ready or being served (spread before stacking).
+  const bool spreads;
   // Guarded by service->work_mu_ (the analysis cannot name another object's mutex here).
   State state = State::kReady;
   bool cancelled = false;
@@ -480,7 +484,8 @@ grpc::ServerUnaryReactor* ExecutorService::Lease(grpc::CallbackServerContext* co
   const absl::Duration wait = absl::Milliseconds(std::clamp<int64_t>(request->wait_ms(), 0, 30000));
   const absl::Time now = clock_->Now();
   auto* call = new HeldLease(this, *executor_id, request, reply, now + wait,
-                             options_.idle_polls_renew && request->idle());
+                             options_.idle_polls_renew && request->idle(),
+                             request->wait_ms() > 0 && request->max_tasks() <= kSpreadWindow);
   bool renew = false;
   {
     absl::MutexLock lock(&work_mu_);
@@ -519,11 +524,16 @@ void ExecutorService::LeaseThreadLoop() {
           next_renewal_scan_ = idle_polls_.empty() ? absl::InfiniteFuture() : now + RenewalScanPeriod();
           if (!renew.empty()) break;
         }
-        if ((call = NextToServeLocked()) != nullptr) break;
-        if (exiting_ && ready_.empty() && prefetches_.empty()) return;
+        if (!ready_.empty()) {
+          call = ready_.front();
+          ready_.pop_front();
+          call->state = HeldLease::State::kServing;
+          break;
+        }
+        if (exiting_) return;
         auto runnable = [this] {
           work_mu_.AssertHeld();
-          return !ready_.empty() || (!prefetches_.empty() && idle_unserved_ == 0) || !detached_.empty() || exiting_;
+          return !ready_.empty() || !detached_.empty() || exiting_;
         };
         absl::Time due = next_renewal_scan_;
         if (!parked_.empty()) due = std::min(due, parked_.begin()->first);
@@ -542,9 +552,9 @@ void ExecutorService::LeaseThreadLoop() {
       BackUpTasksOf(detached);
       continue;
     }
-    const bool idle = call->idle;  // (the call may be gone once served)
+    const bool spreads = call->spreads;  // (the call may be gone once served)
     Serve(call);
-    if (idle) {
+    if (spreads) {
       absl::MutexLock lock(&work_mu_);
       --idle_unserved_;
     }
@@ -553,42 +563,32 @@ void ExecutorService::LeaseThreadLoop() {
 
 void ExecutorService::MakeReadyLocked(HeldLease* call) {
   call->state = HeldLease::State::kReady;
-  if (call->idle) {
-    ++idle_unserved_;  // until its serving ends (LeaseThreadLoop)
-    ready_.push_back(call);
-  } else if (call->request->reclaim() || gangs_.HasDuties(call->executor_id)) {
-    ready_.push_back(call);
-  } else {
-    prefetches_.push_back(call);
-  }
+  if (call->spreads) ++idle_unserved_;  // until its serving ends (LeaseThreadLoop)
+  ready_.push_back(call);
 }
 
-ExecutorService::HeldLease* ExecutorService::NextToServeLocked() {
-  std::deque<HeldLease*>* queue = nullptr;
-  if (!ready_.empty()) {
-    queue = &ready_;
-  } else if (!prefetches_.empty() && (idle_unserved_ == 0 || exiting_)) {
-    queue = &prefetches_;
-  } else {
-    return nullptr;
-  }
-  HeldLease* call = queue->front();
-  queue->pop_front();
-  call->state = HeldLease::State::kServing;
-  return call;
+int ExecutorService::SpreadShare(const v1::LeaseRequest& request, bool gang_duties, int64_t others_waiting) {
+  const int asked = std::clamp(request.max_tasks(), 1, 64);
+  if (others_waiting <= 0) return asked;
+  const bool prefetch = request.wait_ms() <= 0 && !request.reclaim() && !gang_duties;
+  if (prefetch) return 0;
+  if (request.wait_ms() > 0 && asked <= kSpreadWindow) return 1;
+  return asked;
 }
 
 void ExecutorService::Serve(HeldLease* call) {
-  int max_tasks = std::clamp(call->request->max_tasks(), 1, 64);
+  int max_tasks;
   const absl::Time now = clock_->Now();
   uint64_t generation = 0;
-  absl::StatusOr<std::vector<minions::Lease>> leases;
+  absl::StatusOr<std::vector<minions::Lease>> leases = std::vector<minions::Lease>{};
   bool cancelled;
   bool noticed = false;
   {
     absl::MutexLock lock(&work_mu_);
-    // Other idle executors wait to be served: one task each first (see the top of the header).
-    if (call->idle && idle_unserved_ > 1) max_tasks = 1;
+    // Spread before stacking (see the top of the header): while other idle executors wait here,
+    // one task for this one, or none now if it asks for a prefetch.
+    max_tasks = SpreadShare(*call->request, gangs_.HasDuties(call->executor_id),
+                            idle_unserved_ - (call->spreads ? 1 : 0));
     cancelled = call->cancelled;
     if (!cancelled && TakePollNoticeLocked(call->executor_id, call->reply)) {
       // A renewal found it drained or unknown: it hears that now, instead of work.
@@ -602,7 +602,7 @@ void ExecutorService::Serve(HeldLease* call) {
     call->Finish(grpc::Status::OK);
     return;
   }
-  if (!cancelled) {
+  if (!cancelled && max_tasks > 0) {
     leases = Reclaimed(call->executor_id, *call->request, now);
     if (leases.ok() && leases->empty()) leases = LookForWork(call->executor_id, max_tasks, now, &generation);
   }

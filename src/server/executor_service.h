@@ -17,13 +17,16 @@
 // scheduling, model/placement.h): an executor that found nothing looks again when such a wait ends,
 // not only at its idle recheck, so a cold executor waits no longer than the warm wait.
 //
-// Spread before stacking: while idle executors wait here to be served (woken by work, not yet
-// answered), a held Lease grants an idle executor one task at most, and a Lease of an executor
-// that already holds tasks (its prefetch) waits until they have been served. A task queued behind
-// another on one machine while a second machine sits idle is time lost to the job: with more
-// executors than tasks, prefetching two each had half the fleet idle and the job twice as long.
-// Once no idle executor waits here, prefetches are granted as before. Each server counts the
-// executors waiting on it alone.
+// Spread before stacking (SpreadShare): while executors that hold nothing and run long tasks
+// wait here to be served (their long polls, queued or being served: new ones, and those woken by
+// any announcement of work, a recheck or a renewal), each of them is granted one task at most, and
+// a prefetch (a Lease without a wait, of an executor that holds tasks) is answered at once with
+// none. A task queued behind another on one machine while another machine sits idle is time lost
+// to the job: with 5,000 tasks of 40 s on 10,000 executors, a window of two each left three
+// quarters of the fleet idle and the job twice as long. Executors of short tasks (a window of more
+// than kSpreadWindow) are left alone: there a lease's round trip weighs more than a task's wait in
+// a queue, and leasing one task to each of thousands of executors cost more than it saved. Each
+// server counts the executors waiting on it alone.
 //
 // The typed methods (taking an executor id) are the calls without gRPC, for a caller already
 // authenticated as that executor (an in-process control plane in tests).
@@ -133,6 +136,14 @@ class ExecutorService final : public ExecutorServiceBase {
   // Looks answered "nothing" without a lookup because no task of any job was pending.
   int64_t lookups_spared() const ABSL_LOCKS_EXCLUDED(work_mu_);
   int64_t leases_waiting() const ABSL_LOCKS_EXCLUDED(work_mu_);
+
+  // The most tasks an executor's prefetch window asks for when its tasks take half a second or
+  // more, or it has not measured them yet (ExecutorAgent::PrefetchWindow): one running, one queued.
+  static constexpr int kSpreadWindow = 2;
+  // Spread before stacking (see the top): how many tasks a held Lease may be granted now, when
+  // `others_waiting` other executors that hold nothing and run long tasks wait here to be served.
+  // 0: a prefetch, answered at once with none (the executor asks again, as after any empty answer).
+  static int SpreadShare(const v1::LeaseRequest& request, bool gang_duties, int64_t others_waiting);
   // Liveness renewals this server has made for executors from their idle long polls (not counting
   // the executors' own heartbeats).
   int64_t idle_renewals() const ABSL_LOCKS_EXCLUDED(work_mu_);
@@ -306,19 +317,13 @@ class ExecutorService final : public ExecutorServiceBase {
   // a warm-executor wait if one comes first (and forgets the waits that have ended).
   absl::Time NextRecheckLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   int64_t lease_lookups_ ABSL_GUARDED_BY(work_mu_) = 0;
-  // Held Lease calls: to serve now, and parked until (wake time, call). Prefetches (calls of
-  // executors that hold tasks already) wait in prefetches_ while idle executors' calls are ready or
-  // being served (idle_unserved_ counts those), and are served once none is (see the top).
+  // Held Lease calls: to serve now, and parked until (wake time, call); of those ready or being
+  // served, how many spread (HeldLease::spreads: see SpreadShare).
   std::deque<HeldLease*> ready_ ABSL_GUARDED_BY(work_mu_);
-  std::deque<HeldLease*> prefetches_ ABSL_GUARDED_BY(work_mu_);
-  int64_t idle_unserved_ ABSL_GUARDED_BY(work_mu_) = 0;
   std::set<std::pair<absl::Time, HeldLease*>> parked_ ABSL_GUARDED_BY(work_mu_);
-  // Queues a held call to be served: an idle executor's, or one that must not wait (a reclaim, a
-  // gang duty), in ready_; a prefetch in prefetches_.
+  int64_t idle_unserved_ ABSL_GUARDED_BY(work_mu_) = 0;
+  // Queues a held call in ready_ (and counts it in idle_unserved_ if it spreads).
   void MakeReadyLocked(HeldLease* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  // The next call to serve, if any may be served now (ready_ first; prefetches_ only when no idle
-  // executor's call is ready or being served).
-  HeldLease* NextToServeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   // Open Attach streams per executor, and executors whose last one closed (to back up).
   absl::flat_hash_map<std::string, int> attached_ ABSL_GUARDED_BY(work_mu_);
   std::deque<std::string> detached_ ABSL_GUARDED_BY(work_mu_);

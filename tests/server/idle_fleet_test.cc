@@ -285,21 +285,19 @@ TEST_F(IdleFleetTest, AWaitingLeaseHoldsNoLookupsAndIsWokenBySubmissionOnItsServ
   EXPECT_EQ(server_->executors().leases_waiting(), 0);
 }
 
-// Spread before stacking: two idle executors and one that already holds a task (its Lease is a
-// prefetch; here a long poll so that all three wait together) each ask for three. Two tasks come:
-// each idle executor gets one (neither takes both while the other waits), and the prefetch waits
-// until they are served and finds nothing; the next task goes to it.
-TEST_F(IdleFleetTest, IdleExecutorsWaitingTogetherGetOneTaskEachBeforeAnyPrefetch) {
+// Spread before stacking: two idle executors of long tasks (a window of two each) wait together
+// and two tasks come: each gets one; neither takes both while the other waits.
+TEST_F(IdleFleetTest, IdleExecutorsWaitingTogetherGetOneTaskEachWhenTheirTasksAreLong) {
   StartServer();
   const std::string first = RegisterExecutor("idle-1");
   const std::string second = RegisterExecutor("idle-2");
-  const std::string busy = RegisterExecutor("busy");
-  grpc::Status first_status, second_status, busy_status;
-  v1::LeaseResponse first_reply, second_reply, busy_reply;
-  std::thread busy_poll = LongPoll(executors_.get(), busy, &busy_status, &busy_reply, /*idle=*/false, 3);
-  std::thread first_poll = LongPoll(executors_.get(), first, &first_status, &first_reply, /*idle=*/true, 3);
-  std::thread second_poll = LongPoll(executors_.get(), second, &second_status, &second_reply, /*idle=*/true, 3);
-  AwaitWaiting(*server_, 3);
+  grpc::Status first_status, second_status;
+  v1::LeaseResponse first_reply, second_reply;
+  std::thread first_poll = LongPoll(executors_.get(), first, &first_status, &first_reply, /*idle=*/true,
+                                    ExecutorService::kSpreadWindow);
+  std::thread second_poll = LongPoll(executors_.get(), second, &second_status, &second_reply, /*idle=*/true,
+                                     ExecutorService::kSpreadWindow);
+  AwaitWaiting(*server_, 2);
   MustSubmit(Records(2), /*shard_size=*/1);
   first_poll.join();
   second_poll.join();
@@ -307,25 +305,31 @@ TEST_F(IdleFleetTest, IdleExecutorsWaitingTogetherGetOneTaskEachBeforeAnyPrefetc
   ASSERT_GRPC_OK(second_status);
   EXPECT_EQ(first_reply.leases_size(), 1);
   EXPECT_EQ(second_reply.leases_size(), 1);
-  AwaitWaiting(*server_, 1);  // the prefetch looked after them, found nothing, and waits
-  MustSubmit(Records(1), /*shard_size=*/1);
-  busy_poll.join();
-  ASSERT_GRPC_OK(busy_status);
-  EXPECT_EQ(busy_reply.leases_size(), 1);
 }
 
-// Alone, an idle executor gets its whole prefetch window at once.
-TEST_F(IdleFleetTest, AnIdleExecutorWaitingAloneGetsItsWholeWindow) {
-  StartServer();
-  const std::string executor = RegisterExecutor("alone");
-  grpc::Status status;
-  v1::LeaseResponse reply;
-  std::thread poll = LongPoll(executors_.get(), executor, &status, &reply, /*idle=*/true, 3);
-  AwaitWaiting(*server_, 1);
-  MustSubmit(Records(4), /*shard_size=*/1);
-  poll.join();
-  ASSERT_GRPC_OK(status);
-  EXPECT_EQ(reply.leases_size(), 3);
+// What a held Lease may be granted while `others` executors that hold nothing and run long tasks
+// wait on the server to be served.
+TEST(SpreadShare, WhileOthersWaitALongTaskExecutorGetsOneAndAPrefetchNoneNow) {
+  auto request = [](int max_tasks, int64_t wait_ms, bool reclaim = false) {
+    v1::LeaseRequest r;
+    r.set_max_tasks(max_tasks);
+    r.set_wait_ms(wait_ms);
+    r.set_reclaim(reclaim);
+    return r;
+  };
+  const int window = ExecutorService::kSpreadWindow;
+  // Nobody else waits: what it asks for (within 1..64).
+  EXPECT_EQ(ExecutorService::SpreadShare(request(window, 30000), false, 0), window);
+  EXPECT_EQ(ExecutorService::SpreadShare(request(1, 0), false, 0), 1);
+  EXPECT_EQ(ExecutorService::SpreadShare(request(500, 30000), false, 0), 64);
+  // Others wait: an idle executor of long tasks gets one; a prefetch gets none now.
+  EXPECT_EQ(ExecutorService::SpreadShare(request(window, 30000), false, 3), 1);
+  EXPECT_EQ(ExecutorService::SpreadShare(request(1, 0), false, 3), 0);
+  // Left alone: an executor of short tasks (a larger window), a reclaim, a gang's duty.
+  EXPECT_EQ(ExecutorService::SpreadShare(request(window + 1, 30000), false, 3), window + 1);
+  EXPECT_EQ(ExecutorService::SpreadShare(request(window + 1, 0), false, 3), 0) << "still a prefetch";
+  EXPECT_EQ(ExecutorService::SpreadShare(request(1, 0, /*reclaim=*/true), false, 3), 1);
+  EXPECT_EQ(ExecutorService::SpreadShare(request(1, 0), /*gang_duties=*/true, 3), 1);
 }
 
 // A team at its running-task quota: its queued task is passed over, and an executor waiting for

@@ -68,7 +68,8 @@ namespace minions {
 class PostgresMetadataStore : public MetadataStore {
  public:
   // `conninfo` is a libpq URL (postgresql://user@host:port/db?...) or key=value string. Fails
-  // with Unavailable when the server cannot be reached now.
+  // with Unavailable when the server cannot be reached now. Opens up to `pool_size` connections,
+  // and one more for heartbeats.
   static absl::StatusOr<std::unique_ptr<PostgresMetadataStore>> Open(const std::string& conninfo,
                                                                      const StoreOptions& options, int pool_size = 4);
   ~PostgresMetadataStore() override;
@@ -166,6 +167,7 @@ class PostgresMetadataStore : public MetadataStore {
   // rolls back). kAnswerLost: COMMIT is sent, then the connection breaks before its answer is
   // read (the transaction commits; the store must not run it again).
   using CommitFault = postgres_store::CommitFault;
+  // On the main pool's transactions (not heartbeats', which run on their own connection).
   void InjectCommitFaultForTesting(CommitFault fault, int times = 1);
   // How many injected faults have happened.
   int CommitFaultsInjectedForTesting();
