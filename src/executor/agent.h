@@ -14,7 +14,7 @@
 // Pipelining: up to `max_prefetch` tasks are held at once, so the runner never waits for the
 // control plane between tasks; long tasks keep two (one running, one queued). The server decides
 // how much of the window it fills: while idle executors of long tasks wait on it, it grants them
-// one task each and answers prefetches with none (server/executor_service.h, SpreadShare).
+// one task each (server/executor_service.h, SpreadShare).
 //
 // Server restarts: when no heartbeat gets through for a whole TTL the agent keeps running (the
 // server may be restarting); the first heartbeat that gets through re-attaches the leases that are

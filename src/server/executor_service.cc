@@ -567,12 +567,9 @@ void ExecutorService::MakeReadyLocked(HeldLease* call) {
   ready_.push_back(call);
 }
 
-int ExecutorService::SpreadShare(const v1::LeaseRequest& request, bool gang_duties, int64_t others_waiting) {
+int ExecutorService::SpreadShare(const v1::LeaseRequest& request, int64_t others_waiting) {
   const int asked = std::clamp(request.max_tasks(), 1, 64);
-  if (others_waiting <= 0) return asked;
-  const bool prefetch = request.wait_ms() <= 0 && !request.reclaim() && !gang_duties;
-  if (prefetch) return 0;
-  if (request.wait_ms() > 0 && asked <= kSpreadWindow) return 1;
+  if (others_waiting > 0 && request.wait_ms() > 0 && asked <= kSpreadWindow) return 1;
   return asked;
 }
 
@@ -580,15 +577,14 @@ void ExecutorService::Serve(HeldLease* call) {
   int max_tasks;
   const absl::Time now = clock_->Now();
   uint64_t generation = 0;
-  absl::StatusOr<std::vector<minions::Lease>> leases = std::vector<minions::Lease>{};
+  absl::StatusOr<std::vector<minions::Lease>> leases;
   bool cancelled;
   bool noticed = false;
   {
     absl::MutexLock lock(&work_mu_);
-    // Spread before stacking (see the top of the header): while other idle executors wait here,
-    // one task for this one, or none now if it asks for a prefetch.
-    max_tasks = SpreadShare(*call->request, gangs_.HasDuties(call->executor_id),
-                            idle_unserved_ - (call->spreads ? 1 : 0));
+    // Spread before stacking (see the top of the header): while other idle executors of long
+    // tasks wait here, one task for this one.
+    max_tasks = SpreadShare(*call->request, idle_unserved_ - (call->spreads ? 1 : 0));
     cancelled = call->cancelled;
     if (!cancelled && TakePollNoticeLocked(call->executor_id, call->reply)) {
       // A renewal found it drained or unknown: it hears that now, instead of work.
@@ -602,7 +598,7 @@ void ExecutorService::Serve(HeldLease* call) {
     call->Finish(grpc::Status::OK);
     return;
   }
-  if (!cancelled && max_tasks > 0) {
+  if (!cancelled) {
     leases = Reclaimed(call->executor_id, *call->request, now);
     if (leases.ok() && leases->empty()) leases = LookForWork(call->executor_id, max_tasks, now, &generation);
   }

@@ -19,14 +19,13 @@
 //
 // Spread before stacking (SpreadShare): while executors that hold nothing and run long tasks
 // wait here to be served (their long polls, queued or being served: new ones, and those woken by
-// any announcement of work, a recheck or a renewal), each of them is granted one task at most, and
-// a prefetch (a Lease without a wait, of an executor that holds tasks) is answered at once with
-// none. A task queued behind another on one machine while another machine sits idle is time lost
-// to the job: with 5,000 tasks of 40 s on 10,000 executors, a window of two each left three
-// quarters of the fleet idle and the job twice as long. Executors of short tasks (a window of more
-// than kSpreadWindow) are left alone: there a lease's round trip weighs more than a task's wait in
-// a queue, and leasing one task to each of thousands of executors cost more than it saved. Each
-// server counts the executors waiting on it alone.
+// any announcement of work, a recheck or a renewal), each of them is granted one task at most. A
+// task queued behind another on one machine while another machine sits idle is time lost to the
+// job: with 5,000 tasks of 40 s on 10,000 executors, a window of two each left three quarters of
+// the fleet idle and the job twice as long. Calls are served in order, so the prefetch an executor
+// sends once it holds its task queues behind the idle executors already waiting. Executors of
+// short tasks (a window of more than kSpreadWindow) are not capped: there a lease's round trip
+// weighs more than a task's wait in a queue. Each server counts the executors waiting on it alone.
 //
 // The typed methods (taking an executor id) are the calls without gRPC, for a caller already
 // authenticated as that executor (an in-process control plane in tests).
@@ -142,8 +141,7 @@ class ExecutorService final : public ExecutorServiceBase {
   static constexpr int kSpreadWindow = 2;
   // Spread before stacking (see the top): how many tasks a held Lease may be granted now, when
   // `others_waiting` other executors that hold nothing and run long tasks wait here to be served.
-  // 0: a prefetch, answered at once with none (the executor asks again, as after any empty answer).
-  static int SpreadShare(const v1::LeaseRequest& request, bool gang_duties, int64_t others_waiting);
+  static int SpreadShare(const v1::LeaseRequest& request, int64_t others_waiting);
   // Liveness renewals this server has made for executors from their idle long polls (not counting
   // the executors' own heartbeats).
   int64_t idle_renewals() const ABSL_LOCKS_EXCLUDED(work_mu_);

@@ -309,27 +309,22 @@ TEST_F(IdleFleetTest, IdleExecutorsWaitingTogetherGetOneTaskEachWhenTheirTasksAr
 
 // What a held Lease may be granted while `others` executors that hold nothing and run long tasks
 // wait on the server to be served.
-TEST(SpreadShare, WhileOthersWaitALongTaskExecutorGetsOneAndAPrefetchNoneNow) {
-  auto request = [](int max_tasks, int64_t wait_ms, bool reclaim = false) {
+TEST(SpreadShare, WhileOthersWaitAnIdleExecutorOfLongTasksGetsOne) {
+  auto request = [](int max_tasks, int64_t wait_ms) {
     v1::LeaseRequest r;
     r.set_max_tasks(max_tasks);
     r.set_wait_ms(wait_ms);
-    r.set_reclaim(reclaim);
     return r;
   };
   const int window = ExecutorService::kSpreadWindow;
   // Nobody else waits: what it asks for (within 1..64).
-  EXPECT_EQ(ExecutorService::SpreadShare(request(window, 30000), false, 0), window);
-  EXPECT_EQ(ExecutorService::SpreadShare(request(1, 0), false, 0), 1);
-  EXPECT_EQ(ExecutorService::SpreadShare(request(500, 30000), false, 0), 64);
-  // Others wait: an idle executor of long tasks gets one; a prefetch gets none now.
-  EXPECT_EQ(ExecutorService::SpreadShare(request(window, 30000), false, 3), 1);
-  EXPECT_EQ(ExecutorService::SpreadShare(request(1, 0), false, 3), 0);
-  // Left alone: an executor of short tasks (a larger window), a reclaim, a gang's duty.
-  EXPECT_EQ(ExecutorService::SpreadShare(request(window + 1, 30000), false, 3), window + 1);
-  EXPECT_EQ(ExecutorService::SpreadShare(request(window + 1, 0), false, 3), 0) << "still a prefetch";
-  EXPECT_EQ(ExecutorService::SpreadShare(request(1, 0, /*reclaim=*/true), false, 3), 1);
-  EXPECT_EQ(ExecutorService::SpreadShare(request(1, 0), /*gang_duties=*/true, 3), 1);
+  EXPECT_EQ(ExecutorService::SpreadShare(request(window, 30000), 0), window);
+  EXPECT_EQ(ExecutorService::SpreadShare(request(500, 30000), 0), 64);
+  // Others wait: an idle executor of long tasks (a long poll, a window of two) gets one.
+  EXPECT_EQ(ExecutorService::SpreadShare(request(window, 30000), 3), 1);
+  // Not capped: an idle executor of short tasks (a larger window), a busy one's prefetch (no wait).
+  EXPECT_EQ(ExecutorService::SpreadShare(request(window + 2, 30000), 3), window + 2);
+  EXPECT_EQ(ExecutorService::SpreadShare(request(window, 0), 3), window);
 }
 
 // A team at its running-task quota: its queued task is passed over, and an executor waiting for
