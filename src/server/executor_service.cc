@@ -485,7 +485,7 @@ grpc::ServerUnaryReactor* ExecutorService::Lease(grpc::CallbackServerContext* co
   const absl::Time now = clock_->Now();
   auto* call = new HeldLease(this, *executor_id, request, reply, now + wait,
                              options_.idle_polls_renew && request->idle(),
-                             request->wait_ms() > 0 && request->max_tasks() <= kSpreadWindow);
+                             Spreads(*request));
   bool renew = false;
   {
     absl::MutexLock lock(&work_mu_);
@@ -567,10 +567,13 @@ void ExecutorService::MakeReadyLocked(HeldLease* call) {
   ready_.push_back(call);
 }
 
+bool ExecutorService::Spreads(const v1::LeaseRequest& request) {
+  return request.wait_ms() > 0 && request.max_tasks() <= kSpreadWindow;
+}
+
 int ExecutorService::SpreadShare(const v1::LeaseRequest& request, int64_t others_waiting) {
   const int asked = std::clamp(request.max_tasks(), 1, 64);
-  if (others_waiting > 0 && request.wait_ms() > 0 && asked <= kSpreadWindow) return 1;
-  return asked;
+  return others_waiting > 0 && Spreads(request) ? 1 : asked;
 }
 
 void ExecutorService::Serve(HeldLease* call) {

@@ -142,6 +142,9 @@ class ExecutorService final : public ExecutorServiceBase {
   // Spread before stacking (see the top): how many tasks a held Lease may be granted now, when
   // `others_waiting` other executors that hold nothing and run long tasks wait here to be served.
   static int SpreadShare(const v1::LeaseRequest& request, int64_t others_waiting);
+  // Whether a Lease call is one that spreads: a long poll (its executor holds nothing) with a
+  // window of at most kSpreadWindow (long tasks, or none measured yet).
+  static bool Spreads(const v1::LeaseRequest& request);
   // Liveness renewals this server has made for executors from their idle long polls (not counting
   // the executors' own heartbeats).
   int64_t idle_renewals() const ABSL_LOCKS_EXCLUDED(work_mu_);
