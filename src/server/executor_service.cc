@@ -679,7 +679,7 @@ absl::StatusOr<std::vector<minions::Lease>> ExecutorService::LookForWork(const s
     }
     ++lease_lookups_;
   }
-  absl::StatusOr<std::vector<minions::Lease>> leases = store_->LeaseTasks(executor_id, max_tasks, options_.lease_ttl, now);
+  absl::StatusOr<std::vector<minions::Lease>> leases = lease_batches_.Wait(LeaseCall{LeaseAsk{executor_id, max_tasks}, now});
   if (!leases.ok()) return leases;
   bool none_pending = false;
   if (leases->empty()) {
@@ -705,6 +705,18 @@ absl::StatusOr<std::vector<minions::Lease>> ExecutorService::LookForWork(const s
     idle_.erase(executor_id);
   }
   return leases;
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<std::vector<minions::Lease>>>> ExecutorService::CommitLeases(
+    const std::vector<LeaseCall>& calls) {
+  std::vector<LeaseAsk> asks;
+  asks.reserve(calls.size());
+  absl::Time now = absl::InfinitePast();
+  for (const LeaseCall& call : calls) {
+    asks.push_back(call.ask);
+    now = std::max(now, call.now);
+  }
+  return store_->LeaseMany(asks, options_.lease_ttl, now);
 }
 
 absl::Time ExecutorService::NextRecheckLocked(absl::Time now) {

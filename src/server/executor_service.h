@@ -31,7 +31,8 @@
 // authenticated as that executor (an in-process control plane in tests).
 // Threads: called on gRPC's threads; thread-safe. Held Lease calls are served by
 // options.lease_threads threads of its own, which wait on the Clock; a typed long-polling Lease
-// waits on the Clock on its caller's thread.
+// waits on the Clock on its caller's thread. Their looks in the store are written in batches by
+// the lease batcher's thread (lease_batches_): a lease thread waits for its batch.
 
 #include <atomic>
 #include <deque>
@@ -199,6 +200,15 @@ class ExecutorService final : public ExecutorServiceBase {
   absl::StatusOr<std::vector<minions::Lease>> LookForWork(const std::string& executor_id, int max_tasks,
                                                           absl::Time now, uint64_t* generation)
       ABSL_LOCKS_EXCLUDED(work_mu_);
+  // One Lease call's look in the store, as the lease batcher takes it (lease_batches_).
+  struct LeaseCall {
+    LeaseAsk ask;
+    absl::Time now;  // when the call looked: a batch leases as of its latest call's
+  };
+  // Leases `calls` in one store transaction (MetadataStore::LeaseMany). One answer per call; an
+  // error when the batch as a whole failed (the batcher then leases each call alone).
+  absl::StatusOr<std::vector<absl::StatusOr<std::vector<minions::Lease>>>> CommitLeases(
+      const std::vector<LeaseCall>& calls);
   // With `request.reclaim`: the store's current leases of `executor_id` that `request.held` does
   // not name and that have not expired (granted by a call whose answer it never heard); else none.
   absl::StatusOr<std::vector<minions::Lease>> Reclaimed(const std::string& executor_id,
@@ -348,6 +358,13 @@ class ExecutorService final : public ExecutorServiceBase {
     absl::Time checked_at;
   };
   absl::flat_hash_map<std::string, TeamQuota> team_quotas_ ABSL_GUARDED_BY(work_mu_);  // started by the first held call
+  // Lease calls that look in the store while another batch of them is being written look
+  // together, in one transaction (group commit, as completions): when thousands of executors want
+  // work at once (a job's start, a fleet woken), a transaction per call would be most of the
+  // store's work. Its committer thread runs CommitLeases; the lease threads wait on it.
+  GroupCommitter<LeaseCall, std::vector<minions::Lease>> lease_batches_{
+      [this](const std::vector<LeaseCall>& calls) { return CommitLeases(calls); }, options_.lease_batch,
+      absl::ZeroDuration(), "lease-commit"};
   // Completions reach the store in batches (group commit) through it; its committer thread runs
   // CommitCompletions. Last: built after, and ended (its queue committed) before, what that uses.
   GroupCommitter<CompletionCall, std::vector<absl::Status>> completions_{

@@ -45,8 +45,13 @@ struct ServerOptions {
   // a call gets RESOURCE_EXHAUSTED instead of a thread.
   int max_threads = 1024;
   // Idle executors' long polls (Lease with wait_ms) are held without a thread each (gRPC's
-  // callback API) and served by this many threads, which also run their store lookups.
-  int lease_threads = 4;
+  // callback API) and served by this many threads, which also run their store lookups. The
+  // lookups of the calls being served at once are written together (lease_batch), so these
+  // threads also bound how many executors one lease transaction serves.
+  int lease_threads = 16;
+  // Most Lease calls' lookups written in one store transaction (group commit, as completions;
+  // MetadataStore::LeaseMany); 1 looks for each call alone.
+  int lease_batch = 16;
   // An executor that found no work is not looked up in the store again until work is announced
   // (a submission, a requeue, on any server: store/work_signal.h) or this long has passed: the
   // safety net for changes nobody announces. An idle fleet costs one lookup per executor per this.

@@ -76,6 +76,12 @@ struct CompletionCall {
   std::vector<LeaseProgress> reports;
 };
 
+// One executor's Lease call, as MetadataStore::LeaseMany takes several executors' at once.
+struct LeaseAsk {
+  std::string executor_id;
+  int max_tasks = 1;
+};
+
 // What MetadataStore::CompleteMany answers.
 struct CompletionReply {
   // One per call, in order: one status per report (as CompleteTasks answers), or NotFound when the
@@ -236,6 +242,19 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   // running. One transaction: it reads the small team_usage table, not the teams' attempts.
   virtual absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks,
                                                         absl::Duration ttl, absl::Time now) = 0;
+  // Several executors' leases in one transaction (group commit: the server gathers the Lease calls
+  // that look for work while the last batch commits). Each ask is applied, in order, exactly as
+  // LeaseTasks would apply it just after the asks before it (their grants taken, fair-share ranks
+  // and quotas counting them), and answered on its own: an unknown executor's ask is NotFound and
+  // the others go on. An error for the whole batch: nothing of it granted. This default leases
+  // each ask in a transaction of its own.
+  virtual absl::StatusOr<std::vector<absl::StatusOr<std::vector<Lease>>>> LeaseMany(const std::vector<LeaseAsk>& asks,
+                                                                                  absl::Duration ttl, absl::Time now) {
+    std::vector<absl::StatusOr<std::vector<Lease>>> answers;
+    answers.reserve(asks.size());
+    for (const LeaseAsk& ask : asks) answers.push_back(LeaseTasks(ask.executor_id, ask.max_tasks, ttl, now));
+    return answers;
+  }
   // Whether any task of any job is pending (backing off or not, leasable by anyone or not): false
   // means no executor would be granted anything now. One cheap read; a store that cannot tell
   // answers true.

@@ -10,6 +10,8 @@
 namespace minions {
 namespace {
 
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FairShare);
@@ -133,6 +135,83 @@ TEST_P(FairShare, TwoTeamsConvergeToTheirWeights) {
   EXPECT_NEAR(shares.at("ads"), 0.25, 0.025);
 }
 
+TEST_P(FairShare, TwoTeamsConvergeToTheirWeightsWhenExecutorsLeaseInBatches) {
+  batched_ = true;
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 3)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));
+  SubmitFor("search", 1000);
+  SubmitFor("ads", 1000);
+  std::vector<SimExecutor> fleet = Fleet(8);
+  std::map<std::string, absl::Duration> warmup, held;
+  const absl::Time start = now_;
+  Run(fleet, start + absl::Hours(1), start + absl::Hours(1), warmup);
+  Run(fleet, start + absl::Hours(2), start + absl::Hours(1), held);
+  const std::map<std::string, double> shares = Shares(held);
+  EXPECT_NEAR(shares.at("search"), 0.75, 0.075);
+  EXPECT_NEAR(shares.at("ads"), 0.25, 0.025);
+}
+
+// LeaseMany grants what the same asks would get one after another: an earlier ask's grants count
+// in the fair-share order and the quotas of the later ones, no task goes twice, and an ask the
+// store refuses is that ask's answer alone. (The SQLite store leases the asks one by one: the
+// same expectations hold its batch and PostgreSQL's one transaction to the same answers.)
+TEST_P(FairShare, ABatchOfLeasesGrantsWhatTheSameLeasesOneAfterAnotherWould) {
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("blue", 1)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("green", 1, /*max_running_tasks=*/1)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("red", 1)));
+  const std::string blue = SubmitFor("blue", 4);
+  const std::string green = SubmitFor("green", 3);
+  const std::string red = SubmitFor("red", 4);
+  const std::string e1 = Register("e1"), e2 = Register("e2"), e3 = Register("e3"), e4 = Register("e4"),
+                    e5 = Register("e5"), draining = Register("draining");
+  ASSERT_OK(store_->RequestDrain(draining, now_));
+
+  // No team has usage: ties go to the team with fewer running tasks, then by name.
+  ASSERT_OK_AND_ASSIGN(auto answers,
+                       store_->LeaseMany({{e1, 1},
+                                          {"exe-000000000000", 1},
+                                          {e2, 1},
+                                          {e3, 2},
+                                          {draining, 1},
+                                          {e4, 1},
+                                          {e1, 1},
+                                          {e5, 1}},
+                                         kTtl, now_));
+  ASSERT_THAT(answers, SizeIs(8));
+  auto granted = [&](size_t i) {
+    std::vector<std::pair<std::string, int64_t>> got;
+    if (!answers[i].ok()) {
+      ADD_FAILURE() << "ask " << i << ": " << answers[i].status();
+      return got;
+    }
+    for (const Lease& lease : *answers[i]) got.emplace_back(lease.task.job_id, lease.task.index);
+    return got;
+  };
+  using P = std::pair<std::string, int64_t>;
+  EXPECT_THAT(granted(0), ElementsAre(P(blue, 0)));  // all at 0 running: blue by name
+  EXPECT_CODE(answers[1], kNotFound);                // unknown: its answer alone
+  EXPECT_THAT(granted(2), ElementsAre(P(green, 0)));  // blue runs one: green, then at its quota
+  EXPECT_THAT(granted(3), ElementsAre(P(red, 0), P(red, 1)));  // red runs none
+  EXPECT_THAT(granted(4), IsEmpty());                          // draining
+  EXPECT_THAT(granted(5), ElementsAre(P(blue, 1)));  // blue 1 < red 2
+  EXPECT_THAT(granted(6), ElementsAre(P(blue, 2)));  // blue 2 = red 2: by name
+  EXPECT_THAT(granted(7), ElementsAre(P(red, 2)));   // blue 3 > red 2
+
+  // Written as granted: each task once, to its executor, every job started, counts that agree.
+  EXPECT_EQ(GetTask(blue, 2).executor_id, e1);
+  EXPECT_EQ(GetTask(red, 1).executor_id, e3);
+  EXPECT_EQ(GetTask(green, 1).state, TaskState::kPending);
+  for (const std::string& job : {blue, green, red}) EXPECT_EQ(GetJob(job).state, JobState::kRunning) << job;
+  EXPECT_EQ(GetExecutor(e5).state, ExecutorState::kBusy);
+  EXPECT_EQ(UsageOf("blue").running, 3);
+  EXPECT_EQ(UsageOf("green").running, 1);
+  EXPECT_EQ(UsageOf("red").running, 3);
+  // What is left goes on as before: blue's and red's last (green is at its quota).
+  std::vector<P> rest;
+  for (const Lease& lease : LeaseUpTo(e2, 4)) rest.emplace_back(lease.task.job_id, lease.task.index);
+  EXPECT_THAT(rest, ElementsAre(P(blue, 3), P(red, 3)));
+}
+
 TEST_P(FairShare, ThreeTeamsConvergeToTheirWeights) {
   ASSERT_OK(store_->CreateTeam(WeightedTeam("a", 1)));
   ASSERT_OK(store_->CreateTeam(WeightedTeam("b", 2)));
@@ -190,6 +269,21 @@ TEST_P(FairShare, ATeamNeverRunsMoreTasksThanItsQuota) {
   EXPECT_EQ(UsageOf("search").running, 2);
 
   (void)ads;
+}
+
+TEST_P(FairShare, AQuotaHoldsOverASimulatedFleetLeasingInBatches) {
+  batched_ = true;
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("batch", 10, /*max_running_tasks=*/3)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));
+  SubmitFor("batch", 500);
+  SubmitFor("ads", 500);
+  std::vector<SimExecutor> fleet = Fleet(6);
+  std::map<std::string, absl::Duration> held;
+  for (int minute = 0; minute < 30; ++minute) {
+    Run(fleet, now_ + absl::Minutes(1), now_, held);
+    EXPECT_LE(UsageOf("batch").running, 3);
+  }
+  EXPECT_EQ(held["batch"] + held["ads"], 6 * absl::Minutes(30));
 }
 
 TEST_P(FairShare, AQuotaHoldsOverASimulatedFleet) {

@@ -61,21 +61,27 @@ class FairShare : public IdentityStoreContract {
 
   // Runs the fleet until `until`: an executor whose task is done completes it and leases the
   // next; one that got nothing asks again a second later. Adds to `held` the executor time each
-  // team's attempts ran inside [window_begin, until).
+  // team's attempts ran inside [window_begin, until). With `batched_`, the executors free at one
+  // moment complete first and then lease in one LeaseMany (as a server's lease batcher gathers
+  // them).
   void Run(std::vector<SimExecutor>& fleet, absl::Time until, absl::Time window_begin,
            std::map<std::string, absl::Duration>& held) {
     while (now_ < until) {
+      std::vector<SimExecutor*> asking;
       for (SimExecutor& e : fleet) {
         if (e.free_at > now_) continue;
         if (e.lease) Finish(e, window_begin, held);
-        std::vector<Lease> leases = Must(store_->LeaseTasks(e.id, 1, kSimTtl, now_), "LeaseTasks");
-        if (leases.empty()) {
-          e.free_at = now_ + absl::Seconds(1);
+        if (batched_) {
+          asking.push_back(&e);
           continue;
         }
-        e.lease = leases[0];
-        e.started = now_;
-        e.free_at = now_ + e.task_time;
+        Take(e, Must(store_->LeaseTasks(e.id, 1, kSimTtl, now_), "LeaseTasks"));
+      }
+      if (!asking.empty()) {
+        std::vector<LeaseAsk> asks;
+        for (const SimExecutor* e : asking) asks.push_back({e->id, 1});
+        auto answers = Must(store_->LeaseMany(asks, kSimTtl, now_), "LeaseMany");
+        for (size_t i = 0; i < asking.size(); ++i) Take(*asking[i], Must(std::move(answers.at(i)), "a lease"));
       }
       absl::Time next = until;
       for (const SimExecutor& e : fleet) next = std::min(next, e.free_at);
@@ -85,6 +91,17 @@ class FairShare : public IdentityStoreContract {
     for (const SimExecutor& e : fleet) {
       if (e.lease) held[team_of_job_.at(e.lease->task.job_id)] += until - std::max(e.started, window_begin);
     }
+  }
+
+  // `e` starts what it was granted, or asks again a second later.
+  void Take(SimExecutor& e, const std::vector<Lease>& leases) {
+    if (leases.empty()) {
+      e.free_at = now_ + absl::Seconds(1);
+      return;
+    }
+    e.lease = leases[0];
+    e.started = now_;
+    e.free_at = now_ + e.task_time;
   }
 
   void Finish(SimExecutor& e, absl::Time window_begin, std::map<std::string, absl::Duration>& held) {
@@ -103,6 +120,7 @@ class FairShare : public IdentityStoreContract {
   }
 
   std::map<std::string, std::string> team_of_job_;
+  bool batched_ = false;  // Run leases the executors free at one moment in one LeaseMany
 };
 
 // Placement (issue 11) over the same fixture: executors that hold models, jobs that need them.

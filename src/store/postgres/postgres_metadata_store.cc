@@ -757,79 +757,143 @@ absl::StatusOr<std::vector<TeamUsage>> PostgresMetadataStore::ListTeamUsage(absl
 
 absl::StatusOr<std::vector<Lease>> PostgresMetadataStore::LeaseTasks(const std::string& executor_id, int max_tasks,
                                                                      absl::Duration ttl, absl::Time now) {
-  return InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<Lease>> {
-    std::vector<Lease> leases;
-    ASSIGN_OR_RETURN(Executor executor, LoadExecutor(c, executor_id));
-    if (!rules::MayLease(executor, max_tasks)) return leases;
+  ASSIGN_OR_RETURN(auto answers, LeaseMany({LeaseAsk{executor_id, max_tasks}}, ttl, now));
+  if (answers.size() != 1) return absl::InternalError("the store answered no lease");
+  return std::move(answers.front());
+}
 
+absl::StatusOr<std::vector<absl::StatusOr<std::vector<Lease>>>> PostgresMetadataStore::LeaseMany(
+    const std::vector<LeaseAsk>& asks, absl::Duration ttl, absl::Time now) {
+  using Answers = std::vector<absl::StatusOr<std::vector<Lease>>>;
+  if (asks.empty()) return Answers{};
+  return InTransaction(true, [&](Connection& c) -> absl::StatusOr<Answers> {
+    // The store's lock order: the executors (in id order), then tasks (skipped when another
+    // transaction holds them, never waited for), then the teams with a quota, then the jobs that
+    // start.
+    std::map<std::string, Executor> executors;
+    {
+      std::vector<rows::Values> ids;
+      for (const LeaseAsk& ask : asks) ids.push_back({ask.executor_id});
+      ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kSelectExecutorsForUpdate, Params().Columns(ids, 1)));
+      for (int i = 0; i < result.Rows(); ++i) {
+        ASSIGN_OR_RETURN(Executor executor, rows::ReadExecutor(Row{result, i}));
+        std::string id = executor.id;
+        executors.emplace(std::move(id), std::move(executor));
+      }
+    }
     ASSIGN_OR_RETURN(std::vector<TeamUsage> teams, LoadTeamUsage(c, now));
-    ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kLeaseCandidates, Params()
-                                                                   .Time(now)
-                                                                   .Text(Name(JobStateName(JobState::kQueued)))
-                                                                   .Text(Name(JobStateName(JobState::kRunning)))
-                                                                   .Int(UsableMemory(executor.info))
-                                                                   .Text(DumpJson(Json(rules::RunnersOf(executor))))
-                                                                   .Int(max_tasks)
-                                                                   .Text(rules::FairShareRanksJson(teams))
-                                                                   .Text(executor.info.model_loaded)
-                                                                   .Text(DumpJson(Json(executor.info.models)))
-                                                                   .Time(now - WarmWait())
-                                                                   .Int(options_.model_affinity ? 1 : 0)));
-    // Teams with a running-task quota among the candidates: their counts again, under lock.
-    std::map<std::string, int64_t> allowances = rules::RunningAllowances(teams);
-    std::vector<rows::Values> quota_teams;
-    for (int i = 0; i < result.Rows(); ++i) {
-      const std::string team = result.Text(i, rows::kTaskColumns + 3);
-      if (allowances.count(team) > 0 &&
-          (quota_teams.empty() || std::get<std::string>(quota_teams.back()[0]) != team)) {
-        quota_teams.push_back({team});
-      }
-    }
-    if (!quota_teams.empty()) {
-      ASSIGN_OR_RETURN(PgResult running,
-                       c.Exec(sql::kTeamsRunningForUpdate, std::move(Params().Columns(quota_teams, 1))));
-      for (int i = 0; i < running.Rows(); ++i) {
-        for (TeamUsage& t : teams) {
-          if (t.team == running.Text(i, 0)) t.running = running.Int(i, 1);
-        }
-      }
-      allowances = rules::RunningAllowances(teams);
-    }
-    std::map<std::string, Job> jobs;  // what placement reads of each job (spec, submission), parsed once
-    std::set<std::string> unstarted;  // of those, jobs not started yet
-    std::set<std::string> to_start;   // jobs this lease starts
+    // This batch's grants so far: each later ask sees them as it would see them committed.
+    std::map<std::string, int64_t> granted_by_team;
+    std::set<std::pair<std::string, int64_t>> granted_keys;
+    std::set<std::string> quota_locked;  // teams whose running count was read again under lock
+    std::map<std::string, Job> jobs;     // what placement reads of each job (spec, submission), parsed once
+    std::set<std::string> unstarted;     // of those, jobs not started yet
+    std::set<std::string> to_start;      // jobs this batch starts
+    std::set<std::string> busy;          // executors this batch marks busy
     std::vector<Task> granted;
-    for (int i = 0; i < result.Rows(); ++i) {
-      const Row row{result, i};
-      ASSIGN_OR_RETURN(Task task, rows::ReadTask(row));
-      if (jobs.count(task.job_id) == 0) {
-        Job job;
-        job.id = task.job_id;
-        ASSIGN_OR_RETURN(job.spec, rows::JobSpecOf(task.job_id, row.Text(rows::kTaskColumns)));
-        job.created_at = row.Time(rows::kTaskColumns + 4);
-        jobs.emplace(task.job_id, std::move(job));
-        if (row.Text(rows::kTaskColumns + 1) == JobStateName(JobState::kQueued) || !row.Bool(rows::kTaskColumns + 2)) {
-          unstarted.insert(task.job_id);
+    Answers answers;
+    for (const LeaseAsk& ask : asks) {
+      auto found = executors.find(ask.executor_id);
+      if (found == executors.end()) {
+        answers.push_back(absl::NotFoundError(absl::StrCat("no executor ", ask.executor_id)));
+        continue;
+      }
+      Executor& executor = found->second;
+      std::vector<Lease> leases;
+      if (!rules::MayLease(executor, ask.max_tasks)) {
+        answers.push_back(std::move(leases));
+        continue;
+      }
+      // Tasks this batch granted are still pending in the table (written at the end) and locked
+      // by this transaction, so they come back: ask for that many more, and pass them over.
+      const int64_t limit = ask.max_tasks + static_cast<int64_t>(granted.size());
+      ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kLeaseCandidates, Params()
+                                                                     .Time(now)
+                                                                     .Text(Name(JobStateName(JobState::kQueued)))
+                                                                     .Text(Name(JobStateName(JobState::kRunning)))
+                                                                     .Int(UsableMemory(executor.info))
+                                                                     .Text(DumpJson(Json(rules::RunnersOf(executor))))
+                                                                     .Int(limit)
+                                                                     .Text(rules::FairShareRanksJson(teams))
+                                                                     .Text(executor.info.model_loaded)
+                                                                     .Text(DumpJson(Json(executor.info.models)))
+                                                                     .Time(now - WarmWait())
+                                                                     .Int(options_.model_affinity ? 1 : 0)));
+      // Teams with a running-task quota among the candidates: their counts again, under lock
+      // (once a batch), plus what this batch granted them.
+      std::vector<rows::Values> quota_teams;
+      {
+        const std::map<std::string, int64_t> quotas = rules::RunningAllowances(teams);
+        std::set<std::string> named;
+        for (int i = 0; i < result.Rows(); ++i) {
+          const std::string team = result.Text(i, rows::kTaskColumns + 3);
+          if (quotas.count(team) > 0 && quota_locked.count(team) == 0 && named.insert(team).second) {
+            quota_teams.push_back({team});
+          }
         }
       }
-      if (!rules::MayPlace(executor, jobs.at(task.job_id), now, WarmWait())) continue;  // the rules decide
-      if (task.shadow && task.shadow->executor_id == executor_id) continue;  // its backup goes elsewhere
-      if (!rules::TakeAllowance(allowances, row.Text(rows::kTaskColumns + 3))) continue;  // team at its quota
-      RETURN_IF_ERROR(GrantTask(task, executor_id, ttl, now));
-      if (unstarted.count(task.job_id) > 0) to_start.insert(task.job_id);
-      granted.push_back(task);
-      leases.push_back(MakeLease(std::move(task), jobs.at(granted.back().job_id).spec));
+      if (!quota_teams.empty()) {
+        ASSIGN_OR_RETURN(PgResult running,
+                         c.Exec(sql::kTeamsRunningForUpdate, std::move(Params().Columns(quota_teams, 1))));
+        for (int i = 0; i < running.Rows(); ++i) {
+          const std::string team = running.Text(i, 0);
+          for (TeamUsage& t : teams) {
+            if (t.team == team) t.running = running.Int(i, 1) + granted_by_team[team];
+          }
+        }
+        for (const rows::Values& team : quota_teams) quota_locked.insert(std::get<std::string>(team[0]));
+      }
+      std::map<std::string, int64_t> allowances = rules::RunningAllowances(teams);
+      for (int i = 0; i < result.Rows() && static_cast<int>(leases.size()) < ask.max_tasks; ++i) {
+        const Row row{result, i};
+        ASSIGN_OR_RETURN(Task task, rows::ReadTask(row));
+        if (granted_keys.count({task.job_id, task.index}) > 0) continue;  // an earlier ask's
+        if (jobs.count(task.job_id) == 0) {
+          Job job;
+          job.id = task.job_id;
+          ASSIGN_OR_RETURN(job.spec, rows::JobSpecOf(task.job_id, row.Text(rows::kTaskColumns)));
+          job.created_at = row.Time(rows::kTaskColumns + 4);
+          jobs.emplace(task.job_id, std::move(job));
+          if (row.Text(rows::kTaskColumns + 1) == JobStateName(JobState::kQueued) || !row.Bool(rows::kTaskColumns + 2)) {
+            unstarted.insert(task.job_id);
+          }
+        }
+        if (!rules::MayPlace(executor, jobs.at(task.job_id), now, WarmWait())) continue;  // the rules decide
+        if (task.shadow && task.shadow->executor_id == ask.executor_id) continue;  // its backup goes elsewhere
+        const std::string team = row.Text(rows::kTaskColumns + 3);
+        if (!rules::TakeAllowance(allowances, team)) continue;  // team at its quota
+        RETURN_IF_ERROR(GrantTask(task, ask.executor_id, ttl, now));
+        if (unstarted.count(task.job_id) > 0) to_start.insert(task.job_id);
+        granted_keys.insert({task.job_id, task.index});
+        ++granted_by_team[team];
+        auto standing = std::find_if(teams.begin(), teams.end(), [&](const TeamUsage& t) { return t.team == team; });
+        if (standing == teams.end()) {
+          standing = teams.insert(teams.end(), TeamUsage{.team = team});  // as the trigger's row would be
+        }
+        ++standing->running;
+        granted.push_back(task);
+        leases.push_back(MakeLease(std::move(task), jobs.at(granted.back().job_id).spec));
+      }
+      if (!leases.empty() && rules::MarkBusy(executor)) busy.insert(ask.executor_id);
+      answers.push_back(std::move(leases));
     }
-    // Only a job that starts with this lease is locked and written (after its tasks, the store's
+    // Only a job that starts with this batch is locked and written (after its tasks, the store's
     // lock order); every lease of a running job would queue on its row otherwise.
     for (const std::string& job_id : to_start) {
       ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
       if (MarkJobStarted(job, now)) RETURN_IF_ERROR(SaveJob(c, job));
     }
-    if (!leases.empty() && rules::MarkBusy(executor)) RETURN_IF_ERROR(SaveExecutor(c, executor));
+    if (!busy.empty()) {
+      std::vector<rows::Values> values;
+      for (const std::string& id : busy) values.push_back(rows::ExecutorValues(executors.at(id)));
+      ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kUpdateExecutors, Params().Columns(values, 8)));
+      if (result.Affected() != static_cast<int64_t>(values.size())) {
+        return absl::InternalError("executors vanished under a batch of leases");
+      }
+    }
     // The grants last, sent with the COMMIT.
     if (!granted.empty()) RETURN_IF_ERROR(c.ExecAndCommit(sql::kUpdateTasks, TaskArrays(granted)));
-    return leases;
+    return answers;
   });
 }
 

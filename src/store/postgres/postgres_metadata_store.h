@@ -113,6 +113,8 @@ class PostgresMetadataStore : public MetadataStore {
   absl::Duration WarmWait() const override { return options_.EffectiveWarmWait(); }
   absl::StatusOr<std::vector<Lease>> LeaseTasks(const std::string& executor_id, int max_tasks, absl::Duration ttl,
                                                 absl::Time now) override;
+  absl::StatusOr<std::vector<absl::StatusOr<std::vector<Lease>>>> LeaseMany(const std::vector<LeaseAsk>& asks,
+                                                                          absl::Duration ttl, absl::Time now) override;
   absl::StatusOr<Task> CompleteTask(const std::string& executor_id, const std::string& job_id, int64_t task_index,
                                     int attempt, int64_t records_done, int64_t records_failed, absl::Time now) override;
   absl::StatusOr<CompletionReply> CompleteMany(const std::vector<CompletionCall>& calls, absl::Time now) override;
