@@ -679,7 +679,9 @@ absl::StatusOr<std::vector<minions::Lease>> ExecutorService::LookForWork(const s
     }
     ++lease_lookups_;
   }
-  absl::StatusOr<std::vector<minions::Lease>> leases = lease_batches_.Wait(LeaseCall{LeaseAsk{executor_id, max_tasks}, now});
+  absl::StatusOr<std::vector<minions::Lease>> leases =
+      options_.lease_batch > 1 ? lease_batches_.Wait(LeaseCall{LeaseAsk{executor_id, max_tasks}, now})
+                               : store_->LeaseTasks(executor_id, max_tasks, options_.lease_ttl, now);
   if (!leases.ok()) return leases;
   bool none_pending = false;
   if (leases->empty()) {
@@ -716,7 +718,14 @@ absl::StatusOr<std::vector<absl::StatusOr<std::vector<minions::Lease>>>> Executo
     asks.push_back(call.ask);
     now = std::max(now, call.now);
   }
-  return store_->LeaseMany(asks, options_.lease_ttl, now);
+  absl::StatusOr<std::vector<absl::StatusOr<std::vector<minions::Lease>>>> answers =
+      store_->LeaseMany(asks, options_.lease_ttl, now);
+  if (!answers.ok() && (absl::IsUnavailable(answers.status()) || absl::IsDeadlineExceeded(answers.status()))) {
+    // The store is unreachable (its own retries are spent): every call hears so now, instead of
+    // the batcher trying each again alone while the lease threads wait.
+    return std::vector<absl::StatusOr<std::vector<minions::Lease>>>(calls.size(), answers.status());
+  }
+  return answers;
 }
 
 absl::Time ExecutorService::NextRecheckLocked(absl::Time now) {

@@ -50,7 +50,7 @@ struct ServerOptions {
   // threads also bound how many executors one lease transaction serves.
   int lease_threads = 16;
   // Most Lease calls' lookups written in one store transaction (group commit, as completions;
-  // MetadataStore::LeaseMany); 1 looks for each call alone.
+  // MetadataStore::LeaseMany); 1 looks for each call alone, on its lease thread.
   int lease_batch = 16;
   // An executor that found no work is not looked up in the store again until work is announced
   // (a submission, a requeue, on any server: store/work_signal.h) or this long has passed: the

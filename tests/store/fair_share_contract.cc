@@ -212,6 +212,29 @@ TEST_P(FairShare, ABatchOfLeasesGrantsWhatTheSameLeasesOneAfterAnotherWould) {
   EXPECT_THAT(rest, ElementsAre(P(blue, 3), P(red, 3)));
 }
 
+// An ask reads the rows it would read alone: a row the rules refuse (here a quota reached within
+// the ask) still counts against the ask's max_tasks, so the batch grants it no more than alone.
+TEST_P(FairShare, AnAskInABatchGetsNoMoreThanItWouldAlone) {
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("alpha", 1)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("beta", 1)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("zeta", 1, /*max_running_tasks=*/1)));
+  const std::string alpha = SubmitFor("alpha", 4);
+  const std::string beta = SubmitFor("beta", 4);
+  const std::string zeta = SubmitFor("zeta", 2);
+  const std::string e1 = Register("e1"), e2 = Register("e2"), e3 = Register("e3");
+  ASSERT_OK_AND_ASSIGN(auto answers, store_->LeaseMany({{e1, 1}, {e2, 1}, {e3, 2}}, kTtl, now_));
+  ASSERT_THAT(answers, SizeIs(3));
+  for (const auto& answer : answers) ASSERT_OK(answer.status());
+  ASSERT_THAT(*answers[0], SizeIs(1));
+  EXPECT_EQ(answers[0]->at(0).task.job_id, alpha);  // equal standing: by name
+  ASSERT_THAT(*answers[1], SizeIs(1));
+  EXPECT_EQ(answers[1]->at(0).task.job_id, beta);
+  // zeta runs none: its two tasks come first, and its quota refuses the second. Alone, e3's lease
+  // of two reads those two rows and stops there (alpha's next task is not among them).
+  ASSERT_THAT(*answers[2], SizeIs(1));
+  EXPECT_EQ(answers[2]->at(0).task.job_id, zeta);
+}
+
 TEST_P(FairShare, ThreeTeamsConvergeToTheirWeights) {
   ASSERT_OK(store_->CreateTeam(WeightedTeam("a", 1)));
   ASSERT_OK(store_->CreateTeam(WeightedTeam("b", 2)));

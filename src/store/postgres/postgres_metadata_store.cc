@@ -782,10 +782,27 @@ absl::StatusOr<std::vector<absl::StatusOr<std::vector<Lease>>>> PostgresMetadata
       }
     }
     ASSIGN_OR_RETURN(std::vector<TeamUsage> teams, LoadTeamUsage(c, now));
+    // Teams with a running-task quota: their counts again, under lock (in name order, before any
+    // other team's row: concurrent leases cannot overshoot a quota, nor lock teams crosswise).
+    std::set<std::string> teams_locked;
+    {
+      std::vector<rows::Values> quota_teams;
+      for (const auto& [team, allowance] : rules::RunningAllowances(teams)) quota_teams.push_back({team});
+      if (!quota_teams.empty()) {
+        ASSIGN_OR_RETURN(PgResult running,
+                         c.Exec(sql::kTeamsRunningForUpdate, std::move(Params().Columns(quota_teams, 1))));
+        for (int i = 0; i < running.Rows(); ++i) {
+          const std::string team = running.Text(i, 0);
+          for (TeamUsage& t : teams) {
+            if (t.team == team) t.running = running.Int(i, 1);
+          }
+        }
+        for (const rows::Values& team : quota_teams) teams_locked.insert(std::get<std::string>(team[0]));
+      }
+    }
     // This batch's grants so far: each later ask sees them as it would see them committed.
     std::map<std::string, int64_t> granted_by_team;
     std::set<std::pair<std::string, int64_t>> granted_keys;
-    std::set<std::string> quota_locked;  // teams whose running count was read again under lock
     std::map<std::string, Job> jobs;     // what placement reads of each job (spec, submission), parsed once
     std::set<std::string> unstarted;     // of those, jobs not started yet
     std::set<std::string> to_start;      // jobs this batch starts
@@ -819,35 +836,15 @@ absl::StatusOr<std::vector<absl::StatusOr<std::vector<Lease>>>> PostgresMetadata
                                                                      .Text(DumpJson(Json(executor.info.models)))
                                                                      .Time(now - WarmWait())
                                                                      .Int(options_.model_affinity ? 1 : 0)));
-      // Teams with a running-task quota among the candidates: their counts again, under lock
-      // (once a batch), plus what this batch granted them.
-      std::vector<rows::Values> quota_teams;
-      {
-        const std::map<std::string, int64_t> quotas = rules::RunningAllowances(teams);
-        std::set<std::string> named;
-        for (int i = 0; i < result.Rows(); ++i) {
-          const std::string team = result.Text(i, rows::kTaskColumns + 3);
-          if (quotas.count(team) > 0 && quota_locked.count(team) == 0 && named.insert(team).second) {
-            quota_teams.push_back({team});
-          }
-        }
-      }
-      if (!quota_teams.empty()) {
-        ASSIGN_OR_RETURN(PgResult running,
-                         c.Exec(sql::kTeamsRunningForUpdate, std::move(Params().Columns(quota_teams, 1))));
-        for (int i = 0; i < running.Rows(); ++i) {
-          const std::string team = running.Text(i, 0);
-          for (TeamUsage& t : teams) {
-            if (t.team == team) t.running = running.Int(i, 1) + granted_by_team[team];
-          }
-        }
-        for (const rows::Values& team : quota_teams) quota_locked.insert(std::get<std::string>(team[0]));
-      }
       std::map<std::string, int64_t> allowances = rules::RunningAllowances(teams);
-      for (int i = 0; i < result.Rows() && static_cast<int>(leases.size()) < ask.max_tasks; ++i) {
+      // The rows the same lease alone would have read: its first max_tasks, the earlier asks'
+      // grants left out (a row the rules refuse still counts, as it would alone).
+      int considered = 0;
+      for (int i = 0; i < result.Rows() && considered < ask.max_tasks; ++i) {
         const Row row{result, i};
         ASSIGN_OR_RETURN(Task task, rows::ReadTask(row));
         if (granted_keys.count({task.job_id, task.index}) > 0) continue;  // an earlier ask's
+        ++considered;
         if (jobs.count(task.job_id) == 0) {
           Job job;
           job.id = task.job_id;
@@ -890,6 +887,15 @@ absl::StatusOr<std::vector<absl::StatusOr<std::vector<Lease>>>> PostgresMetadata
       if (result.Affected() != static_cast<int64_t>(values.size())) {
         return absl::InternalError("executors vanished under a batch of leases");
       }
+    }
+    // The grants' teams' rows, which the tasks' trigger updates, locked first in name order: the
+    // trigger takes them in the order the update meets the tasks.
+    std::vector<rows::Values> unlocked;
+    for (const auto& [team, n] : granted_by_team) {
+      if (teams_locked.count(team) == 0) unlocked.push_back({team});
+    }
+    if (unlocked.size() > 1) {
+      RETURN_IF_ERROR(c.Exec(sql::kTeamsRunningForUpdate, std::move(Params().Columns(unlocked, 1))).status());
     }
     // The grants last, sent with the COMMIT.
     if (!granted.empty()) RETURN_IF_ERROR(c.ExecAndCommit(sql::kUpdateTasks, TaskArrays(granted)));
