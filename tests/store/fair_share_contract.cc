@@ -120,35 +120,11 @@ TEST_P(FairShare, ALoneTeamGetsTheWholeFleet) {
   EXPECT_EQ(UsageOf("search").running, 6);
 }
 
-TEST_P(FairShare, TwoTeamsConvergeToTheirWeights) {
-  ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 3)));
-  ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));
-  SubmitFor("search", 1000);
-  SubmitFor("ads", 1000);
-  std::vector<SimExecutor> fleet = Fleet(8);
-  std::map<std::string, absl::Duration> warmup, held;
-  const absl::Time start = now_;
-  Run(fleet, start + absl::Hours(1), start + absl::Hours(1), warmup);
-  Run(fleet, start + absl::Hours(2), start + absl::Hours(1), held);
-  const std::map<std::string, double> shares = Shares(held);
-  EXPECT_NEAR(shares.at("search"), 0.75, 0.075);
-  EXPECT_NEAR(shares.at("ads"), 0.25, 0.025);
-}
+TEST_P(FairShare, TwoTeamsConvergeToTheirWeights) { TwoTeamsConverge(); }
 
 TEST_P(FairShare, TwoTeamsConvergeToTheirWeightsWhenExecutorsLeaseInBatches) {
   batched_ = true;
-  ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 3)));
-  ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));
-  SubmitFor("search", 1000);
-  SubmitFor("ads", 1000);
-  std::vector<SimExecutor> fleet = Fleet(8);
-  std::map<std::string, absl::Duration> warmup, held;
-  const absl::Time start = now_;
-  Run(fleet, start + absl::Hours(1), start + absl::Hours(1), warmup);
-  Run(fleet, start + absl::Hours(2), start + absl::Hours(1), held);
-  const std::map<std::string, double> shares = Shares(held);
-  EXPECT_NEAR(shares.at("search"), 0.75, 0.075);
-  EXPECT_NEAR(shares.at("ads"), 0.25, 0.025);
+  TwoTeamsConverge();
 }
 
 // LeaseMany grants what the same asks would get one after another: an earlier ask's grants count

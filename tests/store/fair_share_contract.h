@@ -111,6 +111,23 @@ class FairShare : public IdentityStoreContract {
     e.lease.reset();
   }
 
+  // search (weight 3) and ads (weight 1), each with plenty of work, on 8 executors: over the
+  // second simulated hour each team's share is its weight's (within 10 %).
+  void TwoTeamsConverge() {
+    ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 3)));
+    ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));
+    SubmitFor("search", 1000);
+    SubmitFor("ads", 1000);
+    std::vector<SimExecutor> fleet = Fleet(8);
+    std::map<std::string, absl::Duration> warmup, held;
+    const absl::Time start = now_;
+    Run(fleet, start + absl::Hours(1), start + absl::Hours(1), warmup);
+    Run(fleet, start + absl::Hours(2), start + absl::Hours(1), held);
+    const std::map<std::string, double> shares = Shares(held);
+    EXPECT_NEAR(shares.at("search"), 0.75, 0.075);
+    EXPECT_NEAR(shares.at("ads"), 0.25, 0.025);
+  }
+
   static std::map<std::string, double> Shares(const std::map<std::string, absl::Duration>& held) {
     absl::Duration total;
     for (const auto& [team, time] : held) total += time;
