@@ -1,5 +1,6 @@
-// minions-bench-fleet: the fleet simulator (issue 15). N simulated executors in this one process,
-// each speaking the real executor protocol over gRPC to one real `minions server` (SQLite, or a
+// minions-bench-fleet: the fleet simulator (issue 15). N simulated executors in a few worker
+// processes this program starts (--procs; one per 2,500 executors by default), each executor
+// speaking the real executor protocol over gRPC to one real `minions server` (SQLite, or a
 // private PostgreSQL cluster this program starts): enrolment with a join token, Register, an
 // Attach presence stream held open, a heartbeat (on a Beats stream; --beat-stream false: a
 // Heartbeat call each) every TTL/3 while it holds a lease and, while it
@@ -25,21 +26,24 @@
 //                       [--channels 0] [--idle-s 18] [--job-tasks 2000] [--task-ms 200]
 //
 // Each simulated executor has a gRPC channel (one TCP connection) of its own unless --channels
-// caps them (then executors share channels round-robin). Mind `ulimit -n`: the server and this
-// process each hold one descriptor per connection.
-// Threads: gRPC's callback threads drive the calls; one timer thread fires heartbeats and task
-// ends; --run-threads threads do the fake runner's file I/O.
+// caps them (then executors share channels round-robin). Mind `ulimit -n`: the server and each
+// worker hold one descriptor per connection.
+// Threads (in each worker): gRPC's callback threads drive the calls; one timer thread fires
+// heartbeats and task ends; --run-threads threads do the fake runner's file I/O. The parent
+// starts the server and PostgreSQL, submits the job and merges the workers' samples.
 
 #include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cmath>
 #include <deque>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <queue>
@@ -778,9 +782,229 @@ struct Flags {
   int64_t task_ms = 200;
   int run_threads = 4;
   int enrol_threads = 8;
+  int procs = 0;  // processes of simulated executors; 0: one per kExecutorsPerProcess
   std::string dir;
   std::string label = "default";
   std::vector<std::string> server_args;
+  // A worker (--worker): executors [first, first + count) of the fleet, against `server`.
+  bool worker = false;
+  std::string server;
+  int first = 0;
+  int count = 0;
+};
+
+constexpr int kExecutorsPerProcess = 2500;
+
+// --- the fleet in several processes ---
+//
+// RunPoint starts --procs workers (this program with --worker), each simulating a slice of the
+// fleet in a Fleet of its own, and speaks to each over its stdin and stdout, a line at a time:
+//   parent "token T"   worker enrols its executors with join token T, registers and attaches them,
+//                      then answers "ready" ("failed WHY" and exits when it cannot)
+//   parent "measure"   worker starts its samples (Fleet::Measure), answers "ok"
+//   parent "take"      worker answers its samples (SamplesText) and "end"
+//   parent "stop", or the end of its stdin: the worker ends its calls and exits.
+// The samples' times are wall-clock times, which every process here shares.
+
+std::string SamplesText(const Samples& s) {
+  std::string out = absl::StrCat("counts ", s.heartbeats_failed, " ", s.beats_unsent, " ", s.leases_lost, " ",
+                                 s.completed, " ", s.complete_failed, "\n");
+  for (size_t i = 0; i < s.heartbeat_ms.size(); ++i) {
+    absl::StrAppend(&out, "h ", s.heartbeat_ms[i], " ", absl::ToUnixMicros(s.heartbeat_at[i]), "\n");
+  }
+  for (double ms : s.lease_ms) absl::StrAppend(&out, "l ", ms, "\n");
+  for (absl::Time at : s.leased_at) absl::StrAppend(&out, "a ", absl::ToUnixMicros(at), "\n");
+  return out + "end\n";
+}
+
+// Adds one line of SamplesText to `into`; false for a line it does not know.
+bool AddSampleLine(const std::string& line, Samples& into) {
+  long long a = 0, b = 0, c = 0, d = 0, e = 0;
+  double ms = 0;
+  if (sscanf(line.c_str(), "counts %lld %lld %lld %lld %lld", &a, &b, &c, &d, &e) == 5) {
+    into.heartbeats_failed += a;
+    into.beats_unsent += b;
+    into.leases_lost += c;
+    into.completed += d;
+    into.complete_failed += e;
+  } else if (sscanf(line.c_str(), "h %lf %lld", &ms, &a) == 2) {
+    into.heartbeat_ms.push_back(ms);
+    into.heartbeat_at.push_back(absl::FromUnixMicros(a));
+  } else if (sscanf(line.c_str(), "l %lf", &ms) == 1) {
+    into.lease_ms.push_back(ms);
+  } else if (sscanf(line.c_str(), "a %lld", &a) == 1) {
+    into.leased_at.push_back(absl::FromUnixMicros(a));
+  } else {
+    return false;
+  }
+  return true;
+}
+
+SimOptions OptionsOf(const Flags& flags) {
+  SimOptions options;
+  options.ttl = absl::Milliseconds(flags.ttl_ms);
+  options.lease_wait = absl::Milliseconds(flags.lease_wait_ms);
+  options.idle_polls = flags.idle_polls;
+  options.beat_stream = flags.beat_stream;
+  options.task_time = absl::Milliseconds(flags.task_ms);
+  return options;
+}
+
+// A worker's life (main with --worker): see above. Exit status 0 after "stop".
+int WorkerMain(const Flags& flags) {
+  std::string line;
+  if (!std::getline(std::cin, line) || line.rfind("token ", 0) != 0) {
+    printf("failed no join token on stdin\n");
+    return 2;
+  }
+  const std::string join_token = line.substr(6);
+  const int n = flags.count;
+  Fleet fleet(OptionsOf(flags), flags.run_threads);
+  const int channels = flags.channels > 0 ? std::min(flags.channels, n) : n;
+  for (int i = 0; i < channels; ++i) {
+    grpc::ChannelArguments args = minions::rpc::ChannelArgs(minions::rpc::ChannelUse::kExecutor);
+    args.SetInt("minions.fleet_sim.channel", i);  // a connection of its own (no shared subchannel)
+    fleet.AddStub(v1::Executors::NewStub(
+        grpc::CreateCustomChannel(flags.server, grpc::InsecureChannelCredentials(), args)));
+  }
+  // Enrolment, on a few threads (a fleet does it once; not measured).
+  std::vector<std::pair<std::string, std::string>> enrolled(static_cast<size_t>(n));
+  std::atomic<int> next{0}, failed{0};
+  std::vector<std::thread> enrolers;
+  for (int t = 0; t < flags.enrol_threads; ++t) {
+    enrolers.emplace_back([&] {
+      for (int i = next++; i < n; i = next++) {
+        v1::EnrolRequest request;
+        request.mutable_capabilities()->set_name(absl::StrCat("sim-", flags.first + i));
+        v1::EnrolResponse reply;
+        grpc::ClientContext context;
+        minions::rpc::Prepare(context, join_token, absl::Seconds(60));
+        grpc::Status s = fleet.StubFor(i)->Enrol(&context, request, &reply);
+        if (!s.ok()) {
+          if (++failed <= 3) fprintf(stderr, "enrol: %s\n", s.error_message().c_str());
+          continue;
+        }
+        enrolled[static_cast<size_t>(i)] = {reply.executor_id(), reply.credential()};
+      }
+    });
+  }
+  for (auto& t : enrolers) t.join();
+  if (failed > 0) {
+    printf("failed %d executors could not enrol\n", failed.load());
+    fflush(stdout);
+    return 1;
+  }
+  for (int i = 0; i < n; ++i) {
+    fleet.Add(flags.first + i, enrolled[static_cast<size_t>(i)].first, enrolled[static_cast<size_t>(i)].second);
+  }
+  fleet.Start();
+  for (int i = 0; i < 1200 && (fleet.registered() < n || fleet.attached() < n); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  printf("ready\n");
+  fflush(stdout);
+  while (std::getline(std::cin, line) && line != "stop") {
+    if (line == "measure") {
+      fleet.Measure();
+      printf("ok\n");
+    } else if (line == "take") {
+      const std::string text = SamplesText(fleet.Take());
+      fwrite(text.data(), 1, text.size(), stdout);
+    } else {
+      printf("failed unknown command %s\n", line.c_str());
+    }
+    fflush(stdout);
+  }
+  fleet.Stop();
+  return 0;
+}
+
+// The parent's side: the workers of one point. Threads: one (RunPoint's).
+class SimProcesses {
+ public:
+  ~SimProcesses() { Stop(); }
+
+  // Starts `procs` workers that share `n` executors out, and waits until each is ready.
+  absl::Status Start(const Flags& flags, const std::string& server, const std::string& join_token, int n, int procs) {
+    for (int p = 0; p < procs; ++p) {
+      const int first = n * p / procs, count = n * (p + 1) / procs - first;
+      const int channels = flags.channels > 0 ? std::max(1, flags.channels * count / n) : 0;
+      minions::Subprocess::Options sp;
+      sp.argv = {minions::CurrentExecutablePath(), "--worker", "--server", server, "--first", absl::StrCat(first),
+                 "--count", absl::StrCat(count), "--ttl-ms", absl::StrCat(flags.ttl_ms), "--lease-wait-ms",
+                 absl::StrCat(flags.lease_wait_ms), "--idle-polls", flags.idle_polls ? "true" : "false",
+                 "--beat-stream", flags.beat_stream ? "true" : "false", "--task-ms", absl::StrCat(flags.task_ms),
+                 "--run-threads", absl::StrCat(flags.run_threads), "--channels", absl::StrCat(channels),
+                 "--enrol-threads", absl::StrCat(std::max(2, flags.enrol_threads / procs))};
+      auto started = minions::Subprocess::Start(sp);
+      if (!started.ok()) return started.status();
+      workers_.push_back(std::move(*started));
+      if (auto s = workers_.back()->Write(absl::StrCat("token ", join_token, "\n")); !s.ok()) return s;
+    }
+    for (auto& w : workers_) {
+      auto line = w->ReadLine(absl::Minutes(5));
+      if (!line.ok()) return absl::UnavailableError(absl::StrCat("a worker did not start: ", line.status().message()));
+      if (*line != "ready") return absl::InternalError(absl::StrCat("a worker: ", *line));
+    }
+    return absl::OkStatus();
+  }
+
+  // Every worker starts its samples.
+  bool Measure() { return Ask("measure", [](const std::string& line) { return line == "ok"; }); }
+
+  // Every worker's samples since Measure, merged into `into`.
+  bool Take(Samples& into) {
+    into = Samples{};
+    return Ask("take", [&into](const std::string& line) {
+      if (line == "end") return true;
+      if (!AddSampleLine(line, into)) fprintf(stderr, "a worker's samples: cannot read \"%s\"\n", line.c_str());
+      return false;
+    });
+  }
+
+  // CPU seconds of this process and its workers so far.
+  double CpuSeconds() const {
+    double total = minions::bench::CpuSeconds(getpid());
+    for (const auto& w : workers_) total += minions::bench::CpuSeconds(w->pid());
+    return total;
+  }
+
+  void Stop() {
+    for (auto& w : workers_) (void)w->Write("stop\n");
+    for (auto& w : workers_) {
+      if (!w->Wait(absl::Seconds(60)).ok()) w->Signal(SIGKILL);
+    }
+    workers_.clear();
+  }
+
+ private:
+  // Sends `command` to every worker (all first, so they answer at once), then reads each one's
+  // lines until `last` says its answer is over.
+  bool Ask(const std::string& command, const std::function<bool(const std::string&)>& last) {
+    for (auto& w : workers_) {
+      if (!w->Write(command + "\n").ok()) {
+        fprintf(stderr, "a worker is gone (%s)\n", command.c_str());
+        return false;
+      }
+    }
+    for (auto& w : workers_) {
+      for (;;) {
+        auto line = w->ReadLine(absl::Minutes(2));
+        if (!line.ok()) {
+          fprintf(stderr, "a worker did not answer %s: %s\n", command.c_str(), std::string(line.status().message()).c_str());
+          return false;
+        }
+        if (line->rfind("failed ", 0) == 0) {
+          fprintf(stderr, "a worker: %s\n", line->c_str());
+          return false;
+        }
+        if (last(*line)) break;
+      }
+    }
+    return true;
+  }
+
+  std::vector<std::unique_ptr<minions::Subprocess>> workers_;
 };
 
 // PostgreSQL: a private cluster (tests/services/postgres.sh) in DIR/pg, one database per point.
@@ -918,51 +1142,18 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
     return false;
   }
 
-  SimOptions options;
-  options.ttl = absl::Milliseconds(flags.ttl_ms);
-  options.lease_wait = absl::Milliseconds(flags.lease_wait_ms);
-  options.idle_polls = flags.idle_polls;
-  options.beat_stream = flags.beat_stream;
-  options.task_time = absl::Milliseconds(flags.task_ms);
-  Fleet fleet(options, flags.run_threads);
-  const int channels = flags.channels > 0 ? std::min(flags.channels, n) : n;
-  for (int i = 0; i < channels; ++i) {
-    grpc::ChannelArguments args = minions::rpc::ChannelArgs(minions::rpc::ChannelUse::kExecutor);
-    args.SetInt("minions.fleet_sim.channel", i);  // a connection of its own (no shared subchannel)
-    fleet.AddStub(v1::Executors::NewStub(
-        grpc::CreateCustomChannel(connection.server, grpc::InsecureChannelCredentials(), args)));
-  }
-  // Enrolment, on a few threads (a fleet does it once; not measured).
+  // The fleet, in --procs processes of its own (a few thousand executors each), as a fleet's
+  // machines are: each has its own gRPC completion queue, timers and threads, none of which a
+  // single process of 10,000 clients would share well with the server on these cores.
+  const int procs = std::clamp(flags.procs > 0 ? flags.procs : (n + kExecutorsPerProcess - 1) / kExecutorsPerProcess, 1, n);
+  SimProcesses fleet;
   const absl::Time enrol_start = absl::Now();
-  std::vector<std::pair<std::string, std::string>> enrolled(static_cast<size_t>(n));
-  std::atomic<int> next{0}, failed{0};
-  std::vector<std::thread> enrolers;
-  for (int t = 0; t < flags.enrol_threads; ++t) {
-    enrolers.emplace_back([&] {
-      for (int i = next++; i < n; i = next++) {
-        v1::EnrolRequest request;
-        request.mutable_capabilities()->set_name(absl::StrCat("sim-", i));
-        v1::EnrolResponse reply;
-        grpc::ClientContext context;
-        minions::rpc::Prepare(context, issued->token(), absl::Seconds(60));
-        grpc::Status s = fleet.StubFor(i)->Enrol(&context, request, &reply);
-        if (!s.ok()) {
-          if (++failed <= 3) fprintf(stderr, "enrol: %s\n", s.error_message().c_str());
-          continue;
-        }
-        enrolled[static_cast<size_t>(i)] = {reply.executor_id(), reply.credential()};
-      }
-    });
+  if (auto s = fleet.Start(flags, connection.server, issued->token(), n, procs); !s.ok()) {
+    fprintf(stderr, "the simulated fleet: %s (see %s/server.log)\n", std::string(s.message()).c_str(), dir.c_str());
+    return false;
   }
-  for (auto& t : enrolers) t.join();
-  if (failed > 0) return false;
-  for (int i = 0; i < n; ++i) fleet.Add(i, enrolled[static_cast<size_t>(i)].first, enrolled[static_cast<size_t>(i)].second);
-  fprintf(stderr, "%s %s %d: enrolled in %.1f s\n", flags.label.c_str(), store.c_str(), n,
-          absl::ToDoubleSeconds(absl::Now() - enrol_start));
-  fleet.Start();
-  for (int i = 0; i < 1200 && (fleet.registered() < n || fleet.attached() < n); ++i) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  fprintf(stderr, "%s %s %d: %d processes enrolled, registered and attached their executors in %.1f s\n",
+          flags.label.c_str(), store.c_str(), n, procs, absl::ToDoubleSeconds(absl::Now() - enrol_start));
   absl::SleepFor(absl::Seconds(flags.warmup_s > 0 ? flags.warmup_s : flags.ttl_ms / 1000.0));
 
   const pid_t postmaster = pg != nullptr && store == "postgres" ? pg->postmaster() : 0;
@@ -970,7 +1161,7 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
                       const std::map<pid_t, double>& store0, double x0) {
     r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     r.server_cpu = (CpuSeconds(server->pid()) - cpu0) / r.seconds;
-    r.sim_cpu = (CpuSeconds(getpid()) - sim0) / r.seconds;
+    r.sim_cpu = (fleet.CpuSeconds() - sim0) / r.seconds;
     r.server_rss = RssMiB(server->pid());
     if (postmaster > 0) {
       r.store_cpu = CpuDelta(store0, TreeCpu(postmaster)) / r.seconds;
@@ -982,13 +1173,13 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
   {
     PhaseReport r;
     r.phase = "idle";
-    fleet.Measure();
-    const double cpu0 = CpuSeconds(server->pid()), sim0 = CpuSeconds(getpid());
+    if (!fleet.Measure()) return false;
+    const double cpu0 = CpuSeconds(server->pid()), sim0 = fleet.CpuSeconds();
     const auto store0 = TreeCpu(postmaster);
     const double x0 = postmaster > 0 ? pg->Transactions(db) : 0;
     const absl::Time start = absl::Now();
     absl::SleepFor(absl::Seconds(flags.idle_s));
-    r.samples = fleet.Take();
+    if (!fleet.Take(r.samples)) return false;
     snapshot(r, start, cpu0, sim0, store0, x0);
     Print(flags, store, n, r);
   }
@@ -1003,8 +1194,8 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
     request.set_model(BinDir() + "/minions");  // any file: the fake runner loads nothing
     request.set_shard_size(1);
     minions::cli::JobsClient client(connection);
-    fleet.Measure();
-    const double cpu0 = CpuSeconds(server->pid()), sim0 = CpuSeconds(getpid());
+    if (!fleet.Measure()) return false;
+    const double cpu0 = CpuSeconds(server->pid()), sim0 = fleet.CpuSeconds();
     const auto store0 = TreeCpu(postmaster);
     const double x0 = postmaster > 0 ? pg->Transactions(db) : 0;
     const absl::Time start = absl::Now();
@@ -1023,7 +1214,7 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
       }
       absl::SleepFor(absl::Milliseconds(100));
     }
-    r.samples = fleet.Take();
+    if (!fleet.Take(r.samples)) return false;
     snapshot(r, start, cpu0, sim0, store0, x0);
     r.tasks_per_s = static_cast<double>(r.samples.completed) / r.seconds;
     if (!r.samples.leased_at.empty()) {
@@ -1065,10 +1256,21 @@ int main(int argc, char** argv) {
   app.add_option("--job-tasks", flags.job_tasks, "one-record tasks of the job phase (0: none)")->capture_default_str();
   app.add_option("--task-ms", flags.task_ms, "the fake runner's time per task")->capture_default_str();
   app.add_option("--run-threads", flags.run_threads, "threads of the fake runner's file I/O")->capture_default_str();
+  app.add_option("--enrol-threads", flags.enrol_threads, "threads that enrol the executors (not measured)")
+      ->capture_default_str();
+  app.add_option("--procs", flags.procs,
+                 "processes that share the simulated executors out (0: one per 2,500 executors)")
+      ->capture_default_str();
+  // A worker's options (SimProcesses starts it): not for people.
+  app.add_flag("--worker", flags.worker)->group("");
+  app.add_option("--server", flags.server)->group("");
+  app.add_option("--first", flags.first)->group("");
+  app.add_option("--count", flags.count)->group("");
   app.add_option("--dir", flags.dir, "work folder (default: a fresh one under /tmp)");
   app.add_option("--label", flags.label, "names this run's rows")->capture_default_str();
   app.add_option("--server-arg", flags.server_args, "an option for the server (repeat)")->allow_extra_args(false);
   CLI11_PARSE(app, argc, argv);
+  if (flags.worker) return WorkerMain(flags);
   if (flags.dir.empty()) flags.dir = absl::StrCat("/tmp/minions-fleet-", getpid());
   fs::create_directories(flags.dir);
 
