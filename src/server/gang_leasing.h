@@ -53,7 +53,7 @@ struct GangLeasingOptions {
 class GangLeasing {
  public:
   GangLeasing(MetadataStore* store, Clock* clock, GangLeasingOptions options)
-      : store_(store), clock_(clock), options_(options), reserver_(clock, options.reservation_timeout) {}
+      : store_(store), options_(options), reserver_(clock, options.reservation_timeout) {}
 
   struct CheckInAnswer {
     bool held = false;                // reserved for a gang still forming: lease nothing else now
@@ -91,7 +91,6 @@ class GangLeasing {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   MetadataStore* const store_;
-  Clock* const clock_;
   const GangLeasingOptions options_;
   GangReserver reserver_;
   // Held by a check-in from its reservation's answer to its gang's grant (CheckIn); taken before mu_.
