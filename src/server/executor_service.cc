@@ -711,6 +711,7 @@ absl::StatusOr<std::vector<minions::Lease>> ExecutorService::LookForWork(const s
 
 absl::StatusOr<std::vector<absl::StatusOr<std::vector<minions::Lease>>>> ExecutorService::CommitLeases(
     const std::vector<LeaseCall>& calls) {
+  if (before_lease_batch_) before_lease_batch_(calls.size());
   std::vector<LeaseAsk> asks;
   asks.reserve(calls.size());
   absl::Time now = absl::InfinitePast();

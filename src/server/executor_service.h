@@ -136,6 +136,11 @@ class ExecutorService final : public ExecutorServiceBase {
   // Looks answered "nothing" without a lookup because no task of any job was pending.
   int64_t lookups_spared() const ABSL_LOCKS_EXCLUDED(work_mu_);
   int64_t leases_waiting() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  // Lease calls queued for the lease batcher and not yet taken into a batch (tests).
+  int64_t lease_calls_queued() const { return lease_batches_.waiting(); }
+  // Tests: called with the number of calls of each lease batch before it looks in the store, on
+  // the batcher's thread. Set before any Lease call.
+  void SetBeforeLeaseBatchForTesting(std::function<void(size_t calls)> hook) { before_lease_batch_ = std::move(hook); }
 
   // The most tasks an executor's prefetch window asks for when its tasks take half a second or
   // more, or it has not measured them yet (ExecutorAgent::PrefetchWindow): one running, one queued.
@@ -362,6 +367,7 @@ class ExecutorService final : public ExecutorServiceBase {
   // together, in one transaction (group commit, as completions): when thousands of executors want
   // work at once (a job's start, a fleet woken), a transaction per call would be most of the
   // store's work. Its committer thread runs CommitLeases; the lease threads wait on it.
+  std::function<void(size_t)> before_lease_batch_;  // tests (SetBeforeLeaseBatchForTesting)
   GroupCommitter<LeaseCall, std::vector<minions::Lease>> lease_batches_{
       [this](const std::vector<LeaseCall>& calls) { return CommitLeases(calls); }, options_.lease_batch,
       absl::ZeroDuration(), "lease-commit"};

@@ -3,7 +3,10 @@
 // clock, which never moves unless the test moves it: a lease that answers with work it did not
 // have before was woken by an announcement, not by a timed poll.
 
+#include <set>
 #include <thread>
+
+#include "absl/synchronization/notification.h"
 
 #include "executor/control_plane_client.h"
 #include "model/liveness.h"
@@ -305,6 +308,53 @@ TEST_F(IdleFleetTest, IdleExecutorsWaitingTogetherGetOneTaskEachWhenTheirTasksAr
   ASSERT_GRPC_OK(second_status);
   EXPECT_EQ(first_reply.leases_size(), 1);
   EXPECT_EQ(second_reply.leases_size(), 1);
+}
+
+// Lease calls that look in the store while a batch of them is being written look together, in
+// one batch, each getting tasks of its own (group commit of leases). The first call's batch is
+// held at a gate until three more calls have queued behind it, so what lands in which batch
+// follows from the test's steps, not from timing.
+TEST_F(IdleFleetTest, LeaseCallsArrivingWhileABatchIsWrittenLookTogetherEachGettingATaskOfItsOwn) {
+  StartServer();
+  std::vector<std::string> executors;
+  for (int i = 0; i < 4; ++i) executors.push_back(RegisterExecutor(absl::StrCat("batched-", i)));
+  MustSubmit(Records(4), /*shard_size=*/1);
+  absl::Mutex mu;
+  std::vector<size_t> batches;
+  absl::Notification entered, open;
+  server_->executors().SetBeforeLeaseBatchForTesting([&](size_t calls) {
+    bool first;
+    {
+      absl::MutexLock lock(&mu);
+      batches.push_back(calls);
+      first = batches.size() == 1;
+    }
+    if (first) {
+      entered.Notify();
+      open.WaitForNotification();
+    }
+  });
+  std::vector<grpc::Status> status(4);
+  std::vector<v1::LeaseResponse> reply(4);
+  std::vector<std::thread> calls;
+  calls.push_back(LongPoll(executors_.get(), executors[0], &status[0], &reply[0]));
+  EXPECT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(10))) << "no lease batch";
+  for (size_t i = 1; i < 4; ++i) calls.push_back(LongPoll(executors_.get(), executors[i], &status[i], &reply[i]));
+  for (int i = 0; i < 10000 && server_->executors().lease_calls_queued() != 3; ++i) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(server_->executors().lease_calls_queued(), 3);
+  open.Notify();
+  for (std::thread& call : calls) call.join();
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_THAT(batches, ::testing::ElementsAre(1, 3));
+  }
+  std::set<int64_t> tasks;
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_GRPC_OK(status[i]);
+    ASSERT_EQ(reply[i].leases_size(), 1) << executors[i];
+    tasks.insert(reply[i].leases(0).ref().task_index());
+  }
+  EXPECT_EQ(tasks.size(), 4u) << "each call its own task";
 }
 
 // What a held Lease may be granted while `others` executors that hold nothing and run long tasks
