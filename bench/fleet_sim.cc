@@ -225,6 +225,9 @@ struct SimOptions {
   absl::Duration ttl = absl::Seconds(9);
   absl::Duration lease_wait = absl::Seconds(30);
   absl::Duration task_time = absl::Milliseconds(200);
+  // Each task runs task_time x (1 +- up to this): 0, every task alike (a job's tasks that start
+  // together end together); real tasks' times vary with their records and their machines.
+  double task_spread = 0;
   // Idle polls stand for idle beats when the server says they do (as the executor); false: the
   // simulated executors beat at the idle pace whatever the server says (the older protocol).
   bool idle_polls = true;
@@ -240,7 +243,8 @@ struct Samples {
   std::vector<absl::Time> leased_at;  // when each task lease arrived
   int64_t heartbeats_failed = 0;
   int64_t beats_unsent = 0;           // idle beats left unsent: an idle poll spoke for them
-  int64_t leases_lost = 0;            // heartbeats answering "cancel" for a lease held
+  int64_t leases_lost = 0;            // heartbeats answering "cancel" for a lease still held
+  int64_t cancels_done = 0;           // ... for a lease completed since the beat was sent (no loss)
   int64_t completed = 0;
   int64_t complete_failed = 0;
 };
@@ -267,6 +271,7 @@ class Fleet {
     int beat_generation ABSL_GUARDED_BY(mu) = 0;          // a scheduled beat of an older one is dropped
     std::unique_ptr<grpc::ClientContext> attach_context;
     BeatStreamer* beats ABSL_GUARDED_BY(mu) = nullptr;  // its Beats stream, while one is open
+    std::mt19937 random ABSL_GUARDED_BY(mu);              // its tasks' times (SimOptions::task_spread)
   };
 
   void AddStub(std::unique_ptr<v1::Executors::Stub> stub) { stubs_.push_back(std::move(stub)); }
@@ -279,6 +284,8 @@ class Fleet {
     e.id = std::move(id);
     e.credential = std::move(credential);
     e.stub = StubFor(index);
+    absl::MutexLock lock(&e.mu);
+    e.random.seed(static_cast<uint32_t>(index));
     return e;
   }
 
@@ -575,12 +582,25 @@ class Fleet {
 
   // A heartbeat's answer (`ms` after it was sent): sampled; the next one scheduled.
   void Answered(Executor* e, const grpc::Status& s, const v1::HeartbeatResponse& reply, double ms, absl::Time due) {
+    // A cancel for a lease the executor completed while the beat was on its way (the server saw
+    // the completion first) loses nothing; one for a lease it still holds is a lease lost.
+    int64_t lost = 0;
+    if (s.ok() && reply.cancel_size() > 0) {
+      absl::MutexLock lock(&e->mu);
+      for (const v1::LeaseRef& cancel : reply.cancel()) {
+        lost += std::any_of(e->held.begin(), e->held.end(), [&](const v1::LeaseRef& held) {
+          return held.job_id() == cancel.job_id() && held.task_index() == cancel.task_index() &&
+                 held.attempt() == cancel.attempt();
+        });
+      }
+    }
     {
       absl::MutexLock lock(&mu_);
       if (s.ok()) {
         samples_.heartbeat_ms.push_back(ms);
         samples_.heartbeat_at.push_back(absl::Now());
-        samples_.leases_lost += reply.cancel_size();
+        samples_.leases_lost += lost;
+        samples_.cancels_done += reply.cancel_size() - lost;
       } else {
         ++samples_.heartbeats_failed;
       }
@@ -668,15 +688,19 @@ class Fleet {
   // line per record to chunk 0 and completes; then the next queued task.
   void RunNext(Executor* e) {
     v1::TaskLease lease;
+    absl::Duration task_time = options_.task_time;
     {
       absl::MutexLock lock(&e->mu);
       if (e->running || e->queued.empty()) return;
       e->running = true;
       lease = std::move(e->queued.front());
       e->queued.pop_front();
+      if (options_.task_spread > 0) {
+        task_time *= 1 + std::uniform_real_distribution<double>(-options_.task_spread, options_.task_spread)(e->random);
+      }
     }
     ++in_flight_;
-    timer_.At(absl::Now() + options_.task_time, [this, e, lease] {
+    timer_.At(absl::Now() + task_time, [this, e, lease] {
       workers_.Post([this, e, lease] {
         absl::Status written = WriteOutput(lease);
         if (!written.ok()) fprintf(stderr, "fake runner: %s\n", std::string(written.message()).c_str());
@@ -780,6 +804,7 @@ struct Flags {
   double window_s = 10;  // the heartbeat tail of a long phase, by window of this many seconds
   int job_tasks = 2000;
   int64_t task_ms = 200;
+  double task_spread = 0;
   int run_threads = 4;
   int enrol_threads = 8;
   int procs = 0;  // processes of simulated executors; 0: one per kExecutorsPerProcess
@@ -799,8 +824,10 @@ constexpr int kExecutorsPerProcess = 2500;
 //
 // RunPoint starts --procs workers (this program with --worker), each simulating a slice of the
 // fleet in a Fleet of its own, and speaks to each over its stdin and stdout, a line at a time:
-//   parent "token T"   worker enrols its executors with join token T, registers and attaches them,
-//                      then answers "ready" ("failed WHY" and exits when it cannot)
+//   parent "token T"   worker enrols its executors with join token T, answers "enrolled" ("failed
+//                      WHY" and exits when it cannot)
+//   parent "start"     (once every worker has enrolled) worker registers, attaches and starts its
+//                      executors, answers "ready"
 //   parent "measure"   worker starts its samples (Fleet::Measure), answers "ok"
 //   parent "take"      worker answers its samples (SamplesText) and "end"
 //   parent "stop", or the end of its stdin: the worker ends its calls and exits.
@@ -808,6 +835,7 @@ constexpr int kExecutorsPerProcess = 2500;
 
 std::string SamplesText(const Samples& s) {
   std::string out = absl::StrCat("counts ", s.heartbeats_failed, " ", s.beats_unsent, " ", s.leases_lost, " ",
+                                 s.cancels_done, " ",
                                  s.completed, " ", s.complete_failed, "\n");
   for (size_t i = 0; i < s.heartbeat_ms.size(); ++i) {
     absl::StrAppend(&out, "h ", s.heartbeat_ms[i], " ", absl::ToUnixMicros(s.heartbeat_at[i]), "\n");
@@ -819,14 +847,15 @@ std::string SamplesText(const Samples& s) {
 
 // Adds one line of SamplesText to `into`; false for a line it does not know.
 bool AddSampleLine(const std::string& line, Samples& into) {
-  long long a = 0, b = 0, c = 0, d = 0, e = 0;
+  long long a = 0, b = 0, c = 0, d = 0, e = 0, f = 0;
   double ms = 0;
-  if (sscanf(line.c_str(), "counts %lld %lld %lld %lld %lld", &a, &b, &c, &d, &e) == 5) {
+  if (sscanf(line.c_str(), "counts %lld %lld %lld %lld %lld %lld", &a, &b, &c, &d, &e, &f) == 6) {
     into.heartbeats_failed += a;
     into.beats_unsent += b;
     into.leases_lost += c;
-    into.completed += d;
-    into.complete_failed += e;
+    into.cancels_done += d;
+    into.completed += e;
+    into.complete_failed += f;
   } else if (sscanf(line.c_str(), "h %lf %lld", &ms, &a) == 2) {
     into.heartbeat_ms.push_back(ms);
     into.heartbeat_at.push_back(absl::FromUnixMicros(a));
@@ -847,6 +876,7 @@ SimOptions OptionsOf(const Flags& flags) {
   options.idle_polls = flags.idle_polls;
   options.beat_stream = flags.beat_stream;
   options.task_time = absl::Milliseconds(flags.task_ms);
+  options.task_spread = flags.task_spread;
   return options;
 }
 
@@ -897,6 +927,11 @@ int WorkerMain(const Flags& flags) {
   for (int i = 0; i < n; ++i) {
     fleet.Add(flags.first + i, enrolled[static_cast<size_t>(i)].first, enrolled[static_cast<size_t>(i)].second);
   }
+  // The fleet starts once every worker has enrolled its executors: Enrol is answered by the
+  // server's synchronous threads, which a fleet's Register calls, all at once, would exhaust.
+  printf("enrolled\n");
+  fflush(stdout);
+  if (!std::getline(std::cin, line) || line != "start") return 0;
   fleet.Start();
   for (int i = 0; i < 1200 && (fleet.registered() < n || fleet.attached() < n); ++i) {
     absl::SleepFor(absl::Milliseconds(50));
@@ -934,6 +969,7 @@ class SimProcesses {
                  "--count", absl::StrCat(count), "--ttl-ms", absl::StrCat(flags.ttl_ms), "--lease-wait-ms",
                  absl::StrCat(flags.lease_wait_ms), "--idle-polls", flags.idle_polls ? "true" : "false",
                  "--beat-stream", flags.beat_stream ? "true" : "false", "--task-ms", absl::StrCat(flags.task_ms),
+                 "--task-spread", absl::StrCat(flags.task_spread),
                  "--run-threads", absl::StrCat(flags.run_threads), "--channels", absl::StrCat(channels),
                  "--enrol-threads", absl::StrCat(std::max(2, flags.enrol_threads / procs))};
       auto started = minions::Subprocess::Start(sp);
@@ -941,10 +977,17 @@ class SimProcesses {
       workers_.push_back(std::move(*started));
       if (auto s = workers_.back()->Write(absl::StrCat("token ", join_token, "\n")); !s.ok()) return s;
     }
-    for (auto& w : workers_) {
-      auto line = w->ReadLine(absl::Minutes(5));
-      if (!line.ok()) return absl::UnavailableError(absl::StrCat("a worker did not start: ", line.status().message()));
-      if (*line != "ready") return absl::InternalError(absl::StrCat("a worker: ", *line));
+    for (const char* step : {"enrolled", "ready"}) {
+      for (auto& w : workers_) {
+        auto line = w->ReadLine(absl::Minutes(5));
+        if (!line.ok()) return absl::UnavailableError(absl::StrCat("a worker did not start: ", line.status().message()));
+        if (*line != step) return absl::InternalError(absl::StrCat("a worker: ", *line));
+      }
+      if (std::string(step) == "enrolled") {
+        for (auto& w : workers_) {
+          if (auto s = w->Write("start\n"); !s.ok()) return s;
+        }
+      }
     }
     return absl::OkStatus();
   }
@@ -1074,11 +1117,12 @@ struct PhaseReport {
 
 void Print(const Flags& flags, const std::string& store, int n, const PhaseReport& r) {
   const auto& s = r.samples;
-  printf("%-10s %-8s %6d %-5s %6.1f | hb n=%-6zu p50 %7.2f p99 %8.2f fail %lld unsent %lld lost %lld | lease n=%-5zu "
+  printf("%-10s %-8s %6d %-5s %6.1f | hb n=%-6zu p50 %7.2f p99 %8.2f fail %lld unsent %lld lost %lld (%lld done) | lease n=%-5zu "
          "p50 %7.2f p99 %8.2f first %7.1f | tasks/s %7.1f | server %5.1f%% %6.0f MiB | store %s | xact/s %s | sim %.0f%%\n",
          flags.label.c_str(), store.c_str(), n, r.phase.c_str(), r.seconds, s.heartbeat_ms.size(),
          Percentile(s.heartbeat_ms, 0.5), Percentile(s.heartbeat_ms, 0.99), static_cast<long long>(s.heartbeats_failed),
-         static_cast<long long>(s.beats_unsent), static_cast<long long>(s.leases_lost), s.lease_ms.size(), Percentile(s.lease_ms, 0.5),
+         static_cast<long long>(s.beats_unsent), static_cast<long long>(s.leases_lost),
+         static_cast<long long>(s.cancels_done), s.lease_ms.size(), Percentile(s.lease_ms, 0.5),
          Percentile(s.lease_ms, 0.99), r.first_lease_ms, r.tasks_per_s, 100 * r.server_cpu, r.server_rss,
          r.store_cpu < 0 ? "(in server)" : absl::StrCat(static_cast<int>(100 * r.store_cpu + 0.5), "%").c_str(),
          r.xacts_per_s < 0 ? "-" : absl::StrCat(static_cast<int64_t>(r.xacts_per_s + 0.5)).c_str(), 100 * r.sim_cpu);
@@ -1255,6 +1299,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--job-tasks", flags.job_tasks, "one-record tasks of the job phase (0: none)")->capture_default_str();
   app.add_option("--task-ms", flags.task_ms, "the fake runner's time per task")->capture_default_str();
+  app.add_option("--task-spread", flags.task_spread,
+                 "each task runs --task-ms x (1 +- up to this); 0: all alike, so that tasks begun together end together")
+      ->check(CLI::Range(0.0, 0.9))
+      ->capture_default_str();
   app.add_option("--run-threads", flags.run_threads, "threads of the fake runner's file I/O")->capture_default_str();
   app.add_option("--enrol-threads", flags.enrol_threads, "threads that enrol the executors (not measured)")
       ->capture_default_str();
@@ -1274,9 +1322,10 @@ int main(int argc, char** argv) {
   if (flags.dir.empty()) flags.dir = absl::StrCat("/tmp/minions-fleet-", getpid());
   fs::create_directories(flags.dir);
 
-  printf("# minions-bench-fleet: load average at start %s; %u cores; TTL %lld ms; long poll %lld ms; job %d tasks of %lld ms\n",
+  printf("# minions-bench-fleet: load average at start %s; %u cores; TTL %lld ms; long poll %lld ms; job %d tasks of %lld ms (+- %g %%)\n",
          LoadAverage().c_str(), std::thread::hardware_concurrency(), static_cast<long long>(flags.ttl_ms),
-         static_cast<long long>(flags.lease_wait_ms), flags.job_tasks, static_cast<long long>(flags.task_ms));
+         static_cast<long long>(flags.lease_wait_ms), flags.job_tasks, static_cast<long long>(flags.task_ms),
+         100 * flags.task_spread);
   printf("%-10s %-8s %6s %-5s %6s | heartbeat latency (ms) | Lease calls that got a task (ms), submit to first lease "
          "| tasks/s | server CPU (of one core), RSS | store CPU | store transactions/s | simulator CPU\n",
          "label", "store", "execs", "phase", "secs");
