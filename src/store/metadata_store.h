@@ -139,6 +139,10 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   // The delay-scheduling wait LeaseTasks applies (StoreOptions::EffectiveWarmWait), for explaining
   // a wait with the same rules (model/placement.h ExplainWait).
   virtual absl::Duration WarmWait() const { return StoreOptions{}.EffectiveWarmWait(); }
+  // Transactions the database aborted to resolve a conflict with another (a deadlock, a
+  // serialization failure) and the store ran again, since it opened. Its lock order should keep
+  // this at 0; a store whose transactions cannot conflict (SQLite: one writer) answers 0.
+  virtual int64_t ConflictsRetried() const { return 0; }
 
   // --- jobs ---
   // Creates a job in `validating` with a fresh id. ResourceExhausted when its team already has

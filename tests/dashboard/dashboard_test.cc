@@ -120,6 +120,8 @@ TEST_F(DashboardTest, AScrapeCountsJobsTasksAndExecutorsByStateFromTheStore) {
 
   auto s = Scrape();
   EXPECT_EQ(s["minions_store_up"], 1);
+  EXPECT_EQ(s.count("minions_store_conflicts_retried_total"), 1u);
+  EXPECT_EQ(s["minions_store_conflicts_retried_total"], 0);
   EXPECT_EQ(s["minions_jobs{state=\"running\"}"], 1);
   EXPECT_EQ(s["minions_jobs{state=\"queued\"}"], 1);
   EXPECT_EQ(s["minions_jobs{state=\"completed\"}"], 0);

@@ -5,6 +5,10 @@
 
 #include "fair_share_contract.h"
 
+#include <atomic>
+#include <barrier>
+#include <thread>
+
 #include "model/placement.h"
 
 namespace minions {
@@ -190,6 +194,57 @@ TEST_P(FairShare, ABatchOfLeasesGrantsWhatTheSameLeasesOneAfterAnotherWould) {
 
 // An ask reads the rows it would read alone: a row the rules refuse (here a quota reached within
 // the ask) still counts against the ask's max_tasks, so the batch grants it no more than alone.
+// Two servers' lease batches at once, their asks naming the same executors in opposite orders,
+// their grants drawn from the same teams (one with a quota) and completed at once, round after
+// round, each round's two batches begun together: each batch takes its locks in one order
+// (executors by id, quota teams, then the grants' teams by name; completions too), so none waits
+// for another crosswise. PostgreSQL would break a deadlock by aborting one of the two (the store
+// runs it again: ConflictsRetried counts it).
+TEST_P(FairShare, LeaseBatchesAtOnceWithTheirAsksInOppositeOrdersNeverDeadlock) {
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1, /*max_running_tasks=*/100)));
+  ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 3)));
+  SubmitFor("ads", 200);
+  SubmitFor("search", 200);
+  std::vector<std::string> executors;
+  for (int i = 0; i < 12; ++i) executors.push_back(Register(absl::StrCat("e", i)));
+  const int64_t conflicts_before = store_->ConflictsRetried();
+  constexpr int kRounds = 10;
+  std::barrier round_begins(2);
+  std::atomic<int> granted{0}, failed{0};
+  auto server = [&](std::vector<std::string> order) {
+    for (int round = 0; round < kRounds; ++round) {
+      std::vector<LeaseAsk> asks;
+      for (const std::string& id : order) asks.push_back({id, 1});
+      round_begins.arrive_and_wait();
+      absl::StatusOr<std::vector<absl::StatusOr<std::vector<Lease>>>> answers = store_->LeaseMany(asks, kSimTtl, now_);
+      if (!answers.ok()) {
+        ADD_FAILURE() << answers.status();
+        ++failed;
+        continue;
+      }
+      for (size_t i = 0; i < order.size(); ++i) {
+        if (!answers->at(i).ok()) {
+          ADD_FAILURE() << answers->at(i).status();
+          ++failed;
+          continue;
+        }
+        for (const Lease& lease : *answers->at(i)) {
+          ++granted;
+          const Task& task = lease.task;
+          EXPECT_OK(store_->CompleteTask(order[i], task.job_id, task.index, task.attempt, task.n_records, 0, now_));
+        }
+      }
+    }
+  };
+  std::thread one(server, executors);
+  std::thread other(server, std::vector<std::string>(executors.rbegin(), executors.rend()));
+  one.join();
+  other.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(granted.load(), 2 * kRounds * 12) << "every ask found a task";
+  EXPECT_EQ(store_->ConflictsRetried() - conflicts_before, 0) << "transactions the database aborted for a deadlock";
+}
+
 TEST_P(FairShare, AnAskInABatchGetsNoMoreThanItWouldAlone) {
   ASSERT_OK(store_->CreateTeam(WeightedTeam("alpha", 1)));
   ASSERT_OK(store_->CreateTeam(WeightedTeam("beta", 1)));

@@ -156,6 +156,7 @@ void Connection::Rollback() {
 void Connection::StartTransaction(bool write, CommitFault fault) {
   first_error_ = absl::OkStatus();
   retryable_ = false;
+  conflicted_ = false;
   for_update_ = write;
   begin_pending_ = true;
   xid_ = 0;
@@ -255,6 +256,7 @@ absl::Status Connection::Fail(PGresult* result, const char* sql) {
   if (IsRetryableSqlState(sqlstate)) {
     error = absl::UnavailableError(text);
     retryable_ = true;
+    conflicted_ = conflicted_ || sqlstate == "40P01" || sqlstate == "40001";
   } else if (sqlstate == "23505") {
     error = absl::AlreadyExistsError(text);
   } else {

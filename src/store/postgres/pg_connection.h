@@ -183,6 +183,9 @@ class Connection {
 
   const absl::Status& first_error() const { return first_error_; }
   bool retryable() const { return retryable_; }
+  // The server aborted this transaction to resolve a conflict with another: a deadlock or a
+  // serialization failure (40P01, 40001).
+  bool conflicted() const { return conflicted_; }
   // In a writing transaction, loads lock the rows they read.
   bool for_update() const { return for_update_; }
 
@@ -216,6 +219,7 @@ class Connection {
   std::map<std::string, std::string> prepared_;  // statement text -> prepared name, this session
   absl::Status first_error_;
   bool retryable_ = false;
+  bool conflicted_ = false;
   bool for_update_ = false;
   bool begin_pending_ = false;
   int64_t xid_ = 0;

@@ -116,6 +116,7 @@ absl::Status TransactionRunner::Run(bool write, absl::FunctionRef<absl::Status(C
       continue;  // it rolled back: run it again
     }
     if (c.retryable()) {  // the body's answer was made on a broken or aborted transaction
+      if (c.conflicted()) conflicts_retried_.fetch_add(1, std::memory_order_relaxed);
       last_error = c.first_error();
       c.Rollback();
       continue;
@@ -134,6 +135,7 @@ absl::Status TransactionRunner::Run(bool write, absl::FunctionRef<absl::Status(C
       c.Rollback();
       return committed.status();
     }
+    if (c.conflicted()) conflicts_retried_.fetch_add(1, std::memory_order_relaxed);
     if (!write) continue;
     const Connection::AfterCommitStep after = c.TakeAfterCommit();
     absl::StatusOr<bool> was_committed = WasCommitted(c, xid, deadline);

@@ -15,6 +15,7 @@
 // Owns the connection pool; borrows the clock. Thread-safe: any thread may run transactions; each
 // waits for a free connection.
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -65,6 +66,11 @@ class TransactionRunner {
     return *std::move(result);
   }
 
+  // Transactions run again because the server aborted them to resolve a conflict (deadlocks and
+  // serialization failures), since the runner began: the store's lock order should keep it at 0
+  // (tests, metrics).
+  int64_t conflicts_retried() const { return conflicts_retried_.load(std::memory_order_relaxed); }
+
   // Tests only: the next `times` COMMITs of writing transactions go wrong as `fault` says.
   void InjectCommitFault(CommitFault fault, int times) ABSL_LOCKS_EXCLUDED(fault_mu_);
   // How many injected faults have happened.
@@ -84,6 +90,7 @@ class TransactionRunner {
 
   const std::unique_ptr<ConnectionPool> pool_;
   Clock* const clock_;
+  std::atomic<int64_t> conflicts_retried_{0};
   absl::Mutex fault_mu_;
   CommitFault fault_ ABSL_GUARDED_BY(fault_mu_) = CommitFault::kNone;
   int faults_left_ ABSL_GUARDED_BY(fault_mu_) = 0;

@@ -173,6 +173,10 @@ class PostgresMetadataStore : public MetadataStore {
   void InjectCommitFaultForTesting(CommitFault fault, int times = 1);
   // How many injected faults have happened.
   int CommitFaultsInjectedForTesting();
+  // Both pools' (MetadataStore::ConflictsRetried).
+  int64_t ConflictsRetried() const override {
+    return transactions_.conflicts_retried() + heartbeat_transactions_.conflicts_retried();
+  }
 
  private:
   using Connection = postgres_store::Connection;
