@@ -195,11 +195,12 @@ TEST_P(FairShare, ABatchOfLeasesGrantsWhatTheSameLeasesOneAfterAnotherWould) {
 // An ask reads the rows it would read alone: a row the rules refuse (here a quota reached within
 // the ask) still counts against the ask's max_tasks, so the batch grants it no more than alone.
 // Two servers' lease batches at once, their asks naming the same executors in opposite orders,
-// their grants drawn from the same teams (one with a quota) and completed at once, round after
-// round, each round's two batches begun together: each batch takes its locks in one order
-// (executors by id, quota teams, then the grants' teams by name; completions too), so none waits
-// for another crosswise. PostgreSQL would break a deadlock by aborting one of the two (the store
-// runs it again: ConflictsRetried counts it).
+// their grants drawn from the same teams (one with a quota), while a third writes batches of
+// heartbeats renewing what the executors hold, and each server completes its grants a round
+// later; each round's lease and heartbeat batches begin together. Each transaction takes its locks in the store's
+// one order (leases: executors by id, quota teams, the grants' teams by name; heartbeats and
+// completions: tasks, then executors), so none waits for another crosswise. PostgreSQL would
+// break a deadlock by aborting one of them (the store runs it again: ConflictsRetried counts it).
 TEST_P(FairShare, LeaseBatchesAtOnceWithTheirAsksInOppositeOrdersNeverDeadlock) {
   ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1, /*max_running_tasks=*/100)));
   ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 3)));
@@ -209,37 +210,83 @@ TEST_P(FairShare, LeaseBatchesAtOnceWithTheirAsksInOppositeOrdersNeverDeadlock) 
   for (int i = 0; i < 12; ++i) executors.push_back(Register(absl::StrCat("e", i)));
   const int64_t conflicts_before = store_->ConflictsRetried();
   constexpr int kRounds = 10;
-  std::barrier round_begins(2);
+  std::barrier round_begins(3);
   std::atomic<int> granted{0}, failed{0};
+  absl::Mutex mu;
+  std::map<std::string, std::vector<Lease>> held;  // by executor: granted, not completed
+  auto fail = [&failed](const absl::Status& status) {
+    ADD_FAILURE() << status;
+    ++failed;
+  };
+  auto complete = [&](const std::vector<std::pair<std::string, Lease>>& grants) {
+    for (const auto& [executor, lease] : grants) {
+      const Task& task = lease.task;
+      {
+        absl::MutexLock lock(&mu);
+        std::vector<Lease>& mine = held[executor];
+        mine.erase(std::remove_if(mine.begin(), mine.end(),
+                                  [&task](const Lease& l) { return l.task.index == task.index && l.task.job_id == task.job_id; }),
+                   mine.end());
+      }
+      if (absl::StatusOr<Task> done = store_->CompleteTask(executor, task.job_id, task.index, task.attempt, task.n_records, 0, now_);
+          !done.ok()) {
+        fail(done.status());
+      }
+    }
+  };
   auto server = [&](std::vector<std::string> order) {
+    std::vector<std::pair<std::string, Lease>> last_round;
     for (int round = 0; round < kRounds; ++round) {
       std::vector<LeaseAsk> asks;
       for (const std::string& id : order) asks.push_back({id, 1});
+      complete(last_round);
+      last_round.clear();
       round_begins.arrive_and_wait();
       absl::StatusOr<std::vector<absl::StatusOr<std::vector<Lease>>>> answers = store_->LeaseMany(asks, kSimTtl, now_);
       if (!answers.ok()) {
-        ADD_FAILURE() << answers.status();
-        ++failed;
+        fail(answers.status());
         continue;
       }
       for (size_t i = 0; i < order.size(); ++i) {
         if (!answers->at(i).ok()) {
-          ADD_FAILURE() << answers->at(i).status();
-          ++failed;
+          fail(answers->at(i).status());
           continue;
         }
+        absl::MutexLock lock(&mu);
         for (const Lease& lease : *answers->at(i)) {
           ++granted;
-          const Task& task = lease.task;
-          EXPECT_OK(store_->CompleteTask(order[i], task.job_id, task.index, task.attempt, task.n_records, 0, now_));
+          held[order[i]].push_back(lease);
+          last_round.push_back({order[i], lease});
         }
+      }
+    }
+    complete(last_round);
+  };
+  auto beats = [&] {
+    for (int round = 0; round < kRounds; ++round) {
+      round_begins.arrive_and_wait();
+      std::vector<HeartbeatCall> calls;
+      {
+        absl::MutexLock lock(&mu);
+        for (auto it = executors.rbegin(); it != executors.rend(); ++it) {
+          HeartbeatCall call{.executor_id = *it, .state = ExecutorState::kBusy};
+          for (const Lease& lease : held[*it]) {
+            call.held.push_back(LeaseProgress{lease.task.job_id, lease.task.index, lease.task.attempt, 0, 0});
+          }
+          calls.push_back(std::move(call));
+        }
+      }
+      if (absl::StatusOr<std::vector<HeartbeatReply>> replies = store_->Heartbeats(calls, kSimTtl, now_); !replies.ok()) {
+        fail(replies.status());
       }
     }
   };
   std::thread one(server, executors);
   std::thread other(server, std::vector<std::string>(executors.rbegin(), executors.rend()));
+  std::thread beating(beats);
   one.join();
   other.join();
+  beating.join();
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(granted.load(), 2 * kRounds * 12) << "every ask found a task";
   EXPECT_EQ(store_->ConflictsRetried() - conflicts_before, 0) << "transactions the database aborted for a deadlock";
