@@ -244,7 +244,8 @@ struct Samples {
   int64_t heartbeats_failed = 0;
   int64_t beats_unsent = 0;           // idle beats left unsent: an idle poll spoke for them
   int64_t leases_lost = 0;            // heartbeats answering "cancel" for a lease still held
-  int64_t cancels_done = 0;           // ... for a lease completed since the beat was sent (no loss)
+  int64_t cancels_done = 0;           // ... for a lease the executor completed since it sent the beat
+                                      // (no loss, unless its completion failed: complete_failed)
   int64_t completed = 0;
   int64_t complete_failed = 0;
 };
@@ -291,7 +292,8 @@ class Fleet {
 
   // Register, attach, lease and heartbeat every executor (heartbeats spread over one period).
   void Start() {
-    std::mt19937 random(42);
+    // Seeded by the worker's first executor: workers' beats spread apart, not in step.
+    std::mt19937 random(42 + static_cast<uint32_t>(executors_.empty() ? 0 : executors_.front()->index));
     for (auto& owned : executors_) {
       Executor* e = owned.get();
       Register(e, [this, e, phase = std::uniform_real_distribution<double>(0, 1)(random)] {
@@ -936,6 +938,10 @@ int WorkerMain(const Flags& flags) {
   for (int i = 0; i < 1200 && (fleet.registered() < n || fleet.attached() < n); ++i) {
     absl::SleepFor(absl::Milliseconds(50));
   }
+  if (fleet.registered() < n || fleet.attached() < n) {
+    fprintf(stderr, "worker of executors %d-%d: %d registered and %d attached of %d after 60 s; measuring anyway\n",
+            flags.first, flags.first + n - 1, fleet.registered(), fleet.attached(), n);
+  }
   printf("ready\n");
   fflush(stdout);
   while (std::getline(std::cin, line) && line != "stop") {
@@ -1117,12 +1123,12 @@ struct PhaseReport {
 
 void Print(const Flags& flags, const std::string& store, int n, const PhaseReport& r) {
   const auto& s = r.samples;
-  printf("%-10s %-8s %6d %-5s %6.1f | hb n=%-6zu p50 %7.2f p99 %8.2f fail %lld unsent %lld lost %lld (%lld done) | lease n=%-5zu "
+  printf("%-10s %-8s %6d %-5s %6.1f | hb n=%-6zu p50 %7.2f p99 %8.2f fail %lld unsent %lld lost %lld (%lld done) | completions failed %lld | lease n=%-5zu "
          "p50 %7.2f p99 %8.2f first %7.1f | tasks/s %7.1f | server %5.1f%% %6.0f MiB | store %s | xact/s %s | sim %.0f%%\n",
          flags.label.c_str(), store.c_str(), n, r.phase.c_str(), r.seconds, s.heartbeat_ms.size(),
          Percentile(s.heartbeat_ms, 0.5), Percentile(s.heartbeat_ms, 0.99), static_cast<long long>(s.heartbeats_failed),
          static_cast<long long>(s.beats_unsent), static_cast<long long>(s.leases_lost),
-         static_cast<long long>(s.cancels_done), s.lease_ms.size(), Percentile(s.lease_ms, 0.5),
+         static_cast<long long>(s.cancels_done), static_cast<long long>(s.complete_failed), s.lease_ms.size(), Percentile(s.lease_ms, 0.5),
          Percentile(s.lease_ms, 0.99), r.first_lease_ms, r.tasks_per_s, 100 * r.server_cpu, r.server_rss,
          r.store_cpu < 0 ? "(in server)" : absl::StrCat(static_cast<int>(100 * r.store_cpu + 0.5), "%").c_str(),
          r.xacts_per_s < 0 ? "-" : absl::StrCat(static_cast<int64_t>(r.xacts_per_s + 0.5)).c_str(), 100 * r.sim_cpu);
@@ -1186,10 +1192,11 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
     return false;
   }
 
-  // The fleet, in --procs processes of its own (a few thousand executors each), as a fleet's
-  // machines are: each has its own gRPC completion queue, timers and threads, none of which a
-  // single process of 10,000 clients would share well with the server on these cores.
-  const int procs = std::clamp(flags.procs > 0 ? flags.procs : (n + kExecutorsPerProcess - 1) / kExecutorsPerProcess, 1, n);
+  // The fleet, in --procs processes of its own (a few thousand executors each), more as a fleet's
+  // machines are: each has its own gRPC completion queue, timers and threads (a precaution: one
+  // process and four measured the same, docs/benchmarks.md "Thirteenth round").
+  const int procs =
+      std::clamp(flags.procs > 0 ? flags.procs : (n + kExecutorsPerProcess - 1) / kExecutorsPerProcess, 1, std::max(n, 1));
   SimProcesses fleet;
   const absl::Time enrol_start = absl::Now();
   if (auto s = fleet.Start(flags, connection.server, issued->token(), n, procs); !s.ok()) {

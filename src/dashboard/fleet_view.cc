@@ -147,8 +147,9 @@ void FleetView::Collect(std::vector<metrics::FamilySnapshot>* out) {
   out->push_back({"minions_store_up", "1 when this server could read the metadata store for this scrape.",
                   MetricType::kGauge, {{"minions_store_up", {}, snapshot.ok() ? 1.0 : 0.0}}});
   out->push_back({"minions_store_conflicts_retried_total",
-                  "Transactions of this server the database aborted to resolve a conflict with another (a deadlock, "
-                  "a serialization failure) and the store ran again. The store's lock order keeps it at 0.",
+                  "Times the database aborted a transaction of this server to resolve a conflict with another (a "
+                  "deadlock, a serialization failure); each is retried while the store's retry window allows. The "
+                  "store's lock order keeps it at 0.",
                   MetricType::kCounter,
                   {{"minions_store_conflicts_retried_total", {}, static_cast<double>(store_->ConflictsRetried())}}});
   if (!snapshot.ok()) {

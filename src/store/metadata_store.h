@@ -139,9 +139,10 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   // The delay-scheduling wait LeaseTasks applies (StoreOptions::EffectiveWarmWait), for explaining
   // a wait with the same rules (model/placement.h ExplainWait).
   virtual absl::Duration WarmWait() const { return StoreOptions{}.EffectiveWarmWait(); }
-  // Transactions the database aborted to resolve a conflict with another (a deadlock, a
-  // serialization failure) and the store ran again, since it opened. Its lock order should keep
-  // this at 0; a store whose transactions cannot conflict (SQLite: one writer) answers 0.
+  // Times the database aborted one of this store's transactions to resolve a conflict with another
+  // (a deadlock, a serialization failure) since it opened; the store ran each again while its
+  // retry window allowed. Its lock order should keep this at 0; a store whose transactions cannot
+  // conflict (SQLite: one writer) answers 0.
   virtual int64_t ConflictsRetried() const { return 0; }
 
   // --- jobs ---

@@ -3,6 +3,7 @@
 // clock, which never moves unless the test moves it: a lease that answers with work it did not
 // have before was woken by an announcement, not by a timed poll.
 
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -319,34 +320,38 @@ TEST_F(IdleFleetTest, LeaseCallsArrivingWhileABatchIsWrittenLookTogetherEachGett
   std::vector<std::string> executors;
   for (int i = 0; i < 4; ++i) executors.push_back(RegisterExecutor(absl::StrCat("batched-", i)));
   MustSubmit(Records(4), /*shard_size=*/1);
-  absl::Mutex mu;
-  std::vector<size_t> batches;
-  absl::Notification entered, open;
-  server_->executors().SetBeforeLeaseBatchForTesting([&](size_t calls) {
+  // What the hook touches lives as long as the hook (the server's), not only as this test's body.
+  struct Gate {
+    absl::Mutex mu;
+    std::vector<size_t> batches ABSL_GUARDED_BY(mu);
+    absl::Notification entered, open;
+  };
+  auto gate = std::make_shared<Gate>();
+  server_->executors().SetBeforeLeaseBatchForTesting([gate](size_t calls) {
     bool first;
     {
-      absl::MutexLock lock(&mu);
-      batches.push_back(calls);
-      first = batches.size() == 1;
+      absl::MutexLock lock(&gate->mu);
+      gate->batches.push_back(calls);
+      first = gate->batches.size() == 1;
     }
     if (first) {
-      entered.Notify();
-      open.WaitForNotification();
+      gate->entered.Notify();
+      gate->open.WaitForNotification();
     }
   });
   std::vector<grpc::Status> status(4);
   std::vector<v1::LeaseResponse> reply(4);
   std::vector<std::thread> calls;
   calls.push_back(LongPoll(executors_.get(), executors[0], &status[0], &reply[0]));
-  EXPECT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(10))) << "no lease batch";
+  EXPECT_TRUE(gate->entered.WaitForNotificationWithTimeout(absl::Seconds(10))) << "no lease batch";
   for (size_t i = 1; i < 4; ++i) calls.push_back(LongPoll(executors_.get(), executors[i], &status[i], &reply[i]));
   for (int i = 0; i < 10000 && server_->executors().lease_calls_queued() != 3; ++i) absl::SleepFor(absl::Milliseconds(1));
   EXPECT_EQ(server_->executors().lease_calls_queued(), 3);
-  open.Notify();
+  gate->open.Notify();
   for (std::thread& call : calls) call.join();
   {
-    absl::MutexLock lock(&mu);
-    EXPECT_THAT(batches, ::testing::ElementsAre(1, 3));
+    absl::MutexLock lock(&gate->mu);
+    EXPECT_THAT(gate->batches, ::testing::ElementsAre(1, 3));
   }
   std::set<int64_t> tasks;
   for (size_t i = 0; i < 4; ++i) {

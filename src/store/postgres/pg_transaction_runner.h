@@ -66,9 +66,9 @@ class TransactionRunner {
     return *std::move(result);
   }
 
-  // Transactions run again because the server aborted them to resolve a conflict (deadlocks and
-  // serialization failures), since the runner began: the store's lock order should keep it at 0
-  // (tests, metrics).
+  // Times the server aborted a transaction of this runner to resolve a conflict (a deadlock, a
+  // serialization failure), since the runner began; each was run again while the retry window
+  // allowed. The store's lock order should keep it at 0 (tests, metrics).
   int64_t conflicts_retried() const { return conflicts_retried_.load(std::memory_order_relaxed); }
 
   // Tests only: the next `times` COMMITs of writing transactions go wrong as `fault` says.
