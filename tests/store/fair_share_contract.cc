@@ -318,12 +318,7 @@ TEST_P(FairShare, ThreeTeamsConvergeToTheirWeights) {
   ASSERT_OK(store_->CreateTeam(WeightedTeam("b", 2)));
   ASSERT_OK(store_->CreateTeam(WeightedTeam("c", 3)));
   for (const char* team : {"a", "b", "c"}) SubmitFor(team, 1000);
-  std::vector<SimExecutor> fleet = Fleet(12);
-  std::map<std::string, absl::Duration> warmup, held;
-  const absl::Time start = now_;
-  Run(fleet, start + absl::Hours(1), start + absl::Hours(1), warmup);
-  Run(fleet, start + absl::Hours(2), start + absl::Hours(1), held);
-  const std::map<std::string, double> shares = Shares(held);
+  const std::map<std::string, double> shares = SharesOfTheSecondHour(12);
   EXPECT_NEAR(shares.at("a"), 1.0 / 6, 0.1 / 6);
   EXPECT_NEAR(shares.at("b"), 2.0 / 6, 0.2 / 6);
   EXPECT_NEAR(shares.at("c"), 3.0 / 6, 0.3 / 6);
