@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <csignal>
 #include <cmath>
@@ -46,6 +47,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <random>
 #include <string>
@@ -94,6 +96,18 @@ double RssMiB(pid_t pid) {
   auto at = status.find("VmRSS:");
   if (at == std::string::npos) return 0;
   return std::stod(status.substr(at + 6)) / 1024.0;
+}
+
+// The CPU seconds all cores of this machine have spent busy so far (/proc/stat: all but idle and iowait).
+double MachineCpuSeconds() {
+  std::string stat = minions::bench::Slurp("/proc/stat");
+  unsigned long long v[10] = {};
+  if (sscanf(stat.c_str(), "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+             &v[6], &v[7]) < 8) {
+    return 0;
+  }
+  const double busy = static_cast<double>(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);  // not idle (3), iowait (4)
+  return busy / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // The CPU seconds of a process and all its children (PostgreSQL's postmaster and backends), per
@@ -810,6 +824,7 @@ struct Flags {
   int run_threads = 4;
   int enrol_threads = 8;
   int procs = 0;  // processes of simulated executors; 0: one per kExecutorsPerProcess
+  bool pg_waits = false;  // sample pg_stat_activity in the job phase (PgWaitSampler)
   std::string dir;
   std::string label = "default";
   std::vector<std::string> server_args;
@@ -1108,6 +1123,89 @@ class Postgres {
   int port_;
 };
 
+// What PostgreSQL's backends are doing, sampled every 20 ms from pg_stat_activity while a phase
+// runs (--pg-waits): each sample is the active statements of `db` with what each waits for
+// ("CPU" when it waits for nothing), so a heartbeat tail can be told apart as a lock wait
+// (Lock:transactionid, Lock:tuple), the disk (IO, LWLock:WALWrite) or the CPU. A tool for
+// finding out, not a figure the issue asks for.
+class PgWaitSampler {
+ public:
+  // `cpu` reads the CPU seconds so far of: the whole machine, the server, the simulator.
+  using CpuReader = std::function<std::array<double, 3>()>;
+  PgWaitSampler(const std::string& url, const std::string& db, CpuReader cpu) : db_(db), cpu_(std::move(cpu)) {
+    conn_ = PQconnectdb(url.c_str());
+    if (PQstatus(conn_) != CONNECTION_OK) return;
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~PgWaitSampler() { Stop(); }
+  void Stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+    if (conn_ != nullptr) PQfinish(conn_);
+    conn_ = nullptr;
+  }
+  // Prints the tally of the samples in [from, to), most frequent first, as the mean number of
+  // backends in each state at a sample.
+  void Print(const std::string& prefix, absl::Time from, absl::Time to) const {
+    std::map<std::string, int64_t> tally;
+    int64_t samples = 0;
+    const Sample* first = nullptr;
+    const Sample* last = nullptr;
+    for (const Sample& sample : samples_) {
+      if (sample.at < from || sample.at >= to) continue;
+      ++samples;
+      if (first == nullptr) first = &sample;
+      last = &sample;
+      for (const std::string& what : sample.active) ++tally[what];
+    }
+    if (first != nullptr && last != first) {
+      const double s = absl::ToDoubleSeconds(last->at - first->at);
+      const auto d = [&](int i) { return (last->cpu[i] - first->cpu[i]) / s; };
+      printf("%s cores busy: the machine %.2f of %u; the server %.2f; the simulator %.2f; the rest (PostgreSQL) %.2f\n",
+             prefix.c_str(), d(0), std::thread::hardware_concurrency(), d(1), d(2), d(0) - d(1) - d(2));
+    }
+    std::vector<std::pair<int64_t, std::string>> sorted;
+    for (const auto& [what, count] : tally) sorted.emplace_back(count, what);
+    std::sort(sorted.rbegin(), sorted.rend());
+    printf("%s %lld samples of PostgreSQL's active backends (mean per sample):\n", prefix.c_str(),
+           static_cast<long long>(samples));
+    for (size_t i = 0; i < sorted.size() && i < 12; ++i) {
+      printf("%s   %5.2f  %s\n", prefix.c_str(), samples > 0 ? static_cast<double>(sorted[i].first) / samples : 0.0,
+             sorted[i].second.c_str());
+    }
+  }
+
+ private:
+  struct Sample {
+    absl::Time at;
+    std::array<double, 3> cpu;  // CpuReader's
+    std::vector<std::string> active;
+  };
+  void Loop() {
+    const std::string sql = absl::StrCat(
+        "SELECT CASE WHEN state = 'active' THEN '' ELSE 'in transaction, ' END || "
+        "coalesce(wait_event_type, 'CPU') || ':' || coalesce(wait_event, '-') || '  ' || "
+        "left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_activity "
+        "WHERE state IN ('active', 'idle in transaction') AND pid <> pg_backend_pid() AND datname = '", db_, "'");
+    while (!stop_.load()) {
+      Sample sample{absl::Now(), cpu_(), {}};
+      PGresult* r = PQexec(conn_, sql.c_str());
+      if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+        for (int i = 0; i < PQntuples(r); ++i) sample.active.emplace_back(PQgetvalue(r, i, 0));
+      }
+      PQclear(r);
+      samples_.push_back(std::move(sample));
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  std::string db_;
+  CpuReader cpu_;
+  PGconn* conn_ = nullptr;
+  std::atomic<bool> stop_{false};
+  std::vector<Sample> samples_;  // the sampler thread's until Stop
+  std::thread thread_;
+};
+
 struct PhaseReport {
   std::string phase;
   double seconds = 0;
@@ -1120,6 +1218,17 @@ struct PhaseReport {
   double tasks_per_s = 0;
   double first_lease_ms = -1;
 };
+
+// A phase's heartbeat latencies (ms) by window of `window_s` from its first heartbeat's answer.
+std::map<int64_t, std::vector<double>> HeartbeatWindows(const Samples& s, double window_s) {
+  std::map<int64_t, std::vector<double>> windows;
+  if (s.heartbeat_at.empty()) return windows;
+  const absl::Time first = *std::min_element(s.heartbeat_at.begin(), s.heartbeat_at.end());
+  for (size_t i = 0; i < s.heartbeat_at.size(); ++i) {
+    windows[static_cast<int64_t>(absl::ToDoubleSeconds(s.heartbeat_at[i] - first) / window_s)].push_back(s.heartbeat_ms[i]);
+  }
+  return windows;
+}
 
 void Print(const Flags& flags, const std::string& store, int n, const PhaseReport& r) {
   const auto& s = r.samples;
@@ -1134,18 +1243,26 @@ void Print(const Flags& flags, const std::string& store, int n, const PhaseRepor
          r.xacts_per_s < 0 ? "-" : absl::StrCat(static_cast<int64_t>(r.xacts_per_s + 0.5)).c_str(), 100 * r.sim_cpu);
   // A long phase: where its heartbeat tail is (a storm of leases or completions, or throughout).
   if (r.seconds >= 20 && !s.heartbeat_at.empty()) {
-    const absl::Time first = *std::min_element(s.heartbeat_at.begin(), s.heartbeat_at.end());
-    std::map<int64_t, std::vector<double>> windows;
-    for (size_t i = 0; i < s.heartbeat_at.size(); ++i) {
-      windows[static_cast<int64_t>(absl::ToDoubleSeconds(s.heartbeat_at[i] - first) / flags.window_s)].push_back(
-          s.heartbeat_ms[i]);
-    }
+    const auto windows = HeartbeatWindows(s, flags.window_s);
     printf("%-10s %-8s %6d %-5s heartbeats by %g s from the first: n / p50 / p99 ms:", flags.label.c_str(),
            store.c_str(), n, r.phase.c_str(), flags.window_s);
     for (const auto& [w, ms] : windows) printf("  %zu / %.0f / %.0f", ms.size(), Percentile(ms, 0.5), Percentile(ms, 0.99));
     printf("\n");
   }
   fflush(stdout);
+}
+
+// The window of Print's (by `window_s` from the first heartbeat) whose heartbeat p99 is highest.
+std::optional<std::pair<absl::Time, absl::Time>> WorstWindow(const Samples& s, double window_s) {
+  if (s.heartbeat_at.empty()) return std::nullopt;
+  const absl::Time first = *std::min_element(s.heartbeat_at.begin(), s.heartbeat_at.end());
+  auto windows = HeartbeatWindows(s, window_s);
+  int64_t worst = windows.begin()->first;
+  for (const auto& [w, ms] : windows) {
+    if (Percentile(ms, 0.99) > Percentile(windows[worst], 0.99)) worst = w;
+  }
+  const absl::Time from = first + absl::Seconds(window_s * static_cast<double>(worst));
+  return std::make_pair(from, from + absl::Seconds(window_s));
 }
 
 std::string LoadAverage() {
@@ -1250,6 +1367,12 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
     const auto store0 = TreeCpu(postmaster);
     const double x0 = postmaster > 0 ? pg->Transactions(db) : 0;
     const absl::Time start = absl::Now();
+    std::unique_ptr<PgWaitSampler> waits;
+    if (flags.pg_waits && pg != nullptr) {
+      waits = std::make_unique<PgWaitSampler>(pg->Url(db), db, [&] {
+        return std::array<double, 3>{MachineCpuSeconds(), CpuSeconds(server->pid()), fleet.CpuSeconds()};
+      });
+    }
     auto job = client.Submit(request);
     if (!job.ok()) {
       fprintf(stderr, "submit: %s\n", std::string(job.status().message()).c_str());
@@ -1273,6 +1396,14 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
     }
     if (!done) r.phase = "job!";  // did not complete in time
     Print(flags, store, n, r);
+    if (waits != nullptr) {
+      waits->Stop();
+      const std::string prefix = absl::StrCat(flags.label, " waits");
+      waits->Print(absl::StrCat(prefix, " whole job:"), start, absl::InfiniteFuture());
+      if (auto worst = WorstWindow(r.samples, flags.window_s)) {
+        waits->Print(absl::StrCat(prefix, " worst heartbeat window:"), worst->first, worst->second);
+      }
+    }
   }
   server->Signal(SIGKILL);
   (void)server->Wait(absl::Seconds(10));
@@ -1313,6 +1444,9 @@ int main(int argc, char** argv) {
   app.add_option("--run-threads", flags.run_threads, "threads of the fake runner's file I/O")->capture_default_str();
   app.add_option("--enrol-threads", flags.enrol_threads, "threads that enrol the executors (not measured)")
       ->capture_default_str();
+  app.add_flag("--pg-waits", flags.pg_waits,
+               "PostgreSQL: sample what its backends wait for during the job, printed for the whole job and "
+               "for its worst heartbeat window");
   app.add_option("--procs", flags.procs,
                  "processes that share the simulated executors out (0: one per 2,500 executors)")
       ->capture_default_str();
