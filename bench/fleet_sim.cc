@@ -71,7 +71,9 @@
 #include "minions/v1/minions.grpc.pb.h"
 #include "rpc/rpc.h"
 #include "runner/batch_record.h"
+#include "testing/http_get.h"
 #include "testing/process_pool.h"
+#include "testing/prometheus_text.h"
 
 namespace {
 
@@ -1206,6 +1208,40 @@ class PgWaitSampler {
   std::thread thread_;
 };
 
+// The server's own heartbeat times (minions_heartbeat_seconds, scraped from its /metrics): the
+// cumulative count of each bucket, by upper bound in seconds (+Inf last).
+struct ServerHeartbeats {
+  std::vector<std::pair<double, double>> buckets;
+  bool ok() const { return !buckets.empty(); }
+};
+
+ServerHeartbeats ScrapeServerHeartbeats(const std::string& http, const std::string& token) {
+  ServerHeartbeats out;
+  minions::testing::HttpReply reply =
+      minions::testing::HttpGet(absl::StrCat("http://", http, "/metrics"), 10000, {"Authorization: Bearer " + token});
+  if (reply.status != 200) return out;
+  for (const auto& [name, value] : minions::testing::ParsePrometheusSamples(reply.body)) {
+    const std::string prefix = "minions_heartbeat_seconds_bucket{le=\"";
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string le = name.substr(prefix.size(), name.size() - prefix.size() - 2);
+    out.buckets.emplace_back(le == "+Inf" ? HUGE_VAL : std::stod(le), value);
+  }
+  std::sort(out.buckets.begin(), out.buckets.end());
+  return out;
+}
+
+// The `q` quantile of the heartbeats answered between two scrapes, as the upper bound (ms) of the
+// bucket it falls in (-1: none answered).
+double ServerQuantileMs(const ServerHeartbeats& from, const ServerHeartbeats& to, double q) {
+  if (!from.ok() || !to.ok() || from.buckets.size() != to.buckets.size()) return -1;
+  const double total = to.buckets.back().second - from.buckets.back().second;
+  if (total <= 0) return -1;
+  for (size_t i = 0; i < to.buckets.size(); ++i) {
+    if (to.buckets[i].second - from.buckets[i].second >= q * total) return 1000 * to.buckets[i].first;
+  }
+  return HUGE_VAL;
+}
+
 struct PhaseReport {
   std::string phase;
   double seconds = 0;
@@ -1276,7 +1312,9 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::string db = absl::StrCat("fleet_", getpid(), "_", point);
-  std::vector<std::string> argv = {BinDir() + "/minions", "server", "--listen", "", "--http-listen", "off",
+  // /metrics on its own port: the server's side of the heartbeat times (ScrapeServerHeartbeats).
+  const std::string http = absl::StrCat("127.0.0.1:", minions::testing::PickFreePort());
+  std::vector<std::string> argv = {BinDir() + "/minions", "server", "--listen", "", "--http-listen", http,
                                    "--data-dir", dir + "/server", "--lease-ttl-ms", absl::StrCat(flags.ttl_ms)};
   minions::cli::Connection connection;
   connection.server = absl::StrCat("127.0.0.1:", minions::testing::PickFreePort());
@@ -1367,6 +1405,15 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
     const auto store0 = TreeCpu(postmaster);
     const double x0 = postmaster > 0 ? pg->Transactions(db) : 0;
     const absl::Time start = absl::Now();
+    // The server's heartbeat times: at the start, just before the first tasks end (the job's end
+    // is its heaviest part), and at the end. Three scrapes, so as not to weigh on what they measure.
+    ServerHeartbeats at_start = ScrapeServerHeartbeats(http, connection.token), before_end, at_end;
+    absl::Time end_part = start + absl::Milliseconds(static_cast<int64_t>(
+                                      static_cast<double>(flags.task_ms) * (1 - flags.task_spread) * 0.95));
+    std::thread scrape_before_end([&] {
+      absl::SleepFor(end_part - absl::Now());
+      before_end = ScrapeServerHeartbeats(http, connection.token);
+    });
     std::unique_ptr<PgWaitSampler> waits;
     if (flags.pg_waits && pg != nullptr) {
       waits = std::make_unique<PgWaitSampler>(pg->Url(db), db, [&] {
@@ -1376,6 +1423,7 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
     auto job = client.Submit(request);
     if (!job.ok()) {
       fprintf(stderr, "submit: %s\n", std::string(job.status().message()).c_str());
+      scrape_before_end.join();
       return false;
     }
     bool done = false;
@@ -1388,6 +1436,8 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
       }
       absl::SleepFor(absl::Milliseconds(100));
     }
+    scrape_before_end.join();
+    at_end = ScrapeServerHeartbeats(http, connection.token);
     if (!fleet.Take(r.samples)) return false;
     snapshot(r, start, cpu0, sim0, store0, x0);
     r.tasks_per_s = static_cast<double>(r.samples.completed) / r.seconds;
@@ -1396,6 +1446,20 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
     }
     if (!done) r.phase = "job!";  // did not complete in time
     Print(flags, store, n, r);
+    {
+      // The same heartbeats seen by the simulated executors and by the server, before the first
+      // tasks end and after.
+      std::vector<double> client_before, client_after;
+      for (size_t i = 0; i < r.samples.heartbeat_at.size(); ++i) {
+        (r.samples.heartbeat_at[i] < end_part ? client_before : client_after).push_back(r.samples.heartbeat_ms[i]);
+      }
+      printf("%-10s %-8s %6d %-5s heartbeats before the first tasks end (%.0f s), executors' p50 / p99 ms: %.1f / %.1f; "
+             "the server's (bucket bounds): %.0f / %.0f | after: %.1f / %.1f; the server's %.0f / %.0f\n",
+             flags.label.c_str(), store.c_str(), n, r.phase.c_str(), absl::ToDoubleSeconds(end_part - start),
+             Percentile(client_before, 0.5), Percentile(client_before, 0.99), ServerQuantileMs(at_start, before_end, 0.5),
+             ServerQuantileMs(at_start, before_end, 0.99), Percentile(client_after, 0.5), Percentile(client_after, 0.99),
+             ServerQuantileMs(before_end, at_end, 0.5), ServerQuantileMs(before_end, at_end, 0.99));
+    }
     if (waits != nullptr) {
       waits->Stop();
       const std::string prefix = absl::StrCat(flags.label, " waits");

@@ -209,9 +209,11 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
   if (request.has_holdings()) holdings = minions::FromProto(request.holdings());
   const int64_t ttl_ms = absl::ToInt64Milliseconds(options_.lease_ttl);
   heartbeats_in_flight_.fetch_add(1);  // its answer touches this object: the destructor waits for it
+  const absl::Time arrived = absl::Now();  // wall time, for the metric (the clock may be a test's)
   chunks_.HeartbeatAsync(
       executor_id, *state, "", held, options_.lease_ttl, clock_->Now(), holdings,
-      [this, executor_id, reply, ttl_ms, done = std::move(done)](absl::StatusOr<HeartbeatReply> answer) mutable {
+      [this, executor_id, reply, ttl_ms, arrived, done = std::move(done)](absl::StatusOr<HeartbeatReply> answer) mutable {
+        if (metrics_) metrics_->HeartbeatAnswered(absl::Now() - arrived);
         if (!answer.ok()) {
           if (options_.idle_polls_renew) {
             absl::MutexLock lock(&work_mu_);

@@ -37,7 +37,14 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, MetadataStore* store) 
   queue_wait_ = registry->AddHistogram(
       "minions_task_queue_wait_seconds", "Job submission to the first lease of each of its tasks.",
       metrics::ExponentialBuckets(0.05, 2, 18));  // 50 ms .. ~1.8 h
+  heartbeat_time_ = registry->AddHistogram(
+      "minions_heartbeat_seconds",
+      "A heartbeat's time in this server, from its arrival to its answer: its wait for a batch and the batch's "
+      "write to the store (what the server adds to an executor's heartbeat latency).",
+      metrics::ExponentialBuckets(0.001, 2, 13));  // 1 ms .. ~4 s
 }
+
+void ServerMetrics::HeartbeatAnswered(absl::Duration took) { heartbeat_time_->Observe(absl::ToDoubleSeconds(took)); }
 
 ServerMetrics::JobInfo ServerMetrics::JobInfoOf(const std::string& job_id) {
   {

@@ -39,6 +39,9 @@ class ServerMetrics {
   void AttemptCompleted(const std::string& executor_id, const LeaseProgress& report, absl::Time now);
   // The store accepted a failure report; `after` is the task as it is now.
   void AttemptFailed(const std::string& executor_id, const Task& after, FailureClass failure, absl::Time now);
+  // A heartbeat was answered `took` (wall time) after it reached the server: its wait for a batch
+  // and the batch's write (the server's part of the executor's heartbeat latency).
+  void HeartbeatAnswered(absl::Duration took);
 
  private:
   struct JobInfo {
@@ -73,6 +76,7 @@ class ServerMetrics {
   metrics::Family<metrics::Counter>* harvested_seconds_;
   metrics::Histogram* task_duration_;
   metrics::Histogram* queue_wait_;
+  metrics::Histogram* heartbeat_time_;
 
   absl::Mutex mu_;
   std::map<AttemptKey, Granted> grants_ ABSL_GUARDED_BY(mu_);

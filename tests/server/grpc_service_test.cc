@@ -571,8 +571,18 @@ TEST_F(GrpcServiceTest, MetricsCountLeasesAttemptsRecordsAndTimes) {
   ASSERT_GRPC_OK(Fail(executor, leases[2].ref(), "preempted"));
   // A refused report changes no counter.
   EXPECT_FALSE(Complete(executor, leases[1].ref(), 3, 0).ok());
+  // Two heartbeats, each timed from its arrival to its answer.
+  for (int i = 0; i < 2; ++i) {
+    v1::HeartbeatRequest beat;
+    beat.set_executor_id(executor);
+    beat.set_state("available");
+    v1::HeartbeatResponse answer;
+    ASSERT_GRPC_OK(executors_->Heartbeat(ExecutorContext(executor).get(), beat, &answer));
+  }
 
   auto m = ParsePrometheusSamples(server_->metrics().Render());
+  EXPECT_EQ(m["minions_heartbeat_seconds_count"], 2);
+  EXPECT_EQ(m["minions_heartbeat_seconds_bucket{le=\"+Inf\"}"], 2);
   EXPECT_EQ(m["minions_leases_granted_total"], 3);
   EXPECT_EQ(m["minions_task_attempts_total{outcome=\"succeeded\"}"], 1);
   EXPECT_EQ(m["minions_task_attempts_total{outcome=\"retried\"}"], 1);
