@@ -311,12 +311,24 @@ absl::Status Subprocess::Write(std::string_view data) {
 absl::StatusOr<std::string> Subprocess::ReadLine(absl::Duration timeout) {
   auto deadline = DeadlineAfter(timeout);
   while (true) {
-    size_t nl = read_buffer_.find('\n');
+    // Lines are taken from read_pos_ on and the buffer is compacted only once its taken part is
+    // at least half of it, so that a read of many short lines costs linear time (not a move of the
+    // rest of the buffer per line); the search for '\n' resumes where the last one stopped, so a
+    // line longer than a read costs linear time too.
+    size_t nl = read_buffer_.find('\n', read_scanned_);
     if (nl != std::string::npos) {
-      std::string line = read_buffer_.substr(0, nl);
-      read_buffer_.erase(0, nl + 1);
+      std::string line = read_buffer_.substr(read_pos_, nl - read_pos_);
+      read_pos_ = read_scanned_ = nl + 1;
+      if (read_pos_ == read_buffer_.size()) {
+        read_buffer_.clear();
+        read_pos_ = read_scanned_ = 0;
+      } else if (read_pos_ * 2 >= read_buffer_.size()) {
+        read_buffer_.erase(0, read_pos_);
+        read_pos_ = read_scanned_ = 0;
+      }
       return line;
     }
+    read_scanned_ = read_buffer_.size();
     if (stdout_fd_ < 0) return absl::OutOfRangeError("child output closed");
     struct pollfd pfd = {stdout_fd_, POLLIN, 0};
     int wait_ms = deadline == std::chrono::steady_clock::time_point::max()
@@ -337,9 +349,10 @@ absl::StatusOr<std::string> Subprocess::ReadLine(absl::Duration timeout) {
     if (n == 0) {
       close(stdout_fd_);
       stdout_fd_ = -1;
-      if (!read_buffer_.empty()) {
-        std::string rest = std::move(read_buffer_);
+      if (read_pos_ < read_buffer_.size()) {
+        std::string rest = read_buffer_.substr(read_pos_);
         read_buffer_.clear();
+        read_pos_ = read_scanned_ = 0;
         return rest;
       }
       return absl::OutOfRangeError("child output closed");

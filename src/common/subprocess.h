@@ -73,7 +73,9 @@ class Subprocess {
   bool group_ = false;             // pid_ leads a process group of its own
   int stdin_fd_ = -1;              // the writing thread's
   int stdout_fd_ = -1;             // the reading thread's
-  std::string read_buffer_;        // the reading thread's
+  std::string read_buffer_;        // the reading thread's: output read, lines not yet taken from read_pos_ on
+  size_t read_pos_ = 0;            // the reading thread's: where the next line starts in read_buffer_
+  size_t read_scanned_ = 0;        // the reading thread's: read_buffer_ holds no '\n' from read_pos_ to here
   absl::Mutex reap_mu_;
   bool reaped_ ABSL_GUARDED_BY(reap_mu_) = false;
   ExitInfo exit_info_ ABSL_GUARDED_BY(reap_mu_);

@@ -31,6 +31,27 @@ TEST(Subprocess, EchoesLinesThroughPipes) {
   EXPECT_EQ(exit->code, 0);
 }
 
+// Every line comes back whole and in order, however the reads cut them: many short ones (a runner's
+// answers), one longer than many reads (a long answer), and a last one with no newline.
+TEST(Subprocess, ReadLineReturnsManyShortLinesALongOneAndAnUnendedLastOne) {
+  auto p = Subprocess::Start(
+      {{"sh", "-c", "seq 0 199999; head -c 3000000 /dev/zero | tr '\\0' x; echo; echo; printf tail"}, {}, ""});
+  ASSERT_TRUE(p.ok()) << p.status();
+  for (int i = 0; i < 200000; ++i) {
+    absl::StatusOr<std::string> line = (*p)->ReadLine(absl::Seconds(30));
+    ASSERT_TRUE(line.ok()) << i << ": " << line.status();
+    ASSERT_EQ(*line, absl::StrCat(i));
+  }
+  absl::StatusOr<std::string> long_line = (*p)->ReadLine(absl::Seconds(30));
+  ASSERT_TRUE(long_line.ok()) << long_line.status();
+  EXPECT_EQ(long_line->size(), 3000000u);
+  EXPECT_EQ(long_line->find_first_not_of('x'), std::string::npos);
+  EXPECT_EQ(*(*p)->ReadLine(absl::Seconds(30)), "") << "an empty line is a line";
+  EXPECT_EQ(*(*p)->ReadLine(absl::Seconds(30)), "tail");
+  EXPECT_TRUE(absl::IsOutOfRange((*p)->ReadLine(absl::Seconds(5)).status()));
+  ASSERT_TRUE((*p)->Wait(absl::Seconds(10)).ok());
+}
+
 TEST(Subprocess, ReadLineTimesOut) {
   auto p = Subprocess::Start({{"sleep", "5"}, {}, ""});
   ASSERT_TRUE(p.ok());
