@@ -62,6 +62,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "bench_util.h"
 #include "cli/admin_verbs.h"
@@ -1136,7 +1137,10 @@ class PgWaitSampler {
   using CpuReader = std::function<std::array<double, 3>()>;
   PgWaitSampler(const std::string& url, const std::string& db, CpuReader cpu) : db_(db), cpu_(std::move(cpu)) {
     conn_ = PQconnectdb(url.c_str());
-    if (PQstatus(conn_) != CONNECTION_OK) return;
+    if (PQstatus(conn_) != CONNECTION_OK) {
+      fprintf(stderr, "--pg-waits: %s", PQerrorMessage(conn_));
+      return;
+    }
     thread_ = std::thread([this] { Loop(); });
   }
   ~PgWaitSampler() { Stop(); }
@@ -1163,7 +1167,8 @@ class PgWaitSampler {
     if (first != nullptr && last != first) {
       const double s = absl::ToDoubleSeconds(last->at - first->at);
       const auto d = [&](int i) { return (last->cpu[i] - first->cpu[i]) / s; };
-      printf("%s cores busy: the machine %.2f of %u; the server %.2f; the simulator %.2f; the rest (PostgreSQL) %.2f\n",
+      printf("%s cores busy: the machine %.2f of %u; the server %.2f; the simulator %.2f; the rest (PostgreSQL, the "
+             "kernel, steal) %.2f\n",
              prefix.c_str(), d(0), std::thread::hardware_concurrency(), d(1), d(2), d(0) - d(1) - d(2));
     }
     std::vector<std::pair<int64_t, std::string>> sorted;
@@ -1194,6 +1199,9 @@ class PgWaitSampler {
       PGresult* r = PQexec(conn_, sql.c_str());
       if (PQresultStatus(r) == PGRES_TUPLES_OK) {
         for (int i = 0; i < PQntuples(r); ++i) sample.active.emplace_back(PQgetvalue(r, i, 0));
+      } else if (!warned_) {
+        warned_ = true;
+        fprintf(stderr, "--pg-waits: %s", PQresultErrorMessage(r));
       }
       PQclear(r);
       samples_.push_back(std::move(sample));
@@ -1203,6 +1211,7 @@ class PgWaitSampler {
   std::string db_;
   CpuReader cpu_;
   PGconn* conn_ = nullptr;
+  bool warned_ = false;  // the sampler thread's
   std::atomic<bool> stop_{false};
   std::vector<Sample> samples_;  // the sampler thread's until Stop
   std::thread thread_;
@@ -1400,29 +1409,32 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
     request.set_model(BinDir() + "/minions");  // any file: the fake runner loads nothing
     request.set_shard_size(1);
     minions::cli::JobsClient client(connection);
-    if (!fleet.Measure()) return false;
-    const double cpu0 = CpuSeconds(server->pid()), sim0 = fleet.CpuSeconds();
-    const auto store0 = TreeCpu(postmaster);
-    const double x0 = postmaster > 0 ? pg->Transactions(db) : 0;
-    const absl::Time start = absl::Now();
     // The server's heartbeat times: at the start, just before the first tasks end (the job's end
     // is its heaviest part), and at the end. Three scrapes, so as not to weigh on what they measure.
     ServerHeartbeats at_start = ScrapeServerHeartbeats(http, connection.token), before_end, at_end;
-    absl::Time end_part = start + absl::Milliseconds(static_cast<int64_t>(
-                                      static_cast<double>(flags.task_ms) * (1 - flags.task_spread) * 0.95));
-    std::thread scrape_before_end([&] {
-      absl::SleepFor(end_part - absl::Now());
-      before_end = ScrapeServerHeartbeats(http, connection.token);
-    });
     std::unique_ptr<PgWaitSampler> waits;
     if (flags.pg_waits && pg != nullptr) {
       waits = std::make_unique<PgWaitSampler>(pg->Url(db), db, [&] {
         return std::array<double, 3>{MachineCpuSeconds(), CpuSeconds(server->pid()), fleet.CpuSeconds()};
       });
     }
+    if (!fleet.Measure()) return false;
+    const double cpu0 = CpuSeconds(server->pid()), sim0 = fleet.CpuSeconds();
+    const auto store0 = TreeCpu(postmaster);
+    const double x0 = postmaster > 0 ? pg->Transactions(db) : 0;
+    const absl::Time start = absl::Now();
+    const absl::Time end_part = start + absl::Milliseconds(static_cast<int64_t>(
+                                            static_cast<double>(flags.task_ms) * (1 - flags.task_spread) * 0.95));
+    absl::Notification job_over;  // the scrape before the end is not waited for once the job is over
+    std::thread scrape_before_end([&] {
+      if (!job_over.WaitForNotificationWithTimeout(end_part - absl::Now())) {
+        before_end = ScrapeServerHeartbeats(http, connection.token);
+      }
+    });
     auto job = client.Submit(request);
     if (!job.ok()) {
       fprintf(stderr, "submit: %s\n", std::string(job.status().message()).c_str());
+      job_over.Notify();
       scrape_before_end.join();
       return false;
     }
@@ -1436,6 +1448,9 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
       }
       absl::SleepFor(absl::Milliseconds(100));
     }
+    const absl::Time job_end = absl::Now();
+    if (waits != nullptr) waits->Stop();
+    job_over.Notify();
     scrape_before_end.join();
     at_end = ScrapeServerHeartbeats(http, connection.token);
     if (!fleet.Take(r.samples)) return false;
@@ -1461,9 +1476,8 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
              ServerQuantileMs(before_end, at_end, 0.5), ServerQuantileMs(before_end, at_end, 0.99));
     }
     if (waits != nullptr) {
-      waits->Stop();
       const std::string prefix = absl::StrCat(flags.label, " waits");
-      waits->Print(absl::StrCat(prefix, " whole job:"), start, absl::InfiniteFuture());
+      waits->Print(absl::StrCat(prefix, " whole job:"), start, job_end);
       if (auto worst = WorstWindow(r.samples, flags.window_s)) {
         waits->Print(absl::StrCat(prefix, " worst heartbeat window:"), worst->first, worst->second);
       }

@@ -160,6 +160,9 @@ absl::Status ExecutorService::Heartbeat(const std::string& executor_id, const v1
 
 void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::HeartbeatRequest& request,
                                      v1::HeartbeatResponse* reply, absl::AnyInvocable<void(absl::Status) &&> done) {
+  // Wall time, for minions_heartbeat_seconds (the clock may be a test's): from here, so that a wait
+  // for work_mu_ below counts (the lease threads hold it).
+  const absl::Time arrived = absl::Now();
   auto state = ParseExecutorState(request.state().empty() ? "available" : request.state());
   if (!state || *state == ExecutorState::kLost || *state == ExecutorState::kRevoked) {
     std::move(done)(absl::InvalidArgumentError(absl::StrCat("unknown executor state '", request.state(), "'")));
@@ -209,7 +212,6 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
   if (request.has_holdings()) holdings = minions::FromProto(request.holdings());
   const int64_t ttl_ms = absl::ToInt64Milliseconds(options_.lease_ttl);
   heartbeats_in_flight_.fetch_add(1);  // its answer touches this object: the destructor waits for it
-  const absl::Time arrived = absl::Now();  // wall time, for the metric (the clock may be a test's)
   chunks_.HeartbeatAsync(
       executor_id, *state, "", held, options_.lease_ttl, clock_->Now(), holdings,
       [this, executor_id, reply, ttl_ms, arrived, done = std::move(done)](absl::StatusOr<HeartbeatReply> answer) mutable {

@@ -39,8 +39,8 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, MetadataStore* store) 
       metrics::ExponentialBuckets(0.05, 2, 18));  // 50 ms .. ~1.8 h
   heartbeat_time_ = registry->AddHistogram(
       "minions_heartbeat_seconds",
-      "A heartbeat's time in this server, from its arrival to its answer: its wait for a batch and the batch's "
-      "write to the store (what the server adds to an executor's heartbeat latency).",
+      "A heartbeat's time in this server, from its handler's start to its answer: its wait for a batch and the "
+      "batch's write to the store (what the server adds to an executor's heartbeat latency, gRPC's queues aside).",
       metrics::ExponentialBuckets(0.001, 2, 13));  // 1 ms .. ~4 s
 }
 

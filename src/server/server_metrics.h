@@ -39,7 +39,7 @@ class ServerMetrics {
   void AttemptCompleted(const std::string& executor_id, const LeaseProgress& report, absl::Time now);
   // The store accepted a failure report; `after` is the task as it is now.
   void AttemptFailed(const std::string& executor_id, const Task& after, FailureClass failure, absl::Time now);
-  // A heartbeat was answered `took` (wall time) after it reached the server: its wait for a batch
+  // A heartbeat was answered `took` (wall time) after its handler started: its wait for a batch
   // and the batch's write (the server's part of the executor's heartbeat latency).
   void HeartbeatAnswered(absl::Duration took);
 
