@@ -688,19 +688,25 @@ absl::StatusOr<std::vector<minions::Lease>> ExecutorService::LookForWork(const s
                                : store_->LeaseTasks(executor_id, max_tasks, options_.lease_ttl, now);
   if (!leases.ok()) return leases;
   bool none_pending = false;
+  bool asked = false;
   if (leases->empty()) {
-    bool ask;
     {
       absl::MutexLock lock(&work_mu_);
       // Another look of this generation may have asked already; an answer whose recheck has
       // passed is asked again (kept for ever, every later look of the generation went to the
       // store: a 40 s job's 5,000 task ends were 5,000 lease lookups).
-      ask = *generation == work_generation_ &&
-            !(none_pending_ && none_pending_->generation == *generation && now < none_pending_->recheck_at);
+      // One look asks at a time (the others' answers, found nothing too, add nothing to its): a
+      // batch of empty answers would wake up to one asking lease thread each.
+      asked = *generation == work_generation_ && !pending_check_running_ &&
+              !(none_pending_ && none_pending_->generation == *generation && now < none_pending_->recheck_at);
+      if (asked) {
+        pending_check_running_ = true;
+        ++pending_checks_;
+      }
     }
     // Nothing for this one; for anyone? (Asked after the lookup: work committed before the answer
     // is seen, work committed after it is announced with a new generation.)
-    if (ask) {
+    if (asked) {
       absl::StatusOr<bool> any = store_->AnyTaskPending();
       none_pending = any.ok() && !*any;
     }
@@ -711,6 +717,7 @@ absl::StatusOr<std::vector<minions::Lease>> ExecutorService::LookForWork(const s
     mark.generation = *generation;
     mark.recheck_at = NextRecheckLocked(now);
     if (none_pending) none_pending_ = IdleMark{*generation, mark.recheck_at, std::nullopt};
+    if (asked) pending_check_running_ = false;  // with its answer in place: no gap for another to ask
   } else {
     idle_.erase(executor_id);
   }
@@ -756,6 +763,11 @@ int64_t ExecutorService::lease_lookups() const {
 int64_t ExecutorService::lookups_spared() const {
   absl::MutexLock lock(&work_mu_);
   return lookups_spared_;
+}
+
+int64_t ExecutorService::pending_checks() const {
+  absl::MutexLock lock(&work_mu_);
+  return pending_checks_;
 }
 
 int64_t ExecutorService::idle_renewals() const {

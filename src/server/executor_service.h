@@ -135,6 +135,8 @@ class ExecutorService final : public ExecutorServiceBase {
   int64_t lease_lookups() const ABSL_LOCKS_EXCLUDED(work_mu_);
   // Looks answered "nothing" without a lookup because no task of any job was pending.
   int64_t lookups_spared() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  // Times a look that found nothing asked the store whether any task is pending (tests).
+  int64_t pending_checks() const ABSL_LOCKS_EXCLUDED(work_mu_);
   int64_t leases_waiting() const ABSL_LOCKS_EXCLUDED(work_mu_);
   // Lease calls queued for the lease batcher and not yet taken into a batch (tests).
   int64_t lease_calls_queued() const { return lease_batches_.waiting(); }
@@ -326,6 +328,8 @@ class ExecutorService final : public ExecutorServiceBase {
   // 10,000 lookups, and every requeue as many again.
   std::optional<IdleMark> none_pending_ ABSL_GUARDED_BY(work_mu_);
   int64_t lookups_spared_ ABSL_GUARDED_BY(work_mu_) = 0;  // looks answered by none_pending_
+  bool pending_check_running_ ABSL_GUARDED_BY(work_mu_) = false;  // a look asks AnyTaskPending now
+  int64_t pending_checks_ ABSL_GUARDED_BY(work_mu_) = 0;          // AnyTaskPending asked by looks
   // When the warm-executor waits of work announced so far end (announcement + the store's
   // WarmWait): an idle executor's recheck comes no later than the next of these.
   std::set<absl::Time> warm_wait_ends_ ABSL_GUARDED_BY(work_mu_);

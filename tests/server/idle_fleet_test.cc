@@ -412,6 +412,63 @@ TEST_F(IdleFleetTest, LeaseCallsArrivingWhileABatchIsWrittenLookTogetherEachGett
   EXPECT_EQ(tasks.size(), 4u) << "each call its own task";
 }
 
+// A batch of empty answers wakes one lease thread per call, each of which found nothing: one of
+// them asks the store whether any task is pending at all, not each (the others' answers add
+// nothing to its), and its answer spares the looks after it.
+TEST_F(IdleFleetTest, OfABatchOfEmptyAnswersOneLookAsksWhetherAnythingIsPending) {
+  StartServer();
+  ExecutorService& service = server_->executors();
+  std::vector<std::string> executors;
+  for (int i = 0; i < 5; ++i) executors.push_back(RegisterExecutor(absl::StrCat("batched-", i)));
+  MustSubmit(Records(1), /*shard_size=*/1);  // one task: the first call takes it, the rest find nothing
+  struct Gate {
+    absl::Mutex mu;
+    std::vector<size_t> batches ABSL_GUARDED_BY(mu);
+    absl::Notification entered, open;
+  };
+  auto gate = std::make_shared<Gate>();
+  service.SetBeforeLeaseBatchForTesting([gate](size_t calls) {
+    bool first;
+    {
+      absl::MutexLock lock(&gate->mu);
+      gate->batches.push_back(calls);
+      first = gate->batches.size() == 1;
+    }
+    if (first) {
+      gate->entered.Notify();
+      gate->open.WaitForNotification();
+    }
+  });
+  std::vector<grpc::Status> status(4);
+  std::vector<v1::LeaseResponse> reply(4);
+  std::vector<std::thread> calls;
+  calls.push_back(LongPoll(executors_.get(), executors[0], &status[0], &reply[0]));
+  ASSERT_TRUE(gate->entered.WaitForNotificationWithTimeout(absl::Seconds(10))) << "no lease batch";
+  for (size_t i = 1; i < 4; ++i) calls.push_back(LongPoll(executors_.get(), executors[i], &status[i], &reply[i]));
+  for (int i = 0; i < 10000 && service.lease_calls_queued() != 3; ++i) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_EQ(service.lease_calls_queued(), 3);
+  gate->open.Notify();
+  calls[0].join();  // answered with the task
+  ASSERT_GRPC_OK(status[0]);
+  ASSERT_EQ(reply[0].leases_size(), 1);
+  AwaitWaiting(*server_, 3);  // the three others found nothing and wait
+  {
+    absl::MutexLock lock(&gate->mu);
+    EXPECT_THAT(gate->batches, ::testing::ElementsAre(1, 3));
+  }
+  EXPECT_EQ(service.pending_checks(), 1) << "each empty answer of the batch asked";
+  const int64_t spared = service.lookups_spared();
+  EXPECT_TRUE(MustLease(executors[4], 1).empty());
+  EXPECT_EQ(service.lookups_spared(), spared + 1) << "the answer (none pending) spares the next look";
+  EXPECT_EQ(service.pending_checks(), 1);
+  service.Shutdown();  // the held polls answer at once
+  for (size_t i = 1; i < 4; ++i) {
+    calls[i].join();
+    ASSERT_GRPC_OK(status[i]);
+    EXPECT_EQ(reply[i].leases_size(), 0);
+  }
+}
+
 // What a held Lease may be granted while `others` executors that hold nothing and run long tasks
 // wait on the server to be served.
 TEST(SpreadShare, WhileOthersWaitAnIdleExecutorOfLongTasksGetsOne) {
