@@ -40,6 +40,30 @@ class IdleFleetTest : public GrpcServiceTest {
     for (int i = 0; i < 10000 && server.executors().leases_waiting() != n; ++i) absl::SleepFor(absl::Milliseconds(1));
     ASSERT_EQ(server.executors().leases_waiting(), n);
   }
+  // Holds the server's first lease batch until `open` is notified (`entered` says it is held), and
+  // records the size of every batch. What the hook touches lives as long as the hook (the
+  // server's), not only as the test's body.
+  struct LeaseBatchGate {
+    absl::Mutex mu;
+    std::vector<size_t> batches ABSL_GUARDED_BY(mu);
+    absl::Notification entered, open;
+  };
+  std::shared_ptr<LeaseBatchGate> HoldFirstLeaseBatch() {
+    auto gate = std::make_shared<LeaseBatchGate>();
+    server_->executors().SetBeforeLeaseBatchForTesting([gate](size_t calls) {
+      bool first;
+      {
+        absl::MutexLock lock(&gate->mu);
+        gate->batches.push_back(calls);
+        first = gate->batches.size() == 1;
+      }
+      if (first) {
+        gate->entered.Notify();
+        gate->open.WaitForNotification();
+      }
+    });
+    return gate;
+  }
   // When the store last heard from `executor_id` (its heartbeats, and renewals for it).
   absl::Time LastHeard(const std::string& executor_id) {
     absl::StatusOr<Executor> executor = store_->GetExecutor(executor_id);
@@ -370,25 +394,7 @@ TEST_F(IdleFleetTest, LeaseCallsArrivingWhileABatchIsWrittenLookTogetherEachGett
   std::vector<std::string> executors;
   for (int i = 0; i < 4; ++i) executors.push_back(RegisterExecutor(absl::StrCat("batched-", i)));
   MustSubmit(Records(4), /*shard_size=*/1);
-  // What the hook touches lives as long as the hook (the server's), not only as this test's body.
-  struct Gate {
-    absl::Mutex mu;
-    std::vector<size_t> batches ABSL_GUARDED_BY(mu);
-    absl::Notification entered, open;
-  };
-  auto gate = std::make_shared<Gate>();
-  server_->executors().SetBeforeLeaseBatchForTesting([gate](size_t calls) {
-    bool first;
-    {
-      absl::MutexLock lock(&gate->mu);
-      gate->batches.push_back(calls);
-      first = gate->batches.size() == 1;
-    }
-    if (first) {
-      gate->entered.Notify();
-      gate->open.WaitForNotification();
-    }
-  });
+  auto gate = HoldFirstLeaseBatch();
   std::vector<grpc::Status> status(4);
   std::vector<v1::LeaseResponse> reply(4);
   std::vector<std::thread> calls;
@@ -421,24 +427,7 @@ TEST_F(IdleFleetTest, OfABatchOfEmptyAnswersOneLookAsksWhetherAnythingIsPending)
   std::vector<std::string> executors;
   for (int i = 0; i < 5; ++i) executors.push_back(RegisterExecutor(absl::StrCat("batched-", i)));
   MustSubmit(Records(1), /*shard_size=*/1);  // one task: the first call takes it, the rest find nothing
-  struct Gate {
-    absl::Mutex mu;
-    std::vector<size_t> batches ABSL_GUARDED_BY(mu);
-    absl::Notification entered, open;
-  };
-  auto gate = std::make_shared<Gate>();
-  service.SetBeforeLeaseBatchForTesting([gate](size_t calls) {
-    bool first;
-    {
-      absl::MutexLock lock(&gate->mu);
-      gate->batches.push_back(calls);
-      first = gate->batches.size() == 1;
-    }
-    if (first) {
-      gate->entered.Notify();
-      gate->open.WaitForNotification();
-    }
-  });
+  auto gate = HoldFirstLeaseBatch();
   std::vector<grpc::Status> status(4);
   std::vector<v1::LeaseResponse> reply(4);
   std::vector<std::thread> calls;
