@@ -7,8 +7,9 @@
 // It heartbeats its task every 250 ms on a thread of its own (through server restarts: it
 // registers again when told to); should the watchdog take the task away all the same (a store
 // restart can outlast a lease), it leases another if there is one. Release hands the task back as
-// preempted (not a failure of the task; a real executor runs it); the holder goes on heartbeating,
-// idle, until it is destroyed, so it counts as a live executor as long as the test holds it.
+// preempted (not a failure of the task; a real executor runs it), or finds it taken away already
+// (the cancel not yet heard); the holder goes on heartbeating, idle, until it is destroyed, so it
+// counts as a live executor as long as the test holds it.
 // It enrols as executors do: with a join token of one use it issues itself through the Admin
 // service (the connection must carry an admin token, as a ProcessPool's does), then makes every
 // call with the credential it was given.
@@ -100,6 +101,12 @@ class LeaseHolder {
       absl::SleepFor(absl::Milliseconds(200));
     }
     held_.reset();
+    // The server refuses a stale attempt: the watchdog took the task away (a fault outlasted its
+    // lease) and the cancel had not reached the heartbeats yet. The hold is over all the same.
+    if (absl::IsFailedPrecondition(last)) {
+      ++taken_away_;
+      return absl::OkStatus();
+    }
     return last;
   }
 
