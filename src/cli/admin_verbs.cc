@@ -23,10 +23,10 @@ std::string Limit(int64_t value) { return value > 0 ? absl::StrCat(value) : "non
 std::string Percent(double fraction) { return absl::StrFormat("%.1f%%", 100 * fraction); }
 
 void PrintTeam(const v1::Team& t) {
-  printf("%-20s %6lld %8s %8s %14.0f %8lld %12s %12s %12d %14s\n", t.name().c_str(),
+  printf("%-20s %6lld %8s %8s %14.0f %12.2f %8lld %12s %12s %12d %14s\n", t.name().c_str(),
          static_cast<long long>(t.weight()), Percent(t.usage().target_share()).c_str(),
          Percent(t.usage().usage_share()).c_str(), t.usage().usage_device_seconds(),
-         static_cast<long long>(t.usage().running_tasks()), Limit(t.max_running_tasks()).c_str(),
+         t.usage().device_seconds() / 3600, static_cast<long long>(t.usage().running_tasks()), Limit(t.max_running_tasks()).c_str(),
          Limit(t.max_active_jobs()).c_str(), t.max_priority(), Limit(t.requests_per_second()).c_str());
 }
 
@@ -163,8 +163,8 @@ void PrintTeams(const std::vector<v1::Team>& teams, bool json) {
     PrintJsonArray(teams);
     return;
   }
-  printf("%-20s %6s %8s %8s %14s %8s %12s %12s %12s %14s\n", "TEAM", "WEIGHT", "SHARE", "USED", "USAGE (DEV-S)",
-         "RUNNING", "MAX RUNNING", "MAX QUEUED", "MAX PRIORITY", "REQUESTS/S");
+  printf("%-20s %6s %8s %8s %14s %12s %8s %12s %12s %12s %14s\n", "TEAM", "WEIGHT", "SHARE", "USED", "USAGE (DEV-S)",
+         "DEVICE-HOURS", "RUNNING", "MAX RUNNING", "MAX QUEUED", "MAX PRIORITY", "REQUESTS/S");
   for (const v1::Team& team : teams) PrintTeam(team);
 }
 

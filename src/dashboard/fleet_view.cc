@@ -228,6 +228,10 @@ void FleetView::Collect(std::vector<metrics::FamilySnapshot>* out) {
                             "Each team's fair-share usage: device time decayed with the half-life, running attempts "
                             "included (from the store).",
                             MetricType::kGauge, {}};
+  FamilySnapshot team_device{"minions_team_device_seconds_total",
+                             "Each team's device time: every ended attempt's, never decayed, for accounting "
+                             "(from the store).",
+                             MetricType::kCounter, {}};
   FamilySnapshot team_running{"minions_team_running_tasks", "Each team's running tasks (from the store).",
                               MetricType::kGauge, {}};
   FamilySnapshot team_weight{"minions_team_weight", "Each team's fair-share weight.", MetricType::kGauge, {}};
@@ -239,11 +243,14 @@ void FleetView::Collect(std::vector<metrics::FamilySnapshot>* out) {
     const std::vector<std::pair<std::string, std::string>> team_labels = {{"team", t.team}};
     team_usage.samples.push_back(
         {"minions_team_usage_device_seconds", team_labels, absl::ToDoubleSeconds(t.usage)});
+    team_device.samples.push_back(
+        {"minions_team_device_seconds_total", team_labels, absl::ToDoubleSeconds(t.device_time)});
     team_running.samples.push_back({"minions_team_running_tasks", team_labels, static_cast<double>(t.running)});
     team_weight.samples.push_back({"minions_team_weight", team_labels, static_cast<double>(t.weight)});
     team_share.samples.push_back({"minions_team_target_share", team_labels, targets.at(t.team)});
   }
   out->push_back(std::move(team_usage));
+  out->push_back(std::move(team_device));
   out->push_back(std::move(team_running));
   out->push_back(std::move(team_weight));
   out->push_back(std::move(team_share));

@@ -31,6 +31,9 @@ struct TeamUsage {
   int64_t max_running_tasks = 0;  // 0: no limit
   absl::Duration usage;           // decayed device time as of the reading, running attempts included
   int64_t running = 0;            // tasks running now
+  // Every ended attempt's device time, never decayed: what the team has used, for accounting
+  // (chargeback, reports). Running attempts are not in it until they end, so it only grows.
+  absl::Duration device_time;
   bool operator==(const TeamUsage&) const = default;
 };
 

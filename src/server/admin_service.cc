@@ -57,6 +57,7 @@ absl::StatusOr<std::vector<v1::Team>> TeamsWithStanding(MetadataStore& store, ab
       standing->set_running_tasks(u.running);
       standing->set_target_share(targets.at(u.team));
       standing->set_usage_share(total > 0 ? absl::ToDoubleSeconds(u.usage) / total : 0);
+      standing->set_device_seconds(absl::ToDoubleSeconds(u.device_time));
     }
   }
   return out;

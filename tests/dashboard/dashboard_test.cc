@@ -270,14 +270,23 @@ TEST_F(DashboardTest, EachTeamsFairShareStandingIsExported) {
   ml.weight = 3;
   ASSERT_TRUE(store_->CreateTeam(ml).ok());
   std::string executor = Register("worker", "");
-  Submit(2);
-  ASSERT_EQ(Must(store_->LeaseTasks(executor, 2, kTtl, clock_.Now())).size(), 2u);
+  const std::string job = Submit(2);
+  std::vector<Lease> leases = Must(store_->LeaseTasks(executor, 2, kTtl, clock_.Now()));
+  ASSERT_EQ(leases.size(), 2u);
   clock_.Advance(absl::Seconds(10));
   auto samples = Scrape();
   EXPECT_EQ(samples["minions_team_running_tasks{team=\"ml\"}"], 2);
   EXPECT_EQ(samples["minions_team_usage_device_seconds{team=\"ml\"}"], 20);  // two attempts, 10 s each
   EXPECT_EQ(samples["minions_team_weight{team=\"ml\"}"], 3);
   EXPECT_EQ(samples["minions_team_target_share{team=\"ml\"}"], 0.75);  // 3 of default's 1 + ml's 3
+  // Device time counts ended attempts only: none yet.
+  EXPECT_EQ(samples["minions_team_device_seconds_total{team=\"ml\"}"], 0);
+  for (const Lease& lease : leases) {
+    const Task& task = lease.task;
+    ASSERT_TRUE(store_->CompleteTask(executor, job, task.index, task.attempt, task.n_records, 0, clock_.Now()).ok());
+  }
+  clock_.Advance(absl::Seconds(2));  // past the scrape's cache
+  EXPECT_EQ(Scrape()["minions_team_device_seconds_total{team=\"ml\"}"], 20);
 }
 
 TEST_F(DashboardTest, TheHistoryKeepsAPointPerStepAndShowsATeamOnlyItsOwn) {

@@ -56,6 +56,7 @@ TEST_F(TeamsViewTest, ATeamsViewerSeesEveryTeamsStandingAsAnAdminDoes) {
   EXPECT_EQ(search->max_running_tasks(), 5);
   EXPECT_EQ(search->usage().running_tasks(), 1);
   EXPECT_GT(search->usage().usage_device_seconds(), 0);
+  EXPECT_EQ(search->usage().device_seconds(), 0);  // its one attempt has not ended
   EXPECT_DOUBLE_EQ(search->usage().target_share(), 3.0 / 5.0);  // search 3, ads 1, default 1
   EXPECT_DOUBLE_EQ(ads->usage().target_share(), 1.0 / 5.0);
   EXPECT_EQ(ads->usage().running_tasks(), 0);

@@ -89,6 +89,41 @@ TEST_P(FairShare, UsageIsDeviceTimeDecayedOverTheHalfLifeAndRunningTasksAreCount
       << "the cancelled attempts' 80 s were not charged";
 }
 
+// Accounting: a team's device time is every ended attempt's, whatever ended it, and never decays;
+// running attempts join it when they end; each team is charged for its own jobs only.
+TEST_P(FairShare, DeviceTimeIsEveryEndedAttemptsTimeAndNeverDecays) {
+  const std::string job = SubmitFor("search", 4);
+  const std::string other = SubmitFor("ads", 1);
+  const std::string a = Register("a"), b = Register("b");
+  std::vector<Lease> first = LeaseUpTo(a, 3);
+  ASSERT_THAT(first, SizeIs(3));
+  Advance(absl::Seconds(100));
+  EXPECT_EQ(UsageOf("search").device_time, absl::ZeroDuration()) << "a running attempt is not in it yet";
+  // A completion, a retryable failure and an expired lease: 100 s each.
+  ASSERT_OK(store_->CompleteTask(a, first[0].task.job_id, first[0].task.index, first[0].task.attempt, kRecordsPerTask,
+                                 0, now_));
+  ASSERT_OK(store_->FailTask(a, first[1].task.job_id, first[1].task.index, first[1].task.attempt,
+                             FailureClass::kRetryable, "boom", now_));
+  ASSERT_OK(store_->ExpireLeases(now_, 10).status());
+  EXPECT_EQ(UsageOf("search").device_time, absl::Seconds(300));
+  EXPECT_EQ(UsageOf("ads").device_time, absl::ZeroDuration());
+
+  // Ten half-lives later the fair-share usage is all but gone; the device time is not.
+  Advance(10 * kDefaultFairShareHalfLife);
+  EXPECT_LT(UsageOf("search").usage, absl::Seconds(1));
+  EXPECT_EQ(UsageOf("search").device_time, absl::Seconds(300));
+
+  // Another team's attempt is its own; a cancel charges what the cancelled attempts ran.
+  std::vector<Lease> second = LeaseUpTo(b, 2);
+  ASSERT_THAT(second, SizeIs(2));
+  Advance(absl::Seconds(40));
+  ASSERT_OK(store_->CancelJob(other, now_));
+  ASSERT_OK(store_->CancelJob(job, now_));
+  const bool ads_ran = second[0].task.job_id == other || second[1].task.job_id == other;
+  EXPECT_EQ(UsageOf("search").device_time, absl::Seconds(ads_ran ? 340 : 380));
+  EXPECT_EQ(UsageOf("ads").device_time, absl::Seconds(ads_ran ? 40 : 0));
+}
+
 TEST_P(FairShare, TheTeamFurthestBelowItsShareIsServedFirstThenPriorityThenAge) {
   ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 1)));
   ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));

@@ -176,8 +176,8 @@ Team ReadTeam(const Row& row, int first = 0) {
 }
 
 // A team's standing (model/fair_share.h) from a row of: name, weight, max_running_tasks,
-// usage_us (ended attempts, decayed as of usage_at), usage_at, running, and the microseconds the
-// running attempts have run so far; decayed to `now`.
+// usage_us (ended attempts, decayed as of usage_at), usage_at, running, the microseconds the
+// running attempts have run so far, and device_us (ended attempts, never decayed); decayed to `now`.
 template <typename Row>
 TeamUsage ReadTeamUsage(const Row& row, absl::Time now, absl::Duration half_life) {
   TeamUsage usage;
@@ -188,6 +188,7 @@ TeamUsage ReadTeamUsage(const Row& row, absl::Time now, absl::Duration half_life
   usage.running = row.Int(5);
   // (The running attempts' start times are summed in floating point: clamp its rounding.)
   if (usage.running > 0) usage.usage += absl::Microseconds(std::max<int64_t>(row.Int(6), 0));
+  usage.device_time = absl::Microseconds(row.Int(7));
   return usage;
 }
 

@@ -249,6 +249,12 @@ CREATE TABLE task_throughput (
 );
 )sql";
 
+// Accounting: each team's device time, every ended attempt's, never decayed (team_usage.usage_us
+// decays for the fair share). Charged by the same upsert; counted from this migration on.
+constexpr char kDeviceTime[] = R"sql(
+ALTER TABLE team_usage ADD COLUMN device_us BIGINT NOT NULL DEFAULT 0;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -261,6 +267,7 @@ constexpr Migration kMigrations[] = {
     {8, "settings: the object store the servers share", kSettings},
     {9, "gang jobs: jobs.gang_size", kGangJobs},
     {10, "task sizes: records per second of each model and runner", kThroughput},
+    {11, "accounting: each team's device time, never decayed", kDeviceTime},
 };
 
 }  // namespace

@@ -85,15 +85,17 @@ inline constexpr char kCountTasks[] =
 
 // Fair share: ended attempts' device time (JOB_IDS text[], MICROS bigint[], by job) added to their
 // teams' usage, decayed to NOW (bigint micros) with HALF_LIFE (bigint micros; 0: no decay), as
-// model/fair_share.h DecayUsage does: usage(now) = usage(at) x 2^-((now - at) / half_life) + charge.
+// model/fair_share.h DecayUsage does: usage(now) = usage(at) x 2^-((now - at) / half_life) + charge;
+// and to their device time (device_us), which never decays.
 // (At most 1000 halvings: PostgreSQL reports a float underflow as an error, not as zero.)
 #define MINIONS_PG_CHARGE_USAGE(JOB_IDS, MICROS, NOW, HALF_LIFE)                                                  \
-  "u AS (INSERT INTO team_usage AS tu (team, usage_us, usage_at) SELECT j.team, SUM(x.us)::bigint, " NOW "::bigint " \
+  "u AS (INSERT INTO team_usage AS tu (team, usage_us, device_us, usage_at) SELECT j.team, SUM(x.us)::bigint, "     \
+  "SUM(x.us)::bigint, " NOW "::bigint "                                                                              \
   "FROM unnest(" JOB_IDS "::text[], " MICROS "::bigint[]) x(job_id, us) JOIN jobs j ON j.id = x.job_id "            \
   "WHERE x.us > 0 GROUP BY j.team ON CONFLICT (team) DO UPDATE SET usage_us = (tu.usage_us * CASE WHEN "           \
   "EXCLUDED.usage_at > tu.usage_at AND " HALF_LIFE "::bigint > 0 THEN power(0.5, LEAST((EXCLUDED.usage_at - "      \
   "tu.usage_at)::float8 / " HALF_LIFE "::bigint, 1000)) ELSE 1 END)::bigint + EXCLUDED.usage_us, "                \
-  "usage_at = GREATEST(tu.usage_at, EXCLUDED.usage_at))"
+  "device_us = tu.device_us + EXCLUDED.device_us, usage_at = GREATEST(tu.usage_at, EXCLUDED.usage_at))"
 
 // The end of attempts, in one statement: the tasks as the state machine left them ($1-$20, as
 // kUpdateTasks), what they add to their jobs' counts ($21-$27: one counter shard row per job),
@@ -156,7 +158,7 @@ inline constexpr char kLeaseCandidates[] =
 inline constexpr char kTeamUsage[] =
     "SELECT COALESCE(t.name, u.team), COALESCE(t.weight, 1), COALESCE(t.max_running_tasks, 0), "
     "COALESCE(u.usage_us, 0), COALESCE(u.usage_at, 0), COALESCE(u.running, 0), "
-    "COALESCE(u.running * $1::bigint::float8 - u.running_since_us, 0)::bigint "
+    "COALESCE(u.running * $1::bigint::float8 - u.running_since_us, 0)::bigint, COALESCE(u.device_us, 0) "
     "FROM teams t FULL OUTER JOIN team_usage u ON u.team = t.name ORDER BY 1";
 // The running tasks of teams with a running-task quota ($1), locked: a lease that grants them
 // work counts again under the lock, so concurrent leases cannot overshoot the quota.

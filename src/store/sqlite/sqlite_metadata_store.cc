@@ -103,14 +103,17 @@ constexpr char kLeaseCandidates[] =
   "CAST(COALESCE(u.running * CAST(:now AS REAL) - u.running_since_us, 0) AS INTEGER)"
 constexpr char kTeamUsage[] =
     "SELECT t.name, t.weight, t.max_running_tasks, COALESCE(u.usage_us, 0), COALESCE(u.usage_at, 0), "
-    "COALESCE(u.running, 0), " MINIONS_SQLITE_OPEN_US " FROM teams t LEFT JOIN team_usage u ON u.team = t.name "
-    "UNION ALL SELECT u.team, 1, 0, u.usage_us, u.usage_at, u.running, " MINIONS_SQLITE_OPEN_US
+    "COALESCE(u.running, 0), " MINIONS_SQLITE_OPEN_US ", COALESCE(u.device_us, 0) "
+    "FROM teams t LEFT JOIN team_usage u ON u.team = t.name "
+    "UNION ALL SELECT u.team, 1, 0, u.usage_us, u.usage_at, u.running, " MINIONS_SQLITE_OPEN_US ", u.device_us"
     " FROM team_usage u WHERE u.team NOT IN (SELECT name FROM teams) ORDER BY 1";
 #undef MINIONS_SQLITE_OPEN_US
 constexpr char kTeamUsageOf[] = "SELECT usage_us, usage_at FROM team_usage WHERE team = :team";
+// (:charge_us also adds to the device time, which never decays.)
 constexpr char kChargeUsage[] =
-    "INSERT INTO team_usage (team, usage_us, usage_at) VALUES (:team, :usage_us, :usage_at) "
-    "ON CONFLICT (team) DO UPDATE SET usage_us = excluded.usage_us, usage_at = excluded.usage_at";
+    "INSERT INTO team_usage (team, usage_us, device_us, usage_at) VALUES (:team, :usage_us, :charge_us, :usage_at) "
+    "ON CONFLICT (team) DO UPDATE SET usage_us = excluded.usage_us, device_us = team_usage.device_us + "
+    "excluded.device_us, usage_at = excluded.usage_at";
 constexpr char kExpiredLeases[] =
     "SELECT job_id, idx FROM tasks WHERE state = :running AND lease_expires_at <= :now "
     "ORDER BY lease_expires_at, job_id, idx LIMIT :limit";
@@ -694,6 +697,7 @@ absl::Status SqliteMetadataStore::ChargeUsage(const std::map<std::string, absl::
     ASSIGN_OR_RETURN(Statement upsert, Prepare(kChargeUsage));
     upsert.BindText(":team", team)
         .BindInt(":usage_us", absl::ToInt64Microseconds(usage))
+        .BindInt(":charge_us", absl::ToInt64Microseconds(time))
         .BindTime(":usage_at", std::max(at, now));
     RETURN_IF_ERROR(upsert.Run());
   }

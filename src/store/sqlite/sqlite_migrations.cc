@@ -227,6 +227,12 @@ CREATE TABLE task_throughput (
 );
 )sql";
 
+// Accounting: each team's device time, every ended attempt's, never decayed (team_usage.usage_us
+// decays for the fair share). Charged with the usage; counted from this migration on. Migration 11.
+constexpr char kDeviceTime[] = R"sql(
+ALTER TABLE team_usage ADD COLUMN device_us INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -239,6 +245,7 @@ constexpr Migration kMigrations[] = {
     {8, "settings: the object store the servers share", kSettings},
     {9, "gang jobs: jobs.gang_size", kGangJobs},
     {10, "task sizes: records per second of each model and runner", kThroughput},
+    {11, "accounting: each team's device time, never decayed", kDeviceTime},
 };
 
 }  // namespace
