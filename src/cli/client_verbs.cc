@@ -327,6 +327,9 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
   if (job->finished_at_ms() > 0 && job->started_at_ms() > 0) {
     printf("ran       %s\n", HumanDuration((job->finished_at_ms() - job->started_at_ms()) / 1000.0).c_str());
   }
+  if (job->device_seconds() > 0) {
+    printf("device    %s (every attempt that has ended)\n", HumanDuration(job->device_seconds()).c_str());
+  }
   if (!job->error().empty()) printf("error     %s\n", job->error().c_str());
   if (!job->wait_reason().empty()) printf("waiting   %s\n", job->wait_reason().c_str());
   if (job->gang_size() > 0) {

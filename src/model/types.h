@@ -89,6 +89,9 @@ struct Job {
   absl::Time updated_at;
   std::optional<absl::Time> started_at;   // first lease
   std::optional<absl::Time> finished_at;
+  // Every ended attempt's device time (accounting: what the job cost), charged by the store as
+  // attempts end, as its team's is; read with the job, never written back with it.
+  absl::Duration device_time;
 };
 
 // A checkpoint of a task: the output of records [begin, end) (task-relative), written by one attempt

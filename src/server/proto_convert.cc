@@ -22,6 +22,7 @@ v1::Job ToProto(const Job& job) {
   p.set_created_at_ms(absl::ToUnixMillis(job.created_at));
   p.set_started_at_ms(MillisOrZero(job.started_at));
   p.set_finished_at_ms(MillisOrZero(job.finished_at));
+  p.set_device_seconds(absl::ToDoubleSeconds(job.device_time));
   p.set_output_key(job.output_key);
   p.set_errors_key(job.errors_key);
   p.set_manifest_key(job.manifest_key);

@@ -89,8 +89,8 @@ TEST_P(FairShare, UsageIsDeviceTimeDecayedOverTheHalfLifeAndRunningTasksAreCount
       << "the cancelled attempts' 80 s were not charged";
 }
 
-// Accounting: a team's device time is every ended attempt's, whatever ended it, and never decays;
-// running attempts join it when they end; each team is charged for its own jobs only.
+// Accounting: a team's and a job's device time is every ended attempt's, whatever ended it, and
+// never decays; running attempts join it when they end; each is charged for its own only.
 TEST_P(FairShare, DeviceTimeIsEveryEndedAttemptsTimeAndNeverDecays) {
   const std::string job = SubmitFor("search", 4);
   const std::string other = SubmitFor("ads", 1);
@@ -107,6 +107,8 @@ TEST_P(FairShare, DeviceTimeIsEveryEndedAttemptsTimeAndNeverDecays) {
   ASSERT_OK(store_->ExpireLeases(now_, 10).status());
   EXPECT_EQ(UsageOf("search").device_time, absl::Seconds(300));
   EXPECT_EQ(UsageOf("ads").device_time, absl::ZeroDuration());
+  EXPECT_EQ(GetJob(job).device_time, absl::Seconds(300)) << "one attempt retried, one expired: each ran 100 s";
+  EXPECT_EQ(GetJob(other).device_time, absl::ZeroDuration());
 
   // Ten half-lives later the fair-share usage is all but gone; the device time is not.
   Advance(10 * kDefaultFairShareHalfLife);
@@ -122,6 +124,12 @@ TEST_P(FairShare, DeviceTimeIsEveryEndedAttemptsTimeAndNeverDecays) {
   const bool ads_ran = second[0].task.job_id == other || second[1].task.job_id == other;
   EXPECT_EQ(UsageOf("search").device_time, absl::Seconds(ads_ran ? 340 : 380));
   EXPECT_EQ(UsageOf("ads").device_time, absl::Seconds(ads_ran ? 40 : 0));
+  EXPECT_EQ(GetJob(job).device_time, absl::Seconds(ads_ran ? 340 : 380));
+  EXPECT_EQ(GetJob(other).device_time, absl::Seconds(ads_ran ? 40 : 0));
+  // Listed jobs carry it too.
+  for (const Job& listed : Must(store_->ListJobs(JobFilter{}), "ListJobs")) {
+    EXPECT_EQ(listed.device_time, GetJob(listed.id).device_time) << listed.id;
+  }
 }
 
 TEST_P(FairShare, TheTeamFurthestBelowItsShareIsServedFirstThenPriorityThenAge) {

@@ -238,17 +238,20 @@ absl::Status PostgresMetadataStore::WriteAttempts(Connection& c, const AttemptWr
   std::map<std::string, Job> added;
   if (writes.counted) added = *writes.counted;
   for (const Task* task : writes.ended) CountTerminalTask(added[task->job_id], *task, now);
-  std::vector<rows::Values> counts;
+  std::vector<rows::Values> charges;
+  for (const auto& [job_id, time] : writes.charges) {
+    if (time <= absl::ZeroDuration()) continue;
+    charges.push_back({job_id, absl::ToInt64Microseconds(time)});
+    added[job_id].device_time += time;  // its counter shard's device time (an attempt retried counts too)
+  }
+  std::vector<rows::Values> counts, device;
   std::vector<rows::Values> job_ids;
   const int shard = RandomShard();
   for (const auto& [job_id, job] : added) {
     counts.push_back({job_id, int64_t{shard}, job.tasks_done, job.tasks_succeeded, job.counts.completed,
                       job.counts.failed, rows::TimeValue(now)});
+    device.push_back({absl::ToInt64Microseconds(job.device_time)});
     job_ids.push_back({job_id});
-  }
-  std::vector<rows::Values> charges;
-  for (const auto& [job_id, time] : writes.charges) {
-    if (time > absl::ZeroDuration()) charges.push_back({job_id, absl::ToInt64Microseconds(time)});
   }
   std::vector<rows::Values> records;
   for (const auto& [executor_id, n] : writes.records) records.push_back({executor_id, n});
@@ -257,7 +260,8 @@ absl::Status PostgresMetadataStore::WriteAttempts(Connection& c, const AttemptWr
       .Columns(records, 2)
       .Columns(charges, 2)
       .Time(now)
-      .Int(absl::ToInt64Microseconds(options_.fair_share_half_life));
+      .Int(absl::ToInt64Microseconds(options_.fair_share_half_life))
+      .Columns(device, 1);
   if (settle_later != nullptr && !job_ids.empty()) {
     c.AfterCommit(sql::kFinishedJobs,
                   std::move(Params()

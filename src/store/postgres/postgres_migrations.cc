@@ -255,6 +255,13 @@ constexpr char kDeviceTime[] = R"sql(
 ALTER TABLE team_usage ADD COLUMN device_us BIGINT NOT NULL DEFAULT 0;
 )sql";
 
+// Accounting: each job's device time, in its counter shards (jobs.device_us stays zero, as the
+// jobs row's counts do). Counted from this migration on.
+constexpr char kJobDeviceTime[] = R"sql(
+ALTER TABLE job_counts ADD COLUMN device_us BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN device_us BIGINT NOT NULL DEFAULT 0;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -268,6 +275,7 @@ constexpr Migration kMigrations[] = {
     {9, "gang jobs: jobs.gang_size", kGangJobs},
     {10, "task sizes: records per second of each model and runner", kThroughput},
     {11, "accounting: each team's device time, never decayed", kDeviceTime},
+    {12, "accounting: each job's device time", kJobDeviceTime},
 };
 
 }  // namespace

@@ -16,10 +16,11 @@ namespace minions::postgres_store::sql {
 #define MINIONS_PG_SELECT_JOBS                                                                                    \
   "SELECT j.id, j.team, j.state, j.spec, j.total_records, COALESCE(c.completed, 0), COALESCE(c.failed, 0), "      \
   "j.n_tasks, COALESCE(c.done, 0), COALESCE(c.succeeded, 0), j.error, j.output_key, j.errors_key, "               \
-  "j.manifest_key, j.created_at, GREATEST(j.updated_at, c.updated_at), j.started_at, j.finished_at FROM jobs j " \
+  "j.manifest_key, j.created_at, GREATEST(j.updated_at, c.updated_at), j.started_at, j.finished_at, "            \
+  "COALESCE(c.device_us, 0) FROM jobs j "                                                                        \
   "LEFT JOIN LATERAL (SELECT SUM(completed_records)::bigint AS completed, SUM(failed_records)::bigint AS failed, " \
-  "SUM(tasks_done)::bigint AS done, SUM(tasks_succeeded)::bigint AS succeeded, MAX(updated_at) AS updated_at "    \
-  "FROM job_counts WHERE job_id = j.id) c ON true "
+  "SUM(tasks_done)::bigint AS done, SUM(tasks_succeeded)::bigint AS succeeded, MAX(updated_at) AS updated_at, "   \
+  "SUM(device_us)::bigint AS device_us FROM job_counts WHERE job_id = j.id) c ON true "
 inline constexpr char kSelectJob[] = MINIONS_PG_SELECT_JOBS "WHERE j.id = $1";
 inline constexpr char kSelectJobForUpdate[] = MINIONS_PG_SELECT_JOBS "WHERE j.id = $1 FOR UPDATE OF j";
 inline constexpr char kListJobs[] = MINIONS_PG_SELECT_JOBS
@@ -98,16 +99,17 @@ inline constexpr char kCountTasks[] =
   "device_us = tu.device_us + EXCLUDED.device_us, usage_at = GREATEST(tu.usage_at, EXCLUDED.usage_at))"
 
 // The end of attempts, in one statement: the tasks as the state machine left them ($1-$20, as
-// kUpdateTasks), what they add to their jobs' counts ($21-$27: one counter shard row per job),
+// kUpdateTasks), what they add to their jobs' counts ($21-$27 and $34, the device time: one
+// counter shard row per job),
 // the records the executors did ($28 ids, $29 records), and the device time of the attempts that ended, by
 // job ($30 ids, $31 micros), charged to their teams at $32 with half-life $33
 // (MINIONS_PG_CHARGE_USAGE). Answers how many tasks and executors it wrote.
 inline constexpr char kWriteAttempts[] =
     "WITH t AS (" MINIONS_PG_UPDATE_TASKS " RETURNING 1), "
     "c AS (INSERT INTO job_counts (job_id, shard, tasks_done, tasks_succeeded, completed_records, failed_records, "
-    "updated_at) SELECT * FROM unnest($21::text[], $22::int[], $23::bigint[], $24::bigint[], $25::bigint[], "
-    "$26::bigint[], $27::bigint[]) ON CONFLICT (job_id, shard) DO UPDATE SET "
-    "tasks_done = job_counts.tasks_done + EXCLUDED.tasks_done, "
+    "updated_at, device_us) SELECT * FROM unnest($21::text[], $22::int[], $23::bigint[], $24::bigint[], "
+    "$25::bigint[], $26::bigint[], $27::bigint[], $34::bigint[]) ON CONFLICT (job_id, shard) DO UPDATE SET "
+    "device_us = job_counts.device_us + EXCLUDED.device_us, tasks_done = job_counts.tasks_done + EXCLUDED.tasks_done, "
     "tasks_succeeded = job_counts.tasks_succeeded + EXCLUDED.tasks_succeeded, "
     "completed_records = job_counts.completed_records + EXCLUDED.completed_records, "
     "failed_records = job_counts.failed_records + EXCLUDED.failed_records, "

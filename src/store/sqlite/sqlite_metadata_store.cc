@@ -109,7 +109,9 @@ constexpr char kTeamUsage[] =
     " FROM team_usage u WHERE u.team NOT IN (SELECT name FROM teams) ORDER BY 1";
 #undef MINIONS_SQLITE_OPEN_US
 constexpr char kTeamUsageOf[] = "SELECT usage_us, usage_at FROM team_usage WHERE team = :team";
-// (:charge_us also adds to the device time, which never decays.)
+// (:charge_us also adds to the device time, which never decays.) A job's device time is charged
+// by kChargeJobDevice alone: SaveJob's column lists leave it be.
+constexpr char kChargeJobDevice[] = "UPDATE jobs SET device_us = device_us + :us WHERE id = :id";
 constexpr char kChargeUsage[] =
     "INSERT INTO team_usage (team, usage_us, device_us, usage_at) VALUES (:team, :usage_us, :charge_us, :usage_at) "
     "ON CONFLICT (team) DO UPDATE SET usage_us = excluded.usage_us, device_us = team_usage.device_us + "
@@ -680,6 +682,9 @@ absl::Status SqliteMetadataStore::ChargeUsage(const std::map<std::string, absl::
     if (time <= absl::ZeroDuration()) continue;
     ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
     by_team[job.spec.team] += time;
+    ASSIGN_OR_RETURN(Statement charge, Prepare(kChargeJobDevice));
+    charge.BindInt(":us", absl::ToInt64Microseconds(time)).BindText(":id", job_id);
+    RETURN_IF_ERROR(charge.Run());
   }
   for (const auto& [team, time] : by_team) {
     absl::Duration usage;

@@ -233,6 +233,11 @@ constexpr char kDeviceTime[] = R"sql(
 ALTER TABLE team_usage ADD COLUMN device_us INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Accounting: each job's device time, charged with its team's. Migration 12.
+constexpr char kJobDeviceTime[] = R"sql(
+ALTER TABLE jobs ADD COLUMN device_us INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -246,6 +251,7 @@ constexpr Migration kMigrations[] = {
     {9, "gang jobs: jobs.gang_size", kGangJobs},
     {10, "task sizes: records per second of each model and runner", kThroughput},
     {11, "accounting: each team's device time, never decayed", kDeviceTime},
+    {12, "accounting: each job's device time", kJobDeviceTime},
 };
 
 }  // namespace
