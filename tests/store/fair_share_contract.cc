@@ -120,7 +120,8 @@ TEST_P(FairShare, DeviceTimeIsEveryEndedAttemptsTimeAndNeverDecays) {
   ASSERT_THAT(second, SizeIs(2));
   Advance(absl::Seconds(40));
   ASSERT_OK(store_->CancelJob(other, now_));
-  ASSERT_OK(store_->CancelJob(job, now_));
+  ASSERT_OK_AND_ASSIGN(Job cancelled, store_->CancelJob(job, now_));
+  EXPECT_EQ(cancelled.device_time, GetJob(job).device_time) << "the job answered has its charge in";
   const bool ads_ran = second[0].task.job_id == other || second[1].task.job_id == other;
   EXPECT_EQ(UsageOf("search").device_time, absl::Seconds(ads_ran ? 340 : 380));
   EXPECT_EQ(UsageOf("ads").device_time, absl::Seconds(ads_ran ? 40 : 0));

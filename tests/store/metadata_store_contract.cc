@@ -1153,6 +1153,10 @@ TEST_P(MetadataStoreContract, APassedDeadlineExpiresTheJobThroughFinalizing) {
   EXPECT_EQ(GetTask(job_id, 1).state, TaskState::kCancelled);
   EXPECT_THAT(GetTask(job_id, 1).chunks, SizeIs(1));
   EXPECT_EQ(GetTask(job_id, 2).state, TaskState::kCancelled);
+  // The attempt it stopped ran the hour (the completed one ended at once): charged, and the job
+  // answered says so as the stored one does.
+  EXPECT_EQ(job.device_time, absl::Hours(1));
+  EXPECT_EQ(GetJob(job_id).device_time, absl::Hours(1));
   // The holder of the cut-off lease is told to stop; a second expiry is refused.
   ASSERT_OK_AND_ASSIGN(HeartbeatReply reply, store_->Heartbeat(a, ExecutorState::kBusy, "", {beat}, kTtl, now_));
   EXPECT_THAT(reply.cancel, SizeIs(1));

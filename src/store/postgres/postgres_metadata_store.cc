@@ -513,6 +513,7 @@ absl::StatusOr<Job> PostgresMetadataStore::EndJob(Connection& c, const std::stri
     writes.charges[job_id] += rules::EndedAttemptTime(before[task.index], task, now);
   }
   RETURN_IF_ERROR(WriteAttempts(c, writes, now, /*settle_later=*/nullptr));  // it has ended: nothing to settle
+  job.device_time += writes.charges[job_id];  // (read before the charge)
   return job;
 }
 
@@ -538,7 +539,10 @@ absl::StatusOr<Job> PostgresMetadataStore::ExpireJob(const std::string& job_id, 
     // The counts live in counter rows: add what the expiry counted.
     AttemptWrites writes;
     for (size_t i = 0; i < tasks.size(); ++i) {
-      if (tasks[i].state != was[i].state) writes.tasks.push_back(tasks[i]);
+      if (tasks[i].state == was[i].state) continue;
+      writes.tasks.push_back(tasks[i]);
+      // The attempts it stopped used their machines until now, as a cancel's do.
+      writes.charges[job_id] += rules::EndedAttemptTime(was[i].state, tasks[i], now);
     }
     Job delta;
     delta.tasks_done = job.tasks_done - before.tasks_done;
@@ -548,6 +552,7 @@ absl::StatusOr<Job> PostgresMetadataStore::ExpireJob(const std::string& job_id, 
     writes.counted.emplace();
     if (delta.tasks_done > 0) (*writes.counted)[job_id] = delta;
     RETURN_IF_ERROR(WriteAttempts(c, writes, now, /*settle_later=*/nullptr));  // it is finalizing already
+    job.device_time += writes.charges[job_id];  // (read before the charge)
     return job;
   });
 }

@@ -480,6 +480,7 @@ absl::StatusOr<Job> SqliteMetadataStore::EndJob(const std::string& job_id, JobSt
   }
   RETURN_IF_ERROR(ChargeUsage({{job_id, used}}, now));
   RETURN_IF_ERROR(SaveJob(job));
+  job.device_time += used;  // (read before the charge)
   return job;
 }
 
@@ -499,10 +500,16 @@ absl::StatusOr<Job> SqliteMetadataStore::ExpireJob(const std::string& job_id, ab
     ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(job_id));
     std::vector<Task> before = tasks;
     RETURN_IF_ERROR(::minions::ExpireJob(job, tasks, now));
+    // The attempts it stopped used their machines until now, as a cancel's do.
+    absl::Duration used;
     for (size_t i = 0; i < tasks.size(); ++i) {
-      if (tasks[i].state != before[i].state) RETURN_IF_ERROR(SaveTask(tasks[i]));
+      if (tasks[i].state == before[i].state) continue;
+      RETURN_IF_ERROR(SaveTask(tasks[i]));
+      used += rules::EndedAttemptTime(before[i].state, tasks[i], now);
     }
+    RETURN_IF_ERROR(ChargeUsage({{job_id, used}}, now));
     RETURN_IF_ERROR(SaveJob(job));
+    job.device_time += used;  // (read before the charge)
     return job;
   });
 }
