@@ -213,9 +213,10 @@ absl::StatusOr<Executor> PostgresMetadataStore::RevokeExecutor(const std::string
       RETURN_IF_ERROR(SaveToken(c, token));
     }
     // Handed back: preempted attempts (pending at once, not counted), dropped shadows. Neither
-    // ends a task, so no job's counts change.
+    // ends a task, so no job's counts change; the attempts stopped are charged the time they ran
+    // (to their teams and jobs, as any ended attempt).
     std::map<std::string, Job> jobs;
-    std::vector<Task> changed;
+    AttemptWrites writes;
     for (Task& task : tasks) {
       auto job = jobs.find(task.job_id);
       if (job == jobs.end()) {
@@ -225,11 +226,13 @@ absl::StatusOr<Executor> PostgresMetadataStore::RevokeExecutor(const std::string
         ASSIGN_OR_RETURN(Job loaded, rows::ReadJob(Row{row, 0}));
         job = jobs.emplace(task.job_id, std::move(loaded)).first;
       }
+      const TaskState before = task.state;
       if (rules::HandBack(task, executor_id, job->second.spec.max_attempts, options_.retry, now)) {
-        changed.push_back(std::move(task));
+        writes.charges[task.job_id] += rules::EndedAttemptTime(before, task, now);
+        writes.tasks.push_back(std::move(task));
       }
     }
-    RETURN_IF_ERROR(SaveTasks(c, changed));
+    RETURN_IF_ERROR(WriteAttempts(c, writes, now, /*settle_later=*/nullptr));  // nothing ended: nothing to settle
     return executor;
   });
 }

@@ -223,15 +223,6 @@ absl::Status PostgresMetadataStore::SaveExecutor(Connection& c, const Executor& 
 
 // --- ending attempts, counting, settling ---
 
-struct PostgresMetadataStore::AttemptWrites {
-  std::vector<Task> tasks;         // to write back
-  std::vector<const Task*> ended;  // those of them that reached a terminal state
-  // What they add to their jobs' counts, when not CountTerminalTask of `ended` (an expiry).
-  std::optional<std::map<std::string, Job>> counted;
-  std::map<std::string, int64_t> records;  // added to the executors' records_done, by executor
-  std::map<std::string, absl::Duration> charges;  // device time of attempts that ended, by job
-};
-
 absl::Status PostgresMetadataStore::WriteAttempts(Connection& c, const AttemptWrites& writes, absl::Time now,
                                                   std::set<std::string>* settle_later) {
   // What the ended tasks add to each job's counts, as a zeroed Job counts them.

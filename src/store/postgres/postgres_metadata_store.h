@@ -49,6 +49,7 @@
 // The watchdog's lock on the same database is PostgresWatchdogLock (postgres_watchdog_lock.h).
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -222,7 +223,15 @@ class PostgresMetadataStore : public MetadataStore {
   // for SettleLater.
   // Every team's standing (MetadataStore::ListTeamUsage).
   absl::StatusOr<std::vector<TeamUsage>> LoadTeamUsage(Connection& c, absl::Time now);
-  struct AttemptWrites;
+  // What ending attempts writes, in one statement (WriteAttempts).
+  struct AttemptWrites {
+    std::vector<Task> tasks;         // to write back
+    std::vector<const Task*> ended;  // those of them that reached a terminal state
+    // What they add to their jobs' counts, when not CountTerminalTask of `ended` (an expiry).
+    std::optional<std::map<std::string, Job>> counted;
+    std::map<std::string, int64_t> records;  // added to the executors' records_done, by executor
+    std::map<std::string, absl::Duration> charges;  // device time of attempts that ended, by job
+  };
   absl::Status WriteAttempts(Connection& c, const AttemptWrites& writes, absl::Time now,
                              std::set<std::string>* settle_later);
   // Settles job `job_id` (finalizing, or failed) if all its tasks have ended; locks it only then.

@@ -270,7 +270,9 @@ absl::StatusOr<Executor> SqliteMetadataStore::RevokeExecutor(const std::string& 
         held.emplace_back(query.Text(0), query.Int(1));
       }
     }
+    // The attempts stopped are charged the time they ran (to their teams and jobs).
     std::map<std::string, Job> jobs;
+    std::map<std::string, absl::Duration> charges;
     for (const auto& [job_id, index] : held) {
       auto job = jobs.find(job_id);
       if (job == jobs.end()) {
@@ -278,10 +280,13 @@ absl::StatusOr<Executor> SqliteMetadataStore::RevokeExecutor(const std::string& 
         job = jobs.emplace(job_id, std::move(loaded)).first;
       }
       ASSIGN_OR_RETURN(Task task, LoadTask(job_id, index));
+      const TaskState before = task.state;
       if (rules::HandBack(task, executor_id, job->second.spec.max_attempts, options_.retry, now)) {
         RETURN_IF_ERROR(SaveTask(task));
+        charges[job_id] += rules::EndedAttemptTime(before, task, now);
       }
     }
+    RETURN_IF_ERROR(ChargeUsage(charges, now));
     return executor;
   });
 }
