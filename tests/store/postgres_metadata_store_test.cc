@@ -447,6 +447,26 @@ void ExpectEachCallOnceUnder(PostgresMetadataStore::CommitFault fault, const std
   ASSERT_OK_AND_ASSIGN(Executor executor, store->RegisterExecutor("", info, now));
   ASSERT_OK_AND_ASSIGN(std::vector<Lease> leases, store->LeaseTasks(executor.id, 1, ttl, now));
   ASSERT_THAT(leases, SizeIs(1));
+  // A batch of heartbeats: its writes go out with its COMMIT. Its replies stand whether the
+  // transaction ran once (the answer lost: it committed) or again; the renewal is in either way.
+  const absl::Time beat = now + absl::Seconds(1);
+  LeaseProgress held;
+  held.job_id = job.id;
+  held.task_index = 0;
+  held.attempt = leases[0].task.attempt;
+  held.records_done = 1;
+  store->InjectHeartbeatCommitFaultForTesting(fault);
+  ASSERT_OK_AND_ASSIGN(std::vector<HeartbeatReply> replies,
+                       store->Heartbeats({HeartbeatCall{executor.id, ExecutorState::kBusy, "", {held}, std::nullopt}},
+                                         ttl, beat));
+  EXPECT_EQ(store->HeartbeatCommitFaultsInjectedForTesting(), 1);
+  ASSERT_THAT(replies, SizeIs(1));
+  EXPECT_THAT(replies[0].renewed, SizeIs(1));
+  EXPECT_THAT(replies[0].cancel, ::testing::IsEmpty());
+  ASSERT_OK_AND_ASSIGN(std::vector<Task> renewed, store->ListTasks(job.id));
+  EXPECT_EQ(renewed[0].lease_expires_at, beat + ttl);
+  ASSERT_OK_AND_ASSIGN(Executor heard, store->GetExecutor(executor.id));
+  EXPECT_EQ(heard.last_heartbeat_at, beat);
   // A completion's COMMIT goes out with its last statement. Run twice, the second run would be
   // refused (the task has succeeded) and the counts would not say 1.
   store->InjectCommitFaultForTesting(fault);

@@ -1,5 +1,6 @@
 #include "store/postgres/pg_connection.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <variant>
 
@@ -199,35 +200,56 @@ absl::StatusOr<PgResult> Connection::Commit() {
 }
 
 absl::Status Connection::ExecAndCommit(const char* sql, const Params& params) {
-  if (begin_pending_) {  // nothing before it: BEGIN goes with the statement, COMMIT after
-    RETURN_IF_ERROR(Exec(sql, params).status());
+  return SendEachAndCommit({{sql, &params}}).status();
+}
+
+absl::StatusOr<std::vector<PgResult>> Connection::ExecEachAndCommit(const std::vector<Statement>& statements) {
+  std::vector<Step> steps;
+  for (const Statement& statement : statements) steps.push_back({statement.sql, &statement.params});
+  return SendEachAndCommit(steps);
+}
+
+absl::StatusOr<std::vector<PgResult>> Connection::SendEachAndCommit(const std::vector<Step>& statements) {
+  if (begin_pending_) {  // nothing before them: BEGIN goes with the statements, COMMIT after
+    ASSIGN_OR_RETURN(std::vector<PgResult> answers, SendEach(statements));
     RETURN_IF_ERROR(Commit().status());
     commit_state_ = CommitState::kCommitted;
-    return absl::OkStatus();
+    return answers;
   }
+  const char* first_sql = statements.empty() ? "COMMIT" : statements.front().sql;
   if (fault_ == CommitFault::kConnectionLostBeforeCommit) Close();
-  if (conn_ == nullptr) return Fail(nullptr, sql);
-  std::vector<Step> steps = {{sql, &params}, {"COMMIT"}};
+  if (conn_ == nullptr) return Fail(nullptr, first_sql);
+  std::vector<Step> steps = statements;
+  const size_t commit = steps.size();
+  steps.push_back({"COMMIT"});
   if (after_commit_sql_ != nullptr) steps.push_back({after_commit_sql_, &after_commit_params_});
   std::vector<PGresult*> results = Pipeline(steps, fault_ == CommitFault::kAnswerLost);
-  absl::Status outcome;
-  if (results[0] != nullptr && results[1] != nullptr) {
-    outcome = Answer(results[0], sql).status();
-    absl::StatusOr<PgResult> committed = Answer(results[1], "COMMIT");
-    if (outcome.ok()) outcome = committed.status();
-    if (outcome.ok()) commit_state_ = CommitState::kCommitted;
-  } else if (results[0] != nullptr && PQresultStatus(results[0]) == PGRES_FATAL_ERROR) {
-    outcome = Fail(results[0], sql);  // refused: what followed it did not run
-    if (results[1] != nullptr) PQclear(results[1]);
-  } else {
-    if (results[0] != nullptr) PQclear(results[0]);
-    if (results[1] != nullptr) PQclear(results[1]);
+  if (results[commit] == nullptr) {  // Pipeline answers all or nothing: nothing came back
     commit_state_ = CommitState::kAnswerLost;
+    return std::vector<PgResult>{};
   }
-  if (results.size() > 2 && results[2] != nullptr) {
-    UseAfterCommit(commit_state_ == CommitState::kCommitted, PgResult(results[2]));
+  // The first failure is the transaction's (what followed it did not run, COMMIT included).
+  absl::Status failed;
+  std::vector<PgResult> answers;
+  for (size_t i = 0; i <= commit; ++i) {
+    const char* sql = i < commit ? steps[i].sql : "COMMIT";
+    if (!failed.ok()) {
+      PQclear(results[i]);
+      continue;
+    }
+    absl::StatusOr<PgResult> answer = Answer(results[i], sql);
+    if (!answer.ok()) {
+      failed = answer.status();
+    } else if (i < commit) {
+      answers.push_back(*std::move(answer));
+    }
   }
-  return outcome;
+  if (failed.ok()) commit_state_ = CommitState::kCommitted;
+  if (results.size() > commit + 1) {
+    UseAfterCommit(commit_state_ == CommitState::kCommitted, PgResult(results[commit + 1]));
+  }
+  if (!failed.ok()) return failed;
+  return answers;
 }
 
 absl::StatusOr<PgResult> Connection::Check(PGresult* result, const char* sql) {
@@ -362,30 +384,54 @@ std::vector<PGresult*> Connection::Pipeline(const std::vector<Step>& steps, bool
 }
 
 absl::StatusOr<PgResult> Connection::BeginWith(const char* sql, const Params& params) {
-  begin_pending_ = false;
-  std::vector<Step> steps = {{"BEGIN"}};
-  if (for_update_) steps.push_back({"SELECT txid_current()"});
-  steps.push_back({sql, &params});
+  ASSIGN_OR_RETURN(std::vector<PgResult> answers, SendEach({{sql, &params}}));
+  return std::move(answers.front());
+}
+
+absl::StatusOr<std::vector<PgResult>> Connection::ExecEach(const std::vector<Statement>& statements) {
+  std::vector<Step> steps;
+  for (const Statement& statement : statements) steps.push_back({statement.sql, &statement.params});
+  return SendEach(steps);
+}
+
+absl::StatusOr<std::vector<PgResult>> Connection::SendEach(const std::vector<Step>& statements) {
+  if (statements.empty()) return std::vector<PgResult>{};
+  if (conn_ == nullptr) return Fail(nullptr, statements.front().sql);
+  std::vector<Step> steps;
+  size_t first = 0;  // the first of `statements` among the steps
+  if (begin_pending_) {
+    begin_pending_ = false;
+    steps.push_back({"BEGIN"});
+    if (for_update_) steps.push_back({"SELECT txid_current()"});
+    first = steps.size();
+  }
+  steps.insert(steps.end(), statements.begin(), statements.end());
   std::vector<PGresult*> results = Pipeline(steps);
   // The first failure is the transaction's; answers after it are "aborted" and say nothing.
   absl::Status failed;
+  std::vector<PgResult> answers;
   for (size_t i = 0; i < results.size(); ++i) {
     PGresult* result = std::exchange(results[i], nullptr);
     const ExecStatusType status = result != nullptr ? PQresultStatus(result) : PGRES_FATAL_ERROR;
     if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
       if (failed.ok()) {
-        failed = Fail(result, sql);
+        failed = Fail(result, steps[std::max(i, first)].sql);
       } else if (result != nullptr) {
         PQclear(result);
       }
       continue;
     }
-    if (i + 1 == results.size() && failed.ok()) return PgResult(result);
+    if (i >= first) {
+      answers.emplace_back(result);
+      continue;
+    }
     if (for_update_ && i == 1) xid_ = std::strtoll(PQgetvalue(result, 0, 0), nullptr, 10);
     PQclear(result);
   }
-  return failed;
+  if (!failed.ok()) return failed;
+  return answers;
 }
+
 // --- ConnectionPool ---
 
 ConnectionPool::ConnectionPool(const std::string& conninfo, int size) {

@@ -136,6 +136,16 @@ class Connection {
   // One statement with $n parameters (extended protocol). The first statement of a transaction
   // goes out together with its BEGIN (see StartTransaction).
   absl::StatusOr<PgResult> Exec(const char* sql, const Params& params = Params());
+  // A statement and its parameters, for the calls that send several at once.
+  struct Statement {
+    const char* sql;
+    Params params;
+  };
+  // Several statements in one round trip (libpq's pipeline mode; the first of a transaction with
+  // its BEGIN), run one after another in order: their answers, in order. The first failure is the
+  // answer (the statements after it did not run). Worth it where a transaction's statements do
+  // not depend on each other's answers: under load each round trip waits for two wake-ups.
+  absl::StatusOr<std::vector<PgResult>> ExecEach(const std::vector<Statement>& statements);
   // Constant text of one or more statements, no parameters (simple protocol); the last result.
   absl::StatusOr<PgResult> ExecScript(const char* sql);
   // Ends the current transaction, if any, ignoring errors (they are already recorded).
@@ -180,6 +190,10 @@ class Connection {
   // COMMIT's (the transaction did not commit); when the answers were lost, commit_state() says so
   // and the caller must find out whether it committed.
   absl::Status ExecAndCommit(const char* sql, const Params& params);
+  // As ExecAndCommit, for several statements, their answers kept (in order). When the answers
+  // were lost (commit_state() kAnswerLost) it is OK and empty: the caller's transaction runner
+  // finds out whether it committed.
+  absl::StatusOr<std::vector<PgResult>> ExecEachAndCommit(const std::vector<Statement>& statements);
 
   const absl::Status& first_error() const { return first_error_; }
   bool retryable() const { return retryable_; }
@@ -213,6 +227,11 @@ class Connection {
 
   // BEGIN, the transaction id (writing transactions) and the transaction's first statement.
   absl::StatusOr<PgResult> BeginWith(const char* sql, const Params& params);
+  // `statements` in one pipeline, after BEGIN (and the transaction id) when the transaction has
+  // sent nothing yet: their answers, or the first failure.
+  absl::StatusOr<std::vector<PgResult>> SendEach(const std::vector<Step>& statements);
+  // `statements`, COMMIT and the after-commit statement in one pipeline (ExecEachAndCommit).
+  absl::StatusOr<std::vector<PgResult>> SendEachAndCommit(const std::vector<Step>& statements);
 
   const std::string conninfo_;
   PGconn* conn_ = nullptr;

@@ -672,16 +672,29 @@ absl::StatusOr<std::vector<HeartbeatReply>> PostgresMetadataStore::Heartbeats(co
     keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    std::map<std::pair<std::string, int64_t>, Task> tasks;
+    // Both loads in one round trip with the BEGIN, and both writes in one with the COMMIT: two
+    // round trips a batch (were five). Each round trip waits for the database's process and then
+    // this thread to be scheduled, which is what a batch waits on when the cores are busy.
+    std::vector<Connection::Statement> loads;
     if (!keys.empty()) {
-      ASSIGN_OR_RETURN(std::vector<Task> loaded, LoadTasks(c, keys));
-      for (Task& task : loaded) tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
+      std::vector<rows::Values> key_values;
+      for (const auto& [job_id, index] : keys) key_values.push_back({job_id, index});
+      loads.push_back({sql::kSelectTasksForUpdate, Params().Columns(key_values, 2)});
     }
-    std::map<std::string, Executor> executors;
     {
       std::vector<rows::Values> id_values;
       for (const std::string& id : ids) id_values.push_back({id});
-      ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kSelectExecutorsForUpdate, Params().Columns(id_values, 1)));
+      loads.push_back({sql::kSelectExecutorsForUpdate, Params().Columns(id_values, 1)});
+    }
+    ASSIGN_OR_RETURN(std::vector<PgResult> loaded, c.ExecEach(loads));
+    std::map<std::pair<std::string, int64_t>, Task> tasks;
+    if (!keys.empty()) {
+      ASSIGN_OR_RETURN(std::vector<Task> read, ReadTasks(loaded.front()));
+      for (Task& task : read) tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
+    }
+    std::map<std::string, Executor> executors;
+    {
+      const PgResult& result = loaded.back();
       for (int i = 0; i < result.Rows(); ++i) {
         ASSIGN_OR_RETURN(Executor executor, rows::ReadExecutor(Row{result, i}));
         std::string id = executor.id;
@@ -719,13 +732,23 @@ absl::StatusOr<std::vector<HeartbeatReply>> PostgresMetadataStore::Heartbeats(co
     }
     std::vector<Task> renewed;
     for (const auto& key : renewed_keys) renewed.push_back(tasks.at(key));
-    RETURN_IF_ERROR(SaveTasks(c, renewed));
+    std::vector<Connection::Statement> writes;
+    std::vector<int64_t> expected;  // rows each write must touch: all of them are locked above
+    if (!renewed.empty()) {
+      writes.push_back({sql::kUpdateTasks, TaskArrays(renewed)});
+      expected.push_back(static_cast<int64_t>(renewed.size()));
+    }
     if (!seen.empty()) {
       std::vector<rows::Values> values;
       for (const std::string& id : seen) values.push_back(rows::ExecutorValues(executors.at(id)));
-      ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kUpdateExecutors, Params().Columns(values, 8)));
-      if (result.Affected() != static_cast<int64_t>(values.size())) {
-        return absl::InternalError("executors vanished under a batch of heartbeats");
+      writes.push_back({sql::kUpdateExecutors, Params().Columns(values, 8)});
+      expected.push_back(static_cast<int64_t>(values.size()));
+    }
+    if (writes.empty()) return replies;  // the runner commits (nothing written, locks let go)
+    ASSIGN_OR_RETURN(std::vector<PgResult> written, c.ExecEachAndCommit(writes));
+    for (size_t i = 0; i < written.size(); ++i) {  // empty when the answers were lost
+      if (written[i].Affected() != expected[i]) {
+        return absl::InternalError("tasks or executors vanished under a batch of heartbeats");
       }
     }
     return replies;
@@ -1079,5 +1102,13 @@ void PostgresMetadataStore::InjectCommitFaultForTesting(CommitFault fault, int t
 }
 
 int PostgresMetadataStore::CommitFaultsInjectedForTesting() { return transactions_.CommitFaultsInjected(); }
+
+void PostgresMetadataStore::InjectHeartbeatCommitFaultForTesting(CommitFault fault, int times) {
+  heartbeat_transactions_.InjectCommitFault(fault, times);
+}
+
+int PostgresMetadataStore::HeartbeatCommitFaultsInjectedForTesting() {
+  return heartbeat_transactions_.CommitFaultsInjected();
+}
 
 }  // namespace minions

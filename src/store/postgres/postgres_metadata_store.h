@@ -174,6 +174,9 @@ class PostgresMetadataStore : public MetadataStore {
   void InjectCommitFaultForTesting(CommitFault fault, int times = 1);
   // How many injected faults have happened.
   int CommitFaultsInjectedForTesting();
+  // The same on the heartbeats' own connection (their batches' COMMIT).
+  void InjectHeartbeatCommitFaultForTesting(CommitFault fault, int times = 1);
+  int HeartbeatCommitFaultsInjectedForTesting();
   // Both pools' (MetadataStore::ConflictsRetried).
   int64_t ConflictsRetried() const override {
     return transactions_.conflicts_retried() + heartbeat_transactions_.conflicts_retried();
