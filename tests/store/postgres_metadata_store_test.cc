@@ -32,6 +32,8 @@
 #include "work_signal_contract.h"
 #include "store/postgres/postgres_work_signal.h"
 #include "store/postgres/postgres_migrations.h"
+#include "store/postgres/pg_connection.h"
+#include "store/postgres/pg_transaction_runner.h"
 #include "testing/fake_clock.h"
 
 namespace minions {
@@ -485,6 +487,63 @@ void ExpectEachCallOnceUnder(PostgresMetadataStore::CommitFault fault, const std
   EXPECT_EQ(store->CommitFaultsInjectedForTesting(), 2);
   ASSERT_OK_AND_ASSIGN(std::vector<Job> jobs, store->ListJobs(JobFilter{}));
   EXPECT_THAT(jobs, SizeIs(2));
+}
+
+// Statements sent together (Connection::ExecEach, ExecEachAndCommit): answered in order; the
+// first failure is the answer and nothing of the transaction commits; and the commit's faults are
+// handled as a lone COMMIT's are: an answer lost is looked up (run once), a connection lost before
+// the COMMIT runs the transaction again (once in all). Here the statements are a transaction's
+// only ones (their BEGIN goes with them), then after a first statement.
+TEST_F(PostgresMetadataStoreTest, StatementsSentTogetherAnswerInOrderAndCommitOnce) {
+  using postgres_store::CommitFault;
+  using postgres_store::Connection;
+  using postgres_store::ConnectionPool;
+  using postgres_store::Params;
+  using postgres_store::PgResult;
+  RawConnection raw(url_);
+  ASSERT_EQ(raw.Exec("CREATE TABLE sent_together (n BIGINT PRIMARY KEY)"), "");
+  RealClock clock;
+  postgres_store::TransactionRunner runner(std::make_unique<ConnectionPool>(url_, 1), &clock);
+  constexpr char kInsert[] = "INSERT INTO sent_together (n) VALUES ($1) RETURNING n * 10";
+  auto insert = [&](int64_t a, int64_t b, bool after_a_read) {
+    return runner.InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<int64_t>> {
+      if (after_a_read) RETURN_IF_ERROR(c.Exec("SELECT COUNT(*) FROM sent_together").status());
+      ASSIGN_OR_RETURN(std::vector<PgResult> answers,
+                       c.ExecEachAndCommit({{kInsert, Params().Int(a)}, {kInsert, Params().Int(b)}}));
+      std::vector<int64_t> got;
+      for (const PgResult& answer : answers) got.push_back(answer.Int(0, 0));
+      return got;  // empty when the answers were lost (the transaction committed)
+    });
+  };
+  for (CommitFault fault : {CommitFault::kNone, CommitFault::kAnswerLost, CommitFault::kConnectionLostBeforeCommit}) {
+    for (bool after_a_read : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("fault ", static_cast<int>(fault), after_a_read ? ", after a read" : ""));
+      const int64_t first = raw.Count("SELECT COALESCE(MAX(n), 0) FROM sent_together") + 1;
+      if (fault != CommitFault::kNone) runner.InjectCommitFault(fault, 1);
+      ASSERT_OK_AND_ASSIGN(std::vector<int64_t> got, insert(first, first + 1, after_a_read));
+      if (fault != CommitFault::kAnswerLost) EXPECT_THAT(got, ::testing::ElementsAre(first * 10, (first + 1) * 10));
+      EXPECT_EQ(raw.Count(absl::StrCat("SELECT COUNT(*) FROM sent_together WHERE n >= ", first)), 2);
+    }
+  }
+  EXPECT_EQ(runner.CommitFaultsInjected(), 4);
+  // The second statement fails (the first one's key again): that failure is the answer, and the
+  // first statement's row is not committed.
+  const int64_t before = raw.Count("SELECT COUNT(*) FROM sent_together");
+  absl::StatusOr<std::vector<int64_t>> refused = insert(1000, 1000, false);
+  EXPECT_CODE(refused, kAlreadyExists);
+  refused = insert(1001, 1001, true);
+  EXPECT_CODE(refused, kAlreadyExists);
+  EXPECT_EQ(raw.Count("SELECT COUNT(*) FROM sent_together"), before);
+  // ExecEach: several loads in one round trip, answered in order.
+  ASSERT_OK_AND_ASSIGN(std::vector<int64_t> counts,
+                       runner.InTransaction(false, [&](Connection& c) -> absl::StatusOr<std::vector<int64_t>> {
+                         ASSIGN_OR_RETURN(std::vector<PgResult> answers,
+                                          c.ExecEach({{"SELECT COUNT(*) FROM sent_together WHERE n < $1",
+                                                       Params().Int(3)},
+                                                      {"SELECT COUNT(*) FROM sent_together", Params()}}));
+                         return std::vector<int64_t>{answers[0].Int(0, 0), answers[1].Int(0, 0)};
+                       }));
+  EXPECT_THAT(counts, ::testing::ElementsAre(2, before));
 }
 
 TEST_F(PostgresMetadataStoreTest, ACommitWhoseAnswerWasLostIsNotRunAgain) {

@@ -212,8 +212,9 @@ absl::StatusOr<std::vector<PgResult>> Connection::ExecEachAndCommit(const std::v
 absl::StatusOr<std::vector<PgResult>> Connection::SendEachAndCommit(const std::vector<Step>& statements) {
   if (begin_pending_) {  // nothing before them: BEGIN goes with the statements, COMMIT after
     ASSIGN_OR_RETURN(std::vector<PgResult> answers, SendEach(statements));
-    RETURN_IF_ERROR(Commit().status());
-    commit_state_ = CommitState::kCommitted;
+    // The COMMIT alone, through the path below: an answer lost is kAnswerLost (looked up by the
+    // runner), never a failure that would run the transaction again.
+    RETURN_IF_ERROR(SendEachAndCommit({}).status());
     return answers;
   }
   const char* first_sql = statements.empty() ? "COMMIT" : statements.front().sql;
