@@ -451,6 +451,8 @@ void ExpectEachCallOnceUnder(PostgresMetadataStore::CommitFault fault, const std
   ASSERT_THAT(leases, SizeIs(1));
   // A batch of heartbeats: its writes go out with its COMMIT. Its replies stand whether the
   // transaction ran once (the answer lost: it committed) or again; the renewal is in either way.
+  // Written only unless heard since the beat (as the server's renewals are): run again after it
+  // committed, it would answer nothing renewed.
   const absl::Time beat = now + absl::Seconds(1);
   LeaseProgress held;
   held.job_id = job.id;
@@ -459,7 +461,7 @@ void ExpectEachCallOnceUnder(PostgresMetadataStore::CommitFault fault, const std
   held.records_done = 1;
   store->InjectHeartbeatCommitFaultForTesting(fault);
   ASSERT_OK_AND_ASSIGN(std::vector<HeartbeatReply> replies,
-                       store->Heartbeats({HeartbeatCall{executor.id, ExecutorState::kBusy, "", {held}, std::nullopt}},
+                       store->Heartbeats({HeartbeatCall{executor.id, ExecutorState::kBusy, "", {held}, std::nullopt, beat}},
                                          ttl, beat));
   EXPECT_EQ(store->HeartbeatCommitFaultsInjectedForTesting(), 1);
   ASSERT_THAT(replies, SizeIs(1));

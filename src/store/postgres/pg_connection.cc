@@ -211,12 +211,16 @@ absl::StatusOr<std::vector<PgResult>> Connection::ExecEachAndCommit(const std::v
 
 absl::StatusOr<std::vector<PgResult>> Connection::SendEachAndCommit(const std::vector<Step>& statements) {
   if (begin_pending_) {  // nothing before them: BEGIN goes with the statements, COMMIT after
+    if (statements.empty()) return std::vector<PgResult>{};  // nothing sent: nothing to commit
     ASSIGN_OR_RETURN(std::vector<PgResult> answers, SendEach(statements));
     // The COMMIT alone, through the path below: an answer lost is kAnswerLost (looked up by the
     // runner), never a failure that would run the transaction again.
     RETURN_IF_ERROR(SendEachAndCommit({}).status());
     return answers;
   }
+  // A statement of this transaction failed already (the body went on): PostgreSQL would answer
+  // this COMMIT with a ROLLBACK that reads as success.
+  if (!first_error_.ok()) return first_error_;
   const char* first_sql = statements.empty() ? "COMMIT" : statements.front().sql;
   if (fault_ == CommitFault::kConnectionLostBeforeCommit) Close();
   if (conn_ == nullptr) return Fail(nullptr, first_sql);

@@ -190,9 +190,10 @@ class Connection {
   // COMMIT's (the transaction did not commit); when the answers were lost, commit_state() says so
   // and the caller must find out whether it committed.
   absl::Status ExecAndCommit(const char* sql, const Params& params);
-  // As ExecAndCommit, for several statements, their answers kept (in order). When the answers
-  // were lost (commit_state() kAnswerLost) it is OK and empty: the caller's transaction runner
-  // finds out whether it committed.
+  // As ExecAndCommit, for several statements, their answers kept (in order). When the COMMIT's
+  // answer was lost (commit_state() kAnswerLost) it is OK, and empty unless the statements were
+  // answered before the COMMIT went out (the transaction's first ones): the caller's transaction
+  // runner finds out whether it committed.
   absl::StatusOr<std::vector<PgResult>> ExecEachAndCommit(const std::vector<Statement>& statements);
 
   const absl::Status& first_error() const { return first_error_; }

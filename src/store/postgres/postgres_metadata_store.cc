@@ -746,6 +746,8 @@ absl::StatusOr<std::vector<HeartbeatReply>> PostgresMetadataStore::Heartbeats(co
     }
     if (writes.empty()) return replies;  // the runner commits (nothing written, locks let go)
     ASSIGN_OR_RETURN(std::vector<PgResult> written, c.ExecEachAndCommit(writes));
+    // An assertion more than a check: the rows are locked above, and the batch has committed by
+    // now (before the writes went with the COMMIT, it rolled back on this).
     for (size_t i = 0; i < written.size(); ++i) {  // empty when the answers were lost
       if (written[i].Affected() != expected[i]) {
         return absl::InternalError("tasks or executors vanished under a batch of heartbeats");
