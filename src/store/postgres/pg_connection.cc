@@ -203,10 +203,15 @@ absl::Status Connection::ExecAndCommit(const char* sql, const Params& params) {
   return SendEachAndCommit({{sql, &params}}).status();
 }
 
-absl::StatusOr<std::vector<PgResult>> Connection::ExecEachAndCommit(const std::vector<Statement>& statements) {
+std::vector<Connection::Step> Connection::Steps(const std::vector<Statement>& statements) {
   std::vector<Step> steps;
+  steps.reserve(statements.size());
   for (const Statement& statement : statements) steps.push_back({statement.sql, &statement.params});
-  return SendEachAndCommit(steps);
+  return steps;
+}
+
+absl::StatusOr<std::vector<PgResult>> Connection::ExecEachAndCommit(const std::vector<Statement>& statements) {
+  return SendEachAndCommit(Steps(statements));
 }
 
 absl::StatusOr<std::vector<PgResult>> Connection::SendEachAndCommit(const std::vector<Step>& statements) {
@@ -394,9 +399,7 @@ absl::StatusOr<PgResult> Connection::BeginWith(const char* sql, const Params& pa
 }
 
 absl::StatusOr<std::vector<PgResult>> Connection::ExecEach(const std::vector<Statement>& statements) {
-  std::vector<Step> steps;
-  for (const Statement& statement : statements) steps.push_back({statement.sql, &statement.params});
-  return SendEach(steps);
+  return SendEach(Steps(statements));
 }
 
 absl::StatusOr<std::vector<PgResult>> Connection::SendEach(const std::vector<Step>& statements) {

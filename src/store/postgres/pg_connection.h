@@ -226,6 +226,8 @@ class Connection {
   // without reading anything.
   std::vector<PGresult*> Pipeline(const std::vector<Step>& steps, bool hang_up = false);
 
+  // The pipeline steps of `statements` (pointing into them).
+  static std::vector<Step> Steps(const std::vector<Statement>& statements);
   // BEGIN, the transaction id (writing transactions) and the transaction's first statement.
   absl::StatusOr<PgResult> BeginWith(const char* sql, const Params& params);
   // `statements` in one pipeline, after BEGIN (and the transaction id) when the transaction has

@@ -160,6 +160,32 @@ absl::StatusOr<std::vector<Task>> ReadTasks(const PgResult& result) {
   return tasks;
 }
 
+// The statement that reads tasks by key (in key order), locked when `for_update`.
+postgres_store::Connection::Statement TasksByKey(const std::vector<std::pair<std::string, int64_t>>& keys, bool for_update) {
+  std::vector<rows::Values> values;
+  for (const auto& [job_id, index] : keys) values.push_back({job_id, index});
+  return {for_update ? sql::kSelectTasksForUpdate : sql::kSelectTasks, std::move(Params().Columns(values, 2))};
+}
+
+// The statement that reads and locks executors by id (in id order: the store's lock order).
+postgres_store::Connection::Statement ExecutorsForUpdate(const std::vector<std::string>& ids) {
+  std::vector<rows::Values> values;
+  for (const std::string& id : ids) values.push_back({id});
+  return {sql::kSelectExecutorsForUpdate, std::move(Params().Columns(values, 1))};
+}
+
+using ExecutorsById = std::map<std::string, Executor>;
+
+absl::StatusOr<ExecutorsById> ReadExecutorsById(const PgResult& result) {
+  ExecutorsById executors;
+  for (int i = 0; i < result.Rows(); ++i) {
+    ASSIGN_OR_RETURN(Executor executor, rows::ReadExecutor(Row{result, i}));
+    std::string id = executor.id;
+    executors.emplace(std::move(id), std::move(executor));
+  }
+  return executors;
+}
+
 Params TaskArrays(const std::vector<Task>& tasks) {
   std::vector<rows::Values> values;
   values.reserve(tasks.size());
@@ -187,10 +213,8 @@ absl::StatusOr<std::vector<Task>> PostgresMetadataStore::LoadTasks(Connection& c
 
 absl::StatusOr<std::vector<Task>> PostgresMetadataStore::LoadTasks(
     Connection& c, const std::vector<std::pair<std::string, int64_t>>& keys) {
-  std::vector<rows::Values> values;
-  for (const auto& [job_id, index] : keys) values.push_back({job_id, index});
-  ASSIGN_OR_RETURN(PgResult result, c.Exec(c.for_update() ? sql::kSelectTasksForUpdate : sql::kSelectTasks,
-                                           Params().Columns(values, 2)));
+  const Connection::Statement select = TasksByKey(keys, c.for_update());
+  ASSIGN_OR_RETURN(PgResult result, c.Exec(select.sql, select.params));
   return ReadTasks(result);
 }
 
@@ -676,31 +700,15 @@ absl::StatusOr<std::vector<HeartbeatReply>> PostgresMetadataStore::Heartbeats(co
     // round trips a batch (were five). Each round trip waits for the database's process and then
     // this thread to be scheduled, which is what a batch waits on when the cores are busy.
     std::vector<Connection::Statement> loads;
-    if (!keys.empty()) {
-      std::vector<rows::Values> key_values;
-      for (const auto& [job_id, index] : keys) key_values.push_back({job_id, index});
-      loads.push_back({sql::kSelectTasksForUpdate, Params().Columns(key_values, 2)});
-    }
-    {
-      std::vector<rows::Values> id_values;
-      for (const std::string& id : ids) id_values.push_back({id});
-      loads.push_back({sql::kSelectExecutorsForUpdate, Params().Columns(id_values, 1)});
-    }
+    if (!keys.empty()) loads.push_back(TasksByKey(keys, /*for_update=*/true));
+    loads.push_back(ExecutorsForUpdate(ids));
     ASSIGN_OR_RETURN(std::vector<PgResult> loaded, c.ExecEach(loads));
     std::map<std::pair<std::string, int64_t>, Task> tasks;
     if (!keys.empty()) {
       ASSIGN_OR_RETURN(std::vector<Task> read, ReadTasks(loaded.front()));
       for (Task& task : read) tasks.emplace(std::make_pair(task.job_id, task.index), std::move(task));
     }
-    std::map<std::string, Executor> executors;
-    {
-      const PgResult& result = loaded.back();
-      for (int i = 0; i < result.Rows(); ++i) {
-        ASSIGN_OR_RETURN(Executor executor, rows::ReadExecutor(Row{result, i}));
-        std::string id = executor.id;
-        executors.emplace(std::move(id), std::move(executor));
-      }
-    }
+    ASSIGN_OR_RETURN(ExecutorsById executors, ReadExecutorsById(loaded.back()));
     std::vector<HeartbeatReply> replies;
     std::set<std::pair<std::string, int64_t>> renewed_keys;
     std::set<std::string> seen;
@@ -795,17 +803,11 @@ absl::StatusOr<std::vector<absl::StatusOr<std::vector<Lease>>>> PostgresMetadata
     // The store's lock order: the executors (in id order), then tasks (skipped when another
     // transaction holds them, never waited for), then the teams with a quota, then the jobs that
     // start.
-    std::map<std::string, Executor> executors;
-    {
-      std::vector<rows::Values> ids;
-      for (const LeaseAsk& ask : asks) ids.push_back({ask.executor_id});
-      ASSIGN_OR_RETURN(PgResult result, c.Exec(sql::kSelectExecutorsForUpdate, Params().Columns(ids, 1)));
-      for (int i = 0; i < result.Rows(); ++i) {
-        ASSIGN_OR_RETURN(Executor executor, rows::ReadExecutor(Row{result, i}));
-        std::string id = executor.id;
-        executors.emplace(std::move(id), std::move(executor));
-      }
-    }
+    std::vector<std::string> ids;
+    for (const LeaseAsk& ask : asks) ids.push_back(ask.executor_id);
+    const Connection::Statement select = ExecutorsForUpdate(ids);
+    ASSIGN_OR_RETURN(PgResult selected, c.Exec(select.sql, select.params));
+    ASSIGN_OR_RETURN(ExecutorsById executors, ReadExecutorsById(selected));
     ASSIGN_OR_RETURN(std::vector<TeamUsage> teams, LoadTeamUsage(c, now));
     // Teams with a running-task quota: their counts again, under lock (in name order, before any
     // other team's row: concurrent leases cannot overshoot a quota, nor lock teams crosswise).
