@@ -74,7 +74,7 @@ absl::Status RequestBackup(Task& task, absl::Time now) {
                                                       task.shadow ? " and has a backup already" : "",
                                                       "; only a running task gets a backup"));
   }
-  task.shadow = Task::Shadow{task.attempt, task.executor_id};
+  task.shadow = Task::Shadow{task.attempt, task.executor_id, task.started_at};
   task.state = TaskState::kPending;
   task.executor_id.clear();
   task.lease_expires_at.reset();

@@ -130,6 +130,9 @@ struct Task {
   struct Shadow {
     int attempt = 0;
     std::string executor_id;
+    // When the straggler's attempt began (its started_at before the backup took that field):
+    // what the store charges it when it ends. Unset in rows written before it was kept.
+    std::optional<absl::Time> started_at;
     bool operator==(const Shadow&) const = default;
   };
   std::optional<Shadow> shadow;

@@ -120,6 +120,55 @@ TEST_P(GangStoreContract, GangJobsKeepTheirSizeAndAreNeverLeasedToOneExecutor) {
   EXPECT_EQ(next->job.spec.gang_size, 2);
 }
 
+// A gang attempt holds every executor of its gang: its team's usage grows by the gang's size for
+// each second it runs, its team's running tasks by one (the running-task quota counts tasks), and
+// when it ends, the job and the team are charged its time on every executor, whatever ends it.
+TEST_P(GangStoreContract, AGangAttemptIsChargedOncePerExecutorItHolds) {
+  JobSpec spec = Spec();
+  spec.gang_size = 3;
+  const std::string job = Submit(spec, 3);
+  const std::string single = Submit(Spec(), 1);  // the same team's single-machine work, for scale
+  const std::string lead = Register("lead"), m1 = Register("m1"), m2 = Register("m2"), other = Register("other");
+  auto usage = [&] {
+    for (const TeamUsage& u : Must(store_->ListTeamUsage(now_), "ListTeamUsage")) {
+      if (u.team == spec.team) return u;
+    }
+    return TeamUsage{spec.team};
+  };
+  ASSERT_OK_AND_ASSIGN(Lease lease, store_->LeaseToGang(Gang(job, 0, 0, {lead, m1, m2}), kTtl, now_));
+  ASSERT_THAT(LeaseUpTo(other, 1), SizeIs(1));
+  EXPECT_EQ(usage().running, 2);
+  Advance(absl::Seconds(10));
+  EXPECT_LE(absl::AbsDuration(usage().usage - absl::Seconds(40)), absl::Milliseconds(1)) << "3 executors and 1 for 10 s";
+
+  // A completion charges the gang's 3 × 10 s.
+  ASSERT_OK_AND_ASSIGN(auto done, store_->CompleteTasks(lead, {Progress(lease, kRecordsPerTask)}, now_));
+  ASSERT_OK(done[0]);
+  EXPECT_EQ(GetJob(job).device_time, absl::Seconds(30));
+  EXPECT_EQ(usage().device_time, absl::Seconds(30));
+  EXPECT_EQ(usage().running, 1);
+
+  // A lease that expires: 3 × 40 s.
+  ASSERT_OK_AND_ASSIGN(Lease second, store_->LeaseToGang(Gang(job, 1, 0, {lead, m1, m2}), kTtl, now_));
+  Advance(absl::Seconds(40));
+  ASSERT_OK(store_->ExpireLeases(now_, 10).status());
+  EXPECT_EQ(GetJob(job).device_time, absl::Seconds(150));
+  EXPECT_EQ(GetJob(single).device_time, absl::Seconds(50)) << "its lease expired too (after 50 s, one executor)";
+
+  // A cancel: the job it answers and the stored one have the gang's 3 × 5 s.
+  ASSERT_OK_AND_ASSIGN(Lease third, store_->LeaseToGang(Gang(job, 2, 0, {m2, m1, lead}), kTtl, now_));
+  Advance(absl::Seconds(5));
+  ASSERT_OK_AND_ASSIGN(Job cancelled, store_->CancelJob(job, now_));
+  EXPECT_EQ(cancelled.device_time, absl::Seconds(165));
+  EXPECT_EQ(GetJob(job).device_time, absl::Seconds(165));
+  EXPECT_EQ(usage().device_time, absl::Seconds(215)) << "the gang job's 165 s and the single job's 50 s";
+  EXPECT_EQ(usage().running, 0);
+  // Nothing runs: the usage is what ended (decayed over 45 s of a day's half-life: a few ms).
+  EXPECT_LE(absl::AbsDuration(usage().usage - absl::Seconds(215)), absl::Milliseconds(50)) << usage().usage;
+  (void)second;
+  (void)third;
+}
+
 TEST_P(GangStoreContract, LeaseToGangGrantsTheLeaderAndSeatsTheGangInOneStep) {
   JobSpec spec = Spec();
   spec.gang_size = 2;

@@ -248,11 +248,15 @@ TEST_P(IdentityStoreContract, RevokingAStragglersExecutorDropsItsShadowAndKeepsT
   const std::string job_id = Submit(Spec(), 1);
   std::vector<Lease> first = LeaseUpTo(slow.id, 1);
   ASSERT_THAT(first, SizeIs(1));
+  Advance(absl::Seconds(20));
   ASSERT_OK(store_->RequestBackup(job_id, 0, first[0].task.attempt, now_));
   std::vector<Lease> backup = LeaseUpTo(fast.id, 1);
   ASSERT_THAT(backup, SizeIs(1));
 
+  Advance(absl::Seconds(5));
   ASSERT_OK(store_->RevokeExecutor(slow.id, now_));
+  // The dropped shadow ran 25 s: charged; the backup runs on.
+  EXPECT_EQ(GetJob(job_id).device_time, absl::Seconds(25));
   Task task = GetTask(job_id, 0);
   EXPECT_FALSE(task.shadow.has_value());
   EXPECT_EQ(task.state, TaskState::kRunning);

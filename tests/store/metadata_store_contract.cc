@@ -1175,7 +1175,7 @@ TEST_P(MetadataStoreContract, AStragglersBackupRunsElsewhereAndTheFirstCompletio
   EXPECT_EQ(store_->RequestBackup(job_id, 0, 7, now_).status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_OK_AND_ASSIGN(Task backed, store_->RequestBackup(job_id, 0, 1, now_));
   EXPECT_EQ(backed.state, TaskState::kPending);
-  EXPECT_EQ(GetTask(job_id, 0).shadow, (Task::Shadow{1, slow}));
+  EXPECT_EQ(GetTask(job_id, 0).shadow, (Task::Shadow{1, slow, first[0].task.started_at}));
   EXPECT_EQ(store_->RequestBackup(job_id, 0, 1, now_).status().code(), absl::StatusCode::kFailedPrecondition);
   // The straggler's own executor is not given its backup; another one is.
   EXPECT_THAT(LeaseUpTo(slow, 1), IsEmpty());
@@ -1202,6 +1202,36 @@ TEST_P(MetadataStoreContract, AStragglersBackupRunsElsewhereAndTheFirstCompletio
   EXPECT_EQ(lost[0].code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(GetJob(job_id).counts.completed, 10);
   EXPECT_EQ(GetJob(job_id).state, JobState::kFinalizing);
+}
+
+// Accounting of a race: the straggler ran all along, and so did its backup once granted. Whichever
+// wins, each is charged the time it ran (the straggler's time was lost when the backup's grant
+// took the task's started_at), once: the loser's later reports charge nothing more.
+TEST_P(MetadataStoreContract, BothAttemptsOfARaceAreChargedTheTimeTheyRanWhicheverWins) {
+  for (const bool straggler_wins : {true, false}) {
+    SCOPED_TRACE(straggler_wins ? "the straggler wins" : "the backup wins");
+    const std::string job_id = Submit(Spec(), 1);
+    const std::string slow = Register(straggler_wins ? "slow-1" : "slow-2");
+    const std::string fast = Register(straggler_wins ? "fast-1" : "fast-2");
+    std::vector<Lease> first = LeaseUpTo(slow, 1);
+    ASSERT_THAT(first, SizeIs(1));
+    Advance(absl::Seconds(20));
+    ASSERT_OK(store_->RequestBackup(job_id, 0, first[0].task.attempt, now_));
+    Advance(absl::Seconds(2));  // the backup waits 2 s for an executor
+    std::vector<Lease> backup = LeaseUpTo(fast, 1);
+    ASSERT_THAT(backup, SizeIs(1));
+    Advance(absl::Seconds(5));  // (all within the first lease's TTL)
+    const Lease& winner = straggler_wins ? first[0] : backup[0];
+    const Lease& loser = straggler_wins ? backup[0] : first[0];
+    ASSERT_OK_AND_ASSIGN(auto won, store_->CompleteTasks(winner.task.executor_id, {Progress(winner, 10)}, now_));
+    ASSERT_OK(won[0]);
+    // The straggler's 27 s and the backup's 5 s.
+    EXPECT_EQ(GetJob(job_id).device_time, absl::Seconds(32));
+    Advance(absl::Seconds(1));
+    ASSERT_OK_AND_ASSIGN(auto lost, store_->CompleteTasks(loser.task.executor_id, {Progress(loser, 10)}, now_));
+    EXPECT_CODE(lost[0], kFailedPrecondition);
+    EXPECT_EQ(GetJob(job_id).device_time, absl::Seconds(32)) << "the loser's refused report charged";
+  }
 }
 
 // GetTask reads one task as ListTasks has it (what the server checks an executor's report of

@@ -253,9 +253,10 @@ class PostgresMetadataStoreTest : public ::testing::Test {
     }
     return tasks;
   }
-  std::string SubmitTo(MetadataStore& store, int n_tasks) {
+  std::string SubmitTo(MetadataStore& store, int n_tasks, int gang_size = 0) {
     JobSpec spec;
     spec.model = "m.gguf";
+    spec.gang_size = gang_size;
     absl::StatusOr<Job> job = store.CreateJob(spec, now_);
     EXPECT_TRUE(job.ok()) << job.status();
     if (!job.ok()) return "";
@@ -292,6 +293,36 @@ TEST_F(PostgresMetadataStoreTest, MigrationsAreAppliedOnce) {
   EXPECT_EQ(raw.Count("SELECT MAX(version) FROM schema_migrations"), postgres_store::LatestSchemaVersion());
 }
 
+// Migration 13 on a database where a gang attempt runs: from then on that attempt counts once per
+// executor it holds in its team's usage, as attempts begun after the upgrade do.
+TEST_F(PostgresMetadataStoreTest, UpgradingCountsARunningGangAttemptOncePerExecutor) {
+  {
+    auto store = MustOpen(url_);
+    ASSERT_NE(store, nullptr);
+    GangLease gang;
+    gang.job_id = SubmitTo(*store, 1, /*gang_size=*/3);
+    for (int i = 0; i < 3; ++i) {
+      gang.members.push_back({RegisterWith(*store, absl::StrCat("m", i)), i == 0 ? "" : "10.9.0.1:50052", int64_t{1} << 30});
+    }
+    ASSERT_OK(store->LeaseToGang(gang, kTtl, now_));
+    SubmitTo(*store, 1);
+    ASSERT_OK(store->LeaseTasks(RegisterWith(*store, "single"), 1, kTtl, now_));
+  }
+  // The database as schema 12 had it: no running_devices, each running attempt's start once.
+  RawConnection raw(url_);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  ASSERT_EQ(raw.Exec("ALTER TABLE team_usage DROP COLUMN running_devices"), "");
+  ASSERT_EQ(raw.Exec(absl::StrCat("UPDATE team_usage SET running_since_us = running * ", absl::ToUnixMicros(now_))), "");
+  ASSERT_EQ(raw.Exec("DELETE FROM schema_migrations WHERE version = 13"), "");
+
+  auto store = MustOpen(url_);
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::vector<TeamUsage> teams, store->ListTeamUsage(now_ + absl::Seconds(10)));
+  ASSERT_THAT(teams, SizeIs(1));
+  EXPECT_EQ(teams[0].running, 2);
+  EXPECT_EQ(teams[0].usage, absl::Seconds(40)) << "the gang's 3 executors and the single one, 10 s each";
+}
+
 TEST_F(PostgresMetadataStoreTest, MigrationVersionsAreContiguous) {
   int expected = 1;
   for (const postgres_store::Migration& migration : postgres_store::Migrations()) {
@@ -305,7 +336,9 @@ TEST_F(PostgresMetadataStoreTest, MigrationVersionsAreContiguous) {
 // Append landed migrations here as they land.
 TEST_F(PostgresMetadataStoreTest, LandedMigrationsKeepTheirNumbers) {
   const std::vector<std::string> landed = {"initial schema", "", "task checkpoints", "identities", "the model registry",
-                                           "fair share", "gangs"};
+                                           "fair share", "gangs", "settings", "gang jobs", "task sizes",
+                                           "accounting: each team's device time", "accounting: each job's device time",
+                                           "accounting: a gang attempt's running time"};
   ASSERT_GE(postgres_store::Migrations().size(), landed.size());
   for (size_t i = 0; i < landed.size(); ++i) {
     if (landed[i].empty()) continue;  // (2 differs by backend)

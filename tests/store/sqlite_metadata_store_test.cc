@@ -192,9 +192,10 @@ class SqliteMetadataStoreTest : public ::testing::Test {
     }
     return tasks;
   }
-  std::string SubmitTo(MetadataStore& store, int n_tasks) {
+  std::string SubmitTo(MetadataStore& store, int n_tasks, int gang_size = 0) {
     JobSpec spec;
     spec.model = "m.gguf";
+    spec.gang_size = gang_size;
     absl::StatusOr<Job> job = store.CreateJob(spec, now_);
     EXPECT_TRUE(job.ok()) << job.status();
     EXPECT_TRUE(store.AddTasks(job->id, Shards(n_tasks), n_tasks, now_).ok());
@@ -270,7 +271,9 @@ TEST_F(SqliteMetadataStoreTest, MigrationVersionsAreContiguous) {
 // Append landed migrations here as they land.
 TEST_F(SqliteMetadataStoreTest, LandedMigrationsKeepTheirNumbers) {
   const std::vector<std::string> landed = {"initial schema", "", "task checkpoints", "identities", "the model registry",
-                                           "fair share", "gangs"};
+                                           "fair share", "gangs", "settings", "gang jobs", "task sizes",
+                                           "accounting: each team's device time", "accounting: each job's device time",
+                                           "accounting: a gang attempt's running time"};
   ASSERT_GE(sqlite_store::Migrations().size(), landed.size());
   for (size_t i = 0; i < landed.size(); ++i) {
     if (landed[i].empty()) continue;  // (2 differs by backend)
@@ -278,6 +281,37 @@ TEST_F(SqliteMetadataStoreTest, LandedMigrationsKeepTheirNumbers) {
         << "migration " << i + 1 << " was \"" << landed[i] << "...\" when it landed, is now \""
         << sqlite_store::Migrations()[i].description << "\"";
   }
+}
+
+// Migration 13 on a database where a gang attempt runs: from then on that attempt counts once per
+// executor it holds in its team's usage, as attempts begun after the upgrade do.
+TEST_F(SqliteMetadataStoreTest, UpgradingCountsARunningGangAttemptOncePerExecutor) {
+  {
+    auto store = MustOpen(path_);
+    ASSERT_NE(store, nullptr);
+    GangLease gang;
+    gang.job_id = SubmitTo(*store, 1, /*gang_size=*/3);
+    for (int i = 0; i < 3; ++i) {
+      gang.members.push_back({RegisterWith(*store, absl::StrCat("m", i)), i == 0 ? "" : "10.9.0.1:50052", int64_t{1} << 30});
+    }
+    ASSERT_OK(store->LeaseToGang(gang, kTtl, now_));
+    SubmitTo(*store, 1);
+    ASSERT_OK(store->LeaseTasks(RegisterWith(*store, "single"), 1, kTtl, now_));
+  }
+  // The database as schema 12 had it: no running_devices, each running attempt's start once.
+  RawExec(path_, "DROP TRIGGER tasks_running_by_team");
+  RawExec(path_, "ALTER TABLE team_usage DROP COLUMN running_devices");
+  const std::string once = absl::StrCat("UPDATE team_usage SET running_since_us = running * ", absl::ToUnixMicros(now_));
+  RawExec(path_, once.c_str());
+  RawExec(path_, "DELETE FROM schema_migrations WHERE version = 13");
+  ASSERT_EQ(RawCount(path_, "SELECT MAX(version) FROM schema_migrations"), 12);
+
+  auto store = MustOpen(path_);
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::vector<TeamUsage> teams, store->ListTeamUsage(now_ + absl::Seconds(10)));
+  ASSERT_THAT(teams, SizeIs(1));
+  EXPECT_EQ(teams[0].running, 2);
+  EXPECT_EQ(teams[0].usage, absl::Seconds(40)) << "the gang's 3 executors and the single one, 10 s each";
 }
 
 TEST_F(SqliteMetadataStoreTest, ANewerSchemaIsRefused) {

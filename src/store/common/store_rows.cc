@@ -5,6 +5,13 @@ namespace {
 
 std::string Name(std::string_view name) { return std::string(name); }
 
+// A task's shadow column (ReadTaskJson reads it back).
+Json ShadowToJson(const Task::Shadow& shadow) {
+  Json json{{"attempt", shadow.attempt}, {"executor_id", shadow.executor_id}};
+  if (shadow.started_at) json["started_at_us"] = absl::ToUnixMicros(*shadow.started_at);
+  return json;
+}
+
 }  // namespace
 
 Values JobValues(const Job& job) {
@@ -52,9 +59,7 @@ Values TaskValues(const Task& task) {
           TimeValue(task.started_at),
           TimeValue(task.finished_at),
           DumpJson(ChunksToJson(task.chunks)),
-          task.shadow ? Value(DumpJson(Json{{"attempt", task.shadow->attempt},
-                                            {"executor_id", task.shadow->executor_id}}))
-                      : Value(std::monostate{})};
+          task.shadow ? Value(DumpJson(ShadowToJson(*task.shadow))) : Value(std::monostate{})};
 }
 
 Values ExecutorValues(const Executor& executor) {
@@ -128,11 +133,13 @@ absl::Status ReadTaskJson(Task& task, const std::string& chunks, const std::stri
   task.shadow.reset();
   if (shadow.empty()) return absl::OkStatus();
   absl::StatusOr<Json> shadow_json = ParseJson(shadow);
+  const Json started = shadow_json.ok() ? JsonField(*shadow_json, "started_at_us") : Json();
   if (!shadow_json.ok() || !shadow_json->is_object() || !JsonField(*shadow_json, "attempt").is_number_integer() ||
-      !JsonField(*shadow_json, "executor_id").is_string()) {
+      !JsonField(*shadow_json, "executor_id").is_string() || !(started.is_null() || started.is_number_integer())) {
     return CorruptRow("tasks", id, absl::StrCat("bad shadow ", shadow));
   }
   task.shadow = Task::Shadow{(*shadow_json)["attempt"].get<int>(), (*shadow_json)["executor_id"].get<std::string>()};
+  if (!started.is_null()) task.shadow->started_at = absl::FromUnixMicros(started.get<int64_t>());
   return absl::OkStatus();
 }
 

@@ -203,12 +203,20 @@ bool TakeAllowance(std::map<std::string, int64_t>& allowances, const std::string
   return true;
 }
 
-absl::Duration EndedAttemptTime(TaskState before, const Task& after, absl::Time now) {
-  if (before != TaskState::kRunning || after.state == TaskState::kRunning || !after.started_at) {
-    return absl::ZeroDuration();
-  }
-  return std::max(now - *after.started_at, absl::ZeroDuration());
+absl::Duration EndedAttemptTime(const Task& before, const Task& after, absl::Time now) {
+  auto ran = [now](const std::optional<absl::Time>& since) {
+    return since ? std::max(now - *since, absl::ZeroDuration()) : absl::ZeroDuration();
+  };
+  absl::Duration time;
+  const bool current_ended = before.state == TaskState::kRunning &&
+                             (after.state != TaskState::kRunning || after.attempt != before.attempt);
+  if (current_ended) time += ran(before.started_at);
+  const bool shadow_ended = before.shadow && (!after.shadow || after.shadow->attempt != before.shadow->attempt);
+  if (shadow_ended) time += ran(before.shadow->started_at);
+  return time;
 }
+
+int64_t DevicesPerAttempt(const JobSpec& spec) { return std::max(spec.gang_size, 1); }
 
 absl::Status CheckJobQuota(const std::optional<Team>& team, int64_t active) {
   if (!team || team->max_active_jobs <= 0 || active < team->max_active_jobs) return absl::OkStatus();

@@ -83,9 +83,15 @@ std::string FairShareRanksJson(const std::vector<TeamUsage>& teams);
 std::map<std::string, int64_t> RunningAllowances(const std::vector<TeamUsage>& teams);
 // Whether a grant to `team` fits its allowance; takes one from it if so.
 bool TakeAllowance(std::map<std::string, int64_t>& allowances, const std::string& team);
-// The device time of an attempt that ended at `now`: its task was `before` and has left
-// `running` (completed, failed, requeued, expired). Zero otherwise. One device per attempt.
-absl::Duration EndedAttemptTime(TaskState before, const Task& after, absl::Time now);
+// The wall time of the attempts that a change of a task from `before` to `after` at `now` ended:
+// its current attempt when it left `running` (completed, failed, requeued, expired) or moved to
+// another attempt, and its shadow (a straggler raced by a backup) when the shadow went (it won,
+// lost or was dropped). Zero otherwise. The time of one device: a store charges it times the job's
+// DevicesPerAttempt.
+absl::Duration EndedAttemptTime(const Task& before, const Task& after, absl::Time now);
+// How many executors each attempt of the job's tasks holds: a gang job's gang size, else one.
+// (The PostgreSQL store's charging statements say the same in SQL: GREATEST(gang_size, 1).)
+int64_t DevicesPerAttempt(const JobSpec& spec);
 
 // CompleteTask(s): the fenced completion of one report.
 absl::Status CompleteReport(Task& task, const std::string& executor_id, const LeaseProgress& report, absl::Time now);

@@ -226,7 +226,7 @@ absl::StatusOr<Executor> PostgresMetadataStore::RevokeExecutor(const std::string
         ASSIGN_OR_RETURN(Job loaded, rows::ReadJob(Row{row, 0}));
         job = jobs.emplace(task.job_id, std::move(loaded)).first;
       }
-      const TaskState before = task.state;
+      const Task before = task;
       if (rules::HandBack(task, executor_id, job->second.spec.max_attempts, options_.retry, now)) {
         writes.charges[task.job_id] += rules::EndedAttemptTime(before, task, now);
         writes.tasks.push_back(std::move(task));

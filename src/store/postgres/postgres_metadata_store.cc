@@ -388,7 +388,7 @@ absl::StatusOr<std::vector<absl::StatusOr<std::vector<absl::Status>>>> PostgresM
         written.push_back(std::string::npos);
         continue;
       }
-      writes.charges[updated.job_id] += rules::EndedAttemptTime(it->second.state, updated, now);
+      writes.charges[updated.job_id] += rules::EndedAttemptTime(it->second, updated, now);
       it->second = updated;  // a second report of the same attempt is then refused
       written.push_back(writes.tasks.size());
       writes.tasks.push_back(std::move(updated));
@@ -516,8 +516,8 @@ absl::StatusOr<Job> PostgresMetadataStore::EndJob(Connection& c, const std::stri
   RETURN_IF_ERROR(LoadTasks(c, job_id).status());
   ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
   ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(c, job_id));
-  std::map<int64_t, TaskState> before;
-  for (const Task& task : tasks) before[task.index] = task.state;
+  std::map<int64_t, Task> before;
+  for (const Task& task : tasks) before[task.index] = task;
   ASSIGN_OR_RETURN(std::vector<Task> cancelled, rules::EndJob(job, state, error, tasks, now));
   RETURN_IF_ERROR(SaveJob(c, job));
   AttemptWrites writes;
@@ -528,7 +528,7 @@ absl::StatusOr<Job> PostgresMetadataStore::EndJob(Connection& c, const std::stri
     writes.charges[job_id] += rules::EndedAttemptTime(before[task.index], task, now);
   }
   RETURN_IF_ERROR(WriteAttempts(c, writes, now, /*settle_later=*/nullptr));  // it has ended: nothing to settle
-  job.device_time += writes.charges[job_id];  // (read before the charge)
+  job.device_time += writes.charges[job_id] * rules::DevicesPerAttempt(job.spec);  // (read before the charge)
   return job;
 }
 
@@ -557,7 +557,7 @@ absl::StatusOr<Job> PostgresMetadataStore::ExpireJob(const std::string& job_id, 
       if (tasks[i].state == was[i].state) continue;
       writes.tasks.push_back(tasks[i]);
       // The attempts it stopped used their machines until now, as a cancel's do.
-      writes.charges[job_id] += rules::EndedAttemptTime(was[i].state, tasks[i], now);
+      writes.charges[job_id] += rules::EndedAttemptTime(was[i], tasks[i], now);
     }
     Job delta;
     delta.tasks_done = job.tasks_done - before.tasks_done;
@@ -567,7 +567,7 @@ absl::StatusOr<Job> PostgresMetadataStore::ExpireJob(const std::string& job_id, 
     writes.counted.emplace();
     if (delta.tasks_done > 0) (*writes.counted)[job_id] = delta;
     RETURN_IF_ERROR(WriteAttempts(c, writes, now, /*settle_later=*/nullptr));  // it is finalizing already
-    job.device_time += writes.charges[job_id];  // (read before the charge)
+    job.device_time += writes.charges[job_id] * rules::DevicesPerAttempt(job.spec);  // (read before the charge)
     return job;
   });
 }
@@ -1067,8 +1067,9 @@ absl::StatusOr<std::vector<Task>> PostgresMetadataStore::ExpireLeases(absl::Time
             ASSIGN_OR_RETURN(Job loaded, ReadJobUnlocked(c, task.job_id));
             job = jobs.emplace(task.job_id, std::move(loaded)).first;
           }
+          const Task before = task;
           RETURN_IF_ERROR(ExpireLease(task, job->second.spec.max_attempts, options_.retry, now));
-          writes.charges[task.job_id] += rules::EndedAttemptTime(TaskState::kRunning, task, now);
+          writes.charges[task.job_id] += rules::EndedAttemptTime(before, task, now);
         }
         for (const Task& task : writes.tasks) {
           if (IsTerminal(task.state)) writes.ended.push_back(&task);

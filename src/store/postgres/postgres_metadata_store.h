@@ -233,7 +233,7 @@ class PostgresMetadataStore : public MetadataStore {
     // What they add to their jobs' counts, when not CountTerminalTask of `ended` (an expiry).
     std::optional<std::map<std::string, Job>> counted;
     std::map<std::string, int64_t> records;  // added to the executors' records_done, by executor
-    std::map<std::string, absl::Duration> charges;  // device time of attempts that ended, by job
+    std::map<std::string, absl::Duration> charges;  // wall time of attempts that ended, by job (EndedAttemptTime)
   };
   absl::Status WriteAttempts(Connection& c, const AttemptWrites& writes, absl::Time now,
                              std::set<std::string>* settle_later);

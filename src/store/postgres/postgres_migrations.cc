@@ -262,6 +262,35 @@ ALTER TABLE job_counts ADD COLUMN device_us BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN device_us BIGINT NOT NULL DEFAULT 0;
 )sql";
 
+// Accounting of gangs: an attempt of a gang job holds gang_size executors, so its running time
+// counts that many times in its team's usage, as its ended time is charged (store_rules
+// DevicesPerAttempt). team_usage.running stays the running tasks (the running-task quota counts
+// tasks); running_devices is the executors they hold, and running_since_us becomes the sum of
+// their started_at weighted the same way. The trigger is replaced; the running gang attempts'
+// extra devices are added once here (the trigger kept the rest).
+constexpr char kGangDevices[] = R"sql(
+ALTER TABLE team_usage ADD COLUMN running_devices BIGINT NOT NULL DEFAULT 0;
+CREATE OR REPLACE FUNCTION minions_count_running_by_team() RETURNS trigger LANGUAGE plpgsql AS $body$
+BEGIN
+  INSERT INTO team_usage AS u (team, running, running_devices, running_since_us)
+    SELECT team, CASE WHEN NEW.state = 'running' THEN 1 ELSE -1 END,
+           CASE WHEN NEW.state = 'running' THEN 1 ELSE -1 END * GREATEST(gang_size, 1),
+           CASE WHEN NEW.state = 'running' THEN COALESCE(NEW.started_at, 0) ELSE -COALESCE(OLD.started_at, 0) END
+             * GREATEST(gang_size, 1)
+    FROM jobs WHERE id = NEW.job_id
+  ON CONFLICT (team) DO UPDATE SET running = u.running + EXCLUDED.running,
+    running_devices = u.running_devices + EXCLUDED.running_devices,
+    running_since_us = u.running_since_us + EXCLUDED.running_since_us;
+  RETURN NULL;
+END
+$body$;
+UPDATE team_usage SET running_devices = running;
+UPDATE team_usage u SET running_devices = u.running_devices + g.extra, running_since_us = u.running_since_us + g.extra_since
+  FROM (SELECT j.team, SUM(j.gang_size - 1) AS extra, SUM(COALESCE(t.started_at, 0) * (j.gang_size - 1)) AS extra_since
+        FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE t.state = 'running' AND j.gang_size >= 2 GROUP BY j.team) g
+  WHERE u.team = g.team;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -276,6 +305,7 @@ constexpr Migration kMigrations[] = {
     {10, "task sizes: records per second of each model and runner", kThroughput},
     {11, "accounting: each team's device time, never decayed", kDeviceTime},
     {12, "accounting: each job's device time", kJobDeviceTime},
+    {13, "accounting: a gang attempt's running time counts once per executor", kGangDevices},
 };
 
 }  // namespace

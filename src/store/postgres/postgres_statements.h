@@ -84,14 +84,14 @@ inline constexpr char kCountTasks[] =
     "COUNT(DISTINCT executor_id), COALESCE(SUM(records_done), 0)::bigint FROM tasks WHERE job_id = $1 AND "
     "state = 'running'";
 
-// Fair share: ended attempts' device time (JOB_IDS text[], MICROS bigint[], by job) added to their
-// teams' usage, decayed to NOW (bigint micros) with HALF_LIFE (bigint micros; 0: no decay), as
+// Fair share: ended attempts' wall time (JOB_IDS text[], MICROS bigint[], by job) times their jobs'
+// devices per attempt (store_rules DevicesPerAttempt: a gang's size, else 1) added to their teams' usage, decayed to NOW (bigint micros) with HALF_LIFE (bigint micros; 0: no decay), as
 // model/fair_share.h DecayUsage does: usage(now) = usage(at) x 2^-((now - at) / half_life) + charge;
 // and to their device time (device_us), which never decays.
 // (At most 1000 halvings: PostgreSQL reports a float underflow as an error, not as zero.)
 #define MINIONS_PG_CHARGE_USAGE(JOB_IDS, MICROS, NOW, HALF_LIFE)                                                  \
-  "u AS (INSERT INTO team_usage AS tu (team, usage_us, device_us, usage_at) SELECT j.team, SUM(x.us)::bigint, "     \
-  "SUM(x.us)::bigint, " NOW "::bigint "                                                                              \
+  "u AS (INSERT INTO team_usage AS tu (team, usage_us, device_us, usage_at) SELECT j.team, "                         \
+  "SUM(x.us * GREATEST(j.gang_size, 1))::bigint, SUM(x.us * GREATEST(j.gang_size, 1))::bigint, " NOW "::bigint "      \
   "FROM unnest(" JOB_IDS "::text[], " MICROS "::bigint[]) x(job_id, us) JOIN jobs j ON j.id = x.job_id "            \
   "WHERE x.us > 0 GROUP BY j.team ON CONFLICT (team) DO UPDATE SET usage_us = (tu.usage_us * CASE WHEN "           \
   "EXCLUDED.usage_at > tu.usage_at AND " HALF_LIFE "::bigint > 0 THEN power(0.5, LEAST((EXCLUDED.usage_at - "      \
@@ -101,14 +101,19 @@ inline constexpr char kCountTasks[] =
 // The end of attempts, in one statement: the tasks as the state machine left them ($1-$20, as
 // kUpdateTasks), what they add to their jobs' counts ($21-$27 and $34, the device time: one
 // counter shard row per job),
-// the records the executors did ($28 ids, $29 records), and the device time of the attempts that ended, by
+// the records the executors did ($28 ids, $29 records), and the wall time of the attempts that ended, by
 // job ($30 ids, $31 micros), charged to their teams at $32 with half-life $33
-// (MINIONS_PG_CHARGE_USAGE). Answers how many tasks and executors it wrote.
+// (MINIONS_PG_CHARGE_USAGE). The device time of a job's counter shard ($34) and of its team are
+// that wall time times the job's devices per attempt (GREATEST(gang_size, 1)). Answers how many
+// tasks and executors it wrote.
 inline constexpr char kWriteAttempts[] =
     "WITH t AS (" MINIONS_PG_UPDATE_TASKS " RETURNING 1), "
     "c AS (INSERT INTO job_counts (job_id, shard, tasks_done, tasks_succeeded, completed_records, failed_records, "
-    "updated_at, device_us) SELECT * FROM unnest($21::text[], $22::int[], $23::bigint[], $24::bigint[], "
-    "$25::bigint[], $26::bigint[], $27::bigint[], $34::bigint[]) ON CONFLICT (job_id, shard) DO UPDATE SET "
+    "updated_at, device_us) SELECT x.job_id, x.shard, x.done, x.succeeded, x.completed, x.failed, x.at, "
+    "CASE WHEN x.us > 0 THEN x.us * COALESCE((SELECT GREATEST(gang_size, 1) FROM jobs WHERE id = x.job_id), 1) "
+    "ELSE 0 END FROM unnest($21::text[], $22::int[], $23::bigint[], $24::bigint[], $25::bigint[], $26::bigint[], "
+    "$27::bigint[], $34::bigint[]) x(job_id, shard, done, succeeded, completed, failed, at, us) "
+    "ON CONFLICT (job_id, shard) DO UPDATE SET "
     "device_us = job_counts.device_us + EXCLUDED.device_us, tasks_done = job_counts.tasks_done + EXCLUDED.tasks_done, "
     "tasks_succeeded = job_counts.tasks_succeeded + EXCLUDED.tasks_succeeded, "
     "completed_records = job_counts.completed_records + EXCLUDED.completed_records, "
@@ -160,7 +165,7 @@ inline constexpr char kLeaseCandidates[] =
 inline constexpr char kTeamUsage[] =
     "SELECT COALESCE(t.name, u.team), COALESCE(t.weight, 1), COALESCE(t.max_running_tasks, 0), "
     "COALESCE(u.usage_us, 0), COALESCE(u.usage_at, 0), COALESCE(u.running, 0), "
-    "COALESCE(u.running * $1::bigint::float8 - u.running_since_us, 0)::bigint, COALESCE(u.device_us, 0) "
+    "COALESCE(u.running_devices * $1::bigint::float8 - u.running_since_us, 0)::bigint, COALESCE(u.device_us, 0) "
     "FROM teams t FULL OUTER JOIN team_usage u ON u.team = t.name ORDER BY 1";
 // The running tasks of teams with a running-task quota ($1), locked: a lease that grants them
 // work counts again under the lock, so concurrent leases cannot overshoot the quota.

@@ -280,7 +280,7 @@ absl::StatusOr<Executor> SqliteMetadataStore::RevokeExecutor(const std::string& 
         job = jobs.emplace(job_id, std::move(loaded)).first;
       }
       ASSIGN_OR_RETURN(Task task, LoadTask(job_id, index));
-      const TaskState before = task.state;
+      const Task before = task;
       if (rules::HandBack(task, executor_id, job->second.spec.max_attempts, options_.retry, now)) {
         RETURN_IF_ERROR(SaveTask(task));
         charges[job_id] += rules::EndedAttemptTime(before, task, now);

@@ -100,7 +100,7 @@ constexpr char kLeaseCandidates[] =
 // of teams without a row in `teams` (jobs of a team created before it was).
 // (No FULL OUTER JOIN: older SQLite libraries, macOS's among them, lack it.)
 #define MINIONS_SQLITE_OPEN_US \
-  "CAST(COALESCE(u.running * CAST(:now AS REAL) - u.running_since_us, 0) AS INTEGER)"
+  "CAST(COALESCE(u.running_devices * CAST(:now AS REAL) - u.running_since_us, 0) AS INTEGER)"
 constexpr char kTeamUsage[] =
     "SELECT t.name, t.weight, t.max_running_tasks, COALESCE(u.usage_us, 0), COALESCE(u.usage_at, 0), "
     "COALESCE(u.running, 0), " MINIONS_SQLITE_OPEN_US ", COALESCE(u.device_us, 0) "
@@ -469,8 +469,8 @@ absl::StatusOr<Job> SqliteMetadataStore::EndJob(const std::string& job_id, JobSt
                                                 const std::string& error, absl::Time now) {
   ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
   ASSIGN_OR_RETURN(std::vector<Task> tasks, LoadTasks(job_id));
-  std::map<int64_t, TaskState> before;
-  for (const Task& task : tasks) before[task.index] = task.state;
+  std::map<int64_t, Task> before;
+  for (const Task& task : tasks) before[task.index] = task;
   ASSIGN_OR_RETURN(std::vector<Task> cancelled, rules::EndJob(job, state, error, tasks, now));
   // The attempts it stopped used their machines until now: charged to the team like any other.
   absl::Duration used;
@@ -480,7 +480,7 @@ absl::StatusOr<Job> SqliteMetadataStore::EndJob(const std::string& job_id, JobSt
   }
   RETURN_IF_ERROR(ChargeUsage({{job_id, used}}, now));
   RETURN_IF_ERROR(SaveJob(job));
-  job.device_time += used;  // (read before the charge)
+  job.device_time += used * rules::DevicesPerAttempt(job.spec);  // (read before the charge)
   return job;
 }
 
@@ -505,11 +505,11 @@ absl::StatusOr<Job> SqliteMetadataStore::ExpireJob(const std::string& job_id, ab
     for (size_t i = 0; i < tasks.size(); ++i) {
       if (tasks[i].state == before[i].state) continue;
       RETURN_IF_ERROR(SaveTask(tasks[i]));
-      used += rules::EndedAttemptTime(before[i].state, tasks[i], now);
+      used += rules::EndedAttemptTime(before[i], tasks[i], now);
     }
     RETURN_IF_ERROR(ChargeUsage({{job_id, used}}, now));
     RETURN_IF_ERROR(SaveJob(job));
-    job.device_time += used;  // (read before the charge)
+    job.device_time += used * rules::DevicesPerAttempt(job.spec);  // (read before the charge)
     return job;
   });
 }
@@ -688,9 +688,10 @@ absl::Status SqliteMetadataStore::ChargeUsage(const std::map<std::string, absl::
   for (const auto& [job_id, time] : by_job) {
     if (time <= absl::ZeroDuration()) continue;
     ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
-    by_team[job.spec.team] += time;
+    const absl::Duration device_time = time * rules::DevicesPerAttempt(job.spec);
+    by_team[job.spec.team] += device_time;
     ASSIGN_OR_RETURN(Statement charge, Prepare(kChargeJobDevice));
-    charge.BindInt(":us", absl::ToInt64Microseconds(time)).BindText(":id", job_id);
+    charge.BindInt(":us", absl::ToInt64Microseconds(device_time)).BindText(":id", job_id);
     RETURN_IF_ERROR(charge.Run());
   }
   for (const auto& [team, time] : by_team) {
@@ -786,7 +787,7 @@ absl::StatusOr<Task> SqliteMetadataStore::FinishAttempt(const std::string& execu
   ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
   ASSIGN_OR_RETURN(Task task, LoadTask(job_id, task_index));
   RETURN_IF_ERROR(CheckFence(task, executor_id, attempt));
-  const TaskState before = task.state;
+  const Task before = task;
   RETURN_IF_ERROR(transition(task, job));
   RETURN_IF_ERROR(SaveTask(task));
   RETURN_IF_ERROR(ChargeUsage({{job_id, rules::EndedAttemptTime(before, task, now)}}, now));
@@ -848,7 +849,7 @@ absl::StatusOr<CompletionReply> SqliteMetadataStore::CompleteMany(const std::vec
           outcomes.push_back(task.status());
           continue;
         }
-        const TaskState before = task->state;
+        const Task before = *task;
         if (absl::Status done = rules::CompleteReport(*task, call.executor_id, report, now); !done.ok()) {
           outcomes.push_back(done);
           continue;
@@ -986,9 +987,10 @@ absl::StatusOr<std::vector<Task>> SqliteMetadataStore::ExpireLeases(absl::Time n
       }
       Job& job = job_it->second;
       ASSIGN_OR_RETURN(Task task, LoadTask(job_id, index));
+      const Task before = task;
       RETURN_IF_ERROR(ExpireLease(task, job.spec.max_attempts, options_.retry, now));
       RETURN_IF_ERROR(SaveTask(task));
-      charges[job_id] += rules::EndedAttemptTime(TaskState::kRunning, task, now);
+      charges[job_id] += rules::EndedAttemptTime(before, task, now);
       if (IsTerminal(task.state)) {
         AccountTerminalTask(job, task, now);
         accounted.insert(job_id);

@@ -164,7 +164,8 @@ class SqliteMetadataStore : public MetadataStore {
   absl::Status SaveExecutor(const Executor& executor, bool insert = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::optional<Team>> LoadTeam(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::vector<TeamUsage>> LoadTeamUsage(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds ended attempts' device time (by job id) to their teams' decayed usage as of `now`.
+  // Charges ended attempts (their wall time by job id, rules::EndedAttemptTime) to their jobs and
+  // to their teams' decayed usage as of `now`, times each job's devices per attempt.
   absl::Status ChargeUsage(const std::map<std::string, absl::Duration>& by_job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<TokenRecord> LoadToken(const char* sql, const char* parameter, const std::string& value)
