@@ -74,14 +74,13 @@ absl::Status RequestBackup(Task& task, absl::Time now) {
                                                       task.shadow ? " and has a backup already" : "",
                                                       "; only a running task gets a backup"));
   }
-  task.shadow = Task::Shadow{task.attempt, task.executor_id, task.started_at};
+  task.shadow = Task::Shadow{task.attempt, task.executor_id, now};
   task.state = TaskState::kPending;
   task.executor_id.clear();
   task.lease_expires_at.reset();
   task.not_before.reset();
   task.records_done = CommittedRecords(task);
   task.records_failed = CommittedFailed(task);
-  (void)now;
   return absl::OkStatus();
 }
 

@@ -130,9 +130,10 @@ struct Task {
   struct Shadow {
     int attempt = 0;
     std::string executor_id;
-    // When the straggler's attempt began (its started_at before the backup took that field):
-    // what the store charges it when it ends. Unset in rows written before it was kept.
-    std::optional<absl::Time> started_at;
+    // When it became a shadow (the backup was requested). Its time before was charged then, as an
+    // attempt that ended; the time after is charged only if it wins (store_rules EndedAttemptTime).
+    // Unset in rows written before it was kept.
+    std::optional<absl::Time> since;
     bool operator==(const Shadow&) const = default;
   };
   std::optional<Shadow> shadow;

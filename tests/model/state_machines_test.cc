@@ -546,7 +546,7 @@ TEST(Backups, TheStragglerBecomesAShadowAndTheTaskIsLeasedElsewhere) {
   ASSERT_TRUE(CommitChunks(task, {MakeChunk(1, 0, 0, 4)}).ok());
   ASSERT_TRUE(RequestBackup(task, kNow).ok());
   EXPECT_EQ(task.state, TaskState::kPending);
-  EXPECT_EQ(task.shadow, (Task::Shadow{1, "exe-slow", kNow}))  << "it keeps when the straggler began";
+  EXPECT_EQ(task.shadow, (Task::Shadow{1, "exe-slow", kNow})) << "it keeps when it became a shadow";
   EXPECT_EQ(RequestBackup(task, kNow).code(), absl::StatusCode::kFailedPrecondition);
   // Never to the straggler's own executor.
   EXPECT_EQ(GrantTask(task, "exe-slow", absl::Seconds(30), kNow).code(), absl::StatusCode::kFailedPrecondition);

@@ -1175,7 +1175,7 @@ TEST_P(MetadataStoreContract, AStragglersBackupRunsElsewhereAndTheFirstCompletio
   EXPECT_EQ(store_->RequestBackup(job_id, 0, 7, now_).status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_OK_AND_ASSIGN(Task backed, store_->RequestBackup(job_id, 0, 1, now_));
   EXPECT_EQ(backed.state, TaskState::kPending);
-  EXPECT_EQ(GetTask(job_id, 0).shadow, (Task::Shadow{1, slow, first[0].task.started_at}));
+  EXPECT_EQ(GetTask(job_id, 0).shadow, (Task::Shadow{1, slow, now_}));
   EXPECT_EQ(store_->RequestBackup(job_id, 0, 1, now_).status().code(), absl::StatusCode::kFailedPrecondition);
   // The straggler's own executor is not given its backup; another one is.
   EXPECT_THAT(LeaseUpTo(slow, 1), IsEmpty());
@@ -1204,19 +1204,29 @@ TEST_P(MetadataStoreContract, AStragglersBackupRunsElsewhereAndTheFirstCompletio
   EXPECT_EQ(GetJob(job_id).state, JobState::kFinalizing);
 }
 
-// Accounting of a race: the straggler ran all along, and so did its backup once granted. Whichever
-// wins, each is charged the time it ran (the straggler's time was lost when the backup's grant
-// took the task's started_at), once: the loser's later reports charge nothing more.
-TEST_P(MetadataStoreContract, BothAttemptsOfARaceAreChargedTheTimeTheyRanWhicheverWins) {
+// Accounting of a race: the straggler's time up to the backup request is charged then (it was
+// lost before: the backup's grant took the task's started_at); the backup is charged as any
+// attempt; the straggler's time after the request only if it wins (a loser may have been a dead
+// machine). Each once: the loser's later reports charge nothing more. Job and team agree.
+TEST_P(MetadataStoreContract, ARaceChargesTheStragglerUpToTheBackupAndTheWinnerToTheEnd) {
   for (const bool straggler_wins : {true, false}) {
     SCOPED_TRACE(straggler_wins ? "the straggler wins" : "the backup wins");
-    const std::string job_id = Submit(Spec(), 1);
+    JobSpec spec = Spec();
+    spec.team = straggler_wins ? "straggler-wins" : "backup-wins";
+    const std::string job_id = Submit(spec, 1);
     const std::string slow = Register(straggler_wins ? "slow-1" : "slow-2");
     const std::string fast = Register(straggler_wins ? "fast-1" : "fast-2");
+    auto team_device_time = [&] {
+      for (const TeamUsage& u : Must(store_->ListTeamUsage(now_), "ListTeamUsage")) {
+        if (u.team == spec.team) return u.device_time;
+      }
+      return absl::ZeroDuration();
+    };
     std::vector<Lease> first = LeaseUpTo(slow, 1);
     ASSERT_THAT(first, SizeIs(1));
     Advance(absl::Seconds(20));
     ASSERT_OK(store_->RequestBackup(job_id, 0, first[0].task.attempt, now_));
+    EXPECT_EQ(GetJob(job_id).device_time, absl::Seconds(20)) << "the straggler's time so far";
     Advance(absl::Seconds(2));  // the backup waits 2 s for an executor
     std::vector<Lease> backup = LeaseUpTo(fast, 1);
     ASSERT_THAT(backup, SizeIs(1));
@@ -1225,12 +1235,15 @@ TEST_P(MetadataStoreContract, BothAttemptsOfARaceAreChargedTheTimeTheyRanWhichev
     const Lease& loser = straggler_wins ? backup[0] : first[0];
     ASSERT_OK_AND_ASSIGN(auto won, store_->CompleteTasks(winner.task.executor_id, {Progress(winner, 10)}, now_));
     ASSERT_OK(won[0]);
-    // The straggler's 27 s and the backup's 5 s.
-    EXPECT_EQ(GetJob(job_id).device_time, absl::Seconds(32));
+    // 20 s, the backup's 5 s, and when the straggler wins its 7 s since the request.
+    const absl::Duration expected = absl::Seconds(straggler_wins ? 32 : 25);
+    EXPECT_EQ(GetJob(job_id).device_time, expected);
+    EXPECT_EQ(team_device_time(), expected);
     Advance(absl::Seconds(1));
     ASSERT_OK_AND_ASSIGN(auto lost, store_->CompleteTasks(loser.task.executor_id, {Progress(loser, 10)}, now_));
     EXPECT_CODE(lost[0], kFailedPrecondition);
-    EXPECT_EQ(GetJob(job_id).device_time, absl::Seconds(32)) << "the loser's refused report charged";
+    EXPECT_EQ(GetJob(job_id).device_time, expected) << "the loser's refused report charged";
+    EXPECT_EQ(team_device_time(), expected);
   }
 }
 

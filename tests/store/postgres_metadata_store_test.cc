@@ -308,11 +308,11 @@ TEST_F(PostgresMetadataStoreTest, UpgradingCountsARunningGangAttemptOncePerExecu
     SubmitTo(*store, 1);
     ASSERT_OK(store->LeaseTasks(RegisterWith(*store, "single"), 1, kTtl, now_));
   }
-  // The database as schema 12 had it: no running_devices, each running attempt's start once.
+  // The database as schema 12 had it: no device columns (running and running_since_us are as
+  // they were, and a server of the previous release still reads them so).
   RawConnection raw(url_);
   ASSERT_TRUE(raw.ok()) << raw.error();
-  ASSERT_EQ(raw.Exec("ALTER TABLE team_usage DROP COLUMN running_devices"), "");
-  ASSERT_EQ(raw.Exec(absl::StrCat("UPDATE team_usage SET running_since_us = running * ", absl::ToUnixMicros(now_))), "");
+  ASSERT_EQ(raw.Exec("ALTER TABLE team_usage DROP COLUMN running_devices, DROP COLUMN running_device_since_us"), "");
   ASSERT_EQ(raw.Exec("DELETE FROM schema_migrations WHERE version = 13"), "");
 
   auto store = MustOpen(url_);
@@ -321,6 +321,8 @@ TEST_F(PostgresMetadataStoreTest, UpgradingCountsARunningGangAttemptOncePerExecu
   ASSERT_THAT(teams, SizeIs(1));
   EXPECT_EQ(teams[0].running, 2);
   EXPECT_EQ(teams[0].usage, absl::Seconds(40)) << "the gang's 3 executors and the single one, 10 s each";
+  // What a server of the previous release reads is as it was: two running tasks' starts.
+  EXPECT_EQ(raw.Count("SELECT running_since_us::bigint FROM team_usage"), 2 * absl::ToUnixMicros(now_));
 }
 
 TEST_F(PostgresMetadataStoreTest, MigrationVersionsAreContiguous) {

@@ -1,5 +1,7 @@
 #include "store/common/store_rows.h"
 
+#include <cstdint>
+
 namespace minions::store_rows {
 namespace {
 
@@ -8,7 +10,7 @@ std::string Name(std::string_view name) { return std::string(name); }
 // A task's shadow column (ReadTaskJson reads it back).
 Json ShadowToJson(const Task::Shadow& shadow) {
   Json json{{"attempt", shadow.attempt}, {"executor_id", shadow.executor_id}};
-  if (shadow.started_at) json["started_at_us"] = absl::ToUnixMicros(*shadow.started_at);
+  if (shadow.since) json["since_us"] = absl::ToUnixMicros(*shadow.since);
   return json;
 }
 
@@ -133,13 +135,14 @@ absl::Status ReadTaskJson(Task& task, const std::string& chunks, const std::stri
   task.shadow.reset();
   if (shadow.empty()) return absl::OkStatus();
   absl::StatusOr<Json> shadow_json = ParseJson(shadow);
-  const Json started = shadow_json.ok() ? JsonField(*shadow_json, "started_at_us") : Json();
+  const Json since = shadow_json.ok() ? JsonField(*shadow_json, "since_us") : Json();
   if (!shadow_json.ok() || !shadow_json->is_object() || !JsonField(*shadow_json, "attempt").is_number_integer() ||
-      !JsonField(*shadow_json, "executor_id").is_string() || !(started.is_null() || started.is_number_integer())) {
+      !JsonField(*shadow_json, "executor_id").is_string() ||
+      !(since.is_null() || (since.is_number_unsigned() && since.get<uint64_t>() <= uint64_t{INT64_MAX}))) {
     return CorruptRow("tasks", id, absl::StrCat("bad shadow ", shadow));
   }
   task.shadow = Task::Shadow{(*shadow_json)["attempt"].get<int>(), (*shadow_json)["executor_id"].get<std::string>()};
-  if (!started.is_null()) task.shadow->started_at = absl::FromUnixMicros(started.get<int64_t>());
+  if (!since.is_null()) task.shadow->since = absl::FromUnixMicros(since.get<int64_t>());
   return absl::OkStatus();
 }
 

@@ -211,12 +211,16 @@ absl::Duration EndedAttemptTime(const Task& before, const Task& after, absl::Tim
   const bool current_ended = before.state == TaskState::kRunning &&
                              (after.state != TaskState::kRunning || after.attempt != before.attempt);
   if (current_ended) time += ran(before.started_at);
-  const bool shadow_ended = before.shadow && (!after.shadow || after.shadow->attempt != before.shadow->attempt);
-  if (shadow_ended) time += ran(before.shadow->started_at);
+  const bool shadow_won = before.shadow && after.state == TaskState::kSucceeded && after.attempt == before.shadow->attempt;
+  if (shadow_won) time += ran(before.shadow->since);
   return time;
 }
 
 int64_t DevicesPerAttempt(const JobSpec& spec) { return std::max(spec.gang_size, 1); }
+
+absl::Duration DeviceTime(absl::Duration wall, const JobSpec& spec) {
+  return absl::Microseconds(absl::ToInt64Microseconds(wall) * DevicesPerAttempt(spec));
+}
 
 absl::Status CheckJobQuota(const std::optional<Team>& team, int64_t active) {
   if (!team || team->max_active_jobs <= 0 || active < team->max_active_jobs) return absl::OkStatus();

@@ -83,15 +83,21 @@ std::string FairShareRanksJson(const std::vector<TeamUsage>& teams);
 std::map<std::string, int64_t> RunningAllowances(const std::vector<TeamUsage>& teams);
 // Whether a grant to `team` fits its allowance; takes one from it if so.
 bool TakeAllowance(std::map<std::string, int64_t>& allowances, const std::string& team);
-// The wall time of the attempts that a change of a task from `before` to `after` at `now` ended:
-// its current attempt when it left `running` (completed, failed, requeued, expired) or moved to
-// another attempt, and its shadow (a straggler raced by a backup) when the shadow went (it won,
-// lost or was dropped). Zero otherwise. The time of one device: a store charges it times the job's
-// DevicesPerAttempt.
+// The wall time to charge for a change of a task from `before` to `after` at `now`: its current
+// attempt's when it left `running` (completed, failed, requeued, expired, or made a shadow by a
+// backup request) or was replaced by its shadow, and a shadow's time since it became one when it
+// wins (completes the task). A shadow that loses or is dropped adds nothing after the backup
+// request: the store cannot tell a straggler that ran on from one whose machine died (a backup
+// is most often requested because its executor's connection closed), and charging the race's
+// whole length for a dead machine would bill the team twice. The time of one device: the stores
+// charge it as DeviceTime.
 absl::Duration EndedAttemptTime(const Task& before, const Task& after, absl::Time now);
 // How many executors each attempt of the job's tasks holds: a gang job's gang size, else one.
 // (The PostgreSQL store's charging statements say the same in SQL: GREATEST(gang_size, 1).)
 int64_t DevicesPerAttempt(const JobSpec& spec);
+// `wall` (EndedAttemptTime) as the device time charged to the job and its team: whole
+// microseconds (as stored) times DevicesPerAttempt.
+absl::Duration DeviceTime(absl::Duration wall, const JobSpec& spec);
 
 // CompleteTask(s): the fenced completion of one report.
 absl::Status CompleteReport(Task& task, const std::string& executor_id, const LeaseProgress& report, absl::Time now);

@@ -528,7 +528,7 @@ absl::StatusOr<Job> PostgresMetadataStore::EndJob(Connection& c, const std::stri
     writes.charges[job_id] += rules::EndedAttemptTime(before[task.index], task, now);
   }
   RETURN_IF_ERROR(WriteAttempts(c, writes, now, /*settle_later=*/nullptr));  // it has ended: nothing to settle
-  job.device_time += writes.charges[job_id] * rules::DevicesPerAttempt(job.spec);  // (read before the charge)
+  job.device_time += rules::DeviceTime(writes.charges[job_id], job.spec);  // (read before the charge)
   return job;
 }
 
@@ -567,7 +567,7 @@ absl::StatusOr<Job> PostgresMetadataStore::ExpireJob(const std::string& job_id, 
     writes.counted.emplace();
     if (delta.tasks_done > 0) (*writes.counted)[job_id] = delta;
     RETURN_IF_ERROR(WriteAttempts(c, writes, now, /*settle_later=*/nullptr));  // it is finalizing already
-    job.device_time += writes.charges[job_id] * rules::DevicesPerAttempt(job.spec);  // (read before the charge)
+    job.device_time += rules::DeviceTime(writes.charges[job_id], job.spec);  // (read before the charge)
     return job;
   });
 }
@@ -583,9 +583,14 @@ absl::StatusOr<Task> PostgresMetadataStore::RequestBackup(const std::string& job
       return absl::FailedPreconditionError(absl::StrCat("task ", job_id, "/", task_index, " is on attempt ",
                                                         task.attempt, ", not ", attempt));
     }
+    const Task before = task;
     RETURN_IF_ERROR(::minions::RequestBackup(task, now));
-    RETURN_IF_ERROR(SaveTasks(c, tasks));
-    return task;
+    // The straggler's time so far is charged now (the rest only if it wins); nothing ends.
+    AttemptWrites writes;
+    writes.tasks = tasks;
+    writes.charges[job_id] = rules::EndedAttemptTime(before, task, now);
+    RETURN_IF_ERROR(WriteAttempts(c, writes, now, /*settle_later=*/nullptr));
+    return writes.tasks[0];
   });
 }
 

@@ -264,28 +264,35 @@ ALTER TABLE jobs ADD COLUMN device_us BIGINT NOT NULL DEFAULT 0;
 
 // Accounting of gangs: an attempt of a gang job holds gang_size executors, so its running time
 // counts that many times in its team's usage, as its ended time is charged (store_rules
-// DevicesPerAttempt). team_usage.running stays the running tasks (the running-task quota counts
-// tasks); running_devices is the executors they hold, and running_since_us becomes the sum of
-// their started_at weighted the same way. The trigger is replaced; the running gang attempts'
-// extra devices are added once here (the trigger kept the rest).
+// DevicesPerAttempt). running and running_since_us keep their meaning (the running tasks, for the
+// quota; the sum of their started_at), so servers of the previous release, still running during a
+// rolling upgrade, read them as before; running_devices and running_device_since_us count the
+// executors the running attempts hold and their started_at weighted the same way. The trigger is
+// replaced, with the tasks locked against state changes until the backfill (the running gang
+// attempts' extra devices; the trigger kept the rest) commits with it.
 constexpr char kGangDevices[] = R"sql(
+LOCK TABLE tasks IN SHARE ROW EXCLUSIVE MODE;
 ALTER TABLE team_usage ADD COLUMN running_devices BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE team_usage ADD COLUMN running_device_since_us DOUBLE PRECISION NOT NULL DEFAULT 0;
 CREATE OR REPLACE FUNCTION minions_count_running_by_team() RETURNS trigger LANGUAGE plpgsql AS $body$
 BEGIN
-  INSERT INTO team_usage AS u (team, running, running_devices, running_since_us)
+  INSERT INTO team_usage AS u (team, running, running_since_us, running_devices, running_device_since_us)
     SELECT team, CASE WHEN NEW.state = 'running' THEN 1 ELSE -1 END,
+           CASE WHEN NEW.state = 'running' THEN COALESCE(NEW.started_at, 0) ELSE -COALESCE(OLD.started_at, 0) END,
            CASE WHEN NEW.state = 'running' THEN 1 ELSE -1 END * GREATEST(gang_size, 1),
            CASE WHEN NEW.state = 'running' THEN COALESCE(NEW.started_at, 0) ELSE -COALESCE(OLD.started_at, 0) END
              * GREATEST(gang_size, 1)
     FROM jobs WHERE id = NEW.job_id
   ON CONFLICT (team) DO UPDATE SET running = u.running + EXCLUDED.running,
+    running_since_us = u.running_since_us + EXCLUDED.running_since_us,
     running_devices = u.running_devices + EXCLUDED.running_devices,
-    running_since_us = u.running_since_us + EXCLUDED.running_since_us;
+    running_device_since_us = u.running_device_since_us + EXCLUDED.running_device_since_us;
   RETURN NULL;
 END
 $body$;
-UPDATE team_usage SET running_devices = running;
-UPDATE team_usage u SET running_devices = u.running_devices + g.extra, running_since_us = u.running_since_us + g.extra_since
+UPDATE team_usage SET running_devices = running, running_device_since_us = running_since_us;
+UPDATE team_usage u SET running_devices = u.running_devices + g.extra,
+    running_device_since_us = u.running_device_since_us + g.extra_since
   FROM (SELECT j.team, SUM(j.gang_size - 1) AS extra, SUM(COALESCE(t.started_at, 0) * (j.gang_size - 1)) AS extra_since
         FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE t.state = 'running' AND j.gang_size >= 2 GROUP BY j.team) g
   WHERE u.team = g.team;

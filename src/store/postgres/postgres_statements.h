@@ -165,7 +165,7 @@ inline constexpr char kLeaseCandidates[] =
 inline constexpr char kTeamUsage[] =
     "SELECT COALESCE(t.name, u.team), COALESCE(t.weight, 1), COALESCE(t.max_running_tasks, 0), "
     "COALESCE(u.usage_us, 0), COALESCE(u.usage_at, 0), COALESCE(u.running, 0), "
-    "COALESCE(u.running_devices * $1::bigint::float8 - u.running_since_us, 0)::bigint, COALESCE(u.device_us, 0) "
+    "COALESCE(u.running_devices * $1::bigint::float8 - u.running_device_since_us, 0)::bigint, COALESCE(u.device_us, 0) "
     "FROM teams t FULL OUTER JOIN team_usage u ON u.team = t.name ORDER BY 1";
 // The running tasks of teams with a running-task quota ($1), locked: a lease that grants them
 // work counts again under the lock, so concurrent leases cannot overshoot the quota.

@@ -100,7 +100,7 @@ constexpr char kLeaseCandidates[] =
 // of teams without a row in `teams` (jobs of a team created before it was).
 // (No FULL OUTER JOIN: older SQLite libraries, macOS's among them, lack it.)
 #define MINIONS_SQLITE_OPEN_US \
-  "CAST(COALESCE(u.running_devices * CAST(:now AS REAL) - u.running_since_us, 0) AS INTEGER)"
+  "CAST(COALESCE(u.running_devices * CAST(:now AS REAL) - u.running_device_since_us, 0) AS INTEGER)"
 constexpr char kTeamUsage[] =
     "SELECT t.name, t.weight, t.max_running_tasks, COALESCE(u.usage_us, 0), COALESCE(u.usage_at, 0), "
     "COALESCE(u.running, 0), " MINIONS_SQLITE_OPEN_US ", COALESCE(u.device_us, 0) "
@@ -480,7 +480,7 @@ absl::StatusOr<Job> SqliteMetadataStore::EndJob(const std::string& job_id, JobSt
   }
   RETURN_IF_ERROR(ChargeUsage({{job_id, used}}, now));
   RETURN_IF_ERROR(SaveJob(job));
-  job.device_time += used * rules::DevicesPerAttempt(job.spec);  // (read before the charge)
+  job.device_time += rules::DeviceTime(used, job.spec);  // (read before the charge)
   return job;
 }
 
@@ -509,7 +509,7 @@ absl::StatusOr<Job> SqliteMetadataStore::ExpireJob(const std::string& job_id, ab
     }
     RETURN_IF_ERROR(ChargeUsage({{job_id, used}}, now));
     RETURN_IF_ERROR(SaveJob(job));
-    job.device_time += used * rules::DevicesPerAttempt(job.spec);  // (read before the charge)
+    job.device_time += rules::DeviceTime(used, job.spec);  // (read before the charge)
     return job;
   });
 }
@@ -523,8 +523,11 @@ absl::StatusOr<Task> SqliteMetadataStore::RequestBackup(const std::string& job_i
       return absl::FailedPreconditionError(absl::StrCat("task ", job_id, "/", task_index, " is on attempt ",
                                                         task.attempt, ", not ", attempt));
     }
+    const Task before = task;
     RETURN_IF_ERROR(::minions::RequestBackup(task, now));
     RETURN_IF_ERROR(SaveTask(task));
+    // The straggler's time so far is charged now (the rest only if it wins).
+    RETURN_IF_ERROR(ChargeUsage({{job_id, rules::EndedAttemptTime(before, task, now)}}, now));
     return task;
   });
 }
@@ -688,7 +691,7 @@ absl::Status SqliteMetadataStore::ChargeUsage(const std::map<std::string, absl::
   for (const auto& [job_id, time] : by_job) {
     if (time <= absl::ZeroDuration()) continue;
     ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
-    const absl::Duration device_time = time * rules::DevicesPerAttempt(job.spec);
+    const absl::Duration device_time = rules::DeviceTime(time, job.spec);
     by_team[job.spec.team] += device_time;
     ASSIGN_OR_RETURN(Statement charge, Prepare(kChargeJobDevice));
     charge.BindInt(":us", absl::ToInt64Microseconds(device_time)).BindText(":id", job_id);

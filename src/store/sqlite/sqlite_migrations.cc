@@ -240,29 +240,33 @@ ALTER TABLE jobs ADD COLUMN device_us INTEGER NOT NULL DEFAULT 0;
 
 // Accounting of gangs, as the PostgreSQL store's migration 13: an attempt of a gang job holds
 // gang_size executors, so its running time counts that many times in its team's usage (store_rules
-// DevicesPerAttempt). running stays the running tasks (the quota counts tasks); running_devices is
-// the executors they hold; running_since_us becomes the sum of their started_at weighted the same
-// way. The trigger is replaced; the running gang attempts' extra devices are added once here.
+// DevicesPerAttempt). running and running_since_us keep their meaning (the running tasks, for the
+// quota; the sum of their started_at); running_devices and running_device_since_us count the
+// executors the running attempts hold and their started_at weighted the same way. The trigger is
+// replaced; the running gang attempts' extra devices are added once here (the trigger kept the rest).
 constexpr char kGangDevices[] = R"sql(
 ALTER TABLE team_usage ADD COLUMN running_devices INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE team_usage ADD COLUMN running_device_since_us REAL NOT NULL DEFAULT 0;
 DROP TRIGGER IF EXISTS tasks_running_by_team;
 CREATE TRIGGER tasks_running_by_team AFTER UPDATE OF state ON tasks
 WHEN (OLD.state = 'running') <> (NEW.state = 'running')
 BEGIN
-  INSERT INTO team_usage (team, running, running_devices, running_since_us)
+  INSERT INTO team_usage (team, running, running_since_us, running_devices, running_device_since_us)
     SELECT team, CASE WHEN NEW.state = 'running' THEN 1 ELSE -1 END,
+           CASE WHEN NEW.state = 'running' THEN COALESCE(NEW.started_at, 0) ELSE -COALESCE(OLD.started_at, 0) END,
            CASE WHEN NEW.state = 'running' THEN 1 ELSE -1 END * MAX(gang_size, 1),
            CASE WHEN NEW.state = 'running' THEN COALESCE(NEW.started_at, 0) ELSE -COALESCE(OLD.started_at, 0) END
              * MAX(gang_size, 1)
     FROM jobs WHERE id = NEW.job_id
   ON CONFLICT (team) DO UPDATE SET running = running + excluded.running,
+    running_since_us = running_since_us + excluded.running_since_us,
     running_devices = running_devices + excluded.running_devices,
-    running_since_us = running_since_us + excluded.running_since_us;
+    running_device_since_us = running_device_since_us + excluded.running_device_since_us;
 END;
 UPDATE team_usage SET
   running_devices = running + COALESCE((SELECT SUM(j.gang_size - 1) FROM tasks t JOIN jobs j ON j.id = t.job_id
     WHERE t.state = 'running' AND j.gang_size >= 2 AND j.team = team_usage.team), 0),
-  running_since_us = running_since_us + COALESCE((SELECT SUM(COALESCE(t.started_at, 0) * (j.gang_size - 1))
+  running_device_since_us = running_since_us + COALESCE((SELECT SUM(COALESCE(t.started_at, 0) * (j.gang_size - 1))
     FROM tasks t JOIN jobs j ON j.id = t.job_id
     WHERE t.state = 'running' AND j.gang_size >= 2 AND j.team = team_usage.team), 0);
 )sql";

@@ -1,0 +1,91 @@
+// store_rules' accounting rule (EndedAttemptTime, DeviceTime), on tasks moved by the model's own
+// state machine, with a fixed clock. The stores' contract tests check the same through both
+// backends; these name each case.
+
+#include "store/common/store_rules.h"
+
+#include "gtest/gtest.h"
+#include "model/state_machines.h"
+
+namespace minions {
+namespace {
+
+namespace rules = store_rules;
+
+const absl::Time kStart = absl::FromUnixSeconds(1'700'000'000);
+const absl::Duration kTtl = absl::Hours(1);
+
+LeaseProgress Report(int attempt, int64_t records_done) {
+  LeaseProgress report;
+  report.job_id = "job";
+  report.attempt = attempt;
+  report.records_done = records_done;
+  return report;
+}
+
+Task Running(const std::string& executor, absl::Time at) {
+  Task task;
+  task.job_id = "job";
+  task.n_records = 10;
+  EXPECT_TRUE(GrantTask(task, executor, kTtl, at).ok());
+  return task;
+}
+
+TEST(EndedAttemptTime, AnAttemptThatLeavesRunningIsChargedFromItsStart) {
+  Task before = Running("a", kStart);
+  Task after = before;
+  ASSERT_TRUE(CompleteTask(after, 10, 0, kStart + absl::Seconds(30)).ok());
+  EXPECT_EQ(rules::EndedAttemptTime(before, after, kStart + absl::Seconds(30)), absl::Seconds(30));
+  // A renewal, or a change of a task that was not running, charges nothing.
+  Task renewed = before;
+  ASSERT_TRUE(RenewLease(renewed, Report(1, 3), kTtl, kStart + absl::Seconds(5)).ok());
+  EXPECT_EQ(rules::EndedAttemptTime(before, renewed, kStart + absl::Seconds(5)), absl::ZeroDuration());
+  Task pending;
+  Task granted = Running("a", kStart);
+  EXPECT_EQ(rules::EndedAttemptTime(pending, granted, kStart), absl::ZeroDuration());
+}
+
+TEST(EndedAttemptTime, ARaceChargesTheStragglerToTheBackupRequestAndAgainOnlyIfItWins) {
+  const Task straggling = Running("slow", kStart);
+  Task backed = straggling;
+  ASSERT_TRUE(RequestBackup(backed, kStart + absl::Seconds(20)).ok());
+  EXPECT_EQ(rules::EndedAttemptTime(straggling, backed, kStart + absl::Seconds(20)), absl::Seconds(20));
+  Task raced = backed;
+  ASSERT_TRUE(GrantTask(raced, "fast", kTtl, kStart + absl::Seconds(22)).ok());
+  EXPECT_EQ(rules::EndedAttemptTime(backed, raced, kStart + absl::Seconds(22)), absl::ZeroDuration());
+  const absl::Time end = kStart + absl::Seconds(27);
+
+  // The straggler wins: its 7 s since the request, and the backup's 5 s.
+  Task shadow_won = raced;
+  ASSERT_TRUE(CompleteTask(shadow_won, Report(1, 10), end).ok());
+  ASSERT_EQ(shadow_won.attempt, 1);
+  EXPECT_EQ(rules::EndedAttemptTime(raced, shadow_won, end), absl::Seconds(12));
+  // The backup wins: its 5 s only.
+  Task backup_won = raced;
+  ASSERT_TRUE(CompleteTask(backup_won, Report(2, 10), end).ok());
+  EXPECT_EQ(rules::EndedAttemptTime(raced, backup_won, end), absl::Seconds(5));
+  // The straggler fails, or is handed back: nothing more.
+  Task dropped = raced;
+  ASSERT_TRUE(FailAttempt(dropped, 1, {}, FailureClass::kRetryable, "boom", 4, RetryPolicy{}, end).ok());
+  ASSERT_FALSE(dropped.shadow.has_value());
+  EXPECT_EQ(rules::EndedAttemptTime(raced, dropped, end), absl::ZeroDuration());
+  // A shadow from before the start of a shadow was kept is charged nothing after the request.
+  Task old_row = raced;
+  old_row.shadow->since.reset();
+  Task old_won = old_row;
+  ASSERT_TRUE(CompleteTask(old_won, Report(1, 10), end).ok());
+  EXPECT_EQ(rules::EndedAttemptTime(old_row, old_won, end), absl::Seconds(5));
+}
+
+TEST(DeviceTime, IsTheWallTimeInWholeMicrosecondsTimesTheGang) {
+  JobSpec single, gang;
+  gang.gang_size = 3;
+  const absl::Duration wall = absl::Seconds(10) + absl::Nanoseconds(999);
+  EXPECT_EQ(rules::DeviceTime(wall, single), absl::Seconds(10));
+  EXPECT_EQ(rules::DeviceTime(wall, gang), absl::Seconds(30)) << "as the PostgreSQL statement: micros, then times 3";
+  EXPECT_EQ(rules::DevicesPerAttempt(single), 1);
+  EXPECT_EQ(rules::DevicesPerAttempt(gang), 3);
+}
+
+}  // namespace
+}  // namespace minions
