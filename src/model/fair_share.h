@@ -3,7 +3,7 @@
 //
 // Each team has a weight (Team::weight). Its usage is the device time its attempts ran (run time ×
 // the executors each held: a gang job's gang size, else one; a straggler raced by a backup counts
-// for the time it ran too), decayed exponentially with a half-life, as HTCondor's user priorities
+// up to the backup request, and after it only if it wins: store_rules EndedAttemptTime), decayed exponentially with a half-life, as HTCondor's user priorities
 // are: usage(t) = Σ device_time_i × 2^-((t - end_i) / half_life), plus the device time its
 // running attempts have used so far. A team's standing is usage / weight; the lease query
 // serves the team with the lowest standing first (the one furthest below its share), then by

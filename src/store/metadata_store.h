@@ -295,8 +295,9 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
 
   // Every team (those in the teams table, and any other whose jobs have run) with its weight,
   // quota, running tasks and usage decayed to `now` (with the store's fair_share_half_life),
-  // running attempts' time so far included. An attempt's device time is charged to its job's
-  // team when it completes, fails or its lease expires; by name.
+  // running attempts' time so far included (times the executors each holds). An attempt's device
+  // time is charged to its job's team when it completes, fails, is handed back, its lease expires
+  // or its job ends, and a straggler's at its backup request (store_rules EndedAttemptTime); by name.
   virtual absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now) = 0;
 
   // --- the servers' agreement ---
@@ -321,7 +322,8 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   // returns them as they are now.
   virtual absl::StatusOr<std::vector<Task>> ExpireLeases(absl::Time now, int limit) = 0;
   // Stragglers: attempt `attempt` of a running task gets a backup (model RequestBackup): the task
-  // goes back to pending for another executor while the attempt runs on as its shadow.
+  // goes back to pending for another executor while the attempt runs on as its shadow. The
+  // attempt's time so far is charged now; its time after, only if it wins.
   // FailedPrecondition if the task is not running that attempt or has a backup already.
   virtual absl::StatusOr<Task> RequestBackup(const std::string& job_id, int64_t task_index, int attempt,
                                              absl::Time now) = 0;

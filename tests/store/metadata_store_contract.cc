@@ -1242,7 +1242,7 @@ TEST_P(MetadataStoreContract, ARaceChargesTheStragglerUpToTheBackupAndTheWinnerT
     Advance(absl::Seconds(1));
     ASSERT_OK_AND_ASSIGN(auto lost, store_->CompleteTasks(loser.task.executor_id, {Progress(loser, 10)}, now_));
     EXPECT_CODE(lost[0], kFailedPrecondition);
-    EXPECT_EQ(GetJob(job_id).device_time, expected) << "the loser's refused report charged";
+    EXPECT_EQ(GetJob(job_id).device_time, expected) << "a refused report charges nothing";
     EXPECT_EQ(team_device_time(), expected);
   }
 }

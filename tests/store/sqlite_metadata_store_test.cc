@@ -313,6 +313,8 @@ TEST_F(SqliteMetadataStoreTest, UpgradingCountsARunningGangAttemptOncePerExecuto
   ASSERT_THAT(teams, SizeIs(1));
   EXPECT_EQ(teams[0].running, 2);
   EXPECT_EQ(teams[0].usage, absl::Seconds(40)) << "the gang's 3 executors and the single one, 10 s each";
+  EXPECT_EQ(RawCount(path_, "SELECT CAST(running_since_us AS INTEGER) FROM team_usage"), 2 * absl::ToUnixMicros(now_))
+      << "two running tasks' starts, as before";
 }
 
 TEST_F(SqliteMetadataStoreTest, ANewerSchemaIsRefused) {

@@ -64,7 +64,7 @@ TEST(EndedAttemptTime, ARaceChargesTheStragglerToTheBackupRequestAndAgainOnlyIfI
   Task backup_won = raced;
   ASSERT_TRUE(CompleteTask(backup_won, Report(2, 10), end).ok());
   EXPECT_EQ(rules::EndedAttemptTime(raced, backup_won, end), absl::Seconds(5));
-  // The straggler fails, or is handed back: nothing more.
+  // The straggler fails (dropped, as a hand-back drops it): nothing more.
   Task dropped = raced;
   ASSERT_TRUE(FailAttempt(dropped, 1, {}, FailureClass::kRetryable, "boom", 4, RetryPolicy{}, end).ok());
   ASSERT_FALSE(dropped.shadow.has_value());

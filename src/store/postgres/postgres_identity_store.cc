@@ -214,7 +214,8 @@ absl::StatusOr<Executor> PostgresMetadataStore::RevokeExecutor(const std::string
     }
     // Handed back: preempted attempts (pending at once, not counted), dropped shadows. Neither
     // ends a task, so no job's counts change; the attempts stopped are charged the time they ran
-    // (to their teams and jobs, as any ended attempt).
+    // (to their teams and jobs, as any ended attempt; a dropped shadow adds nothing after its
+    // backup request: store_rules EndedAttemptTime).
     std::map<std::string, Job> jobs;
     AttemptWrites writes;
     for (Task& task : tasks) {

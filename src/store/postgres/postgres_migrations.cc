@@ -269,11 +269,13 @@ ALTER TABLE jobs ADD COLUMN device_us BIGINT NOT NULL DEFAULT 0;
 // rolling upgrade, read them as before; running_devices and running_device_since_us count the
 // executors the running attempts hold and their started_at weighted the same way. The trigger is
 // replaced, with the tasks locked against state changes until the backfill (the running gang
-// attempts' extra devices; the trigger kept the rest) commits with it.
+// attempts' extra devices; the trigger kept the rest) commits with it. team_usage is locked
+// (by its ALTERs) before tasks: a lease reads team_usage before it writes tasks, so the other
+// order could deadlock with every lease in flight.
 constexpr char kGangDevices[] = R"sql(
-LOCK TABLE tasks IN SHARE ROW EXCLUSIVE MODE;
 ALTER TABLE team_usage ADD COLUMN running_devices BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE team_usage ADD COLUMN running_device_since_us DOUBLE PRECISION NOT NULL DEFAULT 0;
+LOCK TABLE tasks IN SHARE ROW EXCLUSIVE MODE;
 CREATE OR REPLACE FUNCTION minions_count_running_by_team() RETURNS trigger LANGUAGE plpgsql AS $body$
 BEGIN
   INSERT INTO team_usage AS u (team, running, running_since_us, running_devices, running_device_since_us)

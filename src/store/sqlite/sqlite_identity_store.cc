@@ -270,7 +270,8 @@ absl::StatusOr<Executor> SqliteMetadataStore::RevokeExecutor(const std::string& 
         held.emplace_back(query.Text(0), query.Int(1));
       }
     }
-    // The attempts stopped are charged the time they ran (to their teams and jobs).
+    // The attempts stopped are charged the time they ran (to their teams and jobs; a dropped
+    // shadow adds nothing after its backup request: store_rules EndedAttemptTime).
     std::map<std::string, Job> jobs;
     std::map<std::string, absl::Duration> charges;
     for (const auto& [job_id, index] : held) {
