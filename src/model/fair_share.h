@@ -3,9 +3,10 @@
 //
 // Each team has a weight (Team::weight). Its usage is the device time its attempts ran (run time ×
 // the executors each held: a gang job's gang size, else one; a straggler raced by a backup counts
-// up to the backup request, and after it only if it wins: store_rules EndedAttemptTime), decayed exponentially with a half-life, as HTCondor's user priorities
-// are: usage(t) = Σ device_time_i × 2^-((t - end_i) / half_life), plus the device time its
-// running attempts have used so far. A team's standing is usage / weight; the lease query
+// up to the backup request, and after it only if it wins: store_rules EndedAttemptTime), decayed
+// exponentially with a half-life, as HTCondor's user priorities are:
+// usage(t) = Σ device_time_i × 2^-((t - end_i) / half_life), plus the device time its running
+// attempts have used so far. A team's standing is usage / weight; the lease query
 // serves the team with the lowest standing first (the one furthest below its share), then by
 // job priority and age within the team. A team at its max_running_tasks is not served.
 // Over time each team that keeps wanting work gets a fraction weight / Σ weights of the fleet;

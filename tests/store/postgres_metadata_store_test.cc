@@ -302,7 +302,8 @@ TEST_F(PostgresMetadataStoreTest, UpgradingCountsARunningGangAttemptOncePerExecu
     GangLease gang;
     gang.job_id = SubmitTo(*store, 1, /*gang_size=*/3);
     for (int i = 0; i < 3; ++i) {
-      gang.members.push_back({RegisterWith(*store, absl::StrCat("m", i)), i == 0 ? "" : "10.9.0.1:50052", int64_t{1} << 30});
+      gang.members.push_back(
+          {RegisterWith(*store, absl::StrCat("m", i)), i == 0 ? "" : "10.9.0.1:50052", int64_t{1} << 30});
     }
     ASSERT_OK(store->LeaseToGang(gang, kTtl, now_));
     SubmitTo(*store, 1);

@@ -286,14 +286,17 @@ TEST_F(SqliteMetadataStoreTest, LandedMigrationsKeepTheirNumbers) {
 // Migration 13 on a database where a gang attempt runs: from then on that attempt counts once per
 // executor it holds in its team's usage, as attempts begun after the upgrade do.
 TEST_F(SqliteMetadataStoreTest, UpgradingCountsARunningGangAttemptOncePerExecutor) {
-  if (sqlite3_libversion_number() < 3035000) GTEST_SKIP() << "this SQLite has no DROP COLUMN to undo the migration with";
+  if (sqlite3_libversion_number() < 3035000) {
+    GTEST_SKIP() << "this SQLite has no DROP COLUMN to undo the migration with";
+  }
   {
     auto store = MustOpen(path_);
     ASSERT_NE(store, nullptr);
     GangLease gang;
     gang.job_id = SubmitTo(*store, 1, /*gang_size=*/3);
     for (int i = 0; i < 3; ++i) {
-      gang.members.push_back({RegisterWith(*store, absl::StrCat("m", i)), i == 0 ? "" : "10.9.0.1:50052", int64_t{1} << 30});
+      gang.members.push_back(
+          {RegisterWith(*store, absl::StrCat("m", i)), i == 0 ? "" : "10.9.0.1:50052", int64_t{1} << 30});
     }
     ASSERT_OK(store->LeaseToGang(gang, kTtl, now_));
     SubmitTo(*store, 1);

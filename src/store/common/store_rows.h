@@ -178,7 +178,8 @@ Team ReadTeam(const Row& row, int first = 0) {
 
 // A team's standing (model/fair_share.h) from a row of: name, weight, max_running_tasks,
 // usage_us (ended attempts, decayed as of usage_at), usage_at, running (tasks), the device
-// microseconds the running attempts have used so far (times each one's executors), and device_us (ended attempts, never decayed); decayed to `now`.
+// microseconds the running attempts have used so far (times each one's executors), and device_us
+// (ended attempts, never decayed); decayed to `now`.
 template <typename Row>
 TeamUsage ReadTeamUsage(const Row& row, absl::Time now, absl::Duration half_life) {
   TeamUsage usage;

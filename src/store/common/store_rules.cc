@@ -211,7 +211,8 @@ absl::Duration EndedAttemptTime(const Task& before, const Task& after, absl::Tim
   const bool current_ended = before.state == TaskState::kRunning &&
                              (after.state != TaskState::kRunning || after.attempt != before.attempt);
   if (current_ended) time += ran(before.started_at);
-  const bool shadow_won = before.shadow && after.state == TaskState::kSucceeded && after.attempt == before.shadow->attempt;
+  const bool shadow_won =
+      before.shadow && after.state == TaskState::kSucceeded && after.attempt == before.shadow->attempt;
   if (shadow_won) time += ran(before.shadow->since);
   return time;
 }

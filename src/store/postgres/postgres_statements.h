@@ -85,7 +85,8 @@ inline constexpr char kCountTasks[] =
     "state = 'running'";
 
 // Fair share: ended attempts' wall time (JOB_IDS text[], MICROS bigint[], by job) times their jobs'
-// devices per attempt (store_rules DevicesPerAttempt: a gang's size, else 1) added to their teams' usage, decayed to NOW (bigint micros) with HALF_LIFE (bigint micros; 0: no decay), as
+// devices per attempt (store_rules DevicesPerAttempt: a gang's size, else 1) added to their teams'
+// usage, decayed to NOW (bigint micros) with HALF_LIFE (bigint micros; 0: no decay), as
 // model/fair_share.h DecayUsage does: usage(now) = usage(at) x 2^-((now - at) / half_life) + charge;
 // and to their device time (device_us), which never decays.
 // (At most 1000 halvings: PostgreSQL reports a float underflow as an error, not as zero.)
