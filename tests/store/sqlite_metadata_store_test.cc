@@ -192,10 +192,9 @@ class SqliteMetadataStoreTest : public ::testing::Test {
     }
     return tasks;
   }
-  std::string SubmitTo(MetadataStore& store, int n_tasks, int gang_size = 0) {
+  std::string SubmitTo(MetadataStore& store, int n_tasks) {
     JobSpec spec;
     spec.model = "m.gguf";
-    spec.gang_size = gang_size;
     absl::StatusOr<Job> job = store.CreateJob(spec, now_);
     EXPECT_TRUE(job.ok()) << job.status();
     EXPECT_TRUE(store.AddTasks(job->id, Shards(n_tasks), n_tasks, now_).ok());
@@ -292,15 +291,7 @@ TEST_F(SqliteMetadataStoreTest, UpgradingCountsARunningGangAttemptOncePerExecuto
   {
     auto store = MustOpen(path_);
     ASSERT_NE(store, nullptr);
-    GangLease gang;
-    gang.job_id = SubmitTo(*store, 1, /*gang_size=*/3);
-    for (int i = 0; i < 3; ++i) {
-      gang.members.push_back(
-          {RegisterWith(*store, absl::StrCat("m", i)), i == 0 ? "" : "10.9.0.1:50052", int64_t{1} << 30});
-    }
-    ASSERT_OK(store->LeaseToGang(gang, kTtl, now_));
-    SubmitTo(*store, 1);
-    ASSERT_OK(store->LeaseTasks(RegisterWith(*store, "single"), 1, kTtl, now_));
+    ASSERT_OK(RunAGangOfThreeAndOneSingleTask(*store, now_, kTtl));
   }
   // The database as schema 12 had it: no device columns (running and running_since_us are as
   // they were).
