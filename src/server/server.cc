@@ -15,6 +15,7 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
       options_(std::move(options)),
       watchdog_(std::move(watchdog)),
       server_metrics_(&registry_, store),
+      rpc_faults_(clock, &registry_),
       fleet_view_(store, clock, &progress_),
       finalizer_(store, blobs, clock, {options_.max_chunk_bytes}),
       authenticator_(store, clock, options_.auth),
@@ -41,6 +42,9 @@ absl::Status MinionsServer::Start() {
   builder.RegisterService(&executor_service_);
   builder.RegisterService(&admin_service_);
   builder.RegisterService(&model_service_);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<RpcFaultInterceptors>(&rpc_faults_));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // Limits on what a caller can make this process hold (docs/operations.md, "Limits"): the largest
   // message is an inline input; every call in flight holds a thread of the synchronous server, so
   // the threads are capped (past the cap a call gets RESOURCE_EXHAUSTED), as are the streams one

@@ -35,6 +35,7 @@
 #include "server/job_finalizer.h"
 #include "server/job_service.h"
 #include "server/model_service.h"
+#include "server/rpc_faults.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
@@ -112,6 +113,7 @@ class MinionsServer {
   absl::Time next_watchdog_lock_try_ = absl::InfinitePast();  // the background loop's thread only
   metrics::Registry registry_;
   ServerMetrics server_metrics_;
+  RpcFaults rpc_faults_;  // every gRPC call's faults, counted and logged (server/rpc_faults.h)
   ProgressTracker progress_;  // every job's progress estimate: watch streams, dashboard, metrics
   FleetView fleet_view_;
   JobFinalizer finalizer_;

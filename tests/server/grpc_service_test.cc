@@ -1,6 +1,8 @@
 // The gRPC services end to end in one process: a MinionsServer on a loopback port, driven only
 // through real stubs, the way the client verbs and executors talk to it (grpc_service_fixture.h).
 
+#include <sqlite3.h>
+
 #include "grpc_service_fixture.h"
 #include "testing/fake_watchdog_lock.h"
 #include "watchdog/watchdog.h"
@@ -599,6 +601,35 @@ TEST_F(GrpcServiceTest, MetricsCountLeasesAttemptsRecordsAndTimes) {
   // The store-derived gauges ride along.
   EXPECT_EQ(m["minions_jobs{state=\"running\"}"], 1);
   EXPECT_EQ(m["minions_tasks{state=\"pending\"}"], 2);
+}
+
+// A server whose store refuses its statements (here a schema it does not expect: a column renamed
+// by another tool) answers its executors' leases INTERNAL, and its operator hears of it: each such
+// fault is counted by method (and logged, server/rpc_faults.h). A refusal of a caller's own
+// mistake is not a fault of the server's and is not counted.
+TEST_F(GrpcServiceTest, FaultsOfTheServersOwnAreCountedByMethodAndRefusalsAreNot) {
+  const std::string path = dir_.File("minions.db");
+  ASSERT_OK_AND_ASSIGN(store_, SqliteMetadataStore::Open(path, StoreOptions{}));
+  StartServer();
+  MustSubmit(Records(3), 3);
+  const std::string executor = RegisterExecutor("on-a-changed-schema");
+  v1::LeaseResponse reply;
+  EXPECT_GRPC_ERROR(executors_->Lease(Context().get(), v1::LeaseRequest(), &reply), PERMISSION_DENIED, "");
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(db, "ALTER TABLE tasks RENAME COLUMN lease_expires_at TO lease_ends", nullptr, nullptr,
+                           nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_GRPC_ERROR(Lease(executor, 1, &reply), INTERNAL, "lease_expires_at");
+  auto m = ParsePrometheusSamples(server_->metrics().Render());
+  EXPECT_EQ(m["minions_rpc_faults_total{method=\"/minions.v1.Executors/Lease\",code=\"INTERNAL\"}"], 3);
+  int fault_series = 0;
+  for (const auto& [sample, value] : m) fault_series += sample.rfind("minions_rpc_faults_total{", 0) == 0;
+  EXPECT_EQ(fault_series, 1) << "the refused lease (an admin's credential) is not a fault";
 }
 
 // ------------------------------------------------------------------ the watchdog on standby
