@@ -330,6 +330,10 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
   if (job->device_seconds() > 0) {
     printf("device    %s (every attempt that has ended)\n", HumanDuration(job->device_seconds()).c_str());
   }
+  if (job->prompt_tokens() > 0 || job->completion_tokens() > 0) {
+    printf("tokens    %lld prompt, %lld completion (what its answers say they used)\n",
+           static_cast<long long>(job->prompt_tokens()), static_cast<long long>(job->completion_tokens()));
+  }
   if (!job->error().empty()) printf("error     %s\n", job->error().c_str());
   if (!job->wait_reason().empty()) printf("waiting   %s\n", job->wait_reason().c_str());
   if (job->gang_size() > 0) {

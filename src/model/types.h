@@ -73,6 +73,15 @@ struct RequestCounts {
   int64_t failed = 0;
 };
 
+// Tokens a job's answers say they used: the sums of their lines' response.body.usage, added up by
+// the finaliser over the lines it publishes (server/chunk_check.h). The executors' word: a
+// figure to report (the OpenAI batch object's usage), not one to bill by.
+struct TokenUsage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  bool operator==(const TokenUsage&) const = default;
+};
+
 struct Job {
   std::string id;
   JobSpec spec;
@@ -92,6 +101,9 @@ struct Job {
   // Every ended attempt's device time (accounting: what the job cost), charged by the store as
   // attempts end, as its team's is; read with the job, never written back with it.
   absl::Duration device_time;
+  // Set when the job finishes (FinishJob), zero before and for a job that ends otherwise (failed,
+  // cancelled); read with the job, written only by FinishJob.
+  TokenUsage tokens;
 };
 
 // A checkpoint of a task: the output of records [begin, end) (task-relative), written by one attempt

@@ -1,5 +1,6 @@
 #include "server/chunk_check.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <system_error>
@@ -26,8 +27,15 @@ struct LineFacts {
   std::string custom_id;
   bool error_null = true;          // absent or null
   bool response_object = false;
+  // response.body.usage's counts, as the line states them (0 when absent, negative or not an
+  // integer; a count is capped at kMaxTokensPerLine, so that no line can make a job's sum
+  // overflow or mean anything: the most a record's answer could hold is far below it).
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
   bool is_error_line() const { return !error_null || !response_object; }
 };
+
+constexpr int64_t kMaxTokensPerLine = int64_t{1} << 32;
 
 class LineFactsReader {
  public:
@@ -35,15 +43,21 @@ class LineFactsReader {
 
   bool null() { return Value(Kind::kNull, nullptr); }
   bool boolean(bool) { return Value(Kind::kOther, nullptr); }
-  bool number_integer(Json::number_integer_t) { return Value(Kind::kOther, nullptr); }
-  bool number_unsigned(Json::number_unsigned_t) { return Value(Kind::kOther, nullptr); }
+  bool number_integer(Json::number_integer_t n) {
+    if (n >= 0) Count(static_cast<uint64_t>(n));
+    return Value(Kind::kOther, nullptr);
+  }
+  bool number_unsigned(Json::number_unsigned_t n) {
+    Count(n);
+    return Value(Kind::kOther, nullptr);
+  }
   bool number_float(Json::number_float_t, const Json::string_t&) { return Value(Kind::kOther, nullptr); }
   bool string(Json::string_t& value) { return Value(Kind::kString, &value); }
   bool binary(Json::binary_t&) { return Value(Kind::kOther, nullptr); }
   bool start_object(std::size_t) {
     if (depth_ == 0) facts_->object = true;
     if (!Value(Kind::kObject, nullptr)) return false;
-    return ++depth_ <= kMaxJsonDepth;
+    return Enter();
   }
   bool end_object() {
     --depth_;
@@ -51,7 +65,7 @@ class LineFactsReader {
   }
   bool start_array(std::size_t) {
     if (!Value(Kind::kOther, nullptr)) return false;
-    return ++depth_ <= kMaxJsonDepth;
+    return Enter();
   }
   bool end_array() {
     --depth_;
@@ -59,12 +73,29 @@ class LineFactsReader {
   }
   bool key(Json::string_t& name) {
     if (depth_ == 1) key_ = name;
+    if (depth_ >= 1 && depth_ <= kUsageDepth) path_[depth_ - 1] = name;
     return true;
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
 
  private:
   enum class Kind { kNull, kString, kObject, kOther };
+  // The depth of response.body.usage's counts, and the keys that lead to them.
+  static constexpr int kUsageDepth = 4;
+
+  // A container opens: its members have no key yet (an array's never get one).
+  bool Enter() {
+    ++depth_;
+    if (depth_ >= 1 && depth_ <= kUsageDepth) path_[depth_ - 1].clear();
+    return depth_ <= kMaxJsonDepth;
+  }
+  // An integer: one of the line's token counts if it sits at response.body.usage.*_tokens.
+  void Count(uint64_t n) {
+    if (depth_ != kUsageDepth || path_[0] != "response" || path_[1] != "body" || path_[2] != "usage") return;
+    const int64_t count = static_cast<int64_t>(std::min<uint64_t>(n, kMaxTokensPerLine));
+    if (path_[3] == "prompt_tokens") facts_->prompt_tokens = count;  // a later duplicate wins, as when parsed
+    if (path_[3] == "completion_tokens") facts_->completion_tokens = count;
+  }
   // A value starts; at depth 1 it is a field of the line (later duplicates win, as when parsed).
   bool Value(Kind kind, const std::string* text) {
     if (depth_ != 1) return true;
@@ -83,6 +114,7 @@ class LineFactsReader {
   LineFacts* facts_;
   int depth_ = 0;
   std::string key_;
+  std::string path_[kUsageDepth];  // the key of the value open at each depth 1..4, "" for none
 };
 
 absl::StatusOr<LineFacts> ReadLineFacts(std::string_view line) {
@@ -164,7 +196,7 @@ std::vector<std::string> ExpectedCustomIds(const std::vector<std::string>& recor
 }
 
 absl::Status VerifyChunk(const Chunk& chunk, std::string_view output, std::string_view errors,
-                         const std::vector<std::string>& expected_ids) {
+                         const std::vector<std::string>& expected_ids, TokenUsage* tokens) {
   const int64_t n = chunk.end - chunk.begin;
   if (n <= 0 || static_cast<int64_t>(expected_ids.size()) != n) {
     return absl::InvalidArgumentError(absl::StrCat(Describe(chunk), " claims a range the task does not have"));
@@ -208,6 +240,12 @@ absl::Status VerifyChunk(const Chunk& chunk, std::string_view output, std::strin
           Describe(chunk), ": record ", chunk.begin + i, " (custom_id '", Excerpt(id, 64), "') is not answered: ",
           o < outs.size() ? absl::StrCat("output line ", o + 1, " answers ", Quoted(outs[o])) : "no output line left",
           ", ", e < errs.size() ? absl::StrCat("error line ", e + 1, " answers ", Quoted(errs[e])) : "no error line left"));
+    }
+  }
+  if (tokens != nullptr) {
+    for (const LineFacts& line : outs) {
+      tokens->prompt_tokens += line.prompt_tokens;
+      tokens->completion_tokens += line.completion_tokens;
     }
   }
   return absl::OkStatus();

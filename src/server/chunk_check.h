@@ -51,8 +51,10 @@ std::vector<std::string> ExpectedCustomIds(const std::vector<std::string>& recor
 // Checks one chunk's objects (`output`, `errors`: their bytes; "" for a missing error object)
 // against `expected_ids`, the custom_ids of its records [chunk.begin, chunk.end) in order.
 // InvalidArgument saying what is wrong (which line, which record) when it does not hold.
+// `tokens` (may be null): a chunk that passes adds what its output lines' response.body.usage
+// state (prompt_tokens, completion_tokens) to it; the executor's word, as the lines themselves are.
 absl::Status VerifyChunk(const Chunk& chunk, std::string_view output, std::string_view errors,
-                         const std::vector<std::string>& expected_ids);
+                         const std::vector<std::string>& expected_ids, TokenUsage* tokens = nullptr);
 
 // One of a chunk's objects, read with its size checked as it comes: InvalidArgument past `limit`
 // bytes (an object that grows after being measured cannot slip by), NotFound when missing.

@@ -21,7 +21,8 @@ inline constexpr std::string_view kErrorBatchCancelled = "batch_cancelled";
 
 absl::Status JobFinalizer::WriteResults(const Job& job, const std::vector<Task>& tasks, bool cancelled,
                                         const std::string& output_key, const std::string& errors_key,
-                                        std::map<std::pair<int64_t, int>, std::string>* rejected) {
+                                        std::map<std::pair<int64_t, int>, std::string>* rejected,
+                                        TokenUsage* tokens) {
   // One pass over the tasks in input order writes the output file as it goes; what goes to the
   // error file is spooled to a temporary file and written after (the two files are in input order,
   // and every piece is read once). A task contributes its committed chunks whatever its end (a
@@ -66,7 +67,7 @@ absl::Status JobFinalizer::WriteResults(const Job& job, const std::vector<Task>&
       std::vector<std::string> ids = ExpectedCustomIds(records, c.begin, c.end);
       // Too large is the chunk's fault (InvalidArgument); another error is the object store's.
       absl::Status verdict = !output.ok() ? output.status() : !errors.ok() ? errors.status()
-                                                                           : VerifyChunk(c, *output, *errors, ids);
+                                                                           : VerifyChunk(c, *output, *errors, ids, tokens);
       if (!verdict.ok() && !absl::IsInvalidArgument(verdict)) return verdict;
       if (!verdict.ok()) {
         MINIONS_LOG(Warning) << "job=" << job.id << " task=" << task.index << " attempt=" << c.attempt
@@ -144,7 +145,8 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
   const std::string errors_key = keys::JobErrors(job_id, writer);
   const std::string manifest_key = keys::JobManifest(job_id, writer);
   std::map<std::pair<int64_t, int>, std::string> rejected;  // (task, chunk seq) -> why
-  RETURN_IF_ERROR(WriteResults(*job, *tasks, /*cancelled=*/false, output_key, errors_key, &rejected));
+  TokenUsage tokens;
+  RETURN_IF_ERROR(WriteResults(*job, *tasks, /*cancelled=*/false, output_key, errors_key, &rejected, &tokens));
   Json manifest_tasks = Json::array();
   bool expired = false;
   for (const Task& task : *tasks) {
@@ -175,13 +177,15 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
                    {"request_counts", {{"total", job->counts.total},
                                        {"completed", job->counts.completed},
                                        {"failed", job->counts.failed}}},
+                   {"usage", {{"prompt_tokens", tokens.prompt_tokens},
+                              {"completion_tokens", tokens.completion_tokens}}},
                    {"output_key", output_key},
                    {"errors_key", errors_key},
                    {"tasks", std::move(manifest_tasks)}};
   if (auto s = blobs_->Put(manifest_key, manifest.dump(2)); !s.ok()) return s;
   // Tasks are cancelled in a finalising job only when its completion window passed (ExpireJob).
   auto finished = store_->FinishJob(job_id, output_key, errors_key, manifest_key, clock_->Now(),
-                                    expired ? JobState::kExpired : JobState::kCompleted);
+                                    expired ? JobState::kExpired : JobState::kCompleted, tokens);
   if (absl::IsFailedPrecondition(finished.status())) {
     // Another server won (or this FinishJob did, in a try whose answer was lost): unless the job
     // names this finalisation's objects, they are nobody's, and are removed.
@@ -212,8 +216,9 @@ absl::Status JobFinalizer::MergeCancelled(const std::string& job_id) {
   auto tasks = store_->ListTasks(job_id);
   if (!tasks.ok()) return tasks.status();
   std::map<std::pair<int64_t, int>, std::string> rejected;
+  TokenUsage tokens;  // a cancelled job's row is left as it is
   return WriteResults(*job, *tasks, /*cancelled=*/true, keys::CancelledJobOutput(job_id),
-                      keys::CancelledJobErrors(job_id), &rejected);
+                      keys::CancelledJobErrors(job_id), &rejected, &tokens);
 }
 
 absl::StatusOr<int> JobFinalizer::FinalizeReady() {

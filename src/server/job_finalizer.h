@@ -41,10 +41,10 @@ class JobFinalizer {
  private:
   // Writes the merged output and error files of `job` (see Finalize) to `output_key` and
   // `errors_key`; `cancelled`: unfinished records were cancelled, not expired. Chunks that failed
-  // their check are added to `rejected`.
+  // their check are added to `rejected`; the tokens the published output lines state, to `tokens`.
   absl::Status WriteResults(const Job& job, const std::vector<Task>& tasks, bool cancelled,
                             const std::string& output_key, const std::string& errors_key,
-                            std::map<std::pair<int64_t, int>, std::string>* rejected);
+                            std::map<std::pair<int64_t, int>, std::string>* rejected, TokenUsage* tokens);
 
   MetadataStore* store_;
   BlobStore* blobs_;

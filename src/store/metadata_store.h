@@ -187,11 +187,12 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   // ended but that is still queued or running (see the contract above).
   virtual absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit, absl::Time now) = 0;
   // finalizing -> `outcome` (completed, or expired for a job whose window passed) with the result
-  // keys. FailedPrecondition unless finalizing: of two servers finishing one job, exactly one
-  // succeeds.
+  // keys and the tokens its published answers used (Job::tokens). FailedPrecondition unless
+  // finalizing: of two servers finishing one job, exactly one succeeds.
   virtual absl::StatusOr<Job> FinishJob(const std::string& job_id, const std::string& output_key,
                                         const std::string& errors_key, const std::string& manifest_key,
-                                        absl::Time now, JobState outcome = JobState::kCompleted) = 0;
+                                        absl::Time now, JobState outcome = JobState::kCompleted,
+                                        const TokenUsage& tokens = {}) = 0;
   // The job's completion window has passed: applies ExpireJob (model/state_machines.h) to it and
   // its unfinished tasks. FailedPrecondition if the window has not passed or the job has ended.
   virtual absl::StatusOr<Job> ExpireJob(const std::string& job_id, absl::Time now) = 0;

@@ -63,8 +63,10 @@ async function expirePhase() {
     input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '2s',
   });
   assert.equal(created.status, 'in_progress');
+  assert.equal(created.usage, undefined, 'no usage before the batch ends');
   const { batch, seen } = await poll(created.id, (b) => ['expired', 'completed', 'failed', 'cancelled'].includes(b.status), 'expire');
   assert.equal(batch.status, 'expired', `seen: ${seen}`);
+  assert.deepEqual([batch.usage.input_tokens, batch.usage.output_tokens], [0, 0], 'nothing ran');
   assert.ok(batch.expired_at >= batch.created_at);
   const errors = lines(await download(batch.error_file_id, 'expired-errors.jsonl'));
   assert.equal(errors.length, records);
@@ -107,6 +109,18 @@ async function mainPhase() {
   assert.ok(batch.completed_at >= batch.created_at && batch.in_progress_at >= batch.created_at);
   const output = await download(batch.output_file_id, 'output.jsonl');
   await download(batch.error_file_id, 'errors.jsonl');
+  // usage: the sums of the answers' own usage, as the Batch API reports it.
+  let prompt = 0, completion = 0;
+  for (const line of lines(output)) {
+    prompt += line.response.body.usage.prompt_tokens;
+    completion += line.response.body.usage.completion_tokens;
+  }
+  assert.ok(prompt > 0 && completion > 0, `the answers state their usage: ${prompt}, ${completion}`);
+  assert.deepEqual(batch.usage, {
+    input_tokens: prompt, input_tokens_details: { cached_tokens: 0 },
+    output_tokens: completion, output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: prompt + completion,
+  });
   assert.equal((await client.files.retrieve(batch.output_file_id)).bytes, Buffer.byteLength(output));
   await expectError(otherTeam.files.content(batch.output_file_id), OpenAI.NotFoundError, 404, "another team's output");
 

@@ -26,6 +26,34 @@ TEST(VerifyChunk, AnHonestChunkPasses) {
   EXPECT_OK(VerifyChunk(chunk, out, Err("c"), {"a", "b", "c", "d"}));
 }
 
+// The tokens a chunk's output lines state (response.body.usage) are added up; only there, only
+// whole non-negative numbers, each capped; error lines add nothing; a chunk that fails adds nothing.
+TEST(VerifyChunk, APassingChunkAddsTheTokensItsOutputLinesState) {
+  auto line = [](const std::string& id, const std::string& response) {
+    return absl::StrCat(R"({"custom_id":")", id, R"(","response":)", response, R"(,"error":null})", "\n");
+  };
+  const std::string output =
+      line("a", R"({"body":{"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}})") +
+      // a duplicate key: the later value wins, as a JSON parser reads it
+      line("b", R"({"body":{"usage":{"prompt_tokens":1,"prompt_tokens":2,"completion_tokens":5}}})") +
+      // not counts: negative, fractional, a string, a huge number (capped)
+      line("c", R"({"body":{"usage":{"prompt_tokens":-4,"completion_tokens":1.5}}})") +
+      line("d", R"({"body":{"usage":{"prompt_tokens":"9","completion_tokens":9999999999999}}})") +
+      // in the wrong places: usage outside the body, in an array, a body's nested object
+      line("e", R"({"usage":{"prompt_tokens":1000},"body":{"x":{"usage":{"prompt_tokens":1000}}}})") +
+      line("f", R"({"body":{"usage":[{"prompt_tokens":1000}],"choices":[{"usage":{"completion_tokens":1000}}]}})");
+  const std::string errors = absl::StrCat(
+      R"({"custom_id":"g","response":{"body":{"usage":{"prompt_tokens":500}}},"error":{"code":"x"}})", "\n");
+  const std::vector<std::string> ids = {"a", "b", "c", "d", "e", "f", "g"};
+  TokenUsage tokens{.prompt_tokens = 1, .completion_tokens = 1};  // added to
+  ASSERT_OK(VerifyChunk(Chunk{1, 0, 0, 7, 1}, output, errors, ids, &tokens));
+  EXPECT_EQ(tokens.prompt_tokens, 1 + 7 + 2);
+  EXPECT_EQ(tokens.completion_tokens, 1 + 3 + 5 + (int64_t{1} << 32));
+  TokenUsage refused;
+  EXPECT_FALSE(VerifyChunk(Chunk{1, 0, 0, 7, 1}, output, errors, {"a", "b", "c", "d", "e", "f", "h"}, &refused).ok());
+  EXPECT_EQ(refused, TokenUsage{}) << "a chunk that fails its check adds nothing";
+}
+
 TEST(VerifyChunk, RecordsWithoutACustomIdAreAnsweredByNullErrorLines) {
   // What a runner writes for an unparseable line: custom_id null (expected: "").
   std::vector<std::string> records = {RequestLine("a"), "not json", R"({"custom_id":7,"prompt":"p"})"};

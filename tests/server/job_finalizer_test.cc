@@ -198,6 +198,40 @@ TEST_F(JobFinalizerTest, MergesOutOfOrderCompletionsInInputOrder) {
   EXPECT_EQ(manifest["tasks"][1]["records_failed"], 1);
 }
 
+// A line as the runner writes it, its body's usage stating the tokens it used.
+std::string LineUsing(const std::string& id, int prompt, int completion) {
+  return absl::StrCat(R"({"custom_id":")", id, R"(","response":{"status_code":200,"body":{"usage":{"prompt_tokens":)",
+                      prompt, R"(,"completion_tokens":)", completion, R"(,"total_tokens":)", prompt + completion,
+                      R"(}}},"error":null})", "\n");
+}
+
+// The tokens a finished job's answers used are the sums of its published output lines' usage:
+// kept with the job and in its manifest. A chunk that is not published (rewritten after its
+// commit) adds nothing, nor do error lines.
+TEST_F(JobFinalizerTest, AFinishedJobCarriesTheTokensItsPublishedAnswersUsed) {
+  std::string job_id = MakeJob(EightRecords(), 3);
+  ASSERT_EQ(LeaseAll().size(), 3u);
+  Upload(job_id, 0, 1, LineUsing("r0", 10, 1) + LineUsing("r1", 20, 2) + LineUsing("r2", 30, 3), "");
+  Complete(job_id, 0, 1, 3);
+  Upload(job_id, 1, 1, LineUsing("r3", 100, 10) + LineUsing("r5", 200, 20),
+         absl::StrCat(R"({"custom_id":"r4","response":{"body":{"usage":{"prompt_tokens":5000}}},"error":{"code":"x"}})",
+                      "\n"));
+  Complete(job_id, 1, 1, 3, 1);
+  Upload(job_id, 2, 1, LineUsing("r6", 1000, 100) + LineUsing("r7", 1000, 100), "");
+  Complete(job_id, 2, 1, 2);
+  // Task 2's output is rewritten after its commit (a presigned URL still valid): not published.
+  ASSERT_OK(blobs_->Put(keys::ChunkOutput(job_id, 2, 1, 0), LineUsing("r6", 1 << 30, 1 << 30) + LineUsing("x", 1, 1)));
+  JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
+  ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
+  ASSERT_EQ(job.state, JobState::kCompleted);
+  EXPECT_EQ(job.tokens.prompt_tokens, 360);
+  EXPECT_EQ(job.tokens.completion_tokens, 36);
+  EXPECT_EQ(GetJob(job_id).tokens, job.tokens);
+  Json manifest = Manifest(job);
+  EXPECT_EQ(manifest["usage"]["prompt_tokens"], 360);
+  EXPECT_EQ(manifest["usage"]["completion_tokens"], 36);
+}
+
 TEST_F(JobFinalizerTest, TaskOutputsWithoutAFinalNewlineStillMergeIntoSeparateLines) {
   std::string job_id = MakeJob(EightRecords(), 3);
   ASSERT_EQ(LeaseAll().size(), 3u);

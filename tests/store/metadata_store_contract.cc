@@ -136,9 +136,17 @@ TEST_P(MetadataStoreContract, AJobFromSubmissionToCompletion) {
 
   // The server merges the output and finishes the job.
   Advance(absl::Seconds(1));
-  ASSERT_OK_AND_ASSIGN(Job finished, store_->FinishJob(job_id, "out/o.jsonl", "out/e.jsonl", "out/m.json", now_));
+  EXPECT_EQ(job.tokens, TokenUsage{}) << "tokens are counted when the job finishes";
+  const TokenUsage tokens{.prompt_tokens = 1234, .completion_tokens = int64_t{5} << 32};
+  ASSERT_OK_AND_ASSIGN(Job finished, store_->FinishJob(job_id, "out/o.jsonl", "out/e.jsonl", "out/m.json", now_,
+                                                       JobState::kCompleted, tokens));
   EXPECT_EQ(finished.state, JobState::kCompleted);
+  EXPECT_EQ(finished.tokens, tokens);
   job = GetJob(job_id);
+  EXPECT_EQ(job.tokens, tokens) << "kept with the job";
+  ASSERT_OK_AND_ASSIGN(std::vector<Job> listed, store_->ListJobs(JobFilter{}));
+  ASSERT_THAT(listed, SizeIs(1));
+  EXPECT_EQ(listed[0].tokens, tokens) << "and listed with it";
   EXPECT_EQ(job.state, JobState::kCompleted);
   EXPECT_EQ(job.output_key, "out/o.jsonl");
   EXPECT_EQ(job.errors_key, "out/e.jsonl");

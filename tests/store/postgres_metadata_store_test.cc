@@ -304,8 +304,9 @@ TEST_F(PostgresMetadataStoreTest, UpgradingCountsARunningGangAttemptOncePerExecu
   // they were, and a server of the previous release still reads them so).
   RawConnection raw(url_);
   ASSERT_TRUE(raw.ok()) << raw.error();
+  ASSERT_EQ(raw.Exec("ALTER TABLE jobs DROP COLUMN prompt_tokens, DROP COLUMN completion_tokens"), "");  // (14)
   ASSERT_EQ(raw.Exec("ALTER TABLE team_usage DROP COLUMN running_devices, DROP COLUMN running_device_since_us"), "");
-  ASSERT_EQ(raw.Exec("DELETE FROM schema_migrations WHERE version = 13"), "");
+  ASSERT_EQ(raw.Exec("DELETE FROM schema_migrations WHERE version >= 13"), "");
 
   auto store = MustOpen(url_);
   ASSERT_NE(store, nullptr);
@@ -332,7 +333,8 @@ TEST_F(PostgresMetadataStoreTest, LandedMigrationsKeepTheirNumbers) {
   const std::vector<std::string> landed = {"initial schema", "", "task checkpoints", "identities", "the model registry",
                                            "fair share", "gangs", "settings", "gang jobs", "task sizes",
                                            "accounting: each team's device time", "accounting: each job's device time",
-                                           "accounting: a gang attempt's running time"};
+                                           "accounting: a gang attempt's running time",
+                                           "accounting: the tokens a finished job's answers used"};
   ASSERT_GE(postgres_store::Migrations().size(), landed.size());
   for (size_t i = 0; i < landed.size(); ++i) {
     if (landed[i].empty()) continue;  // (2 differs by backend)

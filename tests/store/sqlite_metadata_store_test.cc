@@ -272,7 +272,8 @@ TEST_F(SqliteMetadataStoreTest, LandedMigrationsKeepTheirNumbers) {
   const std::vector<std::string> landed = {"initial schema", "", "task checkpoints", "identities", "the model registry",
                                            "fair share", "gangs", "settings", "gang jobs", "task sizes",
                                            "accounting: each team's device time", "accounting: each job's device time",
-                                           "accounting: a gang attempt's running time"};
+                                           "accounting: a gang attempt's running time",
+                                           "accounting: the tokens a finished job's answers used"};
   ASSERT_GE(sqlite_store::Migrations().size(), landed.size());
   for (size_t i = 0; i < landed.size(); ++i) {
     if (landed[i].empty()) continue;  // (2 differs by backend)
@@ -298,7 +299,9 @@ TEST_F(SqliteMetadataStoreTest, UpgradingCountsARunningGangAttemptOncePerExecuto
   RawExec(path_, "DROP TRIGGER tasks_running_by_team");
   RawExec(path_, "ALTER TABLE team_usage DROP COLUMN running_devices");
   RawExec(path_, "ALTER TABLE team_usage DROP COLUMN running_device_since_us");
-  RawExec(path_, "DELETE FROM schema_migrations WHERE version = 13");
+  RawExec(path_, "ALTER TABLE jobs DROP COLUMN prompt_tokens");  // (migration 14's)
+  RawExec(path_, "ALTER TABLE jobs DROP COLUMN completion_tokens");
+  RawExec(path_, "DELETE FROM schema_migrations WHERE version >= 13");
   ASSERT_EQ(RawCount(path_, "SELECT MAX(version) FROM schema_migrations"), 12);
 
   auto store = MustOpen(path_);

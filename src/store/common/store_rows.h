@@ -31,7 +31,7 @@
 #define MINIONS_STORE_JOB_COLUMNS                                                                  \
   "id, team, state, spec, total_records, completed_records, failed_records, n_tasks, tasks_done, " \
   "tasks_succeeded, error, output_key, errors_key, manifest_key, created_at, updated_at, "         \
-  "started_at, finished_at, device_us"
+  "started_at, finished_at, device_us, prompt_tokens, completion_tokens"
 #define MINIONS_STORE_TASK_COLUMNS                                                         \
   "job_id, idx, first_record, n_records, byte_begin, byte_end, state, attempt, failures, " \
   "preemptions, executor_id, lease_expires_at, not_before, records_done, records_failed, " \
@@ -115,6 +115,8 @@ absl::StatusOr<Job> ReadJob(const Row& row, int first = 0) {
   job.started_at = row.OptTime(first + 16);
   job.finished_at = row.OptTime(first + 17);
   job.device_time = absl::Microseconds(row.Int(first + 18));
+  job.tokens.prompt_tokens = row.Int(first + 19);
+  job.tokens.completion_tokens = row.Int(first + 20);
   return job;
 }
 

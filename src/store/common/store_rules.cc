@@ -85,7 +85,8 @@ absl::StatusOr<std::vector<Task>> EndJob(Job& job, JobState state, const std::st
 }
 
 absl::Status FinishJob(Job& job, const std::string& output_key, const std::string& errors_key,
-                       const std::string& manifest_key, absl::Time now, JobState outcome) {
+                       const std::string& manifest_key, absl::Time now, JobState outcome,
+                       const TokenUsage& tokens) {
   if (job.state != JobState::kFinalizing || !IsAllowed(job.state, outcome)) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job.id, " is ", Name(JobStateName(job.state)),
                                                       ", not finalizing; it cannot become ",
@@ -95,6 +96,7 @@ absl::Status FinishJob(Job& job, const std::string& output_key, const std::strin
   job.output_key = output_key;
   job.errors_key = errors_key;
   job.manifest_key = manifest_key;
+  job.tokens = tokens;
   job.finished_at = now;
   job.updated_at = now;
   return absl::OkStatus();

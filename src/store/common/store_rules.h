@@ -35,10 +35,11 @@ absl::StatusOr<std::vector<Task>> AddTasksToJob(Job& job, const std::vector<Task
 absl::StatusOr<std::vector<Task>> EndJob(Job& job, JobState state, const std::string& error, std::vector<Task>& tasks,
                                          absl::Time now);
 
-// FinishJob: finalizing -> `outcome` (completed or expired) with the result keys
-// (FailedPrecondition otherwise).
+// FinishJob: finalizing -> `outcome` (completed or expired) with the result keys and the tokens
+// its answers used (FailedPrecondition otherwise).
 absl::Status FinishJob(Job& job, const std::string& output_key, const std::string& errors_key,
-                       const std::string& manifest_key, absl::Time now, JobState outcome);
+                       const std::string& manifest_key, absl::Time now, JobState outcome,
+                       const TokenUsage& tokens);
 
 // RegisterExecutor: a (re)started executor starts afresh: available, no drain pending (a drained
 // executor that is started again is back in service); `exists` says whether it was known. A

@@ -611,11 +611,14 @@ absl::StatusOr<std::vector<Job>> PostgresMetadataStore::JobsToFinalize(int limit
 
 absl::StatusOr<Job> PostgresMetadataStore::FinishJob(const std::string& job_id, const std::string& output_key,
                                                      const std::string& errors_key, const std::string& manifest_key,
-                                                     absl::Time now, JobState outcome) {
+                                                     absl::Time now, JobState outcome, const TokenUsage& tokens) {
   return InTransaction(true, [&](Connection& c) -> absl::StatusOr<Job> {
     ASSIGN_OR_RETURN(Job job, LoadJob(c, job_id));
-    RETURN_IF_ERROR(rules::FinishJob(job, output_key, errors_key, manifest_key, now, outcome));
+    RETURN_IF_ERROR(rules::FinishJob(job, output_key, errors_key, manifest_key, now, outcome, tokens));
     RETURN_IF_ERROR(SaveJob(c, job));
+    RETURN_IF_ERROR(
+        c.Exec(sql::kSetJobTokens, Params().Text(job_id).Int(tokens.prompt_tokens).Int(tokens.completion_tokens))
+            .status());
     return job;
   });
 }

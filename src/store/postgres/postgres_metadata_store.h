@@ -92,7 +92,8 @@ class PostgresMetadataStore : public MetadataStore {
   absl::StatusOr<Job> FailJob(const std::string& job_id, const std::string& error, absl::Time now) override;
   absl::StatusOr<std::vector<Job>> JobsToFinalize(int limit, absl::Time now) override;
   absl::StatusOr<Job> FinishJob(const std::string& job_id, const std::string& output_key, const std::string& errors_key,
-                                const std::string& manifest_key, absl::Time now, JobState outcome = JobState::kCompleted) override;
+                                const std::string& manifest_key, absl::Time now, JobState outcome = JobState::kCompleted,
+                                const TokenUsage& tokens = {}) override;
   absl::StatusOr<Job> ExpireJob(const std::string& job_id, absl::Time now) override;
   absl::StatusOr<Task> RequestBackup(const std::string& job_id, int64_t task_index, int attempt,
                                      absl::Time now) override;

@@ -300,6 +300,13 @@ UPDATE team_usage u SET running_devices = u.running_devices + g.extra,
   WHERE u.team = g.team;
 )sql";
 
+// Accounting: the tokens a finished job's answers used (Job::tokens), written when it finishes;
+// zero for jobs finished before. Migration 14.
+constexpr char kJobTokens[] = R"sql(
+ALTER TABLE jobs ADD COLUMN prompt_tokens BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN completion_tokens BIGINT NOT NULL DEFAULT 0;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -315,6 +322,7 @@ constexpr Migration kMigrations[] = {
     {11, "accounting: each team's device time, never decayed", kDeviceTime},
     {12, "accounting: each job's device time", kJobDeviceTime},
     {13, "accounting: a gang attempt's running time counts once per executor", kGangDevices},
+    {14, "accounting: the tokens a finished job's answers used", kJobTokens},
 };
 
 }  // namespace

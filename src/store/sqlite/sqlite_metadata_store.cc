@@ -46,6 +46,9 @@ constexpr char kUpdateJob[] =
     "total_records = ?8, n_tasks = ?9, error = ?10, output_key = ?11, errors_key = ?12, manifest_key = ?13, "
     "created_at = ?14, updated_at = ?15, started_at = ?16, finished_at = ?17, model_digest = ?18, "
     "completed_records = ?19, failed_records = ?20, tasks_done = ?21, tasks_succeeded = ?22 WHERE id = ?1";
+// A finished job's tokens (FinishJob), the one write of these columns: SaveJob's lists leave them be.
+constexpr char kSetJobTokens[] =
+    "UPDATE jobs SET prompt_tokens = :prompt, completion_tokens = :completion WHERE id = :id";
 constexpr char kListJobs[] =
     "SELECT " MINIONS_STORE_JOB_COLUMNS " FROM jobs WHERE (:state IS NULL OR state = :state) "
     "AND (:team = '' OR team = :team) ORDER BY created_at DESC, id DESC LIMIT :limit";
@@ -544,12 +547,17 @@ absl::StatusOr<std::vector<Job>> SqliteMetadataStore::JobsToFinalize(int limit, 
 
 absl::StatusOr<Job> SqliteMetadataStore::FinishJob(const std::string& job_id, const std::string& output_key,
                                                    const std::string& errors_key, const std::string& manifest_key,
-                                                   absl::Time now, JobState outcome) {
+                                                   absl::Time now, JobState outcome, const TokenUsage& tokens) {
   return InTransaction(true, [&]() -> absl::StatusOr<Job> {
     mu_.AssertHeld();
     ASSIGN_OR_RETURN(Job job, LoadJob(job_id));
-    RETURN_IF_ERROR(rules::FinishJob(job, output_key, errors_key, manifest_key, now, outcome));
+    RETURN_IF_ERROR(rules::FinishJob(job, output_key, errors_key, manifest_key, now, outcome, tokens));
     RETURN_IF_ERROR(SaveJob(job));
+    ASSIGN_OR_RETURN(Statement set_tokens, Prepare(kSetJobTokens));
+    set_tokens.BindInt(":prompt", tokens.prompt_tokens)
+        .BindInt(":completion", tokens.completion_tokens)
+        .BindText(":id", job_id);
+    RETURN_IF_ERROR(set_tokens.Run());
     return job;
   });
 }

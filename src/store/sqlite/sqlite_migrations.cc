@@ -271,6 +271,13 @@ UPDATE team_usage SET
     WHERE t.state = 'running' AND j.gang_size >= 2 AND j.team = team_usage.team), 0);
 )sql";
 
+// Accounting: the tokens a finished job's answers used (Job::tokens), written when it finishes;
+// zero for jobs finished before. Migration 14.
+constexpr char kJobTokens[] = R"sql(
+ALTER TABLE jobs ADD COLUMN prompt_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN completion_tokens INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -286,6 +293,7 @@ constexpr Migration kMigrations[] = {
     {11, "accounting: each team's device time, never decayed", kDeviceTime},
     {12, "accounting: each job's device time", kJobDeviceTime},
     {13, "accounting: a gang attempt's running time counts once per executor", kGangDevices},
+    {14, "accounting: the tokens a finished job's answers used", kJobTokens},
 };
 
 }  // namespace
