@@ -330,7 +330,7 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
   if (job->device_seconds() > 0) {
     printf("device    %s (every attempt that has ended)\n", HumanDuration(job->device_seconds()).c_str());
   }
-  if (job->prompt_tokens() > 0 || job->completion_tokens() > 0) {
+  if (job->has_prompt_tokens() && job->has_completion_tokens()) {
     printf("tokens    %lld prompt, %lld completion (what its answers say they used)\n",
            static_cast<long long>(job->prompt_tokens()), static_cast<long long>(job->completion_tokens()));
   }

@@ -3,6 +3,7 @@
 // absl::Duration. Ids are strings ("job-…", "exe-…"); a task is (job id, index).
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,6 +81,17 @@ struct TokenUsage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   bool operator==(const TokenUsage&) const = default;
+  // Adds `other` (non-negative counts), each sum held at the largest int64 rather than overflowing.
+  void Add(const TokenUsage& other) {
+    prompt_tokens = Saturated(prompt_tokens, other.prompt_tokens);
+    completion_tokens = Saturated(completion_tokens, other.completion_tokens);
+  }
+  int64_t total() const { return Saturated(prompt_tokens, completion_tokens); }
+
+ private:
+  static int64_t Saturated(int64_t a, int64_t b) {
+    return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+  }
 };
 
 struct Job {
@@ -101,9 +113,10 @@ struct Job {
   // Every ended attempt's device time (accounting: what the job cost), charged by the store as
   // attempts end, as its team's is; read with the job, never written back with it.
   absl::Duration device_time;
-  // Set when the job finishes (FinishJob), zero before and for a job that ends otherwise (failed,
-  // cancelled); read with the job, written only by FinishJob.
-  TokenUsage tokens;
+  // Set when the job finishes (FinishJob); none before, for a job that ends otherwise (failed,
+  // cancelled), and for one finished before schema 14 or by a server of an earlier release (they
+  // did not count). Read with the job, written only by FinishJob.
+  std::optional<TokenUsage> tokens;
 };
 
 // A checkpoint of a task: the output of records [begin, end) (task-relative), written by one attempt

@@ -555,15 +555,15 @@ absl::StatusOr<Json> OpenAiApi::BatchObject(const Job& job) {
       {"request_counts", {{"total", job.counts.total}, {"completed", job.counts.completed}, {"failed", job.counts.failed}}},
       {"metadata", side.contains("metadata") ? side["metadata"] : Json(nullptr)},
   };
-  if (job.state == JobState::kCompleted || job.state == JobState::kExpired) {
+  if (job.tokens && (job.state == JobState::kCompleted || job.state == JobState::kExpired)) {
     // What the published answers say they used (Job::tokens), in the Batch API's shape; llama.cpp
     // reports no cached or reasoning tokens apart.
-    const int64_t input = job.tokens.prompt_tokens, output = job.tokens.completion_tokens;
+    const int64_t input = job.tokens->prompt_tokens, output = job.tokens->completion_tokens;
     batch["usage"] = {{"input_tokens", input},
                       {"input_tokens_details", {{"cached_tokens", 0}}},
                       {"output_tokens", output},
                       {"output_tokens_details", {{"reasoning_tokens", 0}}},
-                      {"total_tokens", input + output}};
+                      {"total_tokens", job.tokens->total()}};
   }
   return batch;
 }

@@ -73,7 +73,16 @@ class LineFactsReader {
   }
   bool key(Json::string_t& name) {
     if (depth_ == 1) key_ = name;
-    if (depth_ >= 1 && depth_ <= kUsageDepth) path_[depth_ - 1] = name;
+    if (depth_ >= 1 && depth_ <= kUsageDepth) {
+      path_[depth_ - 1] = name;
+      // A key on the way to the counts, met again (a duplicate): what its value holds replaces
+      // what the earlier one held, as a parser that keeps the last duplicate reads the line.
+      if (OnUsagePath(depth_ - 1)) {
+        const bool below_counts = depth_ < kUsageDepth;
+        if (below_counts || name == "prompt_tokens") facts_->prompt_tokens = 0;
+        if (below_counts || name == "completion_tokens") facts_->completion_tokens = 0;
+      }
+    }
     return true;
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
@@ -89,9 +98,17 @@ class LineFactsReader {
     if (depth_ >= 1 && depth_ <= kUsageDepth) path_[depth_ - 1].clear();
     return depth_ <= kMaxJsonDepth;
   }
+  // Whether the keys of depths 1..levels+1 are response, body, usage (as far as they go).
+  bool OnUsagePath(int levels) const {
+    static constexpr const char* kPath[] = {"response", "body", "usage"};
+    for (int i = 0; i <= levels && i < kUsageDepth - 1; ++i) {
+      if (path_[i] != kPath[i]) return false;
+    }
+    return true;
+  }
   // An integer: one of the line's token counts if it sits at response.body.usage.*_tokens.
   void Count(uint64_t n) {
-    if (depth_ != kUsageDepth || path_[0] != "response" || path_[1] != "body" || path_[2] != "usage") return;
+    if (depth_ != kUsageDepth || !OnUsagePath(kUsageDepth - 1)) return;
     const int64_t count = static_cast<int64_t>(std::min<uint64_t>(n, kMaxTokensPerLine));
     if (path_[3] == "prompt_tokens") facts_->prompt_tokens = count;  // a later duplicate wins, as when parsed
     if (path_[3] == "completion_tokens") facts_->completion_tokens = count;
@@ -243,10 +260,7 @@ absl::Status VerifyChunk(const Chunk& chunk, std::string_view output, std::strin
     }
   }
   if (tokens != nullptr) {
-    for (const LineFacts& line : outs) {
-      tokens->prompt_tokens += line.prompt_tokens;
-      tokens->completion_tokens += line.completion_tokens;
-    }
+    for (const LineFacts& line : outs) tokens->Add({line.prompt_tokens, line.completion_tokens});
   }
   return absl::OkStatus();
 }

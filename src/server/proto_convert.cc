@@ -23,8 +23,10 @@ v1::Job ToProto(const Job& job) {
   p.set_started_at_ms(MillisOrZero(job.started_at));
   p.set_finished_at_ms(MillisOrZero(job.finished_at));
   p.set_device_seconds(absl::ToDoubleSeconds(job.device_time));
-  p.set_prompt_tokens(job.tokens.prompt_tokens);
-  p.set_completion_tokens(job.tokens.completion_tokens);
+  if (job.tokens) {
+    p.set_prompt_tokens(job.tokens->prompt_tokens);
+    p.set_completion_tokens(job.tokens->completion_tokens);
+  }
   p.set_output_key(job.output_key);
   p.set_errors_key(job.errors_key);
   p.set_manifest_key(job.manifest_key);

@@ -31,7 +31,17 @@ class RpcFaultInterceptor : public grpc::experimental::Interceptor {
   RpcFaultInterceptor(grpc::experimental::ServerRpcInfo* info, RpcFaults* faults) : info_(info), faults_(faults) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+    using grpc::experimental::InterceptionHookPoints;
+    using Type = grpc::experimental::ServerRpcInfo::Type;
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
+        methods->GetRecvMessage() == nullptr &&
+        (info_->type() == Type::UNARY || info_->type() == Type::SERVER_STREAMING)) {
+      // The call's one request did not decode (bytes that are no such message, or none): gRPC
+      // answers it INTERNAL itself, before any handler or credential check. The caller's doing,
+      // not a fault of this server's, and anyone who reaches the port could send it.
+      undecodable_ = true;
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS) && !undecodable_) {
       const grpc::Status status = methods->GetSendStatus();
       if (RpcFaults::IsFault(status.error_code())) {
         const char* method = info_->method();
@@ -45,6 +55,7 @@ class RpcFaultInterceptor : public grpc::experimental::Interceptor {
  private:
   grpc::experimental::ServerRpcInfo* const info_;  // gRPC's, outlives this interceptor
   RpcFaults* const faults_;
+  bool undecodable_ = false;  // (a call's hook points run one after another, never at once)
 };
 
 }  // namespace

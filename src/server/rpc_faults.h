@@ -9,7 +9,8 @@
 // that is down does not flood the log with a line per call.
 //
 // Refusals (bad input, no permission, fenced, not found, rate limits, a caller's own deadline or
-// cancel) are the caller's business and are not counted here.
+// cancel) are the caller's business and are not counted here; nor is the INTERNAL that gRPC
+// itself answers a request whose bytes do not decode.
 //
 // RpcFaultInterceptors: the gRPC server interceptor that reports every call's status to an
 // RpcFaults, so that every service's every method is covered in one place.

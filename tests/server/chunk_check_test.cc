@@ -34,8 +34,14 @@ TEST(VerifyChunk, APassingChunkAddsTheTokensItsOutputLinesState) {
   };
   const std::string output =
       line("a", R"({"body":{"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}})") +
-      // a duplicate key: the later value wins, as a JSON parser reads it
+      // a duplicate key: the later value wins, as a JSON parser reads it, also when it holds no
+      // count (a duplicate count that is not a number, or a duplicate usage, body or response)
       line("b", R"({"body":{"usage":{"prompt_tokens":1,"prompt_tokens":2,"completion_tokens":5}}})") +
+      line("b2", R"({"body":{"usage":{"prompt_tokens":700,"prompt_tokens":"x","completion_tokens":700},)"
+                 R"("usage":{"prompt_tokens":0}}})") +
+      line("b3", R"({"body":{"usage":{"prompt_tokens":800,"completion_tokens":800}},"body":{}})") +
+      absl::StrCat(R"({"custom_id":"b4","response":{"body":{"usage":{"completion_tokens":900}}},)",
+                   R"("response":{"status_code":200},"error":null})", "\n") +
       // not counts: negative, fractional, a string, a huge number (capped)
       line("c", R"({"body":{"usage":{"prompt_tokens":-4,"completion_tokens":1.5}}})") +
       line("d", R"({"body":{"usage":{"prompt_tokens":"9","completion_tokens":9999999999999}}})") +
@@ -44,14 +50,21 @@ TEST(VerifyChunk, APassingChunkAddsTheTokensItsOutputLinesState) {
       line("f", R"({"body":{"usage":[{"prompt_tokens":1000}],"choices":[{"usage":{"completion_tokens":1000}}]}})");
   const std::string errors = absl::StrCat(
       R"({"custom_id":"g","response":{"body":{"usage":{"prompt_tokens":500}}},"error":{"code":"x"}})", "\n");
-  const std::vector<std::string> ids = {"a", "b", "c", "d", "e", "f", "g"};
+  const std::vector<std::string> ids = {"a", "b", "b2", "b3", "b4", "c", "d", "e", "f", "g"};
   TokenUsage tokens{.prompt_tokens = 1, .completion_tokens = 1};  // added to
-  ASSERT_OK(VerifyChunk(Chunk{1, 0, 0, 7, 1}, output, errors, ids, &tokens));
+  ASSERT_OK(VerifyChunk(Chunk{1, 0, 0, 10, 1}, output, errors, ids, &tokens));
   EXPECT_EQ(tokens.prompt_tokens, 1 + 7 + 2);
   EXPECT_EQ(tokens.completion_tokens, 1 + 3 + 5 + (int64_t{1} << 32));
   TokenUsage refused;
-  EXPECT_FALSE(VerifyChunk(Chunk{1, 0, 0, 7, 1}, output, errors, {"a", "b", "c", "d", "e", "f", "h"}, &refused).ok());
+  std::vector<std::string> wrong = ids;
+  wrong.back() = "h";
+  EXPECT_FALSE(VerifyChunk(Chunk{1, 0, 0, 10, 1}, output, errors, wrong, &refused).ok());
   EXPECT_EQ(refused, TokenUsage{}) << "a chunk that fails its check adds nothing";
+  // Sums are held at the largest count rather than overflowing.
+  TokenUsage near_the_top{.prompt_tokens = std::numeric_limits<int64_t>::max() - 5, .completion_tokens = 0};
+  near_the_top.Add({.prompt_tokens = 10, .completion_tokens = 3});
+  EXPECT_EQ(near_the_top.prompt_tokens, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(near_the_top.total(), std::numeric_limits<int64_t>::max());
 }
 
 TEST(VerifyChunk, RecordsWithoutACustomIdAreAnsweredByNullErrorLines) {

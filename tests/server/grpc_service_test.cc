@@ -1,8 +1,10 @@
 // The gRPC services end to end in one process: a MinionsServer on a loopback port, driven only
 // through real stubs, the way the client verbs and executors talk to it (grpc_service_fixture.h).
 
+#include <grpcpp/generic/generic_stub.h>
 #include <sqlite3.h>
 
+#include "absl/synchronization/notification.h"
 #include "grpc_service_fixture.h"
 #include "testing/fake_watchdog_lock.h"
 #include "watchdog/watchdog.h"
@@ -615,6 +617,22 @@ TEST_F(GrpcServiceTest, FaultsOfTheServersOwnAreCountedByMethodAndRefusalsAreNot
   const std::string executor = RegisterExecutor("on-a-changed-schema");
   v1::LeaseResponse reply;
   EXPECT_GRPC_ERROR(executors_->Lease(Context().get(), v1::LeaseRequest(), &reply), PERMISSION_DENIED, "");
+  // Bytes that are no request at all, to a synchronous method: gRPC itself answers INTERNAL.
+  {
+    grpc::GenericStub generic(rpc::MakeChannel(server_->address()));
+    grpc::Slice junk(std::string("\x0a\xff\xff\xff\xff\x0f"));
+    grpc::ByteBuffer request(&junk, 1), response;
+    grpc::ClientContext context;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&context, "/minions.v1.Jobs/GetJob", grpc::StubOptions(), &request, &response,
+                      [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL) << status.error_message();
+  }
   {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
@@ -629,7 +647,7 @@ TEST_F(GrpcServiceTest, FaultsOfTheServersOwnAreCountedByMethodAndRefusalsAreNot
   EXPECT_EQ(m["minions_rpc_faults_total{method=\"/minions.v1.Executors/Lease\",code=\"INTERNAL\"}"], 3);
   int fault_series = 0;
   for (const auto& [sample, value] : m) fault_series += sample.rfind("minions_rpc_faults_total{", 0) == 0;
-  EXPECT_EQ(fault_series, 1) << "the refused lease (an admin's credential) is not a fault";
+  EXPECT_EQ(fault_series, 1) << "neither the refused lease (an admin's credential) nor the junk is a fault";
 }
 
 // ------------------------------------------------------------------ the watchdog on standby

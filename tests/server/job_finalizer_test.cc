@@ -224,8 +224,9 @@ TEST_F(JobFinalizerTest, AFinishedJobCarriesTheTokensItsPublishedAnswersUsed) {
   JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
   ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
   ASSERT_EQ(job.state, JobState::kCompleted);
-  EXPECT_EQ(job.tokens.prompt_tokens, 360);
-  EXPECT_EQ(job.tokens.completion_tokens, 36);
+  ASSERT_TRUE(job.tokens.has_value());
+  EXPECT_EQ(job.tokens->prompt_tokens, 360);
+  EXPECT_EQ(job.tokens->completion_tokens, 36);
   EXPECT_EQ(GetJob(job_id).tokens, job.tokens);
   Json manifest = Manifest(job);
   EXPECT_EQ(manifest["usage"]["prompt_tokens"], 360);

@@ -3,7 +3,7 @@
 // stored in, in which order, and how a Job/Task/Executor becomes a row of values and back. A
 // backend only supplies its way of binding values and of reading a result row.
 //
-// Reading: the templates take any `Row` with Text(c), Int(c), Bool(c), Time(c) and OptTime(c) for
+// Reading: the templates take any `Row` with Text(c), Int(c), OptInt(c), Bool(c), Time(c) and OptTime(c) for
 // column c (SQLite's current statement row, a PostgreSQL result row); the columns must be selected
 // in the order of the MINIONS_STORE_*_COLUMNS lists, from `first` on.
 // Writing: *Values() return the values in the order of the matching column list, for binding as
@@ -115,8 +115,8 @@ absl::StatusOr<Job> ReadJob(const Row& row, int first = 0) {
   job.started_at = row.OptTime(first + 16);
   job.finished_at = row.OptTime(first + 17);
   job.device_time = absl::Microseconds(row.Int(first + 18));
-  job.tokens.prompt_tokens = row.Int(first + 19);
-  job.tokens.completion_tokens = row.Int(first + 20);
+  std::optional<int64_t> prompt = row.OptInt(first + 19), completion = row.OptInt(first + 20);
+  if (prompt && completion) job.tokens = TokenUsage{*prompt, *completion};
   return job;
 }
 

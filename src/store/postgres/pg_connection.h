@@ -97,6 +97,10 @@ class PgResult {
     if (IsNull(row, column)) return std::nullopt;
     return Time(row, column);
   }
+  std::optional<int64_t> OptInt(int row, int column) const {
+    if (IsNull(row, column)) return std::nullopt;
+    return Int(row, column);
+  }
   const PGresult* get() const { return result_; }
   // Rows an INSERT/UPDATE/DELETE touched.
   int64_t Affected() const {
@@ -117,6 +121,7 @@ struct Row {
   bool Bool(int column) const { return result.Bool(row, column); }
   absl::Time Time(int column) const { return result.Time(row, column); }
   std::optional<absl::Time> OptTime(int column) const { return result.OptTime(row, column); }
+  std::optional<int64_t> OptInt(int column) const { return result.OptInt(row, column); }
 };
 
 // One libpq connection, (re)made on demand. Not thread-safe: the pool hands it to one thread at a

@@ -301,10 +301,10 @@ UPDATE team_usage u SET running_devices = u.running_devices + g.extra,
 )sql";
 
 // Accounting: the tokens a finished job's answers used (Job::tokens), written when it finishes;
-// zero for jobs finished before. Migration 14.
+// NULL (not counted) for jobs finished before, or by a server of an earlier release. One ALTER
+// (nullable columns without a default: no rewrite), so jobs is locked once, briefly. Migration 14.
 constexpr char kJobTokens[] = R"sql(
-ALTER TABLE jobs ADD COLUMN prompt_tokens BIGINT NOT NULL DEFAULT 0;
-ALTER TABLE jobs ADD COLUMN completion_tokens BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN prompt_tokens BIGINT, ADD COLUMN completion_tokens BIGINT;
 )sql";
 
 constexpr Migration kMigrations[] = {

@@ -272,10 +272,10 @@ UPDATE team_usage SET
 )sql";
 
 // Accounting: the tokens a finished job's answers used (Job::tokens), written when it finishes;
-// zero for jobs finished before. Migration 14.
+// NULL (not counted) for jobs finished before, or by a server of an earlier release. Migration 14.
 constexpr char kJobTokens[] = R"sql(
-ALTER TABLE jobs ADD COLUMN prompt_tokens INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE jobs ADD COLUMN completion_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN prompt_tokens INTEGER;
+ALTER TABLE jobs ADD COLUMN completion_tokens INTEGER;
 )sql";
 
 constexpr Migration kMigrations[] = {

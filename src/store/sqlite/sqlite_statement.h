@@ -120,6 +120,10 @@ class Statement {
   }
   absl::Time Time(int column) const { return absl::FromUnixMicros(Int(column)); }
   std::optional<absl::Time> OptTime(int column) const { return OptionalTime(stmt_, column); }
+  std::optional<int64_t> OptInt(int column) const {
+    if (sqlite3_column_type(stmt_, column) == SQLITE_NULL) return std::nullopt;
+    return Int(column);
+  }
 
  private:
   int Index(const char* name) {
