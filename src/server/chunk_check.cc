@@ -284,7 +284,7 @@ void ChunkChecker::Remember(const std::string& key) {
 }
 
 absl::Status ChunkChecker::CheckOne(const Task& task, const std::string& input_key, const Chunk& chunk,
-                                    std::vector<std::string>* records) {
+                                    std::vector<std::string>* records, TokenUsage* tokens) {
   if (records->empty()) {
     auto input = blobs_->GetRange(input_key, task.byte_begin, task.byte_end - task.byte_begin);
     if (!input.ok()) return absl::UnavailableError(absl::StrCat("cannot read the task's input: ", input.status().message()));
@@ -303,7 +303,7 @@ absl::Status ChunkChecker::CheckOne(const Task& task, const std::string& input_k
                            options_.max_chunk_bytes);
   if (absl::IsNotFound(errors.status())) errors = std::string();
   if (!errors.ok()) return errors.status();
-  return VerifyChunk(chunk, *output, *errors, ExpectedCustomIds(*records, chunk.begin, chunk.end));
+  return VerifyChunk(chunk, *output, *errors, ExpectedCustomIds(*records, chunk.begin, chunk.end), tokens);
 }
 
 ChunkChecker::Verdict ChunkChecker::Screen(const std::string& executor_id, const LeaseProgress& report,
@@ -355,9 +355,13 @@ ChunkChecker::Verdict ChunkChecker::Screen(const std::string& executor_id, const
   std::vector<Chunk> passed;
   for (const Chunk& chunk : fresh) {
     const std::string key = ChunkKey(*task, chunk);
-    absl::Status checked = Known(key) ? absl::OkStatus() : CheckOne(*task, input_key, chunk, &records);
+    const bool known = Known(key);
+    TokenUsage tokens;
+    absl::Status checked = known ? absl::OkStatus() : CheckOne(*task, input_key, chunk, &records, &tokens);
     if (checked.ok()) {
       Remember(key);
+      // Counted once per chunk this server reads (not again when listed again).
+      if (!known && metrics_ != nullptr) metrics_->TokensAdmitted((*spec)->team, tokens);
       passed.push_back(chunk);
       continue;
     }

@@ -32,6 +32,7 @@
 #include "model/types.h"
 #include "server/heartbeat_batcher.h"
 #include "server/job_spec_cache.h"
+#include "server/server_metrics.h"
 #include "store/metadata_store.h"
 
 namespace minions {
@@ -68,9 +69,10 @@ absl::StatusOr<std::string> ReadChunkObject(BlobStore& blobs, const std::string&
 class ChunkChecker {
  public:
   // `heartbeats` (may be null: one transaction per heartbeat) commits the heartbeats it admits.
+  // `metrics` (may be null) counts the tokens of the chunks admitted (ServerMetrics::TokensAdmitted).
   ChunkChecker(MetadataStore* store, BlobStore* blobs, ChunkCheckOptions options = {},
-               HeartbeatBatcher* heartbeats = nullptr)
-      : store_(store), blobs_(blobs), options_(options), heartbeats_(heartbeats), specs_(store) {}
+               HeartbeatBatcher* heartbeats = nullptr, ServerMetrics* metrics = nullptr)
+      : store_(store), blobs_(blobs), options_(options), heartbeats_(heartbeats), metrics_(metrics), specs_(store) {}
 
   absl::StatusOr<HeartbeatReply> Heartbeat(const std::string& executor_id, ExecutorState state,
                                            const std::string& reason, const std::vector<LeaseProgress>& held,
@@ -115,7 +117,7 @@ class ChunkChecker {
   Verdict Screen(const std::string& executor_id, const LeaseProgress& report, bool completing, absl::Time now,
                  absl::Status* why, std::vector<Chunk>* good, const absl::StatusOr<Task>* read = nullptr);
   absl::Status CheckOne(const Task& task, const std::string& input_key, const Chunk& chunk,
-                        std::vector<std::string>* records);
+                        std::vector<std::string>* records, TokenUsage* tokens);
   bool Known(const std::string& key);
   void Remember(const std::string& key);
 
@@ -123,6 +125,7 @@ class ChunkChecker {
   BlobStore* blobs_;
   ChunkCheckOptions options_;
   HeartbeatBatcher* heartbeats_;
+  ServerMetrics* metrics_;
   JobSpecCache specs_;  // the jobs' inputs (and whatever else a server reads of a job's spec)
   mutable absl::Mutex mu_;
   // Chunks this server checked and admitted ("job/task#attempt.seq"): an executor lists its

@@ -89,7 +89,7 @@ class ExecutorService final : public ExecutorServiceBase {
         job_ready_(std::move(job_ready)),
         metrics_(metrics),
         heartbeats_(store, clock, options.heartbeat_batch, options.heartbeat_linger),
-        chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_),
+        chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_, metrics),
         gangs_(store, clock, GangLeasingOptions{options.lease_ttl, options.gang_reservation_timeout, absl::Seconds(1),
                                                     SilentAfterFor(options.IdleHeartbeat(), options.lease_ttl)}) {}
   ~ExecutorService() override;

@@ -30,6 +30,12 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, MetadataStore* store) 
       "(gpu or cpu) and its kind (the accelerator it reports: metal, cuda, cpu). GPU-hours: sum by (team) "
       "(increase(...{device=\"gpu\"}[1h])) / 3600; per kind: sum by (team, kind).",
       {"team", "device", "kind"});
+  tokens_ = registry->AddCounterFamily(
+      "minions_tokens_total",
+      "Tokens the answers of a team's jobs state they used (their response.body.usage), by kind (prompt, "
+      "completion), counted as this server admits each checkpoint of output (once per chunk it reads; the "
+      "executors' word): tokens per second is sum by (team) (rate(...[1m])).",
+      {"team", "kind"});
   for (const char* outcome : {"succeeded", "retried", "preempted", "failed"}) attempts_->With({outcome});
   task_duration_ = registry->AddHistogram(
       "minions_task_duration_seconds", "Lease grant to completion of the attempts that succeeded.",
@@ -45,6 +51,13 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, MetadataStore* store) 
 }
 
 void ServerMetrics::HeartbeatAnswered(absl::Duration took) { heartbeat_time_->Observe(absl::ToDoubleSeconds(took)); }
+
+void ServerMetrics::TokensAdmitted(const std::string& team, const TokenUsage& tokens) {
+  if (tokens.prompt_tokens > 0) tokens_->With({team, "prompt"})->Increment(static_cast<double>(tokens.prompt_tokens));
+  if (tokens.completion_tokens > 0) {
+    tokens_->With({team, "completion"})->Increment(static_cast<double>(tokens.completion_tokens));
+  }
+}
 
 ServerMetrics::JobInfo ServerMetrics::JobInfoOf(const std::string& job_id) {
   {
@@ -68,6 +81,8 @@ void ServerMetrics::RememberJob(const std::string& job_id, const JobInfo& info) 
 void ServerMetrics::JobSubmitted(const Job& job) {
   records_succeeded_->With({job.spec.team});
   records_failed_->With({job.spec.team});
+  tokens_->With({job.spec.team, "prompt"});
+  tokens_->With({job.spec.team, "completion"});
   absl::MutexLock lock(&mu_);
   RememberJob(job.id, {job.spec.team, job.created_at});
 }

@@ -42,6 +42,9 @@ class ServerMetrics {
   // A heartbeat was answered `took` (wall time) after its handler started: its wait for a batch
   // and the batch's write (the server's part of the executor's heartbeat latency).
   void HeartbeatAnswered(absl::Duration took);
+  // The chunk check admitted a chunk of `team`'s job whose output lines state `tokens` (their
+  // response.body.usage): tokens per second by team, as the answers come in.
+  void TokensAdmitted(const std::string& team, const TokenUsage& tokens);
 
  private:
   struct JobInfo {
@@ -74,6 +77,7 @@ class ServerMetrics {
   metrics::Family<metrics::Counter>* records_succeeded_;
   metrics::Family<metrics::Counter>* records_failed_;
   metrics::Family<metrics::Counter>* harvested_seconds_;
+  metrics::Family<metrics::Counter>* tokens_;
   metrics::Histogram* task_duration_;
   metrics::Histogram* queue_wait_;
   metrics::Histogram* heartbeat_time_;

@@ -567,8 +567,10 @@ TEST_F(GrpcServiceTest, MetricsCountLeasesAttemptsRecordsAndTimes) {
   auto errors = FileUrlPath(leases[0].chunk_urls(0).errors_url());
   ASSERT_OK(output);
   ASSERT_OK(errors);
-  ASSERT_OK(WriteFileAtomically(*output, DumpJson(MakeResponseLine("r0", Json::object())) + "\n" +
-                                             DumpJson(MakeResponseLine("r1", Json::object())) + "\n"));
+  const Json usage_r0 = {{"usage", {{"prompt_tokens", 11}, {"completion_tokens", 4}}}};
+  const Json usage_r1 = {{"usage", {{"prompt_tokens", 20}, {"completion_tokens", 6}}}};
+  ASSERT_OK(WriteFileAtomically(*output, DumpJson(MakeResponseLine("r0", usage_r0)) + "\n" +
+                                             DumpJson(MakeResponseLine("r1", usage_r1)) + "\n"));
   ASSERT_OK(WriteFileAtomically(*errors, DumpJson(MakeErrorLine("r2", "invalid_request", "no")) + "\n"));
   ASSERT_GRPC_OK(Complete(executor, leases[0].ref(), 3, 1));
   ASSERT_GRPC_OK(Fail(executor, leases[1].ref(), "retryable"));
@@ -594,6 +596,9 @@ TEST_F(GrpcServiceTest, MetricsCountLeasesAttemptsRecordsAndTimes) {
   EXPECT_EQ(m["minions_task_attempts_total{outcome=\"failed\"}"], 0);
   EXPECT_EQ(m["minions_records_succeeded_total{team=\"default\"}"], 2);
   EXPECT_EQ(m["minions_records_failed_total{team=\"default\"}"], 1);
+  // The tokens its answers state, counted as the chunk was admitted (once, whatever the reports).
+  EXPECT_EQ(m["minions_tokens_total{team=\"default\",kind=\"prompt\"}"], 31);
+  EXPECT_EQ(m["minions_tokens_total{team=\"default\",kind=\"completion\"}"], 10);
   EXPECT_EQ(m["minions_task_duration_seconds_count"], 1);
   EXPECT_EQ(m["minions_task_duration_seconds_sum"], 2);
   EXPECT_EQ(m["minions_task_queue_wait_seconds_count"], 3);
