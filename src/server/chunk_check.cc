@@ -272,15 +272,16 @@ bool ChunkChecker::Known(const std::string& key) {
   return admitted_.contains(key);
 }
 
-void ChunkChecker::Remember(const std::string& key) {
+bool ChunkChecker::Remember(const std::string& key) {
   constexpr size_t kRemembered = 200000;
   absl::MutexLock lock(&mu_);
-  if (!admitted_.insert(key).second) return;
+  if (!admitted_.insert(key).second) return false;
   admitted_order_.push_back(key);
   if (admitted_order_.size() > kRemembered) {
     admitted_.erase(admitted_order_.front());
     admitted_order_.pop_front();
   }
+  return true;
 }
 
 absl::Status ChunkChecker::CheckOne(const Task& task, const std::string& input_key, const Chunk& chunk,
@@ -359,9 +360,9 @@ ChunkChecker::Verdict ChunkChecker::Screen(const std::string& executor_id, const
     TokenUsage tokens;
     absl::Status checked = known ? absl::OkStatus() : CheckOne(*task, input_key, chunk, &records, &tokens);
     if (checked.ok()) {
-      Remember(key);
-      // Counted once per chunk this server reads (not again when listed again).
-      if (!known && metrics_ != nullptr) metrics_->TokensAdmitted((*spec)->team, tokens);
+      // Counted by the one screen that admits the chunk first: an executor lists its last chunk
+      // in a heartbeat and completes at once, and the two screens may read it side by side.
+      if (Remember(key) && !known && metrics_ != nullptr) metrics_->TokensAdmitted((*spec)->team, tokens);
       passed.push_back(chunk);
       continue;
     }

@@ -119,7 +119,8 @@ class ChunkChecker {
   absl::Status CheckOne(const Task& task, const std::string& input_key, const Chunk& chunk,
                         std::vector<std::string>* records, TokenUsage* tokens);
   bool Known(const std::string& key);
-  void Remember(const std::string& key);
+  // Whether this call admitted `key` (false: admitted before, or by another screen meanwhile).
+  bool Remember(const std::string& key);
 
   MetadataStore* store_;
   BlobStore* blobs_;
