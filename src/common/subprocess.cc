@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -17,7 +19,9 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <map>
 #include <thread>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
@@ -133,6 +137,172 @@ void ClosePipe(int fds[2]) {
   close(fds[0]);
   close(fds[1]);
 }
+
+// The lifeline: a small helper process, forked from this one the first time it starts a child,
+// that outlives it only to kill its children. It holds the read end of a pipe whose write end
+// only this process holds (close-on-exec, so no child keeps it), and a table of the children this
+// process has started and not yet reaped, which this process keeps up to date through the pipe.
+// When this process dies, however it dies, the kernel closes the write end; the helper reads the
+// end of the pipe and SIGKILLs every child in its table, and the process group of each that was
+// started in one (so what a runner started in turn goes too), then exits.
+// Why: macOS has no parent-death signal, so without it a runner stalled on a record or a gang
+// member's rpc-server (which reads no stdin) would keep its memory after its executor was
+// SIGKILLed; on Linux the parent-death signal reaches the child but not what the child started.
+// The helper runs on both, so the tests here exercise what macOS relies on.
+// Limits: a child forked but not yet in the table (microseconds) is not covered (on Linux its
+// parent-death signal is); an entry leaves the table just after its child is reaped, so a process
+// killed in between has the helper signal a pid that has just been freed (reused only after the
+// system's pids wrap around). More than kLifelineSlots children alive at once are not covered.
+// Threads: Add and Remove from any thread.
+constexpr int kLifelineSlots = 4096;
+
+struct LifelineRecord {
+  int32_t op;  // one of the ops below
+  int32_t pid;
+};
+constexpr int32_t kLifelineAddProcess = 1;
+constexpr int32_t kLifelineAddGroup = 2;   // the child leads a process group of its own
+constexpr int32_t kLifelineRemove = 3;
+
+// The helper, in the child between fork and (no) exec: only async-signal-safe calls. Every
+// signal stays blocked (the spawner's mask), so only SIGKILL stops it; its own process group keeps
+// it out of a terminal's ^C to this process's group.
+[[noreturn]] void LifelineHelper(int read_fd) {
+  setpgid(0, 0);
+#ifdef __linux__
+  prctl(PR_SET_NAME, Subprocess::kLifelineName);  // its name in top, pgrep and ps -o comm (the command line stays)
+#endif
+  // No descriptor of this process may live on in the helper: a listening socket, a child's pipe
+  // or this process's stdout would stay open after this process has died.
+  struct rlimit limit;
+  int last = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+                 ? static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 20))
+                 : 1 << 16;
+#ifdef SYS_close_range
+  if (read_fd > 0) syscall(SYS_close_range, 0u, static_cast<unsigned>(read_fd - 1), 0u);
+  if (syscall(SYS_close_range, static_cast<unsigned>(read_fd + 1), ~0u, 0u) == 0) last = read_fd;
+#endif
+  for (int fd = 0; fd < last; ++fd) {
+    if (fd != read_fd) close(fd);
+  }
+  static pid_t pids[kLifelineSlots];
+  static bool groups[kLifelineSlots];
+  int used = 0;
+  char buffer[sizeof(LifelineRecord) * 64];
+  size_t held = 0;
+  while (true) {
+    ssize_t n = read(read_fd, buffer + held, sizeof(buffer) - held);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // this process has died (or closed the pipe on its way out)
+    held += static_cast<size_t>(n);
+    size_t whole = held - held % sizeof(LifelineRecord);
+    for (size_t at = 0; at < whole; at += sizeof(LifelineRecord)) {
+      LifelineRecord record;
+      memcpy(&record, buffer + at, sizeof(record));
+      if (record.op == kLifelineRemove) {
+        for (int i = 0; i < used; ++i) {
+          if (pids[i] == record.pid) {
+            pids[i] = pids[used - 1];
+            groups[i] = groups[used - 1];
+            --used;
+            break;
+          }
+        }
+      } else if (used < kLifelineSlots && record.pid > 0) {
+        pids[used] = record.pid;
+        groups[used] = record.op == kLifelineAddGroup;
+        ++used;
+      }
+    }
+    memmove(buffer, buffer + whole, held - whole);
+    held -= whole;
+  }
+  for (int i = 0; i < used; ++i) {
+    if (groups[i]) kill(-pids[i], SIGKILL);
+    kill(pids[i], SIGKILL);
+  }
+  _exit(0);
+}
+
+class Lifeline {
+ public:
+  static Lifeline& Get() {
+    static Lifeline* lifeline = new Lifeline();  // leaked: children may be started until exit
+    return *lifeline;
+  }
+
+  void Add(pid_t pid, bool group) {
+    absl::MutexLock lock(&mu_);
+    live_[pid] = group;
+    Send({group ? kLifelineAddGroup : kLifelineAddProcess, static_cast<int32_t>(pid)});
+  }
+
+  void Remove(pid_t pid) {
+    absl::MutexLock lock(&mu_);
+    if (live_.erase(pid) == 0) return;
+    Send({kLifelineRemove, static_cast<int32_t>(pid)});
+  }
+
+  pid_t helper() {
+    absl::MutexLock lock(&mu_);
+    return helper_;
+  }
+
+ private:
+  // Sends `record` to the helper. A helper that is gone (someone killed it) is replaced by a new
+  // one, told of every child still alive (the record included); it is tried once a call.
+  void Send(const LifelineRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (fd_ >= 0 && WriteAll(&record, sizeof(record))) return;
+    if (fd_ >= 0) {
+      close(fd_);
+      fd_ = -1;
+      int status;
+      waitpid(helper_, &status, WNOHANG);  // not left a zombie
+      helper_ = -1;
+    }
+    if (!StartHelper()) return;
+    std::vector<LifelineRecord> replay;
+    for (const auto& [pid, group] : live_) {
+      replay.push_back({group ? kLifelineAddGroup : kLifelineAddProcess, static_cast<int32_t>(pid)});
+    }
+    if (!replay.empty()) WriteAll(replay.data(), replay.size() * sizeof(LifelineRecord));
+  }
+
+  bool WriteAll(const void* data, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const char* at = static_cast<const char*>(data);
+    while (size > 0) {
+      ssize_t n = ::write(fd_, at, size);  // SIGPIPE is ignored (Start): a dead helper is EPIPE
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      at += n;
+      size -= static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  bool StartHelper() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int fds[2];
+    if (!MakePipe(fds)) return false;
+    pid_t pid = -1;
+    Spawner::Get().Run([&] {
+      pid = fork();
+      if (pid == 0) LifelineHelper(fds[0]);
+    });
+    close(fds[0]);
+    if (pid < 0) {
+      close(fds[1]);
+      return false;
+    }
+    fd_ = fds[1];
+    helper_ = pid;
+    return true;
+  }
+
+  absl::Mutex mu_;
+  int fd_ ABSL_GUARDED_BY(mu_) = -1;       // the pipe's write end
+  pid_t helper_ ABSL_GUARDED_BY(mu_) = -1;
+  std::map<pid_t, bool> live_ ABSL_GUARDED_BY(mu_);  // children started and not reaped: pid -> own group
+};
 
 // The program posix_spawnp/execvp would run: `name` itself when it has a slash, else the first
 // executable file of that name in this process's PATH. Empty when there is none.
@@ -261,6 +431,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const Options& opt
     errno = fork_errno;
     return ErrnoError("fork");
   }
+  Lifeline::Get().Add(pid, options.own_process_group);
   // Also from here, so that Signal() reaches the group even before the child has run setpgid
   // (fails harmlessly once the child has executed its program).
   if (options.own_process_group) setpgid(pid, pid);
@@ -274,6 +445,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const Options& opt
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    Lifeline::Get().Remove(pid);
     close(in_pipe[1]);
     close(out_pipe[0]);
     return absl::NotFoundError(
@@ -396,6 +568,7 @@ absl::StatusOr<ExitInfo> Subprocess::Wait(absl::Duration timeout) {
         exit_info_.exited = WIFEXITED(status);
         exit_info_.code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
         exit_info_.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        Lifeline::Get().Remove(pid_);
         return exit_info_;
       }
       if (rc < 0 && errno != EINTR) return ErrnoError("waitpid");
@@ -405,6 +578,8 @@ absl::StatusOr<ExitInfo> Subprocess::Wait(absl::Duration timeout) {
     backoff = std::min(backoff * 2, std::chrono::milliseconds(20));
   }
 }
+
+pid_t Subprocess::LifelinePid() { return Lifeline::Get().helper(); }
 
 std::string CurrentExecutablePath() {
 #ifdef __APPLE__

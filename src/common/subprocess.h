@@ -4,15 +4,16 @@
 //
 // Ownership: owns the child and the parent's pipe ends; the destructor SIGKILLs and reaps a child
 // still running, so a Subprocess never leaks a process.
-// Dying with this process: on Linux every child gets SIGKILL when this process dies, however it
-// dies (SIGKILL included): the child sets PR_SET_PDEATHSIG before it executes its program, and is
-// forked by one thread that lives as long as the process (the kernel sends the signal when the
-// forking thread exits, so a caller's short-lived thread must not be the parent). An executor's
-// runners and a gang member's rpc-server therefore never outlive it. What the child starts in turn
-// is not covered (a parent-death signal is not inherited), except through own_process_group when
-// this process signals the group. macOS has no parent-death signal: there a child outlives a
-// SIGKILLed parent until it exits by itself (a runner does at the end of its stdin, which closes
-// with the executor; an rpc-server does not: docs/architecture.md, "Gangs", limits).
+// Dying with this process: every child gets SIGKILL when this process dies, however it dies
+// (SIGKILL included), and so does the process group of a child started with own_process_group
+// (what the child started in turn). Two mechanisms, because macOS has only the second:
+//   - the lifeline (subprocess.cc): a helper process forked on the first Start, which reads a
+//     pipe only this process can write; when this process dies the pipe ends and the helper kills
+//     every child (and group) not yet reaped. Both platforms; it covers what a child started.
+//   - on Linux, PR_SET_PDEATHSIG, set by the child before it executes its program. Children are
+//     forked by one thread that lives as long as the process (the kernel sends the signal when
+//     the forking thread exits, so a caller's short-lived thread must not be the parent).
+// An executor's runners and a gang member's rpc-server therefore never outlive it.
 // Threads: one thread at a time may write (Write, CloseStdin), one at a time may read (ReadLine);
 // Signal(), Wait(), running() and pid() may be called from any thread (a signal never reaches a
 // process that has been reaped, whose pid may belong to another by then).
@@ -40,6 +41,7 @@ struct ExitInfo {
 
 class Subprocess {
  public:
+  static constexpr const char* kLifelineName = "lifeline";
   struct Options {
     std::vector<std::string> argv;        // argv[0] is a path or a name looked up in PATH
     std::vector<std::string> extra_env;   // "NAME=value" entries added to this process's environment
@@ -65,6 +67,10 @@ class Subprocess {
   absl::StatusOr<ExitInfo> Wait(absl::Duration timeout = absl::InfiniteDuration());
   pid_t pid() const { return pid_; }
   bool running();
+
+  // The lifeline helper's pid (-1 before the first Start): for tests and diagnostics. On Linux its
+  // name (comm) is kLifelineName once it runs.
+  static pid_t LifelinePid();
 
  private:
   Subprocess() = default;

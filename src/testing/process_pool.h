@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -262,18 +263,47 @@ class ProcessPool {
   }
 
   // The process ids of an executor's children (its runner), read from /proc; empty elsewhere.
-  std::vector<pid_t> ExecutorChildren(const std::string& name) {
+  // The children executor `name` started (its runners, a gang member's rpc-server), not its
+  // lifeline (Subprocess). A child forked and not yet executing its program cannot be told from
+  // the lifeline before it names itself, so this waits (for at most 10 s) until none is left in
+  // that state.
+  std::vector<pid_t> ExecutorChildren(const std::string& name) { return ExecutorChildrenAndLifeline(name).first; }
+
+  // Executor `name`'s lifeline (it outlives the executor only to kill its children), or 0.
+  pid_t ExecutorLifeline(const std::string& name) { return ExecutorChildrenAndLifeline(name).second; }
+
+  std::pair<std::vector<pid_t>, pid_t> ExecutorChildrenAndLifeline(const std::string& name) {
     std::vector<pid_t> children;
+    pid_t lifeline = 0;
     auto it = executors_.find(name);
-    if (it == executors_.end()) return children;
-    // Each thread lists the children it started.
+    if (it == executors_.end()) return {children, lifeline};
+    const std::string executor = absl::StrCat("/proc/", it->second->pid());
     std::error_code ec;
-    for (const auto& thread :
-         std::filesystem::directory_iterator(absl::StrCat("/proc/", it->second->pid(), "/task"), ec)) {
-      std::ifstream in(thread.path() / "children");
-      for (pid_t child; in >> child;) children.push_back(child);
+    const auto program = std::filesystem::read_symlink(executor + "/exe", ec);
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (true) {
+      children.clear();
+      lifeline = 0;
+      bool unsettled = false;
+      // Each thread lists the children it started.
+      for (const auto& thread : std::filesystem::directory_iterator(executor + "/task", ec)) {
+        std::ifstream in(thread.path() / "children");
+        for (pid_t child; in >> child;) {
+          std::string comm;
+          std::getline(std::ifstream(absl::StrCat("/proc/", child, "/comm")), comm);
+          std::error_code exe_error;
+          const auto exe = std::filesystem::read_symlink(absl::StrCat("/proc/", child, "/exe"), exe_error);
+          if (comm == Subprocess::kLifelineName) {
+            lifeline = child;
+          } else {
+            unsettled |= !exe_error && exe == program;  // forked, not yet executing its program
+            children.push_back(child);
+          }
+        }
+      }
+      if (!unsettled || absl::Now() > deadline) return {children, lifeline};
+      absl::SleepFor(absl::Milliseconds(10));
     }
-    return children;
   }
 
   // Names of the executors started and not stopped.

@@ -373,7 +373,7 @@ TEST(Pool, AHungRunnerIsKilledItsTaskRunsElsewhereAndSigtermStillStopsItsExecuto
 
 // A runner dies with its executor, however the executor dies: one stalled on a record (alive,
 // reading nothing more, so it never sees its stdin close) is gone once its executor is SIGKILLed,
-// though nothing else kills it (Subprocess: a parent-death signal on Linux).
+// though nothing else kills it (Subprocess: the lifeline, and a parent-death signal on Linux).
 TEST(Pool, ARunnerStalledOnARecordDiesWithItsSigkilledExecutor) {
   std::string dir = TempDir("orphan");
   ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
@@ -395,16 +395,22 @@ TEST(Pool, ARunnerStalledOnARecordDiesWithItsSigkilledExecutor) {
     if (!stalled) absl::SleepFor(absl::Milliseconds(100));
   }
   ASSERT_TRUE(stalled) << "the task never committed its first two records; logs in " << dir << "/pool/logs";
-  const std::vector<pid_t> children = pool.ExecutorChildren("e1");
+  const auto [children, lifeline] = pool.ExecutorChildrenAndLifeline("e1");
   ASSERT_EQ(children.size(), 1u) << "the executor should have one child, its runner";
   const pid_t runner = children[0];
   const std::string started = LiveProcessStart(runner);
   ASSERT_FALSE(started.empty());
+  ASSERT_GT(lifeline, 0) << "the executor has no lifeline";
+  const std::string lifeline_started = LiveProcessStart(lifeline);
 
   ASSERT_TRUE(pool.StopExecutor("e1", SIGKILL).ok());
   const bool died = WaitUntilDead(runner, started, absl::Minutes(1));
   if (!died) ::kill(runner, SIGKILL);  // not left behind by a failing test
   EXPECT_TRUE(died) << "the runner " << runner << " outlived its SIGKILLed executor";
+  // The lifeline itself does not linger either.
+  const bool lifeline_gone = WaitUntilDead(lifeline, lifeline_started, absl::Minutes(1));
+  if (!lifeline_gone) ::kill(lifeline, SIGKILL);
+  EXPECT_TRUE(lifeline_gone) << "the lifeline " << lifeline << " outlived its executor";
   if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 

@@ -5,12 +5,16 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "testing/process_pool.h"
 
@@ -102,6 +106,118 @@ TEST(Subprocess, AChildDiesWhenTheProcessThatStartedItIsKilled) {
   const bool gone = testing::WaitUntilDead(child, started, absl::Minutes(1));
   if (!gone) ::kill(child, SIGKILL);  // not left behind by a failing test
   EXPECT_TRUE(gone) << "the child " << child << " outlived the process that started it";
+}
+
+// A child started in a process group of its own runs `sleep 600` in the background and writes
+// its pid to a file of `dir` named after the child's own pid; this reads it.
+std::vector<std::string> GrandchildCommand(const std::filesystem::path& dir) {
+  return {MINIONS_TEST_SPAWNING_PARENT, "sh", "-c",
+          absl::StrCat("sleep 600 & echo $! > ", dir.string(), "/$$.tmp && mv ", dir.string(), "/$$.tmp ",
+                       dir.string(), "/$$; wait")};
+}
+
+pid_t GrandchildOf(const std::filesystem::path& dir, pid_t child) {
+  const std::filesystem::path file = dir / std::to_string(child);
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (!std::filesystem::exists(file) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  std::ifstream in(file);
+  int pid = 0;
+  in >> pid;
+  return pid;
+}
+
+std::filesystem::path FreshDir(const std::string& name) {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / absl::StrCat(name, "-", getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// What a child started in turn (in the child's process group) dies too: the lifeline kills the
+// group. A parent-death signal would not reach it (it is not inherited), and macOS has none.
+TEST(Subprocess, WhatAChildStartedDiesWhenTheProcessThatStartedItIsKilled) {
+  const auto dir = FreshDir("minions-lifeline");
+  auto parent = Subprocess::Start({GrandchildCommand(dir), {}, ""});
+  ASSERT_TRUE(parent.ok()) << parent.status();
+  auto line = (*parent)->ReadLine(absl::Minutes(1));
+  ASSERT_TRUE(line.ok()) << line.status();
+  std::vector<std::string> pids = absl::StrSplit(*line, ' ');
+  ASSERT_EQ(pids.size(), 2u) << *line;
+  const pid_t grandchild = GrandchildOf(dir, std::stoi(pids[0]));
+  ASSERT_GT(grandchild, 0);
+  const std::string started = testing::LiveProcessStart(grandchild);
+  ASSERT_FALSE(started.empty()) << "the grandchild " << grandchild << " is not running";
+  // The helper holds nothing of its process but its end of the lifeline (a listening socket or
+  // the process's stdout would otherwise stay open after it died), and a ^C to the process's
+  // group does not reach it.
+  const pid_t helper = std::stoi(pids[1]);
+  ASSERT_GT(helper, 0);
+  // It closes what it inherited just after the fork, after naming itself and taking its group:
+  // wait for that (progress, not time).
+  auto descriptors = [helper] {
+    int count = 0;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(absl::StrCat("/proc/", helper, "/fd"), ec)) {
+      (void)entry;
+      ++count;
+    }
+    return count;
+  };
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (descriptors() != 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(descriptors(), 1);
+  EXPECT_EQ(getpgid(helper), helper);
+  std::string comm;
+  std::getline(std::ifstream(absl::StrCat("/proc/", helper, "/comm")), comm);
+  EXPECT_EQ(comm, Subprocess::kLifelineName);
+
+  (*parent)->Signal(SIGKILL);
+  ASSERT_TRUE((*parent)->Wait(absl::Minutes(1)).ok());
+  const bool gone = testing::WaitUntilDead(grandchild, started, absl::Minutes(1));
+  if (!gone) ::kill(grandchild, SIGKILL);  // not left behind by a failing test
+  EXPECT_TRUE(gone) << "the grandchild " << grandchild << " outlived the process that started its parent";
+  std::filesystem::remove_all(dir);
+}
+
+// A lifeline helper that someone killed is replaced at the next start, and the new one is told
+// of every child still alive, not only the new one.
+TEST(Subprocess, AKilledLifelineIsReplacedAndToldOfEveryChildStillAlive) {
+  const auto dir = FreshDir("minions-lifeline-again");
+  auto parent = Subprocess::Start({GrandchildCommand(dir), {}, ""});
+  ASSERT_TRUE(parent.ok()) << parent.status();
+  auto first = (*parent)->ReadLine(absl::Minutes(1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::vector<std::string> first_pids = absl::StrSplit(*first, ' ');
+  ASSERT_EQ(first_pids.size(), 2u) << *first;
+  const pid_t first_helper = std::stoi(first_pids[1]);
+  const std::string first_helper_started = testing::LiveProcessStart(first_helper);
+  ASSERT_FALSE(first_helper_started.empty());
+  ::kill(first_helper, SIGKILL);
+  ASSERT_TRUE(testing::WaitUntilDead(first_helper, first_helper_started, absl::Minutes(1)));
+
+  ASSERT_TRUE((*parent)->Write("again\n").ok());
+  auto second = (*parent)->ReadLine(absl::Minutes(1));
+  ASSERT_TRUE(second.ok()) << second.status();
+  std::vector<std::string> second_pids = absl::StrSplit(*second, ' ');
+  ASSERT_EQ(second_pids.size(), 2u) << *second;
+  EXPECT_NE(std::stoi(second_pids[1]), first_helper);
+  EXPECT_GT(std::stoi(second_pids[1]), 0);
+
+  std::vector<std::pair<pid_t, std::string>> grandchildren;
+  for (const auto& pids : {first_pids, second_pids}) {
+    const pid_t grandchild = GrandchildOf(dir, std::stoi(pids[0]));
+    ASSERT_GT(grandchild, 0);
+    grandchildren.emplace_back(grandchild, testing::LiveProcessStart(grandchild));
+    ASSERT_FALSE(grandchildren.back().second.empty());
+  }
+  (*parent)->Signal(SIGKILL);
+  ASSERT_TRUE((*parent)->Wait(absl::Minutes(1)).ok());
+  for (const auto& [grandchild, started] : grandchildren) {
+    const bool gone = testing::WaitUntilDead(grandchild, started, absl::Minutes(1));
+    if (!gone) ::kill(grandchild, SIGKILL);
+    EXPECT_TRUE(gone) << "the grandchild " << grandchild << " outlived the process that started its parent";
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // The parent-death signal follows the thread that forked the child, not the process: a child
