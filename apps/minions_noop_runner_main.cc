@@ -1,6 +1,8 @@
 // minions-noop-runner: a runner that does no inference. It answers every record at once with an
 // empty completion, so a pool that uses it measures the control plane alone: leasing, staging,
-// the runner pipe, uploads, completion and finalisation.
+// the runner pipe, uploads, completion and finalisation. Each answer states a usage (the record
+// line's bytes as prompt tokens, one completion token), so the accounting of tokens is tested
+// with it too.
 //
 // Two switches make it a test double for failure handling (the tests of checkpoints and poison
 // records use them; production never sets them):
@@ -62,8 +64,10 @@ int main() {
             std::this_thread::sleep_for(delay);
           }
           ParsedRecord parsed = ParseRecordLine(command->run.records[i]);
+          const Usage usage{.prompt_tokens = static_cast<int>(command->run.records[i].size()),
+                            .completion_tokens = 1};
           Json out = parsed.ok() ? MakeResponseLine(parsed.custom_id, MakeCompletionBody(parsed.custom_id, "noop", "",
-                                                                                         "stop", {}, 0))
+                                                                                         "stop", usage, 0))
                                  : MakeErrorLine(parsed.custom_id, parsed.error_code, parsed.error_message);
           stats.errors += !parsed.ok();
           std::cout << runner_protocol::EncodeResult(command->run.batch, i, out);

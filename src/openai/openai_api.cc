@@ -503,7 +503,11 @@ absl::StatusOr<Json> OpenAiApi::BatchObject(const Job& job) {
       // Cancelling until its partial results are merged (here, on the first look after the
       // cancel: its tasks commit nothing more), then cancelled.
       if (!side.contains("cancelled_at")) {
-        if (auto s = finalizer_.MergeCancelled(job.id); !s.ok()) return s;
+        auto tokens = finalizer_.MergeCancelled(job.id);
+        if (!tokens.ok()) return tokens.status();
+        // The job's row keeps no tokens for a cancelled job; its batch keeps what the partial
+        // output used.
+        side["tokens"] = {{"prompt_tokens", tokens->prompt_tokens}, {"completion_tokens", tokens->completion_tokens}};
         side["cancelled_at"] = absl::ToUnixSeconds(deps_.clock->Now());
         if (!side.contains("cancelling_at") && job.finished_at) side["cancelling_at"] = absl::ToUnixSeconds(*job.finished_at);
         if (auto s = deps_.blobs->Put(keys::OpenAiBatch(job.spec.team, job.id), DumpJson(side)); !s.ok()) return s;
@@ -555,15 +559,30 @@ absl::StatusOr<Json> OpenAiApi::BatchObject(const Job& job) {
       {"request_counts", {{"total", job.counts.total}, {"completed", job.counts.completed}, {"failed", job.counts.failed}}},
       {"metadata", side.contains("metadata") ? side["metadata"] : Json(nullptr)},
   };
-  if (job.tokens && (job.state == JobState::kCompleted || job.state == JobState::kExpired)) {
-    // What the published answers say they used (Job::tokens), in the Batch API's shape; llama.cpp
-    // reports no cached or reasoning tokens apart.
-    const int64_t input = job.tokens->prompt_tokens, output = job.tokens->completion_tokens;
-    batch["usage"] = {{"input_tokens", input},
+  // What the published answers say they used: Job::tokens once completed or expired, the merged
+  // partial output's once cancelled (kept with the batch).
+  std::optional<TokenUsage> used;
+  if (job.state == JobState::kCompleted || job.state == JobState::kExpired) used = job.tokens;
+  if (job.state == JobState::kCancelled && side.contains("tokens") && side["tokens"].is_object()) {
+    const Json& kept = side["tokens"];
+    auto count = [&](const char* name) {  // written by this server; still never trusted to be a number
+      auto value = kept.find(name);
+      // Signed as set here, unsigned as parsed back; never negative.
+      if (value == kept.end() || !value->is_number_integer()) return int64_t{0};
+      if (value->is_number_unsigned()) {
+        return static_cast<int64_t>(std::min<uint64_t>(value->get<uint64_t>(), std::numeric_limits<int64_t>::max()));
+      }
+      return std::max<int64_t>(value->get<int64_t>(), 0);
+    };
+    used = TokenUsage{count("prompt_tokens"), count("completion_tokens")};
+  }
+  if (used) {
+    // In the Batch API's shape; llama.cpp reports no cached or reasoning tokens apart.
+    batch["usage"] = {{"input_tokens", used->prompt_tokens},
                       {"input_tokens_details", {{"cached_tokens", 0}}},
-                      {"output_tokens", output},
+                      {"output_tokens", used->completion_tokens},
                       {"output_tokens_details", {{"reasoning_tokens", 0}}},
-                      {"total_tokens", job.tokens->total()}};
+                      {"total_tokens", used->total()}};
   }
   return batch;
 }

@@ -207,7 +207,7 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
   return finished;
 }
 
-absl::Status JobFinalizer::MergeCancelled(const std::string& job_id) {
+absl::StatusOr<TokenUsage> JobFinalizer::MergeCancelled(const std::string& job_id) {
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
   if (job->state != JobState::kCancelled) {
@@ -217,8 +217,9 @@ absl::Status JobFinalizer::MergeCancelled(const std::string& job_id) {
   if (!tasks.ok()) return tasks.status();
   std::map<std::pair<int64_t, int>, std::string> rejected;
   TokenUsage tokens;  // a cancelled job's row is left as it is
-  return WriteResults(*job, *tasks, /*cancelled=*/true, keys::CancelledJobOutput(job_id),
-                      keys::CancelledJobErrors(job_id), &rejected, &tokens);
+  RETURN_IF_ERROR(WriteResults(*job, *tasks, /*cancelled=*/true, keys::CancelledJobOutput(job_id),
+                               keys::CancelledJobErrors(job_id), &rejected, &tokens));
+  return tokens;
 }
 
 absl::StatusOr<int> JobFinalizer::FinalizeReady() {

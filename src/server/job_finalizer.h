@@ -35,8 +35,9 @@ class JobFinalizer {
   // A cancelled job's partial results: what its tasks committed before the cancel, merged as
   // Finalize would (keys::CancelledJobOutput and CancelledJobErrors; an error line "batch_cancelled" for every
   // record that never ran). The job's row is left as it is. Idempotent (the same bytes each time:
-  // a cancelled job's tasks commit nothing more).
-  absl::Status MergeCancelled(const std::string& job_id);
+  // a cancelled job's tasks commit nothing more). Returns the tokens the merged output lines state
+  // they used (as Finalize keeps in Job::tokens; the caller keeps them where it needs them).
+  absl::StatusOr<TokenUsage> MergeCancelled(const std::string& job_id);
 
  private:
   // Writes the merged output and error files of `job` (see Finalize) to `output_key` and

@@ -109,18 +109,7 @@ async function mainPhase() {
   assert.ok(batch.completed_at >= batch.created_at && batch.in_progress_at >= batch.created_at);
   const output = await download(batch.output_file_id, 'output.jsonl');
   await download(batch.error_file_id, 'errors.jsonl');
-  // usage: the sums of the answers' own usage, as the Batch API reports it.
-  let prompt = 0, completion = 0;
-  for (const line of lines(output)) {
-    prompt += line.response.body.usage.prompt_tokens;
-    completion += line.response.body.usage.completion_tokens;
-  }
-  assert.ok(prompt > 0 && completion > 0, `the answers state their usage: ${prompt}, ${completion}`);
-  assert.deepEqual(batch.usage, {
-    input_tokens: prompt, input_tokens_details: { cached_tokens: 0 },
-    output_tokens: completion, output_tokens_details: { reasoning_tokens: 0 },
-    total_tokens: prompt + completion,
-  });
+  expectUsageOf(batch, lines(output));
   assert.equal((await client.files.retrieve(batch.output_file_id)).bytes, Buffer.byteLength(output));
   await expectError(otherTeam.files.content(batch.output_file_id), OpenAI.NotFoundError, 404, "another team's output");
 
@@ -164,6 +153,21 @@ async function mainPhase() {
   };
 }
 
+// usage: the sums of the answers' own usage, as the Batch API reports it.
+function expectUsageOf(batch, outputLines) {
+  let prompt = 0, completion = 0;
+  for (const line of outputLines) {
+    prompt += line.response.body.usage.prompt_tokens;
+    completion += line.response.body.usage.completion_tokens;
+  }
+  assert.ok(prompt > 0 && completion > 0, `the answers state their usage: ${prompt}, ${completion}`);
+  assert.deepEqual(batch.usage, {
+    input_tokens: prompt, input_tokens_details: { cached_tokens: 0 },
+    output_tokens: completion, output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: prompt + completion,
+  });
+}
+
 async function cancelPhase() {
   const after = Number(process.env.CANCEL_AFTER);
   const file = await client.files.create({ file: fs.createReadStream(process.env.INPUT), purpose: 'batch' });
@@ -180,6 +184,7 @@ async function cancelPhase() {
   assert.ok(output.length < records);
   assert.equal(output.length + errors.length, records);
   assert.ok(errors.some((e) => e.error.code === 'batch_cancelled'));
+  expectUsageOf(batch, output);
   return { id: batch.id, seen: ['cancelling', ...seen], output: output.length, errors: errors.length };
 }
 

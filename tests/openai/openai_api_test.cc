@@ -466,6 +466,9 @@ TEST_F(OpenAiApiTest, CancelSaysCancellingThenCancelledWithAnErrorLinePerRecord)
   Reply output = Send("GET", "/v1/files/" + cancelled.json["output_file_id"].get<std::string>() + "/content", submitter_);
   EXPECT_EQ(output.status, 200);
   EXPECT_EQ(output.body, "");
+  // Nothing ran, so nothing was used (openai_check.mjs checks the sums of a partial output).
+  EXPECT_EQ(cancelled.json["usage"]["input_tokens"], 0) << cancelled.body;
+  EXPECT_EQ(cancelled.json["usage"]["output_tokens"], 0);
   // Another team cannot read the results.
   ExpectError(Send("GET", "/v1/files/" + cancelled.json["error_file_id"].get<std::string>() + "/content", other_team_),
               404);

@@ -233,6 +233,30 @@ TEST_F(JobFinalizerTest, AFinishedJobCarriesTheTokensItsPublishedAnswersUsed) {
   EXPECT_EQ(manifest["usage"]["completion_tokens"], 36);
 }
 
+// A cancelled job's merged partial output states the tokens it used: the committed chunks' lines,
+// a task's committed checkpoint included; the job's row keeps none.
+TEST_F(JobFinalizerTest, ACancelledJobsPartialOutputStatesTheTokensItUsed) {
+  std::string job_id = MakeJob(EightRecords(), 3);
+  ASSERT_EQ(LeaseAll().size(), 3u);
+  Upload(job_id, 0, 1, LineUsing("r0", 10, 1) + LineUsing("r1", 20, 2) + LineUsing("r2", 30, 3), "");
+  Complete(job_id, 0, 1, 3);
+  // Task 1 committed r3 as a checkpoint; task 2 did nothing.
+  ASSERT_OK(blobs_->Put(keys::ChunkOutput(job_id, 1, 1, 0), LineUsing("r3", 100, 10)));
+  LeaseProgress beat{job_id, 1, 1, 1, 0, {Chunk{1, 0, 0, 1, 0}}};
+  ASSERT_OK(store_->Heartbeat(executor_, ExecutorState::kBusy, "", {beat}, kTtl, clock_.Now()).status());
+  ASSERT_OK(store_->CancelJob(job_id, clock_.Now()).status());
+
+  JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
+  ASSERT_OK_AND_ASSIGN(TokenUsage tokens, finalizer.MergeCancelled(job_id));
+  EXPECT_EQ(tokens.prompt_tokens, 160);
+  EXPECT_EQ(tokens.completion_tokens, 16);
+  EXPECT_THAT(CustomIds(Get(keys::CancelledJobOutput(job_id))), ElementsAre("r0", "r1", "r2", "r3"));
+  EXPECT_FALSE(GetJob(job_id).tokens.has_value());
+  // Merged again, the same answer.
+  ASSERT_OK_AND_ASSIGN(TokenUsage again, finalizer.MergeCancelled(job_id));
+  EXPECT_EQ(again, tokens);
+}
+
 TEST_F(JobFinalizerTest, TaskOutputsWithoutAFinalNewlineStillMergeIntoSeparateLines) {
   std::string job_id = MakeJob(EightRecords(), 3);
   ASSERT_EQ(LeaseAll().size(), 3u);
