@@ -1,12 +1,17 @@
 #include "server/chunk_check.h"
 
+#include <thread>
+
 #include "blob/local/local_blob_store.h"
 #include "runner/batch_record.h"
+#include "metrics/metrics.h"
 #include "server/keys.h"
 #include "server/job_splitter.h"
+#include "server/server_metrics.h"
 #include "server_test_util.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
+#include "testing/prometheus_text.h"
 
 namespace minions::testing {
 namespace {
@@ -187,6 +192,89 @@ TEST(ChunkChecker, AnUnreadableChunkIsNeitherCommittedNorHeldAgainstTheExecutor)
   ASSERT_OK_AND_ASSIGN(task, store->GetTask(job.id, 0));
   EXPECT_EQ(task.state, TaskState::kSucceeded);
   EXPECT_EQ(task.chunks.size(), 2u);
+}
+
+// Reads of one object are held until `readers` threads have all started reading it: two screens
+// that read the same chunk side by side meet there, whatever the scheduling.
+class MeetingBlobStore : public ForwardingBlobStore {
+ public:
+  MeetingBlobStore(BlobStore* inner, std::string key, int readers)
+      : ForwardingBlobStore(inner), key_(std::move(key)), readers_(readers) {}
+  absl::Status Read(const std::string& key, const std::function<bool(std::string_view)>& sink) override {
+    if (key == key_) {
+      absl::MutexLock lock(&mu_);
+      ++arrived_;
+      // Bounded only so that a broken checker fails the test instead of hanging it.
+      mu_.AwaitWithTimeout(absl::Condition(
+                               +[](MeetingBlobStore* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+                                 return self->arrived_ >= self->readers_;
+                               },
+                               this),
+                           absl::Minutes(1));
+    }
+    return ForwardingBlobStore::Read(key, sink);
+  }
+  int arrived() {
+    absl::MutexLock lock(&mu_);
+    return arrived_;
+  }
+
+ private:
+  const std::string key_;
+  const int readers_;
+  absl::Mutex mu_;
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// An executor lists its last chunk in a heartbeat and completes at once: the heartbeat's screen
+// and the completion's read the chunk side by side, both before either has admitted it. Its
+// tokens are counted once, by whichever admits it first.
+TEST(ChunkChecker, AChunkTwoScreensReadSideBySideCountsItsTokensOnce) {
+  TempDir dir;
+  FakeClock clock;
+  ASSERT_OK_AND_ASSIGN(auto store, SqliteMetadataStore::Open(dir.path() + "/store.db", StoreOptions{}));
+  ASSERT_OK_AND_ASSIGN(auto local, LocalBlobStore::Open(dir.path() + "/blobs"));
+  std::string input;
+  for (const char* id : {"a", "b"}) input += RequestLine(id) + "\n";
+  ASSERT_OK(local->Put("inputs/in.jsonl", input));
+  ASSERT_OK_AND_ASSIGN(SplitResult split, SplitInput(*local, "inputs/in.jsonl", 2));
+  JobSpec spec;
+  spec.model = "m";
+  spec.team = "t";
+  spec.input_key = "inputs/in.jsonl";
+  ASSERT_OK_AND_ASSIGN(Job job, store->CreateJob(spec, clock.Now()));
+  ASSERT_OK(store->AddTasks(job.id, split.tasks, 2, clock.Now()));
+  ExecutorInfo info;
+  info.name = "e";
+  info.runners = {"llama"};
+  info.max_tasks = 1;
+  ASSERT_OK_AND_ASSIGN(Executor executor, store->RegisterExecutor("", info, clock.Now()));
+  ASSERT_OK_AND_ASSIGN(std::vector<Lease> leases, store->LeaseTasks(executor.id, 1, absl::Seconds(30), clock.Now()));
+  ASSERT_EQ(leases.size(), 1u);
+  const int attempt = leases[0].task.attempt;
+  const std::string chunk_key = keys::ChunkOutput(job.id, 0, attempt, 0);
+  const Json used = {{"usage", {{"prompt_tokens", 7}, {"completion_tokens", 3}}}};
+  ASSERT_OK(local->Put(chunk_key, DumpJson(MakeResponseLine("a", used)) + "\n" +
+                                      DumpJson(MakeResponseLine("b", used)) + "\n"));
+  MeetingBlobStore blobs(local.get(), chunk_key, 2);
+  metrics::Registry registry;
+  ServerMetrics metrics(&registry, store.get());
+  ChunkChecker checker(store.get(), &blobs, {}, nullptr, &metrics);
+
+  LeaseProgress listed{job.id, 0, attempt, 2, 0, {Chunk{attempt, 0, 0, 2, 0}}};
+  std::thread heartbeat([&] {
+    EXPECT_OK(checker.Heartbeat(executor.id, ExecutorState::kBusy, "", {listed}, absl::Seconds(30), clock.Now())
+                  .status());
+  });
+  std::thread completion([&] { EXPECT_OK(checker.CompleteTasks(executor.id, {listed}, clock.Now()).status()); });
+  heartbeat.join();
+  completion.join();
+  ASSERT_EQ(blobs.arrived(), 2) << "the two screens did not both read the chunk";
+  ASSERT_OK_AND_ASSIGN(Task task, store->GetTask(job.id, 0));
+  EXPECT_EQ(task.state, TaskState::kSucceeded);
+  auto m = ParsePrometheusSamples(registry.Render());
+  EXPECT_EQ(m["minions_tokens_total{team=\"t\",kind=\"prompt\"}"], 14);
+  EXPECT_EQ(m["minions_tokens_total{team=\"t\",kind=\"completion\"}"], 6);
 }
 
 }  // namespace
