@@ -128,6 +128,8 @@ class LocalPool : public cli::Pool {
       if (!ca_file_.empty()) sp.argv.insert(sp.argv.end(), {"--ca", ca_file_});
       for (const std::string& folder : model_folders) sp.argv.insert(sp.argv.end(), {"--models", folder});
       sp.stderr_path = absl::StrCat(options.data_dir, "/logs/executor-", i, ".log");
+      // A pool whose process dies asks its executors to stop (they stop their runners themselves).
+      sp.death_signal = SIGTERM;
       auto process = Subprocess::Start(sp);
       if (!process.ok()) return process.status();
       (*process)->CloseStdin();

@@ -25,6 +25,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 
 extern char** environ;
 
@@ -114,12 +115,20 @@ int AboveStdio(int fd) {
   return moved;
 }
 
-// A pipe whose two ends are close-on-exec and above stdio; false (errno set) on failure.
+// A pipe whose two ends are close-on-exec and above stdio; false (errno set, both ends -1) on
+// failure. Made on the spawner thread: where pipe() cannot set close-on-exec at once (macOS), no
+// child may be forked between the two.
 bool MakePipe(int fds[2]) {
 #ifdef __linux__
-  if (pipe2(fds, O_CLOEXEC) != 0) return false;  // never open without close-on-exec
+  if (pipe2(fds, O_CLOEXEC) != 0) {  // never open without close-on-exec
+    fds[0] = fds[1] = -1;
+    return false;
+  }
 #else
-  if (pipe(fds) != 0) return false;
+  if (pipe(fds) != 0) {
+    fds[0] = fds[1] = -1;
+    return false;
+  }
 #endif
   for (int i = 0; i < 2; ++i) {
     fds[i] = AboveStdio(fds[i]);
@@ -129,44 +138,47 @@ bool MakePipe(int fds[2]) {
   int saved = errno;
   if (fds[0] >= 0) close(fds[0]);
   if (fds[1] >= 0) close(fds[1]);
+  fds[0] = fds[1] = -1;
   errno = saved;
   return false;
 }
 
-void ClosePipe(int fds[2]) {
-  close(fds[0]);
-  close(fds[1]);
-}
-
-// The lifeline: a small helper process, forked from this one the first time it starts a child,
-// that outlives it only to kill its children. It holds the read end of a pipe whose write end
+// The lifeline: a small helper process, forked from this one before it starts its first child,
+// that outlives it only to signal its children. It holds the read end of a pipe whose write end
 // only this process holds (close-on-exec, so no child keeps it), and a table of the children this
 // process has started and not yet reaped, which this process keeps up to date through the pipe.
 // When this process dies, however it dies, the kernel closes the write end; the helper reads the
-// end of the pipe and SIGKILLs every child in its table, and the process group of each that was
-// started in one (so what a runner started in turn goes too), then exits.
+// end of the pipe and sends every child in its table its death signal (SIGKILL unless the child's
+// Options say otherwise), and the process group of each that was started in one (so what a
+// runner started in turn goes too), then exits.
 // Why: macOS has no parent-death signal, so without it a runner stalled on a record or a gang
 // member's rpc-server (which reads no stdin) would keep its memory after its executor was
 // SIGKILLed; on Linux the parent-death signal reaches the child but not what the child started.
 // The helper runs on both, so the tests here exercise what macOS relies on.
-// Limits: a child forked but not yet in the table (microseconds) is not covered (on Linux its
-// parent-death signal is); an entry leaves the table just after its child is reaped, so a process
-// killed in between has the helper signal a pid that has just been freed (reused only after the
-// system's pids wrap around). More than kLifelineSlots children alive at once are not covered.
-// Threads: Add and Remove from any thread.
+// A helper that is gone (killed) or stopped (its pipe full for a second) is SIGKILLed, reaped and
+// replaced at the next child started or reaped, and the new one is told of every child alive.
+// Limits: an entry leaves the table just after its child is reaped, so a process killed in
+// between has the helper signal a pid that has just been freed (reused only after the system's
+// pids wrap around); a helper killed is replaced only at the next start or reap, and children
+// are uncovered meanwhile; more than kLifelineSlots children alive at once are not covered. The
+// helper is a fork, not a new program: its memory is a copy-on-write snapshot of this process at
+// its first child (pages this process rewrites later are then the helper's own).
+// Threads: EnsureStarted, Add and Remove from any thread.
 constexpr int kLifelineSlots = 4096;
 
 struct LifelineRecord {
   int32_t op;  // one of the ops below
   int32_t pid;
+  int32_t signal;  // for the adds: what the child (and its group) gets when this process dies
 };
 constexpr int32_t kLifelineAddProcess = 1;
 constexpr int32_t kLifelineAddGroup = 2;   // the child leads a process group of its own
 constexpr int32_t kLifelineRemove = 3;
 
-// The helper, in the child between fork and (no) exec: only async-signal-safe calls. Every
-// signal stays blocked (the spawner's mask), so only SIGKILL stops it; its own process group keeps
-// it out of a terminal's ^C to this process's group.
+// The helper, in the child between fork and (no) exec. It was forked from a threaded process, so
+// it makes raw system calls only: no allocation, no lock, nothing another thread may have held at
+// the fork. Every signal stays blocked (the spawner's mask), so only SIGKILL and SIGSTOP reach it;
+// its own process group keeps it out of a terminal's ^C to this process's group.
 [[noreturn]] void LifelineHelper(int read_fd) {
   setpgid(0, 0);
 #ifdef __linux__
@@ -186,6 +198,7 @@ constexpr int32_t kLifelineRemove = 3;
     if (fd != read_fd) close(fd);
   }
   static pid_t pids[kLifelineSlots];
+  static int signals[kLifelineSlots];
   static bool groups[kLifelineSlots];
   int used = 0;
   char buffer[sizeof(LifelineRecord) * 64];
@@ -203,6 +216,7 @@ constexpr int32_t kLifelineRemove = 3;
         for (int i = 0; i < used; ++i) {
           if (pids[i] == record.pid) {
             pids[i] = pids[used - 1];
+            signals[i] = signals[used - 1];
             groups[i] = groups[used - 1];
             --used;
             break;
@@ -210,6 +224,7 @@ constexpr int32_t kLifelineRemove = 3;
         }
       } else if (used < kLifelineSlots && record.pid > 0) {
         pids[used] = record.pid;
+        signals[used] = record.signal;
         groups[used] = record.op == kLifelineAddGroup;
         ++used;
       }
@@ -218,8 +233,8 @@ constexpr int32_t kLifelineRemove = 3;
     held -= whole;
   }
   for (int i = 0; i < used; ++i) {
-    if (groups[i]) kill(-pids[i], SIGKILL);
-    kill(pids[i], SIGKILL);
+    if (groups[i]) kill(-pids[i], signals[i]);
+    kill(pids[i], signals[i]);
   }
   _exit(0);
 }
@@ -231,16 +246,22 @@ class Lifeline {
     return *lifeline;
   }
 
-  void Add(pid_t pid, bool group) {
+  // Starts the helper if none runs, so that a child is on the lifeline as soon as it is forked.
+  void EnsureStarted() {
     absl::MutexLock lock(&mu_);
-    live_[pid] = group;
-    Send({group ? kLifelineAddGroup : kLifelineAddProcess, static_cast<int32_t>(pid)});
+    if (fd_ < 0) StartHelper();
+  }
+
+  void Add(pid_t pid, bool group, int signal) {
+    absl::MutexLock lock(&mu_);
+    live_[pid] = {group, signal};
+    Send({group ? kLifelineAddGroup : kLifelineAddProcess, static_cast<int32_t>(pid), signal});
   }
 
   void Remove(pid_t pid) {
     absl::MutexLock lock(&mu_);
     if (live_.erase(pid) == 0) return;
-    Send({kLifelineRemove, static_cast<int32_t>(pid)});
+    Send({kLifelineRemove, static_cast<int32_t>(pid), 0});
   }
 
   pid_t helper() {
@@ -249,30 +270,48 @@ class Lifeline {
   }
 
  private:
-  // Sends `record` to the helper. A helper that is gone (someone killed it) is replaced by a new
-  // one, told of every child still alive (the record included); it is tried once a call.
+  struct Child {
+    bool group;
+    int signal;
+  };
+
+  // Sends `record` to the helper. A helper that cannot take it (gone, or stopped with its pipe
+  // full) is replaced by a new one, told of every child still alive (the record included).
   void Send(const LifelineRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (fd_ >= 0 && WriteAll(&record, sizeof(record))) return;
     if (fd_ >= 0) {
+      // Killed before its pipe closes: a helper that is only stopped must not wake to the end of
+      // the pipe and signal the children of a process that lives.
+      kill(helper_, SIGKILL);
       close(fd_);
       fd_ = -1;
       int status;
-      waitpid(helper_, &status, WNOHANG);  // not left a zombie
+      while (waitpid(helper_, &status, 0) < 0 && errno == EINTR) {
+      }
       helper_ = -1;
     }
     if (!StartHelper()) return;
     std::vector<LifelineRecord> replay;
-    for (const auto& [pid, group] : live_) {
-      replay.push_back({group ? kLifelineAddGroup : kLifelineAddProcess, static_cast<int32_t>(pid)});
+    for (const auto& [pid, child] : live_) {
+      replay.push_back({child.group ? kLifelineAddGroup : kLifelineAddProcess, static_cast<int32_t>(pid), child.signal});
     }
-    if (!replay.empty()) WriteAll(replay.data(), replay.size() * sizeof(LifelineRecord));
+    if (!replay.empty() && !WriteAll(replay.data(), replay.size() * sizeof(LifelineRecord))) {
+      MINIONS_LOG(Warning) << "the lifeline helper " << helper_ << " does not read its pipe";
+    }
   }
 
+  // The pipe is non-blocking: a helper that reads nothing for a second (stopped) fails the write
+  // rather than hanging this process's starts and reaps behind it.
   bool WriteAll(const void* data, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const char* at = static_cast<const char*>(data);
     while (size > 0) {
       ssize_t n = ::write(fd_, at, size);  // SIGPIPE is ignored (Start): a dead helper is EPIPE
       if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) {
+        struct pollfd writable = {fd_, POLLOUT, 0};
+        if (poll(&writable, 1, 1000) > 0 && (writable.revents & POLLOUT) != 0) continue;
+        return false;
+      }
       if (n <= 0) return false;
       at += n;
       size -= static_cast<size_t>(n);
@@ -281,18 +320,28 @@ class Lifeline {
   }
 
   bool StartHelper() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    int fds[2];
-    if (!MakePipe(fds)) return false;
+    int fds[2] = {-1, -1};
     pid_t pid = -1;
+    int failed_errno = 0;
     Spawner::Get().Run([&] {
+      // Made on the thread that does every fork, so that no child forked in between keeps an end
+      // (macOS sets close-on-exec only after pipe()).
+      if (!MakePipe(fds)) {
+        failed_errno = errno;
+        return;
+      }
       pid = fork();
       if (pid == 0) LifelineHelper(fds[0]);
+      if (pid < 0) failed_errno = errno;
     });
-    close(fds[0]);
+    if (fds[0] >= 0) close(fds[0]);
     if (pid < 0) {
-      close(fds[1]);
+      if (fds[1] >= 0) close(fds[1]);
+      MINIONS_LOG(Warning) << "cannot start the lifeline helper (children of this process may outlive it): "
+                           << std::strerror(failed_errno);
       return false;
     }
+    fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK);
     fd_ = fds[1];
     helper_ = pid;
     return true;
@@ -301,7 +350,7 @@ class Lifeline {
   absl::Mutex mu_;
   int fd_ ABSL_GUARDED_BY(mu_) = -1;       // the pipe's write end
   pid_t helper_ ABSL_GUARDED_BY(mu_) = -1;
-  std::map<pid_t, bool> live_ ABSL_GUARDED_BY(mu_);  // children started and not reaped: pid -> own group
+  std::map<pid_t, Child> live_ ABSL_GUARDED_BY(mu_);  // children started and not reaped
 };
 
 // The program posix_spawnp/execvp would run: `name` itself when it has a slash, else the first
@@ -334,14 +383,15 @@ std::string ResolveProgram(const std::string& name) {
 // In the child between fork and exec: only async-signal-safe calls. Reports errno on `report`
 // and exits 127 when it cannot execute the program.
 [[noreturn]] void ExecChild(const char* program, char* const* argv, char* const* envp, int stdin_fd,
-                            int stdout_fd, const char* stderr_path, bool own_group, const sigset_t& mask,
+                            int stdout_fd, const char* stderr_path, bool own_group, int death_signal,
+                            const sigset_t& mask,
                             pid_t parent, int report) {
 #ifdef __linux__
   // Die with the process that started us, however it dies (SIGKILL included): the kernel sends
   // SIGKILL when our parent thread (the spawner, which lives as long as its process) exits. It
   // survives execve (except into a set-user-ID program) and minions-sandbox's execve of the
   // runner. If the parent died before prctl took effect we were already reparented: give up now.
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ReportErrno(report);
+  if (prctl(PR_SET_PDEATHSIG, death_signal) != 0) ReportErrno(report);
   if (getppid() != parent) _exit(127);
 #endif
   // macOS has no parent-death signal: what happens there is said in subprocess.h.
@@ -395,43 +445,40 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const Options& opt
   pthread_sigmask(SIG_SETMASK, nullptr, &mask);
 
   // in: the child's stdin; out: its stdout; report: errno when it cannot execute (EOF on exec).
-  int in_pipe[2], out_pipe[2], report[2];
-  if (!MakePipe(in_pipe)) return ErrnoError("pipe");
-  if (!MakePipe(out_pipe)) {
-    absl::Status error = ErrnoError("pipe");
-    ClosePipe(in_pipe);
-    return error;
-  }
-  if (!MakePipe(report)) {
-    absl::Status error = ErrnoError("pipe");
-    ClosePipe(in_pipe);
-    ClosePipe(out_pipe);
-    return error;
-  }
-
+  int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, report[2] = {-1, -1};
   const pid_t parent = getpid();
   const char* stderr_path = options.stderr_path.empty() ? nullptr : options.stderr_path.c_str();
   pid_t pid = -1;
-  int fork_errno = 0;
+  int failed_errno = 0;
+  const char* failed = nullptr;
+  Lifeline::Get().EnsureStarted();  // before the fork: the child is on the lifeline as it is born
   Spawner::Get().Run([&] {
+    if (!MakePipe(in_pipe) || !MakePipe(out_pipe) || !MakePipe(report)) {
+      failed_errno = errno;
+      failed = "pipe";
+      return;
+    }
     pid = fork();
     if (pid == 0) {
       ExecChild(program.c_str(), argv.data(), envp.data(), in_pipe[0], out_pipe[1], stderr_path,
-                options.own_process_group, mask, parent, report[1]);
+                options.own_process_group, options.death_signal, mask, parent, report[1]);
     }
-    if (pid < 0) fork_errno = errno;
+    if (pid < 0) {
+      failed_errno = errno;
+      failed = "fork";
+    }
   });
-  close(in_pipe[0]);
-  close(out_pipe[1]);
-  close(report[1]);
-  if (pid < 0) {
-    close(in_pipe[1]);
-    close(out_pipe[0]);
-    close(report[0]);
-    errno = fork_errno;
-    return ErrnoError("fork");
+  for (int fd : {in_pipe[0], out_pipe[1], report[1]}) {
+    if (fd >= 0) close(fd);
   }
-  Lifeline::Get().Add(pid, options.own_process_group);
+  if (failed != nullptr) {
+    for (int fd : {in_pipe[1], out_pipe[0], report[0]}) {
+      if (fd >= 0) close(fd);
+    }
+    errno = failed_errno;
+    return ErrnoError(failed);
+  }
+  Lifeline::Get().Add(pid, options.own_process_group, options.death_signal);
   // Also from here, so that Signal() reaches the group even before the child has run setpgid
   // (fails harmlessly once the child has executed its program).
   if (options.own_process_group) setpgid(pid, pid);
@@ -571,6 +618,7 @@ absl::StatusOr<ExitInfo> Subprocess::Wait(absl::Duration timeout) {
         Lifeline::Get().Remove(pid_);
         return exit_info_;
       }
+      if (rc < 0 && errno == ECHILD) Lifeline::Get().Remove(pid_);  // reaped by someone else: not ours to signal
       if (rc < 0 && errno != EINTR) return ErrnoError("waitpid");
     }
     if (MillisLeft(deadline) == 0) return absl::DeadlineExceededError("child still running");

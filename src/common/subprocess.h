@@ -4,20 +4,24 @@
 //
 // Ownership: owns the child and the parent's pipe ends; the destructor SIGKILLs and reaps a child
 // still running, so a Subprocess never leaks a process.
-// Dying with this process: every child gets SIGKILL when this process dies, however it dies
-// (SIGKILL included), and so does the process group of a child started with own_process_group
-// (what the child started in turn). Two mechanisms, because macOS has only the second:
-//   - the lifeline (subprocess.cc): a helper process forked on the first Start, which reads a
-//     pipe only this process can write; when this process dies the pipe ends and the helper kills
-//     every child (and group) not yet reaped. Both platforms; it covers what a child started.
+// Dying with this process: every child gets its death signal (SIGKILL unless Options say
+// otherwise) when this process dies, however it dies (SIGKILL included), and so does the process
+// group of a child started with own_process_group (what the child started in turn). Two
+// mechanisms, because macOS has only the first:
+//   - the lifeline (subprocess.cc): a helper process forked before the first child, which reads a
+//     pipe only this process can write; when this process dies the pipe ends and the helper
+//     signals every child (and group) not yet reaped. Both platforms; it covers what a child
+//     started. Its limits (a helper killed is replaced only at the next start or reap; at most
+//     4096 children at once) are said in subprocess.cc.
 //   - on Linux, PR_SET_PDEATHSIG, set by the child before it executes its program. Children are
 //     forked by one thread that lives as long as the process (the kernel sends the signal when
 //     the forking thread exits, so a caller's short-lived thread must not be the parent).
-// An executor's runners and a gang member's rpc-server therefore never outlive it.
+// An executor's runners and a gang member's rpc-server therefore do not outlive it.
 // Threads: one thread at a time may write (Write, CloseStdin), one at a time may read (ReadLine);
 // Signal(), Wait(), running() and pid() may be called from any thread (a signal never reaches a
 // process that has been reaped, whose pid may belong to another by then).
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <memory>
@@ -49,6 +53,9 @@ class Subprocess {
     // Start the child in a process group of its own, and signal the whole group: whatever it
     // starts in turn stops, continues and dies with it (and keeps no pipe of ours open).
     bool own_process_group = false;
+    // What the child (and its group) gets when this process dies (the lifeline; on Linux also the
+    // parent-death signal). SIGTERM for a child that cleans up after itself (a pool's executors).
+    int death_signal = SIGKILL;
   };
 
   static absl::StatusOr<std::unique_ptr<Subprocess>> Start(const Options& options);

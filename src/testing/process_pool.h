@@ -269,9 +269,7 @@ class ProcessPool {
   // that state.
   std::vector<pid_t> ExecutorChildren(const std::string& name) { return ExecutorChildrenAndLifeline(name).first; }
 
-  // Executor `name`'s lifeline (it outlives the executor only to kill its children), or 0.
-  pid_t ExecutorLifeline(const std::string& name) { return ExecutorChildrenAndLifeline(name).second; }
-
+  // ...and executor `name`'s lifeline (it outlives the executor only to kill its children), or 0.
   std::pair<std::vector<pid_t>, pid_t> ExecutorChildrenAndLifeline(const std::string& name) {
     std::vector<pid_t> children;
     pid_t lifeline = 0;

@@ -402,6 +402,7 @@ TEST(Pool, ARunnerStalledOnARecordDiesWithItsSigkilledExecutor) {
   ASSERT_FALSE(started.empty());
   ASSERT_GT(lifeline, 0) << "the executor has no lifeline";
   const std::string lifeline_started = LiveProcessStart(lifeline);
+  ASSERT_FALSE(lifeline_started.empty()) << "the lifeline " << lifeline << " is not running";
 
   ASSERT_TRUE(pool.StopExecutor("e1", SIGKILL).ok());
   const bool died = WaitUntilDead(runner, started, absl::Minutes(1));

@@ -4,10 +4,12 @@
 // line it reads on stdin, printing the same, until the end of its stdin. subprocess_test.cc
 // SIGKILLs it and watches whether the children (and what they started) die with it.
 // Usage: minions-test-spawning-parent PROGRAM [ARGS...]
+// MINIONS_TEST_DEATH_SIGNAL=N: the children's death signal (Subprocess::Options::death_signal).
 
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +24,7 @@ int main(int argc, char** argv) {
   minions::Subprocess::Options options;
   options.argv.assign(argv + 1, argv + argc);
   options.own_process_group = true;
+  if (const char* signal = getenv("MINIONS_TEST_DEATH_SIGNAL")) options.death_signal = atoi(signal);
   std::vector<std::unique_ptr<minions::Subprocess>> children;  // each killed when we return
   while (true) {
     auto child = minions::Subprocess::Start(options);

@@ -116,10 +116,16 @@ std::vector<std::string> GrandchildCommand(const std::filesystem::path& dir) {
                        dir.string(), "/$$; wait")};
 }
 
-pid_t GrandchildOf(const std::filesystem::path& dir, pid_t child) {
-  const std::filesystem::path file = dir / std::to_string(child);
+// Waits (on progress; at most a minute) until `file` exists.
+bool WaitForFile(const std::filesystem::path& file) {
   const absl::Time deadline = absl::Now() + absl::Minutes(1);
   while (!std::filesystem::exists(file) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  return std::filesystem::exists(file);
+}
+
+pid_t GrandchildOf(const std::filesystem::path& dir, pid_t child) {
+  const std::filesystem::path file = dir / std::to_string(child);
+  WaitForFile(file);
   std::ifstream in(file);
   int pid = 0;
   in >> pid;
@@ -176,6 +182,29 @@ TEST(Subprocess, WhatAChildStartedDiesWhenTheProcessThatStartedItIsKilled) {
   const bool gone = testing::WaitUntilDead(grandchild, started, absl::Minutes(1));
   if (!gone) ::kill(grandchild, SIGKILL);  // not left behind by a failing test
   EXPECT_TRUE(gone) << "the grandchild " << grandchild << " outlived the process that started its parent";
+  std::filesystem::remove_all(dir);
+}
+
+// A child may ask for another death signal than SIGKILL (a pool's executors stop their runners
+// on SIGTERM): it gets that one when the process that started it dies.
+TEST(Subprocess, AChildGetsTheDeathSignalItAskedForWhenTheProcessThatStartedItIsKilled) {
+  const auto dir = FreshDir("minions-lifeline-term");
+  const std::string d = dir.string();
+  auto parent = Subprocess::Start(
+      {{MINIONS_TEST_SPAWNING_PARENT, "sh", "-c",
+        absl::StrCat("trap 'echo term > ", d, "/$$.term; exit 0' TERM; echo ready > ", d,
+                     "/$$; while true; do sleep 0.05; done")},
+       {absl::StrCat("MINIONS_TEST_DEATH_SIGNAL=", SIGTERM)},
+       ""});
+  ASSERT_TRUE(parent.ok()) << parent.status();
+  auto line = (*parent)->ReadLine(absl::Minutes(1));
+  ASSERT_TRUE(line.ok()) << line.status();
+  const pid_t child = std::stoi(*line);
+  ASSERT_TRUE(WaitForFile(dir / std::to_string(child))) << "the child never set its trap";
+  (*parent)->Signal(SIGKILL);
+  ASSERT_TRUE((*parent)->Wait(absl::Minutes(1)).ok());
+  EXPECT_TRUE(WaitForFile(dir / absl::StrCat(child, ".term"))) << "the child never got SIGTERM";
+  ::kill(child, SIGKILL);  // not left behind by a failing test
   std::filesystem::remove_all(dir);
 }
 
