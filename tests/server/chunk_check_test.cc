@@ -126,6 +126,31 @@ TEST(ReadChunkObject, StopsAtTheLimit) {
   EXPECT_EQ(ReadChunkObject(*blobs, "missing", 10).status().code(), absl::StatusCode::kNotFound);
 }
 
+// A job of team `team` whose one task holds the records `ids`, leased by a fresh executor: what
+// the checker's tests screen. Sets `job`, `executor` and the lease's `attempt`.
+void LeaseOneTaskJob(MetadataStore& store, BlobStore& blobs, FakeClock& clock, const std::vector<std::string>& ids,
+                     const std::string& team, Job* job, Executor* executor, int* attempt) {
+  std::string input;
+  for (const std::string& id : ids) input += RequestLine(id) + "\n";
+  ASSERT_OK(blobs.Put("inputs/in.jsonl", input));
+  const int64_t records = static_cast<int64_t>(ids.size());
+  ASSERT_OK_AND_ASSIGN(SplitResult split, SplitInput(blobs, "inputs/in.jsonl", records));
+  JobSpec spec;
+  spec.model = "m";
+  spec.team = team;
+  spec.input_key = "inputs/in.jsonl";
+  ASSERT_OK_AND_ASSIGN(*job, store.CreateJob(spec, clock.Now()));
+  ASSERT_OK(store.AddTasks(job->id, split.tasks, records, clock.Now()));
+  ExecutorInfo info;
+  info.name = "e";
+  info.runners = {"llama"};
+  info.max_tasks = 1;
+  ASSERT_OK_AND_ASSIGN(*executor, store.RegisterExecutor("", info, clock.Now()));
+  ASSERT_OK_AND_ASSIGN(std::vector<Lease> leases, store.LeaseTasks(executor->id, 1, absl::Seconds(30), clock.Now()));
+  ASSERT_EQ(leases.size(), 1u);
+  *attempt = leases[0].task.attempt;
+}
+
 // The object store that cannot be read for a while: the checker neither commits nor refuses.
 class FlakyBlobStore : public ForwardingBlobStore {
  public:
@@ -151,23 +176,11 @@ TEST(ChunkChecker, AnUnreadableChunkIsNeitherCommittedNorHeldAgainstTheExecutor)
   ASSERT_OK_AND_ASSIGN(auto store, SqliteMetadataStore::Open(":memory:", StoreOptions{}));
   ASSERT_OK_AND_ASSIGN(auto local, LocalBlobStore::Open(dir.path()));
   FlakyBlobStore blobs(local.get());
-  std::string input;
-  for (const char* id : {"a", "b", "c"}) input += RequestLine(id) + "\n";
-  ASSERT_OK(blobs.Put("inputs/in.jsonl", input));
-  ASSERT_OK_AND_ASSIGN(SplitResult split, SplitInput(blobs, "inputs/in.jsonl", 3));
-  JobSpec spec;
-  spec.model = "m";
-  spec.input_key = "inputs/in.jsonl";
-  ASSERT_OK_AND_ASSIGN(Job job, store->CreateJob(spec, clock.Now()));
-  ASSERT_OK(store->AddTasks(job.id, split.tasks, 3, clock.Now()));
-  ExecutorInfo info;
-  info.name = "e";
-  info.runners = {"llama"};
-  info.max_tasks = 1;
-  ASSERT_OK_AND_ASSIGN(Executor executor, store->RegisterExecutor("", info, clock.Now()));
-  ASSERT_OK_AND_ASSIGN(std::vector<Lease> leases, store->LeaseTasks(executor.id, 1, absl::Seconds(30), clock.Now()));
-  ASSERT_EQ(leases.size(), 1u);
-  const int attempt = leases[0].task.attempt;
+  Job job;
+  Executor executor;
+  int attempt = 0;
+  LeaseOneTaskJob(*store, blobs, clock, {"a", "b", "c"}, "", &job, &executor, &attempt);
+  if (HasFatalFailure()) return;
   ASSERT_OK(blobs.Put(keys::ChunkOutput(job.id, 0, attempt, 0), Ok("a") + Ok("b")));
   ChunkChecker checker(store.get(), &blobs);
   LeaseProgress progress{job.id, 0, attempt, 2, 0, {Chunk{attempt, 0, 0, 2, 0}}};
@@ -234,24 +247,11 @@ TEST(ChunkChecker, AChunkTwoScreensReadSideBySideCountsItsTokensOnce) {
   FakeClock clock;
   ASSERT_OK_AND_ASSIGN(auto store, SqliteMetadataStore::Open(dir.path() + "/store.db", StoreOptions{}));
   ASSERT_OK_AND_ASSIGN(auto local, LocalBlobStore::Open(dir.path() + "/blobs"));
-  std::string input;
-  for (const char* id : {"a", "b"}) input += RequestLine(id) + "\n";
-  ASSERT_OK(local->Put("inputs/in.jsonl", input));
-  ASSERT_OK_AND_ASSIGN(SplitResult split, SplitInput(*local, "inputs/in.jsonl", 2));
-  JobSpec spec;
-  spec.model = "m";
-  spec.team = "t";
-  spec.input_key = "inputs/in.jsonl";
-  ASSERT_OK_AND_ASSIGN(Job job, store->CreateJob(spec, clock.Now()));
-  ASSERT_OK(store->AddTasks(job.id, split.tasks, 2, clock.Now()));
-  ExecutorInfo info;
-  info.name = "e";
-  info.runners = {"llama"};
-  info.max_tasks = 1;
-  ASSERT_OK_AND_ASSIGN(Executor executor, store->RegisterExecutor("", info, clock.Now()));
-  ASSERT_OK_AND_ASSIGN(std::vector<Lease> leases, store->LeaseTasks(executor.id, 1, absl::Seconds(30), clock.Now()));
-  ASSERT_EQ(leases.size(), 1u);
-  const int attempt = leases[0].task.attempt;
+  Job job;
+  Executor executor;
+  int attempt = 0;
+  LeaseOneTaskJob(*store, *local, clock, {"a", "b"}, "t", &job, &executor, &attempt);
+  if (HasFatalFailure()) return;
   const std::string chunk_key = keys::ChunkOutput(job.id, 0, attempt, 0);
   const Json used = {{"usage", {{"prompt_tokens", 7}, {"completion_tokens", 3}}}};
   ASSERT_OK(local->Put(chunk_key, DumpJson(MakeResponseLine("a", used)) + "\n" +
