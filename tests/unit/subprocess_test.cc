@@ -139,16 +139,23 @@ std::filesystem::path FreshDir(const std::string& name) {
   return dir;
 }
 
+// The spawning parent's line for a child it started: {CHILD_PID, LIFELINE_PID}.
+void ReadStarted(Subprocess& parent, std::vector<std::string>* pids) {
+  auto line = parent.ReadLine(absl::Minutes(1));
+  ASSERT_TRUE(line.ok()) << line.status();
+  *pids = absl::StrSplit(*line, ' ');
+  ASSERT_EQ(pids->size(), 2u) << *line;
+}
+
 // What a child started in turn (in the child's process group) dies too: the lifeline kills the
 // group. A parent-death signal would not reach it (it is not inherited), and macOS has none.
 TEST(Subprocess, WhatAChildStartedDiesWhenTheProcessThatStartedItIsKilled) {
   const auto dir = FreshDir("minions-lifeline");
   auto parent = Subprocess::Start({GrandchildCommand(dir), {}, ""});
   ASSERT_TRUE(parent.ok()) << parent.status();
-  auto line = (*parent)->ReadLine(absl::Minutes(1));
-  ASSERT_TRUE(line.ok()) << line.status();
-  std::vector<std::string> pids = absl::StrSplit(*line, ' ');
-  ASSERT_EQ(pids.size(), 2u) << *line;
+  std::vector<std::string> pids;
+  ReadStarted(**parent, &pids);
+  if (HasFatalFailure()) return;
   const pid_t grandchild = GrandchildOf(dir, std::stoi(pids[0]));
   ASSERT_GT(grandchild, 0);
   const std::string started = testing::LiveProcessStart(grandchild);
@@ -214,10 +221,9 @@ TEST(Subprocess, AKilledLifelineIsReplacedAndToldOfEveryChildStillAlive) {
   const auto dir = FreshDir("minions-lifeline-again");
   auto parent = Subprocess::Start({GrandchildCommand(dir), {}, ""});
   ASSERT_TRUE(parent.ok()) << parent.status();
-  auto first = (*parent)->ReadLine(absl::Minutes(1));
-  ASSERT_TRUE(first.ok()) << first.status();
-  std::vector<std::string> first_pids = absl::StrSplit(*first, ' ');
-  ASSERT_EQ(first_pids.size(), 2u) << *first;
+  std::vector<std::string> first_pids;
+  ReadStarted(**parent, &first_pids);
+  if (HasFatalFailure()) return;
   const pid_t first_helper = std::stoi(first_pids[1]);
   const std::string first_helper_started = testing::LiveProcessStart(first_helper);
   ASSERT_FALSE(first_helper_started.empty());
@@ -225,10 +231,9 @@ TEST(Subprocess, AKilledLifelineIsReplacedAndToldOfEveryChildStillAlive) {
   ASSERT_TRUE(testing::WaitUntilDead(first_helper, first_helper_started, absl::Minutes(1)));
 
   ASSERT_TRUE((*parent)->Write("again\n").ok());
-  auto second = (*parent)->ReadLine(absl::Minutes(1));
-  ASSERT_TRUE(second.ok()) << second.status();
-  std::vector<std::string> second_pids = absl::StrSplit(*second, ' ');
-  ASSERT_EQ(second_pids.size(), 2u) << *second;
+  std::vector<std::string> second_pids;
+  ReadStarted(**parent, &second_pids);
+  if (HasFatalFailure()) return;
   EXPECT_NE(std::stoi(second_pids[1]), first_helper);
   EXPECT_GT(std::stoi(second_pids[1]), 0);
 
