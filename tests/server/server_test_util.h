@@ -20,33 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "blob/blob_store.h"
 #include "store/metadata_store.h"
+#include "testing/status_checks.h"
 
 namespace minions::testing {
-
-inline const absl::Status& StatusOf(const absl::Status& status) { return status; }
-template <typename T>
-const absl::Status& StatusOf(const absl::StatusOr<T>& status_or) {
-  return status_or.status();
-}
-
-#define MINIONS_SRV_CONCAT_INNER(a, b) a##b
-#define MINIONS_SRV_CONCAT(a, b) MINIONS_SRV_CONCAT_INNER(a, b)
-#define ASSERT_OK(expr)                                                     \
-  do {                                                                      \
-    const ::absl::Status _minions_st = ::minions::testing::StatusOf(expr);  \
-    ASSERT_TRUE(_minions_st.ok()) << _minions_st;                           \
-  } while (0)
-#define EXPECT_OK(expr)                                                     \
-  do {                                                                      \
-    const ::absl::Status _minions_st = ::minions::testing::StatusOf(expr);  \
-    EXPECT_TRUE(_minions_st.ok()) << _minions_st;                           \
-  } while (0)
-#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  MINIONS_SRV_ASSIGN_IMPL(MINIONS_SRV_CONCAT(_minions_result_, __LINE__), lhs, expr)
-#define MINIONS_SRV_ASSIGN_IMPL(result, lhs, expr) \
-  auto result = (expr);                            \
-  ASSERT_TRUE(result.ok()) << result.status();     \
-  lhs = std::move(result).value()
 
 // A fresh folder, removed with the object.
 class TempDir {

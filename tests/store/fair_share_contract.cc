@@ -14,10 +14,6 @@
 namespace minions {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::IsEmpty;
-using ::testing::SizeIs;
-
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FairShare);
 
 TEST_P(FairShare, TeamsKeepTheirWeightsAndQuotas) {

@@ -7,11 +7,6 @@
 namespace minions {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-using ::testing::SizeIs;
-
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GangStoreContract);
 
 std::vector<std::string> Leaders(const std::vector<GangLease>& gangs) {

@@ -9,12 +9,6 @@
 namespace minions {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-using ::testing::SizeIs;
-using ::testing::UnorderedElementsAre;
-
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
 // Instantiated wherever MetadataStoreContract is (same factories).

@@ -12,11 +12,6 @@
 namespace minions {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-using ::testing::SizeIs;
-
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MetadataStoreContract);
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
@@ -917,24 +912,10 @@ TEST_P(MetadataStoreContract, NoTaskIsLeasedTwiceUnderConcurrentLeasing) {
   std::vector<std::string> executors;
   for (int i = 0; i < kThreads; ++i) executors.push_back(Register("exe" + std::to_string(i)));
 
-  std::vector<std::vector<Lease>> granted(kThreads);
-  std::atomic<int> errors{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      while (true) {
-        absl::StatusOr<std::vector<Lease>> leases = store_->LeaseTasks(executors[t], 2, kTtl, now_);
-        if (!leases.ok()) {
-          ++errors;
-          return;
-        }
-        if (leases->empty()) return;  // nothing pending is left
-        for (Lease& lease : *leases) granted[t].push_back(std::move(lease));
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  EXPECT_EQ(errors.load(), 0);
+  const ConcurrentLeases leases = LeaseConcurrently(std::vector<MetadataStore*>(kThreads, store_.get()), executors,
+                                                    [](int) { return 2; }, kTtl, now_);
+  EXPECT_EQ(leases.errors, 0);
+  const std::vector<std::vector<Lease>>& granted = leases.granted;
 
   std::map<int64_t, std::string> holder;
   for (int t = 0; t < kThreads; ++t) {

@@ -11,49 +11,63 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "store/metadata_store.h"
 #include "testing/even_tasks.h"
+#include "testing/status_checks.h"
 
 namespace minions {
+
+// The matchers the contract suites read with.
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+using ::testing::UnorderedElementsAre;
 
 using StoreFactory = std::function<std::unique_ptr<MetadataStore>()>;
 // What GoogleTest prints for the parameter (found by ADL through MetadataStore); the instance
 // name (e.g. Sqlite/.../File) says which backend it is.
 inline void PrintTo(const StoreFactory&, std::ostream* os) { *os << "a store factory"; }
 
-inline const absl::Status& StatusOf(const absl::Status& status) { return status; }
-template <typename T>
-const absl::Status& StatusOf(const absl::StatusOr<T>& status_or) {
-  return status_or.status();
+// Executor t of `executors` leases from stores[t] on a thread of its own, batch(t) tasks a call,
+// until nothing is left: what each was granted (failed calls are reported and counted).
+struct ConcurrentLeases {
+  std::vector<std::vector<Lease>> granted;  // by executor
+  int errors = 0;
+};
+inline ConcurrentLeases LeaseConcurrently(const std::vector<MetadataStore*>& stores,
+                                          const std::vector<std::string>& executors,
+                                          const std::function<int(int)>& batch, absl::Duration ttl, absl::Time now) {
+  std::vector<std::vector<Lease>> granted(executors.size());
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < executors.size(); ++t) {
+    threads.emplace_back([&, t] {
+      while (true) {
+        absl::StatusOr<std::vector<Lease>> leases = stores[t]->LeaseTasks(executors[t], batch(t), ttl, now);
+        if (!leases.ok()) {
+          ADD_FAILURE() << leases.status();
+          ++errors;
+          return;
+        }
+        if (leases->empty()) return;  // nothing pending is left
+        for (Lease& lease : *leases) granted[t].push_back(std::move(lease));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return ConcurrentLeases{std::move(granted), errors.load()};
 }
-
-#define MINIONS_TEST_CONCAT_INNER(a, b) a##b
-#define MINIONS_TEST_CONCAT(a, b) MINIONS_TEST_CONCAT_INNER(a, b)
-#define ASSERT_OK(expr)                                 \
-  do {                                                  \
-    const ::absl::Status _minions_st = StatusOf(expr);  \
-    ASSERT_TRUE(_minions_st.ok()) << _minions_st;       \
-  } while (0)
-#define EXPECT_OK(expr)                                 \
-  do {                                                  \
-    const ::absl::Status _minions_st = StatusOf(expr);  \
-    EXPECT_TRUE(_minions_st.ok()) << _minions_st;       \
-  } while (0)
-#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  MINIONS_ASSERT_OK_AND_ASSIGN_IMPL(MINIONS_TEST_CONCAT(_minions_result_, __LINE__), lhs, expr)
-#define MINIONS_ASSERT_OK_AND_ASSIGN_IMPL(result, lhs, expr) \
-  auto result = (expr);                                      \
-  ASSERT_TRUE(result.ok()) << result.status();               \
-  lhs = std::move(result).value()
-#define EXPECT_CODE(expr, status_code) EXPECT_EQ(StatusOf(expr).code(), ::absl::StatusCode::status_code)
 
 class MetadataStoreContract : public ::testing::TestWithParam<StoreFactory> {
  protected:

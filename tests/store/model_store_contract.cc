@@ -8,11 +8,6 @@ namespace minions {
 
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-using ::testing::SizeIs;
-
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ModelStoreContract);
 
 std::vector<std::string> Names(const std::vector<ModelRecord>& models) {

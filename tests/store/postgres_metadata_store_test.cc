@@ -23,17 +23,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "fair_share_contract.h"
-#include "gang_store_contract.h"
-#include "identity_store_contract.h"
-#include "model_store_contract.h"
-#include "metadata_store_contract.h"
+#include "database_contract.h"
+#include "store_contracts.h"
 #include "watchdog_lock_contract.h"
 #include "work_signal_contract.h"
 #include "store/postgres/postgres_work_signal.h"
 #include "store/postgres/postgres_migrations.h"
 #include "store/postgres/pg_connection.h"
 #include "store/postgres/pg_transaction_runner.h"
+#include "pg_commit_faults.h"
 #include "testing/fake_clock.h"
 
 namespace minions {
@@ -162,44 +160,39 @@ class Schemas : public ::testing::Environment {
 };
 [[maybe_unused]] ::testing::Environment* const kSchemas = ::testing::AddGlobalTestEnvironment(new Schemas);
 
-std::unique_ptr<PostgresMetadataStore> MustOpen(const std::string& url, int pool_size = 4) {
+std::unique_ptr<PostgresMetadataStore> MustOpen(const std::string& url, int pool_size = 4,
+                                                testing::CommitFaults* faults = nullptr) {
   if (url.empty()) return nullptr;
   absl::StatusOr<std::unique_ptr<PostgresMetadataStore>> store =
-      PostgresMetadataStore::Open(url, StoreOptions{}, pool_size);
+      PostgresMetadataStore::Open(url, StoreOptions{}, pool_size, faults);
   EXPECT_TRUE(store.ok()) << store.status() << "\n" << kHowToStart;
   return store.ok() ? std::move(*store) : nullptr;
 }
 
-INSTANTIATE_TEST_SUITE_P(Postgres, MetadataStoreContract,
-                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
-                           return MustOpen(Schemas::FreshUrl());
-                         })),
-                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
-INSTANTIATE_TEST_SUITE_P(Postgres, FairShare,
-                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
-                           return MustOpen(Schemas::FreshUrl());
-                         })),
-                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
-INSTANTIATE_TEST_SUITE_P(Postgres, Placement,
-                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
-                           return MustOpen(Schemas::FreshUrl());
-                         })),
-                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
-INSTANTIATE_TEST_SUITE_P(Postgres, IdentityStoreContract,
-                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
-                           return MustOpen(Schemas::FreshUrl());
-                         })),
-                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
-INSTANTIATE_TEST_SUITE_P(Postgres, ModelStoreContract,
-                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
-                           return MustOpen(Schemas::FreshUrl());
-                         })),
-                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
-INSTANTIATE_TEST_SUITE_P(Postgres, GangStoreContract,
-                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
-                           return MustOpen(Schemas::FreshUrl());
-                         })),
-                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
+MINIONS_INSTANTIATE_STORE_CONTRACTS(Postgres, ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                                      return MustOpen(Schemas::FreshUrl());
+                                    })),
+                                    [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
+
+// A fresh schema of its own: a database to the store.
+TestDatabase PostgresDatabase() {
+  const std::string url = Schemas::FreshUrl();
+  TestDatabase database;
+  database.open = [url]() -> absl::StatusOr<std::unique_ptr<RowMetadataStore>> {
+    if (url.empty()) return absl::FailedPreconditionError("no test PostgreSQL");
+    absl::StatusOr<std::unique_ptr<PostgresMetadataStore>> store = PostgresMetadataStore::Open(url, StoreOptions{});
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<RowMetadataStore>(std::move(*store));
+  };
+  database.exec = [url](const std::string& sql) { return RawConnection(url).Exec(sql); };
+  database.count = [url](const std::string& sql) { return RawConnection(url).Count(sql); };
+  database.migrations = postgres_store::Migrations();
+  database.undo_13_and_14 = {"ALTER TABLE jobs DROP COLUMN prompt_tokens, DROP COLUMN completion_tokens",  // (14)
+                             "ALTER TABLE team_usage DROP COLUMN running_devices, DROP COLUMN running_device_since_us"};
+  return database;
+}
+INSTANTIATE_TEST_SUITE_P(Postgres, DatabaseContract, ::testing::Values(DatabaseFactory(PostgresDatabase)),
+                         [](const ::testing::TestParamInfo<DatabaseFactory>&) { return "Schema"; });
 
 // One lock per store: each test's schema has its own.
 INSTANTIATE_TEST_SUITE_P(Postgres, WatchdogLockContract,
@@ -244,135 +237,12 @@ class PostgresMetadataStoreTest : public ::testing::Test {
     ASSERT_FALSE(url_.empty());
   }
 
-  static std::vector<Task> Shards(int n) {
-    std::vector<Task> tasks(n);
-    for (int i = 0; i < n; ++i) {
-      tasks[i].index = i;
-      tasks[i].first_record = i;
-      tasks[i].n_records = 1;
-    }
-    return tasks;
-  }
-  std::string SubmitTo(MetadataStore& store, int n_tasks) {
-    JobSpec spec;
-    spec.model = "m.gguf";
-    absl::StatusOr<Job> job = store.CreateJob(spec, now_);
-    EXPECT_TRUE(job.ok()) << job.status();
-    if (!job.ok()) return "";
-    EXPECT_OK(store.AddTasks(job->id, Shards(n_tasks), n_tasks, now_));
-    return job->id;
-  }
-  std::string RegisterWith(MetadataStore& store, const std::string& name) {
-    ExecutorInfo info;
-    info.name = name;
-    info.memory_bytes = int64_t{8} << 30;
-    absl::StatusOr<Executor> executor = store.RegisterExecutor("", info, now_);
-    EXPECT_TRUE(executor.ok()) << executor.status();
-    return executor.ok() ? executor->id : "";
-  }
-
-  using CommitFault = PostgresMetadataStore::CommitFault;
+  using CommitFault = testing::CommitFaults::Fault;
 
   std::string url_;
   const absl::Duration kTtl = absl::Seconds(30);
   absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
 };
-
-TEST_F(PostgresMetadataStoreTest, MigrationsAreAppliedOnce) {
-  for (int i = 0; i < 3; ++i) {
-    auto store = MustOpen(url_);
-    ASSERT_NE(store, nullptr);
-    ASSERT_OK_AND_ASSIGN(int version, store->SchemaVersion());
-    EXPECT_EQ(version, postgres_store::LatestSchemaVersion());
-  }
-  RawConnection raw(url_);
-  ASSERT_TRUE(raw.ok()) << raw.error();
-  EXPECT_EQ(raw.Count("SELECT COUNT(*) FROM schema_migrations"),
-            static_cast<int64_t>(postgres_store::Migrations().size()));
-  EXPECT_EQ(raw.Count("SELECT MAX(version) FROM schema_migrations"), postgres_store::LatestSchemaVersion());
-}
-
-// Migration 13 on a database where a gang attempt runs: from then on that attempt counts once per
-// executor it holds in its team's usage, as attempts begun after the upgrade do.
-TEST_F(PostgresMetadataStoreTest, UpgradingCountsARunningGangAttemptOncePerExecutor) {
-  {
-    auto store = MustOpen(url_);
-    ASSERT_NE(store, nullptr);
-    ASSERT_OK(RunAGangOfThreeAndOneSingleTask(*store, now_, kTtl));
-  }
-  // The database as schema 12 had it: no device columns (running and running_since_us are as
-  // they were, and a server of the previous release still reads them so).
-  RawConnection raw(url_);
-  ASSERT_TRUE(raw.ok()) << raw.error();
-  ASSERT_EQ(raw.Exec("ALTER TABLE jobs DROP COLUMN prompt_tokens, DROP COLUMN completion_tokens"), "");  // (14)
-  ASSERT_EQ(raw.Exec("ALTER TABLE team_usage DROP COLUMN running_devices, DROP COLUMN running_device_since_us"), "");
-  ASSERT_EQ(raw.Exec("DELETE FROM schema_migrations WHERE version >= 13"), "");
-
-  auto store = MustOpen(url_);
-  ASSERT_NE(store, nullptr);
-  ASSERT_OK_AND_ASSIGN(std::vector<TeamUsage> teams, store->ListTeamUsage(now_ + absl::Seconds(10)));
-  ASSERT_THAT(teams, SizeIs(1));
-  EXPECT_EQ(teams[0].running, 2);
-  EXPECT_EQ(teams[0].usage, absl::Seconds(40)) << "the gang's 3 executors and the single one, 10 s each";
-  // What a server of the previous release reads is as it was: two running tasks' starts.
-  EXPECT_EQ(raw.Count("SELECT running_since_us::bigint FROM team_usage"), 2 * absl::ToUnixMicros(now_));
-}
-
-TEST_F(PostgresMetadataStoreTest, MigrationVersionsAreContiguous) {
-  int expected = 1;
-  for (const postgres_store::Migration& migration : postgres_store::Migrations()) {
-    EXPECT_EQ(migration.version, expected++) << migration.description;
-  }
-}
-
-// A migration that has landed keeps its number for good: a database that applied it under that
-// number would otherwise skip its replacement and apply it again under the next (as happened when
-// gang seats landed as 7 and were renumbered 8 on a branch: "table gang_seats already exists").
-// Append landed migrations here as they land.
-TEST_F(PostgresMetadataStoreTest, LandedMigrationsKeepTheirNumbers) {
-  const std::vector<std::string> landed = {"initial schema", "", "task checkpoints", "identities", "the model registry",
-                                           "fair share", "gangs", "settings", "gang jobs", "task sizes",
-                                           "accounting: each team's device time", "accounting: each job's device time",
-                                           "accounting: a gang attempt's running time",
-                                           "accounting: the tokens a finished job's answers used"};
-  ASSERT_GE(postgres_store::Migrations().size(), landed.size());
-  for (size_t i = 0; i < landed.size(); ++i) {
-    if (landed[i].empty()) continue;  // (2 differs by backend)
-    EXPECT_TRUE(absl::StartsWith(postgres_store::Migrations()[i].description, landed[i]))
-        << "migration " << i + 1 << " was \"" << landed[i] << "...\" when it landed, is now \""
-        << postgres_store::Migrations()[i].description << "\"";
-  }
-}
-
-TEST_F(PostgresMetadataStoreTest, ServersOpeningAtOnceMigrateOnce) {
-  constexpr int kServers = 4;
-  std::vector<std::unique_ptr<PostgresMetadataStore>> stores(kServers);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kServers; ++i) threads.emplace_back([&, i] { stores[i] = MustOpen(url_, 1); });
-  for (std::thread& thread : threads) thread.join();
-  for (const auto& store : stores) ASSERT_NE(store, nullptr);
-  RawConnection raw(url_);
-  EXPECT_EQ(raw.Count("SELECT COUNT(*) FROM schema_migrations"),
-            static_cast<int64_t>(postgres_store::Migrations().size()));
-  // They all work on the one schema.
-  const std::string job_id = SubmitTo(*stores[0], 2);
-  ASSERT_OK_AND_ASSIGN(Job job, stores[kServers - 1]->GetJob(job_id));
-  EXPECT_EQ(job.state, JobState::kQueued);
-}
-
-TEST_F(PostgresMetadataStoreTest, ANewerSchemaIsRefused) {
-  { ASSERT_NE(MustOpen(url_), nullptr); }
-  RawConnection raw(url_);
-  ASSERT_EQ(raw.Exec(absl::StrCat("INSERT INTO schema_migrations (version) VALUES (",
-                                  postgres_store::LatestSchemaVersion() + 1, ")")),
-            "");
-  absl::StatusOr<std::unique_ptr<PostgresMetadataStore>> store = PostgresMetadataStore::Open(url_, StoreOptions{});
-  ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(store.status().message()), HasSubstr("newer"));
-  EXPECT_THAT(std::string(store.status().message()),
-              HasSubstr(absl::StrCat("schema version ", postgres_store::LatestSchemaVersion() + 1)));
-}
 
 TEST_F(PostgresMetadataStoreTest, AnUnreachableServerOrABadConninfoIsAnError) {
   testing::FakeClock clock;
@@ -386,86 +256,13 @@ TEST_F(PostgresMetadataStoreTest, AnUnreachableServerOrABadConninfoIsAnError) {
   EXPECT_CODE(PostgresMetadataStore::Open(url_, StoreOptions{}, 0), kInvalidArgument);
 }
 
-TEST_F(PostgresMetadataStoreTest, ReopeningKeepsTheData) {
-  std::string job_id, executor_id;
-  {
-    auto store = MustOpen(url_);
-    ASSERT_NE(store, nullptr);
-    job_id = SubmitTo(*store, 3);
-    executor_id = RegisterWith(*store, "a");
-    ASSERT_OK(store->LeaseTasks(executor_id, 1, kTtl, now_));
-  }
-  auto reopened = MustOpen(url_);
-  ASSERT_NE(reopened, nullptr);
-  ASSERT_OK_AND_ASSIGN(Job job, reopened->GetJob(job_id));
-  EXPECT_EQ(job.state, JobState::kRunning);
-  EXPECT_EQ(job.spec.model, "m.gguf");
-  EXPECT_EQ(job.created_at, now_);
-  ASSERT_OK_AND_ASSIGN(std::vector<Task> tasks, reopened->ListTasks(job_id));
-  ASSERT_THAT(tasks, SizeIs(3));
-  EXPECT_EQ(tasks[0].state, TaskState::kRunning);
-  EXPECT_EQ(tasks[0].executor_id, executor_id);
-  EXPECT_EQ(tasks[0].lease_expires_at, now_ + kTtl);
-  EXPECT_OK(reopened->CompleteTask(executor_id, job_id, 0, 1, 1, 0, now_));
-}
-
-TEST_F(PostgresMetadataStoreTest, TwoServersNeverGrantATaskTwice) {
-  // Two store objects are two servers: two pools, no shared memory, one database.
-  constexpr int kTasks = 300;
-  constexpr int kThreads = 6;
-  auto first = MustOpen(url_);
-  auto second = MustOpen(url_);
-  ASSERT_NE(first, nullptr);
-  ASSERT_NE(second, nullptr);
-  const std::string job_id = SubmitTo(*first, kTasks);
-  std::vector<MetadataStore*> stores;
-  std::vector<std::string> executors;
-  for (int t = 0; t < kThreads; ++t) {
-    stores.push_back(t % 2 == 0 ? first.get() : second.get());
-    executors.push_back(RegisterWith(*stores[t], "exe" + std::to_string(t)));
-  }
-
-  std::vector<std::vector<int64_t>> granted(kThreads);
-  std::atomic<int> errors{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      while (true) {
-        absl::StatusOr<std::vector<Lease>> leases = stores[t]->LeaseTasks(executors[t], 1 + t % 3, kTtl, now_);
-        if (!leases.ok()) {
-          ADD_FAILURE() << leases.status();
-          ++errors;
-          return;
-        }
-        if (leases->empty()) return;
-        for (const Lease& lease : *leases) granted[t].push_back(lease.task.index);
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  EXPECT_EQ(errors.load(), 0);
-  std::map<int64_t, int> holder;
-  size_t total = 0;
-  for (int t = 0; t < kThreads; ++t) {
-    total += granted[t].size();
-    for (int64_t index : granted[t]) EXPECT_TRUE(holder.emplace(index, t).second) << "task " << index << " twice";
-  }
-  EXPECT_EQ(total, static_cast<size_t>(kTasks));
-  EXPECT_EQ(holder.size(), static_cast<size_t>(kTasks));
-  ASSERT_OK_AND_ASSIGN(std::vector<Task> tasks, second->ListTasks(job_id));
-  for (const Task& task : tasks) {
-    EXPECT_EQ(task.state, TaskState::kRunning);
-    EXPECT_EQ(task.attempt, 1);
-    EXPECT_EQ(task.executor_id, executors[holder[task.index]]);
-  }
-}
-
 // The lost-COMMIT path: a writing transaction whose COMMIT went out but whose answer never came
 // back must not be run again (it committed), and one cut off before its COMMIT must be. Either
 // way, each call below must have happened exactly once.
-void ExpectEachCallOnceUnder(PostgresMetadataStore::CommitFault fault, const std::string& url, absl::Time now,
+void ExpectEachCallOnceUnder(testing::CommitFaults::Fault fault, const std::string& url, absl::Time now,
                              absl::Duration ttl) {
-  auto store = MustOpen(url, 1);
+  testing::CommitFaults faults;
+  auto store = MustOpen(url, 1, &faults);
   ASSERT_NE(store, nullptr);
   JobSpec spec;
   spec.model = "m.gguf";
@@ -488,11 +285,11 @@ void ExpectEachCallOnceUnder(PostgresMetadataStore::CommitFault fault, const std
   held.task_index = 0;
   held.attempt = leases[0].task.attempt;
   held.records_done = 1;
-  store->InjectHeartbeatCommitFaultForTesting(fault);
+  faults.Arm(fault);  // the batch's COMMIT, on the heartbeats' own connection
   ASSERT_OK_AND_ASSIGN(std::vector<HeartbeatReply> replies,
                        store->Heartbeats({HeartbeatCall{executor.id, ExecutorState::kBusy, "", {held}, std::nullopt, beat}},
                                          ttl, beat));
-  EXPECT_EQ(store->HeartbeatCommitFaultsInjectedForTesting(), 1);
+  EXPECT_EQ(faults.injected(), 1);
   ASSERT_THAT(replies, SizeIs(1));
   EXPECT_THAT(replies[0].renewed, SizeIs(1));
   EXPECT_THAT(replies[0].cancel, ::testing::IsEmpty());
@@ -502,9 +299,9 @@ void ExpectEachCallOnceUnder(PostgresMetadataStore::CommitFault fault, const std
   EXPECT_EQ(heard.last_heartbeat_at, beat);
   // A completion's COMMIT goes out with its last statement. Run twice, the second run would be
   // refused (the task has succeeded) and the counts would not say 1.
-  store->InjectCommitFaultForTesting(fault);
+  faults.Arm(fault);
   ASSERT_OK_AND_ASSIGN(Task done, store->CompleteTask(executor.id, job.id, 0, leases[0].task.attempt, 1, 0, now));
-  EXPECT_EQ(store->CommitFaultsInjectedForTesting(), 1);
+  EXPECT_EQ(faults.injected(), 2);
   EXPECT_EQ(done.state, TaskState::kSucceeded);
   ASSERT_OK_AND_ASSIGN(job, store->GetJob(job.id));
   EXPECT_EQ(job.tasks_done, 1);
@@ -513,9 +310,9 @@ void ExpectEachCallOnceUnder(PostgresMetadataStore::CommitFault fault, const std
   ASSERT_OK_AND_ASSIGN(executor, store->GetExecutor(executor.id));
   EXPECT_EQ(executor.records_done, 1);
   // A plain COMMIT: run twice, CreateJob would make two jobs; not run, none.
-  store->InjectCommitFaultForTesting(fault);
+  faults.Arm(fault);
   ASSERT_OK(store->CreateJob(spec, now).status());
-  EXPECT_EQ(store->CommitFaultsInjectedForTesting(), 2);
+  EXPECT_EQ(faults.injected(), 3);
   ASSERT_OK_AND_ASSIGN(std::vector<Job> jobs, store->ListJobs(JobFilter{}));
   EXPECT_THAT(jobs, SizeIs(2));
 }
@@ -526,7 +323,6 @@ void ExpectEachCallOnceUnder(PostgresMetadataStore::CommitFault fault, const std
 // the COMMIT runs the transaction again (once in all). Here the statements are a transaction's
 // only ones (their BEGIN goes with them), then after a first statement.
 TEST_F(PostgresMetadataStoreTest, StatementsSentTogetherAnswerInOrderAndCommitOnce) {
-  using postgres_store::CommitFault;
   using postgres_store::Connection;
   using postgres_store::ConnectionPool;
   using postgres_store::Params;
@@ -534,7 +330,8 @@ TEST_F(PostgresMetadataStoreTest, StatementsSentTogetherAnswerInOrderAndCommitOn
   RawConnection raw(url_);
   ASSERT_EQ(raw.Exec("CREATE TABLE sent_together (n BIGINT PRIMARY KEY)"), "");
   RealClock clock;
-  postgres_store::TransactionRunner runner(std::make_unique<ConnectionPool>(url_, 1), &clock);
+  testing::CommitFaults faults;
+  postgres_store::TransactionRunner runner(std::make_unique<ConnectionPool>(url_, 1, &faults), &clock);
   constexpr char kInsert[] = "INSERT INTO sent_together (n) VALUES ($1) RETURNING n * 10";
   auto insert = [&](int64_t a, int64_t b, bool after_a_read) {
     return runner.InTransaction(true, [&](Connection& c) -> absl::StatusOr<std::vector<int64_t>> {
@@ -550,13 +347,13 @@ TEST_F(PostgresMetadataStoreTest, StatementsSentTogetherAnswerInOrderAndCommitOn
     for (bool after_a_read : {false, true}) {
       SCOPED_TRACE(absl::StrCat("fault ", static_cast<int>(fault), after_a_read ? ", after a read" : ""));
       const int64_t first = raw.Count("SELECT COALESCE(MAX(n), 0) FROM sent_together") + 1;
-      if (fault != CommitFault::kNone) runner.InjectCommitFault(fault, 1);
+      if (fault != CommitFault::kNone) faults.Arm(fault);
       ASSERT_OK_AND_ASSIGN(std::vector<int64_t> got, insert(first, first + 1, after_a_read));
       if (fault != CommitFault::kAnswerLost) EXPECT_THAT(got, ::testing::ElementsAre(first * 10, (first + 1) * 10));
       EXPECT_EQ(raw.Count(absl::StrCat("SELECT COUNT(*) FROM sent_together WHERE n >= ", first)), 2);
     }
   }
-  EXPECT_EQ(runner.CommitFaultsInjected(), 4);
+  EXPECT_EQ(faults.injected(), 4);
   // The second statement fails (the first one's key again): that failure is the answer, and the
   // first statement's row is not committed.
   const int64_t before = raw.Count("SELECT COUNT(*) FROM sent_together");
@@ -590,9 +387,9 @@ TEST_F(PostgresMetadataStoreTest, ATransactionCutOffBeforeItsCommitRunsAgain) {
 TEST_F(PostgresMetadataStoreTest, JobsLeftUnsettledAreSettledAsOfTheSweepsTime) {
   auto store = MustOpen(url_);
   ASSERT_NE(store, nullptr);
-  const std::string done = SubmitTo(*store, 1);
-  const std::string failed = SubmitTo(*store, 1);
-  const std::string a = RegisterWith(*store, "a");
+  const std::string done = SubmitTo(*store, 1, now_);
+  const std::string failed = SubmitTo(*store, 1, now_);
+  const std::string a = RegisterWith(*store, "a", now_);
   ASSERT_OK_AND_ASSIGN(std::vector<Lease> leases, store->LeaseTasks(a, 2, kTtl, now_));
   ASSERT_THAT(leases, SizeIs(2));
   ASSERT_OK(store->CompleteTask(a, done, 0, 1, 1, 0, now_).status());
@@ -620,10 +417,12 @@ TEST_F(PostgresMetadataStoreTest, RetriesWaitOnTheStoresClockAndGiveUpAfterItsWi
   testing::FakeClock clock;
   StoreOptions options;
   options.clock = &clock;
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PostgresMetadataStore> store, PostgresMetadataStore::Open(url_, options, 1));
+  testing::CommitFaults faults;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PostgresMetadataStore> store,
+                       PostgresMetadataStore::Open(url_, options, 1, &faults));
   JobSpec spec;
   spec.model = "m.gguf";
-  store->InjectCommitFaultForTesting(CommitFault::kConnectionLostBeforeCommit, 1000);  // every COMMIT
+  faults.Arm(CommitFault::kConnectionLostBeforeCommit, 1000);  // every COMMIT
   const absl::Time start = clock.Now();
   absl::StatusOr<Job> created;
   std::atomic<bool> returned{false};
@@ -643,9 +442,9 @@ TEST_F(PostgresMetadataStoreTest, RetriesWaitOnTheStoresClockAndGiveUpAfterItsWi
   // It gives up when its next wait would pass the window; a wait is at most 1.5 times the longest
   // backoff (1 s, jittered by 0.5 to 1.5): so it gave up no more than 1.5 s before the window ended.
   EXPECT_GE(waited, postgres_store::TransactionRunner::kRetryWindow - absl::Milliseconds(1500)) << "gave up early";
-  EXPECT_GT(store->CommitFaultsInjectedForTesting(), 10);
+  EXPECT_GT(faults.injected(), 10);
   // None of the tries committed.
-  store->InjectCommitFaultForTesting(CommitFault::kNone, 0);
+  faults.Arm(CommitFault::kNone, 0);
   ASSERT_OK_AND_ASSIGN(std::vector<Job> jobs, store->ListJobs(JobFilter{}));
   EXPECT_THAT(jobs, ::testing::IsEmpty());
 }

@@ -11,6 +11,7 @@
 #include "testing/fake_watchdog_lock.h"
 #include "testing/must.h"
 #include "testing/prometheus_text.h"
+#include "testing/status_checks.h"
 
 namespace minions::testing {
 namespace {
@@ -22,17 +23,6 @@ using ::testing::IsEmpty;
 constexpr absl::Duration kTtl = absl::Seconds(10);
 constexpr absl::Duration kExecutorTimeout = absl::Seconds(30);
 constexpr int64_t kRecordsPerTask = 5;
-
-[[maybe_unused]] inline const absl::Status& StatusOf(const absl::Status& status) { return status; }
-template <typename T>
-const absl::Status& StatusOf(const absl::StatusOr<T>& status_or) {
-  return status_or.status();
-}
-#define ASSERT_OK(expr)                          \
-  do {                                           \
-    const absl::Status _st = StatusOf(expr);     \
-    ASSERT_TRUE(_st.ok()) << _st;                \
-  } while (0)
 
 class WatchdogTest : public ::testing::Test {
  protected:

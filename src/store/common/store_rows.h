@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 #include "model/fair_share.h"
 #include "model/identity.h"
 #include "model/json_codec.h"
@@ -94,12 +95,8 @@ template <typename Row>
 absl::StatusOr<Job> ReadJob(const Row& row, int first = 0) {
   Job job;
   job.id = row.Text(first + 0);
-  absl::StatusOr<JobState> state = JobStateOf(job.id, row.Text(first + 2));
-  if (!state.ok()) return state.status();
-  job.state = *state;
-  absl::StatusOr<JobSpec> spec = JobSpecOf(job.id, row.Text(first + 3));
-  if (!spec.ok()) return spec.status();
-  job.spec = std::move(*spec);
+  ASSIGN_OR_RETURN(job.state, JobStateOf(job.id, row.Text(first + 2)));
+  ASSIGN_OR_RETURN(job.spec, JobSpecOf(job.id, row.Text(first + 3)));
   job.counts.total = row.Int(first + 4);
   job.counts.completed = row.Int(first + 5);
   job.counts.failed = row.Int(first + 6);
@@ -129,9 +126,7 @@ absl::StatusOr<Task> ReadTask(const Row& row, int first = 0) {
   task.n_records = row.Int(first + 3);
   task.byte_begin = row.Int(first + 4);
   task.byte_end = row.Int(first + 5);
-  absl::StatusOr<TaskState> state = TaskStateOf(task.job_id, task.index, row.Text(first + 6));
-  if (!state.ok()) return state.status();
-  task.state = *state;
+  ASSIGN_OR_RETURN(task.state, TaskStateOf(task.job_id, task.index, row.Text(first + 6)));
   task.attempt = static_cast<int>(row.Int(first + 7));
   task.failures = static_cast<int>(row.Int(first + 8));
   task.preemptions = static_cast<int>(row.Int(first + 9));
@@ -143,7 +138,7 @@ absl::StatusOr<Task> ReadTask(const Row& row, int first = 0) {
   task.last_error = row.Text(first + 15);
   task.started_at = row.OptTime(first + 16);
   task.finished_at = row.OptTime(first + 17);
-  if (absl::Status s = ReadTaskJson(task, row.Text(first + 18), row.Text(first + 19)); !s.ok()) return s;
+  RETURN_IF_ERROR(ReadTaskJson(task, row.Text(first + 18), row.Text(first + 19)));
   return task;
 }
 
@@ -151,12 +146,8 @@ template <typename Row>
 absl::StatusOr<Executor> ReadExecutor(const Row& row, int first = 0) {
   Executor executor;
   executor.id = row.Text(first + 0);
-  absl::StatusOr<ExecutorInfo> info = ExecutorInfoOf(executor.id, row.Text(first + 1));
-  if (!info.ok()) return info.status();
-  executor.info = std::move(*info);
-  absl::StatusOr<ExecutorState> state = ExecutorStateOf(executor.id, row.Text(first + 2));
-  if (!state.ok()) return state.status();
-  executor.state = *state;
+  ASSIGN_OR_RETURN(executor.info, ExecutorInfoOf(executor.id, row.Text(first + 1)));
+  ASSIGN_OR_RETURN(executor.state, ExecutorStateOf(executor.id, row.Text(first + 2)));
   executor.state_reason = row.Text(first + 3);
   executor.registered_at = row.Time(first + 4);
   executor.last_heartbeat_at = row.Time(first + 5);
@@ -201,14 +192,10 @@ absl::StatusOr<TokenRecord> ReadToken(const Row& row, int first = 0) {
   TokenRecord token;
   token.id = row.Text(first + 0);
   token.secret_hash = row.Text(first + 1);
-  absl::StatusOr<Role> role = RoleOf(token.id, row.Text(first + 2));
-  if (!role.ok()) return role.status();
-  token.role = *role;
+  ASSIGN_OR_RETURN(token.role, RoleOf(token.id, row.Text(first + 2)));
   token.team = row.Text(first + 3);
   token.principal = row.Text(first + 4);
-  absl::StatusOr<ScopeSet> scopes = ScopesOf(token.id, row.Text(first + 5));
-  if (!scopes.ok()) return scopes.status();
-  token.scopes = *scopes;
+  ASSIGN_OR_RETURN(token.scopes, ScopesOf(token.id, row.Text(first + 5)));
   token.uses_left = row.Int(first + 6);
   token.created_by = row.Text(first + 7);
   token.created_at = row.Time(first + 8);
@@ -225,9 +212,7 @@ absl::StatusOr<ModelRecord> ReadModel(const Row& row, int first = 0) {
   model.name = row.Text(first + 1);
   model.digest = row.Text(first + 2);
   model.size_bytes = row.Int(first + 3);
-  absl::StatusOr<ModelFacts> facts = ModelFactsOf(absl::StrCat(model.team, "/", model.name), row.Text(first + 4));
-  if (!facts.ok()) return facts.status();
-  model.facts = std::move(*facts);
+  ASSIGN_OR_RETURN(model.facts, ModelFactsOf(absl::StrCat(model.team, "/", model.name), row.Text(first + 4)));
   model.blob_key = row.Text(first + 5);
   model.created_by = row.Text(first + 6);
   model.created_at = row.Time(first + 7);

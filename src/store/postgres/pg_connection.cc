@@ -154,7 +154,7 @@ void Connection::Rollback() {
   }
 }
 
-void Connection::StartTransaction(bool write, CommitFault fault) {
+void Connection::StartTransaction(bool write) {
   first_error_ = absl::OkStatus();
   retryable_ = false;
   conflicted_ = false;
@@ -164,7 +164,6 @@ void Connection::StartTransaction(bool write, CommitFault fault) {
   after_commit_sql_ = nullptr;
   after_commit_use_ = nullptr;
   commit_state_ = CommitState::kNotSent;
-  fault_ = fault;
 }
 
 void Connection::AfterCommit(const char* sql, Params params, std::function<void(const PgResult&)> use) {
@@ -188,12 +187,12 @@ void Connection::RunAfterCommit(const AfterCommitStep& step) {
 }
 
 absl::StatusOr<PgResult> Connection::Commit() {
-  if (fault_ == CommitFault::kConnectionLostBeforeCommit) Close();
   if (conn_ == nullptr) return Fail(nullptr, "COMMIT");
-  if (after_commit_sql_ == nullptr && fault_ == CommitFault::kNone) return ExecScript("COMMIT");
+  const bool observed = commits_ != nullptr && for_update_;
+  if (after_commit_sql_ == nullptr && !observed) return ExecScript("COMMIT");
   std::vector<Step> steps = {{"COMMIT"}};
   if (after_commit_sql_ != nullptr) steps.push_back({after_commit_sql_, &after_commit_params_});
-  std::vector<PGresult*> results = Pipeline(steps, fault_ == CommitFault::kAnswerLost);
+  std::vector<PGresult*> results = Pipeline(steps, /*commit=*/true);
   absl::StatusOr<PgResult> committed = Answer(results[0], "COMMIT");
   if (results.size() > 1 && results[1] != nullptr) UseAfterCommit(committed.ok(), PgResult(results[1]));
   return committed;
@@ -227,13 +226,12 @@ absl::StatusOr<std::vector<PgResult>> Connection::SendEachAndCommit(const std::v
   // this COMMIT with a ROLLBACK that reads as success.
   if (!first_error_.ok()) return first_error_;
   const char* first_sql = statements.empty() ? "COMMIT" : statements.front().sql;
-  if (fault_ == CommitFault::kConnectionLostBeforeCommit) Close();
   if (conn_ == nullptr) return Fail(nullptr, first_sql);
   std::vector<Step> steps = statements;
   const size_t commit = steps.size();
   steps.push_back({"COMMIT"});
   if (after_commit_sql_ != nullptr) steps.push_back({after_commit_sql_, &after_commit_params_});
-  std::vector<PGresult*> results = Pipeline(steps, fault_ == CommitFault::kAnswerLost);
+  std::vector<PGresult*> results = Pipeline(steps, /*commit=*/true);
   if (results[commit] == nullptr) {  // Pipeline answers all or nothing: nothing came back
     commit_state_ = CommitState::kAnswerLost;
     return std::vector<PgResult>{};
@@ -308,7 +306,9 @@ void Connection::UseAfterCommit(bool committed, const PgResult& answer) {
   if (committed && (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK)) after_commit_use_(answer);
 }
 
-std::vector<PGresult*> Connection::Pipeline(const std::vector<Step>& steps, bool hang_up) {
+std::vector<PGresult*> Connection::Pipeline(const std::vector<Step>& steps, bool commit) {
+  const bool observed = commit && commits_ != nullptr && for_update_;
+  if (observed) commits_->BeforeCommit(conn_);
   std::vector<PGresult*> results(steps.size(), nullptr);
   std::vector<int> kinds;  // per answer expected: the step's index, or -1 - index for its PREPARE
   std::vector<std::string> new_names(steps.size());
@@ -339,10 +339,10 @@ std::vector<PGresult*> Connection::Pipeline(const std::vector<Step>& steps, bool
     kinds.push_back(static_cast<int>(i));
   }
   sent = sent && PQpipelineSync(conn_) == 1;
-  if (hang_up) {
-    while (sent && PQflush(conn_) == 1) {
+  if (observed && sent) {
+    while (PQflush(conn_) == 1) {
     }
-    sent = false;
+    commits_->CommitSent(conn_);
   }
   size_t answer = 0;
   bool synced = false;
@@ -442,9 +442,9 @@ absl::StatusOr<std::vector<PgResult>> Connection::SendEach(const std::vector<Ste
 
 // --- ConnectionPool ---
 
-ConnectionPool::ConnectionPool(const std::string& conninfo, int size) {
+ConnectionPool::ConnectionPool(const std::string& conninfo, int size, CommitObserver* commits) {
   absl::MutexLock lock(&mu_);
-  for (int i = 0; i < size; ++i) idle_.push_back(std::make_unique<Connection>(conninfo));
+  for (int i = 0; i < size; ++i) idle_.push_back(std::make_unique<Connection>(conninfo, commits));
 }
 
 std::unique_ptr<Connection> ConnectionPool::Acquire() {

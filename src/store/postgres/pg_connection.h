@@ -34,7 +34,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "store/common/store_rows.h"
-#include "store/postgres/commit_fault.h"
 
 namespace minions::postgres_store {
 
@@ -124,11 +123,26 @@ struct Row {
   std::optional<int64_t> OptInt(int column) const { return result.OptInt(row, column); }
 };
 
+// What a connection tells of each COMMIT of a writing transaction as it goes out: a seam for
+// tests, which break the connection there (a fault-injecting wrapper of the real thing,
+// tests/store/pg_commit_faults.h) to show that a COMMIT cut off or unanswered happens once.
+// Production passes none. Called on the thread that commits; must be thread-safe.
+class CommitObserver {
+ public:
+  virtual ~CommitObserver() = default;
+  // The COMMIT (and the statements sent with it) is about to go out on `conn`.
+  virtual void BeforeCommit(PGconn* conn) = 0;
+  // It went out (flushed), and its answer is not read yet.
+  virtual void CommitSent(PGconn* conn) = 0;
+};
+
 // One libpq connection, (re)made on demand. Not thread-safe: the pool hands it to one thread at a
 // time. Remembers the first error of the current transaction, and whether it calls for a retry.
 class Connection {
  public:
-  explicit Connection(std::string conninfo) : conninfo_(std::move(conninfo)) {}
+  // `commits` (borrowed; null in production) is told of each writing transaction's COMMIT.
+  explicit Connection(std::string conninfo, CommitObserver* commits = nullptr)
+      : conninfo_(std::move(conninfo)), commits_(commits) {}
   ~Connection() { Close(); }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -160,7 +174,7 @@ class Connection {
   // Starts a transaction. BEGIN is not sent yet: it goes out with the first statement, in one
   // round trip (libpq's pipeline mode), and a writing transaction also takes its id then, so that
   // a COMMIT whose answer is lost can be looked up afterwards instead of being run twice.
-  void StartTransaction(bool write, CommitFault fault = CommitFault::kNone);
+  void StartTransaction(bool write);
   // True while the transaction has sent nothing (there is nothing to commit).
   bool begin_pending() const { return begin_pending_; }
   // The id of the current writing transaction (0 before its first statement).
@@ -227,9 +241,8 @@ class Connection {
   // Sends `steps` and a sync at once (libpq's pipeline mode) and reads their answers, in order:
   // one result per step, nullptr for a step that got none (the connection broke). New prepared
   // statements are prepared on the way; a failed PREPARE is its step's answer.
-  // With `hang_up` (tests: an answer lost on the way) it closes the connection once all is sent,
-  // without reading anything.
-  std::vector<PGresult*> Pipeline(const std::vector<Step>& steps, bool hang_up = false);
+  // `commit`: the steps carry a writing transaction's COMMIT (the commit observer hears of it).
+  std::vector<PGresult*> Pipeline(const std::vector<Step>& steps, bool commit = false);
 
   // The pipeline steps of `statements` (pointing into them).
   static std::vector<Step> Steps(const std::vector<Statement>& statements);
@@ -242,6 +255,7 @@ class Connection {
   absl::StatusOr<std::vector<PgResult>> SendEachAndCommit(const std::vector<Step>& statements);
 
   const std::string conninfo_;
+  CommitObserver* const commits_;
   PGconn* conn_ = nullptr;
   std::map<std::string, std::string> prepared_;  // statement text -> prepared name, this session
   absl::Status first_error_;
@@ -257,14 +271,14 @@ class Connection {
   Params after_commit_params_;
   std::function<void(const PgResult&)> after_commit_use_;
   CommitState commit_state_ = CommitState::kNotSent;
-  CommitFault fault_ = CommitFault::kNone;
 };
 
 // A fixed set of connections (made lazily by their users, re-made when broken); Acquire waits for
 // a free one. Thread-safe.
 class ConnectionPool {
  public:
-  ConnectionPool(const std::string& conninfo, int size);
+  // `commits` (borrowed; null in production): Connection's.
+  ConnectionPool(const std::string& conninfo, int size, CommitObserver* commits = nullptr);
   std::unique_ptr<Connection> Acquire() ABSL_LOCKS_EXCLUDED(mu_);
   void Release(std::unique_ptr<Connection> connection) ABSL_LOCKS_EXCLUDED(mu_);
 

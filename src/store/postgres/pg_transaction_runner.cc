@@ -100,7 +100,7 @@ absl::Status TransactionRunner::Run(bool write, absl::FunctionRef<absl::Status(C
       last_error = connected;
       continue;
     }
-    c.StartTransaction(write, write ? TakeCommitFault() : CommitFault::kNone);
+    c.StartTransaction(write);
     const absl::Status answered = body(c);
     if (c.commit_state() == Connection::CommitState::kCommitted) return absl::OkStatus();
     if (c.commit_state() == Connection::CommitState::kAnswerLost) {
@@ -146,25 +146,6 @@ absl::Status TransactionRunner::Run(bool write, absl::FunctionRef<absl::Status(C
     }
     // It rolled back: run it again.
   }
-}
-
-void TransactionRunner::InjectCommitFault(CommitFault fault, int times) {
-  absl::MutexLock lock(&fault_mu_);
-  fault_ = fault;
-  faults_left_ = times;
-}
-
-int TransactionRunner::CommitFaultsInjected() {
-  absl::MutexLock lock(&fault_mu_);
-  return faults_injected_;
-}
-
-CommitFault TransactionRunner::TakeCommitFault() {
-  absl::MutexLock lock(&fault_mu_);
-  if (faults_left_ <= 0 || fault_ == CommitFault::kNone) return CommitFault::kNone;
-  --faults_left_;
-  ++faults_injected_;
-  return fault_;
 }
 
 }  // namespace minions::postgres_store

@@ -9,7 +9,8 @@
 //   to 30 seconds; then it is Unavailable.
 // - Commit verification: a COMMIT whose answer was lost is not blindly retried: writing
 //   transactions note their transaction id (taken with BEGIN), and after reconnecting the runner
-//   asks txid_status() whether it committed (InjectCommitFault exercises both outcomes).
+//   asks txid_status() whether it committed (tests break the connection at a COMMIT through the
+//   pool's CommitObserver, pg_connection.h, to exercise both outcomes).
 // - Time: the retry window and every backoff are on the Clock it is given, so a test can run the
 //   30 seconds of retries in a moment.
 // Owns the connection pool; borrows the clock. Thread-safe: any thread may run transactions; each
@@ -28,7 +29,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "store/postgres/commit_fault.h"
 
 namespace minions::postgres_store {
 
@@ -71,17 +71,10 @@ class TransactionRunner {
   // allowed. The store's lock order should keep it at 0 (tests, metrics).
   int64_t conflicts_retried() const { return conflicts_retried_.load(std::memory_order_relaxed); }
 
-  // Tests only: the next `times` COMMITs of writing transactions go wrong as `fault` says.
-  void InjectCommitFault(CommitFault fault, int times) ABSL_LOCKS_EXCLUDED(fault_mu_);
-  // How many injected faults have happened.
-  int CommitFaultsInjected() ABSL_LOCKS_EXCLUDED(fault_mu_);
-
  private:
   // Runs the attempts. OK: the body's last answer stands (it committed, or it failed on its own
   // and was rolled back, or it sent nothing); otherwise the transaction failed with this error.
   absl::Status Run(bool write, absl::FunctionRef<absl::Status(Connection&)> body);
-  // What Run does at the next COMMIT of a writing transaction.
-  CommitFault TakeCommitFault() ABSL_LOCKS_EXCLUDED(fault_mu_);
   // After a COMMIT whose answer was lost: did transaction `xid` commit? Asks (reconnecting) until
   // `deadline`.
   absl::StatusOr<bool> WasCommitted(Connection& c, int64_t xid, absl::Time deadline);
@@ -91,10 +84,6 @@ class TransactionRunner {
   const std::unique_ptr<ConnectionPool> pool_;
   Clock* const clock_;
   std::atomic<int64_t> conflicts_retried_{0};
-  absl::Mutex fault_mu_;
-  CommitFault fault_ ABSL_GUARDED_BY(fault_mu_) = CommitFault::kNone;
-  int faults_left_ ABSL_GUARDED_BY(fault_mu_) = 0;
-  int faults_injected_ ABSL_GUARDED_BY(fault_mu_) = 0;
 };
 
 }  // namespace minions::postgres_store

@@ -7,6 +7,7 @@
 // the states that partial indexes name are literals here, not parameters: a generic plan can only
 // use a partial index whose predicate the query states as such.
 
+#include "store/common/gang_rows.h"
 #include "store/common/store_rows.h"
 
 namespace minions::postgres_store::sql {
@@ -136,7 +137,7 @@ inline constexpr char kFinishedJobs[] =
 
 // Candidate selection: which pending tasks this executor could run, in grant order, locked
 // (tasks another transaction holds are skipped, not waited for), with what the lease needs of
-// their job. Runnable jobs in grant order, and for each its pending tasks in index order off the
+// their job (columns after the task's: spec, state, started_at, team, created_at). Runnable jobs in grant order, and for each its pending tasks in index order off the
 // partial index (a nested loop keeps the jobs' order), so a lease reads about as many tasks as it
 // takes, however many are pending. States the partial indexes name are literals: a generic plan
 // can only use a partial index whose predicate the query states as such. Whether a task may
@@ -152,7 +153,7 @@ inline constexpr char kFinishedJobs[] =
   "(CASE WHEN $11::bigint = 0 OR model_digest = '' OR model_digest = $8 THEN 0 WHEN model_digest IN " \
   "(SELECT jsonb_array_elements_text($9::jsonb)) THEN 1 ELSE 2 END)"
 inline constexpr char kLeaseCandidates[] =
-    "SELECT t.*, j.spec, j.state, j.started_at IS NOT NULL, j.team, j.created_at FROM (SELECT id, spec, state, "
+    "SELECT t.*, j.spec, j.state, j.started_at, j.team, j.created_at FROM (SELECT id, spec, state, "
     "started_at, team, created_at "
     "FROM jobs LEFT JOIN jsonb_each_text($7::jsonb) r ON r.key = jobs.team "
     "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND gang_size < 2 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
@@ -194,12 +195,15 @@ inline constexpr char kRecordThroughput[] =
     "updated_at = EXCLUDED.updated_at";
 inline constexpr char kSelectThroughput[] =
     "SELECT records, seconds, samples, updated_at FROM task_throughput WHERE model = $1 AND runner = $2";
-// Executors $1 (ids), locked in id order (a batch of heartbeats).
-// Which of the executors $1 exist, locked in id order (after the tasks: the store's lock order).
-inline constexpr char kExecutorIdsForUpdate[] =
-    "SELECT id FROM executors WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE";
-inline constexpr char kSelectExecutorsForUpdate[] =
-    "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE";
+// Which of the executors $1 exist (locked in id order: after the tasks, the store's lock order).
+#define MINIONS_PG_EXECUTOR_IDS "SELECT id FROM executors WHERE id = ANY($1::text[]) ORDER BY id"
+inline constexpr char kExecutorIds[] = MINIONS_PG_EXECUTOR_IDS;
+inline constexpr char kExecutorIdsForUpdate[] = MINIONS_PG_EXECUTOR_IDS " FOR UPDATE";
+// Executors $1 (ids), in id order (locked: a batch of heartbeats, of leases).
+#define MINIONS_PG_SELECT_EXECUTORS \
+  "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = ANY($1::text[]) ORDER BY id"
+inline constexpr char kSelectExecutors[] = MINIONS_PG_SELECT_EXECUTORS;
+inline constexpr char kSelectExecutorsForUpdate[] = MINIONS_PG_SELECT_EXECUTORS " FOR UPDATE";
 // Parameters: one array per rows::ExecutorValues column.
 inline constexpr char kUpdateExecutors[] =
     "UPDATE executors SET info = u.info, state = u.state, state_reason = u.state_reason, registered_at = "
@@ -221,7 +225,7 @@ inline constexpr char kSilentExecutors[] =
     "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE state <> $1 AND state <> $3 "
     "AND last_heartbeat_at < $2 ORDER BY last_heartbeat_at, id FOR UPDATE SKIP LOCKED";
 
-// --- identities: teams and credentials (postgres_identity_store.cc) ---
+// --- identities: teams and credentials ---
 
 #define MINIONS_PG_SELECT_TEAM "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams WHERE name = $1"
 inline constexpr char kSelectTeam[] = MINIONS_PG_SELECT_TEAM;
@@ -266,28 +270,48 @@ inline constexpr char kTasksOfExecutorForUpdate[] =
     "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE (state = 'running' AND executor_id = $1) "
     "OR shadow->>'executor_id' = $1 ORDER BY job_id, idx FOR UPDATE";
 
-// --- the model registry (postgres_model_store.cc) ---
+// --- the model registry ---
 
 #define MINIONS_PG_SELECT_MODEL "SELECT " MINIONS_STORE_MODEL_COLUMNS " FROM models "
 // Parameters: rows::ModelValues. A row there is already inserts nothing.
 inline constexpr char kInsertModel[] = "INSERT INTO models (" MINIONS_STORE_MODEL_COLUMNS
                                        ") VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8) ON CONFLICT DO NOTHING";
-inline constexpr char kSelectModel[] = MINIONS_PG_SELECT_MODEL "WHERE team = $1 AND name = $2 AND digest = $3";
-inline constexpr char kNewestModel[] =
-    MINIONS_PG_SELECT_MODEL "WHERE team = $1 AND name = $2 ORDER BY created_at DESC, digest DESC LIMIT 1";
 inline constexpr char kModelByDigest[] =
     MINIONS_PG_SELECT_MODEL "WHERE team = $1 AND digest = $2 ORDER BY created_at, name LIMIT 1";
 inline constexpr char kListModels[] =
     MINIONS_PG_SELECT_MODEL "WHERE ($1 = '' OR team = $1) ORDER BY team, name, created_at DESC, digest DESC";
-// RemoveModel: the rows to remove, locked.
-inline constexpr char kModelsNamedForUpdate[] = MINIONS_PG_SELECT_MODEL
-    "WHERE team = $1 AND name = $2 AND ($3 = '' OR digest = $3) ORDER BY created_at DESC, digest DESC FOR UPDATE";
+// A team's rows of a name ($3: one digest, or '' every one), newest first (locked: RemoveModel's).
+#define MINIONS_PG_MODELS_NAMED \
+  MINIONS_PG_SELECT_MODEL "WHERE team = $1 AND name = $2 AND ($3 = '' OR digest = $3) ORDER BY created_at DESC, digest DESC"
+inline constexpr char kModelsNamed[] = MINIONS_PG_MODELS_NAMED;
+inline constexpr char kModelsNamedForUpdate[] = MINIONS_PG_MODELS_NAMED " FOR UPDATE";
 inline constexpr char kDeleteModel[] = "DELETE FROM models WHERE team = $1 AND name = $2 AND digest = $3";
 inline constexpr char kDigestNamed[] = "SELECT COUNT(*) FROM models WHERE team = $1 AND digest = $2";
 // The team's jobs that have not ended and need these bytes (partial index jobs_active_by_model).
 inline constexpr char kJobsNeedingDigest[] =
     "SELECT " MINIONS_STORE_JOB_COLUMNS " FROM jobs WHERE team = $1 AND model_digest = $2 "
     "AND state NOT IN ('completed', 'failed', 'cancelled', 'expired') ORDER BY created_at, id";
+
+// --- gangs: the gang_seats table (store/common/gang_rows.h) ---
+
+// A seat whose executor (or attempt and seat) is taken already inserts nothing.
+inline constexpr char kInsertSeat[] = "INSERT INTO gang_seats (" MINIONS_STORE_GANG_SEAT_COLUMNS
+                                      ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
+inline constexpr char kSeatOf[] = "SELECT " MINIONS_STORE_GANG_SEAT_COLUMNS " FROM gang_seats WHERE executor_id = $1";
+inline constexpr char kSeatsOfAttempt[] = "SELECT " MINIONS_STORE_GANG_SEAT_COLUMNS
+                                          " FROM gang_seats WHERE job_id = $1 AND task_index = $2 AND attempt = $3"
+                                          " ORDER BY seat";
+inline constexpr char kAllSeats[] = "SELECT " MINIONS_STORE_GANG_SEAT_COLUMNS
+                                    " FROM gang_seats ORDER BY formed_at, job_id, task_index, attempt, seat";
+inline constexpr char kDeleteAttempt[] = "DELETE FROM gang_seats WHERE job_id = $1 AND task_index = $2 AND attempt = $3";
+// Pending tasks of gang jobs, in the order gangs take them (GangStore::NextGangTask).
+inline constexpr char kGangCandidates[] =
+    "SELECT t.job_id, t.idx, j.team FROM tasks t JOIN jobs j ON j.id = t.job_id "
+    "WHERE j.gang_size >= 2 AND j.state IN ('queued', 'running') AND t.state = 'pending' "
+    "AND (t.not_before IS NULL OR t.not_before <= $1) "
+    "ORDER BY j.priority DESC, j.created_at, j.id, t.idx LIMIT $2";
+
+// --- the schema ---
 
 inline constexpr char kMigrationLock[] = "SELECT pg_advisory_xact_lock($1)";
 inline constexpr char kCreateMigrationsTable[] =
@@ -315,5 +339,8 @@ inline constexpr char kPing[] = "SELECT 1";
 #undef MINIONS_PG_SELECT_TEAM
 #undef MINIONS_PG_SELECT_TOKEN
 #undef MINIONS_PG_SELECT_MODEL
+#undef MINIONS_PG_MODELS_NAMED
+#undef MINIONS_PG_EXECUTOR_IDS
+#undef MINIONS_PG_SELECT_EXECUTORS
 
 }  // namespace minions::postgres_store::sql

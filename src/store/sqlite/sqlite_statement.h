@@ -1,7 +1,6 @@
 #pragma once
-// The SQLite store's plumbing, shared by its files (sqlite_metadata_store.cc, the jobs, tasks and
-// executors; sqlite_identity_store.cc, teams and credentials): errors, and a prepared statement
-// in use. Internal to minions_store_sqlite.
+// The SQLite store's plumbing (sqlite_connection.h, sqlite_transaction.h): errors, and a prepared
+// statement in use. Internal to minions_store_sqlite.
 // Threads: a Statement belongs to the transaction (and so the lock) it runs in.
 
 #include <sqlite3.h>
@@ -20,11 +19,6 @@
 
 namespace minions {
 namespace sqlite_store {
-
-// How long a connection waits for another connection's (or process's) write transaction before
-// giving up with Unavailable. Transactions here are short; seconds of waiting mean something is
-// stuck.
-inline constexpr int kBusyTimeoutMs = 5000;
 
 inline absl::Status SqliteError(sqlite3* db, int rc, std::string_view what) {
   std::string message = absl::StrCat("sqlite: ", std::string(what), ": ", sqlite3_errstr(rc));

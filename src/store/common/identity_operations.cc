@@ -1,0 +1,172 @@
+#include "store/common/identity_operations.h"
+
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "store/common/job_settler.h"
+#include "store/common/row_access.h"
+#include "store/common/store_rules.h"
+
+namespace minions {
+namespace {
+
+namespace rules = store_rules;
+
+constexpr TransactionKind kRead = TransactionKind::kRead;
+constexpr TransactionKind kWrite = TransactionKind::kWrite;
+
+absl::Status NoTeam(const std::string& name) { return absl::NotFoundError(absl::StrCat("no team ", name)); }
+
+}  // namespace
+
+// --- teams ---
+
+absl::StatusOr<Team> IdentityOperations::CreateTeam(const Team& team) {
+  RETURN_IF_ERROR(ValidateTeamName(team.name));
+  return RunTransaction(store_, kWrite, [&](RowTransaction& t) -> absl::StatusOr<Team> {
+    absl::Status inserted = t.Insert(RowWrites{.teams = {team}});
+    if (absl::IsAlreadyExists(inserted)) return absl::AlreadyExistsError(absl::StrCat("team ", team.name, " exists"));
+    RETURN_IF_ERROR(inserted);
+    return team;
+  });
+}
+
+absl::StatusOr<Team> IdentityOperations::UpdateTeam(const Team& team) {
+  return RunTransaction(store_, kWrite, [&](RowTransaction& t) -> absl::StatusOr<Team> {
+    ASSIGN_OR_RETURN(std::optional<Team> existing, row_access::FindTeam(t, team.name));
+    if (!existing) return NoTeam(team.name);
+    Team updated = team;
+    updated.created_at = existing->created_at;
+    RETURN_IF_ERROR(t.Update(RowWrites{.teams = {updated}}, /*last=*/true));
+    return updated;
+  });
+}
+
+absl::StatusOr<Team> IdentityOperations::GetTeam(const std::string& name) {
+  return RunTransaction(store_, kRead, [&](RowTransaction& t) -> absl::StatusOr<Team> {
+    ASSIGN_OR_RETURN(std::optional<Team> team, row_access::FindTeam(t, name));
+    if (!team) return NoTeam(name);
+    return *std::move(team);
+  });
+}
+
+absl::StatusOr<std::vector<Team>> IdentityOperations::ListTeams() {
+  return RunTransaction(store_, kRead, [&](RowTransaction& t) { return t.ListTeams(); });
+}
+
+// --- credentials ---
+
+absl::Status IdentityOperations::AddToken(const TokenRecord& token) {
+  RETURN_IF_ERROR(rules::CheckNewToken(token));
+  return RunTransaction(store_, kWrite, [&](RowTransaction& t) -> absl::Status {
+    if (!token.team.empty()) {
+      // Locked: the team cannot vanish under the new credential.
+      ASSIGN_OR_RETURN(std::optional<Team> team, row_access::FindTeam(t, token.team));
+      if (!team) return NoTeam(token.team);
+    }
+    absl::Status inserted = t.Insert(RowWrites{.tokens = {token}});
+    if (absl::IsAlreadyExists(inserted)) {
+      return absl::AlreadyExistsError(absl::StrCat("token ", token.id, " (or its hash) exists"));
+    }
+    return inserted;
+  });
+}
+
+absl::StatusOr<TokenRecord> IdentityOperations::FindToken(const std::string& secret_hash) {
+  return RunTransaction(store_, kRead, [&](RowTransaction& t) { return row_access::LoadTokenByHash(t, secret_hash); });
+}
+
+absl::StatusOr<TokenRecord> IdentityOperations::GetToken(const std::string& token_id) {
+  return RunTransaction(store_, kRead, [&](RowTransaction& t) { return row_access::LoadToken(t, token_id); });
+}
+
+absl::StatusOr<std::vector<TokenRecord>> IdentityOperations::ListTokens(const TokenFilter& filter) {
+  return RunTransaction(store_, kRead, [&](RowTransaction& t) { return t.ListTokens(filter); });
+}
+
+absl::StatusOr<TokenRecord> IdentityOperations::RevokeToken(const std::string& token_id, absl::Time now) {
+  return RunTransaction(store_, kWrite, [&](RowTransaction& t) -> absl::StatusOr<TokenRecord> {
+    ASSIGN_OR_RETURN(TokenRecord token, row_access::LoadToken(t, token_id));
+    rules::RevokeToken(token, now);
+    RETURN_IF_ERROR(t.Update(RowWrites{.tokens = {token}}, /*last=*/true));
+    return token;
+  });
+}
+
+absl::Status IdentityOperations::RecordTokenUse(const std::vector<std::string>& token_ids, absl::Time at) {
+  if (token_ids.empty()) return absl::OkStatus();
+  return RunTransaction(store_, kWrite, [&](RowTransaction& t) { return t.RecordTokenUse(token_ids, at); });
+}
+
+absl::StatusOr<std::vector<std::string>> IdentityOperations::RevokedTokensSince(absl::Time since) {
+  return RunTransaction(store_, kRead, [&](RowTransaction& t) { return t.RevokedTokensSince(since); });
+}
+
+// --- executors ---
+
+absl::StatusOr<Executor> IdentityOperations::EnrolExecutor(const std::string& join_secret_hash,
+                                                           TokenRecord& credential, const ExecutorInfo& info,
+                                                           absl::Time now) {
+  TokenRecord stored;
+  absl::StatusOr<Executor> enrolled = RunTransaction(store_, kWrite, [&](RowTransaction& t) -> absl::StatusOr<Executor> {
+    // The join token's row, locked: two enrolments at once cannot both take its last use.
+    absl::StatusOr<TokenRecord> join = row_access::LoadTokenByHash(t, join_secret_hash);
+    if (absl::IsNotFound(join.status())) {
+      return absl::UnauthenticatedError("unknown join token: ask an admin for a new one");
+    }
+    if (!join.ok()) return join.status();
+    RETURN_IF_ERROR(rules::TakeJoinUse(*join, now));
+    RETURN_IF_ERROR(t.Update(RowWrites{.tokens = {*join}}));
+    Executor executor;
+    rules::RegisterExecutor(executor, /*exists=*/false, info, now);
+    RETURN_IF_ERROR(row_access::InsertWithFreshId(t, ids_, executor));
+    stored = credential;
+    stored.principal = executor.id;
+    stored.created_by = join->id;
+    RETURN_IF_ERROR(rules::CheckNewToken(stored));
+    if (stored.role != Role::kExecutor) return absl::InvalidArgumentError("an enrolment issues an executor credential");
+    RETURN_IF_ERROR(t.Insert(RowWrites{.tokens = {stored}}));
+    return executor;
+  });
+  // The caller's record is completed only once it is stored.
+  if (enrolled.ok()) credential = stored;
+  return enrolled;
+}
+
+absl::StatusOr<Executor> IdentityOperations::RevokeExecutor(const std::string& executor_id, absl::Time now) {
+  return RunTransaction(store_, kWrite, [&](RowTransaction& t) -> absl::StatusOr<Executor> {
+    // Lock order: its tasks, the executor, its credentials.
+    ASSIGN_OR_RETURN(std::vector<Task> tasks, t.TasksHeldBy(executor_id));
+    ASSIGN_OR_RETURN(Executor executor, row_access::LoadExecutor(t, executor_id));
+    rules::RevokeExecutor(executor);
+    RowWrites revoked{.executors = {executor}};
+    ASSIGN_OR_RETURN(revoked.tokens, t.LiveExecutorTokens(executor_id));
+    for (TokenRecord& token : revoked.tokens) rules::RevokeToken(token, now);
+    RETURN_IF_ERROR(t.Update(revoked));
+    // Handed back: preempted attempts (pending at once, not counted), dropped shadows. Neither
+    // ends a task, so no job's counts change; the attempts stopped are charged the time they ran
+    // (to their teams and jobs, as any ended attempt; a dropped shadow adds nothing after its
+    // backup request: store_rules EndedAttemptTime).
+    std::map<std::string, Job> jobs;  // read, not locked: handing a task back changes nothing of its job
+    AttemptWrites writes;
+    for (Task& task : tasks) {
+      auto job = jobs.find(task.job_id);
+      if (job == jobs.end()) {
+        ASSIGN_OR_RETURN(Job loaded, row_access::LoadJob(t, task.job_id, Locking::kNone));
+        job = jobs.emplace(task.job_id, std::move(loaded)).first;
+      }
+      const Task before = task;
+      if (rules::HandBack(task, executor_id, job->second.spec.max_attempts, options_.retry, now)) {
+        writes.charges[task.job_id] += rules::EndedAttemptTime(before, task, now);
+        writes.tasks.push_back(std::move(task));
+      }
+    }
+    RETURN_IF_ERROR(JobSettler::EndOnly(t, writes, now));  // nothing ended: nothing to settle
+    return executor;
+  });
+}
+
+}  // namespace minions
