@@ -409,35 +409,11 @@ TEST_P(FairShare, ATeamNeverRunsMoreTasksThanItsQuota) {
 
 TEST_P(FairShare, AQuotaHoldsOverASimulatedFleetLeasingInBatches) {
   batched_ = true;
-  ASSERT_OK(store_->CreateTeam(WeightedTeam("batch", 10, /*max_running_tasks=*/3)));
-  ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));
-  SubmitFor("batch", 500);
-  SubmitFor("ads", 500);
-  std::vector<SimExecutor> fleet = Fleet(6);
-  std::map<std::string, absl::Duration> held;
-  for (int minute = 0; minute < 30; ++minute) {
-    Run(fleet, now_ + absl::Minutes(1), now_, held);
-    EXPECT_LE(UsageOf("batch").running, 3);
-  }
-  EXPECT_EQ(held["batch"] + held["ads"], 6 * absl::Minutes(30));
+  RunAQuotaOverASimulatedFleet();
 }
 
 TEST_P(FairShare, AQuotaHoldsOverASimulatedFleet) {
-  ASSERT_OK(store_->CreateTeam(WeightedTeam("batch", 10, /*max_running_tasks=*/3)));
-  ASSERT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));
-  SubmitFor("batch", 500);
-  SubmitFor("ads", 500);
-  std::vector<SimExecutor> fleet = Fleet(6);
-  std::map<std::string, absl::Duration> held;
-  int64_t most = 0;
-  for (int minute = 0; minute < 30; ++minute) {
-    Run(fleet, now_ + absl::Minutes(1), now_, held);
-    most = std::max(most, UsageOf("batch").running);
-    EXPECT_LE(UsageOf("batch").running, 3);
-  }
-  EXPECT_EQ(most, 3);  // its weight would have taken more
-  // The rest of the fleet was not left idle.
-  EXPECT_EQ(held["batch"] + held["ads"], 6 * absl::Minutes(30));
+  EXPECT_EQ(RunAQuotaOverASimulatedFleet(), 3);  // its weight would have taken more
 }
 
 }  // namespace

@@ -134,6 +134,27 @@ class FairShare : public IdentityStoreContract {
     return Shares(held);
   }
 
+  // Teams "batch" (weight 10, at most 3 running tasks) and "ads" (weight 1), 500 tasks each, on a
+  // fleet of 6 for 30 simulated minutes: checks the quota each minute and that the fleet was never
+  // idle; answers the most tasks "batch" ran at once.
+  int64_t RunAQuotaOverASimulatedFleet() {
+    EXPECT_OK(store_->CreateTeam(WeightedTeam("batch", 10, /*max_running_tasks=*/3)));
+    EXPECT_OK(store_->CreateTeam(WeightedTeam("ads", 1)));
+    SubmitFor("batch", 500);
+    SubmitFor("ads", 500);
+    std::vector<SimExecutor> fleet = Fleet(6);
+    std::map<std::string, absl::Duration> held;
+    int64_t most = 0;
+    for (int minute = 0; minute < 30; ++minute) {
+      Run(fleet, now_ + absl::Minutes(1), now_, held);
+      most = std::max(most, UsageOf("batch").running);
+      EXPECT_LE(UsageOf("batch").running, 3);
+    }
+    // The rest of the fleet was not left idle.
+    EXPECT_EQ(held["batch"] + held["ads"], 6 * absl::Minutes(30));
+    return most;
+  }
+
   static std::map<std::string, double> Shares(const std::map<std::string, absl::Duration>& held) {
     absl::Duration total;
     for (const auto& [team, time] : held) total += time;

@@ -29,7 +29,7 @@
 #include "work_signal_contract.h"
 #include "store/postgres/postgres_work_signal.h"
 #include "store/postgres/postgres_migrations.h"
-#include "store/postgres/pg_connection.h"
+#include "store/postgres/pg_connection_pool.h"
 #include "store/postgres/pg_transaction_runner.h"
 #include "pg_commit_faults.h"
 #include "testing/fake_clock.h"
@@ -53,29 +53,20 @@ std::string FromEnvironment(const char* name, const char* compiled_in) {
   return compiled_in;
 }
 
-std::string BaseUrl() {
-#ifdef MINIONS_TEST_POSTGRES_URL
-  return FromEnvironment("MINIONS_TEST_POSTGRES", MINIONS_TEST_POSTGRES_URL);
-#else
-  return FromEnvironment("MINIONS_TEST_POSTGRES", "");
+// Where ctest's private cluster is (tests/store/CMakeLists.txt compiles them in).
+#ifndef MINIONS_TEST_POSTGRES_URL
+#define MINIONS_TEST_POSTGRES_URL ""
 #endif
-}
+#ifndef MINIONS_TEST_POSTGRES_DIR
+#define MINIONS_TEST_POSTGRES_DIR ""
+#endif
+#ifndef MINIONS_TEST_POSTGRES_SCRIPT
+#define MINIONS_TEST_POSTGRES_SCRIPT "tests/services/postgres.sh"
+#endif
 
-std::string ClusterDir() {
-#ifdef MINIONS_TEST_POSTGRES_DIR
-  return FromEnvironment("MINIONS_TEST_POSTGRES_DIR", MINIONS_TEST_POSTGRES_DIR);
-#else
-  return FromEnvironment("MINIONS_TEST_POSTGRES_DIR", "");
-#endif
-}
-
-std::string ServiceScript() {
-#ifdef MINIONS_TEST_POSTGRES_SCRIPT
-  return MINIONS_TEST_POSTGRES_SCRIPT;
-#else
-  return "tests/services/postgres.sh";
-#endif
-}
+std::string BaseUrl() { return FromEnvironment("MINIONS_TEST_POSTGRES", MINIONS_TEST_POSTGRES_URL); }
+std::string ClusterDir() { return FromEnvironment("MINIONS_TEST_POSTGRES_DIR", MINIONS_TEST_POSTGRES_DIR); }
+std::string ServiceScript() { return MINIONS_TEST_POSTGRES_SCRIPT; }
 
 // libpq directly, as another tool (or an older or newer binary) would use the database.
 class RawConnection {

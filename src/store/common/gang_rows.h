@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "store/common/store_rows.h"
 #include "store/gang_store.h"
+#include "store/row_transaction.h"
 
 namespace minions::gang_rows {
 
@@ -25,6 +26,13 @@ absl::Status CheckGangGrant(const GangLease& gang, const Executor& leader, const
 bool GangAlive(const GangLease& seated, const Task& task);
 // The candidates NextGangTask considers at most in one look (teams at their quota are skipped).
 inline constexpr int kGangTaskCandidates = 32;
+
+// A pending task of a gang job, from a row of: job id, task index, the job's team (the
+// backends' gang-candidate queries).
+template <typename Row>
+PendingGangTask ReadPendingGangTask(const Row& row) {
+  return PendingGangTask{{row.Text(0), row.Int(1)}, row.Text(2)};
+}
 
 // The rows of `gang`'s seats, in the column order above.
 std::vector<store_rows::Values> SeatValues(const GangLease& gang);

@@ -17,11 +17,13 @@ namespace {
 
 namespace rules = store_rules;
 
+}  // namespace
+
 // One batch of Lease calls in one transaction: what its asks have granted so far, so that each
-// later ask sees it as it would see it committed.
-class LeaseBatch {
+// later ask sees it as it would see it committed. Lives in the transaction's body.
+class LeaseOperations::Batch {
  public:
-  LeaseBatch(RowTransaction& t, const StoreOptions& options, absl::Duration ttl, absl::Time now)
+  Batch(RowTransaction& t, const StoreOptions& options, absl::Duration ttl, absl::Time now)
       : t_(t), options_(options), ttl_(ttl), now_(now) {}
 
   // The executors and the teams' standing, locked as the store's lock order says.
@@ -52,7 +54,7 @@ class LeaseBatch {
   std::vector<Task> granted_;
 };
 
-absl::Status LeaseBatch::Load(const std::vector<LeaseAsk>& asks) {
+absl::Status LeaseOperations::Batch::Load(const std::vector<LeaseAsk>& asks) {
   RowKeys keys;
   for (const LeaseAsk& ask : asks) keys.executors.push_back(ask.executor_id);
   ASSIGN_OR_RETURN(Rows rows, t_.Read(keys));
@@ -69,7 +71,7 @@ absl::Status LeaseBatch::Load(const std::vector<LeaseAsk>& asks) {
   return absl::OkStatus();
 }
 
-LeaseQuery LeaseBatch::QueryFor(const Executor& executor, int64_t limit) const {
+LeaseQuery LeaseOperations::Batch::QueryFor(const Executor& executor, int64_t limit) const {
   LeaseQuery query;
   query.now = now_;
   query.memory_bytes = UsableMemory(executor.info);
@@ -83,7 +85,7 @@ LeaseQuery LeaseBatch::QueryFor(const Executor& executor, int64_t limit) const {
   return query;
 }
 
-absl::StatusOr<absl::StatusOr<std::vector<Lease>>> LeaseBatch::Grant(const LeaseAsk& ask) {
+absl::StatusOr<absl::StatusOr<std::vector<Lease>>> LeaseOperations::Batch::Grant(const LeaseAsk& ask) {
   auto found = executors_.find(ask.executor_id);
   if (found == executors_.end()) return absl::StatusOr<std::vector<Lease>>(row_access::NoExecutor(ask.executor_id));
   Executor& executor = found->second;
@@ -95,7 +97,7 @@ absl::StatusOr<absl::StatusOr<std::vector<Lease>>> LeaseBatch::Grant(const Lease
   return Take(ask, executor, candidates);
 }
 
-absl::StatusOr<std::vector<Lease>> LeaseBatch::Take(const LeaseAsk& ask, Executor& executor,
+absl::StatusOr<std::vector<Lease>> LeaseOperations::Batch::Take(const LeaseAsk& ask, Executor& executor,
                                                     std::vector<LeaseCandidate>& candidates) {
   std::vector<Lease> leases;
   std::map<std::string, int64_t> allowances = rules::RunningAllowances(teams_);
@@ -127,7 +129,7 @@ absl::StatusOr<std::vector<Lease>> LeaseBatch::Take(const LeaseAsk& ask, Executo
   return leases;
 }
 
-absl::Status LeaseBatch::Write() {
+absl::Status LeaseOperations::Batch::Write() {
   RowWrites first;
   // Only a job that starts with this batch is locked and written (after its tasks, the store's
   // lock order); every lease of a running job would queue on its row otherwise.
@@ -149,13 +151,11 @@ absl::Status LeaseBatch::Write() {
   return t_.Update(RowWrites{.tasks = std::move(granted_)}, /*last=*/true);
 }
 
-}  // namespace
-
 absl::StatusOr<LeaseOperations::Answers> LeaseOperations::LeaseMany(const std::vector<LeaseAsk>& asks,
                                                                     absl::Duration ttl, absl::Time now) {
   if (asks.empty()) return Answers{};
   return RunTransaction(store_, TransactionKind::kWrite, [&](RowTransaction& t) -> absl::StatusOr<Answers> {
-    LeaseBatch batch(t, options_, ttl, now);
+    Batch batch(t, options_, ttl, now);
     RETURN_IF_ERROR(batch.Load(asks));
     Answers answers;
     for (const LeaseAsk& ask : asks) {

@@ -32,6 +32,8 @@ class LeaseOperations {
   absl::StatusOr<std::vector<TeamUsage>> ListTeamUsage(absl::Time now);
 
  private:
+  class Batch;  // one batch's grants so far (lease_operations.cc)
+
   RowStore& store_;
   const StoreOptions& options_;
 };

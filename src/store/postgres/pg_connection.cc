@@ -35,44 +35,6 @@ absl::Status CheckConninfo(const std::string& conninfo) {
   return absl::OkStatus();
 }
 
-// --- Params ---
-
-Params& Params::Value(const store_rows::Value& value) {
-  if (const int64_t* number = std::get_if<int64_t>(&value)) return Int(*number);
-  if (const std::string* text = std::get_if<std::string>(&value)) return Text(*text);
-  return Null();
-}
-
-Params& Params::Values(const store_rows::Values& values) {
-  for (const store_rows::Value& value : values) Value(value);
-  return *this;
-}
-
-Params& Params::Columns(const std::vector<store_rows::Values>& rows, int columns) {
-  for (int column = 0; column < columns; ++column) {
-    std::string array = "{";
-    for (size_t row = 0; row < rows.size(); ++row) {
-      if (row > 0) array += ',';
-      const store_rows::Value& value = rows[row][column];
-      if (const int64_t* number = std::get_if<int64_t>(&value)) {
-        absl::StrAppend(&array, *number);
-      } else if (const std::string* text = std::get_if<std::string>(&value)) {
-        array += '"';
-        for (char ch : *text) {
-          if (ch == '"' || ch == '\\') array += '\\';
-          array += ch;
-        }
-        array += '"';
-      } else {
-        array += "NULL";
-      }
-    }
-    array += '}';
-    Text(std::move(array));
-  }
-  return *this;
-}
-
 // --- Connection ---
 
 absl::Status Connection::EnsureConnected() {
@@ -438,27 +400,6 @@ absl::StatusOr<std::vector<PgResult>> Connection::SendEach(const std::vector<Ste
   }
   if (!failed.ok()) return failed;
   return answers;
-}
-
-// --- ConnectionPool ---
-
-ConnectionPool::ConnectionPool(const std::string& conninfo, int size, CommitObserver* commits) {
-  absl::MutexLock lock(&mu_);
-  for (int i = 0; i < size; ++i) idle_.push_back(std::make_unique<Connection>(conninfo, commits));
-}
-
-std::unique_ptr<Connection> ConnectionPool::Acquire() {
-  absl::MutexLock lock(&mu_);
-  while (idle_.empty()) available_.Wait(&mu_);
-  std::unique_ptr<Connection> connection = std::move(idle_.back());
-  idle_.pop_back();
-  return connection;
-}
-
-void ConnectionPool::Release(std::unique_ptr<Connection> connection) {
-  absl::MutexLock lock(&mu_);
-  idle_.push_back(std::move(connection));  // last in, first out: warm connections are reused
-  available_.Signal();
 }
 
 }  // namespace minions::postgres_store

@@ -1,7 +1,7 @@
 #pragma once
-// The libpq layer under the PostgreSQL store: bound parameters (Params), owned results
-// (PgResult, Row), one connection with its prepared statements and pipelined round trips
-// (Connection), and a fixed pool of them (ConnectionPool, Borrowed).
+// Connection: one libpq connection of the PostgreSQL store, with its prepared statements and
+// pipelined round trips, on the layer's parameters (pg_params.h) and results (pg_result.h); a
+// fixed pool of them is pg_connection_pool.h.
 //
 // What runs a transaction on these (retries, commit verification) is pg_transaction_runner.h;
 // the SQL is postgres_statements.h.
@@ -28,12 +28,11 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "store/common/store_rows.h"
+#include "store/postgres/pg_params.h"
+#include "store/postgres/pg_result.h"
 
 namespace minions::postgres_store {
 
@@ -45,83 +44,6 @@ bool IsRetryableSqlState(std::string_view sqlstate);
 
 // InvalidArgument (saying what is wrong) unless `conninfo` parses as a libpq connection string.
 absl::Status CheckConninfo(const std::string& conninfo);
-
-// Query parameters, sent as text (NULL as nullopt).
-class Params {
- public:
-  Params& Text(std::string value) {
-    values_.emplace_back(std::move(value));
-    return *this;
-  }
-  Params& Int(int64_t value) { return Text(std::to_string(value)); }
-  Params& Bool(bool value) { return Text(value ? "true" : "false"); }
-  Params& Null() {
-    values_.emplace_back(std::nullopt);
-    return *this;
-  }
-  Params& Time(absl::Time value) { return Int(absl::ToUnixMicros(value)); }
-  Params& Time(const std::optional<absl::Time>& value) { return value ? Time(*value) : Null(); }
-  // A LIMIT: none (NULL, i.e. LIMIT ALL) unless positive.
-  Params& Limit(int limit) { return limit > 0 ? Int(limit) : Null(); }
-  Params& Value(const store_rows::Value& value);
-  // One row's values, as $n, $n+1, ...
-  Params& Values(const store_rows::Values& values);
-  // Rows of `columns` values each, as one array parameter per column (for unnest(...)).
-  Params& Columns(const std::vector<store_rows::Values>& rows, int columns);
-  const std::vector<std::optional<std::string>>& values() const { return values_; }
-
- private:
-  std::vector<std::optional<std::string>> values_;
-};
-
-// An owned PGresult in text format.
-class PgResult {
- public:
-  explicit PgResult(PGresult* result) : result_(result) {}
-  PgResult(PgResult&& other) noexcept : result_(std::exchange(other.result_, nullptr)) {}
-  PgResult& operator=(PgResult&&) = delete;
-  ~PgResult() {
-    if (result_ != nullptr) PQclear(result_);
-  }
-
-  int Rows() const { return PQntuples(result_); }
-  bool IsNull(int row, int column) const { return PQgetisnull(result_, row, column) != 0; }
-  std::string Text(int row, int column) const {
-    return std::string(PQgetvalue(result_, row, column), PQgetlength(result_, row, column));
-  }
-  int64_t Int(int row, int column) const { return std::strtoll(PQgetvalue(result_, row, column), nullptr, 10); }
-  bool Bool(int row, int column) const { return PQgetvalue(result_, row, column)[0] == 't'; }
-  absl::Time Time(int row, int column) const { return absl::FromUnixMicros(Int(row, column)); }
-  std::optional<absl::Time> OptTime(int row, int column) const {
-    if (IsNull(row, column)) return std::nullopt;
-    return Time(row, column);
-  }
-  std::optional<int64_t> OptInt(int row, int column) const {
-    if (IsNull(row, column)) return std::nullopt;
-    return Int(row, column);
-  }
-  const PGresult* get() const { return result_; }
-  // Rows an INSERT/UPDATE/DELETE touched.
-  int64_t Affected() const {
-    const char* count = PQcmdTuples(result_);
-    return count[0] != '\0' ? std::strtoll(count, nullptr, 10) : 0;
-  }
-
- private:
-  PGresult* result_;
-};
-
-// One row of a result, read like a SQLite statement's current row.
-struct Row {
-  const PgResult& result;
-  int row;
-  std::string Text(int column) const { return result.Text(row, column); }
-  int64_t Int(int column) const { return result.Int(row, column); }
-  bool Bool(int column) const { return result.Bool(row, column); }
-  absl::Time Time(int column) const { return result.Time(row, column); }
-  std::optional<absl::Time> OptTime(int column) const { return result.OptTime(row, column); }
-  std::optional<int64_t> OptInt(int column) const { return result.OptInt(row, column); }
-};
 
 // What a connection tells of each COMMIT of a writing transaction as it goes out: a seam for
 // tests, which break the connection there (a fault-injecting wrapper of the real thing,
@@ -271,36 +193,6 @@ class Connection {
   Params after_commit_params_;
   std::function<void(const PgResult&)> after_commit_use_;
   CommitState commit_state_ = CommitState::kNotSent;
-};
-
-// A fixed set of connections (made lazily by their users, re-made when broken); Acquire waits for
-// a free one. Thread-safe.
-class ConnectionPool {
- public:
-  // `commits` (borrowed; null in production): Connection's.
-  ConnectionPool(const std::string& conninfo, int size, CommitObserver* commits = nullptr);
-  std::unique_ptr<Connection> Acquire() ABSL_LOCKS_EXCLUDED(mu_);
-  void Release(std::unique_ptr<Connection> connection) ABSL_LOCKS_EXCLUDED(mu_);
-
- private:
-  absl::Mutex mu_;
-  absl::CondVar available_;
-  std::vector<std::unique_ptr<Connection>> idle_ ABSL_GUARDED_BY(mu_);
-};
-
-// A connection borrowed from the pool for one scope.
-class Borrowed {
- public:
-  explicit Borrowed(ConnectionPool* pool) : pool_(pool), connection_(pool->Acquire()) {}
-  ~Borrowed() { pool_->Release(std::move(connection_)); }
-  Borrowed(const Borrowed&) = delete;
-  Borrowed& operator=(const Borrowed&) = delete;
-  Connection& operator*() { return *connection_; }
-  Connection* operator->() { return connection_.get(); }
-
- private:
-  ConnectionPool* pool_;
-  std::unique_ptr<Connection> connection_;
 };
 
 }  // namespace minions::postgres_store

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "store/postgres/pg_connection.h"
+#include "store/postgres/pg_connection_pool.h"
 
 namespace minions::postgres_store {
 namespace {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "store/postgres/pg_connection_pool.h"
 #include "store/postgres/postgres_migrations.h"
 #include "store/postgres/postgres_transaction.h"
 

@@ -89,60 +89,51 @@ Params Ids(const std::vector<std::string>& ids) {
 // What each statement of a Read answers, in the order they were sent.
 enum class Answer { kTasks, kExecutorAndTasks, kExecutors, kExecutorIds, kJob, kTeam, kToken };
 
+// Adds each row of `result`, read by `read`, to `by_key` under its key (`key_of` the row).
+template <typename Map, typename Read, typename KeyOf>
+absl::Status AddRows(const PgResult& result, Read read, KeyOf key_of, Map& by_key) {
+  ASSIGN_OR_RETURN(std::vector<typename Map::mapped_type> found, (Collect<typename Map::mapped_type>(result, read)));
+  for (auto& row : found) {
+    auto key = key_of(row);
+    by_key.emplace(std::move(key), std::move(row));
+  }
+  return absl::OkStatus();
+}
+
+std::string IdOf(const Executor& executor) { return executor.id; }
+std::string IdOf(const Job& job) { return job.id; }
+std::string IdOf(const TokenRecord& token) { return token.id; }
+std::string IdOf(const Team& team) { return team.name; }
+TaskId IdOf(const Task& task) { return {task.job_id, task.index}; }
+std::string IdOf(const ModelRecord& model) { return absl::StrCat(model.team, "/", model.name, "@", model.digest); }
+
 // Reads the answer of one statement of a Read into `out`.
 absl::Status Take(Answer answer, const PgResult& result, Rows& out) {
+  auto id_of = [](const auto& row) { return IdOf(row); };
   switch (answer) {
     case Answer::kExecutorAndTasks:
       // One row per task (NULL task columns when there are none), the executor's count first.
       for (int i = 0; i < result.Rows(); ++i) {
-        if (i == 0 && result.Int(0, 0) > 0) out.executors.emplace("", Executor{});  // named below
+        if (i == 0 && result.Int(0, 0) > 0) out.executors.emplace("", Executor{});  // named by Read
         if (result.IsNull(i, 1)) continue;
         ASSIGN_OR_RETURN(Task task, rows::ReadTask(Row{result, i}, 1));
-        out.tasks.emplace(TaskId{task.job_id, task.index}, std::move(task));
+        out.tasks.emplace(IdOf(task), std::move(task));
       }
       return absl::OkStatus();
     case Answer::kTasks:
-      for (int i = 0; i < result.Rows(); ++i) {
-        ASSIGN_OR_RETURN(Task task, rows::ReadTask(Row{result, i}));
-        out.tasks.emplace(TaskId{task.job_id, task.index}, std::move(task));
-      }
-      return absl::OkStatus();
+      return AddRows(result, TaskRow, id_of, out.tasks);
     case Answer::kExecutors:
-      for (int i = 0; i < result.Rows(); ++i) {
-        ASSIGN_OR_RETURN(Executor executor, rows::ReadExecutor(Row{result, i}));
-        std::string id = executor.id;
-        out.executors.emplace(std::move(id), std::move(executor));
-      }
-      return absl::OkStatus();
+      return AddRows(result, ExecutorRow, id_of, out.executors);
     case Answer::kExecutorIds:
-      for (int i = 0; i < result.Rows(); ++i) {
-        Executor executor;
-        executor.id = result.Text(i, 0);
-        std::string id = executor.id;
-        out.executors.emplace(std::move(id), std::move(executor));
-      }
-      return absl::OkStatus();
+      return AddRows(
+          result, [](const Row& row) -> absl::StatusOr<Executor> { return Executor{.id = row.Text(0)}; }, id_of,
+          out.executors);
     case Answer::kJob:
-      for (int i = 0; i < result.Rows(); ++i) {
-        ASSIGN_OR_RETURN(Job job, rows::ReadJob(Row{result, i}));
-        std::string id = job.id;
-        out.jobs.emplace(std::move(id), std::move(job));
-      }
-      return absl::OkStatus();
+      return AddRows(result, JobRow, id_of, out.jobs);
     case Answer::kTeam:
-      for (int i = 0; i < result.Rows(); ++i) {
-        Team team = rows::ReadTeam(Row{result, i});
-        std::string name = team.name;
-        out.teams.emplace(std::move(name), std::move(team));
-      }
-      return absl::OkStatus();
+      return AddRows(result, TeamRow, id_of, out.teams);
     case Answer::kToken:
-      for (int i = 0; i < result.Rows(); ++i) {
-        ASSIGN_OR_RETURN(TokenRecord token, rows::ReadToken(Row{result, i}));
-        std::string id = token.id;
-        out.tokens.emplace(std::move(id), std::move(token));
-      }
-      return absl::OkStatus();
+      return AddRows(result, TokenRow, id_of, out.tokens);
   }
   return absl::InternalError("an unknown answer");
 }
@@ -156,6 +147,11 @@ struct Writes {
     statements.push_back({sql, std::move(params)});
     expected.push_back(rows);
     what.push_back(std::move(about));
+  }
+  // One statement per row of `items`, with its values, each to touch its row.
+  template <typename T>
+  void AddEach(const std::vector<T>& items, const char* sql, rows::Values (*values)(const T&), const char* kind) {
+    for (const T& item : items) Add(sql, std::move(Params().Values(values(item))), 1, absl::StrCat(kind, " ", IdOf(item)));
   }
 };
 
@@ -201,22 +197,17 @@ absl::StatusOr<Rows> PostgresTransaction::Read(const RowKeys& keys, Locking lock
       answers.push_back(keys.executor_ids_only ? Answer::kExecutorIds : Answer::kExecutors);
     }
   }
-  for (const std::string& id : keys.jobs) {
-    statements.push_back({lock ? sql::kSelectJobForUpdate : sql::kSelectJob, std::move(Params().Text(id))});
-    answers.push_back(Answer::kJob);
-  }
-  for (const std::string& name : keys.teams) {
-    statements.push_back({lock ? sql::kSelectTeamForUpdate : sql::kSelectTeam, std::move(Params().Text(name))});
-    answers.push_back(Answer::kTeam);
-  }
-  for (const std::string& id : keys.tokens) {
-    statements.push_back({lock ? sql::kTokenByIdForUpdate : sql::kTokenById, std::move(Params().Text(id))});
-    answers.push_back(Answer::kToken);
-  }
-  for (const std::string& hash : keys.token_hashes) {
-    statements.push_back({lock ? sql::kTokenByHashForUpdate : sql::kTokenByHash, std::move(Params().Text(hash))});
-    answers.push_back(Answer::kToken);
-  }
+  // Rows by one key each: a statement a key.
+  auto by_key = [&](const std::vector<std::string>& list, const char* plain, const char* locked, Answer answer) {
+    for (const std::string& key : list) {
+      statements.push_back({lock ? locked : plain, std::move(Params().Text(key))});
+      answers.push_back(answer);
+    }
+  };
+  by_key(keys.jobs, sql::kSelectJob, sql::kSelectJobForUpdate, Answer::kJob);
+  by_key(keys.teams, sql::kSelectTeam, sql::kSelectTeamForUpdate, Answer::kTeam);
+  by_key(keys.tokens, sql::kTokenById, sql::kTokenByIdForUpdate, Answer::kToken);
+  by_key(keys.token_hashes, sql::kTokenByHash, sql::kTokenByHashForUpdate, Answer::kToken);
   Rows out;
   if (statements.empty()) return out;
   ASSIGN_OR_RETURN(std::vector<PgResult> results, c_.ExecEach(statements));
@@ -234,28 +225,15 @@ absl::StatusOr<Rows> PostgresTransaction::Read(const RowKeys& keys, Locking lock
 
 absl::Status PostgresTransaction::Insert(const RowWrites& rows) {
   Writes writes;
-  for (const Job& job : rows.jobs) {
-    writes.Add(sql::kInsertJob, std::move(Params().Values(rows::JobValues(job))), 1, absl::StrCat("job ", job.id));
-  }
+  writes.AddEach(rows.jobs, sql::kInsertJob, &rows::JobValues, "job");
   if (!rows.tasks.empty()) {
     writes.Add(sql::kInsertTasks, Arrays(rows.tasks, &rows::TaskValues, rows::kTaskColumns),
                static_cast<int64_t>(rows.tasks.size()), absl::StrCat("job ", rows.tasks.front().job_id, ": a task"));
   }
-  for (const Executor& executor : rows.executors) {
-    writes.Add(sql::kInsertExecutor, std::move(Params().Values(rows::ExecutorValues(executor))), 1,
-               absl::StrCat("executor ", executor.id));
-  }
-  for (const Team& team : rows.teams) {
-    writes.Add(sql::kInsertTeam, std::move(Params().Values(rows::TeamValues(team))), 1, absl::StrCat("team ", team.name));
-  }
-  for (const TokenRecord& token : rows.tokens) {
-    writes.Add(sql::kInsertToken, std::move(Params().Values(rows::TokenValues(token))), 1,
-               absl::StrCat("token ", token.id, " (or its hash)"));
-  }
-  for (const ModelRecord& model : rows.models) {
-    writes.Add(sql::kInsertModel, std::move(Params().Values(rows::ModelValues(model))), 1,
-               absl::StrCat("model ", model.team, "/", model.name, "@", model.digest));
-  }
+  writes.AddEach(rows.executors, sql::kInsertExecutor, &rows::ExecutorValues, "executor");
+  writes.AddEach(rows.teams, sql::kInsertTeam, &rows::TeamValues, "team");
+  writes.AddEach(rows.tokens, sql::kInsertToken, &rows::TokenValues, "token (or its hash)");
+  writes.AddEach(rows.models, sql::kInsertModel, &rows::ModelValues, "model");
   if (writes.statements.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::vector<PgResult> answers, c_.ExecEach(writes.statements));
   return CheckTouched(writes, answers, &Taken);
@@ -264,27 +242,19 @@ absl::Status PostgresTransaction::Insert(const RowWrites& rows) {
 absl::Status PostgresTransaction::Update(const RowWrites& rows, bool last) {
   if (!rows.models.empty()) return absl::InternalError("models are inserted, never updated");
   Writes writes;
-  for (const Job& job : rows.jobs) {
-    writes.Add(sql::kUpdateJob, std::move(Params().Values(rows::JobValues(job))), 1, absl::StrCat("job ", job.id));
-  }
+  writes.AddEach(rows.jobs, sql::kUpdateJob, &rows::JobValues, "job");
   if (!rows.tasks.empty()) {
     writes.Add(sql::kUpdateTasks, Arrays(rows.tasks, &rows::TaskValues, rows::kTaskColumns),
                static_cast<int64_t>(rows.tasks.size()), absl::StrCat("task of job ", rows.tasks.front().job_id));
   }
-  if (rows.executors.size() == 1) {
-    writes.Add(sql::kUpdateExecutor, std::move(Params().Values(rows::ExecutorValues(rows.executors[0]))), 1,
-               absl::StrCat("executor ", rows.executors[0].id));
-  } else if (!rows.executors.empty()) {
+  if (rows.executors.size() > 1) {
     writes.Add(sql::kUpdateExecutors, Arrays(rows.executors, &rows::ExecutorValues, rows::kExecutorColumns),
                static_cast<int64_t>(rows.executors.size()), "executor of the batch");
+  } else {
+    writes.AddEach(rows.executors, sql::kUpdateExecutor, &rows::ExecutorValues, "executor");
   }
-  for (const Team& team : rows.teams) {
-    writes.Add(sql::kUpdateTeam, std::move(Params().Values(rows::TeamValues(team))), 1, absl::StrCat("team ", team.name));
-  }
-  for (const TokenRecord& token : rows.tokens) {
-    writes.Add(sql::kUpdateToken, std::move(Params().Values(rows::TokenValues(token))), 1,
-               absl::StrCat("token ", token.id));
-  }
+  writes.AddEach(rows.teams, sql::kUpdateTeam, &rows::TeamValues, "team");
+  writes.AddEach(rows.tokens, sql::kUpdateToken, &rows::TokenValues, "token");
   if (writes.statements.empty()) return absl::OkStatus();
   // The rows were locked when read, so none can vanish: an assertion more than a check (with
   // `last` the transaction has committed by then).
@@ -417,7 +387,7 @@ absl::StatusOr<std::vector<LeaseCandidate>> PostgresTransaction::LeaseCandidates
 absl::StatusOr<std::vector<PendingGangTask>> PostgresTransaction::PendingGangTasks(absl::Time now, int limit) {
   ASSIGN_OR_RETURN(PgResult result, c_.Exec(sql::kGangCandidates, Params().Time(now).Int(limit)));
   return Collect<PendingGangTask>(result, [](const Row& row) -> absl::StatusOr<PendingGangTask> {
-    return PendingGangTask{{row.Text(0), row.Int(1)}, row.Text(2)};
+    return gang_rows::ReadPendingGangTask(row);
   });
 }
 

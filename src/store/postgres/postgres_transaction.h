@@ -23,7 +23,7 @@
 
 #include "store/metadata_store.h"
 #include "store/postgres/pg_connection.h"
-#include "store/row_store.h"
+#include "store/row_transaction.h"
 
 namespace minions::postgres_store {
 

@@ -136,39 +136,42 @@ absl::Status SqliteTransaction::WriteRow(const char* sql, const rows::Values& va
   return absl::OkStatus();
 }
 
-absl::Status SqliteTransaction::Insert(const RowWrites& rows) {
-  for (const Job& job : rows.jobs) {
-    rows::Values values = rows::JobValues(job);
-    const rows::Values counts = rows::JobCountValues(job);
-    values.insert(values.end(), counts.begin(), counts.end());
-    RETURN_IF_ERROR(WriteRow(sql::kInsertJob, values, "job"));
-  }
-  for (const Task& task : rows.tasks) RETURN_IF_ERROR(WriteRow(sql::kInsertTask, rows::TaskValues(task), "task"));
+absl::Status SqliteTransaction::WriteRows(const RowWrites& rows, const RowStatements& sql) {
+  for (const Job& job : rows.jobs) RETURN_IF_ERROR(WriteRow(sql.job, sql.job_values(job), "job"));
+  for (const Task& task : rows.tasks) RETURN_IF_ERROR(WriteRow(sql.task, rows::TaskValues(task), "task"));
   for (const Executor& executor : rows.executors) {
-    RETURN_IF_ERROR(WriteRow(sql::kInsertExecutor, rows::ExecutorValues(executor), "executor"));
+    RETURN_IF_ERROR(WriteRow(sql.executor, rows::ExecutorValues(executor), "executor"));
   }
-  for (const Team& team : rows.teams) RETURN_IF_ERROR(WriteRow(sql::kInsertTeam, rows::TeamValues(team), "team"));
-  for (const TokenRecord& token : rows.tokens) {
-    RETURN_IF_ERROR(WriteRow(sql::kInsertToken, rows::TokenValues(token), "token"));
-  }
-  for (const ModelRecord& model : rows.models) {
-    RETURN_IF_ERROR(WriteRow(sql::kInsertModel, rows::ModelValues(model), "model"));
-  }
+  for (const Team& team : rows.teams) RETURN_IF_ERROR(WriteRow(sql.team, rows::TeamValues(team), "team"));
+  for (const TokenRecord& token : rows.tokens) RETURN_IF_ERROR(WriteRow(sql.token, rows::TokenValues(token), "token"));
+  if (!rows.models.empty() && sql.model == nullptr) return absl::InternalError("models are inserted, never updated");
+  for (const ModelRecord& model : rows.models) RETURN_IF_ERROR(WriteRow(sql.model, rows::ModelValues(model), "model"));
   return absl::OkStatus();
 }
 
+absl::Status SqliteTransaction::Insert(const RowWrites& rows) {
+  // A new job's counts, zeros, with it.
+  static constexpr RowStatements kInserts{
+      sql::kInsertJob,
+      sql::kInsertTask,
+      sql::kInsertExecutor,
+      sql::kInsertTeam,
+      sql::kInsertToken,
+      sql::kInsertModel,
+      [](const Job& job) {
+        rows::Values values = rows::JobValues(job);
+        const rows::Values counts = rows::JobCountValues(job);
+        values.insert(values.end(), counts.begin(), counts.end());
+        return values;
+      }};
+  return WriteRows(rows, kInserts);
+}
+
 absl::Status SqliteTransaction::Update(const RowWrites& rows, bool) {
-  if (!rows.models.empty()) return absl::InternalError("models are inserted, never updated");
-  for (const Job& job : rows.jobs) RETURN_IF_ERROR(WriteRow(sql::kUpdateJob, rows::JobValues(job), "job"));
-  for (const Task& task : rows.tasks) RETURN_IF_ERROR(WriteRow(sql::kUpdateTask, rows::TaskValues(task), "task"));
-  for (const Executor& executor : rows.executors) {
-    RETURN_IF_ERROR(WriteRow(sql::kUpdateExecutor, rows::ExecutorValues(executor), "executor"));
-  }
-  for (const Team& team : rows.teams) RETURN_IF_ERROR(WriteRow(sql::kUpdateTeam, rows::TeamValues(team), "team"));
-  for (const TokenRecord& token : rows.tokens) {
-    RETURN_IF_ERROR(WriteRow(sql::kUpdateToken, rows::TokenValues(token), "token"));
-  }
-  return absl::OkStatus();
+  static constexpr RowStatements kUpdates{sql::kUpdateJob,   sql::kUpdateTask,  sql::kUpdateExecutor,
+                                          sql::kUpdateTeam,  sql::kUpdateToken, /*model=*/nullptr,
+                                          &rows::JobValues};
+  return WriteRows(rows, kUpdates);
 }
 
 // --- jobs ---
@@ -327,7 +330,7 @@ absl::StatusOr<std::vector<PendingGangTask>> SqliteTransaction::PendingGangTasks
   ASSIGN_OR_RETURN(Statement query, c_.Prepare(sql::kGangCandidates));
   query.BindTime(":now", now).BindInt(":limit", limit);
   return Collect<PendingGangTask>(query, [](const Statement& row) -> absl::StatusOr<PendingGangTask> {
-    return PendingGangTask{{row.Text(0), row.Int(1)}, row.Text(2)};
+    return gang_rows::ReadPendingGangTask(row);
   });
 }
 

@@ -13,8 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "store/common/store_rows.h"
 #include "store/metadata_store.h"
-#include "store/row_store.h"
+#include "store/row_transaction.h"
 #include "store/sqlite/sqlite_connection.h"
 
 namespace minions::sqlite_store {
@@ -86,6 +87,18 @@ class SqliteTransaction : public RowTransaction {
   absl::Status ApplyMigration(const store_common::Migration& migration) override;
 
  private:
+  // The statements that write each kind of row (Insert's, or Update's: no model), and a job's
+  // values for them.
+  struct RowStatements {
+    const char* job;
+    const char* task;
+    const char* executor;
+    const char* team;
+    const char* token;
+    const char* model;
+    store_rows::Values (*job_values)(const Job&);
+  };
+  absl::Status WriteRows(const RowWrites& rows, const RowStatements& sql);
   // Runs `sql` with its values bound (positional) and checks that it changed one row.
   absl::Status WriteRow(const char* sql, const store_rows::Values& values, const char* what);
   // The task of each key (in key order), skipping those that do not exist.
