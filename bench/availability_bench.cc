@@ -155,6 +155,7 @@ bool Yield(const std::string& work, const std::string& model, int trials) {
     }
     std::string socket = minions::ControlSocketPath(pool.dir() + "/owner");
     std::vector<double> ms;
+    int at_boundary = 0;  // trials whose runner ended its batch within the grace, not stopped
     for (int t = 0; t < trials; ++t) {
       int runner = WaitBusyRunner(pool, "owner");
       if (!runner) {
@@ -169,10 +170,26 @@ bool Yield(const std::string& work, const std::string& model, int trials) {
       } else if (!minions::SendControlCommand(socket, "activity").ok()) {
         break;
       }
+      // Paused: stopped (SIGSTOP), or, when its batch ended within the grace, fed nothing more and
+      // off the CPU (not running for 200 ms on end: a runner at work is hardly ever off it that
+      // long), timed from when it left the CPU. Released: gone.
       bool reached = false;
+      absl::Time end = absl::Now(), off_cpu_since = absl::InfiniteFuture();
       while (!reached && absl::Now() - start < absl::Seconds(10)) {
-        char state = State(runner);
+        const char state = State(runner);
+        end = absl::Now();
         reached = release ? state == 'X' : state == 'T';
+        if (!reached && !release) {
+          if (state == 'R') {
+            off_cpu_since = absl::InfiniteFuture();
+          } else if (off_cpu_since == absl::InfiniteFuture()) {
+            off_cpu_since = end;
+          } else if (end - off_cpu_since >= absl::Milliseconds(200)) {
+            reached = true;
+            end = off_cpu_since;
+            ++at_boundary;
+          }
+        }
         if (!reached) absl::SleepFor(absl::Microseconds(500));
       }
       if (!reached) {
@@ -180,10 +197,11 @@ bool Yield(const std::string& work, const std::string& model, int trials) {
                 series.name, pool.dir().c_str());
         break;
       }
-      ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+      ms.push_back(absl::ToDoubleMilliseconds(end - start));
       // The owner leaves again: resume_idle later the executor resumes (or starts a new runner).
     }
     Print(series.name, ms, release ? 5000 : 1000);
+    if (at_boundary > 0) printf("    (%d of them idle at a batch boundary within the grace, not stopped)\n", at_boundary);
     if (static_cast<int>(ms.size()) != trials) {
       close(keyboard);
       return false;
