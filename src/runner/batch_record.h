@@ -85,7 +85,10 @@ struct InferenceRequest {
   // Log probabilities of generated tokens: -1 none; otherwise how many alternatives per token
   // (chat: logprobs true and top_logprobs 0..20; completions: the integer logprobs 0..5).
   int logprobs = -1;
+  // Choices per record (1..kMaxChoices): each its own seeded stream, the prompt computed once.
+  int n = 1;
 };
+inline constexpr int kMaxChoices = 16;
 
 // Error codes of per-record errors (the "code" of an error line).
 inline constexpr std::string_view kErrorInvalidJson = "invalid_json";

@@ -40,7 +40,7 @@ const std::vector<ParameterRule>& Table() {
       {"logprobs", kC, kC, kX, S::kServed, "", "chat: true or false; completions: 0..5 alternatives per token", nullptr},
       {"top_logprobs", kC, kX, kX, S::kServed, "", "0..20, with logprobs: true", nullptr},
       {"response_format", kC, kC, kX, S::kServed, "", "text, json_object, json_schema (strict or not): decoding under a grammar", nullptr},
-      {"n", kC, kC, kX, S::kRefused, "1", "one choice per record for now", &IsOne},
+      {"n", kC, kC, kX, S::kServed, "", "1..16 choices, each its own seeded stream; the prompt is computed once", nullptr},
       {"top_k", kC, kC, kX, S::kServed, "", "llama.cpp's extension; 0 is off", nullptr},
       {"min_p", kC, kC, kX, S::kServed, "", "llama.cpp's extension; 0 is off", nullptr},
       {"repeat_penalty", kC, kC, kX, S::kServed, "", "llama.cpp's extension; 1 is off", nullptr},
@@ -302,6 +302,9 @@ std::optional<BodyError> ReadGenerationParams(const Json& body, Endpoint endpoin
   if (auto err = ReadSampling(body, &request->sampling)) return err;
   if (auto err = ReadLogprobs(body, endpoint, &request->logprobs)) return err;
   if (auto err = ReadOutputFormat(body, &request->format)) return err;
+  std::optional<int> n;
+  if (auto err = ReadInt(body, "n", 1, kMaxChoices, &n)) return err;
+  request->n = n.value_or(1);
   return std::nullopt;
 }
 

@@ -159,7 +159,7 @@ TEST_P(OpenAiSdk, ACancelledBatchGoesCancellingThenCancelledAndKeepsItsPartialOu
   std::filesystem::remove_all(dir_);
 }
 
-// Structured outputs, logprobs, penalties and biases served with OpenAI's shapes; tools, n, stream,
+// Structured outputs, logprobs, penalties, biases and n served with OpenAI's shapes; tools, stream,
 // unknown fields and bad values refused by name (tests/js/openai_params_check.mjs).
 TEST_P(OpenAiSdk, EveryRequestParameterIsServedOrRefusedByName) {
   StartPool("params" + std::to_string(getpid()), GetParam());
@@ -179,7 +179,7 @@ TEST_P(OpenAiSdk, EveryRequestParameterIsServedOrRefusedByName) {
       << "openai_params_check.mjs failed:\n" << ReadFile(sp.stderr_path) << "\nserver log: " << dir_ << "/pool/logs/server.log";
   auto summary = ParseJson(out);
   ASSERT_TRUE(summary.ok()) << out;
-  EXPECT_EQ((*summary)["served"], 6);
+  EXPECT_EQ((*summary)["served"], 7);
   EXPECT_EQ((*summary)["refused"], 8);
   std::filesystem::remove_all(dir_);
 }

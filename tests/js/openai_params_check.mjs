@@ -33,11 +33,12 @@ const served = [
   chat('penalties', { presence_penalty: 1.5, frequency_penalty: 0.5, logit_bias: { 5: -100, 7: 3 }, top_k: 20, min_p: 0.01, repeat_penalty: 1.1 }),
   chat('harmless', { user: 'u-1', store: false, metadata: { k: 'v' }, service_tier: 'auto', stream: false, n: 1 }),
   chat('grammar', { grammar: 'root ::= "yes" | "no"' }),
+  chat('choices', { n: 3, temperature: 1.2, seed: 8 }),
 ];
 const refused = {
   unknown: [chat('unknown', { frobnicate: true }), 'unsupported parameter: frobnicate'],
   tools: [chat('tools', { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }), 'unsupported parameter: tools'],
-  n: [chat('n', { n: 2 }), 'unsupported parameter: n'],
+  n: [chat('n', { n: 17 }), 'body.n must be between 1 and 16'],
   stream: [chat('stream', { stream: true }), 'unsupported parameter: stream'],
   audio: [chat('audio', { audio: { voice: 'alloy', format: 'wav' } }), 'unsupported parameter: audio'],
   bias: [chat('bias', { logit_bias: { 99999999: 1 } }), "not in the model's vocabulary"],
@@ -85,6 +86,9 @@ try {
   assert.equal(byId.penalties.response.status_code, 200);
   assert.equal(byId.harmless.response.status_code, 200);
   assert.ok(['yes', 'no'].includes(byId.grammar.response.body.choices[0].message.content));
+  const choices = byId.choices.response.body.choices;
+  assert.deepEqual(choices.map((c) => c.index), [0, 1, 2]);
+  for (const c of choices) assert.equal(c.message.role, 'assistant');
   for (const [name, [record, message]] of Object.entries(refused)) {
     const line = byId[record.custom_id];
     assert.ok(line.error && line.error.message.includes(message), `${name}: ${JSON.stringify(line)}`);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -249,6 +250,38 @@ TEST_F(Sampling, LlamaSamplersAreServed) {
     for (const auto& [token, logprob] : lp["top_logprobs"][i].items()) best = std::max(best, logprob.get<double>());
     EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), best, 1e-5) << "step " << i;
   }
+}
+
+TEST_F(Sampling, NChoicesEachHaveTheirOwnSeededStream) {
+  auto engine = LoadEngine();
+  ASSERT_TRUE(engine);
+  // A prompt long enough (over 32 tokens) that the choices share its KV cells.
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) prompt += "The river runs past the mill and the old stone bridge. ";
+  auto record = [&](const std::string& id, int n) {
+    return DumpJson({{"custom_id", id}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 1.5}, {"seed", 11},
+                     {"n", n}, {"logprobs", 0}});
+  };
+  auto results = engine_test::ServeResults(*engine, {record("one", 1), record("four", 4)});
+  const Json& one = results[0].output["response"]["body"];
+  const Json& four = results[1].output["response"]["body"];
+  ASSERT_EQ(four["choices"].size(), 4u) << DumpJson(results[1].output);
+  std::set<std::string> texts;
+  int tokens = 0;
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(four["choices"][k]["index"], k);
+    texts.insert(four["choices"][k]["text"].get<std::string>());
+    tokens += static_cast<int>(four["choices"][k]["logprobs"]["tokens"].size());
+  }
+  EXPECT_GE(texts.size(), 2u) << "sampled choices with their own seeds differ";
+  // Choice 0 is the record's own stream: what n = 1 gives.
+  EXPECT_EQ(four["choices"][0]["text"], one["choices"][0]["text"]);
+  // The prompt counts once, every choice's tokens count.
+  EXPECT_EQ(four["usage"]["prompt_tokens"], one["usage"]["prompt_tokens"]);
+  EXPECT_EQ(four["usage"]["completion_tokens"], tokens);
+  EXPECT_EQ(results[1].usage.completion_tokens, tokens);
+  // Computed once: the other choices took the prompt's cells.
+  EXPECT_GT(results[1].cached_tokens, 0);
 }
 
 }  // namespace

@@ -89,7 +89,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadLine{R"({"custom_id":"k","prompt":"p","max_tokens":0})", "invalid_request", "k", "max_tokens"},
         BadLine{R"({"custom_id":"k2","prompt":"p","max_tokens":2.5})", "invalid_request", "k2", "integer"},
         BadLine{R"({"custom_id":"s","prompt":"p","stop":[1]})", "invalid_request", "s", "body.stop"},
-        BadLine{R"({"custom_id":"nn","prompt":"p","n":3})", "unsupported_parameter", "nn", "unsupported parameter: n"},
+        BadLine{R"({"custom_id":"nn","prompt":"p","n":17})", "invalid_request", "nn", "body.n must be between 1 and 16"},
         BadLine{R"({"custom_id":"i","url":"/v1/embeddings","body":{"input":[1,2]}})", "invalid_request", "i", "token arrays"},
         BadLine{R"({"custom_id":"x","foo":1})", "invalid_request", "x", "url and body"},
         BadLine{R"({"custom_id":"f","prompt":"p","foo":1})", "unsupported_parameter", "f", "unsupported parameter: foo"}));

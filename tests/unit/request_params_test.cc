@@ -52,8 +52,6 @@ TEST(BodyFields, RefusedFieldsPassOnlyWithTheirNotUsedValues) {
   ExpectRefused(Chat(R"(,"modalities":["text","audio"])"), "modalities");
   EXPECT_TRUE(Chat(R"(,"modalities":["text"])").ok());
   ExpectRefused(Chat(R"(,"reasoning_effort":"low")"), "reasoning_effort");
-  ExpectRefused(Chat(R"(,"n":2)"), "n");
-  EXPECT_TRUE(Chat(R"(,"n":1)").ok());
   ExpectRefused(Completion(R"(,"echo":true)"), "echo");
   ExpectRefused(Completion(R"(,"best_of":3)"), "best_of");
   ExpectRefused(Completion(R"(,"suffix":"end")"), "suffix");
@@ -81,6 +79,8 @@ TEST(BodyFields, PenaltiesBiasesAndLlamaSamplersAreRead) {
   ASSERT_EQ(s.logit_bias.size(), 2u);
   EXPECT_FALSE(s.Plain());
   EXPECT_TRUE(Chat(R"(,"temperature":0.7,"top_p":0.9,"seed":3)").request->sampling.Plain());
+  EXPECT_EQ(Chat(R"(,"n":16)").request->n, 16);
+  EXPECT_EQ(Chat("").request->n, 1);
 }
 
 TEST(BodyFields, OutOfRangeValuesSayWhatIsExpected) {
@@ -104,6 +104,9 @@ TEST(BodyFields, OutOfRangeValuesSayWhatIsExpected) {
       {R"(,"response_format":{"type":"json_schema"})", "json_schema must be an object"},
       {R"(,"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":3}})", "must be a JSON schema"},
       {R"(,"grammar":"")", "body.grammar must be a non-empty string"},
+      {R"(,"n":17)", "body.n must be between 1 and 16"},
+      {R"(,"n":0)", "body.n must be between 1 and 16"},
+      {R"(,"n":2.5)", "body.n must be an integer"},
       {R"(,"grammar":"root ::= \"a\"","json_schema":{"type":"string"})", "at most one of"},
   };
   for (const Case& c : cases) {

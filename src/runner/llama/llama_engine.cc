@@ -23,6 +23,7 @@
 #include "gguf.h"
 #include "common/logging.h"
 #include "llama.h"
+#include "runner/llama/choices.h"
 #include "runner/llama/record_sampler.h"
 
 namespace minions::llama_runner {
@@ -732,15 +733,34 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     }
     WorkResult result{slot.item.batch, slot.item.index, MakeResponseLine(req.custom_id, std::move(body)), false, usage};
     result.cached_tokens = static_cast<int>(slot.n_cached);
-    source.OnResult(std::move(result));
+    if (slot.item.group) {
+      if (auto merged = AddChoice(slot.item, std::move(result))) source.OnResult(std::move(*merged));
+    } else {
+      source.OnResult(std::move(result));
+    }
     Release(slot);
   };
   auto fail = [&](const WorkItem& item, std::string_view code, const std::string& message) {
+    if (!ClaimAnswer(item)) return;  // another choice of the record answered it
     source.OnResult({item.batch, item.index, MakeErrorLine(item.request.custom_id, code, message), true, {}});
   };
   auto drop = [&](Slot& slot) {
-    source.OnDropped(slot.item);
+    if (ClaimAnswer(slot.item)) source.OnDropped(slot.item);
     Release(slot);
+  };
+  // Choices of records with n > 1 waiting for a slot (taken before the source's next record).
+  std::deque<WorkItem> choices;
+  auto next = [&]() -> std::optional<WorkItem> {
+    while (!choices.empty()) {
+      WorkItem item = std::move(choices.front());
+      choices.pop_front();
+      if (!source.Cancelled(item)) return item;
+      if (ClaimAnswer(item)) source.OnDropped(item);
+    }
+    std::optional<WorkItem> item = NextLive(source);
+    if (!item || item->request.n <= 1) return item;
+    for (WorkItem& choice : ExpandChoices(std::move(*item))) choices.push_back(std::move(choice));
+    return std::nullopt;  // the caller asks again
   };
 
   // Admits a queued item into a free slot: the one whose cells hold the most of its prompt. False
@@ -822,6 +842,9 @@ void LlamaEngine::ServeStream(WorkSource& source) {
       for (Slot& slot : slots_) {
         if (slot.active) drop(slot);
       }
+      for (const WorkItem& item : choices) {
+        if (ClaimAnswer(item)) source.OnDropped(item);
+      }
       break;
     }
     for (Slot& slot : slots_) {
@@ -838,7 +861,8 @@ void LlamaEngine::ServeStream(WorkSource& source) {
       return std::count_if(slots_.begin(), slots_.end(), [](const Slot& slot) { return !slot.active; });
     };
     while (free_slots() > 0) {
-      std::optional<WorkItem> item = NextLive(source);
+      std::optional<WorkItem> item = next();
+      if (!item && !choices.empty()) item = next();  // a record just expanded into its choices
       if (!item) break;
       if (item->request.endpoint == Endpoint::kEmbeddings) {
         embeddings.push_back(std::move(*item));

@@ -33,10 +33,15 @@ namespace minions::llama_runner {
 
 class GrammarCache;
 
+struct ChoiceGroup;
+
 struct WorkItem {
   std::string batch;  // the caller's batch; echoed in the result
   size_t index = 0;   // the record's position in its batch; echoed in the result
   InferenceRequest request;
+  // n > 1: which choice this item generates, and the record's other choices (choices.h).
+  int choice = 0;
+  std::shared_ptr<ChoiceGroup> group;
 };
 
 struct WorkResult {
