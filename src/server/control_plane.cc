@@ -1,19 +1,28 @@
-#include "server/server.h"
+#include "server/control_plane.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/thread_name.h"
 #include "dashboard/status_endpoints.h"
+#include "model/liveness.h"
 #include "rpc/rpc.h"
 
 namespace minions {
 
-MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* clock, ServerOptions options,
-                             std::unique_ptr<Watchdog> watchdog)
+WatchdogOptions ServerWatchdogOptions(absl::Duration lease_ttl) {
+  WatchdogOptions options;
+  options.executor_timeout = ExecutorTimeoutFor(lease_ttl);
+  options.takeover_grace = lease_ttl * 2;  // a heartbeat, plus the reconnection backoff
+  return options;
+}
+
+ControlPlane::ControlPlane(MetadataStore* store, BlobStore* blobs, Clock* clock, ControlPlaneOptions options,
+                           std::unique_ptr<WatchdogLock> watchdog_lock)
     : store_(store),
       clock_(clock),
-      options_(std::move(options)),
-      watchdog_(std::move(watchdog)),
+      options_(std::move(options.server)),
+      watchdog_(options.watchdog ? std::make_unique<Watchdog>(store, *options.watchdog, std::move(watchdog_lock))
+                                 : nullptr),
       server_metrics_(&registry_, store),
       rpc_faults_(clock, &registry_),
       fleet_view_(store, clock, &progress_),
@@ -30,9 +39,9 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
   if (watchdog_) watchdog_->ExportMetrics(&registry_);
 }
 
-MinionsServer::~MinionsServer() { Shutdown(); }
+ControlPlane::~ControlPlane() { Shutdown(); }
 
-absl::Status MinionsServer::Start() {
+absl::Status ControlPlane::Start() {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       rpc::ServerCredentials(options_.listen, options_.tls);
   if (!credentials.ok()) return credentials.status();
@@ -98,54 +107,72 @@ absl::Status MinionsServer::Start() {
   return absl::OkStatus();
 }
 
-std::string MinionsServer::dashboard_url() const {
+std::string ControlPlane::dashboard_url() const {
   if (!http_) return "";
   std::string host = options_.http_listen.substr(0, options_.http_listen.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
   return absl::StrCat(options_.tls.enabled() ? "https://" : "http://", host, ":", http_->port(), "/");
 }
 
-std::string MinionsServer::address() const {
+std::string ControlPlane::address() const {
   std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
   return absl::StrCat(host, ":", port_);
 }
 
-void MinionsServer::JobReady(const std::string& job_id) {
+void ControlPlane::JobReady(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   ready_jobs_.insert(job_id);
 }
 
-void MinionsServer::RunBackgroundPass() {
+absl::Status ControlPlane::FinalizeReportedJobs() {
   std::set<std::string> ready;
   {
     absl::MutexLock lock(&mu_);
     ready.swap(ready_jobs_);
   }
+  absl::Status first;
   for (const auto& job : ready) {
     auto result = finalizer_.Finalize(job);
-    if (!result.ok()) MINIONS_LOG(Warning) << "job=" << job << " finalisation failed: " << result.status().message();
+    if (result.ok()) continue;
+    MINIONS_LOG(Warning) << "job=" << job << " finalisation failed: " << result.status().message();
+    first.Update(result.status());
   }
-  if (watchdog_ && !watchdog_->active() && watchdog_lock_source_ && clock_->Now() >= next_watchdog_lock_try_) {
-    next_watchdog_lock_try_ = clock_->Now() + watchdog_lock_retry_;
+  return first;
+}
+
+absl::StatusOr<WatchdogPass> ControlPlane::RunWatchdogPass(absl::Time now) {
+  if (!watchdog_) return WatchdogPass{};
+  if (!watchdog_->active() && watchdog_lock_source_ && now >= next_watchdog_lock_try_) {
+    next_watchdog_lock_try_ = now + watchdog_lock_retry_;
     auto lock = watchdog_lock_source_();
     if (lock.ok()) {
       MINIONS_LOG(Info) << "this server runs the watchdog again (after its takeover grace)";
       watchdog_->Resume(std::move(*lock));
     }
   }
-  if (watchdog_ && watchdog_->active()) {
-    auto pass = watchdog_->Tick(clock_->Now());
-    // A lost lock the watchdog logs itself, once; this server then seeks it again (above).
-    if (!pass.ok() && watchdog_->active()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
-    // Requeued tasks and backups of stragglers are work for idle executors.
-    if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) executor_service_.WorkArrived();
-  }
-  // Jobs finished by another server, by the watchdog, or left over from a restart.
-  auto swept = finalizer_.FinalizeReady();
-  if (!swept.ok()) MINIONS_LOG(Warning) << "finaliser sweep failed: " << swept.status().message();
+  if (!watchdog_->active()) return WatchdogPass{};
+  auto pass = watchdog_->Tick(now);
+  // A lost lock the watchdog logs itself, once; this server then seeks it again (above).
+  if (!pass.ok() && watchdog_->active()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
+  // Requeued tasks and backups of stragglers are work for idle executors.
+  if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) executor_service_.WorkArrived();
+  return pass;
 }
 
-void MinionsServer::BackgroundLoop() {
+absl::Status ControlPlane::SweepReadyJobs() {
+  auto swept = finalizer_.FinalizeReady();
+  if (!swept.ok()) MINIONS_LOG(Warning) << "finaliser sweep failed: " << swept.status().message();
+  return swept.status();
+}
+
+void ControlPlane::RunBackgroundPass() {
+  (void)FinalizeReportedJobs();
+  (void)RunWatchdogPass(clock_->Now());
+  // Jobs finished by another server, by the watchdog, or left over from a restart.
+  (void)SweepReadyJobs();
+}
+
+void ControlPlane::BackgroundLoop() {
   const absl::Duration interval = watchdog_ ? watchdog_->options().interval : absl::Seconds(1);
   while (true) {
     RunBackgroundPass();
@@ -161,7 +188,7 @@ void MinionsServer::BackgroundLoop() {
   }
 }
 
-void MinionsServer::Shutdown() {
+void ControlPlane::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
@@ -169,14 +196,14 @@ void MinionsServer::Shutdown() {
   }
   serving_ = false;  // /readyz says so while the rest winds down
   executor_service_.Shutdown();  // long-polling leases answer now
-  clock_->Wake();  // WatchJob streams sleeping on the clock
+  if (server_) clock_->Wake();  // WatchJob streams sleeping on the clock (none unless started)
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (background_.joinable()) background_.join();
   if (work_signal_) work_signal_->Stop();
   if (http_) http_->Stop();
 }
 
-void MinionsServer::Wait() {
+void ControlPlane::Wait() {
   if (server_) server_->Wait();
 }
 

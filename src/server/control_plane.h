@@ -1,17 +1,25 @@
 #pragma once
-// MinionsServer: the control plane process minus main(): the gRPC services on one port, the
-// HTTP port (metrics, health, the web dashboard; when options.http_listen is set), plus the
-// background loop that finalises finished jobs and (when this process holds the watchdog lock)
-// runs the watchdog. Holds no job state of its own; its metrics registry is per process. Owns the
-// Authenticator every call goes through, and serves TLS (options.tls) on both ports; it refuses
-// to serve plain text anywhere but loopback.
-// Threads: Start/Shutdown from the owning thread; the services run on gRPC's threads; the
-// background loop on its own thread (or, with options.background_thread off, wherever
-// RunBackgroundPass is called). Every wait is on the Clock it is given.
+// ControlPlane: the server process, assembled in one place from its options: the store and blob
+// store it is given; the metrics registry, the Authenticator and the four gRPC services built over
+// them; the finaliser and (when options.watchdog is set) the watchdog, run by its background
+// loop; and, once started, the gRPC port and the HTTP port (metrics, health, the web dashboard;
+// when options.server.http_listen is set). `minions server`, `minions up` (apps/local_pool.cc)
+// and the tests' in-process control plane (tests/executor/fake_control_plane.h) all build it
+// here; what differs between them is an option (ControlPlaneOptions, ServerWatchdogOptions).
+//
+// Holds no job state of its own (the store does); its metrics registry is per process. Serves TLS
+// (options.server.tls) on both ports; it refuses to serve plain text anywhere but loopback.
+//
+// Not started, it serves nothing and runs no thread: its services are called directly and its
+// background work is run by the caller (RunBackgroundPass, or its three steps), on any clock.
+// Threads: construction, Start and Shutdown on the owning thread; the services run on gRPC's
+// threads; once started (with options.server.background_thread), the background loop
+// (RunBackgroundPass) on a thread of its own. Every wait is on the Clock it is given.
 
-#include <functional>
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -40,17 +48,33 @@
 #include "server/server_options.h"
 #include "store/metadata_store.h"
 #include "store/work_signal.h"
+#include "store/watchdog_lock.h"
 #include "watchdog/watchdog.h"
 
 namespace minions {
 
-class MinionsServer {
+struct ControlPlaneOptions {
+  // Its ports, limits and the services' options.
+  ServerOptions server;
+  // The watchdog this process runs (ServerWatchdogOptions, adjusted); none: another process runs
+  // it (`minions watchdog`, or servers started with --no-watchdog elsewhere).
+  std::optional<WatchdogOptions> watchdog;
+};
+
+// The watchdog's options for leases of `lease_ttl`, as `minions server`, `minions watchdog` and
+// the tests' control plane set them: an executor silent for ExecutorTimeoutFor(ttl) is lost, and
+// after a takeover leases are judged only after two TTLs (a heartbeat, plus the reconnection
+// backoff), so executors that outlived a server's restart re-attach theirs first.
+WatchdogOptions ServerWatchdogOptions(absl::Duration lease_ttl);
+
+class ControlPlane {
  public:
-  // `watchdog` may be null: another process runs it. A watchdog without its lock is on standby
-  // (see SetWatchdogLockSource).
-  MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* clock, ServerOptions options,
-                std::unique_ptr<Watchdog> watchdog);
-  ~MinionsServer();
+  // `watchdog_lock`: the store's watchdog lock, acquired by the caller; null with
+  // options.watchdog set: the watchdog waits on standby (see SetWatchdogLockSource). Ignored
+  // without options.watchdog.
+  ControlPlane(MetadataStore* store, BlobStore* blobs, Clock* clock, ControlPlaneOptions options,
+               std::unique_ptr<WatchdogLock> watchdog_lock = nullptr);
+  ~ControlPlane();
 
   // Where a watchdog on standby (it never held the lock, or lost it with the database's session:
   // a database restart, another server's failover) gets the lock again. The background loop tries
@@ -74,6 +98,8 @@ class MinionsServer {
   // the HTTP server before it starts. Call before Start; ignored without HTTP.
   void AddHttpRoutes(std::function<void(HttpServer*)> install) { http_routes_.push_back(std::move(install)); }
 
+  // Binds the ports, starts listening for other servers' work and (with
+  // options.server.background_thread) the background loop's thread.
   absl::Status Start();
   // The port actually bound (useful with ":0").
   int port() const { return port_; }
@@ -87,16 +113,29 @@ class MinionsServer {
 
   JobService& jobs() { return job_service_; }
   const ServerOptions& options() const { return options_; }
+  // This process's watchdog; null when another process runs it.
+  Watchdog* watchdog() { return watchdog_.get(); }
   ExecutorService& executors() { return executor_service_; }
   ModelService& models() { return model_service_; }
   Authenticator& authenticator() { return authenticator_; }
   IdentityAdmin& identities() { return identities_; }
   metrics::Registry& metrics() { return registry_; }
 
-  // One pass of the background loop: finalises the jobs reported ready, runs the watchdog (when
-  // this server has one), then sweeps for jobs left ready by others. The loop runs it every
-  // watchdog interval (1 s without a watchdog) and as soon as a job is reported ready.
+  // One pass of the background loop: finalises the jobs reported ready (FinalizeReportedJobs),
+  // runs the watchdog (when this process has one), then sweeps for jobs left ready by others.
+  // Once started, the loop runs it every watchdog interval (1 s without a watchdog) and as soon
+  // as a job is reported ready; not started (or without options.server.background_thread), the
+  // caller runs it, or its three steps. Failures are logged.
   void RunBackgroundPass() ABSL_LOCKS_EXCLUDED(mu_);
+  // Finalises the jobs completions reported ready since the last call; the first failure (every
+  // one is logged).
+  absl::Status FinalizeReportedJobs() ABSL_LOCKS_EXCLUDED(mu_);
+  // One watchdog pass as of `now`: first seeks the lock again when it was lost (see
+  // SetWatchdogLockSource); wakes idle executors when the pass requeued work. An empty pass
+  // without a watchdog or while on standby. One thread at a time.
+  absl::StatusOr<WatchdogPass> RunWatchdogPass(absl::Time now);
+  // Finalises the jobs left ready by others (another server, the watchdog, a restart).
+  absl::Status SweepReadyJobs();
 
  private:
   void BackgroundLoop() ABSL_LOCKS_EXCLUDED(mu_);
@@ -110,7 +149,7 @@ class MinionsServer {
   std::unique_ptr<WorkSignal> work_signal_;  // null: this server alone
   WatchdogLockSource watchdog_lock_source_;  // empty: a lost lock is not sought again
   absl::Duration watchdog_lock_retry_ = absl::Seconds(1);
-  absl::Time next_watchdog_lock_try_ = absl::InfinitePast();  // the background loop's thread only
+  absl::Time next_watchdog_lock_try_ = absl::InfinitePast();  // RunWatchdogPass's thread only
   metrics::Registry registry_;
   ServerMetrics server_metrics_;
   RpcFaults rpc_faults_;  // every gRPC call's faults, counted and logged (server/rpc_faults.h)
@@ -129,7 +168,7 @@ class MinionsServer {
   int port_ = 0;
   std::atomic<bool> serving_{false};
   std::thread background_;
-  absl::Mutex mu_;                    // a change to these wakes the background loop
+  absl::Mutex mu_;  // a change to these wakes the background loop
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> ready_jobs_ ABSL_GUARDED_BY(mu_);
 };
