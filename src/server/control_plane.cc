@@ -95,10 +95,16 @@ absl::Status ControlPlane::Start() {
     }
   }
   if (options_.background_thread) {
-    background_ = std::thread([this] {
-      NameThisThread("server-bg");
-      BackgroundLoop();
+    finalizer_thread_ = std::thread([this] {
+      NameThisThread("finaliser");
+      FinalizerLoop();
     });
+    if (watchdog_) {
+      watchdog_thread_ = std::thread([this] {
+        NameThisThread("watchdog");
+        WatchdogLoop();
+      });
+    }
   }
   serving_ = true;
   MINIONS_LOG(Info) << "server listening on " << address() << (options_.tls.enabled() ? " (TLS)" : " (plain text, loopback)")
@@ -172,19 +178,49 @@ void ControlPlane::RunBackgroundPass() {
   (void)SweepReadyJobs();
 }
 
-void ControlPlane::BackgroundLoop() {
+void ControlPlane::FinalizerLoop() {
+  // The sweep's pace is the watchdog's: jobs it finishes are swept up within a pass or two.
   const absl::Duration interval = watchdog_ ? watchdog_->options().interval : absl::Seconds(1);
+  absl::Time next_sweep = clock_->Now();
   while (true) {
-    RunBackgroundPass();
+    (void)FinalizeReportedJobs();
+    bool sweep_now = false;
+    {
+      absl::MutexLock lock(&mu_);
+      std::swap(sweep_now, sweep_requested_);
+    }
+    if (sweep_now || clock_->Now() >= next_sweep) {
+      (void)SweepReadyJobs();
+      next_sweep = clock_->Now() + interval;
+    }
     // A job becoming ready (or shutdown) ends the wait early; the condition is evaluated under the
-    // lock, so a job reported between the pass's swap and this wait is not missed.
+    // lock, so a job reported between the step's swap and this wait is not missed.
     absl::MutexLock lock(&mu_);
     auto woken = [this] {
       mu_.AssertHeld();
-      return stopping_ || !ready_jobs_.empty();
+      return stopping_ || !ready_jobs_.empty() || sweep_requested_;
     };
-    clock_->AwaitWithDeadline(mu_, absl::Condition(&woken), clock_->Now() + interval);
+    clock_->AwaitWithDeadline(mu_, absl::Condition(&woken), next_sweep);
     if (stopping_) return;
+  }
+}
+
+void ControlPlane::WatchdogLoop() {
+  const absl::Duration interval = watchdog_->options().interval;
+  while (true) {
+    auto pass = RunWatchdogPass(clock_->Now());
+    {
+      absl::MutexLock lock(&mu_);
+      // Jobs whose tasks it changed may be ready now: the finaliser sweeps for them at once (one
+      // look in the store, not one per job touched).
+      if (pass.ok() && !pass->jobs_touched.empty()) sweep_requested_ = true;
+      auto stopping = [this] {
+        mu_.AssertHeld();
+        return stopping_;
+      };
+      clock_->AwaitWithDeadline(mu_, absl::Condition(&stopping), clock_->Now() + interval);
+      if (stopping_) return;
+    }
   }
 }
 
@@ -198,7 +234,8 @@ void ControlPlane::Shutdown() {
   executor_service_.Shutdown();  // long-polling leases answer now
   if (server_) clock_->Wake();  // WatchJob streams sleeping on the clock (none unless started)
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  if (background_.joinable()) background_.join();
+  if (finalizer_thread_.joinable()) finalizer_thread_.join();
+  if (watchdog_thread_.joinable()) watchdog_thread_.join();
   if (work_signal_) work_signal_->Stop();
   if (http_) http_->Stop();
 }

@@ -1,8 +1,8 @@
 #pragma once
 // ControlPlane: the server process, assembled in one place from its options: the store and blob
 // store it is given; the metrics registry, the Authenticator and the four gRPC services built over
-// them; the finaliser and (when options.watchdog is set) the watchdog, run by its background
-// loop; and, once started, the gRPC port and the HTTP port (metrics, health, the web dashboard;
+// them; the finaliser and (when options.watchdog is set) the watchdog, each with a worker of its
+// own; and, once started, the gRPC port and the HTTP port (metrics, health, the web dashboard;
 // when options.server.http_listen is set). `minions server`, `minions up` (apps/local_pool.cc)
 // and the tests' in-process control plane (tests/executor/fake_control_plane.h) all build it
 // here; what differs between them is an option (ControlPlaneOptions, ServerWatchdogOptions).
@@ -13,8 +13,9 @@
 // Not started, it serves nothing and runs no thread: its services are called directly and its
 // background work is run by the caller (RunBackgroundPass, or its three steps), on any clock.
 // Threads: construction, Start and Shutdown on the owning thread; the services run on gRPC's
-// threads; once started (with options.server.background_thread), the background loop
-// (RunBackgroundPass) on a thread of its own. Every wait is on the Clock it is given.
+// threads; once started (with options.server.background_thread), finalisation runs on the
+// "finaliser" thread and the watchdog on the "watchdog" thread, so a large merge never delays
+// lease expiry. Every wait is on the Clock it is given.
 
 #include <atomic>
 #include <functional>
@@ -77,7 +78,7 @@ class ControlPlane {
   ~ControlPlane();
 
   // Where a watchdog on standby (it never held the lock, or lost it with the database's session:
-  // a database restart, another server's failover) gets the lock again. The background loop tries
+  // a database restart, another server's failover) gets the lock again. The watchdog's pass tries
   // once per `retry` until it holds it, so some server always runs the watchdog while any serves.
   // Call before Start.
   using WatchdogLockSource = std::function<absl::StatusOr<std::unique_ptr<WatchdogLock>>()>;
@@ -99,7 +100,7 @@ class ControlPlane {
   void AddHttpRoutes(std::function<void(HttpServer*)> install) { http_routes_.push_back(std::move(install)); }
 
   // Binds the ports, starts listening for other servers' work and (with
-  // options.server.background_thread) the background loop's thread.
+  // options.server.background_thread) the finaliser's and the watchdog's threads.
   absl::Status Start();
   // The port actually bound (useful with ":0").
   int port() const { return port_; }
@@ -121,11 +122,12 @@ class ControlPlane {
   IdentityAdmin& identities() { return identities_; }
   metrics::Registry& metrics() { return registry_; }
 
-  // One pass of the background loop: finalises the jobs reported ready (FinalizeReportedJobs),
-  // runs the watchdog (when this process has one), then sweeps for jobs left ready by others.
-  // Once started, the loop runs it every watchdog interval (1 s without a watchdog) and as soon
-  // as a job is reported ready; not started (or without options.server.background_thread), the
-  // caller runs it, or its three steps. Failures are logged.
+  // The background work, for a control plane whose caller runs it (not started, or without
+  // options.server.background_thread): the finaliser's step (FinalizeReportedJobs), the
+  // watchdog's pass (when this process has one) and the finaliser's sweep, in that order. Once
+  // started, the finaliser's thread runs the first as soon as a job is reported ready and the
+  // sweep every watchdog interval (1 s without a watchdog); the watchdog's thread runs its pass
+  // every interval. Failures are logged.
   void RunBackgroundPass() ABSL_LOCKS_EXCLUDED(mu_);
   // Finalises the jobs completions reported ready since the last call; the first failure (every
   // one is logged).
@@ -138,8 +140,9 @@ class ControlPlane {
   absl::Status SweepReadyJobs();
 
  private:
-  void BackgroundLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  // A completion left `job_id` ready to finalise: the loop wakes for it.
+  void FinalizerLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void WatchdogLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // A completion left `job_id` ready to finalise: the finaliser's thread wakes for it.
   void JobReady(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   MetadataStore* store_;
@@ -167,10 +170,12 @@ class ControlPlane {
   std::vector<std::function<void(HttpServer*)>> http_routes_;
   int port_ = 0;
   std::atomic<bool> serving_{false};
-  std::thread background_;
-  absl::Mutex mu_;  // a change to these wakes the background loop
+  std::thread finalizer_thread_;
+  std::thread watchdog_thread_;
+  absl::Mutex mu_;  // a change to these wakes the finaliser's and the watchdog's threads
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> ready_jobs_ ABSL_GUARDED_BY(mu_);
+  bool sweep_requested_ ABSL_GUARDED_BY(mu_) = false;  // by a watchdog pass that touched jobs
 };
 
 }  // namespace minions
