@@ -206,6 +206,17 @@ TEST_F(Rescore, ErrorLinesAndInvalidRecordsAreJudgedByShape) {
   EXPECT_FALSE(garbage->passed);
 }
 
+TEST_F(Rescore, RecordsWithTransformsNotYetAppliedAreNotJudged) {
+  // The check scores under temperature and top_p only: a record with top_k (or penalties,
+  // biases, a grammar) is uncheckable here, never failed.
+  const std::string line = Completion("k0", "The quick brown fox", 12, 0.8, {{"top_k", 5}});
+  std::map<size_t, Json> outputs = ServeAll(*engine_, {line});
+  Rescorer rescorer(*engine_);
+  auto verdict = rescorer.Check(line, outputs.at(0), {});
+  EXPECT_FALSE(verdict.ok());
+  EXPECT_THAT(std::string(verdict.status().message()), HasSubstr("not checked"));
+}
+
 TEST(RescoreEmbeddings, RecomputedEmbeddingsMatchAndPerturbedOnesFail) {
   InstallLlamaLogging();
   auto engine = LlamaEngine::Load(TestModel("embedding.gguf"), Options());

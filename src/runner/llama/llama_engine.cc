@@ -23,6 +23,7 @@
 #include "gguf.h"
 #include "common/logging.h"
 #include "llama.h"
+#include "runner/llama/record_sampler.h"
 
 namespace minions::llama_runner {
 namespace {
@@ -165,7 +166,8 @@ struct LlamaEngine::Slot {
   std::string text;
   bool decoding_pending = false;  // tokens.back() is in the batch being decoded
   int32_t logit_index = -1;       // row of this slot's logits in the last batch, -1 if none
-  llama_sampler* sampler = nullptr;
+  llama_sampler* sampler = nullptr;  // the plain path's chain (null: greedy argmax)
+  std::unique_ptr<RecordSampler> rich;  // instead, for records that ask for more (grammar, logprobs...)
 };
 
 namespace {
@@ -399,7 +401,9 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Load(
 LlamaEngine::~LlamaEngine() {
   for (Slot& slot : slots_) {
     if (slot.sampler) llama_sampler_free(slot.sampler);
+    slot.rich.reset();
   }
+  grammars_.reset();  // before the model whose vocabulary the grammars use
   if (gen_ctx_) llama_free(gen_ctx_);
   if (embd_ctx_) llama_free(embd_ctx_);
   if (model_) llama_model_free(model_);
@@ -432,6 +436,7 @@ absl::Status LlamaEngine::CreateGenerationContext() {
         "': ", TakeLastLlamaError(), " (lower n_parallel or n_ctx_per_seq)"));
   }
   n_ctx_per_seq_ = static_cast<int>(llama_n_ctx_seq(gen_ctx_));
+  grammars_ = std::make_unique<GrammarCache>(llama_model_get_vocab(model_));
   slots_.resize(static_cast<size_t>(options_.n_parallel));
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].seq = static_cast<llama_seq_id>(i);
   llama_memory_clear(llama_get_memory(gen_ctx_), true);
@@ -467,6 +472,8 @@ absl::Status LlamaEngine::EnsureEmbeddingContext() {
   }
   return absl::OkStatus();
 }
+
+size_t LlamaEngine::grammars_compiled() const { return grammars_ ? grammars_->compiled() : 0; }
 
 Json LlamaEngine::Info() const {
   Json info;
@@ -537,17 +544,6 @@ std::string LlamaEngine::TokenPiece(int32_t token) const {
     return big;
   }
   return std::string(buf, static_cast<size_t>(n));
-}
-
-llama_sampler* LlamaEngine::MakeSampler(const SamplingParams& params, uint64_t seed) const {
-  // Greedy records need no sampler: the slot takes the argmax of the logits directly, which
-  // spares a vocabulary-sized candidate array per token and an allocation per record.
-  if (params.temperature <= 0.0f) return nullptr;
-  llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
-  if (params.top_p < 1.0f) llama_sampler_chain_add(chain, llama_sampler_init_top_p(params.top_p, 1));
-  llama_sampler_chain_add(chain, llama_sampler_init_temp(params.temperature));
-  llama_sampler_chain_add(chain, llama_sampler_init_dist(static_cast<uint32_t>(seed ^ (seed >> 32))));
-  return chain;
 }
 
 namespace {
@@ -730,6 +726,10 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     Json body = req.endpoint == Endpoint::kChatCompletions
                     ? MakeChatCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created)
                     : MakeCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created);
+    if (slot.rich && req.logprobs >= 0) {
+      body["choices"][0]["logprobs"] = LogprobsJson(slot.rich->logprobs(), req.endpoint, req.logprobs, slot.text.size(),
+                                                    [this](int32_t token) { return TokenPiece(token); });
+    }
     WorkResult result{slot.item.batch, slot.item.index, MakeResponseLine(req.custom_id, std::move(body)), false, usage};
     result.cached_tokens = static_cast<int>(slot.n_cached);
     source.OnResult(std::move(result));
@@ -778,6 +778,12 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     } else {
       max_tokens = std::min(default_max, n_ctx_per_seq_ - n_prompt);
     }
+    const uint64_t seed = req.sampling.seed.value_or(DefaultSeed(req.custom_id));
+    auto rich = RecordSampler::Create(model_, req, seed, max_tokens, *grammars_);
+    if (!rich.ok()) {
+      fail(item, kErrorInvalidRequest, std::string(rich.status().message()));
+      return false;
+    }
     // Keep what the slot's cells already hold of this prompt (at least its last token must be
     // decoded, for its logits); the rest of the cells go.
     size_t index = slots_.size(), keep = 0;
@@ -802,7 +808,8 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     slot.text.clear();
     slot.decoding_pending = false;
     slot.logit_index = -1;
-    slot.sampler = MakeSampler(req.sampling, req.sampling.seed.value_or(DefaultSeed(req.custom_id)));
+    slot.rich = std::move(*rich);
+    slot.sampler = slot.rich ? nullptr : RecordSampler::PlainChain(req.sampling, seed);
     slot.item = std::move(item);
     if (share_prefixes_) SharePrefix(index);
     return true;
@@ -897,7 +904,13 @@ void LlamaEngine::ServeStream(WorkSource& source) {
       }
       if (slot.logit_index < 0) continue;
       llama_token token;
-      if (slot.sampler) {
+      if (slot.rich) {
+        token = slot.rich->Sample(gen_ctx_, slot.logit_index);
+        if (token < 0) {  // the grammar allows nothing more: the answer is complete
+          finish(slot, "stop");
+          continue;
+        }
+      } else if (slot.sampler) {
         token = llama_sampler_sample(slot.sampler, gen_ctx_, slot.logit_index);
       } else {
         const float* logits = llama_get_logits_ith(gen_ctx_, slot.logit_index);
@@ -905,6 +918,11 @@ void LlamaEngine::ServeStream(WorkSource& source) {
       }
       if (llama_vocab_is_eog(vocab, token)) {
         finish(slot, "stop");
+        continue;
+      }
+      if (slot.rich && !slot.rich->Accept(token)) {
+        fail(slot.item, kErrorRunnerFailed, "the grammar refused the token the sampler picked");
+        Release(slot);
         continue;
       }
       slot.text += TokenPiece(token);
@@ -936,6 +954,7 @@ void LlamaEngine::ServeStream(WorkSource& source) {
 void LlamaEngine::Release(Slot& slot) {
   if (slot.sampler) llama_sampler_free(slot.sampler);
   slot.sampler = nullptr;
+  slot.rich.reset();
   slot.active = false;
   slot.waiting_on = -1;
   // Without sharing, a finished record's cells are dropped at once, as they always were.

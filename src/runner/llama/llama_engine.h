@@ -31,6 +31,8 @@ struct llama_sampler;
 
 namespace minions::llama_runner {
 
+class GrammarCache;
+
 struct WorkItem {
   std::string batch;  // the caller's batch; echoed in the result
   size_t index = 0;   // the record's position in its batch; echoed in the result
@@ -81,6 +83,8 @@ class LlamaEngine {
   // Facts about the model for the `loaded` message (architecture, sizes, chat template, ...).
   Json Info() const;
   bool is_embedding_model() const { return embedding_model_; }
+  // Distinct grammars compiled so far (structured outputs compile each schema once).
+  size_t grammars_compiled() const;
 
   // Serves records as the source hands them out, keeping every decode slot busy across the
   // caller's batches: a slot freed by one batch's record takes the next record, whatever its
@@ -107,7 +111,6 @@ class LlamaEngine {
   absl::StatusOr<std::string> PromptText(const InferenceRequest& request) const;
   std::vector<int32_t> Tokenize(const std::string& text, bool parse_special) const;
   std::string TokenPiece(int32_t token) const;
-  llama_sampler* MakeSampler(const SamplingParams& params, uint64_t seed) const;
 
   // Embeds every item (embedding requests are short: served whole, between generation steps).
   void ServeEmbeddings(std::vector<WorkItem>& items, WorkSource& source);
@@ -136,6 +139,7 @@ class LlamaEngine {
   bool share_prefixes_ = false;
   Json gang_info_;  // where the layers went when a gang shares the model (null otherwise)
   std::vector<Slot> slots_;  // generation slots; slot i decodes sequence i
+  std::unique_ptr<GrammarCache> grammars_;  // compiled structured-output grammars, by schema
 };
 
 // Sets llama.cpp's log callback: warnings and errors go to stderr through our logging, and the

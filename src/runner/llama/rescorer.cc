@@ -305,6 +305,12 @@ absl::StatusOr<rescore::Verdict> Rescorer::CheckText(const InferenceRequest& req
                                                      const rescore::ClaimedAnswer& claimed,
                                                      const rescore::Thresholds& thresholds) {
   if (auto status = EnsureContext(); !status.ok()) return status;
+  // The rules score tokens under temperature and top_p only. A record that shapes its sampling
+  // otherwise is not judged (never failed) until the check applies the same transforms.
+  if (!request.sampling.Plain() || request.format.kind != OutputFormat::Kind::kText) {
+    return absl::UnimplementedError(
+        "re-scoring does not apply penalties, logit_bias, top_k, min_p or a grammar yet: the record is not checked");
+  }
   auto prompt_text = engine_.PromptText(request);
   if (!prompt_text.ok()) {
     return Failed(absl::StrCat("the record cannot be served (", prompt_text.status().message(),
