@@ -104,6 +104,9 @@ class LlamaEngine {
                             const std::function<bool()>& cancelled);
 
  private:
+  // Re-scores claimed answers with this engine's model and generation context, between
+  // ServeStream calls (runner/llama/rescorer.h).
+  friend class Rescorer;
   struct Slot;
   LlamaEngine() = default;
 
