@@ -143,6 +143,9 @@ class LlamaEngine {
   int n_ctx_per_seq_ = 0;
   bool share_prefixes_ = false;
   Json gang_info_;  // where the layers went when a gang shares the model (null otherwise)
+  // What llama.cpp said it did while loading: offloaded_layers, layers, model_buffers (bytes by
+  // buffer name: "Vulkan0", "CPU_Mapped", ...); null when it said nothing.
+  Json load_facts_;
   std::vector<Slot> slots_;  // generation slots; slot i decodes sequence i
   std::unique_ptr<GrammarCache> grammars_;  // compiled structured-output grammars, by schema
 };
