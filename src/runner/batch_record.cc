@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "runner/request_params.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -25,65 +27,6 @@ ParsedRecord Fail(std::string custom_id, std::string_view code, std::string mess
   record.error_code = std::string(code);
   record.error_message = std::move(message);
   return record;
-}
-
-// Reads an optional number field; returns an error message when present but not a number in range.
-std::optional<std::string> ReadNumber(const Json& body, const char* name, double min, double max,
-                                      std::optional<double>* out) {
-  auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) return absl::StrCat("body.", name, " must be a number");
-  double value = it->get<double>();
-  if (!(value >= min && value <= max)) {
-    return absl::StrFormat("body.%s must be between %g and %g, got %g", name, min, max, value);
-  }
-  *out = value;
-  return std::nullopt;
-}
-
-std::optional<std::string> ReadSampling(const Json& body, SamplingParams* sampling) {
-  std::optional<double> value;
-  // OpenAI accepts max_completion_tokens as the newer name of max_tokens.
-  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
-    value.reset();
-    if (auto err = ReadNumber(body, name, 1, 1 << 20, &value)) return err;
-    if (value) {
-      if (*value != std::floor(*value)) return absl::StrCat("body.", name, " must be an integer");
-      sampling->max_tokens = static_cast<int>(*value);
-    }
-  }
-  value.reset();
-  if (auto err = ReadNumber(body, "temperature", 0, 2, &value)) return err;
-  if (value) sampling->temperature = static_cast<float>(*value);
-  value.reset();
-  if (auto err = ReadNumber(body, "top_p", 0, 1, &value)) return err;
-  if (value) sampling->top_p = static_cast<float>(*value);
-  if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer()) return "body.seed must be an integer";
-    sampling->seed = it->is_number_unsigned() ? it->get<uint64_t>()
-                                              : static_cast<uint64_t>(it->get<int64_t>());
-  }
-  if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
-    if (it->is_string()) {
-      sampling->stop.push_back(it->get<std::string>());
-    } else if (it->is_array() && it->size() <= 4) {
-      for (const auto& s : *it) {
-        if (!s.is_string()) return "body.stop must be a string or an array of up to 4 strings";
-        sampling->stop.push_back(s.get<std::string>());
-      }
-    } else {
-      return "body.stop must be a string or an array of up to 4 strings";
-    }
-    for (const auto& s : sampling->stop) {
-      if (s.empty()) return "body.stop must not contain an empty string";
-    }
-  }
-  if (auto it = body.find("n"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<int64_t>() != 1) {
-      return "body.n: only n = 1 is supported";
-    }
-  }
-  return std::nullopt;
 }
 
 // Chat content may be a string or an array of {"type":"text","text":...} parts.
@@ -219,6 +162,9 @@ ParsedRecord ParseRecordLineUnchecked(std::string_view line) {
                 "a record needs url and body (OpenAI Batch format) or a prompt (shorthand)");
   }
 
+  if (auto err = CheckBodyFields(*body, request.endpoint, /*shorthand=*/body == &root)) {
+    return Fail(custom_id, err->code, std::move(err->message));
+  }
   if (auto m = body->find("model"); m != body->end() && m->is_string()) {
     request.model = m->get<std::string>();
   }
@@ -304,8 +250,8 @@ ParsedRecord ParseRecordLineUnchecked(std::string_view line) {
     }
   }
   if (request.endpoint != Endpoint::kEmbeddings) {
-    if (auto err = ReadSampling(*body, &request.sampling)) {
-      return Fail(custom_id, kErrorInvalidRequest, *err);
+    if (auto err = ReadGenerationParams(*body, request.endpoint, &request)) {
+      return Fail(custom_id, err->code, std::move(err->message));
     }
   }
   ParsedRecord record;

@@ -29,6 +29,11 @@ struct ChatMessage {
   std::string content;
 };
 
+struct LogitBias {
+  int32_t token = 0;  // checked against the model's vocabulary by the runner
+  float bias = 0;     // -100..100 (OpenAI's range); -100 forbids the token
+};
+
 struct SamplingParams {
   // Unset: the runner's default for the endpoint (OpenAI: 16 for completions).
   std::optional<int> max_tokens;
@@ -37,6 +42,34 @@ struct SamplingParams {
   // Unset: derived from the custom_id, so that re-running a record reproduces its output.
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
+  // OpenAI's penalties (-2..2) and biases, and llama.cpp's extensions; neutral by default.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repeat_penalty = 1.0f;  // llama.cpp's multiplicative penalty; 1 is off
+  int top_k = 0;                // 0 is off
+  float min_p = 0.0f;           // 0 is off
+  std::vector<LogitBias> logit_bias;
+  // True when only temperature, top_p, seed and stop shape the sampling: the runner's plain path
+  // (argmax for greedy, a three-stage chain otherwise), which costs nothing per token.
+  bool Plain() const {
+    return presence_penalty == 0 && frequency_penalty == 0 && repeat_penalty == 1 && top_k == 0 &&
+           min_p == 0 && logit_bias.empty();
+  }
+};
+
+// A constraint on the generated text (structured outputs): decoding follows a grammar.
+struct OutputFormat {
+  enum class Kind {
+    kText,        // no constraint
+    kJsonObject,  // any JSON object (response_format json_object)
+    kJsonSchema,  // response_format json_schema, or llama.cpp's json_schema field
+    kGrammar,     // llama.cpp's grammar field: GBNF text
+  };
+  Kind kind = Kind::kText;
+  // kJsonSchema: the schema as compact JSON (also the runner's cache key); kGrammar: the GBNF.
+  std::string text;
+  // Where it came from, for error messages ("body.response_format.json_schema.schema").
+  std::string param;
 };
 
 // One validated request.
@@ -48,7 +81,14 @@ struct InferenceRequest {
   std::vector<ChatMessage> messages;  // kChatCompletions
   std::vector<std::string> inputs;    // kEmbeddings
   SamplingParams sampling;
+  OutputFormat format;
+  // Log probabilities of generated tokens: -1 none; otherwise how many alternatives per token
+  // (chat: logprobs true and top_logprobs 0..20; completions: the integer logprobs 0..5).
+  int logprobs = -1;
+  // Choices per record (1..kMaxChoices): each its own seeded stream, the prompt computed once.
+  int n = 1;
 };
+inline constexpr int kMaxChoices = 16;
 
 // Error codes of per-record errors (the "code" of an error line).
 inline constexpr std::string_view kErrorInvalidJson = "invalid_json";
@@ -59,6 +99,8 @@ inline constexpr std::string_view kErrorEmptyPrompt = "empty_prompt";
 inline constexpr std::string_view kErrorCancelled = "cancelled";
 inline constexpr std::string_view kErrorRunnerFailed = "runner_error";
 inline constexpr std::string_view kErrorRecordTooLarge = "record_too_large";
+// A body field that is neither served nor on the harmless list (docs/openai-parameters.md).
+inline constexpr std::string_view kErrorUnsupportedParameter = "unsupported_parameter";
 
 // Limits on one input line, checked before and while it is parsed: a longer line, or JSON nested
 // deeper, is that record's error (never a crash, never a refusal of the whole input).

@@ -159,6 +159,31 @@ TEST_P(OpenAiSdk, ACancelledBatchGoesCancellingThenCancelledAndKeepsItsPartialOu
   std::filesystem::remove_all(dir_);
 }
 
+// Structured outputs, logprobs, penalties, biases and n served with OpenAI's shapes; tools, stream,
+// unknown fields and bad values refused by name (tests/js/openai_params_check.mjs).
+TEST_P(OpenAiSdk, EveryRequestParameterIsServedOrRefusedByName) {
+  StartPool("params" + std::to_string(getpid()), GetParam());
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool_->StartExecutor("e1").ok());
+  Subprocess::Options sp;
+  sp.argv = {"node", std::string(MINIONS_SOURCE_DIR) + "/tests/js/openai_params_check.mjs"};
+  sp.extra_env = {"OPENAI_BASE_URL=http://" + pool_->http_address() + "/v1", "MINIONS_KEY=" + key_, "OUT_DIR=" + dir_};
+  sp.stderr_path = dir_ + "/openai_params_check.log";
+  auto p = Subprocess::Start(sp);
+  ASSERT_TRUE(p.ok()) << p.status();
+  (*p)->CloseStdin();
+  std::string out;
+  for (auto line = (*p)->ReadLine(); line.ok(); line = (*p)->ReadLine()) out += *line;
+  auto exit = (*p)->Wait(absl::Minutes(10));
+  ASSERT_TRUE(exit.ok() && exit->exited && exit->code == 0)
+      << "openai_params_check.mjs failed:\n" << ReadFile(sp.stderr_path) << "\nserver log: " << dir_ << "/pool/logs/server.log";
+  auto summary = ParseJson(out);
+  ASSERT_TRUE(summary.ok()) << out;
+  EXPECT_EQ((*summary)["served"], 7);
+  EXPECT_EQ((*summary)["refused"], 8);
+  std::filesystem::remove_all(dir_);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, OpenAiSdk, ::testing::Values("embedded", "postgres-s3"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param == "embedded" ? std::string("Embedded") : std::string("PostgresS3");

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "runner/llama/llama_engine.h"
+#include "test_env.h"
 
 namespace minions::llama_runner::engine_test {
 
@@ -27,6 +28,17 @@ inline std::vector<WorkItem> ParseItems(const std::vector<std::string>& lines, c
     if (parsed.ok()) items.push_back({batch, i, *parsed.request});
   }
   return items;
+}
+
+// The text test model in an engine of `n_parallel` slots, CPU attention off (deterministic).
+inline std::unique_ptr<LlamaEngine> LoadTextEngine(int n_parallel, int n_ctx_per_seq) {
+  runner_protocol::LoadOptions options;
+  options.n_parallel = n_parallel;
+  options.n_ctx_per_seq = n_ctx_per_seq;
+  options.flash_attn = "off";
+  auto engine = LlamaEngine::Load(minions::testing::TestModel("text.gguf"), options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? std::move(*engine) : nullptr;
 }
 
 // Serves the lines as one batch; every result by the line's index.

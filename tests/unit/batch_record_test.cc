@@ -89,9 +89,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadLine{R"({"custom_id":"k","prompt":"p","max_tokens":0})", "invalid_request", "k", "max_tokens"},
         BadLine{R"({"custom_id":"k2","prompt":"p","max_tokens":2.5})", "invalid_request", "k2", "integer"},
         BadLine{R"({"custom_id":"s","prompt":"p","stop":[1]})", "invalid_request", "s", "body.stop"},
-        BadLine{R"({"custom_id":"nn","prompt":"p","n":3})", "invalid_request", "nn", "n = 1"},
+        BadLine{R"({"custom_id":"nn","prompt":"p","n":17})", "invalid_request", "nn", "body.n must be between 1 and 16"},
         BadLine{R"({"custom_id":"i","url":"/v1/embeddings","body":{"input":[1,2]}})", "invalid_request", "i", "token arrays"},
-        BadLine{R"({"custom_id":"x","foo":1})", "invalid_request", "x", "url and body"}));
+        BadLine{R"({"custom_id":"x","foo":1})", "invalid_request", "x", "url and body"},
+        BadLine{R"({"custom_id":"f","prompt":"p","foo":1})", "unsupported_parameter", "f", "unsupported parameter: foo"}));
 
 TEST(ParseRecordLine, WrongTypesAnywhereNeverThrow) {
   // Every field of every endpoint given every JSON type: each line parses or gives an error.
@@ -160,9 +161,9 @@ TEST(ParseRecordLine, AMillionNestedArraysAreThatRecordsErrorNotACrash) {
 }
 
 TEST(ParseRecordLine, NestingUpToTheLimitIsAccepted) {
-  // A tools-like body nested 60 deep is still a request (the prompt is what is served).
+  // A body nested 60 deep (in an ignored field) is still a request (the prompt is what is served).
   std::string deep = std::string(60, '[') + std::string(60, ']');
-  ParsedRecord r = ParseRecordLine(R"({"custom_id":"ok","prompt":"p","extra":)" + deep + "}");
+  ParsedRecord r = ParseRecordLine(R"({"custom_id":"ok","prompt":"p","user":)" + deep + "}");
   ASSERT_TRUE(r.ok()) << r.error_message;
   EXPECT_EQ(r.custom_id, "ok");
 }

@@ -23,14 +23,39 @@
 #include "gguf.h"
 #include "common/logging.h"
 #include "llama.h"
+#include "runner/llama/choices.h"
+#include "runner/llama/devices.h"
+#include "runner/llama/record_sampler.h"
 
 namespace minions::llama_runner {
 namespace {
 
 std::mutex g_log_mu;
 std::string g_last_llama_error;
+// Where llama.cpp put a model's weights, as it says while loading ("load_tensors: offloaded 3/3
+// layers to GPU", "load_tensors: Vulkan0 model buffer size = 1.25 MiB"): the `loaded` message's
+// offload facts, so a test sees the layers on the device, not a request for them.
+Json g_load_facts;
+
+void NoteLoadLine(const std::string& line) {
+  int done = 0, total = 0;
+  if (std::sscanf(line.c_str(), "load_tensors: offloaded %d/%d layers", &done, &total) == 2) {
+    g_load_facts["offloaded_layers"] = done;
+    g_load_facts["layers"] = total;
+    return;
+  }
+  char buffer[128] = {};
+  double mib = 0;
+  if (std::sscanf(line.c_str(), "load_tensors: %127s model buffer size = %lf MiB", buffer, &mib) == 2) {
+    g_load_facts["model_buffers"][buffer] = static_cast<int64_t>(mib * 1024 * 1024);
+  }
+}
 
 void LlamaLog(ggml_log_level level, const char* text, void* /*user_data*/) {
+  if (level == GGML_LOG_LEVEL_INFO && std::strncmp(text, "load_tensors: ", 14) == 0) {
+    std::lock_guard<std::mutex> lock(g_log_mu);
+    NoteLoadLine(text);
+  }
   if (level == GGML_LOG_LEVEL_ERROR) {
     std::lock_guard<std::mutex> lock(g_log_mu);
     g_last_llama_error = text;
@@ -44,6 +69,13 @@ void LlamaLog(ggml_log_level level, const char* text, void* /*user_data*/) {
     while (!line.empty() && line.back() == '\n') line.pop_back();
     if (!line.empty()) MINIONS_LOG(Warning) << "llama.cpp: " << line;
   }
+}
+
+Json TakeLoadFacts() {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  Json facts = std::move(g_load_facts);
+  g_load_facts = Json();
+  return facts;
 }
 
 std::string TakeLastLlamaError() {
@@ -143,6 +175,7 @@ void BatchAdd(llama_batch& batch, llama_token token, llama_pos pos, llama_seq_id
 
 void InstallLlamaLogging() {
   llama_log_set(LlamaLog, nullptr);
+  LoadLlamaBackends();  // a build with dynamically loaded backends (the vulkan variant) loads them here
   llama_backend_init();
 }
 
@@ -165,7 +198,8 @@ struct LlamaEngine::Slot {
   std::string text;
   bool decoding_pending = false;  // tokens.back() is in the batch being decoded
   int32_t logit_index = -1;       // row of this slot's logits in the last batch, -1 if none
-  llama_sampler* sampler = nullptr;
+  llama_sampler* sampler = nullptr;  // the plain path's chain (null: greedy argmax)
+  std::unique_ptr<RecordSampler> rich;  // instead, for records that ask for more (grammar, logprobs...)
 };
 
 namespace {
@@ -362,7 +396,9 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Load(
     engine->gang_info_ = placement.info;
   }
   TakeLastLlamaError();
+  TakeLoadFacts();
   engine->model_ = llama_model_load_from_file(model_path.c_str(), mparams);
+  engine->load_facts_ = TakeLoadFacts();
   if (engine->model_ == nullptr) {
     std::string detail = TakeLastLlamaError();
     return absl::InvalidArgumentError(absl::StrCat(
@@ -399,7 +435,9 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Load(
 LlamaEngine::~LlamaEngine() {
   for (Slot& slot : slots_) {
     if (slot.sampler) llama_sampler_free(slot.sampler);
+    slot.rich.reset();
   }
+  grammars_.reset();  // before the model whose vocabulary the grammars use
   if (gen_ctx_) llama_free(gen_ctx_);
   if (embd_ctx_) llama_free(embd_ctx_);
   if (model_) llama_model_free(model_);
@@ -432,6 +470,7 @@ absl::Status LlamaEngine::CreateGenerationContext() {
         "': ", TakeLastLlamaError(), " (lower n_parallel or n_ctx_per_seq)"));
   }
   n_ctx_per_seq_ = static_cast<int>(llama_n_ctx_seq(gen_ctx_));
+  grammars_ = std::make_unique<GrammarCache>(llama_model_get_vocab(model_));
   slots_.resize(static_cast<size_t>(options_.n_parallel));
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].seq = static_cast<llama_seq_id>(i);
   llama_memory_clear(llama_get_memory(gen_ctx_), true);
@@ -468,6 +507,8 @@ absl::Status LlamaEngine::EnsureEmbeddingContext() {
   return absl::OkStatus();
 }
 
+size_t LlamaEngine::grammars_compiled() const { return grammars_ ? grammars_->compiled() : 0; }
+
 Json LlamaEngine::Info() const {
   Json info;
   info["name"] = model_name_;
@@ -484,6 +525,19 @@ Json LlamaEngine::Info() const {
   // What the contexts were asked for: "disabled" on a machine without its own accelerator.
   info["flash_attn"] = llama_flash_attn_type_name(FlashAttnType(options_.flash_attn));
   if (!gang_info_.is_null()) info["gang"] = gang_info_;
+  // This machine's accelerator and what llama.cpp put on it (docs/runner-protocol.md, "Backends").
+  std::vector<ggml_backend_dev_t> accelerators = LocalAccelerators();
+  if (!accelerators.empty()) {
+    const char* description = ggml_backend_dev_description(accelerators[0]);
+    info["device"] = description ? description : ggml_backend_dev_name(accelerators[0]);
+  }
+  if (load_facts_.is_object()) {
+    if (load_facts_.contains("model_buffers")) info["model_buffers"] = load_facts_["model_buffers"];
+    // llama.cpp says "offloaded" whenever offload is compiled in (the RPC backend is), even with
+    // no device to offload to: only a machine with an accelerator has offloaded layers.
+    info["offloaded_layers"] = accelerators.empty() ? 0 : JsonInt(load_facts_, "offloaded_layers");
+    if (load_facts_.contains("layers")) info["layers"] = load_facts_["layers"];
+  }
   info["endpoints"] = embedding_model_
                           ? Json::array({"/v1/embeddings"})
                           : Json::array({"/v1/completions", "/v1/chat/completions", "/v1/embeddings"});
@@ -537,17 +591,6 @@ std::string LlamaEngine::TokenPiece(int32_t token) const {
     return big;
   }
   return std::string(buf, static_cast<size_t>(n));
-}
-
-llama_sampler* LlamaEngine::MakeSampler(const SamplingParams& params, uint64_t seed) const {
-  // Greedy records need no sampler: the slot takes the argmax of the logits directly, which
-  // spares a vocabulary-sized candidate array per token and an allocation per record.
-  if (params.temperature <= 0.0f) return nullptr;
-  llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
-  if (params.top_p < 1.0f) llama_sampler_chain_add(chain, llama_sampler_init_top_p(params.top_p, 1));
-  llama_sampler_chain_add(chain, llama_sampler_init_temp(params.temperature));
-  llama_sampler_chain_add(chain, llama_sampler_init_dist(static_cast<uint32_t>(seed ^ (seed >> 32))));
-  return chain;
 }
 
 namespace {
@@ -730,17 +773,40 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     Json body = req.endpoint == Endpoint::kChatCompletions
                     ? MakeChatCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created)
                     : MakeCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created);
+    if (slot.rich && req.logprobs >= 0) {
+      body["choices"][0]["logprobs"] = LogprobsJson(slot.rich->logprobs(), req.endpoint, req.logprobs, slot.text.size(),
+                                                    [this](int32_t token) { return TokenPiece(token); });
+    }
     WorkResult result{slot.item.batch, slot.item.index, MakeResponseLine(req.custom_id, std::move(body)), false, usage};
     result.cached_tokens = static_cast<int>(slot.n_cached);
-    source.OnResult(std::move(result));
+    if (slot.item.group) {
+      if (auto merged = AddChoice(slot.item, std::move(result))) source.OnResult(std::move(*merged));
+    } else {
+      source.OnResult(std::move(result));
+    }
     Release(slot);
   };
   auto fail = [&](const WorkItem& item, std::string_view code, const std::string& message) {
+    if (!ClaimAnswer(item)) return;  // another choice of the record answered it
     source.OnResult({item.batch, item.index, MakeErrorLine(item.request.custom_id, code, message), true, {}});
   };
   auto drop = [&](Slot& slot) {
-    source.OnDropped(slot.item);
+    if (ClaimAnswer(slot.item)) source.OnDropped(slot.item);
     Release(slot);
+  };
+  // Choices of records with n > 1 waiting for a slot (taken before the source's next record).
+  std::deque<WorkItem> choices;
+  auto next = [&]() -> std::optional<WorkItem> {
+    while (!choices.empty()) {
+      WorkItem item = std::move(choices.front());
+      choices.pop_front();
+      if (!source.Cancelled(item)) return item;
+      if (ClaimAnswer(item)) source.OnDropped(item);
+    }
+    std::optional<WorkItem> item = NextLive(source);
+    if (!item || item->request.n <= 1) return item;
+    for (WorkItem& choice : ExpandChoices(std::move(*item))) choices.push_back(std::move(choice));
+    return std::nullopt;  // the caller asks again
   };
 
   // Admits a queued item into a free slot: the one whose cells hold the most of its prompt. False
@@ -778,6 +844,12 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     } else {
       max_tokens = std::min(default_max, n_ctx_per_seq_ - n_prompt);
     }
+    const uint64_t seed = req.sampling.seed.value_or(DefaultSeed(req.custom_id));
+    auto rich = RecordSampler::Create(model_, req, seed, max_tokens, *grammars_);
+    if (!rich.ok()) {
+      fail(item, kErrorInvalidRequest, std::string(rich.status().message()));
+      return false;
+    }
     // Keep what the slot's cells already hold of this prompt (at least its last token must be
     // decoded, for its logits); the rest of the cells go.
     size_t index = slots_.size(), keep = 0;
@@ -802,7 +874,8 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     slot.text.clear();
     slot.decoding_pending = false;
     slot.logit_index = -1;
-    slot.sampler = MakeSampler(req.sampling, req.sampling.seed.value_or(DefaultSeed(req.custom_id)));
+    slot.rich = std::move(*rich);
+    slot.sampler = slot.rich ? nullptr : RecordSampler::PlainChain(req.sampling, seed);
     slot.item = std::move(item);
     if (share_prefixes_) SharePrefix(index);
     return true;
@@ -814,6 +887,9 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     if (source.Stopping()) {
       for (Slot& slot : slots_) {
         if (slot.active) drop(slot);
+      }
+      for (const WorkItem& item : choices) {
+        if (ClaimAnswer(item)) source.OnDropped(item);
       }
       break;
     }
@@ -831,7 +907,8 @@ void LlamaEngine::ServeStream(WorkSource& source) {
       return std::count_if(slots_.begin(), slots_.end(), [](const Slot& slot) { return !slot.active; });
     };
     while (free_slots() > 0) {
-      std::optional<WorkItem> item = NextLive(source);
+      std::optional<WorkItem> item = next();
+      if (!item && !choices.empty()) item = next();  // a record just expanded into its choices
       if (!item) break;
       if (item->request.endpoint == Endpoint::kEmbeddings) {
         embeddings.push_back(std::move(*item));
@@ -897,7 +974,13 @@ void LlamaEngine::ServeStream(WorkSource& source) {
       }
       if (slot.logit_index < 0) continue;
       llama_token token;
-      if (slot.sampler) {
+      if (slot.rich) {
+        token = slot.rich->Sample(gen_ctx_, slot.logit_index);
+        if (token < 0) {  // the grammar allows nothing more: the answer is complete
+          finish(slot, "stop");
+          continue;
+        }
+      } else if (slot.sampler) {
         token = llama_sampler_sample(slot.sampler, gen_ctx_, slot.logit_index);
       } else {
         const float* logits = llama_get_logits_ith(gen_ctx_, slot.logit_index);
@@ -905,6 +988,11 @@ void LlamaEngine::ServeStream(WorkSource& source) {
       }
       if (llama_vocab_is_eog(vocab, token)) {
         finish(slot, "stop");
+        continue;
+      }
+      if (slot.rich && !slot.rich->Accept(token)) {
+        fail(slot.item, kErrorRunnerFailed, "the grammar refused the token the sampler picked");
+        Release(slot);
         continue;
       }
       slot.text += TokenPiece(token);
@@ -936,6 +1024,7 @@ void LlamaEngine::ServeStream(WorkSource& source) {
 void LlamaEngine::Release(Slot& slot) {
   if (slot.sampler) llama_sampler_free(slot.sampler);
   slot.sampler = nullptr;
+  slot.rich.reset();
   slot.active = false;
   slot.waiting_on = -1;
   // Without sharing, a finished record's cells are dropped at once, as they always were.

@@ -31,10 +31,17 @@ struct llama_sampler;
 
 namespace minions::llama_runner {
 
+class GrammarCache;
+
+struct ChoiceGroup;
+
 struct WorkItem {
   std::string batch;  // the caller's batch; echoed in the result
   size_t index = 0;   // the record's position in its batch; echoed in the result
   InferenceRequest request;
+  // n > 1: which choice this item generates, and the record's other choices (choices.h).
+  int choice = 0;
+  std::shared_ptr<ChoiceGroup> group;
 };
 
 struct WorkResult {
@@ -81,6 +88,8 @@ class LlamaEngine {
   // Facts about the model for the `loaded` message (architecture, sizes, chat template, ...).
   Json Info() const;
   bool is_embedding_model() const { return embedding_model_; }
+  // Distinct grammars compiled so far (structured outputs compile each schema once).
+  size_t grammars_compiled() const;
 
   // Serves records as the source hands them out, keeping every decode slot busy across the
   // caller's batches: a slot freed by one batch's record takes the next record, whatever its
@@ -95,6 +104,9 @@ class LlamaEngine {
                             const std::function<bool()>& cancelled);
 
  private:
+  // Re-scores claimed answers with this engine's model and generation context, between
+  // ServeStream calls (runner/llama/rescorer.h).
+  friend class Rescorer;
   struct Slot;
   LlamaEngine() = default;
 
@@ -104,7 +116,6 @@ class LlamaEngine {
   absl::StatusOr<std::string> PromptText(const InferenceRequest& request) const;
   std::vector<int32_t> Tokenize(const std::string& text, bool parse_special) const;
   std::string TokenPiece(int32_t token) const;
-  llama_sampler* MakeSampler(const SamplingParams& params, uint64_t seed) const;
 
   // Embeds every item (embedding requests are short: served whole, between generation steps).
   void ServeEmbeddings(std::vector<WorkItem>& items, WorkSource& source);
@@ -132,7 +143,11 @@ class LlamaEngine {
   int n_ctx_per_seq_ = 0;
   bool share_prefixes_ = false;
   Json gang_info_;  // where the layers went when a gang shares the model (null otherwise)
+  // What llama.cpp said it did while loading: offloaded_layers, layers, model_buffers (bytes by
+  // buffer name: "Vulkan0", "CPU_Mapped", ...); null when it said nothing.
+  Json load_facts_;
   std::vector<Slot> slots_;  // generation slots; slot i decodes sequence i
+  std::unique_ptr<GrammarCache> grammars_;  // compiled structured-output grammars, by schema
 };
 
 // Sets llama.cpp's log callback: warnings and errors go to stderr through our logging, and the
