@@ -120,7 +120,9 @@ int WaitBusyRunner(ProcessPool& pool, const std::string& name) {
   return 0;
 }
 
-void Yield(const std::string& work, const std::string& model, int trials) {
+// Yield and Rest return whether they measured every trial: a benchmark that measures nothing has
+// rotted, and the suite's smoke run (tests/bench) fails on it.
+bool Yield(const std::string& work, const std::string& model, int trials) {
   printf("\n== yield: owner activity -> runner paused / released (%d trials each) ==\n", trials);
   // An input device for the third series: a FIFO standing in for /dev/input/event0 under a
   // probe root, written to as a keyboard would be.
@@ -149,10 +151,11 @@ void Yield(const std::string& work, const std::string& model, int trials) {
     if (!pool.StartServer().ok() || !pool.StartExecutor("owner", 1, "", "", args).ok() ||
         !SubmitLongJob(pool, model)) {
       fprintf(stderr, "cannot start the pool; see %s\n", pool.dir().c_str());
-      return;
+      return false;
     }
     std::string socket = minions::ControlSocketPath(pool.dir() + "/owner");
     std::vector<double> ms;
+    int at_boundary = 0;  // trials whose runner ended its batch within the grace, not stopped
     for (int t = 0; t < trials; ++t) {
       int runner = WaitBusyRunner(pool, "owner");
       if (!runner) {
@@ -167,17 +170,45 @@ void Yield(const std::string& work, const std::string& model, int trials) {
       } else if (!minions::SendControlCommand(socket, "activity").ok()) {
         break;
       }
-      while (absl::Now() - start < absl::Seconds(10)) {
-        char state = State(runner);
-        if (release ? state == 'X' : state == 'T') break;
-        absl::SleepFor(absl::Microseconds(500));
+      // Paused: stopped (SIGSTOP), or, when its batch ended within the grace, fed nothing more and
+      // off the CPU (not running for 200 ms on end: a runner at work is hardly ever off it that
+      // long), timed from when it left the CPU. Released: gone.
+      bool reached = false;
+      absl::Time end = absl::Now(), off_cpu_since = absl::InfiniteFuture();
+      while (!reached && absl::Now() - start < absl::Seconds(10)) {
+        const char state = State(runner);
+        end = absl::Now();
+        reached = release ? state == 'X' : state == 'T';
+        if (!reached && !release) {
+          if (state == 'R') {
+            off_cpu_since = absl::InfiniteFuture();
+          } else if (off_cpu_since == absl::InfiniteFuture()) {
+            off_cpu_since = end;
+          } else if (end - off_cpu_since >= absl::Milliseconds(200)) {
+            reached = true;
+            end = off_cpu_since;
+            ++at_boundary;
+          }
+        }
+        if (!reached) absl::SleepFor(absl::Microseconds(500));
       }
-      ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+      if (!reached) {
+        fprintf(stderr, "%s: the runner was neither paused nor gone 10 s after the owner came; see %s/logs\n",
+                series.name, pool.dir().c_str());
+        break;
+      }
+      ms.push_back(absl::ToDoubleMilliseconds(end - start));
       // The owner leaves again: resume_idle later the executor resumes (or starts a new runner).
     }
     Print(series.name, ms, release ? 5000 : 1000);
+    if (at_boundary > 0) printf("    (%d of them idle at a batch boundary within the grace, not stopped)\n", at_boundary);
+    if (static_cast<int>(ms.size()) != trials) {
+      close(keyboard);
+      return false;
+    }
   }
   close(keyboard);
+  return true;
 }
 
 struct Usage {
@@ -202,14 +233,14 @@ Usage Measure(int pid, absl::Duration over) {
   return u;
 }
 
-void Rest(const std::string& work, int seconds) {
+bool Rest(const std::string& work, int seconds) {
   printf("\n== executor at rest, real probes, %d s each ==\n", seconds);
   for (std::string mode : {"dedicated", "owner"}) {
     ProcessPool pool(BinDir() + "/minions", work + "/rest-" + mode, 9000);
     std::vector<std::string> args = {"--availability", mode};
     // The dedicated executor must be available whatever else this machine runs.
     if (mode == "dedicated") args.insert(args.end(), {"--availability-set", "start_max_other_cpu=1"});
-    if (!pool.StartServer().ok() || !pool.StartExecutor("rest", 1, "", "", args).ok()) return;
+    if (!pool.StartServer().ok() || !pool.StartExecutor("rest", 1, "", "", args).ok()) return false;
     absl::SleepFor(absl::Seconds(5));  // registered, first samples taken
     Usage u = Measure(pool.executor("rest").pid(), absl::Seconds(seconds));
     std::string state = "?";
@@ -217,7 +248,9 @@ void Rest(const std::string& work, int seconds) {
     if (executors.ok() && !executors->empty()) state = (*executors)[0].state() + ": " + (*executors)[0].state_reason();
     printf("  %-40s RSS %5.1f MB (target < 25: %s)  CPU %.3f %% of a core (target < 0.2: %s)\n", state.c_str(),
            u.rss_mb, u.rss_mb < 25 ? "met" : "NOT met", u.cpu_percent, u.cpu_percent < 0.2 ? "met" : "NOT met");
+    if (u.rss_mb <= 0) return false;  // the executor was gone: nothing measured
   }
+  return true;
 }
 
 }  // namespace
@@ -226,7 +259,7 @@ int main(int argc, char** argv) {
   CLI::App app{"minions-bench-availability: yield latency and the cost of an executor at rest"};
   std::string mode = "all", work = "/tmp/minions-bench-availability", model;
   int trials = 20, rest_seconds = 30;
-  app.add_option("--mode", mode, "yield, rest or all")->capture_default_str();
+  app.add_option("--mode", mode, "yield, rest or all")->check(CLI::IsMember({"yield", "rest", "all"}))->capture_default_str();
   app.add_option("--work", work, "scratch directory")->capture_default_str();
   app.add_option("--model", model, "GGUF model (default: a test model made here)");
   app.add_option("--trials", trials, "owner returns per measurement")->capture_default_str();
@@ -240,7 +273,8 @@ int main(int argc, char** argv) {
     auto maker = minions::Subprocess::Start(sp);
     if (!maker.ok() || !(*maker)->Wait().ok()) return 1;
   }
-  if (mode == "yield" || mode == "all") Yield(work, model, trials);
-  if (mode == "rest" || mode == "all") Rest(work, rest_seconds);
-  return 0;
+  bool measured = true;
+  if (mode == "yield" || mode == "all") measured &= Yield(work, model, trials);
+  if (mode == "rest" || mode == "all") measured &= Rest(work, rest_seconds);
+  return measured ? 0 : 1;
 }

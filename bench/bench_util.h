@@ -65,6 +65,16 @@ inline absl::Status RunProgram(const std::vector<std::string>& argv, const std::
   return absl::OkStatus();
 }
 
+// The Python that has Debian's python3-distributed (the system interpreter, not a pyenv one), and
+// whether Dask is installed for it: a peer that is missing is skipped, one that fails is an error.
+inline std::string SystemPython() {
+  return std::ifstream("/usr/bin/python3").good() ? "/usr/bin/python3" : "python3";
+}
+inline bool DaskInstalled() {
+  std::string out;
+  return RunProgram({SystemPython(), "-c", "import distributed"}, "/dev/null", out).ok();
+}
+
 // CPU seconds (user + system) a process has used so far, from /proc/PID/stat; 0 elsewhere.
 inline double CpuSeconds(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));

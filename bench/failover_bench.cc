@@ -2,8 +2,10 @@
 // a worker mid-task, in one run on one machine (docs/benchmarks.md records the figures).
 //
 // Each trial submits a one-task job whose records each take a fixed time (the paced runner,
-// bench/paced_runner.cc), waits until the task is half done, SIGKILLs the executor running it and
-// starts a replacement, then measures
+// bench/paced_runner.cc), waits until the task is half done, SIGKILLs the executor running it
+// (--fault kill: a process death, which the server sees at once on its presence stream) or
+// SIGSTOPs it and its runner (--fault stop: a machine that hangs, seen only when its lease
+// expires), starts a replacement, then measures
 //   - failover: from the kill to the task's batch starting in a runner on another executor (the
 //     runner's own log line), and the control plane's steps in between: the lease expired (task
 //     back to pending) and the task leased again;
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench_util.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -97,7 +100,7 @@ void PrintSummary(const char* who, const std::vector<Trial>& trials) {
 
 // Kills the executor running a one-task job midway, `trials` times.
 std::vector<Trial> MinionsTrials(const std::string& work, int executors, int trials, int records, int record_ms,
-                                 int ttl_ms, const std::vector<std::string>& executor_args) {
+                                 int ttl_ms, const std::string& fault, const std::vector<std::string>& executor_args) {
   const std::string log = work + "/minions-paced.log";
   std::filesystem::remove(log);
   // The executors' runners get these (--runner-env); they run unconfined, as the paced runner
@@ -161,7 +164,13 @@ std::vector<Trial> MinionsTrials(const std::string& work, int executors, int tri
       return results;
     }
     const int64_t killed_ms = NowMs();
-    (void)pool.StopExecutor(victim, SIGKILL);
+    if (fault == "stop") {
+      // A hung machine: the executor and its runner freeze; its connections stay open.
+      for (pid_t child : pool.ExecutorChildren(victim)) kill(child, SIGSTOP);
+      pool.executor(victim).Signal(SIGSTOP);
+    } else {
+      (void)pool.StopExecutor(victim, SIGKILL);
+    }
     // The fleet keeps its size.
     (void)pool.StartExecutor(absl::StrCat("e", ++next_name), 1, runner, "", args, runner_env);
 
@@ -184,6 +193,12 @@ std::vector<Trial> MinionsTrials(const std::string& work, int executors, int tri
       }
       absl::SleepFor(absl::Milliseconds(10));
     }
+    if (fault == "stop") (void)pool.StopExecutor(victim, SIGKILL);  // its runner dies with it
+    if (trial.failover_s < 0) {
+      fprintf(stderr, "trial %d: the task did not run elsewhere within two minutes; see %s/minions/logs\n", t + 1,
+              work.c_str());
+      return {};
+    }
     for (absl::Time until = absl::Now() + absl::Minutes(2); absl::Now() < until;) {
       auto now = client.Get(job->id());
       if (now.ok() && now->state() == "completed") break;
@@ -200,9 +215,9 @@ std::vector<Trial> MinionsTrials(const std::string& work, int executors, int tri
       trial.done_by_dead += runner_parent[l.batch] == victim_pid;
     }
     for (const auto& [id, n] : seen) trial.redone += n - 1;
-    printf("  minions trial %d: killed %s with %lld/%d records done; lease expired after %.2f s, leased again "
+    printf("  minions trial %d: %s %s with %lld/%d records done; lease expired after %.2f s, leased again "
            "after %.2f s, running elsewhere after %.2f s; %lld records redone\n",
-           t + 1, victim.c_str(), static_cast<long long>(trial.done_by_dead), records, trial.requeued_s,
+           t + 1, fault == "stop" ? "stopped" : "killed", victim.c_str(), static_cast<long long>(trial.done_by_dead), records, trial.requeued_s,
            trial.leased_s, trial.failover_s, static_cast<long long>(trial.redone));
     fflush(stdout);
     results.push_back(trial);
@@ -213,10 +228,8 @@ std::vector<Trial> MinionsTrials(const std::string& work, int executors, int tri
 std::vector<Trial> DaskTrials(const std::string& work, int workers, int trials, int records, int record_ms) {
   std::vector<Trial> results;
   std::string script = std::string(MINIONS_SOURCE_DIR) + "/bench/dask_failover.py";
-  // Debian's python3-distributed lives under the system interpreter, not a pyenv one.
-  std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
   Subprocess::Options sp;
-  sp.argv = {python, script, "--workers", std::to_string(workers), "--trials", std::to_string(trials), "--records",
+  sp.argv = {minions::bench::SystemPython(), script, "--workers", std::to_string(workers), "--trials", std::to_string(trials), "--records",
              std::to_string(records), "--record-ms", std::to_string(record_ms), "--log", work + "/dask-paced.log"};
   sp.stderr_path = work + "/dask.log";
   auto p = Subprocess::Start(sp);
@@ -240,9 +253,7 @@ std::vector<Trial> DaskTrials(const std::string& work, int workers, int trials, 
     results.push_back(t);
   }
   (void)(*p)->Wait();
-  if (results.empty()) {
-    printf("  dask:    not available (apt-get install python3-distributed); see %s/dask.log\n", work.c_str());
-  }
+  if (results.empty()) printf("  dask:    failed; see %s/dask.log\n", work.c_str());
   return results;
 }
 
@@ -254,6 +265,7 @@ int main(int argc, char** argv) {
   std::string work = "/tmp/minions-bench-failover";
   int executors = 3, trials = 5, records = 40, record_ms = 50, ttl_ms = 9000;
   bool no_dask = false;
+  std::string fault = "kill";
   std::vector<std::string> executor_args;
   app.add_option("--work-dir", work, "scratch directory")->capture_default_str();
   app.add_option("--executors", executors, "executors (Dask: workers)")->capture_default_str();
@@ -263,6 +275,11 @@ int main(int argc, char** argv) {
   app.add_option("--lease-ttl-ms", ttl_ms, "the server's lease TTL (default: the server's default)")
       ->capture_default_str();
   app.add_flag("--no-dask", no_dask, "skip the Dask side");
+  app.add_option("--fault", fault,
+                 "kill: SIGKILL the executor (a process death); stop: SIGSTOP it and its runner (a hung machine; "
+                 "Minions only)")
+      ->check(CLI::IsMember({"kill", "stop"}))
+      ->capture_default_str();
   app.add_option("--executor-arg", executor_args,
                  "a flag for every executor, e.g. its checkpoint settings (repeat for several)")
       ->allow_extra_args(false);
@@ -270,19 +287,32 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(work);
   std::filesystem::create_directories(work);
 
-  printf("== failover: %d trials, %d executors, a task of %d records x %d ms, lease ttl %d ms ==\n", trials,
-         executors, records, record_ms, ttl_ms);
-  printf("   (killed when half done; target: running elsewhere within ttl + 1 s = %.1f s)\n", ttl_ms / 1000.0 + 1);
+  printf("== failover (%s): %d trials, %d executors, a task of %d records x %d ms, lease ttl %d ms ==\n",
+         fault == "stop" ? "executor and runner stopped" : "executor killed", trials, executors, records, record_ms,
+         ttl_ms);
+  printf("   (%s when half done; target: running elsewhere within ttl + 1 s = %.1f s)\n",
+         fault == "stop" ? "stopped" : "killed", ttl_ms / 1000.0 + 1);
   if (!executor_args.empty()) {
     std::string joined;
     for (const auto& a : executor_args) joined += " " + a;
     printf("   executors run with:%s\n", joined.c_str());
   }
   fflush(stdout);
-  auto minions = MinionsTrials(work, executors, trials, records, record_ms, ttl_ms, executor_args);
-  auto dask = no_dask ? std::vector<Trial>() : DaskTrials(work, executors, trials, records, record_ms);
+  auto minions = MinionsTrials(work, executors, trials, records, record_ms, ttl_ms, fault, executor_args);
+  // Dask's side kills a worker; a stopped one is another experiment.
+  std::vector<Trial> dask;
+  bool dask_ok = true;
+  if (!no_dask && fault == "kill") {
+    if (minions::bench::DaskInstalled()) {
+      dask = DaskTrials(work, executors, trials, records, record_ms);
+      dask_ok = static_cast<int>(dask.size()) == trials;
+    } else {
+      printf("  dask:    skipped, not installed (bench/install-peers: Debian's python3-distributed)\n");
+    }
+  }
   printf("\n");
   PrintSummary("minions", minions);
   PrintSummary("dask", dask);
-  return minions.empty() ? 1 : 0;
+  // Nothing measured (bench-smoke): a failure. A missing Dask is reported above, not a failure.
+  return static_cast<int>(minions.size()) == trials && dask_ok ? 0 : 1;
 }

@@ -1384,6 +1384,7 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
     }
   };
 
+  bool measured = true;
   // Idle.
   {
     PhaseReport r;
@@ -1460,6 +1461,8 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
       r.first_lease_ms = absl::ToDoubleMilliseconds(*std::min_element(r.samples.leased_at.begin(), r.samples.leased_at.end()) - start);
     }
     if (!done) r.phase = "job!";  // did not complete in time
+    // A job that did not complete, or no task completed: nothing measured (bench-smoke fails).
+    measured = done && r.samples.completed > 0;
     Print(flags, store, n, r);
     {
       // The same heartbeats seen by the simulated executors and by the server, before the first
@@ -1486,7 +1489,7 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
   server->Signal(SIGKILL);
   (void)server->Wait(absl::Seconds(10));
   fleet.Stop();
-  return true;
+  return measured;
 }
 
 }  // namespace

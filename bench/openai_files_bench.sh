@@ -73,7 +73,7 @@ python3 - "$bytes" "$rounds" "$up_api" "$down_api" "$up_s3" "$down_s3" "$rss_sta
 import sys
 b, r, ua, da, us, ds, rss, peak = sys.argv[1:]
 b = int(b); r = int(r)
-mbps = lambda ms: b * r / (1 << 20) / (float(ms) / 1000)
+mbps = lambda ms: b * r / (1 << 20) / (max(float(ms), 1.0) / 1000)  # a tiny file may take under 1 ms
 print(f"file: {b / (1 << 20):.0f} MiB, {r} rounds, interleaved")
 print(f"{'':10} {'/v1/files':>12} {'minio->S3':>12} {'ratio':>8}")
 print(f"{'upload':10} {mbps(ua):9.1f} MB/s {mbps(us):9.1f} MB/s {mbps(ua) / mbps(us):7.0%}")

@@ -68,7 +68,8 @@ double SubmitAndTime(ProcessPool& pool, const std::string& input, const std::str
     fprintf(stderr, "submit failed: %s\n", std::string(job.status().message()).c_str());
     return -1;
   }
-  while (true) {
+  // A pool that runs nothing must end the benchmark, not hang it.
+  for (const absl::Time deadline = start + absl::Minutes(10); absl::Now() < deadline;) {
     auto now = client.Get(job->id());
     if (now.ok() && now->state() == "completed") return absl::ToDoubleSeconds(absl::Now() - start);
     if (now.ok() && (now->state() == "failed" || now->state() == "cancelled")) {
@@ -77,6 +78,30 @@ double SubmitAndTime(ProcessPool& pool, const std::string& input, const std::str
     }
     absl::SleepFor(absl::Milliseconds(20));  // polling harder would load the server being measured
   }
+  fprintf(stderr, "job %s did not complete in 10 minutes; see %s/logs\n", job->id().c_str(), pool.dir().c_str());
+  return -1;
+}
+
+// Waits until `n` executors have registered with the pool's server; false (and where the logs
+// are) after a minute.
+bool ExecutorsJoined(ProcessPool& pool, int n) {
+  minions::cli::JobsClient client(pool.connection());
+  for (const absl::Time deadline = absl::Now() + absl::Minutes(1); absl::Now() < deadline;) {
+    auto executors = client.Executors();
+    if (executors.ok() && static_cast<int>(executors->size()) >= n) return true;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  fprintf(stderr, "no executor joined the pool within a minute; see %s/logs\n", pool.dir().c_str());
+  return false;
+}
+
+// Starts the pool's server; false (and where its log is) when it does not come up.
+bool StartedServer(ProcessPool& pool) {
+  if (absl::Status s = pool.StartServer(); !s.ok()) {
+    fprintf(stderr, "the server did not start: %s\n", std::string(s.message()).c_str());
+    return false;
+  }
+  return true;
 }
 
 std::string JoinLines(const std::vector<std::string>& lines) {
@@ -85,78 +110,119 @@ std::string JoinLines(const std::vector<std::string>& lines) {
   return out;
 }
 
-void ControlPlane(const std::string& work, int executors, int tasks) {
+// Each mode returns whether it measured something (a rate above zero, at least one sample): a
+// benchmark that measures nothing has rotted, and the suite's smoke run (tests/bench) fails on
+// it. A peer that is not installed (Dask, the minio client) is reported as skipped instead.
+
+bool ControlPlane(const std::string& work, int executors, int tasks) {
   printf("\n== control plane: %d empty tasks, %d executors (no-op runner) vs Dask distributed ==\n", tasks, executors);
   ProcessPool pool(BinDir() + "/minions", work + "/control-plane", 9000);
   pool.AllowModels({BinDir()});  // the "model" is the no-op runner's own file
-  if (!pool.StartServer().ok()) return;
+  if (!StartedServer(pool)) return false;
   for (int i = 1; i <= executors; ++i) {
     (void)pool.StartExecutor(absl::StrCat("noop-", i), 1, BinDir() + "/minions-noop-runner");
   }
+  if (!ExecutorsJoined(pool, executors)) return false;
   std::string model = BinDir() + "/minions-noop-runner";  // any existing file: the no-op runner loads nothing
   std::vector<std::string> records;
   for (int i = 0; i < tasks; ++i) records.push_back(absl::StrCat("{\"custom_id\":\"t", i, "\",\"prompt\":\"x\"}"));
   // Warm-up: executors registered and runners started.
   SubmitAndTime(pool, JoinLines({records.begin(), records.begin() + std::min(tasks, 50)}), model, 1, "");
+  // CPU time of the server and the executors too: a machine shared with other work disturbs it far
+  // less than wall time, so it shows a change in the control plane's own cost through the noise.
+  auto cpu = [&] {
+    double total = minions::bench::CpuSeconds(pool.server().pid());
+    for (const std::string& name : pool.executor_names()) total += minions::bench::CpuSeconds(pool.executor(name).pid());
+    return total;
+  };
+  const double cpu_before = cpu();
   double seconds = SubmitAndTime(pool, JoinLines(records), model, 1, "");
+  if (seconds <= 0) return false;
+  const double cpu_seconds = cpu() - cpu_before;
   double ours = tasks / seconds;
-  printf("  minions: %d tasks in %.2f s = %.0f tasks/s (submit to job completed, incl. splitting and merging)\n", tasks,
-         seconds, ours);
+  printf("  minions: %d tasks in %.2f s = %.0f tasks/s (submit to job completed, incl. splitting and merging); "
+         "%.2f CPU-s of the server and executors = %.0f tasks per CPU-second\n",
+         tasks, seconds, ours, cpu_seconds, tasks / std::max(cpu_seconds, 1e-3));
 
+  if (!minions::bench::DaskInstalled()) {
+    printf("  dask:    skipped, not installed (bench/install-peers: Debian's python3-distributed)\n");
+    return true;
+  }
   std::string script = std::string(MINIONS_SOURCE_DIR) + "/bench/dask_noop.py";
-  // Debian's python3-distributed lives under the system interpreter, not a pyenv one.
-  std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-  std::string out = RunCommand({python, script, "--workers", std::to_string(executors), "--tasks",
+  std::string out = RunCommand({minions::bench::SystemPython(), script, "--workers", std::to_string(executors), "--tasks",
                                 std::to_string(tasks)},
                                work + "/dask.log");
   auto parsed = minions::ParseJson(out.substr(0, out.find('\n')));
   if (!parsed.ok() || !parsed->contains("tasks_per_second")) {
-    printf("  dask:    not available (apt-get install python3-distributed); see %s/dask.log\n", work.c_str());
-    return;
+    printf("  dask:    failed; see %s/dask.log\n", work.c_str());
+    return false;
   }
   double dask = (*parsed)["tasks_per_second"].get<double>();
   printf("  dask:    %d tasks in %.2f s = %.0f tasks/s (client.map + gather, LocalCluster %d workers)\n", tasks,
          (*parsed)["seconds"].get<double>(), dask, executors);
   printf("  minions / dask: %.2fx (target >= 5x)\n", ours / dask);
+  return true;
 }
 
-void FirstResult(const std::string& work, const std::string& model, int trials) {
+// Seconds from submit to the first record's result (-1 on failure), then waits for the job to end.
+double FirstResultSeconds(minions::cli::JobsClient& client, const std::string& input, const std::string& model,
+                          absl::Duration poll = absl::Milliseconds(5)) {
+  minions::v1::SubmitJobRequest request;
+  request.set_input(input);
+  request.set_model(model);
+  request.set_shard_size(1);
+  absl::Time start = absl::Now();
+  auto job = client.Submit(request);
+  if (!job.ok()) {
+    fprintf(stderr, "submit failed: %s\n", std::string(job.status().message()).c_str());
+    return -1;
+  }
+  double first = -1;
+  for (const absl::Time deadline = start + absl::Minutes(10); absl::Now() < deadline;) {
+    auto now = client.Get(job->id());
+    if (!now.ok()) {
+      absl::SleepFor(poll);
+      continue;
+    }
+    if (first < 0 && now->request_counts().completed() + now->request_counts().failed() > 0) {
+      first = absl::ToDoubleSeconds(absl::Now() - start);
+    }
+    if (now->state() == "completed") return first;
+    if (now->state() == "failed" || now->state() == "cancelled") {
+      fprintf(stderr, "job %s %s: %s\n", job->id().c_str(), now->state().c_str(), now->error().c_str());
+      return -1;
+    }
+    absl::SleepFor(first < 0 ? poll : absl::Milliseconds(20));  // after the first result, poll gently
+  }
+  fprintf(stderr, "job %s did not complete in 10 minutes\n", job->id().c_str());
+  return -1;
+}
+
+bool FirstResult(const std::string& work, const std::string& model, int trials) {
   printf("\n== submit to first result, warm pool (1 executor, llama.cpp runner, test model) ==\n");
   ProcessPool pool(BinDir() + "/minions", work + "/first-result", 9000);
   pool.AllowModels({std::filesystem::path(model).parent_path().string()});
-  if (!pool.StartServer().ok()) return;
+  if (!StartedServer(pool)) return false;
   (void)pool.StartExecutor("e1", 0);
+  if (!ExecutorsJoined(pool, 1)) return false;
   minions::cli::SamplePromptOptions sample;
   sample.records = 20;
   sample.max_tokens = 8;
   sample.include_bad_lines = false;
   sample.include_embeddings = false;
   std::string input = JoinLines(minions::cli::SamplePromptLines(sample));
-  SubmitAndTime(pool, input, model, 1, "");  // warm: the runner has the model loaded
+  if (SubmitAndTime(pool, input, model, 1, "") < 0) return false;  // warm: the runner has the model loaded
   minions::cli::JobsClient client(pool.connection());
   std::vector<double> times;
   for (int t = 0; t < trials; ++t) {
-    minions::v1::SubmitJobRequest request;
-    request.set_input(input);
-    request.set_model(model);
-    request.set_shard_size(1);
-    absl::Time start = absl::Now();
-    auto job = client.Submit(request);
-    if (!job.ok()) return;
-    while (true) {
-      auto now = client.Get(job->id());
-      if (now.ok() && now->request_counts().completed() + now->request_counts().failed() > 0) break;
-      absl::SleepFor(absl::Milliseconds(2));
-    }
-    times.push_back(absl::ToDoubleSeconds(absl::Now() - start));
-    while (true) {
-      auto now = client.Get(job->id());
-      if (now.ok() && now->state() == "completed") break;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    const double first = FirstResultSeconds(client, input, model, absl::Milliseconds(2));
+    if (first < 0) return false;
+    times.push_back(first);
   }
+  if (times.empty()) return false;
   std::sort(times.begin(), times.end());
   printf("  %d trials: median %.3f s, max %.3f s (target < 1 s)\n", trials, times[times.size() / 2], times.back());
+  return true;
 }
 
 double LocalRunRate(const std::string& work, const std::string& input_path, const std::string& model, int threads,
@@ -171,7 +237,7 @@ double LocalRunRate(const std::string& work, const std::string& input_path, cons
   return records / seconds;
 }
 
-void Scaling(const std::string& work, const std::string& model, int records, int max_tokens, int64_t shard) {
+bool Scaling(const std::string& work, const std::string& model, int records, int max_tokens, int64_t shard) {
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   printf("\n== end-to-end throughput vs the runner alone (%d records, max_tokens %d, shard %lld, %u cores) ==\n",
          records, max_tokens, static_cast<long long>(shard), cores);
@@ -194,36 +260,43 @@ void Scaling(const std::string& work, const std::string& model, int records, int
   {
     ProcessPool pool(BinDir() + "/minions", work + "/scaling-1", 9000);
     pool.AllowModels({std::filesystem::path(model).parent_path().string()});
-    if (!pool.StartServer().ok()) return;
+    if (!StartedServer(pool)) return false;
     (void)pool.StartExecutor("e1", threads);
+    if (!ExecutorsJoined(pool, 1)) return false;
     SubmitAndTime(pool, JoinLines({minions::cli::SamplePromptLines(sample)[0]}), model, shard, options);  // warm
-    one = records / SubmitAndTime(pool, input, model, shard, options);
+    const double seconds = SubmitAndTime(pool, input, model, shard, options);
+    if (seconds <= 0 || alone <= 0) return false;
+    one = records / seconds;
   }
   printf("  runner alone (%d threads):   %6.1f records/s\n", threads, alone);
   printf("  1 executor   (%d threads):   %6.1f records/s   = %.1f %% of the runner alone (target >= 98 %%)\n", threads,
          one, 100 * one / alone);
 
   int n = static_cast<int>(cores);
-  if (n < 2) return;
+  if (n < 2) return true;
   double alone1 = LocalRunRate(work, input_path, model, 1, records);
   double many;
   {
     ProcessPool pool(BinDir() + "/minions", work + "/scaling-n", 9000);
     pool.AllowModels({std::filesystem::path(model).parent_path().string()});
-    if (!pool.StartServer().ok()) return;
+    if (!StartedServer(pool)) return false;
     for (int i = 1; i <= n; ++i) (void)pool.StartExecutor(absl::StrCat("e", i), 1);
+    if (!ExecutorsJoined(pool, n)) return false;
     SubmitAndTime(pool, JoinLines(minions::cli::SamplePromptLines(sample)), model, shard, options);  // warm all
-    many = records / SubmitAndTime(pool, input, model, shard, options);
+    const double seconds = SubmitAndTime(pool, input, model, shard, options);
+    if (seconds <= 0 || alone1 <= 0) return false;
+    many = records / seconds;
   }
   printf("  runner alone (1 thread):     %6.1f records/s\n", alone1);
   printf("  %d executors (1 thread each): %6.1f records/s   = %.1f %% of %d x the runner alone (target >= 95 %%)\n", n,
          many, 100 * many / (n * alone1), n);
+  return true;
 }
 
 // A team bringing its own runner: `records` tiny records, `shard` per task, through `executors`
 // executors whose runner (the no-op one) reads a command and answers it before reading the next,
 // against the same records through that runner alone (`minions local-run`).
-void NoopJob(const std::string& work, int executors, int records, int64_t shard) {
+bool NoopJob(const std::string& work, int executors, int records, int64_t shard) {
   printf("\n== a team's job: %d records, %lld per task, %d executors, no-op runner (one line at a time) ==\n", records,
          static_cast<long long>(shard), executors);
   std::vector<std::string> lines;
@@ -235,13 +308,15 @@ void NoopJob(const std::string& work, int executors, int records, int64_t shard)
   double seconds;
   {
     ProcessPool pool(BinDir() + "/minions", work + "/noop-job", 9000);
-    if (!pool.StartServer().ok()) return;
+    pool.AllowModels({BinDir()});  // the "model" is the no-op runner's own file
+    if (!StartedServer(pool)) return false;
     for (int i = 1; i <= executors; ++i) (void)pool.StartExecutor(absl::StrCat("e", i), 1, noop);
+    if (!ExecutorsJoined(pool, executors)) return false;
     seconds = SubmitAndTime(pool, input, noop, shard, "");  // the no-op runner loads nothing: any file will do
   }
   if (seconds <= 0) {
     printf("  the job did not complete\n");
-    return;
+    return false;
   }
   std::string out = RunCommand({BinDir() + "/minions", "local-run", input_path, "--model", "none", "--runner", noop,
                                 "-o", work + "/noop-local.jsonl", "--no-progress"},
@@ -253,38 +328,17 @@ void NoopJob(const std::string& work, int executors, int records, int64_t shard)
   if (alone > 0) {
     printf("  runner alone:  %.1f s = %.0f records/s (minions local-run, one process)\n", alone, records / alone);
     printf("  pool / runner alone: %.2fx the time\n", seconds / alone);
+    return true;
   }
+  printf("  runner alone: failed; see %s/noop-local.log\n", work.c_str());
+  return false;
 }
 
-// Seconds from submit to the first record's result (-1 on failure), then waits for the job to end.
-double FirstResultSeconds(minions::cli::JobsClient& client, const std::string& input, const std::string& model) {
-  minions::v1::SubmitJobRequest request;
-  request.set_input(input);
-  request.set_model(model);
-  request.set_shard_size(1);
-  absl::Time start = absl::Now();
-  auto job = client.Submit(request);
-  if (!job.ok()) {
-    fprintf(stderr, "submit failed: %s\n", std::string(job.status().message()).c_str());
-    return -1;
+bool ColdModel(const std::string& work, const std::string& model, const std::string& endpoint, int trials) {
+  if (endpoint.empty()) {
+    printf("\n== cold start: needs an S3 server (--s3-endpoint; tests/services/s3rver.sh start DIR 0) ==\n");
+    return false;
   }
-  double first = -1;
-  while (true) {
-    auto now = client.Get(job->id());
-    if (!now.ok()) continue;
-    if (first < 0 && now->request_counts().completed() + now->request_counts().failed() > 0) {
-      first = absl::ToDoubleSeconds(absl::Now() - start);
-    }
-    if (now->state() == "completed") return first;
-    if (now->state() == "failed" || now->state() == "cancelled") {
-      fprintf(stderr, "job %s %s: %s\n", job->id().c_str(), now->state().c_str(), now->error().c_str());
-      return -1;
-    }
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-}
-
-void ColdModel(const std::string& work, const std::string& model, const std::string& endpoint, int trials) {
   const int64_t bytes = static_cast<int64_t>(std::filesystem::file_size(model));
   printf("\n== cold start: a %.0f MB model no executor holds, over the S3 server at %s ==\n", bytes / 1e6,
          endpoint.c_str());
@@ -293,7 +347,7 @@ void ColdModel(const std::string& work, const std::string& model, const std::str
                                            "AWS_ENDPOINT_URL=" + endpoint, "AWS_REGION=us-east-1"};
   ProcessPool pool(BinDir() + "/minions", work + "/cold-model", 9000);
   pool.SetBackend({"--objects", "s3://minions-test/" + prefix}, s3_env);
-  if (!pool.StartServer().ok()) return;
+  if (!StartedServer(pool)) return false;
   minions::cli::SamplePromptOptions sample;
   sample.records = 1;
   sample.max_tokens = 1;
@@ -308,7 +362,7 @@ void ColdModel(const std::string& work, const std::string& model, const std::str
   const double push = absl::ToDoubleSeconds(absl::Now() - start);
   if (!pushed.ok()) {
     printf("  push failed: %s\n", std::string(pushed.status().message()).c_str());
-    return;
+    return false;
   }
   start = absl::Now();
   (void)models.Push(model, "bench-again", "");
@@ -328,7 +382,7 @@ void ColdModel(const std::string& work, const std::string& model, const std::str
     }
     // A fresh executor: an empty cache, no runner yet.
     const std::string name = absl::StrCat("cold-", t);
-    if (!pool.StartExecutor(name, 0).ok()) return;
+    if (!pool.StartExecutor(name, 0).ok()) return false;
     double seconds = FirstResultSeconds(client, input, "bench");
     (void)pool.StopExecutor(name, SIGTERM);
     if (seconds > 0) cold.push_back(seconds);
@@ -348,8 +402,9 @@ void ColdModel(const std::string& work, const std::string& model, const std::str
     printf("  cold first result / minio get:  %.2fx;  push / minio put: %.2fx\n", median(cold) / median(get),
            push / median(put));
   } else {
-    printf("  minio client: not available (see %s/minio.log)\n", work.c_str());
+    printf("  minio client: skipped, not installed (tests/js: npm ci); see %s/minio.log\n", work.c_str());
   }
+  return !cold.empty();
 }
 
 // How many times the runners of a pool loaded a model: the "loaded model" lines of their logs.
@@ -367,7 +422,7 @@ int CountLoads(const std::string& pool_dir) {
 // each of `records` records in tasks of `shard`, over four executors; the same with the server's
 // model affinity off (--no-model-affinity), in turns, `trials` times each. Each side is a fresh pool
 // (SQLite, objects in a folder) whose executors fetch both models from the registry once.
-void Affinity(const std::string& work, int trials, int jobs, int records, int64_t shard, absl::Duration gap,
+bool Affinity(const std::string& work, int trials, int jobs, int records, int64_t shard, absl::Duration gap,
               int embd) {
   std::vector<std::string> models;
   for (int seed : {1, 2}) {
@@ -400,17 +455,17 @@ void Affinity(const std::string& work, int trials, int jobs, int records, int64_
       const std::string dir = absl::StrCat(work, "/affinity-", which == 0 ? "on" : "off", "-", t);
       ProcessPool pool(BinDir() + "/minions", dir, 9000);
       if (which == 1) pool.AddServerArgs({"--no-model-affinity"});
-      if (!pool.StartServer().ok()) return;
+      if (!StartedServer(pool)) return false;
       minions::cli::ModelsClient registry(pool.connection());
       for (int m = 0; m < 2; ++m) {
         auto pushed = registry.Push(models[m], m == 0 ? "alpha" : "beta", "");
         if (!pushed.ok()) {
           printf("  push failed: %s\n", std::string(pushed.status().message()).c_str());
-          return;
+          return false;
         }
       }
       for (int e = 0; e < 4; ++e) {
-        if (!pool.StartExecutor(absl::StrCat("e", e)).ok()) return;
+        if (!pool.StartExecutor(absl::StrCat("e", e)).ok()) return false;
       }
       minions::cli::JobsClient client(pool.connection());
       const absl::Time start = absl::Now();
@@ -423,7 +478,7 @@ void Affinity(const std::string& work, int trials, int jobs, int records, int64_
         auto job = client.Submit(request);
         if (!job.ok()) {
           printf("  submit failed: %s\n", std::string(job.status().message()).c_str());
-          return;
+          return false;
         }
         ids.push_back(job->id());
         absl::SleepFor(gap);
@@ -434,7 +489,7 @@ void Affinity(const std::string& work, int trials, int jobs, int records, int64_
           if (now.ok() && now->state() == "completed") break;
           if (now.ok() && (now->state() == "failed" || now->state() == "cancelled")) {
             printf("  job %s %s: %s\n", id.c_str(), now->state().c_str(), now->error().c_str());
-            return;
+            return false;
           }
           absl::SleepFor(absl::Milliseconds(50));
         }
@@ -458,6 +513,7 @@ void Affinity(const std::string& work, int trials, int jobs, int records, int64_
          loads_off, time_off);
   printf("  without / with: %.1fx the loads, %.2fx the time\n", loads_off / std::max(1.0, loads_on),
          time_off / std::max(1e-9, time_on));
+  return loads_on > 0 && time_on > 0;
 }
 
 }  // namespace
@@ -468,6 +524,7 @@ int main(int argc, char** argv) {
   int executors = 2, tasks = 2000, trials = 5, records = 200, max_tokens = 16;
   int64_t shard = 25;
   app.add_option("--mode", mode, "control-plane | first-result | scaling | noop-job | cold-model | affinity | all")
+      ->check(CLI::IsMember({"control-plane", "first-result", "scaling", "noop-job", "cold-model", "affinity", "all"}))
       ->capture_default_str();
   app.add_option("--model", model, "GGUF model (default: a test model made in the work dir)");
   app.add_option("--work-dir", work, "scratch directory")->capture_default_str();
@@ -494,11 +551,13 @@ int main(int argc, char** argv) {
     }
   }
   printf("machine: %u cores; %s\n", std::thread::hardware_concurrency(), model.empty() ? "" : model.c_str());
-  if (mode == "control-plane" || mode == "all") ControlPlane(work, executors, tasks);
-  if (mode == "first-result" || mode == "all") FirstResult(work, model, trials);
-  if (mode == "scaling" || mode == "all") Scaling(work, model, records, max_tokens, shard);
-  if (mode == "noop-job") NoopJob(work, executors, records, shard);
-  if (mode == "cold-model") ColdModel(work, model, s3_endpoint, trials);
-  if (mode == "affinity") Affinity(work, trials, jobs, records, shard, absl::Milliseconds(gap_ms), embd);
-  return 0;
+  bool measured = true;
+  if (mode == "control-plane" || mode == "all") measured &= ControlPlane(work, executors, tasks);
+  if (mode == "first-result" || mode == "all") measured &= FirstResult(work, model, trials);
+  if (mode == "scaling" || mode == "all") measured &= Scaling(work, model, records, max_tokens, shard);
+  if (mode == "noop-job") measured &= NoopJob(work, executors, records, shard);
+  if (mode == "cold-model") measured &= ColdModel(work, model, s3_endpoint, trials);
+  if (mode == "affinity") measured &= Affinity(work, trials, jobs, records, shard, absl::Milliseconds(gap_ms), embd);
+  if (!measured) fprintf(stderr, "minions-bench-pool: a mode measured nothing; see the logs under %s\n", work.c_str());
+  return measured ? 0 : 1;
 }

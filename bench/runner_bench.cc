@@ -48,11 +48,13 @@
 #include <CLI/CLI.hpp>
 #include <curl/curl.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "bench_util.h"
 #include "cli/client_verbs.h"
+#include "cli/credentials.h"
 #include "cli/local_run.h"
 #include "common/json_util.h"
 #include "common/subprocess.h"
@@ -499,11 +501,16 @@ class Pool {
                            "--http-listen", "off", "--data-dir", dir, "--models",
                            std::filesystem::path(model).parent_path().string()},
                           opt.work + "/pool.log");
-    minions::cli::JobsClient client(connection_);
     auto start = Clock::now();
     while (true) {
-      auto executors = client.Executors();
-      if (executors.ok() && !executors->empty()) break;
+      // The pool refuses calls without a credential: read the admin token it mints into its data
+      // folder before it listens, as the CLI does for a local pool.
+      if (connection_.token.empty()) {
+        auto token = minions::cli::ReadTokenFile(dir + "/admin-token");
+        if (token.ok()) connection_.token = *token;
+      }
+      auto executors = minions::cli::JobsClient(connection_).Executors();
+      if (!connection_.token.empty() && executors.ok() && !executors->empty()) break;
       if (!child_->running()) Die("minions up exited; see " + opt.work + "/pool.log");
       if (SecondsSince(start) > 120) Die("no executor joined the pool; see " + opt.work + "/pool.log");
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -583,6 +590,8 @@ void PrintTable(const std::string& title, const std::vector<Series>& sides, size
   const Outcome base = sides[baseline].Median();
   for (const Series& s : sides) {
     const Outcome m = s.Median();
+    // A side that answered nothing measured nothing: the benchmark has rotted (bench-smoke).
+    if (m.records == 0 || m.seconds <= 0) Die(absl::StrCat(s.name, " answered no record"));
     std::printf("| %s | %zu%s | %.2f | %.3f | %.2f | %lld | %lld | **%.2fx** | %s |\n", s.name.c_str(), m.records,
                 m.errors ? absl::StrCat(" (", m.errors, " errors)").c_str() : "", m.seconds, m.records_per_second(),
                 m.tokens_per_second(), static_cast<long long>(m.prompt_tokens),
@@ -623,6 +632,11 @@ class Bench {
 
   // llama-server at each --parallel and client concurrency; returns the best.
   ServerBest Curve(const std::string& workload) {
+    if (!HasTools()) {
+      std::printf("\n### llama-server curve, %s workload: skipped, not installed (bench/build-llama-tools)\n",
+                  workload.c_str());
+      return {};
+    }
     std::printf("\n### llama-server: --parallel and client concurrency, %s workload (%d records a point)\n\n",
                 workload.c_str(), opt_.curve_records);
     std::printf("| --parallel | clients | records/s | generated tokens/s | seconds |\n|---:|---:|---:|---:|---:|\n");
@@ -649,14 +663,18 @@ class Bench {
   }
 
   // The three sides on one workload, interleaved, `repeat` passes each.
+  // Without llama.cpp's tools the two Minions sides run alone (llama-server: skipped).
   void Compare(const std::string& workload, ServerBest server_setting) {
-    LlamaServer server(tools_ + "/llama-server", model_, Server(server_setting.parallel), opt_.work + "/llama-server.log");
+    std::optional<LlamaServer> server;
+    if (HasTools()) {
+      server.emplace(tools_ + "/llama-server", model_, Server(server_setting.parallel), opt_.work + "/llama-server.log");
+    }
     Pool pool(opt_, model_, threads_);
     // Warm-up, not timed: every side has its model loaded and has served a few records. Short
     // independent records on both workloads: the shared prefix would cost each side minutes on a
     // small CPU, and a warm-up with it would leave its KV cells cached for nobody.
     auto warm = Lines("mixed", 1, 2);
-    server.Run(warm, server_setting.concurrency);
+    if (server) server->Run(warm, server_setting.concurrency);
     LocalRun(opt_, model_, threads_, warm, "warm");
     pool.Run(warm, 25);
 
@@ -670,18 +688,26 @@ class Bench {
       // Rotate the order, so that no side always runs first or last.
       for (int k = 0; k < 3; ++k) {
         switch ((r + k) % 3) {
-          case 0: s_server.passes.push_back(server.Run(lines, server_setting.concurrency)); break;
+          case 0:
+            if (server) s_server.passes.push_back(server->Run(lines, server_setting.concurrency));
+            break;
           case 1: s_local.passes.push_back(LocalRun(opt_, model_, threads_, lines, workload)); break;
           case 2: s_pool.passes.push_back(pool.Run(lines, 25)); break;
         }
       }
-      disagreements += Disagreements(s_server.passes.back(), s_local.passes.back());
+      if (server) disagreements += Disagreements(s_server.passes.back(), s_local.passes.back());
     }
+    std::vector<Series> sides = {s_local, s_pool};
+    if (server) sides.insert(sides.begin(), s_server);
     PrintTable(absl::StrCat("### ", workload, " workload: ", workload == "mixed" ? opt_.mixed_records : opt_.shared_records,
                             " records, threads ", threads_,
                             ", median of ", opt_.repeat, " passes"),
-               {s_server, s_local, s_pool}, 0);
-    std::printf("\nrecords whose generated token count differs between llama-server and local-run: %d\n", disagreements);
+               sides, 0);
+    if (server) {
+      std::printf("\nrecords whose generated token count differs between llama-server and local-run: %d\n", disagreements);
+    } else {
+      std::printf("\nllama-server: skipped, not installed (bench/build-llama-tools builds it)\n");
+    }
   }
 
   // The runner against llama-batched-bench at the same batch size, interleaved.
@@ -711,7 +737,19 @@ class Bench {
       }
       Die("could not read llama-batched-bench's table; see " + opt_.work + "/batched-bench.log");
     };
-    // The runner: rounds of b records with prompts of about pp tokens, tg tokens each.
+    // The runner: rounds of b records with prompts of about pp tokens, tg tokens each. Without
+    // llama.cpp's tools it runs alone and the ceiling is skipped.
+    if (!HasTools()) {
+      Series runner{absl::StrFormat("minions local-run (parallel %d)", b), {}};
+      for (int r = 0; r < opt_.repeat; ++r) {
+        runner.passes.push_back(LocalRun(opt_, model_, threads_, workloads_.Fixed(300 + r, 4 * b, pp, tg), "ceiling"));
+      }
+      PrintTable(absl::StrFormat("### decode: batch %d, prompts of %d tokens, %d generated each, threads %d", b, pp, tg,
+                                 threads_),
+                 {runner}, 0);
+      std::printf("\nllama-batched-bench: skipped, not installed (bench/build-llama-tools builds it)\n");
+      return;
+    }
     std::vector<BatchedBench> benches;
     std::vector<Outcome> runs;
     for (int r = 0; r < opt_.repeat; ++r) {
@@ -743,28 +781,33 @@ class Bench {
     std::fflush(stdout);
   }
 
+  // Without llama.cpp's tools the runner runs alone (llama-server: skipped).
   void Embeddings(ServerBest server_setting) {
-    LlamaServer server(tools_ + "/llama-server", model_, Server(server_setting.parallel, true),
-                       opt_.work + "/llama-server-embeddings.log");
+    std::optional<LlamaServer> server;
+    if (HasTools()) {
+      server.emplace(tools_ + "/llama-server", model_, Server(server_setting.parallel, true),
+                     opt_.work + "/llama-server-embeddings.log");
+    }
     auto warm = workloads_.Embeddings(13, 1, 1);
-    server.Run(warm, server_setting.concurrency);
+    if (server) server->Run(warm, server_setting.concurrency);
     LocalRun(opt_, model_, threads_, warm, "warm-embeddings");
     Series s_server{absl::StrFormat("llama-server --embeddings (--parallel %d, %d clients)", server_setting.parallel,
                                     server_setting.concurrency), {}};
     Series s_local{"minions local-run", {}};
     for (int r = 0; r < opt_.repeat; ++r) {
       auto lines = workloads_.Embeddings(13, opt_.embedding_records, 500 + r);
-      if (r % 2 == 0) {
-        s_server.passes.push_back(server.Run(lines, server_setting.concurrency));
-        s_local.passes.push_back(LocalRun(opt_, model_, threads_, lines, "embeddings"));
-      } else {
-        s_local.passes.push_back(LocalRun(opt_, model_, threads_, lines, "embeddings"));
-        s_server.passes.push_back(server.Run(lines, server_setting.concurrency));
-      }
+      if (r % 2 == 0 && server) s_server.passes.push_back(server->Run(lines, server_setting.concurrency));
+      s_local.passes.push_back(LocalRun(opt_, model_, threads_, lines, "embeddings"));
+      if (r % 2 == 1 && server) s_server.passes.push_back(server->Run(lines, server_setting.concurrency));
     }
+    std::vector<const Series*> sides = {&s_local};
+    if (server) sides.insert(sides.begin(), &s_server);
+    std::vector<Series> table;
+    for (const Series* side : sides) table.push_back(*side);
     PrintTable(absl::StrCat("### embeddings: ", opt_.embedding_records, " records of 4 inputs (32-128 tokens each), mean pooling"),
-               {s_server, s_local}, 0);
-    for (const Series* s : {&s_server, &s_local}) {
+               table, 0);
+    if (!server) std::printf("\nllama-server --embeddings: skipped, not installed (bench/build-llama-tools)\n");
+    for (const Series* s : sides) {
       const Outcome m = s->Median();
       std::printf("%s: %.1f inputs/s, %.1f prompt tokens/s\n", s->name.c_str(), m.inputs / m.seconds, m.prompt_tokens / m.seconds);
     }
@@ -777,6 +820,7 @@ class Bench {
   }
 
   int threads() const { return threads_; }
+  bool HasTools() const { return !tools_.empty(); }
 
  private:
   BenchOptions opt_;
@@ -786,16 +830,29 @@ class Bench {
   int threads_;
 };
 
+// What bench/build-llama-tools built: MINIONS_CACHE/llama.cpp-<version>-<variant>-tools/bin,
+// a GPU variant (cuda, metal) before cpu, the newest version first; "" when there is none. The
+// folder is found by its shape rather than rebuilt from the version and variant here, which
+// drifted from the script's before (llama_supports_gpu_offload() is true for a CPU build with
+// RPC, so the "cpu" folder was never looked for).
 std::string DefaultToolsDir() {
   const char* cache = std::getenv("MINIONS_CACHE");
   const char* home = std::getenv("HOME");
-  std::string base = cache && *cache ? cache : absl::StrCat(home ? home : "", "/.cache/minions");
-  const char* variant = llama_supports_gpu_offload() ? "gpu" : "cpu";
-  for (const char* v : {"cuda", "metal", variant}) {
-    std::string dir = absl::StrCat(base, "/llama.cpp-3.21.1-", v, "-tools/bin");
-    if (std::filesystem::exists(dir + "/llama-server")) return dir;
+  const std::string base = cache && *cache ? cache : absl::StrCat(home ? home : "", "/.cache/minions");
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("llama.cpp-", 0) != 0 || !absl::EndsWith(name, "-tools")) continue;
+    if (std::filesystem::exists(entry.path() / "bin" / "llama-server")) found.push_back((entry.path() / "bin").string());
   }
-  return "";
+  std::sort(found.rbegin(), found.rend());
+  for (const char* variant : {"-cuda-tools", "-metal-tools", "-cpu-tools"}) {
+    for (const std::string& dir : found) {
+      if (dir.find(variant) != std::string::npos) return dir;
+    }
+  }
+  return found.empty() ? "" : found.front();
 }
 
 std::string ModelFor(const BenchOptions& opt) {
@@ -870,15 +927,22 @@ int main(int argc, char** argv) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   minions::llama_runner::InstallLlamaLogging();
   if (opt.tools.empty()) opt.tools = DefaultToolsDir();
-  if (opt.tools.empty() || !std::filesystem::exists(opt.tools + "/llama-server")) {
-    Die("llama-server not found: run bench/build-llama-tools first (or pass --llama-tools DIR)");
+  if (!opt.tools.empty() && !std::filesystem::exists(opt.tools + "/llama-server")) {
+    Die(absl::StrCat("no llama-server in ", opt.tools, " (bench/build-llama-tools prints the folder it built)"));
+  }
+  if (opt.tools.empty()) {
+    // The Minions sides still run (so that the suite's smoke run keeps them honest); the
+    // comparisons need the tools.
+    std::printf("llama.cpp tools: not found (run bench/build-llama-tools, or pass --llama-tools DIR); "
+                "llama-server and llama-batched-bench are skipped\n");
   }
   const std::string model = ModelFor(opt);
   Bench bench(opt, model, opt.tools);
 
   std::printf("minions-bench-runner: model %s; machine: %s; threads %d; runner parallel %d; context %d per sequence; "
               "llama.cpp tools from %s\n",
-              model.c_str(), MachineLine().c_str(), bench.threads(), opt.parallel, opt.ctx_per_seq, opt.tools.c_str());
+              model.c_str(), MachineLine().c_str(), bench.threads(), opt.parallel, opt.ctx_per_seq,
+              opt.tools.empty() ? "nowhere" : opt.tools.c_str());
   std::fflush(stdout);
   auto started = Clock::now();
 

@@ -203,7 +203,8 @@ class ProcessPool {
   // Starts an executor process. `runner` empty: the built-in llama.cpp runner. Availability is
   // off (the test machine's owner signals are not the test's) unless `extra_args` sets it.
   // `extra_args` go to `minions executor`; `env` ("NAME=value") to it and, as --runner-env, to
-  // its runner (which otherwise gets an empty environment). The executor follows object URLs into
+  // its runner (which otherwise gets an empty environment), MINIONS_* settings only when they
+  // are a test runner's (kRunnerSettings). The executor follows object URLs into
   // the pool's backend only (--objects, unless `extra_args` says) and loads models from the
   // folders AllowModels named.
   absl::Status StartExecutor(const std::string& name, int runner_threads = 1, const std::string& runner = "",
@@ -233,10 +234,12 @@ class ProcessPool {
       for (const std::string& folder : model_folders_) sp.argv.insert(sp.argv.end(), {"--models", folder});
     }
     // `env` is the runner's (through --runner-env: the runner starts with an empty environment),
-    // except the executor's own MINIONS_* settings (MINIONS_NOOP_* are the no-op runner's), which
-    // only the executor gets: a runner never sees a credential.
+    // except the executor's own MINIONS_* settings, which only the executor gets: a runner never
+    // sees a credential. The test runners' own settings (kRunnerSettings) are the runner's.
     for (const std::string& pair : env) {
-      if (absl::StartsWith(pair, "MINIONS_") && !absl::StartsWith(pair, "MINIONS_NOOP_")) continue;
+      const bool runners = std::any_of(std::begin(kRunnerSettings), std::end(kRunnerSettings),
+                                       [&](const char* prefix) { return absl::StartsWith(pair, prefix); });
+      if (absl::StartsWith(pair, "MINIONS_") && !runners) continue;
       sp.argv.insert(sp.argv.end(), {"--runner-env", pair});
     }
     sp.argv.insert(sp.argv.end(), extra_args.begin(), extra_args.end());
@@ -321,6 +324,10 @@ class ProcessPool {
   const std::string& dir() const { return dir_; }
 
  private:
+  // The MINIONS_* settings that belong to a runner, not to the executor: the no-op runner's
+  // (apps/minions_noop_runner_main.cc) and the paced runner's (bench/paced_runner.cc).
+  static constexpr const char* kRunnerSettings[] = {"MINIONS_NOOP_", "MINIONS_PACED_"};
+
   // Where the pool's objects are, as an executor's --objects: the S3 endpoint of a postgres-s3
   // backend, else the embedded objects folder of the servers' data directory.
   std::string ObjectsOrigin() const {

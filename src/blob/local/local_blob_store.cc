@@ -1,6 +1,7 @@
 #include "blob/local/local_blob_store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -40,6 +42,15 @@ bool WriteAll(int fd, std::string_view data) {
     data.remove_prefix(static_cast<size_t>(n));
   }
   return true;
+}
+
+// The buffer for reading the object open at `fd`: its size (a little more, so that one read
+// also meets the end), at least a page and at most 1 MiB.
+size_t ReadBufferSize(int fd) {
+  constexpr size_t kPage = 4096, kMost = 1 << 20;
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || st.st_size < 0) return kMost;
+  return std::clamp<size_t>(static_cast<size_t>(st.st_size) + 1, kPage, kMost);
 }
 
 absl::Status WriteFileFrom(const std::string& path,
@@ -137,6 +148,9 @@ absl::StatusOr<std::string> LocalBlobStore::GetRange(const std::string& key, int
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no object '", key, "'"));
     return IoError("cannot open", path);
   }
+  // Only the bytes that exist are allocated: a caller may ask past the end.
+  struct stat st{};
+  if (::fstat(fd, &st) == 0) length = std::clamp<int64_t>(st.st_size - offset, 0, length);
   std::string out(static_cast<size_t>(length), '\0');
   size_t got = 0;
   while (got < out.size()) {
@@ -163,9 +177,14 @@ absl::Status LocalBlobStore::Read(const std::string& key, const std::function<bo
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no object '", key, "'"));
     return IoError("cannot open", path);
   }
-  std::string buffer(1 << 20, '\0');
+  // The buffer fits the object (up to 1 MiB a piece) and is not zero-filled: the server reads
+  // every chunk a completion reports through here, most of them a few hundred bytes, and a
+  // zero-filled 1 MiB buffer per read was a measurable share of the control plane's CPU per task
+  // (docs/benchmarks.md, "Control plane vs peers").
+  const size_t capacity = ReadBufferSize(fd);
+  std::unique_ptr<char[]> buffer(new char[capacity]);
   while (true) {
-    ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    ssize_t n = ::read(fd, buffer.get(), capacity);
     if (n < 0) {
       if (errno == EINTR) continue;
       absl::Status s = IoError("cannot read", path);
@@ -173,7 +192,7 @@ absl::Status LocalBlobStore::Read(const std::string& key, const std::function<bo
       return s;
     }
     if (n == 0) break;
-    if (!sink(std::string_view(buffer.data(), static_cast<size_t>(n)))) break;
+    if (!sink(std::string_view(buffer.get(), static_cast<size_t>(n)))) break;
   }
   ::close(fd);
   return absl::OkStatus();
