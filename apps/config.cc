@@ -51,6 +51,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     };
     str("server", "listen", &config.listen);
     str("server", "http_listen", &config.http_listen);
+    str("server", "health_listen", &config.health_listen);
     str("server", "tls_cert", &config.tls_cert);
     str("server", "tls_key", &config.tls_key);
     config.legacy_token = table["server"]["token"].is_value();
@@ -125,6 +126,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
   }
   FromEnv("MINIONS_LISTEN", &config.listen);
   FromEnv("MINIONS_HTTP_LISTEN", &config.http_listen);
+  FromEnv("MINIONS_HEALTH_LISTEN", &config.health_listen);
   FromEnv("MINIONS_TLS_CERT", &config.tls_cert);
   FromEnv("MINIONS_TLS_KEY", &config.tls_key);
   FromEnv("MINIONS_CA", &config.ca);

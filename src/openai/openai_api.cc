@@ -30,6 +30,47 @@ Json ErrorBody(const std::string& message, const std::string& type, const Json& 
   return Json{{"error", {{"message", message}, {"type", type}, {"param", param}, {"code", code}}}};
 }
 
+HttpResponse ErrorResponse(int status, const std::string& message, const std::string& type = "invalid_request_error",
+                           const Json& param = nullptr, const Json& code = nullptr) {
+  return HttpResponse{status, kJson, DumpJson(ErrorBody(message, type, param, code)) + "\n", {}};
+}
+
+// A status from below, as OpenAI would say it.
+HttpResponse StatusResponse(const absl::Status& status, const HttpRequest& request, const Json& param = nullptr) {
+  const std::string message(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return ErrorResponse(400, message, "invalid_request_error", param);
+    case absl::StatusCode::kNotFound:
+      return ErrorResponse(404, message, "invalid_request_error", param);
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+      return ErrorResponse(409, message, "invalid_request_error", param);
+    case absl::StatusCode::kUnauthenticated:
+      return ErrorResponse(401, message, "invalid_request_error", nullptr, "invalid_api_key");
+    case absl::StatusCode::kPermissionDenied:
+      return ErrorResponse(403, message, "permission_error", param);
+    case absl::StatusCode::kResourceExhausted:
+      return ErrorResponse(429, message, "rate_limit_exceeded", nullptr, "rate_limit_exceeded");
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return ErrorResponse(503, message, "server_error");
+    default:
+      MINIONS_LOG(Warning) << "OpenAI API " << request.method << " " << request.path << ": " << status;
+      return ErrorResponse(500, "The server had an error while processing your request.", "server_error");
+  }
+}
+
+// Whether a request moves a file's bytes or validates one (a stream of its own), rather than a
+// small JSON body and answer (served on a worker, holding no stream slot).
+bool IsBulk(const HttpRequest& request) {
+  const std::string& path = request.path;
+  if (request.method == "POST") return path == "/v1/files" || path == "/v1/batches";
+  return (request.method == "GET" || request.method == "HEAD") && absl::StartsWith(path, "/v1/files/") &&
+         absl::EndsWith(path, "/content");
+}
+
 // An uploaded file's id: "file-" and 24 hex digits.
 bool IsUploadId(const std::string& id) {
   if (id.size() != 29 || !absl::StartsWith(id, kFilePrefix)) return false;
@@ -87,37 +128,16 @@ struct OpenAiApi::Call {
   void Reply(int status, const Json& body) {
     (void)stream.Respond(HttpResponse{status, kJson, DumpJson(body) + "\n", {}});
   }
+  void Fail(const HttpResponse& response) {
+    if (stream.head_written()) return;  // too late: the connection closes short of its length
+    (void)stream.Respond(response);
+  }
   void Fail(int status, const std::string& message, const std::string& type = "invalid_request_error",
             const Json& param = nullptr, const Json& code = nullptr) {
-    if (stream.head_written()) return;  // too late: the connection closes short of its length
-    Reply(status, ErrorBody(message, type, param, code));
+    Fail(ErrorResponse(status, message, type, param, code));
   }
   // A status from below, as OpenAI would say it.
-  void Fail(const absl::Status& status, const Json& param = nullptr) {
-    const std::string message(status.message());
-    switch (status.code()) {
-      case absl::StatusCode::kInvalidArgument:
-      case absl::StatusCode::kOutOfRange:
-        return Fail(400, message, "invalid_request_error", param);
-      case absl::StatusCode::kNotFound:
-        return Fail(404, message, "invalid_request_error", param);
-      case absl::StatusCode::kFailedPrecondition:
-      case absl::StatusCode::kAlreadyExists:
-        return Fail(409, message, "invalid_request_error", param);
-      case absl::StatusCode::kUnauthenticated:
-        return Fail(401, message, "invalid_request_error", nullptr, "invalid_api_key");
-      case absl::StatusCode::kPermissionDenied:
-        return Fail(403, message, "permission_error", param);
-      case absl::StatusCode::kResourceExhausted:
-        return Fail(429, message, "rate_limit_exceeded", nullptr, "rate_limit_exceeded");
-      case absl::StatusCode::kUnavailable:
-      case absl::StatusCode::kDeadlineExceeded:
-        return Fail(503, message, "server_error");
-      default:
-        MINIONS_LOG(Warning) << "OpenAI API " << request.method << " " << request.path << ": " << status;
-        return Fail(500, "The server had an error while processing your request.", "server_error");
-    }
-  }
+  void Fail(const absl::Status& status, const Json& param = nullptr) { Fail(StatusResponse(status, request, param)); }
 
   // The request's JSON body (a small one); answers and returns nullopt when it is not one.
   std::optional<Json> JsonBody(int64_t max_bytes) {
@@ -152,31 +172,59 @@ OpenAiApi::OpenAiApi(Deps deps, OpenAiApiOptions options)
     : deps_(deps), options_(options), finalizer_(deps.store, deps.blobs, deps.clock, deps.chunk_limits) {}
 
 void OpenAiApi::Install(HttpServer* http) {
-  http->HandleStream("/v1/", [this](const HttpRequest& request, HttpStream& stream) { Serve(request, stream); });
+  http->HandleStream(
+      "/v1/", [this](const HttpRequest& request, HttpStream& stream) { Serve(request, stream); },
+      [this](const HttpRequest& request) { return Admit(request); });
 }
 
-void OpenAiApi::Serve(const HttpRequest& request, HttpStream& stream) {
-  Call call{request, stream, {}, ""};
+absl::StatusOr<Caller> OpenAiApi::Authorize(const HttpRequest& request, HttpResponse* refusal) {
   std::string authorization = request.Header("authorization");
   std::string token;
   if (absl::StartsWithIgnoreCase(authorization, "bearer ")) token = std::string(absl::StripAsciiWhitespace(authorization.substr(7)));
   if (token.empty()) {
-    return call.Fail(401,
-                     "You didn't provide an API key. You need to provide your API key in an Authorization header "
-                     "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY): a Minions token of your team.",
-                     "invalid_request_error", nullptr, nullptr);
+    *refusal = ErrorResponse(401,
+                             "You didn't provide an API key. You need to provide your API key in an Authorization "
+                             "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY): a Minions token of your "
+                             "team.",
+                             "invalid_request_error", nullptr, nullptr);
+    return absl::UnauthenticatedError("no key");
   }
   const bool writes = request.method == "POST" || request.method == "DELETE";
   auto caller = deps_.auth->Authorize(token, writes ? Scope::kJobsWrite : Scope::kJobsRead);
   if (!caller.ok()) {
-    if (absl::IsUnauthenticated(caller.status())) {
-      return call.Fail(401, absl::StrCat("Incorrect API key provided: ", caller.status().message()),
-                       "invalid_request_error", nullptr, "invalid_api_key");
-    }
-    return call.Fail(caller.status());
+    *refusal = absl::IsUnauthenticated(caller.status())
+                   ? ErrorResponse(401, absl::StrCat("Incorrect API key provided: ", caller.status().message()),
+                                   "invalid_request_error", nullptr, "invalid_api_key")
+                   : StatusResponse(caller.status(), request);
   }
-  call.caller = *caller;
-  call.team = caller->team.empty() ? std::string(kDefaultTeam) : caller->team;
+  return caller;
+}
+
+HttpAdmission OpenAiApi::Admit(const HttpRequest& request) {
+  HttpAdmission admission;
+  auto caller = Authorize(request, &admission.refusal);
+  if (!caller.ok()) {
+    admission.kind = HttpAdmission::Kind::kRefuse;
+    return admission;
+  }
+  admission.principal = absl::StrCat(caller->principal, "@", caller->team);
+  admission.kind = IsBulk(request) ? HttpAdmission::Kind::kStream : HttpAdmission::Kind::kSmall;
+  admission.max_body_bytes = static_cast<size_t>(options_.max_json_bytes);
+  admission.admitted = *caller;
+  return admission;
+}
+
+void OpenAiApi::Serve(const HttpRequest& request, HttpStream& stream) {
+  Call call{request, stream, {}, ""};
+  if (const Caller* admitted = std::any_cast<Caller>(&request.admitted)) {
+    call.caller = *admitted;  // checked (and counted against the rate limit) by Admit
+  } else {
+    HttpResponse refusal;
+    auto caller = Authorize(request, &refusal);
+    if (!caller.ok()) return call.Fail(refusal);
+    call.caller = *caller;
+  }
+  call.team = call.caller.team.empty() ? std::string(kDefaultTeam) : call.caller.team;
   Route(call);
 }
 

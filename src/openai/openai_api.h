@@ -7,6 +7,9 @@
 //
 // - Callers present "Authorization: Bearer <token>": a team's submitter creates and deletes, a
 //   viewer only reads; another team's file or batch is 404, word for word as an unknown one.
+//   The key is checked from the headers, before the request holds anything (Admit); only
+//   uploads, downloads and batch creation take a stream slot, counted against the key's
+//   principal, so that one submitter's slow uploads leave other teams served.
 // - A file is an object under its team's prefix (keys::OpenAiFiles), uploaded as it arrives (the
 //   object store's multipart upload) and downloaded as it is read: never held whole.
 // - A batch is a job (JobService::Submit, with the team and principal of the key), so it shows in
@@ -56,12 +59,19 @@ class OpenAiApi {
   };
   OpenAiApi(Deps deps, OpenAiApiOptions options);
 
-  // Serves every path under /v1/ on `http` (streamed routes). Before http->Start.
+  // Serves every path under /v1/ on `http` (streamed routes, with Admit as their admission).
+  // Before http->Start.
   void Install(HttpServer* http);
+  // Before any slot is taken: refuses a request without a valid key for its method; says which
+  // requests are bulk (uploads, downloads, batch creation: a stream slot of the key's principal)
+  // and which small (JSON in and out, on a worker, no slot).
+  HttpAdmission Admit(const HttpRequest& request);
   void Serve(const HttpRequest& request, HttpStream& stream);
 
  private:
   struct Call;
+  // The caller of `request` for its method's scope, or the error (and *refusal, OpenAI's answer).
+  absl::StatusOr<Caller> Authorize(const HttpRequest& request, HttpResponse* refusal);
   void Route(Call& call);
   void CreateFile(Call& call);
   void ListFiles(Call& call);
