@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
+#include "common/sha256.h"
 #include "identity/token.h"
 #include "model/identity.h"
 #include "openai/multipart_reader.h"
@@ -60,6 +61,20 @@ HttpResponse StatusResponse(const absl::Status& status, const HttpRequest& reque
       MINIONS_LOG(Warning) << "OpenAI API " << request.method << " " << request.path << ": " << status;
       return ErrorResponse(500, "The server had an error while processing your request.", "server_error");
   }
+}
+
+// A custom_id's 128-bit fingerprint (the first half of its SHA-256): validation keeps these, not
+// the ids, so a file of millions of long ids costs 16 bytes an id. Two ids share one with a
+// chance of about n^2 / 2^129 (1e-20 for a billion ids); that would report a duplicate falsely,
+// never miss one.
+absl::uint128 CustomIdFingerprint(const std::string& id) {
+  Sha256 hash;
+  hash.Update(id);
+  const std::string hex = hash.HexDigest();
+  uint64_t high = 0, low = 0;
+  (void)absl::SimpleHexAtoi(hex.substr(0, 16), &high);
+  (void)absl::SimpleHexAtoi(hex.substr(16, 16), &low);
+  return absl::MakeUint128(high, low);
 }
 
 // Whether a request moves a file's bytes or validates one (a stream of its own), rather than a
@@ -757,14 +772,22 @@ void OpenAiApi::CreateBatch(Call& call) {
 
   // A retried create (same Idempotency-Key, same team) gets the batch the first one made.
   const std::string idempotency = call.request.Header("idempotency-key");
-  std::optional<absl::MutexLock> hold;
+  // Gives the key back however the create ends (a local class may use the API's privates).
+  struct KeyHold {
+    OpenAiApi* api;
+    std::string key;
+    ~KeyHold() {
+      if (!key.empty()) api->ReleaseIdempotencyKey(key);
+    }
+  } hold{this, ""};
   std::string idempotency_key;
   if (!idempotency.empty()) {
     if (idempotency.size() > 255) {
       return call.Fail(400, "Idempotency-Key is longer than 255 characters.", "invalid_request_error");
     }
     idempotency_key = keys::OpenAiIdempotency(call.team, token::Hash(idempotency));
-    hold.emplace(&idempotency_mu_);
+    HoldIdempotencyKey(idempotency_key);
+    hold.key = idempotency_key;
     auto earlier = deps_.blobs->Get(idempotency_key);
     if (earlier.ok()) {
       auto job = deps_.store->GetJob(*earlier);
@@ -796,7 +819,7 @@ void OpenAiApi::CreateBatch(Call& call) {
       errors.push_back(Json{{"code", code}, {"message", message}, {"param", param}, {"line", line}});
     }
   };
-  std::set<std::string> custom_ids;
+  absl::flat_hash_set<absl::uint128> custom_ids;  // fingerprints (CustomIdFingerprint)
   std::string model;
   int64_t line_number = 0, records = 0;
   std::string pending;
@@ -817,7 +840,7 @@ void OpenAiApi::CreateBatch(Call& call) {
       return error("missing_required_parameter", "The request has no custom_id (a non-empty string).", line_number,
                    "custom_id");
     }
-    if (!custom_ids.insert(r["custom_id"].get<std::string>()).second) {
+    if (!custom_ids.insert(CustomIdFingerprint(r["custom_id"].get<std::string>())).second) {
       return error("duplicate_custom_id",
                    absl::StrCat("The custom_id '", r["custom_id"].get<std::string>().substr(0, 64),
                                 "' is used by an earlier request; each request needs its own."),
@@ -909,6 +932,18 @@ void OpenAiApi::CreateBatch(Call& call) {
   auto batch = BatchObject(*job);
   if (!batch.ok()) return call.Fail(batch.status());
   call.Reply(200, *batch);
+}
+
+void OpenAiApi::HoldIdempotencyKey(const std::string& key) {
+  absl::MutexLock lock(&idempotency_mu_);
+  while (creating_.contains(key)) idempotency_released_.Wait(&idempotency_mu_);
+  creating_.insert(key);
+}
+
+void OpenAiApi::ReleaseIdempotencyKey(const std::string& key) {
+  absl::MutexLock lock(&idempotency_mu_);
+  creating_.erase(key);
+  idempotency_released_.SignalAll();
 }
 
 // --- models ---

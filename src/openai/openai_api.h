@@ -20,12 +20,15 @@
 //   endpoint, repeat a custom_id, or name more than one model (as OpenAI refuses) or a model the
 //   catalog does not have makes a `failed` batch whose `errors` give line numbers and messages.
 // - Idempotency-Key on create: a retry with the same key (per team) returns the first batch.
+// - Validation reads the file as a stream and keeps a 128-bit fingerprint per custom_id (not the
+//   id), and no lock is held across creates but the one of their own Idempotency-Key.
 //
 // Ownership: borrows everything it is given. Threads: Serve runs on the HTTP server's stream
 // threads, several at once; thread-safe.
 
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "blob/blob_store.h"
 #include "common/clock.h"
@@ -98,7 +101,13 @@ class OpenAiApi {
   Deps deps_;
   OpenAiApiOptions options_;
   JobFinalizer finalizer_;       // merges a cancelled batch's partial results
-  absl::Mutex idempotency_mu_;   // one create at a time per process holds an Idempotency-Key
+  // Creates holding an Idempotency-Key: one at a time per key (per team) in this process, and
+  // creates with other keys (or none) never wait for them.
+  void HoldIdempotencyKey(const std::string& key) ABSL_LOCKS_EXCLUDED(idempotency_mu_);
+  void ReleaseIdempotencyKey(const std::string& key) ABSL_LOCKS_EXCLUDED(idempotency_mu_);
+  absl::Mutex idempotency_mu_;
+  absl::CondVar idempotency_released_;
+  absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(idempotency_mu_);
 };
 
 }  // namespace minions::openai

@@ -29,6 +29,7 @@ namespace minions::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // A raw TCP connection to 127.0.0.1:port from `source` (another loopback address stands for
@@ -95,6 +96,53 @@ std::string SlowUploadHead(const std::string& token) {
                       "\r\nContent-Type: ", kFormType, "\r\nContent-Length: 100000\r\n\r\n--XyZ\r\n");
 }
 
+// An object store whose reads of whole objects wait (10 s at most) until `expected` are under way
+// at once: whether creates validate side by side or one after another.
+class GatedBlobs final : public BlobStore {
+ public:
+  GatedBlobs(BlobStore* inner, int expected) : inner_(inner), expected_(expected) {}
+  absl::Status Put(const std::string& k, std::string_view d) override { return inner_->Put(k, d); }
+  absl::Status PutStream(const std::string& k, const std::function<absl::StatusOr<std::string>()>& s) override {
+    return inner_->PutStream(k, s);
+  }
+  absl::StatusOr<std::string> Get(const std::string& k) override { return inner_->Get(k); }
+  absl::StatusOr<std::string> GetRange(const std::string& k, int64_t o, int64_t n) override {
+    return inner_->GetRange(k, o, n);
+  }
+  absl::Status Read(const std::string& k, const std::function<bool(std::string_view)>& sink) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++reading_;
+      most_ = std::max(most_, reading_);
+      mu_.AwaitWithTimeout(absl::Condition(
+                               +[](GatedBlobs* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g->mu_) { return g->most_ >= g->expected_; },
+                               this),
+                           absl::Seconds(10));
+    }
+    absl::Status s = inner_->Read(k, sink);
+    absl::MutexLock lock(&mu_);
+    --reading_;
+    return s;
+  }
+  absl::StatusOr<int64_t> Size(const std::string& k) override { return inner_->Size(k); }
+  absl::StatusOr<std::vector<std::string>> List(const std::string& p) override { return inner_->List(p); }
+  absl::Status Delete(const std::string& k) override { return inner_->Delete(k); }
+  absl::StatusOr<std::string> Url(const std::string& k, UrlAccess a, absl::Duration t) override {
+    return inner_->Url(k, a, t);
+  }
+  int most() {
+    absl::MutexLock lock(&mu_);
+    return most_;
+  }
+
+ private:
+  BlobStore* inner_;
+  const int expected_;
+  absl::Mutex mu_;
+  int reading_ ABSL_GUARDED_BY(mu_) = 0;
+  int most_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 class V1Attack : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -117,11 +165,13 @@ class V1Attack : public ::testing::Test {
     jobs_ = std::make_unique<JobService>(store_.get(), blobs_.get(), &clock_, auth_.get(), ServerOptions{});
     folders_ = std::make_unique<openai::FolderModelCatalog>(std::vector<std::string>{dir_ + "/models"});
     catalog_ = std::make_unique<openai::RegistryModelCatalog>(store_.get(), folders_.get());
-    api_ = std::make_unique<openai::OpenAiApi>(
-        openai::OpenAiApi::Deps{store_.get(), blobs_.get(), &clock_, auth_.get(), jobs_.get(), catalog_.get(), {}},
-        openai::OpenAiApiOptions{});
   }
-  void Start(HttpServerOptions options) {
+  // `api_blobs`: the object store the API sees (default: blobs_).
+  void Start(HttpServerOptions options, BlobStore* api_blobs = nullptr) {
+    api_ = std::make_unique<openai::OpenAiApi>(
+        openai::OpenAiApi::Deps{store_.get(), api_blobs ? api_blobs : blobs_.get(), &clock_, auth_.get(), jobs_.get(),
+                                catalog_.get(), {}},
+        openai::OpenAiApiOptions{});
     http_ = std::make_unique<HttpServer>(options);
     api_->Install(http_.get());
     ASSERT_TRUE(http_->Start("127.0.0.1:0").ok());
@@ -269,6 +319,43 @@ TEST_F(V1Attack, AClientDrippingBytesIsDroppedAndItsSlotFreed) {
   for (int i = 0; i < 2000 && http_->streams_open() > 0; ++i) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_EQ(http_->streams_open(), 0u);
   EXPECT_EQ(Status(Upload(ads_)), 200);
+}
+
+TEST_F(V1Attack, CreatesValidateSideBySideAndDuplicatesAreStillFound) {
+  // Two teams' creates, each with its own Idempotency-Key: neither waits for the other's
+  // validation (one process-wide lock used to make every keyed create wait for the one before).
+  GatedBlobs gated(blobs_.get(), 2);
+  Start(HttpServerOptions{}, &gated);
+  auto line = [](const std::string& id) {
+    return absl::StrCat(R"({"custom_id":")", id,
+                        R"(","method":"POST","url":"/v1/chat/completions","body":{"model":"tiny","messages":[{"role":"user","content":"hi"}]}})", "\n");
+  };
+  auto upload = [&](const std::string& token, const std::string& file) {
+    std::string answer = Exchange(Request("POST", "/v1/files", token, Form(file), kFormType));
+    EXPECT_EQ(Status(answer), 200) << answer;
+    auto end = answer.find("\r\n\r\n");
+    return Must(ParseJson(answer.substr(end + 4)))["id"].get<std::string>();
+  };
+  const std::string ours = upload(search_, line("a") + line("b") + line("a"));
+  const std::string theirs = upload(ads_, line("x") + line("y"));
+  auto create = [&](const std::string& token, const std::string& file, const std::string& key) {
+    std::string body = DumpJson(Json{{"input_file_id", file}, {"endpoint", "/v1/chat/completions"},
+                                     {"completion_window", "24h"}});
+    std::string request = Request("POST", "/v1/batches", token, body);
+    request.insert(request.find("\r\n\r\n"), "\r\nIdempotency-Key: " + key);
+    return Exchange(request);
+  };
+  std::string first, second;
+  std::thread a([&] { first = create(search_, ours, "k1"); });
+  std::thread b([&] { second = create(ads_, theirs, "k2"); });
+  a.join();
+  b.join();
+  EXPECT_EQ(gated.most(), 2);
+  EXPECT_EQ(Status(first), 200) << first;
+  EXPECT_EQ(Status(second), 200) << second;
+  // The fingerprints still find a repeated custom_id (line 3 of ours).
+  EXPECT_THAT(first, HasSubstr("duplicate_custom_id"));
+  EXPECT_THAT(second, Not(HasSubstr("duplicate_custom_id")));
 }
 
 TEST(HealthProbes, AnswerWhileEveryWorkerIsBusyAndEveryConnectionIsTaken) {
