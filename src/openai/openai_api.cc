@@ -444,7 +444,10 @@ absl::StatusOr<OpenAiApi::ResultFile> OpenAiApi::FindResultFile(Call& call, cons
   auto not_found = absl::NotFoundError(absl::StrCat("No such File object: ", id));
   std::string rest = id.substr(std::string(kFilePrefix).size());
   const bool errors = absl::EndsWith(rest, kErrorsSuffix);
-  rest.resize(rest.size() - (errors ? std::string(kErrorsSuffix).size() : std::string(kOutputSuffix).size()));
+  const size_t suffix = errors ? std::string(kErrorsSuffix).size() : std::string(kOutputSuffix).size();
+  // "file-output" ends as a result id does but names no job ("output" is shorter than "-output").
+  if (rest.size() <= suffix) return not_found;
+  rest.resize(rest.size() - suffix);
   if (!IsJobId(rest)) return not_found;
   auto job = deps_.store->GetJob(rest);
   if (absl::IsNotFound(job.status())) return not_found;

@@ -358,6 +358,19 @@ TEST_F(V1Attack, CreatesValidateSideBySideAndDuplicatesAreStillFound) {
   EXPECT_THAT(second, Not(HasSubstr("duplicate_custom_id")));
 }
 
+TEST_F(V1Attack, AResultFileIdThatNamesNoJobIs404NotAServerError) {
+  Start(HttpServerOptions{});
+  // "file-output" ends as an output file's id does, with nothing before the suffix (it used to
+  // make the server take the length of a negative string: a 500).
+  for (const char* id : {"file-output", "file-errors", "file--output", "file--errors"}) {
+    for (const std::string& path : {absl::StrCat("/v1/files/", id), absl::StrCat("/v1/files/", id, "/content")}) {
+      std::string answer = Exchange(Request("GET", path, search_));
+      EXPECT_EQ(Status(answer), 404) << path << ": " << answer;
+      EXPECT_THAT(answer, HasSubstr("No such File object"));
+    }
+  }
+}
+
 TEST(HealthProbes, AnswerWhileEveryWorkerIsBusyAndEveryConnectionIsTaken) {
   HttpServerOptions options;
   options.threads = 2;
