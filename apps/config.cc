@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "backends.h"
+#include "common/redact.h"
 #include "common/host_port.h"
 #include "cli/demo.h"
 #include "executor/availability_controller.h"
@@ -210,7 +211,8 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
   }
   if (!config.database.empty() && !absl::StartsWith(config.database, "postgres://") &&
       !absl::StartsWith(config.database, "postgresql://") && !absl::StartsWith(config.database, "sqlite:")) {
-    problems.push_back(absl::StrCat("store.database '", config.database,
+    // The string may carry a password (mysql://user:secret@host/db): it is shown redacted.
+    problems.push_back(absl::StrCat("store.database '", RedactSecrets(config.database),
                                     "' is neither postgresql://... nor sqlite:/path/to/minions.db"));
   }
   if (absl::StartsWith(config.database, "postgres")) {
