@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "backends.h"
+#include "common/redact.h"
 #include "common/host_port.h"
 #include "cli/demo.h"
 #include "executor/availability_controller.h"
@@ -51,6 +52,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     };
     str("server", "listen", &config.listen);
     str("server", "http_listen", &config.http_listen);
+    str("server", "health_listen", &config.health_listen);
     str("server", "tls_cert", &config.tls_cert);
     str("server", "tls_key", &config.tls_key);
     config.legacy_token = table["server"]["token"].is_value();
@@ -125,6 +127,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
   }
   FromEnv("MINIONS_LISTEN", &config.listen);
   FromEnv("MINIONS_HTTP_LISTEN", &config.http_listen);
+  FromEnv("MINIONS_HEALTH_LISTEN", &config.health_listen);
   FromEnv("MINIONS_TLS_CERT", &config.tls_cert);
   FromEnv("MINIONS_TLS_KEY", &config.tls_key);
   FromEnv("MINIONS_CA", &config.ca);
@@ -208,7 +211,8 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
   }
   if (!config.database.empty() && !absl::StartsWith(config.database, "postgres://") &&
       !absl::StartsWith(config.database, "postgresql://") && !absl::StartsWith(config.database, "sqlite:")) {
-    problems.push_back(absl::StrCat("store.database '", config.database,
+    // The string may carry a password (mysql://user:secret@host/db): it is shown redacted.
+    problems.push_back(absl::StrCat("store.database '", RedactSecrets(config.database),
                                     "' is neither postgresql://... nor sqlite:/path/to/minions.db"));
   }
   if (absl::StartsWith(config.database, "postgres")) {

@@ -5,7 +5,7 @@
 // the server's address from [executor] server when neither --server nor MINIONS_SERVER says. `minions config check` reports what is wrong in words a person can
 // act on.
 //
-//   [server]    listen, http_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
+//   [server]    listen, http_listen, health_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
 //               straggler_factor, straggler_min_runtime_ms, fair_share_half_life_s, warm_wait_ms,
 //               model_affinity, heartbeat_batch, heartbeat_linger_us, task_target_s, credential_refresh_s, idle_polls_renew
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
@@ -18,7 +18,7 @@
 //               start_idle = "10m", allow_battery = false, hours = "22-7", protected_apps = [...],
 //               ... (every key: docs/availability.md; src/executor/availability_controller.h)
 //
-// Environment: MINIONS_CONFIG (the file), MINIONS_LISTEN, MINIONS_HTTP_LISTEN, MINIONS_TLS_CERT,
+// Environment: MINIONS_CONFIG (the file), MINIONS_LISTEN, MINIONS_HTTP_LISTEN, MINIONS_HEALTH_LISTEN, MINIONS_TLS_CERT,
 // MINIONS_TLS_KEY, MINIONS_CA, MINIONS_JOIN_TOKEN_FILE, MINIONS_DATA_DIR,
 // MINIONS_DATABASE, MINIONS_OBJECTS, MINIONS_SERVER, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
 // AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL, MINIONS_AVAILABILITY (the mode),
@@ -37,6 +37,9 @@ struct MinionsConfig {
   std::string listen = "127.0.0.1:7070";
   // /metrics, /healthz, /readyz and the web dashboard; "off" (or "") serves no HTTP.
   std::string http_listen = "127.0.0.1:7080";
+  // /healthz and /readyz alone, on a listener of their own that no load on http_listen can
+  // starve (what a load balancer or kubelet should probe); "" none.
+  std::string health_listen;
   // TLS for both ports (required unless both are on loopback): `minions pki init` makes them.
   std::string tls_cert;
   std::string tls_key;

@@ -12,6 +12,7 @@
 #include "common/subprocess.h"
 #include "absl/strings/str_split.h"
 #include "cli/demo.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "model/model_ref.h"
 
@@ -30,11 +31,7 @@ namespace {
 
 // host:port on this machine.
 bool IsLoopbackServer(const std::string& server) {
-  std::string host = server.substr(0, server.rfind(':'));
-  if (absl::StartsWith(host, "dns:///")) host = host.substr(7);
-  if (absl::StartsWith(host, "ipv4:")) host = host.substr(5);
-  return host == "localhost" || absl::StartsWith(host, "127.") || host == "[::1]" || host == "::1" ||
-         absl::StartsWith(host, "unix:");
+  return absl::StartsWith(server, "unix:") || IsLoopbackAddress(server);
 }
 
 }  // namespace

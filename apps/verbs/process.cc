@@ -49,6 +49,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   minions::ServerOptions& options = cp_options.server;
   options.listen = config.listen;
   options.http_listen = config.http_listen == "off" ? "" : config.http_listen;
+  options.http.health_listen = config.health_listen;
   options.tls = {config.tls_cert, config.tls_key};
   options.lease_ttl = absl::Milliseconds(config.lease_ttl_ms);
   options.heartbeat_batch = static_cast<int>(config.heartbeat_batch);

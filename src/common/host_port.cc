@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -22,9 +23,17 @@ absl::Status SplitHostPort(const std::string& address, std::string* host, int* p
 }
 
 bool IsLoopbackHost(std::string_view host) {
-  if (host == "localhost" || host == "::1") return true;
+  // Only a name that is loopback by definition, or an address literal: "127.evil.example" is a
+  // name any DNS may point anywhere.
+  std::string h = absl::AsciiStrToLower(std::string(host));
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (h == "localhost") return true;
   in_addr v4{};
-  if (inet_pton(AF_INET, std::string(host).c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, h.c_str(), &v6) == 1) {
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+  }
   return false;
 }
 

@@ -14,7 +14,9 @@ namespace minions {
 // with a message a person can act on.
 absl::Status SplitHostPort(const std::string& address, std::string* host, int* port);
 
-// 127.0.0.0/8, ::1 and "localhost". Not 0.0.0.0, "" or "::" (every interface).
+// 127.0.0.0/8, ::1 (bracketed or not, and as ::ffff:127.x.y.z) and "localhost". Not 0.0.0.0,
+// "" or "::" (every interface), and never another name ("127.evil.example"). The one loopback
+// check of the code base: every place that trusts loopback asks it.
 bool IsLoopbackHost(std::string_view host);
 // The host part of "host:port" (or a bare host) is a loopback one.
 bool IsLoopbackAddress(const std::string& address);

@@ -364,9 +364,11 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
   };
   http->Handle("/login", [login_html](const HttpRequest&) { return login_html(200, ""); });
   http->HandlePost("/login", [src, login_html](const HttpRequest& request) {
-    // A login posted from another site's page is refused (SameSite also keeps its cookie home).
+    // A login posted from another site's page is refused (SameSite also keeps its cookie home),
+    // and so is one from an opaque origin ("null": a sandboxed frame, a data: or file: page,
+    // which any site can make); the dashboard's own page always sends its real origin.
     const std::string origin = request.Header("origin");
-    if (!origin.empty() && origin != "null" && !absl::EndsWith(origin, "://" + request.Header("host"))) {
+    if (origin == "null" || (!origin.empty() && !absl::EndsWith(origin, "://" + request.Header("host")))) {
       return login_html(403, "sign in from this server's own page");
     }
     const std::string token = request.Form()["token"];
@@ -376,8 +378,9 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
       return login_html(401, std::string(caller.status().message()));
     }
     HttpResponse response{303, kPlain, "signed in\n", {{"Location", "/"}, {"Cache-Control", "no-store"}}};
-    response.headers["Set-Cookie"] = absl::StrCat(kSessionCookie, "=", token,
-                                                  "; Path=/; HttpOnly; SameSite=Strict", request.tls ? "; Secure" : "");
+    // The session ends after a working day even where the browser stays open.
+    response.headers["Set-Cookie"] = absl::StrCat(kSessionCookie, "=", token, "; Path=/; HttpOnly; SameSite=Strict; Max-Age=",
+                                                  kSessionSeconds, request.tls ? "; Secure" : "");
     return response;
   });
   http->HandlePost("/logout", [](const HttpRequest& request) {

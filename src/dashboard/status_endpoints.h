@@ -51,6 +51,8 @@ void InstallStatusEndpoints(const StatusSources& sources, HttpServer* http);
 
 // The session cookie the login sets.
 inline constexpr char kSessionCookie[] = "minions_session";
+// How long a dashboard session lasts (the cookie's Max-Age): twelve hours.
+inline constexpr int64_t kSessionSeconds = 12 * 3600;
 
 // The credential a request carries: its bearer token, else its session cookie ("" when none).
 std::string RequestToken(const HttpRequest& request);

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "absl/strings/ascii.h"
+#include "common/host_port.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -30,11 +31,6 @@ bool PrintableAscii(const std::string& text) {
     if (c < 0x21 || c > 0x7e) return false;
   }
   return true;
-}
-
-bool IsLoopbackHost(const std::string& host) {
-  std::string h = absl::AsciiStrToLower(host);
-  return h == "localhost" || h == "[::1]" || h == "::1" || absl::StartsWith(h, "127.");
 }
 
 // The real path of `path` (absolute, lexically normal): its longest existing prefix resolved

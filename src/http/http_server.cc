@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <deque>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -29,35 +30,12 @@
 #include "absl/synchronization/mutex.h"
 #include "common/host_port.h"
 #include "common/logging.h"
+#include "http/http_stream_conn.h"
 
 namespace minions {
 namespace {
 
 constexpr char kPlain[] = "text/plain; charset=utf-8";
-
-const char* Reason(int status) {
-  switch (status) {
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 303: return "See Other";
-    case 304: return "Not Modified";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Content Too Large";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    default: return "Status";
-  }
-}
 
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -125,263 +103,26 @@ absl::Status HttpStream::Respond(const HttpResponse& response) {
   return Write(response.body);
 }
 
-namespace {
-
-// The status line and headers of a response (`content_length` < 0: chunked).
-std::string ResponseHead(int status, const std::string& content_type, int64_t content_length, bool keep_alive,
-                         const std::map<std::string, std::string>& headers) {
-  std::string out = absl::StrCat("HTTP/1.1 ", status, " ", Reason(status), "\r\n");
-  absl::StrAppend(&out, "Content-Type: ", content_type, "\r\n");
-  if (content_length >= 0) {
-    absl::StrAppend(&out, "Content-Length: ", content_length, "\r\n");
-  } else {
-    absl::StrAppend(&out, "Transfer-Encoding: chunked\r\n");
-  }
-  absl::StrAppend(&out, "Connection: ", keep_alive ? "keep-alive" : "close", "\r\n");
-  // Nothing here is meant to be framed, sniffed or followed elsewhere.
-  absl::StrAppend(&out, "X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n");
-  if (absl::StartsWith(content_type, "text/html")) {
-    absl::StrAppend(&out,
-                    "Content-Security-Policy: default-src 'self'; frame-ancestors 'none'; form-action 'self'\r\n");
-  }
-  for (const auto& [name, value] : headers) {
-    // Handlers are ours, but a header value must never end the header block.
-    if (value.find_first_of("\r\n") != std::string::npos || name.find_first_of("\r\n:") != std::string::npos) continue;
-    absl::StrAppend(&out, name, ": ", value, "\r\n");
-  }
-  absl::StrAppend(&out, "\r\n");
-  return out;
-}
-
-// A detached connection serving one request of a streamed route, on the handler's thread, with
-// blocking I/O bounded by per-operation timeouts. Owns the socket (and its TLS) until destroyed.
-class StreamConn final : public HttpStream {
- public:
-  StreamConn(int fd, SSL* ssl, std::string buffered, const HttpRequest& request, absl::Duration read_timeout,
-             absl::Duration write_timeout)
-      : fd_(fd), ssl_(ssl), in_(std::move(buffered)), head_only_(request.method == "HEAD") {
-    int flags = fcntl(fd_, F_GETFL);
-    fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
-    SetTimeout(SO_RCVTIMEO, read_timeout);
-    SetTimeout(SO_SNDTIMEO, write_timeout);
-    chunked_ = absl::AsciiStrToLower(request.Header("transfer-encoding")).find("chunked") != std::string::npos;
-    if (!chunked_) {
-      int64_t length = 0;
-      if (absl::SimpleAtoi(request.Header("content-length"), &length) && length > 0) remaining_ = length;
-    }
-    body_done_ = !chunked_ && remaining_ == 0;
-    expect_continue_ = absl::EqualsIgnoreCase(request.Header("expect"), "100-continue");
-  }
-  ~StreamConn() override {
-    if (ssl_) {
-      SSL_shutdown(ssl_);
-      SSL_free(ssl_);
-    }
-    close(fd_);
-  }
-
-  absl::StatusOr<size_t> ReadBody(char* buffer, size_t size) override {
-    if (body_done_ || size == 0) return 0;
-    if (expect_continue_) {
-      expect_continue_ = false;
-      if (!head_written_) {
-        if (auto s = WriteAll("HTTP/1.1 100 Continue\r\n\r\n"); !s.ok()) return s;
-      }
-    }
-    if (!chunked_) {
-      if (auto s = Fill(); !s.ok()) return s;
-      size_t n = std::min({size, in_.size() - in_pos_, static_cast<size_t>(remaining_)});
-      memcpy(buffer, in_.data() + in_pos_, n);
-      in_pos_ += n;
-      remaining_ -= static_cast<int64_t>(n);
-      body_done_ = remaining_ == 0;
-      return n;
-    }
-    if (chunk_left_ == 0) {
-      if (need_crlf_) {
-        auto line = ReadLine();
-        if (!line.ok()) return line.status();
-        if (!line->empty()) return absl::InvalidArgumentError("malformed chunked body: a chunk overran its size");
-        need_crlf_ = false;
-      }
-      auto line = ReadLine();
-      if (!line.ok()) return line.status();
-      std::string hex(absl::StripAsciiWhitespace(line->substr(0, line->find(';'))));
-      uint64_t chunk = 0;
-      if (hex.empty() || hex.size() > 15 || !absl::SimpleHexAtoi(hex, &chunk)) {
-        return absl::InvalidArgumentError("malformed chunked body: a bad chunk size");
-      }
-      if (chunk == 0) {
-        while (true) {  // trailers, up to the empty line
-          auto trailer = ReadLine();
-          if (!trailer.ok()) return trailer.status();
-          if (trailer->empty()) break;
-        }
-        body_done_ = true;
-        return 0;
-      }
-      chunk_left_ = static_cast<int64_t>(chunk);
-      need_crlf_ = true;
-    }
-    if (auto s = Fill(); !s.ok()) return s;
-    size_t n = std::min({size, in_.size() - in_pos_, static_cast<size_t>(chunk_left_)});
-    memcpy(buffer, in_.data() + in_pos_, n);
-    in_pos_ += n;
-    chunk_left_ -= static_cast<int64_t>(n);
-    return n;
-  }
-
-  absl::Status WriteHead(int status, const std::string& content_type, int64_t content_length,
-                         const std::map<std::string, std::string>& headers) override {
-    if (head_written_) return absl::FailedPreconditionError("the response head was written already");
-    head_written_ = true;
-    response_chunked_ = content_length < 0 && !head_only_;
-    return WriteAll(ResponseHead(status, content_type, head_only_ ? std::max<int64_t>(content_length, 0) : content_length,
-                                 false, headers));
-  }
-
-  absl::Status Write(std::string_view data) override {
-    if (!head_written_) return absl::FailedPreconditionError("write the response head first");
-    if (head_only_ || data.empty()) return absl::OkStatus();
-    if (!response_chunked_) return WriteAll(data);
-    if (auto s = WriteAll(absl::StrCat(absl::Hex(data.size()), "\r\n")); !s.ok()) return s;
-    if (auto s = WriteAll(data); !s.ok()) return s;
-    return WriteAll("\r\n");
-  }
-
-  absl::Status Finish() override {
-    if (!response_chunked_ || finished_) return absl::OkStatus();
-    finished_ = true;
-    return WriteAll("0\r\n\r\n");
-  }
-
-  bool head_written() const override { return head_written_; }
-
-  // After the response: reads (and drops) what is left of a body the handler did not want, for a
-  // little while (2 s, 16 MiB at most, so a client dripping bytes cannot hold the thread), so that
-  // closing does not reset the connection before the client has read the answer.
-  void Linger() {
-    // (A client still waiting for "100 Continue" sends no body: there is nothing to drain.)
-    if (body_done_ || broken_ || expect_continue_) return;
-    SetTimeout(SO_RCVTIMEO, absl::Milliseconds(500));
-    const absl::Time until = absl::Now() + absl::Seconds(2);
-    char drop[16384];
-    for (size_t dropped = 0; dropped < (16u << 20) && absl::Now() < until;) {
-      auto n = RawRead(drop, sizeof(drop));
-      if (!n.ok() || *n == 0) break;
-      dropped += *n;
-    }
-  }
-
- private:
-  void SetTimeout(int option, absl::Duration timeout) {
-    timeval tv = absl::ToTimeval(std::max(timeout, absl::Milliseconds(1)));
-    setsockopt(fd_, SOL_SOCKET, option, &tv, sizeof(tv));
-  }
-
-  // Bytes from the socket: > 0, or 0 at the client's end of stream.
-  absl::StatusOr<size_t> RawRead(char* buffer, size_t size) {
-    while (true) {
-      if (ssl_) {
-        int n = SSL_read(ssl_, buffer, static_cast<int>(std::min<size_t>(size, INT32_MAX)));
-        if (n > 0) return static_cast<size_t>(n);
-        int error = SSL_get_error(ssl_, n);
-        ERR_clear_error();
-        if (error == SSL_ERROR_ZERO_RETURN) return 0;
-        broken_ = true;
-        return absl::DeadlineExceededError("the client stopped sending (or the TLS session broke)");
-      }
-      ssize_t n = recv(fd_, buffer, size, 0);
-      if (n >= 0) return static_cast<size_t>(n);
-      if (errno == EINTR) continue;
-      broken_ = true;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::DeadlineExceededError("the client stopped sending");
-      return absl::UnavailableError("the client's connection broke");
-    }
-  }
-
-  // Makes sure unread input is buffered; an error at the end of stream (the body is not whole).
-  absl::Status Fill() {
-    if (in_pos_ < in_.size()) return absl::OkStatus();
-    in_.resize(64 << 10);
-    in_pos_ = 0;
-    auto n = RawRead(in_.data(), in_.size());
-    if (!n.ok()) {
-      in_.clear();
-      return n.status();
-    }
-    in_.resize(*n);
-    if (*n == 0) {
-      broken_ = true;
-      return absl::DataLossError("the client closed the connection before the body ended");
-    }
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<std::string> ReadLine() {
-    std::string line;
-    while (true) {
-      if (auto s = Fill(); !s.ok()) return s;
-      size_t eol = in_.find('\n', in_pos_);
-      size_t end = eol == std::string::npos ? in_.size() : eol;
-      line.append(in_, in_pos_, end - in_pos_);
-      in_pos_ = eol == std::string::npos ? in_.size() : eol + 1;
-      if (line.size() > 4096) return absl::InvalidArgumentError("malformed chunked body: a line too long");
-      if (eol != std::string::npos) break;
-    }
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    return line;
-  }
-
-  absl::Status WriteAll(std::string_view data) {
-    while (!data.empty()) {
-      if (ssl_) {
-        int n = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 20)));
-        if (n <= 0) {
-          ERR_clear_error();
-          broken_ = true;
-          return absl::UnavailableError("the client stopped reading the response");
-        }
-        data.remove_prefix(static_cast<size_t>(n));
-        continue;
-      }
-      ssize_t n = send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        broken_ = true;
-        return absl::UnavailableError("the client stopped reading the response");
-      }
-      data.remove_prefix(static_cast<size_t>(n));
-    }
-    return absl::OkStatus();
-  }
-
-  int fd_;
-  SSL* ssl_;
-  std::string in_;  // read from the socket, not yet consumed from in_pos_
-  size_t in_pos_ = 0;
-  const bool head_only_;
-  bool chunked_ = false;
-  int64_t remaining_ = 0;   // Content-Length bytes not yet read
-  int64_t chunk_left_ = 0;  // of the current chunk
-  bool need_crlf_ = false;  // a chunk's data ended; its CRLF is next
-  bool body_done_ = false;
-  bool expect_continue_ = false;
-  bool head_written_ = false;
-  bool response_chunked_ = false;
-  bool finished_ = false;
-  bool broken_ = false;
-};
-
-}  // namespace
+using http_internal::BufferedStream;
+using http_internal::ResponseHead;
+using http_internal::StreamConn;
 
 struct HttpServer::Impl {
   // A connection, owned by the I/O thread.
   struct Conn {
-    enum class Phase { kHandshake, kReading, kHandling, kWriting };
+    // kDraining: a refusal was sent before the body was read; what the client still sends is
+    // dropped for a little while, so that closing does not reset the connection before the
+    // client has read the answer.
+    enum class Phase { kHandshake, kReading, kHandling, kWriting, kDraining };
     int fd = -1;
     SSL* ssl = nullptr;
     std::string peer;
+    bool health_only = false;  // came to the health listener: health paths only
+    bool drain = false;        // after the response, drain (see kDraining)
+    size_t drained = 0;
+    bool continue_sent = false;
+    // A streamed route's admission of the request being read (none yet: not asked, or no route).
+    std::optional<HttpAdmission> admission;
     Phase phase = Phase::kReading;
     std::string in;
     std::string out;
@@ -393,14 +134,22 @@ struct HttpServer::Impl {
     bool want_write = false;
     bool peer_closed = false;  // the client will send nothing more
   };
+  struct StreamRoute {
+    HttpStreamHandler handler;
+    HttpAdmitter admit;  // may be empty
+  };
   struct Job {
+    enum class Kind { kPlain, kAdmit, kSmall };
     uint64_t conn;
     HttpRequest request;
+    Kind kind = Kind::kPlain;
+    const StreamRoute* route = nullptr;  // kAdmit, kSmall
   };
   struct Done {
     uint64_t conn;
     std::string bytes;
     bool keep_alive;
+    std::optional<HttpAdmission> admission;  // the answer of a kAdmit job
   };
 
   explicit Impl(HttpServerOptions o) : options(std::move(o)) {}
@@ -408,8 +157,9 @@ struct HttpServer::Impl {
   HttpServerOptions options;
   std::map<std::string, HttpHandler> get_routes;
   std::map<std::string, HttpHandler> post_routes;
-  std::map<std::string, HttpStreamHandler> stream_routes;  // by path prefix
+  std::map<std::string, StreamRoute> stream_routes;  // by path prefix
   int listen_fd = -1;
+  int health_fd = -1;
   int wake_read = -1, wake_write = -1;
   SSL_CTX* ssl_ctx = nullptr;
   std::atomic<bool> stopping{false};
@@ -418,18 +168,26 @@ struct HttpServer::Impl {
 
   absl::Mutex mu;
   std::deque<Job> jobs ABSL_GUARDED_BY(mu);
+  std::deque<Job> health_jobs ABSL_GUARDED_BY(mu);  // the health worker's
   std::deque<Done> done ABSL_GUARDED_BY(mu);
   bool workers_stop ABSL_GUARDED_BY(mu) = false;
 
-  // Streamed requests in flight (their threads are detached; Stop waits for the count to drop).
+  // Streamed requests: the slots held (by address and principal too), and the threads alive
+  // (detached: Stop waits for them; a thread gives its slot back before it lingers).
   absl::Mutex streams_mu;
   size_t active_streams ABSL_GUARDED_BY(streams_mu) = 0;
+  std::map<std::string, size_t> streams_per_peer ABSL_GUARDED_BY(streams_mu);
+  std::map<std::string, size_t> streams_per_principal ABSL_GUARDED_BY(streams_mu);
+  size_t stream_threads ABSL_GUARDED_BY(streams_mu) = 0;
   std::set<int> stream_fds ABSL_GUARDED_BY(streams_mu);
 
   // The I/O thread's own.
   std::map<uint64_t, Conn> conns;
-  std::map<std::string, size_t> per_peer;
+  std::map<std::string, size_t> per_peer;  // by listener and address (PeerKey)
+  size_t main_conns = 0, health_conns = 0;
   uint64_t next_id = 1;
+
+  static std::string PeerKey(const Conn& c) { return (c.health_only ? "health " : "") + c.peer; }
 
   void Wake() {
     char byte = 1;
@@ -438,28 +196,73 @@ struct HttpServer::Impl {
 
   // --- workers ---
 
-  void WorkerLoop() {
+  // Hands a request to the workers (health probes to the health worker). I/O thread.
+  void Enqueue(Job job) {
+    absl::MutexLock lock(&mu);
+    if (job.kind == Job::Kind::kPlain && options.health_paths.count(job.request.path)) {
+      health_jobs.push_back(std::move(job));
+    } else {
+      jobs.push_back(std::move(job));
+    }
+  }
+
+  // `health`: the health worker, which serves health_jobs only.
+  void WorkerLoop(bool health) {
+    std::deque<Job>& queue = health ? health_jobs : jobs;
+    std::pair<Impl*, std::deque<Job>*> args(this, &queue);
     while (true) {
       Job job;
       {
         absl::MutexLock lock(&mu);
         mu.Await(absl::Condition(
-            +[](Impl* impl) ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl->mu) {
-              return impl->workers_stop || !impl->jobs.empty();
+            +[](std::pair<Impl*, std::deque<Job>*>* args) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return args->first->workers_stop || !args->second->empty();
             },
-            this));
-        if (jobs.empty()) return;
-        job = std::move(jobs.front());
-        jobs.pop_front();
+            &args));
+        if (queue.empty()) return;
+        job = std::move(queue.front());
+        queue.pop_front();
       }
-      bool keep_alive = KeepAlive(job.request);
-      std::string bytes = Respond(job.request, keep_alive);
+      Done answer{job.conn, "", false, std::nullopt};
+      if (job.kind == Job::Kind::kAdmit) {
+        answer.admission = Admit(job);
+      } else {
+        // A streamed route's small request closes its connection after the answer, as its bulk
+        // ones do, so that a client sees one behaviour on the route.
+        answer.keep_alive = job.kind == Job::Kind::kPlain && KeepAlive(job.request);
+        answer.bytes = job.kind == Job::Kind::kSmall ? RespondSmall(job, answer.keep_alive)
+                                                     : Respond(job.request, answer.keep_alive);
+      }
       {
         absl::MutexLock lock(&mu);
-        done.push_back({job.conn, std::move(bytes), keep_alive});
+        done.push_back(std::move(answer));
       }
       Wake();
     }
+  }
+
+  static HttpAdmission Admit(const Job& job) {
+    try {
+      return job.route->admit(job.request);
+    } catch (const std::exception& e) {
+      MINIONS_LOG(Warning) << "HTTP admission for " << job.request.path << " failed: " << e.what();
+      HttpAdmission refused;
+      refused.kind = HttpAdmission::Kind::kRefuse;
+      refused.refusal = {500, kPlain, "internal error\n", {}};
+      return refused;
+    }
+  }
+
+  // A small request of a streamed route, run whole against a BufferedStream.
+  std::string RespondSmall(const Job& job, bool keep_alive) {
+    BufferedStream stream(job.request.body, job.request.method == "HEAD");
+    try {
+      job.route->handler(job.request, stream);
+    } catch (const std::exception& e) {
+      MINIONS_LOG(Warning) << "HTTP handler for " << job.request.path << " failed: " << e.what();
+    }
+    if (!stream.head_written()) return Serialize({500, kPlain, "internal error\n", {}}, stream.head_only(), keep_alive);
+    return Serialize(stream.response(), stream.head_only(), keep_alive);
   }
 
   static bool KeepAlive(const HttpRequest& request) {
@@ -498,18 +301,29 @@ struct HttpServer::Impl {
   // --- streamed routes ---
 
   // The streamed route serving `path` (null: none).
-  const HttpStreamHandler* StreamRoute(const std::string& method, const std::string& path) const {
+  const StreamRoute* FindStreamRoute(const std::string& method, const std::string& path) const {
     if ((method == "GET" || method == "HEAD") && get_routes.count(path)) return nullptr;
     if (method == "POST" && post_routes.count(path)) return nullptr;
-    for (const auto& [prefix, handler] : stream_routes) {
-      if (absl::StartsWith(path, prefix)) return &handler;
+    for (const auto& [prefix, route] : stream_routes) {
+      if (absl::StartsWith(path, prefix)) return &route;
     }
     return nullptr;
   }
 
+  // Gives back a stream's slot (and its address's and principal's share of it).
+  void ReleaseSlot(const std::string& peer, const std::string& principal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(streams_mu) {
+    --active_streams;
+    if (auto p = streams_per_peer.find(peer); p != streams_per_peer.end() && --p->second == 0) {
+      streams_per_peer.erase(p);
+    }
+    if (auto p = streams_per_principal.find(principal); p != streams_per_principal.end() && --p->second == 0) {
+      streams_per_principal.erase(p);
+    }
+  }
+
   // Runs on a thread of its own; owns `conn`.
-  void ServeStream(std::unique_ptr<StreamConn> conn, HttpRequest request, const HttpStreamHandler* handler,
-                   int fd) {
+  void ServeStream(std::unique_ptr<StreamConn> conn, HttpRequest request, const HttpStreamHandler* handler, int fd,
+                   std::string principal) {
     try {
       (*handler)(request, *conn);
     } catch (const std::exception& e) {
@@ -517,14 +331,22 @@ struct HttpServer::Impl {
     }
     if (!conn->head_written()) (void)conn->Respond(HttpResponse{500, kPlain, "internal error\n", {}});
     (void)conn->Finish();
-    conn->Linger();
+    bool linger = false;
+    {
+      // The answer is out: the slot is free for the next request, whatever the client does now.
+      // A thread still lingers on the rest of the body, but only as many as there are slots.
+      absl::MutexLock lock(&streams_mu);
+      ReleaseSlot(request.peer, principal);
+      linger = stream_threads <= active_streams + options.max_streams;
+    }
+    if (linger) conn->Linger();
     {
       absl::MutexLock lock(&streams_mu);
       stream_fds.erase(fd);
     }
     conn.reset();
     absl::MutexLock lock(&streams_mu);
-    --active_streams;
+    --stream_threads;
   }
 
   // --- the I/O thread ---
@@ -538,7 +360,16 @@ struct HttpServer::Impl {
       SSL_free(c.ssl);
     }
     close(c.fd);
-    if (auto p = per_peer.find(c.peer); p != per_peer.end() && --p->second == 0) per_peer.erase(p);
+    Forget(id);
+  }
+
+  // Drops a connection from the books (not closing it).
+  void Forget(uint64_t id) {
+    auto it = conns.find(id);
+    if (it == conns.end()) return;
+    Conn& c = it->second;
+    if (auto p = per_peer.find(PeerKey(c)); p != per_peer.end() && --p->second == 0) per_peer.erase(p);
+    --(c.health_only ? health_conns : main_conns);
     conns.erase(it);
   }
 
@@ -593,24 +424,29 @@ struct HttpServer::Impl {
     return -1;
   }
 
-  void Accept(absl::Time now) {
-    while (conns.size() < options.max_connections) {
+  // Accepts on the main listener, or (`health`) on the health listener.
+  void Accept(absl::Time now, bool health) {
+    size_t& count = health ? health_conns : main_conns;
+    const size_t limit = health ? options.max_health_connections : options.max_connections;
+    while (count < limit) {
       sockaddr_storage addr{};
       socklen_t len = sizeof(addr);
-      int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      int fd = accept4(health ? health_fd : listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;
-      std::string peer = PeerAddress(addr);
-      size_t& from_peer = per_peer[peer];
+      Conn c;
+      c.peer = PeerAddress(addr);
+      c.health_only = health;
+      size_t& from_peer = per_peer[PeerKey(c)];
       if (from_peer >= options.max_connections_per_peer) {
         close(fd);  // one address may not hold the whole server
         continue;
       }
       ++from_peer;
+      ++count;
       int yes = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
-      Conn c;
       c.fd = fd;
-      c.peer = peer;
       c.deadline = now + options.request_timeout;
       if (ssl_ctx) {
         c.ssl = SSL_new(ssl_ctx);
@@ -668,7 +504,15 @@ struct HttpServer::Impl {
         if (n == 0) return true;
         c.out_sent += static_cast<size_t>(n);
       }
-      if (!c.keep_alive) return false;
+      if (!c.keep_alive) {
+        // A refusal sent before the body was read: drop what is still coming for a little
+        // while (2 s, 16 MiB), holding a connection, never a thread.
+        if (!c.drain || c.ssl || c.peer_closed) return false;
+        shutdown(c.fd, SHUT_WR);
+        c.phase = Conn::Phase::kDraining;
+        c.deadline = now + absl::Seconds(2);
+        return Progress(id, c, now);
+      }
       c.out.clear();
       c.out_sent = 0;
       c.phase = Conn::Phase::kReading;
@@ -676,14 +520,29 @@ struct HttpServer::Impl {
       c.deadline = now + (c.started ? options.request_timeout : options.idle_timeout);
       return TryParse(id, c, now);  // a pipelined request may be waiting already
     }
+    if (c.phase == Conn::Phase::kDraining) {
+      char buffer[16384];
+      while (true) {
+        ssize_t n = ReadSome(c, buffer, sizeof(buffer));
+        if (n < 0) return false;
+        if (n == 0) return true;
+        c.drained += static_cast<size_t>(n);
+        if (c.drained > (16u << 20)) return false;
+      }
+    }
     return true;  // handling: nothing to do until the worker answers
   }
 
   // Refuses the request with `status` and closes the connection after the answer.
   bool Refuse(Conn& c, int status, const std::string& message, absl::Time now) {
-    c.out = Serialize(HttpResponse{status, kPlain, message + "\n", {}}, false, false);
+    return Refuse(c, HttpResponse{status, kPlain, message + "\n", {}}, now);
+  }
+  bool Refuse(Conn& c, const HttpResponse& response, absl::Time now) {
+    c.out = Serialize(response, false, false);
     c.out_sent = 0;
     c.keep_alive = false;
+    c.drain = true;
+    c.admission.reset();
     c.phase = Conn::Phase::kWriting;
     c.deadline = now + options.write_timeout;
     return true;
@@ -725,32 +584,61 @@ struct HttpServer::Impl {
     auto question = target.find('?');
     request.path = target.substr(0, question);
     if (question != std::string::npos) request.query = ParseUrlEncoded(target.substr(question + 1));
-    if (const HttpStreamHandler* handler = StreamRoute(request.method, request.path)) {
-      return Detach(id, c, std::move(request), c.in.substr(end + 4), handler, now);
+    if (c.health_only && !options.health_paths.count(request.path)) {
+      return Refuse(c, 404, "this port serves health probes only", now);
     }
-    if (request.method == "DELETE") return Refuse(c, 405, "DELETE is not allowed here", now);
+    Job job{id, {}, Job::Kind::kPlain, FindStreamRoute(request.method, request.path)};
+    size_t max_body = options.max_body_bytes;
+    if (job.route && !job.route->admit) return Detach(id, c, std::move(request), end, job.route, "", now);
+    if (job.route) {
+      if (!c.admission) {
+        // Asked before any slot is taken or any body read; the answer comes back to TakeAnswers.
+        c.phase = Conn::Phase::kHandling;
+        Enqueue({id, std::move(request), Job::Kind::kAdmit, job.route});
+        return true;
+      }
+      if (c.admission->kind == HttpAdmission::Kind::kStream) {
+        std::string principal = c.admission->principal;
+        request.admitted = std::move(c.admission->admitted);
+        c.admission.reset();
+        return Detach(id, c, std::move(request), end, job.route, principal, now);
+      }
+      job.kind = Job::Kind::kSmall;
+      max_body = c.admission->max_body_bytes;
+    }
+    if (request.method == "DELETE" && !job.route) return Refuse(c, 405, "DELETE is not allowed here", now);
     if (!request.Header("transfer-encoding").empty()) {
       return Refuse(c, 501, "chunked request bodies are not accepted; send Content-Length", now);
     }
     size_t length = 0;
     if (std::string cl = request.Header("content-length"); !cl.empty()) {
       if (!absl::SimpleAtoi(cl, &length)) return Refuse(c, 400, "bad Content-Length", now);
-      if (length > options.max_body_bytes) return Refuse(c, 413, "request body too large", now);
+      if (length > max_body) return Refuse(c, 413, "request body too large", now);
     }
-    if (c.in.size() < end + 4 + length) return true;  // the body is still coming
+    if (c.in.size() < end + 4 + length) {  // the body is still coming
+      if (!c.continue_sent && absl::EqualsIgnoreCase(request.Header("expect"), "100-continue")) {
+        // Best effort: a client that misses it sends the body after its own wait.
+        c.continue_sent = true;
+        static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        (void)WriteSome(c, kContinue, sizeof(kContinue) - 1);
+      }
+      return true;
+    }
     request.body = c.in.substr(end + 4, length);
     c.in.erase(0, end + 4 + length);
     c.phase = Conn::Phase::kHandling;
-    {
-      absl::MutexLock lock(&mu);
-      jobs.push_back({id, std::move(request)});
-    }
+    c.continue_sent = false;
+    if (c.admission) request.admitted = std::move(c.admission->admitted);
+    c.admission.reset();
+    job.request = std::move(request);
+    Enqueue(std::move(job));
     return true;
   }
 
   // Hands the connection of a streamed request to a thread of its own (it leaves the I/O loop).
-  bool Detach(uint64_t id, Conn& c, HttpRequest request, std::string buffered, const HttpStreamHandler* handler,
-              absl::Time now) {
+  // `end`: where the headers end in c.in (the body's bytes already read follow them).
+  bool Detach(uint64_t id, Conn& c, HttpRequest request, size_t end, const StreamRoute* route,
+              const std::string& principal, absl::Time now) {
     if (request.headers.count("content-length") && request.headers.count("transfer-encoding")) {
       return Refuse(c, 400, "a request may not have both Content-Length and Transfer-Encoding", now);
     }
@@ -766,17 +654,29 @@ struct HttpServer::Impl {
       if (active_streams >= options.max_streams) {
         return Refuse(c, 503, "too many uploads and downloads at once; try again shortly", now);
       }
+      auto from_peer = streams_per_peer.find(c.peer);
+      if (from_peer != streams_per_peer.end() && from_peer->second >= options.max_streams_per_peer) {
+        return Refuse(c, 429, "too many uploads and downloads from your address at once; try again shortly", now);
+      }
+      auto of_principal = streams_per_principal.find(principal);
+      if (!principal.empty() && of_principal != streams_per_principal.end() &&
+          of_principal->second >= options.max_streams_per_principal) {
+        return Refuse(c, 429, "too many uploads and downloads of your key at once; try again shortly", now);
+      }
       ++active_streams;
+      ++streams_per_peer[c.peer];
+      if (!principal.empty()) ++streams_per_principal[principal];
+      ++stream_threads;
       stream_fds.insert(c.fd);
     }
     const int fd = c.fd;
-    auto conn = std::make_unique<StreamConn>(fd, c.ssl, std::move(buffered), request, options.request_timeout,
-                                             options.write_timeout);
+    auto conn = std::make_unique<StreamConn>(fd, c.ssl, c.in.substr(end + 4), request, options.request_timeout,
+                                             options.write_timeout, options.min_transfer_rate);
     // The connection is the stream's now: forget it without closing it.
-    if (auto p = per_peer.find(c.peer); p != per_peer.end() && --p->second == 0) per_peer.erase(p);
-    conns.erase(id);
-    std::thread([this, conn = std::move(conn), request = std::move(request), handler, fd]() mutable {
-      ServeStream(std::move(conn), std::move(request), handler, fd);
+    Forget(id);
+    std::thread([this, conn = std::move(conn), request = std::move(request), handler = &route->handler, fd,
+                 principal]() mutable {
+      ServeStream(std::move(conn), std::move(request), handler, fd, principal);
     }).detach();
     return false;  // the caller must not touch `c` (nor close it): see Progress
   }
@@ -794,6 +694,19 @@ struct HttpServer::Impl {
       auto it = conns.find(answer.conn);
       if (it == conns.end() || it->second.phase != Conn::Phase::kHandling) continue;  // gone meanwhile
       Conn& c = it->second;
+      if (answer.admission) {
+        if (answer.admission->kind == HttpAdmission::Kind::kRefuse) {
+          Refuse(c, answer.admission->refusal, now);
+        } else {
+          // Read on: the body (small) or up to the hand-over to a stream (the request is parsed again).
+          c.admission = std::move(answer.admission);
+          c.phase = Conn::Phase::kReading;
+          if (!TryParse(answer.conn, c, now)) continue;   // handed over to a stream
+          if (c.phase != Conn::Phase::kWriting) continue;  // the body is still coming, or handled
+        }
+        if (!Progress(answer.conn, c, now)) Close(answer.conn);
+        continue;
+      }
       c.out = std::move(answer.bytes);
       c.out_sent = 0;
       c.keep_alive = answer.keep_alive && !c.peer_closed;
@@ -811,7 +724,8 @@ struct HttpServer::Impl {
       fds.clear();
       ids.clear();
       fds.push_back({wake_read, POLLIN, 0});
-      fds.push_back({listen_fd, static_cast<short>(conns.size() < options.max_connections ? POLLIN : 0), 0});
+      fds.push_back({listen_fd, static_cast<short>(main_conns < options.max_connections ? POLLIN : 0), 0});
+      fds.push_back({health_fd, static_cast<short>(health_conns < options.max_health_connections ? POLLIN : 0), 0});
       absl::Time next = now + absl::Seconds(1);
       for (auto& [id, c] : conns) {
         short events = 0;
@@ -830,12 +744,13 @@ struct HttpServer::Impl {
       if (ready < 0 && errno != EINTR) break;
       now = absl::Now();
       if (fds[0].revents & POLLIN) TakeAnswers(now);
-      if (fds[1].revents & POLLIN) Accept(now);
+      if (fds[1].revents & POLLIN) Accept(now, false);
+      if (fds[2].revents & POLLIN) Accept(now, true);
       for (size_t i = 0; i < ids.size(); ++i) {
         auto it = conns.find(ids[i]);
         if (it == conns.end()) continue;
         Conn& c = it->second;
-        short revents = fds[i + 2].revents;
+        short revents = fds[i + 3].revents;
         if (c.phase == Conn::Phase::kHandling) continue;
         if (revents != 0 && !Progress(ids[i], c, now)) {
           Close(ids[i]);
@@ -850,6 +765,41 @@ struct HttpServer::Impl {
     for (uint64_t id : all) Close(id);
   }
 };
+
+namespace {
+
+// A listening socket on `listen` ("host:port"), its port in *port.
+absl::StatusOr<int> ListenOn(const std::string& listen, int* port_out) {
+  std::string host;
+  int port = 0;
+  if (auto s = SplitHostPort(listen, &host, &port); !s.ok()) return s;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot resolve the HTTP address ", listen));
+  }
+  int fd = socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int yes = 1;
+  // SO_REUSEADDR only: SO_REUSEPORT would let a second server bind the same port silently.
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  bool bound = fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, 256) == 0;
+  freeaddrinfo(found);
+  if (!bound) {
+    if (fd >= 0) close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", listen, " (is another process there?)"));
+  }
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *port_out = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                           : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  return fd;
+}
+
+}  // namespace
 
 HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
@@ -867,8 +817,8 @@ void HttpServer::HandlePost(const std::string& path, HttpHandler handler) {
   impl_->post_routes[path] = std::move(handler);
 }
 
-void HttpServer::HandleStream(const std::string& prefix, HttpStreamHandler handler) {
-  impl_->stream_routes[prefix] = std::move(handler);
+void HttpServer::HandleStream(const std::string& prefix, HttpStreamHandler handler, HttpAdmitter admit) {
+  impl_->stream_routes[prefix] = {std::move(handler), std::move(admit)};
 }
 
 absl::Status HttpServer::Start(const std::string& listen) {
@@ -898,32 +848,33 @@ absl::Status HttpServer::Start(const std::string& listen) {
     }
     impl_->ssl_ctx = ctx;
   }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot resolve the HTTP address ", listen));
+  auto main_fd = ListenOn(listen, &port_);
+  if (!main_fd.ok()) return main_fd.status();
+  if (!options.health_listen.empty()) {
+    std::string health_host;
+    int health_port = 0;
+    if (auto st = SplitHostPort(options.health_listen, &health_host, &health_port); !st.ok()) {
+      close(*main_fd);
+      return st;
+    }
+    if (!tls && !IsLoopbackHost(health_host)) {
+      close(*main_fd);
+      return absl::FailedPreconditionError(absl::StrCat("refusing to serve health probes in plain text on ",
+                                                        options.health_listen, ": give the server a TLS certificate"));
+    }
+    auto fd = ListenOn(options.health_listen, &health_port_);
+    if (!fd.ok()) {
+      close(*main_fd);
+      return fd.status();
+    }
+    impl_->health_fd = *fd;
   }
-  int fd = socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int yes = 1;
-  // SO_REUSEADDR only: SO_REUSEPORT would let a second server bind the same port silently.
-  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  bool bound = fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, 256) == 0;
-  freeaddrinfo(found);
-  if (!bound) {
-    if (fd >= 0) close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", listen, " (is another process there?)"));
-  }
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                                           : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  const int fd = *main_fd;
   int wake[2];
   if (pipe2(wake, O_NONBLOCK | O_CLOEXEC) != 0) {
     close(fd);
+    if (impl_->health_fd >= 0) close(impl_->health_fd);
+    impl_->health_fd = -1;
     return absl::InternalError("cannot make a pipe");
   }
   // A client that hangs up mid-write must not kill the process (TLS writes go through write(2)).
@@ -931,9 +882,17 @@ absl::Status HttpServer::Start(const std::string& listen) {
   impl_->listen_fd = fd;
   impl_->wake_read = wake[0];
   impl_->wake_write = wake[1];
-  for (int i = 0; i < std::max(1, options.threads); ++i) impl_->workers.emplace_back([this] { impl_->WorkerLoop(); });
+  for (int i = 0; i < std::max(1, options.threads); ++i) {
+    impl_->workers.emplace_back([this] { impl_->WorkerLoop(/*health=*/false); });
+  }
+  impl_->workers.emplace_back([this] { impl_->WorkerLoop(/*health=*/true); });
   impl_->io_thread = std::thread([this] { impl_->IoLoop(); });
   return absl::OkStatus();
+}
+
+size_t HttpServer::streams_open() const {
+  absl::MutexLock lock(&impl_->streams_mu);
+  return impl_->active_streams;
 }
 
 void HttpServer::Stop() {
@@ -946,17 +905,20 @@ void HttpServer::Stop() {
     absl::MutexLock lock(&impl_->streams_mu);
     for (int fd : impl_->stream_fds) shutdown(fd, SHUT_RDWR);
     impl_->streams_mu.Await(absl::Condition(
-        +[](Impl* impl) ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl->streams_mu) { return impl->active_streams == 0; },
+        +[](Impl* impl) ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl->streams_mu) { return impl->stream_threads == 0; },
         impl_.get()));
   }
   {
     absl::MutexLock lock(&impl_->mu);
     impl_->workers_stop = true;
     impl_->jobs.clear();
+    impl_->health_jobs.clear();
   }
   for (auto& worker : impl_->workers) worker.join();
   impl_->workers.clear();
   close(impl_->listen_fd);
+  if (impl_->health_fd >= 0) close(impl_->health_fd);
+  impl_->health_fd = -1;
   close(impl_->wake_read);
   close(impl_->wake_write);
   if (impl_->ssl_ctx) SSL_CTX_free(impl_->ssl_ctx);

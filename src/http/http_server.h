@@ -20,16 +20,31 @@
 //   - Streamed routes (HandleStream: bulk uploads and downloads, any method under a path prefix)
 //     are handed, once their headers have arrived, to a thread of their own that reads the body
 //     and writes the response as they go (HttpStream), so no request or response is ever held
-//     whole. Each read and write must progress within `request_timeout`/`write_timeout`; at most
-//     `max_streams` run at once (beyond that a request gets 503); the connection closes after
-//     the response.
+//     whole. Each read and write must progress within `request_timeout`/`write_timeout`, and a
+//     client must move at least `min_transfer_rate` bytes/s on average once it has kept the
+//     stream waiting for `request_timeout` in all (a client dripping a byte every few seconds is
+//     dropped). At most `max_streams` run at once (beyond that a request gets 503), at most
+//     `max_streams_per_peer` from one address and `max_streams_per_principal` for one caller
+//     (beyond those, 429), so that one client cannot take every slot; the connection closes
+//     after the response, and its slot is given back as soon as the handler returns.
+//   - A streamed route may have an admission (HttpAdmitter), run on a worker thread once the
+//     headers are in and before any slot is taken: it checks the credential and refuses (the
+//     refusal is written by the I/O thread: a refused request holds no slot and no thread), or
+//     says the request is small (its body, up to a limit, is read like any other and the handler
+//     runs on a worker thread against a buffered HttpStream: no slot), or a stream of a caller.
+//   - Health probes (`health_paths`, /healthz and /readyz) are served by a worker of their own,
+//     so that busy handlers never delay them, and, with `health_listen`, on a second listener of
+//     their own that serves nothing else, so that no number of clients on the main port starves
+//     them.
 //
 // Ownership: owns its listening socket, its connections and its threads.
 // Threads: Handle*/Start/Stop from the owning thread (Handle before Start); handlers run on the
 // worker threads (streamed ones on their own threads), several at once, and must be thread-safe.
 
+#include <any>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 
@@ -49,6 +64,7 @@ struct HttpRequest {
   std::string body;                            // POST only (streamed routes: read from the HttpStream)
   std::string peer;                            // the client's address
   bool tls = false;                            // it came over TLS
+  std::any admitted;                           // streamed routes: what the route's admission found
 
   std::string Param(const std::string& name) const {
     auto it = query.find(name);
@@ -96,6 +112,21 @@ class HttpStream {
 };
 using HttpStreamHandler = std::function<void(const HttpRequest&, HttpStream&)>;
 
+// How a request on a streamed route is taken, decided from its headers (HttpServer's comment).
+struct HttpAdmission {
+  enum class Kind {
+    kRefuse,  // answer `refusal` without reading the body
+    kSmall,   // read the body (up to max_body_bytes) and run the handler on a worker, no slot
+    kStream,  // a stream of its own (a slot counted against `principal`)
+  };
+  Kind kind = Kind::kStream;
+  HttpResponse refusal;
+  std::string principal;      // whose slot ("" counts only against the total and the peer)
+  size_t max_body_bytes = 0;  // kSmall: larger bodies get 413
+  std::any admitted;          // handed to the handler as HttpRequest::admitted
+};
+using HttpAdmitter = std::function<HttpAdmission(const HttpRequest&)>;
+
 struct HttpServerOptions {
   int threads = 4;  // handler threads
   absl::Duration request_timeout = absl::Seconds(10);
@@ -105,8 +136,19 @@ struct HttpServerOptions {
   size_t max_connections_per_peer = 32;
   size_t max_header_bytes = 16 << 10;
   size_t max_body_bytes = 16 << 10;
-  // Streamed routes running at once (each holds a thread while it runs).
+  // Streamed routes running at once (each holds a thread while it runs), of them from one
+  // address, and for one principal (an admission's).
   size_t max_streams = 32;
+  size_t max_streams_per_peer = 8;
+  size_t max_streams_per_principal = 8;
+  // The slowest average a stream's client may keep up (bytes/s, reading and writing together),
+  // judged once it has kept the stream waiting `request_timeout` in all. 0: no floor.
+  int64_t min_transfer_rate = 1024;
+  // Paths answered by the health worker ("/healthz", "/readyz"), and where else to serve them
+  // alone ("" nowhere else). A health listener holds at most `max_health_connections`.
+  std::set<std::string> health_paths = {"/healthz", "/readyz"};
+  std::string health_listen;
+  size_t max_health_connections = 64;
   // TLS: PEM files of the certificate (then its chain) and key. Both or neither.
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -126,11 +168,16 @@ class HttpServer {
   void HandlePost(const std::string& path, HttpHandler handler);
   // Every method (GET, HEAD, POST, DELETE) on every path that starts with `prefix`, streamed (see
   // the class comment). Exact routes are matched first.
-  void HandleStream(const std::string& prefix, HttpStreamHandler handler);
+  // `admit` (optional) decides how each request is taken before any slot is (see above).
+  void HandleStream(const std::string& prefix, HttpStreamHandler handler, HttpAdmitter admit = nullptr);
   // Binds `listen` ("host:port"; port 0 picks a free one) and serves on background threads.
   // FailedPrecondition for plain text off loopback; Unavailable when the port is taken.
   absl::Status Start(const std::string& listen);
   int port() const { return port_; }
+  // The health listener's port (0: none).
+  int health_port() const { return health_port_; }
+  // Streamed requests holding a slot now.
+  size_t streams_open() const;
   // Stops accepting, closes every connection, lets handlers in flight finish, joins the threads.
   // Idempotent.
   void Stop();
@@ -139,6 +186,7 @@ class HttpServer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int port_ = 0;
+  int health_port_ = 0;
 };
 
 // "%41" -> "A", "+" -> " ".

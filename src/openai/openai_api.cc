@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
+#include "common/sha256.h"
 #include "identity/token.h"
 #include "model/identity.h"
 #include "openai/multipart_reader.h"
@@ -28,6 +29,61 @@ Json Unix(const std::optional<absl::Time>& t) { return t ? Json(absl::ToUnixSeco
 
 Json ErrorBody(const std::string& message, const std::string& type, const Json& param, const Json& code) {
   return Json{{"error", {{"message", message}, {"type", type}, {"param", param}, {"code", code}}}};
+}
+
+HttpResponse ErrorResponse(int status, const std::string& message, const std::string& type = "invalid_request_error",
+                           const Json& param = nullptr, const Json& code = nullptr) {
+  return HttpResponse{status, kJson, DumpJson(ErrorBody(message, type, param, code)) + "\n", {}};
+}
+
+// A status from below, as OpenAI would say it.
+HttpResponse StatusResponse(const absl::Status& status, const HttpRequest& request, const Json& param = nullptr) {
+  const std::string message(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return ErrorResponse(400, message, "invalid_request_error", param);
+    case absl::StatusCode::kNotFound:
+      return ErrorResponse(404, message, "invalid_request_error", param);
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+      return ErrorResponse(409, message, "invalid_request_error", param);
+    case absl::StatusCode::kUnauthenticated:
+      return ErrorResponse(401, message, "invalid_request_error", nullptr, "invalid_api_key");
+    case absl::StatusCode::kPermissionDenied:
+      return ErrorResponse(403, message, "permission_error", param);
+    case absl::StatusCode::kResourceExhausted:
+      return ErrorResponse(429, message, "rate_limit_exceeded", nullptr, "rate_limit_exceeded");
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return ErrorResponse(503, message, "server_error");
+    default:
+      MINIONS_LOG(Warning) << "OpenAI API " << request.method << " " << request.path << ": " << status;
+      return ErrorResponse(500, "The server had an error while processing your request.", "server_error");
+  }
+}
+
+// A custom_id's 128-bit fingerprint (the first half of its SHA-256): validation keeps these, not
+// the ids, so a file of millions of long ids costs 16 bytes an id. Two ids share one with a
+// chance of about n^2 / 2^129 (1e-20 for a billion ids); that would report a duplicate falsely,
+// never miss one.
+absl::uint128 CustomIdFingerprint(const std::string& id) {
+  Sha256 hash;
+  hash.Update(id);
+  const std::string hex = hash.HexDigest();
+  uint64_t high = 0, low = 0;
+  (void)absl::SimpleHexAtoi(hex.substr(0, 16), &high);
+  (void)absl::SimpleHexAtoi(hex.substr(16, 16), &low);
+  return absl::MakeUint128(high, low);
+}
+
+// Whether a request moves a file's bytes or validates one (a stream of its own), rather than a
+// small JSON body and answer (served on a worker, holding no stream slot).
+bool IsBulk(const HttpRequest& request) {
+  const std::string& path = request.path;
+  if (request.method == "POST") return path == "/v1/files" || path == "/v1/batches";
+  return (request.method == "GET" || request.method == "HEAD") && absl::StartsWith(path, "/v1/files/") &&
+         absl::EndsWith(path, "/content");
 }
 
 // An uploaded file's id: "file-" and 24 hex digits.
@@ -87,37 +143,16 @@ struct OpenAiApi::Call {
   void Reply(int status, const Json& body) {
     (void)stream.Respond(HttpResponse{status, kJson, DumpJson(body) + "\n", {}});
   }
+  void Fail(const HttpResponse& response) {
+    if (stream.head_written()) return;  // too late: the connection closes short of its length
+    (void)stream.Respond(response);
+  }
   void Fail(int status, const std::string& message, const std::string& type = "invalid_request_error",
             const Json& param = nullptr, const Json& code = nullptr) {
-    if (stream.head_written()) return;  // too late: the connection closes short of its length
-    Reply(status, ErrorBody(message, type, param, code));
+    Fail(ErrorResponse(status, message, type, param, code));
   }
   // A status from below, as OpenAI would say it.
-  void Fail(const absl::Status& status, const Json& param = nullptr) {
-    const std::string message(status.message());
-    switch (status.code()) {
-      case absl::StatusCode::kInvalidArgument:
-      case absl::StatusCode::kOutOfRange:
-        return Fail(400, message, "invalid_request_error", param);
-      case absl::StatusCode::kNotFound:
-        return Fail(404, message, "invalid_request_error", param);
-      case absl::StatusCode::kFailedPrecondition:
-      case absl::StatusCode::kAlreadyExists:
-        return Fail(409, message, "invalid_request_error", param);
-      case absl::StatusCode::kUnauthenticated:
-        return Fail(401, message, "invalid_request_error", nullptr, "invalid_api_key");
-      case absl::StatusCode::kPermissionDenied:
-        return Fail(403, message, "permission_error", param);
-      case absl::StatusCode::kResourceExhausted:
-        return Fail(429, message, "rate_limit_exceeded", nullptr, "rate_limit_exceeded");
-      case absl::StatusCode::kUnavailable:
-      case absl::StatusCode::kDeadlineExceeded:
-        return Fail(503, message, "server_error");
-      default:
-        MINIONS_LOG(Warning) << "OpenAI API " << request.method << " " << request.path << ": " << status;
-        return Fail(500, "The server had an error while processing your request.", "server_error");
-    }
-  }
+  void Fail(const absl::Status& status, const Json& param = nullptr) { Fail(StatusResponse(status, request, param)); }
 
   // The request's JSON body (a small one); answers and returns nullopt when it is not one.
   std::optional<Json> JsonBody(int64_t max_bytes) {
@@ -152,31 +187,59 @@ OpenAiApi::OpenAiApi(Deps deps, OpenAiApiOptions options)
     : deps_(deps), options_(options), finalizer_(deps.store, deps.blobs, deps.clock, deps.chunk_limits) {}
 
 void OpenAiApi::Install(HttpServer* http) {
-  http->HandleStream("/v1/", [this](const HttpRequest& request, HttpStream& stream) { Serve(request, stream); });
+  http->HandleStream(
+      "/v1/", [this](const HttpRequest& request, HttpStream& stream) { Serve(request, stream); },
+      [this](const HttpRequest& request) { return Admit(request); });
 }
 
-void OpenAiApi::Serve(const HttpRequest& request, HttpStream& stream) {
-  Call call{request, stream, {}, ""};
+absl::StatusOr<Caller> OpenAiApi::Authorize(const HttpRequest& request, HttpResponse* refusal) {
   std::string authorization = request.Header("authorization");
   std::string token;
   if (absl::StartsWithIgnoreCase(authorization, "bearer ")) token = std::string(absl::StripAsciiWhitespace(authorization.substr(7)));
   if (token.empty()) {
-    return call.Fail(401,
-                     "You didn't provide an API key. You need to provide your API key in an Authorization header "
-                     "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY): a Minions token of your team.",
-                     "invalid_request_error", nullptr, nullptr);
+    *refusal = ErrorResponse(401,
+                             "You didn't provide an API key. You need to provide your API key in an Authorization "
+                             "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY): a Minions token of your "
+                             "team.",
+                             "invalid_request_error", nullptr, nullptr);
+    return absl::UnauthenticatedError("no key");
   }
   const bool writes = request.method == "POST" || request.method == "DELETE";
   auto caller = deps_.auth->Authorize(token, writes ? Scope::kJobsWrite : Scope::kJobsRead);
   if (!caller.ok()) {
-    if (absl::IsUnauthenticated(caller.status())) {
-      return call.Fail(401, absl::StrCat("Incorrect API key provided: ", caller.status().message()),
-                       "invalid_request_error", nullptr, "invalid_api_key");
-    }
-    return call.Fail(caller.status());
+    *refusal = absl::IsUnauthenticated(caller.status())
+                   ? ErrorResponse(401, absl::StrCat("Incorrect API key provided: ", caller.status().message()),
+                                   "invalid_request_error", nullptr, "invalid_api_key")
+                   : StatusResponse(caller.status(), request);
   }
-  call.caller = *caller;
-  call.team = caller->team.empty() ? std::string(kDefaultTeam) : caller->team;
+  return caller;
+}
+
+HttpAdmission OpenAiApi::Admit(const HttpRequest& request) {
+  HttpAdmission admission;
+  auto caller = Authorize(request, &admission.refusal);
+  if (!caller.ok()) {
+    admission.kind = HttpAdmission::Kind::kRefuse;
+    return admission;
+  }
+  admission.principal = absl::StrCat(caller->principal, "@", caller->team);
+  admission.kind = IsBulk(request) ? HttpAdmission::Kind::kStream : HttpAdmission::Kind::kSmall;
+  admission.max_body_bytes = static_cast<size_t>(options_.max_json_bytes);
+  admission.admitted = *caller;
+  return admission;
+}
+
+void OpenAiApi::Serve(const HttpRequest& request, HttpStream& stream) {
+  Call call{request, stream, {}, ""};
+  if (const Caller* admitted = std::any_cast<Caller>(&request.admitted)) {
+    call.caller = *admitted;  // checked (and counted against the rate limit) by Admit
+  } else {
+    HttpResponse refusal;
+    auto caller = Authorize(request, &refusal);
+    if (!caller.ok()) return call.Fail(refusal);
+    call.caller = *caller;
+  }
+  call.team = call.caller.team.empty() ? std::string(kDefaultTeam) : call.caller.team;
   Route(call);
 }
 
@@ -381,7 +444,10 @@ absl::StatusOr<OpenAiApi::ResultFile> OpenAiApi::FindResultFile(Call& call, cons
   auto not_found = absl::NotFoundError(absl::StrCat("No such File object: ", id));
   std::string rest = id.substr(std::string(kFilePrefix).size());
   const bool errors = absl::EndsWith(rest, kErrorsSuffix);
-  rest.resize(rest.size() - (errors ? std::string(kErrorsSuffix).size() : std::string(kOutputSuffix).size()));
+  const size_t suffix = errors ? std::string(kErrorsSuffix).size() : std::string(kOutputSuffix).size();
+  // "file-output" ends as a result id does but names no job ("output" is shorter than "-output").
+  if (rest.size() <= suffix) return not_found;
+  rest.resize(rest.size() - suffix);
   if (!IsJobId(rest)) return not_found;
   auto job = deps_.store->GetJob(rest);
   if (absl::IsNotFound(job.status())) return not_found;
@@ -709,14 +775,22 @@ void OpenAiApi::CreateBatch(Call& call) {
 
   // A retried create (same Idempotency-Key, same team) gets the batch the first one made.
   const std::string idempotency = call.request.Header("idempotency-key");
-  std::optional<absl::MutexLock> hold;
+  // Gives the key back however the create ends (a local class may use the API's privates).
+  struct KeyHold {
+    OpenAiApi* api;
+    std::string key;
+    ~KeyHold() {
+      if (!key.empty()) api->ReleaseIdempotencyKey(key);
+    }
+  } hold{this, ""};
   std::string idempotency_key;
   if (!idempotency.empty()) {
     if (idempotency.size() > 255) {
       return call.Fail(400, "Idempotency-Key is longer than 255 characters.", "invalid_request_error");
     }
     idempotency_key = keys::OpenAiIdempotency(call.team, token::Hash(idempotency));
-    hold.emplace(&idempotency_mu_);
+    HoldIdempotencyKey(idempotency_key);
+    hold.key = idempotency_key;
     auto earlier = deps_.blobs->Get(idempotency_key);
     if (earlier.ok()) {
       auto job = deps_.store->GetJob(*earlier);
@@ -748,7 +822,7 @@ void OpenAiApi::CreateBatch(Call& call) {
       errors.push_back(Json{{"code", code}, {"message", message}, {"param", param}, {"line", line}});
     }
   };
-  std::set<std::string> custom_ids;
+  absl::flat_hash_set<absl::uint128> custom_ids;  // fingerprints (CustomIdFingerprint)
   std::string model;
   int64_t line_number = 0, records = 0;
   std::string pending;
@@ -769,7 +843,7 @@ void OpenAiApi::CreateBatch(Call& call) {
       return error("missing_required_parameter", "The request has no custom_id (a non-empty string).", line_number,
                    "custom_id");
     }
-    if (!custom_ids.insert(r["custom_id"].get<std::string>()).second) {
+    if (!custom_ids.insert(CustomIdFingerprint(r["custom_id"].get<std::string>())).second) {
       return error("duplicate_custom_id",
                    absl::StrCat("The custom_id '", r["custom_id"].get<std::string>().substr(0, 64),
                                 "' is used by an earlier request; each request needs its own."),
@@ -861,6 +935,18 @@ void OpenAiApi::CreateBatch(Call& call) {
   auto batch = BatchObject(*job);
   if (!batch.ok()) return call.Fail(batch.status());
   call.Reply(200, *batch);
+}
+
+void OpenAiApi::HoldIdempotencyKey(const std::string& key) {
+  absl::MutexLock lock(&idempotency_mu_);
+  while (creating_.contains(key)) idempotency_released_.Wait(&idempotency_mu_);
+  creating_.insert(key);
+}
+
+void OpenAiApi::ReleaseIdempotencyKey(const std::string& key) {
+  absl::MutexLock lock(&idempotency_mu_);
+  creating_.erase(key);
+  idempotency_released_.SignalAll();
 }
 
 // --- models ---

@@ -7,6 +7,9 @@
 //
 // - Callers present "Authorization: Bearer <token>": a team's submitter creates and deletes, a
 //   viewer only reads; another team's file or batch is 404, word for word as an unknown one.
+//   The key is checked from the headers, before the request holds anything (Admit); only
+//   uploads, downloads and batch creation take a stream slot, counted against the key's
+//   principal, so that one submitter's slow uploads leave other teams served.
 // - A file is an object under its team's prefix (keys::OpenAiFiles), uploaded as it arrives (the
 //   object store's multipart upload) and downloaded as it is read: never held whole.
 // - A batch is a job (JobService::Submit, with the team and principal of the key), so it shows in
@@ -17,12 +20,15 @@
 //   endpoint, repeat a custom_id, or name more than one model (as OpenAI refuses) or a model the
 //   catalog does not have makes a `failed` batch whose `errors` give line numbers and messages.
 // - Idempotency-Key on create: a retry with the same key (per team) returns the first batch.
+// - Validation reads the file as a stream and keeps a 128-bit fingerprint per custom_id (not the
+//   id), and no lock is held across creates but the one of their own Idempotency-Key.
 //
 // Ownership: borrows everything it is given. Threads: Serve runs on the HTTP server's stream
 // threads, several at once; thread-safe.
 
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "blob/blob_store.h"
 #include "common/clock.h"
@@ -56,12 +62,19 @@ class OpenAiApi {
   };
   OpenAiApi(Deps deps, OpenAiApiOptions options);
 
-  // Serves every path under /v1/ on `http` (streamed routes). Before http->Start.
+  // Serves every path under /v1/ on `http` (streamed routes, with Admit as their admission).
+  // Before http->Start.
   void Install(HttpServer* http);
+  // Before any slot is taken: refuses a request without a valid key for its method; says which
+  // requests are bulk (uploads, downloads, batch creation: a stream slot of the key's principal)
+  // and which small (JSON in and out, on a worker, no slot).
+  HttpAdmission Admit(const HttpRequest& request);
   void Serve(const HttpRequest& request, HttpStream& stream);
 
  private:
   struct Call;
+  // The caller of `request` for its method's scope, or the error (and *refusal, OpenAI's answer).
+  absl::StatusOr<Caller> Authorize(const HttpRequest& request, HttpResponse* refusal);
   void Route(Call& call);
   void CreateFile(Call& call);
   void ListFiles(Call& call);
@@ -88,7 +101,13 @@ class OpenAiApi {
   Deps deps_;
   OpenAiApiOptions options_;
   JobFinalizer finalizer_;       // merges a cancelled batch's partial results
-  absl::Mutex idempotency_mu_;   // one create at a time per process holds an Idempotency-Key
+  // Creates holding an Idempotency-Key: one at a time per key (per team) in this process, and
+  // creates with other keys (or none) never wait for them.
+  void HoldIdempotencyKey(const std::string& key) ABSL_LOCKS_EXCLUDED(idempotency_mu_);
+  void ReleaseIdempotencyKey(const std::string& key) ABSL_LOCKS_EXCLUDED(idempotency_mu_);
+  absl::Mutex idempotency_mu_;
+  absl::CondVar idempotency_released_;
+  absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(idempotency_mu_);
 };
 
 }  // namespace minions::openai

@@ -6,6 +6,7 @@
 #include "dashboard/status_endpoints.h"
 #include "model/liveness.h"
 #include "rpc/rpc.h"
+#include "server/call_auth.h"
 
 namespace minions {
 
@@ -45,6 +46,9 @@ absl::Status ControlPlane::Start() {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       rpc::ServerCredentials(options_.listen, options_.tls);
   if (!credentials.ok()) return credentials.status();
+  // A call without a valid credential is refused from its headers, before its message is read
+  // (call_auth.h). gRPC's insecure credentials take no processor: plain text is loopback only.
+  if (options_.tls.enabled()) (*credentials)->SetAuthMetadataProcessor(std::make_shared<CredentialGate>(&authenticator_));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, *credentials, &port_);
   builder.RegisterService(&job_service_);

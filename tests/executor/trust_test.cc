@@ -13,6 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/host_port.h"
 #include "common/subprocess.h"
 #include "executor/model_access.h"
 #include "executor/owner_controls.h"
@@ -75,6 +76,25 @@ TEST_F(TrustTest, PlainHttpAndFoldersAreOnlyForThisMachine) {
   EXPECT_FALSE(UrlPolicy::Create({{"file://" + dir_ + "/objects"}, /*loopback_server=*/false}).ok());
   EXPECT_FALSE(UrlPolicy::Create({{"relative/folder"}, true}).ok());
   EXPECT_TRUE(UrlPolicy::Create({{"http://localhost:9000", "http://[::1]:9000"}, false}).ok());
+  // A name that merely starts like a loopback address is a name DNS may point anywhere (issue 40,
+  // point 7): plain http to it is refused, as every other loopback check refuses it.
+  EXPECT_FALSE(UrlPolicy::Create({{"http://127.evil.example:9000"}, false}).ok());
+  EXPECT_FALSE(UrlPolicy::Create({{"http://127.0.0.1.evil.example:9000"}, false}).ok());
+  EXPECT_TRUE(UrlPolicy::Create({{"http://127.0.0.2:9000"}, false}).ok());
+}
+
+TEST(LoopbackCheck, OnlyLoopbackLiteralsAndLocalhostPass) {
+  for (const char* yes : {"127.0.0.1", "127.1.2.3", "localhost", "LocalHost", "::1", "[::1]", "::ffff:127.0.0.1"}) {
+    EXPECT_TRUE(IsLoopbackHost(yes)) << yes;
+  }
+  for (const char* no : {"127.evil.example", "127.0.0.1.evil.example", "localhost.evil.example", "0.0.0.0", "::", "",
+                         "10.0.0.1", "::ffff:10.0.0.1", "evil.example"}) {
+    EXPECT_FALSE(IsLoopbackHost(no)) << no;
+  }
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:7070"));
+  EXPECT_TRUE(IsLoopbackAddress("dns:///localhost:7070"));
+  EXPECT_FALSE(IsLoopbackAddress("127.evil.example:7070"));
+  EXPECT_FALSE(IsLoopbackAddress("dns:///127.evil.example:7070"));
 }
 
 TEST_F(TrustTest, FileUrlsStayInsideTheirFolder) {

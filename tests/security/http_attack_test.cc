@@ -229,6 +229,10 @@ TEST_F(HttpAttack, TheLoginSetsAnHttpOnlySessionThatEndsWithItsToken) {
   HttpReply cross = HttpPost(base_ + "/login", "token=" + search_viewer_, {"Origin: https://evil.example"});
   EXPECT_EQ(cross.status, 403);
   EXPECT_TRUE(cross.headers["set-cookie"].empty());
+  // From an opaque origin (a sandboxed frame or a data: page any site can make): refused too.
+  HttpReply opaque = HttpPost(base_ + "/login", "token=" + search_viewer_, {"Origin: null"});
+  EXPECT_EQ(opaque.status, 403);
+  EXPECT_TRUE(opaque.headers["set-cookie"].empty());
   // From the dashboard's own page: signed in.
   HttpReply good = HttpPost(base_ + "/login", "token=" + search_viewer_,
                             {absl::StrCat("Origin: http://127.0.0.1:", server_->http_port())});
@@ -237,6 +241,7 @@ TEST_F(HttpAttack, TheLoginSetsAnHttpOnlySessionThatEndsWithItsToken) {
   const std::string cookie = good.headers["set-cookie"];
   EXPECT_THAT(cookie, HasSubstr("HttpOnly"));
   EXPECT_THAT(cookie, HasSubstr("SameSite=Strict"));
+  EXPECT_THAT(cookie, HasSubstr("Max-Age=43200"));  // the session expires
   const std::string session = cookie.substr(0, cookie.find(';'));
   EXPECT_EQ(HttpGet(base_ + "/api/jobs", 10000, {"Cookie: " + session}).status, 200);
   EXPECT_EQ(HttpGet(base_ + "/", 10000, {"Cookie: " + session}).status, 200);

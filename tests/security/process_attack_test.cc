@@ -238,5 +238,20 @@ TEST(ProcessAttackUp, APoolOnAPublicAddressWithoutTlsIsRefused) {
   fs::remove(dir + ".log");
 }
 
+TEST(ProcessAttackConfig, AConfigErrorNeverPrintsTheDatabasesPassword) {
+  // A database string the server cannot use, carrying a password: `minions config check` says
+  // what is wrong without the password (issue 40, point 7).
+  const std::string command = kBin + "/minions config check --database 'mysql://alice:hunter2@db.example/minions' 2>&1";
+  FILE* out = popen(command.c_str(), "r");
+  ASSERT_NE(out, nullptr);
+  std::string said;
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), out)) > 0;) said.append(buffer, n);
+  pclose(out);
+  EXPECT_THAT(said, HasSubstr("is neither postgresql://"));
+  EXPECT_THAT(said, HasSubstr("db.example"));
+  EXPECT_EQ(said.find("hunter2"), std::string::npos) << said;
+}
+
 }  // namespace
 }  // namespace minions::testing

@@ -2,6 +2,12 @@
 // name the client did not dial, plain text to TLS ports, and plain text off loopback on either
 // side. Each asserts the refusal and that the server serves its honest clients on.
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/strings/match.h"
 #include "cli/client_verbs.h"
 #include "secure_server.h"
 #include "testing/http_get.h"
@@ -106,6 +112,69 @@ TEST_F(TlsAttack, AClientNeverSendsItsTokenInPlainTextOffLoopback) {
   // Loopback stays effortless.
   EXPECT_TRUE(rpc::OpenChannel("127.0.0.1:1", {}).ok());
   EXPECT_TRUE(rpc::OpenChannel("localhost:1", {}).ok());
+}
+
+// This process's resident memory, in bytes (VmRSS).
+int64_t ResidentBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "VmRSS:")) return std::atoll(line.c_str() + 6) * 1024;
+  }
+  return -1;
+}
+
+// The attacker of the test below, run in a process of its own (this binary again, with the
+// server's address and CA in its environment): four 200 MB submits at once, with no token. It
+// exits with the number refused as unauthenticated. Skipped when run as a test of its own.
+TEST(NoTokenAttacker, SendsFourLargeCallsWithoutAToken) {
+  const char* address = std::getenv("MINIONS_ATTACK_ADDRESS");
+  const char* ca = std::getenv("MINIONS_ATTACK_CA");
+  if (!address || !ca) GTEST_SKIP() << "run by TlsAttack.CallsWithoutACredentialAreRefusedBeforeTheirMessageIsRead";
+  auto channel = rpc::OpenChannel(address, {ca, ""});
+  if (!channel.ok()) _exit(100);
+  auto stub = v1::Jobs::NewStub(*channel);
+  v1::SubmitJobRequest request;
+  request.set_input(std::string(200 << 20, 'x'));
+  request.set_model("m");
+  std::atomic<int> refused{0};
+  std::vector<std::thread> calls;
+  for (int i = 0; i < 4; ++i) {
+    calls.emplace_back([&] {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+      v1::Job job;
+      if (stub->SubmitJob(&context, request, &job).error_code() == grpc::StatusCode::UNAUTHENTICATED) ++refused;
+    });
+  }
+  for (auto& call : calls) call.join();
+  _exit(refused.load());
+}
+
+TEST_F(TlsAttack, CallsWithoutACredentialAreRefusedBeforeTheirMessageIsRead) {
+  // The attacker is another process, so that this process's memory is the server's alone.
+  StartTlsServer();
+  const int64_t before = ResidentBytes();
+  // Made before the fork: the child of a threaded process only execs.
+  std::string address = "MINIONS_ATTACK_ADDRESS=" + server_->address();
+  std::string ca = "MINIONS_ATTACK_CA=" + pool_.ca_cert;
+  char* env[] = {address.data(), ca.data(), nullptr};
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    execle("/proc/self/exe", "attacker", "--gtest_filter=NoTokenAttacker.*", static_cast<char*>(nullptr), env);
+    _exit(101);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  const int64_t after = ResidentBytes();
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  EXPECT_EQ(WEXITSTATUS(wstatus), 4) << "calls refused as unauthenticated";
+  // Each message was refused from its headers: the server never held them (it used to read all
+  // 800 MB first, and keep much of it).
+  EXPECT_LT(after - before, int64_t{150} << 20) << "before " << before << ", after " << after;
+  // Honest callers are served on.
+  EXPECT_TRUE(Honest());
 }
 
 }  // namespace
