@@ -12,6 +12,7 @@
 #include "identity/token.h"
 #include "model/identity.h"
 #include "openai/multipart_reader.h"
+#include "server/duplicate_ids.h"
 #include "server/keys.h"
 
 namespace minions::openai {
@@ -748,7 +749,7 @@ void OpenAiApi::CreateBatch(Call& call) {
       errors.push_back(Json{{"code", code}, {"message", message}, {"param", param}, {"line", line}});
     }
   };
-  std::set<std::string> custom_ids;
+  DuplicateCustomIds custom_ids;  // the check every submission path makes (server/duplicate_ids.h)
   std::string model;
   int64_t line_number = 0, records = 0;
   std::string pending;
@@ -769,10 +770,11 @@ void OpenAiApi::CreateBatch(Call& call) {
       return error("missing_required_parameter", "The request has no custom_id (a non-empty string).", line_number,
                    "custom_id");
     }
-    if (!custom_ids.insert(r["custom_id"].get<std::string>()).second) {
+    const std::string& custom_id = r["custom_id"].get_ref<const std::string&>();
+    if (int64_t first = custom_ids.See(custom_id, line_number); first > 0) {
+      DuplicateCustomIds::Duplicate d{custom_id.substr(0, DuplicateCustomIds::kShownIdBytes), line_number, first};
       return error("duplicate_custom_id",
-                   absl::StrCat("The custom_id '", r["custom_id"].get<std::string>().substr(0, 64),
-                                "' is used by an earlier request; each request needs its own."),
+                   absl::StrCat("The ", DuplicateCustomIds::Describe(d), "; each request needs its own."),
                    line_number, "custom_id");
     }
     if (JsonString(r, "method") != "POST") {
