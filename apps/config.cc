@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <tuple>
+#include <vector>
 
 #include <toml++/toml.h>
 
@@ -170,6 +172,18 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
   }
   if (tls && (config.tls_cert.empty() || config.tls_key.empty())) {
     problems.push_back("TLS needs both server.tls_cert and server.tls_key");
+  }
+  // The files it names must be there: a server would otherwise fail later, at its first TLS call.
+  for (const auto& [key, path, remedy] :
+       std::vector<std::tuple<const char*, std::string, const char*>>{
+           {"server.tls_cert", config.tls_cert, "`minions pki init` makes it"},
+           {"server.tls_key", config.tls_key, "`minions pki init` makes it"}}) {
+    std::error_code ec;
+    if (!path.empty() && !std::filesystem::is_regular_file(path, ec)) {
+      problems.push_back(absl::StrCat(key, " names ", path, ", which ",
+                                      std::filesystem::exists(path, ec) ? "is not a file" : "does not exist", " (",
+                                      remedy, ")"));
+    }
   }
   if (config.straggler_factor < 1.0) {
     problems.push_back(absl::StrCat("server.straggler_factor is ", config.straggler_factor,

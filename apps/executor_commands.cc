@@ -157,7 +157,7 @@ void AddExecutorCommands(CLI::App* executor, ExecutorFlags* flags, std::string* 
   flags->install_cmd = executor->add_subcommand("install", "print (or write) a systemd unit or a LaunchDaemon plist");
   auto* i = flags->install_cmd;
   i->add_option("--platform", flags->install.platform, "linux or macos (default: this machine's)");
-  i->add_option("--binary", flags->install.binary, "the minions binary")->capture_default_str();
+  i->add_option("--binary", flags->install.binary, "the path of the `minions` program to install")->capture_default_str();
   i->add_option("--server", flags->install.server, "server address")->capture_default_str();
   i->add_option("--state-dir", flags->install.state_dir, "executor state directory (default: the platform's)");
   i->add_option("--user", flags->install.user,

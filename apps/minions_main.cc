@@ -124,10 +124,15 @@ int Main(int argc, char** argv) {
   AddAdminVerbs(app, &shared, &admin);        // admin, pki
   AddDrainVerb(app, &shared, &client);        // drain
   AddDemoAndLocalRun(app, shared, &local);    // demo, local-run
+  // One help screen: `minions --help` prints what a bare `minions` does (the verbs' own --help,
+  // copied when they were added, stays CLI11's).
+  bool help = false;
+  app.set_help_flag();
+  app.add_flag("-h,--help", help, "the verbs, grouped (minions VERB --help says more)");
 
   CLI11_PARSE(app, argc, argv);
   if (verbose) minions::SetLogLevel(minions::LogLevel::kDebug);
-  if (app.get_subcommands().empty()) {
+  if (help || app.get_subcommands().empty()) {
     PrintVerbs(app);
     return 0;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -70,8 +71,11 @@ int RunUp(const minions::cli::PoolOptions& options) {
              ? ""
              : absl::StrCat(" when MINIONS_TOKEN_FILE=", (*pool)->admin_token_file()).c_str());
   if (!(*pool)->dashboard_url().empty()) {
-    printf("  dashboard: %s  (Prometheus metrics at %smetrics)\n", (*pool)->dashboard_url().c_str(),
-           (*pool)->dashboard_url().c_str());
+    printf("  dashboard: %s  (Prometheus metrics at %smetrics)\n"
+           "             sign in with a token: the admin's (cat %s), or a viewer's:\n"
+           "             minions admin token issue --role viewer --name NAME\n",
+           (*pool)->dashboard_url().c_str(), (*pool)->dashboard_url().c_str(),
+           (*pool)->admin_token_file().c_str());
   }
   printf("  Ctrl-C stops the pool\n");
   fflush(stdout);
@@ -91,6 +95,10 @@ int RunLocalRun(minions::cli::LocalRunOptions local) {
   printf("%zu records (%zu errors) in %.2f s: %.1f records/s, %.1f generated tokens/s\n", summary->records,
          summary->errors, summary->seconds, summary->records / std::max(summary->seconds, 1e-9),
          summary->completion_tokens / std::max(summary->seconds, 1e-9));
+  // Where the files went, as paths that work from anywhere.
+  std::error_code ec;
+  printf("output    %s\nerrors    %s\n", std::filesystem::absolute(local.output_path, ec).lexically_normal().c_str(),
+         std::filesystem::absolute(local.errors_path, ec).lexically_normal().c_str());
   return 0;
 }
 

@@ -1,10 +1,15 @@
 #include "cli/client_verbs.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -20,7 +25,11 @@
 #include "cli/credentials.h"
 #include "cli/demo.h"
 #include "cli/output.h"
+#include "common/clock.h"
 #include "common/host_port.h"
+#include "common/http_client.h"
+#include "model/model_ref.h"
+#include "model/types.h"
 #include "rpc/rpc.h"
 
 namespace minions::cli {
@@ -35,6 +44,19 @@ int Fail(const Connection& connection, const absl::Status& status) {
   return ::minions::cli::Fail(status);
 }
 
+// The model as the job names it. A GGUF file named relative to here becomes its absolute path: the
+// executors resolve a relative path against their model folders, not against this directory
+// (a pool's executors share this machine's files; the server refuses, at submit, a path in none
+// of the fleet's folders). A relative path with no file here is left to the executors' folders.
+std::string ModelArgument(const std::string& model) {
+  absl::StatusOr<ModelRef> ref = ParseModelRef(model);
+  if (!ref.ok() || !ref->is_path || model[0] == '/') return model;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(model, ec)) return model;
+  std::filesystem::path absolute = std::filesystem::absolute(model, ec);
+  return ec ? model : absolute.lexically_normal().string();
+}
+
 std::string Age(int64_t since_ms) {
   if (since_ms <= 0) return "-";
   return HumanDuration(static_cast<double>(absl::ToUnixMillis(absl::Now()) - since_ms) / 1000.0);
@@ -42,27 +64,55 @@ std::string Age(int64_t since_ms) {
 
 void PrintJobLine(const v1::Job& job) {
   const auto& c = job.request_counts();
-  printf("%-18s %-11s %8lld/%-8lld %7lld  %5lld/%-5lld %6s\n", job.id().c_str(), job.state().c_str(),
-         static_cast<long long>(c.completed() + c.failed()), static_cast<long long>(c.total()),
-         static_cast<long long>(c.failed()), static_cast<long long>(job.tasks_done()),
-         static_cast<long long>(job.n_tasks()), Age(job.created_at_ms()).c_str());
+  // Each "done/total" one string, right-aligned under its header as the other numbers are.
+  const std::string records = absl::StrCat(c.completed() + c.failed(), "/", c.total());
+  const std::string tasks = absl::StrCat(job.tasks_done(), "/", job.n_tasks());
+  printf("%-18s %-11s %17s %7lld %11s %6s\n", job.id().c_str(), job.state().c_str(), records.c_str(),
+         static_cast<long long>(c.failed()), tasks.c_str(), Age(job.created_at_ms()).c_str());
 }
 
 // Done counts the records of running attempts too (records_in_flight): the bar moves per record.
-std::string ProgressLine(const v1::JobProgress& p) {
+std::string ProgressLine(const v1::JobProgress& p, int columns) {
   const auto& c = p.job().request_counts();
   int64_t done = std::min(c.total(), c.completed() + c.failed() + p.records_in_flight());
-  double fraction = c.total() > 0 ? static_cast<double>(done) / static_cast<double>(c.total()) : 0;
-  const int width = 30;
-  int filled = static_cast<int>(fraction * width);
-  std::string bar = std::string(filled, '#') + std::string(width - filled, '-');
-  std::string eta = p.eta_seconds() < 0 ? "?" : HumanDuration(p.eta_seconds());
-  return absl::StrFormat("[%s] %lld/%lld %3.0f%%  %.1f rec/s  ETA %s  executors %d  %s", bar,
-                         static_cast<long long>(done), static_cast<long long>(c.total()), fraction * 100,
-                         p.records_per_second(), eta, p.executors_working(), p.job().state());
+  return ProgressText(done, c.total(), p.records_per_second(), p.eta_seconds(),
+                      absl::StrCat("executors ", p.executors_working(), "  ", p.job().state()), columns);
+}
+
+// The terminal's width (80 when it does not say).
+int TerminalColumns(int fd) {
+  struct winsize size {};
+  if (ioctl(fd, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  return 80;
+}
+
+// What `watch` says when Ctrl-C stops it (set before the watch starts; written by the handler,
+// which may call only async-signal-safe functions).
+char watch_stop_message[400];
+void SayTheJobKeepsRunning(int) {
+  ssize_t unused = write(STDERR_FILENO, watch_stop_message, strlen(watch_stop_message));
+  (void)unused;
+  _exit(130);
 }
 
 }  // namespace
+
+std::string ProgressText(int64_t done, int64_t total, double rate, double eta_seconds, const std::string& tail,
+                         int columns) {
+  const double fraction = total > 0 ? std::clamp(static_cast<double>(done) / static_cast<double>(total), 0.0, 1.0) : 0;
+  const std::string eta = eta_seconds < 0 ? "?" : HumanDuration(eta_seconds);
+  const std::string figures = absl::StrFormat("%lld/%lld %3.0f%%  %.1f rec/s  ETA %s", static_cast<long long>(done),
+                                              static_cast<long long>(total), fraction * 100, rate, eta);
+  std::string rest = tail.empty() ? figures : absl::StrCat(figures, "  ", tail);
+  // The bar takes what the figures leave, 10 to 30 wide; on a narrower terminal the line is cut,
+  // never wrapped (a wrapped line would scroll a new line at every redraw).
+  int width = 30;
+  if (columns > 0) width = std::clamp(columns - 1 - static_cast<int>(rest.size()) - 3, 10, 30);
+  const int filled = static_cast<int>(fraction * width);
+  std::string line = absl::StrCat("[", std::string(filled, '#'), std::string(width - filled, '-'), "] ", rest);
+  if (columns > 0 && static_cast<int>(line.size()) > columns - 1) line.resize(std::max(columns - 1, 1));
+  return line;
+}
 
 std::string HumanDuration(double seconds) {
   if (seconds < 0) return "-";
@@ -79,7 +129,33 @@ void Connection::FromEnvironment() {
   if (const char* ca = std::getenv("MINIONS_CA"); ca && *ca && tls.ca_file.empty()) tls.ca_file = ca;
 }
 
+namespace {
+
+// Whether `server` answers HTTP (a server's HTTP port: dashboard, metrics, /v1), not gRPC: one GET
+// of /healthz, any answer counts.
+bool AnswersHttp(const Connection& connection) {
+  RealClock clock;
+  HttpClient::Options options;
+  options.max_attempts = 1;
+  options.connect_timeout = absl::Seconds(3);
+  HttpClient http(&clock, options);
+  for (const char* scheme : {"http://", "https://"}) {
+    HttpClient::Request request;
+    request.url = absl::StrCat(scheme, connection.server, "/healthz");
+    if (http.Exchange(request).reached) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::string UnreachableHint(const Connection& connection) {
+  if (AnswersHttp(connection)) {
+    return absl::StrCat("  Something answers at ", connection.server, " (from ", connection.server_source,
+                        "), but over HTTP: that is a server's HTTP port\n"
+                        "  (dashboard, /metrics, the OpenAI API). The CLI talks to its gRPC port: the server's "
+                        "--listen\n  (minions up: 127.0.0.1:7070; its HTTP port is 127.0.0.1:7080).");
+  }
   if (connection.server_source == "the default") {
     return absl::StrCat("  Nothing answers at ", connection.server,
                         ", the default address. To start a pool on this machine: minions up\n"
@@ -260,13 +336,24 @@ absl::StatusOr<v1::Job> JobsClient::Watch(const std::string& job_id, absl::Durat
 }
 
 int Submit(const Connection& connection, const SubmitOptions& options) {
-  std::ifstream in(options.input_path, std::ios::binary);
-  if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot read '", options.input_path, "'")));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
+  errno = 0;
+  std::ifstream in(options.input_path, std::ios::binary | std::ios::ate);
+  if (!in || std::filesystem::is_directory(options.input_path)) return Fail(CannotRead(options.input_path, errno));
+  // The server's limit, checked before anything is read or sent, with what to do about it.
+  const int64_t size = static_cast<int64_t>(in.tellg());
+  if (size > kDefaultMaxInputBytes) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "'%s' is %.1f MiB; a job takes at most %d MiB of input: split it into several jobs by lines "
+        "(split -l 100000 %s part-, then minions submit each part)",
+        options.input_path, static_cast<double>(size) / (1 << 20), kDefaultMaxInputBytes >> 20, options.input_path)));
+  }
+  in.seekg(0);
   v1::SubmitJobRequest request;
-  request.set_input(buffer.str());
-  request.set_model(options.model);
+  // Read into the request itself: one copy of the input in memory, not three.
+  std::string* input = request.mutable_input();
+  input->resize(static_cast<size_t>(size));
+  if (size > 0 && !in.read(input->data(), size)) return Fail(CannotRead(options.input_path, errno));
+  request.set_model(ModelArgument(options.model));
   request.set_shard_size(options.shard_size);
   request.set_max_attempts(options.max_attempts);
   request.set_priority(options.priority);
@@ -304,7 +391,7 @@ int ListJobs(const Connection& connection, const std::string& state, bool json) 
     printf("]\n");
     return 0;
   }
-  printf("%-18s %-11s %17s %7s  %11s %6s\n", "JOB", "STATE", "RECORDS", "FAILED", "TASKS", "AGE");
+  printf("%-18s %-11s %17s %7s %11s %6s\n", "JOB", "STATE", "RECORDS", "FAILED", "TASKS", "AGE");
   for (const auto& job : *jobs) PrintJobLine(job);
   return 0;
 }
@@ -324,6 +411,7 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
          static_cast<long long>(c.completed()), static_cast<long long>(c.failed()),
          static_cast<long long>(job->tasks_done()), static_cast<long long>(job->n_tasks()),
          static_cast<long long>(job->shard_size()), Age(job->created_at_ms()).c_str());
+  if (!job->sizing().empty()) printf("sizing    %s\n", job->sizing().c_str());
   if (job->finished_at_ms() > 0 && job->started_at_ms() > 0) {
     printf("ran       %s\n", HumanDuration((job->finished_at_ms() - job->started_at_ms()) / 1000.0).c_str());
   }
@@ -354,8 +442,16 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
       for (const auto& [task, seats] : gangs) printf("          task %s: %s\n", task.c_str(), absl::StrJoin(seats, ", ").c_str());
     }
   }
-  if (job->state() == "completed" || job->state() == "expired") {
+  if (job->state() == "completed" || job->state() == "expired" || job->state() == "cancelled") {
     printf("results   minions results %s -o output.jsonl   (errors: --errors)\n", job->id().c_str());
+    if (job->state() == "cancelled") {
+      // Its counts are what ran; the rest never did, and each has an error line.
+      const int64_t never_ran = std::max<int64_t>(0, c.total() - c.completed() - c.failed());
+      printf("          what finished is kept; the %lld records that never ran have error lines (batch_cancelled)\n",
+             static_cast<long long>(never_ran));
+    } else if (job->state() == "expired") {
+      printf("          what finished is kept; each record that never ran has an error line (batch_expired)\n");
+    }
   }
   if (tasks) {
     auto list = client.Tasks(job_id);
@@ -372,6 +468,12 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
 
 int Watch(const Connection& connection, const std::string& job_id, bool json) {
   bool tty = isatty(STDOUT_FILENO) && !json;
+  // Ctrl-C stops the watching, not the job: say so, and how to come back or stop it.
+  snprintf(watch_stop_message, sizeof watch_stop_message,
+           "\nstopped watching; job %.40s keeps running (minions watch %.40s follows it again, minions cancel "
+           "%.40s stops it)\n",
+           job_id.c_str(), job_id.c_str(), job_id.c_str());
+  std::signal(SIGINT, SayTheJobKeepsRunning);
   // Not a terminal (a log, a pipe): a line when something changed, at most every 5 seconds.
   absl::Time last_printed = absl::InfinitePast();
   int64_t last_done = -1;
@@ -382,10 +484,12 @@ int Watch(const Connection& connection, const std::string& job_id, bool json) {
     if (json) {
       printf("%s\n", ToJson(p).c_str());
     } else if (tty) {
-      printf("\r%s   ", ProgressLine(p).c_str());
+      // Fitted to the terminal as it is now (it may have been resized), the rest of the old line
+      // cleared.
+      printf("\r%s\033[K", ProgressLine(p, TerminalColumns(STDOUT_FILENO)).c_str());
     } else if (p.job().state() != last_state ||
                (done != last_done && absl::Now() - last_printed >= absl::Seconds(5))) {
-      printf("%s\n", ProgressLine(p).c_str());
+      printf("%s\n", ProgressLine(p, 0).c_str());
       last_printed = absl::Now();
       last_done = done;
       last_state = p.job().state();
@@ -475,10 +579,12 @@ int ListExecutors(const Connection& connection, bool json) {
     const std::string device =
         e.gpu().empty() ? absl::StrCat(e.accelerator().empty() ? "cpu" : e.accelerator(), " ", e.os())
                         : absl::StrCat(e.accelerator(), " ", e.gpu());
-    printf("%-16s %-16s %-12s %-24s %8.1fG %8.1fG %10s  %s | %s\n", e.id().c_str(), e.name().c_str(),
+    // No dangling "|" for an executor with no task and nothing to say.
+    if (!tasks.empty()) models += " | " + tasks;
+    printf("%-16s %-16s %-12s %-24s %8.1fG %8.1fG %10s  %s\n", e.id().c_str(), e.name().c_str(),
            e.state().c_str(), device.substr(0, 24).c_str(), static_cast<double>(e.memory_bytes()) / (1 << 30),
            static_cast<double>(e.usable_memory_bytes()) / (1 << 30), (Age(e.last_heartbeat_at_ms()) + " ago").c_str(),
-           models.c_str(), tasks.c_str());
+           models.c_str());
   }
   return 0;
 }

@@ -91,4 +91,10 @@ int DrainExecutor(const Connection& connection, const std::string& executor_id, 
 // "1h02m", "45s", "-" — for tables and the progress bar.
 std::string HumanDuration(double seconds);
 
+// One line of progress, `watch`'s and `local-run`'s: "[####------] 367/1000  37%  12.5 rec/s
+// ETA 51s  TAIL", at most `columns` - 1 wide (0: any width): the bar shrinks (to 10) before the
+// line is cut. `eta_seconds` < 0: not known yet.
+std::string ProgressText(int64_t done, int64_t total, double rate, double eta_seconds, const std::string& tail,
+                         int columns);
+
 }  // namespace minions::cli

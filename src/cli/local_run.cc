@@ -1,5 +1,9 @@
 #include "cli/local_run.h"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -7,17 +11,30 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cli/client_verbs.h"
+#include "cli/output.h"
 #include "common/subprocess.h"
 #include "runner/batch_record.h"
 #include "runner/runner_process.h"
 
 namespace minions::cli {
 
+namespace {
+
+int TerminalWidth(int fd) {
+  struct winsize size {};
+  if (ioctl(fd, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  return 80;
+}
+
+}  // namespace
+
 std::string DefaultRunnerProgram() { return SiblingProgram("minions-llama-runner"); }
 
 absl::StatusOr<LocalRunSummary> RunLocally(const LocalRunOptions& options) {
+  errno = 0;
   std::ifstream input(options.input_path);
-  if (!input) return absl::NotFoundError(absl::StrCat("cannot read input file '", options.input_path, "'"));
+  if (!input || std::filesystem::is_directory(options.input_path)) return CannotRead(options.input_path, errno);
   std::ofstream output(options.output_path, std::ios::trunc);
   if (!output) return absl::PermissionDeniedError(absl::StrCat("cannot write '", options.output_path, "'"));
   std::ofstream errors(options.errors_path, std::ios::trunc);
@@ -35,6 +52,16 @@ absl::StatusOr<LocalRunSummary> RunLocally(const LocalRunOptions& options) {
   summary.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
 
+  // The records to come, counted first (a pass over the file) so the progress has a percentage
+  // and an ETA, as `minions watch` shows.
+  size_t total = 0;
+  if (options.progress) {
+    std::string counted;
+    while (std::getline(input, counted)) total += !IsBlankLine(counted);
+    input.clear();
+    input.seekg(0);
+  }
+  const bool tty = isatty(STDERR_FILENO) != 0;
   auto start = std::chrono::steady_clock::now();
   std::vector<std::string> batch;
   size_t batch_number = 0;
@@ -58,9 +85,14 @@ absl::StatusOr<LocalRunSummary> RunLocally(const LocalRunOptions& options) {
     summary.completion_tokens += JsonInt(usage, "completion_tokens");
     batch.clear();
     if (options.progress) {
-      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      fprintf(stderr, "\r%zu records, %zu errors, %.1f records/s   ", summary.records,
-              summary.errors, summary.records / std::max(secs, 1e-9));
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double rate = summary.records / std::max(secs, 1e-9);
+      const double eta = rate > 0 ? static_cast<double>(total - std::min(total, summary.records)) / rate : -1;
+      const std::string line =
+          ProgressText(static_cast<int64_t>(summary.records), static_cast<int64_t>(total), rate, eta,
+                       absl::StrCat(summary.errors, " error", summary.errors == 1 ? "" : "s"),
+                       tty ? TerminalWidth(STDERR_FILENO) : 0);
+      fprintf(stderr, tty ? "\r%s\033[K" : "%s\n", line.c_str());
       fflush(stderr);
     }
     return absl::OkStatus();
@@ -75,7 +107,7 @@ absl::StatusOr<LocalRunSummary> RunLocally(const LocalRunOptions& options) {
     }
   }
   if (auto s = flush(); !s.ok()) return s;
-  if (options.progress) fprintf(stderr, "\n");
+  if (options.progress && tty) fprintf(stderr, "\n");
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   (*runner)->Shutdown();
   return summary;

@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "cli/output.h"
 #include "common/sha256.h"
 #include "rpc/rpc.h"
@@ -19,6 +22,17 @@ std::string Parameters(int64_t n) {
   if (n >= 1'000'000'000) return absl::StrFormat("%.1fB", static_cast<double>(n) / 1e9);
   if (n >= 1'000'000) return absl::StrFormat("%.0fM", static_cast<double>(n) / 1e6);
   return absl::StrCat(n);
+}
+
+// "1.2 GiB, llama 3.2B, Q4_K_M": what the header said, the parts it did not say left out (no
+// dangling ", " for a model without a quantization or an architecture).
+std::string PushedFacts(const v1::Model& m) {
+  std::vector<std::string> parts = {HumanBytes(m.size_bytes())};
+  std::string shape = m.architecture();
+  if (m.parameters() > 0) shape = absl::StrCat(shape, shape.empty() ? "" : " ", Parameters(m.parameters()), " parameters");
+  if (!shape.empty()) parts.push_back(shape);
+  if (!m.quantization().empty()) parts.push_back(m.quantization());
+  return absl::StrJoin(parts, ", ");
 }
 
 std::string ShortDigest(const std::string& digest) { return digest.substr(0, std::min<size_t>(digest.size(), 19)); }
@@ -47,8 +61,9 @@ absl::StatusOr<v1::Model> ModelsClient::Push(
     const std::string& path, const std::string& name, const std::string& team,
     const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
   if (!open_.ok()) return open_;
+  errno = 0;
   std::ifstream file(path, std::ios::binary | std::ios::ate);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  if (!file || std::filesystem::is_directory(path)) return CannotRead(path, errno);
   const int64_t size = static_cast<int64_t>(file.tellg());
   absl::StatusOr<std::string> digest =
       Sha256File(path, [&](int64_t done) { if (progress) progress("hashing", done, size); });
@@ -157,9 +172,8 @@ int PushModel(const Connection& connection, const ModelOptions& options) {
   if (options.json) {
     printf("%s\n", ToJson(*model).c_str());
   } else {
-    printf("%s@%s (%s, %s %s, %s) pushed for team %s\n", model->name().c_str(), model->digest().c_str(),
-           HumanBytes(model->size_bytes()).c_str(), model->architecture().c_str(),
-           Parameters(model->parameters()).c_str(), model->quantization().c_str(), model->team().c_str());
+    printf("%s@%s (%s) pushed for team %s\n", model->name().c_str(), model->digest().c_str(),
+           PushedFacts(*model).c_str(), model->team().c_str());
   }
   return 0;
 }

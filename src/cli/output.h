@@ -3,11 +3,14 @@
 // JSON array, an error on standard error with exit code 1.
 
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <string>
 
 #include <google/protobuf/util/json_util.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace minions::cli {
 
@@ -29,6 +32,16 @@ void PrintJsonArray(const Messages& messages) {
     first = false;
   }
   printf("]\n");
+}
+
+// A file a verb cannot read, and why (`error`: the errno of the failed open): missing, a folder,
+// not permitted.
+inline absl::Status CannotRead(const std::string& path, int error) {
+  std::error_code ec;
+  const std::string why = std::filesystem::is_directory(path, ec) ? "it is a folder, not a file"
+                          : error != 0                            ? std::strerror(error)
+                                                                  : "it cannot be opened";
+  return absl::NotFoundError(absl::StrCat("cannot read '", path, "': ", why));
 }
 
 inline int Fail(const absl::Status& status) {

@@ -239,6 +239,9 @@ absl::Status ExecutorAgent::Register() {
   v1::Capabilities capabilities = DetectCapabilities(offer);
   capabilities.set_max_tasks(options_.max_prefetch);
   if (options_.gang) capabilities.set_gang_address(options_.gang->address);
+  if (options_.models) {
+    for (const std::string& folder : options_.models->ReportedFolders()) capabilities.add_model_folders(folder);
+  }
   *request.mutable_capabilities() = capabilities;
   auto reply = client_->Register(request);
   if (!reply.ok()) return reply.status();

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/match.h"
@@ -64,6 +65,11 @@ absl::StatusOr<ModelAccess> ModelAccess::Create(const ModelAccessOptions& option
     }
     access.folders_.push_back(RealOr(folder));
   }
+  for (const std::string& folder : options.folders) {
+    std::string normal = fs::path(folder).lexically_normal().string();
+    while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+    access.configured_.push_back(normal);
+  }
   return access;
 }
 
@@ -88,6 +94,18 @@ absl::StatusOr<std::string> ModelAccess::Resolve(const std::string& model) const
 std::vector<std::string> ModelAccess::ReadableFolders() const {
   std::vector<std::string> out;
   for (const std::string& folder : folders_) out.push_back(RealOr(folder));
+  return out;
+}
+
+std::vector<std::string> ModelAccess::ReportedFolders() const {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& folder) {
+    if (std::find(out.begin(), out.end(), folder) == out.end()) out.push_back(folder);
+  };
+  for (const std::string& folder : configured_) {
+    add(folder);
+    add(RealOr(folder));  // resolved now: a folder made (or linked) after the start counts
+  }
   return out;
 }
 

@@ -36,6 +36,9 @@ class ModelAccess {
 
   // The folders models are read from, as real paths (the runner's sandbox opens them read-only).
   std::vector<std::string> ReadableFolders() const;
+  // The owner's folders as configured and as real paths (the cache left out), for the server to
+  // check a job's model path against at submit (Capabilities.model_folders).
+  std::vector<std::string> ReportedFolders() const;
   std::string Describe() const;
 
   // The one answer to a model this executor will not load.
@@ -43,6 +46,7 @@ class ModelAccess {
 
  private:
   std::vector<std::string> folders_;  // configured order, cache last; real paths when they exist
+  std::vector<std::string> configured_;  // the owner's folders as given, lexically normal
 };
 
 }  // namespace minions

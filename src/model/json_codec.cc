@@ -86,6 +86,8 @@ Json JobSpecToJson(const JobSpec& spec) {
   }
   if (!spec.owner.empty()) json["owner"] = spec.owner;
   if (spec.gang_size > 0) json["gang_size"] = spec.gang_size;
+  if (spec.tokens_per_record > 0) json["tokens_per_record"] = spec.tokens_per_record;
+  if (!spec.sizing.empty()) json["sizing"] = spec.sizing;
   return json;
 }
 
@@ -115,6 +117,8 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const Json& json) {
   }
   RETURN_IF_ERROR(ReadDuration(json, "completion_window", spec.completion_window));
   RETURN_IF_ERROR(ReadInt(json, "gang_size", spec.gang_size));
+  RETURN_IF_ERROR(ReadInt(json, "tokens_per_record", spec.tokens_per_record));
+  RETURN_IF_ERROR(ReadString(json, "sizing", spec.sizing));
   return spec;
 }
 
@@ -134,6 +138,7 @@ Json ExecutorInfoToJson(const ExecutorInfo& info) {
       {"version", info.version},
   };
   if (!info.gang_address.empty()) json["gang_address"] = info.gang_address;
+  if (!info.model_folders.empty()) json["model_folders"] = info.model_folders;
   return json;
 }
 
@@ -153,6 +158,7 @@ absl::StatusOr<ExecutorInfo> ExecutorInfoFromJson(const Json& json) {
   RETURN_IF_ERROR(ReadInt(json, "max_tasks", info.max_tasks));
   RETURN_IF_ERROR(ReadString(json, "version", info.version));
   RETURN_IF_ERROR(ReadString(json, "gang_address", info.gang_address));
+  RETURN_IF_ERROR(ReadStrings(json, "model_folders", info.model_folders));
   return info;
 }
 

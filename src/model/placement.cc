@@ -175,7 +175,9 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
     }
   }
   if (able == 0) {
-    return {WaitCause::kNoExecutors, "no executor has enrolled yet (minions executor --join TOKEN on a machine)"};
+    return {WaitCause::kNoExecutors,
+            "no executor has enrolled yet (an admin issues a join token: minions admin join-token -o join.txt; then on "
+            "a machine: minions executor --server ADDRESS --join-token-file join.txt)"};
   }
   if (ready > 0) {
     return {WaitCause::kInLine,

@@ -289,6 +289,12 @@ void CountTerminalTask(Job& job, const Task& task, absl::Time now) {
   }
 }
 
+void CountStoppedTask(Job& job, const Task& task, bool unrun_failed) {
+  const int64_t committed = CommittedRecords(task), committed_failed = CommittedFailed(task);
+  job.counts.completed += committed - committed_failed;
+  job.counts.failed += committed_failed + (unrun_failed ? task.n_records - committed : 0);
+}
+
 bool SettleJob(Job& job, const std::string& last_error, absl::Time now) {
   if (job.tasks_done < job.n_tasks || IsTerminal(job.state) || job.state == JobState::kFinalizing) return false;
   if (job.tasks_succeeded == 0 && job.state != JobState::kCancelled) {
@@ -333,10 +339,7 @@ absl::Status ExpireJob(Job& job, std::vector<Task>& tasks, absl::Time now) {
     CancelTask(task, now);
     task.last_error = job.error;
     AccountTerminalTask(job, task, now);
-    // Cut off by the deadline: like a failed task, its chunks are served and the rest are errors.
-    const int64_t committed = CommittedRecords(task), committed_failed = CommittedFailed(task);
-    job.counts.completed += committed - committed_failed;
-    job.counts.failed += task.n_records - committed + committed_failed;
+    CountStoppedTask(job, task, /*unrun_failed=*/true);  // cut off by the deadline: its chunks are served, the rest are errors
   }
   // Whatever the tasks' outcome, the job's finished records are merged and it ends expired.
   job.error = absl::StrCat("the completion window of ", absl::FormatDuration(*job.spec.completion_window),

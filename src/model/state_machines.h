@@ -93,6 +93,14 @@ void AccountTerminalTask(Job& job, const Task& task, absl::Time now);
 // store adds to the job's counts (the PostgreSQL store keeps them in counter rows, not the job row).
 void CountTerminalTask(Job& job, const Task& task, absl::Time now);
 
+// A task stopped by its job's cancel or expiry keeps what it finished: its committed chunks count
+// (completed, and failed for their error lines). `unrun_failed`: every record it never ran counts
+// failed too (an expired job's: its counts say what its results hold, completed = output lines,
+// failed = error lines). A cancelled job's are left out (false): total - completed - failed is what
+// never ran, each with a "batch_cancelled" error line, and its progress and rate are what ran.
+// Adds to `job`'s counts only (the task is already in tasks_done through CountTerminalTask).
+void CountStoppedTask(Job& job, const Task& task, bool unrun_failed);
+
 // The settling half: a job whose tasks have all ended (tasks_done == n_tasks) and that has not
 // ended itself moves to finalizing, or to failed (with `last_error`, of the task that ended last)
 // when no task succeeded. Returns whether the job changed.

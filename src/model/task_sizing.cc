@@ -3,12 +3,39 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace minions {
 
 ThroughputKey ThroughputKeyOf(const JobSpec& spec) {
-  return ThroughputKey{spec.model_digest.empty() ? spec.model : spec.model_digest, spec.requirements.runner};
+  // The answers' length is part of the key's runner (the store keeps (model, runner) rows): a
+  // record asking for 64 tokens takes about eight times what one asking for 8 does.
+  const int64_t bucket = AnswerTokensBucket(spec.tokens_per_record);
+  std::string runner = spec.requirements.runner;
+  if (bucket > 0) absl::StrAppend(&runner, "#answers<=", bucket);
+  return ThroughputKey{spec.model_digest.empty() ? spec.model : spec.model_digest, std::move(runner)};
+}
+
+int64_t AnswerTokensBucket(int64_t tokens_per_record) {
+  if (tokens_per_record <= 0) return 0;
+  int64_t bucket = 16;
+  while (bucket < tokens_per_record && bucket < (int64_t{1} << 40)) bucket *= 2;
+  return bucket;
+}
+
+int64_t SpreadOverFreeExecutors(int64_t records, int64_t shard, int free_executors, int64_t min_records,
+                                std::string* why) {
+  if (records <= 0 || shard <= 0 || free_executors <= 1) return shard;
+  const int64_t tasks = (records + shard - 1) / shard;
+  if (tasks >= free_executors) return shard;
+  const int64_t spread = std::max<int64_t>({1, min_records, (records + free_executors - 1) / free_executors});
+  if (spread >= shard) return shard;
+  if (why != nullptr) {
+    absl::StrAppendFormat(why, "; %d records spread over the %d free executors: tasks of %d (not %d)", records,
+                          free_executors, spread, shard);
+  }
+  return spread;
 }
 
 std::optional<ThroughputSample> SampleOfCompletion(const Task& task, int attempt) {

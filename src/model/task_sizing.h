@@ -70,4 +70,15 @@ struct TaskSize {
 // The records per task of a new job whose (model, runner) measured `measured` (nullopt: none).
 TaskSize SizeTasks(const std::optional<Throughput>& measured, const TaskSizing& sizing);
 
+// The power of two at or above `tokens_per_record` (JobSpec::tokens_per_record; at least 16), or
+// 0 when it is not known: jobs whose answers are about as long share one measurement.
+int64_t AnswerTokensBucket(int64_t tokens_per_record);
+
+// Small jobs spread: while `free_executors` could each take a task, a job of `records` records
+// gets at least that many tasks (tasks of at least `min_records`), so it ends in the time of its
+// share rather than on one executor. Returns the shard size to use (never more than `shard`), and
+// says why in `why` when it changed it.
+int64_t SpreadOverFreeExecutors(int64_t records, int64_t shard, int free_executors, int64_t min_records,
+                                std::string* why);
+
 }  // namespace minions

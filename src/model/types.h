@@ -47,6 +47,10 @@ struct Requirements {
 };
 
 // What the submitter asks for.
+// The largest input one job takes inline (ServerOptions::max_input_bytes, which no flag changes):
+// the CLI checks a file against it before it reads it (cli/client_verbs.cc).
+inline constexpr int64_t kDefaultMaxInputBytes = int64_t{256} << 20;
+
 struct JobSpec {
   std::string team = "default";   // owner team, for fair share and accounting
   std::string owner;              // who submitted it: its credential's principal ("" before identities)
@@ -66,6 +70,12 @@ struct JobSpec {
   // once, a leader and members lending it their memory (requirements.min_memory_bytes is then what
   // the whole gang needs). 0: one executor per task.
   int gang_size = 0;
+  // The answer tokens a record of the input asks for, on average over its first records (their
+  // max_tokens, else the endpoint's default); 0: not known. Task sizes are measured and chosen per
+  // its power-of-two bucket (model/task_sizing.h): a job of 64-token answers is not sized from a
+  // job of 8-token ones.
+  int64_t tokens_per_record = 0;
+  std::string sizing;  // how the server chose shard_size ("" when the submitter asked for it)
 };
 
 struct RequestCounts {
@@ -199,6 +209,10 @@ struct ExecutorInfo {
   // Its gang member gate on the network the operator names for gangs ("host:port"; config
   // [gang] address): leaders reach its rpc-server there. "" : it joins no gang.
   std::string gang_address;
+  // The folders a job may name a model file in (its owner's `--models`, as configured and as real
+  // paths): the server refuses at submit a model path under none of the fleet's. Empty from an
+  // executor that does not say (older): nothing is checked against it.
+  std::vector<std::string> model_folders;
 };
 
 // What placement compares a job's Requirements::min_memory_bytes with.

@@ -13,6 +13,7 @@
 #include "identity/token.h"
 #include "model/identity.h"
 #include "openai/multipart_reader.h"
+#include "server/duplicate_ids.h"
 #include "server/keys.h"
 
 namespace minions::openai {
@@ -61,20 +62,6 @@ HttpResponse StatusResponse(const absl::Status& status, const HttpRequest& reque
       MINIONS_LOG(Warning) << "OpenAI API " << request.method << " " << request.path << ": " << status;
       return ErrorResponse(500, "The server had an error while processing your request.", "server_error");
   }
-}
-
-// A custom_id's 128-bit fingerprint (the first half of its SHA-256): validation keeps these, not
-// the ids, so a file of millions of long ids costs 16 bytes an id. Two ids share one with a
-// chance of about n^2 / 2^129 (1e-20 for a billion ids); that would report a duplicate falsely,
-// never miss one.
-absl::uint128 CustomIdFingerprint(const std::string& id) {
-  Sha256 hash;
-  hash.Update(id);
-  const std::string hex = hash.HexDigest();
-  uint64_t high = 0, low = 0;
-  (void)absl::SimpleHexAtoi(hex.substr(0, 16), &high);
-  (void)absl::SimpleHexAtoi(hex.substr(16, 16), &low);
-  return absl::MakeUint128(high, low);
 }
 
 // Whether a request moves a file's bytes or validates one (a stream of its own), rather than a
@@ -822,7 +809,7 @@ void OpenAiApi::CreateBatch(Call& call) {
       errors.push_back(Json{{"code", code}, {"message", message}, {"param", param}, {"line", line}});
     }
   };
-  absl::flat_hash_set<absl::uint128> custom_ids;  // fingerprints (CustomIdFingerprint)
+  DuplicateCustomIds custom_ids;  // the check every submission path makes (server/duplicate_ids.h)
   std::string model;
   int64_t line_number = 0, records = 0;
   std::string pending;
@@ -843,10 +830,11 @@ void OpenAiApi::CreateBatch(Call& call) {
       return error("missing_required_parameter", "The request has no custom_id (a non-empty string).", line_number,
                    "custom_id");
     }
-    if (!custom_ids.insert(CustomIdFingerprint(r["custom_id"].get<std::string>())).second) {
+    const std::string& custom_id = r["custom_id"].get_ref<const std::string&>();
+    if (int64_t first = custom_ids.See(custom_id, line_number); first > 0) {
+      DuplicateCustomIds::Duplicate d{custom_id.substr(0, DuplicateCustomIds::kShownIdBytes), line_number, first};
       return error("duplicate_custom_id",
-                   absl::StrCat("The custom_id '", r["custom_id"].get<std::string>().substr(0, 64),
-                                "' is used by an earlier request; each request needs its own."),
+                   absl::StrCat("The ", DuplicateCustomIds::Describe(d), "; each request needs its own."),
                    line_number, "custom_id");
     }
     if (JsonString(r, "method") != "POST") {

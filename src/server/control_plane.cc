@@ -112,7 +112,9 @@ absl::Status ControlPlane::Start() {
   }
   serving_ = true;
   MINIONS_LOG(Info) << "server listening on " << address() << (options_.tls.enabled() ? " (TLS)" : " (plain text, loopback)")
-                    << (watchdog_ ? " with the watchdog" : "")
+                    << (!watchdog_             ? ""
+                        : watchdog_->active() ? " running the watchdog"
+                                              : " with the watchdog on standby (another process runs it)")
                     << (http_ ? absl::StrCat("; dashboard and metrics on ", dashboard_url()) : "");
   return absl::OkStatus();
 }

@@ -222,6 +222,16 @@ absl::StatusOr<TokenUsage> JobFinalizer::MergeCancelled(const std::string& job_i
   return tokens;
 }
 
+absl::StatusOr<JobFinalizer::ResultKeys> JobFinalizer::CancelledResults(const std::string& job_id) {
+  ResultKeys result{keys::CancelledJobOutput(job_id), keys::CancelledJobErrors(job_id)};
+  auto merged = blobs_->Size(result.errors);
+  if (merged.ok()) return result;
+  if (!absl::IsNotFound(merged.status())) return merged.status();
+  // Two readers at once may both merge: the same bytes, each object replaced whole.
+  RETURN_IF_ERROR(MergeCancelled(job_id).status());
+  return result;
+}
+
 absl::StatusOr<int> JobFinalizer::FinalizeReady() {
   auto jobs = store_->JobsToFinalize(16, clock_->Now());
   if (!jobs.ok()) return jobs.status();

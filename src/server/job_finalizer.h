@@ -38,6 +38,15 @@ class JobFinalizer {
   // a cancelled job's tasks commit nothing more). Returns the tokens the merged output lines state
   // they used (as Finalize keeps in Job::tokens; the caller keeps them where it needs them).
   absl::StatusOr<TokenUsage> MergeCancelled(const std::string& job_id);
+  // Where a cancelled job's results lie (output and errors keys), merged by MergeCancelled first
+  // unless a merge has ended before (its error file, written last, exists). Any reader of a
+  // cancelled job's results comes through here (the CLI's results, the OpenAI API's files), so
+  // they read the same bytes. FailedPrecondition for a job that is not cancelled.
+  struct ResultKeys {
+    std::string output;
+    std::string errors;
+  };
+  absl::StatusOr<ResultKeys> CancelledResults(const std::string& job_id);
 
  private:
   // Writes the merged output and error files of `job` (see Finalize) to `output_key` and

@@ -37,6 +37,17 @@ namespace {
 constexpr int32_t kDefaultTaskPage = 1000;
 constexpr int32_t kMaxTaskPage = 10000;
 
+// Executors of `fleet` that could take a task of `spec` now: idle (not busy, draining, lost or
+// with their owner present), offering its runner, holding its memory.
+int FreeExecutorsFor(const std::vector<Executor>& fleet, const JobSpec& spec) {
+  int free = 0;
+  for (const Executor& e : fleet) {
+    free += e.state == ExecutorState::kAvailable && !e.drain_requested && OffersRunner(e.info, spec.requirements.runner) &&
+            HoldsMemory(e.info, spec.requirements);
+  }
+  return free;
+}
+
 }  // namespace
 
 absl::StatusOr<Job> JobService::VisibleJob(const Caller& caller, const std::string& job_id) {
@@ -118,19 +129,12 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   // A registry model: its digest, size and the memory a task needs (InvalidArgument for an
   // unknown one, with the names the team has).
   RETURN_IF_ERROR(ResolveJobModel(*store_, spec));
-  std::string sizing_why;
-  if (sized_by_server) {
-    ASSIGN_OR_RETURN(TaskSize size, SizeTasksFor(*store_, spec, options_.task_sizing));
-    spec.shard_size = std::max(size.records, options_.min_shard_size);
-    sizing_why = std::move(size.why);
-  }
   // Placement: a job no executor could ever run says so now, not by waiting for ever.
-  {
-    absl::StatusOr<std::vector<Executor>> fleet = store_->ListExecutors();
-    if (!fleet.ok()) return fleet.status();
-    PlanAutomaticGang(*fleet, spec);  // a model no single executor can hold: the fewest that can
-    RETURN_IF_ERROR(CheckFleetCanHold(*fleet, spec));
-  }
+  absl::StatusOr<std::vector<Executor>> fleet = store_->ListExecutors();
+  if (!fleet.ok()) return fleet.status();
+  PlanAutomaticGang(*fleet, spec);  // a model no single executor can hold: the fewest that can
+  RETURN_IF_ERROR(CheckFleetCanHold(*fleet, spec));
+  RETURN_IF_ERROR(CheckModelPathInFolders(*fleet, spec));  // a file no executor would load
   if (request.completion_window_ms() > 0) spec.completion_window = absl::Milliseconds(request.completion_window_ms());
 
   // Inputs are the caller's own uploads: kept under its prefix, and only from there.
@@ -165,6 +169,16 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
         "the input is empty: the job has no records (send a JSONL file of request lines, or name an input_key)");
   }
 
+  // Task sizes: from what tasks of this model, runner and answer length measured (the answer
+  // length read from the input's first records).
+  ASSIGN_OR_RETURN(spec.tokens_per_record, EstimateTokensPerRecord(*blobs_, spec.input_key, spec.runner_options));
+  std::string sizing_why;
+  if (sized_by_server) {
+    ASSIGN_OR_RETURN(TaskSize size, SizeTasksFor(*store_, spec, options_.task_sizing));
+    spec.shard_size = std::max(size.records, options_.min_shard_size);
+    sizing_why = std::move(size.why);
+  }
+
   // Split before the job is created, so that the job records the shard size its tasks have.
   int64_t records_seen = 0;
   auto split = SplitInput(*blobs_, spec.input_key, spec.shard_size, options_.max_tasks_per_job, &records_seen);
@@ -176,6 +190,17 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
                     " tasks");
     split = SplitInput(*blobs_, spec.input_key, spec.shard_size, options_.max_tasks_per_job);
   }
+  if (split.ok() && sized_by_server && spec.gang_size == 0) {
+    // A small job on an idle fleet: a task for each free executor (the input is read again, which
+    // only a job smaller than its free executors' share costs).
+    const int64_t spread = SpreadOverFreeExecutors(split->total_records, spec.shard_size, FreeExecutorsFor(*fleet, spec),
+                                                   options_.min_shard_size, &sizing_why);
+    if (spread != spec.shard_size) {
+      spec.shard_size = spread;
+      split = SplitInput(*blobs_, spec.input_key, spec.shard_size, options_.max_tasks_per_job);
+    }
+  }
+  if (sized_by_server) spec.sizing = sizing_why;
   auto job = store_->CreateJob(spec, clock_->Now());
   if (!job.ok()) return job.status();  // ResourceExhausted: the team's quota of jobs
   if (!split.ok()) {
@@ -242,7 +267,24 @@ absl::Status JobService::ExplainWaitInto(const Job& job, int64_t pending_tasks, 
     const int64_t tasks = running_by_executor[e.id];
     fleet.push_back({std::move(e), tasks});
   }
-  const WaitExplanation why = ExplainWait(job, pending_tasks, fleet, teams, now, store_->WarmWait());
+  WaitExplanation why = ExplainWait(job, pending_tasks, fleet, teams, now, store_->WarmWait());
+  if (why.cause == WaitCause::kInLine) {
+    // Free executors can take it, but do its attempts end at once? Then that is what the waiting
+    // line says, as the task table does (an input executors cannot read, a model they cannot load).
+    ASSIGN_OR_RETURN(std::vector<Task> tasks, store_->ListTasks(job.id));
+    const Task* failing = nullptr;
+    for (const Task& t : tasks) {
+      if (t.state == TaskState::kPending && t.failures > 0 && !t.last_error.empty() &&
+          (failing == nullptr || t.failures > failing->failures)) {
+        failing = &t;
+      }
+    }
+    if (failing != nullptr) {
+      absl::StrAppend(&why.message, "; but its attempts fail: task ", failing->index, " failed ", failing->failures,
+                      " of ", job.spec.max_attempts, " times, last: ", failing->last_error.substr(0, 300),
+                      " (minions status ", job.id, " --tasks)");
+    }
+  }
   out.set_wait_cause(std::string(WaitCauseName(why.cause)));
   out.set_wait_reason(why.message);
   return absl::OkStatus();
@@ -328,13 +370,21 @@ grpc::Status JobService::GetResults(grpc::ServerContext* context, const v1::GetR
   AUTHORIZE_OR_RETURN(context, Scope::kJobsRead);
   auto job = VisibleJob(caller, request->job_id());
   if (!job.ok()) return ToGrpc(job.status());
-  const std::string& key = request->errors() ? job->errors_key : job->output_key;
+  std::string key = request->errors() ? job->errors_key : job->output_key;
+  if (job->state == JobState::kCancelled) {
+    // A cancelled job keeps what it finished: its answers, and an error line for every record
+    // that never ran (the same files the OpenAI API serves for the batch).
+    auto merged = finalizer_.CancelledResults(job->id);
+    if (!merged.ok()) return ToGrpc(merged.status());
+    key = request->errors() ? merged->errors : merged->output;
+  }
   // An expired job has results too: what it finished, and an error line for the rest.
-  const bool has_results = job->state == JobState::kCompleted || job->state == JobState::kExpired;
+  const bool has_results = job->state == JobState::kCompleted || job->state == JobState::kExpired ||
+                           job->state == JobState::kCancelled;
   if (!has_results || key.empty()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("job ", job->id, " is ", std::string(JobStateName(job->state)),
-                                     "; results exist once it has completed (or expired)",
+                                     "; results exist once it has completed, expired or been cancelled",
                                      job->error.empty() ? "" : absl::StrCat(" (", job->error, ")")));
   }
   bool client_gone = false;

@@ -40,6 +40,7 @@ class JobService final : public v1::Jobs::Service {
         work_added_(std::move(work_added)),
         metrics_(metrics),
         progress_(progress != nullptr ? progress : &own_progress_),
+        finalizer_(store, blobs, clock, {options.max_chunk_bytes}),
         watch_streams_(options.max_watch_streams) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request, v1::Job* reply) override;
@@ -88,6 +89,7 @@ class JobService final : public v1::Jobs::Service {
   ServerMetrics* metrics_;
   ProgressTracker own_progress_;
   ProgressTracker* progress_;
+  JobFinalizer finalizer_;             // merges a cancelled job's partial results when first asked for
   StreamLimiter watch_streams_;        // open WatchJob streams
 };
 

@@ -1,5 +1,6 @@
 #include "server/job_splitter.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runner/batch_record.h"
 
@@ -49,6 +50,9 @@ void InputSplitter::EndLine(std::string_view line, int64_t line_end_offset) {
     error = RecordTooLargeMessage(static_cast<size_t>(partial_bytes_));
   } else {
     ParsedRecord parsed = ParseRecordLine(line);
+    // A custom_id too long to be one is cut short in `parsed`: not an id to compare.
+    const bool id_cut = !parsed.ok() && absl::StrContains(parsed.error_message, "custom_id is longer");
+    if (!parsed.custom_id.empty() && !id_cut) ids_.See(parsed.custom_id, line_number_);
     if (!parsed.ok()) error = std::move(parsed.error_message);
   }
   if (error.empty()) {
@@ -105,6 +109,7 @@ absl::StatusOr<SplitResult> InputSplitter::Finish() {
   if (result_.total_records == 0) {
     return absl::InvalidArgumentError("the input has no records (it is empty or only blank lines)");
   }
+  if (ids_.count() > 0) return absl::InvalidArgumentError(ids_.Refusal());
   if (valid_records_ == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "no line of the input is a valid request (expected JSONL of OpenAI Batch request lines); ",

@@ -2,7 +2,8 @@
 // JobSplitter: reads a job's input once, validates every line, and cuts it into tasks of
 // `shard_size` records on newline-aligned byte ranges. A bad line stays in its task (the runner
 // turns it into that record's error line, so every record gets exactly one output line); the
-// input as a whole is refused only when it holds no valid record at all, or when it would make
+// input as a whole is refused only when it holds no valid record at all, when two records share a
+// custom_id (server/duplicate_ids.h: their answers could not be told apart), or when it would make
 // more tasks than a job may have.
 //
 // Limits: a line longer than kMaxRecordBytes is kept only up to that size (memory stays bounded
@@ -15,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "blob/blob_store.h"
 #include "model/types.h"
+#include "server/duplicate_ids.h"
 
 namespace minions {
 
@@ -39,8 +41,8 @@ class InputSplitter {
   explicit InputSplitter(int64_t shard_size, int64_t max_tasks = kDefaultMaxTasksPerJob)
       : shard_size_(shard_size), max_tasks_(max_tasks) {}
   void Feed(std::string_view chunk);
-  // InvalidArgument when the input holds no record, or no valid one, or makes more than
-  // `max_tasks` tasks.
+  // InvalidArgument when the input holds no record, or no valid one, or two records with one
+  // custom_id (naming their lines), or makes more than `max_tasks` tasks.
   absl::StatusOr<SplitResult> Finish();
   // Records counted so far (after Finish, all of them, whether or not it refused the input).
   int64_t records_seen() const { return result_.total_records; }
@@ -54,6 +56,7 @@ class InputSplitter {
   int64_t shard_size_;
   int64_t max_tasks_;
   SplitResult result_;
+  DuplicateCustomIds ids_;     // the custom_ids seen, hashed
   std::string partial_;        // the current line, when it spans chunks (at most kMaxRecordBytes + 1)
   int64_t partial_bytes_ = 0;  // its real length, which may exceed what partial_ keeps
   bool partial_blank_ = true;  // every byte of it so far is blank

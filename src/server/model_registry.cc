@@ -1,9 +1,11 @@
 #include "server/model_registry.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -61,6 +63,27 @@ void PlanAutomaticGang(const std::vector<Executor>& fleet, JobSpec& spec) {
       return;
     }
   }
+}
+
+absl::Status CheckModelPathInFolders(const std::vector<Executor>& fleet, const JobSpec& spec) {
+  if (spec.model.empty() || spec.model[0] != '/' || !spec.model_digest.empty()) return absl::OkStatus();
+  std::string path = std::filesystem::path(spec.model).lexically_normal().string();
+  std::set<std::string> folders;
+  for (const Executor& e : fleet) {
+    if (e.state == ExecutorState::kRevoked) continue;
+    for (const std::string& folder : e.info.model_folders) {
+      if (absl::StartsWith(path, folder == "/" ? "/" : folder + "/")) return absl::OkStatus();
+      folders.insert(folder);
+    }
+  }
+  if (folders.empty()) return absl::OkStatus();  // nobody says: the executors decide
+  std::vector<std::string> shown(folders.begin(), folders.end());
+  if (shown.size() > 8) shown.resize(8);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model file '", spec.model.substr(0, 300), "' is in none of the executors' model folders (",
+      absl::StrJoin(shown, ", "), folders.size() > shown.size() ? ", ..." : "",
+      "), so no executor would load it: move it into one of them, or push it to the team's models and "
+      "submit with its name: minions models push ", spec.model.substr(0, 300), " --name NAME, then --model NAME"));
 }
 
 absl::Status CheckFleetCanHold(const std::vector<Executor>& fleet, const JobSpec& spec) {

@@ -33,4 +33,11 @@ absl::Status CheckFleetCanHold(const std::vector<Executor>& fleet, const JobSpec
 // otherwise spec is left as it is (and CheckFleetCanHold refuses it).
 void PlanAutomaticGang(const std::vector<Executor>& fleet, JobSpec& spec);
 
+// A model named by an absolute path must lie in a model folder of some executor of `fleet`
+// (ExecutorInfo::model_folders; revoked executors and those that report none aside): otherwise
+// InvalidArgument naming the folders the fleet has and suggesting `minions models push`, so the
+// job fails at submit, not on every executor later. Anything else (a registry model, a path
+// relative to the folders, a fleet that reports no folder) passes.
+absl::Status CheckModelPathInFolders(const std::vector<Executor>& fleet, const JobSpec& spec);
+
 }  // namespace minions

@@ -38,6 +38,8 @@ v1::Job ToProto(const Job& job) {
   p.set_runner(job.spec.requirements.runner);
   p.set_memory_bytes(job.spec.requirements.min_memory_bytes);
   p.set_gang_size(job.spec.gang_size);
+  p.set_sizing(job.spec.sizing);
+  p.set_tokens_per_record(job.spec.tokens_per_record);
   return p;
 }
 
@@ -110,6 +112,12 @@ ExecutorInfo FromProto(const v1::Capabilities& c) {
   if (!c.gang_address().empty() && c.gang_address().size() <= 300 && SplitHostPort(c.gang_address(), &host, &port).ok() &&
       !host.empty() && host != "0.0.0.0" && host != "::" && port > 0) {
     info.gang_address = c.gang_address();
+  }
+  // Model folders: absolute paths only, bounded in number and size (the row keeps them).
+  for (const std::string& folder : c.model_folders()) {
+    if (info.model_folders.size() >= 32) break;
+    if (folder.empty() || folder[0] != '/' || folder.size() > 4096 || folder.find('\0') != std::string::npos) continue;
+    info.model_folders.push_back(folder);
   }
   return info;
 }

@@ -11,6 +11,7 @@
 
 namespace minions {
 
+
 struct ServerOptions {
   std::string listen = "127.0.0.1:7070";  // gRPC address
   // HTTP address for /metrics, /healthz, /readyz and the web dashboard; "" serves no HTTP.
@@ -37,7 +38,7 @@ struct ServerOptions {
   // Limits on what one submission may ask for (docs/operations.md, "Limits"). The largest input
   // sent inline (the gRPC message limit follows it) or named by key; the fewest records per task
   // a job may ask for and the most tasks it may make (each task is a row, a lease and heartbeats).
-  int64_t max_input_bytes = int64_t{256} << 20;
+  int64_t max_input_bytes = kDefaultMaxInputBytes;
   int64_t min_shard_size = 1;
   int64_t max_tasks_per_job = 10000;
   // Threads and streams: the most RPCs served at once (each holds a thread of the synchronous

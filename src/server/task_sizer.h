@@ -12,6 +12,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "blob/blob_store.h"
+#include "common/json_util.h"
 #include "model/task_sizing.h"
 #include "model/types.h"
 #include "store/metadata_store.h"
@@ -45,7 +47,14 @@ class CompletionSampler {
   absl::flat_hash_map<std::string, Window> windows_ ABSL_GUARDED_BY(mu_);  // by model and runner
 };
 
-// The records per task for a new job of `spec`'s model and runner.
+// The records per task for a new job of `spec`'s model and runner (and answer length).
 absl::StatusOr<TaskSize> SizeTasksFor(MetadataStore& store, const JobSpec& spec, const TaskSizing& sizing);
+
+// JobSpec::tokens_per_record of the input at `input_key`: the mean answer tokens its first records
+// ask for (their max_tokens or max_completion_tokens, else the endpoint's default: 16 for
+// completions, the runner's default_max_tokens for chat; 1 for an embedding), read from its first
+// MiB only. 0 when no record there is valid.
+absl::StatusOr<int64_t> EstimateTokensPerRecord(BlobStore& blobs, const std::string& input_key,
+                                                const Json& runner_options);
 
 }  // namespace minions

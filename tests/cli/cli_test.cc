@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/client_verbs.h"
 #include "common/subprocess.h"
+#include "testing/process_pool.h"
 
 namespace minions::testing {
 namespace {
@@ -76,6 +77,19 @@ TEST(MinionsCli, ABareMinionsListsItsVerbsAndWhereToStart) {
   EXPECT_THAT(run.err, Not(HasSubstr("required")));
 }
 
+// One help screen: `minions --help` (and -h) is the guide a bare `minions` prints.
+TEST(MinionsCli, HelpIsTheGuideABareMinionsPrints) {
+  Outcome bare = Minions({});
+  for (const char* flag : {"--help", "-h"}) {
+    Outcome help = Minions({flag});
+    EXPECT_EQ(help.code, 0) << help.err;
+    EXPECT_EQ(help.out, bare.out) << flag;
+  }
+  // A verb's --help is still its own.
+  Outcome submit = Minions({"submit", "--help"});
+  EXPECT_THAT(submit.out, HasSubstr("--model"));
+}
+
 TEST(MinionsCli, ARefusedConnectionNamesTheAddressAndTheFlagItCameFrom) {
   Outcome run = Minions({"jobs", "--server", kNobody});
   EXPECT_EQ(run.code, 1);
@@ -112,6 +126,24 @@ TEST(MinionsCli, ConfigCheckNamesEachServerSettingOutOfRangeAndWhatToUse) {
   std::filesystem::remove(config);
 }
 
+// `config check` checks the files its configuration names: a TLS certificate, a CA, a join token.
+TEST(MinionsCli, ConfigCheckNamesEachFileItNamesThatIsNotThere) {
+  const std::string config =
+      (std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-files-", getpid(), ".toml")).string();
+  std::ofstream(config) << "[server]\ntls_cert = \"/nonexistent/server.crt\"\ntls_key = \"/nonexistent/server.key\"\n"
+                        << "[executor]\nca = \"/nonexistent/ca.crt\"\njoin_token_file = \"/nonexistent/join.txt\"\n";
+  Outcome check = Minions({"config", "check", "--config", config});
+  EXPECT_NE(check.code, 0);
+  for (const char* problem : {"server.tls_cert names /nonexistent/server.crt, which does not exist",
+                              "server.tls_key names /nonexistent/server.key, which does not exist",
+                              "executor.ca names /nonexistent/ca.crt, which does not exist",
+                              "executor.join_token_file names /nonexistent/join.txt, which does not exist"}) {
+    EXPECT_THAT(check.out + check.err, HasSubstr(problem));
+  }
+  EXPECT_THAT(check.out, Not(HasSubstr("\nok")));
+  std::filesystem::remove(config);
+}
+
 TEST(MinionsCli, ARefusedConnectionNamesTheConfigFileItCameFrom) {
   const std::string config =
       (std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-", getpid(), ".toml")).string();
@@ -136,6 +168,24 @@ TEST(MinionsCli, TheDefaultAddressComesWithHowToStartAPool) {
   EXPECT_THAT(hint, HasSubstr("minions up"));
   EXPECT_THAT(hint, HasSubstr("--server"));
   EXPECT_THAT(hint, HasSubstr("MINIONS_SERVER"));
+}
+
+// --server pointed at a server's HTTP port: something answers there, and the hint says what it is
+// and where the CLI's port is, not "nothing answers".
+TEST(MinionsCli, TheHttpPortIsRecognisedAndNamed) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-http-", getpid())).string();
+  std::filesystem::remove_all(dir);
+  ProcessPool pool(kMinions, dir, 5000);
+  ASSERT_TRUE(pool.StartServer().ok()) << "see " << dir << "/logs";
+  Outcome run = Minions({"jobs", "--server", pool.http_address()});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr(absl::StrCat("Something answers at ", pool.http_address(), " (from --server)")));
+  EXPECT_THAT(run.err, HasSubstr("that is a server's HTTP port"));
+  EXPECT_THAT(run.err, HasSubstr("gRPC port"));
+  EXPECT_THAT(run.err, Not(HasSubstr("Nothing answers")));
+  pool.StopServer(SIGTERM).IgnoreError();
+  std::filesystem::remove_all(dir);
 }
 
 // Servers on one database share one object store: the first server records its own; a second

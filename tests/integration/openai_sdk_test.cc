@@ -156,6 +156,11 @@ TEST_P(OpenAiSdk, ACancelledBatchGoesCancellingThenCancelledAndKeepsItsPartialOu
   auto job = cli::JobsClient(pool_->connection()).Get(cancelled["id"].get<std::string>());
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->state(), "cancelled");
+  // The CLI and the API agree: the same counts, and `minions results` gives the files' bytes.
+  EXPECT_EQ(job->request_counts().completed(), static_cast<int64_t>(output.size()));
+  EXPECT_EQ(job->request_counts().failed(), 0);  // every error line is a record that never ran
+  EXPECT_EQ(FetchResults(*pool_, job->id(), false), ReadFile(dir_ + "/cancel-output.jsonl"));
+  EXPECT_EQ(FetchResults(*pool_, job->id(), true), ReadFile(dir_ + "/cancel-errors.jsonl"));
   std::filesystem::remove_all(dir_);
 }
 

@@ -415,6 +415,62 @@ TEST(Pool, ARunnerStalledOnARecordDiesWithItsSigkilledExecutor) {
   if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 
+// Cancel keeps finished work: a job cancelled part way gives, through `minions results`, the
+// answers its tasks finished (a succeeded task's and a stalled task's committed checkpoints) and
+// an error line "batch_cancelled" for every record that never ran; status, jobs and watch count
+// them alike: what ran. Progress, not time, decides when to cancel: the runner stalls for good on record 160.
+TEST(Pool, ACancelledJobKeepsWhatItFinishedAndSaysSoOnEveryScreen) {
+  std::string dir = TempDir("cancel-keeps");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  ASSERT_TRUE(pool.StartServer().ok());
+  const std::string noop = kBin + "/minions-noop-runner";
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, "", {"--checkpoint-records", "10"}, {"MINIONS_NOOP_STALL_ON=stall-me"})
+                  .ok());
+  auto lines = NoopLines(300, 160, "stall-me");
+  cli::JobsClient client(pool.connection());
+  auto submitted = Submit(pool, WriteInput(dir, lines), 100);  // three tasks of 100
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  bool ready = false;
+  for (int i = 0; i < 1200 && !ready; ++i) {
+    auto tasks = client.Tasks(submitted->id());
+    ready = tasks.ok() && tasks->size() == 3 && tasks->at(0).state() == "succeeded" &&
+            tasks->at(1).records_committed() >= 50;
+    if (!ready) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(ready) << "task 0 never finished or task 1 never committed 50 records; logs in " << dir << "/pool/logs";
+  auto cancelled = client.Cancel(submitted->id());
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), "cancelled");
+  auto tasks = client.Tasks(submitted->id());
+  ASSERT_TRUE(tasks.ok());
+  const int64_t finished = 100 + tasks->at(1).records_committed();
+
+  auto output = Lines(FetchResults(pool, submitted->id(), false));
+  auto errors = Lines(FetchResults(pool, submitted->id(), true));
+  ExpectEachRecordOnce(lines, output, errors);
+  EXPECT_EQ(static_cast<int64_t>(output.size()), finished);
+  for (const Json& e : errors) EXPECT_EQ(e["error"]["code"], "batch_cancelled") << e;
+  // Every screen counts the same: status (GetJob), jobs (ListJobs) and watch (its last report).
+  auto job = client.Get(submitted->id());
+  ASSERT_TRUE(job.ok());
+  auto listed = client.List("cancelled", 10);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  auto watched = client.Watch(submitted->id(), absl::Milliseconds(100), [](const v1::JobProgress&) {});
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  // Every screen counts what ran (the records that never ran are total - completed - failed).
+  for (const v1::Job& seen : {*job, listed->at(0), *watched}) {
+    EXPECT_EQ(seen.request_counts().completed(), finished);
+    EXPECT_EQ(seen.request_counts().failed(), 0);
+    EXPECT_EQ(seen.request_counts().total(), 300);
+  }
+  EXPECT_EQ(static_cast<int64_t>(errors.size()), 300 - finished);
+  // Asked again, the same bytes.
+  EXPECT_EQ(Lines(FetchResults(pool, submitted->id(), false)), output);
+  if (!HasFailure()) std::filesystem::remove_all(dir);
+}
+
 TEST_P(Pool, AModelPushedOnceIsFetchedByTheExecutorsAndServesAsTheFileDoes) {
   // The executors are given no model folder holding the test model: they run it only from
   // their caches, fetched by digest from the object store.

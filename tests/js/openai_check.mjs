@@ -184,6 +184,11 @@ async function cancelPhase() {
   assert.ok(output.length < records);
   assert.equal(output.length + errors.length, records);
   assert.ok(errors.some((e) => e.error.code === 'batch_cancelled'));
+  // The counts say what ran: completed = output lines, failed = error lines of records that ran
+  // (those that never ran have a batch_cancelled line and are not counted).
+  const ran_failed = errors.filter((e) => e.error.code !== 'batch_cancelled').length;
+  assert.deepEqual([batch.request_counts.completed, batch.request_counts.failed, batch.request_counts.total],
+                   [output.length, ran_failed, records], 'request_counts of the cancelled batch');
   expectUsageOf(batch, output);
   return { id: batch.id, seen: ['cancelling', ...seen], output: output.length, errors: errors.length };
 }

@@ -91,6 +91,38 @@ TEST(TaskSizingTest, TheKeyIsTheModelsDigestOrPathAndTheRunner) {
   spec.model = "/models/m.gguf";
   spec.model_digest.clear();
   EXPECT_EQ(ThroughputKeyOf(spec), (ThroughputKey{"/models/m.gguf", "llama"}));
+  // Answers of about the same length share a measurement; longer ones have their own.
+  spec.tokens_per_record = 8;
+  EXPECT_EQ(ThroughputKeyOf(spec), (ThroughputKey{"/models/m.gguf", "llama#answers<=16"}));
+  spec.tokens_per_record = 64;
+  EXPECT_EQ(ThroughputKeyOf(spec), (ThroughputKey{"/models/m.gguf", "llama#answers<=64"}));
+  spec.tokens_per_record = 65;
+  EXPECT_EQ(ThroughputKeyOf(spec), (ThroughputKey{"/models/m.gguf", "llama#answers<=128"}));
+}
+
+TEST(TaskSizingTest, AnswerTokensBucketsArePowersOfTwo) {
+  EXPECT_EQ(AnswerTokensBucket(0), 0);
+  EXPECT_EQ(AnswerTokensBucket(1), 16);
+  EXPECT_EQ(AnswerTokensBucket(16), 16);
+  EXPECT_EQ(AnswerTokensBucket(17), 32);
+  EXPECT_EQ(AnswerTokensBucket(4096), 4096);
+  EXPECT_GT(AnswerTokensBucket(int64_t{1} << 50), 0);  // bounded, no overflow
+}
+
+TEST(TaskSizingTest, ASmallJobSpreadsOverTheFreeExecutors) {
+  std::string why;
+  // 300 records measured into one task of 4,329: six free executors get 50 each.
+  EXPECT_EQ(SpreadOverFreeExecutors(300, 4329, 6, 1, &why), 50);
+  EXPECT_THAT(why, HasSubstr("300 records spread over the 6 free executors: tasks of 50 (not 4329)"));
+  // Never below the server's minimum task size; never larger than the measured size.
+  EXPECT_EQ(SpreadOverFreeExecutors(300, 4329, 6, 100, nullptr), 100);
+  EXPECT_EQ(SpreadOverFreeExecutors(300, 40, 6, 1, nullptr), 40);  // 8 tasks already
+  // A big job keeps its measured size; one free executor (or none) changes nothing.
+  EXPECT_EQ(SpreadOverFreeExecutors(180000, 4329, 6, 1, nullptr), 4329);
+  EXPECT_EQ(SpreadOverFreeExecutors(300, 4329, 1, 1, nullptr), 4329);
+  EXPECT_EQ(SpreadOverFreeExecutors(300, 4329, 0, 1, nullptr), 4329);
+  // Fewer records than free executors: a record each.
+  EXPECT_EQ(SpreadOverFreeExecutors(3, 100, 6, 1, nullptr), 1);
 }
 
 }  // namespace

@@ -427,6 +427,7 @@ TEST_F(OpenAiApiTest, AFileThatFailsValidationMakesAFailedBatchWithLineErrors) {
   EXPECT_EQ(errors[0]["code"], "invalid_json_line");
   EXPECT_EQ(errors[1]["line"], 3);
   EXPECT_EQ(errors[1]["code"], "duplicate_custom_id");
+  EXPECT_THAT(errors[1]["message"].get<std::string>(), HasSubstr("custom_id 'a' on line 3 is already on line 1"));
   EXPECT_EQ(errors[2]["code"], "mismatched_endpoint");
   EXPECT_EQ(errors[3]["line"], 5);
   EXPECT_EQ(errors[3]["code"], "mismatched_model");

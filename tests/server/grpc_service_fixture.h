@@ -224,9 +224,10 @@ class GrpcServiceTest : public ::testing::Test {
   // Enrols an executor with the join token, then registers it with its own credential; a CPU
   // machine unless an accelerator (and its device name) is given.
   std::string RegisterExecutor(const std::string& name, const std::string& accelerator = "",
-                               const std::string& gpu = "") {
+                               const std::string& gpu = "", const std::vector<std::string>& model_folders = {}) {
     v1::RegisterRequest request;
     v1::Capabilities* caps = request.mutable_capabilities();
+    for (const std::string& folder : model_folders) caps->add_model_folders(folder);
     caps->set_name(name);
     caps->set_os("linux");
     caps->set_accelerator(accelerator);

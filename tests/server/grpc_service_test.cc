@@ -2,6 +2,8 @@
 // through real stubs, the way the client verbs and executors talk to it (grpc_service_fixture.h).
 
 #include <grpcpp/generic/generic_stub.h>
+
+#include <filesystem>
 #include <sqlite3.h>
 
 #include "absl/synchronization/notification.h"
@@ -145,6 +147,86 @@ TEST_F(GrpcServiceTest, CancelOfAFinishedJobIsRefused) {
   ASSERT_GRPC_OK(Cancel(unfinished.id(), &job));
   EXPECT_EQ(job.state(), "cancelled");
   EXPECT_GRPC_ERROR(Cancel(unfinished.id(), &job), FAILED_PRECONDITION, "cancelled");
+  ExpectServerUp();
+}
+
+// Cancel keeps finished work: the results of a cancelled job hold what its tasks finished and an
+// error line "batch_cancelled" for every record that never ran; its counts count what ran.
+TEST_F(GrpcServiceTest, ACancelledJobsResultsKeepWhatFinished) {
+  StartServer();
+  v1::Job submitted = MustSubmit(Records(4), 2);
+  std::string executor = RegisterExecutor("e");
+  std::vector<v1::TaskLease> leases = MustLease(executor, 1);
+  ASSERT_EQ(leases.size(), 1u);
+  auto [done, failed] = Serve(leases[0]);
+  ASSERT_TRUE(Complete(executor, leases[0].ref(), done, failed).ok());
+  v1::Job job;
+  ASSERT_GRPC_OK(Cancel(submitted.id(), &job));
+  EXPECT_EQ(job.state(), "cancelled");
+  EXPECT_EQ(job.request_counts().completed(), 2);  // what ran; the 2 that never ran are not counted
+  EXPECT_EQ(job.request_counts().failed(), 0);
+  auto [status, output] = Results(submitted.id());
+  ASSERT_GRPC_OK(status);
+  EXPECT_THAT(CustomIds(output), ElementsAre("r0", "r1"));
+  auto [errors_status, errors] = Results(submitted.id(), /*errors=*/true);
+  ASSERT_GRPC_OK(errors_status);
+  EXPECT_THAT(CustomIds(errors), ElementsAre("r2", "r3"));
+  EXPECT_THAT(errors, HasSubstr("batch_cancelled"));
+  // Asked again, the same bytes.
+  EXPECT_EQ(Results(submitted.id()).second, output);
+}
+
+// A model file in none of the executors' model folders is refused at submit, naming the folders
+// and the way out (`minions models push`); one in a folder, or a path through "..", as it resolves.
+TEST_F(GrpcServiceTest, AModelPathInNoExecutorsFolderIsRefusedAtSubmit) {
+  StartServer();
+  v1::Job job;
+  // No executor says where its models are: the executors decide (the job is accepted).
+  RegisterExecutor("old");
+  ASSERT_GRPC_OK(Submit(Request(Records(2)), &job));
+  const std::string folder = dir_.File("models");
+  std::filesystem::create_directories(folder);
+  RegisterExecutor("e", "", "", {folder, "/srv/models"});
+  EXPECT_GRPC_ERROR(Submit(Request(Records(2)), &job), INVALID_ARGUMENT, "in none of the executors' model folders");
+  grpc::Status refused = Submit(Request(Records(2)), &job);
+  EXPECT_THAT(refused.error_message(), HasSubstr(folder));
+  EXPECT_THAT(refused.error_message(), HasSubstr("/srv/models"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("minions models push " + model_ + " --name NAME"));
+  // Inside a folder: accepted. A way out through "..": refused.
+  const std::string inside = folder + "/tiny.gguf";
+  std::filesystem::copy_file(model_, inside);
+  v1::SubmitJobRequest in_folder = Request(Records(2));
+  in_folder.set_model(inside);
+  ASSERT_GRPC_OK(Submit(in_folder, &job));
+  v1::SubmitJobRequest escape = Request(Records(2));
+  escape.set_model(folder + "/../tiny.gguf");
+  EXPECT_GRPC_ERROR(Submit(escape, &job), INVALID_ARGUMENT, "in none of the executors' model folders");
+  ExpectServerUp();
+}
+
+// The waiting line agrees with the task table: free executors could take the job, but its
+// attempts fail (here: the input cannot be read), and the line says so with the task's error.
+TEST_F(GrpcServiceTest, TheWaitingLineNamesTheErrorItsAttemptsFailWith) {
+  StartServer();
+  v1::Job submitted = MustSubmit(Records(2), 2);
+  std::string executor = RegisterExecutor("e");
+  std::vector<v1::TaskLease> leases = MustLease(executor, 1);
+  ASSERT_EQ(leases.size(), 1u);
+  ASSERT_GRPC_OK(Fail(executor, leases[0].ref(), "retryable", "cannot read the input: 403 Forbidden"));
+  v1::Job job = MustGetJob(submitted.id());
+  EXPECT_EQ(job.wait_cause(), "in_line");
+  EXPECT_THAT(job.wait_reason(), HasSubstr("free executor"));
+  EXPECT_THAT(job.wait_reason(), HasSubstr("but its attempts fail: task 0 failed 1 of"));
+  EXPECT_THAT(job.wait_reason(), HasSubstr("cannot read the input: 403 Forbidden"));
+  EXPECT_THAT(job.wait_reason(), HasSubstr("minions status " + submitted.id() + " --tasks"));
+}
+
+// Two records with one custom_id: refused at submit, naming both lines.
+TEST_F(GrpcServiceTest, DuplicateCustomIdsAreRefusedNamingTheirLines) {
+  StartServer();
+  v1::Job job;
+  grpc::Status refused = Submit(Request(Records(3) + RequestLine("r1") + "\n"), &job);
+  EXPECT_GRPC_ERROR(refused, INVALID_ARGUMENT, "custom_id 'r1' on line 4 is already on line 2");
   ExpectServerUp();
 }
 

@@ -223,6 +223,46 @@ TEST(InputSplitter, InvalidLinesAreRecordsCountedAndTheFirstIsNamed) {
   ExpectCoversInput(input, result, 10);
 }
 
+TEST(InputSplitter, TwoRecordsWithOneCustomIdAreRefusedNamingTheirLines) {
+  // Line 4 repeats line 1's id; line 6 repeats line 3's. Blank lines count, as an editor shows them.
+  std::string input = absl::StrCat(RequestLine("a"), "\n", RequestLine("b"), "\n", RequestLine("c"), "\n",
+                                   RequestLine("a"), "\n\n", RequestLine("c"), "\n");
+  auto result = SplitWhole(input, 10);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("custom_id 'a' on line 4 is already on line 1"));
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("1 more line repeats an earlier custom_id: line 6"));
+  // Fed in pieces of any size, the same refusal.
+  int size = 1;
+  auto chunked = SplitChunked(input, 10, [&] { return size++ % 7 + 1; });
+  EXPECT_EQ(chunked.status(), result.status());
+  // An invalid line's id counts too (its error line would carry it), an overlong id does not.
+  std::string bad = absl::StrCat(RequestLine("a"), "\n", R"({"custom_id":"a"})", "\n");
+  EXPECT_THAT(std::string(SplitWhole(bad, 10).status().message()), HasSubstr("on line 2 is already on line 1"));
+  const std::string long_id(600, 'x');
+  std::string overlong = absl::StrCat(RequestLine(long_id), "\n", RequestLine(long_id + "y"), "\n", RequestLine("z"), "\n");
+  EXPECT_TRUE(SplitWhole(overlong, 10).ok());
+}
+
+TEST(DuplicateCustomIds, RemembersHashesNotIdsAndSummarisesTheFirstFew) {
+  DuplicateCustomIds ids;
+  EXPECT_EQ(ids.See("a", 1), 0);
+  EXPECT_EQ(ids.See("b", 2), 0);
+  EXPECT_EQ(ids.Refusal(), "");
+  EXPECT_EQ(ids.See("a", 3), 1);
+  for (int line = 4; line < 12; ++line) EXPECT_EQ(ids.See("b", line), 2);
+  EXPECT_EQ(ids.count(), 9);
+  EXPECT_EQ(ids.first().size(), DuplicateCustomIds::kKeptDuplicates);
+  EXPECT_EQ(ids.Refusal(),
+            "custom_id 'a' on line 3 is already on line 1 (8 more lines repeat an earlier custom_id: lines 4, 5, 6, 7, "
+            "...); each record needs a custom_id of its own (its answer is found by it)");
+  // A long id is shown cut short.
+  DuplicateCustomIds long_ids;
+  const std::string id(5000, 'q');
+  long_ids.See(id, 1);
+  EXPECT_EQ(long_ids.See(id, 2), 1);
+  EXPECT_EQ(long_ids.first()[0].custom_id.size(), DuplicateCustomIds::kShownIdBytes);
+}
+
 TEST(InputSplitter, EmptyInputHasNoRecords) {
   auto result = SplitWhole("", 10);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);

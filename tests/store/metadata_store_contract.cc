@@ -353,6 +353,8 @@ TEST_P(MetadataStoreContract, CancelWhileRunning) {
   EXPECT_THAT(LeaseUpTo(a, 5), IsEmpty());
   Job job = GetJob(job_id);
   EXPECT_EQ(job.state, JobState::kCancelled);
+  // Nothing was committed before the cancel: nothing counts (every record never ran; each gets a
+  // "batch_cancelled" error line when its results are read).
   EXPECT_EQ(job.counts.completed, 0);
   EXPECT_EQ(job.counts.failed, 0);
 
@@ -362,6 +364,28 @@ TEST_P(MetadataStoreContract, CancelWhileRunning) {
   EXPECT_THAT(Message(again.status()), HasSubstr("already cancelled"));
   EXPECT_CODE(store_->FailJob(job_id, "x", now_), kFailedPrecondition);
   EXPECT_CODE(store_->FinishJob(job_id, "o", "e", "m", now_), kFailedPrecondition);
+}
+
+TEST_P(MetadataStoreContract, ACancelledJobCountsWhatItFinished) {
+  // Task 0 succeeded (10 records, 2 of them error lines); task 1 committed a checkpoint of 4
+  // records (1 an error line) before the cancel; task 2 never ran.
+  const std::string job_id = Submit(Spec(), 3);
+  const std::string a = Register("a");
+  std::vector<Lease> leases = LeaseUpTo(a, 2);
+  ASSERT_THAT(leases, SizeIs(2));
+  ASSERT_OK(store_->CompleteTask(a, job_id, leases[0].task.index, 1, 10, 2, now_));
+  LeaseProgress beat = Progress(leases[1], 4, 1);
+  beat.chunks = {Chunk{1, 0, 0, 4, 1}};
+  ASSERT_OK(store_->Heartbeat(a, ExecutorState::kBusy, "", {beat}, kTtl, now_).status());
+  ASSERT_OK_AND_ASSIGN(Job cancelled, store_->CancelJob(job_id, now_));
+  // What ran counts: completed 8 + 3, failed 2 + 1; the 16 records that never ran do not (total -
+  // completed - failed: what the cancel stopped).
+  for (const Job& job : {cancelled, GetJob(job_id)}) {
+    EXPECT_EQ(job.state, JobState::kCancelled);
+    EXPECT_EQ(job.counts.completed, 11);
+    EXPECT_EQ(job.counts.failed, 3);
+    EXPECT_EQ(job.counts.total, 30);
+  }
 }
 
 TEST_P(MetadataStoreContract, CancellingAFinishedJobIsRefused) {

@@ -108,6 +108,9 @@ absl::StatusOr<Job> JobOperations::EndJob(const std::string& job_id, JobState st
     // The attempts it stopped used their machines until now: charged to the team like any other.
     for (const Task& task : writes.tasks) writes.charges[job_id] += rules::EndedAttemptTime(before[task.index], task, now);
     JobSettler::CountEnded(writes, now);
+    if (state == JobState::kCancelled) {
+      for (const Task& task : writes.tasks) CountStoppedTask(writes.counts[job_id], task, /*unrun_failed=*/false);
+    }
     RETURN_IF_ERROR(JobSettler::EndOnly(t, writes, now));  // it has ended: nothing to settle
     job.device_time += rules::DeviceTime(writes.charges[job_id], job.spec);  // (read before the charge)
     return job;

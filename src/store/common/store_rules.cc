@@ -79,6 +79,8 @@ absl::StatusOr<std::vector<Task>> EndJob(Job& job, JobState state, const std::st
     if (IsTerminal(task.state)) continue;
     CancelTask(task, now);
     AccountTerminalTask(job, task, now);
+    // A cancelled job keeps what its tasks finished (its results merge it); a failed one has none.
+    if (state == JobState::kCancelled) CountStoppedTask(job, task, /*unrun_failed=*/false);
     changed.push_back(task);
   }
   return changed;
