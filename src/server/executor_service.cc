@@ -1006,23 +1006,6 @@ absl::Status ExecutorService::AnswerLease(const std::string& executor_id, const 
   return absl::OkStatus();
 }
 
-void ExecutorService::QuotaFreed(const std::string& team_name) {
-  const absl::Time now = clock_->Now();
-  std::optional<bool> limited;
-  {
-    absl::MutexLock lock(&work_mu_);
-    auto it = team_quotas_.find(team_name);
-    if (it != team_quotas_.end() && now < it->second.checked_at + kTeamQuotaRecheck) limited = it->second.limited;
-  }
-  if (!limited) {
-    absl::StatusOr<Team> team = store_->GetTeam(team_name);
-    limited = team.ok() && team->max_running_tasks > 0;
-    absl::MutexLock lock(&work_mu_);
-    team_quotas_[team_name] = TeamQuota{*limited, now};
-  }
-  if (*limited) WorkArrived();
-}
-
 void ExecutorService::WorkArrived() {
   NotifyWork();
   if (signal_ == nullptr) return;
@@ -1064,7 +1047,8 @@ grpc::ServerUnaryReactor* ExecutorService::Complete(grpc::CallbackServerContext*
     reactor->Finish(ToGrpc(executor_id.status()));
     return reactor;
   }
-  CompleteAsync(*executor_id, {FromProto(request->ref())},
+  ForgetIdle(*executor_id);
+  completions_.Submit(*executor_id, {FromProto(request->ref())},
                 [reactor](absl::StatusOr<std::vector<absl::Status>> outcomes) {
                   if (outcomes.ok() && outcomes->size() != 1) outcomes = absl::InternalError("no outcome");
                   reactor->Finish(ToGrpc(outcomes.ok() ? outcomes->front() : outcomes.status()));
@@ -1073,7 +1057,8 @@ grpc::ServerUnaryReactor* ExecutorService::Complete(grpc::CallbackServerContext*
 }
 
 absl::Status ExecutorService::Complete(const std::string& executor_id, const v1::CompleteRequest& request) {
-  ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes, CompleteReports(executor_id, {FromProto(request.ref())}));
+  ForgetIdle(executor_id);
+  ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes, completions_.Complete(executor_id, {FromProto(request.ref())}));
   if (outcomes.size() != 1) return absl::InternalError("no outcome");
   return outcomes.front();
 }
@@ -1101,7 +1086,8 @@ grpc::ServerUnaryReactor* ExecutorService::CompleteBatch(grpc::CallbackServerCon
   }
   std::vector<LeaseProgress> reports;
   for (const auto& ref : request->refs()) reports.push_back(FromProto(ref));
-  CompleteAsync(*executor_id, std::move(reports), [reactor, reply](absl::StatusOr<std::vector<absl::Status>> outcomes) {
+  ForgetIdle(*executor_id);
+  completions_.Submit(*executor_id, std::move(reports), [reactor, reply](absl::StatusOr<std::vector<absl::Status>> outcomes) {
     if (outcomes.ok()) FillOutcomes(*outcomes, reply);
     reactor->Finish(ToGrpc(outcomes.status()));
   });
@@ -1112,66 +1098,10 @@ absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, cons
                                             v1::CompleteBatchResponse* reply) {
   std::vector<LeaseProgress> reports;
   for (const auto& ref : request.refs()) reports.push_back(FromProto(ref));
-  ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes, CompleteReports(executor_id, reports));
+  ForgetIdle(executor_id);
+  ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes, completions_.Complete(executor_id, reports));
   FillOutcomes(outcomes, reply);
   return absl::OkStatus();
-}
-
-void ExecutorService::CompleteAsync(const std::string& executor_id, std::vector<LeaseProgress> reports,
-                                    absl::AnyInvocable<void(absl::StatusOr<std::vector<absl::Status>>) &&> done) {
-  ForgetIdle(executor_id);
-  completions_.Submit(CompletionCall{executor_id, std::move(reports)}, std::move(done));
-}
-
-absl::StatusOr<std::vector<absl::Status>> ExecutorService::CompleteReports(const std::string& executor_id,
-                                                                          const std::vector<LeaseProgress>& reports) {
-  ForgetIdle(executor_id);
-  return completions_.Wait(CompletionCall{executor_id, reports});
-}
-
-absl::StatusOr<std::vector<absl::StatusOr<std::vector<absl::Status>>>> ExecutorService::CommitCompletions(
-    const std::vector<CompletionCall>& calls) {
-  const absl::Time now = clock_->Now();
-  ASSIGN_OR_RETURN(CompletionReply reply, chunks_.CompleteMany(calls, now));
-  // What follows a completion, from what the store answered: no read of the jobs.
-  std::map<std::string, std::vector<const LeaseProgress*>> jobs;  // the completed attempts by job
-  for (size_t c = 0; c < calls.size(); ++c) {
-    const CompletionCall& call = calls[c];
-    if (!reply.outcomes[c].ok()) {
-      MINIONS_LOG(Info) << "executor=" << call.executor_id << " completions refused: " << reply.outcomes[c].status();
-      continue;
-    }
-    const std::vector<absl::Status>& outcomes = *reply.outcomes[c];
-    for (size_t i = 0; i < outcomes.size() && i < call.reports.size(); ++i) {
-      const LeaseProgress& report = call.reports[i];
-      if (outcomes[i].ok()) {
-        jobs[report.job_id].push_back(&report);
-        if (metrics_) metrics_->AttemptCompleted(call.executor_id, report, now);
-      } else {
-        MINIONS_LOG(Info) << "job=" << report.job_id << " task=" << report.task_index << " attempt=" << report.attempt
-                          << " executor=" << call.executor_id << " completion refused: " << outcomes[i].message();
-      }
-    }
-  }
-  std::set<std::string> teams;  // of the jobs whose tasks ended here
-  for (const auto& [job_id, completed] : jobs) {
-    absl::StatusOr<std::shared_ptr<const JobSpec>> spec = chunks_.job_specs().Get(job_id);
-    if (!spec.ok()) continue;
-    for (const LeaseProgress* report : completed) {
-      if (sampler_.Take(ThroughputKeyOf(**spec), now)) {
-        Job job;
-        job.id = job_id;
-        job.spec = **spec;
-        MeasureCompletion(*store_, job, report->task_index, report->attempt, now);
-      }
-    }
-    teams.insert((*spec)->team);
-  }
-  for (const std::string& team : teams) QuotaFreed(team);
-  if (job_ready_) {
-    for (const std::string& job_id : reply.finalizing) job_ready_(job_id);
-  }
-  return std::move(reply.outcomes);
 }
 
 grpc::Status ExecutorService::Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse*) {
@@ -1187,17 +1117,11 @@ absl::Status ExecutorService::Fail(const std::string& executor_id, const v1::Fai
   }
   const auto& ref = request.ref();
   ForgetIdle(executor_id);
-  auto task = chunks_.FailTask(executor_id, ref.job_id(), ref.task_index(), ref.attempt(), *failure,
-                               request.message(), clock_->Now(), FromProto(ref).chunks);
+  auto task = completions_.Fail(executor_id, FromProto(ref), *failure, request.message());
   if (!task.ok()) return task.status();
-  if (metrics_) metrics_->AttemptFailed(executor_id, *task, *failure, clock_->Now());
   MINIONS_LOG(Info) << "job=" << ref.job_id() << " task=" << ref.task_index() << " attempt=" << ref.attempt()
                     << " executor=" << executor_id << " " << request.failure_class() << ": " << request.message()
                     << " -> " << TaskStateName(task->state);
-  if (task->state == TaskState::kPending) WorkArrived();
-  auto job = store_->GetJob(ref.job_id());
-  if (job.ok() && task->state != TaskState::kPending) QuotaFreed(job->spec.team);
-  if (job.ok() && job->state == JobState::kFinalizing && job_ready_) job_ready_(job->id);
   return absl::OkStatus();
 }
 

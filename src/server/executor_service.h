@@ -27,6 +27,9 @@
 // short tasks (a window of more than kSpreadWindow) are not capped: there a lease's round trip
 // weighs more than a task's wait in a queue. Each server counts the executors waiting on it alone.
 //
+// Its parts, each with one job and its own lock: CompletionPipeline (the ends of attempts on
+// their way to the store, and what follows them).
+//
 // The typed methods (taking an executor id) are the calls without gRPC, for a caller already
 // authenticated as that executor (an in-process control plane in tests).
 // Threads: called on gRPC's threads; thread-safe. Held Lease calls are served by
@@ -55,6 +58,7 @@
 #include "minions/v1/minions.grpc.pb.h"
 #include "server/server_metrics.h"
 #include "server/chunk_check.h"
+#include "server/completion_pipeline.h"
 #include "server/gang_leasing.h"
 #include "server/group_commit.h"
 #include "server/heartbeat_batcher.h"
@@ -86,12 +90,13 @@ class ExecutorService final : public ExecutorServiceBase {
         auth_(auth),
         identities_(identities),
         options_(options),
-        job_ready_(std::move(job_ready)),
         metrics_(metrics),
         heartbeats_(store, clock, options.heartbeat_batch, options.heartbeat_linger),
         chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_, metrics),
         gangs_(store, clock, GangLeasingOptions{options.lease_ttl, options.gang_reservation_timeout, absl::Seconds(1),
-                                                    SilentAfterFor(options.IdleHeartbeat(), options.lease_ttl)}) {}
+                                                    SilentAfterFor(options.IdleHeartbeat(), options.lease_ttl)}),
+        completions_(store, clock, &chunks_, metrics, options.completion_batch,
+                     {[this] { WorkArrived(); }, std::move(job_ready)}) {}
   ~ExecutorService() override;
 
   grpc::Status Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request, v1::EnrolResponse* reply) override;
@@ -186,11 +191,6 @@ class ExecutorService final : public ExecutorServiceBase {
   using ExecutorServiceBase::Complete;
   using ExecutorServiceBase::CompleteBatch;
 
-  // Completes `reports` of `executor_id` without waiting: `done` gets one status per report (or
-  // why none was committed) when their batch commits, on the committer's thread.
-  void CompleteAsync(const std::string& executor_id, std::vector<LeaseProgress> reports,
-                     absl::AnyInvocable<void(absl::StatusOr<std::vector<absl::Status>>) &&> done);
-
   // Heartbeat without waiting: `reply` is filled and `done` called (with the call's outcome) when
   // the heartbeat's batch commits, on the batcher's thread (or on this one, before it returns,
   // when the heartbeat is refused before reaching the store). `reply` must live until then.
@@ -223,20 +223,6 @@ class ExecutorService final : public ExecutorServiceBase {
   // The executor's circumstances changed (it registered, finished or gave up a task): it looks in
   // the store on its next lease.
   void ForgetIdle(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
-  // A task of a job of `team` ended (completed, or failed for good). When the team has a running-task
-  // quota, the place it freed may let the team's queued tasks be leased: announced as work (the
-  // idle executors passed over by the quota look again). Whether a team has a quota is looked up
-  // at most once per kTeamQuotaRecheck.
-  void QuotaFreed(const std::string& team) ABSL_LOCKS_EXCLUDED(work_mu_);
-  // Completes `reports` of `executor_id`: one status per report, or why none was committed.
-  absl::StatusOr<std::vector<absl::Status>> CompleteReports(const std::string& executor_id,
-                                                            const std::vector<LeaseProgress>& reports);
-  // Commits `calls` (chunks checked, one store transaction) and does what follows a completion
-  // (metrics, task-size samples, freed quota, jobs ready to finalize) from what the store answers,
-  // without reading the jobs (their specs come from the ChunkChecker's JobSpecCache). One answer
-  // per call; an error when the batch as a whole failed.
-  absl::StatusOr<std::vector<absl::StatusOr<std::vector<absl::Status>>>> CommitCompletions(
-      const std::vector<CompletionCall>& calls);
   // Fills `reply` with `leases` (their URLs); on failure hands every one of them back.
   absl::Status AnswerLease(const std::string& executor_id, const std::vector<minions::Lease>& leases, absl::Time now,
                            v1::LeaseResponse* reply);
@@ -298,15 +284,12 @@ class ExecutorService final : public ExecutorServiceBase {
   Authenticator* auth_;
   IdentityAdmin* identities_;
   ServerOptions options_;
-  std::function<void(const std::string&)> job_ready_;
   ServerMetrics* metrics_;
   // Heartbeats reach the store in batches (group commit) through it.
   HeartbeatBatcher heartbeats_;
   // Every call that commits chunks goes through it: an upload becomes part of a job's results only
   // once checked against the task's input (server/chunk_check.h).
   ChunkChecker chunks_;
-  // Which completions are measured for task sizes (server/task_sizer.h).
-  CompletionSampler sampler_;
   // Gang jobs' tasks go to whole gangs (server/gang_leasing.h); each look for work checks in there.
   GangLeasing gangs_;
   WorkSignal* signal_ = nullptr;
@@ -360,13 +343,6 @@ class ExecutorService final : public ExecutorServiceBase {
   std::atomic<int64_t> beats_streamed_{0};
   std::atomic<int64_t> heartbeats_in_flight_{0};  // submitted to the batcher, not answered yet
   std::vector<std::thread> lease_threads_ ABSL_GUARDED_BY(work_mu_);
-  // Whether each team has a running-task quota, as of checked_at (QuotaFreed).
-  static constexpr absl::Duration kTeamQuotaRecheck = absl::Seconds(10);
-  struct TeamQuota {
-    bool limited = false;
-    absl::Time checked_at;
-  };
-  absl::flat_hash_map<std::string, TeamQuota> team_quotas_ ABSL_GUARDED_BY(work_mu_);  // started by the first held call
   // Lease calls that look in the store while another batch of them is being written look
   // together, in one transaction (group commit, as completions): when thousands of executors want
   // work at once (a job's start, a fleet woken), a transaction per call would be most of the
@@ -375,11 +351,10 @@ class ExecutorService final : public ExecutorServiceBase {
   GroupCommitter<LeaseCall, std::vector<minions::Lease>> lease_batches_{
       [this](const std::vector<LeaseCall>& calls) { return CommitLeases(calls); }, options_.lease_batch,
       absl::ZeroDuration(), "lease-commit"};
-  // Completions reach the store in batches (group commit) through it; its committer thread runs
-  // CommitCompletions. Last: built after, and ended (its queue committed) before, what that uses.
-  GroupCommitter<CompletionCall, std::vector<absl::Status>> completions_{
-      [this](const std::vector<CompletionCall>& calls) { return CommitCompletions(calls); },
-      options_.completion_batch, absl::ZeroDuration(), "done-commit"};
+  // Completions and failures reach the store through it (completions in group-commit batches),
+  // and it does what follows them. Last: built after, and ended (its queue committed) before,
+  // what it calls back into.
+  CompletionPipeline completions_;
 };
 
 }  // namespace minions
