@@ -114,6 +114,13 @@ class BenchPool {
                                     "--runner", BinDir() + "/minions-noop-runner", "--availability", "off",
                                     "--runner-threads", "1"};
       if (!join_file.empty()) e.insert(e.end(), {"--join-token-file", join_file});
+      // This build's executors follow object URLs into their pool's objects folder only and load
+      // models from named folders only (the "model" is the no-op runner's own file); the build
+      // before identities has neither flag, nor the checks.
+      if (mode_ != Mode::kBefore) {
+        e.insert(e.end(), {"--objects", "file://" + fs::absolute(dir_ + "/server/objects").lexically_normal().string(),
+                           "--models", BinDir()});
+      }
       if (mode_ == Mode::kTls) e.insert(e.end(), {"--ca", connection_.tls.ca_file});
       auto process = Spawn(e, absl::StrCat("executor-", i));
       if (!process) return false;
