@@ -295,6 +295,7 @@ void ExecutorAgent::OnEvent(const runner_protocol::Event& event, absl::Time now)
     }
     case Type::kReady:
     case Type::kPong:
+    case Type::kVerdict:  // the agent sends no rescore commands (yet): nothing to match it to
       return;
   }
 }

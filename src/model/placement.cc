@@ -162,7 +162,8 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
   int able = 0, ready = 0, warm_busy = 0;
   for (const FleetMember& m : fleet) {
     const ExecutorInfo& info = m.executor.info;
-    if (m.executor.state == ExecutorState::kRevoked) continue;
+    if (m.executor.state == ExecutorState::kRevoked ||
+        m.executor.state == ExecutorState::kQuarantined) continue;
     if (!OffersRunner(info, spec.requirements.runner) || !HoldsMemory(info, spec.requirements)) continue;
     ++able;
     const bool warm = TakesWithoutWait(info, spec.model_digest);
@@ -189,7 +190,10 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
   // warm-executor wait)?
   int cold_free = 0;
   for (const FleetMember& m : fleet) {
-    if (m.executor.state == ExecutorState::kRevoked || !HasFreeSlot(m)) continue;
+    if (m.executor.state == ExecutorState::kRevoked || m.executor.state == ExecutorState::kQuarantined ||
+        !HasFreeSlot(m)) {
+      continue;
+    }
     if (PlaceOn(m.executor.info, job, now, warm_wait) == Fit::kColdTooEarly) ++cold_free;
   }
   if (cold_free > 0) {

@@ -16,7 +16,8 @@ std::optional<E> Lookup(const std::string_view (&names)[N], std::string_view nam
 constexpr std::string_view kJobStates[] = {"validating", "queued",    "running",   "finalizing",
                                            "completed",  "failed",    "cancelled", "expired"};
 constexpr std::string_view kTaskStates[] = {"pending", "running", "succeeded", "failed", "cancelled"};
-constexpr std::string_view kExecutorStates[] = {"available", "busy", "owner_active", "draining", "lost", "revoked"};
+constexpr std::string_view kExecutorStates[] = {"available", "busy", "owner_active", "draining", "lost", "revoked",
+                                                "quarantined"};
 constexpr std::string_view kFailureClasses[] = {"retryable", "permanent", "preempted"};
 
 }  // namespace

@@ -16,7 +16,9 @@ namespace minions {
 enum class JobState { kValidating, kQueued, kRunning, kFinalizing, kCompleted, kFailed, kCancelled, kExpired };
 enum class TaskState { kPending, kRunning, kSucceeded, kFailed, kCancelled };
 // kRevoked: cut off by an admin (IdentityStore::RevokeExecutor); final.
-enum class ExecutorState { kAvailable, kBusy, kOwnerActive, kDraining, kLost, kRevoked };
+// kQuarantined: an answer it gave failed verification (model/verification.h); no leases until an
+// admin releases it (MetadataStore::ReleaseExecutor).
+enum class ExecutorState { kAvailable, kBusy, kOwnerActive, kDraining, kLost, kRevoked, kQuarantined };
 // Why an attempt ended without success.
 enum class FailureClass { kRetryable, kPermanent, kPreempted };
 

@@ -164,7 +164,8 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
   // for work_mu_ below counts (the lease threads hold it).
   const absl::Time arrived = absl::Now();
   auto state = ParseExecutorState(request.state().empty() ? "available" : request.state());
-  if (!state || *state == ExecutorState::kLost || *state == ExecutorState::kRevoked) {
+  if (!state || *state == ExecutorState::kLost || *state == ExecutorState::kRevoked ||
+      *state == ExecutorState::kQuarantined) {
     std::move(done)(absl::InvalidArgumentError(absl::StrCat("unknown executor state '", request.state(), "'")));
     return;
   }

@@ -36,6 +36,7 @@
 #include "model/state_machines.h"
 #include "model/task_sizing.h"
 #include "model/types.h"
+#include "model/verification.h"
 #include "store/gang_store.h"
 #include "store/identity_store.h"
 #include "store/model_store.h"
@@ -330,6 +331,25 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
                                              absl::Time now) = 0;
   // Executors not heard from since `cutoff` become lost; returns them.
   virtual absl::StatusOr<std::vector<Executor>> MarkLostExecutors(absl::Time cutoff, absl::Time now) = 0;
+
+  // --- verification (model/verification.h, docs/verification.md) ---
+  // Records a verifier's verdict on one record of a producer's answer (its time: `now`); a failed
+  // one quarantines the producer in the same transaction (model Quarantine: no leases, its held
+  // leases not renewed, sticky until ReleaseExecutor). Answers the producer as it is after.
+  // InvalidArgument when the verifier is the producer or no record is named; NotFound for an
+  // unknown job, producer or verifier; AlreadyExists when this verifier judged the record before.
+  virtual absl::StatusOr<Executor> RecordVerification(const Verification& /*verification*/, absl::Time /*now*/) {
+    return absl::UnimplementedError("this store keeps no verifications");
+  }
+  // A job's verdicts, by time, then record, then verifier. NotFound for an unknown job.
+  virtual absl::StatusOr<std::vector<Verification>> ListVerifications(const std::string& /*job_id*/) {
+    return absl::UnimplementedError("this store keeps no verifications");
+  }
+  // An admin lifts a quarantine: the executor is available again. FailedPrecondition unless it is
+  // quarantined; NotFound for an unknown executor.
+  virtual absl::StatusOr<Executor> ReleaseExecutor(const std::string& /*executor_id*/, absl::Time /*now*/) {
+    return absl::UnimplementedError("this store keeps no verifications");
+  }
 };
 
 }  // namespace minions

@@ -31,6 +31,7 @@
 #include "model/identity.h"
 #include "model/task_sizing.h"
 #include "model/types.h"
+#include "model/verification.h"
 #include "store/common/migration.h"
 #include "store/gang_store.h"
 #include "store/identity_store.h"
@@ -234,6 +235,12 @@ class RowTransaction {
   virtual absl::Status AddThroughputSample(const ThroughputKey& key, const ThroughputSample& sample,
                                            absl::Time now) = 0;
   virtual absl::StatusOr<std::optional<Throughput>> GetThroughput(const ThroughputKey& key) = 0;
+
+  // --- verification (model/verification.h) ---
+  // AlreadyExists when this verifier's verdict on the record is there.
+  virtual absl::Status InsertVerification(const Verification& verification) = 0;
+  // By time, then record, then verifier.
+  virtual absl::StatusOr<std::vector<Verification>> VerificationsOfJob(const std::string& job_id) = 0;
 
   // --- ending attempts ---
   // Writes `writes` as of `now`: the tasks; what they add to their jobs' counts; the records the

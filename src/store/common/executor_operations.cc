@@ -80,10 +80,13 @@ absl::StatusOr<std::vector<HeartbeatReply>> ExecutorOperations::Heartbeats(const
       }
       heard.insert(call.executor_id);
       rules::RecordHeartbeat(executor->second, call.state, call.reason, now, call.holdings);
+      // A quarantined executor's answers are not trusted: it must stop what it holds, which goes
+      // to others when the leases expire.
+      const bool quarantined = executor->second.state == ExecutorState::kQuarantined;
       for (const LeaseProgress& progress : call.held) {
         TaskId key{progress.job_id, progress.task_index};
         auto task = rows.tasks.find(key);
-        if (task == rows.tasks.end() || !rules::RenewLease(task->second, call.executor_id, progress, ttl, now)) {
+        if (quarantined || task == rows.tasks.end() || !rules::RenewLease(task->second, call.executor_id, progress, ttl, now)) {
           reply.cancel.push_back(progress);
           continue;
         }

@@ -13,6 +13,7 @@
 #include "store/common/lease_operations.h"
 #include "store/common/model_operations.h"
 #include "store/common/schema_migrator.h"
+#include "store/common/verification_operations.h"
 #include "store/row_store.h"
 
 namespace minions {
@@ -28,7 +29,8 @@ struct RowMetadataStore::Parts {
         executors(rows, ids),
         identity(rows, options, ids),
         models(rows),
-        gangs(rows) {}
+        gangs(rows),
+        verifications(rows) {}
 
   IdGenerator ids;
   JobSettler settler;
@@ -40,6 +42,7 @@ struct RowMetadataStore::Parts {
   IdentityOperations identity;
   ModelOperations models;
   GangOperations gangs;
+  VerificationOperations verifications;
 };
 
 RowMetadataStore::RowMetadataStore(std::unique_ptr<RowStore> rows, const StoreOptions& options)
@@ -293,6 +296,18 @@ absl::Status RowMetadataStore::RecordThroughput(const ThroughputKey& key, const 
 
 absl::StatusOr<std::optional<Throughput>> RowMetadataStore::GetThroughput(const ThroughputKey& key) {
   return RunTransaction(*rows_, TransactionKind::kRead, [&](RowTransaction& t) { return t.GetThroughput(key); });
+}
+
+absl::StatusOr<Executor> RowMetadataStore::RecordVerification(const Verification& verification, absl::Time now) {
+  return parts_->verifications.RecordVerification(verification, now);
+}
+
+absl::StatusOr<std::vector<Verification>> RowMetadataStore::ListVerifications(const std::string& job_id) {
+  return parts_->verifications.ListVerifications(job_id);
+}
+
+absl::StatusOr<Executor> RowMetadataStore::ReleaseExecutor(const std::string& executor_id, absl::Time now) {
+  return parts_->verifications.ReleaseExecutor(executor_id, now);
 }
 
 }  // namespace minions

@@ -12,6 +12,7 @@
 //   IdentityOperations   teams, credentials, enrolment, revocation
 //   ModelOperations      the model registry
 //   GangOperations       gang seats, gang leasing
+//   VerificationOperations  verifiers' verdicts, quarantine and release
 //   JobSettler           ending attempts and settling the jobs whose last task ended
 //   SchemaMigrator       the schema's migrations
 //
@@ -125,6 +126,9 @@ class RowMetadataStore : public MetadataStore {
   absl::StatusOr<std::string> RecordedObjectStore() override;
   absl::Status RecordThroughput(const ThroughputKey& key, const ThroughputSample& sample, absl::Time now) override;
   absl::StatusOr<std::optional<Throughput>> GetThroughput(const ThroughputKey& key) override;
+  absl::StatusOr<Executor> RecordVerification(const Verification& verification, absl::Time now) override;
+  absl::StatusOr<std::vector<Verification>> ListVerifications(const std::string& job_id) override;
+  absl::StatusOr<Executor> ReleaseExecutor(const std::string& executor_id, absl::Time now) override;
 
  private:
   struct Parts;  // the operations (row_metadata_store.cc)

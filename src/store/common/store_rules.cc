@@ -106,8 +106,9 @@ absl::Status FinishJob(Job& job, const std::string& output_key, const std::strin
 
 void RegisterExecutor(Executor& executor, bool exists, const ExecutorInfo& info, absl::Time now) {
   if (!exists) executor.registered_at = now;
-  // A revoked executor stays revoked whatever it says (the caller refuses it).
-  if (executor.state == ExecutorState::kRevoked) return;
+  // A revoked executor stays revoked whatever it says (the caller refuses it); a quarantined one
+  // stays quarantined across restarts (only an admin's release lifts it).
+  if (executor.state == ExecutorState::kRevoked || executor.state == ExecutorState::kQuarantined) return;
   // Leases of its previous life are left to expire.
   executor.info = info;
   executor.state = ExecutorState::kAvailable;
@@ -127,7 +128,7 @@ void RecordHeartbeat(Executor& executor, ExecutorState state, const std::string&
     executor.info.models = holdings->cached;
     executor.info.model_loaded = holdings->loaded;
   }
-  if (executor.state == ExecutorState::kRevoked) return;
+  if (executor.state == ExecutorState::kRevoked || executor.state == ExecutorState::kQuarantined) return;
   executor.state = state;
   executor.state_reason = reason;
   if (executor.drain_requested && (state == ExecutorState::kAvailable || state == ExecutorState::kBusy)) {
@@ -149,7 +150,8 @@ bool RenewLease(Task& task, const std::string& executor_id, const LeaseProgress&
 
 void RequestDrain(Executor& executor) {
   executor.drain_requested = true;
-  if (executor.state != ExecutorState::kLost && executor.state != ExecutorState::kRevoked) {
+  if (executor.state != ExecutorState::kLost && executor.state != ExecutorState::kRevoked &&
+      executor.state != ExecutorState::kQuarantined) {
     executor.state = ExecutorState::kDraining;
     executor.state_reason = "drain requested";
   }
@@ -157,7 +159,8 @@ void RequestDrain(Executor& executor) {
 
 bool MayLease(const Executor& executor, int max_tasks) {
   return max_tasks > 0 && executor.state != ExecutorState::kLost && executor.state != ExecutorState::kDraining &&
-         executor.state != ExecutorState::kRevoked && !executor.drain_requested;
+         executor.state != ExecutorState::kRevoked && executor.state != ExecutorState::kQuarantined &&
+         !executor.drain_requested;
 }
 
 std::vector<std::string> RunnersOf(const Executor& executor) { return ::minions::RunnersOf(executor.info); }

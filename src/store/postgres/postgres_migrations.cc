@@ -307,6 +307,23 @@ constexpr char kJobTokens[] = R"sql(
 ALTER TABLE jobs ADD COLUMN prompt_tokens BIGINT, ADD COLUMN completion_tokens BIGINT;
 )sql";
 
+// Verification by re-scoring (issue 38): a verifier's verdict on one record of a producer's
+// answer, once per record and verifier (an arbiter adds its own). Migration 15.
+constexpr char kVerifications[] = R"sql(
+CREATE TABLE verifications (
+  job_id      TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+  task_idx    BIGINT NOT NULL,
+  custom_id   TEXT NOT NULL,
+  producer_id TEXT NOT NULL,
+  verifier_id TEXT NOT NULL,
+  passed      BOOLEAN NOT NULL,
+  reason      TEXT NOT NULL DEFAULT '',
+  verified_at BIGINT NOT NULL,
+  PRIMARY KEY (job_id, custom_id, verifier_id)
+);
+CREATE INDEX verifications_by_producer ON verifications (producer_id);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -323,6 +340,7 @@ constexpr Migration kMigrations[] = {
     {12, "accounting: each job's device time", kJobDeviceTime},
     {13, "accounting: a gang attempt's running time counts once per executor", kGangDevices},
     {14, "accounting: the tokens a finished job's answers used", kJobTokens},
+    {15, "verification: verifiers' verdicts on records", kVerifications},
 };
 
 }  // namespace

@@ -193,6 +193,13 @@ inline constexpr char kRecordThroughput[] =
     "records = t.records * $6::double precision + EXCLUDED.records, "
     "seconds = t.seconds * $6::double precision + EXCLUDED.seconds, samples = t.samples + 1, "
     "updated_at = EXCLUDED.updated_at";
+// --- verification (migration 15) ---
+inline constexpr char kInsertVerification[] =
+    "INSERT INTO verifications (job_id, task_idx, custom_id, producer_id, verifier_id, passed, reason, verified_at) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
+inline constexpr char kVerificationsOfJob[] =
+    "SELECT job_id, task_idx, custom_id, producer_id, verifier_id, passed, reason, verified_at FROM verifications "
+    "WHERE job_id = $1 ORDER BY verified_at, custom_id, verifier_id";
 inline constexpr char kSelectThroughput[] =
     "SELECT records, seconds, samples, updated_at FROM task_throughput WHERE model = $1 AND runner = $2";
 // Which of the executors $1 exist (locked in id order: after the tasks, the store's lock order).
@@ -223,7 +230,7 @@ inline constexpr char kUpdateExecutor[] =
 // executors ($3) are never "lost".
 inline constexpr char kSilentExecutors[] =
     "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE state <> $1 AND state <> $3 "
-    "AND last_heartbeat_at < $2 ORDER BY last_heartbeat_at, id FOR UPDATE SKIP LOCKED";
+    "AND state <> $4 AND last_heartbeat_at < $2 ORDER BY last_heartbeat_at, id FOR UPDATE SKIP LOCKED";
 
 // --- identities: teams and credentials ---
 

@@ -403,7 +403,8 @@ absl::StatusOr<std::vector<Executor>> PostgresTransaction::SilentExecutors(absl:
                                             Params()
                                                 .Text(Name(ExecutorStateName(ExecutorState::kLost)))
                                                 .Time(cutoff)
-                                                .Text(Name(ExecutorStateName(ExecutorState::kRevoked)))));
+                                                .Text(Name(ExecutorStateName(ExecutorState::kRevoked)))
+                                                .Text(Name(ExecutorStateName(ExecutorState::kQuarantined)))));
   return Collect<Executor>(result, ExecutorRow);
 }
 
@@ -555,6 +556,35 @@ absl::StatusOr<std::optional<Throughput>> PostgresTransaction::GetThroughput(con
   throughput.samples = result.Int(0, 2);
   throughput.updated_at = result.Time(0, 3);
   return std::optional<Throughput>(throughput);
+}
+
+// --- verification ---
+
+absl::Status PostgresTransaction::InsertVerification(const Verification& v) {
+  ASSIGN_OR_RETURN(PgResult inserted, c_.Exec(sql::kInsertVerification, Params()
+                                                                           .Text(v.job_id)
+                                                                           .Int(v.task_index)
+                                                                           .Text(v.custom_id)
+                                                                           .Text(v.producer_id)
+                                                                           .Text(v.verifier_id)
+                                                                           .Bool(v.passed)
+                                                                           .Text(v.reason)
+                                                                           .Time(v.at)));
+  if (inserted.Affected() != 1) {
+    return absl::AlreadyExistsError(absl::StrCat("verifier ", v.verifier_id, " already judged record ", v.custom_id,
+                                                 " of job ", v.job_id));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Verification>> PostgresTransaction::VerificationsOfJob(const std::string& job_id) {
+  ASSIGN_OR_RETURN(PgResult result, c_.Exec(sql::kVerificationsOfJob, Params().Text(job_id)));
+  std::vector<Verification> out;
+  for (int i = 0; i < result.Rows(); ++i) {
+    out.push_back(Verification{result.Text(i, 0), result.Int(i, 1), result.Text(i, 2), result.Text(i, 3),
+                               result.Text(i, 4), result.Bool(i, 5), result.Text(i, 6), result.Time(i, 7)});
+  }
+  return out;
 }
 
 // --- ending attempts ---

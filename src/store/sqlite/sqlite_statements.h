@@ -140,7 +140,7 @@ inline constexpr char kUpdateExecutor[] =
 inline constexpr char kAddExecutorRecords[] =
     "UPDATE executors SET records_done = records_done + :records WHERE id = :id";
 inline constexpr char kSilentExecutors[] =
-    "SELECT id FROM executors WHERE state NOT IN ('lost', 'revoked') AND last_heartbeat_at < :cutoff "
+    "SELECT id FROM executors WHERE state NOT IN ('lost', 'revoked', 'quarantined') AND last_heartbeat_at < :cutoff "
     "ORDER BY last_heartbeat_at, id";
 
 // --- teams and credentials ---
@@ -211,6 +211,14 @@ inline constexpr char kRecordThroughput[] =
 inline constexpr char kSelectThroughput[] =
     "SELECT CAST(records AS TEXT), CAST(seconds AS TEXT), samples, updated_at "
     "FROM task_throughput WHERE model = :model AND runner = :runner";
+
+// --- verification (migration 15) ---
+inline constexpr char kInsertVerification[] =
+    "INSERT INTO verifications (job_id, task_idx, custom_id, producer_id, verifier_id, passed, reason, verified_at) "
+    "VALUES (:job, :task, :record, :producer, :verifier, :passed, :reason, :at) ON CONFLICT DO NOTHING";
+inline constexpr char kVerificationsOfJob[] =
+    "SELECT job_id, task_idx, custom_id, producer_id, verifier_id, passed, reason, verified_at FROM verifications "
+    "WHERE job_id = :job ORDER BY verified_at, custom_id, verifier_id";
 
 // --- the schema ---
 inline constexpr char kCreateMigrationsTable[] =

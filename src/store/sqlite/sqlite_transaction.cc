@@ -521,6 +521,35 @@ absl::StatusOr<std::optional<Throughput>> SqliteTransaction::GetThroughput(const
   return std::optional<Throughput>(throughput);
 }
 
+// --- verification ---
+
+absl::Status SqliteTransaction::InsertVerification(const Verification& v) {
+  ASSIGN_OR_RETURN(Statement insert, c_.Prepare(sql::kInsertVerification));
+  RETURN_IF_ERROR(insert.BindText(":job", v.job_id)
+                      .BindInt(":task", v.task_index)
+                      .BindText(":record", v.custom_id)
+                      .BindText(":producer", v.producer_id)
+                      .BindText(":verifier", v.verifier_id)
+                      .BindInt(":passed", v.passed ? 1 : 0)
+                      .BindText(":reason", v.reason)
+                      .BindTime(":at", v.at)
+                      .Run());
+  if (insert.Changes() != 1) {
+    return absl::AlreadyExistsError(absl::StrCat("verifier ", v.verifier_id, " already judged record ", v.custom_id,
+                                                 " of job ", v.job_id));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Verification>> SqliteTransaction::VerificationsOfJob(const std::string& job_id) {
+  ASSIGN_OR_RETURN(Statement query, c_.Prepare(sql::kVerificationsOfJob));
+  query.BindText(":job", job_id);
+  return Collect<Verification>(query, [](const Statement& row) -> absl::StatusOr<Verification> {
+    return Verification{row.Text(0), row.Int(1), row.Text(2), row.Text(3), row.Text(4),
+                        row.Int(5) != 0, row.Text(6), row.Time(7)};
+  });
+}
+
 // --- ending attempts ---
 
 absl::Status SqliteTransaction::EndAttempts(const AttemptWrites& writes, absl::Time now,
