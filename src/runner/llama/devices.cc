@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -75,6 +77,32 @@ Json ListDevices() {
                        {"memory_free", static_cast<int64_t>(free)}});
   }
   return Json{{"devices", devices}};
+}
+
+namespace {
+std::mutex g_facts_mu;
+Json g_load_facts;  // guarded by g_facts_mu
+}  // namespace
+
+void NoteLoadLine(const char* text) {
+  if (std::strncmp(text, "load_tensors: ", 14) != 0) return;
+  int done = 0, total = 0;
+  char buffer[128] = {};
+  double mib = 0;
+  std::lock_guard<std::mutex> lock(g_facts_mu);
+  if (std::sscanf(text, "load_tensors: offloaded %d/%d layers", &done, &total) == 2) {
+    g_load_facts["offloaded_layers"] = done;
+    g_load_facts["layers"] = total;
+  } else if (std::sscanf(text, "load_tensors: %127s model buffer size = %lf MiB", buffer, &mib) == 2) {
+    g_load_facts["model_buffers"][buffer] = static_cast<int64_t>(mib * 1024 * 1024);
+  }
+}
+
+Json TakeLoadFacts() {
+  std::lock_guard<std::mutex> lock(g_facts_mu);
+  Json facts = std::move(g_load_facts);
+  g_load_facts = Json();
+  return facts;
 }
 
 }  // namespace minions::llama_runner

@@ -23,4 +23,13 @@ void LoadLlamaBackends();
 // gang's other machines) are not this machine's and never listed.
 Json ListDevices();
 
+// Where llama.cpp put a model's weights, as it says while loading ("load_tensors: offloaded 3/3
+// layers to GPU", "load_tensors: Vulkan0 model buffer size = 1.25 MiB"): the `loaded` message's
+// offload facts, so a test sees the layers on the device, not a request for them. The log
+// callback passes every info line to NoteLoadLine; TakeLoadFacts returns what the lines since
+// the last call said ({"offloaded_layers", "layers", "model_buffers": {name: bytes}}; null if
+// nothing) and forgets it.
+void NoteLoadLine(const char* text);
+Json TakeLoadFacts();
+
 }  // namespace minions::llama_runner

@@ -32,30 +32,8 @@ namespace {
 
 std::mutex g_log_mu;
 std::string g_last_llama_error;
-// Where llama.cpp put a model's weights, as it says while loading ("load_tensors: offloaded 3/3
-// layers to GPU", "load_tensors: Vulkan0 model buffer size = 1.25 MiB"): the `loaded` message's
-// offload facts, so a test sees the layers on the device, not a request for them.
-Json g_load_facts;
-
-void NoteLoadLine(const std::string& line) {
-  int done = 0, total = 0;
-  if (std::sscanf(line.c_str(), "load_tensors: offloaded %d/%d layers", &done, &total) == 2) {
-    g_load_facts["offloaded_layers"] = done;
-    g_load_facts["layers"] = total;
-    return;
-  }
-  char buffer[128] = {};
-  double mib = 0;
-  if (std::sscanf(line.c_str(), "load_tensors: %127s model buffer size = %lf MiB", buffer, &mib) == 2) {
-    g_load_facts["model_buffers"][buffer] = static_cast<int64_t>(mib * 1024 * 1024);
-  }
-}
-
 void LlamaLog(ggml_log_level level, const char* text, void* /*user_data*/) {
-  if (level == GGML_LOG_LEVEL_INFO && std::strncmp(text, "load_tensors: ", 14) == 0) {
-    std::lock_guard<std::mutex> lock(g_log_mu);
-    NoteLoadLine(text);
-  }
+  if (level == GGML_LOG_LEVEL_INFO) NoteLoadLine(text);  // where the weights went (devices.h)
   if (level == GGML_LOG_LEVEL_ERROR) {
     std::lock_guard<std::mutex> lock(g_log_mu);
     g_last_llama_error = text;
@@ -69,13 +47,6 @@ void LlamaLog(ggml_log_level level, const char* text, void* /*user_data*/) {
     while (!line.empty() && line.back() == '\n') line.pop_back();
     if (!line.empty()) MINIONS_LOG(Warning) << "llama.cpp: " << line;
   }
-}
-
-Json TakeLoadFacts() {
-  std::lock_guard<std::mutex> lock(g_log_mu);
-  Json facts = std::move(g_load_facts);
-  g_load_facts = Json();
-  return facts;
 }
 
 std::string TakeLastLlamaError() {
