@@ -149,6 +149,31 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
   return config;
 }
 
+namespace {
+
+// Adds a problem for each (key, path, remedy) whose path is set but is not a file.
+void AddMissingFiles(const std::vector<std::tuple<const char*, std::string, const char*>>& files,
+                     std::vector<std::string>& problems) {
+  for (const auto& [key, path, remedy] : files) {
+    std::error_code ec;
+    if (path.empty() || std::filesystem::is_regular_file(path, ec)) continue;
+    problems.push_back(absl::StrCat(key, " names ", path, ", which ",
+                                    std::filesystem::exists(path, ec) ? "is not a file" : "does not exist", " (",
+                                    remedy, ")"));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> CheckExecutorFiles(const MinionsConfig& config) {
+  std::vector<std::string> problems;
+  AddMissingFiles({{"executor.ca", config.ca, "copy the pool's CA certificate there"},
+                   {"executor.join_token_file", config.join_token_file,
+                    "an admin writes one: minions admin join-token -o FILE"}},
+                  problems);
+  return problems;
+}
+
 std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) {
   std::vector<std::string> problems;
   const bool tls = !config.tls_cert.empty() || !config.tls_key.empty();
@@ -174,17 +199,9 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
     problems.push_back("TLS needs both server.tls_cert and server.tls_key");
   }
   // The files it names must be there: a server would otherwise fail later, at its first TLS call.
-  for (const auto& [key, path, remedy] :
-       std::vector<std::tuple<const char*, std::string, const char*>>{
-           {"server.tls_cert", config.tls_cert, "`minions pki init` makes it"},
-           {"server.tls_key", config.tls_key, "`minions pki init` makes it"}}) {
-    std::error_code ec;
-    if (!path.empty() && !std::filesystem::is_regular_file(path, ec)) {
-      problems.push_back(absl::StrCat(key, " names ", path, ", which ",
-                                      std::filesystem::exists(path, ec) ? "is not a file" : "does not exist", " (",
-                                      remedy, ")"));
-    }
-  }
+  AddMissingFiles({{"server.tls_cert", config.tls_cert, "`minions pki init` makes it"},
+                   {"server.tls_key", config.tls_key, "`minions pki init` makes it"}},
+                  problems);
   if (config.straggler_factor < 1.0) {
     problems.push_back(absl::StrCat("server.straggler_factor is ", config.straggler_factor,
                                     "; it must be at least 1 (a backup for a task slower than the median)"));

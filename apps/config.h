@@ -115,5 +115,8 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path);
 
 // Problems found in the configuration; with `connect`, also tries the database and the object store.
 std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect);
+// `config check`'s own: the executor's files the configuration names (executor.ca,
+// executor.join_token_file) that are not there (a server sharing the file does not need them).
+std::vector<std::string> CheckExecutorFiles(const MinionsConfig& config);
 
 }  // namespace minions::apps

@@ -2,16 +2,13 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/redact.h"
 #include "backends.h"
@@ -192,17 +189,7 @@ int RunWatchdog(const minions::apps::MinionsConfig& config, const std::string& h
 
 int RunConfigCheck(const minions::apps::MinionsConfig& config, bool connect) {
   auto problems = minions::apps::CheckConfig(config, connect);
-  // The executor's files too (only here: a server sharing the file does not need them).
-  for (const auto& [key, path, remedy] : std::vector<std::tuple<const char*, std::string, const char*>>{
-           {"executor.ca", config.ca, "copy the pool's CA certificate there"},
-           {"executor.join_token_file", config.join_token_file, "an admin writes one: minions admin join-token -o FILE"}}) {
-    std::error_code ec;
-    if (!path.empty() && !std::filesystem::is_regular_file(path, ec)) {
-      problems.push_back(absl::StrCat(key, " names ", path, ", which ",
-                                      std::filesystem::exists(path, ec) ? "is not a file" : "does not exist", " (",
-                                      remedy, ")"));
-    }
-  }
+  for (std::string& problem : minions::apps::CheckExecutorFiles(config)) problems.push_back(std::move(problem));
   printf("configuration%s\n", config.source.empty() ? " (no file; defaults and environment)" : (" from " + config.source).c_str());
   printf("  http      %s\n", config.http_listen.empty() || config.http_listen == "off" ? "off" : config.http_listen.c_str());
   printf("  server    listen %s, lease ttl %lld ms, watchdog %s, TLS %s\n", config.listen.c_str(),

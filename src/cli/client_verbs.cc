@@ -79,13 +79,6 @@ std::string ProgressLine(const v1::JobProgress& p, int columns) {
                       absl::StrCat("executors ", p.executors_working(), "  ", p.job().state()), columns);
 }
 
-// The terminal's width (80 when it does not say).
-int TerminalColumns(int fd) {
-  struct winsize size {};
-  if (ioctl(fd, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
-  return 80;
-}
-
 // What `watch` says when Ctrl-C stops it (set before the watch starts; written by the handler,
 // which may call only async-signal-safe functions).
 char watch_stop_message[400];
@@ -96,6 +89,12 @@ void SayTheJobKeepsRunning(int) {
 }
 
 }  // namespace
+
+int TerminalColumns(int fd) {
+  struct winsize size {};
+  if (ioctl(fd, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  return 80;
+}
 
 std::string ProgressText(int64_t done, int64_t total, double rate, double eta_seconds, const std::string& tail,
                          int columns) {

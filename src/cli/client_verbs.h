@@ -96,5 +96,7 @@ std::string HumanDuration(double seconds);
 // line is cut. `eta_seconds` < 0: not known yet.
 std::string ProgressText(int64_t done, int64_t total, double rate, double eta_seconds, const std::string& tail,
                          int columns);
+// The width of the terminal on `fd` (80 when it does not say).
+int TerminalColumns(int fd);
 
 }  // namespace minions::cli

@@ -1,6 +1,5 @@
 #include "cli/local_run.h"
 
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,16 +17,6 @@
 #include "runner/runner_process.h"
 
 namespace minions::cli {
-
-namespace {
-
-int TerminalWidth(int fd) {
-  struct winsize size {};
-  if (ioctl(fd, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
-  return 80;
-}
-
-}  // namespace
 
 std::string DefaultRunnerProgram() { return SiblingProgram("minions-llama-runner"); }
 
@@ -91,7 +80,7 @@ absl::StatusOr<LocalRunSummary> RunLocally(const LocalRunOptions& options) {
       const std::string line =
           ProgressText(static_cast<int64_t>(summary.records), static_cast<int64_t>(total), rate, eta,
                        absl::StrCat(summary.errors, " error", summary.errors == 1 ? "" : "s"),
-                       tty ? TerminalWidth(STDERR_FILENO) : 0);
+                       tty ? TerminalColumns(STDERR_FILENO) : 0);
       fprintf(stderr, tty ? "\r%s\033[K" : "%s\n", line.c_str());
       fflush(stderr);
     }
