@@ -332,11 +332,12 @@ class ExecutorService::HeldLease : public grpc::ServerUnaryReactor {
   absl::Time wake_at;  // while parked
 };
 
-// An Attach stream: one event when it opens, then nothing until it ends. Its own mutex orders the
-// first write against the end (Finish waits for the write to be done).
-class ExecutorService::Presence : public grpc::ServerWriteReactor<v1::AttachEvent> {
+// An Attach stream: one event when it opens, then nothing until it ends (Presence keeps the
+// count). Its own mutex orders the first write against the end (Finish waits for the write to be
+// done).
+class ExecutorService::AttachStream : public grpc::ServerWriteReactor<v1::AttachEvent> {
  public:
-  Presence(ExecutorService* service, std::string executor_id, absl::Duration lease_ttl)
+  AttachStream(ExecutorService* service, std::string executor_id, absl::Duration lease_ttl)
       : service_(service), executor_id_(std::move(executor_id)) {
     hello_.set_lease_ttl_ms(absl::ToInt64Milliseconds(lease_ttl));
     StartWrite(&hello_);
@@ -351,7 +352,7 @@ class ExecutorService::Presence : public grpc::ServerWriteReactor<v1::AttachEven
     if (finish) Finish(grpc::Status::CANCELLED);
   }
   void OnCancel() override {
-    service_->Detached(executor_id_);
+    service_->presence_.Detached(executor_id_);
     bool finish;
     {
       absl::MutexLock lock(&mu_);
@@ -382,68 +383,12 @@ grpc::ServerWriteReactor<v1::AttachEvent>* ExecutorService::Attach(grpc::Callbac
     };
     return new Refused(executor_id.status());
   }
-  StartLeaseThreads();  // they back up the tasks of executors whose stream closes
-  {
-    absl::MutexLock lock(&work_mu_);
-    ++attached_[*executor_id];
-  }
-  return new Presence(this, *executor_id, options_.lease_ttl);
-}
-
-void ExecutorService::Detached(const std::string& executor_id) {
-  absl::MutexLock lock(&work_mu_);
-  auto it = attached_.find(executor_id);
-  if (it == attached_.end()) return;
-  if (--it->second > 0) return;  // it holds another stream here (a reconnect)
-  attached_.erase(it);
-  // The server's own shutdown ends every stream: that is not the executor going.
-  if (!stopping_) detached_.push_back(executor_id);
-}
-
-void ExecutorService::BackUpTasksOf(const std::string& executor_id) {
-  {
-    absl::MutexLock lock(&work_mu_);
-    if (attached_.contains(executor_id)) return;  // back already
-  }
-  gangs_.Lost(executor_id, clock_->Now());  // a member or leader of no new gang until heard from
-  absl::StatusOr<std::vector<Task>> running = store_->ListRunningTasks();
-  if (!running.ok()) {
-    MINIONS_LOG(Warning) << "executor=" << executor_id << " closed its connection; its tasks wait for their lease TTL: "
-                         << running.status().message();
-    return;
-  }
-  const absl::Time now = clock_->Now();
-  int backed_up = 0;
-  for (const Task& task : *running) {
-    if (task.executor_id != executor_id) continue;
-    absl::StatusOr<Task> backed = store_->RequestBackup(task.job_id, task.index, task.attempt, now);
-    if (!backed.ok()) continue;  // finished, handed back, or backed up already meanwhile
-    ++backed_up;
-    MINIONS_LOG(Info) << "job=" << task.job_id << " task=" << task.index << " attempt=" << task.attempt
-                      << " executor=" << executor_id
-                      << " closed its connection without handing the task back; a backup attempt may run elsewhere";
-  }
-  if (backed_up == 0) return;
-  {
-    absl::MutexLock lock(&work_mu_);
-    ++detached_abruptly_;
-  }
-  WorkArrived();
-}
-
-int64_t ExecutorService::executors_attached() const {
-  absl::MutexLock lock(&work_mu_);
-  int64_t n = 0;
-  for (const auto& [id, streams] : attached_) n += streams;
-  return n;
-}
-
-int64_t ExecutorService::executors_detached_abruptly() const {
-  absl::MutexLock lock(&work_mu_);
-  return detached_abruptly_;
+  presence_.Attached(*executor_id);
+  return new AttachStream(this, *executor_id, options_.lease_ttl);
 }
 
 ExecutorService::~ExecutorService() {
+  presence_.Stop();
   {
     absl::MutexLock lock(&work_mu_);
     stopping_ = true;
@@ -507,16 +452,10 @@ grpc::ServerUnaryReactor* ExecutorService::Lease(grpc::CallbackServerContext* co
 void ExecutorService::LeaseThreadLoop() {
   while (true) {
     HeldLease* call = nullptr;
-    std::string detached;
     std::vector<std::string> renew;
     {
       absl::MutexLock lock(&work_mu_);
-      while (call == nullptr && detached.empty() && renew.empty()) {
-        if (!detached_.empty()) {
-          detached = std::move(detached_.front());
-          detached_.pop_front();
-          break;
-        }
+      while (call == nullptr && renew.empty()) {
         const absl::Time now = clock_->Now();
         while (!parked_.empty() && parked_.begin()->first <= now) {
           HeldLease* due = parked_.begin()->second;
@@ -537,7 +476,7 @@ void ExecutorService::LeaseThreadLoop() {
         if (exiting_) return;
         auto runnable = [this] {
           work_mu_.AssertHeld();
-          return !ready_.empty() || !detached_.empty() || exiting_;
+          return !ready_.empty() || exiting_;
         };
         absl::Time due = next_renewal_scan_;
         if (!parked_.empty()) due = std::min(due, parked_.begin()->first);
@@ -550,10 +489,6 @@ void ExecutorService::LeaseThreadLoop() {
     }
     if (!renew.empty()) {
       RenewIdle(renew);
-      continue;
-    }
-    if (!detached.empty()) {
-      BackUpTasksOf(detached);
       continue;
     }
     const bool spreads = call->spreads;  // (the call may be gone once served)
@@ -1034,6 +969,7 @@ void ExecutorService::NotifyWork() {
 }
 
 void ExecutorService::Shutdown() {
+  presence_.Stop();
   absl::MutexLock lock(&work_mu_);
   stopping_ = true;
   WakeParkedLocked();
