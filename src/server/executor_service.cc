@@ -11,6 +11,7 @@
 #include "model/model_ref.h"
 #include "server/call_auth.h"
 #include "server/keys.h"
+#include "server/lease_answer.h"
 #include "server/proto_convert.h"
 #include "server/task_sizer.h"
 
@@ -22,10 +23,6 @@ namespace {
   absl::StatusOr<std::string> executor_or = AuthorizeExecutor(context, claimed);    \
   if (!executor_or.ok()) return ToGrpc(executor_or.status());                       \
   const std::string& executor_id = *executor_or
-
-// Most chunk URL pairs one lease carries: an attempt that runs out writes the rest of its task as
-// its last chunk (it checkpoints less often, and loses nothing).
-constexpr int64_t kMaxChunkUrls = 32;
 
 LeaseProgress FromProto(const v1::LeaseRef& ref) {
   LeaseProgress progress{ref.job_id(), ref.task_index(), ref.attempt(), ref.records_done(), ref.records_failed(), {}};
@@ -45,36 +42,6 @@ void ToProto(const LeaseProgress& p, v1::LeaseRef* ref) {
 }
 
 }  // namespace
-
-absl::Status ExecutorService::FillObjectUrls(const minions::Lease& lease, v1::TaskLease& out) {
-  const Task& t = lease.task;
-  auto input = blobs_->Url(lease.input_key, UrlAccess::kRead, options_.url_ttl);
-  if (!input.ok()) return input.status();
-  out.set_input_url(*input);
-  if (!lease.model_digest.empty()) {
-    // Content-addressed under the job's team: the executor verifies the digest before loading.
-    auto model = blobs_->Url(keys::ModelBlob(lease.team, std::string(DigestHex(lease.model_digest))), UrlAccess::kRead,
-                             options_.url_ttl);
-    if (!model.ok()) return model.status();
-    out.set_model_url(*model);
-    out.set_model_digest(lease.model_digest);
-    out.set_model_size_bytes(lease.model_size_bytes);
-  }
-  // One pair per chunk the attempt may write: a record per chunk at most, kMaxChunkUrls in all.
-  const int first_seq = NextChunkSeq(t);
-  const int64_t n_urls = std::clamp<int64_t>(t.n_records - CommittedRecords(t), 1, kMaxChunkUrls);
-  for (int64_t k = 0; k < n_urls; ++k) {
-    const int seq = first_seq + static_cast<int>(k);
-    auto output = blobs_->Url(keys::ChunkOutput(t.job_id, t.index, t.attempt, seq), UrlAccess::kWrite, options_.url_ttl);
-    if (!output.ok()) return output.status();
-    auto errors = blobs_->Url(keys::ChunkErrors(t.job_id, t.index, t.attempt, seq), UrlAccess::kWrite, options_.url_ttl);
-    if (!errors.ok()) return errors.status();
-    v1::ChunkUrls* urls = out.add_chunk_urls();
-    urls->set_output_url(*output);
-    urls->set_errors_url(*errors);
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::string> ExecutorService::AuthorizeExecutor(const grpc::ServerContextBase* context,
                                                                 const std::string& claimed) {
@@ -541,7 +508,7 @@ void ExecutorService::Serve(HeldLease* call) {
     return;
   }
   if (!cancelled) {
-    leases = Reclaimed(call->executor_id, *call->request, now);
+    leases = ReclaimedLeases(*store_, call->executor_id, *call->request, now);
     if (leases.ok() && leases->empty()) leases = LookForWork(call->executor_id, max_tasks, now, &generation);
   }
   grpc::Status answer = grpc::Status::OK;
@@ -837,7 +804,7 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
       }
     }
   }
-  absl::StatusOr<std::vector<minions::Lease>> leases = Reclaimed(executor_id, request, now);
+  absl::StatusOr<std::vector<minions::Lease>> leases = ReclaimedLeases(*store_, executor_id, request, now);
   if (!leases.ok()) return leases.status();
   while (leases->empty()) {
     uint64_t generation;
@@ -860,35 +827,12 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
   return AnswerLease(executor_id, *leases, now, reply);
 }
 
-absl::StatusOr<std::vector<minions::Lease>> ExecutorService::Reclaimed(const std::string& executor_id,
-                                                                       const v1::LeaseRequest& request,
-                                                                       absl::Time now) {
-  std::vector<minions::Lease> orphans;
-  if (!request.reclaim()) return orphans;
-  std::set<std::tuple<std::string, int64_t, int>> held;
-  for (const auto& ref : request.held()) held.insert({ref.job_id(), ref.task_index(), ref.attempt()});
-  // A rare call (only after a lost answer), so a scan of the running tasks is cheap enough.
-  absl::StatusOr<std::vector<Task>> running = store_->ListRunningTasks();
-  if (!running.ok()) return running.status();
-  for (Task& task : *running) {
-    if (task.executor_id != executor_id || held.contains({task.job_id, task.index, task.attempt})) continue;
-    if (task.lease_expires_at && *task.lease_expires_at <= now) continue;  // the watchdog's now
-    absl::StatusOr<Job> job = store_->GetJob(task.job_id);
-    if (!job.ok()) continue;
-    MINIONS_LOG(Info) << Describe(AttemptRef{task.job_id, task.index, task.attempt}) << " executor=" << executor_id
-                      << " granted again: it never heard the answer that leased it";
-    orphans.push_back(MakeLease(std::move(task), job->spec));
-  }
-  return orphans;
-}
-
 absl::Status ExecutorService::AnswerLease(const std::string& executor_id, const std::vector<minions::Lease>& leases,
                                           absl::Time now, v1::LeaseResponse* reply) {
   reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
   for (const minions::Lease& lease : leases) {
     const Task& t = lease.task;
-    v1::TaskLease* out = reply->add_leases();
-    absl::Status urls = FillObjectUrls(lease, *out);
+    absl::Status urls = FillTaskLease(*blobs_, options_.url_ttl, lease, *reply->add_leases());
     if (!urls.ok()) {
       // An error reply carries no leases, so hand back every task granted by this call (not just
       // this one): the executor never learns of them, and letting their leases expire would count
@@ -902,27 +846,6 @@ absl::Status ExecutorService::AnswerLease(const std::string& executor_id, const 
       WorkArrived();
       return urls;
     }
-    out->mutable_ref()->set_job_id(t.job_id);
-    out->mutable_ref()->set_task_index(t.index);
-    out->mutable_ref()->set_attempt(t.attempt);
-    out->set_first_record(t.first_record);
-    out->set_n_records(t.n_records);
-    out->set_byte_begin(t.byte_begin);
-    out->set_byte_end(t.byte_end);
-    out->set_resume_from(CommittedRecords(t));
-    out->set_model(lease.job_model);
-    out->set_runner(lease.runner.empty() ? "llama" : lease.runner);
-    out->set_runner_options_json(DumpJson(lease.runner_options));
-    out->set_lease_expires_at_ms(absl::ToUnixMillis(lease.expires_at));
-    if (!lease.gang.empty()) {
-      // It leads a gang: its members' rpc gates (seat order) and what each lends.
-      out->set_gang_leader_bytes(lease.gang.front().bytes);
-      for (size_t i = 1; i < lease.gang.size(); ++i) {
-        v1::GangPeer* peer = out->add_gang();
-        peer->set_endpoint(lease.gang[i].endpoint);
-        peer->set_bytes(lease.gang[i].bytes);
-      }
-    }
     MINIONS_LOG(Debug) << "job=" << t.job_id << " task=" << t.index << " attempt=" << t.attempt
                        << " executor=" << executor_id << " leased";
   }
@@ -930,12 +853,7 @@ absl::Status ExecutorService::AnswerLease(const std::string& executor_id, const 
     for (const minions::Lease& lease : leases) metrics_->LeaseGranted(lease.task, now);
   }
   for (const GangDuty& duty : gangs_.TakeDuties(executor_id)) {
-    v1::GangDuty* out = reply->add_gang_duties();
-    out->mutable_ref()->set_job_id(duty.ref.job_id);
-    out->mutable_ref()->set_task_index(duty.ref.task_index);
-    out->mutable_ref()->set_attempt(duty.ref.attempt);
-    out->set_leader_host(duty.leader_host);
-    out->set_bind(duty.bind);
+    FillGangDuty(duty, *reply->add_gang_duties());
     MINIONS_LOG(Info) << Describe(duty.ref) << " executor=" << executor_id << " serves the gang as a member";
   }
   return absl::OkStatus();

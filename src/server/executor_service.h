@@ -216,10 +216,6 @@ class ExecutorService final : public ExecutorServiceBase {
   // error when the batch as a whole failed (the batcher then leases each call alone).
   absl::StatusOr<std::vector<absl::StatusOr<std::vector<minions::Lease>>>> CommitLeases(
       const std::vector<LeaseCall>& calls);
-  // With `request.reclaim`: the store's current leases of `executor_id` that `request.held` does
-  // not name and that have not expired (granted by a call whose answer it never heard); else none.
-  absl::StatusOr<std::vector<minions::Lease>> Reclaimed(const std::string& executor_id,
-                                                        const v1::LeaseRequest& request, absl::Time now);
   // The executor's circumstances changed (it registered, finished or gave up a task): it looks in
   // the store on its next lease.
   void ForgetIdle(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
@@ -269,9 +265,6 @@ class ExecutorService final : public ExecutorServiceBase {
   // Answers `reply` with the notice kept for `executor_id`, if any (and forgets it).
   bool TakePollNoticeLocked(const std::string& executor_id, v1::LeaseResponse* reply)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-
-  // The lease's input URL and one write URL pair per chunk the attempt may upload.
-  absl::Status FillObjectUrls(const minions::Lease& lease, v1::TaskLease& out);
 
   MetadataStore* store_;
   BlobStore* blobs_;
