@@ -11,6 +11,7 @@
 #include "model/model_ref.h"
 #include "server/call_auth.h"
 #include "server/keys.h"
+#include "server/lease_answer.h"
 #include "server/proto_convert.h"
 #include "server/task_sizer.h"
 
@@ -22,10 +23,6 @@ namespace {
   absl::StatusOr<std::string> executor_or = AuthorizeExecutor(context, claimed);    \
   if (!executor_or.ok()) return ToGrpc(executor_or.status());                       \
   const std::string& executor_id = *executor_or
-
-// Most chunk URL pairs one lease carries: an attempt that runs out writes the rest of its task as
-// its last chunk (it checkpoints less often, and loses nothing).
-constexpr int64_t kMaxChunkUrls = 32;
 
 LeaseProgress FromProto(const v1::LeaseRef& ref) {
   LeaseProgress progress{ref.job_id(), ref.task_index(), ref.attempt(), ref.records_done(), ref.records_failed(), {}};
@@ -45,36 +42,6 @@ void ToProto(const LeaseProgress& p, v1::LeaseRef* ref) {
 }
 
 }  // namespace
-
-absl::Status ExecutorService::FillObjectUrls(const minions::Lease& lease, v1::TaskLease& out) {
-  const Task& t = lease.task;
-  auto input = blobs_->Url(lease.input_key, UrlAccess::kRead, options_.url_ttl);
-  if (!input.ok()) return input.status();
-  out.set_input_url(*input);
-  if (!lease.model_digest.empty()) {
-    // Content-addressed under the job's team: the executor verifies the digest before loading.
-    auto model = blobs_->Url(keys::ModelBlob(lease.team, std::string(DigestHex(lease.model_digest))), UrlAccess::kRead,
-                             options_.url_ttl);
-    if (!model.ok()) return model.status();
-    out.set_model_url(*model);
-    out.set_model_digest(lease.model_digest);
-    out.set_model_size_bytes(lease.model_size_bytes);
-  }
-  // One pair per chunk the attempt may write: a record per chunk at most, kMaxChunkUrls in all.
-  const int first_seq = NextChunkSeq(t);
-  const int64_t n_urls = std::clamp<int64_t>(t.n_records - CommittedRecords(t), 1, kMaxChunkUrls);
-  for (int64_t k = 0; k < n_urls; ++k) {
-    const int seq = first_seq + static_cast<int>(k);
-    auto output = blobs_->Url(keys::ChunkOutput(t.job_id, t.index, t.attempt, seq), UrlAccess::kWrite, options_.url_ttl);
-    if (!output.ok()) return output.status();
-    auto errors = blobs_->Url(keys::ChunkErrors(t.job_id, t.index, t.attempt, seq), UrlAccess::kWrite, options_.url_ttl);
-    if (!errors.ok()) return errors.status();
-    v1::ChunkUrls* urls = out.add_chunk_urls();
-    urls->set_output_url(*output);
-    urls->set_errors_url(*errors);
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::string> ExecutorService::AuthorizeExecutor(const grpc::ServerContextBase* context,
                                                                 const std::string& claimed) {
@@ -333,11 +300,12 @@ class ExecutorService::HeldLease : public grpc::ServerUnaryReactor {
   absl::Time wake_at;  // while parked
 };
 
-// An Attach stream: one event when it opens, then nothing until it ends. Its own mutex orders the
-// first write against the end (Finish waits for the write to be done).
-class ExecutorService::Presence : public grpc::ServerWriteReactor<v1::AttachEvent> {
+// An Attach stream: one event when it opens, then nothing until it ends (Presence keeps the
+// count). Its own mutex orders the first write against the end (Finish waits for the write to be
+// done).
+class ExecutorService::AttachStream : public grpc::ServerWriteReactor<v1::AttachEvent> {
  public:
-  Presence(ExecutorService* service, std::string executor_id, absl::Duration lease_ttl)
+  AttachStream(ExecutorService* service, std::string executor_id, absl::Duration lease_ttl)
       : service_(service), executor_id_(std::move(executor_id)) {
     hello_.set_lease_ttl_ms(absl::ToInt64Milliseconds(lease_ttl));
     StartWrite(&hello_);
@@ -352,7 +320,7 @@ class ExecutorService::Presence : public grpc::ServerWriteReactor<v1::AttachEven
     if (finish) Finish(grpc::Status::CANCELLED);
   }
   void OnCancel() override {
-    service_->Detached(executor_id_);
+    service_->presence_.Detached(executor_id_);
     bool finish;
     {
       absl::MutexLock lock(&mu_);
@@ -383,68 +351,12 @@ grpc::ServerWriteReactor<v1::AttachEvent>* ExecutorService::Attach(grpc::Callbac
     };
     return new Refused(executor_id.status());
   }
-  StartLeaseThreads();  // they back up the tasks of executors whose stream closes
-  {
-    absl::MutexLock lock(&work_mu_);
-    ++attached_[*executor_id];
-  }
-  return new Presence(this, *executor_id, options_.lease_ttl);
-}
-
-void ExecutorService::Detached(const std::string& executor_id) {
-  absl::MutexLock lock(&work_mu_);
-  auto it = attached_.find(executor_id);
-  if (it == attached_.end()) return;
-  if (--it->second > 0) return;  // it holds another stream here (a reconnect)
-  attached_.erase(it);
-  // The server's own shutdown ends every stream: that is not the executor going.
-  if (!stopping_) detached_.push_back(executor_id);
-}
-
-void ExecutorService::BackUpTasksOf(const std::string& executor_id) {
-  {
-    absl::MutexLock lock(&work_mu_);
-    if (attached_.contains(executor_id)) return;  // back already
-  }
-  gangs_.Lost(executor_id, clock_->Now());  // a member or leader of no new gang until heard from
-  absl::StatusOr<std::vector<Task>> running = store_->ListRunningTasks();
-  if (!running.ok()) {
-    MINIONS_LOG(Warning) << "executor=" << executor_id << " closed its connection; its tasks wait for their lease TTL: "
-                         << running.status().message();
-    return;
-  }
-  const absl::Time now = clock_->Now();
-  int backed_up = 0;
-  for (const Task& task : *running) {
-    if (task.executor_id != executor_id) continue;
-    absl::StatusOr<Task> backed = store_->RequestBackup(task.job_id, task.index, task.attempt, now);
-    if (!backed.ok()) continue;  // finished, handed back, or backed up already meanwhile
-    ++backed_up;
-    MINIONS_LOG(Info) << "job=" << task.job_id << " task=" << task.index << " attempt=" << task.attempt
-                      << " executor=" << executor_id
-                      << " closed its connection without handing the task back; a backup attempt may run elsewhere";
-  }
-  if (backed_up == 0) return;
-  {
-    absl::MutexLock lock(&work_mu_);
-    ++detached_abruptly_;
-  }
-  WorkArrived();
-}
-
-int64_t ExecutorService::executors_attached() const {
-  absl::MutexLock lock(&work_mu_);
-  int64_t n = 0;
-  for (const auto& [id, streams] : attached_) n += streams;
-  return n;
-}
-
-int64_t ExecutorService::executors_detached_abruptly() const {
-  absl::MutexLock lock(&work_mu_);
-  return detached_abruptly_;
+  presence_.Attached(*executor_id);
+  return new AttachStream(this, *executor_id, options_.lease_ttl);
 }
 
 ExecutorService::~ExecutorService() {
+  presence_.Stop();
   {
     absl::MutexLock lock(&work_mu_);
     stopping_ = true;
@@ -508,16 +420,10 @@ grpc::ServerUnaryReactor* ExecutorService::Lease(grpc::CallbackServerContext* co
 void ExecutorService::LeaseThreadLoop() {
   while (true) {
     HeldLease* call = nullptr;
-    std::string detached;
     std::vector<std::string> renew;
     {
       absl::MutexLock lock(&work_mu_);
-      while (call == nullptr && detached.empty() && renew.empty()) {
-        if (!detached_.empty()) {
-          detached = std::move(detached_.front());
-          detached_.pop_front();
-          break;
-        }
+      while (call == nullptr && renew.empty()) {
         const absl::Time now = clock_->Now();
         while (!parked_.empty() && parked_.begin()->first <= now) {
           HeldLease* due = parked_.begin()->second;
@@ -538,7 +444,7 @@ void ExecutorService::LeaseThreadLoop() {
         if (exiting_) return;
         auto runnable = [this] {
           work_mu_.AssertHeld();
-          return !ready_.empty() || !detached_.empty() || exiting_;
+          return !ready_.empty() || exiting_;
         };
         absl::Time due = next_renewal_scan_;
         if (!parked_.empty()) due = std::min(due, parked_.begin()->first);
@@ -551,10 +457,6 @@ void ExecutorService::LeaseThreadLoop() {
     }
     if (!renew.empty()) {
       RenewIdle(renew);
-      continue;
-    }
-    if (!detached.empty()) {
-      BackUpTasksOf(detached);
       continue;
     }
     const bool spreads = call->spreads;  // (the call may be gone once served)
@@ -607,7 +509,7 @@ void ExecutorService::Serve(HeldLease* call) {
     return;
   }
   if (!cancelled) {
-    leases = Reclaimed(call->executor_id, *call->request, now);
+    leases = ReclaimedLeases(*store_, call->executor_id, *call->request, now);
     if (leases.ok() && leases->empty()) leases = LookForWork(call->executor_id, max_tasks, now, &generation);
   }
   grpc::Status answer = grpc::Status::OK;
@@ -903,7 +805,7 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
       }
     }
   }
-  absl::StatusOr<std::vector<minions::Lease>> leases = Reclaimed(executor_id, request, now);
+  absl::StatusOr<std::vector<minions::Lease>> leases = ReclaimedLeases(*store_, executor_id, request, now);
   if (!leases.ok()) return leases.status();
   while (leases->empty()) {
     uint64_t generation;
@@ -926,35 +828,12 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
   return AnswerLease(executor_id, *leases, now, reply);
 }
 
-absl::StatusOr<std::vector<minions::Lease>> ExecutorService::Reclaimed(const std::string& executor_id,
-                                                                       const v1::LeaseRequest& request,
-                                                                       absl::Time now) {
-  std::vector<minions::Lease> orphans;
-  if (!request.reclaim()) return orphans;
-  std::set<std::tuple<std::string, int64_t, int>> held;
-  for (const auto& ref : request.held()) held.insert({ref.job_id(), ref.task_index(), ref.attempt()});
-  // A rare call (only after a lost answer), so a scan of the running tasks is cheap enough.
-  absl::StatusOr<std::vector<Task>> running = store_->ListRunningTasks();
-  if (!running.ok()) return running.status();
-  for (Task& task : *running) {
-    if (task.executor_id != executor_id || held.contains({task.job_id, task.index, task.attempt})) continue;
-    if (task.lease_expires_at && *task.lease_expires_at <= now) continue;  // the watchdog's now
-    absl::StatusOr<Job> job = store_->GetJob(task.job_id);
-    if (!job.ok()) continue;
-    MINIONS_LOG(Info) << Describe(AttemptRef{task.job_id, task.index, task.attempt}) << " executor=" << executor_id
-                      << " granted again: it never heard the answer that leased it";
-    orphans.push_back(MakeLease(std::move(task), job->spec));
-  }
-  return orphans;
-}
-
 absl::Status ExecutorService::AnswerLease(const std::string& executor_id, const std::vector<minions::Lease>& leases,
                                           absl::Time now, v1::LeaseResponse* reply) {
   reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
   for (const minions::Lease& lease : leases) {
     const Task& t = lease.task;
-    v1::TaskLease* out = reply->add_leases();
-    absl::Status urls = FillObjectUrls(lease, *out);
+    absl::Status urls = FillTaskLease(*blobs_, options_.url_ttl, lease, *reply->add_leases());
     if (!urls.ok()) {
       // An error reply carries no leases, so hand back every task granted by this call (not just
       // this one): the executor never learns of them, and letting their leases expire would count
@@ -968,27 +847,6 @@ absl::Status ExecutorService::AnswerLease(const std::string& executor_id, const 
       WorkArrived();
       return urls;
     }
-    out->mutable_ref()->set_job_id(t.job_id);
-    out->mutable_ref()->set_task_index(t.index);
-    out->mutable_ref()->set_attempt(t.attempt);
-    out->set_first_record(t.first_record);
-    out->set_n_records(t.n_records);
-    out->set_byte_begin(t.byte_begin);
-    out->set_byte_end(t.byte_end);
-    out->set_resume_from(CommittedRecords(t));
-    out->set_model(lease.job_model);
-    out->set_runner(lease.runner.empty() ? "llama" : lease.runner);
-    out->set_runner_options_json(DumpJson(lease.runner_options));
-    out->set_lease_expires_at_ms(absl::ToUnixMillis(lease.expires_at));
-    if (!lease.gang.empty()) {
-      // It leads a gang: its members' rpc gates (seat order) and what each lends.
-      out->set_gang_leader_bytes(lease.gang.front().bytes);
-      for (size_t i = 1; i < lease.gang.size(); ++i) {
-        v1::GangPeer* peer = out->add_gang();
-        peer->set_endpoint(lease.gang[i].endpoint);
-        peer->set_bytes(lease.gang[i].bytes);
-      }
-    }
     MINIONS_LOG(Debug) << "job=" << t.job_id << " task=" << t.index << " attempt=" << t.attempt
                        << " executor=" << executor_id << " leased";
   }
@@ -996,12 +854,7 @@ absl::Status ExecutorService::AnswerLease(const std::string& executor_id, const 
     for (const minions::Lease& lease : leases) metrics_->LeaseGranted(lease.task, now);
   }
   for (const GangDuty& duty : gangs_.TakeDuties(executor_id)) {
-    v1::GangDuty* out = reply->add_gang_duties();
-    out->mutable_ref()->set_job_id(duty.ref.job_id);
-    out->mutable_ref()->set_task_index(duty.ref.task_index);
-    out->mutable_ref()->set_attempt(duty.ref.attempt);
-    out->set_leader_host(duty.leader_host);
-    out->set_bind(duty.bind);
+    FillGangDuty(duty, *reply->add_gang_duties());
     MINIONS_LOG(Info) << Describe(duty.ref) << " executor=" << executor_id << " serves the gang as a member";
   }
   return absl::OkStatus();
@@ -1035,6 +888,7 @@ void ExecutorService::NotifyWork() {
 }
 
 void ExecutorService::Shutdown() {
+  presence_.Stop();
   absl::MutexLock lock(&work_mu_);
   stopping_ = true;
   WakeParkedLocked();

@@ -28,7 +28,8 @@
 // weighs more than a task's wait in a queue. Each server counts the executors waiting on it alone.
 //
 // Its parts, each with one job and its own lock: CompletionPipeline (the ends of attempts on
-// their way to the store, and what follows them).
+// their way to the store, and what follows them) and Presence (Attach streams, and backups for
+// the tasks of an executor whose last one closed).
 //
 // The typed methods (taking an executor id) are the calls without gRPC, for a caller already
 // authenticated as that executor (an in-process control plane in tests).
@@ -62,6 +63,7 @@
 #include "server/gang_leasing.h"
 #include "server/group_commit.h"
 #include "server/heartbeat_batcher.h"
+#include "server/presence.h"
 #include "server/task_sizer.h"
 #include "server/server_options.h"
 #include "store/metadata_store.h"
@@ -118,10 +120,8 @@ class ExecutorService final : public ExecutorServiceBase {
   grpc::ServerUnaryReactor* CompleteBatch(grpc::CallbackServerContext* context, const v1::CompleteBatchRequest* request,
                                           v1::CompleteBatchResponse* reply) override;
   grpc::Status Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse* reply) override;
-  // Presence (proto: Attach): open for as long as the executor runs. When its last stream here
-  // closes while the server is not stopping, each task it still runs gets a backup attempt at once
-  // (the store's straggler backups): the task runs elsewhere while the executor's own attempt keeps
-  // its lease and may still finish first (a reconnect costs no lease).
+  // Presence (proto: Attach): open for as long as the executor runs; when its last stream here
+  // closes while the server is not stopping, its tasks get backup attempts (server/presence.h).
   grpc::ServerWriteReactor<v1::AttachEvent>* Attach(grpc::CallbackServerContext* context,
                                                     const v1::AttachRequest* request) override;
 
@@ -164,8 +164,8 @@ class ExecutorService final : public ExecutorServiceBase {
   // Heartbeats answered on Beats streams so far (tests: an executor beats on its stream).
   int64_t beats_streamed() const { return beats_streamed_.load(std::memory_order_relaxed); }
   // Attach streams open here now; executors whose tasks got backups because their stream closed.
-  int64_t executors_attached() const ABSL_LOCKS_EXCLUDED(work_mu_);
-  int64_t executors_detached_abruptly() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  int64_t executors_attached() const { return presence_.attached(); }
+  int64_t executors_detached_abruptly() const { return presence_.detached_abruptly(); }
 
   // The calls for an executor already authenticated as `executor_id` (the request's own
   // executor_id field is not consulted). Register with an empty id registers a new executor under
@@ -216,10 +216,6 @@ class ExecutorService final : public ExecutorServiceBase {
   // error when the batch as a whole failed (the batcher then leases each call alone).
   absl::StatusOr<std::vector<absl::StatusOr<std::vector<minions::Lease>>>> CommitLeases(
       const std::vector<LeaseCall>& calls);
-  // With `request.reclaim`: the store's current leases of `executor_id` that `request.held` does
-  // not name and that have not expired (granted by a call whose answer it never heard); else none.
-  absl::StatusOr<std::vector<minions::Lease>> Reclaimed(const std::string& executor_id,
-                                                        const v1::LeaseRequest& request, absl::Time now);
   // The executor's circumstances changed (it registered, finished or gave up a task): it looks in
   // the store on its next lease.
   void ForgetIdle(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
@@ -229,13 +225,8 @@ class ExecutorService final : public ExecutorServiceBase {
 
   // A Lease call held by the callback API, an Attach stream and a Beats stream (defined in the .cc).
   class HeldLease;
-  class Presence;
+  class AttachStream;
   class BeatStream;
-  // An Attach stream of `executor_id` closed: when it was its last here and the server is not
-  // stopping, the lease threads back up its running tasks.
-  void Detached(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
-  // Backup attempts for every task `executor_id` runs (the lease threads, after Detached).
-  void BackUpTasksOf(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
   void StartLeaseThreads() ABSL_LOCKS_EXCLUDED(work_mu_);
   void LeaseThreadLoop() ABSL_LOCKS_EXCLUDED(work_mu_);
   // One look for work for a held call: answers it, or parks it until work is announced or its
@@ -274,9 +265,6 @@ class ExecutorService final : public ExecutorServiceBase {
   // Answers `reply` with the notice kept for `executor_id`, if any (and forgets it).
   bool TakePollNoticeLocked(const std::string& executor_id, v1::LeaseResponse* reply)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-
-  // The lease's input URL and one write URL pair per chunk the attempt may upload.
-  absl::Status FillObjectUrls(const minions::Lease& lease, v1::TaskLease& out);
 
   MetadataStore* store_;
   BlobStore* blobs_;
@@ -327,9 +315,6 @@ class ExecutorService final : public ExecutorServiceBase {
   int64_t idle_unserved_ ABSL_GUARDED_BY(work_mu_) = 0;
   // Queues a held call in ready_ (and counts it in idle_unserved_ if it spreads).
   void MakeReadyLocked(HeldLease* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  // Open Attach streams per executor, and executors whose last one closed (to back up).
-  absl::flat_hash_map<std::string, int> attached_ ABSL_GUARDED_BY(work_mu_);
-  std::deque<std::string> detached_ ABSL_GUARDED_BY(work_mu_);
   // Idle polls held here, by executor (the latest one's), and when this server last renewed each
   // executor's liveness from one; the next look for renewals due; notices for the next poll.
   absl::flat_hash_map<std::string, HeldLease*> idle_polls_ ABSL_GUARDED_BY(work_mu_);
@@ -338,11 +323,16 @@ class ExecutorService final : public ExecutorServiceBase {
   absl::flat_hash_map<std::string, PollNotice> poll_notices_ ABSL_GUARDED_BY(work_mu_);
   int64_t idle_renewals_ ABSL_GUARDED_BY(work_mu_) = 0;
   int64_t renewals_in_flight_ ABSL_GUARDED_BY(work_mu_) = 0;  // submitted, not answered yet
-  int64_t detached_abruptly_ ABSL_GUARDED_BY(work_mu_) = 0;
   size_t renewed_at_swept_size_ ABSL_GUARDED_BY(work_mu_) = 0;  // renewed_at_'s size after its last sweep
   std::atomic<int64_t> beats_streamed_{0};
   std::atomic<int64_t> heartbeats_in_flight_{0};  // submitted to the batcher, not answered yet
   std::vector<std::thread> lease_threads_ ABSL_GUARDED_BY(work_mu_);
+  // Attach streams, and backups for executors that went without a word. After what its thread
+  // calls back into (the gangs, WorkArrived): ended before them.
+  Presence presence_{store_, clock_, Presence::Hooks{[this](const std::string& executor_id, absl::Time now) {
+                                                       gangs_.Lost(executor_id, now);
+                                                     },
+                                                     [this] { WorkArrived(); }}};
   // Lease calls that look in the store while another batch of them is being written look
   // together, in one transaction (group commit, as completions): when thousands of executors want
   // work at once (a job's start, a fleet woken), a transaction per call would be most of the
