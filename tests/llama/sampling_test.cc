@@ -194,7 +194,7 @@ TEST_F(Sampling, PenaltiesChangeARepetitiveGreedyAnswer) {
   for (const auto& t : tokens) repeats += counts[t.get<std::string>()]++ > 0;
   ASSERT_GT(repeats, 0) << "the greedy answer does not repeat itself: " << DumpJson(tokens);
   for (size_t i = 1; i < 4; ++i) {
-    ASSERT_TRUE(outputs[i]["error"].is_null()) << DumpJson(outputs[i]);
+    ASSERT_FALSE(IsErrorOutputLine(outputs[i])) << DumpJson(outputs[i]);
     EXPECT_NE(GeneratedText(outputs[i]), GeneratedText(outputs[0])) << "record " << i;
   }
   // A presence penalty of 2 on logits this flat: fewer repeated tokens than without.
@@ -224,12 +224,12 @@ TEST_F(Sampling, AMinusHundredBiasForbidsAToken) {
       DumpJson({{"custom_id", "outside"}, {"prompt", prompt}, {"logit_bias", {{"99999999", 5}}}}),
   });
   for (size_t i = 0; i < 2; ++i) {
-    ASSERT_TRUE(outputs[i]["error"].is_null()) << DumpJson(outputs[i]);
+    ASSERT_FALSE(IsErrorOutputLine(outputs[i])) << DumpJson(outputs[i]);
     for (const auto& t : Choice(outputs[i])["logprobs"]["tokens"]) EXPECT_NE(t, direct.Piece(first)) << i;
   }
   for (const auto& t : Choice(outputs[2])["logprobs"]["tokens"]) EXPECT_EQ(t, direct.Piece(42));
-  ASSERT_FALSE(outputs[3]["error"].is_null());
-  EXPECT_THAT(outputs[3]["error"]["message"].get<std::string>(), HasSubstr("not in the model's vocabulary"));
+  ASSERT_TRUE(IsErrorOutputLine(outputs[3]));
+  EXPECT_THAT(OutputLineError(outputs[3])["message"].get<std::string>(), HasSubstr("not in the model's vocabulary"));
 }
 
 TEST_F(Sampling, LlamaSamplersAreServed) {
