@@ -84,6 +84,7 @@ try {
     assert.equal(entry.top_logprobs[0].token, entry.token, 'greedy: the token tops its list');
   }
   assert.equal(byId.penalties.response.status_code, 200);
+  assert.match(byId.penalties.response.body.system_fingerprint, /^fp_[0-9a-f]{16}$/);
   assert.equal(byId.harmless.response.status_code, 200);
   assert.ok(['yes', 'no'].includes(byId.grammar.response.body.choices[0].message.content));
   const choices = byId.choices.response.body.choices;

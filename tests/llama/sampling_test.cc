@@ -172,6 +172,11 @@ TEST_F(Sampling, ChatLogprobsHaveOpenAIsShape) {
   EXPECT_EQ(Choice(outputs[1])["logprobs"]["content"].size(), content.size());
   EXPECT_TRUE(Choice(outputs[1])["logprobs"]["content"][0]["top_logprobs"].empty());
   EXPECT_TRUE(Choice(outputs[2])["logprobs"].is_null());
+  // The engine's fingerprint: the same on every answer of one build and model.
+  const Json& fingerprint = outputs[0]["response"]["body"]["system_fingerprint"];
+  ASSERT_TRUE(fingerprint.is_string());
+  EXPECT_THAT(fingerprint.get<std::string>(), ::testing::MatchesRegex("fp_[0-9a-f]{16}"));
+  EXPECT_EQ(outputs[2]["response"]["body"]["system_fingerprint"], fingerprint);
 }
 
 // A greedy answer from the random test model that repeats tokens, or skips the test's premise.

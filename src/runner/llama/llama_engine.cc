@@ -24,6 +24,7 @@
 #include "common/logging.h"
 #include "llama.h"
 #include "runner/llama/choices.h"
+#include "runner/llama/fingerprint.h"
 #include "runner/llama/record_sampler.h"
 
 namespace minions::llama_runner {
@@ -379,6 +380,7 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Load(
     name = slash == std::string::npos ? model_path : model_path.substr(slash + 1);
   }
   engine->model_name_ = name;
+  engine->fingerprint_ = SystemFingerprint(engine->model_);
   std::string arch = MetaString(engine->model_, "general.architecture");
   std::string pooling = MetaString(engine->model_, arch + ".pooling_type");
   std::string causal = MetaString(engine->model_, arch + ".attention.causal");
@@ -727,6 +729,7 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     Json body = req.endpoint == Endpoint::kChatCompletions
                     ? MakeChatCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created)
                     : MakeCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created);
+    body["system_fingerprint"] = fingerprint_;
     if (slot.rich && req.logprobs >= 0) {
       body["choices"][0]["logprobs"] = LogprobsJson(slot.rich->logprobs(), req.endpoint, req.logprobs, slot.text.size(),
                                                     [this](int32_t token) { return TokenPiece(token); });
