@@ -16,7 +16,6 @@
 #include "identity/identity_admin.h"
 #include "identity/pki.h"
 #include "identity_setup.h"
-#include "model/liveness.h"
 #include "openai/model_catalog.h"
 #include "openai/openai_api.h"
 
@@ -68,7 +67,8 @@ class LocalPool : public cli::Pool {
       return absl::FailedPreconditionError(absl::StrCat(
           "another pool or server is using ", options.data_dir, " (its watchdog lock is held)"));
     }
-    ServerOptions server_options;
+    ControlPlaneOptions cp_options;
+    ServerOptions& server_options = cp_options.server;
     server_options.listen = options.listen;
     server_options.http_listen = options.http_listen == "off" ? "" : options.http_listen;
     server_options.lease_ttl = options.lease_ttl;
@@ -80,11 +80,13 @@ class LocalPool : public cli::Pool {
       return absl::FailedPreconditionError(absl::StrCat("cannot set up the pool's admin token: ", admin.status().message()));
     }
     admin_token_ = *admin;
-    WatchdogOptions watchdog_options;
-    watchdog_options.executor_timeout = ExecutorTimeoutFor(options.lease_ttl);
-    server_ = std::make_unique<MinionsServer>(backends_.store.get(), backends_.blobs.get(), &clock_, server_options,
-                                              std::make_unique<Watchdog>(backends_.store.get(), watchdog_options,
-                                                                         std::move(*lock)));
+    // The watchdog as a server's, but with no takeover grace: the pool's executors are its own
+    // children and end with it, so after a restart no executor is left to re-attach its leases.
+    // (The straggler policy is the default one: the pool has no config file to set it.)
+    cp_options.watchdog = ServerWatchdogOptions(options.lease_ttl);
+    cp_options.watchdog->takeover_grace = absl::ZeroDuration();
+    server_ = std::make_unique<ControlPlane>(backends_.store.get(), backends_.blobs.get(), &clock_,
+                                             std::move(cp_options), std::move(*lock));
     // Models: the folders `up --models` named, else the user's own ~/.minions/models. The OpenAI
     // API on the HTTP port serves their GGUF files by name; the executors load from them.
     std::vector<std::string> model_folders;
@@ -96,7 +98,7 @@ class LocalPool : public cli::Pool {
     openai_models_ = std::make_unique<openai::RegistryModelCatalog>(backends_.store.get(), openai_folder_models_.get());
     openai_api_ = std::make_unique<openai::OpenAiApi>(
         openai::OpenAiApi::Deps{backends_.store.get(), backends_.blobs.get(), &clock_, &server_->authenticator(),
-                                &server_->jobs(), openai_models_.get(), {server_options.max_chunk_bytes}},
+                                &server_->jobs(), openai_models_.get(), {server_->options().max_chunk_bytes}},
         openai::OpenAiApiOptions{});
     server_->AddHttpRoutes([api = openai_api_.get()](HttpServer* http) { api->Install(http); });
     if (auto s = server_->Start(); !s.ok()) return s;
@@ -172,7 +174,7 @@ class LocalPool : public cli::Pool {
   std::unique_ptr<openai::FolderModelCatalog> openai_folder_models_;
   std::unique_ptr<openai::RegistryModelCatalog> openai_models_;
   std::unique_ptr<openai::OpenAiApi> openai_api_;  // its routes live as long as the server serves
-  std::unique_ptr<MinionsServer> server_;
+  std::unique_ptr<ControlPlane> server_;
   std::vector<std::unique_ptr<Subprocess>> executors_;
   std::string admin_token_;
   std::string admin_token_file_;

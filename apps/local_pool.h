@@ -8,7 +8,7 @@
 #include "blob/blob_store.h"
 #include "cli/pool.h"
 #include "common/clock.h"
-#include "server/server.h"
+#include "server/control_plane.h"
 #include "store/metadata_store.h"
 #include "backends.h"
 

@@ -9,6 +9,7 @@
 
 #include "common/logging.h"
 #include "minions/version.h"
+#include "runner/llama/devices.h"
 #include "runner/llama/llama_engine.h"
 #include "runner/llama/runner_service.h"
 
@@ -23,8 +24,17 @@ int main(int argc, char** argv) {
              "Serves OpenAI Batch records with llama.cpp. Speaks the runner protocol: one JSON\n"
              "command per line on stdin (load, run, cancel, ping, shutdown), one JSON event per\n"
              "line on stdout. See docs/runner-protocol.md. Logs go to stderr.\n"
-             "  --verbose   log llama.cpp's messages and debug lines\n",
+             "  --verbose   log llama.cpp's messages and debug lines\n"
+             "  --devices   print the devices llama.cpp can use (JSON) and exit\n",
              minions::kVersion);
+      return 0;
+    }
+    if (std::strcmp(argv[i], "--devices") == 0) {
+      // The devices llama.cpp can compute on, as JSON (the executor reports its accelerator from
+      // them: src/executor/runner_devices.h).
+      minions::SetLogComponent("runner");
+      minions::llama_runner::InstallLlamaLogging();
+      printf("%s\n", minions::DumpJson(minions::llama_runner::ListDevices()).c_str());
       return 0;
     }
     if (std::strcmp(argv[i], "--verbose") == 0) {

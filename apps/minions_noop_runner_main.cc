@@ -75,6 +75,18 @@ int main() {
         std::cout << runner_protocol::EncodeBatchDone(command->run.batch, stats);
         break;
       }
+      case runner_protocol::Command::Op::kRescore: {
+        // No model, nothing to check with: every item is uncheckable (never a verdict).
+        runner_protocol::BatchStats stats;
+        stats.records = stats.errors = command->rescore.items.size();
+        for (size_t i = 0; i < command->rescore.items.size(); ++i) {
+          std::cout << rescore::EncodeUncheckable(command->rescore.batch, i,
+                                                  ParseRecordLine(command->rescore.items[i].record).custom_id,
+                                                  "the no-op runner has no model to re-score with");
+        }
+        std::cout << runner_protocol::EncodeBatchDone(command->rescore.batch, stats);
+        break;
+      }
       case runner_protocol::Command::Op::kPing:
         std::cout << runner_protocol::EncodePong(command->id);
         break;

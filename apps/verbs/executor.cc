@@ -14,6 +14,7 @@
 #include "cli/credentials.h"
 #include "common/host_port.h"
 #include "common/logging.h"
+#include "executor/runner_devices.h"
 #include "rpc/tls.h"
 
 namespace minions::apps {
@@ -214,6 +215,19 @@ int RunExecutorVerb(ExecutorVerb* e, minions::cli::Connection* connection,
   if (!url_policy.ok()) {
     fprintf(stderr, "error: %s\n", std::string(url_policy.status().message()).c_str());
     return 1;
+  }
+  // The accelerator as the runner's llama.cpp sees it (a Vulkan, CUDA or Metal device), asked of
+  // the runner started as every runner is (confined, with its environment); a runner that cannot
+  // say leaves it to the probes in capabilities.cc.
+  auto devices = minions::QueryRunnerDevices(runner_options.command, runner_options.environment);
+  if (devices.ok()) {
+    agent_options.accelerator = minions::AcceleratorFromDevices(*devices);
+    if (!agent_options.accelerator) agent_options.accelerator = minions::Accelerator{};  // the CPU alone
+    MINIONS_LOG(Info) << "accelerator: " << agent_options.accelerator->kind
+                      << (agent_options.accelerator->name.empty() ? "" : " (" + agent_options.accelerator->name + ")");
+  } else {
+    MINIONS_LOG(Info) << "the runner lists no devices (" << devices.status().message()
+                      << "); the accelerator is probed directly";
   }
   return RunExecutor(*connection, agent_options, runner_options, e->exit_with_parent, *availability,
                      *std::move(url_policy), e->join_token_file);

@@ -16,10 +16,9 @@
 #include "http/metrics_endpoints.h"
 #include "identity/authenticator.h"
 #include "identity_setup.h"
-#include "model/liveness.h"
 #include "openai/model_catalog.h"
 #include "openai/openai_api.h"
-#include "server/server.h"
+#include "server/control_plane.h"
 #include "watchdog/watchdog.h"
 
 namespace minions::apps {
@@ -27,10 +26,7 @@ namespace {
 
 // The watchdog's options, the same for a server's watchdog and a standalone one.
 minions::WatchdogOptions WatchdogOptionsOf(const minions::apps::MinionsConfig& config) {
-  const absl::Duration ttl = absl::Milliseconds(config.lease_ttl_ms);
-  minions::WatchdogOptions options;
-  options.executor_timeout = minions::ExecutorTimeoutFor(ttl);
-  options.takeover_grace = ttl * 2;  // a heartbeat, plus the reconnection backoff
+  minions::WatchdogOptions options = minions::ServerWatchdogOptions(absl::Milliseconds(config.lease_ttl_ms));
   options.stragglers.factor = config.straggler_factor;
   options.stragglers.min_runtime = absl::Milliseconds(config.straggler_min_runtime_ms);
   return options;
@@ -49,7 +45,8 @@ int RunServer(const minions::apps::MinionsConfig& config) {
     fprintf(stderr, "error: %s\n", std::string(agreed.message()).c_str());
     return 1;
   }
-  minions::ServerOptions options;
+  minions::ControlPlaneOptions cp_options;
+  minions::ServerOptions& options = cp_options.server;
   options.listen = config.listen;
   options.http_listen = config.http_listen == "off" ? "" : config.http_listen;
   options.tls = {config.tls_cert, config.tls_key};
@@ -61,15 +58,18 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.auth.refresh_ttl = absl::Seconds(config.credential_refresh_s);
   // Executors elsewhere open models by their own paths.
   options.check_model_paths = !absl::StartsWith(config.database, "postgres");
-  std::unique_ptr<minions::Watchdog> watchdog;
+  std::unique_ptr<minions::WatchdogLock> watchdog_lock;
   if (config.watchdog) {
     // Without the lock (another process holds it) the watchdog waits on standby: the server seeks
     // the lock again every second, so when that process goes, or the database restarts and ends
     // every session's lock, one of the servers takes over.
+    cp_options.watchdog = WatchdogOptionsOf(config);
     auto lock = minions::apps::TryAcquireWatchdog(config);
-    if (!lock.ok()) MINIONS_LOG(Info) << "another process runs the watchdog; this server stands by";
-    watchdog = std::make_unique<minions::Watchdog>(backends->store.get(), WatchdogOptionsOf(config),
-                                                   lock.ok() ? std::move(*lock) : nullptr);
+    if (lock.ok()) {
+      watchdog_lock = std::move(*lock);
+    } else {
+      MINIONS_LOG(Info) << "another process runs the watchdog; this server stands by";
+    }
   }
   MINIONS_LOG(Info) << "backends: " << backends->description;
   // A pool without an admin gets one, in the data folder (the CLI on this machine finds it).
@@ -78,7 +78,8 @@ int RunServer(const minions::apps::MinionsConfig& config) {
     fprintf(stderr, "error: %s\n", std::string(admin.status().message()).c_str());
     return 1;
   }
-  minions::MinionsServer server(backends->store.get(), backends->blobs.get(), &clock, options, std::move(watchdog));
+  minions::ControlPlane server(backends->store.get(), backends->blobs.get(), &clock, std::move(cp_options),
+                               std::move(watchdog_lock));
   if (config.watchdog) server.SetWatchdogLockSource([config] { return minions::apps::TryAcquireWatchdog(config); });
   // Work submitted through any server wakes executors waiting on every server.
   auto work_signal = minions::apps::OpenWorkSignal(config);

@@ -234,6 +234,7 @@ absl::Status ExecutorAgent::Register() {
   offer.name = options_.name;
   offer.runners = options_.runners;
   offer.owner_memory_share = options_.owner_memory_share;
+  offer.accelerator = options_.accelerator;
   if (options_.model_cache) offer.models_cached = options_.model_cache->Cached();
   v1::Capabilities capabilities = DetectCapabilities(offer);
   capabilities.set_max_tasks(options_.max_prefetch);

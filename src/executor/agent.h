@@ -46,6 +46,7 @@
 #include "common/thread_role.h"
 #include "executor/availability_controller.h"
 #include "executor/blob_client.h"
+#include "executor/capabilities.h"
 #include "executor/control_plane_client.h"
 #include "executor/executor_metrics.h"
 #include "executor/gang_link.h"
@@ -104,6 +105,9 @@ struct AgentOptions {
   // share of memory work may take (usable memory follows it).
   std::vector<std::string> runners = {"llama"};
   double owner_memory_share = 1.0;
+  // The accelerator its runner's llama.cpp reports (executor/runner_devices.h); unset: probed by
+  // DetectCapabilities (Metal, NVML, else the CPU).
+  std::optional<Accelerator> accelerator;
   // Runners its owner declared beside the built-in one (config [runners] NAME = command), by name;
   // a lease naming one runs there (the built-in "llama" is the factory given to the agent). Their
   // names are added to `runners` by whoever fills this.

@@ -111,6 +111,8 @@ class AvailabilityController : public WorkGate {
  private:
   void Loop();
   void TickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+  // Keeps an action in the recent history (Status) and logs it; kNone is not kept.
+  void Record(const availability::Decision& d, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
   AvailabilityOptions options_;
   Clock* const clock_;

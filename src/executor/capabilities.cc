@@ -111,6 +111,7 @@ bool NvmlDevices(const std::string& library, Accelerator* out) {
       out->name = first.empty() ? "NVIDIA GPU" : first;
       if (n > 1) out->name += " x" + std::to_string(n);
       out->memory_bytes = total;
+      out->unified = false;
       found = true;
     }
     if (shutdown) shutdown();
@@ -133,8 +134,8 @@ Accelerator DetectAccelerator(const std::string& nvml_library) {
 int64_t UsableMemoryBytes(const Accelerator& accelerator, int64_t physical_bytes, double owner_share) {
   const double share = owner_share > 0 && owner_share <= 1 ? owner_share : 1.0;
   int64_t device = accelerator.memory_bytes > 0 ? accelerator.memory_bytes : physical_bytes;
-  // Unified memory (Metal) and the CPU share the machine's memory with everything else.
-  if (accelerator.kind != "cuda" && physical_bytes > 0) device = std::min(device, physical_bytes);
+  // Unified memory (Metal, integrated GPUs) and the CPU share the machine's memory with everything else.
+  if (accelerator.unified && physical_bytes > 0) device = std::min(device, physical_bytes);
   return static_cast<int64_t>(static_cast<double>(device) * share);
 }
 
@@ -152,7 +153,7 @@ v1::Capabilities DetectCapabilities(const CapabilityOptions& options) {
 #endif
   c.set_chip(ChipName());
   c.set_memory_bytes(MemoryBytes());
-  const Accelerator accelerator = DetectAccelerator(options.nvml_library);
+  const Accelerator accelerator = options.accelerator ? *options.accelerator : DetectAccelerator(options.nvml_library);
   c.set_accelerator(accelerator.kind);
   c.set_gpu(accelerator.name);
   c.set_usable_memory_bytes(UsableMemoryBytes(accelerator, c.memory_bytes(), options.owner_memory_share));

@@ -11,6 +11,7 @@
 // Threads: any.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct Accelerator {
   std::string kind = "cpu";  // model/types.h kAccelerator*
   std::string name;          // device name; "" for the CPU
   int64_t memory_bytes = 0;  // what the device may hold (0: unknown)
+  // Shares the machine's memory (the CPU, Metal, integrated GPUs): usable memory never exceeds
+  // the machine's. False for a discrete GPU with memory of its own.
+  bool unified = true;
 };
 
 // The Metal device (macOS), else the NVIDIA GPUs NVML reports (`nvml_library`: the shared object
@@ -38,6 +42,9 @@ struct CapabilityOptions {
   std::vector<std::string> runners = {"llama"};  // the built-in runner and those the config declares
   std::vector<std::string> models_cached;     // digests the model cache holds
   std::string nvml_library = "libnvidia-ml.so.1";
+  // The accelerator the runner's llama.cpp reports (executor/runner_devices.h); unset: probed here
+  // (Metal, NVML, else the CPU).
+  std::optional<Accelerator> accelerator;
 };
 
 v1::Capabilities DetectCapabilities(const CapabilityOptions& options);

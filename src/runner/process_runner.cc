@@ -55,6 +55,8 @@ void ProcessRunner::StartBatch(const std::string& batch, const std::vector<std::
   Send(runner_protocol::EncodeRun({batch, records}));
 }
 
+void ProcessRunner::StartRescore(const rescore::Request& request) { Send(rescore::EncodeRequest(request)); }
+
 void ProcessRunner::Cancel(const std::string& batch) { Send(runner_protocol::EncodeCancel(batch)); }
 
 void ProcessRunner::RequestShutdown() {

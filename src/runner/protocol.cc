@@ -172,6 +172,9 @@ absl::StatusOr<Command> DecodeCommand(std::string_view line) {
       // A record given as an object instead of a string is accepted and re-serialised.
       command.run.records.push_back(record.is_string() ? record.get<std::string>() : DumpJson(record));
     }
+  } else if (op == "rescore") {
+    command.op = Command::Op::kRescore;
+    ASSIGN_OR_RETURN(command.rescore, rescore::RequestFromJson(json));
   } else if (op == "cancel") {
     command.op = Command::Op::kCancel;
     command.id = JsonString(json, "batch");
@@ -182,7 +185,7 @@ absl::StatusOr<Command> DecodeCommand(std::string_view line) {
     command.op = Command::Op::kShutdown;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "unknown op '", Excerpt(op, 40), "'; expected load, run, cancel, ping or shutdown"));
+        "unknown op '", Excerpt(op, 40), "'; expected load, run, rescore, cancel, ping or shutdown"));
   }
   return command;
 }
@@ -206,6 +209,13 @@ absl::StatusOr<Event> DecodeEvent(std::string_view line) {
     if (!json.contains("output") || !json["output"].is_object() || !json.contains("index") ||
         !json["index"].is_number_unsigned()) {
       return absl::InvalidArgumentError("result needs \"index\" and an \"output\" object");
+    }
+    event.index = json["index"].get<size_t>();
+  } else if (type == "verdict") {
+    event.type = Event::Type::kVerdict;
+    if (!json.contains("index") || !json["index"].is_number_unsigned() ||
+        !(JsonField(json, "verdict").is_object() || JsonField(json, "error").is_string())) {
+      return absl::InvalidArgumentError("verdict needs \"index\" and a \"verdict\" object or an \"error\"");
     }
     event.index = json["index"].get<size_t>();
   } else if (type == "batch_done") {

@@ -3,8 +3,8 @@
 // object per line. Specified for people in docs/runner-protocol.md; this header is its single
 // definition in code, shared by the llama.cpp runner and the executor's RunnerProcess.
 //
-// executor -> runner ("op"):   load, run, cancel, ping, shutdown
-// runner -> executor ("type"): ready, loaded, result, batch_done, error, pong
+// executor -> runner ("op"):   load, run, rescore, cancel, ping, shutdown
+// runner -> executor ("type"): ready, loaded, result, verdict, batch_done, error, pong
 
 #include <optional>
 #include <string>
@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/json_util.h"
+#include "runner/rescore.h"
 
 namespace minions::runner_protocol {
 
@@ -81,18 +82,19 @@ std::string EncodeShutdown();
 
 // A parsed executor -> runner message.
 struct Command {
-  enum class Op { kLoad, kRun, kCancel, kPing, kShutdown } op;
+  enum class Op { kLoad, kRun, kRescore, kCancel, kPing, kShutdown } op;
   LoadRequest load;  // kLoad
   RunRequest run;    // kRun
+  rescore::Request rescore;  // kRescore (runner/rescore.h)
   std::string id;    // kCancel: batch; kPing: ping id
 };
 absl::StatusOr<Command> DecodeCommand(std::string_view line);
 
 // A parsed runner -> executor message.
 struct Event {
-  enum class Type { kReady, kLoaded, kResult, kBatchDone, kError, kPong } type;
-  std::string batch;  // kResult, kBatchDone (and kError when it concerns a batch)
-  size_t index = 0;   // kResult: position of the record in its batch
+  enum class Type { kReady, kLoaded, kResult, kVerdict, kBatchDone, kError, kPong } type;
+  std::string batch;  // kResult, kVerdict, kBatchDone (and kError when it concerns a batch)
+  size_t index = 0;   // kResult, kVerdict: position of the record in its batch
   Json body;          // the whole message (kResult: body["output"] is the output line)
   std::string message;  // kError
 };

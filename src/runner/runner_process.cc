@@ -96,6 +96,26 @@ absl::StatusOr<Json> RunnerProcess::RunBatch(const std::string& batch, const std
   }
 }
 
+absl::StatusOr<Json> RunnerProcess::Rescore(const rescore::Request& request, const VerdictCallback& on_verdict) {
+  runner_->StartRescore(request);
+  while (true) {
+    auto event = Next(absl::InfiniteDuration());
+    if (!event.ok()) return event.status();
+    if (event->batch != request.batch) continue;
+    switch (event->type) {
+      case Event::Type::kVerdict:
+        if (event->index < request.items.size()) on_verdict(event->index, event->body);
+        break;
+      case Event::Type::kBatchDone:
+        return event->body;
+      case Event::Type::kError:
+        return absl::InternalError(absl::StrCat("runner error in rescore ", request.batch, ": ", event->message));
+      default:
+        break;
+    }
+  }
+}
+
 absl::Status RunnerProcess::StartBatch(const std::string& batch, const std::vector<std::string>& records) {
   runner_->StartBatch(batch, records);
   return absl::OkStatus();

@@ -50,6 +50,11 @@ class RunnerProcess {
   // delivered stand.
   absl::StatusOr<Json> RunBatch(const std::string& batch, const std::vector<std::string>& records,
                                 const ResultCallback& on_result);
+  // Asks the runner to check claimed answers (`rescore`), calling `on_verdict` with each item's
+  // `verdict` message (a verdict object, or an error when the runner could not check it).
+  // Returns the batch_done message.
+  using VerdictCallback = std::function<void(size_t index, const Json& message)>;
+  absl::StatusOr<Json> Rescore(const rescore::Request& request, const VerdictCallback& on_verdict);
   // The asynchronous form: several batches may be in the runner at once (it serves them in order,
   // and the llama.cpp runner keeps its decode slots full across them). Send with StartBatch, then
   // take events from NextEvent: results and batch_done messages of any batch. NextEvent returns

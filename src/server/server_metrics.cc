@@ -27,7 +27,7 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, MetadataStore* store) 
   harvested_seconds_ = registry->AddCounterFamily(
       "minions_harvested_device_seconds_total",
       "Executor time spent on a team's tasks (lease grant to report, every attempt), by the executor's device "
-      "(gpu or cpu) and its kind (the accelerator it reports: metal, cuda, cpu). GPU-hours: sum by (team) "
+      "(gpu or cpu) and its kind (the accelerator it reports: metal, cuda, vulkan, cpu). GPU-hours: sum by (team) "
       "(increase(...{device=\"gpu\"}[1h])) / 3600; per kind: sum by (team, kind).",
       {"team", "device", "kind"});
   tokens_ = registry->AddCounterFamily(

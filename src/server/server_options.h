@@ -91,8 +91,8 @@ struct ServerOptions {
   // once (a new one beyond is refused), and one untouched this long is removed, its parts with it.
   int max_unfinished_model_pushes = 4;
   absl::Duration unfinished_model_push_ttl = absl::Hours(24);
-  // The background loop (finalising jobs, the watchdog) runs on a thread of its own. Tests that
-  // drive a FakeClock turn it off and call MinionsServer::RunBackgroundPass themselves.
+  // Once started, the finaliser and the watchdog run on threads of their own. Tests that drive a
+  // FakeClock turn them off and call ControlPlane::RunBackgroundPass themselves.
   bool background_thread = true;
 };
 

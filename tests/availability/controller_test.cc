@@ -83,6 +83,62 @@ TEST(AvailabilityController, FollowsTheOwnerThroughPauseReleaseStopAndBack) {
   EXPECT_EQ(changes, 6);  // run, pause, release, stop, waiting (release), run
 }
 
+// release_after=0: the owner's activity ends the runner in the same decision as the pause, not at
+// the next periodic tick (that wait was most of the release latency minions-bench-availability
+// measured; docs/benchmarks.md).
+TEST(AvailabilityController, ReleaseAfterZeroReleasesOnTheActivityItself) {
+  testing::FakeClock clock;
+  FakeAgent agent;
+  AvailabilityOptions options = Fast();
+  ASSERT_TRUE(ApplyAvailabilitySetting("release_after", "0s", &options).ok());
+  AvailabilityController controller(options, {}, &clock);
+  controller.Attach(&agent);
+  std::vector<WorkMode> seen;
+  controller.OnChange([&] { seen.push_back(controller.mode()); });
+  controller.Tick();
+  ASSERT_EQ(controller.mode(), WorkMode::kRun) << controller.Reason();
+
+  clock.Advance(absl::Seconds(1));
+  controller.ReportActivity();  // no Tick(), no time passes
+  EXPECT_EQ(controller.mode(), WorkMode::kRelease) << controller.Reason();
+  EXPECT_EQ(controller.phase(), Phase::kReleased);
+  EXPECT_EQ(controller.mode_since(), clock.Now());
+  // Both steps are in the owner's history, and the agent was woken once, for the release.
+  std::string status = controller.Status();
+  EXPECT_NE(status.find("pause: owner active"), std::string::npos) << status;
+  EXPECT_NE(status.find("release: paused for 0s"), std::string::npos) << status;
+  EXPECT_EQ(seen, (std::vector<WorkMode>{WorkMode::kRun, WorkMode::kRelease}));
+
+  // stop_after=0 as well: the same activity hands the work back at once.
+  FakeAgent agent2;
+  ASSERT_TRUE(ApplyAvailabilitySetting("stop_after", "0s", &options).ok());
+  AvailabilityController stopping(options, {}, &clock);
+  stopping.Attach(&agent2);
+  stopping.Tick();
+  ASSERT_EQ(stopping.mode(), WorkMode::kRun) << stopping.Reason();
+  clock.Advance(absl::Seconds(1));
+  stopping.ReportActivity();
+  EXPECT_EQ(stopping.mode(), WorkMode::kStop) << stopping.Reason();
+}
+
+// Deciding again at once only moves away from running: a pause never becomes a resume within the
+// same decision, however short resume_idle and min_paused are.
+TEST(AvailabilityController, ChainedDecisionsNeverResumeInTheSameTick) {
+  testing::FakeClock clock;
+  FakeAgent agent;
+  AvailabilityOptions options = Fast();
+  ASSERT_TRUE(ApplyAvailabilitySetting("resume_idle", "0s", &options).ok());
+  ASSERT_TRUE(ApplyAvailabilitySetting("min_paused", "0s", &options).ok());
+  AvailabilityController controller(options, {}, &clock);
+  controller.Attach(&agent);
+  controller.Tick();
+  ASSERT_EQ(controller.mode(), WorkMode::kRun);
+  clock.Advance(absl::Seconds(1));
+  controller.ReportActivity();
+  EXPECT_EQ(controller.mode(), WorkMode::kPause) << controller.Reason();
+  EXPECT_EQ(controller.Status().find("resume:"), std::string::npos) << controller.Status();
+}
+
 TEST(AvailabilityController, HandControls) {
   testing::FakeClock clock;
   FakeAgent agent;

@@ -15,6 +15,7 @@
 #include "rpc/rpc.h"
 #include "server/keys.h"
 #include "testing/fake_watchdog_lock.h"
+#include "testing/status_checks.h"
 
 namespace minions::testing {
 
@@ -77,7 +78,7 @@ absl::StatusOr<Reply> FakeControlPlane::Call(const std::function<absl::Status(Ex
   ++calls_;
   if (down_) return absl::UnavailableError("cannot reach the Minions server: connection refused (the test took it down)");
   Reply reply;
-  if (absl::Status status = call(*executors_, &reply); !status.ok()) return status;
+  if (absl::Status status = call(control_plane_->executors(), &reply); !status.ok()) return status;
   return reply;
 }
 
@@ -94,25 +95,25 @@ FakeControlPlane::FakeControlPlane(Clock* clock, Options options) : clock_(clock
   if (!store.ok() || !blobs.ok()) std::abort();
   store_ = std::move(*store);
   blobs_ = std::move(*blobs);
-  server_options_.lease_ttl = options_.lease_ttl;
-  server_options_.idle_polls_renew = options_.idle_polls_renew;
-  server_options_.check_model_paths = false;  // the fake runners load no file
-  finalizer_ = std::make_unique<JobFinalizer>(store_.get(), blobs_.get(), clock_);
-  auth_ = std::make_unique<Authenticator>(store_.get(), clock_);
-  identities_ = std::make_unique<IdentityAdmin>(store_.get(), clock_);
-  // As a MinionsServer wires them: new and requeued work wakes the executors' leases.
-  jobs_ = std::make_unique<JobService>(store_.get(), blobs_.get(), clock_, auth_.get(), server_options_,
-                                       [this] { executors_->WorkArrived(); });
-  executors_ = std::make_unique<ExecutorService>(store_.get(), blobs_.get(), clock_, auth_.get(), identities_.get(),
-                                                 server_options_,
-                                                 [this](const std::string& job_id) {
-                                                   absl::MutexLock lock(&ready_mu_);
-                                                   ready_jobs_.push_back(job_id);
-                                                 });
-  // As `minions server` sets them.
-  options_.watchdog.executor_timeout = options_.lease_ttl * 3;
-  options_.watchdog.takeover_grace = options_.lease_ttl * 2;
-  watchdog_ = std::make_unique<Watchdog>(store_.get(), options_.watchdog, std::make_unique<testing::FakeWatchdogLock>());
+  // The watchdog as `minions server` sets it for the TTL; the rest of the test's options kept.
+  const WatchdogOptions server_watchdog = ServerWatchdogOptions(options_.lease_ttl);
+  options_.watchdog.executor_timeout = server_watchdog.executor_timeout;
+  options_.watchdog.takeover_grace = server_watchdog.takeover_grace;
+  Restart();
+}
+
+void FakeControlPlane::Restart() {
+  down_ = false;
+  // The process before (if any) ends first: it shares the store with the new one.
+  control_plane_.reset();
+  ControlPlaneOptions options;
+  options.server.lease_ttl = options_.lease_ttl;
+  options.server.idle_polls_renew = options_.idle_polls_renew;
+  options.server.check_model_paths = false;  // the fake runners load no file
+  options.server.background_thread = false;  // Tick runs its work, on the test's thread
+  options.watchdog = options_.watchdog;
+  control_plane_ = std::make_unique<ControlPlane>(store_.get(), blobs_.get(), clock_, std::move(options),
+                                                  std::make_unique<testing::FakeWatchdogLock>());
   next_watchdog_at_ = clock_->Now();
 }
 
@@ -139,7 +140,7 @@ absl::StatusOr<std::string> FakeControlPlane::Submit(const std::vector<std::stri
   request.set_gang_size(gang_size);
   // Submitted as the pool's admin would, into the default team.
   const Caller admin{"tok-fakecp000000", Role::kAdmin, "", "tests", DefaultScopes(Role::kAdmin)};
-  auto job = jobs_->Submit(admin, request);
+  auto job = control_plane_->jobs().Submit(admin, request);
   if (!job.ok()) return job.status();
   return job->id;
 }
@@ -170,30 +171,16 @@ absl::Status FakeControlPlane::Drain(const std::string& executor_id) {
   return store_->RequestDrain(executor_id, clock_->Now());
 }
 
-void FakeControlPlane::Restart() {
-  down_ = false;
-  watchdog_ = std::make_unique<Watchdog>(store_.get(), options_.watchdog, std::make_unique<testing::FakeWatchdogLock>());
-  next_watchdog_at_ = clock_->Now();
-}
-
 void FakeControlPlane::Tick(absl::Time now) {
   if (down_) return;
-  std::vector<std::string> ready;
-  {
-    absl::MutexLock lock(&ready_mu_);
-    ready.swap(ready_jobs_);
-  }
-  for (const auto& job_id : ready) {
-    auto finished = finalizer_->Finalize(job_id);
-    EXPECT_TRUE(finished.ok()) << "job=" << job_id << ": " << finished.status();
-  }
+  // The control plane's background work, its finaliser's and its watchdog's, on the test's thread:
+  // the reported jobs at every tick, the watchdog and the sweep when the watchdog is due.
+  EXPECT_OK(control_plane_->FinalizeReportedJobs());
   if (now < next_watchdog_at_) return;
   next_watchdog_at_ = now + options_.watchdog.interval;
-  auto pass = watchdog_->Tick(now);
+  auto pass = control_plane_->RunWatchdogPass(now);
   EXPECT_TRUE(pass.ok()) << pass.status();
-  if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) executors_->WorkArrived();
-  auto swept = finalizer_->FinalizeReady();
-  EXPECT_TRUE(swept.ok()) << swept.status();
+  EXPECT_OK(control_plane_->SweepReadyJobs());
 }
 
 Job FakeControlPlane::GetJob(const std::string& job_id) {

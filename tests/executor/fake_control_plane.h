@@ -1,13 +1,14 @@
 #pragma once
-// FakeControlPlane: the control plane inside the test's process, without sockets or threads —
-// the real ExecutorService and JobService over an in-memory SQLite store and a local blob store
-// in a temporary folder, with the real finaliser and watchdog, all on the test's clock.
+// FakeControlPlane: the control plane inside the test's process, without sockets or threads — a
+// real ControlPlane (server/control_plane.h: the services, the finaliser and the watchdog, as
+// `minions server` assembles them) over an in-memory SQLite store and a local blob store in a
+// temporary folder, never started, all on the test's clock.
 // Executors reach it through clients that call the services' methods directly; the server can be
 // taken down (every call then fails as an unreachable server's would) and brought back.
 //
 // What is not real: no gRPC, no authentication, and a lease's long poll is answered at once (the
 // test's driver moves time, so nothing may wait for it).
-// Ownership: owns the store, the blob store's folder, the services, the finaliser and the watchdog.
+// Ownership: owns the store, the blob store's folder and the ControlPlane.
 // Threads: one thread at a time (the test's).
 
 #include <functional>
@@ -22,11 +23,7 @@
 #include "common/clock.h"
 #include "executor/blob_client.h"
 #include "executor/control_plane_client.h"
-#include "identity/authenticator.h"
-#include "identity/identity_admin.h"
-#include "server/executor_service.h"
-#include "server/job_finalizer.h"
-#include "server/job_service.h"
+#include "server/control_plane.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "watchdog/watchdog.h"
 
@@ -37,7 +34,9 @@ class FakeControlPlane {
   struct Options {
     absl::Duration lease_ttl = absl::Seconds(9);
     bool idle_polls_renew = true;  // ServerOptions::idle_polls_renew; false: as an older server
-    WatchdogOptions watchdog;  // its executor timeout and takeover grace follow the TTL, as in `minions server`
+    // Its executor timeout and takeover grace are set from the TTL, as in `minions server`
+    // (ServerWatchdogOptions).
+    WatchdogOptions watchdog;
   };
   FakeControlPlane(Clock* clock, Options options);
   ~FakeControlPlane();
@@ -63,7 +62,7 @@ class FakeControlPlane {
   // Heartbeat calls made by every client so far, and liveness renewals the server made from idle
   // polls (ExecutorService::idle_renewals).
   int heartbeats() const { return heartbeats_.load(); }
-  int64_t idle_renewals() const { return executors_->idle_renewals(); }
+  int64_t idle_renewals() const { return control_plane_->executors().idle_renewals(); }
 
   // The model every job names: an empty file in this server's folder (the fake runners read
   // nothing), so the agent's ModelAccess resolves it like a real model in an owner's folder.
@@ -105,15 +104,8 @@ class FakeControlPlane {
   std::string model_path_;
   std::unique_ptr<SqliteMetadataStore> store_;
   std::unique_ptr<LocalBlobStore> blobs_;
-  ServerOptions server_options_;
-  std::unique_ptr<JobFinalizer> finalizer_;
-  std::unique_ptr<Authenticator> auth_;
-  std::unique_ptr<IdentityAdmin> identities_;
-  std::unique_ptr<JobService> jobs_;
-  std::unique_ptr<ExecutorService> executors_;
-  std::unique_ptr<Watchdog> watchdog_;
-  absl::Mutex ready_mu_;  // completions may come from an agent's own threads (Run())
-  std::vector<std::string> ready_jobs_ ABSL_GUARDED_BY(ready_mu_);
+  // A new one for each process (Restart); after the store and blobs it uses.
+  std::unique_ptr<ControlPlane> control_plane_;
   absl::Time next_watchdog_at_;
   std::atomic<bool> down_{false};
   std::atomic<int> calls_{0};

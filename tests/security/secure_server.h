@@ -1,5 +1,5 @@
 #pragma once
-// The attack suite's server: a MinionsServer in this process (SQLite in memory, a local object
+// The attack suite's server: a ControlPlane in this process (SQLite in memory, a local object
 // store, the real clock), reached only through real gRPC stubs and HTTP, with helpers to make
 // teams, credentials and enrolled executors, and to look at the store behind the server's back
 // (to assert that a refused call changed nothing).
@@ -19,7 +19,7 @@
 #include "minions/v1/minions.grpc.pb.h"
 #include "rpc/rpc.h"
 #include "rpc/tls.h"
-#include "server/server.h"
+#include "server/control_plane.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/must.h"
 
@@ -72,7 +72,7 @@ class SecureServer : public ::testing::Test {
 
   // Starts the server; `tls` for a channel over TLS (options.tls must be set).
   void StartServer(ServerOptions options, const rpc::ClientTls& tls = {}) {
-    server_ = std::make_unique<MinionsServer>(store_.get(), blobs_.get(), &clock_, options, nullptr);
+    server_ = std::make_unique<ControlPlane>(store_.get(), blobs_.get(), &clock_, ControlPlaneOptions{options});
     ASSERT_TRUE(server_->Start().ok());
     auto channel = Must(rpc::OpenChannel(server_->address(), tls));
     jobs_ = v1::Jobs::NewStub(channel);
@@ -194,7 +194,7 @@ class SecureServer : public ::testing::Test {
   std::unique_ptr<SqliteMetadataStore> store_;
   std::unique_ptr<LocalBlobStore> blobs_;
   std::string model_;
-  std::unique_ptr<MinionsServer> server_;
+  std::unique_ptr<ControlPlane> server_;
   std::unique_ptr<v1::Jobs::Stub> jobs_;
   std::unique_ptr<v1::Executors::Stub> executors_;
   std::unique_ptr<v1::Admin::Stub> admin_stub_;

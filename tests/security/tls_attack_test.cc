@@ -71,13 +71,13 @@ TEST_F(TlsAttack, PlainTextToTheTlsPortsGetsNothing) {
 TEST_F(TlsAttack, TheServerRefusesPlainTextOffLoopback) {
   ServerOptions options = Options();
   options.listen = "0.0.0.0:0";
-  MinionsServer grpc_open(store_.get(), blobs_.get(), &clock_, options, nullptr);
+  ControlPlane grpc_open(store_.get(), blobs_.get(), &clock_, ControlPlaneOptions{options});
   absl::Status refused = grpc_open.Start();
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_THAT(std::string(refused.message()), HasSubstr("pki init"));
   options = Options();
   options.http_listen = "0.0.0.0:0";
-  MinionsServer http_open(store_.get(), blobs_.get(), &clock_, options, nullptr);
+  ControlPlane http_open(store_.get(), blobs_.get(), &clock_, ControlPlaneOptions{options});
   refused = http_open.Start();
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   // With a certificate, the same addresses are served.
@@ -86,7 +86,7 @@ TEST_F(TlsAttack, TheServerRefusesPlainTextOffLoopback) {
   options.listen = "0.0.0.0:0";
   options.http_listen = "0.0.0.0:0";
   options.tls = {files.server_cert, files.server_key};
-  MinionsServer with_tls(store_.get(), blobs_.get(), &clock_, options, nullptr);
+  ControlPlane with_tls(store_.get(), blobs_.get(), &clock_, ControlPlaneOptions{options});
   EXPECT_TRUE(with_tls.Start().ok());
   with_tls.Shutdown();
 }

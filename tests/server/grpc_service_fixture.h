@@ -1,5 +1,5 @@
 #pragma once
-// The fixture of the gRPC service tests (grpc_service_test.cc, attack_test.cc): a MinionsServer on a
+// The fixture of the gRPC service tests (grpc_service_test.cc, attack_test.cc): a ControlPlane on a
 // loopback port over SQLite in memory and a local blob store, driven only through real stubs, the
 // way the client verbs and executors talk to it; and what an honest executor does with a lease.
 
@@ -15,7 +15,7 @@
 #include "rpc/rpc.h"
 #include "runner/batch_record.h"
 #include "identity/token.h"
-#include "server/server.h"
+#include "server/control_plane.h"
 #include "server_test_util.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
@@ -109,7 +109,8 @@ class GrpcServiceTest : public ::testing::Test {
   void StartServer(Clock* clock, ServerOptions options, BlobStore* blobs = nullptr) {
     clock_ = clock;
     options.background_thread = clock != &fake_clock_;
-    server_ = std::make_unique<MinionsServer>(store_.get(), blobs ? blobs : blobs_.get(), clock, options, nullptr);
+    server_ = std::make_unique<ControlPlane>(store_.get(), blobs ? blobs : blobs_.get(), clock,
+                                             ControlPlaneOptions{options});
     ASSERT_OK(server_->Start());
     Connect();
   }
@@ -362,7 +363,7 @@ class GrpcServiceTest : public ::testing::Test {
   std::map<std::string, std::string> credentials_;  // executor id -> its credential
   std::unique_ptr<SqliteMetadataStore> store_;
   std::unique_ptr<LocalBlobStore> blobs_;
-  std::unique_ptr<MinionsServer> server_;  // after what it points to: destroyed first
+  std::unique_ptr<ControlPlane> server_;  // after what it points to: destroyed first
   std::unique_ptr<v1::Jobs::Stub> jobs_;
   std::unique_ptr<v1::Executors::Stub> executors_;
 };

@@ -1,4 +1,4 @@
-// The gRPC services end to end in one process: a MinionsServer on a loopback port, driven only
+// The gRPC services end to end in one process: a ControlPlane on a loopback port, driven only
 // through real stubs, the way the client verbs and executors talk to it (grpc_service_fixture.h).
 
 #include <grpcpp/generic/generic_stub.h>
@@ -665,11 +665,12 @@ TEST_F(GrpcServiceTest, AServerWhoseWatchdogLostItsLockTakesItBackAndRequeuesAVa
   WatchdogOptions watchdog_options;
   watchdog_options.executor_timeout = kLeaseTtl * 3;
   watchdog_options.takeover_grace = kLeaseTtl * 2;
-  auto watchdog = std::make_unique<Watchdog>(store_.get(), watchdog_options, std::make_unique<FakeWatchdogLock>(held));
   ServerOptions options = Options();
   options.background_thread = false;
   clock_ = &fake_clock_;
-  server_ = std::make_unique<MinionsServer>(store_.get(), blobs_.get(), &fake_clock_, options, std::move(watchdog));
+  server_ = std::make_unique<ControlPlane>(store_.get(), blobs_.get(), &fake_clock_,
+                                           ControlPlaneOptions{options, watchdog_options},
+                                           std::make_unique<FakeWatchdogLock>(held));
   bool lock_free = false;  // another process holds it until the test says otherwise
   int tries = 0;
   server_->SetWatchdogLockSource([&]() -> absl::StatusOr<std::unique_ptr<WatchdogLock>> {

@@ -36,7 +36,7 @@ class IdleFleetTest : public GrpcServiceTest {
     });
   }
   // Until `server` holds `n` lease calls waiting (the call reached it and found nothing).
-  static void AwaitWaiting(MinionsServer& server, int64_t n) {
+  static void AwaitWaiting(ControlPlane& server, int64_t n) {
     for (int i = 0; i < 10000 && server.executors().leases_waiting() != n; ++i) absl::SleepFor(absl::Milliseconds(1));
     ASSERT_EQ(server.executors().leases_waiting(), n);
   }
@@ -593,12 +593,12 @@ TEST_F(IdleFleetTest, ASubmissionThroughOneServerWakesAnExecutorWaitingOnAnother
   ASSERT_OK_AND_ASSIGN(store_, SqliteMetadataStore::Open(database, StoreOptions{}));
   ServerOptions options = Options();
   options.background_thread = false;
-  MinionsServer a(store_a.get(), blobs_.get(), &fake_clock_, options, nullptr);
+  ControlPlane a(store_a.get(), blobs_.get(), &fake_clock_, ControlPlaneOptions{options});
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<SqliteWorkSignal> signal_a, SqliteWorkSignal::Open(database));
   a.SetWorkSignal(std::move(signal_a));
   ASSERT_OK(a.Start());
   clock_ = &fake_clock_;
-  server_ = std::make_unique<MinionsServer>(store_.get(), blobs_.get(), &fake_clock_, options, nullptr);
+  server_ = std::make_unique<ControlPlane>(store_.get(), blobs_.get(), &fake_clock_, ControlPlaneOptions{options});
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<SqliteWorkSignal> signal_b, SqliteWorkSignal::Open(database));
   server_->SetWorkSignal(std::move(signal_b));
   ASSERT_OK(server_->Start());
@@ -661,7 +661,7 @@ class Presence {
 };
 
 // Until `server` has backed up the tasks of `n` executors whose stream closed.
-void AwaitDetached(MinionsServer& server, int64_t n) {
+void AwaitDetached(ControlPlane& server, int64_t n) {
   for (int i = 0; i < 10000 && server.executors().executors_detached_abruptly() < n; ++i) {
     absl::SleepFor(absl::Milliseconds(1));
   }

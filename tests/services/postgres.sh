@@ -21,7 +21,9 @@ find_bin() {
     dir=$(pg_config --bindir 2>/dev/null || true)
     if [[ -x "$dir/initdb" ]]; then echo "$dir"; return; fi
   fi
-  for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r) /usr/local/bin /opt/homebrew/bin; do
+  # Homebrew's versioned postgresql@N formulas are keg-only: their binaries stay under opt/.
+  for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r) /usr/local/bin /opt/homebrew/bin \
+             $(ls -d /opt/homebrew/opt/postgresql@*/bin /usr/local/opt/postgresql@*/bin 2>/dev/null | sort -V -r); do
     if [[ -x "$dir/initdb" && -x "$dir/pg_ctl" ]]; then echo "$dir"; return; fi
   done
   if command -v initdb >/dev/null 2>&1; then dirname "$(command -v initdb)"; return; fi

@@ -25,6 +25,7 @@
 #include "llama.h"
 #include "runner/llama/batch_add.h"
 #include "runner/llama/choices.h"
+#include "runner/llama/devices.h"
 #include "runner/llama/fingerprint.h"
 #include "runner/llama/record_sampler.h"
 
@@ -33,8 +34,30 @@ namespace {
 
 std::mutex g_log_mu;
 std::string g_last_llama_error;
+// Where llama.cpp put a model's weights, as it says while loading ("load_tensors: offloaded 3/3
+// layers to GPU", "load_tensors: Vulkan0 model buffer size = 1.25 MiB"): the `loaded` message's
+// offload facts, so a test sees the layers on the device, not a request for them.
+Json g_load_facts;
+
+void NoteLoadLine(const std::string& line) {
+  int done = 0, total = 0;
+  if (std::sscanf(line.c_str(), "load_tensors: offloaded %d/%d layers", &done, &total) == 2) {
+    g_load_facts["offloaded_layers"] = done;
+    g_load_facts["layers"] = total;
+    return;
+  }
+  char buffer[128] = {};
+  double mib = 0;
+  if (std::sscanf(line.c_str(), "load_tensors: %127s model buffer size = %lf MiB", buffer, &mib) == 2) {
+    g_load_facts["model_buffers"][buffer] = static_cast<int64_t>(mib * 1024 * 1024);
+  }
+}
 
 void LlamaLog(ggml_log_level level, const char* text, void* /*user_data*/) {
+  if (level == GGML_LOG_LEVEL_INFO && std::strncmp(text, "load_tensors: ", 14) == 0) {
+    std::lock_guard<std::mutex> lock(g_log_mu);
+    NoteLoadLine(text);
+  }
   if (level == GGML_LOG_LEVEL_ERROR) {
     std::lock_guard<std::mutex> lock(g_log_mu);
     g_last_llama_error = text;
@@ -48,6 +71,13 @@ void LlamaLog(ggml_log_level level, const char* text, void* /*user_data*/) {
     while (!line.empty() && line.back() == '\n') line.pop_back();
     if (!line.empty()) MINIONS_LOG(Warning) << "llama.cpp: " << line;
   }
+}
+
+Json TakeLoadFacts() {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  Json facts = std::move(g_load_facts);
+  g_load_facts = Json();
+  return facts;
 }
 
 std::string TakeLastLlamaError() {
@@ -129,6 +159,7 @@ llama_flash_attn_type FlashAttnType(const std::string& option) {
 
 void InstallLlamaLogging() {
   llama_log_set(LlamaLog, nullptr);
+  LoadLlamaBackends();  // a build with dynamically loaded backends (the vulkan variant) loads them here
   llama_backend_init();
 }
 
@@ -349,7 +380,9 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Load(
     engine->gang_info_ = placement.info;
   }
   TakeLastLlamaError();
+  TakeLoadFacts();
   engine->model_ = llama_model_load_from_file(model_path.c_str(), mparams);
+  engine->load_facts_ = TakeLoadFacts();
   if (engine->model_ == nullptr) {
     std::string detail = TakeLastLlamaError();
     return absl::InvalidArgumentError(absl::StrCat(
@@ -477,6 +510,19 @@ Json LlamaEngine::Info() const {
   // What the contexts were asked for: "disabled" on a machine without its own accelerator.
   info["flash_attn"] = llama_flash_attn_type_name(FlashAttnType(options_.flash_attn));
   if (!gang_info_.is_null()) info["gang"] = gang_info_;
+  // This machine's accelerator and what llama.cpp put on it (docs/runner-protocol.md, "Backends").
+  std::vector<ggml_backend_dev_t> accelerators = LocalAccelerators();
+  if (!accelerators.empty()) {
+    const char* description = ggml_backend_dev_description(accelerators[0]);
+    info["device"] = description ? description : ggml_backend_dev_name(accelerators[0]);
+  }
+  if (load_facts_.is_object()) {
+    if (load_facts_.contains("model_buffers")) info["model_buffers"] = load_facts_["model_buffers"];
+    // llama.cpp says "offloaded" whenever offload is compiled in (the RPC backend is), even with
+    // no device to offload to: only a machine with an accelerator has offloaded layers.
+    info["offloaded_layers"] = accelerators.empty() ? 0 : JsonInt(load_facts_, "offloaded_layers");
+    if (load_facts_.contains("layers")) info["layers"] = load_facts_["layers"];
+  }
   info["endpoints"] = embedding_model_
                           ? Json::array({"/v1/embeddings"})
                           : Json::array({"/v1/completions", "/v1/chat/completions", "/v1/embeddings"});

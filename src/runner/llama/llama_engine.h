@@ -104,6 +104,9 @@ class LlamaEngine {
                             const std::function<bool()>& cancelled);
 
  private:
+  // Re-scores claimed answers with this engine's model and generation context, between
+  // ServeStream calls (runner/llama/rescorer.h).
+  friend class Rescorer;
   struct Slot;
   LlamaEngine() = default;
 
@@ -141,6 +144,9 @@ class LlamaEngine {
   int n_ctx_per_seq_ = 0;
   bool share_prefixes_ = false;
   Json gang_info_;  // where the layers went when a gang shares the model (null otherwise)
+  // What llama.cpp said it did while loading: offloaded_layers, layers, model_buffers (bytes by
+  // buffer name: "Vulkan0", "CPU_Mapped", ...); null when it said nothing.
+  Json load_facts_;
   std::vector<Slot> slots_;  // generation slots; slot i decodes sequence i
   std::unique_ptr<GrammarCache> grammars_;  // compiled structured-output grammars, by schema
 };

@@ -119,6 +119,8 @@ int RunnerService::Run() {
     }
     if (command.op == Command::Op::kLoad) {
       HandleLoad(command.load);
+    } else if (command.op == Command::Op::kRescore) {
+      HandleRescore(command.rescore);
     } else if (command.op == Command::Op::kRun) {
       Expand(std::move(command.run));
       // The engine pulls further runs from the queue itself while it works (see Next()).

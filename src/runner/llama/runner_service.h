@@ -45,6 +45,9 @@ class RunnerService : private WorkSource {
   // wakes the executor, whose CPU time the decode threads would otherwise lose to it).
   void Emit(const std::string& line, bool flush = true);
   void HandleLoad(const runner_protocol::LoadRequest& load);
+  // Checks claimed answers with the loaded model: one `verdict` per item, then `batch_done`
+  // (rescore_service.cc).
+  void HandleRescore(const rescore::Request& request);
   // Moves the records of a `run` into the stream; malformed ones are answered at once.
   void Expand(runner_protocol::RunRequest run);
   void Answer(const std::string& batch, size_t index, const Json& output, bool is_error, const Usage& usage,

@@ -1,19 +1,28 @@
-#include "server/server.h"
+#include "server/control_plane.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/thread_name.h"
 #include "dashboard/status_endpoints.h"
+#include "model/liveness.h"
 #include "rpc/rpc.h"
 
 namespace minions {
 
-MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* clock, ServerOptions options,
-                             std::unique_ptr<Watchdog> watchdog)
+WatchdogOptions ServerWatchdogOptions(absl::Duration lease_ttl) {
+  WatchdogOptions options;
+  options.executor_timeout = ExecutorTimeoutFor(lease_ttl);
+  options.takeover_grace = lease_ttl * 2;  // a heartbeat, plus the reconnection backoff
+  return options;
+}
+
+ControlPlane::ControlPlane(MetadataStore* store, BlobStore* blobs, Clock* clock, ControlPlaneOptions options,
+                           std::unique_ptr<WatchdogLock> watchdog_lock)
     : store_(store),
       clock_(clock),
-      options_(std::move(options)),
-      watchdog_(std::move(watchdog)),
+      options_(std::move(options.server)),
+      watchdog_(options.watchdog ? std::make_unique<Watchdog>(store, *options.watchdog, std::move(watchdog_lock))
+                                 : nullptr),
       server_metrics_(&registry_, store),
       rpc_faults_(clock, &registry_),
       fleet_view_(store, clock, &progress_),
@@ -30,9 +39,9 @@ MinionsServer::MinionsServer(MetadataStore* store, BlobStore* blobs, Clock* cloc
   if (watchdog_) watchdog_->ExportMetrics(&registry_);
 }
 
-MinionsServer::~MinionsServer() { Shutdown(); }
+ControlPlane::~ControlPlane() { Shutdown(); }
 
-absl::Status MinionsServer::Start() {
+absl::Status ControlPlane::Start() {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       rpc::ServerCredentials(options_.listen, options_.tls);
   if (!credentials.ok()) return credentials.status();
@@ -86,10 +95,16 @@ absl::Status MinionsServer::Start() {
     }
   }
   if (options_.background_thread) {
-    background_ = std::thread([this] {
-      NameThisThread("server-bg");
-      BackgroundLoop();
+    finalizer_thread_ = std::thread([this] {
+      NameThisThread("finaliser");
+      FinalizerLoop();
     });
+    if (watchdog_) {
+      watchdog_thread_ = std::thread([this] {
+        NameThisThread("watchdog");
+        WatchdogLoop();
+      });
+    }
   }
   serving_ = true;
   MINIONS_LOG(Info) << "server listening on " << address() << (options_.tls.enabled() ? " (TLS)" : " (plain text, loopback)")
@@ -98,70 +113,118 @@ absl::Status MinionsServer::Start() {
   return absl::OkStatus();
 }
 
-std::string MinionsServer::dashboard_url() const {
+std::string ControlPlane::dashboard_url() const {
   if (!http_) return "";
   std::string host = options_.http_listen.substr(0, options_.http_listen.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
   return absl::StrCat(options_.tls.enabled() ? "https://" : "http://", host, ":", http_->port(), "/");
 }
 
-std::string MinionsServer::address() const {
+std::string ControlPlane::address() const {
   std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
   return absl::StrCat(host, ":", port_);
 }
 
-void MinionsServer::JobReady(const std::string& job_id) {
+void ControlPlane::JobReady(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   ready_jobs_.insert(job_id);
 }
 
-void MinionsServer::RunBackgroundPass() {
+absl::Status ControlPlane::FinalizeReportedJobs() {
   std::set<std::string> ready;
   {
     absl::MutexLock lock(&mu_);
     ready.swap(ready_jobs_);
   }
+  absl::Status first;
   for (const auto& job : ready) {
     auto result = finalizer_.Finalize(job);
-    if (!result.ok()) MINIONS_LOG(Warning) << "job=" << job << " finalisation failed: " << result.status().message();
+    if (result.ok()) continue;
+    MINIONS_LOG(Warning) << "job=" << job << " finalisation failed: " << result.status().message();
+    first.Update(result.status());
   }
-  if (watchdog_ && !watchdog_->active() && watchdog_lock_source_ && clock_->Now() >= next_watchdog_lock_try_) {
-    next_watchdog_lock_try_ = clock_->Now() + watchdog_lock_retry_;
+  return first;
+}
+
+absl::StatusOr<WatchdogPass> ControlPlane::RunWatchdogPass(absl::Time now) {
+  if (!watchdog_) return WatchdogPass{};
+  if (!watchdog_->active() && watchdog_lock_source_ && now >= next_watchdog_lock_try_) {
+    next_watchdog_lock_try_ = now + watchdog_lock_retry_;
     auto lock = watchdog_lock_source_();
     if (lock.ok()) {
       MINIONS_LOG(Info) << "this server runs the watchdog again (after its takeover grace)";
       watchdog_->Resume(std::move(*lock));
     }
   }
-  if (watchdog_ && watchdog_->active()) {
-    auto pass = watchdog_->Tick(clock_->Now());
-    // A lost lock the watchdog logs itself, once; this server then seeks it again (above).
-    if (!pass.ok() && watchdog_->active()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
-    // Requeued tasks and backups of stragglers are work for idle executors.
-    if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) executor_service_.WorkArrived();
-  }
-  // Jobs finished by another server, by the watchdog, or left over from a restart.
-  auto swept = finalizer_.FinalizeReady();
-  if (!swept.ok()) MINIONS_LOG(Warning) << "finaliser sweep failed: " << swept.status().message();
+  if (!watchdog_->active()) return WatchdogPass{};
+  auto pass = watchdog_->Tick(now);
+  // A lost lock the watchdog logs itself, once; this server then seeks it again (above).
+  if (!pass.ok() && watchdog_->active()) MINIONS_LOG(Warning) << "watchdog pass failed: " << pass.status().message();
+  // Requeued tasks and backups of stragglers are work for idle executors.
+  if (pass.ok() && pass->leases_expired + pass->backups_requested > 0) executor_service_.WorkArrived();
+  return pass;
 }
 
-void MinionsServer::BackgroundLoop() {
+absl::Status ControlPlane::SweepReadyJobs() {
+  auto swept = finalizer_.FinalizeReady();
+  if (!swept.ok()) MINIONS_LOG(Warning) << "finaliser sweep failed: " << swept.status().message();
+  return swept.status();
+}
+
+void ControlPlane::RunBackgroundPass() {
+  (void)FinalizeReportedJobs();
+  (void)RunWatchdogPass(clock_->Now());
+  // Jobs finished by another server, by the watchdog, or left over from a restart.
+  (void)SweepReadyJobs();
+}
+
+void ControlPlane::FinalizerLoop() {
+  // The sweep's pace is the watchdog's: jobs it finishes are swept up within a pass or two.
   const absl::Duration interval = watchdog_ ? watchdog_->options().interval : absl::Seconds(1);
+  absl::Time next_sweep = clock_->Now();
   while (true) {
-    RunBackgroundPass();
+    (void)FinalizeReportedJobs();
+    bool sweep_now = false;
+    {
+      absl::MutexLock lock(&mu_);
+      std::swap(sweep_now, sweep_requested_);
+    }
+    if (sweep_now || clock_->Now() >= next_sweep) {
+      (void)SweepReadyJobs();
+      next_sweep = clock_->Now() + interval;
+    }
     // A job becoming ready (or shutdown) ends the wait early; the condition is evaluated under the
-    // lock, so a job reported between the pass's swap and this wait is not missed.
+    // lock, so a job reported between the step's swap and this wait is not missed.
     absl::MutexLock lock(&mu_);
     auto woken = [this] {
       mu_.AssertHeld();
-      return stopping_ || !ready_jobs_.empty();
+      return stopping_ || !ready_jobs_.empty() || sweep_requested_;
     };
-    clock_->AwaitWithDeadline(mu_, absl::Condition(&woken), clock_->Now() + interval);
+    clock_->AwaitWithDeadline(mu_, absl::Condition(&woken), next_sweep);
     if (stopping_) return;
   }
 }
 
-void MinionsServer::Shutdown() {
+void ControlPlane::WatchdogLoop() {
+  const absl::Duration interval = watchdog_->options().interval;
+  while (true) {
+    auto pass = RunWatchdogPass(clock_->Now());
+    {
+      absl::MutexLock lock(&mu_);
+      // Jobs whose tasks it changed may be ready now: the finaliser sweeps for them at once (one
+      // look in the store, not one per job touched).
+      if (pass.ok() && !pass->jobs_touched.empty()) sweep_requested_ = true;
+      auto stopping = [this] {
+        mu_.AssertHeld();
+        return stopping_;
+      };
+      clock_->AwaitWithDeadline(mu_, absl::Condition(&stopping), clock_->Now() + interval);
+      if (stopping_) return;
+    }
+  }
+}
+
+void ControlPlane::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
@@ -169,14 +232,15 @@ void MinionsServer::Shutdown() {
   }
   serving_ = false;  // /readyz says so while the rest winds down
   executor_service_.Shutdown();  // long-polling leases answer now
-  clock_->Wake();  // WatchJob streams sleeping on the clock
+  if (server_) clock_->Wake();  // WatchJob streams sleeping on the clock (none unless started)
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  if (background_.joinable()) background_.join();
+  if (finalizer_thread_.joinable()) finalizer_thread_.join();
+  if (watchdog_thread_.joinable()) watchdog_thread_.join();
   if (work_signal_) work_signal_->Stop();
   if (http_) http_->Stop();
 }
 
-void MinionsServer::Wait() {
+void ControlPlane::Wait() {
   if (server_) server_->Wait();
 }
 
