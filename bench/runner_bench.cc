@@ -132,9 +132,9 @@ void TallyOutputLine(const std::string& line, Outcome& out) {
   auto parsed = minions::ParseJson(line);
   if (!parsed.ok() || !parsed->is_object()) return;
   const Json& j = *parsed;
-  if (!j["error"].is_null() || !j["response"].is_object()) {
+  if (minions::IsErrorOutputLine(j)) {
     ++out.errors;
-    if (out.first_error.empty()) out.first_error = minions::DumpJson(j["error"]);
+    if (out.first_error.empty()) out.first_error = minions::DumpJson(minions::OutputLineError(j));
     return;
   }
   TallyBody(j.value("custom_id", std::string()), j["response"]["body"], out);

@@ -11,6 +11,7 @@
 #include "cli/sample_prompts.h"
 #include "common/json_util.h"
 #include "common/subprocess.h"
+#include "runner/batch_record.h"
 
 namespace minions::cli {
 namespace fs = std::filesystem;
@@ -127,7 +128,7 @@ int RunDemo(const DemoOptions& options, const PoolFactory& start_pool) {
     auto parsed = ParseJson(line);
     if (!parsed.ok()) continue;
     printf("  error %s: %s\n", DumpJson(JsonField(*parsed, "custom_id")).c_str(),
-           JsonString(JsonField(*parsed, "error"), "message").c_str());
+           JsonString(OutputLineError(*parsed), "message").c_str());
   }
   printf("\n(the model has random weights, so the text is noise: submit with --model pointing at a real GGUF "
          "for real answers)\noutput: %s\nerrors: %s\n",

@@ -63,8 +63,7 @@ absl::StatusOr<LocalRunSummary> RunLocally(const LocalRunOptions& options) {
     for (size_t i = 0; i < batch.size(); ++i) {
       const Json& line = outputs[i] ? *outputs[i]
                                     : MakeErrorLine("", kErrorRunnerFailed, "the runner gave no result");
-      bool is_error = !line.is_object() || !JsonField(line, "error").is_null() ||
-                      !JsonField(line, "response").is_object();
+      bool is_error = IsErrorOutputLine(line);
       (is_error ? errors : output) << DumpJson(line) << '\n';
       summary.errors += is_error;
       ++summary.records;

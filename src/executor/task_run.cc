@@ -10,10 +10,8 @@ namespace {
 
 inline constexpr std::string_view kErrorRunnerCrashed = "runner_crashed";
 
-// A line that goes to the error file: an error, or no usable response.
-bool IsErrorLine(const Json& line) {
-  return !JsonField(line, "error").is_null() || !JsonField(line, "response").is_object();
-}
+// A line that goes to the error file: an error, no usable response, or a refused request (400).
+bool IsErrorLine(const Json& line) { return IsErrorOutputLine(line); }
 
 }  // namespace
 
@@ -71,7 +69,7 @@ std::optional<TaskRun::Batch> TaskRun::NextBatch(absl::Time now) {
 void TaskRun::SetOutput(size_t i, Json line) {
   if (!outputs_[i]) {
     ++records_done_;
-    if (!JsonField(line, "error").is_null()) ++records_failed_;
+    if (IsErrorOutputLine(line)) ++records_failed_;
     ++version_;
   }
   outputs_[i] = std::move(line);

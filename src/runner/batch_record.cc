@@ -21,11 +21,12 @@ uint64_t Fnv1a(std::string_view text, uint64_t hash = kFnvOffset) {
   return hash;
 }
 
-ParsedRecord Fail(std::string custom_id, std::string_view code, std::string message) {
+ParsedRecord Fail(std::string custom_id, std::string_view code, std::string message, std::string param = "") {
   ParsedRecord record;
   record.custom_id = std::move(custom_id);
   record.error_code = std::string(code);
   record.error_message = std::move(message);
+  record.error_param = std::move(param);
   return record;
 }
 
@@ -163,7 +164,7 @@ ParsedRecord ParseRecordLineUnchecked(std::string_view line) {
   }
 
   if (auto err = CheckBodyFields(*body, request.endpoint, /*shorthand=*/body == &root)) {
-    return Fail(custom_id, err->code, std::move(err->message));
+    return Fail(custom_id, err->code, std::move(err->message), std::move(err->param));
   }
   if (auto m = body->find("model"); m != body->end() && m->is_string()) {
     request.model = m->get<std::string>();
@@ -251,7 +252,7 @@ ParsedRecord ParseRecordLineUnchecked(std::string_view line) {
   }
   if (request.endpoint != Endpoint::kEmbeddings) {
     if (auto err = ReadGenerationParams(*body, request.endpoint, &request)) {
-      return Fail(custom_id, err->code, std::move(err->message));
+      return Fail(custom_id, err->code, std::move(err->message), std::move(err->param));
     }
   }
   ParsedRecord record;
@@ -267,7 +268,41 @@ std::string OutputLineId(std::string_view custom_id) {
 
 uint64_t DefaultSeed(std::string_view custom_id) { return Fnv1a(custom_id, Fnv1a("seed")); }
 
-Json MakeErrorLine(std::string_view custom_id, std::string_view code, std::string_view message) {
+bool IsRequestError(std::string_view code) {
+  return code == kErrorInvalidJson || code == kErrorInvalidRequest || code == kErrorUnsupportedUrl ||
+         code == kErrorUnsupportedParameter || code == kErrorEmptyPrompt || code == kErrorPromptTooLong ||
+         code == kErrorRecordTooLarge;
+}
+
+bool IsErrorOutputLine(const Json& line) {
+  if (!line.is_object() || !JsonField(line, "error").is_null()) return true;
+  const Json& response = JsonField(line, "response");
+  if (!response.is_object()) return true;
+  const Json& status = JsonField(response, "status_code");
+  return status.is_number_integer() && status.get<int64_t>() != 200;
+}
+
+Json OutputLineError(const Json& line) {
+  if (!IsErrorOutputLine(line)) return nullptr;
+  const Json& error = JsonField(line, "error");
+  if (error.is_object()) return {{"code", JsonString(error, "code")}, {"message", JsonString(error, "message")}};
+  const Json& body_error = JsonField(JsonField(JsonField(line, "response"), "body"), "error");
+  return {{"code", JsonString(body_error, "code")}, {"message", JsonString(body_error, "message")}};
+}
+
+Json MakeErrorLine(std::string_view custom_id, std::string_view code, std::string_view message,
+                   std::string_view param) {
+  if (IsRequestError(code)) {
+    // OpenAI's batch output for a request its server refused: the HTTP answer, error null.
+    Json line = MakeResponseLine(custom_id, {{"error",
+                                              {{"message", std::string(message)},
+                                               {"type", "invalid_request_error"},
+                                               {"param", param.empty() ? Json(nullptr) : Json(std::string(param))},
+                                               {"code", std::string(code)}}}});
+    line["custom_id"] = custom_id.empty() ? Json(nullptr) : Json(std::string(custom_id));
+    line["response"]["status_code"] = 400;
+    return line;
+  }
   Json line;
   line["id"] = OutputLineId(custom_id);
   line["custom_id"] = custom_id.empty() ? Json(nullptr) : Json(std::string(custom_id));

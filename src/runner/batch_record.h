@@ -5,8 +5,11 @@
 //        or the shorthand {"custom_id": "...", "prompt": "..."} (a /v1/completions request)
 //   out: {"id": "...", "custom_id": "...", "response": {"status_code": 200, "request_id": "...",
 //        "body": {...}}, "error": null}
-//        or, for a record that could not be served, "response": null and
-//        "error": {"code": "...", "message": "..."}.
+//        or, for a request that is wrong (what an HTTP server answers with 400), as OpenAI's batch
+//        output has it: "response": {"status_code": 400, "request_id": "...", "body": {"error":
+//        {"message", "type": "invalid_request_error", "param", "code"}}}, "error": null;
+//        or, for what is not an answer to the request (cancelled, expired, the engine failed),
+//        "response": null and "error": {"code": "...", "message": "..."}.
 //
 // Parsing is pure and engine-independent, so every runner (and the server's validation) shares it.
 
@@ -115,6 +118,7 @@ struct ParsedRecord {
   std::optional<InferenceRequest> request;
   std::string error_code;
   std::string error_message;
+  std::string error_param;  // the field at fault ("body.n"), when known
   bool ok() const { return request.has_value(); }
 };
 
@@ -131,7 +135,18 @@ std::string OutputLineId(std::string_view custom_id);
 uint64_t DefaultSeed(std::string_view custom_id);
 
 // Output lines.
-Json MakeErrorLine(std::string_view custom_id, std::string_view code, std::string_view message);
+// A record that was not served: a 400 response for the codes of a wrong request (IsRequestError),
+// the error object for the others. `param` names the field at fault when known ("body.n").
+Json MakeErrorLine(std::string_view custom_id, std::string_view code, std::string_view message,
+                   std::string_view param = "");
+// True for the codes of a request that is wrong in itself (invalid_json, invalid_request,
+// unsupported_url, unsupported_parameter, empty_prompt, context_length_exceeded, record_too_large).
+bool IsRequestError(std::string_view code);
+// True when an output line belongs in the error file: an error, no response, or a response whose
+// status is not 200.
+bool IsErrorOutputLine(const Json& line);
+// The {code, message} of a line that failed, from either shape; null for a served line.
+Json OutputLineError(const Json& line);
 Json MakeResponseLine(std::string_view custom_id, Json body);
 
 struct Usage {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runner/batch_record.h"
 
 namespace minions::rescore {
 namespace {
@@ -354,6 +355,11 @@ absl::StatusOr<ClaimedAnswer> ParseClaimedAnswer(const Json& line) {
     if (!JsonField(line, "error").is_object()) {
       return absl::InvalidArgumentError("the output line has neither a response nor an error");
     }
+    answer.kind = ClaimedAnswer::Kind::kError;
+    return answer;
+  }
+  // A refused request is answered as OpenAI's batch output has it (a 400 with an error body).
+  if (IsErrorOutputLine(line) && JsonField(JsonField(response, "body"), "error").is_object()) {
     answer.kind = ClaimedAnswer::Kind::kError;
     return answer;
   }

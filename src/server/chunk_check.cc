@@ -19,20 +19,22 @@ namespace minions {
 namespace {
 
 // What an executor's line says about itself, read without building it: whether it is a JSON
-// object, the custom_id it answers, and whether it is an error line (error not null, or no
-// response object: the executor's own rule for which file a line goes to).
+// object, the custom_id it answers, and whether it is an error line (error not null, no response
+// object, or a response whose status_code is not 200: the executor's own rule, IsErrorOutputLine,
+// for which file a line goes to).
 struct LineFacts {
   bool object = false;
   bool custom_id_string = false;  // a string custom_id (else null or absent)
   std::string custom_id;
   bool error_null = true;          // absent or null
   bool response_object = false;
+  bool status_ok = true;           // response.status_code absent or 200 (400: a refused request)
   // response.body.usage's counts, as the line states them (0 when absent, negative or not an
   // integer; a count is capped at kMaxTokensPerLine, so that no line can make a job's sum
   // overflow or mean anything: the most a record's answer could hold is far below it).
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
-  bool is_error_line() const { return !error_null || !response_object; }
+  bool is_error_line() const { return !error_null || !response_object || !status_ok; }
 };
 
 constexpr int64_t kMaxTokensPerLine = int64_t{1} << 32;
@@ -45,10 +47,12 @@ class LineFactsReader {
   bool boolean(bool) { return Value(Kind::kOther, nullptr); }
   bool number_integer(Json::number_integer_t n) {
     if (n >= 0) Count(static_cast<uint64_t>(n));
+    Status(n == 200);
     return Value(Kind::kOther, nullptr);
   }
   bool number_unsigned(Json::number_unsigned_t n) {
     Count(n);
+    Status(n == 200);
     return Value(Kind::kOther, nullptr);
   }
   bool number_float(Json::number_float_t, const Json::string_t&) { return Value(Kind::kOther, nullptr); }
@@ -73,6 +77,7 @@ class LineFactsReader {
   }
   bool key(Json::string_t& name) {
     if (depth_ == 1) key_ = name;
+    if (depth_ == 1 && name == "response") facts_->status_ok = true;  // a duplicate replaces the first
     if (depth_ >= 1 && depth_ <= kUsageDepth) {
       path_[depth_ - 1] = name;
       // A key on the way to the counts, met again (a duplicate): what its value holds replaces
@@ -112,6 +117,10 @@ class LineFactsReader {
     const int64_t count = static_cast<int64_t>(std::min<uint64_t>(n, kMaxTokensPerLine));
     if (path_[3] == "prompt_tokens") facts_->prompt_tokens = count;  // a later duplicate wins, as when parsed
     if (path_[3] == "completion_tokens") facts_->completion_tokens = count;
+  }
+  // An integer at response.status_code: whether the response is a 200 (the executor's rule).
+  void Status(bool ok) {
+    if (depth_ == 2 && path_[0] == "response" && path_[1] == "status_code") facts_->status_ok = ok;
   }
   // A value starts; at depth 1 it is a field of the line (later duplicates win, as when parsed).
   bool Value(Kind kind, const std::string* text) {

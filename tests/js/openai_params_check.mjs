@@ -84,15 +84,24 @@ try {
     assert.equal(entry.top_logprobs[0].token, entry.token, 'greedy: the token tops its list');
   }
   assert.equal(byId.penalties.response.status_code, 200);
+  assert.match(byId.penalties.response.body.system_fingerprint, /^fp_[0-9a-f]{16}$/);
   assert.equal(byId.harmless.response.status_code, 200);
   assert.ok(['yes', 'no'].includes(byId.grammar.response.body.choices[0].message.content));
   const choices = byId.choices.response.body.choices;
   assert.deepEqual(choices.map((c) => c.index), [0, 1, 2]);
   for (const c of choices) assert.equal(c.message.role, 'assistant');
+  // A refused request is OpenAI's batch output for a 400: the HTTP answer, error null.
   for (const [name, [record, message]] of Object.entries(refused)) {
     const line = byId[record.custom_id];
-    assert.ok(line.error && line.error.message.includes(message), `${name}: ${JSON.stringify(line)}`);
+    assert.equal(line.error, null, `${name}: ${JSON.stringify(line)}`);
+    assert.equal(line.response.status_code, 400, name);
+    const error = line.response.body.error;
+    assert.equal(error.type, 'invalid_request_error', name);
+    assert.ok(error.message.includes(message), `${name}: ${JSON.stringify(line)}`);
+    assert.ok('param' in error && 'code' in error, name);
   }
+  assert.equal(byId.unknown.response.body.error.code, 'unsupported_parameter');
+  assert.equal(byId.unknown.response.body.error.param, 'body.frobnicate');
   console.log(JSON.stringify({ id: batch.id, served: output.length, refused: errors.length }));
 } catch (error) {
   console.error(error && error.stack ? error.stack : error);

@@ -165,7 +165,7 @@ TEST_F(EngineReference, BatchedGreedyGenerationEqualsOnePromptAtATime) {
   ASSERT_EQ(results.size(), lines.size());
   int nonempty = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
-    ASSERT_TRUE(results[i]["error"].is_null()) << DumpJson(results[i]);
+    ASSERT_FALSE(IsErrorOutputLine(results[i])) << DumpJson(results[i]);
     EXPECT_EQ(GeneratedText(results[i]), expected[i]) << "record " << i;
     nonempty += !expected[i].empty();
   }
@@ -198,7 +198,7 @@ TEST_F(EngineReference, SequencesMovedIntoFreeSlotsAtTheTailKeepTheirOutput) {
     ASSERT_TRUE(engine.ok()) << engine.status();
     auto results = ServeAll(**engine, lines);
     for (size_t i = 0; i < lines.size(); ++i) {
-      ASSERT_TRUE(results[i]["error"].is_null()) << DumpJson(results[i]);
+      ASSERT_FALSE(IsErrorOutputLine(results[i])) << DumpJson(results[i]);
       EXPECT_EQ(GeneratedText(results[i]), expected[i]) << "record " << i;
     }
   }
@@ -243,7 +243,7 @@ TEST_F(EngineReference, DefaultAttentionKeepsCpuOutputIndependentOfTheBatch) {
   EXPECT_EQ((*engine)->Info()["flash_attn"], "disabled");
   auto results = ServeAll(**engine, lines);
   for (size_t i = 0; i < lines.size(); ++i) {
-    ASSERT_TRUE(results[i]["error"].is_null()) << DumpJson(results[i]);
+    ASSERT_FALSE(IsErrorOutputLine(results[i])) << DumpJson(results[i]);
     EXPECT_EQ(GeneratedText(results[i]), expected[i]) << "record " << i;
   }
 }
@@ -307,8 +307,8 @@ TEST_F(EngineReference, EmbeddingModelRefusesGeneration) {
   auto engine = LlamaEngine::Load(TestModel("embedding.gguf"), {});
   ASSERT_TRUE(engine.ok());
   auto results = ServeAll(**engine, {R"({"custom_id":"g","prompt":"hello"})"});
-  EXPECT_EQ(results[0]["error"]["code"], "invalid_request");
-  EXPECT_THAT(results[0]["error"]["message"].get<std::string>(), ::testing::HasSubstr("embedding model"));
+  EXPECT_EQ(OutputLineError(results[0])["code"], "invalid_request");
+  EXPECT_THAT(OutputLineError(results[0])["message"].get<std::string>(), ::testing::HasSubstr("embedding model"));
 }
 
 }  // namespace

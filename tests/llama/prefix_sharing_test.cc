@@ -74,8 +74,8 @@ void ExpectSameOutputs(const std::map<size_t, WorkResult>& shared, const std::ma
   for (size_t i = 0; i < n; ++i) {
     const Json& a = shared.at(i).output;
     const Json& b = unshared.at(i).output;
-    ASSERT_TRUE(a["error"].is_null()) << DumpJson(a);
-    ASSERT_TRUE(b["error"].is_null()) << DumpJson(b);
+    ASSERT_FALSE(IsErrorOutputLine(a)) << DumpJson(a);
+    ASSERT_FALSE(IsErrorOutputLine(b)) << DumpJson(b);
     EXPECT_EQ(GeneratedText(a), GeneratedText(b)) << "record " << i;
     EXPECT_EQ(a["response"]["body"]["choices"][0]["finish_reason"], b["response"]["body"]["choices"][0]["finish_reason"])
         << "record " << i;
@@ -172,12 +172,12 @@ TEST_F(PrefixSharing, APromptLongerThanTheContextIsStillRefusedPerRecord) {
   ASSERT_TRUE(engine);
   auto results = ServeResults(*engine, lines);
   ASSERT_EQ(results.size(), lines.size());
-  EXPECT_TRUE(results[0].output["error"].is_null());
-  EXPECT_EQ(results[1].output["error"]["code"], "context_length_exceeded");
-  EXPECT_THAT(results[1].output["error"]["message"].get<std::string>(), ::testing::HasSubstr("tokens per sequence"));
-  EXPECT_EQ(results[2].output["error"]["code"], "context_length_exceeded");
-  EXPECT_THAT(results[2].output["error"]["message"].get<std::string>(), ::testing::HasSubstr("max_tokens"));
-  EXPECT_TRUE(results[3].output["error"].is_null()) << DumpJson(results[3].output);
+  EXPECT_FALSE(IsErrorOutputLine(results[0].output));
+  EXPECT_EQ(OutputLineError(results[1].output)["code"], "context_length_exceeded");
+  EXPECT_THAT(OutputLineError(results[1].output)["message"].get<std::string>(), ::testing::HasSubstr("tokens per sequence"));
+  EXPECT_EQ(OutputLineError(results[2].output)["code"], "context_length_exceeded");
+  EXPECT_THAT(OutputLineError(results[2].output)["message"].get<std::string>(), ::testing::HasSubstr("max_tokens"));
+  EXPECT_FALSE(IsErrorOutputLine(results[3].output)) << DumpJson(results[3].output);
   EXPECT_GT(results[3].cached_tokens, 150);
 }
 
@@ -252,7 +252,7 @@ TEST_F(PrefixSharing, EmbeddingsAreTheSameWithAndWithoutSharing) {
   for (size_t i = 1; i < lines.size(); i += 2) {
     const Json& a = shared.at(i).output;
     const Json& b = unshared.at(i).output;
-    ASSERT_TRUE(a["error"].is_null()) << DumpJson(a);
+    ASSERT_FALSE(IsErrorOutputLine(a)) << DumpJson(a);
     ASSERT_EQ(a["response"]["body"]["data"].size(), 2u);
     EXPECT_EQ(a["response"]["body"]["data"], b["response"]["body"]["data"]) << "record " << i;
     EXPECT_EQ(GeneratedText(shared.at(i - 1).output), GeneratedText(unshared.at(i - 1).output)) << "record " << i - 1;

@@ -13,6 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "runner/batch_record.h"
 #include "test_env.h"
 
 namespace minions {
@@ -75,8 +76,11 @@ TEST(LlamaRunner, ServesGoodRecordsAndGivesEachBadOneItsError) {
   };
   Json done;
   auto out = RunRecords(*runner, "b1", records, &done);
-  auto code = [&](size_t i) { return out[i]["error"].is_null() ? std::string("ok") : out[i]["error"]["code"].get<std::string>(); };
-  auto message = [&](size_t i) { return out[i]["error"].value("message", std::string()); };
+  auto code = [&](size_t i) {
+    Json error = OutputLineError(out[i]);
+    return error.is_null() ? std::string("ok") : error["code"].get<std::string>();
+  };
+  auto message = [&](size_t i) { return OutputLineError(out[i]).value("message", std::string()); };
   EXPECT_EQ(code(0), "ok");
   EXPECT_EQ(out[0]["response"]["body"]["usage"]["completion_tokens"].get<int>() <= 4, true);
   EXPECT_EQ(code(1), "invalid_json");
@@ -85,6 +89,11 @@ TEST(LlamaRunner, ServesGoodRecordsAndGivesEachBadOneItsError) {
   EXPECT_EQ(out[2]["custom_id"], "bad-url");
   EXPECT_EQ(code(3), "invalid_request");
   EXPECT_THAT(message(3), HasSubstr("missing body"));
+  // A wrong request is answered as OpenAI's batch output has it: a 400 response, error null.
+  EXPECT_EQ(out[3]["response"]["status_code"], 400);
+  EXPECT_TRUE(out[3]["error"].is_null());
+  EXPECT_EQ(out[3]["response"]["body"]["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(out[7]["response"]["body"]["error"]["param"], "body.temperature");
   EXPECT_EQ(code(4), "empty_prompt");
   EXPECT_EQ(code(5), "context_length_exceeded");
   EXPECT_THAT(message(5), HasSubstr("tokens per sequence"));
@@ -103,7 +112,7 @@ TEST(LlamaRunner, ServesGoodRecordsAndGivesEachBadOneItsError) {
 
   // Still serving after all that.
   auto again = RunRecords(*runner, "b2", {R"({"custom_id":"after","prompt":"Again","max_tokens":2})"});
-  EXPECT_TRUE(again[0]["error"].is_null());
+  EXPECT_FALSE(IsErrorOutputLine(again[0]));
   EXPECT_EQ(runner->Shutdown().code, 0);
 }
 
@@ -137,7 +146,7 @@ TEST(LlamaRunner, BadModelFilesAreClearErrorsAndTheRunnerLivesOn) {
 
   // Records sent with no model loaded are answered with an error each.
   auto out = RunRecords(*runner, "nomodel", {R"({"custom_id":"x","prompt":"hi"})"});
-  EXPECT_THAT(out[0]["error"]["message"].get<std::string>(), HasSubstr("no model is loaded"));
+  EXPECT_THAT(OutputLineError(out[0])["message"].get<std::string>(), HasSubstr("no model is loaded"));
 
   // And a good model still loads afterwards.
   EXPECT_TRUE(runner->Load(SmallLoad(TestModel("text.gguf"))).ok());
@@ -164,7 +173,7 @@ TEST(LlamaRunner, CancelStopsABatchAndAnswersEveryRecord) {
   int cancelled = 0;
   for (const auto& line : outputs) {
     ASSERT_FALSE(line.is_null()) << "a record got no answer";
-    cancelled += !line["error"].is_null() && line["error"]["code"] == "cancelled";
+    cancelled += !line["error"].is_null() && OutputLineError(line)["code"] == "cancelled";
   }
   EXPECT_GT(cancelled, 32);
 }

@@ -172,6 +172,11 @@ TEST_F(Sampling, ChatLogprobsHaveOpenAIsShape) {
   EXPECT_EQ(Choice(outputs[1])["logprobs"]["content"].size(), content.size());
   EXPECT_TRUE(Choice(outputs[1])["logprobs"]["content"][0]["top_logprobs"].empty());
   EXPECT_TRUE(Choice(outputs[2])["logprobs"].is_null());
+  // The engine's fingerprint: the same on every answer of one build and model.
+  const Json& fingerprint = outputs[0]["response"]["body"]["system_fingerprint"];
+  ASSERT_TRUE(fingerprint.is_string());
+  EXPECT_THAT(fingerprint.get<std::string>(), ::testing::MatchesRegex("fp_[0-9a-f]{16}"));
+  EXPECT_EQ(outputs[2]["response"]["body"]["system_fingerprint"], fingerprint);
 }
 
 // A greedy answer from the random test model that repeats tokens, or skips the test's premise.
@@ -194,7 +199,7 @@ TEST_F(Sampling, PenaltiesChangeARepetitiveGreedyAnswer) {
   for (const auto& t : tokens) repeats += counts[t.get<std::string>()]++ > 0;
   ASSERT_GT(repeats, 0) << "the greedy answer does not repeat itself: " << DumpJson(tokens);
   for (size_t i = 1; i < 4; ++i) {
-    ASSERT_TRUE(outputs[i]["error"].is_null()) << DumpJson(outputs[i]);
+    ASSERT_FALSE(IsErrorOutputLine(outputs[i])) << DumpJson(outputs[i]);
     EXPECT_NE(GeneratedText(outputs[i]), GeneratedText(outputs[0])) << "record " << i;
   }
   // A presence penalty of 2 on logits this flat: fewer repeated tokens than without.
@@ -224,12 +229,12 @@ TEST_F(Sampling, AMinusHundredBiasForbidsAToken) {
       DumpJson({{"custom_id", "outside"}, {"prompt", prompt}, {"logit_bias", {{"99999999", 5}}}}),
   });
   for (size_t i = 0; i < 2; ++i) {
-    ASSERT_TRUE(outputs[i]["error"].is_null()) << DumpJson(outputs[i]);
+    ASSERT_FALSE(IsErrorOutputLine(outputs[i])) << DumpJson(outputs[i]);
     for (const auto& t : Choice(outputs[i])["logprobs"]["tokens"]) EXPECT_NE(t, direct.Piece(first)) << i;
   }
   for (const auto& t : Choice(outputs[2])["logprobs"]["tokens"]) EXPECT_EQ(t, direct.Piece(42));
-  ASSERT_FALSE(outputs[3]["error"].is_null());
-  EXPECT_THAT(outputs[3]["error"]["message"].get<std::string>(), HasSubstr("not in the model's vocabulary"));
+  ASSERT_TRUE(IsErrorOutputLine(outputs[3]));
+  EXPECT_THAT(OutputLineError(outputs[3])["message"].get<std::string>(), HasSubstr("not in the model's vocabulary"));
 }
 
 TEST_F(Sampling, LlamaSamplersAreServed) {

@@ -134,7 +134,7 @@ TEST_F(StructuredOutput, AnswersToAHundredGeneratedSchemasParseAndValidate) {
   ASSERT_EQ(outputs.size(), lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
     const Json& out = outputs[i];
-    ASSERT_TRUE(out["error"].is_null()) << DumpJson(out);
+    ASSERT_FALSE(IsErrorOutputLine(out)) << DumpJson(out);
     const std::string text = GeneratedText(out);
     EXPECT_EQ(out["response"]["body"]["choices"][0]["finish_reason"], "stop") << schemas[i].dump() << "\n" << text;
     auto parsed = ParseJson(text);
@@ -174,7 +174,7 @@ TEST_F(StructuredOutput, AGrammarThatCannotFinishInMaxTokensEndsWithLength) {
   auto outputs = ServeAll(*engine, {
       R"({"custom_id":"l","prompt":"Long:","max_tokens":5,"temperature":0,"json_schema":{"type":"string","minLength":200,"maxLength":300}})",
   });
-  ASSERT_TRUE(outputs[0]["error"].is_null()) << DumpJson(outputs[0]);
+  ASSERT_FALSE(IsErrorOutputLine(outputs[0])) << DumpJson(outputs[0]);
   EXPECT_EQ(outputs[0]["response"]["body"]["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(outputs[0]["response"]["body"]["usage"]["completion_tokens"], 5);
 }
@@ -189,18 +189,18 @@ TEST_F(StructuredOutput, WhatTheConverterCannotExpressIsThatRecordsError) {
       R"({"custom_id":"fine","prompt":"x","max_tokens":3,"temperature":0})",
       R"({"custom_id":"pattern","prompt":"x","json_schema":{"type":"string","pattern":"^(a"}})",
   });
-  auto message = [&](size_t i) { return outputs[i]["error"]["message"].get<std::string>(); };
-  ASSERT_FALSE(outputs[0]["error"].is_null());
-  EXPECT_EQ(outputs[0]["error"]["code"], "invalid_request");
+  auto message = [&](size_t i) { return OutputLineError(outputs[i])["message"].get<std::string>(); };
+  ASSERT_TRUE(IsErrorOutputLine(outputs[0]));
+  EXPECT_EQ(OutputLineError(outputs[0])["code"], "invalid_request");
   EXPECT_THAT(message(0), HasSubstr("body.json_schema"));
   EXPECT_THAT(message(0), HasSubstr("ref"));
-  ASSERT_FALSE(outputs[1]["error"].is_null());
+  ASSERT_TRUE(IsErrorOutputLine(outputs[1]));
   EXPECT_THAT(message(1), HasSubstr("minItems"));
-  ASSERT_FALSE(outputs[2]["error"].is_null());
+  ASSERT_TRUE(IsErrorOutputLine(outputs[2]));
   EXPECT_THAT(message(2), HasSubstr("body.grammar"));
   EXPECT_THAT(message(2), HasSubstr("expecting ')'"));
-  EXPECT_TRUE(outputs[3]["error"].is_null());
-  ASSERT_FALSE(outputs[4]["error"].is_null());
+  EXPECT_FALSE(IsErrorOutputLine(outputs[3]));
+  ASSERT_TRUE(IsErrorOutputLine(outputs[4]));
   EXPECT_THAT(message(4), HasSubstr("pattern"));
 }
 
@@ -217,7 +217,7 @@ TEST_F(StructuredOutput, ASchemaIsCompiledOncePerRunner) {
   }
   auto outputs = ServeAll(*engine, lines);
   for (auto& [i, out] : outputs) {
-    ASSERT_TRUE(out["error"].is_null()) << DumpJson(out);
+    ASSERT_FALSE(IsErrorOutputLine(out)) << DumpJson(out);
     EXPECT_THAT(GeneratedText(out), ::testing::AnyOf("true", "false"));
   }
   EXPECT_EQ(engine->grammars_compiled(), 1u);

@@ -31,6 +31,20 @@ TEST(VerifyChunk, AnHonestChunkPasses) {
   EXPECT_OK(VerifyChunk(chunk, out, Err("c"), {"a", "b", "c", "d"}));
 }
 
+// A refused request is a 400 response with error null (OpenAI's batch output): an error line,
+// whose place is the error file; the old error object is one too.
+TEST(VerifyChunk, A400ResponseIsAnErrorLine) {
+  Chunk chunk{1, 0, 0, 2, 1};
+  const std::string refused = Err("b");
+  ASSERT_THAT(refused, HasSubstr(R"("status_code":400)"));
+  EXPECT_OK(VerifyChunk(chunk, Ok("a"), refused, {"a", "b"}));
+  auto misplaced = VerifyChunk(Chunk{1, 0, 0, 2, 0}, Ok("a") + refused, "", {"a", "b"});
+  ASSERT_FALSE(misplaced.ok());
+  EXPECT_THAT(std::string(misplaced.message()), HasSubstr("is an error line"));
+  const std::string cancelled = DumpJson(MakeErrorLine("b", kErrorCancelled, "cancelled")) + "\n";
+  EXPECT_OK(VerifyChunk(chunk, Ok("a"), cancelled, {"a", "b"}));
+}
+
 // The tokens a chunk's output lines state (response.body.usage) are added up; only there, only
 // whole non-negative numbers, each capped; error lines add nothing; a chunk that fails adds nothing.
 TEST(VerifyChunk, APassingChunkAddsTheTokensItsOutputLinesState) {

@@ -130,12 +130,32 @@ TEST(OutputLines, ResponseLineFollowsTheOpenAIBatchShape) {
   EXPECT_NE(line["id"], MakeResponseLine("r2", Json::object())["id"]);
 }
 
-TEST(OutputLines, ErrorLineCarriesCodeAndMessage) {
-  Json line = MakeErrorLine("r9", kErrorUnsupportedUrl, "no");
-  EXPECT_TRUE(line["response"].is_null());
-  EXPECT_EQ(line["error"]["code"], "unsupported_url");
-  EXPECT_EQ(line["error"]["message"], "no");
+TEST(OutputLines, AWrongRequestIsA400ResponseAsInOpenAIsBatchOutput) {
+  Json line = MakeErrorLine("r9", kErrorUnsupportedParameter, "unsupported parameter: tools", "body.tools");
+  EXPECT_TRUE(line["error"].is_null());
+  EXPECT_EQ(line["response"]["status_code"], 400);
+  EXPECT_EQ(line["response"]["body"]["error"],
+            Json({{"message", "unsupported parameter: tools"}, {"type", "invalid_request_error"},
+                  {"param", "body.tools"}, {"code", "unsupported_parameter"}}));
+  EXPECT_TRUE(line["response"]["request_id"].is_string());
+  EXPECT_TRUE(IsErrorOutputLine(line));
+  EXPECT_EQ(OutputLineError(line), Json({{"code", "unsupported_parameter"}, {"message", "unsupported parameter: tools"}}));
   EXPECT_TRUE(MakeErrorLine("", kErrorInvalidJson, "bad")["custom_id"].is_null());
+  EXPECT_TRUE(MakeErrorLine("u", kErrorUnsupportedUrl, "no")["response"]["body"]["error"]["param"].is_null());
+}
+
+TEST(OutputLines, WhatIsNotAnAnswerKeepsTheErrorObject) {
+  for (std::string_view code : {kErrorCancelled, kErrorRunnerFailed}) {
+    Json line = MakeErrorLine("r9", code, "no");
+    EXPECT_TRUE(line["response"].is_null());
+    EXPECT_EQ(line["error"]["code"], std::string(code));
+    EXPECT_EQ(line["error"]["message"], "no");
+    EXPECT_TRUE(IsErrorOutputLine(line));
+    EXPECT_EQ(OutputLineError(line)["code"], std::string(code));
+  }
+  Json served = MakeResponseLine("ok", Json::object());
+  EXPECT_FALSE(IsErrorOutputLine(served));
+  EXPECT_TRUE(OutputLineError(served).is_null());
 }
 
 TEST(OutputLines, InvalidUtf8InModelTextIsReplacedNotFatal) {

@@ -134,6 +134,7 @@ class LlamaEngine {
 
   std::string model_path_;
   std::string model_name_;  // reported as "model" in response bodies
+  std::string fingerprint_;  // reported as "system_fingerprint" (fingerprint.h)
   runner_protocol::LoadOptions options_;
   llama_model* model_ = nullptr;
   llama_context* gen_ctx_ = nullptr;   // text generation (absent for embedding models)

@@ -371,7 +371,7 @@ absl::StatusOr<rescore::Verdict> Rescorer::CheckEmbeddings(const InferenceReques
   if (!result) return absl::InternalError("the engine gave no embedding to compare with");
   if (result->is_error) {
     return absl::FailedPreconditionError(absl::StrCat("this verifier cannot embed the record: ",
-                                                      JsonString(JsonField(result->output, "error"), "message")));
+                                                      JsonString(OutputLineError(result->output), "message")));
   }
   auto recomputed = rescore::ParseClaimedAnswer(result->output);
   if (!recomputed.ok()) return recomputed.status();
@@ -404,7 +404,7 @@ absl::StatusOr<rescore::Verdict> Rescorer::Check(const std::string& record_line,
       rescore::Verdict verdict;
       verdict.passed = true;
       verdict.skipped = absl::StrCat("answered with an error line (",
-                                     JsonString(JsonField(output_line, "error"), "code"), "): nothing to re-score");
+                                     JsonString(OutputLineError(output_line), "code"), "): nothing to re-score");
       return verdict;
     }
     case rescore::ClaimedAnswer::Kind::kEmbeddings:

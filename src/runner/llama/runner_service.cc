@@ -188,7 +188,8 @@ void RunnerService::Expand(runner_protocol::RunRequest run) {
   for (size_t i = 0; i < run.records.size(); ++i) {
     ParsedRecord parsed = ParseRecordLine(run.records[i]);
     if (!parsed.ok()) {
-      Answer(run.batch, i, MakeErrorLine(parsed.custom_id, parsed.error_code, parsed.error_message), true, {});
+      Answer(run.batch, i, MakeErrorLine(parsed.custom_id, parsed.error_code, parsed.error_message, parsed.error_param),
+             true, {});
       continue;
     }
     stream_.push_back({run.batch, i, std::move(*parsed.request)});
