@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "common/logging.h"
 #include "absl/time/clock.h"
 #include "cli/admin_verbs.h"
 #include "cli/credentials.h"
@@ -580,10 +581,13 @@ int ListExecutors(const Connection& connection, bool json) {
                         : absl::StrCat(e.accelerator(), " ", e.gpu());
     // No dangling "|" for an executor with no task and nothing to say.
     if (!tasks.empty()) models += " | " + tasks;
-    printf("%-16s %-16s %-12s %-24s %8.1fG %8.1fG %10s  %s\n", e.id().c_str(), e.name().c_str(),
-           e.state().c_str(), device.substr(0, 24).c_str(), static_cast<double>(e.memory_bytes()) / (1 << 30),
-           static_cast<double>(e.usable_memory_bytes()) / (1 << 30), (Age(e.last_heartbeat_at_ms()) + " ago").c_str(),
-           models.c_str());
+    // Every field is the server's word, some of it executors' own: control characters are shown
+    // escaped, never sent to the terminal.
+    const std::string line = absl::StrFormat(
+        "%-16s %-16s %-12s %-24s %8.1fG %8.1fG %10s  %s", e.id(), e.name(), e.state(), device.substr(0, 24),
+        static_cast<double>(e.memory_bytes()) / (1 << 30), static_cast<double>(e.usable_memory_bytes()) / (1 << 30),
+        Age(e.last_heartbeat_at_ms()) + " ago", models);
+    printf("%s\n", EscapeControlCharacters(line).c_str());
   }
   return 0;
 }

@@ -89,6 +89,7 @@ absl::StatusOr<Enrolment> IdentityAdmin::Enrol(const std::string& join_text, con
   if (*role != Role::kJoin) {
     return absl::UnauthenticatedError("enrolment needs a join token (mnj_...): ask an admin for one");
   }
+  if (auto s = ValidateExecutorName(info.name); !s.ok()) return s;
   const absl::Time now = clock_->Now();
   token::Minted minted = token::Mint(Role::kExecutor);
   Enrolment enrolment;

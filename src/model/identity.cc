@@ -93,6 +93,21 @@ absl::Status ValidateTeamName(std::string_view name) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateExecutorName(std::string_view name) {
+  bool ok = name.size() <= 100;  // "" is an executor that gave no name (shown by its id)
+  for (size_t i = 0; ok && i < name.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    const bool c1 = c == 0xc2 && i + 1 < name.size() && static_cast<unsigned char>(name[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(name[i + 1]) <= 0x9f;
+    ok = c >= 0x20 && c != 0x7f && !c1;
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        "an executor's name must be at most 100 bytes without control characters (a host name or a label)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidatePrincipalName(std::string_view name) {
   bool ok = !name.empty() && name.size() <= 100 && name != "." && name != "..";
   for (char c : name) {

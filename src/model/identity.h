@@ -88,6 +88,10 @@ inline constexpr int64_t kMaxTeamWeight = 1000000;
 // InvalidArgument unless `name` is 1-63 of [a-z0-9_-], starting with a letter or digit: team names
 // become object-store prefixes and metric labels.
 absl::Status ValidateTeamName(std::string_view name);
+// InvalidArgument unless an executor's name (what it calls itself: a host name, a label) is at
+// most 100 bytes without control characters (C0, DEL, and C1 as UTF-8): names are printed on terminals and
+// in logs, where an escape sequence would rewrite what an admin sees.
+absl::Status ValidateExecutorName(std::string_view name);
 // InvalidArgument unless a principal name is 1-100 of [A-Za-z0-9._-] and not "." or "..": names
 // are object-key segments (the caller's uploads) and appear in log lines.
 absl::Status ValidatePrincipalName(std::string_view name);

@@ -80,6 +80,7 @@ grpc::Status ExecutorService::Register(grpc::ServerContext* context, const v1::R
 
 absl::Status ExecutorService::Register(const std::string& executor_id, const v1::RegisterRequest& request,
                                        v1::RegisterResponse* reply) {
+  if (auto s = ValidateExecutorName(request.capabilities().name()); !s.ok()) return s;
   auto executor = store_->RegisterExecutor(executor_id, minions::FromProto(request.capabilities()), clock_->Now());
   if (!executor.ok()) return executor.status();
   if (executor->state == ExecutorState::kRevoked) {

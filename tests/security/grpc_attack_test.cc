@@ -93,6 +93,31 @@ TEST_F(GrpcAttack, AnExpiredJoinTokenEnrolsNobody) {
   EXPECT_THAT(Must(store_->ListTokens({"", Role::kExecutor, "", true})), IsEmpty());
 }
 
+TEST_F(GrpcAttack, AnExecutorNameWithControlCharactersIsRefused) {
+  // Names are printed on admins' terminals (`minions executors`) and in logs: an escape sequence
+  // in one would rewrite what they see (issue 40, point 7).
+  const std::string join = Issue(Role::kJoin, "", "laptops", std::nullopt, 10);
+  for (const std::string& name : {std::string("\x1b[2Jowned"), std::string("two\nlines"),
+                                  std::string(101, 'a'), std::string("c1 \xc2\x9b" "31m")}) {
+    v1::EnrolRequest request;
+    request.mutable_capabilities()->set_name(name);
+    v1::EnrolResponse reply;
+    grpc::Status status = executors_->Enrol(As(join).get(), request, &reply);
+    EXPECT_GRPC_CODE(status, INVALID_ARGUMENT);
+    EXPECT_TRUE(reply.credential().empty());
+  }
+  EXPECT_THAT(Must(store_->ListExecutors()), IsEmpty());
+  // An enrolled executor cannot take such a name when it registers either.
+  Enrolled worker = Enrol("mac-studio.local");
+  v1::RegisterRequest registration;
+  registration.mutable_capabilities()->set_name("\x1b]0;evil\x07");
+  v1::RegisterResponse registered;
+  EXPECT_GRPC_CODE(executors_->Register(As(worker.credential).get(), registration, &registered), INVALID_ARGUMENT);
+  auto executors = Must(store_->ListExecutors());
+  ASSERT_EQ(executors.size(), 1u);
+  EXPECT_EQ(executors[0].info.name, "mac-studio.local");
+}
+
 TEST_F(GrpcAttack, AJoinTokenIsTradedOnlyAsOftenAsItsUsesAndForNothingElse) {
   const std::string join = Issue(Role::kJoin, "", "laptops", std::nullopt, /*uses=*/2);
   v1::EnrolRequest request;
