@@ -43,7 +43,9 @@ std::string ResponseHead(int status, const std::string& content_type, int64_t co
   }
   absl::StrAppend(&out, "Connection: ", keep_alive ? "keep-alive" : "close", "\r\n");
   // Nothing here is meant to be framed, sniffed or followed elsewhere.
-  absl::StrAppend(&out, "X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n");
+  // same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with the
+  // dashboard's own login form, which must then be told from an opaque origin's (refused).
+  absl::StrAppend(&out, "X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nReferrer-Policy: same-origin\r\n");
   if (absl::StartsWith(content_type, "text/html")) {
     absl::StrAppend(&out,
                     "Content-Security-Policy: default-src 'self'; frame-ancestors 'none'; form-action 'self'\r\n");
