@@ -82,7 +82,10 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   if (spec.model.empty()) {
     return absl::InvalidArgumentError("a job needs a model (--model NAME of a pushed model, or PATH of a GGUF file)");
   }
-  if (options_.check_model_paths && spec.model[0] == '/') {
+  // Only an admin is told whether a path exists on the server's machine: to anyone else the answer
+  // would be an oracle over the server's file system (issue 40, point 7). A team's path is checked
+  // against the folders its executors report (CheckModelPathInFolders, below), and by the executor.
+  if (options_.check_model_paths && caller.IsAdmin() && spec.model[0] == '/') {
     struct stat st;
     if (stat(spec.model.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
       return absl::InvalidArgumentError(absl::StrCat("model file '", spec.model, "' does not exist"));

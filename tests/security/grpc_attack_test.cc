@@ -13,6 +13,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 class GrpcAttack : public SecureServer {
  protected:
@@ -277,6 +278,20 @@ TEST_F(GrpcAttack, TeamAndPriorityComeFromTheCredential) {
   EXPECT_EQ(job.team(), "search");
   EXPECT_EQ(job.owner(), "alice");
   EXPECT_EQ(job.priority(), 10);
+}
+
+TEST_F(GrpcAttack, ASubmitterCannotLearnWhetherAPathExistsOnTheServer) {
+  // A file the server's machine has and one it has not are answered alike: no oracle over its
+  // file system for a team's credential (an admin is told, see GrpcServiceTest).
+  v1::Job job;
+  v1::SubmitJobRequest existing = Request(2);
+  existing.set_model("/etc/passwd");
+  v1::SubmitJobRequest missing = Request(2);
+  missing.set_model("/no/such/folder/model.gguf");
+  grpc::Status there = jobs_->SubmitJob(As(search_submitter_).get(), existing, &job);
+  grpc::Status not_there = jobs_->SubmitJob(As(search_submitter_).get(), missing, &job);
+  EXPECT_EQ(there.error_code(), not_there.error_code());
+  EXPECT_THAT(not_there.error_message(), Not(HasSubstr("does not exist")));
 }
 
 TEST_F(GrpcAttack, AJobsInputCanOnlyBeTheCallersOwnUpload) {
