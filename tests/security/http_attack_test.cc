@@ -10,6 +10,7 @@
 
 #include "common/json_util.h"
 #include "identity/token.h"
+#include "raw_tcp.h"
 #include "secure_server.h"
 #include "testing/even_tasks.h"
 #include "testing/http_get.h"
@@ -19,25 +20,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-// A raw TCP connection to 127.0.0.1:port, from `source` (another loopback address stands for
-// another machine).
-int Connect(int port, const char* source = "127.0.0.1") {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in local{};
-  local.sin_family = AF_INET;
-  inet_pton(AF_INET, source, &local.sin_addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 // Whether the server closed `fd` (reads end), waiting up to `timeout`.
 bool ClosedByServer(int fd, absl::Duration timeout) {

@@ -24,6 +24,7 @@
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
 #include "testing/must.h"
+#include "raw_tcp.h"
 
 namespace minions::testing {
 namespace {
@@ -31,25 +32,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-// A raw TCP connection to 127.0.0.1:port from `source` (another loopback address stands for
-// another machine); -1 when refused.
-int Connect(int port, const char* source = "127.0.0.1") {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in local{};
-  local.sin_family = AF_INET;
-  inet_pton(AF_INET, source, &local.sin_addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 void SendAll(int fd, const std::string& bytes) {
   for (size_t sent = 0; sent < bytes.size();) {
