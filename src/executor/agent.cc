@@ -11,7 +11,6 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "executor/capabilities.h"
-#include "executor/lease_proto.h"
 
 namespace minions {
 namespace {
@@ -38,6 +37,11 @@ constexpr absl::Duration kCommitBeatInterval = absl::Milliseconds(250);
 }  // namespace
 
 ExecutorAgent::ExecutorAgent(AgentOptions options, std::unique_ptr<ControlPlaneClient> client,
+                             std::unique_ptr<BlobClient> blobs, std::unique_ptr<RunnerFactory> runners, Clock* clock)
+    : ExecutorAgent(std::move(options), MakeAgentControlPlane(std::move(client)), std::move(blobs), std::move(runners),
+                    clock) {}
+
+ExecutorAgent::ExecutorAgent(AgentOptions options, std::unique_ptr<AgentControlPlane> client,
                              std::unique_ptr<BlobClient> blobs, std::unique_ptr<RunnerFactory> runners, Clock* clock)
     : options_(Normalised(std::move(options))),
       run_options_{options_.checkpoint_records, options_.checkpoint_interval, options_.max_crashes_per_task},
@@ -225,10 +229,10 @@ absl::Time ExecutorAgent::NextPass(absl::Time now) {
 absl::Status ExecutorAgent::Register() {
   absl::MutexLock registering(&register_mu_);
   std::string id_file = options_.state_dir.empty() ? "" : options_.state_dir + "/executor-id";
-  v1::RegisterRequest request;
+  std::string known_id;
   {
     absl::MutexLock lock(&mu_);
-    request.set_executor_id(id_.empty() && !id_file.empty() ? ReadFileOr(id_file, "") : id_);
+    known_id = id_.empty() && !id_file.empty() ? ReadFileOr(id_file, "") : id_;
   }
   CapabilityOptions offer;
   offer.name = options_.name;
@@ -242,28 +246,28 @@ absl::Status ExecutorAgent::Register() {
   if (options_.models) {
     for (const std::string& folder : options_.models->ReportedFolders()) capabilities.add_model_folders(folder);
   }
-  *request.mutable_capabilities() = capabilities;
-  auto reply = client_->Register(request);
+  auto reply = client_->Register(known_id, capabilities);
   if (!reply.ok()) return reply.status();
   {
     absl::MutexLock lock(&mu_);
-    id_ = reply->executor_id();
-    ttl_ = std::max(absl::Milliseconds(reply->lease_ttl_ms()), absl::Milliseconds(300));
+    id_ = reply->executor_id;
+    ttl_ = std::max(reply->lease_ttl, absl::Milliseconds(300));
     // Never more often than a holder's beat; an older server says nothing: two thirds of a TTL.
-    idle_beat_ = reply->idle_heartbeat_ms() > 0 ? std::max(absl::Milliseconds(reply->idle_heartbeat_ms()), ttl_ / 3)
-                                                : ttl_ * 2 / 3;
-    idle_polls_renew_ = reply->idle_polls_renew();
+    idle_beat_ = reply->idle_heartbeat > absl::ZeroDuration() ? std::max(reply->idle_heartbeat, ttl_ / 3)
+                                                              : ttl_ * 2 / 3;
+    idle_polls_renew_ = reply->idle_polls_renew;
     beat_now_ = true;  // say at once what this executor is doing
   }
   heartbeat_alarm_->Ring();
   if (!id_file.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options_.state_dir, ec);
-    std::ofstream(id_file, std::ios::trunc) << reply->executor_id() << "\n";
+    std::ofstream(id_file, std::ios::trunc) << reply->executor_id << "\n";
   }
-  SetLogComponent(absl::StrCat("executor ", reply->executor_id()));
-  MINIONS_LOG(Info) << "registered as executor=" << reply->executor_id() << " (lease ttl " << reply->lease_ttl_ms()
-                    << " ms, idle heartbeat " << reply->idle_heartbeat_ms() << " ms)";
+  SetLogComponent(absl::StrCat("executor ", reply->executor_id));
+  MINIONS_LOG(Info) << "registered as executor=" << reply->executor_id << " (lease ttl "
+                    << absl::ToInt64Milliseconds(reply->lease_ttl) << " ms, idle heartbeat "
+                    << absl::ToInt64Milliseconds(reply->idle_heartbeat) << " ms)";
   return absl::OkStatus();
 }
 
@@ -311,34 +315,29 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
   if (held > window / 2 && !lease_unheard_) return;
   if (now < next_lease_try_) return;
   if (held > 0 && now - last_empty_lease_ < absl::Milliseconds(50)) return;
-  v1::LeaseRequest request;
-  request.set_executor_id(id());
-  request.set_max_tasks(std::max(window - held, 1));
-  if (held == 0) request.set_wait_ms(absl::ToInt64Milliseconds(options_.lease_wait));
+  AgentLeaseAsk request;
+  request.executor_id = id();
+  request.max_tasks = std::max(window - held, 1);
+  if (held == 0) request.wait = options_.lease_wait;
   {
     // Holding nothing at all, and available (or it would not lease): the server may keep it alive
     // from this poll, in place of its idle heartbeat.
     absl::MutexLock lock(&mu_);
-    request.set_idle(idle_polls_renew_ && held == 0 && !lease_unheard_ && snapshots_.empty() && duty_refs_.empty());
-    idle_poll_in_flight_ = request.idle();
+    request.idle = idle_polls_renew_ && held == 0 && !lease_unheard_ && snapshots_.empty() && duty_refs_.empty();
+    idle_poll_in_flight_ = request.idle;
   }
   if (lease_unheard_) {
-    request.set_reclaim(true);
-    for (const auto& [key, task] : tasks_) {
-      v1::LeaseRef* ref = request.add_held();
-      ref->set_job_id(task->ref().job_id);
-      ref->set_task_index(task->ref().task_index);
-      ref->set_attempt(task->ref().attempt);
-    }
+    request.reclaim = true;
+    for (const auto& [key, task] : tasks_) request.held.push_back(task->ref());
   }
   auto reply = client_->Lease(request);
-  if (request.idle()) {
+  if (request.idle) {
     bool unrenewed = false;
     {
       absl::MutexLock lock(&mu_);
       idle_poll_in_flight_ = false;
       if (reply.ok()) idle_poll_answered_at_ = clock_->Now();
-      if (reply.ok() && !reply->idle_renewed() && idle_polls_renew_) {
+      if (reply.ok() && !reply->idle_renewed && idle_polls_renew_) {
         // A server that does not renew from idle polls (an older one behind the same address, or
         // one told not to) answered: that poll was no heartbeat. Beat now, and at the idle pace.
         idle_polls_renew_ = false;
@@ -352,8 +351,8 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
       heartbeat_alarm_->Ring();
     }
   }
-  if (reply.ok() && (reply->reregister() || reply->drain())) {
-    OnServerNotice(reply->reregister(), reply->drain());
+  if (reply.ok() && (reply->reregister || reply->drain)) {
+    OnServerNotice(reply->reregister, reply->drain);
     return;
   }
   if (!reply.ok()) {
@@ -370,17 +369,17 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
     return;
   }
   lease_unheard_ = false;
-  TakeGangDuties(*reply);
-  if (reply->leases().empty()) {
+  TakeGangDuties(reply->gang_duties);
+  if (reply->leases.empty()) {
     last_empty_lease_ = now;
     // A server that answered a long poll early (an older one, or one shutting down) must not
     // turn this loop into a busy one.
-    if (request.wait_ms() > 0 && clock_->Now() - now < options_.lease_wait / 2) {
+    if (request.wait > absl::ZeroDuration() && clock_->Now() - now < options_.lease_wait / 2) {
       next_lease_try_ = clock_->Now() + options_.idle_poll;
     }
     return;
   }
-  for (const auto& lease : reply->leases()) Stage(FromProto(lease), clock_->Now());
+  for (const LeaseGrant& lease : reply->leases) Stage(lease, clock_->Now());
 }
 
 void ExecutorAgent::Stage(const LeaseGrant& lease, absl::Time now) {
@@ -468,19 +467,18 @@ void ExecutorAgent::FinishTask(TaskPtr task, TaskRun::BatchEnd end, absl::Time n
 
 void ExecutorAgent::FlushCompletions(absl::Time now) {
   if (to_complete_.empty() || now < next_completion_try_) return;
-  v1::CompleteBatchRequest request;
-  request.set_executor_id(id());
+  std::vector<LeaseProgress> done;
   std::vector<TaskPtr> sent;
   for (TaskPtr task : std::vector<TaskPtr>(to_complete_)) {
     if (task->cancelled()) {
       Forget(task);
       continue;
     }
-    ToProto(task->Completion(), request.add_refs());
+    done.push_back(task->Completion());
     sent.push_back(task);
   }
   if (sent.empty()) return;
-  auto reply = client_->CompleteBatch(request);
+  auto reply = client_->CompleteBatch(id(), done);
   if (!reply.ok()) {
     // Keep them: the heartbeat keeps renewing their leases, and the next try may get through.
     MINIONS_LOG(Warning) << "cannot complete " << sent.size() << " tasks yet: " << reply.status().message();
@@ -488,29 +486,23 @@ void ExecutorAgent::FlushCompletions(absl::Time now) {
     return;
   }
   for (size_t i = 0; i < sent.size(); ++i) {
-    const v1::Outcome* outcome = i < static_cast<size_t>(reply->outcomes_size()) ? &reply->outcomes(i) : nullptr;
-    if (outcome && outcome->code() == 0) {
+    const absl::Status& outcome = (*reply)[i];
+    if (outcome.ok()) {
       ++tasks_completed_;
       if (options_.metrics) options_.metrics->TaskCompleted();  // metrics hook
       MINIONS_LOG(Debug) << Describe(sent[i]->ref()) << " completed: " << sent[i]->records_done() << " records run, "
                          << sent[i]->records_failed() << " errors";
     } else {
-      MINIONS_LOG(Warning) << Describe(sent[i]->ref())
-                           << " completion refused: " << (outcome ? outcome->message() : "no answer");
+      MINIONS_LOG(Warning) << Describe(sent[i]->ref()) << " completion refused: " << outcome.message();
     }
     Forget(sent[i]);
   }
 }
 
 void ExecutorAgent::ReportFailure(const LeaseProgress& progress, const absl::Status& why, FailureClass failure) {
-  v1::FailRequest request;
-  request.set_executor_id(id());
   // Chunks uploaded since the last heartbeat are committed with the report: a preempted or
   // failed attempt hands back every record it uploaded.
-  ToProto(progress, request.mutable_ref());
-  request.set_failure_class(std::string(FailureClassName(failure)));
-  request.set_message(std::string(why.message()));
-  absl::Status s = client_->Fail(request);
+  absl::Status s = client_->Fail(id(), progress, failure, std::string(why.message()));
   MINIONS_LOG(Warning) << Describe(AttemptRef{progress.job_id, progress.task_index, progress.attempt}) << " "
                        << FailureClassName(failure) << ": " << why.message()
                        << (s.ok() ? "" : absl::StrCat(" (report refused: ", std::string(s.message()), ")"));
