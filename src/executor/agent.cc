@@ -52,7 +52,9 @@ ExecutorAgent::ExecutorAgent(AgentOptions options, std::unique_ptr<AgentControlP
       main_alarm_(std::make_unique<Alarm>(clock)),
       heartbeat_alarm_(std::make_unique<Alarm>(clock)),
       watch_(options_.hang),
-      gang_link_(options_.gang && options_.gang->link ? options_.gang->link : std::make_shared<NetworkGangLink>()) {}
+      gang_link_(options_.gang && options_.gang->link ? options_.gang->link : std::make_shared<NetworkGangLink>()),
+      window_(LeaseWindow::Options{options_.max_prefetch, options_.prefetch_target, options_.lease_wait,
+                                   options_.idle_poll}) {}
 
 ExecutorAgent::~ExecutorAgent() {
   heartbeat_stop_ = true;  // also stops a model fetch at its next range (MayFetch)
@@ -207,11 +209,7 @@ absl::Time ExecutorAgent::NextPass(absl::Time now) {
     absl::MutexLock lock(&mu_);
     drain = drain_;
   }
-  const int held = static_cast<int>(tasks_.size());
-  if (!drain && !holding_ && !InGang() && (held <= PrefetchWindow() / 2 || lease_unheard_)) {
-    next = std::min(next, std::max(next_lease_try_, held > 0 ? last_empty_lease_ + absl::Milliseconds(50)
-                                                              : absl::InfinitePast()));
-  }
+  if (!drain && !holding_ && !InGang()) next = std::min(next, window_.NextAsk(static_cast<int>(tasks_.size())));
   if (!to_complete_.empty()) next = std::min(next, next_completion_try_);
   if (!frozen_) next = std::min(next, watch_.HungAt());
   if (loading_since_) next = std::min(next, *loading_since_ + options_.load_timeout);
@@ -298,36 +296,20 @@ void ExecutorAgent::TryRegister(absl::Time now) {
   register_backoff_ = std::min(register_backoff_ * 2, absl::Seconds(5));
 }
 
-int ExecutorAgent::PrefetchWindow() const {
-  // Enough tasks to cover prefetch_target beyond the one running; at least two so the runner
-  // always has the next task queued.
-  double want = 1 + absl::ToDoubleSeconds(options_.prefetch_target) / std::max(avg_task_seconds_, 1e-3);
-  return std::clamp(static_cast<int>(std::ceil(want)), 2, options_.max_prefetch);
-}
-
 void ExecutorAgent::LeaseMore(absl::Time now) {
   if (InGang()) return;  // its memory is a gang's until that attempt ends
   const int held = static_cast<int>(tasks_.size());
-  const int window = PrefetchWindow();
-  // Top up when half the window is free (one lease call brings several tiny tasks). An idle
-  // executor long-polls: the server answers the moment a task is ready, so a submission starts
-  // without a polling delay. A busy one asks at most every 50 ms when the queue is dry.
-  if (held > window / 2 && !lease_unheard_) return;
-  if (now < next_lease_try_) return;
-  if (held > 0 && now - last_empty_lease_ < absl::Milliseconds(50)) return;
-  AgentLeaseAsk request;
+  if (!window_.Due(held, now)) return;
+  AgentLeaseAsk request = window_.Ask(held);
   request.executor_id = id();
-  request.max_tasks = std::max(window - held, 1);
-  if (held == 0) request.wait = options_.lease_wait;
   {
     // Holding nothing at all, and available (or it would not lease): the server may keep it alive
     // from this poll, in place of its idle heartbeat.
     absl::MutexLock lock(&mu_);
-    request.idle = idle_polls_renew_ && held == 0 && !lease_unheard_ && snapshots_.empty() && duty_refs_.empty();
+    request.idle = idle_polls_renew_ && held == 0 && !request.reclaim && snapshots_.empty() && duty_refs_.empty();
     idle_poll_in_flight_ = request.idle;
   }
-  if (lease_unheard_) {
-    request.reclaim = true;
+  if (request.reclaim) {
     for (const auto& [key, task] : tasks_) request.held.push_back(task->ref());
   }
   auto reply = client_->Lease(request);
@@ -357,28 +339,12 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
   }
   if (!reply.ok()) {
     if (absl::IsNotFound(reply.status())) (void)Register();  // the server forgot us (new database)
-    // Unless the server refused the call, it may have granted tasks before the answer was lost.
-    const absl::StatusCode code = reply.status().code();
-    if (code != absl::StatusCode::kNotFound && code != absl::StatusCode::kPermissionDenied &&
-        code != absl::StatusCode::kUnauthenticated && code != absl::StatusCode::kInvalidArgument) {
-      lease_unheard_ = true;
-    }
     MINIONS_LOG(Debug) << "lease failed: " << reply.status().message();
-    last_empty_lease_ = now;
-    next_lease_try_ = clock_->Now() + options_.idle_poll;  // do not hammer a server that is down
+    window_.Failed(reply.status(), now, clock_->Now());
     return;
   }
-  lease_unheard_ = false;
+  window_.Answered(request, reply->leases.size(), now, clock_->Now());
   TakeGangDuties(reply->gang_duties);
-  if (reply->leases.empty()) {
-    last_empty_lease_ = now;
-    // A server that answered a long poll early (an older one, or one shutting down) must not
-    // turn this loop into a busy one.
-    if (request.wait > absl::ZeroDuration() && clock_->Now() - now < options_.lease_wait / 2) {
-      next_lease_try_ = clock_->Now() + options_.idle_poll;
-    }
-    return;
-  }
   for (const LeaseGrant& lease : reply->leases) Stage(lease, clock_->Now());
 }
 
@@ -445,7 +411,7 @@ absl::Status ExecutorAgent::Upload(TaskPtr task, const TaskRun::ChunkUpload& upl
 void ExecutorAgent::FinishTask(TaskPtr task, TaskRun::BatchEnd end, absl::Time now) {
   using End = TaskRun::BatchEnd;
   if (end == End::kIgnored) return;
-  avg_task_seconds_ = 0.8 * avg_task_seconds_ + 0.2 * absl::ToDoubleSeconds(now - task->started());
+  window_.TaskTook(now - task->started());
   if (end == End::kRunAgain) {
     queue_.push_front(task);  // more groups of an isolated task to run, alone
     return;

@@ -52,6 +52,7 @@
 #include "executor/control_plane_client.h"
 #include "executor/executor_metrics.h"
 #include "executor/gang_link.h"
+#include "executor/lease_window.h"
 #include "executor/model_access.h"
 #include "executor/model_cache.h"
 #include "executor/runner_watch.h"
@@ -203,7 +204,6 @@ class ExecutorAgent : public WorkTarget {
   // Drained or stopped: end the runner (a grace to exit), then finish.
   void ShutDown(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   absl::Time NextPass(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  int PrefetchWindow() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   bool RunnerBusy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_) { return !batches_.empty(); }
 
   // --- the runner (agent_runner.cc) ---
@@ -359,12 +359,9 @@ class ExecutorAgent : public WorkTarget {
   // The gang task whose members the loop waits for (MembersReady), since when.
   TaskPtr gang_wait_for_ ABSL_GUARDED_BY(main_) = nullptr;
   absl::Time gang_wait_since_ ABSL_GUARDED_BY(main_);
-  double avg_task_seconds_ ABSL_GUARDED_BY(main_) = 1.0;  // moving average: the prefetch window
-  absl::Time last_empty_lease_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
-  absl::Time next_lease_try_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
-  // A Lease call failed without a refusal: the server may have granted tasks and never answered
-  // (it died, or the answer was lost). The next Lease asks for them back (LeaseRequest.reclaim).
-  bool lease_unheard_ ABSL_GUARDED_BY(main_) = false;
+  // How much to lease and when (lease_window.h): the prefetch window, long polls, back-off, and
+  // reclaiming after an unanswered call.
+  LeaseWindow window_ ABSL_GUARDED_BY(main_);
   absl::Time last_commit_ring_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
   std::optional<absl::Time> shutdown_deadline_ ABSL_GUARDED_BY(main_);
   bool more_events_ ABSL_GUARDED_BY(main_) = false;      // the last pass left events to take
