@@ -50,15 +50,16 @@ ExecutorAgent::ExecutorAgent(AgentOptions options, std::unique_ptr<AgentControlP
       runners_(std::move(runners)),
       clock_(clock),
       main_alarm_(std::make_unique<Alarm>(clock)),
-      heartbeat_alarm_(std::make_unique<Alarm>(clock)),
       watch_(options_.hang),
       gang_link_(options_.gang && options_.gang->link ? options_.gang->link : std::make_shared<NetworkGangLink>()),
       window_(LeaseWindow::Options{options_.max_prefetch, options_.prefetch_target, options_.lease_wait,
-                                   options_.idle_poll}) {}
+                                   options_.idle_poll}),
+      heartbeater_(Heartbeater::Options{options_.stuck_after, options_.metrics, options_.model_cache}, client_.get(),
+                   this, clock) {}
 
 ExecutorAgent::~ExecutorAgent() {
   heartbeat_stop_ = true;  // also stops a model fetch at its next range (MayFetch)
-  heartbeat_alarm_->Ring();
+  heartbeater_.Ring();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   ThreadRoleScope role(&main_);
   if (fetch_ && fetch_->thread.joinable()) fetch_->thread.join();
@@ -109,7 +110,7 @@ absl::Status ExecutorAgent::Run() {
     while (!heartbeat_stop_) {
       absl::Time due = NextBeat();
       if (clock_->Now() < due) {
-        heartbeat_alarm_->SleepUntil(due);
+        heartbeater_.SleepUntil(due);
         continue;
       }
       Beat();
@@ -121,7 +122,7 @@ absl::Status ExecutorAgent::Run() {
     main_alarm_->SleepUntil(next);
   }
   heartbeat_stop_ = true;
-  heartbeat_alarm_->Ring();
+  heartbeater_.Ring();
   heartbeat_thread_.join();
   MINIONS_LOG(Info) << "executor stopped after " << tasks_completed_ << " tasks";
   return exit_status();
@@ -249,14 +250,8 @@ absl::Status ExecutorAgent::Register() {
   {
     absl::MutexLock lock(&mu_);
     id_ = reply->executor_id;
-    ttl_ = std::max(reply->lease_ttl, absl::Milliseconds(300));
-    // Never more often than a holder's beat; an older server says nothing: two thirds of a TTL.
-    idle_beat_ = reply->idle_heartbeat > absl::ZeroDuration() ? std::max(reply->idle_heartbeat, ttl_ / 3)
-                                                              : ttl_ * 2 / 3;
-    idle_polls_renew_ = reply->idle_polls_renew;
-    beat_now_ = true;  // say at once what this executor is doing
   }
-  heartbeat_alarm_->Ring();
+  heartbeater_.Registered(*reply);
   if (!id_file.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options_.state_dir, ec);
@@ -306,33 +301,15 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
     // Holding nothing at all, and available (or it would not lease): the server may keep it alive
     // from this poll, in place of its idle heartbeat.
     absl::MutexLock lock(&mu_);
-    request.idle = idle_polls_renew_ && held == 0 && !request.reclaim && snapshots_.empty() && duty_refs_.empty();
-    idle_poll_in_flight_ = request.idle;
+    request.idle = held == 0 && !request.reclaim && snapshots_.empty() && duty_refs_.empty();
   }
+  request.idle = request.idle && heartbeater_.idle_polls_renew();
+  if (request.idle) heartbeater_.IdlePollStarted();
   if (request.reclaim) {
     for (const auto& [key, task] : tasks_) request.held.push_back(task->ref());
   }
   auto reply = client_->Lease(request);
-  if (request.idle) {
-    bool unrenewed = false;
-    {
-      absl::MutexLock lock(&mu_);
-      idle_poll_in_flight_ = false;
-      if (reply.ok()) idle_poll_answered_at_ = clock_->Now();
-      if (reply.ok() && !reply->idle_renewed && idle_polls_renew_) {
-        // A server that does not renew from idle polls (an older one behind the same address, or
-        // one told not to) answered: that poll was no heartbeat. Beat now, and at the idle pace.
-        idle_polls_renew_ = false;
-        beat_now_ = true;
-        unrenewed = true;
-      }
-    }
-    if (unrenewed) {
-      MINIONS_LOG(Warning) << "the server does not keep idle executors alive from their polls; heartbeating at "
-                              "the idle pace";
-      heartbeat_alarm_->Ring();
-    }
-  }
+  if (request.idle) heartbeater_.IdlePollEnded(reply.ok(), reply.ok() && reply->idle_renewed);
   if (reply.ok() && (reply->reregister || reply->drain)) {
     OnServerNotice(reply->reregister, reply->drain);
     return;
@@ -352,13 +329,11 @@ void ExecutorAgent::Stage(const LeaseGrant& lease, absl::Time now) {
   const std::string key = TaskKey(lease.ref);
   if (tasks_.contains(key)) return;  // granted again (a reclaim) while this executor already runs it
   LeaseProgress leased{lease.ref.job_id, lease.ref.task_index, lease.ref.attempt, lease.resume_from, 0, {}};
-  bool beat_sooner = false;
   {
     absl::MutexLock lock(&mu_);
     snapshots_[key] = std::make_shared<const LeaseProgress>(leased);  // heartbeats cover it from now on
-    beat_sooner = BeatWithinAThirdLocked(now);
   }
-  if (beat_sooner) heartbeat_alarm_->Ring();
+  heartbeater_.Soon(now);
   auto drop = [&](const absl::Status& why, FailureClass failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_) {
     ReportFailure(leased, why, failure);
     absl::MutexLock lock(&mu_);
@@ -399,11 +374,7 @@ absl::Status ExecutorAgent::Upload(TaskPtr task, const TaskRun::ChunkUpload& upl
   // times a second: a loss costs one chunk, not one chunk plus a heartbeat interval.
   if (now - last_commit_ring_ >= kCommitBeatInterval) {
     last_commit_ring_ = now;
-    {
-      absl::MutexLock lock(&mu_);
-      beat_now_ = true;
-    }
-    heartbeat_alarm_->Ring();
+    heartbeater_.BeatNow();
   }
   return absl::OkStatus();
 }

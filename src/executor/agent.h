@@ -52,6 +52,7 @@
 #include "executor/control_plane_client.h"
 #include "executor/executor_metrics.h"
 #include "executor/gang_link.h"
+#include "executor/heartbeater.h"
 #include "executor/lease_window.h"
 #include "executor/model_access.h"
 #include "executor/model_cache.h"
@@ -130,7 +131,7 @@ struct AgentOptions {
   std::optional<Gang> gang;
 };
 
-class ExecutorAgent : public WorkTarget {
+class ExecutorAgent : public WorkTarget, private BeatSource {
  public:
   ExecutorAgent(AgentOptions options, std::unique_ptr<AgentControlPlane> control_plane,
                 std::unique_ptr<BlobClient> blobs, std::unique_ptr<RunnerFactory> runners, Clock* clock);
@@ -263,26 +264,15 @@ class ExecutorAgent : public WorkTarget {
   void HandBack(const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   void ObserveYield(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // The state and reason the heartbeat reports.
-  std::string FleetState(bool has_tasks, std::string* reason) const;
+  std::string FleetState(bool has_tasks, std::string* reason) const override;
 
-  // --- the heartbeat (agent_heartbeat.cc) ---
-  // What this beat says: the executor's state and, unless the main loop is stuck, the progress of
-  // every lease it holds.
-  AgentBeat BuildHeartbeat(absl::Time now, absl::Duration* ttl, bool* holds_leases)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
-  // Acts on the server's answer: register again, drain, cancel.
-  void OnHeartbeatReply(const AgentBeatAnswer& reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
+  // --- the heartbeat's source (agent_heartbeat.cc; the heartbeat itself is heartbeater_) ---
+  // BeatSource: what the main loop last published, and the server's answer acted on (register
+  // again, drain, cancel). From the heartbeat thread.
+  Holdings Collect(absl::Time now) override;
+  void OnBeatAnswer(const AgentBeatAnswer& reply) override;
   // Register again, or drain, as the server said (in a heartbeat's reply or an idle poll's).
   void OnServerNotice(bool reregister, bool drain);
-  // Whether `request`, due now, is an idle beat that may stay unsent: the server renews this
-  // executor from its idle long poll (one stands now, or was answered a moment ago) and the beat
-  // says nothing the last one sent did not (state available, same holdings, nothing held).
-  bool IdleBeatSaysNothingNew(const AgentBeat& beat, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
-  // Brings the next beat forward to a third of the TTL from `now` if it is later (a lease or a
-  // gang duty just came to an executor that was beating at the idle pace). True: it was moved,
-  // ring the heartbeat's alarm (after letting go of mu_).
-  bool BeatWithinAThirdLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const AgentOptions options_;
   const TaskRun::Options run_options_;
@@ -291,22 +281,12 @@ class ExecutorAgent : public WorkTarget {
   const std::unique_ptr<RunnerFactory> runners_;
   Clock* const clock_;
   const std::unique_ptr<Alarm> main_alarm_;       // rings the main loop
-  const std::unique_ptr<Alarm> heartbeat_alarm_;  // rings the heartbeat
   WorkGate* gate_ = nullptr;                             // set before Run()
   std::atomic<int64_t> tasks_completed_{0};
 
   // Shared between the loops and the callers from other threads.
   mutable absl::Mutex mu_;
   std::string id_ ABSL_GUARDED_BY(mu_);
-  absl::Duration ttl_ ABSL_GUARDED_BY(mu_) = absl::Seconds(9);
-  absl::Duration idle_beat_ ABSL_GUARDED_BY(mu_) = absl::Seconds(6);  // as told at registration
-  absl::Time next_beat_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // Idle polls stand for idle heartbeats (RegisterResponse.idle_polls_renew): whether the server
-  // said so, whether an idle poll is in flight, and when the last one was answered.
-  bool idle_polls_renew_ ABSL_GUARDED_BY(mu_) = false;
-  bool idle_poll_in_flight_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Time idle_poll_answered_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  bool beat_now_ ABSL_GUARDED_BY(mu_) = false;           // a chunk waits to be committed
   bool drain_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -371,13 +351,9 @@ class ExecutorAgent : public WorkTarget {
   bool yield_observed_ ABSL_GUARDED_BY(main_) = false;   // since the owner last took the machine
   absl::Time next_throttle_toggle_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
 
-  // The heartbeat's own state.
-  ThreadRole heartbeat_{"executor heartbeat"};
-  bool detached_ ABSL_GUARDED_BY(heartbeat_) = false;    // the server has been away a TTL
-  bool warned_stuck_ ABSL_GUARDED_BY(heartbeat_) = false;  // said once per stuck spell
-  absl::Time last_renewed_ ABSL_GUARDED_BY(heartbeat_) = absl::InfinitePast();
-  std::string last_beat_said_ ABSL_GUARDED_BY(heartbeat_);  // state and holdings of the last beat sent
-
+  // The heartbeat (heartbeater.h): its schedule, its thread's state and its alarm; it reads the
+  // snapshots above through Collect. Declared last: built over everything it reads.
+  Heartbeater heartbeater_;
   std::thread heartbeat_thread_;
   std::atomic<bool> heartbeat_stop_{false};
 };

@@ -51,13 +51,11 @@ void ExecutorAgent::TakeGangDuties(const std::vector<GangDuty>& duties) {
       MINIONS_LOG(Warning) << Describe(duty.ref) << " cannot serve its gang: " << started.message();
       continue;
     }
-    bool beat_sooner;
     {
       absl::MutexLock lock(&mu_);
       duty_refs_.push_back(duty.ref);
-      beat_sooner = BeatWithinAThirdLocked(clock_->Now());  // a member's duty is heard of within a third
     }
-    if (beat_sooner) heartbeat_alarm_->Ring();
+    heartbeater_.Soon(clock_->Now());  // a member's duty is heard of within a third
   }
 }
 

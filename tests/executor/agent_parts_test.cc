@@ -8,6 +8,7 @@
 
 #include "executor/agent.h"
 #include "executor/agent_control_plane.h"
+#include "executor/heartbeater.h"
 #include "executor/lease_window.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -89,6 +90,106 @@ TEST(LeaseWindowTest, ALongPollAnsweredEarlyWithNothingBacksOff) {
   LeaseWindow patient(WindowOptions());
   patient.Answered(patient.Ask(0), 0, asked, asked + absl::Seconds(30));
   EXPECT_TRUE(patient.Due(0, asked + absl::Seconds(30)));
+}
+
+// --- Heartbeater ---
+
+// What the agent would hold, set by the test.
+class FixedSource : public BeatSource {
+ public:
+  Holdings Collect(absl::Time) override { return held; }
+  std::string FleetState(bool holds_work, std::string*) const override { return holds_work ? "busy" : "available"; }
+  void OnBeatAnswer(const AgentBeatAnswer& answer) override { answers.push_back(answer); }
+  Holdings held{"exe-1", {}, {}, "", std::nullopt};
+  std::vector<AgentBeatAnswer> answers;
+};
+
+// Counts beats and fails them on demand.
+class BeatCountingPlane : public AgentControlPlane {
+ public:
+  absl::StatusOr<AgentRegistration> Register(const std::string&, const v1::Capabilities&) override {
+    return absl::UnimplementedError("not here");
+  }
+  absl::StatusOr<AgentBeatAnswer> Heartbeat(const AgentBeat& beat) override {
+    beats.push_back(beat);
+    if (down) return absl::UnavailableError("away");
+    return AgentBeatAnswer{};
+  }
+  absl::StatusOr<AgentLeaseAnswer> Lease(const AgentLeaseAsk&) override { return absl::UnimplementedError(""); }
+  absl::StatusOr<std::vector<absl::Status>> CompleteBatch(const std::string&,
+                                                          const std::vector<LeaseProgress>&) override {
+    return absl::UnimplementedError("");
+  }
+  absl::Status Fail(const std::string&, const LeaseProgress&, FailureClass, const std::string&) override {
+    return absl::UnimplementedError("");
+  }
+  void InterruptLease() override {}
+  std::vector<AgentBeat> beats;
+  bool down = false;
+};
+
+class HeartbeaterTest : public ::testing::Test {
+ protected:
+  HeartbeaterTest() : heartbeater_(Heartbeater::Options{absl::Minutes(2), nullptr, nullptr}, &plane_, &source_, &clock_) {
+    heartbeater_.Registered(AgentRegistration{"exe-1", absl::Seconds(9), absl::Seconds(13), /*idle_polls_renew=*/true});
+  }
+  FakeClock clock_;
+  BeatCountingPlane plane_;
+  FixedSource source_;
+  Heartbeater heartbeater_;
+};
+
+TEST_F(HeartbeaterTest, RegisteredItBeatsAtOnceThenAtTheIdlePace) {
+  EXPECT_EQ(heartbeater_.Due(), absl::InfinitePast());
+  heartbeater_.Beat();
+  ASSERT_EQ(plane_.beats.size(), 1u);
+  EXPECT_EQ(plane_.beats[0].state, "available");
+  EXPECT_EQ(heartbeater_.Due(), clock_.Now() + absl::Seconds(13));
+  // A lease comes: the next beat within a third of the TTL.
+  heartbeater_.Soon(clock_.Now());
+  EXPECT_EQ(heartbeater_.Due(), clock_.Now() + absl::Seconds(3));
+}
+
+TEST_F(HeartbeaterTest, WhileAnIdlePollStandsAnIdleBeatThatSaysNothingNewStaysUnsent) {
+  heartbeater_.Beat();  // the forced first beat
+  heartbeater_.IdlePollStarted();
+  clock_.Advance(absl::Seconds(13));
+  heartbeater_.Beat();
+  EXPECT_EQ(plane_.beats.size(), 1u);
+  EXPECT_LE(heartbeater_.Due(), clock_.Now() + absl::Seconds(3));  // looked at again within a third
+  // Something new (a model loaded) is said even while the poll stands.
+  source_.held.model_loaded = "m";
+  heartbeater_.Beat();
+  EXPECT_EQ(plane_.beats.size(), 2u);
+}
+
+TEST_F(HeartbeaterTest, AServerThatDoesNotRenewFromPollsIsBeatenToAtOnce) {
+  heartbeater_.Beat();
+  heartbeater_.IdlePollStarted();
+  heartbeater_.IdlePollEnded(/*answered=*/true, /*renewed=*/false);
+  EXPECT_FALSE(heartbeater_.idle_polls_renew());
+  EXPECT_EQ(heartbeater_.Due(), absl::InfinitePast());
+}
+
+TEST_F(HeartbeaterTest, AStuckMainLoopRenewsNoLease) {
+  source_.held.leases = {std::make_shared<const LeaseProgress>(LeaseProgress{"job-1", 0, 1, 5, 0, {}})};
+  heartbeater_.Beat();
+  ASSERT_EQ(plane_.beats.back().leases.size(), 1u);
+  source_.held.stuck_since = clock_.Now();
+  clock_.Advance(absl::Minutes(3));
+  heartbeater_.Beat();
+  EXPECT_TRUE(plane_.beats.back().leases.empty());
+  EXPECT_EQ(plane_.beats.back().state, "busy");
+}
+
+TEST_F(HeartbeaterTest, AnswersGoToTheAgentAndAFailedBeatIsNotAnAnswer) {
+  heartbeater_.Beat();
+  EXPECT_EQ(source_.answers.size(), 1u);
+  plane_.down = true;
+  heartbeater_.BeatNow();
+  heartbeater_.Beat();
+  EXPECT_EQ(plane_.beats.size(), 2u);
+  EXPECT_EQ(source_.answers.size(), 1u);
 }
 
 // --- The agent through a fake control plane ---
