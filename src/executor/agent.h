@@ -20,6 +20,11 @@
 // server may be restarting); the first heartbeat that gets through re-attaches the leases that are
 // still its own and cancels the others. Every report is fenced by its attempt.
 //
+// Parts (docs/architecture.md, "The executor"): the agent wires parts that own their state —
+// LeaseWindow (how much to lease and when), Heartbeater (the heartbeat and its schedule, reading
+// the agent through BeatSource) and AgentControlPlane (the server, in domain types) — and keeps
+// the runner, the tasks and the owner's modes on its main loop.
+//
 // Time: every wait goes through the Clock (its alarms), so tests drive the agent with a fake one:
 // Step() and Beat() are the two loops' bodies, each one pass without waiting; Run() is the
 // production form that loops them on two threads.

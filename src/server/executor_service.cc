@@ -90,7 +90,12 @@ absl::Status ExecutorService::Register(const std::string& executor_id, const v1:
   {
     absl::MutexLock lock(&work_mu_);
     poll_notices_.erase(executor->id);  // registered again: what it was told before is moot
-    if (options_.idle_polls_renew) renewed_at_[executor->id] = clock_->Now();  // registering renewed it
+    if (options_.idle_polls_renew) {  // registering renewed it
+      renewals_.Written(executor->id, clock_->Now(), [this](const std::string& id) {
+        work_mu_.AssertHeld();
+        return PollingLocked(id);
+      });
+    }
   }
   MINIONS_LOG(Info) << "executor=" << executor->id << " registered (" << executor->info.name << ", "
                     << executor->info.os << ", " << executor->info.chip << ")";
@@ -143,14 +148,10 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
     // (so a fleet whose tasks all end at once, each executor then polling, adds no renewals to
     // the heartbeats' batches: each beat a moment ago).
     if (options_.idle_polls_renew) {
-      const absl::Time now = clock_->Now();
-      renewed_at_[executor_id] = now;
-      // A fleet that is never idle holds no poll, so the renewal scans that forget silent
-      // executors do not run: forget them here too, whenever the map has doubled.
-      if (renewed_at_.size() >= renewed_at_swept_size_ * 2 + 1024) {
-        ForgetSilentLocked(now);
-        renewed_at_swept_size_ = renewed_at_.size();
-      }
+      renewals_.Written(executor_id, clock_->Now(), [this](const std::string& id) {
+        work_mu_.AssertHeld();
+        return PollingLocked(id);
+      });
     }
     // An executor whose state changed (its owner left) may be offered what it was not before.
     if (auto it = idle_.find(executor_id); it != idle_.end()) {
@@ -186,10 +187,7 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
       [this, executor_id, reply, ttl_ms, arrived, done = std::move(done)](absl::StatusOr<HeartbeatReply> answer) mutable {
         if (metrics_) metrics_->HeartbeatAnswered(absl::Now() - arrived);
         if (!answer.ok()) {
-          if (options_.idle_polls_renew) {
-            absl::MutexLock lock(&work_mu_);
-            renewed_at_.erase(executor_id);  // not written: a poll renews it at once
-          }
+          if (options_.idle_polls_renew) renewals_.NotWritten(executor_id);  // a poll renews it at once
           std::move(done)(answer.status());
           heartbeats_in_flight_.fetch_sub(1);
           return;
@@ -374,9 +372,9 @@ ExecutorService::~ExecutorService() {
   // Renewals and heartbeats still queued are answered into this object's maps: wait for them (the
   // batcher, a member destroyed after these, answers what it holds before it goes).
   while (heartbeats_in_flight_.load() > 0) absl::SleepFor(absl::Milliseconds(1));
+  renewals_.AwaitAnswered();
+  // The last answer counted itself answered inside work_mu_: once this holds it, that one is done.
   absl::MutexLock lock(&work_mu_);
-  work_mu_.Await(absl::Condition(
-      +[](int64_t* in_flight) { return *in_flight == 0; }, &renewals_in_flight_));
 }
 
 void ExecutorService::StartLeaseThreads() {
@@ -409,7 +407,7 @@ grpc::ServerUnaryReactor* ExecutorService::Lease(grpc::CallbackServerContext* co
     absl::MutexLock lock(&work_mu_);
     if (call->idle) {
       idle_polls_[call->executor_id] = call;  // the latest: an older one still held no longer renews
-      renew = RenewalDueLocked(call->executor_id, now);
+      renew = renewals_.Due(call->executor_id, now);
       if (next_renewal_scan_ == absl::InfiniteFuture()) next_renewal_scan_ = now + RenewalScanPeriod();
     }
     MakeReadyLocked(call);
@@ -674,39 +672,22 @@ int64_t ExecutorService::pending_checks() const {
   return pending_checks_;
 }
 
-int64_t ExecutorService::idle_renewals() const {
-  absl::MutexLock lock(&work_mu_);
-  return idle_renewals_;
-}
+int64_t ExecutorService::idle_renewals() const { return renewals_.count(); }
 
 absl::Duration ExecutorService::RenewalScanPeriod() const {
   return std::max(std::min(options_.lease_ttl, options_.IdleHeartbeat()) / 3, absl::Milliseconds(100));
 }
 
-bool ExecutorService::RenewalDueLocked(const std::string& executor_id, absl::Time now) {
-  auto [it, first] = renewed_at_.try_emplace(executor_id, now);
-  if (first) return true;
-  // Due a scan early, so that renewals come at most an idle beat apart however the scans fall.
-  if (now - it->second < options_.IdleHeartbeat() - RenewalScanPeriod()) return false;
-  it->second = now;
-  return true;
-}
-
 std::vector<std::string> ExecutorService::DueRenewalsLocked(absl::Time now) {
   std::vector<std::string> due;
   for (const auto& [executor_id, call] : idle_polls_) {
-    if (RenewalDueLocked(executor_id, now)) due.push_back(executor_id);
+    if (renewals_.Due(executor_id, now)) due.push_back(executor_id);
   }
-  ForgetSilentLocked(now);
+  renewals_.ForgetSilent(now, [this](const std::string& id) {
+    work_mu_.AssertHeld();
+    return PollingLocked(id);
+  });
   return due;
-}
-
-void ExecutorService::ForgetSilentLocked(absl::Time now) {
-  const absl::Duration forget_after = options_.IdleHeartbeat() * 2;
-  for (auto it = renewed_at_.begin(); it != renewed_at_.end();) {
-    auto here = it++;
-    if (now - here->second > forget_after && !idle_polls_.contains(here->first)) renewed_at_.erase(here);
-  }
 }
 
 HeartbeatCall ExecutorService::IdleRenewal(const std::string& executor_id) const {
@@ -720,19 +701,17 @@ HeartbeatCall ExecutorService::IdleRenewal(const std::string& executor_id) const
 
 void ExecutorService::RenewIdle(const std::vector<std::string>& executor_ids) {
   if (executor_ids.empty()) return;
-  {
-    absl::MutexLock lock(&work_mu_);
-    idle_renewals_ += static_cast<int64_t>(executor_ids.size());
-    renewals_in_flight_ += static_cast<int64_t>(executor_ids.size());
-  }
+  renewals_.Counted(static_cast<int64_t>(executor_ids.size()), /*in_flight=*/true);
   for (const std::string& executor_id : executor_ids) {
     auto answer = [this, executor_id](absl::StatusOr<HeartbeatReply> reply) {
       absl::MutexLock lock(&work_mu_);
-      --renewals_in_flight_;
+      // Answered under work_mu_: the service's destructor, once every renewal is answered, finds
+      // no answer still inside its maps.
+      renewals_.Answered();
       if (!reply.ok()) {
         // Not renewed: the next scan (or the executor's own beat, if its poll ends) tries again.
         MINIONS_LOG(Debug) << "executor=" << executor_id << " idle renewal failed: " << reply.status().message();
-        renewed_at_.erase(executor_id);
+        renewals_.NotWritten(executor_id);
         return;
       }
       if (!reply->drain && !reply->unknown_executor) return;
@@ -788,16 +767,12 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
   if (idle) {
     reply->set_idle_renewed(true);
     bool renew;
-    {
-      absl::MutexLock lock(&work_mu_);
-      renew = RenewalDueLocked(executor_id, now);
-      if (renew) ++idle_renewals_;
-    }
+    renew = renewals_.Due(executor_id, now);
+    if (renew) renewals_.Counted(1, /*in_flight=*/false);
     if (renew) {
       absl::StatusOr<HeartbeatReply> renewed = heartbeats_.Heartbeat(IdleRenewal(executor_id), options_.lease_ttl);
       if (!renewed.ok()) {
-        absl::MutexLock lock(&work_mu_);
-        renewed_at_.erase(executor_id);  // not renewed: the next poll tries again
+        renewals_.NotWritten(executor_id);  // not renewed: the next poll tries again
       } else if (renewed->drain || renewed->unknown_executor) {
         reply->set_drain(renewed->drain);
         reply->set_reregister(renewed->unknown_executor);

@@ -28,8 +28,9 @@
 // weighs more than a task's wait in a queue. Each server counts the executors waiting on it alone.
 //
 // Its parts, each with one job and its own lock: CompletionPipeline (the ends of attempts on
-// their way to the store, and what follows them) and Presence (Attach streams, and backups for
-// the tasks of an executor whose last one closed).
+// their way to the store, and what follows them), Presence (Attach streams, and backups for
+// the tasks of an executor whose last one closed) and IdleRenewals (when each executor was last
+// renewed here, so its idle polls renew it once an idle beat).
 //
 // The typed methods (taking an executor id) are the calls without gRPC, for a caller already
 // authenticated as that executor (an in-process control plane in tests).
@@ -63,6 +64,7 @@
 #include "server/gang_leasing.h"
 #include "server/group_commit.h"
 #include "server/heartbeat_batcher.h"
+#include "server/idle_renewals.h"
 #include "server/presence.h"
 #include "server/task_sizer.h"
 #include "server/server_options.h"
@@ -98,7 +100,8 @@ class ExecutorService final : public ExecutorServiceBase {
         gangs_(store, clock, GangLeasingOptions{options.lease_ttl, options.gang_reservation_timeout, absl::Seconds(1),
                                                     SilentAfterFor(options.IdleHeartbeat(), options.lease_ttl)}),
         completions_(store, clock, &chunks_, metrics, options.completion_batch,
-                     {[this] { WorkArrived(); }, std::move(job_ready)}) {}
+                     {[this] { WorkArrived(); }, std::move(job_ready)}),
+        renewals_(options.IdleHeartbeat(), RenewalScanPeriod()) {}
   ~ExecutorService() override;
 
   grpc::Status Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request, v1::EnrolResponse* reply) override;
@@ -236,15 +239,14 @@ class ExecutorService final : public ExecutorServiceBase {
   // Every parked call to the ready queue (work was announced, or the server stops).
   void WakeParkedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
 
-  // Idle polls stand for idle heartbeats (ServerOptions::idle_polls_renew). Whether
-  // `executor_id`'s liveness is due a renewal at `now` (none by this server for an idle heartbeat);
-  // if so it counts as renewed from now.
-  bool RenewalDueLocked(const std::string& executor_id, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  // The executors whose held idle polls are due a renewal (and forgets renewals long past).
+  // Idle polls stand for idle heartbeats (ServerOptions::idle_polls_renew; when each executor was
+  // last renewed is renewals_'s). The executors whose held idle polls are due a renewal (and
+  // forgets renewals long past).
   std::vector<std::string> DueRenewalsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  // Forgets the renewals of executors not heard from here for two idle heartbeats (gone, or
-  // heard by another server) whose idle poll is not held here.
-  void ForgetSilentLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Whether an idle poll of `executor_id` is held here (renewals_ keeps those it would forget).
+  bool PollingLocked(const std::string& executor_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
+    return idle_polls_.contains(executor_id);
+  }
   // Renews them, as idle heartbeats, in the heartbeats' group commit, without waiting. What the
   // store answers that an executor must hear (drain, register again) is kept for its held idle
   // poll (none held: dropped), and a parked one is answered at once.
@@ -315,15 +317,11 @@ class ExecutorService final : public ExecutorServiceBase {
   int64_t idle_unserved_ ABSL_GUARDED_BY(work_mu_) = 0;
   // Queues a held call in ready_ (and counts it in idle_unserved_ if it spreads).
   void MakeReadyLocked(HeldLease* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  // Idle polls held here, by executor (the latest one's), and when this server last renewed each
-  // executor's liveness from one; the next look for renewals due; notices for the next poll.
+  // Idle polls held here, by executor (the latest one's); the next look for renewals due;
+  // notices for the next poll.
   absl::flat_hash_map<std::string, HeldLease*> idle_polls_ ABSL_GUARDED_BY(work_mu_);
-  absl::flat_hash_map<std::string, absl::Time> renewed_at_ ABSL_GUARDED_BY(work_mu_);
   absl::Time next_renewal_scan_ ABSL_GUARDED_BY(work_mu_) = absl::InfiniteFuture();
   absl::flat_hash_map<std::string, PollNotice> poll_notices_ ABSL_GUARDED_BY(work_mu_);
-  int64_t idle_renewals_ ABSL_GUARDED_BY(work_mu_) = 0;
-  int64_t renewals_in_flight_ ABSL_GUARDED_BY(work_mu_) = 0;  // submitted, not answered yet
-  size_t renewed_at_swept_size_ ABSL_GUARDED_BY(work_mu_) = 0;  // renewed_at_'s size after its last sweep
   std::atomic<int64_t> beats_streamed_{0};
   std::atomic<int64_t> heartbeats_in_flight_{0};  // submitted to the batcher, not answered yet
   std::vector<std::thread> lease_threads_ ABSL_GUARDED_BY(work_mu_);
@@ -345,6 +343,9 @@ class ExecutorService final : public ExecutorServiceBase {
   // and it does what follows them. Last: built after, and ended (its queue committed) before,
   // what it calls back into.
   CompletionPipeline completions_;
+  // When each executor was last renewed here, and the renewals made (server/idle_renewals.h): its
+  // own lock, taken inside work_mu_ or alone.
+  IdleRenewals renewals_;
 };
 
 }  // namespace minions
