@@ -239,6 +239,7 @@ absl::Status ExecutorAgent::Register() {
   v1::Capabilities capabilities = DetectCapabilities(offer);
   capabilities.set_max_tasks(options_.max_prefetch);
   if (options_.gang) capabilities.set_gang_address(options_.gang->address);
+  capabilities.set_confinement(options_.confinement);
   if (options_.models) {
     for (const std::string& folder : options_.models->ReportedFolders()) capabilities.add_model_folders(folder);
   }
@@ -361,12 +362,20 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
     // Unless the server refused the call, it may have granted tasks before the answer was lost.
     const absl::StatusCode code = reply.status().code();
     if (code != absl::StatusCode::kNotFound && code != absl::StatusCode::kPermissionDenied &&
-        code != absl::StatusCode::kUnauthenticated && code != absl::StatusCode::kInvalidArgument) {
+        code != absl::StatusCode::kUnauthenticated && code != absl::StatusCode::kInvalidArgument &&
+        code != absl::StatusCode::kFailedPrecondition) {
       lease_unheard_ = true;
     }
-    MINIONS_LOG(Debug) << "lease failed: " << reply.status().message();
     last_empty_lease_ = now;
     next_lease_try_ = clock_->Now() + options_.idle_poll;  // do not hammer a server that is down
+    if (code == absl::StatusCode::kFailedPrecondition) {
+      // The server gives this executor no work as it is (a pool that requires confined runners):
+      // said to the owner, and asked again at the long poll's pace, not the retry's.
+      MINIONS_LOG(Warning) << "the server leases this executor no work: " << reply.status().message();
+      next_lease_try_ = clock_->Now() + options_.lease_wait;
+    } else {
+      MINIONS_LOG(Debug) << "lease failed: " << reply.status().message();
+    }
     return;
   }
   lease_unheard_ = false;
