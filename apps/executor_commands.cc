@@ -15,6 +15,8 @@
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "model/model_ref.h"
+#include "model/types.h"
+#include "sandbox/sandbox.h"
 
 namespace minions::apps {
 
@@ -112,6 +114,14 @@ absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const s
     return sandbox->Wrap(command, ports);
   };
   runner->command = (*made)->Wrap(runner->command);
+  // Said to the server (Capabilities.confinement), which shows it and may refuse this executor
+  // work; and said here, so that the owner knows too.
+  agent->confinement = sandbox::Confinement(sandbox.confine);
+  if (agent->confinement == kConfinementPartial) {
+    MINIONS_LOG(Warning) << "the runner is confined by seccomp only: this kernel has no Landlock (Linux 5.13 or "
+                            "later, with landlock in lsm=); the server shows this executor as partially confined, "
+                            "and a pool that requires confinement gives it no work";
+  }
   if (sandbox.confine) {
     MINIONS_LOG(Info) << (*made)->Describe();
   } else {

@@ -56,6 +56,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.heartbeat_batch = static_cast<int>(config.heartbeat_batch);
   options.heartbeat_linger = absl::Microseconds(config.heartbeat_linger_us);
   options.idle_polls_renew = config.idle_polls_renew;
+  options.require_confined_executors = config.require_confined_executors;
   options.task_sizing.target = absl::Seconds(config.task_target_s);
   options.auth.refresh_ttl = absl::Seconds(config.credential_refresh_s);
   // Executors elsewhere open models by their own paths.
@@ -235,6 +236,7 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (p.no_watchdog) config->watchdog = false;
   if (p.no_model_affinity) config->model_affinity = false;
   if (p.no_idle_poll_renewals) config->idle_polls_renew = false;
+  if (p.require_confined_executors) config->require_confined_executors = true;
   if (!p.flag_openai_model_dirs.empty()) config->openai_model_dirs = p.flag_openai_model_dirs;
   if (p.flag_openai_max_file_bytes > 0) config->openai_max_file_bytes = p.flag_openai_max_file_bytes;
   return config;
@@ -267,6 +269,9 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_flag("--no-idle-poll-renewals", p->no_idle_poll_renewals,
                        "idle executors heartbeat at the idle pace instead of being kept alive by their long "
                        "polls (server.idle_polls_renew = false)");
+  server_cmd->add_flag("--require-confined-executors", p->require_confined_executors,
+                       "lease work only to executors whose runners run under Landlock and seccomp (macOS: "
+                       "sandbox-exec); others are told why (server.require_confined_executors = true)");
   server_cmd->add_option("--heartbeat-batch", p->flag_heartbeat_batch,
                          "write up to this many executors' heartbeats in one store transaction; 1: each alone "
                          "(default 256)");

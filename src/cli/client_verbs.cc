@@ -556,8 +556,8 @@ int ListExecutors(const Connection& connection, bool json) {
     printf("]\n");
     return 0;
   }
-  printf("%-16s %-16s %-12s %-24s %9s %9s %10s  %s\n", "EXECUTOR", "NAME", "STATE", "DEVICE", "MEMORY", "USABLE",
-         "HEARTBEAT", "MODELS | TASKS (WHY)");
+  printf("%-16s %-16s %-12s %-24s %9s %9s %-8s %10s  %s\n", "EXECUTOR", "NAME", "STATE", "DEVICE", "MEMORY", "USABLE",
+         "CONFINED", "HEARTBEAT", "MODELS | TASKS (WHY)");
   for (const auto& e : *executors) {
     std::string tasks;
     for (const auto& t : e.current_tasks()) tasks += (tasks.empty() ? "" : " ") + t;
@@ -583,10 +583,11 @@ int ListExecutors(const Connection& connection, bool json) {
     if (!tasks.empty()) models += " | " + tasks;
     // Every field is the server's word, some of it executors' own: control characters are shown
     // escaped, never sent to the terminal.
+    // How its runners are confined (full, partial: seccomp only, none); "?": it does not say.
     const std::string line = absl::StrFormat(
-        "%-16s %-16s %-12s %-24s %8.1fG %8.1fG %10s  %s", e.id(), e.name(), e.state(), device.substr(0, 24),
+        "%-16s %-16s %-12s %-24s %8.1fG %8.1fG %-8s %10s  %s", e.id(), e.name(), e.state(), device.substr(0, 24),
         static_cast<double>(e.memory_bytes()) / (1 << 30), static_cast<double>(e.usable_memory_bytes()) / (1 << 30),
-        Age(e.last_heartbeat_at_ms()) + " ago", models);
+        e.confinement().empty() ? "?" : e.confinement().substr(0, 8), Age(e.last_heartbeat_at_ms()) + " ago", models);
     printf("%s\n", EscapeControlCharacters(line).c_str());
   }
   return 0;

@@ -380,6 +380,23 @@ std::string ResolveProgram(const std::string& name) {
   _exit(127);
 }
 
+// In the child between fork and exec: closes every descriptor from 3 on but `keep`
+// (close_range where the kernel has it; else each one below the descriptor limit, at most 2^16).
+void CloseDescriptorsFrom3Except(int keep) {
+#ifdef SYS_close_range
+  bool closed = true;
+  if (keep > 3) closed = syscall(SYS_close_range, 3u, static_cast<unsigned>(keep - 1), 0u) == 0;
+  if (closed && syscall(SYS_close_range, static_cast<unsigned>(std::max(keep + 1, 3)), ~0u, 0u) == 0) return;
+#endif
+  struct rlimit limit;
+  const int last = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+                       ? static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 16))
+                       : 1 << 16;
+  for (int fd = 3; fd < last; ++fd) {
+    if (fd != keep) close(fd);
+  }
+}
+
 // In the child between fork and exec: only async-signal-safe calls. Reports errno on `report`
 // and exits 127 when it cannot execute the program.
 [[noreturn]] void ExecChild(const char* program, char* const* argv, char* const* envp, int stdin_fd,
@@ -401,6 +418,10 @@ std::string ResolveProgram(const std::string& name) {
     int fd = open(stderr_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) ReportErrno(report);
   }
+  // Only descriptors 0-2 reach the program: one this process inherited without close-on-exec (a
+  // pipe of the shell that started it) or opened so by a library must not live on in a runner.
+  // `report` (close-on-exec) stays open until the exec.
+  CloseDescriptorsFrom3Except(report);
   // Every signal is blocked (the spawner's mask): none may run a handler of the parent's in here.
   // The handlers go back to the default before the signals are unblocked, SIGPIPE too (ignored
   // in the parent: a runner that dies must not kill us); the mask is that of Start's caller.

@@ -242,6 +242,7 @@ absl::Status ExecutorAgent::Register() {
   v1::Capabilities capabilities = DetectCapabilities(offer);
   capabilities.set_max_tasks(options_.max_prefetch);
   if (options_.gang) capabilities.set_gang_address(options_.gang->address);
+  capabilities.set_confinement(options_.confinement);
   if (options_.models) {
     for (const std::string& folder : options_.models->ReportedFolders()) capabilities.add_model_folders(folder);
   }
@@ -316,7 +317,13 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
   }
   if (!reply.ok()) {
     if (absl::IsNotFound(reply.status())) (void)Register();  // the server forgot us (new database)
-    MINIONS_LOG(Debug) << "lease failed: " << reply.status().message();
+    if (absl::IsFailedPrecondition(reply.status())) {
+      // The server gives this executor no work as it is (a pool that requires confined runners):
+      // said to the owner; LeaseWindow asks again at the long poll's pace, not the retry's.
+      MINIONS_LOG(Warning) << "the server leases this executor no work: " << reply.status().message();
+    } else {
+      MINIONS_LOG(Debug) << "lease failed: " << reply.status().message();
+    }
     window_.Failed(reply.status(), now, clock_->Now());
     return;
   }

@@ -106,6 +106,9 @@ struct AgentOptions {
   // (How the runner is started and confined is its RunnerFactory's: executor/runner_sandbox.h
   // wraps the command a ProcessRunner starts.)
   std::shared_ptr<const ModelAccess> models;
+  // What it reports of that confinement (Capabilities.confinement: sandbox::Confinement); "" says
+  // nothing (a server that requires confinement then leases it no work).
+  std::string confinement;
   // Where registry models are kept (executor/model_cache.h): a lease naming a model by digest is
   // run from here once the cache holds it (fetched in the background while the owner is away);
   // null: such leases fail (retryable), as on an executor that cannot fetch.

@@ -45,11 +45,14 @@ void LeaseWindow::Failed(const absl::Status& why, absl::Time asked_at, absl::Tim
   // Unless the server refused the call, it may have granted tasks before the answer was lost.
   const absl::StatusCode code = why.code();
   if (code != absl::StatusCode::kNotFound && code != absl::StatusCode::kPermissionDenied &&
-      code != absl::StatusCode::kUnauthenticated && code != absl::StatusCode::kInvalidArgument) {
+      code != absl::StatusCode::kUnauthenticated && code != absl::StatusCode::kInvalidArgument &&
+      code != absl::StatusCode::kFailedPrecondition) {
     unheard_ = true;
   }
   last_empty_ = asked_at;
   next_try_ = now + options_.idle_poll;  // do not hammer a server that is down
+  // Refused as it is (a pool that requires confined runners): no sooner than a long poll's wait.
+  if (code == absl::StatusCode::kFailedPrecondition) next_try_ = now + options_.lease_wait;
 }
 
 void LeaseWindow::Answered(const AgentLeaseAsk& ask, size_t granted, absl::Time asked_at, absl::Time now) {

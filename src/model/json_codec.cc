@@ -139,6 +139,7 @@ Json ExecutorInfoToJson(const ExecutorInfo& info) {
   };
   if (!info.gang_address.empty()) json["gang_address"] = info.gang_address;
   if (!info.model_folders.empty()) json["model_folders"] = info.model_folders;
+  if (!info.confinement.empty()) json["confinement"] = info.confinement;
   return json;
 }
 
@@ -159,6 +160,7 @@ absl::StatusOr<ExecutorInfo> ExecutorInfoFromJson(const Json& json) {
   RETURN_IF_ERROR(ReadString(json, "version", info.version));
   RETURN_IF_ERROR(ReadString(json, "gang_address", info.gang_address));
   RETURN_IF_ERROR(ReadStrings(json, "model_folders", info.model_folders));
+  RETURN_IF_ERROR(ReadString(json, "confinement", info.confinement));
   return info;
 }
 

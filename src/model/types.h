@@ -215,7 +215,16 @@ struct ExecutorInfo {
   // paths): the server refuses at submit a model path under none of the fleet's. Empty from an
   // executor that does not say (older): nothing is checked against it.
   std::vector<std::string> model_folders;
+  // How its runners are confined: kConfinement* ("" from an executor that does not say: unknown,
+  // which counts as not confined).
+  std::string confinement;
 };
+
+// ExecutorInfo::confinement: Landlock and seccomp (macOS: sandbox-exec); seccomp only (a kernel
+// without Landlock); nothing (the owner turned the sandbox off).
+inline constexpr char kConfinementFull[] = "full";
+inline constexpr char kConfinementPartial[] = "partial";
+inline constexpr char kConfinementNone[] = "none";
 
 // What placement compares a job's Requirements::min_memory_bytes with.
 inline int64_t UsableMemory(const ExecutorInfo& info) {

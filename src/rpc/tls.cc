@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/host_port.h"
@@ -31,7 +32,21 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
           ", which other machines can reach: give the server a certificate (--tls-cert and --tls-key; "
           "`minions pki init` makes a private CA and one), or listen on 127.0.0.1"));
     }
-    return grpc::InsecureServerCredentials();
+    // Plain text through gRPC's local credentials, not its insecure ones: the bytes on the wire
+    // are the same, but only these take an auth metadata processor, which refuses a call without
+    // a credential from its headers, before its message is read (server/call_auth.h). They accept
+    // connections only to 127.0.0.1 or ::1 (gRPC's check of the socket's own address).
+    std::string host;
+    int port = 0;
+    if (SplitHostPort(listen, &host, &port).ok()) {
+      host = absl::AsciiStrToLower(host);
+      if (host != "127.0.0.1" && host != "::1" && host != "localhost") {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "plain text listens on 127.0.0.1, [::1] or localhost only, not ", listen,
+            ": listen on one of them, or give the server a certificate (--tls-cert and --tls-key)"));
+      }
+    }
+    return grpc::experimental::LocalServerCredentials(LOCAL_TCP);
   }
   if (tls.cert_file.empty() || tls.key_file.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate (--tls-cert) and its key (--tls-key)");

@@ -34,8 +34,10 @@ struct ServerTls {
 // PEM block.
 absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& what);
 
-// Server credentials for `listen`: TLS when `tls` is set, plain text only when `listen` is a
-// loopback address (FailedPrecondition otherwise, saying how to get a certificate).
+// Server credentials for `listen`: TLS when `tls` is set, plain text only when `listen` is
+// 127.0.0.1, [::1] or localhost (FailedPrecondition otherwise, saying how to get a certificate).
+// Both take an auth metadata processor (SetAuthMetadataProcessor): plain text is gRPC's local
+// credentials, which accept only loopback connections.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const std::string& listen,
                                                                            const ServerTls& tls);
 

@@ -243,6 +243,20 @@ absl::Status ApplySeccomp(bool allow_ip_sockets) {
 
 }  // namespace
 
+int LandlockAbi() {
+  long abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, kCreateRulesetVersion);
+  return abi < 1 ? 0 : static_cast<int>(abi);
+}
+
+std::string Confinement(bool confine) {
+  if (!confine) return "none";
+#ifdef MINIONS_NO_SECCOMP
+  return "partial";  // Landlock at most
+#else
+  return LandlockAbi() > 0 ? "full" : "partial";
+#endif
+}
+
 absl::StatusOr<std::string> ApplyToSelf(const Policy& policy, bool require_landlock) {
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
     return absl::InternalError(absl::StrCat("no_new_privs: ", std::strerror(errno)));
@@ -270,6 +284,16 @@ absl::StatusOr<std::string> ApplyToSelf(const Policy& policy, bool require_landl
 }
 
 #else  // !__linux__
+
+int LandlockAbi() { return 0; }
+
+std::string Confinement(bool confine) {
+#ifdef __APPLE__
+  return confine ? "full" : "none";  // sandbox-exec's profile
+#else
+  return confine ? "partial" : "none";  // no sandbox of this platform's own: the environment only
+#endif
+}
 
 absl::StatusOr<std::string> ApplyToSelf(const Policy&, bool require_landlock) {
   if (require_landlock) return absl::FailedPreconditionError("Landlock is Linux's");

@@ -37,6 +37,14 @@ struct Policy {
 // cache, CPU and memory information, /dev/null...), that exist on this machine.
 Policy SystemPolicy();
 
+// The Landlock ABI this kernel offers (Linux; 0: none, or another system).
+int LandlockAbi();
+
+// How a runner started through minions-sandbox is confined here: "full" (Linux: Landlock and
+// seccomp; macOS: sandbox-exec), "partial" (Linux without Landlock: seccomp only), "none" when
+// `confine` is false (the owner turned the sandbox off).
+std::string Confinement(bool confine);
+
 // Linux: applies `policy` to this process and its future children (no_new_privs, Landlock,
 // seccomp). Returns a line saying what was applied ("landlock ABI 6 (files, tcp, scopes), seccomp").
 // FailedPrecondition when `require_landlock` and the kernel has none.

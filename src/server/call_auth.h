@@ -25,8 +25,9 @@ absl::StatusOr<Caller> AuthorizeCall(const grpc::ServerContextBase* context, Aut
 // Refuses a call whose metadata carries no valid credential before its message is read: gRPC runs
 // an auth metadata processor in the transport's auth filter, when the call's headers arrive, so a
 // refused call's message (up to the receive limit: hundreds of MB) is never received or held.
-// The scope and the rate are still checked by each handler (AuthorizeCall). Needs secure server
-// credentials (TLS); IsBlocking: it may ask the store, on gRPC's processor threads.
+// The scope and the rate are still checked by each handler (AuthorizeCall). Installed on TLS and
+// plain text alike (rpc::ServerCredentials: plain text is gRPC's local credentials, which take a
+// processor); IsBlocking: it may ask the store, on gRPC's processor threads.
 class CredentialGate final : public grpc::AuthMetadataProcessor {
  public:
   explicit CredentialGate(Authenticator* auth) : auth_(auth) {}

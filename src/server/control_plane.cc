@@ -47,8 +47,8 @@ absl::Status ControlPlane::Start() {
       rpc::ServerCredentials(options_.listen, options_.tls);
   if (!credentials.ok()) return credentials.status();
   // A call without a valid credential is refused from its headers, before its message is read
-  // (call_auth.h). gRPC's insecure credentials take no processor: plain text is loopback only.
-  if (options_.tls.enabled()) (*credentials)->SetAuthMetadataProcessor(std::make_shared<CredentialGate>(&authenticator_));
+  // (call_auth.h), on TLS and plain text (loopback) alike.
+  (*credentials)->SetAuthMetadataProcessor(std::make_shared<CredentialGate>(&authenticator_));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, *credentials, &port_);
   builder.RegisterService(&job_service_);

@@ -87,6 +87,7 @@ absl::Status ExecutorService::Register(const std::string& executor_id, const v1:
     return absl::PermissionDeniedError(absl::StrCat("executor ", executor_id, " was revoked by an admin"));
   }
   ForgetIdle(executor->id);
+  confinement_.Registered(executor->id, executor->info.confinement);
   {
     absl::MutexLock lock(&work_mu_);
     poll_notices_.erase(executor->id);  // registered again: what it was told before is moot
@@ -391,6 +392,10 @@ void ExecutorService::StartLeaseThreads() {
 grpc::ServerUnaryReactor* ExecutorService::Lease(grpc::CallbackServerContext* context, const v1::LeaseRequest* request,
                                                  v1::LeaseResponse* reply) {
   absl::StatusOr<std::string> executor_id = AuthorizeExecutor(context, request->executor_id());
+  // A pool that requires confined runners leases nothing to another (server/confinement_gate.h).
+  if (executor_id.ok()) {
+    if (absl::Status confined = confinement_.Check(*executor_id); !confined.ok()) executor_id = confined;
+  }
   if (!executor_id.ok()) {
     grpc::ServerUnaryReactor* refused = context->DefaultReactor();
     refused->Finish(ToGrpc(executor_id.status()));
@@ -758,6 +763,7 @@ int64_t ExecutorService::leases_waiting() const {
 
 absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::ServerContext* context,
                                     const v1::LeaseRequest& request, v1::LeaseResponse* reply) {
+  if (absl::Status confined = confinement_.Check(executor_id); !confined.ok()) return confined;
   const int max_tasks = std::clamp(request.max_tasks(), 1, 64);
   // Long poll: look again when work is announced, or when this executor's recheck is due.
   const absl::Duration wait = absl::Milliseconds(std::clamp<int64_t>(request.wait_ms(), 0, 30000));

@@ -61,6 +61,7 @@
 #include "server/server_metrics.h"
 #include "server/chunk_check.h"
 #include "server/completion_pipeline.h"
+#include "server/confinement_gate.h"
 #include "server/gang_leasing.h"
 #include "server/group_commit.h"
 #include "server/heartbeat_batcher.h"
@@ -99,6 +100,7 @@ class ExecutorService final : public ExecutorServiceBase {
         chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_, metrics),
         gangs_(store, clock, GangLeasingOptions{options.lease_ttl, options.gang_reservation_timeout, absl::Seconds(1),
                                                     SilentAfterFor(options.IdleHeartbeat(), options.lease_ttl)}),
+        confinement_(store, options.require_confined_executors),
         completions_(store, clock, &chunks_, metrics, options.completion_batch,
                      {[this] { WorkArrived(); }, std::move(job_ready)}),
         renewals_(options.IdleHeartbeat(), RenewalScanPeriod()) {}
@@ -282,6 +284,7 @@ class ExecutorService final : public ExecutorServiceBase {
   ChunkChecker chunks_;
   // Gang jobs' tasks go to whole gangs (server/gang_leasing.h); each look for work checks in there.
   GangLeasing gangs_;
+  ConfinementGate confinement_;  // who may be leased work (ServerOptions::require_confined_executors)
   WorkSignal* signal_ = nullptr;
   mutable absl::Mutex work_mu_;
   uint64_t work_generation_ ABSL_GUARDED_BY(work_mu_) = 0;  // bumped by NotifyWork

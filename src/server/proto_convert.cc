@@ -86,6 +86,7 @@ v1::Executor ToProto(const Executor& e) {
   for (const std::string& runner : e.info.runners) p.add_runners(runner);
   for (const std::string& digest : e.info.models) p.add_models_cached(digest);
   p.set_model_loaded(e.info.model_loaded);
+  p.set_confinement(e.info.confinement);
   p.set_last_heartbeat_at_ms(absl::ToUnixMillis(e.last_heartbeat_at));
   p.set_registered_at_ms(absl::ToUnixMillis(e.registered_at));
   p.set_records_done(e.records_done);
@@ -112,6 +113,11 @@ ExecutorInfo FromProto(const v1::Capabilities& c) {
   if (!c.gang_address().empty() && c.gang_address().size() <= 300 && SplitHostPort(c.gang_address(), &host, &port).ok() &&
       !host.empty() && host != "0.0.0.0" && host != "::" && port > 0) {
     info.gang_address = c.gang_address();
+  }
+  // One of the known words only: anything else is unknown (not confined).
+  if (c.confinement() == kConfinementFull || c.confinement() == kConfinementPartial ||
+      c.confinement() == kConfinementNone) {
+    info.confinement = c.confinement();
   }
   // Model folders: absolute paths only, bounded in number and size (the row keeps them).
   for (const std::string& folder : c.model_folders()) {

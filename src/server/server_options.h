@@ -80,6 +80,10 @@ struct ServerOptions {
   int completion_batch = 256;
   // The largest object (output or errors) one chunk may upload; a larger one fails its attempt.
   int64_t max_chunk_bytes = int64_t{256} << 20;
+  // Lease work only to executors whose runners are confined by Landlock and seccomp (macOS:
+  // sandbox-exec); others are refused with why (server/confinement_gate.h). Off: every executor
+  // is leased work, and `minions executors` shows how each is confined.
+  bool require_confined_executors = false;
   // Refuse a job whose model is a path that does not exist on this machine (right for a pool on
   // one machine; a fleet whose executors fetch models elsewhere turns it off).
   bool check_model_paths = true;

@@ -80,6 +80,17 @@ TEST(LeaseWindowTest, ARefusedCallReclaimsNothing) {
   }
 }
 
+// A pool that leases this executor nothing as it is (one that requires confined runners): no
+// reclaim, and no asking again before a long poll's wait, not five times a second.
+TEST(LeaseWindowTest, ACallRefusedForWhatTheExecutorIsWaitsALongPoll) {
+  LeaseWindow window(WindowOptions());
+  const absl::Time asked = absl::FromUnixSeconds(1000);
+  window.Failed(absl::FailedPreconditionError("confined runners only"), asked, asked);
+  EXPECT_FALSE(window.unheard());
+  EXPECT_FALSE(window.Due(0, asked + absl::Seconds(29)));
+  EXPECT_TRUE(window.Due(0, asked + absl::Seconds(30)));
+}
+
 TEST(LeaseWindowTest, ALongPollAnsweredEarlyWithNothingBacksOff) {
   LeaseWindow window(WindowOptions());
   const absl::Time asked = absl::FromUnixSeconds(1000);

@@ -316,6 +316,16 @@ TEST_F(TrustTest, TheSandboxReportsWhatItApplied) {
   EXPECT_EQ(Sandboxed({"--write", dir_ + "/scratch", "--", dir_ + "/no-such-program"}).code, 127);
 }
 
+// What an executor reports of its runners' confinement (Capabilities.confinement) is what the
+// sandbox applies here: "full" only with Landlock (and seccomp), "partial" without it, "none" off.
+TEST_F(TrustTest, TheExecutorReportsHowItsRunnersAreConfined) {
+  EXPECT_EQ(sandbox::Confinement(false), "none");
+#ifdef __linux__
+  EXPECT_EQ(sandbox::LandlockAbi() > 0, HaveLandlock());
+  EXPECT_EQ(sandbox::Confinement(true), HaveLandlock() ? "full" : "partial");
+#endif
+}
+
 TEST_F(TrustTest, RunnerSandboxWrapsTheRunnerAndRefusesCredentialsInItsEnvironment) {
   RunnerSandboxOptions options;
   options.launcher = std::string(MINIONS_TEST_BIN_DIR) + "/minions-sandbox";

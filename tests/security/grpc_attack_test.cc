@@ -534,5 +534,79 @@ TEST_F(GrpcAttack, ATeamOverItsQuotaOrRateIsRefusedAndOthersAreNot) {
   EXPECT_EQ(Must(store_->ListJobs({std::nullopt, "small", 100})).size(), 1u);
 }
 
+// A pool that requires confined runners (ServerOptions::require_confined_executors): an executor
+// whose runner would fail open is leased nothing, told why, and the work waits for one that is.
+class ConfinementAttack : public SecureServer {
+ protected:
+  void Start(bool required) {
+    ServerOptions options = Options();
+    options.require_confined_executors = required;
+    StartServer(options);
+    CreateTeam("search");
+    submitter_ = Issue(Role::kSubmitter, "search", "alice");
+  }
+  grpc::Status LeaseAs(const Enrolled& executor, v1::LeaseResponse* reply) {
+    v1::LeaseRequest request;
+    request.set_max_tasks(8);
+    return executors_->Lease(As(executor.credential).get(), request, reply);
+  }
+  std::string submitter_;
+};
+
+TEST_F(ConfinementAttack, AnUnconfinedExecutorIsLeasedNothingWhereConfinementIsRequired) {
+  Start(/*required=*/true);
+  v1::Job job = MustSubmit(submitter_, 4);  // two tasks
+  // Seccomp only (no Landlock), the sandbox off, saying nothing (an older executor), or a word
+  // the server does not know: each refused, with why.
+  for (const auto& [name, confinement, why] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{{"no-landlock", "partial", "seccomp only"},
+                                                                     {"sandbox-off", "none", "turned off"},
+                                                                     {"older", "", "nothing"},
+                                                                     {"boasting", "totally", "nothing"}}) {
+    Enrolled executor = Enrol(name, confinement);
+    v1::LeaseResponse reply;
+    grpc::Status refused = LeaseAs(executor, &reply);
+    EXPECT_GRPC_CODE(refused, FAILED_PRECONDITION);
+    EXPECT_THAT(refused.error_message(), HasSubstr(why)) << name;
+    EXPECT_EQ(reply.leases_size(), 0) << name;
+  }
+  EXPECT_THAT(Must(store_->ListRunningTasks()), IsEmpty());
+  // A confined executor takes the work.
+  Enrolled confined = Enrol("confined", "full");
+  EXPECT_EQ(MustLease(confined, 8).size(), 2u);
+  // Everyone sees how each executor is confined.
+  v1::ListExecutorsResponse fleet;
+  ASSERT_GRPC_OK(jobs_->ListExecutors(As(submitter_).get(), v1::ListExecutorsRequest(), &fleet));
+  std::map<std::string, std::string> shown;
+  for (const auto& e : fleet.executors()) shown[e.name()] = e.confinement();
+  EXPECT_EQ(shown["no-landlock"], "partial");
+  EXPECT_EQ(shown["sandbox-off"], "none");
+  EXPECT_EQ(shown["older"], "");
+  EXPECT_EQ(shown["boasting"], "");
+  EXPECT_EQ(shown["confined"], "full");
+}
+
+TEST_F(ConfinementAttack, ARequirementHeardAfterARestartStillHolds) {
+  // An executor registered with a server that did not require confinement; the pool restarts
+  // requiring it: what the executor said is read from the store, and it is refused.
+  Start(/*required=*/false);
+  Enrolled partial = Enrol("no-landlock", "partial");
+  server_->Shutdown();
+  ServerOptions options = Options();
+  options.require_confined_executors = true;
+  StartServer(options);
+  MustSubmit(submitter_, 2);
+  v1::LeaseResponse reply;
+  EXPECT_GRPC_CODE(LeaseAs(partial, &reply), FAILED_PRECONDITION);
+  EXPECT_EQ(reply.leases_size(), 0);
+}
+
+TEST_F(ConfinementAttack, WithoutTheRequirementEveryExecutorIsLeasedWork) {
+  Start(/*required=*/false);
+  MustSubmit(submitter_, 2);
+  Enrolled partial = Enrol("no-landlock", "partial");
+  EXPECT_EQ(MustLease(partial, 8).size(), 1u);
+}
+
 }  // namespace
 }  // namespace minions::testing

@@ -120,10 +120,12 @@ class SecureServer : public ::testing::Test {
     std::string id;
     std::string credential;
   };
-  // Enrols and registers an executor with a fresh join token.
-  Enrolled Enrol(const std::string& name) {
+  // Enrols and registers an executor with a fresh join token; `confinement` is what it reports
+  // of its runners' (Capabilities.confinement; "": says nothing, as an older executor).
+  Enrolled Enrol(const std::string& name, const std::string& confinement = "") {
     v1::EnrolRequest request;
     request.mutable_capabilities()->set_name(name);
+    request.mutable_capabilities()->set_confinement(confinement);
     request.mutable_capabilities()->set_memory_bytes(int64_t{16} << 30);
     request.mutable_capabilities()->add_runners("llama");
     v1::EnrolResponse reply;

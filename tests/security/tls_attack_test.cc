@@ -124,13 +124,14 @@ int64_t ResidentBytes() {
   return -1;
 }
 
-// The attacker of the test below, run in a process of its own (this binary again, with the
-// server's address and CA in its environment): four 200 MB submits at once, with no token. It
-// exits with the number refused as unauthenticated. Skipped when run as a test of its own.
+// The attacker of the tests below, run in a process of its own (this binary again, with the
+// server's address and CA in its environment; an empty CA: plain text): four 200 MB submits at
+// once, with no token. It exits with the number refused as unauthenticated. Skipped when run as a
+// test of its own.
 TEST(NoTokenAttacker, SendsFourLargeCallsWithoutAToken) {
   const char* address = std::getenv("MINIONS_ATTACK_ADDRESS");
   const char* ca = std::getenv("MINIONS_ATTACK_CA");
-  if (!address || !ca) GTEST_SKIP() << "run by TlsAttack.CallsWithoutACredentialAreRefusedBeforeTheirMessageIsRead";
+  if (!address || !ca) GTEST_SKIP() << "run by TlsAttack.*CallsWithoutACredentialAreRefusedBeforeTheirMessageIsRead";
   auto channel = rpc::OpenChannel(address, {ca, ""});
   if (!channel.ok()) _exit(100);
   auto stub = v1::Jobs::NewStub(*channel);
@@ -151,13 +152,14 @@ TEST(NoTokenAttacker, SendsFourLargeCallsWithoutAToken) {
   _exit(refused.load());
 }
 
-TEST_F(TlsAttack, CallsWithoutACredentialAreRefusedBeforeTheirMessageIsRead) {
-  // The attacker is another process, so that this process's memory is the server's alone.
-  StartTlsServer();
+// Runs the attacker above against this process's server (`ca` empty: plain text) and checks
+// that every call was refused without the server holding their messages. The attacker is another
+// process, so that this process's memory is the server's alone.
+void ExpectRefusedBeforeRead(const std::string& server_address, const std::string& ca_file) {
   const int64_t before = ResidentBytes();
   // Made before the fork: the child of a threaded process only execs.
-  std::string address = "MINIONS_ATTACK_ADDRESS=" + server_->address();
-  std::string ca = "MINIONS_ATTACK_CA=" + pool_.ca_cert;
+  std::string address = "MINIONS_ATTACK_ADDRESS=" + server_address;
+  std::string ca = "MINIONS_ATTACK_CA=" + ca_file;
   char* env[] = {address.data(), ca.data(), nullptr};
   pid_t child = fork();
   ASSERT_GE(child, 0);
@@ -173,8 +175,36 @@ TEST_F(TlsAttack, CallsWithoutACredentialAreRefusedBeforeTheirMessageIsRead) {
   // Each message was refused from its headers: the server never held them (it used to read all
   // 800 MB first, and keep much of it).
   EXPECT_LT(after - before, int64_t{150} << 20) << "before " << before << ", after " << after;
+}
+
+TEST_F(TlsAttack, CallsWithoutACredentialAreRefusedBeforeTheirMessageIsRead) {
+  StartTlsServer();
+  ExpectRefusedBeforeRead(server_->address(), pool_.ca_cert);
   // Honest callers are served on.
   EXPECT_TRUE(Honest());
+}
+
+// The same on a plain-text (loopback) pool: its gate is the same, on gRPC's local credentials.
+TEST_F(TlsAttack, PlainTextCallsWithoutACredentialAreRefusedBeforeTheirMessageIsRead) {
+  StartServer();
+  ExpectRefusedBeforeRead(server_->address(), "");
+  v1::ListJobsResponse reply;
+  EXPECT_TRUE(jobs_->ListJobs(As(admin_).get(), v1::ListJobsRequest(), &reply).ok());
+}
+
+// Plain text only where gRPC's local credentials (and so the gate) work: 127.0.0.1, ::1 or
+// localhost. Another loopback address is refused with what to do, rather than served ungated.
+TEST_F(TlsAttack, PlainTextListensOnlyWhereTheGateWorks) {
+  ServerOptions options = Options();
+  options.listen = "127.0.0.2:0";
+  ControlPlane other_loopback(store_.get(), blobs_.get(), &clock_, ControlPlaneOptions{options});
+  absl::Status refused = other_loopback.Start();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("127.0.0.1"));
+  options.listen = "localhost:0";
+  ControlPlane by_name(store_.get(), blobs_.get(), &clock_, ControlPlaneOptions{options});
+  EXPECT_TRUE(by_name.Start().ok());
+  by_name.Shutdown();
 }
 
 }  // namespace

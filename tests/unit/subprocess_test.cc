@@ -1,5 +1,6 @@
 #include "common/subprocess.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -85,6 +86,26 @@ TEST(Subprocess, PassesExtraEnvironment) {
   auto p = Subprocess::Start({{"sh", "-c", "echo $MINIONS_TEST_VALUE"}, {"MINIONS_TEST_VALUE=42"}, ""});
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(*(*p)->ReadLine(absl::Seconds(5)), "42");
+}
+
+// A child starts with descriptors 0-2 only: a descriptor this process holds without close-on-exec
+// (one it inherited from the shell that started it, say) never reaches a runner.
+TEST(Subprocess, AChildGetsOnlyStdinStdoutAndStderr) {
+  int inherited[2];
+  ASSERT_EQ(pipe(inherited), 0);  // no O_CLOEXEC: as a descriptor inherited from a shell would be
+  const int high = fcntl(inherited[0], F_DUPFD, 200);  // one far above the others, also inheritable
+  ASSERT_GE(high, 200);
+  // The child (a shell) says which of its descriptors are open: stderr, then the three above.
+  const std::string script = absl::StrCat("for fd in 2 ", inherited[0], " ", inherited[1], " ", high,
+                                          "; do if [ -e /proc/$$/fd/$fd ]; then printf 'open '; "
+                                          "else printf 'closed '; fi; done; echo");
+  auto p = Subprocess::Start({{"sh", "-c", script}, {}, ""});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(*(*p)->ReadLine(absl::Seconds(5)), "open closed closed closed ");
+  EXPECT_TRUE((*p)->Wait(absl::Seconds(5)).ok());
+  close(inherited[0]);
+  close(inherited[1]);
+  close(high);
 }
 
 // An executor SIGKILLed (here: a process that started a child through Subprocess, as an executor
