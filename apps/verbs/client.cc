@@ -4,6 +4,18 @@
 #include "cli/credentials.h"
 
 namespace minions::apps {
+namespace {
+
+// `minions executors release ID`: an admin lifts a quarantine (docs/verification.md).
+void AddReleaseVerb(CLI::App* executors_cmd, SharedFlags* shared, ClientVerbs* c) {
+  auto* release = c->release_executor_cmd = executors_cmd->add_subcommand(
+      "release", "put a quarantined executor (an answer of its failed verification) back in service");
+  release->add_option("executor", c->executor_id, "executor id")->required();
+  AddConnection(release, &shared->connection, &shared->config_path);
+  release->add_flag("--json", shared->json, "JSON output");
+}
+
+}  // namespace
 
 void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
   minions::cli::Connection& connection = shared->connection;
@@ -70,6 +82,7 @@ void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
   revoke_executor_cmd->add_option("executor", c->executor_id, "executor id")->required();
   AddConnection(revoke_executor_cmd, &connection, &config_path);
   revoke_executor_cmd->add_flag("--json", json, "JSON output");
+  AddReleaseVerb(executors_cmd, shared, c);
   // models: push, list, show, rm (a bare `minions models` lists).
   auto* models_cmd = c->models_cmd = app.add_subcommand("models", "the team's models: push a GGUF file, list, show, rm");
   AddConnection(models_cmd, &connection, &config_path);
@@ -117,6 +130,9 @@ std::optional<int> RunClientVerb(ClientVerbs* c, const minions::cli::Connection&
   if (c->cancel_cmd->parsed()) return minions::cli::Cancel(connection, c->job_id, json);
   if (c->revoke_executor_cmd->parsed()) {
     return minions::cli::RevokeExecutor(*minions::cli::RemoteAdmin(connection), c->executor_id, json);
+  }
+  if (c->release_executor_cmd->parsed()) {
+    return minions::cli::ReleaseExecutor(*minions::cli::RemoteAdmin(connection), c->executor_id, json);
   }
   if (c->executors_cmd->parsed()) return minions::cli::ListExecutors(connection, json);
   if (c->teams_cmd->parsed()) return minions::cli::ListTeams(connection, json);

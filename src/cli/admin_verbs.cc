@@ -75,6 +75,11 @@ class RemoteAdminBackend : public AdminBackend {
     request.set_executor_id(executor_id);
     return Call(&v1::Admin::Stub::RevokeExecutor, request, v1::Executor());
   }
+  absl::StatusOr<v1::Executor> ReleaseExecutor(const std::string& executor_id) override {
+    v1::ReleaseExecutorRequest request;
+    request.set_executor_id(executor_id);
+    return Call(&v1::Admin::Stub::ReleaseExecutor, request, v1::Executor());
+  }
   absl::StatusOr<v1::TokenInfo> WhoAmI() override {
     return Call(&v1::Admin::Stub::WhoAmI, v1::WhoAmIRequest(), v1::TokenInfo());
   }
@@ -248,6 +253,17 @@ int RevokeExecutor(AdminBackend& admin, const std::string& executor_id, bool jso
   } else {
     printf("executor %s revoked: its credentials no longer work and its tasks went back to pending\n",
            executor->id().c_str());
+  }
+  return 0;
+}
+
+int ReleaseExecutor(AdminBackend& admin, const std::string& executor_id, bool json) {
+  auto executor = admin.ReleaseExecutor(executor_id);
+  if (!executor.ok()) return Fail(executor.status());
+  if (json) {
+    printf("%s\n", ToJson(*executor).c_str());
+  } else {
+    printf("executor %s released from quarantine: it may lease again\n", executor->id().c_str());
   }
   return 0;
 }

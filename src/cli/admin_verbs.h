@@ -1,6 +1,6 @@
 #pragma once
 // The admin verbs: `minions admin team|teams|token|tokens|join-token`, `minions executors
-// revoke`, `minions whoami`. They act through an AdminBackend: a server's Admin service (an
+// revoke|release`, `minions whoami`. They act through an AdminBackend: a server's Admin service (an
 // admin token over the network), or the server's own data (`minions admin --data-dir` /
 // `--database`: whoever can read the database is an admin already; this is how the first admin
 // token is made on a pool that has none).
@@ -27,6 +27,7 @@ class AdminBackend {
   virtual absl::StatusOr<std::vector<v1::TokenInfo>> ListTokens(const v1::ListTokensRequest& request) = 0;
   virtual absl::StatusOr<v1::TokenInfo> RevokeToken(const std::string& token_id) = 0;
   virtual absl::StatusOr<v1::Executor> RevokeExecutor(const std::string& executor_id) = 0;
+  virtual absl::StatusOr<v1::Executor> ReleaseExecutor(const std::string& executor_id) = 0;
   virtual absl::StatusOr<v1::TokenInfo> WhoAmI() = 0;
 };
 
@@ -61,6 +62,8 @@ int IssueToken(AdminBackend& admin, const IssueOptions& options, bool json);
 int ListTokens(AdminBackend& admin, const std::string& team, const std::string& role, bool all, bool json);
 int RevokeToken(AdminBackend& admin, const std::string& token_id, bool json);
 int RevokeExecutor(AdminBackend& admin, const std::string& executor_id, bool json);
+// `minions executors release ID`: lifts a quarantine (docs/verification.md) after an admin's look.
+int ReleaseExecutor(AdminBackend& admin, const std::string& executor_id, bool json);
 int WhoAmI(AdminBackend& admin, bool json);
 
 // "90d", "12h", "30m" -> a duration; also absl's forms ("1h30m"). InvalidArgument otherwise.

@@ -422,6 +422,13 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
     printf("tokens    %lld prompt, %lld completion (what its answers say they used)\n",
            static_cast<long long>(job->prompt_tokens()), static_cast<long long>(job->completion_tokens()));
   }
+  if (const v1::VerificationCounts& v = job->verification(); v.checked() > 0) {
+    // Spot checks by re-scoring on other executors (docs/verification.md).
+    printf("verified  %lld records re-scored by %d other executors: %lld passed, %lld failed%s\n",
+           static_cast<long long>(v.checked()), v.verifiers_size(), static_cast<long long>(v.passed()),
+           static_cast<long long>(v.failed()), v.failed() > 0 ? " (their producer is quarantined)" : "");
+    printf("          by %s\n", absl::StrJoin(v.verifiers(), ", ").c_str());
+  }
   if (!job->error().empty()) printf("error     %s\n", job->error().c_str());
   if (!job->wait_reason().empty()) printf("waiting   %s\n", job->wait_reason().c_str());
   if (job->gang_size() > 0) {

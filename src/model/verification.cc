@@ -1,5 +1,9 @@
 #include "model/verification.h"
 
+#include <map>
+#include <set>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace minions {
@@ -21,6 +25,22 @@ absl::Status Release(Executor& executor) {
   executor.state = ExecutorState::kAvailable;
   executor.state_reason.clear();
   return absl::OkStatus();
+}
+
+VerificationTally Tally(const std::vector<Verification>& verdicts) {
+  VerificationTally tally;
+  std::map<std::pair<int64_t, std::string>, bool> passed;  // record -> every verdict passed
+  std::set<std::string> verifiers;
+  for (const Verification& v : verdicts) {
+    verifiers.insert(v.verifier_id);
+    auto [it, added] = passed.emplace(std::make_pair(v.task_index, v.custom_id), v.passed);
+    if (!v.passed && (added || it->second)) tally.failed_records.push_back(v.custom_id);
+    if (!added) it->second = it->second && v.passed;
+  }
+  tally.checked = static_cast<int64_t>(passed.size());
+  for (const auto& [record, ok] : passed) (ok ? tally.passed : tally.failed) += 1;
+  tally.verifiers.assign(verifiers.begin(), verifiers.end());
+  return tally;
 }
 
 }  // namespace minions

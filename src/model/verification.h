@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "model/types.h"
@@ -34,5 +35,18 @@ inline constexpr size_t kMaxVerificationReason = 1000;
 void Quarantine(Executor& producer, const Verification& failed);
 // Back in service after an admin's look: FailedPrecondition unless quarantined.
 absl::Status Release(Executor& executor);
+
+// What a job's verdicts add up to (its status and manifest): a record (task, custom_id) counts
+// once however many verifiers judged it, and as failed when any of them failed it.
+struct VerificationTally {
+  int64_t checked = 0;
+  int64_t passed = 0;
+  int64_t failed = 0;
+  std::vector<std::string> verifiers;       // sorted, each once
+  std::vector<std::string> failed_records;  // custom_ids, in the order first failed
+
+  bool operator==(const VerificationTally&) const = default;
+};
+VerificationTally Tally(const std::vector<Verification>& verdicts);
 
 }  // namespace minions

@@ -147,6 +147,17 @@ grpc::Status AdminService::RevokeExecutor(grpc::ServerContext* context, const v1
   return grpc::Status::OK;
 }
 
+grpc::Status AdminService::ReleaseExecutor(grpc::ServerContext* context, const v1::ReleaseExecutorRequest* request,
+                                           v1::Executor* reply) {
+  ADMIN_OR_RETURN(context);
+  absl::StatusOr<Executor> executor = store_->ReleaseExecutor(request->executor_id(), clock_->Now());
+  if (!executor.ok()) return ToGrpc(executor.status());
+  if (work_added_) work_added_();  // it may lease again: wake the waiting polls
+  MINIONS_LOG(Info) << "executor=" << executor->id << " released from quarantine by " << caller.Describe();
+  *reply = ToProto(*executor);
+  return grpc::Status::OK;
+}
+
 grpc::Status AdminService::WhoAmI(grpc::ServerContext* context, const v1::WhoAmIRequest*, v1::TokenInfo* reply) {
   absl::StatusOr<Caller> caller = auth_->Authenticate(BearerToken(context));
   if (!caller.ok()) return ToGrpc(caller.status());

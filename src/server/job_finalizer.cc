@@ -182,6 +182,16 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
                    {"output_key", output_key},
                    {"errors_key", errors_key},
                    {"tasks", std::move(manifest_tasks)}};
+  // Its spot checks (docs/verification.md): how many records other executors re-scored, by whom,
+  // and which failed (their producer is quarantined).
+  if (auto verdicts = store_->ListVerifications(job_id); verdicts.ok()) {
+    const VerificationTally tally = Tally(*verdicts);
+    manifest["verification"] = {{"checked", tally.checked},     {"passed", tally.passed},
+                                {"failed", tally.failed},       {"verifiers", tally.verifiers},
+                                {"failed_records", tally.failed_records}};
+  } else if (!absl::IsUnimplemented(verdicts.status())) {
+    return verdicts.status();
+  }
   if (auto s = blobs_->Put(manifest_key, manifest.dump(2)); !s.ok()) return s;
   // Tasks are cancelled in a finalising job only when its completion window passed (ExpireJob).
   auto finished = store_->FinishJob(job_id, output_key, errors_key, manifest_key, clock_->Now(),

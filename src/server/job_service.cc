@@ -246,6 +246,10 @@ grpc::Status JobService::GetJob(grpc::ServerContext* context, const v1::GetJobRe
   auto job = VisibleJob(caller, request->job_id());
   if (!job.ok()) return ToGrpc(job.status());
   *reply = ToProto(*job);
+  // Its spot checks so far (a store that keeps none has none to show).
+  auto verdicts = store_->ListVerifications(job->id);
+  if (!verdicts.ok() && !absl::IsUnimplemented(verdicts.status())) return ToGrpc(verdicts.status());
+  if (verdicts.ok()) *reply->mutable_verification() = ToProto(Tally(*verdicts));
   if (!IsTerminal(job->state)) {
     auto counts = store_->CountTasks(job->id);
     if (!counts.ok()) return ToGrpc(counts.status());

@@ -181,6 +181,15 @@ Team FromProto(const v1::Team& p) {
   return team;
 }
 
+v1::VerificationCounts ToProto(const VerificationTally& tally) {
+  v1::VerificationCounts p;
+  p.set_checked(tally.checked);
+  p.set_passed(tally.passed);
+  p.set_failed(tally.failed);
+  for (const std::string& verifier : tally.verifiers) p.add_verifiers(verifier);
+  return p;
+}
+
 v1::TokenInfo ToProto(const TokenRecord& token) {
   v1::TokenInfo p;
   p.set_id(token.id);

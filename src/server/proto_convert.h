@@ -7,6 +7,7 @@
 #include "minions/v1/minions.pb.h"
 #include "model/identity.h"
 #include "model/types.h"
+#include "model/verification.h"
 #include "rpc/rpc.h"
 
 namespace minions {
@@ -23,6 +24,7 @@ ModelHoldings FromProto(const v1::ModelHoldings& holdings);
 v1::Model ToProto(const ModelRecord& model);
 v1::Team ToProto(const Team& team);
 Team FromProto(const v1::Team& team);  // settings only; created_at is the server's
+v1::VerificationCounts ToProto(const VerificationTally& tally);
 v1::TokenInfo ToProto(const TokenRecord& token);  // never the text (the record has none)
 
 using rpc::ToGrpc;

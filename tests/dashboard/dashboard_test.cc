@@ -117,6 +117,14 @@ TEST_F(DashboardTest, AScrapeCountsJobsTasksAndExecutorsByStateFromTheStore) {
   LeaseProgress progress{job, leases[0].task.index, leases[0].task.attempt, 4, 1};
   ASSERT_TRUE(store_->Heartbeat(gpu_box, ExecutorState::kBusy, "", {progress}, kTtl, clock_.Now()).ok());
   ASSERT_TRUE(store_->Heartbeat(laptop, ExecutorState::kOwnerActive, "keyboard", {}, kTtl, clock_.Now()).ok());
+  // An executor whose answer failed a re-scoring is quarantined (docs/verification.md).
+  Verification failed;
+  failed.job_id = job;
+  failed.custom_id = "r0";
+  failed.producer_id = Register("forger", "");
+  failed.verifier_id = gpu_box;
+  failed.reason = "forged";
+  ASSERT_TRUE(store_->RecordVerification(failed, clock_.Now()).ok());
 
   auto s = Scrape();
   EXPECT_EQ(s["minions_store_up"], 1);
@@ -130,6 +138,7 @@ TEST_F(DashboardTest, AScrapeCountsJobsTasksAndExecutorsByStateFromTheStore) {
   EXPECT_EQ(s["minions_executors{state=\"busy\"}"], 1);
   EXPECT_EQ(s["minions_executors{state=\"owner_active\"}"], 1);
   EXPECT_EQ(s["minions_executors{state=\"lost\"}"], 0);
+  EXPECT_EQ(s["minions_executors{state=\"quarantined\"}"], 1);
   std::string labels = absl::StrCat("job_id=\"", job, "\",team=\"ml\"");
   EXPECT_EQ(s[absl::StrCat("minions_job_records{", labels, ",kind=\"total\"}")], 30);
   EXPECT_EQ(s[absl::StrCat("minions_job_records{", labels, ",kind=\"in_flight\"}")], 4);

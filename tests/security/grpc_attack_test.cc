@@ -498,6 +498,47 @@ TEST_F(GrpcAttack, OnlyAdminsAdministerAndDrain) {
   EXPECT_EQ(me.principal(), "bob");
 }
 
+TEST_F(GrpcAttack, OnlyAnAdminReleasesAQuarantinedExecutorNotItselfNorATeam) {
+  Enrolled bad = Enrol("bad");
+  Enrolled good = Enrol("good");
+  v1::Job job = MustSubmit(search_submitter_, 2);
+  Verification failed;
+  failed.job_id = job.id();
+  failed.custom_id = "r0";
+  failed.producer_id = bad.id;
+  failed.verifier_id = good.id;
+  failed.reason = "token 3 is 9.1 nats below the most likely";
+  ASSERT_EQ(Must(store_->RecordVerification(failed, absl::Now())).state, ExecutorState::kQuarantined);
+  EXPECT_THAT(MustLease(bad, 1), IsEmpty());
+  // The job's team sees the check in its status: one record re-scored, failed, and by whom.
+  v1::GetJobRequest get;
+  get.set_job_id(job.id());
+  v1::Job status;
+  ASSERT_GRPC_OK(jobs_->GetJob(As(search_viewer_).get(), get, &status));
+  EXPECT_EQ(status.verification().checked(), 1);
+  EXPECT_EQ(status.verification().failed(), 1);
+  EXPECT_THAT(status.verification().verifiers(), ::testing::ElementsAre(good.id));
+  v1::ReleaseExecutorRequest release;
+  release.set_executor_id(bad.id);
+  v1::Executor executor;
+  // The quarantined executor itself, another executor, a team's submitter or viewer: refused.
+  for (const std::string& token : {bad.credential, good.credential, search_submitter_, search_viewer_}) {
+    EXPECT_GRPC_CODE(admin_stub_->ReleaseExecutor(As(token).get(), release, &executor), PERMISSION_DENIED);
+  }
+  EXPECT_GRPC_CODE(admin_stub_->ReleaseExecutor(As("").get(), release, &executor), UNAUTHENTICATED);
+  Executor still = Must(store_->GetExecutor(bad.id));
+  EXPECT_EQ(still.state, ExecutorState::kQuarantined);
+  EXPECT_THAT(still.state_reason, HasSubstr("9.1 nats"));
+  EXPECT_THAT(MustLease(bad, 1), IsEmpty());
+  // An admin releases it; it leases again. Releasing one that is not quarantined is refused.
+  ASSERT_GRPC_OK(admin_stub_->ReleaseExecutor(As(admin_).get(), release, &executor));
+  EXPECT_EQ(executor.state(), "available");
+  EXPECT_THAT(MustLease(bad, 1), Not(IsEmpty()));
+  EXPECT_GRPC_CODE(admin_stub_->ReleaseExecutor(As(admin_).get(), release, &executor), FAILED_PRECONDITION);
+  release.set_executor_id("exe-000000000000");
+  EXPECT_GRPC_CODE(admin_stub_->ReleaseExecutor(As(admin_).get(), release, &executor), NOT_FOUND);
+}
+
 TEST_F(GrpcAttack, AnExecutorsCredentialReachesNoJobAndAnAdminsNoLease) {
   Enrolled worker = Enrol("worker");
   v1::ListJobsResponse jobs;

@@ -196,6 +196,38 @@ TEST_F(JobFinalizerTest, MergesOutOfOrderCompletionsInInputOrder) {
     EXPECT_EQ(entry["chunks"][0]["errors_key"], keys::ChunkErrors(job_id, i, 1, 0));
   }
   EXPECT_EQ(manifest["tasks"][1]["records_failed"], 1);
+  EXPECT_EQ(manifest["verification"]["checked"], 0);  // nobody re-scored any of it
+}
+
+// The manifest says which records other executors re-scored (docs/verification.md), by whom.
+TEST_F(JobFinalizerTest, TheManifestCountsTheRecordsOtherExecutorsReScored) {
+  std::string job_id = MakeJob(EightRecords(), 8);
+  ExecutorInfo info;
+  info.name = "verifier";
+  info.memory_bytes = int64_t{8} << 30;
+  info.runners = {"llama"};
+  ASSERT_OK_AND_ASSIGN(Executor verifier, store_->RegisterExecutor("", info, clock_.Now()));
+  ASSERT_EQ(LeaseAll().size(), 1u);
+  Upload(job_id, 0, 1, Out({"r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"}), "");
+  for (const std::string record : {"r2", "r5"}) {
+    Verification v;
+    v.job_id = job_id;
+    v.custom_id = record;
+    v.producer_id = executor_;
+    v.verifier_id = verifier.id;
+    v.passed = true;
+    ASSERT_OK(store_->RecordVerification(v, clock_.Now()));
+  }
+  Complete(job_id, 0, 1, 8);
+  JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
+  ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
+  ASSERT_EQ(job.state, JobState::kCompleted);
+  const Json& verification = Manifest(job)["verification"];
+  EXPECT_EQ(verification["checked"], 2);
+  EXPECT_EQ(verification["passed"], 2);
+  EXPECT_EQ(verification["failed"], 0);
+  EXPECT_EQ(verification["verifiers"], Json::array({verifier.id}));
+  EXPECT_EQ(verification["failed_records"], Json::array());
 }
 
 // A line as the runner writes it, its body's usage stating the tokens it used.
