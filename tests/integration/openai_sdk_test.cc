@@ -185,7 +185,7 @@ TEST_P(OpenAiSdk, EveryRequestParameterIsServedOrRefusedByName) {
   auto summary = ParseJson(out);
   ASSERT_TRUE(summary.ok()) << out;
   EXPECT_EQ((*summary)["served"], 7);
-  EXPECT_EQ((*summary)["refused"], 8);
+  EXPECT_EQ((*summary)["refused"], 9);
   std::filesystem::remove_all(dir_);
 }
 

@@ -37,7 +37,9 @@ const served = [
 ];
 const refused = {
   unknown: [chat('unknown', { frobnicate: true }), 'unsupported parameter: frobnicate'],
-  tools: [chat('tools', { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }), 'unsupported parameter: tools'],
+  // The test model's template (ChatML) renders no tools: tools are that record's error there.
+  tools: [chat('tools', { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }), 'does not render tools'],
+  functions: [chat('functions', { functions: [{ name: 'f' }] }), 'unsupported parameter: functions'],
   n: [chat('n', { n: 17 }), 'body.n must be between 1 and 16'],
   stream: [chat('stream', { stream: true }), 'unsupported parameter: stream'],
   audio: [chat('audio', { audio: { voice: 'alloy', format: 'wav' } }), 'unsupported parameter: audio'],
