@@ -1,5 +1,5 @@
 // Tool calling on the real engine, on the test model with Qwen 2.5's own chat template
-// (text-tools.gguf): the template renders the tools, tool_choice "required" and a named function
+// (tools/text-tools.gguf): the template renders the tools, tool_choice "required" and a named function
 // decode under llama.cpp's tool-call grammar (so even random weights write a well-formed call),
 // and the answer is parsed into message.tool_calls with finish_reason "tool_calls". A model whose
 // template has no tool support, and tool schemas the converter cannot express, are that record's
@@ -27,7 +27,7 @@ std::unique_ptr<LlamaEngine> LoadToolEngine() {
   options.n_parallel = 4;
   options.n_ctx_per_seq = 2048;
   options.flash_attn = "off";
-  auto engine = LlamaEngine::Load(minions::testing::TestModel("text-tools.gguf"), options);
+  auto engine = LlamaEngine::Load(minions::testing::TestModel("tools/text-tools.gguf"), options);
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? std::move(*engine) : nullptr;
 }
