@@ -68,6 +68,30 @@ std::string CallsFirst(std::string gbnf) {
   return gbnf.replace(root, end - root, calls_first);
 }
 
+// llama.cpp's grammar for some templates (Qwen 2.5's among them) repeats the call whatever
+// parallel_tool_calls says (tool-calls ::= (tool-call space)+). With parallel_tool_calls false, or a
+// named function, the answer is one call, as OpenAI's is; the repetition is taken out. A grammar of
+// another shape is left as it is.
+std::string OneCall(std::string gbnf) {
+  static const std::regex repeated(R"((^|\n)(tool-calls ::= )\(([^\n]*)\)\+(\n|$))");
+  std::smatch match;
+  if (!std::regex_search(gbnf, match, repeated)) return gbnf;
+  // The parentheses must be one group around the whole rule ("(a) (b)+" is not), quotes aside.
+  int depth = 0;
+  bool quoted = false;
+  const std::string inner = match[3].str();
+  for (size_t i = 0; i < inner.size(); ++i) {
+    const char c = inner[i];
+    if (c == '\\') ++i;
+    else if (c == '"') quoted = !quoted;
+    else if (!quoted && c == '(') ++depth;
+    else if (!quoted && c == ')' && --depth < 0) return gbnf;
+  }
+  if (depth != 0 || quoted) return gbnf;
+  const std::string one = match[1].str() + match[2].str() + match[3].str() + match[4].str();
+  return gbnf.replace(static_cast<size_t>(match.position(0)), static_cast<size_t>(match.length(0)), one);
+}
+
 }  // namespace
 
 std::string ToolGrammar::Key() const {
@@ -165,6 +189,7 @@ absl::StatusOr<RenderedChat> ChatTemplates::Render(const InferenceRequest& reque
   out.stops = params.additional_stops;
   if (tools.Active() && !params.grammar.empty()) {
     out.grammar.gbnf = params.grammar_lazy ? params.grammar : CallsFirst(params.grammar);
+    if (!tools.parallel || tools.choice == ToolParams::Choice::kNamed) out.grammar.gbnf = OneCall(out.grammar.gbnf);
     out.grammar.lazy = params.grammar_lazy;
     for (const common_grammar_trigger& trigger : params.grammar_triggers) {
       switch (trigger.type) {
@@ -199,14 +224,17 @@ absl::StatusOr<RenderedChat> ChatTemplates::Render(const InferenceRequest& reque
 ChatAnswer ParseChatAnswer(const ChatParser& parser, const std::string& text, bool finished,
                            std::string_view custom_id, int choice) {
   ChatAnswer answer;
-  common_chat_parser_params params = parser.params;
-  if (!finished) params.parse_tool_calls = false;
   common_chat_msg msg;
   try {
-    msg = common_chat_parse(text, /*is_partial=*/!finished, params);
+    msg = common_chat_parse(text, /*is_partial=*/!finished, parser.params);
   } catch (const std::exception&) {
     // Text the template's parser does not recognise (free text under "auto" that is not a call):
     // the answer is its content, as generated.
+    answer.content = text;
+    return answer;
+  }
+  if (!finished && !msg.tool_calls.empty()) {
+    // A call cut off by max_tokens is not a call: the answer is the text as generated.
     answer.content = text;
     return answer;
   }
