@@ -159,10 +159,23 @@ TEST(ChatTools, AModelWithoutATemplateHasNoChatTemplates) {
   ASSERT_NE(chatml.model, nullptr);
   auto templates = ChatTemplates::Create(chatml.model);
   if (templates) {
+    // Plain chat keeps llama_chat_apply_template: only tools, tool history or reasoning come here.
+    EXPECT_FALSE(templates->reasons());
+    EXPECT_FALSE(templates->Handles(ChatRequest("")));
     EXPECT_FALSE(templates->supports_tools());
     auto rendered = templates->Render(ChatRequest(kWeather));
     ASSERT_FALSE(rendered.ok());
     EXPECT_THAT(std::string(rendered.status().message()), ::testing::HasSubstr("does not render tools"));
+  }
+}
+
+TEST(ChatTools, TheBenchmarksLlama3TemplateKeepsThePlainPath) {
+  TemplateModel m(kLlama3ChatTemplate, "llama3");
+  ASSERT_NE(m.model, nullptr);
+  auto templates = ChatTemplates::Create(m.model);
+  if (templates) {
+    EXPECT_FALSE(templates->reasons());
+    EXPECT_FALSE(templates->Handles(ChatRequest("")));
   }
 }
 
