@@ -148,13 +148,21 @@ absl::StatusOr<RenderedChat> ChatTemplates::Render(const InferenceRequest& reque
   common_chat_templates_inputs inputs;
   for (const ChatMessage& m : request.messages) inputs.messages.push_back(ToCommonMessage(m));
   if (has_tools) {
-    const std::string key = DumpJson(tools.tools);
-    auto it = checked_tools_.find(key);
-    if (it == checked_tools_.end()) {
-      if (checked_tools_.size() >= 64) checked_tools_.clear();
-      it = checked_tools_.emplace(key, CheckToolSchemas(tools.tools)).first;
+    // Kept by their bytes only up to kMaxCachedTools bytes: 64 records of 4 MiB tools each must
+    // not pin 256 MiB (a larger array is checked each time, which its size pays for anyway).
+    std::string key = DumpJson(tools.tools);
+    std::string error;
+    if (key.size() > kMaxCachedTools) {
+      error = CheckToolSchemas(tools.tools);
+    } else {
+      auto it = checked_tools_.find(key);
+      if (it == checked_tools_.end()) {
+        if (checked_tools_.size() >= 64) checked_tools_.clear();
+        it = checked_tools_.emplace(std::move(key), CheckToolSchemas(tools.tools)).first;
+      }
+      error = it->second;
     }
-    if (!it->second.empty()) return absl::InvalidArgumentError(it->second);
+    if (!error.empty()) return absl::InvalidArgumentError(error);
     for (const Json& tool : tools.tools) {
       // A named function: the template sees that function alone and the answer must call it
       // (llama.cpp's grammar knows "required", not a name).

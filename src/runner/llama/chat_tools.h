@@ -84,6 +84,7 @@ class ChatTemplates {
   // Tools arrays already checked (their compact JSON -> the error, "" when fine), so a job whose
   // records share one tools array converts its schemas once; at most 64 kept.
   std::unordered_map<std::string, std::string> checked_tools_;
+  static constexpr size_t kMaxCachedTools = 64 << 10;
 };
 
 // Why a request that needs tools cannot be served by a model without a template of its own.
