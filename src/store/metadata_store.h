@@ -56,6 +56,13 @@ inline absl::Status CheckObjectStore(const std::string& recorded, const std::str
 // The settings row (migration 8) that holds the object store's identity.
 inline constexpr char kObjectStoreSetting[] = "object_store";
 
+// One point of the dashboard's history as stored: its time and its JSON document (FleetView's).
+struct FleetHistoryRow {
+  absl::Time at;
+  std::string point;
+  bool operator==(const FleetHistoryRow&) const = default;
+};
+
 // One executor's heartbeat, as MetadataStore::Heartbeats takes several at once.
 struct HeartbeatCall {
   std::string executor_id;
@@ -318,6 +325,14 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
                                         absl::Time now) = 0;
   // `key`'s throughput; nullopt when no attempt of it was measured yet.
   virtual absl::StatusOr<std::optional<Throughput>> GetThroughput(const ThroughputKey& key) = 0;
+
+  // --- the dashboard's history (dashboard/fleet_view.h) ---
+  // Records `row` unless a point with the same time is there (the servers of a fleet record the
+  // same step once: the first one wins), and removes the points older than `keep_after`, so the
+  // history stays bounded. One transaction.
+  virtual absl::Status RecordFleetHistory(const FleetHistoryRow& row, absl::Time keep_after) = 0;
+  // The points at or after `since`, oldest first.
+  virtual absl::StatusOr<std::vector<FleetHistoryRow>> ListFleetHistory(absl::Time since) = 0;
 
   // --- watchdog ---
   // Requeues (or fails, past max_attempts) up to `limit` running tasks whose lease has expired;

@@ -236,6 +236,11 @@ class RowTransaction {
                                            absl::Time now) = 0;
   virtual absl::StatusOr<std::optional<Throughput>> GetThroughput(const ThroughputKey& key) = 0;
 
+  // --- the dashboard's history (migration 16) ---
+  // Inserts `row` unless its time is there; deletes the rows before `keep_after`.
+  virtual absl::Status InsertFleetHistory(const FleetHistoryRow& row, absl::Time keep_after) = 0;
+  virtual absl::StatusOr<std::vector<FleetHistoryRow>> ListFleetHistory(absl::Time since) = 0;  // oldest first
+
   // --- verification (model/verification.h) ---
   // AlreadyExists when this verifier's verdict on the record is there.
   virtual absl::Status InsertVerification(const Verification& verification) = 0;

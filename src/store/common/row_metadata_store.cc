@@ -288,6 +288,15 @@ absl::StatusOr<std::string> RowMetadataStore::RecordedObjectStore() {
                         [&](RowTransaction& t) { return t.Setting(kObjectStoreSetting); });
 }
 
+absl::Status RowMetadataStore::RecordFleetHistory(const FleetHistoryRow& row, absl::Time keep_after) {
+  return RunTransaction(*rows_, TransactionKind::kWrite,
+                        [&](RowTransaction& t) { return t.InsertFleetHistory(row, keep_after); });
+}
+
+absl::StatusOr<std::vector<FleetHistoryRow>> RowMetadataStore::ListFleetHistory(absl::Time since) {
+  return RunTransaction(*rows_, TransactionKind::kRead, [&](RowTransaction& t) { return t.ListFleetHistory(since); });
+}
+
 absl::Status RowMetadataStore::RecordThroughput(const ThroughputKey& key, const ThroughputSample& sample,
                                                 absl::Time now) {
   return RunTransaction(*rows_, TransactionKind::kWrite,

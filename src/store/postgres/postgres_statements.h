@@ -202,6 +202,11 @@ inline constexpr char kVerificationsOfJob[] =
     "WHERE job_id = $1 ORDER BY verified_at, custom_id, verifier_id";
 inline constexpr char kSelectThroughput[] =
     "SELECT records, seconds, samples, updated_at FROM task_throughput WHERE model = $1 AND runner = $2";
+// The dashboard's history (migration 16): $1 when, $2 the point; $1 keep after; $1 since.
+inline constexpr char kInsertFleetHistory[] =
+    "INSERT INTO fleet_history (at, point) VALUES ($1, $2) ON CONFLICT (at) DO NOTHING";
+inline constexpr char kPruneFleetHistory[] = "DELETE FROM fleet_history WHERE at < $1";
+inline constexpr char kSelectFleetHistory[] = "SELECT at, point FROM fleet_history WHERE at >= $1 ORDER BY at";
 // Which of the executors $1 exist (locked in id order: after the tasks, the store's lock order).
 #define MINIONS_PG_EXECUTOR_IDS "SELECT id FROM executors WHERE id = ANY($1::text[]) ORDER BY id"
 inline constexpr char kExecutorIds[] = MINIONS_PG_EXECUTOR_IDS;

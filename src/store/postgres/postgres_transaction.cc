@@ -558,6 +558,21 @@ absl::StatusOr<std::optional<Throughput>> PostgresTransaction::GetThroughput(con
   return std::optional<Throughput>(throughput);
 }
 
+// --- the dashboard's history ---
+
+absl::Status PostgresTransaction::InsertFleetHistory(const FleetHistoryRow& row, absl::Time keep_after) {
+  RETURN_IF_ERROR(c_.Exec(sql::kInsertFleetHistory, Params().Time(row.at).Text(row.point)).status());
+  return c_.Exec(sql::kPruneFleetHistory, Params().Time(keep_after)).status();
+}
+
+absl::StatusOr<std::vector<FleetHistoryRow>> PostgresTransaction::ListFleetHistory(absl::Time since) {
+  ASSIGN_OR_RETURN(PgResult result, c_.Exec(sql::kSelectFleetHistory, Params().Time(since)));
+  std::vector<FleetHistoryRow> rows;
+  rows.reserve(result.Rows());
+  for (int i = 0; i < result.Rows(); ++i) rows.push_back({result.Time(i, 0), result.Text(i, 1)});
+  return rows;
+}
+
 // --- verification ---
 
 absl::Status PostgresTransaction::InsertVerification(const Verification& v) {

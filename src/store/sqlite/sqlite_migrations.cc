@@ -295,6 +295,15 @@ CREATE TABLE verifications (
 CREATE INDEX verifications_by_producer ON verifications (producer_id);
 )sql";
 
+// The dashboard's history (dashboard/fleet_view.h): one point per step, recorded by whichever
+// server reaches the step first, kept for FleetView::kHistorySpan. Migration 16.
+constexpr char kFleetHistory[] = R"sql(
+CREATE TABLE fleet_history (
+  at    INTEGER PRIMARY KEY,
+  point TEXT NOT NULL
+);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -312,6 +321,7 @@ constexpr Migration kMigrations[] = {
     {13, "accounting: a gang attempt's running time counts once per executor", kGangDevices},
     {14, "accounting: the tokens a finished job's answers used", kJobTokens},
     {15, "verification: verifiers' verdicts on records", kVerifications},
+    {16, "the dashboard's history: one point per step", kFleetHistory},
 };
 
 }  // namespace

@@ -212,6 +212,12 @@ inline constexpr char kSelectThroughput[] =
     "SELECT CAST(records AS TEXT), CAST(seconds AS TEXT), samples, updated_at "
     "FROM task_throughput WHERE model = :model AND runner = :runner";
 
+// --- the dashboard's history (migration 16) ---
+inline constexpr char kInsertFleetHistory[] =
+    "INSERT INTO fleet_history (at, point) VALUES (:at, :point) ON CONFLICT (at) DO NOTHING";
+inline constexpr char kPruneFleetHistory[] = "DELETE FROM fleet_history WHERE at < :keep_after";
+inline constexpr char kSelectFleetHistory[] = "SELECT at, point FROM fleet_history WHERE at >= :since ORDER BY at";
+
 // --- verification (migration 15) ---
 inline constexpr char kInsertVerification[] =
     "INSERT INTO verifications (job_id, task_idx, custom_id, producer_id, verifier_id, passed, reason, verified_at) "

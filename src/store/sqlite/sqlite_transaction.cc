@@ -521,6 +521,23 @@ absl::StatusOr<std::optional<Throughput>> SqliteTransaction::GetThroughput(const
   return std::optional<Throughput>(throughput);
 }
 
+// --- the dashboard's history ---
+
+absl::Status SqliteTransaction::InsertFleetHistory(const FleetHistoryRow& row, absl::Time keep_after) {
+  ASSIGN_OR_RETURN(Statement insert, c_.Prepare(sql::kInsertFleetHistory));
+  RETURN_IF_ERROR(insert.BindTime(":at", row.at).BindText(":point", row.point).Run());
+  ASSIGN_OR_RETURN(Statement prune, c_.Prepare(sql::kPruneFleetHistory));
+  return prune.BindTime(":keep_after", keep_after).Run();
+}
+
+absl::StatusOr<std::vector<FleetHistoryRow>> SqliteTransaction::ListFleetHistory(absl::Time since) {
+  ASSIGN_OR_RETURN(Statement query, c_.Prepare(sql::kSelectFleetHistory));
+  query.BindTime(":since", since);
+  return Collect<FleetHistoryRow>(query, [](const Statement& row) -> absl::StatusOr<FleetHistoryRow> {
+    return FleetHistoryRow{row.Time(0), row.Text(1)};
+  });
+}
+
 // --- verification ---
 
 absl::Status SqliteTransaction::InsertVerification(const Verification& v) {

@@ -79,6 +79,8 @@ class SqliteTransaction : public RowTransaction {
   absl::StatusOr<std::string> Setting(const std::string& name) override;
   absl::Status AddThroughputSample(const ThroughputKey& key, const ThroughputSample& sample, absl::Time now) override;
   absl::StatusOr<std::optional<Throughput>> GetThroughput(const ThroughputKey& key) override;
+  absl::Status InsertFleetHistory(const FleetHistoryRow& row, absl::Time keep_after) override;
+  absl::StatusOr<std::vector<FleetHistoryRow>> ListFleetHistory(absl::Time since) override;
   absl::Status InsertVerification(const Verification& verification) override;
   absl::StatusOr<std::vector<Verification>> VerificationsOfJob(const std::string& job_id) override;
 
