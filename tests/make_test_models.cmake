@@ -21,3 +21,5 @@ if(NOT rc EQUAL 0)
 endif()
 file(COPY_FILE ${OUT}/tools/text-tools.gguf.new ${OUT}/tools/text-tools.gguf ONLY_IF_DIFFERENT)
 file(REMOVE ${OUT}/tools/text-tools.gguf.new)
+# The text model beside it, for the suites that serve that folder (tests/integration/openai_sdk_test.cc).
+file(COPY_FILE ${OUT}/text.gguf ${OUT}/tools/text.gguf ONLY_IF_DIFFERENT)
