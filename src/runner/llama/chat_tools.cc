@@ -129,21 +129,23 @@ absl::Status NoTemplateForTools() {
       "without tool support), so tool calls cannot be served; use a model whose template takes tools");
 }
 
-bool ChatTemplates::Handles(const InferenceRequest& request) const {
+bool UsesTools(const InferenceRequest& request) {
   if (request.endpoint != Endpoint::kChatCompletions) return false;
-  if (reasons_ || (request.tools.tools.is_array() && !request.tools.tools.empty())) return true;
+  if (request.tools.tools.is_array() && !request.tools.tools.empty()) return true;
   for (const ChatMessage& m : request.messages) {
     if (m.role == "tool" || m.tool_calls.is_array()) return true;
   }
   return false;
 }
 
+bool ChatTemplates::Handles(const InferenceRequest& request) const {
+  return request.endpoint == Endpoint::kChatCompletions && (reasons_ || UsesTools(request));
+}
+
 absl::StatusOr<RenderedChat> ChatTemplates::Render(const InferenceRequest& request) {
   const ToolParams& tools = request.tools;
   const bool has_tools = tools.tools.is_array() && !tools.tools.empty();
-  bool history = false;
-  for (const ChatMessage& m : request.messages) history |= m.role == "tool" || m.tool_calls.is_array();
-  if ((has_tools || history) && !supports_tools_) return NoTemplateForTools();
+  if (UsesTools(request) && !supports_tools_) return NoTemplateForTools();
 
   common_chat_templates_inputs inputs;
   for (const ChatMessage& m : request.messages) inputs.messages.push_back(ToCommonMessage(m));

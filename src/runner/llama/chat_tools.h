@@ -87,7 +87,10 @@ class ChatTemplates {
   static constexpr size_t kMaxCachedTools = 64 << 10;
 };
 
-// Why a request that needs tools cannot be served by a model without a template of its own.
+// True when a chat request has tools or tool-calling history (only a template that renders tools
+// can serve it).
+bool UsesTools(const InferenceRequest& request);
+// Why a request that needs tools cannot be served by a model whose template does not render them.
 absl::Status NoTemplateForTools();
 
 // Splits the generated text with the record's parser. `finished`: the answer ended by itself (not

@@ -513,11 +513,7 @@ absl::StatusOr<std::string> LlamaEngine::PromptText(const InferenceRequest& requ
     if (rendered_chat) *rendered_chat = std::make_shared<const RenderedChat>(std::move(*rendered));
     return prompt;
   }
-  if (!chat_templates_ || !chat_templates_->supports_tools()) {
-    bool tools = request.tools.tools.is_array() && !request.tools.tools.empty();
-    for (const auto& m : request.messages) tools |= m.role == "tool" || m.tool_calls.is_array();
-    if (tools) return NoTemplateForTools();
-  }
+  if (UsesTools(request)) return NoTemplateForTools();  // a model without a template of its own
   std::vector<llama_chat_message> chat;
   for (const auto& m : request.messages) chat.push_back({m.role.c_str(), m.content.c_str()});
   // Without a template of its own the model gets ChatML, the most common format.
