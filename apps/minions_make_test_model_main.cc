@@ -72,6 +72,10 @@ int main(int argc, char** argv) {
                  "weights: small (F16 embeddings, F32 matrices), f16, q8_0, q4_0, q4_k_m (as "
                  "llama-quantize lays them out)")
       ->capture_default_str();
+  std::string chat_template;
+  app.add_option("--chat-template", chat_template,
+                 "the text model's chat template: chatml (the default), llama3, qwen2.5-tools (Qwen 2.5's, "
+                 "with tool calling), none");
   app.add_flag("--list-shapes", list_shapes, "print the known shapes and exit");
   auto* output_opt = app.add_option("-o,--output", output, "the .gguf file to write");
 
@@ -118,6 +122,12 @@ int main(int argc, char** argv) {
     spec.vocab_path =
         (std::filesystem::path(vocab_dir) / (text ? "ggml-vocab-llama-spm.gguf" : "ggml-vocab-bert-bge.gguf"))
             .string();
+  }
+  if (!chat_template.empty()) {
+    if (!text) return Fail("--chat-template is for text models; leave out --kind embedding");
+    auto tmpl = minions::llama_runner::TestModelChatTemplate(chat_template);
+    if (!tmpl.ok()) return Fail(std::string(tmpl.status().message()));
+    spec.chat_template = *tmpl;
   }
   auto size = minions::llama_runner::PlanTestModel(spec);
   if (!size.ok()) return Fail(std::string(size.status().message()));

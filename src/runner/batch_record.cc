@@ -51,6 +51,45 @@ std::optional<std::string> ReadContent(const Json& content, size_t index, std::s
   return absl::StrCat("body.messages[", index, "].content must be a string");
 }
 
+// The tool-calling fields of a chat message: an assistant's tool_calls, a tool message's
+// tool_call_id. Any other message carrying them is refused (they would be dropped).
+std::optional<std::string> ReadToolHistory(const Json& msg, size_t index, ChatMessage* message) {
+  const std::string at = absl::StrCat("body.messages[", index, "]");
+  auto calls = msg.find("tool_calls");
+  if (calls != msg.end() && !calls->is_null()) {
+    if (message->role != "assistant") return absl::StrCat(at, ".tool_calls: only assistant messages carry tool calls");
+    if (!calls->is_array() || calls->empty() || calls->size() > 128) {
+      return absl::StrCat(at, ".tool_calls must be an array of 1 to 128 calls");
+    }
+    for (size_t k = 0; k < calls->size(); ++k) {
+      const Json& call = (*calls)[k];
+      const std::string call_at = absl::StrCat(at, ".tool_calls[", k, "]");
+      const Json& function = JsonField(call, "function");
+      if (!call.is_object() || JsonString(call, "type") != "function" || !JsonField(call, "id").is_string() ||
+          !function.is_object() || !JsonField(function, "name").is_string() ||
+          !JsonField(function, "arguments").is_string()) {
+        return absl::StrCat(call_at, " must be {\"id\": string, \"type\": \"function\", \"function\": {\"name\": "
+                            "string, \"arguments\": string of JSON}}");
+      }
+      // The template renders the arguments as JSON (most write them with tojson).
+      if (!ParseJson(function["arguments"].get<std::string>()).ok()) {
+        return absl::StrCat(call_at, ".function.arguments is not JSON text");
+      }
+    }
+    message->tool_calls = *calls;
+  }
+  auto id = msg.find("tool_call_id");
+  if (message->role == "tool") {
+    if (id == msg.end() || !id->is_string() || id->get<std::string>().empty()) {
+      return absl::StrCat(at, ": a tool message needs tool_call_id (the id of the call it answers)");
+    }
+    message->tool_call_id = id->get<std::string>();
+  } else if (id != msg.end() && !id->is_null()) {
+    return absl::StrCat(at, ".tool_call_id: only tool messages carry it");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool IsBlankLine(std::string_view line) {
@@ -199,24 +238,28 @@ ParsedRecord ParseRecordLineUnchecked(std::string_view line) {
         ChatMessage message;
         message.role = msg["role"].get<std::string>();
         if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
-            message.role != "developer") {
+            message.role != "developer" && message.role != "tool") {
           return Fail(custom_id, kErrorInvalidRequest,
                       absl::StrCat("body.messages[", i, "].role '", Excerpt(message.role, 40),
-                                   "' is not one of system, developer, user, assistant"));
+                                   "' is not one of system, developer, user, assistant, tool"));
         }
         if (message.role == "developer") message.role = "system";
+        if (auto err = ReadToolHistory(msg, i, &message)) {
+          return Fail(custom_id, kErrorInvalidRequest, *err, absl::StrCat("body.messages[", i, "]"));
+        }
         auto c = msg.find("content");
         if (c == msg.end() || c->is_null()) {
-          return Fail(custom_id, kErrorInvalidRequest,
-                      absl::StrCat("body.messages[", i, "] has no content"));
-        }
-        if (auto err = ReadContent(*c, i, &message.content)) {
+          // An assistant message that only calls tools has no content (OpenAI's shape).
+          if (!message.tool_calls.is_array()) {
+            return Fail(custom_id, kErrorInvalidRequest, absl::StrCat("body.messages[", i, "] has no content"));
+          }
+        } else if (auto err = ReadContent(*c, i, &message.content)) {
           return Fail(custom_id, kErrorInvalidRequest, *err);
         }
         request.messages.push_back(std::move(message));
       }
       bool any_text = false;
-      for (const auto& msg : request.messages) any_text |= !msg.content.empty();
+      for (const auto& msg : request.messages) any_text |= !msg.content.empty() || msg.tool_calls.is_array();
       if (!any_text) return Fail(custom_id, kErrorEmptyPrompt, "every message's content is empty");
       break;
     }
@@ -323,9 +366,11 @@ Json MakeResponseLine(std::string_view custom_id, Json body) {
 }
 
 Json Usage::ToJson() const {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+  Json usage = {{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens}};
+  if (reasoning_tokens) usage["completion_tokens_details"] = {{"reasoning_tokens", *reasoning_tokens}};
+  return usage;
 }
 
 Json MakeCompletionBody(std::string_view custom_id, std::string_view model, std::string_view text,

@@ -28,8 +28,25 @@ enum class Endpoint { kCompletions, kChatCompletions, kEmbeddings };
 std::string_view EndpointUrl(Endpoint endpoint);
 
 struct ChatMessage {
-  std::string role;
+  std::string role;  // system (developer too), user, assistant, tool
   std::string content;
+  // assistant: the calls it made, OpenAI's tool_calls array as given (checked: id, type
+  // "function", function {name, arguments string}); null when none.
+  Json tool_calls;
+  std::string tool_call_id;  // tool: the call this message answers
+};
+
+// Tool calling (chat): the functions the model may call and whether it must.
+struct ToolParams {
+  enum class Choice { kAuto, kNone, kRequired, kNamed };
+  // The request's tools array, checked ({"type": "function", "function": {"name", "description",
+  // "parameters"}}); null when the request has none.
+  Json tools;
+  Choice choice = Choice::kAuto;
+  std::string function;  // kNamed: the function the answer must call
+  bool parallel = true;  // parallel_tool_calls (OpenAI's default: true)
+  // True when the answer may contain tool calls (tools given, tool_choice not "none").
+  bool Active() const { return tools.is_array() && !tools.empty() && choice != Choice::kNone; }
 };
 
 struct LogitBias {
@@ -85,6 +102,7 @@ struct InferenceRequest {
   std::vector<std::string> inputs;    // kEmbeddings
   SamplingParams sampling;
   OutputFormat format;
+  ToolParams tools;  // kChatCompletions
   // Log probabilities of generated tokens: -1 none; otherwise how many alternatives per token
   // (chat: logprobs true and top_logprobs 0..20; completions: the integer logprobs 0..5).
   int logprobs = -1;
@@ -92,6 +110,8 @@ struct InferenceRequest {
   int n = 1;
 };
 inline constexpr int kMaxChoices = 16;
+// Functions in one request's tools (OpenAI's limit).
+inline constexpr size_t kMaxTools = 128;
 
 // Error codes of per-record errors (the "code" of an error line).
 inline constexpr std::string_view kErrorInvalidJson = "invalid_json";
@@ -152,6 +172,9 @@ Json MakeResponseLine(std::string_view custom_id, Json body);
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  // Of completion_tokens, those of the answer's reasoning (models whose template reasons; then
+  // reported as completion_tokens_details.reasoning_tokens).
+  std::optional<int> reasoning_tokens;
   Json ToJson() const;
 };
 

@@ -12,7 +12,7 @@ bool IsFalse(const Json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool IsOne(const Json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }
 bool IsEmptyString(const Json& v) { return v.is_string() && v.get<std::string>().empty(); }
 bool IsEmptyArray(const Json& v) { return v.is_array() && v.empty(); }
-bool IsNoTool(const Json& v) { return v.is_string() && v.get<std::string>() == "none"; }
+[[maybe_unused]] bool IsNoTool(const Json& v) { return v.is_string() && v.get<std::string>() == "none"; }
 bool IsTextModality(const Json& v) { return v.is_array() && v.size() == 1 && v[0] == "text"; }
 
 constexpr bool kC = true, kX = false;  // readability of the endpoint columns below
@@ -46,6 +46,9 @@ const std::vector<ParameterRule>& Table() {
       {"repeat_penalty", kC, kC, kX, S::kServed, "", "llama.cpp's extension; 1 is off", nullptr},
       {"grammar", kC, kC, kX, S::kServed, "", "llama.cpp's extension: GBNF text", nullptr},
       {"json_schema", kC, kC, kX, S::kServed, "", "llama.cpp's extension: a JSON schema", nullptr},
+      {"tools", kC, kX, kX, S::kServed, "", "up to 128 functions, rendered by the model's chat template", nullptr},
+      {"tool_choice", kC, kX, kX, S::kServed, "", "none, auto, required or a named function; required and named decode under a grammar", nullptr},
+      {"parallel_tool_calls", kC, kX, kX, S::kServed, "", "true or false, as the model's template handles it", nullptr},
       {"encoding_format", kX, kX, kC, S::kServed, "", "\"float\" only", nullptr},
       {"user", kC, kC, kC, S::kIgnored, "", "an end-user id for abuse monitoring; no effect on the answer", nullptr},
       {"safety_identifier", kC, kX, kX, S::kIgnored, "", "an end-user id for abuse monitoring; no effect on the answer", nullptr},
@@ -60,9 +63,6 @@ const std::vector<ParameterRule>& Table() {
       {"echo", kX, kC, kX, S::kRefused, "false", "the prompt is not repeated in the answer", &IsFalse},
       {"best_of", kX, kC, kX, S::kRefused, "1", "one candidate per choice", &IsOne},
       {"suffix", kX, kC, kX, S::kRefused, "\"\"", "no fill-in-the-middle", &IsEmptyString},
-      {"tools", kC, kX, kX, S::kRefused, "[]", "tool calling is not served yet", &IsEmptyArray},
-      {"tool_choice", kC, kX, kX, S::kRefused, "\"none\"", "tool calling is not served yet", &IsNoTool},
-      {"parallel_tool_calls", kC, kX, kX, S::kRefused, "null", "tool calling is not served yet", nullptr},
       {"functions", kC, kX, kX, S::kRefused, "[]", "deprecated function calling is not served", &IsEmptyArray},
       {"function_call", kC, kX, kX, S::kRefused, "\"none\"", "deprecated function calling is not served", &IsNoTool},
       {"audio", kC, kX, kX, S::kRefused, "null", "text models only", nullptr},
@@ -274,6 +274,112 @@ std::optional<BodyError> ReadOutputFormat(const Json& body, OutputFormat* format
   return std::nullopt;
 }
 
+bool IsFunctionName(const std::string& name) {
+  // OpenAI's rule: a-z, A-Z, 0-9, underscores and dashes, at most 64.
+  return !name.empty() && name.size() <= 64 &&
+         name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == std::string::npos;
+}
+
+std::optional<BodyError> ReadToolList(const Json& list, Json* tools) {
+  if (!list.is_array() || list.size() > kMaxTools) {
+    return Invalid(absl::StrCat("body.tools must be an array of at most ", kMaxTools, " tools"), "tools");
+  }
+  *tools = Json::array();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Json& tool = list[i];
+    const std::string param = absl::StrCat("tools[", i, "]");
+    if (!tool.is_object() || JsonString(tool, "type") != "function" || !JsonField(tool, "function").is_object()) {
+      return Invalid(absl::StrCat("body.", param, " must be {\"type\": \"function\", \"function\": {\"name\", "
+                                  "\"description\", \"parameters\"}} (only function tools are served)"),
+                     param);
+    }
+    const Json& function = tool["function"];
+    for (const auto& [key, value] : function.items()) {
+      if (key != "name" && key != "description" && key != "parameters" && key != "strict") {
+        return Invalid(absl::StrCat("body.", param, ".function.", Excerpt(key, 40), " is not a field of a function"),
+                       absl::StrCat(param, ".function"));
+      }
+    }
+    const std::string name = JsonString(function, "name");
+    if (!IsFunctionName(name)) {
+      return Invalid(absl::StrCat("body.", param, ".function.name must be 1 to 64 of a-z, A-Z, 0-9, _ and -"),
+                     absl::StrCat(param, ".function.name"));
+    }
+    for (const Json& seen : *tools) {
+      if (seen["function"]["name"] == name) {
+        return Invalid(absl::StrCat("body.tools: the function name '", name, "' is given twice"), param);
+      }
+    }
+    if (auto d = function.find("description"); d != function.end() && !d->is_null() && !d->is_string()) {
+      return Invalid(absl::StrCat("body.", param, ".function.description must be a string"),
+                     absl::StrCat(param, ".function.description"));
+    }
+    if (auto st = function.find("strict"); st != function.end() && !st->is_null() && !st->is_boolean()) {
+      return Invalid(absl::StrCat("body.", param, ".function.strict must be true or false"),
+                     absl::StrCat(param, ".function.strict"));
+    }
+    Json parameters = {{"type", "object"}, {"properties", Json::object()}};  // OpenAI's default: no arguments
+    if (auto p = function.find("parameters"); p != function.end() && !p->is_null()) {
+      if (!p->is_object()) {
+        return Invalid(absl::StrCat("body.", param, ".function.parameters must be a JSON schema (an object)"),
+                       absl::StrCat(param, ".function.parameters"));
+      }
+      parameters = *p;
+    }
+    Json checked = {{"type", "function"}, {"function", {{"name", name}, {"parameters", std::move(parameters)}}}};
+    if (function.contains("description") && function["description"].is_string()) {
+      checked["function"]["description"] = function["description"];
+    }
+    tools->push_back(std::move(checked));
+  }
+  return std::nullopt;
+}
+
+// tools, tool_choice and parallel_tool_calls, as OpenAI checks them: a choice or parallel setting
+// without tools is an error, and a named function must be one of the tools.
+std::optional<BodyError> ReadTools(const Json& body, ToolParams* out) {
+  const Json& list = JsonField(body, "tools");
+  const Json& choice = JsonField(body, "tool_choice");
+  const Json& parallel = JsonField(body, "parallel_tool_calls");
+  if (!list.is_null()) {
+    if (auto err = ReadToolList(list, &out->tools)) return err;
+  }
+  const bool has_tools = out->tools.is_array() && !out->tools.empty();
+  if (!choice.is_null()) {
+    const char* expected = "body.tool_choice must be \"none\", \"auto\", \"required\" or "
+                           "{\"type\": \"function\", \"function\": {\"name\": ...}}";
+    if (choice.is_string()) {
+      const std::string c = choice.get<std::string>();
+      if (c == "none") out->choice = ToolParams::Choice::kNone;
+      else if (c == "auto") out->choice = ToolParams::Choice::kAuto;
+      else if (c == "required") out->choice = ToolParams::Choice::kRequired;
+      else return Invalid(expected, "tool_choice");
+    } else if (choice.is_object() && JsonString(choice, "type") == "function" &&
+               JsonField(JsonField(choice, "function"), "name").is_string()) {
+      out->choice = ToolParams::Choice::kNamed;
+      out->function = choice["function"]["name"].get<std::string>();
+      bool known = false;
+      for (const Json& tool : out->tools.is_array() ? out->tools : Json::array()) known |= tool["function"]["name"] == out->function;
+      if (!known) {
+        return Invalid(absl::StrCat("body.tool_choice names the function '", Excerpt(out->function, 64),
+                                    "', which is not in body.tools"),
+                       "tool_choice");
+      }
+    } else {
+      return Invalid(expected, "tool_choice");
+    }
+    if (!has_tools && out->choice != ToolParams::Choice::kNone) {
+      return Invalid("body.tool_choice is only allowed when body.tools has functions", "tool_choice");
+    }
+  }
+  if (!parallel.is_null()) {
+    if (!parallel.is_boolean()) return Invalid("body.parallel_tool_calls must be true or false", "parallel_tool_calls");
+    if (!has_tools) return Invalid("body.parallel_tool_calls is only allowed when body.tools has functions", "parallel_tool_calls");
+    out->parallel = parallel.get<bool>();
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 const std::vector<ParameterRule>& ParameterTable() { return Table(); }
@@ -302,6 +408,15 @@ std::optional<BodyError> ReadGenerationParams(const Json& body, Endpoint endpoin
   if (auto err = ReadSampling(body, &request->sampling)) return err;
   if (auto err = ReadLogprobs(body, endpoint, &request->logprobs)) return err;
   if (auto err = ReadOutputFormat(body, &request->format)) return err;
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (auto err = ReadTools(body, &request->tools)) return err;
+    if (request->tools.Active() && request->format.kind != OutputFormat::Kind::kText) {
+      // The tool-call grammar and a format's grammar cannot both constrain one answer.
+      return Invalid("give either body.tools (with tool_choice other than \"none\") or an output format "
+                     "(response_format json_object/json_schema, json_schema, grammar), not both",
+                     "tool_choice");
+    }
+  }
   std::optional<int> n;
   if (auto err = ReadInt(body, "n", 1, kMaxChoices, &n)) return err;
   request->n = n.value_or(1);

@@ -38,13 +38,14 @@ std::vector<std::string> ChatLines(int n, const std::string& stall_at = "") {
 class OpenAiSdk : public ::testing::TestWithParam<std::string> {
  protected:
   // A pool serving the OpenAI API with the test models, and keys for two teams.
-  void StartPool(const std::string& name, const std::string& backend = "embedded", int lease_ttl_ms = 6000) {
+  void StartPool(const std::string& name, const std::string& backend = "embedded", int lease_ttl_ms = 6000,
+                 const std::string& openai_models = kModelsDir) {
     dir_ = TempDir("openai-" + name);
     pool_ = std::make_unique<ProcessPool>(kBin + "/minions", dir_ + "/pool", lease_ttl_ms);
     pool_->AllowModels({kModelsDir});
     UseBackend(*pool_, backend, "openai_" + name);
     if (HasFatalFailure()) return;
-    pool_->AddServerArgs({"--openai-model-dir", kModelsDir});
+    pool_->AddServerArgs({"--openai-model-dir", openai_models});
     ASSERT_TRUE(pool_->StartServer().ok());
     ASSERT_TRUE(pool_->CreateTeam("search").ok());
     ASSERT_TRUE(pool_->CreateTeam("ads").ok());
@@ -164,10 +165,12 @@ TEST_P(OpenAiSdk, ACancelledBatchGoesCancellingThenCancelledAndKeepsItsPartialOu
   std::filesystem::remove_all(dir_);
 }
 
-// Structured outputs, logprobs, penalties, biases and n served with OpenAI's shapes; tools, stream,
-// unknown fields and bad values refused by name (tests/js/openai_params_check.mjs).
+// Structured outputs, logprobs, penalties, biases, n and tool calls served with OpenAI's shapes;
+// tools on a model that cannot render them, stream, unknown fields and bad values refused by name
+// (tests/js/openai_params_check.mjs).
 TEST_P(OpenAiSdk, EveryRequestParameterIsServedOrRefusedByName) {
-  StartPool("params" + std::to_string(getpid()), GetParam());
+  // The models folder with the tool-calling model beside the text one (make_test_models.cmake).
+  StartPool("params" + std::to_string(getpid()), GetParam(), 6000, std::string(kModelsDir) + "/tools");
   if (HasFatalFailure()) return;
   ASSERT_TRUE(pool_->StartExecutor("e1").ok());
   Subprocess::Options sp;
@@ -185,7 +188,8 @@ TEST_P(OpenAiSdk, EveryRequestParameterIsServedOrRefusedByName) {
   auto summary = ParseJson(out);
   ASSERT_TRUE(summary.ok()) << out;
   EXPECT_EQ((*summary)["served"], 7);
-  EXPECT_EQ((*summary)["refused"], 8);
+  EXPECT_EQ((*summary)["refused"], 9);
+  EXPECT_EQ((*summary)["tool_calls"], 2);
   std::filesystem::remove_all(dir_);
 }
 

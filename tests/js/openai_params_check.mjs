@@ -37,7 +37,9 @@ const served = [
 ];
 const refused = {
   unknown: [chat('unknown', { frobnicate: true }), 'unsupported parameter: frobnicate'],
-  tools: [chat('tools', { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }), 'unsupported parameter: tools'],
+  // The test model's template (ChatML) renders no tools: tools are that record's error there.
+  tools: [chat('tools', { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }), 'does not render tools'],
+  functions: [chat('functions', { functions: [{ name: 'f' }] }), 'unsupported parameter: functions'],
   n: [chat('n', { n: 17 }), 'body.n must be between 1 and 16'],
   stream: [chat('stream', { stream: true }), 'unsupported parameter: stream'],
   audio: [chat('audio', { audio: { voice: 'alloy', format: 'wav' } }), 'unsupported parameter: audio'],
@@ -46,17 +48,39 @@ const refused = {
   top: [chat('top', { top_logprobs: 2 }), 'needs body.logprobs: true'],
 };
 
-const input = `${outDir}/params.jsonl`;
-fs.writeFileSync(input, [...served, ...Object.values(refused).map(([r]) => r)].map((r) => JSON.stringify(r)).join('\n') + '\n');
-const file = await client.files.create({ file: fs.createReadStream(input), purpose: 'batch' });
-const created = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
-let batch = created;
-const deadline = Date.now() + 9 * 60 * 1000;
-while (!['completed', 'failed', 'expired', 'cancelled'].includes(batch.status)) {
-  if (Date.now() > deadline) throw new Error(`batch still ${batch.status}`);
-  await sleep(250);
-  batch = await client.batches.retrieve(created.id);
+// Uploads the records as a batch file and waits for the batch to end.
+async function runBatch(name, records) {
+  const input = `${outDir}/${name}.jsonl`;
+  fs.writeFileSync(input, records.map((r) => JSON.stringify(r)).join('\n') + '\n');
+  const file = await client.files.create({ file: fs.createReadStream(input), purpose: 'batch' });
+  const created = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+  let batch = created;
+  const deadline = Date.now() + 9 * 60 * 1000;
+  while (!['completed', 'failed', 'expired', 'cancelled'].includes(batch.status)) {
+    if (Date.now() > deadline) throw new Error(`batch still ${batch.status}`);
+    await sleep(250);
+    batch = await client.batches.retrieve(created.id);
+  }
+  return batch;
 }
+
+// Tool calls on the model whose template renders tools (Qwen 2.5's): required and named choices
+// decode under the tool-call grammar, so even random weights answer with a well-formed call.
+const weather = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'Weather of a city',
+    parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] }, days: { type: 'integer', minimum: 1, maximum: 7 } }, required: ['city', 'days'], additionalProperties: false },
+  },
+};
+const toolChat = (id, extra) => chat(id, { model: 'text-tools', max_tokens: 200, tools: [weather], ...extra });
+const toolRecords = [
+  toolChat('tool-required', { tool_choice: 'required', parallel_tool_calls: false }),
+  toolChat('tool-named', { tool_choice: { type: 'function', function: { name: 'get_weather' } } }),
+];
+
+const batch = await runBatch('params', [...served, ...Object.values(refused).map(([r]) => r)]);
 try {
   assert.equal(batch.status, 'completed', JSON.stringify(batch.errors));
   const output = lines(await (await client.files.content(batch.output_file_id)).text());
@@ -102,7 +126,25 @@ try {
   }
   assert.equal(byId.unknown.response.body.error.code, 'unsupported_parameter');
   assert.equal(byId.unknown.response.body.error.param, 'body.frobnicate');
-  console.log(JSON.stringify({ id: batch.id, served: output.length, refused: errors.length }));
+
+  const toolBatch = await runBatch('tools', toolRecords);
+  assert.equal(toolBatch.status, 'completed', JSON.stringify(toolBatch.errors));
+  const toolLines = lines(await (await client.files.content(toolBatch.output_file_id)).text());
+  assert.equal(toolLines.length, toolRecords.length, JSON.stringify(toolLines));
+  for (const line of toolLines) {
+    const choice = line.response.body.choices[0];
+    assert.equal(choice.finish_reason, 'tool_calls', JSON.stringify(line));
+    assert.equal(choice.message.content, null, JSON.stringify(line));
+    assert.equal(choice.message.tool_calls.length, 1, JSON.stringify(line));
+    const call = choice.message.tool_calls[0];
+    assert.match(call.id, /^call_[0-9a-f]{16}$/);
+    assert.equal(call.type, 'function');
+    assert.equal(call.function.name, 'get_weather');
+    const args = JSON.parse(call.function.arguments);
+    assert.ok(['Paris', 'Oslo'].includes(args.city), call.function.arguments);
+    assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 7, call.function.arguments);
+  }
+  console.log(JSON.stringify({ id: batch.id, served: output.length, refused: errors.length, tool_calls: toolLines.length }));
 } catch (error) {
   console.error(error && error.stack ? error.stack : error);
   process.exit(1);

@@ -14,6 +14,7 @@
 #include "engine_test_util.h"
 #include "llama.h"
 #include "runner/llama/llama_engine.h"
+#include "runner/llama/record_sampler.h"
 #include "test_env.h"
 
 namespace minions::llama_runner {
@@ -287,6 +288,37 @@ TEST_F(Sampling, NChoicesEachHaveTheirOwnSeededStream) {
   EXPECT_EQ(results[1].usage.completion_tokens, tokens);
   // Computed once: the other choices took the prompt's cells.
   EXPECT_GT(results[1].cached_tokens, 0);
+}
+
+// The legacy completions shape keys alternatives by their text: two tokens that spell the same
+// text (a byte token and its character; equal partial-UTF-8 bytes) would share a key. The most
+// likely keeps it, with its own log probability; chat's list shape keeps all of them.
+TEST(Logprobs, LegacyAlternativesThatSpellTheSameTextKeepTheMostLikely) {
+  TokenLogprob entry;
+  entry.token = 1;
+  entry.logprob = -0.1f;
+  entry.top = {{1, -0.1f}, {2, -1.5f}, {3, -2.0f}, {4, -3.0f}};
+  auto piece = [](int32_t token) -> std::string {
+    switch (token) {
+      case 1: return "A";
+      case 2: return "A";       // e.g. the byte-fallback token <0x41>
+      case 3: return "\xe2";    // half a character
+      default: return "\xe2";   // the same byte again
+    }
+  };
+  Json legacy = LogprobsJson({entry}, Endpoint::kCompletions, 4, 100, piece);
+  const Json& top = legacy["top_logprobs"][0];
+  ASSERT_EQ(top.size(), 2u) << top.dump();
+  EXPECT_FLOAT_EQ(top["A"].get<float>(), -0.1f);
+  EXPECT_FLOAT_EQ(top["bytes:\\xe2"].get<float>(), -2.0f);
+  EXPECT_FLOAT_EQ(legacy["token_logprobs"][0].get<float>(), -0.1f);
+
+  Json chat = LogprobsJson({entry}, Endpoint::kChatCompletions, 4, 100, piece);
+  const Json& alternatives = chat["content"][0]["top_logprobs"];
+  ASSERT_EQ(alternatives.size(), 4u);
+  EXPECT_EQ(alternatives[1]["token"], "A");
+  EXPECT_FLOAT_EQ(alternatives[1]["logprob"].get<float>(), -1.5f);
+  EXPECT_EQ(alternatives[3]["bytes"], Json::array({0xe2}));
 }
 
 }  // namespace

@@ -43,10 +43,6 @@ TEST(BodyFields, AnUnknownFieldIsRefusedByName) {
 TEST(BodyFields, RefusedFieldsPassOnlyWithTheirNotUsedValues) {
   ExpectRefused(Chat(R"(,"stream":true)"), "stream");
   EXPECT_TRUE(Chat(R"(,"stream":false)").ok());
-  ExpectRefused(Chat(R"(,"tools":[{"type":"function","function":{"name":"f"}}])"), "tools");
-  EXPECT_TRUE(Chat(R"(,"tools":[],"tool_choice":"none","parallel_tool_calls":null)").ok());
-  ExpectRefused(Chat(R"(,"tool_choice":"auto")"), "tool_choice");
-  ExpectRefused(Chat(R"(,"parallel_tool_calls":true)"), "parallel_tool_calls");
   ExpectRefused(Chat(R"(,"functions":[{"name":"f"}])"), "functions");
   ExpectRefused(Chat(R"(,"audio":{"voice":"alloy"})"), "audio");
   ExpectRefused(Chat(R"(,"modalities":["text","audio"])"), "modalities");
@@ -148,6 +144,114 @@ TEST(BodyFields, OutputFormatsAreRead) {
 }
 
 // docs/openai-parameters.md has one table row per parameter the code knows, with its status.
+void ExpectInvalid(const ParsedRecord& r, const std::string& param, const std::string& says) {
+  ASSERT_FALSE(r.ok()) << param;
+  EXPECT_EQ(r.error_code, kErrorInvalidRequest) << r.error_message;
+  EXPECT_EQ(r.error_param, param) << r.error_message;
+  EXPECT_THAT(r.error_message, HasSubstr(says));
+}
+
+constexpr char kWeather[] =
+    R"({"type":"function","function":{"name":"get_weather","description":"Weather of a city",)"
+    R"("parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}})";
+
+TEST(Tools, ToolsAndChoicesAreRead) {
+  auto r = Chat(std::string(R"(,"tools":[)") + kWeather + R"(,{"type":"function","function":{"name":"now"}}])" +
+                R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}},"parallel_tool_calls":false)");
+  ASSERT_TRUE(r.ok()) << r.error_message;
+  const ToolParams& t = r.request->tools;
+  ASSERT_EQ(t.tools.size(), 2u);
+  EXPECT_EQ(t.tools[0]["function"]["description"], "Weather of a city");
+  // A function without parameters takes none (OpenAI's default), written out for the template.
+  EXPECT_EQ(t.tools[1]["function"]["parameters"], Json::parse(R"({"type":"object","properties":{}})"));
+  EXPECT_EQ(t.choice, ToolParams::Choice::kNamed);
+  EXPECT_EQ(t.function, "get_weather");
+  EXPECT_FALSE(t.parallel);
+  EXPECT_TRUE(t.Active());
+  for (const auto& [choice, want] : std::vector<std::pair<std::string, ToolParams::Choice>>{
+           {"none", ToolParams::Choice::kNone}, {"auto", ToolParams::Choice::kAuto},
+           {"required", ToolParams::Choice::kRequired}}) {
+    auto c = Chat(std::string(R"(,"tools":[)") + kWeather + R"(],"tool_choice":")" + choice + "\"");
+    ASSERT_TRUE(c.ok()) << c.error_message;
+    EXPECT_EQ(c.request->tools.choice, want);
+  }
+  // tools: [] and tool_choice "none" mean no tools, as before.
+  auto none = Chat(R"(,"tools":[],"tool_choice":"none","parallel_tool_calls":null)");
+  ASSERT_TRUE(none.ok()) << none.error_message;
+  EXPECT_FALSE(none.request->tools.Active());
+}
+
+TEST(Tools, BadToolSpecsAreRefusedNamingTheField) {
+  const std::string w = kWeather;
+  ExpectInvalid(Chat(R"(,"tools":{"a":1})"), "body.tools", "must be an array");
+  ExpectInvalid(Chat(R"(,"tools":[{"type":"code_interpreter"}])"), "body.tools[0]", "only function tools");
+  ExpectInvalid(Chat(R"(,"tools":[{"type":"function","function":{"name":"bad name!"}}])"),
+                "body.tools[0].function.name", "a-z, A-Z, 0-9");
+  ExpectInvalid(Chat(R"(,"tools":[{"type":"function","function":{"name":")" + std::string(65, 'a') + R"("}}])"),
+                "body.tools[0].function.name", "1 to 64");
+  ExpectInvalid(Chat(R"(,"tools":[{"type":"function","function":{"description":"no name"}}])"),
+                "body.tools[0].function.name", "1 to 64");
+  ExpectInvalid(Chat(",\"tools\":[" + w + "," + w + "]"), "body.tools[1]", "given twice");
+  ExpectInvalid(Chat(R"(,"tools":[{"type":"function","function":{"name":"f","parameters":"x"}}])"),
+                "body.tools[0].function.parameters", "a JSON schema");
+  ExpectInvalid(Chat(R"(,"tools":[{"type":"function","function":{"name":"f","description":3}}])"),
+                "body.tools[0].function.description", "a string");
+  ExpectInvalid(Chat(R"(,"tools":[{"type":"function","function":{"name":"f","strict":"yes"}}])"),
+                "body.tools[0].function.strict", "true or false");
+  ExpectInvalid(Chat(R"(,"tools":[{"type":"function","function":{"name":"f","returns":{}}}])"),
+                "body.tools[0].function", "not a field of a function");
+  std::string many = ",\"tools\":[";
+  for (int i = 0; i <= 128; ++i) many += (i ? "," : "") + std::string(R"({"type":"function","function":{"name":"f)") + std::to_string(i) + "\"}}";
+  ExpectInvalid(Chat(many + "]"), "body.tools", "at most 128");
+  // tool_choice and parallel_tool_calls need tools; a named function must be one of them.
+  ExpectInvalid(Chat(R"(,"tool_choice":"auto")"), "body.tool_choice", "only allowed when body.tools");
+  ExpectInvalid(Chat(R"(,"tool_choice":"required","tools":[])"), "body.tool_choice", "only allowed when body.tools");
+  ExpectInvalid(Chat(R"(,"parallel_tool_calls":true)"), "body.parallel_tool_calls", "only allowed when body.tools");
+  ExpectInvalid(Chat(",\"tools\":[" + w + R"(],"parallel_tool_calls":"yes")"), "body.parallel_tool_calls", "true or false");
+  ExpectInvalid(Chat(",\"tools\":[" + w + R"(],"tool_choice":"always")"), "body.tool_choice", "\"required\"");
+  ExpectInvalid(Chat(",\"tools\":[" + w + R"(],"tool_choice":{"type":"function","function":{"name":"other"}})"),
+                "body.tool_choice", "'other', which is not in body.tools");
+  ExpectInvalid(Chat(",\"tools\":[" + w + R"(],"tool_choice":{"type":"function"})"), "body.tool_choice", "\"required\"");
+  // A tool-call grammar and an output format's grammar cannot both hold.
+  ExpectInvalid(Chat(",\"tools\":[" + w + R"(],"response_format":{"type":"json_object"})"), "body.tool_choice", "not both");
+  EXPECT_TRUE(Chat(",\"tools\":[" + w + R"(],"tool_choice":"none","response_format":{"type":"json_object"})").ok());
+  // Deprecated function calling stays refused.
+  ExpectRefused(Chat(R"(,"functions":[{"name":"f"}])"), "functions");
+  ExpectRefused(Chat(R"(,"function_call":"auto")"), "function_call");
+}
+
+ParsedRecord ChatMessages(const std::string& messages) {
+  return ParseRecordLine(R"({"custom_id":"c","url":"/v1/chat/completions","body":{"model":"m","messages":)" + messages + "}}");
+}
+
+TEST(Tools, ToolHistoryIsReadAndChecked) {
+  auto r = ChatMessages(
+      R"([{"role":"user","content":"weather?"},)"
+      R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},)"
+      R"({"role":"tool","tool_call_id":"call_1","content":"sunny"}])");
+  ASSERT_TRUE(r.ok()) << r.error_message;
+  ASSERT_EQ(r.request->messages.size(), 3u);
+  EXPECT_EQ(r.request->messages[1].tool_calls[0]["id"], "call_1");
+  EXPECT_EQ(r.request->messages[2].role, "tool");
+  EXPECT_EQ(r.request->messages[2].tool_call_id, "call_1");
+
+  auto bad = [](const std::string& messages, const std::string& says) {
+    auto p = ChatMessages(messages);
+    ASSERT_FALSE(p.ok()) << messages;
+    EXPECT_EQ(p.error_code, kErrorInvalidRequest);
+    EXPECT_THAT(p.error_message, HasSubstr(says));
+  };
+  bad(R"([{"role":"tool","content":"sunny"}])", "needs tool_call_id");
+  bad(R"([{"role":"user","content":"x","tool_calls":[]}])", "only assistant messages carry tool calls");
+  bad(R"([{"role":"user","content":"x","tool_call_id":"c"}])", "only tool messages carry it");
+  bad(R"([{"role":"assistant","tool_calls":[]}])", "1 to 128 calls");
+  bad(R"([{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f"}}]}])", "arguments");
+  bad(R"([{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{nope"}}]}])",
+      "not JSON text");
+  bad(R"([{"role":"assistant"}])", "has no content");
+  bad(R"([{"role":"robot","content":"x"}])", "system, developer, user, assistant, tool");
+}
+
 TEST(BodyFields, TheDocsTableListsEveryParameter) {
   std::ifstream in(std::string(MINIONS_TEST_SOURCE_DIR) + "/docs/openai-parameters.md");
   ASSERT_TRUE(in) << "docs/openai-parameters.md is missing";

@@ -31,6 +31,9 @@ std::optional<WorkResult> AddChoice(const WorkItem& item, WorkResult result) {
   // The prompt is the record's once; every choice's tokens count.
   group.usage.prompt_tokens = result.usage.prompt_tokens;
   group.usage.completion_tokens += result.usage.completion_tokens;
+  if (result.usage.reasoning_tokens) {
+    group.usage.reasoning_tokens = group.usage.reasoning_tokens.value_or(0) + *result.usage.reasoning_tokens;
+  }
   group.cached_tokens = std::max(group.cached_tokens, result.cached_tokens);
   if (--group.remaining > 0) return std::nullopt;
   group.answered = true;

@@ -24,6 +24,7 @@
 #include "common/logging.h"
 #include "llama.h"
 #include "runner/llama/batch_add.h"
+#include "runner/llama/chat_tools.h"
 #include "runner/llama/choices.h"
 #include "runner/llama/devices.h"
 #include "runner/llama/fingerprint.h"
@@ -155,6 +156,7 @@ struct LlamaEngine::Slot {
   int32_t logit_index = -1;       // row of this slot's logits in the last batch, -1 if none
   llama_sampler* sampler = nullptr;  // the plain path's chain (null: greedy argmax)
   std::unique_ptr<RecordSampler> rich;  // instead, for records that ask for more (grammar, logprobs...)
+  std::shared_ptr<const RenderedChat> chat;  // rendered by chat_tools.h: its parser splits the answer
 };
 
 namespace {
@@ -374,6 +376,7 @@ absl::StatusOr<std::unique_ptr<LlamaEngine>> LlamaEngine::Load(
   engine->embedding_model_ = (!pooling.empty() && pooling != "0") || causal == "false";
   if (const char* tmpl = llama_model_chat_template(engine->model_, nullptr)) {
     engine->chat_template_ = tmpl;
+    if (!engine->embedding_model_) engine->chat_templates_ = ChatTemplates::Create(engine->model_);
   }
   if (engine->embedding_model_) {
     if (auto s = engine->EnsureEmbeddingContext(); !s.ok()) return s;
@@ -500,8 +503,17 @@ Json LlamaEngine::Info() const {
   return info;
 }
 
-absl::StatusOr<std::string> LlamaEngine::PromptText(const InferenceRequest& request) const {
+absl::StatusOr<std::string> LlamaEngine::PromptText(const InferenceRequest& request,
+                                                    std::shared_ptr<const RenderedChat>* rendered_chat) const {
   if (request.endpoint == Endpoint::kCompletions) return request.prompt;
+  if (chat_templates_ && chat_templates_->Handles(request)) {
+    auto rendered = chat_templates_->Render(request);
+    if (!rendered.ok()) return rendered.status();
+    std::string prompt = rendered->prompt;
+    if (rendered_chat) *rendered_chat = std::make_shared<const RenderedChat>(std::move(*rendered));
+    return prompt;
+  }
+  if (UsesTools(request)) return NoTemplateForTools();  // a model without a template of its own
   std::vector<llama_chat_message> chat;
   for (const auto& m : request.messages) chat.push_back({m.role.c_str(), m.content.c_str()});
   // Without a template of its own the model gets ChatML, the most common format.
@@ -626,6 +638,11 @@ void LlamaEngine::ServeStream(WorkSource& source) {
                     ? MakeChatCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created)
                     : MakeCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created);
     body["system_fingerprint"] = fingerprint_;
+    if (slot.chat) {
+      usage.reasoning_tokens = ShapeChatAnswer(*slot.chat, slot.text, finish_reason, req.custom_id, slot.item.choice,
+                                               vocab, body["choices"][0]);
+      body["usage"] = usage.ToJson();
+    }
     if (slot.rich && req.logprobs >= 0) {
       body["choices"][0]["logprobs"] = LogprobsJson(slot.rich->logprobs(), req.endpoint, req.logprobs, slot.text.size(),
                                                     [this](int32_t token) { return TokenPiece(token); });
@@ -666,10 +683,14 @@ void LlamaEngine::ServeStream(WorkSource& source) {
   // if the item was answered with an error instead.
   auto admit = [&](WorkItem item) -> bool {
     const auto& req = item.request;
-    auto text = PromptText(req);
+    std::shared_ptr<const RenderedChat> chat;
+    auto text = PromptText(req, &chat);
     if (!text.ok()) {
       fail(item, kErrorInvalidRequest, std::string(text.status().message()));
       return false;
+    }
+    if (chat) {
+      for (const std::string& stop : chat->stops) item.request.sampling.stop.push_back(stop);
     }
     std::vector<llama_token> prompt = Tokenize(*text, req.endpoint == Endpoint::kChatCompletions);
     if (prompt.empty()) {
@@ -698,7 +719,7 @@ void LlamaEngine::ServeStream(WorkSource& source) {
       max_tokens = std::min(default_max, n_ctx_per_seq_ - n_prompt);
     }
     const uint64_t seed = req.sampling.seed.value_or(DefaultSeed(req.custom_id));
-    auto rich = RecordSampler::Create(model_, req, seed, max_tokens, *grammars_);
+    auto rich = RecordSampler::Create(model_, req, seed, max_tokens, *grammars_, chat ? &chat->grammar : nullptr, &prompt);
     if (!rich.ok()) {
       fail(item, kErrorInvalidRequest, std::string(rich.status().message()));
       return false;
@@ -728,6 +749,7 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     slot.decoding_pending = false;
     slot.logit_index = -1;
     slot.rich = std::move(*rich);
+    slot.chat = std::move(chat);
     slot.sampler = slot.rich ? nullptr : RecordSampler::PlainChain(req.sampling, seed);
     slot.item = std::move(item);
     if (share_prefixes_) SharePrefix(index);
@@ -878,6 +900,7 @@ void LlamaEngine::Release(Slot& slot) {
   if (slot.sampler) llama_sampler_free(slot.sampler);
   slot.sampler = nullptr;
   slot.rich.reset();
+  slot.chat.reset();
   slot.active = false;
   slot.waiting_on = -1;
   // Without sharing, a finished record's cells are dropped at once, as they always were.

@@ -32,6 +32,8 @@ struct llama_sampler;
 namespace minions::llama_runner {
 
 class GrammarCache;
+class ChatTemplates;
+struct RenderedChat;
 
 struct ChoiceGroup;
 
@@ -112,8 +114,11 @@ class LlamaEngine {
 
   absl::Status CreateGenerationContext();
   absl::Status EnsureEmbeddingContext();
-  // Prompt text for a completion or chat request (chat: the model's template).
-  absl::StatusOr<std::string> PromptText(const InferenceRequest& request) const;
+  // Prompt text for a completion or chat request (chat: the model's template; through llama.cpp's
+  // Jinja engine for tools and reasoning templates, chat_tools.h, whose grammar and parser go to
+  // `chat` when given).
+  absl::StatusOr<std::string> PromptText(const InferenceRequest& request,
+                                         std::shared_ptr<const RenderedChat>* chat = nullptr) const;
   std::vector<int32_t> Tokenize(const std::string& text, bool parse_special) const;
   std::string TokenPiece(int32_t token) const;
 
@@ -149,6 +154,7 @@ class LlamaEngine {
   Json load_facts_;
   std::vector<Slot> slots_;  // generation slots; slot i decodes sequence i
   std::unique_ptr<GrammarCache> grammars_;  // compiled structured-output grammars, by schema
+  std::unique_ptr<ChatTemplates> chat_templates_;  // the model's own template (null: it has none)
 };
 
 // Sets llama.cpp's log callback: warnings and errors go to stderr through our logging, and the

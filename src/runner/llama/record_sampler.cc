@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "json-schema-to-grammar.h"
 #include "json.h"
+#include "runner/llama/chat_tools.h"
 
 namespace minions::llama_runner {
 namespace {
@@ -121,52 +122,100 @@ GrammarCache::~GrammarCache() {
   }
 }
 
-absl::StatusOr<llama_sampler*> GrammarCache::NewSampler(const OutputFormat& format) {
-  std::string key = absl::StrCat(static_cast<int>(format.kind), ":", format.text);
+GrammarCache::Entry& GrammarCache::Find(std::string key, const std::function<void(Entry&)>& compile) {
   auto it = entries_.find(key);
-  if (it == entries_.end()) {
-    ++compiled_;
-    Entry entry;
+  if (it != entries_.end()) return it->second;
+  ++compiled_;
+  Entry entry;
+  compile(entry);
+  if (entries_.size() >= kMaxEntries) {
+    auto& oldest = entries_[order_.front()];
+    if (oldest.prototype) llama_sampler_free(oldest.prototype);
+    entries_.erase(order_.front());
+    order_.pop_front();
+  }
+  order_.push_back(key);
+  return entries_.emplace(std::move(key), std::move(entry)).first->second;
+}
+
+absl::StatusOr<llama_sampler*> GrammarCache::NewSampler(const OutputFormat& format) {
+  if (format.kind == OutputFormat::Kind::kText) return nullptr;
+  Entry& entry = Find(absl::StrCat(static_cast<int>(format.kind), ":", format.text), [&](Entry& entry) {
     absl::StatusOr<std::string> gbnf;
     switch (format.kind) {
       case OutputFormat::Kind::kJsonObject: gbnf = SchemaToGrammar(R"({"type":"object"})"); break;
       case OutputFormat::Kind::kJsonSchema: gbnf = SchemaToGrammar(format.text); break;
       case OutputFormat::Kind::kGrammar: gbnf = format.text; break;
-      case OutputFormat::Kind::kText: return nullptr;
+      case OutputFormat::Kind::kText: break;
     }
     if (!gbnf.ok()) {
       entry.error = std::string(gbnf.status().message());
-    } else {
-      // llama.cpp's parser logs what is wrong and returns null (or throws on some inputs).
-      std::string said;
-      try {
-        said = CaptureStderr([&] { entry.prototype = llama_sampler_init_grammar(vocab_, gbnf->c_str(), "root"); });
-      } catch (const std::exception& e) {
-        entry.error = e.what();
-      }
-      if (entry.prototype == nullptr && entry.error.empty()) {
-        // The parser's first line says what it expected where ("parse: error parsing grammar: ...").
-        std::string detail = LastLine(said.substr(0, said.find('\n')));
-        entry.error = absl::StrCat(format.kind == OutputFormat::Kind::kGrammar
-                                       ? "the grammar is not valid GBNF with a root rule"
-                                       : "the grammar compiled from the schema was refused by llama.cpp",
-                                   detail.empty() ? "" : ": ", Excerpt(detail, 200));
-      }
+      return;
     }
-    if (entries_.size() >= kMaxEntries) {
-      auto& oldest = entries_[order_.front()];
-      if (oldest.prototype) llama_sampler_free(oldest.prototype);
-      entries_.erase(order_.front());
-      order_.pop_front();
+    // llama.cpp's parser logs what is wrong and returns null (or throws on some inputs).
+    std::string said;
+    try {
+      said = CaptureStderr([&] { entry.prototype = llama_sampler_init_grammar(vocab_, gbnf->c_str(), "root"); });
+    } catch (const std::exception& e) {
+      entry.error = e.what();
     }
-    order_.push_back(key);
-    it = entries_.emplace(std::move(key), std::move(entry)).first;
-  }
-  if (it->second.prototype == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(format.param, ": ", it->second.error));
-  }
-  return llama_sampler_clone(it->second.prototype);
+    if (entry.prototype == nullptr && entry.error.empty()) {
+      // The parser's first line says what it expected where ("parse: error parsing grammar: ...").
+      std::string detail = LastLine(said.substr(0, said.find('\n')));
+      entry.error = absl::StrCat(format.kind == OutputFormat::Kind::kGrammar
+                                     ? "the grammar is not valid GBNF with a root rule"
+                                     : "the grammar compiled from the schema was refused by llama.cpp",
+                                 detail.empty() ? "" : ": ", Excerpt(detail, 200));
+    }
+  });
+  if (entry.prototype == nullptr) return absl::InvalidArgumentError(absl::StrCat(format.param, ": ", entry.error));
+  return llama_sampler_clone(entry.prototype);
 }
+
+absl::StatusOr<llama_sampler*> GrammarCache::NewToolSampler(const ToolGrammar& grammar) {
+  Entry& entry = Find(grammar.Key(), [&](Entry& entry) {
+    std::vector<const char*> patterns;
+    for (const auto& p : grammar.trigger_patterns) patterns.push_back(p.c_str());
+    std::string said;
+    try {
+      said = CaptureStderr([&] {
+        entry.prototype = grammar.lazy ? llama_sampler_init_grammar_lazy_patterns(
+                                             vocab_, grammar.gbnf.c_str(), "root", patterns.data(), patterns.size(),
+                                             grammar.trigger_tokens.data(), grammar.trigger_tokens.size())
+                                       : llama_sampler_init_grammar(vocab_, grammar.gbnf.c_str(), "root");
+      });
+    } catch (const std::exception& e) {
+      entry.error = e.what();
+    }
+    if (entry.prototype == nullptr && entry.error.empty()) {
+      entry.error = absl::StrCat("llama.cpp refused the tool-call grammar it built for these tools: ",
+                                 Excerpt(LastLine(said.substr(0, said.find('\n'))), 200));
+    }
+  });
+  if (entry.prototype == nullptr) return absl::InvalidArgumentError(absl::StrCat("body.tools: ", entry.error));
+  return llama_sampler_clone(entry.prototype);
+}
+
+namespace {
+
+// The tokens at the end of `prompt` that spell `text` exactly (the template's generation prompt,
+// which a tool-call grammar starts with); empty when the token boundaries do not line up.
+std::vector<int32_t> PromptSuffixTokens(const llama_vocab* vocab, const std::vector<int32_t>& prompt,
+                                        const std::string& text) {
+  std::string spelled;
+  size_t i = prompt.size();
+  while (i > 0 && spelled.size() < text.size()) {
+    char buf[256];
+    int32_t n = llama_token_to_piece(vocab, prompt[i - 1], buf, sizeof(buf), 0, true);
+    if (n < 0) return {};
+    spelled.insert(0, buf, static_cast<size_t>(n));
+    --i;
+  }
+  if (spelled != text) return {};
+  return std::vector<int32_t>(prompt.begin() + static_cast<std::ptrdiff_t>(i), prompt.end());
+}
+
+}  // namespace
 
 llama_sampler* RecordSampler::PlainChain(const SamplingParams& params, uint64_t seed) {
   // Greedy records need no sampler: the slot takes the argmax of the logits directly, which
@@ -181,9 +230,14 @@ llama_sampler* RecordSampler::PlainChain(const SamplingParams& params, uint64_t 
 
 absl::StatusOr<std::unique_ptr<RecordSampler>> RecordSampler::Create(const llama_model* model,
                                                                      const InferenceRequest& request, uint64_t seed,
-                                                                     int max_tokens, GrammarCache& grammars) {
+                                                                     int max_tokens, GrammarCache& grammars,
+                                                                     const ToolGrammar* tools,
+                                                                     const std::vector<int32_t>* prompt) {
   const SamplingParams& params = request.sampling;
-  if (params.Plain() && request.format.kind == OutputFormat::Kind::kText && request.logprobs < 0) return nullptr;
+  const bool tool_grammar = tools != nullptr && !tools->gbnf.empty();
+  if (params.Plain() && request.format.kind == OutputFormat::Kind::kText && request.logprobs < 0 && !tool_grammar) {
+    return nullptr;
+  }
   const llama_vocab* vocab = llama_model_get_vocab(model);
   const int n_vocab = llama_vocab_n_tokens(vocab);
   std::vector<llama_logit_bias> biases;
@@ -203,6 +257,25 @@ absl::StatusOr<std::unique_ptr<RecordSampler>> RecordSampler::Create(const llama
     auto grammar = grammars.NewSampler(request.format);
     if (!grammar.ok()) return grammar.status();
     sampler->grammar_ = *grammar;
+  } else if (tool_grammar) {
+    auto grammar = grammars.NewToolSampler(*tools);
+    if (!grammar.ok()) return grammar.status();
+    sampler->grammar_ = *grammar;
+    if (!tools->generation_prompt.empty()) {
+      // As llama-server does: the grammar's root begins with what the template put at the end of
+      // the prompt ("<|im_start|>assistant\n"); advance it over those tokens.
+      std::vector<int32_t> prefill = prompt ? PromptSuffixTokens(vocab, *prompt, tools->generation_prompt)
+                                            : std::vector<int32_t>{};
+      if (prefill.empty()) {
+        return absl::InternalError("the tool-call grammar starts with the template's generation prompt, which the "
+                                   "prompt's tokens do not end with");
+      }
+      try {
+        for (int32_t token : prefill) llama_sampler_accept(sampler->grammar_, token);
+      } catch (const std::exception& e) {
+        return absl::InternalError(absl::StrCat("the tool-call grammar refused the template's generation prompt: ", e.what()));
+      }
+    }
   }
   llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
   sampler->chain_ = chain;
@@ -360,7 +433,11 @@ Json LogprobsJson(const std::vector<TokenLogprob>& entries, Endpoint endpoint, i
     offset += text.size();
     if (top > 0) {
       Json alternatives = Json::object();
-      for (const auto& [token, logprob] : e.top) alternatives[TokenString(piece(token))] = logprob;
+      // An object cannot hold one key twice, and two tokens can spell the same text (a byte
+      // token and the character it encodes, two byte pieces of one character...): the most likely
+      // of them keeps the key (the list is most likely first), as each value stays one token's own
+      // log probability. Chat's list shape has every alternative, with its bytes.
+      for (const auto& [token, logprob] : e.top) alternatives.emplace(TokenString(piece(token)), logprob);
       tops.push_back(std::move(alternatives));
     }
   }

@@ -31,6 +31,8 @@ inline constexpr int64_t kMaxSchemaRepetition = 1000;
 // Compiled grammars by their source bytes (the schema's compact JSON, or GBNF text), so that a
 // job whose records share one schema compiles it once per runner. A schema the converter refuses
 // is remembered too, with its error.
+struct ToolGrammar;  // chat_tools.h
+
 class GrammarCache {
  public:
   explicit GrammarCache(const llama_vocab* vocab) : vocab_(vocab) {}
@@ -41,6 +43,8 @@ class GrammarCache {
   // A fresh grammar sampler for the format (the caller owns it), or InvalidArgument naming what
   // the converter or the grammar parser could not take.
   absl::StatusOr<llama_sampler*> NewSampler(const OutputFormat& format);
+  // The same for the tool-call grammar llama.cpp built from a request's tools (lazy or not).
+  absl::StatusOr<llama_sampler*> NewToolSampler(const ToolGrammar& grammar);
   size_t compiled() const { return compiled_; }  // conversions done (tests: once per schema)
 
  private:
@@ -53,6 +57,8 @@ class GrammarCache {
   std::list<std::string> order_;  // keys, oldest first: the cache holds at most kMaxEntries
   size_t compiled_ = 0;
   static constexpr size_t kMaxEntries = 64;
+  // The entry for `key`, compiled by `compile` (which sets the prototype or the error) when new.
+  Entry& Find(std::string key, const std::function<void(Entry&)>& compile);
 };
 
 // The GBNF of a JSON schema (llama.cpp's converter), or InvalidArgument naming the keyword or
@@ -72,9 +78,13 @@ class RecordSampler {
   // samplers or logprobs): the engine's argmax or plain chain then costs what it always did.
   // An error names the field at fault (a logit_bias id outside the vocabulary, a schema the
   // converter cannot express).
+  // `tools`: the tool-call grammar of a chat request rendered by ChatTemplates (null: none), and
+  // `prompt` its tokens (a grammar that starts with the prompt's last words is advanced over them).
   static absl::StatusOr<std::unique_ptr<RecordSampler>> Create(const llama_model* model,
                                                                const InferenceRequest& request, uint64_t seed,
-                                                               int max_tokens, GrammarCache& grammars);
+                                                               int max_tokens, GrammarCache& grammars,
+                                                               const ToolGrammar* tools = nullptr,
+                                                               const std::vector<int32_t>* prompt = nullptr);
   // The plain path's chain for a sampled record (top_p, temperature, dist); null for greedy.
   static llama_sampler* PlainChain(const SamplingParams& params, uint64_t seed);
   ~RecordSampler();

@@ -45,6 +45,12 @@ extern const char kTestModelChatTemplate[];
 // Llama 3's chat format without the date preamble and tool handling: llama.cpp's built-in
 // "llama3" format and a Jinja renderer (llama-server --jinja) give the same text from it.
 extern const char kLlama3ChatTemplate[];
+// Qwen 2.5 Instruct's own template, with tool calling (tools rendered into the system message,
+// calls written as <tool_call>{...}</tool_call>): tool calls run end to end on a test model.
+extern const char kQwen25ToolChatTemplate[];
+// A template by name, for minions-make-test-model --chat-template: "chatml" (the default),
+// "llama3", "qwen2.5-tools", "none".
+absl::StatusOr<std::string> TestModelChatTemplate(std::string_view name);
 
 struct TestModelSpec {
   TestModelKind kind = TestModelKind::kText;
