@@ -109,8 +109,6 @@ Json FleetJson(const FleetSnapshot& s, absl::Time now, const Caller& caller) {
   const std::map<std::string, std::string> model_names = ModelNamesByDigest(visible_models);
   Json executors = Json::array();
   for (const Executor& e : s.executors) {
-    Json models_shown = Json::array();
-    for (const std::string& digest : e.info.models) models_shown.push_back(ShownModel(digest, model_names));
     Json tasks = Json::array();
     if (auto it = s.running_by_executor.find(e.id); it != s.running_by_executor.end()) {
       for (const Task& t : it->second) {
@@ -120,6 +118,10 @@ Json FleetJson(const FleetSnapshot& s, absl::Time now, const Caller& caller) {
                          {"records_done", t.records_done}, {"records", t.n_records}});
       }
     }
+    // Another team's models and the second it beat are its own business (docs/security.md, 40.7f).
+    const VisibleModels models_seen = ModelsVisibleTo(caller.IsAdmin(), !tasks.empty(), e.info, model_names);
+    Json models_shown = Json::array();
+    for (const std::string& digest : models_seen.cached) models_shown.push_back(ShownModel(digest, model_names));
     // The gang it sits in and its leader (a gang of another team's job: not shown).
     Json gang = nullptr;
     if (auto g = s.gang_of.find(e.id); g != s.gang_of.end()) {
@@ -143,16 +145,18 @@ Json FleetJson(const FleetSnapshot& s, absl::Time now, const Caller& caller) {
                          {"accelerator", e.info.accelerator},
                          {"usable_memory_bytes", UsableMemory(e.info)},
                          {"runners", e.info.runners},
-                         {"models_cached", e.info.models},
-                         {"model_loaded", e.info.model_loaded},
+                         {"models_cached", models_seen.cached},
+                         {"model_loaded", models_seen.loaded},
                          {"models_shown", std::move(models_shown)},
-                         {"model_loaded_shown", ShownModel(e.info.model_loaded, model_names)},
+                         {"model_loaded_shown", models_seen.loaded_hidden
+                                                    ? std::string(kAnotherTeamsModel)
+                                                    : ShownModel(models_seen.loaded, model_names)},
                          // Coarse: an owner's presence is "unavailable", and never explained.
                          {"state", ExecutorStateShown(e.state)},
                          {"state_reason", e.state == ExecutorState::kOwnerActive ? "" : e.state_reason},
                          {"drain_requested", e.drain_requested},
                          {"records_done", e.records_done},
-                         {"last_heartbeat_age_seconds", absl::ToDoubleSeconds(now - e.last_heartbeat_at)},
+                         {"last_heartbeat_age_seconds", absl::ToDoubleSeconds(now - HeartbeatShown(caller.IsAdmin(), e.last_heartbeat_at))},
                          {"tasks", std::move(tasks)},
                          {"gang", std::move(gang)}});
   }

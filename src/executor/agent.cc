@@ -11,7 +11,6 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "executor/capabilities.h"
-#include "executor/lease_proto.h"
 
 namespace minions {
 namespace {
@@ -39,6 +38,11 @@ constexpr absl::Duration kCommitBeatInterval = absl::Milliseconds(250);
 
 ExecutorAgent::ExecutorAgent(AgentOptions options, std::unique_ptr<ControlPlaneClient> client,
                              std::unique_ptr<BlobClient> blobs, std::unique_ptr<RunnerFactory> runners, Clock* clock)
+    : ExecutorAgent(std::move(options), MakeAgentControlPlane(std::move(client)), std::move(blobs), std::move(runners),
+                    clock) {}
+
+ExecutorAgent::ExecutorAgent(AgentOptions options, std::unique_ptr<AgentControlPlane> client,
+                             std::unique_ptr<BlobClient> blobs, std::unique_ptr<RunnerFactory> runners, Clock* clock)
     : options_(Normalised(std::move(options))),
       run_options_{options_.checkpoint_records, options_.checkpoint_interval, options_.max_crashes_per_task},
       client_(std::move(client)),
@@ -48,7 +52,9 @@ ExecutorAgent::ExecutorAgent(AgentOptions options, std::unique_ptr<ControlPlaneC
       main_alarm_(std::make_unique<Alarm>(clock)),
       heartbeat_alarm_(std::make_unique<Alarm>(clock)),
       watch_(options_.hang),
-      gang_link_(options_.gang && options_.gang->link ? options_.gang->link : std::make_shared<NetworkGangLink>()) {}
+      gang_link_(options_.gang && options_.gang->link ? options_.gang->link : std::make_shared<NetworkGangLink>()),
+      window_(LeaseWindow::Options{options_.max_prefetch, options_.prefetch_target, options_.lease_wait,
+                                   options_.idle_poll}) {}
 
 ExecutorAgent::~ExecutorAgent() {
   heartbeat_stop_ = true;  // also stops a model fetch at its next range (MayFetch)
@@ -203,11 +209,7 @@ absl::Time ExecutorAgent::NextPass(absl::Time now) {
     absl::MutexLock lock(&mu_);
     drain = drain_;
   }
-  const int held = static_cast<int>(tasks_.size());
-  if (!drain && !holding_ && !InGang() && (held <= PrefetchWindow() / 2 || lease_unheard_)) {
-    next = std::min(next, std::max(next_lease_try_, held > 0 ? last_empty_lease_ + absl::Milliseconds(50)
-                                                              : absl::InfinitePast()));
-  }
+  if (!drain && !holding_ && !InGang()) next = std::min(next, window_.NextAsk(static_cast<int>(tasks_.size())));
   if (!to_complete_.empty()) next = std::min(next, next_completion_try_);
   if (!frozen_) next = std::min(next, watch_.HungAt());
   if (loading_since_) next = std::min(next, *loading_since_ + options_.load_timeout);
@@ -225,10 +227,10 @@ absl::Time ExecutorAgent::NextPass(absl::Time now) {
 absl::Status ExecutorAgent::Register() {
   absl::MutexLock registering(&register_mu_);
   std::string id_file = options_.state_dir.empty() ? "" : options_.state_dir + "/executor-id";
-  v1::RegisterRequest request;
+  std::string known_id;
   {
     absl::MutexLock lock(&mu_);
-    request.set_executor_id(id_.empty() && !id_file.empty() ? ReadFileOr(id_file, "") : id_);
+    known_id = id_.empty() && !id_file.empty() ? ReadFileOr(id_file, "") : id_;
   }
   CapabilityOptions offer;
   offer.name = options_.name;
@@ -242,28 +244,28 @@ absl::Status ExecutorAgent::Register() {
   if (options_.models) {
     for (const std::string& folder : options_.models->ReportedFolders()) capabilities.add_model_folders(folder);
   }
-  *request.mutable_capabilities() = capabilities;
-  auto reply = client_->Register(request);
+  auto reply = client_->Register(known_id, capabilities);
   if (!reply.ok()) return reply.status();
   {
     absl::MutexLock lock(&mu_);
-    id_ = reply->executor_id();
-    ttl_ = std::max(absl::Milliseconds(reply->lease_ttl_ms()), absl::Milliseconds(300));
+    id_ = reply->executor_id;
+    ttl_ = std::max(reply->lease_ttl, absl::Milliseconds(300));
     // Never more often than a holder's beat; an older server says nothing: two thirds of a TTL.
-    idle_beat_ = reply->idle_heartbeat_ms() > 0 ? std::max(absl::Milliseconds(reply->idle_heartbeat_ms()), ttl_ / 3)
-                                                : ttl_ * 2 / 3;
-    idle_polls_renew_ = reply->idle_polls_renew();
+    idle_beat_ = reply->idle_heartbeat > absl::ZeroDuration() ? std::max(reply->idle_heartbeat, ttl_ / 3)
+                                                              : ttl_ * 2 / 3;
+    idle_polls_renew_ = reply->idle_polls_renew;
     beat_now_ = true;  // say at once what this executor is doing
   }
   heartbeat_alarm_->Ring();
   if (!id_file.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options_.state_dir, ec);
-    std::ofstream(id_file, std::ios::trunc) << reply->executor_id() << "\n";
+    std::ofstream(id_file, std::ios::trunc) << reply->executor_id << "\n";
   }
-  SetLogComponent(absl::StrCat("executor ", reply->executor_id()));
-  MINIONS_LOG(Info) << "registered as executor=" << reply->executor_id() << " (lease ttl " << reply->lease_ttl_ms()
-                    << " ms, idle heartbeat " << reply->idle_heartbeat_ms() << " ms)";
+  SetLogComponent(absl::StrCat("executor ", reply->executor_id));
+  MINIONS_LOG(Info) << "registered as executor=" << reply->executor_id << " (lease ttl "
+                    << absl::ToInt64Milliseconds(reply->lease_ttl) << " ms, idle heartbeat "
+                    << absl::ToInt64Milliseconds(reply->idle_heartbeat) << " ms)";
   return absl::OkStatus();
 }
 
@@ -294,51 +296,30 @@ void ExecutorAgent::TryRegister(absl::Time now) {
   register_backoff_ = std::min(register_backoff_ * 2, absl::Seconds(5));
 }
 
-int ExecutorAgent::PrefetchWindow() const {
-  // Enough tasks to cover prefetch_target beyond the one running; at least two so the runner
-  // always has the next task queued.
-  double want = 1 + absl::ToDoubleSeconds(options_.prefetch_target) / std::max(avg_task_seconds_, 1e-3);
-  return std::clamp(static_cast<int>(std::ceil(want)), 2, options_.max_prefetch);
-}
-
 void ExecutorAgent::LeaseMore(absl::Time now) {
   if (InGang()) return;  // its memory is a gang's until that attempt ends
   const int held = static_cast<int>(tasks_.size());
-  const int window = PrefetchWindow();
-  // Top up when half the window is free (one lease call brings several tiny tasks). An idle
-  // executor long-polls: the server answers the moment a task is ready, so a submission starts
-  // without a polling delay. A busy one asks at most every 50 ms when the queue is dry.
-  if (held > window / 2 && !lease_unheard_) return;
-  if (now < next_lease_try_) return;
-  if (held > 0 && now - last_empty_lease_ < absl::Milliseconds(50)) return;
-  v1::LeaseRequest request;
-  request.set_executor_id(id());
-  request.set_max_tasks(std::max(window - held, 1));
-  if (held == 0) request.set_wait_ms(absl::ToInt64Milliseconds(options_.lease_wait));
+  if (!window_.Due(held, now)) return;
+  AgentLeaseAsk request = window_.Ask(held);
+  request.executor_id = id();
   {
     // Holding nothing at all, and available (or it would not lease): the server may keep it alive
     // from this poll, in place of its idle heartbeat.
     absl::MutexLock lock(&mu_);
-    request.set_idle(idle_polls_renew_ && held == 0 && !lease_unheard_ && snapshots_.empty() && duty_refs_.empty());
-    idle_poll_in_flight_ = request.idle();
+    request.idle = idle_polls_renew_ && held == 0 && !request.reclaim && snapshots_.empty() && duty_refs_.empty();
+    idle_poll_in_flight_ = request.idle;
   }
-  if (lease_unheard_) {
-    request.set_reclaim(true);
-    for (const auto& [key, task] : tasks_) {
-      v1::LeaseRef* ref = request.add_held();
-      ref->set_job_id(task->ref().job_id);
-      ref->set_task_index(task->ref().task_index);
-      ref->set_attempt(task->ref().attempt);
-    }
+  if (request.reclaim) {
+    for (const auto& [key, task] : tasks_) request.held.push_back(task->ref());
   }
   auto reply = client_->Lease(request);
-  if (request.idle()) {
+  if (request.idle) {
     bool unrenewed = false;
     {
       absl::MutexLock lock(&mu_);
       idle_poll_in_flight_ = false;
       if (reply.ok()) idle_poll_answered_at_ = clock_->Now();
-      if (reply.ok() && !reply->idle_renewed() && idle_polls_renew_) {
+      if (reply.ok() && !reply->idle_renewed && idle_polls_renew_) {
         // A server that does not renew from idle polls (an older one behind the same address, or
         // one told not to) answered: that poll was no heartbeat. Beat now, and at the idle pace.
         idle_polls_renew_ = false;
@@ -352,35 +333,19 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
       heartbeat_alarm_->Ring();
     }
   }
-  if (reply.ok() && (reply->reregister() || reply->drain())) {
-    OnServerNotice(reply->reregister(), reply->drain());
+  if (reply.ok() && (reply->reregister || reply->drain)) {
+    OnServerNotice(reply->reregister, reply->drain);
     return;
   }
   if (!reply.ok()) {
     if (absl::IsNotFound(reply.status())) (void)Register();  // the server forgot us (new database)
-    // Unless the server refused the call, it may have granted tasks before the answer was lost.
-    const absl::StatusCode code = reply.status().code();
-    if (code != absl::StatusCode::kNotFound && code != absl::StatusCode::kPermissionDenied &&
-        code != absl::StatusCode::kUnauthenticated && code != absl::StatusCode::kInvalidArgument) {
-      lease_unheard_ = true;
-    }
     MINIONS_LOG(Debug) << "lease failed: " << reply.status().message();
-    last_empty_lease_ = now;
-    next_lease_try_ = clock_->Now() + options_.idle_poll;  // do not hammer a server that is down
+    window_.Failed(reply.status(), now, clock_->Now());
     return;
   }
-  lease_unheard_ = false;
-  TakeGangDuties(*reply);
-  if (reply->leases().empty()) {
-    last_empty_lease_ = now;
-    // A server that answered a long poll early (an older one, or one shutting down) must not
-    // turn this loop into a busy one.
-    if (request.wait_ms() > 0 && clock_->Now() - now < options_.lease_wait / 2) {
-      next_lease_try_ = clock_->Now() + options_.idle_poll;
-    }
-    return;
-  }
-  for (const auto& lease : reply->leases()) Stage(FromProto(lease), clock_->Now());
+  window_.Answered(request, reply->leases.size(), now, clock_->Now());
+  TakeGangDuties(reply->gang_duties);
+  for (const LeaseGrant& lease : reply->leases) Stage(lease, clock_->Now());
 }
 
 void ExecutorAgent::Stage(const LeaseGrant& lease, absl::Time now) {
@@ -446,7 +411,7 @@ absl::Status ExecutorAgent::Upload(TaskPtr task, const TaskRun::ChunkUpload& upl
 void ExecutorAgent::FinishTask(TaskPtr task, TaskRun::BatchEnd end, absl::Time now) {
   using End = TaskRun::BatchEnd;
   if (end == End::kIgnored) return;
-  avg_task_seconds_ = 0.8 * avg_task_seconds_ + 0.2 * absl::ToDoubleSeconds(now - task->started());
+  window_.TaskTook(now - task->started());
   if (end == End::kRunAgain) {
     queue_.push_front(task);  // more groups of an isolated task to run, alone
     return;
@@ -468,19 +433,18 @@ void ExecutorAgent::FinishTask(TaskPtr task, TaskRun::BatchEnd end, absl::Time n
 
 void ExecutorAgent::FlushCompletions(absl::Time now) {
   if (to_complete_.empty() || now < next_completion_try_) return;
-  v1::CompleteBatchRequest request;
-  request.set_executor_id(id());
+  std::vector<LeaseProgress> done;
   std::vector<TaskPtr> sent;
   for (TaskPtr task : std::vector<TaskPtr>(to_complete_)) {
     if (task->cancelled()) {
       Forget(task);
       continue;
     }
-    ToProto(task->Completion(), request.add_refs());
+    done.push_back(task->Completion());
     sent.push_back(task);
   }
   if (sent.empty()) return;
-  auto reply = client_->CompleteBatch(request);
+  auto reply = client_->CompleteBatch(id(), done);
   if (!reply.ok()) {
     // Keep them: the heartbeat keeps renewing their leases, and the next try may get through.
     MINIONS_LOG(Warning) << "cannot complete " << sent.size() << " tasks yet: " << reply.status().message();
@@ -488,29 +452,23 @@ void ExecutorAgent::FlushCompletions(absl::Time now) {
     return;
   }
   for (size_t i = 0; i < sent.size(); ++i) {
-    const v1::Outcome* outcome = i < static_cast<size_t>(reply->outcomes_size()) ? &reply->outcomes(i) : nullptr;
-    if (outcome && outcome->code() == 0) {
+    const absl::Status& outcome = (*reply)[i];
+    if (outcome.ok()) {
       ++tasks_completed_;
       if (options_.metrics) options_.metrics->TaskCompleted();  // metrics hook
       MINIONS_LOG(Debug) << Describe(sent[i]->ref()) << " completed: " << sent[i]->records_done() << " records run, "
                          << sent[i]->records_failed() << " errors";
     } else {
-      MINIONS_LOG(Warning) << Describe(sent[i]->ref())
-                           << " completion refused: " << (outcome ? outcome->message() : "no answer");
+      MINIONS_LOG(Warning) << Describe(sent[i]->ref()) << " completion refused: " << outcome.message();
     }
     Forget(sent[i]);
   }
 }
 
 void ExecutorAgent::ReportFailure(const LeaseProgress& progress, const absl::Status& why, FailureClass failure) {
-  v1::FailRequest request;
-  request.set_executor_id(id());
   // Chunks uploaded since the last heartbeat are committed with the report: a preempted or
   // failed attempt hands back every record it uploaded.
-  ToProto(progress, request.mutable_ref());
-  request.set_failure_class(std::string(FailureClassName(failure)));
-  request.set_message(std::string(why.message()));
-  absl::Status s = client_->Fail(request);
+  absl::Status s = client_->Fail(id(), progress, failure, std::string(why.message()));
   MINIONS_LOG(Warning) << Describe(AttemptRef{progress.job_id, progress.task_index, progress.attempt}) << " "
                        << FailureClassName(failure) << ": " << why.message()
                        << (s.ok() ? "" : absl::StrCat(" (report refused: ", std::string(s.message()), ")"));

@@ -24,7 +24,8 @@
 // Step() and Beat() are the two loops' bodies, each one pass without waiting; Run() is the
 // production form that loops them on two threads.
 //
-// Ownership: owns its runner, its control-plane client, its blob client and its runner factory.
+// Ownership: owns its runner, its control-plane client (AgentControlPlane: domain types, a fake in
+// tests), its blob client and its runner factory.
 // Threads: Run() on one thread (the main loop; it starts the heartbeat thread). Or, in tests,
 // Step() and Beat() from one thread, never alongside Run(). Drain(), Stop(), id(),
 // tasks_completed() and the WorkTarget methods from any thread.
@@ -47,9 +48,11 @@
 #include "executor/availability_controller.h"
 #include "executor/blob_client.h"
 #include "executor/capabilities.h"
+#include "executor/agent_control_plane.h"
 #include "executor/control_plane_client.h"
 #include "executor/executor_metrics.h"
 #include "executor/gang_link.h"
+#include "executor/lease_window.h"
 #include "executor/model_access.h"
 #include "executor/model_cache.h"
 #include "executor/runner_watch.h"
@@ -129,6 +132,9 @@ struct AgentOptions {
 
 class ExecutorAgent : public WorkTarget {
  public:
+  ExecutorAgent(AgentOptions options, std::unique_ptr<AgentControlPlane> control_plane,
+                std::unique_ptr<BlobClient> blobs, std::unique_ptr<RunnerFactory> runners, Clock* clock);
+  // Over the Executors service's messages (MakeAgentControlPlane(client)).
   ExecutorAgent(AgentOptions options, std::unique_ptr<ControlPlaneClient> client, std::unique_ptr<BlobClient> blobs,
                 std::unique_ptr<RunnerFactory> runners, Clock* clock);
   ~ExecutorAgent() override;
@@ -198,7 +204,6 @@ class ExecutorAgent : public WorkTarget {
   // Drained or stopped: end the runner (a grace to exit), then finish.
   void ShutDown(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   absl::Time NextPass(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  int PrefetchWindow() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   bool RunnerBusy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_) { return !batches_.empty(); }
 
   // --- the runner (agent_runner.cc) ---
@@ -229,7 +234,7 @@ class ExecutorAgent : public WorkTarget {
 
   // --- gangs (agent_gang.cc) ---
   // Starts serving the duties a lease answer carries (a member's rpc-server behind its gate).
-  void TakeGangDuties(const v1::LeaseResponse& reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  void TakeGangDuties(const std::vector<GangDuty>& duties) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Stops the duty `ref` (the server ended it), or every duty (`why`: the owner is back, exit).
   bool EndDuty(const AttemptRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   void EndDuties(const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
@@ -263,16 +268,16 @@ class ExecutorAgent : public WorkTarget {
   // --- the heartbeat (agent_heartbeat.cc) ---
   // What this beat says: the executor's state and, unless the main loop is stuck, the progress of
   // every lease it holds.
-  v1::HeartbeatRequest BuildHeartbeat(absl::Time now, absl::Duration* ttl, bool* holds_leases)
+  AgentBeat BuildHeartbeat(absl::Time now, absl::Duration* ttl, bool* holds_leases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
   // Acts on the server's answer: register again, drain, cancel.
-  void OnHeartbeatReply(const v1::HeartbeatResponse& reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
+  void OnHeartbeatReply(const AgentBeatAnswer& reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
   // Register again, or drain, as the server said (in a heartbeat's reply or an idle poll's).
   void OnServerNotice(bool reregister, bool drain);
   // Whether `request`, due now, is an idle beat that may stay unsent: the server renews this
   // executor from its idle long poll (one stands now, or was answered a moment ago) and the beat
   // says nothing the last one sent did not (state available, same holdings, nothing held).
-  bool IdleBeatSaysNothingNew(const v1::HeartbeatRequest& request, absl::Time now)
+  bool IdleBeatSaysNothingNew(const AgentBeat& beat, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_);
   // Brings the next beat forward to a third of the TTL from `now` if it is later (a lease or a
   // gang duty just came to an executor that was beating at the idle pace). True: it was moved,
@@ -281,7 +286,7 @@ class ExecutorAgent : public WorkTarget {
 
   const AgentOptions options_;
   const TaskRun::Options run_options_;
-  const std::unique_ptr<ControlPlaneClient> client_;
+  const std::unique_ptr<AgentControlPlane> client_;
   const std::unique_ptr<BlobClient> blobs_;
   const std::unique_ptr<RunnerFactory> runners_;
   Clock* const clock_;
@@ -354,12 +359,9 @@ class ExecutorAgent : public WorkTarget {
   // The gang task whose members the loop waits for (MembersReady), since when.
   TaskPtr gang_wait_for_ ABSL_GUARDED_BY(main_) = nullptr;
   absl::Time gang_wait_since_ ABSL_GUARDED_BY(main_);
-  double avg_task_seconds_ ABSL_GUARDED_BY(main_) = 1.0;  // moving average: the prefetch window
-  absl::Time last_empty_lease_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
-  absl::Time next_lease_try_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
-  // A Lease call failed without a refusal: the server may have granted tasks and never answered
-  // (it died, or the answer was lost). The next Lease asks for them back (LeaseRequest.reclaim).
-  bool lease_unheard_ ABSL_GUARDED_BY(main_) = false;
+  // How much to lease and when (lease_window.h): the prefetch window, long polls, back-off, and
+  // reclaiming after an unanswered call.
+  LeaseWindow window_ ABSL_GUARDED_BY(main_);
   absl::Time last_commit_ring_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
   std::optional<absl::Time> shutdown_deadline_ ABSL_GUARDED_BY(main_);
   bool more_events_ ABSL_GUARDED_BY(main_) = false;      // the last pass left events to take

@@ -11,13 +11,11 @@
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "executor/agent.h"
-#include "executor/lease_proto.h"
 
 namespace minions {
 
-void ExecutorAgent::TakeGangDuties(const v1::LeaseResponse& reply) {
-  for (const v1::GangDuty& proto : reply.gang_duties()) {
-    const GangDuty duty = FromProto(proto);
+void ExecutorAgent::TakeGangDuties(const std::vector<GangDuty>& duties) {
+  for (const GangDuty& duty : duties) {
     const std::string key = TaskKey(duty.ref);
     if (duties_.contains(key)) continue;
     absl::Status started = absl::FailedPreconditionError("this executor names no [gang] address");

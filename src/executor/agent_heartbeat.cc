@@ -13,9 +13,17 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "executor/agent.h"
-#include "executor/lease_proto.h"
+#include "absl/strings/str_join.h"
 
 namespace minions {
+namespace {
+
+// What an idle beat says that the next may repeat: its state and what it holds of the models.
+std::string WhatItSays(const AgentBeat& beat) {
+  return absl::StrCat(beat.state, "\n", beat.model_loaded, "\n", absl::StrJoin(beat.models_cached, ","));
+}
+
+}  // namespace
 
 bool ExecutorAgent::BeatWithinAThirdLocked(absl::Time now) {
   if (next_beat_at_ <= now + ttl_ / 3) return false;
@@ -39,7 +47,7 @@ void ExecutorAgent::Beat() {
     absl::MutexLock lock(&mu_);
     forced = beat_now_;  // registered, or told to: said whatever it says
   }
-  v1::HeartbeatRequest request = BuildHeartbeat(now, &ttl, &holds_leases);
+  AgentBeat request = BuildHeartbeat(now, &ttl, &holds_leases);
   if (!forced && IdleBeatSaysNothingNew(request, now)) {
     // Its idle poll keeps it alive. Looked at again within a third of the TTL, not an idle beat:
     // when its polls stop (its owner came back, the server went away) the next beat is not late.
@@ -61,27 +69,27 @@ void ExecutorAgent::Beat() {
   }
   if (detached_) {
     detached_ = false;
-    MINIONS_LOG(Info) << "the server answers again; re-attached " << reply->renewed_size() << " leases, "
-                      << reply->cancel_size() << " were given to others";
+    MINIONS_LOG(Info) << "the server answers again; re-attached " << reply->renewed << " leases, "
+                      << reply->cancel.size() << " were given to others";
   }
   last_renewed_ = now;
-  last_beat_said_ = absl::StrCat(request.state(), "\n", request.holdings().SerializeAsString());
+  last_beat_said_ = WhatItSays(request);
   OnHeartbeatReply(*reply);
 }
 
-bool ExecutorAgent::IdleBeatSaysNothingNew(const v1::HeartbeatRequest& request, absl::Time now) {
-  if (request.leases_size() > 0 || request.gang_duties_size() > 0 || request.state() != "available") return false;
+bool ExecutorAgent::IdleBeatSaysNothingNew(const AgentBeat& request, absl::Time now) {
+  if (!request.leases.empty() || !request.gang_duties.empty() || request.state != "available") return false;
   {
     absl::MutexLock lock(&mu_);
     if (!idle_polls_renew_ || !snapshots_.empty()) return false;
     // Between two polls, the one just answered still speaks for it.
     if (!idle_poll_in_flight_ && now - idle_poll_answered_at_ >= idle_beat_ / 2) return false;
   }
-  return last_beat_said_ == absl::StrCat(request.state(), "\n", request.holdings().SerializeAsString());
+  return last_beat_said_ == WhatItSays(request);
 }
 
-v1::HeartbeatRequest ExecutorAgent::BuildHeartbeat(absl::Time now, absl::Duration* ttl, bool* holds_leases) {
-  v1::HeartbeatRequest request;
+AgentBeat ExecutorAgent::BuildHeartbeat(absl::Time now, absl::Duration* ttl, bool* holds_leases) {
+  AgentBeat request;
   std::vector<std::shared_ptr<const LeaseProgress>> held;
   std::optional<absl::Time> stuck_since;
   {
@@ -89,29 +97,24 @@ v1::HeartbeatRequest ExecutorAgent::BuildHeartbeat(absl::Time now, absl::Duratio
     beat_now_ = false;
     *ttl = ttl_;
     next_beat_at_ = now + (snapshots_.empty() && duty_refs_.empty() ? idle_beat_ : ttl_ / 3);
-    request.set_executor_id(id_);
+    request.executor_id = id_;
     for (const auto& [key, snapshot] : snapshots_) held.push_back(snapshot);
-    for (const AttemptRef& duty : duty_refs_) {
-      v1::LeaseRef* ref = request.add_gang_duties();
-      ref->set_job_id(duty.job_id);
-      ref->set_task_index(duty.task_index);
-      ref->set_attempt(duty.attempt);
-    }
-    request.mutable_holdings()->set_loaded(model_loaded_);
+    request.gang_duties = duty_refs_;
+    request.model_loaded = model_loaded_;
     if (pass_since_ && now - *pass_since_ >= options_.stuck_after) stuck_since = pass_since_;
   }
   // What it holds of the models, in every beat: placement prefers executors that have a model.
   if (options_.model_cache) {
-    for (const std::string& digest : options_.model_cache->Cached()) request.mutable_holdings()->add_cached(digest);
+    request.models_cached = options_.model_cache->Cached();
   }
   if (last_renewed_ == absl::InfinitePast()) last_renewed_ = now;
   *holds_leases = !held.empty();
   std::string reason;
-  request.set_state(FleetState(!held.empty() || request.gang_duties_size() > 0, &reason));
-  request.set_state_reason(reason);
+  request.state = FleetState(!held.empty() || !request.gang_duties.empty(), &reason);
+  request.state_reason = reason;
   if (options_.metrics) {  // metrics hook
-    options_.metrics->SetState(ParseExecutorState(request.state()).value_or(ExecutorState::kAvailable),
-                               request.state_reason());
+    options_.metrics->SetState(ParseExecutorState(request.state).value_or(ExecutorState::kAvailable),
+                               request.state_reason);
   }
   if (stuck_since) {
     // A task moves only while the main loop does: renewing the leases of a loop stuck in one
@@ -124,18 +127,18 @@ v1::HeartbeatRequest ExecutorAgent::BuildHeartbeat(absl::Time now, absl::Duratio
     return request;
   }
   warned_stuck_ = false;
-  for (const auto& snapshot : held) ToProto(*snapshot, request.add_leases());
+  for (const auto& snapshot : held) request.leases.push_back(*snapshot);
   return request;
 }
 
-void ExecutorAgent::OnHeartbeatReply(const v1::HeartbeatResponse& reply) {
-  if (reply.reregister()) return OnServerNotice(/*reregister=*/true, false);
+void ExecutorAgent::OnHeartbeatReply(const AgentBeatAnswer& reply) {
+  if (reply.reregister) return OnServerNotice(/*reregister=*/true, false);
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& ref : reply.cancel()) cancelled_.push_back(FromProto(ref));
+    cancelled_.insert(cancelled_.end(), reply.cancel.begin(), reply.cancel.end());
   }
-  OnServerNotice(false, reply.drain());
-  if (reply.cancel_size() > 0) main_alarm_->Ring();
+  OnServerNotice(false, reply.drain);
+  if (!reply.cancel.empty()) main_alarm_->Ring();
 }
 
 void ExecutorAgent::OnServerNotice(bool reregister, bool drain) {

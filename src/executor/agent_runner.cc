@@ -10,7 +10,6 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "executor/agent.h"
-#include "executor/lease_proto.h"
 
 namespace minions {
 namespace {

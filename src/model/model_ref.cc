@@ -84,6 +84,31 @@ std::string ShownModel(const std::string& digest, const std::map<std::string, st
   return name == names_by_digest.end() ? shortened : absl::StrCat(name->second, "@", shortened);
 }
 
+VisibleModels ModelsVisibleTo(bool admin, bool runs_callers_work, const ExecutorInfo& info,
+                              const std::map<std::string, std::string>& names_by_digest) {
+  VisibleModels out;
+  if (admin) {
+    out.cached = info.models;
+    out.loaded = info.model_loaded;
+    return out;
+  }
+  for (const std::string& digest : info.models) {
+    if (names_by_digest.count(digest) > 0) out.cached.push_back(digest);
+  }
+  if (runs_callers_work || names_by_digest.count(info.model_loaded) > 0) {
+    out.loaded = info.model_loaded;
+  } else {
+    out.loaded_hidden = !info.model_loaded.empty();
+  }
+  return out;
+}
+
+absl::Time HeartbeatShown(bool admin, absl::Time beat) {
+  if (admin || beat == absl::InfinitePast()) return beat;
+  return absl::FromUnixMillis(absl::ToUnixMillis(beat) / absl::ToInt64Milliseconds(kHeartbeatShownGrain) *
+                              absl::ToInt64Milliseconds(kHeartbeatShownGrain));
+}
+
 std::map<std::string, std::string> ModelNamesByDigest(const std::vector<ModelRecord>& models) {
   std::map<std::string, std::string> names;
   for (const ModelRecord& m : models) names.emplace(m.digest, m.name);

@@ -43,4 +43,24 @@ std::string ShownModel(const std::string& digest, const std::map<std::string, st
 // Digest -> name over `models` (several names: the first in order).
 std::map<std::string, std::string> ModelNamesByDigest(const std::vector<ModelRecord>& models);
 
+// What a caller sees of an executor's models. An admin: every digest and the loaded model. A team:
+// only the digests its own registry names (`names_by_digest` is then that team's), and the loaded
+// model when its registry names it or the executor runs the team's work (`runs_callers_work`);
+// another team's cached digests and loaded model (a digest or a path) are dropped, since they
+// tell which work runs where. `loaded_hidden` is true when a loaded model was dropped.
+struct VisibleModels {
+  std::vector<std::string> cached;
+  std::string loaded;
+  bool loaded_hidden = false;
+};
+// How a hidden loaded model is shown (the executor is busy with a model; whose is not said).
+inline constexpr std::string_view kAnotherTeamsModel = "(another team's model)";
+VisibleModels ModelsVisibleTo(bool admin, bool runs_callers_work, const ExecutorInfo& info,
+                              const std::map<std::string, std::string>& names_by_digest);
+
+// The heartbeat time a caller is shown: exact for an admin, rounded down to kHeartbeatShownGrain
+// for a team (the second an owner's machine beat tells other teams when it woke or slept).
+inline constexpr absl::Duration kHeartbeatShownGrain = absl::Seconds(30);
+absl::Time HeartbeatShown(bool admin, absl::Time beat);
+
 }  // namespace minions

@@ -465,8 +465,17 @@ grpc::Status JobService::ListExecutors(grpc::ServerContext* context, const v1::L
         out->set_gang_leader(g->second.leader());
       }
     }
-    for (const std::string& digest : e.info.models) out->add_models_shown(ShownModel(digest, names));
-    out->set_model_loaded_shown(ShownModel(e.info.model_loaded, names));
+    // Another team's models and the second it beat are its own business (docs/security.md, 40.7f).
+    const VisibleModels models_seen = ModelsVisibleTo(caller.IsAdmin(), !current[e.id].empty(), e.info, names);
+    out->clear_models_cached();
+    for (const std::string& digest : models_seen.cached) {
+      out->add_models_cached(digest);
+      out->add_models_shown(ShownModel(digest, names));
+    }
+    out->set_model_loaded(models_seen.loaded);
+    out->set_model_loaded_shown(models_seen.loaded_hidden ? std::string(kAnotherTeamsModel)
+                                                          : ShownModel(models_seen.loaded, names));
+    out->set_last_heartbeat_at_ms(absl::ToUnixMillis(HeartbeatShown(caller.IsAdmin(), e.last_heartbeat_at)));
   }
   return grpc::Status::OK;
 }

@@ -453,12 +453,15 @@ TEST_F(DashboardTest, TheFleetShowsEachMachinesDeviceMemoryAndCachedModelsByName
   EXPECT_EQ(mine["accelerator"], "metal");
   EXPECT_EQ(mine["device"], "Apple M2 Max");
   EXPECT_EQ(mine["usable_memory_bytes"], int64_t{24} << 30);
-  EXPECT_EQ(mine["models_shown"], Json({"llama-3b@sha256:aaaaaaaaaaaa", "sha256:bbbbbbbbbbbb"}));
+  // A team sees the digests its own registry names; bytes no model of its names are not its
+  // business (docs/security.md, 40.7f).
+  EXPECT_EQ(mine["models_shown"], Json({"llama-3b@sha256:aaaaaaaaaaaa"}));
   EXPECT_EQ(mine["model_loaded_shown"], "llama-3b@sha256:aaaaaaaaaaaa");
   Json theirs = GetJson("/api/fleet", 200, ads_viewer)["executors"][0];
-  EXPECT_EQ(theirs["models_shown"], Json({"sha256:aaaaaaaaaaaa", "sha256:bbbbbbbbbbbb"}));
+  EXPECT_EQ(theirs["models_shown"], Json::array());
+  EXPECT_EQ(theirs["model_loaded_shown"], "(another team's model)");
   Json admins = GetJson("/api/fleet")["executors"][0];
-  EXPECT_EQ(admins["models_shown"][0], "llama-3b@sha256:aaaaaaaaaaaa");
+  EXPECT_EQ(admins["models_shown"], Json({"llama-3b@sha256:aaaaaaaaaaaa", "sha256:bbbbbbbbbbbb"}));
 }
 
 TEST_F(DashboardTest, HealthAndReadiness) {

@@ -260,6 +260,53 @@ TEST_F(GrpcAttack, TheFleetShowsOnlyTheCallersOwnTasksAndNeverWhyAnOwnerIsBack) 
   EXPECT_EQ(shown, 1);
 }
 
+// 40.7f: another team's cached digests, its loaded model and the exact second an executor beat
+// are not shown to a team; an admin sees them all.
+TEST_F(GrpcAttack, TheFleetHidesAnotherTeamsModelsAndTheExactHeartbeat) {
+  const std::string ours = "sha256:" + std::string(64, 'a');
+  const std::string theirs = "sha256:" + std::string(64, 'b');
+  ModelRecord model;
+  model.team = "search";
+  model.name = "ours";
+  model.digest = ours;
+  model.created_at = absl::Now();
+  model.size_bytes = 1;
+  model.blob_key = "models/x";
+  Must(store_->AddModel(model));
+  model.team = "ads";
+  model.name = "theirs";
+  model.digest = theirs;
+  Must(store_->AddModel(model));
+  Enrolled worker = Enrol("worker");
+  v1::RegisterRequest registration;
+  registration.mutable_capabilities()->set_name("worker");
+  registration.mutable_capabilities()->add_runners("llama");
+  registration.mutable_capabilities()->add_models(ours);
+  registration.mutable_capabilities()->add_models(theirs);
+  registration.mutable_capabilities()->set_model_loaded(theirs);
+  v1::RegisterResponse registered;
+  ASSERT_GRPC_OK(executors_->Register(As(worker.credential).get(), registration, &registered));
+  v1::ListExecutorsResponse fleet;
+  ASSERT_GRPC_OK(jobs_->ListExecutors(As(search_viewer_).get(), v1::ListExecutorsRequest(), &fleet));
+  ASSERT_EQ(fleet.executors_size(), 1);
+  const v1::Executor& seen = fleet.executors(0);
+  EXPECT_THAT(seen.models_cached(), ::testing::ElementsAre(ours));
+  ASSERT_EQ(seen.models_shown_size(), 1);
+  EXPECT_THAT(seen.models_shown(0), HasSubstr("ours@"));
+  EXPECT_EQ(seen.model_loaded(), "");
+  EXPECT_EQ(seen.model_loaded_shown(), "(another team's model)");
+  EXPECT_EQ(fleet.DebugString().find(std::string(40, 'b')), std::string::npos);
+  EXPECT_EQ(fleet.DebugString().find("theirs"), std::string::npos);
+  EXPECT_EQ(seen.last_heartbeat_at_ms() % 30000, 0);
+  EXPECT_GT(seen.last_heartbeat_at_ms(), 0);
+  // An admin sees every digest, the loaded model and the heartbeat to the millisecond.
+  ASSERT_GRPC_OK(jobs_->ListExecutors(As(admin_).get(), v1::ListExecutorsRequest(), &fleet));
+  EXPECT_EQ(fleet.executors(0).models_cached_size(), 2);
+  EXPECT_EQ(fleet.executors(0).model_loaded(), theirs);
+  EXPECT_EQ(fleet.executors(0).last_heartbeat_at_ms(),
+            absl::ToUnixMillis(Must(store_->GetExecutor(worker.id)).last_heartbeat_at));
+}
+
 TEST_F(GrpcAttack, TeamAndPriorityComeFromTheCredential) {
   v1::Job job;
   // Another team's name is refused; so is a priority over the team's ceiling (10).

@@ -202,6 +202,36 @@ TEST_F(HttpAttack, ADashboardViewerSeesOnlyItsTeamsJobs) {
   EXPECT_EQ(Must(ParseJson(Get("/api/jobs", admin_).body))["jobs"].size(), 2u);
 }
 
+// 40.7f: the dashboard's fleet shows a team no other team's model digests or loaded model, and
+// heartbeat ages from a time rounded to 30 seconds.
+TEST_F(HttpAttack, TheDashboardFleetHidesAnotherTeamsModels) {
+  const std::string theirs = "sha256:" + std::string(64, 'b');
+  ModelRecord model;
+  model.team = "ads";
+  model.name = "theirs";
+  model.digest = theirs;
+  model.created_at = absl::Now();
+  model.size_bytes = 1;
+  model.blob_key = "models/x";
+  Must(store_->AddModel(model));
+  Enrolled worker = Enrol("worker");
+  v1::RegisterRequest registration;
+  registration.mutable_capabilities()->set_name("worker");
+  registration.mutable_capabilities()->add_runners("llama");
+  registration.mutable_capabilities()->add_models(theirs);
+  registration.mutable_capabilities()->set_model_loaded(theirs);
+  v1::RegisterResponse registered;
+  ASSERT_GRPC_OK(executors_->Register(As(worker.credential).get(), registration, &registered));
+  const std::string body = Get("/api/fleet", search_viewer_).body;
+  EXPECT_EQ(body.find(std::string(40, 'b')), std::string::npos) << body;
+  Json fleet = Must(ParseJson(body));
+  ASSERT_EQ(fleet["executors"].size(), 1u);
+  EXPECT_EQ(fleet["executors"][0]["model_loaded"], "");
+  EXPECT_EQ(fleet["executors"][0]["model_loaded_shown"], "(another team's model)");
+  EXPECT_TRUE(fleet["executors"][0]["models_cached"].empty());
+  EXPECT_NE(Get("/api/fleet", admin_).body.find(std::string(40, 'b')), std::string::npos);
+}
+
 TEST_F(HttpAttack, TheLoginSetsAnHttpOnlySessionThatEndsWithItsToken) {
   HttpReply bad = HttpPost(base_ + "/login", "token=mnv_%3Cscript%3Ealert(1)%3C%2Fscript%3E");
   EXPECT_EQ(bad.status, 401);

@@ -1,0 +1,273 @@
+// The executor agent's parts alone, and the agent through a fake of its domain-typed control
+// plane (AgentControlPlane): what it asks, says and reports, seen as the domain's values, without
+// a server or a protobuf. The stories with a real server in the process are agent_scenario_test.cc.
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "executor/agent.h"
+#include "executor/agent_control_plane.h"
+#include "executor/lease_window.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/fake_clock.h"
+#include "testing/fake_runner.h"
+
+namespace minions {
+namespace {
+
+using ::testing::ElementsAre;
+using ::minions::testing::FakeClock;
+
+// --- LeaseWindow ---
+
+LeaseWindow::Options WindowOptions() {
+  return {/*max_prefetch=*/32, /*prefetch_target=*/absl::Milliseconds(500), /*lease_wait=*/absl::Seconds(30),
+          /*idle_poll=*/absl::Milliseconds(200)};
+}
+
+TEST(LeaseWindowTest, HoldingNothingItLongPollsForAtLeastTwoTasks) {
+  LeaseWindow window(WindowOptions());
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  EXPECT_TRUE(window.Due(0, now));
+  AgentLeaseAsk ask = window.Ask(0);
+  EXPECT_EQ(ask.wait, absl::Seconds(30));
+  EXPECT_EQ(ask.max_tasks, 2);  // a 1 s average task: the running one and the next
+  EXPECT_FALSE(ask.reclaim);
+  // Holding one task, it asks for more without a long poll.
+  EXPECT_EQ(window.Ask(1).wait, absl::ZeroDuration());
+}
+
+TEST(LeaseWindowTest, ShortTasksWidenTheWindowUpToItsCap) {
+  LeaseWindow window(WindowOptions());
+  for (int i = 0; i < 50; ++i) window.TaskTook(absl::Milliseconds(10));
+  EXPECT_EQ(window.Size(), 32);
+  for (int i = 0; i < 50; ++i) window.TaskTook(absl::Seconds(10));
+  EXPECT_EQ(window.Size(), 2);
+}
+
+TEST(LeaseWindowTest, ItTopsUpOnlyWhenHalfTheWindowIsFree) {
+  LeaseWindow window(WindowOptions());
+  for (int i = 0; i < 50; ++i) window.TaskTook(absl::Milliseconds(10));
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  EXPECT_FALSE(window.Due(17, now));
+  EXPECT_EQ(window.NextAsk(17), absl::InfiniteFuture());
+  EXPECT_TRUE(window.Due(16, now));
+}
+
+TEST(LeaseWindowTest, AnUnansweredCallIsReclaimedAfterABackOff) {
+  LeaseWindow window(WindowOptions());
+  const absl::Time asked = absl::FromUnixSeconds(1000);
+  window.Failed(absl::UnavailableError("gone"), asked, asked + absl::Milliseconds(5));
+  EXPECT_TRUE(window.unheard());
+  EXPECT_FALSE(window.Due(0, asked + absl::Milliseconds(100)));  // no hammering a server that is down
+  EXPECT_TRUE(window.Due(0, asked + absl::Milliseconds(205)));
+  EXPECT_TRUE(window.Ask(0).reclaim);
+  // Even with a full window: what was granted unheard is asked for at once.
+  EXPECT_TRUE(window.Due(30, asked + absl::Milliseconds(300)));
+  window.Answered(window.Ask(0), 1, asked + absl::Seconds(1), asked + absl::Seconds(1));
+  EXPECT_FALSE(window.unheard());
+}
+
+TEST(LeaseWindowTest, ARefusedCallReclaimsNothing) {
+  for (absl::Status refusal : {absl::PermissionDeniedError("no"), absl::UnauthenticatedError("no"),
+                               absl::NotFoundError("who"), absl::InvalidArgumentError("bad")}) {
+    LeaseWindow window(WindowOptions());
+    window.Failed(refusal, absl::FromUnixSeconds(1000), absl::FromUnixSeconds(1000));
+    EXPECT_FALSE(window.unheard()) << refusal;
+  }
+}
+
+TEST(LeaseWindowTest, ALongPollAnsweredEarlyWithNothingBacksOff) {
+  LeaseWindow window(WindowOptions());
+  const absl::Time asked = absl::FromUnixSeconds(1000);
+  window.Answered(window.Ask(0), 0, asked, asked + absl::Seconds(1));
+  EXPECT_FALSE(window.Due(0, asked + absl::Seconds(1)));
+  EXPECT_TRUE(window.Due(0, asked + absl::Seconds(1) + absl::Milliseconds(200)));
+  // Answered after its whole wait: ask again at once.
+  LeaseWindow patient(WindowOptions());
+  patient.Answered(patient.Ask(0), 0, asked, asked + absl::Seconds(30));
+  EXPECT_TRUE(patient.Due(0, asked + absl::Seconds(30)));
+}
+
+// --- The agent through a fake control plane ---
+
+// The control plane as a script: it records every call in domain values and answers what the
+// test queued. Threads: the test's only (the agent is driven by Step and Beat).
+class ScriptedControlPlane : public AgentControlPlane {
+ public:
+  absl::StatusOr<AgentRegistration> Register(const std::string& executor_id, const v1::Capabilities&) override {
+    registrations.push_back(executor_id);
+    return AgentRegistration{"exe-1", absl::Seconds(9), absl::Seconds(13), /*idle_polls_renew=*/false};
+  }
+  absl::StatusOr<AgentBeatAnswer> Heartbeat(const AgentBeat& beat) override {
+    beats.push_back(beat);
+    AgentBeatAnswer answer;
+    answer.cancel.swap(cancel_next);
+    return answer;
+  }
+  absl::StatusOr<AgentLeaseAnswer> Lease(const AgentLeaseAsk& ask) override {
+    asks.push_back(ask);
+    if (lease_failures > 0) {
+      --lease_failures;
+      return absl::UnavailableError("the answer was lost");
+    }
+    AgentLeaseAnswer answer;
+    answer.leases.swap(grants);
+    return answer;
+  }
+  absl::StatusOr<std::vector<absl::Status>> CompleteBatch(const std::string& executor_id,
+                                                          const std::vector<LeaseProgress>& done) override {
+    for (const LeaseProgress& progress : done) completed.push_back(progress);
+    return std::vector<absl::Status>(done.size(), absl::OkStatus());
+  }
+  absl::Status Fail(const std::string&, const LeaseProgress& progress, FailureClass failure,
+                    const std::string& message) override {
+    failed.push_back({progress, failure, message});
+    return absl::OkStatus();
+  }
+  void InterruptLease() override {}
+
+  struct Failure {
+    LeaseProgress progress;
+    FailureClass failure;
+    std::string message;
+  };
+  std::vector<LeaseGrant> grants;  // the next answered Lease grants these
+  int lease_failures = 0;          // the next n Lease calls fail
+  std::vector<AttemptRef> cancel_next;
+  std::vector<std::string> registrations;
+  std::vector<AgentBeat> beats;
+  std::vector<AgentLeaseAsk> asks;
+  std::vector<LeaseProgress> completed;
+  std::vector<Failure> failed;
+};
+
+// Objects by URL in memory.
+class MemoryBlobs : public BlobClient {
+ public:
+  explicit MemoryBlobs(std::map<std::string, std::string>* objects) : objects_(objects) {}
+  absl::StatusOr<std::string> GetRange(const std::string& url, int64_t begin, int64_t end) override {
+    auto it = objects_->find(url);
+    if (it == objects_->end()) return absl::NotFoundError(url);
+    return it->second.substr(begin, end - begin);
+  }
+  absl::Status Put(const std::string& url, std::string_view data) override {
+    (*objects_)[url] = std::string(data);
+    return absl::OkStatus();
+  }
+
+ private:
+  std::map<std::string, std::string>* objects_;
+};
+
+class AgentThroughAFakeTest : public ::testing::Test {
+ protected:
+  AgentThroughAFakeTest() {
+    dir_ = std::filesystem::temp_directory_path() / ("agent_parts_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    model_ = (dir_ / "model.gguf").string();
+    std::ofstream(model_) << "";
+    ModelAccessOptions models;
+    models.folders = {dir_.string()};
+    AgentOptions options;
+    options.name = "fake";
+    options.models = std::make_shared<const ModelAccess>(*ModelAccess::Create(models));
+    auto plane = std::make_unique<ScriptedControlPlane>();
+    plane_ = plane.get();
+    agent_ = std::make_unique<ExecutorAgent>(std::move(options), std::move(plane),
+                                             std::make_unique<MemoryBlobs>(&objects_),
+                                             std::make_unique<::minions::testing::FakeRunnerFactory>(&clock_, &script_),
+                                             &clock_);
+  }
+  ~AgentThroughAFakeTest() override {
+    agent_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // A lease of `n` records, its input in the object store.
+  LeaseGrant Grant(int attempt, int n) {
+    LeaseGrant grant;
+    grant.ref = {"job-1", 0, attempt};
+    grant.n_records = n;
+    std::string input;
+    for (int i = 0; i < n; ++i) input += "{\"custom_id\":\"r" + std::to_string(i) + "\",\"body\":{}}\n";
+    grant.input_url = "mem://input";
+    objects_[grant.input_url] = input;
+    grant.byte_end = static_cast<int64_t>(input.size());
+    grant.model = model_;
+    grant.chunk_urls = {{"mem://out-0", "mem://err-0"}};
+    return grant;
+  }
+
+  // Plays the agent's two loops on fake time for `span`, 10 ms at a time.
+  void Play(absl::Duration span) {
+    for (absl::Time end = clock_.Now() + span; clock_.Now() < end; clock_.Advance(absl::Milliseconds(10))) {
+      agent_->Step();
+      if (agent_->NextBeat() <= clock_.Now()) agent_->Beat();
+    }
+  }
+
+  FakeClock clock_;
+  ::minions::testing::FakeRunnerScript script_;
+  std::map<std::string, std::string> objects_;
+  std::filesystem::path dir_;
+  std::string model_;
+  ScriptedControlPlane* plane_;
+  std::unique_ptr<ExecutorAgent> agent_;
+};
+
+TEST_F(AgentThroughAFakeTest, ItRegistersThenSaysItIsAvailableAndLongPolls) {
+  Play(absl::Milliseconds(100));
+  EXPECT_THAT(plane_->registrations, ElementsAre(""));
+  EXPECT_EQ(agent_->id(), "exe-1");
+  ASSERT_FALSE(plane_->beats.empty());
+  EXPECT_EQ(plane_->beats.front().executor_id, "exe-1");
+  EXPECT_EQ(plane_->beats.front().state, "available");
+  EXPECT_TRUE(plane_->beats.front().leases.empty());
+  ASSERT_FALSE(plane_->asks.empty());
+  EXPECT_EQ(plane_->asks.front().wait, absl::Seconds(30));
+  EXPECT_FALSE(plane_->asks.front().idle);  // this server does not renew from polls
+}
+
+TEST_F(AgentThroughAFakeTest, AGrantedTaskRunsAndIsCompletedWithItsChunk) {
+  plane_->grants = {Grant(1, 3)};
+  Play(absl::Seconds(2));
+  ASSERT_EQ(plane_->completed.size(), 1u);
+  const LeaseProgress& done = plane_->completed.front();
+  EXPECT_EQ(done.job_id, "job-1");
+  EXPECT_EQ(done.attempt, 1);
+  EXPECT_EQ(done.records_done, 3);
+  ASSERT_EQ(done.chunks.size(), 1u);
+  EXPECT_EQ(done.chunks[0].end, 3);
+  EXPECT_TRUE(objects_.contains("mem://out-0"));
+  EXPECT_EQ(agent_->tasks_completed(), 1);
+  EXPECT_TRUE(plane_->failed.empty());
+}
+
+TEST_F(AgentThroughAFakeTest, ALostLeaseAnswerIsReclaimedWithWhatItHolds) {
+  plane_->lease_failures = 1;
+  Play(absl::Seconds(1));
+  ASSERT_GE(plane_->asks.size(), 2u);
+  EXPECT_FALSE(plane_->asks[0].reclaim);
+  EXPECT_TRUE(plane_->asks[1].reclaim);
+  EXPECT_TRUE(plane_->asks[1].held.empty());
+  for (size_t i = 2; i < plane_->asks.size(); ++i) EXPECT_FALSE(plane_->asks[i].reclaim) << i;
+}
+
+TEST_F(AgentThroughAFakeTest, ATaskTheServerCancelsIsNeitherCompletedNorFailed) {
+  script_.record_time = absl::Seconds(1);
+  plane_->grants = {Grant(1, 5)};
+  Play(absl::Milliseconds(500));
+  ASSERT_FALSE(plane_->beats.empty());
+  plane_->cancel_next = {AttemptRef{"job-1", 0, 1}};
+  agent_->Beat();
+  Play(absl::Seconds(10));
+  EXPECT_TRUE(plane_->completed.empty());
+  EXPECT_TRUE(plane_->failed.empty());
+  EXPECT_TRUE(plane_->beats.back().leases.empty());
+}
+
+}  // namespace
+}  // namespace minions
