@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
@@ -130,6 +131,22 @@ void Connection::FromEnvironment() {
 }
 
 namespace {
+
+// `text` after a label of `indent` columns, words wrapped to fit 80 columns, continuation lines
+// indented as far (status's lines: "sizing    ...").
+std::string WrappedAfterLabel(const std::string& text, size_t indent) {
+  constexpr size_t kWidth = 80;
+  std::string out, line;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!line.empty() && indent + line.size() + 1 + word.size() > kWidth) {
+      out += line + "\n" + std::string(indent, ' ');
+      line.clear();
+    }
+    if (!line.empty()) line += ' ';
+    line.append(word.data(), word.size());
+  }
+  return out + line;
+}
 
 // Whether `server` answers HTTP (a server's HTTP port: dashboard, metrics, /v1), not gRPC: one GET
 // of /healthz, any answer counts.
@@ -411,7 +428,7 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
          static_cast<long long>(c.completed()), static_cast<long long>(c.failed()),
          static_cast<long long>(job->tasks_done()), static_cast<long long>(job->n_tasks()),
          static_cast<long long>(job->shard_size()), Age(job->created_at_ms()).c_str());
-  if (!job->sizing().empty()) printf("sizing    %s\n", job->sizing().c_str());
+  if (!job->sizing().empty()) printf("sizing    %s\n", WrappedAfterLabel(job->sizing(), 10).c_str());
   if (job->finished_at_ms() > 0 && job->started_at_ms() > 0) {
     printf("ran       %s\n", HumanDuration((job->finished_at_ms() - job->started_at_ms()) / 1000.0).c_str());
   }
