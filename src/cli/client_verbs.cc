@@ -133,17 +133,29 @@ void Connection::FromEnvironment() {
 namespace {
 
 // `text` after a label of `indent` columns, words wrapped to fit 80 columns, continuation lines
-// indented as far (status's lines: "sizing    ...").
+// indented as far (status's lines: "sizing    ..."). A command it suggests ("minions ..." up to
+// the word ending in ';', ')' or ',') stays on one line, to be copied whole.
 std::string WrappedAfterLabel(const std::string& text, size_t indent) {
   constexpr size_t kWidth = 80;
-  std::string out, line;
+  std::vector<std::string> units;
+  bool in_command = false;
   for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
-    if (!line.empty() && indent + line.size() + 1 + word.size() > kWidth) {
+    if (in_command) {
+      units.back() += " " + std::string(word);
+    } else {
+      units.emplace_back(word);
+      in_command = word == "minions" || word == "(minions";
+    }
+    if (in_command && absl::string_view(";),").find(word.back()) != absl::string_view::npos) in_command = false;
+  }
+  std::string out, line;
+  for (const std::string& unit : units) {
+    if (!line.empty() && indent + line.size() + 1 + unit.size() > kWidth) {
       out += line + "\n" + std::string(indent, ' ');
       line.clear();
     }
     if (!line.empty()) line += ' ';
-    line.append(word.data(), word.size());
+    line += unit;
   }
   return out + line;
 }
@@ -439,8 +451,8 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
     printf("tokens    %lld prompt, %lld completion (what its answers say they used)\n",
            static_cast<long long>(job->prompt_tokens()), static_cast<long long>(job->completion_tokens()));
   }
-  if (!job->error().empty()) printf("error     %s\n", job->error().c_str());
-  if (!job->wait_reason().empty()) printf("waiting   %s\n", job->wait_reason().c_str());
+  if (!job->error().empty()) printf("error     %s\n", WrappedAfterLabel(job->error(), 10).c_str());
+  if (!job->wait_reason().empty()) printf("waiting   %s\n", WrappedAfterLabel(job->wait_reason(), 10).c_str());
   if (job->gang_size() > 0) {
     printf("gang      %d executors per task\n", job->gang_size());
     // The gangs running its tasks now: each with its leader first.

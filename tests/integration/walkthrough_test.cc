@@ -226,5 +226,44 @@ TEST(Walkthrough, TheFirstHourAsAUserMeetsIt) {
   fs::remove_all(home);
 }
 
+// A pool with no executor yet: the job waits, and `status` says why and what to run, in 80
+// columns, with commands that exist (the hints test checks every such command against the CLI).
+TEST(Walkthrough, WithNoExecutorStatusSaysHowToAddOne) {
+  const std::string home = (fs::temp_directory_path() / absl::StrCat("minions-walk0-", getpid())).string();
+  fs::remove_all(home);
+  fs::create_directories(home);
+  const std::string server = absl::StrCat("127.0.0.1:", PickFreePort());
+  Subprocess::Options sp;
+  sp.argv = {kMinions, "up", "--executors", "0", "--listen", server, "--http-listen", "off", "--models", kModels};
+  sp.extra_env = {"MINIONS_HOME=" + home};
+  sp.stderr_path = home + "/up.log";
+  auto up = Subprocess::Start(sp);
+  ASSERT_TRUE(up.ok()) << up.status();
+  (*up)->CloseStdin();
+  for (int i = 0; i < 40; ++i) {
+    auto line = (*up)->ReadLine(absl::Seconds(60));
+    ASSERT_TRUE(line.ok());
+    if (line->find("Ctrl-C") != std::string::npos) break;
+  }
+  cli::SamplePromptOptions sample;
+  sample.records = 10;
+  sample.include_bad_lines = false;
+  const std::string input = home + "/batch.jsonl";
+  {
+    std::ofstream out(input);
+    for (const std::string& line : cli::SamplePromptLines(sample)) out << line << "\n";
+  }
+  Said submitted = Minions(home, {"submit", input, "--model", kModels + "/text.gguf", "--server", server});
+  ASSERT_EQ(submitted.code, 0) << submitted.text;
+  Said status = Minions(home, {"status", LastLine(submitted.text), "--server", server});
+  EXPECT_EQ(status.code, 0) << status.text;
+  ExpectFits80Columns("minions status (no executor)", status.text);
+  EXPECT_THAT(status.text, HasSubstr("minions admin join-token")) << status.text;
+  EXPECT_THAT(status.text, HasSubstr("--join-token-file")) << status.text;
+  (*up)->Signal(SIGINT);
+  EXPECT_TRUE((*up)->Wait(absl::Seconds(60)).ok());
+  fs::remove_all(home);
+}
+
 }  // namespace
 }  // namespace minions::testing
