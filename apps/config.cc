@@ -70,6 +70,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["idle_polls_renew"].value<bool>()) config.idle_polls_renew = *v;
     if (auto v = table["server"]["require_confined_executors"].value<bool>()) config.require_confined_executors = *v;
     if (auto v = table["server"]["task_target_s"].value<int64_t>()) config.task_target_s = *v;
+    if (auto v = table["server"]["history_step_s"].value<int64_t>()) config.history_step_s = *v;
     if (auto v = table["server"]["credential_refresh_s"].value<int64_t>()) config.credential_refresh_s = *v;
     if (auto v = table["server"]["watchdog"].value<bool>()) config.watchdog = *v;
     str("store", "database", &config.database);
@@ -232,6 +233,11 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
   if (config.task_target_s < 1 || config.task_target_s > 86400) {
     problems.push_back(absl::StrCat("server.task_target_s is ", config.task_target_s,
                                     "; use between 1 and 86400 seconds a task; 60 is the default"));
+  }
+  if (config.history_step_s < 1 || config.history_step_s > 3600) {
+    problems.push_back(absl::StrCat("server.history_step_s is ", config.history_step_s,
+                                    "; use between 1 and 3600 seconds between the dashboard's history points; 15 is "
+                                    "the default"));
   }
   if (config.warm_wait_ms < 0 || config.warm_wait_ms > 600000) {
     problems.push_back(absl::StrCat("server.warm_wait_ms is ", config.warm_wait_ms,

@@ -7,8 +7,8 @@
 //
 //   [server]    listen, http_listen, health_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
 //               straggler_factor, straggler_min_runtime_ms, fair_share_half_life_s, warm_wait_ms,
-//               model_affinity, heartbeat_batch, heartbeat_linger_us, task_target_s, credential_refresh_s, idle_polls_renew,
-//               require_confined_executors
+//               model_affinity, heartbeat_batch, heartbeat_linger_us, task_target_s, history_step_s, credential_refresh_s,
+//               idle_polls_renew, require_confined_executors
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
@@ -73,6 +73,9 @@ struct MinionsConfig {
   // Jobs submitted without a shard size get tasks that run about this long, from the measured
   // throughput of their model and runner (model/task_sizing.h).
   int64_t task_target_s = 60;
+  // The dashboard's history: a point every this many seconds, recorded in the store
+  // (ServerOptions::history_step).
+  int64_t history_step_s = 15;
   // How long a server keeps a credential it looked up before reading it again (revocations are
   // read in one batch every 2 s whatever this is: identity/authenticator.h).
   int64_t credential_refresh_s = 300;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "common/subprocess.h"
@@ -31,9 +32,13 @@ std::string ModelCacheDir(const std::string& state_dir) {
 
 namespace {
 
-// host:port on this machine.
+// host:port on this machine; for a list (--server A,B), every address of it.
 bool IsLoopbackServer(const std::string& server) {
-  return absl::StartsWith(server, "unix:") || IsLoopbackAddress(server);
+  for (absl::string_view address : absl::StrSplit(server, ',', absl::SkipWhitespace())) {
+    address = absl::StripAsciiWhitespace(address);
+    if (!absl::StartsWith(address, "unix:") && !IsLoopbackAddress(std::string(address))) return false;
+  }
+  return true;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 const POLL_MS = 1000;
 const PAGE = 100;
 let selectedJob = null;
+let selectedExecutor = null;
 let jobsOffset = 0;
 let tasksOffset = 0;
 
@@ -35,9 +36,27 @@ function progressBar(fraction) {
   return el("span", {}, el("span", { class: "bar" }, el("span", { style: "" })), el("span", { class: "pct" }, pct.toFixed(1) + " %"));
 }
 
-function setBar(cell, fraction) {
+// A job's bar: blue while it runs or once completed; a failed, cancelled or expired job's is
+// drawn in its state's colour, so an ended job never looks like a finished one.
+function setBar(cell, fraction, state) {
   cell.replaceChildren(progressBar(fraction));
-  cell.querySelector(".bar > span").style.width = (fraction * 100).toFixed(1) + "%";
+  const bar = cell.querySelector(".bar");
+  if (ENDED_BADLY.has(state)) bar.classList.add("bar-" + state);
+  bar.firstChild.style.width = (fraction * 100).toFixed(1) + "%";
+}
+
+const ENDED_BADLY = new Set(["failed", "cancelled", "expired"]);
+
+// A job's rate and ETA as the one estimator (the server's) gives them: a job that did not
+// complete has no rate or ETA to show, its state says what happened.
+function rateText(j) {
+  if (ENDED_BADLY.has(j.state)) return "-";
+  return j.records_per_second.toFixed(1) + " rec/s";
+}
+function etaText(j) {
+  if (j.state === "completed") return "done";
+  if (ENDED_BADLY.has(j.state)) return j.state;
+  return duration(j.eta_seconds);
 }
 
 async function getJson(path) {
@@ -72,7 +91,7 @@ function renderFleet(fleet) {
     const gang = !e.gang ? "" : el("span", { class: "gang", "data-gang": `${e.gang.job}/${e.gang.index}#${e.gang.attempt}` },
       ` gang of ${e.gang.size} for ${e.gang.job} #${e.gang.index}: `,
       e.gang.leads ? "leader" : `member, led by ${e.gang.leader_name || e.gang.leader}`);
-    return el("tr", { "data-executor": e.id },
+    const row = el("tr", { class: "clickable", "data-executor": e.id },
       el("td", {}, e.name, " ", el("span", { class: "muted" }, e.id)),
       el("td", { class: "device" }, el("span", { class: "muted" }, (e.accelerator || "cpu") + " "), e.device || "?"),
       el("td", { class: "num memory" }, gib(e.usable_memory_bytes)),
@@ -82,7 +101,10 @@ function renderFleet(fleet) {
       el("td", {}, tasks, gang),
       el("td", { class: "num" }, e.records_done),
       el("td", { class: "num" }, duration(e.last_heartbeat_age_seconds) + " ago"));
+    row.addEventListener("click", () => { location.hash = "executor=" + e.id; });
+    return row;
   }));
+  renderExecutor(fleet);
   const c = fleet.executors_by_state;
   const parts = Object.entries(c).map(([k, v]) => `${v} ${k}`);
   const jobs = fleet.jobs_by_state;
@@ -92,19 +114,44 @@ function renderFleet(fleet) {
   document.getElementById("viewer").textContent = `${v.principal}${v.team ? "@" + v.team : ""} (${v.role})`;
 }
 
+// One executor's page (click its row): what the fleet says of it, and its tasks of your team's
+// jobs with their progress. Gone from the fleet (revoked): said so.
+function renderExecutor(fleet) {
+  const section = document.getElementById("executor-detail");
+  section.hidden = !selectedExecutor;
+  if (!selectedExecutor) return;
+  const e = fleet.executors.find((x) => x.id === selectedExecutor);
+  document.getElementById("executor-id").textContent = e ? `${e.name} (${e.id})` : selectedExecutor;
+  if (!e) {
+    document.getElementById("executor-summary").textContent = "not in the fleet (revoked, or never enrolled)";
+    document.querySelector("#executor-tasks tbody").replaceChildren();
+    return;
+  }
+  document.getElementById("executor-summary").replaceChildren(
+    stateBadge(e.state), e.state_reason ? ` ${e.state_reason}` : "", e.drain_requested ? " · draining on request" : "",
+    ` · ${(e.accelerator || "cpu")} ${e.device || "?"} · ${gib(e.usable_memory_bytes)} usable of ${gib(e.memory_bytes)}`,
+    ` · ${e.os || "?"} · runners ${(e.runners || []).join(", ") || "none"} · ${e.records_done} records done`,
+    ` · last heartbeat ${duration(e.last_heartbeat_age_seconds)} ago`,
+    ` · models ${(e.models_shown || []).join(", ") || "none"}`);
+  document.querySelector("#executor-tasks tbody").replaceChildren(...e.tasks.map((t) => el("tr", {},
+    el("td", {}, el("a", { href: "#job=" + encodeURIComponent(t.job) }, t.job)),
+    el("td", { class: "num" }, t.index), el("td", { class: "num" }, t.attempt),
+    el("td", { class: "num" }, `${t.records_done}/${t.records}`))));
+}
+
 function renderJobs(list) {
   const body = document.querySelector("#jobs tbody");
   body.replaceChildren(...list.jobs.map((j) => {
     const progress = el("td", { class: "progress", "data-progress": String(j.progress) });
-    setBar(progress, j.progress);
+    setBar(progress, j.progress, j.state);
     const row = el("tr", { class: "clickable", "data-job": j.id },
       el("td", {}, j.id),
       el("td", {}, j.team),
       el("td", {}, stateBadge(j.state)),
       progress,
       el("td", { class: "num" }, `${j.records_succeeded + j.records_failed}/${j.records_total}` + (j.records_failed ? ` (${j.records_failed} failed)` : "")),
-      el("td", { class: "num" }, j.records_per_second.toFixed(1) + " rec/s"),
-      el("td", { class: "num eta" }, j.state === "completed" ? "done" : duration(j.eta_seconds)));
+      el("td", { class: "num rate" }, rateText(j)),
+      el("td", { class: "num eta" }, etaText(j)));
     row.addEventListener("click", () => { location.hash = "job=" + j.id; tasksOffset = 0; });
     return row;
   }));
@@ -115,11 +162,23 @@ function renderJob(detail) {
   const j = detail.job;
   document.getElementById("job-detail").hidden = false;
   document.getElementById("job-id").textContent = j.id;
+  // The same numbers as the jobs table: done = succeeded + failed + what running attempts did.
+  const inFlight = j.records_in_flight ? `, ${j.records_in_flight} done by running tasks` : "";
+  const never = ENDED_BADLY.has(j.state) ? j.records_total - j.records_succeeded - j.records_failed : 0;
   document.getElementById("job-summary").textContent =
-    `${j.state} · ${Math.round(j.progress * 100)} % · ${j.records_succeeded} succeeded, ${j.records_failed} failed of ${j.records_total}` +
+    `${j.state} · ${(Math.round(j.progress * 1000) / 10).toFixed(1)} % · ${j.records_succeeded} succeeded, ${j.records_failed} failed${inFlight}` +
+    (never > 0 ? `, ${never} never ran` : "") + ` of ${j.records_total} · ${rateText(j)}` +
     ` · tasks ${j.tasks_done}/${j.tasks_total} · model ${j.model}` + (j.error ? ` · ${j.error}` : "");
   const errors = detail.errors.map((e) => el("li", {}, `task ${e.task} attempt ${e.attempt} (${e.state}): ${e.message}`));
   if (j.error) errors.unshift(el("li", {}, j.error));
+  // Failed records: the first error lines (once the job has ended), and how to get them all.
+  const r = detail.record_errors || { failed: 0, first: [] };
+  if (r.failed > 0) {
+    errors.push(el("li", { class: "record-errors", "data-failed": String(r.failed) },
+      `${r.failed} record${r.failed === 1 ? "" : "s"} failed` + (r.first.length ? `; the first ${r.first.length}:` : ""),
+      el("ul", {}, ...r.first.map((e) => el("li", { "data-custom-id": e.custom_id }, `${e.custom_id || "(no custom_id)"}: ${e.code ? e.code + ": " : ""}${e.message}`))),
+      el("span", { class: "muted" }, "All of them: "), el("code", {}, r.all)));
+  }
   document.getElementById("job-errors").replaceChildren(...(errors.length ? errors : [el("li", { class: "muted" }, "none")]));
   document.querySelector("#job-tasks tbody").replaceChildren(...detail.tasks.map((t) => el("tr", { "data-task": t.index },
     el("td", { class: "num" }, t.index),
@@ -185,6 +244,13 @@ function renderCharts(h) {
     teamData.push(team.usage_share.map((v) => v == null ? null : v * 100), team.target_share.map((v) => v == null ? null : v * 100));
   });
   drawChart("chart-teams", teamSeries, [t, ...teamData], "% of usage");
+  // The queue (admins: every team's tasks): waiting for an executor, and running.
+  const queue = document.getElementById("chart-queue").closest("figure");
+  queue.hidden = !h.tasks;
+  if (h.tasks) {
+    drawChart("chart-queue", [{ label: "waiting", color: "#ff7f0e" }, { label: "running", color: "#2ca02c" }],
+      [t, h.tasks.pending, h.tasks.running], "tasks");
+  }
   document.body.dataset.chartPoints = String(t.length);
 }
 
@@ -192,6 +258,9 @@ function readHash() {
   const m = location.hash.match(/job=([^&]+)/);
   selectedJob = m ? decodeURIComponent(m[1]) : null;
   if (!selectedJob) document.getElementById("job-detail").hidden = true;
+  const x = location.hash.match(/executor=([^&]+)/);
+  selectedExecutor = x ? decodeURIComponent(x[1]) : null;
+  if (!selectedExecutor) document.getElementById("executor-detail").hidden = true;
 }
 
 async function poll() {
@@ -216,5 +285,6 @@ async function poll() {
 
 window.addEventListener("hashchange", readHash);
 document.getElementById("job-close").addEventListener("click", (e) => { e.preventDefault(); location.hash = ""; });
+document.getElementById("executor-close").addEventListener("click", (e) => { e.preventDefault(); location.hash = ""; });
 readHash();
 poll();

@@ -11,9 +11,13 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
 #include "cli/credentials.h"
 #include "common/host_port.h"
 #include "common/logging.h"
+#include "executor/control_plane_client.h"
+#include "executor/failover_client.h"
 #include "executor/runner_devices.h"
 #include "rpc/tls.h"
 
@@ -51,16 +55,38 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
     fprintf(stderr, "error: %s\n", std::string(join_token.status().message()).c_str());
     return 1;
   }
-  auto channel = minions::rpc::OpenChannel(connection.server, connection.tls, minions::rpc::ChannelUse::kExecutor);
-  if (!channel.ok()) {
-    fprintf(stderr, "error: %s\n", std::string(channel.status().message()).c_str());
-    return 1;
-  }
   // The executor's identity: its credential, in its state folder (mode 0600).
   minions::ExecutorCredentials credentials;
   credentials.credential_file =
       (state_dir.empty() ? minions::apps::DefaultExecutorStateDir() : state_dir) + "/credential";
   credentials.join_token = *join_token;
+  // --server A,B,...: the servers of one fleet, the next used when one is gone
+  // (executor/failover_client.h). Each address is checked now, not at the failover.
+  std::vector<std::string> servers = absl::StrSplit(connection.server, ',', absl::SkipWhitespace());
+  for (std::string& server : servers) server = std::string(absl::StripAsciiWhitespace(server));
+  if (servers.empty()) {
+    fprintf(stderr, "error: --server names no address\n");
+    return 1;
+  }
+  auto open = [tls = connection.tls, credentials](const std::string& address)
+      -> absl::StatusOr<std::unique_ptr<minions::ControlPlaneClient>> {
+    auto channel = minions::rpc::OpenChannel(address, tls, minions::rpc::ChannelUse::kExecutor);
+    if (!channel.ok()) return channel.status();
+    return minions::MakeGrpcControlPlaneClient(*channel, credentials);
+  };
+  for (const std::string& server : servers) {
+    if (auto channel = minions::rpc::OpenChannel(server, connection.tls, minions::rpc::ChannelUse::kExecutor);
+        !channel.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(channel.status().message()).c_str());
+      return 1;
+    }
+  }
+  std::unique_ptr<minions::ControlPlaneClient> control;
+  if (servers.size() == 1) {
+    control = *open(servers.front());
+  } else {
+    control = std::make_unique<minions::FailoverControlPlaneClient>(servers, open, &clock);
+  }
   // Registry models: fetched into the cache by the leases' URLs, under the same URL policy.
   minions::PolicyBlobClient cache_blobs(
       url_policy, std::make_unique<minions::UrlBlobClient>(minions::UrlBlobClient::Options{.clock = &clock}));
@@ -76,7 +102,7 @@ int RunExecutor(const minions::cli::Connection& connection, minions::AgentOption
   }
   options.model_cache = std::move(*cache);
   options.owner_memory_share = availability.policy.max_memory_share;
-  minions::ExecutorAgent agent(std::move(options), minions::MakeGrpcControlPlaneClient(*channel, credentials),
+  minions::ExecutorAgent agent(std::move(options), std::move(control),
                                std::make_unique<minions::PolicyBlobClient>(
                                    std::move(url_policy),
                                    std::make_unique<minions::UrlBlobClient>(minions::UrlBlobClient::Options{.clock = &clock})),

@@ -62,20 +62,29 @@ int RunUp(const minions::cli::PoolOptions& options) {
     return 1;
   }
   const std::string ca = (*pool)->ca_file().empty() ? "" : " --ca " + (*pool)->ca_file();
-  printf("pool up: server %s with %d executors (data in %s)\n"
-         "  submit:    minions submit FILE --model PATH --server %s%s\n"
-         "  admin:     its token is in %s (mode 0600); the CLI on this machine finds it%s\n",
-         (*pool)->address().c_str(), (*pool)->executor_count(), options.data_dir.c_str(), (*pool)->address().c_str(),
-         ca.c_str(), (*pool)->admin_token_file().c_str(),
-         (*pool)->admin_token_file() == minions::cli::MinionsHome() + "/pool/admin-token"
-             ? ""
-             : absl::StrCat(" when MINIONS_TOKEN_FILE=", (*pool)->admin_token_file()).c_str());
+  // Each path on a line of its own: the rest fits an 80-column terminal.
+  const std::string token_file = (*pool)->admin_token_file();
+  const int executors = (*pool)->executor_count();
+  printf("pool up: server %s, %d executor%s\n"
+         "  data:      %s\n"
+         "  submit:    minions submit FILE --model PATH --server %s\n",
+         (*pool)->address().c_str(), executors, executors == 1 ? "" : "s", options.data_dir.c_str(),
+         (*pool)->address().c_str());
+  if (!ca.empty()) printf("             %s\n", ca.c_str() + 1);
+  printf("  admin:     its token (mode 0600) is in\n"
+         "             %s\n",
+         token_file.c_str());
+  if (token_file == minions::cli::MinionsHome() + "/pool/admin-token") {
+    printf("             where the CLI on this machine finds it\n");
+  } else {
+    printf("             which the CLI finds with MINIONS_TOKEN_FILE set to it\n");
+  }
   if (!(*pool)->dashboard_url().empty()) {
-    printf("  dashboard: %s  (Prometheus metrics at %smetrics)\n"
-           "             sign in with a token: the admin's (cat %s), or a viewer's:\n"
-           "             minions admin token issue --role viewer --name NAME\n",
-           (*pool)->dashboard_url().c_str(), (*pool)->dashboard_url().c_str(),
-           (*pool)->admin_token_file().c_str());
+    printf("  dashboard: %s\n"
+           "             (Prometheus metrics at %smetrics)\n"
+           "             sign in with a token: the admin's (cat the file above),\n"
+           "             or a viewer's: minions admin token issue --role viewer --name NAME\n",
+           (*pool)->dashboard_url().c_str(), (*pool)->dashboard_url().c_str());
   }
   printf("  Ctrl-C stops the pool\n");
   fflush(stdout);

@@ -58,6 +58,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.idle_polls_renew = config.idle_polls_renew;
   options.require_confined_executors = config.require_confined_executors;
   options.task_sizing.target = absl::Seconds(config.task_target_s);
+  options.history_step = absl::Seconds(config.history_step_s);
   options.auth.refresh_ttl = absl::Seconds(config.credential_refresh_s);
   // Executors elsewhere open models by their own paths.
   options.check_model_paths = !absl::StartsWith(config.database, "postgres");
@@ -232,6 +233,7 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (p.flag_heartbeat_batch > 0) config->heartbeat_batch = p.flag_heartbeat_batch;
   if (p.flag_heartbeat_linger_us >= 0) config->heartbeat_linger_us = p.flag_heartbeat_linger_us;
   if (p.flag_task_target_s > 0) config->task_target_s = p.flag_task_target_s;
+  if (p.flag_history_step_s > 0) config->history_step_s = p.flag_history_step_s;
   if (p.flag_credential_refresh_s > 0) config->credential_refresh_s = p.flag_credential_refresh_s;
   if (p.no_watchdog) config->watchdog = false;
   if (p.no_model_affinity) config->model_affinity = false;
@@ -281,6 +283,9 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_option("--task-target-s", p->flag_task_target_s,
                          "jobs submitted without --shard-size get tasks that run about this many seconds, "
                          "from the measured throughput of their model (default 60)");
+  server_cmd->add_option("--history-step-s", p->flag_history_step_s,
+                         "the dashboard's history: a point every this many seconds, kept in the store for 6 hours "
+                         "(default 15)");
   server_cmd->add_option("--credential-refresh-s", p->flag_credential_refresh_s,
                          "keep a looked-up credential this long before reading it again; revocations are read "
                          "in one batch every 2 s regardless (default 300)");

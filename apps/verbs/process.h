@@ -16,7 +16,7 @@ namespace minions::apps {
 struct ProcessVerbs {
   std::string flag_listen, flag_http_listen, flag_data_dir, flag_database, flag_objects, flag_tls_cert, flag_tls_key;
   int64_t flag_ttl_ms = 0, flag_straggler_ms = -1, flag_half_life_s = 0, flag_warm_wait_ms = -1,
-          flag_heartbeat_batch = 0, flag_heartbeat_linger_us = -1, flag_task_target_s = 0, flag_credential_refresh_s = 0;
+          flag_heartbeat_batch = 0, flag_heartbeat_linger_us = -1, flag_task_target_s = 0, flag_history_step_s = 0, flag_credential_refresh_s = 0;
   std::vector<std::string> flag_openai_model_dirs;
   int64_t flag_openai_max_file_bytes = 0;
   bool no_watchdog = false;

@@ -32,7 +32,7 @@ void AddLoadOptions(CLI::App* cmd, minions::runner_protocol::LoadOptions* load) 
 void AddServerAddress(CLI::App* cmd, minions::cli::Connection* connection) {
   cmd->add_option("--server", connection->server,
                   "server address (default: MINIONS_SERVER, else [executor] server of the config file, else "
-                  "127.0.0.1:7070)");
+                  "127.0.0.1:7070); an executor takes several, A,B,...: the next when one is gone");
   cmd->add_option("--ca", connection->tls.ca_file, "the pool's CA certificate: talk TLS (or MINIONS_CA)");
   cmd->add_option("--tls-server-name", connection->tls.server_name,
                   "the name the server's certificate carries, when it is not the address dialled");

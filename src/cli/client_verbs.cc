@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
@@ -130,6 +131,34 @@ void Connection::FromEnvironment() {
 }
 
 namespace {
+
+// `text` after a label of `indent` columns, words wrapped to fit 80 columns, continuation lines
+// indented as far (status's lines: "sizing    ..."). A command it suggests ("minions ..." up to
+// the word ending in ';', ')' or ',') stays on one line, to be copied whole.
+std::string WrappedAfterLabel(const std::string& text, size_t indent) {
+  constexpr size_t kWidth = 80;
+  std::vector<std::string> units;
+  bool in_command = false;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (in_command) {
+      units.back() += " " + std::string(word);
+    } else {
+      units.emplace_back(word);
+      in_command = word == "minions" || word == "(minions";
+    }
+    if (in_command && absl::string_view(";),").find(word.back()) != absl::string_view::npos) in_command = false;
+  }
+  std::string out, line;
+  for (const std::string& unit : units) {
+    if (!line.empty() && indent + line.size() + 1 + unit.size() > kWidth) {
+      out += line + "\n" + std::string(indent, ' ');
+      line.clear();
+    }
+    if (!line.empty()) line += ' ';
+    line += unit;
+  }
+  return out + line;
+}
 
 // Whether `server` answers HTTP (a server's HTTP port: dashboard, metrics, /v1), not gRPC: one GET
 // of /healthz, any answer counts.
@@ -411,7 +440,7 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
          static_cast<long long>(c.completed()), static_cast<long long>(c.failed()),
          static_cast<long long>(job->tasks_done()), static_cast<long long>(job->n_tasks()),
          static_cast<long long>(job->shard_size()), Age(job->created_at_ms()).c_str());
-  if (!job->sizing().empty()) printf("sizing    %s\n", job->sizing().c_str());
+  if (!job->sizing().empty()) printf("sizing    %s\n", WrappedAfterLabel(job->sizing(), 10).c_str());
   if (job->finished_at_ms() > 0 && job->started_at_ms() > 0) {
     printf("ran       %s\n", HumanDuration((job->finished_at_ms() - job->started_at_ms()) / 1000.0).c_str());
   }
@@ -429,8 +458,8 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
            static_cast<long long>(v.failed()), v.failed() > 0 ? " (their producer is quarantined)" : "");
     printf("          by %s\n", absl::StrJoin(v.verifiers(), ", ").c_str());
   }
-  if (!job->error().empty()) printf("error     %s\n", job->error().c_str());
-  if (!job->wait_reason().empty()) printf("waiting   %s\n", job->wait_reason().c_str());
+  if (!job->error().empty()) printf("error     %s\n", WrappedAfterLabel(job->error(), 10).c_str());
+  if (!job->wait_reason().empty()) printf("waiting   %s\n", WrappedAfterLabel(job->wait_reason(), 10).c_str());
   if (job->gang_size() > 0) {
     printf("gang      %d executors per task\n", job->gang_size());
     // The gangs running its tasks now: each with its leader first.

@@ -1,8 +1,10 @@
 #include "dashboard/fleet_view.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace minions {
 
@@ -10,24 +12,47 @@ absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Get() {
   absl::MutexLock lock(&mu_);
   absl::Time now = clock_->Now();
   if (cached_ && now - cached_->taken_at < max_age_) return cached_;
+  RETURN_IF_ERROR(Refresh());
+  return cached_;
+}
+
+absl::Status FleetView::RecordHistory() {
+  absl::MutexLock lock(&mu_);
+  // This step is recorded already (by a refresh within it); otherwise read afresh: a snapshot
+  // cached from the step before would leave this one without a point.
+  if (HistoryStepOf(clock_->Now(), history_step_) == last_step_recorded_) return absl::OkStatus();
+  return Refresh();
+}
+
+absl::Status FleetView::Refresh() {
   auto fresh = Read();
   if (!fresh.ok()) return fresh.status();
   cached_ = *fresh;
   FleetHistoryPoint point = PointOf(*cached_);
   for (const auto& [id, rate] : point.jobs) jobs_since_point_[id] = rate;
-  if (history_.empty() || cached_->taken_at - history_.back().at >= history_step_) {
-    for (const auto& [id, rate] : jobs_since_point_) point.jobs.try_emplace(id, rate);
-    jobs_since_point_.clear();
-    history_.push_back(std::move(point));
-    while (history_.front().at < cached_->taken_at - kHistorySpan) history_.pop_front();
+  const absl::Time step = HistoryStepOf(cached_->taken_at, history_step_);
+  if (step <= last_step_recorded_) return absl::OkStatus();
+  for (const auto& [id, rate] : jobs_since_point_) point.jobs.try_emplace(id, rate);
+  point.at = step;
+  // Another server may have recorded this step first: its point stands (the store keeps one).
+  absl::Status recorded = store_->RecordFleetHistory({step, FleetHistoryPointJson(point)}, step - kHistorySpan);
+  if (!recorded.ok()) {
+    // The snapshot is good; the chart misses this step's point (a gap), which the log says.
+    MINIONS_LOG(Warning) << "dashboard history: cannot record the point of " << absl::FormatTime(step) << ": "
+                         << recorded.message();
+    return absl::OkStatus();
   }
-  return cached_;
+  jobs_since_point_.clear();
+  last_step_recorded_ = step;
+  return absl::OkStatus();
 }
 
 FleetHistoryPoint FleetView::PointOf(const FleetSnapshot& s) {
   FleetHistoryPoint point;
   point.at = s.taken_at;
   point.executors_by_state = s.executors_by_state;
+  if (auto it = s.tasks_by_state.find(TaskState::kPending); it != s.tasks_by_state.end()) point.tasks_pending = it->second;
+  if (auto it = s.tasks_by_state.find(TaskState::kRunning); it != s.tasks_by_state.end()) point.tasks_running = it->second;
   for (const Job& job : s.jobs) {
     if (IsTerminal(job.state)) continue;
     auto it = s.progress.find(job.id);
@@ -37,14 +62,32 @@ FleetHistoryPoint FleetView::PointOf(const FleetSnapshot& s) {
   return point;
 }
 
-std::vector<FleetHistoryPoint> FleetView::History() {
-  absl::MutexLock lock(&mu_);
-  std::vector<FleetHistoryPoint> points(history_.begin(), history_.end());
-  if (cached_ && (points.empty() || points.back().at < cached_->taken_at)) {
-    FleetHistoryPoint newest = PointOf(*cached_);
-    for (const auto& [id, rate] : jobs_since_point_) newest.jobs.try_emplace(id, rate);
-    points.push_back(std::move(newest));
+absl::StatusOr<std::vector<FleetHistoryPoint>> FleetView::History() {
+  // The newest refresh as a point, taken under the lock; the store is read without it.
+  std::optional<FleetHistoryPoint> newest;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cached_) {
+      newest = PointOf(*cached_);
+      for (const auto& [id, rate] : jobs_since_point_) newest->jobs.try_emplace(id, rate);
+    }
   }
+  const absl::Time now = newest ? std::max(newest->at, clock_->Now()) : clock_->Now();
+  auto rows = store_->ListFleetHistory(now - kHistorySpan);
+  if (!rows.ok()) return rows.status();
+  std::vector<FleetHistoryPoint> points;
+  points.reserve(rows->size() + 1);
+  for (const FleetHistoryRow& row : *rows) {
+    auto point = ParseFleetHistoryPoint(row.at, row.point);
+    if (!point.ok()) {
+      // Shown as a gap in the charts; the log says which point and why.
+      MINIONS_LOG(Warning) << "dashboard history: the point of " << absl::FormatTime(row.at)
+                           << " cannot be read: " << point.status().message();
+      continue;
+    }
+    points.push_back(std::move(*point));
+  }
+  if (newest && (points.empty() || points.back().at < newest->at)) points.push_back(std::move(*newest));
   return points;
 }
 

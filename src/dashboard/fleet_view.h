@@ -10,12 +10,15 @@
 // families.
 //
 // Ownership: borrows the store, the clock and the progress tracker.
-// It also keeps the fleet's recent history (executors by state, each job's rate, each team's
-// usage), a point every history_step, for the dashboard's charts; in memory, per server.
+// It also records the fleet's history (executors by state, the queue's depth, each job's rate,
+// each team's usage) for the dashboard's charts: a point per history_step, in the store
+// (fleet_history.h), whether or not anyone watches: the server's history thread calls
+// RecordHistory every step. Stored, the history outlives a restart and every server of a fleet
+// shows the same one (each step is recorded once, by the first server to reach it); points older
+// than kHistorySpan are removed as new ones come, so it stays bounded.
 //
 // Threads: thread-safe; one refresh at a time, callers during a refresh get its result.
 
-#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -27,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "dashboard/fleet_history.h"
 #include "metrics/metrics.h"
 #include "model/progress_estimator.h"
 #include "model/types.h"
@@ -52,18 +56,6 @@ struct FleetSnapshot {
   std::vector<ModelRecord> models;  // the registry, every team's (executors' models are shown by name)
 };
 
-// One point of the fleet's recent history (the dashboard's charts).
-struct FleetHistoryPoint {
-  absl::Time at;
-  std::map<ExecutorState, int64_t> executors_by_state;
-  struct JobRate {
-    std::string team;
-    double records_per_second = 0;
-  };
-  std::map<std::string, JobRate> jobs;  // job id -> its rate, for the jobs running since the last point
-  std::vector<TeamUsage> teams;
-};
-
 class FleetView {
  public:
   static constexpr int kMaxJobs = 100000;  // per state listed
@@ -75,7 +67,8 @@ class FleetView {
   // Jobs that have not ended, executors and tasks are read every `max_age`. Counting the ended
   // jobs reads the whole job history, so it happens when a job has ended since the last count (at
   // most every kStaleRecount), and every `terminal_max_age` regardless.
-  // A refresh at least `history_step` after the last point kept adds one to the history.
+  // A refresh in a later step (a multiple of `history_step` since the epoch) than the last point
+  // recorded records one (RecordHistory).
   FleetView(MetadataStore* store, Clock* clock, ProgressTracker* progress, absl::Duration max_age = absl::Seconds(1),
             absl::Duration terminal_max_age = absl::Seconds(30), absl::Duration history_step = absl::Seconds(15))
       : store_(store),
@@ -86,15 +79,21 @@ class FleetView {
         history_step_(history_step) {}
 
   absl::StatusOr<std::shared_ptr<const FleetSnapshot>> Get() ABSL_LOCKS_EXCLUDED(mu_);
-  // The fleet over the last kHistorySpan, oldest first: one point per history_step, and the
-  // newest refresh last. Empty before the first refresh (Get()).
-  std::vector<FleetHistoryPoint> History() ABSL_LOCKS_EXCLUDED(mu_);
+  // Reads the fleet afresh unless this step has been read already, and records this step's point
+  // (the server's history thread, every step). Errors: the store's.
+  absl::Status RecordHistory() ABSL_LOCKS_EXCLUDED(mu_);
+  // The fleet over the last kHistorySpan, oldest first: the stored points (one per step while a
+  // server ran; none for a time when none did) and, when newer, the newest refresh last.
+  absl::StatusOr<std::vector<FleetHistoryPoint>> History() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Duration history_step() const { return history_step_; }
   // Adds the store-derived gauges to `registry` (a collector reading Get()); minions_store_up is 0
   // when the store cannot be read.
   void ExportMetrics(metrics::Registry* registry);
 
  private:
   absl::StatusOr<std::shared_ptr<const FleetSnapshot>> Read() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the store into cached_ and records the step's point when it is a new step.
+  absl::Status Refresh() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static FleetHistoryPoint PointOf(const FleetSnapshot& snapshot);
   void Collect(std::vector<metrics::FamilySnapshot>* out) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -110,7 +109,7 @@ class FleetView {
   absl::Time terminal_counted_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::set<std::string> active_ids_ ABSL_GUARDED_BY(mu_);  // jobs not ended at the last read
   bool terminal_stale_ ABSL_GUARDED_BY(mu_) = false;       // a job ended since terminal_counts_ was read
-  std::deque<FleetHistoryPoint> history_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_step_recorded_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Jobs seen running by the refreshes since the last point kept, with their last rate: a job that
   // starts and ends between two points is in the next one, not missing from the charts.
   std::map<std::string, FleetHistoryPoint::JobRate> jobs_since_point_ ABSL_GUARDED_BY(mu_);

@@ -10,12 +10,14 @@
 #include "http/metrics_endpoints.h"
 #include "model/json_codec.h"
 #include "model/model_ref.h"
+#include "runner/batch_record.h"
 
 namespace minions {
 namespace {
 
 constexpr char kPlain[] = "text/plain; charset=utf-8";
 constexpr int64_t kMaxErrorsShown = 100;
+constexpr int kMaxRecordErrorsShown = 20;
 
 HttpResponse JsonResponse(const Json& body, int status = 200) {
   // Live data: never cached by the browser or a proxy.
@@ -205,8 +207,31 @@ Json JobsJson(const FleetSnapshot& s, absl::Time now, const Caller& caller, Page
   return out;
 }
 
+absl::StatusOr<Json> FirstRecordErrors(BlobStore* blobs, const Job& job, int limit) {
+  Json out = Json::array();
+  if (blobs == nullptr || job.errors_key.empty() || job.counts.failed == 0) return out;
+  constexpr int64_t kMaxBytes = 256 << 10;
+  auto head = blobs->GetRange(job.errors_key, 0, kMaxBytes);
+  if (!head.ok()) return head.status();
+  size_t start = 0;
+  while (static_cast<int>(out.size()) < limit) {
+    size_t end = head->find('\n', start);
+    if (end == std::string::npos) break;  // the rest is a line cut by the range
+    auto line = ParseJson(std::string_view(*head).substr(start, end - start));
+    start = end + 1;
+    if (!line.ok()) continue;
+    Json error = OutputLineError(*line);
+    if (error.is_null()) continue;
+    const Json& id = JsonField(*line, "custom_id");
+    out.push_back({{"custom_id", id.is_string() ? id : Json("")},
+                   {"code", JsonString(error, "code")},
+                   {"message", JsonString(error, "message")}});
+  }
+  return out;
+}
+
 Json JobJson(const Job& job, const std::vector<Task>& tasks, const ProgressEstimate& progress, absl::Time now,
-             Page tasks_page) {
+             Page tasks_page, const Json& record_errors) {
   Json list = Json::array();
   Json errors = Json::array();
   for (const Task& t : tasks) {
@@ -229,50 +254,78 @@ Json JobJson(const Job& job, const std::vector<Task>& tasks, const ProgressEstim
                         {"message", t.last_error}});
     }
   }
+  // The records that failed: the first error lines once the job has ended (while it runs they
+  // sit in its tasks' chunks), and how to get them all.
+  int64_t records_failed = job.counts.failed;
+  if (!IsTerminal(job.state)) {
+    records_failed = 0;
+    for (const Task& t : tasks) records_failed += t.state == TaskState::kRunning ? t.records_failed : 0;
+    records_failed += job.counts.failed;
+  }
+  Json records{{"failed", records_failed},
+               {"first", record_errors},
+               {"all", records_failed == 0 ? "" : absl::StrCat("minions results ", job.id, " --errors")}};
   return Json{{"now", Seconds(now)}, {"job", JobSummary(job, progress)}, {"tasks", std::move(list)},
-              {"tasks_page", PageJson(static_cast<int64_t>(tasks.size()), tasks_page)}, {"errors", std::move(errors)}};
+              {"tasks_page", PageJson(static_cast<int64_t>(tasks.size()), tasks_page)}, {"errors", std::move(errors)},
+              {"record_errors", std::move(records)}};
 }
 
-Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& caller) {
-  const size_t n = points.size();
-  Json times = Json::array();
+Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& caller, absl::Duration step) {
+  // The rows drawn: each point, and a gap (every series null) where no point was recorded for
+  // more than two steps (no server ran): charts break the line there instead of drawing one
+  // straight across a time nothing was seen.
+  std::vector<const FleetHistoryPoint*> rows;
+  std::vector<absl::Time> times;
+  for (const FleetHistoryPoint& p : points) {
+    if (!times.empty() && rows.back() != nullptr && p.at - times.back() > 2 * step) {
+      rows.push_back(nullptr);
+      times.push_back(times.back() + step);
+    }
+    rows.push_back(&p);
+    times.push_back(p.at);
+  }
+  const size_t n = rows.size();
+  const Json nulls(std::vector<Json>(n, nullptr));
+  Json t = Json::array();
+  for (absl::Time at : times) t.push_back(Seconds(at));
   // The chart's four series; draining counts as busy, revoked executors are left out.
-  std::map<std::string, std::vector<int64_t>> executors = {
-      {"busy", std::vector<int64_t>(n)}, {"available", std::vector<int64_t>(n)},
-      {"unavailable", std::vector<int64_t>(n)}, {"offline", std::vector<int64_t>(n)}};
+  std::map<std::string, Json> executors = {{"busy", nulls}, {"available", nulls}, {"unavailable", nulls}, {"offline", nulls}};
+  Json pending = nulls, running = nulls;
   std::map<std::string, std::pair<std::string, Json>> jobs;  // id -> team, rates
   std::map<std::string, std::pair<Json, Json>> teams;        // team -> usage shares, target shares
   for (size_t i = 0; i < n; ++i) {
-    const FleetHistoryPoint& p = points[i];
-    times.push_back(Seconds(p.at));
+    if (rows[i] == nullptr) continue;
+    const FleetHistoryPoint& p = *rows[i];
+    for (auto& [name, series] : executors) series[i] = 0;
     for (const auto& [state, count] : p.executors_by_state) {
+      const char* shown = nullptr;
       switch (state) {
         case ExecutorState::kBusy:
-        case ExecutorState::kDraining: executors["busy"][i] += count; break;
-        case ExecutorState::kAvailable: executors["available"][i] += count; break;
-        case ExecutorState::kOwnerActive: executors["unavailable"][i] += count; break;
-        case ExecutorState::kLost: executors["offline"][i] += count; break;
+        case ExecutorState::kDraining: shown = "busy"; break;
+        case ExecutorState::kAvailable: shown = "available"; break;
+        case ExecutorState::kOwnerActive: shown = "unavailable"; break;
+        case ExecutorState::kLost: shown = "offline"; break;
         default: break;
       }
+      if (shown) executors[shown][i] = executors[shown][i].get<int64_t>() + count;
+    }
+    if (caller.IsAdmin()) {  // the fleet's queue holds every team's tasks
+      pending[i] = p.tasks_pending;
+      running[i] = p.tasks_running;
     }
     for (const auto& [id, rate] : p.jobs) {
       if (!caller.SeesTeam(rate.team)) continue;
-      auto [it, added] = jobs.try_emplace(id, rate.team, Json::array());
-      if (added) it->second.second = Json(std::vector<Json>(n, nullptr));
+      auto [it, added] = jobs.try_emplace(id, rate.team, nulls);
       it->second.second[i] = rate.records_per_second;
     }
     const std::map<std::string, double> targets = TargetShares(p.teams);
     absl::Duration total;
-    for (const TeamUsage& t : p.teams) total += t.usage;
-    for (const TeamUsage& t : p.teams) {
-      if (!caller.IsAdmin() && !caller.SeesTeam(t.team)) continue;
-      auto [it, added] = teams.try_emplace(t.team);
-      if (added) {
-        it->second.first = Json(std::vector<Json>(n, nullptr));
-        it->second.second = Json(std::vector<Json>(n, nullptr));
-      }
-      it->second.first[i] = total > absl::ZeroDuration() ? absl::FDivDuration(t.usage, total) : 0.0;
-      it->second.second[i] = targets.at(t.team);
+    for (const TeamUsage& u : p.teams) total += u.usage;
+    for (const TeamUsage& u : p.teams) {
+      if (!caller.IsAdmin() && !caller.SeesTeam(u.team)) continue;
+      auto [it, added] = teams.try_emplace(u.team, nulls, nulls);
+      it->second.first[i] = total > absl::ZeroDuration() ? absl::FDivDuration(u.usage, total) : 0.0;
+      it->second.second[i] = targets.at(u.team);
     }
   }
   Json jobs_json = Json::array();
@@ -286,10 +339,13 @@ Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& cal
   }
   Json executors_json = Json::object();
   for (auto& [state, counts] : executors) executors_json[state] = std::move(counts);
-  return Json{{"t", std::move(times)},
-              {"executors", std::move(executors_json)},
-              {"jobs", std::move(jobs_json)},
-              {"teams", std::move(teams_json)}};
+  Json out{{"t", std::move(t)},
+           {"step_seconds", absl::ToDoubleSeconds(step)},
+           {"executors", std::move(executors_json)},
+           {"jobs", std::move(jobs_json)},
+           {"teams", std::move(teams_json)}};
+  if (caller.IsAdmin()) out["tasks"] = {{"pending", std::move(pending)}, {"running", std::move(running)}};
+  return out;
 }
 
 void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
@@ -323,7 +379,9 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
     absl::StatusOr<Caller> caller = authorize(request, Scope::kFleetRead);
     if (!caller.ok()) return Refusal(caller.status());
     if (!src.fleet->Get().ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
-    return JsonResponse(HistoryJson(src.fleet->History(), *caller));
+    auto history = src.fleet->History();
+    if (!history.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
+    return JsonResponse(HistoryJson(*history, *caller, src.fleet->history_step()));
   });
   http->Handle("/api/jobs", [src, authorize](const HttpRequest& request) {
     absl::StatusOr<Caller> caller = authorize(request, Scope::kJobsRead);
@@ -350,8 +408,18 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
     for (const Task& t : *tasks) {
       if (t.state == TaskState::kRunning) in_flight += t.records_done;
     }
+    Json record_errors = Json::array();
+    if (IsTerminal(job->state)) {
+      auto first = FirstRecordErrors(src.blobs, *job, kMaxRecordErrorsShown);
+      // The page still shows the counts and how to get the errors; the log says why not the lines.
+      if (first.ok()) {
+        record_errors = std::move(*first);
+      } else {
+        MINIONS_LOG(Warning) << "job=" << id << " dashboard: cannot read its error lines: " << first.status().message();
+      }
+    }
     return JsonResponse(JobJson(*job, *tasks, src.progress->Observe(*job, in_flight, now), now,
-                                PageOf(request, 500, 5000)));
+                                PageOf(request, 500, 5000), record_errors));
   });
 
   // Login: the token is checked, then kept in an HttpOnly cookie for the browser session.

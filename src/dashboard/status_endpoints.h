@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "blob/blob_store.h"
 #include "common/clock.h"
 #include "common/json_util.h"
 #include "dashboard/fleet_view.h"
@@ -45,6 +46,8 @@ struct StatusSources {
   metrics::Registry* registry = nullptr;
   std::function<bool()> serving;  // the gRPC port is up and the server is not shutting down
   Authenticator* auth = nullptr;  // every page but the open ones asks it
+  // Where an ended job's error lines are (the job page shows the first ones); null: counts only.
+  BlobStore* blobs = nullptr;
 };
 
 void InstallStatusEndpoints(const StatusSources& sources, HttpServer* http);
@@ -67,14 +70,21 @@ Page PageOf(const HttpRequest& request, int64_t default_limit, int64_t max_limit
 // The dashboard's JSON documents (exposed for tests), as `caller` may see them.
 Json FleetJson(const FleetSnapshot& snapshot, absl::Time now, const Caller& caller);
 Json JobsJson(const FleetSnapshot& snapshot, absl::Time now, const Caller& caller, Page page);
+// `record_errors`: the first of its error lines ({"custom_id", "code", "message"}), as
+// FirstRecordErrors reads them.
 Json JobJson(const Job& job, const std::vector<Task>& tasks, const ProgressEstimate& progress, absl::Time now,
-             Page tasks_page);
-// {"t": [unix seconds], "executors": {"busy": [...], "available": [...], "unavailable": [...],
-//  "offline": [...]}, "jobs": [{"id", "team", "records_per_second": [...]}], "teams": [{"team",
-//  "usage_share": [...], "target_share": [...]}]}: one value per time in "t" (null where a job
-// had not started or had ended). Another team's jobs and usage are left out unless `caller` is
-// an admin.
-Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& caller);
+             Page tasks_page, const Json& record_errors = Json::array());
+// The first `limit` error lines of an ended job (from its errors file, reading at most its first
+// 256 KiB), each as {"custom_id", "code", "message"}; empty while the job runs or has none.
+absl::StatusOr<Json> FirstRecordErrors(BlobStore* blobs, const Job& job, int limit);
+// {"t": [unix seconds], "step_seconds": S, "executors": {"busy": [...], "available": [...],
+//  "unavailable": [...], "offline": [...]}, "tasks": {"pending": [...], "running": [...]},
+//  "jobs": [{"id", "team", "records_per_second": [...]}], "teams": [{"team", "usage_share": [...],
+//  "target_share": [...]}]}: one value per time in "t"; null where nothing was recorded (a job
+// not running then; every series at a gap: a time of more than two steps with no point, when
+// no server ran). Another team's jobs and usage, and the fleet's task counts (every team's), are
+// left out unless `caller` is an admin.
+Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& caller, absl::Duration step);
 
 // A file of the web dashboard compiled into the binary (generated from web/ at build time).
 struct WebAsset {

@@ -20,13 +20,14 @@ WatchdogOptions ServerWatchdogOptions(absl::Duration lease_ttl) {
 ControlPlane::ControlPlane(MetadataStore* store, BlobStore* blobs, Clock* clock, ControlPlaneOptions options,
                            std::unique_ptr<WatchdogLock> watchdog_lock)
     : store_(store),
+      blobs_(blobs),
       clock_(clock),
       options_(std::move(options.server)),
       watchdog_(options.watchdog ? std::make_unique<Watchdog>(store, *options.watchdog, std::move(watchdog_lock))
                                  : nullptr),
       server_metrics_(&registry_, store),
       rpc_faults_(clock, &registry_),
-      fleet_view_(store, clock, &progress_),
+      fleet_view_(store, clock, &progress_, absl::Seconds(1), absl::Seconds(30), options_.history_step),
       finalizer_(store, blobs, clock, {options_.max_chunk_bytes}),
       authenticator_(store, clock, options_.auth),
       identities_(store, clock),
@@ -81,7 +82,7 @@ absl::Status ControlPlane::Start() {
     http_options.tls_key_file = options_.tls.key_file;
     http_ = std::make_unique<HttpServer>(http_options);
     InstallStatusEndpoints({store_, clock_, &fleet_view_, &progress_, &registry_, [this] { return serving_.load(); },
-                            &authenticator_},
+                            &authenticator_, blobs_},
                            http_.get());
     for (const auto& install : http_routes_) install(http_.get());
     if (auto s = http_->Start(options_.http_listen); !s.ok()) {
@@ -102,6 +103,10 @@ absl::Status ControlPlane::Start() {
     finalizer_thread_ = std::thread([this] {
       NameThisThread("finaliser");
       FinalizerLoop();
+    });
+    history_thread_ = std::thread([this] {
+      NameThisThread("history");
+      HistoryLoop();
     });
     if (watchdog_) {
       watchdog_thread_ = std::thread([this] {
@@ -230,6 +235,24 @@ void ControlPlane::WatchdogLoop() {
   }
 }
 
+void ControlPlane::HistoryLoop() {
+  const absl::Duration step = options_.history_step;
+  while (true) {
+    // A failure (the store is down) is that step's gap in the charts.
+    if (auto s = fleet_view_.RecordHistory(); !s.ok()) {
+      MINIONS_LOG(Warning) << "dashboard history: cannot read the fleet: " << s.message();
+    }
+    absl::MutexLock lock(&mu_);
+    auto stopping = [this] {
+      mu_.AssertHeld();
+      return stopping_;
+    };
+    // Wakes as the next step begins, so each point is taken at the start of its step.
+    clock_->AwaitWithDeadline(mu_, absl::Condition(&stopping), HistoryStepOf(clock_->Now(), step) + step);
+    if (stopping_) return;
+  }
+}
+
 void ControlPlane::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
@@ -242,6 +265,7 @@ void ControlPlane::Shutdown() {
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (finalizer_thread_.joinable()) finalizer_thread_.join();
   if (watchdog_thread_.joinable()) watchdog_thread_.join();
+  if (history_thread_.joinable()) history_thread_.join();
   if (work_signal_) work_signal_->Stop();
   if (http_) http_->Stop();
 }

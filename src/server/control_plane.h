@@ -15,7 +15,8 @@
 // Threads: construction, Start and Shutdown on the owning thread; the services run on gRPC's
 // threads; once started (with options.server.background_thread), finalisation runs on the
 // "finaliser" thread and the watchdog on the "watchdog" thread, so a large merge never delays
-// lease expiry. Every wait is on the Clock it is given.
+// lease expiry; the dashboard's history is recorded on the "history" thread. Every wait is on
+// the Clock it is given.
 
 #include <atomic>
 #include <functional>
@@ -142,10 +143,13 @@ class ControlPlane {
  private:
   void FinalizerLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void WatchdogLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Records the dashboard's history point every options.history_step (dashboard/fleet_view.h).
+  void HistoryLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // A completion left `job_id` ready to finalise: the finaliser's thread wakes for it.
   void JobReady(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   MetadataStore* store_;
+  BlobStore* blobs_;  // the dashboard reads ended jobs' first error lines
   Clock* clock_;
   ServerOptions options_;
   std::unique_ptr<Watchdog> watchdog_;
@@ -172,6 +176,7 @@ class ControlPlane {
   std::atomic<bool> serving_{false};
   std::thread finalizer_thread_;
   std::thread watchdog_thread_;
+  std::thread history_thread_;
   absl::Mutex mu_;  // a change to these wakes the finaliser's and the watchdog's threads
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> ready_jobs_ ABSL_GUARDED_BY(mu_);

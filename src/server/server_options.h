@@ -63,6 +63,9 @@ struct ServerOptions {
   // makes one call per long poll (30 s) instead of one per poll and one per idle beat. False: idle
   // executors heartbeat at the idle pace (as with an older server).
   bool idle_polls_renew = true;
+  // The dashboard's history: a point of the fleet every this long, recorded in the store by the
+  // server's history thread whether or not anyone watches (dashboard/fleet_view.h).
+  absl::Duration history_step = absl::Seconds(15);
   // A gang reservation that does not fill within this is released (server/gang_leasing.h).
   absl::Duration gang_reservation_timeout = absl::Seconds(30);
   int max_watch_streams = 64;

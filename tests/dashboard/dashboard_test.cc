@@ -356,12 +356,70 @@ TEST_F(DashboardTest, AJobThatRanBetweenTwoHistoryPointsIsInTheNext) {
   clock_.Advance(absl::Seconds(15));
   ASSERT_TRUE(fleet_->Get().ok());  // and one more, after which the job is gone from new points
   Json history = GetJson("/api/history");
-  ASSERT_EQ(history["t"].size(), 3u) << DumpJson(history);
+  // Three points kept (at the starts of their steps) and the newest refresh, later in its step.
+  ASSERT_EQ(history["t"].size(), 4u) << DumpJson(history);
   ASSERT_EQ(history["jobs"].size(), 1u) << DumpJson(history);
   const Json& rates = history["jobs"][0]["records_per_second"];
   EXPECT_TRUE(rates[0].is_null());
   EXPECT_FALSE(rates[1].is_null()) << "the point after the job ran has it";
   EXPECT_TRUE(rates[2].is_null());
+  EXPECT_TRUE(rates[3].is_null());
+}
+
+// The history is the store's: a server started afresh (a new FleetView on the same store) shows
+// the points recorded before, with a gap for the time no server ran, not a line drawn across it;
+// a point is recorded each step whether or not anyone reads the dashboard.
+TEST_F(DashboardTest, TheHistoryOutlivesARestartAndShowsTheTimeNobodyRanAsAGap) {
+  std::string executor = Register("worker", "");
+  std::string job = Submit(2);
+  ASSERT_EQ(Must(store_->LeaseTasks(executor, 1, absl::Hours(1), clock_.Now())).size(), 1u);
+  // The server's history thread, three steps; nobody polls.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(fleet_->RecordHistory().ok());
+    ASSERT_TRUE(fleet_->RecordHistory().ok());  // within the step: nothing more
+    clock_.Advance(absl::Seconds(15));
+  }
+  ASSERT_EQ(Must(store_->ListFleetHistory(absl::InfinitePast())).size(), 3u);
+  // Down for five minutes; a new server on the same store.
+  clock_.Advance(absl::Minutes(5));
+  ProgressTracker progress;
+  FleetView restarted(store_.get(), &clock_, &progress, absl::Seconds(1));
+  ASSERT_TRUE(restarted.RecordHistory().ok());
+  clock_.Advance(absl::Seconds(15));
+  ASSERT_TRUE(restarted.RecordHistory().ok());
+  std::vector<FleetHistoryPoint> points = Must(restarted.History());
+  // 3 points before, 2 after, and the newest refresh (later in the last step than its point).
+  ASSERT_EQ(points.size(), 6u);
+  Json history = HistoryJson(points, Caller{"t1", Role::kAdmin, "", "ops", DefaultScopes(Role::kAdmin)},
+                             restarted.history_step());
+  // The gap between them.
+  ASSERT_EQ(history["t"].size(), 7u) << DumpJson(history);
+  EXPECT_EQ(history["executors"]["busy"][2], 1);
+  EXPECT_TRUE(history["executors"]["busy"][3].is_null()) << DumpJson(history);
+  EXPECT_TRUE(history["tasks"]["pending"][3].is_null());
+  EXPECT_EQ(history["executors"]["busy"][4], 1);
+  EXPECT_EQ(history["tasks"]["pending"][0], 1);
+  EXPECT_EQ(history["tasks"]["running"][0], 1);
+  // The gap sits one step after the last point before it.
+  EXPECT_DOUBLE_EQ(history["t"][3].get<double>() - history["t"][2].get<double>(), 15);
+  ASSERT_EQ(history["jobs"].size(), 1u);
+  EXPECT_TRUE(history["jobs"][0]["records_per_second"][3].is_null());
+  // A team's viewer is not shown the fleet's queue (every team's tasks).
+  Json viewer = HistoryJson(points, Caller{"t2", Role::kViewer, "ml", "dash", DefaultScopes(Role::kViewer)},
+                            restarted.history_step());
+  EXPECT_FALSE(viewer.contains("tasks"));
+}
+
+// Points older than FleetView::kHistorySpan are removed as new ones are recorded: the stored
+// history stays bounded however long the server runs.
+TEST_F(DashboardTest, TheStoredHistoryStaysBounded) {
+  FleetView fleet(store_.get(), &clock_, &progress_, absl::Seconds(1), absl::Seconds(30), absl::Minutes(30));
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(fleet.RecordHistory().ok());
+    clock_.Advance(absl::Minutes(30));
+  }
+  // Six hours at a point per half hour: 12 or 13 points, never the 20 recorded.
+  EXPECT_LE(Must(store_->ListFleetHistory(absl::InfinitePast())).size(), 13u);
 }
 
 // The fleet table's data: each machine's device (kind and name), usable memory and cached models

@@ -366,5 +366,112 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   fs::remove_all(dir);
 }
 
+// The dashboard's history is the server's, recorded every step whether or not anyone watches,
+// and kept in the store across a restart: a browser opened only after a job has ended (and the
+// server restarted) still draws the job's rate, and the curve ends when the job ended instead of
+// running on. The job's page lists its failed records; a cancelled job looks cancelled.
+TEST(Observability, TheDashboardInChromiumDrawsAFinishedJobsCurveEndingWhenItEnded) {
+  std::string dir = TempDir("history");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  pool.AddServerArgs({"--history-step-s", "1"});
+  ASSERT_TRUE(pool.StartServer().ok());
+  ASSERT_TRUE(pool.CreateTeam("research").ok());
+  auto viewer = pool.IssueToken("viewer", "research", "browser");
+  ASSERT_TRUE(viewer.ok()) << viewer.status();
+  ASSERT_TRUE(pool.StartExecutor("e1").ok());
+  // 50 records, two of them bad (lines 18 and 43): two error lines.
+  auto job = SubmitSample(pool, 50, 10);
+  ASSERT_TRUE(job.ok()) << job.status();
+  v1::Job ended = WaitForEnd(pool, job->id(), absl::Minutes(3));
+  ASSERT_EQ(ended.state(), "completed");
+  ASSERT_TRUE(pool.StopExecutor("e1").ok());
+  // A job cancelled before anything ran.
+  auto cancelled = SubmitSample(pool, 20, 10);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  ASSERT_TRUE(cli::JobsClient(pool.connection()).Cancel(cancelled->id()).ok());
+
+  const std::vector<std::string> admin = {"Authorization: Bearer " + pool.connection().token};
+  auto api = [&](const std::string& path) -> Json {
+    HttpReply reply = HttpGet(absl::StrCat("http://", pool.http_address(), path), 10000, admin);
+    auto json = ParseJson(reply.body);
+    return reply.status == 200 && json.ok() ? *json : Json();
+  };
+  const double finished_at = api("/api/job?id=" + job->id())["job"]["finished_at"].get<double>();
+  // Waits (no deadline asserted: the server records a point a second) until the stored history
+  // reaches `t`.
+  auto history_reaches = [&](double t) {
+    for (int i = 0; i < 600; ++i) {
+      Json h = api("/api/history");
+      if (h.is_object() && !h["t"].empty() && h["t"].back().get<double>() >= t) return true;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return false;
+  };
+  ASSERT_TRUE(history_reaches(finished_at + 3));
+  // Restarted: what the browser shows below comes from the store, and reaches back before it.
+  const double restarted_at = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  ASSERT_TRUE(pool.StopServer(SIGTERM).ok());
+  ASSERT_TRUE(pool.StartServer().ok());
+  ASSERT_TRUE(history_reaches(restarted_at + 2));
+
+  fs::create_directories(kArtifacts);
+  std::string screenshot = kArtifacts + "/dashboard-history.png";
+  Subprocess::Options sp;
+  sp.argv = {"node", "--experimental-websocket", "--no-warnings", kSource + "/tests/js/dashboard_history_check.mjs",
+             absl::StrCat("http://", pool.http_address(), "/"), job->id(), screenshot, "120"};
+  sp.stderr_path = dir + "/dashboard_history_check.log";
+  sp.extra_env = {"MINIONS_DASHBOARD_TOKEN=" + *viewer};
+  auto browser = Subprocess::Start(sp);
+  ASSERT_TRUE(browser.ok()) << browser.status();
+  (*browser)->CloseStdin();
+  auto line = (*browser)->ReadLine(absl::Minutes(3));
+  ASSERT_TRUE(line.ok()) << ReadAll(dir + "/dashboard_history_check.log");
+  auto parsed = ParseJson(*line);
+  ASSERT_TRUE(parsed.ok()) << *line;
+  Json seen = *parsed;
+  auto exit = (*browser)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(exit.ok());
+  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
+
+  // The chart as uPlot holds it: the job's rate where it ran, then nothing.
+  const Json& t = seen["t"];
+  const Json& rates = seen["rates"];
+  ASSERT_EQ(t.size(), rates.size()) << DumpJson(seen);
+  int last_drawn = -1;
+  for (size_t i = 0; i < rates.size(); ++i) {
+    if (!rates[i].is_null()) last_drawn = static_cast<int>(i);
+  }
+  ASSERT_GE(last_drawn, 0) << "the job's rate was never drawn: " << DumpJson(seen);
+  EXPECT_GT(rates[last_drawn].get<double>(), 0);
+  // Its last point lies within one step (1 s) of its end; every later one is empty.
+  EXPECT_LE(t[last_drawn].get<double>(), finished_at + 1) << DumpJson(seen);
+  ASSERT_GT(t.size(), static_cast<size_t>(last_drawn + 1)) << "no point after the job ended: " << DumpJson(seen);
+  EXPECT_GE(t.back().get<double>(), finished_at + 3);
+  // Recorded before the restart and shown after it.
+  EXPECT_LT(t[0].get<double>(), restarted_at) << DumpJson(seen);
+
+  // The jobs table: the completed job blue with its rate, the cancelled one cancelled.
+  std::map<std::string, Json> rows;
+  for (const Json& row : seen["rows"]) rows[row["job"].get<std::string>()] = row;
+  ASSERT_TRUE(rows.count(job->id()) && rows.count(cancelled->id())) << DumpJson(seen);
+  EXPECT_EQ(rows[job->id()]["state"], "completed");
+  EXPECT_EQ(rows[job->id()]["bar"], "bar");
+  EXPECT_EQ(rows[job->id()]["eta"], "done");
+  EXPECT_EQ(rows[cancelled->id()]["state"], "cancelled");
+  EXPECT_EQ(rows[cancelled->id()]["bar"], "bar bar-cancelled");
+  EXPECT_EQ(rows[cancelled->id()]["rate"], "-");
+  EXPECT_EQ(rows[cancelled->id()]["eta"], "cancelled");
+  // The job's page: its two failed records with their messages, and how to get them all.
+  EXPECT_EQ(seen["record_errors"]["failed"], 2) << DumpJson(seen);
+  ASSERT_EQ(seen["record_errors"]["lines"].size(), 2u) << DumpJson(seen);
+  for (const Json& text : seen["record_errors"]["lines"]) {
+    EXPECT_THAT(text.get<std::string>(), ::testing::MatchesRegex(".+: .+")) << DumpJson(seen);
+  }
+  EXPECT_EQ(seen["record_errors"]["all"], "minions results " + job->id() + " --errors");
+  EXPECT_THAT(seen["summary"].get<std::string>(), ::testing::HasSubstr("48 succeeded, 2 failed of 50"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace minions::testing

@@ -165,6 +165,46 @@ v1::Job WaitForEnd(cli::JobsClient& client, const std::string& job_id, absl::Dur
   return job.ok() ? *job : v1::Job();
 }
 
+// An executor given both servers' addresses (--server A,B) goes on with B when A is gone for
+// good: A is killed after the executor has worked through it, a job is then submitted through B,
+// and the executor (which talked to A) runs it.
+TEST_P(Pool, AnExecutorGivenSeveralServersFailsOverWhenOneIsGone) {
+  std::string dir = TempDir("failover-" + GetParam());
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  UseBackend(pool, GetParam(), "fo");
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());
+  auto second = pool.StartAnotherServer("server-b");
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::string noop = kBin + "/minions-noop-runner";
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, pool.connection().server + "," + *second).ok());
+  std::vector<std::string> lines = NoopLines(50);
+  v1::Job first = SubmitAndWait(pool, WriteInput(dir, lines), 10, "", absl::Minutes(3));
+  ASSERT_EQ(first.state(), "completed") << first.error();
+  ASSERT_TRUE(pool.StopServer(SIGKILL).ok());
+
+  cli::Connection b = pool.connection();
+  b.server = *second;
+  cli::JobsClient client(b);
+  v1::SubmitJobRequest request;
+  request.set_input(ReadFile(WriteInput(dir, lines)));
+  request.set_model(kModel);
+  request.set_shard_size(10);
+  auto job = client.Submit(request);
+  ASSERT_TRUE(job.ok()) << job.status();
+  v1::Job ended = WaitForEnd(client, job->id(), absl::Minutes(3));
+  ASSERT_EQ(ended.state(), "completed") << ended.error() << "; logs in " << pool.dir() << "/logs";
+  EXPECT_EQ(ended.request_counts().completed(), 50);
+  auto executors = client.Executors();
+  ASSERT_TRUE(executors.ok());
+  ASSERT_EQ(executors->size(), 1u) << "the executor kept its identity on B";
+  EXPECT_EQ((*executors)[0].records_done(), 100);
+  // It says where it went, and why.
+  EXPECT_THAT(ReadFile(pool.dir() + "/logs/executor-e1.log"), ::testing::HasSubstr("going on with " + *second));
+  std::filesystem::remove_all(dir);
+}
+
 // The name of an executor that holds a task, once one does (within half a minute); "" if none.
 std::string BusyExecutor(cli::JobsClient& client) {
   for (int i = 0; i < 600; ++i) {

@@ -14,10 +14,7 @@
 //    "charts":{"drawn":N,"points":P,"rate_series":R},  (charts drawn, fewest points, rate series)
 //    "fleet":[{"device":D,"memory":M,"models":C}]}      (the fleet table's cells, one per executor)
 // and exits 0 once the job is completed, 1 on a timeout or an error.
-import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { Browser, emit, sleep } from "./chromium_page.mjs";
 
 const [url, screenshotPath, timeoutArg] = process.argv.slice(2);
 if (!url || !screenshotPath) {
@@ -25,94 +22,12 @@ if (!url || !screenshotPath) {
   process.exit(2);
 }
 const deadline = Date.now() + Number(timeoutArg || 240) * 1000;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const emit = (obj) => console.log(JSON.stringify(obj));
-
-const profile = mkdtempSync(join(tmpdir(), "minions-chromium-"));
-const chromium = spawn(process.env.CHROMIUM || "/usr/bin/chromium", [
-  "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-  "--disable-dev-shm-usage", "--window-size=1400,1000", `--user-data-dir=${profile}`,
-  "--remote-debugging-port=0", "about:blank",
-], { stdio: ["ignore", "ignore", "pipe"] });
-let chromiumLog = "";
-chromium.stderr.on("data", (d) => { chromiumLog += d; });
-
-function cleanup() {
-  try { chromium.kill("SIGKILL"); } catch {}
-  try { rmSync(profile, { recursive: true, force: true }); } catch {}
-}
-
-async function devtoolsPage() {
-  const portFile = join(profile, "DevToolsActivePort");
-  while (!existsSync(portFile) || readFileSync(portFile, "utf8").split("\n").length < 2) {
-    if (Date.now() > deadline || chromium.exitCode !== null) throw new Error("chromium did not start: " + chromiumLog.slice(-2000));
-    await sleep(100);
-  }
-  const port = readFileSync(portFile, "utf8").split("\n")[0].trim();
-  for (;;) {
-    const targets = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json();
-    const page = targets.find((t) => t.type === "page");
-    if (page) return page.webSocketDebuggerUrl;
-    await sleep(100);
-  }
-}
-
-class Cdp {
-  constructor(ws) {
-    this.ws = ws; this.next = 1; this.pending = new Map();
-    ws.addEventListener("message", (m) => {
-      const msg = JSON.parse(m.data);
-      const p = this.pending.get(msg.id);
-      if (!p) return;
-      this.pending.delete(msg.id);
-      msg.error ? p.reject(new Error(msg.error.message)) : p.resolve(msg.result);
-    });
-  }
-  static async connect(wsUrl) {
-    const ws = new WebSocket(wsUrl);
-    await new Promise((resolve, reject) => { ws.onopen = resolve; ws.onerror = () => reject(new Error("websocket")); });
-    return new Cdp(ws);
-  }
-  send(method, params = {}) {
-    const id = this.next++;
-    this.ws.send(JSON.stringify({ id, method, params }));
-    return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
-  }
-  async eval(expression) {
-    const r = await this.send("Runtime.evaluate", { expression, returnByValue: true });
-    if (r.exceptionDetails) throw new Error("page: " + JSON.stringify(r.exceptionDetails));
-    return r.result.value;
-  }
-}
-
-async function screenshot(cdp) {
-  const shot = await cdp.send("Page.captureScreenshot", { format: "png", captureBeyondViewport: true });
-  writeFileSync(screenshotPath, Buffer.from(shot.data, "base64"));
-}
+const browser = new Browser(deadline);
+const screenshot = (cdp) => browser.screenshot(cdp, screenshotPath);
 
 async function main() {
-  const cdp = await Cdp.connect(await devtoolsPage());
-  await cdp.send("Page.enable");
-  await cdp.send("Runtime.enable");
-  await cdp.send("Page.navigate", { url });
-  // Sent to sign in first: fill in the token and submit the form.
-  while ((await cdp.eval("location.pathname")) !== "/login" || !(await cdp.eval("!!document.getElementById('token')"))) {
-    if (Date.now() > deadline) throw new Error("the dashboard did not ask to sign in");
-    await sleep(100);
-  }
-  const token = process.env.MINIONS_DASHBOARD_TOKEN || "";
-  await cdp.eval(`document.getElementById("token").value = ${JSON.stringify(token)};
-                  document.querySelector("form").submit(); true`);
-  while ((await cdp.eval("location.pathname")) !== "/") {
-    if (Date.now() > deadline) throw new Error("signing in did not lead to the dashboard");
-    await sleep(100);
-  }
-  // The page counts its successful updates in <body data-updates>.
-  while (!(Number(await cdp.eval("document.body && document.body.dataset.updates || 0")) > 0)) {
-    if (Date.now() > deadline) throw new Error("the dashboard never drew an update");
-    await sleep(200);
-  }
+  const cdp = await browser.page();
+  await browser.signIn(cdp, url, process.env.MINIONS_DASHBOARD_TOKEN || "");
   emit({ event: "loaded" });
   const readJob = `(() => {
     const row = document.querySelector("#jobs tr[data-job]");
@@ -169,4 +84,5 @@ async function main() {
   throw new Error(`timed out; progress seen: ${JSON.stringify(values)}`);
 }
 
-main().then(() => { cleanup(); process.exit(0); }, (err) => { console.error(String(err.stack || err)); cleanup(); process.exit(1); });
+main().then(() => { browser.close(); process.exit(0); },
+  (err) => { console.error(String(err.stack || err)); browser.close(); process.exit(1); });
