@@ -1,5 +1,5 @@
 #pragma once
-// The client verbs: submit, jobs, status, watch, results, cancel, executors (revoke), teams, models,
+// The client verbs: submit, jobs, status, watch, results, cancel, executors (revoke, release), teams, models,
 // whoami and drain. They talk to a server with a token (src/cli/client_verbs.h does the talking).
 
 #include <optional>
@@ -38,7 +38,7 @@ struct ClientVerbs {
   CLI::App* models_rm_cmd = nullptr;
 };
 
-// submit, jobs, status, watch, results, cancel, executors (revoke) and whoami.
+// submit, jobs, status, watch, results, cancel, executors (revoke, release) and whoami.
 void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c);
 // `drain`, registered after `pki` (the order of --help).
 void AddDrainVerb(CLI::App& app, SharedFlags* shared, ClientVerbs* c);

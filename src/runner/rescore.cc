@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -90,6 +91,46 @@ std::vector<int32_t> TopTokens(const float* logits, int n_vocab, int k) {
 
 TokenScore ScoreLogits(const float* logits, int n_vocab, int32_t token, float temperature, float top_p,
                        const Thresholds& thresholds) {
+  return ScoreLogits(logits, n_vocab, token, Transforms{.temperature = temperature, .top_p = top_p}, thresholds);
+}
+
+Transforms TransformsOf(const SamplingParams& sampling) {
+  return Transforms{.temperature = sampling.temperature, .top_k = sampling.top_k, .top_p = sampling.top_p,
+                    .min_p = sampling.min_p};
+}
+
+bool ShapesLogits(const SamplingParams& sampling) {
+  return !sampling.logit_bias.empty() || sampling.presence_penalty != 0 || sampling.frequency_penalty != 0 ||
+         sampling.repeat_penalty != 1;
+}
+
+void ShapeLogits(const SamplingParams& sampling, std::span<const int32_t> history, std::vector<float>& row) {
+  const int n_vocab = static_cast<int>(row.size());
+  // llama_sampler_logit_bias: added to the logit; -100 forbids (runner/llama/record_sampler.cc).
+  for (const LogitBias& b : sampling.logit_bias) {
+    if (b.token < 0 || b.token >= n_vocab) continue;  // the producer's runner refused such a record
+    row[static_cast<size_t>(b.token)] = b.bias <= -100.0f ? -INFINITY : row[static_cast<size_t>(b.token)] + b.bias;
+  }
+  if (sampling.presence_penalty == 0 && sampling.frequency_penalty == 0 && sampling.repeat_penalty == 1) return;
+  // llama_sampler_penalties over the whole answer so far (its window is max_tokens): a token seen
+  // `count` times has its logit divided by repeat_penalty (multiplied when <= 0), then lowered by
+  // count * frequency_penalty + presence_penalty. The same float arithmetic, in the same order.
+  std::map<int32_t, int> counts;
+  for (int32_t t : history) ++counts[t];
+  for (const auto& [t, count] : counts) {
+    if (t < 0 || t >= n_vocab) continue;
+    float& logit = row[static_cast<size_t>(t)];
+    if (logit <= 0) {
+      logit *= sampling.repeat_penalty;
+    } else {
+      logit /= sampling.repeat_penalty;
+    }
+    logit -= static_cast<float>(count) * sampling.frequency_penalty + static_cast<float>(count > 0) * sampling.presence_penalty;
+  }
+}
+
+TokenScore ScoreLogits(const float* logits, int n_vocab, int32_t token, const Transforms& transforms,
+                       const Thresholds& thresholds) {
   TokenScore score;
   score.token = token;
   if (token < 0 || token >= n_vocab) {
@@ -106,49 +147,83 @@ TokenScore ScoreLogits(const float* logits, int n_vocab, int32_t token, float te
     score.rank += logits[i] > claimed;
   }
   score.gap = max_logit - claimed;
-  // Softmax at temperature 1: llama.cpp's top_p sampler chooses the nucleus from it, before the
-  // temperature sampler rescales what is left (the chain runner/llama builds: top_p, temp, dist).
-  double z1 = 0, above1 = 0;
-  for (int i = 0; i < n_vocab; ++i) {
-    const double e = std::exp(logits[i] - max_logit);
-    z1 += e;
-    if (logits[i] > claimed) above1 += e;
-  }
-  if (temperature <= 0.0f) {
+  double z1 = 0;
+  for (int i = 0; i < n_vocab; ++i) z1 += std::exp(logits[i] - max_logit);
+  if (transforms.temperature <= 0.0f) {
     score.logprob = (claimed - max_logit) - std::log(z1);
     return score;
   }
-  // The nucleus: the most likely tokens until their mass reaches top_p (at least one).
-  std::vector<char> in_nucleus(static_cast<size_t>(n_vocab), 1);
-  if (top_p < 1.0f) {
-    std::vector<int32_t> order(static_cast<size_t>(n_vocab));
+  // A token the biases forbid (-inf) cannot have been drawn.
+  if (std::isinf(claimed)) {
+    score.excluded = true;
+    score.logprob = kNegInf;
+    return score;
+  }
+  // What the chain keeps, stage by stage as llama.cpp applies them: top_k, top_p (its softmax at
+  // temperature 1 over what top_k kept), min_p. Float noise moves every boundary, so a claimed
+  // token just outside one is judged as if inside; one well outside is excluded.
+  std::vector<char> kept(static_cast<size_t>(n_vocab), 1);
+  std::vector<int32_t> order;
+  if (transforms.top_k > 0 || transforms.top_p < 1.0f) {
+    order.resize(static_cast<size_t>(n_vocab));
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-    std::fill(in_nucleus.begin(), in_nucleus.end(), 0);
-    double cumulative = 0;
-    for (int32_t id : order) {
-      in_nucleus[static_cast<size_t>(id)] = 1;
-      cumulative += std::exp(logits[id] - max_logit) / z1;
-      if (cumulative >= top_p) break;
-    }
-    if (!in_nucleus[static_cast<size_t>(token)]) {
-      // Float noise moves the boundary: a token just outside is judged as if it were inside.
-      if (above1 / z1 >= top_p + thresholds.top_p_slack) {
-        score.excluded = true;
-        score.logprob = kNegInf;
-      }
-      in_nucleus[static_cast<size_t>(token)] = 1;
+  }
+  if (transforms.top_k > 0 && transforms.top_k < n_vocab) {
+    const size_t k = static_cast<size_t>(transforms.top_k);
+    for (size_t r = k; r < order.size(); ++r) kept[static_cast<size_t>(order[r])] = 0;
+    if (!kept[static_cast<size_t>(token)]) {
+      if (claimed < logits[order[k - 1]] - thresholds.gap_soft) score.excluded = true;
+      kept[static_cast<size_t>(token)] = 1;
     }
   }
-  // The distribution the producer sampled from: softmax(logits / T) over the nucleus.
-  const double inv_t = 1.0 / temperature;
+  if (transforms.top_p < 1.0f && !score.excluded) {
+    // The nucleus: the most likely kept tokens until their mass reaches top_p (at least one).
+    double z_kept = 0, above = 0;
+    for (int i = 0; i < n_vocab; ++i) {
+      if (!kept[static_cast<size_t>(i)]) continue;
+      const double e = std::exp(logits[i] - max_logit);
+      z_kept += e;
+      if (logits[i] > claimed) above += e;
+    }
+    std::vector<char> nucleus(static_cast<size_t>(n_vocab), 0);
+    double cumulative = 0;
+    for (int32_t id : order) {
+      if (!kept[static_cast<size_t>(id)]) continue;
+      nucleus[static_cast<size_t>(id)] = 1;
+      cumulative += std::exp(logits[id] - max_logit) / z_kept;
+      if (cumulative >= transforms.top_p) break;
+    }
+    if (!nucleus[static_cast<size_t>(token)]) {
+      if (above / z_kept >= transforms.top_p + thresholds.top_p_slack) score.excluded = true;
+      nucleus[static_cast<size_t>(token)] = 1;
+    }
+    kept = std::move(nucleus);
+  }
+  if (transforms.min_p > 0.0f && !score.excluded) {
+    // p_i >= min_p * p_max, i.e. logit_i >= max + log(min_p); the argmax is always kept.
+    const double floor = max_logit + std::log(static_cast<double>(transforms.min_p));
+    for (int i = 0; i < n_vocab; ++i) {
+      if (logits[i] < floor) kept[static_cast<size_t>(i)] = 0;
+    }
+    if (claimed < floor) {
+      if (claimed < floor - thresholds.gap_soft) score.excluded = true;
+      kept[static_cast<size_t>(token)] = 1;
+    }
+  }
+  if (score.excluded) {
+    score.logprob = kNegInf;
+    return score;
+  }
+  // The distribution the producer sampled from: softmax(logits / T) over what was kept.
+  const double inv_t = 1.0 / transforms.temperature;
   double zt = 0, sum_lp = 0, sum_lp2 = 0;
   for (int i = 0; i < n_vocab; ++i) {
-    if (in_nucleus[static_cast<size_t>(i)]) zt += std::exp((logits[i] - max_logit) * inv_t);
+    if (kept[static_cast<size_t>(i)]) zt += std::exp((logits[i] - max_logit) * inv_t);
   }
   const double log_zt = std::log(zt);
   for (int i = 0; i < n_vocab; ++i) {
-    if (!in_nucleus[static_cast<size_t>(i)]) continue;
+    if (!kept[static_cast<size_t>(i)] || std::isinf(logits[i])) continue;  // a forbidden token adds nothing
     const double lp = (logits[i] - max_logit) * inv_t - log_zt;
     const double p = std::exp(lp);
     sum_lp += p * lp;
@@ -156,7 +231,7 @@ TokenScore ScoreLogits(const float* logits, int n_vocab, int32_t token, float te
   }
   score.entropy = -sum_lp;
   score.variance = std::max(0.0, sum_lp2 - sum_lp * sum_lp);
-  if (!score.excluded) score.logprob = (claimed - max_logit) * inv_t - log_zt;
+  score.logprob = (claimed - max_logit) * inv_t - log_zt;
   return score;
 }
 
@@ -220,7 +295,7 @@ Verdict Decide(const Evidence& evidence, const Thresholds& th) {
       v.min_logprob = std::min(v.min_logprob, t.logprob);
       if (t.excluded) {
         return fail(absl::StrCat("sampled: ", Describe(evidence, static_cast<int>(i)),
-                                 " lies outside the top_p nucleus the record asked for"),
+                                 " lies outside what the record's sampling allows (top_k, top_p, min_p, logit_bias)"),
                     static_cast<int>(i));
       }
       if (t.logprob < th.min_logprob) {

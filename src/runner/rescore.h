@@ -13,11 +13,13 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/json_util.h"
+#include "runner/batch_record.h"
 
 namespace minions::rescore {
 
@@ -60,10 +62,32 @@ struct TokenScore {
   bool excluded = false; // outside the top_p nucleus beyond the slack
 };
 
-// Scores `token` against one row of `n_vocab` logits. temperature <= 0 means greedy (only rank,
-// gap and the raw log-softmax matter). Pure arithmetic; O(n_vocab log n_vocab) at worst.
+// What a sampled record's chain does after biases and penalties (which ShapeLogits applies to the
+// row first), in llama.cpp's order (runner/llama/record_sampler.cc): top_k, top_p, min_p, then
+// temperature. temperature <= 0 means greedy: only rank, gap and the log-softmax matter.
+struct Transforms {
+  float temperature = 1.0f;
+  int top_k = 0;        // 0: off
+  float top_p = 1.0f;   // 1: off
+  float min_p = 0.0f;   // 0: off
+};
+Transforms TransformsOf(const SamplingParams& sampling);
+
+// Scores `token` against one row of `n_vocab` logits (already shaped, when the record asks for
+// biases or penalties). A token outside a stage's boundary by more than float noise (gap_soft
+// nats for top_k and min_p, top_p_slack of mass for top_p) is excluded; a token the biases forbid
+// too. Pure arithmetic; O(n_vocab log n_vocab) at worst.
+TokenScore ScoreLogits(const float* logits, int n_vocab, int32_t token, const Transforms& transforms,
+                       const Thresholds& thresholds);
 TokenScore ScoreLogits(const float* logits, int n_vocab, int32_t token, float temperature, float top_p,
                        const Thresholds& thresholds);
+
+// Does the record's sampling change the logits themselves (logit_bias, penalties)?
+bool ShapesLogits(const SamplingParams& sampling);
+// Applies the record's logit_bias (-100 forbids: -inf) and then llama.cpp's repetition penalties
+// over `history` (the answer's tokens before the one this row scores; the producer's window is
+// the whole answer) to one row of logits, with the producer's float arithmetic.
+void ShapeLogits(const SamplingParams& sampling, std::span<const int32_t> history, std::vector<float>& row);
 
 // The ids of the `k` largest logits, most likely first.
 std::vector<int32_t> TopTokens(const float* logits, int n_vocab, int k);

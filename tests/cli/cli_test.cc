@@ -99,10 +99,12 @@ TEST(MinionsCli, ARefusedConnectionNamesTheAddressAndTheFlagItCameFrom) {
 
 // A sub-verb's --server is the address dialled (`executors revoke` once dialled the default).
 TEST(MinionsCli, ASubVerbDialsItsOwnServerFlag) {
-  Outcome run = Minions({"executors", "revoke", "exe-0123456789ab", "--server", kNobody});
-  EXPECT_EQ(run.code, 1);
-  EXPECT_THAT(run.err, HasSubstr(kNobody));
-  EXPECT_THAT(run.err, Not(HasSubstr("127.0.0.1:7070")));
+  for (const char* verb : {"revoke", "release"}) {
+    Outcome run = Minions({"executors", verb, "exe-0123456789ab", "--server", kNobody});
+    EXPECT_EQ(run.code, 1) << verb;
+    EXPECT_THAT(run.err, HasSubstr(kNobody)) << verb;
+    EXPECT_THAT(run.err, Not(HasSubstr("127.0.0.1:7070"))) << verb;
+  }
 }
 
 TEST(MinionsCli, ARefusedConnectionNamesTheEnvironmentVariableItCameFrom) {

@@ -121,7 +121,8 @@ TEST_F(DashboardTest, AScrapeCountsJobsTasksAndExecutorsByStateFromTheStore) {
   Verification failed;
   failed.job_id = job;
   failed.custom_id = "r0";
-  failed.producer_id = Register("forger", "");
+  const std::string forger = Register("forger", "");
+  failed.producer_id = forger;
   failed.verifier_id = gpu_box;
   failed.reason = "forged";
   ASSERT_TRUE(store_->RecordVerification(failed, clock_.Now()).ok());
@@ -147,10 +148,14 @@ TEST_F(DashboardTest, AScrapeCountsJobsTasksAndExecutorsByStateFromTheStore) {
   // The fleet as the dashboard sees it: device, coarse state, current task. The owner's presence
   // is "unavailable", never why (not even to an admin).
   Json fleet = GetJson("/api/fleet");
-  ASSERT_EQ(fleet["executors"].size(), 2u);
+  ASSERT_EQ(fleet["executors"].size(), 3u);
   for (const Json& e : fleet["executors"]) {
     EXPECT_FALSE(e.contains("owner"));
-    if (e["id"] == gpu_box) {
+    if (e["id"] == forger) {
+      // Quarantined, and why: the record that failed and the verifier's reason.
+      EXPECT_EQ(e["state"], "quarantined");
+      EXPECT_THAT(e["state_reason"].get<std::string>(), ::testing::HasSubstr("forged"));
+    } else if (e["id"] == gpu_box) {
       EXPECT_EQ(e["device"], "RTX 4090");
       EXPECT_EQ(e["state"], "busy");
       ASSERT_EQ(e["tasks"].size(), 1u);
@@ -165,6 +170,7 @@ TEST_F(DashboardTest, AScrapeCountsJobsTasksAndExecutorsByStateFromTheStore) {
   }
   EXPECT_EQ(fleet["executors_by_state"]["busy"], 1);
   EXPECT_EQ(fleet["executors_by_state"]["unavailable"], 1);
+  EXPECT_EQ(fleet["executors_by_state"]["quarantined"], 1);
   EXPECT_EQ(fleet.dump().find("keyboard"), std::string::npos);
 }
 

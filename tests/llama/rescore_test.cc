@@ -206,10 +206,62 @@ TEST_F(Rescore, ErrorLinesAndInvalidRecordsAreJudgedByShape) {
   EXPECT_FALSE(garbage->passed);
 }
 
-TEST_F(Rescore, RecordsWithTransformsNotYetAppliedAreNotJudged) {
-  // The check scores under temperature and top_p only: a record with top_k (or penalties,
-  // biases, a grammar) is uncheckable here, never failed.
-  const std::string line = Completion("k0", "The quick brown fox", 12, 0.8, {{"top_k", 5}});
+TEST_F(Rescore, AnswersShapedByPenaltiesBiasesTopKAndMinPPass) {
+  // The check applies the producer's logit_bias and penalties over the claimed answer, then top_k,
+  // top_p and min_p: honest answers under each pass, greedy ones token for token.
+  const Json penalties = {{"presence_penalty", 1.5}, {"frequency_penalty", 1.0}, {"repeat_penalty", 1.3}};
+  const std::vector<std::string> lines = {
+      Completion("p0", "Once upon a time, in a land far away,", 32, 0, penalties),
+      Completion("p1", "List some numbers: 1 2 3", 24, 0.8, penalties),
+      Completion("k0", "The quick brown fox", 16, 0.8, {{"top_k", 5}, {"seed", 1}}),
+      Completion("m0", "The quick brown fox", 16, 1.0, {{"min_p", 0.1}, {"top_k", 40}, {"top_p", 0.95}}),
+      Completion("b0", "The quick brown fox", 16, 0, {{"logit_bias", {{"100", 5}, {"200", -100}}}}),
+  };
+  std::map<size_t, Json> outputs = ServeAll(*engine_, lines);
+  Rescorer rescorer(*engine_);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    ASSERT_TRUE(outputs.at(i)["error"].is_null()) << DumpJson(outputs.at(i));
+    auto verdict = rescorer.Check(lines[i], outputs.at(i), {});
+    ASSERT_TRUE(verdict.ok()) << lines[i] << ": " << verdict.status();
+    EXPECT_TRUE(verdict->passed) << lines[i] << "\n" << DumpJson(outputs.at(i)) << "\n" << verdict->ToJson();
+    EXPECT_GT(verdict->tokens_checked, 0) << lines[i];
+  }
+}
+
+TEST_F(Rescore, AnAnswerThatIgnoresItsPenaltiesOrBiasesFails) {
+  // The unpenalised greedy answer, claimed for the record that asks for penalties: the random
+  // test model repeats itself, which the penalties forbid.
+  const Json penalties = {{"presence_penalty", 2.0}, {"frequency_penalty", 2.0}, {"repeat_penalty", 2.0}};
+  const std::string penalised = Completion("g1", "Once upon a time, in a land far away,", 32, 0, penalties);
+  std::map<size_t, Json> honest = ServeAll(*engine_, {penalised});
+  ASSERT_NE(GeneratedText(honest.at(0)), GeneratedText(Output(1)));  // the penalties change the answer
+  Rescorer rescorer(*engine_);
+  auto ignored = rescorer.Check(penalised, Output(1), {});
+  ASSERT_TRUE(ignored.ok()) << ignored.status();
+  EXPECT_FALSE(ignored->passed) << ignored->ToJson();
+  EXPECT_THAT(ignored->reason, HasSubstr("greedy"));
+
+  // g0's unbiased answer, claimed for g0 with a bias that makes token 100 the greedy choice.
+  const std::string biased = Completion("g0", "The quick brown fox", 24, 0, {{"logit_bias", {{"100", 100}}}});
+  std::map<size_t, Json> honest_biased = ServeAll(*engine_, {biased});
+  ASSERT_NE(GeneratedText(honest_biased.at(0)), GeneratedText(Output(0)));  // the bias changes the answer
+  auto unbiased = rescorer.Check(biased, Output(0), {});
+  ASSERT_TRUE(unbiased.ok()) << unbiased.status();
+  EXPECT_FALSE(unbiased->passed) << unbiased->ToJson();
+  // A bias naming a token outside the vocabulary: no runner serves the record, yet it claims one.
+  const std::string outside = Completion("g0", "The quick brown fox", 24, 0, {{"logit_bias", {{"99999999", 1}}}});
+  auto refused = rescorer.Check(outside, Output(0), {});
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_FALSE(refused->passed) << refused->ToJson();
+}
+
+TEST_F(Rescore, ConstrainedAnswersAreNotJudgedYet) {
+  // A grammar or JSON schema is not applied by the check yet: uncheckable here, never failed.
+  const std::string line = DumpJson({{"custom_id", "j0"},
+                                     {"prompt", "A JSON object:"},
+                                     {"max_tokens", 16},
+                                     {"temperature", 0},
+                                     {"response_format", {{"type", "json_object"}}}});
   std::map<size_t, Json> outputs = ServeAll(*engine_, {line});
   Rescorer rescorer(*engine_);
   auto verdict = rescorer.Check(line, outputs.at(0), {});

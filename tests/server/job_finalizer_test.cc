@@ -222,7 +222,8 @@ TEST_F(JobFinalizerTest, TheManifestCountsTheRecordsOtherExecutorsReScored) {
   JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
   ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
   ASSERT_EQ(job.state, JobState::kCompleted);
-  const Json& verification = Manifest(job)["verification"];
+  const Json manifest = Manifest(job);
+  const Json& verification = manifest["verification"];
   EXPECT_EQ(verification["checked"], 2);
   EXPECT_EQ(verification["passed"], 2);
   EXPECT_EQ(verification["failed"], 0);

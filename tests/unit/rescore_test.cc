@@ -85,6 +85,84 @@ TEST(RescoreScore, TopPExcludesTheTailButToleratesTheBoundary) {
   EXPECT_TRUE(std::isfinite(boundary.logprob));
 }
 
+TEST(RescoreScore, TopKKeepsTheKMostLikelyAndToleratesATieAtItsEdge) {
+  // probabilities 0.5, 0.3, 0.2: top_k 2 renormalises over the first two.
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+  Transforms t{.temperature = 1.0f, .top_k = 2};
+  TokenScore second = ScoreLogits(logits.data(), 3, 1, t, {});
+  EXPECT_FALSE(second.excluded);
+  EXPECT_NEAR(second.logprob, std::log(0.3 / 0.8), 1e-6);
+  TokenScore third = ScoreLogits(logits.data(), 3, 2, t, {});
+  EXPECT_TRUE(third.excluded);
+  EXPECT_TRUE(std::isinf(third.logprob));
+  // Within gap_soft of the k-th token, float noise may have ordered them either way.
+  const std::vector<float> near = {std::log(0.5f), std::log(0.25f), std::log(0.25f) - 0.01f};
+  EXPECT_FALSE(ScoreLogits(near.data(), 3, 2, t, {}).excluded);
+  // Greedy answers ignore top_k, as the producer's chain does.
+  EXPECT_EQ(ScoreLogits(logits.data(), 3, 0, Transforms{.temperature = 0.0f, .top_k = 1}, {}).rank, 0);
+}
+
+TEST(RescoreScore, MinPDropsTokensFarBelowTheMostLikely) {
+  // probabilities 0.6, 0.3, 0.1: min_p 0.2 keeps p >= 0.12.
+  const std::vector<float> logits = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
+  Transforms t{.temperature = 1.0f, .min_p = 0.2f};
+  TokenScore kept = ScoreLogits(logits.data(), 3, 1, t, {});
+  EXPECT_FALSE(kept.excluded);
+  EXPECT_NEAR(kept.logprob, std::log(0.3 / 0.9), 1e-6);
+  EXPECT_TRUE(ScoreLogits(logits.data(), 3, 2, t, {}).excluded);
+  // min_p 0.17 keeps p >= 0.102: 0.1 is 0.02 nats short, inside gap_soft.
+  EXPECT_FALSE(ScoreLogits(logits.data(), 3, 2, Transforms{.temperature = 1.0f, .min_p = 0.17f}, {}).excluded);
+}
+
+TEST(RescoreScore, StagesApplyInTheChainsOrder) {
+  // top_k 3 keeps 0.4 0.3 0.2 (of 0.4 0.3 0.2 0.1); top_p 0.7 then takes 0.4/0.9 + 0.3/0.9 = 0.78.
+  const std::vector<float> logits = {std::log(0.4f), std::log(0.3f), std::log(0.2f), std::log(0.1f)};
+  Transforms t{.temperature = 1.0f, .top_k = 3, .top_p = 0.7f};
+  TokenScore second = ScoreLogits(logits.data(), 4, 1, t, {});
+  EXPECT_FALSE(second.excluded);
+  EXPECT_NEAR(second.logprob, std::log(0.3 / 0.7), 1e-6);
+  EXPECT_TRUE(ScoreLogits(logits.data(), 4, 2, t, {}).excluded);
+}
+
+TEST(RescoreShape, BiasesAndPenaltiesAreTheProducersArithmetic) {
+  SamplingParams sampling;
+  sampling.logit_bias = {{2, 1.5f}, {3, -100.0f}};
+  sampling.repeat_penalty = 1.5f;
+  sampling.frequency_penalty = 0.5f;
+  sampling.presence_penalty = 0.25f;
+  EXPECT_TRUE(ShapesLogits(sampling));
+  EXPECT_FALSE(ShapesLogits(SamplingParams{}));
+  std::vector<float> row = {2.0f, -1.0f, 0.5f, 3.0f, 0.0f};
+  const std::vector<int32_t> history = {0, 0, 1};
+  ShapeLogits(sampling, history, row);
+  EXPECT_FLOAT_EQ(row[0], 2.0f / 1.5f - 2 * 0.5f - 0.25f);  // seen twice, positive: divided
+  EXPECT_FLOAT_EQ(row[1], -1.0f * 1.5f - 0.5f - 0.25f);     // seen once, negative: multiplied
+  EXPECT_FLOAT_EQ(row[2], 2.0f);                            // biased, never seen
+  EXPECT_TRUE(std::isinf(row[3]) && row[3] < 0);            // -100 forbids
+  EXPECT_FLOAT_EQ(row[4], 0.0f);
+}
+
+TEST(RescoreShape, AForbiddenTokenFailsGreedyAndSampledAnswers) {
+  SamplingParams sampling;
+  sampling.logit_bias = {{1, -100.0f}};
+  std::vector<float> row = {1.0f, 3.0f, 2.0f};  // token 1 was the raw argmax
+  ShapeLogits(sampling, {}, row);
+  TokenScore greedy = ScoreLogits(row.data(), 3, 1, Transforms{.temperature = 0.0f}, {});
+  EXPECT_FALSE(Decide(GreedyEvidence({greedy}), {}).passed);
+  EXPECT_EQ(ScoreLogits(row.data(), 3, 2, Transforms{.temperature = 0.0f}, {}).rank, 0);  // the new argmax
+  TokenScore sampled = ScoreLogits(row.data(), 3, 1, Transforms{.temperature = 1.0f}, {});
+  EXPECT_TRUE(sampled.excluded);
+  Evidence e = GreedyEvidence({sampled});
+  e.greedy = false;
+  Verdict v = Decide(e, {});
+  EXPECT_FALSE(v.passed);
+  EXPECT_THAT(v.reason, HasSubstr("logit_bias"));
+  // The others' distribution leaves the forbidden token out, without NaN.
+  TokenScore other = ScoreLogits(row.data(), 3, 2, Transforms{.temperature = 1.0f}, {});
+  EXPECT_NEAR(other.logprob, 2.0 - std::log(std::exp(1.0) + std::exp(2.0)), 1e-6);
+  EXPECT_TRUE(std::isfinite(other.entropy));
+}
+
 TEST(RescoreScore, TopTokensAreMostLikelyFirst) {
   const std::vector<float> logits = {0.1f, 5.0f, 3.0f, 4.0f};
   EXPECT_EQ(TopTokens(logits.data(), 4, 3), (std::vector<int32_t>{1, 3, 2}));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <optional>
+#include <span>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -181,6 +182,9 @@ absl::StatusOr<Rescorer::Scored> Rescorer::ScoreTarget(const std::vector<int32_t
   Scored out;
   rescore::Evidence& evidence = out.evidence;
   const float temperature = sampling.temperature;
+  const rescore::Transforms transforms = rescore::TransformsOf(sampling);
+  const bool shaped = rescore::ShapesLogits(sampling);
+  std::vector<float> shaped_row;
   const std::string& text = target.text;
   std::vector<int32_t> answer = Split(text);
   if (answer.empty() && !text.empty()) {
@@ -224,17 +228,24 @@ absl::StatusOr<Rescorer::Scored> Rescorer::ScoreTarget(const std::vector<int32_t
     // token scores the end of generation, when the answer claims one.
     const size_t to = target.expect_end ? seq.size() : seq.size() - 1;
     size_t restart = 0;
-    auto row = [&](size_t p, const float* logits) -> bool {
+    auto row = [&](size_t p, const float* raw) -> bool {
       const size_t i = p + 1 - n_prompt;
+      // The logits the producer's chain saw: biased and penalised over the answer before token i.
+      const float* logits = raw;
+      if (shaped) {
+        shaped_row.assign(raw, raw + n_vocab_);
+        rescore::ShapeLogits(sampling, std::span<const int32_t>(answer.data(), std::min(i, answer.size())), shaped_row);
+        logits = shaped_row.data();
+      }
       if (i == answer.size()) {
         int32_t best = end_tokens_.empty() ? -1 : end_tokens_.front();
         for (int32_t t : end_tokens_) best = logits[t] > logits[best] ? t : best;
-        evidence.end_token = rescore::ScoreLogits(logits, n_vocab_, best, temperature, sampling.top_p, thresholds);
+        evidence.end_token = rescore::ScoreLogits(logits, n_vocab_, best, transforms, thresholds);
         return true;
       }
       const int32_t claimed = answer[i];
       rescore::TokenScore score =
-          rescore::ScoreLogits(logits, n_vocab_, claimed, temperature, sampling.top_p, thresholds);
+          rescore::ScoreLogits(logits, n_vocab_, claimed, transforms, thresholds);
       // The tokenizer's split stands unless its token here fails: a greedy answer's token far from
       // the argmax, a sampled answer's token the transforms exclude or that is below the floor.
       // Then the most likely token that spells the text on from here takes its place (a greedy
@@ -273,7 +284,7 @@ absl::StatusOr<Rescorer::Scored> Rescorer::ScoreTarget(const std::vector<int32_t
             answer.push_back(better);
             answer.insert(answer.end(), rest.begin(), rest.end());
             evidence.tokens.resize(answer.size());
-            score = rescore::ScoreLogits(logits, n_vocab_, better, temperature, sampling.top_p, thresholds);
+            score = rescore::ScoreLogits(logits, n_vocab_, better, transforms, thresholds);
           }
         }
       }
@@ -305,11 +316,18 @@ absl::StatusOr<rescore::Verdict> Rescorer::CheckText(const InferenceRequest& req
                                                      const rescore::ClaimedAnswer& claimed,
                                                      const rescore::Thresholds& thresholds) {
   if (auto status = EnsureContext(); !status.ok()) return status;
-  // The rules score tokens under temperature and top_p only. A record that shapes its sampling
-  // otherwise is not judged (never failed) until the check applies the same transforms.
-  if (!request.sampling.Plain() || request.format.kind != OutputFormat::Kind::kText) {
+  // The rules score tokens under the record's logit_bias, penalties, top_k, top_p, min_p and
+  // temperature (rescore::ShapeLogits, ScoreLogits). A grammar or JSON schema is not applied yet:
+  // such a record is not judged (never failed).
+  if (request.format.kind != OutputFormat::Kind::kText) {
     return absl::UnimplementedError(
-        "re-scoring does not apply penalties, logit_bias, top_k, min_p or a grammar yet: the record is not checked");
+        "re-scoring does not apply a grammar or JSON schema yet: the record is not checked");
+  }
+  for (const LogitBias& b : request.sampling.logit_bias) {
+    if (b.token < 0 || b.token >= n_vocab_) {
+      return Failed(absl::StrCat("the record's logit_bias names token ", b.token,
+                                 ", outside the model's vocabulary, so no runner serves it; yet the answer claims a response"));
+    }
   }
   auto prompt_text = engine_.PromptText(request);
   if (!prompt_text.ok()) {
