@@ -13,6 +13,7 @@
 
 #include "engine_test_util.h"
 #include "runner/llama/llama_engine.h"
+#include "runner/llama/rescorer.h"
 #include "test_env.h"
 
 namespace minions::llama_runner {
@@ -106,6 +107,21 @@ TEST(ToolCalls, RequiredAndNamedChoicesAnswerWithWellFormedCalls) {
   // A re-run writes the same lines (ids are derived from the custom_id, the choice and the place).
   auto again = ServeAll(*engine, {ToolRecord("req", tools + R"(,"tool_choice":"required","parallel_tool_calls":false)")});
   EXPECT_EQ(Body(again[0])["choices"], Body(out[0])["choices"]);
+}
+
+TEST(ToolCalls, ReScoringLeavesToolCallAnswersUnjudgedNeverFailed) {
+  // An honest answer made only of tool calls has message.content null: re-scoring must not read
+  // that as a forged answer; it does not replay the template's grammar yet, so it is not checked.
+  auto engine = LoadToolEngine();
+  ASSERT_NE(engine, nullptr);
+  const std::string record = ToolRecord("req", std::string(R"(,"tools":[)") + kWeather + R"(],"tool_choice":"required")");
+  auto out = ServeAll(*engine, {record});
+  ASSERT_EQ(Body(out[0])["choices"][0]["finish_reason"], "tool_calls") << out[0].dump();
+  Rescorer rescorer(*engine);
+  auto verdict = rescorer.Check(record, out[0], {});
+  ASSERT_FALSE(verdict.ok()) << verdict->ToJson();
+  EXPECT_EQ(verdict.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(verdict.status().message()), HasSubstr("not checked"));
 }
 
 TEST(ToolCalls, ToolChoiceNoneAndHistoryAreServedAsText) {

@@ -503,6 +503,10 @@ Json LlamaEngine::Info() const {
   return info;
 }
 
+bool LlamaEngine::RendersWithChatTemplate(const InferenceRequest& request) const {
+  return chat_templates_ && chat_templates_->Handles(request);
+}
+
 absl::StatusOr<std::string> LlamaEngine::PromptText(const InferenceRequest& request,
                                                     std::shared_ptr<const RenderedChat>* rendered_chat) const {
   if (request.endpoint == Endpoint::kCompletions) return request.prompt;

@@ -119,6 +119,9 @@ class LlamaEngine {
   // `chat` when given).
   absl::StatusOr<std::string> PromptText(const InferenceRequest& request,
                                          std::shared_ptr<const RenderedChat>* chat = nullptr) const;
+  // True when the model's own template renders the request (tools, tool history, reasoning): its
+  // answer is split by a parser and decoded under a tool-call grammar, which re-scoring does not replay.
+  bool RendersWithChatTemplate(const InferenceRequest& request) const;
   std::vector<int32_t> Tokenize(const std::string& text, bool parse_special) const;
   std::string TokenPiece(int32_t token) const;
 

@@ -415,8 +415,16 @@ absl::StatusOr<rescore::Verdict> Rescorer::Check(const std::string& record_line,
     return Failed(absl::StrCat("the answer is for custom_id '", Excerpt(answered_id, 60), "', not '",
                                Excerpt(parsed.custom_id, 60), "'"));
   }
-  if (!claimed.ok()) return Failed(std::string(claimed.status().message()));
   const InferenceRequest& request = *parsed.request;
+  // Tool calls and reasoning come from the model's own template, a tool-call grammar and a parser
+  // that splits the text (chat_tools.h); the check does not replay those yet, so such a record is
+  // not judged (never failed: an honest answer made only of tool calls has no text to score).
+  if (engine_.RendersWithChatTemplate(request) &&
+      !(claimed.ok() && claimed->kind == rescore::ClaimedAnswer::Kind::kError)) {
+    return absl::UnimplementedError(
+        "re-scoring does not replay a chat template's tool calls or reasoning yet: the record is not checked");
+  }
+  if (!claimed.ok()) return Failed(std::string(claimed.status().message()));
   switch (claimed->kind) {
     case rescore::ClaimedAnswer::Kind::kError: {
       rescore::Verdict verdict;
