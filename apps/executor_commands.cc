@@ -127,6 +127,13 @@ absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const s
                             "later, with landlock in lsm=); the server shows this executor as partially confined, "
                             "and a pool that requires confinement gives it no work";
   }
+  if (agent->gang) {
+    // A gang member's rpc-server is confined as a runner is, with no files and no environment:
+    // it only listens on its loopback port behind the gate (docs/security.md 40.1d).
+    agent->gang->rpc_wrap = [sandbox = *made](const std::vector<std::string>& argv, int port) {
+      return sandbox->WrapRpcServer(argv, port);
+    };
+  }
   if (sandbox.confine) {
     MINIONS_LOG(Info) << (*made)->Describe();
   } else {

@@ -109,6 +109,8 @@ class LocalPool : public cli::Pool {
     join.principal = "local-pool";
     join.uses = std::max(1, options.executors);
     join.ttl = absl::Hours(1);
+    // One machine, one owner: its executors may form gangs with each other.
+    join.scopes = ScopeSet{Scope::kEnrol, Scope::kGang};
     absl::StatusOr<IssuedToken> issued = server_->identities().Issue(join, "local");
     if (!issued.ok()) return issued.status();
     if (auto s = cli::WriteTokenFile(join_file, issued->text); !s.ok()) return s;

@@ -1,7 +1,8 @@
 // minions-sandbox: starts a program (a runner) in the runner's sandbox (src/sandbox/sandbox.h).
 //
 //   minions-sandbox [--read PATH]... [--write PATH]... [--device PATH]... [--env NAME=VALUE]...
-//                   [--chdir DIR] [--connect-tcp PORT]... [--require-landlock] [--unconfined] [--quiet]
+//                   [--chdir DIR] [--connect-tcp PORT]... [--bind-tcp PORT]... [--require-landlock]
+//                   [--unconfined] [--quiet]
 //                   -- PROGRAM [ARGS...]
 //
 // The program gets only the --env variables, starts in --chdir (default: the first --write
@@ -52,11 +53,11 @@ int main(int argc, char** argv) {
       unconfined = true;
     } else if (arg == "--quiet") {
       quiet = true;
-    } else if (arg == "--connect-tcp") {
+    } else if (arg == "--connect-tcp" || arg == "--bind-tcp") {
       const char* v = value();
       int port = v == nullptr ? 0 : std::atoi(v);
-      if (port < 1 || port > 65535) return Usage("--connect-tcp needs a port (1-65535)");
-      policy.connect_tcp_ports.push_back(port);
+      if (port < 1 || port > 65535) return Usage((arg + " needs a port (1-65535)").c_str());
+      (arg == "--bind-tcp" ? policy.bind_tcp_ports : policy.connect_tcp_ports).push_back(port);
     } else if (arg == "--read" || arg == "--write" || arg == "--device" || arg == "--env" || arg == "--chdir") {
       const char* v = value();
       if (v == nullptr) return Usage((arg + " needs a value").c_str());

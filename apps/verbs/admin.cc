@@ -62,6 +62,9 @@ void AddAdminVerbs(CLI::App& app, SharedFlags* shared, AdminVerbs* a) {
   join_cmd->add_option("--expires", join_issue.expires, "lifetime (default 24h)");
   join_cmd->add_option("--name", join_issue.name, "a label (which machines it is for)");
   join_cmd->add_option("-o,--output", join_issue.output, "write the token to this file (mode 0600)");
+  join_cmd->add_flag_callback(
+      "--gang", [&join_issue] { join_issue.scopes = "enrol gang"; },
+      "the executors it enrols may join gangs (lend memory to other machines' jobs over the gang network)");
 
   // The connection and --json flags of `admin` may come after its verbs too.
   for (CLI::App* cmd : {team_cmd, team_create_cmd, team_set_cmd, teams_cmd, token_cmd, token_issue_cmd,

@@ -57,6 +57,7 @@
 #include "executor/control_plane_client.h"
 #include "executor/executor_metrics.h"
 #include "executor/gang_link.h"
+#include "executor/gang_tunnel.h"
 #include "executor/heartbeater.h"
 #include "executor/lease_window.h"
 #include "executor/model_access.h"
@@ -130,6 +131,9 @@ struct AgentOptions {
     std::string address;     // "host:port": its member gate there (reported in its capabilities)
     std::string rpc_server;  // ggml-rpc-server; "": next to this program
     std::string rpc_log;     // the rpc-server's stderr; "": inherited
+    // How the rpc-server is started (GangMemberOptions::wrap): the runner's sandbox
+    // (RunnerSandbox::WrapRpcServer). Null: a plain child (tests).
+    std::function<std::vector<std::string>(const std::vector<std::string>& argv, int port)> rpc_wrap;
     // How long a leader waits for its members' gates to answer before it gives the attempt back.
     absl::Duration member_wait = absl::Seconds(60);
     // The gang network (executor/gang_link.h): how duties are served and members' gates asked;
@@ -261,6 +265,13 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   // While they do not, asked again on later passes for up to options_.gang->member_wait on the
   // agent's clock; then the task is given up (and false returned with gang_wait_for_ cleared).
   bool MembersReady(TaskPtr task, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // A leader's runner reaches its members only through tunnels (executor/gang_tunnel.h) that
+  // prove the attempt's secret: opens one per member of `lease`, points `load` at them and
+  // returns their loopback ports (the runner's sandbox may reach those alone). The tunnels admit
+  // the runner's process once it is known (AdmitRunnerToTunnels) and end with the runner.
+  absl::StatusOr<std::vector<int>> OpenGangTunnels(const LeaseGrant& lease, runner_protocol::LoadRequest* load)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  void AdmitRunnerToTunnels(int pid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
 
   // --- owner first (agent_yield.cc) ---
   // Applies the gate's mode; true when the loop must neither lease nor feed the runner.
@@ -327,6 +338,8 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   // Gang duties it serves as a member, by attempt key; their refs for the heartbeat.
   std::map<std::string, std::unique_ptr<GangService>> duties_ ABSL_GUARDED_BY(main_);
   std::vector<AttemptRef> duty_refs_ ABSL_GUARDED_BY(mu_);
+  // The leader's tunnels to its members, for the runner that leads a gang now (OpenGangTunnels).
+  std::vector<std::unique_ptr<GangTunnel>> gang_tunnels_ ABSL_GUARDED_BY(main_);
   std::optional<absl::Time> loading_since_ ABSL_GUARDED_BY(main_);  // a load was asked then
   TaskPtr loading_for_ ABSL_GUARDED_BY(main_) = nullptr;  // the task that asked for it
   // The background fetch of a registry model (one at a time) and where each fetched one is.

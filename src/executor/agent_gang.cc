@@ -25,6 +25,8 @@ void ExecutorAgent::TakeGangDuties(const std::vector<GangDuty>& duties) {
       member.stderr_path = options_.gang->rpc_log;
       member.threads = options_.runner_threads;
       member.leader_host = duty.leader_host;
+      member.secret = duty.secret;
+      member.wrap = options_.gang->rpc_wrap;
       std::string host;
       int port = 0;
       // Only its own gang address: the server's `bind` is a copy of what this executor reported.
@@ -103,9 +105,34 @@ std::vector<int> ExecutorAgent::GangPorts(const LeaseGrant& lease) {
   return ports;
 }
 
+absl::StatusOr<std::vector<int>> ExecutorAgent::OpenGangTunnels(const LeaseGrant& lease,
+                                                                runner_protocol::LoadRequest* load) {
+  for (auto& tunnel : gang_tunnels_) tunnel->Stop();
+  gang_tunnels_.clear();
+  std::vector<int> ports;
+  for (size_t i = 0; i < lease.gang.size() && i < load->gang.servers.size(); ++i) {
+    GangTunnelOptions options;
+    options.member = lease.gang[i].endpoint;
+    options.secret = lease.gang_secret;
+    absl::StatusOr<std::unique_ptr<GangTunnel>> tunnel = GangTunnel::Start(options);
+    if (!tunnel.ok()) {
+      gang_tunnels_.clear();
+      return tunnel.status();
+    }
+    load->gang.servers[i].endpoint = (*tunnel)->endpoint();
+    ports.push_back((*tunnel)->port());
+    gang_tunnels_.push_back(*std::move(tunnel));
+  }
+  return ports;
+}
+
+void ExecutorAgent::AdmitRunnerToTunnels(int pid) {
+  for (auto& tunnel : gang_tunnels_) tunnel->AdmitProcess(pid);
+}
+
 absl::Status ExecutorAgent::GangMembersAnswer(const LeaseGrant& lease) const {
   for (const LeaseGrant::GangPeer& peer : lease.gang) {
-    if (!gang_link_->Answers(peer.endpoint)) {
+    if (!gang_link_->Answers(peer.endpoint, lease.gang_secret)) {
       return absl::UnavailableError(absl::StrCat("gang member ", peer.endpoint, " does not answer"));
     }
   }

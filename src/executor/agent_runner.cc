@@ -178,14 +178,26 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
         if (gang_wait_for_ == task) return;  // asked again on a later pass
         continue;                            // given up
       }
+      std::vector<int> runner_ports = ports;
+      if (!task->lease().gang.empty()) {
+        absl::StatusOr<std::vector<int>> tunnels = OpenGangTunnels(task->lease(), &*load);
+        if (!tunnels.ok()) {
+          queue_.pop_front();
+          GiveUp(task, absl::Status(tunnels.status().code(), absl::StrCat("cannot reach the gang: ", tunnels.status().message())),
+                 FailureClass::kRetryable);
+          continue;
+        }
+        runner_ports = *tunnels;
+      }
       if (!runner_) {
-        if (absl::Status s = StartRunner(RunnerOf(task->lease()), ports); !s.ok()) {
+        if (absl::Status s = StartRunner(RunnerOf(task->lease()), runner_ports); !s.ok()) {
           // A runner that will not start may be a passing problem of this machine.
           queue_.pop_front();
           GiveUp(task, absl::Status(s.code(), absl::StrCat("cannot start the runner: ", s.message())),
                  FailureClass::kRetryable);
           continue;
         }
+        AdmitRunnerToTunnels(runner_->pid());
       }
       runner_->Load(*load);
       runner_model_ = model;
@@ -337,6 +349,8 @@ std::vector<ExecutorAgent::TaskPtr> ExecutorAgent::DropRunner() {
     live_runner_ = nullptr;
   }
   runner_.reset();  // SIGKILL and reap: its memory is the machine's again
+  for (auto& tunnel : gang_tunnels_) tunnel->Stop();  // a new runner gets its own (OpenGangTunnels)
+  gang_tunnels_.clear();
   runner_model_.clear();
   runner_ports_.clear();
   {

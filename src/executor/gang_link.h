@@ -40,17 +40,19 @@ class GangLink {
   virtual ~GangLink() = default;
   // Starts serving a duty as `options` say (bind address, the leader admitted, rpc-server).
   virtual absl::StatusOr<std::unique_ptr<GangService>> Serve(const GangMemberOptions& options) = 0;
-  // Whether the member gate at `endpoint` ("host:port") accepts a connection now.
-  virtual bool Answers(const std::string& endpoint) = 0;
+  // Whether the member gate at `endpoint` ("host:port") accepts a connection now and proves it
+  // serves this attempt (it holds `secret`, and admits whoever proves it: the leader).
+  virtual bool Answers(const std::string& endpoint, const std::string& secret) = 0;
 };
 
-// The real gang network: GangMember for duties, a TCP connect (closed at once, given up after
-// `connect_timeout`: a member machine that vanished may answer nothing at all) for Answers.
+// The real gang network: GangMember for duties, a TCP connect and the handshake (closed at once,
+// given up after `connect_timeout`: a member machine that vanished may answer nothing at all) for
+// Answers.
 class NetworkGangLink : public GangLink {
  public:
   explicit NetworkGangLink(absl::Duration connect_timeout = absl::Seconds(3)) : connect_timeout_(connect_timeout) {}
   absl::StatusOr<std::unique_ptr<GangService>> Serve(const GangMemberOptions& options) override;
-  bool Answers(const std::string& endpoint) override;
+  bool Answers(const std::string& endpoint, const std::string& secret) override;
 
  private:
   absl::Duration connect_timeout_;

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/host_port.h"
 #include "common/logging.h"
+#include "executor/gang_handshake.h"
 
 namespace minions {
 namespace {
@@ -88,8 +89,10 @@ int ConnectLoopback(int port) {
   return fd;
 }
 
-// Copies bytes from `from` to `to` until either side ends, then ends both directions.
-void Pump(int from, int to, std::atomic<int64_t>* bytes) {
+}  // namespace
+
+// (gang_member.h) Copies bytes from `from` to `to` until either side ends, then ends both directions.
+void PumpUntilClosed(int from, int to, std::atomic<int64_t>* bytes) {
   std::vector<char> buffer(1 << 20);
   while (true) {
     ssize_t n = read(from, buffer.data(), buffer.size());
@@ -111,8 +114,6 @@ void Pump(int from, int to, std::atomic<int64_t>* bytes) {
   shutdown(from, SHUT_RDWR);
   shutdown(to, SHUT_RDWR);
 }
-
-}  // namespace
 
 bool SameIpAddress(const std::string& a, const std::string& b) {
   auto normal = [](const std::string& host) -> std::string {
@@ -152,6 +153,9 @@ absl::StatusOr<std::unique_ptr<GangMember>> GangMember::Start(GangMemberOptions 
         absl::StrCat("the gang leader's address '", options.leader_host, "' is not an IP address"));
   }
   if (options.port < 0 || options.port > 65535) return absl::InvalidArgumentError("gang port outside [0, 65535]");
+  if (options.secret.empty()) {
+    return absl::InvalidArgumentError("a gang duty without its attempt's secret: the gate would admit anyone");
+  }
   if (options.rpc_server.empty()) options.rpc_server = SiblingProgram("ggml-rpc-server");
 
   auto member = std::unique_ptr<GangMember>(new GangMember());
@@ -190,6 +194,7 @@ absl::StatusOr<std::unique_ptr<GangMember>> GangMember::Start(GangMemberOptions 
       process.argv.push_back("--threads");
       process.argv.push_back(std::to_string(options.threads));
     }
+    if (options.wrap) process.argv = options.wrap(process.argv, *picked);
     process.stderr_path = options.stderr_path;
     process.own_process_group = true;
     auto server = Subprocess::Start(process);
@@ -273,29 +278,55 @@ void GangMember::AcceptLoop() {
       close(fd);
       continue;
     }
-    Forward(fd);
+    // The handshake runs on a thread of its own: a peer that says nothing holds up no one else.
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      close(fd);
+      continue;
+    }
+    open_fds_.push_back(fd);
+    forwarders_.emplace_back([this, fd] { Admit(fd); });
   }
+}
+
+void GangMember::Admit(int client_fd) {
+  if (!server_->running()) {
+    // Nothing to forward to: closed at once, so the leader's probe finds this member gone.
+    shutdown(client_fd, SHUT_RDWR);
+    return;
+  }
+  absl::Status proved = AdmitLeader(client_fd, options_.secret, options_.handshake_timeout);
+  if (!proved.ok()) {
+    // Not this attempt's leader (or a probe that hung up): closed before a byte reached the rpc-server.
+    if (absl::IsPermissionDenied(proved) || absl::IsDeadlineExceeded(proved)) {
+      refused_.fetch_add(1);
+      MINIONS_LOG(Warning) << "gang member: refused a connection from the leader's address: " << proved.message();
+    }
+    shutdown(client_fd, SHUT_RDWR);  // closed by Stop (it is in open_fds_)
+    return;
+  }
+  Forward(client_fd);
 }
 
 void GangMember::Forward(int client_fd) {
   int server_fd = ConnectLoopback(server_port_);
   if (server_fd < 0) {
-    close(client_fd);
+    shutdown(client_fd, SHUT_RDWR);
     return;
   }
   int one = 1;
   setsockopt(client_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  absl::MutexLock lock(&mu_);
-  if (stopping_) {
-    close(client_fd);
-    close(server_fd);
-    return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      close(server_fd);
+      return;
+    }
+    admitted_.fetch_add(1);
+    open_fds_.push_back(server_fd);
+    forwarders_.emplace_back([this, client_fd, server_fd] { PumpUntilClosed(server_fd, client_fd, &bytes_out_); });
   }
-  admitted_.fetch_add(1);
-  open_fds_.push_back(client_fd);
-  open_fds_.push_back(server_fd);
-  forwarders_.emplace_back([this, client_fd, server_fd] { Pump(client_fd, server_fd, &bytes_in_); });
-  forwarders_.emplace_back([this, client_fd, server_fd] { Pump(server_fd, client_fd, &bytes_out_); });
+  PumpUntilClosed(client_fd, server_fd, &bytes_in_);  // this (the handshake's) thread carries the leader's side
 }
 
 void GangMember::Stop() {

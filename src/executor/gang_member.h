@@ -7,7 +7,9 @@
 // in it and run graphs on it. So the rpc-server itself listens only on loopback, on a port of its
 // own, and the member's gate listens on the gang network's address (the operator's
 // `gang_network`), on a port chosen per lease. The gate closes every connection whose peer is not
-// the leader's address and forwards the leader's bytes to the rpc-server and back. Stop (or the
+// the leader's address, then every one that does not prove this attempt's secret (the server
+// mints one per gang attempt; executor/gang_handshake.h), before a single byte reaches the
+// rpc-server; only then does it forward the leader's bytes to the rpc-server and back. Stop (or the
 // destructor) closes the gate and SIGKILLs the rpc-server: nothing of the gang outlives its lease.
 // When the rpc-server exits on its own (it crashed, or was killed) while the executor lives, the
 // gate closes too: the leader then finds this member gone (its attempt preempted and run on a new
@@ -21,6 +23,7 @@
 // refused() and admitted() from any thread.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -39,9 +42,15 @@ struct GangMemberOptions {
   std::string bind_host;    // the gang network address this machine has (never 0.0.0.0 or ::)
   int port = 0;             // the gate's port; 0: one the system picks (per lease)
   std::string leader_host;  // the only peer address admitted
+  std::string secret;       // this attempt's gang secret (the duty's); empty: Start refuses
+  absl::Duration handshake_timeout = absl::Seconds(10);  // for a peer to prove the secret
   int threads = 0;          // rpc-server's compute threads; 0: its default
   absl::Duration start_timeout = absl::Seconds(30);  // for rpc-server to listen
   std::string stderr_path;  // rpc-server's stderr; empty: inherited
+  // How the rpc-server's command (argv) listening on loopback `port` is started: the executor's
+  // sandbox (RunnerSandbox::WrapRpcServer: empty environment, no files, TCP only to listen on
+  // that port). Null: as it is (tests of the gate alone).
+  std::function<std::vector<std::string>(const std::vector<std::string>& argv, int port)> wrap;
 };
 
 class GangMember {
@@ -57,7 +66,8 @@ class GangMember {
   bool running();
   // The rpc-server's process id (tests).
   int rpc_server_pid() const { return server_ ? server_->pid() : 0; }
-  // Connections closed because their peer was not the leader, and those forwarded.
+  // Connections closed because their peer was not the leader's address or did not prove the
+  // secret, and those forwarded.
   int64_t refused() const { return refused_.load(); }
   int64_t admitted() const { return admitted_.load(); }
   // Bytes forwarded from the leader to the rpc-server, and back (benchmarks: bytes per token).
@@ -69,6 +79,8 @@ class GangMember {
  private:
   GangMember() = default;
   void AcceptLoop();
+  // On a thread of its own: the handshake, then (when the peer proved the secret) the forwarding.
+  void Admit(int client_fd);
   void Forward(int client_fd);
   // The rpc-server's output ended: it exited. Unless stopping, the gate closes (the accept loop
   // ends and closes the listening socket).
@@ -92,6 +104,10 @@ class GangMember {
   std::vector<int> open_fds_ ABSL_GUARDED_BY(mu_);  // forwarded sockets, shut down by Stop
   std::vector<std::thread> forwarders_ ABSL_GUARDED_BY(mu_);
 };
+
+// Copies bytes from `from` to `to` until either side ends, then shuts both down; counts them
+// into `bytes`. The gang link's forwarding (member gates and leader tunnels).
+void PumpUntilClosed(int from, int to, std::atomic<int64_t>* bytes);
 
 // The same address, written either way ("::ffff:10.0.0.1" is "10.0.0.1"); false for names.
 bool SameIpAddress(const std::string& a, const std::string& b);

@@ -21,10 +21,13 @@ LeaseGrant FromProto(const v1::TaskLease& lease) {
   for (const auto& urls : lease.chunk_urls()) grant.chunk_urls.push_back({urls.output_url(), urls.errors_url()});
   for (const auto& peer : lease.gang()) grant.gang.push_back({peer.endpoint(), peer.bytes()});
   grant.gang_leader_bytes = lease.gang_leader_bytes();
+  grant.gang_secret = lease.gang_secret();
   return grant;
 }
 
-GangDuty FromProto(const v1::GangDuty& duty) { return {FromProto(duty.ref()), duty.leader_host(), duty.bind()}; }
+GangDuty FromProto(const v1::GangDuty& duty) {
+  return {FromProto(duty.ref()), duty.leader_host(), duty.bind(), duty.secret()};
+}
 
 AttemptRef FromProto(const v1::LeaseRef& ref) { return {ref.job_id(), ref.task_index(), ref.attempt()}; }
 

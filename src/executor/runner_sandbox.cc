@@ -40,6 +40,16 @@ std::string Absolute(const std::string& program) {
   return program;
 }
 
+// Ends a launcher's command with `command`, its program made absolute and its folder readable
+// (its libraries, or the script an interpreter loads).
+void AppendProgram(const std::vector<std::string>& command, std::vector<std::string>* wrapped) {
+  if (command.empty()) return;
+  std::string program = Absolute(command[0]);
+  wrapped->insert(wrapped->end(), {"--read", std::filesystem::path(program).parent_path().string(), "--"});
+  wrapped->push_back(program);
+  wrapped->insert(wrapped->end(), command.begin() + 1, command.end());
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const RunnerSandbox>> RunnerSandbox::Create(RunnerSandboxOptions options) {
@@ -79,12 +89,16 @@ std::vector<std::string> RunnerSandbox::Wrap(const std::vector<std::string>& com
   wrapped.insert(wrapped.end(), {"--env", "HOME=" + options_.scratch_dir, "--env", "TMPDIR=" + options_.scratch_dir});
   for (const std::string& pair : options_.env) wrapped.insert(wrapped.end(), {"--env", pair});
   // A runner given as a script reads its own folder (the interpreter loads it).
-  if (!command.empty()) {
-    std::string program = Absolute(command[0]);
-    wrapped.insert(wrapped.end(), {"--read", std::filesystem::path(program).parent_path().string(), "--"});
-    wrapped.push_back(program);
-    wrapped.insert(wrapped.end(), command.begin() + 1, command.end());
-  }
+  AppendProgram(command, &wrapped);
+  return wrapped;
+}
+
+std::vector<std::string> RunnerSandbox::WrapRpcServer(const std::vector<std::string>& command, int port) const {
+  std::vector<std::string> wrapped = {options_.launcher, "--quiet", "--bind-tcp", std::to_string(port)};
+  if (!options_.confine) wrapped.push_back("--unconfined");
+  if (options_.require_landlock) wrapped.push_back("--require-landlock");
+  wrapped.insert(wrapped.end(), {"--chdir", "/"});
+  AppendProgram(command, &wrapped);
   return wrapped;
 }
 

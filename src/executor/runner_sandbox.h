@@ -33,6 +33,10 @@ class RunnerSandbox {
   // `connect_tcp_ports`: the TCP ports it may connect to (a gang's leader: its members' gates).
   std::vector<std::string> Wrap(const std::vector<std::string>& command,
                                 const std::vector<int>& connect_tcp_ports = {}) const;
+  // The command that runs a gang member's rpc-server (`command`) in the sandbox
+  // (docs/security.md 40.1d): an empty environment, no files but the system's and its program's
+  // folder, no writes, and TCP only to listen on `port` (its loopback port behind the gate).
+  std::vector<std::string> WrapRpcServer(const std::vector<std::string>& command, int port) const;
   std::string Describe() const;
 
  private:

@@ -47,8 +47,9 @@ absl::StatusOr<IssuedToken> IdentityAdmin::Issue(const IssueRequest& request, co
     return absl::InvalidArgumentError(absl::StrCat("a ", std::string(RoleName(request.role)), " token belongs to no team"));
   }
   RETURN_IF_ERROR(ValidatePrincipalName(request.principal));
-  const ScopeSet allowed = DefaultScopes(request.role);
-  if (request.scopes && (!allowed.Covers(*request.scopes) || request.scopes->bits() == 0)) {
+  const ScopeSet allowed = GrantableScopes(request.role);
+  if (request.scopes && (!allowed.Covers(*request.scopes) || request.scopes->bits() == 0 ||
+                         (request.role == Role::kJoin && !request.scopes->Has(Scope::kEnrol)))) {
     return absl::InvalidArgumentError(absl::StrCat("a ", std::string(RoleName(request.role)), " token may hold some of: ",
                                                    ScopesToString(allowed)));
   }
@@ -70,7 +71,7 @@ absl::StatusOr<IssuedToken> IdentityAdmin::Issue(const IssueRequest& request, co
   record.role = request.role;
   record.team = request.team;
   record.principal = request.principal;
-  record.scopes = request.scopes.value_or(allowed);
+  record.scopes = request.scopes.value_or(DefaultScopes(request.role));  // the gang scope only when asked
   record.uses_left = request.role == Role::kJoin ? std::max<int64_t>(request.uses, 1) : -1;
   record.created_by = issued_by;
   record.created_at = now;
@@ -100,7 +101,17 @@ absl::StatusOr<Enrolment> IdentityAdmin::Enrol(const std::string& join_text, con
   record.role = Role::kExecutor;
   record.scopes = DefaultScopes(Role::kExecutor);
   record.created_at = now;
-  ASSIGN_OR_RETURN(enrolment.executor, store_->EnrolExecutor(token::Hash(join_text), record, info, now));
+  // Gangs only for an executor whose join token an admin issued for gangs (`--gang`): its
+  // credential carries the scope, and any other's gang address is dropped (it joins no gang).
+  // The store checks the join token again when it trades it; its scopes never change.
+  ExecutorInfo kept = info;
+  absl::StatusOr<TokenRecord> join = store_->FindToken(token::Hash(join_text));
+  if (join.ok() && join->role == Role::kJoin && join->scopes.Has(Scope::kGang)) {
+    record.scopes = ScopeSet(record.scopes.bits() | static_cast<uint32_t>(Scope::kGang));
+  } else {
+    kept.gang_address.clear();
+  }
+  ASSIGN_OR_RETURN(enrolment.executor, store_->EnrolExecutor(token::Hash(join_text), record, kept, now));
   return enrolment;
 }
 

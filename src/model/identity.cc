@@ -15,7 +15,7 @@ struct ScopeEntry {
 constexpr ScopeEntry kScopes[] = {
     {Scope::kAdmin, "admin"},          {Scope::kJobsRead, "jobs:read"},       {Scope::kJobsWrite, "jobs:write"},
     {Scope::kFleetRead, "fleet:read"}, {Scope::kMetricsRead, "metrics:read"}, {Scope::kExecutor, "executor"},
-    {Scope::kEnrol, "enrol"},
+    {Scope::kEnrol, "enrol"},          {Scope::kGang, "gang"},
 };
 
 bool IsNameChar(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_'; }
@@ -80,6 +80,12 @@ ScopeSet DefaultScopes(Role role) {
       return {Scope::kEnrol};
   }
   return {};
+}
+
+ScopeSet GrantableScopes(Role role) {
+  ScopeSet scopes = DefaultScopes(role);
+  if (role == Role::kJoin || role == Role::kExecutor) scopes = ScopeSet(scopes.bits() | static_cast<uint32_t>(Scope::kGang));
+  return scopes;
 }
 
 absl::Status ValidateTeamName(std::string_view name) {

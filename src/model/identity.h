@@ -39,6 +39,10 @@ enum class Scope : uint32_t {
   kMetricsRead = 1u << 4,  // /metrics
   kExecutor = 1u << 5,     // the Executors service, for the executor the credential names
   kEnrol = 1u << 6,        // trade a join token for an executor credential
+  // Join gangs (docs/architecture.md, "Gangs"; docs/security.md 40.1): never a default. An admin
+  // grants it on a join token (`minions admin join-token --gang`); the executor credential traded
+  // for that token inherits it, and only such an executor's gang address is kept.
+  kGang = 1u << 7,
 };
 
 class ScopeSet {
@@ -65,6 +69,9 @@ std::string ScopesToString(ScopeSet scopes);
 absl::Status ParseScopes(std::string_view text, ScopeSet* scopes);
 // The scopes a role's credentials get.
 ScopeSet DefaultScopes(Role role);
+// The scopes a role's credentials may be given: its defaults, and for join tokens (and the
+// executor credentials traded for them) the gang scope, which an admin grants explicitly.
+ScopeSet GrantableScopes(Role role);
 
 // A team: the unit of isolation and of quotas. Its settings are set by an admin.
 struct Team {

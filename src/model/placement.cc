@@ -34,6 +34,24 @@ bool OffersRunner(const ExecutorInfo& info, const std::string& runner) {
   return std::find(runners.begin(), runners.end(), runner) != runners.end();
 }
 
+absl::Status CheckClaimedMemory(const ExecutorInfo& info) {
+  if (info.memory_bytes < 0 || info.usable_memory_bytes < 0) {
+    return absl::InvalidArgumentError("an executor's memory cannot be negative");
+  }
+  if (info.memory_bytes > kMaxClaimedMemoryBytes || info.usable_memory_bytes > kMaxClaimedMemoryBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("an executor may claim at most ", kMaxClaimedMemoryBytes >> 40,
+                                                   " TiB of memory (it claimed ",
+                                                   std::max(info.memory_bytes, info.usable_memory_bytes), " bytes)"));
+  }
+  const bool shared = info.accelerator == kAcceleratorCpu || info.accelerator == kAcceleratorMetal;
+  if (shared && info.memory_bytes > 0 && info.usable_memory_bytes > info.memory_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("usable memory (", info.usable_memory_bytes,
+                                                   " bytes) above the machine's memory (", info.memory_bytes,
+                                                   " bytes) on a ", info.accelerator, " executor"));
+  }
+  return absl::OkStatus();
+}
+
 bool HoldsMemory(const ExecutorInfo& info, const Requirements& requirements) {
   return requirements.min_memory_bytes <= UsableMemory(info);
 }

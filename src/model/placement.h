@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "model/fair_share.h"
 #include "model/types.h"
@@ -32,6 +33,16 @@ std::vector<std::string> RunnersOf(const ExecutorInfo& info);
 bool OffersRunner(const ExecutorInfo& info, const std::string& runner);
 // Its usable memory holds what one task of the job needs.
 bool HoldsMemory(const ExecutorInfo& info, const Requirements& requirements);
+
+// The most memory one executor may claim (docs/security.md, 40.1c): more than any one machine of
+// a pool has. Memory decides where work goes and which executor leads a gang (the largest), so a
+// claim of "10 TiB" must not win every placement.
+inline constexpr int64_t kMaxClaimedMemoryBytes = int64_t{4} << 40;  // 4 TiB
+// InvalidArgument when an executor's claimed memory is not what a machine can have: negative,
+// above kMaxClaimedMemoryBytes, or usable memory above the machine's memory where they are the
+// same memory (CPU, and Metal's unified memory). A discrete GPU's memory is its own (not bounded
+// by the host's).
+absl::Status CheckClaimedMemory(const ExecutorInfo& info);
 
 // How warm an executor is for a job's registry model (the lease order: loaded, cached, cold). A
 // job without a registry model (a path) is kLoaded everywhere: it waits for no one.

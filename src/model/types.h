@@ -297,6 +297,9 @@ struct Lease {
   std::string input_key;
   absl::Time expires_at;
   std::vector<GangSeat> gang;   // a gang task: its seats, the leader (this lease's holder) first
+  // A gang task: the secret the server minted for this attempt (GangLeasing::Form; never stored),
+  // which the leader proves to each member's gate (executor/gang_handshake.h).
+  std::string gang_secret;
 };
 // A granted task (its lease held) and its job make a lease.
 Lease MakeLease(Task task, const JobSpec& spec);
@@ -360,6 +363,7 @@ struct LeaseGrant {
   };
   std::vector<GangPeer> gang;
   int64_t gang_leader_bytes = 0;
+  std::string gang_secret;  // what its members' gates ask it to prove (executor/gang_handshake.h)
 };
 
 // A member's part in a gang (docs/architecture.md, "Gangs"): serve the leader's rpc connections
@@ -368,6 +372,7 @@ struct GangDuty {
   AttemptRef ref;
   std::string leader_host;  // the only address the member's gate admits
   std::string bind;         // this member's gate (its gang address, host:port)
+  std::string secret;       // this attempt's gang secret: the gate admits only who proves it
   bool operator==(const GangDuty&) const = default;
 };
 

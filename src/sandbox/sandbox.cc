@@ -164,6 +164,12 @@ absl::StatusOr<int> ApplyLandlock(const Policy& policy) {
         added = absl::InternalError(absl::StrCat("landlock_add_rule(tcp port ", port, "): ", std::strerror(errno)));
       }
     }
+    for (int port : policy.bind_tcp_ports) {
+      NetPortAttr rule{kNetBindTcp, static_cast<uint64_t>(port)};
+      if (added.ok() && ::syscall(SYS_landlock_add_rule, ruleset, kRuleNetPort, &rule, 0) != 0) {
+        added = absl::InternalError(absl::StrCat("landlock_add_rule(tcp bind ", port, "): ", std::strerror(errno)));
+      }
+    }
   }
   if (added.ok() && ::syscall(SYS_landlock_restrict_self, ruleset, 0) != 0) {
     added = absl::InternalError(absl::StrCat("landlock_restrict_self: ", std::strerror(errno)));
@@ -277,7 +283,16 @@ absl::StatusOr<std::string> ApplyToSelf(const Policy& policy, bool require_landl
                     *abi < 4 ? " (not limited: Landlock before ABI 4)" : "");
   }
 #ifndef MINIONS_NO_SECCOMP
-  if (absl::Status s = ApplySeccomp(!policy.connect_tcp_ports.empty()); !s.ok()) return s;
+  if (!policy.bind_tcp_ports.empty()) {
+    if (*abi < 4 && require_landlock) {
+      return absl::FailedPreconditionError("this kernel's Landlock cannot limit which TCP port is listened on (ABI 4 or later)");
+    }
+    absl::StrAppend(&applied, ", listens on ", policy.bind_tcp_ports.size(), " tcp port(s)",
+                    *abi < 4 ? " (not limited: Landlock before ABI 4)" : "");
+  }
+  if (absl::Status s = ApplySeccomp(!policy.connect_tcp_ports.empty() || !policy.bind_tcp_ports.empty()); !s.ok()) {
+    return s;
+  }
   absl::StrAppend(&applied, ", seccomp");
 #endif
   return applied;
@@ -334,6 +349,9 @@ std::string MacProfile(const Policy& policy, const std::string& program) {
   profile += "(deny network*)\n";
   for (int port : policy.connect_tcp_ports) {
     profile += absl::StrCat("(allow network-outbound (remote tcp \"*:", port, "\"))\n");
+  }
+  for (int port : policy.bind_tcp_ports) {
+    profile += absl::StrCat("(allow network-bind network-inbound (local tcp \"localhost:", port, "\"))\n");
   }
   return profile;
 }

@@ -31,6 +31,10 @@ struct Policy {
   // allowed, and Landlock (ABI 4+) limits TCP connections to these ports (any host: the ports are
   // Landlock's unit); macOS: outbound TCP to these ports.
   std::vector<int> connect_tcp_ports;
+  // TCP ports it may listen on (a gang member's rpc-server, on loopback behind its gate:
+  // docs/security.md 40.1d); IPv4/IPv6 sockets are then allowed, and Landlock (ABI 4+) limits
+  // binding to these ports.
+  std::vector<int> bind_tcp_ports;
 };
 
 // The system paths any dynamically linked program needs to start and run (libraries, the loader's

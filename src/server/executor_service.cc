@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/thread_name.h"
 #include "model/model_ref.h"
+#include "model/placement.h"
 #include "server/call_auth.h"
 #include "server/keys.h"
 #include "server/lease_answer.h"
@@ -44,9 +45,10 @@ void ToProto(const LeaseProgress& p, v1::LeaseRef* ref) {
 }  // namespace
 
 absl::StatusOr<std::string> ExecutorService::AuthorizeExecutor(const grpc::ServerContextBase* context,
-                                                                const std::string& claimed) {
+                                                                const std::string& claimed, Caller* authorized) {
   absl::StatusOr<Caller> caller = AuthorizeCall(context, *auth_, Scope::kExecutor);
   if (!caller.ok()) return caller.status();
+  if (authorized != nullptr) *authorized = *caller;
   const std::string id = caller->executor_id();
   if (id.empty()) return absl::PermissionDeniedError("this credential is bound to no executor");
   if (!claimed.empty() && claimed != id) {
@@ -59,7 +61,10 @@ absl::StatusOr<std::string> ExecutorService::AuthorizeExecutor(const grpc::Serve
 
 grpc::Status ExecutorService::Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request,
                                     v1::EnrolResponse* reply) {
-  absl::StatusOr<Enrolment> enrolment = identities_->Enrol(BearerToken(context), minions::FromProto(request->capabilities()));
+  const ExecutorInfo info = minions::FromProto(request->capabilities());
+  absl::Status claimed = CheckClaimedMemory(info);
+  absl::StatusOr<Enrolment> enrolment = claimed.ok() ? identities_->Enrol(BearerToken(context), info)
+                                                     : absl::StatusOr<Enrolment>(claimed);
   if (!enrolment.ok()) {
     MINIONS_LOG(Info) << "refused an enrolment from " << context->peer() << ": " << enrolment.status().message();
     return ToGrpc(enrolment.status());
@@ -74,14 +79,25 @@ grpc::Status ExecutorService::Enrol(grpc::ServerContext* context, const v1::Enro
 
 grpc::Status ExecutorService::Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                                        v1::RegisterResponse* reply) {
-  EXECUTOR_OR_RETURN(context, request->executor_id());
-  return ToGrpc(Register(executor_id, *request, reply));
+  Caller caller;
+  absl::StatusOr<std::string> executor_id = AuthorizeExecutor(context, request->executor_id(), &caller);
+  if (!executor_id.ok()) return ToGrpc(executor_id.status());
+  // Gangs only for an executor an admin enrolled for them (its credential's gang scope).
+  return ToGrpc(Register(*executor_id, *request, reply, caller.Has(Scope::kGang)));
 }
 
 absl::Status ExecutorService::Register(const std::string& executor_id, const v1::RegisterRequest& request,
-                                       v1::RegisterResponse* reply) {
+                                       v1::RegisterResponse* reply, bool may_join_gangs) {
   if (auto s = ValidateExecutorName(request.capabilities().name()); !s.ok()) return s;
-  auto executor = store_->RegisterExecutor(executor_id, minions::FromProto(request.capabilities()), clock_->Now());
+  ExecutorInfo info = minions::FromProto(request.capabilities());
+  if (auto s = CheckClaimedMemory(info); !s.ok()) return s;
+  if (!may_join_gangs && !info.gang_address.empty()) {
+    // Not refused (it still runs single-machine work), but it joins no gang: no admin approved it.
+    MINIONS_LOG(Warning) << "executor=" << executor_id << " names a gang address but its credential holds no gang "
+                         << "scope (enrol it with `minions admin join-token --gang`): it joins no gang";
+    info.gang_address.clear();
+  }
+  auto executor = store_->RegisterExecutor(executor_id, info, clock_->Now());
   if (!executor.ok()) return executor.status();
   if (executor->state == ExecutorState::kRevoked) {
     return absl::PermissionDeniedError(absl::StrCat("executor ", executor_id, " was revoked by an admin"));

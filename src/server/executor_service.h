@@ -175,8 +175,9 @@ class ExecutorService final : public ExecutorServiceBase {
   // The calls for an executor already authenticated as `executor_id` (the request's own
   // executor_id field is not consulted). Register with an empty id registers a new executor under
   // a fresh id (an in-process control plane; over gRPC a credential always names one).
+  // `may_join_gangs`: its credential holds the gang scope (else its gang address is dropped).
   absl::Status Register(const std::string& executor_id, const v1::RegisterRequest& request,
-                        v1::RegisterResponse* reply);
+                        v1::RegisterResponse* reply, bool may_join_gangs = false);
   absl::Status Heartbeat(const std::string& executor_id, const v1::HeartbeatRequest& request,
                          v1::HeartbeatResponse* reply);
   // In-process callers: an idle poll (request.idle) renews the executor's liveness when it arrives
@@ -203,8 +204,9 @@ class ExecutorService final : public ExecutorServiceBase {
                       v1::HeartbeatResponse* reply, absl::AnyInvocable<void(absl::Status) &&> done);
 
   // The executor the call's credential is bound to; PermissionDenied when the request names
-  // another (`claimed` non-empty and different).
-  absl::StatusOr<std::string> AuthorizeExecutor(const grpc::ServerContextBase* context, const std::string& claimed);
+  // another (`claimed` non-empty and different). `authorized`, when given, gets the caller.
+  absl::StatusOr<std::string> AuthorizeExecutor(const grpc::ServerContextBase* context, const std::string& claimed,
+                                                Caller* authorized = nullptr);
 
   // One look for work for `executor_id`: the store's, unless it found none since the last
   // announcement and its recheck is not due (then none, without a store round trip).

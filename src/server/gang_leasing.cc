@@ -1,5 +1,8 @@
 #include "server/gang_leasing.h"
 
+#include <openssl/rand.h>
+
+#include <cstdlib>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +14,19 @@ namespace minions {
 namespace {
 
 std::string KeyOf(const std::string& job_id, int64_t index) { return absl::StrCat(job_id, "/", index); }
+
+// 64 hex digits of the system's randomness: a gang attempt's secret (executor/gang_handshake.h).
+std::string NewGangSecret() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) std::abort();
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -152,11 +168,15 @@ absl::Status GangLeasing::Form(const GangReserver::Answer& formed, absl::Time no
   if (!lease.ok()) return lease.status();
   const AttemptRef ref{lease->task.job_id, lease->task.index, lease->task.attempt};
   const std::string leader_host = GangHost(gang.members.front().endpoint);
+  // One secret per attempt, for the leader and each member alone; never stored: a later attempt
+  // (a new gang) gets a new one, and a stale attempt's leader is refused by the new gates.
+  lease->gang_secret = NewGangSecret();
   MINIONS_LOG(Info) << Describe(ref) << " leased to a gang of " << gang.members.size() << " led by executor="
                     << gang.leader();
   absl::MutexLock lock(&mu_);
   for (size_t i = 1; i < gang.members.size(); ++i) {
-    duties_[gang.members[i].executor_id].push_back(GangDuty{ref, leader_host, gang.members[i].endpoint});
+    duties_[gang.members[i].executor_id].push_back(
+        GangDuty{ref, leader_host, gang.members[i].endpoint, lease->gang_secret});
   }
   leader_leases_[gang.leader()].push_back(*std::move(lease));
   return absl::OkStatus();

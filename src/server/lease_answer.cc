@@ -65,6 +65,7 @@ absl::Status FillTaskLease(BlobStore& blobs, absl::Duration url_ttl, const Lease
   if (!lease.gang.empty()) {
     // It leads a gang: its members' rpc gates (seat order) and what each lends.
     out.set_gang_leader_bytes(lease.gang.front().bytes);
+    out.set_gang_secret(lease.gang_secret);
     for (size_t i = 1; i < lease.gang.size(); ++i) {
       v1::GangPeer* peer = out.add_gang();
       peer->set_endpoint(lease.gang[i].endpoint);
@@ -80,6 +81,7 @@ void FillGangDuty(const GangDuty& duty, v1::GangDuty& out) {
   out.mutable_ref()->set_attempt(duty.ref.attempt);
   out.set_leader_host(duty.leader_host);
   out.set_bind(duty.bind);
+  out.set_secret(duty.secret);
 }
 
 absl::StatusOr<std::vector<Lease>> ReclaimedLeases(MetadataStore& store, const std::string& executor_id,

@@ -130,13 +130,14 @@ class ProcessPool {
 
   // A fresh token (shown once) issued with the admin token; "" (and a test failure) if refused.
   absl::StatusOr<std::string> IssueToken(const std::string& role, const std::string& team, const std::string& name,
-                                         int64_t uses = 0) {
+                                         int64_t uses = 0, const std::string& scopes = "") {
     auto admin = cli::RemoteAdmin(connection_);
     v1::IssueTokenRequest request;
     request.set_role(role);
     request.set_team(team);
     request.set_principal(name);
     request.set_uses(uses);
+    request.set_scopes(scopes);
     auto issued = admin->IssueToken(request);
     if (!issued.ok()) return issued.status();
     return issued->token();
@@ -210,10 +211,11 @@ class ProcessPool {
   absl::Status StartExecutor(const std::string& name, int runner_threads = 1, const std::string& runner = "",
                              const std::string& server = "", const std::vector<std::string>& extra_args = {},
                              const std::vector<std::string>& env = {}) {
-    // One join token for the pool's executors, in a file only they read.
+    // One join token for the pool's executors, in a file only they read; they may form gangs
+    // with each other (an admin's `minions admin join-token --gang`).
     const std::string join_file = dir_ + "/join-token";
     if (!std::filesystem::exists(join_file)) {
-      auto join = IssueToken("join", "", "process-pool", 100000);
+      auto join = IssueToken("join", "", "process-pool", 100000, "enrol gang");
       if (!join.ok()) return join.status();
       if (auto s = cli::WriteTokenFile(join_file, *join); !s.ok()) return s;
     }

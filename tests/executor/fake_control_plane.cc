@@ -28,7 +28,7 @@ class FakeControlPlane::Client : public ControlPlaneClient {
 
   absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request) override {
     return server_->Call<v1::RegisterResponse>([&](ExecutorService& s, v1::RegisterResponse* reply) {
-      return s.Register(request.executor_id(), request, reply);
+      return s.Register(request.executor_id(), request, reply, /*may_join_gangs=*/true);  // enrolled with --gang
     });
   }
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) override {

@@ -43,18 +43,22 @@ absl::StatusOr<std::unique_ptr<GangService>> FakeGangNetwork::Serve(const GangMe
   std::string endpoint = absl::StrCat(options.bind_host, ":", options.port);
   if (serving_.contains(endpoint)) return absl::UnavailableError(absl::StrCat(endpoint, " is in use"));
   serving_.insert(endpoint);
+  secrets_[endpoint] = options.secret;
   cut_.erase(endpoint);  // a new gate
   answers_left_.erase(endpoint);
   ++served_;
   return std::make_unique<Service>(this, std::move(endpoint));
 }
 
-bool FakeGangNetwork::Answers(const std::string& endpoint) {
+bool FakeGangNetwork::Answers(const std::string& endpoint, const std::string& secret) {
   ++asked_;
   if (auto left = answers_left_.find(endpoint); left != answers_left_.end()) {
     if (left->second-- <= 0) cut_.insert(endpoint);
   }
-  return serving_.contains(endpoint) && !cut_.contains(endpoint);
+  // As the real gate: it answers only a leader that proves the attempt's secret.
+  auto served = secrets_.find(endpoint);
+  return serving_.contains(endpoint) && !cut_.contains(endpoint) && served != secrets_.end() &&
+         !secret.empty() && served->second == secret;
 }
 
 AgentOptions Scenario::GangOptions(const std::string& address) {

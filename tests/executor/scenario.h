@@ -53,7 +53,7 @@ class FakeWorkGate : public WorkGate {
 class FakeGangNetwork : public GangLink {
  public:
   absl::StatusOr<std::unique_ptr<GangService>> Serve(const GangMemberOptions& options) override;
-  bool Answers(const std::string& endpoint) override;
+  bool Answers(const std::string& endpoint, const std::string& secret) override;
 
   // The test's hands: the gate at `endpoint` answers no more (its machine vanished), until a new
   // duty is served there.
@@ -69,6 +69,7 @@ class FakeGangNetwork : public GangLink {
   class Service;
   std::set<std::string> serving_;
   std::set<std::string> cut_;
+  std::map<std::string, std::string> secrets_;  // each gate's attempt secret (its duty's)
   std::map<std::string, int> answers_left_;
   int served_ = 0;
   int asked_ = 0;

@@ -1,10 +1,15 @@
 // Gangs on loopback (docs/architecture.md, "Gangs"): the real minions-llama-runner spreads a model
-// over real rpc-servers (llama.cpp's tools/rpc, run by GangMember behind its gate), and greedy
-// output is the same as the model on one machine. The gate admits only the leader's address and
-// Stop leaves nothing running.
+// over real rpc-servers (llama.cpp's tools/rpc, run by GangMember behind its gate), reached
+// through the leader's tunnels (GangTunnel: the attempt's secret proved to each gate), and greedy
+// output is the same as the model on one machine. The gate admits only the leader's address, and
+// from it only who proves the attempt's secret, before a byte reaches the rpc-server; Stop leaves
+// nothing running.
 
 #include "executor/gang_member.h"
 #include "executor/gang_link.h"
+#include "executor/gang_handshake.h"
+#include "executor/gang_tunnel.h"
+#include "executor/runner_sandbox.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,7 +18,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -31,13 +38,52 @@ using ::testing::HasSubstr;
 using minions::testing::TestModel;
 using minions::testing::TestProgram;
 
+constexpr char kSecret[] = "4f1c0d7e9a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5";
+
 GangMemberOptions MemberOptions(const std::string& leader = "127.0.0.1") {
   GangMemberOptions options;
+  options.secret = kSecret;
   options.rpc_server = TestProgram("ggml-rpc-server");
   options.bind_host = "127.0.0.1";
   options.leader_host = leader;
   options.threads = 1;
   return options;
+}
+
+// A member whose rpc-server runs as an executor runs it: under minions-sandbox (RunnerSandbox::
+// WrapRpcServer: an empty environment, no files, TCP only to listen on its loopback port).
+GangMemberOptions SandboxedMemberOptions() {
+  GangMemberOptions options = MemberOptions();
+  RunnerSandboxOptions sandbox;
+  sandbox.launcher = TestProgram("minions-sandbox");
+  sandbox.scratch_dir = (std::filesystem::temp_directory_path() / ("gang-sandbox-" + std::to_string(getpid()))).string();
+  auto made = RunnerSandbox::Create(sandbox);
+  EXPECT_TRUE(made.ok()) << made.status();
+  if (made.ok()) {
+    options.wrap = [s = *made](const std::vector<std::string>& argv, int port) { return s->WrapRpcServer(argv, port); };
+  }
+  return options;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The leader's side as its executor builds it: a tunnel per member that carries only `runner`'s
+// connections and proves the secret; `load` is pointed at the tunnels.
+std::vector<std::unique_ptr<GangTunnel>> Tunnels(RunnerProcess& runner, runner_protocol::LoadRequest& load,
+                                                 const std::string& secret = kSecret) {
+  std::vector<std::unique_ptr<GangTunnel>> tunnels;
+  for (auto& server : load.gang.servers) {
+    auto tunnel = GangTunnel::Start({server.endpoint, secret});
+    EXPECT_TRUE(tunnel.ok()) << tunnel.status();
+    if (!tunnel.ok()) continue;
+    (*tunnel)->AdmitProcess(runner.pid());
+    server.endpoint = (*tunnel)->endpoint();
+    tunnels.push_back(*std::move(tunnel));
+  }
+  return tunnels;
 }
 
 std::unique_ptr<RunnerProcess> StartRunner() {
@@ -86,9 +132,10 @@ int ConnectFrom(const std::string& source, const std::string& endpoint) {
 }
 
 TEST(Gang, GreedyOutputOfAGangOfTwoEqualsTheModelOnOneMachine) {
-  auto first = GangMember::Start(MemberOptions());
+  // Both members' rpc-servers sandboxed, as an executor runs them.
+  auto first = GangMember::Start(SandboxedMemberOptions());
   ASSERT_TRUE(first.ok()) << first.status();
-  auto second = GangMember::Start(MemberOptions());
+  auto second = GangMember::Start(SandboxedMemberOptions());
   ASSERT_TRUE(second.ok()) << second.status();
 
   std::vector<std::string> records;
@@ -111,6 +158,7 @@ TEST(Gang, GreedyOutputOfAGangOfTwoEqualsTheModelOnOneMachine) {
   // Equal shares: the leader keeps the first layers on its CPU, each member gets some of the rest.
   load.gang.leader_bytes = 1 << 30;
   load.gang.servers = {{(*first)->endpoint(), 1 << 30}, {(*second)->endpoint(), 1 << 30}};
+  auto tunnels = Tunnels(*leader, load);
   auto info = leader->Load(load);
   ASSERT_TRUE(info.ok()) << info.status();
   const Json& gang = (*info)["gang"];
@@ -160,6 +208,7 @@ TEST(Gang, AMemberThatDiesTakesTheLeadersRunnerDownAndTheExecutorSeesACrash) {
   ASSERT_TRUE(leader);
   auto load = SmallLoad();
   load.gang.servers = {{(*member)->endpoint(), 1 << 30}};
+  auto tunnels = Tunnels(*leader, load);
   ASSERT_TRUE(leader->Load(load).ok());
   ASSERT_FALSE(RunRecords(*leader, {R"({"custom_id":"a","prompt":"Hello","max_tokens":4})"})[0].is_null());
   (*member)->Stop();  // the member's rpc-server is SIGKILLed
@@ -171,16 +220,109 @@ TEST(Gang, AMemberThatDiesTakesTheLeadersRunnerDownAndTheExecutorSeesACrash) {
 }
 
 TEST(GangMember, TheGateClosesConnectionsFromAnyoneButTheLeader) {
-  // The leader is 127.0.0.2; a connection from 127.0.0.1 is closed before a byte is forwarded.
+  // The leader is 127.0.0.2; a connection from 127.0.0.1 is closed before a byte is forwarded,
+  // even with the secret (a non-member that learnt it cannot use it from elsewhere).
   auto member = GangMember::Start(MemberOptions("127.0.0.2"));
   ASSERT_TRUE(member.ok()) << member.status();
   int intruder = ConnectFrom("127.0.0.1", (*member)->endpoint());
   ASSERT_GE(intruder, 0);
-  char byte = 0;
-  EXPECT_LE(read(intruder, &byte, 1), 0);  // closed by the gate
+  EXPECT_FALSE(ProveLeader(intruder, kSecret, absl::Seconds(10)).ok());  // closed by the gate
   close(intruder);
   EXPECT_EQ((*member)->refused(), 1);
   EXPECT_EQ((*member)->admitted(), 0);
+  EXPECT_EQ((*member)->bytes_in(), 0);
+}
+
+// The attacks on the gate from the leader's own address (a process on the leader's machine, or
+// a host that took the leader's address): each refused before one byte reaches the rpc-server.
+class GateAttack : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto member = GangMember::Start(MemberOptions());
+    ASSERT_TRUE(member.ok()) << member.status();
+    member_ = *std::move(member);
+  }
+  // Connects from the leader's address; the gate's answer to `attack` on that connection.
+  void Attack(const std::function<void(int)>& attack) {
+    int fd = ConnectFrom("127.0.0.1", member_->endpoint());
+    ASSERT_GE(fd, 0);
+    attack(fd);
+    char byte;
+    while (read(fd, &byte, 1) > 0) {
+    }  // until the gate closes it
+    close(fd);
+    for (int i = 0; i < 1000 && member_->refused() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  void ExpectRefusedUnforwarded() {
+    EXPECT_EQ(member_->refused(), 1);
+    EXPECT_EQ(member_->admitted(), 0);
+    EXPECT_EQ(member_->bytes_in(), 0) << "a byte reached the rpc-server";
+    EXPECT_TRUE(member_->running()) << "the rpc-server lives on for the real leader";
+  }
+  std::unique_ptr<GangMember> member_;
+};
+
+TEST_F(GateAttack, ARawRpcClientWithNoSecretIsRefused) {
+  Attack([](int fd) {
+    // llama.cpp's client opens with RPC_CMD_HELLO (14) and a size: what a local process would send.
+    std::string hello(1 + 8, '\0');
+    hello[0] = 14;
+    send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+  });
+  ExpectRefusedUnforwarded();
+}
+
+TEST_F(GateAttack, AWrongSecretIsRefused) {
+  Attack([](int fd) { EXPECT_EQ(ProveLeader(fd, "not-the-secret", absl::Seconds(10)).code(),
+                                absl::StatusCode::kPermissionDenied); });
+  ExpectRefusedUnforwarded();
+}
+
+TEST_F(GateAttack, AStaleAttemptsSecretIsRefused) {
+  // The previous attempt's leader: its secret was that attempt's, not this one's.
+  Attack([](int fd) {
+    EXPECT_EQ(ProveLeader(fd, "0000000000000000000000000000000000000000000000000000000000000001", absl::Seconds(10))
+                  .code(),
+              absl::StatusCode::kPermissionDenied);
+  });
+  ExpectRefusedUnforwarded();
+}
+
+TEST_F(GateAttack, TheAttemptsLeaderIsForwarded) {
+  int fd = ConnectFrom("127.0.0.1", member_->endpoint());
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(ProveLeader(fd, kSecret, absl::Seconds(10)).ok());
+  close(fd);
+  for (int i = 0; i < 1000 && member_->admitted() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(member_->admitted(), 1);
+  EXPECT_EQ(member_->refused(), 0);
+}
+
+// docs/security.md 40.1d: the rpc-server is no plain child of the executor: none of the
+// executor's environment (a planted credential), no_new_privs and seccomp (and Landlock where the
+// kernel has it: no files but the system's and its own folder, TCP only on its loopback port).
+TEST(GangMember, ItsRpcServerRunsSandboxedWithoutTheExecutorsEnvironment) {
+  setenv("AWS_SECRET_ACCESS_KEY", "planted-by-the-test", 1);
+  auto member = GangMember::Start(SandboxedMemberOptions());
+  unsetenv("AWS_SECRET_ACCESS_KEY");
+  ASSERT_TRUE(member.ok()) << member.status();
+  const std::string proc = "/proc/" + std::to_string((*member)->rpc_server_pid());
+  EXPECT_THAT(ReadFile(proc + "/cmdline"), HasSubstr("ggml-rpc-server"));
+  EXPECT_THAT(ReadFile(proc + "/environ"), ::testing::Not(HasSubstr("planted-by-the-test")));
+  const std::string status = ReadFile(proc + "/status");
+  EXPECT_THAT(status, HasSubstr("NoNewPrivs:\t1"));
+  EXPECT_THAT(status, HasSubstr("Seccomp:\t2"));
+  // And it serves the attempt's leader.
+  int fd = ConnectFrom("127.0.0.1", (*member)->endpoint());
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(ProveLeader(fd, kSecret, absl::Seconds(10)).ok());
+  close(fd);
+}
+
+TEST(GangMember, ADutyWithoutASecretServesNothing) {
+  auto options = MemberOptions();
+  options.secret.clear();
+  EXPECT_EQ(GangMember::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GangMember, StopKillsTheRpcServerAndClosesTheGate) {
@@ -201,12 +343,13 @@ TEST(GangMember, ItsRpcServerDyingClosesTheGateSoTheLeaderFindsTheMemberGone) {
   ASSERT_TRUE(member.ok()) << member.status();
   NetworkGangLink link;
   const std::string endpoint = (*member)->endpoint();
-  EXPECT_TRUE(link.Answers(endpoint));
+  EXPECT_TRUE(link.Answers(endpoint, kSecret));
+  EXPECT_FALSE(link.Answers(endpoint, "another attempt's secret"));  // the leader's check is the handshake
   ASSERT_EQ(kill((*member)->rpc_server_pid(), SIGKILL), 0);
   for (int i = 0; i < 1000 && (*member)->running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_FALSE((*member)->running());
   // Whether the gate has closed yet or still closes what it cannot forward, it does not answer.
-  EXPECT_FALSE(link.Answers(endpoint));
+  EXPECT_FALSE(link.Answers(endpoint, kSecret));
   // And the gate closes: a connection to it is refused.
   int fd = ConnectFrom("127.0.0.1", endpoint);
   for (int i = 0; i < 1000 && fd >= 0; ++i) {

@@ -272,5 +272,60 @@ TEST(GangLeasing, NoReservationBeginsWhileACompletedOneIsBeingGranted) {
   EXPECT_EQ(leased->leases.size(), 1u);
 }
 
+// The gang link's secret (docs/security.md, 40.1a): the server mints one per attempt, hands it to
+// the leader with its lease and to each member with its duty, and to no one else.
+TEST(GangLeasing, EachAttemptGetsAFreshSecretSharedByItsLeaderAndMembersOnly) {
+  testing::FakeClock clock;
+  auto opened = SqliteMetadataStore::Open(":memory:", StoreOptions{});
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::unique_ptr<SqliteMetadataStore> store = std::move(*opened);
+  auto join = [&](const std::string& name, const std::string& address) {
+    ExecutorInfo info;
+    info.name = name;
+    info.os = "linux";
+    info.memory_bytes = 8 * kGiB;
+    info.runners = {"llama"};
+    info.gang_address = address;
+    auto executor = store->RegisterExecutor("", info, clock.Now());
+    EXPECT_TRUE(executor.ok()) << executor.status();
+    return executor.ok() ? executor->id : "";
+  };
+  const std::string a = join("a", "10.9.0.1:50052");
+  const std::string b = join("b", "10.9.0.2:50052");
+  const std::string bystander = join("c", "");  // no gang address: never in a gang
+  JobSpec spec;
+  spec.team = "search";
+  spec.model = "/models/big.gguf";
+  spec.input_key = "inputs/in.jsonl";
+  spec.shard_size = 10;
+  spec.gang_size = 2;
+  auto job = store->CreateJob(spec, clock.Now());
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(store->AddTasks(job->id, testing::EvenTasks(1, 10, 1000), 10, clock.Now()).ok());
+  GangLeasing gangs(store.get(), &clock, GangLeasingOptions{});
+  std::vector<Lease> leases;
+  std::vector<GangDuty> duties;
+  // Every check-in's answer is kept (the one that forms the gang carries the leader's lease when
+  // the leader made it).
+  auto check_in = [&](const std::string& id) {
+    auto answer = gangs.CheckIn(id, clock.Now());
+    ASSERT_TRUE(answer.ok());
+    for (Lease& lease : answer->leases) leases.push_back(lease);
+    for (GangDuty& duty : gangs.TakeDuties(id)) duties.push_back(duty);
+  };
+  check_in(a);
+  clock.Advance(absl::Seconds(2));
+  check_in(b);
+  check_in(a);
+  check_in(b);
+  ASSERT_EQ(leases.size(), 1u);
+  ASSERT_EQ(duties.size(), 1u);
+  const std::string& secret = leases[0].gang_secret;
+  EXPECT_EQ(secret.size(), 64u);
+  EXPECT_EQ(secret.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_EQ(duties[0].secret, secret);
+  EXPECT_TRUE(gangs.TakeDuties(bystander).empty());
+}
+
 }  // namespace
 }  // namespace minions
