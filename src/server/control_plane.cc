@@ -1,5 +1,8 @@
 #include "server/control_plane.h"
 
+#include <algorithm>
+#include <climits>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/thread_name.h"
@@ -9,6 +12,14 @@
 #include "server/call_auth.h"
 
 namespace minions {
+namespace {
+
+// A duration as a gRPC channel argument (int milliseconds, at least 1).
+int MillisecondsArg(absl::Duration d) {
+  return static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(d), 1, INT32_MAX));
+}
+
+}  // namespace
 
 WatchdogOptions ServerWatchdogOptions(absl::Duration lease_ttl) {
   WatchdogOptions options;
@@ -70,6 +81,8 @@ absl::Status ControlPlane::Start() {
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 256);
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, 16 << 10);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, MillisecondsArg(options_.grpc_handshake_timeout));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, MillisecondsArg(options_.grpc_idle_connection_timeout));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, rpc::kServerBdpProbe ? 1 : 0);  // why: rpc.h
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {

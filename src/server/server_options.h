@@ -45,6 +45,13 @@ struct ServerOptions {
   // server: executors' long polls, watch streams) and, of those, open WatchJob streams. Past either,
   // a call gets RESOURCE_EXHAUSTED instead of a thread.
   int max_threads = 1024;
+  // Connections that hold the gRPC port without using it: one that has not sent its HTTP/2
+  // preface this long after it connected is closed (a client that connects and says nothing: a
+  // call without a credential is refused from its headers, so saying nothing is all an
+  // unauthenticated peer could hold the port with), and one with no call in flight this long is
+  // closed (gRPC's GOAWAY; a client reconnects when it next calls).
+  absl::Duration grpc_handshake_timeout = absl::Seconds(10);
+  absl::Duration grpc_idle_connection_timeout = absl::Minutes(5);
   // Idle executors' long polls (Lease with wait_ms) are held without a thread each (gRPC's
   // callback API) and served by this many threads, which also run their store lookups. The
   // lookups of the calls being served at once are written together (lease_batch), so these

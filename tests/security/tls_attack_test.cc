@@ -2,6 +2,7 @@
 // name the client did not dial, plain text to TLS ports, and plain text off loopback on either
 // side. Each asserts the refusal and that the server serves its honest clients on.
 
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,8 @@
 
 #include "absl/strings/match.h"
 #include "cli/client_verbs.h"
+#include "common/host_port.h"
+#include "raw_tcp.h"
 #include "secure_server.h"
 #include "testing/http_get.h"
 
@@ -205,6 +208,44 @@ TEST_F(TlsAttack, PlainTextListensOnlyWhereTheGateWorks) {
   ControlPlane by_name(store_.get(), blobs_.get(), &clock_, ControlPlaneOptions{options});
   EXPECT_TRUE(by_name.Start().ok());
   by_name.Shutdown();
+}
+
+// Connections that say nothing (no HTTP/2 preface, so no call and nothing to refuse) are closed
+// after the handshake timeout, however many one peer opens; honest callers are served meanwhile.
+TEST_F(TlsAttack, ConnectionsThatSayNothingAreClosedAndHonestCallersAreServed) {
+  ServerOptions options = Options();
+  options.grpc_handshake_timeout = absl::Seconds(1);
+  StartServer(options);
+  std::string host;
+  int port = 0;
+  ASSERT_TRUE(SplitHostPort(server_->address(), &host, &port).ok());
+  std::vector<int> silent;
+  for (int i = 0; i < 200; ++i) {
+    int fd = Connect(port);
+    ASSERT_GE(fd, 0);
+    silent.push_back(fd);
+  }
+  v1::ListJobsResponse reply;
+  EXPECT_TRUE(jobs_->ListJobs(As(admin_).get(), v1::ListJobsRequest(), &reply).ok());
+  // Each is closed by the server (end of stream); the bound is generous, as under load (the
+  // default timeout, 120 s, would not close one within it).
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  int closed = 0;
+  for (int fd : silent) {
+    while (absl::Now() < give_up) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 100) > 0) {
+        char buffer[256];
+        if (recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT) <= 0) {
+          ++closed;
+          break;
+        }
+      }
+    }
+    close(fd);
+  }
+  EXPECT_EQ(closed, 200);
+  EXPECT_TRUE(jobs_->ListJobs(As(admin_).get(), v1::ListJobsRequest(), &reply).ok());
 }
 
 }  // namespace
