@@ -41,17 +41,8 @@ class CompletionBatchTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_OK_AND_ASSIGN(store_, SqliteMetadataStore::Open(":memory:", StoreOptions{}));
     ASSERT_OK_AND_ASSIGN(blobs_, LocalBlobStore::Open(dir_.path()));
-    std::string input;
-    for (int i = 0; i < kTasks; ++i) input += RequestLine(absl::StrCat("r", i)) + "\n";
-    ASSERT_OK(blobs_->Put("inputs/in.jsonl", input));
-    ASSERT_OK_AND_ASSIGN(SplitResult split, SplitInput(*blobs_, "inputs/in.jsonl", 1));
-    JobSpec spec;
-    spec.team = "search";
-    spec.model = "m";
-    spec.input_key = "inputs/in.jsonl";
-    ASSERT_OK_AND_ASSIGN(Job job, store_->CreateJob(spec, clock_.Now()));
-    job_id_ = job.id;
-    ASSERT_OK(store_->AddTasks(job_id_, split.tasks, kTasks, clock_.Now()));
+    job_id_ = QueueOneRecordTasks(*store_, *blobs_, "inputs/in.jsonl", kTasks, clock_.Now(), "search");
+    ASSERT_FALSE(job_id_.empty());
     checker_ = std::make_unique<ChunkChecker>(store_.get(), blobs_.get());
   }
 

@@ -37,20 +37,8 @@ class CompletionPipelineTest : public ::testing::Test {
 
   // A job of `team` with `tasks` tasks of one record each.
   std::string Job(const std::string& team, int tasks) {
-    std::string input;
-    for (int i = 0; i < tasks; ++i) input += RequestLine(absl::StrCat("r", i)) + "\n";
     const std::string key = absl::StrCat("inputs/", team, "-", jobs_++, ".jsonl");
-    EXPECT_OK(blobs_->Put(key, input));
-    absl::StatusOr<SplitResult> split = SplitInput(*blobs_, key, 1);
-    EXPECT_OK(split);
-    JobSpec spec;
-    spec.team = team;
-    spec.model = "m";
-    spec.input_key = key;
-    absl::StatusOr<minions::Job> job = store_->CreateJob(spec, clock_.Now());
-    EXPECT_OK(job);
-    EXPECT_OK(store_->AddTasks(job->id, split->tasks, tasks, clock_.Now()));
-    return job->id;
+    return QueueOneRecordTasks(*store_, *blobs_, key, tasks, clock_.Now(), team);
   }
 
   // The executor leases one task and uploads its honest output; the report of it done.

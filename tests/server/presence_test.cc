@@ -23,16 +23,8 @@ class PresenceTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_OK_AND_ASSIGN(store_, SqliteMetadataStore::Open(":memory:", StoreOptions{}));
     ASSERT_OK_AND_ASSIGN(blobs_, LocalBlobStore::Open(dir_.path()));
-    std::string input;
-    for (int i = 0; i < 2; ++i) input += RequestLine(absl::StrCat("r", i)) + "\n";
-    ASSERT_OK(blobs_->Put("inputs/in.jsonl", input));
-    ASSERT_OK_AND_ASSIGN(SplitResult split, SplitInput(*blobs_, "inputs/in.jsonl", 1));
-    JobSpec spec;
-    spec.model = "m";
-    spec.input_key = "inputs/in.jsonl";
-    ASSERT_OK_AND_ASSIGN(Job job, store_->CreateJob(spec, clock_.Now()));
-    job_id_ = job.id;
-    ASSERT_OK(store_->AddTasks(job_id_, split.tasks, 2, clock_.Now()));
+    job_id_ = QueueOneRecordTasks(*store_, *blobs_, "inputs/in.jsonl", 2, clock_.Now());
+    ASSERT_FALSE(job_id_.empty());
     runner_ = RegisterInStore(*store_, "runner", 4, clock_.Now());
     ASSERT_OK_AND_ASSIGN(std::vector<Lease> leases, store_->LeaseTasks(runner_, 2, absl::Seconds(30), clock_.Now()));
     ASSERT_EQ(leases.size(), 2u);

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "blob/blob_store.h"
+#include "server/job_splitter.h"
 #include "store/metadata_store.h"
 #include "testing/status_checks.h"
 
@@ -72,6 +73,26 @@ inline std::string RequestLine(const std::string& custom_id, const std::string& 
   return absl::StrCat(R"({"custom_id":")", custom_id,
                       R"(","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":")",
                       prompt, R"("}]}})");
+}
+
+// A queued job of `team` (model "m") over `tasks` request lines r0, r1, ... written at `input_key`,
+// one task a record, straight in `store` at `now`: its id, or "" with the test failed.
+inline std::string QueueOneRecordTasks(MetadataStore& store, BlobStore& blobs, const std::string& input_key,
+                                       int tasks, absl::Time now, const std::string& team = "") {
+  std::string input;
+  for (int i = 0; i < tasks; ++i) input += RequestLine(absl::StrCat("r", i)) + "\n";
+  EXPECT_OK(blobs.Put(input_key, input));
+  absl::StatusOr<SplitResult> split = SplitInput(blobs, input_key, 1);
+  EXPECT_OK(split);
+  JobSpec spec;
+  spec.team = team;
+  spec.model = "m";
+  spec.input_key = input_key;
+  absl::StatusOr<Job> job = store.CreateJob(spec, now);
+  EXPECT_OK(job);
+  if (!split.ok() || !job.ok()) return "";
+  EXPECT_OK(store.AddTasks(job->id, split->tasks, tasks, now));
+  return job->id;
 }
 
 // A response line for `custom_id`, as a runner would write it (no newline).
