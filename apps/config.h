@@ -7,7 +7,8 @@
 //
 //   [server]    listen, http_listen, health_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
 //               straggler_factor, straggler_min_runtime_ms, fair_share_half_life_s, warm_wait_ms,
-//               model_affinity, heartbeat_batch, heartbeat_linger_us, task_target_s, credential_refresh_s, idle_polls_renew
+//               model_affinity, heartbeat_batch, heartbeat_linger_us, task_target_s, credential_refresh_s, idle_polls_renew,
+//               executor_approval
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
@@ -66,6 +67,8 @@ struct MinionsConfig {
   // An idle executor's long poll stands for its idle heartbeat (ServerOptions::idle_polls_renew);
   // false: idle executors heartbeat at the idle pace (a fleet behind servers of mixed versions).
   bool idle_polls_renew = true;
+  // Enrolled executors wait for an admin's approval (ServerOptions::require_executor_approval).
+  bool executor_approval = false;
   // Jobs submitted without a shard size get tasks that run about this long, from the measured
   // throughput of their model and runner (model/task_sizing.h).
   int64_t task_target_s = 60;

@@ -28,6 +28,7 @@ class AdminBackend {
   virtual absl::StatusOr<v1::TokenInfo> RevokeToken(const std::string& token_id) = 0;
   virtual absl::StatusOr<v1::Executor> RevokeExecutor(const std::string& executor_id) = 0;
   virtual absl::StatusOr<v1::TokenInfo> WhoAmI() = 0;
+  virtual absl::StatusOr<v1::Executor> ApproveExecutor(const std::string& executor_id) = 0;
 };
 
 // The Admin service of the server `connection` names.
@@ -62,6 +63,9 @@ int ListTokens(AdminBackend& admin, const std::string& team, const std::string& 
 int RevokeToken(AdminBackend& admin, const std::string& token_id, bool json);
 int RevokeExecutor(AdminBackend& admin, const std::string& executor_id, bool json);
 int WhoAmI(AdminBackend& admin, bool json);
+// `minions executors approve ID|NAME`: a name is looked up among the pending executors of the
+// fleet `connection` shows (exactly one must have it).
+int ApproveExecutor(AdminBackend& admin, const Connection& connection, const std::string& executor, bool json);
 
 // "90d", "12h", "30m" -> a duration; also absl's forms ("1h30m"). InvalidArgument otherwise.
 absl::StatusOr<absl::Duration> ParseLifetime(const std::string& text);

@@ -38,6 +38,8 @@ class AdminService final : public v1::Admin::Service {
                            v1::TokenInfo* reply) override;
   grpc::Status RevokeExecutor(grpc::ServerContext* context, const v1::RevokeExecutorRequest* request,
                               v1::Executor* reply) override;
+  grpc::Status ApproveExecutor(grpc::ServerContext* context, const v1::RevokeExecutorRequest* request,
+                               v1::Executor* reply) override;
   grpc::Status WhoAmI(grpc::ServerContext* context, const v1::WhoAmIRequest* request, v1::TokenInfo* reply) override;
 
  private:

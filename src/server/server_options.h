@@ -63,6 +63,9 @@ struct ServerOptions {
   // makes one call per long poll (30 s) instead of one per poll and one per idle beat. False: idle
   // executors heartbeat at the idle pace (as with an older server).
   bool idle_polls_renew = true;
+  // Executors that enrol are pending (no leases) until an admin approves them (`minions executors
+  // approve`): a stolen join token then yields no work (docs/security.md, 40.3).
+  bool require_executor_approval = false;
   // A gang reservation that does not fill within this is released (server/gang_leasing.h).
   absl::Duration gang_reservation_timeout = absl::Seconds(30);
   int max_watch_streams = 64;
