@@ -69,6 +69,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["heartbeat_linger_us"].value<int64_t>()) config.heartbeat_linger_us = *v;
     if (auto v = table["server"]["idle_polls_renew"].value<bool>()) config.idle_polls_renew = *v;
     if (auto v = table["server"]["require_confined_executors"].value<bool>()) config.require_confined_executors = *v;
+    if (auto v = table["server"]["executor_approval"].value<bool>()) config.executor_approval = *v;
     if (auto v = table["server"]["task_target_s"].value<int64_t>()) config.task_target_s = *v;
     if (auto v = table["server"]["history_step_s"].value<int64_t>()) config.history_step_s = *v;
     if (auto v = table["server"]["credential_refresh_s"].value<int64_t>()) config.credential_refresh_s = *v;

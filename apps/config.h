@@ -8,7 +8,7 @@
 //   [server]    listen, http_listen, health_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
 //               straggler_factor, straggler_min_runtime_ms, fair_share_half_life_s, warm_wait_ms,
 //               model_affinity, heartbeat_batch, heartbeat_linger_us, task_target_s, history_step_s, credential_refresh_s,
-//               idle_polls_renew, require_confined_executors
+//               idle_polls_renew, require_confined_executors, executor_approval
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
@@ -70,6 +70,8 @@ struct MinionsConfig {
   // Lease work only to executors whose runners run under Landlock and seccomp (macOS:
   // sandbox-exec) (ServerOptions::require_confined_executors).
   bool require_confined_executors = false;
+  // Enrolled executors wait for an admin's approval (ServerOptions::require_executor_approval).
+  bool executor_approval = false;
   // Jobs submitted without a shard size get tasks that run about this long, from the measured
   // throughput of their model and runner (model/task_sizing.h).
   int64_t task_target_s = 60;

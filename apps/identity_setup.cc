@@ -68,6 +68,11 @@ class LocalAdminBackend : public cli::AdminBackend {
     if (!executor.ok()) return executor.status();
     return ToProto(*executor);
   }
+  absl::StatusOr<v1::Executor> ApproveExecutor(const std::string& executor_id) override {
+    auto executor = store_->ApproveExecutor(executor_id, clock_->Now());
+    if (!executor.ok()) return executor.status();
+    return ToProto(*executor);
+  }
   absl::StatusOr<v1::TokenInfo> WhoAmI() override {
     return absl::FailedPreconditionError("on the server's own data there is no token: you are its operator");
   }

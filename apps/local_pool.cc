@@ -1,6 +1,7 @@
 #include "local_pool.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -102,6 +103,8 @@ class LocalPool : public cli::Pool {
         openai::OpenAiApiOptions{});
     server_->AddHttpRoutes([api = openai_api_.get()](HttpServer* http) { api->Install(http); });
     if (auto s = server_->Start(); !s.ok()) return s;
+    // The CLI sends the admin token only to this server (docs/security.md, 40.7c).
+    if (auto s = cli::WriteTokenServer(admin_token_file_, server_->address(), getpid()); !s.ok()) return s;
     // The executors enrol with a join token of one use each, in a file only they read.
     const std::string join_file = options.data_dir + "/join-token";
     IssueRequest join;

@@ -83,6 +83,12 @@ void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
   AddConnection(revoke_executor_cmd, &connection, &config_path);
   revoke_executor_cmd->add_flag("--json", json, "JSON output");
   AddReleaseVerb(executors_cmd, shared, c);
+  auto* approve_executor_cmd = c->approve_executor_cmd = executors_cmd->add_subcommand(
+      "approve", "let a pending executor (the server requires approval) take work");
+  approve_executor_cmd->add_option("executor", c->executor_id, "executor id, or its name when only one pending has it")
+      ->required();
+  AddConnection(approve_executor_cmd, &connection, &config_path);
+  approve_executor_cmd->add_flag("--json", json, "JSON output");
   // models: push, list, show, rm (a bare `minions models` lists).
   auto* models_cmd = c->models_cmd = app.add_subcommand("models", "the team's models: push a GGUF file, list, show, rm");
   AddConnection(models_cmd, &connection, &config_path);
@@ -133,6 +139,9 @@ std::optional<int> RunClientVerb(ClientVerbs* c, const minions::cli::Connection&
   }
   if (c->release_executor_cmd->parsed()) {
     return minions::cli::ReleaseExecutor(*minions::cli::RemoteAdmin(connection), c->executor_id, json);
+  }
+  if (c->approve_executor_cmd->parsed()) {
+    return minions::cli::ApproveExecutor(*minions::cli::RemoteAdmin(connection), connection, c->executor_id, json);
   }
   if (c->executors_cmd->parsed()) return minions::cli::ListExecutors(connection, json);
   if (c->teams_cmd->parsed()) return minions::cli::ListTeams(connection, json);

@@ -28,6 +28,7 @@ struct ClientVerbs {
   CLI::App* teams_cmd = nullptr;
   CLI::App* revoke_executor_cmd = nullptr;
   CLI::App* release_executor_cmd = nullptr;
+  CLI::App* approve_executor_cmd = nullptr;
   CLI::App* whoami_cmd = nullptr;
   CLI::App* drain_cmd = nullptr;  // AddDrainVerb
   minions::cli::ModelOptions model;

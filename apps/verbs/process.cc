@@ -1,5 +1,7 @@
 #include "verbs/process.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "cli/credentials.h"
 #include "common/logging.h"
 #include "common/redact.h"
 #include "backends.h"
@@ -57,6 +60,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.heartbeat_linger = absl::Microseconds(config.heartbeat_linger_us);
   options.idle_polls_renew = config.idle_polls_renew;
   options.require_confined_executors = config.require_confined_executors;
+  options.require_executor_approval = config.executor_approval;
   options.task_sizing.target = absl::Seconds(config.task_target_s);
   options.history_step = absl::Seconds(config.history_step_s);
   options.auth.refresh_ttl = absl::Seconds(config.credential_refresh_s);
@@ -106,6 +110,13 @@ int RunServer(const minions::apps::MinionsConfig& config) {
     fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
     return 1;
   }
+  // The CLI on this machine sends the admin token only to this server (docs/security.md, 40.7c).
+  if (admin.ok()) {
+    if (auto s = minions::cli::WriteTokenServer(config.data_dir + "/admin-token", server.address(), getpid()); !s.ok()) {
+      fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
   InstallSignalHandlers();
   while (SignalsReceived() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   server.Shutdown();
@@ -137,7 +148,7 @@ int RunWatchdog(const minions::apps::MinionsConfig& config, const std::string& h
     // /metrics for monitor and admin tokens, as on a server.
     minions::InstallMetricsEndpoints(&registry, &http, [&auth](const minions::HttpRequest& request)
                                                            -> std::optional<minions::HttpResponse> {
-      auto caller = auth.Authorize(minions::RequestToken(request), minions::Scope::kMetricsRead);
+      auto caller = auth.Authorize(minions::RequestBearer(request), minions::Scope::kMetricsRead);
       if (caller.ok()) return std::nullopt;
       return minions::HttpResponse{absl::IsPermissionDenied(caller.status()) ? 403 : 401, "text/plain; charset=utf-8",
                                    std::string(caller.status().message()) + "\n", {}};
@@ -239,6 +250,7 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (p.no_model_affinity) config->model_affinity = false;
   if (p.no_idle_poll_renewals) config->idle_polls_renew = false;
   if (p.require_confined_executors) config->require_confined_executors = true;
+  if (p.require_approval) config->executor_approval = true;
   if (!p.flag_openai_model_dirs.empty()) config->openai_model_dirs = p.flag_openai_model_dirs;
   if (p.flag_openai_max_file_bytes > 0) config->openai_max_file_bytes = p.flag_openai_max_file_bytes;
   return config;
@@ -268,6 +280,9 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_flag("--no-model-affinity", p->no_model_affinity,
                        "place tasks without regard to the executors' models: no warm preference, no warm wait "
                        "(for benchmarks and comparisons; server.model_affinity = false)");
+  server_cmd->add_flag("--require-approval", p->require_approval,
+                       "executors that enrol get no work until an admin runs `minions executors approve ID` "
+                       "(server.executor_approval = true)");
   server_cmd->add_flag("--no-idle-poll-renewals", p->no_idle_poll_renewals,
                        "idle executors heartbeat at the idle pace instead of being kept alive by their long "
                        "polls (server.idle_polls_renew = false)");

@@ -23,6 +23,7 @@ struct ProcessVerbs {
   bool no_model_affinity = false;
   bool no_idle_poll_renewals = false;
   bool require_confined_executors = false;
+  bool require_approval = false;
   std::string watchdog_http_listen;  // watchdog --http-listen
   bool connect = false;              // config check --connect
   CLI::App* server_cmd = nullptr;

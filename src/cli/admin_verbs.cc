@@ -5,9 +5,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "cli/credentials.h"
 #include "cli/output.h"
+#include "common/logging.h"
 #include "rpc/rpc.h"
 
 namespace minions::cli {
@@ -82,6 +85,11 @@ class RemoteAdminBackend : public AdminBackend {
   }
   absl::StatusOr<v1::TokenInfo> WhoAmI() override {
     return Call(&v1::Admin::Stub::WhoAmI, v1::WhoAmIRequest(), v1::TokenInfo());
+  }
+  absl::StatusOr<v1::Executor> ApproveExecutor(const std::string& executor_id) override {
+    v1::RevokeExecutorRequest request;  // the same request: an executor's id
+    request.set_executor_id(executor_id);
+    return Call(&v1::Admin::Stub::ApproveExecutor, request, v1::Executor());
   }
 
  private:
@@ -264,6 +272,38 @@ int ReleaseExecutor(AdminBackend& admin, const std::string& executor_id, bool js
     printf("%s\n", ToJson(*executor).c_str());
   } else {
     printf("executor %s released from quarantine: it may lease again\n", executor->id().c_str());
+  }
+  return 0;
+}
+
+// An executor id, or the id of the one pending executor named `name` (an admin approves what
+// `minions executors` shows, usually by name).
+absl::StatusOr<std::string> PendingExecutorId(const Connection& connection, const std::string& name) {
+  if (absl::StartsWith(name, "exe-")) return name;
+  absl::StatusOr<std::vector<v1::Executor>> fleet = JobsClient(connection).Executors();
+  if (!fleet.ok()) return fleet.status();
+  std::vector<std::string> ids;
+  for (const v1::Executor& e : *fleet) {
+    if (e.name() == name && e.state() == "pending") ids.push_back(e.id());
+  }
+  if (ids.size() == 1) return ids[0];
+  if (ids.empty()) {
+    return absl::NotFoundError(absl::StrCat("no pending executor is named '", name,
+                                            "' (`minions executors` lists them; approve by id: exe-...)"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(ids.size(), " pending executors are named '", name,
+                                                    "': approve one by its id (", absl::StrJoin(ids, ", "), ")"));
+}
+
+int ApproveExecutor(AdminBackend& admin, const Connection& connection, const std::string& executor, bool json) {
+  absl::StatusOr<std::string> id = PendingExecutorId(connection, executor);
+  if (!id.ok()) return Fail(id.status());
+  auto approved = admin.ApproveExecutor(*id);
+  if (!approved.ok()) return Fail(approved.status());
+  if (json) {
+    printf("%s\n", ToJson(*approved).c_str());
+  } else {
+    printf("executor %s (%s) approved: it may take work now\n", approved->id().c_str(), EscapeControlCharacters(approved->name()).c_str());
   }
   return 0;
 }

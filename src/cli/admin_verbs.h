@@ -29,6 +29,7 @@ class AdminBackend {
   virtual absl::StatusOr<v1::Executor> RevokeExecutor(const std::string& executor_id) = 0;
   virtual absl::StatusOr<v1::Executor> ReleaseExecutor(const std::string& executor_id) = 0;
   virtual absl::StatusOr<v1::TokenInfo> WhoAmI() = 0;
+  virtual absl::StatusOr<v1::Executor> ApproveExecutor(const std::string& executor_id) = 0;
 };
 
 // The Admin service of the server `connection` names.
@@ -65,6 +66,9 @@ int RevokeExecutor(AdminBackend& admin, const std::string& executor_id, bool jso
 // `minions executors release ID`: lifts a quarantine (docs/verification.md) after an admin's look.
 int ReleaseExecutor(AdminBackend& admin, const std::string& executor_id, bool json);
 int WhoAmI(AdminBackend& admin, bool json);
+// `minions executors approve ID|NAME`: a name is looked up among the pending executors of the
+// fleet `connection` shows (exactly one must have it).
+int ApproveExecutor(AdminBackend& admin, const Connection& connection, const std::string& executor, bool json);
 
 // "90d", "12h", "30m" -> a duration; also absl's forms ("1h30m"). InvalidArgument otherwise.
 absl::StatusOr<absl::Duration> ParseLifetime(const std::string& text);

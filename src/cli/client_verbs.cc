@@ -212,6 +212,7 @@ absl::StatusOr<OpenConnection> Open(const Connection& connection) {
     open.token = *keychain;
   } else if (IsLoopbackAddress(connection.server)) {
     for (const std::string& file : LocalAdminTokenFiles(MinionsHome())) {
+      if (!TokenBelongsTo(file, connection.server)) continue;  // another listener: never its token
       absl::StatusOr<std::string> token = ReadTokenFile(file);
       if (token.ok()) {
         open.token = *token;

@@ -1,6 +1,8 @@
 #include "cli/credentials.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/host_port.h"
 #include "common/private_files.h"
 #include "common/subprocess.h"
 
@@ -53,6 +56,37 @@ absl::StatusOr<std::string> KeychainToken(const std::string& server) {
 #else
   return absl::NotFoundError("the Keychain is a macOS thing");
 #endif
+}
+
+absl::Status WriteTokenServer(const std::string& token_path, const std::string& address, int64_t pid) {
+  return WritePrivateFile(token_path + ".server", absl::StrCat(address, " ", pid, "\n"));
+}
+
+bool TokenBelongsTo(const std::string& token_path, const std::string& server) {
+  std::ifstream in(token_path + ".server");
+  std::string address;
+  int64_t pid = 0;
+  if (!(in >> address >> pid) || pid <= 0) return false;
+  std::string recorded_host, asked_host;
+  int recorded_port = 0, asked_port = 0;
+  if (!SplitHostPort(address, &recorded_host, &recorded_port).ok() ||
+      !SplitHostPort(server, &asked_host, &asked_port).ok()) {
+    return false;
+  }
+  if (recorded_port != asked_port || !IsLoopbackHost(asked_host)) return false;
+  // The very socket it listens on: another loopback address with the same port (127.0.0.2, ::1,
+  // or "localhost", which may resolve to either) is a socket anyone may open. A server on every
+  // interface listens on each loopback address of its family ("::": both, where dual-stack).
+  const std::string recorded = absl::AsciiStrToLower(recorded_host);
+  const std::string asked = absl::AsciiStrToLower(asked_host);
+  in_addr v4{};
+  const bool asked_v4 = inet_pton(AF_INET, asked.c_str(), &v4) == 1;
+  const bool same = recorded == asked || (recorded == "0.0.0.0" && asked_v4) ||
+                    (recorded == "::" && asked != "localhost");
+  if (!same) return false;
+  // The server that minted it still runs (signal 0 checks without sending): after it ends, any
+  // local user could open its port.
+  return kill(static_cast<pid_t>(pid), 0) == 0;
 }
 
 std::vector<std::string> LocalAdminTokenFiles(const std::string& minions_home) {

@@ -1,5 +1,6 @@
 #include "dashboard/status_endpoints.h"
 
+#include <memory>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -82,10 +83,15 @@ Json PageJson(int64_t total, Page page) {
 
 }  // namespace
 
-std::string RequestToken(const HttpRequest& request) {
+std::string RequestBearer(const HttpRequest& request) {
   const std::string authorization = request.Header("authorization");
-  if (absl::StartsWith(authorization, "Bearer ")) return authorization.substr(7);
-  return request.Cookie(kSessionCookie);
+  return absl::StartsWith(authorization, "Bearer ") ? authorization.substr(7) : "";
+}
+
+std::string RequestToken(const HttpRequest& request, DashboardSessions& sessions, absl::Time now) {
+  if (std::string bearer = RequestBearer(request); !bearer.empty()) return bearer;
+  const std::string session = request.Cookie(kSessionCookie);
+  return session.empty() ? "" : sessions.TokenOf(session, now);
 }
 
 Page PageOf(const HttpRequest& request, int64_t default_limit, int64_t max_limit) {
@@ -349,9 +355,10 @@ Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& cal
 }
 
 void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
+  auto sessions = std::make_shared<DashboardSessions>(absl::Seconds(kSessionSeconds), kMaxSessions);
   // The caller of a request that must hold `scope`, or the refusal to send.
-  auto authorize = [src](const HttpRequest& request, Scope scope) -> absl::StatusOr<Caller> {
-    return src.auth->Authorize(RequestToken(request), scope);
+  auto authorize = [src, sessions](const HttpRequest& request, Scope scope) -> absl::StatusOr<Caller> {
+    return src.auth->Authorize(RequestToken(request, *sessions, src.clock->Now()), scope);
   };
   InstallMetricsEndpoints(src.registry, http, [authorize](const HttpRequest& request) -> std::optional<HttpResponse> {
     absl::StatusOr<Caller> caller = authorize(request, Scope::kMetricsRead);
@@ -435,7 +442,7 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
                         {{"Cache-Control", "no-store"}}};
   };
   http->Handle("/login", [login_html](const HttpRequest&) { return login_html(200, ""); });
-  http->HandlePost("/login", [src, login_html](const HttpRequest& request) {
+  http->HandlePost("/login", [src, login_html, sessions](const HttpRequest& request) {
     // A login posted from another site's page is refused (SameSite also keeps its cookie home),
     // and so is one from an opaque origin ("null": a sandboxed frame, a data: or file: page,
     // which any site can make); the dashboard's own page always sends its real origin.
@@ -450,12 +457,15 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
       return login_html(401, std::string(caller.status().message()));
     }
     HttpResponse response{303, kPlain, "signed in\n", {{"Location", "/"}, {"Cache-Control", "no-store"}}};
-    // The session ends after a working day even where the browser stays open.
-    response.headers["Set-Cookie"] = absl::StrCat(kSessionCookie, "=", token, "; Path=/; HttpOnly; SameSite=Strict; Max-Age=",
+    // The cookie names a session, never the token; the session ends after a working day even
+    // where the browser stays open (the server forgets it then too).
+    const std::string session = sessions->Open(token, src.clock->Now());
+    response.headers["Set-Cookie"] = absl::StrCat(kSessionCookie, "=", session, "; Path=/; HttpOnly; SameSite=Strict; Max-Age=",
                                                   kSessionSeconds, request.tls ? "; Secure" : "");
     return response;
   });
-  http->HandlePost("/logout", [](const HttpRequest& request) {
+  http->HandlePost("/logout", [sessions](const HttpRequest& request) {
+    sessions->Close(request.Cookie(kSessionCookie));  // ended on the server too, not only in the browser
     HttpResponse response{303, kPlain, "signed out\n", {{"Location", "/login"}}};
     response.headers["Set-Cookie"] = absl::StrCat(kSessionCookie, "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
                                                   request.tls ? "; Secure" : "");
@@ -471,8 +481,8 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
     };
     if (path == "/index.html") {
       // The page itself holds no data, but a visitor without a session is sent to sign in first.
-      auto page = [src, serve](const HttpRequest& request) {
-        if (!src.auth->Authorize(RequestToken(request), Scope::kFleetRead).ok()) {
+      auto page = [src, serve, authorize](const HttpRequest& request) {
+        if (!authorize(request, Scope::kFleetRead).ok()) {
           return HttpResponse{302, kPlain, "sign in first\n", {{"Location", "/login"}}};
         }
         return serve(request);

@@ -8,7 +8,7 @@
 //     /app.js, /style.css   the dashboard's code and looks (no data); /uplot.js, /uplot.css its
 //                           charting library (uPlot, embedded at build time)
 //   With a credential ("Authorization: Bearer <token>", or the HttpOnly session cookie the login
-//   sets, which holds the token itself):
+//   sets, which names a session of this server's, never the token: dashboard_sessions.h):
 //     /metrics     Prometheus text format: metrics:read (monitor and admin tokens)
 //     /            the dashboard page (without a session: a redirect to /login)
 //     /api/fleet   executors (device, coarse state, current tasks) and counts by state: fleet:read
@@ -30,6 +30,7 @@
 #include "blob/blob_store.h"
 #include "common/clock.h"
 #include "common/json_util.h"
+#include "dashboard/dashboard_sessions.h"
 #include "dashboard/fleet_view.h"
 #include "http/http_server.h"
 #include "identity/authenticator.h"
@@ -57,8 +58,14 @@ inline constexpr char kSessionCookie[] = "minions_session";
 // How long a dashboard session lasts (the cookie's Max-Age): twelve hours.
 inline constexpr int64_t kSessionSeconds = 12 * 3600;
 
-// The credential a request carries: its bearer token, else its session cookie ("" when none).
-std::string RequestToken(const HttpRequest& request);
+// The most dashboard sessions a server keeps at once (the oldest to end goes first).
+inline constexpr size_t kMaxSessions = 10000;
+
+// The bearer token a request carries ("" when none): pages without sessions (a watchdog's /metrics).
+std::string RequestBearer(const HttpRequest& request);
+// The credential a request carries: its bearer token, else the token of the session its cookie
+// names ("" when none, or the session has ended).
+std::string RequestToken(const HttpRequest& request, DashboardSessions& sessions, absl::Time now);
 
 // A page of a listing: `offset` and `limit` from ?offset=&limit= (limit at most `max_limit`).
 struct Page {

@@ -163,6 +163,14 @@ absl::Time ExecutorAgent::Step() {
 
 void ExecutorAgent::Serve(absl::Time now) {
   TakeCancellations();
+  // Revoked (or expired): every call will be refused and its tasks are another's already, so
+  // whatever runs is wasted. Stop at once, as on a stop request, and exit with why.
+  if (absl::Status refused = client_->CredentialRefused(); !refused.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (!stop_) MINIONS_LOG(Warning) << refused.message() << "; stopping";
+    if (exit_status_.ok()) exit_status_ = refused;
+    stop_ = drain_ = true;
+  }
   bool drain, stop;
   {
     absl::MutexLock lock(&mu_);

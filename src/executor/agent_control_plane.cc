@@ -103,6 +103,7 @@ class GrpcAgentControlPlane : public AgentControlPlane {
   }
 
   void InterruptLease() override { client_->InterruptLease(); }
+  absl::Status CredentialRefused() const override { return client_->CredentialRefused(); }
 
  private:
   const std::unique_ptr<ControlPlaneClient> client_;

@@ -85,6 +85,9 @@ class AgentControlPlane {
                             const std::string& message) = 0;
   // Ends a Lease call now waiting, from any thread (ControlPlaneClient::InterruptLease).
   virtual void InterruptLease() = 0;
+  // Non-OK once the server refused this executor's credential (ControlPlaneClient::
+  // CredentialRefused): the agent stops for good. Default: never.
+  virtual absl::Status CredentialRefused() const { return absl::OkStatus(); }
 };
 
 // The real one: these calls as the Executors service's messages over `client`.

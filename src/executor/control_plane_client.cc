@@ -168,6 +168,10 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
     absl::MutexLock lock(&mu_);
     if (lease_context_) lease_context_->TryCancel();
   }
+  absl::Status CredentialRefused() const override {
+    absl::MutexLock lock(&mu_);
+    return refused_;
+  }
   absl::Status Complete(const v1::CompleteRequest& request) override {
     return Call(&v1::Executors::Stub::Complete, request, v1::CompleteResponse()).status();
   }
@@ -254,11 +258,14 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
     rpc::Prepare(*context, Credential(), deadline);
     grpc::Status status = ((*stub_).*method)(context, request, &reply);
     if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
-      return absl::UnauthenticatedError(absl::StrCat(
+      absl::Status refused = absl::UnauthenticatedError(absl::StrCat(
           "the server refused this executor's credential: ", status.error_message(),
           ". To serve this pool again, remove ",
           credentials_.credential_file.empty() ? std::string("the credential") : credentials_.credential_file,
           " and start with a new join token"));
+      absl::MutexLock lock(&mu_);
+      if (refused_.ok()) refused_ = refused;
+      return refused;
     }
     if (!status.ok()) return rpc::FromGrpc(status);
     return reply;
@@ -266,8 +273,9 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
 
   std::unique_ptr<v1::Executors::Stub> stub_;
   const ExecutorCredentials credentials_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::string credential_ ABSL_GUARDED_BY(mu_);
+  absl::Status refused_ ABSL_GUARDED_BY(mu_);  // the first UNAUTHENTICATED answer (CredentialRefused)
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<grpc::ClientContext> presence_context_ ABSL_GUARDED_BY(mu_);  // the open Attach stream's
   std::shared_ptr<grpc::ClientContext> lease_context_ ABSL_GUARDED_BY(mu_);     // the Lease call waiting now

@@ -26,6 +26,9 @@ class ControlPlaneClient {
   // and the caller, not knowing whether tasks were granted, reclaims them on its next lease. A
   // call that has not started yet is not affected. Default: nothing to interrupt.
   virtual void InterruptLease() {}
+  // Non-OK once the server refused this executor's credential (UNAUTHENTICATED: revoked or
+  // expired): the executor then stops for good (docs/security.md, 40.7j). Default: never.
+  virtual absl::Status CredentialRefused() const { return absl::OkStatus(); }
 };
 
 // Who the executor is to the server. An executor's identity is its credential (an executor

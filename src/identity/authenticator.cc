@@ -201,7 +201,8 @@ absl::StatusOr<Caller> Authenticator::Authorize(std::string_view token_text, Sco
   const int64_t per_second = entry->team ? entry->team->requests_per_second : 0;
   if (!caller.team.empty() && !limiter_.Admit(caller.team, per_second, clock_->Now())) {
     return absl::ResourceExhaustedError(absl::StrCat("team ", caller.team, " is over its rate limit of ", per_second,
-                                                     " requests per second; retry in a moment"));
+                                                     " requests per second; retry in a moment (an admin raises it: `minions admin team set ",
+                                                     caller.team, " --requests-per-second N`)"));
   }
   return caller;
 }

@@ -23,6 +23,10 @@ absl::Status IdentityAdmin::ValidateTeam(const Team& team) {
 
 absl::StatusOr<Team> IdentityAdmin::CreateTeam(Team team) {
   RETURN_IF_ERROR(ValidateTeam(team));
+  // Limits on by default: a team nobody thought about cannot fill the queue or the fleet alone.
+  if (team.max_active_jobs == 0) team.max_active_jobs = kDefaultMaxActiveJobs;
+  if (team.requests_per_second == 0) team.requests_per_second = kDefaultRequestsPerSecond;
+  if (team.max_running_tasks == 0) team.max_running_tasks = kDefaultMaxRunningTasks;
   team.created_at = clock_->Now();
   return store_->CreateTeam(team);
 }
@@ -111,7 +115,7 @@ absl::StatusOr<Enrolment> IdentityAdmin::Enrol(const std::string& join_text, con
   } else {
     kept.gang_address.clear();
   }
-  ASSIGN_OR_RETURN(enrolment.executor, store_->EnrolExecutor(token::Hash(join_text), record, kept, now));
+  ASSIGN_OR_RETURN(enrolment.executor, store_->EnrolExecutor(token::Hash(join_text), record, kept, now, require_approval_));
   return enrolment;
 }
 

@@ -44,8 +44,19 @@ class IdentityAdmin {
   // Join tokens that say nothing expire after this.
   static constexpr absl::Duration kDefaultJoinTtl = absl::Hours(24);
 
-  IdentityAdmin(IdentityStore* store, Clock* clock) : store_(store), clock_(clock) {}
+  // `require_approval`: executors that enrol are pending (no leases) until an admin approves
+  // them (ServerOptions::require_executor_approval).
+  IdentityAdmin(IdentityStore* store, Clock* clock, bool require_approval = false)
+      : store_(store), clock_(clock), require_approval_(require_approval) {}
 
+  // Limits a new team gets where its creator set none (0): safe for a pool, generous for a team's
+  // honest work; each is changed with `minions admin team set` (0 there: no limit). Documented
+  // in docs/operations.md, "Fair share and quotas" (docs/security.md, 40.5b).
+  static constexpr int64_t kDefaultMaxActiveJobs = 1000;
+  static constexpr int64_t kDefaultRequestsPerSecond = 200;
+  static constexpr int64_t kDefaultMaxRunningTasks = 1000;
+
+  // A new team; its unset limits (0) take the defaults above.
   absl::StatusOr<Team> CreateTeam(Team team);
   absl::StatusOr<Team> UpdateTeam(const Team& team);
 
@@ -55,7 +66,8 @@ class IdentityAdmin {
   // beyond the role's, a join token with uses but no positive count.
   absl::StatusOr<IssuedToken> Issue(const IssueRequest& request, const std::string& issued_by);
 
-  // Trades the join token `join_text` for a new executor and its credential.
+  // Trades the join token `join_text` for a new executor and its credential; the executor is
+  // pending when approval is required.
   absl::StatusOr<Enrolment> Enrol(const std::string& join_text, const ExecutorInfo& info);
 
  private:
@@ -63,6 +75,7 @@ class IdentityAdmin {
   static absl::Status ValidateTeam(const Team& team);
   IdentityStore* store_;
   Clock* clock_;
+  bool require_approval_;
 };
 
 }  // namespace minions

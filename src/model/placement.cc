@@ -180,8 +180,10 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
   int able = 0, ready = 0, warm_busy = 0;
   for (const FleetMember& m : fleet) {
     const ExecutorInfo& info = m.executor.info;
-    if (m.executor.state == ExecutorState::kRevoked ||
-        m.executor.state == ExecutorState::kQuarantined) continue;
+    if (m.executor.state == ExecutorState::kRevoked || m.executor.state == ExecutorState::kQuarantined ||
+        m.executor.state == ExecutorState::kPending) {
+      continue;
+    }
     if (!OffersRunner(info, spec.requirements.runner) || !HoldsMemory(info, spec.requirements)) continue;
     ++able;
     const bool warm = TakesWithoutWait(info, spec.model_digest);
@@ -209,7 +211,7 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
   int cold_free = 0;
   for (const FleetMember& m : fleet) {
     if (m.executor.state == ExecutorState::kRevoked || m.executor.state == ExecutorState::kQuarantined ||
-        !HasFreeSlot(m)) {
+        m.executor.state == ExecutorState::kPending || !HasFreeSlot(m)) {
       continue;
     }
     if (PlaceOn(m.executor.info, job, now, warm_wait) == Fit::kColdTooEarly) ++cold_free;

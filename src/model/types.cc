@@ -17,7 +17,7 @@ constexpr std::string_view kJobStates[] = {"validating", "queued",    "running",
                                            "completed",  "failed",    "cancelled", "expired"};
 constexpr std::string_view kTaskStates[] = {"pending", "running", "succeeded", "failed", "cancelled"};
 constexpr std::string_view kExecutorStates[] = {"available", "busy", "owner_active", "draining", "lost", "revoked",
-                                                "quarantined"};
+                                                "quarantined", "pending"};
 constexpr std::string_view kFailureClasses[] = {"retryable", "permanent", "preempted"};
 
 }  // namespace

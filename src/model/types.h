@@ -18,7 +18,9 @@ enum class TaskState { kPending, kRunning, kSucceeded, kFailed, kCancelled };
 // kRevoked: cut off by an admin (IdentityStore::RevokeExecutor); final.
 // kQuarantined: an answer it gave failed verification (model/verification.h); no leases until an
 // admin releases it (MetadataStore::ReleaseExecutor).
-enum class ExecutorState { kAvailable, kBusy, kOwnerActive, kDraining, kLost, kRevoked, kQuarantined };
+// kPending: enrolled where the server requires approval; no leases, and nothing it says or
+// re-registers lifts it, until an admin approves it (IdentityStore::ApproveExecutor).
+enum class ExecutorState { kAvailable, kBusy, kOwnerActive, kDraining, kLost, kRevoked, kQuarantined, kPending };
 // Why an attempt ended without success.
 enum class FailureClass { kRetryable, kPermanent, kPreempted };
 

@@ -158,6 +158,18 @@ grpc::Status AdminService::ReleaseExecutor(grpc::ServerContext* context, const v
   return grpc::Status::OK;
 }
 
+grpc::Status AdminService::ApproveExecutor(grpc::ServerContext* context, const v1::RevokeExecutorRequest* request,
+                                           v1::Executor* reply) {
+  ADMIN_OR_RETURN(context);
+  absl::StatusOr<Executor> executor = store_->ApproveExecutor(request->executor_id(), clock_->Now());
+  if (!executor.ok()) return ToGrpc(executor.status());
+  if (work_added_) work_added_();  // it may lease now: wake the waiting work
+  MINIONS_LOG(Info) << "executor=" << executor->id << " (" << executor->info.name << ") approved by "
+                    << caller.Describe();
+  *reply = ToProto(*executor);
+  return grpc::Status::OK;
+}
+
 grpc::Status AdminService::WhoAmI(grpc::ServerContext* context, const v1::WhoAmIRequest*, v1::TokenInfo* reply) {
   absl::StatusOr<Caller> caller = auth_->Authenticate(BearerToken(context));
   if (!caller.ok()) return ToGrpc(caller.status());

@@ -40,6 +40,8 @@ class AdminService final : public v1::Admin::Service {
                               v1::Executor* reply) override;
   grpc::Status ReleaseExecutor(grpc::ServerContext* context, const v1::ReleaseExecutorRequest* request,
                                v1::Executor* reply) override;
+  grpc::Status ApproveExecutor(grpc::ServerContext* context, const v1::RevokeExecutorRequest* request,
+                               v1::Executor* reply) override;
   grpc::Status WhoAmI(grpc::ServerContext* context, const v1::WhoAmIRequest* request, v1::TokenInfo* reply) override;
 
  private:

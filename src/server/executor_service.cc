@@ -155,7 +155,7 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
   const absl::Time arrived = absl::Now();
   auto state = ParseExecutorState(request.state().empty() ? "available" : request.state());
   if (!state || *state == ExecutorState::kLost || *state == ExecutorState::kRevoked ||
-      *state == ExecutorState::kQuarantined) {
+      *state == ExecutorState::kQuarantined || *state == ExecutorState::kPending) {
     std::move(done)(absl::InvalidArgumentError(absl::StrCat("unknown executor state '", request.state(), "'")));
     return;
   }

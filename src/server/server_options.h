@@ -73,6 +73,9 @@ struct ServerOptions {
   // The dashboard's history: a point of the fleet every this long, recorded in the store by the
   // server's history thread whether or not anyone watches (dashboard/fleet_view.h).
   absl::Duration history_step = absl::Seconds(15);
+  // Executors that enrol are pending (no leases) until an admin approves them (`minions executors
+  // approve`): a stolen join token then yields no work (docs/security.md, 40.3).
+  bool require_executor_approval = false;
   // A gang reservation that does not fill within this is released (server/gang_leasing.h).
   absl::Duration gang_reservation_timeout = absl::Seconds(30);
   int max_watch_streams = 64;

@@ -66,14 +66,20 @@ class IdentityStore {
   // to `join_secret_hash` (CheckUsable; Unauthenticated, as for an unknown one, otherwise), takes
   // one of its uses, registers a new executor under a fresh id with `info`, and stores
   // `credential` (role executor; its principal is set to the new executor's id).
+  // `await_approval`: the new executor is pending (no leases) until ApproveExecutor.
   // Returns the executor; `credential` is completed with its id.
   virtual absl::StatusOr<Executor> EnrolExecutor(const std::string& join_secret_hash, TokenRecord& credential,
-                                                 const ExecutorInfo& info, absl::Time now) = 0;
+                                                 const ExecutorInfo& info, absl::Time now, bool await_approval) = 0;
   // Cuts an executor off, all or nothing: its credentials are revoked, it becomes `revoked` (it
   // will never lease, heartbeat its way back or register again), and the tasks it runs go back to
   // pending at once without counting as failures (committed checkpoints stay). Idempotent.
   // NotFound when unknown.
   virtual absl::StatusOr<Executor> RevokeExecutor(const std::string& executor_id, absl::Time now) = 0;
+  // Lets a pending executor lease: pending -> available, all or nothing. NotFound when unknown;
+  // FailedPrecondition when it is not pending. Returns the executor as it is after.
+  virtual absl::StatusOr<Executor> ApproveExecutor(const std::string& /*executor_id*/, absl::Time /*now*/) {
+    return absl::UnimplementedError("this store cannot approve executors");
+  }
 };
 
 }  // namespace minions

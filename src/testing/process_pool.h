@@ -256,6 +256,15 @@ class ProcessPool {
     return absl::OkStatus();
   }
 
+  // Waits up to `timeout` for executor `name` to exit on its own (no signal); how it exited.
+  absl::StatusOr<ExitInfo> WaitForExecutorExit(const std::string& name, absl::Duration timeout) {
+    auto it = executors_.find(name);
+    if (it == executors_.end()) return absl::NotFoundError(absl::StrCat("no executor ", name));
+    auto exit = it->second->Wait(timeout);
+    if (exit.ok()) executors_.erase(it);
+    return exit;
+  }
+
   // Sends `sig` to executor `name` and waits until it has exited; its runner dies with it.
   absl::Status StopExecutor(const std::string& name, int sig = SIGKILL) {
     auto it = executors_.find(name);

@@ -169,8 +169,8 @@ class CountingIdentityStore : public IdentityStore {
     return inner_->RevokedTokensSince(since);
   }
   absl::StatusOr<Executor> EnrolExecutor(const std::string& join_secret_hash, TokenRecord& credential,
-                                         const ExecutorInfo& info, absl::Time now) override {
-    return inner_->EnrolExecutor(join_secret_hash, credential, info, now);
+                                         const ExecutorInfo& info, absl::Time now, bool await_approval) override {
+    return inner_->EnrolExecutor(join_secret_hash, credential, info, now, await_approval);
   }
   absl::StatusOr<Executor> RevokeExecutor(const std::string& executor_id, absl::Time now) override {
     return inner_->RevokeExecutor(executor_id, now);

@@ -108,6 +108,29 @@ TEST_F(IdentityAdminTest, AnExpiredJoinTokenEnrolsNobody) {
   EXPECT_TRUE(store_->ListExecutors()->empty());
 }
 
+// 40.5b: a team created without limits gets safe ones; an admin may set others, or none (0).
+TEST_F(IdentityAdminTest, ANewTeamGetsSafeDefaultLimits) {
+  Team plain;
+  plain.name = "plain";
+  absl::StatusOr<Team> created = admin_->CreateTeam(plain);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->max_active_jobs, IdentityAdmin::kDefaultMaxActiveJobs);
+  EXPECT_EQ(created->requests_per_second, IdentityAdmin::kDefaultRequestsPerSecond);
+  EXPECT_EQ(created->max_running_tasks, IdentityAdmin::kDefaultMaxRunningTasks);
+  EXPECT_EQ(store_->GetTeam("plain")->max_active_jobs, IdentityAdmin::kDefaultMaxActiveJobs);
+  Team chosen;
+  chosen.name = "chosen";
+  chosen.max_active_jobs = 7;
+  created = admin_->CreateTeam(chosen);
+  ASSERT_TRUE(created.ok());
+  EXPECT_EQ(created->max_active_jobs, 7);
+  // An admin lifts a limit on purpose.
+  Team lifted = *created;
+  lifted.max_running_tasks = 0;
+  ASSERT_TRUE(admin_->UpdateTeam(lifted).ok());
+  EXPECT_EQ(store_->GetTeam("chosen")->max_running_tasks, 0);
+}
+
 TEST_F(IdentityAdminTest, TeamsAreValidated) {
   Team bad;
   bad.name = "Search Team";

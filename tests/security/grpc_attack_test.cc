@@ -456,6 +456,47 @@ TEST_F(GrpcAttack, ARevokedExecutorIsCutOffAtOnceAndItsTasksGoToAnother) {
   }
 }
 
+// 40.3: where the server requires approval, a stolen join token yields an executor that gets no
+// work: its lease is refused (saying why) until an admin approves it, and no one else may.
+TEST_F(GrpcAttack, AnUnapprovedExecutorGetsNoWorkAndOnlyAnAdminApprovesIt) {
+  server_->Shutdown();
+  ServerOptions options = Options();
+  options.require_executor_approval = true;
+  StartServer(options);
+  Enrolled stranger = Enrol("stranger");
+  EXPECT_EQ(Must(store_->GetExecutor(stranger.id)).state, ExecutorState::kPending);
+  v1::Job job = MustSubmit(search_submitter_, 2);
+  v1::LeaseRequest lease;
+  lease.set_max_tasks(1);
+  v1::LeaseResponse leased;
+  grpc::Status refused = executors_->Lease(As(stranger.credential).get(), lease, &leased);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("approv"));
+  EXPECT_EQ(leased.leases_size(), 0);
+  // Saying it is available changes nothing.
+  v1::HeartbeatRequest beat;
+  beat.set_state("available");
+  v1::HeartbeatResponse answer;
+  ASSERT_GRPC_OK(executors_->Heartbeat(As(stranger.credential).get(), beat, &answer));
+  beat.set_state("pending");
+  EXPECT_GRPC_CODE(executors_->Heartbeat(As(stranger.credential).get(), beat, &answer), INVALID_ARGUMENT);
+  // Nobody but an admin approves: not a team's submitter, not the executor itself.
+  v1::RevokeExecutorRequest approve;
+  approve.set_executor_id(stranger.id);
+  v1::Executor approved;
+  EXPECT_GRPC_CODE(admin_stub_->ApproveExecutor(As(search_submitter_).get(), approve, &approved), PERMISSION_DENIED);
+  EXPECT_GRPC_CODE(admin_stub_->ApproveExecutor(As(stranger.credential).get(), approve, &approved),
+                   PERMISSION_DENIED);
+  EXPECT_GRPC_CODE(admin_stub_->ApproveExecutor(As("").get(), approve, &approved), UNAUTHENTICATED);
+  EXPECT_EQ(Must(store_->GetExecutor(stranger.id)).state, ExecutorState::kPending);
+  EXPECT_EQ(Must(store_->ListTasks(job.id()))[0].state, TaskState::kPending);
+  // An admin approves it once; then it works.
+  ASSERT_GRPC_OK(admin_stub_->ApproveExecutor(As(admin_).get(), approve, &approved));
+  EXPECT_EQ(approved.state(), "available");
+  EXPECT_EQ(MustLease(stranger, 1).size(), 1u);
+  EXPECT_GRPC_CODE(admin_stub_->ApproveExecutor(As(admin_).get(), approve, &approved), FAILED_PRECONDITION);
+}
+
 TEST_F(GrpcAttack, OnlyAdminsAdministerAndDrain) {
   Enrolled worker = Enrol("worker");
   for (const std::string& token : {search_submitter_, search_viewer_, worker.credential}) {
@@ -561,12 +602,17 @@ TEST_F(GrpcAttack, ATeamOverItsQuotaOrRateIsRefusedAndOthersAreNot) {
   EXPECT_THAT(quota.error_message(), HasSubstr("max-active-jobs"));
   // Its burst (twice its rate) is spent by now; more calls are refused...
   int refused = 0;
+  std::string why;
   for (int i = 0; i < 10; ++i) {
     v1::ListJobsResponse listed;
-    refused += jobs_->ListJobs(As(small).get(), v1::ListJobsRequest(), &listed).error_code() ==
-               grpc::StatusCode::RESOURCE_EXHAUSTED;
+    grpc::Status status = jobs_->ListJobs(As(small).get(), v1::ListJobsRequest(), &listed);
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+      why = status.error_message();
+    }
   }
   EXPECT_GE(refused, 5);
+  EXPECT_THAT(why, HasSubstr("--requests-per-second"));  // the refusal says what to change
   // ...and another team is not held back.
   for (int i = 0; i < 10; ++i) {
     v1::ListJobsResponse listed;

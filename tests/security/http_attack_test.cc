@@ -257,7 +257,21 @@ TEST_F(HttpAttack, TheLoginSetsAnHttpOnlySessionThatEndsWithItsToken) {
   const std::string session = cookie.substr(0, cookie.find(';'));
   EXPECT_EQ(HttpGet(base_ + "/api/jobs", 10000, {"Cookie: " + session}).status, 200);
   EXPECT_EQ(HttpGet(base_ + "/", 10000, {"Cookie: " + session}).status, 200);
-  // The session is the token: revoked, it ends.
+  // 40.7d': the cookie names a session, never the token; a token or a made-up id as the cookie
+  // signs nobody in.
+  EXPECT_EQ(cookie.find(search_viewer_), std::string::npos);
+  EXPECT_EQ(HttpGet(base_ + "/api/jobs", 10000, {absl::StrCat("Cookie: minions_session=", search_viewer_)}).status, 401);
+  EXPECT_EQ(HttpGet(base_ + "/api/jobs", 10000, {"Cookie: minions_session=" + std::string(64, 'a')}).status, 401);
+  // Signing out ends the session on the server, not only in the browser.
+  HttpReply other = HttpPost(base_ + "/login", "token=" + search_viewer_,
+                             {absl::StrCat("Origin: http://127.0.0.1:", server_->http_port())});
+  const std::string other_session = other.headers["set-cookie"].substr(0, other.headers["set-cookie"].find(';'));
+  EXPECT_NE(other_session, session);
+  EXPECT_EQ(HttpGet(base_ + "/api/jobs", 10000, {"Cookie: " + other_session}).status, 200);
+  EXPECT_EQ(HttpPost(base_ + "/logout", "", {"Cookie: " + other_session}).status, 303);
+  EXPECT_EQ(HttpGet(base_ + "/api/jobs", 10000, {"Cookie: " + other_session}).status, 401);
+  EXPECT_EQ(HttpGet(base_ + "/api/jobs", 10000, {"Cookie: " + session}).status, 200);
+  // A session ends with its token: revoked, it ends.
   const std::string id = Must(store_->FindToken(token::Hash(search_viewer_))).id;
   ASSERT_TRUE(store_->RevokeToken(id, absl::Now()).ok());
   server_->authenticator().Forget(id);

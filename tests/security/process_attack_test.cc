@@ -176,6 +176,18 @@ TEST_F(ProcessAttack, RevokingAWorkingExecutorCutsItOffAndItsTasksAreDoneElsewhe
   ASSERT_TRUE(revoked.ok()) << revoked.status();
   EXPECT_EQ(Fleet(*pool_)["doomed"].state(), "revoked");
   EXPECT_EQ(Fleet(*pool_)["doomed"].current_tasks_size(), 0);
+  // 40.7j: its next call refused, the executor stops on its own, its runner with it, and exits
+  // with an error (no signal sent; the wait is a bound, not a measurement).
+  const std::vector<pid_t> runners = pool_->ExecutorChildren("doomed");
+  absl::StatusOr<ExitInfo> exited = pool_->WaitForExecutorExit("doomed", absl::Minutes(1));
+  ASSERT_TRUE(exited.ok()) << exited.status() << "; logs in " << dir_ << "/logs";
+  EXPECT_TRUE(exited->exited);
+  EXPECT_NE(exited->code, 0);
+  EXPECT_THAT(ReadAll(dir_ + "/logs/executor-doomed.log"), HasSubstr("refused this executor's credential"));
+  for (pid_t runner : runners) {
+    for (int i = 0; i < 100 && kill(runner, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_NE(kill(runner, 0), 0) << "runner " << runner << " outlived its revoked executor";
+  }
   // Another executor finishes the job: every record exactly once, the revoked one never back.
   ASSERT_TRUE(pool_->StartExecutor("rescuer", 1, kNoop).ok());
   for (absl::Time deadline = absl::Now() + absl::Minutes(2); absl::Now() < deadline;) {

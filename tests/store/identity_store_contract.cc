@@ -235,6 +235,38 @@ TEST_P(IdentityStoreContract, RevokingAnExecutorHandsItsTasksBackAndCutsItOffFor
   EXPECT_CODE(store_->RevokeExecutor("exe-000000000000", now_), kNotFound);
 }
 
+// 40.3: where approval is required, an enrolled executor is pending: it leases nothing (the
+// refusal says why), and nothing it does (registering, heartbeats, silence) makes it available;
+// only ApproveExecutor does, once.
+TEST_P(IdentityStoreContract, APendingExecutorLeasesNothingUntilApproved) {
+  ASSERT_OK(store_->AddToken(Token("tok-join00000001", Role::kJoin, "", "laptops", 10)));
+  TokenRecord credential = Token("tok-cred11", Role::kExecutor, "", "", 11);
+  ASSERT_OK_AND_ASSIGN(Executor pending,
+                       store_->EnrolExecutor(FakeHash(10), credential, Info("stranger"), now_, /*await_approval=*/true));
+  EXPECT_EQ(pending.state, ExecutorState::kPending);
+  const std::string job_id = Submit(Spec(), 2);
+  EXPECT_CODE(store_->LeaseTasks(pending.id, 2, kTtl, now_), kPermissionDenied);
+  ASSERT_OK_AND_ASSIGN(Executor registered, store_->RegisterExecutor(pending.id, Info("stranger"), now_));
+  EXPECT_EQ(registered.state, ExecutorState::kPending);
+  ASSERT_OK(store_->Heartbeat(pending.id, ExecutorState::kAvailable, "", {}, kTtl, now_));
+  EXPECT_EQ(GetExecutor(pending.id).state, ExecutorState::kPending);
+  Advance(absl::Hours(1));
+  ASSERT_OK_AND_ASSIGN(std::vector<Executor> lost, store_->MarkLostExecutors(now_ - absl::Minutes(1), now_));
+  for (const Executor& e : lost) EXPECT_NE(e.id, pending.id);
+  EXPECT_EQ(GetExecutor(pending.id).state, ExecutorState::kPending);
+  EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kPending);
+
+  ASSERT_OK_AND_ASSIGN(Executor approved, store_->ApproveExecutor(pending.id, now_));
+  EXPECT_EQ(approved.state, ExecutorState::kAvailable);
+  EXPECT_THAT(LeaseUpTo(pending.id, 2), SizeIs(2));
+  EXPECT_CODE(store_->ApproveExecutor(pending.id, now_), kFailedPrecondition);
+  EXPECT_CODE(store_->ApproveExecutor("exe-000000000000", now_), kNotFound);
+  // An executor enrolled without approval is available at once and has nothing to approve.
+  ASSERT_OK_AND_ASSIGN(Executor trusted, Enrol(10, 12, "trusted"));
+  EXPECT_EQ(trusted.state, ExecutorState::kAvailable);
+  EXPECT_CODE(store_->ApproveExecutor(trusted.id, now_), kFailedPrecondition);
+}
+
 TEST_P(IdentityStoreContract, RevokingAStragglersExecutorDropsItsShadowAndKeepsTheBackup) {
   ASSERT_OK(store_->AddToken(Token("tok-join00000001", Role::kJoin, "", "laptops", 10)));
   ASSERT_OK_AND_ASSIGN(Executor slow, Enrol(10, 11, "slow"));

@@ -53,7 +53,7 @@ class IdentityStoreContract : public MetadataStoreContract {
   // FakeHash(credential_seed).
   absl::StatusOr<Executor> Enrol(int join_seed, int credential_seed, const std::string& name) {
     TokenRecord credential = Token(absl::StrCat("tok-cred", credential_seed), Role::kExecutor, "", "", credential_seed);
-    return store_->EnrolExecutor(FakeHash(join_seed), credential, Info(name), now_);
+    return store_->EnrolExecutor(FakeHash(join_seed), credential, Info(name), now_, /*await_approval=*/false);
   }
 };
 

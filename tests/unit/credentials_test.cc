@@ -3,6 +3,8 @@
 
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -54,6 +56,7 @@ TEST_F(CredentialsTest, ATokenFileIsWrittenPrivateAndRefusedWhenOthersCanReadIt)
 TEST_F(CredentialsTest, AClientFindsItsTokenInOrderAndALocalPoolsOnlyForALocalServer) {
   setenv("MINIONS_HOME", dir_.c_str(), 1);
   ASSERT_TRUE(cli::WriteTokenFile(dir_ + "/pool/admin-token", "mna_pool").ok());
+  ASSERT_TRUE(cli::WriteTokenServer(dir_ + "/pool/admin-token", "127.0.0.1:7070", getpid()).ok());
   ASSERT_TRUE(cli::WriteTokenFile(dir_ + "/mine", "mns_file").ok());
   cli::Connection connection;
   connection.server = "127.0.0.1:7070";
@@ -67,6 +70,45 @@ TEST_F(CredentialsTest, AClientFindsItsTokenInOrderAndALocalPoolsOnlyForALocalSe
   cli::Connection bare;
   bare.server = "127.0.0.1:7070";
   EXPECT_EQ(cli::Open(bare).status().code(), absl::StatusCode::kFailedPrecondition);
+  unsetenv("MINIONS_HOME");
+}
+
+// 40.7c: the local admin token goes only to the server that minted it: the same port, while
+// that process runs. Another loopback listener (any local user may open one) gets nothing.
+TEST_F(CredentialsTest, ALocalAdminTokenGoesOnlyToTheServerThatMintedIt) {
+  setenv("MINIONS_HOME", dir_.c_str(), 1);
+  const std::string token = dir_ + "/pool/admin-token";
+  ASSERT_TRUE(cli::WriteTokenFile(token, "mna_pool").ok());
+  cli::Connection connection;
+  connection.server = "127.0.0.1:7070";
+  // No record beside it (a pool of an older version): not sent.
+  EXPECT_EQ(cli::Open(connection)->token, "");
+  ASSERT_TRUE(cli::WriteTokenServer(token, "127.0.0.1:7070", getpid()).ok());
+  EXPECT_EQ(Mode(token + ".server"), 0600);
+  EXPECT_EQ(cli::Open(connection)->token, "mna_pool");
+  // Another port, or another loopback address on the same port: a socket anyone may open.
+  for (const char* other : {"127.0.0.1:7071", "127.0.0.2:7070", "[::1]:7070", "localhost:7070"}) {
+    connection.server = other;
+    EXPECT_EQ(cli::Open(connection)->token, "") << other;
+  }
+  connection.server = "127.evil.example:7070";
+  EXPECT_FALSE(cli::TokenBelongsTo(token, connection.server));
+  // The server that minted it has ended: whoever opens its port now is not it.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(cli::WriteTokenServer(token, "127.0.0.1:7070", child).ok());
+  connection.server = "127.0.0.1:7070";
+  EXPECT_EQ(cli::Open(connection)->token, "");
+  // A server on every interface serves loopback too.
+  ASSERT_TRUE(cli::WriteTokenServer(token, "0.0.0.0:7070", getpid()).ok());
+  EXPECT_EQ(cli::Open(connection)->token, "mna_pool");
+  connection.server = "127.0.0.2:7070";
+  EXPECT_EQ(cli::Open(connection)->token, "mna_pool");
+  connection.server = "[::1]:7070";
+  EXPECT_EQ(cli::Open(connection)->token, "");
   unsetenv("MINIONS_HOME");
 }
 

@@ -109,7 +109,7 @@ absl::StatusOr<std::vector<std::string>> IdentityOperations::RevokedTokensSince(
 
 absl::StatusOr<Executor> IdentityOperations::EnrolExecutor(const std::string& join_secret_hash,
                                                            TokenRecord& credential, const ExecutorInfo& info,
-                                                           absl::Time now) {
+                                                           absl::Time now, bool await_approval) {
   TokenRecord stored;
   absl::StatusOr<Executor> enrolled = RunTransaction(store_, kWrite, [&](RowTransaction& t) -> absl::StatusOr<Executor> {
     // The join token's row, locked: two enrolments at once cannot both take its last use.
@@ -122,6 +122,7 @@ absl::StatusOr<Executor> IdentityOperations::EnrolExecutor(const std::string& jo
     RETURN_IF_ERROR(t.Update(RowWrites{.tokens = {*join}}));
     Executor executor;
     rules::RegisterExecutor(executor, /*exists=*/false, info, now);
+    if (await_approval) rules::AwaitApproval(executor);
     RETURN_IF_ERROR(row_access::InsertWithFreshId(t, ids_, executor));
     stored = credential;
     stored.principal = executor.id;
@@ -134,6 +135,16 @@ absl::StatusOr<Executor> IdentityOperations::EnrolExecutor(const std::string& jo
   // The caller's record is completed only once it is stored.
   if (enrolled.ok()) credential = stored;
   return enrolled;
+}
+
+absl::StatusOr<Executor> IdentityOperations::ApproveExecutor(const std::string& executor_id, absl::Time now) {
+  (void)now;
+  return RunTransaction(store_, kWrite, [&](RowTransaction& t) -> absl::StatusOr<Executor> {
+    ASSIGN_OR_RETURN(Executor executor, row_access::LoadExecutor(t, executor_id));
+    RETURN_IF_ERROR(rules::ApproveExecutor(executor));
+    RETURN_IF_ERROR(t.Update(RowWrites{.executors = {executor}}, /*last=*/true));
+    return executor;
+  });
 }
 
 absl::StatusOr<Executor> IdentityOperations::RevokeExecutor(const std::string& executor_id, absl::Time now) {

@@ -38,8 +38,9 @@ class IdentityOperations {
   absl::StatusOr<std::vector<std::string>> RevokedTokensSince(absl::Time since);
 
   absl::StatusOr<Executor> EnrolExecutor(const std::string& join_secret_hash, TokenRecord& credential,
-                                         const ExecutorInfo& info, absl::Time now);
+                                         const ExecutorInfo& info, absl::Time now, bool await_approval);
   absl::StatusOr<Executor> RevokeExecutor(const std::string& executor_id, absl::Time now);
+  absl::StatusOr<Executor> ApproveExecutor(const std::string& executor_id, absl::Time now);
 
  private:
   RowStore& store_;

@@ -89,6 +89,12 @@ absl::StatusOr<absl::StatusOr<std::vector<Lease>>> LeaseOperations::Batch::Grant
   auto found = executors_.find(ask.executor_id);
   if (found == executors_.end()) return absl::StatusOr<std::vector<Lease>>(row_access::NoExecutor(ask.executor_id));
   Executor& executor = found->second;
+  if (executor.state == ExecutorState::kPending) {
+    // Refused, not answered empty: its owner is told what to ask an admin for.
+    return absl::StatusOr<std::vector<Lease>>(absl::PermissionDeniedError(
+        absl::StrCat("executor ", executor.id, " (", executor.info.name,
+                     ") awaits an admin's approval: `minions executors approve ", executor.id, "`")));
+  }
   if (!rules::MayLease(executor, ask.max_tasks)) return std::vector<Lease>{};
   // Tasks this batch granted are still pending in the table (written at the end) and locked by
   // this transaction, so they come back: ask for that many more, and pass them over.

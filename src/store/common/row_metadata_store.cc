@@ -197,8 +197,13 @@ absl::StatusOr<std::vector<std::string>> RowMetadataStore::RevokedTokensSince(ab
 }
 
 absl::StatusOr<Executor> RowMetadataStore::EnrolExecutor(const std::string& join_secret_hash, TokenRecord& credential,
-                                                         const ExecutorInfo& info, absl::Time now) {
-  return parts_->identity.EnrolExecutor(join_secret_hash, credential, info, now);
+                                                         const ExecutorInfo& info, absl::Time now,
+                                                         bool await_approval) {
+  return parts_->identity.EnrolExecutor(join_secret_hash, credential, info, now, await_approval);
+}
+
+absl::StatusOr<Executor> RowMetadataStore::ApproveExecutor(const std::string& executor_id, absl::Time now) {
+  return parts_->identity.ApproveExecutor(executor_id, now);
 }
 
 absl::StatusOr<Executor> RowMetadataStore::RevokeExecutor(const std::string& executor_id, absl::Time now) {

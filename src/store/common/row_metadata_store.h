@@ -96,8 +96,9 @@ class RowMetadataStore : public MetadataStore {
   absl::Status RecordTokenUse(const std::vector<std::string>& token_ids, absl::Time at) override;
   absl::StatusOr<std::vector<std::string>> RevokedTokensSince(absl::Time since) override;
   absl::StatusOr<Executor> EnrolExecutor(const std::string& join_secret_hash, TokenRecord& credential,
-                                         const ExecutorInfo& info, absl::Time now) override;
+                                         const ExecutorInfo& info, absl::Time now, bool await_approval) override;
   absl::StatusOr<Executor> RevokeExecutor(const std::string& executor_id, absl::Time now) override;
+  absl::StatusOr<Executor> ApproveExecutor(const std::string& executor_id, absl::Time now) override;
   absl::StatusOr<ModelRecord> AddModel(const ModelRecord& model) override;
   absl::StatusOr<ModelRecord> GetModel(const std::string& team, const std::string& name,
                                        const std::string& digest) override;

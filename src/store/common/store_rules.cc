@@ -107,8 +107,14 @@ absl::Status FinishJob(Job& job, const std::string& output_key, const std::strin
 void RegisterExecutor(Executor& executor, bool exists, const ExecutorInfo& info, absl::Time now) {
   if (!exists) executor.registered_at = now;
   // A revoked executor stays revoked whatever it says (the caller refuses it); a quarantined one
-  // stays quarantined across restarts (only an admin's release lifts it).
+  // stays quarantined across restarts (only an admin's release lifts it); a pending one stays
+  // pending, though what it says it is is kept (an admin approves what it showed).
   if (executor.state == ExecutorState::kRevoked || executor.state == ExecutorState::kQuarantined) return;
+  if (exists && executor.state == ExecutorState::kPending) {
+    executor.info = info;
+    executor.last_heartbeat_at = now;
+    return;
+  }
   // Leases of its previous life are left to expire.
   executor.info = info;
   executor.state = ExecutorState::kAvailable;
@@ -128,7 +134,10 @@ void RecordHeartbeat(Executor& executor, ExecutorState state, const std::string&
     executor.info.models = holdings->cached;
     executor.info.model_loaded = holdings->loaded;
   }
-  if (executor.state == ExecutorState::kRevoked || executor.state == ExecutorState::kQuarantined) return;
+  if (executor.state == ExecutorState::kRevoked || executor.state == ExecutorState::kQuarantined ||
+      executor.state == ExecutorState::kPending) {
+    return;
+  }
   executor.state = state;
   executor.state_reason = reason;
   if (executor.drain_requested && (state == ExecutorState::kAvailable || state == ExecutorState::kBusy)) {
@@ -151,7 +160,7 @@ bool RenewLease(Task& task, const std::string& executor_id, const LeaseProgress&
 void RequestDrain(Executor& executor) {
   executor.drain_requested = true;
   if (executor.state != ExecutorState::kLost && executor.state != ExecutorState::kRevoked &&
-      executor.state != ExecutorState::kQuarantined) {
+      executor.state != ExecutorState::kQuarantined && executor.state != ExecutorState::kPending) {
     executor.state = ExecutorState::kDraining;
     executor.state_reason = "drain requested";
   }
@@ -160,7 +169,7 @@ void RequestDrain(Executor& executor) {
 bool MayLease(const Executor& executor, int max_tasks) {
   return max_tasks > 0 && executor.state != ExecutorState::kLost && executor.state != ExecutorState::kDraining &&
          executor.state != ExecutorState::kRevoked && executor.state != ExecutorState::kQuarantined &&
-         !executor.drain_requested;
+         executor.state != ExecutorState::kPending && !executor.drain_requested;
 }
 
 std::vector<std::string> RunnersOf(const Executor& executor) { return ::minions::RunnersOf(executor.info); }
@@ -262,6 +271,22 @@ absl::Status TakeJoinUse(TokenRecord& join, absl::Time now) {
   if (absl::Status usable = CheckUsable(join, now); !usable.ok()) return usable;
   --join.uses_left;
   join.last_used_at = now;
+  return absl::OkStatus();
+}
+
+void AwaitApproval(Executor& executor) {
+  executor.state = ExecutorState::kPending;
+  executor.state_reason = "awaits an admin's approval";
+}
+
+absl::Status ApproveExecutor(Executor& executor) {
+  if (executor.state != ExecutorState::kPending) {
+    return absl::FailedPreconditionError(absl::StrCat("executor ", executor.id, " is ",
+                                                      std::string(ExecutorStateName(executor.state)),
+                                                      ", not pending: there is nothing to approve"));
+  }
+  executor.state = ExecutorState::kAvailable;
+  executor.state_reason.clear();
   return absl::OkStatus();
 }
 

@@ -135,6 +135,11 @@ void RevokeToken(TokenRecord& token, absl::Time now);
 // EnrolExecutor: takes one use of a join token (Unauthenticated unless it is a usable join token).
 absl::Status TakeJoinUse(TokenRecord& join, absl::Time now);
 
+// EnrolExecutor where approval is required: the new executor is pending (no leases; sticky).
+void AwaitApproval(Executor& executor);
+// ApproveExecutor: pending -> available (FailedPrecondition for any other state).
+absl::Status ApproveExecutor(Executor& executor);
+
 // RevokeExecutor: the executor becomes revoked. Then, per task it holds: a running attempt of its
 // is handed back (preempted: pending at once, not counted; committed chunks stay), and a shadow
 // of its is dropped. Returns whether `task` changed.

@@ -235,7 +235,7 @@ inline constexpr char kUpdateExecutor[] =
 // executors ($3) are never "lost".
 inline constexpr char kSilentExecutors[] =
     "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE state <> $1 AND state <> $3 "
-    "AND state <> $4 AND last_heartbeat_at < $2 ORDER BY last_heartbeat_at, id FOR UPDATE SKIP LOCKED";
+    "AND state <> $4 AND state <> $5 AND last_heartbeat_at < $2 ORDER BY last_heartbeat_at, id FOR UPDATE SKIP LOCKED";
 
 // --- identities: teams and credentials ---
 

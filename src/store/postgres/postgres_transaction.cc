@@ -404,7 +404,8 @@ absl::StatusOr<std::vector<Executor>> PostgresTransaction::SilentExecutors(absl:
                                                 .Text(Name(ExecutorStateName(ExecutorState::kLost)))
                                                 .Time(cutoff)
                                                 .Text(Name(ExecutorStateName(ExecutorState::kRevoked)))
-                                                .Text(Name(ExecutorStateName(ExecutorState::kQuarantined)))));
+                                                .Text(Name(ExecutorStateName(ExecutorState::kQuarantined)))
+                                                .Text(Name(ExecutorStateName(ExecutorState::kPending)))));
   return Collect<Executor>(result, ExecutorRow);
 }
 

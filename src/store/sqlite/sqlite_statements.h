@@ -140,7 +140,7 @@ inline constexpr char kUpdateExecutor[] =
 inline constexpr char kAddExecutorRecords[] =
     "UPDATE executors SET records_done = records_done + :records WHERE id = :id";
 inline constexpr char kSilentExecutors[] =
-    "SELECT id FROM executors WHERE state NOT IN ('lost', 'revoked', 'quarantined') AND last_heartbeat_at < :cutoff "
+    "SELECT id FROM executors WHERE state NOT IN ('lost', 'revoked', 'quarantined', 'pending') AND last_heartbeat_at < :cutoff "
     "ORDER BY last_heartbeat_at, id";
 
 // --- teams and credentials ---

