@@ -11,8 +11,9 @@ namespace minions {
 absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Get() {
   absl::MutexLock lock(&mu_);
   absl::Time now = clock_->Now();
-  if (cached_ && now - cached_->taken_at < max_age_) return cached_;
+  if (cached_ && !cached_by_history_ && now - cached_->taken_at < max_age_) return cached_;
   RETURN_IF_ERROR(Refresh());
+  cached_by_history_ = false;
   return cached_;
 }
 
@@ -21,6 +22,9 @@ absl::Status FleetView::RecordHistory() {
   // This step is recorded already (by a refresh within it); otherwise read afresh: a snapshot
   // cached from the step before would leave this one without a point.
   if (HistoryStepOf(clock_->Now(), history_step_) == last_step_recorded_) return absl::OkStatus();
+  // A request reads afresh after this: the history thread's read (taken at the step, maybe
+  // before a caller's own writes) must not answer for max_age what a request would read now.
+  cached_by_history_ = true;
   return Refresh();
 }
 

@@ -105,6 +105,8 @@ class FleetView {
   const absl::Duration history_step_;
   absl::Mutex mu_;  // held across a refresh: one at a time
   std::shared_ptr<const FleetSnapshot> cached_ ABSL_GUARDED_BY(mu_);
+  // cached_ was read by RecordHistory, not for a request: Get reads afresh.
+  bool cached_by_history_ ABSL_GUARDED_BY(mu_) = false;
   std::map<JobState, int64_t> terminal_counts_ ABSL_GUARDED_BY(mu_);
   absl::Time terminal_counted_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::set<std::string> active_ids_ ABSL_GUARDED_BY(mu_);  // jobs not ended at the last read

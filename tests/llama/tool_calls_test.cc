@@ -114,7 +114,7 @@ TEST(ToolCalls, ReScoringLeavesToolCallAnswersUnjudgedNeverFailed) {
   // that as a forged answer; it does not replay the template's grammar yet, so it is not checked.
   auto engine = LoadToolEngine();
   ASSERT_NE(engine, nullptr);
-  const std::string record = ToolRecord("req", std::string(R"(,"tools":[)") + kWeather + R"(],"tool_choice":"required")");
+  const std::string record = ToolRecord("req", std::string(R"(,"tools":[)") + kWeather + R"(],"tool_choice":"required","parallel_tool_calls":false)");
   auto out = ServeAll(*engine, {record});
   ASSERT_EQ(Body(out[0])["choices"][0]["finish_reason"], "tool_calls") << out[0].dump();
   Rescorer rescorer(*engine);

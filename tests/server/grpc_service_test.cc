@@ -704,15 +704,16 @@ TEST_F(GrpcServiceTest, FaultsOfTheServersOwnAreCountedByMethodAndRefusalsAreNot
   const std::string executor = RegisterExecutor("on-a-changed-schema");
   v1::LeaseResponse reply;
   EXPECT_GRPC_ERROR(executors_->Lease(Context().get(), v1::LeaseRequest(), &reply), PERMISSION_DENIED, "");
-  // Bytes that are no request at all, to a synchronous method: gRPC itself answers INTERNAL.
+  // Bytes that are no request at all, to a synchronous method, from a caller with a credential (one
+  // without is refused before its message is read): gRPC itself answers INTERNAL.
   {
     grpc::GenericStub generic(rpc::MakeChannel(server_->address()));
     grpc::Slice junk(std::string("\x0a\xff\xff\xff\xff\x0f"));
     grpc::ByteBuffer request(&junk, 1), response;
-    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientContext> context = Context();
     absl::Notification done;
     grpc::Status status;
-    generic.UnaryCall(&context, "/minions.v1.Jobs/GetJob", grpc::StubOptions(), &request, &response,
+    generic.UnaryCall(context.get(), "/minions.v1.Jobs/GetJob", grpc::StubOptions(), &request, &response,
                       [&](grpc::Status s) {
                         status = std::move(s);
                         done.Notify();
