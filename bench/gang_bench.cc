@@ -19,7 +19,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "bench_util.h"
+#include "common/random_hex.h"
 #include "executor/gang_member.h"
+#include "executor/gang_tunnel.h"
 #include "runner/runner_process.h"
 
 namespace minions::bench {
@@ -66,6 +68,9 @@ struct Side {
   std::string name;
   int members = 0;  // rpc-servers besides the leader
   std::vector<std::unique_ptr<GangMember>> gang;
+  // The runner reaches each member through a tunnel that proves the side's secret to the member's
+  // gate, as a leader's executor does (executor/gang_tunnel.h).
+  std::vector<std::unique_ptr<GangTunnel>> tunnels;
   std::unique_ptr<RunnerProcess> runner;
   std::vector<double> tokens_per_second;
   double bytes_per_token = 0;
@@ -111,19 +116,27 @@ int Main(int argc, char** argv) {
       member.leader_host = "127.0.0.1";
       member.threads = opt.threads;
       member.stderr_path = "/dev/null";
+      member.secret = RandomHex(32);
       auto started = GangMember::Start(member);
       if (!started.ok()) {
         fprintf(stderr, "%s\n", std::string(started.status().message()).c_str());
         return 1;
       }
-      load.gang.servers.push_back({(*started)->endpoint(), 1 << 30});
+      auto tunnel = GangTunnel::Start({(*started)->endpoint(), member.secret});
+      if (!tunnel.ok()) {
+        fprintf(stderr, "%s\n", std::string(tunnel.status().message()).c_str());
+        return 1;
+      }
+      load.gang.servers.push_back({(*tunnel)->endpoint(), 1 << 30});
       side.gang.push_back(std::move(*started));
+      side.tunnels.push_back(std::move(*tunnel));
     }
     if (side.members > 0) load.gang.leader_bytes = 1 << 30;  // equal shares
     RunnerProcess::Options ro;
     ro.command = {BinDir() + "/minions-llama-runner"};
     auto runner = RunnerProcess::Start(ro);
     if (!runner.ok()) return fprintf(stderr, "%s\n", std::string(runner.status().message()).c_str()), 1;
+    for (auto& tunnel : side.tunnels) tunnel->AdmitProcess((*runner)->pid());
     auto info = (*runner)->Load(load);
     if (!info.ok()) return fprintf(stderr, "%s\n", std::string(info.status().message()).c_str()), 1;
     side.runner = std::move(*runner);
