@@ -225,10 +225,11 @@ void FleetView::Collect(std::vector<metrics::FamilySnapshot>* out) {
   out->push_back(std::move(tasks));
   FamilySnapshot executors{"minions_executors",
                            "Executors by state: available, busy, owner_active, draining, lost, quarantined (an "
-                           "answer failed verification; from the store).",
+                           "answer failed verification), pending (waiting for an admin's approval; from the store).",
                            MetricType::kGauge, {}};
   for (ExecutorState st : {ExecutorState::kAvailable, ExecutorState::kBusy, ExecutorState::kOwnerActive,
-                           ExecutorState::kDraining, ExecutorState::kLost, ExecutorState::kQuarantined}) {
+                           ExecutorState::kDraining, ExecutorState::kLost, ExecutorState::kQuarantined,
+                           ExecutorState::kPending}) {
     auto it = s.executors_by_state.find(st);
     executors.samples.push_back({"minions_executors", {{"state", std::string(ExecutorStateName(st))}},
                                  static_cast<double>(it == s.executors_by_state.end() ? 0 : it->second)});

@@ -140,6 +140,9 @@ TEST_F(DashboardTest, AScrapeCountsJobsTasksAndExecutorsByStateFromTheStore) {
   EXPECT_EQ(s["minions_executors{state=\"owner_active\"}"], 1);
   EXPECT_EQ(s["minions_executors{state=\"lost\"}"], 0);
   EXPECT_EQ(s["minions_executors{state=\"quarantined\"}"], 1);
+  // Executors waiting for approval have their series too (none here: approval is off).
+  ASSERT_EQ(s.count("minions_executors{state=\"pending\"}"), 1u);
+  EXPECT_EQ(s["minions_executors{state=\"pending\"}"], 0);
   std::string labels = absl::StrCat("job_id=\"", job, "\",team=\"ml\"");
   EXPECT_EQ(s[absl::StrCat("minions_job_records{", labels, ",kind=\"total\"}")], 30);
   EXPECT_EQ(s[absl::StrCat("minions_job_records{", labels, ",kind=\"in_flight\"}")], 4);
