@@ -125,6 +125,12 @@ class ExecutorService final : public ExecutorServiceBase {
   grpc::ServerUnaryReactor* CompleteBatch(grpc::CallbackServerContext* context, const v1::CompleteBatchRequest* request,
                                           v1::CompleteBatchResponse* reply) override;
   grpc::Status Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse* reply) override;
+  // Spot checks (executor_verification.cc): verification tasks of other producers' chunks, and a
+  // verifier's verdicts on one it holds.
+  grpc::Status LeaseVerifications(grpc::ServerContext* context, const v1::LeaseVerificationsRequest* request,
+                                  v1::LeaseVerificationsResponse* reply) override;
+  grpc::Status ReportVerifications(grpc::ServerContext* context, const v1::ReportVerificationsRequest* request,
+                                   v1::ReportVerificationsResponse* reply) override;
   // Presence (proto: Attach): open for as long as the executor runs; when its last stream here
   // closes while the server is not stopping, its tasks get backup attempts (server/presence.h).
   grpc::ServerWriteReactor<v1::AttachEvent>* Attach(grpc::CallbackServerContext* context,
@@ -188,8 +194,17 @@ class ExecutorService final : public ExecutorServiceBase {
   absl::Status CompleteBatch(const std::string& executor_id, const v1::CompleteBatchRequest& request,
                              v1::CompleteBatchResponse* reply);
   absl::Status Fail(const std::string& executor_id, const v1::FailRequest& request);
+  absl::Status LeaseVerifications(const std::string& executor_id, const v1::LeaseVerificationsRequest& request,
+                                  v1::LeaseVerificationsResponse* reply);
+  // PermissionDenied unless `executor_id` holds the task's lease; the verdicts are the store's to
+  // record (MetadataStore::ReportVerifications), each naming the custom_id the job's input gives.
+  absl::Status ReportVerifications(const std::string& executor_id, const v1::ReportVerificationsRequest& request);
 
  private:
+  // A verification task's records as its verifier gets them (server/spot_checks.h); `job_lease`
+  // (may be null) gets the task and its job as a Lease, for the model and runner.
+  absl::StatusOr<std::vector<v1::VerificationItem>> VerificationItems(const VerificationTask& check,
+                                                                      minions::Lease* job_lease);
   // The synchronous Lease of the generated base, replaced by the callback one (it is never called).
   using ExecutorServiceBase::Lease;
   using ExecutorServiceBase::Attach;
