@@ -96,6 +96,7 @@ class ExecutorService final : public ExecutorServiceBase {
         identities_(identities),
         options_(options),
         metrics_(metrics),
+        job_ready_(job_ready),
         heartbeats_(store, clock, options.heartbeat_batch, options.heartbeat_linger),
         chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_, metrics),
         gangs_(store, clock, GangLeasingOptions{options.lease_ttl, options.gang_reservation_timeout, absl::Seconds(1),
@@ -294,6 +295,8 @@ class ExecutorService final : public ExecutorServiceBase {
   IdentityAdmin* identities_;
   ServerOptions options_;
   ServerMetrics* metrics_;
+  // A job may be ready to finalise (its last spot check reported); a copy of what completions_ calls.
+  std::function<void(const std::string& job_id)> job_ready_;
   // Heartbeats reach the store in batches (group commit) through it.
   HeartbeatBatcher heartbeats_;
   // Every call that commits chunks goes through it: an upload becomes part of a job's results only

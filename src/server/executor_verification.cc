@@ -98,6 +98,12 @@ absl::Status ExecutorService::ReportVerifications(const std::string& executor_id
   ASSIGN_OR_RETURN(Executor producer, store_->ReportVerifications(executor_id, check, verdicts, now));
   if (producer.state == ExecutorState::kQuarantined) {
     MINIONS_LOG(Warning) << "executor=" << producer.id << " quarantined: " << producer.state_reason;
+    WorkArrived();  // its records in unpublished jobs are pending again, for others
+  }
+  // The job's last open spot check: it may publish now rather than at the next sweep.
+  if (absl::StatusOr<int64_t> open = store_->CountOpenVerifications(check.job_id);
+      open.ok() && *open == 0 && job_ready_) {
+    job_ready_(check.job_id);
   }
   return absl::OkStatus();
 }
