@@ -93,7 +93,7 @@ TEST(ExecutorStory, CheckpointsAreCommittedAsTheRecordsFinish) {
   Task task = TaskAt(s.tasks(job), 0);
   EXPECT_EQ(CommittedRecords(task), 30);
   ASSERT_EQ(task.chunks.size(), 3u);
-  EXPECT_EQ(task.chunks[2], (Chunk{1, 2, 20, 30, 0}));
+  EXPECT_EQ(task.chunks[2], (Chunk{1, 2, 20, 30, 0, a.id()}));  // committed, naming its producer
   EXPECT_GE(task.records_done, 30);
 }
 
