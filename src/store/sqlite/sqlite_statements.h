@@ -218,6 +218,23 @@ inline constexpr char kInsertFleetHistory[] =
 inline constexpr char kPruneFleetHistory[] = "DELETE FROM fleet_history WHERE at < :keep_after";
 inline constexpr char kSelectFleetHistory[] = "SELECT at, point FROM fleet_history WHERE at >= :since ORDER BY at";
 
+// --- spot checks (migration 17) ---
+inline constexpr char kInsertVerificationTask[] =
+    "INSERT INTO verification_tasks (job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at) "
+    "VALUES (:job, :task, :attempt, :seq, :producer, :records, :verifier, :expires, :created) ON CONFLICT DO NOTHING";
+inline constexpr char kLeasableVerificationTasks[] =
+    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at FROM verification_tasks "
+    "WHERE producer_id <> :executor AND (verifier_id = '' OR lease_expires_at <= :now) "
+    "ORDER BY created_at, job_id, task_idx, attempt, seq LIMIT :limit";
+inline constexpr char kSelectVerificationTask[] =
+    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at FROM verification_tasks "
+    "WHERE job_id = :job AND task_idx = :task AND attempt = :attempt AND seq = :seq";
+inline constexpr char kUpdateVerificationTask[] =
+    "UPDATE verification_tasks SET verifier_id = :verifier, lease_expires_at = :expires "
+    "WHERE job_id = :job AND task_idx = :task AND attempt = :attempt AND seq = :seq";
+inline constexpr char kDeleteVerificationTask[] =
+    "DELETE FROM verification_tasks WHERE job_id = :job AND task_idx = :task AND attempt = :attempt AND seq = :seq";
+inline constexpr char kCountVerificationTasks[] = "SELECT COUNT(*) FROM verification_tasks WHERE job_id = :job";
 // --- verification (migration 15) ---
 inline constexpr char kInsertVerification[] =
     "INSERT INTO verifications (job_id, task_idx, custom_id, producer_id, verifier_id, passed, reason, verified_at) "
