@@ -372,6 +372,48 @@ Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& cal
   return out;
 }
 
+Json ExecutorHistoryJson(const std::vector<FleetHistoryPoint>& points, const std::string& executor_id,
+                         const Caller& caller, absl::Duration step) {
+  Json t = Json::array(), state = Json::array(), rates = Json::array(), tasks = Json::array();
+  const FleetHistoryPoint* previous = nullptr;  // the row before, when it saw the executor
+  std::optional<absl::Time> last_at;
+  for (const FleetHistoryPoint& p : points) {
+    if (last_at && p.at - *last_at > 2 * step) {
+      // No point for more than two steps (no server ran): a gap, as on the fleet's charts.
+      t.push_back(Seconds(*last_at + step));
+      state.push_back(nullptr);
+      rates.push_back(nullptr);
+      tasks.push_back(nullptr);
+      previous = nullptr;
+    }
+    t.push_back(Seconds(p.at));
+    last_at = p.at;
+    auto it = p.executors.find(executor_id);
+    if (it == p.executors.end()) {
+      state.push_back(nullptr);
+      rates.push_back(nullptr);
+      tasks.push_back(nullptr);
+      previous = nullptr;
+      continue;
+    }
+    const FleetHistoryPoint::ExecutorSample& e = it->second;
+    state.push_back(std::string(ExecutorStateShown(e.state)));
+    tasks.push_back(caller.IsAdmin() ? Json(e.tasks_running) : Json(nullptr));
+    Json rate = nullptr;
+    if (previous != nullptr && p.at > previous->at) {
+      const int64_t before = previous->executors.at(executor_id).records_done;
+      // Lifetime records only grow; fewer (re-enrolled under the same id) draws nothing.
+      if (e.records_done >= before) rate = static_cast<double>(e.records_done - before) / absl::ToDoubleSeconds(p.at - previous->at);
+    }
+    rates.push_back(rate);
+    previous = &p;
+  }
+  Json out{{"t", std::move(t)}, {"step_seconds", absl::ToDoubleSeconds(step)}, {"state", std::move(state)},
+           {"records_per_second", std::move(rates)}};
+  if (caller.IsAdmin()) out["tasks"] = std::move(tasks);
+  return out;
+}
+
 void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
   auto sessions = std::make_shared<DashboardSessions>(absl::Seconds(kSessionSeconds), kMaxSessions);
   // The caller of a request that must hold `scope`, or the refusal to send.
@@ -413,6 +455,15 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
     auto history = src.fleet->History();
     if (!history.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
     return JsonResponse(HistoryJson(*history, *caller, src.fleet->history_step()));
+  });
+  http->Handle("/api/history/executor", [src, authorize](const HttpRequest& request) {
+    absl::StatusOr<Caller> caller = authorize(request, Scope::kFleetRead);
+    if (!caller.ok()) return Refusal(caller.status());
+    const std::string id = request.Param("id");
+    if (id.empty()) return JsonResponse({{"error", "say which executor: /api/history/executor?id=EXECUTOR_ID"}}, 400);
+    auto history = src.fleet->History();
+    if (!history.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
+    return JsonResponse(ExecutorHistoryJson(*history, id, *caller, src.fleet->history_step()));
   });
   http->Handle("/api/jobs", [src, authorize](const HttpRequest& request) {
     absl::StatusOr<Caller> caller = authorize(request, Scope::kJobsRead);

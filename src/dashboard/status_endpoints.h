@@ -16,6 +16,8 @@
 //     /api/job?id= one job and its tasks (paged) and errors: jobs:read
 //     /api/history the last hours for the charts: executors by state, each job's records per
 //                  second, each team's usage against its share: fleet:read
+//     /api/history/executor?id=EXECUTOR  one executor's state and records per second over the
+//                  same hours (its page's chart): fleet:read
 //     /api/job/cancel  (POST id=JOB) cancels a queued or running job of the caller's team:
 //                  jobs:write (submitters and admins; a viewer is 403, another team's job 404).
 //                  With the session cookie it must come from this server's own page: its Origin,
@@ -112,6 +114,12 @@ absl::StatusOr<Json> FirstRecordErrors(BlobStore* blobs, const Job& job, int lim
 // no server ran). Another team's jobs and usage, and the fleet's task counts (every team's), are
 // left out unless `caller` is an admin.
 Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& caller, absl::Duration step);
+// One executor's history (its page's chart): {"t": [...], "step_seconds": S, "state": [shown
+// state], "records_per_second": [...], "tasks": [...]}: null where it was not seen (before it
+// enrolled, after it was revoked, at a gap as HistoryJson draws them); records per second
+// between a point and the one before it; "tasks" (how many it ran, any team's) for admins only.
+Json ExecutorHistoryJson(const std::vector<FleetHistoryPoint>& points, const std::string& executor_id,
+                         const Caller& caller, absl::Duration step);
 
 // A file of the web dashboard compiled into the binary (generated from web/ at build time).
 struct WebAsset {
