@@ -63,6 +63,12 @@ FleetHistoryPoint FleetView::PointOf(const FleetSnapshot& s) {
     point.jobs[job.id] = {job.spec.team, it == s.progress.end() ? 0.0 : it->second.records_per_second};
   }
   point.teams = s.teams;
+  for (const Executor& e : s.executors) {
+    if (e.state == ExecutorState::kRevoked) continue;
+    auto running = s.running_by_executor.find(e.id);
+    point.executors[e.id] = {e.state, e.records_done,
+                             running == s.running_by_executor.end() ? 0 : static_cast<int64_t>(running->second.size())};
+  }
   return point;
 }
 

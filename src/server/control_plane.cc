@@ -94,9 +94,15 @@ absl::Status ControlPlane::Start() {
     http_options.tls_cert_file = options_.tls.cert_file;
     http_options.tls_key_file = options_.tls.key_file;
     http_ = std::make_unique<HttpServer>(http_options);
-    InstallStatusEndpoints({store_, clock_, &fleet_view_, &progress_, &registry_, [this] { return serving_.load(); },
-                            &authenticator_, blobs_},
-                           http_.get());
+    StatusSources sources{store_, clock_, &fleet_view_, &progress_, &registry_, [this] { return serving_.load(); },
+                          &authenticator_, blobs_};
+    // The dashboard's downloads read the files `minions results` reads.
+    sources.results_of = [this](const Job& job) -> absl::StatusOr<std::pair<std::string, std::string>> {
+      auto keys = finalizer_.ResultsOf(job);
+      if (!keys.ok()) return keys.status();
+      return std::make_pair(keys->output, keys->errors);
+    };
+    InstallStatusEndpoints(sources, http_.get());
     for (const auto& install : http_routes_) install(http_.get());
     if (auto s = http_->Start(options_.http_listen); !s.ok()) {
       server_->Shutdown();

@@ -419,6 +419,51 @@ TEST_F(DashboardTest, TheHistoryOutlivesARestartAndShowsTheTimeNobodyRanAsAGap) 
   EXPECT_FALSE(viewer.contains("tasks"));
 }
 
+// An executor's page: its state and records per second over time, from the same stored points
+// (kept across a round trip through the store's form), with gaps where nobody ran or it was not
+// seen, and the count of tasks it ran for admins only.
+TEST_F(DashboardTest, AnExecutorsHistoryShowsItsStatesAndRecordsPerSecond) {
+  const std::string executor = Register("worker", "");
+  const std::string job = Submit(2);
+  ASSERT_TRUE(fleet_->RecordHistory().ok());  // available, 0 records
+  clock_.Advance(absl::Seconds(15));
+  std::vector<Lease> leases = Must(store_->LeaseTasks(executor, 2, absl::Hours(1), clock_.Now()));
+  ASSERT_EQ(leases.size(), 2u);
+  ASSERT_TRUE(store_->CompleteTask(executor, job, leases[0].task.index, leases[0].task.attempt, 10, 0, clock_.Now()).ok());
+  ASSERT_TRUE(fleet_->RecordHistory().ok());  // busy with one task, 10 records in 15 s
+  std::vector<FleetHistoryPoint> points = Must(fleet_->History());
+  ASSERT_GE(points.size(), 2u);
+  // Through the stored form and back: the samples survive.
+  FleetHistoryPoint stored = Must(ParseFleetHistoryPoint(points[1].at, FleetHistoryPointJson(points[1])));
+  ASSERT_EQ(stored.executors.count(executor), 1u);
+  EXPECT_EQ(stored.executors[executor].tasks_running, 1);
+  const int64_t records = stored.executors[executor].records_done;
+  // Five minutes with no server, then a point where it is gone (revoked).
+  FleetHistoryPoint later = stored;
+  later.at = stored.at + absl::Minutes(5);
+  later.executors.clear();
+  std::vector<FleetHistoryPoint> shown = {points[0], stored, later};
+  const absl::Duration step = fleet_->history_step();
+  Json admin = ExecutorHistoryJson(shown, executor, Caller{"t1", Role::kAdmin, "", "ops", DefaultScopes(Role::kAdmin)}, step);
+  ASSERT_EQ(admin["t"].size(), 4u) << DumpJson(admin);  // the two points, the gap, the last
+  EXPECT_EQ(admin["state"][0], "available");
+  EXPECT_EQ(admin["state"][1], "busy");
+  EXPECT_TRUE(admin["state"][2].is_null());  // the gap
+  EXPECT_TRUE(admin["state"][3].is_null());  // not seen
+  EXPECT_TRUE(admin["records_per_second"][0].is_null());  // nothing before the first point
+  EXPECT_DOUBLE_EQ(admin["records_per_second"][1].get<double>(),
+                   static_cast<double>(records - points[0].executors[executor].records_done) / 15);
+  EXPECT_EQ(admin["tasks"][1], 1);
+  Json viewer = ExecutorHistoryJson(shown, executor, Caller{"t2", Role::kViewer, "ml", "dash", DefaultScopes(Role::kViewer)}, step);
+  EXPECT_FALSE(viewer.contains("tasks"));
+  EXPECT_EQ(viewer["state"], admin["state"]);
+  // Over HTTP: a credential is needed, and the executor named.
+  EXPECT_EQ(HttpGet(base_ + "/api/history/executor?id=" + executor).status, 401);
+  GetJson("/api/history/executor", 400);
+  Json served = GetJson("/api/history/executor?id=" + executor);
+  EXPECT_EQ(served["state"][0], "available");
+}
+
 // Points older than FleetView::kHistorySpan are removed as new ones are recorded: the stored
 // history stays bounded however long the server runs.
 TEST_F(DashboardTest, TheStoredHistoryStaysBounded) {
