@@ -10,15 +10,20 @@
 
 namespace minions::testing {
 
-// The text of a fresh token of `role` for `principal` of `team` (issued by "local"); a failure
-// ends the test.
-inline std::string IssueText(IdentityAdmin& identities, Role role, const std::string& team,
-                             const std::string& principal) {
+// What IdentityAdmin::Issue is asked for a token of `role` for `principal` of `team`.
+inline IssueRequest TokenRequest(Role role, const std::string& team, const std::string& principal) {
   IssueRequest request;
   request.role = role;
   request.team = team;
   request.principal = principal;
-  return Must(identities.Issue(request, "local")).text;
+  return request;
+}
+
+// The text of a fresh token of `role` for `principal` of `team` (issued by "local"); a failure
+// ends the test.
+inline std::string IssueText(IdentityAdmin& identities, Role role, const std::string& team,
+                             const std::string& principal) {
+  return Must(identities.Issue(TokenRequest(role, team, principal), "local")).text;
 }
 
 // Creates each of `names` as a team whose jobs may ask for a priority up to `max_priority`; a

@@ -206,14 +206,7 @@ TEST_F(HttpAttack, ADashboardViewerSeesOnlyItsTeamsJobs) {
 // heartbeat ages from a time rounded to 30 seconds.
 TEST_F(HttpAttack, TheDashboardFleetHidesAnotherTeamsModels) {
   const std::string theirs = "sha256:" + std::string(64, 'b');
-  ModelRecord model;
-  model.team = "ads";
-  model.name = "theirs";
-  model.digest = theirs;
-  model.created_at = absl::Now();
-  model.size_bytes = 1;
-  model.blob_key = "models/x";
-  Must(store_->AddModel(model));
+  AddModel("ads", "theirs", theirs);
   Enrolled worker = Enrol("worker");
   v1::RegisterRequest registration;
   registration.mutable_capabilities()->set_name("worker");
