@@ -25,6 +25,7 @@
 #include "testing/fake_clock.h"
 #include "testing/identities.h"
 #include "testing/must.h"
+#include "testing/socket_read.h"
 #include "raw_tcp.h"
 
 namespace minions::testing {
@@ -43,17 +44,7 @@ void SendAll(int fd, const std::string& bytes) {
 }
 
 // What comes back on `fd` until the server closes it or `timeout` passes with nothing new.
-std::string ReadAnswer(int fd, absl::Duration timeout = absl::Seconds(20)) {
-  std::string all;
-  char buffer[16384];
-  pollfd p{fd, POLLIN, 0};
-  while (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) > 0) {
-    ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) break;
-    all.append(buffer, static_cast<size_t>(n));
-  }
-  return all;
-}
+std::string ReadAnswer(int fd, absl::Duration timeout = absl::Seconds(20)) { return ReadFromSocket(fd, timeout); }
 
 int Status(const std::string& answer) { return answer.size() < 12 ? 0 : std::atoi(answer.substr(9, 3).c_str()); }
 
