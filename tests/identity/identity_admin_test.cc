@@ -14,11 +14,7 @@ using ::testing::HasSubstr;
 class IdentityAdminTest : public IdentityFixture {};
 
 IssueRequest Request(Role role, const std::string& team, const std::string& principal) {
-  IssueRequest request;
-  request.role = role;
-  request.team = team;
-  request.principal = principal;
-  return request;
+  return testing::TokenRequest(role, team, principal);
 }
 
 TEST_F(IdentityAdminTest, OnlyWellFormedCredentialsAreIssued) {

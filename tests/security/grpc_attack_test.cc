@@ -265,18 +265,8 @@ TEST_F(GrpcAttack, TheFleetShowsOnlyTheCallersOwnTasksAndNeverWhyAnOwnerIsBack) 
 TEST_F(GrpcAttack, TheFleetHidesAnotherTeamsModelsAndTheExactHeartbeat) {
   const std::string ours = "sha256:" + std::string(64, 'a');
   const std::string theirs = "sha256:" + std::string(64, 'b');
-  ModelRecord model;
-  model.team = "search";
-  model.name = "ours";
-  model.digest = ours;
-  model.created_at = absl::Now();
-  model.size_bytes = 1;
-  model.blob_key = "models/x";
-  Must(store_->AddModel(model));
-  model.team = "ads";
-  model.name = "theirs";
-  model.digest = theirs;
-  Must(store_->AddModel(model));
+  AddModel("search", "ours", ours);
+  AddModel("ads", "theirs", theirs);
   Enrolled worker = Enrol("worker");
   v1::RegisterRequest registration;
   registration.mutable_capabilities()->set_name("worker");

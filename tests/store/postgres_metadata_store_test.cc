@@ -200,11 +200,7 @@ INSTANTIATE_TEST_SUITE_P(Postgres, WatchdogLockContract,
                          ::testing::Values(WatchdogLockFactory([] {
                            const std::string url = Schemas::FreshUrl();
                            return WatchdogLockPlace{
-                               [url]() -> absl::StatusOr<std::unique_ptr<WatchdogLock>> {
-                                 auto lock = PostgresWatchdogLock::TryAcquire(url);
-                                 if (!lock.ok()) return lock.status();
-                                 return std::unique_ptr<WatchdogLock>(std::move(*lock));
-                               },
+                               TryAcquireOf<PostgresWatchdogLock>(url),
                                // The holder's session dies (a crashed process, a network cut, a
                                // database restart).
                                [url] {
