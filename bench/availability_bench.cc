@@ -64,9 +64,20 @@ int ChildOf(int parent, const std::string& name) {
   return 0;
 }
 
+// The process's state: 'X' gone, 'T' stopped, 'R' when any of its threads runs (a device
+// runner's main thread waits on the device while others compute: lavapipe's are the runner's own
+// threads), else its main thread's.
 char State(int pid) {
   auto f = StatFields(pid);
-  return f.empty() ? 'X' : f[0][0];
+  if (f.empty()) return 'X';
+  if (f[0][0] == 'T' || f[0][0] == 'R') return f[0][0];
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    std::string text = Slurp(task.path().string() + "/stat");
+    size_t close = text.rfind(')');
+    if (close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'R') return 'R';
+  }
+  return f[0][0];
 }
 
 double Percentile(std::vector<double> v, double p) {
