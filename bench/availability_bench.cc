@@ -141,6 +141,7 @@ struct RunnerChoice {
   std::string program;
   std::vector<std::string> env;  // NAME=VALUE, the runner's
   std::vector<std::string> series = {"paused", "input", "release"};
+  std::vector<std::string> settings;  // KEY=VALUE, more --availability-set (pause_grace=0s...)
 };
 
 bool Yield(const std::string& work, const std::string& model, int trials, const RunnerChoice& runner_choice) {
@@ -160,7 +161,7 @@ bool Yield(const std::string& work, const std::string& model, int trials, const 
     std::string release_after;
     bool by_device;
   };
-  for (const Series& series : {Series{"paused", "activity -> runner paused (SIGSTOP, 500 ms grace)", "1h", false},
+  for (const Series& series : {Series{"paused", "activity -> runner paused (SIGSTOP after pause_grace)", "1h", false},
                                Series{"input", "input event -> runner paused (/dev/input)", "1h", true},
                                Series{"release", "activity -> runner gone (release_after=0s)", "0s", false}}) {
     if (std::find(runner_choice.series.begin(), runner_choice.series.end(), series.key) == runner_choice.series.end()) {
@@ -170,6 +171,7 @@ bool Yield(const std::string& work, const std::string& model, int trials, const 
     ProcessPool pool(BinDir() + "/minions", work + "/yield", 9000);
     pool.AllowModels({std::filesystem::path(model).parent_path().string()});
     std::vector<std::string> args = OwnerArgs(series.release_after);
+    for (const std::string& kv : runner_choice.settings) args.insert(args.end(), {"--availability-set", kv});
     if (series.by_device) {
       args.insert(args.end(), {"--availability-set", "probe_input_devices=true", "--availability-set",
                                "probe_root=" + root});
@@ -310,6 +312,8 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"paused", "input", "release"}))
       ->capture_default_str();
+  app.add_option("--availability-set", runner.settings, "KEY=VALUE for the executor's policy (repeatable), e.g. "
+                                                        "pause_grace=0s");
   CLI11_PARSE(app, argc, argv);
   std::filesystem::create_directories(work);
   if (model.empty()) {
