@@ -31,7 +31,8 @@ namespace {
 int Usage(const char* why) {
   fprintf(stderr,
           "minions-sandbox: %s\nusage: minions-sandbox [--read PATH]... [--write PATH]... [--device PATH]... "
-          "[--env NAME=VALUE]... [--chdir DIR] [--require-landlock] [--quiet] -- PROGRAM [ARGS...]\n",
+          "[--env NAME=VALUE]... [--chdir DIR] [--connect-tcp PORT]... [--bind-tcp PORT]... [--require-landlock] "
+          "[--unconfined] [--quiet] [--own-network SOCKET] -- PROGRAM [ARGS...]\n",
           why);
   return 126;
 }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -47,14 +48,22 @@ bool WriteFile(const char* path, const std::string& text) {
 
 // The bridge's life: answers each connection of this user with a socket connected to the
 // rpc-server (status byte '1' and the descriptor), or '0' when nothing listens yet.
-[[noreturn]] void Bridge(int listen_fd, int port) {
+[[noreturn]] void Bridge(int listen_fd, int port, pid_t parent) {
   const uid_t uid = getuid();
   while (true) {
-    int client = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    // The parent-death signal ends the bridge with the rpc-server; this check too, for an
+    // rpc-server that exits in a way that signal misses (seen after SIGTERM).
+    pollfd wait{listen_fd, POLLIN, 0};
+    if (poll(&wait, 1, 1000) == 0) {
+      if (getppid() != parent) _exit(0);
+      continue;
+    }
+    int client = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (client < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
       _exit(1);
     }
+    fcntl(client, F_SETFL, fcntl(client, F_GETFL) & ~O_NONBLOCK);
     ucred peer{};
     socklen_t len = sizeof(peer);
     if (getsockopt(client, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.uid != uid) {
@@ -149,7 +158,7 @@ absl::StatusOr<int> StartBridge(const std::string& path, int port) {
     dup2(null, 2);
     if (dup2(listen_fd, 3) < 0) _exit(1);
     for (int fd = 4; fd < 1024; ++fd) close(fd);  // the launcher's: none are the bridge's
-    Bridge(3, port);
+    Bridge(3, port, parent);
   }
   close(listen_fd);
   return static_cast<int>(pid);
