@@ -331,7 +331,11 @@ TEST(GangMember, ItsRpcServerRunsSandboxedWithoutTheExecutorsEnvironment) {
 TEST(GangMember, ItsRpcServersPortIsReachableByNoLocalProcessButThroughTheGate) {
   auto member = GangMember::Start(SandboxedMemberOptions());
   ASSERT_TRUE(member.ok()) << member.status();
-  ASSERT_TRUE((*member)->own_network()) << "this kernel gave the rpc-server no network namespace";
+  if (!(*member)->own_network() && geteuid() != 0) {
+    GTEST_SKIP() << "this kernel refuses this user a network namespace (unprivileged user namespaces off): the "
+                    "rpc-server listens on the machine's loopback, with a warning";
+  }
+  ASSERT_TRUE((*member)->own_network()) << "root got the rpc-server no network namespace";
   EXPECT_LT(ConnectFrom("127.0.0.1", absl::StrCat("127.0.0.1:", (*member)->rpc_server_port())), 0)
       << "the rpc-server's port answers on this machine's loopback";
   const std::string bridge = (*member)->bridge_path();
