@@ -96,6 +96,7 @@ class ExecutorService final : public ExecutorServiceBase {
         identities_(identities),
         options_(options),
         metrics_(metrics),
+        job_ready_(job_ready),
         heartbeats_(store, clock, options.heartbeat_batch, options.heartbeat_linger),
         chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_, metrics),
         gangs_(store, clock, GangLeasingOptions{options.lease_ttl, options.gang_reservation_timeout, absl::Seconds(1),
@@ -129,6 +130,12 @@ class ExecutorService final : public ExecutorServiceBase {
   grpc::ServerUnaryReactor* CompleteBatch(grpc::CallbackServerContext* context, const v1::CompleteBatchRequest* request,
                                           v1::CompleteBatchResponse* reply) override;
   grpc::Status Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse* reply) override;
+  // Spot checks (executor_verification.cc): verification tasks of other producers' chunks, and a
+  // verifier's verdicts on one it holds.
+  grpc::Status LeaseVerifications(grpc::ServerContext* context, const v1::LeaseVerificationsRequest* request,
+                                  v1::LeaseVerificationsResponse* reply) override;
+  grpc::Status ReportVerifications(grpc::ServerContext* context, const v1::ReportVerificationsRequest* request,
+                                   v1::ReportVerificationsResponse* reply) override;
   // Presence (proto: Attach): open for as long as the executor runs; when its last stream here
   // closes while the server is not stopping, its tasks get backup attempts (server/presence.h).
   grpc::ServerWriteReactor<v1::AttachEvent>* Attach(grpc::CallbackServerContext* context,
@@ -192,8 +199,17 @@ class ExecutorService final : public ExecutorServiceBase {
   absl::Status CompleteBatch(const std::string& executor_id, const v1::CompleteBatchRequest& request,
                              v1::CompleteBatchResponse* reply);
   absl::Status Fail(const std::string& executor_id, const v1::FailRequest& request);
+  absl::Status LeaseVerifications(const std::string& executor_id, const v1::LeaseVerificationsRequest& request,
+                                  v1::LeaseVerificationsResponse* reply);
+  // PermissionDenied unless `executor_id` holds the task's lease; the verdicts are the store's to
+  // record (MetadataStore::ReportVerifications), each naming the custom_id the job's input gives.
+  absl::Status ReportVerifications(const std::string& executor_id, const v1::ReportVerificationsRequest& request);
 
  private:
+  // A verification task's records as its verifier gets them (server/spot_checks.h); `job_lease`
+  // (may be null) gets the task and its job as a Lease, for the model and runner.
+  absl::StatusOr<std::vector<v1::VerificationItem>> VerificationItems(const VerificationTask& check,
+                                                                      minions::Lease* job_lease);
   // The synchronous Lease of the generated base, replaced by the callback one (it is never called).
   using ExecutorServiceBase::Lease;
   using ExecutorServiceBase::Attach;
@@ -285,6 +301,8 @@ class ExecutorService final : public ExecutorServiceBase {
   IdentityAdmin* identities_;
   ServerOptions options_;
   ServerMetrics* metrics_;
+  // A job may be ready to finalise (its last spot check reported); a copy of what completions_ calls.
+  std::function<void(const std::string& job_id)> job_ready_;
   // Heartbeats reach the store in batches (group commit) through it.
   HeartbeatBatcher heartbeats_;
   // Every call that commits chunks goes through it: an upload becomes part of a job's results only
