@@ -333,6 +333,18 @@ CREATE TABLE fleet_history (
 );
 )sql";
 
+// The tokens each team's answers used per step of the dashboard's history: every server adds
+// what it admitted (dashboard/fleet_view.h), kept as long as the history. Migration 17.
+constexpr char kFleetTokens[] = R"sql(
+CREATE TABLE fleet_tokens (
+  at                BIGINT NOT NULL,
+  team              TEXT NOT NULL,
+  prompt_tokens     BIGINT NOT NULL DEFAULT 0,
+  completion_tokens BIGINT NOT NULL DEFAULT 0,
+  PRIMARY KEY (at, team)
+);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -351,6 +363,7 @@ constexpr Migration kMigrations[] = {
     {14, "accounting: the tokens a finished job's answers used", kJobTokens},
     {15, "verification: verifiers' verdicts on records", kVerifications},
     {16, "the dashboard's history: one point per step", kFleetHistory},
+    {17, "the dashboard's tokens per step and team", kFleetTokens},
 };
 
 }  // namespace
