@@ -300,6 +300,14 @@ function renderCharts(h) {
     teamData.push(team.usage_share.map((v) => v == null ? null : v * 100), team.target_share.map((v) => v == null ? null : v * 100));
   });
   drawChart("chart-teams", teamSeries, [t, ...teamData], "% of usage");
+  // Tokens per second by team, every server's (a step's worth, drawn at the step's end).
+  const tokenSeries = [], tokenData = [];
+  (h.tokens || []).forEach((team, i) => {
+    const color = PALETTE[i % PALETTE.length];
+    tokenSeries.push({ label: team.team, color }, { label: team.team + " prompts", color, dash: true });
+    tokenData.push(team.completion_per_second, team.prompt_per_second);
+  });
+  drawChart("chart-tokens", tokenSeries, [t, ...tokenData], "tokens/s");
   // The queue (admins: every team's tasks): waiting for an executor, and running.
   const queue = document.getElementById("chart-queue").closest("figure");
   queue.hidden = !h.tasks;

@@ -36,6 +36,11 @@ struct FleetHistoryPoint {
     int64_t tasks_running = 0;
   };
   std::map<std::string, ExecutorSample> executors;  // executor id -> its sample
+  // The tokens each team's answers used in the step that ended at `at`, summed over every
+  // server (the store's fleet_tokens, not the point's document); `tokens_known` is false for the
+  // newest point (mid-step: its step's tokens are not all counted yet).
+  bool tokens_known = false;
+  std::map<std::string, TokenUsage> tokens;
 };
 
 // The stored form of `point` (its time is the row's, not in the document).

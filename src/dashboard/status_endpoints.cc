@@ -352,6 +352,30 @@ Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& cal
       it->second.second[i] = targets.at(u.team);
     }
   }
+  // Tokens per second by team (the answers' completion tokens, and their prompts'): what every
+  // server admitted in the step that ended at each point; 0 in a step with none, null at a gap
+  // and at the newest point (its step is not over).
+  std::set<std::string> token_teams;
+  for (const FleetHistoryPoint* p : rows) {
+    if (p == nullptr) continue;
+    for (const auto& [team, used] : p->tokens) {
+      if (caller.SeesTeam(team)) token_teams.insert(team);
+    }
+  }
+  Json tokens_json = Json::array();
+  const double step_seconds = std::max(absl::ToDoubleSeconds(step), 1e-3);
+  for (const std::string& team : token_teams) {
+    Json completion = nulls, prompt = nulls;
+    for (size_t i = 0; i < n; ++i) {
+      if (rows[i] == nullptr || !rows[i]->tokens_known) continue;
+      auto it = rows[i]->tokens.find(team);
+      const TokenUsage used = it == rows[i]->tokens.end() ? TokenUsage{} : it->second;
+      completion[i] = static_cast<double>(used.completion_tokens) / step_seconds;
+      prompt[i] = static_cast<double>(used.prompt_tokens) / step_seconds;
+    }
+    tokens_json.push_back({{"team", team}, {"completion_per_second", std::move(completion)},
+                           {"prompt_per_second", std::move(prompt)}});
+  }
   Json jobs_json = Json::array();
   for (auto& [id, team_rates] : jobs) {
     jobs_json.push_back({{"id", id}, {"team", team_rates.first}, {"records_per_second", std::move(team_rates.second)}});
@@ -367,7 +391,8 @@ Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& cal
            {"step_seconds", absl::ToDoubleSeconds(step)},
            {"executors", std::move(executors_json)},
            {"jobs", std::move(jobs_json)},
-           {"teams", std::move(teams_json)}};
+           {"teams", std::move(teams_json)},
+           {"tokens", std::move(tokens_json)}};
   if (caller.IsAdmin()) out["tasks"] = {{"pending", std::move(pending)}, {"running", std::move(running)}};
   return out;
 }

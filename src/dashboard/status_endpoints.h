@@ -109,7 +109,8 @@ absl::StatusOr<Json> FirstRecordErrors(BlobStore* blobs, const Job& job, int lim
 // {"t": [unix seconds], "step_seconds": S, "executors": {"busy": [...], "available": [...],
 //  "unavailable": [...], "offline": [...]}, "tasks": {"pending": [...], "running": [...]},
 //  "jobs": [{"id", "team", "records_per_second": [...]}], "teams": [{"team", "usage_share": [...],
-//  "target_share": [...]}]}: one value per time in "t"; null where nothing was recorded (a job
+//  "target_share": [...]}], "tokens": [{"team", "completion_per_second": [...], "prompt_per_second":
+//  [...]}]}: one value per time in "t"; null where nothing was recorded (a job
 // not running then; every series at a gap: a time of more than two steps with no point, when
 // no server ran). Another team's jobs and usage, and the fleet's task counts (every team's), are
 // left out unless `caller` is an admin.

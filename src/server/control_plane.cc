@@ -263,6 +263,10 @@ void ControlPlane::HistoryLoop() {
     if (auto s = fleet_view_.RecordHistory(); !s.ok()) {
       MINIONS_LOG(Warning) << "dashboard history: cannot read the fleet: " << s.message();
     }
+    // The tokens this server admitted in the step that ended (kept, and added later, on failure).
+    if (auto s = fleet_view_.RecordTokens(server_metrics_.TokensAdmittedSoFar()); !s.ok()) {
+      MINIONS_LOG(Warning) << "dashboard history: cannot record the tokens admitted: " << s.message();
+    }
     absl::MutexLock lock(&mu_);
     auto stopping = [this] {
       mu_.AssertHeld();

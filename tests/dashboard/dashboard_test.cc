@@ -447,6 +447,48 @@ TEST_F(DashboardTest, AnExecutorsHistoryShowsItsStatesAndRecordsPerSecond) {
   EXPECT_EQ(served["state"][0], "available");
 }
 
+// Tokens per second: each server adds what it admitted in the step that ended, the chart shows
+// their sum per team at the step's end (0 in a step with none); a team sees its own only.
+TEST_F(DashboardTest, TokensPerSecondSumEveryServersAndShowATeamItsOwn) {
+  Team team;
+  team.name = "ml";
+  ASSERT_TRUE(store_->CreateTeam(team).ok());
+  ASSERT_TRUE(fleet_->RecordHistory().ok());  // the first point
+  const absl::Time first = Must(fleet_->History()).front().at;
+  clock_.Advance(absl::Seconds(15));
+  // This server admitted 30 prompt and 150 completion tokens of team ml, and 15 of ads...
+  ASSERT_TRUE(fleet_->RecordTokens({{"ml", {30, 150}}, {"ads", {0, 15}}}).ok());
+  // ...and a second server on the same store 75 completion tokens of ml.
+  ProgressTracker progress;
+  FleetView other(store_.get(), &clock_, &progress, absl::Seconds(1));
+  ASSERT_TRUE(other.RecordTokens({{"ml", {0, 75}}}).ok());
+  ASSERT_TRUE(fleet_->RecordHistory().ok());  // the second point, at the step's end
+  // The same totals again: nothing more is added.
+  ASSERT_TRUE(fleet_->RecordTokens({{"ml", {30, 150}}, {"ads", {0, 15}}}).ok());
+
+  Json history = GetJson("/api/history");
+  ASSERT_EQ(history["tokens"].size(), 2u) << DumpJson(history);
+  const Json& ml = history["tokens"][1];
+  ASSERT_EQ(ml["team"], "ml");
+  const double at = absl::ToDoubleSeconds(first + absl::Seconds(15) - absl::UnixEpoch());
+  size_t second = 0;
+  while (second < history["t"].size() && history["t"][second].get<double>() != at) ++second;
+  ASSERT_LT(second, history["t"].size()) << DumpJson(history);
+  EXPECT_EQ(ml["completion_per_second"][0].get<double>(), 0);  // nothing in the step before
+  EXPECT_DOUBLE_EQ(ml["completion_per_second"][second].get<double>(), 15);  // (150 + 75) / 15 s
+  EXPECT_DOUBLE_EQ(ml["prompt_per_second"][second].get<double>(), 2);
+  EXPECT_DOUBLE_EQ(history["tokens"][0]["completion_per_second"][second].get<double>(), 1);
+  // A newest point in the middle of a step has no tokens yet (null, not 0).
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(fleet_->Get().ok());
+  Json live = GetJson("/api/history");
+  EXPECT_TRUE(live["tokens"][1]["completion_per_second"].back().is_null()) << DumpJson(live);
+  // Team ml's viewer: its own tokens only.
+  Json mine = GetJson("/api/history", 200, Issue(Role::kViewer, "ml", "dash"));
+  ASSERT_EQ(mine["tokens"].size(), 1u);
+  EXPECT_EQ(mine["tokens"][0]["team"], "ml");
+}
+
 // Points older than FleetView::kHistorySpan are removed as new ones are recorded: the stored
 // history stays bounded however long the server runs.
 TEST_F(DashboardTest, TheStoredHistoryStaysBounded) {

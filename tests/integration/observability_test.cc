@@ -349,6 +349,11 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   EXPECT_EQ(event["charts"]["drawn"], 3) << DumpJson(event);
   EXPECT_GE(event["charts"]["points"].get<int>(), 2) << DumpJson(event);
   EXPECT_GE(event["charts"]["rate_series"].get<int>(), 1) << DumpJson(event);
+  // Tokens per second: the team's generated and prompt series.
+  EXPECT_EQ(event["charts"]["token_series"].get<int>(), 2) << DumpJson(event);
+  // An executor's page lists its states over time and draws its records per second.
+  EXPECT_GE(event["executor_page"]["states"].get<int>(), 1) << DumpJson(event);
+  EXPECT_EQ(event["executor_page"]["chart"], true) << DumpJson(event);
   // The fleet table shows each machine's device (kind and name), usable memory and cached models
   // (a job of a model named by path leaves the caches empty): e1, e2 and the test's lease holder.
   ASSERT_EQ(event["fleet"].size(), 3u) << DumpJson(event);

@@ -23,10 +23,7 @@ const browser = new Browser(Date.now() + Number(timeoutArg || 120) * 1000);
 async function main() {
   const cdp = await browser.page();
   await browser.signIn(cdp, url, process.env.MINIONS_DASHBOARD_TOKEN || "");
-  await browser.until(cdp, `!!document.querySelector('#jobs tr[data-job="${jobId}"]')`, "the job's row");
-  await cdp.eval(`document.querySelector('#jobs tr[data-job="${jobId}"]').click(); true`);
-  await browser.until(cdp, `document.getElementById("job-id").textContent === ${JSON.stringify(jobId)} &&
-                            !!document.getElementById("job-cancel")`, "the job's page with its cancel button");
+  await browser.openJob(cdp, jobId, `!!document.getElementById("job-cancel")`, "the job's page with its cancel button");
   const before = await cdp.eval(`({ cancel: !!document.getElementById("job-cancel"),
                                     download: !!document.getElementById("job-download") })`);
   // The first click asks to confirm; the second cancels.

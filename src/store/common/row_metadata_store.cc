@@ -307,6 +307,18 @@ absl::StatusOr<std::vector<FleetHistoryRow>> RowMetadataStore::ListFleetHistory(
   return RunTransaction(*rows_, TransactionKind::kRead, [&](RowTransaction& t) { return t.ListFleetHistory(since); });
 }
 
+absl::Status RowMetadataStore::AddFleetTokens(absl::Time at, const std::map<std::string, TokenUsage>& tokens,
+                                              absl::Time keep_after) {
+  return RunTransaction(*rows_, TransactionKind::kWrite, [&](RowTransaction& t) -> absl::Status {
+    for (const auto& [team, used] : tokens) RETURN_IF_ERROR(t.AddFleetTokens(at, team, used));
+    return t.PruneFleetTokens(keep_after);
+  });
+}
+
+absl::StatusOr<std::vector<FleetTokensRow>> RowMetadataStore::ListFleetTokens(absl::Time since) {
+  return RunTransaction(*rows_, TransactionKind::kRead, [&](RowTransaction& t) { return t.ListFleetTokens(since); });
+}
+
 absl::Status RowMetadataStore::RecordThroughput(const ThroughputKey& key, const ThroughputSample& sample,
                                                 absl::Time now) {
   return RunTransaction(*rows_, TransactionKind::kWrite,

@@ -131,6 +131,9 @@ class RowMetadataStore : public MetadataStore {
   absl::StatusOr<std::optional<Throughput>> GetThroughput(const ThroughputKey& key) override;
   absl::Status RecordFleetHistory(const FleetHistoryRow& row, absl::Time keep_after) override;
   absl::StatusOr<std::vector<FleetHistoryRow>> ListFleetHistory(absl::Time since) override;
+  absl::Status AddFleetTokens(absl::Time at, const std::map<std::string, TokenUsage>& tokens,
+                              absl::Time keep_after) override;
+  absl::StatusOr<std::vector<FleetTokensRow>> ListFleetTokens(absl::Time since) override;
   absl::StatusOr<Executor> RecordVerification(const Verification& verification, absl::Time now) override;
   absl::StatusOr<std::vector<Verification>> ListVerifications(const std::string& job_id) override;
   absl::StatusOr<Executor> ReleaseExecutor(const std::string& executor_id, absl::Time now) override;
