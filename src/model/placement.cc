@@ -67,6 +67,21 @@ bool PlainText(std::string_view text, size_t max_bytes) {
 
 }  // namespace
 
+absl::Status CheckClaimedModels(const std::vector<std::string>& cached, const std::string& loaded) {
+  if (cached.size() > kMaxClaimedModels) {
+    return absl::InvalidArgumentError(absl::StrCat("an executor lists at most ", kMaxClaimedModels, " cached models"));
+  }
+  for (const std::string& model : cached) {
+    if (model.empty() || !PlainText(model, 4096)) {
+      return absl::InvalidArgumentError("a cached model is 1-4096 bytes without control characters");
+    }
+  }
+  if (!PlainText(loaded, 4096)) {
+    return absl::InvalidArgumentError("the loaded model is at most 4096 bytes without control characters");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckClaimedCapabilities(const ExecutorInfo& info, const std::vector<std::string>& runner_allowlist) {
   if (absl::Status memory = CheckClaimedMemory(info); !memory.ok()) return memory;
   if (info.max_tasks < 1 || info.max_tasks > kMaxClaimedTasks) {
@@ -92,17 +107,7 @@ absl::Status CheckClaimedCapabilities(const ExecutorInfo& info, const std::vecto
                                                      "; an admin sets server.runner_allowlist)"));
     }
   }
-  if (info.models.size() > kMaxClaimedModels) {
-    return absl::InvalidArgumentError(absl::StrCat("an executor lists at most ", kMaxClaimedModels, " cached models"));
-  }
-  for (const std::string& model : info.models) {
-    if (model.empty() || !PlainText(model, 4096)) {
-      return absl::InvalidArgumentError("a cached model is 1-4096 bytes without control characters");
-    }
-  }
-  if (!PlainText(info.model_loaded, 4096)) {
-    return absl::InvalidArgumentError("the loaded model is at most 4096 bytes without control characters");
-  }
+  if (absl::Status models = CheckClaimedModels(info.models, info.model_loaded); !models.ok()) return models;
   for (const std::string* field : {&info.os, &info.chip, &info.gpu, &info.version}) {
     if (!PlainText(*field, 256)) {
       return absl::InvalidArgumentError(

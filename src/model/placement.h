@@ -56,6 +56,9 @@ inline constexpr size_t kMaxClaimedModels = 4096; // model digests (or paths) sa
 // the cached models at most kMaxClaimedModels of at most 4096 bytes each; os, chip, gpu and
 // version at most 256 bytes and, like the models, without control characters.
 absl::Status CheckClaimedCapabilities(const ExecutorInfo& info, const std::vector<std::string>& runner_allowlist);
+// The models part of it, which heartbeats replace too (ModelHoldings): at most kMaxClaimedModels
+// cached, each and the loaded one at most 4096 bytes without control characters.
+absl::Status CheckClaimedModels(const std::vector<std::string>& cached, const std::string& loaded);
 
 // How warm an executor is for a job's registry model (the lease order: loaded, cached, cold). A
 // job without a registry model (a path) is kLoaded everywhere: it waits for no one.

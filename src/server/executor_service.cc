@@ -167,6 +167,13 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
     std::move(done)(absl::InvalidArgumentError(absl::StrCat("unknown executor state '", request.state(), "'")));
     return;
   }
+  // What it holds replaces what it registered (IdentityStore), so it is bounded as registration is.
+  std::optional<ModelHoldings> holdings;
+  if (request.has_holdings()) holdings = minions::FromProto(request.holdings());
+  if (absl::Status s = holdings ? CheckClaimedModels(holdings->cached, holdings->loaded) : absl::OkStatus(); !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
   {
     absl::MutexLock lock(&work_mu_);
     // Its liveness is written now: an idle poll of it renews nothing until an idle beat has passed
@@ -203,8 +210,6 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
   std::vector<LeaseProgress> held;
   for (const auto& ref : request.leases()) held.push_back(FromProto(ref));
   // The executor's reason is not kept: why its owner is present never leaves the machine.
-  std::optional<ModelHoldings> holdings;
-  if (request.has_holdings()) holdings = minions::FromProto(request.holdings());
   const int64_t ttl_ms = absl::ToInt64Milliseconds(options_.lease_ttl);
   heartbeats_in_flight_.fetch_add(1);  // its answer touches this object: the destructor waits for it
   chunks_.HeartbeatAsync(

@@ -547,6 +547,20 @@ TEST_F(GrpcAttack, AnExecutorsClaimedCapabilitiesAreBoundedAndItsRunnersAllowlis
   ranker.mutable_capabilities()->set_max_tasks(8);
   ASSERT_GRPC_OK(executors_->Register(As(honest.credential).get(), ranker, &registered));
   EXPECT_EQ(Must(store_->GetExecutor(honest.id)).info.runners, (std::vector<std::string>{"llama", "embed"}));
+  // Heartbeats replace what it holds of the models: bounded the same way.
+  v1::HeartbeatRequest beat;
+  beat.set_state("available");
+  for (int i = 0; i < 5000; ++i) beat.mutable_holdings()->add_cached("sha256:00");
+  v1::HeartbeatResponse answer;
+  EXPECT_GRPC_CODE(executors_->Heartbeat(As(honest.credential).get(), beat, &answer), INVALID_ARGUMENT);
+  beat.mutable_holdings()->clear_cached();
+  beat.mutable_holdings()->set_loaded("model\x1b[2J");
+  EXPECT_GRPC_CODE(executors_->Heartbeat(As(honest.credential).get(), beat, &answer), INVALID_ARGUMENT);
+  EXPECT_TRUE(Must(store_->GetExecutor(honest.id)).info.models.empty());
+  EXPECT_TRUE(Must(store_->GetExecutor(honest.id)).info.model_loaded.empty());
+  beat.mutable_holdings()->set_loaded("");
+  beat.mutable_holdings()->add_cached("sha256:00");
+  ASSERT_GRPC_OK(executors_->Heartbeat(As(honest.credential).get(), beat, &answer));
 }
 
 TEST_F(GrpcAttack, OnlyAdminsAdministerAndDrain) {
