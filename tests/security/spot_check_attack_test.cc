@@ -3,6 +3,7 @@
 // records the task does not have. Each refusal leaves no verdict and no quarantine behind.
 
 #include "secure_server.h"
+#include "testing/status_checks.h"
 
 namespace minions::testing {
 namespace {
@@ -149,6 +150,44 @@ TEST_F(SpotCheckAttack, AFailedVerdictQuarantinesTheProducer) {
   EXPECT_THAT(quarantined.state_reason, HasSubstr("8.4 nats"));
   MustSubmit(submitter_, 2);
   EXPECT_THAT(MustLease(producer, 1), IsEmpty());
+}
+
+TEST_F(SpotCheckAttack, AJobPublishesOnlyOnceItsSpotChecksHaveVerdicts) {
+  Enrolled producer = Enrol("producer"), verifier = Enrol("verifier");
+  Checked checked = ProduceAndLease(producer, verifier);
+  ASSERT_THAT(checked.lease.items(), SizeIs(2));
+  // Every task done, the spot check open: the job waits, however often the finaliser looks.
+  ASSERT_OK(server_->SweepReadyJobs());
+  ASSERT_OK(server_->FinalizeReportedJobs());
+  EXPECT_EQ(StoreJob(checked.job.id()).state, JobState::kFinalizing);
+  EXPECT_EQ(StoreJob(checked.job.id()).output_key, "");
+  v1::ReportVerificationsResponse reply;
+  ASSERT_GRPC_OK(executors_->ReportVerifications(As(verifier.credential).get(), Report(checked.lease, true), &reply));
+  ASSERT_OK(server_->FinalizeReportedJobs());  // the last verdict made it ready
+  ASSERT_OK(server_->SweepReadyJobs());
+  Job published = StoreJob(checked.job.id());
+  EXPECT_EQ(published.state, JobState::kCompleted);
+  EXPECT_EQ(Tally(Must(store_->ListVerifications(checked.job.id()))).passed, 2);
+}
+
+TEST_F(SpotCheckAttack, AFailedVerdictSendsTheProducersRecordsToAnotherExecutorBeforeTheJobPublishes) {
+  Enrolled producer = Enrol("producer"), verifier = Enrol("verifier");
+  Checked checked = ProduceAndLease(producer, verifier);
+  ASSERT_THAT(checked.lease.items(), SizeIs(2));
+  v1::ReportVerificationsResponse reply;
+  ASSERT_GRPC_OK(executors_->ReportVerifications(As(verifier.credential).get(), Report(checked.lease, false), &reply));
+  ASSERT_OK(server_->FinalizeReportedJobs());
+  ASSERT_OK(server_->SweepReadyJobs());
+  EXPECT_EQ(StoreJob(checked.job.id()).state, JobState::kRunning);  // not published: redone first
+  // The verifier (an honest executor) redoes the records; the redo gets its own spot check,
+  // which the quarantined producer is not offered.
+  std::vector<v1::TaskLease> redo = MustLease(verifier, 1);
+  ASSERT_THAT(redo, SizeIs(1));
+  EXPECT_EQ(redo[0].resume_from(), 0);
+  ASSERT_GRPC_OK(CompleteLease(verifier, redo[0]));
+  EXPECT_THAT(LeaseChecks(producer), IsEmpty());
+  EXPECT_EQ(StoreJob(checked.job.id()).state, JobState::kFinalizing);
+  EXPECT_EQ(Must(store_->CountOpenVerifications(checked.job.id())), 1);
 }
 
 }  // namespace
