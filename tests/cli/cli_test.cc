@@ -79,7 +79,7 @@ TEST(MinionsCli, ARefusedConnectionNamesTheAddressAndTheFlagItCameFrom) {
 
 // A sub-verb's --server is the address dialled (`executors revoke` once dialled the default).
 TEST(MinionsCli, ASubVerbDialsItsOwnServerFlag) {
-  for (const char* verb : {"revoke", "release"}) {
+  for (const char* verb : {"revoke", "release", "approve"}) {
     Outcome run = Minions({"executors", verb, "exe-0123456789ab", "--server", kNobody});
     EXPECT_EQ(run.code, 1) << verb;
     EXPECT_THAT(run.err, HasSubstr(kNobody)) << verb;

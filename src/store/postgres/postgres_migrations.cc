@@ -350,6 +350,8 @@ CREATE TABLE verification_tasks (
   PRIMARY KEY (job_id, task_idx, attempt, seq)
 );
 CREATE INDEX verification_tasks_by_age ON verification_tasks (created_at);
+)sql";
+
 // The tokens each team's answers used per step of the dashboard's history: every server adds
 // what it admitted (dashboard/fleet_view.h), kept as long as the history. Migration 18.
 constexpr char kFleetTokens[] = R"sql(
