@@ -32,6 +32,7 @@
 #include "common/host_port.h"
 #include "runner/batch_record.h"
 #include "runner/runner_process.h"
+#include "llama_runner_process.h"
 #include "test_env.h"
 
 namespace minions {
@@ -91,13 +92,7 @@ std::vector<std::unique_ptr<GangTunnel>> Tunnels(RunnerProcess& runner, runner_p
   return tunnels;
 }
 
-std::unique_ptr<RunnerProcess> StartRunner() {
-  RunnerProcess::Options options;
-  options.command = {TestProgram("minions-llama-runner")};
-  auto runner = RunnerProcess::Start(options);
-  EXPECT_TRUE(runner.ok()) << runner.status();
-  return runner.ok() ? std::move(*runner) : nullptr;
-}
+std::unique_ptr<RunnerProcess> StartRunner() { return testing::StartLlamaRunner(); }
 
 runner_protocol::LoadRequest SmallLoad() {
   runner_protocol::LoadRequest load{TestModel("text.gguf"), {}};
