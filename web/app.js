@@ -8,6 +8,10 @@ let selectedJob = null;
 let selectedExecutor = null;
 let jobsOffset = 0;
 let tasksOffset = 0;
+let csrf = "";            // this session's CSRF secret (/api/fleet), sent with a cancel
+let lastDetail = null;    // the job page's last data
+let cancelArmed = null;   // the job whose cancel was clicked once (a second click confirms)
+let actionMessage = "";   // what the last action on the job page did
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -111,6 +115,7 @@ function renderFleet(fleet) {
   document.getElementById("counts").textContent =
     `${fleet.executors.length} executors (${parts.join(", ") || "none"}) · ${jobs.running || 0} jobs running, ${jobs.queued || 0} queued`;
   const v = fleet.viewer;
+  csrf = v.csrf || "";
   document.getElementById("viewer").textContent = `${v.principal}${v.team ? "@" + v.team : ""} (${v.role})`;
 }
 
@@ -158,7 +163,57 @@ function renderJobs(list) {
   renderPager("jobs-pager", list, (offset) => { jobsOffset = offset; });
 }
 
+// The job page's actions, for those allowed: cancel (twice clicked: the second confirms) while
+// the job may still run, and its files once it has them (a cancelled job's: what finished).
+// Drawn again only when they change, so a poll never swaps a button under the pointer.
+function renderActions(detail) {
+  const j = detail.job, a = detail.actions || {};
+  const box = document.getElementById("job-actions");
+  const key = JSON.stringify([j.id, a, cancelArmed === j.id, actionMessage]);
+  if (box.dataset.key === key) return;
+  box.dataset.key = key;
+  const parts = [];
+  if (a.cancel) {
+    const armed = cancelArmed === j.id;
+    const button = el("button", { type: "button", id: "job-cancel", class: armed ? "danger" : "" },
+      armed ? "Yes, cancel it (what finished is kept)" : "Cancel job");
+    button.addEventListener("click", () => {
+      if (armed) { cancelJob(j.id); return; }
+      cancelArmed = j.id;
+      renderActions(detail);
+    });
+    parts.push(button);
+    if (armed) {
+      const no = el("button", { type: "button", id: "job-cancel-no" }, "No, keep it running");
+      no.addEventListener("click", () => { cancelArmed = null; renderActions(detail); });
+      parts.push(no);
+    }
+  }
+  if (a.results) parts.push(el("a", { href: a.results, id: "job-download", download: "" }, "Download results"));
+  if (a.errors) parts.push(el("a", { href: a.errors, id: "job-download-errors", download: "" }, "Download errors"));
+  if (actionMessage) parts.push(el("span", { class: "action-message" }, actionMessage));
+  box.replaceChildren(...parts);
+}
+
+async function cancelJob(id) {
+  cancelArmed = null;
+  try {
+    const res = await fetch("/api/job/cancel", {
+      method: "POST", credentials: "same-origin", cache: "no-store",
+      headers: { "X-CSRF-Token": csrf, "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ id }),
+    });
+    const body = await res.json().catch(() => ({}));
+    actionMessage = res.ok ? "Cancelled: what finished is kept, in the files above once the page updates."
+      : "Not cancelled: " + (body.error || res.statusText);
+  } catch (err) {
+    actionMessage = "Not cancelled: " + err.message;
+  }
+  if (lastDetail && lastDetail.job.id === id) renderActions(lastDetail);
+}
+
 function renderJob(detail) {
+  lastDetail = detail;
   const j = detail.job;
   document.getElementById("job-detail").hidden = false;
   document.getElementById("job-id").textContent = j.id;
@@ -179,6 +234,7 @@ function renderJob(detail) {
       el("ul", {}, ...r.first.map((e) => el("li", { "data-custom-id": e.custom_id }, `${e.custom_id || "(no custom_id)"}: ${e.code ? e.code + ": " : ""}${e.message}`))),
       el("span", { class: "muted" }, "All of them: "), el("code", {}, r.all)));
   }
+  renderActions(detail);
   document.getElementById("job-errors").replaceChildren(...(errors.length ? errors : [el("li", { class: "muted" }, "none")]));
   document.querySelector("#job-tasks tbody").replaceChildren(...detail.tasks.map((t) => el("tr", { "data-task": t.index },
     el("td", { class: "num" }, t.index),
@@ -244,6 +300,14 @@ function renderCharts(h) {
     teamData.push(team.usage_share.map((v) => v == null ? null : v * 100), team.target_share.map((v) => v == null ? null : v * 100));
   });
   drawChart("chart-teams", teamSeries, [t, ...teamData], "% of usage");
+  // Tokens per second by team, every server's (a step's worth, drawn at the step's end).
+  const tokenSeries = [], tokenData = [];
+  (h.tokens || []).forEach((team, i) => {
+    const color = PALETTE[i % PALETTE.length];
+    tokenSeries.push({ label: team.team, color }, { label: team.team + " prompts", color, dash: true });
+    tokenData.push(team.completion_per_second, team.prompt_per_second);
+  });
+  drawChart("chart-tokens", tokenSeries, [t, ...tokenData], "tokens/s");
   // The queue (admins: every team's tasks): waiting for an executor, and running.
   const queue = document.getElementById("chart-queue").closest("figure");
   queue.hidden = !h.tasks;
@@ -254,12 +318,36 @@ function renderCharts(h) {
   document.body.dataset.chartPoints = String(t.length);
 }
 
+// One executor's history (its page): records per second as a chart (tasks it ran, for admins),
+// and its states as a list of changes, newest first.
+function renderExecutorHistory(h) {
+  if (typeof uPlot !== "undefined") {
+    const series = [{ label: "records/s", color: "#2563eb" }];
+    const data = [h.t, h.records_per_second];
+    if (h.tasks) { series.push({ label: "tasks", color: "#2ca02c" }); data.push(h.tasks); }
+    drawChart("chart-executor", series, data, "records/s");
+  }
+  const changes = [];
+  h.state.forEach((state, i) => {
+    const last = changes.length ? changes[changes.length - 1].state : undefined;
+    if (state !== last) changes.push({ state, at: h.t[i] });
+  });
+  const list = document.getElementById("executor-states");
+  list.replaceChildren(...changes.reverse().map((c) => el("li", { "data-state": c.state ?? "" },
+    new Date(c.at * 1000).toLocaleTimeString() + " ", c.state == null ? el("span", { class: "muted" }, "not seen") : stateBadge(c.state))));
+  list.dataset.points = String(h.t.length);
+}
+
 function readHash() {
   const m = location.hash.match(/job=([^&]+)/);
-  selectedJob = m ? decodeURIComponent(m[1]) : null;
+  const job = m ? decodeURIComponent(m[1]) : null;
+  if (job !== selectedJob) { cancelArmed = null; actionMessage = ""; }
+  selectedJob = job;
   if (!selectedJob) document.getElementById("job-detail").hidden = true;
   const x = location.hash.match(/executor=([^&]+)/);
-  selectedExecutor = x ? decodeURIComponent(x[1]) : null;
+  const executor = x ? decodeURIComponent(x[1]) : null;
+  if (executor !== selectedExecutor) polls = 0;  // its history at the next poll
+  selectedExecutor = executor;
   if (!selectedExecutor) document.getElementById("executor-detail").hidden = true;
 }
 
@@ -272,7 +360,11 @@ async function poll() {
     if (selectedJob) {
       renderJob(await getJson(`/api/job?id=${encodeURIComponent(selectedJob)}&offset=${tasksOffset}&limit=${PAGE * 5}`));
     }
-    if (polls++ % HISTORY_EVERY === 0) renderCharts(await getJson("/api/history"));
+    if (polls % HISTORY_EVERY === 0) {
+      renderCharts(await getJson("/api/history"));
+      if (selectedExecutor) renderExecutorHistory(await getJson(`/api/history/executor?id=${encodeURIComponent(selectedExecutor)}`));
+    }
+    polls++;
     status.textContent = "updated " + new Date().toLocaleTimeString();
     status.className = "status";
     document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);

@@ -13,7 +13,13 @@ std::string FleetHistoryPointJson(const FleetHistoryPoint& p) {
   for (const TeamUsage& t : p.teams) {
     teams.push_back({{"team", t.team}, {"weight", t.weight}, {"usage_seconds", absl::ToDoubleSeconds(t.usage)}});
   }
+  // Compact ([state, records, tasks] per executor): a fleet of thousands keeps a point per step.
+  Json each = Json::object();
+  for (const auto& [id, e] : p.executors) {
+    each[id] = Json::array({std::string(ExecutorStateName(e.state)), e.records_done, e.tasks_running});
+  }
   return DumpJson(Json{{"executors", std::move(executors)},
+                       {"each_executor", std::move(each)},
                        {"tasks_pending", p.tasks_pending},
                        {"tasks_running", p.tasks_running},
                        {"jobs", std::move(jobs)},
@@ -31,6 +37,16 @@ absl::StatusOr<FleetHistoryPoint> ParseFleetHistoryPoint(absl::Time at, std::str
     for (const auto& [name, n] : executors.items()) {
       // A state this release does not know (written by a newer server) is left out of the chart.
       if (auto state = ParseExecutorState(name); state && n.is_number_integer()) p.executors_by_state[*state] = n.get<int64_t>();
+    }
+  }
+  const Json& each = JsonField(*json, "each_executor");  // absent in points of earlier releases
+  if (each.is_object()) {
+    for (const auto& [id, e] : each.items()) {
+      if (!e.is_array() || e.size() != 3 || !e[0].is_string() || !e[1].is_number_integer() || !e[2].is_number_integer()) {
+        continue;
+      }
+      auto state = ParseExecutorState(e[0].get<std::string>());
+      if (state) p.executors[id] = {*state, e[1].get<int64_t>(), e[2].get<int64_t>()};
     }
   }
   p.tasks_pending = JsonInt(*json, "tasks_pending");

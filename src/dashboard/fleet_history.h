@@ -28,6 +28,19 @@ struct FleetHistoryPoint {
   };
   std::map<std::string, JobRate> jobs;  // job id -> its rate, for the jobs running since the last point
   std::vector<TeamUsage> teams;         // team, weight and usage only are kept
+  // Each executor's state, its lifetime records (records/s between two points is their
+  // difference) and how many tasks it runs: its page's history. Revoked executors are left out.
+  struct ExecutorSample {
+    ExecutorState state = ExecutorState::kAvailable;
+    int64_t records_done = 0;
+    int64_t tasks_running = 0;
+  };
+  std::map<std::string, ExecutorSample> executors;  // executor id -> its sample
+  // The tokens each team's answers used in the step that ended at `at`, summed over every
+  // server (the store's fleet_tokens, not the point's document); `tokens_known` is false for the
+  // newest point (mid-step: its step's tokens are not all counted yet).
+  bool tokens_known = false;
+  std::map<std::string, TokenUsage> tokens;
 };
 
 // The stored form of `point` (its time is the row's, not in the document).

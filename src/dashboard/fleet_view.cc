@@ -63,6 +63,12 @@ FleetHistoryPoint FleetView::PointOf(const FleetSnapshot& s) {
     point.jobs[job.id] = {job.spec.team, it == s.progress.end() ? 0.0 : it->second.records_per_second};
   }
   point.teams = s.teams;
+  for (const Executor& e : s.executors) {
+    if (e.state == ExecutorState::kRevoked) continue;
+    auto running = s.running_by_executor.find(e.id);
+    point.executors[e.id] = {e.state, e.records_done,
+                             running == s.running_by_executor.end() ? 0 : static_cast<int64_t>(running->second.size())};
+  }
   return point;
 }
 
@@ -91,8 +97,32 @@ absl::StatusOr<std::vector<FleetHistoryPoint>> FleetView::History() {
     }
     points.push_back(std::move(*point));
   }
+  // Each stored point's tokens: those added at its step by every server (none added: none used).
+  auto tokens = store_->ListFleetTokens(now - kHistorySpan);
+  if (!tokens.ok()) return tokens.status();
+  auto row = tokens->begin();
+  for (FleetHistoryPoint& p : points) {
+    while (row != tokens->end() && row->at < p.at) ++row;
+    for (; row != tokens->end() && row->at == p.at; ++row) p.tokens[row->team] = row->tokens;
+    p.tokens_known = true;
+  }
   if (newest && (points.empty() || points.back().at < newest->at)) points.push_back(std::move(*newest));
   return points;
+}
+
+absl::Status FleetView::RecordTokens(const std::map<std::string, TokenUsage>& admitted_so_far) {
+  absl::MutexLock lock(&tokens_mu_);
+  std::map<std::string, TokenUsage> added;
+  for (const auto& [team, total] : admitted_so_far) {
+    const TokenUsage& written = tokens_written_[team];
+    TokenUsage more{total.prompt_tokens - written.prompt_tokens, total.completion_tokens - written.completion_tokens};
+    if (more.prompt_tokens > 0 || more.completion_tokens > 0) added[team] = more;
+  }
+  if (added.empty()) return absl::OkStatus();
+  const absl::Time step = HistoryStepOf(clock_->Now(), history_step_);
+  RETURN_IF_ERROR(store_->AddFleetTokens(step, added, step - kHistorySpan));
+  tokens_written_ = admitted_so_far;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Read() {

@@ -85,6 +85,12 @@ class FleetView {
   // The fleet over the last kHistorySpan, oldest first: the stored points (one per step while a
   // server ran; none for a time when none did) and, when newer, the newest refresh last.
   absl::StatusOr<std::vector<FleetHistoryPoint>> History() ABSL_LOCKS_EXCLUDED(mu_);
+  // Adds to the store's tokens per step what this server admitted since its last call
+  // (`admitted_so_far`: team -> every token this process admitted), under the step that begins
+  // now: the tokens of the step that has just ended, which every server adds its own to. A
+  // failed write is retried whole at the next call: nothing is dropped. Called by the history
+  // thread once a step.
+  absl::Status RecordTokens(const std::map<std::string, TokenUsage>& admitted_so_far) ABSL_LOCKS_EXCLUDED(tokens_mu_);
   absl::Duration history_step() const { return history_step_; }
   // Adds the store-derived gauges to `registry` (a collector reading Get()); minions_store_up is 0
   // when the store cannot be read.
@@ -103,6 +109,8 @@ class FleetView {
   const absl::Duration max_age_;
   const absl::Duration terminal_max_age_;
   const absl::Duration history_step_;
+  absl::Mutex tokens_mu_;
+  std::map<std::string, TokenUsage> tokens_written_ ABSL_GUARDED_BY(tokens_mu_);  // RecordTokens's last total
   absl::Mutex mu_;  // held across a refresh: one at a time
   std::shared_ptr<const FleetSnapshot> cached_ ABSL_GUARDED_BY(mu_);
   // cached_ was read by RecordHistory, not for a request: Get reads afresh.

@@ -1,5 +1,6 @@
 #include "dashboard/status_endpoints.h"
 
+#include <any>
 #include <memory>
 #include <set>
 
@@ -81,6 +82,9 @@ Json PageJson(int64_t total, Page page) {
               {"next_offset", next < total ? Json(next) : Json(nullptr)}};
 }
 
+// The job page's actions: POST /api/job/cancel and GET /api/results (status_endpoints.h).
+void InstallJobActions(const StatusSources& src, std::shared_ptr<DashboardSessions> sessions, HttpServer* http);
+
 }  // namespace
 
 std::string RequestBearer(const HttpRequest& request) {
@@ -92,6 +96,11 @@ std::string RequestToken(const HttpRequest& request, DashboardSessions& sessions
   if (std::string bearer = RequestBearer(request); !bearer.empty()) return bearer;
   const std::string session = request.Cookie(kSessionCookie);
   return session.empty() ? "" : sessions.TokenOf(session, now);
+}
+
+bool FromOwnPage(const HttpRequest& request) {
+  const std::string origin = request.Header("origin");
+  return origin != "null" && (origin.empty() || absl::EndsWith(origin, "://" + request.Header("host")));
 }
 
 Page PageOf(const HttpRequest& request, int64_t default_limit, int64_t max_limit) {
@@ -236,8 +245,17 @@ absl::StatusOr<Json> FirstRecordErrors(BlobStore* blobs, const Job& job, int lim
   return out;
 }
 
+Json JobActions(const Job& job, const Caller& caller, bool downloads) {
+  const bool has_results =
+      downloads && (job.state == JobState::kCompleted || job.state == JobState::kExpired || job.state == JobState::kCancelled);
+  const std::string& id = job.id;  // made by the server: letters, digits and '-'
+  return Json{{"cancel", caller.Has(Scope::kJobsWrite) && caller.SeesTeam(job.spec.team) && !IsTerminal(job.state)},
+              {"results", has_results ? Json(absl::StrCat("/api/results?id=", id)) : Json(nullptr)},
+              {"errors", has_results ? Json(absl::StrCat("/api/results?id=", id, "&file=errors")) : Json(nullptr)}};
+}
+
 Json JobJson(const Job& job, const std::vector<Task>& tasks, const ProgressEstimate& progress, absl::Time now,
-             Page tasks_page, const Json& record_errors) {
+             Page tasks_page, const Json& record_errors, const Json& actions) {
   Json list = Json::array();
   Json errors = Json::array();
   for (const Task& t : tasks) {
@@ -273,7 +291,7 @@ Json JobJson(const Job& job, const std::vector<Task>& tasks, const ProgressEstim
                {"all", records_failed == 0 ? "" : absl::StrCat("minions results ", job.id, " --errors")}};
   return Json{{"now", Seconds(now)}, {"job", JobSummary(job, progress)}, {"tasks", std::move(list)},
               {"tasks_page", PageJson(static_cast<int64_t>(tasks.size()), tasks_page)}, {"errors", std::move(errors)},
-              {"record_errors", std::move(records)}};
+              {"record_errors", std::move(records)}, {"actions", actions}};
 }
 
 Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& caller, absl::Duration step) {
@@ -334,6 +352,30 @@ Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& cal
       it->second.second[i] = targets.at(u.team);
     }
   }
+  // Tokens per second by team (the answers' completion tokens, and their prompts'): what every
+  // server admitted in the step that ended at each point; 0 in a step with none, null at a gap
+  // and at the newest point (its step is not over).
+  std::set<std::string> token_teams;
+  for (const FleetHistoryPoint* p : rows) {
+    if (p == nullptr) continue;
+    for (const auto& [team, used] : p->tokens) {
+      if (caller.SeesTeam(team)) token_teams.insert(team);
+    }
+  }
+  Json tokens_json = Json::array();
+  const double step_seconds = std::max(absl::ToDoubleSeconds(step), 1e-3);
+  for (const std::string& team : token_teams) {
+    Json completion = nulls, prompt = nulls;
+    for (size_t i = 0; i < n; ++i) {
+      if (rows[i] == nullptr || !rows[i]->tokens_known) continue;
+      auto it = rows[i]->tokens.find(team);
+      const TokenUsage used = it == rows[i]->tokens.end() ? TokenUsage{} : it->second;
+      completion[i] = static_cast<double>(used.completion_tokens) / step_seconds;
+      prompt[i] = static_cast<double>(used.prompt_tokens) / step_seconds;
+    }
+    tokens_json.push_back({{"team", team}, {"completion_per_second", std::move(completion)},
+                           {"prompt_per_second", std::move(prompt)}});
+  }
   Json jobs_json = Json::array();
   for (auto& [id, team_rates] : jobs) {
     jobs_json.push_back({{"id", id}, {"team", team_rates.first}, {"records_per_second", std::move(team_rates.second)}});
@@ -349,8 +391,51 @@ Json HistoryJson(const std::vector<FleetHistoryPoint>& points, const Caller& cal
            {"step_seconds", absl::ToDoubleSeconds(step)},
            {"executors", std::move(executors_json)},
            {"jobs", std::move(jobs_json)},
-           {"teams", std::move(teams_json)}};
+           {"teams", std::move(teams_json)},
+           {"tokens", std::move(tokens_json)}};
   if (caller.IsAdmin()) out["tasks"] = {{"pending", std::move(pending)}, {"running", std::move(running)}};
+  return out;
+}
+
+Json ExecutorHistoryJson(const std::vector<FleetHistoryPoint>& points, const std::string& executor_id,
+                         const Caller& caller, absl::Duration step) {
+  Json t = Json::array(), state = Json::array(), rates = Json::array(), tasks = Json::array();
+  const FleetHistoryPoint* previous = nullptr;  // the row before, when it saw the executor
+  std::optional<absl::Time> last_at;
+  for (const FleetHistoryPoint& p : points) {
+    if (last_at && p.at - *last_at > 2 * step) {
+      // No point for more than two steps (no server ran): a gap, as on the fleet's charts.
+      t.push_back(Seconds(*last_at + step));
+      state.push_back(nullptr);
+      rates.push_back(nullptr);
+      tasks.push_back(nullptr);
+      previous = nullptr;
+    }
+    t.push_back(Seconds(p.at));
+    last_at = p.at;
+    auto it = p.executors.find(executor_id);
+    if (it == p.executors.end()) {
+      state.push_back(nullptr);
+      rates.push_back(nullptr);
+      tasks.push_back(nullptr);
+      previous = nullptr;
+      continue;
+    }
+    const FleetHistoryPoint::ExecutorSample& e = it->second;
+    state.push_back(std::string(ExecutorStateShown(e.state)));
+    tasks.push_back(caller.IsAdmin() ? Json(e.tasks_running) : Json(nullptr));
+    Json rate = nullptr;
+    if (previous != nullptr && p.at > previous->at) {
+      const int64_t before = previous->executors.at(executor_id).records_done;
+      // Lifetime records only grow; fewer (re-enrolled under the same id) draws nothing.
+      if (e.records_done >= before) rate = static_cast<double>(e.records_done - before) / absl::ToDoubleSeconds(p.at - previous->at);
+    }
+    rates.push_back(rate);
+    previous = &p;
+  }
+  Json out{{"t", std::move(t)}, {"step_seconds", absl::ToDoubleSeconds(step)}, {"state", std::move(state)},
+           {"records_per_second", std::move(rates)}};
+  if (caller.IsAdmin()) out["tasks"] = std::move(tasks);
   return out;
 }
 
@@ -375,12 +460,18 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
     }
     return HttpResponse{200, kPlain, "ready\n", {}};
   });
-  http->Handle("/api/fleet", [src, authorize](const HttpRequest& request) {
+  http->Handle("/api/fleet", [src, authorize, sessions](const HttpRequest& request) {
     absl::StatusOr<Caller> caller = authorize(request, Scope::kFleetRead);
     if (!caller.ok()) return Refusal(caller.status());
     auto s = src.fleet->Get();
     if (!s.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
-    return JsonResponse(FleetJson(**s, src.clock->Now(), *caller));
+    Json fleet = FleetJson(**s, src.clock->Now(), *caller);
+    // The page's CSRF secret for the changes it may ask (a cancel): readable by this origin's
+    // scripts only (no CORS), and only for a session (a bearer token needs none).
+    if (RequestBearer(request).empty()) {
+      fleet["viewer"]["csrf"] = sessions->CsrfOf(request.Cookie(kSessionCookie), src.clock->Now());
+    }
+    return JsonResponse(fleet);
   });
   http->Handle("/api/history", [src, authorize](const HttpRequest& request) {
     absl::StatusOr<Caller> caller = authorize(request, Scope::kFleetRead);
@@ -389,6 +480,15 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
     auto history = src.fleet->History();
     if (!history.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
     return JsonResponse(HistoryJson(*history, *caller, src.fleet->history_step()));
+  });
+  http->Handle("/api/history/executor", [src, authorize](const HttpRequest& request) {
+    absl::StatusOr<Caller> caller = authorize(request, Scope::kFleetRead);
+    if (!caller.ok()) return Refusal(caller.status());
+    const std::string id = request.Param("id");
+    if (id.empty()) return JsonResponse({{"error", "say which executor: /api/history/executor?id=EXECUTOR_ID"}}, 400);
+    auto history = src.fleet->History();
+    if (!history.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
+    return JsonResponse(ExecutorHistoryJson(*history, id, *caller, src.fleet->history_step()));
   });
   http->Handle("/api/jobs", [src, authorize](const HttpRequest& request) {
     absl::StatusOr<Caller> caller = authorize(request, Scope::kJobsRead);
@@ -426,8 +526,10 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
       }
     }
     return JsonResponse(JobJson(*job, *tasks, src.progress->Observe(*job, in_flight, now), now,
-                                PageOf(request, 500, 5000), record_errors));
+                                PageOf(request, 500, 5000), record_errors,
+                                JobActions(*job, *caller, src.results_of != nullptr)));
   });
+  InstallJobActions(src, sessions, http);
 
   // Login: the token is checked, then kept in an HttpOnly cookie for the browser session.
   const WebAsset* login_page = nullptr;
@@ -446,10 +548,7 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
     // A login posted from another site's page is refused (SameSite also keeps its cookie home),
     // and so is one from an opaque origin ("null": a sandboxed frame, a data: or file: page,
     // which any site can make); the dashboard's own page always sends its real origin.
-    const std::string origin = request.Header("origin");
-    if (origin == "null" || (!origin.empty() && !absl::EndsWith(origin, "://" + request.Header("host")))) {
-      return login_html(403, "sign in from this server's own page");
-    }
+    if (!FromOwnPage(request)) return login_html(403, "sign in from this server's own page");
     const std::string token = request.Form()["token"];
     absl::StatusOr<Caller> caller = src.auth->Authorize(token, Scope::kFleetRead);
     if (!caller.ok()) {
@@ -495,4 +594,119 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
   }
 }
 
+namespace {
+
+void InstallJobActions(const StatusSources& src, std::shared_ptr<DashboardSessions> sessions, HttpServer* http) {
+  // A cancel, from the job page (or a script with a bearer token). The session cookie alone
+  // never suffices: a page of another site could make the browser post it (SameSite=Strict is
+  // the first guard, this the second), so a cookie's request must also come from this
+  // server's page and carry the session's CSRF secret, which only this origin's scripts read.
+  http->HandlePost("/api/job/cancel", [src, sessions](const HttpRequest& request) {
+    const absl::Time now = src.clock->Now();
+    std::string token = RequestBearer(request);
+    if (token.empty()) {
+      const std::string session = request.Cookie(kSessionCookie);
+      token = session.empty() ? "" : sessions->TokenOf(session, now);
+      if (!token.empty() && (!FromOwnPage(request) || !sessions->CsrfMatches(session, request.Header("x-csrf-token"), now))) {
+        MINIONS_LOG(Info) << "refused a dashboard cancel from " << request.peer << ": not from the dashboard's own page";
+        return JsonResponse({{"error", "cancel from this server's dashboard page (reload it if it is old)"}}, 403);
+      }
+    }
+    absl::StatusOr<Caller> caller = src.auth->Authorize(token, Scope::kJobsWrite);
+    if (!caller.ok()) return Refusal(caller.status());
+    const std::string id = request.Form()["id"];
+    if (id.empty()) return JsonResponse({{"error", "say which job: POST id=JOB_ID"}}, 400);
+    auto job = src.store->GetJob(id);
+    // Another team's job is not found, word for word as an unknown one.
+    if ((job.ok() && !caller->SeesTeam(job->spec.team)) || absl::IsNotFound(job.status())) {
+      return JsonResponse({{"error", absl::StrCat("no job ", id)}}, 404);
+    }
+    if (!job.ok()) return JsonResponse({{"error", "the store cannot be read"}}, 503);
+    auto cancelled = src.store->CancelJob(id, now);
+    if (absl::IsFailedPrecondition(cancelled.status())) {
+      return JsonResponse({{"error", absl::StrCat("job ", id, " has ended (", std::string(JobStateName(job->state)),
+                                                  "): only a queued or running job can be cancelled")}},
+                          409);
+    }
+    if (!cancelled.ok()) return JsonResponse({{"error", std::string(cancelled.status().message())}}, 503);
+    MINIONS_LOG(Info) << "job=" << id << " cancelled from the dashboard by " << caller->Describe();
+    // What it finished stays: the page offers its files at once.
+    return JsonResponse({{"id", id}, {"state", JobStateName(cancelled->state)},
+                         {"actions", JobActions(*cancelled, *caller, src.results_of != nullptr)}});
+  });
+
+  // Downloads: streamed from the object store as they are read, never held whole; one stream
+  // slot per download, counted against the caller.
+  auto admit = [src, sessions](const HttpRequest& request) {
+    HttpAdmission admission;
+    absl::StatusOr<Caller> caller =
+        src.auth->Authorize(RequestToken(request, *sessions, src.clock->Now()), Scope::kJobsRead);
+    if (!caller.ok()) {
+      admission.kind = HttpAdmission::Kind::kRefuse;
+      admission.refusal = Refusal(caller.status());
+      return admission;
+    }
+    admission.kind = HttpAdmission::Kind::kStream;
+    admission.principal = absl::StrCat(caller->principal, "@", caller->team);
+    admission.admitted = *caller;
+    return admission;
+  };
+  http->HandleStream(
+      "/api/results",
+      [src](const HttpRequest& request, HttpStream& stream) {
+        const Caller* caller = std::any_cast<Caller>(&request.admitted);
+        if (caller == nullptr) return (void)stream.Respond(Refusal(absl::UnauthenticatedError("sign in first")));
+        if (request.path != "/api/results") return (void)stream.Respond(JsonResponse({{"error", "no such page"}}, 404));
+        if (request.method != "GET" && request.method != "HEAD") {
+          return (void)stream.Respond(JsonResponse({{"error", "GET /api/results?id=JOB_ID[&file=errors]"}}, 405));
+        }
+        const std::string id = request.Param("id");
+        const std::string file = request.Param("file");
+        if (id.empty() || (!file.empty() && file != "errors" && file != "output")) {
+          return (void)stream.Respond(JsonResponse({{"error", "say which file: /api/results?id=JOB_ID[&file=errors]"}}, 400));
+        }
+        auto job = src.store->GetJob(id);
+        if ((job.ok() && !caller->SeesTeam(job->spec.team)) || absl::IsNotFound(job.status())) {
+          return (void)stream.Respond(JsonResponse({{"error", absl::StrCat("no job ", id)}}, 404));
+        }
+        if (!job.ok()) return (void)stream.Respond(JsonResponse({{"error", "the store cannot be read"}}, 503));
+        if (!src.results_of || src.blobs == nullptr) {
+          return (void)stream.Respond(JsonResponse({{"error", "this server offers no downloads; use minions results"}}, 404));
+        }
+        auto keys = src.results_of(*job);
+        if (absl::IsFailedPrecondition(keys.status())) {
+          return (void)stream.Respond(JsonResponse({{"error", std::string(keys.status().message())}}, 409));
+        }
+        if (!keys.ok()) {
+          MINIONS_LOG(Warning) << "job=" << id << " dashboard download: " << keys.status().message();
+          return (void)stream.Respond(JsonResponse({{"error", "the results cannot be read now; try again"}}, 503));
+        }
+        const bool errors = file == "errors";
+        const std::string& key = errors ? keys->second : keys->first;
+        auto size = src.blobs->Size(key);
+        if (!size.ok()) {
+          MINIONS_LOG(Warning) << "job=" << id << " dashboard download: " << size.status().message();
+          return (void)stream.Respond(JsonResponse({{"error", "the results cannot be read now; try again"}}, 503));
+        }
+        const std::string name = absl::StrCat(id, errors ? "-errors" : "-output", ".jsonl");
+        if (!stream.WriteHead(200, "application/jsonl", *size,
+                              {{"Content-Disposition", absl::StrCat("attachment; filename=\"", name, "\"")},
+                               {"Cache-Control", "no-store"}})
+                 .ok()) {
+          return;
+        }
+        if (request.method == "HEAD") return;
+        int64_t sent = 0;
+        auto read = src.blobs->Read(key, [&](std::string_view chunk) {
+          sent += static_cast<int64_t>(chunk.size());
+          return sent <= *size && stream.Write(chunk).ok();
+        });
+        // After the head a failure can only cut the body short: the client sees fewer bytes
+        // than Content-Length said.
+        if (!read.ok()) MINIONS_LOG(Warning) << "job=" << id << " dashboard download cut short: " << read.message();
+      },
+      admit);
+}
+
+}  // namespace
 }  // namespace minions

@@ -41,7 +41,9 @@ ControlPlane::ControlPlane(MetadataStore* store, BlobStore* blobs, Clock* clock,
       fleet_view_(store, clock, &progress_, absl::Seconds(1), absl::Seconds(30), options_.history_step),
       finalizer_(store, blobs, clock, {options_.max_chunk_bytes}),
       authenticator_(store, clock, options_.auth),
-      identities_(store, clock, options_.require_executor_approval),
+      identities_(store, clock,
+                  IdentityPolicy{options_.require_executor_approval, options_.executor_credential_ttl,
+                                 options_.team_token_ttl, options_.credential_rotation_grace}),
       job_service_(store, blobs, clock, &authenticator_, options_, [this] { executor_service_.WorkArrived(); },
                    &server_metrics_, &progress_),
       executor_service_(store, blobs, clock, &authenticator_, &identities_, options_,
@@ -94,9 +96,15 @@ absl::Status ControlPlane::Start() {
     http_options.tls_cert_file = options_.tls.cert_file;
     http_options.tls_key_file = options_.tls.key_file;
     http_ = std::make_unique<HttpServer>(http_options);
-    InstallStatusEndpoints({store_, clock_, &fleet_view_, &progress_, &registry_, [this] { return serving_.load(); },
-                            &authenticator_, blobs_},
-                           http_.get());
+    StatusSources sources{store_, clock_, &fleet_view_, &progress_, &registry_, [this] { return serving_.load(); },
+                          &authenticator_, blobs_};
+    // The dashboard's downloads read the files `minions results` reads.
+    sources.results_of = [this](const Job& job) -> absl::StatusOr<std::pair<std::string, std::string>> {
+      auto keys = finalizer_.ResultsOf(job);
+      if (!keys.ok()) return keys.status();
+      return std::make_pair(keys->output, keys->errors);
+    };
+    InstallStatusEndpoints(sources, http_.get());
     for (const auto& install : http_routes_) install(http_.get());
     if (auto s = http_->Start(options_.http_listen); !s.ok()) {
       server_->Shutdown();
@@ -254,6 +262,10 @@ void ControlPlane::HistoryLoop() {
     // A failure (the store is down) is that step's gap in the charts.
     if (auto s = fleet_view_.RecordHistory(); !s.ok()) {
       MINIONS_LOG(Warning) << "dashboard history: cannot read the fleet: " << s.message();
+    }
+    // The tokens this server admitted in the step that ended (kept, and added later, on failure).
+    if (auto s = fleet_view_.RecordTokens(server_metrics_.TokensAdmittedSoFar()); !s.ok()) {
+      MINIONS_LOG(Warning) << "dashboard history: cannot record the tokens admitted: " << s.message();
     }
     absl::MutexLock lock(&mu_);
     auto stopping = [this] {

@@ -110,6 +110,10 @@ class ExecutorService final : public ExecutorServiceBase {
   grpc::Status Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request, v1::EnrolResponse* reply) override;
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                         v1::RegisterResponse* reply) override;
+  // Exchanges the caller's credential for a new one (executor_credentials.cc; proto:
+  // RotateCredential).
+  grpc::Status RotateCredential(grpc::ServerContext* context, const v1::RotateCredentialRequest* request,
+                                v1::RotateCredentialResponse* reply) override;
   // Answered when the heartbeat's group-commit batch commits (server/heartbeat_batcher.h).
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* reply) override;
@@ -223,6 +227,8 @@ class ExecutorService final : public ExecutorServiceBase {
   // another (`claimed` non-empty and different). `authorized`, when given, gets the caller.
   absl::StatusOr<std::string> AuthorizeExecutor(const grpc::ServerContextBase* context, const std::string& claimed,
                                                 Caller* authorized = nullptr);
+  // How long from now `caller`'s credential should be exchanged; none: never.
+  std::optional<absl::Duration> RotateIn(const Caller& caller) const;
 
   // One look for work for `executor_id`: the store's, unless it found none since the last
   // announcement and its recheck is not due (then none, without a store round trip).

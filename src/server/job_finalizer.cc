@@ -248,6 +248,19 @@ absl::StatusOr<JobFinalizer::ResultKeys> JobFinalizer::CancelledResults(const st
   return result;
 }
 
+absl::StatusOr<JobFinalizer::ResultKeys> JobFinalizer::ResultsOf(const Job& job) {
+  if (job.state == JobState::kCancelled) return CancelledResults(job.id);
+  // An expired job has results too: what it finished, and an error line for the rest.
+  const bool ended = job.state == JobState::kCompleted || job.state == JobState::kExpired;
+  if (!ended || job.output_key.empty() || job.errors_key.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job.id, " is ", std::string(JobStateName(job.state)),
+                     "; results exist once it has completed, expired or been cancelled",
+                     job.error.empty() ? "" : absl::StrCat(" (", job.error, ")")));
+  }
+  return ResultKeys{job.output_key, job.errors_key};
+}
+
 absl::StatusOr<int> JobFinalizer::FinalizeReady() {
   auto jobs = store_->JobsToFinalize(16, clock_->Now());
   if (!jobs.ok()) return jobs.status();

@@ -48,6 +48,10 @@ class JobFinalizer {
     std::string errors;
   };
   absl::StatusOr<ResultKeys> CancelledResults(const std::string& job_id);
+  // Where the results of `job` lie, for every reader (the CLI's results, the dashboard's
+  // download): a completed or expired job's row names them; a cancelled job's are
+  // CancelledResults. FailedPrecondition, saying when results exist, for any other job.
+  absl::StatusOr<ResultKeys> ResultsOf(const Job& job);
 
  private:
   // Writes the merged output and error files of `job` (see Finalize) to `output_key` and

@@ -17,6 +17,7 @@
 #include "model/placement.h"
 #include "runner/protocol.h"
 #include "server/admin_service.h"
+#include "server/authorize_or_return.h"
 #include "server/call_auth.h"
 #include "server/job_splitter.h"
 #include "server/keys.h"
@@ -27,12 +28,6 @@
 
 namespace minions {
 namespace {
-
-// Authorises the call for `scope`, or returns its refusal; declares `caller`.
-#define AUTHORIZE_OR_RETURN(context, scope)                                 \
-  absl::StatusOr<Caller> caller_or = AuthorizeCall(context, *auth_, scope); \
-  if (!caller_or.ok()) return ToGrpc(caller_or.status());                   \
-  const Caller& caller = *caller_or
 
 constexpr int32_t kDefaultTaskPage = 1000;
 constexpr int32_t kMaxTaskPage = 10000;
@@ -377,23 +372,11 @@ grpc::Status JobService::GetResults(grpc::ServerContext* context, const v1::GetR
   AUTHORIZE_OR_RETURN(context, Scope::kJobsRead);
   auto job = VisibleJob(caller, request->job_id());
   if (!job.ok()) return ToGrpc(job.status());
-  std::string key = request->errors() ? job->errors_key : job->output_key;
-  if (job->state == JobState::kCancelled) {
-    // A cancelled job keeps what it finished: its answers, and an error line for every record
-    // that never ran (the same files the OpenAI API serves for the batch).
-    auto merged = finalizer_.CancelledResults(job->id);
-    if (!merged.ok()) return ToGrpc(merged.status());
-    key = request->errors() ? merged->errors : merged->output;
-  }
-  // An expired job has results too: what it finished, and an error line for the rest.
-  const bool has_results = job->state == JobState::kCompleted || job->state == JobState::kExpired ||
-                           job->state == JobState::kCancelled;
-  if (!has_results || key.empty()) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("job ", job->id, " is ", std::string(JobStateName(job->state)),
-                                     "; results exist once it has completed, expired or been cancelled",
-                                     job->error.empty() ? "" : absl::StrCat(" (", job->error, ")")));
-  }
+  // A cancelled job keeps what it finished: its answers, and an error line for every record
+  // that never ran (the same files the OpenAI API and the dashboard serve).
+  auto results = finalizer_.ResultsOf(*job);
+  if (!results.ok()) return ToGrpc(results.status());
+  const std::string key = request->errors() ? results->errors : results->output;
   bool client_gone = false;
   auto status = blobs_->Read(key, [&](std::string_view chunk) {
     v1::ResultsChunk out;

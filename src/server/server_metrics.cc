@@ -52,7 +52,16 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, MetadataStore* store) 
 
 void ServerMetrics::HeartbeatAnswered(absl::Duration took) { heartbeat_time_->Observe(absl::ToDoubleSeconds(took)); }
 
+std::map<std::string, TokenUsage> ServerMetrics::TokensAdmittedSoFar() {
+  absl::MutexLock lock(&mu_);
+  return tokens_admitted_;
+}
+
 void ServerMetrics::TokensAdmitted(const std::string& team, const TokenUsage& tokens) {
+  if (tokens.prompt_tokens > 0 || tokens.completion_tokens > 0) {
+    absl::MutexLock lock(&mu_);
+    tokens_admitted_[team].Add(tokens);
+  }
   if (tokens.prompt_tokens > 0) tokens_->With({team, "prompt"})->Increment(static_cast<double>(tokens.prompt_tokens));
   if (tokens.completion_tokens > 0) {
     tokens_->With({team, "completion"})->Increment(static_cast<double>(tokens.completion_tokens));

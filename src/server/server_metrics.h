@@ -44,7 +44,9 @@ class ServerMetrics {
   void HeartbeatAnswered(absl::Duration took);
   // The chunk check admitted a chunk of `team`'s job whose output lines state `tokens` (their
   // response.body.usage): tokens per second by team, as the answers come in.
-  void TokensAdmitted(const std::string& team, const TokenUsage& tokens);
+  void TokensAdmitted(const std::string& team, const TokenUsage& tokens) ABSL_LOCKS_EXCLUDED(mu_);
+  // Every token admitted by this process so far, by team (the dashboard's tokens per step).
+  std::map<std::string, TokenUsage> TokensAdmittedSoFar() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct JobInfo {
@@ -86,6 +88,7 @@ class ServerMetrics {
   std::map<AttemptKey, Granted> grants_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobInfo> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Device> devices_ ABSL_GUARDED_BY(mu_);  // executor id -> its device
+  std::map<std::string, TokenUsage> tokens_admitted_ ABSL_GUARDED_BY(mu_);  // team -> tokens so far
 };
 
 }  // namespace minions

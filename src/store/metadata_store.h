@@ -21,6 +21,7 @@
 // Threads: implementations are thread-safe.
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +62,15 @@ struct FleetHistoryRow {
   absl::Time at;
   std::string point;
   bool operator==(const FleetHistoryRow&) const = default;
+};
+
+// The tokens a team's answers used in one step of the dashboard's history, summed over the
+// servers that admitted them (each adds its own).
+struct FleetTokensRow {
+  absl::Time at;
+  std::string team;
+  TokenUsage tokens;
+  bool operator==(const FleetTokensRow&) const = default;
 };
 
 // One executor's heartbeat, as MetadataStore::Heartbeats takes several at once.
@@ -338,6 +348,13 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   virtual absl::Status RecordFleetHistory(const FleetHistoryRow& row, absl::Time keep_after) = 0;
   // The points at or after `since`, oldest first.
   virtual absl::StatusOr<std::vector<FleetHistoryRow>> ListFleetHistory(absl::Time since) = 0;
+  // Adds `tokens` (team -> the tokens this server admitted) to step `at`'s counts, every server
+  // its own, in one statement per team (concurrent servers all count), and removes the counts of
+  // steps older than `keep_after`. One transaction.
+  virtual absl::Status AddFleetTokens(absl::Time at, const std::map<std::string, TokenUsage>& tokens,
+                                      absl::Time keep_after) = 0;
+  // The counts of the steps at or after `since`, oldest first (then by team).
+  virtual absl::StatusOr<std::vector<FleetTokensRow>> ListFleetTokens(absl::Time since) = 0;
 
   // --- watchdog ---
   // Requeues (or fails, past max_attempts) up to `limit` running tasks whose lease has expired;

@@ -240,6 +240,11 @@ class RowTransaction {
   // Inserts `row` unless its time is there; deletes the rows before `keep_after`.
   virtual absl::Status InsertFleetHistory(const FleetHistoryRow& row, absl::Time keep_after) = 0;
   virtual absl::StatusOr<std::vector<FleetHistoryRow>> ListFleetHistory(absl::Time since) = 0;  // oldest first
+  // --- the dashboard's tokens per step (migration 18) ---
+  // Adds `tokens` to (at, team)'s counts (a row made when none); deletes the rows before `keep_after`.
+  virtual absl::Status AddFleetTokens(absl::Time at, const std::string& team, const TokenUsage& tokens) = 0;
+  virtual absl::Status PruneFleetTokens(absl::Time keep_after) = 0;
+  virtual absl::StatusOr<std::vector<FleetTokensRow>> ListFleetTokens(absl::Time since) = 0;  // oldest first
 
   // --- verification (model/verification.h) ---
   // AlreadyExists when this verifier's verdict on the record is there.

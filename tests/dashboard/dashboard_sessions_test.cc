@@ -28,6 +28,27 @@ TEST(DashboardSessions, AnIdIsRandomNamesItsTokenAndEnds) {
   EXPECT_EQ(sessions.TokenOf(other, now), "");
 }
 
+// The CSRF secret: random per session, not the id, and worth nothing once the session ends.
+TEST(DashboardSessions, EachSessionHasACsrfSecretOfItsOwn) {
+  DashboardSessions sessions(absl::Hours(1), 100);
+  const absl::Time now = absl::FromUnixSeconds(1000000);
+  const std::string a = sessions.Open("mnv_a", now);
+  const std::string b = sessions.Open("mnv_a", now);
+  const std::string csrf = sessions.CsrfOf(a, now);
+  EXPECT_EQ(csrf.size(), 64u);
+  EXPECT_NE(csrf, a);
+  EXPECT_NE(csrf, sessions.CsrfOf(b, now));
+  EXPECT_TRUE(sessions.CsrfMatches(a, csrf, now));
+  EXPECT_FALSE(sessions.CsrfMatches(b, csrf, now));
+  EXPECT_FALSE(sessions.CsrfMatches(a, "", now));
+  EXPECT_FALSE(sessions.CsrfMatches(a, csrf.substr(1), now));
+  EXPECT_FALSE(sessions.CsrfMatches("", "", now));
+  EXPECT_FALSE(sessions.CsrfMatches(a, csrf, now + absl::Hours(1)));  // ended
+  EXPECT_EQ(sessions.CsrfOf(a, now), "");
+  sessions.Close(b);
+  EXPECT_EQ(sessions.CsrfOf(b, now), "");
+}
+
 TEST(DashboardSessions, AFullTableDropsTheOldestSession) {
   DashboardSessions sessions(absl::Hours(1), 3);
   const absl::Time now = absl::FromUnixSeconds(1000000);

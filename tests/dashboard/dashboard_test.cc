@@ -16,6 +16,7 @@
 #include "testing/even_tasks.h"
 #include "testing/fake_clock.h"
 #include "testing/http_get.h"
+#include "testing/identities.h"
 #include "testing/must.h"
 #include "testing/prometheus_text.h"
 
@@ -45,11 +46,7 @@ class DashboardTest : public ::testing::Test {
 
   // A fresh token's text.
   std::string Issue(Role role, const std::string& team, const std::string& name) {
-    IssueRequest request;
-    request.role = role;
-    request.team = team;
-    request.principal = name;
-    return Must(identities_->Issue(request, "local")).text;
+    return IssueText(*identities_, role, team, name);
   }
   static std::vector<std::string> Bearer(const std::string& token) { return {"Authorization: Bearer " + token}; }
   void TearDown() override { http_.Stop(); }
@@ -67,15 +64,7 @@ class DashboardTest : public ::testing::Test {
 
   // A job of `n_tasks` tasks of 10 records each, for team "ml".
   std::string Submit(int n_tasks) {
-    JobSpec spec;
-    spec.team = "ml";
-    spec.model = "/models/tiny.gguf";
-    spec.input_key = "inputs/in.jsonl";
-    spec.shard_size = 10;
-    std::vector<Task> tasks = EvenTasks(n_tasks, 10);
-    Job job = Must(store_->CreateJob(spec, clock_.Now()));
-    EXPECT_TRUE(store_->AddTasks(job.id, tasks, n_tasks * 10, clock_.Now()).ok());
-    return job.id;
+    return Must(QueueEvenJob(*store_, TenRecordSpec("ml", "/models/tiny.gguf"), n_tasks, clock_.Now()));
   }
 
   std::map<std::string, double> Scrape() {
@@ -183,16 +172,10 @@ TEST_F(DashboardTest, TheFleetShowsWhichExecutorsFormWhichGangAndItsLeader) {
   const std::string lead = Register("lead-box", "");
   const std::string member = Register("member-box", "");
   const std::string idle = Register("idle-box", "");
-  JobSpec spec;
-  spec.team = "ml";
-  spec.model = "/models/tiny.gguf";
-  spec.input_key = "inputs/in.jsonl";
-  spec.shard_size = 10;
-  spec.gang_size = 2;
-  Job job = Must(store_->CreateJob(spec, clock_.Now()));
-  ASSERT_TRUE(store_->AddTasks(job.id, EvenTasks(1, 10), 10, clock_.Now()).ok());
+  const std::string job_id =
+      Must(QueueEvenJob(*store_, TenRecordSpec("ml", "/models/tiny.gguf", /*gang_size=*/2), 1, clock_.Now()));
   GangLease gang;
-  gang.job_id = job.id;
+  gang.job_id = job_id;
   gang.task_index = 0;
   gang.members = {{lead, "10.9.0.1:50052", int64_t{8} << 30}, {member, "10.9.0.2:50052", int64_t{8} << 30}};
   ASSERT_TRUE(store_->LeaseToGang(gang, kTtl, clock_.Now()).ok());
@@ -205,7 +188,7 @@ TEST_F(DashboardTest, TheFleetShowsWhichExecutorsFormWhichGangAndItsLeader) {
       continue;
     }
     ASSERT_TRUE(e["gang"].is_object()) << e.dump();
-    EXPECT_EQ(e["gang"]["job"], job.id);
+    EXPECT_EQ(e["gang"]["job"], job_id);
     EXPECT_EQ(e["gang"]["attempt"], 1);
     EXPECT_EQ(e["gang"]["size"], 2);
     EXPECT_EQ(e["gang"]["leader"], lead);
@@ -417,6 +400,93 @@ TEST_F(DashboardTest, TheHistoryOutlivesARestartAndShowsTheTimeNobodyRanAsAGap) 
   Json viewer = HistoryJson(points, Caller{"t2", Role::kViewer, "ml", "dash", DefaultScopes(Role::kViewer)},
                             restarted.history_step());
   EXPECT_FALSE(viewer.contains("tasks"));
+}
+
+// An executor's page: its state and records per second over time, from the same stored points
+// (kept across a round trip through the store's form), with gaps where nobody ran or it was not
+// seen, and the count of tasks it ran for admins only.
+TEST_F(DashboardTest, AnExecutorsHistoryShowsItsStatesAndRecordsPerSecond) {
+  const std::string executor = Register("worker", "");
+  const std::string job = Submit(2);
+  ASSERT_TRUE(fleet_->RecordHistory().ok());  // available, 0 records
+  clock_.Advance(absl::Seconds(15));
+  std::vector<Lease> leases = Must(store_->LeaseTasks(executor, 2, absl::Hours(1), clock_.Now()));
+  ASSERT_EQ(leases.size(), 2u);
+  ASSERT_TRUE(store_->CompleteTask(executor, job, leases[0].task.index, leases[0].task.attempt, 10, 0, clock_.Now()).ok());
+  ASSERT_TRUE(fleet_->RecordHistory().ok());  // busy with one task, 10 records in 15 s
+  std::vector<FleetHistoryPoint> points = Must(fleet_->History());
+  ASSERT_GE(points.size(), 2u);
+  // Through the stored form and back: the samples survive.
+  FleetHistoryPoint stored = Must(ParseFleetHistoryPoint(points[1].at, FleetHistoryPointJson(points[1])));
+  ASSERT_EQ(stored.executors.count(executor), 1u);
+  EXPECT_EQ(stored.executors[executor].tasks_running, 1);
+  const int64_t records = stored.executors[executor].records_done;
+  // Five minutes with no server, then a point where it is gone (revoked).
+  FleetHistoryPoint later = stored;
+  later.at = stored.at + absl::Minutes(5);
+  later.executors.clear();
+  std::vector<FleetHistoryPoint> shown = {points[0], stored, later};
+  const absl::Duration step = fleet_->history_step();
+  Json admin = ExecutorHistoryJson(shown, executor, Caller{"t1", Role::kAdmin, "", "ops", DefaultScopes(Role::kAdmin)}, step);
+  ASSERT_EQ(admin["t"].size(), 4u) << DumpJson(admin);  // the two points, the gap, the last
+  EXPECT_EQ(admin["state"][0], "available");
+  EXPECT_EQ(admin["state"][1], "busy");
+  EXPECT_TRUE(admin["state"][2].is_null());  // the gap
+  EXPECT_TRUE(admin["state"][3].is_null());  // not seen
+  EXPECT_TRUE(admin["records_per_second"][0].is_null());  // nothing before the first point
+  EXPECT_DOUBLE_EQ(admin["records_per_second"][1].get<double>(),
+                   static_cast<double>(records - points[0].executors[executor].records_done) / 15);
+  EXPECT_EQ(admin["tasks"][1], 1);
+  Json viewer = ExecutorHistoryJson(shown, executor, Caller{"t2", Role::kViewer, "ml", "dash", DefaultScopes(Role::kViewer)}, step);
+  EXPECT_FALSE(viewer.contains("tasks"));
+  EXPECT_EQ(viewer["state"], admin["state"]);
+  // Over HTTP: a credential is needed, and the executor named.
+  EXPECT_EQ(HttpGet(base_ + "/api/history/executor?id=" + executor).status, 401);
+  GetJson("/api/history/executor", 400);
+  Json served = GetJson("/api/history/executor?id=" + executor);
+  EXPECT_EQ(served["state"][0], "available");
+}
+
+// Tokens per second: each server adds what it admitted in the step that ended, the chart shows
+// their sum per team at the step's end (0 in a step with none); a team sees its own only.
+TEST_F(DashboardTest, TokensPerSecondSumEveryServersAndShowATeamItsOwn) {
+  Team team;
+  team.name = "ml";
+  ASSERT_TRUE(store_->CreateTeam(team).ok());
+  ASSERT_TRUE(fleet_->RecordHistory().ok());  // the first point
+  const absl::Time first = Must(fleet_->History()).front().at;
+  clock_.Advance(absl::Seconds(15));
+  // This server admitted 30 prompt and 150 completion tokens of team ml, and 15 of ads...
+  ASSERT_TRUE(fleet_->RecordTokens({{"ml", {30, 150}}, {"ads", {0, 15}}}).ok());
+  // ...and a second server on the same store 75 completion tokens of ml.
+  ProgressTracker progress;
+  FleetView other(store_.get(), &clock_, &progress, absl::Seconds(1));
+  ASSERT_TRUE(other.RecordTokens({{"ml", {0, 75}}}).ok());
+  ASSERT_TRUE(fleet_->RecordHistory().ok());  // the second point, at the step's end
+  // The same totals again: nothing more is added.
+  ASSERT_TRUE(fleet_->RecordTokens({{"ml", {30, 150}}, {"ads", {0, 15}}}).ok());
+
+  Json history = GetJson("/api/history");
+  ASSERT_EQ(history["tokens"].size(), 2u) << DumpJson(history);
+  const Json& ml = history["tokens"][1];
+  ASSERT_EQ(ml["team"], "ml");
+  const double at = absl::ToDoubleSeconds(first + absl::Seconds(15) - absl::UnixEpoch());
+  size_t second = 0;
+  while (second < history["t"].size() && history["t"][second].get<double>() != at) ++second;
+  ASSERT_LT(second, history["t"].size()) << DumpJson(history);
+  EXPECT_EQ(ml["completion_per_second"][0].get<double>(), 0);  // nothing in the step before
+  EXPECT_DOUBLE_EQ(ml["completion_per_second"][second].get<double>(), 15);  // (150 + 75) / 15 s
+  EXPECT_DOUBLE_EQ(ml["prompt_per_second"][second].get<double>(), 2);
+  EXPECT_DOUBLE_EQ(history["tokens"][0]["completion_per_second"][second].get<double>(), 1);
+  // A newest point in the middle of a step has no tokens yet (null, not 0).
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(fleet_->Get().ok());
+  Json live = GetJson("/api/history");
+  EXPECT_TRUE(live["tokens"][1]["completion_per_second"].back().is_null()) << DumpJson(live);
+  // Team ml's viewer: its own tokens only.
+  Json mine = GetJson("/api/history", 200, Issue(Role::kViewer, "ml", "dash"));
+  ASSERT_EQ(mine["tokens"].size(), 1u);
+  EXPECT_EQ(mine["tokens"][0]["team"], "ml");
 }
 
 // Points older than FleetView::kHistorySpan are removed as new ones are recorded: the stored

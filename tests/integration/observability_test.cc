@@ -6,6 +6,7 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -348,6 +349,11 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   EXPECT_EQ(event["charts"]["drawn"], 3) << DumpJson(event);
   EXPECT_GE(event["charts"]["points"].get<int>(), 2) << DumpJson(event);
   EXPECT_GE(event["charts"]["rate_series"].get<int>(), 1) << DumpJson(event);
+  // Tokens per second: the team's generated and prompt series.
+  EXPECT_EQ(event["charts"]["token_series"].get<int>(), 2) << DumpJson(event);
+  // An executor's page lists its states over time and draws its records per second.
+  EXPECT_GE(event["executor_page"]["states"].get<int>(), 1) << DumpJson(event);
+  EXPECT_EQ(event["executor_page"]["chart"], true) << DumpJson(event);
   // The fleet table shows each machine's device (kind and name), usable memory and cached models
   // (a job of a model named by path leaves the caches empty): e1, e2 and the test's lease holder.
   ASSERT_EQ(event["fleet"].size(), 3u) << DumpJson(event);
@@ -470,6 +476,83 @@ TEST(Observability, TheDashboardInChromiumDrawsAFinishedJobsCurveEndingWhenItEnd
   }
   EXPECT_EQ(seen["record_errors"]["all"], "minions results " + job->id() + " --errors");
   EXPECT_THAT(seen["summary"].get<std::string>(), ::testing::HasSubstr("48 succeeded, 2 failed of 50"));
+  fs::remove_all(dir);
+}
+
+// Cancel and download from the job page, as a submitter of the job's team does it in a real
+// browser: the job is cancelled part-way (one task held by the test, the rest finished), and the
+// page's links give what finished and an error line for every record that never ran, the same
+// as `minions results` gives: cancelling threw nothing away.
+TEST(Observability, TheDashboardInChromiumCancelsAJobAndDownloadsWhatFinished) {
+  std::string dir = TempDir("cancel");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  ASSERT_TRUE(pool.StartServer().ok());
+  ASSERT_TRUE(pool.CreateTeam("research").ok());
+  auto submitter = pool.IssueToken("submitter", "research", "browser");
+  ASSERT_TRUE(submitter.ok()) << submitter.status();
+  // 100 records in tasks of 10; the test holds one task, so the job cannot end by itself.
+  auto job = SubmitSample(pool, 100, 10);
+  ASSERT_TRUE(job.ok()) << job.status();
+  LeaseHolder holder(pool.connection());
+  ASSERT_TRUE(holder.Hold().ok());
+  ASSERT_TRUE(pool.StartExecutor("e1").ok());
+  cli::JobsClient client(pool.connection());
+  // Waits (no deadline asserted: the other nine tasks run on the test model) for the rest.
+  auto tasks_done = [&] {
+    auto tasks = client.Tasks(job->id());
+    int done = 0;
+    for (const v1::Task& t : tasks.ok() ? *tasks : std::vector<v1::Task>{}) done += t.state() == "succeeded";
+    return done;
+  };
+  for (int i = 0; i < 1800 && tasks_done() < 9; ++i) absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_EQ(tasks_done(), 9) << "logs in " << pool.dir() << "/logs";
+
+  Subprocess::Options sp;
+  sp.argv = {"node", "--experimental-websocket", "--no-warnings", kSource + "/tests/js/dashboard_cancel_check.mjs",
+             absl::StrCat("http://", pool.http_address(), "/"), job->id(), "120"};
+  sp.stderr_path = dir + "/dashboard_cancel_check.log";
+  sp.extra_env = {"MINIONS_DASHBOARD_TOKEN=" + *submitter};
+  auto browser = Subprocess::Start(sp);
+  ASSERT_TRUE(browser.ok()) << browser.status();
+  (*browser)->CloseStdin();
+  auto line = (*browser)->ReadLine(absl::Minutes(3));
+  ASSERT_TRUE(line.ok()) << ReadAll(dir + "/dashboard_cancel_check.log");
+  auto parsed = ParseJson(*line);
+  ASSERT_TRUE(parsed.ok()) << *line;
+  const Json seen = *parsed;
+  auto exit = (*browser)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(exit.ok());
+  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
+
+  // While it ran: a cancel button, nothing to download yet.
+  EXPECT_EQ(seen["before"]["cancel"], true) << DumpJson(seen);
+  EXPECT_EQ(seen["before"]["download"], false) << DumpJson(seen);
+  EXPECT_THAT(seen["message"].get<std::string>(), ::testing::StartsWith("Cancelled")) << DumpJson(seen);
+  EXPECT_THAT(seen["summary"].get<std::string>(), ::testing::HasSubstr("10 never ran of 100")) << DumpJson(seen);
+  ASSERT_EQ(client.Get(job->id())->state(), "cancelled");
+  // The files: every record exactly once; the held task's ten as never run.
+  ASSERT_EQ(seen["output"]["status"], 200) << DumpJson(seen);
+  ASSERT_EQ(seen["errors"]["status"], 200) << DumpJson(seen);
+  EXPECT_THAT(seen["output"]["disposition"].get<std::string>(), ::testing::HasSubstr(job->id() + "-output.jsonl"));
+  // Every custom_id once (a malformed input line has none: its error line says which line it was).
+  std::set<std::string> ids;
+  size_t without_id = 0;
+  auto count = [&](const Json& id) { id.is_string() ? (void)ids.insert(id.get<std::string>()) : (void)++without_id; };
+  for (const Json& id : seen["output"]["lines"]) count(id);
+  int never_ran = 0;
+  for (const Json& e : seen["errors"]["lines"]) {
+    count(e["custom_id"]);
+    never_ran += e["code"] == "batch_cancelled";
+  }
+  EXPECT_EQ(ids.size() + without_id, 100u) << DumpJson(seen);
+  EXPECT_EQ(seen["output"]["lines"].size() + seen["errors"]["lines"].size(), 100u) << DumpJson(seen);
+  EXPECT_EQ(never_ran, 10) << DumpJson(seen);
+  EXPECT_GE(seen["output"]["lines"].size(), 88u) << "what finished was kept: " << DumpJson(seen);
+  // The same lines as `minions results` gives.
+  std::string cli_output;
+  ASSERT_TRUE(client.Results(job->id(), false, [&](const std::string& chunk) { cli_output += chunk; }).ok());
+  EXPECT_EQ(static_cast<size_t>(std::count(cli_output.begin(), cli_output.end(), '\n')), seen["output"]["lines"].size());
   fs::remove_all(dir);
 }
 

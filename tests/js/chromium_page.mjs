@@ -1,6 +1,6 @@
 // Headless Chromium driven through the DevTools protocol (Node's WebSocket; no npm package), and
 // the dashboard's sign-in as a person does it: what the dashboard's browser checks share
-// (dashboard_check.mjs, dashboard_history_check.mjs).
+// (dashboard_check.mjs, dashboard_history_check.mjs, dashboard_cancel_check.mjs).
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -93,6 +93,14 @@ export class Browser {
                     document.querySelector("form").submit(); true`);
     await this.until(cdp, "location.pathname === '/'", "signing in to lead to the dashboard");
     await this.until(cdp, "Number(document.body && document.body.dataset.updates || 0) > 0", "the dashboard's first update");
+  }
+
+  // Opens job `jobId`'s page as a person does, by clicking its row in the jobs table, and waits
+  // until the page shows it and `ready` (an expression) holds.
+  async openJob(cdp, jobId, ready = "true", what = "the job's page") {
+    await this.until(cdp, `!!document.querySelector('#jobs tr[data-job="${jobId}"]')`, "the job's row");
+    await cdp.eval(`document.querySelector('#jobs tr[data-job="${jobId}"]').click(); true`);
+    await this.until(cdp, `document.getElementById("job-id").textContent === ${JSON.stringify(jobId)} && (${ready})`, what);
   }
 
   async screenshot(cdp, path) {

@@ -11,7 +11,10 @@
 //   {"event":"loaded"}                                  the page has drawn its first update
 //   {"event":"progress","job":ID,"progress":P,"state":S} each time the job's progress changes
 //   {"event":"done","job":ID,"values":[...],"tasks":N,"screenshot":PATH,
-//    "charts":{"drawn":N,"points":P,"rate_series":R},  (charts drawn, fewest points, rate series)
+//    "charts":{"drawn":N,"points":P,"rate_series":R,"token_series":T},  (charts drawn, fewest
+//                                                       points, rate series, tokens/s series)
+//    "executor_page":{"states":N,"chart":B},            (an executor's page: state changes listed,
+//                                                       its records/s chart drawn)
 //    "fleet":[{"device":D,"memory":M,"models":C}]}      (the fleet table's cells, one per executor)
 // and exits 0 once the job is completed, 1 on a timeout or an error.
 import { Browser, emit, sleep } from "./chromium_page.mjs";
@@ -63,10 +66,13 @@ async function main() {
           const drawn = ids.filter((id) => document.querySelector("#" + id + " .uplot canvas"));
           const points = ids.map((id) => Number(document.getElementById(id).dataset.points || 0));
           return { drawn: drawn.length, points: Math.min(...points),
-                   rate_series: Number(document.getElementById("chart-rates").dataset.series || 0) };
+                   rate_series: Number(document.getElementById("chart-rates").dataset.series || 0),
+                   token_series: Number(document.getElementById("chart-tokens").dataset.series || 0) };
         })()`;
+        // The job's tokens reach the chart at the end of the step they were admitted in.
         let charts = await cdp.eval(chartsReady);
-        while ((charts.drawn < 3 || charts.points < 2 || charts.rate_series < 1) && Date.now() < deadline) {
+        while ((charts.drawn < 3 || charts.points < 2 || charts.rate_series < 1 || charts.token_series < 1) &&
+               Date.now() < deadline) {
           await sleep(200);
           charts = await cdp.eval(chartsReady);
         }
@@ -75,7 +81,20 @@ async function main() {
         const fleet = await cdp.eval(`[...document.querySelectorAll("#fleet tbody tr")].map((tr) => ({
           device: tr.querySelector("td.device").textContent, memory: tr.querySelector("td.memory").textContent,
           models: tr.querySelector("td.models").textContent }))`);
-        emit({ event: "done", job, values, tasks: seen.tasks, screenshot: screenshotPath, charts, fleet });
+        // An executor's page, as a person opens it by clicking its row: its states and its chart.
+        await cdp.eval(`document.querySelector("#fleet tbody tr[data-executor]").click(); true`);
+        const executorReady = `(() => {
+          const states = document.querySelectorAll("#executor-states li").length;
+          const chart = !!document.querySelector("#chart-executor .uplot canvas");
+          return states > 0 && chart ? { states, chart } : null;
+        })()`;
+        let executorPage = await cdp.eval(executorReady);
+        while (!executorPage && Date.now() < deadline) {
+          await sleep(200);
+          executorPage = await cdp.eval(executorReady);
+        }
+        emit({ event: "done", job, values, tasks: seen.tasks, screenshot: screenshotPath, charts, fleet,
+               executor_page: executorPage || { states: 0, chart: false } });
         return;
       }
     }

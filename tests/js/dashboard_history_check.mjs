@@ -21,11 +21,7 @@ const browser = new Browser(Date.now() + Number(timeoutArg || 120) * 1000);
 async function main() {
   const cdp = await browser.page();
   await browser.signIn(cdp, url, process.env.MINIONS_DASHBOARD_TOKEN || "");
-  // The job's page, as a person opens it by clicking its row.
-  await browser.until(cdp, `!!document.querySelector('#jobs tr[data-job="${jobId}"]')`, "the job's row");
-  await cdp.eval(`document.querySelector('#jobs tr[data-job="${jobId}"]').click(); true`);
-  await browser.until(cdp, `document.getElementById("job-id").textContent === ${JSON.stringify(jobId)} &&
-                            document.getElementById("job-errors").children.length > 0`, "the job's page");
+  await browser.openJob(cdp, jobId, `document.getElementById("job-errors").children.length > 0`);
   // The rate chart drawn with the job among its series (charts: app.js's chart registry).
   const drawn = `(() => {
     const c = typeof charts !== "undefined" && charts["chart-rates"];

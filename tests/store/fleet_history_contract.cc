@@ -34,5 +34,24 @@ TEST_P(MetadataStoreContract, FleetHistoryPrunesPointsOlderThanKept) {
   EXPECT_EQ(rows.back().at, t0 + absl::Minutes(5));
 }
 
+// Tokens per step: every server adds its own (the counts sum), per team; old steps are pruned.
+TEST_P(MetadataStoreContract, FleetTokensSumEveryServersCountsPerStepAndTeam) {
+  const absl::Time t0 = now_;
+  ASSERT_OK(store_->AddFleetTokens(t0, {{"ml", {10, 5}}, {"ads", {1, 1}}}, absl::InfinitePast()));
+  ASSERT_OK(store_->AddFleetTokens(t0, {{"ml", {3, 2}}}, absl::InfinitePast()));  // a second server
+  ASSERT_OK(store_->AddFleetTokens(t0 + absl::Seconds(15), {{"ml", {7, 7}}}, absl::InfinitePast()));
+  ASSERT_OK_AND_ASSIGN(std::vector<FleetTokensRow> rows, store_->ListFleetTokens(absl::InfinitePast()));
+  ASSERT_THAT(rows, SizeIs(3));
+  EXPECT_EQ(rows[0], (FleetTokensRow{t0, "ads", {1, 1}}));
+  EXPECT_EQ(rows[1], (FleetTokensRow{t0, "ml", {13, 7}}));
+  EXPECT_EQ(rows[2], (FleetTokensRow{t0 + absl::Seconds(15), "ml", {7, 7}}));
+  EXPECT_THAT(Must(store_->ListFleetTokens(t0 + absl::Seconds(15)), "ListFleetTokens"), SizeIs(1));
+  // Adding to a later step drops the steps before keep_after.
+  ASSERT_OK(store_->AddFleetTokens(t0 + absl::Seconds(30), {{"ml", {1, 0}}}, t0 + absl::Seconds(15)));
+  ASSERT_OK_AND_ASSIGN(rows, store_->ListFleetTokens(absl::InfinitePast()));
+  ASSERT_THAT(rows, SizeIs(2));
+  EXPECT_EQ(rows.front().at, t0 + absl::Seconds(15));
+}
+
 }  // namespace
 }  // namespace minions

@@ -202,6 +202,11 @@ absl::StatusOr<Executor> RowMetadataStore::EnrolExecutor(const std::string& join
   return parts_->identity.EnrolExecutor(join_secret_hash, credential, info, now, await_approval);
 }
 
+absl::Status RowMetadataStore::RotateCredential(const std::string& token_id, TokenRecord& fresh, absl::Time now,
+                                               absl::Time old_expires_by) {
+  return parts_->identity.RotateCredential(token_id, fresh, now, old_expires_by);
+}
+
 absl::StatusOr<Executor> RowMetadataStore::ApproveExecutor(const std::string& executor_id, absl::Time now) {
   return parts_->identity.ApproveExecutor(executor_id, now);
 }
@@ -300,6 +305,18 @@ absl::Status RowMetadataStore::RecordFleetHistory(const FleetHistoryRow& row, ab
 
 absl::StatusOr<std::vector<FleetHistoryRow>> RowMetadataStore::ListFleetHistory(absl::Time since) {
   return RunTransaction(*rows_, TransactionKind::kRead, [&](RowTransaction& t) { return t.ListFleetHistory(since); });
+}
+
+absl::Status RowMetadataStore::AddFleetTokens(absl::Time at, const std::map<std::string, TokenUsage>& tokens,
+                                              absl::Time keep_after) {
+  return RunTransaction(*rows_, TransactionKind::kWrite, [&](RowTransaction& t) -> absl::Status {
+    for (const auto& [team, used] : tokens) RETURN_IF_ERROR(t.AddFleetTokens(at, team, used));
+    return t.PruneFleetTokens(keep_after);
+  });
+}
+
+absl::StatusOr<std::vector<FleetTokensRow>> RowMetadataStore::ListFleetTokens(absl::Time since) {
+  return RunTransaction(*rows_, TransactionKind::kRead, [&](RowTransaction& t) { return t.ListFleetTokens(since); });
 }
 
 absl::Status RowMetadataStore::RecordThroughput(const ThroughputKey& key, const ThroughputSample& sample,

@@ -99,6 +99,8 @@ class RowMetadataStore : public MetadataStore {
                                          const ExecutorInfo& info, absl::Time now, bool await_approval) override;
   absl::StatusOr<Executor> RevokeExecutor(const std::string& executor_id, absl::Time now) override;
   absl::StatusOr<Executor> ApproveExecutor(const std::string& executor_id, absl::Time now) override;
+  absl::Status RotateCredential(const std::string& token_id, TokenRecord& fresh, absl::Time now,
+                                absl::Time old_expires_by) override;
   absl::StatusOr<ModelRecord> AddModel(const ModelRecord& model) override;
   absl::StatusOr<ModelRecord> GetModel(const std::string& team, const std::string& name,
                                        const std::string& digest) override;
@@ -129,6 +131,9 @@ class RowMetadataStore : public MetadataStore {
   absl::StatusOr<std::optional<Throughput>> GetThroughput(const ThroughputKey& key) override;
   absl::Status RecordFleetHistory(const FleetHistoryRow& row, absl::Time keep_after) override;
   absl::StatusOr<std::vector<FleetHistoryRow>> ListFleetHistory(absl::Time since) override;
+  absl::Status AddFleetTokens(absl::Time at, const std::map<std::string, TokenUsage>& tokens,
+                              absl::Time keep_after) override;
+  absl::StatusOr<std::vector<FleetTokensRow>> ListFleetTokens(absl::Time since) override;
   absl::StatusOr<Executor> RecordVerification(const Verification& verification, absl::Time now) override;
   absl::StatusOr<std::vector<Verification>> ListVerifications(const std::string& job_id) override;
   absl::StatusOr<Executor> ReleaseExecutor(const std::string& executor_id, absl::Time now) override;

@@ -352,6 +352,18 @@ CREATE TABLE verification_tasks (
 CREATE INDEX verification_tasks_by_age ON verification_tasks (created_at);
 )sql";
 
+// The tokens each team's answers used per step of the dashboard's history: every server adds
+// what it admitted (dashboard/fleet_view.h), kept as long as the history. Migration 18.
+constexpr char kFleetTokens[] = R"sql(
+CREATE TABLE fleet_tokens (
+  at                BIGINT NOT NULL,
+  team              TEXT NOT NULL,
+  prompt_tokens     BIGINT NOT NULL DEFAULT 0,
+  completion_tokens BIGINT NOT NULL DEFAULT 0,
+  PRIMARY KEY (at, team)
+);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -371,6 +383,7 @@ constexpr Migration kMigrations[] = {
     {15, "verification: verifiers' verdicts on records", kVerifications},
     {16, "the dashboard's history: one point per step", kFleetHistory},
     {17, "verification: spot checks waiting for a verifier", kVerificationTasks},
+    {18, "the dashboard's tokens per step and team", kFleetTokens},
 };
 
 }  // namespace

@@ -226,6 +226,14 @@ inline constexpr char kInsertFleetHistory[] =
     "INSERT INTO fleet_history (at, point) VALUES ($1, $2) ON CONFLICT (at) DO NOTHING";
 inline constexpr char kPruneFleetHistory[] = "DELETE FROM fleet_history WHERE at < $1";
 inline constexpr char kSelectFleetHistory[] = "SELECT at, point FROM fleet_history WHERE at >= $1 ORDER BY at";
+// The dashboard's tokens per step (migration 18): $1 when, $2 team, $3 prompt, $4 completion tokens.
+inline constexpr char kAddFleetTokens[] =
+    "INSERT INTO fleet_tokens (at, team, prompt_tokens, completion_tokens) VALUES ($1, $2, $3, $4) "
+    "ON CONFLICT (at, team) DO UPDATE SET prompt_tokens = fleet_tokens.prompt_tokens + excluded.prompt_tokens, "
+    "completion_tokens = fleet_tokens.completion_tokens + excluded.completion_tokens";
+inline constexpr char kPruneFleetTokens[] = "DELETE FROM fleet_tokens WHERE at < $1";
+inline constexpr char kSelectFleetTokens[] =
+    "SELECT at, team, prompt_tokens, completion_tokens FROM fleet_tokens WHERE at >= $1 ORDER BY at, team";
 // Which of the executors $1 exist (locked in id order: after the tasks, the store's lock order).
 #define MINIONS_PG_EXECUTOR_IDS "SELECT id FROM executors WHERE id = ANY($1::text[]) ORDER BY id"
 inline constexpr char kExecutorIds[] = MINIONS_PG_EXECUTOR_IDS;

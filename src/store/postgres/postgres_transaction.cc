@@ -574,6 +574,26 @@ absl::StatusOr<std::vector<FleetHistoryRow>> PostgresTransaction::ListFleetHisto
   return rows;
 }
 
+absl::Status PostgresTransaction::AddFleetTokens(absl::Time at, const std::string& team, const TokenUsage& tokens) {
+  return c_.Exec(sql::kAddFleetTokens,
+                 Params().Time(at).Text(team).Int(tokens.prompt_tokens).Int(tokens.completion_tokens))
+      .status();
+}
+
+absl::Status PostgresTransaction::PruneFleetTokens(absl::Time keep_after) {
+  return c_.Exec(sql::kPruneFleetTokens, Params().Time(keep_after)).status();
+}
+
+absl::StatusOr<std::vector<FleetTokensRow>> PostgresTransaction::ListFleetTokens(absl::Time since) {
+  ASSIGN_OR_RETURN(PgResult result, c_.Exec(sql::kSelectFleetTokens, Params().Time(since)));
+  std::vector<FleetTokensRow> rows;
+  rows.reserve(result.Rows());
+  for (int i = 0; i < result.Rows(); ++i) {
+    rows.push_back({result.Time(i, 0), result.Text(i, 1), TokenUsage{result.Int(i, 2), result.Int(i, 3)}});
+  }
+  return rows;
+}
+
 // --- verification ---
 
 absl::Status PostgresTransaction::InsertVerification(const Verification& v) {

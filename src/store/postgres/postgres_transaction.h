@@ -86,6 +86,9 @@ class PostgresTransaction : public RowTransaction {
   absl::StatusOr<std::optional<Throughput>> GetThroughput(const ThroughputKey& key) override;
   absl::Status InsertFleetHistory(const FleetHistoryRow& row, absl::Time keep_after) override;
   absl::StatusOr<std::vector<FleetHistoryRow>> ListFleetHistory(absl::Time since) override;
+  absl::Status AddFleetTokens(absl::Time at, const std::string& team, const TokenUsage& tokens) override;
+  absl::Status PruneFleetTokens(absl::Time keep_after) override;
+  absl::StatusOr<std::vector<FleetTokensRow>> ListFleetTokens(absl::Time since) override;
   absl::Status InsertVerification(const Verification& verification) override;
   absl::StatusOr<std::vector<Verification>> VerificationsOfJob(const std::string& job_id) override;
   absl::Status InsertVerificationTasks(const std::vector<VerificationTask>& tasks) override;

@@ -217,6 +217,14 @@ inline constexpr char kInsertFleetHistory[] =
     "INSERT INTO fleet_history (at, point) VALUES (:at, :point) ON CONFLICT (at) DO NOTHING";
 inline constexpr char kPruneFleetHistory[] = "DELETE FROM fleet_history WHERE at < :keep_after";
 inline constexpr char kSelectFleetHistory[] = "SELECT at, point FROM fleet_history WHERE at >= :since ORDER BY at";
+// --- the dashboard's tokens per step (migration 18) ---
+inline constexpr char kAddFleetTokens[] =
+    "INSERT INTO fleet_tokens (at, team, prompt_tokens, completion_tokens) VALUES (:at, :team, :prompt, :completion) "
+    "ON CONFLICT (at, team) DO UPDATE SET prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+    "completion_tokens = completion_tokens + excluded.completion_tokens";
+inline constexpr char kPruneFleetTokens[] = "DELETE FROM fleet_tokens WHERE at < :keep_after";
+inline constexpr char kSelectFleetTokens[] =
+    "SELECT at, team, prompt_tokens, completion_tokens FROM fleet_tokens WHERE at >= :since ORDER BY at, team";
 
 // --- spot checks (migration 17) ---
 inline constexpr char kInsertVerificationTask[] =

@@ -538,6 +538,28 @@ absl::StatusOr<std::vector<FleetHistoryRow>> SqliteTransaction::ListFleetHistory
   });
 }
 
+absl::Status SqliteTransaction::AddFleetTokens(absl::Time at, const std::string& team, const TokenUsage& tokens) {
+  ASSIGN_OR_RETURN(Statement add, c_.Prepare(sql::kAddFleetTokens));
+  return add.BindTime(":at", at)
+      .BindText(":team", team)
+      .BindInt(":prompt", tokens.prompt_tokens)
+      .BindInt(":completion", tokens.completion_tokens)
+      .Run();
+}
+
+absl::Status SqliteTransaction::PruneFleetTokens(absl::Time keep_after) {
+  ASSIGN_OR_RETURN(Statement prune, c_.Prepare(sql::kPruneFleetTokens));
+  return prune.BindTime(":keep_after", keep_after).Run();
+}
+
+absl::StatusOr<std::vector<FleetTokensRow>> SqliteTransaction::ListFleetTokens(absl::Time since) {
+  ASSIGN_OR_RETURN(Statement query, c_.Prepare(sql::kSelectFleetTokens));
+  query.BindTime(":since", since);
+  return Collect<FleetTokensRow>(query, [](const Statement& row) -> absl::StatusOr<FleetTokensRow> {
+    return FleetTokensRow{row.Time(0), row.Text(1), TokenUsage{row.Int(2), row.Int(3)}};
+  });
+}
+
 // --- verification ---
 
 absl::Status SqliteTransaction::InsertVerification(const Verification& v) {
