@@ -630,7 +630,9 @@ absl::StatusOr<Json> OpenAiApi::BatchObject(const Job& job) {
     used = TokenUsage{count("prompt_tokens"), count("completion_tokens")};
   }
   if (used) {
-    // In the Batch API's shape; llama.cpp reports no cached or reasoning tokens apart.
+    // In the Batch API's shape. The details are 0 by design (docs/openai-parameters.md, "Usage"):
+    // cached tokens never reach an output line, and the job keeps no reasoning total (each line's
+    // usage has its own).
     batch["usage"] = {{"input_tokens", used->prompt_tokens},
                       {"input_tokens_details", {{"cached_tokens", 0}}},
                       {"output_tokens", used->completion_tokens},
