@@ -29,29 +29,12 @@ class LocalAdminBackend : public cli::AdminBackend {
     return TeamsWithStanding(*store_, clock_->Now());
   }
   absl::StatusOr<v1::IssuedToken> IssueToken(const v1::IssueTokenRequest& request) override {
-    auto issue = FromProto(request);
-    if (!issue.ok()) return issue.status();
-    auto issued = identities_.Issue(*issue, "local");
+    auto issued = minions::IssueToken(identities_, request, "local");
     if (!issued.ok()) return issued.status();
-    v1::IssuedToken out;
-    *out.mutable_info() = ToProto(issued->record);
-    out.set_token(issued->text);
-    return out;
+    return ToProto(*issued);
   }
   absl::StatusOr<std::vector<v1::TokenInfo>> ListTokens(const v1::ListTokensRequest& request) override {
-    TokenFilter filter;
-    filter.team = request.team();
-    if (!request.role().empty()) {
-      filter.role = ParseRole(request.role());
-      if (!filter.role) return absl::InvalidArgumentError(absl::StrCat("unknown role '", request.role(), "'"));
-    }
-    filter.principal = request.principal();
-    filter.include_revoked = request.include_revoked();
-    auto tokens = store_->ListTokens(filter);
-    if (!tokens.ok()) return tokens.status();
-    std::vector<v1::TokenInfo> out;
-    for (const TokenRecord& token : *tokens) out.push_back(ToProto(token));
-    return out;
+    return minions::ListTokens(*store_, request);
   }
   absl::StatusOr<v1::TokenInfo> RevokeToken(const std::string& token_id) override {
     auto token = store_->RevokeToken(token_id, clock_->Now());
@@ -59,25 +42,25 @@ class LocalAdminBackend : public cli::AdminBackend {
     return ToProto(*token);
   }
   absl::StatusOr<v1::Executor> RevokeExecutor(const std::string& executor_id) override {
-    auto executor = store_->RevokeExecutor(executor_id, clock_->Now());
-    if (!executor.ok()) return executor.status();
-    return ToProto(*executor);
+    return Apply(ExecutorVerb::kRevoke, executor_id);
   }
   absl::StatusOr<v1::Executor> ReleaseExecutor(const std::string& executor_id) override {
-    auto executor = store_->ReleaseExecutor(executor_id, clock_->Now());
-    if (!executor.ok()) return executor.status();
-    return ToProto(*executor);
+    return Apply(ExecutorVerb::kRelease, executor_id);
   }
   absl::StatusOr<v1::Executor> ApproveExecutor(const std::string& executor_id) override {
-    auto executor = store_->ApproveExecutor(executor_id, clock_->Now());
-    if (!executor.ok()) return executor.status();
-    return ToProto(*executor);
+    return Apply(ExecutorVerb::kApprove, executor_id);
   }
   absl::StatusOr<v1::TokenInfo> WhoAmI() override {
     return absl::FailedPreconditionError("on the server's own data there is no token: you are its operator");
   }
 
  private:
+  absl::StatusOr<v1::Executor> Apply(ExecutorVerb verb, const std::string& executor_id) {
+    auto executor = ApplyToExecutor(*store_, verb, executor_id, clock_->Now());
+    if (!executor.ok()) return executor.status();
+    return ToProto(*executor);
+  }
+
   MetadataStore* store_;
   Clock* clock_;
   IdentityAdmin identities_;

@@ -35,15 +35,7 @@ void PrintTeam(const v1::Team& t) {
 
 class RemoteAdminBackend : public AdminBackend {
  public:
-  explicit RemoteAdminBackend(const Connection& connection) {
-    absl::StatusOr<OpenConnection> open = Open(connection);
-    if (!open.ok()) {
-      open_ = open.status();
-      return;
-    }
-    stub_ = v1::Admin::NewStub(open->channel);
-    token_ = open->token;
-  }
+  explicit RemoteAdminBackend(const Connection& connection) : client_(connection) {}
 
   absl::StatusOr<v1::Team> CreateTeam(const v1::Team& team) override {
     v1::CreateTeamRequest request;
@@ -87,7 +79,7 @@ class RemoteAdminBackend : public AdminBackend {
     return Call(&v1::Admin::Stub::WhoAmI, v1::WhoAmIRequest(), v1::TokenInfo());
   }
   absl::StatusOr<v1::Executor> ApproveExecutor(const std::string& executor_id) override {
-    v1::RevokeExecutorRequest request;  // the same request: an executor's id
+    v1::ApproveExecutorRequest request;
     request.set_executor_id(executor_id);
     return Call(&v1::Admin::Stub::ApproveExecutor, request, v1::Executor());
   }
@@ -95,17 +87,10 @@ class RemoteAdminBackend : public AdminBackend {
  private:
   template <typename Method, typename Request, typename Reply>
   absl::StatusOr<Reply> Call(Method method, const Request& request, Reply reply) {
-    if (!open_.ok()) return open_;
-    grpc::ClientContext context;
-    rpc::Prepare(context, token_);
-    grpc::Status status = ((*stub_).*method)(&context, request, &reply);
-    if (!status.ok()) return rpc::FromGrpc(status);
-    return reply;
+    return client_.Call(method, request, std::move(reply));
   }
 
-  absl::Status open_;
-  std::unique_ptr<v1::Admin::Stub> stub_;
-  std::string token_;
+  ServiceClient<v1::Admin> client_;
 };
 
 v1::Team TeamOf(const TeamOptions& options, v1::Team base) {
@@ -121,14 +106,11 @@ v1::Team TeamOf(const TeamOptions& options, v1::Team base) {
 
 int PrintTeamResult(const absl::StatusOr<v1::Team>& team, bool json, const char* verb) {
   if (!team.ok()) return Fail(team.status());
-  if (json) {
-    printf("%s\n", ToJson(*team).c_str());
-  } else {
+  return PrintAnswer(*team, json, [&](const v1::Team& t) {
     printf("team %s %s: weight %lld, running tasks %s, queued jobs %s, priority at most %d, requests per second %s\n",
-           team->name().c_str(), verb, static_cast<long long>(team->weight()), Limit(team->max_running_tasks()).c_str(),
-           Limit(team->max_active_jobs()).c_str(), team->max_priority(), Limit(team->requests_per_second()).c_str());
-  }
-  return 0;
+           t.name().c_str(), verb, static_cast<long long>(t.weight()), Limit(t.max_running_tasks()).c_str(),
+           Limit(t.max_active_jobs()).c_str(), t.max_priority(), Limit(t.requests_per_second()).c_str());
+  });
 }
 
 }  // namespace
@@ -245,35 +227,23 @@ int ListTokens(AdminBackend& admin, const std::string& team, const std::string& 
 int RevokeToken(AdminBackend& admin, const std::string& token_id, bool json) {
   auto token = admin.RevokeToken(token_id);
   if (!token.ok()) return Fail(token.status());
-  if (json) {
-    printf("%s\n", ToJson(*token).c_str());
-  } else {
-    printf("token %s revoked\n", token->id().c_str());
-  }
-  return 0;
+  return PrintAnswer(*token, json, [](const v1::TokenInfo& t) { printf("token %s revoked\n", t.id().c_str()); });
 }
 
 int RevokeExecutor(AdminBackend& admin, const std::string& executor_id, bool json) {
   auto executor = admin.RevokeExecutor(executor_id);
   if (!executor.ok()) return Fail(executor.status());
-  if (json) {
-    printf("%s\n", ToJson(*executor).c_str());
-  } else {
-    printf("executor %s revoked: its credentials no longer work and its tasks went back to pending\n",
-           executor->id().c_str());
-  }
-  return 0;
+  return PrintAnswer(*executor, json, [](const v1::Executor& e) {
+    printf("executor %s revoked: its credentials no longer work and its tasks went back to pending\n", e.id().c_str());
+  });
 }
 
 int ReleaseExecutor(AdminBackend& admin, const std::string& executor_id, bool json) {
   auto executor = admin.ReleaseExecutor(executor_id);
   if (!executor.ok()) return Fail(executor.status());
-  if (json) {
-    printf("%s\n", ToJson(*executor).c_str());
-  } else {
-    printf("executor %s released from quarantine: it may lease again\n", executor->id().c_str());
-  }
-  return 0;
+  return PrintAnswer(*executor, json, [](const v1::Executor& e) {
+    printf("executor %s released from quarantine: it may lease again\n", e.id().c_str());
+  });
 }
 
 // An executor id, or the id of the one pending executor named `name` (an admin approves what
@@ -300,24 +270,19 @@ int ApproveExecutor(AdminBackend& admin, const Connection& connection, const std
   if (!id.ok()) return Fail(id.status());
   auto approved = admin.ApproveExecutor(*id);
   if (!approved.ok()) return Fail(approved.status());
-  if (json) {
-    printf("%s\n", ToJson(*approved).c_str());
-  } else {
-    printf("executor %s (%s) approved: it may take work now\n", approved->id().c_str(), EscapeControlCharacters(approved->name()).c_str());
-  }
-  return 0;
+  return PrintAnswer(*approved, json, [](const v1::Executor& e) {
+    printf("executor %s (%s) approved: it may take work now\n", e.id().c_str(),
+           EscapeControlCharacters(e.name()).c_str());
+  });
 }
 
 int WhoAmI(AdminBackend& admin, bool json) {
   auto me = admin.WhoAmI();
   if (!me.ok()) return Fail(me.status());
-  if (json) {
-    printf("%s\n", ToJson(*me).c_str());
-  } else {
-    printf("%s: %s %s%s (scopes: %s)\n", me->id().c_str(), me->role().c_str(), me->principal().c_str(),
-           me->team().empty() ? "" : ("@" + me->team()).c_str(), me->scopes().c_str());
-  }
-  return 0;
+  return PrintAnswer(*me, json, [](const v1::TokenInfo& t) {
+    printf("%s: %s %s%s (scopes: %s)\n", t.id().c_str(), t.role().c_str(), t.principal().c_str(),
+           t.team().empty() ? "" : ("@" + t.team()).c_str(), t.scopes().c_str());
+  });
 }
 
 }  // namespace minions::cli

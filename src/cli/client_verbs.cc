@@ -224,123 +224,75 @@ absl::StatusOr<OpenConnection> Open(const Connection& connection) {
   return open;
 }
 
-JobsClient::JobsClient(const Connection& connection) {
-  absl::StatusOr<OpenConnection> open = Open(connection);
-  if (!open.ok()) {
-    open_ = open.status();
-    return;
-  }
-  stub_ = v1::Jobs::NewStub(open->channel);
-  token_ = open->token;
-}
+JobsClient::JobsClient(const Connection& connection) : client_(connection) {}
 
 absl::StatusOr<v1::Job> JobsClient::Submit(const v1::SubmitJobRequest& request) {
-  if (!open_.ok()) return open_;
-  grpc::ClientContext context;
-  rpc::Prepare(context, token_, absl::Minutes(10));
-  v1::Job job;
-  auto status = stub_->SubmitJob(&context, request, &job);
-  if (!status.ok()) return rpc::FromGrpc(status);
-  return job;
+  return client_.Call(&v1::Jobs::Stub::SubmitJob, request, v1::Job(), absl::Minutes(10));
 }
 
 absl::StatusOr<v1::Job> JobsClient::Get(const std::string& job_id) {
-  if (!open_.ok()) return open_;
-  grpc::ClientContext context;
-  rpc::Prepare(context, token_);
   v1::GetJobRequest request;
   request.set_job_id(job_id);
-  v1::Job job;
-  auto status = stub_->GetJob(&context, request, &job);
-  if (!status.ok()) return rpc::FromGrpc(status);
-  return job;
+  return client_.Call(&v1::Jobs::Stub::GetJob, request, v1::Job());
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobsClient::List(const std::string& state, int limit) {
-  if (!open_.ok()) return open_;
-  grpc::ClientContext context;
-  rpc::Prepare(context, token_);
   v1::ListJobsRequest request;
   request.set_state(state);
   request.set_limit(limit);
-  v1::ListJobsResponse reply;
-  auto status = stub_->ListJobs(&context, request, &reply);
-  if (!status.ok()) return rpc::FromGrpc(status);
-  return std::vector<v1::Job>(reply.jobs().begin(), reply.jobs().end());
+  auto reply = client_.Call(&v1::Jobs::Stub::ListJobs, request, v1::ListJobsResponse());
+  if (!reply.ok()) return reply.status();
+  return std::vector<v1::Job>(reply->jobs().begin(), reply->jobs().end());
 }
 
 absl::StatusOr<v1::Job> JobsClient::Cancel(const std::string& job_id) {
-  if (!open_.ok()) return open_;
-  grpc::ClientContext context;
-  rpc::Prepare(context, token_);
   v1::CancelJobRequest request;
   request.set_job_id(job_id);
-  v1::Job job;
-  auto status = stub_->CancelJob(&context, request, &job);
-  if (!status.ok()) return rpc::FromGrpc(status);
-  return job;
+  return client_.Call(&v1::Jobs::Stub::CancelJob, request, v1::Job());
 }
 
 absl::StatusOr<std::vector<v1::Executor>> JobsClient::Executors() {
-  if (!open_.ok()) return open_;
-  grpc::ClientContext context;
-  rpc::Prepare(context, token_);
-  v1::ListExecutorsResponse reply;
-  auto status = stub_->ListExecutors(&context, v1::ListExecutorsRequest(), &reply);
-  if (!status.ok()) return rpc::FromGrpc(status);
-  return std::vector<v1::Executor>(reply.executors().begin(), reply.executors().end());
+  auto reply = client_.Call(&v1::Jobs::Stub::ListExecutors, v1::ListExecutorsRequest(), v1::ListExecutorsResponse());
+  if (!reply.ok()) return reply.status();
+  return std::vector<v1::Executor>(reply->executors().begin(), reply->executors().end());
 }
 
 absl::StatusOr<std::vector<v1::Team>> JobsClient::Teams() {
-  if (!open_.ok()) return open_;
-  grpc::ClientContext context;
-  rpc::Prepare(context, token_);
-  v1::ListTeamsResponse reply;
-  auto status = stub_->ListTeams(&context, v1::ListTeamsRequest(), &reply);
-  if (!status.ok()) return rpc::FromGrpc(status);
-  return std::vector<v1::Team>(reply.teams().begin(), reply.teams().end());
+  auto reply = client_.Call(&v1::Jobs::Stub::ListTeams, v1::ListTeamsRequest(), v1::ListTeamsResponse());
+  if (!reply.ok()) return reply.status();
+  return std::vector<v1::Team>(reply->teams().begin(), reply->teams().end());
 }
 
 absl::StatusOr<v1::Executor> JobsClient::Drain(const std::string& executor_id) {
-  if (!open_.ok()) return open_;
-  grpc::ClientContext context;
-  rpc::Prepare(context, token_);
   v1::DrainExecutorRequest request;
   request.set_executor_id(executor_id);
-  v1::Executor reply;
-  auto status = stub_->DrainExecutor(&context, request, &reply);
-  if (!status.ok()) return rpc::FromGrpc(status);
-  return reply;
+  return client_.Call(&v1::Jobs::Stub::DrainExecutor, request, v1::Executor());
 }
 
 absl::StatusOr<std::vector<v1::Task>> JobsClient::Tasks(const std::string& job_id) {
-  if (!open_.ok()) return open_;
   std::vector<v1::Task> tasks;
   std::string page_token;
   do {  // page by page: a job of 50,000 tasks is not one message
-    grpc::ClientContext context;
-    rpc::Prepare(context, token_);
     v1::ListTasksRequest request;
     request.set_job_id(job_id);
     request.set_page_token(page_token);
-    v1::ListTasksResponse reply;
-    auto status = stub_->ListTasks(&context, request, &reply);
-    if (!status.ok()) return rpc::FromGrpc(status);
-    tasks.insert(tasks.end(), reply.tasks().begin(), reply.tasks().end());
-    page_token = reply.next_page_token();
+    auto reply = client_.Call(&v1::Jobs::Stub::ListTasks, request, v1::ListTasksResponse());
+    if (!reply.ok()) return reply.status();
+    tasks.insert(tasks.end(), reply->tasks().begin(), reply->tasks().end());
+    page_token = reply->next_page_token();
   } while (!page_token.empty());
   return tasks;
 }
 
 absl::Status JobsClient::Results(const std::string& job_id, bool errors,
                                  const std::function<void(const std::string&)>& sink) {
-  if (!open_.ok()) return open_;
+  if (!client_.open().ok()) return client_.open();
   grpc::ClientContext context;
-  rpc::Prepare(context, token_, absl::InfiniteDuration());
+  rpc::Prepare(context, client_.token(), absl::InfiniteDuration());
   v1::GetResultsRequest request;
   request.set_job_id(job_id);
   request.set_errors(errors);
-  auto reader = stub_->GetResults(&context, request);
+  auto reader = client_.stub().GetResults(&context, request);
   v1::ResultsChunk chunk;
   while (reader->Read(&chunk)) sink(chunk.data());
   return rpc::FromGrpc(reader->Finish());
@@ -348,13 +300,13 @@ absl::Status JobsClient::Results(const std::string& job_id, bool errors,
 
 absl::StatusOr<v1::Job> JobsClient::Watch(const std::string& job_id, absl::Duration interval,
                                           const std::function<void(const v1::JobProgress&)>& on_progress) {
-  if (!open_.ok()) return open_;
+  if (!client_.open().ok()) return client_.open();
   grpc::ClientContext context;
-  rpc::Prepare(context, token_, absl::InfiniteDuration());
+  rpc::Prepare(context, client_.token(), absl::InfiniteDuration());
   v1::WatchJobRequest request;
   request.set_job_id(job_id);
   request.set_interval_ms(absl::ToInt64Milliseconds(interval));
-  auto reader = stub_->WatchJob(&context, request);
+  auto reader = client_.stub().WatchJob(&context, request);
   v1::JobProgress progress;
   v1::Job last;
   while (reader->Read(&progress)) {
@@ -569,12 +521,7 @@ int Results(const Connection& connection, const std::string& job_id, const std::
 int Cancel(const Connection& connection, const std::string& job_id, bool json) {
   auto job = JobsClient(connection).Cancel(job_id);
   if (!job.ok()) return Fail(connection, job.status());
-  if (json) {
-    printf("%s\n", ToJson(*job).c_str());
-  } else {
-    printf("job %s %s\n", job->id().c_str(), job->state().c_str());
-  }
-  return 0;
+  return PrintAnswer(*job, json, [](const v1::Job& j) { printf("job %s %s\n", j.id().c_str(), j.state().c_str()); });
 }
 
 int ListTeams(const Connection& connection, bool json) {
@@ -633,12 +580,9 @@ int ListExecutors(const Connection& connection, bool json) {
 int DrainExecutor(const Connection& connection, const std::string& executor_id, bool json) {
   auto executor = JobsClient(connection).Drain(executor_id);
   if (!executor.ok()) return Fail(connection, executor.status());
-  if (json) {
-    printf("%s\n", ToJson(*executor).c_str());
-  } else {
-    printf("executor %s will finish its current task and take no more\n", executor->id().c_str());
-  }
-  return 0;
+  return PrintAnswer(*executor, json, [](const v1::Executor& e) {
+    printf("executor %s will finish its current task and take no more\n", e.id().c_str());
+  });
 }
 
 }  // namespace minions::cli

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "minions/v1/minions.grpc.pb.h"
+#include "rpc/rpc.h"
 #include "rpc/tls.h"
 
 namespace minions::cli {
@@ -37,6 +38,46 @@ absl::StatusOr<OpenConnection> Open(const Connection& connection);
 // tried, where it came from, and how to start a pool or point at another server.
 std::string UnreachableHint(const Connection& connection);
 
+// A connection to one gRPC service and the credential it presents, written once for every client
+// the verbs use (JobsClient, ModelsClient, the admin verbs' remote backend). When the connection
+// could not be opened, every call returns why.
+// Threads: one caller at a time.
+template <typename Service>
+class ServiceClient {
+ public:
+  explicit ServiceClient(const Connection& connection) {
+    absl::StatusOr<OpenConnection> open = Open(connection);
+    if (!open.ok()) {
+      open_ = open.status();
+      return;
+    }
+    stub_ = Service::NewStub(open->channel);
+    token_ = open->token;
+  }
+
+  // One unary call with the credential and a deadline `timeout` away; `reply` is the message to fill.
+  template <typename Method, typename Request, typename Reply>
+  absl::StatusOr<Reply> Call(Method method, const Request& request, Reply reply,
+                             absl::Duration timeout = absl::Seconds(30)) {
+    if (!open_.ok()) return open_;
+    grpc::ClientContext context;
+    rpc::Prepare(context, token_, timeout);
+    grpc::Status status = ((*stub_).*method)(&context, request, &reply);
+    if (!status.ok()) return rpc::FromGrpc(status);
+    return reply;
+  }
+
+  // For streaming calls: why the connection is not open (OK when it is), the stub, the credential.
+  const absl::Status& open() const { return open_; }
+  typename Service::Stub& stub() { return *stub_; }
+  const std::string& token() const { return token_; }
+
+ private:
+  absl::Status open_;
+  std::unique_ptr<typename Service::Stub> stub_;
+  std::string token_;
+};
+
 // A thin, status-returning wrapper of the Jobs service.
 class JobsClient {
  public:
@@ -56,9 +97,7 @@ class JobsClient {
                                 const std::function<void(const v1::JobProgress&)>& on_progress);
 
  private:
-  absl::Status open_;  // why the connection could not be opened; every call returns it
-  std::unique_ptr<v1::Jobs::Stub> stub_;
-  std::string token_;
+  ServiceClient<v1::Jobs> client_;
 };
 
 struct SubmitOptions {

@@ -47,20 +47,12 @@ std::string HumanBytes(int64_t bytes) {
   return absl::StrCat(bytes, " B");
 }
 
-ModelsClient::ModelsClient(const Connection& connection) {
-  absl::StatusOr<OpenConnection> open = Open(connection);
-  if (!open.ok()) {
-    open_ = open.status();
-    return;
-  }
-  stub_ = v1::Models::NewStub(open->channel);
-  token_ = open->token;
-}
+ModelsClient::ModelsClient(const Connection& connection) : client_(connection) {}
 
 absl::StatusOr<v1::Model> ModelsClient::Push(
     const std::string& path, const std::string& name, const std::string& team,
     const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
-  if (!open_.ok()) return open_;
+  if (!client_.open().ok()) return client_.open();
   errno = 0;
   std::ifstream file(path, std::ios::binary | std::ios::ate);
   if (!file || std::filesystem::is_directory(path)) return CannotRead(path, errno);
@@ -74,12 +66,10 @@ absl::StatusOr<v1::Model> ModelsClient::Push(
   start.set_name(name);
   start.set_digest(*digest);
   start.set_size_bytes(size);
-  v1::StartModelPushResponse started;
-  {
-    grpc::ClientContext context;
-    rpc::Prepare(context, token_, absl::Minutes(10));
-    if (auto s = stub_->StartModelPush(&context, start, &started); !s.ok()) return rpc::FromGrpc(s);
-  }
+  absl::StatusOr<v1::StartModelPushResponse> start_answer =
+      client_.Call(&v1::Models::Stub::StartModelPush, start, v1::StartModelPushResponse(), absl::Minutes(10));
+  if (!start_answer.ok()) return start_answer.status();
+  const v1::StartModelPushResponse& started = *start_answer;
   if (started.done()) return started.model();
 
   const int64_t part_size = started.part_size();
@@ -100,11 +90,10 @@ absl::StatusOr<v1::Model> ModelsClient::Push(
       upload.set_size_bytes(size);
       upload.set_part_number(part);
       upload.set_data(buffer);
-      v1::UploadModelPartResponse uploaded;
-      grpc::ClientContext context;
-      rpc::Prepare(context, token_, absl::Minutes(10));
-      if (auto s = stub_->UploadModelPart(&context, upload, &uploaded); !s.ok()) {
-        absl::Status status = rpc::FromGrpc(s);
+      absl::StatusOr<v1::UploadModelPartResponse> uploaded =
+          client_.Call(&v1::Models::Stub::UploadModelPart, upload, v1::UploadModelPartResponse(), absl::Minutes(10));
+      if (!uploaded.ok()) {
+        const absl::Status& status = uploaded.status();
         return absl::Status(status.code(), absl::StrCat(status.message(), " (run the same push again: it resumes at part ",
                                                         part, ")"));
       }
@@ -116,46 +105,31 @@ absl::StatusOr<v1::Model> ModelsClient::Push(
   finish.set_name(name);
   finish.set_digest(*digest);
   finish.set_size_bytes(size);
-  v1::Model model;
-  grpc::ClientContext context;
-  rpc::Prepare(context, token_, absl::Minutes(30));
-  if (auto s = stub_->FinishModelPush(&context, finish, &model); !s.ok()) return rpc::FromGrpc(s);
-  return model;
+  return client_.Call(&v1::Models::Stub::FinishModelPush, finish, v1::Model(), absl::Minutes(30));
 }
 
 absl::StatusOr<std::vector<v1::Model>> ModelsClient::List(const std::string& team) {
-  if (!open_.ok()) return open_;
   v1::ListModelsRequest request;
   request.set_team(team);
-  v1::ListModelsResponse reply;
-  grpc::ClientContext context;
-  rpc::Prepare(context, token_, absl::Seconds(30));
-  if (auto s = stub_->ListModels(&context, request, &reply); !s.ok()) return rpc::FromGrpc(s);
-  return std::vector<v1::Model>(reply.models().begin(), reply.models().end());
+  auto reply = client_.Call(&v1::Models::Stub::ListModels, request, v1::ListModelsResponse());
+  if (!reply.ok()) return reply.status();
+  return std::vector<v1::Model>(reply->models().begin(), reply->models().end());
 }
 
 absl::StatusOr<v1::Model> ModelsClient::Get(const std::string& team, const std::string& model) {
-  if (!open_.ok()) return open_;
   v1::GetModelRequest request;
   request.set_team(team);
   request.set_model(model);
-  v1::Model reply;
-  grpc::ClientContext context;
-  rpc::Prepare(context, token_, absl::Seconds(30));
-  if (auto s = stub_->GetModel(&context, request, &reply); !s.ok()) return rpc::FromGrpc(s);
-  return reply;
+  return client_.Call(&v1::Models::Stub::GetModel, request, v1::Model());
 }
 
 absl::StatusOr<std::vector<v1::Model>> ModelsClient::Remove(const std::string& team, const std::string& model) {
-  if (!open_.ok()) return open_;
   v1::RemoveModelRequest request;
   request.set_team(team);
   request.set_model(model);
-  v1::RemoveModelResponse reply;
-  grpc::ClientContext context;
-  rpc::Prepare(context, token_, absl::Seconds(30));
-  if (auto s = stub_->RemoveModel(&context, request, &reply); !s.ok()) return rpc::FromGrpc(s);
-  return std::vector<v1::Model>(reply.removed().begin(), reply.removed().end());
+  auto reply = client_.Call(&v1::Models::Stub::RemoveModel, request, v1::RemoveModelResponse());
+  if (!reply.ok()) return reply.status();
+  return std::vector<v1::Model>(reply->removed().begin(), reply->removed().end());
 }
 
 int PushModel(const Connection& connection, const ModelOptions& options) {
@@ -169,13 +143,10 @@ int PushModel(const Connection& connection, const ModelOptions& options) {
       });
   if (tty && !options.json) fprintf(stderr, "\n");
   if (!model.ok()) return Fail(model.status());
-  if (options.json) {
-    printf("%s\n", ToJson(*model).c_str());
-  } else {
-    printf("%s@%s (%s) pushed for team %s\n", model->name().c_str(), model->digest().c_str(),
-           PushedFacts(*model).c_str(), model->team().c_str());
-  }
-  return 0;
+  return PrintAnswer(*model, options.json, [](const v1::Model& m) {
+    printf("%s@%s (%s) pushed for team %s\n", m.name().c_str(), m.digest().c_str(), PushedFacts(m).c_str(),
+           m.team().c_str());
+  });
 }
 
 int ListModels(const Connection& connection, const ModelOptions& options) {

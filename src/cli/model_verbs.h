@@ -29,9 +29,7 @@ class ModelsClient {
   absl::StatusOr<std::vector<v1::Model>> Remove(const std::string& team, const std::string& model);
 
  private:
-  absl::Status open_;
-  std::unique_ptr<v1::Models::Stub> stub_;
-  std::string token_;
+  ServiceClient<v1::Models> client_;
 };
 
 struct ModelOptions {

@@ -34,6 +34,18 @@ void PrintJsonArray(const Messages& messages) {
   printf("]\n");
 }
 
+// What a verb prints once the server answered: the answer as JSON with --json, else what `say`
+// prints of it for people. Returns the exit code (0).
+template <typename Message, typename Say>
+int PrintAnswer(const Message& answer, bool json, Say say) {
+  if (json) {
+    printf("%s\n", ToJson(answer).c_str());
+  } else {
+    say(answer);
+  }
+  return 0;
+}
+
 // A file a verb cannot read, and why (`error`: the errno of the failed open): missing, a folder,
 // not permitted.
 inline absl::Status CannotRead(const std::string& path, int error) {

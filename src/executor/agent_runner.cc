@@ -257,10 +257,19 @@ void ExecutorAgent::TakeRunnerEvents(absl::Time now) {
 void ExecutorAgent::OnEvent(const runner_protocol::Event& event, absl::Time now) {
   using Type = runner_protocol::Event::Type;
   switch (event.type) {
-    case Type::kLoaded:
+    case Type::kLoaded: {
+      // Where the weights went (llama.cpp's own account: the devices' buffers, the gang's
+      // share): what an operator asks first of a GPU or a gang.
+      const Json info = JsonField(event.body, "info");
+      Json facts = Json::object();
+      for (const char* key : {"device", "layers", "offloaded_layers", "model_buffers", "gang"}) {
+        if (info.is_object() && info.contains(key)) facts[key] = info[key];
+      }
+      MINIONS_LOG(Info) << "runner loaded " << JsonString(event.body, "model") << ": " << DumpJson(facts);
       loading_since_.reset();
       loading_for_ = nullptr;
       return;
+    }
     case Type::kError:
       if (JsonString(event.body, "op") == "load" && loading_since_) {
         // A model that cannot be loaded will not load next time either.

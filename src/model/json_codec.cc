@@ -202,8 +202,10 @@ absl::StatusOr<ModelFacts> ModelFactsFromJson(const Json& json) {
 Json ChunksToJson(const std::vector<Chunk>& chunks) {
   Json json = Json::array();
   for (const Chunk& c : chunks) {
-    json.push_back({{"attempt", c.attempt}, {"seq", c.seq}, {"begin", c.begin}, {"end", c.end},
-                    {"records_failed", c.records_failed}});
+    Json item = {{"attempt", c.attempt}, {"seq", c.seq}, {"begin", c.begin}, {"end", c.end},
+                 {"records_failed", c.records_failed}};
+    if (!c.executor_id.empty()) item["executor"] = c.executor_id;
+    json.push_back(std::move(item));
   }
   return json;
 }
@@ -220,6 +222,10 @@ absl::StatusOr<std::vector<Chunk>> ChunksFromJson(const Json& json) {
     RETURN_IF_ERROR(ReadInt(item, "begin", c.begin));
     RETURN_IF_ERROR(ReadInt(item, "end", c.end));
     RETURN_IF_ERROR(ReadInt(item, "records_failed", c.records_failed));
+    if (auto executor = item.find("executor"); executor != item.end()) {
+      if (!executor->is_string()) return absl::InvalidArgumentError("a chunk's executor must be a string");
+      c.executor_id = executor->get<std::string>();
+    }
     chunks.push_back(c);
   }
   return chunks;

@@ -142,6 +142,9 @@ struct Chunk {
   int64_t begin = 0;
   int64_t end = 0;
   int64_t records_failed = 0;
+  // The executor whose attempt uploaded it (its producer, whose answers verification re-scores),
+  // set when the store commits it; "" in rows committed before it was kept.
+  std::string executor_id;
   bool operator==(const Chunk&) const = default;
 };
 

@@ -1,10 +1,14 @@
 #include "model/verification.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace minions {
 
@@ -41,6 +45,45 @@ VerificationTally Tally(const std::vector<Verification>& verdicts) {
   for (const auto& [record, ok] : passed) (ok ? tally.passed : tally.failed) += 1;
   tally.verifiers.assign(verifiers.begin(), verifiers.end());
   return tally;
+}
+
+std::string EncodeRecords(const std::vector<int64_t>& records) { return absl::StrJoin(records, ","); }
+
+absl::StatusOr<std::vector<int64_t>> DecodeRecords(const std::string& text) {
+  std::vector<int64_t> records;
+  if (text.empty()) return records;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t r = 0;
+    if (!absl::SimpleAtoi(part, &r) || r < 0) {
+      return absl::DataLossError(absl::StrCat("a verification task's records are not indices: ", text));
+    }
+    records.push_back(r);
+  }
+  return records;
+}
+
+std::vector<int64_t> DrawRecords(const Chunk& chunk, const VerificationPolicy& policy, int64_t producer_records_done,
+                                 const std::function<double()>& uniform) {
+  std::vector<int64_t> drawn;
+  const bool all = producer_records_done < policy.all_until_records;
+  if (!all && policy.fraction <= 0) return drawn;
+  for (int64_t r = chunk.begin; r < chunk.end; ++r) {
+    if (!all && uniform() >= policy.fraction) continue;
+    drawn.push_back(r);
+  }
+  // Too many (a new executor's big chunk): keep an unpredictable subset of max_records (a partial
+  // Fisher-Yates shuffle), ascending again.
+  const size_t keep = static_cast<size_t>(std::max<int64_t>(policy.max_records, 1));
+  if (drawn.size() > keep) {
+    for (size_t i = 0; i < keep; ++i) {
+      const size_t left = drawn.size() - i;
+      const size_t j = i + std::min(left - 1, static_cast<size_t>(uniform() * static_cast<double>(left)));
+      std::swap(drawn[i], drawn[j]);
+    }
+    drawn.resize(keep);
+    std::sort(drawn.begin(), drawn.end());
+  }
+  return drawn;
 }
 
 }  // namespace minions

@@ -5,9 +5,12 @@
 // Threads: plain values and pure functions.
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "model/types.h"
 
@@ -48,5 +51,56 @@ struct VerificationTally {
   bool operator==(const VerificationTally&) const = default;
 };
 VerificationTally Tally(const std::vector<Verification>& verdicts);
+
+// A spot check the server drew when a chunk committed (docs/verification.md, "Spot checks"):
+// records of that chunk for an executor other than its producer to re-score. Pending until
+// leased; a lease that expires makes it pending again; the verifier's report ends it (its
+// verdicts are Verifications, and the row is gone).
+struct VerificationTask {
+  std::string job_id;
+  int64_t task_index = 0;
+  int attempt = 0;  // the chunk checked: the producer's attempt and its chunk number
+  int seq = 0;
+  std::string producer_id;
+  std::vector<int64_t> records;  // task-relative indices, ascending, within the chunk
+  std::string verifier_id;       // the holder of its lease; "" while pending
+  std::optional<absl::Time> lease_expires_at;
+  absl::Time created_at;
+
+  bool operator==(const VerificationTask&) const = default;
+};
+
+// A verifier's answer on one record of a VerificationTask it holds.
+struct RecordVerdict {
+  int64_t record = 0;     // task-relative index: one of the task's records
+  std::string custom_id;  // the record's, as the server read it from the job's input
+  // false: the verifier could not check it (no model, too long for its context, a grammar): it
+  // says nothing about the producer and records no verdict.
+  bool checked = true;
+  bool passed = false;
+  std::string reason;     // why it failed
+  bool operator==(const RecordVerdict&) const = default;
+};
+
+// A task's records as its row keeps them ("3,17,40"), and back (DataLoss for anything else).
+std::string EncodeRecords(const std::vector<int64_t>& records);
+absl::StatusOr<std::vector<int64_t>> DecodeRecords(const std::string& text);
+
+// How much of the committed work is re-scored (StoreOptions).
+struct VerificationPolicy {
+  // The share of a chunk's records drawn (each record on its own, unpredictably to the executor).
+  double fraction = 0.02;
+  // Every record is drawn while the producer has done fewer records than this (an executor's
+  // first tasks): a new executor earns its sampling rate.
+  int64_t all_until_records = 100;
+  // The most records one verification task carries (a chunk may have more): tasks stay small.
+  int64_t max_records = 64;
+};
+
+// The records of `chunk` to re-score: each drawn with probability policy.fraction (all of them
+// while `producer_records_done` < all_until_records), at most max_records, ascending. `uniform`
+// answers a number in [0, 1) (the caller's random source).
+std::vector<int64_t> DrawRecords(const Chunk& chunk, const VerificationPolicy& policy, int64_t producer_records_done,
+                                 const std::function<double()>& uniform);
 
 }  // namespace minions

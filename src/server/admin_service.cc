@@ -39,6 +39,55 @@ absl::StatusOr<IssueRequest> FromProto(const v1::IssueTokenRequest& p) {
   return request;
 }
 
+absl::StatusOr<TokenFilter> FromProto(const v1::ListTokensRequest& request) {
+  TokenFilter filter;
+  filter.team = request.team();
+  if (!request.role().empty()) {
+    filter.role = ParseRole(request.role());
+    if (!filter.role) return absl::InvalidArgumentError(absl::StrCat("unknown role '", request.role(), "'"));
+  }
+  filter.principal = request.principal();
+  filter.include_revoked = request.include_revoked();
+  return filter;
+}
+
+absl::StatusOr<IssuedToken> IssueToken(IdentityAdmin& identities, const v1::IssueTokenRequest& request,
+                                       const std::string& issuer) {
+  absl::StatusOr<IssueRequest> issue = FromProto(request);
+  if (!issue.ok()) return issue.status();
+  return identities.Issue(*issue, issuer);
+}
+
+v1::IssuedToken ToProto(const IssuedToken& issued) {
+  v1::IssuedToken out;
+  *out.mutable_info() = ToProto(issued.record);
+  out.set_token(issued.text);
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::TokenInfo>> ListTokens(MetadataStore& store, const v1::ListTokensRequest& request) {
+  absl::StatusOr<TokenFilter> filter = FromProto(request);
+  if (!filter.ok()) return filter.status();
+  absl::StatusOr<std::vector<TokenRecord>> tokens = store.ListTokens(*filter);
+  if (!tokens.ok()) return tokens.status();
+  std::vector<v1::TokenInfo> out;
+  for (const TokenRecord& token : *tokens) out.push_back(ToProto(token));
+  return out;
+}
+
+absl::StatusOr<Executor> ApplyToExecutor(MetadataStore& store, ExecutorVerb verb, const std::string& executor_id,
+                                         absl::Time now) {
+  switch (verb) {
+    case ExecutorVerb::kRevoke:
+      return store.RevokeExecutor(executor_id, now);
+    case ExecutorVerb::kRelease:
+      return store.ReleaseExecutor(executor_id, now);
+    case ExecutorVerb::kApprove:
+      return store.ApproveExecutor(executor_id, now);
+  }
+  return absl::InvalidArgumentError("unknown executor verb");
+}
+
 absl::StatusOr<std::vector<v1::Team>> TeamsWithStanding(MetadataStore& store, absl::Time now) {
   absl::StatusOr<std::vector<Team>> teams = store.ListTeams();
   if (!teams.ok()) return teams.status();
@@ -95,32 +144,21 @@ grpc::Status AdminService::ListTeams(grpc::ServerContext* context, const v1::Lis
 grpc::Status AdminService::IssueToken(grpc::ServerContext* context, const v1::IssueTokenRequest* request,
                                       v1::IssuedToken* reply) {
   ADMIN_OR_RETURN(context);
-  absl::StatusOr<IssueRequest> issue = FromProto(*request);
-  if (!issue.ok()) return ToGrpc(issue.status());
-  absl::StatusOr<IssuedToken> issued = identities_->Issue(*issue, caller.token_id);
+  absl::StatusOr<IssuedToken> issued = minions::IssueToken(*identities_, *request, caller.token_id);
   if (!issued.ok()) return ToGrpc(issued.status());
   MINIONS_LOG(Info) << "token=" << issued->record.id << " (" << RoleName(issued->record.role) << " "
                     << issued->record.principal << (issued->record.team.empty() ? "" : "@" + issued->record.team)
                     << ") issued by " << caller.Describe();
-  *reply->mutable_info() = ToProto(issued->record);
-  reply->set_token(issued->text);
+  *reply = ToProto(*issued);
   return grpc::Status::OK;
 }
 
 grpc::Status AdminService::ListTokens(grpc::ServerContext* context, const v1::ListTokensRequest* request,
                                       v1::ListTokensResponse* reply) {
   ADMIN_OR_RETURN(context);
-  TokenFilter filter;
-  filter.team = request->team();
-  if (!request->role().empty()) {
-    filter.role = ParseRole(request->role());
-    if (!filter.role) return ToGrpc(absl::InvalidArgumentError(absl::StrCat("unknown role '", request->role(), "'")));
-  }
-  filter.principal = request->principal();
-  filter.include_revoked = request->include_revoked();
-  absl::StatusOr<std::vector<TokenRecord>> tokens = store_->ListTokens(filter);
+  absl::StatusOr<std::vector<v1::TokenInfo>> tokens = minions::ListTokens(*store_, *request);
   if (!tokens.ok()) return ToGrpc(tokens.status());
-  for (const TokenRecord& token : *tokens) *reply->add_tokens() = ToProto(token);
+  for (v1::TokenInfo& token : *tokens) *reply->add_tokens() = std::move(token);
   return grpc::Status::OK;
 }
 
@@ -137,35 +175,40 @@ grpc::Status AdminService::RevokeToken(grpc::ServerContext* context, const v1::R
 
 grpc::Status AdminService::RevokeExecutor(grpc::ServerContext* context, const v1::RevokeExecutorRequest* request,
                                           v1::Executor* reply) {
-  ADMIN_OR_RETURN(context);
-  absl::StatusOr<Executor> executor = store_->RevokeExecutor(request->executor_id(), clock_->Now());
-  if (!executor.ok()) return ToGrpc(executor.status());
-  auth_->ForgetExecutor(executor->id);
-  if (work_added_) work_added_();
-  MINIONS_LOG(Info) << "executor=" << executor->id << " revoked by " << caller.Describe();
-  *reply = ToProto(*executor);
-  return grpc::Status::OK;
+  return ApplyToExecutor(context, ExecutorVerb::kRevoke, request->executor_id(), reply);
 }
 
 grpc::Status AdminService::ReleaseExecutor(grpc::ServerContext* context, const v1::ReleaseExecutorRequest* request,
                                            v1::Executor* reply) {
-  ADMIN_OR_RETURN(context);
-  absl::StatusOr<Executor> executor = store_->ReleaseExecutor(request->executor_id(), clock_->Now());
-  if (!executor.ok()) return ToGrpc(executor.status());
-  if (work_added_) work_added_();  // it may lease again: wake the waiting polls
-  MINIONS_LOG(Info) << "executor=" << executor->id << " released from quarantine by " << caller.Describe();
-  *reply = ToProto(*executor);
-  return grpc::Status::OK;
+  return ApplyToExecutor(context, ExecutorVerb::kRelease, request->executor_id(), reply);
 }
 
-grpc::Status AdminService::ApproveExecutor(grpc::ServerContext* context, const v1::RevokeExecutorRequest* request,
+grpc::Status AdminService::ApproveExecutor(grpc::ServerContext* context, const v1::ApproveExecutorRequest* request,
                                            v1::Executor* reply) {
+  return ApplyToExecutor(context, ExecutorVerb::kApprove, request->executor_id(), reply);
+}
+
+grpc::Status AdminService::ApplyToExecutor(grpc::ServerContext* context, ExecutorVerb verb,
+                                           const std::string& executor_id, v1::Executor* reply) {
   ADMIN_OR_RETURN(context);
-  absl::StatusOr<Executor> executor = store_->ApproveExecutor(request->executor_id(), clock_->Now());
+  absl::StatusOr<Executor> executor = minions::ApplyToExecutor(*store_, verb, executor_id, clock_->Now());
   if (!executor.ok()) return ToGrpc(executor.status());
-  if (work_added_) work_added_();  // it may lease now: wake the waiting work
-  MINIONS_LOG(Info) << "executor=" << executor->id << " (" << executor->info.name << ") approved by "
-                    << caller.Describe();
+  // A revoked executor's credentials stop working here at once; its tasks are leasable again. A
+  // released or approved one may lease again. Either way: wake the waiting polls.
+  if (verb == ExecutorVerb::kRevoke) auth_->ForgetExecutor(executor->id);
+  if (work_added_) work_added_();
+  switch (verb) {
+    case ExecutorVerb::kRevoke:
+      MINIONS_LOG(Info) << "executor=" << executor->id << " revoked by " << caller.Describe();
+      break;
+    case ExecutorVerb::kRelease:
+      MINIONS_LOG(Info) << "executor=" << executor->id << " released from quarantine by " << caller.Describe();
+      break;
+    case ExecutorVerb::kApprove:
+      MINIONS_LOG(Info) << "executor=" << executor->id << " (" << executor->info.name << ") approved by "
+                        << caller.Describe();
+      break;
+  }
   *reply = ToProto(*executor);
   return grpc::Status::OK;
 }

@@ -19,6 +19,26 @@ namespace minions {
 // verbs run on the server's own data).
 absl::StatusOr<std::vector<v1::Team>> TeamsWithStanding(MetadataStore& store, absl::Time now);
 
+// The admin verbs' work on the store, written once for AdminService and for the admin verbs run on
+// the server's own data (apps/identity_setup.cc). The caller authorises, logs and makes a change
+// take effect on a live server (forgetting a credential, waking the lease polls).
+
+// An IssueTokenRequest as IdentityAdmin takes it; InvalidArgument for an unknown role or scope.
+absl::StatusOr<IssueRequest> FromProto(const v1::IssueTokenRequest& request);
+// A ListTokensRequest as the store's filter; InvalidArgument for an unknown role.
+absl::StatusOr<TokenFilter> FromProto(const v1::ListTokensRequest& request);
+// Issues the token `request` asks for on behalf of `issuer` (a token id, or "local").
+absl::StatusOr<IssuedToken> IssueToken(IdentityAdmin& identities, const v1::IssueTokenRequest& request,
+                                       const std::string& issuer);
+v1::IssuedToken ToProto(const IssuedToken& issued);
+// Every token the filter in `request` selects, as the wire shows them.
+absl::StatusOr<std::vector<v1::TokenInfo>> ListTokens(MetadataStore& store, const v1::ListTokensRequest& request);
+
+// What an admin does to one executor: revoke it, release it from quarantine, approve it.
+enum class ExecutorVerb { kRevoke, kRelease, kApprove };
+absl::StatusOr<Executor> ApplyToExecutor(MetadataStore& store, ExecutorVerb verb, const std::string& executor_id,
+                                         absl::Time now);
+
 class AdminService final : public v1::Admin::Service {
  public:
   // `work_added` is called when a revocation hands tasks back (they are leasable again).
@@ -40,19 +60,20 @@ class AdminService final : public v1::Admin::Service {
                               v1::Executor* reply) override;
   grpc::Status ReleaseExecutor(grpc::ServerContext* context, const v1::ReleaseExecutorRequest* request,
                                v1::Executor* reply) override;
-  grpc::Status ApproveExecutor(grpc::ServerContext* context, const v1::RevokeExecutorRequest* request,
+  grpc::Status ApproveExecutor(grpc::ServerContext* context, const v1::ApproveExecutorRequest* request,
                                v1::Executor* reply) override;
   grpc::Status WhoAmI(grpc::ServerContext* context, const v1::WhoAmIRequest* request, v1::TokenInfo* reply) override;
 
  private:
+  // The three executor verbs: authorise, apply, make it take effect here, log, answer.
+  grpc::Status ApplyToExecutor(grpc::ServerContext* context, ExecutorVerb verb, const std::string& executor_id,
+                               v1::Executor* reply);
+
   MetadataStore* store_;
   Clock* clock_;
   Authenticator* auth_;
   IdentityAdmin* identities_;
   std::function<void()> work_added_;
 };
-
-// An IssueTokenRequest as IdentityAdmin takes it; InvalidArgument for an unknown role or scope.
-absl::StatusOr<IssueRequest> FromProto(const v1::IssueTokenRequest& request);
 
 }  // namespace minions

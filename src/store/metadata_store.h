@@ -144,6 +144,11 @@ struct StoreOptions {
   bool model_affinity = true;
   // The warm-executor wait the lease applies: warm_wait, or none without model affinity.
   absl::Duration EffectiveWarmWait() const { return model_affinity ? warm_wait : absl::ZeroDuration(); }
+  // Spot checks (docs/verification.md): when on, every chunk that commits has records drawn
+  // (`verification`) for another executor to re-score, and its job publishes only once they are
+  // reported. Off: chunks are only stamped with their producer.
+  bool spot_checks = false;
+  VerificationPolicy verification;
 };
 
 // A MetadataStore is also the IdentityStore (identity_store.h): teams and credentials live in the
@@ -382,6 +387,38 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   virtual absl::StatusOr<Executor> ReleaseExecutor(const std::string& /*executor_id*/, absl::Time /*now*/) {
     return absl::UnimplementedError("this store keeps no verifications");
   }
+
+  // --- spot checks (model/verification.h VerificationTask, docs/verification.md) ---
+  // Up to `max_tasks` verification tasks for `executor_id` to re-score, each leased to it until
+  // now + ttl: another producer's, pending or their lease expired, of jobs it could run itself,
+  // oldest first. An executor that may not lease (lost, draining, quarantined, revoked, pending)
+  // gets none; NotFound for an unknown one.
+  virtual absl::StatusOr<std::vector<VerificationTask>> LeaseVerifications(const std::string& /*executor_id*/,
+                                                                           int /*max_tasks*/, absl::Duration /*ttl*/,
+                                                                           absl::Time /*now*/) {
+    return absl::UnimplementedError("this store keeps no verification tasks");
+  }
+  // One verification task by its chunk (`key`'s job_id, task_index, attempt, seq); NotFound when
+  // none is open.
+  virtual absl::StatusOr<VerificationTask> GetVerificationTask(const VerificationTask& /*key*/) {
+    return absl::UnimplementedError("this store keeps no verification tasks");
+  }
+  // The verdicts of `verifier_id` on the task `key` names, one per record, in the task's order:
+  // each checked one is recorded as RecordVerification records it (a failed one quarantines the
+  // producer, in the same transaction), and the task ends. Answers the producer as it is after.
+  // NotFound when the task is not open; PermissionDenied unless `verifier_id` holds its lease
+  // (unexpired at `now`) and is neither quarantined nor revoked; InvalidArgument unless the
+  // verdicts name the task's records, in order, with their custom_ids. A refused report writes
+  // nothing.
+  virtual absl::StatusOr<Executor> ReportVerifications(const std::string& /*verifier_id*/,
+                                                       const VerificationTask& /*key*/,
+                                                       const std::vector<RecordVerdict>& /*verdicts*/,
+                                                       absl::Time /*now*/) {
+    return absl::UnimplementedError("this store keeps no verification tasks");
+  }
+  // The job's verification tasks not yet reported (its publication waits for them). NotFound for
+  // an unknown job.
+  virtual absl::StatusOr<int64_t> CountOpenVerifications(const std::string& /*job_id*/) { return int64_t{0}; }
 };
 
 }  // namespace minions

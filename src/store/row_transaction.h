@@ -240,7 +240,7 @@ class RowTransaction {
   // Inserts `row` unless its time is there; deletes the rows before `keep_after`.
   virtual absl::Status InsertFleetHistory(const FleetHistoryRow& row, absl::Time keep_after) = 0;
   virtual absl::StatusOr<std::vector<FleetHistoryRow>> ListFleetHistory(absl::Time since) = 0;  // oldest first
-  // --- the dashboard's tokens per step (migration 17) ---
+  // --- the dashboard's tokens per step (migration 18) ---
   // Adds `tokens` to (at, team)'s counts (a row made when none); deletes the rows before `keep_after`.
   virtual absl::Status AddFleetTokens(absl::Time at, const std::string& team, const TokenUsage& tokens) = 0;
   virtual absl::Status PruneFleetTokens(absl::Time keep_after) = 0;
@@ -251,6 +251,23 @@ class RowTransaction {
   virtual absl::Status InsertVerification(const Verification& verification) = 0;
   // By time, then record, then verifier.
   virtual absl::StatusOr<std::vector<Verification>> VerificationsOfJob(const std::string& job_id) = 0;
+
+  // --- spot checks (migration 17; model/verification.h VerificationTask) ---
+  // Inserts the tasks, skipping any whose chunk (job, task, attempt, seq) was drawn already.
+  virtual absl::Status InsertVerificationTasks(const std::vector<VerificationTask>& tasks) = 0;
+  // Up to `limit` tasks `executor_id` may take: another producer's, pending or their lease expired
+  // by `now`, oldest first, locked (a backend may skip tasks another transaction holds).
+  virtual absl::StatusOr<std::vector<VerificationTask>> LeasableVerificationTasks(const std::string& executor_id,
+                                                                                  absl::Time now, int64_t limit) = 0;
+  // The task of that chunk, locked; nullopt when there is none.
+  virtual absl::StatusOr<std::optional<VerificationTask>> GetVerificationTask(const std::string& job_id,
+                                                                              int64_t task_index, int attempt,
+                                                                              int seq) = 0;
+  // Writes a task's verifier and lease expiry.
+  virtual absl::Status UpdateVerificationTask(const VerificationTask& task) = 0;
+  virtual absl::Status DeleteVerificationTask(const VerificationTask& task) = 0;
+  // The job's tasks not yet reported.
+  virtual absl::StatusOr<int64_t> CountVerificationTasks(const std::string& job_id) = 0;
 
   // --- ending attempts ---
   // Writes `writes` as of `now`: the tasks; what they add to their jobs' counts; the records the

@@ -122,16 +122,20 @@ TEST(SigV4, PutObjectExample) {
   ExpectReproduced(e);
 }
 
-TEST(SigV4, GetBucketLifecycleExample) {
+// The bucket examples: a GET of "/" with an empty payload, differing in the query (its canonical
+// form given), the canonical request's hash in the string to sign, and the signature.
+Example BucketGetExample(Pairs query, const std::string& canonical_query, const std::string& canonical_request_hash,
+                         const std::string& signature) {
   Example e;
-  e.request = {"GET", "/", {{"lifecycle", ""}},
+  e.request = {"GET", "/", std::move(query),
                {{"Host", kHost}, {"x-amz-date", "20130524T000000Z"},
                 {"x-amz-content-sha256", std::string(kEmptyPayloadHash)}},
                std::string(kEmptyPayloadHash)};
   e.canonical_request =
       "GET\n"
-      "/\n"
-      "lifecycle=\n"
+      "/\n" +
+      canonical_query +
+      "\n"
       "host:examplebucket.s3.amazonaws.com\n"
       "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"
       "x-amz-date:20130524T000000Z\n"
@@ -141,36 +145,23 @@ TEST(SigV4, GetBucketLifecycleExample) {
   e.string_to_sign =
       "AWS4-HMAC-SHA256\n"
       "20130524T000000Z\n"
-      "20130524/us-east-1/s3/aws4_request\n"
-      "9766c798316ff2757b517bc739a67f6213b4ab36dd5da2f94eaebf79c77395ca";
-  e.signature = "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543";
-  ExpectReproduced(e);
+      "20130524/us-east-1/s3/aws4_request\n" +
+      canonical_request_hash;
+  e.signature = signature;
+  return e;
+}
+
+TEST(SigV4, GetBucketLifecycleExample) {
+  ExpectReproduced(BucketGetExample({{"lifecycle", ""}}, "lifecycle=",
+                                    "9766c798316ff2757b517bc739a67f6213b4ab36dd5da2f94eaebf79c77395ca",
+                                    "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543"));
 }
 
 TEST(SigV4, ListObjectsExample) {
-  Example e;
   // Given out of order: the canonical query sorts them.
-  e.request = {"GET", "/", {{"prefix", "J"}, {"max-keys", "2"}},
-               {{"Host", kHost}, {"x-amz-date", "20130524T000000Z"},
-                {"x-amz-content-sha256", std::string(kEmptyPayloadHash)}},
-               std::string(kEmptyPayloadHash)};
-  e.canonical_request =
-      "GET\n"
-      "/\n"
-      "max-keys=2&prefix=J\n"
-      "host:examplebucket.s3.amazonaws.com\n"
-      "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"
-      "x-amz-date:20130524T000000Z\n"
-      "\n"
-      "host;x-amz-content-sha256;x-amz-date\n"
-      "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-  e.string_to_sign =
-      "AWS4-HMAC-SHA256\n"
-      "20130524T000000Z\n"
-      "20130524/us-east-1/s3/aws4_request\n"
-      "df57d21db20da04d7fa30298dd4488ba3a2b47ca3a489c74750e0f1e7df1b9b7";
-  e.signature = "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7";
-  ExpectReproduced(e);
+  ExpectReproduced(BucketGetExample({{"prefix", "J"}, {"max-keys", "2"}}, "max-keys=2&prefix=J",
+                                    "df57d21db20da04d7fa30298dd4488ba3a2b47ca3a489c74750e0f1e7df1b9b7",
+                                    "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"));
 }
 
 TEST(SigV4, PresignedUrlExample) {

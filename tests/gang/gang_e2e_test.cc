@@ -8,12 +8,16 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
 #include "cli/sample_prompts.h"
 #include "executor/control_channel.h"
+#include "executor/runner_devices.h"
 #include "pool_test_util.h"
 
 namespace minions::testing {
@@ -388,6 +392,127 @@ TEST(GangEndToEnd, ALeadersRunnerCrashingOnAPoisonRecordIsolatesItAndTheJobCompl
   for (const char* name : {"e1", "e2", "e3"}) logs += ReadFile(pool.dir() + "/logs/executor-" + name + ".log");
   EXPECT_THAT(logs, ::testing::HasSubstr("serving the gang of leader 127.0.0.1"));
   EXPECT_THAT(logs, ::testing::HasSubstr("every gang member still answers: the runner crashed on its own"));
+  if (!HasFailure()) std::filesystem::remove_all(dir);
+}
+
+// The vulkan runner (minions-llama-runner-vulkan, tests/llama/vulkan_test.cc) on Mesa's lavapipe:
+// why a gang with a Vulkan executor cannot run here, "" when it can.
+const std::vector<std::string> kLavapipe = {"GGML_VK_VISIBLE_DEVICES=0"};  // ggml skips CPU-type Vulkan devices unless told
+const std::string kVulkanRunner = kBin + "/minions-llama-runner-vulkan";
+
+std::string WhyNoVulkanGang() {
+  if (!std::filesystem::exists(kVulkanRunner)) {
+    return "this build has no vulkan runner: scripts/setup could not fetch the npm package "
+           "@node-llama-cpp/linux-x64-vulkan (or MINIONS_VULKAN=0, or not Linux x86-64)";
+  }
+  if (!std::filesystem::exists(kBin + "/llama-vulkan/libggml-rpc.so")) {
+    return "the vulkan runner has no RPC backend (apps/llama-vulkan/libggml-rpc.so): scripts/setup copies its "
+           "sources into the prebuilt prefix; run it again";
+  }
+  auto devices = QueryRunnerDevices({kVulkanRunner}, kLavapipe);
+  if (!devices.ok()) return absl::StrCat("the vulkan runner cannot list devices: ", devices.status().message());
+  auto accelerator = AcceleratorFromDevices(*devices);
+  if (!accelerator || accelerator->kind != "vulkan") {
+    return "no Vulkan device on this machine (apt-get install mesa-vulkan-drivers gives Mesa's lavapipe)";
+  }
+  return "";
+}
+
+// A mixed gang (issue 41, point 3): one executor whose runner drives a Vulkan device (lavapipe)
+// and one CPU executor. The Vulkan executor declares the most memory (its device's), so it leads:
+// its runner keeps its share of the layers in the device's buffers and sends the rest to the CPU
+// member's rpc-server through its tunnel, the member's gate and the attempt's secret. The job
+// completes, every record once, and its greedy text agrees with one CPU machine's within the
+// bound docs/runner-protocol.md ("Backends") documents for the Vulkan device.
+TEST(GangEndToEnd, AGangOfAVulkanAndACpuExecutorRunsAJobAcrossBothDevices) {
+  if (std::string why = WhyNoVulkanGang(); !why.empty()) GTEST_SKIP() << why;
+  const std::string dir = TempDir("gang-vulkan");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  ASSERT_TRUE(pool.StartServer().ok());
+  // lavapipe compiles ggml's shaders on first use (minutes on a busy machine): the runner starts
+  // with the Mesa shader cache the user's earlier runs filled, and may be silent that long.
+  if (const char* home = std::getenv("HOME")) {
+    std::error_code ec;
+    std::filesystem::create_directories(pool.dir() + "/vk/runner-scratch/.cache", ec);
+    std::filesystem::copy(std::string(home) + "/.cache/mesa_shader_cache",
+                          pool.dir() + "/vk/runner-scratch/.cache/mesa_shader_cache",
+                          std::filesystem::copy_options::recursive, ec);
+  }
+  ASSERT_TRUE(pool.StartExecutor("vk", 2, kVulkanRunner, "",
+                                 {"--gang-address", absl::StrCat("127.0.0.1:", PickFreePort()), "--runner-hang-ms",
+                                  "1800000"},
+                                 kLavapipe)
+                  .ok());
+  cli::JobsClient client(pool.connection());
+  // name -> what the server knows of it, once `n` executors registered.
+  auto fleet_of = [&](size_t n) {
+    std::map<std::string, v1::Executor> fleet;
+    for (int i = 0; i < 3000 && fleet.size() < n; ++i) {  // the vulkan runner lists its devices first
+      auto executors = client.Executors();
+      if (executors.ok() && executors->size() == n) {
+        for (const v1::Executor& e : *executors) fleet[e.name()] = e;
+      } else {
+        absl::SleepFor(absl::Milliseconds(100));
+      }
+    }
+    return fleet;
+  };
+  const int64_t device = fleet_of(1)["vk"].usable_memory_bytes();
+  ASSERT_GT(device, 0) << "the Vulkan executor did not register; logs in " << pool.dir() << "/logs";
+  // The CPU executor lends 70% of what the device has (a share of this machine's memory): less,
+  // so the Vulkan executor leads, and enough that the member gets layers of its own.
+  const double share = 0.7 * static_cast<double>(device) /
+                       (static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)));
+  ASSERT_LT(share, 1.0) << "this machine has less memory than its Vulkan device";
+  ASSERT_TRUE(pool.StartExecutor("cpu", 1, "", "",
+                                 {"--gang-address", absl::StrCat("127.0.0.1:", PickFreePort()), "--availability-set",
+                                  absl::StrCat("max_memory_share=", share)})
+                  .ok());
+  std::map<std::string, v1::Executor> fleet = fleet_of(2);
+  ASSERT_EQ(fleet.size(), 2u) << "the two executors did not register; logs in " << pool.dir() << "/logs";
+  ASSERT_EQ(fleet["vk"].accelerator(), "vulkan");
+  ASSERT_NE(fleet["cpu"].accelerator(), "vulkan");
+  ASSERT_GT(fleet["vk"].usable_memory_bytes(), fleet["cpu"].usable_memory_bytes());
+
+  const std::vector<std::string> lines = GreedyLines(16);
+  const std::string input = WriteInput(dir, lines);
+  auto job = SubmitGang(pool, input, 2, fleet["vk"].usable_memory_bytes() + 1, 16);  // one task, neither alone
+  ASSERT_TRUE(job.ok()) << job.status();
+  v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(10));
+  ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";
+  auto output = Lines(FetchResults(pool, job->id(), false));
+  auto errors = Lines(FetchResults(pool, job->id(), true));
+  ExpectEachRecordOnce(lines, output, errors);
+  EXPECT_TRUE(errors.empty()) << errors.size() << " error records, the first: " << errors[0].dump();
+
+  // Both devices held the model: the leader's runner put layers in the Vulkan device's buffers
+  // and in its member's (llama.cpp's own account, as the leader's executor logs it), and the
+  // member served the leader.
+  const std::string leader_log = ReadFile(pool.dir() + "/logs/executor-vk.log");
+  EXPECT_THAT(leader_log, ::testing::ContainsRegex("runner loaded .*\"Vulkan0\":[1-9]"))
+      << "see " << pool.dir() << "/logs/executor-vk.log";
+  EXPECT_THAT(leader_log, ::testing::ContainsRegex("runner loaded .*\"RPC0[^\"]*\":[1-9]"))
+      << "see " << pool.dir() << "/logs/executor-vk.log";
+  const std::string member_log = ReadFile(pool.dir() + "/logs/executor-cpu.log");
+  EXPECT_THAT(member_log, ::testing::HasSubstr("serving the gang of leader 127.0.0.1"));
+  EXPECT_THAT(ReadFile(pool.dir() + "/logs/server.log"), ::testing::HasSubstr("leased to a gang of 2"));
+
+  // Against one CPU machine: the Vulkan device's kernels round differently, so the measured
+  // agreement (printed) is held to the documented bound, half the records' greedy text.
+  RunLocally(input, dir, 4, 1);
+  if (HasFatalFailure()) return;
+  std::map<std::string, std::string> local;
+  for (const Json& line : Lines(ReadFile(dir + "/local.jsonl"))) {
+    local[line["custom_id"].get<std::string>()] = Normalised(line)["response"]["body"]["choices"].dump();
+  }
+  int same = 0;
+  for (const Json& line : output) {
+    same += local[line["custom_id"].get<std::string>()] == Normalised(line)["response"]["body"]["choices"].dump();
+  }
+  printf("mixed gang (vulkan leader + cpu member) vs one cpu machine, greedy: %d of %zu records identical\n", same,
+         lines.size());
+  EXPECT_GE(same * 2, static_cast<int>(lines.size())) << "fewer than half the records gave the CPU's greedy text";
   if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 

@@ -5,16 +5,7 @@
 //
 // node minio_check.mjs --endpoint http://127.0.0.1:PORT --bucket B [--read KEY] [--write KEY --data TEXT]
 // Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, default S3RVER/S3RVER. Path-style, no TLS.
-import * as Minio from "minio";
-
-function args(argv) {
-  const out = {};
-  for (let i = 0; i < argv.length; i += 2) {
-    if (!argv[i].startsWith("--") || i + 1 >= argv.length) throw new Error(`bad argument ${argv[i]}`);
-    out[argv[i].slice(2)] = argv[i + 1];
-  }
-  return out;
-}
+import { args, minioClient } from "./minio_client.mjs";
 
 async function readAll(stream) {
   const chunks = [];
@@ -24,16 +15,7 @@ async function readAll(stream) {
 
 try {
   const a = args(process.argv.slice(2));
-  const url = new URL(a.endpoint);
-  const client = new Minio.Client({
-    endPoint: url.hostname,
-    port: Number(url.port || (url.protocol === "https:" ? 443 : 80)),
-    useSSL: url.protocol === "https:",
-    accessKey: process.env.AWS_ACCESS_KEY_ID || "S3RVER",
-    secretKey: process.env.AWS_SECRET_ACCESS_KEY || "S3RVER",
-    region: a.region || "us-east-1",
-    pathStyle: true,
-  });
+  const client = minioClient(a.endpoint, a.region);
   const result = {};
   if (a.read) {
     const bytes = await readAll(await client.getObject(a.bucket, a.read));

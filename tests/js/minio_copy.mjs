@@ -3,18 +3,10 @@
 //   node minio_copy.mjs ENDPOINT BUCKET KEY FILE
 // Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (default S3RVER). Path-style, no TLS.
 import fs from "node:fs";
-import * as Minio from "minio";
+import { minioClient } from "./minio_client.mjs";
 
 const [endpoint, bucket, key, file] = process.argv.slice(2);
-const url = new URL(endpoint);
-const client = new Minio.Client({
-  endPoint: url.hostname,
-  port: Number(url.port),
-  useSSL: false,
-  accessKey: process.env.AWS_ACCESS_KEY_ID || "S3RVER",
-  secretKey: process.env.AWS_SECRET_ACCESS_KEY || "S3RVER",
-  region: "us-east-1",
-  pathStyle: true,
+const client = minioClient(endpoint, "us-east-1", {
   // One PUT for the whole file: s3rver lacks ListMultipartUploads, which minio's multipart path
   // asks first.
   partSize: 5 * 1024 * 1024 * 1024,

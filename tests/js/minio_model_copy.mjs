@@ -4,29 +4,12 @@
 //
 // node minio_model_copy.mjs --endpoint http://127.0.0.1:PORT --bucket B --key K --file PATH --out PATH
 // Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, default S3RVER/S3RVER. Path-style, no TLS.
-import * as Minio from "minio";
 import { statSync } from "node:fs";
-
-function args(argv) {
-  const out = {};
-  for (let i = 0; i < argv.length; i += 2) {
-    if (!argv[i].startsWith("--") || i + 1 >= argv.length) throw new Error(`bad argument ${argv[i]}`);
-    out[argv[i].slice(2)] = argv[i + 1];
-  }
-  return out;
-}
+import { args, minioClient } from "./minio_client.mjs";
 
 try {
   const a = args(process.argv.slice(2));
-  const url = new URL(a.endpoint);
-  const client = new Minio.Client({
-    endPoint: url.hostname,
-    port: Number(url.port || (url.protocol === "https:" ? 443 : 80)),
-    useSSL: url.protocol === "https:",
-    accessKey: process.env.AWS_ACCESS_KEY_ID || "S3RVER",
-    secretKey: process.env.AWS_SECRET_ACCESS_KEY || "S3RVER",
-    region: a.region || "us-east-1",
-    pathStyle: true,
+  const client = minioClient(a.endpoint, a.region, {
     // One PUT for files up to 5 GiB: s3rver refuses the multipart form minio uses for large ones.
     partSize: 5 * 1024 * 1024 * 1024,
   });

@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "engine_test_util.h"
 #include "llama.h"
 #include "runner/llama/chat_tools.h"
 #include "runner/llama/test_model_writer.h"
@@ -20,30 +21,10 @@ namespace {
 
 using minions::testing::VocabDir;
 
-// A tiny text model with `chat_template`, loaded for its vocabulary and metadata only.
-struct TemplateModel {
-  llama_model* model = nullptr;
-  explicit TemplateModel(const std::string& chat_template, const std::string& name) {
-    TestModelSpec spec;
-    spec.vocab_path = VocabDir() + "/ggml-vocab-llama-spm.gguf";
-    spec.n_embd = 32;
-    spec.n_layer = 1;
-    spec.n_head = 2;
-    spec.n_head_kv = 1;
-    spec.n_ff = 64;
-    spec.chat_template = chat_template;
-    const std::string path = ::testing::TempDir() + "/chat-tools-" + name + "-" + std::to_string(getpid()) + ".gguf";
-    absl::Status written = WriteTestModel(spec, path);
-    EXPECT_TRUE(written.ok()) << written;
-    llama_model_params params = llama_model_default_params();
-    params.vocab_only = true;
-    model = llama_model_load_from_file(path.c_str(), params);
-    std::remove(path.c_str());
-    EXPECT_NE(model, nullptr);
-  }
-  ~TemplateModel() {
-    if (model) llama_model_free(model);
-  }
+// A tiny text model with `chat_template` and the small model's tokenizer.
+struct TemplateModel : engine_test::VocabModel {
+  TemplateModel(const std::string& chat_template, const std::string& name)
+      : VocabModel("ggml-vocab-llama-spm.gguf", chat_template, "chat-tools-" + name) {}
 };
 
 std::string ReadTemplate(const std::string& file) {

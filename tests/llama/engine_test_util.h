@@ -2,13 +2,18 @@
 // Helpers the engine tests share: serving parsed records through a LlamaEngine and reading what
 // came back.
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "llama.h"
 #include "runner/llama/llama_engine.h"
+#include "runner/llama/test_model_writer.h"
 #include "test_env.h"
 
 namespace minions::llama_runner::engine_test {
@@ -29,6 +34,36 @@ inline std::vector<WorkItem> ParseItems(const std::vector<std::string>& lines, c
   }
   return items;
 }
+
+// A tiny text model with the tokenizer of `vocab_file` (a llama.cpp models/ggml-vocab-*.gguf) and
+// `chat_template`, loaded for its vocabulary and metadata only.
+struct VocabModel {
+  llama_model* model = nullptr;
+  VocabModel(const std::string& vocab_file, const std::string& chat_template, const std::string& name) {
+    TestModelSpec spec;
+    spec.vocab_path = minions::testing::VocabDir() + "/" + vocab_file;
+    spec.n_embd = 32;
+    spec.n_layer = 1;
+    spec.n_head = 2;
+    spec.n_head_kv = 1;
+    spec.n_ff = 64;
+    spec.chat_template = chat_template;
+    const std::string path = ::testing::TempDir() + "/vocab-" + name + "-" + std::to_string(getpid()) + ".gguf";
+    absl::Status written = WriteTestModel(spec, path);
+    EXPECT_TRUE(written.ok()) << written;
+    llama_model_params params = llama_model_default_params();
+    params.vocab_only = true;
+    model = llama_model_load_from_file(path.c_str(), params);
+    std::remove(path.c_str());
+    EXPECT_NE(model, nullptr);
+  }
+  ~VocabModel() {
+    if (model) llama_model_free(model);
+  }
+  VocabModel(const VocabModel&) = delete;
+  VocabModel& operator=(const VocabModel&) = delete;
+  const llama_vocab* vocab() const { return llama_model_get_vocab(model); }
+};
 
 // The text test model in an engine of `n_parallel` slots, CPU attention off (deterministic).
 inline std::unique_ptr<LlamaEngine> LoadTextEngine(int n_parallel, int n_ctx_per_seq) {

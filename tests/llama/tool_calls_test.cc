@@ -5,6 +5,8 @@
 // template has no tool support, and tool schemas the converter cannot express, are that record's
 // error.
 
+#include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "engine_test_util.h"
+#include "llama.h"
 #include "runner/llama/llama_engine.h"
 #include "runner/llama/rescorer.h"
 #include "test_env.h"
@@ -107,6 +110,50 @@ TEST(ToolCalls, RequiredAndNamedChoicesAnswerWithWellFormedCalls) {
   // A re-run writes the same lines (ids are derived from the custom_id, the choice and the place).
   auto again = ServeAll(*engine, {ToolRecord("req", tools + R"(,"tool_choice":"required","parallel_tool_calls":false)")});
   EXPECT_EQ(Body(again[0])["choices"], Body(out[0])["choices"]);
+}
+
+// The test model's tokens that spell `text` (as its tokenizer splits it).
+std::vector<llama_token> Tokens(const std::string& text) {
+  llama_model_params params = llama_model_default_params();
+  params.vocab_only = true;
+  llama_model* model = llama_model_load_from_file(minions::testing::TestModel("tools/text-tools.gguf").c_str(), params);
+  EXPECT_NE(model, nullptr);
+  if (model == nullptr) return {};
+  std::vector<llama_token> tokens(64);
+  const int n = llama_tokenize(llama_model_get_vocab(model), text.data(), static_cast<int32_t>(text.size()), tokens.data(),
+                               static_cast<int32_t>(tokens.size()), false, false);
+  llama_model_free(model);
+  tokens.resize(static_cast<size_t>(std::max(n, 0)));
+  return tokens;
+}
+
+TEST(ToolCalls, AutoAnswersWithACallWhenTheModelStartsOne) {
+  // tool_choice "auto": the model chooses between text and a call; random weights never choose a
+  // call, so this record makes greedy decoding spell "<tool_call>\\n" (the trigger): each of its tokens biased 8
+  // below the one before, each halved once used (repeat_penalty 2), so they come out in order.
+  // That wakes llama.cpp's lazy tool-call grammar, which from there keeps the call well formed;
+  // the answer is parsed into message.tool_calls, as a trained model's would be.
+  const std::vector<llama_token> tokens = Tokens("<tool_call>\n");
+  ASSERT_FALSE(tokens.empty());
+  ASSERT_EQ(std::set<llama_token>(tokens.begin(), tokens.end()).size(), tokens.size()) << "a token repeats";
+  Json bias = Json::object();
+  for (size_t i = 0; i < tokens.size(); ++i) bias[std::to_string(tokens[i])] = 100 - 8 * static_cast<int>(i);
+  auto engine = LoadToolEngine();
+  ASSERT_NE(engine, nullptr);
+  auto out = ServeAll(*engine, {ToolRecord("auto", std::string(R"(,"tools":[)") + kWeather +
+                                                       R"(],"tool_choice":"auto","parallel_tool_calls":false,)"
+                                                       R"("repeat_penalty":2,"logit_bias":)" + bias.dump())});
+  ASSERT_EQ(out[0]["response"]["status_code"], 200) << out[0].dump();
+  const Json& choice = Body(out[0])["choices"][0];
+  ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice.dump();
+  const Json& calls = choice["message"]["tool_calls"];
+  ASSERT_TRUE(calls.is_array()) << choice.dump();
+  ASSERT_EQ(calls.size(), 1u) << choice.dump();
+  ExpectWeatherCall(calls[0]);
+  // The call's text is not content: at most the space the tokenizer put before "<tool_call>".
+  if (!choice["message"]["content"].is_null()) {
+    EXPECT_THAT(choice["message"]["content"].get<std::string>(), ::testing::MatchesRegex("\\s*")) << choice.dump();
+  }
 }
 
 TEST(ToolCalls, ReScoringLeavesToolCallAnswersUnjudgedNeverFailed) {

@@ -2,6 +2,10 @@
 
 #include "model/verification.h"
 
+#include <algorithm>
+#include <functional>
+#include <memory>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -10,6 +14,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+using ::testing::SizeIs;
 
 Verification Verdict(int64_t task, const std::string& record, const std::string& verifier, bool passed) {
   Verification v;
@@ -44,6 +49,52 @@ TEST(VerificationTally, TheSameCustomIdInTwoTasksIsTwoRecords) {
   EXPECT_EQ(tally.checked, 2);
   EXPECT_EQ(tally.passed, 2);
   EXPECT_THAT(tally.failed_records, IsEmpty());
+}
+
+// A deterministic "random" source: the numbers of `values`, over and over.
+std::function<double()> Cycle(std::vector<double> values) {
+  auto i = std::make_shared<size_t>(0);
+  return [values, i] { return values[(*i)++ % values.size()]; };
+}
+
+TEST(DrawRecords, DrawsEachRecordWithTheFractionAndAllOfANewExecutors) {
+  VerificationPolicy policy;
+  policy.fraction = 0.5;
+  policy.all_until_records = 100;
+  const Chunk chunk{1, 0, 10, 16, 0};
+  // Seasoned: a record is drawn when the uniform number falls below the fraction.
+  EXPECT_THAT(DrawRecords(chunk, policy, 100, Cycle({0.1, 0.9})), ElementsAre(10, 12, 14));
+  EXPECT_THAT(DrawRecords(chunk, policy, 500, Cycle({0.7})), IsEmpty());
+  // New (fewer records than all_until_records): every record.
+  EXPECT_THAT(DrawRecords(chunk, policy, 99, Cycle({0.9})), ElementsAre(10, 11, 12, 13, 14, 15));
+  // Off: a zero fraction draws nothing from a seasoned executor.
+  policy.fraction = 0;
+  EXPECT_THAT(DrawRecords(chunk, policy, 100, Cycle({0.0})), IsEmpty());
+}
+
+TEST(DrawRecords, KeepsAtMostMaxRecordsAscending) {
+  VerificationPolicy policy;
+  policy.all_until_records = 1000;
+  policy.max_records = 3;
+  const Chunk chunk{1, 0, 0, 50, 0};
+  for (double u : {0.0, 0.3, 0.99}) {
+    std::vector<int64_t> drawn = DrawRecords(chunk, policy, 0, Cycle({u, 0.5, 0.2}));
+    ASSERT_THAT(drawn, SizeIs(3));
+    EXPECT_TRUE(std::is_sorted(drawn.begin(), drawn.end()));
+    EXPECT_EQ(std::adjacent_find(drawn.begin(), drawn.end()), drawn.end());  // each once
+    for (int64_t r : drawn) {
+      EXPECT_GE(r, 0);
+      EXPECT_LT(r, 50);
+    }
+  }
+}
+
+TEST(VerificationRecords, RoundTripAndRefuseJunk) {
+  EXPECT_EQ(EncodeRecords({3, 17, 40}), "3,17,40");
+  EXPECT_THAT(*DecodeRecords("3,17,40"), ElementsAre(3, 17, 40));
+  EXPECT_THAT(*DecodeRecords(""), IsEmpty());
+  EXPECT_EQ(DecodeRecords("3,x").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeRecords("-1").status().code(), absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -481,7 +481,7 @@ TEST_F(GrpcAttack, AnUnapprovedExecutorGetsNoWorkAndOnlyAnAdminApprovesIt) {
   beat.set_state("pending");
   EXPECT_GRPC_CODE(executors_->Heartbeat(As(stranger.credential).get(), beat, &answer), INVALID_ARGUMENT);
   // Nobody but an admin approves: not a team's submitter, not the executor itself.
-  v1::RevokeExecutorRequest approve;
+  v1::ApproveExecutorRequest approve;
   approve.set_executor_id(stranger.id);
   v1::Executor approved;
   EXPECT_GRPC_CODE(admin_stub_->ApproveExecutor(As(search_submitter_).get(), approve, &approved), PERMISSION_DENIED);

@@ -51,6 +51,23 @@ wait_ready() {
   die "the server in $DIR does not accept connections on 127.0.0.1:$port; see $DIR/log"
 }
 
+# Starts the cluster on $PORT, or restarts it when it runs: `when` "always", or "if-moved" (only
+# when it listens on another port); then waits until it answers. `where` and `hint` go into the
+# failure's message.
+bring_up() {
+  local when=$1 where=$2 hint=$3
+  if is_running; then
+    if [[ "$when" == always || "$(sed -n 4p "$DATA/postmaster.pid" 2>/dev/null || true)" != "$PORT" ]]; then
+      as_owner "$BIN/pg_ctl" -D "$DATA" -m fast -w restart -l "$DIR/log" >/dev/null \
+        || die "could not restart the cluster in $DIR$where; see $DIR/log"
+    fi
+  else
+    as_owner "$BIN/pg_ctl" -D "$DATA" -w -t 30 start -l "$DIR/log" >/dev/null \
+      || die "could not start the cluster in $DIR$where$hint; see $DIR/log"
+  fi
+  wait_ready "$PORT"
+}
+
 [[ $# -ge 2 ]] || usage
 CMD=$1
 DIR=$2
@@ -84,17 +101,7 @@ max_connections = 300
 shared_buffers = '64MB'
 EOF
     if [[ $(id -u) -eq 0 ]]; then chown postgres: "$DATA/postgresql.auto.conf"; fi
-    if is_running; then
-      running_port=$(sed -n 4p "$DATA/postmaster.pid" 2>/dev/null || true)
-      if [[ "$running_port" != "$PORT" ]]; then
-        as_owner "$BIN/pg_ctl" -D "$DATA" -m fast -w restart -l "$DIR/log" >/dev/null \
-          || die "could not restart the cluster in $DIR on port $PORT; see $DIR/log"
-      fi
-    else
-      as_owner "$BIN/pg_ctl" -D "$DATA" -w -t 30 start -l "$DIR/log" >/dev/null \
-        || die "could not start the cluster in $DIR on port $PORT (port in use?); see $DIR/log"
-    fi
-    wait_ready "$PORT"
+    bring_up if-moved " on port $PORT" " (port in use?)"
     exists=$(as_owner "$BIN/psql" -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -Atqc \
       "SELECT 1 FROM pg_database WHERE datname = 'minions_test'") || die "cannot query the server on port $PORT"
     if [[ "$exists" != 1 ]]; then
@@ -106,14 +113,7 @@ EOF
     [[ $# -eq 2 ]] || usage
     [[ -f "$DATA/PG_VERSION" ]] || die "no cluster in $DIR; run: postgres.sh start $DIR PORT"
     PORT=$(sed -n "s/^port = \([0-9]*\)$/\1/p" "$DATA/postgresql.auto.conf")
-    if is_running; then
-      as_owner "$BIN/pg_ctl" -D "$DATA" -m fast -w restart -l "$DIR/log" >/dev/null \
-        || die "could not restart the cluster in $DIR; see $DIR/log"
-    else
-      as_owner "$BIN/pg_ctl" -D "$DATA" -w -t 30 start -l "$DIR/log" >/dev/null \
-        || die "could not start the cluster in $DIR; see $DIR/log"
-    fi
-    wait_ready "$PORT"
+    bring_up always "" ""
     ;;
   stop)
     [[ $# -eq 2 ]] || usage

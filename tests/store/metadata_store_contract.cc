@@ -1098,7 +1098,8 @@ TEST_P(MetadataStoreContract, HeartbeatsCommitChunksAndTheNextAttemptResumesAfte
   beat.chunks = {Chunk{1, 0, 0, 4, 1}, Chunk{1, 1, 4, 6, 0}};
   ASSERT_OK(store_->Heartbeat(a, ExecutorState::kBusy, "", {beat}, kTtl, now_).status());
   Task task = GetTask(job_id, 0);
-  EXPECT_THAT(task.chunks, ElementsAre(Chunk{1, 0, 0, 4, 1}, Chunk{1, 1, 4, 6, 0}));
+  // Each committed chunk names its producer (whose answers spot checks re-score).
+  EXPECT_THAT(task.chunks, ElementsAre(Chunk{1, 0, 0, 4, 1, a}, Chunk{1, 1, 4, 6, 0, a}));
   EXPECT_EQ(task.records_done, 7);
 
   // A goes silent; its lease expires; B's attempt resumes after record 6.
@@ -1123,7 +1124,7 @@ TEST_P(MetadataStoreContract, HeartbeatsCommitChunksAndTheNextAttemptResumesAfte
   ASSERT_OK(outcomes[0]);
   task = GetTask(job_id, 0);
   EXPECT_EQ(task.state, TaskState::kSucceeded);
-  EXPECT_THAT(task.chunks, ElementsAre(Chunk{1, 0, 0, 4, 1}, Chunk{1, 1, 4, 6, 0}, Chunk{2, 0, 6, 10, 1}));
+  EXPECT_THAT(task.chunks, ElementsAre(Chunk{1, 0, 0, 4, 1, a}, Chunk{1, 1, 4, 6, 0, a}, Chunk{2, 0, 6, 10, 1, b}));
   Job job = GetJob(job_id);
   EXPECT_EQ(job.state, JobState::kFinalizing);
   EXPECT_EQ(job.counts.completed, 8);
@@ -1284,7 +1285,7 @@ TEST_P(MetadataStoreContract, GetTaskReadsOneTaskAsListTasksHasIt) {
     EXPECT_EQ(task.chunks, expected.chunks);
   }
   ASSERT_OK_AND_ASSIGN(Task first, store_->GetTask(job_id, leases[0].task.index));
-  EXPECT_THAT(first.chunks, ElementsAre(Chunk{leases[0].task.attempt, 0, 0, 4, 1}));
+  EXPECT_THAT(first.chunks, ElementsAre(Chunk{leases[0].task.attempt, 0, 0, 4, 1, executor}));
   EXPECT_CODE(store_->GetTask(job_id, 3), kNotFound);
   EXPECT_CODE(store_->GetTask("job-000000000000", 0), kNotFound);
 }

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "database_contract.h"
+#include "spot_check_contract.h"
 #include "store_contracts.h"
 #include "watchdog_lock_contract.h"
 #include "work_signal_contract.h"
@@ -152,10 +153,11 @@ class Schemas : public ::testing::Environment {
 [[maybe_unused]] ::testing::Environment* const kSchemas = ::testing::AddGlobalTestEnvironment(new Schemas);
 
 std::unique_ptr<PostgresMetadataStore> MustOpen(const std::string& url, int pool_size = 4,
-                                                testing::CommitFaults* faults = nullptr) {
+                                                testing::CommitFaults* faults = nullptr,
+                                                const StoreOptions& options = StoreOptions{}) {
   if (url.empty()) return nullptr;
   absl::StatusOr<std::unique_ptr<PostgresMetadataStore>> store =
-      PostgresMetadataStore::Open(url, StoreOptions{}, pool_size, faults);
+      PostgresMetadataStore::Open(url, options, pool_size, faults);
   EXPECT_TRUE(store.ok()) << store.status() << "\n" << kHowToStart;
   return store.ok() ? std::move(*store) : nullptr;
 }
@@ -164,6 +166,11 @@ MINIONS_INSTANTIATE_STORE_CONTRACTS(Postgres, ::testing::Values(StoreFactory([](
                                       return MustOpen(Schemas::FreshUrl());
                                     })),
                                     [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
+INSTANTIATE_TEST_SUITE_P(Postgres, SpotCheckContract,
+                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                           return MustOpen(Schemas::FreshUrl(), 4, nullptr, SpotCheckOptions());
+                         })),
+                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Schema"; });
 
 // A fresh schema of its own: a database to the store.
 TestDatabase PostgresDatabase() {
@@ -178,8 +185,9 @@ TestDatabase PostgresDatabase() {
   database.exec = [url](const std::string& sql) { return RawConnection(url).Exec(sql); };
   database.count = [url](const std::string& sql) { return RawConnection(url).Count(sql); };
   database.migrations = postgres_store::Migrations();
-  database.undo_13_and_14 = {"DROP TABLE fleet_tokens",   // (migration 17's)
-                             "DROP TABLE fleet_history",  // (migration 16's)
+  database.undo_13_and_14 = {"DROP TABLE fleet_tokens",        // (migration 18's)
+                             "DROP TABLE verification_tasks",  // (migration 17's)
+                             "DROP TABLE fleet_history",       // (migration 16's)
                              "DROP TABLE verifications",  // (15: back to 12 as a whole)
                              "ALTER TABLE jobs DROP COLUMN prompt_tokens, DROP COLUMN completion_tokens",  // (14)
                              "ALTER TABLE team_usage DROP COLUMN running_devices, DROP COLUMN running_device_since_us"};

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "database_contract.h"
 #include "store/sqlite/sqlite_migrations.h"
+#include "spot_check_contract.h"
 #include "store_contracts.h"
 #include "store/sqlite/sqlite_watchdog_lock.h"
 #include "watchdog_lock_contract.h"
@@ -79,6 +80,13 @@ TEST_P(PlacementWithoutAffinity, TwoModelsAlternatingMakeExecutorsSwapModels) {
   EXPECT_GT(late, 50);
   EXPECT_GT(traffic.loads, 100);
 }
+INSTANTIATE_TEST_SUITE_P(Sqlite, SpotCheckContract,
+                         ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
+                           auto store = SqliteMetadataStore::Open(":memory:", SpotCheckOptions());
+                           EXPECT_TRUE(store.ok()) << store.status();
+                           return store.ok() ? std::move(*store) : nullptr;
+                         })),
+                         [](const ::testing::TestParamInfo<StoreFactory>&) { return "Memory"; });
 INSTANTIATE_TEST_SUITE_P(Sqlite, PlacementWithoutAffinity,
                          ::testing::Values(StoreFactory([]() -> std::unique_ptr<MetadataStore> {
                            StoreOptions options;
@@ -159,8 +167,9 @@ TestDatabase SqliteDatabase() {
   database.migrations = sqlite_store::Migrations();
   // Undoing migration 13 drops columns: SQLite has DROP COLUMN from 3.35 on.
   if (sqlite3_libversion_number() >= 3035000) {
-    database.undo_13_and_14 = {"DROP TABLE fleet_tokens",   // (migration 17's)
-                               "DROP TABLE fleet_history",  // (migration 16's)
+    database.undo_13_and_14 = {"DROP TABLE fleet_tokens",        // (migration 18's)
+                               "DROP TABLE verification_tasks",  // (migration 17's)
+                               "DROP TABLE fleet_history",       // (migration 16's)
                                "DROP TABLE verifications",  // (migration 15's: back to 12 as a whole)
                                "DROP TRIGGER tasks_running_by_team",
                                "ALTER TABLE team_usage DROP COLUMN running_devices",

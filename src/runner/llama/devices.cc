@@ -46,6 +46,9 @@ void LoadLlamaBackends() {
     if (ggml_backend_load((dir + "/libggml-vulkan.so").c_str()) == nullptr) {
       MINIONS_LOG(Warning) << "no Vulkan backend in " << dir << " (is libvulkan1 installed?): the CPU alone";
     }
+    // The RPC backend (built from the pinned source beside the package's): a gang's leader
+    // reaches its members through it. Without it this runner cannot lead a gang (llama_engine.cc says so).
+    (void)ggml_backend_load((dir + "/libggml-rpc.so").c_str());
     // One CPU variant, the first this CPU runs, best first; never the AMX one (sapphirerapids):
     // its kernels crash where the CPU reports AMX without granting its tile state, and compute
     // other bits than the CPU build's (scripts/lib/llama.sh builds that without AMX too).

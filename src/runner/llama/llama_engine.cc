@@ -323,6 +323,17 @@ absl::StatusOr<GangPlacement> PlaceGang(const std::string& model_path, const run
     leader_layers = static_cast<int>(std::lround(slots * leader / (leader + remote)));
     leader_layers = std::clamp(leader_layers, 0, slots - 1);  // the members get at least one
     placement.n_gpu_layers = slots - leader_layers;
+  } else if (std::any_of(local.begin(), local.end(), [](ggml_backend_dev_t dev) {
+               ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+               return reg != nullptr && std::strcmp(ggml_backend_reg_name(reg), "Vulkan") == 0;
+             })) {
+    // A Vulkan leader keeps the output layer on its CPU. With every layer offloaded over several
+    // devices llama.cpp pipelines the batches (its scheduler's copies), and on the Vulkan backend
+    // of this release that gave other greedy text than the same model on one device, even with
+    // no layer on the members (measured on lavapipe; tests/gang, the mixed gang). With the
+    // output layer on the CPU llama.cpp does not pipeline, and the text is the device's.
+    ASSIGN_OR_RETURN(const int n_layer, BlockCount(model_path));
+    placement.n_gpu_layers = std::min(placement.n_gpu_layers, n_layer);
   }
   placement.split.assign(llama_max_devices(), 0.0f);
   for (size_t i = 0; i < weights.size(); ++i) placement.split[i] = static_cast<float>(std::max(weights[i], 1.0));

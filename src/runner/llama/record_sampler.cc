@@ -138,6 +138,11 @@ GrammarCache::Entry& GrammarCache::Find(std::string key, const std::function<voi
   return entries_.emplace(std::move(key), std::move(entry)).first->second;
 }
 
+GrammarMask& GrammarCache::Mask() {
+  if (!mask_) mask_ = std::make_unique<GrammarMask>(vocab_);
+  return *mask_;
+}
+
 absl::StatusOr<llama_sampler*> GrammarCache::NewSampler(const OutputFormat& format) {
   if (format.kind == OutputFormat::Kind::kText) return nullptr;
   Entry& entry = Find(absl::StrCat(static_cast<int>(format.kind), ":", format.text), [&](Entry& entry) {
@@ -257,6 +262,8 @@ absl::StatusOr<std::unique_ptr<RecordSampler>> RecordSampler::Create(const llama
     auto grammar = grammars.NewSampler(request.format);
     if (!grammar.ok()) return grammar.status();
     sampler->grammar_ = *grammar;
+    // The converter's GBNF matches text only; a user's GBNF may name token ids.
+    if (request.format.kind != OutputFormat::Kind::kGrammar) sampler->mask_ = &grammars.Mask();
   } else if (tool_grammar) {
     auto grammar = grammars.NewToolSampler(*tools);
     if (!grammar.ok()) return grammar.status();
@@ -323,7 +330,11 @@ int32_t RecordSampler::Sample(llama_context* ctx, int32_t idx) {
     llama_sampler_apply(grammar_, &one);
     if (single.logit == -INFINITY) {
       candidates = fill();
-      llama_sampler_apply(grammar_, &candidates);
+      if (mask_ != nullptr && utf8_remain_ == 0) {
+        mask_->Apply(grammar_, cur_);
+      } else {
+        llama_sampler_apply(grammar_, &candidates);
+      }
       bool any = false;
       for (size_t i = 0; i < candidates.size && !any; ++i) any = candidates.data[i].logit != -INFINITY;
       if (!any) return -1;
@@ -359,6 +370,12 @@ bool RecordSampler::Accept(int32_t token) {
       llama_sampler_accept(grammar_, token);
     } catch (const std::exception&) {
       return false;
+    }
+    if (mask_ != nullptr && utf8_remain_ >= 0) {
+      char buf[256];
+      const int32_t n = llama_token_to_piece(vocab_, token, buf, sizeof(buf), 0, true);
+      // A piece longer than the buffer is past tracking: the mask is not used again.
+      utf8_remain_ = n < 0 ? -1 : GrammarMask::Utf8Remain(utf8_remain_, std::string(buf, static_cast<size_t>(n)));
     }
   }
   llama_sampler_accept(chain_, token);

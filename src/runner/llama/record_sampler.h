@@ -20,6 +20,7 @@
 #include "common/json_util.h"
 #include "llama.h"
 #include "runner/batch_record.h"
+#include "runner/llama/grammar_mask.h"
 
 namespace minions::llama_runner {
 
@@ -46,6 +47,8 @@ class GrammarCache {
   // The same for the tool-call grammar llama.cpp built from a request's tools (lazy or not).
   absl::StatusOr<llama_sampler*> NewToolSampler(const ToolGrammar& grammar);
   size_t compiled() const { return compiled_; }  // conversions done (tests: once per schema)
+  // The vocabulary's token forest for masking under a grammar, built on first use.
+  GrammarMask& Mask();
 
  private:
   struct Entry {
@@ -56,6 +59,7 @@ class GrammarCache {
   std::unordered_map<std::string, Entry> entries_;
   std::list<std::string> order_;  // keys, oldest first: the cache holds at most kMaxEntries
   size_t compiled_ = 0;
+  std::unique_ptr<GrammarMask> mask_;
   static constexpr size_t kMaxEntries = 64;
   // The entry for `key`, compiled by `compile` (which sets the prototype or the error) when new.
   Entry& Find(std::string key, const std::function<void(Entry&)>& compile);
@@ -103,6 +107,11 @@ class RecordSampler {
   RecordSampler() = default;
   llama_sampler* chain_ = nullptr;    // biases, penalties, top_k/top_p/min_p, temperature, pick
   llama_sampler* grammar_ = nullptr;  // the record's own copy of a compiled grammar
+  // Masks the vocabulary under grammar_ without judging every token (set for grammars compiled
+  // from JSON schemas, which match text only; see grammar_mask.h), while the answer so far ends
+  // on a whole UTF-8 character (utf8_remain_ == 0); otherwise llama.cpp judges every token.
+  GrammarMask* mask_ = nullptr;
+  int utf8_remain_ = 0;
   const llama_vocab* vocab_ = nullptr;
   int n_vocab_ = 0;
   int logprobs_top_ = -1;  // -1: no logprobs

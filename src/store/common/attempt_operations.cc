@@ -9,6 +9,7 @@
 #include "model/state_machines.h"
 #include "store/common/row_access.h"
 #include "store/common/store_rules.h"
+#include "store/common/verification_operations.h"
 
 namespace minions {
 namespace {
@@ -37,6 +38,17 @@ absl::StatusOr<AttemptOperations::Outcomes> AttemptOperations::FinishAttempts(
   std::vector<std::string> writers;  // the executor of each of writes.tasks
   Outcomes answers;
   std::vector<size_t> written;  // index in writes.tasks of each report's task, or npos
+  // A producer's records so far (its first tasks are all re-scored), read only with spot checks on.
+  std::map<std::string, int64_t> records_of;
+  auto producer_records = [&](const std::string& executor_id) -> absl::StatusOr<int64_t> {
+    if (!options_.spot_checks) return int64_t{0};
+    auto known = records_of.find(executor_id);
+    if (known != records_of.end()) return known->second;
+    ASSIGN_OR_RETURN(Rows producer, t.Read(RowKeys{.executors = {executor_id}}, Locking::kNone));
+    const int64_t done = producer.executors.contains(executor_id) ? producer.executors.at(executor_id).records_done : 0;
+    records_of.emplace(executor_id, done);
+    return done;
+  };
   for (const CompletionCall& call : calls) {
     if (!rows.executors.contains(call.executor_id)) {
       answers.push_back(row_access::NoExecutor(call.executor_id));
@@ -54,6 +66,12 @@ absl::StatusOr<AttemptOperations::Outcomes> AttemptOperations::FinishAttempts(
       Task updated = it->second;  // as loaded: a refused report leaves the row as it is
       absl::Status fence = CheckFence(updated, call.executor_id, report.attempt);
       if (fence.ok()) fence = transition(updated, report);
+      if (fence.ok()) {
+        // The chunks it committed: stamped with their producer, and spot checks drawn.
+        ASSIGN_OR_RETURN(int64_t records_done, producer_records(call.executor_id));
+        RETURN_IF_ERROR(VerificationOperations::DrawSpotChecks(t, options_, it->second, updated, call.executor_id,
+                                                               records_done, now));
+      }
       outcomes.push_back(fence);
       if (!fence.ok()) {
         written.push_back(std::string::npos);

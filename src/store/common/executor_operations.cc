@@ -5,6 +5,7 @@
 
 #include "common/status_macros.h"
 #include "store/common/row_access.h"
+#include "store/common/verification_operations.h"
 #include "store/common/store_rules.h"
 
 namespace minions {
@@ -86,10 +87,18 @@ absl::StatusOr<std::vector<HeartbeatReply>> ExecutorOperations::Heartbeats(const
       for (const LeaseProgress& progress : call.held) {
         TaskId key{progress.job_id, progress.task_index};
         auto task = rows.tasks.find(key);
-        if (quarantined || task == rows.tasks.end() || !rules::RenewLease(task->second, call.executor_id, progress, ttl, now)) {
+        if (quarantined || task == rows.tasks.end()) {
           reply.cancel.push_back(progress);
           continue;
         }
+        const Task before = task->second;
+        if (!rules::RenewLease(task->second, call.executor_id, progress, ttl, now)) {
+          reply.cancel.push_back(progress);
+          continue;
+        }
+        // The chunks it committed: stamped with their producer, and spot checks drawn.
+        RETURN_IF_ERROR(VerificationOperations::DrawSpotChecks(t, options_, before, task->second, call.executor_id,
+                                                               executor->second.records_done, now));
         renewed_keys.insert(std::move(key));
         reply.renewed.push_back(progress);
       }

@@ -19,7 +19,8 @@ namespace minions {
 
 class ExecutorOperations {
  public:
-  ExecutorOperations(RowStore& store, IdGenerator& ids) : store_(store), ids_(ids) {}
+  ExecutorOperations(RowStore& store, const StoreOptions& options, IdGenerator& ids)
+      : store_(store), options_(options), ids_(ids) {}
 
   absl::StatusOr<Executor> RegisterExecutor(const std::string& executor_id, const ExecutorInfo& info, absl::Time now);
   absl::StatusOr<Executor> GetExecutor(const std::string& executor_id);
@@ -31,6 +32,7 @@ class ExecutorOperations {
 
  private:
   RowStore& store_;
+  const StoreOptions& options_;
   IdGenerator& ids_;
 };
 

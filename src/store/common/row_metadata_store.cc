@@ -26,11 +26,11 @@ struct RowMetadataStore::Parts {
         jobs(rows, ids, settler),
         attempts(rows, options, settler),
         leases(rows, options),
-        executors(rows, ids),
+        executors(rows, options, ids),
         identity(rows, options, ids),
         models(rows),
         gangs(rows),
-        verifications(rows) {}
+        verifications(rows, options) {}
 
   IdGenerator ids;
   JobSettler settler;
@@ -334,6 +334,27 @@ absl::StatusOr<std::vector<Verification>> RowMetadataStore::ListVerifications(co
 
 absl::StatusOr<Executor> RowMetadataStore::ReleaseExecutor(const std::string& executor_id, absl::Time now) {
   return parts_->verifications.ReleaseExecutor(executor_id, now);
+}
+
+absl::StatusOr<std::vector<VerificationTask>> RowMetadataStore::LeaseVerifications(const std::string& executor_id,
+                                                                                   int max_tasks, absl::Duration ttl,
+                                                                                   absl::Time now) {
+  return parts_->verifications.LeaseVerifications(executor_id, max_tasks, ttl, now);
+}
+
+absl::StatusOr<VerificationTask> RowMetadataStore::GetVerificationTask(const VerificationTask& key) {
+  return parts_->verifications.GetVerificationTask(key);
+}
+
+absl::StatusOr<Executor> RowMetadataStore::ReportVerifications(const std::string& verifier_id,
+                                                               const VerificationTask& key,
+                                                               const std::vector<RecordVerdict>& verdicts,
+                                                               absl::Time now) {
+  return parts_->verifications.ReportVerifications(verifier_id, key, verdicts, now);
+}
+
+absl::StatusOr<int64_t> RowMetadataStore::CountOpenVerifications(const std::string& job_id) {
+  return parts_->verifications.CountOpenVerifications(job_id);
 }
 
 }  // namespace minions

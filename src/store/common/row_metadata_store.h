@@ -135,6 +135,12 @@ class RowMetadataStore : public MetadataStore {
   absl::StatusOr<Executor> RecordVerification(const Verification& verification, absl::Time now) override;
   absl::StatusOr<std::vector<Verification>> ListVerifications(const std::string& job_id) override;
   absl::StatusOr<Executor> ReleaseExecutor(const std::string& executor_id, absl::Time now) override;
+  absl::StatusOr<std::vector<VerificationTask>> LeaseVerifications(const std::string& executor_id, int max_tasks,
+                                                                   absl::Duration ttl, absl::Time now) override;
+  absl::StatusOr<VerificationTask> GetVerificationTask(const VerificationTask& key) override;
+  absl::StatusOr<Executor> ReportVerifications(const std::string& verifier_id, const VerificationTask& key,
+                                               const std::vector<RecordVerdict>& verdicts, absl::Time now) override;
+  absl::StatusOr<int64_t> CountOpenVerifications(const std::string& job_id) override;
 
  private:
   struct Parts;  // the operations (row_metadata_store.cc)

@@ -2,9 +2,15 @@
 
 #include <utility>
 
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "store/common/row_access.h"
+#include "store/common/store_rules.h"
 
 namespace minions {
 
@@ -49,6 +55,138 @@ absl::StatusOr<Executor> VerificationOperations::ReleaseExecutor(const std::stri
     RETURN_IF_ERROR(Release(executor));
     RETURN_IF_ERROR(t.Update(RowWrites{.executors = {executor}}, /*last=*/true));
     return executor;
+  });
+}
+
+absl::Status VerificationOperations::DrawSpotChecks(RowTransaction& t, const StoreOptions& options,
+                                                    const Task& before, Task& after, const std::string& producer,
+                                                    int64_t producer_records_done, absl::Time now) {
+  if (after.chunks.size() <= before.chunks.size() || producer.empty()) return absl::OkStatus();
+  // Unpredictable to the executor: the draws are never shown to it, and each thread's generator
+  // is seeded from the system's entropy.
+  static thread_local std::mt19937_64 random{std::random_device{}()};
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const std::function<double()> uniform = [&] { return unit(random); };
+  std::vector<VerificationTask> drawn;
+  for (size_t i = before.chunks.size(); i < after.chunks.size(); ++i) {
+    Chunk& chunk = after.chunks[i];
+    if (chunk.executor_id.empty()) chunk.executor_id = producer;
+    if (!options.spot_checks) continue;
+    std::vector<int64_t> records = DrawRecords(chunk, options.verification, producer_records_done, uniform);
+    producer_records_done += chunk.end - chunk.begin;
+    if (records.empty()) continue;
+    drawn.push_back(VerificationTask{after.job_id, after.index, chunk.attempt, chunk.seq, chunk.executor_id,
+                                     std::move(records), "", std::nullopt, now});
+  }
+  if (drawn.empty()) return absl::OkStatus();
+  return t.InsertVerificationTasks(drawn);
+}
+
+absl::StatusOr<std::vector<VerificationTask>> VerificationOperations::LeaseVerifications(const std::string& executor_id,
+                                                                                         int max_tasks,
+                                                                                         absl::Duration ttl,
+                                                                                         absl::Time now) {
+  using Leased = std::vector<VerificationTask>;
+  return RunTransaction(store_, TransactionKind::kWrite, [&](RowTransaction& t) -> absl::StatusOr<Leased> {
+    Leased leased;
+    ASSIGN_OR_RETURN(Executor executor, row_access::LoadExecutor(t, executor_id));
+    if (!store_rules::MayLease(executor, max_tasks)) return leased;
+    // A few more than asked for: some may need what this executor cannot run.
+    ASSIGN_OR_RETURN(Leased candidates, t.LeasableVerificationTasks(executor_id, now, int64_t{max_tasks} * 4));
+    std::map<std::string, Job> jobs;
+    for (VerificationTask& task : candidates) {
+      if (static_cast<int>(leased.size()) >= max_tasks) break;
+      auto job = jobs.find(task.job_id);
+      if (job == jobs.end()) {
+        ASSIGN_OR_RETURN(Job loaded, row_access::LoadJob(t, task.job_id, Locking::kNone));
+        job = jobs.emplace(task.job_id, std::move(loaded)).first;
+      }
+      // The verifier loads the job's model and runner: it must be able to run the job itself.
+      if (!store_rules::MayPlace(executor, job->second, now, absl::ZeroDuration())) continue;
+      task.verifier_id = executor_id;
+      task.lease_expires_at = now + ttl;
+      RETURN_IF_ERROR(t.UpdateVerificationTask(task));
+      leased.push_back(std::move(task));
+    }
+    return leased;
+  });
+}
+
+absl::StatusOr<VerificationTask> VerificationOperations::GetVerificationTask(const VerificationTask& key) {
+  return RunTransaction(store_, TransactionKind::kRead, [&](RowTransaction& t) -> absl::StatusOr<VerificationTask> {
+    ASSIGN_OR_RETURN(std::optional<VerificationTask> task,
+                     t.GetVerificationTask(key.job_id, key.task_index, key.attempt, key.seq));
+    if (!task) {
+      return absl::NotFoundError(absl::StrCat("no verification task for chunk ", key.seq, " of attempt ", key.attempt,
+                                              " of task ", key.job_id, "/", key.task_index));
+    }
+    return *std::move(task);
+  });
+}
+
+absl::StatusOr<Executor> VerificationOperations::ReportVerifications(const std::string& verifier_id,
+                                                                     const VerificationTask& key,
+                                                                     const std::vector<RecordVerdict>& verdicts,
+                                                                     absl::Time now) {
+  return RunTransaction(store_, TransactionKind::kWrite, [&](RowTransaction& t) -> absl::StatusOr<Executor> {
+    ASSIGN_OR_RETURN(std::optional<VerificationTask> task,
+                     t.GetVerificationTask(key.job_id, key.task_index, key.attempt, key.seq));
+    if (!task) {
+      return absl::NotFoundError(absl::StrCat("no verification task for chunk ", key.seq, " of attempt ", key.attempt,
+                                              " of task ", key.job_id, "/", key.task_index,
+                                              " (it was reported, or its job is gone)"));
+    }
+    // Only the holder of the task's lease, while it holds it, may judge: anyone else's verdicts
+    // (the producer's above all) would be forged evidence.
+    if (task->verifier_id != verifier_id || !task->lease_expires_at || *task->lease_expires_at <= now) {
+      return absl::PermissionDeniedError(absl::StrCat("executor ", verifier_id,
+                                                      " does not hold the lease of this verification task"));
+    }
+    if (verdicts.size() != task->records.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("the task has ", task->records.size(), " records; ",
+                                                     verdicts.size(), " verdicts were reported"));
+    }
+    for (size_t i = 0; i < verdicts.size(); ++i) {
+      if (verdicts[i].record != task->records[i] || verdicts[i].custom_id.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("verdict ", i, " must name record ", task->records[i],
+                                                       " and its custom_id"));
+      }
+    }
+    // Lock order: executors (in id order), then jobs.
+    ASSIGN_OR_RETURN(Rows rows, t.Read(RowKeys{.executors = {task->producer_id, verifier_id}}));
+    auto producer = rows.executors.find(task->producer_id);
+    if (producer == rows.executors.end()) return row_access::NoExecutor(task->producer_id);
+    auto verifier = rows.executors.find(verifier_id);
+    if (verifier == rows.executors.end()) return row_access::NoExecutor(verifier_id);
+    if (verifier->second.state == ExecutorState::kQuarantined || verifier->second.state == ExecutorState::kRevoked) {
+      return absl::PermissionDeniedError(absl::StrCat("executor ", verifier_id, " is ",
+                                                      std::string(ExecutorStateName(verifier->second.state)),
+                                                      ": its verdicts are not taken"));
+    }
+    bool failed = false;
+    for (const RecordVerdict& verdict : verdicts) {
+      if (!verdict.checked) continue;  // says nothing about the producer
+      Verification row{task->job_id, task->task_index, verdict.custom_id, task->producer_id, verifier_id,
+                       verdict.passed, verdict.passed ? "" : verdict.reason, now};
+      if (row.reason.size() > kMaxVerificationReason) row.reason.resize(kMaxVerificationReason);
+      absl::Status inserted = t.InsertVerification(row);
+      if (absl::IsAlreadyExists(inserted)) continue;  // judged already (a record drawn twice)
+      RETURN_IF_ERROR(inserted);
+      if (!row.passed && !failed) {
+        Quarantine(producer->second, row);
+        failed = true;
+      }
+    }
+    RETURN_IF_ERROR(t.DeleteVerificationTask(*task));
+    if (failed) RETURN_IF_ERROR(t.Update(RowWrites{.executors = {producer->second}}, /*last=*/true));
+    return producer->second;
+  });
+}
+
+absl::StatusOr<int64_t> VerificationOperations::CountOpenVerifications(const std::string& job_id) {
+  return RunTransaction(store_, TransactionKind::kRead, [&](RowTransaction& t) -> absl::StatusOr<int64_t> {
+    RETURN_IF_ERROR(row_access::LoadJob(t, job_id, Locking::kNone).status());
+    return t.CountVerificationTasks(job_id);
   });
 }
 

@@ -333,8 +333,27 @@ CREATE TABLE fleet_history (
 );
 )sql";
 
+// Spot checks (issue 38): the records of a committed chunk drawn for another executor to
+// re-score, pending until one leases them; the verifier's report removes the row (its verdicts go
+// to verifications). Migration 17.
+constexpr char kVerificationTasks[] = R"sql(
+CREATE TABLE verification_tasks (
+  job_id           TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+  task_idx         BIGINT NOT NULL,
+  attempt          BIGINT NOT NULL,
+  seq              BIGINT NOT NULL,
+  producer_id      TEXT NOT NULL,
+  records          TEXT NOT NULL,
+  verifier_id      TEXT NOT NULL DEFAULT '',
+  lease_expires_at BIGINT,
+  created_at       BIGINT NOT NULL,
+  PRIMARY KEY (job_id, task_idx, attempt, seq)
+);
+CREATE INDEX verification_tasks_by_age ON verification_tasks (created_at);
+)sql";
+
 // The tokens each team's answers used per step of the dashboard's history: every server adds
-// what it admitted (dashboard/fleet_view.h), kept as long as the history. Migration 17.
+// what it admitted (dashboard/fleet_view.h), kept as long as the history. Migration 18.
 constexpr char kFleetTokens[] = R"sql(
 CREATE TABLE fleet_tokens (
   at                BIGINT NOT NULL,
@@ -363,7 +382,8 @@ constexpr Migration kMigrations[] = {
     {14, "accounting: the tokens a finished job's answers used", kJobTokens},
     {15, "verification: verifiers' verdicts on records", kVerifications},
     {16, "the dashboard's history: one point per step", kFleetHistory},
-    {17, "the dashboard's tokens per step and team", kFleetTokens},
+    {17, "verification: spot checks waiting for a verifier", kVerificationTasks},
+    {18, "the dashboard's tokens per step and team", kFleetTokens},
 };
 
 }  // namespace

@@ -193,6 +193,25 @@ inline constexpr char kRecordThroughput[] =
     "records = t.records * $6::double precision + EXCLUDED.records, "
     "seconds = t.seconds * $6::double precision + EXCLUDED.seconds, samples = t.samples + 1, "
     "updated_at = EXCLUDED.updated_at";
+// --- spot checks (migration 17) ---
+inline constexpr char kInsertVerificationTask[] =
+    "INSERT INTO verification_tasks (job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING";
+// $1 executor, $2 now, $3 limit.
+inline constexpr char kLeasableVerificationTasks[] =
+    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at FROM verification_tasks "
+    "WHERE producer_id <> $1 AND (verifier_id = '' OR lease_expires_at <= $2) "
+    "ORDER BY created_at, job_id, task_idx, attempt, seq LIMIT $3::bigint FOR UPDATE SKIP LOCKED";
+inline constexpr char kSelectVerificationTask[] =
+    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at FROM verification_tasks "
+    "WHERE job_id = $1 AND task_idx = $2 AND attempt = $3 AND seq = $4 FOR UPDATE";
+// $1-$4 the key, $5 verifier, $6 expires.
+inline constexpr char kUpdateVerificationTask[] =
+    "UPDATE verification_tasks SET verifier_id = $5, lease_expires_at = $6 "
+    "WHERE job_id = $1 AND task_idx = $2 AND attempt = $3 AND seq = $4";
+inline constexpr char kDeleteVerificationTask[] =
+    "DELETE FROM verification_tasks WHERE job_id = $1 AND task_idx = $2 AND attempt = $3 AND seq = $4";
+inline constexpr char kCountVerificationTasks[] = "SELECT COUNT(*) FROM verification_tasks WHERE job_id = $1";
 // --- verification (migration 15) ---
 inline constexpr char kInsertVerification[] =
     "INSERT INTO verifications (job_id, task_idx, custom_id, producer_id, verifier_id, passed, reason, verified_at) "
@@ -207,7 +226,7 @@ inline constexpr char kInsertFleetHistory[] =
     "INSERT INTO fleet_history (at, point) VALUES ($1, $2) ON CONFLICT (at) DO NOTHING";
 inline constexpr char kPruneFleetHistory[] = "DELETE FROM fleet_history WHERE at < $1";
 inline constexpr char kSelectFleetHistory[] = "SELECT at, point FROM fleet_history WHERE at >= $1 ORDER BY at";
-// The dashboard's tokens per step (migration 17): $1 when, $2 team, $3 prompt, $4 completion tokens.
+// The dashboard's tokens per step (migration 18): $1 when, $2 team, $3 prompt, $4 completion tokens.
 inline constexpr char kAddFleetTokens[] =
     "INSERT INTO fleet_tokens (at, team, prompt_tokens, completion_tokens) VALUES ($1, $2, $3, $4) "
     "ON CONFLICT (at, team) DO UPDATE SET prompt_tokens = fleet_tokens.prompt_tokens + excluded.prompt_tokens, "

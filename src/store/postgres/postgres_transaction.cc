@@ -623,6 +623,81 @@ absl::StatusOr<std::vector<Verification>> PostgresTransaction::VerificationsOfJo
   return out;
 }
 
+// --- spot checks ---
+
+namespace {
+
+absl::StatusOr<VerificationTask> VerificationTaskRow(const PgResult& result, int i) {
+  VerificationTask task{result.Text(i, 0), result.Int(i, 1), static_cast<int>(result.Int(i, 2)),
+                        static_cast<int>(result.Int(i, 3)), result.Text(i, 4)};
+  ASSIGN_OR_RETURN(task.records, DecodeRecords(result.Text(i, 5)));
+  task.verifier_id = result.Text(i, 6);
+  task.lease_expires_at = result.OptTime(i, 7);
+  task.created_at = result.Time(i, 8);
+  return task;
+}
+
+absl::StatusOr<std::vector<VerificationTask>> VerificationTaskRows(const PgResult& result) {
+  std::vector<VerificationTask> tasks;
+  for (int i = 0; i < result.Rows(); ++i) {
+    ASSIGN_OR_RETURN(VerificationTask task, VerificationTaskRow(result, i));
+    tasks.push_back(std::move(task));
+  }
+  return tasks;
+}
+
+Params VerificationKey(const VerificationTask& task) {
+  return std::move(Params().Text(task.job_id).Int(task.task_index).Int(task.attempt).Int(task.seq));
+}
+
+}  // namespace
+
+absl::Status PostgresTransaction::InsertVerificationTasks(const std::vector<VerificationTask>& tasks) {
+  for (const VerificationTask& task : tasks) {
+    RETURN_IF_ERROR(c_.Exec(sql::kInsertVerificationTask, VerificationKey(task)
+                                                              .Text(task.producer_id)
+                                                              .Text(EncodeRecords(task.records))
+                                                              .Text(task.verifier_id)
+                                                              .Time(task.lease_expires_at)
+                                                              .Time(task.created_at))
+                        .status());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<VerificationTask>> PostgresTransaction::LeasableVerificationTasks(
+    const std::string& executor_id, absl::Time now, int64_t limit) {
+  ASSIGN_OR_RETURN(PgResult result,
+                   c_.Exec(sql::kLeasableVerificationTasks, Params().Text(executor_id).Time(now).Int(limit)));
+  return VerificationTaskRows(result);
+}
+
+absl::StatusOr<std::optional<VerificationTask>> PostgresTransaction::GetVerificationTask(const std::string& job_id,
+                                                                                         int64_t task_index,
+                                                                                         int attempt, int seq) {
+  ASSIGN_OR_RETURN(PgResult result,
+                   c_.Exec(sql::kSelectVerificationTask, VerificationKey(VerificationTask{job_id, task_index, attempt, seq})));
+  ASSIGN_OR_RETURN(std::vector<VerificationTask> found, VerificationTaskRows(result));
+  if (found.empty()) return std::optional<VerificationTask>();
+  return std::optional<VerificationTask>(std::move(found.front()));
+}
+
+absl::Status PostgresTransaction::UpdateVerificationTask(const VerificationTask& task) {
+  ASSIGN_OR_RETURN(PgResult updated, c_.Exec(sql::kUpdateVerificationTask,
+                                             VerificationKey(task).Text(task.verifier_id).Time(task.lease_expires_at)));
+  if (updated.Affected() != 1) return absl::NotFoundError("the verification task is gone");
+  return absl::OkStatus();
+}
+
+absl::Status PostgresTransaction::DeleteVerificationTask(const VerificationTask& task) {
+  return c_.Exec(sql::kDeleteVerificationTask, VerificationKey(task)).status();
+}
+
+absl::StatusOr<int64_t> PostgresTransaction::CountVerificationTasks(const std::string& job_id) {
+  ASSIGN_OR_RETURN(PgResult result, c_.Exec(sql::kCountVerificationTasks, Params().Text(job_id)));
+  return result.Int(0, 0);
+}
+
 // --- ending attempts ---
 
 absl::Status PostgresTransaction::EndAttempts(const AttemptWrites& writes, absl::Time now,

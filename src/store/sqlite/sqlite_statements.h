@@ -217,7 +217,7 @@ inline constexpr char kInsertFleetHistory[] =
     "INSERT INTO fleet_history (at, point) VALUES (:at, :point) ON CONFLICT (at) DO NOTHING";
 inline constexpr char kPruneFleetHistory[] = "DELETE FROM fleet_history WHERE at < :keep_after";
 inline constexpr char kSelectFleetHistory[] = "SELECT at, point FROM fleet_history WHERE at >= :since ORDER BY at";
-// --- the dashboard's tokens per step (migration 17) ---
+// --- the dashboard's tokens per step (migration 18) ---
 inline constexpr char kAddFleetTokens[] =
     "INSERT INTO fleet_tokens (at, team, prompt_tokens, completion_tokens) VALUES (:at, :team, :prompt, :completion) "
     "ON CONFLICT (at, team) DO UPDATE SET prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
@@ -226,6 +226,23 @@ inline constexpr char kPruneFleetTokens[] = "DELETE FROM fleet_tokens WHERE at <
 inline constexpr char kSelectFleetTokens[] =
     "SELECT at, team, prompt_tokens, completion_tokens FROM fleet_tokens WHERE at >= :since ORDER BY at, team";
 
+// --- spot checks (migration 17) ---
+inline constexpr char kInsertVerificationTask[] =
+    "INSERT INTO verification_tasks (job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at) "
+    "VALUES (:job, :task, :attempt, :seq, :producer, :records, :verifier, :expires, :created) ON CONFLICT DO NOTHING";
+inline constexpr char kLeasableVerificationTasks[] =
+    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at FROM verification_tasks "
+    "WHERE producer_id <> :executor AND (verifier_id = '' OR lease_expires_at <= :now) "
+    "ORDER BY created_at, job_id, task_idx, attempt, seq LIMIT :limit";
+inline constexpr char kSelectVerificationTask[] =
+    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at FROM verification_tasks "
+    "WHERE job_id = :job AND task_idx = :task AND attempt = :attempt AND seq = :seq";
+inline constexpr char kUpdateVerificationTask[] =
+    "UPDATE verification_tasks SET verifier_id = :verifier, lease_expires_at = :expires "
+    "WHERE job_id = :job AND task_idx = :task AND attempt = :attempt AND seq = :seq";
+inline constexpr char kDeleteVerificationTask[] =
+    "DELETE FROM verification_tasks WHERE job_id = :job AND task_idx = :task AND attempt = :attempt AND seq = :seq";
+inline constexpr char kCountVerificationTasks[] = "SELECT COUNT(*) FROM verification_tasks WHERE job_id = :job";
 // --- verification (migration 15) ---
 inline constexpr char kInsertVerification[] =
     "INSERT INTO verifications (job_id, task_idx, custom_id, producer_id, verifier_id, passed, reason, verified_at) "

@@ -589,6 +589,81 @@ absl::StatusOr<std::vector<Verification>> SqliteTransaction::VerificationsOfJob(
   });
 }
 
+// --- spot checks ---
+
+namespace {
+
+absl::StatusOr<VerificationTask> VerificationTaskRow(const Statement& row) {
+  VerificationTask task{row.Text(0), row.Int(1), static_cast<int>(row.Int(2)), static_cast<int>(row.Int(3)),
+                        row.Text(4)};
+  ASSIGN_OR_RETURN(task.records, DecodeRecords(row.Text(5)));
+  task.verifier_id = row.Text(6);
+  task.lease_expires_at = row.OptTime(7);
+  task.created_at = row.Time(8);
+  return task;
+}
+
+Statement& BindVerificationKey(Statement& statement, const VerificationTask& task) {
+  return statement.BindText(":job", task.job_id)
+      .BindInt(":task", task.task_index)
+      .BindInt(":attempt", task.attempt)
+      .BindInt(":seq", task.seq);
+}
+
+}  // namespace
+
+absl::Status SqliteTransaction::InsertVerificationTasks(const std::vector<VerificationTask>& tasks) {
+  for (const VerificationTask& task : tasks) {
+    ASSIGN_OR_RETURN(Statement insert, c_.Prepare(sql::kInsertVerificationTask));
+    RETURN_IF_ERROR(BindVerificationKey(insert, task)
+                        .BindText(":producer", task.producer_id)
+                        .BindText(":records", EncodeRecords(task.records))
+                        .BindText(":verifier", task.verifier_id)
+                        .BindTime(":expires", task.lease_expires_at)
+                        .BindTime(":created", task.created_at)
+                        .Run());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<VerificationTask>> SqliteTransaction::LeasableVerificationTasks(
+    const std::string& executor_id, absl::Time now, int64_t limit) {
+  ASSIGN_OR_RETURN(Statement query, c_.Prepare(sql::kLeasableVerificationTasks));
+  query.BindText(":executor", executor_id).BindTime(":now", now).BindInt(":limit", limit);
+  return Collect<VerificationTask>(query, VerificationTaskRow);
+}
+
+absl::StatusOr<std::optional<VerificationTask>> SqliteTransaction::GetVerificationTask(const std::string& job_id,
+                                                                                       int64_t task_index,
+                                                                                       int attempt, int seq) {
+  ASSIGN_OR_RETURN(Statement query, c_.Prepare(sql::kSelectVerificationTask));
+  BindVerificationKey(query, VerificationTask{job_id, task_index, attempt, seq});
+  ASSIGN_OR_RETURN(std::vector<VerificationTask> found, Collect<VerificationTask>(query, VerificationTaskRow));
+  if (found.empty()) return std::optional<VerificationTask>();
+  return std::optional<VerificationTask>(std::move(found.front()));
+}
+
+absl::Status SqliteTransaction::UpdateVerificationTask(const VerificationTask& task) {
+  ASSIGN_OR_RETURN(Statement update, c_.Prepare(sql::kUpdateVerificationTask));
+  RETURN_IF_ERROR(BindVerificationKey(update, task)
+                      .BindText(":verifier", task.verifier_id)
+                      .BindTime(":expires", task.lease_expires_at)
+                      .Run());
+  if (update.Changes() != 1) return absl::NotFoundError("the verification task is gone");
+  return absl::OkStatus();
+}
+
+absl::Status SqliteTransaction::DeleteVerificationTask(const VerificationTask& task) {
+  ASSIGN_OR_RETURN(Statement remove, c_.Prepare(sql::kDeleteVerificationTask));
+  return BindVerificationKey(remove, task).Run();
+}
+
+absl::StatusOr<int64_t> SqliteTransaction::CountVerificationTasks(const std::string& job_id) {
+  ASSIGN_OR_RETURN(Statement query, c_.Prepare(sql::kCountVerificationTasks));
+  query.BindText(":job", job_id);
+  return Count(query);
+}
+
 // --- ending attempts ---
 
 absl::Status SqliteTransaction::EndAttempts(const AttemptWrites& writes, absl::Time now,

@@ -86,6 +86,14 @@ class SqliteTransaction : public RowTransaction {
   absl::StatusOr<std::vector<FleetTokensRow>> ListFleetTokens(absl::Time since) override;
   absl::Status InsertVerification(const Verification& verification) override;
   absl::StatusOr<std::vector<Verification>> VerificationsOfJob(const std::string& job_id) override;
+  absl::Status InsertVerificationTasks(const std::vector<VerificationTask>& tasks) override;
+  absl::StatusOr<std::vector<VerificationTask>> LeasableVerificationTasks(const std::string& executor_id,
+                                                                          absl::Time now, int64_t limit) override;
+  absl::StatusOr<std::optional<VerificationTask>> GetVerificationTask(const std::string& job_id, int64_t task_index,
+                                                                      int attempt, int seq) override;
+  absl::Status UpdateVerificationTask(const VerificationTask& task) override;
+  absl::Status DeleteVerificationTask(const VerificationTask& task) override;
+  absl::StatusOr<int64_t> CountVerificationTasks(const std::string& job_id) override;
 
   absl::Status EndAttempts(const AttemptWrites& writes, absl::Time now, std::set<std::string>* finished) override;
 

@@ -1,0 +1,178 @@
+// SpotCheckContract (spot_check_contract.h): every backend runs these with spot checks on.
+
+#include "spot_check_contract.h"
+
+#include "model/verification.h"
+
+namespace minions {
+namespace {
+
+RecordVerdict Passed(int64_t record, const std::string& custom_id) {
+  return RecordVerdict{record, custom_id, true, true, ""};
+}
+RecordVerdict Failed(int64_t record, const std::string& custom_id, const std::string& reason) {
+  return RecordVerdict{record, custom_id, true, false, reason};
+}
+
+// The verdicts of a task: each record passed, named r<record>.
+std::vector<RecordVerdict> AllPassed(const VerificationTask& task) {
+  std::vector<RecordVerdict> verdicts;
+  for (int64_t r : task.records) verdicts.push_back(Passed(r, absl::StrCat("r", r)));
+  return verdicts;
+}
+
+TEST_P(SpotCheckContract, ChunksThatCommitGetVerificationTasks) {
+  const std::string job_id = Submit(Spec(), 1);
+  const std::string producer = Register("producer");
+  std::vector<Lease> held = LeaseUpTo(producer, 1);
+  ASSERT_THAT(held, SizeIs(1));
+  EXPECT_EQ(Must(store_->CountOpenVerifications(job_id), "CountOpenVerifications"), 0);
+  // A heartbeat commits a chunk: a new executor's records are all drawn (at most 3 a task).
+  LeaseProgress beat = Progress(held[0], 4);
+  beat.chunks = {Chunk{1, 0, 0, 4, 0}};
+  ASSERT_OK(store_->Heartbeat(producer, ExecutorState::kBusy, "", {beat}, kTtl, now_).status());
+  EXPECT_EQ(Must(store_->CountOpenVerifications(job_id), "CountOpenVerifications"), 1);
+  // The same chunk reported again draws nothing more; completing commits the rest as a chunk.
+  ASSERT_OK(store_->Heartbeat(producer, ExecutorState::kBusy, "", {beat}, kTtl, now_).status());
+  LeaseProgress done = Progress(held[0], kRecordsPerTask);
+  done.chunks = {Chunk{1, 0, 0, 4, 0}, Chunk{1, 1, 4, 10, 0}};
+  ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(producer, {done}, now_));
+  ASSERT_OK(outcomes[0]);
+  EXPECT_EQ(Must(store_->CountOpenVerifications(job_id), "CountOpenVerifications"), 2);
+  EXPECT_THAT(GetTask(job_id, 0).chunks, ElementsAre(Chunk{1, 0, 0, 4, 0, producer}, Chunk{1, 1, 4, 10, 0, producer}));
+
+  ASSERT_OK_AND_ASSIGN(VerificationTask second, store_->GetVerificationTask(VerificationTask{job_id, 0, 1, 1}));
+  EXPECT_EQ(second.producer_id, producer);
+  ASSERT_THAT(second.records, SizeIs(3));  // 3 of records 4..9, ascending
+  for (size_t i = 0; i < second.records.size(); ++i) {
+    EXPECT_GE(second.records[i], 4);
+    EXPECT_LT(second.records[i], 10);
+    if (i > 0) EXPECT_LT(second.records[i - 1], second.records[i]);
+  }
+  EXPECT_EQ(second.verifier_id, "");
+  EXPECT_EQ(second.created_at, now_);
+  EXPECT_CODE(store_->GetVerificationTask(VerificationTask{job_id, 0, 1, 7}).status(), kNotFound);
+  EXPECT_CODE(store_->CountOpenVerifications("job-000000000000").status(), kNotFound);
+}
+
+TEST_P(SpotCheckContract, AVerificationTaskIsLeasedOnlyToAnotherExecutorAtATime) {
+  const std::string job_id = Submit(Spec(), 1);
+  const std::string producer = Register("producer");
+  const std::string verifier = Register("verifier");
+  const std::string other = Register("other");
+  std::vector<Lease> held = LeaseUpTo(producer, 1);
+  ASSERT_THAT(held, SizeIs(1));
+  LeaseProgress done = Progress(held[0], kRecordsPerTask);
+  ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(producer, {done}, now_));
+  ASSERT_OK(outcomes[0]);
+  // The producer never checks its own answers.
+  EXPECT_THAT(Must(store_->LeaseVerifications(producer, 4, kTtl, now_), "LeaseVerifications"), IsEmpty());
+  std::vector<VerificationTask> leased = Must(store_->LeaseVerifications(verifier, 4, kTtl, now_), "LeaseVerifications");
+  ASSERT_THAT(leased, SizeIs(1));
+  EXPECT_EQ(leased[0].verifier_id, verifier);
+  EXPECT_EQ(leased[0].lease_expires_at, now_ + kTtl);
+  EXPECT_EQ(leased[0].producer_id, producer);
+  // Held: nobody else gets it until its lease expires.
+  EXPECT_THAT(Must(store_->LeaseVerifications(other, 4, kTtl, now_), "LeaseVerifications"), IsEmpty());
+  Advance(kTtl);
+  std::vector<VerificationTask> again = Must(store_->LeaseVerifications(other, 4, kTtl, now_), "LeaseVerifications");
+  ASSERT_THAT(again, SizeIs(1));
+  EXPECT_EQ(again[0].verifier_id, other);
+  EXPECT_EQ(again[0].records, leased[0].records);
+  EXPECT_CODE(store_->LeaseVerifications("exe-000000000000", 1, kTtl, now_).status(), kNotFound);
+}
+
+TEST_P(SpotCheckContract, OnlyTheHolderOfAVerificationLeaseReportsItsVerdicts) {
+  const std::string job_id = Submit(Spec(), 1);
+  const std::string producer = Register("producer");
+  const std::string verifier = Register("verifier");
+  const std::string other = Register("other");
+  std::vector<Lease> held = LeaseUpTo(producer, 1);
+  ASSERT_THAT(held, SizeIs(1));
+  ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(producer, {Progress(held[0], kRecordsPerTask)}, now_));
+  ASSERT_OK(outcomes[0]);
+  std::vector<VerificationTask> leased = Must(store_->LeaseVerifications(verifier, 1, kTtl, now_), "LeaseVerifications");
+  ASSERT_THAT(leased, SizeIs(1));
+  const VerificationTask& task = leased[0];
+  const std::vector<RecordVerdict> passed = AllPassed(task);
+
+  // The producer vouching for itself, or an executor that holds no lease on it: refused.
+  EXPECT_CODE(store_->ReportVerifications(producer, task, passed, now_).status(), kPermissionDenied);
+  EXPECT_CODE(store_->ReportVerifications(other, task, passed, now_).status(), kPermissionDenied);
+  EXPECT_CODE(store_->ReportVerifications("exe-000000000000", task, passed, now_).status(), kPermissionDenied);
+  // The holder, with verdicts that do not name the task's records: refused.
+  std::vector<RecordVerdict> fewer(passed.begin(), passed.end() - 1);
+  EXPECT_CODE(store_->ReportVerifications(verifier, task, fewer, now_).status(), kInvalidArgument);
+  std::vector<RecordVerdict> elsewhere = passed;
+  elsewhere[0].record = 1000;
+  EXPECT_CODE(store_->ReportVerifications(verifier, task, elsewhere, now_).status(), kInvalidArgument);
+  std::vector<RecordVerdict> unnamed = passed;
+  unnamed[0].custom_id = "";
+  EXPECT_CODE(store_->ReportVerifications(verifier, task, unnamed, now_).status(), kInvalidArgument);
+  VerificationTask unknown = task;
+  unknown.seq = 9;
+  EXPECT_CODE(store_->ReportVerifications(verifier, unknown, passed, now_).status(), kNotFound);
+  // Nothing of the refused reports was kept: the task is open, no verdict, nobody quarantined.
+  EXPECT_EQ(Must(store_->CountOpenVerifications(job_id), "CountOpenVerifications"), 1);
+  EXPECT_THAT(Must(store_->ListVerifications(job_id), "ListVerifications"), IsEmpty());
+  EXPECT_NE(GetExecutor(producer).state, ExecutorState::kQuarantined);
+
+  // A lease that expired no longer lets its former holder report.
+  Advance(kTtl);
+  EXPECT_CODE(store_->ReportVerifications(verifier, task, passed, now_).status(), kPermissionDenied);
+  std::vector<VerificationTask> renewed = Must(store_->LeaseVerifications(verifier, 1, kTtl, now_), "LeaseVerifications");
+  ASSERT_THAT(renewed, SizeIs(1));
+
+  ASSERT_OK_AND_ASSIGN(Executor after, store_->ReportVerifications(verifier, task, passed, now_));
+  EXPECT_EQ(after.id, producer);
+  EXPECT_NE(after.state, ExecutorState::kQuarantined);
+  EXPECT_EQ(Must(store_->CountOpenVerifications(job_id), "CountOpenVerifications"), 0);
+  std::vector<Verification> verdicts = Must(store_->ListVerifications(job_id), "ListVerifications");
+  ASSERT_THAT(verdicts, SizeIs(task.records.size()));
+  for (const Verification& v : verdicts) {
+    EXPECT_EQ(v.producer_id, producer);
+    EXPECT_EQ(v.verifier_id, verifier);
+    EXPECT_TRUE(v.passed);
+  }
+  // Reported once: a second report finds nothing open.
+  EXPECT_CODE(store_->ReportVerifications(verifier, task, passed, now_).status(), kNotFound);
+}
+
+TEST_P(SpotCheckContract, AFailedVerdictQuarantinesTheProducerAndAnUncheckedOneSaysNothing) {
+  const std::string job_id = Submit(Spec(), 2);
+  const std::string producer = Register("producer");
+  const std::string verifier = Register("verifier");
+  std::vector<Lease> held = LeaseUpTo(producer, 2);
+  ASSERT_THAT(held, SizeIs(2));
+  ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(producer, {Progress(held[0], kRecordsPerTask),
+                                                                       Progress(held[1], kRecordsPerTask)},
+                                                            now_));
+  ASSERT_OK(outcomes[0]);
+  ASSERT_OK(outcomes[1]);
+  std::vector<VerificationTask> leased = Must(store_->LeaseVerifications(verifier, 2, kTtl, now_), "LeaseVerifications");
+  ASSERT_THAT(leased, SizeIs(2));
+
+  // Not checkable (the verifier lacked what it needed): no verdict, no consequence.
+  std::vector<RecordVerdict> unchecked = AllPassed(leased[0]);
+  for (RecordVerdict& v : unchecked) v.checked = false;
+  ASSERT_OK_AND_ASSIGN(Executor after, store_->ReportVerifications(verifier, leased[0], unchecked, now_));
+  EXPECT_NE(after.state, ExecutorState::kQuarantined);
+  EXPECT_THAT(Must(store_->ListVerifications(job_id), "ListVerifications"), IsEmpty());
+
+  std::vector<RecordVerdict> verdicts = AllPassed(leased[1]);
+  verdicts[1] = Failed(verdicts[1].record, verdicts[1].custom_id, "greedy: answer token 0 is 9 nats below");
+  ASSERT_OK_AND_ASSIGN(after, store_->ReportVerifications(verifier, leased[1], verdicts, now_));
+  EXPECT_EQ(after.state, ExecutorState::kQuarantined);
+  EXPECT_THAT(after.state_reason, HasSubstr(verdicts[1].custom_id));
+  EXPECT_THAT(after.state_reason, HasSubstr(verifier));
+  EXPECT_EQ(GetExecutor(producer).state, ExecutorState::kQuarantined);
+  const VerificationTally tally = Tally(Must(store_->ListVerifications(job_id), "ListVerifications"));
+  EXPECT_EQ(tally.checked, 3);
+  EXPECT_EQ(tally.failed, 1);
+  EXPECT_EQ(Must(store_->CountOpenVerifications(job_id), "CountOpenVerifications"), 0);
+  // A quarantined executor neither leases verification tasks nor has its verdicts taken.
+  EXPECT_THAT(Must(store_->LeaseVerifications(producer, 4, kTtl, now_), "LeaseVerifications"), IsEmpty());
+}
+
+}  // namespace
+}  // namespace minions
