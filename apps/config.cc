@@ -14,6 +14,7 @@
 #include "backends.h"
 #include "common/redact.h"
 #include "common/host_port.h"
+#include "model/model_ref.h"
 #include "cli/demo.h"
 #include "executor/availability_controller.h"
 
@@ -73,6 +74,13 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["task_target_s"].value<int64_t>()) config.task_target_s = *v;
     if (auto v = table["server"]["history_step_s"].value<int64_t>()) config.history_step_s = *v;
     if (auto v = table["server"]["credential_refresh_s"].value<int64_t>()) config.credential_refresh_s = *v;
+    if (auto v = table["server"]["executor_credential_ttl_s"].value<int64_t>()) config.executor_credential_ttl_s = *v;
+    if (auto v = table["server"]["token_ttl_s"].value<int64_t>()) config.token_ttl_s = *v;
+    if (const toml::array* list = table["server"]["runner_allowlist"].as_array()) {
+      for (const auto& item : *list) {
+        if (auto s = item.value<std::string>()) config.runner_allowlist.push_back(*s);
+      }
+    }
     if (auto v = table["server"]["watchdog"].value<bool>()) config.watchdog = *v;
     str("store", "database", &config.database);
     str("objects", "url", &config.objects);
@@ -230,6 +238,24 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
   if (config.credential_refresh_s < 1 || config.credential_refresh_s > 3600) {
     problems.push_back(absl::StrCat("server.credential_refresh_s is ", config.credential_refresh_s,
                                     "; use between 1 and 3600 seconds; 300 is the default"));
+  }
+  // An executor rotates its credential half-way through its life, and an exchanged one works on
+  // for 10 minutes: a lifetime under an hour would mostly be rotation.
+  if (config.executor_credential_ttl_s != 0 &&
+      (config.executor_credential_ttl_s < 3600 || config.executor_credential_ttl_s > 3650 * 86400)) {
+    problems.push_back(absl::StrCat("server.executor_credential_ttl_s is ", config.executor_credential_ttl_s,
+                                    "; use 0 (never expire) or between 3600 and 315360000 seconds; 2592000 (30 days) "
+                                    "is the default"));
+  }
+  for (const std::string& runner : config.runner_allowlist) {
+    if (absl::Status valid = ValidateRunnerName(runner); !valid.ok()) {
+      problems.push_back(absl::StrCat("server.runner_allowlist: ", valid.message()));
+    }
+  }
+  if (config.token_ttl_s < 0 || config.token_ttl_s > 3650 * 86400) {
+    problems.push_back(absl::StrCat("server.token_ttl_s is ", config.token_ttl_s,
+                                    "; use 0 (team tokens never expire unless issued with --expires) or up to "
+                                    "315360000 seconds; 7776000 (90 days) is the default"));
   }
   if (config.task_target_s < 1 || config.task_target_s > 86400) {
     problems.push_back(absl::StrCat("server.task_target_s is ", config.task_target_s,

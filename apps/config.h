@@ -8,6 +8,7 @@
 //   [server]    listen, http_listen, health_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
 //               straggler_factor, straggler_min_runtime_ms, fair_share_half_life_s, warm_wait_ms,
 //               model_affinity, heartbeat_batch, heartbeat_linger_us, task_target_s, history_step_s, credential_refresh_s,
+//               executor_credential_ttl_s, token_ttl_s, runner_allowlist,
 //               idle_polls_renew, require_confined_executors, executor_approval
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
@@ -81,6 +82,11 @@ struct MinionsConfig {
   // How long a server keeps a credential it looked up before reading it again (revocations are
   // read in one batch every 2 s whatever this is: identity/authenticator.h).
   int64_t credential_refresh_s = 300;
+  // Credential lifetimes (ServerOptions::executor_credential_ttl, team_token_ttl); 0: never.
+  int64_t executor_credential_ttl_s = 30 * 86400;
+  int64_t token_ttl_s = 90 * 86400;
+  // The runner names executors may offer (ServerOptions::runner_allowlist); empty: any.
+  std::vector<std::string> runner_allowlist;
   bool watchdog = true;
   std::string data_dir;  // default: ~/.minions/server
   // The OpenAI API (src/openai): folders whose *.gguf files are its models (by file name, without

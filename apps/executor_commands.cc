@@ -129,9 +129,11 @@ absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const s
   }
   if (agent->gang) {
     // A gang member's rpc-server is confined as a runner is, with no files and no environment:
-    // it only listens on its loopback port behind the gate (docs/security.md 40.1d).
-    agent->gang->rpc_wrap = [sandbox = *made](const std::vector<std::string>& argv, int port) {
-      return sandbox->WrapRpcServer(argv, port);
+    // it only listens on its loopback port behind the gate (docs/security.md 40.1d), in a network
+    // of its own reached through a bridge (40.1e).
+    agent->gang->rpc_wrap = [sandbox = *made](const std::vector<std::string>& argv, int port,
+                                              const std::string& bridge) {
+      return sandbox->WrapRpcServer(argv, port, bridge);
     };
   }
   if (sandbox.confine) {

@@ -73,7 +73,7 @@ absl::Status LoadClientConfig(const ClientVerbs& c, const AdminVerbs& a, const E
   minions::cli::Connection& connection = shared->connection;
   for (CLI::App* cmd : {c.submit_cmd, c.jobs_cmd, c.status_cmd, c.watch_cmd, c.results_cmd, c.cancel_cmd,
                         c.executors_cmd, c.teams_cmd, c.drain_cmd, c.revoke_executor_cmd, c.release_executor_cmd,
-                        c.whoami_cmd, c.models_cmd,
+                        c.approve_executor_cmd, c.whoami_cmd, c.models_cmd,
                         c.models_push_cmd, c.models_list_cmd, c.models_show_cmd, c.models_rm_cmd, a.admin_cmd,
                         e.executor_cmd}) {
     if (!cmd->parsed()) continue;
@@ -82,8 +82,11 @@ absl::Status LoadClientConfig(const ClientVerbs& c, const AdminVerbs& a, const E
                                 c.models_show_cmd->parsed() || c.models_rm_cmd->parsed())) {
       continue;
     }
-    // `executors revoke|release` is parsed as both: the sub-verb's own --server is the one to honour.
-    if (cmd == c.executors_cmd && (c.revoke_executor_cmd->parsed() || c.release_executor_cmd->parsed())) continue;
+    // `executors revoke|release|approve` is parsed as both: the sub-verb's own --server is the one to honour.
+    if (cmd == c.executors_cmd && (c.revoke_executor_cmd->parsed() || c.release_executor_cmd->parsed() ||
+                                   c.approve_executor_cmd->parsed())) {
+      continue;
+    }
     auto config =
         minions::apps::LoadConfig(cmd == e.executor_cmd ? e.executor_flags.config_path : shared->config_path);
     if (!config.ok()) return config.status();

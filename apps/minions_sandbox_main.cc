@@ -2,7 +2,7 @@
 //
 //   minions-sandbox [--read PATH]... [--write PATH]... [--device PATH]... [--env NAME=VALUE]...
 //                   [--chdir DIR] [--connect-tcp PORT]... [--bind-tcp PORT]... [--require-landlock]
-//                   [--unconfined] [--quiet]
+//                   [--unconfined] [--quiet] [--own-network SOCKET]
 //                   -- PROGRAM [ARGS...]
 //
 // The program gets only the --env variables, starts in --chdir (default: the first --write
@@ -10,7 +10,10 @@
 // --write folders, use the --device files, and reach no network. The system's paths are added
 // here; the executor passes the rest. Exits 126 when the sandbox cannot be set up, 127 when
 // PROGRAM cannot be executed (with the reason on stderr). --unconfined: only the environment and
-// the working folder (an owner who turned the sandbox off).
+// the working folder (an owner who turned the sandbox off). --own-network (Linux; a gang member's
+// rpc-server, with its one --bind-tcp port): PROGRAM runs in a network namespace of its own, reached
+// only through a bridge on the Unix socket SOCKET (src/sandbox/own_network.h); with or without
+// --unconfined.
 
 #include <unistd.h>
 
@@ -20,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/own_network.h"
 #include "sandbox/sandbox.h"
 
 namespace {
@@ -27,7 +31,8 @@ namespace {
 int Usage(const char* why) {
   fprintf(stderr,
           "minions-sandbox: %s\nusage: minions-sandbox [--read PATH]... [--write PATH]... [--device PATH]... "
-          "[--env NAME=VALUE]... [--chdir DIR] [--require-landlock] [--quiet] -- PROGRAM [ARGS...]\n",
+          "[--env NAME=VALUE]... [--chdir DIR] [--connect-tcp PORT]... [--bind-tcp PORT]... [--require-landlock] "
+          "[--unconfined] [--quiet] [--own-network SOCKET] -- PROGRAM [ARGS...]\n",
           why);
   return 126;
 }
@@ -37,7 +42,7 @@ int Usage(const char* why) {
 int main(int argc, char** argv) {
   minions::sandbox::Policy policy = minions::sandbox::SystemPolicy();
   std::vector<std::string> env;
-  std::string chdir_to, first_write;
+  std::string chdir_to, first_write, own_network;
   bool require_landlock = false, quiet = false, unconfined = false;
   int i = 1;
   for (; i < argc; ++i) {
@@ -53,6 +58,10 @@ int main(int argc, char** argv) {
       unconfined = true;
     } else if (arg == "--quiet") {
       quiet = true;
+    } else if (arg == "--own-network") {
+      const char* v = value();
+      if (v == nullptr) return Usage("--own-network needs a socket path");
+      own_network = v;
     } else if (arg == "--connect-tcp" || arg == "--bind-tcp") {
       const char* v = value();
       int port = v == nullptr ? 0 : std::atoi(v);
@@ -86,6 +95,16 @@ int main(int argc, char** argv) {
   if (::chdir(chdir_to.c_str()) != 0) {
     fprintf(stderr, "minions-sandbox: cannot enter %s: %s\n", chdir_to.c_str(), std::strerror(errno));
     return 126;
+  }
+  if (!own_network.empty()) {
+    if (policy.bind_tcp_ports.size() != 1) return Usage("--own-network needs exactly one --bind-tcp port");
+    absl::Status entered = minions::sandbox::EnterOwnNetwork();
+    absl::StatusOr<int> bridge = entered.ok() ? minions::sandbox::StartBridge(own_network, policy.bind_tcp_ports[0])
+                                              : absl::StatusOr<int>(entered);
+    if (!bridge.ok()) {
+      fprintf(stderr, "minions-sandbox: no network of its own: %s\n", std::string(bridge.status().message()).c_str());
+      return 126;
+    }
   }
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());

@@ -6,6 +6,9 @@
 //            an input event on a (FIFO) input device the executor's /dev/input probe watches; then
 //            with release_after=0 -> runner process gone (its memory returned). Targets: p99 < 1 s,
 //            < 5 s.
+//            --runner picks the runner (default the CPU one): the vulkan runner's runner is stopped
+//            with its device work, e.g. `--runner build/apps/minions-llama-runner-vulkan
+//            --runner-env GGML_VK_VISIBLE_DEVICES=0` (Mesa's lavapipe); --series picks the series.
 //   rest     an idle executor's RSS and CPU over --rest-seconds, with the platform's real probes:
 //            available (long-polling an idle server) and owner_active (fail closed, waiting).
 //            Targets: < 25 MB RSS, < 0.2 % of one core.
@@ -61,9 +64,20 @@ int ChildOf(int parent, const std::string& name) {
   return 0;
 }
 
+// The process's state: 'X' gone, 'T' stopped, 'R' when any of its threads runs (a device
+// runner's main thread waits on the device while others compute: lavapipe's are the runner's own
+// threads), else its main thread's.
 char State(int pid) {
   auto f = StatFields(pid);
-  return f.empty() ? 'X' : f[0][0];
+  if (f.empty()) return 'X';
+  if (f[0][0] == 'T' || f[0][0] == 'R') return f[0][0];
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    std::string text = Slurp(task.path().string() + "/stat");
+    size_t close = text.rfind(')');
+    if (close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'R') return 'R';
+  }
+  return f[0][0];
 }
 
 double Percentile(std::vector<double> v, double p) {
@@ -122,8 +136,17 @@ int WaitBusyRunner(ProcessPool& pool, const std::string& name) {
 
 // Yield and Rest return whether they measured every trial: a benchmark that measures nothing has
 // rotted, and the suite's smoke run (tests/bench) fails on it.
-bool Yield(const std::string& work, const std::string& model, int trials) {
-  printf("\n== yield: owner activity -> runner paused / released (%d trials each) ==\n", trials);
+// The runner the yield series run (docs/benchmarks.md, "Owner first"); "" is the CPU runner.
+struct RunnerChoice {
+  std::string program;
+  std::vector<std::string> env;  // NAME=VALUE, the runner's
+  std::vector<std::string> series = {"paused", "input", "release"};
+  std::vector<std::string> settings;  // KEY=VALUE, more --availability-set (pause_grace=0s...)
+};
+
+bool Yield(const std::string& work, const std::string& model, int trials, const RunnerChoice& runner_choice) {
+  printf("\n== yield: owner activity -> runner paused / released (%d trials each, runner %s) ==\n", trials,
+         runner_choice.program.empty() ? "minions-llama-runner (CPU)" : runner_choice.program.c_str());
   // An input device for the third series: a FIFO standing in for /dev/input/event0 under a
   // probe root, written to as a keyboard would be.
   std::string root = work + "/fake-root";
@@ -133,22 +156,40 @@ bool Yield(const std::string& work, const std::string& model, int trials) {
   mkfifo(device.c_str(), 0600);
   int keyboard = open(device.c_str(), O_RDWR | O_NONBLOCK);
   struct Series {
+    const char* key;
     const char* name;
     std::string release_after;
     bool by_device;
   };
-  for (const Series& series : {Series{"activity -> runner paused (SIGSTOP, 500 ms grace)", "1h", false},
-                               Series{"input event -> runner paused (/dev/input)", "1h", true},
-                               Series{"activity -> runner gone (release_after=0s)", "0s", false}}) {
+  for (const Series& series : {Series{"paused", "activity -> runner paused (SIGSTOP after pause_grace)", "1h", false},
+                               Series{"input", "input event -> runner paused (/dev/input)", "1h", true},
+                               Series{"release", "activity -> runner gone (release_after=0s)", "0s", false}}) {
+    if (std::find(runner_choice.series.begin(), runner_choice.series.end(), series.key) == runner_choice.series.end()) {
+      continue;
+    }
     bool release = series.release_after == "0s";
     ProcessPool pool(BinDir() + "/minions", work + "/yield", 9000);
     pool.AllowModels({std::filesystem::path(model).parent_path().string()});
     std::vector<std::string> args = OwnerArgs(series.release_after);
+    for (const std::string& kv : runner_choice.settings) args.insert(args.end(), {"--availability-set", kv});
     if (series.by_device) {
       args.insert(args.end(), {"--availability-set", "probe_input_devices=true", "--availability-set",
                                "probe_root=" + root});
     }
-    if (!pool.StartServer().ok() || !pool.StartExecutor("owner", 1, "", "", args).ok() ||
+    if (!runner_choice.program.empty()) {
+      // A device runner may compile its kernels on first use (lavapipe: its shaders, minutes):
+      // silent that long, and started with the Mesa shader cache this user's runs filled.
+      args.insert(args.end(), {"--runner-hang-ms", "1800000"});
+      if (const char* home = getenv("HOME")) {
+        std::error_code ec;
+        std::filesystem::create_directories(pool.dir() + "/owner/runner-scratch/.cache", ec);
+        std::filesystem::copy(std::string(home) + "/.cache/mesa_shader_cache",
+                              pool.dir() + "/owner/runner-scratch/.cache/mesa_shader_cache",
+                              std::filesystem::copy_options::recursive, ec);
+      }
+    }
+    if (!pool.StartServer().ok() ||
+        !pool.StartExecutor("owner", 1, runner_choice.program, "", args, runner_choice.env).ok() ||
         !SubmitLongJob(pool, model)) {
       fprintf(stderr, "cannot start the pool; see %s\n", pool.dir().c_str());
       return false;
@@ -259,11 +300,20 @@ int main(int argc, char** argv) {
   CLI::App app{"minions-bench-availability: yield latency and the cost of an executor at rest"};
   std::string mode = "all", work = "/tmp/minions-bench-availability", model;
   int trials = 20, rest_seconds = 30;
+  RunnerChoice runner;
   app.add_option("--mode", mode, "yield, rest or all")->check(CLI::IsMember({"yield", "rest", "all"}))->capture_default_str();
   app.add_option("--work", work, "scratch directory")->capture_default_str();
   app.add_option("--model", model, "GGUF model (default: a test model made here)");
   app.add_option("--trials", trials, "owner returns per measurement")->capture_default_str();
   app.add_option("--rest-seconds", rest_seconds, "measurement window at rest")->capture_default_str();
+  app.add_option("--runner", runner.program, "the runner of the yield series (default: the CPU one)");
+  app.add_option("--runner-env", runner.env, "NAME=VALUE for the runner (repeatable)");
+  app.add_option("--series", runner.series, "yield series: paused, input, release")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"paused", "input", "release"}))
+      ->capture_default_str();
+  app.add_option("--availability-set", runner.settings, "KEY=VALUE for the executor's policy (repeatable), e.g. "
+                                                        "pause_grace=0s");
   CLI11_PARSE(app, argc, argv);
   std::filesystem::create_directories(work);
   if (model.empty()) {
@@ -274,7 +324,7 @@ int main(int argc, char** argv) {
     if (!maker.ok() || !(*maker)->Wait().ok()) return 1;
   }
   bool measured = true;
-  if (mode == "yield" || mode == "all") measured &= Yield(work, model, trials);
+  if (mode == "yield" || mode == "all") measured &= Yield(work, model, trials, runner);
   if (mode == "rest" || mode == "all") measured &= Rest(work, rest_seconds);
   return measured ? 0 : 1;
 }

@@ -44,7 +44,7 @@ void AddAdminVerbs(CLI::App& app, SharedFlags* shared, AdminVerbs* a) {
   token_issue_cmd->add_option("--role", issue.role, "admin, submitter, viewer, monitor or join")->required();
   token_issue_cmd->add_option("--team", issue.team, "the team of a submitter or viewer");
   token_issue_cmd->add_option("--name", issue.name, "who will hold it (alice, ci, prometheus)")->required();
-  token_issue_cmd->add_option("--expires", issue.expires, "lifetime: 90d, 12h (default: none; join tokens 24h)");
+  token_issue_cmd->add_option("--expires", issue.expires, "lifetime: 90d, 12h or never (default: submitter and viewer tokens the server's token_ttl, 90d; join tokens 24h; others never)");
   token_issue_cmd->add_option("--uses", issue.uses, "join tokens: how many executors may enrol with it (default 1)");
   token_issue_cmd->add_option("--scopes", issue.scopes, "fewer scopes than the role's, e.g. \"jobs:read\"");
   token_issue_cmd->add_option("-o,--output", issue.output, "write the token to this file (mode 0600)");

@@ -64,6 +64,9 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.task_sizing.target = absl::Seconds(config.task_target_s);
   options.history_step = absl::Seconds(config.history_step_s);
   options.auth.refresh_ttl = absl::Seconds(config.credential_refresh_s);
+  options.executor_credential_ttl = absl::Seconds(config.executor_credential_ttl_s);
+  options.team_token_ttl = absl::Seconds(config.token_ttl_s);
+  options.runner_allowlist = config.runner_allowlist;
   // Executors elsewhere open models by their own paths.
   options.check_model_paths = !absl::StartsWith(config.database, "postgres");
   std::unique_ptr<minions::WatchdogLock> watchdog_lock;

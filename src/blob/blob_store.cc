@@ -1,6 +1,7 @@
 #include "blob/blob_store.h"
 
 #include "absl/strings/str_cat.h"
+#include "blob/read_whole.h"
 
 namespace minions {
 
@@ -28,6 +29,16 @@ absl::Status ValidateBlobKey(std::string_view key) {
     start = end + 1;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadWhole(BlobStore& store, const std::string& key) {
+  std::string out;
+  absl::Status read = store.Read(key, [&](std::string_view chunk) {
+    out.append(chunk);
+    return true;
+  });
+  if (!read.ok()) return read;
+  return out;
 }
 
 }  // namespace minions

@@ -171,9 +171,13 @@ int IssueToken(AdminBackend& admin, const IssueOptions& options, bool json) {
   request.set_uses(options.uses);
   request.set_scopes(options.scopes);
   if (!options.expires.empty()) {
-    auto ttl = ParseLifetime(options.expires);
-    if (!ttl.ok()) return Fail(ttl.status());
-    request.set_ttl_ms(absl::ToInt64Milliseconds(*ttl));
+    if (options.expires == "never") {
+      request.set_no_expiry(true);
+    } else {
+      auto ttl = ParseLifetime(options.expires);
+      if (!ttl.ok()) return Fail(ttl.status());
+      request.set_ttl_ms(absl::ToInt64Milliseconds(*ttl));
+    }
   }
   auto issued = admin.IssueToken(request);
   if (!issued.ok()) return Fail(issued.status());

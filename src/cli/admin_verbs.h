@@ -48,7 +48,7 @@ struct IssueOptions {
   std::string role;
   std::string team;
   std::string name;        // who holds it
-  std::string expires;     // "90d", "12h"; "": never (join tokens: 24h)
+  std::string expires;     // "90d", "12h", "never"; "": the server's default (docs/security.md)
   int64_t uses = 0;        // join tokens
   std::string scopes;      // "": the role's
   std::string output;      // write the token to this file (0600) instead of standard output

@@ -133,7 +133,8 @@ struct AgentOptions {
     std::string rpc_log;     // the rpc-server's stderr; "": inherited
     // How the rpc-server is started (GangMemberOptions::wrap): the runner's sandbox
     // (RunnerSandbox::WrapRpcServer). Null: a plain child (tests).
-    std::function<std::vector<std::string>(const std::vector<std::string>& argv, int port)> rpc_wrap;
+    std::function<std::vector<std::string>(const std::vector<std::string>& argv, int port, const std::string& bridge)>
+        rpc_wrap;
     // How long a leader waits for its members' gates to answer before it gives the attempt back.
     absl::Duration member_wait = absl::Seconds(60);
     // The gang network (executor/gang_link.h): how duties are served and members' gates asked;

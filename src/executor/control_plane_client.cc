@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/logging.h"
 #include "common/private_files.h"
 #include "rpc/rpc.h"
@@ -106,6 +107,10 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
     }
     absl::StatusOr<v1::RegisterResponse> registered =
         Call(&v1::Executors::Stub::Register, to_send, v1::RegisterResponse());
+    if (registered.ok()) {
+      absl::MutexLock lock(&mu_);
+      rotate_at_ = RotateAt(registered->credential_rotates(), registered->credential_rotate_in_ms());
+    }
     if (registered.ok()) StartPresence(registered->executor_id());
     return registered;
   }
@@ -135,7 +140,16 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request) override {
     absl::MutexLock lock(&beat_mu_);
     if (beats_unsupported_) return Call(&v1::Executors::Stub::Heartbeat, request, v1::HeartbeatResponse());
-    if (!beats_) beats_ = std::make_unique<BeatStream>(stub_.get(), Credential());
+    MaybeRotate();
+    if (beats_ && beats_credential_ != Credential()) {
+      // Opened with a credential since exchanged, which stops working after its grace.
+      (void)beats_->Close();
+      beats_.reset();
+    }
+    if (!beats_) {
+      beats_credential_ = Credential();
+      beats_ = std::make_unique<BeatStream>(stub_.get(), beats_credential_);
+    }
     WatchBeat(kCallDeadline);
     absl::StatusOr<v1::HeartbeatResponse> reply = beats_->Beat(request);
     const bool timed_out = EndWatch();
@@ -221,6 +235,52 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
     return credential_;
   }
 
+  // The server says how long from its answer, on this machine's clock (the two need not agree).
+  static absl::Time RotateAt(bool rotates, int64_t in_ms) {
+    return rotates ? absl::Now() + absl::Milliseconds(std::max<int64_t>(in_ms, 0)) : absl::InfiniteFuture();
+  }
+
+  // Exchanges the credential for a new one once the server's time for it has come (docs/security.md,
+  // "Credential lifetimes"), from whichever thread calls first; the others go on with the current
+  // one, which works until after the exchange's grace. A failed exchange is tried again a minute
+  // later; the old credential stays usable meanwhile.
+  void MaybeRotate() ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (rotating_ || absl::Now() < rotate_at_) return;
+      rotating_ = true;
+    }
+    absl::Status rotated = Rotate();
+    absl::MutexLock lock(&mu_);
+    rotating_ = false;
+    if (!rotated.ok()) {
+      MINIONS_LOG(Warning) << "could not exchange this executor's credential (" << rotated
+                           << "); trying again in a minute";
+      rotate_at_ = absl::IsUnimplemented(rotated) ? absl::InfiniteFuture() : absl::Now() + absl::Minutes(1);
+    }
+  }
+  absl::Status Rotate() ABSL_LOCKS_EXCLUDED(mu_) {
+    grpc::ClientContext context;
+    rpc::Prepare(context, Credential(), kCallDeadline);
+    v1::RotateCredentialResponse reply;
+    grpc::Status status = stub_->RotateCredential(&context, v1::RotateCredentialRequest(), &reply);
+    if (!status.ok()) return rpc::FromGrpc(status);
+    if (reply.credential().empty()) return absl::InternalError("the server answered no credential");
+    // Written before it is used: an executor that stops now restarts with the new one (the old
+    // one would expire under it).
+    if (!credentials_.credential_file.empty()) {
+      if (auto s = WritePrivateFile(credentials_.credential_file, reply.credential() + "\n"); !s.ok()) return s;
+    }
+    absl::MutexLock lock(&mu_);
+    credential_ = reply.credential();
+    rotate_at_ = RotateAt(reply.rotates(), reply.rotate_in_ms());
+    MINIONS_LOG(Info) << "exchanged this executor's credential for a new one"
+                      << (reply.expires_at_ms() > 0
+                              ? absl::StrCat(" (expires ", absl::FormatTime(absl::FromUnixMillis(reply.expires_at_ms())), ")")
+                              : std::string());
+    return absl::OkStatus();
+  }
+
   // Trades the join token for this executor's credential; returns the executor id.
   absl::StatusOr<std::string> Enrol(const v1::Capabilities& capabilities) {
     if (credentials_.join_token.empty()) {
@@ -255,6 +315,7 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
                              absl::Duration deadline = kCallDeadline) {
     grpc::ClientContext own;
     if (context == nullptr) context = &own;
+    MaybeRotate();
     rpc::Prepare(*context, Credential(), deadline);
     grpc::Status status = ((*stub_).*method)(context, request, &reply);
     if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
@@ -276,6 +337,9 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
   mutable absl::Mutex mu_;
   std::string credential_ ABSL_GUARDED_BY(mu_);
   absl::Status refused_ ABSL_GUARDED_BY(mu_);  // the first UNAUTHENTICATED answer (CredentialRefused)
+  // When to exchange the credential (the server says so at registration and at each exchange).
+  absl::Time rotate_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool rotating_ ABSL_GUARDED_BY(mu_) = false;  // an exchange is under way
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<grpc::ClientContext> presence_context_ ABSL_GUARDED_BY(mu_);  // the open Attach stream's
   std::shared_ptr<grpc::ClientContext> lease_context_ ABSL_GUARDED_BY(mu_);     // the Lease call waiting now
@@ -318,6 +382,7 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
   // Heartbeats go one at a time (the stream carries one at a time).
   absl::Mutex beat_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::unique_ptr<BeatStream> beats_ ABSL_GUARDED_BY(beat_mu_);  // open, or none (opened at the next beat)
+  std::string beats_credential_ ABSL_GUARDED_BY(beat_mu_);       // the credential beats_ was opened with
   bool beats_unsupported_ ABSL_GUARDED_BY(beat_mu_) = false;      // the server answered Beats UNIMPLEMENTED
   // The watch of the beat under way (WatchBeat): its stream, until when it may take, and whether
   // the watch cancelled it.

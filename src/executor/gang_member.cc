@@ -13,11 +13,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "executor/gang_handshake.h"
+#include "sandbox/own_network.h"
 
 namespace minions {
 namespace {
@@ -183,6 +185,17 @@ absl::StatusOr<std::unique_ptr<GangMember>> GangMember::Start(GangMemberOptions 
   member->endpoint_ = bound.ss_family == AF_INET6 ? absl::StrCat("[", options.bind_host, "]:", port)
                                                   : absl::StrCat(options.bind_host, ":", port);
 
+  // Started through the sandbox (Linux), the rpc-server gets a network of its own, reached
+  // through a bridge whose socket is in a folder only this user enters.
+#ifdef __linux__
+  if (options.wrap) {
+    std::string folder = (std::filesystem::temp_directory_path() / "minions-gang-XXXXXX").string();
+    if (mkdtemp(folder.data()) == nullptr) return ErrnoError("a folder for the rpc-server's bridge");
+    member->bridge_dir_ = folder;
+    member->bridge_path_ = folder + "/rpc.sock";
+  }
+#endif
+
   // rpc-server on a loopback port of its own; another port when the one picked was taken.
   absl::Status last = absl::UnavailableError("rpc-server did not start");
   for (int attempt = 0; attempt < 5 && !member->server_; ++attempt) {
@@ -194,7 +207,8 @@ absl::StatusOr<std::unique_ptr<GangMember>> GangMember::Start(GangMemberOptions 
       process.argv.push_back("--threads");
       process.argv.push_back(std::to_string(options.threads));
     }
-    if (options.wrap) process.argv = options.wrap(process.argv, *picked);
+    if (!member->bridge_path_.empty()) unlink(member->bridge_path_.c_str());  // an earlier attempt's
+    if (options.wrap) process.argv = options.wrap(process.argv, *picked, member->bridge_path_);
     process.stderr_path = options.stderr_path;
     process.own_process_group = true;
     auto server = Subprocess::Start(process);
@@ -203,7 +217,7 @@ absl::StatusOr<std::unique_ptr<GangMember>> GangMember::Start(GangMemberOptions 
     auto deadline = std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(options.start_timeout);
     bool listening = false;
     while (!listening && (*server)->running() && std::chrono::steady_clock::now() < deadline) {
-      int fd = ConnectLoopback(*picked);
+      int fd = member->ConnectServer(*picked);
       if (fd >= 0) {
         close(fd);  // the rpc-server reads no hello, closes, and accepts the next client
         listening = true;
@@ -214,6 +228,21 @@ absl::StatusOr<std::unique_ptr<GangMember>> GangMember::Start(GangMemberOptions 
     if (listening) {
       member->server_ = std::move(*server);
       member->server_port_ = *picked;
+    } else if (!member->bridge_path_.empty() && !(*server)->running()) {
+      auto exit = (*server)->Wait(absl::Seconds(5));
+      if (exit.ok() && exit->exited && exit->code == 126) {
+        // The launcher could not give it a network of its own (this kernel refuses this user a
+        // namespace): on the machine's loopback, said aloud (docs/security.md 40.1e).
+        MINIONS_LOG(Warning) << "gang member: no network namespace for the rpc-server (see "
+                             << (options.stderr_path.empty() ? "its stderr" : options.stderr_path)
+                             << "): it listens on this machine's loopback, where any local process can reach it";
+        std::filesystem::remove_all(member->bridge_dir_);
+        member->bridge_dir_.clear();
+        member->bridge_path_.clear();
+        --attempt;  // the same try, without the namespace
+        continue;
+      }
+      last = absl::UnavailableError(absl::StrCat("rpc-server (", options.rpc_server, ") did not start"));
     } else {
       last = absl::UnavailableError(absl::StrCat("rpc-server (", options.rpc_server, ") did not listen on 127.0.0.1:",
                                                  *picked));
@@ -230,6 +259,7 @@ absl::StatusOr<std::unique_ptr<GangMember>> GangMember::Start(GangMemberOptions 
   });
   member->accept_thread_ = std::thread([m = member.get()] { m->AcceptLoop(); });
   MINIONS_LOG(Info) << "gang member: rpc-server pid " << member->server_->pid() << " behind " << member->endpoint_
+                    << (member->bridge_path_.empty() ? " (on this machine's loopback)" : " (in a network of its own)")
                     << ", admitting only " << options.leader_host;
   return member;
 }
@@ -308,8 +338,14 @@ void GangMember::Admit(int client_fd) {
   Forward(client_fd);
 }
 
+int GangMember::ConnectServer(int port) const {
+  if (bridge_path_.empty()) return ConnectLoopback(port);
+  absl::StatusOr<int> fd = sandbox::ConnectThroughBridge(bridge_path_, options_.handshake_timeout);
+  return fd.ok() ? *fd : -1;
+}
+
 void GangMember::Forward(int client_fd) {
-  int server_fd = ConnectLoopback(server_port_);
+  int server_fd = ConnectServer(server_port_);
   if (server_fd < 0) {
     shutdown(client_fd, SHUT_RDWR);
     return;
@@ -357,6 +393,10 @@ void GangMember::Stop() {
   for (int& fd : wake_fd_) {
     if (fd >= 0) close(fd);
     fd = -1;
+  }
+  if (!bridge_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(bridge_dir_, ec);
   }
 }
 

@@ -5,7 +5,9 @@
 //
 // llama.cpp's RPC protocol has no authentication: whoever reaches an rpc-server may store tensors
 // in it and run graphs on it. So the rpc-server itself listens only on loopback, on a port of its
-// own, and the member's gate listens on the gang network's address (the operator's
+// own, in a network namespace of its own when it is started through the sandbox (`wrap`; Linux):
+// no local process can reach that port, and the gate reaches it through a bridge whose Unix
+// socket sits in a folder only this user enters (sandbox/own_network.h). The member's gate listens on the gang network's address (the operator's
 // `gang_network`), on a port chosen per lease. The gate closes every connection whose peer is not
 // the leader's address, then every one that does not prove this attempt's secret (the server
 // mints one per gang attempt; executor/gang_handshake.h), before a single byte reaches the
@@ -14,8 +16,9 @@
 // When the rpc-server exits on its own (it crashed, or was killed) while the executor lives, the
 // gate closes too: the leader then finds this member gone (its attempt preempted and run on a new
 // gang), not a runner that crashed on its own (which would blame the records it was running).
-// What this cannot stop (a process on the member's own machine reaching the loopback port; a host
-// on the gang network spoofing the leader's address) is said in docs/security.md.
+// Where the kernel gives no network namespace (macOS; a Linux that refuses this user one), the
+// rpc-server listens on the machine's loopback, as a warning says; what this cannot stop is said
+// in docs/security.md.
 //
 // Ownership: owns the rpc-server process, the gate's listening socket, its accept thread and two
 // forwarding threads per admitted connection.
@@ -49,8 +52,10 @@ struct GangMemberOptions {
   std::string stderr_path;  // rpc-server's stderr; empty: inherited
   // How the rpc-server's command (argv) listening on loopback `port` is started: the executor's
   // sandbox (RunnerSandbox::WrapRpcServer: empty environment, no files, TCP only to listen on
-  // that port). Null: as it is (tests of the gate alone).
-  std::function<std::vector<std::string>(const std::vector<std::string>& argv, int port)> wrap;
+  // that port, in a network of its own behind the bridge at `bridge` when that is not empty).
+  // Null: as it is, on the machine's loopback (tests of the gate alone).
+  std::function<std::vector<std::string>(const std::vector<std::string>& argv, int port, const std::string& bridge)>
+      wrap;
 };
 
 class GangMember {
@@ -66,6 +71,11 @@ class GangMember {
   bool running();
   // The rpc-server's process id (tests).
   int rpc_server_pid() const { return server_ ? server_->pid() : 0; }
+  // The rpc-server's loopback port, and whether that loopback is its own (a network namespace
+  // reached through the bridge) rather than the machine's (tests).
+  int rpc_server_port() const { return server_port_; }
+  bool own_network() const { return !bridge_path_.empty(); }
+  const std::string& bridge_path() const { return bridge_path_; }
   // Connections closed because their peer was not the leader's address or did not prove the
   // secret, and those forwarded.
   int64_t refused() const { return refused_.load(); }
@@ -85,11 +95,15 @@ class GangMember {
   // The rpc-server's output ended: it exited. Unless stopping, the gate closes (the accept loop
   // ends and closes the listening socket).
   void ServerExited();
+  // A connection to the rpc-server: through the bridge, or on the machine's loopback; -1 if none.
+  int ConnectServer(int port) const;
 
   GangMemberOptions options_;
   std::string endpoint_;
   std::unique_ptr<Subprocess> server_;
   int server_port_ = 0;  // rpc-server's loopback port
+  std::string bridge_dir_;   // private folder (0700) of the bridge's socket; "" without one
+  std::string bridge_path_;  // the bridge's socket; "": the rpc-server is on the machine's loopback
   int listen_fd_ = -1;
   int wake_fd_[2] = {-1, -1};  // a byte on it ends the accept loop
   std::thread accept_thread_;

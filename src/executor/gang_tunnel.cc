@@ -15,6 +15,7 @@
 #include <sys/proc_info.h>
 #endif
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -161,33 +162,78 @@ absl::StatusOr<std::unique_ptr<GangTunnel>> GangTunnel::Start(GangTunnelOptions 
 GangTunnel::~GangTunnel() { Stop(); }
 
 void GangTunnel::AcceptLoop() {
+  // Connections that are not the runner's, each until it hangs up or its deadline: one that hung
+  // up having sent nothing is closed without a word (the runner's own reachability probe, which
+  // connects and hangs up before its socket can be looked up, was logged as refused once per
+  // member before every load); one that sends or stays is refused. Either way nothing is read
+  // or forwarded, and a silent one holds up no one (this loop polls them with the rest).
+  struct Suspect {
+    int fd;
+    absl::Time deadline;
+  };
+  std::vector<Suspect> suspects;
+  auto refuse = [this](int fd) {
+    refused_.fetch_add(1);
+    MINIONS_LOG(Warning) << "gang tunnel to " << options_.member
+                         << ": refused a local connection that is not the runner's";
+    close(fd);
+  };
   while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
+    std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
+    absl::Time next = absl::InfiniteFuture();
+    for (const Suspect& suspect : suspects) {
+      fds.push_back({suspect.fd, POLLIN, 0});  // readable: bytes, or the peer hung up
+      next = std::min(next, suspect.deadline);
     }
-    if (fds[1].revents != 0) return;
+    const int timeout =
+        next == absl::InfiniteFuture()
+            ? -1
+            : static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(next - absl::Now()) + 1));
+    if (poll(fds.data(), fds.size(), timeout) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[1].revents != 0) break;
+    const absl::Time now = absl::Now();
+    std::vector<Suspect> still;
+    for (size_t i = 0; i < suspects.size(); ++i) {
+      const Suspect& suspect = suspects[i];
+      if (fds[2 + i].revents != 0) {
+        char byte;
+        ssize_t n = recv(suspect.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n > 0) {
+          refuse(suspect.fd);  // it speaks: an attempt to reach the member
+        } else {
+          hung_up_.fetch_add(1);  // hung up with nothing sent
+          close(suspect.fd);
+        }
+      } else if (now >= suspect.deadline) {
+        refuse(suspect.fd);
+      } else {
+        still.push_back(suspect);
+      }
+    }
+    suspects.swap(still);
+    if ((fds[0].revents & POLLIN) == 0) continue;
     sockaddr_in peer{};
     socklen_t peer_len = sizeof(peer);
     int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len, SOCK_CLOEXEC);
     if (fd < 0) continue;
     if (peer.sin_family != AF_INET || !LoopbackPeerIsProcess(ntohs(peer.sin_port), port_, pid_.load())) {
-      // Another process on this machine: closed before a byte is read or a member reached.
-      refused_.fetch_add(1);
-      MINIONS_LOG(Warning) << "gang tunnel to " << options_.member
-                           << ": refused a local connection that is not the runner's";
-      close(fd);
+      // Another process on this machine (or the runner's probe, gone already): nothing is read
+      // and no member reached; see above.
+      suspects.push_back({fd, absl::Now() + kSuspectWait});
       continue;
     }
     absl::MutexLock lock(&mu_);
     if (stopping_) {
       close(fd);
-      return;
+      break;
     }
     open_fds_.push_back(fd);
     threads_.emplace_back([this, fd] { Carry(fd); });
   }
+  for (const Suspect& suspect : suspects) close(suspect.fd);
 }
 
 void GangTunnel::Carry(int local_fd) {

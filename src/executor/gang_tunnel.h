@@ -46,6 +46,11 @@ class GangTunnel {
   // Connections closed unforwarded (another process's, or the member did not prove the secret),
   // and those forwarded.
   int64_t refused() const { return refused_.load(); }
+  // Connections not the runner's that hung up having sent nothing (the runner's reachability
+  // probe closes before its socket can be looked up): closed, neither refused nor forwarded.
+  int64_t hung_up() const { return hung_up_.load(); }
+  // How long a connection that is not the runner's may stay silent before it is refused.
+  static constexpr absl::Duration kSuspectWait = absl::Seconds(1);
   int64_t admitted() const { return admitted_.load(); }
   // Closes the listening socket and every forwarded connection. Idempotent.
   void Stop();
@@ -63,6 +68,7 @@ class GangTunnel {
   std::thread accept_thread_;
   std::atomic<int> pid_{0};
   std::atomic<int64_t> refused_{0};
+  std::atomic<int64_t> hung_up_{0};
   std::atomic<int64_t> admitted_{0};
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -93,8 +93,10 @@ std::vector<std::string> RunnerSandbox::Wrap(const std::vector<std::string>& com
   return wrapped;
 }
 
-std::vector<std::string> RunnerSandbox::WrapRpcServer(const std::vector<std::string>& command, int port) const {
+std::vector<std::string> RunnerSandbox::WrapRpcServer(const std::vector<std::string>& command, int port,
+                                                     const std::string& bridge) const {
   std::vector<std::string> wrapped = {options_.launcher, "--quiet", "--bind-tcp", std::to_string(port)};
+  if (!bridge.empty()) wrapped.insert(wrapped.end(), {"--own-network", bridge});
   if (!options_.confine) wrapped.push_back("--unconfined");
   if (options_.require_landlock) wrapped.push_back("--require-landlock");
   wrapped.insert(wrapped.end(), {"--chdir", "/"});

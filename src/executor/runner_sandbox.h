@@ -36,7 +36,10 @@ class RunnerSandbox {
   // The command that runs a gang member's rpc-server (`command`) in the sandbox
   // (docs/security.md 40.1d): an empty environment, no files but the system's and its program's
   // folder, no writes, and TCP only to listen on `port` (its loopback port behind the gate).
-  std::vector<std::string> WrapRpcServer(const std::vector<std::string>& command, int port) const;
+  // `bridge` not empty: in a network namespace of its own, reached only through the bridge's Unix
+  // socket at that path (40.1e; sandbox/own_network.h).
+  std::vector<std::string> WrapRpcServer(const std::vector<std::string>& command, int port,
+                                         const std::string& bridge = "") const;
   std::string Describe() const;
 
  private:

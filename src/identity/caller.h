@@ -4,8 +4,10 @@
 // one place that answers "may this caller see that team's work?".
 // Plain data; any thread.
 
+#include <optional>
 #include <string>
 
+#include "absl/time/time.h"
 #include "model/identity.h"
 
 namespace minions {
@@ -16,9 +18,13 @@ struct Caller {
   std::string team;       // submitter and viewer: their team; "" otherwise
   std::string principal;  // who: a name within the team, an executor id, a label
   ScopeSet scopes;
+  // The credential's lifetime: when it was issued and when it expires (none: never). An
+  // executor is told from these when to rotate its credential (ExecutorService::Register).
+  absl::Time issued_at = absl::InfinitePast();
+  std::optional<absl::Time> expires_at;
 
   static Caller From(const TokenRecord& token) {
-    return Caller{token.id, token.role, token.team, token.principal, token.scopes};
+    return Caller{token.id, token.role, token.team, token.principal, token.scopes, token.created_at, token.expires_at};
   }
 
   bool Has(Scope scope) const { return scopes.Has(scope); }

@@ -60,6 +60,9 @@ absl::StatusOr<IssuedToken> IdentityAdmin::Issue(const IssueRequest& request, co
   if (request.ttl && *request.ttl <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("a token's lifetime must be positive");
   }
+  if (request.ttl == absl::InfiniteDuration() && request.role == Role::kJoin) {
+    return absl::InvalidArgumentError("a join token always expires: say how long it lives (--expires 24h)");
+  }
   if (request.role != Role::kJoin && request.uses != 0) {
     return absl::InvalidArgumentError("only join tokens have a number of uses");
   }
@@ -80,9 +83,12 @@ absl::StatusOr<IssuedToken> IdentityAdmin::Issue(const IssueRequest& request, co
   record.created_by = issued_by;
   record.created_at = now;
   if (request.ttl) {
-    record.expires_at = now + *request.ttl;
+    if (*request.ttl != absl::InfiniteDuration()) record.expires_at = now + *request.ttl;
   } else if (request.role == Role::kJoin) {
     record.expires_at = now + kDefaultJoinTtl;
+  } else if (IsTeamRole(request.role) && policy_.team_token_ttl > absl::ZeroDuration()) {
+    // A team's credential that nobody thought to limit does not outlive its holder's need for it.
+    record.expires_at = now + policy_.team_token_ttl;
   }
   RETURN_IF_ERROR(store_->AddToken(record));
   return issued;
@@ -105,6 +111,7 @@ absl::StatusOr<Enrolment> IdentityAdmin::Enrol(const std::string& join_text, con
   record.role = Role::kExecutor;
   record.scopes = DefaultScopes(Role::kExecutor);
   record.created_at = now;
+  if (policy_.executor_credential_ttl > absl::ZeroDuration()) record.expires_at = now + policy_.executor_credential_ttl;
   // Gangs only for an executor whose join token an admin issued for gangs (`--gang`): its
   // credential carries the scope, and any other's gang address is dropped (it joins no gang).
   // The store checks the join token again when it trades it; its scopes never change.
@@ -115,8 +122,31 @@ absl::StatusOr<Enrolment> IdentityAdmin::Enrol(const std::string& join_text, con
   } else {
     kept.gang_address.clear();
   }
-  ASSIGN_OR_RETURN(enrolment.executor, store_->EnrolExecutor(token::Hash(join_text), record, kept, now, require_approval_));
+  ASSIGN_OR_RETURN(enrolment.executor, store_->EnrolExecutor(token::Hash(join_text), record, kept, now, policy_.require_approval));
   return enrolment;
+}
+
+absl::StatusOr<IssuedToken> IdentityAdmin::RotateExecutorCredential(const std::string& executor_id,
+                                                                    const std::string& token_id) {
+  const absl::Time now = clock_->Now();
+  token::Minted minted = token::Mint(Role::kExecutor);
+  IssuedToken issued;
+  issued.text = std::move(minted.text);
+  TokenRecord& record = issued.record;
+  record.id = token::NewId("tok-");
+  record.secret_hash = std::move(minted.secret_hash);
+  record.role = Role::kExecutor;
+  record.principal = executor_id;
+  record.created_at = now;
+  if (policy_.executor_credential_ttl > absl::ZeroDuration()) record.expires_at = now + policy_.executor_credential_ttl;
+  RETURN_IF_ERROR(store_->RotateCredential(token_id, record, now, now + policy_.rotation_grace));
+  return issued;
+}
+
+absl::Time IdentityAdmin::RotateAt(absl::Time issued_at, std::optional<absl::Time> expires_at) const {
+  if (expires_at) return issued_at + (*expires_at - issued_at) / 2;
+  if (policy_.executor_credential_ttl > absl::ZeroDuration()) return clock_->Now();
+  return absl::InfiniteFuture();
 }
 
 }  // namespace minions

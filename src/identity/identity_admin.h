@@ -20,11 +20,31 @@
 
 namespace minions {
 
+// How long credentials live, and whether enrolment waits for an admin (server config:
+// docs/security.md, "Credential lifetimes"). Zero durations: never expire.
+struct IdentityPolicy {
+  // Executors that enrol are pending (no leases) until an admin approves them
+  // (ServerOptions::require_executor_approval).
+  bool require_approval = false;
+  // An executor credential expires this long after it is issued (at enrolment or rotation). The
+  // executor exchanges it for a new one once half of that has passed (Executors.RotateCredential),
+  // so only an executor away for more than half of it must enrol again.
+  absl::Duration executor_credential_ttl = absl::Hours(24 * 30);
+  // Submitter and viewer tokens issued without a lifetime expire after this.
+  absl::Duration team_token_ttl = absl::Hours(24 * 90);
+  // After a rotation the old credential works this much longer: for calls and streams opened
+  // with it, and for other servers, which keep a credential's record up to 5 minutes
+  // (AuthenticatorOptions::refresh_ttl).
+  absl::Duration rotation_grace = absl::Minutes(10);
+};
+
 struct IssueRequest {
   Role role = Role::kViewer;
   std::string team;       // submitter and viewer tokens
   std::string principal;  // who holds it ("alice", "ci", "prometheus", "laptops-batch-3")
-  std::optional<absl::Duration> ttl;  // none: no expiry (join tokens: 24 h)
+  // None: the default (join tokens 24 h, submitter and viewer tokens IdentityPolicy::team_token_ttl,
+  // others never); InfiniteDuration: never, said explicitly.
+  std::optional<absl::Duration> ttl;
   int64_t uses = 0;                   // join tokens: how many executors may enrol with it (0: 1)
   std::optional<ScopeSet> scopes;     // narrower than the role's; none: the role's
 };
@@ -44,10 +64,8 @@ class IdentityAdmin {
   // Join tokens that say nothing expire after this.
   static constexpr absl::Duration kDefaultJoinTtl = absl::Hours(24);
 
-  // `require_approval`: executors that enrol are pending (no leases) until an admin approves
-  // them (ServerOptions::require_executor_approval).
-  IdentityAdmin(IdentityStore* store, Clock* clock, bool require_approval = false)
-      : store_(store), clock_(clock), require_approval_(require_approval) {}
+  IdentityAdmin(IdentityStore* store, Clock* clock, IdentityPolicy policy = {})
+      : store_(store), clock_(clock), policy_(policy) {}
 
   // Limits a new team gets where its creator set none (0): safe for a pool, generous for a team's
   // honest work; each is changed with `minions admin team set` (0 there: no limit). Documented
@@ -70,12 +88,25 @@ class IdentityAdmin {
   // pending when approval is required.
   absl::StatusOr<Enrolment> Enrol(const std::string& join_text, const ExecutorInfo& info);
 
+  // Exchanges executor `executor_id`'s usable credential `token_id` for a new one of the policy's
+  // lifetime; the old one works on for the policy's grace, then expires. Unauthenticated when the
+  // old one is expired or revoked, or the executor revoked (IdentityStore::RotateCredential).
+  absl::StatusOr<IssuedToken> RotateExecutorCredential(const std::string& executor_id, const std::string& token_id);
+
+  // When the holder of an executor credential issued at `issued_at` and expiring at `expires_at`
+  // should exchange it: half-way through its life; at once for one that never expires while the
+  // policy gives executor credentials a lifetime (one enrolled before lifetimes, or before the
+  // admin set one); never (InfiniteFuture) otherwise.
+  absl::Time RotateAt(absl::Time issued_at, std::optional<absl::Time> expires_at) const;
+
+  const IdentityPolicy& policy() const { return policy_; }
+
  private:
   // InvalidArgument for a bad name or a negative limit.
   static absl::Status ValidateTeam(const Team& team);
   IdentityStore* store_;
   Clock* clock_;
-  bool require_approval_;
+  const IdentityPolicy policy_;
 };
 
 }  // namespace minions

@@ -132,6 +132,14 @@ absl::Status CheckUsable(const TokenRecord& token, absl::Time now) {
     return absl::UnauthenticatedError(absl::StrCat("token ", token.id, " was revoked"));
   }
   if (token.expires_at && now >= *token.expires_at) {
+    if (token.role == Role::kExecutor) {
+      // Executors rotate their credential before it expires (Executors.RotateCredential); one
+      // that was away past its expiry must enrol again.
+      return absl::UnauthenticatedError(absl::StrCat(
+          "executor credential ", token.id, " expired at ", absl::FormatTime(*token.expires_at, absl::UTCTimeZone()),
+          " (an executor rotates its credential before it expires; one that was away longer enrols again "
+          "with a new join token)"));
+    }
     return absl::UnauthenticatedError(absl::StrCat("token ", token.id, " has expired"));
   }
   if (token.role == Role::kJoin && token.uses_left <= 0) {

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "model/model_ref.h"
 
 namespace minions {
 namespace {
@@ -48,6 +50,69 @@ absl::Status CheckClaimedMemory(const ExecutorInfo& info) {
     return absl::InvalidArgumentError(absl::StrCat("usable memory (", info.usable_memory_bytes,
                                                    " bytes) above the machine's memory (", info.memory_bytes,
                                                    " bytes) on a ", info.accelerator, " executor"));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Printed on terminals and in logs: no C0 controls or DEL.
+bool PlainText(std::string_view text, size_t max_bytes) {
+  if (text.size() > max_bytes) return false;
+  return std::none_of(text.begin(), text.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x20 || u == 0x7f;
+  });
+}
+
+}  // namespace
+
+absl::Status CheckClaimedModels(const std::vector<std::string>& cached, const std::string& loaded) {
+  if (cached.size() > kMaxClaimedModels) {
+    return absl::InvalidArgumentError(absl::StrCat("an executor lists at most ", kMaxClaimedModels, " cached models"));
+  }
+  for (const std::string& model : cached) {
+    if (model.empty() || !PlainText(model, 4096)) {
+      return absl::InvalidArgumentError("a cached model is 1-4096 bytes without control characters");
+    }
+  }
+  if (!PlainText(loaded, 4096)) {
+    return absl::InvalidArgumentError("the loaded model is at most 4096 bytes without control characters");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckClaimedCapabilities(const ExecutorInfo& info, const std::vector<std::string>& runner_allowlist) {
+  if (absl::Status memory = CheckClaimedMemory(info); !memory.ok()) return memory;
+  if (info.max_tasks < 1 || info.max_tasks > kMaxClaimedTasks) {
+    return absl::InvalidArgumentError(absl::StrCat("an executor runs 1 to ", kMaxClaimedTasks,
+                                                   " tasks at once (it claimed ", info.max_tasks, ")"));
+  }
+  const bool accelerator_ok =
+      !info.accelerator.empty() && info.accelerator.size() <= 32 &&
+      std::all_of(info.accelerator.begin(), info.accelerator.end(),
+                  [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); });
+  if (!accelerator_ok) {
+    return absl::InvalidArgumentError("an executor's accelerator is 1-32 of a-z and 0-9 (cpu, metal, cuda, ...)");
+  }
+  if (info.runners.size() > kMaxClaimedRunners) {
+    return absl::InvalidArgumentError(absl::StrCat("an executor offers at most ", kMaxClaimedRunners, " runners"));
+  }
+  for (const std::string& runner : info.runners) {
+    if (absl::Status valid = ValidateRunnerName(runner); !valid.ok()) return valid;
+    if (!runner_allowlist.empty() &&
+        std::find(runner_allowlist.begin(), runner_allowlist.end(), runner) == runner_allowlist.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("runner '", runner, "' is not one this pool allows (",
+                                                     absl::StrJoin(runner_allowlist, ", "),
+                                                     "; an admin sets server.runner_allowlist)"));
+    }
+  }
+  if (absl::Status models = CheckClaimedModels(info.models, info.model_loaded); !models.ok()) return models;
+  for (const std::string* field : {&info.os, &info.chip, &info.gpu, &info.version}) {
+    if (!PlainText(*field, 256)) {
+      return absl::InvalidArgumentError(
+          "an executor's os, chip, gpu and version are at most 256 bytes without control characters");
+    }
   }
   return absl::OkStatus();
 }

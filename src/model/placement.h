@@ -44,6 +44,22 @@ inline constexpr int64_t kMaxClaimedMemoryBytes = int64_t{4} << 40;  // 4 TiB
 // by the host's).
 absl::Status CheckClaimedMemory(const ExecutorInfo& info);
 
+// Bounds on the rest of what an executor says of itself (docs/security.md, 40.3): it is stored,
+// shown to every team and used to place work, so it is checked, not taken as sent.
+inline constexpr int kMaxClaimedTasks = 256;      // tasks at once (Capabilities.max_tasks)
+inline constexpr size_t kMaxClaimedRunners = 32;  // runner names offered
+inline constexpr size_t kMaxClaimedModels = 4096; // model digests (or paths) said to be cached
+// InvalidArgument, saying what, unless: CheckClaimedMemory holds; max_tasks is 1 to
+// kMaxClaimedTasks; the accelerator is 1-32 of [a-z0-9]; the runners are at most
+// kMaxClaimedRunners valid runner names (model_ref.h) and, when `runner_allowlist` is not empty,
+// each one of it (an executor claiming a team's runner name would be sent that team's work);
+// the cached models at most kMaxClaimedModels of at most 4096 bytes each; os, chip, gpu and
+// version at most 256 bytes and, like the models, without control characters.
+absl::Status CheckClaimedCapabilities(const ExecutorInfo& info, const std::vector<std::string>& runner_allowlist);
+// The models part of it, which heartbeats replace too (ModelHoldings): at most kMaxClaimedModels
+// cached, each and the loaded one at most 4096 bytes without control characters.
+absl::Status CheckClaimedModels(const std::vector<std::string>& cached, const std::string& loaded);
+
 // How warm an executor is for a job's registry model (the lease order: loaded, cached, cold). A
 // job without a registry model (a path) is kLoaded everywhere: it waits for no one.
 enum class Warmth { kLoaded = 0, kCached = 1, kCold = 2 };

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/numbers.h"
+#include "model/state_machines.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -29,6 +30,44 @@ absl::Status Release(Executor& executor) {
   executor.state = ExecutorState::kAvailable;
   executor.state_reason.clear();
   return absl::OkStatus();
+}
+
+std::vector<Chunk> RedoChunksOf(Task& task, const std::string& producer, const std::string& why) {
+  std::vector<Chunk> dropped;
+  if (task.state == TaskState::kCancelled || producer.empty()) return dropped;
+  auto first = std::find_if(task.chunks.begin(), task.chunks.end(),
+                            [&](const Chunk& c) { return c.executor_id == producer; });
+  if (first == task.chunks.end()) return dropped;
+  dropped.assign(first, task.chunks.end());
+  task.chunks.erase(first, task.chunks.end());
+  if (task.state != TaskState::kPending) {
+    if (IsTerminal(task.state)) task.failures = 0;
+    task.state = TaskState::kPending;
+    task.lease_expires_at.reset();
+    task.shadow.reset();
+    task.finished_at.reset();
+  }
+  task.not_before.reset();
+  task.records_done = CommittedRecords(task);
+  task.records_failed = CommittedFailed(task);
+  task.last_error = why;
+  return dropped;
+}
+
+void UncountRedoneTask(Job& counts, const Task& revived) {
+  if (!IsTerminal(revived.state)) return;
+  Job added;
+  CountTerminalTask(added, revived, absl::InfinitePast());
+  counts.tasks_done -= added.tasks_done;
+  counts.tasks_succeeded -= added.tasks_succeeded;
+  counts.counts.completed -= added.counts.completed;
+  counts.counts.failed -= added.counts.failed;
+}
+
+void ReopenJob(Job& job, absl::Time now) {
+  if (job.state != JobState::kFinalizing) return;
+  job.state = JobState::kRunning;
+  job.updated_at = now;
 }
 
 VerificationTally Tally(const std::vector<Verification>& verdicts) {

@@ -39,6 +39,18 @@ void Quarantine(Executor& producer, const Verification& failed);
 // Back in service after an admin's look: FailedPrecondition unless quarantined.
 absl::Status Release(Executor& executor);
 
+// A quarantined producer's work is redone: drops the task's committed chunks from the first one
+// `producer` wrote (those after it resumed from it and go too), and puts a task that ended or
+// runs on them back to pending, for another executor (a running attempt is then stopped by its
+// next heartbeat; a revived task starts its failures afresh). A cancelled task is left alone.
+// Returns the chunks dropped (none: the task is unchanged).
+std::vector<Chunk> RedoChunksOf(Task& task, const std::string& producer, const std::string& why);
+// A job whose finished task is redone (`revived`, as it was before RedoChunksOf) takes back what
+// the task added to its counts: model CountTerminalTask, negated, in `counts` (a zeroed Job that
+// the store adds to the job's); a job finalizing goes back to running.
+void UncountRedoneTask(Job& counts, const Task& revived);
+void ReopenJob(Job& job, absl::Time now);
+
 // What a job's verdicts add up to (its status and manifest): a record (task, custom_id) counts
 // once however many verifiers judged it, and as failed when any of them failed it.
 struct VerificationTally {

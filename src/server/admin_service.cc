@@ -30,6 +30,10 @@ absl::StatusOr<IssueRequest> FromProto(const v1::IssueTokenRequest& p) {
   request.principal = p.principal();
   if (p.ttl_ms() < 0) return absl::InvalidArgumentError("a token's lifetime must be positive");
   if (p.ttl_ms() > 0) request.ttl = absl::Milliseconds(p.ttl_ms());
+  if (p.no_expiry()) {
+    if (p.ttl_ms() != 0) return absl::InvalidArgumentError("a token has a lifetime or none, not both");
+    request.ttl = absl::InfiniteDuration();
+  }
   request.uses = p.uses();
   if (!p.scopes().empty()) {
     ScopeSet scopes;

@@ -62,7 +62,7 @@ absl::StatusOr<std::string> ExecutorService::AuthorizeExecutor(const grpc::Serve
 grpc::Status ExecutorService::Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request,
                                     v1::EnrolResponse* reply) {
   const ExecutorInfo info = minions::FromProto(request->capabilities());
-  absl::Status claimed = CheckClaimedMemory(info);
+  absl::Status claimed = CheckClaimedCapabilities(info, options_.runner_allowlist);
   absl::StatusOr<Enrolment> enrolment = claimed.ok() ? identities_->Enrol(BearerToken(context), info)
                                                      : absl::StatusOr<Enrolment>(claimed);
   if (!enrolment.ok()) {
@@ -74,6 +74,9 @@ grpc::Status ExecutorService::Enrol(grpc::ServerContext* context, const v1::Enro
   reply->set_executor_id(enrolment->executor.id);
   reply->set_credential(enrolment->credential.text);
   reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
+  if (enrolment->credential.record.expires_at) {
+    reply->set_credential_expires_at_ms(absl::ToUnixMillis(*enrolment->credential.record.expires_at));
+  }
   return grpc::Status::OK;
 }
 
@@ -83,14 +86,19 @@ grpc::Status ExecutorService::Register(grpc::ServerContext* context, const v1::R
   absl::StatusOr<std::string> executor_id = AuthorizeExecutor(context, request->executor_id(), &caller);
   if (!executor_id.ok()) return ToGrpc(executor_id.status());
   // Gangs only for an executor an admin enrolled for them (its credential's gang scope).
-  return ToGrpc(Register(*executor_id, *request, reply, caller.Has(Scope::kGang)));
+  absl::Status registered = Register(*executor_id, *request, reply, caller.Has(Scope::kGang));
+  if (std::optional<absl::Duration> in = RotateIn(caller); registered.ok() && in) {
+    reply->set_credential_rotates(true);
+    reply->set_credential_rotate_in_ms(absl::ToInt64Milliseconds(*in));
+  }
+  return ToGrpc(registered);
 }
 
 absl::Status ExecutorService::Register(const std::string& executor_id, const v1::RegisterRequest& request,
                                        v1::RegisterResponse* reply, bool may_join_gangs) {
   if (auto s = ValidateExecutorName(request.capabilities().name()); !s.ok()) return s;
   ExecutorInfo info = minions::FromProto(request.capabilities());
-  if (auto s = CheckClaimedMemory(info); !s.ok()) return s;
+  if (auto s = CheckClaimedCapabilities(info, options_.runner_allowlist); !s.ok()) return s;
   if (!may_join_gangs && !info.gang_address.empty()) {
     // Not refused (it still runs single-machine work), but it joins no gang: no admin approved it.
     MINIONS_LOG(Warning) << "executor=" << executor_id << " names a gang address but its credential holds no gang "
@@ -159,6 +167,13 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
     std::move(done)(absl::InvalidArgumentError(absl::StrCat("unknown executor state '", request.state(), "'")));
     return;
   }
+  // What it holds replaces what it registered (IdentityStore), so it is bounded as registration is.
+  std::optional<ModelHoldings> holdings;
+  if (request.has_holdings()) holdings = minions::FromProto(request.holdings());
+  if (absl::Status s = holdings ? CheckClaimedModels(holdings->cached, holdings->loaded) : absl::OkStatus(); !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
   {
     absl::MutexLock lock(&work_mu_);
     // Its liveness is written now: an idle poll of it renews nothing until an idle beat has passed
@@ -195,8 +210,6 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
   std::vector<LeaseProgress> held;
   for (const auto& ref : request.leases()) held.push_back(FromProto(ref));
   // The executor's reason is not kept: why its owner is present never leaves the machine.
-  std::optional<ModelHoldings> holdings;
-  if (request.has_holdings()) holdings = minions::FromProto(request.holdings());
   const int64_t ttl_ms = absl::ToInt64Milliseconds(options_.lease_ttl);
   heartbeats_in_flight_.fetch_add(1);  // its answer touches this object: the destructor waits for it
   chunks_.HeartbeatAsync(

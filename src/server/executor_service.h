@@ -96,6 +96,7 @@ class ExecutorService final : public ExecutorServiceBase {
         identities_(identities),
         options_(options),
         metrics_(metrics),
+        job_ready_(job_ready),
         heartbeats_(store, clock, options.heartbeat_batch, options.heartbeat_linger),
         chunks_(store, blobs, {options.max_chunk_bytes}, &heartbeats_, metrics),
         gangs_(store, clock, GangLeasingOptions{options.lease_ttl, options.gang_reservation_timeout, absl::Seconds(1),
@@ -109,6 +110,10 @@ class ExecutorService final : public ExecutorServiceBase {
   grpc::Status Enrol(grpc::ServerContext* context, const v1::EnrolRequest* request, v1::EnrolResponse* reply) override;
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                         v1::RegisterResponse* reply) override;
+  // Exchanges the caller's credential for a new one (executor_credentials.cc; proto:
+  // RotateCredential).
+  grpc::Status RotateCredential(grpc::ServerContext* context, const v1::RotateCredentialRequest* request,
+                                v1::RotateCredentialResponse* reply) override;
   // Answered when the heartbeat's group-commit batch commits (server/heartbeat_batcher.h).
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* reply) override;
@@ -125,6 +130,12 @@ class ExecutorService final : public ExecutorServiceBase {
   grpc::ServerUnaryReactor* CompleteBatch(grpc::CallbackServerContext* context, const v1::CompleteBatchRequest* request,
                                           v1::CompleteBatchResponse* reply) override;
   grpc::Status Fail(grpc::ServerContext* context, const v1::FailRequest* request, v1::FailResponse* reply) override;
+  // Spot checks (executor_verification.cc): verification tasks of other producers' chunks, and a
+  // verifier's verdicts on one it holds.
+  grpc::Status LeaseVerifications(grpc::ServerContext* context, const v1::LeaseVerificationsRequest* request,
+                                  v1::LeaseVerificationsResponse* reply) override;
+  grpc::Status ReportVerifications(grpc::ServerContext* context, const v1::ReportVerificationsRequest* request,
+                                   v1::ReportVerificationsResponse* reply) override;
   // Presence (proto: Attach): open for as long as the executor runs; when its last stream here
   // closes while the server is not stopping, its tasks get backup attempts (server/presence.h).
   grpc::ServerWriteReactor<v1::AttachEvent>* Attach(grpc::CallbackServerContext* context,
@@ -188,8 +199,17 @@ class ExecutorService final : public ExecutorServiceBase {
   absl::Status CompleteBatch(const std::string& executor_id, const v1::CompleteBatchRequest& request,
                              v1::CompleteBatchResponse* reply);
   absl::Status Fail(const std::string& executor_id, const v1::FailRequest& request);
+  absl::Status LeaseVerifications(const std::string& executor_id, const v1::LeaseVerificationsRequest& request,
+                                  v1::LeaseVerificationsResponse* reply);
+  // PermissionDenied unless `executor_id` holds the task's lease; the verdicts are the store's to
+  // record (MetadataStore::ReportVerifications), each naming the custom_id the job's input gives.
+  absl::Status ReportVerifications(const std::string& executor_id, const v1::ReportVerificationsRequest& request);
 
  private:
+  // A verification task's records as its verifier gets them (server/spot_checks.h); `job_lease`
+  // (may be null) gets the task and its job as a Lease, for the model and runner.
+  absl::StatusOr<std::vector<v1::VerificationItem>> VerificationItems(const VerificationTask& check,
+                                                                      minions::Lease* job_lease);
   // The synchronous Lease of the generated base, replaced by the callback one (it is never called).
   using ExecutorServiceBase::Lease;
   using ExecutorServiceBase::Attach;
@@ -207,6 +227,8 @@ class ExecutorService final : public ExecutorServiceBase {
   // another (`claimed` non-empty and different). `authorized`, when given, gets the caller.
   absl::StatusOr<std::string> AuthorizeExecutor(const grpc::ServerContextBase* context, const std::string& claimed,
                                                 Caller* authorized = nullptr);
+  // How long from now `caller`'s credential should be exchanged; none: never.
+  std::optional<absl::Duration> RotateIn(const Caller& caller) const;
 
   // One look for work for `executor_id`: the store's, unless it found none since the last
   // announcement and its recheck is not due (then none, without a store round trip).
@@ -279,6 +301,8 @@ class ExecutorService final : public ExecutorServiceBase {
   IdentityAdmin* identities_;
   ServerOptions options_;
   ServerMetrics* metrics_;
+  // A job may be ready to finalise (its last spot check reported); a copy of what completions_ calls.
+  std::function<void(const std::string& job_id)> job_ready_;
   // Heartbeats reach the store in batches (group commit) through it.
   HeartbeatBatcher heartbeats_;
   // Every call that commits chunks goes through it: an upload becomes part of a job's results only

@@ -136,6 +136,12 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
   if (job->state != JobState::kFinalizing) return *job;
+  // Published means verified so far: while spot checks of its chunks wait for their verdicts,
+  // the job waits (a verdict that fails sends the producer's records back to run elsewhere).
+  // A later sweep, or the last verdict, finalises it.
+  auto open = store_->CountOpenVerifications(job_id);
+  if (!open.ok()) return open.status();
+  if (*open > 0) return *job;
   auto tasks = store_->ListTasks(job_id);
   if (!tasks.ok()) return tasks.status();
   // This finalisation's own keys: another server finalising the job at the same time writes

@@ -28,7 +28,8 @@ class JobFinalizer {
   JobFinalizer(MetadataStore* store, BlobStore* blobs, Clock* clock, ChunkCheckOptions chunk_limits = {})
       : store_(store), blobs_(blobs), clock_(clock), chunk_limits_(chunk_limits) {}
 
-  // Finalises one job in `finalizing`; returns the job as it is afterwards.
+  // Finalises one job in `finalizing` whose spot checks all have their verdicts (one still open
+  // leaves it finalizing); returns the job as it is afterwards.
   absl::StatusOr<Job> Finalize(const std::string& job_id);
   // Finalises every job waiting for it; returns how many were finished.
   absl::StatusOr<int> FinalizeReady();

@@ -17,6 +17,7 @@
 #include "model/placement.h"
 #include "runner/protocol.h"
 #include "server/admin_service.h"
+#include "server/authorize_or_return.h"
 #include "server/call_auth.h"
 #include "server/job_splitter.h"
 #include "server/keys.h"
@@ -27,12 +28,6 @@
 
 namespace minions {
 namespace {
-
-// Authorises the call for `scope`, or returns its refusal; declares `caller`.
-#define AUTHORIZE_OR_RETURN(context, scope)                                 \
-  absl::StatusOr<Caller> caller_or = AuthorizeCall(context, *auth_, scope); \
-  if (!caller_or.ok()) return ToGrpc(caller_or.status());                   \
-  const Caller& caller = *caller_or
 
 constexpr int32_t kDefaultTaskPage = 1000;
 constexpr int32_t kMaxTaskPage = 10000;

@@ -12,17 +12,13 @@
 #include "common/status_macros.h"
 #include "model/gguf_header.h"
 #include "model/model_ref.h"
+#include "server/authorize_or_return.h"
 #include "server/call_auth.h"
 #include "server/keys.h"
 #include "server/proto_convert.h"
 
 namespace minions {
 namespace {
-
-#define AUTHORIZE_OR_RETURN(context, scope)                                 \
-  absl::StatusOr<Caller> caller_or = AuthorizeCall(context, *auth_, scope); \
-  if (!caller_or.ok()) return ToGrpc(caller_or.status());                   \
-  const Caller& caller = *caller_or
 
 // The most header bytes read looking for the end of a GGUF header (a tokenizer's vocabulary is a
 // few MB; nothing real comes near this).

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "http/http_server.h"
@@ -76,6 +77,15 @@ struct ServerOptions {
   // Executors that enrol are pending (no leases) until an admin approves them (`minions executors
   // approve`): a stolen join token then yields no work (docs/security.md, 40.3).
   bool require_executor_approval = false;
+  // Credential lifetimes (identity/identity_admin.h IdentityPolicy; docs/security.md, "Credential
+  // lifetimes"): executor credentials (rotated by their executors half-way), submitter and viewer
+  // tokens issued without one, and the grace an exchanged executor credential keeps. Zero: never.
+  absl::Duration executor_credential_ttl = absl::Hours(24 * 30);
+  absl::Duration team_token_ttl = absl::Hours(24 * 90);
+  absl::Duration credential_rotation_grace = absl::Minutes(10);
+  // The runner names executors may offer (model/placement.h CheckClaimedCapabilities); an
+  // executor offering another is refused at enrolment and registration. Empty: any valid name.
+  std::vector<std::string> runner_allowlist;
   // A gang reservation that does not fill within this is released (server/gang_leasing.h).
   absl::Duration gang_reservation_timeout = absl::Seconds(30);
   int max_watch_streams = 64;

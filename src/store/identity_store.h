@@ -80,6 +80,17 @@ class IdentityStore {
   virtual absl::StatusOr<Executor> ApproveExecutor(const std::string& /*executor_id*/, absl::Time /*now*/) {
     return absl::UnimplementedError("this store cannot approve executors");
   }
+  // Exchanges executor `fresh.principal`'s credential `token_id` for `fresh`, all or nothing: the
+  // old one must be usable at `now` (CheckUsable: Unauthenticated otherwise) and the executor not
+  // revoked (Unauthenticated); `fresh` is stored as the executor's credential with the old one's
+  // scopes (its role, scopes and issuer are set here), and the old one then expires at
+  // `old_expires_by` at the latest (the grace its calls in flight and other servers' caches need).
+  // NotFound for an unknown executor or token; FailedPrecondition when the token is not that
+  // executor's credential. `fresh` is completed once stored.
+  virtual absl::Status RotateCredential(const std::string& /*token_id*/, TokenRecord& /*fresh*/, absl::Time /*now*/,
+                                        absl::Time /*old_expires_by*/) {
+    return absl::UnimplementedError("this store cannot rotate credentials");
+  }
 };
 
 }  // namespace minions

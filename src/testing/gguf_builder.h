@@ -38,6 +38,18 @@ class GgufBuilder {
     ++n_kv_;
     return *this;
   }
+  // The metadata of a "llama" model named "tiny": its file type (1: F16, 15: Q4_K_M), context
+  // length, blocks and embedding width; 4 attention heads, 2 of them for keys and values.
+  GgufBuilder& Llama(uint32_t file_type, uint32_t context_length, uint32_t blocks, uint32_t embedding) {
+    return Kv("general.architecture", std::string("llama"))
+        .Kv("general.name", std::string("tiny"))
+        .Kv("general.file_type", file_type)
+        .Kv("llama.context_length", context_length)
+        .Kv("llama.block_count", blocks)
+        .Kv("llama.embedding_length", embedding)
+        .Kv("llama.attention.head_count", uint32_t{4})
+        .Kv("llama.attention.head_count_kv", uint32_t{2});
+  }
   GgufBuilder& Tensor(const std::string& name, std::vector<uint64_t> dims) {
     String(tensors_, name);
     Raw(tensors_, uint32_t(dims.size()));
@@ -80,14 +92,7 @@ class GgufBuilder {
 // A small GGUF "llama" file of about `size` bytes (the header, then `fill` bytes up to size).
 inline std::string TinyGguf(size_t size = 4096, char fill = 'x') {
   std::string bytes = GgufBuilder()
-                          .Kv("general.architecture", std::string("llama"))
-                          .Kv("general.name", std::string("tiny"))
-                          .Kv("general.file_type", uint32_t{1})
-                          .Kv("llama.context_length", uint32_t{2048})
-                          .Kv("llama.block_count", uint32_t{2})
-                          .Kv("llama.embedding_length", uint32_t{64})
-                          .Kv("llama.attention.head_count", uint32_t{4})
-                          .Kv("llama.attention.head_count_kv", uint32_t{2})
+                          .Llama(/*file_type=*/1, /*context_length=*/2048, /*blocks=*/2, /*embedding=*/64)
                           .Strings("tokenizer.ggml.tokens", 100)
                           .Tensor("token_embd.weight", {64, 100})
                           .Build();

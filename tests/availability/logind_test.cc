@@ -2,6 +2,7 @@
 // on a seat, LockedHint, the manager's IdleHint/IdleSinceHint, and idle inhibitors of others.
 
 #include <filesystem>
+#include <memory>
 
 #include <gtest/gtest.h>
 
@@ -58,6 +59,13 @@ class Logind : public ::testing::Test {
     return exit.ok() && exit->exited && exit->code == 0;
   }
 
+  // A probe of the mock, and what it says at `now` (in `s`).
+  std::unique_ptr<LogindProbe> ProbeAt(absl::Time now, Snapshot* s) {
+    auto probe = std::make_unique<LogindProbe>(address_, getpid());
+    probe->Fill(s, now);
+    return probe;
+  }
+
   void SetManager(const std::string& property, const std::string& variant) {
     ASSERT_TRUE(Send({"/org/freedesktop/login1", "org.freedesktop.DBus.Properties.Set",
                       "string:org.freedesktop.login1.Manager", "string:" + property, "variant:" + variant}));
@@ -68,10 +76,9 @@ class Logind : public ::testing::Test {
 };
 
 TEST_F(Logind, NoSessionOnASeatMeansNoConsoleUser) {
-  LogindProbe probe(address_, getpid());
   Snapshot s;
-  absl::Time now = absl::Now();
-  probe.Fill(&s, now);
+  const absl::Time now = absl::Now();
+  ProbeAt(now, &s);
   ASSERT_TRUE(s.console_user.known()) << s.console_user.source;
   EXPECT_FALSE(*s.console_user.value);
   EXPECT_FALSE(s.last_input.known());
@@ -80,10 +87,9 @@ TEST_F(Logind, NoSessionOnASeatMeansNoConsoleUser) {
 TEST_F(Logind, ConsoleSessionLockIdleAndInhibitors) {
   ASSERT_TRUE(Send({"/org/freedesktop/login1", "org.freedesktop.DBus.Mock.AddSession", "string:c1", "string:seat0",
                     "uint32:1000", "string:alice", "boolean:true"}));
-  LogindProbe probe(address_, getpid());
   Snapshot s;
-  absl::Time now = absl::Now();
-  probe.Fill(&s, now);
+  const absl::Time now = absl::Now();
+  std::unique_ptr<LogindProbe> probe = ProbeAt(now, &s);
   ASSERT_TRUE(s.console_user.known()) << s.console_user.source;
   EXPECT_TRUE(*s.console_user.value);
   EXPECT_FALSE(*s.screen_locked.value);
@@ -97,7 +103,7 @@ TEST_F(Logind, ConsoleSessionLockIdleAndInhibitors) {
   absl::Time idle_since = absl::FromUnixSeconds(absl::ToUnixSeconds(now - absl::Minutes(12)));
   SetManager("IdleHint", "boolean:true");
   SetManager("IdleSinceHint", absl::StrCat("uint64:", absl::ToUnixMicros(idle_since)));
-  probe.Fill(&s, now + absl::Seconds(1));
+  probe->Fill(&s, now + absl::Seconds(1));
   EXPECT_TRUE(*s.screen_locked.value);
   EXPECT_EQ(*s.last_input.value, idle_since);
 
@@ -116,7 +122,7 @@ TEST_F(Logind, ConsoleSessionLockIdleAndInhibitors) {
   ASSERT_TRUE(p.ok());
   auto line = (*p)->ReadLine(absl::Seconds(10));
   ASSERT_TRUE(line.ok() && *line == "held") << line.status();
-  probe.Fill(&s, now + absl::Seconds(2));
+  probe->Fill(&s, now + absl::Seconds(2));
   EXPECT_TRUE(*s.media_playing.value);
   EXPECT_EQ(s.media_playing.source, "logind idle inhibitors");
 }

@@ -282,18 +282,24 @@ std::string CannedResponse(int status, const std::string& reason, const std::str
                       "\r\nConnection: close\r\n", extra_headers, "\r\n", body);
 }
 
+// A store against `server` whose retries back off from 10 ms on `clock`, which moves itself
+// forward as they wait.
+std::unique_ptr<S3BlobStore> RetryingStore(const CannedServer& server, FakeClock& clock) {
+  clock.AutoAdvance(true);
+  S3Config config = BaseConfig(true);
+  config.endpoint = server.endpoint();
+  config.initial_backoff = absl::Milliseconds(10);
+  config.clock = &clock;
+  return OpenStore(config);
+}
+
 TEST(S3BlobStore, ThrottlingAndServerErrorsAreRetried) {
   const std::string slow_down = CannedResponse(
       503, "Slow Down", "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>");
   CannedServer server({slow_down, CannedResponse(429, "Too Many Requests", ""), CannedResponse(500, "Oops", ""),
                        CannedResponse(200, "OK", "payload")});
   FakeClock clock;
-  clock.AutoAdvance(true);
-  S3Config config = BaseConfig(true);
-  config.endpoint = server.endpoint();
-  config.initial_backoff = absl::Milliseconds(10);
-  config.clock = &clock;
-  auto store = OpenStore(config);
+  auto store = RetryingStore(server, clock);
   ASSERT_NE(store, nullptr);
   auto got = store->Get("k");
   ASSERT_TRUE(got.ok()) << got.status();
@@ -306,12 +312,7 @@ TEST(S3BlobStore, PersistentThrottlingIsUnavailableWithS3sMessage) {
       503, "Slow Down", "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>");
   CannedServer server({slow_down, slow_down, slow_down, slow_down});
   FakeClock clock;
-  clock.AutoAdvance(true);
-  S3Config config = BaseConfig(true);
-  config.endpoint = server.endpoint();
-  config.initial_backoff = absl::Milliseconds(10);
-  config.clock = &clock;
-  auto store = OpenStore(config);
+  auto store = RetryingStore(server, clock);
   ASSERT_NE(store, nullptr);
   auto status = store->Put("k", "x");
   EXPECT_TRUE(absl::IsUnavailable(status)) << status;

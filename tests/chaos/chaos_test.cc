@@ -389,10 +389,7 @@ TEST_P(Chaos, FaultsLoseNoRecordAndRepeatNone) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Chaos, ::testing::Values("embedded", "postgres-s3"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param == "embedded" ? std::string("Embedded") : std::string("PostgresS3");
-                         });
+MINIONS_INSTANTIATE_ON_BOTH_BACKENDS(Chaos);
 
 }  // namespace
 }  // namespace minions::testing

@@ -15,6 +15,7 @@
 #include "cli/client_verbs.h"
 #include "common/subprocess.h"
 #include "testing/process_pool.h"
+#include "testing/run_program.h"
 
 namespace minions::testing {
 namespace {
@@ -26,42 +27,21 @@ const std::string kMinions = std::string(MINIONS_TEST_BIN_DIR) + "/minions";
 // Nothing listens on port 1 of the loopback address: a connection there is refused.
 constexpr char kNobody[] = "127.0.0.1:1";
 
-struct Outcome {
-  int code = -1;
-  std::string out, err;
-};
+using Outcome = ProgramRun;
 
 // Runs `minions args...` without MINIONS_SERVER and MINIONS_CONFIG from this process's
 // environment, plus `env` ("NAME=value").
 Outcome Minions(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
-  static int runs = 0;
-  const std::string err_path =
-      (std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-", getpid(), "-", runs++, ".err")).string();
   Subprocess::Options options;
   options.argv = {"env", "-u", "MINIONS_SERVER", "-u", "MINIONS_CONFIG"};
   options.argv.insert(options.argv.end(), env.begin(), env.end());
   options.argv.push_back(kMinions);
   options.argv.insert(options.argv.end(), args.begin(), args.end());
-  options.stderr_path = err_path;
-  Outcome run;
-  auto process = Subprocess::Start(options);
-  if (!process.ok()) {
-    ADD_FAILURE() << process.status();
-    return run;
+  Outcome run = RunProgram(options, absl::Minutes(1));
+  if (!run.started) {
+    ADD_FAILURE() << run.err;
+    run.err.clear();
   }
-  (*process)->CloseStdin();
-  while (true) {
-    auto line = (*process)->ReadLine(absl::Minutes(1));
-    if (!line.ok()) break;
-    absl::StrAppend(&run.out, *line, "\n");
-  }
-  auto exit = (*process)->Wait(absl::Minutes(1));
-  if (exit.ok() && exit->exited) run.code = exit->code;
-  std::ifstream in(err_path);
-  std::stringstream err;
-  err << in.rdbuf();
-  run.err = err.str();
-  std::filesystem::remove(err_path);
   return run;
 }
 
@@ -99,7 +79,7 @@ TEST(MinionsCli, ARefusedConnectionNamesTheAddressAndTheFlagItCameFrom) {
 
 // A sub-verb's --server is the address dialled (`executors revoke` once dialled the default).
 TEST(MinionsCli, ASubVerbDialsItsOwnServerFlag) {
-  for (const char* verb : {"revoke", "release"}) {
+  for (const char* verb : {"revoke", "release", "approve"}) {
     Outcome run = Minions({"executors", verb, "exe-0123456789ab", "--server", kNobody});
     EXPECT_EQ(run.code, 1) << verb;
     EXPECT_THAT(run.err, HasSubstr(kNobody)) << verb;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/subprocess.h"
+#include "testing/run_program.h"
 
 namespace minions::testing {
 namespace {
@@ -38,18 +39,7 @@ std::string HelpOf(const std::vector<std::string>& path) {
   options.argv = {kMinions};
   options.argv.insert(options.argv.end(), path.begin(), path.end());
   options.argv.push_back("--help");
-  options.stderr_path = "/dev/null";
-  std::string out;
-  auto process = Subprocess::Start(options);
-  if (!process.ok()) return out;
-  (*process)->CloseStdin();
-  while (true) {
-    auto line = (*process)->ReadLine(absl::Minutes(1));
-    if (!line.ok()) break;
-    absl::StrAppend(&out, *line, "\n");
-  }
-  (void)(*process)->Wait(absl::Minutes(1));
-  return out;
+  return RunProgram(options, absl::Minutes(1)).out;
 }
 
 // Reads a CLI11 help screen: every --flag it shows, and the names its SUBCOMMANDS section lists.

@@ -16,6 +16,7 @@
 #include "testing/even_tasks.h"
 #include "testing/fake_clock.h"
 #include "testing/http_get.h"
+#include "testing/identities.h"
 #include "testing/must.h"
 #include "testing/prometheus_text.h"
 
@@ -45,11 +46,7 @@ class DashboardTest : public ::testing::Test {
 
   // A fresh token's text.
   std::string Issue(Role role, const std::string& team, const std::string& name) {
-    IssueRequest request;
-    request.role = role;
-    request.team = team;
-    request.principal = name;
-    return Must(identities_->Issue(request, "local")).text;
+    return IssueText(*identities_, role, team, name);
   }
   static std::vector<std::string> Bearer(const std::string& token) { return {"Authorization: Bearer " + token}; }
   void TearDown() override { http_.Stop(); }
@@ -67,15 +64,7 @@ class DashboardTest : public ::testing::Test {
 
   // A job of `n_tasks` tasks of 10 records each, for team "ml".
   std::string Submit(int n_tasks) {
-    JobSpec spec;
-    spec.team = "ml";
-    spec.model = "/models/tiny.gguf";
-    spec.input_key = "inputs/in.jsonl";
-    spec.shard_size = 10;
-    std::vector<Task> tasks = EvenTasks(n_tasks, 10);
-    Job job = Must(store_->CreateJob(spec, clock_.Now()));
-    EXPECT_TRUE(store_->AddTasks(job.id, tasks, n_tasks * 10, clock_.Now()).ok());
-    return job.id;
+    return Must(QueueEvenJob(*store_, TenRecordSpec("ml", "/models/tiny.gguf"), n_tasks, clock_.Now()));
   }
 
   std::map<std::string, double> Scrape() {
@@ -183,16 +172,10 @@ TEST_F(DashboardTest, TheFleetShowsWhichExecutorsFormWhichGangAndItsLeader) {
   const std::string lead = Register("lead-box", "");
   const std::string member = Register("member-box", "");
   const std::string idle = Register("idle-box", "");
-  JobSpec spec;
-  spec.team = "ml";
-  spec.model = "/models/tiny.gguf";
-  spec.input_key = "inputs/in.jsonl";
-  spec.shard_size = 10;
-  spec.gang_size = 2;
-  Job job = Must(store_->CreateJob(spec, clock_.Now()));
-  ASSERT_TRUE(store_->AddTasks(job.id, EvenTasks(1, 10), 10, clock_.Now()).ok());
+  const std::string job_id =
+      Must(QueueEvenJob(*store_, TenRecordSpec("ml", "/models/tiny.gguf", /*gang_size=*/2), 1, clock_.Now()));
   GangLease gang;
-  gang.job_id = job.id;
+  gang.job_id = job_id;
   gang.task_index = 0;
   gang.members = {{lead, "10.9.0.1:50052", int64_t{8} << 30}, {member, "10.9.0.2:50052", int64_t{8} << 30}};
   ASSERT_TRUE(store_->LeaseToGang(gang, kTtl, clock_.Now()).ok());
@@ -205,7 +188,7 @@ TEST_F(DashboardTest, TheFleetShowsWhichExecutorsFormWhichGangAndItsLeader) {
       continue;
     }
     ASSERT_TRUE(e["gang"].is_object()) << e.dump();
-    EXPECT_EQ(e["gang"]["job"], job.id);
+    EXPECT_EQ(e["gang"]["job"], job_id);
     EXPECT_EQ(e["gang"]["attempt"], 1);
     EXPECT_EQ(e["gang"]["size"], 2);
     EXPECT_EQ(e["gang"]["leader"], lead);

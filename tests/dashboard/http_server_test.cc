@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "identity/pki.h"
 #include "testing/http_get.h"
+#include "testing/socket_read.h"
 
 namespace minions::testing {
 namespace {
@@ -39,18 +40,11 @@ int Connect(int port) {
 
 // Reads until `count` responses' worth of "HTTP/1.1 " have arrived and their bodies (or 5 s).
 std::string ReadAnswers(int fd, int count, size_t body_bytes_each) {
-  std::string all;
-  char buffer[4096];
-  pollfd p{fd, POLLIN, 0};
-  while (poll(&p, 1, 5000) > 0) {
-    ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) break;
-    all.append(buffer, static_cast<size_t>(n));
+  return ReadFromSocket(fd, absl::Seconds(5), [&](const std::string& all) {
     size_t seen = 0;
     for (size_t at = all.find("HTTP/1.1 "); at != std::string::npos; at = all.find("HTTP/1.1 ", at + 1)) ++seen;
-    if (static_cast<int>(seen) >= count && all.size() >= count * body_bytes_each) break;
-  }
-  return all;
+    return static_cast<int>(seen) >= count && all.size() >= count * body_bytes_each;
+  });
 }
 
 class HttpServerConnections : public ::testing::Test {

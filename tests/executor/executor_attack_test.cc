@@ -9,12 +9,12 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -34,6 +34,7 @@
 #include "common/subprocess.h"
 #include "executor/model_access.h"
 #include "minions/v1/minions.grpc.pb.h"
+#include "sandbox/sandbox.h"
 
 namespace minions::testing {
 namespace {
@@ -262,6 +263,30 @@ class ExecutorAttackTest : public ::testing::Test {
     return *report;
   }
 
+  // Where a lease's URL goes: its input, or its first chunk's output.
+  static void SetInput(v1::TaskLease& lease, const std::string& url) { lease.set_input_url(url); }
+  static void SetOutput(v1::TaskLease& lease, const std::string& url) {
+    lease.mutable_chunk_urls(0)->set_output_url(url);
+  }
+
+  // Offers one lease a URL, tasks `first_index` on, with `urls[i]` set by `set`: each report says
+  // the task failed with `phrase`; `also` checks more of each report.
+  void ExpectEachRefused(const std::vector<std::string>& urls, int64_t first_index,
+                         void (*set)(v1::TaskLease&, const std::string&), const std::string& phrase,
+                         const std::function<void(const Report&)>& also = nullptr) {
+    for (size_t i = 0; i < urls.size(); ++i) {
+      const int64_t index = first_index + static_cast<int64_t>(i);
+      v1::TaskLease lease = Lease(index);
+      set(lease, urls[i]);
+      server_.Offer(lease);
+      Report report = MustReport(index);
+      SCOPED_TRACE(urls[i]);
+      EXPECT_FALSE(report.completed);
+      EXPECT_THAT(report.message, HasSubstr(phrase));
+      if (also) also(report);
+    }
+  }
+
   // The executor still serves an honest lease after the attacks.
   void ExpectStillServes(int64_t index) {
     server_.Offer(Lease(index));
@@ -334,29 +359,12 @@ TEST_F(ExecutorAttackTest, FileUrlsOutsideTheObjectsFolderAreNeitherReadNorWritt
   std::vector<std::string> reads = {"file://" + victim, "file://" + objects_ + "/../victim/precious.txt",
                                     "file://" + objects_ + "/shortcut/precious.txt", "file://" + objects_,
                                     "file:///etc/passwd", "file://localhost/etc/passwd"};
-  for (size_t i = 0; i < reads.size(); ++i) {
-    v1::TaskLease lease = Lease(static_cast<int64_t>(i));
-    lease.set_input_url(reads[i]);
-    server_.Offer(lease);
-    Report report = MustReport(static_cast<int64_t>(i));
-    SCOPED_TRACE(reads[i]);
-    EXPECT_FALSE(report.completed);
-    EXPECT_THAT(report.message, HasSubstr("refused to read"));
-  }
+  ExpectEachRefused(reads, 0, SetInput, "refused to read");
   // Writing: the output URL points at the victim, directly, by "..", and through the link.
   std::vector<std::string> writes = {"file://" + victim, "file://" + objects_ + "/../victim/precious.txt",
                                      "file://" + objects_ + "/shortcut/precious.txt",
                                      "file://" + dir_ + "/victim/new-file.txt"};
-  for (size_t i = 0; i < writes.size(); ++i) {
-    const int64_t index = 100 + static_cast<int64_t>(i);
-    v1::TaskLease lease = Lease(index);
-    lease.mutable_chunk_urls(0)->set_output_url(writes[i]);
-    server_.Offer(lease);
-    Report report = MustReport(index);
-    SCOPED_TRACE(writes[i]);
-    EXPECT_FALSE(report.completed);
-    EXPECT_THAT(report.message, HasSubstr("refused to write"));
-  }
+  ExpectEachRefused(writes, 100, SetOutput, "refused to write");
   EXPECT_EQ(ReadAll(victim), "precious");
   EXPECT_FALSE(fs::exists(dir_ + "/victim/new-file.txt"));
   ExpectStillServes(200);
@@ -374,16 +382,9 @@ TEST_F(ExecutorAttackTest, UrlsOnOtherHostsAreRefusedBeforeAnyConnection) {
       "https://evil.example/steal", "gopher://127.0.0.1:70/x", "ftp://127.0.0.1/x",
       absl::StrCat("http://127.0.0.1:", allowed.port(), "/in.jsonl#@evil.example"),
   };
-  for (size_t i = 0; i < urls.size(); ++i) {
-    v1::TaskLease lease = Lease(static_cast<int64_t>(i));
-    lease.set_input_url(urls[i]);
-    server_.Offer(lease);
-    Report report = MustReport(static_cast<int64_t>(i));
-    SCOPED_TRACE(urls[i]);
-    EXPECT_FALSE(report.completed);
-    EXPECT_THAT(report.message, HasSubstr("refused"));
+  ExpectEachRefused(urls, 0, SetInput, "refused", [](const Report& report) {
     EXPECT_THAT(report.message, Not(HasSubstr("X-Amz-Signature")));
-  }
+  });
   EXPECT_EQ(listener.Pending(), 0);
   EXPECT_EQ(allowed.Pending(), 0);
   // file:// is not among this executor's locations at all now.
@@ -423,13 +424,7 @@ TEST_F(ExecutorAttackTest, AModelOutsideTheModelFoldersGetsOneAnswerWhateverTheF
   EXPECT_TRUE(MustReport(101).completed);
 }
 
-bool HaveLandlock() {
-#ifdef SYS_landlock_create_ruleset
-  return syscall(SYS_landlock_create_ruleset, nullptr, 0, 1U) >= 1;
-#else
-  return false;
-#endif
-}
+bool HaveLandlock() { return sandbox::LandlockAbi() >= 1; }
 
 // The runner inherited MINIONS_TOKEN; a subverted one could read anything of the owner's and
 // send it anywhere. Now it starts with an empty environment, inside the sandbox.

@@ -15,6 +15,7 @@
 #include "rpc/rpc.h"
 #include "server/keys.h"
 #include "testing/fake_watchdog_lock.h"
+#include "testing/temp_dir.h"
 #include "testing/status_checks.h"
 
 namespace minions::testing {
@@ -83,9 +84,7 @@ absl::StatusOr<Reply> FakeControlPlane::Call(const std::function<absl::Status(Ex
 }
 
 FakeControlPlane::FakeControlPlane(Clock* clock, Options options) : clock_(clock), options_(options) {
-  std::string pattern = (std::filesystem::path(::testing::TempDir()) / "minions-fake-cp-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) std::abort();
-  dir_ = std::filesystem::canonical(pattern).string();  // real paths, as ModelAccess resolves them
+  dir_ = std::filesystem::canonical(testing::MakeTempDir("minions-fake-cp")).string();  // real paths, as ModelAccess resolves them
   models_dir_ = dir_ + "/models";
   model_path_ = models_dir_ + "/fake.gguf";
   std::filesystem::create_directories(models_dir_);

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -223,6 +224,22 @@ int ConnectTo(int port) {
   return fd;
 }
 
+// A process that does nothing until killed (EndProcess): the tunnels' runner, when this test's
+// process must not be it.
+pid_t IdleProcess() {
+  pid_t pid = fork();
+  if (pid == 0) {
+    pause();
+    _exit(0);
+  }
+  return pid;
+}
+
+void EndProcess(pid_t pid) {
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
 TEST(GangTunnel, CarriesTheRunnersConnectionToTheMemberAfterTheHandshake) {
   FakeGate gate(kSecret);
   auto tunnel = GangTunnel::Start({gate.endpoint(), kSecret});
@@ -246,24 +263,71 @@ TEST(GangTunnel, AnotherLocalProcessIsRefused) {
   FakeGate gate(kSecret);
   auto tunnel = GangTunnel::Start({gate.endpoint(), kSecret});
   ASSERT_TRUE(tunnel.ok()) << tunnel.status();
-  pid_t runner = fork();  // the runner: some other process, which does not connect
-  ASSERT_GE(runner, 0);
-  if (runner == 0) {
-    pause();
-    _exit(0);
-  }
+  const pid_t runner = IdleProcess();  // the runner: some other process; this one's sockets are never its
+  ASSERT_GT(runner, 0);
   (*tunnel)->AdmitProcess(runner);
   int fd = ConnectTo((*tunnel)->port());  // this process is not the runner
   send(fd, "ping", 4, MSG_NOSIGNAL);
   char byte;
   EXPECT_LE(read(fd, &byte, 1), 0);  // closed by the tunnel
   close(fd);
-  kill(runner, SIGKILL);
-  waitpid(runner, nullptr, 0);
+  EndProcess(runner);
   EXPECT_EQ((*tunnel)->refused(), 1);
   EXPECT_EQ((*tunnel)->admitted(), 0);
   (*tunnel)->Stop();
   EXPECT_EQ(gate.verdict().code(), absl::StatusCode::kUnknown) << "the member was never reached";
+}
+
+// The runner checks that each tunnel answers before llama.cpp connects (it connects and hangs up:
+// llama.cpp's RPC client aborts on an unreachable server). Its socket is gone before the tunnel
+// can look it up, so the probe cannot be told from another process's connection: one that hung
+// up having sent nothing is closed quietly, neither refused (it was logged as a refusal once per
+// member before every load) nor forwarded; one that speaks is refused as before.
+TEST(GangTunnel, AConnectionThatHangsUpUnheardIsNotARefusal) {
+  FakeGate gate(kSecret);
+  auto tunnel = GangTunnel::Start({gate.endpoint(), kSecret});
+  ASSERT_TRUE(tunnel.ok()) << tunnel.status();
+  const pid_t runner = IdleProcess();  // the runner: some other process; this one's sockets are never its
+  ASSERT_GT(runner, 0);
+  (*tunnel)->AdmitProcess(runner);
+  close(ConnectTo((*tunnel)->port()));  // a probe: connects and hangs up
+  int fd = ConnectTo((*tunnel)->port());  // and one that speaks
+  send(fd, "ping", 4, MSG_NOSIGNAL);
+  char byte;
+  EXPECT_LE(read(fd, &byte, 1), 0);  // closed by the tunnel
+  close(fd);
+  for (int i = 0; i < 1000 && (*tunnel)->refused() + (*tunnel)->hung_up() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EndProcess(runner);
+  EXPECT_EQ((*tunnel)->hung_up(), 1);
+  EXPECT_EQ((*tunnel)->refused(), 1);
+  EXPECT_EQ((*tunnel)->admitted(), 0);
+  (*tunnel)->Stop();
+  EXPECT_EQ(gate.verdict().code(), absl::StatusCode::kUnknown) << "the member was never reached";
+}
+
+// A connection that is not the runner's and stays silent is refused too, within
+// kSuspectWait, and holds up no other connection meanwhile.
+TEST(GangTunnel, ASilentConnectionThatIsNotTheRunnersIsRefusedAtItsDeadline) {
+  FakeGate gate(kSecret);
+  auto tunnel = GangTunnel::Start({gate.endpoint(), kSecret});
+  ASSERT_TRUE(tunnel.ok()) << tunnel.status();
+  const pid_t runner = IdleProcess();  // the runner: some other process; this one's sockets are never its
+  ASSERT_GT(runner, 0);
+  (*tunnel)->AdmitProcess(runner);
+  int silent = ConnectTo((*tunnel)->port());
+  int other = ConnectTo((*tunnel)->port());  // judged while the first one waits
+  send(other, "ping", 4, MSG_NOSIGNAL);
+  char byte;
+  EXPECT_LE(read(other, &byte, 1), 0);
+  EXPECT_LE(read(silent, &byte, 1), 0);  // closed at its deadline
+  close(other);
+  close(silent);
+  EndProcess(runner);
+  EXPECT_EQ((*tunnel)->refused(), 2);
+  EXPECT_EQ((*tunnel)->hung_up(), 0);
+  (*tunnel)->Stop();
 }
 
 TEST(GangTunnel, BeforeTheRunnerIsKnownNobodyIsCarried) {

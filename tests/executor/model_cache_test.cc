@@ -14,6 +14,7 @@
 
 #include "common/sha256.h"
 #include "testing/fake_clock.h"
+#include "testing/temp_dir.h"
 
 namespace minions {
 namespace {
@@ -69,9 +70,7 @@ class FakeBlobs : public BlobClient {
 class ModelCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::path(::testing::TempDir()) / "minions-cache-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
+    root_ = testing::MakeTempDir("minions-cache");
     options_.dir = root_ + "/models";
     options_.max_bytes = 2500;
     options_.free_disk_floor_bytes = 0;

@@ -20,6 +20,7 @@
 #include "executor/runner_sandbox.h"
 #include "executor/url_policy.h"
 #include "sandbox/sandbox.h"
+#include "testing/run_program.h"
 
 namespace minions {
 namespace {
@@ -189,34 +190,15 @@ TEST_F(TrustTest, TheModelCacheIsOneMoreFolder) {
 
 // ------------------------------------------------------------------ the runner's sandbox
 
-struct SandboxRun {
-  int code = -1;
-  std::string out, err;
-};
+using SandboxRun = testing::ProgramRun;
 
 SandboxRun Sandboxed(const std::vector<std::string>& args) {
   Subprocess::Options sp;
   sp.argv = {std::string(MINIONS_TEST_BIN_DIR) + "/minions-sandbox"};
   sp.argv.insert(sp.argv.end(), args.begin(), args.end());
   sp.extra_env = {"MINIONS_TOKEN=the-executors-own-secret"};
-  std::string err_path = (fs::temp_directory_path() / ("minions-sbx-err-" + std::to_string(getpid()))).string();
-  sp.stderr_path = err_path;
-  SandboxRun run;
-  auto p = Subprocess::Start(sp);
-  if (!p.ok()) return run;
-  (*p)->CloseStdin();
-  while (true) {
-    auto line = (*p)->ReadLine(absl::Seconds(30));
-    if (!line.ok()) break;
-    run.out += *line + "\n";
-  }
-  auto exit = (*p)->Wait(absl::Seconds(30));
-  if (exit.ok() && exit->exited) run.code = exit->code;
-  std::ifstream in(err_path);
-  std::stringstream s;
-  s << in.rdbuf();
-  run.err = s.str();
-  fs::remove(err_path);
+  SandboxRun run = testing::RunProgram(sp, absl::Seconds(30));
+  if (!run.started) run.err.clear();  // as before: nothing on standard error when it never started
   return run;
 }
 

@@ -14,11 +14,7 @@ using ::testing::HasSubstr;
 class IdentityAdminTest : public IdentityFixture {};
 
 IssueRequest Request(Role role, const std::string& team, const std::string& principal) {
-  IssueRequest request;
-  request.role = role;
-  request.team = team;
-  request.principal = principal;
-  return request;
+  return testing::TokenRequest(role, team, principal);
 }
 
 TEST_F(IdentityAdminTest, OnlyWellFormedCredentialsAreIssued) {
@@ -55,7 +51,7 @@ TEST_F(IdentityAdminTest, TheStoreKeepsOnlyTheHashAndTheRecordSaysWhoIssuedIt) {
   EXPECT_EQ(stored->secret_hash, token::Hash(issued->text));
   EXPECT_EQ(stored->created_by, "tok-0123456789ab");
   EXPECT_EQ(stored->scopes, ScopeSet{Scope::kJobsRead});
-  EXPECT_FALSE(stored->expires_at.has_value());
+  EXPECT_EQ(stored->expires_at, clock_.Now() + IdentityPolicy().team_token_ttl);
   absl::StatusOr<std::vector<TokenRecord>> tokens = store_->ListTokens({});  // held: the loop reads into it
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   for (const TokenRecord& record : *tokens) {
@@ -106,6 +102,103 @@ TEST_F(IdentityAdminTest, AnExpiredJoinTokenEnrolsNobody) {
   IDENTITY_EXPECT_CODE(late, kUnauthenticated);
   EXPECT_THAT(MessageOf(late), HasSubstr("expired"));
   EXPECT_TRUE(store_->ListExecutors()->empty());
+}
+
+// 40.3 / 40.7i: a team's token issued without a lifetime expires after the policy's default; one
+// that never expires must be asked for, and a join token cannot be one.
+TEST_F(IdentityAdminTest, TeamTokensExpireByDefaultAndNeverOnlyWhenAskedFor) {
+  MustCreateTeam("search");
+  IssuedToken plain = MustIssue(Role::kViewer, "search", "bob");
+  EXPECT_EQ(plain.record.expires_at, clock_.Now() + absl::Hours(24 * 90));
+  IssueRequest forever = Request(Role::kSubmitter, "search", "ci");
+  forever.ttl = absl::InfiniteDuration();
+  absl::StatusOr<IssuedToken> issued = admin_->Issue(forever, "local");
+  ASSERT_TRUE(issued.ok()) << issued.status();
+  EXPECT_FALSE(store_->GetToken(issued->record.id)->expires_at.has_value());
+  IssueRequest join_forever = Request(Role::kJoin, "", "rack");
+  join_forever.ttl = absl::InfiniteDuration();
+  IDENTITY_EXPECT_CODE(admin_->Issue(join_forever, "local"), kInvalidArgument);
+  // The admin's default, and none at all (0).
+  IdentityPolicy week;
+  week.team_token_ttl = absl::Hours(24 * 7);
+  IdentityAdmin weekly(store_.get(), &clock_, week);
+  EXPECT_EQ(weekly.Issue(Request(Role::kViewer, "search", "carol"), "local")->record.expires_at,
+            clock_.Now() + absl::Hours(24 * 7));
+  IdentityPolicy none;
+  none.team_token_ttl = absl::ZeroDuration();
+  IdentityAdmin lasting(store_.get(), &clock_, none);
+  EXPECT_FALSE(lasting.Issue(Request(Role::kViewer, "search", "dan"), "local")->record.expires_at.has_value());
+  // Admin and monitor tokens are not a team's: they keep no default lifetime.
+  EXPECT_FALSE(MustIssue(Role::kMonitor, "", "prometheus").record.expires_at.has_value());
+  clock_.Advance(absl::Hours(24 * 90));
+  Authenticator auth(store_.get(), &clock_);
+  absl::StatusOr<Caller> expired = auth.Authenticate(plain.text);
+  IDENTITY_EXPECT_CODE(expired, kUnauthenticated);
+  EXPECT_THAT(MessageOf(expired), HasSubstr("expired"));
+}
+
+// 40.3: an executor credential has a lifetime; it is exchanged, while still usable, for a new one
+// of the same executor and scopes, and the old one then ends after the grace.
+TEST_F(IdentityAdminTest, AnExecutorCredentialIsExchangedOnlyWhileUsableAndTheOldOneEndsAfterTheGrace) {
+  IdentityPolicy policy;
+  policy.executor_credential_ttl = absl::Hours(24);
+  policy.rotation_grace = absl::Minutes(10);
+  IdentityAdmin admin(store_.get(), &clock_, policy);
+  IssueRequest join = Request(Role::kJoin, "", "rack");
+  join.scopes = ScopeSet{Scope::kEnrol, Scope::kGang};
+  absl::StatusOr<IssuedToken> join_token = admin.Issue(join, "local");
+  ASSERT_TRUE(join_token.ok()) << join_token.status();
+  ExecutorInfo info;
+  info.name = "mac-1";
+  absl::StatusOr<Enrolment> enrolled = admin.Enrol(join_token->text, info);
+  ASSERT_TRUE(enrolled.ok()) << enrolled.status();
+  const TokenRecord& first = enrolled->credential.record;
+  EXPECT_EQ(first.expires_at, clock_.Now() + absl::Hours(24));
+  EXPECT_EQ(admin.RotateAt(first.created_at, first.expires_at), clock_.Now() + absl::Hours(12));
+
+  clock_.Advance(absl::Hours(12));
+  absl::StatusOr<IssuedToken> second = admin.RotateExecutorCredential(enrolled->executor.id, first.id);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->record.principal, enrolled->executor.id);
+  EXPECT_EQ(second->record.scopes, first.scopes);  // the gang scope kept, nothing gained
+  EXPECT_EQ(second->record.created_by, first.id);
+  EXPECT_EQ(second->record.expires_at, clock_.Now() + absl::Hours(24));
+  EXPECT_EQ(store_->GetToken(first.id)->expires_at, clock_.Now() + absl::Minutes(10));
+  Authenticator auth(store_.get(), &clock_);
+  EXPECT_TRUE(auth.Authenticate(enrolled->credential.text).ok());  // within the grace
+  ASSERT_TRUE(auth.Authenticate(second->text).ok());
+  EXPECT_EQ(auth.Authenticate(second->text)->executor_id(), enrolled->executor.id);
+
+  // Another executor's credential, or another role's, is not exchanged for this executor.
+  IssuedToken viewer = MustIssue(Role::kMonitor, "", "prometheus");
+  IDENTITY_EXPECT_CODE(admin.RotateExecutorCredential(enrolled->executor.id, viewer.record.id), kFailedPrecondition);
+  clock_.Advance(absl::Minutes(10));
+  // After the grace the old one is refused, and cannot be exchanged again.
+  absl::StatusOr<Caller> old = auth.Authenticate(enrolled->credential.text);
+  IDENTITY_EXPECT_CODE(old, kUnauthenticated);
+  EXPECT_THAT(MessageOf(old), HasSubstr("expired"));
+  IDENTITY_EXPECT_CODE(admin.RotateExecutorCredential(enrolled->executor.id, first.id), kUnauthenticated);
+  // An expired credential is refused, saying what to do.
+  clock_.Advance(absl::Hours(24));
+  absl::StatusOr<Caller> late = auth.Authenticate(second->text);
+  IDENTITY_EXPECT_CODE(late, kUnauthenticated);
+  EXPECT_THAT(MessageOf(late), HasSubstr("enrols again"));
+  IDENTITY_EXPECT_CODE(admin.RotateExecutorCredential(enrolled->executor.id, second->record.id), kUnauthenticated);
+  TokenFilter executors;
+  executors.role = Role::kExecutor;
+  executors.include_revoked = true;
+  EXPECT_EQ(store_->ListTokens(executors)->size(), 2u);  // no refusal stored anything
+}
+
+// A revoked executor exchanges nothing, even with a credential that has not expired.
+TEST_F(IdentityAdminTest, ARevokedExecutorCannotExchangeItsCredential) {
+  IssuedToken join = MustIssue(Role::kJoin, "", "rack");
+  absl::StatusOr<Enrolment> enrolled = admin_->Enrol(join.text, ExecutorInfo{});
+  ASSERT_TRUE(enrolled.ok()) << enrolled.status();
+  ASSERT_TRUE(store_->RevokeExecutor(enrolled->executor.id, clock_.Now()).ok());
+  IDENTITY_EXPECT_CODE(admin_->RotateExecutorCredential(enrolled->executor.id, enrolled->credential.record.id),
+                       kUnauthenticated);
+  IDENTITY_EXPECT_CODE(admin_->RotateExecutorCredential("exe-nobody", enrolled->credential.record.id), kNotFound);
 }
 
 // 40.5b: a team created without limits gets safe ones; an admin may set others, or none (0).

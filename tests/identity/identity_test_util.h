@@ -9,6 +9,7 @@
 #include "identity/identity_admin.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
+#include "testing/identities.h"
 
 namespace minions::testing {
 
@@ -42,10 +43,7 @@ class IdentityFixture : public ::testing::Test {
   // Issues a token that must be issued.
   IssuedToken MustIssue(Role role, const std::string& team = "", const std::string& principal = "someone",
                         std::optional<absl::Duration> ttl = std::nullopt) {
-    IssueRequest request;
-    request.role = role;
-    request.team = team;
-    request.principal = principal;
+    IssueRequest request = testing::TokenRequest(role, team, principal);
     request.ttl = ttl;
     absl::StatusOr<IssuedToken> issued = admin_->Issue(request, "local");
     EXPECT_TRUE(issued.ok()) << issued.status();

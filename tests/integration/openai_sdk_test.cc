@@ -193,10 +193,7 @@ TEST_P(OpenAiSdk, EveryRequestParameterIsServedOrRefusedByName) {
   std::filesystem::remove_all(dir_);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, OpenAiSdk, ::testing::Values("embedded", "postgres-s3"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param == "embedded" ? std::string("Embedded") : std::string("PostgresS3");
-                         });
+MINIONS_INSTANTIATE_ON_BOTH_BACKENDS(OpenAiSdk);
 
 }  // namespace
 }  // namespace minions::testing

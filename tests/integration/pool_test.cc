@@ -583,10 +583,7 @@ TEST_P(Pool, AModelPushedOnceIsFetchedByTheExecutorsAndServesAsTheFileDoes) {
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Pool, ::testing::Values("embedded", "postgres-s3"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param == "embedded" ? std::string("Embedded") : std::string("PostgresS3");
-                         });
+MINIONS_INSTANTIATE_ON_BOTH_BACKENDS(Pool);
 
 }  // namespace
 }  // namespace minions::testing

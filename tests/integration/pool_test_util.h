@@ -32,6 +32,15 @@ inline std::string ReadFirstLine(const std::string& path) {
   return line;
 }
 
+// Runs a suite of tests taking a backend name (UseBackend) on both backends, named Embedded and
+// PostgresS3 in the test names.
+#define MINIONS_INSTANTIATE_ON_BOTH_BACKENDS(suite)                                                    \
+  INSTANTIATE_TEST_SUITE_P(Backends, suite, ::testing::Values("embedded", "postgres-s3"),               \
+                           [](const ::testing::TestParamInfo<std::string>& info) {                     \
+                             return info.param == "embedded" ? std::string("Embedded")                  \
+                                                             : std::string("PostgresS3");               \
+                           })
+
 // Points the pool at `backend`: "embedded" (SQLite + a directory, the default) or "postgres-s3"
 // (a fresh schema in the fixture's PostgreSQL, a fresh prefix in the fixture's S3 server).
 inline void UseBackend(ProcessPool& pool, const std::string& backend, const std::string& name) {

@@ -10,11 +10,14 @@
 #include "executor/gang_handshake.h"
 #include "executor/gang_tunnel.h"
 #include "executor/runner_sandbox.h"
+#include "sandbox/own_network.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -29,6 +32,7 @@
 #include "common/host_port.h"
 #include "runner/batch_record.h"
 #include "runner/runner_process.h"
+#include "llama_runner_process.h"
 #include "test_env.h"
 
 namespace minions {
@@ -60,7 +64,9 @@ GangMemberOptions SandboxedMemberOptions() {
   auto made = RunnerSandbox::Create(sandbox);
   EXPECT_TRUE(made.ok()) << made.status();
   if (made.ok()) {
-    options.wrap = [s = *made](const std::vector<std::string>& argv, int port) { return s->WrapRpcServer(argv, port); };
+    options.wrap = [s = *made](const std::vector<std::string>& argv, int port, const std::string& bridge) {
+      return s->WrapRpcServer(argv, port, bridge);
+    };
   }
   return options;
 }
@@ -86,13 +92,7 @@ std::vector<std::unique_ptr<GangTunnel>> Tunnels(RunnerProcess& runner, runner_p
   return tunnels;
 }
 
-std::unique_ptr<RunnerProcess> StartRunner() {
-  RunnerProcess::Options options;
-  options.command = {TestProgram("minions-llama-runner")};
-  auto runner = RunnerProcess::Start(options);
-  EXPECT_TRUE(runner.ok()) << runner.status();
-  return runner.ok() ? std::move(*runner) : nullptr;
-}
+std::unique_ptr<RunnerProcess> StartRunner() { return testing::StartLlamaRunner(); }
 
 runner_protocol::LoadRequest SmallLoad() {
   runner_protocol::LoadRequest load{TestModel("text.gguf"), {}};
@@ -317,6 +317,47 @@ TEST(GangMember, ItsRpcServerRunsSandboxedWithoutTheExecutorsEnvironment) {
   ASSERT_GE(fd, 0);
   EXPECT_TRUE(ProveLeader(fd, kSecret, absl::Seconds(10)).ok());
   close(fd);
+}
+
+// A local process racing for the rpc-server's port (docs/security.md 40.1e): the rpc-server
+// listens in a network namespace of its own, so its loopback port is nobody's on this machine's
+// loopback; the gate reaches it through the bridge, whose socket is in a folder only this user
+// enters, and the folder is gone once the member stops.
+TEST(GangMember, ItsRpcServersPortIsReachableByNoLocalProcessButThroughTheGate) {
+  auto member = GangMember::Start(SandboxedMemberOptions());
+  ASSERT_TRUE(member.ok()) << member.status();
+  if (!(*member)->own_network() && geteuid() != 0) {
+    GTEST_SKIP() << "this kernel refuses this user a network namespace (unprivileged user namespaces off): the "
+                    "rpc-server listens on the machine's loopback, with a warning";
+  }
+  ASSERT_TRUE((*member)->own_network()) << "root got the rpc-server no network namespace";
+  EXPECT_LT(ConnectFrom("127.0.0.1", absl::StrCat("127.0.0.1:", (*member)->rpc_server_port())), 0)
+      << "the rpc-server's port answers on this machine's loopback";
+  const std::string bridge = (*member)->bridge_path();
+  const std::string folder = std::filesystem::path(bridge).parent_path().string();
+  struct stat info {};
+  ASSERT_EQ(stat(folder.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+  // Another user's process cannot even reach the bridge (tests run as root: a child as nobody).
+  if (geteuid() == 0) {
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) _exit(2);
+      _exit(sandbox::ConnectThroughBridge(bridge, absl::Seconds(5)).ok() ? 1 : 0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "another user reached the rpc-server's bridge";
+  }
+  // The leader still passes the gate (Gang.GreedyOutputOfAGangOfTwoEqualsTheModelOnOneMachine runs
+  // a model through it, the rpc-servers in networks of their own).
+  int fd = ConnectFrom("127.0.0.1", (*member)->endpoint());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(ProveLeader(fd, kSecret, absl::Seconds(10)).ok());
+  close(fd);
+  (*member)->Stop();
+  EXPECT_FALSE(std::filesystem::exists(folder)) << "the bridge's folder outlived the member";
 }
 
 TEST(GangMember, ADutyWithoutASecretServesNothing) {

@@ -129,5 +129,18 @@ TEST(GrammarMask, TracksUnfinishedCharacters) {
   EXPECT_EQ(GrammarMask::Utf8Remain(-1, "abc"), -1);          // and stays lost
 }
 
+TEST(GrammarMask, OnlyGrammarsWithoutTokenReferencesAreMasked) {
+  // llama.cpp matches <[id]>, <|name|> and !<...> by token id, not text: the forest would be wrong.
+  EXPECT_FALSE(GrammarMask::JudgesTextOnly("root ::= <[12]> \"a\"\n"));
+  EXPECT_FALSE(GrammarMask::JudgesTextOnly("root ::= \"a\" !<|im_end|>\n"));
+  EXPECT_FALSE(GrammarMask::JudgesTextOnly("root ::= \"a\" # <x>\nb ::= <|tool_call|>\n"));
+  // A < or ! inside a literal, a class or a comment is text.
+  EXPECT_TRUE(GrammarMask::JudgesTextOnly("root ::= \"<tool_call>\" [<!] \"!\\\"<\" # <[1]> !\n"));
+  EXPECT_TRUE(GrammarMask::JudgesTextOnly("root ::= [\\]<] \"x\"\n"));
+  auto schema = SchemaToGrammar(R"({"type":"object","properties":{"a":{"type":"string","pattern":"^<[a-z]!$"}}})");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  EXPECT_TRUE(GrammarMask::JudgesTextOnly(*schema)) << *schema;
+}
+
 }  // namespace
 }  // namespace minions::llama_runner

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "runner/batch_record.h"
+#include "llama_runner_process.h"
 #include "test_env.h"
 
 namespace minions {
@@ -23,13 +24,7 @@ using ::testing::HasSubstr;
 using minions::testing::TestModel;
 using minions::testing::TestProgram;
 
-std::unique_ptr<RunnerProcess> StartRunner() {
-  RunnerProcess::Options options;
-  options.command = {TestProgram("minions-llama-runner")};
-  auto runner = RunnerProcess::Start(options);
-  EXPECT_TRUE(runner.ok()) << runner.status();
-  return runner.ok() ? std::move(*runner) : nullptr;
-}
+std::unique_ptr<RunnerProcess> StartRunner() { return testing::StartLlamaRunner(); }
 
 runner_protocol::LoadRequest SmallLoad(const std::string& model) {
   runner_protocol::LoadRequest load{model, {}};

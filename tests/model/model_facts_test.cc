@@ -59,14 +59,7 @@ TEST(ModelRef, RunnerNames) {
 
 std::string LlamaHeader() {
   return GgufBuilder()
-      .Kv("general.architecture", std::string("llama"))
-      .Kv("general.name", std::string("tiny"))
-      .Kv("general.file_type", uint32_t{15})
-      .Kv("llama.context_length", uint32_t{8192})
-      .Kv("llama.block_count", uint32_t{4})
-      .Kv("llama.embedding_length", uint32_t{128})
-      .Kv("llama.attention.head_count", uint32_t{4})
-      .Kv("llama.attention.head_count_kv", uint32_t{2})
+      .Llama(/*file_type=*/15, /*context_length=*/8192, /*blocks=*/4, /*embedding=*/128)
       .Float("llama.rope.freq_base", 10000.0f)
       .Strings("tokenizer.ggml.tokens", 300)
       .Tensor("token_embd.weight", {128, 300})

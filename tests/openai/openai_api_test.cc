@@ -22,11 +22,14 @@
 #include "server/keys.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
+#include "testing/identities.h"
 #include "testing/must.h"
 
 namespace minions::openai {
 namespace {
 
+using ::minions::testing::CreateTeams;
+using ::minions::testing::IssueText;
 using ::minions::testing::Must;
 using ::testing::HasSubstr;
 
@@ -122,12 +125,7 @@ class OpenAiApiTest : public ::testing::Test {
     blobs_ = Must(LocalBlobStore::Open(dir_ + "/objects"));
     auth_ = std::make_unique<Authenticator>(store_.get(), &clock_);
     identities_ = std::make_unique<IdentityAdmin>(store_.get(), &clock_);
-    for (const char* name : {"search", "ads"}) {
-      Team team;
-      team.name = name;
-      team.max_priority = 10;
-      ASSERT_TRUE(identities_->CreateTeam(team).ok());
-    }
+    CreateTeams(*identities_, {"search", "ads"});
     submitter_ = Issue(Role::kSubmitter, "search", "alice");
     viewer_ = Issue(Role::kViewer, "search", "vera");
     other_team_ = Issue(Role::kSubmitter, "ads", "bob");
@@ -151,11 +149,7 @@ class OpenAiApiTest : public ::testing::Test {
   }
 
   std::string Issue(Role role, const std::string& team, const std::string& name) {
-    IssueRequest request;
-    request.role = role;
-    request.team = team;
-    request.principal = name;
-    return Must(identities_->Issue(request, "local")).text;
+    return IssueText(*identities_, role, team, name);
   }
 
   Reply Send(const std::string& method, const std::string& path, const std::string& token,

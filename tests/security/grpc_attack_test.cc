@@ -2,6 +2,7 @@
 // nothing else was lost: the victim's job, lease or credential is as it was, and the refused call
 // left no trace in the store.
 
+#include <functional>
 #include <thread>
 
 #include "identity/token.h"
@@ -265,18 +266,8 @@ TEST_F(GrpcAttack, TheFleetShowsOnlyTheCallersOwnTasksAndNeverWhyAnOwnerIsBack) 
 TEST_F(GrpcAttack, TheFleetHidesAnotherTeamsModelsAndTheExactHeartbeat) {
   const std::string ours = "sha256:" + std::string(64, 'a');
   const std::string theirs = "sha256:" + std::string(64, 'b');
-  ModelRecord model;
-  model.team = "search";
-  model.name = "ours";
-  model.digest = ours;
-  model.created_at = absl::Now();
-  model.size_bytes = 1;
-  model.blob_key = "models/x";
-  Must(store_->AddModel(model));
-  model.team = "ads";
-  model.name = "theirs";
-  model.digest = theirs;
-  Must(store_->AddModel(model));
+  AddModel("search", "ours", ours);
+  AddModel("ads", "theirs", theirs);
   Enrolled worker = Enrol("worker");
   v1::RegisterRequest registration;
   registration.mutable_capabilities()->set_name("worker");
@@ -495,6 +486,81 @@ TEST_F(GrpcAttack, AnUnapprovedExecutorGetsNoWorkAndOnlyAnAdminApprovesIt) {
   EXPECT_EQ(approved.state(), "available");
   EXPECT_EQ(MustLease(stranger, 1).size(), 1u);
   EXPECT_GRPC_CODE(admin_stub_->ApproveExecutor(As(admin_).get(), approve, &approved), FAILED_PRECONDITION);
+}
+
+// 40.3: what an executor says of itself is checked, not stored as sent: tasks at once, runner
+// names (and, where the pool has an allowlist, only those), accelerator, models and free text;
+// each refused at enrolment and at registration, the stored executor unchanged.
+TEST_F(GrpcAttack, AnExecutorsClaimedCapabilitiesAreBoundedAndItsRunnersAllowlisted) {
+  server_->Shutdown();
+  ServerOptions options = Options();
+  options.runner_allowlist = {"llama", "embed"};
+  StartServer(options);
+  Enrolled honest = Enrol("honest");
+  using Claim = std::function<void(v1::Capabilities*)>;
+  const std::vector<std::pair<std::string, Claim>> claims = {
+      {"tasks", [](v1::Capabilities* c) { c->set_max_tasks(100000); }},
+      {"runner", [](v1::Capabilities* c) { c->add_runners("search-ranker"); }},  // another team's runner
+      {"runner", [](v1::Capabilities* c) { c->add_runners("Evil Runner"); }},
+      {"runners", [](v1::Capabilities* c) {
+         for (int i = 0; i < 40; ++i) c->add_runners("llama");
+       }},
+      {"accelerator", [](v1::Capabilities* c) { c->set_accelerator("cuda\x1b[2J"); }},
+      {"os", [](v1::Capabilities* c) { c->set_os("linux\x1b]0;owned\x07"); }},
+      {"version", [](v1::Capabilities* c) { c->set_version(std::string(1000, 'v')); }},
+      {"models", [](v1::Capabilities* c) {
+         for (int i = 0; i < 5000; ++i) c->add_models("sha256:00");
+       }},
+  };
+  const std::string join = Issue(Role::kJoin, "", "laptops", std::nullopt, 100);
+  for (const auto& [what, claim] : claims) {
+    v1::EnrolRequest request;
+    request.mutable_capabilities()->set_name("liar");
+    request.mutable_capabilities()->add_runners("llama");
+    claim(request.mutable_capabilities());
+    v1::EnrolResponse reply;
+    grpc::Status status = executors_->Enrol(As(join).get(), request, &reply);
+    EXPECT_GRPC_CODE(status, INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr(what == "tasks" ? "tasks at once" : what)) << what;
+    EXPECT_TRUE(reply.credential().empty());
+    v1::RegisterRequest registration;
+    *registration.mutable_capabilities() = request.capabilities();
+    registration.mutable_capabilities()->set_name("honest");
+    v1::RegisterResponse registered;
+    EXPECT_GRPC_CODE(executors_->Register(As(honest.credential).get(), registration, &registered), INVALID_ARGUMENT);
+  }
+  // The refusal names the allowlist and who sets it.
+  v1::RegisterRequest ranker;
+  ranker.mutable_capabilities()->set_name("honest");
+  ranker.mutable_capabilities()->add_runners("search-ranker");
+  v1::RegisterResponse registered;
+  grpc::Status refused = executors_->Register(As(honest.credential).get(), ranker, &registered);
+  EXPECT_THAT(refused.error_message(), HasSubstr("server.runner_allowlist"));
+  ASSERT_EQ(Must(store_->ListExecutors()).size(), 1u);
+  const Executor stored = Must(store_->GetExecutor(honest.id));
+  EXPECT_EQ(stored.info.runners, std::vector<std::string>{"llama"});
+  EXPECT_EQ(stored.info.max_tasks, 1);
+  // Within the bounds and the allowlist: taken.
+  ranker.mutable_capabilities()->clear_runners();
+  ranker.mutable_capabilities()->add_runners("llama");
+  ranker.mutable_capabilities()->add_runners("embed");
+  ranker.mutable_capabilities()->set_max_tasks(8);
+  ASSERT_GRPC_OK(executors_->Register(As(honest.credential).get(), ranker, &registered));
+  EXPECT_EQ(Must(store_->GetExecutor(honest.id)).info.runners, (std::vector<std::string>{"llama", "embed"}));
+  // Heartbeats replace what it holds of the models: bounded the same way.
+  v1::HeartbeatRequest beat;
+  beat.set_state("available");
+  for (int i = 0; i < 5000; ++i) beat.mutable_holdings()->add_cached("sha256:00");
+  v1::HeartbeatResponse answer;
+  EXPECT_GRPC_CODE(executors_->Heartbeat(As(honest.credential).get(), beat, &answer), INVALID_ARGUMENT);
+  beat.mutable_holdings()->clear_cached();
+  beat.mutable_holdings()->set_loaded("model\x1b[2J");
+  EXPECT_GRPC_CODE(executors_->Heartbeat(As(honest.credential).get(), beat, &answer), INVALID_ARGUMENT);
+  EXPECT_TRUE(Must(store_->GetExecutor(honest.id)).info.models.empty());
+  EXPECT_TRUE(Must(store_->GetExecutor(honest.id)).info.model_loaded.empty());
+  beat.mutable_holdings()->set_loaded("");
+  beat.mutable_holdings()->add_cached("sha256:00");
+  ASSERT_GRPC_OK(executors_->Heartbeat(As(honest.credential).get(), beat, &answer));
 }
 
 TEST_F(GrpcAttack, OnlyAdminsAdministerAndDrain) {

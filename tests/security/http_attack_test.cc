@@ -14,6 +14,7 @@
 #include "secure_server.h"
 #include "testing/even_tasks.h"
 #include "testing/http_get.h"
+#include "testing/socket_read.h"
 
 namespace minions::testing {
 namespace {
@@ -38,14 +39,7 @@ std::string RawExchange(int port, const std::string& request) {
   int fd = Connect(port);
   if (fd < 0) return "";
   (void)!send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string answer;
-  char buffer[4096];
-  pollfd p{fd, POLLIN, 0};
-  while (poll(&p, 1, 5000) > 0) {
-    ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) break;
-    answer.append(buffer, static_cast<size_t>(n));
-  }
+  std::string answer = ReadFromSocket(fd, absl::Seconds(5));
   close(fd);
   return answer;
 }
@@ -206,14 +200,7 @@ TEST_F(HttpAttack, ADashboardViewerSeesOnlyItsTeamsJobs) {
 // heartbeat ages from a time rounded to 30 seconds.
 TEST_F(HttpAttack, TheDashboardFleetHidesAnotherTeamsModels) {
   const std::string theirs = "sha256:" + std::string(64, 'b');
-  ModelRecord model;
-  model.team = "ads";
-  model.name = "theirs";
-  model.digest = theirs;
-  model.created_at = absl::Now();
-  model.size_bytes = 1;
-  model.blob_key = "models/x";
-  Must(store_->AddModel(model));
+  AddModel("ads", "theirs", theirs);
   Enrolled worker = Enrol("worker");
   v1::RegisterRequest registration;
   registration.mutable_capabilities()->set_name("worker");

@@ -21,20 +21,11 @@
 #include "rpc/tls.h"
 #include "server/control_plane.h"
 #include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/grpc_checks.h"
+#include "testing/identities.h"
 #include "testing/must.h"
 
 namespace minions::testing {
-
-#define EXPECT_GRPC_CODE(status_expr, grpc_code)                                            \
-  do {                                                                                      \
-    const ::grpc::Status _s = (status_expr);                                                \
-    EXPECT_EQ(_s.error_code(), ::grpc::StatusCode::grpc_code) << _s.error_message();        \
-  } while (0)
-#define ASSERT_GRPC_OK(status_expr)                                                         \
-  do {                                                                                      \
-    const ::grpc::Status _s = (status_expr);                                                \
-    ASSERT_TRUE(_s.ok()) << _s.error_code() << ": " << _s.error_message();                  \
-  } while (0)
 
 // `n` request lines r0..r{n-1}.
 inline std::string Records(int n, const std::string& prefix = "r") {
@@ -91,10 +82,7 @@ class SecureServer : public ::testing::Test {
 
   std::string Issue(Role role, const std::string& team, const std::string& name,
                     std::optional<absl::Duration> ttl = std::nullopt, int64_t uses = 0) {
-    IssueRequest request;
-    request.role = role;
-    request.team = team;
-    request.principal = name;
+    IssueRequest request = TokenRequest(role, team, name);
     request.ttl = ttl;
     request.uses = uses;
     return Must(server_->identities().Issue(request, "local")).text;
@@ -122,6 +110,18 @@ class SecureServer : public ::testing::Test {
   };
   // Enrols and registers an executor with a fresh join token; `confinement` is what it reports
   // of its runners' (Capabilities.confinement; "": says nothing, as an older executor).
+  // Registers `digest` as the model `name` of `team` (one byte, its object never read).
+  void AddModel(const std::string& team, const std::string& name, const std::string& digest) {
+    ModelRecord model;
+    model.team = team;
+    model.name = name;
+    model.digest = digest;
+    model.created_at = absl::Now();
+    model.size_bytes = 1;
+    model.blob_key = "models/x";
+    Must(store_->AddModel(model));
+  }
+
   Enrolled Enrol(const std::string& name, const std::string& confinement = "") {
     v1::EnrolRequest request;
     request.mutable_capabilities()->set_name(name);

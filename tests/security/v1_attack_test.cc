@@ -23,7 +23,9 @@
 #include "openai/openai_api.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
+#include "testing/identities.h"
 #include "testing/must.h"
+#include "testing/socket_read.h"
 #include "raw_tcp.h"
 
 namespace minions::testing {
@@ -42,17 +44,7 @@ void SendAll(int fd, const std::string& bytes) {
 }
 
 // What comes back on `fd` until the server closes it or `timeout` passes with nothing new.
-std::string ReadAnswer(int fd, absl::Duration timeout = absl::Seconds(20)) {
-  std::string all;
-  char buffer[16384];
-  pollfd p{fd, POLLIN, 0};
-  while (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) > 0) {
-    ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) break;
-    all.append(buffer, static_cast<size_t>(n));
-  }
-  return all;
-}
+std::string ReadAnswer(int fd, absl::Duration timeout = absl::Seconds(20)) { return ReadFromSocket(fd, timeout); }
 
 int Status(const std::string& answer) { return answer.size() < 12 ? 0 : std::atoi(answer.substr(9, 3).c_str()); }
 
@@ -136,12 +128,7 @@ class V1Attack : public ::testing::Test {
     blobs_ = Must(LocalBlobStore::Open(dir_ + "/objects"));
     auth_ = std::make_unique<Authenticator>(store_.get(), &clock_);
     identities_ = std::make_unique<IdentityAdmin>(store_.get(), &clock_);
-    for (const char* name : {"search", "ads"}) {
-      Team team;
-      team.name = name;
-      team.max_priority = 10;
-      ASSERT_TRUE(identities_->CreateTeam(team).ok());
-    }
+    CreateTeams(*identities_, {"search", "ads"});
     search_ = Issue("search", "alice");
     ads_ = Issue("ads", "bob");
     jobs_ = std::make_unique<JobService>(store_.get(), blobs_.get(), &clock_, auth_.get(), ServerOptions{});
@@ -166,11 +153,7 @@ class V1Attack : public ::testing::Test {
   }
 
   std::string Issue(const std::string& team, const std::string& name) {
-    IssueRequest request;
-    request.role = Role::kSubmitter;
-    request.team = team;
-    request.principal = name;
-    return Must(identities_->Issue(request, "local")).text;
+    return IssueText(*identities_, Role::kSubmitter, team, name);
   }
   std::string Exchange(const std::string& request, const char* source = "127.0.0.1") {
     int fd = Connect(port_, source);
@@ -353,6 +336,25 @@ TEST_F(V1Attack, AResultFileIdThatNamesNoJobIs404NotAServerError) {
   }
 }
 
+// GET /block on `server` holds its worker until `release` is notified: how a test keeps the
+// server's workers busy.
+struct BlockRoute {
+  explicit BlockRoute(HttpServer& server) {
+    server.Handle("/block", [this](const HttpRequest&) {
+      ++blocked;
+      release.WaitForNotification();
+      return HttpResponse{200, "text/plain", "done\n", {}};
+    });
+  }
+  // Until `n` calls of /block hold their workers (up to 20 s): how many do.
+  int AwaitBlocked(int n) {
+    for (int i = 0; i < 2000 && blocked < n; ++i) absl::SleepFor(absl::Milliseconds(10));
+    return blocked;
+  }
+  absl::Notification release;
+  std::atomic<int> blocked{0};
+};
+
 TEST(HealthProbes, AnswerWhileEveryWorkerIsBusyAndEveryConnectionIsTaken) {
   HttpServerOptions options;
   options.threads = 2;
@@ -360,13 +362,7 @@ TEST(HealthProbes, AnswerWhileEveryWorkerIsBusyAndEveryConnectionIsTaken) {
   options.max_connections_per_peer = 6;
   options.health_listen = "127.0.0.1:0";
   HttpServer server(options);
-  absl::Notification release;
-  std::atomic<int> blocked{0};
-  server.Handle("/block", [&](const HttpRequest&) {
-    ++blocked;
-    release.WaitForNotification();
-    return HttpResponse{200, "text/plain", "done\n", {}};
-  });
+  BlockRoute block(server);
   server.Handle("/readyz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ready\n", {}}; });
   ASSERT_TRUE(server.Start("127.0.0.1:0").ok());
   ASSERT_NE(server.health_port(), 0);
@@ -378,8 +374,7 @@ TEST(HealthProbes, AnswerWhileEveryWorkerIsBusyAndEveryConnectionIsTaken) {
     if (i < 2) SendAll(fd, "GET /block HTTP/1.1\r\nHost: x\r\n\r\n");
     held.push_back(fd);
   }
-  for (int i = 0; i < 2000 && blocked < 2; ++i) absl::SleepFor(absl::Milliseconds(10));
-  ASSERT_EQ(blocked, 2);
+  ASSERT_EQ(block.AwaitBlocked(2), 2);
   // The health worker answers /readyz on the main port (over a connection the server had room for
   // before it filled) and the health listener answers it however full the main port is.
   for (int i = 0; i < 5; ++i) {
@@ -396,7 +391,7 @@ TEST(HealthProbes, AnswerWhileEveryWorkerIsBusyAndEveryConnectionIsTaken) {
   SendAll(other, "GET /block HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_THAT(ReadAnswer(other, absl::Seconds(10)), StartsWith("HTTP/1.1 404"));
   close(other);
-  release.Notify();
+  block.release.Notify();
   for (int fd : held) close(fd);
   server.Stop();
 }
@@ -405,13 +400,7 @@ TEST(HealthProbes, TheHealthWorkerAnswersWhileEveryOtherWorkerIsBusy) {
   HttpServerOptions options;
   options.threads = 2;
   HttpServer server(options);
-  absl::Notification release;
-  std::atomic<int> blocked{0};
-  server.Handle("/block", [&](const HttpRequest&) {
-    ++blocked;
-    release.WaitForNotification();
-    return HttpResponse{200, "text/plain", "done\n", {}};
-  });
+  BlockRoute block(server);
   server.Handle("/healthz", [](const HttpRequest&) { return HttpResponse{200, "text/plain", "ok\n", {}}; });
   ASSERT_TRUE(server.Start("127.0.0.1:0").ok());
   std::vector<int> held;
@@ -420,13 +409,12 @@ TEST(HealthProbes, TheHealthWorkerAnswersWhileEveryOtherWorkerIsBusy) {
     SendAll(fd, "GET /block HTTP/1.1\r\nHost: x\r\n\r\n");
     held.push_back(fd);
   }
-  for (int i = 0; i < 2000 && blocked < 2; ++i) absl::SleepFor(absl::Milliseconds(10));
-  ASSERT_EQ(blocked, 2);
+  ASSERT_EQ(block.AwaitBlocked(2), 2);
   int fd = Connect(server.port());
   SendAll(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_THAT(ReadAnswer(fd, absl::Seconds(10)), StartsWith("HTTP/1.1 200"));
   close(fd);
-  release.Notify();
+  block.release.Notify();
   for (int held_fd : held) close(held_fd);
   server.Stop();
 }

@@ -19,6 +19,7 @@
 #include "server/job_splitter.h"
 #include "server/keys.h"
 #include "server_test_util.h"
+#include "store_fixture.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
 
@@ -34,13 +35,12 @@ using CompletionCommitter = GroupCommitter<CompletionCall, Outcomes>;
 
 std::string Ok(const std::string& id) { return DumpJson(MakeResponseLine(id, Json{{"text", "t"}})) + "\n"; }
 
-class CompletionBatchTest : public ::testing::Test {
+class CompletionBatchTest : public StoreAndBlobsTest {
  protected:
   static constexpr int kTasks = 6;
 
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(store_, SqliteMetadataStore::Open(":memory:", StoreOptions{}));
-    ASSERT_OK_AND_ASSIGN(blobs_, LocalBlobStore::Open(dir_.path()));
+    StoreAndBlobsTest::SetUp();
     job_id_ = QueueOneRecordTasks(*store_, *blobs_, "inputs/in.jsonl", kTasks, clock_.Now(), "search");
     ASSERT_FALSE(job_id_.empty());
     checker_ = std::make_unique<ChunkChecker>(store_.get(), blobs_.get());
@@ -99,10 +99,6 @@ class CompletionBatchTest : public ::testing::Test {
     return finalizing_;
   }
 
-  TempDir dir_;
-  FakeClock clock_;
-  std::unique_ptr<SqliteMetadataStore> store_;
-  std::unique_ptr<LocalBlobStore> blobs_;
   std::unique_ptr<ChunkChecker> checker_;
   std::string job_id_;
   std::atomic<bool> hold_{false};

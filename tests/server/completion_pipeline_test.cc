@@ -14,17 +14,17 @@
 #include "server/job_splitter.h"
 #include "server/keys.h"
 #include "server_test_util.h"
+#include "store_fixture.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
 
 namespace minions::testing {
 namespace {
 
-class CompletionPipelineTest : public ::testing::Test {
+class CompletionPipelineTest : public StoreAndBlobsTest {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(store_, SqliteMetadataStore::Open(":memory:", StoreOptions{}));
-    ASSERT_OK_AND_ASSIGN(blobs_, LocalBlobStore::Open(dir_.path()));
+    StoreAndBlobsTest::SetUp();
     chunks_ = std::make_unique<ChunkChecker>(store_.get(), blobs_.get());
     pipeline_ = std::make_unique<CompletionPipeline>(store_.get(), &clock_, chunks_.get(), nullptr, 256,
                                                      CompletionPipeline::Hooks{[this] { ++work_arrived_; },
@@ -66,10 +66,6 @@ class CompletionPipelineTest : public ::testing::Test {
     return ready_;
   }
 
-  TempDir dir_;
-  FakeClock clock_;
-  std::unique_ptr<SqliteMetadataStore> store_;
-  std::unique_ptr<LocalBlobStore> blobs_;
   std::unique_ptr<ChunkChecker> chunks_;
   std::unique_ptr<CompletionPipeline> pipeline_;  // after what it uses: destroyed first
   std::string executor_;

@@ -201,6 +201,40 @@ TEST(GangReserver, TwoGangJobsAndAStreamOfSingleJobsNeverDeadlock) {
   EXPECT_FALSE(reserver.busy());
 }
 
+// Gang leasing on a SQLite store in memory and the fake clock.
+class GangLeasingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto opened = SqliteMetadataStore::Open(":memory:", StoreOptions{});
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    store_ = std::move(*opened);
+  }
+
+  // A Linux executor of `gib` GiB that runs one task at a time, reachable by its gang at `address`
+  // ("": never in a gang): its id.
+  std::string Join(const std::string& name, const std::string& address, int64_t gib = 8) {
+    ExecutorInfo info;
+    info.name = name;
+    info.os = "linux";
+    info.memory_bytes = gib * kGiB;
+    info.runners = {"llama"};
+    info.gang_address = address;
+    auto executor = store_->RegisterExecutor("", info, clock_.Now());
+    EXPECT_TRUE(executor.ok()) << executor.status();
+    return executor.ok() ? executor->id : "";
+  }
+
+  // A queued job of one task of 10 records for a gang of two.
+  void QueueGangJob() {
+    auto job = testing::QueueEvenJob(*store_, testing::TenRecordSpec("search", "/models/big.gguf", /*gang_size=*/2), 1,
+                                     clock_.Now(), /*bytes_per_task=*/1000);
+    ASSERT_TRUE(job.ok()) << job.status();
+  }
+
+  testing::FakeClock clock_;
+  std::unique_ptr<SqliteMetadataStore> store_;
+};
+
 // GangLeasing on a real store: the check-in that completes a reservation grants it (the gang
 // seated, the task leased) before any other check-in may begin a reservation. Before, another
 // executor's check-in in between (another lease thread) saw the gang's executors unseated and the
@@ -209,39 +243,15 @@ TEST(GangReserver, TwoGangJobsAndAStreamOfSingleJobsNeverDeadlock) {
 // member that had left: its leader waited a minute for a gate that never answered (the flaky
 // GangEndToEnd.AMembersOwnerReturningPreemptsTheAttemptAndNeverWaits). Here the member checks in
 // again on another thread while the grant is held at the hook.
-TEST(GangLeasing, NoReservationBeginsWhileACompletedOneIsBeingGranted) {
-  testing::FakeClock clock;
-  auto opened = SqliteMetadataStore::Open(":memory:", StoreOptions{});
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  std::unique_ptr<SqliteMetadataStore> store = std::move(*opened);
-  auto join = [&](const std::string& name, const std::string& address, int64_t gib) {
-    ExecutorInfo info;
-    info.name = name;
-    info.os = "linux";
-    info.memory_bytes = gib * kGiB;
-    info.runners = {"llama"};
-    info.max_tasks = 1;
-    info.gang_address = address;
-    auto executor = store->RegisterExecutor("", info, clock.Now());
-    EXPECT_TRUE(executor.ok()) << executor.status();
-    return executor.ok() ? executor->id : "";
-  };
-  const std::string lead = join("lead", "10.9.0.1:50052", 16);  // the larger leads
-  const std::string member = join("member", "10.9.0.2:50052", 8);
-  JobSpec spec;
-  spec.team = "search";
-  spec.model = "/models/big.gguf";
-  spec.input_key = "inputs/in.jsonl";
-  spec.shard_size = 10;
-  spec.gang_size = 2;
-  auto job = store->CreateJob(spec, clock.Now());
-  ASSERT_TRUE(job.ok()) << job.status();
-  ASSERT_TRUE(store->AddTasks(job->id, testing::EvenTasks(1, 10, 1000), 10, clock.Now()).ok());
-  GangLeasing gangs(store.get(), &clock, GangLeasingOptions{});
+TEST_F(GangLeasingTest, NoReservationBeginsWhileACompletedOneIsBeingGranted) {
+  const std::string lead = Join("lead", "10.9.0.1:50052", 16);  // the larger leads
+  const std::string member = Join("member", "10.9.0.2:50052", 8);
+  QueueGangJob();
+  GangLeasing gangs(store_.get(), &clock_, GangLeasingOptions{});
 
-  auto begun = gangs.CheckIn(lead, clock.Now());  // begins the reservation
+  auto begun = gangs.CheckIn(lead, clock_.Now());  // begins the reservation
   ASSERT_TRUE(begun.ok() && begun->held);
-  clock.Advance(absl::Seconds(2));  // a later check-in may look again
+  clock_.Advance(absl::Seconds(2));  // a later check-in may look again
   // The member completes it; while its grant is held, the member checks in again elsewhere.
   absl::StatusOr<GangLeasing::CheckInAnswer> again = absl::UnknownError("not checked in");
   std::thread other;
@@ -251,14 +261,14 @@ TEST(GangLeasing, NoReservationBeginsWhileACompletedOneIsBeingGranted) {
     if (fired) return;
     fired = true;
     other = std::thread([&] {
-      again = gangs.CheckIn(member, clock.Now());
+      again = gangs.CheckIn(member, clock_.Now());
       other_done.Notify();
     });
     // It waits for the grant, so this wait runs out (2 s); were it not held back, it would have
     // begun another reservation by then.
     other_done.WaitForNotificationWithTimeout(absl::Seconds(2));
   });
-  auto formed = gangs.CheckIn(member, clock.Now());
+  auto formed = gangs.CheckIn(member, clock_.Now());
   if (other.joinable()) other.join();
   ASSERT_TRUE(fired) << "no check-in completed the reservation";
   ASSERT_TRUE(formed.ok() && formed->formed);
@@ -267,54 +277,31 @@ TEST(GangLeasing, NoReservationBeginsWhileACompletedOneIsBeingGranted) {
   // it saw the member's duty or not). Without the lock it began reserving the same two again.
   EXPECT_FALSE(gangs.reserving()) << "another reservation was begun for the gang's executors";
   ASSERT_EQ(gangs.TakeDuties(member).size(), 1u);  // its lease answer carries its duty
-  auto leased = gangs.CheckIn(lead, clock.Now());
+  auto leased = gangs.CheckIn(lead, clock_.Now());
   ASSERT_TRUE(leased.ok());
   EXPECT_EQ(leased->leases.size(), 1u);
 }
 
 // The gang link's secret (docs/security.md, 40.1a): the server mints one per attempt, hands it to
 // the leader with its lease and to each member with its duty, and to no one else.
-TEST(GangLeasing, EachAttemptGetsAFreshSecretSharedByItsLeaderAndMembersOnly) {
-  testing::FakeClock clock;
-  auto opened = SqliteMetadataStore::Open(":memory:", StoreOptions{});
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  std::unique_ptr<SqliteMetadataStore> store = std::move(*opened);
-  auto join = [&](const std::string& name, const std::string& address) {
-    ExecutorInfo info;
-    info.name = name;
-    info.os = "linux";
-    info.memory_bytes = 8 * kGiB;
-    info.runners = {"llama"};
-    info.gang_address = address;
-    auto executor = store->RegisterExecutor("", info, clock.Now());
-    EXPECT_TRUE(executor.ok()) << executor.status();
-    return executor.ok() ? executor->id : "";
-  };
-  const std::string a = join("a", "10.9.0.1:50052");
-  const std::string b = join("b", "10.9.0.2:50052");
-  const std::string bystander = join("c", "");  // no gang address: never in a gang
-  JobSpec spec;
-  spec.team = "search";
-  spec.model = "/models/big.gguf";
-  spec.input_key = "inputs/in.jsonl";
-  spec.shard_size = 10;
-  spec.gang_size = 2;
-  auto job = store->CreateJob(spec, clock.Now());
-  ASSERT_TRUE(job.ok()) << job.status();
-  ASSERT_TRUE(store->AddTasks(job->id, testing::EvenTasks(1, 10, 1000), 10, clock.Now()).ok());
-  GangLeasing gangs(store.get(), &clock, GangLeasingOptions{});
+TEST_F(GangLeasingTest, EachAttemptGetsAFreshSecretSharedByItsLeaderAndMembersOnly) {
+  const std::string a = Join("a", "10.9.0.1:50052");
+  const std::string b = Join("b", "10.9.0.2:50052");
+  const std::string bystander = Join("c", "");  // no gang address: never in a gang
+  QueueGangJob();
+  GangLeasing gangs(store_.get(), &clock_, GangLeasingOptions{});
   std::vector<Lease> leases;
   std::vector<GangDuty> duties;
   // Every check-in's answer is kept (the one that forms the gang carries the leader's lease when
   // the leader made it).
   auto check_in = [&](const std::string& id) {
-    auto answer = gangs.CheckIn(id, clock.Now());
+    auto answer = gangs.CheckIn(id, clock_.Now());
     ASSERT_TRUE(answer.ok());
     for (Lease& lease : answer->leases) leases.push_back(lease);
     for (GangDuty& duty : gangs.TakeDuties(id)) duties.push_back(duty);
   };
   check_in(a);
-  clock.Advance(absl::Seconds(2));
+  clock_.Advance(absl::Seconds(2));
   check_in(b);
   check_in(a);
   check_in(b);

@@ -19,6 +19,7 @@
 #include "server_test_util.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
+#include "testing/grpc_checks.h"
 #include "testing/prometheus_text.h"
 
 namespace minions::testing {
@@ -26,19 +27,6 @@ namespace minions::testing {
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kLeaseTtl = absl::Seconds(9);
-
-// Asserts a gRPC status's code and a phrase of its message.
-#define EXPECT_GRPC_ERROR(status_expr, grpc_code, phrase)                                  \
-  do {                                                                                     \
-    const ::grpc::Status _s = (status_expr);                                               \
-    EXPECT_EQ(_s.error_code(), ::grpc::StatusCode::grpc_code) << _s.error_message();       \
-    EXPECT_THAT(_s.error_message(), HasSubstr(phrase));                                    \
-  } while (0)
-#define ASSERT_GRPC_OK(status_expr)                                                        \
-  do {                                                                                     \
-    const ::grpc::Status _s = (status_expr);                                               \
-    ASSERT_TRUE(_s.ok()) << _s.error_code() << ": " << _s.error_message();                 \
-  } while (0)
 
 inline std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

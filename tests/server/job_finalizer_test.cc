@@ -11,6 +11,7 @@
 #include "server/job_splitter.h"
 #include "server/keys.h"
 #include "server_test_util.h"
+#include "store_fixture.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
 
@@ -46,15 +47,10 @@ std::vector<std::string> CustomIds(const std::string& text) {
   return ids;
 }
 
-class JobFinalizerTest : public ::testing::Test {
+class JobFinalizerTest : public StoreAndBlobsTest {
  protected:
   void SetUp() override {
-    auto store = SqliteMetadataStore::Open(":memory:", StoreOptions{});
-    ASSERT_OK(store);
-    store_ = std::move(*store);
-    auto blobs = LocalBlobStore::Open(dir_.File("blobs"));
-    ASSERT_OK(blobs);
-    blobs_ = std::move(*blobs);
+    StoreAndBlobsTest::SetUp();
     ExecutorInfo info;
     info.name = "test-executor";
     info.memory_bytes = int64_t{8} << 30;
@@ -127,10 +123,6 @@ class JobFinalizerTest : public ::testing::Test {
     return out;
   }
 
-  TempDir dir_;
-  FakeClock clock_;
-  std::unique_ptr<SqliteMetadataStore> store_;
-  std::unique_ptr<LocalBlobStore> blobs_;
   std::string executor_;
 };
 

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/job_splitter.h"
 #include "server_test_util.h"
+#include "store_fixture.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "blob/local/local_blob_store.h"
 #include "testing/fake_clock.h"
@@ -18,11 +19,10 @@
 namespace minions::testing {
 namespace {
 
-class PresenceTest : public ::testing::Test {
+class PresenceTest : public StoreAndBlobsTest {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(store_, SqliteMetadataStore::Open(":memory:", StoreOptions{}));
-    ASSERT_OK_AND_ASSIGN(blobs_, LocalBlobStore::Open(dir_.path()));
+    StoreAndBlobsTest::SetUp();
     job_id_ = QueueOneRecordTasks(*store_, *blobs_, "inputs/in.jsonl", 2, clock_.Now());
     ASSERT_FALSE(job_id_.empty());
     runner_ = RegisterInStore(*store_, "runner", 4, clock_.Now());
@@ -52,10 +52,6 @@ class PresenceTest : public ::testing::Test {
     return n;
   }
 
-  TempDir dir_;
-  FakeClock clock_;
-  std::unique_ptr<SqliteMetadataStore> store_;
-  std::unique_ptr<LocalBlobStore> blobs_;
   std::string job_id_;
   std::string runner_;
   absl::Mutex mu_;

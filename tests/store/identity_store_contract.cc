@@ -267,6 +267,40 @@ TEST_P(IdentityStoreContract, APendingExecutorLeasesNothingUntilApproved) {
   EXPECT_CODE(store_->ApproveExecutor(trusted.id, now_), kFailedPrecondition);
 }
 
+// 40.3: an executor's usable credential is exchanged for a new one of the same executor and
+// scopes, in one transaction; the old one then expires at the grace's end at the latest.
+TEST_P(IdentityStoreContract, AnExecutorCredentialIsExchangedOnlyWhileUsable) {
+  ASSERT_OK(store_->AddToken(Token("tok-join00000001", Role::kJoin, "", "laptops", 10)));
+  ASSERT_OK_AND_ASSIGN(Executor executor, Enrol(10, 11, "mac-1"));
+  ASSERT_OK_AND_ASSIGN(TokenRecord old, store_->FindToken(FakeHash(11)));
+  TokenRecord fresh = Token("tok-fresh000001", Role::kExecutor, "", executor.id, 12);
+  fresh.expires_at = now_ + absl::Hours(24);
+  ASSERT_OK(store_->RotateCredential(old.id, fresh, now_, now_ + absl::Minutes(10)));
+  EXPECT_EQ(fresh.principal, executor.id);
+  EXPECT_EQ(fresh.scopes, old.scopes);
+  EXPECT_EQ(fresh.created_by, old.id);
+  ASSERT_OK_AND_ASSIGN(TokenRecord stored, store_->FindToken(FakeHash(12)));
+  EXPECT_EQ(stored, fresh);
+  ASSERT_OK_AND_ASSIGN(TokenRecord ended, store_->GetToken(old.id));
+  EXPECT_EQ(ended.expires_at, now_ + absl::Minutes(10));
+  EXPECT_FALSE(ended.revoked_at.has_value());
+
+  // Refused, storing nothing: another role's token, another executor's name, an expired one.
+  ASSERT_OK(store_->AddToken(Token("tok-admin000001", Role::kAdmin, "", "ops", 13)));
+  TokenRecord more = Token("tok-fresh000002", Role::kExecutor, "", executor.id, 14);
+  EXPECT_CODE(store_->RotateCredential("tok-admin000001", more, now_, now_), kFailedPrecondition);
+  more.principal = "exe-000000000000";
+  EXPECT_CODE(store_->RotateCredential(stored.id, more, now_, now_), kNotFound);
+  more.principal = executor.id;
+  Advance(absl::Minutes(10));
+  EXPECT_CODE(store_->RotateCredential(old.id, more, now_, now_), kUnauthenticated);
+  EXPECT_CODE(store_->FindToken(FakeHash(14)), kNotFound);
+  // A revoked executor's credential, though not expired, exchanges nothing.
+  ASSERT_OK(store_->RevokeExecutor(executor.id, now_).status());
+  EXPECT_CODE(store_->RotateCredential(stored.id, more, now_, now_), kUnauthenticated);
+  EXPECT_CODE(store_->FindToken(FakeHash(14)), kNotFound);
+}
+
 TEST_P(IdentityStoreContract, RevokingAStragglersExecutorDropsItsShadowAndKeepsTheBackup) {
   ASSERT_OK(store_->AddToken(Token("tok-join00000001", Role::kJoin, "", "laptops", 10)));
   ASSERT_OK_AND_ASSIGN(Executor slow, Enrol(10, 11, "slow"));

@@ -185,7 +185,7 @@ TestDatabase PostgresDatabase() {
   database.exec = [url](const std::string& sql) { return RawConnection(url).Exec(sql); };
   database.count = [url](const std::string& sql) { return RawConnection(url).Count(sql); };
   database.migrations = postgres_store::Migrations();
-  database.undo_13_and_14 = {"DROP TABLE fleet_tokens",        // (migration 18's)
+  database.undo_13_and_14 = {"DROP TABLE fleet_tokens",   // (migration 18's)
                              "DROP TABLE verification_tasks",  // (migration 17's)
                              "DROP TABLE fleet_history",       // (migration 16's)
                              "DROP TABLE verifications",  // (15: back to 12 as a whole)
@@ -201,11 +201,7 @@ INSTANTIATE_TEST_SUITE_P(Postgres, WatchdogLockContract,
                          ::testing::Values(WatchdogLockFactory([] {
                            const std::string url = Schemas::FreshUrl();
                            return WatchdogLockPlace{
-                               [url]() -> absl::StatusOr<std::unique_ptr<WatchdogLock>> {
-                                 auto lock = PostgresWatchdogLock::TryAcquire(url);
-                                 if (!lock.ok()) return lock.status();
-                                 return std::unique_ptr<WatchdogLock>(std::move(*lock));
-                               },
+                               TryAcquireOf<PostgresWatchdogLock>(url),
                                // The holder's session dies (a crashed process, a network cut, a
                                // database restart).
                                [url] {

@@ -174,5 +174,76 @@ TEST_P(SpotCheckContract, AFailedVerdictQuarantinesTheProducerAndAnUncheckedOneS
   EXPECT_THAT(Must(store_->LeaseVerifications(producer, 4, kTtl, now_), "LeaseVerifications"), IsEmpty());
 }
 
+TEST_P(SpotCheckContract, AFailedVerdictRedoesTheProducersWorkInJobsNotYetPublished) {
+  const std::string producer = Register("producer");
+  const std::string honest = Register("honest");
+  const std::string verifier = Register("verifier");
+  // Job a: the producer completes task 0, an honest executor task 1; the job is finalizing.
+  const std::string a = Submit(Spec(), 2);
+  std::vector<Lease> produced = LeaseUpTo(producer, 1);
+  std::vector<Lease> honestly = LeaseUpTo(honest, 1);
+  ASSERT_THAT(produced, SizeIs(1));
+  ASSERT_THAT(honestly, SizeIs(1));
+  ASSERT_OK(Must(store_->CompleteTasks(producer, {Progress(produced[0], kRecordsPerTask)}, now_), "Complete")[0]);
+  ASSERT_OK(Must(store_->CompleteTasks(honest, {Progress(honestly[0], kRecordsPerTask)}, now_), "Complete")[0]);
+  ASSERT_EQ(GetJob(a).state, JobState::kFinalizing);
+  // Job b: the producer is running its task and has committed a chunk.
+  const std::string b = Submit(Spec(), 1);
+  std::vector<Lease> running = LeaseUpTo(producer, 1);
+  ASSERT_THAT(running, SizeIs(1));
+  LeaseProgress beat = Progress(running[0], 4);
+  beat.chunks = {Chunk{running[0].task.attempt, 0, 0, 4, 0}};
+  ASSERT_OK(store_->Heartbeat(producer, ExecutorState::kBusy, "", {beat}, kTtl, now_).status());
+  ASSERT_EQ(Must(store_->CountOpenVerifications(b), "CountOpenVerifications"), 1);
+
+  std::vector<VerificationTask> checks = Must(store_->LeaseVerifications(verifier, 4, kTtl, now_), "LeaseVerifications");
+  ASSERT_THAT(checks, SizeIs(3));
+  const VerificationTask* producers_in_a = nullptr;
+  for (const VerificationTask& check : checks) {
+    if (check.job_id == a && check.producer_id == producer) producers_in_a = &check;
+  }
+  ASSERT_NE(producers_in_a, nullptr);
+  std::vector<RecordVerdict> verdicts = AllPassed(*producers_in_a);
+  verdicts[0] = Failed(verdicts[0].record, verdicts[0].custom_id, "invented");
+  ASSERT_OK_AND_ASSIGN(Executor after, store_->ReportVerifications(verifier, *producers_in_a, verdicts, now_));
+  EXPECT_EQ(after.state, ExecutorState::kQuarantined);
+
+  // Job a runs again: the producer's task is pending without its chunks, the honest one's stays.
+  Job job_a = GetJob(a);
+  EXPECT_EQ(job_a.state, JobState::kRunning);
+  EXPECT_EQ(job_a.tasks_done, 1);
+  EXPECT_EQ(job_a.tasks_succeeded, 1);
+  EXPECT_EQ(job_a.counts.completed, kRecordsPerTask);
+  Task redone = GetTask(a, produced[0].task.index);
+  EXPECT_EQ(redone.state, TaskState::kPending);
+  EXPECT_THAT(redone.chunks, IsEmpty());
+  EXPECT_EQ(redone.records_done, 0);
+  EXPECT_THAT(redone.last_error, HasSubstr(producer));
+  EXPECT_EQ(GetTask(a, honestly[0].task.index).state, TaskState::kSucceeded);
+  // Job b's running task is pending again, without the producer's chunk, and that chunk's spot
+  // check is gone (the verifier's report of it finds nothing); the honest chunk's is still open.
+  Task b_task = GetTask(b, 0);
+  EXPECT_EQ(b_task.state, TaskState::kPending);
+  EXPECT_THAT(b_task.chunks, IsEmpty());
+  EXPECT_EQ(Must(store_->CountOpenVerifications(b), "CountOpenVerifications"), 0);
+  EXPECT_EQ(Must(store_->CountOpenVerifications(a), "CountOpenVerifications"), 1);
+
+  // Another executor redoes both; job a finalizes again with every record counted once.
+  Advance(absl::Seconds(1));
+  std::vector<Lease> again = LeaseUpTo(honest, 2);
+  ASSERT_THAT(again, SizeIs(2));
+  for (const Lease& lease : again) {
+    ASSERT_OK(Must(store_->CompleteTasks(honest, {Progress(lease, kRecordsPerTask)}, now_), "Complete")[0]);
+  }
+  job_a = GetJob(a);
+  EXPECT_EQ(job_a.state, JobState::kFinalizing);
+  EXPECT_EQ(job_a.tasks_done, 2);
+  EXPECT_EQ(job_a.counts.completed, 2 * kRecordsPerTask);
+  EXPECT_EQ(GetJob(b).state, JobState::kFinalizing);
+  EXPECT_EQ(GetJob(b).counts.completed, kRecordsPerTask);
+  // The producer leases nothing while quarantined.
+  EXPECT_THAT(LeaseUpTo(producer, 1), IsEmpty());
+}
+
 }  // namespace
 }  // namespace minions

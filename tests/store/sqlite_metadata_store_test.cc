@@ -19,6 +19,7 @@
 #include "work_signal_contract.h"
 #include "store/sqlite/sqlite_work_signal.h"
 #include "testing/fake_clock.h"
+#include "testing/temp_dir.h"
 
 namespace minions {
 namespace {
@@ -31,9 +32,7 @@ class TempFolder : public ::testing::Environment {
  public:
   static const std::filesystem::path& Path() {
     static const std::filesystem::path* path = [] {
-      std::string pattern = (std::filesystem::path(::testing::TempDir()) / "minions-store-XXXXXX").string();
-      if (mkdtemp(pattern.data()) == nullptr) std::abort();
-      return new std::filesystem::path(pattern);
+      return new std::filesystem::path(testing::MakeTempDir("minions-store"));
     }();
     return *path;
   }
@@ -100,11 +99,7 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, WatchdogLockContract,
                          ::testing::Values(WatchdogLockFactory([] {
                            const std::string database = TempFolder::NewDatabase();
                            return WatchdogLockPlace{
-                               [database]() -> absl::StatusOr<std::unique_ptr<WatchdogLock>> {
-                                 auto lock = SqliteWatchdogLock::TryAcquire(database);
-                                 if (!lock.ok()) return lock.status();
-                                 return std::unique_ptr<WatchdogLock>(std::move(*lock));
-                               },
+                               TryAcquireOf<SqliteWatchdogLock>(database),
                                // Someone removes the lock file (a clean-up script, a person).
                                [database] { std::filesystem::remove(SqliteWatchdogLock::LockPath(database)); }};
                          })),
@@ -167,7 +162,7 @@ TestDatabase SqliteDatabase() {
   database.migrations = sqlite_store::Migrations();
   // Undoing migration 13 drops columns: SQLite has DROP COLUMN from 3.35 on.
   if (sqlite3_libversion_number() >= 3035000) {
-    database.undo_13_and_14 = {"DROP TABLE fleet_tokens",        // (migration 18's)
+    database.undo_13_and_14 = {"DROP TABLE fleet_tokens",   // (migration 18's)
                                "DROP TABLE verification_tasks",  // (migration 17's)
                                "DROP TABLE fleet_history",       // (migration 16's)
                                "DROP TABLE verifications",  // (migration 15's: back to 12 as a whole)

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <ostream>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "store/watchdog_lock.h"
@@ -27,6 +28,17 @@ struct WatchdogLockPlace {
   std::function<void()> sever;
 };
 using WatchdogLockFactory = std::function<WatchdogLockPlace()>;
+
+// WatchdogLockPlace::try_acquire for a backend whose `Lock::TryAcquire(where)` answers its own
+// lock type.
+template <typename Lock>
+std::function<absl::StatusOr<std::unique_ptr<WatchdogLock>>()> TryAcquireOf(std::string where) {
+  return [where]() -> absl::StatusOr<std::unique_ptr<WatchdogLock>> {
+    auto lock = Lock::TryAcquire(where);
+    if (!lock.ok()) return lock.status();
+    return std::unique_ptr<WatchdogLock>(std::move(*lock));
+  };
+}
 inline void PrintTo(const WatchdogLockFactory&, std::ostream* os) { *os << "a watchdog lock factory"; }
 
 class WatchdogLockContract : public ::testing::TestWithParam<WatchdogLockFactory> {

@@ -15,6 +15,7 @@
 #include "cli/client_verbs.h"
 #include "cli/credentials.h"
 #include "identity/pki.h"
+#include "testing/temp_dir.h"
 
 namespace minions {
 namespace {
@@ -25,9 +26,7 @@ using ::testing::HasSubstr;
 class CredentialsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::path(::testing::TempDir()) / "minions-cred-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    dir_ = testing::MakeTempDir("minions-cred");
   }
   void TearDown() override { fs::remove_all(dir_); }
   static int Mode(const std::string& path) {

@@ -14,7 +14,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "blob/read_whole.h"
 #include "common/private_files.h"
+#include "common/status_macros.h"
 
 namespace minions {
 namespace fs = std::filesystem;
@@ -42,6 +44,28 @@ bool WriteAll(int fd, std::string_view data) {
     data.remove_prefix(static_cast<size_t>(n));
   }
   return true;
+}
+
+// The object `key` stored at `path`, opened to read: its descriptor; InvalidArgument for a
+// malformed key, NotFound when it is missing.
+absl::StatusOr<int> OpenToRead(const std::string& key, const std::string& path) {
+  RETURN_IF_ERROR(ValidateBlobKey(key));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no object '", key, "'"));
+    return IoError("cannot open", path);
+  }
+  return fd;
+}
+
+// `call` (a read of the descriptor), again while a signal interrupts it: what it returned.
+template <typename Call>
+ssize_t Retrying(Call call) {
+  ssize_t n;
+  do {
+    n = call();
+  } while (n < 0 && errno == EINTR);
+  return n;
 }
 
 // The buffer for reading the object open at `fd`: its size (a little more, so that one read
@@ -129,34 +153,21 @@ absl::Status LocalBlobStore::PutStream(const std::string& key,
   return WriteFileFrom(PathOf(key), source);
 }
 
-absl::StatusOr<std::string> LocalBlobStore::Get(const std::string& key) {
-  std::string out;
-  auto s = Read(key, [&](std::string_view chunk) {
-    out.append(chunk);
-    return true;
-  });
-  if (!s.ok()) return s;
-  return out;
-}
+absl::StatusOr<std::string> LocalBlobStore::Get(const std::string& key) { return ReadWhole(*this, key); }
 
 absl::StatusOr<std::string> LocalBlobStore::GetRange(const std::string& key, int64_t offset, int64_t length) {
   if (auto s = ValidateBlobKey(key); !s.ok()) return s;
   if (offset < 0 || length < 0) return absl::InvalidArgumentError("negative range");
-  std::string path = PathOf(key);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no object '", key, "'"));
-    return IoError("cannot open", path);
-  }
+  const std::string path = PathOf(key);
+  ASSIGN_OR_RETURN(const int fd, OpenToRead(key, path));
   // Only the bytes that exist are allocated: a caller may ask past the end.
   struct stat st{};
   if (::fstat(fd, &st) == 0) length = std::clamp<int64_t>(st.st_size - offset, 0, length);
   std::string out(static_cast<size_t>(length), '\0');
   size_t got = 0;
   while (got < out.size()) {
-    ssize_t n = ::pread(fd, out.data() + got, out.size() - got, offset + static_cast<off_t>(got));
+    ssize_t n = Retrying([&] { return ::pread(fd, out.data() + got, out.size() - got, offset + static_cast<off_t>(got)); });
     if (n < 0) {
-      if (errno == EINTR) continue;
       absl::Status s = IoError("cannot read", path);
       ::close(fd);
       return s;
@@ -170,13 +181,8 @@ absl::StatusOr<std::string> LocalBlobStore::GetRange(const std::string& key, int
 }
 
 absl::Status LocalBlobStore::Read(const std::string& key, const std::function<bool(std::string_view)>& sink) {
-  if (auto s = ValidateBlobKey(key); !s.ok()) return s;
-  std::string path = PathOf(key);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no object '", key, "'"));
-    return IoError("cannot open", path);
-  }
+  const std::string path = PathOf(key);
+  ASSIGN_OR_RETURN(const int fd, OpenToRead(key, path));
   // The buffer fits the object (up to 1 MiB a piece) and is not zero-filled: the server reads
   // every chunk a completion reports through here, most of them a few hundred bytes, and a
   // zero-filled 1 MiB buffer per read was a measurable share of the control plane's CPU per task
@@ -184,9 +190,8 @@ absl::Status LocalBlobStore::Read(const std::string& key, const std::function<bo
   const size_t capacity = ReadBufferSize(fd);
   std::unique_ptr<char[]> buffer(new char[capacity]);
   while (true) {
-    ssize_t n = ::read(fd, buffer.get(), capacity);
+    ssize_t n = Retrying([&] { return ::read(fd, buffer.get(), capacity); });
     if (n < 0) {
-      if (errno == EINTR) continue;
       absl::Status s = IoError("cannot read", path);
       ::close(fd);
       return s;

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "blob/read_whole.h"
 
 namespace minions {
 
@@ -298,15 +299,7 @@ absl::Status S3BlobStore::PutMultipart(const std::string& object_key, std::strin
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> S3BlobStore::Get(const std::string& key) {
-  std::string out;
-  auto s = Read(key, [&](std::string_view chunk) {
-    out.append(chunk);
-    return true;
-  });
-  if (!s.ok()) return s;
-  return out;
-}
+absl::StatusOr<std::string> S3BlobStore::Get(const std::string& key) { return ReadWhole(*this, key); }
 
 absl::StatusOr<std::string> S3BlobStore::GetRange(const std::string& key, int64_t offset, int64_t length) {
   if (auto s = ValidateBlobKey(key); !s.ok()) return s;

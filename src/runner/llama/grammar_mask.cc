@@ -43,6 +43,30 @@ bool WholeCharacters(const std::string& piece) {
 
 }  // namespace
 
+bool GrammarMask::JudgesTextOnly(const std::string& gbnf) {
+  // Skips what cannot hold a reference: "..." literals and [...] classes (with their backslash
+  // escapes) and # comments; anything else starting with < or ! is one.
+  auto skip_to = [&](size_t i, char close) {
+    for (++i; i < gbnf.size() && gbnf[i] != close; ++i) {
+      if (gbnf[i] == '\\') ++i;
+    }
+    return i;
+  };
+  for (size_t i = 0; i < gbnf.size(); ++i) {
+    const char c = gbnf[i];
+    if (c == '"') {
+      i = skip_to(i, '"');
+    } else if (c == '[') {
+      i = skip_to(i, ']');
+    } else if (c == '#') {
+      while (i < gbnf.size() && gbnf[i] != '\n' && gbnf[i] != '\r') ++i;
+    } else if (c == '<' || c == '!') {
+      return false;
+    }
+  }
+  return true;
+}
+
 int GrammarMask::Utf8Remain(int remain, const std::string& piece) {
   // llama.cpp's decode_utf8: a lead byte's high nibble gives the length, 0x8-0xB cannot lead.
   static const int kLength[16] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 4};

@@ -13,7 +13,8 @@
 //
 // Two conditions, which the caller keeps (RecordSampler):
 // - the grammar judges by text only: no token references (`<[id]>`), which llama.cpp matches by
-//   id. Grammars compiled from JSON schemas have none; a user's GBNF or a tool grammar may.
+//   id (JudgesTextOnly). Grammars compiled from JSON schemas have none; a user's GBNF or a tool
+//   grammar may. And it is not lazy (waiting for a trigger, then replaying part of a token).
 // - the text accepted so far ends on a whole character (Utf8Remain() == 0): otherwise a token's
 //   first bytes finish the character before it, and where its own characters start differs.
 //
@@ -40,6 +41,11 @@ class GrammarMask {
   void Apply(llama_sampler* grammar, std::vector<llama_token_data>& cur);
 
   size_t checked() const { return checked_; }  // tokens handed to the grammar so far (tests)
+
+  // Whether GBNF text matches by text only: no token reference (`<[id]>`, `<|name|>`, `!<...>`)
+  // outside its string literals, character classes and comments. Conservative: only then may a
+  // grammar compiled from it be masked here.
+  static bool JudgesTextOnly(const std::string& gbnf);
 
   // How many bytes of an unfinished UTF-8 character are still to come after `piece` follows text
   // that had `remain` to come, decoding as llama.cpp's grammar does; -1 once the text is not

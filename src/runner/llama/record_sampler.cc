@@ -263,7 +263,9 @@ absl::StatusOr<std::unique_ptr<RecordSampler>> RecordSampler::Create(const llama
     if (!grammar.ok()) return grammar.status();
     sampler->grammar_ = *grammar;
     // The converter's GBNF matches text only; a user's GBNF may name token ids.
-    if (request.format.kind != OutputFormat::Kind::kGrammar) sampler->mask_ = &grammars.Mask();
+    if (request.format.kind != OutputFormat::Kind::kGrammar || GrammarMask::JudgesTextOnly(request.format.text)) {
+      sampler->mask_ = &grammars.Mask();
+    }
   } else if (tool_grammar) {
     auto grammar = grammars.NewToolSampler(*tools);
     if (!grammar.ok()) return grammar.status();
@@ -282,7 +284,10 @@ absl::StatusOr<std::unique_ptr<RecordSampler>> RecordSampler::Create(const llama
       } catch (const std::exception& e) {
         return absl::InternalError(absl::StrCat("the tool-call grammar refused the template's generation prompt: ", e.what()));
       }
+      sampler->utf8_remain_ = GrammarMask::Utf8Remain(0, tools->generation_prompt);
     }
+    // A lazy grammar (tool_choice auto) replays part of a token when it wakes: judged in full.
+    if (!tools->lazy && GrammarMask::JudgesTextOnly(tools->gbnf)) sampler->mask_ = &grammars.Mask();
   }
   llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
   sampler->chain_ = chain;

@@ -107,9 +107,9 @@ class RecordSampler {
   RecordSampler() = default;
   llama_sampler* chain_ = nullptr;    // biases, penalties, top_k/top_p/min_p, temperature, pick
   llama_sampler* grammar_ = nullptr;  // the record's own copy of a compiled grammar
-  // Masks the vocabulary under grammar_ without judging every token (set for grammars compiled
-  // from JSON schemas, which match text only; see grammar_mask.h), while the answer so far ends
-  // on a whole UTF-8 character (utf8_remain_ == 0); otherwise llama.cpp judges every token.
+  // Masks the vocabulary under grammar_ without judging every token (set for grammars that match
+  // text only and are not lazy; see grammar_mask.h), while the text the grammar has taken so far
+  // ends on a whole UTF-8 character (utf8_remain_ == 0); otherwise llama.cpp judges every token.
   GrammarMask* mask_ = nullptr;
   int utf8_remain_ = 0;
   const llama_vocab* vocab_ = nullptr;

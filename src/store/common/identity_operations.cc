@@ -147,6 +147,35 @@ absl::StatusOr<Executor> IdentityOperations::ApproveExecutor(const std::string& 
   });
 }
 
+absl::Status IdentityOperations::RotateCredential(const std::string& token_id, TokenRecord& fresh, absl::Time now,
+                                                  absl::Time old_expires_by) {
+  TokenRecord stored;
+  absl::Status rotated = RunTransaction(store_, kWrite, [&](RowTransaction& t) -> absl::Status {
+    // Lock order: the executor, then its credentials.
+    ASSIGN_OR_RETURN(Executor executor, row_access::LoadExecutor(t, fresh.principal));
+    ASSIGN_OR_RETURN(TokenRecord old, row_access::LoadToken(t, token_id));
+    if (old.role != Role::kExecutor || old.principal != executor.id) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("token ", token_id, " is not a credential of executor ", executor.id));
+    }
+    RETURN_IF_ERROR(CheckUsable(old, now));
+    if (executor.state == ExecutorState::kRevoked) {
+      return absl::UnauthenticatedError(absl::StrCat("executor ", executor.id, " was revoked"));
+    }
+    stored = fresh;
+    stored.role = Role::kExecutor;
+    stored.principal = old.principal;
+    stored.scopes = old.scopes;  // never more than it had: the gang scope stays only where it was
+    stored.created_by = old.id;
+    RETURN_IF_ERROR(rules::CheckNewToken(stored));
+    RETURN_IF_ERROR(t.Insert(RowWrites{.tokens = {stored}}));
+    if (!old.expires_at || *old.expires_at > old_expires_by) old.expires_at = old_expires_by;
+    return t.Update(RowWrites{.tokens = {old}}, /*last=*/true);
+  });
+  if (rotated.ok()) fresh = stored;
+  return rotated;
+}
+
 absl::StatusOr<Executor> IdentityOperations::RevokeExecutor(const std::string& executor_id, absl::Time now) {
   return RunTransaction(store_, kWrite, [&](RowTransaction& t) -> absl::StatusOr<Executor> {
     // Lock order: its tasks, the executor, its credentials.

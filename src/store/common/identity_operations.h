@@ -41,6 +41,8 @@ class IdentityOperations {
                                          const ExecutorInfo& info, absl::Time now, bool await_approval);
   absl::StatusOr<Executor> RevokeExecutor(const std::string& executor_id, absl::Time now);
   absl::StatusOr<Executor> ApproveExecutor(const std::string& executor_id, absl::Time now);
+  absl::Status RotateCredential(const std::string& token_id, TokenRecord& fresh, absl::Time now,
+                                absl::Time old_expires_by);
 
  private:
   RowStore& store_;

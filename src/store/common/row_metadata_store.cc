@@ -202,6 +202,11 @@ absl::StatusOr<Executor> RowMetadataStore::EnrolExecutor(const std::string& join
   return parts_->identity.EnrolExecutor(join_secret_hash, credential, info, now, await_approval);
 }
 
+absl::Status RowMetadataStore::RotateCredential(const std::string& token_id, TokenRecord& fresh, absl::Time now,
+                                               absl::Time old_expires_by) {
+  return parts_->identity.RotateCredential(token_id, fresh, now, old_expires_by);
+}
+
 absl::StatusOr<Executor> RowMetadataStore::ApproveExecutor(const std::string& executor_id, absl::Time now) {
   return parts_->identity.ApproveExecutor(executor_id, now);
 }

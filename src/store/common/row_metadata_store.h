@@ -99,6 +99,8 @@ class RowMetadataStore : public MetadataStore {
                                          const ExecutorInfo& info, absl::Time now, bool await_approval) override;
   absl::StatusOr<Executor> RevokeExecutor(const std::string& executor_id, absl::Time now) override;
   absl::StatusOr<Executor> ApproveExecutor(const std::string& executor_id, absl::Time now) override;
+  absl::Status RotateCredential(const std::string& token_id, TokenRecord& fresh, absl::Time now,
+                                absl::Time old_expires_by) override;
   absl::StatusOr<ModelRecord> AddModel(const ModelRecord& model) override;
   absl::StatusOr<ModelRecord> GetModel(const std::string& team, const std::string& name,
                                        const std::string& digest) override;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "store/common/row_access.h"
+#include "model/state_machines.h"
 #include "store/common/store_rules.h"
 
 namespace minions {
@@ -124,6 +125,55 @@ absl::StatusOr<VerificationTask> VerificationOperations::GetVerificationTask(con
   });
 }
 
+namespace {
+
+// What redoing a quarantined producer's work writes (RedoProducerWork).
+struct Redo {
+  AttemptWrites ended;                   // tasks back to pending, their jobs' counts taken back
+  std::vector<Job> reopened;             // jobs finalizing that run again
+  std::vector<VerificationTask> stale;   // spot checks of chunks that are gone
+};
+
+// Every task of a job not yet published (queued, running, finalizing) that holds a chunk of
+// `producer` gets its records from that chunk on redone elsewhere (model RedoChunksOf). Locks the
+// tasks, job by job in id order (tasks come first in the store's lock order).
+absl::StatusOr<Redo> RedoProducerWork(RowTransaction& t, const std::string& producer, const std::string& why,
+                                      absl::Time now) {
+  Redo redo;
+  std::map<std::string, Job> jobs;
+  for (JobState state : {JobState::kQueued, JobState::kRunning, JobState::kFinalizing}) {
+    ASSIGN_OR_RETURN(std::vector<Job> found, t.JobsInState(state, 0));
+    for (Job& job : found) jobs.emplace(job.id, std::move(job));
+  }
+  for (auto& [job_id, job] : jobs) {
+    ASSIGN_OR_RETURN(std::vector<Task> tasks, t.TasksOfJob(job_id));
+    bool reopen = false;
+    for (Task& task : tasks) {
+      const Task before = task;
+      std::vector<Chunk> dropped = RedoChunksOf(task, producer, why);
+      if (dropped.empty()) continue;
+      if (before.state == TaskState::kRunning) {
+        redo.ended.charges[job_id] += store_rules::EndedAttemptTime(before, task, now);
+      }
+      if (IsTerminal(before.state)) {
+        UncountRedoneTask(redo.ended.counts[job_id], before);
+        reopen = true;
+      }
+      for (const Chunk& chunk : dropped) {
+        redo.stale.push_back(VerificationTask{job_id, task.index, chunk.attempt, chunk.seq});
+      }
+      redo.ended.tasks.push_back(std::move(task));
+    }
+    if (reopen && job.state == JobState::kFinalizing) {
+      ReopenJob(job, now);
+      redo.reopened.push_back(job);
+    }
+  }
+  return redo;
+}
+
+}  // namespace
+
 absl::StatusOr<Executor> VerificationOperations::ReportVerifications(const std::string& verifier_id,
                                                                      const VerificationTask& key,
                                                                      const std::vector<RecordVerdict>& verdicts,
@@ -146,13 +196,24 @@ absl::StatusOr<Executor> VerificationOperations::ReportVerifications(const std::
       return absl::InvalidArgumentError(absl::StrCat("the task has ", task->records.size(), " records; ",
                                                      verdicts.size(), " verdicts were reported"));
     }
+    const RecordVerdict* first_failure = nullptr;
     for (size_t i = 0; i < verdicts.size(); ++i) {
       if (verdicts[i].record != task->records[i] || verdicts[i].custom_id.empty()) {
         return absl::InvalidArgumentError(absl::StrCat("verdict ", i, " must name record ", task->records[i],
                                                        " and its custom_id"));
       }
+      if (verdicts[i].checked && !verdicts[i].passed && first_failure == nullptr) first_failure = &verdicts[i];
     }
-    // Lock order: executors (in id order), then jobs.
+    // A failure: the producer's work in jobs not yet published is redone. Its tasks are locked
+    // first, before the executors (the store's lock order).
+    Redo redo;
+    if (first_failure != nullptr) {
+      ASSIGN_OR_RETURN(redo, RedoProducerWork(t, task->producer_id,
+                                              absl::StrCat("redone: its producer ", task->producer_id,
+                                                           " failed verification of record ",
+                                                           first_failure->custom_id),
+                                              now));
+    }
     ASSIGN_OR_RETURN(Rows rows, t.Read(RowKeys{.executors = {task->producer_id, verifier_id}}));
     auto producer = rows.executors.find(task->producer_id);
     if (producer == rows.executors.end()) return row_access::NoExecutor(task->producer_id);
@@ -163,7 +224,7 @@ absl::StatusOr<Executor> VerificationOperations::ReportVerifications(const std::
                                                       std::string(ExecutorStateName(verifier->second.state)),
                                                       ": its verdicts are not taken"));
     }
-    bool failed = false;
+    bool quarantined = false;
     for (const RecordVerdict& verdict : verdicts) {
       if (!verdict.checked) continue;  // says nothing about the producer
       Verification row{task->job_id, task->task_index, verdict.custom_id, task->producer_id, verifier_id,
@@ -172,13 +233,18 @@ absl::StatusOr<Executor> VerificationOperations::ReportVerifications(const std::
       absl::Status inserted = t.InsertVerification(row);
       if (absl::IsAlreadyExists(inserted)) continue;  // judged already (a record drawn twice)
       RETURN_IF_ERROR(inserted);
-      if (!row.passed && !failed) {
+      if (!row.passed && !quarantined) {
         Quarantine(producer->second, row);
-        failed = true;
+        quarantined = true;
       }
     }
     RETURN_IF_ERROR(t.DeleteVerificationTask(*task));
-    if (failed) RETURN_IF_ERROR(t.Update(RowWrites{.executors = {producer->second}}, /*last=*/true));
+    for (const VerificationTask& stale : redo.stale) RETURN_IF_ERROR(t.DeleteVerificationTask(stale));
+    RowWrites writes{.jobs = redo.reopened};
+    if (quarantined) writes.executors.push_back(producer->second);
+    if (!writes.empty()) RETURN_IF_ERROR(t.Update(writes, /*last=*/redo.ended.empty()));
+    // Last: with Settling::kAfterCommit, EndAttempts is its transaction's last write.
+    if (!redo.ended.empty()) RETURN_IF_ERROR(t.EndAttempts(redo.ended, now, nullptr));
     return producer->second;
   });
 }

@@ -1,0 +1,194 @@
+// Attacks on spot checks (docs/verification.md, "Spot checks"): a producer that would vouch for
+// its own answers, an executor that would judge a task it does not hold, a verdict that names
+// records the task does not have. Each refusal leaves no verdict and no quarantine behind.
+
+#include "secure_server.h"
+#include "testing/status_checks.h"
+
+namespace minions::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+class SpotCheckAttack : public SecureServer {
+ protected:
+  void SetUp() override {
+    SecureServer::SetUp();
+    StoreOptions options;
+    options.spot_checks = true;
+    options.verification.all_until_records = 1000;  // every record of a new executor: certain draws
+    store_ = Must(SqliteMetadataStore::Open(":memory:", options));
+    StartServer();
+    CreateTeam("search");
+    submitter_ = Issue(Role::kSubmitter, "search", "alice");
+  }
+
+  std::vector<v1::VerificationLease> LeaseChecks(const Enrolled& executor) {
+    v1::LeaseVerificationsRequest request;
+    request.set_max_tasks(4);
+    v1::LeaseVerificationsResponse reply;
+    grpc::Status status = executors_->LeaseVerifications(As(executor.credential).get(), request, &reply);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return {reply.leases().begin(), reply.leases().end()};
+  }
+
+  static v1::ReportVerificationsRequest Report(const v1::VerificationLease& lease, bool passed) {
+    v1::ReportVerificationsRequest request;
+    *request.mutable_ref() = lease.ref();
+    for (const v1::VerificationItem& item : lease.items()) {
+      v1::RecordVerdict* verdict = request.add_verdicts();
+      verdict->set_record(item.record());
+      verdict->set_checked(true);
+      verdict->set_passed(passed);
+    }
+    return request;
+  }
+
+  // A producer's finished two-record job and a verifier's lease on its spot check.
+  struct Checked {
+    v1::Job job;
+    v1::VerificationLease lease;
+  };
+  Checked ProduceAndLease(const Enrolled& producer, const Enrolled& verifier) {
+    Checked checked;
+    checked.job = MustSubmit(submitter_, 2);
+    std::vector<v1::TaskLease> leases = MustLease(producer, 1);
+    EXPECT_THAT(leases, SizeIs(1));
+    if (leases.empty()) return checked;
+    grpc::Status completed = CompleteLease(producer, leases[0]);
+    EXPECT_TRUE(completed.ok()) << completed.error_message();
+    // The producer is never offered its own answers.
+    EXPECT_THAT(LeaseChecks(producer), IsEmpty());
+    std::vector<v1::VerificationLease> checks = LeaseChecks(verifier);
+    EXPECT_THAT(checks, SizeIs(1));
+    if (!checks.empty()) checked.lease = checks[0];
+    return checked;
+  }
+
+  std::string submitter_;
+};
+
+TEST_F(SpotCheckAttack, AVerifierGetsTheRecordsAndTheAnswersAsTheServerReadThem) {
+  Enrolled producer = Enrol("producer"), verifier = Enrol("verifier"), other = Enrol("other");
+  Checked checked = ProduceAndLease(producer, verifier);
+  const v1::VerificationLease& lease = checked.lease;
+  EXPECT_EQ(lease.ref().job_id(), checked.job.id());
+  EXPECT_EQ(lease.model(), model_);
+  EXPECT_EQ(lease.runner(), "llama");
+  ASSERT_THAT(lease.items(), SizeIs(2));
+  for (int i = 0; i < 2; ++i) {
+    const v1::VerificationItem& item = lease.items(i);
+    EXPECT_EQ(item.record(), i);
+    EXPECT_EQ(item.custom_id(), absl::StrCat("r", i));
+    EXPECT_THAT(item.input_line(), HasSubstr(absl::StrCat("\"r", i, "\"")));
+    EXPECT_THAT(item.output_line(), HasSubstr(absl::StrCat("\"r", i, "\"")));
+  }
+  // Held by the verifier: nobody else gets it meanwhile.
+  EXPECT_THAT(LeaseChecks(other), IsEmpty());
+}
+
+TEST_F(SpotCheckAttack, OnlyTheHolderOfAVerificationLeaseReportsVerdicts) {
+  Enrolled producer = Enrol("producer"), verifier = Enrol("verifier"), other = Enrol("other");
+  Checked checked = ProduceAndLease(producer, verifier);
+  ASSERT_THAT(checked.lease.items(), SizeIs(2));
+  v1::ReportVerificationsResponse reply;
+  const v1::ReportVerificationsRequest passed = Report(checked.lease, true);
+  const v1::ReportVerificationsRequest failed = Report(checked.lease, false);
+
+  EXPECT_GRPC_CODE(executors_->ReportVerifications(As("").get(), failed, &reply), UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(executors_->ReportVerifications(As(admin_).get(), failed, &reply), PERMISSION_DENIED);
+  EXPECT_GRPC_CODE(executors_->ReportVerifications(As(submitter_).get(), failed, &reply), PERMISSION_DENIED);
+  // The producer vouching for itself, or another executor holding no lease on the task.
+  EXPECT_GRPC_CODE(executors_->ReportVerifications(As(producer.credential).get(), passed, &reply), PERMISSION_DENIED);
+  EXPECT_GRPC_CODE(executors_->ReportVerifications(As(other.credential).get(), failed, &reply), PERMISSION_DENIED);
+  // The holder's credential naming another executor.
+  v1::ReportVerificationsRequest posing = failed;
+  posing.set_executor_id(other.id);
+  EXPECT_GRPC_CODE(executors_->ReportVerifications(As(verifier.credential).get(), posing, &reply), PERMISSION_DENIED);
+  // The holder, with verdicts that are not one per record of the task, in its order.
+  v1::ReportVerificationsRequest fewer = failed;
+  fewer.mutable_verdicts()->RemoveLast();
+  EXPECT_GRPC_CODE(executors_->ReportVerifications(As(verifier.credential).get(), fewer, &reply), INVALID_ARGUMENT);
+  v1::ReportVerificationsRequest elsewhere = failed;
+  elsewhere.mutable_verdicts(0)->set_record(1);
+  EXPECT_GRPC_CODE(executors_->ReportVerifications(As(verifier.credential).get(), elsewhere, &reply),
+                   INVALID_ARGUMENT);
+  v1::ReportVerificationsRequest unknown = failed;
+  unknown.mutable_ref()->set_seq(7);
+  EXPECT_GRPC_CODE(executors_->ReportVerifications(As(verifier.credential).get(), unknown, &reply), NOT_FOUND);
+  // None of it left a trace: no verdict, the task open, the producer in service.
+  EXPECT_THAT(Must(store_->ListVerifications(checked.job.id())), IsEmpty());
+  EXPECT_EQ(Must(store_->CountOpenVerifications(checked.job.id())), 1);
+  EXPECT_NE(Must(store_->GetExecutor(producer.id)).state, ExecutorState::kQuarantined);
+
+  ASSERT_GRPC_OK(executors_->ReportVerifications(As(verifier.credential).get(), passed, &reply));
+  std::vector<Verification> verdicts = Must(store_->ListVerifications(checked.job.id()));
+  ASSERT_THAT(verdicts, SizeIs(2));
+  EXPECT_EQ(verdicts[0].custom_id, "r0");  // the job's input names the records, not the verifier
+  EXPECT_EQ(verdicts[1].custom_id, "r1");
+  EXPECT_EQ(verdicts[0].verifier_id, verifier.id);
+  EXPECT_TRUE(verdicts[0].passed && verdicts[1].passed);
+  EXPECT_EQ(Must(store_->CountOpenVerifications(checked.job.id())), 0);
+  // Reported once.
+  EXPECT_GRPC_CODE(executors_->ReportVerifications(As(verifier.credential).get(), failed, &reply), NOT_FOUND);
+}
+
+TEST_F(SpotCheckAttack, AFailedVerdictQuarantinesTheProducer) {
+  Enrolled producer = Enrol("producer"), verifier = Enrol("verifier");
+  Checked checked = ProduceAndLease(producer, verifier);
+  ASSERT_THAT(checked.lease.items(), SizeIs(2));
+  v1::ReportVerificationsRequest report = Report(checked.lease, true);
+  report.mutable_verdicts(1)->set_passed(false);
+  report.mutable_verdicts(1)->set_reason("greedy: answer token 2 is 8.4 nats below the most likely token");
+  v1::ReportVerificationsResponse reply;
+  ASSERT_GRPC_OK(executors_->ReportVerifications(As(verifier.credential).get(), report, &reply));
+  Executor quarantined = Must(store_->GetExecutor(producer.id));
+  EXPECT_EQ(quarantined.state, ExecutorState::kQuarantined);
+  EXPECT_THAT(quarantined.state_reason, HasSubstr("r1"));
+  EXPECT_THAT(quarantined.state_reason, HasSubstr("8.4 nats"));
+  MustSubmit(submitter_, 2);
+  EXPECT_THAT(MustLease(producer, 1), IsEmpty());
+}
+
+TEST_F(SpotCheckAttack, AJobPublishesOnlyOnceItsSpotChecksHaveVerdicts) {
+  Enrolled producer = Enrol("producer"), verifier = Enrol("verifier");
+  Checked checked = ProduceAndLease(producer, verifier);
+  ASSERT_THAT(checked.lease.items(), SizeIs(2));
+  // Every task done, the spot check open: the job waits, however often the finaliser looks.
+  ASSERT_OK(server_->SweepReadyJobs());
+  ASSERT_OK(server_->FinalizeReportedJobs());
+  EXPECT_EQ(StoreJob(checked.job.id()).state, JobState::kFinalizing);
+  EXPECT_EQ(StoreJob(checked.job.id()).output_key, "");
+  v1::ReportVerificationsResponse reply;
+  ASSERT_GRPC_OK(executors_->ReportVerifications(As(verifier.credential).get(), Report(checked.lease, true), &reply));
+  ASSERT_OK(server_->FinalizeReportedJobs());  // the last verdict made it ready
+  ASSERT_OK(server_->SweepReadyJobs());
+  Job published = StoreJob(checked.job.id());
+  EXPECT_EQ(published.state, JobState::kCompleted);
+  EXPECT_EQ(Tally(Must(store_->ListVerifications(checked.job.id()))).passed, 2);
+}
+
+TEST_F(SpotCheckAttack, AFailedVerdictSendsTheProducersRecordsToAnotherExecutorBeforeTheJobPublishes) {
+  Enrolled producer = Enrol("producer"), verifier = Enrol("verifier");
+  Checked checked = ProduceAndLease(producer, verifier);
+  ASSERT_THAT(checked.lease.items(), SizeIs(2));
+  v1::ReportVerificationsResponse reply;
+  ASSERT_GRPC_OK(executors_->ReportVerifications(As(verifier.credential).get(), Report(checked.lease, false), &reply));
+  ASSERT_OK(server_->FinalizeReportedJobs());
+  ASSERT_OK(server_->SweepReadyJobs());
+  EXPECT_EQ(StoreJob(checked.job.id()).state, JobState::kRunning);  // not published: redone first
+  // The verifier (an honest executor) redoes the records; the redo gets its own spot check,
+  // which the quarantined producer is not offered.
+  std::vector<v1::TaskLease> redo = MustLease(verifier, 1);
+  ASSERT_THAT(redo, SizeIs(1));
+  EXPECT_EQ(redo[0].resume_from(), 0);
+  ASSERT_GRPC_OK(CompleteLease(verifier, redo[0]));
+  EXPECT_THAT(LeaseChecks(producer), IsEmpty());
+  EXPECT_EQ(StoreJob(checked.job.id()).state, JobState::kFinalizing);
+  EXPECT_EQ(Must(store_->CountOpenVerifications(checked.job.id())), 1);
+}
+
+}  // namespace
+}  // namespace minions::testing
