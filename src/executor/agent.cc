@@ -180,6 +180,7 @@ void ExecutorAgent::Serve(absl::Time now) {
   if (stop) {
     // Hand the tasks back now: whatever the runner holds is given up with it.
     if (RunnerBusy() || loading_since_) DropRunner();
+    if (verifying_) EndVerification("the executor is stopping");
     HandBack("the executor is stopping");
     next_completion_try_ = absl::InfinitePast();
     FlushCompletions(now);  // one try: a stop does not wait for the server
@@ -192,10 +193,14 @@ void ExecutorAgent::Serve(absl::Time now) {
   // Owner first: the availability controller may hold the loop (agent_yield.cc).
   const bool hold = holding_ = ApplyWorkMode(clock_->Now());
   if (drain && tasks_.empty()) {
+    if (verifying_) EndVerification("the executor is draining");
     phase_ = Phase::kShuttingDown;
     return ShutDown(clock_->Now());
   }
-  if (!drain && !hold) LeaseMore(clock_->Now());
+  // A spot check in hand holds the lease back (an idle poll would wait on the server meanwhile):
+  // it is small, and asked for only when the agent holds no task (agent_verify.cc).
+  Verify(!drain && !hold, clock_->Now());
+  if (!drain && !hold && !verifying_) LeaseMore(clock_->Now());
   if (!hold) FeedRunner(clock_->Now());
   FlushCompletions(clock_->Now());
 }
