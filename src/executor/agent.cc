@@ -223,7 +223,13 @@ absl::Time ExecutorAgent::NextPass(absl::Time now) {
     absl::MutexLock lock(&mu_);
     drain = drain_;
   }
-  if (!drain && !holding_ && !InGang()) next = std::min(next, window_.NextAsk(static_cast<int>(tasks_.size())));
+  // A spot check in hand holds leasing back (Serve): the window's ask waits for it.
+  if (!drain && !holding_ && !InGang() && !verifying_) {
+    next = std::min(next, window_.NextAsk(static_cast<int>(tasks_.size())));
+  }
+  if (!drain && !holding_ && !verifying_ && !verify_unoffered_ && tasks_.empty() && queue_.empty() && !RunnerBusy()) {
+    next = std::min(next, next_verify_ask_);  // an idle executor's next ask for a spot check
+  }
   if (!to_complete_.empty()) next = std::min(next, next_completion_try_);
   if (!frozen_) next = std::min(next, watch_.HungAt());
   if (loading_since_) next = std::min(next, *loading_since_ + options_.load_timeout);

@@ -37,6 +37,7 @@ struct FakeRunnerScript {
   std::string stall_on;    // ... makes it stop answering, alive
   std::string bad_model;   // loading this model fails with an error
   bool refuse_start = false;  // the program cannot be started
+  std::string answer;         // the text of every answer it gives (a forger's, in spot-check tests)
   // `rescore`: an item whose claimed output line contains this fails its check; with
   // cannot_rescore every item is answered with an error (as a runner that cannot check).
   std::string reject_claim = "forged";
@@ -243,7 +244,7 @@ class FakeRunner : public Runner {
         }
         ParsedRecord parsed = ParseRecordLine(record);
         Json output = parsed.ok() ? MakeResponseLine(parsed.custom_id,
-                                                     MakeCompletionBody(parsed.custom_id, "fake", "", "stop", {}, 0))
+                                                     MakeCompletionBody(parsed.custom_id, "fake", script_->answer, "stop", {}, 0))
                                   : MakeErrorLine(parsed.custom_id, parsed.error_code, parsed.error_message);
         Emit(Json{{"type", "result"}, {"batch", c.id}, {"index", c.next}, {"output", std::move(output)}});
         ++script_->records_run;
