@@ -103,6 +103,7 @@ absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config, Clock* clock)
   store_options.fair_share_half_life = absl::Seconds(config.fair_share_half_life_s);
   store_options.warm_wait = absl::Milliseconds(config.warm_wait_ms);
   store_options.model_affinity = config.model_affinity;
+  store_options.spot_checks = config.spot_checks;
   if (IsPostgres(config.database)) {
     auto store = PostgresMetadataStore::Open(PostgresConninfo(config.database), store_options);
     if (!store.ok()) return absl::Status(store.status().code(), absl::StrCat("database: ", store.status().message()));

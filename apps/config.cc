@@ -66,6 +66,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["fair_share_half_life_s"].value<int64_t>()) config.fair_share_half_life_s = *v;
     if (auto v = table["server"]["warm_wait_ms"].value<int64_t>()) config.warm_wait_ms = *v;
     if (auto v = table["server"]["model_affinity"].value<bool>()) config.model_affinity = *v;
+    if (auto v = table["server"]["spot_checks"].value<bool>()) config.spot_checks = *v;
     if (auto v = table["server"]["heartbeat_batch"].value<int64_t>()) config.heartbeat_batch = *v;
     if (auto v = table["server"]["heartbeat_linger_us"].value<int64_t>()) config.heartbeat_linger_us = *v;
     if (auto v = table["server"]["idle_polls_renew"].value<bool>()) config.idle_polls_renew = *v;

@@ -180,6 +180,7 @@ void ExecutorAgent::Serve(absl::Time now) {
   if (stop) {
     // Hand the tasks back now: whatever the runner holds is given up with it.
     if (RunnerBusy() || loading_since_) DropRunner();
+    if (verifying_) EndVerification("the executor is stopping");
     HandBack("the executor is stopping");
     next_completion_try_ = absl::InfinitePast();
     FlushCompletions(now);  // one try: a stop does not wait for the server
@@ -192,10 +193,14 @@ void ExecutorAgent::Serve(absl::Time now) {
   // Owner first: the availability controller may hold the loop (agent_yield.cc).
   const bool hold = holding_ = ApplyWorkMode(clock_->Now());
   if (drain && tasks_.empty()) {
+    if (verifying_) EndVerification("the executor is draining");
     phase_ = Phase::kShuttingDown;
     return ShutDown(clock_->Now());
   }
-  if (!drain && !hold) LeaseMore(clock_->Now());
+  // A spot check in hand holds the lease back (an idle poll would wait on the server meanwhile):
+  // it is small, and asked for only when the agent holds no task (agent_verify.cc).
+  Verify(!drain && !hold, clock_->Now());
+  if (!drain && !hold && !verifying_) LeaseMore(clock_->Now());
   if (!hold) FeedRunner(clock_->Now());
   FlushCompletions(clock_->Now());
 }
@@ -218,7 +223,13 @@ absl::Time ExecutorAgent::NextPass(absl::Time now) {
     absl::MutexLock lock(&mu_);
     drain = drain_;
   }
-  if (!drain && !holding_ && !InGang()) next = std::min(next, window_.NextAsk(static_cast<int>(tasks_.size())));
+  // A spot check in hand holds leasing back (Serve): the window's ask waits for it.
+  if (!drain && !holding_ && !InGang() && !verifying_) {
+    next = std::min(next, window_.NextAsk(static_cast<int>(tasks_.size())));
+  }
+  if (!drain && !holding_ && !verifying_ && !verify_unoffered_ && tasks_.empty() && queue_.empty() && !RunnerBusy()) {
+    next = std::min(next, next_verify_ask_);  // an idle executor's next ask for a spot check
+  }
   if (!to_complete_.empty()) next = std::min(next, next_completion_try_);
   if (!frozen_) next = std::min(next, watch_.HungAt());
   if (loading_since_) next = std::min(next, *loading_since_ + options_.load_timeout);

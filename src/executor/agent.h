@@ -83,6 +83,9 @@ struct AgentOptions {
   // Several executors on one machine must split the cores, or their threads fight.
   int runner_threads = 0;
   int max_prefetch = 32;                     // most tasks held at once (tiny tasks)
+  // How often an idle executor asks for spot checks to run (docs/verification.md); an idle one
+  // asks at most this often, and between its long polls for tasks.
+  absl::Duration verify_poll = absl::Seconds(5);
   // Aim to hold this much work beyond the running task.
   absl::Duration prefetch_target = absl::Milliseconds(500);
   // Checkpoints (TaskRun::Options): a task's finished records are uploaded as a chunk every
@@ -175,6 +178,8 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
 
   std::string id() const;
   int64_t tasks_completed() const { return tasks_completed_; }
+  // Spot checks this executor ran and reported (whatever their verdicts).
+  int64_t verifications_reported() const { return verifications_reported_; }
 
   // Owner first (agent_yield.cc): the agent obeys `gate`'s mode from then on; null: always run.
   // Set before Run().
@@ -218,7 +223,10 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   // Drained or stopped: end the runner (a grace to exit), then finish.
   void ShutDown(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   absl::Time NextPass(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  bool RunnerBusy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_) { return !batches_.empty(); }
+  // The runner holds work: a task's batch, or a spot check's rescore sent and not yet done.
+  bool RunnerBusy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_) {
+    return !batches_.empty() || (verifying_ && verifying_->sent && !verifying_->done);
+  }
 
   // --- the runner (agent_runner.cc) ---
   // Sends queued tasks to the runner in order (loading the model when it changes, once the
@@ -245,6 +253,23 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   bool MayFetch() const;
   // Ends the runner; returns the tasks it held, oldest first (no longer in the runner).
   std::vector<TaskPtr> DropRunner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+
+  // What runner a lease runs on ("llama" when it names none), and what that runner must have
+  // loaded for it: its model (the bytes, for a registry model) and load options.
+  static std::string RunnerOf(const LeaseGrant& lease);
+  static std::string ModelKey(const LeaseGrant& lease);
+
+  // --- spot checks (agent_verify.cc) ---
+  // Asks for a verification task when the agent holds no task (never preempting one: a task
+  // leased after it waits for its rescore, which is small), loads the job's model, sends the
+  // items to the runner's `rescore` and reports one verdict per item. Also ends a verification
+  // whose runner went away (each item then unchecked). Asks only when `may_ask`.
+  void Verify(bool may_ask, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  void StartVerification(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Reports the verdicts taken (every item without one: unchecked, for `why`) and forgets it.
+  void EndVerification(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // A runner event of the verification in hand: taken (true), or not its (false).
+  bool TakeVerificationEvent(const runner_protocol::Event& event, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
 
   // --- gangs (agent_gang.cc) ---
   // Starts serving the duties a lease answer carries (a member's rpc-server behind its gate).
@@ -303,6 +328,7 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   const std::unique_ptr<Alarm> main_alarm_;       // rings the main loop
   WorkGate* gate_ = nullptr;                             // set before Run()
   std::atomic<int64_t> tasks_completed_{0};
+  std::atomic<int64_t> verifications_reported_{0};
 
   // Shared between the loops and the callers from other threads.
   mutable absl::Mutex mu_;
@@ -356,6 +382,21 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   std::unique_ptr<ModelFetch> fetch_ ABSL_GUARDED_BY(main_);
   std::map<std::string, std::string> model_paths_ ABSL_GUARDED_BY(main_);  // digest -> cached file
   RunnerWatch watch_ ABSL_GUARDED_BY(main_);
+  int64_t runner_generation_ ABSL_GUARDED_BY(main_) = 0;  // runners started so far
+  // The spot check in hand (agent_verify.cc): at most one at a time.
+  struct Verifying {
+    VerificationGrant grant;
+    std::string batch;                 // its rescore batch id
+    bool load_asked = false;           // it asked the runner to load the job's model
+    bool sent = false;                 // its rescore went to the runner ...
+    bool done = false;                 // ... which has answered it (batch_done)
+    int64_t runner_generation = 0;     // the runner it loaded on or sent to
+    std::vector<size_t> sent_items;    // the rescore's item i is grant.items[sent_items[i]]
+    std::vector<std::optional<RecordVerdict>> verdicts;  // by grant item
+  };
+  std::optional<Verifying> verifying_ ABSL_GUARDED_BY(main_);
+  absl::Time next_verify_ask_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
+  bool verify_unoffered_ ABSL_GUARDED_BY(main_) = false;  // the server leases no spot checks
   // The gang network (options_.gang->link, else the real one); immutable.
   const std::shared_ptr<GangLink> gang_link_;
   // The gang task whose members the loop waits for (MembersReady), since when.

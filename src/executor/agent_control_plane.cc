@@ -102,6 +102,52 @@ class GrpcAgentControlPlane : public AgentControlPlane {
     return client_->Fail(request);
   }
 
+  absl::StatusOr<std::vector<VerificationGrant>> LeaseVerifications(const std::string& executor_id,
+                                                                   int max_tasks) override {
+    v1::LeaseVerificationsRequest request;
+    request.set_executor_id(executor_id);
+    request.set_max_tasks(max_tasks);
+    auto reply = client_->LeaseVerifications(request);
+    if (!reply.ok()) return reply.status();
+    std::vector<VerificationGrant> grants;
+    for (const v1::VerificationLease& lease : reply->leases()) {
+      VerificationGrant grant;
+      grant.job.ref = AttemptRef{lease.ref().job_id(), lease.ref().task_index(), lease.ref().attempt()};
+      grant.seq = lease.ref().seq();
+      grant.job.model = lease.model();
+      grant.job.runner = lease.runner();
+      grant.job.runner_options_json = lease.runner_options_json();
+      grant.job.model_digest = lease.model_digest();
+      grant.job.model_size_bytes = lease.model_size_bytes();
+      grant.job.model_url = lease.model_url();
+      grant.job.expires_at = absl::FromUnixMillis(lease.lease_expires_at_ms());
+      for (const v1::VerificationItem& item : lease.items()) {
+        grant.items.push_back({item.record(), item.custom_id(), item.input_line(), item.output_line()});
+      }
+      grants.push_back(std::move(grant));
+    }
+    return grants;
+  }
+
+  absl::Status ReportVerifications(const std::string& executor_id, const VerificationGrant& grant,
+                                   const std::vector<RecordVerdict>& verdicts) override {
+    v1::ReportVerificationsRequest request;
+    request.set_executor_id(executor_id);
+    v1::VerificationRef* ref = request.mutable_ref();
+    ref->set_job_id(grant.job.ref.job_id);
+    ref->set_task_index(grant.job.ref.task_index);
+    ref->set_attempt(grant.job.ref.attempt);
+    ref->set_seq(grant.seq);
+    for (const RecordVerdict& verdict : verdicts) {
+      v1::RecordVerdict* out = request.add_verdicts();
+      out->set_record(verdict.record);
+      out->set_checked(verdict.checked);
+      out->set_passed(verdict.passed);
+      out->set_reason(verdict.reason);
+    }
+    return client_->ReportVerifications(request);
+  }
+
   void InterruptLease() override { client_->InterruptLease(); }
   absl::Status CredentialRefused() const override { return client_->CredentialRefused(); }
 

@@ -20,6 +20,7 @@
 #include "executor/control_plane_client.h"
 #include "minions/v1/minions.pb.h"
 #include "model/types.h"
+#include "model/verification.h"
 
 namespace minions {
 
@@ -69,6 +70,22 @@ struct AgentLeaseAnswer {
   bool idle_renewed = false;  // this idle poll renewed the executor
 };
 
+// A spot check leased to this executor (docs/verification.md, "Spot checks"): records of a chunk
+// another executor produced, to re-score with the job's model.
+struct VerificationGrant {
+  // The job's model and runner as a task lease names them, so the agent loads it as it would for
+  // a task: ref is the checked chunk's attempt, expires_at when the report is due; no input URL.
+  LeaseGrant job;
+  int seq = 0;  // the chunk's number in that attempt
+  struct Item {
+    int64_t record = 0;  // task-relative
+    std::string custom_id;
+    std::string input_line;
+    std::string output_line;  // what the producer claimed
+  };
+  std::vector<Item> items;
+};
+
 class AgentControlPlane {
  public:
   virtual ~AgentControlPlane() = default;
@@ -83,6 +100,16 @@ class AgentControlPlane {
   // Reports an attempt that ended without success, with the chunks it uploaded.
   virtual absl::Status Fail(const std::string& executor_id, const LeaseProgress& progress, FailureClass failure,
                             const std::string& message) = 0;
+  // Spot checks: verification tasks for this executor, and its verdicts on one (one per item, in
+  // order). Default: Unimplemented (a control plane that does not offer them).
+  virtual absl::StatusOr<std::vector<VerificationGrant>> LeaseVerifications(const std::string& executor_id,
+                                                                           int max_tasks) {
+    return absl::UnimplementedError("no verification tasks here");
+  }
+  virtual absl::Status ReportVerifications(const std::string& executor_id, const VerificationGrant& grant,
+                                           const std::vector<RecordVerdict>& verdicts) {
+    return absl::UnimplementedError("no verification tasks here");
+  }
   // Ends a Lease call now waiting, from any thread (ControlPlaneClient::InterruptLease).
   virtual void InterruptLease() = 0;
   // Non-OK once the server refused this executor's credential (ControlPlaneClient::

@@ -16,11 +16,17 @@ namespace {
 
 // The runner every executor has; a lease that names none runs there.
 constexpr char kBuiltInRunner[] = "llama";
-std::string RunnerOf(const LeaseGrant& lease) { return lease.runner.empty() ? kBuiltInRunner : lease.runner; }
 
-// What a runner must have loaded to run a lease: its model (the bytes, for a registry model) and
-// load options.
-std::string ModelKey(const LeaseGrant& lease) {
+// Events taken per pass at most, so a flood of results cannot starve leasing and completions.
+constexpr int kEventsPerPass = 4096;
+
+}  // namespace
+
+std::string ExecutorAgent::RunnerOf(const LeaseGrant& lease) {
+  return lease.runner.empty() ? kBuiltInRunner : lease.runner;
+}
+
+std::string ExecutorAgent::ModelKey(const LeaseGrant& lease) {
   std::string key =
       absl::StrCat(RunnerOf(lease), ":", lease.model, "@", lease.model_digest, "\n", lease.runner_options_json);
   // A gang's model lives across its members' rpc-servers, which live for one attempt: each gang
@@ -28,11 +34,6 @@ std::string ModelKey(const LeaseGrant& lease) {
   if (!lease.gang.empty()) absl::StrAppend(&key, "\ngang ", TaskKey(lease.ref));
   return key;
 }
-
-// Events taken per pass at most, so a flood of results cannot starve leasing and completions.
-constexpr int kEventsPerPass = 4096;
-
-}  // namespace
 
 absl::Status ExecutorAgent::StartRunner(const std::string& name, const std::vector<int>& tcp_ports) {
   RunnerFactory* factory = runners_.get();
@@ -45,6 +46,7 @@ absl::Status ExecutorAgent::StartRunner(const std::string& name, const std::vect
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Runner> runner, factory->StartConnecting([this] { main_alarm_->Ring(); }, tcp_ports));
   runner_ = std::move(runner);
+  ++runner_generation_;
   runner_name_ = name;
   runner_ports_ = tcp_ports;
   {
@@ -256,6 +258,7 @@ void ExecutorAgent::TakeRunnerEvents(absl::Time now) {
 
 void ExecutorAgent::OnEvent(const runner_protocol::Event& event, absl::Time now) {
   using Type = runner_protocol::Event::Type;
+  if (TakeVerificationEvent(event, now)) return;  // a spot check's (agent_verify.cc)
   switch (event.type) {
     case Type::kLoaded: {
       // Where the weights went (llama.cpp's own account: the devices' buffers, the gang's
@@ -315,7 +318,7 @@ void ExecutorAgent::OnEvent(const runner_protocol::Event& event, absl::Time now)
     }
     case Type::kReady:
     case Type::kPong:
-    case Type::kVerdict:  // the agent sends no rescore commands (yet): nothing to match it to
+    case Type::kVerdict:  // of a spot check given up already: nothing to match it to
       return;
   }
 }

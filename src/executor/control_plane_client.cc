@@ -195,6 +195,13 @@ class GrpcControlPlaneClient : public ControlPlaneClient {
   absl::Status Fail(const v1::FailRequest& request) override {
     return Call(&v1::Executors::Stub::Fail, request, v1::FailResponse()).status();
   }
+  absl::StatusOr<v1::LeaseVerificationsResponse> LeaseVerifications(
+      const v1::LeaseVerificationsRequest& request) override {
+    return Call(&v1::Executors::Stub::LeaseVerifications, request, v1::LeaseVerificationsResponse());
+  }
+  absl::Status ReportVerifications(const v1::ReportVerificationsRequest& request) override {
+    return Call(&v1::Executors::Stub::ReportVerifications, request, v1::ReportVerificationsResponse()).status();
+  }
 
  private:
   // Keeps an Attach stream open to the server for as long as this client lives (proto: the

@@ -22,6 +22,14 @@ class ControlPlaneClient {
   virtual absl::Status Complete(const v1::CompleteRequest& request) = 0;
   virtual absl::StatusOr<v1::CompleteBatchResponse> CompleteBatch(const v1::CompleteBatchRequest& request) = 0;
   virtual absl::Status Fail(const v1::FailRequest& request) = 0;
+  // Spot checks (docs/verification.md): verification tasks for this executor, and its verdicts.
+  // Default: Unimplemented (a client that does not speak them; the agent then asks no more).
+  virtual absl::StatusOr<v1::LeaseVerificationsResponse> LeaseVerifications(const v1::LeaseVerificationsRequest&) {
+    return absl::UnimplementedError("this client does not lease verification tasks");
+  }
+  virtual absl::Status ReportVerifications(const v1::ReportVerificationsRequest&) {
+    return absl::UnimplementedError("this client does not report verifications");
+  }
   // Ends a Lease call now waiting (a long poll) early, from any thread: it returns Cancelled,
   // and the caller, not knowing whether tasks were granted, reclaims them on its next lease. A
   // call that has not started yet is not affected. Default: nothing to interrupt.

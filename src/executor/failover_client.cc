@@ -124,6 +124,16 @@ absl::Status FailoverControlPlaneClient::Fail(const v1::FailRequest& request) {
   return Run<absl::Status>([&](ControlPlaneClient& c) { return c.Fail(request); });
 }
 
+absl::StatusOr<v1::LeaseVerificationsResponse> FailoverControlPlaneClient::LeaseVerifications(
+    const v1::LeaseVerificationsRequest& request) {
+  return Run<absl::StatusOr<v1::LeaseVerificationsResponse>>(
+      [&](ControlPlaneClient& c) { return c.LeaseVerifications(request); });
+}
+
+absl::Status FailoverControlPlaneClient::ReportVerifications(const v1::ReportVerificationsRequest& request) {
+  return Run<absl::Status>([&](ControlPlaneClient& c) { return c.ReportVerifications(request); });
+}
+
 void FailoverControlPlaneClient::InterruptLease() {
   Current current = Now();
   if (current.client) current.client->InterruptLease();

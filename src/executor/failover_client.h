@@ -41,6 +41,9 @@ class FailoverControlPlaneClient : public ControlPlaneClient {
   absl::Status Complete(const v1::CompleteRequest& request) override;
   absl::StatusOr<v1::CompleteBatchResponse> CompleteBatch(const v1::CompleteBatchRequest& request) override;
   absl::Status Fail(const v1::FailRequest& request) override;
+  absl::StatusOr<v1::LeaseVerificationsResponse> LeaseVerifications(
+      const v1::LeaseVerificationsRequest& request) override;
+  absl::Status ReportVerifications(const v1::ReportVerificationsRequest& request) override;
   void InterruptLease() override;
 
   // The address calls go to now.

@@ -50,7 +50,7 @@ class ProcessRunner final : public Runner {
   void Load(const runner_protocol::LoadRequest& request) override;
   void StartBatch(const std::string& batch, const std::vector<std::string>& records) override;
   // Sends a `rescore` command; its verdicts and batch_done come as events under request.batch.
-  void StartRescore(const rescore::Request& request);
+  void StartRescore(const rescore::Request& request) override;
   void Cancel(const std::string& batch) override;
   void RequestShutdown() override;
   absl::StatusOr<std::optional<runner_protocol::Event>> Poll() override;

@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "runner/protocol.h"
+#include "runner/rescore.h"
 
 namespace minions {
 
@@ -34,13 +35,16 @@ class Runner {
   // Queue one command each; never blocks on the runner.
   virtual void Load(const runner_protocol::LoadRequest& request) = 0;
   virtual void StartBatch(const std::string& batch, const std::vector<std::string>& records) = 0;
+  // A `rescore` command (docs/runner-protocol.md): one verdict per item, then batch_done, under
+  // request.batch.
+  virtual void StartRescore(const rescore::Request& request) = 0;
   virtual void Cancel(const std::string& batch) = 0;
   // Asks the runner to exit once it has read what was queued before.
   virtual void RequestShutdown() = 0;
 
-  // The next event the runner sent, if one has arrived (ready, loaded, result, batch_done, error,
-  // pong). Once the runner has ended and every event before that is taken: an error saying how it
-  // ended (Unavailable: it died or exited; FailedPrecondition: it does not speak the protocol),
+  // The next event the runner sent, if one has arrived (ready, loaded, result, verdict,
+  // batch_done, error, pong). Once the runner has ended and every event before that is taken: an
+  // error saying how it ended (Unavailable: it died or exited; FailedPrecondition: it does not speak the protocol),
   // on every call from then on.
   virtual absl::StatusOr<std::optional<runner_protocol::Event>> Poll() = 0;
 

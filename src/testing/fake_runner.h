@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "runner/batch_record.h"
+#include "runner/rescore.h"
 #include "runner/runner.h"
 
 namespace minions::testing {
@@ -36,6 +37,11 @@ struct FakeRunnerScript {
   std::string stall_on;    // ... makes it stop answering, alive
   std::string bad_model;   // loading this model fails with an error
   bool refuse_start = false;  // the program cannot be started
+  std::string answer;         // the text of every answer it gives (a forger's, in spot-check tests)
+  // `rescore`: an item whose claimed output line contains this fails its check; with
+  // cannot_rescore every item is answered with an error (as a runner that cannot check).
+  std::string reject_claim = "forged";
+  bool cannot_rescore = false;
 
   // The tally.
   int starts = 0;
@@ -46,6 +52,8 @@ struct FakeRunnerScript {
   int64_t records_run = 0;  // results given
   std::vector<int> signals;  // Signal() calls, in order
   std::vector<int> tcp_ports;  // the ports the last runner started may connect to (a gang's members)
+  std::vector<std::string> rescores;  // `rescore` batch ids, in the order they were sent
+  int64_t items_rescored = 0;         // verdicts given
 };
 
 class FakeRunner : public Runner {
@@ -64,6 +72,15 @@ class FakeRunner : public Runner {
   void StartBatch(const std::string& batch, const std::vector<std::string>& records) override {
     script_->batches.push_back(batch);
     Queue({Command::kRun, batch, records});
+  }
+  void StartRescore(const rescore::Request& request) override {
+    script_->rescores.push_back(request.batch);
+    Command command{Command::kRescore, request.batch, {}};
+    for (const rescore::Item& item : request.items) {
+      command.records.push_back(item.record);
+      command.claims.push_back(DumpJson(item.output));
+    }
+    Queue(std::move(command));
   }
   void Cancel(const std::string& batch) override {
     if (current_ && current_->id == batch) current_->cancelled = true;
@@ -122,9 +139,10 @@ class FakeRunner : public Runner {
 
  private:
   struct Command {
-    enum Kind { kLoad, kRun, kShutdown } kind;
-    std::string id;  // kLoad: the model; kRun: the batch
+    enum Kind { kLoad, kRun, kRescore, kShutdown } kind;
+    std::string id;  // kLoad: the model; kRun, kRescore: the batch
     std::vector<std::string> records;
+    std::vector<std::string> claims;  // kRescore: the claimed output lines, by item
     bool cancelled = false;
     size_t next = 0;  // kRun: the next record to answer
   };
@@ -148,7 +166,7 @@ class FakeRunner : public Runner {
     }
     if (current_->kind == Command::kLoad) {
       next_step_at_ = free_at_ + script_->load_time;
-    } else if (current_->kind == Command::kRun && !current_->cancelled) {
+    } else if ((current_->kind == Command::kRun || current_->kind == Command::kRescore) && !current_->cancelled) {
       next_step_at_ = free_at_ + script_->record_time;
     } else {
       next_step_at_ = free_at_;
@@ -186,6 +204,27 @@ class FakeRunner : public Runner {
         current_.reset();
         End(absl::UnavailableError("fake runner ended: exited with code 0"));
         return;
+      case Command::kRescore: {
+        if (c.cancelled || c.next >= c.records.size()) {
+          Emit(Json{{"type", "batch_done"}, {"batch", c.id}, {"records", c.records.size()}, {"cancelled", c.cancelled}});
+          current_.reset();
+          return;
+        }
+        const std::string custom_id = ParseRecordLine(c.records[c.next]).custom_id;
+        Json verdict{{"type", "verdict"}, {"batch", c.id}, {"index", c.next}, {"custom_id", custom_id}};
+        if (script_->cannot_rescore) {
+          verdict["error"] = "this runner cannot check answers";
+        } else {
+          rescore::Verdict decided;
+          decided.passed = script_->reject_claim.empty() || c.claims[c.next].find(script_->reject_claim) == std::string::npos;
+          if (!decided.passed) decided.reason = "greedy: answer token 0 is 9.00 nats below the most likely token";
+          verdict["verdict"] = decided.ToJson();
+        }
+        Emit(std::move(verdict));
+        ++script_->items_rescored;
+        ++c.next;
+        return;
+      }
       case Command::kRun:
         if (c.cancelled || c.next >= c.records.size()) {
           Emit(Json{{"type", "batch_done"}, {"batch", c.id}, {"records", c.records.size()},
@@ -205,7 +244,7 @@ class FakeRunner : public Runner {
         }
         ParsedRecord parsed = ParseRecordLine(record);
         Json output = parsed.ok() ? MakeResponseLine(parsed.custom_id,
-                                                     MakeCompletionBody(parsed.custom_id, "fake", "", "stop", {}, 0))
+                                                     MakeCompletionBody(parsed.custom_id, "fake", script_->answer, "stop", {}, 0))
                                   : MakeErrorLine(parsed.custom_id, parsed.error_code, parsed.error_message);
         Emit(Json{{"type", "result"}, {"batch", c.id}, {"index", c.next}, {"output", std::move(output)}});
         ++script_->records_run;

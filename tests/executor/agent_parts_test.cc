@@ -19,6 +19,7 @@ namespace minions {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::minions::testing::FakeClock;
 
 // --- LeaseWindow ---
@@ -240,6 +241,19 @@ class ScriptedControlPlane : public AgentControlPlane {
     return absl::OkStatus();
   }
   void InterruptLease() override {}
+  absl::StatusOr<std::vector<VerificationGrant>> LeaseVerifications(const std::string& executor_id,
+                                                                   int max_tasks) override {
+    verification_asks.push_back(max_tasks);
+    if (!offers_verifications) return absl::UnimplementedError("an older server");
+    std::vector<VerificationGrant> out;
+    out.swap(verifications);
+    return out;
+  }
+  absl::Status ReportVerifications(const std::string& executor_id, const VerificationGrant& grant,
+                                   const std::vector<RecordVerdict>& verdicts) override {
+    reports.push_back({grant, verdicts});
+    return absl::OkStatus();
+  }
 
   struct Failure {
     LeaseProgress progress;
@@ -254,6 +268,15 @@ class ScriptedControlPlane : public AgentControlPlane {
   std::vector<AgentLeaseAsk> asks;
   std::vector<LeaseProgress> completed;
   std::vector<Failure> failed;
+  // Spot checks.
+  bool offers_verifications = true;
+  std::vector<VerificationGrant> verifications;  // the next LeaseVerifications grants these
+  std::vector<int> verification_asks;
+  struct Report {
+    VerificationGrant grant;
+    std::vector<RecordVerdict> verdicts;
+  };
+  std::vector<Report> reports;
 };
 
 // Objects by URL in memory.
@@ -311,6 +334,24 @@ class AgentThroughAFakeTest : public ::testing::Test {
     grant.model = model_;
     grant.chunk_urls = {{"mem://out-0", "mem://err-0"}};
     return grant;
+  }
+
+  // A spot check of `claims.size()` records of another executor's chunk: record i claimed
+  // claims[i] (an output line, or anything).
+  VerificationGrant Verification(const std::vector<std::string>& claims, const std::string& model = "") {
+    VerificationGrant grant;
+    grant.job.ref = {"job-9", 2, 1};
+    grant.seq = 0;
+    grant.job.model = model.empty() ? model_ : model;
+    grant.job.expires_at = clock_.Now() + absl::Seconds(60);
+    for (size_t i = 0; i < claims.size(); ++i) {
+      const std::string id = "v" + std::to_string(i);
+      grant.items.push_back({static_cast<int64_t>(i * 3), id, "{\"custom_id\":\"" + id + "\",\"body\":{}}", claims[i]});
+    }
+    return grant;
+  }
+  static std::string Claim(const std::string& custom_id, const std::string& text) {
+    return DumpJson(MakeResponseLine(custom_id, MakeCompletionBody(custom_id, "fake", text, "stop", {}, 0)));
   }
 
   // Plays the agent's two loops on fake time for `span`, 10 ms at a time.
@@ -379,6 +420,112 @@ TEST_F(AgentThroughAFakeTest, ATaskTheServerCancelsIsNeitherCompletedNorFailed) 
   EXPECT_TRUE(plane_->completed.empty());
   EXPECT_TRUE(plane_->failed.empty());
   EXPECT_TRUE(plane_->beats.back().leases.empty());
+}
+
+}  // namespace
+}  // namespace minions
+
+namespace minions {
+namespace {
+
+TEST_F(AgentThroughAFakeTest, AnIdleAgentReScoresASpotCheckAndReportsOneVerdictPerRecord) {
+  plane_->verifications = {Verification({Claim("v0", "honest"), Claim("v1", "a forged answer"), "not json"})};
+  Play(absl::Seconds(2));
+  ASSERT_EQ(plane_->reports.size(), 1u);
+  const auto& report = plane_->reports.front();
+  EXPECT_EQ(report.grant.job.ref, (AttemptRef{"job-9", 2, 1}));
+  ASSERT_EQ(report.verdicts.size(), 3u);
+  EXPECT_EQ(report.verdicts[0].record, 0);
+  EXPECT_TRUE(report.verdicts[0].checked);
+  EXPECT_TRUE(report.verdicts[0].passed);
+  EXPECT_EQ(report.verdicts[1].record, 3);
+  EXPECT_TRUE(report.verdicts[1].checked);
+  EXPECT_FALSE(report.verdicts[1].passed);
+  EXPECT_THAT(report.verdicts[1].reason, HasSubstr("nats"));
+  // A claimed line that is not JSON is not sent to the runner: unchecked, nothing against anyone.
+  EXPECT_EQ(report.verdicts[2].record, 6);
+  EXPECT_FALSE(report.verdicts[2].checked);
+  EXPECT_THAT(report.verdicts[2].reason, HasSubstr("JSON"));
+  EXPECT_EQ(script_.loads, 1);
+  EXPECT_EQ(script_.items_rescored, 2);
+  EXPECT_EQ(agent_->verifications_reported(), 1);
+  EXPECT_EQ(agent_->tasks_completed(), 0);
+}
+
+TEST_F(AgentThroughAFakeTest, WhatTheRunnerCannotCheckIsReportedAsNotChecked) {
+  script_.cannot_rescore = true;
+  plane_->verifications = {Verification({Claim("v0", "honest"), Claim("v1", "honest")})};
+  Play(absl::Seconds(2));
+  ASSERT_EQ(plane_->reports.size(), 1u);
+  ASSERT_EQ(plane_->reports[0].verdicts.size(), 2u);
+  for (const RecordVerdict& verdict : plane_->reports[0].verdicts) {
+    EXPECT_FALSE(verdict.checked);
+    EXPECT_THAT(verdict.reason, HasSubstr("cannot check"));
+  }
+}
+
+TEST_F(AgentThroughAFakeTest, ASpotCheckWhoseModelDoesNotLoadIsReportedAsNotChecked) {
+  script_.bad_model = model_;
+  plane_->verifications = {Verification({Claim("v0", "honest")})};
+  Play(absl::Seconds(2));
+  ASSERT_EQ(plane_->reports.size(), 1u);
+  ASSERT_EQ(plane_->reports[0].verdicts.size(), 1u);
+  EXPECT_FALSE(plane_->reports[0].verdicts[0].checked);
+  EXPECT_THAT(plane_->reports[0].verdicts[0].reason, HasSubstr("did not load"));
+  EXPECT_TRUE(plane_->failed.empty());  // no task was involved
+}
+
+TEST_F(AgentThroughAFakeTest, AModelOutsideTheOwnersFoldersIsNeverLoadedForASpotCheck) {
+  plane_->verifications = {Verification({Claim("v0", "honest")}, "/etc/passwd")};
+  Play(absl::Seconds(2));
+  ASSERT_EQ(plane_->reports.size(), 1u);
+  EXPECT_FALSE(plane_->reports[0].verdicts[0].checked);
+  EXPECT_THAT(plane_->reports[0].verdicts[0].reason, HasSubstr("cannot load the model"));
+  EXPECT_EQ(script_.loads, 0);
+}
+
+TEST_F(AgentThroughAFakeTest, TheRunnerDyingMidCheckLeavesItsRecordsUncheckedAndTheAgentServing) {
+  script_.record_time = absl::Seconds(1);
+  plane_->verifications = {Verification({Claim("v0", "honest"), Claim("v1", "honest"), Claim("v2", "honest")})};
+  Play(absl::Milliseconds(1500));
+  ASSERT_EQ(script_.rescores.size(), 1u);
+  agent_->KillRunner("test");
+  Play(absl::Seconds(1));
+  ASSERT_EQ(plane_->reports.size(), 1u);
+  const auto& verdicts = plane_->reports[0].verdicts;
+  ASSERT_EQ(verdicts.size(), 3u);
+  EXPECT_TRUE(verdicts[0].checked);
+  EXPECT_FALSE(verdicts[2].checked);
+  EXPECT_THAT(verdicts[2].reason, HasSubstr("runner ended"));
+  // Still serving: a task granted afterwards runs.
+  plane_->grants = {Grant(1, 2)};
+  Play(absl::Seconds(3));
+  EXPECT_EQ(agent_->tasks_completed(), 1);
+}
+
+TEST_F(AgentThroughAFakeTest, ASpotCheckWaitsForTheTaskInHandAndNeverPreemptsIt) {
+  script_.record_time = absl::Seconds(1);
+  plane_->grants = {Grant(1, 3)};
+  Play(absl::Milliseconds(100));
+  ASSERT_TRUE(agent_->HoldsWork());
+  const size_t asked = plane_->verification_asks.size();
+  plane_->verifications = {Verification({Claim("v0", "honest")})};
+  Play(absl::Seconds(2));
+  // The task runs: no spot check is asked for, none sent to the runner.
+  EXPECT_EQ(plane_->verification_asks.size(), asked);
+  EXPECT_TRUE(script_.rescores.empty());
+  Play(absl::Seconds(10));
+  ASSERT_EQ(plane_->completed.size(), 1u);
+  EXPECT_EQ(plane_->completed[0].records_done, 3);
+  ASSERT_EQ(plane_->reports.size(), 1u);
+  EXPECT_TRUE(plane_->reports[0].verdicts[0].passed);
+  EXPECT_EQ(script_.loads, 1);  // the same model: loaded once for both
+}
+
+TEST_F(AgentThroughAFakeTest, AServerWithoutSpotChecksIsAskedOnce) {
+  plane_->offers_verifications = false;
+  Play(absl::Seconds(20));
+  EXPECT_EQ(plane_->verification_asks.size(), 1u);
 }
 
 }  // namespace

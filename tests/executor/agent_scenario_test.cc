@@ -706,3 +706,58 @@ TEST(ExecutorStory, StopEndsRunWhateverTheRunnerDoes) {
 
 }  // namespace
 }  // namespace minions::testing
+
+// Spot checks end to end on the real control plane (server.spot_checks on): each executor's
+// chunks are re-scored by the other while it is idle, and the job publishes once the verdicts are
+// in (docs/verification.md, "Spot checks").
+namespace minions::testing {
+namespace {
+
+FakeControlPlane::Options SpotChecksOn() {
+  FakeControlPlane::Options options;
+  options.spot_checks = true;
+  return options;
+}
+
+TEST(SpotCheckStory, AJobPublishesWithItsRecordsVerifiedByAnotherExecutor) {
+  Scenario s(SpotChecksOn());
+  s.AddExecutor("A");
+  s.AddExecutor("B");
+  std::string job = s.Submit(Scenario::Records(60), 10);
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  Job done = s.job(job);
+  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
+  s.ExpectEachRecordOnce(job, 60);
+  auto verdicts = s.server.store().ListVerifications(job);
+  ASSERT_TRUE(verdicts.ok()) << verdicts.status();
+  // An executor's first records are all drawn: each one checked once, by the other executor.
+  EXPECT_EQ(verdicts->size(), 60u);
+  for (const Verification& v : *verdicts) {
+    EXPECT_TRUE(v.passed) << v.custom_id << ": " << v.reason;
+    EXPECT_NE(v.verifier_id, v.producer_id) << v.custom_id;
+  }
+  EXPECT_GT(s.executor("A").agent->verifications_reported() + s.executor("B").agent->verifications_reported(), 0);
+}
+
+TEST(SpotCheckStory, AForgingExecutorIsQuarantinedAndItsRecordsAreRedoneBeforeTheJobPublishes) {
+  Scenario s(SpotChecksOn());
+  s.AddExecutor("A");
+  s.AddExecutor("B");
+  Scenario::Executor& forger = s.AddExecutor("F");
+  forger.runner.answer = "a forged answer";
+  std::string job = s.Submit(Scenario::Records(60), 10);
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  Job done = s.job(job);
+  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
+  s.ExpectEachRecordOnce(job, 60);
+  ASSERT_GT(forger.runner.records_run, 0);  // it did take work, which was caught
+  auto state = s.server.store().GetExecutor(forger.id());
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->state, ExecutorState::kQuarantined);
+  for (const Json& line : s.server.Results(job, /*errors=*/false)) {
+    EXPECT_EQ(DumpJson(line).find("forged"), std::string::npos) << DumpJson(line);
+  }
+}
+
+}  // namespace
+}  // namespace minions::testing

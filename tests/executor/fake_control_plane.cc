@@ -69,6 +69,22 @@ class FakeControlPlane::Client : public ControlPlaneClient {
         ->Call<v1::FailResponse>([&](ExecutorService& s, v1::FailResponse*) { return s.Fail(request.executor_id(), request); })
         .status();
   }
+  absl::StatusOr<v1::LeaseVerificationsResponse> LeaseVerifications(
+      const v1::LeaseVerificationsRequest& request) override {
+    if (!server_->options_.spot_checks) return ControlPlaneClient::LeaseVerifications(request);
+    return server_->Call<v1::LeaseVerificationsResponse>(
+        [&](ExecutorService& s, v1::LeaseVerificationsResponse* reply) {
+          return s.LeaseVerifications(request.executor_id(), request, reply);
+        });
+  }
+  absl::Status ReportVerifications(const v1::ReportVerificationsRequest& request) override {
+    if (!server_->options_.spot_checks) return ControlPlaneClient::ReportVerifications(request);
+    return server_
+        ->Call<v1::ReportVerificationsResponse>([&](ExecutorService& s, v1::ReportVerificationsResponse*) {
+          return s.ReportVerifications(request.executor_id(), request);
+        })
+        .status();
+  }
 
  private:
   FakeControlPlane* server_;
@@ -89,7 +105,9 @@ FakeControlPlane::FakeControlPlane(Clock* clock, Options options) : clock_(clock
   model_path_ = models_dir_ + "/fake.gguf";
   std::filesystem::create_directories(models_dir_);
   std::ofstream(model_path_) << "GGUF";
-  auto store = SqliteMetadataStore::Open(":memory:", StoreOptions{});
+  StoreOptions store_options;
+  store_options.spot_checks = options_.spot_checks;
+  auto store = SqliteMetadataStore::Open(":memory:", store_options);
   auto blobs = LocalBlobStore::Open(dir_ + "/objects");
   if (!store.ok() || !blobs.ok()) std::abort();
   store_ = std::move(*store);

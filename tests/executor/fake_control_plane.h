@@ -37,6 +37,9 @@ class FakeControlPlane {
     // Its executor timeout and takeover grace are set from the TTL, as in `minions server`
     // (ServerWatchdogOptions).
     WatchdogOptions watchdog;
+    // StoreOptions::spot_checks (server.spot_checks): committed chunks get spot checks drawn, and
+    // the clients lease and report them. Off: the clients answer those calls Unimplemented.
+    bool spot_checks = false;
   };
   FakeControlPlane(Clock* clock, Options options);
   ~FakeControlPlane();

@@ -1,0 +1,181 @@
+// ExecutorAgent, the verifier's side of spot checks (docs/verification.md, "Spot checks"): an
+// idle executor leases a verification task (records of a chunk another executor produced), loads
+// the job's model on its runner as it would for a task, has the runner re-score the claimed
+// answers (`rescore`, docs/runner-protocol.md) and reports one verdict per record. Whatever it
+// could not check (the model would not load, the runner died, the claimed line is not JSON) is
+// reported as not checked, which says nothing about the producer.
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "executor/agent.h"
+
+namespace minions {
+
+void ExecutorAgent::Verify(bool may_ask, absl::Time now) {
+  if (!verifying_) {
+    // Only with nothing else to do: no task held, queued, loading or in a gang.
+    if (!may_ask || verify_unoffered_ || now < next_verify_ask_) return;
+    if (!tasks_.empty() || !queue_.empty() || RunnerBusy() || loading_since_ || InGang()) return;
+    next_verify_ask_ = now + options_.verify_poll;
+    auto grants = client_->LeaseVerifications(id(), 1);
+    if (!grants.ok()) {
+      if (absl::IsUnimplemented(grants.status())) {
+        // A server (or client) without spot checks: asking again will not change that.
+        MINIONS_LOG(Info) << "the server leases no spot checks: " << grants.status().message();
+        verify_unoffered_ = true;
+      } else {
+        MINIONS_LOG(Debug) << "leasing spot checks failed: " << grants.status().message();
+      }
+      return;
+    }
+    if (grants->empty()) return;
+    Verifying v;
+    v.grant = std::move(grants->front());
+    v.batch = absl::StrCat("verify-", v.grant.job.ref.job_id, "-", v.grant.job.ref.task_index, "-",
+                           v.grant.job.ref.attempt, "-", v.grant.seq);
+    v.verdicts.resize(v.grant.items.size());
+    verifying_ = std::move(v);
+    // More than asked for: each goes back unchecked at once, so another verifier may take it.
+    for (size_t i = 1; i < grants->size(); ++i) {
+      std::vector<RecordVerdict> unchecked;
+      for (const VerificationGrant::Item& item : (*grants)[i].items) {
+        unchecked.push_back({item.record, item.custom_id, false, false, "not asked for"});
+      }
+      (void)client_->ReportVerifications(id(), (*grants)[i], unchecked);
+    }
+    MINIONS_LOG(Info) << "spot check of " << Describe(verifying_->grant.job.ref) << " chunk " << verifying_->grant.seq
+                      << ": " << verifying_->grant.items.size() << " records";
+  }
+  Verifying& v = *verifying_;
+  if (now >= v.grant.job.expires_at) return EndVerification("its lease expired before the verdicts came");
+  if (v.sent) {
+    if (!runner_ || runner_generation_ != v.runner_generation) return EndVerification("the runner ended");
+    if (v.done) return EndVerification("the runner gave no verdict");
+    return;
+  }
+  if (!may_ask) return;  // the owner holds the machine: no model loads for it meanwhile
+  StartVerification(now);
+}
+
+void ExecutorAgent::StartVerification(absl::Time now) {
+  Verifying& v = *verifying_;
+  const std::string key = ModelKey(v.grant.job);
+  if (runner_ && runner_model_ == key && (!v.load_asked || runner_generation_ == v.runner_generation)) {
+    if (loading_since_) return;  // the runner says `loaded` (or why not)
+    rescore::Request request;
+    request.batch = v.batch;
+    for (size_t i = 0; i < v.grant.items.size(); ++i) {
+      const VerificationGrant::Item& item = v.grant.items[i];
+      absl::StatusOr<Json> claimed = ParseJson(item.output_line);
+      if (!claimed.ok() || !claimed->is_object()) {
+        v.verdicts[i] = RecordVerdict{item.record, item.custom_id, false, false, "the claimed line is not a JSON object"};
+        continue;
+      }
+      request.items.push_back({item.input_line, std::move(*claimed)});
+      v.sent_items.push_back(i);
+    }
+    if (request.items.empty()) return EndVerification("nothing to re-score");
+    runner_->StartRescore(request);
+    watch_.Sent(now);
+    v.sent = true;
+    v.runner_generation = runner_generation_;
+    return;
+  }
+  // Asked already and the runner no longer has (or loads) it: the load failed, the runner died, or
+  // the owner took the machine back.
+  if (v.load_asked) return EndVerification("the job's model did not load");
+  if (RunnerBusy() || loading_since_) return;  // not while anything else runs
+  if (!v.grant.job.model_digest.empty()) {
+    absl::StatusOr<std::optional<std::string>> cached = CachedModel(v.grant.job);
+    if (!cached.ok()) return EndVerification(absl::StrCat("cannot fetch the model: ", cached.status().message()));
+    if (!cached->has_value()) return;  // on its way; the fetch rings the loop when done
+  }
+  absl::StatusOr<runner_protocol::LoadRequest> load = LoadRequestFor(v.grant.job);
+  if (!load.ok()) return EndVerification(absl::StrCat("cannot load the model: ", load.status().message()));
+  if (runner_ && (runner_name_ != RunnerOf(v.grant.job) || !runner_ports_.empty())) DropRunner();  // holds nothing
+  if (!runner_) {
+    if (absl::Status s = StartRunner(RunnerOf(v.grant.job)); !s.ok()) {
+      return EndVerification(absl::StrCat("cannot start the runner: ", s.message()));
+    }
+  }
+  runner_->Load(*load);
+  runner_model_ = key;
+  {
+    absl::MutexLock lock(&mu_);
+    model_loaded_ = v.grant.job.model_digest.empty() ? v.grant.job.model : v.grant.job.model_digest;
+  }
+  loading_since_ = now;
+  loading_for_ = nullptr;  // no task waits on it: a failure ends only the spot check
+  v.load_asked = true;
+  v.runner_generation = runner_generation_;
+}
+
+bool ExecutorAgent::TakeVerificationEvent(const runner_protocol::Event& event, absl::Time now) {
+  using Type = runner_protocol::Event::Type;
+  if (!verifying_ || !verifying_->sent || event.batch != verifying_->batch) return false;
+  Verifying& v = *verifying_;
+  switch (event.type) {
+    case Type::kVerdict: {
+      watch_.Heard(now, true);
+      if (event.index >= v.sent_items.size()) return true;  // not one it sent: ignored
+      const size_t i = v.sent_items[event.index];
+      const VerificationGrant::Item& item = v.grant.items[i];
+      RecordVerdict verdict{item.record, item.custom_id, false, false, ""};
+      const Json& body = event.body;
+      if (body.contains("error")) {
+        verdict.reason = JsonString(body, "error");  // the runner could not check it
+      } else {
+        const rescore::Verdict decided = rescore::Verdict::FromJson(JsonField(body, "verdict"));
+        if (!decided.skipped.empty()) {
+          verdict.reason = decided.skipped;  // an error line: the chunk checks judge those
+        } else {
+          verdict.checked = true;
+          verdict.passed = decided.passed;
+          verdict.reason = decided.reason;
+        }
+      }
+      v.verdicts[i] = std::move(verdict);
+      return true;
+    }
+    case Type::kBatchDone:
+    case Type::kError:  // a rescore it refused: what has no verdict goes back unchecked
+      if (event.type == Type::kError) MINIONS_LOG(Warning) << "the runner refused the spot check: " << event.message;
+      v.done = true;
+      watch_.Heard(now, RunnerBusy());
+      main_alarm_->Ring();  // report on the next pass
+      return true;
+    default:
+      return false;
+  }
+}
+
+void ExecutorAgent::EndVerification(const std::string& why) {
+  Verifying v = std::move(*verifying_);
+  verifying_.reset();
+  std::vector<RecordVerdict> verdicts;
+  int unchecked = 0;
+  for (size_t i = 0; i < v.grant.items.size(); ++i) {
+    if (v.verdicts[i]) {
+      verdicts.push_back(*v.verdicts[i]);
+    } else {
+      verdicts.push_back({v.grant.items[i].record, v.grant.items[i].custom_id, false, false, why});
+    }
+    unchecked += verdicts.back().checked ? 0 : 1;
+  }
+  absl::Status reported = client_->ReportVerifications(id(), v.grant, verdicts);
+  if (!reported.ok()) {
+    // Its lease ends on its own and another verifier takes the records: nothing is lost.
+    MINIONS_LOG(Warning) << "cannot report the spot check of " << Describe(v.grant.job.ref) << ": "
+                         << reported.message();
+    return;
+  }
+  ++verifications_reported_;
+  next_verify_ask_ = absl::InfinitePast();  // there may be more waiting
+  MINIONS_LOG(Info) << "spot check of " << Describe(v.grant.job.ref) << " chunk " << v.grant.seq << " reported: "
+                    << verdicts.size() - unchecked << " checked, " << unchecked << " not"
+                    << (unchecked > 0 ? " (" + why + ")" : "");
+}
+
+}  // namespace minions
