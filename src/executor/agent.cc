@@ -381,8 +381,8 @@ void ExecutorAgent::Stage(const LeaseGrant& lease, absl::Time now) {
   }
 }
 
-void ExecutorAgent::MaybeCheckpoint(TaskPtr task, absl::Time now) {
-  std::optional<TaskRun::ChunkUpload> due = task->DueCheckpoint(now);
+void ExecutorAgent::MaybeCheckpoint(TaskPtr task, absl::Time now, bool now_anyway) {
+  std::optional<TaskRun::ChunkUpload> due = task->DueCheckpoint(now, now_anyway);
   if (!due) return;
   if (absl::Status s = Upload(task, *due, now); !s.ok()) {
     MINIONS_LOG(Warning) << Describe(task->ref()) << " checkpoint not uploaded (will retry): " << s.message();
@@ -413,11 +413,7 @@ void ExecutorAgent::FinishTask(TaskPtr task, TaskRun::BatchEnd end, absl::Time n
     // follow the pause), the rest runs when the owner leaves, before the tasks not yet begun and
     // after those yielded before it.
     if (task->cancelled()) return Forget(task);
-    if (std::optional<TaskRun::ChunkUpload> due = task->DueCheckpoint(now, /*now_anyway=*/true)) {
-      if (absl::Status s = Upload(task, *due, now); !s.ok()) {
-        MINIONS_LOG(Warning) << Describe(task->ref()) << " checkpoint not uploaded (will retry): " << s.message();
-      }
-    }
+    MaybeCheckpoint(task, now, /*now_anyway=*/true);
     auto at = queue_.begin();
     while (at != queue_.end() && (*at)->yielded() && (*at)->started() < task->started()) ++at;
     queue_.insert(at, task);

@@ -134,6 +134,8 @@ bool ExecutorAgent::ApplyWorkMode(absl::Time now) {
       if (busy && !frozen_ && now - gate_->mode_since() >= gate_->pause_grace()) {
         Freeze(true, now);
         MINIONS_LOG(Info) << "runner stopped (SIGSTOP): the owner is back and it has not stopped its batch";
+        // Its batch_done waits for the owner to leave: what it finished is checkpointed now.
+        for (const auto& [batch, task] : batches_) MaybeCheckpoint(task, now, /*now_anyway=*/true);
       }
       if (!busy || frozen_) ObserveYield(now);  // idle at its batch boundary, or stopped
       return true;

@@ -526,13 +526,13 @@ TEST(ExecutorStory, TheOwnerComingBackPausesTheRunnerThenReleasesItThenHandsTheT
 TEST(ExecutorStory, TheOwnerComingBackStopsTheBatchAtItsNextStepAndLosesNothing) {
   Scenario s;
   Scenario::Executor& a = s.AddExecutor("A");
-  a.runner.record_time = absl::Milliseconds(100);
-  std::string job = s.Submit(Scenario::Records(60), 60);  // one task: a batch of 60 records, 6 s
+  a.runner.record_time = absl::Milliseconds(40);  // its step: well within the grace (100 ms)
+  std::string job = s.Submit(Scenario::Records(60), 60);  // one task: a batch of 60 records
   ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= 13; }));
 
   a.gate->Set(WorkMode::kPause);
   // Its next step: the record under way ends (at most one record_time), then nothing more.
-  ASSERT_TRUE(s.RunUntil([&] { return a.runners->live() && a.runners->live()->idle(); }, absl::Seconds(1)));
+  ASSERT_TRUE(s.RunUntil([&] { return a.runners->live() && a.runners->live()->idle(); }, absl::Milliseconds(90)));
   const int64_t paused_at = a.runner.records_run;
   EXPECT_LT(paused_at, 60) << "the batch did not run to its end";
   EXPECT_EQ(a.runner.cancels.size(), 1u);
@@ -575,6 +575,7 @@ TEST(ExecutorStory, ARunnerThatIgnoresTheCancelIsStoppedPastTheGrace) {
   const int64_t paused_at = a.runner.records_run;
   s.RunFor(absl::Seconds(20));
   EXPECT_EQ(a.runner.records_run, paused_at);
+  EXPECT_EQ(CommittedRecords(TaskAt(s.tasks(job), 0)), paused_at) << "what it finished is checkpointed at the stop";
 
   a.gate->Set(WorkMode::kRun);
   ASSERT_TRUE(s.RunUntilJobEnds(job));
