@@ -42,6 +42,8 @@ struct FakeRunnerScript {
   // cannot_rescore every item is answered with an error (as a runner that cannot check).
   std::string reject_claim = "forged";
   bool cannot_rescore = false;
+  // `cancel` is not obeyed (a runner that does not know it): its batches run to their end.
+  bool ignores_cancel = false;
 
   // The tally.
   int starts = 0;
@@ -51,6 +53,7 @@ struct FakeRunnerScript {
   std::vector<std::string> batches;  // ids, in the order they were sent
   int64_t records_run = 0;  // results given
   std::vector<int> signals;  // Signal() calls, in order
+  std::vector<std::string> cancels;  // Cancel() calls' batches, in order
   std::vector<int> tcp_ports;  // the ports the last runner started may connect to (a gang's members)
   std::vector<std::string> rescores;  // `rescore` batch ids, in the order they were sent
   int64_t items_rescored = 0;         // verdicts given
@@ -83,6 +86,8 @@ class FakeRunner : public Runner {
     Queue(std::move(command));
   }
   void Cancel(const std::string& batch) override {
+    script_->cancels.push_back(batch);
+    if (script_->ignores_cancel) return;
     if (current_ && current_->id == batch) current_->cancelled = true;
     for (auto& command : commands_) {
       if (command.id == batch) command.cancelled = true;
@@ -227,6 +232,12 @@ class FakeRunner : public Runner {
       }
       case Command::kRun:
         if (c.cancelled || c.next >= c.records.size()) {
+          // As the protocol says: every record not answered gets a `cancelled` error line.
+          for (size_t i = c.next; c.cancelled && i < c.records.size(); ++i) {
+            Emit(Json{{"type", "result"}, {"batch", c.id}, {"index", i},
+                      {"output", MakeErrorLine(ParseRecordLine(c.records[i]).custom_id, kErrorCancelled,
+                                               "the batch was cancelled")}});
+          }
           Emit(Json{{"type", "batch_done"}, {"batch", c.id}, {"records", c.records.size()},
                         {"cancelled", c.cancelled}});
           current_.reset();

@@ -12,7 +12,6 @@
 #include "identity/token.h"
 #include "raw_tcp.h"
 #include "secure_server.h"
-#include "testing/even_tasks.h"
 #include "testing/http_get.h"
 #include "testing/socket_read.h"
 
@@ -56,19 +55,8 @@ class HttpAttack : public SecureServer {
     CreateTeam("ads");
     search_viewer_ = Issue(Role::kViewer, "search", "bob");
   }
-  static std::vector<std::string> Bearer(const std::string& token) { return {"Authorization: Bearer " + token}; }
   HttpReply Get(const std::string& path, const std::string& token = "") {
     return HttpGet(base_ + path, 10000, token.empty() ? std::vector<std::string>{} : Bearer(token));
-  }
-  // A job of `team` made in the store directly, with `n_tasks` tasks.
-  std::string StoreJobOf(const std::string& team, int n_tasks = 1) {
-    JobSpec spec;
-    spec.team = team;
-    spec.model = model_;
-    spec.input_key = "uploads/x/y/in.jsonl";
-    Job job = Must(store_->CreateJob(spec, absl::Now()));
-    EXPECT_TRUE(store_->AddTasks(job.id, EvenTasks(n_tasks, 2), n_tasks * 2, absl::Now()).ok());
-    return job.id;
   }
 
   std::string base_;

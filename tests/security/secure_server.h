@@ -21,6 +21,7 @@
 #include "rpc/tls.h"
 #include "server/control_plane.h"
 #include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/even_tasks.h"
 #include "testing/grpc_checks.h"
 #include "testing/identities.h"
 #include "testing/must.h"
@@ -121,6 +122,19 @@ class SecureServer : public ::testing::Test {
     model.blob_key = "models/x";
     Must(store_->AddModel(model));
   }
+
+  // A job of `team` made in the store directly: `n_tasks` tasks of 2 records.
+  std::string StoreJobOf(const std::string& team, int n_tasks = 1) {
+    JobSpec spec;
+    spec.team = team;
+    spec.model = model_;
+    spec.input_key = "uploads/x/y/in.jsonl";
+    Job job = Must(store_->CreateJob(spec, absl::Now()));
+    EXPECT_TRUE(store_->AddTasks(job.id, EvenTasks(n_tasks, 2), n_tasks * 2, absl::Now()).ok());
+    return job.id;
+  }
+  // An HTTP request's header presenting `token`.
+  static std::vector<std::string> Bearer(const std::string& token) { return {"Authorization: Bearer " + token}; }
 
   Enrolled Enrol(const std::string& name, const std::string& confinement = "") {
     v1::EnrolRequest request;
