@@ -46,6 +46,20 @@ void SendAll(int fd, const std::string& bytes) {
 // What comes back on `fd` until the server closes it or `timeout` passes with nothing new.
 std::string ReadAnswer(int fd, absl::Duration timeout = absl::Seconds(20)) { return ReadFromSocket(fd, timeout); }
 
+// The whole answer to a GET of `path` on a connection of its own ("", and a failure, when the
+// port refuses the connection).
+std::string GetOnce(int port, const std::string& path) {
+  int fd = Connect(port);
+  if (fd < 0) {
+    ADD_FAILURE() << "port " << port << " refused the connection";
+    return "";
+  }
+  SendAll(fd, absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  std::string answer = ReadAnswer(fd, absl::Seconds(10));
+  close(fd);
+  return answer;
+}
+
 int Status(const std::string& answer) { return answer.size() < 12 ? 0 : std::atoi(answer.substr(9, 3).c_str()); }
 
 std::string Request(const std::string& method, const std::string& path, const std::string& token,
@@ -378,19 +392,12 @@ TEST(HealthProbes, AnswerWhileEveryWorkerIsBusyAndEveryConnectionIsTaken) {
   // The health worker answers /readyz on the main port (over a connection the server had room for
   // before it filled) and the health listener answers it however full the main port is.
   for (int i = 0; i < 5; ++i) {
-    int fd = Connect(server.health_port());
-    ASSERT_GE(fd, 0);
-    SendAll(fd, "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    std::string answer = ReadAnswer(fd, absl::Seconds(10));
-    close(fd);
+    std::string answer = GetOnce(server.health_port(), "/readyz");
     EXPECT_THAT(answer, StartsWith("HTTP/1.1 200")) << "try " << i;
     EXPECT_THAT(answer, HasSubstr("ready"));
   }
   // The health listener serves nothing else.
-  int other = Connect(server.health_port());
-  SendAll(other, "GET /block HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-  EXPECT_THAT(ReadAnswer(other, absl::Seconds(10)), StartsWith("HTTP/1.1 404"));
-  close(other);
+  EXPECT_THAT(GetOnce(server.health_port(), "/block"), StartsWith("HTTP/1.1 404"));
   block.release.Notify();
   for (int fd : held) close(fd);
   server.Stop();
@@ -410,10 +417,7 @@ TEST(HealthProbes, TheHealthWorkerAnswersWhileEveryOtherWorkerIsBusy) {
     held.push_back(fd);
   }
   ASSERT_EQ(block.AwaitBlocked(2), 2);
-  int fd = Connect(server.port());
-  SendAll(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-  EXPECT_THAT(ReadAnswer(fd, absl::Seconds(10)), StartsWith("HTTP/1.1 200"));
-  close(fd);
+  EXPECT_THAT(GetOnce(server.port(), "/healthz"), StartsWith("HTTP/1.1 200"));
   block.release.Notify();
   for (int held_fd : held) close(held_fd);
   server.Stop();
