@@ -34,11 +34,13 @@
 #include "runner/runner_process.h"
 #include "llama_runner_process.h"
 #include "test_env.h"
+#include "testing/read_file.h"
 
 namespace minions {
 namespace {
 
 using ::testing::HasSubstr;
+using minions::testing::ReadFile;
 using minions::testing::RunRecords;
 using minions::testing::TestModel;
 using minions::testing::TestProgram;
@@ -70,11 +72,6 @@ GangMemberOptions SandboxedMemberOptions() {
     };
   }
   return options;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // The leader's side as its executor builds it: a tunnel per member that carries only `runner`'s

@@ -25,6 +25,7 @@
 #include "testing/fake_clock.h"
 #include "testing/identities.h"
 #include "testing/must.h"
+#include "testing/openai_stack.h"
 #include "testing/socket_read.h"
 #include "raw_tcp.h"
 
@@ -131,23 +132,12 @@ class GatedBlobs final : public BlobStore {
   int most_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-class V1Attack : public ::testing::Test {
+class V1Attack : public OpenAiStack {
  protected:
   void SetUp() override {
-    dir_ = (std::filesystem::temp_directory_path() / absl::StrCat("minions-v1-attack-", getpid())).string();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_ + "/models");
-    std::ofstream(dir_ + "/models/tiny.gguf") << "not really a model";
-    store_ = Must(SqliteMetadataStore::Open(":memory:", StoreOptions{}));
-    blobs_ = Must(LocalBlobStore::Open(dir_ + "/objects"));
-    auth_ = std::make_unique<Authenticator>(store_.get(), &clock_);
-    identities_ = std::make_unique<IdentityAdmin>(store_.get(), &clock_);
-    CreateTeams(*identities_, {"search", "ads"});
+    SetUpStack("minions-v1-attack", {{"tiny.gguf", "not really a model"}});
     search_ = Issue("search", "alice");
     ads_ = Issue("ads", "bob");
-    jobs_ = std::make_unique<JobService>(store_.get(), blobs_.get(), &clock_, auth_.get(), ServerOptions{});
-    folders_ = std::make_unique<openai::FolderModelCatalog>(std::vector<std::string>{dir_ + "/models"});
-    catalog_ = std::make_unique<openai::RegistryModelCatalog>(store_.get(), folders_.get());
   }
   // `api_blobs`: the object store the API sees (default: blobs_).
   void Start(HttpServerOptions options, BlobStore* api_blobs = nullptr) {
@@ -190,15 +180,6 @@ class V1Attack : public ::testing::Test {
     return fd;
   }
 
-  std::string dir_;
-  FakeClock clock_;
-  std::unique_ptr<SqliteMetadataStore> store_;
-  std::unique_ptr<LocalBlobStore> blobs_;
-  std::unique_ptr<Authenticator> auth_;
-  std::unique_ptr<IdentityAdmin> identities_;
-  std::unique_ptr<JobService> jobs_;
-  std::unique_ptr<openai::FolderModelCatalog> folders_;
-  std::unique_ptr<openai::RegistryModelCatalog> catalog_;
   std::unique_ptr<openai::OpenAiApi> api_;
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;
