@@ -353,6 +353,31 @@ TEST_P(Pool, AServerRestartCostsNoLease) {
   std::filesystem::remove_all(dir);
 }
 
+// Spot checks on real processes (docs/verification.md): each executor's answers are re-scored by
+// the other's llama.cpp runner while it is idle, and the job publishes once they are judged.
+TEST(Pool, WithSpotChecksOnHonestAnswersAreVerifiedByTheOtherExecutorBeforeTheJobPublishes) {
+  std::string dir = TempDir("spot-checks");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  pool.AddServerArgs({"--spot-checks"});
+  ASSERT_TRUE(pool.StartServer().ok());
+  for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
+  cli::SamplePromptOptions sample;
+  sample.records = 40;
+  sample.max_tokens = 4;
+  auto lines = cli::SamplePromptLines(sample);
+  std::string input = WriteInput(dir, lines);
+
+  v1::Job job = SubmitAndWait(pool, input, 10, "", absl::Minutes(8));
+  ASSERT_EQ(job.state(), "completed") << job.error();
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), Lines(FetchResults(pool, job.id(), true)));
+  // An executor's first records are all drawn; honest answers pass.
+  EXPECT_GT(job.verification().checked(), 0);
+  EXPECT_EQ(job.verification().failed(), 0);
+  EXPECT_EQ(job.verification().passed(), job.verification().checked());
+  std::filesystem::remove_all(dir);
+}
+
 // The no-op runner reads one command and answers it before it reads the next, as
 // examples/echo_runner.py does. Tasks of 5,000 records send it commands and get answers far
 // larger than a pipe's buffer, and the executor queues the next task's before the last is
