@@ -77,6 +77,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["credential_refresh_s"].value<int64_t>()) config.credential_refresh_s = *v;
     if (auto v = table["server"]["executor_credential_ttl_s"].value<int64_t>()) config.executor_credential_ttl_s = *v;
     if (auto v = table["server"]["token_ttl_s"].value<int64_t>()) config.token_ttl_s = *v;
+    if (auto v = table["server"]["grpc_memory_mb"].value<int64_t>()) config.grpc_memory_mb = *v;
     if (const toml::array* list = table["server"]["runner_allowlist"].as_array()) {
       for (const auto& item : *list) {
         if (auto s = item.value<std::string>()) config.runner_allowlist.push_back(*s);
@@ -252,6 +253,10 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
     if (absl::Status valid = ValidateRunnerName(runner); !valid.ok()) {
       problems.push_back(absl::StrCat("server.runner_allowlist: ", valid.message()));
     }
+  }
+  if (config.grpc_memory_mb != 0 && (config.grpc_memory_mb < 32 || config.grpc_memory_mb > (int64_t{1} << 20))) {
+    problems.push_back(absl::StrCat("server.grpc_memory_mb is ", config.grpc_memory_mb,
+                                    "; use 0 (no quota) or between 32 and 1048576 MiB; 1024 is the default"));
   }
   if (config.token_ttl_s < 0 || config.token_ttl_s > 3650 * 86400) {
     problems.push_back(absl::StrCat("server.token_ttl_s is ", config.token_ttl_s,

@@ -8,7 +8,7 @@
 //   [server]    listen, http_listen, health_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
 //               straggler_factor, straggler_min_runtime_ms, fair_share_half_life_s, warm_wait_ms,
 //               model_affinity, heartbeat_batch, heartbeat_linger_us, task_target_s, history_step_s, credential_refresh_s,
-//               executor_credential_ttl_s, token_ttl_s, runner_allowlist,
+//               executor_credential_ttl_s, token_ttl_s, runner_allowlist, grpc_memory_mb,
 //               idle_polls_renew, require_confined_executors, executor_approval, spot_checks
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
@@ -90,6 +90,8 @@ struct MinionsConfig {
   // Credential lifetimes (ServerOptions::executor_credential_ttl, team_token_ttl); 0: never.
   int64_t executor_credential_ttl_s = 30 * 86400;
   int64_t token_ttl_s = 90 * 86400;
+  // gRPC's memory quota (ServerOptions::grpc_memory_bytes), MiB; 0: none.
+  int64_t grpc_memory_mb = 1024;
   // The runner names executors may offer (ServerOptions::runner_allowlist); empty: any.
   std::vector<std::string> runner_allowlist;
   bool watchdog = true;

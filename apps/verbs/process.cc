@@ -66,6 +66,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.auth.refresh_ttl = absl::Seconds(config.credential_refresh_s);
   options.executor_credential_ttl = absl::Seconds(config.executor_credential_ttl_s);
   options.team_token_ttl = absl::Seconds(config.token_ttl_s);
+  options.grpc_memory_bytes = config.grpc_memory_mb << 20;
   options.runner_allowlist = config.runner_allowlist;
   // Executors elsewhere open models by their own paths.
   options.check_model_paths = !absl::StartsWith(config.database, "postgres");

@@ -226,8 +226,36 @@ absl::StatusOr<OpenConnection> Open(const Connection& connection) {
 
 JobsClient::JobsClient(const Connection& connection) : client_(connection) {}
 
+absl::StatusOr<v1::Job> SubmitJob(v1::Jobs::StubInterface& stub, const std::string& token,
+                                  v1::SubmitJobRequest request, absl::Duration timeout) {
+  if (static_cast<int64_t>(request.input().size()) > kMaxInlineInputBytes) {
+    grpc::ClientContext context;
+    rpc::Prepare(context, token, timeout);
+    v1::UploadInputResponse uploaded;
+    std::unique_ptr<grpc::ClientWriterInterface<v1::UploadInputRequest>> writer =
+        stub.UploadInput(&context, &uploaded);
+    const std::string_view input = request.input();
+    for (size_t at = 0; at < input.size(); at += kInputPartBytes) {
+      v1::UploadInputRequest part;
+      if (at == 0) part.set_team(request.team());
+      part.set_data(std::string(input.substr(at, kInputPartBytes)));
+      if (!writer->Write(part)) break;  // the server ended the call: Finish says why
+    }
+    writer->WritesDone();
+    if (absl::Status s = rpc::FromGrpc(writer->Finish()); !s.ok()) return s;
+    request.clear_input();
+    request.set_input_key(uploaded.input_key());
+  }
+  grpc::ClientContext context;
+  rpc::Prepare(context, token, timeout);
+  v1::Job job;
+  if (absl::Status s = rpc::FromGrpc(stub.SubmitJob(&context, request, &job)); !s.ok()) return s;
+  return job;
+}
+
 absl::StatusOr<v1::Job> JobsClient::Submit(const v1::SubmitJobRequest& request) {
-  return client_.Call(&v1::Jobs::Stub::SubmitJob, request, v1::Job(), absl::Minutes(10));
+  if (!client_.open().ok()) return client_.open();
+  return SubmitJob(client_.stub(), client_.token(), request);
 }
 
 absl::StatusOr<v1::Job> JobsClient::Get(const std::string& job_id) {

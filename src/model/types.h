@@ -54,6 +54,11 @@ struct Requirements {
 // The largest input one job takes inline (ServerOptions::max_input_bytes, which no flag changes):
 // the CLI checks a file against it before it reads it (cli/client_verbs.cc).
 inline constexpr int64_t kDefaultMaxInputBytes = int64_t{256} << 20;
+// The largest input sent inside SubmitJobRequest; a larger one travels as a stream of parts of at
+// most kInputPartBytes (Jobs.UploadInput), as `minions submit` does, so that no gRPC message a
+// server takes is larger than a few MiB (ServerOptions::max_message_bytes; docs/security.md 40.2d).
+inline constexpr int64_t kMaxInlineInputBytes = int64_t{1} << 20;
+inline constexpr int64_t kInputPartBytes = int64_t{1} << 20;
 
 struct JobSpec {
   std::string team = "default";   // owner team, for fair share and accounting

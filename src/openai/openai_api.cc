@@ -1,5 +1,7 @@
 #include "openai/openai_api.h"
 
+#include <algorithm>
+#include <limits>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -309,6 +311,22 @@ void OpenAiApi::CreateFile(Call& call) {
                                        options_.max_file_bytes, " bytes."),
                      "invalid_request_error", "file");
   }
+  // The team's room for files (Team::max_file_bytes): an upload that passes it is stopped as it
+  // does, and nothing of it is kept; the store charges the whole file once it has arrived.
+  auto team = deps_.store->GetTeam(call.team);
+  if (!team.ok()) return call.Fail(team.status());
+  const int64_t room = team->max_file_bytes > 0 ? std::max<int64_t>(team->max_file_bytes - team->file_bytes, 0)
+                                                : std::numeric_limits<int64_t>::max();
+  auto over_limit = [&](int64_t more, const std::string& why) {
+    return call.Fail(429, why.empty() ? absl::StrCat("Team ", call.team, " keeps ", team->file_bytes,
+                                                     " bytes of files; another ", more, " would pass its limit of ",
+                                                     team->max_file_bytes, " (an admin raises it with `minions admin "
+                                                     "team set ", call.team, " --max-file-bytes N`); delete files it "
+                                                     "no longer needs.")
+                                      : why,
+                     "insufficient_quota", "file");
+  };
+  if (declared - (64 << 10) > room) return over_limit(declared, "");
   MultipartReader form(*boundary, [&](char* buffer, size_t size) { return call.stream.ReadBody(buffer, size); });
   const std::string id = absl::StrCat(token::NewId(kFilePrefix), token::NewId(""));  // 24 random hex digits
   const std::string key = keys::OpenAiFiles(call.team) + id;
@@ -316,6 +334,7 @@ void OpenAiApi::CreateFile(Call& call) {
   bool have_file = false;
   int64_t bytes = 0;
   bool too_large = false;
+  bool over_quota = false;
   auto drop = [&] {
     if (have_file) (void)deps_.blobs->Delete(key);
   };
@@ -338,10 +357,15 @@ void OpenAiApi::CreateFile(Call& call) {
           too_large = true;
           return absl::OutOfRangeError("too large");
         }
+        if (bytes > room) {
+          over_quota = true;
+          return absl::OutOfRangeError("over the team's limit");
+        }
         return chunk;
       });
       if (!put.ok()) {
         drop();
+        if (over_quota) return over_limit(bytes, "");
         if (too_large) {
           return call.Fail(413, absl::StrCat("The file is too large: this server takes files of at most ",
                                              options_.max_file_bytes, " bytes."),
@@ -373,6 +397,14 @@ void OpenAiApi::CreateFile(Call& call) {
                                   "'batch'."),
                      "invalid_request_error", "purpose");
   }
+  // Charged once whole: other uploads of the team may have taken its room meanwhile.
+  if (auto charged = deps_.store->ChargeTeamBytes(call.team, TeamBytes::kFiles, bytes, /*enforce=*/true);
+      !charged.ok()) {
+    drop();
+    if (absl::IsResourceExhausted(charged.status())) return over_limit(bytes, std::string(charged.status().message()));
+    return call.Fail(charged.status());
+  }
+  auto uncharge = [&] { (void)deps_.store->ChargeTeamBytes(call.team, TeamBytes::kFiles, -bytes, /*enforce=*/false); };
   Json meta = {{"id", id},
                {"bytes", bytes},
                {"created_at", absl::ToUnixSeconds(deps_.clock->Now())},
@@ -381,6 +413,7 @@ void OpenAiApi::CreateFile(Call& call) {
                {"owner", call.caller.principal}};
   if (auto s = deps_.blobs->Put(key + ".json", DumpJson(meta)); !s.ok()) {
     drop();
+    uncharge();
     return call.Fail(s);
   }
   MINIONS_LOG(Info) << "file " << id << " (" << bytes << " bytes) uploaded by " << call.caller.Describe();
@@ -528,8 +561,14 @@ void OpenAiApi::DeleteFile(Call& call, const std::string& id) {
                        "invalid_request_error", "file_id");
     }
   }
+  // Its bytes, as its description says, are given back to the team's room for files.
+  int64_t bytes = 0;
+  if (auto meta = deps_.blobs->Get(key + ".json"); meta.ok()) {
+    if (auto parsed = ParseJson(*meta); parsed.ok() && parsed->is_object()) bytes = parsed->value("bytes", int64_t{0});
+  }
   if (auto s = deps_.blobs->Delete(key + ".json"); !s.ok()) return call.Fail(s);
   if (auto s = deps_.blobs->Delete(key); !s.ok()) return call.Fail(s);
+  if (bytes > 0) (void)deps_.store->ChargeTeamBytes(call.team, TeamBytes::kFiles, -bytes, /*enforce=*/false);
   call.Reply(200, Json{{"id", id}, {"object", "file"}, {"deleted", true}});
 }
 

@@ -132,6 +132,19 @@ absl::Status JobFinalizer::WriteResults(const Job& job, const std::vector<Task>&
   return blobs_->PutStream(errors_key, spool_source);
 }
 
+void JobFinalizer::ChargeResults(const std::string& team, std::initializer_list<std::string> objects) {
+  int64_t bytes = 0;
+  for (const std::string& key : objects) {
+    if (absl::StatusOr<int64_t> size = blobs_->Size(key); size.ok()) bytes += *size;
+  }
+  // Never refused: the work is done and its results are kept; the team's next submit is refused
+  // instead while it keeps as much as its limit (JobService::Submit).
+  if (auto charged = store_->ChargeTeamBytes(team, TeamBytes::kResults, bytes, /*enforce=*/false);
+      !charged.ok() && !absl::IsNotFound(charged.status())) {
+    MINIONS_LOG(Warning) << "team " << team << ": " << bytes << " bytes of results not counted: " << charged.status();
+  }
+}
+
 absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
@@ -219,6 +232,7 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
   if (finished.ok()) {
     MINIONS_LOG(Info) << "job=" << job_id << " completed: " << job->counts.completed << " served, "
                       << job->counts.failed << " failed";
+    ChargeResults(job->spec.team, {output_key, errors_key, manifest_key});
   }
   return finished;
 }
@@ -243,8 +257,10 @@ absl::StatusOr<JobFinalizer::ResultKeys> JobFinalizer::CancelledResults(const st
   auto merged = blobs_->Size(result.errors);
   if (merged.ok()) return result;
   if (!absl::IsNotFound(merged.status())) return merged.status();
-  // Two readers at once may both merge: the same bytes, each object replaced whole.
+  // Two readers at once may both merge: the same bytes, each object replaced whole (and both
+  // charged: a count one merge too high errs on the fleet's side).
   RETURN_IF_ERROR(MergeCancelled(job_id).status());
+  if (auto job = store_->GetJob(job_id); job.ok()) ChargeResults(job->spec.team, {result.output, result.errors});
   return result;
 }
 

@@ -10,6 +10,7 @@
 // job's row, and a loser removes its own objects. A published result object is never written again.
 // Threads: FinalizeReady may be called from several threads.
 
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <utility>
@@ -54,6 +55,8 @@ class JobFinalizer {
   absl::StatusOr<ResultKeys> ResultsOf(const Job& job);
 
  private:
+  // Adds the sizes of `objects` to the team's result bytes (Team::result_bytes).
+  void ChargeResults(const std::string& team, std::initializer_list<std::string> objects);
   // Writes the merged output and error files of `job` (see Finalize) to `output_key` and
   // `errors_key`; `cancelled`: unfinished records were cancelled, not expired. Chunks that failed
   // their check are added to `rejected`; the tokens the published output lines state, to `tokens`.

@@ -41,7 +41,8 @@
   "id, info, state, state_reason, registered_at, last_heartbeat_at, drain_requested, records_done"
 #define MINIONS_STORE_MODEL_COLUMNS "team, name, digest, size_bytes, facts, blob_key, created_by, created_at"
 #define MINIONS_STORE_TEAM_COLUMNS \
-  "name, max_priority, max_active_jobs, requests_per_second, created_at, weight, max_running_tasks"
+  "name, max_priority, max_active_jobs, requests_per_second, created_at, weight, max_running_tasks, " \
+  "max_file_bytes, max_model_bytes, max_result_bytes, file_bytes, result_bytes"
 #define MINIONS_STORE_TOKEN_COLUMNS                                                                  \
   "id, secret_hash, role, team, principal, scopes, uses_left, created_by, created_at, expires_at, " \
   "last_used_at, revoked_at"
@@ -60,7 +61,7 @@ using Values = std::vector<Value>;
 constexpr int kJobColumns = 18;
 constexpr int kTaskColumns = 20;
 constexpr int kExecutorColumns = 8;
-constexpr int kTeamColumns = 7;
+constexpr int kTeamColumns = 12;
 constexpr int kTokenColumns = 12;
 constexpr int kModelColumns = 8;
 
@@ -166,6 +167,11 @@ Team ReadTeam(const Row& row, int first = 0) {
   team.created_at = row.Time(first + 4);
   team.weight = row.Int(first + 5);
   team.max_running_tasks = row.Int(first + 6);
+  team.max_file_bytes = row.Int(first + 7);
+  team.max_model_bytes = row.Int(first + 8);
+  team.max_result_bytes = row.Int(first + 9);
+  team.file_bytes = row.Int(first + 10);
+  team.result_bytes = row.Int(first + 11);
   return team;
 }
 

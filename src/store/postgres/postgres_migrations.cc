@@ -364,6 +364,17 @@ CREATE TABLE fleet_tokens (
 );
 )sql";
 
+// Per-team byte limits (issue 40, point 5) and the counts of files and results kept that they
+// bound; 0 (no limit) for teams created before. Migration 19 (IF NOT EXISTS: a database whose
+// earlier migrations are applied again, as the upgrade tests do, keeps its columns).
+constexpr char kTeamBytes[] = R"sql(
+ALTER TABLE teams ADD COLUMN IF NOT EXISTS max_file_bytes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN IF NOT EXISTS max_model_bytes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN IF NOT EXISTS max_result_bytes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN IF NOT EXISTS file_bytes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN IF NOT EXISTS result_bytes BIGINT NOT NULL DEFAULT 0;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -384,6 +395,7 @@ constexpr Migration kMigrations[] = {
     {16, "the dashboard's history: one point per step", kFleetHistory},
     {17, "verification: spot checks waiting for a verifier", kVerificationTasks},
     {18, "the dashboard's tokens per step and team", kFleetTokens},
+    {19, "per-team byte limits; files and results kept", kTeamBytes},
 };
 
 }  // namespace

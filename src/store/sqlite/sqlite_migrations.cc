@@ -335,6 +335,16 @@ CREATE TABLE fleet_tokens (
 );
 )sql";
 
+// Per-team byte limits (issue 40, point 5) and the counts of files and results kept that they
+// bound; 0 (no limit) for teams created before. Migration 19.
+constexpr char kTeamBytes[] = R"sql(
+ALTER TABLE teams ADD COLUMN max_file_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_model_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_result_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN file_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN result_bytes INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -355,6 +365,7 @@ constexpr Migration kMigrations[] = {
     {16, "the dashboard's history: one point per step", kFleetHistory},
     {17, "verification: spot checks waiting for a verifier", kVerificationTasks},
     {18, "the dashboard's tokens per step and team", kFleetTokens},
+    {19, "per-team byte limits; files and results kept", kTeamBytes},
 };
 
 }  // namespace
