@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "runner/batch_record.h"
 #include "runner/rescore.h"
@@ -44,6 +45,14 @@ struct FakeRunnerScript {
   bool cannot_rescore = false;
   // `cancel` is not obeyed (a runner that does not know it): its batches run to their end.
   bool ignores_cancel = false;
+  // A model of the fake's own: with `modelled`, the honest answer to a record is a function of its
+  // line (ModelledAnswer), and `rescore` checks a claim against it word by word and its usage to
+  // the token, as the real check does against the model's logits (reject_claim is then unused).
+  bool modelled = false;
+  // A dishonest or broken producer (tests/executor/dishonest_executor_test.cc): sees each answer
+  // line it gives, with how many it gave before (the plan is driven by progress, never by the
+  // clock), and may change it.
+  std::function<void(int64_t n, Json& output)> corrupt;
 
   // The tally.
   int starts = 0;
@@ -58,6 +67,56 @@ struct FakeRunnerScript {
   std::vector<std::string> rescores;  // `rescore` batch ids, in the order they were sent
   int64_t items_rescored = 0;         // verdicts given
 };
+
+// The modelled fake's honest answer to a record line: `kModelledWords` words, each a function of
+// the line and its position, and the usage a tokenizer of one token per word (and per 4 bytes of
+// prompt) would count.
+inline constexpr int kModelledWords = 40;
+struct ModelledAnswer {
+  std::string text;
+  Usage usage;
+};
+inline ModelledAnswer ModelAnswer(const std::string& record) {
+  ModelledAnswer answer;
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : record) h = (h ^ c) * 1099511628211ull;
+  for (int i = 0; i < kModelledWords; ++i) {
+    h = (h ^ static_cast<uint64_t>(i)) * 1099511628211ull;
+    absl::StrAppend(&answer.text, i == 0 ? "" : " ", "w", h % 1000);
+  }
+  answer.usage.prompt_tokens = static_cast<int>(record.size() / 4 + 1);
+  answer.usage.completion_tokens = kModelledWords;
+  return answer;
+}
+// What the modelled fake's check says of a claimed output line for `record` (rescore::Verdict).
+inline rescore::Verdict CheckModelled(const std::string& record, const Json& claim) {
+  rescore::Verdict verdict;
+  if (claim.contains("error") && !claim["error"].is_null()) {
+    verdict.skipped = "an error line";
+    return verdict;
+  }
+  const Json body = claim.contains("response") ? claim["response"].value("body", Json::object()) : Json::object();
+  const Json choices = body.value("choices", Json::array());
+  const std::string text =
+      choices.is_array() && !choices.empty() && choices[0].is_object() ? choices[0].value("text", std::string()) : "";
+  const Json usage = body.value("usage", Json::object());
+  const ModelledAnswer honest = ModelAnswer(record);
+  const std::vector<std::string> claimed = absl::StrSplit(text, ' '), expected = absl::StrSplit(honest.text, ' ');
+  for (size_t i = 0; i < std::max(claimed.size(), expected.size()); ++i) {
+    if (i >= claimed.size() || i >= expected.size() || claimed[i] != expected[i]) {
+      verdict.reason = absl::StrCat("greedy: answer token ", i, " is not the most likely");
+      return verdict;
+    }
+  }
+  if (usage.value("prompt_tokens", -1) != honest.usage.prompt_tokens ||
+      usage.value("completion_tokens", -1) != honest.usage.completion_tokens) {
+    verdict.reason = absl::StrCat("usage: claims ", usage.dump(), "; counted ", honest.usage.prompt_tokens, " + ",
+                                  honest.usage.completion_tokens);
+    return verdict;
+  }
+  verdict.passed = true;
+  return verdict;
+}
 
 class FakeRunner : public Runner {
  public:
@@ -219,6 +278,9 @@ class FakeRunner : public Runner {
         Json verdict{{"type", "verdict"}, {"batch", c.id}, {"index", c.next}, {"custom_id", custom_id}};
         if (script_->cannot_rescore) {
           verdict["error"] = "this runner cannot check answers";
+        } else if (script_->modelled) {
+          auto claim = ParseJson(c.claims[c.next]);
+          verdict["verdict"] = CheckModelled(c.records[c.next], claim.ok() ? *claim : Json::object()).ToJson();
         } else {
           rescore::Verdict decided;
           decided.passed = script_->reject_claim.empty() || c.claims[c.next].find(script_->reject_claim) == std::string::npos;
@@ -254,9 +316,12 @@ class FakeRunner : public Runner {
           return;
         }
         ParsedRecord parsed = ParseRecordLine(record);
-        Json output = parsed.ok() ? MakeResponseLine(parsed.custom_id,
-                                                     MakeCompletionBody(parsed.custom_id, "fake", script_->answer, "stop", {}, 0))
+        const ModelledAnswer modelled = script_->modelled ? ModelAnswer(record) : ModelledAnswer{script_->answer, {}};
+        Json output = parsed.ok() ? MakeResponseLine(parsed.custom_id, MakeCompletionBody(parsed.custom_id, "fake",
+                                                                                          modelled.text, "stop",
+                                                                                          modelled.usage, 0))
                                   : MakeErrorLine(parsed.custom_id, parsed.error_code, parsed.error_message);
+        if (script_->corrupt) script_->corrupt(script_->records_run, output);
         Emit(Json{{"type", "result"}, {"batch", c.id}, {"index", c.next}, {"output", std::move(output)}});
         ++script_->records_run;
         ++c.next;

@@ -9,6 +9,7 @@
 #include "common/json_util.h"
 #include "identity/token.h"
 #include "secure_server.h"
+#include "testing/even_tasks.h"
 #include "testing/http_get.h"
 
 namespace minions::testing {
@@ -29,7 +30,6 @@ class DashboardActions : public SecureServer {
     viewer_ = Issue(Role::kViewer, "search", "bob");
     other_team_ = Issue(Role::kSubmitter, "ads", "carol");
   }
-
   std::string StateOf(const std::string& job) { return std::string(JobStateName(Must(store_->GetJob(job)).state)); }
 
   // A browser's session: signed in on the login page, with the page's CSRF secret as /api/fleet gives it.

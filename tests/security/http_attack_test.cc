@@ -12,6 +12,7 @@
 #include "identity/token.h"
 #include "raw_tcp.h"
 #include "secure_server.h"
+#include "testing/even_tasks.h"
 #include "testing/http_get.h"
 #include "testing/socket_read.h"
 
@@ -190,13 +191,7 @@ TEST_F(HttpAttack, TheDashboardFleetHidesAnotherTeamsModels) {
   const std::string theirs = "sha256:" + std::string(64, 'b');
   AddModel("ads", "theirs", theirs);
   Enrolled worker = Enrol("worker");
-  v1::RegisterRequest registration;
-  registration.mutable_capabilities()->set_name("worker");
-  registration.mutable_capabilities()->add_runners("llama");
-  registration.mutable_capabilities()->add_models(theirs);
-  registration.mutable_capabilities()->set_model_loaded(theirs);
-  v1::RegisterResponse registered;
-  ASSERT_GRPC_OK(executors_->Register(As(worker.credential).get(), registration, &registered));
+  ASSERT_GRPC_OK(RegisterHolding(worker, "worker", {theirs}, theirs));
   const std::string body = Get("/api/fleet", search_viewer_).body;
   EXPECT_EQ(body.find(std::string(40, 'b')), std::string::npos) << body;
   Json fleet = Must(ParseJson(body));
