@@ -364,6 +364,12 @@ CREATE TABLE fleet_tokens (
 );
 )sql";
 
+// Accounting: when each executor's time was last charged (store_rules ChargedUntil), so an
+// attempt that waited in its queue is charged from then, not from its lease. Migration 19.
+constexpr char kChargedUntil[] = R"sql(
+ALTER TABLE executors ADD COLUMN charged_until BIGINT;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -384,6 +390,7 @@ constexpr Migration kMigrations[] = {
     {16, "the dashboard's history: one point per step", kFleetHistory},
     {17, "verification: spot checks waiting for a verifier", kVerificationTasks},
     {18, "the dashboard's tokens per step and team", kFleetTokens},
+    {19, "accounting: when each executor's time was last charged", kChargedUntil},
 };
 
 }  // namespace

@@ -335,6 +335,12 @@ CREATE TABLE fleet_tokens (
 );
 )sql";
 
+// Accounting: when each executor's time was last charged (store_rules ChargedUntil), so an
+// attempt that waited in its queue is charged from then, not from its lease. Migration 19.
+constexpr char kChargedUntil[] = R"sql(
+ALTER TABLE executors ADD COLUMN charged_until INTEGER;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -355,6 +361,7 @@ constexpr Migration kMigrations[] = {
     {16, "the dashboard's history: one point per step", kFleetHistory},
     {17, "verification: spot checks waiting for a verifier", kVerificationTasks},
     {18, "the dashboard's tokens per step and team", kFleetTokens},
+    {19, "accounting: when each executor's time was last charged", kChargedUntil},
 };
 
 }  // namespace
