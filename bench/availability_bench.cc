@@ -52,13 +52,16 @@ std::vector<std::string> StatFields(int pid) {
   return absl::StrSplit(text.substr(close + 2), ' ');
 }
 
+// A runner the executor started for work: not its `--devices` probe, which it runs once as it
+// starts (busy for a moment on a device, before the executor listens for its owner).
 int ChildOf(int parent, const std::string& name) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     int pid = atoi(entry.path().filename().c_str());
     if (pid <= 0) continue;
     auto f = StatFields(pid);
     if (f.size() > 1 && atoi(f[1].c_str()) == parent &&
-        Slurp(absl::StrCat("/proc/", pid, "/comm")).find(name) != std::string::npos) {
+        Slurp(absl::StrCat("/proc/", pid, "/comm")).find(name) != std::string::npos &&
+        Slurp(absl::StrCat("/proc/", pid, "/cmdline")).find("--devices") == std::string::npos) {
       return pid;
     }
   }
@@ -209,7 +212,9 @@ bool Yield(const std::string& work, const std::string& model, int trials, const 
       if (series.by_device) {
         char event[24] = {1};
         if (write(keyboard, event, sizeof event) != sizeof event) break;
-      } else if (!minions::SendControlCommand(socket, "activity").ok()) {
+      } else if (auto sent = minions::SendControlCommand(socket, "activity"); !sent.ok()) {
+        fprintf(stderr, "%s: cannot tell the executor the owner is back: %s\n", series.name,
+                std::string(sent.status().message()).c_str());
         break;
       }
       // Paused: stopped (SIGSTOP), or, when its batch ended within the grace, fed nothing more and

@@ -242,7 +242,7 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
     default:
       break;
   }
-  int able = 0, ready = 0, warm_busy = 0;
+  int able = 0, ready = 0, ready_idle = 0, warm_busy = 0;
   for (const FleetMember& m : fleet) {
     const ExecutorInfo& info = m.executor.info;
     if (m.executor.state == ExecutorState::kRevoked || m.executor.state == ExecutorState::kQuarantined ||
@@ -258,6 +258,7 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
     }
     if (PlaceOn(info, job, now, warm_wait) == Fit::kFits) {
       ++ready;
+      ready_idle += m.running_tasks == 0;
     }
   }
   if (able == 0) {
@@ -265,11 +266,21 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
             "no executor has enrolled yet (an admin issues a join token: minions admin join-token -o join.txt; then on "
             "a machine: minions executor --server ADDRESS --join-token-file join.txt)"};
   }
-  if (ready > 0) {
+  if (ready_idle > 0) {
     return {WaitCause::kInLine,
-            absl::StrCat(ready, " free executor", ready == 1 ? "" : "s",
+            absl::StrCat(ready_idle, " free executor", ready_idle == 1 ? "" : "s",
                          " can run it: its tasks are leased at their next request, in the fleet's order "
                          "(fair share, priority, age)")};
+  }
+  if (ready > 0) {
+    // Room for more, but working: each asks for its next task as the work it holds runs low (an
+    // executor holds about a task beyond the one it runs), so these tasks wait for that, not for
+    // a free executor the executors' list would contradict.
+    return {WaitCause::kInLine,
+            absl::StrCat(ready, " executor", ready == 1 ? "" : "s", " that can run it ", ready == 1 ? "is" : "are",
+                         " busy and take", ready == 1 ? "s" : "",
+                         " its next tasks as the work ", ready == 1 ? "it holds runs" : "they hold run",
+                         " low, in the fleet's order (fair share, priority, age)")};
   }
   // No free executor may take it now. Free ones exist that are only too early (cold, within the
   // warm-executor wait)?

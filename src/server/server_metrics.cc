@@ -26,7 +26,9 @@ ServerMetrics::ServerMetrics(metrics::Registry* registry, MetadataStore* store) 
       {"team"});
   harvested_seconds_ = registry->AddCounterFamily(
       "minions_harvested_device_seconds_total",
-      "Executor time spent on a team's tasks (lease grant to report, every attempt), by the executor's device "
+      "Executor time spent on a team's tasks (every attempt, from its lease grant or the end of the executor's attempt "
+      "before, whichever is later, to its report: a task queued on an executor counts from when it could run), by "
+      "the executor's device "
       "(gpu or cpu) and its kind (the accelerator it reports: metal, cuda, vulkan, cpu). GPU-hours: sum by (team) "
       "(increase(...{device=\"gpu\"}[1h])) / 3600; per kind: sum by (team, kind).",
       {"team", "device", "kind"});
@@ -144,7 +146,17 @@ void ServerMetrics::ObserveAttemptTime(const std::string& executor_id, const std
                                        absl::Time now, bool completed) {
   // Attempts leased through another server (or before a restart) have no known start.
   if (!grant) return;
-  double seconds = std::max(0.0, absl::ToDoubleSeconds(now - grant->at));
+  absl::Time from = grant->at;
+  {
+    absl::MutexLock lock(&mu_);
+    if (charged_until_.size() >= kMaxCached) charged_until_.clear();
+    auto [last, added] = charged_until_.try_emplace(executor_id, now);
+    if (!added) {
+      from = std::max(from, last->second);
+      last->second = std::max(last->second, now);
+    }
+  }
+  double seconds = std::max(0.0, absl::ToDoubleSeconds(now - from));
   const Device device = DeviceOf(executor_id);
   harvested_seconds_->With({grant->team, device.device, device.kind})->Increment(seconds);
   if (completed) task_duration_->Observe(seconds);

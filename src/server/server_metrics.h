@@ -88,6 +88,10 @@ class ServerMetrics {
   std::map<AttemptKey, Granted> grants_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobInfo> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Device> devices_ ABSL_GUARDED_BY(mu_);  // executor id -> its device
+  // Executor id -> when the last attempt of it observed here ended: an executor runs one attempt
+  // at a time, so an attempt that waited in its queue counts from then, not from its grant (as
+  // the store charges device time, store_rules ChargedUntil).
+  std::map<std::string, absl::Time> charged_until_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, TokenUsage> tokens_admitted_ ABSL_GUARDED_BY(mu_);  // team -> tokens so far
 };
 

@@ -93,7 +93,12 @@ struct AttemptWrites {
   std::map<std::string, Job> counts;
   std::map<std::string, int64_t> records;          // added to the executors' records_done, by executor
   std::map<std::string, absl::Duration> charges;  // wall time of the attempts that ended, by job
-  bool empty() const { return tasks.empty() && counts.empty() && records.empty() && charges.empty(); }
+  // Executors whose time was charged up to a point (store_rules ChargedUntil): the stored point
+  // moves there, never back.
+  std::map<std::string, absl::Time> charged_until;
+  bool empty() const {
+    return tasks.empty() && counts.empty() && records.empty() && charges.empty() && charged_until.empty();
+  }
 };
 
 // What a lease's candidate query selects for one executor (RowTransaction::LeaseCandidates).
@@ -171,6 +176,11 @@ class RowTransaction {
   // Tasks `executor_id` may hold (running attempts and shadows of its), by key, locked. A backend
   // may return more (the rules decide).
   virtual absl::StatusOr<std::vector<Task>> TasksHeldBy(const std::string& executor_id) = 0;
+  // When each of `executor_ids` was last charged for an attempt (store_rules ChargedUntil; an
+  // executor never charged, or unknown, is absent). Not locked: a caller that moves the point
+  // holds the executors' rows already.
+  virtual absl::StatusOr<std::map<std::string, absl::Time>> ChargedUntil(
+      const std::vector<std::string>& executor_ids) = 0;
   // Pending tasks `query` may grant, in grant order (fair-share rank, priority, warmth, age, index),
   // up to query.limit, locked (a backend may skip tasks another transaction holds). Adds to `jobs`
   // the candidates' jobs it lacks, with what placement reads of them: id, spec, state, created_at,

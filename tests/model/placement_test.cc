@@ -11,6 +11,7 @@ namespace minions {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 const absl::Time kSubmitted = absl::FromUnixSeconds(1'700'000'000);
@@ -88,10 +89,20 @@ TEST(ExplainWait, AllAbleExecutorsBusyAwayOrDraining) {
   EXPECT_THAT(why.message, HasSubstr("all 4 executors"));
 }
 
+// A busy executor with room for more takes the job's tasks as its own work runs low: the line says
+// so, and never calls it free while `minions executors` shows it busy (issue 39, point 3).
 TEST(ExplainWait, ABusyExecutorWithAFreeSlotCanTakeIt) {
   FleetMember two_slots = Machine("busy", 64 * kGiB, ExecutorState::kBusy, 1);
   two_slots.executor.info.max_tasks = 2;
-  EXPECT_EQ(Explain(Queued(8 * kGiB), {two_slots}).cause, WaitCause::kInLine);
+  WaitExplanation busy = Explain(Queued(8 * kGiB), {two_slots, two_slots});
+  EXPECT_EQ(busy.cause, WaitCause::kInLine);
+  EXPECT_THAT(busy.message, HasSubstr("2 executors that can run it are busy and take its next tasks as the work they "
+                                      "hold run low"));
+  EXPECT_THAT(busy.message, Not(HasSubstr("free")));
+  // One idle among them: that one is free, and takes it at its next request.
+  WaitExplanation idle = Explain(Queued(8 * kGiB), {two_slots, Machine("idle", 64 * kGiB)});
+  EXPECT_EQ(idle.cause, WaitCause::kInLine);
+  EXPECT_THAT(idle.message, HasSubstr("1 free executor can run it"));
 }
 
 TEST(ExplainWait, WaitingForAWarmExecutorUntilTheDelayIsOver) {

@@ -35,8 +35,11 @@ TEST_P(FairShare, TeamsKeepTheirWeightsAndQuotas) {
 TEST_P(FairShare, UsageIsDeviceTimeDecayedOverTheHalfLifeAndRunningTasksAreCounted) {
   ASSERT_OK(store_->CreateTeam(WeightedTeam("search", 2)));
   const std::string job = SubmitFor("search", 3);
-  const std::string a = Register("a"), b = Register("b");
-  std::vector<Lease> first = LeaseUpTo(a, 2);
+  // One task per executor: an executor's queued tasks share its time
+  // (AnExecutorsQueuedTasksAreChargedItsWallTimeOnce).
+  const std::string a = Register("a"), a2 = Register("a2"), b = Register("b");
+  std::vector<Lease> first = LeaseUpTo(a, 1);
+  for (Lease& lease : LeaseUpTo(a2, 1)) first.push_back(std::move(lease));
   ASSERT_THAT(first, SizeIs(2));
   std::vector<Lease> second = LeaseUpTo(b, 1);
   ASSERT_THAT(second, SizeIs(1));
@@ -49,7 +52,7 @@ TEST_P(FairShare, UsageIsDeviceTimeDecayedOverTheHalfLifeAndRunningTasksAreCount
   // One completes, one fails (retryable: back to pending), one's lease expires: each charges
   // its 100 s and leaves `running`.
   ASSERT_OK(store_->CompleteTask(a, job, first[0].task.index, first[0].task.attempt, kRecordsPerTask, 0, now_));
-  ASSERT_OK(store_->FailTask(a, job, first[1].task.index, first[1].task.attempt, FailureClass::kRetryable, "boom",
+  ASSERT_OK(store_->FailTask(a2, job, first[1].task.index, first[1].task.attempt, FailureClass::kRetryable, "boom",
                              now_));
   EXPECT_EQ(UsageOf("search").running, 1);
   EXPECT_EQ(UsageOf("search").usage, absl::Seconds(300));
@@ -72,7 +75,8 @@ TEST_P(FairShare, UsageIsDeviceTimeDecayedOverTheHalfLifeAndRunningTasksAreCount
   // A cancelled job's running tasks stop counting as running (whatever path ends them), and the
   // time they ran is charged: the machines were the team's until the cancel.
   const std::string other = SubmitFor("search", 2);
-  ASSERT_THAT(LeaseUpTo(a, 2), SizeIs(2));
+  ASSERT_THAT(LeaseUpTo(a, 1), SizeIs(1));
+  ASSERT_THAT(LeaseUpTo(a2, 1), SizeIs(1));
   EXPECT_EQ(UsageOf("search").running, 2);
   const absl::Duration before_cancel = UsageOf("search").usage;
   Advance(absl::Seconds(40));
@@ -89,16 +93,21 @@ TEST_P(FairShare, UsageIsDeviceTimeDecayedOverTheHalfLifeAndRunningTasksAreCount
 // never decays; running attempts join it when they end; each is charged for its own only.
 TEST_P(FairShare, DeviceTimeIsEveryEndedAttemptsTimeAndNeverDecays) {
   const std::string job = SubmitFor("search", 4);
-  const std::string other = SubmitFor("ads", 1);
-  const std::string a = Register("a"), b = Register("b");
-  std::vector<Lease> first = LeaseUpTo(a, 3);
+  // One task per executor: an executor's queued tasks share its time (the next test).
+  const std::string a = Register("a"), a2 = Register("a2"), a3 = Register("a3"), b = Register("b"),
+                    b2 = Register("b2");
+  std::vector<Lease> first = LeaseUpTo(a, 1);
+  for (const std::string& more : {a2, a3}) {
+    for (Lease& lease : LeaseUpTo(more, 1)) first.push_back(std::move(lease));
+  }
   ASSERT_THAT(first, SizeIs(3));
-  Advance(absl::Seconds(100));
+  const std::string other = SubmitFor("ads", 1);  // (a second on the clock: 99 s more make 100)
+  Advance(absl::Seconds(99));
   EXPECT_EQ(UsageOf("search").device_time, absl::ZeroDuration()) << "a running attempt is not in it yet";
   // A completion, a retryable failure and an expired lease: 100 s each.
   ASSERT_OK(store_->CompleteTask(a, first[0].task.job_id, first[0].task.index, first[0].task.attempt, kRecordsPerTask,
                                  0, now_));
-  ASSERT_OK(store_->FailTask(a, first[1].task.job_id, first[1].task.index, first[1].task.attempt,
+  ASSERT_OK(store_->FailTask(a2, first[1].task.job_id, first[1].task.index, first[1].task.attempt,
                              FailureClass::kRetryable, "boom", now_));
   ASSERT_OK(store_->ExpireLeases(now_, 10).status());
   EXPECT_EQ(UsageOf("search").device_time, absl::Seconds(300));
@@ -112,7 +121,8 @@ TEST_P(FairShare, DeviceTimeIsEveryEndedAttemptsTimeAndNeverDecays) {
   EXPECT_EQ(UsageOf("search").device_time, absl::Seconds(300));
 
   // Another team's attempt is its own; a cancel charges what the cancelled attempts ran.
-  std::vector<Lease> second = LeaseUpTo(b, 2);
+  std::vector<Lease> second = LeaseUpTo(b, 1);
+  for (Lease& lease : LeaseUpTo(b2, 1)) second.push_back(std::move(lease));
   ASSERT_THAT(second, SizeIs(2));
   Advance(absl::Seconds(40));
   ASSERT_OK(store_->CancelJob(other, now_));
@@ -127,6 +137,55 @@ TEST_P(FairShare, DeviceTimeIsEveryEndedAttemptsTimeAndNeverDecays) {
   for (const Job& listed : Must(store_->ListJobs(JobFilter{}), "ListJobs")) {
     EXPECT_EQ(listed.device_time, GetJob(listed.id).device_time) << listed.id;
   }
+}
+
+// An executor runs one task at a time, and holds more (queued beside the one it runs, from their
+// lease): however its attempts end (reports in separate calls, one call, an expiry, a revocation),
+// they are charged its wall time once, never each from its lease (issue 41, point 2).
+TEST_P(FairShare, AnExecutorsQueuedTasksAreChargedItsWallTimeOnce) {
+  const std::string job = SubmitFor("search", 8);
+  const std::string a = Register("a"), b = Register("b"), c = Register("c"), d = Register("d");
+  std::vector<Lease> held = LeaseUpTo(a, 2);
+  ASSERT_THAT(held, SizeIs(2));
+  Advance(absl::Seconds(30));
+  ASSERT_OK(store_->CompleteTask(a, held[0].task.job_id, held[0].task.index, held[0].task.attempt, kRecordsPerTask,
+                                 0, now_));
+  Advance(absl::Seconds(20));
+  ASSERT_OK(store_->CompleteTask(a, held[1].task.job_id, held[1].task.index, held[1].task.attempt, kRecordsPerTask,
+                                 0, now_));
+  EXPECT_EQ(GetJob(job).device_time, absl::Seconds(50)) << "30 s, then the queued task's 20 s: not 30 + 50";
+  EXPECT_EQ(UsageOf("search").device_time, absl::Seconds(50));
+
+  // Its next lease, after an idle while, is charged from that lease.
+  Advance(absl::Seconds(100));
+  held = LeaseUpTo(a, 1);
+  ASSERT_THAT(held, SizeIs(1));
+  Advance(absl::Seconds(10));
+  ASSERT_OK(store_->FailTask(a, held[0].task.job_id, held[0].task.index, held[0].task.attempt,
+                             FailureClass::kRetryable, "boom", now_));
+  EXPECT_EQ(GetJob(job).device_time, absl::Seconds(60));
+
+  // Two ending in one call: one span.
+  std::vector<Lease> two = LeaseUpTo(b, 2);
+  ASSERT_THAT(two, SizeIs(2));
+  Advance(absl::Seconds(7));
+  std::vector<LeaseProgress> reports;
+  for (const Lease& lease : two) {
+    reports.push_back({lease.task.job_id, lease.task.index, lease.task.attempt, kRecordsPerTask, 0, {}});
+  }
+  ASSERT_OK(store_->CompleteTasks(b, reports, now_).status());
+  EXPECT_EQ(GetJob(job).device_time, absl::Seconds(67));
+
+  // A lost executor's leases expire together; a revoked one's are handed back together.
+  ASSERT_THAT(LeaseUpTo(c, 2), SizeIs(2));
+  ASSERT_THAT(LeaseUpTo(d, 2), SizeIs(2));
+  Advance(absl::Seconds(5));
+  ASSERT_OK(store_->RevokeExecutor(d, now_).status());
+  EXPECT_EQ(GetJob(job).device_time, absl::Seconds(72));
+  Advance(kTtl);
+  ASSERT_OK(store_->ExpireLeases(now_, 10).status());
+  EXPECT_EQ(GetJob(job).device_time, absl::Seconds(72) + absl::Seconds(5) + kTtl) << "c's 35 s, once";
+  EXPECT_EQ(UsageOf("search").device_time, GetJob(job).device_time);
 }
 
 TEST_P(FairShare, TheTeamFurthestBelowItsShareIsServedFirstThenPriorityThenAge) {

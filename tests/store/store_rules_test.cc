@@ -77,6 +77,53 @@ TEST(EndedAttemptTime, ARaceChargesTheStragglerToTheBackupRequestAndAgainOnlyIfI
   EXPECT_EQ(rules::EndedAttemptTime(old_row, old_won, end), absl::Seconds(5));
 }
 
+// An executor holds a queued task beside the one it runs, both leased at once: charged where its
+// time was last charged, its attempts never add up to more than its wall time (issue 41, point 2).
+TEST(EndedAttemptTime, AnExecutorsQueuedAttemptIsChargedFromWhereItsLastChargeEnded) {
+  const Task ran = Running("a", kStart), queued = Running("a", kStart);
+  rules::ChargedUntil charged;
+  Task done = ran;
+  ASSERT_TRUE(CompleteTask(done, 10, 0, kStart + absl::Seconds(30)).ok());
+  EXPECT_EQ(rules::EndedAttemptTime(ran, done, kStart + absl::Seconds(30), &charged), absl::Seconds(30));
+  EXPECT_EQ(charged.at("a"), kStart + absl::Seconds(30));
+  Task next = queued;
+  ASSERT_TRUE(CompleteTask(next, 10, 0, kStart + absl::Seconds(45)).ok());
+  EXPECT_EQ(rules::EndedAttemptTime(queued, next, kStart + absl::Seconds(45), &charged), absl::Seconds(15))
+      << "30 s + 15 s: the 45 s the executor was held, not 75 s";
+  EXPECT_EQ(charged.at("a"), kStart + absl::Seconds(45));
+
+  // Both ending at one moment (one batch of reports, or an expiry): one span for the two.
+  rules::ChargedUntil once;
+  Task failed = queued;
+  ASSERT_TRUE(FailAttempt(failed, 1, {}, FailureClass::kRetryable, "boom", 4, RetryPolicy{},
+                          kStart + absl::Seconds(20)).ok());
+  EXPECT_EQ(rules::EndedAttemptTime(ran, done, kStart + absl::Seconds(20), &once), absl::Seconds(20));
+  EXPECT_EQ(rules::EndedAttemptTime(queued, failed, kStart + absl::Seconds(20), &once), absl::ZeroDuration());
+
+  // A charge that ended after the lease bounds it; one before it does not stretch it; another
+  // executor's does not touch it; and a report stamped before the stored point never moves it back.
+  rules::ChargedUntil stored{{"a", kStart + absl::Seconds(10)}, {"b", kStart + absl::Seconds(40)}};
+  EXPECT_EQ(rules::EndedAttemptTime(ran, done, kStart + absl::Seconds(30), &stored), absl::Seconds(20));
+  rules::ChargedUntil early{{"a", kStart - absl::Hours(1)}};
+  EXPECT_EQ(rules::EndedAttemptTime(ran, done, kStart + absl::Seconds(30), &early), absl::Seconds(30));
+  rules::ChargedUntil later{{"a", kStart + absl::Seconds(50)}};
+  EXPECT_EQ(rules::EndedAttemptTime(ran, done, kStart + absl::Seconds(30), &later), absl::ZeroDuration());
+  EXPECT_EQ(later.at("a"), kStart + absl::Seconds(50));
+}
+
+// A shadow that wins is bounded by its own executor's charges, not the backup's.
+TEST(EndedAttemptTime, AWinningShadowIsBoundedByItsOwnExecutor) {
+  Task raced = Running("slow", kStart);
+  ASSERT_TRUE(RequestBackup(raced, kStart + absl::Seconds(20)).ok());
+  ASSERT_TRUE(GrantTask(raced, "fast", kTtl, kStart + absl::Seconds(22)).ok());
+  Task won = raced;
+  ASSERT_TRUE(CompleteTask(won, Report(1, 10), kStart + absl::Seconds(27)).ok());
+  rules::ChargedUntil charged{{"slow", kStart + absl::Seconds(25)}};
+  EXPECT_EQ(rules::EndedAttemptTime(raced, won, kStart + absl::Seconds(27), &charged), absl::Seconds(2 + 5));
+  EXPECT_EQ(charged.at("slow"), kStart + absl::Seconds(27));
+  EXPECT_EQ(charged.at("fast"), kStart + absl::Seconds(27));
+}
+
 TEST(DeviceTime, IsTheWallTimeInWholeMicrosecondsTimesTheGang) {
   JobSpec single, gang;
   gang.gang_size = 3;

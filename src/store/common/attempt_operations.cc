@@ -34,6 +34,11 @@ absl::StatusOr<AttemptOperations::Outcomes> AttemptOperations::FinishAttempts(
     std::vector<Task>* finished, Settlement& settlement) {
   // The reported tasks are locked in key order, then the executors in id order.
   ASSIGN_OR_RETURN(Rows rows, t.Read(ReportedRows(calls)));
+  // Where each executor's charged time ends (store_rules ChargedUntil): its reported attempts are
+  // charged from there on, so the tasks it queued beside the one it ran are not charged twice.
+  std::vector<std::string> reporters;
+  for (const CompletionCall& call : calls) reporters.push_back(call.executor_id);
+  ASSIGN_OR_RETURN(rules::ChargedUntil charged, t.ChargedUntil(reporters));
   AttemptWrites writes;
   std::vector<std::string> writers;  // the executor of each of writes.tasks
   Outcomes answers;
@@ -77,7 +82,7 @@ absl::StatusOr<AttemptOperations::Outcomes> AttemptOperations::FinishAttempts(
         written.push_back(std::string::npos);
         continue;
       }
-      writes.charges[updated.job_id] += rules::EndedAttemptTime(it->second, updated, now);
+      writes.charges[updated.job_id] += rules::EndedAttemptTime(it->second, updated, now, &charged);
       it->second = updated;  // a second report of the same attempt is then refused
       written.push_back(writes.tasks.size());
       writes.tasks.push_back(std::move(updated));
@@ -91,6 +96,11 @@ absl::StatusOr<AttemptOperations::Outcomes> AttemptOperations::FinishAttempts(
   if (keys.size() != writes.tasks.size()) return absl::InternalError("a task ended twice in one batch of completions");
   for (size_t i = 0; i < writes.tasks.size(); ++i) {
     if (writes.tasks[i].state == TaskState::kSucceeded) writes.records[writers[i]] += writes.tasks[i].records_done;
+  }
+  // Written back only for the reporters, whose rows this transaction holds (an attempt's other
+  // executor, a backup's when its shadow wins, is bounded by what was read, not moved).
+  for (const std::string& executor_id : reporters) {
+    if (auto moved = charged.find(executor_id); moved != charged.end()) writes.charged_until[executor_id] = moved->second;
   }
   JobSettler::CountEnded(writes, now);
   RETURN_IF_ERROR(settler_.EndAndSettle(t, writes, now, settlement));
@@ -175,6 +185,10 @@ absl::StatusOr<std::vector<Task>> AttemptOperations::ExpireLeases(absl::Time now
         AttemptWrites writes;
         ASSIGN_OR_RETURN(writes.tasks, t.ExpiredLeases(now, limit));
         std::map<std::string, Job> jobs;  // read for max_attempts, not locked: their rows are not written
+        // A lost executor's queued tasks expire with the one it ran: charged from where its time
+        // was last charged, and one span only in all (store_rules ChargedUntil). Not written
+        // back: the executors' rows are not this transaction's to lock.
+        ASSIGN_OR_RETURN(rules::ChargedUntil charged, row_access::ChargedUntilOfHolders(t, writes.tasks));
         for (Task& task : writes.tasks) {
           auto job = jobs.find(task.job_id);
           if (job == jobs.end()) {
@@ -183,7 +197,7 @@ absl::StatusOr<std::vector<Task>> AttemptOperations::ExpireLeases(absl::Time now
           }
           const Task before = task;
           RETURN_IF_ERROR(ExpireLease(task, job->second.spec.max_attempts, options_.retry, now));
-          writes.charges[task.job_id] += rules::EndedAttemptTime(before, task, now);
+          writes.charges[task.job_id] += rules::EndedAttemptTime(before, task, now, &charged);
         }
         JobSettler::CountEnded(writes, now);
         RETURN_IF_ERROR(settler_.EndAndSettle(t, writes, now, settlement));

@@ -207,6 +207,9 @@ absl::StatusOr<Executor> IdentityOperations::RevokeExecutor(const std::string& e
     // backup request: store_rules EndedAttemptTime).
     std::map<std::string, Job> jobs;  // read, not locked: handing a task back changes nothing of its job
     AttemptWrites writes;
+    // Its queued tasks with the one it ran: one span in all (store_rules ChargedUntil), moved on
+    // its row, which this transaction holds.
+    ASSIGN_OR_RETURN(rules::ChargedUntil charged, row_access::ChargedUntilOfHolders(t, tasks));
     for (Task& task : tasks) {
       auto job = jobs.find(task.job_id);
       if (job == jobs.end()) {
@@ -215,10 +218,11 @@ absl::StatusOr<Executor> IdentityOperations::RevokeExecutor(const std::string& e
       }
       const Task before = task;
       if (rules::HandBack(task, executor_id, job->second.spec.max_attempts, options_.retry, now)) {
-        writes.charges[task.job_id] += rules::EndedAttemptTime(before, task, now);
+        writes.charges[task.job_id] += rules::EndedAttemptTime(before, task, now, &charged);
         writes.tasks.push_back(std::move(task));
       }
     }
+    if (auto moved = charged.find(executor_id); moved != charged.end()) writes.charged_until[executor_id] = moved->second;
     RETURN_IF_ERROR(JobSettler::EndOnly(t, writes, now));  // nothing ended: nothing to settle
     return executor;
   });

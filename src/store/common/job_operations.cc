@@ -101,12 +101,18 @@ absl::StatusOr<Job> JobOperations::EndJob(const std::string& job_id, JobState st
     auto& [job, tasks] = loaded;
     std::map<int64_t, Task> before;
     for (const Task& task : tasks) before[task.index] = task;
+    // Read before the rules clear the holders.
+    ASSIGN_OR_RETURN(rules::ChargedUntil charged, row_access::ChargedUntilOfHolders(t, tasks));
     ASSIGN_OR_RETURN(std::vector<Task> cancelled, rules::EndJob(job, state, error, tasks, now));
     RETURN_IF_ERROR(t.Update(RowWrites{.jobs = {job}}));
     AttemptWrites writes;
     writes.tasks = std::move(cancelled);
-    // The attempts it stopped used their machines until now: charged to the team like any other.
-    for (const Task& task : writes.tasks) writes.charges[job_id] += rules::EndedAttemptTime(before[task.index], task, now);
+    // The attempts it stopped used their machines until now: charged to the team like any other,
+    // those queued on one executor one span in all (store_rules ChargedUntil, read, not moved:
+    // the executors' rows are not this transaction's to lock).
+    for (const Task& task : writes.tasks) {
+      writes.charges[job_id] += rules::EndedAttemptTime(before[task.index], task, now, &charged);
+    }
     JobSettler::CountEnded(writes, now);
     if (state == JobState::kCancelled) {
       for (const Task& task : writes.tasks) CountStoppedTask(writes.counts[job_id], task, /*unrun_failed=*/false);
@@ -126,11 +132,12 @@ absl::StatusOr<Job> JobOperations::ExpireJob(const std::string& job_id, absl::Ti
     RETURN_IF_ERROR(::minions::ExpireJob(job, tasks, now));
     RETURN_IF_ERROR(t.Update(RowWrites{.jobs = {job}}));
     AttemptWrites writes;
+    ASSIGN_OR_RETURN(rules::ChargedUntil charged, row_access::ChargedUntilOfHolders(t, was));
     for (size_t i = 0; i < tasks.size(); ++i) {
       if (tasks[i].state == was[i].state) continue;
       writes.tasks.push_back(tasks[i]);
       // The attempts it stopped used their machines until now, as a cancel's do.
-      writes.charges[job_id] += rules::EndedAttemptTime(was[i], tasks[i], now);
+      writes.charges[job_id] += rules::EndedAttemptTime(was[i], tasks[i], now, &charged);
     }
     // What the expiry counted, added to the job's counts.
     Job delta;

@@ -62,6 +62,16 @@ absl::StatusOr<std::vector<Task>> LoadTasks(RowTransaction& t, const std::vector
   return tasks;
 }
 
+absl::StatusOr<std::map<std::string, absl::Time>> ChargedUntilOfHolders(RowTransaction& t,
+                                                                        const std::vector<Task>& tasks) {
+  std::vector<std::string> holders;
+  for (const Task& task : tasks) {
+    if (!task.executor_id.empty()) holders.push_back(task.executor_id);
+    if (task.shadow) holders.push_back(task.shadow->executor_id);
+  }
+  return t.ChargedUntil(holders);
+}
+
 absl::StatusOr<std::optional<Team>> FindTeam(RowTransaction& t, const std::string& name) {
   ASSIGN_OR_RETURN(Rows rows, t.Read(RowKeys{.teams = {name}}));
   auto it = rows.teams.find(name);

@@ -5,6 +5,7 @@
 // transaction.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,10 @@ absl::StatusOr<Task> LoadTask(RowTransaction& t, const std::string& job_id, int6
 // The tasks of `keys` that exist, in key order.
 absl::StatusOr<std::vector<Task>> LoadTasks(RowTransaction& t, const std::vector<TaskId>& keys,
                                             Locking locking = Locking::kLock);
+// Where the time of each executor that holds one of `tasks` (its current attempt or its shadow)
+// was last charged (RowTransaction::ChargedUntil), for store_rules EndedAttemptTime; not locked.
+absl::StatusOr<std::map<std::string, absl::Time>> ChargedUntilOfHolders(RowTransaction& t,
+                                                                        const std::vector<Task>& tasks);
 absl::StatusOr<std::optional<Team>> FindTeam(RowTransaction& t, const std::string& name);
 // By id (NotFound "no token <id>") or by hash (NotFound "no such token": a hash is never repeated
 // in a message, for a lookup it is as good as the token's text).

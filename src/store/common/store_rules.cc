@@ -220,17 +220,26 @@ bool TakeAllowance(std::map<std::string, int64_t>& allowances, const std::string
   return true;
 }
 
-absl::Duration EndedAttemptTime(const Task& before, const Task& after, absl::Time now) {
-  auto ran = [now](const std::optional<absl::Time>& since) {
-    return since ? std::max(now - *since, absl::ZeroDuration()) : absl::ZeroDuration();
+absl::Duration EndedAttemptTime(const Task& before, const Task& after, absl::Time now, ChargedUntil* charged) {
+  auto ran = [now, charged](const std::optional<absl::Time>& since, const std::string& executor_id) {
+    if (!since) return absl::ZeroDuration();
+    absl::Time from = *since;
+    if (charged != nullptr) {
+      auto [last, added] = charged->try_emplace(executor_id, now);
+      if (!added) {
+        from = std::max(from, last->second);
+        last->second = std::max(last->second, now);
+      }
+    }
+    return std::max(now - from, absl::ZeroDuration());
   };
   absl::Duration time;
   const bool current_ended = before.state == TaskState::kRunning &&
                              (after.state != TaskState::kRunning || after.attempt != before.attempt);
-  if (current_ended) time += ran(before.started_at);
+  if (current_ended) time += ran(before.started_at, before.executor_id);
   const bool shadow_won =
       before.shadow && after.state == TaskState::kSucceeded && after.attempt == before.shadow->attempt;
-  if (shadow_won) time += ran(before.shadow->since);
+  if (shadow_won) time += ran(before.shadow->since, before.shadow->executor_id);
   return time;
 }
 

@@ -92,7 +92,18 @@ bool TakeAllowance(std::map<std::string, int64_t>& allowances, const std::string
 // is most often requested because its executor's connection closed), and charging the race's
 // whole length for a dead machine would bill the team twice. The time of one device: the stores
 // charge it as DeviceTime.
-absl::Duration EndedAttemptTime(const Task& before, const Task& after, absl::Time now);
+//
+// An executor runs one attempt at a time but holds more (its prefetched tasks wait in its queue
+// from their lease), so an attempt's lease is not when it started to run. Where the caller knows
+// when each executor's time was last charged (`charged`: by executor id, when the last attempt of
+// it that was charged ended), an attempt is charged only from then on, and the map moves to `now`
+// for each executor charged: the attempts of one executor are then charged disjoint spans, never
+// more in all than the wall time since its first lease. The server's clock sets every bound; an
+// executor can only choose which of its attempts a span is charged to by the order of its reports,
+// never make the span longer (issue 41, point 2).
+using ChargedUntil = std::map<std::string, absl::Time>;
+absl::Duration EndedAttemptTime(const Task& before, const Task& after, absl::Time now,
+                                ChargedUntil* charged = nullptr);
 // How many executors each attempt of the job's tasks holds: a gang job's gang size, else one.
 // (The PostgreSQL store's charging statements say the same in SQL: GREATEST(gang_size, 1).)
 int64_t DevicesPerAttempt(const JobSpec& spec);

@@ -375,6 +375,12 @@ ALTER TABLE teams ADD COLUMN IF NOT EXISTS file_bytes BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE teams ADD COLUMN IF NOT EXISTS result_bytes BIGINT NOT NULL DEFAULT 0;
 )sql";
 
+// Accounting: when each executor's time was last charged (store_rules ChargedUntil), so an
+// attempt that waited in its queue is charged from then, not from its lease. Migration 20.
+constexpr char kChargedUntil[] = R"sql(
+ALTER TABLE executors ADD COLUMN charged_until BIGINT;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -396,6 +402,7 @@ constexpr Migration kMigrations[] = {
     {17, "verification: spot checks waiting for a verifier", kVerificationTasks},
     {18, "the dashboard's tokens per step and team", kFleetTokens},
     {19, "per-team byte limits; files and results kept", kTeamBytes},
+    {20, "accounting: when each executor's time was last charged", kChargedUntil},
 };
 
 }  // namespace

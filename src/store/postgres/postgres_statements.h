@@ -105,7 +105,8 @@ inline constexpr char kCountTasks[] =
 // The end of attempts, in one statement: the tasks as the state machine left them ($1-$20, as
 // kUpdateTasks), what they add to their jobs' counts ($21-$27 and $34, the device time: one
 // counter shard row per job),
-// the records the executors did ($28 ids, $29 records), and the wall time of the attempts that ended, by
+// the records the executors did ($28 ids, $29 records) and where their charged time now ends ($35:
+// store_rules ChargedUntil, moved forward only; NULL leaves it), and the wall time of the attempts that ended, by
 // job ($30 ids, $31 micros), charged to their teams at $32 with half-life $33
 // (MINIONS_PG_CHARGE_USAGE). The device time of a job's counter shard ($34) and of its team are
 // that wall time times the job's devices per attempt (GREATEST(gang_size, 1)). Answers how many
@@ -123,8 +124,9 @@ inline constexpr char kWriteAttempts[] =
     "completed_records = job_counts.completed_records + EXCLUDED.completed_records, "
     "failed_records = job_counts.failed_records + EXCLUDED.failed_records, "
     "updated_at = GREATEST(job_counts.updated_at, EXCLUDED.updated_at)), "
-    "e AS (UPDATE executors SET records_done = records_done + x.n FROM unnest($28::text[], $29::bigint[]) x(id, n) "
-    "WHERE executors.id = x.id RETURNING 1), "
+    "e AS (UPDATE executors SET records_done = records_done + x.n, charged_until = CASE WHEN x.at IS NULL THEN "
+    "charged_until ELSE GREATEST(COALESCE(charged_until, 0), x.at) END FROM unnest($28::text[], $29::bigint[], "
+    "$35::bigint[]) x(id, n, at) WHERE executors.id = x.id RETURNING 1), "
     MINIONS_PG_CHARGE_USAGE("$30", "$31", "$32", "$33") " "
     "SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM e)";
 // Which of the jobs $1 have not settled though all their tasks have ended: asked right after
@@ -179,6 +181,8 @@ inline constexpr char kExpiredLeases[] =
     "SELECT " MINIONS_STORE_TASK_COLUMNS " FROM tasks WHERE state = 'running' AND lease_expires_at <= $1 "
     "ORDER BY lease_expires_at, job_id, idx LIMIT $2::bigint FOR UPDATE SKIP LOCKED";
 
+// store_rules ChargedUntil of the executors $1.
+inline constexpr char kChargedUntil[] = "SELECT id, charged_until FROM executors WHERE id = ANY($1::text[])";
 #define MINIONS_PG_SELECT_EXECUTOR "SELECT " MINIONS_STORE_EXECUTOR_COLUMNS " FROM executors WHERE id = $1"
 inline constexpr char kSelectExecutor[] = MINIONS_PG_SELECT_EXECUTOR;
 inline constexpr char kSelectExecutorForUpdate[] = MINIONS_PG_SELECT_EXECUTOR " FOR UPDATE";

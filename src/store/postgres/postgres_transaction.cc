@@ -349,6 +349,19 @@ absl::StatusOr<std::vector<Task>> PostgresTransaction::TasksHeldBy(const std::st
   return Collect<Task>(result, TaskRow);
 }
 
+absl::StatusOr<std::map<std::string, absl::Time>> PostgresTransaction::ChargedUntil(
+    const std::vector<std::string>& executor_ids) {
+  std::map<std::string, absl::Time> charged;
+  if (executor_ids.empty()) return charged;
+  std::vector<rows::Values> ids;
+  for (const std::string& id : executor_ids) ids.push_back({id});
+  ASSIGN_OR_RETURN(PgResult result, c_.Exec(sql::kChargedUntil, Params().Columns(ids, 1)));
+  for (int i = 0; i < result.Rows(); ++i) {
+    if (std::optional<absl::Time> at = result.OptTime(i, 1)) charged[result.Text(i, 0)] = *at;
+  }
+  return charged;
+}
+
 absl::StatusOr<std::vector<LeaseCandidate>> PostgresTransaction::LeaseCandidates(const LeaseQuery& query,
                                                                                  std::map<std::string, Job>& jobs) {
   ASSIGN_OR_RETURN(PgResult result, c_.Exec(sql::kLeaseCandidates, Params()
@@ -718,15 +731,23 @@ absl::Status PostgresTransaction::EndAttempts(const AttemptWrites& writes, absl:
     device.push_back({absl::ToInt64Microseconds(job.device_time)});
     job_ids.push_back({job_id});
   }
-  std::vector<rows::Values> records;
-  for (const auto& [executor_id, n] : writes.records) records.push_back({executor_id, n});
+  // Each executor written once: the records it adds and where its charged time now ends (NULL: unmoved).
+  std::map<std::string, std::pair<int64_t, std::optional<absl::Time>>> executors;
+  for (const auto& [executor_id, n] : writes.records) executors[executor_id].first = n;
+  for (const auto& [executor_id, at] : writes.charged_until) executors[executor_id].second = at;
+  std::vector<rows::Values> records, charged_until;
+  for (const auto& [executor_id, added] : executors) {
+    records.push_back({executor_id, added.first});
+    charged_until.push_back({rows::TimeValue(added.second)});
+  }
   Params params = Arrays(writes.tasks, &rows::TaskValues, rows::kTaskColumns);
   params.Columns(counts, 7)
       .Columns(records, 2)
       .Columns(charges, 2)
       .Time(now)
       .Int(absl::ToInt64Microseconds(options_.fair_share_half_life))
-      .Columns(device, 1);
+      .Columns(device, 1)
+      .Columns(charged_until, 1);
   if (finished != nullptr && !job_ids.empty()) {
     // Asked right after the COMMIT, in the same round trip.
     c_.AfterCommit(sql::kFinishedJobs,

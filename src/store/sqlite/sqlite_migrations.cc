@@ -345,6 +345,12 @@ ALTER TABLE teams ADD COLUMN file_bytes INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE teams ADD COLUMN result_bytes INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Accounting: when each executor's time was last charged (store_rules ChargedUntil), so an
+// attempt that waited in its queue is charged from then, not from its lease. Migration 20.
+constexpr char kChargedUntil[] = R"sql(
+ALTER TABLE executors ADD COLUMN charged_until INTEGER;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -366,6 +372,7 @@ constexpr Migration kMigrations[] = {
     {17, "verification: spot checks waiting for a verifier", kVerificationTasks},
     {18, "the dashboard's tokens per step and team", kFleetTokens},
     {19, "per-team byte limits; files and results kept", kTeamBytes},
+    {20, "accounting: when each executor's time was last charged", kChargedUntil},
 };
 
 }  // namespace

@@ -139,6 +139,10 @@ inline constexpr char kUpdateExecutor[] =
     "last_heartbeat_at = ?6, drain_requested = ?7, records_done = ?8 WHERE id = ?1";
 inline constexpr char kAddExecutorRecords[] =
     "UPDATE executors SET records_done = records_done + :records WHERE id = :id";
+// store_rules ChargedUntil: read, and moved forward only.
+inline constexpr char kChargedUntil[] = "SELECT charged_until FROM executors WHERE id = :id";
+inline constexpr char kMoveChargedUntil[] =
+    "UPDATE executors SET charged_until = MAX(COALESCE(charged_until, 0), :at) WHERE id = :id";
 inline constexpr char kSilentExecutors[] =
     "SELECT id FROM executors WHERE state NOT IN ('lost', 'revoked', 'quarantined', 'pending') AND last_heartbeat_at < :cutoff "
     "ORDER BY last_heartbeat_at, id";

@@ -291,6 +291,19 @@ absl::StatusOr<std::vector<Task>> SqliteTransaction::TasksHeldBy(const std::stri
   return TasksByKey(keys);
 }
 
+absl::StatusOr<std::map<std::string, absl::Time>> SqliteTransaction::ChargedUntil(
+    const std::vector<std::string>& executor_ids) {
+  std::map<std::string, absl::Time> charged;
+  for (const std::string& id : executor_ids) {
+    ASSIGN_OR_RETURN(Statement query, c_.Prepare(sql::kChargedUntil));
+    query.BindText(":id", id);
+    ASSIGN_OR_RETURN(bool row, query.Step());
+    if (!row) continue;
+    if (std::optional<absl::Time> at = query.OptTime(0)) charged[id] = *at;
+  }
+  return charged;
+}
+
 absl::StatusOr<std::vector<LeaseCandidate>> SqliteTransaction::LeaseCandidates(const LeaseQuery& lease,
                                                                                std::map<std::string, Job>& jobs) {
   struct Found {
@@ -682,6 +695,10 @@ absl::Status SqliteTransaction::EndAttempts(const AttemptWrites& writes, absl::T
   for (const auto& [executor_id, records] : writes.records) {
     ASSIGN_OR_RETURN(Statement add, c_.Prepare(sql::kAddExecutorRecords));
     RETURN_IF_ERROR(add.BindInt(":records", records).BindText(":id", executor_id).Run());
+  }
+  for (const auto& [executor_id, at] : writes.charged_until) {
+    ASSIGN_OR_RETURN(Statement move, c_.Prepare(sql::kMoveChargedUntil));
+    RETURN_IF_ERROR(move.BindTime(":at", at).BindText(":id", executor_id).Run());
   }
   RETURN_IF_ERROR(ChargeUsage(writes.charges, now));
   if (finished == nullptr) return absl::OkStatus();

@@ -44,6 +44,7 @@ class SqliteTransaction : public RowTransaction {
   absl::StatusOr<bool> AnyTaskPending() override;
   absl::StatusOr<std::vector<Task>> ExpiredLeases(absl::Time now, int limit) override;
   absl::StatusOr<std::vector<Task>> TasksHeldBy(const std::string& executor_id) override;
+  absl::StatusOr<std::map<std::string, absl::Time>> ChargedUntil(const std::vector<std::string>& executor_ids) override;
   absl::StatusOr<std::vector<LeaseCandidate>> LeaseCandidates(const LeaseQuery& query,
                                                               std::map<std::string, Job>& jobs) override;
   absl::StatusOr<std::vector<PendingGangTask>> PendingGangTasks(absl::Time now, int limit) override;
