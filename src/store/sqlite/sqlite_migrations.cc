@@ -335,6 +335,13 @@ CREATE TABLE fleet_tokens (
 );
 )sql";
 
+// Accounting: of a finished job's completion tokens, those its answers spent reasoning (the sum of
+// their usage.completion_tokens_details.reasoning_tokens), written with the other two; NULL (0)
+// for jobs finished before. Migration 19.
+constexpr char kJobReasoningTokens[] = R"sql(
+ALTER TABLE jobs ADD COLUMN reasoning_tokens INTEGER;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -355,6 +362,7 @@ constexpr Migration kMigrations[] = {
     {16, "the dashboard's history: one point per step", kFleetHistory},
     {17, "verification: spot checks waiting for a verifier", kVerificationTasks},
     {18, "the dashboard's tokens per step and team", kFleetTokens},
+    {19, "accounting: the reasoning tokens a finished job's answers used", kJobReasoningTokens},
 };
 
 }  // namespace
