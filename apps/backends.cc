@@ -156,26 +156,15 @@ absl::StatusOr<Backends> OpenBackends(const MinionsConfig& config, Clock* clock)
   return backends;
 }
 
+// Each backend's type converts to its interface (absl::StatusOr's converting constructor).
 absl::StatusOr<std::unique_ptr<WatchdogLock>> TryAcquireWatchdog(const MinionsConfig& config) {
-  if (IsPostgres(config.database)) {
-    auto lock = PostgresWatchdogLock::TryAcquire(PostgresConninfo(config.database));
-    if (!lock.ok()) return lock.status();
-    return std::unique_ptr<WatchdogLock>(std::move(*lock));
-  }
-  auto lock = SqliteWatchdogLock::TryAcquire(SqlitePath(config));
-  if (!lock.ok()) return lock.status();
-  return std::unique_ptr<WatchdogLock>(std::move(*lock));
+  if (IsPostgres(config.database)) return PostgresWatchdogLock::TryAcquire(PostgresConninfo(config.database));
+  return SqliteWatchdogLock::TryAcquire(SqlitePath(config));
 }
 
 absl::StatusOr<std::unique_ptr<WorkSignal>> OpenWorkSignal(const MinionsConfig& config) {
-  if (IsPostgres(config.database)) {
-    auto signal = PostgresWorkSignal::Create(PostgresConninfo(config.database));
-    if (!signal.ok()) return signal.status();
-    return std::unique_ptr<WorkSignal>(std::move(*signal));
-  }
-  auto signal = SqliteWorkSignal::Open(SqlitePath(config));
-  if (!signal.ok()) return signal.status();
-  return std::unique_ptr<WorkSignal>(std::move(*signal));
+  if (IsPostgres(config.database)) return PostgresWorkSignal::Create(PostgresConninfo(config.database));
+  return SqliteWorkSignal::Open(SqlitePath(config));
 }
 
 }  // namespace minions::apps

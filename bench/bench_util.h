@@ -1,10 +1,12 @@
 #pragma once
 // Small helpers the benchmark programs share.
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -90,6 +92,60 @@ inline double CpuSeconds(pid_t pid) {
     if (i == 15) stime = std::stod(field);
   }
   return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// Resident memory of a process in MiB (VmRSS), 0 when unknown.
+inline double RssMiB(pid_t pid) {
+  std::string status = Slurp(absl::StrCat("/proc/", pid, "/status"));
+  auto at = status.find("VmRSS:");
+  if (at == std::string::npos) return 0;
+  return std::stod(status.substr(at + 6)) / 1024.0;
+}
+
+// The CPU seconds all cores of this machine have spent busy so far (/proc/stat: all but idle and iowait).
+inline double MachineCpuSeconds() {
+  std::string stat = Slurp("/proc/stat");
+  unsigned long long v[10] = {};
+  if (sscanf(stat.c_str(), "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+             &v[6], &v[7]) < 8) {
+    return 0;
+  }
+  const double busy = static_cast<double>(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);  // not idle (3), iowait (4)
+  return busy / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// The CPU seconds of a process and all its children (PostgreSQL's postmaster and backends), per
+// pid, so that a delta counts backends that started in between.
+inline std::map<pid_t, double> TreeCpu(pid_t root) {
+  std::map<pid_t, double> cpu;
+  if (root <= 0) return cpu;
+  cpu[root] = CpuSeconds(root);
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return cpu;
+  while (dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    long pid = strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    std::string stat = Slurp(absl::StrCat("/proc/", pid, "/stat"));
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (sscanf(stat.c_str() + close + 2, "%c %ld", &state, &ppid) == 2 && ppid == root) {
+      cpu[static_cast<pid_t>(pid)] = CpuSeconds(static_cast<pid_t>(pid));
+    }
+  }
+  closedir(proc);
+  return cpu;
+}
+
+inline double CpuDelta(const std::map<pid_t, double>& before, const std::map<pid_t, double>& after) {
+  double total = 0;
+  for (const auto& [pid, seconds] : after) {
+    auto it = before.find(pid);
+    total += seconds - (it == before.end() ? 0 : it->second);
+  }
+  return total;
 }
 
 }  // namespace minions::bench

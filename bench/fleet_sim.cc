@@ -65,6 +65,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "bench_util.h"
+#include "fleet_postgres.h"
+#include "simulated_fleet.h"
 #include "cli/admin_verbs.h"
 #include "cli/client_verbs.h"
 #include "cli/credentials.h"
@@ -84,7 +86,15 @@ using minions::bench::BinDir;
 using minions::bench::CpuSeconds;
 namespace v1 = minions::v1;
 
-// --- measurement helpers ---
+using minions::bench::CpuDelta;
+using minions::bench::MachineCpuSeconds;
+using minions::bench::RssMiB;
+using minions::bench::TreeCpu;
+using minions::bench::fleet_sim::Fleet;
+using minions::bench::fleet_sim::PgWaitSampler;
+using minions::bench::fleet_sim::Postgres;
+using minions::bench::fleet_sim::Samples;
+using minions::bench::fleet_sim::SimOptions;
 
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return -1;
@@ -92,721 +102,6 @@ double Percentile(std::vector<double> v, double p) {
   size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
   return v[std::min(i, v.size() - 1)];
 }
-
-// Resident memory of a process in MiB (VmRSS), 0 when unknown.
-double RssMiB(pid_t pid) {
-  std::string status = minions::bench::Slurp(absl::StrCat("/proc/", pid, "/status"));
-  auto at = status.find("VmRSS:");
-  if (at == std::string::npos) return 0;
-  return std::stod(status.substr(at + 6)) / 1024.0;
-}
-
-// The CPU seconds all cores of this machine have spent busy so far (/proc/stat: all but idle and iowait).
-double MachineCpuSeconds() {
-  std::string stat = minions::bench::Slurp("/proc/stat");
-  unsigned long long v[10] = {};
-  if (sscanf(stat.c_str(), "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-             &v[6], &v[7]) < 8) {
-    return 0;
-  }
-  const double busy = static_cast<double>(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);  // not idle (3), iowait (4)
-  return busy / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-// The CPU seconds of a process and all its children (PostgreSQL's postmaster and backends), per
-// pid, so that a delta counts backends that started in between.
-std::map<pid_t, double> TreeCpu(pid_t root) {
-  std::map<pid_t, double> cpu;
-  if (root <= 0) return cpu;
-  cpu[root] = CpuSeconds(root);
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return cpu;
-  while (dirent* entry = readdir(proc)) {
-    char* end = nullptr;
-    long pid = strtol(entry->d_name, &end, 10);
-    if (*end != '\0' || pid <= 0) continue;
-    std::string stat = minions::bench::Slurp(absl::StrCat("/proc/", pid, "/stat"));
-    auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    char state = 0;
-    long ppid = 0;
-    if (sscanf(stat.c_str() + close + 2, "%c %ld", &state, &ppid) == 2 && ppid == root) {
-      cpu[static_cast<pid_t>(pid)] = CpuSeconds(static_cast<pid_t>(pid));
-    }
-  }
-  closedir(proc);
-  return cpu;
-}
-
-double CpuDelta(const std::map<pid_t, double>& before, const std::map<pid_t, double>& after) {
-  double total = 0;
-  for (const auto& [pid, seconds] : after) {
-    auto it = before.find(pid);
-    total += seconds - (it == before.end() ? 0 : it->second);
-  }
-  return total;
-}
-
-// --- a timer thread: runs callbacks at their time ---
-
-class Timer {
- public:
-  Timer() : thread_([this] { Loop(); }) {}
-  ~Timer() {
-    {
-      absl::MutexLock lock(&mu_);
-      done_ = true;
-    }
-    thread_.join();
-  }
-  void At(absl::Time when, std::function<void()> fn) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    queue_.push(Entry{when, seq_++, std::move(fn)});
-  }
-
- private:
-  struct Entry {
-    absl::Time when;
-    uint64_t seq;
-    std::function<void()> fn;
-    bool operator>(const Entry& o) const { return when != o.when ? when > o.when : seq > o.seq; }
-  };
-  void Loop() {
-    for (;;) {
-      std::function<void()> fn;
-      {
-        absl::MutexLock lock(&mu_);
-        auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return done_ || (!queue_.empty() && queue_.top().when <= absl::Now());
-        };
-        const absl::Time wake = queue_.empty() ? absl::Now() + absl::Milliseconds(50) : queue_.top().when;
-        mu_.AwaitWithDeadline(absl::Condition(&due), std::min(wake, absl::Now() + absl::Milliseconds(50)));
-        if (done_) return;
-        if (queue_.empty() || queue_.top().when > absl::Now()) continue;
-        fn = std::move(const_cast<Entry&>(queue_.top()).fn);
-        queue_.pop();
-      }
-      fn();
-    }
-  }
-  absl::Mutex mu_;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_ ABSL_GUARDED_BY(mu_);
-  uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
-};
-
-// --- a small work queue for the fake runner's file I/O ---
-
-class Workers {
- public:
-  explicit Workers(int n) {
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
-  }
-  ~Workers() {
-    {
-      absl::MutexLock lock(&mu_);
-      done_ = true;
-    }
-    for (auto& t : threads_) t.join();
-  }
-  void Post(std::function<void()> fn) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(fn));
-  }
-
- private:
-  void Loop() {
-    for (;;) {
-      std::function<void()> fn;
-      {
-        absl::MutexLock lock(&mu_);
-        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ || !queue_.empty(); };
-        mu_.Await(absl::Condition(&ready));
-        if (queue_.empty()) return;
-        fn = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      fn();
-    }
-  }
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
-};
-
-// --- the fleet ---
-
-struct SimOptions {
-  absl::Duration ttl = absl::Seconds(9);
-  absl::Duration lease_wait = absl::Seconds(30);
-  absl::Duration task_time = absl::Milliseconds(200);
-  // Each task runs task_time x (1 +- up to this): 0, every task alike (a job's tasks that start
-  // together end together); real tasks' times vary with their records and their machines.
-  double task_spread = 0;
-  // Idle polls stand for idle beats when the server says they do (as the executor); false: the
-  // simulated executors beat at the idle pace whatever the server says (the older protocol).
-  bool idle_polls = true;
-  // Heartbeats on a Beats stream (as the executor); false: a Heartbeat call each (older executors).
-  bool beat_stream = true;
-};
-
-// What the simulated executors measured, for one phase.
-struct Samples {
-  std::vector<double> heartbeat_ms;
-  std::vector<absl::Time> heartbeat_at;  // when each of them was answered
-  std::vector<double> lease_ms;       // Lease calls that got a task: call to reply
-  std::vector<absl::Time> leased_at;  // when each task lease arrived
-  int64_t heartbeats_failed = 0;
-  int64_t beats_unsent = 0;           // idle beats left unsent: an idle poll spoke for them
-  int64_t leases_lost = 0;            // heartbeats answering "cancel" for a lease still held
-  int64_t cancels_done = 0;           // ... for a lease the executor completed since it sent the beat
-                                      // (no loss, unless its completion failed: complete_failed)
-  int64_t completed = 0;
-  int64_t complete_failed = 0;
-};
-
-class Fleet {
- public:
-  Fleet(SimOptions options, int run_threads) : options_(options), workers_(run_threads) {}
-  ~Fleet() { Stop(); }
-
-  class BeatStreamer;
-  struct Executor {
-    int index = 0;
-    std::string id;
-    std::string credential;
-    v1::Executors::Stub* stub = nullptr;
-    absl::Mutex mu;
-    std::vector<v1::LeaseRef> held ABSL_GUARDED_BY(mu);  // leased, not yet completed (heartbeats report them)
-    std::deque<v1::TaskLease> queued ABSL_GUARDED_BY(mu);  // leased, not yet started
-    bool running ABSL_GUARDED_BY(mu) = false;             // the fake runner has a task
-    bool leasing ABSL_GUARDED_BY(mu) = false;             // a Lease call is in flight
-    bool idle_poll ABSL_GUARDED_BY(mu) = false;           // ... and it is an idle poll (LeaseRequest.idle)
-    absl::Time idle_poll_answered ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-    absl::Time next_beat ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();  // the beat scheduled next
-    int beat_generation ABSL_GUARDED_BY(mu) = 0;          // a scheduled beat of an older one is dropped
-    std::unique_ptr<grpc::ClientContext> attach_context;
-    BeatStreamer* beats ABSL_GUARDED_BY(mu) = nullptr;  // its Beats stream, while one is open
-    std::mt19937 random ABSL_GUARDED_BY(mu);              // its tasks' times (SimOptions::task_spread)
-  };
-
-  void AddStub(std::unique_ptr<v1::Executors::Stub> stub) { stubs_.push_back(std::move(stub)); }
-  v1::Executors::Stub* StubFor(int i) { return stubs_[static_cast<size_t>(i) % stubs_.size()].get(); }
-
-  Executor& Add(int index, std::string id, std::string credential) {
-    executors_.push_back(std::make_unique<Executor>());
-    Executor& e = *executors_.back();
-    e.index = index;
-    e.id = std::move(id);
-    e.credential = std::move(credential);
-    e.stub = StubFor(index);
-    absl::MutexLock lock(&e.mu);
-    e.random.seed(static_cast<uint32_t>(index));
-    return e;
-  }
-
-  // Register, attach, lease and heartbeat every executor (heartbeats spread over one period).
-  void Start() {
-    // Seeded by the worker's first executor: workers' beats spread apart, not in step.
-    std::mt19937 random(42 + static_cast<uint32_t>(executors_.empty() ? 0 : executors_.front()->index));
-    for (auto& owned : executors_) {
-      Executor* e = owned.get();
-      Register(e, [this, e, phase = std::uniform_real_distribution<double>(0, 1)(random)] {
-        Attach(e);
-        Lease(e);
-        ScheduleBeat(e, absl::Now() + IdleBeat() * phase);
-      });
-    }
-  }
-
-  void Stop() {
-    stopping_ = true;
-    for (auto& e : executors_) {
-      if (e->attach_context) e->attach_context->TryCancel();
-      absl::MutexLock lock(&e->mu);
-      if (e->beats != nullptr) e->beats->Cancel();
-    }
-    // Every call in flight ends (the server is gone or the call was cancelled) before the fleet goes.
-    for (int i = 0; i < 600 && in_flight_.load() > 0; ++i) absl::SleepFor(absl::Milliseconds(50));
-  }
-
-  // Starts a phase's samples; Take ends it.
-  // Lease latency counts from the phase's start at the earliest: a long poll begun while the
-  // fleet was idle waited for the work, not for the server.
-  void Measure() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    samples_ = Samples{};
-    measured_from_ = absl::Now();
-  }
-  Samples Take() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    Samples out = std::move(samples_);
-    samples_ = Samples{};
-    return out;
-  }
-  int registered() const { return registered_.load(); }
-  int attached() const { return attached_.load(); }
-
- private:
-  template <typename Reply>
-  struct Call {
-    grpc::ClientContext context;
-    Reply reply;
-    absl::Time start = absl::Now();
-  };
-
-  void Register(Executor* e, std::function<void()> then) {
-    auto* call = new Call<v1::RegisterResponse>;
-    auto* request = new v1::RegisterRequest;
-    request->set_executor_id(e->id);
-    FillCapabilities(e->index, request->mutable_capabilities());
-    minions::rpc::Prepare(call->context, e->credential);
-    ++in_flight_;
-    e->stub->async()->Register(&call->context, request, &call->reply,
-                               [this, e, call, request, then = std::move(then)](grpc::Status s) {
-                                 const int64_t idle_beat_ms = call->reply.idle_heartbeat_ms();
-                                 const bool polls_renew = call->reply.idle_polls_renew();
-                                 delete request;
-                                 delete call;
-                                 if (s.ok()) {
-                                   ++registered_;
-                                   idle_beat_ms_ = idle_beat_ms;
-                                   polls_renew_ = polls_renew && options_.idle_polls;
-                                   then();
-                                 } else if (!stopping_) {
-                                   timer_.At(absl::Now() + absl::Seconds(1),
-                                             [this, e, then] { Register(e, then); });
-                                 }
-                                 --in_flight_;
-                               });
-  }
-
-  // The presence stream: held open for as long as the executor runs.
-  class AttachReader : public grpc::ClientReadReactor<v1::AttachEvent> {
-   public:
-    AttachReader(Fleet* fleet, Executor* e) : fleet_(fleet) {
-      request_.set_executor_id(e->id);
-      minions::rpc::Prepare(*e->attach_context, e->credential, absl::InfiniteDuration());
-      e->stub->async()->Attach(e->attach_context.get(), &request_, this);
-      StartRead(&event_);
-      StartCall();
-    }
-    void OnReadDone(bool ok) override {
-      if (!ok) return;
-      if (!counted_) {
-        counted_ = true;
-        ++fleet_->attached_;
-      }
-      StartRead(&event_);
-    }
-    void OnDone(const grpc::Status&) override {
-      if (counted_) --fleet_->attached_;
-      Fleet* fleet = fleet_;
-      delete this;
-      --fleet->in_flight_;
-    }
-
-   private:
-    Fleet* fleet_;
-    v1::AttachRequest request_;
-    v1::AttachEvent event_;
-    bool counted_ = false;
-  };
-
-  void Attach(Executor* e) {
-    e->attach_context = std::make_unique<grpc::ClientContext>();
-    ++in_flight_;
-    new AttachReader(this, e);
-  }
-
-  // As the executor: every third of the TTL while it holds leases; while it holds none, as often
-  // as the server said at registration (two thirds of the TTL if it said nothing).
-  absl::Duration IdleBeat() const {
-    const int64_t ms = idle_beat_ms_.load();
-    return ms > 0 ? std::max(absl::Milliseconds(ms), options_.ttl / 3) : options_.ttl * 2 / 3;
-  }
-  absl::Duration BeatPeriod(Executor* e) {
-    absl::MutexLock lock(&e->mu);
-    return e->held.empty() ? IdleBeat() : options_.ttl / 3;
-  }
-
-  // The next beat at `at`, replacing the one scheduled.
-  void ScheduleBeat(Executor* e, absl::Time at) {
-    int generation;
-    {
-      absl::MutexLock lock(&e->mu);
-      e->next_beat = at;
-      generation = ++e->beat_generation;
-    }
-    timer_.At(at, [this, e, generation] {
-      {
-        absl::MutexLock lock(&e->mu);
-        if (generation != e->beat_generation) return;  // replaced by a sooner one
-      }
-      Heartbeat(e);
-    });
-  }
-
-  // As the executor: an idle beat stays unsent while the server renews it from its idle poll (one
-  // stands, or was answered a moment ago); it says nothing new (always "available", no holdings).
-  bool PollSpeaksFor(Executor* e, absl::Time now) {
-    if (!polls_renew_) return false;
-    absl::MutexLock lock(&e->mu);
-    return e->held.empty() && (e->idle_poll || now - e->idle_poll_answered < IdleBeat() / 2);
-  }
-
-  // (public: Executor names it)
- public:
-  // As the executor: heartbeats on a Beats stream, one at a time (one due while another is in
-  // flight is sent once that one is answered). A stream that ends fails the beats it had and is
-  // opened again at the next beat. It deletes itself when gRPC is done with it, having taken
-  // itself from its executor first.
-  class BeatStreamer : public grpc::ClientBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse> {
-   public:
-    using Answer = std::function<void(const grpc::Status&, const v1::HeartbeatResponse&)>;
-    BeatStreamer(Fleet* fleet, Executor* e) : fleet_(fleet), e_(e) {
-      minions::rpc::Prepare(context_, e->credential, absl::InfiniteDuration());
-      e->stub->async()->Beats(&context_, this);
-      StartCall();
-    }
-    // Sends `request` when the beats before it are answered.
-    void Send(v1::HeartbeatRequest request, Answer answer) {
-      absl::MutexLock lock(&mu_);
-      queue_.push_back({std::move(request), std::move(answer)});
-      StartNextLocked();
-    }
-    void Cancel() { context_.TryCancel(); }
-
-    void OnReadDone(bool ok) override {
-      Pending answered;
-      v1::HeartbeatResponse reply;
-      {
-        absl::MutexLock lock(&mu_);
-        if (!ok) {
-          broken_ = true;  // OnDone fails what waits
-          return;
-        }
-        answered = std::move(queue_.front());
-        queue_.pop_front();
-        reply = std::move(reply_);  // before the next read refills it
-        reading_ = false;
-        StartNextLocked();
-      }
-      answered.answer(grpc::Status::OK, reply);
-    }
-    void OnWriteDone(bool ok) override {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-      if (!ok) {
-        broken_ = true;  // OnDone fails what waits
-        return;
-      }
-      StartNextLocked();
-    }
-    void OnDone(const grpc::Status& status) override {
-      {
-        absl::MutexLock lock(&e_->mu);
-        if (e_->beats == this) e_->beats = nullptr;
-      }
-      std::deque<Pending> failed;
-      {
-        absl::MutexLock lock(&mu_);
-        failed.swap(queue_);
-      }
-      const grpc::Status why = status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended") : status;
-      for (Pending& p : failed) p.answer(why, v1::HeartbeatResponse());
-      Fleet* fleet = fleet_;
-      delete this;
-      --fleet->in_flight_;
-    }
-
-   private:
-    struct Pending {
-      v1::HeartbeatRequest request;
-      Answer answer;
-    };
-    // The front beat, once the one before it is answered and its write done (one write at a time).
-    void StartNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      if (broken_ || reading_ || writing_ || queue_.empty()) return;
-      reading_ = writing_ = true;
-      request_ = queue_.front().request;
-      StartRead(&reply_);
-      StartWrite(&request_);
-    }
-    Fleet* const fleet_;
-    Executor* const e_;
-    grpc::ClientContext context_;
-    v1::HeartbeatRequest request_;
-    v1::HeartbeatResponse reply_;
-    absl::Mutex mu_;
-    std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);  // front: written, waiting for its answer
-    bool broken_ ABSL_GUARDED_BY(mu_) = false;
-    bool reading_ ABSL_GUARDED_BY(mu_) = false;  // the front beat's answer is awaited
-    bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a write is outstanding
-  };
-
- private:
-  void Heartbeat(Executor* e) {
-    if (stopping_) return;
-    const absl::Time due = absl::Now();
-    if (PollSpeaksFor(e, due)) {
-      {
-        absl::MutexLock lock(&mu_);
-        ++samples_.beats_unsent;
-      }
-      ScheduleBeat(e, due + BeatPeriod(e));
-      return;
-    }
-    auto* call = new Call<v1::HeartbeatResponse>;
-    auto* request = new v1::HeartbeatRequest;
-    request->set_executor_id(e->id);
-    {
-      absl::MutexLock lock(&e->mu);
-      request->set_state(e->held.empty() ? "available" : "busy");
-      for (const auto& ref : e->held) *request->add_leases() = ref;
-    }
-    if (options_.beat_stream) {
-      const absl::Time start = absl::Now();
-      ++in_flight_;
-      absl::MutexLock lock(&e->mu);
-      if (stopping_) {  // Stop may have passed this executor already: no stream it would not cancel
-        --in_flight_;
-        delete request;
-        delete call;
-        return;
-      }
-      if (e->beats == nullptr) {
-        ++in_flight_;  // the stream's own, until its OnDone
-        e->beats = new BeatStreamer(this, e);
-      }
-      e->beats->Send(std::move(*request), [this, e, start, due](const grpc::Status& s, const v1::HeartbeatResponse& reply) {
-        Answered(e, s, reply, absl::ToDoubleMilliseconds(absl::Now() - start), due);
-        --in_flight_;
-      });
-      delete request;
-      delete call;
-      return;
-    }
-    minions::rpc::Prepare(call->context, e->credential, absl::Seconds(30));
-    ++in_flight_;
-    e->stub->async()->Heartbeat(&call->context, request, &call->reply, [this, e, call, request, due](grpc::Status s) {
-      Answered(e, s, call->reply, absl::ToDoubleMilliseconds(absl::Now() - call->start), due);
-      delete request;
-      delete call;
-      --in_flight_;
-    });
-  }
-
-  // A heartbeat's answer (`ms` after it was sent): sampled; the next one scheduled.
-  void Answered(Executor* e, const grpc::Status& s, const v1::HeartbeatResponse& reply, double ms, absl::Time due) {
-    // A cancel for a lease the executor completed while the beat was on its way (the server saw
-    // the completion first) loses nothing; one for a lease it still holds is a lease lost.
-    int64_t lost = 0;
-    if (s.ok() && reply.cancel_size() > 0) {
-      absl::MutexLock lock(&e->mu);
-      for (const v1::LeaseRef& cancel : reply.cancel()) {
-        lost += std::any_of(e->held.begin(), e->held.end(), [&](const v1::LeaseRef& held) {
-          return held.job_id() == cancel.job_id() && held.task_index() == cancel.task_index() &&
-                 held.attempt() == cancel.attempt();
-        });
-      }
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      if (s.ok()) {
-        samples_.heartbeat_ms.push_back(ms);
-        samples_.heartbeat_at.push_back(absl::Now());
-        samples_.leases_lost += lost;
-        samples_.cancels_done += reply.cancel_size() - lost;
-      } else {
-        ++samples_.heartbeats_failed;
-      }
-    }
-    if (s.ok() && reply.reregister()) Register(e, [] {});
-    if (!stopping_) ScheduleBeat(e, due + BeatPeriod(e));
-  }
-
-  // The executor's prefetch window (ExecutorAgent::PrefetchWindow): enough tasks to cover half a
-  // second beyond the one running, at least 2, at most 32.
-  int Window() const {
-    const double want = 1 + 0.5 / std::max(absl::ToDoubleSeconds(options_.task_time), 1e-3);
-    return std::clamp(static_cast<int>(std::ceil(want)), 2, 32);
-  }
-
-  // As the executor: asks for what its window has free once half of it is, long-polling only when
-  // it holds nothing. One Lease call at a time.
-  void Lease(Executor* e) {
-    if (stopping_) return;
-    int want = 0;
-    bool idle = false;
-    {
-      absl::MutexLock lock(&e->mu);
-      const int held = static_cast<int>(e->held.size());
-      if (e->leasing || held > Window() / 2) return;
-      e->leasing = true;
-      want = Window() - held;
-      idle = held == 0;
-    }
-    auto* call = new Call<v1::LeaseResponse>;
-    auto* request = new v1::LeaseRequest;
-    request->set_executor_id(e->id);
-    request->set_max_tasks(want);
-    if (idle) request->set_wait_ms(absl::ToInt64Milliseconds(options_.lease_wait));
-    request->set_idle(idle && polls_renew_);
-    {
-      absl::MutexLock lock(&e->mu);
-      e->idle_poll = request->idle();
-    }
-    minions::rpc::Prepare(call->context, e->credential, options_.lease_wait + absl::Seconds(30));
-    ++in_flight_;
-    e->stub->async()->Lease(&call->context, request, &call->reply, [this, e, call, request, idle](grpc::Status s) {
-      const absl::Time now = absl::Now();
-      {
-        absl::MutexLock lock(&e->mu);
-        e->leasing = false;
-        if (e->idle_poll && s.ok()) e->idle_poll_answered = now;
-        e->idle_poll = false;
-      }
-      if (s.ok() && call->reply.reregister()) {
-        Register(e, [this, e] { Lease(e); });
-      } else if (!s.ok()) {
-        if (!stopping_) timer_.At(now + absl::Seconds(1), [this, e] { Lease(e); });
-      } else if (call->reply.leases_size() == 0) {
-        if (idle) Lease(e);  // the long poll ended empty; a busy one asks again after its next task
-      } else {
-        {
-          absl::MutexLock lock(&mu_);
-          samples_.lease_ms.push_back(absl::ToDoubleMilliseconds(now - std::max(call->start, measured_from_)));
-          for (int i = 0; i < call->reply.leases_size(); ++i) samples_.leased_at.push_back(now);
-        }
-        {
-          absl::MutexLock lock(&e->mu);
-          for (const v1::TaskLease& lease : call->reply.leases()) {
-            e->held.push_back(lease.ref());
-            e->queued.push_back(lease);
-          }
-        }
-        // As the executor: an idle executor's next beat may be an idle period away; renew within 1/3.
-        bool sooner;
-        {
-          absl::MutexLock lock(&e->mu);
-          sooner = e->next_beat > now + options_.ttl / 3;
-        }
-        if (sooner) ScheduleBeat(e, now + options_.ttl / 3);
-        RunNext(e);
-      }
-      delete request;
-      delete call;
-      --in_flight_;
-    });
-  }
-
-  // The fake runner, one task at a time: reads the records, waits the task time, writes one output
-  // line per record to chunk 0 and completes; then the next queued task.
-  void RunNext(Executor* e) {
-    v1::TaskLease lease;
-    absl::Duration task_time = options_.task_time;
-    {
-      absl::MutexLock lock(&e->mu);
-      if (e->running || e->queued.empty()) return;
-      e->running = true;
-      lease = std::move(e->queued.front());
-      e->queued.pop_front();
-      if (options_.task_spread > 0) {
-        task_time *= 1 + std::uniform_real_distribution<double>(-options_.task_spread, options_.task_spread)(e->random);
-      }
-    }
-    ++in_flight_;
-    timer_.At(absl::Now() + task_time, [this, e, lease] {
-      workers_.Post([this, e, lease] {
-        absl::Status written = WriteOutput(lease);
-        if (!written.ok()) fprintf(stderr, "fake runner: %s\n", std::string(written.message()).c_str());
-        {
-          absl::MutexLock lock(&e->mu);
-          e->running = false;
-        }
-        Complete(e, lease.ref(), lease.n_records());
-        RunNext(e);
-        --in_flight_;
-      });
-    });
-  }
-
-  absl::Status WriteOutput(const v1::TaskLease& lease) {
-    if (lease.chunk_urls_size() == 0) return absl::FailedPreconditionError("the lease has no chunk URLs");
-    auto input = blobs_.GetRange(lease.input_url(), lease.byte_begin(), lease.byte_end());
-    if (!input.ok()) return input.status();
-    std::string output;
-    std::vector<std::string> records = minions::SplitRecordLines(*input);
-    for (int64_t i = lease.resume_from(); i < static_cast<int64_t>(records.size()); ++i) {
-      auto parsed = minions::ParseRecordLine(records[static_cast<size_t>(i)]);
-      absl::StrAppend(&output, minions::MakeResponseLine(parsed.custom_id, minions::Json::object()).dump(), "\n");
-    }
-    return blobs_.Put(lease.chunk_urls(0).output_url(), output);
-  }
-
-  void Complete(Executor* e, v1::LeaseRef ref, int64_t n_records) {
-    // Done: no longer reported in heartbeats (as the executor does once it completes).
-    {
-      absl::MutexLock lock(&e->mu);
-      auto& held = e->held;
-      held.erase(std::remove_if(held.begin(), held.end(),
-                                [&](const v1::LeaseRef& r) {
-                                  return r.job_id() == ref.job_id() && r.task_index() == ref.task_index();
-                                }),
-                 held.end());
-    }
-    auto* call = new Call<v1::CompleteResponse>;
-    auto* request = new v1::CompleteRequest;
-    request->set_executor_id(e->id);
-    ref.set_records_done(n_records);
-    *request->mutable_ref() = ref;
-    minions::rpc::Prepare(call->context, e->credential);
-    ++in_flight_;
-    e->stub->async()->Complete(&call->context, request, &call->reply, [this, e, call, request](grpc::Status s) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (s.ok()) {
-          ++samples_.completed;
-        } else {
-          ++samples_.complete_failed;
-          if (samples_.complete_failed <= 3) fprintf(stderr, "complete: %s\n", s.error_message().c_str());
-        }
-      }
-      delete request;
-      delete call;
-      Lease(e);  // its window may have room now
-      --in_flight_;
-    });
-  }
-
-  static void FillCapabilities(int index, v1::Capabilities* caps) {
-    caps->set_name(absl::StrCat("sim-", index));
-    caps->set_os("linux");
-    caps->set_memory_bytes(int64_t{64} << 30);
-    caps->add_runners("llama");
-    caps->set_max_tasks(32);  // as the executor: its most tasks held at once (max_prefetch)
-    caps->set_accelerator("cpu");
-  }
-
-  SimOptions options_;
-  std::vector<std::unique_ptr<v1::Executors::Stub>> stubs_;
-  std::vector<std::unique_ptr<Executor>> executors_;
-  minions::UrlBlobClient blobs_;
-  std::atomic<bool> stopping_{false};
-  std::atomic<int64_t> in_flight_{0};
-  std::atomic<int> registered_{0};
-  std::atomic<int64_t> idle_beat_ms_{0};  // the server's idle heartbeat, from a Register answer
-  std::atomic<bool> polls_renew_{false};   // ... and whether its idle polls stand for idle beats
-  std::atomic<int> attached_{0};
-  absl::Mutex mu_;
-  Samples samples_ ABSL_GUARDED_BY(mu_);
-  absl::Time measured_from_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  Workers workers_;  // after the timer goes (its callbacks post here)
-  Timer timer_;
-};
 
 // --- the server and its store ---
 
@@ -1074,149 +369,6 @@ class SimProcesses {
   std::vector<std::unique_ptr<minions::Subprocess>> workers_;
 };
 
-// PostgreSQL: a private cluster (tests/services/postgres.sh) in DIR/pg, one database per point.
-class Postgres {
- public:
-  explicit Postgres(std::string dir) : dir_(std::move(dir)), port_(minions::testing::PickFreePort()) {}
-  ~Postgres() {
-    std::string out;
-    (void)minions::bench::RunProgram({Script(), "stop", dir_}, dir_ + "-stop.log", out);
-  }
-  absl::Status Start() {
-    std::string out;
-    return minions::bench::RunProgram({Script(), "start", dir_, absl::StrCat(port_)}, dir_ + "-start.log", out);
-  }
-  std::string Url(const std::string& db) const { return absl::StrCat("postgresql://postgres@127.0.0.1:", port_, "/", db); }
-  absl::Status Exec(const std::string& db, const std::string& sql, std::string* value = nullptr) {
-    PGconn* c = PQconnectdb(Url(db).c_str());
-    absl::Status status;
-    if (PQstatus(c) != CONNECTION_OK) {
-      status = absl::UnavailableError(PQerrorMessage(c));
-    } else {
-      PGresult* r = PQexec(c, sql.c_str());
-      if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
-        status = absl::InternalError(PQresultErrorMessage(r));
-      } else if (value != nullptr && PQntuples(r) > 0) {
-        *value = PQgetvalue(r, 0, 0);
-      }
-      PQclear(r);
-    }
-    PQfinish(c);
-    return status;
-  }
-  // Transactions committed or rolled back in `db` so far (pg_stat_database; flushed about once a second).
-  double Transactions(const std::string& db) {
-    std::string value;
-    if (!Exec(db, absl::StrCat("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '", db, "'"),
-              &value)
-             .ok() ||
-        value.empty()) {
-      return -1;
-    }
-    return std::stod(value);
-  }
-  pid_t postmaster() const {
-    std::string pidfile = minions::bench::Slurp(dir_ + "/data/postmaster.pid");
-    return pidfile.empty() ? 0 : static_cast<pid_t>(std::stol(pidfile));
-  }
-
- private:
-  static std::string Script() { return std::string(MINIONS_SOURCE_DIR) + "/tests/services/postgres.sh"; }
-  std::string dir_;
-  int port_;
-};
-
-// What PostgreSQL's backends are doing, sampled every 20 ms from pg_stat_activity while a phase
-// runs (--pg-waits): each sample is the active statements of `db` with what each waits for
-// ("CPU" when it waits for nothing), so a heartbeat tail can be told apart as a lock wait
-// (Lock:transactionid, Lock:tuple), the disk (IO, LWLock:WALWrite) or the CPU. A tool for
-// finding out, not a figure the issue asks for.
-class PgWaitSampler {
- public:
-  // `cpu` reads the CPU seconds so far of: the whole machine, the server, the simulator.
-  using CpuReader = std::function<std::array<double, 3>()>;
-  PgWaitSampler(const std::string& url, const std::string& db, CpuReader cpu) : db_(db), cpu_(std::move(cpu)) {
-    conn_ = PQconnectdb(url.c_str());
-    if (PQstatus(conn_) != CONNECTION_OK) {
-      fprintf(stderr, "--pg-waits: %s", PQerrorMessage(conn_));
-      return;
-    }
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~PgWaitSampler() { Stop(); }
-  void Stop() {
-    stop_.store(true);
-    if (thread_.joinable()) thread_.join();
-    if (conn_ != nullptr) PQfinish(conn_);
-    conn_ = nullptr;
-  }
-  // Prints the tally of the samples in [from, to), most frequent first, as the mean number of
-  // backends in each state at a sample.
-  void Print(const std::string& prefix, absl::Time from, absl::Time to) const {
-    std::map<std::string, int64_t> tally;
-    int64_t samples = 0;
-    const Sample* first = nullptr;
-    const Sample* last = nullptr;
-    for (const Sample& sample : samples_) {
-      if (sample.at < from || sample.at >= to) continue;
-      ++samples;
-      if (first == nullptr) first = &sample;
-      last = &sample;
-      for (const std::string& what : sample.active) ++tally[what];
-    }
-    if (first != nullptr && last != first) {
-      const double s = absl::ToDoubleSeconds(last->at - first->at);
-      const auto d = [&](int i) { return (last->cpu[i] - first->cpu[i]) / s; };
-      printf("%s cores busy: the machine %.2f of %u; the server %.2f; the simulator %.2f; the rest (PostgreSQL, the "
-             "kernel, steal) %.2f\n",
-             prefix.c_str(), d(0), std::thread::hardware_concurrency(), d(1), d(2), d(0) - d(1) - d(2));
-    }
-    std::vector<std::pair<int64_t, std::string>> sorted;
-    for (const auto& [what, count] : tally) sorted.emplace_back(count, what);
-    std::sort(sorted.rbegin(), sorted.rend());
-    printf("%s %lld samples of PostgreSQL's active backends (mean per sample):\n", prefix.c_str(),
-           static_cast<long long>(samples));
-    for (size_t i = 0; i < sorted.size() && i < 12; ++i) {
-      printf("%s   %5.2f  %s\n", prefix.c_str(), samples > 0 ? static_cast<double>(sorted[i].first) / samples : 0.0,
-             sorted[i].second.c_str());
-    }
-  }
-
- private:
-  struct Sample {
-    absl::Time at;
-    std::array<double, 3> cpu;  // CpuReader's
-    std::vector<std::string> active;
-  };
-  void Loop() {
-    const std::string sql = absl::StrCat(
-        "SELECT CASE WHEN state = 'active' THEN '' ELSE 'in transaction, ' END || "
-        "coalesce(wait_event_type, 'CPU') || ':' || coalesce(wait_event, '-') || '  ' || "
-        "left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_activity "
-        "WHERE state IN ('active', 'idle in transaction') AND pid <> pg_backend_pid() AND datname = '", db_, "'");
-    while (!stop_.load()) {
-      Sample sample{absl::Now(), cpu_(), {}};
-      PGresult* r = PQexec(conn_, sql.c_str());
-      if (PQresultStatus(r) == PGRES_TUPLES_OK) {
-        for (int i = 0; i < PQntuples(r); ++i) sample.active.emplace_back(PQgetvalue(r, i, 0));
-      } else if (!warned_) {
-        warned_ = true;
-        fprintf(stderr, "--pg-waits: %s", PQresultErrorMessage(r));
-      }
-      PQclear(r);
-      samples_.push_back(std::move(sample));
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  }
-  std::string db_;
-  CpuReader cpu_;
-  PGconn* conn_ = nullptr;
-  bool warned_ = false;  // the sampler thread's
-  std::atomic<bool> stop_{false};
-  std::vector<Sample> samples_;  // the sampler thread's until Stop
-  std::thread thread_;
-};
-
 // The server's own heartbeat times (minions_heartbeat_seconds, scraped from its /metrics): the
 // cumulative count of each bucket, by upper bound in seconds (+Inf last).
 struct ServerHeartbeats {
@@ -1315,44 +467,205 @@ std::string LoadAverage() {
   return load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1));
 }
 
-// One point: a fresh server on `store` with `n` simulated executors; prints its phases.
-bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg, int point) {
-  const std::string dir = absl::StrCat(flags.dir, "/", flags.label, "-", store, "-", n);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::string db = absl::StrCat("fleet_", getpid(), "_", point);
-  // /metrics on its own port: the server's side of the heartbeat times (ScrapeServerHeartbeats).
-  const std::string http = absl::StrCat("127.0.0.1:", minions::testing::PickFreePort());
-  std::vector<std::string> argv = {BinDir() + "/minions", "server", "--listen", "", "--http-listen", http,
-                                   "--data-dir", dir + "/server", "--lease-ttl-ms", absl::StrCat(flags.ttl_ms)};
+// A point's server: a fresh `minions server` on the point's store, with /metrics on a port of its
+// own (the server's side of the heartbeat times, ScrapeServerHeartbeats).
+struct PointServer {
+  std::string dir;
+  std::string db;  // the point's PostgreSQL database (when the store is postgres)
+  std::string http;
   minions::cli::Connection connection;
-  connection.server = absl::StrCat("127.0.0.1:", minions::testing::PickFreePort());
-  argv[3] = connection.server;
+  std::unique_ptr<Subprocess> process;
+  pid_t postmaster = 0;  // PostgreSQL's, when the store is postgres
+};
+
+// Starts the point's server and waits until it answers; false (and a message) when it cannot.
+bool StartServer(const Flags& flags, const std::string& store, int n, Postgres* pg, int point, PointServer& server) {
+  server.dir = absl::StrCat(flags.dir, "/", flags.label, "-", store, "-", n);
+  fs::remove_all(server.dir);
+  fs::create_directories(server.dir);
+  server.db = absl::StrCat("fleet_", getpid(), "_", point);
+  server.http = absl::StrCat("127.0.0.1:", minions::testing::PickFreePort());
+  server.connection.server = absl::StrCat("127.0.0.1:", minions::testing::PickFreePort());
+  std::vector<std::string> argv = {BinDir() + "/minions", "server", "--listen", server.connection.server,
+                                   "--http-listen", server.http, "--data-dir", server.dir + "/server",
+                                   "--lease-ttl-ms", absl::StrCat(flags.ttl_ms)};
   if (store == "postgres") {
-    if (auto s = pg->Exec("postgres", "CREATE DATABASE " + db); !s.ok()) {
+    if (auto s = pg->Exec("postgres", "CREATE DATABASE " + server.db); !s.ok()) {
       fprintf(stderr, "create database: %s\n", std::string(s.message()).c_str());
       return false;
     }
-    argv.insert(argv.end(), {"--database", pg->Url(db)});
+    argv.insert(argv.end(), {"--database", pg->Url(server.db)});
+    server.postmaster = pg->postmaster();
   }
   argv.insert(argv.end(), flags.server_args.begin(), flags.server_args.end());
-  auto server = minions::bench::SpawnLogged(argv, dir + "/server.log");
-  if (!server) return false;
+  server.process = minions::bench::SpawnLogged(argv, server.dir + "/server.log");
+  if (!server.process) return false;
+  minions::cli::Connection& connection = server.connection;
   for (int i = 0; i < 600; ++i) {
     if (connection.token.empty()) {
-      auto token = minions::cli::ReadTokenFile(dir + "/server/admin-token");
+      auto token = minions::cli::ReadTokenFile(server.dir + "/server/admin-token");
       if (token.ok()) connection.token = *token;
     }
     if (!connection.token.empty() && minions::cli::JobsClient(connection).List("", 1).ok()) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
+  return true;
+}
+
+// Measures a phase's use of the machine: the server's, the simulator's and the store's CPU from
+// its construction to Finish, and PostgreSQL's transactions.
+class PhaseMeter {
+ public:
+  PhaseMeter(const PointServer& server, Postgres* pg, SimProcesses& fleet)
+      : server_(server),
+        pg_(pg),
+        fleet_(fleet),
+        cpu0_(CpuSeconds(server.process->pid())),
+        sim0_(fleet.CpuSeconds()),
+        store0_(TreeCpu(server.postmaster)),
+        x0_(server.postmaster > 0 ? pg->Transactions(server.db) : 0),
+        start_(absl::Now()) {}
+  absl::Time start() const { return start_; }
+  void Finish(PhaseReport& r) const {
+    r.seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+    r.server_cpu = (CpuSeconds(server_.process->pid()) - cpu0_) / r.seconds;
+    r.sim_cpu = (fleet_.CpuSeconds() - sim0_) / r.seconds;
+    r.server_rss = RssMiB(server_.process->pid());
+    if (server_.postmaster > 0) {
+      r.store_cpu = CpuDelta(store0_, TreeCpu(server_.postmaster)) / r.seconds;
+      r.xacts_per_s = (pg_->Transactions(server_.db) - x0_) / r.seconds;
+    }
+  }
+
+ private:
+  const PointServer& server_;
+  Postgres* pg_;
+  SimProcesses& fleet_;
+  const double cpu0_, sim0_;
+  const std::map<pid_t, double> store0_;
+  const double x0_;
+  const absl::Time start_;
+};
+
+// The same heartbeats seen by the simulated executors and by the server, before the job's first
+// tasks end and after.
+void PrintHeartbeatsAroundTheEnd(const Flags& flags, const std::string& store, int n, const PhaseReport& r,
+                                 absl::Time start, absl::Time end_part, const ServerHeartbeats& at_start,
+                                 const ServerHeartbeats& before_end, const ServerHeartbeats& at_end) {
+  std::vector<double> client_before, client_after;
+  for (size_t i = 0; i < r.samples.heartbeat_at.size(); ++i) {
+    (r.samples.heartbeat_at[i] < end_part ? client_before : client_after).push_back(r.samples.heartbeat_ms[i]);
+  }
+  printf("%-10s %-8s %6d %-5s heartbeats before the first tasks end (%.0f s), executors' p50 / p99 ms: %.1f / %.1f; "
+         "the server's (bucket bounds): %.0f / %.0f | after: %.1f / %.1f; the server's %.0f / %.0f\n",
+         flags.label.c_str(), store.c_str(), n, r.phase.c_str(), absl::ToDoubleSeconds(end_part - start),
+         Percentile(client_before, 0.5), Percentile(client_before, 0.99), ServerQuantileMs(at_start, before_end, 0.5),
+         ServerQuantileMs(at_start, before_end, 0.99), Percentile(client_after, 0.5), Percentile(client_after, 0.99),
+         ServerQuantileMs(before_end, at_end, 0.5), ServerQuantileMs(before_end, at_end, 0.99));
+}
+
+// The idle phase: the fleet waits with no work. False when the workers fail.
+bool RunIdlePhase(const Flags& flags, const std::string& store, int n, const PointServer& server, Postgres* pg,
+                  SimProcesses& fleet) {
+  PhaseReport r;
+  r.phase = "idle";
+  if (!fleet.Measure()) return false;
+  const PhaseMeter meter(server, pg, fleet);
+  absl::SleepFor(absl::Seconds(flags.idle_s));
+  if (!fleet.Take(r.samples)) return false;
+  meter.Finish(r);
+  Print(flags, store, n, r);
+  return true;
+}
+
+// The job phase: one job of --job-tasks one-record tasks, measured until it ends. True when it
+// completed and measured something.
+bool RunJobPhase(const Flags& flags, const std::string& store, int n, const PointServer& server, Postgres* pg,
+                 SimProcesses& fleet) {
+  PhaseReport r;
+  r.phase = "job";
+  std::string input;
+  for (int i = 0; i < flags.job_tasks; ++i) absl::StrAppend(&input, R"({"custom_id":"t)", i, R"(","prompt":"x"})", "\n");
+  v1::SubmitJobRequest request;
+  request.set_input(input);
+  request.set_model(BinDir() + "/minions");  // any file: the fake runner loads nothing
+  request.set_shard_size(1);
+  minions::cli::JobsClient client(server.connection);
+  const std::string& token = server.connection.token;
+  // The server's heartbeat times: at the start, just before the first tasks end (the job's end
+  // is its heaviest part), and at the end. Three scrapes, so as not to weigh on what they measure.
+  ServerHeartbeats at_start = ScrapeServerHeartbeats(server.http, token), before_end, at_end;
+  std::unique_ptr<PgWaitSampler> waits;
+  if (flags.pg_waits && pg != nullptr) {
+    waits = std::make_unique<PgWaitSampler>(pg->Url(server.db), server.db, [&] {
+      return std::array<double, 3>{MachineCpuSeconds(), CpuSeconds(server.process->pid()), fleet.CpuSeconds()};
+    });
+  }
+  if (!fleet.Measure()) return false;
+  const PhaseMeter meter(server, pg, fleet);
+  const absl::Time start = meter.start();
+  const absl::Time end_part = start + absl::Milliseconds(static_cast<int64_t>(
+                                          static_cast<double>(flags.task_ms) * (1 - flags.task_spread) * 0.95));
+  absl::Notification job_over;  // the scrape before the end is not waited for once the job is over
+  std::thread scrape_before_end([&] {
+    if (!job_over.WaitForNotificationWithTimeout(end_part - absl::Now())) {
+      before_end = ScrapeServerHeartbeats(server.http, token);
+    }
+  });
+  auto job = client.Submit(request);
+  if (!job.ok()) {
+    fprintf(stderr, "submit: %s\n", std::string(job.status().message()).c_str());
+    job_over.Notify();
+    scrape_before_end.join();
+    return false;
+  }
+  bool done = false;
+  for (absl::Time deadline = start + absl::Minutes(5); absl::Now() < deadline;) {
+    auto now = client.Get(job->id());
+    if (now.ok() && now->state() != "queued" && now->state() != "running" && now->state() != "finalizing") {
+      done = now->state() == "completed";
+      if (!done) fprintf(stderr, "the job ended %s\n", now->state().c_str());
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  const absl::Time job_end = absl::Now();
+  if (waits != nullptr) waits->Stop();
+  job_over.Notify();
+  scrape_before_end.join();
+  at_end = ScrapeServerHeartbeats(server.http, token);
+  if (!fleet.Take(r.samples)) return false;
+  meter.Finish(r);
+  r.tasks_per_s = static_cast<double>(r.samples.completed) / r.seconds;
+  if (!r.samples.leased_at.empty()) {
+    r.first_lease_ms = absl::ToDoubleMilliseconds(*std::min_element(r.samples.leased_at.begin(), r.samples.leased_at.end()) - start);
+  }
+  if (!done) r.phase = "job!";  // did not complete in time
+  Print(flags, store, n, r);
+  PrintHeartbeatsAroundTheEnd(flags, store, n, r, start, end_part, at_start, before_end, at_end);
+  if (waits != nullptr) {
+    const std::string prefix = absl::StrCat(flags.label, " waits");
+    waits->Print(absl::StrCat(prefix, " whole job:"), start, job_end);
+    if (auto worst = WorstWindow(r.samples, flags.window_s)) {
+      waits->Print(absl::StrCat(prefix, " worst heartbeat window:"), worst->first, worst->second);
+    }
+  }
+  // A job that did not complete, or no task completed: nothing measured (bench-smoke fails).
+  return done && r.samples.completed > 0;
+}
+
+// One point: a fresh server on `store` with `n` simulated executors; prints its phases.
+bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg, int point) {
+  PointServer server;
+  if (!StartServer(flags, store, n, pg, point, server)) return false;
   v1::IssueTokenRequest join;
   join.set_role("join");
   join.set_principal("fleet-sim");
   join.set_uses(n);
-  auto issued = minions::cli::RemoteAdmin(connection)->IssueToken(join);
+  auto issued = minions::cli::RemoteAdmin(server.connection)->IssueToken(join);
   if (!issued.ok()) {
-    fprintf(stderr, "join token: %s (see %s/server.log)\n", std::string(issued.status().message()).c_str(), dir.c_str());
+    fprintf(stderr, "join token: %s (see %s/server.log)\n", std::string(issued.status().message()).c_str(),
+            server.dir.c_str());
     return false;
   }
 
@@ -1363,131 +676,20 @@ bool RunPoint(const Flags& flags, const std::string& store, int n, Postgres* pg,
       std::clamp(flags.procs > 0 ? flags.procs : (n + kExecutorsPerProcess - 1) / kExecutorsPerProcess, 1, std::max(n, 1));
   SimProcesses fleet;
   const absl::Time enrol_start = absl::Now();
-  if (auto s = fleet.Start(flags, connection.server, issued->token(), n, procs); !s.ok()) {
-    fprintf(stderr, "the simulated fleet: %s (see %s/server.log)\n", std::string(s.message()).c_str(), dir.c_str());
+  if (auto s = fleet.Start(flags, server.connection.server, issued->token(), n, procs); !s.ok()) {
+    fprintf(stderr, "the simulated fleet: %s (see %s/server.log)\n", std::string(s.message()).c_str(),
+            server.dir.c_str());
     return false;
   }
   fprintf(stderr, "%s %s %d: %d processes enrolled, registered and attached their executors in %.1f s\n",
           flags.label.c_str(), store.c_str(), n, procs, absl::ToDoubleSeconds(absl::Now() - enrol_start));
   absl::SleepFor(absl::Seconds(flags.warmup_s > 0 ? flags.warmup_s : flags.ttl_ms / 1000.0));
 
-  const pid_t postmaster = pg != nullptr && store == "postgres" ? pg->postmaster() : 0;
-  auto snapshot = [&](PhaseReport& r, absl::Time start, double cpu0, double sim0,
-                      const std::map<pid_t, double>& store0, double x0) {
-    r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    r.server_cpu = (CpuSeconds(server->pid()) - cpu0) / r.seconds;
-    r.sim_cpu = (fleet.CpuSeconds() - sim0) / r.seconds;
-    r.server_rss = RssMiB(server->pid());
-    if (postmaster > 0) {
-      r.store_cpu = CpuDelta(store0, TreeCpu(postmaster)) / r.seconds;
-      r.xacts_per_s = (pg->Transactions(db) - x0) / r.seconds;
-    }
-  };
-
-  bool measured = true;
-  // Idle.
-  {
-    PhaseReport r;
-    r.phase = "idle";
-    if (!fleet.Measure()) return false;
-    const double cpu0 = CpuSeconds(server->pid()), sim0 = fleet.CpuSeconds();
-    const auto store0 = TreeCpu(postmaster);
-    const double x0 = postmaster > 0 ? pg->Transactions(db) : 0;
-    const absl::Time start = absl::Now();
-    absl::SleepFor(absl::Seconds(flags.idle_s));
-    if (!fleet.Take(r.samples)) return false;
-    snapshot(r, start, cpu0, sim0, store0, x0);
-    Print(flags, store, n, r);
-  }
-  // A job of one-record tasks.
-  if (flags.job_tasks > 0) {
-    PhaseReport r;
-    r.phase = "job";
-    std::string input;
-    for (int i = 0; i < flags.job_tasks; ++i) absl::StrAppend(&input, R"({"custom_id":"t)", i, R"(","prompt":"x"})", "\n");
-    v1::SubmitJobRequest request;
-    request.set_input(input);
-    request.set_model(BinDir() + "/minions");  // any file: the fake runner loads nothing
-    request.set_shard_size(1);
-    minions::cli::JobsClient client(connection);
-    // The server's heartbeat times: at the start, just before the first tasks end (the job's end
-    // is its heaviest part), and at the end. Three scrapes, so as not to weigh on what they measure.
-    ServerHeartbeats at_start = ScrapeServerHeartbeats(http, connection.token), before_end, at_end;
-    std::unique_ptr<PgWaitSampler> waits;
-    if (flags.pg_waits && pg != nullptr) {
-      waits = std::make_unique<PgWaitSampler>(pg->Url(db), db, [&] {
-        return std::array<double, 3>{MachineCpuSeconds(), CpuSeconds(server->pid()), fleet.CpuSeconds()};
-      });
-    }
-    if (!fleet.Measure()) return false;
-    const double cpu0 = CpuSeconds(server->pid()), sim0 = fleet.CpuSeconds();
-    const auto store0 = TreeCpu(postmaster);
-    const double x0 = postmaster > 0 ? pg->Transactions(db) : 0;
-    const absl::Time start = absl::Now();
-    const absl::Time end_part = start + absl::Milliseconds(static_cast<int64_t>(
-                                            static_cast<double>(flags.task_ms) * (1 - flags.task_spread) * 0.95));
-    absl::Notification job_over;  // the scrape before the end is not waited for once the job is over
-    std::thread scrape_before_end([&] {
-      if (!job_over.WaitForNotificationWithTimeout(end_part - absl::Now())) {
-        before_end = ScrapeServerHeartbeats(http, connection.token);
-      }
-    });
-    auto job = client.Submit(request);
-    if (!job.ok()) {
-      fprintf(stderr, "submit: %s\n", std::string(job.status().message()).c_str());
-      job_over.Notify();
-      scrape_before_end.join();
-      return false;
-    }
-    bool done = false;
-    for (absl::Time deadline = start + absl::Minutes(5); absl::Now() < deadline;) {
-      auto now = client.Get(job->id());
-      if (now.ok() && now->state() != "queued" && now->state() != "running" && now->state() != "finalizing") {
-        done = now->state() == "completed";
-        if (!done) fprintf(stderr, "the job ended %s\n", now->state().c_str());
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-    const absl::Time job_end = absl::Now();
-    if (waits != nullptr) waits->Stop();
-    job_over.Notify();
-    scrape_before_end.join();
-    at_end = ScrapeServerHeartbeats(http, connection.token);
-    if (!fleet.Take(r.samples)) return false;
-    snapshot(r, start, cpu0, sim0, store0, x0);
-    r.tasks_per_s = static_cast<double>(r.samples.completed) / r.seconds;
-    if (!r.samples.leased_at.empty()) {
-      r.first_lease_ms = absl::ToDoubleMilliseconds(*std::min_element(r.samples.leased_at.begin(), r.samples.leased_at.end()) - start);
-    }
-    if (!done) r.phase = "job!";  // did not complete in time
-    // A job that did not complete, or no task completed: nothing measured (bench-smoke fails).
-    measured = done && r.samples.completed > 0;
-    Print(flags, store, n, r);
-    {
-      // The same heartbeats seen by the simulated executors and by the server, before the first
-      // tasks end and after.
-      std::vector<double> client_before, client_after;
-      for (size_t i = 0; i < r.samples.heartbeat_at.size(); ++i) {
-        (r.samples.heartbeat_at[i] < end_part ? client_before : client_after).push_back(r.samples.heartbeat_ms[i]);
-      }
-      printf("%-10s %-8s %6d %-5s heartbeats before the first tasks end (%.0f s), executors' p50 / p99 ms: %.1f / %.1f; "
-             "the server's (bucket bounds): %.0f / %.0f | after: %.1f / %.1f; the server's %.0f / %.0f\n",
-             flags.label.c_str(), store.c_str(), n, r.phase.c_str(), absl::ToDoubleSeconds(end_part - start),
-             Percentile(client_before, 0.5), Percentile(client_before, 0.99), ServerQuantileMs(at_start, before_end, 0.5),
-             ServerQuantileMs(at_start, before_end, 0.99), Percentile(client_after, 0.5), Percentile(client_after, 0.99),
-             ServerQuantileMs(before_end, at_end, 0.5), ServerQuantileMs(before_end, at_end, 0.99));
-    }
-    if (waits != nullptr) {
-      const std::string prefix = absl::StrCat(flags.label, " waits");
-      waits->Print(absl::StrCat(prefix, " whole job:"), start, job_end);
-      if (auto worst = WorstWindow(r.samples, flags.window_s)) {
-        waits->Print(absl::StrCat(prefix, " worst heartbeat window:"), worst->first, worst->second);
-      }
-    }
-  }
-  server->Signal(SIGKILL);
-  (void)server->Wait(absl::Seconds(10));
+  bool measured = RunIdlePhase(flags, store, n, server, pg, fleet);
+  if (!measured) return false;
+  if (flags.job_tasks > 0) measured = RunJobPhase(flags, store, n, server, pg, fleet);
+  server.process->Signal(SIGKILL);
+  (void)server.process->Wait(absl::Seconds(10));
   fleet.Stop();
   return measured;
 }

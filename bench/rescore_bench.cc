@@ -26,6 +26,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench_engine.h"
 #include "bench_util.h"
 #include "common/json_util.h"
 #include "common/subprocess.h"
@@ -71,13 +72,7 @@ std::vector<std::string> MakeRecords(int n, int max_tokens) {
 }
 
 std::unique_ptr<LlamaEngine> Load(const std::string& model, int threads, int parallel, int batch) {
-  minions::runner_protocol::LoadOptions options;
-  options.n_threads = threads;
-  options.n_parallel = parallel;
-  options.n_batch = batch;
-  options.n_ctx_per_seq = 512;
-  options.flash_attn = "off";
-  auto engine = LlamaEngine::Load(model, options);
+  auto engine = minions::bench::LoadBenchEngine(model, threads, parallel, 512, batch);
   if (!engine.ok()) Die(std::string(engine.status().message()));
   return std::move(*engine);
 }
@@ -114,19 +109,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   InstallLlamaLogging();
   std::filesystem::create_directories(work_dir);
-  if (model.empty()) {
-    model = work_dir + "/" + (shape.empty() ? "text" : shape + "-" + type) + ".gguf";
-    if (!std::filesystem::exists(model)) {
-      std::vector<std::string> make = {minions::bench::BinDir() + "/minions-make-test-model", "-o", model};
-      if (!shape.empty()) make.insert(make.end(), {"--shape", shape, "--type", type});
-      minions::Subprocess::Options sp;
-      sp.argv = make;
-      auto p = minions::Subprocess::Start(sp);
-      if (!p.ok()) Die("cannot start minions-make-test-model");
-      auto exit = (*p)->Wait();
-      if (!exit.ok() || !exit->exited || exit->code != 0) Die("cannot make the model");
-    }
-  }
+  auto bench_model = minions::bench::BenchModel(model, shape, type, work_dir);
+  if (!bench_model.ok()) Die(absl::StrCat("cannot make the model: ", bench_model.status().message()));
+  model = *bench_model;
   const std::vector<std::string> lines = MakeRecords(records, max_tokens);
 
   // The producer: batched, several sequences at once, as an executor serves a task.

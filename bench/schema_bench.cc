@@ -24,6 +24,7 @@
 #include <CLI/CLI.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "bench_engine.h"
 #include "bench_util.h"
 #include "llama_server.h"
 #include "common/json_util.h"
@@ -176,28 +177,15 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (records < 1 || repeat < 1) Die("--records and --repeat must be at least 1");
   InstallLlamaLogging();
-  if (model.empty()) {
-    if (shape.empty()) Die("give --model or --shape");
-    std::filesystem::create_directories(work_dir);
-    model = work_dir + "/" + shape + "-" + type + ".gguf";
-    std::string out;
-    if (!std::filesystem::exists(model)) {
-      auto made = minions::bench::RunProgram({minions::bench::BinDir() + "/minions-make-test-model", "--shape", shape,
-                                              "--type", type, "-o", model},
-                                             work_dir + "/make-model.log", out);
-      if (!made.ok()) Die(std::string(made.message()));
-    }
-  }
+  if (model.empty() && shape.empty()) Die("give --model or --shape");
+  auto bench_model = minions::bench::BenchModel(model, shape, type, work_dir);
+  if (!bench_model.ok()) Die(std::string(bench_model.status().message()));
+  model = *bench_model;
   std::signal(SIGINT, minions::bench::KillChildrenAndExit);
   std::signal(SIGTERM, minions::bench::KillChildrenAndExit);
   if (tools.empty()) tools = minions::bench::DefaultToolsDir();
   if (!tools.empty() && !std::filesystem::exists(tools + "/llama-server")) Die("no llama-server in " + tools);
-  minions::runner_protocol::LoadOptions options;
-  options.n_threads = threads;
-  options.n_parallel = parallel;
-  options.n_ctx_per_seq = 1024;
-  options.flash_attn = "off";
-  auto engine = LlamaEngine::Load(model, options);
+  auto engine = minions::bench::LoadBenchEngine(model, threads, parallel, 1024);
   if (!engine.ok()) Die(std::string(engine.status().message()));
 
   // llama-server on the same model with the runner's threads, slots and context per slot.

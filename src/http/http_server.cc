@@ -375,49 +375,42 @@ struct HttpServer::Impl {
 
   // Bytes read (> 0), 0 when the socket has nothing now, -1 when the connection is over.
   ssize_t ReadSome(Conn& c, char* buffer, size_t size) {
-    if (!c.ssl) {
-      ssize_t n = recv(c.fd, buffer, size, 0);
-      if (n > 0) return n;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-        c.want_read = true;
-        return 0;
-      }
-      return -1;
-    }
-    int n = SSL_read(c.ssl, buffer, static_cast<int>(size));
+    if (c.ssl) return SslOutcome(c, SSL_read(c.ssl, buffer, static_cast<int>(size)));
+    ssize_t n = recv(c.fd, buffer, size, 0);
     if (n > 0) return n;
-    int error = SSL_get_error(c.ssl, n);
-    if (error == SSL_ERROR_WANT_READ) {
+    if (n < 0 && WouldBlock()) {
       c.want_read = true;
       return 0;
     }
-    if (error == SSL_ERROR_WANT_WRITE) {
-      c.want_write = true;
-      return 0;
-    }
-    ERR_clear_error();
     return -1;
   }
 
+  // Bytes written (>= 0; 0 when the socket takes nothing now), -1 when the connection is over.
   ssize_t WriteSome(Conn& c, const char* data, size_t size) {
-    if (!c.ssl) {
-      ssize_t n = send(c.fd, data, size, MSG_NOSIGNAL);
-      if (n >= 0) return n;
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-        c.want_write = true;
-        return 0;
-      }
-      return -1;
-    }
-    int n = SSL_write(c.ssl, data, static_cast<int>(size));
-    if (n > 0) return n;
-    int error = SSL_get_error(c.ssl, n);
-    if (error == SSL_ERROR_WANT_WRITE) {
+    if (c.ssl) return SslOutcome(c, SSL_write(c.ssl, data, static_cast<int>(size)));
+    ssize_t n = send(c.fd, data, size, MSG_NOSIGNAL);
+    if (n >= 0) return n;
+    if (WouldBlock()) {
       c.want_write = true;
       return 0;
     }
+    return -1;
+  }
+
+  static bool WouldBlock() { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; }
+
+  // What an SSL_read or SSL_write that returned `n` did: bytes (> 0); 0 when TLS waits for the
+  // socket to be readable or writable (either may be needed whichever way the data goes); -1
+  // when the connection is over.
+  static ssize_t SslOutcome(Conn& c, int n) {
+    if (n > 0) return n;
+    int error = SSL_get_error(c.ssl, n);
     if (error == SSL_ERROR_WANT_READ) {
       c.want_read = true;
+      return 0;
+    }
+    if (error == SSL_ERROR_WANT_WRITE) {
+      c.want_write = true;
       return 0;
     }
     ERR_clear_error();

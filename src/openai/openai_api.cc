@@ -10,8 +10,10 @@
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "common/sha256.h"
+#include "common/status_macros.h"
 #include "identity/token.h"
 #include "model/identity.h"
+#include "openai/batch_input_check.h"
 #include "openai/multipart_reader.h"
 #include "server/duplicate_ids.h"
 #include "server/keys.h"
@@ -720,9 +722,18 @@ void OpenAiApi::CancelBatch(Call& call, const std::string& id) {
   call.Reply(200, *batch);
 }
 
-void OpenAiApi::CreateBatch(Call& call) {
+// What POST /v1/batches asks for, its fields checked.
+struct OpenAiApi::BatchRequest {
+  std::string input_file_id;
+  std::string endpoint;
+  std::string window_text;
+  absl::Duration window;
+  Json metadata = nullptr;
+};
+
+std::optional<OpenAiApi::BatchRequest> OpenAiApi::ReadBatchRequest(Call& call) {
   auto body = call.JsonBody(options_.max_json_bytes);
-  if (!body) return;
+  if (!body) return std::nullopt;
   auto string_field = [&](const char* name) -> std::optional<std::string> {
     if (!body->contains(name) || !(*body)[name].is_string()) {
       call.Fail(400, absl::StrCat("Missing required parameter: '", name, "' (a string)."), "invalid_request_error",
@@ -731,38 +742,90 @@ void OpenAiApi::CreateBatch(Call& call) {
     }
     return (*body)[name].get<std::string>();
   };
-  auto input_file_id = string_field("input_file_id");
-  if (!input_file_id) return;
-  auto endpoint = string_field("endpoint");
-  if (!endpoint) return;
-  auto window_text = string_field("completion_window");
-  if (!window_text) return;
-  if (!kEndpoints.count(*endpoint)) {
-    return call.Fail(400,
-                     absl::StrCat("Invalid endpoint '", endpoint->substr(0, 80),
-                                  "': Minions runs /v1/chat/completions, /v1/completions and /v1/embeddings."),
-                     "invalid_request_error", "endpoint");
+  BatchRequest batch;
+  for (auto [name, field] : {std::pair{"input_file_id", &batch.input_file_id}, std::pair{"endpoint", &batch.endpoint},
+                             std::pair{"completion_window", &batch.window_text}}) {
+    auto value = string_field(name);
+    if (!value) return std::nullopt;
+    *field = std::move(*value);
   }
-  auto window = ParseWindow(*window_text);
+  if (!kEndpoints.count(batch.endpoint)) {
+    call.Fail(400,
+              absl::StrCat("Invalid endpoint '", batch.endpoint.substr(0, 80),
+                           "': Minions runs /v1/chat/completions, /v1/completions and /v1/embeddings."),
+              "invalid_request_error", "endpoint");
+    return std::nullopt;
+  }
+  auto window = ParseWindow(batch.window_text);
   if (!window) {
-    return call.Fail(400,
-                     absl::StrCat("Invalid completion_window '", window_text->substr(0, 20),
-                                  "': give '24h' (or, on Minions, a whole number of s, m or h up to 168h)."),
-                     "invalid_request_error", "completion_window");
+    call.Fail(400,
+              absl::StrCat("Invalid completion_window '", batch.window_text.substr(0, 20),
+                           "': give '24h' (or, on Minions, a whole number of s, m or h up to 168h)."),
+              "invalid_request_error", "completion_window");
+    return std::nullopt;
   }
-  Json metadata = nullptr;
+  batch.window = *window;
   if (body->contains("metadata") && !(*body)["metadata"].is_null()) {
-    metadata = (*body)["metadata"];
+    batch.metadata = (*body)["metadata"];
+    const Json& metadata = batch.metadata;
     bool ok = metadata.is_object() && metadata.size() <= 16;
     if (ok) {
       for (const auto& [k, v] : metadata.items()) ok &= k.size() <= 64 && v.is_string() && v.get<std::string>().size() <= 512;
     }
     if (!ok) {
-      return call.Fail(400, "metadata must be an object of at most 16 string values (keys up to 64 characters, values "
-                            "up to 512).",
-                       "invalid_request_error", "metadata");
+      call.Fail(400, "metadata must be an object of at most 16 string values (keys up to 64 characters, values "
+                     "up to 512).",
+                "invalid_request_error", "metadata");
+      return std::nullopt;
     }
   }
+  return batch;
+}
+
+absl::StatusOr<Job> OpenAiApi::SubmitBatch(Call& call, const BatchRequest& request, const std::string& input_key,
+                                           BatchInputCheck& check) {
+  std::string model_reference;
+  if (check.errors().empty()) {
+    auto resolved = deps_.models->Resolve(call.team, check.model());
+    if (absl::IsNotFound(resolved.status())) {
+      check.Error("model_not_found", std::string(resolved.status().message()), 1, "body.model");
+    } else if (!resolved.ok()) {
+      return resolved.status();
+    } else {
+      model_reference = resolved->reference;
+    }
+  }
+  Json side = {{"endpoint", request.endpoint},
+               {"input_file_id", request.input_file_id},
+               {"completion_window", request.window_text},
+               {"metadata", request.metadata},
+               {"model", check.model()}};
+  absl::StatusOr<Job> job;
+  if (!check.errors().empty()) {
+    // Refused at validation: still a job (failed), so the CLI and dashboard show it too.
+    side["errors"] = check.errors();
+    JobSpec spec;
+    spec.model = check.model().empty() ? "(none)" : check.model();
+    spec.input_key = input_key;
+    spec.completion_window = request.window;
+    job = deps_.jobs->SubmitRefused(
+        call.caller, spec, absl::StrCat("validation failed: ", check.errors()[0]["message"].get<std::string>()));
+  } else {
+    v1::SubmitJobRequest submit;
+    submit.set_team(call.caller.IsAdmin() ? call.team : "");
+    submit.set_model(model_reference);
+    submit.set_input_key(input_key);
+    submit.set_completion_window_ms(absl::ToInt64Milliseconds(request.window));
+    job = deps_.jobs->Submit(call.caller, submit, keys::OpenAiFiles(call.team));
+  }
+  if (!job.ok()) return job.status();
+  RETURN_IF_ERROR(deps_.blobs->Put(keys::OpenAiBatch(call.team, job->id), DumpJson(side)));
+  return job;
+}
+
+void OpenAiApi::CreateBatch(Call& call) {
+  std::optional<BatchRequest> request = ReadBatchRequest(call);
+  if (!request) return;
 
   // A retried create (same Idempotency-Key, same team) gets the batch the first one made.
   const std::string idempotency = call.request.Header("idempotency-key");
@@ -793,135 +856,25 @@ void OpenAiApi::CreateBatch(Call& call) {
     }
   }
 
-  if (!IsUploadId(*input_file_id)) {
-    return call.Fail(400, absl::StrCat("Invalid input_file_id '", input_file_id->substr(0, 80), "': no such file."),
+  const std::string& input_file_id = request->input_file_id;
+  if (!IsUploadId(input_file_id)) {
+    return call.Fail(400, absl::StrCat("Invalid input_file_id '", input_file_id.substr(0, 80), "': no such file."),
                      "invalid_request_error", "input_file_id");
   }
-  const std::string input_key = keys::OpenAiFiles(call.team) + *input_file_id;
+  const std::string input_key = keys::OpenAiFiles(call.team) + input_file_id;
   auto size = deps_.blobs->Size(input_key + ".json");
   if (!size.ok()) {
     return call.Fail(absl::IsNotFound(size.status())
-                         ? absl::InvalidArgumentError(absl::StrCat("Invalid input_file_id '", *input_file_id, "': no such file."))
+                         ? absl::InvalidArgumentError(absl::StrCat("Invalid input_file_id '", input_file_id, "': no such file."))
                          : size.status(),
                      "input_file_id");
   }
 
-  // Validation: every line a request to `endpoint` with a unique custom_id, all for one model.
-  Json errors = Json::array();
-  auto error = [&](const std::string& code, const std::string& message, int64_t line, const Json& param) {
-    if (static_cast<int>(errors.size()) < options_.max_errors) {
-      errors.push_back(Json{{"code", code}, {"message", message}, {"param", param}, {"line", line}});
-    }
-  };
-  DuplicateCustomIds custom_ids;  // the check every submission path makes (server/duplicate_ids.h)
-  std::string model;
-  int64_t line_number = 0, records = 0;
-  std::string pending;
-  auto check_line = [&](std::string_view line) {
-    ++line_number;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (absl::StripAsciiWhitespace(absl::string_view(line.data(), line.size())).empty()) return;
-    ++records;
-    auto parsed = ParseJson(line);
-    if (!parsed.ok() || !parsed->is_object()) {
-      return error("invalid_json_line",
-                   absl::StrCat("This line is not a JSON object: ",
-                                parsed.ok() ? "another JSON value" : std::string(parsed.status().message())),
-                   line_number, nullptr);
-    }
-    const Json& r = *parsed;
-    if (!r.contains("custom_id") || !r["custom_id"].is_string() || r["custom_id"].get<std::string>().empty()) {
-      return error("missing_required_parameter", "The request has no custom_id (a non-empty string).", line_number,
-                   "custom_id");
-    }
-    const std::string& custom_id = r["custom_id"].get_ref<const std::string&>();
-    if (int64_t first = custom_ids.See(custom_id, line_number); first > 0) {
-      DuplicateCustomIds::Duplicate d{custom_id.substr(0, DuplicateCustomIds::kShownIdBytes), line_number, first};
-      return error("duplicate_custom_id",
-                   absl::StrCat("The ", DuplicateCustomIds::Describe(d), "; each request needs its own."),
-                   line_number, "custom_id");
-    }
-    if (JsonString(r, "method") != "POST") {
-      return error("invalid_method", "The request's method must be POST.", line_number, "method");
-    }
-    if (JsonString(r, "url") != *endpoint) {
-      return error("mismatched_endpoint",
-                   absl::StrCat("The request's url '", JsonString(r, "url").substr(0, 80),
-                                "' is not the batch's endpoint ", *endpoint, "."),
-                   line_number, "url");
-    }
-    const Json& body = JsonField(r, "body");
-    if (!body.is_object() || !body.contains("model") || !body["model"].is_string()) {
-      return error("missing_required_parameter", "The request's body has no model.", line_number, "body.model");
-    }
-    const std::string named = body["model"].get<std::string>();
-    if (model.empty()) {
-      model = named;
-    } else if (named != model) {
-      return error("mismatched_model",
-                   absl::StrCat("The request's model '", named.substr(0, 80), "' differs from the first request's '",
-                                model.substr(0, 80), "': a batch runs one model (split the file by model)."),
-                   line_number, "body.model");
-    }
-  };
-  absl::Status read = deps_.blobs->Read(input_key, [&](std::string_view chunk) {
-    pending.append(chunk);
-    size_t start = 0, eol;
-    while ((eol = pending.find('\n', start)) != std::string::npos) {
-      check_line(std::string_view(pending).substr(start, eol - start));
-      start = eol + 1;
-    }
-    pending.erase(0, start);
-    return pending.size() <= (64u << 20);  // a line longer than that is not a request
-  });
+  BatchInputCheck check(request->endpoint, options_.max_errors);
+  absl::Status read = deps_.blobs->Read(input_key, [&](std::string_view chunk) { return check.Feed(chunk); });
   if (!read.ok()) return call.Fail(read);
-  if (pending.size() > (64u << 20)) {
-    error("line_too_long", "This line is longer than 64 MiB.", line_number + 1, nullptr);
-  } else if (!pending.empty()) {
-    check_line(pending);
-  }
-  if (records == 0 && errors.empty()) error("empty_file", "The input file has no requests.", 0, nullptr);
-  std::string model_reference;
-  if (errors.empty()) {
-    auto resolved = deps_.models->Resolve(call.team, model);
-    if (absl::IsNotFound(resolved.status())) {
-      error("model_not_found", std::string(resolved.status().message()), 1, "body.model");
-    } else if (!resolved.ok()) {
-      return call.Fail(resolved.status());
-    } else {
-      model_reference = resolved->reference;
-    }
-  }
-
-  Json side = {{"endpoint", *endpoint},
-               {"input_file_id", *input_file_id},
-               {"completion_window", *window_text},
-               {"metadata", metadata},
-               {"model", model}};
-  absl::StatusOr<Job> job;
-  if (!errors.empty()) {
-    // Refused at validation: still a job (failed), so the CLI and dashboard show it too.
-    side["errors"] = errors;
-    JobSpec spec;
-    spec.model = model.empty() ? "(none)" : model;
-    spec.input_key = input_key;
-    spec.completion_window = *window;
-    job = deps_.jobs->SubmitRefused(
-        call.caller, spec, absl::StrCat("validation failed: ", errors[0]["message"].get<std::string>()));
-    if (!job.ok()) return call.Fail(job.status());
-    if (auto s = deps_.blobs->Put(keys::OpenAiBatch(call.team, job->id), DumpJson(side)); !s.ok()) return call.Fail(s);
-  } else {
-    v1::SubmitJobRequest submit;
-    submit.set_team(call.caller.IsAdmin() ? call.team : "");
-    submit.set_model(model_reference);
-    submit.set_input_key(input_key);
-    submit.set_completion_window_ms(absl::ToInt64Milliseconds(*window));
-    job = deps_.jobs->Submit(call.caller, submit, keys::OpenAiFiles(call.team));
-    if (!job.ok()) return call.Fail(job.status());
-    if (auto s = deps_.blobs->Put(keys::OpenAiBatch(call.team, job->id), DumpJson(side)); !s.ok()) {
-      return call.Fail(s);
-    }
-  }
+  check.Finish();
+  auto job = SubmitBatch(call, *request, input_key, check);
   if (!job.ok()) return call.Fail(job.status());
   if (!idempotency_key.empty()) (void)deps_.blobs->Put(idempotency_key, job->id);
   auto batch = BatchObject(*job);

@@ -26,6 +26,7 @@
 // Ownership: borrows everything it is given. Threads: Serve runs on the HTTP server's stream
 // threads, several at once; thread-safe.
 
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
@@ -41,6 +42,8 @@
 #include "store/metadata_store.h"
 
 namespace minions::openai {
+
+class BatchInputCheck;
 
 struct OpenAiApiOptions {
   int64_t max_file_bytes = int64_t{256} << 20;  // the largest upload
@@ -82,6 +85,12 @@ class OpenAiApi {
   void FileContent(Call& call, const std::string& id);
   void DeleteFile(Call& call, const std::string& id);
   void CreateBatch(Call& call);
+  // POST /v1/batches's parts: the request's fields, checked (nullopt: the call was answered), and
+  // the job the checked input file becomes (a failed one when the check found errors).
+  struct BatchRequest;
+  std::optional<BatchRequest> ReadBatchRequest(Call& call);
+  absl::StatusOr<Job> SubmitBatch(Call& call, const BatchRequest& request, const std::string& input_key,
+                                  BatchInputCheck& check);
   void ListBatches(Call& call);
   void GetBatch(Call& call, const std::string& id);
   void CancelBatch(Call& call, const std::string& id);

@@ -138,6 +138,95 @@ ParsedRecord ParseRecordLine(std::string_view line) {
 }
 
 namespace {
+
+// The endpoint's own fields of a record's body into `request`: a failed record when they are
+// wrong, nullopt when they are right.
+std::optional<ParsedRecord> ReadPrompt(const Json& body, const std::string& custom_id, InferenceRequest* request) {
+  auto p = body.find("prompt");
+  if (p == body.end()) return Fail(custom_id, kErrorInvalidRequest, "missing body.prompt");
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
+    request->prompt = (*p)[0].get<std::string>();
+  } else if (p->is_string()) {
+    request->prompt = p->get<std::string>();
+  } else {
+    return Fail(custom_id, kErrorInvalidRequest,
+                "body.prompt must be a string (one prompt per record)");
+  }
+  if (request->prompt.empty()) return Fail(custom_id, kErrorEmptyPrompt, "body.prompt is empty");
+  return std::nullopt;
+}
+
+std::optional<ParsedRecord> ReadMessages(const Json& body, const std::string& custom_id, InferenceRequest* request) {
+  auto m = body.find("messages");
+  if (m == body.end() || !m->is_array() || m->empty()) {
+    return Fail(custom_id, kErrorInvalidRequest,
+                "body.messages must be a non-empty array of {role, content}");
+  }
+  for (size_t i = 0; i < m->size(); ++i) {
+    const Json& msg = (*m)[i];
+    if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string()) {
+      return Fail(custom_id, kErrorInvalidRequest,
+                  absl::StrCat("body.messages[", i, "] needs a string role"));
+    }
+    ChatMessage message;
+    message.role = msg["role"].get<std::string>();
+    if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
+        message.role != "developer" && message.role != "tool") {
+      return Fail(custom_id, kErrorInvalidRequest,
+                  absl::StrCat("body.messages[", i, "].role '", Excerpt(message.role, 40),
+                               "' is not one of system, developer, user, assistant, tool"));
+    }
+    if (message.role == "developer") message.role = "system";
+    if (auto err = ReadToolHistory(msg, i, &message)) {
+      return Fail(custom_id, kErrorInvalidRequest, *err, absl::StrCat("body.messages[", i, "]"));
+    }
+    auto c = msg.find("content");
+    if (c == msg.end() || c->is_null()) {
+      // An assistant message that only calls tools has no content (OpenAI's shape).
+      if (!message.tool_calls.is_array()) {
+        return Fail(custom_id, kErrorInvalidRequest, absl::StrCat("body.messages[", i, "] has no content"));
+      }
+    } else if (auto err = ReadContent(*c, i, &message.content)) {
+      return Fail(custom_id, kErrorInvalidRequest, *err);
+    }
+    request->messages.push_back(std::move(message));
+  }
+  bool any_text = false;
+  for (const auto& msg : request->messages) any_text |= !msg.content.empty() || msg.tool_calls.is_array();
+  if (!any_text) return Fail(custom_id, kErrorEmptyPrompt, "every message's content is empty");
+  return std::nullopt;
+}
+
+std::optional<ParsedRecord> ReadInputs(const Json& body, const std::string& custom_id, InferenceRequest* request) {
+  auto in = body.find("input");
+  if (in == body.end()) return Fail(custom_id, kErrorInvalidRequest, "missing body.input");
+  if (in->is_string()) {
+    request->inputs.push_back(in->get<std::string>());
+  } else if (in->is_array() && !in->empty() && in->size() <= 2048) {
+    for (const auto& s : *in) {
+      if (!s.is_string()) {
+        return Fail(custom_id, kErrorInvalidRequest,
+                    "body.input must be a string or an array of strings (token arrays are "
+                    "not supported)");
+      }
+      request->inputs.push_back(s.get<std::string>());
+    }
+  } else {
+    return Fail(custom_id, kErrorInvalidRequest,
+                "body.input must be a string or an array of 1 to 2048 strings");
+  }
+  for (size_t i = 0; i < request->inputs.size(); ++i) {
+    if (request->inputs[i].empty()) {
+      return Fail(custom_id, kErrorEmptyPrompt, absl::StrCat("body.input[", i, "] is empty"));
+    }
+  }
+  if (auto f = body.find("encoding_format");
+      f != body.end() && !(f->is_string() && *f == "float")) {
+    return Fail(custom_id, kErrorInvalidRequest, "body.encoding_format: only \"float\" is supported");
+  }
+  return std::nullopt;
+}
+
 ParsedRecord ParseRecordLineUnchecked(std::string_view line) {
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
   if (line.empty()) return Fail("", kErrorInvalidJson, "empty line");
@@ -208,91 +297,13 @@ ParsedRecord ParseRecordLineUnchecked(std::string_view line) {
   if (auto m = body->find("model"); m != body->end() && m->is_string()) {
     request.model = m->get<std::string>();
   }
+  std::optional<ParsedRecord> failed;
   switch (request.endpoint) {
-    case Endpoint::kCompletions: {
-      auto p = body->find("prompt");
-      if (p == body->end()) return Fail(custom_id, kErrorInvalidRequest, "missing body.prompt");
-      if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
-        request.prompt = (*p)[0].get<std::string>();
-      } else if (p->is_string()) {
-        request.prompt = p->get<std::string>();
-      } else {
-        return Fail(custom_id, kErrorInvalidRequest,
-                    "body.prompt must be a string (one prompt per record)");
-      }
-      if (request.prompt.empty()) return Fail(custom_id, kErrorEmptyPrompt, "body.prompt is empty");
-      break;
-    }
-    case Endpoint::kChatCompletions: {
-      auto m = body->find("messages");
-      if (m == body->end() || !m->is_array() || m->empty()) {
-        return Fail(custom_id, kErrorInvalidRequest,
-                    "body.messages must be a non-empty array of {role, content}");
-      }
-      for (size_t i = 0; i < m->size(); ++i) {
-        const Json& msg = (*m)[i];
-        if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string()) {
-          return Fail(custom_id, kErrorInvalidRequest,
-                      absl::StrCat("body.messages[", i, "] needs a string role"));
-        }
-        ChatMessage message;
-        message.role = msg["role"].get<std::string>();
-        if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
-            message.role != "developer" && message.role != "tool") {
-          return Fail(custom_id, kErrorInvalidRequest,
-                      absl::StrCat("body.messages[", i, "].role '", Excerpt(message.role, 40),
-                                   "' is not one of system, developer, user, assistant, tool"));
-        }
-        if (message.role == "developer") message.role = "system";
-        if (auto err = ReadToolHistory(msg, i, &message)) {
-          return Fail(custom_id, kErrorInvalidRequest, *err, absl::StrCat("body.messages[", i, "]"));
-        }
-        auto c = msg.find("content");
-        if (c == msg.end() || c->is_null()) {
-          // An assistant message that only calls tools has no content (OpenAI's shape).
-          if (!message.tool_calls.is_array()) {
-            return Fail(custom_id, kErrorInvalidRequest, absl::StrCat("body.messages[", i, "] has no content"));
-          }
-        } else if (auto err = ReadContent(*c, i, &message.content)) {
-          return Fail(custom_id, kErrorInvalidRequest, *err);
-        }
-        request.messages.push_back(std::move(message));
-      }
-      bool any_text = false;
-      for (const auto& msg : request.messages) any_text |= !msg.content.empty() || msg.tool_calls.is_array();
-      if (!any_text) return Fail(custom_id, kErrorEmptyPrompt, "every message's content is empty");
-      break;
-    }
-    case Endpoint::kEmbeddings: {
-      auto in = body->find("input");
-      if (in == body->end()) return Fail(custom_id, kErrorInvalidRequest, "missing body.input");
-      if (in->is_string()) {
-        request.inputs.push_back(in->get<std::string>());
-      } else if (in->is_array() && !in->empty() && in->size() <= 2048) {
-        for (const auto& s : *in) {
-          if (!s.is_string()) {
-            return Fail(custom_id, kErrorInvalidRequest,
-                        "body.input must be a string or an array of strings (token arrays are "
-                        "not supported)");
-          }
-          request.inputs.push_back(s.get<std::string>());
-        }
-      } else {
-        return Fail(custom_id, kErrorInvalidRequest,
-                    "body.input must be a string or an array of 1 to 2048 strings");
-      }
-      for (size_t i = 0; i < request.inputs.size(); ++i) {
-        if (request.inputs[i].empty()) {
-          return Fail(custom_id, kErrorEmptyPrompt, absl::StrCat("body.input[", i, "] is empty"));
-        }
-      }
-      if (auto f = body->find("encoding_format");
-          f != body->end() && !(f->is_string() && *f == "float")) {
-        return Fail(custom_id, kErrorInvalidRequest, "body.encoding_format: only \"float\" is supported");
-      }
-      break;
-    }
+    case Endpoint::kCompletions: failed = ReadPrompt(*body, custom_id, &request); break;
+    case Endpoint::kChatCompletions: failed = ReadMessages(*body, custom_id, &request); break;
+    case Endpoint::kEmbeddings: failed = ReadInputs(*body, custom_id, &request); break;
   }
+  if (failed) return std::move(*failed);
   if (request.endpoint != Endpoint::kEmbeddings) {
     if (auto err = ReadGenerationParams(*body, request.endpoint, &request)) {
       return Fail(custom_id, err->code, std::move(err->message), std::move(err->param));

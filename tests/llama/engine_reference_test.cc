@@ -11,6 +11,7 @@
 #include "ggml-backend.h"
 #include "llama.h"
 #include "runner/llama/llama_engine.h"
+#include "direct_llama.h"
 #include "engine_test_util.h"
 #include "test_env.h"
 
@@ -21,43 +22,25 @@ using minions::testing::TestModel;
 using engine_test::GeneratedText;
 using engine_test::ServeAll;
 
-// llama.cpp used directly: one prompt at a time, greedy argmax over the logits. Deliberately
-// shares no code with LlamaEngine.
-class DirectLlama {
+// llama.cpp used directly: one prompt at a time, greedy argmax over the logits.
+class DirectLlama : public DirectModel {
  public:
-  explicit DirectLlama(const std::string& path, bool embeddings = false) {
-    llama_model_params mp = llama_model_default_params();
-    model_ = llama_model_load_from_file(path.c_str(), mp);
-    if (!model_) return;
-    llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 512;
-    cp.n_batch = 512;
-    cp.n_ubatch = 512;
-    cp.n_seq_max = 1;
-    cp.embeddings = embeddings;
-    // Same attention as the engine under test (flash_attn "off"; see the runner protocol doc).
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    if (embeddings) {
-      const char* arch_key = "general.architecture";
-      char arch[64];
-      llama_model_meta_val_str(model_, arch_key, arch, sizeof(arch));
-      cp.pooling_type = std::string(arch) == "llama" ? LLAMA_POOLING_TYPE_MEAN : LLAMA_POOLING_TYPE_UNSPECIFIED;
-    }
-    ctx_ = llama_init_from_model(model_, cp);
-  }
-  ~DirectLlama() {
-    if (ctx_) llama_free(ctx_);
-    if (model_) llama_model_free(model_);
-  }
-  bool ok() const { return ctx_ != nullptr; }
-  const llama_vocab* vocab() const { return llama_model_get_vocab(model_); }
-
-  std::vector<llama_token> Tokenize(const std::string& text, bool parse_special) {
-    std::vector<llama_token> tokens(text.size() + 8);
-    int n = llama_tokenize(vocab(), text.data(), (int)text.size(), tokens.data(), (int)tokens.size(), true, parse_special);
-    tokens.resize(n);
-    return tokens;
-  }
+  explicit DirectLlama(const std::string& path, bool embeddings = false)
+      : DirectModel(path, [embeddings](llama_model* model, llama_context_params& cp) {
+          cp.n_ctx = 512;
+          cp.n_batch = 512;
+          cp.n_ubatch = 512;
+          cp.n_seq_max = 1;
+          cp.embeddings = embeddings;
+          // Same attention as the engine under test (flash_attn "off"; see the runner protocol doc).
+          cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+          if (embeddings) {
+            const char* arch_key = "general.architecture";
+            char arch[64];
+            llama_model_meta_val_str(model, arch_key, arch, sizeof(arch));
+            cp.pooling_type = std::string(arch) == "llama" ? LLAMA_POOLING_TYPE_MEAN : LLAMA_POOLING_TYPE_UNSPECIFIED;
+          }
+        }) {}
 
   std::string ChatPrompt(const std::vector<std::pair<std::string, std::string>>& messages) {
     std::vector<llama_chat_message> chat;
@@ -107,10 +90,6 @@ class DirectLlama {
     llama_batch_free(batch);
     return v;
   }
-
- private:
-  llama_model* model_ = nullptr;
-  llama_context* ctx_ = nullptr;
 };
 
 double Cosine(const std::vector<float>& a, const std::vector<float>& b) {

@@ -34,11 +34,14 @@
 #include "runner/runner_process.h"
 #include "llama_runner_process.h"
 #include "test_env.h"
+#include "testing/read_file.h"
 
 namespace minions {
 namespace {
 
 using ::testing::HasSubstr;
+using minions::testing::ReadFile;
+using minions::testing::RunRecords;
 using minions::testing::TestModel;
 using minions::testing::TestProgram;
 
@@ -71,11 +74,6 @@ GangMemberOptions SandboxedMemberOptions() {
   return options;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 // The leader's side as its executor builds it: a tunnel per member that carries only `runner`'s
 // connections and proves the secret; `load` is pointed at the tunnels.
 std::vector<std::unique_ptr<GangTunnel>> Tunnels(RunnerProcess& runner, runner_protocol::LoadRequest& load,
@@ -101,13 +99,6 @@ runner_protocol::LoadRequest SmallLoad() {
   load.options.n_threads = 1;
   load.options.flash_attn = "off";
   return load;
-}
-
-std::vector<Json> RunRecords(RunnerProcess& runner, const std::vector<std::string>& records) {
-  std::vector<Json> outputs(records.size());
-  auto done = runner.RunBatch("b", records, [&](size_t i, const Json& line) { outputs[i] = line; });
-  EXPECT_TRUE(done.ok()) << done.status();
-  return outputs;
 }
 
 // Connects from `source` (a loopback address) to `endpoint`; returns the socket or -1.
@@ -150,7 +141,7 @@ TEST(Gang, GreedyOutputOfAGangOfTwoEqualsTheModelOnOneMachine) {
   auto alone = StartRunner();
   ASSERT_TRUE(alone);
   ASSERT_TRUE(alone->Load(SmallLoad()).ok());
-  auto expected = RunRecords(*alone, records);
+  auto expected = RunRecords(*alone, "b", records);
 
   auto leader = StartRunner();
   ASSERT_TRUE(leader);
@@ -170,7 +161,7 @@ TEST(Gang, GreedyOutputOfAGangOfTwoEqualsTheModelOnOneMachine) {
   EXPECT_GE((*first)->admitted(), 1);
   EXPECT_GE((*second)->admitted(), 1);
 
-  auto got = RunRecords(*leader, records);
+  auto got = RunRecords(*leader, "b", records);
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < records.size(); ++i) {
     ASSERT_FALSE(minions::IsErrorOutputLine(expected[i])) << DumpJson(expected[i]);
@@ -210,7 +201,7 @@ TEST(Gang, AMemberThatDiesTakesTheLeadersRunnerDownAndTheExecutorSeesACrash) {
   load.gang.servers = {{(*member)->endpoint(), 1 << 30}};
   auto tunnels = Tunnels(*leader, load);
   ASSERT_TRUE(leader->Load(load).ok());
-  ASSERT_FALSE(RunRecords(*leader, {R"({"custom_id":"a","prompt":"Hello","max_tokens":4})"})[0].is_null());
+  ASSERT_FALSE(RunRecords(*leader, "b", {R"({"custom_id":"a","prompt":"Hello","max_tokens":4})"})[0].is_null());
   (*member)->Stop();  // the member's rpc-server is SIGKILLed
   std::vector<Json> outputs(1);
   auto done = leader->RunBatch("after", {R"({"custom_id":"b","prompt":"Hello","max_tokens":4})"},

@@ -21,6 +21,7 @@ namespace minions {
 namespace {
 
 using ::testing::HasSubstr;
+using minions::testing::RunRecords;
 using minions::testing::TestModel;
 using minions::testing::TestProgram;
 
@@ -31,15 +32,6 @@ runner_protocol::LoadRequest SmallLoad(const std::string& model) {
   load.options.n_parallel = 4;
   load.options.n_ctx_per_seq = 128;
   return load;
-}
-
-std::vector<Json> RunRecords(RunnerProcess& runner, const std::string& batch,
-                      const std::vector<std::string>& records, Json* done = nullptr) {
-  std::vector<Json> outputs(records.size());
-  auto result = runner.RunBatch(batch, records, [&](size_t i, const Json& line) { outputs[i] = line; });
-  EXPECT_TRUE(result.ok()) << result.status();
-  if (done && result.ok()) *done = *result;
-  return outputs;
 }
 
 std::string TempPath(const std::string& name) {

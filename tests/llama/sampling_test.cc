@@ -11,6 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "direct_llama.h"
 #include "engine_test_util.h"
 #include "llama.h"
 #include "runner/llama/llama_engine.h"
@@ -28,24 +29,14 @@ using ::testing::HasSubstr;
 std::unique_ptr<LlamaEngine> LoadEngine() { return engine_test::LoadTextEngine(4, 512); }
 
 // The model through llama.cpp's plain API, one prompt at a time: the reference for logprobs.
-// Shares no code with the engine.
-class Direct {
+class Direct : public DirectModel {
  public:
-  Direct() {
-    model_ = llama_model_load_from_file(TestModel("text.gguf").c_str(), llama_model_default_params());
-    if (!model_) return;
-    llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 512;
-    cp.n_seq_max = 1;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    ctx_ = llama_init_from_model(model_, cp);
-  }
-  ~Direct() {
-    if (ctx_) llama_free(ctx_);
-    if (model_) llama_model_free(model_);
-  }
-  bool ok() const { return ctx_ != nullptr; }
-  const llama_vocab* vocab() const { return llama_model_get_vocab(model_); }
+  Direct()
+      : DirectModel(TestModel("text.gguf"), [](llama_model*, llama_context_params& cp) {
+          cp.n_ctx = 512;
+          cp.n_seq_max = 1;
+          cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+        }) {}
   std::string Piece(llama_token t) const {
     char buf[256];
     int n = llama_token_to_piece(vocab(), t, buf, sizeof(buf), 0, false);
@@ -59,10 +50,8 @@ class Direct {
   // Greedy steps after the prompt: the log-softmax of each step's logits.
   std::vector<Step> Greedy(const std::string& prompt, int steps) {
     llama_memory_clear(llama_get_memory(ctx_), true);
-    std::vector<llama_token> tokens(prompt.size() + 8);
-    int n = llama_tokenize(vocab(), prompt.data(), (int)prompt.size(), tokens.data(), (int)tokens.size(), true, false);
-    tokens.resize(n);
-    llama_batch batch = llama_batch_get_one(tokens.data(), n);
+    std::vector<llama_token> tokens = Tokenize(prompt, false);
+    llama_batch batch = llama_batch_get_one(tokens.data(), (int)tokens.size());
     std::vector<Step> out;
     llama_token next = 0;
     const int n_vocab = llama_vocab_n_tokens(vocab());
@@ -86,10 +75,6 @@ class Direct {
     }
     return out;
   }
-
- private:
-  llama_model* model_ = nullptr;
-  llama_context* ctx_ = nullptr;
 };
 
 class Sampling : public ::testing::Test {

@@ -15,16 +15,12 @@
 #include "llama.h"
 #include "runner/llama/llama_engine.h"
 #include "test_env.h"
+#include "testing/read_file.h"
 
 namespace minions::llama_runner {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 class TestModelWriter : public ::testing::Test {
  protected:
@@ -49,11 +45,11 @@ TEST_F(TestModelWriter, SameSeedSameBytesOtherSeedOtherBytes) {
   ASSERT_TRUE(WriteTestModel(Spec(1), (dir_ / "a.gguf").string()).ok());
   ASSERT_TRUE(WriteTestModel(Spec(1), (dir_ / "b.gguf").string()).ok());
   ASSERT_TRUE(WriteTestModel(Spec(2), (dir_ / "c.gguf").string()).ok());
-  std::string a = Slurp((dir_ / "a.gguf").string());
+  std::string a = minions::testing::ReadFile((dir_ / "a.gguf").string());
   EXPECT_GT(a.size(), 1000000u);
   EXPECT_EQ(a.substr(0, 4), "GGUF");
-  EXPECT_EQ(a, Slurp((dir_ / "b.gguf").string()));
-  EXPECT_NE(a, Slurp((dir_ / "c.gguf").string()));
+  EXPECT_EQ(a, minions::testing::ReadFile((dir_ / "b.gguf").string()));
+  EXPECT_NE(a, minions::testing::ReadFile((dir_ / "c.gguf").string()));
 }
 
 TEST_F(TestModelWriter, MissingVocabIsAClearErrorAndLeavesNoFile) {

@@ -22,12 +22,14 @@
 #include "cli/client_verbs.h"
 #include "executor/runner_devices.h"
 #include "runner/runner_process.h"
+#include "llama_runner_process.h"
 #include "test_env.h"
 #include "testing/process_pool.h"
 
 namespace minions {
 namespace {
 
+using minions::testing::RunRecords;
 using minions::testing::TestModel;
 using minions::testing::TestProgram;
 
@@ -77,13 +79,6 @@ runner_protocol::LoadRequest LoadOf(const std::string& model, int gpu_layers = -
   return load;
 }
 
-std::vector<Json> RunAll(RunnerProcess& runner, const std::vector<std::string>& records) {
-  std::vector<Json> outputs(records.size());
-  auto done = runner.RunBatch("b", records, [&](size_t i, const Json& line) { outputs[i] = line; });
-  EXPECT_TRUE(done.ok()) << done.status();
-  return outputs;
-}
-
 TEST(Vulkan, TheVulkanRunnerListsItsDeviceAndTheCpuRunnerNone) {
   SKIP_WITHOUT_VULKAN();
   auto devices = QueryRunnerDevices({VulkanRunner()}, kLavapipe);
@@ -109,7 +104,7 @@ TEST(Vulkan, EveryLayerIsOffloadedToTheDeviceAndNoneWithZeroGpuLayers) {
   EXPECT_EQ((*info)["offloaded_layers"], (*info)["layers"]) << info->dump();
   ASSERT_TRUE((*info)["model_buffers"].contains("Vulkan0")) << info->dump();
   EXPECT_GT((*info)["model_buffers"]["Vulkan0"].get<int64_t>(), 0) << info->dump();
-  auto out = RunAll(*runner, {R"({"custom_id":"a","prompt":"Hello","max_tokens":8,"temperature":0})"});
+  auto out = RunRecords(*runner, "b", {R"({"custom_id":"a","prompt":"Hello","max_tokens":8,"temperature":0})"});
   EXPECT_EQ(out[0]["response"]["status_code"], 200) << out[0].dump();
 
   // n_gpu_layers 0: the weights stay on the CPU.
@@ -146,8 +141,8 @@ TEST(Vulkan, GreedyTextAgreesWithTheCpuRunnerWithinTheDocumentedBound) {
   ASSERT_TRUE(cpu && gpu);
   ASSERT_TRUE(cpu->Load(LoadOf(TestModel("text.gguf"))).ok());
   ASSERT_TRUE(gpu->Load(LoadOf(TestModel("text.gguf"))).ok());
-  auto on_cpu = RunAll(*cpu, records);
-  auto on_gpu = RunAll(*gpu, records);
+  auto on_cpu = RunRecords(*cpu, "b", records);
+  auto on_gpu = RunRecords(*gpu, "b", records);
   int same = 0;
   size_t first_divergence = std::string::npos;  // in characters of generated text, over differing records
   for (int i = 0; i < kRecords; ++i) {
@@ -184,8 +179,8 @@ TEST(Vulkan, EmbeddingsAgreeWithTheCpuRunner) {
   auto info = gpu->Load(LoadOf(TestModel("embedding.gguf")));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_TRUE((*info)["model_buffers"].contains("Vulkan0")) << info->dump();
-  auto on_cpu = RunAll(*cpu, records);
-  auto on_gpu = RunAll(*gpu, records);
+  auto on_cpu = RunRecords(*cpu, "b", records);
+  auto on_gpu = RunRecords(*gpu, "b", records);
   double worst = 1;
   for (size_t i = 0; i < records.size(); ++i) {
     auto a = on_cpu[i]["response"]["body"]["data"][0]["embedding"].get<std::vector<double>>();

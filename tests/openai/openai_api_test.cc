@@ -24,6 +24,7 @@
 #include "testing/fake_clock.h"
 #include "testing/identities.h"
 #include "testing/must.h"
+#include "testing/openai_stack.h"
 
 namespace minions::openai {
 namespace {
@@ -113,25 +114,14 @@ void ExpectError(const Reply& reply, int status, const std::string& says = "") {
   if (!says.empty()) EXPECT_THAT(error["message"].get<std::string>(), HasSubstr(says));
 }
 
-class OpenAiApiTest : public ::testing::Test {
+class OpenAiApiTest : public ::minions::testing::OpenAiStack {
  protected:
   void SetUp() override {
-    dir_ = (std::filesystem::temp_directory_path() / ("minions-openai-" + std::to_string(getpid()))).string();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_ + "/models");
-    std::ofstream(dir_ + "/models/tiny.gguf") << "not really a model; nothing runs it here";
-    std::ofstream(dir_ + "/models/other.gguf") << "nor this";
-    store_ = Must(SqliteMetadataStore::Open(":memory:", StoreOptions{}));
-    blobs_ = Must(LocalBlobStore::Open(dir_ + "/objects"));
-    auth_ = std::make_unique<Authenticator>(store_.get(), &clock_);
-    identities_ = std::make_unique<IdentityAdmin>(store_.get(), &clock_);
-    CreateTeams(*identities_, {"search", "ads"});
+    SetUpStack("minions-openai",
+               {{"tiny.gguf", "not really a model; nothing runs it here"}, {"other.gguf", "nor this"}});
     submitter_ = Issue(Role::kSubmitter, "search", "alice");
     viewer_ = Issue(Role::kViewer, "search", "vera");
     other_team_ = Issue(Role::kSubmitter, "ads", "bob");
-    jobs_ = std::make_unique<JobService>(store_.get(), blobs_.get(), &clock_, auth_.get(), ServerOptions{});
-    folders_ = std::make_unique<FolderModelCatalog>(std::vector<std::string>{dir_ + "/models"});
-    catalog_ = std::make_unique<RegistryModelCatalog>(store_.get(), folders_.get());
     OpenAiApiOptions options;
     options.max_file_bytes = 64 << 10;
     api_ = std::make_unique<OpenAiApi>(
@@ -178,15 +168,6 @@ class OpenAiApiTest : public ::testing::Test {
   // The object keys under `prefix`.
   std::vector<std::string> Objects(const std::string& prefix) { return Must(blobs_->List(prefix)); }
 
-  std::string dir_;
-  minions::testing::FakeClock clock_;
-  std::unique_ptr<SqliteMetadataStore> store_;
-  std::unique_ptr<LocalBlobStore> blobs_;
-  std::unique_ptr<Authenticator> auth_;
-  std::unique_ptr<IdentityAdmin> identities_;
-  std::unique_ptr<JobService> jobs_;
-  std::unique_ptr<FolderModelCatalog> folders_;
-  std::unique_ptr<RegistryModelCatalog> catalog_;
   std::unique_ptr<OpenAiApi> api_;
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;

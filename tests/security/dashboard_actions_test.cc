@@ -30,18 +30,6 @@ class DashboardActions : public SecureServer {
     viewer_ = Issue(Role::kViewer, "search", "bob");
     other_team_ = Issue(Role::kSubmitter, "ads", "carol");
   }
-  static std::vector<std::string> Bearer(const std::string& token) { return {"Authorization: Bearer " + token}; }
-
-  // A job of `team` made in the store directly: `n_tasks` tasks of 2 records.
-  std::string StoreJobOf(const std::string& team, int n_tasks = 1) {
-    JobSpec spec;
-    spec.team = team;
-    spec.model = model_;
-    spec.input_key = "uploads/x/y/in.jsonl";
-    Job job = Must(store_->CreateJob(spec, absl::Now()));
-    EXPECT_TRUE(store_->AddTasks(job.id, EvenTasks(n_tasks, 2), n_tasks * 2, absl::Now()).ok());
-    return job.id;
-  }
   std::string StateOf(const std::string& job) { return std::string(JobStateName(Must(store_->GetJob(job)).state)); }
 
   // A browser's session: signed in on the login page, with the page's CSRF secret as /api/fleet gives it.

@@ -269,14 +269,7 @@ TEST_F(GrpcAttack, TheFleetHidesAnotherTeamsModelsAndTheExactHeartbeat) {
   AddModel("search", "ours", ours);
   AddModel("ads", "theirs", theirs);
   Enrolled worker = Enrol("worker");
-  v1::RegisterRequest registration;
-  registration.mutable_capabilities()->set_name("worker");
-  registration.mutable_capabilities()->add_runners("llama");
-  registration.mutable_capabilities()->add_models(ours);
-  registration.mutable_capabilities()->add_models(theirs);
-  registration.mutable_capabilities()->set_model_loaded(theirs);
-  v1::RegisterResponse registered;
-  ASSERT_GRPC_OK(executors_->Register(As(worker.credential).get(), registration, &registered));
+  ASSERT_GRPC_OK(RegisterHolding(worker, "worker", {ours, theirs}, theirs));
   v1::ListExecutorsResponse fleet;
   ASSERT_GRPC_OK(jobs_->ListExecutors(As(search_viewer_).get(), v1::ListExecutorsRequest(), &fleet));
   ASSERT_EQ(fleet.executors_size(), 1);

@@ -56,19 +56,8 @@ class HttpAttack : public SecureServer {
     CreateTeam("ads");
     search_viewer_ = Issue(Role::kViewer, "search", "bob");
   }
-  static std::vector<std::string> Bearer(const std::string& token) { return {"Authorization: Bearer " + token}; }
   HttpReply Get(const std::string& path, const std::string& token = "") {
     return HttpGet(base_ + path, 10000, token.empty() ? std::vector<std::string>{} : Bearer(token));
-  }
-  // A job of `team` made in the store directly, with `n_tasks` tasks.
-  std::string StoreJobOf(const std::string& team, int n_tasks = 1) {
-    JobSpec spec;
-    spec.team = team;
-    spec.model = model_;
-    spec.input_key = "uploads/x/y/in.jsonl";
-    Job job = Must(store_->CreateJob(spec, absl::Now()));
-    EXPECT_TRUE(store_->AddTasks(job.id, EvenTasks(n_tasks, 2), n_tasks * 2, absl::Now()).ok());
-    return job.id;
   }
 
   std::string base_;
@@ -202,13 +191,7 @@ TEST_F(HttpAttack, TheDashboardFleetHidesAnotherTeamsModels) {
   const std::string theirs = "sha256:" + std::string(64, 'b');
   AddModel("ads", "theirs", theirs);
   Enrolled worker = Enrol("worker");
-  v1::RegisterRequest registration;
-  registration.mutable_capabilities()->set_name("worker");
-  registration.mutable_capabilities()->add_runners("llama");
-  registration.mutable_capabilities()->add_models(theirs);
-  registration.mutable_capabilities()->set_model_loaded(theirs);
-  v1::RegisterResponse registered;
-  ASSERT_GRPC_OK(executors_->Register(As(worker.credential).get(), registration, &registered));
+  ASSERT_GRPC_OK(RegisterHolding(worker, "worker", {theirs}, theirs));
   const std::string body = Get("/api/fleet", search_viewer_).body;
   EXPECT_EQ(body.find(std::string(40, 'b')), std::string::npos) << body;
   Json fleet = Must(ParseJson(body));

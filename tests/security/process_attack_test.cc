@@ -17,6 +17,7 @@
 #include "common/json_util.h"
 #include "testing/must.h"
 #include "testing/process_pool.h"
+#include "testing/read_file.h"
 
 namespace minions::testing {
 namespace {
@@ -29,13 +30,6 @@ const std::string kNoop = kBin + "/minions-noop-runner";
 
 std::string TempDir(const std::string& name) {
   return (fs::temp_directory_path() / absl::StrCat("minions-sec-", getpid(), "-", name)).string();
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // Submits `records` records (the no-op runner answers each) and waits for the job to end.
@@ -142,7 +136,7 @@ TEST_F(ProcessAttack, NoCredentialReachesTheRunnersEnvironmentAndTheCredentialFi
                   .ok());
   v1::Job job = RunJob(*pool_, 10, 5, model_);
   ASSERT_EQ(job.state(), "completed");
-  const std::string env = ReadAll(env_file);
+  const std::string env = ReadFile(env_file);
   ASSERT_FALSE(env.empty()) << "the runner did not start";
   EXPECT_EQ(env.find("MINIONS_TOKEN"), std::string::npos);
   EXPECT_EQ(env.find("MINIONS_JOIN_TOKEN"), std::string::npos);
@@ -151,7 +145,7 @@ TEST_F(ProcessAttack, NoCredentialReachesTheRunnersEnvironmentAndTheCredentialFi
   struct stat st;
   ASSERT_EQ(stat((dir_ + "/e/credential").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600);
-  EXPECT_EQ(ReadAll(dir_ + "/e/credential").substr(0, 4), "mne_");
+  EXPECT_EQ(ReadFile(dir_ + "/e/credential").substr(0, 4), "mne_");
 }
 
 TEST_F(ProcessAttack, RevokingAWorkingExecutorCutsItOffAndItsTasksAreDoneElsewhere) {
@@ -183,7 +177,7 @@ TEST_F(ProcessAttack, RevokingAWorkingExecutorCutsItOffAndItsTasksAreDoneElsewhe
   ASSERT_TRUE(exited.ok()) << exited.status() << "; logs in " << dir_ << "/logs";
   EXPECT_TRUE(exited->exited);
   EXPECT_NE(exited->code, 0);
-  EXPECT_THAT(ReadAll(dir_ + "/logs/executor-doomed.log"), HasSubstr("refused this executor's credential"));
+  EXPECT_THAT(ReadFile(dir_ + "/logs/executor-doomed.log"), HasSubstr("refused this executor's credential"));
   for (pid_t runner : runners) {
     for (int i = 0; i < 100 && kill(runner, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(100));
     EXPECT_NE(kill(runner, 0), 0) << "runner " << runner << " outlived its revoked executor";
@@ -243,7 +237,7 @@ TEST(ProcessAttackUp, APoolOnAPublicAddressWithoutTlsIsRefused) {
   ASSERT_TRUE(exit.ok());
   EXPECT_TRUE(exit->exited && exit->code != 0) << exit->ToString();
   // What to do about it is said (the CLI's own words to a person).
-  EXPECT_THAT(ReadAll(dir + ".log"), HasSubstr("--tls"));
+  EXPECT_THAT(ReadFile(dir + ".log"), HasSubstr("--tls"));
   // Refused before anything was made: no admin token minted for a pool that never ran.
   EXPECT_FALSE(fs::exists(dir + "/admin-token"));
   fs::remove_all(dir);

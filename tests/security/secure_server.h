@@ -21,6 +21,7 @@
 #include "rpc/tls.h"
 #include "server/control_plane.h"
 #include "store/sqlite/sqlite_metadata_store.h"
+#include "testing/even_tasks.h"
 #include "testing/grpc_checks.h"
 #include "testing/identities.h"
 #include "testing/must.h"
@@ -137,6 +138,32 @@ class SecureServer : public ::testing::Test {
     status = executors_->Register(As(reply.credential()).get(), registration, &registered);
     EXPECT_TRUE(status.ok()) << status.error_message();
     return {reply.executor_id(), reply.credential()};
+  }
+
+  // A job of `team` made in the store directly: `n_tasks` tasks of 2 records.
+  std::string StoreJobOf(const std::string& team, int n_tasks = 1) {
+    JobSpec spec;
+    spec.team = team;
+    spec.model = model_;
+    spec.input_key = "uploads/x/y/in.jsonl";
+    Job job = Must(store_->CreateJob(spec, absl::Now()));
+    EXPECT_TRUE(store_->AddTasks(job.id, EvenTasks(n_tasks, 2), n_tasks * 2, absl::Now()).ok());
+    return job.id;
+  }
+  // The header that presents `token` over HTTP.
+  static std::vector<std::string> Bearer(const std::string& token) { return {"Authorization: Bearer " + token}; }
+
+  // Registers an enrolled executor again, as `name` with a llama runner, holding `models` in its
+  // cache and `loaded` in its runner.
+  grpc::Status RegisterHolding(const Enrolled& executor, const std::string& name,
+                               const std::vector<std::string>& models, const std::string& loaded) {
+    v1::RegisterRequest registration;
+    registration.mutable_capabilities()->set_name(name);
+    registration.mutable_capabilities()->add_runners("llama");
+    for (const std::string& model : models) registration.mutable_capabilities()->add_models(model);
+    registration.mutable_capabilities()->set_model_loaded(loaded);
+    v1::RegisterResponse registered;
+    return executors_->Register(As(executor.credential).get(), registration, &registered);
   }
 
   v1::SubmitJobRequest Request(int records, const std::string& team = "") {

@@ -40,6 +40,13 @@ class TlsAttack : public SecureServer {
     return stub->ListJobs(context.get(), v1::ListJobsRequest(), &reply);
   }
   bool Honest() { return ListJobsOver({pool_.ca_cert, ""}).ok(); }
+  // What a control plane with `options` says when it starts (one that starts is shut down).
+  absl::Status StartAndStop(const ServerOptions& options) {
+    ControlPlane plane(store_.get(), blobs_.get(), &clock_, ControlPlaneOptions{options});
+    absl::Status started = plane.Start();
+    if (started.ok()) plane.Shutdown();
+    return started;
+  }
 
   pki::Files pool_;
 };
@@ -80,14 +87,12 @@ TEST_F(TlsAttack, PlainTextToTheTlsPortsGetsNothing) {
 TEST_F(TlsAttack, TheServerRefusesPlainTextOffLoopback) {
   ServerOptions options = Options();
   options.listen = "0.0.0.0:0";
-  ControlPlane grpc_open(store_.get(), blobs_.get(), &clock_, ControlPlaneOptions{options});
-  absl::Status refused = grpc_open.Start();
+  absl::Status refused = StartAndStop(options);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_THAT(std::string(refused.message()), HasSubstr("pki init"));
   options = Options();
   options.http_listen = "0.0.0.0:0";
-  ControlPlane http_open(store_.get(), blobs_.get(), &clock_, ControlPlaneOptions{options});
-  refused = http_open.Start();
+  refused = StartAndStop(options);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   // With a certificate, the same addresses are served.
   pki::Files files = MakePki("open");
@@ -95,9 +100,7 @@ TEST_F(TlsAttack, TheServerRefusesPlainTextOffLoopback) {
   options.listen = "0.0.0.0:0";
   options.http_listen = "0.0.0.0:0";
   options.tls = {files.server_cert, files.server_key};
-  ControlPlane with_tls(store_.get(), blobs_.get(), &clock_, ControlPlaneOptions{options});
-  EXPECT_TRUE(with_tls.Start().ok());
-  with_tls.Shutdown();
+  EXPECT_TRUE(StartAndStop(options).ok());
 }
 
 TEST_F(TlsAttack, AClientNeverSendsItsTokenInPlainTextOffLoopback) {
@@ -200,14 +203,11 @@ TEST_F(TlsAttack, PlainTextCallsWithoutACredentialAreRefusedBeforeTheirMessageIs
 TEST_F(TlsAttack, PlainTextListensOnlyWhereTheGateWorks) {
   ServerOptions options = Options();
   options.listen = "127.0.0.2:0";
-  ControlPlane other_loopback(store_.get(), blobs_.get(), &clock_, ControlPlaneOptions{options});
-  absl::Status refused = other_loopback.Start();
+  absl::Status refused = StartAndStop(options);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_THAT(std::string(refused.message()), HasSubstr("127.0.0.1"));
   options.listen = "localhost:0";
-  ControlPlane by_name(store_.get(), blobs_.get(), &clock_, ControlPlaneOptions{options});
-  EXPECT_TRUE(by_name.Start().ok());
-  by_name.Shutdown();
+  EXPECT_TRUE(StartAndStop(options).ok());
 }
 
 // Connections that say nothing (no HTTP/2 preface, so no call and nothing to refuse) are closed

@@ -25,6 +25,7 @@
 #include "testing/fake_clock.h"
 #include "testing/identities.h"
 #include "testing/must.h"
+#include "testing/openai_stack.h"
 #include "testing/socket_read.h"
 #include "raw_tcp.h"
 
@@ -45,6 +46,20 @@ void SendAll(int fd, const std::string& bytes) {
 
 // What comes back on `fd` until the server closes it or `timeout` passes with nothing new.
 std::string ReadAnswer(int fd, absl::Duration timeout = absl::Seconds(20)) { return ReadFromSocket(fd, timeout); }
+
+// The whole answer to a GET of `path` on a connection of its own ("", and a failure, when the
+// port refuses the connection).
+std::string GetOnce(int port, const std::string& path) {
+  int fd = Connect(port);
+  if (fd < 0) {
+    ADD_FAILURE() << "port " << port << " refused the connection";
+    return "";
+  }
+  SendAll(fd, absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  std::string answer = ReadAnswer(fd, absl::Seconds(10));
+  close(fd);
+  return answer;
+}
 
 int Status(const std::string& answer) { return answer.size() < 12 ? 0 : std::atoi(answer.substr(9, 3).c_str()); }
 
@@ -117,23 +132,12 @@ class GatedBlobs final : public BlobStore {
   int most_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-class V1Attack : public ::testing::Test {
+class V1Attack : public OpenAiStack {
  protected:
   void SetUp() override {
-    dir_ = (std::filesystem::temp_directory_path() / absl::StrCat("minions-v1-attack-", getpid())).string();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_ + "/models");
-    std::ofstream(dir_ + "/models/tiny.gguf") << "not really a model";
-    store_ = Must(SqliteMetadataStore::Open(":memory:", StoreOptions{}));
-    blobs_ = Must(LocalBlobStore::Open(dir_ + "/objects"));
-    auth_ = std::make_unique<Authenticator>(store_.get(), &clock_);
-    identities_ = std::make_unique<IdentityAdmin>(store_.get(), &clock_);
-    CreateTeams(*identities_, {"search", "ads"});
+    SetUpStack("minions-v1-attack", {{"tiny.gguf", "not really a model"}});
     search_ = Issue("search", "alice");
     ads_ = Issue("ads", "bob");
-    jobs_ = std::make_unique<JobService>(store_.get(), blobs_.get(), &clock_, auth_.get(), ServerOptions{});
-    folders_ = std::make_unique<openai::FolderModelCatalog>(std::vector<std::string>{dir_ + "/models"});
-    catalog_ = std::make_unique<openai::RegistryModelCatalog>(store_.get(), folders_.get());
   }
   // `api_blobs`: the object store the API sees (default: blobs_).
   void Start(HttpServerOptions options, BlobStore* api_blobs = nullptr) {
@@ -176,15 +180,6 @@ class V1Attack : public ::testing::Test {
     return fd;
   }
 
-  std::string dir_;
-  FakeClock clock_;
-  std::unique_ptr<SqliteMetadataStore> store_;
-  std::unique_ptr<LocalBlobStore> blobs_;
-  std::unique_ptr<Authenticator> auth_;
-  std::unique_ptr<IdentityAdmin> identities_;
-  std::unique_ptr<JobService> jobs_;
-  std::unique_ptr<openai::FolderModelCatalog> folders_;
-  std::unique_ptr<openai::RegistryModelCatalog> catalog_;
   std::unique_ptr<openai::OpenAiApi> api_;
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;
@@ -378,19 +373,12 @@ TEST(HealthProbes, AnswerWhileEveryWorkerIsBusyAndEveryConnectionIsTaken) {
   // The health worker answers /readyz on the main port (over a connection the server had room for
   // before it filled) and the health listener answers it however full the main port is.
   for (int i = 0; i < 5; ++i) {
-    int fd = Connect(server.health_port());
-    ASSERT_GE(fd, 0);
-    SendAll(fd, "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    std::string answer = ReadAnswer(fd, absl::Seconds(10));
-    close(fd);
+    std::string answer = GetOnce(server.health_port(), "/readyz");
     EXPECT_THAT(answer, StartsWith("HTTP/1.1 200")) << "try " << i;
     EXPECT_THAT(answer, HasSubstr("ready"));
   }
   // The health listener serves nothing else.
-  int other = Connect(server.health_port());
-  SendAll(other, "GET /block HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-  EXPECT_THAT(ReadAnswer(other, absl::Seconds(10)), StartsWith("HTTP/1.1 404"));
-  close(other);
+  EXPECT_THAT(GetOnce(server.health_port(), "/block"), StartsWith("HTTP/1.1 404"));
   block.release.Notify();
   for (int fd : held) close(fd);
   server.Stop();
@@ -410,10 +398,7 @@ TEST(HealthProbes, TheHealthWorkerAnswersWhileEveryOtherWorkerIsBusy) {
     held.push_back(fd);
   }
   ASSERT_EQ(block.AwaitBlocked(2), 2);
-  int fd = Connect(server.port());
-  SendAll(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-  EXPECT_THAT(ReadAnswer(fd, absl::Seconds(10)), StartsWith("HTTP/1.1 200"));
-  close(fd);
+  EXPECT_THAT(GetOnce(server.port(), "/healthz"), StartsWith("HTTP/1.1 200"));
   block.release.Notify();
   for (int held_fd : held) close(held_fd);
   server.Stop();

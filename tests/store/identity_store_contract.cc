@@ -9,8 +9,6 @@
 namespace minions {
 namespace {
 
-std::string Message(const absl::Status& status) { return std::string(status.message()); }
-
 // Instantiated wherever MetadataStoreContract is (same factories).
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(IdentityStoreContract);
 

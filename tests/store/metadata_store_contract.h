@@ -5,7 +5,7 @@
 //   INSTANTIATE_TEST_SUITE_P(Sqlite, MetadataStoreContract,
 //                            ::testing::Values(StoreFactory([] { return ...; })));
 //
-// The suite's tests live in metadata_store_contract.cc (linked once into the test binary,
+// The suite's tests live in metadata_store_contract.cc, report_contract.cc and listing_contract.cc (linked once into the test binary,
 // whatever the number of backends). Time is an absl::Time the tests advance; nothing sleeps.
 
 #include <gmock/gmock.h>
@@ -38,6 +38,9 @@ using StoreFactory = std::function<std::unique_ptr<MetadataStore>()>;
 // What GoogleTest prints for the parameter (found by ADL through MetadataStore); the instance
 // name (e.g. Sqlite/.../File) says which backend it is.
 inline void PrintTo(const StoreFactory&, std::ostream* os) { *os << "a store factory"; }
+
+// A status's message, for the matchers (HasSubstr...).
+inline std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
 // Executor t of `executors` leases from stores[t] on a thread of its own, batch(t) tasks a call,
 // until nothing is left: what each was granted (failed calls are reported and counted).

@@ -168,14 +168,22 @@ void ReadStarted(Subprocess& parent, std::vector<std::string>* pids) {
   ASSERT_EQ(pids->size(), 2u) << *line;
 }
 
+// Starts GrandchildCommand(dir) as *parent and reads the pids its first child says (ReadStarted).
+void StartGrandparent(const std::filesystem::path& dir, std::unique_ptr<Subprocess>* parent,
+                      std::vector<std::string>* pids) {
+  auto started = Subprocess::Start({GrandchildCommand(dir), {}, ""});
+  ASSERT_TRUE(started.ok()) << started.status();
+  *parent = std::move(*started);
+  ReadStarted(**parent, pids);
+}
+
 // What a child started in turn (in the child's process group) dies too: the lifeline kills the
 // group. A parent-death signal would not reach it (it is not inherited), and macOS has none.
 TEST(Subprocess, WhatAChildStartedDiesWhenTheProcessThatStartedItIsKilled) {
   const auto dir = FreshDir("minions-lifeline");
-  auto parent = Subprocess::Start({GrandchildCommand(dir), {}, ""});
-  ASSERT_TRUE(parent.ok()) << parent.status();
+  std::unique_ptr<Subprocess> parent;
   std::vector<std::string> pids;
-  ReadStarted(**parent, &pids);
+  StartGrandparent(dir, &parent, &pids);
   if (HasFatalFailure()) return;
   const pid_t grandchild = GrandchildOf(dir, std::stoi(pids[0]));
   ASSERT_GT(grandchild, 0);
@@ -205,8 +213,8 @@ TEST(Subprocess, WhatAChildStartedDiesWhenTheProcessThatStartedItIsKilled) {
   std::getline(std::ifstream(absl::StrCat("/proc/", helper, "/comm")), comm);
   EXPECT_EQ(comm, Subprocess::kLifelineName);
 
-  (*parent)->Signal(SIGKILL);
-  ASSERT_TRUE((*parent)->Wait(absl::Minutes(1)).ok());
+  parent->Signal(SIGKILL);
+  ASSERT_TRUE(parent->Wait(absl::Minutes(1)).ok());
   const bool gone = testing::WaitUntilDead(grandchild, started, absl::Minutes(1));
   if (!gone) ::kill(grandchild, SIGKILL);  // not left behind by a failing test
   EXPECT_TRUE(gone) << "the grandchild " << grandchild << " outlived the process that started its parent";
@@ -240,10 +248,9 @@ TEST(Subprocess, AChildGetsTheDeathSignalItAskedForWhenTheProcessThatStartedItIs
 // of every child still alive, not only the new one.
 TEST(Subprocess, AKilledLifelineIsReplacedAndToldOfEveryChildStillAlive) {
   const auto dir = FreshDir("minions-lifeline-again");
-  auto parent = Subprocess::Start({GrandchildCommand(dir), {}, ""});
-  ASSERT_TRUE(parent.ok()) << parent.status();
+  std::unique_ptr<Subprocess> parent;
   std::vector<std::string> first_pids;
-  ReadStarted(**parent, &first_pids);
+  StartGrandparent(dir, &parent, &first_pids);
   if (HasFatalFailure()) return;
   const pid_t first_helper = std::stoi(first_pids[1]);
   const std::string first_helper_started = testing::LiveProcessStart(first_helper);
@@ -251,9 +258,9 @@ TEST(Subprocess, AKilledLifelineIsReplacedAndToldOfEveryChildStillAlive) {
   ::kill(first_helper, SIGKILL);
   ASSERT_TRUE(testing::WaitUntilDead(first_helper, first_helper_started, absl::Minutes(1)));
 
-  ASSERT_TRUE((*parent)->Write("again\n").ok());
+  ASSERT_TRUE(parent->Write("again\n").ok());
   std::vector<std::string> second_pids;
-  ReadStarted(**parent, &second_pids);
+  ReadStarted(*parent, &second_pids);
   if (HasFatalFailure()) return;
   EXPECT_NE(std::stoi(second_pids[1]), first_helper);
   EXPECT_GT(std::stoi(second_pids[1]), 0);
@@ -265,8 +272,8 @@ TEST(Subprocess, AKilledLifelineIsReplacedAndToldOfEveryChildStillAlive) {
     grandchildren.emplace_back(grandchild, testing::LiveProcessStart(grandchild));
     ASSERT_FALSE(grandchildren.back().second.empty());
   }
-  (*parent)->Signal(SIGKILL);
-  ASSERT_TRUE((*parent)->Wait(absl::Minutes(1)).ok());
+  parent->Signal(SIGKILL);
+  ASSERT_TRUE(parent->Wait(absl::Minutes(1)).ok());
   for (const auto& [grandchild, started] : grandchildren) {
     const bool gone = testing::WaitUntilDead(grandchild, started, absl::Minutes(1));
     if (!gone) ::kill(grandchild, SIGKILL);

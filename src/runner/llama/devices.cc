@@ -82,6 +82,20 @@ Json ListDevices() {
   return Json{{"devices", devices}};
 }
 
+std::vector<ggml_backend_dev_t> LocalAccelerators() {
+  ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
+  std::vector<ggml_backend_dev_t> local;
+  for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+    auto type = ggml_backend_dev_type(dev);
+    if ((type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) &&
+        (rpc == nullptr || ggml_backend_dev_backend_reg(dev) != rpc)) {
+      local.push_back(dev);
+    }
+  }
+  return local;
+}
+
 namespace {
 std::mutex g_facts_mu;
 Json g_load_facts;  // guarded by g_facts_mu

@@ -6,8 +6,10 @@
 // Threads: any, after llama.cpp's backends are loaded (LoadLlamaBackends).
 
 #include <string>
+#include <vector>
 
 #include "common/json_util.h"
+#include "ggml-backend.h"
 
 namespace minions::llama_runner {
 
@@ -22,6 +24,11 @@ void LoadLlamaBackends();
 // type: cpu, gpu, igpu (integrated: shares the machine's memory), accel, other. RPC devices (a
 // gang's other machines) are not this machine's and never listed.
 Json ListDevices();
+
+// This machine's own accelerators (Metal, CUDA...): GPU devices of every backend but RPC. An
+// RPC-enabled llama.cpp registers the RPC backend, and each gang member's rpc-server once added,
+// as GPU devices; they are other machines, not this one's.
+std::vector<ggml_backend_dev_t> LocalAccelerators();
 
 // Where llama.cpp put a model's weights, as it says while loading ("load_tensors: offloaded 3/3
 // layers to GPU", "load_tensors: Vulkan0 model buffer size = 1.25 MiB"): the `loaded` message's

@@ -1,8 +1,5 @@
 #include "runner/llama/llama_engine.h"
 
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,10 +14,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/host_port.h"
 #include "common/status_macros.h"
 #include "ggml-backend.h"
-#include "gguf.h"
 #include "common/logging.h"
 #include "llama.h"
 #include "runner/llama/batch_add.h"
@@ -28,6 +23,7 @@
 #include "runner/llama/choices.h"
 #include "runner/llama/devices.h"
 #include "runner/llama/fingerprint.h"
+#include "runner/llama/gang_placement.h"
 #include "runner/llama/record_sampler.h"
 
 namespace minions::llama_runner {
@@ -99,23 +95,6 @@ absl::Status CheckModelFile(const std::string& path) {
   return absl::OkStatus();
 }
 
-// This machine's own accelerators (Metal, CUDA...): GPU devices of every backend but RPC. An
-// RPC-enabled llama.cpp registers the RPC backend, and each gang member's rpc-server once added,
-// as GPU devices; they are other machines, not this one's.
-std::vector<ggml_backend_dev_t> LocalAccelerators() {
-  ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
-  std::vector<ggml_backend_dev_t> local;
-  for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
-    auto type = ggml_backend_dev_type(dev);
-    if ((type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) &&
-        (rpc == nullptr || ggml_backend_dev_backend_reg(dev) != rpc)) {
-      local.push_back(dev);
-    }
-  }
-  return local;
-}
-
 llama_flash_attn_type FlashAttnType(const std::string& option) {
   if (option == "on") return LLAMA_FLASH_ATTN_TYPE_ENABLED;
   if (option == "off") return LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -125,6 +104,18 @@ llama_flash_attn_type FlashAttnType(const std::string& option) {
   // machine without a GPU (and a gang of CPU rpc-servers runs the same CPU kernels remotely).
   if (LocalAccelerators().empty()) return LLAMA_FLASH_ATTN_TYPE_DISABLED;
   return LLAMA_FLASH_ATTN_TYPE_AUTO;
+}
+
+// What the generation and embedding contexts share: the threads and flash attention the load
+// options ask for, and no performance counters.
+llama_context_params BaseContextParams(const runner_protocol::LoadOptions& options) {
+  llama_context_params cparams = llama_context_default_params();
+  const int threads = options.n_threads > 0 ? options.n_threads : DefaultThreads();
+  cparams.n_threads = threads;
+  cparams.n_threads_batch = threads;
+  cparams.flash_attn_type = FlashAttnType(options.flash_attn);
+  cparams.no_perf = true;
+  return cparams;
 }
 
 }  // namespace
@@ -182,166 +173,6 @@ size_t CommonPrefix(const std::vector<llama_token>& a, size_t na, const std::vec
 // The fewest prompt tokens worth taking from another slot's cells. llama.cpp copies a KV stream
 // whole (every cell of every layer), so a short common prefix is cheaper to compute again.
 constexpr size_t kMinSharedTokens = 32;
-
-// Connects to host:port and hangs up, within `timeout`: llama.cpp's RPC client aborts the process
-// when a server cannot be reached, so the runner asks first and answers with an error instead.
-absl::Status CheckReachable(const std::string& endpoint, std::chrono::milliseconds timeout) {
-  std::string host;
-  int port = 0;
-  if (auto status = SplitHostPort(endpoint, &host, &port); !status.ok()) return status;
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
-    return absl::UnavailableError(absl::StrCat("gang member ", endpoint, ": ", gai_strerror(rc)));
-  }
-  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, &freeaddrinfo);
-  std::string last_error = "no address";
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      last_error = std::strerror(errno);
-      continue;
-    }
-    int rc = connect(fd, a->ai_addr, a->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      rc = poll(&p, 1, static_cast<int>(timeout.count())) == 1 ? 0 : -1;
-      int error = rc == 0 ? 0 : ETIMEDOUT;
-      socklen_t len = sizeof(error);
-      if (rc == 0) getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
-      errno = error;
-      rc = error == 0 ? 0 : -1;
-    }
-    if (rc == 0) {
-      close(fd);
-      return absl::OkStatus();
-    }
-    last_error = std::strerror(errno);
-    close(fd);
-  }
-  return absl::UnavailableError(absl::StrCat("gang member ", endpoint, " is unreachable: ", last_error));
-}
-
-// The model's number of layers, from its GGUF metadata (<architecture>.block_count).
-absl::StatusOr<int> BlockCount(const std::string& model_path) {
-  gguf_init_params params{/*no_alloc=*/true, /*ctx=*/nullptr};
-  std::unique_ptr<gguf_context, decltype(&gguf_free)> gguf(gguf_init_from_file(model_path.c_str(), params), &gguf_free);
-  if (!gguf) return absl::InvalidArgumentError(absl::StrCat("cannot read the metadata of '", model_path, "'"));
-  int64_t arch = gguf_find_key(gguf.get(), "general.architecture");
-  if (arch < 0 || gguf_get_kv_type(gguf.get(), arch) != GGUF_TYPE_STRING) {
-    return absl::InvalidArgumentError(absl::StrCat("'", model_path, "' names no architecture"));
-  }
-  const std::string key = absl::StrCat(gguf_get_val_str(gguf.get(), arch), ".block_count");
-  int64_t id = gguf_find_key(gguf.get(), key.c_str());
-  if (id < 0 || gguf_get_kv_type(gguf.get(), id) != GGUF_TYPE_UINT32 || gguf_get_val_u32(gguf.get(), id) == 0 ||
-      gguf_get_val_u32(gguf.get(), id) > 100000) {
-    return absl::InvalidArgumentError(absl::StrCat("'", model_path, "' has no usable ", key));
-  }
-  return static_cast<int>(gguf_get_val_u32(gguf.get(), id));
-}
-
-// How a gang shares a model: the devices llama.cpp offloads to (the leader's accelerators, then
-// each member's rpc-server devices), the share of the offloaded layers each gets, and how many
-// layers are offloaded (a leader without an accelerator keeps its share of the first layers on
-// its CPU).
-struct GangPlacement {
-  std::vector<ggml_backend_dev_t> devices;  // null-terminated, as llama_model_params wants
-  std::vector<float> split;                 // llama_max_devices() entries
-  int n_gpu_layers = 0;
-  Json info;
-};
-
-absl::StatusOr<GangPlacement> PlaceGang(const std::string& model_path, const runner_protocol::Gang& gang,
-                                        int n_gpu_layers_option) {
-  for (const auto& server : gang.servers) {
-    if (auto status = CheckReachable(server.endpoint, std::chrono::seconds(10)); !status.ok()) return status;
-  }
-  ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
-  auto add_server = rpc == nullptr ? nullptr
-                                   : reinterpret_cast<ggml_backend_reg_t (*)(const char*)>(
-                                         ggml_backend_reg_get_proc_address(rpc, "ggml_backend_rpc_add_server"));
-  if (add_server == nullptr) {
-    return absl::FailedPreconditionError(
-        "this runner's llama.cpp has no RPC backend (build it with GGML_RPC=ON, as scripts/setup does); it cannot "
-        "lead a gang");
-  }
-  auto free_bytes = [](ggml_backend_dev_t dev) {
-    size_t free = 0, total = 0;
-    ggml_backend_dev_memory(dev, &free, &total);
-    return static_cast<double>(free);
-  };
-  GangPlacement placement;
-  std::vector<double> weights;
-  // The leader's own accelerators (Metal, CUDA), if any, come first.
-  // (Not the RPC devices of a gang this runner loaded before: those stay registered.)
-  const std::vector<ggml_backend_dev_t> local = LocalAccelerators();
-  double leader_free = 0;
-  for (ggml_backend_dev_t dev : local) leader_free += free_bytes(dev);
-  if (local.empty()) {
-    if (ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)) leader_free = free_bytes(cpu);
-  }
-  const double leader = gang.leader_bytes > 0 ? static_cast<double>(gang.leader_bytes) : leader_free;
-  for (ggml_backend_dev_t dev : local) {
-    placement.devices.push_back(dev);
-    weights.push_back(leader_free > 0 ? leader * free_bytes(dev) / leader_free : leader / local.size());
-  }
-  double remote = 0;
-  Json servers = Json::array();
-  for (const auto& server : gang.servers) {
-    ggml_backend_reg_t reg = add_server(server.endpoint.c_str());
-    if (reg == nullptr || ggml_backend_reg_dev_count(reg) == 0) {
-      return absl::UnavailableError(absl::StrCat("gang member ", server.endpoint, " offers no device"));
-    }
-    std::vector<ggml_backend_dev_t> devs;
-    double server_free = 0;
-    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
-      devs.push_back(ggml_backend_reg_dev_get(reg, i));
-      server_free += free_bytes(devs.back());
-    }
-    const double offered = server.bytes > 0 ? static_cast<double>(server.bytes) : server_free;
-    for (ggml_backend_dev_t dev : devs) {
-      placement.devices.push_back(dev);
-      weights.push_back(server_free > 0 ? offered * free_bytes(dev) / server_free : offered / devs.size());
-    }
-    remote += offered;
-    servers.push_back({{"endpoint", server.endpoint}, {"devices", devs.size()}, {"bytes", offered}});
-  }
-  if (placement.devices.size() > llama_max_devices()) {
-    return absl::InvalidArgumentError(absl::StrCat("a gang of ", placement.devices.size(),
-                                                   " devices is more than llama.cpp takes (", llama_max_devices(), ")"));
-  }
-  if (remote <= 0) return absl::FailedPreconditionError("the gang's members offer no memory");
-
-  placement.n_gpu_layers = n_gpu_layers_option < 0 ? 999 : n_gpu_layers_option;
-  int leader_layers = 0;
-  if (local.empty()) {
-    // Layers are offloaded from the last one down, and the output layer counts as one more: the
-    // leader keeps its share of the first layers on its CPU.
-    ASSIGN_OR_RETURN(const int n_layer, BlockCount(model_path));
-    const int slots = n_layer + 1;
-    leader_layers = static_cast<int>(std::lround(slots * leader / (leader + remote)));
-    leader_layers = std::clamp(leader_layers, 0, slots - 1);  // the members get at least one
-    placement.n_gpu_layers = slots - leader_layers;
-  } else if (std::any_of(local.begin(), local.end(), [](ggml_backend_dev_t dev) {
-               ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
-               return reg != nullptr && std::strcmp(ggml_backend_reg_name(reg), "Vulkan") == 0;
-             })) {
-    // A Vulkan leader keeps the output layer on its CPU. With every layer offloaded over several
-    // devices llama.cpp pipelines the batches (its scheduler's copies), and on the Vulkan backend
-    // of this release that gave other greedy text than the same model on one device, even with
-    // no layer on the members (measured on lavapipe; tests/gang, the mixed gang). With the
-    // output layer on the CPU llama.cpp does not pipeline, and the text is the device's.
-    ASSIGN_OR_RETURN(const int n_layer, BlockCount(model_path));
-    placement.n_gpu_layers = std::min(placement.n_gpu_layers, n_layer);
-  }
-  placement.split.assign(llama_max_devices(), 0.0f);
-  for (size_t i = 0; i < weights.size(); ++i) placement.split[i] = static_cast<float>(std::max(weights[i], 1.0));
-  placement.devices.push_back(nullptr);
-  placement.info = {{"servers", servers}, {"leader_bytes", leader}, {"leader_cpu_layers", leader_layers},
-                    {"offloaded_layers", placement.n_gpu_layers}};
-  return placement;
-}
 
 }  // namespace
 
@@ -416,23 +247,18 @@ LlamaEngine::~LlamaEngine() {
 absl::Status LlamaEngine::CreateGenerationContext() {
   int n_train = llama_model_n_ctx_train(model_);
   int per_seq = options_.n_ctx_per_seq > 0 ? options_.n_ctx_per_seq : std::min(n_train, 4096);
-  llama_context_params cparams = llama_context_default_params();
+  llama_context_params cparams = BaseContextParams(options_);
   cparams.n_seq_max = static_cast<uint32_t>(options_.n_parallel);
   cparams.n_ctx = static_cast<uint32_t>(per_seq * options_.n_parallel);
   // Every generating sequence adds one token per step, so a batch must hold at least n_parallel.
   const int n_batch = std::max(options_.n_batch, options_.n_parallel);
   cparams.n_batch = static_cast<uint32_t>(n_batch);
   cparams.n_ubatch = static_cast<uint32_t>(std::min(n_batch, 512));
-  int threads = options_.n_threads > 0 ? options_.n_threads : DefaultThreads();
-  cparams.n_threads = threads;
-  cparams.n_threads_batch = threads;
   // Separate KV streams: a sequence attends only to its own cells, which is faster than masking
   // everyone's and keeps each sequence's arithmetic independent of its neighbours (the same cells
   // at the same places whatever the batch). A shared prefix is copied from stream to stream
   // (SharePrefix) rather than held once in a unified cache, for the same reason.
   cparams.kv_unified = false;
-  cparams.flash_attn_type = FlashAttnType(options_.flash_attn);
-  cparams.no_perf = true;
   gen_ctx_ = llama_init_from_model(model_, cparams);
   if (gen_ctx_ == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -449,7 +275,7 @@ absl::Status LlamaEngine::CreateGenerationContext() {
 
 absl::Status LlamaEngine::EnsureEmbeddingContext() {
   if (embd_ctx_) return absl::OkStatus();
-  llama_context_params cparams = llama_context_default_params();
+  llama_context_params cparams = BaseContextParams(options_);
   int n_train = llama_model_n_ctx_train(model_);
   // Non-causal models need a whole input inside one micro-batch.
   int n_batch = std::min(std::max(options_.n_batch, 64), std::max(n_train, 64));
@@ -460,12 +286,7 @@ absl::Status LlamaEngine::EnsureEmbeddingContext() {
   cparams.embeddings = true;
   // Text models serve /v1/embeddings with mean pooling; embedding models use their own pooling.
   cparams.pooling_type = embedding_model_ ? LLAMA_POOLING_TYPE_UNSPECIFIED : LLAMA_POOLING_TYPE_MEAN;
-  int threads = options_.n_threads > 0 ? options_.n_threads : DefaultThreads();
-  cparams.n_threads = threads;
-  cparams.n_threads_batch = threads;
   cparams.kv_unified = true;
-  cparams.flash_attn_type = FlashAttnType(options_.flash_attn);
-  cparams.no_perf = true;
   embd_ctx_ = llama_init_from_model(model_, cparams);
   if (embd_ctx_ == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -617,174 +438,278 @@ std::vector<size_t> LlamaEngine::Serve(std::vector<WorkItem> items, const Result
   return source.Unserved();
 }
 
-void LlamaEngine::ServeStream(WorkSource& source) {
-  if (embedding_model_ || gen_ctx_ == nullptr) {
-    // Embedding model: serve whatever is ready in packed groups; generation is refused.
-    std::vector<WorkItem> embeddings;
-    while (!source.Stopping()) {
-      std::optional<WorkItem> item = NextLive(source);
-      if (!item) break;
-      if (item->request.endpoint == Endpoint::kEmbeddings) {
-        embeddings.push_back(std::move(*item));
-        if (embeddings.size() >= 64) {
-          ServeEmbeddings(embeddings, source);
-          embeddings.clear();
-        }
-      } else {
-        source.OnResult({item->batch, item->index,
-                         MakeErrorLine(item->request.custom_id, kErrorInvalidRequest,
-                                       absl::StrCat("model '", model_name_,
-                                                    "' is an embedding model; it serves /v1/embeddings only")),
-                         true, {}});
+namespace {
+
+// Answers the item with an error, unless another choice of its record answered it already.
+void Fail(WorkSource& source, const WorkItem& item, std::string_view code, const std::string& message) {
+  if (!ClaimAnswer(item)) return;
+  source.OnResult({item.batch, item.index, MakeErrorLine(item.request.custom_id, code, message), true, {}});
+}
+
+}  // namespace
+
+// One ServeStream call's state: where its records come from and the choices of records with
+// n > 1 waiting for a slot (taken before the source's next record).
+struct LlamaEngine::Stream {
+  WorkSource& source;
+  const llama_vocab* vocab = nullptr;
+  int64_t created = 0;  // the "created" time of every response body
+  std::deque<WorkItem> choices;
+};
+
+void LlamaEngine::ServeEmbeddingModel(WorkSource& source) {
+  // Serve whatever is ready in packed groups; generation is refused.
+  std::vector<WorkItem> embeddings;
+  while (!source.Stopping()) {
+    std::optional<WorkItem> item = NextLive(source);
+    if (!item) break;
+    if (item->request.endpoint == Endpoint::kEmbeddings) {
+      embeddings.push_back(std::move(*item));
+      if (embeddings.size() >= 64) {
+        ServeEmbeddings(embeddings, source);
+        embeddings.clear();
       }
+    } else {
+      source.OnResult({item->batch, item->index,
+                       MakeErrorLine(item->request.custom_id, kErrorInvalidRequest,
+                                     absl::StrCat("model '", model_name_,
+                                                  "' is an embedding model; it serves /v1/embeddings only")),
+                       true, {}});
     }
-    ServeEmbeddings(embeddings, source);
+  }
+  ServeEmbeddings(embeddings, source);
+}
+
+void LlamaEngine::Finish(Stream& stream, Slot& slot, const std::string& finish_reason) {
+  Usage usage{static_cast<int>(slot.n_prompt), slot.n_generated};
+  const auto& req = slot.item.request;
+  Json body = req.endpoint == Endpoint::kChatCompletions
+                  ? MakeChatCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, stream.created)
+                  : MakeCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, stream.created);
+  body["system_fingerprint"] = fingerprint_;
+  if (slot.chat) {
+    usage.reasoning_tokens = ShapeChatAnswer(*slot.chat, slot.text, finish_reason, req.custom_id, slot.item.choice,
+                                             stream.vocab, body["choices"][0]);
+    body["usage"] = usage.ToJson();
+  }
+  if (slot.rich && req.logprobs >= 0) {
+    body["choices"][0]["logprobs"] = LogprobsJson(slot.rich->logprobs(), req.endpoint, req.logprobs, slot.text.size(),
+                                                  [this](int32_t token) { return TokenPiece(token); });
+  }
+  WorkResult result{slot.item.batch, slot.item.index, MakeResponseLine(req.custom_id, std::move(body)), false, usage};
+  result.cached_tokens = static_cast<int>(slot.n_cached);
+  if (slot.item.group) {
+    if (auto merged = AddChoice(slot.item, std::move(result))) stream.source.OnResult(std::move(*merged));
+  } else {
+    stream.source.OnResult(std::move(result));
+  }
+  Release(slot);
+}
+
+void LlamaEngine::Drop(WorkSource& source, Slot& slot) {
+  if (ClaimAnswer(slot.item)) source.OnDropped(slot.item);
+  Release(slot);
+}
+
+std::optional<WorkItem> LlamaEngine::NextItem(Stream& stream) {
+  while (!stream.choices.empty()) {
+    WorkItem item = std::move(stream.choices.front());
+    stream.choices.pop_front();
+    if (!stream.source.Cancelled(item)) return item;
+    if (ClaimAnswer(item)) stream.source.OnDropped(item);
+  }
+  std::optional<WorkItem> item = NextLive(stream.source);
+  if (!item || item->request.n <= 1) return item;
+  for (WorkItem& choice : ExpandChoices(std::move(*item))) stream.choices.push_back(std::move(choice));
+  return std::nullopt;  // the caller asks again
+}
+
+bool LlamaEngine::Admit(Stream& stream, WorkItem item) {
+  const auto& req = item.request;
+  std::shared_ptr<const RenderedChat> chat;
+  auto text = PromptText(req, &chat);
+  if (!text.ok()) {
+    Fail(stream.source, item, kErrorInvalidRequest, std::string(text.status().message()));
+    return false;
+  }
+  if (chat) {
+    for (const std::string& stop : chat->stops) item.request.sampling.stop.push_back(stop);
+  }
+  std::vector<llama_token> prompt = Tokenize(*text, req.endpoint == Endpoint::kChatCompletions);
+  if (prompt.empty()) {
+    Fail(stream.source, item, kErrorEmptyPrompt, "the prompt has no tokens");
+    return false;
+  }
+  const int n_prompt = static_cast<int>(prompt.size());
+  int default_max = req.endpoint == Endpoint::kCompletions ? 16 : options_.default_max_tokens;
+  if (n_prompt >= n_ctx_per_seq_) {
+    Fail(stream.source, item, kErrorPromptTooLong,
+         absl::StrCat("the prompt is ", n_prompt, " tokens; this runner's context is ", n_ctx_per_seq_,
+                      " tokens per sequence (shorten the prompt or load with a larger n_ctx_per_seq)"));
+    return false;
+  }
+  int max_tokens;
+  if (req.sampling.max_tokens) {
+    max_tokens = *req.sampling.max_tokens;
+    if (n_prompt + max_tokens > n_ctx_per_seq_) {
+      Fail(stream.source, item, kErrorPromptTooLong,
+           absl::StrCat("the prompt (", n_prompt, " tokens) plus max_tokens (", max_tokens,
+                        ") exceeds this runner's context of ", n_ctx_per_seq_,
+                        " tokens per sequence; lower max_tokens or shorten the prompt"));
+      return false;
+    }
+  } else {
+    max_tokens = std::min(default_max, n_ctx_per_seq_ - n_prompt);
+  }
+  const uint64_t seed = req.sampling.seed.value_or(DefaultSeed(req.custom_id));
+  auto rich = RecordSampler::Create(model_, req, seed, max_tokens, *grammars_, chat ? &chat->grammar : nullptr, &prompt);
+  if (!rich.ok()) {
+    Fail(stream.source, item, kErrorInvalidRequest, std::string(rich.status().message()));
+    return false;
+  }
+  // Keep what the slot's cells already hold of this prompt (at least its last token must be
+  // decoded, for its logits); the rest of the cells go.
+  size_t index = slots_.size(), keep = 0;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].active) continue;
+    const size_t held = share_prefixes_ ? CommonPrefix(prompt, prompt.size() - 1, slots_[i].tokens, slots_[i].n_past) : 0;
+    if (index == slots_.size() || held > keep) {
+      index = i;
+      keep = held;
+    }
+  }
+  Slot& slot = slots_[index];
+  ForgetFrom(slot, keep);
+  slot.tokens = std::move(prompt);
+  slot.active = true;
+  slot.n_prompt = slot.tokens.size();
+  slot.n_fed = keep;
+  slot.n_cached = keep;
+  slot.waiting_on = -1;
+  slot.max_tokens = max_tokens;
+  slot.n_generated = 0;
+  slot.text.clear();
+  slot.decoding_pending = false;
+  slot.logit_index = -1;
+  slot.rich = std::move(*rich);
+  slot.chat = std::move(chat);
+  slot.sampler = slot.rich ? nullptr : RecordSampler::PlainChain(req.sampling, seed);
+  slot.item = std::move(item);
+  if (share_prefixes_) SharePrefix(index);
+  return true;
+}
+
+void LlamaEngine::FillSlots(Stream& stream) {
+  std::vector<WorkItem> embeddings;
+  auto free_slots = [&] {
+    return std::count_if(slots_.begin(), slots_.end(), [](const Slot& slot) { return !slot.active; });
+  };
+  while (free_slots() > 0) {
+    std::optional<WorkItem> item = NextItem(stream);
+    if (!item && !stream.choices.empty()) item = NextItem(stream);  // a record just expanded into its choices
+    if (!item) break;
+    if (item->request.endpoint == Endpoint::kEmbeddings) {
+      embeddings.push_back(std::move(*item));
+    } else {
+      Admit(stream, std::move(*item));
+    }
+  }
+  if (!embeddings.empty()) ServeEmbeddings(embeddings, stream.source);
+}
+
+void LlamaEngine::FillBatch(llama_batch& batch) {
+  // Every generating sequence gets its one token (which keeps their latency flat); prompts
+  // share what is left of the batch, the first slot first, in chunks. Tokens go into the batch
+  // in sequence order: with separate KV streams llama.cpp computes a batch in micro-batches of
+  // consecutive sequences with equally many tokens each, so this order makes one micro-batch
+  // of every sequence's first token and one more per prompt, instead of one per gap.
+  int budget = static_cast<int>(llama_n_batch(gen_ctx_));
+  for (Slot& slot : slots_) {
+    if (slot.active && slot.waiting_on < 0 && slot.n_fed == slot.n_prompt) --budget;
+  }
+  batch.n_tokens = 0;
+  for (Slot& slot : slots_) {
+    slot.logit_index = -1;
+    if (!slot.active || slot.waiting_on >= 0) continue;
+    if (slot.n_fed == slot.n_prompt) {
+      BatchAdd(batch, slot.tokens[slot.n_past], slot.n_past, slot.seq, true);
+      slot.logit_index = batch.n_tokens - 1;
+      slot.decoding_pending = true;
+      continue;
+    }
+    for (; slot.n_fed < slot.n_prompt && budget > 0; --budget) {
+      bool last = slot.n_fed + 1 == slot.n_prompt;
+      BatchAdd(batch, slot.tokens[slot.n_fed], static_cast<llama_pos>(slot.n_fed), slot.seq, last);
+      if (last) slot.logit_index = batch.n_tokens - 1;
+      ++slot.n_fed;
+    }
+  }
+}
+
+void LlamaEngine::TakeToken(Stream& stream, Slot& slot) {
+  llama_token token;
+  if (slot.rich) {
+    token = slot.rich->Sample(gen_ctx_, slot.logit_index);
+    if (token < 0) {  // the grammar allows nothing more: the answer is complete
+      Finish(stream, slot, "stop");
+      return;
+    }
+  } else if (slot.sampler) {
+    token = llama_sampler_sample(slot.sampler, gen_ctx_, slot.logit_index);
+  } else {
+    const float* logits = llama_get_logits_ith(gen_ctx_, slot.logit_index);
+    token = static_cast<llama_token>(std::max_element(logits, logits + llama_vocab_n_tokens(stream.vocab)) - logits);
+  }
+  if (llama_vocab_is_eog(stream.vocab, token)) {
+    Finish(stream, slot, "stop");
     return;
   }
-  const llama_vocab* vocab = llama_model_get_vocab(model_);
-  const int n_vocab = llama_vocab_n_tokens(vocab);
-  const int n_batch = static_cast<int>(llama_n_batch(gen_ctx_));
-  const int64_t created = UnixSeconds();
-
-  auto finish = [&](Slot& slot, const std::string& finish_reason) {
-    Usage usage{static_cast<int>(slot.n_prompt), slot.n_generated};
-    const auto& req = slot.item.request;
-    Json body = req.endpoint == Endpoint::kChatCompletions
-                    ? MakeChatCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created)
-                    : MakeCompletionBody(req.custom_id, model_name_, slot.text, finish_reason, usage, created);
-    body["system_fingerprint"] = fingerprint_;
-    if (slot.chat) {
-      usage.reasoning_tokens = ShapeChatAnswer(*slot.chat, slot.text, finish_reason, req.custom_id, slot.item.choice,
-                                               vocab, body["choices"][0]);
-      body["usage"] = usage.ToJson();
-    }
-    if (slot.rich && req.logprobs >= 0) {
-      body["choices"][0]["logprobs"] = LogprobsJson(slot.rich->logprobs(), req.endpoint, req.logprobs, slot.text.size(),
-                                                    [this](int32_t token) { return TokenPiece(token); });
-    }
-    WorkResult result{slot.item.batch, slot.item.index, MakeResponseLine(req.custom_id, std::move(body)), false, usage};
-    result.cached_tokens = static_cast<int>(slot.n_cached);
-    if (slot.item.group) {
-      if (auto merged = AddChoice(slot.item, std::move(result))) source.OnResult(std::move(*merged));
-    } else {
-      source.OnResult(std::move(result));
-    }
+  if (slot.rich && !slot.rich->Accept(token)) {
+    Fail(stream.source, slot.item, kErrorRunnerFailed, "the grammar refused the token the sampler picked");
     Release(slot);
-  };
-  auto fail = [&](const WorkItem& item, std::string_view code, const std::string& message) {
-    if (!ClaimAnswer(item)) return;  // another choice of the record answered it
-    source.OnResult({item.batch, item.index, MakeErrorLine(item.request.custom_id, code, message), true, {}});
-  };
-  auto drop = [&](Slot& slot) {
-    if (ClaimAnswer(slot.item)) source.OnDropped(slot.item);
-    Release(slot);
-  };
-  // Choices of records with n > 1 waiting for a slot (taken before the source's next record).
-  std::deque<WorkItem> choices;
-  auto next = [&]() -> std::optional<WorkItem> {
-    while (!choices.empty()) {
-      WorkItem item = std::move(choices.front());
-      choices.pop_front();
-      if (!source.Cancelled(item)) return item;
-      if (ClaimAnswer(item)) source.OnDropped(item);
+    return;
+  }
+  slot.text += TokenPiece(token);
+  ++slot.n_generated;
+  bool stopped_by_string = false;
+  for (const auto& stop : slot.item.request.sampling.stop) {
+    // Only the tail can contain a new match.
+    size_t from = slot.text.size() > stop.size() + 64 ? slot.text.size() - stop.size() - 64 : 0;
+    size_t pos = slot.text.find(stop, from);
+    if (pos != std::string::npos) {
+      slot.text.resize(pos);
+      stopped_by_string = true;
+      break;
     }
-    std::optional<WorkItem> item = NextLive(source);
-    if (!item || item->request.n <= 1) return item;
-    for (WorkItem& choice : ExpandChoices(std::move(*item))) choices.push_back(std::move(choice));
-    return std::nullopt;  // the caller asks again
-  };
+  }
+  if (stopped_by_string) {
+    Finish(stream, slot, "stop");
+  } else if (slot.n_generated >= slot.max_tokens || slot.n_past + 1 >= n_ctx_per_seq_) {
+    Finish(stream, slot, "length");
+  } else {
+    slot.tokens.push_back(token);  // decoded in the next step
+  }
+}
 
-  // Admits a queued item into a free slot: the one whose cells hold the most of its prompt. False
-  // if the item was answered with an error instead.
-  auto admit = [&](WorkItem item) -> bool {
-    const auto& req = item.request;
-    std::shared_ptr<const RenderedChat> chat;
-    auto text = PromptText(req, &chat);
-    if (!text.ok()) {
-      fail(item, kErrorInvalidRequest, std::string(text.status().message()));
-      return false;
-    }
-    if (chat) {
-      for (const std::string& stop : chat->stops) item.request.sampling.stop.push_back(stop);
-    }
-    std::vector<llama_token> prompt = Tokenize(*text, req.endpoint == Endpoint::kChatCompletions);
-    if (prompt.empty()) {
-      fail(item, kErrorEmptyPrompt, "the prompt has no tokens");
-      return false;
-    }
-    const int n_prompt = static_cast<int>(prompt.size());
-    int default_max = req.endpoint == Endpoint::kCompletions ? 16 : options_.default_max_tokens;
-    if (n_prompt >= n_ctx_per_seq_) {
-      fail(item, kErrorPromptTooLong,
-           absl::StrCat("the prompt is ", n_prompt, " tokens; this runner's context is ", n_ctx_per_seq_,
-                        " tokens per sequence (shorten the prompt or load with a larger n_ctx_per_seq)"));
-      return false;
-    }
-    int max_tokens;
-    if (req.sampling.max_tokens) {
-      max_tokens = *req.sampling.max_tokens;
-      if (n_prompt + max_tokens > n_ctx_per_seq_) {
-        fail(item, kErrorPromptTooLong,
-             absl::StrCat("the prompt (", n_prompt, " tokens) plus max_tokens (", max_tokens,
-                          ") exceeds this runner's context of ", n_ctx_per_seq_,
-                          " tokens per sequence; lower max_tokens or shorten the prompt"));
-        return false;
-      }
-    } else {
-      max_tokens = std::min(default_max, n_ctx_per_seq_ - n_prompt);
-    }
-    const uint64_t seed = req.sampling.seed.value_or(DefaultSeed(req.custom_id));
-    auto rich = RecordSampler::Create(model_, req, seed, max_tokens, *grammars_, chat ? &chat->grammar : nullptr, &prompt);
-    if (!rich.ok()) {
-      fail(item, kErrorInvalidRequest, std::string(rich.status().message()));
-      return false;
-    }
-    // Keep what the slot's cells already hold of this prompt (at least its last token must be
-    // decoded, for its logits); the rest of the cells go.
-    size_t index = slots_.size(), keep = 0;
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      if (slots_[i].active) continue;
-      const size_t held = share_prefixes_ ? CommonPrefix(prompt, prompt.size() - 1, slots_[i].tokens, slots_[i].n_past) : 0;
-      if (index == slots_.size() || held > keep) {
-        index = i;
-        keep = held;
-      }
-    }
-    Slot& slot = slots_[index];
-    ForgetFrom(slot, keep);
-    slot.tokens = std::move(prompt);
-    slot.active = true;
-    slot.n_prompt = slot.tokens.size();
-    slot.n_fed = keep;
-    slot.n_cached = keep;
-    slot.waiting_on = -1;
-    slot.max_tokens = max_tokens;
-    slot.n_generated = 0;
-    slot.text.clear();
-    slot.decoding_pending = false;
-    slot.logit_index = -1;
-    slot.rich = std::move(*rich);
-    slot.chat = std::move(chat);
-    slot.sampler = slot.rich ? nullptr : RecordSampler::PlainChain(req.sampling, seed);
-    slot.item = std::move(item);
-    if (share_prefixes_) SharePrefix(index);
-    return true;
-  };
-
-  llama_batch batch = llama_batch_init(n_batch, 0, 1);
-  std::vector<WorkItem> embeddings;
+void LlamaEngine::ServeStream(WorkSource& source) {
+  if (embedding_model_ || gen_ctx_ == nullptr) {
+    ServeEmbeddingModel(source);
+    return;
+  }
+  Stream stream{source, llama_model_get_vocab(model_), UnixSeconds(), {}};
+  llama_batch batch = llama_batch_init(static_cast<int>(llama_n_batch(gen_ctx_)), 0, 1);
   while (true) {
     if (source.Stopping()) {
       for (Slot& slot : slots_) {
-        if (slot.active) drop(slot);
+        if (slot.active) Drop(source, slot);
       }
-      for (const WorkItem& item : choices) {
+      for (const WorkItem& item : stream.choices) {
         if (ClaimAnswer(item)) source.OnDropped(item);
       }
       break;
     }
     for (Slot& slot : slots_) {
-      if (slot.active && source.Cancelled(slot.item)) drop(slot);
+      if (slot.active && source.Cancelled(slot.item)) Drop(source, slot);
     }
     // Records waiting for another slot's prefix: take it once it is computed (before free slots
     // are refilled, while every finished record's cells are still there).
@@ -793,51 +718,10 @@ void LlamaEngine::ServeStream(WorkSource& source) {
     }
     // Fill free slots from the source, whichever batch its records come from. Embedding records
     // are set aside and served whole before the next decode step.
-    auto free_slots = [&] {
-      return std::count_if(slots_.begin(), slots_.end(), [](const Slot& slot) { return !slot.active; });
-    };
-    while (free_slots() > 0) {
-      std::optional<WorkItem> item = next();
-      if (!item && !choices.empty()) item = next();  // a record just expanded into its choices
-      if (!item) break;
-      if (item->request.endpoint == Endpoint::kEmbeddings) {
-        embeddings.push_back(std::move(*item));
-      } else {
-        admit(std::move(*item));
-      }
-    }
-    if (!embeddings.empty()) {
-      ServeEmbeddings(embeddings, source);
-      embeddings.clear();
-    }
+    FillSlots(stream);
     // A slot left free (the source has nothing more now) below a busy one splits the batch.
     CompactSlots();
-    // Every generating sequence gets its one token (which keeps their latency flat); prompts
-    // share what is left of the batch, the first slot first, in chunks. Tokens go into the batch
-    // in sequence order: with separate KV streams llama.cpp computes a batch in micro-batches of
-    // consecutive sequences with equally many tokens each, so this order makes one micro-batch
-    // of every sequence's first token and one more per prompt, instead of one per gap.
-    int budget = n_batch;
-    for (Slot& slot : slots_) {
-      if (slot.active && slot.waiting_on < 0 && slot.n_fed == slot.n_prompt) --budget;
-    }
-    batch.n_tokens = 0;
-    for (Slot& slot : slots_) {
-      slot.logit_index = -1;
-      if (!slot.active || slot.waiting_on >= 0) continue;
-      if (slot.n_fed == slot.n_prompt) {
-        BatchAdd(batch, slot.tokens[slot.n_past], slot.n_past, slot.seq, true);
-        slot.logit_index = batch.n_tokens - 1;
-        slot.decoding_pending = true;
-        continue;
-      }
-      for (; slot.n_fed < slot.n_prompt && budget > 0; --budget) {
-        bool last = slot.n_fed + 1 == slot.n_prompt;
-        BatchAdd(batch, slot.tokens[slot.n_fed], static_cast<llama_pos>(slot.n_fed), slot.seq, last);
-        if (last) slot.logit_index = batch.n_tokens - 1;
-        ++slot.n_fed;
-      }
-    }
+    FillBatch(batch);
     if (batch.n_tokens == 0) break;  // nothing in flight and nothing ready (a waiting slot always
                                      // waits on one that is feeding its prompt)
     int rc = llama_decode(gen_ctx_, batch);
@@ -847,7 +731,7 @@ void LlamaEngine::ServeStream(WorkSource& source) {
       MINIONS_LOG(Error) << message;
       for (Slot& slot : slots_) {
         if (!slot.active) continue;
-        fail(slot.item, kErrorRunnerFailed, message);
+        Fail(source, slot.item, kErrorRunnerFailed, message);
         Release(slot);
         ForgetFrom(slot, 0);  // what the failed decode left in the cells is unknown
       }
@@ -862,49 +746,7 @@ void LlamaEngine::ServeStream(WorkSource& source) {
       } else {
         slot.n_past = static_cast<llama_pos>(slot.n_fed);
       }
-      if (slot.logit_index < 0) continue;
-      llama_token token;
-      if (slot.rich) {
-        token = slot.rich->Sample(gen_ctx_, slot.logit_index);
-        if (token < 0) {  // the grammar allows nothing more: the answer is complete
-          finish(slot, "stop");
-          continue;
-        }
-      } else if (slot.sampler) {
-        token = llama_sampler_sample(slot.sampler, gen_ctx_, slot.logit_index);
-      } else {
-        const float* logits = llama_get_logits_ith(gen_ctx_, slot.logit_index);
-        token = static_cast<llama_token>(std::max_element(logits, logits + n_vocab) - logits);
-      }
-      if (llama_vocab_is_eog(vocab, token)) {
-        finish(slot, "stop");
-        continue;
-      }
-      if (slot.rich && !slot.rich->Accept(token)) {
-        fail(slot.item, kErrorRunnerFailed, "the grammar refused the token the sampler picked");
-        Release(slot);
-        continue;
-      }
-      slot.text += TokenPiece(token);
-      ++slot.n_generated;
-      bool stopped_by_string = false;
-      for (const auto& stop : slot.item.request.sampling.stop) {
-        // Only the tail can contain a new match.
-        size_t from = slot.text.size() > stop.size() + 64 ? slot.text.size() - stop.size() - 64 : 0;
-        size_t pos = slot.text.find(stop, from);
-        if (pos != std::string::npos) {
-          slot.text.resize(pos);
-          stopped_by_string = true;
-          break;
-        }
-      }
-      if (stopped_by_string) {
-        finish(slot, "stop");
-      } else if (slot.n_generated >= slot.max_tokens || slot.n_past + 1 >= n_ctx_per_seq_) {
-        finish(slot, "length");
-      } else {
-        slot.tokens.push_back(token);  // decoded in the next step
-      }
+      if (slot.logit_index >= 0) TakeToken(stream, slot);
     }
     source.StepDone();
   }

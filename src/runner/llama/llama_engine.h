@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,6 +29,7 @@
 struct llama_model;
 struct llama_context;
 struct llama_sampler;
+struct llama_batch;
 
 namespace minions::llama_runner {
 
@@ -127,6 +129,26 @@ class LlamaEngine {
 
   // Embeds every item (embedding requests are short: served whole, between generation steps).
   void ServeEmbeddings(std::vector<WorkItem>& items, WorkSource& source);
+
+  // ServeStream's parts. An embedding model serves embeddings alone, in packed groups.
+  struct Stream;
+  void ServeEmbeddingModel(WorkSource& source);
+  // Answers a slot's record with what it generated and frees the slot.
+  void Finish(Stream& stream, Slot& slot, const std::string& finish_reason);
+  // Frees a slot whose record was cancelled or stopped, telling the source it was dropped.
+  void Drop(WorkSource& source, Slot& slot);
+  // The next record or choice to admit; nullopt when none is ready or a record with n > 1 was
+  // just expanded into its choices (ask again).
+  std::optional<WorkItem> NextItem(Stream& stream);
+  // Admits an item into the free slot whose cells hold the most of its prompt. False if the item
+  // was answered with an error instead.
+  bool Admit(Stream& stream, WorkItem item);
+  // Admits ready records into the free slots; serves the embedding records among them whole.
+  void FillSlots(Stream& stream);
+  // Puts the next decode step's tokens into `batch` (empty when nothing is in flight).
+  void FillBatch(llama_batch& batch);
+  // After a decode step: samples the slot's next token and finishes its record when it is done.
+  void TakeToken(Stream& stream, Slot& slot);
 
   // Ends a slot's record (its cells stay for the next one when prefixes are shared).
   void Release(Slot& slot);
