@@ -645,8 +645,11 @@ class Bench {
     std::printf("| minions local-run (parallel %d), prompts and decode | %.2f | %s | %zu records, %lld tokens, %lld prompt tokens in %.2f s |\n",
                 b, m.tokens_per_second(), passes.c_str(), m.records, static_cast<long long>(m.completion_tokens),
                 static_cast<long long>(m.prompt_tokens), m.seconds);
-    std::printf("\nrunner / decode ceiling: **%.1f %%** (target >= 90 %%); / batched-bench with its prompts: %.1f %%\n",
-                100 * m.tokens_per_second() / bb.s_tg, 100 * m.tokens_per_second() / (b * tg / bb.t));
+    // Like for like: both sides compute their prompts and decode (issue 36's target, >= 95 %); the
+    // decode-only figure leaves out the batched-bench's prompts but not the runner's.
+    std::printf("\nrunner / batched-bench with its prompts (like for like): **%.1f %%** (target >= 95 %%); "
+                "/ decode only: %.1f %%\n",
+                100 * m.tokens_per_second() / (b * tg / bb.t), 100 * m.tokens_per_second() / bb.s_tg);
     std::fflush(stdout);
   }
 
