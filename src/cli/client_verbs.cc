@@ -429,8 +429,12 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
     printf("device    %s (every attempt that has ended)\n", HumanDuration(job->device_seconds()).c_str());
   }
   if (job->has_prompt_tokens() && job->has_completion_tokens()) {
-    printf("tokens    %lld prompt, %lld completion (what its answers say they used)\n",
-           static_cast<long long>(job->prompt_tokens()), static_cast<long long>(job->completion_tokens()));
+    // Reasoning is a part of the completion, named only when there is some.
+    const std::string reasoning =
+        job->reasoning_tokens() > 0 ? absl::StrCat(" (", job->reasoning_tokens(), " of them reasoning)") : "";
+    printf("tokens    %lld prompt, %lld completion%s (what its answers say they used)\n",
+           static_cast<long long>(job->prompt_tokens()), static_cast<long long>(job->completion_tokens()),
+           reasoning.c_str());
   }
   if (const v1::VerificationCounts& v = job->verification(); v.checked() > 0) {
     // Spot checks by re-scoring on other executors (docs/verification.md).

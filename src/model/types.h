@@ -99,11 +99,15 @@ struct RequestCounts {
 struct TokenUsage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // Of completion_tokens, those of reasoning (usage.completion_tokens_details.reasoning_tokens,
+  // stated by lines whose model's template reasons); 0 for a job finished before schema 19.
+  int64_t reasoning_tokens = 0;
   bool operator==(const TokenUsage&) const = default;
   // Adds `other` (non-negative counts), each sum held at the largest int64 rather than overflowing.
   void Add(const TokenUsage& other) {
     prompt_tokens = Saturated(prompt_tokens, other.prompt_tokens);
     completion_tokens = Saturated(completion_tokens, other.completion_tokens);
+    reasoning_tokens = Saturated(reasoning_tokens, other.reasoning_tokens);
   }
   int64_t total() const { return Saturated(prompt_tokens, completion_tokens); }
 

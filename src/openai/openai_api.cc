@@ -601,7 +601,9 @@ absl::StatusOr<Json> OpenAiApi::BatchObject(const Job& job) {
         if (!tokens.ok()) return tokens.status();
         // The job's row keeps no tokens for a cancelled job; its batch keeps what the partial
         // output used.
-        side["tokens"] = {{"prompt_tokens", tokens->prompt_tokens}, {"completion_tokens", tokens->completion_tokens}};
+        side["tokens"] = {{"prompt_tokens", tokens->prompt_tokens},
+                          {"completion_tokens", tokens->completion_tokens},
+                          {"reasoning_tokens", tokens->reasoning_tokens}};
         side["cancelled_at"] = absl::ToUnixSeconds(deps_.clock->Now());
         if (!side.contains("cancelling_at") && job.finished_at) side["cancelling_at"] = absl::ToUnixSeconds(*job.finished_at);
         if (auto s = deps_.blobs->Put(keys::OpenAiBatch(job.spec.team, job.id), DumpJson(side)); !s.ok()) return s;
@@ -668,16 +670,16 @@ absl::StatusOr<Json> OpenAiApi::BatchObject(const Job& job) {
       }
       return std::max<int64_t>(value->get<int64_t>(), 0);
     };
-    used = TokenUsage{count("prompt_tokens"), count("completion_tokens")};
+    // A batch cancelled and merged by an earlier release kept no reasoning total: 0.
+    used = TokenUsage{count("prompt_tokens"), count("completion_tokens"), count("reasoning_tokens")};
   }
   if (used) {
-    // In the Batch API's shape. The details are 0 by design (docs/openai-parameters.md, "Usage"):
-    // cached tokens never reach an output line, and the job keeps no reasoning total (each line's
-    // usage has its own).
+    // In the Batch API's shape. cached_tokens is 0 by design (docs/openai-parameters.md, "Usage"):
+    // cached tokens never reach an output line.
     batch["usage"] = {{"input_tokens", used->prompt_tokens},
                       {"input_tokens_details", {{"cached_tokens", 0}}},
                       {"output_tokens", used->completion_tokens},
-                      {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                      {"output_tokens_details", {{"reasoning_tokens", used->reasoning_tokens}}},
                       {"total_tokens", used->total()}};
   }
   return batch;

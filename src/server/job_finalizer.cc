@@ -197,7 +197,8 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
                                        {"completed", job->counts.completed},
                                        {"failed", job->counts.failed}}},
                    {"usage", {{"prompt_tokens", tokens.prompt_tokens},
-                              {"completion_tokens", tokens.completion_tokens}}},
+                              {"completion_tokens", tokens.completion_tokens},
+                              {"completion_tokens_details", {{"reasoning_tokens", tokens.reasoning_tokens}}}}},
                    {"output_key", output_key},
                    {"errors_key", errors_key},
                    {"tasks", std::move(manifest_tasks)}};

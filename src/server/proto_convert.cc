@@ -26,6 +26,7 @@ v1::Job ToProto(const Job& job) {
   if (job.tokens) {
     p.set_prompt_tokens(job.tokens->prompt_tokens);
     p.set_completion_tokens(job.tokens->completion_tokens);
+    p.set_reasoning_tokens(job.tokens->reasoning_tokens);
   }
   p.set_output_key(job.output_key);
   p.set_errors_key(job.errors_key);

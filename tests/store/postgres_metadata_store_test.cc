@@ -185,7 +185,9 @@ TestDatabase PostgresDatabase() {
   database.exec = [url](const std::string& sql) { return RawConnection(url).Exec(sql); };
   database.count = [url](const std::string& sql) { return RawConnection(url).Count(sql); };
   database.migrations = postgres_store::Migrations();
-  database.undo_13_and_14 = {"ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
+  database.undo_21 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
+  database.undo_13_and_14 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
+                             "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
                              "DROP TABLE fleet_tokens",   // (migration 18's)
                              "DROP TABLE verification_tasks",  // (migration 17's)
                              "DROP TABLE fleet_history",       // (migration 16's)

@@ -32,7 +32,7 @@
 #define MINIONS_STORE_JOB_COLUMNS                                                                  \
   "id, team, state, spec, total_records, completed_records, failed_records, n_tasks, tasks_done, " \
   "tasks_succeeded, error, output_key, errors_key, manifest_key, created_at, updated_at, "         \
-  "started_at, finished_at, device_us, prompt_tokens, completion_tokens"
+  "started_at, finished_at, device_us, prompt_tokens, completion_tokens, reasoning_tokens"
 #define MINIONS_STORE_TASK_COLUMNS                                                         \
   "job_id, idx, first_record, n_records, byte_begin, byte_end, state, attempt, failures, " \
   "preemptions, executor_id, lease_expires_at, not_before, records_done, records_failed, " \
@@ -114,7 +114,8 @@ absl::StatusOr<Job> ReadJob(const Row& row, int first = 0) {
   job.finished_at = row.OptTime(first + 17);
   job.device_time = absl::Microseconds(row.Int(first + 18));
   std::optional<int64_t> prompt = row.OptInt(first + 19), completion = row.OptInt(first + 20);
-  if (prompt && completion) job.tokens = TokenUsage{*prompt, *completion};
+  // reasoning_tokens is NULL for a job finished before schema 19 (its reasoning was not kept apart).
+  if (prompt && completion) job.tokens = TokenUsage{*prompt, *completion, row.OptInt(first + 21).value_or(0)};
   return job;
 }
 

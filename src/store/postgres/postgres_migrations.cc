@@ -381,6 +381,13 @@ constexpr char kChargedUntil[] = R"sql(
 ALTER TABLE executors ADD COLUMN charged_until BIGINT;
 )sql";
 
+// Accounting: of a finished job's completion tokens, those its answers spent reasoning (the sum of
+// their usage.completion_tokens_details.reasoning_tokens), written with the other two; NULL (0)
+// for jobs finished before. Migration 21.
+constexpr char kJobReasoningTokens[] = R"sql(
+ALTER TABLE jobs ADD COLUMN reasoning_tokens BIGINT;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -403,6 +410,7 @@ constexpr Migration kMigrations[] = {
     {18, "the dashboard's tokens per step and team", kFleetTokens},
     {19, "per-team byte limits; files and results kept", kTeamBytes},
     {20, "accounting: when each executor's time was last charged", kChargedUntil},
+    {21, "accounting: the reasoning tokens a finished job's answers used", kJobReasoningTokens},
 };
 
 }  // namespace

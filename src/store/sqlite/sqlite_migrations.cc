@@ -351,6 +351,13 @@ constexpr char kChargedUntil[] = R"sql(
 ALTER TABLE executors ADD COLUMN charged_until INTEGER;
 )sql";
 
+// Accounting: of a finished job's completion tokens, those its answers spent reasoning (the sum of
+// their usage.completion_tokens_details.reasoning_tokens), written with the other two; NULL (0)
+// for jobs finished before. Migration 21.
+constexpr char kJobReasoningTokens[] = R"sql(
+ALTER TABLE jobs ADD COLUMN reasoning_tokens INTEGER;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -373,6 +380,7 @@ constexpr Migration kMigrations[] = {
     {18, "the dashboard's tokens per step and team", kFleetTokens},
     {19, "per-team byte limits; files and results kept", kTeamBytes},
     {20, "accounting: when each executor's time was last charged", kChargedUntil},
+    {21, "accounting: the reasoning tokens a finished job's answers used", kJobReasoningTokens},
 };
 
 }  // namespace

@@ -34,7 +34,8 @@ inline constexpr char kLastFailure[] =
     "SELECT last_error FROM tasks WHERE job_id = :job_id AND state = 'failed' ORDER BY finished_at DESC, idx DESC "
     "LIMIT 1";
 inline constexpr char kSetJobTokens[] =
-    "UPDATE jobs SET prompt_tokens = :prompt, completion_tokens = :completion WHERE id = :id";
+    "UPDATE jobs SET prompt_tokens = :prompt, completion_tokens = :completion, reasoning_tokens = :reasoning "
+    "WHERE id = :id";
 inline constexpr char kListJobs[] =
     "SELECT " MINIONS_STORE_JOB_COLUMNS " FROM jobs WHERE (:state IS NULL OR state = :state) "
     "AND (:team = '' OR team = :team) ORDER BY created_at DESC, id DESC LIMIT :limit";
