@@ -18,6 +18,15 @@ using ::testing::Not;
 
 class GrpcAttack : public SecureServer {
  protected:
+  // A unary Jobs call about job `id` as the holder of `token`: what it answered.
+  template <typename Request, typename Reply>
+  grpc::Status CallOnJob(grpc::Status (v1::Jobs::Stub::*method)(grpc::ClientContext*, const Request&, Reply*),
+                         const std::string& token, const std::string& id) {
+    Request request;
+    request.set_job_id(id);
+    Reply reply;
+    return ((*jobs_).*method)(As(token).get(), request, &reply);
+  }
   void SetUp() override {
     SecureServer::SetUp();
     StartServer();
@@ -169,30 +178,12 @@ TEST_F(GrpcAttack, AnotherTeamsJobIsNotFoundEverywhereAndStaysAsItWas) {
     EXPECT_EQ(on_theirs.error_message(), absl::StrReplaceAll(on_unknown.error_message(), {{unknown, theirs.id()}}))
         << what;
   };
-  expect_hidden(
-      [&](const std::string& id) {
-        v1::GetJobRequest request;
-        request.set_job_id(id);
-        v1::Job reply;
-        return jobs_->GetJob(As(ads_submitter_).get(), request, &reply);
-      },
-      "GetJob");
-  expect_hidden(
-      [&](const std::string& id) {
-        v1::CancelJobRequest request;
-        request.set_job_id(id);
-        v1::Job reply;
-        return jobs_->CancelJob(As(ads_submitter_).get(), request, &reply);
-      },
-      "CancelJob");
-  expect_hidden(
-      [&](const std::string& id) {
-        v1::ListTasksRequest request;
-        request.set_job_id(id);
-        v1::ListTasksResponse reply;
-        return jobs_->ListTasks(As(ads_submitter_).get(), request, &reply);
-      },
-      "ListTasks");
+  expect_hidden([&](const std::string& id) { return CallOnJob(&v1::Jobs::Stub::GetJob, ads_submitter_, id); },
+                "GetJob");
+  expect_hidden([&](const std::string& id) { return CallOnJob(&v1::Jobs::Stub::CancelJob, ads_submitter_, id); },
+                "CancelJob");
+  expect_hidden([&](const std::string& id) { return CallOnJob(&v1::Jobs::Stub::ListTasks, ads_submitter_, id); },
+                "ListTasks");
   expect_hidden(
       [&](const std::string& id) {
         v1::GetResultsRequest request;
