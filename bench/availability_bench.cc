@@ -2,7 +2,8 @@
 // an executor at rest costs the owner (docs/benchmarks.md records the figures and this command).
 //
 //   yield    owner activity (injected through the control socket, as `minions executor activity`)
-//            -> runner stopped (SIGSTOP or idle at a batch boundary), --trials times; the same with
+//            -> runner stopped (idle after its batch was cancelled at its next step, or SIGSTOP),
+//            --trials times; the same with
 //            an input event on a (FIFO) input device the executor's /dev/input probe watches; then
 //            with release_after=0 -> runner process gone (its memory returned). Targets: p99 < 1 s,
 //            < 5 s.
@@ -161,7 +162,7 @@ bool Yield(const std::string& work, const std::string& model, int trials, const 
     std::string release_after;
     bool by_device;
   };
-  for (const Series& series : {Series{"paused", "activity -> runner paused (SIGSTOP after pause_grace)", "1h", false},
+  for (const Series& series : {Series{"paused", "activity -> runner paused (its next step, or SIGSTOP)", "1h", false},
                                Series{"input", "input event -> runner paused (/dev/input)", "1h", true},
                                Series{"release", "activity -> runner gone (release_after=0s)", "0s", false}}) {
     if (std::find(runner_choice.series.begin(), runner_choice.series.end(), series.key) == runner_choice.series.end()) {
@@ -196,7 +197,7 @@ bool Yield(const std::string& work, const std::string& model, int trials, const 
     }
     std::string socket = minions::ControlSocketPath(pool.dir() + "/owner");
     std::vector<double> ms;
-    int at_boundary = 0;  // trials whose runner ended its batch within the grace, not stopped
+    int at_boundary = 0;  // trials whose runner stopped its batch (cancelled) within the grace, not SIGSTOPped
     for (int t = 0; t < trials; ++t) {
       int runner = WaitBusyRunner(pool, "owner");
       if (!runner) {
@@ -242,7 +243,7 @@ bool Yield(const std::string& work, const std::string& model, int trials, const 
       // The owner leaves again: resume_idle later the executor resumes (or starts a new runner).
     }
     Print(series.name, ms, release ? 5000 : 1000);
-    if (at_boundary > 0) printf("    (%d of them idle at a batch boundary within the grace, not stopped)\n", at_boundary);
+    if (at_boundary > 0) printf("    (%d of them idle after a cancelled batch within the grace, not SIGSTOPped)\n", at_boundary);
     if (static_cast<int>(ms.size()) != trials) {
       close(keyboard);
       return false;

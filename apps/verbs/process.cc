@@ -251,6 +251,7 @@ absl::StatusOr<minions::apps::MinionsConfig> LoadProcessConfig(const ProcessVerb
   if (p.flag_credential_refresh_s > 0) config->credential_refresh_s = p.flag_credential_refresh_s;
   if (p.no_watchdog) config->watchdog = false;
   if (p.no_model_affinity) config->model_affinity = false;
+  if (p.spot_checks) config->spot_checks = true;
   if (p.no_idle_poll_renewals) config->idle_polls_renew = false;
   if (p.require_confined_executors) config->require_confined_executors = true;
   if (p.require_approval) config->executor_approval = true;
@@ -283,6 +284,9 @@ void AddProcessVerbs(CLI::App& app, SharedFlags* shared, ProcessVerbs* p) {
   server_cmd->add_flag("--no-model-affinity", p->no_model_affinity,
                        "place tasks without regard to the executors' models: no warm preference, no warm wait "
                        "(for benchmarks and comparisons; server.model_affinity = false)");
+  server_cmd->add_flag("--spot-checks", p->spot_checks,
+                       "draw records of committed chunks for other executors to re-score; a job publishes once "
+                       "they are judged (server.spot_checks = true)");
   server_cmd->add_flag("--require-approval", p->require_approval,
                        "executors that enrol get no work until an admin runs `minions executors approve ID` "
                        "(server.executor_approval = true)");

@@ -21,6 +21,7 @@ struct ProcessVerbs {
   int64_t flag_openai_max_file_bytes = 0;
   bool no_watchdog = false;
   bool no_model_affinity = false;
+  bool spot_checks = false;
   bool no_idle_poll_renewals = false;
   bool require_confined_executors = false;
   bool require_approval = false;

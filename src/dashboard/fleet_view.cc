@@ -110,7 +110,7 @@ absl::StatusOr<std::vector<FleetHistoryPoint>> FleetView::History() {
   return points;
 }
 
-absl::Status FleetView::RecordTokens(const std::map<std::string, TokenUsage>& admitted_so_far) {
+absl::Status FleetView::RecordTokens(const std::map<std::string, TokenUsage>& admitted_so_far, bool stopping) {
   absl::MutexLock lock(&tokens_mu_);
   std::map<std::string, TokenUsage> added;
   for (const auto& [team, total] : admitted_so_far) {
@@ -119,7 +119,9 @@ absl::Status FleetView::RecordTokens(const std::map<std::string, TokenUsage>& ad
     if (more.prompt_tokens > 0 || more.completion_tokens > 0) added[team] = more;
   }
   if (added.empty()) return absl::OkStatus();
-  const absl::Time step = HistoryStepOf(clock_->Now(), history_step_);
+  // Under a step's start go the tokens of the step that ended there; a stopping server's are
+  // those of the step under way, which ends at the next start.
+  const absl::Time step = HistoryStepOf(clock_->Now(), history_step_) + (stopping ? history_step_ : absl::ZeroDuration());
   RETURN_IF_ERROR(store_->AddFleetTokens(step, added, step - kHistorySpan));
   tokens_written_ = admitted_so_far;
   return absl::OkStatus();

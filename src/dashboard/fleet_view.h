@@ -89,8 +89,11 @@ class FleetView {
   // (`admitted_so_far`: team -> every token this process admitted), under the step that begins
   // now: the tokens of the step that has just ended, which every server adds its own to. A
   // failed write is retried whole at the next call: nothing is dropped. Called by the history
-  // thread once a step.
-  absl::Status RecordTokens(const std::map<std::string, TokenUsage>& admitted_so_far) ABSL_LOCKS_EXCLUDED(tokens_mu_);
+  // thread once a step. `stopping`: the server stops in the middle of a step, and what it
+  // admitted since the step began would go with it: written now, under the step that ends next
+  // (where the other servers add theirs of this step), so the chart misses none of it.
+  absl::Status RecordTokens(const std::map<std::string, TokenUsage>& admitted_so_far, bool stopping = false)
+      ABSL_LOCKS_EXCLUDED(tokens_mu_);
   absl::Duration history_step() const { return history_step_; }
   // Adds the store-derived gauges to `registry` (a collector reading Get()); minions_store_up is 0
   // when the store cannot be read.

@@ -381,8 +381,8 @@ void ExecutorAgent::Stage(const LeaseGrant& lease, absl::Time now) {
   }
 }
 
-void ExecutorAgent::MaybeCheckpoint(TaskPtr task, absl::Time now) {
-  std::optional<TaskRun::ChunkUpload> due = task->DueCheckpoint(now);
+void ExecutorAgent::MaybeCheckpoint(TaskPtr task, absl::Time now, bool now_anyway) {
+  std::optional<TaskRun::ChunkUpload> due = task->DueCheckpoint(now, now_anyway);
   if (!due) return;
   if (absl::Status s = Upload(task, *due, now); !s.ok()) {
     MINIONS_LOG(Warning) << Describe(task->ref()) << " checkpoint not uploaded (will retry): " << s.message();
@@ -408,6 +408,17 @@ absl::Status ExecutorAgent::Upload(TaskPtr task, const TaskRun::ChunkUpload& upl
 void ExecutorAgent::FinishTask(TaskPtr task, TaskRun::BatchEnd end, absl::Time now) {
   using End = TaskRun::BatchEnd;
   if (end == End::kIgnored) return;
+  if (end == End::kYielded) {
+    // Stopped for the owner (agent_yield.cc): what it finished is checkpointed now (a stop may
+    // follow the pause), the rest runs when the owner leaves, before the tasks not yet begun and
+    // after those yielded before it.
+    if (task->cancelled()) return Forget(task);
+    MaybeCheckpoint(task, now, /*now_anyway=*/true);
+    auto at = queue_.begin();
+    while (at != queue_.end() && (*at)->yielded() && (*at)->started() < task->started()) ++at;
+    queue_.insert(at, task);
+    return;
+  }
   window_.TaskTook(now - task->started());
   if (end == End::kRunAgain) {
     queue_.push_front(task);  // more groups of an isolated task to run, alone

@@ -207,7 +207,8 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   void FinishTask(TaskPtr task, TaskRun::BatchEnd end, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Uploads a chunk and records it.
   absl::Status Upload(TaskPtr task, const TaskRun::ChunkUpload& upload, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  void MaybeCheckpoint(TaskPtr task, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // `now_anyway`: whatever the cadence (the owner took the machine back; a stop may follow).
+  void MaybeCheckpoint(TaskPtr task, absl::Time now, bool now_anyway = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Completes every uploaded task in one call; keeps them (and their leases, renewed by the
   // heartbeat) for the next try when the server cannot be reached.
   void FlushCompletions(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);

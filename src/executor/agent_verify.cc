@@ -52,8 +52,12 @@ void ExecutorAgent::Verify(bool may_ask, absl::Time now) {
   if (now >= v.grant.job.expires_at) return EndVerification("its lease expired before the verdicts came");
   if (v.sent) {
     if (!runner_ || runner_generation_ != v.runner_generation) return EndVerification("the runner ended");
-    if (v.done) return EndVerification("the runner gave no verdict");
-    return;
+    if (!v.done) return;
+    EndVerification("the runner gave no verdict");
+    // Straight on to the next one, if more wait: this pass would otherwise go on to a long poll
+    // for tasks, and the spot checks waiting (and the jobs they hold back) with it.
+    if (verifying_ || now < next_verify_ask_) return;
+    return Verify(may_ask, now);
   }
   if (!may_ask) return;  // the owner holds the machine: no model loads for it meanwhile
   StartVerification(now);

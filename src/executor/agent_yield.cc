@@ -3,8 +3,9 @@
 //
 //   run       lease and feed as usual
 //   throttle  as run, with the runner stopped half of every second (thermal "fair")
-//   pause     lease nothing, feed nothing: the runner stops at its next batch boundary; one
-//             still busy after the grace is SIGSTOPped (its tasks stay leased, heartbeats go on)
+//   pause     lease nothing, feed nothing, cancel the batches in the runner: it stops at its
+//             next decode step, keeping what it finished; one still busy after the grace is
+//             SIGSTOPped (its tasks stay leased, heartbeats go on)
 //   release   as pause, and the runner is ended so its memory returns to the owner; its tasks
 //             wait, queued, for a new runner
 //   stop      every task not finished is handed back as preempted (never counted as a failure)
@@ -119,10 +120,22 @@ bool ExecutorAgent::ApplyWorkMode(absl::Time now) {
       }
       return false;
     case WorkMode::kPause:
-      // Fed nothing more, the runner stops at its next batch boundary; past the grace it is stopped.
+      // Fed nothing more, and every batch in the runner cancelled: the runner stops at its next
+      // decode step rather than at the end of a batch (which may take minutes). What it finished
+      // stays done; the rest waits, leased, for the owner to leave (FinishTask, kYielded). A
+      // runner still busy past the grace (one that ignores `cancel`, a long step) is stopped.
+      if (busy && !frozen_ && runner_) {
+        for (const auto& [batch, task] : batches_) {
+          if (task->yielding() || task->cancelled()) continue;
+          task->Yield();
+          runner_->Cancel(batch);
+        }
+      }
       if (busy && !frozen_ && now - gate_->mode_since() >= gate_->pause_grace()) {
         Freeze(true, now);
-        MINIONS_LOG(Info) << "runner stopped (SIGSTOP): the owner is back and its batch is not done";
+        MINIONS_LOG(Info) << "runner stopped (SIGSTOP): the owner is back and it has not stopped its batch";
+        // Its batch_done waits for the owner to leave: what it finished is checkpointed now.
+        for (const auto& [batch, task] : batches_) MaybeCheckpoint(task, now, /*now_anyway=*/true);
       }
       if (!busy || frozen_) ObserveYield(now);  // idle at its batch boundary, or stopped
       return true;

@@ -51,7 +51,8 @@ class WorkGate {
   // The state and reason the server shows in `minions executors`.
   virtual std::string FleetState(bool holds_work) const = 0;
   virtual std::string Reason() const = 0;
-  // How long a paused runner may finish its batch before it is SIGSTOPped.
+  // How long a paused runner, asked to cancel its batches, may take to stop (its next decode
+  // step) before it is SIGSTOPped.
   virtual absl::Duration pause_grace() const = 0;
 };
 
@@ -60,7 +61,10 @@ struct AvailabilityOptions {
   Mode mode = Mode::kOwner;
   availability::PolicyConfig policy;
   availability::ProbeOptions probes;
-  absl::Duration pause_grace = absl::Milliseconds(500);
+  // The built-in runner stops at its next decode step (milliseconds on a CPU); the grace bounds
+  // a runner that does not obey `cancel`, or a step that takes longer (a slow device): stopped
+  // well within 250 ms either way (issue 41, point 6).
+  absl::Duration pause_grace = absl::Milliseconds(100);
   absl::Duration tick = absl::Seconds(1);  // at least one decision this often
   // The model cache (executor/model_cache.h): the most bytes it keeps, the free disk space it
   // never takes from the owner, and how fast it may download (0: no limit).

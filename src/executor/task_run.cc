@@ -62,6 +62,7 @@ std::optional<TaskRun::Batch> TaskRun::NextBatch(absl::Time now) {
   batch_ = batch.id;
   batch_records_ = std::move(indices);
   in_runner_ = true;
+  yielding_ = yielded_ = false;
   started_ = now;
   return batch;
 }
@@ -79,12 +80,20 @@ void TaskRun::OnResult(std::string_view batch, size_t index, Json output) {
   if (!in_runner_ || batch != batch_ || index >= batch_records_.size()) return;
   const size_t i = batch_records_[index];
   if (outputs_[i]) return;  // the first line stands
+  // Stopped for the owner: this record runs again later; "cancelled" is not its answer.
+  if (yielding_ && JsonString(OutputLineError(output), "code") == kErrorCancelled) return;
   SetOutput(i, std::move(output));
 }
 
 TaskRun::BatchEnd TaskRun::OnBatchDone(std::string_view batch, bool cancelled) {
   if (!in_runner_ || batch != batch_) return BatchEnd::kIgnored;
+  if (yielding_ && cancelled) {
+    OnRunnerGone();  // what it did not finish runs again, in its isolation group if it has one
+    yielded_ = true;
+    return BatchEnd::kYielded;
+  }
   in_runner_ = false;
+  yielding_ = false;
   if (cancelled) return BatchEnd::kCancelled;
   if (!isolation_.empty()) return BatchEnd::kRunAgain;
   for (size_t i = static_cast<size_t>(lease_.resume_from); i < outputs_.size(); ++i) {
@@ -105,6 +114,7 @@ std::vector<size_t> TaskRun::UnfinishedInBatch() const {
 
 bool TaskRun::OnRunnerCrashed(bool alone, std::string_view why) {
   in_runner_ = false;
+  yielding_ = false;
   if (++crashes_ > options_.max_crashes) return false;
   suspect_ = true;
   std::vector<size_t> left = UnfinishedInBatch();
@@ -128,9 +138,14 @@ bool TaskRun::OnRunnerCrashed(bool alone, std::string_view why) {
   return true;
 }
 
+void TaskRun::Yield() {
+  if (in_runner_) yielding_ = true;
+}
+
 void TaskRun::OnRunnerGone() {
   if (!in_runner_) return;
   in_runner_ = false;
+  yielding_ = false;
   // A suspect's group keeps its place in the isolation order; any other attempt simply runs
   // whatever has no line yet (NextBatch).
   if (suspect_) {
@@ -153,7 +168,7 @@ TaskRun::ChunkUpload TaskRun::MakeChunk(int64_t from, int64_t to) const {
   return upload;
 }
 
-std::optional<TaskRun::ChunkUpload> TaskRun::DueCheckpoint(absl::Time now) {
+std::optional<TaskRun::ChunkUpload> TaskRun::DueCheckpoint(absl::Time now, bool now_anyway) {
   const int64_t n = static_cast<int64_t>(records_.size());
   // The last URL pair is kept for the final chunk: with none other left, only the end uploads.
   if (chunks_.size() + 1 >= lease_.chunk_urls.size()) return std::nullopt;
@@ -162,7 +177,8 @@ std::optional<TaskRun::ChunkUpload> TaskRun::DueCheckpoint(absl::Time now) {
   while (end < n && outputs_[end]) ++end;
   prefix_end_ = end;
   if (end == chunk_begin_ || end >= n) return std::nullopt;  // nothing new, or the final chunk carries it
-  bool due = end - chunk_begin_ >= options_.checkpoint_records || now - last_chunk_at_ >= options_.checkpoint_interval;
+  bool due = now_anyway || end - chunk_begin_ >= options_.checkpoint_records ||
+             now - last_chunk_at_ >= options_.checkpoint_interval;
   if (!due) return std::nullopt;
   return MakeChunk(chunk_begin_, end);
 }

@@ -75,6 +75,7 @@ class TaskRun {
     kRunAgain,   // more isolation groups wait: send NextBatch() to the runner, alone
     kFinished,   // every record has a line (those the runner left out say so): FinalChunk()
     kCancelled,  // the runner cancelled the batch
+    kYielded,    // stopped for the machine's owner (Yield()): the records left run again later
     kIgnored,    // not this attempt's current batch
   };
   BatchEnd OnBatchDone(std::string_view batch, bool cancelled);
@@ -86,6 +87,15 @@ class TaskRun {
   // The runner ended for no fault of this attempt (the owner took the machine back, another
   // task's crash is being isolated): its unfinished records run again with the next runner.
   void OnRunnerGone();
+  // The machine's owner is back: the agent cancels the batch in the runner, which stops it at its
+  // next decode step. Until its batch_done, the `cancelled` error lines the runner writes for the
+  // records it had not finished are no answers (they are not kept); the records it did finish
+  // are. OnBatchDone then says kYielded (or kFinished, when the batch ended first), and the
+  // records left run again in the next batch (NextBatch), on the same runner.
+  void Yield();
+  bool yielding() const { return yielding_; }
+  // Its batch ended for the owner and no new one has been sent since.
+  bool yielded() const { return yielded_; }
 
   // --- Checkpoints ---
   struct ChunkUpload {
@@ -95,9 +105,10 @@ class TaskRun {
     std::string errors;    // error lines; not written when empty
   };
   // The finished prefix beyond the last chunk, when a checkpoint is due at `now`
-  // (checkpoint_records of them, or checkpoint_interval since the last one). The last URL pair
-  // is kept for the final chunk; a prefix that reaches the end waits for it too.
-  std::optional<ChunkUpload> DueCheckpoint(absl::Time now);
+  // (checkpoint_records of them, or checkpoint_interval since the last one; any, with `now_anyway`:
+  // the owner took the machine back, and a stop may follow). The last URL pair is kept for the
+  // final chunk; a prefix that reaches the end waits for it too.
+  std::optional<ChunkUpload> DueCheckpoint(absl::Time now, bool now_anyway = false);
   // The attempt's last chunk: every record after the last chunk (after OnBatchDone said
   // kFinished, or when NextBatch had nothing to run). nullopt when every record is in a chunk
   // already (one of this attempt's, or a committed one it resumed after: an attempt that resumes
@@ -152,6 +163,8 @@ class TaskRun {
   std::vector<size_t> batch_records_;       // its records: runner index -> record index
   int batches_ = 0;                         // batches sent, for unique ids
   bool suspect_ = false;
+  bool yielding_ = false;                   // Yield(): the batch in the runner is being cancelled
+  bool yielded_ = false;                    // ... and ended so (kYielded), not sent again yet
   std::deque<std::vector<size_t>> isolation_;  // groups still to run alone, in order
   int crashes_ = 0;
 

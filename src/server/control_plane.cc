@@ -293,6 +293,13 @@ void ControlPlane::Shutdown() {
   if (history_thread_.joinable()) history_thread_.join();
   if (work_signal_) work_signal_->Stop();
   if (http_) http_->Stop();
+  // Nothing is admitted any more: the tokens of the step under way, which the history thread
+  // would have written as the step ended, are written now (the dashboard's tokens/s chart).
+  if (options_.background_thread) {
+    if (auto s = fleet_view_.RecordTokens(server_metrics_.TokensAdmittedSoFar(), /*stopping=*/true); !s.ok()) {
+      MINIONS_LOG(Warning) << "dashboard history: the tokens of the last step are not recorded: " << s.message();
+    }
+  }
 }
 
 void ControlPlane::Wait() {

@@ -112,16 +112,8 @@ absl::Status ExecutorService::Register(const std::string& executor_id, const v1:
   }
   ForgetIdle(executor->id);
   confinement_.Registered(executor->id, executor->info.confinement);
-  {
-    absl::MutexLock lock(&work_mu_);
-    poll_notices_.erase(executor->id);  // registered again: what it was told before is moot
-    if (options_.idle_polls_renew) {  // registering renewed it
-      renewals_.Written(executor->id, clock_->Now(), [this](const std::string& id) {
-        work_mu_.AssertHeld();
-        return PollingLocked(id);
-      });
-    }
-  }
+  room_.ForgetNotice(executor->id);  // registered again: what it was told before is moot
+  LivenessWritten(executor->id);      // registering renewed it
   MINIONS_LOG(Info) << "executor=" << executor->id << " registered (" << executor->info.name << ", "
                     << executor->info.os << ", " << executor->info.chip << ")";
   reply->set_executor_id(executor->id);
@@ -158,8 +150,8 @@ absl::Status ExecutorService::Heartbeat(const std::string& executor_id, const v1
 
 void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::HeartbeatRequest& request,
                                      v1::HeartbeatResponse* reply, absl::AnyInvocable<void(absl::Status) &&> done) {
-  // Wall time, for minions_heartbeat_seconds (the clock may be a test's): from here, so that a wait
-  // for work_mu_ below counts (the lease threads hold it).
+  // Wall time, for minions_heartbeat_seconds (the clock may be a test's): from here, so that the
+  // checks below count.
   const absl::Time arrived = absl::Now();
   auto state = ParseExecutorState(request.state().empty() ? "available" : request.state());
   if (!state || *state == ExecutorState::kLost || *state == ExecutorState::kRevoked ||
@@ -174,26 +166,12 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
     std::move(done)(std::move(s));
     return;
   }
-  {
-    absl::MutexLock lock(&work_mu_);
-    // Its liveness is written now: an idle poll of it renews nothing until an idle beat has passed
-    // (so a fleet whose tasks all end at once, each executor then polling, adds no renewals to
-    // the heartbeats' batches: each beat a moment ago).
-    if (options_.idle_polls_renew) {
-      renewals_.Written(executor_id, clock_->Now(), [this](const std::string& id) {
-        work_mu_.AssertHeld();
-        return PollingLocked(id);
-      });
-    }
-    // An executor whose state changed (its owner left) may be offered what it was not before.
-    if (auto it = idle_.find(executor_id); it != idle_.end()) {
-      if (it->second.reported && *it->second.reported != *state) {
-        idle_.erase(it);
-      } else {
-        it->second.reported = *state;
-      }
-    }
-  }
+  // Its liveness is written now: an idle poll of it renews nothing until an idle beat has passed
+  // (so a fleet whose tasks all end at once, each executor then polling, adds no renewals to the
+  // heartbeats' batches: each beat a moment ago).
+  LivenessWritten(executor_id);
+  // An executor whose state changed (its owner left) may be offered what it was not before.
+  idle_looks_.Reported(executor_id, *state);
   if (*state == ExecutorState::kOwnerActive || *state == ExecutorState::kDraining) gangs_.Withdraw(executor_id);
   if (request.gang_duties_size() > 0) {
     // A gang member: the duties whose attempt has ended are stopped (their seats freed). Looked up
@@ -296,37 +274,23 @@ grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>* ExecutorSe
   return new BeatStream(this, context);
 }
 
-// A Lease call held by the callback API: no thread waits for it. Its state moves under work_mu_;
-// whoever moves it to kFinished calls Finish (outside the lock), after which only gRPC touches it
-// (OnDone deletes it).
-class ExecutorService::HeldLease : public grpc::ServerUnaryReactor {
+// A Lease call held by the callback API: no thread waits for it. Where it stands is the room's
+// (server/lease_wait_room.h); whoever the room lets finish it calls Finish (outside the room's
+// lock), after which only gRPC touches it (OnDone deletes it).
+class ExecutorService::HeldLease : public grpc::ServerUnaryReactor, public LeaseWaitRoom::Call {
  public:
-  enum class State { kReady, kServing, kParked, kFinished };
   HeldLease(ExecutorService* service, std::string executor_id, const v1::LeaseRequest* request,
             v1::LeaseResponse* reply, absl::Time deadline, bool idle, bool spreads)
-      : service(service),
-        executor_id(std::move(executor_id)),
+      : LeaseWaitRoom::Call(std::move(executor_id), deadline, idle, spreads),
+        service(service),
         request(request),
-        reply(reply),
-        deadline(deadline),
-        idle(idle),
-        spreads(spreads) {}
+        reply(reply) {}
   void OnCancel() override { service->Cancelled(this); }
   void OnDone() override { delete this; }
 
   ExecutorService* const service;
-  const std::string executor_id;
   const v1::LeaseRequest* const request;
   v1::LeaseResponse* const reply;
-  const absl::Time deadline;
-  const bool idle;  // stands for its executor's idle heartbeat while held (LeaseRequest.idle)
-  // Its executor holds nothing and runs long tasks (or has not measured yet): counted in
-  // idle_unserved_ while ready or being served (spread before stacking).
-  const bool spreads;
-  // Guarded by service->work_mu_ (the analysis cannot name another object's mutex here).
-  State state = State::kReady;
-  bool cancelled = false;
-  absl::Time wake_at;  // while parked
 };
 
 // An Attach stream: one event when it opens, then nothing until it ends (Presence keeps the
@@ -386,29 +350,23 @@ grpc::ServerWriteReactor<v1::AttachEvent>* ExecutorService::Attach(grpc::Callbac
 
 ExecutorService::~ExecutorService() {
   presence_.Stop();
-  {
-    absl::MutexLock lock(&work_mu_);
-    stopping_ = true;
-    exiting_ = true;
-    WakeParkedLocked();
-  }
+  room_.Close();
   clock_->Wake();
   std::vector<std::thread> threads;
   {
-    absl::MutexLock lock(&work_mu_);
+    absl::MutexLock lock(&threads_mu_);
     threads.swap(lease_threads_);
   }
   for (std::thread& t : threads) t.join();
-  // Renewals and heartbeats still queued are answered into this object's maps: wait for them (the
-  // batcher, a member destroyed after these, answers what it holds before it goes).
+  // Renewals and heartbeats still queued are answered into this object's parts: wait for them (the
+  // batcher, a member destroyed after these, answers what it holds before it goes). A renewal's
+  // answer counts itself answered last, touching nothing of this object after.
   while (heartbeats_in_flight_.load() > 0) absl::SleepFor(absl::Milliseconds(1));
   renewals_.AwaitAnswered();
-  // The last answer counted itself answered inside work_mu_: once this holds it, that one is done.
-  absl::MutexLock lock(&work_mu_);
 }
 
 void ExecutorService::StartLeaseThreads() {
-  absl::MutexLock lock(&work_mu_);
+  absl::MutexLock lock(&threads_mu_);
   if (!lease_threads_.empty()) return;
   for (int i = 0; i < std::max(options_.lease_threads, 1); ++i) {
     lease_threads_.emplace_back([this] {
@@ -436,75 +394,25 @@ grpc::ServerUnaryReactor* ExecutorService::Lease(grpc::CallbackServerContext* co
   auto* call = new HeldLease(this, *executor_id, request, reply, now + wait,
                              options_.idle_polls_renew && request->idle(),
                              Spreads(*request));
-  bool renew = false;
-  {
-    absl::MutexLock lock(&work_mu_);
-    if (call->idle) {
-      idle_polls_[call->executor_id] = call;  // the latest: an older one still held no longer renews
-      renew = renewals_.Due(call->executor_id, now);
-      if (next_renewal_scan_ == absl::InfiniteFuture()) next_renewal_scan_ = now + RenewalScanPeriod();
-    }
-    MakeReadyLocked(call);
-  }
+  // Whether it is due a renewal, asked before it enters (a lease thread may answer it at once).
+  const bool renew = call->idle && renewals_.Due(call->executor_id, now);
+  room_.Enter(call, now);
   if (renew) RenewIdle({*executor_id});
   return call;
 }
 
 void ExecutorService::LeaseThreadLoop() {
   while (true) {
-    HeldLease* call = nullptr;
-    std::vector<std::string> renew;
-    {
-      absl::MutexLock lock(&work_mu_);
-      while (call == nullptr && renew.empty()) {
-        const absl::Time now = clock_->Now();
-        while (!parked_.empty() && parked_.begin()->first <= now) {
-          HeldLease* due = parked_.begin()->second;
-          parked_.erase(parked_.begin());
-          MakeReadyLocked(due);
-        }
-        if (next_renewal_scan_ <= now) {
-          renew = DueRenewalsLocked(now);
-          next_renewal_scan_ = idle_polls_.empty() ? absl::InfiniteFuture() : now + RenewalScanPeriod();
-          if (!renew.empty()) break;
-        }
-        if (!ready_.empty()) {
-          call = ready_.front();
-          ready_.pop_front();
-          call->state = HeldLease::State::kServing;
-          break;
-        }
-        if (exiting_) return;
-        auto runnable = [this] {
-          work_mu_.AssertHeld();
-          return !ready_.empty() || exiting_;
-        };
-        absl::Time due = next_renewal_scan_;
-        if (!parked_.empty()) due = std::min(due, parked_.begin()->first);
-        if (due == absl::InfiniteFuture()) {
-          work_mu_.Await(absl::Condition(&runnable));  // nothing due on the clock: no clock waiter
-        } else {
-          clock_->AwaitWithDeadline(work_mu_, absl::Condition(&runnable), due);
-        }
-      }
-    }
-    if (!renew.empty()) {
-      RenewIdle(renew);
+    LeaseWaitRoom::Turn turn = room_.Next();
+    if (turn.scan) {
+      ScanRenewals(turn.idle_polls, clock_->Now());
       continue;
     }
-    const bool spreads = call->spreads;  // (the call may be gone once served)
-    Serve(call);
-    if (spreads) {
-      absl::MutexLock lock(&work_mu_);
-      --idle_unserved_;
-    }
+    if (turn.call == nullptr) return;  // the room closed
+    const bool spreads = turn.call->spreads;  // (the call may be gone once served)
+    Serve(static_cast<HeldLease*>(turn.call));
+    room_.ServingEnded(spreads);
   }
-}
-
-void ExecutorService::MakeReadyLocked(HeldLease* call) {
-  call->state = HeldLease::State::kReady;
-  if (call->spreads) ++idle_unserved_;  // until its serving ends (LeaseThreadLoop)
-  ready_.push_back(call);
 }
 
 bool ExecutorService::Spreads(const v1::LeaseRequest& request) {
@@ -517,146 +425,79 @@ int ExecutorService::SpreadShare(const v1::LeaseRequest& request, int64_t others
 }
 
 void ExecutorService::Serve(HeldLease* call) {
-  int max_tasks;
   const absl::Time now = clock_->Now();
-  uint64_t generation = 0;
-  absl::StatusOr<std::vector<minions::Lease>> leases;
-  bool cancelled;
-  bool noticed = false;
-  {
-    absl::MutexLock lock(&work_mu_);
-    // Spread before stacking (see the top of the header): while other idle executors of long
-    // tasks wait here, one task for this one.
-    max_tasks = SpreadShare(*call->request, idle_unserved_ - (call->spreads ? 1 : 0));
-    cancelled = call->cancelled;
-    if (!cancelled && TakePollNoticeLocked(call->executor_id, call->reply)) {
-      // A renewal found it drained or unknown: it hears that now, instead of work.
-      call->state = HeldLease::State::kFinished;
-      EndIdlePollLocked(call);
-      noticed = true;
-    }
-  }
-  if (noticed) {
+  const LeaseWaitRoom::Look look = room_.BeginLook(call);
+  if (look.notice) {
+    // A renewal found it drained or unknown: it hears that now, instead of work.
+    call->reply->set_drain(look.notice->drain);
+    call->reply->set_reregister(look.notice->reregister);
+    call->reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
     call->reply->set_idle_renewed(true);
     call->Finish(grpc::Status::OK);
     return;
   }
-  if (!cancelled) {
+  uint64_t generation = 0;
+  absl::StatusOr<std::vector<minions::Lease>> leases;
+  if (!look.cancelled) {
+    // Spread before stacking (see the top of the header): while other idle executors of long
+    // tasks wait here, one task for this one.
+    const int max_tasks = SpreadShare(*call->request, look.others_spreading);
     leases = ReclaimedLeases(*store_, call->executor_id, *call->request, now);
     if (leases.ok() && leases->empty()) leases = LookForWork(call->executor_id, max_tasks, now, &generation);
   }
-  grpc::Status answer = grpc::Status::OK;
-  {
-    absl::MutexLock lock(&work_mu_);
-    if (call->cancelled) {
-      answer = grpc::Status::CANCELLED;
-    } else if (!leases.ok()) {
-      answer = ToGrpc(leases.status());
-    } else if (leases->empty() && now < call->deadline && !stopping_ && !gangs_.HasDuties(call->executor_id)) {
-      if (generation != work_generation_ || poll_notices_.contains(call->executor_id)) {
-        // Work was announced while this looked (look again), or a renewal found something the
-        // executor must hear (answered at the next look).
-        MakeReadyLocked(call);
-        return;
-      }
-      absl::Time wake = call->deadline;
-      if (auto it = idle_.find(call->executor_id); it != idle_.end()) wake = std::min(wake, it->second.recheck_at);
-      call->state = HeldLease::State::kParked;
-      call->wake_at = wake;
-      parked_.emplace(wake, call);
-      return;
-    }
-    call->state = HeldLease::State::kFinished;
-    EndIdlePollLocked(call);
+  // Found nothing: it may wait for an announcement, until its deadline or its recheck.
+  std::optional<absl::Time> wait_until;
+  if (leases.ok() && leases->empty() && now < call->deadline && !gangs_.HasDuties(call->executor_id)) {
+    wait_until = std::min(call->deadline, idle_looks_.RecheckAt(call->executor_id).value_or(absl::InfiniteFuture()));
   }
-  if (answer.ok()) answer = ToGrpc(AnswerLease(call->executor_id, *leases, now, call->reply));
+  grpc::Status answer = grpc::Status::OK;
+  switch (room_.EndLook(call, generation, wait_until)) {
+    case LeaseWaitRoom::AfterLook::kWaiting:
+      return;
+    case LeaseWaitRoom::AfterLook::kCancelled:
+      answer = grpc::Status::CANCELLED;
+      break;
+    case LeaseWaitRoom::AfterLook::kAnswer:
+      answer = leases.ok() ? ToGrpc(AnswerLease(call->executor_id, *leases, now, call->reply))
+                           : ToGrpc(leases.status());
+      break;
+  }
   if (answer.ok() && call->idle) call->reply->set_idle_renewed(true);
   call->Finish(answer);
 }
 
 void ExecutorService::Cancelled(HeldLease* call) {
-  {
-    absl::MutexLock lock(&work_mu_);
-    call->cancelled = true;
-    if (call->state != HeldLease::State::kParked) return;  // whoever holds it finishes it
-    parked_.erase({call->wake_at, call});
-    call->state = HeldLease::State::kFinished;
-    EndIdlePollLocked(call);
-  }
-  call->Finish(grpc::Status::CANCELLED);
-}
-
-void ExecutorService::WakeParkedLocked() {
-  for (const auto& [wake, call] : parked_) MakeReadyLocked(call);
-  parked_.clear();
+  if (room_.Cancel(call)) call->Finish(grpc::Status::CANCELLED);
 }
 
 absl::StatusOr<std::vector<minions::Lease>> ExecutorService::LookForWork(const std::string& executor_id,
                                                                          int max_tasks, absl::Time now,
                                                                          uint64_t* generation) {
-  {
-    absl::MutexLock lock(&work_mu_);
-    *generation = work_generation_;
-  }
+  *generation = room_.generation();
   // Gangs first (server/gang_leasing.h): a gang formed for it, or a reservation holding it.
   if (absl::StatusOr<GangLeasing::CheckInAnswer> gang = gangs_.CheckIn(executor_id, now); gang.ok()) {
     if (gang->formed) NotifyWork();  // the gang's other executors take their part at once
     if (!gang->leases.empty()) return std::move(gang->leases);
     if (gang->held) return std::vector<minions::Lease>{};
   }
-  {
-    absl::MutexLock lock(&work_mu_);
-    auto it = idle_.find(executor_id);
-    if (it != idle_.end() && it->second.generation == work_generation_ && now < it->second.recheck_at) {
-      return std::vector<minions::Lease>{};
-    }
-    if (none_pending_ && none_pending_->generation == work_generation_ && now < none_pending_->recheck_at) {
-      ++lookups_spared_;
-      IdleMark& mark = idle_[executor_id];
-      mark.generation = work_generation_;
-      mark.recheck_at = none_pending_->recheck_at;
-      return std::vector<minions::Lease>{};
-    }
-    ++lease_lookups_;
-  }
+  if (idle_looks_.Spared(executor_id, room_.generation(), now)) return std::vector<minions::Lease>{};
   absl::StatusOr<std::vector<minions::Lease>> leases =
       options_.lease_batch > 1 ? lease_batches_.Wait(LeaseCall{LeaseAsk{executor_id, max_tasks}, now})
                                : store_->LeaseTasks(executor_id, max_tasks, options_.lease_ttl, now);
   if (!leases.ok()) return leases;
+  if (!leases->empty()) {
+    idle_looks_.Forget(executor_id);
+    return leases;
+  }
+  // Nothing for this one; for anyone? (Asked after the lookup: work committed before the answer is
+  // seen, work committed after it is announced with a new generation.)
+  const bool asked = idle_looks_.StartPendingCheck(*generation, room_.generation(), now);
   bool none_pending = false;
-  bool asked = false;
-  if (leases->empty()) {
-    {
-      absl::MutexLock lock(&work_mu_);
-      // Another look of this generation may have asked already; an answer whose recheck has
-      // passed is asked again (kept for ever, every later look of the generation went to the
-      // store: a 40 s job's 5,000 task ends were 5,000 lease lookups).
-      // One look asks at a time (the others' answers, found nothing too, add nothing to its): a
-      // batch of empty answers would wake up to one asking lease thread each.
-      asked = *generation == work_generation_ && !pending_check_running_ &&
-              !(none_pending_ && none_pending_->generation == *generation && now < none_pending_->recheck_at);
-      if (asked) {
-        pending_check_running_ = true;
-        ++pending_checks_;
-      }
-    }
-    // Nothing for this one; for anyone? (Asked after the lookup: work committed before the answer
-    // is seen, work committed after it is announced with a new generation.)
-    if (asked) {
-      absl::StatusOr<bool> any = store_->AnyTaskPending();
-      none_pending = any.ok() && !*any;
-    }
+  if (asked) {
+    absl::StatusOr<bool> any = store_->AnyTaskPending();
+    none_pending = any.ok() && !*any;
   }
-  absl::MutexLock lock(&work_mu_);
-  if (leases->empty()) {
-    IdleMark& mark = idle_[executor_id];
-    mark.generation = *generation;
-    mark.recheck_at = NextRecheckLocked(now);
-    if (none_pending) none_pending_ = IdleMark{*generation, mark.recheck_at, std::nullopt};
-    if (asked) pending_check_running_ = false;  // with its answer in place: no gap for another to ask
-  } else {
-    idle_.erase(executor_id);
-  }
+  idle_looks_.FoundNothing(executor_id, *generation, now, asked, none_pending);
   return leases;
 }
 
@@ -680,31 +521,13 @@ absl::StatusOr<std::vector<absl::StatusOr<std::vector<minions::Lease>>>> Executo
   return answers;
 }
 
-absl::Time ExecutorService::NextRecheckLocked(absl::Time now) {
-  while (!warm_wait_ends_.empty() && *warm_wait_ends_.begin() <= now) warm_wait_ends_.erase(warm_wait_ends_.begin());
-  const absl::Time recheck = now + options_.idle_recheck;
-  return warm_wait_ends_.empty() ? recheck : std::min(recheck, *warm_wait_ends_.begin());
-}
+void ExecutorService::ForgetIdle(const std::string& executor_id) { idle_looks_.Forget(executor_id); }
 
-void ExecutorService::ForgetIdle(const std::string& executor_id) {
-  absl::MutexLock lock(&work_mu_);
-  idle_.erase(executor_id);
-}
+int64_t ExecutorService::lease_lookups() const { return idle_looks_.lookups(); }
 
-int64_t ExecutorService::lease_lookups() const {
-  absl::MutexLock lock(&work_mu_);
-  return lease_lookups_;
-}
+int64_t ExecutorService::lookups_spared() const { return idle_looks_.spared(); }
 
-int64_t ExecutorService::lookups_spared() const {
-  absl::MutexLock lock(&work_mu_);
-  return lookups_spared_;
-}
-
-int64_t ExecutorService::pending_checks() const {
-  absl::MutexLock lock(&work_mu_);
-  return pending_checks_;
-}
+int64_t ExecutorService::pending_checks() const { return idle_looks_.pending_checks(); }
 
 int64_t ExecutorService::idle_renewals() const { return renewals_.count(); }
 
@@ -712,16 +535,18 @@ absl::Duration ExecutorService::RenewalScanPeriod() const {
   return std::max(std::min(options_.lease_ttl, options_.IdleHeartbeat()) / 3, absl::Milliseconds(100));
 }
 
-std::vector<std::string> ExecutorService::DueRenewalsLocked(absl::Time now) {
+void ExecutorService::ScanRenewals(const std::vector<std::string>& idle_polls, absl::Time now) {
   std::vector<std::string> due;
-  for (const auto& [executor_id, call] : idle_polls_) {
+  for (const std::string& executor_id : idle_polls) {
     if (renewals_.Due(executor_id, now)) due.push_back(executor_id);
   }
-  renewals_.ForgetSilent(now, [this](const std::string& id) {
-    work_mu_.AssertHeld();
-    return PollingLocked(id);
-  });
-  return due;
+  renewals_.ForgetSilent(now, [this](const std::string& id) { return room_.Polling(id); });
+  RenewIdle(due);
+}
+
+void ExecutorService::LivenessWritten(const std::string& executor_id) {
+  if (!options_.idle_polls_renew) return;
+  renewals_.Written(executor_id, clock_->Now(), [this](const std::string& id) { return room_.Polling(id); });
 }
 
 HeartbeatCall ExecutorService::IdleRenewal(const std::string& executor_id) const {
@@ -738,28 +563,16 @@ void ExecutorService::RenewIdle(const std::vector<std::string>& executor_ids) {
   renewals_.Counted(static_cast<int64_t>(executor_ids.size()), /*in_flight=*/true);
   for (const std::string& executor_id : executor_ids) {
     auto answer = [this, executor_id](absl::StatusOr<HeartbeatReply> reply) {
-      absl::MutexLock lock(&work_mu_);
-      // Answered under work_mu_: the service's destructor, once every renewal is answered, finds
-      // no answer still inside its maps.
-      renewals_.Answered();
       if (!reply.ok()) {
         // Not renewed: the next scan (or the executor's own beat, if its poll ends) tries again.
         MINIONS_LOG(Debug) << "executor=" << executor_id << " idle renewal failed: " << reply.status().message();
         renewals_.NotWritten(executor_id);
-        return;
+      } else if (reply->drain || reply->unknown_executor) {
+        room_.Tell(executor_id, {reply->drain, reply->unknown_executor});
       }
-      if (!reply->drain && !reply->unknown_executor) return;
-      // Kept only while an idle poll of the executor is held here (a later renewal tells a later
-      // poll again): never answered to a poll made after the executor has moved on.
-      auto it = idle_polls_.find(executor_id);
-      if (it == idle_polls_.end()) return;
-      PollNotice& notice = poll_notices_[executor_id];
-      notice.drain = notice.drain || reply->drain;
-      notice.reregister = notice.reregister || reply->unknown_executor;
-      if (it->second->state != HeldLease::State::kParked) return;  // heard at its next look
-      HeldLease* call = it->second;
-      parked_.erase({call->wake_at, call});
-      MakeReadyLocked(call);
+      // Last: the service's destructor, once every renewal is answered, finds no answer still in
+      // its parts.
+      renewals_.Answered();
     };
     // Deferred: a renewal is due well before the executor's last beat expires, and thousands may
     // fall due together; executors waiting for their heartbeats' answers go first.
@@ -767,28 +580,7 @@ void ExecutorService::RenewIdle(const std::vector<std::string>& executor_ids) {
   }
 }
 
-void ExecutorService::EndIdlePollLocked(HeldLease* call) {
-  if (!call->idle) return;
-  auto it = idle_polls_.find(call->executor_id);
-  if (it == idle_polls_.end() || it->second != call) return;
-  idle_polls_.erase(it);
-  poll_notices_.erase(call->executor_id);  // not heard: a later poll's renewal tells it again
-}
-
-bool ExecutorService::TakePollNoticeLocked(const std::string& executor_id, v1::LeaseResponse* reply) {
-  auto it = poll_notices_.find(executor_id);
-  if (it == poll_notices_.end()) return false;
-  reply->set_drain(it->second.drain);
-  reply->set_reregister(it->second.reregister);
-  reply->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
-  poll_notices_.erase(it);
-  return true;
-}
-
-int64_t ExecutorService::leases_waiting() const {
-  absl::MutexLock lock(&work_mu_);
-  return static_cast<int64_t>(parked_.size());
-}
+int64_t ExecutorService::leases_waiting() const { return room_.waiting(); }
 
 absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::ServerContext* context,
                                     const v1::LeaseRequest& request, v1::LeaseResponse* reply) {
@@ -801,10 +593,8 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
   const bool idle = options_.idle_polls_renew && request.idle();
   if (idle) {
     reply->set_idle_renewed(true);
-    bool renew;
-    renew = renewals_.Due(executor_id, now);
-    if (renew) renewals_.Counted(1, /*in_flight=*/false);
-    if (renew) {
+    if (renewals_.Due(executor_id, now)) {
+      renewals_.Counted(1, /*in_flight=*/false);
       absl::StatusOr<HeartbeatReply> renewed = heartbeats_.Heartbeat(IdleRenewal(executor_id), options_.lease_ttl);
       if (!renewed.ok()) {
         renewals_.NotWritten(executor_id);  // not renewed: the next poll tries again
@@ -826,15 +616,8 @@ absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::
     if (!leases->empty() || gangs_.HasDuties(executor_id) || (context && context->IsCancelled()) || now >= deadline) {
       break;
     }
-    absl::MutexLock lock(&work_mu_);
-    auto notified = [&] {
-      work_mu_.AssertHeld();
-      return work_generation_ != generation || stopping_;
-    };
-    absl::Time wake = deadline;
-    if (auto it = idle_.find(executor_id); it != idle_.end()) wake = std::min(wake, it->second.recheck_at);
-    clock_->AwaitWithDeadline(work_mu_, absl::Condition(&notified), wake);
-    if (stopping_) break;
+    const absl::Time wake = std::min(deadline, idle_looks_.RecheckAt(executor_id).value_or(absl::InfiniteFuture()));
+    if (room_.AwaitAnnouncement(generation, wake)) break;  // the server stops
   }
   return AnswerLease(executor_id, *leases, now, reply);
 }
@@ -883,26 +666,14 @@ void ExecutorService::WorkArrived() {
 void ExecutorService::NotifyWork() {
   // The work may be a job's first tasks, which cold executors may take only once the warm wait
   // has passed (a job is created before its tasks are announced, so this end is never early).
-  const absl::Duration warm_wait = store_->WarmWait();
-  const absl::Time now = clock_->Now();
-  {
-    absl::MutexLock lock(&work_mu_);
-    ++work_generation_;
-    if (warm_wait > absl::ZeroDuration()) {
-      // Rounded up to 100 ms (never early): a busy server keeps a few dozen of them at most.
-      while (!warm_wait_ends_.empty() && *warm_wait_ends_.begin() <= now) warm_wait_ends_.erase(warm_wait_ends_.begin());
-      const absl::Duration step = absl::Milliseconds(100);
-      warm_wait_ends_.insert(absl::UnixEpoch() + absl::Ceil(now + warm_wait - absl::UnixEpoch(), step));
-    }
-    WakeParkedLocked();
-  }
+  // Its wait's end is in place before the announcement counts: a look as of it sees the end.
+  idle_looks_.Announced(clock_->Now(), store_->WarmWait());
+  room_.Announce();
 }
 
 void ExecutorService::Shutdown() {
   presence_.Stop();
-  absl::MutexLock lock(&work_mu_);
-  stopping_ = true;
-  WakeParkedLocked();
+  room_.Stop();
 }
 
 grpc::ServerUnaryReactor* ExecutorService::Complete(grpc::CallbackServerContext* context,

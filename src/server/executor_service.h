@@ -27,20 +27,22 @@
 // short tasks (a window of more than kSpreadWindow) are not capped: there a lease's round trip
 // weighs more than a task's wait in a queue. Each server counts the executors waiting on it alone.
 //
-// Its parts, each with one job and its own lock: CompletionPipeline (the ends of attempts on
-// their way to the store, and what follows them), Presence (Attach streams, and backups for
-// the tasks of an executor whose last one closed) and IdleRenewals (when each executor was last
-// renewed here, so its idle polls renew it once an idle beat).
+// Its parts, each with one job and its own lock: LeaseWaitRoom (the held Lease calls, and the
+// announcements of work that wake them), IdleLooks (which executors found nothing, and when they
+// look in the store again), CompletionPipeline (the ends of attempts on their way to the store,
+// and what follows them), Presence (Attach streams, and backups for the tasks of an executor whose
+// last one closed) and IdleRenewals (when each executor was last renewed here, so its idle polls
+// renew it once an idle beat). Its own state is what it was built with: it holds no lock of its
+// own beyond the lease threads' list.
 //
 // The typed methods (taking an executor id) are the calls without gRPC, for a caller already
 // authenticated as that executor (an in-process control plane in tests).
 // Threads: called on gRPC's threads; thread-safe. Held Lease calls are served by
-// options.lease_threads threads of its own, which wait on the Clock; a typed long-polling Lease
-// waits on the Clock on its caller's thread. Their looks in the store are written in batches by
+// options.lease_threads threads of its own, which wait on the Clock (in the room); a typed
+// long-polling Lease waits on the Clock on its caller's thread. Their looks in the store are written in batches by
 // the lease batcher's thread (lease_batches_): a lease thread waits for its batch.
 
 #include <atomic>
-#include <deque>
 #include <functional>
 #include <optional>
 #include <set>
@@ -65,7 +67,9 @@
 #include "server/gang_leasing.h"
 #include "server/group_commit.h"
 #include "server/heartbeat_batcher.h"
+#include "server/idle_looks.h"
 #include "server/idle_renewals.h"
+#include "server/lease_wait_room.h"
 #include "server/presence.h"
 #include "server/task_sizer.h"
 #include "server/server_options.h"
@@ -146,19 +150,19 @@ class ExecutorService final : public ExecutorServiceBase {
   void SetWorkSignal(WorkSignal* signal) { signal_ = signal; }
   // New work may be leasable (a job was submitted, a task requeued) through this server: wakes
   // the long-polling leases here, and announces it to the other servers.
-  void WorkArrived() ABSL_LOCKS_EXCLUDED(work_mu_);
+  void WorkArrived();
   // New work may be leasable (announced by another server): wakes the long-polling leases here.
-  void NotifyWork() ABSL_LOCKS_EXCLUDED(work_mu_);
+  void NotifyWork();
   // The server is stopping: long-polling leases answer at once, and later ones do not wait.
-  void Shutdown() ABSL_LOCKS_EXCLUDED(work_mu_);
+  void Shutdown();
   // How many times a lease looked the store up (tests: an idle fleet makes none), and how many
   // lease calls are held waiting now.
-  int64_t lease_lookups() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  int64_t lease_lookups() const;
   // Looks answered "nothing" without a lookup because no task of any job was pending.
-  int64_t lookups_spared() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  int64_t lookups_spared() const;
   // Times a look that found nothing asked the store whether any task is pending (tests).
-  int64_t pending_checks() const ABSL_LOCKS_EXCLUDED(work_mu_);
-  int64_t leases_waiting() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  int64_t pending_checks() const;
+  int64_t leases_waiting() const;
   // Lease calls queued for the lease batcher and not yet taken into a batch (tests).
   int64_t lease_calls_queued() const { return lease_batches_.waiting(); }
   // Tests: called with the number of calls of each lease batch before it looks in the store, on
@@ -176,7 +180,7 @@ class ExecutorService final : public ExecutorServiceBase {
   static bool Spreads(const v1::LeaseRequest& request);
   // Liveness renewals this server has made for executors from their idle long polls (not counting
   // the executors' own heartbeats).
-  int64_t idle_renewals() const ABSL_LOCKS_EXCLUDED(work_mu_);
+  int64_t idle_renewals() const;
   // Heartbeats answered on Beats streams so far (tests: an executor beats on its stream).
   int64_t beats_streamed() const { return beats_streamed_.load(std::memory_order_relaxed); }
   // Attach streams open here now; executors whose tasks got backups because their stream closed.
@@ -235,7 +239,7 @@ class ExecutorService final : public ExecutorServiceBase {
   // `generation` is the announcement count the answer is as of.
   absl::StatusOr<std::vector<minions::Lease>> LookForWork(const std::string& executor_id, int max_tasks,
                                                           absl::Time now, uint64_t* generation)
-      ABSL_LOCKS_EXCLUDED(work_mu_);
+;
   // One Lease call's look in the store, as the lease batcher takes it (lease_batches_).
   struct LeaseCall {
     LeaseAsk ask;
@@ -247,7 +251,7 @@ class ExecutorService final : public ExecutorServiceBase {
       const std::vector<LeaseCall>& calls);
   // The executor's circumstances changed (it registered, finished or gave up a task): it looks in
   // the store on its next lease.
-  void ForgetIdle(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(work_mu_);
+  void ForgetIdle(const std::string& executor_id);
   // Fills `reply` with `leases` (their URLs); on failure hands every one of them back.
   absl::Status AnswerLease(const std::string& executor_id, const std::vector<minions::Lease>& leases, absl::Time now,
                            v1::LeaseResponse* reply);
@@ -256,43 +260,30 @@ class ExecutorService final : public ExecutorServiceBase {
   class HeldLease;
   class AttachStream;
   class BeatStream;
-  void StartLeaseThreads() ABSL_LOCKS_EXCLUDED(work_mu_);
-  void LeaseThreadLoop() ABSL_LOCKS_EXCLUDED(work_mu_);
-  // One look for work for a held call: answers it, or parks it until work is announced or its
-  // wait (or the executor's recheck) is due.
-  void Serve(HeldLease* call) ABSL_LOCKS_EXCLUDED(work_mu_);
-  void Cancelled(HeldLease* call) ABSL_LOCKS_EXCLUDED(work_mu_);
-  // Every parked call to the ready queue (work was announced, or the server stops).
-  void WakeParkedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  void StartLeaseThreads() ABSL_LOCKS_EXCLUDED(threads_mu_);
+  // A lease thread: takes the room's turns (a held call to serve, or a renewal scan) until it closes.
+  void LeaseThreadLoop();
+  // One look for work for a held call: answers it, or leaves it in the room until work is
+  // announced or its wait (or the executor's recheck) is due.
+  void Serve(HeldLease* call);
+  void Cancelled(HeldLease* call);
 
   // Idle polls stand for idle heartbeats (ServerOptions::idle_polls_renew; when each executor was
-  // last renewed is renewals_'s). The executors whose held idle polls are due a renewal (and
-  // forgets renewals long past).
-  std::vector<std::string> DueRenewalsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  // Whether an idle poll of `executor_id` is held here (renewals_ keeps those it would forget).
-  bool PollingLocked(const std::string& executor_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
-    return idle_polls_.contains(executor_id);
-  }
+  // last renewed is renewals_'s, which polls are held the room's). A renewal scan: renews those of
+  // `idle_polls` due a renewal at `now`, and forgets renewals long past.
+  void ScanRenewals(const std::vector<std::string>& idle_polls, absl::Time now);
   // Renews them, as idle heartbeats, in the heartbeats' group commit, without waiting. What the
-  // store answers that an executor must hear (drain, register again) is kept for its held idle
-  // poll (none held: dropped), and a parked one is answered at once.
-  void RenewIdle(const std::vector<std::string>& executor_ids) ABSL_LOCKS_EXCLUDED(work_mu_);
+  // store answers that an executor must hear (drain, register again) is told to the room, for its
+  // held idle poll (none held: dropped; a parked one is answered at once).
+  void RenewIdle(const std::vector<std::string>& executor_ids);
   // A renewal: an idle heartbeat (state available, nothing held, holdings unchanged).
   HeartbeatCall IdleRenewal(const std::string& executor_id) const;
   // How often the lease threads look for held idle polls due a renewal (a renewal is due this much
   // before an idle beat has passed, so they come at most an idle beat apart, as the executor's own
   // beats would).
   absl::Duration RenewalScanPeriod() const;
-  // A held call ends: it no longer stands for its executor's idle heartbeat.
-  void EndIdlePollLocked(HeldLease* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  // What a renewal answered that the executor has not heard yet, answered to its next poll.
-  struct PollNotice {
-    bool drain = false;
-    bool reregister = false;
-  };
-  // Answers `reply` with the notice kept for `executor_id`, if any (and forgets it).
-  bool TakePollNoticeLocked(const std::string& executor_id, v1::LeaseResponse* reply)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Its liveness was written now (it registered, or its heartbeat was): renewals_ counts it.
+  void LivenessWritten(const std::string& executor_id);
 
   MetadataStore* store_;
   BlobStore* blobs_;
@@ -312,48 +303,14 @@ class ExecutorService final : public ExecutorServiceBase {
   GangLeasing gangs_;
   ConfinementGate confinement_;  // who may be leased work (ServerOptions::require_confined_executors)
   WorkSignal* signal_ = nullptr;
-  mutable absl::Mutex work_mu_;
-  uint64_t work_generation_ ABSL_GUARDED_BY(work_mu_) = 0;  // bumped by NotifyWork
-  bool stopping_ ABSL_GUARDED_BY(work_mu_) = false;
-  bool exiting_ ABSL_GUARDED_BY(work_mu_) = false;  // the destructor: lease threads end
-  // Executors whose last look found nothing: as of which generation, and when to look anyway.
-  struct IdleMark {
-    uint64_t generation = 0;
-    absl::Time recheck_at;
-    std::optional<ExecutorState> reported;  // the state its heartbeats report
-  };
-  absl::flat_hash_map<std::string, IdleMark> idle_ ABSL_GUARDED_BY(work_mu_);
-  // No task of any job was pending as of this generation (a look that found nothing asked the
-  // store, once per generation): until `recheck_at` or the next announcement, every executor's
-  // look finds nothing without asking. Without it, an announcement woke every waiting executor
-  // into a store lookup each: a job of a few hundred tasks cost a fleet of 10,000 executors
-  // 10,000 lookups, and every requeue as many again.
-  std::optional<IdleMark> none_pending_ ABSL_GUARDED_BY(work_mu_);
-  int64_t lookups_spared_ ABSL_GUARDED_BY(work_mu_) = 0;  // looks answered by none_pending_
-  bool pending_check_running_ ABSL_GUARDED_BY(work_mu_) = false;  // a look asks AnyTaskPending now
-  int64_t pending_checks_ ABSL_GUARDED_BY(work_mu_) = 0;          // AnyTaskPending asked by looks
-  // When the warm-executor waits of work announced so far end (announcement + the store's
-  // WarmWait): an idle executor's recheck comes no later than the next of these.
-  std::set<absl::Time> warm_wait_ends_ ABSL_GUARDED_BY(work_mu_);
-  // The next recheck of an executor that found nothing at `now`: the idle recheck, or the end of
-  // a warm-executor wait if one comes first (and forgets the waits that have ended).
-  absl::Time NextRecheckLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  int64_t lease_lookups_ ABSL_GUARDED_BY(work_mu_) = 0;
-  // Held Lease calls: to serve now, and parked until (wake time, call); of those ready or being
-  // served, how many spread (HeldLease::spreads: see SpreadShare).
-  std::deque<HeldLease*> ready_ ABSL_GUARDED_BY(work_mu_);
-  std::set<std::pair<absl::Time, HeldLease*>> parked_ ABSL_GUARDED_BY(work_mu_);
-  int64_t idle_unserved_ ABSL_GUARDED_BY(work_mu_) = 0;
-  // Queues a held call in ready_ (and counts it in idle_unserved_ if it spreads).
-  void MakeReadyLocked(HeldLease* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  // Idle polls held here, by executor (the latest one's); the next look for renewals due;
-  // notices for the next poll.
-  absl::flat_hash_map<std::string, HeldLease*> idle_polls_ ABSL_GUARDED_BY(work_mu_);
-  absl::Time next_renewal_scan_ ABSL_GUARDED_BY(work_mu_) = absl::InfiniteFuture();
-  absl::flat_hash_map<std::string, PollNotice> poll_notices_ ABSL_GUARDED_BY(work_mu_);
+  // The held Lease calls and the announcements of work (server/lease_wait_room.h).
+  LeaseWaitRoom room_{clock_, RenewalScanPeriod()};
+  // Which executors found nothing, and when they look in the store again (server/idle_looks.h).
+  IdleLooks idle_looks_{options_.idle_recheck};
   std::atomic<int64_t> beats_streamed_{0};
   std::atomic<int64_t> heartbeats_in_flight_{0};  // submitted to the batcher, not answered yet
-  std::vector<std::thread> lease_threads_ ABSL_GUARDED_BY(work_mu_);
+  absl::Mutex threads_mu_;
+  std::vector<std::thread> lease_threads_ ABSL_GUARDED_BY(threads_mu_);
   // Attach streams, and backups for executors that went without a word. After what its thread
   // calls back into (the gangs, WorkArrived): ended before them.
   Presence presence_{store_, clock_, Presence::Hooks{[this](const std::string& executor_id, absl::Time now) {
@@ -373,7 +330,7 @@ class ExecutorService final : public ExecutorServiceBase {
   // what it calls back into.
   CompletionPipeline completions_;
   // When each executor was last renewed here, and the renewals made (server/idle_renewals.h): its
-  // own lock, taken inside work_mu_ or alone.
+  // own lock. Its polling callback calls into the room (never the other way round).
   IdleRenewals renewals_;
 };
 

@@ -92,8 +92,14 @@ absl::Status ExecutorService::ReportVerifications(const std::string& executor_id
   std::vector<RecordVerdict> verdicts;
   for (int i = 0; i < request.verdicts_size(); ++i) {
     const v1::RecordVerdict& v = request.verdicts(i);
-    verdicts.push_back(RecordVerdict{v.record(), items[static_cast<size_t>(i)].custom_id(), v.checked(), v.passed(),
-                                     v.reason()});
+    const std::string& custom_id = items[static_cast<size_t>(i)].custom_id();
+    if (custom_id.empty()) {
+      // The input line is not JSON, so its answer is an error line, which the chunk checks
+      // judged: no verifier's word on it counts, and none may hold the job back.
+      verdicts.push_back(RecordVerdict{v.record(), "", false, false, "the record has no custom_id"});
+      continue;
+    }
+    verdicts.push_back(RecordVerdict{v.record(), custom_id, v.checked(), v.passed(), v.reason()});
   }
   ASSIGN_OR_RETURN(Executor producer, store_->ReportVerifications(executor_id, check, verdicts, now));
   if (producer.state == ExecutorState::kQuarantined) {

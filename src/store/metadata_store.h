@@ -408,8 +408,8 @@ class MetadataStore : public IdentityStore, public ModelStore, public GangStore 
   // producer, in the same transaction), and the task ends. Answers the producer as it is after.
   // NotFound when the task is not open; PermissionDenied unless `verifier_id` holds its lease
   // (unexpired at `now`) and is neither quarantined nor revoked; InvalidArgument unless the
-  // verdicts name the task's records, in order, with their custom_ids. A refused report writes
-  // nothing.
+  // verdicts name the task's records, in order, with their custom_ids (an unchecked verdict may
+  // have none: a record whose input line is not JSON has none). A refused report writes nothing.
   virtual absl::StatusOr<Executor> ReportVerifications(const std::string& /*verifier_id*/,
                                                        const VerificationTask& /*key*/,
                                                        const std::vector<RecordVerdict>& /*verdicts*/,

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "runner/batch_record.h"
 #include "runner/rescore.h"
@@ -42,6 +43,16 @@ struct FakeRunnerScript {
   // cannot_rescore every item is answered with an error (as a runner that cannot check).
   std::string reject_claim = "forged";
   bool cannot_rescore = false;
+  // `cancel` is not obeyed (a runner that does not know it): its batches run to their end.
+  bool ignores_cancel = false;
+  // A model of the fake's own: with `modelled`, the honest answer to a record is a function of its
+  // line (ModelledAnswer), and `rescore` checks a claim against it word by word and its usage to
+  // the token, as the real check does against the model's logits (reject_claim is then unused).
+  bool modelled = false;
+  // A dishonest or broken producer (tests/executor/dishonest_executor_test.cc): sees each answer
+  // line it gives, with how many it gave before (the plan is driven by progress, never by the
+  // clock), and may change it.
+  std::function<void(int64_t n, Json& output)> corrupt;
 
   // The tally.
   int starts = 0;
@@ -51,10 +62,61 @@ struct FakeRunnerScript {
   std::vector<std::string> batches;  // ids, in the order they were sent
   int64_t records_run = 0;  // results given
   std::vector<int> signals;  // Signal() calls, in order
+  std::vector<std::string> cancels;  // Cancel() calls' batches, in order
   std::vector<int> tcp_ports;  // the ports the last runner started may connect to (a gang's members)
   std::vector<std::string> rescores;  // `rescore` batch ids, in the order they were sent
   int64_t items_rescored = 0;         // verdicts given
 };
+
+// The modelled fake's honest answer to a record line: `kModelledWords` words, each a function of
+// the line and its position, and the usage a tokenizer of one token per word (and per 4 bytes of
+// prompt) would count.
+inline constexpr int kModelledWords = 40;
+struct ModelledAnswer {
+  std::string text;
+  Usage usage;
+};
+inline ModelledAnswer ModelAnswer(const std::string& record) {
+  ModelledAnswer answer;
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : record) h = (h ^ c) * 1099511628211ull;
+  for (int i = 0; i < kModelledWords; ++i) {
+    h = (h ^ static_cast<uint64_t>(i)) * 1099511628211ull;
+    absl::StrAppend(&answer.text, i == 0 ? "" : " ", "w", h % 1000);
+  }
+  answer.usage.prompt_tokens = static_cast<int>(record.size() / 4 + 1);
+  answer.usage.completion_tokens = kModelledWords;
+  return answer;
+}
+// What the modelled fake's check says of a claimed output line for `record` (rescore::Verdict).
+inline rescore::Verdict CheckModelled(const std::string& record, const Json& claim) {
+  rescore::Verdict verdict;
+  if (claim.contains("error") && !claim["error"].is_null()) {
+    verdict.skipped = "an error line";
+    return verdict;
+  }
+  const Json body = claim.contains("response") ? claim["response"].value("body", Json::object()) : Json::object();
+  const Json choices = body.value("choices", Json::array());
+  const std::string text =
+      choices.is_array() && !choices.empty() && choices[0].is_object() ? choices[0].value("text", std::string()) : "";
+  const Json usage = body.value("usage", Json::object());
+  const ModelledAnswer honest = ModelAnswer(record);
+  const std::vector<std::string> claimed = absl::StrSplit(text, ' '), expected = absl::StrSplit(honest.text, ' ');
+  for (size_t i = 0; i < std::max(claimed.size(), expected.size()); ++i) {
+    if (i >= claimed.size() || i >= expected.size() || claimed[i] != expected[i]) {
+      verdict.reason = absl::StrCat("greedy: answer token ", i, " is not the most likely");
+      return verdict;
+    }
+  }
+  if (usage.value("prompt_tokens", -1) != honest.usage.prompt_tokens ||
+      usage.value("completion_tokens", -1) != honest.usage.completion_tokens) {
+    verdict.reason = absl::StrCat("usage: claims ", usage.dump(), "; counted ", honest.usage.prompt_tokens, " + ",
+                                  honest.usage.completion_tokens);
+    return verdict;
+  }
+  verdict.passed = true;
+  return verdict;
+}
 
 class FakeRunner : public Runner {
  public:
@@ -83,6 +145,8 @@ class FakeRunner : public Runner {
     Queue(std::move(command));
   }
   void Cancel(const std::string& batch) override {
+    script_->cancels.push_back(batch);
+    if (script_->ignores_cancel) return;
     if (current_ && current_->id == batch) current_->cancelled = true;
     for (auto& command : commands_) {
       if (command.id == batch) command.cancelled = true;
@@ -214,6 +278,9 @@ class FakeRunner : public Runner {
         Json verdict{{"type", "verdict"}, {"batch", c.id}, {"index", c.next}, {"custom_id", custom_id}};
         if (script_->cannot_rescore) {
           verdict["error"] = "this runner cannot check answers";
+        } else if (script_->modelled) {
+          auto claim = ParseJson(c.claims[c.next]);
+          verdict["verdict"] = CheckModelled(c.records[c.next], claim.ok() ? *claim : Json::object()).ToJson();
         } else {
           rescore::Verdict decided;
           decided.passed = script_->reject_claim.empty() || c.claims[c.next].find(script_->reject_claim) == std::string::npos;
@@ -227,6 +294,12 @@ class FakeRunner : public Runner {
       }
       case Command::kRun:
         if (c.cancelled || c.next >= c.records.size()) {
+          // As the protocol says: every record not answered gets a `cancelled` error line.
+          for (size_t i = c.next; c.cancelled && i < c.records.size(); ++i) {
+            Emit(Json{{"type", "result"}, {"batch", c.id}, {"index", i},
+                      {"output", MakeErrorLine(ParseRecordLine(c.records[i]).custom_id, kErrorCancelled,
+                                               "the batch was cancelled")}});
+          }
           Emit(Json{{"type", "batch_done"}, {"batch", c.id}, {"records", c.records.size()},
                         {"cancelled", c.cancelled}});
           current_.reset();
@@ -243,9 +316,12 @@ class FakeRunner : public Runner {
           return;
         }
         ParsedRecord parsed = ParseRecordLine(record);
-        Json output = parsed.ok() ? MakeResponseLine(parsed.custom_id,
-                                                     MakeCompletionBody(parsed.custom_id, "fake", script_->answer, "stop", {}, 0))
+        const ModelledAnswer modelled = script_->modelled ? ModelAnswer(record) : ModelledAnswer{script_->answer, {}};
+        Json output = parsed.ok() ? MakeResponseLine(parsed.custom_id, MakeCompletionBody(parsed.custom_id, "fake",
+                                                                                          modelled.text, "stop",
+                                                                                          modelled.usage, 0))
                                   : MakeErrorLine(parsed.custom_id, parsed.error_code, parsed.error_message);
+        if (script_->corrupt) script_->corrupt(script_->records_run, output);
         Emit(Json{{"type", "result"}, {"batch", c.id}, {"index", c.next}, {"output", std::move(output)}});
         ++script_->records_run;
         ++c.next;

@@ -489,6 +489,42 @@ TEST_F(DashboardTest, TokensPerSecondSumEveryServersAndShowATeamItsOwn) {
   EXPECT_EQ(mine["tokens"][0]["team"], "ml");
 }
 
+// A server that stops in the middle of a step writes the tokens it admitted in it (issue 39,
+// point 4): they show at the step's end with the other servers' of that step, none lost.
+TEST_F(DashboardTest, TokensOfAServersLastPartialStepAreWrittenWhenItStops) {
+  Team team;
+  team.name = "ml";
+  ASSERT_TRUE(store_->CreateTeam(team).ok());
+  ASSERT_TRUE(fleet_->RecordHistory().ok());  // the first point, at a step's start
+  const absl::Time first = Must(fleet_->History()).front().at;
+  clock_.Advance(first + absl::Seconds(15) - clock_.Now());  // the next step's start
+  ASSERT_TRUE(fleet_->RecordTokens({{"ml", {0, 30}}}).ok());  // the step that ended
+  ASSERT_TRUE(fleet_->RecordHistory().ok());
+  clock_.Advance(absl::Seconds(5));
+  // 60 more completion tokens, then the server stops 5 s into the step.
+  ASSERT_TRUE(fleet_->RecordTokens({{"ml", {0, 90}}}, /*stopping=*/true).ok());
+  // A second server writes its own of that step when the step ends, and records the point.
+  clock_.Advance(absl::Seconds(10));
+  ProgressTracker progress;
+  FleetView other(store_.get(), &clock_, &progress, absl::Seconds(1));
+  ASSERT_TRUE(other.RecordTokens({{"ml", {0, 15}}}).ok());
+  ASSERT_TRUE(other.RecordHistory().ok());
+
+  Json history = GetJson("/api/history");
+  ASSERT_EQ(history["tokens"].size(), 1u) << DumpJson(history);
+  const Json& ml = history["tokens"][0];
+  auto index_of = [&](absl::Time t) {
+    const double at = absl::ToDoubleSeconds(t - absl::UnixEpoch());
+    size_t i = 0;
+    while (i < history["t"].size() && history["t"][i].get<double>() != at) ++i;
+    return i;
+  };
+  const size_t second = index_of(first + absl::Seconds(15)), third = index_of(first + absl::Seconds(30));
+  ASSERT_LT(third, history["t"].size()) << DumpJson(history);
+  EXPECT_DOUBLE_EQ(ml["completion_per_second"][second].get<double>(), 2);  // 30 / 15 s
+  EXPECT_DOUBLE_EQ(ml["completion_per_second"][third].get<double>(), 5);   // (60 + 15) / 15 s
+}
+
 // Points older than FleetView::kHistorySpan are removed as new ones are recorded: the stored
 // history stays bounded however long the server runs.
 TEST_F(DashboardTest, TheStoredHistoryStaysBounded) {

@@ -478,11 +478,14 @@ TEST(ExecutorStory, TheOwnerComingBackPausesTheRunnerThenReleasesItThenHandsTheT
   std::string job = s.Submit(Scenario::Records(100), 50);
   ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= 5; }));
 
-  // Pause: nothing more is fed; past the grace the runner is stopped.
+  // Pause: nothing more is fed, and the batches in the runner are cancelled: it stops at its next
+  // step, idle (not SIGSTOPped: it obeyed), with its model loaded.
   a.gate->Set(WorkMode::kPause);
   s.RunFor(absl::Seconds(1));
   ASSERT_TRUE(a.runners->live());
-  EXPECT_TRUE(a.runners->live()->stopped());
+  EXPECT_TRUE(a.runners->live()->idle());
+  EXPECT_FALSE(a.runners->live()->stopped());
+  EXPECT_FALSE(a.runner.cancels.empty());
   const int64_t paused_at = a.runner.records_run;
   s.RunFor(absl::Seconds(20));
   EXPECT_EQ(a.runner.records_run, paused_at);
@@ -514,6 +517,71 @@ TEST(ExecutorStory, TheOwnerComingBackPausesTheRunnerThenReleasesItThenHandsTheT
   a.gate->Set(WorkMode::kRun);
   ASSERT_TRUE(s.RunUntilJobEnds(job));
   s.ExpectEachRecordOnce(job, 100);
+}
+
+// Owner first on a device (issue 41, point 6): the owner's return stops the runner at its next
+// step rather than at the end of its batch, so no work of ours stays queued on the machine. What
+// it finished is kept and checkpointed; the rest waits, leased, and runs when the owner leaves on
+// the same runner (no reload), each record computed once.
+TEST(ExecutorStory, TheOwnerComingBackStopsTheBatchAtItsNextStepAndLosesNothing) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.record_time = absl::Milliseconds(40);  // its step: well within the grace (100 ms)
+  std::string job = s.Submit(Scenario::Records(60), 60);  // one task: a batch of 60 records
+  ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= 13; }));
+
+  a.gate->Set(WorkMode::kPause);
+  // Its next step: the record under way ends (at most one record_time), then nothing more.
+  ASSERT_TRUE(s.RunUntil([&] { return a.runners->live() && a.runners->live()->idle(); }, absl::Milliseconds(90)));
+  const int64_t paused_at = a.runner.records_run;
+  EXPECT_LT(paused_at, 60) << "the batch did not run to its end";
+  EXPECT_EQ(a.runner.cancels.size(), 1u);
+  EXPECT_TRUE(a.runner.signals.empty()) << "a runner that obeys the cancel is not SIGSTOPped";
+  s.RunFor(absl::Seconds(30));
+  EXPECT_EQ(a.runner.records_run, paused_at);
+  EXPECT_EQ(s.RunningTasksOf("A"), 1) << "its lease is kept";
+  // What it finished is committed (checkpointed at once): a stop now would lose none of it.
+  Task held = TaskAt(s.tasks(job), 0);
+  EXPECT_EQ(CommittedRecords(held), paused_at);
+  EXPECT_EQ(held.records_failed, 0) << "a record stopped for the owner is no error";
+
+  a.gate->Set(WorkMode::kRun);
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  EXPECT_EQ(s.job(job).state, JobState::kCompleted);
+  s.ExpectEachRecordOnce(job, 60);
+  EXPECT_EQ(a.runner.records_run, 60) << "no finished record ran again";
+  EXPECT_EQ(a.runner.starts, 1);
+  EXPECT_EQ(a.runner.loads, 1) << "the model stayed loaded over the pause";
+  Task task = TaskAt(s.tasks(job), 0);
+  EXPECT_EQ(task.failures, 0);
+  EXPECT_EQ(task.preemptions, 0);
+}
+
+// A runner that does not obey `cancel` (one a team brought) is stopped past the grace, and its
+// batch goes on where it was once the owner leaves.
+TEST(ExecutorStory, ARunnerThatIgnoresTheCancelIsStoppedPastTheGrace) {
+  Scenario s;
+  Scenario::Executor& a = s.AddExecutor("A");
+  a.runner.record_time = absl::Milliseconds(100);
+  a.runner.ignores_cancel = true;
+  std::string job = s.Submit(Scenario::Records(60), 60);
+  ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= 5; }));
+
+  a.gate->Set(WorkMode::kPause);
+  s.RunFor(absl::Seconds(1));
+  ASSERT_TRUE(a.runners->live());
+  EXPECT_TRUE(a.runners->live()->stopped());
+  EXPECT_EQ(a.runner.cancels.size(), 1u) << "asked once, then stopped";
+  const int64_t paused_at = a.runner.records_run;
+  s.RunFor(absl::Seconds(20));
+  EXPECT_EQ(a.runner.records_run, paused_at);
+  EXPECT_EQ(CommittedRecords(TaskAt(s.tasks(job), 0)), paused_at) << "what it finished is checkpointed at the stop";
+
+  a.gate->Set(WorkMode::kRun);
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  EXPECT_EQ(s.job(job).state, JobState::kCompleted);
+  s.ExpectEachRecordOnce(job, 60);
+  EXPECT_EQ(a.runner.records_run, 60);
 }
 
 // The bytes of a registry model as the executor's model cache fetches them: the real client

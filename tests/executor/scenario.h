@@ -39,7 +39,7 @@ class FakeWorkGate : public WorkGate {
     return "owner_active";
   }
   std::string Reason() const override { return mode_ == WorkMode::kRun ? "" : "owner active (test)"; }
-  absl::Duration pause_grace() const override { return absl::Milliseconds(500); }
+  absl::Duration pause_grace() const override { return absl::Milliseconds(100); }
 
  private:
   Clock* clock_;

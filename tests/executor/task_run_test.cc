@@ -278,6 +278,77 @@ TEST(TaskRun, ASuspectLostForTheOwnerKeepsItsIsolationOrder) {
   EXPECT_EQ(ParseRecordLine(again->records[0]).custom_id, "r0");
 }
 
+// The owner came back mid-batch (issue 41, point 6): the batch is cancelled at the runner's next
+// decode step. What it finished stays done; the `cancelled` lines it writes for the rest are no
+// answers: those records run again in the next batch.
+TEST(TaskRun, ABatchYieldedForTheOwnerKeepsWhatFinishedAndRunsTheRestAgain) {
+  auto run = Start(Lease(4), Input(4), Every(50));
+  auto batch = run->NextBatch(kT0);
+  run->OnResult(batch->id, 1, Ok(1));
+  run->OnResult(batch->id, 0, Ok(0));
+  run->Yield();
+  EXPECT_TRUE(run->yielding());
+  for (size_t i : {2, 3}) {
+    run->OnResult(batch->id, i, MakeErrorLine(absl::StrCat("r", i), kErrorCancelled, "the batch was cancelled"));
+  }
+  EXPECT_EQ(run->OnBatchDone(batch->id, true), TaskRun::BatchEnd::kYielded);
+  EXPECT_FALSE(run->in_runner());
+  EXPECT_TRUE(run->yielded());
+  EXPECT_EQ(run->Progress().records_done, 2);
+  EXPECT_EQ(run->Progress().records_failed, 0) << "a record stopped for the owner is no error";
+  EXPECT_EQ(run->crashes(), 0);
+
+  // Checkpointed at once, whatever the cadence: a stop may follow the pause.
+  EXPECT_FALSE(run->DueCheckpoint(kT0));
+  auto chunk = run->DueCheckpoint(kT0, /*now_anyway=*/true);
+  ASSERT_TRUE(chunk);
+  EXPECT_EQ(chunk->chunk.begin, 0);
+  EXPECT_EQ(chunk->chunk.end, 2);
+  run->ChunkUploaded(chunk->chunk, kT0);
+
+  auto again = run->NextBatch(kT0);
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(run->yielded());
+  ASSERT_EQ(again->records.size(), 2u);
+  EXPECT_EQ(ParseRecordLine(again->records[0]).custom_id, "r2");
+  EXPECT_EQ(ParseRecordLine(again->records[1]).custom_id, "r3");
+  Answer(*run, *again);
+  EXPECT_EQ(run->OnBatchDone(again->id, false), TaskRun::BatchEnd::kFinished);
+  auto last = run->FinalChunk();
+  ASSERT_TRUE(last.ok() && *last);
+  EXPECT_EQ((*last)->chunk.begin, 2);
+  EXPECT_EQ((*last)->chunk.records_failed, 0);
+  EXPECT_THAT((*last)->output, ::testing::Not(HasSubstr("cancelled")));
+}
+
+// The batch ended before the cancel reached the runner: it is simply finished.
+TEST(TaskRun, ABatchThatEndsBeforeItsYieldReachesTheRunnerIsFinished) {
+  auto run = Start(Lease(2), Input(2));
+  auto batch = run->NextBatch(kT0);
+  run->Yield();
+  Answer(*run, *batch);
+  EXPECT_EQ(run->OnBatchDone(batch->id, false), TaskRun::BatchEnd::kFinished);
+  EXPECT_FALSE(run->yielded());
+  EXPECT_EQ(run->Progress().records_done, 2);
+}
+
+// A suspect (isolating a poison record) yielded for the owner keeps its group's place.
+TEST(TaskRun, ASuspectYieldedForTheOwnerKeepsItsIsolationOrder) {
+  auto run = Start(Lease(4), Input(4));
+  auto batch = run->NextBatch(kT0);
+  ASSERT_TRUE(run->OnRunnerCrashed(true, "boom"));  // halves: {r0, r1} then {r2, r3}
+  auto first = run->NextBatch(kT0);
+  ASSERT_EQ(first->records.size(), 2u);
+  run->Yield();
+  run->OnResult(first->id, 0, MakeErrorLine("r0", kErrorCancelled, "the batch was cancelled"));
+  run->OnResult(first->id, 1, MakeErrorLine("r1", kErrorCancelled, "the batch was cancelled"));
+  EXPECT_EQ(run->OnBatchDone(first->id, true), TaskRun::BatchEnd::kYielded);
+  auto again = run->NextBatch(kT0);
+  ASSERT_EQ(again->records.size(), 2u);
+  EXPECT_EQ(ParseRecordLine(again->records[0]).custom_id, "r0");
+  EXPECT_EQ(run->Progress().records_done, 0);
+}
+
 TEST(TaskRun, ProgressChangesItsVersionOnlyWhenItMoves) {
   auto run = Start(Lease(3), Input(3));
   uint64_t v = run->version();

@@ -353,6 +353,72 @@ TEST_P(Pool, AServerRestartCostsNoLease) {
   std::filesystem::remove_all(dir);
 }
 
+// Spot checks on real processes (docs/verification.md): each executor's answers are re-scored by
+// the other's llama.cpp runner while it is idle, and the job publishes once they are judged.
+TEST(Pool, WithSpotChecksOnHonestAnswersAreVerifiedByTheOtherExecutorBeforeTheJobPublishes) {
+  std::string dir = TempDir("spot-checks");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  pool.AddServerArgs({"--spot-checks"});
+  ASSERT_TRUE(pool.StartServer().ok());
+  for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
+  cli::SamplePromptOptions sample;
+  sample.records = 40;
+  sample.max_tokens = 4;
+  auto lines = cli::SamplePromptLines(sample);
+  std::string input = WriteInput(dir, lines);
+
+  v1::Job job = SubmitAndWait(pool, input, 10, "", absl::Minutes(8));
+  ASSERT_EQ(job.state(), "completed") << job.error();
+  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), Lines(FetchResults(pool, job.id(), true)));
+  // An executor's first records are all drawn; honest answers pass.
+  EXPECT_GT(job.verification().checked(), 0);
+  EXPECT_EQ(job.verification().failed(), 0);
+  EXPECT_EQ(job.verification().passed(), job.verification().checked());
+  std::filesystem::remove_all(dir);
+}
+
+// A cheating executor among honest ones (issue 38, point 6): its runner
+// (tests/integration/forging_runner.py) answers every record at once, inventing the answer and
+// claiming 999,999 prompt tokens, so it takes most of the job. The honest executors' llama.cpp
+// runners re-score its answers, it is quarantined, its records are redone, and the job publishes
+// only honest answers, every record once.
+TEST(Pool, AForgingExecutorAmongHonestOnesIsQuarantinedAndNoneOfItsAnswersPublish) {
+  std::string dir = TempDir("forger");
+  ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
+  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  pool.AddServerArgs({"--spot-checks"});
+  ASSERT_TRUE(pool.StartServer().ok());
+  for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
+  ASSERT_TRUE(pool.StartExecutor("forger", 1, std::string(MINIONS_TEST_SOURCE_DIR) + "/tests/integration/forging_runner.py").ok());
+  cli::SamplePromptOptions sample;
+  sample.records = 40;
+  sample.max_tokens = 4;
+  auto lines = cli::SamplePromptLines(sample);
+  std::string input = WriteInput(dir, lines);
+
+  v1::Job job = SubmitAndWait(pool, input, 5, "", absl::Minutes(8));
+  ASSERT_EQ(job.state(), "completed") << job.error() << "; logs in " << pool.dir() << "/logs";
+  std::vector<Json> output = Lines(FetchResults(pool, job.id(), false));
+  ExpectEachRecordOnce(lines, output, Lines(FetchResults(pool, job.id(), true)));
+  for (const Json& line : output) EXPECT_EQ(DumpJson(line).find("Forty-two"), std::string::npos) << DumpJson(line);
+  EXPECT_GT(job.verification().failed(), 0);
+  auto executors = cli::JobsClient(pool.connection()).Executors();
+  ASSERT_TRUE(executors.ok()) << executors.status();
+  bool seen = false;
+  for (const auto& e : *executors) {
+    if (e.name() != "forger") {
+      EXPECT_NE(e.state(), "quarantined") << e.name() << ": " << e.state_reason();
+      continue;
+    }
+    seen = true;
+    EXPECT_EQ(e.state(), "quarantined") << e.state_reason();
+    EXPECT_GT(e.records_done(), 0);  // it did take work, which was caught
+  }
+  EXPECT_TRUE(seen);
+  std::filesystem::remove_all(dir);
+}
+
 // The no-op runner reads one command and answers it before it reads the next, as
 // examples/echo_runner.py does. Tasks of 5,000 records send it commands and get answers far
 // larger than a pipe's buffer, and the executor queues the next task's before the last is

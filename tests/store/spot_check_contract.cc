@@ -109,6 +109,8 @@ TEST_P(SpotCheckContract, OnlyTheHolderOfAVerificationLeaseReportsItsVerdicts) {
   std::vector<RecordVerdict> unnamed = passed;
   unnamed[0].custom_id = "";
   EXPECT_CODE(store_->ReportVerifications(verifier, task, unnamed, now_).status(), kInvalidArgument);
+  unnamed[0].passed = false;  // a failure naming no record: refused too, nobody quarantined
+  EXPECT_CODE(store_->ReportVerifications(verifier, task, unnamed, now_).status(), kInvalidArgument);
   VerificationTask unknown = task;
   unknown.seq = 9;
   EXPECT_CODE(store_->ReportVerifications(verifier, unknown, passed, now_).status(), kNotFound);
@@ -152,9 +154,11 @@ TEST_P(SpotCheckContract, AFailedVerdictQuarantinesTheProducerAndAnUncheckedOneS
   std::vector<VerificationTask> leased = Must(store_->LeaseVerifications(verifier, 2, kTtl, now_), "LeaseVerifications");
   ASSERT_THAT(leased, SizeIs(2));
 
-  // Not checkable (the verifier lacked what it needed): no verdict, no consequence.
+  // Not checkable (the verifier lacked what it needed): no verdict, no consequence. A record
+  // whose input line is not JSON has no custom_id; its unchecked verdict names none.
   std::vector<RecordVerdict> unchecked = AllPassed(leased[0]);
   for (RecordVerdict& v : unchecked) v.checked = false;
+  unchecked[0].custom_id = "";
   ASSERT_OK_AND_ASSIGN(Executor after, store_->ReportVerifications(verifier, leased[0], unchecked, now_));
   EXPECT_NE(after.state, ExecutorState::kQuarantined);
   EXPECT_THAT(Must(store_->ListVerifications(job_id), "ListVerifications"), IsEmpty());

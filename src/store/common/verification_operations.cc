@@ -198,7 +198,9 @@ absl::StatusOr<Executor> VerificationOperations::ReportVerifications(const std::
     }
     const RecordVerdict* first_failure = nullptr;
     for (size_t i = 0; i < verdicts.size(); ++i) {
-      if (verdicts[i].record != task->records[i] || verdicts[i].custom_id.empty()) {
+      // A record whose input line is not JSON has no custom_id: its error line is the chunk
+      // checks' to judge, and a verdict on it may only say it was not checked.
+      if (verdicts[i].record != task->records[i] || (verdicts[i].checked && verdicts[i].custom_id.empty())) {
         return absl::InvalidArgumentError(absl::StrCat("verdict ", i, " must name record ", task->records[i],
                                                        " and its custom_id"));
       }
