@@ -18,14 +18,20 @@ using ::testing::Not;
 
 class GrpcAttack : public SecureServer {
  protected:
-  // A unary Jobs call about job `id` as the holder of `token`: what it answered.
+  // A unary call of `stub` as the holder of `token` ("": none): what it answered.
+  template <typename Stub, typename Request, typename Reply>
+  grpc::Status CallAs(Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Reply*),
+                      const std::string& token, const Request& request = Request()) {
+    Reply reply;
+    return (stub.*method)(As(token).get(), request, &reply);
+  }
+  // A unary Jobs call about job `id` as the holder of `token`.
   template <typename Request, typename Reply>
   grpc::Status CallOnJob(grpc::Status (v1::Jobs::Stub::*method)(grpc::ClientContext*, const Request&, Reply*),
                          const std::string& token, const std::string& id) {
     Request request;
     request.set_job_id(id);
-    Reply reply;
-    return ((*jobs_).*method)(As(token).get(), request, &reply);
+    return CallAs(*jobs_, method, token, request);
   }
   // A streaming Jobs call about job `id` as the holder of `token`: how it ended. The test fails
   // if it streams anything (`leaked` says what that would be).
@@ -54,26 +60,18 @@ class GrpcAttack : public SecureServer {
 };
 
 TEST_F(GrpcAttack, NoTokenIsRefusedOnEveryServiceAndMakesNothing) {
-  v1::Job job;
-  EXPECT_GRPC_CODE(jobs_->SubmitJob(As("").get(), Request(2), &job), UNAUTHENTICATED);
-  v1::ListJobsResponse jobs;
-  EXPECT_GRPC_CODE(jobs_->ListJobs(As("").get(), v1::ListJobsRequest(), &jobs), UNAUTHENTICATED);
-  v1::ListExecutorsResponse fleet;
-  EXPECT_GRPC_CODE(jobs_->ListExecutors(As("").get(), v1::ListExecutorsRequest(), &fleet), UNAUTHENTICATED);
-  v1::RegisterRequest registration;
-  v1::RegisterResponse registered;
-  EXPECT_GRPC_CODE(executors_->Register(As("").get(), registration, &registered), UNAUTHENTICATED);
-  v1::EnrolResponse enrolled;
-  EXPECT_GRPC_CODE(executors_->Enrol(As("").get(), v1::EnrolRequest(), &enrolled), UNAUTHENTICATED);
-  v1::LeaseResponse leases;
-  EXPECT_GRPC_CODE(executors_->Lease(As("").get(), v1::LeaseRequest(), &leases), UNAUTHENTICATED);
-  v1::IssuedToken issued;
+  EXPECT_GRPC_CODE(CallAs(*jobs_, &v1::Jobs::Stub::SubmitJob, "", Request(2)), UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(CallAs(*jobs_, &v1::Jobs::Stub::ListJobs, ""), UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(CallAs(*jobs_, &v1::Jobs::Stub::ListExecutors, ""), UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(CallAs(*executors_, &v1::Executors::Stub::Register, ""), UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(CallAs(*executors_, &v1::Executors::Stub::Enrol, ""), UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(CallAs(*executors_, &v1::Executors::Stub::Lease, ""), UNAUTHENTICATED);
   v1::IssueTokenRequest issue;
   issue.set_role("admin");
   issue.set_principal("me");
-  EXPECT_GRPC_CODE(admin_stub_->IssueToken(As("").get(), issue, &issued), UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(CallAs(*admin_stub_, &v1::Admin::Stub::IssueToken, "", issue), UNAUTHENTICATED);
   // A token of the right shape that was never issued is no better.
-  EXPECT_GRPC_CODE(admin_stub_->IssueToken(As(token::Mint(Role::kAdmin).text).get(), issue, &issued),
+  EXPECT_GRPC_CODE(CallAs(*admin_stub_, &v1::Admin::Stub::IssueToken, token::Mint(Role::kAdmin).text, issue),
                    UNAUTHENTICATED);
   EXPECT_THAT(Must(store_->ListJobs({})), IsEmpty());
   EXPECT_THAT(Must(store_->ListExecutors()), IsEmpty());
