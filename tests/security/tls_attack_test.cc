@@ -47,6 +47,12 @@ class TlsAttack : public SecureServer {
     if (started.ok()) plane.Shutdown();
     return started;
   }
+  // A control plane with `options` refuses to start, saying `says`.
+  void ExpectRefused(const ServerOptions& options, const std::string& says) {
+    absl::Status refused = StartAndStop(options);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+    EXPECT_THAT(std::string(refused.message()), HasSubstr(says));
+  }
 
   pki::Files pool_;
 };
@@ -87,13 +93,10 @@ TEST_F(TlsAttack, PlainTextToTheTlsPortsGetsNothing) {
 TEST_F(TlsAttack, TheServerRefusesPlainTextOffLoopback) {
   ServerOptions options = Options();
   options.listen = "0.0.0.0:0";
-  absl::Status refused = StartAndStop(options);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
-  EXPECT_THAT(std::string(refused.message()), HasSubstr("pki init"));
+  ExpectRefused(options, "pki init");
   options = Options();
   options.http_listen = "0.0.0.0:0";
-  refused = StartAndStop(options);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  ExpectRefused(options, "");
   // With a certificate, the same addresses are served.
   pki::Files files = MakePki("open");
   options = Options();
@@ -236,9 +239,7 @@ TEST_F(TlsAttack, ACallersLargeMessagesAreRefusedWithoutTheServerHoldingThem) {
 TEST_F(TlsAttack, PlainTextListensOnlyWhereTheGateWorks) {
   ServerOptions options = Options();
   options.listen = "127.0.0.2:0";
-  absl::Status refused = StartAndStop(options);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
-  EXPECT_THAT(std::string(refused.message()), HasSubstr("127.0.0.1"));
+  ExpectRefused(options, "127.0.0.1");
   options.listen = "localhost:0";
   EXPECT_TRUE(StartAndStop(options).ok());
 }
