@@ -67,6 +67,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["warm_wait_ms"].value<int64_t>()) config.warm_wait_ms = *v;
     if (auto v = table["server"]["model_affinity"].value<bool>()) config.model_affinity = *v;
     if (auto v = table["server"]["spot_checks"].value<bool>()) config.spot_checks = *v;
+    if (auto v = table["server"]["verify_wait_s"].value<int64_t>()) config.verify_wait_s = *v;
     if (auto v = table["server"]["heartbeat_batch"].value<int64_t>()) config.heartbeat_batch = *v;
     if (auto v = table["server"]["heartbeat_linger_us"].value<int64_t>()) config.heartbeat_linger_us = *v;
     if (auto v = table["server"]["idle_polls_renew"].value<bool>()) config.idle_polls_renew = *v;
@@ -257,6 +258,11 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
     problems.push_back(absl::StrCat("server.token_ttl_s is ", config.token_ttl_s,
                                     "; use 0 (team tokens never expire unless issued with --expires) or up to "
                                     "315360000 seconds; 7776000 (90 days) is the default"));
+  }
+  if (config.verify_wait_s < 0 || config.verify_wait_s > 86400) {
+    problems.push_back(absl::StrCat("server.verify_wait_s is ", config.verify_wait_s,
+                                    "; use between 0 and 86400 seconds a finished job waits for its open spot "
+                                    "checks; 600 is the default"));
   }
   if (config.task_target_s < 1 || config.task_target_s > 86400) {
     problems.push_back(absl::StrCat("server.task_target_s is ", config.task_target_s,
