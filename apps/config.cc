@@ -67,6 +67,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["warm_wait_ms"].value<int64_t>()) config.warm_wait_ms = *v;
     if (auto v = table["server"]["model_affinity"].value<bool>()) config.model_affinity = *v;
     if (auto v = table["server"]["spot_checks"].value<bool>()) config.spot_checks = *v;
+    if (auto v = table["server"]["verify_wait_s"].value<int64_t>()) config.verify_wait_s = *v;
     if (auto v = table["server"]["heartbeat_batch"].value<int64_t>()) config.heartbeat_batch = *v;
     if (auto v = table["server"]["heartbeat_linger_us"].value<int64_t>()) config.heartbeat_linger_us = *v;
     if (auto v = table["server"]["idle_polls_renew"].value<bool>()) config.idle_polls_renew = *v;
@@ -263,6 +264,9 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
     problems.push_back(absl::StrCat("server.grpc_memory_mb is ", config.grpc_memory_mb,
                                     "; use 0 (no quota) or between 32 and 1048576 MiB; 1024 is the default"));
   }
+  CheckRange("verify_wait_s", config.verify_wait_s, 0, 86400,
+             "use between 0 and 86400 seconds a finished job waits for its open spot checks; 600 is the default",
+             problems);
   CheckRange("token_ttl_s", config.token_ttl_s, 0, 3650 * 86400,
              "use 0 (team tokens never expire unless issued with --expires) or up to 315360000 "
              "seconds; 7776000 (90 days) is the default",

@@ -443,6 +443,20 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
            static_cast<long long>(v.failed()), v.failed() > 0 ? " (their producer is quarantined)" : "");
     printf("          by %s\n", absl::StrJoin(v.verifiers(), ", ").c_str());
   }
+  if (const v1::VerificationCounts& v = job->verification(); v.open_checks() > 0) {
+    const bool published = job->state() == "completed" || job->state() == "expired";
+    printf("unverified %lld spot checks open: %s\n", static_cast<long long>(v.open_checks()),
+           published ? "it published without them (no other executor judged them in time); a later verdict still counts"
+                     : "it publishes once other executors judge them, or after the server's verify wait");
+  }
+  if (const v1::VerificationCounts& v = job->verification(); v.failed_after_publication_size() > 0) {
+    // Published before the verdict: its files keep the quarantined producer's answers.
+    printf("notice    failed re-scoring after it published: %s\n",
+           WrappedAfterLabel(absl::StrJoin(v.failed_after_publication(), ", "), 10).c_str());
+    printf("          %lld of its records came from that quarantined executor and were not redone; run them "
+           "again\n",
+           static_cast<long long>(v.records_of_quarantined()));
+  }
   if (!job->error().empty()) printf("error     %s\n", WrappedAfterLabel(job->error(), 10).c_str());
   if (!job->wait_reason().empty()) printf("waiting   %s\n", WrappedAfterLabel(job->wait_reason(), 10).c_str());
   if (job->gang_size() > 0) {

@@ -346,6 +346,11 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
     return;
   }
   window_.Answered(request, reply->leases.size(), now, clock_->Now());
+  // A long poll answered early with nothing: the server woke it because another executor
+  // committed work that may have spot checks drawn (ExecutorService::WakeAVerifier). Ask now.
+  if (request.wait > absl::ZeroDuration() && reply->leases.empty() && clock_->Now() - now < request.wait / 2) {
+    next_verify_ask_ = absl::InfinitePast();
+  }
   TakeGangDuties(reply->gang_duties);
   for (const LeaseGrant& lease : reply->leases) Stage(lease, clock_->Now());
 }

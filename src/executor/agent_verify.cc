@@ -15,9 +15,13 @@ namespace minions {
 
 void ExecutorAgent::Verify(bool may_ask, absl::Time now) {
   if (!verifying_) {
-    // Only with nothing else to do: no task held, queued, loading or in a gang.
+    // Only with nothing else to do: no task held, queued, loading or in a gang. Once idle again
+    // it asks at once: the checks of the job it just worked on wait for an idle executor.
+    if (!tasks_.empty() || !queue_.empty() || RunnerBusy() || runner_.loading() || InGang()) {
+      next_verify_ask_ = absl::InfinitePast();
+      return;
+    }
     if (!may_ask || verify_unoffered_ || now < next_verify_ask_) return;
-    if (!tasks_.empty() || !queue_.empty() || RunnerBusy() || runner_.loading() || InGang()) return;
     next_verify_ask_ = now + options_.verify_poll;
     auto grants = client_->LeaseVerifications(id(), 1);
     if (!grants.ok()) {

@@ -154,9 +154,20 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
   // A later sweep, or the last verdict, finalises it.
   auto open = store_->CountOpenVerifications(job_id);
   if (!open.ok()) return open.status();
-  if (*open > 0) return *job;
   auto tasks = store_->ListTasks(job_id);
   if (!tasks.ok()) return tasks.status();
+  if (*open > 0) {
+    // Not for ever: a check goes only to another executor, and there may be none (a one-executor
+    // pool) or none idle. After the wait it publishes with them open (counted, and still open: a
+    // later verdict is kept and a failure quarantines its producer).
+    absl::Time last_ended = job->updated_at;
+    for (const Task& task : *tasks) {
+      if (task.finished_at) last_ended = std::max(last_ended, *task.finished_at);
+    }
+    if (clock_->Now() < last_ended + verify_wait_) return *job;
+    MINIONS_LOG(Warning) << "job=" << job_id << " publishes with " << *open << " spot checks still open: no other "
+                         << "executor judged them within " << verify_wait_ << " of its last task's end";
+  }
   // This finalisation's own keys: another server finalising the job at the same time writes
   // beside them, and only the FinishJob that wins publishes its keys (server/keys.h).
   const std::string writer = RandomHex(16);
@@ -208,7 +219,7 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
     const VerificationTally tally = Tally(*verdicts);
     manifest["verification"] = {{"checked", tally.checked},     {"passed", tally.passed},
                                 {"failed", tally.failed},       {"verifiers", tally.verifiers},
-                                {"failed_records", tally.failed_records}};
+                                {"failed_records", tally.failed_records}, {"open_checks", *open}};
   } else if (!absl::IsUnimplemented(verdicts.status())) {
     return verdicts.status();
   }

@@ -26,11 +26,15 @@ namespace minions {
 
 class JobFinalizer {
  public:
-  JobFinalizer(MetadataStore* store, BlobStore* blobs, Clock* clock, ChunkCheckOptions chunk_limits = {})
-      : store_(store), blobs_(blobs), clock_(clock), chunk_limits_(chunk_limits) {}
+  // `verify_wait`: ServerOptions::verify_wait.
+  JobFinalizer(MetadataStore* store, BlobStore* blobs, Clock* clock, ChunkCheckOptions chunk_limits = {},
+               absl::Duration verify_wait = absl::Minutes(10))
+      : store_(store), blobs_(blobs), clock_(clock), chunk_limits_(chunk_limits), verify_wait_(verify_wait) {}
 
   // Finalises one job in `finalizing` whose spot checks all have their verdicts (one still open
-  // leaves it finalizing); returns the job as it is afterwards.
+  // leaves it finalizing, until `verify_wait` after its last task ended: then it publishes, the
+  // checks still open counted in its manifest and left open, so a later verdict still counts);
+  // returns the job as it is afterwards.
   absl::StatusOr<Job> Finalize(const std::string& job_id);
   // Finalises every job waiting for it; returns how many were finished.
   absl::StatusOr<int> FinalizeReady();
@@ -68,6 +72,7 @@ class JobFinalizer {
   BlobStore* blobs_;
   Clock* clock_;
   ChunkCheckOptions chunk_limits_;
+  absl::Duration verify_wait_;
 };
 
 }  // namespace minions

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
@@ -342,6 +343,43 @@ grpc::Status JobService::UploadInput(grpc::ServerContext* context, grpc::ServerR
   return grpc::Status::OK;
 }
 
+absl::Status JobService::FillVerification(const Job& job, const std::vector<Verification>& verdicts,
+                                          v1::VerificationCounts& out) {
+  out = ToProto(Tally(verdicts));
+  ASSIGN_OR_RETURN(int64_t open, store_->CountOpenVerifications(job.id));
+  out.set_open_checks(open);
+  if (out.failed() == 0 || (job.state != JobState::kCompleted && job.state != JobState::kExpired)) {
+    return absl::OkStatus();
+  }
+  // A failure before publication redid its producer's chunks (none of them is left in the job);
+  // one that came after finds them still there: the published files keep that producer's
+  // answers (a published job is never rewritten). Named, with how many of the job's records it
+  // wrote, so the team knows what to run again.
+  std::set<std::string> failed_producers;
+  for (const Verification& v : verdicts) {
+    if (!v.passed) failed_producers.insert(v.producer_id);
+  }
+  ASSIGN_OR_RETURN(std::vector<Task> tasks, store_->ListTasks(job.id));
+  std::set<std::string> published;
+  int64_t records = 0;
+  for (const Task& task : tasks) {
+    for (const Chunk& chunk : task.chunks) {
+      if (!failed_producers.contains(chunk.executor_id)) continue;
+      published.insert(chunk.executor_id);
+      records += chunk.end - chunk.begin;
+    }
+  }
+  if (published.empty()) return absl::OkStatus();
+  std::set<std::string> named;
+  for (const Verification& v : verdicts) {
+    if (!v.passed && published.contains(v.producer_id) && named.insert(v.custom_id).second) {
+      out.add_failed_after_publication(v.custom_id);
+    }
+  }
+  out.set_records_of_quarantined(records);
+  return absl::OkStatus();
+}
+
 grpc::Status JobService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* reply) {
   AUTHORIZE_OR_RETURN(context, Scope::kJobsRead);
   auto job = VisibleJob(caller, request->job_id());
@@ -350,7 +388,9 @@ grpc::Status JobService::GetJob(grpc::ServerContext* context, const v1::GetJobRe
   // Its spot checks so far (a store that keeps none has none to show).
   auto verdicts = store_->ListVerifications(job->id);
   if (!verdicts.ok() && !absl::IsUnimplemented(verdicts.status())) return ToGrpc(verdicts.status());
-  if (verdicts.ok()) *reply->mutable_verification() = ToProto(Tally(*verdicts));
+  if (verdicts.ok()) {
+    if (absl::Status s = FillVerification(*job, *verdicts, *reply->mutable_verification()); !s.ok()) return ToGrpc(s);
+  }
   if (!IsTerminal(job->state)) {
     auto counts = store_->CountTasks(job->id);
     if (!counts.ok()) return ToGrpc(counts.status());

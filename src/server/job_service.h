@@ -78,6 +78,10 @@ class JobService final : public v1::Jobs::Service {
   absl::StatusOr<Job> SubmitRefused(const Caller& caller, JobSpec spec, const std::string& error);
 
  private:
+  // A job's spot checks as GetJob answers them (v1::VerificationCounts): the tally of `verdicts`,
+  // the checks still open, and the records that failed after the job published.
+  absl::Status FillVerification(const Job& job, const std::vector<Verification>& verdicts,
+                                v1::VerificationCounts& out);
   // The job, if the caller may see it; NotFound ("no job ID") otherwise, word for word what an
   // unknown id gets.
   absl::StatusOr<Job> VisibleJob(const Caller& caller, const std::string& job_id);

@@ -113,6 +113,11 @@ struct ServerOptions {
   int completion_batch = 256;
   // The largest object (output or errors) one chunk may upload; a larger one fails its attempt.
   int64_t max_chunk_bytes = int64_t{256} << 20;
+  // Spot checks (StoreOptions::spot_checks): how long a job whose tasks have all ended waits for
+  // its open spot checks before it publishes without them (JobFinalizer). A check goes only to
+  // another executor: in a one-executor pool, or while every other executor is busy or away, none
+  // may come. The job's status then counts them as open (docs/verification.md).
+  absl::Duration verify_wait = absl::Minutes(10);
   // Lease work only to executors whose runners are confined by Landlock and seccomp (macOS:
   // sandbox-exec); others are refused with why (server/confinement_gate.h). Off: every executor
   // is leased work, and `minions executors` shows how each is confined.
