@@ -289,7 +289,7 @@ class ExecutorService final : public ExecutorServiceBase {
   // so that it asks for spot checks now rather than when its poll ends (up to 30 s). One per
   // commit: a busy fleet's commits wake at most as many polls as it commits chunks.
   // `jobs`: the jobs of the committed chunks; only one with spot checks open wakes anyone.
-  void WakeAVerifier(const std::string& producer, const std::vector<std::string>& jobs) ABSL_LOCKS_EXCLUDED(work_mu_);
+  void WakeAVerifier(const std::string& producer, const std::vector<std::string>& jobs);
 
   MetadataStore* store_;
   BlobStore* blobs_;
