@@ -67,6 +67,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["warm_wait_ms"].value<int64_t>()) config.warm_wait_ms = *v;
     if (auto v = table["server"]["model_affinity"].value<bool>()) config.model_affinity = *v;
     if (auto v = table["server"]["spot_checks"].value<bool>()) config.spot_checks = *v;
+    if (auto v = table["server"]["verify_wait_s"].value<int64_t>()) config.verify_wait_s = *v;
     if (auto v = table["server"]["heartbeat_batch"].value<int64_t>()) config.heartbeat_batch = *v;
     if (auto v = table["server"]["heartbeat_linger_us"].value<int64_t>()) config.heartbeat_linger_us = *v;
     if (auto v = table["server"]["idle_polls_renew"].value<bool>()) config.idle_polls_renew = *v;
@@ -77,6 +78,7 @@ absl::StatusOr<MinionsConfig> LoadConfig(const std::string& path_arg) {
     if (auto v = table["server"]["credential_refresh_s"].value<int64_t>()) config.credential_refresh_s = *v;
     if (auto v = table["server"]["executor_credential_ttl_s"].value<int64_t>()) config.executor_credential_ttl_s = *v;
     if (auto v = table["server"]["token_ttl_s"].value<int64_t>()) config.token_ttl_s = *v;
+    if (auto v = table["server"]["grpc_memory_mb"].value<int64_t>()) config.grpc_memory_mb = *v;
     if (const toml::array* list = table["server"]["runner_allowlist"].as_array()) {
       for (const auto& item : *list) {
         if (auto s = item.value<std::string>()) config.runner_allowlist.push_back(*s);
@@ -186,6 +188,16 @@ std::vector<std::string> CheckExecutorFiles(const MinionsConfig& config) {
   return problems;
 }
 
+namespace {
+
+// A server setting that must lie in [low, high]: the problem names it, its value and `advice`.
+void CheckRange(absl::string_view key, int64_t value, int64_t low, int64_t high, absl::string_view advice,
+                std::vector<std::string>& problems) {
+  if (value < low || value > high) problems.push_back(absl::StrCat("server.", key, " is ", value, "; ", advice));
+}
+
+}  // namespace
+
 std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) {
   std::vector<std::string> problems;
   const bool tls = !config.tls_cert.empty() || !config.tls_key.empty();
@@ -224,57 +236,53 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
     problems.push_back(absl::StrCat("server.http_listen '", config.http_listen,
                                     "' needs a port, like 127.0.0.1:7080 (or \"off\" for no HTTP port)"));
   }
-  if (config.fair_share_half_life_s < 60 || config.fair_share_half_life_s > 365 * 86400) {
-    problems.push_back(absl::StrCat("server.fair_share_half_life_s is ", config.fair_share_half_life_s,
-                                    "; use between 60 (a minute) and 31536000 (a year); 86400 (a day) is the default"));
-  }
-  if (config.heartbeat_batch < 1 || config.heartbeat_batch > 10000) {
-    problems.push_back(absl::StrCat("server.heartbeat_batch is ", config.heartbeat_batch,
-                                    "; use between 1 (each heartbeat its own transaction) and 10000; 256 is the default"));
-  }
-  if (config.heartbeat_linger_us < 0 || config.heartbeat_linger_us > 100000) {
-    problems.push_back(absl::StrCat("server.heartbeat_linger_us is ", config.heartbeat_linger_us,
-                                    "; use between 0 (never wait) and 100000 (0.1 s); 2000 is the default"));
-  }
-  if (config.credential_refresh_s < 1 || config.credential_refresh_s > 3600) {
-    problems.push_back(absl::StrCat("server.credential_refresh_s is ", config.credential_refresh_s,
-                                    "; use between 1 and 3600 seconds; 300 is the default"));
-  }
+  CheckRange("fair_share_half_life_s", config.fair_share_half_life_s, 60, 365 * 86400,
+             "use between 60 (a minute) and 31536000 (a year); 86400 (a day) is the default",
+             problems);
+  CheckRange("heartbeat_batch", config.heartbeat_batch, 1, 10000,
+             "use between 1 (each heartbeat its own transaction) and 10000; 256 is the default",
+             problems);
+  CheckRange("heartbeat_linger_us", config.heartbeat_linger_us, 0, 100000,
+             "use between 0 (never wait) and 100000 (0.1 s); 2000 is the default",
+             problems);
+  CheckRange("credential_refresh_s", config.credential_refresh_s, 1, 3600,
+             "use between 1 and 3600 seconds; 300 is the default",
+             problems);
   // An executor rotates its credential half-way through its life, and an exchanged one works on
   // for 10 minutes: a lifetime under an hour would mostly be rotation.
-  if (config.executor_credential_ttl_s != 0 &&
-      (config.executor_credential_ttl_s < 3600 || config.executor_credential_ttl_s > 3650 * 86400)) {
-    problems.push_back(absl::StrCat("server.executor_credential_ttl_s is ", config.executor_credential_ttl_s,
-                                    "; use 0 (never expire) or between 3600 and 315360000 seconds; 2592000 (30 days) "
-                                    "is the default"));
+  if (config.executor_credential_ttl_s != 0) {
+    CheckRange("executor_credential_ttl_s", config.executor_credential_ttl_s, 3600, 3650 * 86400,
+               "use 0 (never expire) or between 3600 and 315360000 seconds; 2592000 (30 days) is the default",
+               problems);
   }
   for (const std::string& runner : config.runner_allowlist) {
     if (absl::Status valid = ValidateRunnerName(runner); !valid.ok()) {
       problems.push_back(absl::StrCat("server.runner_allowlist: ", valid.message()));
     }
   }
-  if (config.token_ttl_s < 0 || config.token_ttl_s > 3650 * 86400) {
-    problems.push_back(absl::StrCat("server.token_ttl_s is ", config.token_ttl_s,
-                                    "; use 0 (team tokens never expire unless issued with --expires) or up to "
-                                    "315360000 seconds; 7776000 (90 days) is the default"));
+  if (config.grpc_memory_mb != 0 && (config.grpc_memory_mb < 32 || config.grpc_memory_mb > (int64_t{1} << 20))) {
+    problems.push_back(absl::StrCat("server.grpc_memory_mb is ", config.grpc_memory_mb,
+                                    "; use 0 (no quota) or between 32 and 1048576 MiB; 1024 is the default"));
   }
-  if (config.task_target_s < 1 || config.task_target_s > 86400) {
-    problems.push_back(absl::StrCat("server.task_target_s is ", config.task_target_s,
-                                    "; use between 1 and 86400 seconds a task; 60 is the default"));
-  }
-  if (config.history_step_s < 1 || config.history_step_s > 3600) {
-    problems.push_back(absl::StrCat("server.history_step_s is ", config.history_step_s,
-                                    "; use between 1 and 3600 seconds between the dashboard's history points; 15 is "
-                                    "the default"));
-  }
-  if (config.warm_wait_ms < 0 || config.warm_wait_ms > 600000) {
-    problems.push_back(absl::StrCat("server.warm_wait_ms is ", config.warm_wait_ms,
-                                    "; use between 0 (no waiting for a warm executor) and 600000; 3000 is the default"));
-  }
-  if (config.lease_ttl_ms < 300 || config.lease_ttl_ms > 600000) {
-    problems.push_back(absl::StrCat("server.lease_ttl_ms is ", config.lease_ttl_ms,
-                                    "; use between 300 and 600000 (9000 is the default)"));
-  }
+  CheckRange("verify_wait_s", config.verify_wait_s, 0, 86400,
+             "use between 0 and 86400 seconds a finished job waits for its open spot checks; 600 is the default",
+             problems);
+  CheckRange("token_ttl_s", config.token_ttl_s, 0, 3650 * 86400,
+             "use 0 (team tokens never expire unless issued with --expires) or up to 315360000 "
+             "seconds; 7776000 (90 days) is the default",
+             problems);
+  CheckRange("task_target_s", config.task_target_s, 1, 86400,
+             "use between 1 and 86400 seconds a task; 60 is the default",
+             problems);
+  CheckRange("history_step_s", config.history_step_s, 1, 3600,
+             "use between 1 and 3600 seconds between the dashboard's history points; 15 is the default",
+             problems);
+  CheckRange("warm_wait_ms", config.warm_wait_ms, 0, 600000,
+             "use between 0 (no waiting for a warm executor) and 600000; 3000 is the default",
+             problems);
+  CheckRange("lease_ttl_ms", config.lease_ttl_ms, 300, 600000,
+             "use between 300 and 600000 (9000 is the default)",
+             problems);
   if (!config.database.empty() && !absl::StartsWith(config.database, "postgres://") &&
       !absl::StartsWith(config.database, "postgresql://") && !absl::StartsWith(config.database, "sqlite:")) {
     // The string may carry a password (mysql://user:secret@host/db): it is shown redacted.

@@ -8,8 +8,8 @@
 //   [server]    listen, http_listen, health_listen, tls_cert, tls_key, lease_ttl_ms, watchdog, data_dir,
 //               straggler_factor, straggler_min_runtime_ms, fair_share_half_life_s, warm_wait_ms,
 //               model_affinity, heartbeat_batch, heartbeat_linger_us, task_target_s, history_step_s, credential_refresh_s,
-//               executor_credential_ttl_s, token_ttl_s, runner_allowlist,
-//               idle_polls_renew, require_confined_executors, executor_approval, spot_checks
+//               executor_credential_ttl_s, token_ttl_s, runner_allowlist, grpc_memory_mb,
+//               idle_polls_renew, require_confined_executors, executor_approval, spot_checks, verify_wait_s
 //   [store]     database   "" (SQLite in data_dir), "sqlite:/path/minions.db", "postgresql://..."
 //   [objects]   url        "" (a directory in data_dir), "/path", "s3://bucket/prefix"
 //               endpoint, region, path_style            (S3; credentials from AWS_* variables)
@@ -66,6 +66,9 @@ struct MinionsConfig {
   // default until executors that re-score are the whole fleet (an executor that does not ask for
   // verification work leaves drawn checks open, and their jobs wait for them).
   bool spot_checks = false;
+  // How long a job whose tasks have all ended waits for its open spot checks before it publishes
+  // without them (ServerOptions::verify_wait): a one-executor pool has nobody to judge them.
+  int64_t verify_wait_s = 600;
   // The most executors' heartbeats written in one store transaction (group commit); 1: each alone.
   int64_t heartbeat_batch = 256;
   // How long a batch of heartbeats under steady load waits for more (ServerOptions::heartbeat_linger).
@@ -90,6 +93,8 @@ struct MinionsConfig {
   // Credential lifetimes (ServerOptions::executor_credential_ttl, team_token_ttl); 0: never.
   int64_t executor_credential_ttl_s = 30 * 86400;
   int64_t token_ttl_s = 90 * 86400;
+  // gRPC's memory quota (ServerOptions::grpc_memory_bytes), MiB; 0: none.
+  int64_t grpc_memory_mb = 1024;
   // The runner names executors may offer (ServerOptions::runner_allowlist); empty: any.
   std::vector<std::string> runner_allowlist;
   bool watchdog = true;

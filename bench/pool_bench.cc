@@ -13,6 +13,8 @@
 //   --mode affinity        two registry models' jobs alternating over four executors on loopback:
 //                          model loads and total time with model affinity (warm executors first,
 //                          the warm wait) against the server's --no-model-affinity, interleaved
+//   --mode spot-checks     the same job on a warm pool with spot checks off and on (the default
+//                          fraction), in turns: spot checks' share of the fleet's device time
 //   --mode all             control-plane, first-result and scaling
 
 #include <signal.h>
@@ -55,7 +57,7 @@ std::string RunCommand(const std::vector<std::string>& argv, const std::string& 
 
 // Submits and waits; returns seconds from submit to completed (or -1).
 double SubmitAndTime(ProcessPool& pool, const std::string& input, const std::string& model, int64_t shard,
-                     const std::string& options) {
+                     const std::string& options, std::string* job_id = nullptr) {
   minions::cli::JobsClient client(pool.connection());
   minions::v1::SubmitJobRequest request;
   request.set_input(input);
@@ -68,6 +70,7 @@ double SubmitAndTime(ProcessPool& pool, const std::string& input, const std::str
     fprintf(stderr, "submit failed: %s\n", std::string(job.status().message()).c_str());
     return -1;
   }
+  if (job_id != nullptr) *job_id = job->id();
   // A pool that runs nothing must end the benchmark, not hang it.
   for (const absl::Time deadline = start + absl::Minutes(10); absl::Now() < deadline;) {
     auto now = client.Get(job->id());
@@ -518,13 +521,68 @@ bool Affinity(const std::string& work, int trials, int jobs, int records, int64_
 
 }  // namespace
 
+// Spot checks' cost (issue 38, point 7; docs/verification.md): the same greedy job on a warm pool
+// of `executors` executors with spot checks off and on (`minions server --spot-checks`, the default
+// fraction), in turns, `trials` times each, each on a fresh pool. Each pool is warmed first with a
+// job of 120 records per executor, so that every executor is past its first 100 records (all
+// checked) and the measured job sees the 2 % draw. Every executor serves from submission to
+// completion, so the fleet's device time is executors x the job's wall time, and the ratio of the
+// sides' times is spot checks' overhead (their checks, and the wait for them before publication).
+bool SpotCheckCost(const std::string& work, const std::string& model, int executors, int records, int max_tokens,
+                   int64_t shard, int trials) {
+  printf("\n== spot checks' cost: %d records, max_tokens %d, shard %lld, %d executors, %d trials a side ==\n", records,
+         max_tokens, static_cast<long long>(shard), executors, trials);
+  minions::cli::SamplePromptOptions sample;
+  sample.max_tokens = max_tokens;
+  sample.include_bad_lines = false;
+  sample.include_embeddings = false;
+  sample.greedy_only = true;
+  sample.records = static_cast<size_t>(120 * executors);
+  const std::string warm = JoinLines(minions::cli::SamplePromptLines(sample));
+  sample.records = static_cast<size_t>(records);
+  const std::string input = JoinLines(minions::cli::SamplePromptLines(sample));
+  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / executors - 1);
+  double total[2] = {0, 0};
+  int64_t checked = 0, done = 0;
+  for (int t = 0; t < trials; ++t) {
+    for (int on = 0; on < 2; ++on) {
+      ProcessPool pool(BinDir() + "/minions", absl::StrCat(work, "/spot-checks-", t, "-", on), 9000);
+      pool.AllowModels({std::filesystem::path(model).parent_path().string()});
+      if (on == 1) pool.AddServerArgs({"--spot-checks"});
+      if (!StartedServer(pool)) return false;
+      for (int i = 1; i <= executors; ++i) (void)pool.StartExecutor(absl::StrCat("e", i), threads);
+      if (!ExecutorsJoined(pool, executors)) return false;
+      if (SubmitAndTime(pool, warm, model, shard, "") <= 0) return false;
+      std::string job_id;
+      const double seconds = SubmitAndTime(pool, input, model, shard, "", &job_id);
+      if (seconds <= 0) return false;
+      total[on] += seconds;
+      printf("  trial %d, spot checks %-3s: %7.2f s\n", t + 1, on ? "on" : "off", seconds);
+      if (on == 1) {
+        auto job = minions::cli::JobsClient(pool.connection()).Get(job_id);
+        if (job.ok()) {
+          checked += job->verification().checked();
+          done += job->request_counts().total();
+        }
+      }
+    }
+  }
+  printf("  spot checks off: %.2f s a job; on: %.2f s a job; overhead %.1f %% of the fleet's device time\n",
+         total[0] / trials, total[1] / trials, 100 * (total[1] - total[0]) / total[0]);
+  printf("  records re-scored in the measured jobs: %lld of %lld (%.1f %%)\n", static_cast<long long>(checked),
+         static_cast<long long>(done), done > 0 ? 100.0 * checked / done : 0.0);
+  return total[0] > 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Minions pool benchmarks"};
   std::string mode = "all", model, work = "/tmp/minions-bench-pool";
   int executors = 2, tasks = 2000, trials = 5, records = 200, max_tokens = 16;
   int64_t shard = 25;
-  app.add_option("--mode", mode, "control-plane | first-result | scaling | noop-job | cold-model | affinity | all")
-      ->check(CLI::IsMember({"control-plane", "first-result", "scaling", "noop-job", "cold-model", "affinity", "all"}))
+  app.add_option("--mode", mode,
+                 "control-plane | first-result | scaling | noop-job | cold-model | affinity | spot-checks | all")
+      ->check(CLI::IsMember(
+          {"control-plane", "first-result", "scaling", "noop-job", "cold-model", "affinity", "spot-checks", "all"}))
       ->capture_default_str();
   app.add_option("--model", model, "GGUF model (default: a test model made in the work dir)");
   app.add_option("--work-dir", work, "scratch directory")->capture_default_str();
@@ -556,6 +614,7 @@ int main(int argc, char** argv) {
   if (mode == "first-result" || mode == "all") measured &= FirstResult(work, model, trials);
   if (mode == "scaling" || mode == "all") measured &= Scaling(work, model, records, max_tokens, shard);
   if (mode == "noop-job") measured &= NoopJob(work, executors, records, shard);
+  if (mode == "spot-checks") measured &= SpotCheckCost(work, model, executors, records, max_tokens, shard, trials);
   if (mode == "cold-model") measured &= ColdModel(work, model, s3_endpoint, trials);
   if (mode == "affinity") measured &= Affinity(work, trials, jobs, records, shard, absl::Milliseconds(gap_ms), embd);
   if (!measured) fprintf(stderr, "minions-bench-pool: a mode measured nothing; see the logs under %s\n", work.c_str());

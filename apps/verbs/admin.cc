@@ -31,6 +31,12 @@ void AddAdminVerbs(CLI::App& app, SharedFlags* shared, AdminVerbs* a) {
     cmd->add_option("--max-running", team_options.max_running_tasks, "its tasks running at once (0: no limit)");
     cmd->add_option("--requests-per-second", team_options.requests_per_second,
                     "API calls per second per server (0: no limit)");
+    cmd->add_option("--max-file-bytes", team_options.max_file_bytes,
+                    "bytes of files and job inputs it keeps, e.g. 200G (new teams: 100G; 0: no limit)");
+    cmd->add_option("--max-model-bytes", team_options.max_model_bytes,
+                    "bytes of models it keeps, each digest once, e.g. 1T (new teams: 500G; 0: no limit)");
+    cmd->add_option("--max-result-bytes", team_options.max_result_bytes,
+                    "bytes of its jobs' results kept, e.g. 200G (new teams: 100G; 0: no limit)");
   };
   auto* team_create_cmd = a->team_create_cmd = team_cmd->add_subcommand("create", "create a team");
   add_team_options(team_create_cmd);

@@ -22,8 +22,18 @@ void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
   std::string& config_path = shared->config_path;
   bool& json = shared->json;
   minions::cli::SubmitOptions& submit = c->submit;
-  auto* submit_cmd = c->submit_cmd = app.add_subcommand("submit", "submit a JSONL batch file; prints the job id");
-  AddConnection(submit_cmd, &connection, &config_path);
+  // A verb that speaks to the server (it takes the connection's flags), and one about one job.
+  auto server_verb = [&](CLI::App* parent, const char* name, const char* description) {
+    CLI::App* verb = parent->add_subcommand(name, description);
+    AddConnection(verb, &connection, &config_path);
+    return verb;
+  };
+  auto job_verb = [&](const char* name, const char* description) {
+    CLI::App* verb = server_verb(&app, name, description);
+    verb->add_option("job", c->job_id, "job id")->required();
+    return verb;
+  };
+  auto* submit_cmd = c->submit_cmd = server_verb(&app, "submit", "submit a JSONL batch file; prints the job id");
   submit_cmd->add_option("file", submit.input_path, "OpenAI Batch request lines (JSONL)")->required();
   submit_cmd->add_option("--model", submit.model,
                          "a pushed model (NAME or NAME@sha256:...), or a GGUF path the executors can open")
@@ -43,40 +53,25 @@ void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
                          "deadline after submission (24h, 90m); the job then expires with what it finished");
   submit_cmd->add_flag("--wait", submit.wait, "watch the job until it ends");
   submit_cmd->add_flag("--json", submit.json, "JSON output");
-
-  auto* jobs_cmd = c->jobs_cmd = app.add_subcommand("jobs", "list jobs, newest first");
-  AddConnection(jobs_cmd, &connection, &config_path);
+  auto* jobs_cmd = c->jobs_cmd = server_verb(&app, "jobs", "list jobs, newest first");
   jobs_cmd->add_option("--state", c->state_filter, "only jobs in this state");
   jobs_cmd->add_flag("--json", json, "JSON output");
-  auto* status_cmd = c->status_cmd =
-      app.add_subcommand("status", "one job: state, request counts, where its results are");
-  AddConnection(status_cmd, &connection, &config_path);
-  status_cmd->add_option("job", c->job_id, "job id")->required();
+  auto* status_cmd = c->status_cmd = job_verb("status", "one job: state, request counts, where its results are");
   status_cmd->add_flag("--tasks", c->show_tasks, "list the job's tasks");
   status_cmd->add_flag("--json", json, "JSON output");
-  auto* watch_cmd = c->watch_cmd = app.add_subcommand("watch", "progress bar with rate and ETA until the job ends");
-  AddConnection(watch_cmd, &connection, &config_path);
-  watch_cmd->add_option("job", c->job_id, "job id")->required();
-  watch_cmd->add_flag("--json", json, "one JSON progress line per update");
-  auto* results_cmd = c->results_cmd =
-      app.add_subcommand("results", "the merged output (or error) file of a completed job");
-  AddConnection(results_cmd, &connection, &config_path);
-  results_cmd->add_option("job", c->job_id, "job id")->required();
+  c->watch_cmd = job_verb("watch", "progress bar with rate and ETA until the job ends");
+  c->watch_cmd->add_flag("--json", json, "one JSON progress line per update");
+  auto* results_cmd = c->results_cmd = job_verb("results", "the merged output (or error) file of a completed job");
   results_cmd->add_option("-o,--output", c->output_path, "file to write (default: standard output)");
   results_cmd->add_flag("--errors", c->errors, "the error file instead");
-  auto* cancel_cmd = c->cancel_cmd =
-      app.add_subcommand("cancel", "cancel a job; executors stop its tasks within a heartbeat");
-  AddConnection(cancel_cmd, &connection, &config_path);
-  cancel_cmd->add_option("job", c->job_id, "job id")->required();
-  cancel_cmd->add_flag("--json", json, "JSON output");
+  c->cancel_cmd = job_verb("cancel", "cancel a job; executors stop its tasks within a heartbeat");
+  c->cancel_cmd->add_flag("--json", json, "JSON output");
   auto* executors_cmd = c->executors_cmd =
-      app.add_subcommand("executors", "the fleet: each executor's state and current tasks");
-  AddConnection(executors_cmd, &connection, &config_path);
+      server_verb(&app, "executors", "the fleet: each executor's state and current tasks");
   executors_cmd->add_flag("--json", json, "JSON output");
-  auto* teams_cmd = c->teams_cmd = app.add_subcommand(
-      "teams", "every team's fair-share weight, share, usage, running tasks and limits (no credentials shown)");
-  AddConnection(teams_cmd, &connection, &config_path);
-  teams_cmd->add_flag("--json", json, "JSON output");
+  c->teams_cmd = server_verb(
+      &app, "teams", "every team's fair-share weight, share, usage, running tasks and limits (no credentials shown)");
+  c->teams_cmd->add_flag("--json", json, "JSON output");
   auto* revoke_executor_cmd = c->revoke_executor_cmd =
       executors_cmd->add_subcommand("revoke", "cut an executor off now: its credentials stop working, its tasks go back");
   revoke_executor_cmd->add_option("executor", c->executor_id, "executor id")->required();
@@ -90,8 +85,7 @@ void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
   AddConnection(approve_executor_cmd, &connection, &config_path);
   approve_executor_cmd->add_flag("--json", json, "JSON output");
   // models: push, list, show, rm (a bare `minions models` lists).
-  auto* models_cmd = c->models_cmd = app.add_subcommand("models", "the team's models: push a GGUF file, list, show, rm");
-  AddConnection(models_cmd, &connection, &config_path);
+  auto* models_cmd = c->models_cmd = server_verb(&app, "models", "the team's models: push a GGUF file, list, show, rm");
   models_cmd->add_option("--team", c->model.team, "the team (admins: any; default your credential's)");
   models_cmd->add_flag("--json", c->model.json, "JSON output");
   auto* push = c->models_push_cmd =

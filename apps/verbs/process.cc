@@ -59,6 +59,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.heartbeat_batch = static_cast<int>(config.heartbeat_batch);
   options.heartbeat_linger = absl::Microseconds(config.heartbeat_linger_us);
   options.idle_polls_renew = config.idle_polls_renew;
+  options.verify_wait = absl::Seconds(config.verify_wait_s);
   options.require_confined_executors = config.require_confined_executors;
   options.require_executor_approval = config.executor_approval;
   options.task_sizing.target = absl::Seconds(config.task_target_s);
@@ -66,6 +67,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.auth.refresh_ttl = absl::Seconds(config.credential_refresh_s);
   options.executor_credential_ttl = absl::Seconds(config.executor_credential_ttl_s);
   options.team_token_ttl = absl::Seconds(config.token_ttl_s);
+  options.grpc_memory_bytes = config.grpc_memory_mb << 20;
   options.runner_allowlist = config.runner_allowlist;
   // Executors elsewhere open models by their own paths.
   options.check_model_paths = !absl::StartsWith(config.database, "postgres");

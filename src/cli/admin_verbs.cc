@@ -1,7 +1,9 @@
 #include "cli/admin_verbs.h"
 
 #include <cstdio>
+#include <limits>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -9,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "cli/credentials.h"
+#include "cli/model_verbs.h"
 #include "cli/output.h"
 #include "common/logging.h"
 #include "rpc/rpc.h"
@@ -25,12 +28,19 @@ std::string Limit(int64_t value) { return value > 0 ? absl::StrCat(value) : "non
 
 std::string Percent(double fraction) { return absl::StrFormat("%.1f%%", 100 * fraction); }
 
+// "12 GiB/100 GiB": what a team keeps of a kind of bytes, and its limit.
+std::string BytesOf(int64_t used, int64_t limit) {
+  return absl::StrCat(HumanBytes(used), "/", limit > 0 ? HumanBytes(limit) : "none");
+}
+
 void PrintTeam(const v1::Team& t) {
-  printf("%-20s %6lld %8s %8s %14.0f %12.2f %8lld %12s %12s %12d %14s\n", t.name().c_str(),
+  printf("%-20s %6lld %8s %8s %14.0f %12.2f %8lld %12s %12s %12d %14s %22s %22s %22s\n", t.name().c_str(),
          static_cast<long long>(t.weight()), Percent(t.usage().target_share()).c_str(),
          Percent(t.usage().usage_share()).c_str(), t.usage().usage_device_seconds(),
          t.usage().device_seconds() / 3600, static_cast<long long>(t.usage().running_tasks()), Limit(t.max_running_tasks()).c_str(),
-         Limit(t.max_active_jobs()).c_str(), t.max_priority(), Limit(t.requests_per_second()).c_str());
+         Limit(t.max_active_jobs()).c_str(), t.max_priority(), Limit(t.requests_per_second()).c_str(),
+         BytesOf(t.file_bytes(), t.max_file_bytes()).c_str(), BytesOf(t.model_bytes(), t.max_model_bytes()).c_str(),
+         BytesOf(t.result_bytes(), t.max_result_bytes()).c_str());
 }
 
 class RemoteAdminBackend : public AdminBackend {
@@ -93,23 +103,43 @@ class RemoteAdminBackend : public AdminBackend {
   ServiceClient<v1::Admin> client_;
 };
 
-v1::Team TeamOf(const TeamOptions& options, v1::Team base) {
+absl::StatusOr<v1::Team> TeamOf(const TeamOptions& options, v1::Team base) {
   base.set_name(options.name);
+  struct Size {
+    const std::optional<std::string>& text;
+    void (v1::Team::*set)(int64_t);
+  };
+  for (const Size& size : {Size{options.max_file_bytes, &v1::Team::set_max_file_bytes},
+                           Size{options.max_model_bytes, &v1::Team::set_max_model_bytes},
+                           Size{options.max_result_bytes, &v1::Team::set_max_result_bytes}}) {
+    if (!size.text) continue;
+    absl::StatusOr<int64_t> bytes = ParseByteSize(*size.text);
+    if (!bytes.ok()) return bytes.status();
+    (base.*size.set)(*bytes);
+  }
   if (options.max_priority) base.set_max_priority(*options.max_priority);
   if (options.max_active_jobs) base.set_max_active_jobs(*options.max_active_jobs);
   if (options.requests_per_second) base.set_requests_per_second(*options.requests_per_second);
   if (options.weight) base.set_weight(*options.weight);
   if (options.max_running_tasks) base.set_max_running_tasks(*options.max_running_tasks);
   base.clear_usage();
+  base.clear_file_bytes();
+  base.clear_model_bytes();
+  base.clear_result_bytes();
   return base;
 }
+
+std::string ByteLimit(int64_t value) { return value > 0 ? HumanBytes(value) : "none"; }
 
 int PrintTeamResult(const absl::StatusOr<v1::Team>& team, bool json, const char* verb) {
   if (!team.ok()) return Fail(team.status());
   return PrintAnswer(*team, json, [&](const v1::Team& t) {
-    printf("team %s %s: weight %lld, running tasks %s, queued jobs %s, priority at most %d, requests per second %s\n",
+    printf("team %s %s: weight %lld, running tasks %s, queued jobs %s, priority at most %d, requests per second %s, "
+           "files %s, models %s, results %s\n",
            t.name().c_str(), verb, static_cast<long long>(t.weight()), Limit(t.max_running_tasks()).c_str(),
-           Limit(t.max_active_jobs()).c_str(), t.max_priority(), Limit(t.requests_per_second()).c_str());
+           Limit(t.max_active_jobs()).c_str(), t.max_priority(), Limit(t.requests_per_second()).c_str(),
+           ByteLimit(t.max_file_bytes()).c_str(), ByteLimit(t.max_model_bytes()).c_str(),
+           ByteLimit(t.max_result_bytes()).c_str());
   });
 }
 
@@ -129,18 +159,50 @@ absl::StatusOr<absl::Duration> ParseLifetime(const std::string& text) {
   return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a lifetime such as 90d, 12h or 30m"));
 }
 
+absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
+  absl::string_view digits = text;
+  for (absl::string_view unit : {"iB", "B"}) {
+    if (digits.size() > unit.size() && absl::EndsWith(digits, unit)) {
+      digits.remove_suffix(unit.size());
+      break;
+    }
+  }
+  int shift = 0;
+  if (!digits.empty()) {
+    switch (absl::ascii_toupper(static_cast<unsigned char>(digits.back()))) {
+      case 'K': shift = 10; break;
+      case 'M': shift = 20; break;
+      case 'G': shift = 30; break;
+      case 'T': shift = 40; break;
+      default: break;
+    }
+    if (shift > 0) digits.remove_suffix(1);
+  }
+  int64_t value = 0;
+  if (digits.empty() || !absl::SimpleAtoi(digits, &value) || value < 0 ||
+      value > (std::numeric_limits<int64_t>::max() >> shift)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a size such as 500M, 200G or 0 (no limit)"));
+  }
+  return value << shift;
+}
+
 int CreateTeam(AdminBackend& admin, const TeamOptions& options, bool json) {
   v1::Team team;
   team.set_max_priority(10);
   team.set_weight(1);
-  return PrintTeamResult(admin.CreateTeam(TeamOf(options, team)), json, "created");
+  absl::StatusOr<v1::Team> asked = TeamOf(options, team);
+  if (!asked.ok()) return Fail(asked.status());
+  return PrintTeamResult(admin.CreateTeam(*asked), json, "created");
 }
 
 int UpdateTeam(AdminBackend& admin, const TeamOptions& options, bool json) {
   auto teams = admin.ListTeams();
   if (!teams.ok()) return Fail(teams.status());
   for (const v1::Team& team : *teams) {
-    if (team.name() == options.name) return PrintTeamResult(admin.UpdateTeam(TeamOf(options, team)), json, "updated");
+    if (team.name() != options.name) continue;
+    absl::StatusOr<v1::Team> asked = TeamOf(options, team);
+    if (!asked.ok()) return Fail(asked.status());
+    return PrintTeamResult(admin.UpdateTeam(*asked), json, "updated");
   }
   return Fail(absl::NotFoundError(absl::StrCat("no team ", options.name, " (create it: minions admin team create ",
                                                options.name, ")")));
@@ -158,8 +220,9 @@ void PrintTeams(const std::vector<v1::Team>& teams, bool json) {
     PrintJsonArray(teams);
     return;
   }
-  printf("%-20s %6s %8s %8s %14s %12s %8s %12s %12s %12s %14s\n", "TEAM", "WEIGHT", "SHARE", "USED", "USAGE (DEV-S)",
-         "DEVICE-HOURS", "RUNNING", "MAX RUNNING", "MAX QUEUED", "MAX PRIORITY", "REQUESTS/S");
+  printf("%-20s %6s %8s %8s %14s %12s %8s %12s %12s %12s %14s %22s %22s %22s\n", "TEAM", "WEIGHT", "SHARE", "USED",
+         "USAGE (DEV-S)", "DEVICE-HOURS", "RUNNING", "MAX RUNNING", "MAX QUEUED", "MAX PRIORITY", "REQUESTS/S",
+         "FILES/MAX", "MODELS/MAX", "RESULTS/MAX");
   for (const v1::Team& team : teams) PrintTeam(team);
 }
 

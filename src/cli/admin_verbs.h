@@ -43,7 +43,14 @@ struct TeamOptions {
   std::optional<int64_t> requests_per_second;
   std::optional<int64_t> weight;
   std::optional<int64_t> max_running_tasks;
+  // Sizes: bytes, or with a binary suffix (K, M, G, T: "200G"); "0": no limit.
+  std::optional<std::string> max_file_bytes;
+  std::optional<std::string> max_model_bytes;
+  std::optional<std::string> max_result_bytes;
 };
+// "123", "64K", "200G", "1T" (powers of 1024; an optional trailing "B" or "iB") as bytes;
+// InvalidArgument otherwise.
+absl::StatusOr<int64_t> ParseByteSize(const std::string& text);
 struct IssueOptions {
   std::string role;
   std::string team;

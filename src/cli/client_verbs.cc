@@ -226,8 +226,36 @@ absl::StatusOr<OpenConnection> Open(const Connection& connection) {
 
 JobsClient::JobsClient(const Connection& connection) : client_(connection) {}
 
+absl::StatusOr<v1::Job> SubmitJob(v1::Jobs::StubInterface& stub, const std::string& token,
+                                  v1::SubmitJobRequest request, absl::Duration timeout) {
+  if (static_cast<int64_t>(request.input().size()) > kMaxInlineInputBytes) {
+    grpc::ClientContext context;
+    rpc::Prepare(context, token, timeout);
+    v1::UploadInputResponse uploaded;
+    std::unique_ptr<grpc::ClientWriterInterface<v1::UploadInputRequest>> writer =
+        stub.UploadInput(&context, &uploaded);
+    const std::string_view input = request.input();
+    for (size_t at = 0; at < input.size(); at += kInputPartBytes) {
+      v1::UploadInputRequest part;
+      if (at == 0) part.set_team(request.team());
+      part.set_data(std::string(input.substr(at, kInputPartBytes)));
+      if (!writer->Write(part)) break;  // the server ended the call: Finish says why
+    }
+    writer->WritesDone();
+    if (absl::Status s = rpc::FromGrpc(writer->Finish()); !s.ok()) return s;
+    request.clear_input();
+    request.set_input_key(uploaded.input_key());
+  }
+  grpc::ClientContext context;
+  rpc::Prepare(context, token, timeout);
+  v1::Job job;
+  if (absl::Status s = rpc::FromGrpc(stub.SubmitJob(&context, request, &job)); !s.ok()) return s;
+  return job;
+}
+
 absl::StatusOr<v1::Job> JobsClient::Submit(const v1::SubmitJobRequest& request) {
-  return client_.Call(&v1::Jobs::Stub::SubmitJob, request, v1::Job(), absl::Minutes(10));
+  if (!client_.open().ok()) return client_.open();
+  return SubmitJob(client_.stub(), client_.token(), request);
 }
 
 absl::StatusOr<v1::Job> JobsClient::Get(const std::string& job_id) {
@@ -401,8 +429,12 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
     printf("device    %s (every attempt that has ended)\n", HumanDuration(job->device_seconds()).c_str());
   }
   if (job->has_prompt_tokens() && job->has_completion_tokens()) {
-    printf("tokens    %lld prompt, %lld completion (what its answers say they used)\n",
-           static_cast<long long>(job->prompt_tokens()), static_cast<long long>(job->completion_tokens()));
+    // Reasoning is a part of the completion, named only when there is some.
+    const std::string reasoning =
+        job->reasoning_tokens() > 0 ? absl::StrCat(" (", job->reasoning_tokens(), " of them reasoning)") : "";
+    printf("tokens    %lld prompt, %lld completion%s (what its answers say they used)\n",
+           static_cast<long long>(job->prompt_tokens()), static_cast<long long>(job->completion_tokens()),
+           reasoning.c_str());
   }
   if (const v1::VerificationCounts& v = job->verification(); v.checked() > 0) {
     // Spot checks by re-scoring on other executors (docs/verification.md).
@@ -410,6 +442,20 @@ int Status(const Connection& connection, const std::string& job_id, bool json, b
            static_cast<long long>(v.checked()), v.verifiers_size(), static_cast<long long>(v.passed()),
            static_cast<long long>(v.failed()), v.failed() > 0 ? " (their producer is quarantined)" : "");
     printf("          by %s\n", absl::StrJoin(v.verifiers(), ", ").c_str());
+  }
+  if (const v1::VerificationCounts& v = job->verification(); v.open_checks() > 0) {
+    const bool published = job->state() == "completed" || job->state() == "expired";
+    printf("unverified %lld spot checks open: %s\n", static_cast<long long>(v.open_checks()),
+           published ? "it published without them (no other executor judged them in time); a later verdict still counts"
+                     : "it publishes once other executors judge them, or after the server's verify wait");
+  }
+  if (const v1::VerificationCounts& v = job->verification(); v.failed_after_publication_size() > 0) {
+    // Published before the verdict: its files keep the quarantined producer's answers.
+    printf("notice    failed re-scoring after it published: %s\n",
+           WrappedAfterLabel(absl::StrJoin(v.failed_after_publication(), ", "), 10).c_str());
+    printf("          %lld of its records came from that quarantined executor and were not redone; run them "
+           "again\n",
+           static_cast<long long>(v.records_of_quarantined()));
   }
   if (!job->error().empty()) printf("error     %s\n", WrappedAfterLabel(job->error(), 10).c_str());
   if (!job->wait_reason().empty()) printf("waiting   %s\n", WrappedAfterLabel(job->wait_reason(), 10).c_str());

@@ -79,6 +79,13 @@ class ServiceClient {
 };
 
 // A thin, status-returning wrapper of the Jobs service.
+// Submits `request` through `stub` presenting `token`: an input larger than kMaxInlineInputBytes
+// is first sent as a stream of parts (Jobs.UploadInput) and the job names the uploaded object, so
+// no message is larger than the server's receive limit; a smaller one goes inline. Each call has
+// a deadline `timeout` away.
+absl::StatusOr<v1::Job> SubmitJob(v1::Jobs::StubInterface& stub, const std::string& token,
+                                  v1::SubmitJobRequest request, absl::Duration timeout = absl::Minutes(10));
+
 class JobsClient {
  public:
   explicit JobsClient(const Connection& connection);

@@ -1,6 +1,7 @@
 #include "dashboard/status_endpoints.h"
 
 #include <any>
+#include <functional>
 #include <memory>
 #include <set>
 
@@ -84,6 +85,10 @@ Json PageJson(int64_t total, Page page) {
 
 // The job page's actions: POST /api/job/cancel and GET /api/results (status_endpoints.h).
 void InstallJobActions(const StatusSources& src, std::shared_ptr<DashboardSessions> sessions, HttpServer* http);
+// The caller of a request that must hold a scope, or the refusal to send.
+using Authorize = std::function<absl::StatusOr<Caller>(const HttpRequest&, Scope)>;
+void InstallPages(const StatusSources& src, std::shared_ptr<DashboardSessions> sessions, const Authorize& authorize,
+                  HttpServer* http);
 
 }  // namespace
 
@@ -531,6 +536,15 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
   });
   InstallJobActions(src, sessions, http);
 
+  InstallPages(src, sessions, authorize, http);
+}
+
+namespace {
+
+// The sign-in (/login, /logout: a session cookie that names the token's session) and the page's
+// assets; the page itself sends a visitor without a session to sign in.
+void InstallPages(const StatusSources& src, std::shared_ptr<DashboardSessions> sessions, const Authorize& authorize,
+                  HttpServer* http) {
   // Login: the token is checked, then kept in an HttpOnly cookie for the browser session.
   const WebAsset* login_page = nullptr;
   for (const WebAsset& asset : WebAssets()) {
@@ -593,8 +607,6 @@ void InstallStatusEndpoints(const StatusSources& src, HttpServer* http) {
     http->Handle(path, serve);
   }
 }
-
-namespace {
 
 void InstallJobActions(const StatusSources& src, std::shared_ptr<DashboardSessions> sessions, HttpServer* http) {
   // A cancel, from the job page (or a script with a bearer token). The session cookie alone

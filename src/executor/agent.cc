@@ -47,10 +47,10 @@ ExecutorAgent::ExecutorAgent(AgentOptions options, std::unique_ptr<AgentControlP
       run_options_{options_.checkpoint_records, options_.checkpoint_interval, options_.max_crashes_per_task},
       client_(std::move(client)),
       blobs_(std::move(blobs)),
-      runners_(std::move(runners)),
       clock_(clock),
       main_alarm_(std::make_unique<Alarm>(clock)),
-      watch_(options_.hang),
+      runner_(RunnerSupervisor::Options{options_.hang, options_.load_timeout, options_.metrics}, std::move(runners),
+              options_.declared_runners, [this] { main_alarm_->Ring(); }),
       gang_link_(options_.gang && options_.gang->link ? options_.gang->link : std::make_shared<NetworkGangLink>()),
       window_(LeaseWindow::Options{options_.max_prefetch, options_.prefetch_target, options_.lease_wait,
                                    options_.idle_poll}),
@@ -179,7 +179,7 @@ void ExecutorAgent::Serve(absl::Time now) {
   }
   if (stop) {
     // Hand the tasks back now: whatever the runner holds is given up with it.
-    if (RunnerBusy() || loading_since_) DropRunner();
+    if (RunnerBusy() || runner_.loading()) DropRunner();
     if (verifying_) EndVerification("the executor is stopping");
     HandBack("the executor is stopping");
     next_completion_try_ = absl::InfinitePast();
@@ -231,13 +231,12 @@ absl::Time ExecutorAgent::NextPass(absl::Time now) {
     next = std::min(next, next_verify_ask_);  // an idle executor's next ask for a spot check
   }
   if (!to_complete_.empty()) next = std::min(next, next_completion_try_);
-  if (!frozen_) next = std::min(next, watch_.HungAt());
-  if (loading_since_) next = std::min(next, *loading_since_ + options_.load_timeout);
+  next = std::min(next, runner_.NextCheck());  // its hang, its load's timeout
   if (gang_wait_for_ && !holding_) next = std::min(next, now + kGangAskEvery);
   if (gate_) {
     WorkMode mode = gate_->mode();
     if (mode == WorkMode::kThrottle) next = std::min(next, next_throttle_toggle_);
-    if (mode == WorkMode::kPause && RunnerBusy() && !frozen_) {
+    if (mode == WorkMode::kPause && RunnerBusy() && !runner_.frozen()) {
       next = std::min(next, gate_->mode_since() + gate_->pause_grace());
     }
   }
@@ -347,6 +346,11 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
     return;
   }
   window_.Answered(request, reply->leases.size(), now, clock_->Now());
+  // A long poll answered early with nothing: the server woke it because another executor
+  // committed work that may have spot checks drawn (ExecutorService::WakeAVerifier). Ask now.
+  if (request.wait > absl::ZeroDuration() && reply->leases.empty() && clock_->Now() - now < request.wait / 2) {
+    next_verify_ask_ = absl::InfinitePast();
+  }
   TakeGangDuties(reply->gang_duties);
   for (const LeaseGrant& lease : reply->leases) Stage(lease, clock_->Now());
 }
@@ -517,8 +521,8 @@ void ExecutorAgent::TakeCancellations() {
     TaskPtr task = it->second.get();
     task->Cancel();
     MINIONS_LOG(Info) << Describe(ref) << " cancelled by the server";
-    if (task->in_runner() && runner_) {
-      runner_->Cancel(task->batch());  // forgotten when its batch ends
+    if (task->in_runner() && runner_.running()) {
+      runner_.Cancel(task->batch());  // forgotten when its batch ends
     } else if (!task->in_runner()) {
       Forget(task);
     }
@@ -541,18 +545,13 @@ void ExecutorAgent::Publish() {
 
 void ExecutorAgent::ShutDown(absl::Time now) {
   EndDuties("the executor stops");
-  if (runner_) {
+  if (runner_.running()) {
     if (!shutdown_deadline_) {
-      if (frozen_) Freeze(false, now);  // a stopped runner cannot read its shutdown
-      runner_->RequestShutdown();
+      if (runner_.frozen()) runner_.Freeze(false, now);  // a stopped runner cannot read its shutdown
+      runner_.RequestShutdown();
       shutdown_deadline_ = now + options_.shutdown_grace;
     }
-    bool ended = false;
-    while (true) {
-      auto event = runner_->Poll();
-      if (!event.ok()) ended = true;
-      if (!event.ok() || !*event) break;
-    }
+    const bool ended = runner_.Drained();
     if (!ended && now < *shutdown_deadline_) return;  // its end rings the loop
     DropRunner();
   }

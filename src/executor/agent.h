@@ -22,14 +22,15 @@
 //
 // Parts (docs/architecture.md, "The executor"): the agent wires parts that own their state —
 // LeaseWindow (how much to lease and when), Heartbeater (the heartbeat and its schedule, reading
-// the agent through BeatSource) and AgentControlPlane (the server, in domain types) — and keeps
-// the runner, the tasks and the owner's modes on its main loop.
+// the agent through BeatSource), RunnerSupervisor (the runner process: which runner and model,
+// loads, hangs, freezes, its end) and AgentControlPlane (the server, in domain types) — and keeps
+// the tasks, which of them the runner holds, and the owner's modes on its main loop.
 //
 // Time: every wait goes through the Clock (its alarms), so tests drive the agent with a fake one:
 // Step() and Beat() are the two loops' bodies, each one pass without waiting; Run() is the
 // production form that loops them on two threads.
 //
-// Ownership: owns its runner, its control-plane client (AgentControlPlane: domain types, a fake in
+// Ownership: owns its runner supervisor, its control-plane client (AgentControlPlane: domain types, a fake in
 // tests), its blob client and its runner factory.
 // Threads: Run() on one thread (the main loop; it starts the heartbeat thread). Or, in tests,
 // Step() and Beat() from one thread, never alongside Run(). Drain(), Stop(), id(),
@@ -62,7 +63,7 @@
 #include "executor/lease_window.h"
 #include "executor/model_access.h"
 #include "executor/model_cache.h"
-#include "executor/runner_watch.h"
+#include "executor/runner_supervisor.h"
 #include "executor/task_run.h"
 #include "model/types.h"
 #include "runner/runner.h"
@@ -233,9 +234,6 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   // Sends queued tasks to the runner in order (loading the model when it changes, once the
   // runner has finished the previous model's tasks).
   void FeedRunner(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  // Starts the runner `name` ("llama" or one of declared_runners).
-  absl::Status StartRunner(const std::string& name, const std::vector<int>& tcp_ports = {})
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // The load command for a lease's model and options (this executor's thread count unless the
   // job sets one).
   absl::StatusOr<runner_protocol::LoadRequest> LoadRequestFor(const LeaseGrant& lease) const
@@ -252,7 +250,7 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   absl::StatusOr<std::optional<std::string>> CachedModel(const LeaseGrant& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Whether a background fetch may go on (the owner's mode lets work run, and no stop).
   bool MayFetch() const;
-  // Ends the runner; returns the tasks it held, oldest first (no longer in the runner).
+  // Ends the runner (runner_.Stop()); returns the tasks it held, oldest first (no longer in it).
   std::vector<TaskPtr> DropRunner() ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
 
   // What runner a lease runs on ("llama" when it names none), and what that runner must have
@@ -294,16 +292,14 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   bool MembersReady(TaskPtr task, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // A leader's runner reaches its members only through tunnels (executor/gang_tunnel.h) that
   // prove the attempt's secret: opens one per member of `lease`, points `load` at them and
-  // returns their loopback ports (the runner's sandbox may reach those alone). The tunnels admit
-  // the runner's process once it is known (AdmitRunnerToTunnels) and end with the runner.
+  // returns their loopback ports (the runner's sandbox may reach those alone). The runner
+  // supervisor keeps them: they admit the runner's process once it starts, and end with it.
   absl::StatusOr<std::vector<int>> OpenGangTunnels(const LeaseGrant& lease, runner_protocol::LoadRequest* load)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  void AdmitRunnerToTunnels(int pid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
 
   // --- owner first (agent_yield.cc) ---
   // Applies the gate's mode; true when the loop must neither lease nor feed the runner.
   bool ApplyWorkMode(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
-  void Freeze(bool frozen, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Ends the runner; the tasks it held go back to the front of the queue to run again later.
   void ReleaseRunner(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Hands every task not yet finished back to the server as preempted.
@@ -324,7 +320,6 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   const TaskRun::Options run_options_;
   const std::unique_ptr<AgentControlPlane> client_;
   const std::unique_ptr<BlobClient> blobs_;
-  const std::unique_ptr<RunnerFactory> runners_;
   Clock* const clock_;
   const std::unique_ptr<Alarm> main_alarm_;       // rings the main loop
   WorkGate* gate_ = nullptr;                             // set before Run()
@@ -343,10 +338,7 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   std::vector<AttemptRef> cancelled_ ABSL_GUARDED_BY(mu_);  // by the server, for the main loop
   std::optional<absl::Time> pass_since_ ABSL_GUARDED_BY(mu_);  // the main loop is inside a pass
   bool holds_work_ ABSL_GUARDED_BY(mu_) = false;
-  Runner* live_runner_ ABSL_GUARDED_BY(mu_) = nullptr;  // for KillRunner; owned by runner_
-  bool killed_on_purpose_ ABSL_GUARDED_BY(mu_) = false;  // KillRunner: its death is no crash
   absl::Mutex register_mu_ ABSL_ACQUIRED_BEFORE(mu_);    // one registration at a time
-  std::string model_loaded_ ABSL_GUARDED_BY(mu_);        // digest (or path) the runner has loaded
 
   // The main loop's own state.
   ThreadRole main_{"executor main loop"};
@@ -359,17 +351,13 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   std::map<std::string, TaskPtr> batches_ ABSL_GUARDED_BY(main_);  // runner batch -> its task
   std::vector<TaskPtr> to_complete_ ABSL_GUARDED_BY(main_);  // uploaded, completion not accepted
   absl::Time next_completion_try_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
-  std::unique_ptr<Runner> runner_ ABSL_GUARDED_BY(main_);
-  std::string runner_model_ ABSL_GUARDED_BY(main_);      // model and options it has (or loads)
-  std::string runner_name_ ABSL_GUARDED_BY(main_);       // which runner runner_ is
-  std::vector<int> runner_ports_ ABSL_GUARDED_BY(main_);  // the TCP ports its sandbox lets it reach
+  // The runner process (runner_supervisor.h): its own lock; the main loop starts, feeds and ends
+  // it, any thread may ask its pid or kill it.
+  RunnerSupervisor runner_;
   // Gang duties it serves as a member, by attempt key; their refs for the heartbeat.
   std::map<std::string, std::unique_ptr<GangService>> duties_ ABSL_GUARDED_BY(main_);
   std::vector<AttemptRef> duty_refs_ ABSL_GUARDED_BY(mu_);
-  // The leader's tunnels to its members, for the runner that leads a gang now (OpenGangTunnels).
-  std::vector<std::unique_ptr<GangTunnel>> gang_tunnels_ ABSL_GUARDED_BY(main_);
-  std::optional<absl::Time> loading_since_ ABSL_GUARDED_BY(main_);  // a load was asked then
-  TaskPtr loading_for_ ABSL_GUARDED_BY(main_) = nullptr;  // the task that asked for it
+  TaskPtr loading_for_ ABSL_GUARDED_BY(main_) = nullptr;  // the task the runner loads for
   // The background fetch of a registry model (one at a time) and where each fetched one is.
   struct ModelFetch {
     std::string digest;
@@ -382,8 +370,6 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   };
   std::unique_ptr<ModelFetch> fetch_ ABSL_GUARDED_BY(main_);
   std::map<std::string, std::string> model_paths_ ABSL_GUARDED_BY(main_);  // digest -> cached file
-  RunnerWatch watch_ ABSL_GUARDED_BY(main_);
-  int64_t runner_generation_ ABSL_GUARDED_BY(main_) = 0;  // runners started so far
   // The spot check in hand (agent_verify.cc): at most one at a time.
   struct Verifying {
     VerificationGrant grant;
@@ -411,7 +397,6 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   bool more_events_ ABSL_GUARDED_BY(main_) = false;      // the last pass left events to take
   bool holding_ ABSL_GUARDED_BY(main_) = false;          // the owner's mode holds leasing and feeding
   // Owner first.
-  bool frozen_ ABSL_GUARDED_BY(main_) = false;           // the runner is SIGSTOPped
   bool yield_observed_ ABSL_GUARDED_BY(main_) = false;   // since the owner last took the machine
   absl::Time next_throttle_toggle_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
 

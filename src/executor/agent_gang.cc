@@ -107,27 +107,21 @@ std::vector<int> ExecutorAgent::GangPorts(const LeaseGrant& lease) {
 
 absl::StatusOr<std::vector<int>> ExecutorAgent::OpenGangTunnels(const LeaseGrant& lease,
                                                                 runner_protocol::LoadRequest* load) {
-  for (auto& tunnel : gang_tunnels_) tunnel->Stop();
-  gang_tunnels_.clear();
+  runner_.KeepTunnels({});  // the last runner's stop
+  std::vector<std::unique_ptr<GangTunnel>> tunnels;
   std::vector<int> ports;
   for (size_t i = 0; i < lease.gang.size() && i < load->gang.servers.size(); ++i) {
     GangTunnelOptions options;
     options.member = lease.gang[i].endpoint;
     options.secret = lease.gang_secret;
     absl::StatusOr<std::unique_ptr<GangTunnel>> tunnel = GangTunnel::Start(options);
-    if (!tunnel.ok()) {
-      gang_tunnels_.clear();
-      return tunnel.status();
-    }
+    if (!tunnel.ok()) return tunnel.status();
     load->gang.servers[i].endpoint = (*tunnel)->endpoint();
     ports.push_back((*tunnel)->port());
-    gang_tunnels_.push_back(*std::move(tunnel));
+    tunnels.push_back(*std::move(tunnel));
   }
+  runner_.KeepTunnels(std::move(tunnels));  // they admit the runner's process when it starts
   return ports;
-}
-
-void ExecutorAgent::AdmitRunnerToTunnels(int pid) {
-  for (auto& tunnel : gang_tunnels_) tunnel->AdmitProcess(pid);
 }
 
 absl::Status ExecutorAgent::GangMembersAnswer(const LeaseGrant& lease) const {

@@ -23,7 +23,7 @@ BeatSource::Holdings ExecutorAgent::Collect(absl::Time now) {
   held.executor_id = id_;
   for (const auto& [key, snapshot] : snapshots_) held.leases.push_back(snapshot);
   held.gang_duties = duty_refs_;
-  held.model_loaded = model_loaded_;
+  held.model_loaded = runner_.model_loaded();
   held.stuck_since = pass_since_;
   return held;
 }

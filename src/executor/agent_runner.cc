@@ -1,6 +1,8 @@
-// ExecutorAgent, the runner's side: starting a runner, loading models, feeding it queued tasks in
-// order, taking what it says, and ending it when it hangs, will not load, or dies. Kept apart from
-// agent.cc (the main loop, leasing, uploads and reports) so the two read separately.
+// ExecutorAgent, the runner's side: which model each queued task needs (fetched into the model
+// cache first), feeding the tasks to the runner in order, taking what it says, and what its end
+// costs each task it held (a hang, a load that does not come, a crash). The runner process itself
+// is the RunnerSupervisor's (runner_supervisor.h). Kept apart from agent.cc (the main loop,
+// leasing, uploads and reports) so the two read separately.
 
 #include <signal.h>
 
@@ -14,16 +16,13 @@
 namespace minions {
 namespace {
 
-// The runner every executor has; a lease that names none runs there.
-constexpr char kBuiltInRunner[] = "llama";
-
 // Events taken per pass at most, so a flood of results cannot starve leasing and completions.
 constexpr int kEventsPerPass = 4096;
 
 }  // namespace
 
 std::string ExecutorAgent::RunnerOf(const LeaseGrant& lease) {
-  return lease.runner.empty() ? kBuiltInRunner : lease.runner;
+  return lease.runner.empty() ? RunnerSupervisor::kBuiltInRunner : lease.runner;
 }
 
 std::string ExecutorAgent::ModelKey(const LeaseGrant& lease) {
@@ -33,29 +32,6 @@ std::string ExecutorAgent::ModelKey(const LeaseGrant& lease) {
   // attempt is a runner of its own.
   if (!lease.gang.empty()) absl::StrAppend(&key, "\ngang ", TaskKey(lease.ref));
   return key;
-}
-
-absl::Status ExecutorAgent::StartRunner(const std::string& name, const std::vector<int>& tcp_ports) {
-  RunnerFactory* factory = runners_.get();
-  if (name != kBuiltInRunner) {
-    auto declared = options_.declared_runners.find(name);
-    if (declared == options_.declared_runners.end()) {
-      return absl::FailedPreconditionError(absl::StrCat("this executor offers no runner '", name, "'"));
-    }
-    factory = declared->second.get();
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<Runner> runner, factory->StartConnecting([this] { main_alarm_->Ring(); }, tcp_ports));
-  runner_ = std::move(runner);
-  ++runner_generation_;
-  runner_name_ = name;
-  runner_ports_ = tcp_ports;
-  {
-    absl::MutexLock lock(&mu_);
-    live_runner_ = runner_.get();
-  }
-  watch_ = RunnerWatch(options_.hang);
-  if (options_.metrics) options_.metrics->SetRunnerPid(runner_->pid());  // metrics hook
-  return absl::OkStatus();
 }
 
 bool ExecutorAgent::MayFetch() const {
@@ -145,7 +121,7 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
     for (const auto& [batch, other] : batches_) suspect_running |= other->suspect();
     if (suspect_running || (task->suspect() && RunnerBusy())) return;
     const std::string model = ModelKey(task->lease());
-    if (!runner_ || runner_model_ != model) {
+    if (!runner_.Has(model)) {
       // A model change waits until the runner has finished the previous model's tasks.
       if (RunnerBusy()) return;
       if (!task->lease().model_digest.empty()) {
@@ -171,7 +147,7 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
         continue;
       }
       const std::vector<int> ports = GangPorts(task->lease());
-      if (runner_ && (runner_name_ != RunnerOf(task->lease()) || runner_ports_ != ports || !ports.empty())) {
+      if (runner_.running() && (!runner_.Is(RunnerOf(task->lease()), ports) || !ports.empty())) {
         // Another runner program, or a sandbox with other gang ports: the idle one ends (it
         // holds no batch) and the lease's starts.
         for (TaskPtr held : DropRunner()) queue_.push_back(held);
@@ -191,27 +167,22 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
         }
         runner_ports = *tunnels;
       }
-      if (!runner_) {
-        if (absl::Status s = StartRunner(RunnerOf(task->lease()), runner_ports); !s.ok()) {
+      if (!runner_.running()) {
+        // The gang's tunnels, kept by the supervisor, admit the new runner's process.
+        if (absl::Status s = runner_.Start(RunnerOf(task->lease()), runner_ports); !s.ok()) {
           // A runner that will not start may be a passing problem of this machine.
           queue_.pop_front();
           GiveUp(task, absl::Status(s.code(), absl::StrCat("cannot start the runner: ", s.message())),
                  FailureClass::kRetryable);
           continue;
         }
-        AdmitRunnerToTunnels(runner_->pid());
       }
-      runner_->Load(*load);
-      runner_model_ = model;
-      {
-        absl::MutexLock lock(&mu_);
-        model_loaded_ = task->lease().model_digest.empty() ? task->lease().model : task->lease().model_digest;
-      }
-      loading_since_ = now;
+      runner_.Load(*load, model, task->lease().model_digest.empty() ? task->lease().model : task->lease().model_digest,
+                   now);
       loading_for_ = task;
       return;  // the runner says `loaded` (or why not)
     }
-    if (loading_since_) return;
+    if (runner_.loading()) return;
     queue_.pop_front();
     std::optional<TaskRun::Batch> batch = task->NextBatch(now);
     if (!batch) {  // nothing left to run (it resumed at its end)
@@ -219,8 +190,7 @@ void ExecutorAgent::FeedRunner(absl::Time now) {
       continue;
     }
     batches_[batch->id] = task;
-    runner_->StartBatch(batch->id, batch->records);
-    watch_.Sent(now);
+    runner_.StartBatch(batch->id, batch->records, now);
   }
 }
 
@@ -247,13 +217,13 @@ bool ExecutorAgent::MembersReady(TaskPtr task, absl::Time now) {
 
 void ExecutorAgent::TakeRunnerEvents(absl::Time now) {
   more_events_ = false;
-  for (int taken = 0; runner_ && taken < kEventsPerPass; ++taken) {
-    auto event = runner_->Poll();
+  for (int taken = 0; runner_.running() && taken < kEventsPerPass; ++taken) {
+    auto event = runner_.Poll();
     if (!event.ok()) return OnRunnerDied(event.status());
     if (!*event) return;
     OnEvent(**event, now);
   }
-  more_events_ = runner_ != nullptr;  // the burst goes on next pass, after the other work
+  more_events_ = runner_.running();  // the burst goes on next pass, after the other work
 }
 
 void ExecutorAgent::OnEvent(const runner_protocol::Event& event, absl::Time now) {
@@ -269,25 +239,16 @@ void ExecutorAgent::OnEvent(const runner_protocol::Event& event, absl::Time now)
         if (info.is_object() && info.contains(key)) facts[key] = info[key];
       }
       MINIONS_LOG(Info) << "runner loaded " << JsonString(event.body, "model") << ": " << DumpJson(facts);
-      loading_since_.reset();
+      runner_.Loaded();
       loading_for_ = nullptr;
       return;
     }
     case Type::kError:
-      if (JsonString(event.body, "op") == "load" && loading_since_) {
+      if (JsonString(event.body, "op") == "load" && runner_.loading()) {
         // A model that cannot be loaded will not load next time either.
         TaskPtr task = loading_for_;
-        loading_since_.reset();
+        runner_.LoadFailed();
         loading_for_ = nullptr;
-        runner_model_.clear();
-  {
-    absl::MutexLock lock(&mu_);
-    model_loaded_.clear();
-  }
-        {
-          absl::MutexLock lock(&mu_);
-          model_loaded_.clear();
-        }
         if (task) {
           // Across a gang, a member may be what failed: retryable (counted), on another gang.
           GiveUp(task, absl::InvalidArgumentError(absl::StrCat("cannot load the model: ", event.message)),
@@ -302,7 +263,7 @@ void ExecutorAgent::OnEvent(const runner_protocol::Event& event, absl::Time now)
       auto it = batches_.find(event.batch);
       if (it == batches_.end()) return;  // a batch given up already
       TaskPtr task = it->second;
-      watch_.Heard(now, true);
+      runner_.Heard(now, true);
       task->OnResult(event.batch, event.index, JsonField(event.body, "output"));
       MaybeCheckpoint(task, now);
       return;
@@ -312,7 +273,7 @@ void ExecutorAgent::OnEvent(const runner_protocol::Event& event, absl::Time now)
       if (it == batches_.end()) return;
       TaskPtr task = it->second;
       batches_.erase(it);
-      watch_.Heard(now, RunnerBusy());
+      runner_.Heard(now, RunnerBusy());
       FinishTask(task, task->OnBatchDone(event.batch, JsonBool(event.body, "cancelled")), now);
       return;
     }
@@ -324,8 +285,8 @@ void ExecutorAgent::OnEvent(const runner_protocol::Event& event, absl::Time now)
 }
 
 void ExecutorAgent::CheckRunner(absl::Time now) {
-  if (!runner_) return;
-  if (loading_since_ && now - *loading_since_ >= options_.load_timeout) {
+  if (!runner_.running()) return;
+  if (runner_.LoadTimedOut(now)) {
     TaskPtr task = loading_for_;
     MINIONS_LOG(Warning) << "the runner did not load its model within " << options_.load_timeout << "; ending it";
     DropRunner();
@@ -337,9 +298,9 @@ void ExecutorAgent::CheckRunner(absl::Time now) {
     }
     return;
   }
-  if (frozen_ || !watch_.Hung(now)) return;
-  const absl::Duration silence = watch_.Silence(now);
-  const absl::Duration limit = watch_.limit();
+  if (!runner_.Hung(now)) return;  // never while frozen
+  const absl::Duration silence = runner_.Silence(now);
+  const absl::Duration limit = runner_.hang_limit();
   std::vector<TaskPtr> held = DropRunner();
   MINIONS_LOG(Warning) << "the runner said nothing for " << silence << " while holding " << held.size()
                        << " tasks (a hang past " << limit << "): killed";
@@ -356,34 +317,13 @@ std::vector<ExecutorAgent::TaskPtr> ExecutorAgent::DropRunner() {
   for (const auto& [batch, task] : batches_) held.push_back(task);
   std::sort(held.begin(), held.end(), [](TaskPtr a, TaskPtr b) { return a->started() < b->started(); });
   batches_.clear();
-  {
-    absl::MutexLock lock(&mu_);
-    live_runner_ = nullptr;
-  }
-  runner_.reset();  // SIGKILL and reap: its memory is the machine's again
-  for (auto& tunnel : gang_tunnels_) tunnel->Stop();  // a new runner gets its own (OpenGangTunnels)
-  gang_tunnels_.clear();
-  runner_model_.clear();
-  runner_ports_.clear();
-  {
-    absl::MutexLock lock(&mu_);
-    model_loaded_.clear();
-  }
-  loading_since_.reset();
+  runner_.Stop();  // SIGKILL and reap, its tunnels too: its memory is the machine's again
   loading_for_ = nullptr;
-  watch_ = RunnerWatch(options_.hang);
-  frozen_ = false;
-  if (options_.metrics) options_.metrics->SetRunnerPid(0);  // metrics hook
   return held;
 }
 
 void ExecutorAgent::OnRunnerDied(const absl::Status& why) {
-  bool on_purpose;
-  {
-    absl::MutexLock lock(&mu_);
-    on_purpose = killed_on_purpose_;
-    killed_on_purpose_ = false;
-  }
+  const bool on_purpose = runner_.TakeKilledOnPurpose();
   MINIONS_LOG(Warning) << "the runner died: " << why.message();
   TaskPtr loading = loading_for_;
   std::vector<TaskPtr> victims = DropRunner();
@@ -429,12 +369,6 @@ void ExecutorAgent::OnRunnerDied(const absl::Status& why) {
   }
 }
 
-void ExecutorAgent::KillRunner(const char* why) {
-  absl::MutexLock lock(&mu_);
-  if (!live_runner_) return;
-  MINIONS_LOG(Warning) << "killing the runner: " << why;
-  killed_on_purpose_ = true;  // its death is not a crash: no record is to blame
-  live_runner_->Kill();
-}
+void ExecutorAgent::KillRunner(const char* why) { runner_.Kill(why); }
 
 }  // namespace minions

@@ -15,9 +15,13 @@ namespace minions {
 
 void ExecutorAgent::Verify(bool may_ask, absl::Time now) {
   if (!verifying_) {
-    // Only with nothing else to do: no task held, queued, loading or in a gang.
+    // Only with nothing else to do: no task held, queued, loading or in a gang. Once idle again
+    // it asks at once: the checks of the job it just worked on wait for an idle executor.
+    if (!tasks_.empty() || !queue_.empty() || RunnerBusy() || runner_.loading() || InGang()) {
+      next_verify_ask_ = absl::InfinitePast();
+      return;
+    }
     if (!may_ask || verify_unoffered_ || now < next_verify_ask_) return;
-    if (!tasks_.empty() || !queue_.empty() || RunnerBusy() || loading_since_ || InGang()) return;
     next_verify_ask_ = now + options_.verify_poll;
     auto grants = client_->LeaseVerifications(id(), 1);
     if (!grants.ok()) {
@@ -51,7 +55,7 @@ void ExecutorAgent::Verify(bool may_ask, absl::Time now) {
   Verifying& v = *verifying_;
   if (now >= v.grant.job.expires_at) return EndVerification("its lease expired before the verdicts came");
   if (v.sent) {
-    if (!runner_ || runner_generation_ != v.runner_generation) return EndVerification("the runner ended");
+    if (!runner_.running() || runner_.generation() != v.runner_generation) return EndVerification("the runner ended");
     if (!v.done) return;
     EndVerification("the runner gave no verdict");
     // Straight on to the next one, if more wait: this pass would otherwise go on to a long poll
@@ -66,8 +70,8 @@ void ExecutorAgent::Verify(bool may_ask, absl::Time now) {
 void ExecutorAgent::StartVerification(absl::Time now) {
   Verifying& v = *verifying_;
   const std::string key = ModelKey(v.grant.job);
-  if (runner_ && runner_model_ == key && (!v.load_asked || runner_generation_ == v.runner_generation)) {
-    if (loading_since_) return;  // the runner says `loaded` (or why not)
+  if (runner_.Has(key) && (!v.load_asked || runner_.generation() == v.runner_generation)) {
+    if (runner_.loading()) return;  // the runner says `loaded` (or why not)
     rescore::Request request;
     request.batch = v.batch;
     for (size_t i = 0; i < v.grant.items.size(); ++i) {
@@ -81,16 +85,15 @@ void ExecutorAgent::StartVerification(absl::Time now) {
       v.sent_items.push_back(i);
     }
     if (request.items.empty()) return EndVerification("nothing to re-score");
-    runner_->StartRescore(request);
-    watch_.Sent(now);
+    runner_.StartRescore(request, now);
     v.sent = true;
-    v.runner_generation = runner_generation_;
+    v.runner_generation = runner_.generation();
     return;
   }
   // Asked already and the runner no longer has (or loads) it: the load failed, the runner died, or
   // the owner took the machine back.
   if (v.load_asked) return EndVerification("the job's model did not load");
-  if (RunnerBusy() || loading_since_) return;  // not while anything else runs
+  if (RunnerBusy() || runner_.loading()) return;  // not while anything else runs
   if (!v.grant.job.model_digest.empty()) {
     absl::StatusOr<std::optional<std::string>> cached = CachedModel(v.grant.job);
     if (!cached.ok()) return EndVerification(absl::StrCat("cannot fetch the model: ", cached.status().message()));
@@ -98,22 +101,16 @@ void ExecutorAgent::StartVerification(absl::Time now) {
   }
   absl::StatusOr<runner_protocol::LoadRequest> load = LoadRequestFor(v.grant.job);
   if (!load.ok()) return EndVerification(absl::StrCat("cannot load the model: ", load.status().message()));
-  if (runner_ && (runner_name_ != RunnerOf(v.grant.job) || !runner_ports_.empty())) DropRunner();  // holds nothing
-  if (!runner_) {
-    if (absl::Status s = StartRunner(RunnerOf(v.grant.job)); !s.ok()) {
+  if (runner_.running() && !runner_.Is(RunnerOf(v.grant.job), {})) DropRunner();  // holds nothing
+  if (!runner_.running()) {
+    if (absl::Status s = runner_.Start(RunnerOf(v.grant.job)); !s.ok()) {
       return EndVerification(absl::StrCat("cannot start the runner: ", s.message()));
     }
   }
-  runner_->Load(*load);
-  runner_model_ = key;
-  {
-    absl::MutexLock lock(&mu_);
-    model_loaded_ = v.grant.job.model_digest.empty() ? v.grant.job.model : v.grant.job.model_digest;
-  }
-  loading_since_ = now;
+  runner_.Load(*load, key, v.grant.job.model_digest.empty() ? v.grant.job.model : v.grant.job.model_digest, now);
   loading_for_ = nullptr;  // no task waits on it: a failure ends only the spot check
   v.load_asked = true;
-  v.runner_generation = runner_generation_;
+  v.runner_generation = runner_.generation();
 }
 
 bool ExecutorAgent::TakeVerificationEvent(const runner_protocol::Event& event, absl::Time now) {
@@ -122,7 +119,7 @@ bool ExecutorAgent::TakeVerificationEvent(const runner_protocol::Event& event, a
   Verifying& v = *verifying_;
   switch (event.type) {
     case Type::kVerdict: {
-      watch_.Heard(now, true);
+      runner_.Heard(now, true);
       if (event.index >= v.sent_items.size()) return true;  // not one it sent: ignored
       const size_t i = v.sent_items[event.index];
       const VerificationGrant::Item& item = v.grant.items[i];
@@ -147,7 +144,7 @@ bool ExecutorAgent::TakeVerificationEvent(const runner_protocol::Event& event, a
     case Type::kError:  // a rescore it refused: what has no verdict goes back unchecked
       if (event.type == Type::kError) MINIONS_LOG(Warning) << "the runner refused the spot check: " << event.message;
       v.done = true;
-      watch_.Heard(now, RunnerBusy());
+      runner_.Heard(now, RunnerBusy());
       main_alarm_->Ring();  // report on the next pass
       return true;
     default:

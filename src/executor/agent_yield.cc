@@ -21,14 +21,14 @@
 namespace minions {
 
 bool ExecutorAgent::HoldsWork() const {
-  absl::MutexLock lock(&mu_);
-  return holds_work_ || live_runner_ != nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (holds_work_) return true;
+  }
+  return runner_.running();
 }
 
-int ExecutorAgent::RunnerPid() const {
-  absl::MutexLock lock(&mu_);
-  return live_runner_ ? live_runner_->pid() : 0;
-}
+int ExecutorAgent::RunnerPid() const { return runner_.pid(); }
 
 std::string ExecutorAgent::FleetState(bool has_tasks, std::string* reason) const {
   {
@@ -42,24 +42,9 @@ std::string ExecutorAgent::FleetState(bool has_tasks, std::string* reason) const
   return has_tasks ? "busy" : "available";
 }
 
-void ExecutorAgent::Freeze(bool frozen, absl::Time now) {
-  if (!runner_) {
-    frozen_ = false;
-    return;
-  }
-  runner_->Signal(frozen ? SIGSTOP : SIGCONT);
-  frozen_ = frozen;
-  // A stopped runner says nothing, and is not hung for that.
-  if (frozen) {
-    watch_.Pause();
-  } else {
-    watch_.Resume(now);
-  }
-}
-
 void ExecutorAgent::ReleaseRunner(absl::Time now) {
-  if (!runner_) return;
-  const pid_t pid = runner_->pid();
+  if (!runner_.running()) return;
+  const pid_t pid = runner_.pid();
   // Records with an output stay done (and may be in a checkpoint already): a new runner runs
   // only the rest.
   std::vector<TaskPtr> rerun = DropRunner();
@@ -110,12 +95,12 @@ bool ExecutorAgent::ApplyWorkMode(absl::Time now) {
   switch (mode) {
     case WorkMode::kRun:
       yield_observed_ = false;
-      if (frozen_) Freeze(false, now);
+      if (runner_.frozen()) runner_.Freeze(false, now);
       return false;
     case WorkMode::kThrottle:
       yield_observed_ = false;
       if (now >= next_throttle_toggle_) {
-        Freeze(!frozen_ && busy, now);
+        runner_.Freeze(!runner_.frozen() && busy, now);
         next_throttle_toggle_ = now + absl::Milliseconds(500);
       }
       return false;
@@ -124,20 +109,20 @@ bool ExecutorAgent::ApplyWorkMode(absl::Time now) {
       // decode step rather than at the end of a batch (which may take minutes). What it finished
       // stays done; the rest waits, leased, for the owner to leave (FinishTask, kYielded). A
       // runner still busy past the grace (one that ignores `cancel`, a long step) is stopped.
-      if (busy && !frozen_ && runner_) {
+      if (busy && !runner_.frozen() && runner_.running()) {
         for (const auto& [batch, task] : batches_) {
           if (task->yielding() || task->cancelled()) continue;
           task->Yield();
-          runner_->Cancel(batch);
+          runner_.Cancel(batch);
         }
       }
-      if (busy && !frozen_ && now - gate_->mode_since() >= gate_->pause_grace()) {
-        Freeze(true, now);
+      if (busy && !runner_.frozen() && now - gate_->mode_since() >= gate_->pause_grace()) {
+        runner_.Freeze(true, now);
         MINIONS_LOG(Info) << "runner stopped (SIGSTOP): the owner is back and it has not stopped its batch";
         // Its batch_done waits for the owner to leave: what it finished is checkpointed now.
         for (const auto& [batch, task] : batches_) MaybeCheckpoint(task, now, /*now_anyway=*/true);
       }
-      if (!busy || frozen_) ObserveYield(now);  // idle at its batch boundary, or stopped
+      if (!busy || runner_.frozen()) ObserveYield(now);  // idle at its batch boundary, or stopped
       return true;
     case WorkMode::kRelease:
       ReleaseRunner(now);

@@ -11,7 +11,8 @@ absl::Status IdentityAdmin::ValidateTeam(const Team& team) {
   if (team.max_priority < -1000000 || team.max_priority > 1000000) {
     return absl::InvalidArgumentError("a team's priority ceiling must be between -1000000 and 1000000");
   }
-  if (team.max_active_jobs < 0 || team.requests_per_second < 0 || team.max_running_tasks < 0) {
+  if (team.max_active_jobs < 0 || team.requests_per_second < 0 || team.max_running_tasks < 0 ||
+      team.max_file_bytes < 0 || team.max_model_bytes < 0 || team.max_result_bytes < 0) {
     return absl::InvalidArgumentError("a team's limits are 0 (none) or more");
   }
   if (team.weight < 1 || team.weight > kMaxTeamWeight) {
@@ -27,6 +28,11 @@ absl::StatusOr<Team> IdentityAdmin::CreateTeam(Team team) {
   if (team.max_active_jobs == 0) team.max_active_jobs = kDefaultMaxActiveJobs;
   if (team.requests_per_second == 0) team.requests_per_second = kDefaultRequestsPerSecond;
   if (team.max_running_tasks == 0) team.max_running_tasks = kDefaultMaxRunningTasks;
+  // Nor fill the object store alone.
+  if (team.max_file_bytes == 0) team.max_file_bytes = kDefaultMaxFileBytes;
+  if (team.max_model_bytes == 0) team.max_model_bytes = kDefaultMaxModelBytes;
+  if (team.max_result_bytes == 0) team.max_result_bytes = kDefaultMaxResultBytes;
+  team.file_bytes = team.result_bytes = 0;  // the store's counts
   team.created_at = clock_->Now();
   return store_->CreateTeam(team);
 }

@@ -73,6 +73,10 @@ class IdentityAdmin {
   static constexpr int64_t kDefaultMaxActiveJobs = 1000;
   static constexpr int64_t kDefaultRequestsPerSecond = 200;
   static constexpr int64_t kDefaultMaxRunningTasks = 1000;
+  // Bytes kept in the object store: files and job inputs, models (each digest once), results.
+  static constexpr int64_t kDefaultMaxFileBytes = int64_t{100} << 30;
+  static constexpr int64_t kDefaultMaxModelBytes = int64_t{500} << 30;
+  static constexpr int64_t kDefaultMaxResultBytes = int64_t{100} << 30;
 
   // A new team; its unset limits (0) take the defaults above.
   absl::StatusOr<Team> CreateTeam(Team team);

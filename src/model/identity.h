@@ -83,9 +83,22 @@ struct Team {
   // the teams that want work; at least 1.
   int64_t weight = 1;
   int64_t max_running_tasks = 0;    // its tasks running at once; 0: no limit
+  // Bytes it may keep in the object store (0: no limit): its files (OpenAI files, uploaded and
+  // inline job inputs), its models (each digest once), its jobs' published results.
+  int64_t max_file_bytes = 0;
+  int64_t max_model_bytes = 0;
+  int64_t max_result_bytes = 0;
+  // What it keeps of files and results, as the store counts them (IdentityStore::ChargeTeamBytes):
+  // never set by an admin (UpdateTeam keeps the stored counts). Its models' bytes are summed from
+  // its registry instead.
+  int64_t file_bytes = 0;
+  int64_t result_bytes = 0;
   absl::Time created_at;
   bool operator==(const Team&) const = default;
 };
+
+// The object-store bytes a team is charged for (Team's limits and counts).
+enum class TeamBytes { kFiles, kResults };
 
 // The team every pool starts with (jobs of an admin who names no team go there).
 inline constexpr char kDefaultTeam[] = "default";

@@ -54,6 +54,11 @@ struct Requirements {
 // The largest input one job takes inline (ServerOptions::max_input_bytes, which no flag changes):
 // the CLI checks a file against it before it reads it (cli/client_verbs.cc).
 inline constexpr int64_t kDefaultMaxInputBytes = int64_t{256} << 20;
+// The largest input sent inside SubmitJobRequest; a larger one travels as a stream of parts of at
+// most kInputPartBytes (Jobs.UploadInput), as `minions submit` does, so that no gRPC message a
+// server takes is larger than a few MiB (ServerOptions::max_message_bytes; docs/security.md 40.2d).
+inline constexpr int64_t kMaxInlineInputBytes = int64_t{1} << 20;
+inline constexpr int64_t kInputPartBytes = int64_t{1} << 20;
 
 struct JobSpec {
   std::string team = "default";   // owner team, for fair share and accounting
@@ -94,11 +99,15 @@ struct RequestCounts {
 struct TokenUsage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // Of completion_tokens, those of reasoning (usage.completion_tokens_details.reasoning_tokens,
+  // stated by lines whose model's template reasons); 0 for a job finished before schema 19.
+  int64_t reasoning_tokens = 0;
   bool operator==(const TokenUsage&) const = default;
   // Adds `other` (non-negative counts), each sum held at the largest int64 rather than overflowing.
   void Add(const TokenUsage& other) {
     prompt_tokens = Saturated(prompt_tokens, other.prompt_tokens);
     completion_tokens = Saturated(completion_tokens, other.completion_tokens);
+    reasoning_tokens = Saturated(reasoning_tokens, other.reasoning_tokens);
   }
   int64_t total() const { return Saturated(prompt_tokens, completion_tokens); }
 

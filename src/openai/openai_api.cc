@@ -1,5 +1,7 @@
 #include "openai/openai_api.h"
 
+#include <algorithm>
+#include <limits>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -309,6 +311,22 @@ void OpenAiApi::CreateFile(Call& call) {
                                        options_.max_file_bytes, " bytes."),
                      "invalid_request_error", "file");
   }
+  // The team's room for files (Team::max_file_bytes): an upload that passes it is stopped as it
+  // does, and nothing of it is kept; the store charges the whole file once it has arrived.
+  auto team = deps_.store->GetTeam(call.team);
+  if (!team.ok()) return call.Fail(team.status());
+  const int64_t room = team->max_file_bytes > 0 ? std::max<int64_t>(team->max_file_bytes - team->file_bytes, 0)
+                                                : std::numeric_limits<int64_t>::max();
+  auto over_limit = [&](int64_t more, const std::string& why) {
+    return call.Fail(429, why.empty() ? absl::StrCat("Team ", call.team, " keeps ", team->file_bytes,
+                                                     " bytes of files; another ", more, " would pass its limit of ",
+                                                     team->max_file_bytes, " (an admin raises it with `minions admin "
+                                                     "team set ", call.team, " --max-file-bytes N`); delete files it "
+                                                     "no longer needs.")
+                                      : why,
+                     "insufficient_quota", "file");
+  };
+  if (declared - (64 << 10) > room) return over_limit(declared, "");
   MultipartReader form(*boundary, [&](char* buffer, size_t size) { return call.stream.ReadBody(buffer, size); });
   const std::string id = absl::StrCat(token::NewId(kFilePrefix), token::NewId(""));  // 24 random hex digits
   const std::string key = keys::OpenAiFiles(call.team) + id;
@@ -316,6 +334,7 @@ void OpenAiApi::CreateFile(Call& call) {
   bool have_file = false;
   int64_t bytes = 0;
   bool too_large = false;
+  bool over_quota = false;
   auto drop = [&] {
     if (have_file) (void)deps_.blobs->Delete(key);
   };
@@ -338,10 +357,15 @@ void OpenAiApi::CreateFile(Call& call) {
           too_large = true;
           return absl::OutOfRangeError("too large");
         }
+        if (bytes > room) {
+          over_quota = true;
+          return absl::OutOfRangeError("over the team's limit");
+        }
         return chunk;
       });
       if (!put.ok()) {
         drop();
+        if (over_quota) return over_limit(bytes, "");
         if (too_large) {
           return call.Fail(413, absl::StrCat("The file is too large: this server takes files of at most ",
                                              options_.max_file_bytes, " bytes."),
@@ -373,6 +397,14 @@ void OpenAiApi::CreateFile(Call& call) {
                                   "'batch'."),
                      "invalid_request_error", "purpose");
   }
+  // Charged once whole: other uploads of the team may have taken its room meanwhile.
+  if (auto charged = deps_.store->ChargeTeamBytes(call.team, TeamBytes::kFiles, bytes, /*enforce=*/true);
+      !charged.ok()) {
+    drop();
+    if (absl::IsResourceExhausted(charged.status())) return over_limit(bytes, std::string(charged.status().message()));
+    return call.Fail(charged.status());
+  }
+  auto uncharge = [&] { (void)deps_.store->ChargeTeamBytes(call.team, TeamBytes::kFiles, -bytes, /*enforce=*/false); };
   Json meta = {{"id", id},
                {"bytes", bytes},
                {"created_at", absl::ToUnixSeconds(deps_.clock->Now())},
@@ -381,6 +413,7 @@ void OpenAiApi::CreateFile(Call& call) {
                {"owner", call.caller.principal}};
   if (auto s = deps_.blobs->Put(key + ".json", DumpJson(meta)); !s.ok()) {
     drop();
+    uncharge();
     return call.Fail(s);
   }
   MINIONS_LOG(Info) << "file " << id << " (" << bytes << " bytes) uploaded by " << call.caller.Describe();
@@ -528,8 +561,14 @@ void OpenAiApi::DeleteFile(Call& call, const std::string& id) {
                        "invalid_request_error", "file_id");
     }
   }
+  // Its bytes, as its description says, are given back to the team's room for files.
+  int64_t bytes = 0;
+  if (auto meta = deps_.blobs->Get(key + ".json"); meta.ok()) {
+    if (auto parsed = ParseJson(*meta); parsed.ok() && parsed->is_object()) bytes = parsed->value("bytes", int64_t{0});
+  }
   if (auto s = deps_.blobs->Delete(key + ".json"); !s.ok()) return call.Fail(s);
   if (auto s = deps_.blobs->Delete(key); !s.ok()) return call.Fail(s);
+  if (bytes > 0) (void)deps_.store->ChargeTeamBytes(call.team, TeamBytes::kFiles, -bytes, /*enforce=*/false);
   call.Reply(200, Json{{"id", id}, {"object", "file"}, {"deleted", true}});
 }
 
@@ -562,7 +601,9 @@ absl::StatusOr<Json> OpenAiApi::BatchObject(const Job& job) {
         if (!tokens.ok()) return tokens.status();
         // The job's row keeps no tokens for a cancelled job; its batch keeps what the partial
         // output used.
-        side["tokens"] = {{"prompt_tokens", tokens->prompt_tokens}, {"completion_tokens", tokens->completion_tokens}};
+        side["tokens"] = {{"prompt_tokens", tokens->prompt_tokens},
+                          {"completion_tokens", tokens->completion_tokens},
+                          {"reasoning_tokens", tokens->reasoning_tokens}};
         side["cancelled_at"] = absl::ToUnixSeconds(deps_.clock->Now());
         if (!side.contains("cancelling_at") && job.finished_at) side["cancelling_at"] = absl::ToUnixSeconds(*job.finished_at);
         if (auto s = deps_.blobs->Put(keys::OpenAiBatch(job.spec.team, job.id), DumpJson(side)); !s.ok()) return s;
@@ -629,16 +670,16 @@ absl::StatusOr<Json> OpenAiApi::BatchObject(const Job& job) {
       }
       return std::max<int64_t>(value->get<int64_t>(), 0);
     };
-    used = TokenUsage{count("prompt_tokens"), count("completion_tokens")};
+    // A batch cancelled and merged by an earlier release kept no reasoning total: 0.
+    used = TokenUsage{count("prompt_tokens"), count("completion_tokens"), count("reasoning_tokens")};
   }
   if (used) {
-    // In the Batch API's shape. The details are 0 by design (docs/openai-parameters.md, "Usage"):
-    // cached tokens never reach an output line, and the job keeps no reasoning total (each line's
-    // usage has its own).
+    // In the Batch API's shape. cached_tokens is 0 by design (docs/openai-parameters.md, "Usage"):
+    // cached tokens never reach an output line.
     batch["usage"] = {{"input_tokens", used->prompt_tokens},
                       {"input_tokens_details", {{"cached_tokens", 0}}},
                       {"output_tokens", used->completion_tokens},
-                      {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                      {"output_tokens_details", {{"reasoning_tokens", used->reasoning_tokens}}},
                       {"total_tokens", used->total()}};
   }
   return batch;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "server/call_auth.h"
+#include "server/model_registry.h"
 #include "server/proto_convert.h"
 
 namespace minions {
@@ -97,12 +98,16 @@ absl::StatusOr<std::vector<v1::Team>> TeamsWithStanding(MetadataStore& store, ab
   if (!teams.ok()) return teams.status();
   absl::StatusOr<std::vector<TeamUsage>> usage = store.ListTeamUsage(now);
   if (!usage.ok()) return usage.status();
+  absl::StatusOr<std::vector<ModelRecord>> models = store.ListModels("");
+  if (!models.ok()) return models.status();
+  const std::map<std::string, int64_t> model_bytes = ModelBytesByTeam(*models);
   const std::map<std::string, double> targets = TargetShares(*usage);
   double total = 0;
   for (const TeamUsage& u : *usage) total += absl::ToDoubleSeconds(u.usage);
   std::vector<v1::Team> out;
   for (const Team& team : *teams) {
     v1::Team& p = out.emplace_back(ToProto(team));
+    if (auto it = model_bytes.find(team.name); it != model_bytes.end()) p.set_model_bytes(it->second);
     for (const TeamUsage& u : *usage) {
       if (u.team != team.name) continue;
       v1::TeamUsage* standing = p.mutable_usage();

@@ -34,6 +34,7 @@ struct LineFacts {
   // overflow or mean anything: the most a record's answer could hold is far below it).
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t reasoning_tokens = 0;  // usage.completion_tokens_details.reasoning_tokens
   bool is_error_line() const { return !error_null || !response_object || !status_ok; }
 };
 
@@ -78,14 +79,18 @@ class LineFactsReader {
   bool key(Json::string_t& name) {
     if (depth_ == 1) key_ = name;
     if (depth_ == 1 && name == "response") facts_->status_ok = true;  // a duplicate replaces the first
-    if (depth_ >= 1 && depth_ <= kUsageDepth) {
+    if (depth_ >= 1 && depth_ <= kDetailDepth) {
       path_[depth_ - 1] = name;
       // A key on the way to the counts, met again (a duplicate): what its value holds replaces
       // what the earlier one held, as a parser that keeps the last duplicate reads the line.
       if (OnUsagePath(depth_ - 1)) {
-        const bool below_counts = depth_ < kUsageDepth;
-        if (below_counts || name == "prompt_tokens") facts_->prompt_tokens = 0;
-        if (below_counts || name == "completion_tokens") facts_->completion_tokens = 0;
+        const bool above_counts = depth_ < kUsageDepth;
+        if (above_counts || (depth_ == kUsageDepth && name == "prompt_tokens")) facts_->prompt_tokens = 0;
+        if (above_counts || (depth_ == kUsageDepth && name == "completion_tokens")) facts_->completion_tokens = 0;
+        if (above_counts || (depth_ == kUsageDepth && name == "completion_tokens_details") ||
+            (depth_ == kDetailDepth && path_[3] == "completion_tokens_details" && name == "reasoning_tokens")) {
+          facts_->reasoning_tokens = 0;
+        }
       }
     }
     return true;
@@ -94,13 +99,14 @@ class LineFactsReader {
 
  private:
   enum class Kind { kNull, kString, kObject, kOther };
-  // The depth of response.body.usage's counts, and the keys that lead to them.
+  // The depth of response.body.usage's counts, and of usage.completion_tokens_details's.
   static constexpr int kUsageDepth = 4;
+  static constexpr int kDetailDepth = 5;
 
   // A container opens: its members have no key yet (an array's never get one).
   bool Enter() {
     ++depth_;
-    if (depth_ >= 1 && depth_ <= kUsageDepth) path_[depth_ - 1].clear();
+    if (depth_ >= 1 && depth_ <= kDetailDepth) path_[depth_ - 1].clear();
     return depth_ <= kMaxJsonDepth;
   }
   // Whether the keys of depths 1..levels+1 are response, body, usage (as far as they go).
@@ -111,12 +117,17 @@ class LineFactsReader {
     }
     return true;
   }
-  // An integer: one of the line's token counts if it sits at response.body.usage.*_tokens.
+  // An integer: one of the line's token counts if it sits at response.body.usage.*_tokens or
+  // response.body.usage.completion_tokens_details.reasoning_tokens.
   void Count(uint64_t n) {
-    if (depth_ != kUsageDepth || !OnUsagePath(kUsageDepth - 1)) return;
+    if (depth_ < kUsageDepth || !OnUsagePath(kUsageDepth - 1)) return;
     const int64_t count = static_cast<int64_t>(std::min<uint64_t>(n, kMaxTokensPerLine));
-    if (path_[3] == "prompt_tokens") facts_->prompt_tokens = count;  // a later duplicate wins, as when parsed
-    if (path_[3] == "completion_tokens") facts_->completion_tokens = count;
+    // A later duplicate wins, as when parsed.
+    if (depth_ == kUsageDepth && path_[3] == "prompt_tokens") facts_->prompt_tokens = count;
+    if (depth_ == kUsageDepth && path_[3] == "completion_tokens") facts_->completion_tokens = count;
+    if (depth_ == kDetailDepth && path_[3] == "completion_tokens_details" && path_[4] == "reasoning_tokens") {
+      facts_->reasoning_tokens = count;
+    }
   }
   // An integer at response.status_code: whether the response is a 200 (the executor's rule).
   void Status(bool ok) {
@@ -140,7 +151,7 @@ class LineFactsReader {
   LineFacts* facts_;
   int depth_ = 0;
   std::string key_;
-  std::string path_[kUsageDepth];  // the key of the value open at each depth 1..4, "" for none
+  std::string path_[kDetailDepth];  // the key of the value open at each depth 1..5, "" for none
 };
 
 absl::StatusOr<LineFacts> ReadLineFacts(std::string_view line) {
@@ -269,7 +280,10 @@ absl::Status VerifyChunk(const Chunk& chunk, std::string_view output, std::strin
     }
   }
   if (tokens != nullptr) {
-    for (const LineFacts& line : outs) tokens->Add({line.prompt_tokens, line.completion_tokens});
+    // Reasoning is a part of the completion: a line that states more counts its completion.
+    for (const LineFacts& line : outs) {
+      tokens->Add({line.prompt_tokens, line.completion_tokens, std::min(line.reasoning_tokens, line.completion_tokens)});
+    }
   }
   return absl::OkStatus();
 }

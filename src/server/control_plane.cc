@@ -39,7 +39,7 @@ ControlPlane::ControlPlane(MetadataStore* store, BlobStore* blobs, Clock* clock,
       server_metrics_(&registry_, store),
       rpc_faults_(clock, &registry_),
       fleet_view_(store, clock, &progress_, absl::Seconds(1), absl::Seconds(30), options_.history_step),
-      finalizer_(store, blobs, clock, {options_.max_chunk_bytes}),
+      finalizer_(store, blobs, clock, {options_.max_chunk_bytes}, options_.verify_wait),
       authenticator_(store, clock, options_.auth),
       identities_(store, clock,
                   IdentityPolicy{options_.require_executor_approval, options_.executor_credential_ttl,
@@ -72,14 +72,15 @@ absl::Status ControlPlane::Start() {
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<RpcFaultInterceptors>(&rpc_faults_));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  // Limits on what a caller can make this process hold (docs/operations.md, "Limits"): the largest
-  // message is an inline input; every call in flight holds a thread of the synchronous server, so
+  // Limits on what a caller can make this process hold (docs/operations.md, "Limits"): no message
+  // larger than a few MiB (inputs and models travel in parts below it); every call in flight holds a thread of the synchronous server, so
   // the threads are capped (past the cap a call gets RESOURCE_EXHAUSTED), as are the streams one
   // connection may open and the size of a call's metadata.
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(options_.max_input_bytes + (1 << 20), INT32_MAX)));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::clamp<int64_t>(options_.max_message_bytes, 2 << 20, INT32_MAX)));
   builder.SetMaxSendMessageSize(64 << 20);
   grpc::ResourceQuota quota("minions-server");
   quota.SetMaxThreads(std::max(options_.max_threads, 4));
+  if (options_.grpc_memory_bytes > 0) quota.Resize(static_cast<size_t>(options_.grpc_memory_bytes));
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 256);
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, 16 << 10);

@@ -186,13 +186,18 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
     }
   }
   std::vector<LeaseProgress> held;
-  for (const auto& ref : request.leases()) held.push_back(FromProto(ref));
+  std::vector<std::string> committed;  // jobs of a checkpoint's chunks (spot checks may be drawn)
+  for (const auto& ref : request.leases()) {
+    held.push_back(FromProto(ref));
+    if (!held.back().chunks.empty()) committed.push_back(held.back().job_id);
+  }
   // The executor's reason is not kept: why its owner is present never leaves the machine.
   const int64_t ttl_ms = absl::ToInt64Milliseconds(options_.lease_ttl);
   heartbeats_in_flight_.fetch_add(1);  // its answer touches this object: the destructor waits for it
   chunks_.HeartbeatAsync(
       executor_id, *state, "", held, options_.lease_ttl, clock_->Now(), holdings,
-      [this, executor_id, reply, ttl_ms, arrived, done = std::move(done)](absl::StatusOr<HeartbeatReply> answer) mutable {
+      [this, executor_id, reply, ttl_ms, arrived, committed = std::move(committed),
+       done = std::move(done)](absl::StatusOr<HeartbeatReply> answer) mutable {
         if (metrics_) metrics_->HeartbeatAnswered(absl::Now() - arrived);
         if (!answer.ok()) {
           if (options_.idle_polls_renew) renewals_.NotWritten(executor_id);  // a poll renews it at once
@@ -202,6 +207,7 @@ void ExecutorService::HeartbeatAsync(const std::string& executor_id, const v1::H
         }
         for (const auto& c : answer->cancel) ToProto(c, reply->add_cancel());
         for (const auto& r : answer->renewed) ToProto(r, reply->add_renewed());
+        if (!committed.empty()) WakeAVerifier(executor_id, committed);
         reply->set_drain(answer->drain);
         reply->set_reregister(answer->unknown_executor);
         reply->set_lease_ttl_ms(ttl_ms);
@@ -582,6 +588,18 @@ void ExecutorService::RenewIdle(const std::vector<std::string>& executor_ids) {
 
 int64_t ExecutorService::leases_waiting() const { return room_.waiting(); }
 
+void ExecutorService::WakeAVerifier(const std::string& producer, const std::vector<std::string>& jobs) {
+  // The common case: nobody idle to wake, no store read.
+  if (jobs.empty() || !room_.AnyParkedIdlePollBut(producer)) return;
+  bool open = false;
+  for (const std::string& job : jobs) {
+    absl::StatusOr<int64_t> checks = store_->CountOpenVerifications(job);
+    open = open || (checks.ok() && *checks > 0);
+  }
+  if (!open) return;  // spot checks off, or none drawn
+  room_.WakeOneIdlePollBut(producer);
+}
+
 absl::Status ExecutorService::Lease(const std::string& executor_id, const grpc::ServerContext* context,
                                     const v1::LeaseRequest& request, v1::LeaseResponse* reply) {
   if (absl::Status confined = confinement_.Check(executor_id); !confined.ok()) return confined;
@@ -686,8 +704,10 @@ grpc::ServerUnaryReactor* ExecutorService::Complete(grpc::CallbackServerContext*
   }
   ForgetIdle(*executor_id);
   completions_.Submit(*executor_id, {FromProto(request->ref())},
-                [reactor](absl::StatusOr<std::vector<absl::Status>> outcomes) {
+                [this, reactor, producer = *executor_id,
+                 job = request->ref().job_id()](absl::StatusOr<std::vector<absl::Status>> outcomes) {
                   if (outcomes.ok() && outcomes->size() != 1) outcomes = absl::InternalError("no outcome");
+                  if (outcomes.ok() && outcomes->front().ok()) WakeAVerifier(producer, {job});
                   reactor->Finish(ToGrpc(outcomes.ok() ? outcomes->front() : outcomes.status()));
                 });
   return reactor;
@@ -697,6 +717,7 @@ absl::Status ExecutorService::Complete(const std::string& executor_id, const v1:
   ForgetIdle(executor_id);
   ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes, completions_.Complete(executor_id, {FromProto(request.ref())}));
   if (outcomes.size() != 1) return absl::InternalError("no outcome");
+  if (outcomes.front().ok()) WakeAVerifier(executor_id, {request.ref().job_id()});
   return outcomes.front();
 }
 
@@ -722,10 +743,17 @@ grpc::ServerUnaryReactor* ExecutorService::CompleteBatch(grpc::CallbackServerCon
     return reactor;
   }
   std::vector<LeaseProgress> reports;
-  for (const auto& ref : request->refs()) reports.push_back(FromProto(ref));
+  std::vector<std::string> jobs;
+  for (const auto& ref : request->refs()) {
+    reports.push_back(FromProto(ref));
+    jobs.push_back(ref.job_id());
+  }
   ForgetIdle(*executor_id);
-  completions_.Submit(*executor_id, std::move(reports), [reactor, reply](absl::StatusOr<std::vector<absl::Status>> outcomes) {
+  completions_.Submit(*executor_id, std::move(reports),
+                      [this, reactor, reply, producer = *executor_id,
+                       jobs = std::move(jobs)](absl::StatusOr<std::vector<absl::Status>> outcomes) {
     if (outcomes.ok()) FillOutcomes(*outcomes, reply);
+    if (outcomes.ok()) WakeAVerifier(producer, jobs);
     reactor->Finish(ToGrpc(outcomes.status()));
   });
   return reactor;
@@ -738,6 +766,9 @@ absl::Status ExecutorService::CompleteBatch(const std::string& executor_id, cons
   ForgetIdle(executor_id);
   ASSIGN_OR_RETURN(std::vector<absl::Status> outcomes, completions_.Complete(executor_id, reports));
   FillOutcomes(outcomes, reply);
+  std::vector<std::string> jobs;
+  for (const auto& ref : request.refs()) jobs.push_back(ref.job_id());
+  WakeAVerifier(executor_id, jobs);
   return absl::OkStatus();
 }
 

@@ -284,6 +284,12 @@ class ExecutorService final : public ExecutorServiceBase {
   absl::Duration RenewalScanPeriod() const;
   // Its liveness was written now (it registered, or its heartbeat was): renewals_ counts it.
   void LivenessWritten(const std::string& executor_id);
+  // `producer` committed chunks, which may have drawn spot checks (docs/verification.md): one
+  // idle executor other than it whose long poll is held here is answered at once, with nothing,
+  // so that it asks for spot checks now rather than when its poll ends (up to 30 s). One per
+  // commit: a busy fleet's commits wake at most as many polls as it commits chunks.
+  // `jobs`: the jobs of the committed chunks; only one with spot checks open wakes anyone.
+  void WakeAVerifier(const std::string& producer, const std::vector<std::string>& jobs) ABSL_LOCKS_EXCLUDED(work_mu_);
 
   MetadataStore* store_;
   BlobStore* blobs_;

@@ -7,8 +7,8 @@
 // them before it goes). It decides nothing else: the service holds the polls and sends the
 // renewals (server/executor_service.h).
 // Ownership: its map and counters, under its own lock.
-// Threads: any. It takes no other lock: a caller may hold its own (ExecutorService::work_mu_)
-// while it calls in.
+// Threads: any. The `polling` callbacks run under its lock (they ask the LeaseWaitRoom, which
+// never calls in here under its own); it takes no other lock.
 
 #include <cstdint>
 #include <functional>

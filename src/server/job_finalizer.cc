@@ -132,6 +132,19 @@ absl::Status JobFinalizer::WriteResults(const Job& job, const std::vector<Task>&
   return blobs_->PutStream(errors_key, spool_source);
 }
 
+void JobFinalizer::ChargeResults(const std::string& team, std::initializer_list<std::string> objects) {
+  int64_t bytes = 0;
+  for (const std::string& key : objects) {
+    if (absl::StatusOr<int64_t> size = blobs_->Size(key); size.ok()) bytes += *size;
+  }
+  // Never refused: the work is done and its results are kept; the team's next submit is refused
+  // instead while it keeps as much as its limit (JobService::Submit).
+  if (auto charged = store_->ChargeTeamBytes(team, TeamBytes::kResults, bytes, /*enforce=*/false);
+      !charged.ok() && !absl::IsNotFound(charged.status())) {
+    MINIONS_LOG(Warning) << "team " << team << ": " << bytes << " bytes of results not counted: " << charged.status();
+  }
+}
+
 absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
@@ -141,9 +154,20 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
   // A later sweep, or the last verdict, finalises it.
   auto open = store_->CountOpenVerifications(job_id);
   if (!open.ok()) return open.status();
-  if (*open > 0) return *job;
   auto tasks = store_->ListTasks(job_id);
   if (!tasks.ok()) return tasks.status();
+  if (*open > 0) {
+    // Not for ever: a check goes only to another executor, and there may be none (a one-executor
+    // pool) or none idle. After the wait it publishes with them open (counted, and still open: a
+    // later verdict is kept and a failure quarantines its producer).
+    absl::Time last_ended = job->updated_at;
+    for (const Task& task : *tasks) {
+      if (task.finished_at) last_ended = std::max(last_ended, *task.finished_at);
+    }
+    if (clock_->Now() < last_ended + verify_wait_) return *job;
+    MINIONS_LOG(Warning) << "job=" << job_id << " publishes with " << *open << " spot checks still open: no other "
+                         << "executor judged them within " << verify_wait_ << " of its last task's end";
+  }
   // This finalisation's own keys: another server finalising the job at the same time writes
   // beside them, and only the FinishJob that wins publishes its keys (server/keys.h).
   const std::string writer = RandomHex(16);
@@ -184,7 +208,8 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
                                        {"completed", job->counts.completed},
                                        {"failed", job->counts.failed}}},
                    {"usage", {{"prompt_tokens", tokens.prompt_tokens},
-                              {"completion_tokens", tokens.completion_tokens}}},
+                              {"completion_tokens", tokens.completion_tokens},
+                              {"completion_tokens_details", {{"reasoning_tokens", tokens.reasoning_tokens}}}}},
                    {"output_key", output_key},
                    {"errors_key", errors_key},
                    {"tasks", std::move(manifest_tasks)}};
@@ -194,7 +219,7 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
     const VerificationTally tally = Tally(*verdicts);
     manifest["verification"] = {{"checked", tally.checked},     {"passed", tally.passed},
                                 {"failed", tally.failed},       {"verifiers", tally.verifiers},
-                                {"failed_records", tally.failed_records}};
+                                {"failed_records", tally.failed_records}, {"open_checks", *open}};
   } else if (!absl::IsUnimplemented(verdicts.status())) {
     return verdicts.status();
   }
@@ -219,6 +244,7 @@ absl::StatusOr<Job> JobFinalizer::Finalize(const std::string& job_id) {
   if (finished.ok()) {
     MINIONS_LOG(Info) << "job=" << job_id << " completed: " << job->counts.completed << " served, "
                       << job->counts.failed << " failed";
+    ChargeResults(job->spec.team, {output_key, errors_key, manifest_key});
   }
   return finished;
 }
@@ -243,8 +269,10 @@ absl::StatusOr<JobFinalizer::ResultKeys> JobFinalizer::CancelledResults(const st
   auto merged = blobs_->Size(result.errors);
   if (merged.ok()) return result;
   if (!absl::IsNotFound(merged.status())) return merged.status();
-  // Two readers at once may both merge: the same bytes, each object replaced whole.
+  // Two readers at once may both merge: the same bytes, each object replaced whole (and both
+  // charged: a count one merge too high errs on the fleet's side).
   RETURN_IF_ERROR(MergeCancelled(job_id).status());
+  if (auto job = store_->GetJob(job_id); job.ok()) ChargeResults(job->spec.team, {result.output, result.errors});
   return result;
 }
 

@@ -10,6 +10,7 @@
 // job's row, and a loser removes its own objects. A published result object is never written again.
 // Threads: FinalizeReady may be called from several threads.
 
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <utility>
@@ -25,11 +26,15 @@ namespace minions {
 
 class JobFinalizer {
  public:
-  JobFinalizer(MetadataStore* store, BlobStore* blobs, Clock* clock, ChunkCheckOptions chunk_limits = {})
-      : store_(store), blobs_(blobs), clock_(clock), chunk_limits_(chunk_limits) {}
+  // `verify_wait`: ServerOptions::verify_wait.
+  JobFinalizer(MetadataStore* store, BlobStore* blobs, Clock* clock, ChunkCheckOptions chunk_limits = {},
+               absl::Duration verify_wait = absl::Minutes(10))
+      : store_(store), blobs_(blobs), clock_(clock), chunk_limits_(chunk_limits), verify_wait_(verify_wait) {}
 
   // Finalises one job in `finalizing` whose spot checks all have their verdicts (one still open
-  // leaves it finalizing); returns the job as it is afterwards.
+  // leaves it finalizing, until `verify_wait` after its last task ended: then it publishes, the
+  // checks still open counted in its manifest and left open, so a later verdict still counts);
+  // returns the job as it is afterwards.
   absl::StatusOr<Job> Finalize(const std::string& job_id);
   // Finalises every job waiting for it; returns how many were finished.
   absl::StatusOr<int> FinalizeReady();
@@ -54,6 +59,8 @@ class JobFinalizer {
   absl::StatusOr<ResultKeys> ResultsOf(const Job& job);
 
  private:
+  // Adds the sizes of `objects` to the team's result bytes (Team::result_bytes).
+  void ChargeResults(const std::string& team, std::initializer_list<std::string> objects);
   // Writes the merged output and error files of `job` (see Finalize) to `output_key` and
   // `errors_key`; `cancelled`: unfinished records were cancelled, not expired. Chunks that failed
   // their check are added to `rejected`; the tokens the published output lines state, to `tokens`.
@@ -65,6 +72,7 @@ class JobFinalizer {
   BlobStore* blobs_;
   Clock* clock_;
   ChunkCheckOptions chunk_limits_;
+  absl::Duration verify_wait_;
 };
 
 }  // namespace minions

@@ -3,8 +3,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <set>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -53,25 +56,140 @@ absl::StatusOr<Job> JobService::VisibleJob(const Caller& caller, const std::stri
   return job;
 }
 
+absl::StatusOr<Team> JobService::TeamFor(const Caller& caller, const std::string& requested) {
+  std::string name;
+  // The team is the credential's. An admin may name any existing team (default: "default").
+  if (caller.IsAdmin()) {
+    name = requested.empty() ? std::string(kDefaultTeam) : requested;
+  } else {
+    if (!requested.empty() && requested != caller.team) {
+      return absl::PermissionDeniedError(absl::StrCat("your token belongs to team ", caller.team,
+                                                      "; it cannot submit jobs for team ", requested));
+    }
+    name = caller.team;
+  }
+  absl::StatusOr<Team> team = store_->GetTeam(name);
+  if (absl::IsNotFound(team.status())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("there is no team ", name, " (an admin creates it: minions admin team create ", name, ")"));
+  }
+  return team;
+}
+
+absl::StatusOr<v1::UploadInputResponse> JobService::ReceiveInput(
+    const Caller& caller, grpc::ServerReaderInterface<v1::UploadInputRequest>& reader) {
+  v1::UploadInputRequest part;
+  if (!reader.Read(&part)) return absl::InvalidArgumentError("the input is empty: the upload sent nothing");
+  ASSIGN_OR_RETURN(Team team, TeamFor(caller, part.team()));
+  // The team's room for files now; the store charges the whole input once it has arrived (other
+  // uploads may have taken the room meanwhile).
+  const int64_t room = team.max_file_bytes > 0 ? std::max<int64_t>(team.max_file_bytes - team.file_bytes, 0)
+                                               : std::numeric_limits<int64_t>::max();
+  const std::string key = absl::StrCat(keys::Uploads(team.name, caller.principal),
+                                       absl::FormatTime("%Y%m%d", clock_->Now(), absl::UTCTimeZone()), "-",
+                                       RandomHex(16), ".jsonl");
+  int64_t bytes = 0;
+  bool have_part = true;
+  absl::Status refusal;  // why the stream was stopped, when this side stopped it
+  absl::Status put = blobs_->PutStream(key, [&]() -> absl::StatusOr<std::string> {
+    while (true) {
+      if (!have_part && !reader.Read(&part)) return std::string();  // the end
+      have_part = false;
+      if (part.data().empty()) continue;  // an empty chunk would end the object early
+      const auto size = static_cast<int64_t>(part.data().size());
+      bytes += size;
+      if (size > kInputPartBytes) {
+        refusal = absl::InvalidArgumentError(
+            absl::StrCat("an upload's parts have at most ", kInputPartBytes, " bytes (one had ", size, ")"));
+      } else if (bytes > options_.max_input_bytes) {
+        refusal = absl::InvalidArgumentError(absl::StrCat("input is larger than ", options_.max_input_bytes,
+                                                          " bytes (this server's limit; split it into several jobs)"));
+      } else if (bytes > room) {
+        refusal = absl::ResourceExhaustedError(absl::StrCat(
+            "team ", team.name, " keeps ", team.file_bytes, " bytes of files and job inputs; this input (", bytes,
+            " bytes so far) would pass its limit of ", team.max_file_bytes,
+            " (an admin raises it with `minions admin team set ", team.name, " --max-file-bytes N`)"));
+      }
+      if (!refusal.ok()) return refusal;
+      return std::move(*part.mutable_data());
+    }
+  });
+  auto drop = [&] {
+    if (absl::Status s = blobs_->Delete(key); !s.ok() && !absl::IsNotFound(s)) {
+      MINIONS_LOG(Warning) << "a refused upload's object " << key << " is left: " << s;
+    }
+  };
+  if (!put.ok()) {
+    drop();
+    return refusal.ok() ? put : refusal;
+  }
+  if (bytes == 0) {
+    drop();
+    return absl::InvalidArgumentError("the input is empty: the job would have no records");
+  }
+  if (auto charged = store_->ChargeTeamBytes(team.name, TeamBytes::kFiles, bytes, /*enforce=*/true); !charged.ok()) {
+    drop();
+    return charged.status();
+  }
+  v1::UploadInputResponse reply;
+  reply.set_input_key(key);
+  reply.set_size_bytes(bytes);
+  return reply;
+}
+
+absl::Status JobService::PlaceInput(const Caller& caller, const v1::SubmitJobRequest& request,
+                                   const std::string& input_prefix, JobSpec& spec, int64_t* written) {
+  // Inputs are the caller's own uploads: kept under its prefix, and only from there.
+  const std::string uploads = keys::Uploads(spec.team, caller.principal);
+  if (!request.input().empty()) {
+    if (static_cast<int64_t>(request.input().size()) > options_.max_input_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("input is larger than ", options_.max_input_bytes,
+                                                     " bytes (this server's limit; split it into several jobs)"));
+    }
+    spec.input_key = absl::StrCat(uploads, absl::FormatTime("%Y%m%d", clock_->Now(), absl::UTCTimeZone()), "-",
+                                  RandomHex(16), ".jsonl");
+    const auto size = static_cast<int64_t>(request.input().size());
+    // Charged first: over the team's limit, nothing is written.
+    RETURN_IF_ERROR(store_->ChargeTeamBytes(spec.team, TeamBytes::kFiles, size, /*enforce=*/true).status());
+    *written = size;
+    return blobs_->Put(spec.input_key, request.input());
+  } else if (!request.input_key().empty()) {
+    spec.input_key = request.input_key();
+    if (auto valid = ValidateBlobKey(spec.input_key); !valid.ok()) return valid;
+    const std::string& allowed = input_prefix.empty() ? uploads : input_prefix;
+    if (!caller.IsAdmin() && !absl::StartsWith(spec.input_key, allowed)) {
+      return absl::PermissionDeniedError(absl::StrCat("input_key must name one of your own uploads (under ", allowed,
+                                                      "); send the input inline instead"));
+    }
+    auto size = blobs_->Size(spec.input_key);
+    if (!size.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("input object '", spec.input_key, "': ", size.status().message()));
+    }
+    if (*size > options_.max_input_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("input object '", spec.input_key, "' is ", *size,
+                                                     " bytes; the most is ", options_.max_input_bytes));
+    }
+  } else {
+    // proto3 cannot tell an empty input from none: both are an input with no records.
+    return absl::InvalidArgumentError(
+        "the input is empty: the job has no records (send a JSONL file of request lines, or name an input_key)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJobRequest& request,
                                        const std::string& input_prefix) {
   JobSpec spec;
-  // The team is the credential's. An admin may name any existing team (default: "default").
-  if (caller.IsAdmin()) {
-    spec.team = request.team().empty() ? std::string(kDefaultTeam) : request.team();
-  } else {
-    if (!request.team().empty() && request.team() != caller.team) {
-      return absl::PermissionDeniedError(absl::StrCat("your token belongs to team ", caller.team,
-                                                      "; it cannot submit jobs for team ", request.team()));
-    }
-    spec.team = caller.team;
-  }
-  absl::StatusOr<Team> team = store_->GetTeam(spec.team);
-  if (absl::IsNotFound(team.status())) {
-    return absl::InvalidArgumentError(absl::StrCat("there is no team ", spec.team,
-                                                   " (an admin creates it: minions admin team create ", spec.team, ")"));
-  }
+  absl::StatusOr<Team> team = TeamFor(caller, request.team());
   if (!team.ok()) return team.status();
+  spec.team = team->name;
+  // Results are never refused once computed: a team keeping as many bytes of results as its limit
+  // gets no new job instead.
+  if (team->max_result_bytes > 0 && team->result_bytes >= team->max_result_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "team ", spec.team, " keeps ", team->result_bytes, " bytes of results, its limit of ", team->max_result_bytes,
+        " (an admin raises it with `minions admin team set ", spec.team, " --max-result-bytes N`)"));
+  }
   spec.owner = caller.principal;
   spec.model = request.model();
   if (spec.model.empty()) {
@@ -135,37 +253,16 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   RETURN_IF_ERROR(CheckModelPathInFolders(*fleet, spec));  // a file no executor would load
   if (request.completion_window_ms() > 0) spec.completion_window = absl::Milliseconds(request.completion_window_ms());
 
-  // Inputs are the caller's own uploads: kept under its prefix, and only from there.
-  const std::string uploads = keys::Uploads(spec.team, caller.principal);
-  if (!request.input().empty()) {
-    if (static_cast<int64_t>(request.input().size()) > options_.max_input_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("input is larger than ", options_.max_input_bytes,
-                                                     " bytes (this server's limit; split it into several jobs)"));
-    }
-    spec.input_key = absl::StrCat(uploads, absl::FormatTime("%Y%m%d", clock_->Now(), absl::UTCTimeZone()), "-",
-                                  RandomHex(16), ".jsonl");
-    if (auto s = blobs_->Put(spec.input_key, request.input()); !s.ok()) return s;
-  } else if (!request.input_key().empty()) {
-    spec.input_key = request.input_key();
-    if (auto valid = ValidateBlobKey(spec.input_key); !valid.ok()) return valid;
-    const std::string& allowed = input_prefix.empty() ? uploads : input_prefix;
-    if (!caller.IsAdmin() && !absl::StartsWith(spec.input_key, allowed)) {
-      return absl::PermissionDeniedError(absl::StrCat("input_key must name one of your own uploads (under ", allowed,
-                                                      "); send the input inline instead"));
-    }
-    auto size = blobs_->Size(spec.input_key);
-    if (!size.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("input object '", spec.input_key, "': ", size.status().message()));
-    }
-    if (*size > options_.max_input_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("input object '", spec.input_key, "' is ", *size,
-                                                     " bytes; the most is ", options_.max_input_bytes));
-    }
-  } else {
-    // proto3 cannot tell an empty input from none: both are an input with no records.
-    return absl::InvalidArgumentError(
-        "the input is empty: the job has no records (send a JSONL file of request lines, or name an input_key)");
-  }
+  // An inline input written here is charged to the team's files; it goes again, uncharged, unless
+  // a job is created to keep it.
+  int64_t written = 0;
+  bool created = false;
+  auto drop_input = absl::MakeCleanup([&] {
+    if (written == 0 || created) return;
+    (void)blobs_->Delete(spec.input_key);
+    (void)store_->ChargeTeamBytes(spec.team, TeamBytes::kFiles, -written, /*enforce=*/false);
+  });
+  RETURN_IF_ERROR(PlaceInput(caller, request, input_prefix, spec, &written));
 
   // Task sizes: from what tasks of this model, runner and answer length measured (the answer
   // length read from the input's first records).
@@ -201,6 +298,7 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   if (sized_by_server) spec.sizing = sizing_why;
   auto job = store_->CreateJob(spec, clock_->Now());
   if (!job.ok()) return job.status();  // ResourceExhausted: the team's quota of jobs
+  created = true;  // the job keeps its input, failed or not
   if (!split.ok()) {
     (void)store_->FailJob(job->id, std::string(split.status().message()), clock_->Now());
     return absl::InvalidArgumentError(absl::StrCat("job ", job->id, " refused: ", split.status().message()));
@@ -236,6 +334,52 @@ grpc::Status JobService::SubmitJob(grpc::ServerContext* context, const v1::Submi
   return grpc::Status::OK;
 }
 
+grpc::Status JobService::UploadInput(grpc::ServerContext* context, grpc::ServerReader<v1::UploadInputRequest>* reader,
+                                     v1::UploadInputResponse* reply) {
+  AUTHORIZE_OR_RETURN(context, Scope::kJobsWrite);
+  absl::StatusOr<v1::UploadInputResponse> received = ReceiveInput(caller, *reader);
+  if (!received.ok()) return ToGrpc(received.status());
+  *reply = std::move(*received);
+  return grpc::Status::OK;
+}
+
+absl::Status JobService::FillVerification(const Job& job, const std::vector<Verification>& verdicts,
+                                          v1::VerificationCounts& out) {
+  out = ToProto(Tally(verdicts));
+  ASSIGN_OR_RETURN(int64_t open, store_->CountOpenVerifications(job.id));
+  out.set_open_checks(open);
+  if (out.failed() == 0 || (job.state != JobState::kCompleted && job.state != JobState::kExpired)) {
+    return absl::OkStatus();
+  }
+  // A failure before publication redid its producer's chunks (none of them is left in the job);
+  // one that came after finds them still there: the published files keep that producer's
+  // answers (a published job is never rewritten). Named, with how many of the job's records it
+  // wrote, so the team knows what to run again.
+  std::set<std::string> failed_producers;
+  for (const Verification& v : verdicts) {
+    if (!v.passed) failed_producers.insert(v.producer_id);
+  }
+  ASSIGN_OR_RETURN(std::vector<Task> tasks, store_->ListTasks(job.id));
+  std::set<std::string> published;
+  int64_t records = 0;
+  for (const Task& task : tasks) {
+    for (const Chunk& chunk : task.chunks) {
+      if (!failed_producers.contains(chunk.executor_id)) continue;
+      published.insert(chunk.executor_id);
+      records += chunk.end - chunk.begin;
+    }
+  }
+  if (published.empty()) return absl::OkStatus();
+  std::set<std::string> named;
+  for (const Verification& v : verdicts) {
+    if (!v.passed && published.contains(v.producer_id) && named.insert(v.custom_id).second) {
+      out.add_failed_after_publication(v.custom_id);
+    }
+  }
+  out.set_records_of_quarantined(records);
+  return absl::OkStatus();
+}
+
 grpc::Status JobService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* reply) {
   AUTHORIZE_OR_RETURN(context, Scope::kJobsRead);
   auto job = VisibleJob(caller, request->job_id());
@@ -244,7 +388,9 @@ grpc::Status JobService::GetJob(grpc::ServerContext* context, const v1::GetJobRe
   // Its spot checks so far (a store that keeps none has none to show).
   auto verdicts = store_->ListVerifications(job->id);
   if (!verdicts.ok() && !absl::IsUnimplemented(verdicts.status())) return ToGrpc(verdicts.status());
-  if (verdicts.ok()) *reply->mutable_verification() = ToProto(Tally(*verdicts));
+  if (verdicts.ok()) {
+    if (absl::Status s = FillVerification(*job, *verdicts, *reply->mutable_verification()); !s.ok()) return ToGrpc(s);
+  }
   if (!IsTerminal(job->state)) {
     auto counts = store_->CountTasks(job->id);
     if (!counts.ok()) return ToGrpc(counts.status());

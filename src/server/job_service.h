@@ -44,6 +44,11 @@ class JobService final : public v1::Jobs::Service {
         watch_streams_(options.max_watch_streams) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request, v1::Job* reply) override;
+  // A job's input in parts of at most kInputPartBytes, written to the caller's uploads as they
+  // arrive (never held whole) and charged to the team's file bytes: past max_input_bytes or the
+  // team's room for files the stream is refused and nothing of it is kept.
+  grpc::Status UploadInput(grpc::ServerContext* context, grpc::ServerReader<v1::UploadInputRequest>* reader,
+                           v1::UploadInputResponse* reply) override;
   grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* reply) override;
   grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
                         v1::ListJobsResponse* reply) override;
@@ -73,9 +78,24 @@ class JobService final : public v1::Jobs::Service {
   absl::StatusOr<Job> SubmitRefused(const Caller& caller, JobSpec spec, const std::string& error);
 
  private:
+  // A job's spot checks as GetJob answers them (v1::VerificationCounts): the tally of `verdicts`,
+  // the checks still open, and the records that failed after the job published.
+  absl::Status FillVerification(const Job& job, const std::vector<Verification>& verdicts,
+                                v1::VerificationCounts& out);
   // The job, if the caller may see it; NotFound ("no job ID") otherwise, word for word what an
   // unknown id gets.
   absl::StatusOr<Job> VisibleJob(const Caller& caller, const std::string& job_id);
+  // Sets spec.input_key: an inline input written under the caller's uploads (charged first to the
+  // team's file bytes: over its limit, ResourceExhausted and nothing written; *written = its
+  // bytes), or an object named by key, checked to be the caller's and small enough.
+  // The team a caller's call acts for: its credential's; an admin's may name any existing team
+  // ("": "default"). InvalidArgument for a team that does not exist.
+  absl::StatusOr<Team> TeamFor(const Caller& caller, const std::string& requested);
+  // UploadInput's work, for an authorised caller.
+  absl::StatusOr<v1::UploadInputResponse> ReceiveInput(const Caller& caller,
+                                                       grpc::ServerReaderInterface<v1::UploadInputRequest>& reader);
+  absl::Status PlaceInput(const Caller& caller, const v1::SubmitJobRequest& request, const std::string& input_prefix,
+                          JobSpec& spec, int64_t* written);
   // Sets out's wait_cause and wait_reason: why `job`, with `pending_tasks` pending, waits
   // (model/placement.h ExplainWait over the fleet, its running tasks and the teams' standing).
   absl::Status ExplainWaitInto(const Job& job, int64_t pending_tasks, v1::Job& out);

@@ -154,6 +154,26 @@ bool LeaseWaitRoom::Polling(const std::string& executor_id) const {
   return idle_polls_.contains(executor_id);
 }
 
+bool LeaseWaitRoom::AnyParkedIdlePollBut(const std::string& producer) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [executor_id, call] : idle_polls_) {
+    if (executor_id != producer && call->state == Call::State::kParked) return true;
+  }
+  return false;
+}
+
+bool LeaseWaitRoom::WakeOneIdlePollBut(const std::string& producer) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [executor_id, call] : idle_polls_) {
+    if (executor_id == producer || call->state != Call::State::kParked) continue;
+    notices_[executor_id];  // an empty notice: answered at once, with no work
+    parked_.erase({call->wake_at, call});
+    MakeReadyLocked(call);
+    return true;
+  }
+  return false;
+}
+
 bool LeaseWaitRoom::AwaitAnnouncement(uint64_t generation, absl::Time wake) {
   absl::MutexLock lock(&mu_);
   auto notified = [&] {

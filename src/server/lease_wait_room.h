@@ -120,6 +120,13 @@ class LeaseWaitRoom {
   void ForgetNotice(const std::string& executor_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether an idle poll of `executor_id` is held here.
   bool Polling(const std::string& executor_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether an idle poll of an executor other than `producer` is parked here (spot checks: one
+  // may be woken to verify what `producer` committed, ExecutorService::WakeAVerifier).
+  bool AnyParkedIdlePollBut(const std::string& producer) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Readies one parked idle poll of an executor other than `producer` with an empty notice: it is
+  // answered at once, with no work, and its executor asks for spot checks now rather than when its
+  // poll would have ended. Returns whether one was woken.
+  bool WakeOneIdlePollBut(const std::string& producer) ABSL_LOCKS_EXCLUDED(mu_);
 
   // A caller that holds no call (a typed Lease): waits until work is announced after `generation`,
   // or the room stops, or the clock reaches `wake`. Returns whether the room stops.

@@ -124,4 +124,13 @@ absl::Status CheckFleetCanHold(const std::vector<Executor>& fleet, const JobSpec
   }
 }
 
+std::map<std::string, int64_t> ModelBytesByTeam(const std::vector<ModelRecord>& models) {
+  std::map<std::string, int64_t> bytes;
+  std::set<std::pair<std::string, std::string>> seen;  // (team, digest)
+  for (const ModelRecord& model : models) {
+    if (seen.insert({model.team, model.digest}).second) bytes[model.team] += model.size_bytes;
+  }
+  return bytes;
+}
+
 }  // namespace minions

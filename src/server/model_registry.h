@@ -3,6 +3,8 @@
 // digest, size and the memory a task of it needs) or a path executors open. Used at submit.
 // Threads: any (the store is thread-safe).
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,6 +20,10 @@ namespace minions {
 // and the estimate. A path is left as it is. InvalidArgument for an unknown model, listing the
 // names the team has.
 absl::Status ResolveJobModel(ModelStore& store, JobSpec& spec);
+
+// The model bytes each team keeps (Team::max_model_bytes bounds them): the sizes of the digests
+// its registry names, each digest once, from `models` (ModelStore::ListModels).
+std::map<std::string, int64_t> ModelBytesByTeam(const std::vector<ModelRecord>& models);
 
 // Placement at submit: FailedPrecondition, saying why, when no executor of `fleet` (revoked ones
 // aside) could ever run a job of `spec` (its usable memory holds requirements.min_memory_bytes

@@ -15,6 +15,7 @@
 #include "server/authorize_or_return.h"
 #include "server/call_auth.h"
 #include "server/keys.h"
+#include "server/model_registry.h"
 #include "server/proto_convert.h"
 
 namespace minions {
@@ -41,7 +42,7 @@ absl::StatusOr<std::string> ModelService::TeamOf(const Caller& caller, const std
 }
 
 int64_t ModelService::PartBytes() const {
-  return std::max<int64_t>(1 << 20, std::min(options_.model_part_bytes, options_.max_input_bytes));
+  return std::max<int64_t>(1 << 20, std::min(options_.model_part_bytes, options_.max_message_bytes - (64 << 10)));
 }
 
 int ModelService::PartCount(int64_t size) const { return static_cast<int>((size + PartBytes() - 1) / PartBytes()); }
@@ -54,6 +55,21 @@ absl::Status ModelService::CheckPush(const std::string& digest, int64_t size) co
         absl::StrCat("the model is ", size, " bytes; this server stores models of ", options_.max_model_bytes, " at most"));
   }
   return absl::OkStatus();
+}
+
+absl::Status ModelService::CheckModelRoom(const std::string& team, const std::string& digest, int64_t size) {
+  ASSIGN_OR_RETURN(Team limits, store_->GetTeam(team));
+  if (limits.max_model_bytes <= 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<ModelRecord> models, store_->ListModels(team));
+  for (const ModelRecord& model : models) {
+    if (model.digest == digest) return absl::OkStatus();  // kept already: a new name costs nothing
+  }
+  const int64_t used = ModelBytesByTeam(models)[team];
+  if (size <= limits.max_model_bytes - used) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "team ", team, " keeps ", used, " bytes of models; this one (", size, " bytes) would pass its limit of ",
+      limits.max_model_bytes, " (an admin raises it with `minions admin team set ", team,
+      " --max-model-bytes N`); remove models it no longer needs (`minions models rm NAME`)"));
 }
 
 absl::StatusOr<ModelFacts> ModelService::ReadFacts(const std::string& key, int64_t size) {
@@ -87,6 +103,7 @@ absl::StatusOr<v1::StartModelPushResponse> ModelService::StartPush(const Caller&
     if (known.ok()) {
       model = *known;
     } else {
+      RETURN_IF_ERROR(CheckModelRoom(team, request.digest(), *stored));
       ASSIGN_OR_RETURN(model.facts, ReadFacts(blob, *stored));
     }
     model.team = team;
@@ -104,6 +121,8 @@ absl::StatusOr<v1::StartModelPushResponse> ModelService::StartPush(const Caller&
     return reply;
   }
 
+  // Over the team's limit: refused before a byte is sent.
+  RETURN_IF_ERROR(CheckModelRoom(team, request.digest(), request.size_bytes()));
   RETURN_IF_ERROR(AdmitPush(team, hex, request.size_bytes()));
   // Parts already received (a push that stopped): listed so the client sends only the rest.
   const std::string prefix = keys::ModelUploadPrefix(team, hex, request.size_bytes());
@@ -138,6 +157,7 @@ absl::Status ModelService::UploadPart(const Caller& caller, const v1::UploadMode
         absl::StrCat("part ", part, " has ", request.data().size(), " bytes; it must have ", expected));
   }
   const std::string hex(DigestHex(request.digest()));
+  RETURN_IF_ERROR(CheckModelRoom(team, request.digest(), request.size_bytes()));  // parts sent without a start
   RETURN_IF_ERROR(AdmitPush(team, hex, request.size_bytes()));
   return blobs_->Put(keys::ModelUploadPart(team, hex, request.size_bytes(), part), request.data());
 }
@@ -198,6 +218,15 @@ absl::StatusOr<ModelRecord> ModelService::FinishPush(const Caller& caller, const
   std::vector<std::string> parts;
   for (int part = 1; part <= n_parts; ++part) parts.push_back(keys::ModelUploadPart(team, hex, size, part));
 
+  // Checked again before the bytes are joined: other pushes of the team may have finished since
+  // it started. A refused push keeps nothing.
+  if (absl::Status room = CheckModelRoom(team, request.digest(), size); !room.ok()) {
+    if (absl::IsResourceExhausted(room)) {
+      for (const std::string& key : parts) (void)blobs_->Delete(key);
+      (void)blobs_->Delete(keys::ModelUploadMarker(team, hex, size));
+    }
+    return room;
+  }
   absl::StatusOr<int64_t> stored = blobs_->Size(blob);
   if (!stored.ok() || *stored != size) {
     for (int part = 1; part <= n_parts; ++part) {

@@ -53,6 +53,9 @@ class ModelService final : public v1::Models::Service {
   // ServerOptions::max_unfinished_model_pushes others; those untouched for
   // unfinished_model_push_ttl are removed first. ResourceExhausted, saying what to do, otherwise.
   absl::Status AdmitPush(const std::string& team, const std::string& hex, int64_t size);
+  // ResourceExhausted, naming the limit and the verb that raises it, when the team keeping
+  // `size` more bytes of models would pass its max_model_bytes; OK when it has `digest` already.
+  absl::Status CheckModelRoom(const std::string& team, const std::string& digest, int64_t size);
   int64_t PartBytes() const;
   int PartCount(int64_t size) const;
   // The GGUF facts of a stored object (reads its head, more while the header goes on).

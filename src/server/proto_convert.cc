@@ -26,6 +26,7 @@ v1::Job ToProto(const Job& job) {
   if (job.tokens) {
     p.set_prompt_tokens(job.tokens->prompt_tokens);
     p.set_completion_tokens(job.tokens->completion_tokens);
+    p.set_reasoning_tokens(job.tokens->reasoning_tokens);
   }
   p.set_output_key(job.output_key);
   p.set_errors_key(job.errors_key);
@@ -167,6 +168,11 @@ v1::Team ToProto(const Team& team) {
   p.set_created_at_ms(absl::ToUnixMillis(team.created_at));
   p.set_weight(team.weight);
   p.set_max_running_tasks(team.max_running_tasks);
+  p.set_max_file_bytes(team.max_file_bytes);
+  p.set_max_model_bytes(team.max_model_bytes);
+  p.set_max_result_bytes(team.max_result_bytes);
+  p.set_file_bytes(team.file_bytes);
+  p.set_result_bytes(team.result_bytes);
   return p;
 }
 
@@ -178,6 +184,9 @@ Team FromProto(const v1::Team& p) {
   team.requests_per_second = p.requests_per_second();
   team.weight = p.weight() == 0 ? 1 : p.weight();  // unset: the default
   team.max_running_tasks = p.max_running_tasks();
+  team.max_file_bytes = p.max_file_bytes();
+  team.max_model_bytes = p.max_model_bytes();
+  team.max_result_bytes = p.max_result_bytes();
   return team;
 }
 

@@ -40,6 +40,16 @@ struct ServerOptions {
   // sent inline (the gRPC message limit follows it) or named by key; the fewest records per task
   // a job may ask for and the most tasks it may make (each task is a row, a lease and heartbeats).
   int64_t max_input_bytes = kDefaultMaxInputBytes;
+  // The largest gRPC message the server receives (every method): inputs larger than
+  // kMaxInlineInputBytes and models travel in parts below it. A message past it is refused by gRPC
+  // before it is held whole.
+  int64_t max_message_bytes = int64_t{5} << 20;
+  // gRPC's memory quota for this server (grpc::ResourceQuota::Resize; 0: none). gRPC 1.51 reads a
+  // message whole before it applies max_message_bytes, so a caller with a valid credential can
+  // make the server hold what it sends; past the quota gRPC cancels streams (RESOURCE_EXHAUSTED,
+  // "Buffers full") instead of reading on. Every connection's read buffers and every call's arena
+  // count against it, so it must hold the fleet's idle long polls (config server.grpc_memory_mb).
+  int64_t grpc_memory_bytes = int64_t{1} << 30;
   int64_t min_shard_size = 1;
   int64_t max_tasks_per_job = 10000;
   // Threads and streams: the most RPCs served at once (each holds a thread of the synchronous
@@ -103,6 +113,11 @@ struct ServerOptions {
   int completion_batch = 256;
   // The largest object (output or errors) one chunk may upload; a larger one fails its attempt.
   int64_t max_chunk_bytes = int64_t{256} << 20;
+  // Spot checks (StoreOptions::spot_checks): how long a job whose tasks have all ended waits for
+  // its open spot checks before it publishes without them (JobFinalizer). A check goes only to
+  // another executor: in a one-executor pool, or while every other executor is busy or away, none
+  // may come. The job's status then counts them as open (docs/verification.md).
+  absl::Duration verify_wait = absl::Minutes(10);
   // Lease work only to executors whose runners are confined by Landlock and seccomp (macOS:
   // sandbox-exec); others are refused with why (server/confinement_gate.h). Off: every executor
   // is leased work, and `minions executors` shows how each is confined.
@@ -112,9 +127,9 @@ struct ServerOptions {
   bool check_model_paths = true;
   absl::Duration url_ttl = absl::Hours(1);  // of the URLs handed to executors
   // The model registry: the largest model one push may store, and the size of its parts (one
-  // gRPC message each; at most max_input_bytes, the message limit).
+  // gRPC message each; at most max_message_bytes less 64 KiB for the rest of the message).
   int64_t max_model_bytes = int64_t{256} << 30;
-  int64_t model_part_bytes = int64_t{8} << 20;
+  int64_t model_part_bytes = int64_t{4} << 20;
   // Unfinished pushes (parts in the object store, not yet joined): a team may have this many at
   // once (a new one beyond is refused), and one untouched this long is removed, its parts with it.
   int max_unfinished_model_pushes = 4;

@@ -41,6 +41,14 @@ class IdentityStore {
   virtual absl::StatusOr<Team> UpdateTeam(const Team& team) = 0;
   virtual absl::StatusOr<Team> GetTeam(const std::string& name) = 0;
   virtual absl::StatusOr<std::vector<Team>> ListTeams() = 0;
+  // Adds `delta` bytes to the team's count of `kind` (Team::file_bytes, result_bytes) and answers
+  // the team as it is then. With `enforce`, a positive delta that would take the count past the
+  // team's limit (max_file_bytes, max_result_bytes; 0: none) is refused with ResourceExhausted,
+  // naming the limit and the verb that raises it, and nothing is added. A negative delta never
+  // takes the count below 0. NotFound for an unknown team. One transaction: two servers charging
+  // the same team at once cannot both pass its limit.
+  virtual absl::StatusOr<Team> ChargeTeamBytes(const std::string& team, TeamBytes kind, int64_t delta,
+                                               bool enforce) = 0;
 
   // --- credentials ---
   // Stores a freshly issued credential. NotFound when it names a team that does not exist;

@@ -25,6 +25,7 @@ struct HttpOptions {
   std::string ca_file;               // https: the CA to check the server against
   std::string post_body;             // POST this (application/x-www-form-urlencoded) when set
   bool post = false;
+  std::string method;                // another method ("DELETE") when set
 };
 
 inline HttpReply HttpRequestOnce(const std::string& url, const HttpOptions& options) {
@@ -59,6 +60,7 @@ inline HttpReply HttpRequestOnce(const std::string& url, const HttpOptions& opti
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, options.post_body.c_str());
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(options.post_body.size()));
   }
+  if (!options.method.empty()) curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, options.method.c_str());
   if (curl_easy_perform(curl) == CURLE_OK) {
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &reply.status);
     char* type = nullptr;

@@ -97,11 +97,13 @@ TEST(MinionsCli, ARefusedConnectionNamesTheEnvironmentVariableItCameFrom) {
 TEST(MinionsCli, ConfigCheckNamesEachServerSettingOutOfRangeAndWhatToUse) {
   const std::string config =
       (std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-range-", getpid(), ".toml")).string();
-  std::ofstream(config) << "[server]\nheartbeat_batch = 0\nheartbeat_linger_us = 500000\nhistory_step_s = 0\n";
+  std::ofstream(config) << "[server]\nheartbeat_batch = 0\nheartbeat_linger_us = 500000\nhistory_step_s = 0\n"
+                          << "verify_wait_s = -1\n";
   Outcome check = Minions({"config", "check", "--config", config});
   EXPECT_NE(check.code, 0);
   EXPECT_THAT(check.out + check.err, HasSubstr("server.history_step_s is 0; use between 1 and 3600"));
   EXPECT_THAT(check.out + check.err, HasSubstr("server.heartbeat_batch is 0; use between 1"));
+  EXPECT_THAT(check.out + check.err, HasSubstr("server.verify_wait_s is -1; use between 0 and 86400"));
   EXPECT_THAT(check.out + check.err, HasSubstr("server.heartbeat_linger_us is 500000; use between 0"));
   std::ofstream(config) << "[server]\nheartbeat_linger_us = 0\n";
   Outcome fine = Minions({"config", "check", "--config", config});

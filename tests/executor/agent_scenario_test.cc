@@ -14,6 +14,7 @@
 #include "executor/blob_client.h"
 #include "executor/model_cache.h"
 #include "scenario.h"
+#include "testing/must.h"
 
 namespace minions::testing {
 namespace {
@@ -825,6 +826,25 @@ TEST(SpotCheckStory, AForgingExecutorIsQuarantinedAndItsRecordsAreRedoneBeforeTh
   for (const Json& line : s.server.Results(job, /*errors=*/false)) {
     EXPECT_EQ(DumpJson(line).find("forged"), std::string::npos) << DumpJson(line);
   }
+}
+
+// No other executor exists to judge its spot checks: the job does not wait for ever. It publishes
+// once the server's verify wait has passed after its last task, its checks counted open.
+TEST(SpotCheckStory, AOneExecutorPoolPublishesAfterTheVerifyWaitWithItsChecksOpen) {
+  FakeControlPlane::Options options = SpotChecksOn();
+  options.verify_wait = absl::Minutes(2);
+  Scenario s(options);
+  s.AddExecutor("A");
+  std::string job = s.Submit(Scenario::Records(30), 10);
+  ASSERT_TRUE(s.RunUntil([&] { return s.job(job).state == JobState::kFinalizing; }));
+  s.RunFor(absl::Minutes(1));
+  EXPECT_EQ(s.job(job).state, JobState::kFinalizing);  // waiting for a verifier
+  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  Job done = s.job(job);
+  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
+  s.ExpectEachRecordOnce(job, 30);
+  EXPECT_GT(Must(s.server.store().CountOpenVerifications(job)), 0);
+  EXPECT_THAT(Must(s.server.store().ListVerifications(job)), ::testing::IsEmpty());
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ class FakeControlPlane {
     // StoreOptions::spot_checks (server.spot_checks): committed chunks get spot checks drawn, and
     // the clients lease and report them. Off: the clients answer those calls Unimplemented.
     bool spot_checks = false;
+    absl::Duration verify_wait = absl::Minutes(10);  // ServerOptions::verify_wait
   };
   FakeControlPlane(Clock* clock, Options options);
   ~FakeControlPlane();

@@ -147,6 +147,10 @@ class CountingIdentityStore : public IdentityStore {
     return inner_->GetTeam(name);
   }
   absl::StatusOr<std::vector<Team>> ListTeams() override { return inner_->ListTeams(); }
+  absl::StatusOr<Team> ChargeTeamBytes(const std::string& team, TeamBytes kind, int64_t delta,
+                                       bool enforce) override {
+    return inner_->ChargeTeamBytes(team, kind, delta, enforce);
+  }
   absl::Status AddToken(const TokenRecord& token) override { return inner_->AddToken(token); }
   absl::StatusOr<TokenRecord> FindToken(const std::string& secret_hash) override {
     ++token_reads;

@@ -210,7 +210,11 @@ TEST_F(IdentityAdminTest, ANewTeamGetsSafeDefaultLimits) {
   EXPECT_EQ(created->max_active_jobs, IdentityAdmin::kDefaultMaxActiveJobs);
   EXPECT_EQ(created->requests_per_second, IdentityAdmin::kDefaultRequestsPerSecond);
   EXPECT_EQ(created->max_running_tasks, IdentityAdmin::kDefaultMaxRunningTasks);
+  EXPECT_EQ(created->max_file_bytes, IdentityAdmin::kDefaultMaxFileBytes);
+  EXPECT_EQ(created->max_model_bytes, IdentityAdmin::kDefaultMaxModelBytes);
+  EXPECT_EQ(created->max_result_bytes, IdentityAdmin::kDefaultMaxResultBytes);
   EXPECT_EQ(store_->GetTeam("plain")->max_active_jobs, IdentityAdmin::kDefaultMaxActiveJobs);
+  EXPECT_EQ(store_->GetTeam("plain")->max_file_bytes, IdentityAdmin::kDefaultMaxFileBytes);
   Team chosen;
   chosen.name = "chosen";
   chosen.max_active_jobs = 7;
@@ -220,8 +224,14 @@ TEST_F(IdentityAdminTest, ANewTeamGetsSafeDefaultLimits) {
   // An admin lifts a limit on purpose.
   Team lifted = *created;
   lifted.max_running_tasks = 0;
+  lifted.max_model_bytes = 0;
   ASSERT_TRUE(admin_->UpdateTeam(lifted).ok());
   EXPECT_EQ(store_->GetTeam("chosen")->max_running_tasks, 0);
+  EXPECT_EQ(store_->GetTeam("chosen")->max_model_bytes, 0);
+  Team negative;
+  negative.name = "negative";
+  negative.max_result_bytes = -1;
+  EXPECT_FALSE(admin_->CreateTeam(negative).ok());
 }
 
 TEST_F(IdentityAdminTest, TeamsAreValidated) {

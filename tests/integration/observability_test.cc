@@ -23,6 +23,7 @@
 #include "testing/http_get.h"
 #include "testing/lease_holder.h"
 #include "testing/process_pool.h"
+#include "testing/read_file.h"
 
 namespace minions::testing {
 namespace {
@@ -37,13 +38,6 @@ const std::string kArtifacts = MINIONS_TEST_ARTIFACTS_DIR;
 
 std::string TempDir(const std::string& name) {
   return (fs::temp_directory_path() / absl::StrCat("minions-obs-", getpid(), "-", name)).string();
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // A job of `records` sample prompts (two of them malformed), `shard_size` records per task.
@@ -171,7 +165,7 @@ std::vector<std::string> GrafanaQueries() {
   };
   for (const auto& entry : fs::directory_iterator(kSource + "/deploy/grafana/dashboards")) {
     if (entry.path().extension() != ".json") continue;
-    auto dashboard = ParseJson(ReadAll(entry.path().string()));
+    auto dashboard = ParseJson(ReadFile(entry.path().string()));
     EXPECT_TRUE(dashboard.ok()) << entry.path() << ": " << dashboard.status();
     if (dashboard.ok()) walk(*dashboard);
   }
@@ -275,7 +269,7 @@ TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
   }
   // Variables (label_values(...)) too: every series named anywhere in a dashboard.
   for (const auto& entry : fs::directory_iterator(kSource + "/deploy/grafana/dashboards")) {
-    std::string text = ReadAll(entry.path().string());
+    std::string text = ReadFile(entry.path().string());
     for (auto it = std::sregex_iterator(text.begin(), text.end(), name_re); it != std::sregex_iterator(); ++it) {
       std::string name = it->str();
       EXPECT_TRUE(scraped.find("\n" + name + "{") != std::string::npos ||
@@ -309,7 +303,7 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   (*browser)->CloseStdin();
   auto next = [&]() -> Json {
     auto line = (*browser)->ReadLine(absl::Minutes(4));
-    if (!line.ok()) return Json{{"event", "eof"}, {"why", ReadAll(dir + "/dashboard_check.log")}};
+    if (!line.ok()) return Json{{"event", "eof"}, {"why", ReadFile(dir + "/dashboard_check.log")}};
     auto json = ParseJson(*line);
     return json.ok() ? *json : Json{{"event", "garbage"}, {"line", *line}};
   };
@@ -368,7 +362,7 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   // The screenshot is kept under the build directory for a person to look at.
   ASSERT_TRUE(fs::exists(screenshot));
   EXPECT_GT(fs::file_size(screenshot), 10000u);
-  EXPECT_EQ(ReadAll(screenshot).substr(1, 3), "PNG");
+  EXPECT_EQ(ReadFile(screenshot).substr(1, 3), "PNG");
   fs::remove_all(dir);
 }
 
@@ -432,7 +426,7 @@ TEST(Observability, TheDashboardInChromiumDrawsAFinishedJobsCurveEndingWhenItEnd
   ASSERT_TRUE(browser.ok()) << browser.status();
   (*browser)->CloseStdin();
   auto line = (*browser)->ReadLine(absl::Minutes(3));
-  ASSERT_TRUE(line.ok()) << ReadAll(dir + "/dashboard_history_check.log");
+  ASSERT_TRUE(line.ok()) << ReadFile(dir + "/dashboard_history_check.log");
   auto parsed = ParseJson(*line);
   ASSERT_TRUE(parsed.ok()) << *line;
   Json seen = *parsed;
@@ -517,7 +511,7 @@ TEST(Observability, TheDashboardInChromiumCancelsAJobAndDownloadsWhatFinished) {
   ASSERT_TRUE(browser.ok()) << browser.status();
   (*browser)->CloseStdin();
   auto line = (*browser)->ReadLine(absl::Minutes(3));
-  ASSERT_TRUE(line.ok()) << ReadAll(dir + "/dashboard_cancel_check.log");
+  ASSERT_TRUE(line.ok()) << ReadFile(dir + "/dashboard_cancel_check.log");
   auto parsed = ParseJson(*line);
   ASSERT_TRUE(parsed.ok()) << *line;
   const Json seen = *parsed;

@@ -128,6 +128,28 @@ std::string LastLine(const std::string& text) {
   return lines.empty() ? "" : lines.back();
 }
 
+// `minions up` with `executors` executors on `server` and MINIONS_HOME=`home`, left running as a
+// person leaves it in a terminal, as *up; *said gets what it printed until it says how to stop
+// it (Ctrl-C).
+void StartUp(const std::string& home, const std::string& server, int executors, std::unique_ptr<Subprocess>* up,
+             std::string* said) {
+  Subprocess::Options sp;
+  sp.argv = {kMinions, "up", "--executors", absl::StrCat(executors), "--listen", server, "--http-listen", "off",
+             "--models", kModels};
+  sp.extra_env = {"MINIONS_HOME=" + home};
+  sp.stderr_path = home + "/up.log";
+  auto started = Subprocess::Start(sp);
+  ASSERT_TRUE(started.ok()) << started.status();
+  *up = std::move(*started);
+  (*up)->CloseStdin();
+  for (int i = 0; i < 40; ++i) {
+    auto line = (*up)->ReadLine(absl::Seconds(60));
+    ASSERT_TRUE(line.ok()) << "minions up said:\n" << *said;
+    *said += *line + "\n";
+    if (line->find("Ctrl-C") != std::string::npos) break;
+  }
+}
+
 TEST(Walkthrough, TheFirstHourAsAUserMeetsIt) {
   const std::string home = (fs::temp_directory_path() / absl::StrCat("minions-walk-", getpid())).string();
   fs::remove_all(home);
@@ -135,21 +157,11 @@ TEST(Walkthrough, TheFirstHourAsAUserMeetsIt) {
   const std::string server = absl::StrCat("127.0.0.1:", PickFreePort());
   const std::string model = kModels + "/text.gguf";
 
-  // minions up: a pool of one executor, left running as a person leaves it in a terminal.
-  Subprocess::Options sp;
-  sp.argv = {kMinions, "up", "--executors", "1", "--listen", server, "--http-listen", "off", "--models", kModels};
-  sp.extra_env = {"MINIONS_HOME=" + home};
-  sp.stderr_path = home + "/up.log";
-  auto up = Subprocess::Start(sp);
-  ASSERT_TRUE(up.ok()) << up.status();
-  (*up)->CloseStdin();
+  // minions up: a pool of one executor.
+  std::unique_ptr<Subprocess> up;
   std::string up_said;
-  for (int i = 0; i < 40; ++i) {
-    auto line = (*up)->ReadLine(absl::Seconds(60));
-    ASSERT_TRUE(line.ok()) << "minions up said:\n" << up_said;
-    up_said += *line + "\n";
-    if (line->find("Ctrl-C") != std::string::npos) break;
-  }
+  StartUp(home, server, 1, &up, &up_said);
+  if (HasFatalFailure()) return;
   ExpectFits80Columns("minions up", up_said);
   EXPECT_THAT(up_said, HasSubstr("pool up"));
 
@@ -220,8 +232,8 @@ TEST(Walkthrough, TheFirstHourAsAUserMeetsIt) {
   EXPECT_EQ(kept.code, 0) << kept.text;
   EXPECT_THAT(kept.text, HasSubstr("batch_cancelled")) << "every record that never ran has an error line";
 
-  (*up)->Signal(SIGINT);
-  auto exit = (*up)->Wait(absl::Seconds(60));
+  up->Signal(SIGINT);
+  auto exit = up->Wait(absl::Seconds(60));
   EXPECT_TRUE(exit.ok());
   fs::remove_all(home);
 }
@@ -233,18 +245,10 @@ TEST(Walkthrough, WithNoExecutorStatusSaysHowToAddOne) {
   fs::remove_all(home);
   fs::create_directories(home);
   const std::string server = absl::StrCat("127.0.0.1:", PickFreePort());
-  Subprocess::Options sp;
-  sp.argv = {kMinions, "up", "--executors", "0", "--listen", server, "--http-listen", "off", "--models", kModels};
-  sp.extra_env = {"MINIONS_HOME=" + home};
-  sp.stderr_path = home + "/up.log";
-  auto up = Subprocess::Start(sp);
-  ASSERT_TRUE(up.ok()) << up.status();
-  (*up)->CloseStdin();
-  for (int i = 0; i < 40; ++i) {
-    auto line = (*up)->ReadLine(absl::Seconds(60));
-    ASSERT_TRUE(line.ok());
-    if (line->find("Ctrl-C") != std::string::npos) break;
-  }
+  std::unique_ptr<Subprocess> up;
+  std::string up_said;
+  StartUp(home, server, 0, &up, &up_said);
+  if (HasFatalFailure()) return;
   cli::SamplePromptOptions sample;
   sample.records = 10;
   sample.include_bad_lines = false;
@@ -260,8 +264,8 @@ TEST(Walkthrough, WithNoExecutorStatusSaysHowToAddOne) {
   ExpectFits80Columns("minions status (no executor)", status.text);
   EXPECT_THAT(status.text, HasSubstr("minions admin join-token")) << status.text;
   EXPECT_THAT(status.text, HasSubstr("--join-token-file")) << status.text;
-  (*up)->Signal(SIGINT);
-  EXPECT_TRUE((*up)->Wait(absl::Seconds(60)).ok());
+  up->Signal(SIGINT);
+  EXPECT_TRUE(up->Wait(absl::Seconds(60)).ok());
   fs::remove_all(home);
 }
 

@@ -155,15 +155,17 @@ async function mainPhase() {
 
 // usage: the sums of the answers' own usage, as the Batch API reports it.
 function expectUsageOf(batch, outputLines) {
-  let prompt = 0, completion = 0;
+  let prompt = 0, completion = 0, reasoning = 0;
   for (const line of outputLines) {
     prompt += line.response.body.usage.prompt_tokens;
     completion += line.response.body.usage.completion_tokens;
+    // Stated by models whose template reasons (none of the suite's): the batch sums them too.
+    reasoning += line.response.body.usage.completion_tokens_details?.reasoning_tokens ?? 0;
   }
   assert.ok(prompt > 0 && completion > 0, `the answers state their usage: ${prompt}, ${completion}`);
   assert.deepEqual(batch.usage, {
     input_tokens: prompt, input_tokens_details: { cached_tokens: 0 },
-    output_tokens: completion, output_tokens_details: { reasoning_tokens: 0 },
+    output_tokens: completion, output_tokens_details: { reasoning_tokens: reasoning },
     total_tokens: prompt + completion,
   });
 }

@@ -378,6 +378,28 @@ TEST_F(OpenAiApiTest, BatchesListNewestFirstWithCursors) {
   ExpectError(Send("GET", "/v1/batches?limit=0", submitter_), 400);
 }
 
+// A finished batch's usage is its job's token sums, the reasoning tokens among them
+// (output_tokens_details.reasoning_tokens: the sum of its answers' own).
+TEST_F(OpenAiApiTest, AFinishedBatchsUsageCarriesItsReasoningTokens) {
+  std::string id = CreateBatch(Upload({Line("a")})).json["id"];
+  ExecutorInfo info;
+  info.name = "e";
+  info.memory_bytes = int64_t{64} << 30;
+  Executor executor = Must(store_->RegisterExecutor("", info, clock_.Now()));
+  ASSERT_EQ(Must(store_->LeaseTasks(executor.id, 1, absl::Minutes(1), clock_.Now())).size(), 1u);
+  Must(store_->CompleteTask(executor.id, id, 0, 1, 1, 0, clock_.Now()));
+  Must(store_->FinishJob(id, "o.jsonl", "e.jsonl", "m.json", clock_.Now(), JobState::kCompleted,
+                         TokenUsage{.prompt_tokens = 12, .completion_tokens = 40, .reasoning_tokens = 25}));
+  Reply batch = Send("GET", "/v1/batches/" + id, submitter_);
+  ASSERT_EQ(batch.status, 200) << batch.body;
+  EXPECT_EQ(batch.json["status"], "completed");
+  EXPECT_EQ(batch.json["usage"], (Json{{"input_tokens", 12},
+                                       {"input_tokens_details", {{"cached_tokens", 0}}},
+                                       {"output_tokens", 40},
+                                       {"output_tokens_details", {{"reasoning_tokens", 25}}},
+                                       {"total_tokens", 52}}));
+}
+
 TEST_F(OpenAiApiTest, ARetriedCreateWithItsIdempotencyKeyMakesOneBatch) {
   std::string file = Upload({Line("a")});
   Reply first = CreateBatch(file, "Idempotency-Key: retry-1\r\n");

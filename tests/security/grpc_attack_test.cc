@@ -18,6 +18,35 @@ using ::testing::Not;
 
 class GrpcAttack : public SecureServer {
  protected:
+  // A unary call of `stub` as the holder of `token` ("": none): what it answered.
+  template <typename Stub, typename Request, typename Reply>
+  grpc::Status CallAs(Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Reply*),
+                      const std::string& token, const Request& request = Request()) {
+    Reply reply;
+    return (stub.*method)(As(token).get(), request, &reply);
+  }
+  // A unary Jobs call about job `id` as the holder of `token`.
+  template <typename Request, typename Reply>
+  grpc::Status CallOnJob(grpc::Status (v1::Jobs::Stub::*method)(grpc::ClientContext*, const Request&, Reply*),
+                         const std::string& token, const std::string& id) {
+    Request request;
+    request.set_job_id(id);
+    return CallAs(*jobs_, method, token, request);
+  }
+  // A streaming Jobs call about job `id` as the holder of `token`: how it ended. The test fails
+  // if it streams anything (`leaked` says what that would be).
+  template <typename Request, typename Message>
+  grpc::Status StreamOnJob(
+      std::unique_ptr<grpc::ClientReader<Message>> (v1::Jobs::Stub::*method)(grpc::ClientContext*, const Request&),
+      const std::string& token, const std::string& id, const char* leaked) {
+    Request request;
+    request.set_job_id(id);
+    auto context = As(token);
+    auto reader = ((*jobs_).*method)(context.get(), request);
+    Message message;
+    EXPECT_FALSE(reader->Read(&message)) << leaked;
+    return reader->Finish();
+  }
   void SetUp() override {
     SecureServer::SetUp();
     StartServer();
@@ -31,26 +60,18 @@ class GrpcAttack : public SecureServer {
 };
 
 TEST_F(GrpcAttack, NoTokenIsRefusedOnEveryServiceAndMakesNothing) {
-  v1::Job job;
-  EXPECT_GRPC_CODE(jobs_->SubmitJob(As("").get(), Request(2), &job), UNAUTHENTICATED);
-  v1::ListJobsResponse jobs;
-  EXPECT_GRPC_CODE(jobs_->ListJobs(As("").get(), v1::ListJobsRequest(), &jobs), UNAUTHENTICATED);
-  v1::ListExecutorsResponse fleet;
-  EXPECT_GRPC_CODE(jobs_->ListExecutors(As("").get(), v1::ListExecutorsRequest(), &fleet), UNAUTHENTICATED);
-  v1::RegisterRequest registration;
-  v1::RegisterResponse registered;
-  EXPECT_GRPC_CODE(executors_->Register(As("").get(), registration, &registered), UNAUTHENTICATED);
-  v1::EnrolResponse enrolled;
-  EXPECT_GRPC_CODE(executors_->Enrol(As("").get(), v1::EnrolRequest(), &enrolled), UNAUTHENTICATED);
-  v1::LeaseResponse leases;
-  EXPECT_GRPC_CODE(executors_->Lease(As("").get(), v1::LeaseRequest(), &leases), UNAUTHENTICATED);
-  v1::IssuedToken issued;
+  EXPECT_GRPC_CODE(CallAs(*jobs_, &v1::Jobs::Stub::SubmitJob, "", Request(2)), UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(CallAs(*jobs_, &v1::Jobs::Stub::ListJobs, ""), UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(CallAs(*jobs_, &v1::Jobs::Stub::ListExecutors, ""), UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(CallAs(*executors_, &v1::Executors::Stub::Register, ""), UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(CallAs(*executors_, &v1::Executors::Stub::Enrol, ""), UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(CallAs(*executors_, &v1::Executors::Stub::Lease, ""), UNAUTHENTICATED);
   v1::IssueTokenRequest issue;
   issue.set_role("admin");
   issue.set_principal("me");
-  EXPECT_GRPC_CODE(admin_stub_->IssueToken(As("").get(), issue, &issued), UNAUTHENTICATED);
+  EXPECT_GRPC_CODE(CallAs(*admin_stub_, &v1::Admin::Stub::IssueToken, "", issue), UNAUTHENTICATED);
   // A token of the right shape that was never issued is no better.
-  EXPECT_GRPC_CODE(admin_stub_->IssueToken(As(token::Mint(Role::kAdmin).text).get(), issue, &issued),
+  EXPECT_GRPC_CODE(CallAs(*admin_stub_, &v1::Admin::Stub::IssueToken, token::Mint(Role::kAdmin).text, issue),
                    UNAUTHENTICATED);
   EXPECT_THAT(Must(store_->ListJobs({})), IsEmpty());
   EXPECT_THAT(Must(store_->ListExecutors()), IsEmpty());
@@ -169,50 +190,20 @@ TEST_F(GrpcAttack, AnotherTeamsJobIsNotFoundEverywhereAndStaysAsItWas) {
     EXPECT_EQ(on_theirs.error_message(), absl::StrReplaceAll(on_unknown.error_message(), {{unknown, theirs.id()}}))
         << what;
   };
+  expect_hidden([&](const std::string& id) { return CallOnJob(&v1::Jobs::Stub::GetJob, ads_submitter_, id); },
+                "GetJob");
+  expect_hidden([&](const std::string& id) { return CallOnJob(&v1::Jobs::Stub::CancelJob, ads_submitter_, id); },
+                "CancelJob");
+  expect_hidden([&](const std::string& id) { return CallOnJob(&v1::Jobs::Stub::ListTasks, ads_submitter_, id); },
+                "ListTasks");
   expect_hidden(
       [&](const std::string& id) {
-        v1::GetJobRequest request;
-        request.set_job_id(id);
-        v1::Job reply;
-        return jobs_->GetJob(As(ads_submitter_).get(), request, &reply);
-      },
-      "GetJob");
-  expect_hidden(
-      [&](const std::string& id) {
-        v1::CancelJobRequest request;
-        request.set_job_id(id);
-        v1::Job reply;
-        return jobs_->CancelJob(As(ads_submitter_).get(), request, &reply);
-      },
-      "CancelJob");
-  expect_hidden(
-      [&](const std::string& id) {
-        v1::ListTasksRequest request;
-        request.set_job_id(id);
-        v1::ListTasksResponse reply;
-        return jobs_->ListTasks(As(ads_submitter_).get(), request, &reply);
-      },
-      "ListTasks");
-  expect_hidden(
-      [&](const std::string& id) {
-        v1::GetResultsRequest request;
-        request.set_job_id(id);
-        auto context = As(ads_submitter_);
-        auto reader = jobs_->GetResults(context.get(), request);
-        v1::ResultsChunk chunk;
-        EXPECT_FALSE(reader->Read(&chunk)) << "a byte of another team's results";
-        return reader->Finish();
+        return StreamOnJob(&v1::Jobs::Stub::GetResults, ads_submitter_, id, "a byte of another team's results");
       },
       "GetResults");
   expect_hidden(
       [&](const std::string& id) {
-        v1::WatchJobRequest request;
-        request.set_job_id(id);
-        auto context = As(ads_submitter_);
-        auto reader = jobs_->WatchJob(context.get(), request);
-        v1::JobProgress progress;
-        EXPECT_FALSE(reader->Read(&progress)) << "progress of another team's job";
-        return reader->Finish();
+        return StreamOnJob(&v1::Jobs::Stub::WatchJob, ads_submitter_, id, "progress of another team's job");
       },
       "WatchJob");
   // Listing shows only the caller's team; naming the other team is refused.

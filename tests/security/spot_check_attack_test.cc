@@ -20,7 +20,9 @@ class SpotCheckAttack : public SecureServer {
     options.spot_checks = true;
     options.verification.all_until_records = 1000;  // every record of a new executor: certain draws
     store_ = Must(SqliteMetadataStore::Open(":memory:", options));
-    StartServer();
+    ServerOptions server = Options();
+    server.verify_wait = verify_wait_;
+    StartServer(server);
     CreateTeam("search");
     submitter_ = Issue(Role::kSubmitter, "search", "alice");
   }
@@ -67,7 +69,23 @@ class SpotCheckAttack : public SecureServer {
     return checked;
   }
 
+  v1::Job GetJob(const std::string& id) {
+    v1::GetJobRequest request;
+    request.set_job_id(id);
+    v1::Job job;
+    grpc::Status status = jobs_->GetJob(As(submitter_).get(), request, &job);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return job;
+  }
+
   std::string submitter_;
+  absl::Duration verify_wait_ = absl::Minutes(10);  // ServerOptions::verify_wait
+};
+
+// A server that waits for no spot check: a job publishes with its checks open.
+class SpotCheckAfterPublication : public SpotCheckAttack {
+ protected:
+  SpotCheckAfterPublication() { verify_wait_ = absl::ZeroDuration(); }
 };
 
 TEST_F(SpotCheckAttack, AVerifierGetsTheRecordsAndTheAnswersAsTheServerReadThem) {
@@ -188,6 +206,57 @@ TEST_F(SpotCheckAttack, AFailedVerdictSendsTheProducersRecordsToAnotherExecutorB
   EXPECT_THAT(LeaseChecks(producer), IsEmpty());
   EXPECT_EQ(StoreJob(checked.job.id()).state, JobState::kFinalizing);
   EXPECT_EQ(Must(store_->CountOpenVerifications(checked.job.id())), 1);
+}
+
+// The verify wait over, a job publishes with its spot checks open and says so; a check that fails
+// after publication still quarantines the producer, and the job's status names the record and
+// how many of its records that producer wrote (the published files are not rewritten).
+TEST_F(SpotCheckAfterPublication, AJobPublishedBeforeItsCheckFailedNamesTheRecordsNotRedone) {
+  Enrolled producer = Enrol("producer"), verifier = Enrol("verifier");
+  Checked checked = ProduceAndLease(producer, verifier);
+  ASSERT_THAT(checked.lease.items(), SizeIs(2));
+  ASSERT_OK(server_->FinalizeReportedJobs());
+  ASSERT_OK(server_->SweepReadyJobs());
+  v1::Job published = GetJob(checked.job.id());
+  ASSERT_EQ(published.state(), "completed");
+  EXPECT_EQ(published.verification().open_checks(), 1);
+  EXPECT_THAT(published.verification().failed_after_publication(), IsEmpty());
+
+  v1::ReportVerificationsRequest report = Report(checked.lease, true);
+  report.mutable_verdicts(1)->set_passed(false);
+  report.mutable_verdicts(1)->set_reason("greedy: answer token 0 is 9.1 nats below the most likely token");
+  v1::ReportVerificationsResponse reply;
+  ASSERT_GRPC_OK(executors_->ReportVerifications(As(verifier.credential).get(), report, &reply));
+  EXPECT_EQ(Must(store_->GetExecutor(producer.id)).state, ExecutorState::kQuarantined);
+  v1::Job after = GetJob(checked.job.id());
+  EXPECT_EQ(after.state(), "completed");  // published files are not rewritten
+  EXPECT_EQ(after.verification().open_checks(), 0);
+  EXPECT_EQ(after.verification().failed(), 1);
+  EXPECT_THAT(after.verification().failed_after_publication(), ::testing::ElementsAre("r1"));
+  EXPECT_EQ(after.verification().records_of_quarantined(), 2);
+}
+
+// A failure before publication redoes the records: nothing is left to name afterwards.
+TEST_F(SpotCheckAttack, AFailureBeforePublicationLeavesNoNoticeOnceTheRecordsAreRedone) {
+  Enrolled producer = Enrol("producer"), verifier = Enrol("verifier");
+  Checked checked = ProduceAndLease(producer, verifier);
+  ASSERT_THAT(checked.lease.items(), SizeIs(2));
+  v1::ReportVerificationsResponse reply;
+  ASSERT_GRPC_OK(executors_->ReportVerifications(As(verifier.credential).get(), Report(checked.lease, false), &reply));
+  std::vector<v1::TaskLease> redo = MustLease(verifier, 1);
+  ASSERT_THAT(redo, SizeIs(1));
+  ASSERT_GRPC_OK(CompleteLease(verifier, redo[0]));
+  Enrolled third = Enrol("third");
+  std::vector<v1::VerificationLease> checks = LeaseChecks(third);
+  ASSERT_THAT(checks, SizeIs(1));
+  ASSERT_GRPC_OK(executors_->ReportVerifications(As(third.credential).get(), Report(checks[0], true), &reply));
+  ASSERT_OK(server_->FinalizeReportedJobs());
+  ASSERT_OK(server_->SweepReadyJobs());
+  v1::Job done = GetJob(checked.job.id());
+  ASSERT_EQ(done.state(), "completed");
+  EXPECT_GE(done.verification().failed(), 1);
+  EXPECT_THAT(done.verification().failed_after_publication(), IsEmpty());
+  EXPECT_EQ(done.verification().records_of_quarantined(), 0);
 }
 
 }  // namespace

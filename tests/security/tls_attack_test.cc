@@ -47,6 +47,12 @@ class TlsAttack : public SecureServer {
     if (started.ok()) plane.Shutdown();
     return started;
   }
+  // A control plane with `options` refuses to start, saying `says`.
+  void ExpectRefused(const ServerOptions& options, const std::string& says) {
+    absl::Status refused = StartAndStop(options);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+    EXPECT_THAT(std::string(refused.message()), HasSubstr(says));
+  }
 
   pki::Files pool_;
 };
@@ -87,13 +93,10 @@ TEST_F(TlsAttack, PlainTextToTheTlsPortsGetsNothing) {
 TEST_F(TlsAttack, TheServerRefusesPlainTextOffLoopback) {
   ServerOptions options = Options();
   options.listen = "0.0.0.0:0";
-  absl::Status refused = StartAndStop(options);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
-  EXPECT_THAT(std::string(refused.message()), HasSubstr("pki init"));
+  ExpectRefused(options, "pki init");
   options = Options();
   options.http_listen = "0.0.0.0:0";
-  refused = StartAndStop(options);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  ExpectRefused(options, "");
   // With a certificate, the same addresses are served.
   pki::Files files = MakePki("open");
   options = Options();
@@ -132,11 +135,13 @@ int64_t ResidentBytes() {
 
 // The attacker of the tests below, run in a process of its own (this binary again, with the
 // server's address and CA in its environment; an empty CA: plain text): four 200 MB submits at
-// once, with no token. It exits with the number refused as unauthenticated. Skipped when run as a
-// test of its own.
+// once, with no token, or with MINIONS_ATTACK_TOKEN's (a caller the server knows). It exits with
+// the number refused: as unauthenticated without a token, as too large with one. Skipped when run
+// as a test of its own.
 TEST(NoTokenAttacker, SendsFourLargeCallsWithoutAToken) {
   const char* address = std::getenv("MINIONS_ATTACK_ADDRESS");
   const char* ca = std::getenv("MINIONS_ATTACK_CA");
+  const char* token = std::getenv("MINIONS_ATTACK_TOKEN");
   if (!address || !ca) GTEST_SKIP() << "run by TlsAttack.*CallsWithoutACredentialAreRefusedBeforeTheirMessageIsRead";
   auto channel = rpc::OpenChannel(address, {ca, ""});
   if (!channel.ok()) _exit(100);
@@ -144,29 +149,34 @@ TEST(NoTokenAttacker, SendsFourLargeCallsWithoutAToken) {
   v1::SubmitJobRequest request;
   request.set_input(std::string(200 << 20, 'x'));
   request.set_model("m");
+  const grpc::StatusCode expected =
+      token != nullptr ? grpc::StatusCode::RESOURCE_EXHAUSTED : grpc::StatusCode::UNAUTHENTICATED;
   std::atomic<int> refused{0};
   std::vector<std::thread> calls;
   for (int i = 0; i < 4; ++i) {
     calls.emplace_back([&] {
       grpc::ClientContext context;
+      if (token != nullptr) rpc::Prepare(context, token, absl::Seconds(120));
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
       v1::Job job;
-      if (stub->SubmitJob(&context, request, &job).error_code() == grpc::StatusCode::UNAUTHENTICATED) ++refused;
+      if (stub->SubmitJob(&context, request, &job).error_code() == expected) ++refused;
     });
   }
   for (auto& call : calls) call.join();
   _exit(refused.load());
 }
 
-// Runs the attacker above against this process's server (`ca` empty: plain text) and checks
-// that every call was refused without the server holding their messages. The attacker is another
-// process, so that this process's memory is the server's alone.
-void ExpectRefusedBeforeRead(const std::string& server_address, const std::string& ca_file) {
+// Runs the attacker above against this process's server (`ca` empty: plain text; `token` empty:
+// none) and checks that every call was refused without the server holding their messages. The
+// attacker is another process, so that this process's memory is the server's alone.
+void ExpectRefusedBeforeRead(const std::string& server_address, const std::string& ca_file,
+                             const std::string& token = "") {
   const int64_t before = ResidentBytes();
   // Made before the fork: the child of a threaded process only execs.
   std::string address = "MINIONS_ATTACK_ADDRESS=" + server_address;
   std::string ca = "MINIONS_ATTACK_CA=" + ca_file;
-  char* env[] = {address.data(), ca.data(), nullptr};
+  std::string with_token = "MINIONS_ATTACK_TOKEN=" + token;
+  char* env[] = {address.data(), ca.data(), token.empty() ? nullptr : with_token.data(), nullptr};
   pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -177,7 +187,7 @@ void ExpectRefusedBeforeRead(const std::string& server_address, const std::strin
   ASSERT_EQ(waitpid(child, &wstatus, 0), child);
   const int64_t after = ResidentBytes();
   ASSERT_TRUE(WIFEXITED(wstatus));
-  EXPECT_EQ(WEXITSTATUS(wstatus), 4) << "calls refused as unauthenticated";
+  EXPECT_EQ(WEXITSTATUS(wstatus), 4) << (token.empty() ? "calls refused as unauthenticated" : "calls refused as too large");
   // Each message was refused from its headers: the server never held them (it used to read all
   // 800 MB first, and keep much of it).
   EXPECT_LT(after - before, int64_t{150} << 20) << "before " << before << ", after " << after;
@@ -198,14 +208,38 @@ TEST_F(TlsAttack, PlainTextCallsWithoutACredentialAreRefusedBeforeTheirMessageIs
   EXPECT_TRUE(jobs_->ListJobs(As(admin_).get(), v1::ListJobsRequest(), &reply).ok());
 }
 
+// 40.2d: a caller with a valid credential sending 200 MB messages: each is refused (a few MiB is
+// the receive limit: inputs travel in parts, Jobs.UploadInput). gRPC 1.51 reads a message whole
+// before it applies that limit (with no memory quota, four such calls took this server from 28 MB
+// to 540-690 MB); its memory quota (ServerOptions::grpc_memory_bytes) is what bounds it: past it,
+// gRPC cancels the streams instead of reading on. With a 64 MiB quota the server does not grow by
+// what was sent, and an honest large input (sent in parts) and honest calls are served under it.
+TEST_F(TlsAttack, ACallersLargeMessagesAreRefusedWithoutTheServerHoldingThem) {
+  ServerOptions options = Options();
+  options.grpc_memory_bytes = int64_t{64} << 20;
+  StartServer(options);
+  CreateTeam("search");
+  ExpectRefusedBeforeRead(server_->address(), "", Issue(Role::kSubmitter, "search", "alice"));
+  // A large input still travels, in parts: the CLI's submit streams it.
+  const std::string input = Records(60000);  // ~2.3 MB, past the inline limit
+  ASSERT_GT(static_cast<int64_t>(input.size()), kMaxInlineInputBytes);
+  v1::SubmitJobRequest request = Request(1, "search");
+  request.set_input(input);
+  request.set_shard_size(1000);
+  absl::StatusOr<v1::Job> job = cli::SubmitJob(*jobs_, Issue(Role::kSubmitter, "search", "bob"), request);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->request_counts().total(), 60000);
+  EXPECT_EQ(Must(store_->GetTeam("search")).file_bytes, static_cast<int64_t>(input.size()));
+  v1::ListJobsResponse listed;
+  EXPECT_TRUE(jobs_->ListJobs(As(admin_).get(), v1::ListJobsRequest(), &listed).ok());
+}
+
 // Plain text only where gRPC's local credentials (and so the gate) work: 127.0.0.1, ::1 or
 // localhost. Another loopback address is refused with what to do, rather than served ungated.
 TEST_F(TlsAttack, PlainTextListensOnlyWhereTheGateWorks) {
   ServerOptions options = Options();
   options.listen = "127.0.0.2:0";
-  absl::Status refused = StartAndStop(options);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
-  EXPECT_THAT(std::string(refused.message()), HasSubstr("127.0.0.1"));
+  ExpectRefused(options, "127.0.0.1");
   options.listen = "localhost:0";
   EXPECT_TRUE(StartAndStop(options).ok());
 }

@@ -23,6 +23,7 @@
 #include "openai/openai_api.h"
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
+#include "testing/forwarding_blob_store.h"
 #include "testing/identities.h"
 #include "testing/must.h"
 #include "testing/openai_stack.h"
@@ -87,17 +88,9 @@ std::string SlowUploadHead(const std::string& token) {
 
 // An object store whose reads of whole objects wait (10 s at most) until `expected` are under way
 // at once: whether creates validate side by side or one after another.
-class GatedBlobs final : public BlobStore {
+class GatedBlobs final : public ForwardingBlobStore {
  public:
-  GatedBlobs(BlobStore* inner, int expected) : inner_(inner), expected_(expected) {}
-  absl::Status Put(const std::string& k, std::string_view d) override { return inner_->Put(k, d); }
-  absl::Status PutStream(const std::string& k, const std::function<absl::StatusOr<std::string>()>& s) override {
-    return inner_->PutStream(k, s);
-  }
-  absl::StatusOr<std::string> Get(const std::string& k) override { return inner_->Get(k); }
-  absl::StatusOr<std::string> GetRange(const std::string& k, int64_t o, int64_t n) override {
-    return inner_->GetRange(k, o, n);
-  }
+  GatedBlobs(BlobStore* inner, int expected) : ForwardingBlobStore(inner), expected_(expected) {}
   absl::Status Read(const std::string& k, const std::function<bool(std::string_view)>& sink) override {
     {
       absl::MutexLock lock(&mu_);
@@ -108,16 +101,10 @@ class GatedBlobs final : public BlobStore {
                                this),
                            absl::Seconds(10));
     }
-    absl::Status s = inner_->Read(k, sink);
+    absl::Status s = ForwardingBlobStore::Read(k, sink);
     absl::MutexLock lock(&mu_);
     --reading_;
     return s;
-  }
-  absl::StatusOr<int64_t> Size(const std::string& k) override { return inner_->Size(k); }
-  absl::StatusOr<std::vector<std::string>> List(const std::string& p) override { return inner_->List(p); }
-  absl::Status Delete(const std::string& k) override { return inner_->Delete(k); }
-  absl::StatusOr<std::string> Url(const std::string& k, UrlAccess a, absl::Duration t) override {
-    return inner_->Url(k, a, t);
   }
   int most() {
     absl::MutexLock lock(&mu_);
@@ -125,7 +112,6 @@ class GatedBlobs final : public BlobStore {
   }
 
  private:
-  BlobStore* inner_;
   const int expected_;
   absl::Mutex mu_;
   int reading_ ABSL_GUARDED_BY(mu_) = 0;

@@ -86,6 +86,38 @@ TEST(VerifyChunk, APassingChunkAddsTheTokensItsOutputLinesState) {
   EXPECT_EQ(near_the_top.total(), std::numeric_limits<int64_t>::max());
 }
 
+// Of the completion, the reasoning tokens (response.body.usage.completion_tokens_details
+// .reasoning_tokens) are added up too: only there, the later of duplicates, never more than the
+// line's completion; an error line's add nothing.
+TEST(VerifyChunk, APassingChunkAddsTheReasoningTokensItsOutputLinesState) {
+  auto line = [](const std::string& id, const std::string& usage) {
+    return absl::StrCat(R"({"custom_id":")", id, R"(","response":{"body":{"usage":)", usage, R"(}},"error":null})",
+                        "\n");
+  };
+  const std::string output =
+      line("a", R"({"prompt_tokens":7,"completion_tokens":30,"completion_tokens_details":{"reasoning_tokens":12}})") +
+      // the details before the counts, and a duplicate: the later wins
+      line("b", R"({"completion_tokens_details":{"reasoning_tokens":1,"reasoning_tokens":4},"completion_tokens":5})") +
+      // a duplicate details object that holds none
+      line("c", R"({"completion_tokens":9,"completion_tokens_details":{"reasoning_tokens":9},)"
+                R"("completion_tokens_details":{}})") +
+      // more reasoning than completion: counted as the completion
+      line("d", R"({"completion_tokens":3,"completion_tokens_details":{"reasoning_tokens":50}})") +
+      // in the wrong places: at usage's own level, under prompt_tokens_details, in an array, a string
+      line("e", R"({"completion_tokens":100,"reasoning_tokens":100,"prompt_tokens_details":{"reasoning_tokens":100},)"
+                R"("completion_tokens_details":[{"reasoning_tokens":100}]})") +
+      line("f", R"({"completion_tokens":100,"completion_tokens_details":{"reasoning_tokens":"100"}})");
+  const std::string errors = absl::StrCat(
+      R"({"custom_id":"g","response":{"body":{"usage":{"completion_tokens":500,)",
+      R"("completion_tokens_details":{"reasoning_tokens":500}}}},"error":{"code":"x"}})", "\n");
+  const std::vector<std::string> ids = {"a", "b", "c", "d", "e", "f", "g"};
+  TokenUsage tokens{.prompt_tokens = 0, .completion_tokens = 0, .reasoning_tokens = 1};  // added to
+  ASSERT_OK(VerifyChunk(Chunk{1, 0, 0, 7, 1}, output, errors, ids, &tokens));
+  EXPECT_EQ(tokens.prompt_tokens, 7);
+  EXPECT_EQ(tokens.completion_tokens, 30 + 5 + 9 + 3 + 100 + 100);
+  EXPECT_EQ(tokens.reasoning_tokens, 1 + 12 + 4 + 3);
+}
+
 TEST(VerifyChunk, RecordsWithoutACustomIdAreAnsweredByNullErrorLines) {
   // What a runner writes for an unparseable line: custom_id null (expected: "").
   std::vector<std::string> records = {RequestLine("a"), "not json", R"({"custom_id":7,"prompt":"p"})"};

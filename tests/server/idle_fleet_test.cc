@@ -13,6 +13,7 @@
 #include "model/liveness.h"
 #include "grpc_service_fixture.h"
 #include "store/sqlite/sqlite_work_signal.h"
+#include "testing/must.h"
 
 namespace minions::testing {
 namespace {
@@ -505,6 +506,38 @@ TEST_F(IdleFleetTest, AQuotaFreedByAnEndingTaskIsAnnouncedSoTheTeamsQueuedTaskLe
   EXPECT_EQ(reply.leases(0).ref().job_id(), job.id());
   EXPECT_NE(reply.leases(0).ref().task_index(), held[0].ref().task_index());
   EXPECT_EQ(fake_clock_.Now(), before) << "the clock moved: the wake-up may have been a poll";
+}
+
+// With spot checks on (docs/verification.md), a producer's commit answers one other idle
+// executor's held poll at once, with nothing: that agent asks for the spot checks the commit may
+// have drawn now, not when its poll ends.
+TEST_F(IdleFleetTest, AProducersCommitWakesAnotherIdleExecutorsPollWhenSpotChecksAreOn) {
+  StoreOptions options;
+  options.spot_checks = true;
+  auto store = SqliteMetadataStore::Open(":memory:", options);
+  ASSERT_OK(store);
+  store_ = std::move(*store);
+  StartServer();
+  MustSubmit(Records(2), /*shard_size=*/2);
+  const std::string producer = RegisterExecutor("producer");
+  const std::string verifier = RegisterExecutor("verifier");
+  std::vector<v1::TaskLease> held = MustLease(producer, 1);
+  ASSERT_EQ(held.size(), 1u);
+
+  grpc::Status status;
+  v1::LeaseResponse reply;
+  std::thread poll = LongPoll(executors_.get(), verifier, &status, &reply, /*idle=*/true);
+  AwaitWaiting(*server_, 1);
+  const absl::Time before = fake_clock_.Now();
+  Serve(held[0]);
+  ASSERT_GRPC_OK(Complete(producer, held[0].ref(), 2));
+  poll.join();
+  ASSERT_GRPC_OK(status);
+  EXPECT_EQ(reply.leases_size(), 0);
+  EXPECT_FALSE(reply.drain());
+  EXPECT_FALSE(reply.reregister());
+  EXPECT_EQ(fake_clock_.Now(), before) << "the clock moved: the poll may have ended at its wait";
+  EXPECT_EQ(Must(store_->CountOpenVerifications(held[0].ref().job_id())), 1) << "what the verifier is woken for";
 }
 
 // The executor's own client long-polls for 20 s; when it drains, stops or its owner comes back it

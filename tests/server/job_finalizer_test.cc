@@ -1,6 +1,7 @@
 #include "server/job_finalizer.h"
 
 #include <functional>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "runner/batch_record.h"
 #include "server/job_splitter.h"
 #include "server/keys.h"
+#include "server/proto_convert.h"
 #include "server_test_util.h"
 #include "store_fixture.h"
 #include "store/sqlite/sqlite_metadata_store.h"
@@ -223,11 +225,14 @@ TEST_F(JobFinalizerTest, TheManifestCountsTheRecordsOtherExecutorsReScored) {
   EXPECT_EQ(verification["failed_records"], Json::array());
 }
 
-// A line as the runner writes it, its body's usage stating the tokens it used.
-std::string LineUsing(const std::string& id, int prompt, int completion) {
+// A line as the runner writes it, its body's usage stating the tokens it used (and, from a model
+// whose template reasons, how many of them were reasoning).
+std::string LineUsing(const std::string& id, int prompt, int completion, std::optional<int> reasoning = std::nullopt) {
+  const std::string details =
+      reasoning ? absl::StrCat(R"(,"completion_tokens_details":{"reasoning_tokens":)", *reasoning, "}") : "";
   return absl::StrCat(R"({"custom_id":")", id, R"(","response":{"status_code":200,"body":{"usage":{"prompt_tokens":)",
                       prompt, R"(,"completion_tokens":)", completion, R"(,"total_tokens":)", prompt + completion,
-                      R"(}}},"error":null})", "\n");
+                      details, R"(}}},"error":null})", "\n");
 }
 
 // The tokens a finished job's answers used are the sums of its published output lines' usage:
@@ -236,26 +241,34 @@ std::string LineUsing(const std::string& id, int prompt, int completion) {
 TEST_F(JobFinalizerTest, AFinishedJobCarriesTheTokensItsPublishedAnswersUsed) {
   std::string job_id = MakeJob(EightRecords(), 3);
   ASSERT_EQ(LeaseAll().size(), 3u);
-  Upload(job_id, 0, 1, LineUsing("r0", 10, 1) + LineUsing("r1", 20, 2) + LineUsing("r2", 30, 3), "");
+  Upload(job_id, 0, 1, LineUsing("r0", 10, 1) + LineUsing("r1", 20, 2, 1) + LineUsing("r2", 30, 3), "");
   Complete(job_id, 0, 1, 3);
-  Upload(job_id, 1, 1, LineUsing("r3", 100, 10) + LineUsing("r5", 200, 20),
+  Upload(job_id, 1, 1, LineUsing("r3", 100, 10, 7) + LineUsing("r5", 200, 20),
          absl::StrCat(R"({"custom_id":"r4","response":{"body":{"usage":{"prompt_tokens":5000}}},"error":{"code":"x"}})",
                       "\n"));
   Complete(job_id, 1, 1, 3, 1);
   Upload(job_id, 2, 1, LineUsing("r6", 1000, 100) + LineUsing("r7", 1000, 100), "");
   Complete(job_id, 2, 1, 2);
   // Task 2's output is rewritten after its commit (a presigned URL still valid): not published.
-  ASSERT_OK(blobs_->Put(keys::ChunkOutput(job_id, 2, 1, 0), LineUsing("r6", 1 << 30, 1 << 30) + LineUsing("x", 1, 1)));
+  ASSERT_OK(blobs_->Put(keys::ChunkOutput(job_id, 2, 1, 0),
+                        LineUsing("r6", 1 << 30, 1 << 30, 1 << 30) + LineUsing("x", 1, 1)));
   JobFinalizer finalizer(store_.get(), blobs_.get(), &clock_);
   ASSERT_OK_AND_ASSIGN(Job job, finalizer.Finalize(job_id));
   ASSERT_EQ(job.state, JobState::kCompleted);
   ASSERT_TRUE(job.tokens.has_value());
   EXPECT_EQ(job.tokens->prompt_tokens, 360);
   EXPECT_EQ(job.tokens->completion_tokens, 36);
+  EXPECT_EQ(job.tokens->reasoning_tokens, 8);
   EXPECT_EQ(GetJob(job_id).tokens, job.tokens);
   Json manifest = Manifest(job);
   EXPECT_EQ(manifest["usage"]["prompt_tokens"], 360);
   EXPECT_EQ(manifest["usage"]["completion_tokens"], 36);
+  EXPECT_EQ(manifest["usage"]["completion_tokens_details"]["reasoning_tokens"], 8);
+  // As GetJob answers it (`minions status` prints the three).
+  const v1::Job proto = ToProto(job);
+  EXPECT_EQ(proto.prompt_tokens(), 360);
+  EXPECT_EQ(proto.completion_tokens(), 36);
+  EXPECT_EQ(proto.reasoning_tokens(), 8);
 }
 
 // A cancelled job's merged partial output states the tokens it used: the committed chunks' lines,
@@ -263,10 +276,10 @@ TEST_F(JobFinalizerTest, AFinishedJobCarriesTheTokensItsPublishedAnswersUsed) {
 TEST_F(JobFinalizerTest, ACancelledJobsPartialOutputStatesTheTokensItUsed) {
   std::string job_id = MakeJob(EightRecords(), 3);
   ASSERT_EQ(LeaseAll().size(), 3u);
-  Upload(job_id, 0, 1, LineUsing("r0", 10, 1) + LineUsing("r1", 20, 2) + LineUsing("r2", 30, 3), "");
+  Upload(job_id, 0, 1, LineUsing("r0", 10, 1) + LineUsing("r1", 20, 2) + LineUsing("r2", 30, 3, 2), "");
   Complete(job_id, 0, 1, 3);
   // Task 1 committed r3 as a checkpoint; task 2 did nothing.
-  ASSERT_OK(blobs_->Put(keys::ChunkOutput(job_id, 1, 1, 0), LineUsing("r3", 100, 10)));
+  ASSERT_OK(blobs_->Put(keys::ChunkOutput(job_id, 1, 1, 0), LineUsing("r3", 100, 10, 5)));
   LeaseProgress beat{job_id, 1, 1, 1, 0, {Chunk{1, 0, 0, 1, 0}}};
   ASSERT_OK(store_->Heartbeat(executor_, ExecutorState::kBusy, "", {beat}, kTtl, clock_.Now()).status());
   ASSERT_OK(store_->CancelJob(job_id, clock_.Now()).status());
@@ -275,6 +288,7 @@ TEST_F(JobFinalizerTest, ACancelledJobsPartialOutputStatesTheTokensItUsed) {
   ASSERT_OK_AND_ASSIGN(TokenUsage tokens, finalizer.MergeCancelled(job_id));
   EXPECT_EQ(tokens.prompt_tokens, 160);
   EXPECT_EQ(tokens.completion_tokens, 16);
+  EXPECT_EQ(tokens.reasoning_tokens, 7);
   EXPECT_THAT(CustomIds(Get(keys::CancelledJobOutput(job_id))), ElementsAre("r0", "r1", "r2", "r3"));
   EXPECT_FALSE(GetJob(job_id).tokens.has_value());
   // Merged again, the same answer.

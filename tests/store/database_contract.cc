@@ -105,6 +105,37 @@ TEST_P(DatabaseContract, UpgradingCountsARunningGangAttemptOncePerExecutor) {
   EXPECT_EQ(database_.count("SELECT CAST(running_since_us AS BIGINT) FROM team_usage"), 2 * absl::ToUnixMicros(now_));
 }
 
+// Migration 21 on a database where a job finished under schema 20 (its prompt and completion
+// tokens kept, reasoning not apart): the job keeps its tokens, with 0 reasoning, and a job that
+// finishes after the upgrade keeps its reasoning tokens too.
+TEST_P(DatabaseContract, UpgradingTo21KeepsAFinishedJobsTokensWithNoReasoning) {
+  if (database_.undo_21.empty()) GTEST_SKIP() << "this backend's library cannot undo migration 21";
+  std::string old_job;
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    old_job = SubmitTo(*store, 1, now_);
+  }
+  for (const std::string& sql : database_.undo_21) ASSERT_EQ(database_.exec(sql), "") << sql;
+  ASSERT_EQ(database_.exec("DELETE FROM schema_migrations WHERE version >= 21"), "");
+  // What a server of schema 20 wrote when the job finished.
+  ASSERT_EQ(database_.exec(absl::StrCat("UPDATE jobs SET prompt_tokens = 70, completion_tokens = 9 WHERE id = '",
+                                        old_job, "'")),
+            "");
+
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(Job job, store->GetJob(old_job));
+  EXPECT_EQ(job.tokens, (TokenUsage{.prompt_tokens = 70, .completion_tokens = 9, .reasoning_tokens = 0}));
+  const std::string new_job = SubmitTo(*store, 1, now_);
+  const std::string executor = RegisterWith(*store, "a", now_);
+  ASSERT_OK(store->LeaseTasks(executor, 2, kTtl, now_));  // the old job's task and the new one's
+  ASSERT_OK(store->CompleteTask(executor, new_job, 0, 1, 1, 0, now_));
+  const TokenUsage tokens{.prompt_tokens = 5, .completion_tokens = 40, .reasoning_tokens = 30};
+  ASSERT_OK_AND_ASSIGN(Job finished, store->FinishJob(new_job, "o", "e", "m", now_, JobState::kCompleted, tokens));
+  EXPECT_EQ(finished.tokens, tokens);
+}
+
 TEST_P(DatabaseContract, ReopeningKeepsTheData) {
   std::string job_id, executor_id;
   {

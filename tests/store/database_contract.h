@@ -40,6 +40,9 @@ struct TestDatabase {
   // Statements that take the database back to schema 12 (before migrations 13 and 14), keeping
   // running_since_us as schema 12 had it; empty when the backend's library cannot (the test skips).
   std::vector<std::string> undo_13_and_14;
+  // Statements that take the database back to schema 20 (before migration 21: jobs without
+  // reasoning_tokens); empty when the backend's library cannot (the test skips).
+  std::vector<std::string> undo_21;
 };
 
 // A queued job of `n_tasks` one-record tasks, submitted at `now` ("" after reporting a failure).

@@ -40,6 +40,55 @@ TEST_P(IdentityStoreContract, TeamsAreCreatedListedAndUpdated) {
   EXPECT_THAT(teams, SizeIs(2));
 }
 
+// 40.5b: a team's bytes of files and results are counted by the store; a charge that would pass
+// the team's limit is refused whole, naming the verb that raises it; another team is untouched;
+// an admin's update keeps the counts.
+TEST_P(IdentityStoreContract, ATeamsBytesAreChargedWithinItsLimitAndAnUpdateKeepsTheCount) {
+  Team small = NewTeam("small");
+  small.max_file_bytes = 100;
+  small.max_model_bytes = 300;
+  small.max_result_bytes = 50;
+  ASSERT_OK_AND_ASSIGN(Team created, store_->CreateTeam(small));
+  EXPECT_EQ(created.max_file_bytes, 100);
+  ASSERT_OK_AND_ASSIGN(Team other, store_->CreateTeam(NewTeam("other")));
+  EXPECT_EQ(other.max_file_bytes, 0);  // none
+
+  ASSERT_OK_AND_ASSIGN(Team charged, store_->ChargeTeamBytes("small", TeamBytes::kFiles, 60, /*enforce=*/true));
+  EXPECT_EQ(charged.file_bytes, 60);
+  absl::StatusOr<Team> over = store_->ChargeTeamBytes("small", TeamBytes::kFiles, 41, /*enforce=*/true);
+  EXPECT_CODE(over, kResourceExhausted);
+  EXPECT_THAT(Message(over.status()), HasSubstr("minions admin team set small --max-file-bytes"));
+  ASSERT_OK_AND_ASSIGN(charged, store_->ChargeTeamBytes("small", TeamBytes::kFiles, 40, /*enforce=*/true));
+  EXPECT_EQ(charged.file_bytes, 100);  // exactly the limit passes; the refused 41 left nothing
+  EXPECT_CODE(store_->ChargeTeamBytes("small", TeamBytes::kFiles, 1, /*enforce=*/true), kResourceExhausted);
+  // Results are counted past the limit when not enforced (finished work is kept).
+  ASSERT_OK_AND_ASSIGN(charged, store_->ChargeTeamBytes("small", TeamBytes::kResults, 70, /*enforce=*/false));
+  EXPECT_EQ(charged.result_bytes, 70);
+  absl::StatusOr<Team> results = store_->ChargeTeamBytes("small", TeamBytes::kResults, 1, /*enforce=*/true);
+  EXPECT_CODE(results, kResourceExhausted);
+  EXPECT_THAT(Message(results.status()), HasSubstr("--max-result-bytes"));
+  // Another team (no limit) is served; an unknown one is NotFound.
+  ASSERT_OK_AND_ASSIGN(Team others, store_->ChargeTeamBytes("other", TeamBytes::kFiles, int64_t{1} << 40, true));
+  EXPECT_EQ(others.file_bytes, int64_t{1} << 40);
+  EXPECT_CODE(store_->ChargeTeamBytes("nobody", TeamBytes::kFiles, 1, true), kNotFound);
+
+  // An admin's update changes the limits, never the counts; giving back never goes below 0.
+  Team raised = created;
+  raised.max_file_bytes = 1000;
+  raised.file_bytes = 0;
+  raised.result_bytes = 0;
+  ASSERT_OK_AND_ASSIGN(Team updated, store_->UpdateTeam(raised));
+  EXPECT_EQ(updated.file_bytes, 100);
+  EXPECT_EQ(updated.result_bytes, 70);
+  ASSERT_OK_AND_ASSIGN(Team read, store_->GetTeam("small"));
+  EXPECT_EQ(read.max_file_bytes, 1000);
+  EXPECT_EQ(read.max_model_bytes, 300);
+  EXPECT_EQ(read.file_bytes, 100);
+  ASSERT_OK(store_->ChargeTeamBytes("small", TeamBytes::kFiles, 1, /*enforce=*/true).status());
+  ASSERT_OK_AND_ASSIGN(charged, store_->ChargeTeamBytes("small", TeamBytes::kFiles, -500, /*enforce=*/true));
+  EXPECT_EQ(charged.file_bytes, 0);
+}
+
 TEST_P(IdentityStoreContract, CredentialsAreFoundByTheirHashAndRevokedOnce) {
   ASSERT_OK(store_->CreateTeam(NewTeam("search")));
   TokenRecord alice = Token("tok-alice0000001", Role::kSubmitter, "search", "alice", 1);

@@ -132,7 +132,8 @@ TEST_P(MetadataStoreContract, AJobFromSubmissionToCompletion) {
   // The server merges the output and finishes the job.
   Advance(absl::Seconds(1));
   EXPECT_EQ(job.tokens, std::nullopt) << "tokens are counted when the job finishes";
-  const TokenUsage tokens{.prompt_tokens = 1234, .completion_tokens = int64_t{5} << 32};
+  const TokenUsage tokens{
+      .prompt_tokens = 1234, .completion_tokens = int64_t{5} << 32, .reasoning_tokens = int64_t{3} << 32};
   ASSERT_OK_AND_ASSIGN(Job finished, store_->FinishJob(job_id, "out/o.jsonl", "out/e.jsonl", "out/m.json", now_,
                                                        JobState::kCompleted, tokens));
   EXPECT_EQ(finished.state, JobState::kCompleted);

@@ -185,7 +185,9 @@ TestDatabase PostgresDatabase() {
   database.exec = [url](const std::string& sql) { return RawConnection(url).Exec(sql); };
   database.count = [url](const std::string& sql) { return RawConnection(url).Count(sql); };
   database.migrations = postgres_store::Migrations();
-  database.undo_13_and_14 = {"ALTER TABLE executors DROP COLUMN charged_until",  // (migration 19's)
+  database.undo_21 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
+  database.undo_13_and_14 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
+                             "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
                              "DROP TABLE fleet_tokens",   // (migration 18's)
                              "DROP TABLE verification_tasks",  // (migration 17's)
                              "DROP TABLE fleet_history",       // (migration 16's)
@@ -441,7 +443,12 @@ TEST_F(PostgresMetadataStoreTest, RetriesWaitOnTheStoresClockAndGiveUpAfterItsWi
   // It gives up when its next wait would pass the window; a wait is at most 1.5 times the longest
   // backoff (1 s, jittered by 0.5 to 1.5): so it gave up no more than 1.5 s before the window ended.
   EXPECT_GE(waited, postgres_store::TransactionRunner::kRetryWindow - absl::Milliseconds(1500)) << "gave up early";
-  EXPECT_GT(faults.injected(), 10);
+  // It tried again after a lost COMMIT. How many times depends on the real database, not on this
+  // clock: after each lost connection the store asks whether the transaction committed, and while
+  // the server has not yet noticed its client is gone the answer is "in progress" and the store
+  // waits (on this clock, against the same window) for it to settle. On a busy machine that took
+  // the whole window after the third try, so only a retry is asserted, not a count.
+  EXPECT_GE(faults.injected(), 2);
   // None of the tries committed.
   faults.Arm(CommitFault::kNone, 0);
   ASSERT_OK_AND_ASSIGN(std::vector<Job> jobs, store->ListJobs(JobFilter{}));

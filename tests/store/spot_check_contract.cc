@@ -82,6 +82,42 @@ TEST_P(SpotCheckContract, AVerificationTaskIsLeasedOnlyToAnotherExecutorAtATime)
   EXPECT_CODE(store_->LeaseVerifications("exe-000000000000", 1, kTtl, now_).status(), kNotFound);
 }
 
+// A verifier of another chip is the better witness: offered the checks of producers unlike it
+// first, though they are younger.
+TEST_P(SpotCheckContract, AVerifierIsOfferedTheChecksOfAProducerUnlikeItFirst) {
+  const std::string job_id = Submit(Spec(), 2);
+  auto register_on = [&](const std::string& name, const std::string& chip) {
+    ExecutorInfo info;
+    info.name = name;
+    info.os = "linux";
+    info.chip = chip;
+    info.memory_bytes = 8 * kGiB;
+    info.runners = {"llama"};
+    info.max_tasks = 4;
+    return Must(store_->RegisterExecutor("", info, now_), "RegisterExecutor").id;
+  };
+  const std::string alike = register_on("alike", "Xeon");
+  const std::string unlike = register_on("unlike", "EPYC");
+  const std::string verifier = register_on("verifier", "Xeon");
+  std::vector<Lease> first = LeaseUpTo(alike, 1);
+  ASSERT_THAT(first, SizeIs(1));
+  ASSERT_OK_AND_ASSIGN(auto done, store_->CompleteTasks(alike, {Progress(first[0], kRecordsPerTask)}, now_));
+  ASSERT_OK(done[0]);
+  Advance(absl::Seconds(1));
+  std::vector<Lease> second = LeaseUpTo(unlike, 1);
+  ASSERT_THAT(second, SizeIs(1));
+  ASSERT_OK_AND_ASSIGN(done, store_->CompleteTasks(unlike, {Progress(second[0], kRecordsPerTask)}, now_));
+  ASSERT_OK(done[0]);
+
+  std::vector<VerificationTask> leased = Must(store_->LeaseVerifications(verifier, 1, kTtl, now_), "LeaseVerifications");
+  ASSERT_THAT(leased, SizeIs(1));
+  EXPECT_EQ(leased[0].producer_id, unlike);
+  // The alike producer's check is not starved: it is the next one.
+  leased = Must(store_->LeaseVerifications(verifier, 1, kTtl, now_), "LeaseVerifications");
+  ASSERT_THAT(leased, SizeIs(1));
+  EXPECT_EQ(leased[0].producer_id, alike);
+}
+
 TEST_P(SpotCheckContract, OnlyTheHolderOfAVerificationLeaseReportsItsVerdicts) {
   const std::string job_id = Submit(Spec(), 1);
   const std::string producer = Register("producer");

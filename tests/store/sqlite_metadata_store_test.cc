@@ -162,7 +162,9 @@ TestDatabase SqliteDatabase() {
   database.migrations = sqlite_store::Migrations();
   // Undoing migration 13 drops columns: SQLite has DROP COLUMN from 3.35 on.
   if (sqlite3_libversion_number() >= 3035000) {
-    database.undo_13_and_14 = {"ALTER TABLE executors DROP COLUMN charged_until",  // (migration 19's)
+    database.undo_21 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
+    database.undo_13_and_14 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
+                               "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
                                "DROP TABLE fleet_tokens",   // (migration 18's)
                                "DROP TABLE verification_tasks",  // (migration 17's)
                                "DROP TABLE fleet_history",       // (migration 16's)

@@ -40,6 +40,9 @@ absl::StatusOr<Team> IdentityOperations::UpdateTeam(const Team& team) {
     if (!existing) return NoTeam(team.name);
     Team updated = team;
     updated.created_at = existing->created_at;
+    // The counts are the store's (ChargeTeamBytes), never an admin's.
+    updated.file_bytes = existing->file_bytes;
+    updated.result_bytes = existing->result_bytes;
     RETURN_IF_ERROR(t.Update(RowWrites{.teams = {updated}}, /*last=*/true));
     return updated;
   });
@@ -55,6 +58,18 @@ absl::StatusOr<Team> IdentityOperations::GetTeam(const std::string& name) {
 
 absl::StatusOr<std::vector<Team>> IdentityOperations::ListTeams() {
   return RunTransaction(store_, kRead, [&](RowTransaction& t) { return t.ListTeams(); });
+}
+
+absl::StatusOr<Team> IdentityOperations::ChargeTeamBytes(const std::string& name, TeamBytes kind, int64_t delta,
+                                                         bool enforce) {
+  return RunTransaction(store_, kWrite, [&](RowTransaction& t) -> absl::StatusOr<Team> {
+    // Locked: two charges of the team at once are counted one after the other.
+    ASSIGN_OR_RETURN(std::optional<Team> team, row_access::FindTeam(t, name));
+    if (!team) return NoTeam(name);
+    RETURN_IF_ERROR(rules::ChargeTeamBytes(*team, kind, delta, enforce));
+    RETURN_IF_ERROR(t.Update(RowWrites{.teams = {*team}}, /*last=*/true));
+    return *std::move(team);
+  });
 }
 
 // --- credentials ---

@@ -28,6 +28,7 @@ class IdentityOperations {
   absl::StatusOr<Team> UpdateTeam(const Team& team);
   absl::StatusOr<Team> GetTeam(const std::string& name);
   absl::StatusOr<std::vector<Team>> ListTeams();
+  absl::StatusOr<Team> ChargeTeamBytes(const std::string& team, TeamBytes kind, int64_t delta, bool enforce);
 
   absl::Status AddToken(const TokenRecord& token);
   absl::StatusOr<TokenRecord> FindToken(const std::string& secret_hash);

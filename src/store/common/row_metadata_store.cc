@@ -169,6 +169,10 @@ absl::StatusOr<Team> RowMetadataStore::UpdateTeam(const Team& team) { return par
 absl::StatusOr<Team> RowMetadataStore::GetTeam(const std::string& name) { return parts_->identity.GetTeam(name); }
 
 absl::StatusOr<std::vector<Team>> RowMetadataStore::ListTeams() { return parts_->identity.ListTeams(); }
+absl::StatusOr<Team> RowMetadataStore::ChargeTeamBytes(const std::string& team, TeamBytes kind, int64_t delta,
+                                                      bool enforce) {
+  return parts_->identity.ChargeTeamBytes(team, kind, delta, enforce);
+}
 
 absl::Status RowMetadataStore::AddToken(const TokenRecord& token) { return parts_->identity.AddToken(token); }
 

@@ -88,6 +88,8 @@ class RowMetadataStore : public MetadataStore {
   absl::StatusOr<Team> UpdateTeam(const Team& team) override;
   absl::StatusOr<Team> GetTeam(const std::string& name) override;
   absl::StatusOr<std::vector<Team>> ListTeams() override;
+  absl::StatusOr<Team> ChargeTeamBytes(const std::string& team, TeamBytes kind, int64_t delta,
+                                       bool enforce) override;
   absl::Status AddToken(const TokenRecord& token) override;
   absl::StatusOr<TokenRecord> FindToken(const std::string& secret_hash) override;
   absl::StatusOr<TokenRecord> GetToken(const std::string& token_id) override;

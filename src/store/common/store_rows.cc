@@ -77,7 +77,9 @@ Values ExecutorValues(const Executor& executor) {
 
 Values TeamValues(const Team& team) {
   return {team.name,           int64_t{team.max_priority}, team.max_active_jobs, team.requests_per_second,
-          TimeValue(team.created_at), team.weight,           team.max_running_tasks};
+          TimeValue(team.created_at), team.weight,           team.max_running_tasks,
+          team.max_file_bytes,        team.max_model_bytes,  team.max_result_bytes,
+          team.file_bytes,            team.result_bytes};
 }
 
 Values ModelValues(const ModelRecord& model) {

@@ -32,7 +32,7 @@
 #define MINIONS_STORE_JOB_COLUMNS                                                                  \
   "id, team, state, spec, total_records, completed_records, failed_records, n_tasks, tasks_done, " \
   "tasks_succeeded, error, output_key, errors_key, manifest_key, created_at, updated_at, "         \
-  "started_at, finished_at, device_us, prompt_tokens, completion_tokens"
+  "started_at, finished_at, device_us, prompt_tokens, completion_tokens, reasoning_tokens"
 #define MINIONS_STORE_TASK_COLUMNS                                                         \
   "job_id, idx, first_record, n_records, byte_begin, byte_end, state, attempt, failures, " \
   "preemptions, executor_id, lease_expires_at, not_before, records_done, records_failed, " \
@@ -41,7 +41,8 @@
   "id, info, state, state_reason, registered_at, last_heartbeat_at, drain_requested, records_done"
 #define MINIONS_STORE_MODEL_COLUMNS "team, name, digest, size_bytes, facts, blob_key, created_by, created_at"
 #define MINIONS_STORE_TEAM_COLUMNS \
-  "name, max_priority, max_active_jobs, requests_per_second, created_at, weight, max_running_tasks"
+  "name, max_priority, max_active_jobs, requests_per_second, created_at, weight, max_running_tasks, " \
+  "max_file_bytes, max_model_bytes, max_result_bytes, file_bytes, result_bytes"
 #define MINIONS_STORE_TOKEN_COLUMNS                                                                  \
   "id, secret_hash, role, team, principal, scopes, uses_left, created_by, created_at, expires_at, " \
   "last_used_at, revoked_at"
@@ -60,7 +61,7 @@ using Values = std::vector<Value>;
 constexpr int kJobColumns = 18;
 constexpr int kTaskColumns = 20;
 constexpr int kExecutorColumns = 8;
-constexpr int kTeamColumns = 7;
+constexpr int kTeamColumns = 12;
 constexpr int kTokenColumns = 12;
 constexpr int kModelColumns = 8;
 
@@ -113,7 +114,8 @@ absl::StatusOr<Job> ReadJob(const Row& row, int first = 0) {
   job.finished_at = row.OptTime(first + 17);
   job.device_time = absl::Microseconds(row.Int(first + 18));
   std::optional<int64_t> prompt = row.OptInt(first + 19), completion = row.OptInt(first + 20);
-  if (prompt && completion) job.tokens = TokenUsage{*prompt, *completion};
+  // reasoning_tokens is NULL for a job finished before schema 19 (its reasoning was not kept apart).
+  if (prompt && completion) job.tokens = TokenUsage{*prompt, *completion, row.OptInt(first + 21).value_or(0)};
   return job;
 }
 
@@ -166,6 +168,11 @@ Team ReadTeam(const Row& row, int first = 0) {
   team.created_at = row.Time(first + 4);
   team.weight = row.Int(first + 5);
   team.max_running_tasks = row.Int(first + 6);
+  team.max_file_bytes = row.Int(first + 7);
+  team.max_model_bytes = row.Int(first + 8);
+  team.max_result_bytes = row.Int(first + 9);
+  team.file_bytes = row.Int(first + 10);
+  team.result_bytes = row.Int(first + 11);
   return team;
 }
 

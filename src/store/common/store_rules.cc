@@ -1,6 +1,7 @@
 #include "store/common/store_rules.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -253,6 +254,23 @@ absl::Status CheckJobQuota(const std::optional<Team>& team, int64_t active) {
   return absl::ResourceExhaustedError(absl::StrCat(
       "team ", team->name, " has ", active, " jobs that have not ended, its limit (an admin sets it with "
       "`minions admin team set ", team->name, " --max-active-jobs N`); wait for one to end or cancel one"));
+}
+
+absl::Status ChargeTeamBytes(Team& team, TeamBytes kind, int64_t delta, bool enforce) {
+  const bool files = kind == TeamBytes::kFiles;
+  int64_t& count = files ? team.file_bytes : team.result_bytes;
+  const int64_t limit = files ? team.max_file_bytes : team.max_result_bytes;
+  if (delta > 0 && enforce && limit > 0 && (count > limit || delta > limit - count)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "team ", team.name, " keeps ", count, " bytes of ", files ? "files and job inputs" : "results",
+        "; another ", delta, " would pass its limit of ", limit, " (an admin raises it with `minions admin team set ",
+        team.name, files ? " --max-file-bytes N`" : " --max-result-bytes N`", ")",
+        files ? "; delete files it no longer needs" : ""));
+  }
+  count = delta < 0 ? std::max<int64_t>(count + delta, 0)
+                    : (count > std::numeric_limits<int64_t>::max() - delta ? std::numeric_limits<int64_t>::max()
+                                                                           : count + delta);
+  return absl::OkStatus();
 }
 
 absl::Status CheckNewToken(const TokenRecord& token) {

@@ -131,6 +131,11 @@ absl::Status CheckModelUnused(const std::string& name, const std::string& digest
 
 // --- identities (IdentityStore) ---
 
+// IdentityStore::ChargeTeamBytes on the team's row: adds `delta` to its count of `kind` (never
+// below 0); with `enforce`, ResourceExhausted (team unchanged) when a positive delta takes the
+// count past the team's limit (0: none), naming the limit and the verb that raises it.
+absl::Status ChargeTeamBytes(Team& team, TeamBytes kind, int64_t delta, bool enforce);
+
 // CreateJob: a team may have at most `team.max_active_jobs` jobs that have not ended (0: no
 // limit); `active` is how many it has. ResourceExhausted, saying so, when one more is too many.
 // A team without a row (older stores, or names an admin used before teams existed) has no limit.

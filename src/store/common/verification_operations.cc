@@ -1,5 +1,6 @@
 #include "store/common/verification_operations.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <functional>
@@ -83,6 +84,30 @@ absl::Status VerificationOperations::DrawSpotChecks(RowTransaction& t, const Sto
   return t.InsertVerificationTasks(drawn);
 }
 
+namespace {
+
+// A verifier unlike the producer (another chip, accelerator or GPU) is the better witness: a
+// faulty core's errors and a backend's float noise are the producer's own, and an honest verifier
+// of the same kind would share them. Of the candidates, those whose producer differs from
+// `verifier` come first, oldest first within each kind. The producers are read without locks
+// (the store's lock order puts executors first, in id order, and this one is locked already).
+void PreferUnlikeProducers(RowTransaction& t, const Executor& verifier, std::vector<VerificationTask>& candidates) {
+  if (candidates.size() < 2) return;
+  RowKeys keys;
+  for (const VerificationTask& task : candidates) keys.executors.push_back(task.producer_id);
+  absl::StatusOr<Rows> rows = t.Read(keys, Locking::kNone);
+  if (!rows.ok()) return;  // no preference: oldest first
+  auto alike = [&](const VerificationTask& task) {
+    auto producer = rows->executors.find(task.producer_id);
+    if (producer == rows->executors.end()) return true;
+    const ExecutorInfo& p = producer->second.info;
+    return p.chip == verifier.info.chip && p.accelerator == verifier.info.accelerator && p.gpu == verifier.info.gpu;
+  };
+  std::stable_partition(candidates.begin(), candidates.end(), [&](const VerificationTask& task) { return !alike(task); });
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<VerificationTask>> VerificationOperations::LeaseVerifications(const std::string& executor_id,
                                                                                          int max_tasks,
                                                                                          absl::Duration ttl,
@@ -94,6 +119,7 @@ absl::StatusOr<std::vector<VerificationTask>> VerificationOperations::LeaseVerif
     if (!store_rules::MayLease(executor, max_tasks)) return leased;
     // A few more than asked for: some may need what this executor cannot run.
     ASSIGN_OR_RETURN(Leased candidates, t.LeasableVerificationTasks(executor_id, now, int64_t{max_tasks} * 4));
+    PreferUnlikeProducers(t, executor, candidates);
     std::map<std::string, Job> jobs;
     for (VerificationTask& task : candidates) {
       if (static_cast<int>(leased.size()) >= max_tasks) break;

@@ -364,10 +364,28 @@ CREATE TABLE fleet_tokens (
 );
 )sql";
 
+// Per-team byte limits (issue 40, point 5) and the counts of files and results kept that they
+// bound; 0 (no limit) for teams created before. Migration 19 (IF NOT EXISTS: a database whose
+// earlier migrations are applied again, as the upgrade tests do, keeps its columns).
+constexpr char kTeamBytes[] = R"sql(
+ALTER TABLE teams ADD COLUMN IF NOT EXISTS max_file_bytes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN IF NOT EXISTS max_model_bytes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN IF NOT EXISTS max_result_bytes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN IF NOT EXISTS file_bytes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN IF NOT EXISTS result_bytes BIGINT NOT NULL DEFAULT 0;
+)sql";
+
 // Accounting: when each executor's time was last charged (store_rules ChargedUntil), so an
-// attempt that waited in its queue is charged from then, not from its lease. Migration 19.
+// attempt that waited in its queue is charged from then, not from its lease. Migration 20.
 constexpr char kChargedUntil[] = R"sql(
 ALTER TABLE executors ADD COLUMN charged_until BIGINT;
+)sql";
+
+// Accounting: of a finished job's completion tokens, those its answers spent reasoning (the sum of
+// their usage.completion_tokens_details.reasoning_tokens), written with the other two; NULL (0)
+// for jobs finished before. Migration 21.
+constexpr char kJobReasoningTokens[] = R"sql(
+ALTER TABLE jobs ADD COLUMN reasoning_tokens BIGINT;
 )sql";
 
 constexpr Migration kMigrations[] = {
@@ -390,7 +408,9 @@ constexpr Migration kMigrations[] = {
     {16, "the dashboard's history: one point per step", kFleetHistory},
     {17, "verification: spot checks waiting for a verifier", kVerificationTasks},
     {18, "the dashboard's tokens per step and team", kFleetTokens},
-    {19, "accounting: when each executor's time was last charged", kChargedUntil},
+    {19, "per-team byte limits; files and results kept", kTeamBytes},
+    {20, "accounting: when each executor's time was last charged", kChargedUntil},
+    {21, "accounting: the reasoning tokens a finished job's answers used", kJobReasoningTokens},
 };
 
 }  // namespace

@@ -18,7 +18,7 @@ namespace minions::postgres_store::sql {
   "SELECT j.id, j.team, j.state, j.spec, j.total_records, COALESCE(c.completed, 0), COALESCE(c.failed, 0), "      \
   "j.n_tasks, COALESCE(c.done, 0), COALESCE(c.succeeded, 0), j.error, j.output_key, j.errors_key, "               \
   "j.manifest_key, j.created_at, GREATEST(j.updated_at, c.updated_at), j.started_at, j.finished_at, "            \
-  "COALESCE(c.device_us, 0), j.prompt_tokens, j.completion_tokens FROM jobs j "                                  \
+  "COALESCE(c.device_us, 0), j.prompt_tokens, j.completion_tokens, j.reasoning_tokens FROM jobs j "              \
   "LEFT JOIN LATERAL (SELECT SUM(completed_records)::bigint AS completed, SUM(failed_records)::bigint AS failed, " \
   "SUM(tasks_done)::bigint AS done, SUM(tasks_succeeded)::bigint AS succeeded, MAX(updated_at) AS updated_at, "   \
   "SUM(device_us)::bigint AS device_us FROM job_counts WHERE job_id = j.id) c ON true "
@@ -37,7 +37,8 @@ inline constexpr char kLastFailure[] =
     "SELECT last_error FROM tasks WHERE job_id = $1 AND state = $2 ORDER BY finished_at DESC NULLS LAST, idx DESC "
     "LIMIT 1";
 // A finished job's tokens (FinishJob), the one write of these columns: SaveJob's lists leave them be.
-inline constexpr char kSetJobTokens[] = "UPDATE jobs SET prompt_tokens = $2, completion_tokens = $3 WHERE id = $1";
+inline constexpr char kSetJobTokens[] =
+    "UPDATE jobs SET prompt_tokens = $2, completion_tokens = $3, reasoning_tokens = $4 WHERE id = $1";
 // Parameters: rows::JobValues.
 inline constexpr char kInsertJob[] = "INSERT INTO jobs (" MINIONS_STORE_JOB_WRITE_COLUMNS
                               ") VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, "
@@ -276,11 +277,11 @@ inline constexpr char kSelectTeamForUpdate[] = MINIONS_PG_SELECT_TEAM " FOR UPDA
 inline constexpr char kListTeams[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams ORDER BY name";
 // Parameters: rows::TeamValues.
 inline constexpr char kInsertTeam[] = "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS
-                                      ") VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING";
+                                      ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (name) DO NOTHING";
 inline constexpr char kUpdateTeam[] =
     "UPDATE teams SET max_priority = $2, max_active_jobs = $3, requests_per_second = $4, created_at = $5, "
-    "weight = $6, max_running_tasks = $7 "
-    "WHERE name = $1";
+    "weight = $6, max_running_tasks = $7, max_file_bytes = $8, max_model_bytes = $9, max_result_bytes = $10, "
+    "file_bytes = $11, result_bytes = $12 WHERE name = $1";
 // CreateJob's quota: the team's jobs that have not ended (partial index jobs_active_by_team).
 inline constexpr char kCountActiveJobs[] =
     "SELECT COUNT(*) FROM jobs WHERE team = $1 AND state NOT IN ('completed', 'failed', 'cancelled', 'expired')";

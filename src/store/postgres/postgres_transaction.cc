@@ -307,7 +307,11 @@ absl::StatusOr<std::string> PostgresTransaction::LastFailure(const std::string& 
 }
 
 absl::Status PostgresTransaction::SetJobTokens(const std::string& job_id, const TokenUsage& tokens) {
-  return c_.Exec(sql::kSetJobTokens, Params().Text(job_id).Int(tokens.prompt_tokens).Int(tokens.completion_tokens))
+  return c_.Exec(sql::kSetJobTokens, Params()
+                                         .Text(job_id)
+                                         .Int(tokens.prompt_tokens)
+                                         .Int(tokens.completion_tokens)
+                                         .Int(tokens.reasoning_tokens))
       .status();
 }
 

@@ -34,7 +34,8 @@ inline constexpr char kLastFailure[] =
     "SELECT last_error FROM tasks WHERE job_id = :job_id AND state = 'failed' ORDER BY finished_at DESC, idx DESC "
     "LIMIT 1";
 inline constexpr char kSetJobTokens[] =
-    "UPDATE jobs SET prompt_tokens = :prompt, completion_tokens = :completion WHERE id = :id";
+    "UPDATE jobs SET prompt_tokens = :prompt, completion_tokens = :completion, reasoning_tokens = :reasoning "
+    "WHERE id = :id";
 inline constexpr char kListJobs[] =
     "SELECT " MINIONS_STORE_JOB_COLUMNS " FROM jobs WHERE (:state IS NULL OR state = :state) "
     "AND (:team = '' OR team = :team) ORDER BY created_at DESC, id DESC LIMIT :limit";
@@ -151,10 +152,11 @@ inline constexpr char kSilentExecutors[] =
 inline constexpr char kSelectTeam[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams WHERE name = :name";
 inline constexpr char kListTeams[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams ORDER BY name";
 inline constexpr char kInsertTeam[] =
-    "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 inline constexpr char kUpdateTeam[] =
     "UPDATE teams SET max_priority = ?2, max_active_jobs = ?3, requests_per_second = ?4, created_at = ?5, "
-    "weight = ?6, max_running_tasks = ?7 WHERE name = ?1";
+    "weight = ?6, max_running_tasks = ?7, max_file_bytes = ?8, max_model_bytes = ?9, max_result_bytes = ?10, "
+    "file_bytes = ?11, result_bytes = ?12 WHERE name = ?1";
 inline constexpr char kTokenById[] = "SELECT " MINIONS_STORE_TOKEN_COLUMNS " FROM tokens WHERE id = :key";
 inline constexpr char kTokenByHash[] = "SELECT " MINIONS_STORE_TOKEN_COLUMNS " FROM tokens WHERE secret_hash = :key";
 inline constexpr char kListTokens[] =

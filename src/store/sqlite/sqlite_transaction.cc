@@ -222,6 +222,7 @@ absl::Status SqliteTransaction::SetJobTokens(const std::string& job_id, const To
   ASSIGN_OR_RETURN(Statement statement, c_.Prepare(sql::kSetJobTokens));
   return statement.BindInt(":prompt", tokens.prompt_tokens)
       .BindInt(":completion", tokens.completion_tokens)
+      .BindInt(":reasoning", tokens.reasoning_tokens)
       .BindText(":id", job_id)
       .Run();
 }
