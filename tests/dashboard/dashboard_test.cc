@@ -270,9 +270,14 @@ TEST_F(DashboardTest, EachTeamsFairShareStandingIsExported) {
   ml.name = "ml";
   ml.weight = 3;
   ASSERT_TRUE(store_->CreateTeam(ml).ok());
-  std::string executor = Register("worker", "");
+  // Two executors, one task each (one executor's queued tasks share its time: store_rules
+  // EndedAttemptTime).
+  const std::vector<std::string> executors = {Register("worker", ""), Register("worker2", "")};
   const std::string job = Submit(2);
-  std::vector<Lease> leases = Must(store_->LeaseTasks(executor, 2, kTtl, clock_.Now()));
+  std::vector<Lease> leases;
+  for (const std::string& executor : executors) {
+    for (Lease& lease : Must(store_->LeaseTasks(executor, 1, kTtl, clock_.Now()))) leases.push_back(std::move(lease));
+  }
   ASSERT_EQ(leases.size(), 2u);
   clock_.Advance(absl::Seconds(10));
   auto samples = Scrape();
@@ -284,7 +289,8 @@ TEST_F(DashboardTest, EachTeamsFairShareStandingIsExported) {
   EXPECT_EQ(samples["minions_team_device_seconds_total{team=\"ml\"}"], 0);
   for (const Lease& lease : leases) {
     const Task& task = lease.task;
-    ASSERT_TRUE(store_->CompleteTask(executor, job, task.index, task.attempt, task.n_records, 0, clock_.Now()).ok());
+    ASSERT_TRUE(
+        store_->CompleteTask(task.executor_id, job, task.index, task.attempt, task.n_records, 0, clock_.Now()).ok());
   }
   clock_.Advance(absl::Seconds(2));  // past the scrape's cache
   EXPECT_EQ(Scrape()["minions_team_device_seconds_total{team=\"ml\"}"], 20);
