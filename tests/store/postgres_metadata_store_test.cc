@@ -185,7 +185,9 @@ TestDatabase PostgresDatabase() {
   database.exec = [url](const std::string& sql) { return RawConnection(url).Exec(sql); };
   database.count = [url](const std::string& sql) { return RawConnection(url).Count(sql); };
   database.migrations = postgres_store::Migrations();
-  database.undo_13_and_14 = {"DROP TABLE fleet_tokens",   // (migration 18's)
+  database.undo_13_and_14 = {"ALTER TABLE teams DROP COLUMN max_file_bytes, DROP COLUMN max_model_bytes, "
+                             "DROP COLUMN max_result_bytes, DROP COLUMN file_bytes, DROP COLUMN result_bytes",  // (19)
+                             "DROP TABLE fleet_tokens",   // (migration 18's)
                              "DROP TABLE verification_tasks",  // (migration 17's)
                              "DROP TABLE fleet_history",       // (migration 16's)
                              "DROP TABLE verifications",  // (15: back to 12 as a whole)

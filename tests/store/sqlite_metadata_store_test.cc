@@ -162,7 +162,12 @@ TestDatabase SqliteDatabase() {
   database.migrations = sqlite_store::Migrations();
   // Undoing migration 13 drops columns: SQLite has DROP COLUMN from 3.35 on.
   if (sqlite3_libversion_number() >= 3035000) {
-    database.undo_13_and_14 = {"DROP TABLE fleet_tokens",   // (migration 18's)
+    database.undo_13_and_14 = {"ALTER TABLE teams DROP COLUMN max_file_bytes",  // (migration 19's)
+                               "ALTER TABLE teams DROP COLUMN max_model_bytes",
+                               "ALTER TABLE teams DROP COLUMN max_result_bytes",
+                               "ALTER TABLE teams DROP COLUMN file_bytes",
+                               "ALTER TABLE teams DROP COLUMN result_bytes",
+                               "DROP TABLE fleet_tokens",   // (migration 18's)
                                "DROP TABLE verification_tasks",  // (migration 17's)
                                "DROP TABLE fleet_history",       // (migration 16's)
                                "DROP TABLE verifications",  // (migration 15's: back to 12 as a whole)
