@@ -188,6 +188,8 @@ TestDatabase PostgresDatabase() {
   database.undo_21 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
   database.undo_13_and_14 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
                              "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
+                             "ALTER TABLE teams DROP COLUMN max_file_bytes, DROP COLUMN max_model_bytes, "
+                             "DROP COLUMN max_result_bytes, DROP COLUMN file_bytes, DROP COLUMN result_bytes",  // (19)
                              "DROP TABLE fleet_tokens",   // (migration 18's)
                              "DROP TABLE verification_tasks",  // (migration 17's)
                              "DROP TABLE fleet_history",       // (migration 16's)

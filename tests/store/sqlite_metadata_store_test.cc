@@ -165,6 +165,11 @@ TestDatabase SqliteDatabase() {
     database.undo_21 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
     database.undo_13_and_14 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
                                "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
+                               "ALTER TABLE teams DROP COLUMN max_file_bytes",  // (migration 19's)
+                               "ALTER TABLE teams DROP COLUMN max_model_bytes",
+                               "ALTER TABLE teams DROP COLUMN max_result_bytes",
+                               "ALTER TABLE teams DROP COLUMN file_bytes",
+                               "ALTER TABLE teams DROP COLUMN result_bytes",
                                "DROP TABLE fleet_tokens",   // (migration 18's)
                                "DROP TABLE verification_tasks",  // (migration 17's)
                                "DROP TABLE fleet_history",       // (migration 16's)

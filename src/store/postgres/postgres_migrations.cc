@@ -365,14 +365,13 @@ CREATE TABLE fleet_tokens (
 )sql";
 
 // Per-team byte limits (issue 40, point 5) and the counts of files and results kept that they
-// bound; 0 (no limit) for teams created before. Migration 19 (IF NOT EXISTS: a database whose
-// earlier migrations are applied again, as the upgrade tests do, keeps its columns).
+// bound; 0 (no limit) for teams created before. Migration 19.
 constexpr char kTeamBytes[] = R"sql(
-ALTER TABLE teams ADD COLUMN IF NOT EXISTS max_file_bytes BIGINT NOT NULL DEFAULT 0;
-ALTER TABLE teams ADD COLUMN IF NOT EXISTS max_model_bytes BIGINT NOT NULL DEFAULT 0;
-ALTER TABLE teams ADD COLUMN IF NOT EXISTS max_result_bytes BIGINT NOT NULL DEFAULT 0;
-ALTER TABLE teams ADD COLUMN IF NOT EXISTS file_bytes BIGINT NOT NULL DEFAULT 0;
-ALTER TABLE teams ADD COLUMN IF NOT EXISTS result_bytes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_file_bytes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_model_bytes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN max_result_bytes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN file_bytes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE teams ADD COLUMN result_bytes BIGINT NOT NULL DEFAULT 0;
 )sql";
 
 // Accounting: when each executor's time was last charged (store_rules ChargedUntil), so an
