@@ -41,6 +41,23 @@ class ByteLimitAttack : public SecureServer {
 
   std::vector<std::string> Objects(const std::string& prefix) { return Must(blobs_->List(prefix)); }
   Team StoredTeam(const std::string& name) { return Must(store_->GetTeam(name)); }
+  // An input sent in parts (Jobs.UploadInput) as `token`'s holder, naming `team` in its first part.
+  std::pair<grpc::Status, v1::UploadInputResponse> Upload(const std::string& token, const std::vector<std::string>& parts,
+                                                          const std::string& team = "") {
+    grpc::ClientContext context;
+    rpc::Prepare(context, token, absl::Seconds(30));
+    v1::UploadInputResponse reply;
+    auto writer = jobs_->UploadInput(&context, &reply);
+    for (const std::string& data : parts) {
+      v1::UploadInputRequest part;
+      part.set_team(team);
+      part.set_data(data);
+      if (!writer->Write(part)) break;
+    }
+    writer->WritesDone();
+    grpc::Status status = writer->Finish();
+    return {status, reply};
+  }
 
   std::string small_, search_;
 };
@@ -74,20 +91,7 @@ TEST_F(ByteLimitAttack, AnInlineInputPastTheTeamsFileLimitIsRefusedAndNothingIsK
 // The same limit on an input sent in parts (Jobs.UploadInput): the stream is stopped once it
 // passes the team's room, and nothing of it is kept; parts larger than 1 MiB are refused.
 TEST_F(ByteLimitAttack, AnInputUploadPastTheTeamsFileLimitIsStoppedAndNothingIsKept) {
-  auto upload = [&](const std::string& token, const std::vector<std::string>& parts) {
-    grpc::ClientContext context;
-    rpc::Prepare(context, token, absl::Seconds(30));
-    v1::UploadInputResponse reply;
-    auto writer = jobs_->UploadInput(&context, &reply);
-    for (const std::string& data : parts) {
-      v1::UploadInputRequest part;
-      part.set_data(data);
-      if (!writer->Write(part)) break;
-    }
-    writer->WritesDone();
-    grpc::Status status = writer->Finish();
-    return std::make_pair(status, reply);
-  };
+  auto upload = [&](const std::string& token, const std::vector<std::string>& parts) { return Upload(token, parts); };
   const std::string records = Records(50, "a");  // ~1.8 KB
   auto [first, kept] = upload(small_, {Records(50, "a")});
   ASSERT_GRPC_OK(first);
@@ -114,6 +118,27 @@ TEST_F(ByteLimitAttack, AnInputUploadPastTheTeamsFileLimitIsStoppedAndNothingIsK
   EXPECT_EQ(job.request_counts().total(), 150);
   // Another team cannot submit it.
   EXPECT_GRPC_CODE(jobs_->SubmitJob(As(small_).get(), request, &job), PERMISSION_DENIED);
+}
+
+// Jobs.UploadInput asks what SubmitJob asks: a submitter's (or an admin's) token, for its own
+// team. No token, a viewer's, and a submitter naming another team are refused, and nothing of
+// their parts is kept or charged.
+TEST_F(ByteLimitAttack, AnInputInPartsNeedsASubmittersTokenForItsOwnTeam) {
+  const std::string records = Records(20, "a");
+  EXPECT_GRPC_CODE(Upload("", {records}).first, UNAUTHENTICATED);
+  const std::string viewer = Issue(Role::kViewer, "search", "bob");
+  grpc::Status by_viewer = Upload(viewer, {records}).first;
+  EXPECT_GRPC_CODE(by_viewer, PERMISSION_DENIED);
+  grpc::Status into_another = Upload(small_, {records}, "search").first;
+  EXPECT_GRPC_CODE(into_another, PERMISSION_DENIED);
+  EXPECT_THAT(into_another.error_message(), HasSubstr("cannot submit jobs for team search"));
+  EXPECT_THAT(Objects("uploads/search/"), IsEmpty());
+  EXPECT_THAT(Objects("uploads/small/"), IsEmpty());
+  EXPECT_EQ(StoredTeam("search").file_bytes, 0);
+  EXPECT_EQ(StoredTeam("small").file_bytes, 0);
+  // The holder of the team's submitter token, for its own team, is served.
+  ASSERT_GRPC_OK(Upload(search_, {records}, "search").first);
+  EXPECT_EQ(StoredTeam("search").file_bytes, static_cast<int64_t>(records.size()));
 }
 
 TEST_F(ByteLimitAttack, AModelPushPastTheTeamsModelLimitIsRefusedBeforeAByteIsSent) {
