@@ -1,6 +1,7 @@
 // The control plane's own work, off the services: finalisation runs on a worker of its own, so the
 // watchdog's passes go on while a large merge is under way (server/control_plane.h).
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/notification.h"
 #include "grpc_service_fixture.h"
 #include "server/keys.h"
@@ -45,6 +46,14 @@ TEST_F(GrpcServiceTest, AJobsMergeInProgressDoesNotHoldBackLeaseExpiry) {
   clock_ = &fake_clock_;
   server_ = std::make_unique<ControlPlane>(store_.get(), &gated, &fake_clock_, options,
                                            std::make_unique<FakeWatchdogLock>());
+  // The server's threads use `gated`: they end before it does, whichever way the test ends (the
+  // fixture's TearDown came after `gated` was gone, and the finaliser's thread, still at work after
+  // the merge, once read freed memory).
+  absl::Cleanup stop_first = [this, &gated] {
+    if (!gated.open.HasBeenNotified()) gated.open.Notify();  // a test that failed early: let the merge end
+    server_->Shutdown();
+    server_.reset();
+  };
   ASSERT_OK(server_->Start());
   Connect();
 
