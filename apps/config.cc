@@ -260,9 +260,9 @@ std::vector<std::string> CheckConfig(const MinionsConfig& config, bool connect) 
       problems.push_back(absl::StrCat("server.runner_allowlist: ", valid.message()));
     }
   }
-  if (config.grpc_memory_mb != 0 && (config.grpc_memory_mb < 32 || config.grpc_memory_mb > (int64_t{1} << 20))) {
-    problems.push_back(absl::StrCat("server.grpc_memory_mb is ", config.grpc_memory_mb,
-                                    "; use 0 (no quota) or between 32 and 1048576 MiB; 1024 is the default"));
+  if (config.grpc_memory_mb != 0) {
+    CheckRange("grpc_memory_mb", config.grpc_memory_mb, 32, int64_t{1} << 20,
+               "use 0 (no quota) or between 32 and 1048576 MiB; 1024 is the default", problems);
   }
   CheckRange("verify_wait_s", config.verify_wait_s, 0, 86400,
              "use between 0 and 86400 seconds a finished job waits for its open spot checks; 600 is the default",
