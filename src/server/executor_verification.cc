@@ -47,6 +47,8 @@ absl::StatusOr<std::vector<v1::VerificationItem>> ExecutorService::VerificationI
 absl::Status ExecutorService::LeaseVerifications(const std::string& executor_id,
                                                  const v1::LeaseVerificationsRequest& request,
                                                  v1::LeaseVerificationsResponse* reply) {
+  // Spot checks off: nothing to lease, and nothing read (an idle agent asks between its polls).
+  if (!options_.spot_checks) return absl::OkStatus();
   const int max_tasks = std::clamp(request.max_tasks(), 1, kMaxVerificationLeases);
   ASSIGN_OR_RETURN(std::vector<VerificationTask> checks,
                    store_->LeaseVerifications(executor_id, max_tasks, options_.lease_ttl, clock_->Now()));

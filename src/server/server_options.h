@@ -113,6 +113,11 @@ struct ServerOptions {
   int completion_batch = 256;
   // The largest object (output or errors) one chunk may upload; a larger one fails its attempt.
   int64_t max_chunk_bytes = int64_t{256} << 20;
+  // Spot checks (docs/verification.md): the same switch as StoreOptions::spot_checks, set from the
+  // same place (server.spot_checks). On, a producer's commit wakes an idle executor's poll to
+  // verify it when the commit drew checks (ExecutorService::WakeAVerifier); off, the server reads
+  // nothing about spot checks on a commit.
+  bool spot_checks = false;
   // Spot checks (StoreOptions::spot_checks): how long a job whose tasks have all ended waits for
   // its open spot checks before it publishes without them (JobFinalizer). A check goes only to
   // another executor: in a one-executor pool, or while every other executor is busy or away, none

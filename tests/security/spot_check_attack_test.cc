@@ -21,6 +21,7 @@ class SpotCheckAttack : public SecureServer {
     options.verification.all_until_records = 1000;  // every record of a new executor: certain draws
     store_ = Must(SqliteMetadataStore::Open(":memory:", options));
     ServerOptions server = Options();
+    server.spot_checks = true;
     server.verify_wait = verify_wait_;
     StartServer(server);
     CreateTeam("search");
