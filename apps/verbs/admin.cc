@@ -37,6 +37,10 @@ void AddAdminVerbs(CLI::App& app, SharedFlags* shared, AdminVerbs* a) {
                     "bytes of models it keeps, each digest once, e.g. 1T (new teams: 500G; 0: no limit)");
     cmd->add_option("--max-result-bytes", team_options.max_result_bytes,
                     "bytes of its jobs' results kept, e.g. 200G (new teams: 100G; 0: no limit)");
+    cmd->add_option("--runners", team_options.runners,
+                    "the runners its jobs may name, comma-separated, e.g. llama,embed (any: those the server allows)");
+    cmd->add_option("--require-confined", team_options.require_confined,
+                    "true: its jobs run only on executors whose runners are fully confined (new teams: false)");
   };
   auto* team_create_cmd = a->team_create_cmd = team_cmd->add_subcommand("create", "create a team");
   add_team_options(team_create_cmd);

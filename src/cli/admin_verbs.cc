@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "cli/credentials.h"
@@ -122,6 +123,15 @@ absl::StatusOr<v1::Team> TeamOf(const TeamOptions& options, v1::Team base) {
   if (options.requests_per_second) base.set_requests_per_second(*options.requests_per_second);
   if (options.weight) base.set_weight(*options.weight);
   if (options.max_running_tasks) base.set_max_running_tasks(*options.max_running_tasks);
+  if (options.runners) {
+    base.clear_runners();
+    if (*options.runners != "any") {
+      for (absl::string_view runner : absl::StrSplit(*options.runners, ',', absl::SkipWhitespace())) {
+        base.add_runners(std::string(absl::StripAsciiWhitespace(runner)));
+      }
+    }
+  }
+  if (options.require_confined) base.set_require_confined(*options.require_confined);
   base.clear_usage();
   base.clear_file_bytes();
   base.clear_model_bytes();
@@ -135,11 +145,13 @@ int PrintTeamResult(const absl::StatusOr<v1::Team>& team, bool json, const char*
   if (!team.ok()) return Fail(team.status());
   return PrintAnswer(*team, json, [&](const v1::Team& t) {
     printf("team %s %s: weight %lld, running tasks %s, queued jobs %s, priority at most %d, requests per second %s, "
-           "files %s, models %s, results %s\n",
+           "files %s, models %s, results %s, runners %s%s\n",
            t.name().c_str(), verb, static_cast<long long>(t.weight()), Limit(t.max_running_tasks()).c_str(),
            Limit(t.max_active_jobs()).c_str(), t.max_priority(), Limit(t.requests_per_second()).c_str(),
            ByteLimit(t.max_file_bytes()).c_str(), ByteLimit(t.max_model_bytes()).c_str(),
-           ByteLimit(t.max_result_bytes()).c_str());
+           ByteLimit(t.max_result_bytes()).c_str(),
+           t.runners().empty() ? "any" : absl::StrJoin(t.runners(), ",").c_str(),
+           t.require_confined() ? ", confined executors only" : "");
   });
 }
 

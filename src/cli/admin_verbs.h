@@ -47,6 +47,8 @@ struct TeamOptions {
   std::optional<std::string> max_file_bytes;
   std::optional<std::string> max_model_bytes;
   std::optional<std::string> max_result_bytes;
+  std::optional<std::string> runners;  // "llama,embed"; "any": no list (those the server allows)
+  std::optional<bool> require_confined;
 };
 // "123", "64K", "200G", "1T" (powers of 1024; an optional trailing "B" or "iB") as bytes;
 // InvalidArgument otherwise.

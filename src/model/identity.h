@@ -93,6 +93,11 @@ struct Team {
   // its registry instead.
   int64_t file_bytes = 0;
   int64_t result_bytes = 0;
+  // The runners its jobs may name (docs/security.md 40.3): a job naming another is refused; empty:
+  // any the server allows (ServerOptions::runner_allowlist).
+  std::vector<std::string> runners;
+  // Its jobs run only on executors whose runners are fully confined (Requirements::confined).
+  bool require_confined = false;
   absl::Time created_at;
   bool operator==(const Team&) const = default;
 };

@@ -48,6 +48,9 @@ struct Requirements {
   // and runner options); 0 when unknown (a model named by path).
   int64_t estimate_bytes = 0;
   std::string runner = "llama";  // which runner program serves it (an executor's declared runners)
+  // Only executors whose runners are fully confined (ExecutorInfo::confinement == kConfinementFull)
+  // may run it: asked for by the submitter, or by its team (Team::require_confined); docs/security.md 40.6a.
+  bool confined = false;
 };
 
 // What the submitter asks for.

@@ -25,12 +25,18 @@ TEST_P(IdentityStoreContract, TeamsAreCreatedListedAndUpdated) {
   EXPECT_CODE(store_->CreateTeam(NewTeam("Bad Name")), kInvalidArgument);
   EXPECT_CODE(store_->CreateTeam(NewTeam("../x")), kInvalidArgument);
 
+  EXPECT_THAT(search.runners, IsEmpty());
+  EXPECT_FALSE(search.require_confined);
   Team changed = NewTeam("search", 7);
   changed.max_priority = 2;
+  changed.runners = {"llama", "embed"};  // its runners and confinement (migration 22) are kept
+  changed.require_confined = true;
   changed.created_at = now_ + absl::Hours(1);  // not changeable
   ASSERT_OK_AND_ASSIGN(Team updated, store_->UpdateTeam(changed));
   EXPECT_EQ(updated.max_active_jobs, 7);
   EXPECT_EQ(updated.max_priority, 2);
+  EXPECT_EQ(updated.runners, (std::vector<std::string>{"llama", "embed"}));
+  EXPECT_TRUE(updated.require_confined);
   EXPECT_EQ(updated.created_at, now_);
   ASSERT_OK_AND_ASSIGN(Team read, store_->GetTeam("search"));
   EXPECT_EQ(read, updated);

@@ -475,6 +475,28 @@ TEST_P(MetadataStoreContract, RequirementsDecideWhoMayLease) {
   EXPECT_EQ(leases[0].task.job_id, mlx_job);
 }
 
+// 40.6a: a job that requires confinement goes only to a fully confined executor, and an
+// unconfined one asking for one task is leased the next job it may run, not nothing: the lease
+// query itself skips what it may not run, as it does another runner's jobs.
+TEST_P(MetadataStoreContract, AJobThatRequiresConfinementGoesOnlyToAConfinedExecutor) {
+  JobSpec guarded_spec = Spec(/*priority=*/5);
+  guarded_spec.requirements.confined = true;
+  const std::string guarded = Submit(guarded_spec, 2);  // first in line
+  const std::string open = Submit(Spec(), 1);
+  const std::string unconfined = Register("partial");
+  std::vector<Lease> leases = LeaseUpTo(unconfined, 1);
+  ASSERT_THAT(leases, SizeIs(1));
+  EXPECT_EQ(leases[0].task.job_id, open);
+  EXPECT_THAT(LeaseUpTo(unconfined, 4), IsEmpty());
+  ExecutorInfo info = GetExecutor(unconfined).info;
+  info.name = "full";
+  info.confinement = kConfinementFull;
+  const std::string confined = Must(store_->RegisterExecutor("", info, now_), "RegisterExecutor").id;
+  leases = LeaseUpTo(confined, 4);
+  ASSERT_THAT(leases, SizeIs(2));
+  for (const Lease& lease : leases) EXPECT_EQ(lease.task.job_id, guarded);
+}
+
 TEST_P(MetadataStoreContract, HigherPriorityFirstThenOlderJobsThenTaskOrder) {
   const std::string old_low = Submit(Spec(/*priority=*/0), 2);
   const std::string high = Submit(Spec(/*priority=*/5), 2);

@@ -185,8 +185,10 @@ TestDatabase PostgresDatabase() {
   database.exec = [url](const std::string& sql) { return RawConnection(url).Exec(sql); };
   database.count = [url](const std::string& sql) { return RawConnection(url).Count(sql); };
   database.migrations = postgres_store::Migrations();
-  database.undo_21 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
-  database.undo_13_and_14 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
+  database.undo_21 = {"ALTER TABLE teams DROP COLUMN runners, DROP COLUMN require_confined",  // (migration 22's)
+                      "ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
+  database.undo_13_and_14 = {"ALTER TABLE teams DROP COLUMN runners, DROP COLUMN require_confined",  // (22's)
+                             "ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
                              "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
                              "ALTER TABLE teams DROP COLUMN max_file_bytes, DROP COLUMN max_model_bytes, "
                              "DROP COLUMN max_result_bytes, DROP COLUMN file_bytes, DROP COLUMN result_bytes",  // (19)

@@ -162,8 +162,12 @@ TestDatabase SqliteDatabase() {
   database.migrations = sqlite_store::Migrations();
   // Undoing migration 13 drops columns: SQLite has DROP COLUMN from 3.35 on.
   if (sqlite3_libversion_number() >= 3035000) {
-    database.undo_21 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
-    database.undo_13_and_14 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
+    database.undo_21 = {"ALTER TABLE teams DROP COLUMN runners",  // (migration 22's)
+                        "ALTER TABLE teams DROP COLUMN require_confined",
+                        "ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
+    database.undo_13_and_14 = {"ALTER TABLE teams DROP COLUMN runners",  // (migration 22's)
+                               "ALTER TABLE teams DROP COLUMN require_confined",
+                               "ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
                                "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
                                "ALTER TABLE teams DROP COLUMN max_file_bytes",  // (migration 19's)
                                "ALTER TABLE teams DROP COLUMN max_model_bytes",

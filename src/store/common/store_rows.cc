@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "absl/strings/str_join.h"
+
 namespace minions::store_rows {
 namespace {
 
@@ -79,7 +81,8 @@ Values TeamValues(const Team& team) {
   return {team.name,           int64_t{team.max_priority}, team.max_active_jobs, team.requests_per_second,
           TimeValue(team.created_at), team.weight,           team.max_running_tasks,
           team.max_file_bytes,        team.max_model_bytes,  team.max_result_bytes,
-          team.file_bytes,            team.result_bytes};
+          team.file_bytes,            team.result_bytes,     absl::StrJoin(team.runners, " "),
+          int64_t{team.require_confined ? 1 : 0}};
 }
 
 Values ModelValues(const ModelRecord& model) {

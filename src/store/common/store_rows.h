@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "model/fair_share.h"
@@ -42,7 +43,7 @@
 #define MINIONS_STORE_MODEL_COLUMNS "team, name, digest, size_bytes, facts, blob_key, created_by, created_at"
 #define MINIONS_STORE_TEAM_COLUMNS \
   "name, max_priority, max_active_jobs, requests_per_second, created_at, weight, max_running_tasks, " \
-  "max_file_bytes, max_model_bytes, max_result_bytes, file_bytes, result_bytes"
+  "max_file_bytes, max_model_bytes, max_result_bytes, file_bytes, result_bytes, runners, require_confined"
 #define MINIONS_STORE_TOKEN_COLUMNS                                                                  \
   "id, secret_hash, role, team, principal, scopes, uses_left, created_by, created_at, expires_at, " \
   "last_used_at, revoked_at"
@@ -61,7 +62,7 @@ using Values = std::vector<Value>;
 constexpr int kJobColumns = 18;
 constexpr int kTaskColumns = 20;
 constexpr int kExecutorColumns = 8;
-constexpr int kTeamColumns = 12;
+constexpr int kTeamColumns = 14;
 constexpr int kTokenColumns = 12;
 constexpr int kModelColumns = 8;
 
@@ -173,6 +174,8 @@ Team ReadTeam(const Row& row, int first = 0) {
   team.max_result_bytes = row.Int(first + 9);
   team.file_bytes = row.Int(first + 10);
   team.result_bytes = row.Int(first + 11);
+  team.runners = absl::StrSplit(row.Text(first + 12), ' ', absl::SkipEmpty());
+  team.require_confined = row.Int(first + 13) != 0;
   return team;
 }
 

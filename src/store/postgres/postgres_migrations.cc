@@ -387,6 +387,13 @@ constexpr char kJobReasoningTokens[] = R"sql(
 ALTER TABLE jobs ADD COLUMN reasoning_tokens BIGINT;
 )sql";
 
+// Per team (issue 40, points 3 and 6): the runners its jobs may name (space-separated; '': any the
+// server allows) and whether its jobs need fully confined executors (0/1). Migration 22.
+constexpr char kTeamRunners[] = R"sql(
+ALTER TABLE teams ADD COLUMN runners TEXT NOT NULL DEFAULT '';
+ALTER TABLE teams ADD COLUMN require_confined BIGINT NOT NULL DEFAULT 0;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -410,6 +417,7 @@ constexpr Migration kMigrations[] = {
     {19, "per-team byte limits; files and results kept", kTeamBytes},
     {20, "accounting: when each executor's time was last charged", kChargedUntil},
     {21, "accounting: the reasoning tokens a finished job's answers used", kJobReasoningTokens},
+    {22, "per team: the runners its jobs may name; confined executors required", kTeamRunners},
 };
 
 }  // namespace

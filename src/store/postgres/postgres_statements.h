@@ -160,6 +160,7 @@ inline constexpr char kLeaseCandidates[] =
     "started_at, team, created_at "
     "FROM jobs LEFT JOIN jsonb_each_text($7::jsonb) r ON r.key = jobs.team "
     "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND gang_size < 2 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
+    "AND ($12::bigint = 1 OR NOT COALESCE((spec->'requirements'->>'confined')::boolean, false)) "
     "AND COALESCE(r.value::int, 0) >= 0 AND (" MINIONS_PG_WARMTH " = 0 OR (" MINIONS_PG_WARMTH " = 1 AND $8 = '') "
     "OR created_at <= $10) "
     "ORDER BY COALESCE(r.value::int, 0), priority DESC, " MINIONS_PG_WARMTH ", created_at, id) j "
@@ -277,11 +278,11 @@ inline constexpr char kSelectTeamForUpdate[] = MINIONS_PG_SELECT_TEAM " FOR UPDA
 inline constexpr char kListTeams[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams ORDER BY name";
 // Parameters: rows::TeamValues.
 inline constexpr char kInsertTeam[] = "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS
-                                      ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (name) DO NOTHING";
+                                      ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT (name) DO NOTHING";
 inline constexpr char kUpdateTeam[] =
     "UPDATE teams SET max_priority = $2, max_active_jobs = $3, requests_per_second = $4, created_at = $5, "
     "weight = $6, max_running_tasks = $7, max_file_bytes = $8, max_model_bytes = $9, max_result_bytes = $10, "
-    "file_bytes = $11, result_bytes = $12 WHERE name = $1";
+    "file_bytes = $11, result_bytes = $12, runners = $13, require_confined = $14 WHERE name = $1";
 // CreateJob's quota: the team's jobs that have not ended (partial index jobs_active_by_team).
 inline constexpr char kCountActiveJobs[] =
     "SELECT COUNT(*) FROM jobs WHERE team = $1 AND state NOT IN ('completed', 'failed', 'cancelled', 'expired')";

@@ -379,7 +379,8 @@ absl::StatusOr<std::vector<LeaseCandidate>> PostgresTransaction::LeaseCandidates
                                                                        .Text(query.loaded_model)
                                                                        .Text(DumpJson(Json(query.cached_models)))
                                                                        .Time(query.cold_before)
-                                                                       .Int(query.model_affinity ? 1 : 0)));
+                                                                       .Int(query.model_affinity ? 1 : 0)
+                                                                       .Int(query.confined ? 1 : 0)));
   // After the task's columns: the job's spec, state, started_at, team and created_at.
   constexpr int kJob = rows::kTaskColumns;
   std::vector<LeaseCandidate> candidates;

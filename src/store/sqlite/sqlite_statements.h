@@ -95,6 +95,7 @@ inline constexpr char kLeaseCandidates[] =
     "WHERE t.state = 'pending' AND (t.not_before IS NULL OR t.not_before <= :now) "
     "AND j.state IN ('queued', 'running') AND j.min_memory_bytes <= :memory_bytes AND j.gang_size < 2 "
     "AND j.runner IN (SELECT value FROM json_each(:runners)) AND COALESCE(r.value, 0) >= 0 "
+    "AND (:confined = 1 OR COALESCE(json_extract(j.spec, '$.requirements.confined'), 0) = 0) "
     "AND (" MINIONS_SQLITE_WARMTH " = 0 OR (" MINIONS_SQLITE_WARMTH " = 1 AND :loaded = '') "
     "OR j.created_at <= :cold_before) "
     "ORDER BY COALESCE(r.value, 0), j.priority DESC, " MINIONS_SQLITE_WARMTH ", j.created_at, j.id, t.idx "
@@ -152,11 +153,11 @@ inline constexpr char kSilentExecutors[] =
 inline constexpr char kSelectTeam[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams WHERE name = :name";
 inline constexpr char kListTeams[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams ORDER BY name";
 inline constexpr char kInsertTeam[] =
-    "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+    "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 inline constexpr char kUpdateTeam[] =
     "UPDATE teams SET max_priority = ?2, max_active_jobs = ?3, requests_per_second = ?4, created_at = ?5, "
     "weight = ?6, max_running_tasks = ?7, max_file_bytes = ?8, max_model_bytes = ?9, max_result_bytes = ?10, "
-    "file_bytes = ?11, result_bytes = ?12 WHERE name = ?1";
+    "file_bytes = ?11, result_bytes = ?12, runners = ?13, require_confined = ?14 WHERE name = ?1";
 inline constexpr char kTokenById[] = "SELECT " MINIONS_STORE_TOKEN_COLUMNS " FROM tokens WHERE id = :key";
 inline constexpr char kTokenByHash[] = "SELECT " MINIONS_STORE_TOKEN_COLUMNS " FROM tokens WHERE secret_hash = :key";
 inline constexpr char kListTokens[] =

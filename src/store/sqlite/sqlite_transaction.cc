@@ -322,6 +322,7 @@ absl::StatusOr<std::vector<LeaseCandidate>> SqliteTransaction::LeaseCandidates(c
         .BindText(":cached", DumpJson(Json(lease.cached_models)))
         .BindTime(":cold_before", lease.cold_before)
         .BindInt(":affinity", lease.model_affinity ? 1 : 0)
+        .BindInt(":confined", lease.confined ? 1 : 0)
         .BindInt(":limit", lease.limit);
     ASSIGN_OR_RETURN(found, Collect<Found>(query, [](const Statement& row) -> absl::StatusOr<Found> {
                        return Found{{row.Text(0), row.Int(1)}, row.Text(2)};
