@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -23,6 +24,19 @@ namespace {
 
 std::string Path(const std::string& root, const std::string& rel) {
   return (fs::path(root.empty() ? "/" : root) / rel).string();
+}
+
+// The entries of folder `rel` under `root`; nullopt, and `signal` unknown, when it is unreadable.
+template <typename T>
+std::optional<fs::directory_iterator> EntriesOr(const std::string& root, const std::string& rel, Signal<T>* signal) {
+  const std::string dir = Path(root, rel);
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) {
+    signal->SetUnknown(dir + " unreadable");
+    return std::nullopt;
+  }
+  return it;
 }
 
 bool ReadWhole(const std::string& path, std::string* out) {
@@ -171,8 +185,7 @@ ProcCpuProbe::ProcCpuProbe(std::string root, int own_pid, std::function<std::vec
 void ProcCpuProbe::Fill(Snapshot* s, absl::Time now) {
   std::string text;
   if (!ReadWhole(Path(root_, "proc/stat"), &text) || !absl::StartsWith(text, "cpu ")) {
-    s->other_cpu = {};
-    s->other_cpu.source = "/proc/stat unreadable";
+    s->other_cpu.SetUnknown("/proc/stat unreadable");
     return;
   }
   std::vector<std::string> f = absl::StrSplit(text.substr(0, text.find('\n')), ' ', absl::SkipEmpty());
@@ -218,17 +231,11 @@ void ProcCpuProbe::Fill(Snapshot* s, absl::Time now) {
 // --- power ---
 
 void PowerSupplyProbe::Fill(Snapshot* s, absl::Time now) {
-  std::string dir = Path(root_, "sys/class/power_supply");
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec) {
-    s->on_ac = {};
-    s->on_ac.source = dir + " unreadable";
-    return;
-  }
+  std::optional<fs::directory_iterator> entries = EntriesOr(root_, "sys/class/power_supply", &s->on_ac);
+  if (!entries) return;
   bool mains_online = false, have_battery = false, discharging = false;
   double capacity = -1;
-  for (const auto& entry : it) {
+  for (const auto& entry : *entries) {
     std::string base = entry.path().string();
     if (ReadTrimmed(base + "/scope") == "Device") continue;  // a mouse's or headset's battery
     std::string type = ReadTrimmed(base + "/type");
@@ -258,18 +265,12 @@ void PowerSupplyProbe::Fill(Snapshot* s, absl::Time now) {
 // --- thermal ---
 
 void ThermalZoneProbe::Fill(Snapshot* s, absl::Time now) {
-  std::string dir = Path(root_, "sys/class/thermal");
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec) {
-    s->thermal = {};
-    s->thermal.source = dir + " unreadable";
-    return;
-  }
+  std::optional<fs::directory_iterator> entries = EntriesOr(root_, "sys/class/thermal", &s->thermal);
+  if (!entries) return;
   Thermal level = Thermal::kNominal;
   int zones = 0;
   std::string hottest;
-  for (const auto& entry : it) {
+  for (const auto& entry : *entries) {
     std::string name = entry.path().filename().string();
     if (!absl::StartsWith(name, "thermal_zone")) continue;
     std::string base = entry.path().string();
@@ -308,8 +309,7 @@ void ThermalZoneProbe::Fill(Snapshot* s, absl::Time now) {
 void MemoryProbe::Fill(Snapshot* s, absl::Time now) {
   auto info = MemInfo(root_);
   if (!info.count("MemTotal") || !info.count("MemAvailable") || info["MemTotal"] <= 0) {
-    s->memory = {};
-    s->memory.source = "/proc/meminfo unreadable";
+    s->memory.SetUnknown("/proc/meminfo unreadable");
     return;
   }
   double available = static_cast<double>(info["MemAvailable"]) / static_cast<double>(info["MemTotal"]);
@@ -364,8 +364,7 @@ void InputDeviceProbe::Fill(Snapshot* s, absl::Time now) {
   }
   if (now - last_scan_ >= absl::Seconds(30)) Rescan(now);  // hot-plugged keyboards
   if (fds_.empty()) {
-    s->last_input = {};
-    s->last_input.source = "no readable /dev/input/event* (needs root or the input group)";
+    s->last_input.SetUnknown("no readable /dev/input/event* (needs root or the input group)");
     return;
   }
   if (watching_since_ == absl::InfinitePast()) watching_since_ = now;
@@ -404,8 +403,7 @@ void ProtectedAppProbe::Fill(Snapshot* s, absl::Time now) {
   std::error_code ec;
   fs::directory_iterator it(Path(root_, "proc"), ec);
   if (ec) {
-    s->protected_app = {};
-    s->protected_app.source = "/proc unreadable";
+    s->protected_app.SetUnknown("/proc unreadable");
     return;
   }
   for (const auto& entry : it) {
