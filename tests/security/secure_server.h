@@ -24,6 +24,7 @@
 #include "testing/even_tasks.h"
 #include "testing/grpc_checks.h"
 #include "testing/identities.h"
+#include "testing/matchers.h"
 #include "testing/must.h"
 
 namespace minions::testing {

@@ -48,12 +48,11 @@ TEST_F(BeatStreamTest, EachBeatOnTheStreamIsAnsweredAsAHeartbeatCallWouldBe) {
   StartServer();
   v1::Job job = MustSubmit(Records(3), 3);
   const std::string executor = RegisterExecutor("e");
-  std::vector<v1::TaskLease> leases = MustLease(executor, 1);
-  ASSERT_EQ(leases.size(), 1u);
+  v1::TaskLease lease = MustLeaseOne(executor);
   auto [context, stream] = Open(executor);
 
   fake_clock_.Advance(absl::Seconds(5));
-  std::optional<v1::HeartbeatResponse> first = Send(*stream, Beat(executor, "busy", {leases[0].ref()}));
+  std::optional<v1::HeartbeatResponse> first = Send(*stream, Beat(executor, "busy", {lease.ref()}));
   ASSERT_TRUE(first.has_value());
   ASSERT_EQ(first->renewed_size(), 1);
   EXPECT_EQ(first->renewed(0).task_index(), 0);
@@ -63,9 +62,9 @@ TEST_F(BeatStreamTest, EachBeatOnTheStreamIsAnsweredAsAHeartbeatCallWouldBe) {
 
   // A lease it does not hold (another attempt) is answered "stop it", and renewed nowhere.
   fake_clock_.Advance(absl::Seconds(3));
-  v1::LeaseRef stale = leases[0].ref();
+  v1::LeaseRef stale = lease.ref();
   stale.set_attempt(7);
-  std::optional<v1::HeartbeatResponse> second = Send(*stream, Beat(executor, "busy", {leases[0].ref(), stale}));
+  std::optional<v1::HeartbeatResponse> second = Send(*stream, Beat(executor, "busy", {lease.ref(), stale}));
   ASSERT_TRUE(second.has_value());
   ASSERT_EQ(second->cancel_size(), 1);
   EXPECT_EQ(second->cancel(0).attempt(), 7);
@@ -73,7 +72,7 @@ TEST_F(BeatStreamTest, EachBeatOnTheStreamIsAnsweredAsAHeartbeatCallWouldBe) {
 
   // Its owner came back: written like any heartbeat's state.
   fake_clock_.Advance(absl::Seconds(1));
-  ASSERT_TRUE(Send(*stream, Beat(executor, "owner_active", {leases[0].ref()})).has_value());
+  ASSERT_TRUE(Send(*stream, Beat(executor, "owner_active", {lease.ref()})).has_value());
   EXPECT_EQ(store_->GetExecutor(executor)->state, ExecutorState::kOwnerActive);
   EXPECT_EQ(LastHeard(executor), fake_clock_.Now());
   EXPECT_EQ(server_->executors().beats_streamed(), 3);
