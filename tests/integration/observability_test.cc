@@ -76,14 +76,16 @@ v1::Job WaitForEnd(ProcessPool& pool, const std::string& job_id, absl::Duration 
 // after a test that passed, kept for its logs after one that failed.
 class Observability : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
-    pool_ = std::make_unique<ProcessPool>(kBin + "/minions", dir_ + "/pool", 3000);
-    pool_->AllowModels({MINIONS_TEST_MODELS_DIR});
-  }
   void TearDown() override {
     pool_.reset();  // its processes stopped first
-    if (!HasFailure()) fs::remove_all(dir_);
+    if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
+  }
+  // The test's pool, in TempDir(name) (a short name: the executors' sockets live below it).
+  ProcessPool& NewPool(const std::string& name) {
+    dir_ = TempDir(name);
+    pool_ = std::make_unique<ProcessPool>(kBin + "/minions", dir_ + "/pool", 3000);
+    pool_->AllowModels({MINIONS_TEST_MODELS_DIR});
+    return *pool_;
   }
   // Starts the pool's server and makes the team "research", whose jobs the tests run.
   void StartServerAndTeam() {
@@ -231,7 +233,7 @@ std::vector<std::string> GrafanaQueries() {
 }
 
 TEST_F(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
-  ProcessPool& pool = *pool_;
+  ProcessPool& pool = NewPool("prometheus");
   ASSERT_NO_FATAL_FAILURE(StartServerAndTeam());
   std::vector<std::string> executor_metrics;
   for (int i = 0; i < 2; ++i) executor_metrics.push_back(absl::StrCat("127.0.0.1:", PickFreePort()));
@@ -335,7 +337,7 @@ TEST_F(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
 }
 
 TEST_F(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
-  ProcessPool& pool = *pool_;
+  ProcessPool& pool = NewPool("chromium");
   ASSERT_NO_FATAL_FAILURE(StartServerAndTeam());
   // The browser signs in with a viewer token of the team, as a person would.
   auto viewer = pool.IssueToken("viewer", "research", "browser");
@@ -415,7 +417,7 @@ TEST_F(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
 // server restarted) still draws the job's rate, and the curve ends when the job ended instead of
 // running on. The job's page lists its failed records; a cancelled job looks cancelled.
 TEST_F(Observability, TheDashboardInChromiumDrawsAFinishedJobsCurveEndingWhenItEnded) {
-  ProcessPool& pool = *pool_;
+  ProcessPool& pool = NewPool("history");
   pool.AddServerArgs({"--history-step-s", "1"});
   ASSERT_NO_FATAL_FAILURE(StartServerAndTeam());
   auto viewer = pool.IssueToken("viewer", "research", "browser");
@@ -504,7 +506,7 @@ TEST_F(Observability, TheDashboardInChromiumDrawsAFinishedJobsCurveEndingWhenItE
 // page's links give what finished and an error line for every record that never ran, the same
 // as `minions results` gives: cancelling threw nothing away.
 TEST_F(Observability, TheDashboardInChromiumCancelsAJobAndDownloadsWhatFinished) {
-  ProcessPool& pool = *pool_;
+  ProcessPool& pool = NewPool("cancel");
   ASSERT_NO_FATAL_FAILURE(StartServerAndTeam());
   auto submitter = pool.IssueToken("submitter", "research", "browser");
   ASSERT_TRUE(submitter.ok()) << submitter.status();
