@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -266,11 +267,13 @@ class GrpcServiceTest : public ::testing::Test {
     return {std::move(job), std::move(executor), std::move(lease)};
   }
 
-  // The one task leased to `executor_id` (the test fails where it gets none).
+  // The one task leased to `executor_id`. Where it gets none, the test fails and ends there (as
+  // testing::Must ends it).
   v1::TaskLease MustLeaseOne(const std::string& executor_id) {
     std::vector<v1::TaskLease> leases = MustLease(executor_id, 1);
     EXPECT_EQ(leases.size(), 1u) << executor_id << " was leased " << leases.size() << " tasks";
-    return leases.empty() ? v1::TaskLease() : leases[0];
+    if (leases.size() != 1) throw std::runtime_error(executor_id + " was not leased one task");
+    return leases[0];
   }
 
   grpc::Status Complete(const std::string& executor_id, const v1::LeaseRef& ref, int64_t done, int64_t failed = 0) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <stdexcept>
 
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/even_tasks.h"
@@ -57,10 +58,13 @@ class WatchdogTest : public ::testing::Test {
   std::vector<Lease> LeaseOne(const std::string& executor) {
     return Must(store_->LeaseTasks(executor, 1, kTtl, clock_.Now()));
   }
-  // Registers executor `name` and leases it one task (the test fails where it gets none): its id.
+  // Registers executor `name` and leases it one task: its id. Where it gets none, the test fails
+  // and ends there (as Must ends it).
   std::string RegisterHoldingOne(const std::string& name) {
     std::string id = Register(name);
-    EXPECT_EQ(LeaseOne(id).size(), 1u) << name << " leased no task";
+    const size_t leased = LeaseOne(id).size();
+    EXPECT_EQ(leased, 1u) << name;
+    if (leased != 1) throw std::runtime_error(name + " was not leased one task");
     return id;
   }
 
