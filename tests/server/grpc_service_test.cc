@@ -261,10 +261,8 @@ TEST_F(GrpcServiceTest, AnExecutorIsTheOneItsCredentialNamesWhateverItsRequestsS
 
 TEST_F(GrpcServiceTest, ReportsForAnotherExecutorsLeaseAreRefusedAndChangeNothing) {
   StartServer();
-  v1::Job job = MustSubmit(Records(3), 3);
-  std::string holder = RegisterExecutor("holder");
+  auto [job, holder, lease] = SubmitAndLeaseOne(3, 3, "holder");
   std::string intruder = RegisterExecutor("intruder");
-  v1::TaskLease lease = MustLeaseOne(holder);
   const v1::LeaseRef& ref = lease.ref();
   EXPECT_EQ(ref.attempt(), 1);
 
@@ -340,10 +338,8 @@ TEST_F(GrpcServiceTest, CompletionMustAccountForEveryRecord) {
 
 TEST_F(GrpcServiceTest, AStaleAttemptsCompletionAfterExpiryIsRefused) {
   StartServer();
-  v1::Job job = MustSubmit(Records(2), 2);
-  std::string a = RegisterExecutor("a");
+  auto [job, a, first] = SubmitAndLeaseOne(2, 2, "a");
   std::string b = RegisterExecutor("b");
-  v1::TaskLease first = MustLeaseOne(a);
   ASSERT_EQ(first.ref().attempt(), 1);
   Serve(first);  // a finishes the work, but its lease runs out before it reports
 
