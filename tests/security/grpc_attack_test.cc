@@ -337,8 +337,7 @@ TEST_F(GrpcAttack, AnExecutorCannotActAsAnotherAndTheVictimsLeaseIsUntouched) {
   Enrolled victim = Enrol("victim");
   Enrolled intruder = Enrol("intruder");
   v1::Job job = MustSubmit(search_submitter_, 2);  // one task
-  std::vector<v1::TaskLease> leases = MustLease(victim, 1);
-  ASSERT_EQ(leases.size(), 1u);
+  std::vector<v1::TaskLease> leases = MustLeaseExactly(victim, 1);
   const v1::LeaseRef& ref = leases[0].ref();
 
   // Every call naming the victim with the intruder's credential is refused.
@@ -383,8 +382,7 @@ TEST_F(GrpcAttack, ARevokedExecutorIsCutOffAtOnceAndItsTasksGoToAnother) {
   Enrolled bad = Enrol("bad");
   Enrolled good = Enrol("good");
   v1::Job job = MustSubmit(search_submitter_, 4);  // two tasks
-  std::vector<v1::TaskLease> taken = MustLease(bad, 2);
-  ASSERT_EQ(taken.size(), 2u);
+  std::vector<v1::TaskLease> taken = MustLeaseExactly(bad, 2);
   // A heartbeat stream it opened before (proto: Beats) beats until the revocation...
   auto stream_context = As(bad.credential);
   auto stream = executors_->Beats(stream_context.get());
@@ -408,8 +406,7 @@ TEST_F(GrpcAttack, ARevokedExecutorIsCutOffAtOnceAndItsTasksGoToAnother) {
   EXPECT_FALSE(stream->Write(beat) && stream->Read(&beaten));
   EXPECT_GRPC_CODE(stream->Finish(), UNAUTHENTICATED);
   // Its tasks are pending again (not counted as failures) and the good executor does them.
-  std::vector<v1::TaskLease> again = MustLease(good, 2);
-  ASSERT_EQ(again.size(), 2u);
+  std::vector<v1::TaskLease> again = MustLeaseExactly(good, 2);
   for (const auto& lease : again) ASSERT_GRPC_OK(CompleteLease(good, lease));
   for (const Task& task : Must(store_->ListTasks(job.id()))) {
     EXPECT_EQ(task.state, TaskState::kSucceeded);
