@@ -33,7 +33,8 @@ std::optional<fs::directory_iterator> EntriesOr(const std::string& root, const s
   std::error_code ec;
   fs::directory_iterator it(dir, ec);
   if (ec) {
-    signal->SetUnknown(dir + " unreadable");
+    *signal = {};
+    signal->source = dir + " unreadable";
     return std::nullopt;
   }
   return it;
@@ -185,7 +186,8 @@ ProcCpuProbe::ProcCpuProbe(std::string root, int own_pid, std::function<std::vec
 void ProcCpuProbe::Fill(Snapshot* s, absl::Time now) {
   std::string text;
   if (!ReadWhole(Path(root_, "proc/stat"), &text) || !absl::StartsWith(text, "cpu ")) {
-    s->other_cpu.SetUnknown("/proc/stat unreadable");
+    s->other_cpu = {};
+    s->other_cpu.source = "/proc/stat unreadable";
     return;
   }
   std::vector<std::string> f = absl::StrSplit(text.substr(0, text.find('\n')), ' ', absl::SkipEmpty());
@@ -309,7 +311,8 @@ void ThermalZoneProbe::Fill(Snapshot* s, absl::Time now) {
 void MemoryProbe::Fill(Snapshot* s, absl::Time now) {
   auto info = MemInfo(root_);
   if (!info.count("MemTotal") || !info.count("MemAvailable") || info["MemTotal"] <= 0) {
-    s->memory.SetUnknown("/proc/meminfo unreadable");
+    s->memory = {};
+    s->memory.source = "/proc/meminfo unreadable";
     return;
   }
   double available = static_cast<double>(info["MemAvailable"]) / static_cast<double>(info["MemTotal"]);
@@ -364,7 +367,8 @@ void InputDeviceProbe::Fill(Snapshot* s, absl::Time now) {
   }
   if (now - last_scan_ >= absl::Seconds(30)) Rescan(now);  // hot-plugged keyboards
   if (fds_.empty()) {
-    s->last_input.SetUnknown("no readable /dev/input/event* (needs root or the input group)");
+    s->last_input = {};
+    s->last_input.source = "no readable /dev/input/event* (needs root or the input group)";
     return;
   }
   if (watching_since_ == absl::InfinitePast()) watching_since_ = now;
@@ -403,7 +407,8 @@ void ProtectedAppProbe::Fill(Snapshot* s, absl::Time now) {
   std::error_code ec;
   fs::directory_iterator it(Path(root_, "proc"), ec);
   if (ec) {
-    s->protected_app.SetUnknown("/proc unreadable");
+    s->protected_app = {};
+    s->protected_app.source = "/proc unreadable";
     return;
   }
   for (const auto& entry : it) {

@@ -19,7 +19,10 @@ constexpr char kManager[] = "org.freedesktop.login1.Manager";
 constexpr char kSession[] = "org.freedesktop.login1.Session";
 
 void Unknown(Snapshot* s, const std::string& why) {
-  for (Signal<bool>* b : {&s->console_user, &s->screen_locked, &s->media_playing}) b->SetUnknown(why);
+  for (Signal<bool>* b : {&s->console_user, &s->screen_locked, &s->media_playing}) {
+    *b = {};
+    b->source = why;
+  }
 }
 }  // namespace
 

@@ -85,7 +85,8 @@ void NvmlProbe::Fill(Snapshot* s, absl::Time now) {
     std::error_code ec;
     bool device = std::filesystem::exists(std::filesystem::path(root_) / "dev/nvidia0", ec);
     if (device) {
-      s->gpu_count.SetUnknown(absl::StrCat("an NVIDIA device exists but ", library_, " cannot be used"));
+      s->gpu_count = {};
+      s->gpu_count.source = absl::StrCat("an NVIDIA device exists but ", library_, " cannot be used");
     } else {
       s->gpu_count.Set(0, now, "no NVIDIA GPU");
     }
@@ -94,7 +95,8 @@ void NvmlProbe::Fill(Snapshot* s, absl::Time now) {
   }
   unsigned int count = 0;
   if (api_->count(&count) != NVML_SUCCESS) {
-    s->gpu_count.SetUnknown("nvml: device count failed");
+    s->gpu_count = {};
+    s->gpu_count.source = "nvml: device count failed";
     return;
   }
   std::vector<int> tree = own_pids_ ? own_pids_() : OwnProcessTree(root_);
@@ -144,7 +146,8 @@ void NvmlProbe::Fill(Snapshot* s, absl::Time now) {
   if (ok) {
     s->other_gpu.Set(busiest, now, "nvml");
   } else {
-    s->other_gpu.SetUnknown("nvml: utilisation unreadable");
+    s->other_gpu = {};
+    s->other_gpu.source = "nvml: utilisation unreadable";
   }
 }
 

@@ -32,12 +32,6 @@ struct Signal {
     at = when;
     source = std::move(from);
   }
-  // Unknown, `why` in its source.
-  void SetUnknown(std::string why) {
-    value.reset();
-    at = absl::InfinitePast();
-    source = std::move(why);
-  }
 };
 
 struct Snapshot {

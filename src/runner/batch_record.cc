@@ -3,6 +3,7 @@
 #include <cmath>
 #include <iterator>
 
+#include "runner/record_lines.h"
 #include "runner/request_params.h"
 
 #include "absl/strings/str_cat.h"

@@ -146,8 +146,6 @@ struct ParsedRecord {
 bool IsBlankLine(std::string_view line);
 // The records of a newline-delimited chunk (a task's byte range), blank lines dropped.
 std::vector<std::string> SplitRecordLines(std::string_view data);
-// The non-blank lines of `data`, as views into it.
-std::vector<std::string_view> NonBlankLines(std::string_view data);
 
 // Validates one input line. Never throws; every problem becomes an error the user can act on.
 ParsedRecord ParseRecordLine(std::string_view line);

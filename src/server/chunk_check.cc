@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "model/state_machines.h"
 #include "runner/batch_record.h"
+#include "runner/record_lines.h"
 #include "server/keys.h"
 
 namespace minions {
