@@ -8,10 +8,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-using ::testing::SizeIs;
-
 class SpotCheckAttack : public SecureServer {
  protected:
   void SetUp() override {
