@@ -19,7 +19,7 @@ absl::Status IdentityAdmin::ValidateTeam(const Team& team) {
     return absl::InvalidArgumentError(
         absl::StrCat("a team's fair-share weight must be between 1 and ", kMaxTeamWeight));
   }
-  return absl::OkStatus();
+  return ValidateVerifyFraction(team.verify_fraction);
 }
 
 absl::StatusOr<Team> IdentityAdmin::CreateTeam(Team team) {

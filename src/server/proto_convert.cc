@@ -173,6 +173,7 @@ v1::Team ToProto(const Team& team) {
   p.set_max_result_bytes(team.max_result_bytes);
   p.set_file_bytes(team.file_bytes);
   p.set_result_bytes(team.result_bytes);
+  p.set_verify_fraction(team.verify_fraction);
   return p;
 }
 
@@ -187,6 +188,7 @@ Team FromProto(const v1::Team& p) {
   team.max_file_bytes = p.max_file_bytes();
   team.max_model_bytes = p.max_model_bytes();
   team.max_result_bytes = p.max_result_bytes();
+  team.verify_fraction = p.verify_fraction();
   return team;
 }
 

@@ -185,8 +185,12 @@ TestDatabase PostgresDatabase() {
   database.exec = [url](const std::string& sql) { return RawConnection(url).Exec(sql); };
   database.count = [url](const std::string& sql) { return RawConnection(url).Count(sql); };
   database.migrations = postgres_store::Migrations();
-  database.undo_21 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
-  database.undo_13_and_14 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
+  const char* undo_22_teams = "ALTER TABLE teams DROP COLUMN verify_ppm";
+  const char* undo_22_tasks =
+      "ALTER TABLE verification_tasks DROP COLUMN disputed_verifier, DROP COLUMN chunk_begin, DROP COLUMN chunk_end";
+  database.undo_21 = {undo_22_teams, undo_22_tasks, "ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
+  database.undo_13_and_14 = {undo_22_teams, undo_22_tasks,  // (migration 22's)
+                             "ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
                              "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
                              "ALTER TABLE teams DROP COLUMN max_file_bytes, DROP COLUMN max_model_bytes, "
                              "DROP COLUMN max_result_bytes, DROP COLUMN file_bytes, DROP COLUMN result_bytes",  // (19)

@@ -162,8 +162,15 @@ TestDatabase SqliteDatabase() {
   database.migrations = sqlite_store::Migrations();
   // Undoing migration 13 drops columns: SQLite has DROP COLUMN from 3.35 on.
   if (sqlite3_libversion_number() >= 3035000) {
-    database.undo_21 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
-    database.undo_13_and_14 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
+    const std::vector<std::string> undo_22 = {"ALTER TABLE teams DROP COLUMN verify_ppm",
+                                              "ALTER TABLE verification_tasks DROP COLUMN disputed_verifier",
+                                              "ALTER TABLE verification_tasks DROP COLUMN chunk_begin",
+                                              "ALTER TABLE verification_tasks DROP COLUMN chunk_end"};
+    database.undo_21 = undo_22;
+    database.undo_21.push_back("ALTER TABLE jobs DROP COLUMN reasoning_tokens");
+    database.undo_13_and_14 = undo_22;  // (migration 22's)
+    database.undo_13_and_14.insert(database.undo_13_and_14.end(), {
+                               "ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
                                "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
                                "ALTER TABLE teams DROP COLUMN max_file_bytes",  // (migration 19's)
                                "ALTER TABLE teams DROP COLUMN max_model_bytes",
@@ -178,7 +185,7 @@ TestDatabase SqliteDatabase() {
                                "ALTER TABLE team_usage DROP COLUMN running_devices",
                                "ALTER TABLE team_usage DROP COLUMN running_device_since_us",
                                "ALTER TABLE jobs DROP COLUMN prompt_tokens",  // (migration 14's)
-                               "ALTER TABLE jobs DROP COLUMN completion_tokens"};
+                               "ALTER TABLE jobs DROP COLUMN completion_tokens"});
   }
   return database;
 }
