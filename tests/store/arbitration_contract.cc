@@ -112,7 +112,9 @@ TEST_P(SpotCheckContract, ArbitrationAnOverturnedRulingLiftsOnlyTheOverruledVeri
   const std::string second_job = Submit(Spec(), 1);
   std::vector<Lease> held = LeaseUpTo(producer, 2);
   ASSERT_THAT(held, SizeIs(2));
+  ASSERT_EQ(held[0].task.job_id, first_job);
   ASSERT_OK(Must(store_->CompleteTasks(producer, {Progress(held[0], kRecordsPerTask)}, now_), "Complete")[0]);
+  Advance(absl::Seconds(1));  // the first job's spot check is the older
   ASSERT_OK(Must(store_->CompleteTasks(producer, {Progress(held[1], kRecordsPerTask)}, now_), "Complete")[0]);
   // The second job published: the first failure redoes nothing of it, so its spot check stays.
   ASSERT_OK(store_->FinishJob(second_job, "o", "e", "m", now_, JobState::kCompleted, TokenUsage{}).status());
