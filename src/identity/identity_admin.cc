@@ -29,7 +29,7 @@ absl::Status IdentityAdmin::ValidateTeam(const Team& team) {
       return absl::InvalidArgumentError(absl::StrCat("a team's runners: ", valid.message()));
     }
   }
-  return absl::OkStatus();
+  return ValidateVerifyFraction(team.verify_fraction);
 }
 
 absl::StatusOr<Team> IdentityAdmin::CreateTeam(Team team) {

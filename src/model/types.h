@@ -288,6 +288,10 @@ struct Executor {
   absl::Time last_heartbeat_at;
   bool drain_requested = false;
   int64_t records_done = 0;     // lifetime, for dashboards
+  // Who owns the machine, as the server knows it (never what the executor says): the name of the
+  // join token it enrolled with (model/identity.h ExecutorOwner); "" when it did not enrol. A
+  // spot check goes to another owner's executor first (docs/verification.md).
+  std::string owner;
 };
 
 // Records [0, n) of the task are committed in chunks.

@@ -176,6 +176,7 @@ v1::Team ToProto(const Team& team) {
   p.set_result_bytes(team.result_bytes);
   for (const std::string& runner : team.runners) p.add_runners(runner);
   p.set_require_confined(team.require_confined);
+  p.set_verify_fraction(team.verify_fraction);
   return p;
 }
 
@@ -192,6 +193,7 @@ Team FromProto(const v1::Team& p) {
   team.max_result_bytes = p.max_result_bytes();
   team.runners.assign(p.runners().begin(), p.runners().end());
   team.require_confined = p.require_confined();
+  team.verify_fraction = p.verify_fraction();
   return team;
 }
 

@@ -180,6 +180,37 @@ TEST(MinionsCli, TheHttpPortIsRecognisedAndNamed) {
 // Servers on one database share one object store: the first server records its own; a second
 // server configured with another refuses to start, saying which the database has, and `config
 // check --connect` says the same.
+// `minions admin team set --verify-fraction` (issue 38): a team's share of records spot-checked,
+// 0.01 to 1, or 0 for the fleet's; anything else is refused, so checks are never off for a team.
+TEST(MinionsCli, AdminTeamSetVerifyFractionTakesOnlyAShareWithinItsBounds) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-verify-", getpid())).string();
+  std::filesystem::remove_all(dir);
+  auto admin = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"admin", "--data-dir", dir});
+    return Minions(args);
+  };
+  Outcome created = admin({"team", "create", "search"});
+  ASSERT_EQ(created.code, 0) << created.err;
+  EXPECT_THAT(created.out, HasSubstr("spot checks fleet's"));
+  Outcome set = admin({"team", "set", "search", "--verify-fraction", "0.25"});
+  EXPECT_EQ(set.code, 0) << set.err;
+  EXPECT_THAT(set.out, HasSubstr("spot checks 25.0%"));
+  for (const char* refused : {"0.001", "1.5", "-1"}) {
+    Outcome run = admin({"team", "set", "search", absl::StrCat("--verify-fraction=", refused)});
+    EXPECT_NE(run.code, 0) << refused;
+    EXPECT_THAT(run.err, HasSubstr("never off")) << refused;
+  }
+  Outcome teams = admin({"teams"});
+  EXPECT_EQ(teams.code, 0) << teams.err;
+  EXPECT_THAT(teams.out, HasSubstr("VERIFY"));
+  EXPECT_THAT(teams.out, HasSubstr("25.0%"));
+  Outcome fleets = admin({"team", "set", "search", "--verify-fraction", "0"});
+  EXPECT_EQ(fleets.code, 0) << fleets.err;
+  EXPECT_THAT(fleets.out, HasSubstr("spot checks fleet's"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(MinionsCli, AServerWithAnotherObjectStoreThanTheDatabasesRefusesToStart) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-objects-", getpid());

@@ -41,7 +41,7 @@ struct TestDatabase {
   // running_since_us as schema 12 had it; empty when the backend's library cannot (the test skips).
   std::vector<std::string> undo_13_and_14;
   // Statements that take the database back to schema 20 (before migration 21: jobs without
-  // reasoning_tokens); empty when the backend's library cannot (the test skips).
+  // reasoning_tokens; and 22's columns gone); empty when the backend's library cannot (the test skips).
   std::vector<std::string> undo_21;
 };
 

@@ -185,9 +185,13 @@ TestDatabase PostgresDatabase() {
   database.exec = [url](const std::string& sql) { return RawConnection(url).Exec(sql); };
   database.count = [url](const std::string& sql) { return RawConnection(url).Count(sql); };
   database.migrations = postgres_store::Migrations();
-  database.undo_21 = {"ALTER TABLE teams DROP COLUMN runners, DROP COLUMN require_confined",  // (migration 22's)
+  const char* undo_23_teams = "ALTER TABLE teams DROP COLUMN verify_ppm";
+  const char* undo_23_tasks =
+      "ALTER TABLE verification_tasks DROP COLUMN disputed_verifier, DROP COLUMN chunk_begin, DROP COLUMN chunk_end";
+  const char* undo_22 = "ALTER TABLE teams DROP COLUMN runners, DROP COLUMN require_confined";
+  database.undo_21 = {undo_23_teams, undo_23_tasks, undo_22,  // (migrations 23 and 22)
                       "ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
-  database.undo_13_and_14 = {"ALTER TABLE teams DROP COLUMN runners, DROP COLUMN require_confined",  // (22's)
+  database.undo_13_and_14 = {undo_23_teams, undo_23_tasks, undo_22,  // (migrations 23 and 22)
                              "ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
                              "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
                              "ALTER TABLE teams DROP COLUMN max_file_bytes, DROP COLUMN max_model_bytes, "

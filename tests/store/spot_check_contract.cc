@@ -2,7 +2,11 @@
 
 #include "spot_check_contract.h"
 
+#include <map>
+#include <utility>
+
 #include "model/verification.h"
+#include "testing/even_tasks.h"
 
 namespace minions {
 namespace {
@@ -116,6 +120,83 @@ TEST_P(SpotCheckContract, AVerifierIsOfferedTheChecksOfAProducerUnlikeItFirst) {
   leased = Must(store_->LeaseVerifications(verifier, 1, kTtl, now_), "LeaseVerifications");
   ASSERT_THAT(leased, SizeIs(1));
   EXPECT_EQ(leased[0].producer_id, alike);
+}
+
+// Another owner's executor is the better witness still: a verifier is offered the checks of
+// another owner's producer (though of its own chip, and younger) before those of its own owner's.
+TEST_P(SpotCheckContract, AVerifierIsOfferedTheChecksOfAnotherOwnerFirstThenOfAnotherChip) {
+  Submit(Spec(), 3);
+  const std::string verifier = EnrolAs("alice", "verifier", "Xeon");
+  const std::string own_unlike = EnrolAs("alice", "own-unlike", "EPYC");
+  const std::string other_alike = EnrolAs("bob", "other-alike", "Xeon");
+  const std::string own_alike = EnrolAs("alice", "own-alike", "Xeon");
+  for (const std::string& producer : {own_alike, own_unlike, other_alike}) {
+    std::vector<Lease> held = LeaseUpTo(producer, 1);
+    ASSERT_THAT(held, SizeIs(1));
+    ASSERT_OK(Must(store_->CompleteTasks(producer, {Progress(held[0], kRecordsPerTask)}, now_), "Complete")[0]);
+    Advance(absl::Seconds(1));
+  }
+  for (const std::string& expected : {other_alike, own_unlike, own_alike}) {
+    std::vector<VerificationTask> leased = Must(store_->LeaseVerifications(verifier, 1, kTtl, now_), "Lease");
+    ASSERT_THAT(leased, SizeIs(1));
+    EXPECT_EQ(leased[0].producer_id, expected);
+  }
+}
+
+// The owner is the server's word, from the join token: registering again (with whatever the
+// executor says of itself) keeps it, and a join token left with the default name is an owner of
+// its own.
+TEST_P(SpotCheckContract, AnExecutorsOwnerIsItsJoinTokensNameAndOutlivesWhatItSays) {
+  const std::string named = EnrolAs("alice", "named");
+  EXPECT_EQ(GetExecutor(named).owner, "alice");
+  ExecutorInfo says = Info("named");
+  says.name = "owner: bob";
+  ASSERT_OK(store_->RegisterExecutor(named, says, now_).status());
+  EXPECT_EQ(GetExecutor(named).owner, "alice");
+  const std::string unnamed = EnrolAs(kDefaultJoinTokenName, "unnamed");
+  EXPECT_EQ(GetExecutor(unnamed).owner, JoinTokenId(seeds_));
+  EXPECT_EQ(GetExecutor(Register("registered")).owner, "");  // not enrolled: no owner known
+}
+
+// A team's verify_fraction replaces the fleet's (0 in these stores) once its producer is past its
+// first records (all of which are drawn, whatever the team); a fraction out of bounds, written
+// past the admin's checks, counts as the fleet's.
+TEST_P(SpotCheckContract, ATeamsVerifyFractionReplacesTheFleetsInTheDraw) {
+  for (const auto& [name, fraction] : {std::pair{"checked", 1.0}, std::pair{"fleet", 0.0}, std::pair{"bypass", 0.001}}) {
+    Team team = NewTeam(name);
+    team.verify_fraction = fraction;
+    ASSERT_OK(store_->CreateTeam(team).status());
+  }
+  EXPECT_EQ(Must(store_->GetTeam("checked"), "GetTeam").verify_fraction, 1.0);
+  Team changed = Must(store_->GetTeam("fleet"), "GetTeam");
+  changed.verify_fraction = 0.05;
+  ASSERT_OK(store_->UpdateTeam(changed).status());
+  EXPECT_EQ(Must(store_->GetTeam("fleet"), "GetTeam").verify_fraction, 0.05);
+  changed.verify_fraction = 0;
+  ASSERT_OK(store_->UpdateTeam(changed).status());
+
+  // The producer's first 1000 records: one task of 1000.
+  const std::string producer = Register("producer");
+  const Job warmup = Must(store_->CreateJob(Spec(), now_), "CreateJob");
+  ASSERT_OK(store_->AddTasks(warmup.id, testing::EvenTasks(1, 1000), 1000, now_));
+  std::vector<Lease> held = LeaseUpTo(producer, 1);
+  ASSERT_THAT(held, SizeIs(1));
+  ASSERT_OK(Must(store_->CompleteTasks(producer, {Progress(held[0], 1000)}, now_), "Complete")[0]);
+  ASSERT_EQ(GetExecutor(producer).records_done, 1000);
+
+  std::map<std::string, int64_t> open;
+  for (const std::string team : {"checked", "fleet", "bypass"}) {
+    JobSpec spec = Spec();
+    spec.team = team;
+    const std::string job_id = Submit(spec, 1);
+    held = LeaseUpTo(producer, 1);
+    ASSERT_THAT(held, SizeIs(1));
+    ASSERT_OK(Must(store_->CompleteTasks(producer, {Progress(held[0], kRecordsPerTask)}, now_), "Complete")[0]);
+    open[team] = Must(store_->CountOpenVerifications(job_id), "CountOpenVerifications");
+  }
+  EXPECT_EQ(open["checked"], 1);
+  EXPECT_EQ(open["fleet"], 0);
+  EXPECT_EQ(open["bypass"], 0);
 }
 
 TEST_P(SpotCheckContract, OnlyTheHolderOfAVerificationLeaseReportsItsVerdicts) {

@@ -162,11 +162,16 @@ TestDatabase SqliteDatabase() {
   database.migrations = sqlite_store::Migrations();
   // Undoing migration 13 drops columns: SQLite has DROP COLUMN from 3.35 on.
   if (sqlite3_libversion_number() >= 3035000) {
-    database.undo_21 = {"ALTER TABLE teams DROP COLUMN runners",  // (migration 22's)
-                        "ALTER TABLE teams DROP COLUMN require_confined",
-                        "ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
-    database.undo_13_and_14 = {"ALTER TABLE teams DROP COLUMN runners",  // (migration 22's)
-                               "ALTER TABLE teams DROP COLUMN require_confined",
+    const std::vector<std::string> undo_23_and_22 = {"ALTER TABLE teams DROP COLUMN verify_ppm",  // (migration 23)
+                                                     "ALTER TABLE verification_tasks DROP COLUMN disputed_verifier",
+                                                     "ALTER TABLE verification_tasks DROP COLUMN chunk_begin",
+                                                     "ALTER TABLE verification_tasks DROP COLUMN chunk_end",
+                                                     "ALTER TABLE teams DROP COLUMN runners",  // (migration 22)
+                                                     "ALTER TABLE teams DROP COLUMN require_confined"};
+    database.undo_21 = undo_23_and_22;
+    database.undo_21.push_back("ALTER TABLE jobs DROP COLUMN reasoning_tokens");
+    database.undo_13_and_14 = undo_23_and_22;
+    database.undo_13_and_14.insert(database.undo_13_and_14.end(), {
                                "ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
                                "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
                                "ALTER TABLE teams DROP COLUMN max_file_bytes",  // (migration 19's)
@@ -182,7 +187,7 @@ TestDatabase SqliteDatabase() {
                                "ALTER TABLE team_usage DROP COLUMN running_devices",
                                "ALTER TABLE team_usage DROP COLUMN running_device_since_us",
                                "ALTER TABLE jobs DROP COLUMN prompt_tokens",  // (migration 14's)
-                               "ALTER TABLE jobs DROP COLUMN completion_tokens"};
+                               "ALTER TABLE jobs DROP COLUMN completion_tokens"});
   }
   return database;
 }

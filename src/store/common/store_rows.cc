@@ -1,5 +1,6 @@
 #include "store/common/store_rows.h"
 
+#include <cmath>
 #include <cstdint>
 
 #include "absl/strings/str_join.h"
@@ -67,8 +68,12 @@ Values TaskValues(const Task& task) {
 }
 
 Values ExecutorValues(const Executor& executor) {
+  Json info = ExecutorInfoToJson(executor.info);
+  // The owner is the server's word, kept beside what the executor says of itself (migration-free:
+  // the info column is JSON), and never taken from what it says (ReadExecutor, RegisterExecutor).
+  if (!executor.owner.empty()) info[kOwnerKey] = executor.owner;
   return {executor.id,
-          DumpJson(ExecutorInfoToJson(executor.info)),
+          DumpJson(info),
           Name(ExecutorStateName(executor.state)),
           executor.state_reason,
           TimeValue(executor.registered_at),
@@ -82,7 +87,7 @@ Values TeamValues(const Team& team) {
           TimeValue(team.created_at), team.weight,           team.max_running_tasks,
           team.max_file_bytes,        team.max_model_bytes,  team.max_result_bytes,
           team.file_bytes,            team.result_bytes,     absl::StrJoin(team.runners, " "),
-          int64_t{team.require_confined ? 1 : 0}};
+          int64_t{team.require_confined ? 1 : 0}, static_cast<int64_t>(std::llround(team.verify_fraction * kPartsPerMillion))};
 }
 
 Values ModelValues(const ModelRecord& model) {
@@ -157,9 +162,13 @@ absl::StatusOr<ExecutorState> ExecutorStateOf(const std::string& id, const std::
   return *state;
 }
 
-absl::StatusOr<ExecutorInfo> ExecutorInfoOf(const std::string& id, const std::string& json) {
+absl::StatusOr<ExecutorInfo> ExecutorInfoOf(const std::string& id, const std::string& json, std::string* owner) {
   absl::StatusOr<Json> parsed = ParseJson(json);
   if (!parsed.ok()) return CorruptRow("executors", id, std::string(parsed.status().message()));
+  if (owner != nullptr) {
+    auto stored = parsed->is_object() ? parsed->find(kOwnerKey) : parsed->end();
+    *owner = stored != parsed->end() && stored->is_string() ? stored->get<std::string>() : "";
+  }
   absl::StatusOr<ExecutorInfo> info = ExecutorInfoFromJson(*parsed);
   if (!info.ok()) return CorruptRow("executors", id, std::string(info.status().message()));
   return info;

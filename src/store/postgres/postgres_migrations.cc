@@ -394,6 +394,16 @@ ALTER TABLE teams ADD COLUMN runners TEXT NOT NULL DEFAULT '';
 ALTER TABLE teams ADD COLUMN require_confined BIGINT NOT NULL DEFAULT 0;
 )sql";
 
+// Verification (issue 38): a team's spot-check fraction in parts per million (0: the fleet's),
+// and arbitration tasks: a spot check whose verifier failed a record, for a third executor to
+// judge (`disputed_verifier`, '' for a spot check), with the chunk's records, which its task no
+// longer holds once redone. Migration 23.
+constexpr char kVerifyFractionAndArbitration[] = R"sql(
+ALTER TABLE teams ADD COLUMN verify_ppm BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE verification_tasks ADD COLUMN disputed_verifier TEXT NOT NULL DEFAULT '',
+  ADD COLUMN chunk_begin BIGINT NOT NULL DEFAULT 0, ADD COLUMN chunk_end BIGINT NOT NULL DEFAULT 0;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "job counts in counter shards; running tasks by job", kCounterShards},
@@ -418,6 +428,7 @@ constexpr Migration kMigrations[] = {
     {20, "accounting: when each executor's time was last charged", kChargedUntil},
     {21, "accounting: the reasoning tokens a finished job's answers used", kJobReasoningTokens},
     {22, "per team: the runners its jobs may name; confined executors required", kTeamRunners},
+    {23, "verification: per-team fractions; arbitration by a third executor", kVerifyFractionAndArbitration},
 };
 
 }  // namespace

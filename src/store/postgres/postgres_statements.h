@@ -201,15 +201,18 @@ inline constexpr char kRecordThroughput[] =
     "updated_at = EXCLUDED.updated_at";
 // --- spot checks (migration 17) ---
 inline constexpr char kInsertVerificationTask[] =
-    "INSERT INTO verification_tasks (job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at) "
-    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING";
+    "INSERT INTO verification_tasks (job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at, "
+    "disputed_verifier, chunk_begin, chunk_end) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING";
 // $1 executor, $2 now, $3 limit.
 inline constexpr char kLeasableVerificationTasks[] =
-    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at FROM verification_tasks "
-    "WHERE producer_id <> $1 AND (verifier_id = '' OR lease_expires_at <= $2) "
+    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at, "
+    "disputed_verifier, chunk_begin, chunk_end FROM verification_tasks "
+    "WHERE producer_id <> $1 AND disputed_verifier <> $1 AND (verifier_id = '' OR lease_expires_at <= $2) "
     "ORDER BY created_at, job_id, task_idx, attempt, seq LIMIT $3::bigint FOR UPDATE SKIP LOCKED";
 inline constexpr char kSelectVerificationTask[] =
-    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at FROM verification_tasks "
+    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at, "
+    "disputed_verifier, chunk_begin, chunk_end FROM verification_tasks "
     "WHERE job_id = $1 AND task_idx = $2 AND attempt = $3 AND seq = $4 FOR UPDATE";
 // $1-$4 the key, $5 verifier, $6 expires.
 inline constexpr char kUpdateVerificationTask[] =
@@ -217,7 +220,9 @@ inline constexpr char kUpdateVerificationTask[] =
     "WHERE job_id = $1 AND task_idx = $2 AND attempt = $3 AND seq = $4";
 inline constexpr char kDeleteVerificationTask[] =
     "DELETE FROM verification_tasks WHERE job_id = $1 AND task_idx = $2 AND attempt = $3 AND seq = $4";
-inline constexpr char kCountVerificationTasks[] = "SELECT COUNT(*) FROM verification_tasks WHERE job_id = $1";
+// A job's spot checks (its publication waits for them), not its arbitrations (their records were redone).
+inline constexpr char kCountVerificationTasks[] =
+    "SELECT COUNT(*) FROM verification_tasks WHERE job_id = $1 AND disputed_verifier = ''";
 // --- verification (migration 15) ---
 inline constexpr char kInsertVerification[] =
     "INSERT INTO verifications (job_id, task_idx, custom_id, producer_id, verifier_id, passed, reason, verified_at) "
@@ -278,11 +283,11 @@ inline constexpr char kSelectTeamForUpdate[] = MINIONS_PG_SELECT_TEAM " FOR UPDA
 inline constexpr char kListTeams[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams ORDER BY name";
 // Parameters: rows::TeamValues.
 inline constexpr char kInsertTeam[] = "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS
-                                      ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT (name) DO NOTHING";
+                                      ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) ON CONFLICT (name) DO NOTHING";
 inline constexpr char kUpdateTeam[] =
     "UPDATE teams SET max_priority = $2, max_active_jobs = $3, requests_per_second = $4, created_at = $5, "
     "weight = $6, max_running_tasks = $7, max_file_bytes = $8, max_model_bytes = $9, max_result_bytes = $10, "
-    "file_bytes = $11, result_bytes = $12, runners = $13, require_confined = $14 WHERE name = $1";
+    "file_bytes = $11, result_bytes = $12, runners = $13, require_confined = $14, verify_ppm = $15 WHERE name = $1";
 // CreateJob's quota: the team's jobs that have not ended (partial index jobs_active_by_team).
 inline constexpr char kCountActiveJobs[] =
     "SELECT COUNT(*) FROM jobs WHERE team = $1 AND state NOT IN ('completed', 'failed', 'cancelled', 'expired')";

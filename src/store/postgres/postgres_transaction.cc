@@ -652,6 +652,9 @@ absl::StatusOr<VerificationTask> VerificationTaskRow(const PgResult& result, int
   task.verifier_id = result.Text(i, 6);
   task.lease_expires_at = result.OptTime(i, 7);
   task.created_at = result.Time(i, 8);
+  task.disputed_verifier = result.Text(i, 9);
+  task.chunk_begin = result.Int(i, 10);
+  task.chunk_end = result.Int(i, 11);
   return task;
 }
 
@@ -677,7 +680,10 @@ absl::Status PostgresTransaction::InsertVerificationTasks(const std::vector<Veri
                                                               .Text(EncodeRecords(task.records))
                                                               .Text(task.verifier_id)
                                                               .Time(task.lease_expires_at)
-                                                              .Time(task.created_at))
+                                                              .Time(task.created_at)
+                                                              .Text(task.disputed_verifier)
+                                                              .Int(task.chunk_begin)
+                                                              .Int(task.chunk_end))
                         .status());
   }
   return absl::OkStatus();

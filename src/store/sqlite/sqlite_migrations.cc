@@ -365,6 +365,17 @@ ALTER TABLE teams ADD COLUMN runners TEXT NOT NULL DEFAULT '';
 ALTER TABLE teams ADD COLUMN require_confined INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Verification (issue 38): a team's spot-check fraction in parts per million (0: the fleet's),
+// and arbitration tasks: a spot check whose verifier failed a record, for a third executor to
+// judge (`disputed_verifier`, "" for a spot check), with the chunk's records, which its task no
+// longer holds once redone. Migration 23.
+constexpr char kVerifyFractionAndArbitration[] = R"sql(
+ALTER TABLE teams ADD COLUMN verify_ppm INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE verification_tasks ADD COLUMN disputed_verifier TEXT NOT NULL DEFAULT '';
+ALTER TABLE verification_tasks ADD COLUMN chunk_begin INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE verification_tasks ADD COLUMN chunk_end INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema: jobs, tasks, executors", kInitialSchema},
     {2, "indexes for counting a job's pending and running tasks", kRunningTasksIndex},
@@ -389,6 +400,7 @@ constexpr Migration kMigrations[] = {
     {20, "accounting: when each executor's time was last charged", kChargedUntil},
     {21, "accounting: the reasoning tokens a finished job's answers used", kJobReasoningTokens},
     {22, "per team: the runners its jobs may name; confined executors required", kTeamRunners},
+    {23, "verification: per-team fractions; arbitration by a third executor", kVerifyFractionAndArbitration},
 };
 
 }  // namespace

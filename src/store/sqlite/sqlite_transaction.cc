@@ -615,6 +615,9 @@ absl::StatusOr<VerificationTask> VerificationTaskRow(const Statement& row) {
   task.verifier_id = row.Text(6);
   task.lease_expires_at = row.OptTime(7);
   task.created_at = row.Time(8);
+  task.disputed_verifier = row.Text(9);
+  task.chunk_begin = row.Int(10);
+  task.chunk_end = row.Int(11);
   return task;
 }
 
@@ -636,6 +639,9 @@ absl::Status SqliteTransaction::InsertVerificationTasks(const std::vector<Verifi
                         .BindText(":verifier", task.verifier_id)
                         .BindTime(":expires", task.lease_expires_at)
                         .BindTime(":created", task.created_at)
+                        .BindText(":disputed", task.disputed_verifier)
+                        .BindInt(":begin", task.chunk_begin)
+                        .BindInt(":end", task.chunk_end)
                         .Run());
   }
   return absl::OkStatus();
