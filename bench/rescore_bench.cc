@@ -114,11 +114,15 @@ struct Margins {
   std::vector<double> greedy_gap, greedy_rank, sampled_logprob, sampled_sigmas, sampled_rank;
   double seconds = 0;
 
-  void Add(size_t i, const rescore::Verdict& v, const std::string& what) {
+  // A flagged honest answer is printed whole (its record and the line claimed), so that the check
+  // can be replayed on it; its margins are left out of the distribution (they say why it failed).
+  void Add(size_t i, const rescore::Verdict& v, const std::string& what, const std::string& record, const Json& output) {
     ++checked;
     if (!v.passed) {
       ++flagged;
-      std::fprintf(stderr, "false positive (%s), record %zu: %s\n", what.c_str(), i, v.reason.c_str());
+      std::fprintf(stderr, "false positive (%s), record %zu: %s\n  record: %s\n  claimed: %s\n", what.c_str(), i,
+                   v.reason.c_str(), record.c_str(), minions::DumpJson(output).c_str());
+      return;
     }
     if (!v.skipped.empty()) return;
     if (IsGreedy(i)) {
@@ -168,8 +172,8 @@ void PrintImplied(const Margins& all) {
   const double sigmas = Quantile(all.sampled_sigmas, 0.0);
   const auto over_soft = std::count_if(all.greedy_gap.begin(), all.greedy_gap.end(),
                                        [&](double g) { return g > t.gap_soft; });
-  std::printf("\nImplied, over all %d honest checks (%d flagged, %d uncheckable):\n", all.checked, all.flagged,
-              all.unchecked);
+  std::printf("\nImplied, over the %d honest answers that passed (%d flagged, %d uncheckable):\n",
+              all.checked - all.flagged, all.flagged, all.unchecked);
   std::printf("- delta: the largest honest greedy gap is %.3g nats; gap_hard %.3g leaves %s; %lld answers had a "
               "token past gap_soft %.3g (each may have %d such before failing)\n",
               gap, t.gap_hard, gap > 0 ? absl::StrFormat("%.0fx room", t.gap_hard / gap).c_str() : "all of it (every token the argmax)",
@@ -231,7 +235,7 @@ std::map<std::pair<int, int>, Margins> CheckAll(const std::string& model, const 
         std::fprintf(stderr, "uncheckable, record %zu: %s\n", i, std::string(verdict.status().message()).c_str());
         continue;
       }
-      m.Add(i, *verdict, setups[p].Name() + " -> " + setups[v].Name());
+      m.Add(i, *verdict, setups[p].Name() + " -> " + setups[v].Name(), lines[i], produced.outputs[i]);
     }
   }
   return by_pair;
@@ -280,7 +284,7 @@ std::map<std::string, Margins> CheckAcrossBackends(const std::string& model, con
       ++on_vulkan.unchecked;
       return;
     }
-    on_vulkan.Add(i, rescore::Verdict::FromJson(message["verdict"]), "CPU -> Vulkan");
+    on_vulkan.Add(i, rescore::Verdict::FromJson(message["verdict"]), "CPU -> Vulkan", lines[i], produced.outputs[i]);
   });
   on_vulkan.seconds = SecondsSince(start);
   if (!done.ok()) Die(absl::StrCat("the vulkan runner failed to re-score: ", done.status().message()));
@@ -304,7 +308,7 @@ std::map<std::string, Margins> CheckAcrossBackends(const std::string& model, con
       ++on_cpu.unchecked;
       continue;
     }
-    on_cpu.Add(i, *verdict, "Vulkan -> CPU");
+    on_cpu.Add(i, *verdict, "Vulkan -> CPU", lines[i], answers[i]);
   }
   std::printf("(Vulkan: %s; %d of %zu greedy answers differ from the CPU's text)\n",
               minions::JsonString(*info, "device").c_str(), differ, (records + 1) / 2);
