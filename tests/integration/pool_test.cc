@@ -325,7 +325,7 @@ TEST_F(Pool, WithSpotChecksOnHonestAnswersAreVerifiedByTheOtherExecutorBeforeThe
 }
 
 // A cheating executor among honest ones (issue 38, point 6): its runner
-// (tests/integration/forging_runner.py) answers every record at once, inventing the answer and
+// (tests/runners/dishonest_runner.py) answers every record at once, inventing the answer and
 // claiming 999,999 prompt tokens, so it takes most of the job. The honest executors' llama.cpp
 // runners re-score its answers, it is quarantined, its records are redone, and the job publishes
 // only honest answers, every record once.
@@ -334,7 +334,7 @@ TEST_F(Pool, AForgingExecutorAmongHonestOnesIsQuarantinedAndNoneOfItsAnswersPubl
   pool.AddServerArgs({"--spot-checks"});
   ASSERT_TRUE(pool.StartServer().ok());
   for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
-  ASSERT_TRUE(pool.StartExecutor("forger", 1, std::string(MINIONS_TEST_SOURCE_DIR) + "/tests/integration/forging_runner.py").ok());
+  ASSERT_TRUE(pool.StartExecutor("forger", 1, std::string(MINIONS_TEST_SOURCE_DIR) + "/tests/runners/dishonest_runner.py").ok());
   auto lines = cli::SamplePromptLines({.records = 40, .max_tokens = 4});
   std::string input = WriteInput(dir_, lines);
 

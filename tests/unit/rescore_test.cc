@@ -171,6 +171,7 @@ TEST(RescoreDecide, HonestGreedyAnswerPasses) {
   EXPECT_TRUE(v.passed) << v.reason;
   EXPECT_EQ(v.tokens_checked, 4);
   EXPECT_NEAR(v.max_gap, 0.01, 1e-12);
+  EXPECT_EQ(v.max_rank, 1);
 }
 
 TEST(RescoreDecide, GreedyTokenFarFromTheArgmaxFails) {
@@ -394,6 +395,7 @@ TEST(RescoreProtocol, RequestRoundTripsThroughTheRunnerProtocol) {
   verdict.passed = false;
   verdict.reason = "forged";
   verdict.failed_token = 3;
+  verdict.max_rank = 412;
   verdict.min_logprob = -std::numeric_limits<double>::infinity();
   auto event = runner_protocol::DecodeEvent(EncodeVerdict("v-1", 0, "a", verdict));
   ASSERT_TRUE(event.ok()) << event.status();
@@ -402,6 +404,7 @@ TEST(RescoreProtocol, RequestRoundTripsThroughTheRunnerProtocol) {
   EXPECT_FALSE(back.passed);
   EXPECT_EQ(back.reason, "forged");
   EXPECT_EQ(back.failed_token, 3);
+  EXPECT_EQ(back.max_rank, 412);
   EXPECT_TRUE(std::isinf(back.min_logprob));
   auto uncheckable = runner_protocol::DecodeEvent(EncodeUncheckable("v-1", 1, "b", "no model"));
   ASSERT_TRUE(uncheckable.ok());
