@@ -29,7 +29,6 @@
 #include "watchdog_lock_contract.h"
 #include "work_signal_contract.h"
 #include "store/postgres/postgres_work_signal.h"
-#include "store/postgres/postgres_migrations.h"
 #include "store/postgres/pg_connection_pool.h"
 #include "store/postgres/pg_transaction_runner.h"
 #include "pg_commit_faults.h"
@@ -184,18 +183,7 @@ TestDatabase PostgresDatabase() {
   };
   database.exec = [url](const std::string& sql) { return RawConnection(url).Exec(sql); };
   database.count = [url](const std::string& sql) { return RawConnection(url).Count(sql); };
-  database.migrations = postgres_store::Migrations();
-  database.undo_21 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
-  database.undo_13_and_14 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
-                             "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
-                             "ALTER TABLE teams DROP COLUMN max_file_bytes, DROP COLUMN max_model_bytes, "
-                             "DROP COLUMN max_result_bytes, DROP COLUMN file_bytes, DROP COLUMN result_bytes",  // (19)
-                             "DROP TABLE fleet_tokens",   // (migration 18's)
-                             "DROP TABLE verification_tasks",  // (migration 17's)
-                             "DROP TABLE fleet_history",       // (migration 16's)
-                             "DROP TABLE verifications",  // (15: back to 12 as a whole)
-                             "ALTER TABLE jobs DROP COLUMN prompt_tokens, DROP COLUMN completion_tokens",  // (14)
-                             "ALTER TABLE team_usage DROP COLUMN running_devices, DROP COLUMN running_device_since_us"};
+  database.dialect = store_common::SqlDialect::kPostgres;
   return database;
 }
 INSTANTIATE_TEST_SUITE_P(Postgres, DatabaseContract, ::testing::Values(DatabaseFactory(PostgresDatabase)),

@@ -11,7 +11,6 @@
 #include "model/state_machines.h"
 #include "store/common/gang_rows.h"
 #include "store/common/store_rows.h"
-#include "store/postgres/postgres_migrations.h"
 #include "store/postgres/postgres_statements.h"
 
 namespace minions::postgres_store {
@@ -769,7 +768,7 @@ absl::Status PostgresTransaction::EndAttempts(const AttemptWrites& writes, absl:
 // --- the schema ---
 
 absl::Status PostgresTransaction::LockSchema() {
-  RETURN_IF_ERROR(c_.Exec(sql::kMigrationLock, Params().Int(kMigrationLockKey)).status());
+  RETURN_IF_ERROR(c_.Exec(sql::kMigrationLock, Params().Int(sql::kMigrationLockKey)).status());
   return c_.Exec(sql::kCreateMigrationsTable).status();
 }
 
