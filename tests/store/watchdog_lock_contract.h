@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "place_contract.h"
 #include "store/watchdog_lock.h"
 
 namespace minions {
@@ -41,10 +42,6 @@ std::function<absl::StatusOr<std::unique_ptr<WatchdogLock>>()> TryAcquireOf(std:
 }
 inline void PrintTo(const WatchdogLockFactory&, std::ostream* os) { *os << "a watchdog lock factory"; }
 
-class WatchdogLockContract : public ::testing::TestWithParam<WatchdogLockFactory> {
- protected:
-  void SetUp() override { place_ = GetParam()(); }
-  WatchdogLockPlace place_;
-};
+class WatchdogLockContract : public PlaceContract<WatchdogLockPlace> {};
 
 }  // namespace minions
