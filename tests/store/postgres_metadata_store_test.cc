@@ -191,22 +191,19 @@ INSTANTIATE_TEST_SUITE_P(Postgres, DatabaseContract, ::testing::Values(DatabaseF
 
 // One lock per store: each test's schema has its own.
 INSTANTIATE_TEST_SUITE_P(Postgres, WatchdogLockContract,
-                         ::testing::Values(WatchdogLockFactory([] {
-                           const std::string url = Schemas::FreshUrl();
-                           return WatchdogLockPlace{
-                               TryAcquireOf<PostgresWatchdogLock>(url),
-                               // The holder's session dies (a crashed process, a network cut, a
-                               // database restart).
-                               [url] {
-                                 RawConnection raw(url);  // in the same schema
-                                 EXPECT_EQ(raw.Count(absl::StrCat(
-                                               "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype "
-                                               "= 'advisory' AND granted AND objsubid = 2 AND classid::bigint = ",
-                                               PostgresWatchdogLock::kLockClass,
-                                               " AND objid::bigint = (hashtext(current_schema())::bigint & 4294967295)")),
-                                           1);
-                               }};
-                         })),
+                         ::testing::Values(LockPlacesOf<PostgresWatchdogLock>(
+                             Schemas::FreshUrl,
+                             // The holder's session dies (a crashed process, a network cut, a
+                             // database restart).
+                             [](const std::string& url) {
+                               RawConnection raw(url);  // in the same schema
+                               EXPECT_EQ(raw.Count(absl::StrCat(
+                                             "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype "
+                                             "= 'advisory' AND granted AND objsubid = 2 AND classid::bigint = ",
+                                             PostgresWatchdogLock::kLockClass,
+                                             " AND objid::bigint = (hashtext(current_schema())::bigint & 4294967295)")),
+                                         1);
+                             })),
                          [](const ::testing::TestParamInfo<WatchdogLockFactory>&) { return "Advisory"; });
 
 // Each test's schema is a store of its own: its own channel.

@@ -95,13 +95,12 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, PlacementWithoutAffinity,
                          })),
                          [](const ::testing::TestParamInfo<StoreFactory>&) { return "Memory"; });
 INSTANTIATE_TEST_SUITE_P(Sqlite, WatchdogLockContract,
-                         ::testing::Values(WatchdogLockFactory([] {
-                           const std::string database = TempFolder::NewDatabase();
-                           return WatchdogLockPlace{
-                               TryAcquireOf<SqliteWatchdogLock>(database),
-                               // Someone removes the lock file (a clean-up script, a person).
-                               [database] { std::filesystem::remove(SqliteWatchdogLock::LockPath(database)); }};
-                         })),
+                         ::testing::Values(LockPlacesOf<SqliteWatchdogLock>(
+                             TempFolder::NewDatabase,
+                             // Someone removes the lock file (a clean-up script, a person).
+                             [](const std::string& database) {
+                               std::filesystem::remove(SqliteWatchdogLock::LockPath(database));
+                             })),
                          [](const ::testing::TestParamInfo<WatchdogLockFactory>&) { return "File"; });
 
 INSTANTIATE_TEST_SUITE_P(Sqlite, WorkSignalContract,
