@@ -28,8 +28,7 @@ std::vector<RecordVerdict> AllPassed(const VerificationTask& task) {
 TEST_P(SpotCheckContract, ChunksThatCommitGetVerificationTasks) {
   const std::string job_id = Submit(Spec(), 1);
   const std::string producer = Register("producer");
-  std::vector<Lease> held = LeaseUpTo(producer, 1);
-  ASSERT_THAT(held, SizeIs(1));
+  std::vector<Lease> held = LeaseExactly(producer, 1);
   EXPECT_EQ(Must(store_->CountOpenVerifications(job_id), "CountOpenVerifications"), 0);
   // A heartbeat commits a chunk: a new executor's records are all drawn (at most 3 a task).
   LeaseProgress beat = Progress(held[0], 4);
@@ -61,11 +60,8 @@ TEST_P(SpotCheckContract, ChunksThatCommitGetVerificationTasks) {
 
 TEST_P(SpotCheckContract, AVerificationTaskIsLeasedOnlyToAnotherExecutorAtATime) {
   const std::string job_id = Submit(Spec(), 1);
-  const std::string producer = Register("producer");
-  const std::string verifier = Register("verifier");
-  const std::string other = Register("other");
-  std::vector<Lease> held = LeaseUpTo(producer, 1);
-  ASSERT_THAT(held, SizeIs(1));
+  const auto [producer, verifier, other] = RegisterAll({"producer", "verifier", "other"});
+  std::vector<Lease> held = LeaseExactly(producer, 1);
   LeaseProgress done = Progress(held[0], kRecordsPerTask);
   ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(producer, {done}, now_));
   ASSERT_OK(outcomes[0]);
@@ -103,13 +99,11 @@ TEST_P(SpotCheckContract, AVerifierIsOfferedTheChecksOfAProducerUnlikeItFirst) {
   const std::string alike = register_on("alike", "Xeon");
   const std::string unlike = register_on("unlike", "EPYC");
   const std::string verifier = register_on("verifier", "Xeon");
-  std::vector<Lease> first = LeaseUpTo(alike, 1);
-  ASSERT_THAT(first, SizeIs(1));
+  std::vector<Lease> first = LeaseExactly(alike, 1);
   ASSERT_OK_AND_ASSIGN(auto done, store_->CompleteTasks(alike, {Progress(first[0], kRecordsPerTask)}, now_));
   ASSERT_OK(done[0]);
   Advance(absl::Seconds(1));
-  std::vector<Lease> second = LeaseUpTo(unlike, 1);
-  ASSERT_THAT(second, SizeIs(1));
+  std::vector<Lease> second = LeaseExactly(unlike, 1);
   ASSERT_OK_AND_ASSIGN(done, store_->CompleteTasks(unlike, {Progress(second[0], kRecordsPerTask)}, now_));
   ASSERT_OK(done[0]);
 
@@ -201,11 +195,8 @@ TEST_P(SpotCheckContract, ATeamsVerifyFractionReplacesTheFleetsInTheDraw) {
 
 TEST_P(SpotCheckContract, OnlyTheHolderOfAVerificationLeaseReportsItsVerdicts) {
   const std::string job_id = Submit(Spec(), 1);
-  const std::string producer = Register("producer");
-  const std::string verifier = Register("verifier");
-  const std::string other = Register("other");
-  std::vector<Lease> held = LeaseUpTo(producer, 1);
-  ASSERT_THAT(held, SizeIs(1));
+  const auto [producer, verifier, other] = RegisterAll({"producer", "verifier", "other"});
+  std::vector<Lease> held = LeaseExactly(producer, 1);
   ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(producer, {Progress(held[0], kRecordsPerTask)}, now_));
   ASSERT_OK(outcomes[0]);
   std::vector<VerificationTask> leased = Must(store_->LeaseVerifications(verifier, 1, kTtl, now_), "LeaseVerifications");
@@ -259,10 +250,8 @@ TEST_P(SpotCheckContract, OnlyTheHolderOfAVerificationLeaseReportsItsVerdicts) {
 
 TEST_P(SpotCheckContract, AFailedVerdictQuarantinesTheProducerAndAnUncheckedOneSaysNothing) {
   const std::string job_id = Submit(Spec(), 2);
-  const std::string producer = Register("producer");
-  const std::string verifier = Register("verifier");
-  std::vector<Lease> held = LeaseUpTo(producer, 2);
-  ASSERT_THAT(held, SizeIs(2));
+  const auto [producer, verifier] = RegisterAll({"producer", "verifier"});
+  std::vector<Lease> held = LeaseExactly(producer, 2);
   ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(producer, {Progress(held[0], kRecordsPerTask),
                                                                        Progress(held[1], kRecordsPerTask)},
                                                             now_));
@@ -296,22 +285,17 @@ TEST_P(SpotCheckContract, AFailedVerdictQuarantinesTheProducerAndAnUncheckedOneS
 }
 
 TEST_P(SpotCheckContract, AFailedVerdictRedoesTheProducersWorkInJobsNotYetPublished) {
-  const std::string producer = Register("producer");
-  const std::string honest = Register("honest");
-  const std::string verifier = Register("verifier");
+  const auto [producer, honest, verifier] = RegisterAll({"producer", "honest", "verifier"});
   // Job a: the producer completes task 0, an honest executor task 1; the job is finalizing.
   const std::string a = Submit(Spec(), 2);
-  std::vector<Lease> produced = LeaseUpTo(producer, 1);
-  std::vector<Lease> honestly = LeaseUpTo(honest, 1);
-  ASSERT_THAT(produced, SizeIs(1));
-  ASSERT_THAT(honestly, SizeIs(1));
+  std::vector<Lease> produced = LeaseExactly(producer, 1);
+  std::vector<Lease> honestly = LeaseExactly(honest, 1);
   ASSERT_OK(Must(store_->CompleteTasks(producer, {Progress(produced[0], kRecordsPerTask)}, now_), "Complete")[0]);
   ASSERT_OK(Must(store_->CompleteTasks(honest, {Progress(honestly[0], kRecordsPerTask)}, now_), "Complete")[0]);
   ASSERT_EQ(GetJob(a).state, JobState::kFinalizing);
   // Job b: the producer is running its task and has committed a chunk.
   const std::string b = Submit(Spec(), 1);
-  std::vector<Lease> running = LeaseUpTo(producer, 1);
-  ASSERT_THAT(running, SizeIs(1));
+  std::vector<Lease> running = LeaseExactly(producer, 1);
   LeaseProgress beat = Progress(running[0], 4);
   beat.chunks = {Chunk{running[0].task.attempt, 0, 0, 4, 0}};
   ASSERT_OK(store_->Heartbeat(producer, ExecutorState::kBusy, "", {beat}, kTtl, now_).status());
@@ -351,8 +335,7 @@ TEST_P(SpotCheckContract, AFailedVerdictRedoesTheProducersWorkInJobsNotYetPublis
 
   // Another executor redoes both; job a finalizes again with every record counted once.
   Advance(absl::Seconds(1));
-  std::vector<Lease> again = LeaseUpTo(honest, 2);
-  ASSERT_THAT(again, SizeIs(2));
+  std::vector<Lease> again = LeaseExactly(honest, 2);
   for (const Lease& lease : again) {
     ASSERT_OK(Must(store_->CompleteTasks(honest, {Progress(lease, kRecordsPerTask)}, now_), "Complete")[0]);
   }

@@ -1,18 +1,20 @@
 #pragma once
 // The PostgreSQL store's SQL: every statement is constant text with $n parameters; values are
 // always bound. Rows are written with the parameters in the order of store/common/store_rows.h's
-// column lists. The schema these run against is postgres_migrations.cc.
+// column lists. The schema these run against is store/common/migrations.cc.
 //
 // Each statement is prepared once per connection (pg_connection.h) and keeps its generic plan, so
 // the states that partial indexes name are literals here, not parameters: a generic plan can only
 // use a partial index whose predicate the query states as such.
+
+#include <cstdint>
 
 #include "store/common/gang_rows.h"
 #include "store/common/store_rows.h"
 
 namespace minions::postgres_store::sql {
 
-// A job's counts are the sums of its counter shards (job_counts, see postgres_migrations.cc); the
+// A job's counts are the sums of its counter shards (job_counts, migration 2); the
 // jobs row's own count columns stay zero. Columns as MINIONS_STORE_JOB_COLUMNS.
 #define MINIONS_PG_SELECT_JOBS                                                                                    \
   "SELECT j.id, j.team, j.state, j.spec, j.total_records, COALESCE(c.completed, 0), COALESCE(c.failed, 0), "      \
@@ -363,7 +365,9 @@ inline constexpr char kGangCandidates[] =
 
 // --- the schema ---
 
+// Held while migrating (database-wide): servers opening one database at once do not race.
 inline constexpr char kMigrationLock[] = "SELECT pg_advisory_xact_lock($1)";
+inline constexpr int64_t kMigrationLockKey = 0x6d696e696f6e0001;  // "minion" 1
 inline constexpr char kCreateMigrationsTable[] =
     "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
     "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())";

@@ -11,7 +11,6 @@
 #include "model/state_machines.h"
 #include "store/common/gang_rows.h"
 #include "store/common/store_rows.h"
-#include "store/postgres/postgres_migrations.h"
 #include "store/postgres/postgres_statements.h"
 
 namespace minions::postgres_store {
@@ -51,6 +50,7 @@ absl::StatusOr<TokenRecord> TokenRow(const Row& row) { return rows::ReadToken(ro
 absl::StatusOr<ModelRecord> ModelRow(const Row& row) { return rows::ReadModel(row); }
 absl::StatusOr<Team> TeamRow(const Row& row) { return rows::ReadTeam(row); }
 absl::StatusOr<std::string> TextRow(const Row& row) { return row.Text(0); }
+absl::StatusOr<PendingGangTask> PendingGangTaskRow(const Row& row) { return gang_rows::ReadPendingGangTask(row); }
 
 std::vector<GangLease> Gangs(const PgResult& result) {
   std::vector<GangLease> gangs;
@@ -404,9 +404,7 @@ absl::StatusOr<std::vector<LeaseCandidate>> PostgresTransaction::LeaseCandidates
 
 absl::StatusOr<std::vector<PendingGangTask>> PostgresTransaction::PendingGangTasks(absl::Time now, int limit) {
   ASSIGN_OR_RETURN(PgResult result, c_.Exec(sql::kGangCandidates, Params().Time(now).Int(limit)));
-  return Collect<PendingGangTask>(result, [](const Row& row) -> absl::StatusOr<PendingGangTask> {
-    return gang_rows::ReadPendingGangTask(row);
-  });
+  return Collect<PendingGangTask>(result, PendingGangTaskRow);
 }
 
 // --- executors ---
@@ -776,7 +774,7 @@ absl::Status PostgresTransaction::EndAttempts(const AttemptWrites& writes, absl:
 // --- the schema ---
 
 absl::Status PostgresTransaction::LockSchema() {
-  RETURN_IF_ERROR(c_.Exec(sql::kMigrationLock, Params().Int(kMigrationLockKey)).status());
+  RETURN_IF_ERROR(c_.Exec(sql::kMigrationLock, Params().Int(sql::kMigrationLockKey)).status());
   return c_.Exec(sql::kCreateMigrationsTable).status();
 }
 

@@ -2,7 +2,7 @@
 // The SQLite store's SQL (SqliteTransaction): every statement is constant text with parameters;
 // values are always bound. Rows are written with positional parameters (?1, ...) in the order of
 // store/common/store_rows.h's column lists; other parameters are named. The schema these run
-// against is sqlite_migrations.cc.
+// against is store/common/migrations.cc.
 
 #include "store/common/gang_rows.h"
 #include "store/common/store_rows.h"
