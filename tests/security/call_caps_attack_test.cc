@@ -10,8 +10,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::HasSubstr;
-
 class CallCapAttack : public SecureServer {
  protected:
   void SetUp() override {

@@ -10,9 +10,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-
 class TeamRulesAttack : public SecureServer {
  protected:
   void SetUp() override {
