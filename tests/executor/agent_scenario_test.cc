@@ -96,7 +96,7 @@ TEST(ExecutorStory, CheckpointsAreCommittedAsTheRecordsFinish) {
 
 TEST(ExecutorStory, AnExecutorsSuccessorResumesAfterItsLastCheckpoint) {
   Scenario s;
-  Scenario::Executor& a = s.AddExecutorTaking("A", absl::Milliseconds(100));
+  s.AddExecutorTaking("A", absl::Milliseconds(100));
   std::string job = s.Submit(Scenario::Records(100), 100);
   ASSERT_TRUE(s.RunUntil([&] { return CommittedRecords(TaskAt(s.tasks(job), 0)) >= 30; }));
   const int64_t committed = CommittedRecords(TaskAt(s.tasks(job), 0));
@@ -698,7 +698,7 @@ TEST(ExecutorStory, AStragglerGetsABackupAndTheFirstToFinishWins) {
   Scenario::Executor& slow = s.AddExecutorTaking("slow", absl::Milliseconds(400));  // 2 s a task
   std::string job = s.Submit(Scenario::Records(40), 5);
   ASSERT_TRUE(s.RunUntil([&] { return s.RunningTasksOf("slow") > 0; }));
-  Scenario::Executor& fast = s.AddExecutorTaking("fast", absl::Milliseconds(10));
+  s.AddExecutorTaking("fast", absl::Milliseconds(10));
   ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   s.ExpectEachRecordOnce(job, 40);
   int backed_up = 0;
