@@ -108,6 +108,14 @@ absl::Status ExecutorService::ReportVerifications(const std::string& executor_id
     MINIONS_LOG(Warning) << "executor=" << producer.id << " quarantined: " << producer.state_reason;
     WorkArrived();  // its records in unpublished jobs are pending again, for others
   }
+  if (!check.disputed_verifier.empty()) {
+    // An arbitration: it upheld the producer's quarantine, or overruled the verifier.
+    absl::StatusOr<Executor> verifier = store_->GetExecutor(check.disputed_verifier);
+    if (verifier.ok() && verifier->state == ExecutorState::kQuarantined) {
+      MINIONS_LOG(Warning) << "executor=" << verifier->id << " quarantined: " << verifier->state_reason;
+      WorkArrived();  // the producer it accused is back, and its own records are pending again
+    }
+  }
   // The job's last open spot check: it may publish now rather than at the next sweep.
   if (absl::StatusOr<int64_t> open = store_->CountOpenVerifications(check.job_id);
       open.ok() && *open == 0 && job_ready_) {

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "blob/blob_store.h"
 #include "common/logging.h"
 #include "common/random_hex.h"
@@ -177,17 +178,14 @@ absl::Status JobService::PlaceInput(const Caller& caller, const v1::SubmitJobReq
   return absl::OkStatus();
 }
 
-absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJobRequest& request,
-                                       const std::string& input_prefix) {
-  JobSpec spec;
-  absl::StatusOr<Team> team = TeamFor(caller, request.team());
-  if (!team.ok()) return team.status();
-  spec.team = team->name;
+absl::Status JobService::SpecFromRequest(const Caller& caller, const v1::SubmitJobRequest& request, const Team& team,
+                                         JobSpec& spec) {
+  spec.team = team.name;
   // Results are never refused once computed: a team keeping as many bytes of results as its limit
   // gets no new job instead.
-  if (team->max_result_bytes > 0 && team->result_bytes >= team->max_result_bytes) {
+  if (team.max_result_bytes > 0 && team.result_bytes >= team.max_result_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "team ", spec.team, " keeps ", team->result_bytes, " bytes of results, its limit of ", team->max_result_bytes,
+        "team ", spec.team, " keeps ", team.result_bytes, " bytes of results, its limit of ", team.max_result_bytes,
         " (an admin raises it with `minions admin team set ", spec.team, " --max-result-bytes N`)"));
   }
   spec.owner = caller.principal;
@@ -197,7 +195,7 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   }
   // Only an admin is told whether a path exists on the server's machine: to anyone else the answer
   // would be an oracle over the server's file system (issue 40, point 7). A team's path is checked
-  // against the folders its executors report (CheckModelPathInFolders, below), and by the executor.
+  // against the folders its executors report (CheckModelPathInFolders, in Submit), and by the executor.
   if (options_.check_model_paths && caller.IsAdmin() && spec.model[0] == '/') {
     struct stat st;
     if (stat(spec.model.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -205,7 +203,7 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
     }
   }
   // A shard size asked for is kept; without one, the tasks are sized from measured throughput
-  // once the model is known (below).
+  // once the model is known (SizeTasks).
   const bool sized_by_server = request.shard_size() <= 0;
   spec.shard_size = sized_by_server ? options_.task_sizing.default_records : request.shard_size();
   if (spec.shard_size > 1'000'000) return absl::InvalidArgumentError("shard_size must be at most 1000000");
@@ -218,9 +216,9 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   }
   if (request.max_attempts() > 0) spec.max_attempts = request.max_attempts();
   spec.priority = request.priority();
-  if (!caller.IsAdmin() && spec.priority > team->max_priority) {
+  if (!caller.IsAdmin() && spec.priority > team.max_priority) {
     return absl::PermissionDeniedError(absl::StrCat("team ", spec.team, "'s jobs may have priority ",
-                                                    team->max_priority, " at most (asked for ", spec.priority,
+                                                    team.max_priority, " at most (asked for ", spec.priority,
                                                     "); an admin sets the ceiling"));
   }
   spec.requirements.min_memory_bytes = request.min_memory_bytes();
@@ -242,39 +240,33 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
     RETURN_IF_ERROR(ValidateRunnerName(request.runner()));
     spec.requirements.runner = request.runner();
   }
-  // A registry model: its digest, size and the memory a task needs (InvalidArgument for an
-  // unknown one, with the names the team has).
-  RETURN_IF_ERROR(ResolveJobModel(*store_, spec));
-  // Placement: a job no executor could ever run says so now, not by waiting for ever.
-  absl::StatusOr<std::vector<Executor>> fleet = store_->ListExecutors();
-  if (!fleet.ok()) return fleet.status();
-  PlanAutomaticGang(*fleet, spec);  // a model no single executor can hold: the fewest that can
-  RETURN_IF_ERROR(CheckFleetCanHold(*fleet, spec));
-  RETURN_IF_ERROR(CheckModelPathInFolders(*fleet, spec));  // a file no executor would load
+  // The team's own rules (docs/security.md 40.3 and 40.6a), for every caller, an admin too: they
+  // keep the team's prompts off runners and machines an admin did not allow for it.
+  if (!team.runners.empty() &&
+      std::find(team.runners.begin(), team.runners.end(), spec.requirements.runner) == team.runners.end()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "team ", spec.team, "'s jobs may use the runners ", absl::StrJoin(team.runners, ", "), ", not '",
+        spec.requirements.runner, "' (an admin allows more with `minions admin team set ", spec.team, " --runners`)"));
+  }
+  spec.requirements.confined = request.require_confined() || team.require_confined;
   if (request.completion_window_ms() > 0) spec.completion_window = absl::Milliseconds(request.completion_window_ms());
+  return absl::OkStatus();
+}
 
-  // An inline input written here is charged to the team's files; it goes again, uncharged, unless
-  // a job is created to keep it.
-  int64_t written = 0;
-  bool created = false;
-  auto drop_input = absl::MakeCleanup([&] {
-    if (written == 0 || created) return;
-    (void)blobs_->Delete(spec.input_key);
-    (void)store_->ChargeTeamBytes(spec.team, TeamBytes::kFiles, -written, /*enforce=*/false);
-  });
-  RETURN_IF_ERROR(PlaceInput(caller, request, input_prefix, spec, &written));
-
-  // Task sizes: from what tasks of this model, runner and answer length measured (the answer
-  // length read from the input's first records).
+absl::Status JobService::SizeTasks(bool sized_by_server, JobSpec& spec, std::string& sizing_why) {
+  // From what tasks of this model, runner and answer length measured (the answer length read from
+  // the input's first records).
   ASSIGN_OR_RETURN(spec.tokens_per_record, EstimateTokensPerRecord(*blobs_, spec.input_key, spec.runner_options));
-  std::string sizing_why;
   if (sized_by_server) {
     ASSIGN_OR_RETURN(TaskSize size, SizeTasksFor(*store_, spec, options_.task_sizing));
     spec.shard_size = std::max(size.records, options_.min_shard_size);
     sizing_why = std::move(size.why);
   }
+  return absl::OkStatus();
+}
 
-  // Split before the job is created, so that the job records the shard size its tasks have.
+absl::StatusOr<SplitResult> JobService::SplitForJob(const std::vector<Executor>& fleet, bool sized_by_server,
+                                                    JobSpec& spec, std::string& sizing_why) {
   int64_t records_seen = 0;
   auto split = SplitInput(*blobs_, spec.input_key, spec.shard_size, options_.max_tasks_per_job, &records_seen);
   if (!split.ok() && sized_by_server && records_seen > spec.shard_size * options_.max_tasks_per_job) {
@@ -288,7 +280,7 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
   if (split.ok() && sized_by_server && spec.gang_size == 0) {
     // A small job on an idle fleet: a task for each free executor (the input is read again, which
     // only a job smaller than its free executors' share costs).
-    const int64_t spread = SpreadOverFreeExecutors(split->total_records, spec.shard_size, FreeExecutorsFor(*fleet, spec),
+    const int64_t spread = SpreadOverFreeExecutors(split->total_records, spec.shard_size, FreeExecutorsFor(fleet, spec),
                                                    options_.min_shard_size, &sizing_why);
     if (spread != spec.shard_size) {
       spec.shard_size = spread;
@@ -296,6 +288,40 @@ absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJob
     }
   }
   if (sized_by_server) spec.sizing = sizing_why;
+  return split;
+}
+
+absl::StatusOr<Job> JobService::Submit(const Caller& caller, const v1::SubmitJobRequest& request,
+                                       const std::string& input_prefix) {
+  JobSpec spec;
+  absl::StatusOr<Team> team = TeamFor(caller, request.team());
+  if (!team.ok()) return team.status();
+  RETURN_IF_ERROR(SpecFromRequest(caller, request, *team, spec));
+  const bool sized_by_server = request.shard_size() <= 0;
+  // A registry model: its digest, size and the memory a task needs (InvalidArgument for an
+  // unknown one, with the names the team has).
+  RETURN_IF_ERROR(ResolveJobModel(*store_, spec));
+  // Placement: a job no executor could ever run says so now, not by waiting for ever.
+  absl::StatusOr<std::vector<Executor>> fleet = store_->ListExecutors();
+  if (!fleet.ok()) return fleet.status();
+  PlanAutomaticGang(*fleet, spec);  // a model no single executor can hold: the fewest that can
+  RETURN_IF_ERROR(CheckFleetCanHold(*fleet, spec));
+  RETURN_IF_ERROR(CheckModelPathInFolders(*fleet, spec));  // a file no executor would load
+
+  // An inline input written here is charged to the team's files; it goes again, uncharged, unless
+  // a job is created to keep it.
+  int64_t written = 0;
+  bool created = false;
+  auto drop_input = absl::MakeCleanup([&] {
+    if (written == 0 || created) return;
+    (void)blobs_->Delete(spec.input_key);
+    (void)store_->ChargeTeamBytes(spec.team, TeamBytes::kFiles, -written, /*enforce=*/false);
+  });
+  RETURN_IF_ERROR(PlaceInput(caller, request, input_prefix, spec, &written));
+  std::string sizing_why;
+  RETURN_IF_ERROR(SizeTasks(sized_by_server, spec, sizing_why));
+  // Split before the job is created, so that the job records the shard size its tasks have.
+  absl::StatusOr<SplitResult> split = SplitForJob(*fleet, sized_by_server, spec, sizing_why);
   auto job = store_->CreateJob(spec, clock_->Now());
   if (!job.ok()) return job.status();  // ResourceExhausted: the team's quota of jobs
   created = true;  // the job keeps its input, failed or not

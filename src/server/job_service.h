@@ -17,6 +17,7 @@
 #include "minions/v1/minions.grpc.pb.h"
 #include "model/progress_estimator.h"
 #include "server/job_finalizer.h"
+#include "server/job_splitter.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
 #include "server/stream_limiter.h"
@@ -96,6 +97,19 @@ class JobService final : public v1::Jobs::Service {
                                                        grpc::ServerReaderInterface<v1::UploadInputRequest>& reader);
   absl::Status PlaceInput(const Caller& caller, const v1::SubmitJobRequest& request, const std::string& input_prefix,
                           JobSpec& spec, int64_t* written);
+  // Submit's parts, in order. SpecFromRequest: the request's fields checked against the server's
+  // limits and the caller's team, into `spec` (model, shard size, attempts, priority, gang, runner
+  // and its options, window); nothing written.
+  absl::Status SpecFromRequest(const Caller& caller, const v1::SubmitJobRequest& request, const Team& team,
+                               JobSpec& spec);
+  // The answer length per record read from the input, and the shard size from measured throughput
+  // when the submitter asked for none (`sizing_why` says how it was chosen).
+  absl::Status SizeTasks(bool sized_by_server, JobSpec& spec, std::string& sizing_why);
+  // The input split into tasks; a server-sized job may change its shard size to keep within the
+  // most tasks a job may have, or to give each free executor of `fleet` a task. An error here is
+  // the job's failure (the job is still created, to keep its input), not the submission's.
+  absl::StatusOr<SplitResult> SplitForJob(const std::vector<Executor>& fleet, bool sized_by_server, JobSpec& spec,
+                                          std::string& sizing_why);
   // Sets out's wait_cause and wait_reason: why `job`, with `pending_tasks` pending, waits
   // (model/placement.h ExplainWait over the fleet, its running tasks and the teams' standing).
   absl::Status ExplainWaitInto(const Job& job, int64_t pending_tasks, v1::Job& out);

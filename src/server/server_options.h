@@ -56,6 +56,10 @@ struct ServerOptions {
   // server: executors' long polls, watch streams) and, of those, open WatchJob streams. Past either,
   // a call gets RESOURCE_EXHAUSTED instead of a thread.
   int max_threads = 1024;
+  // Of those, the most one address (not loopback) and one credential may have in flight at once
+  // (server/call_caps.h; docs/security.md 40.2d); 0: no cap.
+  int64_t max_calls_per_peer = 256;
+  int64_t max_calls_per_credential = 64;
   // Connections that hold the gRPC port without using it: one that has not sent its HTTP/2
   // preface this long after it connected is closed (a client that connects and says nothing: a
   // call without a credential is refused from its headers, so saying nothing is all an
