@@ -9,9 +9,7 @@ namespace minions {
 namespace {
 
 TEST_P(SpotCheckContract, ArbitrationAVerifiersFailureGoesToAThirdExecutorAndHoldsNoJobBack) {
-  const std::string producer = Register("producer");
-  const std::string verifier = Register("verifier");
-  const std::string arbiter = Register("arbiter");
+  const auto [producer, verifier, arbiter] = RegisterAll({"producer", "verifier", "arbiter"});
   const VerificationTask check = ProduceAndFail(producer, verifier);
   ASSERT_FALSE(check.records.empty());
   // The producer's records are redone; the arbitration does not hold the job's publication.
@@ -36,9 +34,7 @@ TEST_P(SpotCheckContract, ArbitrationAVerifiersFailureGoesToAThirdExecutorAndHol
 }
 
 TEST_P(SpotCheckContract, ArbitrationAnArbiterThatPassesTheRecordsQuarantinesTheVerifierAndReleasesTheProducer) {
-  const std::string producer = Register("producer");
-  const std::string verifier = Register("liar");
-  const std::string arbiter = Register("arbiter");
+  const auto [producer, verifier, arbiter] = RegisterAll({"producer", "liar", "arbiter"});
   ProduceAndFail(producer, verifier);
   std::vector<VerificationTask> leased = LeaseChecks(arbiter);
   ASSERT_THAT(leased, SizeIs(1));
@@ -70,9 +66,7 @@ TEST_P(SpotCheckContract, ArbitrationAnArbiterThatPassesTheRecordsQuarantinesThe
 }
 
 TEST_P(SpotCheckContract, ArbitrationAnArbiterThatFailsTheRecordTooUpholdsTheQuarantine) {
-  const std::string producer = Register("producer");
-  const std::string verifier = Register("verifier");
-  const std::string arbiter = Register("arbiter");
+  const auto [producer, verifier, arbiter] = RegisterAll({"producer", "verifier", "arbiter"});
   ProduceAndFail(producer, verifier);
   std::vector<VerificationTask> leased = LeaseChecks(arbiter);
   ASSERT_THAT(leased, SizeIs(1));
@@ -87,9 +81,7 @@ TEST_P(SpotCheckContract, ArbitrationAnArbiterThatFailsTheRecordTooUpholdsTheQua
 }
 
 TEST_P(SpotCheckContract, ArbitrationAnArbiterThatCannotCheckChangesNothing) {
-  const std::string producer = Register("producer");
-  const std::string verifier = Register("verifier");
-  const std::string arbiter = Register("arbiter");
+  const auto [producer, verifier, arbiter] = RegisterAll({"producer", "verifier", "arbiter"});
   ProduceAndFail(producer, verifier);
   const std::string reason = GetExecutor(producer).state_reason;
   std::vector<VerificationTask> leased = LeaseChecks(arbiter);
@@ -104,10 +96,7 @@ TEST_P(SpotCheckContract, ArbitrationAnArbiterThatCannotCheckChangesNothing) {
 // An overturned ruling lifts only the quarantine the overruled verifier's failure put the producer
 // in: one another verifier's failure put it in since stands.
 TEST_P(SpotCheckContract, ArbitrationAnOverturnedRulingLiftsOnlyTheOverruledVerifiersQuarantine) {
-  const std::string producer = Register("producer");
-  const std::string liar = Register("liar");
-  const std::string other = Register("other");
-  const std::string arbiter = Register("arbiter");
+  const auto [producer, liar, other, arbiter] = RegisterAll({"producer", "liar", "other", "arbiter"});
   const std::string first_job = Submit(Spec(), 1);
   const std::string second_job = Submit(Spec(), 1);
   std::vector<Lease> held = LeaseUpTo(producer, 2);
