@@ -75,9 +75,8 @@ absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const s
   auto access = ModelAccess::Create(models);
   if (!access.ok()) return access.status();
   agent->models = std::make_shared<const ModelAccess>(*std::move(access));
-  if (flags.runner_sandbox != "on" && flags.runner_sandbox != "required" && flags.runner_sandbox != "off") {
-    return absl::InvalidArgumentError("--runner-sandbox is on, required or off");
-  }
+  absl::StatusOr<std::string> sandbox_mode = ResolveRunnerSandboxMode(flags.runner_sandbox, sandbox::LandlockAbi());
+  if (!sandbox_mode.ok()) return sandbox_mode.status();
   RunnerSandboxOptions sandbox;
   sandbox.model_folders = agent->models->ReadableFolders();
   // The runner reads registry models from the cache too. The cache is not one of the folders a
@@ -95,10 +94,10 @@ absl::StatusOr<UrlPolicy> ApplyExecutorTrust(const ExecutorFlags& flags, const s
   std::error_code ec;
   sandbox.scratch_dir = std::filesystem::absolute(state_dir + "/runner-scratch", ec).lexically_normal().string();
   sandbox.env = flags.runner_env;
-  sandbox.require_landlock = flags.runner_sandbox == "required";
+  sandbox.require_landlock = *sandbox_mode == "required";
   // Off (an owner's choice, for a platform where the sandbox gets in the way): the runner is not
   // confined, but still starts with an empty environment.
-  sandbox.confine = flags.runner_sandbox != "off";
+  sandbox.confine = *sandbox_mode != "off";
   auto made = RunnerSandbox::Create(sandbox);
   if (!made.ok()) return made.status();
   // Runners the owner declared ([runners] NAME = command), confined as the built-in one is.
@@ -157,7 +156,9 @@ void AddExecutorCommands(CLI::App* executor, ExecutorFlags* flags, std::string* 
   executor->add_option("--runner-env", flags->runner_env,
                        "NAME=VALUE for the runner's otherwise empty environment (repeat)");
   executor->add_option("--runner-sandbox", flags->runner_sandbox,
-                       "on (default: the runner is confined), required (refuse to run without Landlock), off")
+                       "auto (default: required where the kernel's Landlock covers files and TCP, ABI 4 or "
+                       "later; else on), on (confined as this kernel can: seccomp only without Landlock), required "
+                       "(refuse to run a runner without Landlock), off")
       ->capture_default_str();
   executor->add_option("--availability", flags->availability_mode,
                        "owner (default: work only while the owner is away), dedicated (signals this machine "

@@ -25,7 +25,7 @@ struct ExecutorFlags {
   std::vector<std::string> objects;           // --objects
   std::vector<std::string> models;            // --models
   std::vector<std::string> runner_env;        // --runner-env NAME=VALUE
-  std::string runner_sandbox = "on";          // --runner-sandbox on|required|off
+  std::string runner_sandbox = "auto";        // --runner-sandbox auto|on|required|off
   std::string availability_mode;              // --availability
   std::vector<std::string> availability_set;  // --availability-set key=value
   std::string control_dir;                    // state dir for the owner verbs

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "absl/strings/str_join.h"
+#include "model/identity.h"
 #include "backends.h"
 #include "config.h"
 #include "identity_setup.h"
@@ -37,6 +38,13 @@ void AddAdminVerbs(CLI::App& app, SharedFlags* shared, AdminVerbs* a) {
                     "bytes of models it keeps, each digest once, e.g. 1T (new teams: 500G; 0: no limit)");
     cmd->add_option("--max-result-bytes", team_options.max_result_bytes,
                     "bytes of its jobs' results kept, e.g. 200G (new teams: 100G; 0: no limit)");
+    cmd->add_option("--runners", team_options.runners,
+                    "the runners its jobs may name, comma-separated, e.g. llama,embed (any: those the server allows)");
+    cmd->add_option("--require-confined", team_options.require_confined,
+                    "true: its jobs run only on executors whose runners are fully confined (new teams: false)");
+    cmd->add_option("--verify-fraction", team_options.verify_fraction,
+                    "the share of its jobs' records other executors re-score, 0.01 to 1 (0: the fleet's, "
+                    "server.spot_checks; never off)");
   };
   auto* team_create_cmd = a->team_create_cmd = team_cmd->add_subcommand("create", "create a team");
   add_team_options(team_create_cmd);
@@ -62,11 +70,13 @@ void AddAdminVerbs(CLI::App& app, SharedFlags* shared, AdminVerbs* a) {
   tokens_cmd->add_flag("--all", a->all_tokens, "revoked ones too");
   minions::cli::IssueOptions& join_issue = a->join_issue;
   join_issue.role = "join";
-  join_issue.name = "join";
+  join_issue.name = kDefaultJoinTokenName;
   auto* join_cmd = a->join_cmd = admin_cmd->add_subcommand("join-token", "issue a token executors enrol with");
   join_cmd->add_option("--uses", join_issue.uses, "how many executors may enrol with it (default 1)");
   join_cmd->add_option("--expires", join_issue.expires, "lifetime (default 24h)");
-  join_cmd->add_option("--name", join_issue.name, "a label (which machines it is for)");
+  join_cmd->add_option("--name", join_issue.name,
+                       "who owns the machines it is for: their executors count as one owner, and spot checks go "
+                       "to another owner's executors first (default: each join token is an owner of its own)");
   join_cmd->add_option("-o,--output", join_issue.output, "write the token to this file (mode 0600)");
   join_cmd->add_flag_callback(
       "--gang", [&join_issue] { join_issue.scopes = "enrol gang"; },

@@ -49,6 +49,9 @@ void AddClientVerbs(CLI::App& app, SharedFlags* shared, ClientVerbs* c) {
   submit_cmd->add_option("--runner-options", submit.runner_options_json, "runner load options as JSON");
   submit_cmd->add_option("--gang", submit.gang,
                          "run each task on a gang of N executors that split the model between them (2..17)");
+  submit_cmd->add_flag("--require-confined", submit.require_confined,
+                       "run it only on executors whose runners are fully confined (Landlock and seccomp); it waits "
+                       "while none is");
   submit_cmd->add_option("--completion-window", submit.completion_window,
                          "deadline after submission (24h, 90m); the job then expires with what it finished");
   submit_cmd->add_flag("--wait", submit.wait, "watch the job until it ends");

@@ -59,6 +59,7 @@ int RunServer(const minions::apps::MinionsConfig& config) {
   options.heartbeat_batch = static_cast<int>(config.heartbeat_batch);
   options.heartbeat_linger = absl::Microseconds(config.heartbeat_linger_us);
   options.idle_polls_renew = config.idle_polls_renew;
+  options.spot_checks = config.spot_checks;  // as the store's (apps/backends.cc)
   options.verify_wait = absl::Seconds(config.verify_wait_s);
   options.require_confined_executors = config.require_confined_executors;
   options.require_executor_approval = config.executor_approval;

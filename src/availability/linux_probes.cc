@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -23,6 +24,20 @@ namespace {
 
 std::string Path(const std::string& root, const std::string& rel) {
   return (fs::path(root.empty() ? "/" : root) / rel).string();
+}
+
+// The entries of folder `rel` under `root`; nullopt, and `signal` unknown, when it is unreadable.
+template <typename T>
+std::optional<fs::directory_iterator> EntriesOr(const std::string& root, const std::string& rel, Signal<T>* signal) {
+  const std::string dir = Path(root, rel);
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) {
+    *signal = {};
+    signal->source = dir + " unreadable";
+    return std::nullopt;
+  }
+  return it;
 }
 
 bool ReadWhole(const std::string& path, std::string* out) {
@@ -218,17 +233,11 @@ void ProcCpuProbe::Fill(Snapshot* s, absl::Time now) {
 // --- power ---
 
 void PowerSupplyProbe::Fill(Snapshot* s, absl::Time now) {
-  std::string dir = Path(root_, "sys/class/power_supply");
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec) {
-    s->on_ac = {};
-    s->on_ac.source = dir + " unreadable";
-    return;
-  }
+  std::optional<fs::directory_iterator> entries = EntriesOr(root_, "sys/class/power_supply", &s->on_ac);
+  if (!entries) return;
   bool mains_online = false, have_battery = false, discharging = false;
   double capacity = -1;
-  for (const auto& entry : it) {
+  for (const auto& entry : *entries) {
     std::string base = entry.path().string();
     if (ReadTrimmed(base + "/scope") == "Device") continue;  // a mouse's or headset's battery
     std::string type = ReadTrimmed(base + "/type");
@@ -258,18 +267,12 @@ void PowerSupplyProbe::Fill(Snapshot* s, absl::Time now) {
 // --- thermal ---
 
 void ThermalZoneProbe::Fill(Snapshot* s, absl::Time now) {
-  std::string dir = Path(root_, "sys/class/thermal");
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec) {
-    s->thermal = {};
-    s->thermal.source = dir + " unreadable";
-    return;
-  }
+  std::optional<fs::directory_iterator> entries = EntriesOr(root_, "sys/class/thermal", &s->thermal);
+  if (!entries) return;
   Thermal level = Thermal::kNominal;
   int zones = 0;
   std::string hottest;
-  for (const auto& entry : it) {
+  for (const auto& entry : *entries) {
     std::string name = entry.path().filename().string();
     if (!absl::StartsWith(name, "thermal_zone")) continue;
     std::string base = entry.path().string();

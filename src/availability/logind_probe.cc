@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <functional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -40,61 +41,67 @@ struct Session {
   std::string id, seat, path;
 };
 
-// Reads a boolean property; false when it cannot.
-bool BoolProperty(sd_bus* bus, const char* path, const char* iface, const char* name, bool* ok) {
+// Reads a property of the trivial D-Bus type `type` into a T (zero, and *ok false, when it cannot).
+template <typename T>
+T TrivialProperty(sd_bus* bus, const char* path, const char* iface, const char* name, char type, bool* ok) {
   sd_bus_error error = SD_BUS_ERROR_NULL;
-  int value = 0;
-  int r = sd_bus_get_property_trivial(bus, kService, path, iface, name, &error, 'b', &value);
-  sd_bus_error_free(&error);
-  if (r < 0) *ok = false;
-  return value != 0;
-}
-
-uint64_t U64Property(sd_bus* bus, const char* path, const char* iface, const char* name, bool* ok) {
-  sd_bus_error error = SD_BUS_ERROR_NULL;
-  uint64_t value = 0;
-  int r = sd_bus_get_property_trivial(bus, kService, path, iface, name, &error, 't', &value);
+  T value{};
+  int r = sd_bus_get_property_trivial(bus, kService, path, iface, name, &error, type, &value);
   sd_bus_error_free(&error);
   if (r < 0) *ok = false;
   return value;
 }
 
-int ListSessions(sd_bus* bus, std::vector<Session>* out) {
+// Reads a boolean property; false when it cannot.
+bool BoolProperty(sd_bus* bus, const char* path, const char* iface, const char* name, bool* ok) {
+  return TrivialProperty<int>(bus, path, iface, name, 'b', ok) != 0;  // sd-bus reads a 'b' as an int
+}
+
+uint64_t U64Property(sd_bus* bus, const char* path, const char* iface, const char* name, bool* ok) {
+  return TrivialProperty<uint64_t>(bus, path, iface, name, 't', ok);
+}
+
+// Calls the Manager's `method` (no arguments), which answers an array of `item` structs, and has
+// `read` read each of them from the reply (its sd_bus_message_read result: <= 0 ends the array).
+// A negative result where the call or a read failed.
+int ForEachManagerItem(sd_bus* bus, const char* method, const char* item,
+                       const std::function<int(sd_bus_message*)>& read) {
   sd_bus_error error = SD_BUS_ERROR_NULL;
   sd_bus_message* reply = nullptr;
-  int r = sd_bus_call_method(bus, kService, kManagerPath, kManager, "ListSessions", &error, &reply, "");
+  int r = sd_bus_call_method(bus, kService, kManagerPath, kManager, method, &error, &reply, "");
   sd_bus_error_free(&error);
   if (r < 0) return r;
-  r = sd_bus_message_enter_container(reply, 'a', "(susso)");
+  r = sd_bus_message_enter_container(reply, 'a', item);
   while (r >= 0) {
-    const char *id, *user, *seat, *path;
-    uint32_t uid;
-    r = sd_bus_message_read(reply, "(susso)", &id, &uid, &user, &seat, &path);
+    r = read(reply);
     if (r <= 0) break;
-    out->push_back({id, seat, path});
   }
   sd_bus_message_unref(reply);
   return r;
 }
 
+int ListSessions(sd_bus* bus, std::vector<Session>* out) {
+  return ForEachManagerItem(bus, "ListSessions", "(susso)", [&](sd_bus_message* reply) {
+    const char *id, *user, *seat, *path;
+    uint32_t uid;
+    int r = sd_bus_message_read(reply, "(susso)", &id, &uid, &user, &seat, &path);
+    if (r > 0) out->push_back({id, seat, path});
+    return r;
+  });
+}
+
 // Whether another process holds an "idle" inhibitor (a video player, a call).
 int OthersInhibitIdle(sd_bus* bus, int own_pid, bool* inhibited) {
-  sd_bus_error error = SD_BUS_ERROR_NULL;
-  sd_bus_message* reply = nullptr;
-  int r = sd_bus_call_method(bus, kService, kManagerPath, kManager, "ListInhibitors", &error, &reply, "");
-  sd_bus_error_free(&error);
-  if (r < 0) return r;
   *inhibited = false;
-  r = sd_bus_message_enter_container(reply, 'a', "(ssssuu)");
-  while (r >= 0) {
+  return ForEachManagerItem(bus, "ListInhibitors", "(ssssuu)", [&](sd_bus_message* reply) {
     const char *what, *who, *why, *mode;
     uint32_t uid, pid;
-    r = sd_bus_message_read(reply, "(ssssuu)", &what, &who, &why, &mode, &uid, &pid);
-    if (r <= 0) break;
-    if (std::string(what).find("idle") != std::string::npos && static_cast<int>(pid) != own_pid) *inhibited = true;
-  }
-  sd_bus_message_unref(reply);
-  return r;
+    int r = sd_bus_message_read(reply, "(ssssuu)", &what, &who, &why, &mode, &uid, &pid);
+    if (r > 0 && std::string(what).find("idle") != std::string::npos && static_cast<int>(pid) != own_pid) {
+      *inhibited = true;
+    }
+    return r;
+  });
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 #include "availability/policy.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/enum_names.h"
 
 namespace minions::availability {
 namespace {
@@ -15,6 +17,22 @@ std::string Ago(absl::Duration d) {
 }
 
 std::string Percent(double share) { return absl::StrFormat("%.0f %%", share * 100); }
+
+// Why other processes' `share` of the CPU or GPU (`what`) stops work, "" if it does not: at the
+// start, a share over `start_max`; while running, a share over `pause_share` since `high_since`
+// for `pause_for` or more.
+std::string OthersUse(const char* what, double share, bool starting, double start_max, double pause_share,
+                      absl::Time high_since, absl::Duration pause_for, absl::Time now) {
+  if (starting && share > start_max) {
+    return absl::StrCat("other processes use ", Percent(share), " of the ", what, " (start needs < ",
+                        Percent(start_max), ")");
+  }
+  if (!starting && high_since != absl::InfinitePast() && now - high_since >= pause_for) {
+    return absl::StrCat("other processes used over ", Percent(pause_share), " of the ", what, " for ",
+                        Ago(now - high_since));
+  }
+  return "";
+}
 
 // The owner's side of a snapshot, reduced to what the rules read.
 struct Owner {
@@ -103,31 +121,16 @@ std::string EnvironmentProblem(const PolicyConfig& config, const Snapshot& s, co
   }
   if (Unknown(config, s.other_cpu)) return "CPU use of other processes unknown";
   if (s.other_cpu.known()) {
-    double cpu = *s.other_cpu.value;
-    if (starting && cpu > config.start_max_other_cpu) {
-      return absl::StrCat("other processes use ", Percent(cpu), " of the CPU (start needs < ",
-                          Percent(config.start_max_other_cpu), ")");
-    }
-    if (!starting && state.other_cpu_high_since != absl::InfinitePast() &&
-        now - state.other_cpu_high_since >= config.pause_other_cpu_for) {
-      return absl::StrCat("other processes used over ", Percent(config.pause_other_cpu), " of the CPU for ",
-                          Ago(now - state.other_cpu_high_since));
-    }
+    std::string why = OthersUse("CPU", *s.other_cpu.value, starting, config.start_max_other_cpu, config.pause_other_cpu,
+                                state.other_cpu_high_since, config.pause_other_cpu_for, now);
+    if (!why.empty()) return why;
   }
   if (Unknown(config, s.gpu_count)) return "GPUs unknown";
   if (s.gpu_count.known() && *s.gpu_count.value > 0) {
     if (Unknown(config, s.other_gpu)) return "GPU use of other processes unknown";
     if (s.other_gpu.known()) {
-      double gpu = *s.other_gpu.value;
-      if (starting && gpu > config.start_max_other_gpu) {
-        return absl::StrCat("other processes use ", Percent(gpu), " of the GPU (start needs < ",
-                            Percent(config.start_max_other_gpu), ")");
-      }
-      if (!starting && state.other_gpu_high_since != absl::InfinitePast() &&
-          now - state.other_gpu_high_since >= config.pause_other_gpu_for) {
-        return absl::StrCat("other processes used over ", Percent(config.pause_other_gpu), " of the GPU for ",
-                            Ago(now - state.other_gpu_high_since));
-      }
+      return OthersUse("GPU", *s.other_gpu.value, starting, config.start_max_other_gpu, config.pause_other_gpu,
+                       state.other_gpu_high_since, config.pause_other_gpu_for, now);
     }
   }
   return "";
@@ -166,50 +169,25 @@ Decision Stop(Decision d, absl::Time now, std::string reason, const PolicyConfig
 
 }  // namespace
 
-const char* ThermalName(Thermal t) {
-  switch (t) {
-    case Thermal::kNominal: return "nominal";
-    case Thermal::kFair: return "fair";
-    case Thermal::kSerious: return "serious";
-    case Thermal::kCritical: return "critical";
-  }
-  return "?";
-}
+namespace {
 
-const char* MemoryPressureName(MemoryPressure m) {
-  switch (m) {
-    case MemoryPressure::kNormal: return "normal";
-    case MemoryPressure::kWarn: return "warn";
-    case MemoryPressure::kCritical: return "critical";
-  }
-  return "?";
-}
+constexpr const char* kThermalNames[] = {"nominal", "fair", "serious", "critical"};
+constexpr const char* kMemoryPressureNames[] = {"normal", "warn", "critical"};
+constexpr const char* kPhaseNames[] = {"waiting", "running", "paused", "released", "stopping"};
+constexpr const char* kActionNames[] = {"none", "start", "pause", "resume", "release",
+                                        "stop", "kill", "throttle", "unthrottle"};
+// A name for every value, in order.
+static_assert(std::size(kThermalNames) == static_cast<size_t>(Thermal::kCritical) + 1);
+static_assert(std::size(kMemoryPressureNames) == static_cast<size_t>(MemoryPressure::kCritical) + 1);
+static_assert(std::size(kPhaseNames) == static_cast<size_t>(Phase::kStopping) + 1);
+static_assert(std::size(kActionNames) == static_cast<size_t>(Action::kUnthrottle) + 1);
 
-const char* PhaseName(Phase p) {
-  switch (p) {
-    case Phase::kWaiting: return "waiting";
-    case Phase::kRunning: return "running";
-    case Phase::kPaused: return "paused";
-    case Phase::kReleased: return "released";
-    case Phase::kStopping: return "stopping";
-  }
-  return "?";
-}
+}  // namespace
 
-const char* ActionName(Action a) {
-  switch (a) {
-    case Action::kNone: return "none";
-    case Action::kStart: return "start";
-    case Action::kPause: return "pause";
-    case Action::kResume: return "resume";
-    case Action::kRelease: return "release";
-    case Action::kStop: return "stop";
-    case Action::kKill: return "kill";
-    case Action::kThrottle: return "throttle";
-    case Action::kUnthrottle: return "unthrottle";
-  }
-  return "?";
-}
+const char* ThermalName(Thermal t) { return NameIn(kThermalNames, t); }
+const char* MemoryPressureName(MemoryPressure m) { return NameIn(kMemoryPressureNames, m); }
+const char* PhaseName(Phase p) { return NameIn(kPhaseNames, p); }
+const char* ActionName(Action a) { return NameIn(kActionNames, a); }
 
 const char* FleetState(Phase phase, bool holds_work) {
   switch (phase) {

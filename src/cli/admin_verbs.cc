@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "cli/credentials.h"
@@ -28,19 +29,22 @@ std::string Limit(int64_t value) { return value > 0 ? absl::StrCat(value) : "non
 
 std::string Percent(double fraction) { return absl::StrFormat("%.1f%%", 100 * fraction); }
 
+// A team's spot-check fraction as people read it: "2.0%", or the fleet's.
+std::string VerifyFraction(double fraction) { return fraction > 0 ? Percent(fraction) : "fleet's"; }
+
 // "12 GiB/100 GiB": what a team keeps of a kind of bytes, and its limit.
 std::string BytesOf(int64_t used, int64_t limit) {
   return absl::StrCat(HumanBytes(used), "/", limit > 0 ? HumanBytes(limit) : "none");
 }
 
 void PrintTeam(const v1::Team& t) {
-  printf("%-20s %6lld %8s %8s %14.0f %12.2f %8lld %12s %12s %12d %14s %22s %22s %22s\n", t.name().c_str(),
+  printf("%-20s %6lld %8s %8s %14.0f %12.2f %8lld %12s %12s %12d %14s %22s %22s %22s %8s\n", t.name().c_str(),
          static_cast<long long>(t.weight()), Percent(t.usage().target_share()).c_str(),
          Percent(t.usage().usage_share()).c_str(), t.usage().usage_device_seconds(),
          t.usage().device_seconds() / 3600, static_cast<long long>(t.usage().running_tasks()), Limit(t.max_running_tasks()).c_str(),
          Limit(t.max_active_jobs()).c_str(), t.max_priority(), Limit(t.requests_per_second()).c_str(),
          BytesOf(t.file_bytes(), t.max_file_bytes()).c_str(), BytesOf(t.model_bytes(), t.max_model_bytes()).c_str(),
-         BytesOf(t.result_bytes(), t.max_result_bytes()).c_str());
+         BytesOf(t.result_bytes(), t.max_result_bytes()).c_str(), VerifyFraction(t.verify_fraction()).c_str());
 }
 
 class RemoteAdminBackend : public AdminBackend {
@@ -122,6 +126,16 @@ absl::StatusOr<v1::Team> TeamOf(const TeamOptions& options, v1::Team base) {
   if (options.requests_per_second) base.set_requests_per_second(*options.requests_per_second);
   if (options.weight) base.set_weight(*options.weight);
   if (options.max_running_tasks) base.set_max_running_tasks(*options.max_running_tasks);
+  if (options.runners) {
+    base.clear_runners();
+    if (*options.runners != "any") {
+      for (absl::string_view runner : absl::StrSplit(*options.runners, ',', absl::SkipWhitespace())) {
+        base.add_runners(std::string(absl::StripAsciiWhitespace(runner)));
+      }
+    }
+  }
+  if (options.require_confined) base.set_require_confined(*options.require_confined);
+  if (options.verify_fraction) base.set_verify_fraction(*options.verify_fraction);
   base.clear_usage();
   base.clear_file_bytes();
   base.clear_model_bytes();
@@ -135,11 +149,13 @@ int PrintTeamResult(const absl::StatusOr<v1::Team>& team, bool json, const char*
   if (!team.ok()) return Fail(team.status());
   return PrintAnswer(*team, json, [&](const v1::Team& t) {
     printf("team %s %s: weight %lld, running tasks %s, queued jobs %s, priority at most %d, requests per second %s, "
-           "files %s, models %s, results %s\n",
+           "files %s, models %s, results %s, spot checks %s, runners %s%s\n",
            t.name().c_str(), verb, static_cast<long long>(t.weight()), Limit(t.max_running_tasks()).c_str(),
            Limit(t.max_active_jobs()).c_str(), t.max_priority(), Limit(t.requests_per_second()).c_str(),
            ByteLimit(t.max_file_bytes()).c_str(), ByteLimit(t.max_model_bytes()).c_str(),
-           ByteLimit(t.max_result_bytes()).c_str());
+           ByteLimit(t.max_result_bytes()).c_str(), VerifyFraction(t.verify_fraction()).c_str(),
+           t.runners().empty() ? "any" : absl::StrJoin(t.runners(), ",").c_str(),
+           t.require_confined() ? ", confined executors only" : "");
   });
 }
 
@@ -220,9 +236,9 @@ void PrintTeams(const std::vector<v1::Team>& teams, bool json) {
     PrintJsonArray(teams);
     return;
   }
-  printf("%-20s %6s %8s %8s %14s %12s %8s %12s %12s %12s %14s %22s %22s %22s\n", "TEAM", "WEIGHT", "SHARE", "USED",
+  printf("%-20s %6s %8s %8s %14s %12s %8s %12s %12s %12s %14s %22s %22s %22s %8s\n", "TEAM", "WEIGHT", "SHARE", "USED",
          "USAGE (DEV-S)", "DEVICE-HOURS", "RUNNING", "MAX RUNNING", "MAX QUEUED", "MAX PRIORITY", "REQUESTS/S",
-         "FILES/MAX", "MODELS/MAX", "RESULTS/MAX");
+         "FILES/MAX", "MODELS/MAX", "RESULTS/MAX", "VERIFY");
   for (const v1::Team& team : teams) PrintTeam(team);
 }
 

@@ -47,6 +47,11 @@ struct TeamOptions {
   std::optional<std::string> max_file_bytes;
   std::optional<std::string> max_model_bytes;
   std::optional<std::string> max_result_bytes;
+  std::optional<std::string> runners;  // "llama,embed"; "any": no list (those the server allows)
+  std::optional<bool> require_confined;
+  // The share of its jobs' records spot-checked: 0 (the fleet's) or 0.01 to 1 (the server refuses
+  // anything else: checks are never off for a team).
+  std::optional<double> verify_fraction;
 };
 // "123", "64K", "200G", "1T" (powers of 1024; an optional trailing "B" or "iB") as bytes;
 // InvalidArgument otherwise.

@@ -371,6 +371,7 @@ int Submit(const Connection& connection, const SubmitOptions& options) {
   request.set_runner_options_json(options.runner_options_json);
   request.set_runner(options.runner);
   request.set_gang_size(options.gang);
+  request.set_require_confined(options.require_confined);
   if (!options.completion_window.empty()) {
     absl::Duration window;
     if (!absl::ParseDuration(options.completion_window, &window) || window <= absl::ZeroDuration()) {

@@ -118,6 +118,7 @@ struct SubmitOptions {
   std::string runner;             // "" : llama
   std::string completion_window;  // "24h", "90m": the job expires with what it finished by then
   int gang = 0;                   // run each task on a gang of this many executors (0: one)
+  bool require_confined = false;  // only on executors whose runners are fully confined
   bool wait = false;
   bool json = false;
 };

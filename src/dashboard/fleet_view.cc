@@ -1,12 +1,32 @@
 #include "dashboard/fleet_view.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <map>
 #include <optional>
+#include <string_view>
 
 #include "common/logging.h"
 #include "common/status_macros.h"
 
 namespace minions {
+namespace {
+
+// A gauge family `name` with a sample for every one of `states`, its count in `counts` (0 when
+// absent: a state that empties shows 0 rather than vanishing), labelled state=`name_of(state)`.
+template <typename State>
+metrics::FamilySnapshot ByState(const char* name, const char* help, std::initializer_list<State> states,
+                                const std::map<State, int64_t>& counts, std::string_view (*name_of)(State)) {
+  metrics::FamilySnapshot family{name, help, metrics::MetricType::kGauge, {}};
+  for (State state : states) {
+    auto it = counts.find(state);
+    family.samples.push_back({name, {{"state", std::string(name_of(state))}},
+                              static_cast<double>(it == counts.end() ? 0 : it->second)});
+  }
+  return family;
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<const FleetSnapshot>> FleetView::Get() {
   absl::MutexLock lock(&mu_);
@@ -237,36 +257,21 @@ void FleetView::Collect(std::vector<metrics::FamilySnapshot>* out) {
   }
   const FleetSnapshot& s = **snapshot;
   // Every state gets a sample, zeros included, so a state that empties shows 0 rather than vanishing.
-  FamilySnapshot jobs{"minions_jobs", "Jobs by state (from the store; the same on every server).",
-                      MetricType::kGauge, {}};
-  for (JobState st : {JobState::kValidating, JobState::kQueued, JobState::kRunning, JobState::kFinalizing,
-                      JobState::kCompleted, JobState::kFailed, JobState::kCancelled, JobState::kExpired}) {
-    auto it = s.jobs_by_state.find(st);
-    jobs.samples.push_back({"minions_jobs", {{"state", std::string(JobStateName(st))}},
-                            static_cast<double>(it == s.jobs_by_state.end() ? 0 : it->second)});
-  }
-  out->push_back(std::move(jobs));
-  FamilySnapshot tasks{"minions_tasks", "Tasks of the jobs that have not ended, by state (from the store).",
-                       MetricType::kGauge, {}};
-  for (TaskState st : {TaskState::kPending, TaskState::kRunning, TaskState::kSucceeded, TaskState::kFailed,
-                       TaskState::kCancelled}) {
-    auto it = s.tasks_by_state.find(st);
-    tasks.samples.push_back({"minions_tasks", {{"state", std::string(TaskStateName(st))}},
-                             static_cast<double>(it == s.tasks_by_state.end() ? 0 : it->second)});
-  }
-  out->push_back(std::move(tasks));
-  FamilySnapshot executors{"minions_executors",
-                           "Executors by state: available, busy, owner_active, draining, lost, quarantined (an "
-                           "answer failed verification), pending (waiting for an admin's approval; from the store).",
-                           MetricType::kGauge, {}};
-  for (ExecutorState st : {ExecutorState::kAvailable, ExecutorState::kBusy, ExecutorState::kOwnerActive,
-                           ExecutorState::kDraining, ExecutorState::kLost, ExecutorState::kQuarantined,
-                           ExecutorState::kPending}) {
-    auto it = s.executors_by_state.find(st);
-    executors.samples.push_back({"minions_executors", {{"state", std::string(ExecutorStateName(st))}},
-                                 static_cast<double>(it == s.executors_by_state.end() ? 0 : it->second)});
-  }
-  out->push_back(std::move(executors));
+  out->push_back(ByState("minions_jobs", "Jobs by state (from the store; the same on every server).",
+                         {JobState::kValidating, JobState::kQueued, JobState::kRunning, JobState::kFinalizing,
+                          JobState::kCompleted, JobState::kFailed, JobState::kCancelled, JobState::kExpired},
+                         s.jobs_by_state, JobStateName));
+  out->push_back(ByState("minions_tasks", "Tasks of the jobs that have not ended, by state (from the store).",
+                         {TaskState::kPending, TaskState::kRunning, TaskState::kSucceeded, TaskState::kFailed,
+                          TaskState::kCancelled},
+                         s.tasks_by_state, TaskStateName));
+  out->push_back(ByState("minions_executors",
+                         "Executors by state: available, busy, owner_active, draining, lost, quarantined (an "
+                         "answer failed verification), pending (waiting for an admin's approval; from the store).",
+                         {ExecutorState::kAvailable, ExecutorState::kBusy, ExecutorState::kOwnerActive,
+                          ExecutorState::kDraining, ExecutorState::kLost, ExecutorState::kQuarantined,
+                          ExecutorState::kPending},
+                         s.executors_by_state, ExecutorStateName));
   // Per job, only jobs that have not ended: bounded by the work in flight, not by history.
   FamilySnapshot records{"minions_job_records",
                          "Records of each unfinished job: total, succeeded, failed, in_flight (done by running "

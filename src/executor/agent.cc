@@ -124,7 +124,10 @@ absl::Status ExecutorAgent::Run() {
   heartbeat_stop_ = true;
   heartbeater_.Ring();
   heartbeat_thread_.join();
-  MINIONS_LOG(Info) << "executor stopped after " << tasks_completed_ << " tasks";
+  MINIONS_LOG(Info) << "executor stopped after " << tasks_completed_ << " tasks, " << lease_calls_
+                    << " lease calls; spot checks: " << verify_asks_ << " asks (" << verify_asks_empty_
+                    << " found none), " << verifications_reported_ << " reported, "
+                    << absl::ToDoubleSeconds(verify_held_) << " s in hand";
   return exit_status();
 }
 
@@ -197,10 +200,10 @@ void ExecutorAgent::Serve(absl::Time now) {
     phase_ = Phase::kShuttingDown;
     return ShutDown(clock_->Now());
   }
-  // A spot check in hand holds the lease back (an idle poll would wait on the server meanwhile):
-  // it is small, and asked for only when the agent holds no task (agent_verify.cc).
+  // Spot checks are asked for once a lease call came back empty, and run between the tasks in
+  // hand; one holds leasing back only while it must (CheckHoldsLeasing, agent_verify.cc).
   Verify(!drain && !hold, clock_->Now());
-  if (!drain && !hold && !verifying_) LeaseMore(clock_->Now());
+  if (!drain && !hold && !CheckHoldsLeasing()) LeaseMore(clock_->Now());
   if (!hold) FeedRunner(clock_->Now());
   FlushCompletions(clock_->Now());
 }
@@ -223,13 +226,11 @@ absl::Time ExecutorAgent::NextPass(absl::Time now) {
     absl::MutexLock lock(&mu_);
     drain = drain_;
   }
-  // A spot check in hand holds leasing back (Serve): the window's ask waits for it.
-  if (!drain && !holding_ && !InGang() && !verifying_) {
+  // A spot check that holds leasing back (Serve): the window's ask waits for it.
+  if (!drain && !holding_ && !InGang() && !CheckHoldsLeasing()) {
     next = std::min(next, window_.NextAsk(static_cast<int>(tasks_.size())));
   }
-  if (!drain && !holding_ && !verifying_ && !verify_unoffered_ && tasks_.empty() && queue_.empty() && !RunnerBusy()) {
-    next = std::min(next, next_verify_ask_);  // an idle executor's next ask for a spot check
-  }
+  if (!drain && !holding_ && MayAskForChecks()) next = std::min(next, next_verify_ask_);  // its next ask
   if (!to_complete_.empty()) next = std::min(next, next_completion_try_);
   next = std::min(next, runner_.NextCheck());  // its hang, its load's timeout
   if (gang_wait_for_ && !holding_) next = std::min(next, now + kGangAskEvery);
@@ -315,6 +316,12 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
   const int held = static_cast<int>(tasks_.size());
   if (!window_.Due(held, now)) return;
   AgentLeaseAsk request = window_.Ask(held);
+  // It has just run out of tasks: a quick look (no long poll) first. Only when that finds nothing
+  // does it ask for spot checks (Verify), so it never takes a check while a task waits for it, and
+  // never parks in a long poll while checks wait.
+  const bool quick_look = held == 0 && quick_look_;
+  if (quick_look) request.wait = absl::ZeroDuration();
+  if (held == 0) quick_look_ = false;
   request.executor_id = id();
   {
     // Holding nothing at all, and available (or it would not lease): the server may keep it alive
@@ -327,6 +334,7 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
   if (request.reclaim) {
     for (const auto& [key, task] : tasks_) request.held.push_back(task->ref());
   }
+  ++lease_calls_;
   auto reply = client_->Lease(request);
   if (request.idle) heartbeater_.IdlePollEnded(reply.ok(), reply.ok() && reply->idle_renewed);
   if (reply.ok() && (reply->reregister || reply->drain)) {
@@ -346,10 +354,17 @@ void ExecutorAgent::LeaseMore(absl::Time now) {
     return;
   }
   window_.Answered(request, reply->leases.size(), now, clock_->Now());
-  // A long poll answered early with nothing: the server woke it because another executor
-  // committed work that may have spot checks drawn (ExecutorService::WakeAVerifier). Ask now.
-  if (request.wait > absl::ZeroDuration() && reply->leases.empty() && clock_->Now() - now < request.wait / 2) {
-    next_verify_ask_ = absl::InfinitePast();
+  if (reply->leases.empty()) {
+    // Nothing to lease now: the moment to ask for spot checks (Verify).
+    verify_due_ = true;
+    // A long poll answered early with nothing: the server woke it because another executor
+    // committed work that may have spot checks drawn (ExecutorService::WakeAVerifier). Or the
+    // quick look after its last task: the checks of the job it worked on wait for an executor
+    // with nothing else to do. Either way, ask now.
+    if (quick_look ||
+        (request.wait > absl::ZeroDuration() && clock_->Now() - now < request.wait / 2)) {
+      next_verify_ask_ = absl::InfinitePast();
+    }
   }
   TakeGangDuties(reply->gang_duties);
   for (const LeaseGrant& lease : reply->leases) Stage(lease, clock_->Now());
@@ -378,6 +393,7 @@ void ExecutorAgent::Stage(const LeaseGrant& lease, absl::Time now) {
   if (!run.ok()) return drop(run.status(), FailureClass::kPermanent);
   TaskPtr task = run->get();
   tasks_[key] = std::move(*run);
+  quick_look_ = true;  // once it runs out of tasks, it looks for more before asking for spot checks
   queue_.push_back(task);
   PublishTask(task);
   if (lease.resume_from > 0) {

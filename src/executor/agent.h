@@ -259,11 +259,24 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   static std::string ModelKey(const LeaseGrant& lease);
 
   // --- spot checks (agent_verify.cc) ---
-  // Asks for a verification task when the agent holds no task (never preempting one: a task
-  // leased after it waits for its rescore, which is small), loads the job's model, sends the
-  // items to the runner's `rescore` and reports one verdict per item. Also ends a verification
-  // whose runner went away (each item then unchecked). Asks only when `may_ask`.
+  // Asks for a verification task once a lease call came back empty (MayAskForChecks: the agent
+  // is idle, or has tasks in hand and none waiting on the server), loads the job's model (only
+  // once the runner holds no task), sends the items to the runner's `rescore` (queued behind the
+  // batches it runs: never preempting a task) and reports one verdict per item. Also ends a
+  // verification whose runner went away (each item then unchecked). Asks only when `may_ask`.
   void Verify(bool may_ask, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
+  // Whether it would ask for a spot check now (at next_verify_ask_): a lease call came back empty
+  // since its last ask, and nothing (a gang, a model loading) keeps the runner from a check.
+  bool MayAskForChecks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_) {
+    return !verifying_ && verify_due_ && !verify_unoffered_ && !InGang() && !runner_.loading();
+  }
+  // Whether the spot check in hand holds leasing back: while the agent holds no task (an idle
+  // lease is a long poll, which would hold the check's report back; the check is small), and until
+  // the check is on the runner (another model's check waits for the runner to empty). A check
+  // sent to the runner beside tasks leases on: the runner takes it between them.
+  bool CheckHoldsLeasing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_) {
+    return verifying_ && (tasks_.empty() || !verifying_->sent);
+  }
   void StartVerification(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
   // Reports the verdicts taken (every item without one: unchecked, for `why`) and forgets it.
   void EndVerification(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(main_);
@@ -325,6 +338,13 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   WorkGate* gate_ = nullptr;                             // set before Run()
   std::atomic<int64_t> tasks_completed_{0};
   std::atomic<int64_t> verifications_reported_{0};
+  // What spot checks cost this executor's loop, logged when it stops (docs/benchmarks.md, "Cost"):
+  // its lease calls, its asks for spot checks (and how many found none), and the time a check was
+  // in hand. The main loop's thread only (Run logs them once the loop has ended).
+  int64_t lease_calls_ = 0;
+  int64_t verify_asks_ = 0;
+  int64_t verify_asks_empty_ = 0;
+  absl::Duration verify_held_ = absl::ZeroDuration();
 
   // Shared between the loops and the callers from other threads.
   mutable absl::Mutex mu_;
@@ -374,6 +394,7 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   struct Verifying {
     VerificationGrant grant;
     std::string batch;                 // its rescore batch id
+    absl::Time since;                  // when it was leased
     bool load_asked = false;           // it asked the runner to load the job's model
     bool sent = false;                 // its rescore went to the runner ...
     bool done = false;                 // ... which has answered it (batch_done)
@@ -383,6 +404,11 @@ class ExecutorAgent : public WorkTarget, private BeatSource {
   };
   std::optional<Verifying> verifying_ ABSL_GUARDED_BY(main_);
   absl::Time next_verify_ask_ ABSL_GUARDED_BY(main_) = absl::InfinitePast();
+  // A lease call came back empty since its last ask for spot checks (true at first: it asks once
+  // on starting). Asks wait for it, so a check never goes before a task the server has for it.
+  bool verify_due_ ABSL_GUARDED_BY(main_) = true;
+  // It held a task since its last idle lease call: the next one is a quick look, not a long poll.
+  bool quick_look_ ABSL_GUARDED_BY(main_) = false;
   bool verify_unoffered_ ABSL_GUARDED_BY(main_) = false;  // the server leases no spot checks
   // The gang network (options_.gang->link, else the real one); immutable.
   const std::shared_ptr<GangLink> gang_link_;

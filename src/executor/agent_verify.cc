@@ -15,14 +15,15 @@ namespace minions {
 
 void ExecutorAgent::Verify(bool may_ask, absl::Time now) {
   if (!verifying_) {
-    // Only with nothing else to do: no task held, queued, loading or in a gang. Once idle again
-    // it asks at once: the checks of the job it just worked on wait for an idle executor.
-    if (!tasks_.empty() || !queue_.empty() || RunnerBusy() || runner_.loading() || InGang()) {
-      next_verify_ask_ = absl::InfinitePast();
-      return;
-    }
-    if (!may_ask || verify_unoffered_ || now < next_verify_ask_) return;
+    // Only once a lease call came back empty: the server has no task for it now. Idle, or beside
+    // tasks in hand (the check runs between them on the runner, and leasing goes on): a busy
+    // executor whose queue ran dry takes the checks the job's other executors wait on, rather
+    // than leaving them all for the job's end. At most every verify_poll; at once after a report
+    // (more may wait), after its last task, or when the server woke its poll for one.
+    if (!may_ask || !MayAskForChecks() || now < next_verify_ask_) return;
     next_verify_ask_ = now + options_.verify_poll;
+    verify_due_ = false;
+    ++verify_asks_;
     auto grants = client_->LeaseVerifications(id(), 1);
     if (!grants.ok()) {
       if (absl::IsUnimplemented(grants.status())) {
@@ -34,8 +35,12 @@ void ExecutorAgent::Verify(bool may_ask, absl::Time now) {
       }
       return;
     }
-    if (grants->empty()) return;
+    if (grants->empty()) {
+      ++verify_asks_empty_;
+      return;
+    }
     Verifying v;
+    v.since = now;
     v.grant = std::move(grants->front());
     v.batch = absl::StrCat("verify-", v.grant.job.ref.job_id, "-", v.grant.job.ref.task_index, "-",
                            v.grant.job.ref.attempt, "-", v.grant.seq);
@@ -93,7 +98,8 @@ void ExecutorAgent::StartVerification(absl::Time now) {
   // Asked already and the runner no longer has (or loads) it: the load failed, the runner died, or
   // the owner took the machine back.
   if (v.load_asked) return EndVerification("the job's model did not load");
-  if (RunnerBusy() || runner_.loading()) return;  // not while anything else runs
+  // Another model: not while anything else runs or waits to (leasing is held back meanwhile).
+  if (RunnerBusy() || runner_.loading() || !queue_.empty()) return;
   if (!v.grant.job.model_digest.empty()) {
     absl::StatusOr<std::optional<std::string>> cached = CachedModel(v.grant.job);
     if (!cached.ok()) return EndVerification(absl::StrCat("cannot fetch the model: ", cached.status().message()));
@@ -155,6 +161,7 @@ bool ExecutorAgent::TakeVerificationEvent(const runner_protocol::Event& event, a
 void ExecutorAgent::EndVerification(const std::string& why) {
   Verifying v = std::move(*verifying_);
   verifying_.reset();
+  verify_held_ += clock_->Now() - v.since;
   std::vector<RecordVerdict> verdicts;
   int unchecked = 0;
   for (size_t i = 0; i < v.grant.items.size(); ++i) {
@@ -174,6 +181,7 @@ void ExecutorAgent::EndVerification(const std::string& why) {
   }
   ++verifications_reported_;
   next_verify_ask_ = absl::InfinitePast();  // there may be more waiting
+  verify_due_ = true;
   MINIONS_LOG(Info) << "spot check of " << Describe(v.grant.job.ref) << " chunk " << v.grant.seq << " reported: "
                     << verdicts.size() - unchecked << " checked, " << unchecked << " not"
                     << (unchecked > 0 ? " (" + why + ")" : "");

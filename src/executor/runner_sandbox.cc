@@ -52,6 +52,12 @@ void AppendProgram(const std::vector<std::string>& command, std::vector<std::str
 
 }  // namespace
 
+absl::StatusOr<std::string> ResolveRunnerSandboxMode(const std::string& mode, int landlock_abi) {
+  if (mode == "on" || mode == "required" || mode == "off") return mode;
+  if (mode == "auto") return std::string(landlock_abi >= 4 ? "required" : "on");
+  return absl::InvalidArgumentError(absl::StrCat("--runner-sandbox is auto, on, required or off, not '", mode, "'"));
+}
+
 absl::StatusOr<std::shared_ptr<const RunnerSandbox>> RunnerSandbox::Create(RunnerSandboxOptions options) {
   if (options.launcher.empty()) options.launcher = SiblingProgram("minions-sandbox");
   options.launcher = Absolute(options.launcher);

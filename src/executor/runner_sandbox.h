@@ -24,6 +24,13 @@ struct RunnerSandboxOptions {
   bool confine = true;                   // false: only the empty environment and the scratch folder
 };
 
+// The `--runner-sandbox` mode an executor runs with: "on", "required" and "off" as asked; "auto"
+// (the default) is "required" where this kernel's Landlock does all the sandbox asks of it (ABI 4
+// or later: files and TCP, `landlock_abi`), so that no runner starts less confined than the
+// executor reports, and "on" elsewhere (seccomp only where there is no Landlock: reported as
+// "partial", with a warning). docs/security.md 40.6a. InvalidArgument for another word.
+absl::StatusOr<std::string> ResolveRunnerSandboxMode(const std::string& mode, int landlock_abi);
+
 class RunnerSandbox {
  public:
   static absl::StatusOr<std::shared_ptr<const RunnerSandbox>> Create(RunnerSandboxOptions options);

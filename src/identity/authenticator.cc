@@ -10,52 +10,38 @@
 namespace minions {
 namespace {
 
-std::string WhatItAllows(Scope scope) {
+// What a scope allows, and which credential carries it, in words for a refusal.
+struct ScopeWords {
+  const char* allows;
+  const char* needs;
+};
+
+ScopeWords WordsFor(Scope scope) {
   switch (scope) {
     case Scope::kAdmin:
-      return "administer the pool (teams, tokens, executors)";
+      return {"administer the pool (teams, tokens, executors)", "an admin token"};
     case Scope::kJobsRead:
-      return "read jobs";
+      return {"read jobs", "a team's viewer or submitter token"};
     case Scope::kJobsWrite:
-      return "submit or cancel jobs";
+      return {"submit or cancel jobs", "a team's submitter token"};
     case Scope::kFleetRead:
-      return "see the fleet";
+      return {"see the fleet", "a viewer, monitor or admin token"};
     case Scope::kMetricsRead:
-      return "read metrics";
+      return {"read metrics", "a viewer, monitor or admin token"};
     case Scope::kExecutor:
-      return "act as an executor";
+      return {"act as an executor", "an executor's own credential (from enrolment with a join token)"};
     case Scope::kEnrol:
-      return "enrol executors";
+      return {"enrol executors", "a join token"};
   }
-  return "do that";
+  return {"do that", ""};
 }
 
 }  // namespace
 
 std::string DescribeMissingScope(const Caller& caller, Scope scope) {
-  std::string needs;
-  switch (scope) {
-    case Scope::kAdmin:
-      needs = "an admin token";
-      break;
-    case Scope::kJobsRead:
-      needs = "a team's viewer or submitter token";
-      break;
-    case Scope::kJobsWrite:
-      needs = "a team's submitter token";
-      break;
-    case Scope::kFleetRead:
-    case Scope::kMetricsRead:
-      needs = "a viewer, monitor or admin token";
-      break;
-    case Scope::kExecutor:
-      needs = "an executor's own credential (from enrolment with a join token)";
-      break;
-    case Scope::kEnrol:
-      needs = "a join token";
-      break;
-  }
-  return absl::StrCat("a ", std::string(RoleName(caller.role)), " token cannot ", WhatItAllows(scope), "; that takes ", needs);
+  const ScopeWords words = WordsFor(scope);
+  return absl::StrCat("a ", std::string(RoleName(caller.role)), " token cannot ", words.allows, "; that takes ",
+                      words.needs);
 }
 
 Authenticator::Authenticator(IdentityStore* store, Clock* clock, AuthenticatorOptions options)

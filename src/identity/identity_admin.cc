@@ -3,6 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "identity/token.h"
+#include "model/model_ref.h"
+#include "model/placement.h"
 
 namespace minions {
 
@@ -19,7 +21,15 @@ absl::Status IdentityAdmin::ValidateTeam(const Team& team) {
     return absl::InvalidArgumentError(
         absl::StrCat("a team's fair-share weight must be between 1 and ", kMaxTeamWeight));
   }
-  return absl::OkStatus();
+  if (team.runners.size() > kMaxClaimedRunners) {
+    return absl::InvalidArgumentError(absl::StrCat("a team may be allowed ", kMaxClaimedRunners, " runners at most"));
+  }
+  for (const std::string& runner : team.runners) {
+    if (absl::Status valid = ValidateRunnerName(runner); !valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("a team's runners: ", valid.message()));
+    }
+  }
+  return ValidateVerifyFraction(team.verify_fraction);
 }
 
 absl::StatusOr<Team> IdentityAdmin::CreateTeam(Team team) {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/c_ptr.h"
 #include "common/private_files.h"
 #include "common/status_macros.h"
 
@@ -29,18 +30,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct KeyFree {
-  void operator()(EVP_PKEY* key) const { EVP_PKEY_free(key); }
-};
-struct CertFree {
-  void operator()(X509* cert) const { X509_free(cert); }
-};
-struct BioFree {
-  void operator()(BIO* bio) const { BIO_free(bio); }
-};
-using Key = std::unique_ptr<EVP_PKEY, KeyFree>;
-using Cert = std::unique_ptr<X509, CertFree>;
-using Bio = std::unique_ptr<BIO, BioFree>;
+using Key = CPtr<EVP_PKEY, EVP_PKEY_free>;
+using Cert = CPtr<X509, X509_free>;
+using Bio = CPtr<BIO, BIO_free>;
 
 absl::Status OpenSslError(const std::string& what) {
   char buffer[256] = "";
@@ -82,20 +74,20 @@ absl::Status WritePem(const std::string& path, bool secret, const std::function<
   return absl::OkStatus();
 }
 
-absl::StatusOr<Key> ReadKey(const std::string& path) {
+// Reads the PEM object in `path` (its kind in words: `what`) with OpenSSL's `read`.
+template <typename Ptr, typename Read>
+absl::StatusOr<Ptr> ReadPemObject(const std::string& path, const char* what, Read read) {
   Bio bio(BIO_new_file(path.c_str(), "r"));
   if (!bio) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
-  Key key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
-  if (!key) return OpenSslError(absl::StrCat("cannot read the key ", path));
-  return key;
+  Ptr object(read(bio.get(), nullptr, nullptr, nullptr));
+  if (!object) return OpenSslError(absl::StrCat("cannot read the ", what, " ", path));
+  return object;
 }
 
+absl::StatusOr<Key> ReadKey(const std::string& path) { return ReadPemObject<Key>(path, "key", PEM_read_bio_PrivateKey); }
+
 absl::StatusOr<Cert> ReadCert(const std::string& path) {
-  Bio bio(BIO_new_file(path.c_str(), "r"));
-  if (!bio) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
-  Cert cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
-  if (!cert) return OpenSslError(absl::StrCat("cannot read the certificate ", path));
-  return cert;
+  return ReadPemObject<Cert>(path, "certificate", PEM_read_bio_X509);
 }
 
 absl::Status AddExtension(X509* cert, X509* issuer, int nid, const std::string& value) {

@@ -3,8 +3,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "common/enum_names.h"
 
 namespace minions::metrics {
 namespace {
@@ -29,14 +31,10 @@ void EscapeInto(std::string_view text, bool quote, std::string* out) {
   }
 }
 
-std::string_view TypeName(MetricType type) {
-  switch (type) {
-    case MetricType::kCounter: return "counter";
-    case MetricType::kGauge: return "gauge";
-    case MetricType::kHistogram: return "histogram";
-  }
-  return "untyped";
-}
+constexpr const char* kTypeNames[] = {"counter", "gauge", "histogram"};
+static_assert(std::size(kTypeNames) == static_cast<size_t>(MetricType::kHistogram) + 1);
+
+std::string_view TypeName(MetricType type) { return NameIn(kTypeNames, type, "untyped"); }
 
 std::vector<std::pair<std::string, std::string>> Zip(const std::vector<std::string>& names,
                                                      const std::vector<std::string>& values) {

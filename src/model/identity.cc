@@ -99,6 +99,18 @@ absl::Status ValidateTeamName(std::string_view name) {
   return absl::OkStatus();
 }
 
+std::string ExecutorOwner(const TokenRecord& join) {
+  return join.principal.empty() || join.principal == kDefaultJoinTokenName ? join.id : join.principal;
+}
+
+absl::Status ValidateVerifyFraction(double fraction) {
+  // Written so that NaN fails too.
+  if (fraction == 0 || (fraction >= kMinTeamVerifyFraction && fraction <= 1)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "a team's verify fraction is 0 (the fleet's) or between ", kMinTeamVerifyFraction,
+      " and 1: spot checks are never off for a team (a forging executor would forge where they are)"));
+}
+
 absl::Status ValidateExecutorName(std::string_view name) {
   bool ok = name.size() <= 100;  // "" is an executor that gave no name (shown by its id)
   for (size_t i = 0; ok && i < name.size(); ++i) {

@@ -88,11 +88,20 @@ struct Team {
   int64_t max_file_bytes = 0;
   int64_t max_model_bytes = 0;
   int64_t max_result_bytes = 0;
+  // The share of its jobs' records spot-checked (docs/verification.md, "Spot checks"): 0 for the
+  // fleet's (StoreOptions::verification.fraction), else kMinTeamVerifyFraction to 1. Never 0
+  // for "none": a team's jobs without checks would be where a forging executor forges.
+  double verify_fraction = 0;
   // What it keeps of files and results, as the store counts them (IdentityStore::ChargeTeamBytes):
   // never set by an admin (UpdateTeam keeps the stored counts). Its models' bytes are summed from
   // its registry instead.
   int64_t file_bytes = 0;
   int64_t result_bytes = 0;
+  // The runners its jobs may name (docs/security.md 40.3): a job naming another is refused; empty:
+  // any the server allows (ServerOptions::runner_allowlist).
+  std::vector<std::string> runners;
+  // Its jobs run only on executors whose runners are fully confined (Requirements::confined).
+  bool require_confined = false;
   absl::Time created_at;
   bool operator==(const Team&) const = default;
 };
@@ -104,6 +113,16 @@ enum class TeamBytes { kFiles, kResults };
 inline constexpr char kDefaultTeam[] = "default";
 // The largest fair-share weight an admin may give a team.
 inline constexpr int64_t kMaxTeamWeight = 1000000;
+// The name `minions admin join-token` gives a join token when the admin gives none.
+inline constexpr char kDefaultJoinTokenName[] = "join";
+struct TokenRecord;
+// The owner of the executors a join token enrols (Executor::owner): the token's name when an admin
+// gave one (it names the machines' owner: "alice", "lab-3"), else the token itself ("tok-...").
+std::string ExecutorOwner(const TokenRecord& join);
+// The least spot-check fraction a team may have (Team::verify_fraction).
+inline constexpr double kMinTeamVerifyFraction = 0.01;
+// InvalidArgument unless `fraction` is 0 (the fleet's) or kMinTeamVerifyFraction to 1.
+absl::Status ValidateVerifyFraction(double fraction);
 
 // InvalidArgument unless `name` is 1-63 of [a-z0-9_-], starting with a letter or digit: team names
 // become object-store prefixes and metric labels.

@@ -88,6 +88,7 @@ Json JobSpecToJson(const JobSpec& spec) {
   if (spec.gang_size > 0) json["gang_size"] = spec.gang_size;
   if (spec.tokens_per_record > 0) json["tokens_per_record"] = spec.tokens_per_record;
   if (!spec.sizing.empty()) json["sizing"] = spec.sizing;
+  if (spec.requirements.confined) json["requirements"]["confined"] = true;  // absent: as before
   return json;
 }
 
@@ -109,6 +110,10 @@ absl::StatusOr<JobSpec> JobSpecFromJson(const Json& json) {
     RETURN_IF_ERROR(ReadInt(requirements, "min_memory_bytes", spec.requirements.min_memory_bytes));
     RETURN_IF_ERROR(ReadInt(requirements, "estimate_bytes", spec.requirements.estimate_bytes));
     RETURN_IF_ERROR(ReadString(requirements, "runner", spec.requirements.runner));
+    if (const Json& confined = JsonField(requirements, "confined"); !confined.is_null()) {
+      if (!confined.is_boolean()) return absl::InvalidArgumentError("\"confined\" must be true or false");
+      spec.requirements.confined = confined.get<bool>();
+    }
   }
   const Json& options = JsonField(json, "runner_options");
   if (!options.is_null()) {

@@ -36,6 +36,10 @@ bool OffersRunner(const ExecutorInfo& info, const std::string& runner) {
   return std::find(runners.begin(), runners.end(), runner) != runners.end();
 }
 
+bool MeetsConfinement(const ExecutorInfo& info, const Requirements& requirements) {
+  return !requirements.confined || info.confinement == kConfinementFull;
+}
+
 absl::Status CheckClaimedMemory(const ExecutorInfo& info) {
   if (info.memory_bytes < 0 || info.usable_memory_bytes < 0) {
     return absl::InvalidArgumentError("an executor's memory cannot be negative");
@@ -143,6 +147,7 @@ bool PastWarmWait(const Job& job, absl::Time now, absl::Duration warm_wait) {
 Fit PlaceOn(const ExecutorInfo& info, const Job& job, absl::Time now, absl::Duration warm_wait) {
   if (job.spec.gang_size >= 2) return Fit::kGang;
   if (!OffersRunner(info, job.spec.requirements.runner)) return Fit::kNoRunner;
+  if (!MeetsConfinement(info, job.spec.requirements)) return Fit::kUnconfined;
   if (!HoldsMemory(info, job.spec.requirements)) return Fit::kTooSmall;
   if (!TakesWithoutWait(info, job.spec.model_digest) && !PastWarmWait(job, now, warm_wait)) {
     return Fit::kColdTooEarly;
@@ -192,6 +197,7 @@ std::string_view WaitCauseName(WaitCause cause) {
     case WaitCause::kTeamQuota: return "team_quota";
     case WaitCause::kNoExecutors: return "no_executors";
     case WaitCause::kNoRunner: return "no_runner";
+    case WaitCause::kUnconfined: return "unconfined";
     case WaitCause::kTooLarge: return "too_large";
     case WaitCause::kAllBusy: return "all_busy";
     case WaitCause::kWarmWait: return "warm_wait";
@@ -242,6 +248,16 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
     default:
       break;
   }
+  if (spec.requirements.confined &&
+      std::none_of(executors.begin(), executors.end(), [&](const Executor& e) {
+        return e.state != ExecutorState::kRevoked && OffersRunner(e.info, spec.requirements.runner) &&
+               MeetsConfinement(e.info, spec.requirements);
+      })) {
+    return {WaitCause::kUnconfined,
+            absl::StrCat("the job requires confined executors (its submitter or its team asked for them) and no "
+                         "executor offering runner '",
+                         spec.requirements.runner, "' is fully confined (Landlock and seccomp: `minions executors`)")};
+  }
   int able = 0, ready = 0, ready_idle = 0, warm_busy = 0;
   for (const FleetMember& m : fleet) {
     const ExecutorInfo& info = m.executor.info;
@@ -249,7 +265,10 @@ WaitExplanation ExplainWait(const Job& job, int64_t pending_tasks, const std::ve
         m.executor.state == ExecutorState::kPending) {
       continue;
     }
-    if (!OffersRunner(info, spec.requirements.runner) || !HoldsMemory(info, spec.requirements)) continue;
+    if (!OffersRunner(info, spec.requirements.runner) || !MeetsConfinement(info, spec.requirements) ||
+        !HoldsMemory(info, spec.requirements)) {
+      continue;
+    }
     ++able;
     const bool warm = TakesWithoutWait(info, spec.model_digest);
     if (!HasFreeSlot(m)) {

@@ -3,6 +3,7 @@
 // statement of the rules (docs/architecture.md "Placement"):
 // - the executor's usable memory (UsableMemory) holds the job's requirements.min_memory_bytes;
 // - it offers the job's runner (an executor that names none runs the default, "llama");
+// - its runners are fully confined when the job (or its team) requires it (MeetsConfinement);
 // - it takes the job's registry model without dropping another (it has it loaded, or cached with
 //   no model loaded), or the job was submitted at least the warm-executor wait ago (delay
 //   scheduling): an executor never unloads one model for another while an executor that has the
@@ -31,6 +32,9 @@ inline constexpr char kDefaultRunnerName[] = "llama";
 // The runners an executor runs: those it lists, or the default when it lists none.
 std::vector<std::string> RunnersOf(const ExecutorInfo& info);
 bool OffersRunner(const ExecutorInfo& info, const std::string& runner);
+// Its runners are confined as the job asks (Requirements::confined: fully, kConfinementFull; an
+// executor that says nothing counts as not confined).
+bool MeetsConfinement(const ExecutorInfo& info, const Requirements& requirements);
 // Its usable memory holds what one task of the job needs.
 bool HoldsMemory(const ExecutorInfo& info, const Requirements& requirements);
 
@@ -75,7 +79,8 @@ bool PastWarmWait(const Job& job, absl::Time now, absl::Duration warm_wait);
 // MayLease; the team's quota aside: fair share).
 // kGang: a gang job's tasks are never leased to one executor alone (server/gang_leasing.h
 // reserves whole gangs for them).
-enum class Fit { kFits, kNoRunner, kTooSmall, kColdTooEarly, kGang };
+// kUnconfined: the job requires confined executors and this one is not (MeetsConfinement).
+enum class Fit { kFits, kNoRunner, kUnconfined, kTooSmall, kColdTooEarly, kGang };
 Fit PlaceOn(const ExecutorInfo& info, const Job& job, absl::Time now, absl::Duration warm_wait);
 
 // Whether some executor of `fleet` (revoked ones aside) could ever run the job: kFits when one
@@ -97,6 +102,7 @@ enum class WaitCause {
   kTeamQuota,    // its team runs its max_running_tasks already
   kNoExecutors,  // no executor has enrolled (revoked ones aside)
   kNoRunner,     // no executor offers the job's runner
+  kUnconfined,   // the job requires confined executors and none offering its runner is confined
   kTooLarge,     // none offering the runner can hold the model (size + KV cache + margin)
   kAllBusy,      // executors can run it but none has a free slot (busy, owner present, draining, lost)
   kWarmWait,     // free executors are cold for its model: delay scheduling waits for a warm one

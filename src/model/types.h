@@ -48,6 +48,9 @@ struct Requirements {
   // and runner options); 0 when unknown (a model named by path).
   int64_t estimate_bytes = 0;
   std::string runner = "llama";  // which runner program serves it (an executor's declared runners)
+  // Only executors whose runners are fully confined (ExecutorInfo::confinement == kConfinementFull)
+  // may run it: asked for by the submitter, or by its team (Team::require_confined); docs/security.md 40.6a.
+  bool confined = false;
 };
 
 // What the submitter asks for.
@@ -285,6 +288,10 @@ struct Executor {
   absl::Time last_heartbeat_at;
   bool drain_requested = false;
   int64_t records_done = 0;     // lifetime, for dashboards
+  // Who owns the machine, as the server knows it (never what the executor says): the name of the
+  // join token it enrolled with (model/identity.h ExecutorOwner); "" when it did not enrol. A
+  // spot check goes to another owner's executor first (docs/verification.md).
+  std::string owner;
 };
 
 // Records [0, n) of the task are committed in chunks.

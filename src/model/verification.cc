@@ -6,8 +6,10 @@
 #include <utility>
 
 #include "absl/strings/numbers.h"
+#include "model/identity.h"
 #include "model/state_machines.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
@@ -68,6 +70,62 @@ void ReopenJob(Job& job, absl::Time now) {
   if (job.state != JobState::kFinalizing) return;
   job.state = JobState::kRunning;
   job.updated_at = now;
+}
+
+Ruling Rule(const std::vector<RecordVerdict>& arbiter_verdicts) {
+  bool all_passed = !arbiter_verdicts.empty();
+  for (const RecordVerdict& v : arbiter_verdicts) {
+    if (v.checked && !v.passed) return Ruling::kUpheld;
+    all_passed = all_passed && v.checked;
+  }
+  return all_passed ? Ruling::kOverturned : Ruling::kUndecided;
+}
+
+std::string_view RulingName(Ruling ruling) {
+  switch (ruling) {
+    case Ruling::kUpheld: return "upheld";
+    case Ruling::kOverturned: return "overturned";
+    case Ruling::kUndecided: return "undecided";
+  }
+  return "undecided";
+}
+
+VerificationTask ArbitrationOf(const VerificationTask& spot_check, const std::string& verifier,
+                               std::vector<int64_t> failed, int64_t chunk_begin, int64_t chunk_end, absl::Time now) {
+  VerificationTask arbitration{spot_check.job_id, spot_check.task_index, spot_check.attempt, spot_check.seq,
+                               spot_check.producer_id, std::move(failed), "", std::nullopt, now};
+  arbitration.disputed_verifier = verifier;
+  arbitration.chunk_begin = chunk_begin;
+  arbitration.chunk_end = chunk_end;
+  return arbitration;
+}
+
+bool MayArbitrate(const std::string& arbiter, const std::string& producer, const std::string& verifier) {
+  return producer == verifier || (arbiter != producer && arbiter != verifier);
+}
+
+bool QuarantinedBy(const Executor& producer, const std::string& job_id, const std::string& custom_id,
+                   const std::string& verifier) {
+  // Quarantine's words, to the verifier's id; a reason cut at kMaxVerificationReason before it
+  // (a very long custom_id) does not match, and the quarantine stands.
+  return producer.state == ExecutorState::kQuarantined &&
+         absl::StartsWith(producer.state_reason, absl::StrCat("failed verification of ", job_id, " record ", custom_id,
+                                                              " (checked by ", verifier, "): "));
+}
+
+void QuarantineOverruled(Executor& verifier, const VerificationTask& arbitration, const std::string& arbiter,
+                         const std::string& custom_id) {
+  if (verifier.state == ExecutorState::kRevoked) return;
+  verifier.state = ExecutorState::kQuarantined;
+  std::string reason = absl::StrCat("overruled by arbitration: it failed ", arbitration.job_id, " record ", custom_id,
+                                    " of ", arbitration.producer_id, ", which ", arbiter, " re-scored and passed");
+  if (reason.size() > kMaxVerificationReason) reason.resize(kMaxVerificationReason);
+  verifier.state_reason = std::move(reason);
+}
+
+VerificationPolicy PolicyForTeam(VerificationPolicy fleet, double team_fraction) {
+  if (team_fraction != 0 && ValidateVerifyFraction(team_fraction).ok()) fleet.fraction = team_fraction;
+  return fleet;
 }
 
 VerificationTally Tally(const std::vector<Verification>& verdicts) {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -78,6 +79,12 @@ struct VerificationTask {
   std::string verifier_id;       // the holder of its lease; "" while pending
   std::optional<absl::Time> lease_expires_at;
   absl::Time created_at;
+  // An arbitration ("" for a spot check): the verifier that failed these records of the chunk,
+  // whose verdict a third executor (neither it nor the producer) now judges. Its chunk was redone,
+  // so the task keeps the chunk's records [chunk_begin, chunk_end) that its Task no longer holds.
+  std::string disputed_verifier;
+  int64_t chunk_begin = 0;
+  int64_t chunk_end = 0;
 
   bool operator==(const VerificationTask&) const = default;
 };
@@ -94,6 +101,39 @@ struct RecordVerdict {
   bool operator==(const RecordVerdict&) const = default;
 };
 
+// --- arbitration (docs/verification.md, "Arbitration by a third") ---
+// A verifier that fails a record is itself judged: the producer is quarantined at once (as for
+// any failure) and a third executor, neither the producer nor the verifier, re-scores the records
+// the verifier failed.
+enum class Ruling {
+  kUpheld,      // the arbiter failed one of them too: the producer's quarantine stands
+  kOverturned,  // the arbiter checked and passed every one: the verifier is the one suspect
+  kUndecided,   // it could not check them all and failed none: nothing changes (an admin decides)
+};
+Ruling Rule(const std::vector<RecordVerdict>& arbiter_verdicts);
+std::string_view RulingName(Ruling ruling);
+
+// The arbitration of `verifier`'s failed verdicts on `spot_check` (its records `failed`, of the
+// chunk [chunk_begin, chunk_end)), created at `now`.
+VerificationTask ArbitrationOf(const VerificationTask& spot_check, const std::string& verifier,
+                               std::vector<int64_t> failed, int64_t chunk_begin, int64_t chunk_end, absl::Time now);
+
+// Whether an executor of owner `arbiter` may judge a dispute between a producer and a verifier of
+// these owners (Executor::owner): when they are of one owner, any third executor may; otherwise
+// only one of neither's owner, so that no owner judges its own dispute (an owner's second machine
+// would release its forger, or uphold its lying verifier, at will).
+bool MayArbitrate(const std::string& arbiter, const std::string& producer, const std::string& verifier);
+
+// Whether `producer`'s quarantine is the one `verifier`'s failed verdict on record `custom_id` of
+// `job_id` put it in (Quarantine's state_reason): an overturned ruling lifts only that one.
+bool QuarantinedBy(const Executor& producer, const std::string& job_id, const std::string& custom_id,
+                   const std::string& verifier);
+
+// An overturned ruling quarantines the verifier: its state_reason names the arbiter and the
+// record it failed that the arbiter passed. A revoked verifier stays revoked.
+void QuarantineOverruled(Executor& verifier, const VerificationTask& arbitration, const std::string& arbiter,
+                         const std::string& custom_id);
+
 // A task's records as its row keeps them ("3,17,40"), and back (DataLoss for anything else).
 std::string EncodeRecords(const std::vector<int64_t>& records);
 absl::StatusOr<std::vector<int64_t>> DecodeRecords(const std::string& text);
@@ -108,6 +148,11 @@ struct VerificationPolicy {
   // The most records one verification task carries (a chunk may have more): tasks stay small.
   int64_t max_records = 64;
 };
+
+// The policy for a team's jobs: the fleet's, with the team's fraction (Team::verify_fraction)
+// when it has one within its bounds (model/identity.h ValidateVerifyFraction; one outside them,
+// written past the admin's checks, counts as none: the fleet's).
+VerificationPolicy PolicyForTeam(VerificationPolicy fleet, double team_fraction);
 
 // The records of `chunk` to re-score: each drawn with probability policy.fraction (all of them
 // while `producer_records_done` < all_until_records), at most max_records, ascending. `uniform`

@@ -1,11 +1,14 @@
 #include "runner/batch_record.h"
 
 #include <cmath>
+#include <iterator>
 
+#include "runner/record_lines.h"
 #include "runner/request_params.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/enum_names.h"
 
 namespace minions {
 namespace {
@@ -96,27 +99,30 @@ bool IsBlankLine(std::string_view line) {
   return line.find_first_not_of(" \t\r") == std::string_view::npos;
 }
 
-std::vector<std::string> SplitRecordLines(std::string_view data) {
-  std::vector<std::string> lines;
+std::vector<std::string_view> NonBlankLines(std::string_view data) {
+  std::vector<std::string_view> lines;
   size_t start = 0;
   while (start < data.size()) {
     size_t nl = data.find('\n', start);
     if (nl == std::string_view::npos) nl = data.size();
     std::string_view line = data.substr(start, nl - start);
-    if (!IsBlankLine(line)) lines.emplace_back(line);
+    if (!IsBlankLine(line)) lines.push_back(line);
     start = nl + 1;
   }
   return lines;
 }
 
-std::string_view EndpointUrl(Endpoint endpoint) {
-  switch (endpoint) {
-    case Endpoint::kCompletions: return "/v1/completions";
-    case Endpoint::kChatCompletions: return "/v1/chat/completions";
-    case Endpoint::kEmbeddings: return "/v1/embeddings";
-  }
-  return "";
+std::vector<std::string> SplitRecordLines(std::string_view data) {
+  std::vector<std::string_view> lines = NonBlankLines(data);
+  return {lines.begin(), lines.end()};
 }
+
+namespace {
+constexpr const char* kEndpointUrls[] = {"/v1/completions", "/v1/chat/completions", "/v1/embeddings"};
+static_assert(std::size(kEndpointUrls) == static_cast<size_t>(Endpoint::kEmbeddings) + 1);
+}  // namespace
+
+std::string_view EndpointUrl(Endpoint endpoint) { return NameIn(kEndpointUrls, endpoint, ""); }
 
 namespace {
 ParsedRecord ParseRecordLineUnchecked(std::string_view line);

@@ -275,6 +275,7 @@ Verdict Decide(const Evidence& evidence, const Thresholds& th) {
     for (size_t i = 0; i < scored.size(); ++i) {
       const TokenScore& t = *scored[i];
       v.max_gap = std::max(v.max_gap, t.gap);
+      v.max_rank = std::max(v.max_rank, t.rank);
       if (std::string miss = GreedyMiss(t, th); !miss.empty()) {
         return fail(absl::StrCat("greedy: ", Describe(evidence, static_cast<int>(i)), " ", miss),
                     static_cast<int>(i));
@@ -293,6 +294,7 @@ Verdict Decide(const Evidence& evidence, const Thresholds& th) {
     for (size_t i = 0; i < scored.size(); ++i) {
       const TokenScore& t = *scored[i];
       v.min_logprob = std::min(v.min_logprob, t.logprob);
+      v.max_rank = std::max(v.max_rank, t.rank);
       if (t.excluded) {
         return fail(absl::StrCat("sampled: ", Describe(evidence, static_cast<int>(i)),
                                  " lies outside what the record's sampling allows (top_k, top_p, min_p, logit_bias)"),
@@ -393,6 +395,7 @@ Json Verdict::ToJson() const {
   Json json = {{"passed", passed},
                {"tokens_checked", tokens_checked},
                {"max_gap", Finite(max_gap)},
+               {"max_rank", max_rank},
                {"min_logprob", Finite(min_logprob)},
                {"sigmas", Finite(sigmas)},
                {"min_cosine", Finite(min_cosine)},
@@ -413,6 +416,7 @@ Verdict Verdict::FromJson(const Json& json) {
   v.failed_token = static_cast<int>(JsonInt(json, "failed_token", -1));
   v.tokens_checked = static_cast<int>(JsonInt(json, "tokens_checked"));
   v.max_gap = JsonDouble(json, "max_gap");
+  v.max_rank = static_cast<int>(JsonInt(json, "max_rank"));
   v.min_logprob = JsonField(json, "min_logprob").is_null() ? kNegInf : JsonDouble(json, "min_logprob");
   v.sigmas = JsonDouble(json, "sigmas");
   v.min_cosine = JsonDouble(json, "min_cosine", 1);

@@ -122,6 +122,7 @@ struct Verdict {
   int failed_token = -1;    // the first answer token that failed, when one did
   int tokens_checked = 0;
   double max_gap = 0;       // greedy: the largest gap seen
+  int max_rank = 0;         // text answers: the lowest-ranked token seen (0: every one the argmax)
   double min_logprob = 0;   // sampled: the smallest token logprob seen
   double sigmas = 0;        // sampled: (log-likelihood - expected) / its standard deviation
   double min_cosine = 1;    // embeddings

@@ -5,6 +5,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "server/call_caps.h"
 
 namespace minions {
 namespace {
@@ -47,6 +48,11 @@ void LogRefusal(const std::string& peer, absl::string_view why) {
 }  // namespace
 
 absl::StatusOr<Caller> AuthorizeCall(const grpc::ServerContextBase* context, Authenticator& auth, Scope scope) {
+  // Past its address's or its credential's calls in flight (call_caps.h): refused before anything.
+  if (absl::Status over = OverCapRefusal(context); !over.ok()) {
+    LogRefusal(context->peer(), over.message());
+    return over;
+  }
   absl::StatusOr<Caller> caller = auth.Authorize(BearerToken(context), scope);
   if (!caller.ok() && !absl::IsUnavailable(caller.status())) LogRefusal(context->peer(), caller.status().message());
   return caller;

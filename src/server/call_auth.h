@@ -19,7 +19,8 @@ namespace minions {
 std::string BearerToken(const grpc::ServerContextBase* context);
 
 // The caller, when its token holds `scope` and its team is within its rate; otherwise
-// Unauthenticated, PermissionDenied or ResourceExhausted with a message the caller can act on.
+// Unauthenticated, PermissionDenied or ResourceExhausted with a message the caller can act on
+// (ResourceExhausted too for a call past its address's or credential's cap: server/call_caps.h).
 absl::StatusOr<Caller> AuthorizeCall(const grpc::ServerContextBase* context, Authenticator& auth, Scope scope);
 
 // Refuses a call whose metadata carries no valid credential before its message is read: gRPC runs

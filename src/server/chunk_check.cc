@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "model/state_machines.h"
 #include "runner/batch_record.h"
+#include "runner/record_lines.h"
 #include "server/keys.h"
 
 namespace minions {
@@ -167,20 +168,6 @@ absl::StatusOr<LineFacts> ReadLineFacts(std::string_view line) {
   return facts;
 }
 
-// The non-blank lines of an object.
-std::vector<std::string_view> Lines(std::string_view data) {
-  std::vector<std::string_view> lines;
-  size_t start = 0;
-  while (start < data.size()) {
-    size_t nl = data.find('\n', start);
-    if (nl == std::string_view::npos) nl = data.size();
-    std::string_view line = data.substr(start, nl - start);
-    if (!IsBlankLine(line)) lines.push_back(line);
-    start = nl + 1;
-  }
-  return lines;
-}
-
 bool Answers(const LineFacts& facts, const std::string& expected) {
   if (expected.empty()) return !facts.custom_id_string || facts.custom_id.empty();
   return facts.custom_id_string && facts.custom_id == expected;
@@ -238,7 +225,7 @@ absl::Status VerifyChunk(const Chunk& chunk, std::string_view output, std::strin
   if (n <= 0 || static_cast<int64_t>(expected_ids.size()) != n) {
     return absl::InvalidArgumentError(absl::StrCat(Describe(chunk), " claims a range the task does not have"));
   }
-  std::vector<std::string_view> out_lines = Lines(output), err_lines = Lines(errors);
+  std::vector<std::string_view> out_lines = NonBlankLines(output), err_lines = NonBlankLines(errors);
   if (static_cast<int64_t>(out_lines.size() + err_lines.size()) != n) {
     return absl::InvalidArgumentError(absl::StrCat(Describe(chunk), " holds ", out_lines.size(), " output and ",
                                                    err_lines.size(), " error lines for its ", n, " records"));

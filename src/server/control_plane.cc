@@ -10,6 +10,7 @@
 #include "model/liveness.h"
 #include "rpc/rpc.h"
 #include "server/call_auth.h"
+#include "server/call_caps.h"
 
 namespace minions {
 namespace {
@@ -71,6 +72,9 @@ absl::Status ControlPlane::Start() {
   builder.RegisterService(&model_service_);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<RpcFaultInterceptors>(&rpc_faults_));
+  // Each address and each credential gets a share of the calls served at once, never all of them.
+  interceptors.push_back(
+      std::make_unique<CallCaps>(CallCapOptions{options_.max_calls_per_peer, options_.max_calls_per_credential}));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // Limits on what a caller can make this process hold (docs/operations.md, "Limits"): no message
   // larger than a few MiB (inputs and models travel in parts below it); every call in flight holds a thread of the synchronous server, so

@@ -589,14 +589,14 @@ void ExecutorService::RenewIdle(const std::vector<std::string>& executor_ids) {
 int64_t ExecutorService::leases_waiting() const { return room_.waiting(); }
 
 void ExecutorService::WakeAVerifier(const std::string& producer, const std::vector<std::string>& jobs) {
-  // The common case: nobody idle to wake, no store read.
-  if (jobs.empty() || !room_.AnyParkedIdlePollBut(producer)) return;
+  // The common cases: spot checks off, or nobody idle to wake: no store read.
+  if (!options_.spot_checks || jobs.empty() || !room_.AnyParkedIdlePollBut(producer)) return;
   bool open = false;
   for (const std::string& job : jobs) {
     absl::StatusOr<int64_t> checks = store_->CountOpenVerifications(job);
     open = open || (checks.ok() && *checks > 0);
   }
-  if (!open) return;  // spot checks off, or none drawn
+  if (!open) return;  // none drawn
   room_.WakeOneIdlePollBut(producer);
 }
 

@@ -47,6 +47,8 @@ absl::StatusOr<std::vector<v1::VerificationItem>> ExecutorService::VerificationI
 absl::Status ExecutorService::LeaseVerifications(const std::string& executor_id,
                                                  const v1::LeaseVerificationsRequest& request,
                                                  v1::LeaseVerificationsResponse* reply) {
+  // Spot checks off: nothing to lease, and nothing read (an idle agent asks between its polls).
+  if (!options_.spot_checks) return absl::OkStatus();
   const int max_tasks = std::clamp(request.max_tasks(), 1, kMaxVerificationLeases);
   ASSIGN_OR_RETURN(std::vector<VerificationTask> checks,
                    store_->LeaseVerifications(executor_id, max_tasks, options_.lease_ttl, clock_->Now()));
@@ -105,6 +107,14 @@ absl::Status ExecutorService::ReportVerifications(const std::string& executor_id
   if (producer.state == ExecutorState::kQuarantined) {
     MINIONS_LOG(Warning) << "executor=" << producer.id << " quarantined: " << producer.state_reason;
     WorkArrived();  // its records in unpublished jobs are pending again, for others
+  }
+  if (!check.disputed_verifier.empty()) {
+    // An arbitration: it upheld the producer's quarantine, or overruled the verifier.
+    absl::StatusOr<Executor> verifier = store_->GetExecutor(check.disputed_verifier);
+    if (verifier.ok() && verifier->state == ExecutorState::kQuarantined) {
+      MINIONS_LOG(Warning) << "executor=" << verifier->id << " quarantined: " << verifier->state_reason;
+      WorkArrived();  // the producer it accused is back, and its own records are pending again
+    }
   }
   // The job's last open spot check: it may publish now rather than at the next sweep.
   if (absl::StatusOr<int64_t> open = store_->CountOpenVerifications(check.job_id);

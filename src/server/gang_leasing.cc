@@ -133,6 +133,7 @@ void GangLeasing::MaybeBegin(absl::Time now) {
   for (const Executor& e : *fleet) {
     if (e.state != ExecutorState::kAvailable || e.drain_requested || e.info.gang_address.empty()) continue;
     if (seated.contains(e.id) || !OffersRunner(e.info, job.spec.requirements.runner)) continue;
+    if (!MeetsConfinement(e.info, job.spec.requirements)) continue;  // every member runs its model
     if (now - e.last_heartbeat_at > options_.silent_after) continue;  // silent: maybe gone
     if (auto gone = lost.find(e.id); gone != lost.end() && e.last_heartbeat_at <= gone->second) continue;  // died
     candidates.push_back({e.id, UsableMemory(e.info), e.info.gang_address});

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "blob/blob_store.h"
 #include "common/logging.h"
 #include "common/random_hex.h"
@@ -239,6 +240,15 @@ absl::Status JobService::SpecFromRequest(const Caller& caller, const v1::SubmitJ
     RETURN_IF_ERROR(ValidateRunnerName(request.runner()));
     spec.requirements.runner = request.runner();
   }
+  // The team's own rules (docs/security.md 40.3 and 40.6a), for every caller, an admin too: they
+  // keep the team's prompts off runners and machines an admin did not allow for it.
+  if (!team.runners.empty() &&
+      std::find(team.runners.begin(), team.runners.end(), spec.requirements.runner) == team.runners.end()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "team ", spec.team, "'s jobs may use the runners ", absl::StrJoin(team.runners, ", "), ", not '",
+        spec.requirements.runner, "' (an admin allows more with `minions admin team set ", spec.team, " --runners`)"));
+  }
+  spec.requirements.confined = request.require_confined() || team.require_confined;
   if (request.completion_window_ms() > 0) spec.completion_window = absl::Milliseconds(request.completion_window_ms());
   return absl::OkStatus();
 }

@@ -34,7 +34,9 @@ void LeaseWaitRoom::Close() {
 void LeaseWaitRoom::Enter(Call* call, absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (call->idle) {
-    idle_polls_[call->executor_id] = call;
+    Call*& latest = idle_polls_[call->executor_id];
+    if (latest != nullptr) parked_idle_.erase(latest);  // an older poll no longer stands for it
+    latest = call;
     if (next_scan_ == absl::InfiniteFuture()) next_scan_ = now + scan_period_;
   }
   MakeReadyLocked(call);
@@ -46,7 +48,7 @@ LeaseWaitRoom::Turn LeaseWaitRoom::Next() {
     const absl::Time now = clock_->Now();
     while (!parked_.empty() && parked_.begin()->first <= now) {
       Call* due = parked_.begin()->second;
-      parked_.erase(parked_.begin());
+      UnparkLocked(due);
       MakeReadyLocked(due);
     }
     if (next_scan_ <= now) {
@@ -109,9 +111,7 @@ LeaseWaitRoom::AfterLook LeaseWaitRoom::EndLook(Call* call, uint64_t generation,
       MakeReadyLocked(call);
       return AfterLook::kWaiting;
     }
-    call->state = Call::State::kParked;
-    call->wake_at = *wait_until;
-    parked_.emplace(*wait_until, call);
+    ParkLocked(call, *wait_until);
     return AfterLook::kWaiting;
   }
   call->state = Call::State::kFinished;
@@ -123,7 +123,7 @@ bool LeaseWaitRoom::Cancel(Call* call) {
   absl::MutexLock lock(&mu_);
   call->cancelled = true;
   if (call->state != Call::State::kParked) return false;  // whoever holds it answers it
-  parked_.erase({call->wake_at, call});
+  UnparkLocked(call);
   call->state = Call::State::kFinished;
   FinishLocked(call);
   return true;
@@ -140,7 +140,7 @@ void LeaseWaitRoom::Tell(const std::string& executor_id, Notice notice) {
   kept.reregister = kept.reregister || notice.reregister;
   Call* call = it->second;
   if (call->state != Call::State::kParked) return;  // heard at its next look
-  parked_.erase({call->wake_at, call});
+  UnparkLocked(call);
   MakeReadyLocked(call);
 }
 
@@ -156,18 +156,18 @@ bool LeaseWaitRoom::Polling(const std::string& executor_id) const {
 
 bool LeaseWaitRoom::AnyParkedIdlePollBut(const std::string& producer) const {
   absl::MutexLock lock(&mu_);
-  for (const auto& [executor_id, call] : idle_polls_) {
-    if (executor_id != producer && call->state == Call::State::kParked) return true;
-  }
-  return false;
+  // O(1): at most one parked idle poll is the producer's (its latest).
+  if (parked_idle_.size() != 1) return !parked_idle_.empty();
+  return (*parked_idle_.begin())->executor_id != producer;
 }
 
 bool LeaseWaitRoom::WakeOneIdlePollBut(const std::string& producer) {
   absl::MutexLock lock(&mu_);
-  for (const auto& [executor_id, call] : idle_polls_) {
-    if (executor_id == producer || call->state != Call::State::kParked) continue;
-    notices_[executor_id];  // an empty notice: answered at once, with no work
-    parked_.erase({call->wake_at, call});
+  // Looks at two at most: only one of them may be the producer's.
+  for (Call* call : parked_idle_) {
+    if (call->executor_id == producer) continue;
+    notices_[call->executor_id];  // an empty notice: answered at once, with no work
+    UnparkLocked(call);
     MakeReadyLocked(call);
     return true;
   }
@@ -198,6 +198,22 @@ void LeaseWaitRoom::MakeReadyLocked(Call* call) {
 void LeaseWaitRoom::WakeParkedLocked() {
   for (const auto& [wake, call] : parked_) MakeReadyLocked(call);
   parked_.clear();
+  parked_idle_.clear();
+}
+
+void LeaseWaitRoom::ParkLocked(Call* call, absl::Time wake_at) {
+  call->state = Call::State::kParked;
+  call->wake_at = wake_at;
+  parked_.emplace(wake_at, call);
+  if (call->idle) {
+    auto it = idle_polls_.find(call->executor_id);
+    if (it != idle_polls_.end() && it->second == call) parked_idle_.insert(call);
+  }
+}
+
+void LeaseWaitRoom::UnparkLocked(Call* call) {
+  parked_.erase({call->wake_at, call});
+  parked_idle_.erase(call);
 }
 
 void LeaseWaitRoom::FinishLocked(Call* call) {

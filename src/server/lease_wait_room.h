@@ -26,6 +26,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -139,6 +140,10 @@ class LeaseWaitRoom {
   // Queues `call` to be served (counted in spreading_ if it spreads).
   void MakeReadyLocked(Call* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeParkedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parks `call` until `wake_at` / takes a parked call out of the parked sets (its state is the
+  // caller's to set).
+  void ParkLocked(Call* call, absl::Time wake_at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnparkLocked(Call* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A call ends: it no longer stands for its executor's idle heartbeat.
   void FinishLocked(Call* call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -152,6 +157,9 @@ class LeaseWaitRoom {
   std::set<std::pair<absl::Time, Call*>> parked_ ABSL_GUARDED_BY(mu_);  // by wake time
   int64_t spreading_ ABSL_GUARDED_BY(mu_) = 0;  // spreading calls ready or being served
   absl::flat_hash_map<std::string, Call*> idle_polls_ ABSL_GUARDED_BY(mu_);  // the latest, by executor
+  // The parked calls of idle_polls_ (each its executor's latest): what a producer's commit may wake
+  // to verify (WakeOneIdlePollBut), answered in O(1) on every commit.
+  absl::flat_hash_set<Call*> parked_idle_ ABSL_GUARDED_BY(mu_);
   absl::Time next_scan_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::flat_hash_map<std::string, Notice> notices_ ABSL_GUARDED_BY(mu_);
 };

@@ -39,6 +39,7 @@ v1::Job ToProto(const Job& job) {
   p.set_runner(job.spec.requirements.runner);
   p.set_memory_bytes(job.spec.requirements.min_memory_bytes);
   p.set_gang_size(job.spec.gang_size);
+  p.set_require_confined(job.spec.requirements.confined);
   p.set_sizing(job.spec.sizing);
   p.set_tokens_per_record(job.spec.tokens_per_record);
   return p;
@@ -173,6 +174,9 @@ v1::Team ToProto(const Team& team) {
   p.set_max_result_bytes(team.max_result_bytes);
   p.set_file_bytes(team.file_bytes);
   p.set_result_bytes(team.result_bytes);
+  for (const std::string& runner : team.runners) p.add_runners(runner);
+  p.set_require_confined(team.require_confined);
+  p.set_verify_fraction(team.verify_fraction);
   return p;
 }
 
@@ -187,6 +191,9 @@ Team FromProto(const v1::Team& p) {
   team.max_file_bytes = p.max_file_bytes();
   team.max_model_bytes = p.max_model_bytes();
   team.max_result_bytes = p.max_result_bytes();
+  team.runners.assign(p.runners().begin(), p.runners().end());
+  team.require_confined = p.require_confined();
+  team.verify_fraction = p.verify_fraction();
   return team;
 }
 

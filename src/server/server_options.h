@@ -56,6 +56,10 @@ struct ServerOptions {
   // server: executors' long polls, watch streams) and, of those, open WatchJob streams. Past either,
   // a call gets RESOURCE_EXHAUSTED instead of a thread.
   int max_threads = 1024;
+  // Of those, the most one address (not loopback) and one credential may have in flight at once
+  // (server/call_caps.h; docs/security.md 40.2d); 0: no cap.
+  int64_t max_calls_per_peer = 256;
+  int64_t max_calls_per_credential = 64;
   // Connections that hold the gRPC port without using it: one that has not sent its HTTP/2
   // preface this long after it connected is closed (a client that connects and says nothing: a
   // call without a credential is refused from its headers, so saying nothing is all an
@@ -113,6 +117,11 @@ struct ServerOptions {
   int completion_batch = 256;
   // The largest object (output or errors) one chunk may upload; a larger one fails its attempt.
   int64_t max_chunk_bytes = int64_t{256} << 20;
+  // Spot checks (docs/verification.md): the same switch as StoreOptions::spot_checks, set from the
+  // same place (server.spot_checks). On, a producer's commit wakes an idle executor's poll to
+  // verify it when the commit drew checks (ExecutorService::WakeAVerifier); off, the server reads
+  // nothing about spot checks on a commit.
+  bool spot_checks = false;
   // Spot checks (StoreOptions::spot_checks): how long a job whose tasks have all ended waits for
   // its open spot checks before it publishes without them (JobFinalizer). A check goes only to
   // another executor: in a one-executor pool, or while every other executor is busy or away, none

@@ -33,6 +33,13 @@ absl::StatusOr<std::vector<v1::VerificationItem>> ReadVerificationItems(BlobStor
   for (const Chunk& c : task.chunks) {
     if (c.attempt == check.attempt && c.seq == check.seq) chunk = &c;
   }
+  // An arbitration's chunk was redone (its producer quarantined): the task no longer holds it, but
+  // its objects are kept, and the arbitration knows its records.
+  const Chunk disputed{check.attempt, check.seq, check.chunk_begin, check.chunk_end, 0, check.producer_id};
+  if (chunk == nullptr && !check.disputed_verifier.empty() && check.chunk_begin >= 0 &&
+      check.chunk_begin < check.chunk_end && check.chunk_end <= task.n_records) {
+    chunk = &disputed;
+  }
   if (chunk == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("task ", task.job_id, "/", task.index, " no longer holds chunk ",
                                                       check.seq, " of attempt ", check.attempt));

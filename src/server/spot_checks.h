@@ -21,7 +21,8 @@ namespace minions {
 // The records of `check` (a verification task of `task`'s chunk), in its order: each one's
 // custom_id and input line from the task's input (`input_key`), and the line of the chunk's
 // output or errors that answers it (matched in record order, as the chunk check matched them).
-// FailedPrecondition when the task no longer holds that chunk (its records are being redone);
+// FailedPrecondition when the task no longer holds that chunk (its records are being redone),
+// unless `check` is an arbitration, which names the chunk's records itself;
 // DataLoss when the objects do not hold what the committed chunk says; the object store's error
 // (Unavailable) when it cannot be read. `max_chunk_bytes` bounds each chunk object read.
 absl::StatusOr<std::vector<v1::VerificationItem>> ReadVerificationItems(BlobStore& blobs, const std::string& input_key,

@@ -111,6 +111,8 @@ struct LeaseQuery {
   std::vector<std::string> cached_models;  // the digests it holds on disk
   absl::Time cold_before;             // a cold executor takes jobs submitted before this only
   bool model_affinity = true;         // off: every job is as warm as any other
+  // Its runners are fully confined: false skips jobs that require it (Requirements::confined).
+  bool confined = false;
   int64_t limit = 1;
 };
 

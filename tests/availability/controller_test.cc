@@ -7,8 +7,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -16,6 +14,7 @@
 #include "executor/control_channel.h"
 #include "executor/owner_controls.h"
 #include "testing/fake_clock.h"
+#include "testing/read_file.h"
 
 namespace minions {
 namespace {
@@ -215,11 +214,7 @@ TEST(ControlChannel, AnswersCommandsAndRefusesASecondOwner) {
 }
 
 std::string ReadShipped(const std::string& rel) {
-  std::ifstream in(std::string(MINIONS_SOURCE_DIR) + "/" + rel);
-  EXPECT_TRUE(in) << rel;
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return testing::ReadExistingFile(std::string(MINIONS_SOURCE_DIR) + "/" + rel);
 }
 
 TEST(Install, ShippedServiceFilesAreWhatInstallWrites) {

@@ -3,20 +3,15 @@
 
 #include "availability/macos_parse.h"
 
-#include <fstream>
-#include <sstream>
-
 #include <gtest/gtest.h>
+
+#include "testing/read_file.h"
 
 namespace minions::availability::macos {
 namespace {
 
 std::string Fixture(const std::string& name) {
-  std::ifstream in(std::string(MINIONS_AVAILABILITY_FIXTURES) + "/macos/" + name);
-  EXPECT_TRUE(in) << name;
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return testing::ReadExistingFile(std::string(MINIONS_AVAILABILITY_FIXTURES) + "/macos/" + name);
 }
 
 TEST(MacosParse, HidIdleTimeFromIoreg) {

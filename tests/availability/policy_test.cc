@@ -45,13 +45,25 @@ PolicyState InPhase(Phase phase, absl::Time since, bool holds_work = true) {
   return st;
 }
 
+// The inputs a row changes from its starting point, at `now` (the fake clock's time).
+struct Inputs {
+  absl::Time now;
+  PolicyConfig& config;
+  Snapshot& s;
+  PolicyState& st;
+};
+
+// A rule as a row: an executor in phase `from` for `in_phase` on a machine whose owner left
+// `idle` ago (Away), changed by `tweak`; the action, next phase and reason the policy must give.
 struct Row {
   const char* name;
-  // Builds the inputs at `now` (the fake clock's time).
-  std::function<void(absl::Time now, PolicyConfig&, Snapshot&, PolicyState&)> setup;
+  Phase from;  // kWaiting: a fresh PolicyState
+  absl::Duration in_phase;
+  absl::Duration idle;
   Action action;
   Phase phase;
   const char* reason;  // a substring of the reason
+  std::function<void(Inputs&)> tweak = nullptr;
 };
 
 class PolicyTable : public ::testing::TestWithParam<Row> {};
@@ -62,9 +74,11 @@ TEST_P(PolicyTable, Decides) {
   absl::Time now = clock.Now();
   PolicyConfig config;
   config.time_zone = absl::UTCTimeZone();
-  Snapshot s;
+  Snapshot s = Away(now, row.idle);
   PolicyState st;
-  row.setup(now, config, s, st);
+  if (row.from != Phase::kWaiting) st = InPhase(row.from, now - row.in_phase);
+  Inputs inputs{now, config, s, st};
+  if (row.tweak) row.tweak(inputs);
   ASSERT_TRUE(config.Validate().ok()) << config.Validate();
   Decision d = Decide(config, s, st, now);
   EXPECT_EQ(ActionName(d.action), std::string(ActionName(row.action))) << d.reason;
@@ -72,425 +86,139 @@ TEST_P(PolicyTable, Decides) {
   EXPECT_NE(d.reason.find(row.reason), std::string::npos) << "reason: " << d.reason;
 }
 
+using enum Action;
+using enum Phase;
+
 const Row kRows[] = {
     // --- start ---
-    {"StartsAfterTenMinutesIdle", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) { s = Away(n, Minutes(10)); },
-     Action::kStart, Phase::kRunning, "owner away"},
-    {"WaitsBeforeTenMinutes", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(9)); },
-     Action::kNone, Phase::kWaiting, "needs 10m idle"},
-    {"StartsAfterTwoMinutesWhenLocked",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) {
-       s = Away(n, Minutes(2));
-       s.screen_locked.Set(true, n, "t");
-     },
-     Action::kStart, Phase::kRunning, "locked"},
-    {"StartsAfterTwoMinutesWhenDisplayAsleep",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) {
-       s = Away(n, Minutes(2));
-       s.display_asleep.Set(true, n, "t");
-     },
-     Action::kStart, Phase::kRunning, "owner away"},
-    {"NoConsoleUserNeedsNoInputSignal",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) {
-       s = Away(n, Minutes(1));
-       s.last_input = {};
-       s.media_playing = {};
-       s.console_user.Set(false, n, "t");
-     },
-     Action::kStart, Phase::kRunning, "no console user"},
-    {"NoConsoleUserStillHonoursReportedActivity",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) {
-       s = Away(n, Minutes(30));
-       s.last_input = {};
-       s.console_user.Set(false, n, "t");
-       s.owner_activity.Set(n - Minutes(1), n, "t");
-     },
-     Action::kNone, Phase::kWaiting, "needs 2m idle"},
-    {"UnknownInputFailsClosed",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) {
-       s = Away(n, Minutes(30));
-       s.last_input = {};
-     },
-     Action::kNone, Phase::kWaiting, "input idle time unknown"},
-    {"UnknownConsoleCountsAsPresent",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) {
-       s = Away(n, Minutes(30));
-       s.console_user = {};
-       s.last_input = {};
-     },
-     Action::kNone, Phase::kWaiting, "input idle time unknown"},
-    {"UnknownPowerFailsClosed", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.on_ac = {}; },
-     Action::kNone, Phase::kWaiting, "power source unknown"},
-    {"UnknownThermalFailsClosed", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.thermal = {}; },
-     Action::kNone, Phase::kWaiting, "thermal state unknown"},
-    {"UnknownMemoryFailsClosed", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.memory = {}; },
-     Action::kNone, Phase::kWaiting, "memory pressure unknown"},
-    {"UnknownCpuFailsClosed", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.other_cpu = {}; },
-     Action::kNone, Phase::kWaiting, "CPU use of other processes unknown"},
-    {"UnknownGpusFailClosed", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.gpu_count = {}; },
-     Action::kNone, Phase::kWaiting, "GPUs unknown"},
-    {"UnknownGpuUseFailsClosed", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.other_gpu = {}; },
-     Action::kNone, Phase::kWaiting, "GPU use of other processes unknown"},
-    {"NoGpuNeedsNoGpuSignal",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) {
-       s = Away(n, Minutes(30));
-       s.gpu_count.Set(0, n, "t");
-       s.other_gpu = {};
-     },
-     Action::kStart, Phase::kRunning, "owner away"},
-    {"UnknownMediaFailsClosed", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.media_playing = {}; },
-     Action::kNone, Phase::kWaiting, "video and call activity unknown"},
-    {"DedicatedIgnoresUnknowns",
-     [](absl::Time n, PolicyConfig& c, Snapshot& s, PolicyState&) {
-       c.dedicated = true;
-       s = Snapshot();
-     },
-     Action::kStart, Phase::kRunning, "owner away"},
-    {"DedicatedStillHonoursReportedActivity",
-     [](absl::Time n, PolicyConfig& c, Snapshot& s, PolicyState&) {
-       c.dedicated = true;
-       s = Snapshot();
-       s.owner_activity.Set(n - Seconds(5), n, "t");
-     },
-     Action::kNone, Phase::kWaiting, "owner active 5s ago"},
-    {"NeedsAcPower", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.on_ac.Set(false, n, "t"); s.battery_percent.Set(100, n, "t"); },
-     Action::kNone, Phase::kWaiting, "on battery"},
-    {"BatteryAllowedStartsAtEightyPercent",
-     [](absl::Time n, PolicyConfig& c, Snapshot& s, PolicyState&) {
-       c.allow_battery = true;
-       s = Away(n, Minutes(30));
-       s.on_ac.Set(false, n, "t");
-       s.battery_percent.Set(80, n, "t");
-     },
-     Action::kStart, Phase::kRunning, "owner away"},
-    {"BatteryAllowedWaitsBelowEightyPercent",
-     [](absl::Time n, PolicyConfig& c, Snapshot& s, PolicyState&) {
-       c.allow_battery = true;
-       s = Away(n, Minutes(30));
-       s.on_ac.Set(false, n, "t");
-       s.battery_percent.Set(79, n, "t");
-     },
-     Action::kNone, Phase::kWaiting, "starts at 80 %"},
-    {"LowPowerModeBlocks", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.low_power_mode.Set(true, n, "t"); },
-     Action::kNone, Phase::kWaiting, "Low Power Mode"},
-    {"StartNeedsThermalNominal", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.thermal.Set(Thermal::kFair, n, "t"); },
-     Action::kNone, Phase::kWaiting, "thermal state fair"},
-    {"StartNeedsMemoryNormal", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.memory.Set(MemoryPressure::kWarn, n, "t"); },
-     Action::kNone, Phase::kWaiting, "memory pressure warn"},
-    {"StartBlockedByVideo", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.media_playing.Set(true, n, "t"); },
-     Action::kNone, Phase::kWaiting, "video or call"},
-    {"StartNeedsOtherCpuUnder25", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.other_cpu.Set(0.26, n, "t"); },
-     Action::kNone, Phase::kWaiting, "26 % of the CPU"},
-    {"StartNeedsOtherGpuUnder10", [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState&) { s = Away(n, Minutes(30)); s.other_gpu.Set(0.11, n, "t"); },
-     Action::kNone, Phase::kWaiting, "11 % of the GPU"},
-    {"ProtectedAppBlocks",
-     [](absl::Time n, PolicyConfig& c, Snapshot& s, PolicyState&) {
-       c.protected_apps = {"zoom"};
-       s = Away(n, Minutes(30));
-       s.protected_app.Set("zoom", n, "t");
-     },
-     Action::kNone, Phase::kWaiting, "zoom is running"},
-    {"ProtectedAppsUnknownFailClosed",
-     [](absl::Time n, PolicyConfig& c, Snapshot& s, PolicyState&) {
-       c.protected_apps = {"zoom"};
-       s = Away(n, Minutes(30));
-       s.protected_app = {};
-     },
-     Action::kNone, Phase::kWaiting, "running apps unknown"},
-    {"OutsideHoursBlocks",
-     [](absl::Time n, PolicyConfig& c, Snapshot& s, PolicyState&) {
-       int hour = absl::ToCivilHour(n, absl::UTCTimeZone()).hour();
-       c.hours = {{(hour + 1) % 24, (hour + 2) % 24}};
-       s = Away(n, Minutes(30));
-     },
-     Action::kNone, Phase::kWaiting, "outside the allowed hours"},
-    {"InsideWrappingHoursStarts",
-     [](absl::Time n, PolicyConfig& c, Snapshot& s, PolicyState&) {
-       int hour = absl::ToCivilHour(n, absl::UTCTimeZone()).hour();
-       c.hours = {{(hour + 23) % 24, (hour + 1) % 24}};
-       s = Away(n, Minutes(30));
-     },
-     Action::kStart, Phase::kRunning, "owner away"},
-    {"BackoffDelaysStart",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       s = Away(n, Minutes(30));
-       st.backoff = Minutes(5);
-       st.backoff_until = n + Minutes(1);
-     },
-     Action::kNone, Phase::kWaiting, "restart backoff: 1m left"},
-    {"ManualPauseBlocksStart",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       s = Away(n, Minutes(30));
-       st.manual_pause = true;
-     },
-     Action::kNone, Phase::kWaiting, "paused by the owner"},
+    {"StartsAfterTenMinutesIdle", kWaiting, {}, Minutes(10), kStart, kRunning, "owner away"},
+    {"WaitsBeforeTenMinutes", kWaiting, {}, Minutes(9), kNone, kWaiting, "needs 10m idle"},
+    {"StartsAfterTwoMinutesWhenLocked", kWaiting, {}, Minutes(2), kStart, kRunning, "locked",
+     [](Inputs& in) { in.s.screen_locked.Set(true, in.now, "t"); }},
+    {"StartsAfterTwoMinutesWhenDisplayAsleep", kWaiting, {}, Minutes(2), kStart, kRunning, "owner away",
+     [](Inputs& in) { in.s.display_asleep.Set(true, in.now, "t"); }},
+    {"NoConsoleUserNeedsNoInputSignal", kWaiting, {}, Minutes(1), kStart, kRunning, "no console user",
+     [](Inputs& in) { in.s.last_input = {}; in.s.media_playing = {}; in.s.console_user.Set(false, in.now, "t"); }},
+    {"NoConsoleUserStillHonoursReportedActivity", kWaiting, {}, Minutes(30), kNone, kWaiting, "needs 2m idle",
+     [](Inputs& in) { in.s.last_input = {}; in.s.console_user.Set(false, in.now, "t"); in.s.owner_activity.Set(in.now - Minutes(1), in.now, "t"); }},
+    {"UnknownInputFailsClosed", kWaiting, {}, Minutes(30), kNone, kWaiting, "input idle time unknown", [](Inputs& in) { in.s.last_input = {}; }},
+    {"UnknownConsoleCountsAsPresent", kWaiting, {}, Minutes(30), kNone, kWaiting, "input idle time unknown",
+     [](Inputs& in) { in.s.console_user = {}; in.s.last_input = {}; }},
+    {"UnknownPowerFailsClosed", kWaiting, {}, Minutes(30), kNone, kWaiting, "power source unknown", [](Inputs& in) { in.s.on_ac = {}; }},
+    {"UnknownThermalFailsClosed", kWaiting, {}, Minutes(30), kNone, kWaiting, "thermal state unknown", [](Inputs& in) { in.s.thermal = {}; }},
+    {"UnknownMemoryFailsClosed", kWaiting, {}, Minutes(30), kNone, kWaiting, "memory pressure unknown", [](Inputs& in) { in.s.memory = {}; }},
+    {"UnknownCpuFailsClosed", kWaiting, {}, Minutes(30), kNone, kWaiting, "CPU use of other processes unknown",
+     [](Inputs& in) { in.s.other_cpu = {}; }},
+    {"UnknownGpusFailClosed", kWaiting, {}, Minutes(30), kNone, kWaiting, "GPUs unknown", [](Inputs& in) { in.s.gpu_count = {}; }},
+    {"UnknownGpuUseFailsClosed", kWaiting, {}, Minutes(30), kNone, kWaiting, "GPU use of other processes unknown",
+     [](Inputs& in) { in.s.other_gpu = {}; }},
+    {"NoGpuNeedsNoGpuSignal", kWaiting, {}, Minutes(30), kStart, kRunning, "owner away",
+     [](Inputs& in) { in.s.gpu_count.Set(0, in.now, "t"); in.s.other_gpu = {}; }},
+    {"UnknownMediaFailsClosed", kWaiting, {}, Minutes(30), kNone, kWaiting, "video and call activity unknown",
+     [](Inputs& in) { in.s.media_playing = {}; }},
+    {"DedicatedIgnoresUnknowns", kWaiting, {}, {}, kStart, kRunning, "owner away", [](Inputs& in) { in.config.dedicated = true; in.s = Snapshot(); }},
+    {"DedicatedStillHonoursReportedActivity", kWaiting, {}, {}, kNone, kWaiting, "owner active 5s ago",
+     [](Inputs& in) { in.config.dedicated = true; in.s = Snapshot(); in.s.owner_activity.Set(in.now - Seconds(5), in.now, "t"); }},
+    {"NeedsAcPower", kWaiting, {}, Minutes(30), kNone, kWaiting, "on battery",
+     [](Inputs& in) { in.s.on_ac.Set(false, in.now, "t"); in.s.battery_percent.Set(100, in.now, "t"); }},
+    {"BatteryAllowedStartsAtEightyPercent", kWaiting, {}, Minutes(30), kStart, kRunning, "owner away",
+     [](Inputs& in) { in.config.allow_battery = true; in.s.on_ac.Set(false, in.now, "t"); in.s.battery_percent.Set(80, in.now, "t"); }},
+    {"BatteryAllowedWaitsBelowEightyPercent", kWaiting, {}, Minutes(30), kNone, kWaiting, "starts at 80 %",
+     [](Inputs& in) { in.config.allow_battery = true; in.s.on_ac.Set(false, in.now, "t"); in.s.battery_percent.Set(79, in.now, "t"); }},
+    {"LowPowerModeBlocks", kWaiting, {}, Minutes(30), kNone, kWaiting, "Low Power Mode",
+     [](Inputs& in) { in.s.low_power_mode.Set(true, in.now, "t"); }},
+    {"StartNeedsThermalNominal", kWaiting, {}, Minutes(30), kNone, kWaiting, "thermal state fair",
+     [](Inputs& in) { in.s.thermal.Set(Thermal::kFair, in.now, "t"); }},
+    {"StartNeedsMemoryNormal", kWaiting, {}, Minutes(30), kNone, kWaiting, "memory pressure warn",
+     [](Inputs& in) { in.s.memory.Set(MemoryPressure::kWarn, in.now, "t"); }},
+    {"StartBlockedByVideo", kWaiting, {}, Minutes(30), kNone, kWaiting, "video or call",
+     [](Inputs& in) { in.s.media_playing.Set(true, in.now, "t"); }},
+    {"StartNeedsOtherCpuUnder25", kWaiting, {}, Minutes(30), kNone, kWaiting, "26 % of the CPU",
+     [](Inputs& in) { in.s.other_cpu.Set(0.26, in.now, "t"); }},
+    {"StartNeedsOtherGpuUnder10", kWaiting, {}, Minutes(30), kNone, kWaiting, "11 % of the GPU",
+     [](Inputs& in) { in.s.other_gpu.Set(0.11, in.now, "t"); }},
+    {"ProtectedAppBlocks", kWaiting, {}, Minutes(30), kNone, kWaiting, "zoom is running",
+     [](Inputs& in) { in.config.protected_apps = {"zoom"}; in.s.protected_app.Set("zoom", in.now, "t"); }},
+    {"ProtectedAppsUnknownFailClosed", kWaiting, {}, Minutes(30), kNone, kWaiting, "running apps unknown",
+     [](Inputs& in) { in.config.protected_apps = {"zoom"}; in.s.protected_app = {}; }},
+    {"OutsideHoursBlocks", kWaiting, {}, Minutes(30), kNone, kWaiting, "outside the allowed hours",
+     [](Inputs& in) { int hour = absl::ToCivilHour(in.now, absl::UTCTimeZone()).hour(); in.config.hours = {{(hour + 1) % 24, (hour + 2) % 24}}; }},
+    {"InsideWrappingHoursStarts", kWaiting, {}, Minutes(30), kStart, kRunning, "owner away",
+     [](Inputs& in) { int hour = absl::ToCivilHour(in.now, absl::UTCTimeZone()).hour(); in.config.hours = {{(hour + 23) % 24, (hour + 1) % 24}}; }},
+    {"BackoffDelaysStart", kWaiting, {}, Minutes(30), kNone, kWaiting, "restart backoff: 1m left",
+     [](Inputs& in) { in.st.backoff = Minutes(5); in.st.backoff_until = in.now + Minutes(1); }},
+    {"ManualPauseBlocksStart", kWaiting, {}, Minutes(30), kNone, kWaiting, "paused by the owner", [](Inputs& in) { in.st.manual_pause = true; }},
 
     // --- pause ---
-    {"AnyInputPauses",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       s = Away(n, Seconds(1));
-     },
-     Action::kPause, Phase::kPaused, "owner active 1s ago"},
-    {"ReportedActivityPauses",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       s = Away(n, Minutes(30));
-       s.owner_activity.Set(n, n, "t");
-     },
-     Action::kPause, Phase::kPaused, "owner active"},
-    {"InputBeforeTheStartDoesNotPause",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       s = Away(n, Minutes(12));
-     },
-     Action::kNone, Phase::kRunning, "owner away"},
-    {"UnlockPauses",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(1));
-       st.started_short = true;
-       s = Away(n, Minutes(3));  // idle since before the start, but no longer locked
-     },
-     Action::kPause, Phase::kPaused, "unlocked"},
-    {"MediaAssertionPauses",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       s = Away(n, Minutes(30));
-       s.media_playing.Set(true, n, "t");
-     },
-     Action::kPause, Phase::kPaused, "video or call"},
-    {"OtherGpuOver30PercentFor5sPauses",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       st.other_gpu_high_since = n - Seconds(5);
-       s = Away(n, Minutes(30));
-       s.other_gpu.Set(0.31, n, "t");
-     },
-     Action::kPause, Phase::kPaused, "30 % of the GPU for 5s"},
-    {"OtherGpuOver30PercentFor4sKeepsRunning",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       st.other_gpu_high_since = n - Seconds(4);
-       s = Away(n, Minutes(30));
-       s.other_gpu.Set(0.31, n, "t");
-     },
-     Action::kNone, Phase::kRunning, "owner away"},
-    {"OtherCpuOver50PercentFor2mPauses",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       st.other_cpu_high_since = n - Minutes(2);
-       s = Away(n, Minutes(30));
-       s.other_cpu.Set(0.6, n, "t");
-     },
-     Action::kPause, Phase::kPaused, "50 % of the CPU for 2m"},
-    {"OtherCpuDropResetsTheTimer",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       st.other_cpu_high_since = n - Minutes(3);
-       s = Away(n, Minutes(30));
-       s.other_cpu.Set(0.4, n, "t");
-     },
-     Action::kNone, Phase::kRunning, "owner away"},
-    {"ThermalSeriousPauses",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       s = Away(n, Minutes(30));
-       s.thermal.Set(Thermal::kSerious, n, "t");
-     },
-     Action::kPause, Phase::kPaused, "thermal state serious"},
-    {"SignalLostWhileRunningPauses",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       s = Away(n, Minutes(30));
-       s.last_input = {};
-     },
-     Action::kPause, Phase::kPaused, "input idle time unknown"},
-    {"ManualPausePauses",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       st.manual_pause = true;
-       s = Away(n, Minutes(30));
-     },
-     Action::kPause, Phase::kPaused, "paused by the owner"},
-    {"UnpluggedPauses",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       s = Away(n, Minutes(30));
-       s.on_ac.Set(false, n, "t");
-     },
-     Action::kPause, Phase::kPaused, "on battery"},
+    {"AnyInputPauses", kRunning, Minutes(5), Seconds(1), kPause, kPaused, "owner active 1s ago"},
+    {"ReportedActivityPauses", kRunning, Minutes(5), Minutes(30), kPause, kPaused, "owner active",
+     [](Inputs& in) { in.s.owner_activity.Set(in.now, in.now, "t"); }},
+    {"InputBeforeTheStartDoesNotPause", kRunning, Minutes(5), Minutes(12), kNone, kRunning, "owner away"},
+    {"UnlockPauses", kRunning, Minutes(1), Minutes(3), kPause, kPaused, "unlocked",
+     // idle since before the start, but no longer locked
+     [](Inputs& in) { in.st.started_short = true; }},
+    {"MediaAssertionPauses", kRunning, Minutes(5), Minutes(30), kPause, kPaused, "video or call",
+     [](Inputs& in) { in.s.media_playing.Set(true, in.now, "t"); }},
+    {"OtherGpuOver30PercentFor5sPauses", kRunning, Minutes(5), Minutes(30), kPause, kPaused, "30 % of the GPU for 5s",
+     [](Inputs& in) { in.st.other_gpu_high_since = in.now - Seconds(5); in.s.other_gpu.Set(0.31, in.now, "t"); }},
+    {"OtherGpuOver30PercentFor4sKeepsRunning", kRunning, Minutes(5), Minutes(30), kNone, kRunning, "owner away",
+     [](Inputs& in) { in.st.other_gpu_high_since = in.now - Seconds(4); in.s.other_gpu.Set(0.31, in.now, "t"); }},
+    {"OtherCpuOver50PercentFor2mPauses", kRunning, Minutes(5), Minutes(30), kPause, kPaused, "50 % of the CPU for 2m",
+     [](Inputs& in) { in.st.other_cpu_high_since = in.now - Minutes(2); in.s.other_cpu.Set(0.6, in.now, "t"); }},
+    {"OtherCpuDropResetsTheTimer", kRunning, Minutes(5), Minutes(30), kNone, kRunning, "owner away",
+     [](Inputs& in) { in.st.other_cpu_high_since = in.now - Minutes(3); in.s.other_cpu.Set(0.4, in.now, "t"); }},
+    {"ThermalSeriousPauses", kRunning, Minutes(5), Minutes(30), kPause, kPaused, "thermal state serious",
+     [](Inputs& in) { in.s.thermal.Set(Thermal::kSerious, in.now, "t"); }},
+    {"SignalLostWhileRunningPauses", kRunning, Minutes(5), Minutes(30), kPause, kPaused, "input idle time unknown",
+     [](Inputs& in) { in.s.last_input = {}; }},
+    {"ManualPausePauses", kRunning, Minutes(5), Minutes(30), kPause, kPaused, "paused by the owner", [](Inputs& in) { in.st.manual_pause = true; }},
+    {"UnpluggedPauses", kRunning, Minutes(5), Minutes(30), kPause, kPaused, "on battery", [](Inputs& in) { in.s.on_ac.Set(false, in.now, "t"); }},
 
     // --- throttle ---
-    {"ThermalFairThrottles",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       s = Away(n, Minutes(30));
-       s.thermal.Set(Thermal::kFair, n, "t");
-     },
-     Action::kThrottle, Phase::kRunning, "thermal state fair"},
-    {"ThermalNominalUnthrottles",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       st.throttled = true;
-       s = Away(n, Minutes(30));
-     },
-     Action::kUnthrottle, Phase::kRunning, "nominal"},
+    {"ThermalFairThrottles", kRunning, Minutes(5), Minutes(30), kThrottle, kRunning, "thermal state fair",
+     [](Inputs& in) { in.s.thermal.Set(Thermal::kFair, in.now, "t"); }},
+    {"ThermalNominalUnthrottles", kRunning, Minutes(5), Minutes(30), kUnthrottle, kRunning, "nominal", [](Inputs& in) { in.st.throttled = true; }},
 
     // --- resume ---
-    {"ResumesAfterFiveMinutesIdle",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kPaused, n - Seconds(30));
-       s = Away(n, Minutes(5));
-     },
-     Action::kResume, Phase::kRunning, "owner away again"},
-    {"ResumeWaitsForFiveMinutesIdle",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kPaused, n - Seconds(30));
-       s = Away(n, Minutes(4));
-     },
-     Action::kNone, Phase::kPaused, "needs 5m idle"},
-    {"ResumeWaitsTenSecondsPaused",
-     [](absl::Time n, PolicyConfig& c, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kPaused, n - Seconds(9));
-       s = Away(n, Minutes(30));
-     },
-     Action::kNone, Phase::kPaused, "paused 9s ago"},
-    {"ResumeNeedsStartConditions",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kPaused, n - Seconds(30));
-       s = Away(n, Minutes(30));
-       s.other_cpu.Set(0.3, n, "t");
-     },
-     Action::kNone, Phase::kPaused, "30 % of the CPU"},
-    {"ManualPauseBlocksResume",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kPaused, n - Seconds(30));
-       st.manual_pause = true;
-       s = Away(n, Minutes(30));
-     },
-     Action::kNone, Phase::kPaused, "paused by the owner"},
-    {"ReleasedResumes",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kReleased, n - Minutes(2));
-       s = Away(n, Minutes(6));
-     },
-     Action::kResume, Phase::kRunning, "owner away again"},
+    {"ResumesAfterFiveMinutesIdle", kPaused, Seconds(30), Minutes(5), kResume, kRunning, "owner away again"},
+    {"ResumeWaitsForFiveMinutesIdle", kPaused, Seconds(30), Minutes(4), kNone, kPaused, "needs 5m idle"},
+    {"ResumeWaitsTenSecondsPaused", kPaused, Seconds(9), Minutes(30), kNone, kPaused, "paused 9s ago"},
+    {"ResumeNeedsStartConditions", kPaused, Seconds(30), Minutes(30), kNone, kPaused, "30 % of the CPU",
+     [](Inputs& in) { in.s.other_cpu.Set(0.3, in.now, "t"); }},
+    {"ManualPauseBlocksResume", kPaused, Seconds(30), Minutes(30), kNone, kPaused, "paused by the owner",
+     [](Inputs& in) { in.st.manual_pause = true; }},
+    {"ReleasedResumes", kReleased, Minutes(2), Minutes(6), kResume, kRunning, "owner away again"},
 
     // --- release ---
-    {"ReleasesAfterSixtySecondsPaused",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kPaused, n - Seconds(60));
-       s = Away(n, Seconds(2));
-     },
-     Action::kRelease, Phase::kReleased, "paused for 1m"},
-    {"KeepsMemoryBeforeSixtySeconds",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kPaused, n - Seconds(59));
-       s = Away(n, Seconds(2));
-     },
-     Action::kNone, Phase::kPaused, "owner active"},
-    {"MemoryWarnReleasesAPausedRunner",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kPaused, n - Seconds(20));
-       s = Away(n, Seconds(2));
-       s.memory.Set(MemoryPressure::kWarn, n, "t");
-     },
-     Action::kRelease, Phase::kReleased, "memory pressure warn"},
-    {"MemoryWarnReleasesARunningRunner",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       s = Away(n, Minutes(30));
-       s.memory.Set(MemoryPressure::kWarn, n, "t");
-     },
-     Action::kRelease, Phase::kReleased, "memory pressure warn"},
+    {"ReleasesAfterSixtySecondsPaused", kPaused, Seconds(60), Seconds(2), kRelease, kReleased, "paused for 1m"},
+    {"KeepsMemoryBeforeSixtySeconds", kPaused, Seconds(59), Seconds(2), kNone, kPaused, "owner active"},
+    {"MemoryWarnReleasesAPausedRunner", kPaused, Seconds(20), Seconds(2), kRelease, kReleased, "memory pressure warn",
+     [](Inputs& in) { in.s.memory.Set(MemoryPressure::kWarn, in.now, "t"); }},
+    {"MemoryWarnReleasesARunningRunner", kRunning, Minutes(5), Minutes(30), kRelease, kReleased, "memory pressure warn",
+     [](Inputs& in) { in.s.memory.Set(MemoryPressure::kWarn, in.now, "t"); }},
 
     // --- stop ---
-    {"StopsAfterTenMinutesPaused",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kReleased, n - Minutes(10));
-       s = Away(n, Seconds(2));
-     },
-     Action::kStop, Phase::kStopping, "paused for 10m"},
-    {"KeepsTasksBeforeTenMinutes",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kReleased, n - Minutes(9));
-       s = Away(n, Seconds(2));
-     },
-     Action::kNone, Phase::kReleased, "owner active"},
-    {"LargeTaskStopsAfterTwoMinutes",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kPaused, n - Minutes(2));
-       st.memory_share = 0.3;
-       s = Away(n, Seconds(2));
-     },
-     Action::kStop, Phase::kStopping, "large share of memory"},
-    {"NothingToStopWithoutWork",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kReleased, n - Minutes(20), /*holds_work=*/false);
-       s = Away(n, Seconds(2));
-     },
-     Action::kNone, Phase::kReleased, "owner active"},
-    {"ThermalCriticalStops",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       s = Away(n, Minutes(30));
-       s.thermal.Set(Thermal::kCritical, n, "t");
-     },
-     Action::kStop, Phase::kStopping, "thermal state critical"},
-    {"MemoryCriticalStops",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kPaused, n - Seconds(5));
-       s = Away(n, Minutes(30));
-       s.memory.Set(MemoryPressure::kCritical, n, "t");
-     },
-     Action::kStop, Phase::kStopping, "memory pressure critical"},
-    {"BatteryUnderFiftyStops",
-     [](absl::Time n, PolicyConfig& c, Snapshot& s, PolicyState& st) {
-       c.allow_battery = true;
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       s = Away(n, Minutes(30));
-       s.on_ac.Set(false, n, "t");
-       s.battery_percent.Set(49, n, "t");
-     },
-     Action::kStop, Phase::kStopping, "battery at 49 %"},
-    {"BatteryAtFiftyKeepsRunning",
-     [](absl::Time n, PolicyConfig& c, Snapshot& s, PolicyState& st) {
-       c.allow_battery = true;
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       s = Away(n, Minutes(30));
-       s.on_ac.Set(false, n, "t");
-       s.battery_percent.Set(50, n, "t");
-     },
-     Action::kNone, Phase::kRunning, "owner away"},
-    {"MemoryShareOverLimitStops",
-     [](absl::Time n, PolicyConfig& c, Snapshot& s, PolicyState& st) {
-       c.max_memory_share = 0.5;
-       st = InPhase(Phase::kRunning, n - Minutes(5));
-       st.memory_share = 0.6;
-       s = Away(n, Minutes(30));
-     },
-     Action::kStop, Phase::kStopping, "60 % of memory"},
+    {"StopsAfterTenMinutesPaused", kReleased, Minutes(10), Seconds(2), kStop, kStopping, "paused for 10m"},
+    {"KeepsTasksBeforeTenMinutes", kReleased, Minutes(9), Seconds(2), kNone, kReleased, "owner active"},
+    {"LargeTaskStopsAfterTwoMinutes", kPaused, Minutes(2), Seconds(2), kStop, kStopping, "large share of memory",
+     [](Inputs& in) { in.st.memory_share = 0.3; }},
+    {"NothingToStopWithoutWork", kReleased, Minutes(20), Seconds(2), kNone, kReleased, "owner active", [](Inputs& in) { in.st.holds_work = false; }},
+    {"ThermalCriticalStops", kRunning, Minutes(5), Minutes(30), kStop, kStopping, "thermal state critical",
+     [](Inputs& in) { in.s.thermal.Set(Thermal::kCritical, in.now, "t"); }},
+    {"MemoryCriticalStops", kPaused, Seconds(5), Minutes(30), kStop, kStopping, "memory pressure critical",
+     [](Inputs& in) { in.s.memory.Set(MemoryPressure::kCritical, in.now, "t"); }},
+    {"BatteryUnderFiftyStops", kRunning, Minutes(5), Minutes(30), kStop, kStopping, "battery at 49 %",
+     [](Inputs& in) { in.config.allow_battery = true; in.s.on_ac.Set(false, in.now, "t"); in.s.battery_percent.Set(49, in.now, "t"); }},
+    {"BatteryAtFiftyKeepsRunning", kRunning, Minutes(5), Minutes(30), kNone, kRunning, "owner away",
+     [](Inputs& in) { in.config.allow_battery = true; in.s.on_ac.Set(false, in.now, "t"); in.s.battery_percent.Set(50, in.now, "t"); }},
+    {"MemoryShareOverLimitStops", kRunning, Minutes(5), Minutes(30), kStop, kStopping, "60 % of memory",
+     [](Inputs& in) { in.config.max_memory_share = 0.5; in.st.memory_share = 0.6; }},
 
     // --- kill ---
-    {"KillsWhenStopNotAcknowledgedIn30s",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kStopping, n - Seconds(30));
-       s = Away(n, Seconds(2));
-     },
-     Action::kKill, Phase::kStopping, "not acknowledged in 30s"},
-    {"WaitsForTheStopBefore30s",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kStopping, n - Seconds(29));
-       s = Away(n, Seconds(2));
-     },
-     Action::kNone, Phase::kStopping, "handing the work back"},
-    {"StoppedWaitsWithBackoff",
-     [](absl::Time n, PolicyConfig&, Snapshot& s, PolicyState& st) {
-       st = InPhase(Phase::kStopping, n - Seconds(3), /*holds_work=*/false);
-       st.backoff = Minutes(5);
-       s = Away(n, Seconds(2));
-     },
-     Action::kNone, Phase::kWaiting, "restart backoff 5m"},
+    {"KillsWhenStopNotAcknowledgedIn30s", kStopping, Seconds(30), Seconds(2), kKill, kStopping, "not acknowledged in 30s"},
+    {"WaitsForTheStopBefore30s", kStopping, Seconds(29), Seconds(2), kNone, kStopping, "handing the work back"},
+    {"StoppedWaitsWithBackoff", kStopping, Seconds(3), Seconds(2), kNone, kWaiting, "restart backoff 5m",
+     [](Inputs& in) { in.st.holds_work = false; in.st.backoff = Minutes(5); }},
 };
 
 INSTANTIATE_TEST_SUITE_P(Rules, PolicyTable, ::testing::ValuesIn(kRows),

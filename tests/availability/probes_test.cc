@@ -35,6 +35,13 @@ class FixtureRoot : public ::testing::Test {
     fs::create_directories(p.parent_path());
     std::ofstream(p, std::ios::trunc) << content;
   }
+  // The first reading of `probe`, into an empty snapshot.
+  Snapshot FillOnce(Probe& probe) {
+    Snapshot s;
+    probe.Fill(&s, clock_.Now());
+    return s;
+  }
+  Snapshot FillOnce(Probe&& probe) { return FillOnce(probe); }
   std::string root_;
   testing::FakeClock clock_;
 };
@@ -52,8 +59,7 @@ TEST_F(FixtureRoot, CpuOfOtherProcessesExcludesOurTree) {
   Write("proc/4400/stat", ProcStat(4400, 4300, 0, 0));   // its child
   Write("proc/999/stat", ProcStat(999, 1, 500, 0));      // someone else
   ProcCpuProbe probe(root_, me);
-  Snapshot s;
-  probe.Fill(&s, clock_.Now());
+  Snapshot s = FillOnce(probe);
   EXPECT_FALSE(s.other_cpu.known()) << "the first sample is only a baseline";
   // 1000 more ticks: 600 busy, of which ours 100 + 150 + 50.
   Write("proc/stat", "cpu  1400 0 1200 8400 0 0 0 0 0 0\n");
@@ -101,8 +107,7 @@ TEST_F(FixtureRoot, LaptopOnBatteryIgnoresDeviceBatteries) {
   Write("sys/class/power_supply/hidpp_battery_0/scope", "Device\n");
   Write("sys/class/power_supply/hidpp_battery_0/capacity", "100\n");
   PowerSupplyProbe probe(root_);
-  Snapshot s;
-  probe.Fill(&s, clock_.Now());
+  Snapshot s = FillOnce(probe);
   ASSERT_TRUE(s.on_ac.known());
   EXPECT_FALSE(*s.on_ac.value);
   EXPECT_EQ(*s.battery_percent.value, 64);
@@ -115,18 +120,14 @@ TEST_F(FixtureRoot, LaptopOnBatteryIgnoresDeviceBatteries) {
 TEST_F(FixtureRoot, DesktopWithUpsIsOnAc) {
   Write("sys/class/power_supply/ups/type", "UPS\n");
   Write("sys/class/power_supply/ups/online", "0\n");
-  PowerSupplyProbe probe(root_);
-  Snapshot s;
-  probe.Fill(&s, clock_.Now());
+  Snapshot s = FillOnce(PowerSupplyProbe(root_));
   ASSERT_TRUE(s.on_ac.known());
   EXPECT_TRUE(*s.on_ac.value);
   EXPECT_FALSE(s.battery_percent.known());
 }
 
 TEST_F(FixtureRoot, PowerUnreadableIsUnknown) {
-  PowerSupplyProbe probe(root_ + "/nowhere");
-  Snapshot s;
-  probe.Fill(&s, clock_.Now());
+  Snapshot s = FillOnce(PowerSupplyProbe(root_ + "/nowhere"));
   EXPECT_FALSE(s.on_ac.known());
 }
 
@@ -153,18 +154,14 @@ TEST_F(FixtureRoot, ThermalAgainstTripPoints) {
 TEST_F(FixtureRoot, ThermalHottestZoneWinsAndDefaultsWithoutTrips) {
   Write("sys/class/thermal/thermal_zone0/temp", "40000\n");
   Write("sys/class/thermal/thermal_zone1/temp", "92000\n");  // no trip points: 80/90/100 C
-  ThermalZoneProbe probe(root_);
-  Snapshot s;
-  probe.Fill(&s, clock_.Now());
+  Snapshot s = FillOnce(ThermalZoneProbe(root_));
   EXPECT_EQ(*s.thermal.value, Thermal::kSerious);
   EXPECT_NE(s.thermal.source.find("thermal_zone1"), std::string::npos) << s.thermal.source;
 }
 
 TEST_F(FixtureRoot, NoThermalZonesIsNominalAndUnreadableIsUnknown) {
   fs::create_directories(root_ + "/sys/class/thermal");
-  ThermalZoneProbe probe(root_);
-  Snapshot s;
-  probe.Fill(&s, clock_.Now());
+  Snapshot s = FillOnce(ThermalZoneProbe(root_));
   EXPECT_EQ(*s.thermal.value, Thermal::kNominal);
   ThermalZoneProbe missing(root_ + "/nowhere");
   missing.Fill(&s, clock_.Now());
@@ -172,24 +169,31 @@ TEST_F(FixtureRoot, NoThermalZonesIsNominalAndUnreadableIsUnknown) {
 }
 
 TEST_F(FixtureRoot, MemoryPressureFromMeminfoAndPsi) {
-  Write("proc/meminfo", "MemTotal:       1000000 kB\nMemFree:  1000 kB\nMemAvailable:    500000 kB\n");
+  // Each step writes /proc/meminfo and, where given, /proc/pressure/memory, then reads again.
+  struct Step {
+    const char* meminfo;
+    const char* psi;
+    MemoryPressure want;
+  };
+  const std::string plenty = "MemTotal:       1000000 kB\nMemAvailable:    500000 kB\n";
+  auto psi = [](const char* full_avg10) {
+    return absl::StrCat("some avg10=25.00 avg60=1.00 avg300=0.00 total=1\nfull avg10=", full_avg10,
+                        " avg60=0 avg300=0 total=1\n");
+  };
+  const std::string psi_warn = psi("2.00"), psi_critical = psi("12.00");
   MemoryProbe probe(root_);
   Snapshot s;
-  probe.Fill(&s, clock_.Now());
-  EXPECT_EQ(*s.memory.value, MemoryPressure::kNormal);
-  Write("proc/meminfo", "MemTotal:       1000000 kB\nMemAvailable:    80000 kB\n");
-  probe.Fill(&s, clock_.Now());
-  EXPECT_EQ(*s.memory.value, MemoryPressure::kWarn);
-  Write("proc/meminfo", "MemTotal:       1000000 kB\nMemAvailable:    40000 kB\n");
-  probe.Fill(&s, clock_.Now());
-  EXPECT_EQ(*s.memory.value, MemoryPressure::kCritical);
-  Write("proc/meminfo", "MemTotal:       1000000 kB\nMemAvailable:    500000 kB\n");
-  Write("proc/pressure/memory", "some avg10=25.00 avg60=1.00 avg300=0.00 total=1\nfull avg10=2.00 avg60=0 avg300=0 total=1\n");
-  probe.Fill(&s, clock_.Now());
-  EXPECT_EQ(*s.memory.value, MemoryPressure::kWarn);
-  Write("proc/pressure/memory", "some avg10=25.00 avg60=1.00 avg300=0.00 total=1\nfull avg10=12.00 avg60=0 avg300=0 total=1\n");
-  probe.Fill(&s, clock_.Now());
-  EXPECT_EQ(*s.memory.value, MemoryPressure::kCritical);
+  for (const Step& step : {Step{"MemTotal:       1000000 kB\nMemFree:  1000 kB\nMemAvailable:    500000 kB\n", nullptr,
+                                MemoryPressure::kNormal},
+                           Step{"MemTotal:       1000000 kB\nMemAvailable:    80000 kB\n", nullptr, MemoryPressure::kWarn},
+                           Step{"MemTotal:       1000000 kB\nMemAvailable:    40000 kB\n", nullptr, MemoryPressure::kCritical},
+                           Step{plenty.c_str(), psi_warn.c_str(), MemoryPressure::kWarn},
+                           Step{plenty.c_str(), psi_critical.c_str(), MemoryPressure::kCritical}}) {
+    Write("proc/meminfo", step.meminfo);
+    if (step.psi != nullptr) Write("proc/pressure/memory", step.psi);
+    probe.Fill(&s, clock_.Now());
+    EXPECT_EQ(*s.memory.value, step.want) << step.meminfo << (step.psi ? step.psi : "");
+  }
   EXPECT_EQ(MemTotalBytes(root_), 1000000 * 1024LL);
 }
 
@@ -242,9 +246,7 @@ TEST_F(FixtureRoot, InputDevicesAreLeftAloneWhileLogindAnswers) {
 }
 
 TEST_F(FixtureRoot, NoInputDevicesIsUnknown) {
-  InputDeviceProbe probe(root_);
-  Snapshot s;
-  probe.Fill(&s, clock_.Now());
+  Snapshot s = FillOnce(InputDeviceProbe(root_));
   EXPECT_FALSE(s.last_input.known());
 }
 
@@ -259,18 +261,14 @@ TEST_F(FixtureRoot, ProtectedApps) {
 }
 
 TEST_F(FixtureRoot, NvmlAbsentWithoutDeviceMeansNoGpu) {
-  NvmlProbe probe(root_, "libnvidia-ml-missing.so.1");
-  Snapshot s;
-  probe.Fill(&s, clock_.Now());
+  Snapshot s = FillOnce(NvmlProbe(root_, "libnvidia-ml-missing.so.1"));
   ASSERT_TRUE(s.gpu_count.known());
   EXPECT_EQ(*s.gpu_count.value, 0);
 }
 
 TEST_F(FixtureRoot, NvmlAbsentWithADeviceIsUnknown) {
   Write("dev/nvidia0", "");
-  NvmlProbe probe(root_, "libnvidia-ml-missing.so.1");
-  Snapshot s;
-  probe.Fill(&s, clock_.Now());
+  Snapshot s = FillOnce(NvmlProbe(root_, "libnvidia-ml-missing.so.1"));
   EXPECT_FALSE(s.gpu_count.known());
   EXPECT_NE(s.gpu_count.source.find("cannot be used"), std::string::npos);
 }

@@ -10,16 +10,21 @@
 #include "blob/s3/sigv4.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/http_client.h"
 #include "common/json_util.h"
+#include "common/subprocess.h"
 
 namespace minions::sigv4 {
 namespace {
@@ -196,6 +201,29 @@ TEST(SigV4, PresignedUrlCarriesTheSessionToken) {
   EXPECT_NE(p.signature, Presign("PUT", kHost, "/a b", {}, kExample, "us-east-1", kMay24, 60).signature);
 }
 
+// 40.5c: an upload signed for its size and hash signs both as headers and the payload as its hash,
+// so neither a longer body nor other bytes of the same length carry the signature.
+TEST(SigV4, AnUploadSignedForItsSizeSignsTheLengthAndTheHash) {
+  const std::string hash = Sha256Hex("hello");
+  PresignedUpload up = PresignUpload(kHost, "/chunk", kExample, "us-east-1", kMay24, 600, 5, hash);
+  EXPECT_EQ(up.presigned.canonical_request,
+            absl::StrCat("PUT\n/chunk\n"
+                         "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1"
+                         "%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=600"
+                         "&X-Amz-SignedHeaders=content-length%3Bhost%3Bx-amz-content-sha256\n"
+                         "content-length:5\nhost:examplebucket.s3.amazonaws.com\nx-amz-content-sha256:",
+                         hash, "\n\ncontent-length;host;x-amz-content-sha256\n", hash));
+  EXPECT_EQ(up.headers, (Pairs{{"Content-Length", "5"}, {"x-amz-content-sha256", hash}}));
+  // Another length, or other bytes, is another signature: what was signed does not cover them.
+  EXPECT_NE(up.presigned.signature,
+            PresignUpload(kHost, "/chunk", kExample, "us-east-1", kMay24, 600, 6, hash).presigned.signature);
+  EXPECT_NE(up.presigned.signature,
+            PresignUpload(kHost, "/chunk", kExample, "us-east-1", kMay24, 600, 5, Sha256Hex("hellx")).presigned.signature);
+  // The host-only presigned PUT signs neither.
+  const Presigned host_only = Presign("PUT", kHost, "/chunk", {}, kExample, "us-east-1", kMay24, 600);
+  EXPECT_EQ(host_only.canonical_request.find("content-length"), std::string::npos);
+}
+
 // The S3 test server never checks signatures, and AWS's examples are few: every header signature
 // and presigned URL of a few hundred randomised requests (odd keys and query values, unicode,
 // spaces and tabs in headers, session tokens, regions, dates) must equal what the AWS SDK's own
@@ -279,6 +307,48 @@ TEST(SigV4, AgreesWithTheAwsSdkSignerOnRandomisedRequests) {
   int status = pclose(pipe);
   EXPECT_EQ(status, 0) << "seed " << seed << ":\n" << result.substr(0, 20000);
   EXPECT_NE(result.find(absl::StrCat("checked ", kRequests, " requests, 0 mismatches")), std::string::npos) << result;
+}
+
+// 40.5c, against an S3 server that checks signatures (tests/js/s3_strict_server.mjs): an upload
+// signed for its size is taken at that size and refused larger, while a host-only presigned PUT
+// (what chunk URLs still are) takes any size. Real S3 also checks the body against the signed
+// x-amz-content-sha256; this server checks only the signature.
+TEST(SigV4, AnS3ServerThatChecksSignaturesRefusesAnUploadLargerThanSigned) {
+  const std::string dir = absl::StrCat(testing::TempDir(), "/strict-s3-", getpid());
+  std::filesystem::create_directories(dir);
+  Subprocess::Options options;
+  options.argv = {MINIONS_TEST_NODE, std::string(MINIONS_TEST_JS_DIR) + "/s3_strict_server.mjs", dir};
+  absl::StatusOr<std::unique_ptr<Subprocess>> server = Subprocess::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<std::string> endpoint = (*server)->ReadLine(absl::Seconds(60));
+  ASSERT_TRUE(endpoint.ok()) << "the S3 server did not start (npm ci in tests/js?): " << endpoint.status();
+  const std::string host = endpoint->substr(std::string("http://").size());
+  const Credentials keys{"S3RVER", "S3RVER", ""};
+  RealClock clock;
+  HttpClient http(&clock, HttpClient::Options{.max_attempts = 1});
+  auto put = [&](const std::string& query, const std::string& body, const std::string& hash) {
+    HttpClient::Request request;
+    request.method = "PUT";
+    request.url = absl::StrCat(*endpoint, "/minions-test/chunk?", query);
+    request.body = body;
+    if (!hash.empty()) request.headers = {"x-amz-content-sha256: " + hash};
+    return http.Exchange(request);
+  };
+  const std::string chunk = "five!";
+  const PresignedUpload signed_for_five =
+      PresignUpload(host, "/minions-test/chunk", keys, "us-east-1", absl::Now(), 600, 5, Sha256Hex(chunk));
+  const std::string larger = chunk + std::string(1 << 20, 'x');
+  HttpClient::Response refused = put(signed_for_five.presigned.query, larger, Sha256Hex(chunk));
+  ASSERT_TRUE(refused.reached) << refused.transport_error;
+  EXPECT_EQ(refused.status, 403) << refused.body;
+  EXPECT_NE(refused.body.find("SignatureDoesNotMatch"), std::string::npos) << refused.body;
+  HttpClient::Response taken = put(signed_for_five.presigned.query, chunk, Sha256Hex(chunk));
+  EXPECT_EQ(taken.status, 200) << taken.body;
+  // A host-only presigned PUT carries no size: the server takes the larger body.
+  const Presigned host_only = Presign("PUT", host, "/minions-test/chunk", {}, keys, "us-east-1", absl::Now(), 600);
+  EXPECT_EQ(put(host_only.query, larger, "").status, 200);
+  (*server)->CloseStdin();
+  EXPECT_TRUE((*server)->Wait(absl::Seconds(30)).ok());
 }
 
 }  // namespace

@@ -93,31 +93,36 @@ TEST(MinionsCli, ARefusedConnectionNamesTheEnvironmentVariableItCameFrom) {
   EXPECT_THAT(run.err, HasSubstr(absl::StrCat("Nothing answers at ", kNobody, " (from MINIONS_SERVER)")));
 }
 
+// `minions config check` on a configuration file holding `toml` (a temporary file, removed after).
+Outcome ConfigCheck(const std::string& toml) {
+  static int files = 0;
+  const std::string config = (std::filesystem::temp_directory_path() /
+                              absl::StrCat("minions-cli-check-", getpid(), "-", files++, ".toml"))
+                                 .string();
+  std::ofstream(config) << toml;
+  Outcome check = Minions({"config", "check", "--config", config});
+  std::filesystem::remove(config);
+  return check;
+}
+
 // `config check` names each server setting out of its range, with the range to use.
 TEST(MinionsCli, ConfigCheckNamesEachServerSettingOutOfRangeAndWhatToUse) {
-  const std::string config =
-      (std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-range-", getpid(), ".toml")).string();
-  std::ofstream(config) << "[server]\nheartbeat_batch = 0\nheartbeat_linger_us = 500000\nhistory_step_s = 0\n"
-                          << "verify_wait_s = -1\n";
-  Outcome check = Minions({"config", "check", "--config", config});
+  Outcome check = ConfigCheck(
+      "[server]\nheartbeat_batch = 0\nheartbeat_linger_us = 500000\nhistory_step_s = 0\nverify_wait_s = -1\n");
   EXPECT_NE(check.code, 0);
   EXPECT_THAT(check.out + check.err, HasSubstr("server.history_step_s is 0; use between 1 and 3600"));
   EXPECT_THAT(check.out + check.err, HasSubstr("server.heartbeat_batch is 0; use between 1"));
   EXPECT_THAT(check.out + check.err, HasSubstr("server.verify_wait_s is -1; use between 0 and 86400"));
   EXPECT_THAT(check.out + check.err, HasSubstr("server.heartbeat_linger_us is 500000; use between 0"));
-  std::ofstream(config) << "[server]\nheartbeat_linger_us = 0\n";
-  Outcome fine = Minions({"config", "check", "--config", config});
+  Outcome fine = ConfigCheck("[server]\nheartbeat_linger_us = 0\n");
   EXPECT_THAT(fine.out + fine.err, Not(HasSubstr("heartbeat_linger_us")));
-  std::filesystem::remove(config);
 }
 
 // `config check` checks the files its configuration names: a TLS certificate, a CA, a join token.
 TEST(MinionsCli, ConfigCheckNamesEachFileItNamesThatIsNotThere) {
-  const std::string config =
-      (std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-files-", getpid(), ".toml")).string();
-  std::ofstream(config) << "[server]\ntls_cert = \"/nonexistent/server.crt\"\ntls_key = \"/nonexistent/server.key\"\n"
-                        << "[executor]\nca = \"/nonexistent/ca.crt\"\njoin_token_file = \"/nonexistent/join.txt\"\n";
-  Outcome check = Minions({"config", "check", "--config", config});
+  Outcome check = ConfigCheck(
+      "[server]\ntls_cert = \"/nonexistent/server.crt\"\ntls_key = \"/nonexistent/server.key\"\n"
+      "[executor]\nca = \"/nonexistent/ca.crt\"\njoin_token_file = \"/nonexistent/join.txt\"\n");
   EXPECT_NE(check.code, 0);
   for (const char* problem : {"server.tls_cert names /nonexistent/server.crt, which does not exist",
                               "server.tls_key names /nonexistent/server.key, which does not exist",
@@ -126,7 +131,6 @@ TEST(MinionsCli, ConfigCheckNamesEachFileItNamesThatIsNotThere) {
     EXPECT_THAT(check.out + check.err, HasSubstr(problem));
   }
   EXPECT_THAT(check.out, Not(HasSubstr("\nok")));
-  std::filesystem::remove(config);
 }
 
 TEST(MinionsCli, ARefusedConnectionNamesTheConfigFileItCameFrom) {
@@ -176,6 +180,37 @@ TEST(MinionsCli, TheHttpPortIsRecognisedAndNamed) {
 // Servers on one database share one object store: the first server records its own; a second
 // server configured with another refuses to start, saying which the database has, and `config
 // check --connect` says the same.
+// `minions admin team set --verify-fraction` (issue 38): a team's share of records spot-checked,
+// 0.01 to 1, or 0 for the fleet's; anything else is refused, so checks are never off for a team.
+TEST(MinionsCli, AdminTeamSetVerifyFractionTakesOnlyAShareWithinItsBounds) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-verify-", getpid())).string();
+  std::filesystem::remove_all(dir);
+  auto admin = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"admin", "--data-dir", dir});
+    return Minions(args);
+  };
+  Outcome created = admin({"team", "create", "search"});
+  ASSERT_EQ(created.code, 0) << created.err;
+  EXPECT_THAT(created.out, HasSubstr("spot checks fleet's"));
+  Outcome set = admin({"team", "set", "search", "--verify-fraction", "0.25"});
+  EXPECT_EQ(set.code, 0) << set.err;
+  EXPECT_THAT(set.out, HasSubstr("spot checks 25.0%"));
+  for (const char* refused : {"0.001", "1.5", "-1"}) {
+    Outcome run = admin({"team", "set", "search", absl::StrCat("--verify-fraction=", refused)});
+    EXPECT_NE(run.code, 0) << refused;
+    EXPECT_THAT(run.err, HasSubstr("never off")) << refused;
+  }
+  Outcome teams = admin({"teams"});
+  EXPECT_EQ(teams.code, 0) << teams.err;
+  EXPECT_THAT(teams.out, HasSubstr("VERIFY"));
+  EXPECT_THAT(teams.out, HasSubstr("25.0%"));
+  Outcome fleets = admin({"team", "set", "search", "--verify-fraction", "0"});
+  EXPECT_EQ(fleets.code, 0) << fleets.err;
+  EXPECT_THAT(fleets.out, HasSubstr("spot checks fleet's"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(MinionsCli, AServerWithAnotherObjectStoreThanTheDatabasesRefusesToStart) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / absl::StrCat("minions-cli-objects-", getpid());

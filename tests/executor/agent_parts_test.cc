@@ -511,7 +511,8 @@ TEST_F(AgentThroughAFakeTest, ASpotCheckWaitsForTheTaskInHandAndNeverPreemptsIt)
   const size_t asked = plane_->verification_asks.size();
   plane_->verifications = {Verification({Claim("v0", "honest")})};
   Play(absl::Seconds(2));
-  // The task runs: no spot check is asked for, none sent to the runner.
+  // The task runs: no spot check is asked for yet (its last ask, on starting, was less than
+  // verify_poll ago), none sent to the runner.
   EXPECT_EQ(plane_->verification_asks.size(), asked);
   EXPECT_TRUE(script_.rescores.empty());
   Play(absl::Seconds(10));
@@ -520,6 +521,55 @@ TEST_F(AgentThroughAFakeTest, ASpotCheckWaitsForTheTaskInHandAndNeverPreemptsIt)
   ASSERT_EQ(plane_->reports.size(), 1u);
   EXPECT_TRUE(plane_->reports[0].verdicts[0].passed);
   EXPECT_EQ(script_.loads, 1);  // the same model: loaded once for both
+}
+
+// A busy agent whose lease call came back empty (nothing more for it on the server now) asks for
+// a spot check and has it re-scored between its tasks: the task in hand is not preempted (the
+// check is queued behind it on the runner), the model is not loaded again, and it goes on leasing
+// meanwhile.
+TEST_F(AgentThroughAFakeTest, ABusyAgentWithNothingMoreToLeaseTakesASpotCheckBetweenItsTasks) {
+  script_.record_time = absl::Seconds(1);
+  plane_->grants = {Grant(1, 10)};
+  Play(absl::Milliseconds(100));
+  ASSERT_TRUE(agent_->HoldsWork());
+  plane_->verifications = {Verification({Claim("v0", "honest")})};
+  Play(absl::Seconds(6));  // past the verify_poll since its ask on starting
+  ASSERT_EQ(script_.rescores.size(), 1u) << "asked for and sent while busy";
+  EXPECT_TRUE(plane_->completed.empty());
+  EXPECT_TRUE(plane_->reports.empty()) << "queued behind the task on the runner";
+  const size_t asks = plane_->asks.size();
+  Play(absl::Seconds(1));
+  EXPECT_GT(plane_->asks.size(), asks) << "leasing goes on while the check waits on the runner";
+  Play(absl::Seconds(10));
+  ASSERT_EQ(plane_->completed.size(), 1u);
+  EXPECT_EQ(plane_->completed[0].records_done, 10);
+  ASSERT_EQ(plane_->reports.size(), 1u);
+  EXPECT_TRUE(plane_->reports[0].verdicts[0].passed);
+  EXPECT_EQ(script_.loads, 1);
+  EXPECT_TRUE(plane_->failed.empty());
+}
+
+// Out of tasks, it first looks for more (one lease call without a long poll), and only when that
+// finds nothing asks for a spot check, at once; then, idle, it long-polls again.
+TEST_F(AgentThroughAFakeTest, OutOfTasksItLooksForMoreQuicklyBeforeAskingForASpotCheck) {
+  script_.record_time = absl::Seconds(1);
+  plane_->grants = {Grant(1, 2)};
+  Play(absl::Milliseconds(100));
+  ASSERT_TRUE(agent_->HoldsWork());
+  const size_t checks_asked = plane_->verification_asks.size();  // the one on starting
+  plane_->verifications = {Verification({Claim("v0", "honest")})};
+  for (int i = 0; i < 1000 && plane_->completed.empty(); ++i) Play(absl::Milliseconds(10));
+  ASSERT_EQ(plane_->completed.size(), 1u);
+  EXPECT_EQ(plane_->verification_asks.size(), checks_asked) << "busy: not before its verify_poll";
+  const size_t leased = plane_->asks.size();
+  for (int i = 0; i < 1000 && plane_->verification_asks.size() == checks_asked; ++i) Play(absl::Milliseconds(10));
+  ASSERT_EQ(plane_->verification_asks.size(), checks_asked + 1);
+  ASSERT_EQ(plane_->asks.size(), leased + 1) << "one lease call between its last task and the ask";
+  EXPECT_EQ(plane_->asks[leased].wait, absl::ZeroDuration()) << "a quick look, not a long poll";
+  Play(absl::Seconds(3));
+  ASSERT_EQ(plane_->reports.size(), 1u);
+  ASSERT_GT(plane_->asks.size(), leased + 1);
+  EXPECT_EQ(plane_->asks.back().wait, absl::Seconds(30)) << "idle again: a long poll";
 }
 
 TEST_F(AgentThroughAFakeTest, AServerWithoutSpotChecksIsAskedOnce) {

@@ -28,9 +28,8 @@ TEST(ExecutorStory, TwoExecutorsServeEveryRecordOfAJobOnce) {
   s.AddExecutor("A");
   s.AddExecutor("B");
   std::string job = s.Submit(Scenario::Records(1000), 10);
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   Job done = s.job(job);
-  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
   EXPECT_EQ(done.counts.completed, 1000);
   s.ExpectEachRecordOnce(job, 1000);
   // Both took part, and no record ran twice.
@@ -48,14 +47,12 @@ TEST(ExecutorStory, ConsecutiveJobsOfTheSameModelKeepTheRunnerLoaded) {
   Scenario s;
   Scenario::Executor& a = s.AddExecutor("A");
   const std::string first = s.Submit(Scenario::Records(30), 10);
-  ASSERT_TRUE(s.RunUntilJobEnds(first));
-  ASSERT_EQ(s.job(first).state, JobState::kCompleted) << s.job(first).error;
+  ASSERT_TRUE(s.RunsToEndAs(first, JobState::kCompleted));
   ASSERT_EQ(a.runner.starts, 1);
   ASSERT_EQ(a.runner.loads, 1);
   s.RunFor(absl::Seconds(30));  // idle between the jobs: the runner stays
   const std::string second = s.Submit(Scenario::Records(30), 10);
-  ASSERT_TRUE(s.RunUntilJobEnds(second));
-  ASSERT_EQ(s.job(second).state, JobState::kCompleted) << s.job(second).error;
+  ASSERT_TRUE(s.RunsToEndAs(second, JobState::kCompleted));
   s.ExpectEachRecordOnce(second, 30);
   EXPECT_EQ(a.runner.records_run, 60);
   EXPECT_EQ(a.runner.starts, 1) << "the runner process was started again";
@@ -85,8 +82,7 @@ TEST(ExecutorStory, AJobThatNamesADeclaredRunnerRunsThereAndOnlyWhereItIsOffered
 
 TEST(ExecutorStory, CheckpointsAreCommittedAsTheRecordsFinish) {
   Scenario s;
-  Scenario::Executor& a = s.AddExecutor("A");  // a checkpoint every 10 records
-  a.runner.record_time = absl::Milliseconds(100);
+  Scenario::Executor& a = s.AddExecutorTaking("A", absl::Milliseconds(100));  // a checkpoint every 10 records
   std::string job = s.Submit(Scenario::Records(100), 100);  // one task
   // 3.5 s in, 35 records are done; the first three chunks are already committed by the server.
   ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= 35; }));
@@ -100,15 +96,13 @@ TEST(ExecutorStory, CheckpointsAreCommittedAsTheRecordsFinish) {
 
 TEST(ExecutorStory, AnExecutorsSuccessorResumesAfterItsLastCheckpoint) {
   Scenario s;
-  Scenario::Executor& a = s.AddExecutor("A");
-  a.runner.record_time = absl::Milliseconds(100);
+  s.AddExecutorTaking("A", absl::Milliseconds(100));
   std::string job = s.Submit(Scenario::Records(100), 100);
   ASSERT_TRUE(s.RunUntil([&] { return CommittedRecords(TaskAt(s.tasks(job), 0)) >= 30; }));
   const int64_t committed = CommittedRecords(TaskAt(s.tasks(job), 0));
   s.Crash("A");  // power cut: no report, no heartbeat
   Scenario::Executor& b = s.AddExecutor("B");
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   s.ExpectEachRecordOnce(job, 100);
   Task task = TaskAt(s.tasks(job), 0);
   EXPECT_EQ(task.attempt, 2);
@@ -138,8 +132,7 @@ TEST(ExecutorStory, AMachineWhoseRunnerAlwaysCrashesGivesItsTasksBack) {
   Scenario::Executor& a = s.AddExecutor("A", options);
   a.runner.crash_on = "x";  // every record
   std::string job = s.Submit(Scenario::Records(4), 4, /*max_attempts=*/2);
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  EXPECT_EQ(s.job(job).state, JobState::kFailed);
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kFailed));
   Task task = TaskAt(s.tasks(job), 0);
   EXPECT_EQ(task.failures, 2);
   EXPECT_THAT(task.last_error, HasSubstr("the runner failed 4 times"));
@@ -158,8 +151,7 @@ TEST(ExecutorStory, ExecutorsRideOutAServerOutageAndReattachTheirLeases) {
   s.RunFor(absl::Seconds(3));
   EXPECT_GT(s.executor("A").runner.records_run, before) << "work goes on while the server is away";
   s.server.Restart();
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   s.ExpectEachRecordOnce(job, 400);
   for (const Task& t : s.tasks(job)) {
     EXPECT_EQ(t.attempt, 1) << "task " << t.index << ": no lease was taken from its holder";
@@ -192,16 +184,14 @@ TEST(ExecutorStory, ALeaseWhoseAnswerWasLostIsGrantedAgainNotLeftToExpire) {
 // nothing twice, and leases as before.
 TEST(ExecutorStory, AFailedLeaseCallThatGrantedNothingReclaimsNothing) {
   Scenario s;
-  Scenario::Executor& a = s.AddExecutor("A");
-  a.runner.record_time = absl::Milliseconds(20);
+  Scenario::Executor& a = s.AddExecutorTaking("A", absl::Milliseconds(20));
   ASSERT_TRUE(s.RunUntil([&] { return !a.id().empty(); }));
   // A while down: the idle executor's lease calls fail without reaching the server.
   s.server.SetDown(true);
   s.RunFor(absl::Seconds(2));
   s.server.SetDown(false);
   std::string job = s.Submit(Scenario::Records(200), 20);
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   s.ExpectEachRecordOnce(job, 200);
   EXPECT_GE(s.server.reclaims(), 1);
   for (const Task& t : s.tasks(job)) EXPECT_EQ(t.attempt, 1) << "task " << t.index;
@@ -247,8 +237,7 @@ TEST(ExecutorStory, AnIdleExecutorBeatsAtTheServersIdlePaceAndIsNeverTakenForLos
   FakeControlPlane::Options server;
   server.idle_polls_renew = false;
   Scenario s(server);
-  Scenario::Executor& a = s.AddExecutor("A");
-  a.runner.record_time = absl::Seconds(1);
+  Scenario::Executor& a = s.AddExecutorTaking("A", absl::Seconds(1));
   ASSERT_TRUE(s.RunUntil([&] { return !a.id().empty() && s.server.heartbeats() > 0; }));
   const int first = s.server.heartbeats();
   s.RunFor(absl::Minutes(10));
@@ -264,8 +253,7 @@ TEST(ExecutorStory, AnIdleExecutorBeatsAtTheServersIdlePaceAndIsNeverTakenForLos
 // its poll, and until then runs work as before, renewing its leases every third of the TTL.
 TEST(ExecutorStory, AnIdleExecutorWhosePollsKeepItAliveSendsNoIdleBeatsAndIsNeverTakenForLost) {
   Scenario s;
-  Scenario::Executor& a = s.AddExecutor("A");
-  a.runner.record_time = absl::Seconds(1);
+  Scenario::Executor& a = s.AddExecutorTaking("A", absl::Seconds(1));
   ASSERT_TRUE(s.RunUntil([&] { return !a.id().empty() && s.server.heartbeats() > 0; }));
   const int first = s.server.heartbeats();
   const int64_t renewals = s.server.idle_renewals();
@@ -351,8 +339,7 @@ TEST(ExecutorStory, ACancelledJobStopsItsExecutorsWithinAHeartbeat) {
 
 TEST(ExecutorStory, ADrainedExecutorFinishesItsTasksTakesNoMoreAndExits) {
   Scenario s;
-  Scenario::Executor& a = s.AddExecutor("A");
-  a.runner.record_time = absl::Milliseconds(200);
+  Scenario::Executor& a = s.AddExecutorTaking("A", absl::Milliseconds(200));
   std::string job = s.Submit(Scenario::Records(200), 10);
   ASSERT_TRUE(s.RunUntil([&] { return s.RunningTasksOf("A") > 0; }));
   ASSERT_TRUE(s.server.Drain(a.id()).ok());
@@ -378,8 +365,7 @@ TEST(ExecutorStory, ADrainedExecutorFinishesItsTasksTakesNoMoreAndExits) {
 
 TEST(ExecutorStory, AStoppedExecutorHandsItsTasksBackAtOnceAsPreempted) {
   Scenario s;
-  Scenario::Executor& a = s.AddExecutor("A");
-  a.runner.record_time = absl::Milliseconds(100);
+  Scenario::Executor& a = s.AddExecutorTaking("A", absl::Milliseconds(100));
   std::string job = s.Submit(Scenario::Records(100), 50);
   ASSERT_TRUE(s.RunUntil([&] { return CommittedRecords(TaskAt(s.tasks(job), 0)) >= 20; }));
   a.agent->Stop();
@@ -420,8 +406,7 @@ TEST(ExecutorStory, ARunnerThatStopsAnsweringIsKilledAsHungAndItsTaskRetried) {
   std::string job = s.Submit(Scenario::Records(40, {{25, "stall-me"}}), 20);
   ASSERT_TRUE(s.RunUntil([&] { return a.runner.kills > 0; }));
   a.runner.stall_on.clear();  // a passing fault: the next runner answers
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   s.ExpectEachRecordOnce(job, 40);
   Task stalled = TaskAt(s.tasks(job), 1);
   EXPECT_EQ(stalled.attempt, 2);
@@ -432,8 +417,7 @@ TEST(ExecutorStory, ARunnerThatStopsAnsweringIsKilledAsHungAndItsTaskRetried) {
 
 TEST(ExecutorStory, AHungRunnerIsGivenTimeInProportionToItsRecords) {
   Scenario s;
-  Scenario::Executor& a = s.AddExecutor("A");
-  a.runner.record_time = absl::Seconds(20);  // slow, but moving: 10 x 20 s before it counts as hung
+  Scenario::Executor& a = s.AddExecutorTaking("A", absl::Seconds(20));  // slow, but moving: 10 x 20 s before it counts as hung
   std::string job = s.Submit(Scenario::Records(10), 10);
   ASSERT_TRUE(s.RunUntilJobEnds(job, absl::Hours(1)));
   EXPECT_EQ(s.job(job).state, JobState::kCompleted);
@@ -467,22 +451,25 @@ TEST(ExecutorStory, AMainLoopStuckInACallStopsRenewingItsLeases) {
   EXPECT_GE(task.attempt, 2) << "the watchdog took the lease back";
   EXPECT_EQ(task.failures, 1);
   // The stuck attempt's late work is refused; the task finishes once, under a later attempt.
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   s.ExpectEachRecordOnce(job, 100);
+}
+
+// The owner of executor `a` comes back (its gate says pause), and a second of fake time passes.
+void OwnerBackForASecond(Scenario& s, Scenario::Executor& a) {
+  a.gate->Set(WorkMode::kPause);
+  s.RunFor(absl::Seconds(1));
 }
 
 TEST(ExecutorStory, TheOwnerComingBackPausesTheRunnerThenReleasesItThenHandsTheTasksBack) {
   Scenario s;
-  Scenario::Executor& a = s.AddExecutor("A");
-  a.runner.record_time = absl::Milliseconds(100);
+  Scenario::Executor& a = s.AddExecutorTaking("A", absl::Milliseconds(100));
   std::string job = s.Submit(Scenario::Records(100), 50);
   ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= 5; }));
 
   // Pause: nothing more is fed, and the batches in the runner are cancelled: it stops at its next
   // step, idle (not SIGSTOPped: it obeyed), with its model loaded.
-  a.gate->Set(WorkMode::kPause);
-  s.RunFor(absl::Seconds(1));
+  OwnerBackForASecond(s, a);
   ASSERT_TRUE(a.runners->live());
   EXPECT_TRUE(a.runners->live()->idle());
   EXPECT_FALSE(a.runners->live()->stopped());
@@ -526,8 +513,7 @@ TEST(ExecutorStory, TheOwnerComingBackPausesTheRunnerThenReleasesItThenHandsTheT
 // the same runner (no reload), each record computed once.
 TEST(ExecutorStory, TheOwnerComingBackStopsTheBatchAtItsNextStepAndLosesNothing) {
   Scenario s;
-  Scenario::Executor& a = s.AddExecutor("A");
-  a.runner.record_time = absl::Milliseconds(40);  // its step: well within the grace (100 ms)
+  Scenario::Executor& a = s.AddExecutorTaking("A", absl::Milliseconds(40));  // its step: well within the grace (100 ms)
   std::string job = s.Submit(Scenario::Records(60), 60);  // one task: a batch of 60 records
   ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= 13; }));
 
@@ -547,8 +533,7 @@ TEST(ExecutorStory, TheOwnerComingBackStopsTheBatchAtItsNextStepAndLosesNothing)
   EXPECT_EQ(held.records_failed, 0) << "a record stopped for the owner is no error";
 
   a.gate->Set(WorkMode::kRun);
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  EXPECT_EQ(s.job(job).state, JobState::kCompleted);
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   s.ExpectEachRecordOnce(job, 60);
   EXPECT_EQ(a.runner.records_run, 60) << "no finished record ran again";
   EXPECT_EQ(a.runner.starts, 1);
@@ -562,14 +547,12 @@ TEST(ExecutorStory, TheOwnerComingBackStopsTheBatchAtItsNextStepAndLosesNothing)
 // batch goes on where it was once the owner leaves.
 TEST(ExecutorStory, ARunnerThatIgnoresTheCancelIsStoppedPastTheGrace) {
   Scenario s;
-  Scenario::Executor& a = s.AddExecutor("A");
-  a.runner.record_time = absl::Milliseconds(100);
+  Scenario::Executor& a = s.AddExecutorTaking("A", absl::Milliseconds(100));
   a.runner.ignores_cancel = true;
   std::string job = s.Submit(Scenario::Records(60), 60);
   ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= 5; }));
 
-  a.gate->Set(WorkMode::kPause);
-  s.RunFor(absl::Seconds(1));
+  OwnerBackForASecond(s, a);
   ASSERT_TRUE(a.runners->live());
   EXPECT_TRUE(a.runners->live()->stopped());
   EXPECT_EQ(a.runner.cancels.size(), 1u) << "asked once, then stopped";
@@ -579,8 +562,7 @@ TEST(ExecutorStory, ARunnerThatIgnoresTheCancelIsStoppedPastTheGrace) {
   EXPECT_EQ(CommittedRecords(TaskAt(s.tasks(job), 0)), paused_at) << "what it finished is checkpointed at the stop";
 
   a.gate->Set(WorkMode::kRun);
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  EXPECT_EQ(s.job(job).state, JobState::kCompleted);
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   s.ExpectEachRecordOnce(job, 60);
   EXPECT_EQ(a.runner.records_run, 60);
 }
@@ -670,8 +652,7 @@ TEST(ExecutorStory, AModelThatDoesNotLoadFailsItsTasksForGood) {
   Scenario::Executor& a = s.AddExecutor("A");
   a.runner.bad_model = s.server.model_path();
   std::string job = s.Submit(Scenario::Records(20), 10);
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  EXPECT_EQ(s.job(job).state, JobState::kFailed);
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kFailed));
   for (const Task& t : s.tasks(job)) {
     EXPECT_EQ(t.state, TaskState::kFailed);
     EXPECT_EQ(t.attempt, 1) << "permanent: not retried";
@@ -679,22 +660,25 @@ TEST(ExecutorStory, AModelThatDoesNotLoadFailsItsTasksForGood) {
   }
 }
 
+// The job's first task ran again once (a second attempt), its first having ended with `error`.
+void ExpectRetriedOnce(Scenario& s, const std::string& job, const std::string& error) {
+  Task task = TaskAt(s.tasks(job), 0);
+  EXPECT_EQ(task.attempt, 2);
+  EXPECT_THAT(task.last_error, HasSubstr(error));
+}
+
 TEST(ExecutorStory, AFailedCheckpointIsRetriedAndAFailedOutputRetriesTheTask) {
   Scenario s;
-  Scenario::Executor& a = s.AddExecutor("A");
-  a.runner.record_time = absl::Milliseconds(100);
+  Scenario::Executor& a = s.AddExecutorTaking("A", absl::Milliseconds(100));
   std::string job = s.Submit(Scenario::Records(30), 30);
   a.blobs->FailPuts(1);  // the first checkpoint's upload fails; the next one carries its records
   ASSERT_TRUE(s.RunUntil([&] { return CommittedRecords(TaskAt(s.tasks(job), 0)) > 0; }));
   EXPECT_EQ(CommittedRecords(TaskAt(s.tasks(job), 0)), 11) << "tried again with the next record";
   ASSERT_TRUE(s.RunUntil([&] { return a.runner.records_run >= 29; }));
   a.blobs->FailPuts(1);  // and the last chunk's
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   s.ExpectEachRecordOnce(job, 30);
-  Task task = TaskAt(s.tasks(job), 0);
-  EXPECT_EQ(task.attempt, 2);
-  EXPECT_THAT(task.last_error, HasSubstr("cannot upload the output"));
+  ExpectRetriedOnce(s, job, "cannot upload the output");
   EXPECT_EQ(a.runner.records_run, 30 + 9) << "the retry resumed after the committed 21";
 }
 
@@ -703,25 +687,19 @@ TEST(ExecutorStory, AnInputThatCannotBeReadIsRetried) {
   Scenario::Executor& a = s.AddExecutor("A");
   a.blobs->FailGets(1);
   std::string job = s.Submit(Scenario::Records(10), 10);
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
-  Task task = TaskAt(s.tasks(job), 0);
-  EXPECT_EQ(task.attempt, 2);
-  EXPECT_THAT(task.last_error, HasSubstr("cannot read the input"));
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
+  ExpectRetriedOnce(s, job, "cannot read the input");
 }
 
 TEST(ExecutorStory, AStragglerGetsABackupAndTheFirstToFinishWins) {
   FakeControlPlane::Options server;
   server.watchdog.stragglers.min_runtime = absl::Milliseconds(500);
   Scenario s(server);
-  Scenario::Executor& slow = s.AddExecutor("slow");
-  slow.runner.record_time = absl::Milliseconds(400);  // 2 s a task
+  Scenario::Executor& slow = s.AddExecutorTaking("slow", absl::Milliseconds(400));  // 2 s a task
   std::string job = s.Submit(Scenario::Records(40), 5);
   ASSERT_TRUE(s.RunUntil([&] { return s.RunningTasksOf("slow") > 0; }));
-  Scenario::Executor& fast = s.AddExecutor("fast");
-  fast.runner.record_time = absl::Milliseconds(10);
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  s.AddExecutorTaking("fast", absl::Milliseconds(10));
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   s.ExpectEachRecordOnce(job, 40);
   int backed_up = 0;
   for (const Task& t : s.tasks(job)) {
@@ -741,9 +719,8 @@ TEST(ExecutorStory, AJobPastItsCompletionWindowExpiresWithWhatItFinished) {
   s.AddExecutor("A", options).runner.record_time = absl::Milliseconds(50);
   // 200 records at 20 a second need 10 s; the job may take 2.5.
   std::string job = s.Submit(Scenario::Records(200), 20, 0, absl::Milliseconds(2500));
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kExpired));
   Job expired = s.job(job);
-  ASSERT_EQ(expired.state, JobState::kExpired);
   EXPECT_THAT(expired.error, HasSubstr("completion window"));
   std::vector<Json> output = s.server.Results(job, false);
   EXPECT_GT(output.size(), 10u);
@@ -793,9 +770,7 @@ TEST(SpotCheckStory, AJobPublishesWithItsRecordsVerifiedByAnotherExecutor) {
   s.AddExecutor("A");
   s.AddExecutor("B");
   std::string job = s.Submit(Scenario::Records(60), 10);
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  Job done = s.job(job);
-  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   s.ExpectEachRecordOnce(job, 60);
   auto verdicts = s.server.store().ListVerifications(job);
   ASSERT_TRUE(verdicts.ok()) << verdicts.status();
@@ -815,9 +790,7 @@ TEST(SpotCheckStory, AForgingExecutorIsQuarantinedAndItsRecordsAreRedoneBeforeTh
   Scenario::Executor& forger = s.AddExecutor("F");
   forger.runner.answer = "a forged answer";
   std::string job = s.Submit(Scenario::Records(60), 10);
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  Job done = s.job(job);
-  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   s.ExpectEachRecordOnce(job, 60);
   ASSERT_GT(forger.runner.records_run, 0);  // it did take work, which was caught
   auto state = s.server.store().GetExecutor(forger.id());
@@ -839,9 +812,7 @@ TEST(SpotCheckStory, AOneExecutorPoolPublishesAfterTheVerifyWaitWithItsChecksOpe
   ASSERT_TRUE(s.RunUntil([&] { return s.job(job).state == JobState::kFinalizing; }));
   s.RunFor(absl::Minutes(1));
   EXPECT_EQ(s.job(job).state, JobState::kFinalizing);  // waiting for a verifier
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  Job done = s.job(job);
-  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   s.ExpectEachRecordOnce(job, 30);
   EXPECT_GT(Must(s.server.store().CountOpenVerifications(job)), 0);
   EXPECT_THAT(Must(s.server.store().ListVerifications(job)), ::testing::IsEmpty());

@@ -175,9 +175,7 @@ void ExpectCaughtAndRedone(const Plan& plan, const std::vector<std::string>& rec
               << " corrupted), " << c.after << " of fake time after the first corrupted one\n";
     if (measured != nullptr) *measured = c;
   }
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  Job done = s.job(job);
-  ASSERT_EQ(done.state, JobState::kCompleted) << done.error;
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   ASSERT_GT(*plan.changed, 0) << "the plan never corrupted an answer";
 
   Executor caught = Must(s.server.store().GetExecutor(bad.id()));
@@ -217,8 +215,7 @@ TEST_F(DishonestExecutor, WithoutSpotChecksAForgersAnswersPublish) {
   Plan plan = Invent(0);
   bad.runner.corrupt = plan.corrupt;
   std::string job = s.Submit(*records_, kShard);
-  ASSERT_TRUE(s.RunUntilJobEnds(job));
-  ASSERT_EQ(s.job(job).state, JobState::kCompleted);
+  ASSERT_TRUE(s.RunsToEndAs(job, JobState::kCompleted));
   ASSERT_GT(*plan.changed, 0);
   EXPECT_NE(Published(s, job), *honest_);
 }

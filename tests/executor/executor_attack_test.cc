@@ -431,7 +431,7 @@ bool HaveLandlock() { return sandbox::LandlockAbi() >= 1; }
 TEST_F(ExecutorAttackTest, ASubvertedRunnerFindsNoSecretAndReachesNothing) {
   Listener listener;
   std::ofstream(dir_ + "/home/secret.txt") << "the owner's secret";
-  StartExecutor(std::string(MINIONS_SOURCE_DIR) + "/tests/executor/snooping_runner.py",
+  StartExecutor(std::string(MINIONS_SOURCE_DIR) + "/tests/runners/snooping_runner.py",
                 {"--runner-env", "SNOOP_FILE=" + dir_ + "/home/secret.txt", "--runner-env",
                  absl::StrCat("SNOOP_PORT=", listener.port()), "--runner-env",
                  "SNOOP_WRITE=" + dir_ + "/victim/pwned.txt"});

@@ -126,6 +126,7 @@ void FakeControlPlane::Restart() {
   ControlPlaneOptions options;
   options.server.lease_ttl = options_.lease_ttl;
   options.server.idle_polls_renew = options_.idle_polls_renew;
+  options.server.spot_checks = options_.spot_checks;  // as the store's
   options.server.verify_wait = options_.verify_wait;
   options.server.check_model_paths = false;  // the fake runners load no file
   options.server.background_thread = false;  // Tick runs its work, on the test's thread

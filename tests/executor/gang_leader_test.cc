@@ -27,6 +27,16 @@ void AddGangFleet(Scenario& s, const std::vector<std::string>& names) {
   s.RunFor(absl::Seconds(1));
 }
 
+// Gives a fleet of two gang executors, A and B, whose runners crash on "poison-me", a job for gangs
+// of two (3 attempts a task) of `n` records in tasks of 20, record `poisoned` the poison: its id.
+std::string PoisonedGangJob(Scenario& s, int n, int poisoned) {
+  AddGangFleet(s, {"A", "B"});
+  s.executor("A").runner.crash_on = "poison-me";
+  s.executor("B").runner.crash_on = "poison-me";
+  return s.Submit(Scenario::Records(n, {{poisoned, "poison-me"}}), 20, /*max_attempts=*/3, absl::ZeroDuration(), "",
+                  "", /*gang_size=*/2);
+}
+
 // The executor that leads the gang running now (its runner was started to reach a member), or
 // nullptr.
 Scenario::Executor* Leader(Scenario& s, const std::vector<std::string>& names) {
@@ -39,11 +49,7 @@ Scenario::Executor* Leader(Scenario& s, const std::vector<std::string>& names) {
 
 TEST(GangLeaderStory, ARunnerThatCrashesOnARecordWhileItsMembersAnswerIsolatesItLikeAnyRunner) {
   Scenario s;
-  AddGangFleet(s, {"A", "B"});
-  s.executor("A").runner.crash_on = "poison-me";
-  s.executor("B").runner.crash_on = "poison-me";
-  std::string job = s.Submit(Scenario::Records(40, {{27, "poison-me"}}), 20, /*max_attempts=*/3,
-                             absl::ZeroDuration(), "", "", /*gang_size=*/2);
+  std::string job = PoisonedGangJob(s, 40, 27);
   ASSERT_TRUE(s.RunUntilJobEnds(job, absl::Hours(2)));
   s.ExpectPoisonIsolated(job, 40, "r27");
   for (const Task& t : s.tasks(job)) EXPECT_EQ(t.preemptions, 0) << "task " << t.index << ": no member went away";
@@ -104,11 +110,7 @@ TEST(GangLeaderStory, AMemberWhoseOwnerComesBackEndsTheAttemptAsPreempted) {
 // and the next attempt isolates the record.
 TEST(GangLeaderStory, AMemberGoneBeforeTheTryAfterACrashEndsTheAttemptAsPreempted) {
   Scenario s;
-  AddGangFleet(s, {"A", "B"});
-  s.executor("A").runner.crash_on = "poison-me";
-  s.executor("B").runner.crash_on = "poison-me";
-  std::string job = s.Submit(Scenario::Records(20, {{15, "poison-me"}}), 20, /*max_attempts=*/3,
-                             absl::ZeroDuration(), "", "", /*gang_size=*/2);
+  std::string job = PoisonedGangJob(s, 20, 15);
   Scenario::Executor* leader = nullptr;
   ASSERT_TRUE(s.RunUntil([&] {
     leader = Leader(s, {"A", "B"});

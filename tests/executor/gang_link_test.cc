@@ -240,6 +240,39 @@ void EndProcess(pid_t pid) {
   waitpid(pid, nullptr, 0);
 }
 
+// A tunnel to a FakeGate whose runner is another process (IdleProcess, ended with this): a
+// connection from this test's process is never the runner's.
+struct TunnelForAnotherProcess {
+  TunnelForAnotherProcess() : tunnel(GangTunnel::Start({gate.endpoint(), kSecret})) {
+    if (!tunnel.ok()) return;
+    runner = IdleProcess();
+    if (runner > 0) (*tunnel)->AdmitProcess(runner);
+  }
+  ~TunnelForAnotherProcess() {
+    if (runner > 0) EndProcess(runner);
+  }
+  bool started() const { return tunnel.ok() && runner > 0; }
+  // After the test's connections: the tunnel refused `refused`, admitted none, and stops; the
+  // member was never reached.
+  void ExpectOnlyRefused(int refused) {
+    EXPECT_EQ((*tunnel)->refused(), refused);
+    EXPECT_EQ((*tunnel)->admitted(), 0);
+    (*tunnel)->Stop();
+    EXPECT_EQ(gate.verdict().code(), absl::StatusCode::kUnknown) << "the member was never reached";
+  }
+  FakeGate gate{kSecret};
+  absl::StatusOr<std::unique_ptr<GangTunnel>> tunnel;
+  pid_t runner = -1;
+};
+
+// Sends "ping" on `fd` (a connection to a tunnel) and expects it closed unanswered; closes it.
+void ExpectClosedUnanswered(int fd) {
+  send(fd, "ping", 4, MSG_NOSIGNAL);
+  char byte;
+  EXPECT_LE(read(fd, &byte, 1), 0);  // closed by the tunnel
+  close(fd);
+}
+
 TEST(GangTunnel, CarriesTheRunnersConnectionToTheMemberAfterTheHandshake) {
   FakeGate gate(kSecret);
   auto tunnel = GangTunnel::Start({gate.endpoint(), kSecret});
@@ -260,22 +293,11 @@ TEST(GangTunnel, CarriesTheRunnersConnectionToTheMemberAfterTheHandshake) {
 // Another process on the leader's machine racing for the tunnel's port: closed unread, and the
 // member never hears of it.
 TEST(GangTunnel, AnotherLocalProcessIsRefused) {
-  FakeGate gate(kSecret);
-  auto tunnel = GangTunnel::Start({gate.endpoint(), kSecret});
-  ASSERT_TRUE(tunnel.ok()) << tunnel.status();
-  const pid_t runner = IdleProcess();  // the runner: some other process; this one's sockets are never its
-  ASSERT_GT(runner, 0);
-  (*tunnel)->AdmitProcess(runner);
-  int fd = ConnectTo((*tunnel)->port());  // this process is not the runner
-  send(fd, "ping", 4, MSG_NOSIGNAL);
-  char byte;
-  EXPECT_LE(read(fd, &byte, 1), 0);  // closed by the tunnel
-  close(fd);
-  EndProcess(runner);
-  EXPECT_EQ((*tunnel)->refused(), 1);
-  EXPECT_EQ((*tunnel)->admitted(), 0);
-  (*tunnel)->Stop();
-  EXPECT_EQ(gate.verdict().code(), absl::StatusCode::kUnknown) << "the member was never reached";
+  TunnelForAnotherProcess t;
+  ASSERT_TRUE(t.started()) << t.tunnel.status();
+  GangTunnel& tunnel = **t.tunnel;
+  ExpectClosedUnanswered(ConnectTo(tunnel.port()));  // this process is not the runner
+  t.ExpectOnlyRefused(1);
 }
 
 // The runner checks that each tunnel answers before llama.cpp connects (it connects and hangs up:
@@ -284,50 +306,32 @@ TEST(GangTunnel, AnotherLocalProcessIsRefused) {
 // up having sent nothing is closed quietly, neither refused (it was logged as a refusal once per
 // member before every load) nor forwarded; one that speaks is refused as before.
 TEST(GangTunnel, AConnectionThatHangsUpUnheardIsNotARefusal) {
-  FakeGate gate(kSecret);
-  auto tunnel = GangTunnel::Start({gate.endpoint(), kSecret});
-  ASSERT_TRUE(tunnel.ok()) << tunnel.status();
-  const pid_t runner = IdleProcess();  // the runner: some other process; this one's sockets are never its
-  ASSERT_GT(runner, 0);
-  (*tunnel)->AdmitProcess(runner);
-  close(ConnectTo((*tunnel)->port()));  // a probe: connects and hangs up
-  int fd = ConnectTo((*tunnel)->port());  // and one that speaks
-  send(fd, "ping", 4, MSG_NOSIGNAL);
-  char byte;
-  EXPECT_LE(read(fd, &byte, 1), 0);  // closed by the tunnel
-  close(fd);
-  for (int i = 0; i < 1000 && (*tunnel)->refused() + (*tunnel)->hung_up() < 2; ++i) {
+  TunnelForAnotherProcess t;
+  ASSERT_TRUE(t.started()) << t.tunnel.status();
+  GangTunnel& tunnel = **t.tunnel;
+  close(ConnectTo(tunnel.port()));  // a probe: connects and hangs up
+  ExpectClosedUnanswered(ConnectTo(tunnel.port()));  // and one that speaks
+  for (int i = 0; i < 1000 && tunnel.refused() + tunnel.hung_up() < 2; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EndProcess(runner);
-  EXPECT_EQ((*tunnel)->hung_up(), 1);
-  EXPECT_EQ((*tunnel)->refused(), 1);
-  EXPECT_EQ((*tunnel)->admitted(), 0);
-  (*tunnel)->Stop();
-  EXPECT_EQ(gate.verdict().code(), absl::StatusCode::kUnknown) << "the member was never reached";
+  EXPECT_EQ(tunnel.hung_up(), 1);
+  t.ExpectOnlyRefused(1);
 }
 
 // A connection that is not the runner's and stays silent is refused too, within
 // kSuspectWait, and holds up no other connection meanwhile.
 TEST(GangTunnel, ASilentConnectionThatIsNotTheRunnersIsRefusedAtItsDeadline) {
-  FakeGate gate(kSecret);
-  auto tunnel = GangTunnel::Start({gate.endpoint(), kSecret});
-  ASSERT_TRUE(tunnel.ok()) << tunnel.status();
-  const pid_t runner = IdleProcess();  // the runner: some other process; this one's sockets are never its
-  ASSERT_GT(runner, 0);
-  (*tunnel)->AdmitProcess(runner);
-  int silent = ConnectTo((*tunnel)->port());
-  int other = ConnectTo((*tunnel)->port());  // judged while the first one waits
-  send(other, "ping", 4, MSG_NOSIGNAL);
+  TunnelForAnotherProcess t;
+  ASSERT_TRUE(t.started()) << t.tunnel.status();
+  GangTunnel& tunnel = **t.tunnel;
+  int silent = ConnectTo(tunnel.port());
+  int other = ConnectTo(tunnel.port());  // judged while the first one waits
+  ExpectClosedUnanswered(other);
   char byte;
-  EXPECT_LE(read(other, &byte, 1), 0);
   EXPECT_LE(read(silent, &byte, 1), 0);  // closed at its deadline
-  close(other);
   close(silent);
-  EndProcess(runner);
-  EXPECT_EQ((*tunnel)->refused(), 2);
-  EXPECT_EQ((*tunnel)->hung_up(), 0);
-  (*tunnel)->Stop();
+  EXPECT_EQ(tunnel.hung_up(), 0);
+  t.ExpectOnlyRefused(2);
 }
 
 TEST(GangTunnel, BeforeTheRunnerIsKnownNobodyIsCarried) {
@@ -346,11 +350,7 @@ TEST(GangTunnel, AMemberThatDoesNotProveTheSecretGetsNothing) {
   auto tunnel = GangTunnel::Start({gate.endpoint(), kSecret});
   ASSERT_TRUE(tunnel.ok()) << tunnel.status();
   (*tunnel)->AdmitProcess(getpid());
-  int fd = ConnectTo((*tunnel)->port());
-  send(fd, "ping", 4, MSG_NOSIGNAL);
-  char byte;
-  EXPECT_LE(read(fd, &byte, 1), 0);
-  close(fd);
+  ExpectClosedUnanswered(ConnectTo((*tunnel)->port()));
   EXPECT_EQ(gate.verdict().code(), absl::StatusCode::kPermissionDenied);
   (*tunnel)->Stop();
   EXPECT_EQ((*tunnel)->refused(), 1);

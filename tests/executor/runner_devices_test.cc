@@ -26,6 +26,15 @@ std::vector<RunnerDevice> Parse(const std::string& json) {
   return devices.ok() ? *devices : std::vector<RunnerDevice>{};
 }
 
+// `a` is the accelerator `want`: its kind, name, memory and whether it shares the machine's.
+void ExpectAccelerator(const std::optional<Accelerator>& a, const Accelerator& want) {
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->kind, want.kind);
+  EXPECT_EQ(a->name, want.name);
+  EXPECT_EQ(a->memory_bytes, want.memory_bytes);
+  EXPECT_EQ(a->unified, want.unified);
+}
+
 TEST(RunnerDevices, MetalIsUnifiedMemory) {
   // An Apple M2 Max: Metal (recommended working set), BLAS (beside the CPU, not an accelerator), CPU.
   auto devices = Parse(R"json({"devices":[
@@ -33,11 +42,7 @@ TEST(RunnerDevices, MetalIsUnifiedMemory) {
     {"name":"BLAS","description":"Accelerate","type":"accel","backend":"BLAS","memory_total":0,"memory_free":0},
     {"name":"CPU","description":"Apple M2 Max","type":"cpu","backend":"CPU","memory_total":103079215104,"memory_free":0}]})json");
   auto a = AcceleratorFromDevices(devices);
-  ASSERT_TRUE(a.has_value());
-  EXPECT_EQ(a->kind, "metal");
-  EXPECT_EQ(a->name, "Apple M2 Max");
-  EXPECT_EQ(a->memory_bytes, 77309411328);
-  EXPECT_TRUE(a->unified);
+  ASSERT_NO_FATAL_FAILURE(ExpectAccelerator(a, {"metal", "Apple M2 Max", 77309411328, /*unified=*/true}));
   // Unified: never more than the machine's memory, times the owner's share.
   EXPECT_EQ(UsableMemoryBytes(*a, 64 * kGiB, 0.5), 32 * kGiB);
 }
@@ -48,11 +53,7 @@ TEST(RunnerDevices, TwoCudaGpusAddUpTheirOwnMemory) {
     {"name":"CUDA1","description":"NVIDIA GeForce RTX 4090","type":"gpu","backend":"CUDA","memory_total":25769803776,"memory_free":25000000000},
     {"name":"CPU","description":"AMD Ryzen 9 7950X","type":"cpu","backend":"CPU","memory_total":16000000000,"memory_free":0}]})json");
   auto a = AcceleratorFromDevices(devices);
-  ASSERT_TRUE(a.has_value());
-  EXPECT_EQ(a->kind, "cuda");
-  EXPECT_EQ(a->name, "NVIDIA GeForce RTX 4090 x2");
-  EXPECT_EQ(a->memory_bytes, 48 * kGiB);
-  EXPECT_FALSE(a->unified);
+  ASSERT_NO_FATAL_FAILURE(ExpectAccelerator(a, {"cuda", "NVIDIA GeForce RTX 4090 x2", 48 * kGiB, /*unified=*/false}));
   // Discrete memory is not capped by the machine's (16 GB here).
   EXPECT_EQ(UsableMemoryBytes(*a, 16 * kGiB, 1.0), 48 * kGiB);
 }
@@ -62,10 +63,7 @@ TEST(RunnerDevices, VulkanDevices) {
   auto lavapipe = AcceleratorFromDevices(Parse(R"json({"devices":[
     {"name":"Vulkan0","description":"llvmpipe (LLVM 15.0.6, 256 bits)","type":"gpu","backend":"Vulkan","memory_total":8589934592,"memory_free":8589934592},
     {"name":"CPU","description":"Intel Xeon","type":"cpu","backend":"CPU","memory_total":8589934592,"memory_free":0}]})json"));
-  ASSERT_TRUE(lavapipe.has_value());
-  EXPECT_EQ(lavapipe->kind, "vulkan");
-  EXPECT_EQ(lavapipe->name, "llvmpipe (LLVM 15.0.6, 256 bits)");
-  EXPECT_EQ(lavapipe->memory_bytes, 8 * kGiB);
+  ExpectAccelerator(lavapipe, {"vulkan", "llvmpipe (LLVM 15.0.6, 256 bits)", 8 * kGiB, /*unified=*/false});
   // An Intel laptop's integrated GPU: shares the machine's memory.
   auto integrated = AcceleratorFromDevices(Parse(R"json({"devices":[
     {"name":"Vulkan0","description":"Intel(R) Iris(R) Xe Graphics","type":"igpu","backend":"Vulkan","memory_total":17179869184,"memory_free":1},
@@ -78,10 +76,7 @@ TEST(RunnerDevices, VulkanDevices) {
   auto mixed = AcceleratorFromDevices(Parse(R"json({"devices":[
     {"name":"CUDA0","description":"NVIDIA A100","type":"gpu","backend":"CUDA","memory_total":1000,"memory_free":1},
     {"name":"Vulkan0","description":"NVIDIA A100","type":"gpu","backend":"Vulkan","memory_total":1000,"memory_free":1}]})json"));
-  ASSERT_TRUE(mixed.has_value());
-  EXPECT_EQ(mixed->kind, "cuda");
-  EXPECT_EQ(mixed->name, "NVIDIA A100");
-  EXPECT_EQ(mixed->memory_bytes, 1000);
+  ExpectAccelerator(mixed, {"cuda", "NVIDIA A100", 1000, /*unified=*/false});
 }
 
 TEST(RunnerDevices, CpuOnlyHasNoAccelerator) {

@@ -211,6 +211,18 @@ bool Scenario::RunUntilJobEnds(const std::string& job_id, absl::Duration limit) 
       limit);
 }
 
+::testing::AssertionResult Scenario::RunsToEndAs(const std::string& job_id, JobState state, absl::Duration limit) {
+  if (!RunUntilJobEnds(job_id, limit)) {
+    return ::testing::AssertionFailure() << "job " << job_id << " did not end within " << limit;
+  }
+  Job ended = job(job_id);
+  if (ended.state != state) {
+    return ::testing::AssertionFailure() << "job " << job_id << " ended " << JobStateName(ended.state) << ", not "
+                                         << JobStateName(state) << ": " << ended.error;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 bool Scenario::RunUntilFinished(const std::string& executor_name, absl::Duration limit) {
   return RunUntil([&] { return executor(executor_name).agent->finished(); }, limit);
 }

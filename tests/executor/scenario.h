@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "absl/time/time.h"
 #include "executor/agent.h"
 #include "fake_control_plane.h"
@@ -102,6 +104,12 @@ class Scenario {
   // `declared`: names of runners the executor offers beside the built-in one (fake runners too).
   Executor& AddExecutor(const std::string& name, AgentOptions options = DefaultOptions(),
                         const std::vector<std::string>& declared = {});
+  // An executor with the default options whose runner takes `per_record` to answer a record.
+  Executor& AddExecutorTaking(const std::string& name, absl::Duration per_record) {
+    Executor& e = AddExecutor(name);
+    e.runner.record_time = per_record;
+    return e;
+  }
   Executor& executor(const std::string& name) { return *executors_.at(name); }
   // The executor vanishes (power cut): it takes no further step and sends nothing.
   void Crash(const std::string& name) { executor(name).gone = true; }
@@ -117,6 +125,9 @@ class Scenario {
   void RunFor(absl::Duration d);
   // Until the job is completed, failed, cancelled or expired.
   bool RunUntilJobEnds(const std::string& job_id, absl::Duration limit = absl::Hours(1));
+  // The same, succeeding when the job ended in `state` (the failure says how it ended, and why).
+  ::testing::AssertionResult RunsToEndAs(const std::string& job_id, JobState state,
+                                         absl::Duration limit = absl::Hours(1));
   bool RunUntilFinished(const std::string& executor_name, absl::Duration limit = absl::Hours(1));
 
   // The story's facts.

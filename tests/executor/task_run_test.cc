@@ -266,12 +266,28 @@ TEST(TaskRun, ARunnerLostForTheOwnerBlamesNoRecord) {
   EXPECT_EQ(again->records.size(), 3u) << "the finished record stays done";
 }
 
-TEST(TaskRun, ASuspectLostForTheOwnerKeepsItsIsolationOrder) {
+// A run of four records whose runner crashed on the first batch: a suspect that halves, {r0, r1}
+// then {r2, r3}; `*first`: its first half, handed out. Null where it is not so.
+std::unique_ptr<TaskRun> HalvingSuspect(std::optional<TaskRun::Batch>* first) {
   auto run = Start(Lease(4), Input(4));
-  auto batch = run->NextBatch(kT0);
-  ASSERT_TRUE(run->OnRunnerCrashed(true, "boom"));  // halves: {r0, r1} then {r2, r3}
-  auto first = run->NextBatch(kT0);
-  ASSERT_EQ(first->records.size(), 2u);
+  run->NextBatch(kT0);
+  if (!run->OnRunnerCrashed(true, "boom")) {
+    ADD_FAILURE() << "the crash did not make the run a suspect";
+    return nullptr;
+  }
+  *first = run->NextBatch(kT0);
+  if (!*first) {
+    ADD_FAILURE() << "no batch after the crash";
+    return nullptr;
+  }
+  EXPECT_EQ((*first)->records.size(), 2u);
+  return (*first)->records.size() == 2u ? std::move(run) : nullptr;
+}
+
+TEST(TaskRun, ASuspectLostForTheOwnerKeepsItsIsolationOrder) {
+  std::optional<TaskRun::Batch> first;
+  auto run = HalvingSuspect(&first);
+  ASSERT_TRUE(run);
   run->OnRunnerGone();
   auto again = run->NextBatch(kT0);
   ASSERT_EQ(again->records.size(), 2u);
@@ -334,11 +350,9 @@ TEST(TaskRun, ABatchThatEndsBeforeItsYieldReachesTheRunnerIsFinished) {
 
 // A suspect (isolating a poison record) yielded for the owner keeps its group's place.
 TEST(TaskRun, ASuspectYieldedForTheOwnerKeepsItsIsolationOrder) {
-  auto run = Start(Lease(4), Input(4));
-  auto batch = run->NextBatch(kT0);
-  ASSERT_TRUE(run->OnRunnerCrashed(true, "boom"));  // halves: {r0, r1} then {r2, r3}
-  auto first = run->NextBatch(kT0);
-  ASSERT_EQ(first->records.size(), 2u);
+  std::optional<TaskRun::Batch> first;
+  auto run = HalvingSuspect(&first);
+  ASSERT_TRUE(run);
   run->Yield();
   run->OnResult(first->id, 0, MakeErrorLine("r0", kErrorCancelled, "the batch was cancelled"));
   run->OnResult(first->id, 1, MakeErrorLine("r1", kErrorCancelled, "the batch was cancelled"));

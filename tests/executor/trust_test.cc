@@ -308,6 +308,19 @@ TEST_F(TrustTest, TheExecutorReportsHowItsRunnersAreConfined) {
 #endif
 }
 
+// 40.6a: by default an executor requires Landlock where the kernel's covers all the sandbox asks
+// (ABI 4: files and TCP), so no runner starts less confined than the executor reports; on a kernel
+// with less it confines as it can, and says so. What an owner asks for is kept as asked.
+TEST_F(TrustTest, TheDefaultSandboxIsRequiredWhereTheKernelAllows) {
+  EXPECT_EQ(*ResolveRunnerSandboxMode("auto", 6), "required");
+  EXPECT_EQ(*ResolveRunnerSandboxMode("auto", 4), "required");
+  EXPECT_EQ(*ResolveRunnerSandboxMode("auto", 3), "on");
+  EXPECT_EQ(*ResolveRunnerSandboxMode("auto", 0), "on");
+  for (const char* asked : {"on", "required", "off"}) EXPECT_EQ(*ResolveRunnerSandboxMode(asked, 6), asked);
+  EXPECT_FALSE(ResolveRunnerSandboxMode("maybe", 6).ok());
+  EXPECT_FALSE(ResolveRunnerSandboxMode("", 6).ok());
+}
+
 TEST_F(TrustTest, RunnerSandboxWrapsTheRunnerAndRefusesCredentialsInItsEnvironment) {
   RunnerSandboxOptions options;
   options.launcher = std::string(MINIONS_TEST_BIN_DIR) + "/minions-sandbox";

@@ -85,15 +85,25 @@ std::vector<std::string> GreedyLines(int n) {
   return cli::SamplePromptLines(sample);
 }
 
-TEST(GangEndToEnd, AModelNoExecutorCanHoldRunsOnAGangOfTwoAndEqualsOneMachine) {
-  const std::string dir = TempDir("gang-e2e");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  ASSERT_TRUE(pool.StartServer().ok());
-  const int64_t largest = StartGangFleet(pool);
+// Each test's pool (PoolTest), most of them with a fleet of gang executors.
+class GangEndToEnd : public PoolTest {
+ protected:
+  // A pool (NewPool) with its server and a fleet of gang executors (StartGangFleet with `extra`):
+  // the largest executor's memory; 0 (a test failure) where the server did not start.
+  int64_t NewGangPool(const std::string& name, int lease_ttl_ms, const std::vector<std::string>& extra = {}) {
+    ProcessPool& pool = NewPool(name, lease_ttl_ms);
+    absl::Status started = pool.StartServer();
+    EXPECT_TRUE(started.ok()) << started;
+    return started.ok() ? StartGangFleet(pool, extra) : 0;
+  }
+};
+
+TEST_F(GangEndToEnd, AModelNoExecutorCanHoldRunsOnAGangOfTwoAndEqualsOneMachine) {
+  const int64_t largest = NewGangPool("gang-e2e", 6000);
   ASSERT_GT(largest, 0);
+  ProcessPool& pool = *pool_;
   const std::vector<std::string> lines = GreedyLines(48);
-  const std::string input = WriteInput(dir, lines);
+  const std::string input = WriteInput(dir_, lines);
 
   // More than two executors can hold together is refused as a gang of two; more than the whole
   // fleet can hold is refused outright.
@@ -131,10 +141,9 @@ TEST(GangEndToEnd, AModelNoExecutorCanHoldRunsOnAGangOfTwoAndEqualsOneMachine) {
   EXPECT_GT(most_in, 1'000'000) << "no member received the model's layers";
 
   // The same records on one machine, one runner.
-  RunLocally(input, dir, 4, 1);
+  RunLocally(input, dir_, 4, 1);
   if (HasFatalFailure()) return;
-  ExpectSameResults(output, errors, Lines(ReadFile(dir + "/local.jsonl")), Lines(ReadFile(dir + "/local-errors.jsonl")));
-  if (!HasFailure()) std::filesystem::remove_all(dir);
+  ExpectSameResults(output, errors, Lines(ReadFile(dir_ + "/local.jsonl")), Lines(ReadFile(dir_ + "/local-errors.jsonl")));
 }
 
 // The pid of executor `name`'s ggml-rpc-server (it serves a gang now), or 0.
@@ -223,7 +232,7 @@ void ExpectPreemptedOnceAndTheSameAsOneMachine(ProcessPool& pool, cli::JobsClien
 // checkpoint: the fault follows progress, not time; its rpc-server dies with it). The leader's attempt ends as
 // preempted, not failed; the task resumes from its checkpoint on a new gang of the two left, and
 // every custom_id comes out exactly once, equal to one machine's output.
-TEST(GangEndToEnd, AMemberKilledMidTaskPreemptsTheAttemptAndTheTaskFinishesOnANewGang) {
+TEST_F(GangEndToEnd, AMemberKilledMidTaskPreemptsTheAttemptAndTheTaskFinishesOnANewGang) {
   CheckpointedGangTask task;
   StartCheckpointedGangTask("gang-kill", &task);  // then kill its member
   if (HasFatalFailure()) return;
@@ -267,7 +276,7 @@ TEST(GangEndToEnd, AMemberKilledMidTaskPreemptsTheAttemptAndTheTaskFinishesOnANe
 // closes, so the leader finds the member gone. The attempt ends as preempted (not as a runner that
 // crashed on its own, which would blame its records and count as a failure), and the task
 // finishes on a new gang, every record once, equal to one machine's output.
-TEST(GangEndToEnd, AMembersRpcServerDyingAloneIsAMemberGoneNotACrash) {
+TEST_F(GangEndToEnd, AMembersRpcServerDyingAloneIsAMemberGoneNotACrash) {
   CheckpointedGangTask task;
   StartCheckpointedGangTask("gang-rpc", &task);
   if (HasFatalFailure()) return;
@@ -281,15 +290,12 @@ TEST(GangEndToEnd, AMembersRpcServerDyingAloneIsAMemberGoneNotACrash) {
 // Automatic gangs: a job that asks for none, whose model no executor can hold alone, becomes a
 // job of the fewest executors that can (two of three here); more than the fleet can hold is
 // still refused.
-TEST(GangEndToEnd, AJobNoExecutorCanHoldGetsTheFewestExecutorsThatCan) {
-  const std::string dir = TempDir("gang-auto");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  ASSERT_TRUE(pool.StartServer().ok());
-  const int64_t largest = StartGangFleet(pool);
+TEST_F(GangEndToEnd, AJobNoExecutorCanHoldGetsTheFewestExecutorsThatCan) {
+  const int64_t largest = NewGangPool("gang-auto", 6000);
   ASSERT_GT(largest, 0);
+  ProcessPool& pool = *pool_;
   const std::vector<std::string> lines = GreedyLines(16);
-  const std::string input = WriteInput(dir, lines);
+  const std::string input = WriteInput(dir_, lines);
   auto job = SubmitGang(pool, input, 0, largest + 1, 16);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->gang_size(), 2);
@@ -302,29 +308,26 @@ TEST(GangEndToEnd, AJobNoExecutorCanHoldGetsTheFewestExecutorsThatCan) {
   ASSERT_TRUE(client.Cancel(three->id()).ok());
   v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(10));
   ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";
-  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
-  if (!HasFailure()) std::filesystem::remove_all(dir);
+  ExpectEachRecordOnce(lines, pool, job->id());
 }
 
 // A member's owner comes back mid-task (the owner's "pause" on its control socket, once the task
 // has committed a checkpoint): the member leaves the gang at once (its rpc-server goes, without
 // waiting for the gang), the attempt ends as preempted, not failed, and the task finishes on a
 // new gang; every custom_id exactly once.
-TEST(GangEndToEnd, AMembersOwnerReturningPreemptsTheAttemptAndNeverWaits) {
-  const std::string dir = TempDir("gang-owner");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  ASSERT_TRUE(pool.StartServer().ok());
+TEST_F(GangEndToEnd, AMembersOwnerReturningPreemptsTheAttemptAndNeverWaits) {
   // Dedicated machines whose only owner signal is the hand control (the test machine's own
   // activity, CPU and GPU load must not steer the test).
-  const int64_t largest = StartGangFleet(
-      pool, {"--checkpoint-records", "4", "--availability", "dedicated", "--availability-set", "probe_logind=false",
-             "--availability-set", "probe_input_devices=false", "--availability-set", "probe_nvml=false",
-             "--availability-set", "start_max_other_cpu=1", "--availability-set", "pause_other_cpu=1",
-             "--availability-set", "start_idle=1s", "--availability-set", "pause_grace=200ms"});
+  const int64_t largest = NewGangPool(
+      "gang-owner", 3000,
+      {"--checkpoint-records", "4", "--availability", "dedicated", "--availability-set", "probe_logind=false",
+       "--availability-set", "probe_input_devices=false", "--availability-set", "probe_nvml=false",
+       "--availability-set", "start_max_other_cpu=1", "--availability-set", "pause_other_cpu=1",
+       "--availability-set", "start_idle=1s", "--availability-set", "pause_grace=200ms"});
   ASSERT_GT(largest, 0);
+  ProcessPool& pool = *pool_;
   const std::vector<std::string> lines = GreedyLines(64);
-  const std::string input = WriteInput(dir, lines);
+  const std::string input = WriteInput(dir_, lines);
   auto job = SubmitGang(pool, input, 2, largest + 1, 64);  // one task
   ASSERT_TRUE(job.ok()) << job.status();
 
@@ -344,13 +347,12 @@ TEST(GangEndToEnd, AMembersOwnerReturningPreemptsTheAttemptAndNeverWaits) {
 
   v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(10));
   ASSERT_EQ(done.state(), "completed") << done.error() << "; logs in " << pool.dir() << "/logs";
-  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
+  ExpectEachRecordOnce(lines, pool, job->id());
   auto tasks = client.Tasks(job->id());
   ASSERT_TRUE(tasks.ok()) << tasks.status();
   ASSERT_EQ(tasks->size(), 1u);
   EXPECT_GE(tasks->at(0).preemptions(), 1) << "the attempt the owner ended was not preempted";
   EXPECT_EQ(tasks->at(0).failures(), 0) << tasks->at(0).last_error();
-  if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 
 // A gang leader's runner aborts on a record of its own while its member's gate answers (the noop
@@ -358,17 +360,15 @@ TEST(GangEndToEnd, AMembersOwnerReturningPreemptsTheAttemptAndNeverWaits) {
 // rpc-server behind their gates): the record becomes an error record (runner_crashed), every other
 // record is answered once, and no attempt is failed or preempted. Before, such a task was
 // preempted again and again. The crash follows the record, not a time.
-TEST(GangEndToEnd, ALeadersRunnerCrashingOnAPoisonRecordIsolatesItAndTheJobCompletes) {
-  const std::string dir = TempDir("gang-poison");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+TEST_F(GangEndToEnd, ALeadersRunnerCrashingOnAPoisonRecordIsolatesItAndTheJobCompletes) {
+  ProcessPool& pool = NewPool("gang-poison", 3000);
   ASSERT_TRUE(pool.StartServer().ok());
   ASSERT_GT(StartGangFleet(pool, {}, kBin + "/minions-noop-runner", {"MINIONS_NOOP_CRASH_ON=poison-me"}), 0);
   std::vector<std::string> lines;
   for (int i = 0; i < 40; ++i) {
     lines.push_back(absl::StrCat("{\"custom_id\":\"r", i, "\",\"prompt\":\"", i == 23 ? "poison-me" : "x", "\"}"));
   }
-  const std::string input = WriteInput(dir, lines);
+  const std::string input = WriteInput(dir_, lines);
   auto job = SubmitGang(pool, input, 2, 0, 20);  // two tasks, each on a gang of two
   ASSERT_TRUE(job.ok()) << job.status();
 
@@ -392,7 +392,6 @@ TEST(GangEndToEnd, ALeadersRunnerCrashingOnAPoisonRecordIsolatesItAndTheJobCompl
   for (const char* name : {"e1", "e2", "e3"}) logs += ReadFile(pool.dir() + "/logs/executor-" + name + ".log");
   EXPECT_THAT(logs, ::testing::HasSubstr("serving the gang of leader 127.0.0.1"));
   EXPECT_THAT(logs, ::testing::HasSubstr("every gang member still answers: the runner crashed on its own"));
-  if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 
 // The vulkan runner (minions-llama-runner-vulkan, tests/llama/vulkan_test.cc) on Mesa's lavapipe:
@@ -424,11 +423,9 @@ std::string WhyNoVulkanGang() {
 // member's rpc-server through its tunnel, the member's gate and the attempt's secret. The job
 // completes, every record once, and its greedy text agrees with one CPU machine's within the
 // bound docs/runner-protocol.md ("Backends") documents for the Vulkan device.
-TEST(GangEndToEnd, AGangOfAVulkanAndACpuExecutorRunsAJobAcrossBothDevices) {
+TEST_F(GangEndToEnd, AGangOfAVulkanAndACpuExecutorRunsAJobAcrossBothDevices) {
   if (std::string why = WhyNoVulkanGang(); !why.empty()) GTEST_SKIP() << why;
-  const std::string dir = TempDir("gang-vulkan");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+  ProcessPool& pool = NewPool("gang-vulkan", 6000);
   ASSERT_TRUE(pool.StartServer().ok());
   // lavapipe compiles ggml's shaders on first use (minutes on a busy machine): the runner starts
   // with the Mesa shader cache the user's earlier runs filled, and may be silent that long.
@@ -476,7 +473,7 @@ TEST(GangEndToEnd, AGangOfAVulkanAndACpuExecutorRunsAJobAcrossBothDevices) {
   ASSERT_GT(fleet["vk"].usable_memory_bytes(), fleet["cpu"].usable_memory_bytes());
 
   const std::vector<std::string> lines = GreedyLines(16);
-  const std::string input = WriteInput(dir, lines);
+  const std::string input = WriteInput(dir_, lines);
   auto job = SubmitGang(pool, input, 2, fleet["vk"].usable_memory_bytes() + 1, 16);  // one task, neither alone
   ASSERT_TRUE(job.ok()) << job.status();
   v1::Job done = WaitForEnd(pool, job->id(), absl::Minutes(10));
@@ -500,10 +497,10 @@ TEST(GangEndToEnd, AGangOfAVulkanAndACpuExecutorRunsAJobAcrossBothDevices) {
 
   // Against one CPU machine: the Vulkan device's kernels round differently, so the measured
   // agreement (printed) is held to the documented bound, half the records' greedy text.
-  RunLocally(input, dir, 4, 1);
+  RunLocally(input, dir_, 4, 1);
   if (HasFatalFailure()) return;
   std::map<std::string, std::string> local;
-  for (const Json& line : Lines(ReadFile(dir + "/local.jsonl"))) {
+  for (const Json& line : Lines(ReadFile(dir_ + "/local.jsonl"))) {
     local[line["custom_id"].get<std::string>()] = Normalised(line)["response"]["body"]["choices"].dump();
   }
   int same = 0;
@@ -513,7 +510,6 @@ TEST(GangEndToEnd, AGangOfAVulkanAndACpuExecutorRunsAJobAcrossBothDevices) {
   printf("mixed gang (vulkan leader + cpu member) vs one cpu machine, greedy: %d of %zu records identical\n", same,
          lines.size());
   EXPECT_GE(same * 2, static_cast<int>(lines.size())) << "fewer than half the records gave the CPU's greedy text";
-  if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

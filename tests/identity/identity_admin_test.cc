@@ -2,6 +2,9 @@
 
 #include "identity/identity_admin.h"
 
+#include <cmath>
+#include <limits>
+
 #include "identity/authenticator.h"
 #include "identity/token.h"
 #include "identity_test_util.h"
@@ -232,6 +235,30 @@ TEST_F(IdentityAdminTest, ANewTeamGetsSafeDefaultLimits) {
   negative.name = "negative";
   negative.max_result_bytes = -1;
   EXPECT_FALSE(admin_->CreateTeam(negative).ok());
+}
+
+// Issue 38: a team's spot-check fraction is the fleet's (0) or 0.01 to 1. Nothing switches its
+// checks off: a team without them is where a forging executor would forge.
+TEST_F(IdentityAdminTest, ATeamsVerifyFractionIsTheFleetsOrWithinItsBounds) {
+  Team team;
+  team.name = "checked";
+  absl::StatusOr<Team> created = admin_->CreateTeam(team);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->verify_fraction, 0);  // the fleet's
+  for (double fraction : {0.01, 0.5, 1.0, 0.0}) {
+    Team set = *created;
+    set.verify_fraction = fraction;
+    ASSERT_TRUE(admin_->UpdateTeam(set).ok()) << fraction;
+    EXPECT_EQ(store_->GetTeam("checked")->verify_fraction, fraction);
+  }
+  for (double fraction : {0.009, 1e-9, -0.5, 1.01, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    Team set = *created;
+    set.verify_fraction = fraction;
+    IDENTITY_EXPECT_CODE(admin_->UpdateTeam(set), kInvalidArgument);
+    set.name = "other";
+    IDENTITY_EXPECT_CODE(admin_->CreateTeam(set), kInvalidArgument);
+  }
+  EXPECT_EQ(store_->GetTeam("checked")->verify_fraction, 0);
 }
 
 TEST_F(IdentityAdminTest, TeamsAreValidated) {

@@ -10,6 +10,7 @@
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/fake_clock.h"
 #include "testing/identities.h"
+#include "testing/must.h"
 
 namespace minions::testing {
 
@@ -34,9 +35,7 @@ std::string MessageOf(const absl::StatusOr<T>& s) {
 class IdentityFixture : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = SqliteMetadataStore::Open(":memory:", StoreOptions{});
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
+    store_ = testing::Must(SqliteMetadataStore::Open(":memory:", StoreOptions{}));
     admin_ = std::make_unique<IdentityAdmin>(store_.get(), &clock_);
   }
 

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "cli/sample_prompts.h"
 #include "common/json_util.h"
 #include "cli/credentials.h"
@@ -70,6 +71,65 @@ v1::Job WaitForEnd(ProcessPool& pool, const std::string& job_id, absl::Duration 
   ADD_FAILURE() << "job " << job_id << " did not end; logs in " << pool.dir() << "/logs";
   return job;
 }
+
+// Each test's pool of processes in a fresh folder (dir_), allowed to run the test models; removed
+// after a test that passed, kept for its logs after one that failed.
+class Observability : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    pool_.reset();  // its processes stopped first
+    if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
+  }
+  // The test's pool, in TempDir(name) (a short name: the executors' sockets live below it).
+  ProcessPool& NewPool(const std::string& name) {
+    dir_ = TempDir(name);
+    pool_ = std::make_unique<ProcessPool>(kBin + "/minions", dir_ + "/pool", 3000);
+    pool_->AllowModels({MINIONS_TEST_MODELS_DIR});
+    return *pool_;
+  }
+  // Starts the pool's server and makes the team "research", whose jobs the tests run.
+  void StartServerAndTeam() {
+    ASSERT_TRUE(pool_->StartServer().ok());
+    ASSERT_TRUE(pool_->CreateTeam("research").ok());
+  }
+
+  // Starts tests/js/`script` under node with the dashboard's URL and then `args`, signed in with
+  // `token`; its standard error goes to CheckLog(script).
+  absl::StatusOr<std::unique_ptr<Subprocess>> StartCheck(const std::string& script,
+                                                         const std::vector<std::string>& args,
+                                                         const std::string& token) {
+    Subprocess::Options sp;
+    sp.argv = {"node", "--experimental-websocket", "--no-warnings", kSource + "/tests/js/" + script,
+               absl::StrCat("http://", pool_->http_address(), "/")};
+    sp.argv.insert(sp.argv.end(), args.begin(), args.end());
+    sp.stderr_path = CheckLog(script);
+    sp.extra_env = {"MINIONS_DASHBOARD_TOKEN=" + token};
+    auto check = Subprocess::Start(sp);
+    if (check.ok()) (*check)->CloseStdin();
+    return check;
+  }
+  std::string CheckLog(const std::string& script) const {
+    return dir_ + "/" + std::string(absl::StripSuffix(script, ".mjs")) + ".log";
+  }
+  // Runs `script` (StartCheck) to its end: the one JSON line it printed, in *seen. The test fails
+  // unless it printed one and exited 0.
+  void RunCheck(const std::string& script, const std::vector<std::string>& args, const std::string& token,
+                Json* seen) {
+    auto check = StartCheck(script, args, token);
+    ASSERT_TRUE(check.ok()) << check.status();
+    auto line = (*check)->ReadLine(absl::Minutes(3));
+    ASSERT_TRUE(line.ok()) << ReadFile(CheckLog(script));
+    auto parsed = ParseJson(*line);
+    ASSERT_TRUE(parsed.ok()) << *line;
+    *seen = *parsed;
+    auto exit = (*check)->Wait(absl::Seconds(30));
+    ASSERT_TRUE(exit.ok());
+    EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
+  }
+
+  std::string dir_;
+  std::unique_ptr<ProcessPool> pool_;
+};
 
 // A real Prometheus with a temporary configuration and storage, scraping every second.
 class PrometheusProcess {
@@ -172,22 +232,19 @@ std::vector<std::string> GrafanaQueries() {
   return exprs;
 }
 
-TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
-  std::string dir = TempDir("prometheus");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  ASSERT_TRUE(pool.StartServer().ok());
+TEST_F(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
+  ProcessPool& pool = NewPool("prometheus");
+  ASSERT_NO_FATAL_FAILURE(StartServerAndTeam());
   std::vector<std::string> executor_metrics;
   for (int i = 0; i < 2; ++i) executor_metrics.push_back(absl::StrCat("127.0.0.1:", PickFreePort()));
-  ASSERT_TRUE(pool.CreateTeam("research").ok());
   // Prometheus scrapes the server with a monitor token (the executors' ports are loopback-only).
   auto monitor = pool.IssueToken("monitor", "", "prometheus");
   ASSERT_TRUE(monitor.ok()) << monitor.status();
-  const std::string monitor_file = dir + "/monitor-token";
+  const std::string monitor_file = dir_ + "/monitor-token";
   ASSERT_TRUE(cli::WriteTokenFile(monitor_file, *monitor).ok());
   const std::vector<std::string> bearer = {"Authorization: Bearer " + *monitor};
   auto prometheus = PrometheusProcess::Start(
-      dir + "/prometheus", {{"minions-server", {pool.http_address()}}, {"minions-executor", executor_metrics}},
+      dir_ + "/prometheus", {{"minions-server", {pool.http_address()}}, {"minions-executor", executor_metrics}},
       {{"minions-server", monitor_file}});
   ASSERT_TRUE(prometheus.ok()) << prometheus.status();
   PrometheusProcess& prom = **prometheus;
@@ -277,15 +334,11 @@ TEST(Observability, PrometheusScrapesAJobAndEveryGrafanaQueryUsesRealSeries) {
           << entry.path().filename() << " names " << name << ", which no scrape has";
     }
   }
-  fs::remove_all(dir);
 }
 
-TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
-  std::string dir = TempDir("chromium");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  ASSERT_TRUE(pool.StartServer().ok());
-  ASSERT_TRUE(pool.CreateTeam("research").ok());
+TEST_F(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
+  ProcessPool& pool = NewPool("chromium");
+  ASSERT_NO_FATAL_FAILURE(StartServerAndTeam());
   // The browser signs in with a viewer token of the team, as a person would.
   auto viewer = pool.IssueToken("viewer", "research", "browser");
   ASSERT_TRUE(viewer.ok()) << viewer.status();
@@ -293,17 +346,11 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   std::string screenshot = kArtifacts + "/dashboard.png";
   fs::remove(screenshot);
 
-  Subprocess::Options sp;
-  sp.argv = {"node", "--experimental-websocket", "--no-warnings", kSource + "/tests/js/dashboard_check.mjs",
-             absl::StrCat("http://", pool.http_address(), "/"), screenshot, "240"};
-  sp.stderr_path = dir + "/dashboard_check.log";
-  sp.extra_env = {"MINIONS_DASHBOARD_TOKEN=" + *viewer};
-  auto browser = Subprocess::Start(sp);
+  auto browser = StartCheck("dashboard_check.mjs", {screenshot, "240"}, *viewer);
   ASSERT_TRUE(browser.ok()) << browser.status();
-  (*browser)->CloseStdin();
   auto next = [&]() -> Json {
     auto line = (*browser)->ReadLine(absl::Minutes(4));
-    if (!line.ok()) return Json{{"event", "eof"}, {"why", ReadFile(dir + "/dashboard_check.log")}};
+    if (!line.ok()) return Json{{"event", "eof"}, {"why", ReadFile(CheckLog("dashboard_check.mjs"))}};
     auto json = ParseJson(*line);
     return json.ok() ? *json : Json{{"event", "garbage"}, {"line", *line}};
   };
@@ -363,20 +410,16 @@ TEST(Observability, TheDashboardInChromiumShowsARunningJobsProgress) {
   ASSERT_TRUE(fs::exists(screenshot));
   EXPECT_GT(fs::file_size(screenshot), 10000u);
   EXPECT_EQ(ReadFile(screenshot).substr(1, 3), "PNG");
-  fs::remove_all(dir);
 }
 
 // The dashboard's history is the server's, recorded every step whether or not anyone watches,
 // and kept in the store across a restart: a browser opened only after a job has ended (and the
 // server restarted) still draws the job's rate, and the curve ends when the job ended instead of
 // running on. The job's page lists its failed records; a cancelled job looks cancelled.
-TEST(Observability, TheDashboardInChromiumDrawsAFinishedJobsCurveEndingWhenItEnded) {
-  std::string dir = TempDir("history");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+TEST_F(Observability, TheDashboardInChromiumDrawsAFinishedJobsCurveEndingWhenItEnded) {
+  ProcessPool& pool = NewPool("history");
   pool.AddServerArgs({"--history-step-s", "1"});
-  ASSERT_TRUE(pool.StartServer().ok());
-  ASSERT_TRUE(pool.CreateTeam("research").ok());
+  ASSERT_NO_FATAL_FAILURE(StartServerAndTeam());
   auto viewer = pool.IssueToken("viewer", "research", "browser");
   ASSERT_TRUE(viewer.ok()) << viewer.status();
   ASSERT_TRUE(pool.StartExecutor("e1").ok());
@@ -417,22 +460,8 @@ TEST(Observability, TheDashboardInChromiumDrawsAFinishedJobsCurveEndingWhenItEnd
 
   fs::create_directories(kArtifacts);
   std::string screenshot = kArtifacts + "/dashboard-history.png";
-  Subprocess::Options sp;
-  sp.argv = {"node", "--experimental-websocket", "--no-warnings", kSource + "/tests/js/dashboard_history_check.mjs",
-             absl::StrCat("http://", pool.http_address(), "/"), job->id(), screenshot, "120"};
-  sp.stderr_path = dir + "/dashboard_history_check.log";
-  sp.extra_env = {"MINIONS_DASHBOARD_TOKEN=" + *viewer};
-  auto browser = Subprocess::Start(sp);
-  ASSERT_TRUE(browser.ok()) << browser.status();
-  (*browser)->CloseStdin();
-  auto line = (*browser)->ReadLine(absl::Minutes(3));
-  ASSERT_TRUE(line.ok()) << ReadFile(dir + "/dashboard_history_check.log");
-  auto parsed = ParseJson(*line);
-  ASSERT_TRUE(parsed.ok()) << *line;
-  Json seen = *parsed;
-  auto exit = (*browser)->Wait(absl::Seconds(30));
-  ASSERT_TRUE(exit.ok());
-  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
+  Json seen;
+  ASSERT_NO_FATAL_FAILURE(RunCheck("dashboard_history_check.mjs", {job->id(), screenshot, "120"}, *viewer, &seen));
 
   // The chart as uPlot holds it: the job's rate where it ran, then nothing.
   const Json& t = seen["t"];
@@ -470,19 +499,15 @@ TEST(Observability, TheDashboardInChromiumDrawsAFinishedJobsCurveEndingWhenItEnd
   }
   EXPECT_EQ(seen["record_errors"]["all"], "minions results " + job->id() + " --errors");
   EXPECT_THAT(seen["summary"].get<std::string>(), ::testing::HasSubstr("48 succeeded, 2 failed of 50"));
-  fs::remove_all(dir);
 }
 
 // Cancel and download from the job page, as a submitter of the job's team does it in a real
 // browser: the job is cancelled part-way (one task held by the test, the rest finished), and the
 // page's links give what finished and an error line for every record that never ran, the same
 // as `minions results` gives: cancelling threw nothing away.
-TEST(Observability, TheDashboardInChromiumCancelsAJobAndDownloadsWhatFinished) {
-  std::string dir = TempDir("cancel");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  ASSERT_TRUE(pool.StartServer().ok());
-  ASSERT_TRUE(pool.CreateTeam("research").ok());
+TEST_F(Observability, TheDashboardInChromiumCancelsAJobAndDownloadsWhatFinished) {
+  ProcessPool& pool = NewPool("cancel");
+  ASSERT_NO_FATAL_FAILURE(StartServerAndTeam());
   auto submitter = pool.IssueToken("submitter", "research", "browser");
   ASSERT_TRUE(submitter.ok()) << submitter.status();
   // 100 records in tasks of 10; the test holds one task, so the job cannot end by itself.
@@ -502,22 +527,8 @@ TEST(Observability, TheDashboardInChromiumCancelsAJobAndDownloadsWhatFinished) {
   for (int i = 0; i < 1800 && tasks_done() < 9; ++i) absl::SleepFor(absl::Milliseconds(100));
   ASSERT_EQ(tasks_done(), 9) << "logs in " << pool.dir() << "/logs";
 
-  Subprocess::Options sp;
-  sp.argv = {"node", "--experimental-websocket", "--no-warnings", kSource + "/tests/js/dashboard_cancel_check.mjs",
-             absl::StrCat("http://", pool.http_address(), "/"), job->id(), "120"};
-  sp.stderr_path = dir + "/dashboard_cancel_check.log";
-  sp.extra_env = {"MINIONS_DASHBOARD_TOKEN=" + *submitter};
-  auto browser = Subprocess::Start(sp);
-  ASSERT_TRUE(browser.ok()) << browser.status();
-  (*browser)->CloseStdin();
-  auto line = (*browser)->ReadLine(absl::Minutes(3));
-  ASSERT_TRUE(line.ok()) << ReadFile(dir + "/dashboard_cancel_check.log");
-  auto parsed = ParseJson(*line);
-  ASSERT_TRUE(parsed.ok()) << *line;
-  const Json seen = *parsed;
-  auto exit = (*browser)->Wait(absl::Seconds(30));
-  ASSERT_TRUE(exit.ok());
-  EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
+  Json seen;
+  ASSERT_NO_FATAL_FAILURE(RunCheck("dashboard_cancel_check.mjs", {job->id(), "120"}, *submitter, &seen));
 
   // While it ran: a cancel button, nothing to download yet.
   EXPECT_EQ(seen["before"]["cancel"], true) << DumpJson(seen);
@@ -547,7 +558,6 @@ TEST(Observability, TheDashboardInChromiumCancelsAJobAndDownloadsWhatFinished) {
   std::string cli_output;
   ASSERT_TRUE(client.Results(job->id(), false, [&](const std::string& chunk) { cli_output += chunk; }).ok());
   EXPECT_EQ(static_cast<size_t>(std::count(cli_output.begin(), cli_output.end(), '\n')), seen["output"]["lines"].size());
-  fs::remove_all(dir);
 }
 
 }  // namespace

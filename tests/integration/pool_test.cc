@@ -13,134 +13,6 @@
 namespace minions::testing {
 namespace {
 
-class Pool : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
-  std::string dir = TempDir("thousand-" + GetParam());
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
-  if (::testing::Test::HasFatalFailure()) return;
-  ASSERT_TRUE(pool.StartServer().ok());
-  for (const char* name : {"e1", "e2", "e3"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
-  cli::SamplePromptOptions sample;
-  sample.records = 1000;
-  sample.max_tokens = 4;
-  auto lines = cli::SamplePromptLines(sample);
-  std::string input = WriteInput(dir, lines);
-
-  v1::Job job = SubmitAndWait(pool, input, 40, R"({"n_parallel": 4})", absl::Minutes(8));
-  ASSERT_EQ(job.state(), "completed") << job.error();
-  EXPECT_EQ(job.request_counts().total(), 1000);
-  EXPECT_EQ(job.request_counts().failed(), 2);  // the sample's two bad lines
-  EXPECT_EQ(job.n_tasks(), 25);
-  auto output = Lines(FetchResults(pool, job.id(), false));
-  auto errors = Lines(FetchResults(pool, job.id(), true));
-  ExpectEachRecordOnce(lines, output, errors);
-
-  // The same records through one runner in one process, batched differently.
-  RunLocally(input, dir);
-  if (HasFatalFailure()) return;
-  int embeddings_compared = ExpectSameResults(output, errors, Lines(ReadFile(dir + "/local.jsonl")),
-                                              Lines(ReadFile(dir + "/local-errors.jsonl")));
-  EXPECT_GT(embeddings_compared, 10);
-  std::filesystem::remove_all(dir);
-}
-
-TEST_P(Pool, ASigkilledExecutorLosesNoRecord) {
-  std::string dir = TempDir("sigkill-" + GetParam());
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 2000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  UseBackend(pool, GetParam(), "t" + std::to_string(__LINE__));
-  if (::testing::Test::HasFatalFailure()) return;
-  ASSERT_TRUE(pool.StartServer().ok());
-  for (const char* name : {"e1", "e2", "e3"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
-  cli::SamplePromptOptions sample;
-  sample.records = 240;
-  sample.max_tokens = 12;
-  sample.include_bad_lines = false;
-  auto lines = cli::SamplePromptLines(sample);
-  std::string input = WriteInput(dir, lines);
-
-  cli::JobsClient client(pool.connection());
-  auto job = Submit(pool, input, 20);
-  ASSERT_TRUE(job.ok()) << job.status();
-
-  // Kill an executor while it holds a task.
-  std::string victim;
-  for (int i = 0; i < 300 && victim.empty(); ++i) {
-    auto executors = client.Executors();
-    if (executors.ok()) {
-      for (const auto& e : *executors) {
-        if (!e.current_tasks().empty()) victim = e.name();
-      }
-    }
-    if (victim.empty()) absl::SleepFor(absl::Milliseconds(100));
-  }
-  ASSERT_FALSE(victim.empty()) << "no executor ever held a task";
-  pool.executor(victim).Signal(SIGKILL);
-
-  absl::Time deadline = absl::Now() + absl::Minutes(5);
-  v1::Job done;
-  while (absl::Now() < deadline) {
-    auto j = client.Get(job->id());
-    if (j.ok() && j->state() == "completed") {
-      done = *j;
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-  ASSERT_EQ(done.state(), "completed");
-  EXPECT_EQ(done.request_counts().completed(), 240);
-  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
-  // The victim's task ran again under a new attempt; nothing is left leased.
-  auto tasks = client.Tasks(job->id());
-  ASSERT_TRUE(tasks.ok());
-  int retried = 0;
-  for (const auto& t : *tasks) {
-    EXPECT_EQ(t.state(), "succeeded");
-    retried += t.attempt() > 1;
-  }
-  EXPECT_GE(retried, 1);
-  std::filesystem::remove_all(dir);
-}
-
-TEST_P(Pool, TwoServersOnOneStoreServeEveryRecordOnce) {
-  // Two servers share the store; half the executors talk to each. A job submitted to one is
-  // leased through both, and every record is served exactly once.
-  std::string dir = TempDir("two-servers-" + GetParam());
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  UseBackend(pool, GetParam(), "two");
-  if (HasFatalFailure()) return;
-  ASSERT_TRUE(pool.StartServer().ok());
-  auto second = pool.StartAnotherServer("server-b");
-  ASSERT_TRUE(second.ok()) << second.status();
-  const std::string noop = kBin + "/minions-noop-runner";
-  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop).ok());
-  ASSERT_TRUE(pool.StartExecutor("e2", 1, noop).ok());
-  ASSERT_TRUE(pool.StartExecutor("e3", 1, noop, *second).ok());
-  ASSERT_TRUE(pool.StartExecutor("e4", 1, noop, *second).ok());
-  std::vector<std::string> lines;
-  for (int i = 0; i < 3000; ++i) lines.push_back(absl::StrCat("{\"custom_id\":\"r", i, "\",\"prompt\":\"x\"}"));
-  std::string input = WriteInput(dir, lines);
-  v1::Job job = SubmitAndWait(pool, input, 10, "", absl::Minutes(5));
-  ASSERT_EQ(job.state(), "completed") << job.error();
-  EXPECT_EQ(job.request_counts().completed(), 3000);
-  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), Lines(FetchResults(pool, job.id(), true)));
-  // Both servers handed out leases.
-  cli::Connection b = pool.connection();
-  b.server = *second;
-  auto executors = cli::JobsClient(b).Executors();
-  ASSERT_TRUE(executors.ok());
-  int64_t by_a = 0, by_b = 0;
-  for (const auto& e : *executors) (e.name() == "e1" || e.name() == "e2" ? by_a : by_b) += e.records_done();
-  EXPECT_GT(by_a, 0);
-  EXPECT_GT(by_b, 0);
-  EXPECT_EQ(by_a + by_b, 3000);
-  std::filesystem::remove_all(dir);
-}
-
 // Lines {"custom_id": "r<i>", "prompt": ...}; `mark` is the prompt of record `marked_at`.
 std::vector<std::string> NoopLines(int n, int marked_at = -1, const std::string& mark = "") {
   std::vector<std::string> lines;
@@ -165,45 +37,36 @@ v1::Job WaitForEnd(cli::JobsClient& client, const std::string& job_id, absl::Dur
   return job.ok() ? *job : v1::Job();
 }
 
-// An executor given both servers' addresses (--server A,B) goes on with B when A is gone for
-// good: A is killed after the executor has worked through it, a job is then submitted through B,
-// and the executor (which talked to A) runs it.
-TEST_P(Pool, AnExecutorGivenSeveralServersFailsOverWhenOneIsGone) {
-  std::string dir = TempDir("failover-" + GetParam());
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  UseBackend(pool, GetParam(), "fo");
-  if (HasFatalFailure()) return;
-  ASSERT_TRUE(pool.StartServer().ok());
-  auto second = pool.StartAnotherServer("server-b");
-  ASSERT_TRUE(second.ok()) << second.status();
-  const std::string noop = kBin + "/minions-noop-runner";
-  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, pool.connection().server + "," + *second).ok());
-  std::vector<std::string> lines = NoopLines(50);
-  v1::Job first = SubmitAndWait(pool, WriteInput(dir, lines), 10, "", absl::Minutes(3));
-  ASSERT_EQ(first.state(), "completed") << first.error();
-  ASSERT_TRUE(pool.StopServer(SIGKILL).ok());
+// PoolTest's pool, and what several of these tests do with it.
+class Pool : public PoolTest {
+ protected:
+  // Starts the server and executor `name` (with its own `args`), whose no-op runner stalls for good
+  // on the record StalledLines marks; then submits `lines` in tasks of `shard_size`: the job.
+  absl::StatusOr<v1::Job> SubmitToAStallingExecutor(const std::string& name, const std::vector<std::string>& args,
+                                                    const std::vector<std::string>& lines, int64_t shard_size) {
+    if (absl::Status s = pool_->StartServer(); !s.ok()) return s;
+    if (absl::Status s = pool_->StartExecutor(name, 1, noop_, "", args, {"MINIONS_NOOP_STALL_ON=stall-me"}); !s.ok()) {
+      return s;
+    }
+    return Submit(*pool_, WriteInput(dir_, lines), shard_size);
+  }
+  // `n` no-op records; the runner of SubmitToAStallingExecutor stalls on record `stall_at`.
+  static std::vector<std::string> StalledLines(int n, int stall_at) { return NoopLines(n, stall_at, "stall-me"); }
 
-  cli::Connection b = pool.connection();
-  b.server = *second;
-  cli::JobsClient client(b);
-  v1::SubmitJobRequest request;
-  request.set_input(ReadFile(WriteInput(dir, lines)));
-  request.set_model(kModel);
-  request.set_shard_size(10);
-  auto job = client.Submit(request);
-  ASSERT_TRUE(job.ok()) << job.status();
-  v1::Job ended = WaitForEnd(client, job->id(), absl::Minutes(3));
-  ASSERT_EQ(ended.state(), "completed") << ended.error() << "; logs in " << pool.dir() << "/logs";
-  EXPECT_EQ(ended.request_counts().completed(), 50);
-  auto executors = client.Executors();
-  ASSERT_TRUE(executors.ok());
-  ASSERT_EQ(executors->size(), 1u) << "the executor kept its identity on B";
-  EXPECT_EQ((*executors)[0].records_done(), 100);
-  // It says where it went, and why.
-  EXPECT_THAT(ReadFile(pool.dir() + "/logs/executor-e1.log"), ::testing::HasSubstr("going on with " + *second));
-  std::filesystem::remove_all(dir);
-}
+  // Starts the pool's first server (A) and another on the same store (B, "server-b"): B's address.
+  absl::StatusOr<std::string> StartTwoServers() {
+    if (absl::Status s = pool_->StartServer(); !s.ok()) return s;
+    return pool_->StartAnotherServer("server-b");
+  }
+  // The pool's connection, to `server` instead of the first.
+  cli::Connection ConnectionTo(const std::string& server) const {
+    cli::Connection connection = pool_->connection();
+    connection.server = server;
+    return connection;
+  }
+
+  const std::string noop_ = kBin + "/minions-noop-runner";
+};
 
 // The name of an executor that holds a task, once one does (within half a minute); "" if none.
 std::string BusyExecutor(cli::JobsClient& client) {
@@ -219,50 +82,163 @@ std::string BusyExecutor(cli::JobsClient& client) {
   return "";
 }
 
+// How many of job `job_id`'s tasks ran more than once.
+int TasksRunAgain(cli::JobsClient& client, const std::string& job_id) {
+  auto tasks = client.Tasks(job_id);
+  EXPECT_TRUE(tasks.ok()) << tasks.status();
+  int again = 0;
+  if (tasks.ok()) {
+    for (const auto& t : *tasks) again += t.attempt() > 1;
+  }
+  return again;
+}
+
+// Polls job `job_id`'s tasks every 100 ms, `tries` times at most, until `ready` holds: whether it did.
+bool WaitForTasks(cli::JobsClient& client, const std::string& job_id, int tries,
+                  const std::function<bool(const std::vector<v1::Task>&)>& ready) {
+  for (int i = 0; i < tries; ++i) {
+    auto tasks = client.Tasks(job_id);
+    if (tasks.ok() && ready(*tasks)) return true;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return false;
+}
+
+TEST_P(Pool, ThousandRecordsOverThreeExecutorsEqualOneRunnerInOneProcess) {
+  ProcessPool& pool = NewPool("thousand", 6000, "t" + std::to_string(__LINE__));
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());
+  for (const char* name : {"e1", "e2", "e3"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
+  auto lines = cli::SamplePromptLines({.records = 1000, .max_tokens = 4});
+  std::string input = WriteInput(dir_, lines);
+
+  v1::Job job = SubmitAndWait(pool, input, 40, R"({"n_parallel": 4})", absl::Minutes(8));
+  ASSERT_EQ(job.state(), "completed") << job.error();
+  EXPECT_EQ(job.request_counts().total(), 1000);
+  EXPECT_EQ(job.request_counts().failed(), 2);  // the sample's two bad lines
+  EXPECT_EQ(job.n_tasks(), 25);
+  auto output = Lines(FetchResults(pool, job.id(), false));
+  auto errors = Lines(FetchResults(pool, job.id(), true));
+  ExpectEachRecordOnce(lines, output, errors);
+
+  // The same records through one runner in one process, batched differently.
+  RunLocally(input, dir_);
+  if (HasFatalFailure()) return;
+  int embeddings_compared = ExpectSameResults(output, errors, Lines(ReadFile(dir_ + "/local.jsonl")),
+                                              Lines(ReadFile(dir_ + "/local-errors.jsonl")));
+  EXPECT_GT(embeddings_compared, 10);
+}
+
+TEST_P(Pool, ASigkilledExecutorLosesNoRecord) {
+  ProcessPool& pool = NewPool("sigkill", 2000, "t" + std::to_string(__LINE__));
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(pool.StartServer().ok());
+  for (const char* name : {"e1", "e2", "e3"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
+  auto lines = cli::SamplePromptLines({.records = 240, .max_tokens = 12, .include_bad_lines = false});
+  std::string input = WriteInput(dir_, lines);
+
+  cli::JobsClient client(pool.connection());
+  auto job = Submit(pool, input, 20);
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  // Kill an executor while it holds a task.
+  std::string victim = BusyExecutor(client);
+  ASSERT_FALSE(victim.empty()) << "no executor ever held a task";
+  pool.executor(victim).Signal(SIGKILL);
+
+  v1::Job done = WaitForEnd(client, job->id(), absl::Minutes(5));
+  ASSERT_EQ(done.state(), "completed");
+  EXPECT_EQ(done.request_counts().completed(), 240);
+  ExpectEachRecordOnce(lines, pool, job->id());
+  // The victim's task ran again under a new attempt; nothing is left leased.
+  auto tasks = client.Tasks(job->id());
+  ASSERT_TRUE(tasks.ok());
+  for (const auto& t : *tasks) EXPECT_EQ(t.state(), "succeeded");
+  EXPECT_GE(TasksRunAgain(client, job->id()), 1);
+}
+
+TEST_P(Pool, TwoServersOnOneStoreServeEveryRecordOnce) {
+  // Two servers share the store; half the executors talk to each. A job submitted to one is
+  // leased through both, and every record is served exactly once.
+  ProcessPool& pool = NewPool("two-servers", 3000, "two");
+  if (HasFatalFailure()) return;
+  auto second = StartTwoServers();
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop_).ok());
+  ASSERT_TRUE(pool.StartExecutor("e2", 1, noop_).ok());
+  ASSERT_TRUE(pool.StartExecutor("e3", 1, noop_, *second).ok());
+  ASSERT_TRUE(pool.StartExecutor("e4", 1, noop_, *second).ok());
+  std::vector<std::string> lines = NoopLines(3000);
+  std::string input = WriteInput(dir_, lines);
+  v1::Job job = SubmitAndWait(pool, input, 10, "", absl::Minutes(5));
+  ASSERT_EQ(job.state(), "completed") << job.error();
+  EXPECT_EQ(job.request_counts().completed(), 3000);
+  ExpectEachRecordOnce(lines, pool, job.id());
+  // Both servers handed out leases.
+  auto executors = cli::JobsClient(ConnectionTo(*second)).Executors();
+  ASSERT_TRUE(executors.ok());
+  int64_t by_a = 0, by_b = 0;
+  for (const auto& e : *executors) (e.name() == "e1" || e.name() == "e2" ? by_a : by_b) += e.records_done();
+  EXPECT_GT(by_a, 0);
+  EXPECT_GT(by_b, 0);
+  EXPECT_EQ(by_a + by_b, 3000);
+}
+
+// An executor given both servers' addresses (--server A,B) goes on with B when A is gone for
+// good: A is killed after the executor has worked through it, a job is then submitted through B,
+// and the executor (which talked to A) runs it.
+TEST_P(Pool, AnExecutorGivenSeveralServersFailsOverWhenOneIsGone) {
+  ProcessPool& pool = NewPool("failover", 3000, "fo");
+  if (HasFatalFailure()) return;
+  auto second = StartTwoServers();
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop_, pool.connection().server + "," + *second).ok());
+  std::vector<std::string> lines = NoopLines(50);
+  v1::Job first = SubmitAndWait(pool, WriteInput(dir_, lines), 10, "", absl::Minutes(3));
+  ASSERT_EQ(first.state(), "completed") << first.error();
+  ASSERT_TRUE(pool.StopServer(SIGKILL).ok());
+
+  cli::JobsClient client(ConnectionTo(*second));
+  auto job = Submit(client, WriteInput(dir_, lines), 10);
+  ASSERT_TRUE(job.ok()) << job.status();
+  v1::Job ended = WaitForEnd(client, job->id(), absl::Minutes(3));
+  ASSERT_EQ(ended.state(), "completed") << ended.error() << "; logs in " << pool.dir() << "/logs";
+  EXPECT_EQ(ended.request_counts().completed(), 50);
+  auto executors = client.Executors();
+  ASSERT_TRUE(executors.ok());
+  ASSERT_EQ(executors->size(), 1u) << "the executor kept its identity on B";
+  EXPECT_EQ((*executors)[0].records_done(), 100);
+  // It says where it went, and why.
+  EXPECT_THAT(ReadFile(pool.dir() + "/logs/executor-e1.log"), ::testing::HasSubstr("going on with " + *second));
+}
+
 // The watchdog always runs somewhere. Server A (which took the watchdog lock first) is killed
 // for good; on PostgreSQL the database then restarts, ending every session and the lock with
 // them. Only then is a job submitted through B, and an executor holding one of its tasks killed:
 // its lease is reaped only if B took the watchdog over (and took it again after the restart), and
 // the job must complete with every record exactly once.
 TEST_P(Pool, TheWatchdogMovesToAServerStillUpWhenItsHolderIsKilled) {
-  std::string dir = TempDir("watchdog-moves-" + GetParam());
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 2000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  UseBackend(pool, GetParam(), "wd");
+  ProcessPool& pool = NewPool("watchdog-moves", 2000, "wd");
   if (HasFatalFailure()) return;
-  ASSERT_TRUE(pool.StartServer().ok());  // A: takes the watchdog lock
-  auto second = pool.StartAnotherServer("server-b");  // B: stands by
+  auto second = StartTwoServers();  // A takes the watchdog lock; B stands by
   ASSERT_TRUE(second.ok()) << second.status();
-  const std::string noop = kBin + "/minions-noop-runner";
   const std::vector<std::string> slow = {"MINIONS_NOOP_RECORD_DELAY_MS=20"};
-  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, *second, {}, slow).ok());
-  ASSERT_TRUE(pool.StartExecutor("e2", 1, noop, *second, {}, slow).ok());
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop_, *second, {}, slow).ok());
+  ASSERT_TRUE(pool.StartExecutor("e2", 1, noop_, *second, {}, slow).ok());
   ASSERT_TRUE(pool.StopServer(SIGKILL).ok());  // A, for good
   if (GetParam() == "postgres-s3") {
     Subprocess::Options sp;
     sp.argv = {std::string(MINIONS_TEST_SOURCE_DIR) + "/tests/services/postgres.sh", "restart",
                MINIONS_TEST_POSTGRES_DIR};
-    sp.stderr_path = dir + "/pool/logs/postgres-restart.log";
-    auto p = Subprocess::Start(sp);
-    ASSERT_TRUE(p.ok()) << p.status();
-    (*p)->CloseStdin();
-    while ((*p)->ReadLine().ok()) {
-    }
-    auto exit = (*p)->Wait(absl::Minutes(1));
-    ASSERT_TRUE(exit.ok() && exit->exited && exit->code == 0) << "see " << sp.stderr_path;
+    sp.stderr_path = dir_ + "/pool/logs/postgres-restart.log";
+    ASSERT_TRUE(RunsToSuccess(sp, absl::Minutes(1))) << "see " << sp.stderr_path;
   }
-  cli::Connection b = pool.connection();
-  b.server = *second;
-  cli::JobsClient client(b);
+  cli::JobsClient client(ConnectionTo(*second));
   std::vector<std::string> lines = NoopLines(200);
-  std::string input = WriteInput(dir, lines);
+  std::string input = WriteInput(dir_, lines);
   absl::StatusOr<v1::Job> job;
   for (int i = 0; i < 100 && !job.ok(); ++i) {  // B may still be reconnecting to the restarted database
-    v1::SubmitJobRequest request;
-    request.set_input(ReadFile(input));
-    request.set_model(kModel);
-    request.set_shard_size(10);
-    job = client.Submit(request);
+    job = Submit(client, input, 10);
     if (!job.ok()) absl::SleepFor(absl::Milliseconds(100));
   }
   ASSERT_TRUE(job.ok()) << job.status();
@@ -270,42 +246,28 @@ TEST_P(Pool, TheWatchdogMovesToAServerStillUpWhenItsHolderIsKilled) {
   std::string victim = BusyExecutor(client);
   ASSERT_FALSE(victim.empty()) << "no executor ever held a task";
   ASSERT_TRUE(pool.StopExecutor(victim, SIGKILL).ok());
-  ASSERT_TRUE(pool.StartExecutor("e3", 1, noop, *second, {}, slow).ok());
+  ASSERT_TRUE(pool.StartExecutor("e3", 1, noop_, *second, {}, slow).ok());
 
   v1::Job done = WaitForEnd(client, job->id(), absl::Minutes(4));
   ASSERT_EQ(done.state(), "completed") << done.error();
   EXPECT_EQ(done.request_counts().completed(), 200);
-  auto results = [&](bool errors) {
-    std::string all;
-    EXPECT_TRUE(client.Results(job->id(), errors, [&](const std::string& c) { all += c; }).ok());
-    return all;
-  };
-  ExpectEachRecordOnce(lines, Lines(results(false)), Lines(results(true)));
-  auto tasks = client.Tasks(job->id());
-  ASSERT_TRUE(tasks.ok());
-  int retried = 0;
-  for (const auto& t : *tasks) retried += t.attempt() > 1;
-  EXPECT_GE(retried, 1) << "the victim's task never ran again";
-  std::filesystem::remove_all(dir);
+  ExpectEachRecordOnce(lines, client, job->id());
+  EXPECT_GE(TasksRunAgain(client, job->id()), 1) << "the victim's task never ran again";
 }
 
 // Death noticed at once: with a lease TTL of ten minutes, a SIGKILLed executor's task can run
 // elsewhere within the test's few minutes only because its closed connection was noticed (the
 // server backs up the tasks of an executor whose presence stream closes), never by expiry.
 TEST_P(Pool, ASigkilledExecutorsTaskRunsElsewhereLongBeforeItsLeaseCouldExpire) {
-  std::string dir = TempDir("presence-" + GetParam());
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 600000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  UseBackend(pool, GetParam(), "presence");
+  ProcessPool& pool = NewPool("presence", 600000, "presence");
   if (HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
-  const std::string noop = kBin + "/minions-noop-runner";
   const std::vector<std::string> slow = {"MINIONS_NOOP_RECORD_DELAY_MS=20"};
-  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, "", {}, slow).ok());
-  ASSERT_TRUE(pool.StartExecutor("e2", 1, noop, "", {}, slow).ok());
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop_, "", {}, slow).ok());
+  ASSERT_TRUE(pool.StartExecutor("e2", 1, noop_, "", {}, slow).ok());
   cli::JobsClient client(pool.connection());
   std::vector<std::string> lines = NoopLines(200);
-  auto job = Submit(pool, WriteInput(dir, lines), 20);
+  auto job = Submit(pool, WriteInput(dir_, lines), 20);
   ASSERT_TRUE(job.ok()) << job.status();
   std::string victim = BusyExecutor(client);
   ASSERT_FALSE(victim.empty()) << "no executor ever held a task";
@@ -313,31 +275,22 @@ TEST_P(Pool, ASigkilledExecutorsTaskRunsElsewhereLongBeforeItsLeaseCouldExpire) 
   v1::Job done = WaitForEnd(client, job->id(), absl::Minutes(4));
   // By which mechanism: the closed connection, not the watchdog's straggler backups (which would
   // also rescue the task, after 30 s at least).
-  EXPECT_THAT(ReadFile(dir + "/pool/logs/server.log"), ::testing::HasSubstr("closed its connection without handing the task back"));
+  EXPECT_THAT(ReadFile(dir_ + "/pool/logs/server.log"), ::testing::HasSubstr("closed its connection without handing the task back"));
   ASSERT_EQ(done.state(), "completed") << done.error();
-  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
-  auto tasks = client.Tasks(job->id());
-  ASSERT_TRUE(tasks.ok());
-  int retried = 0;
-  for (const auto& t : *tasks) retried += t.attempt() > 1;
-  EXPECT_GE(retried, 1);
-  std::filesystem::remove_all(dir);
+  ExpectEachRecordOnce(lines, pool, job->id());
+  EXPECT_GE(TasksRunAgain(client, job->id()), 1);
 }
 
 // A mere reconnect costs no lease: the server is killed and started again while an executor runs
 // the job's only task; the executor re-attaches and finishes that very attempt.
 TEST_P(Pool, AServerRestartCostsNoLease) {
-  std::string dir = TempDir("restart-lease-" + GetParam());
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 600000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  UseBackend(pool, GetParam(), "restartlease");
+  ProcessPool& pool = NewPool("restart-lease", 600000, "restartlease");
   if (HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
-  const std::string noop = kBin + "/minions-noop-runner";
-  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, "", {}, {"MINIONS_NOOP_RECORD_DELAY_MS=40"}).ok());
+  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop_, "", {}, {"MINIONS_NOOP_RECORD_DELAY_MS=40"}).ok());
   cli::JobsClient client(pool.connection());
   std::vector<std::string> lines = NoopLines(100);
-  auto job = Submit(pool, WriteInput(dir, lines), 100);  // one task
+  auto job = Submit(pool, WriteInput(dir_, lines), 100);  // one task
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_FALSE(BusyExecutor(client).empty()) << "the executor never held the task";
   ASSERT_TRUE(pool.StopServer(SIGKILL).ok());
@@ -349,53 +302,41 @@ TEST_P(Pool, AServerRestartCostsNoLease) {
   ASSERT_TRUE(tasks.ok());
   ASSERT_EQ(tasks->size(), 1);
   EXPECT_EQ((*tasks)[0].attempt(), 1) << "the restart cost the executor its lease";
-  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job->id(), false)), Lines(FetchResults(pool, job->id(), true)));
-  std::filesystem::remove_all(dir);
+  ExpectEachRecordOnce(lines, pool, job->id());
 }
 
 // Spot checks on real processes (docs/verification.md): each executor's answers are re-scored by
 // the other's llama.cpp runner while it is idle, and the job publishes once they are judged.
-TEST(Pool, WithSpotChecksOnHonestAnswersAreVerifiedByTheOtherExecutorBeforeTheJobPublishes) {
-  std::string dir = TempDir("spot-checks");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+TEST_F(Pool, WithSpotChecksOnHonestAnswersAreVerifiedByTheOtherExecutorBeforeTheJobPublishes) {
+  ProcessPool& pool = NewPool("spot-checks", 6000);
   pool.AddServerArgs({"--spot-checks"});
   ASSERT_TRUE(pool.StartServer().ok());
   for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
-  cli::SamplePromptOptions sample;
-  sample.records = 40;
-  sample.max_tokens = 4;
-  auto lines = cli::SamplePromptLines(sample);
-  std::string input = WriteInput(dir, lines);
+  auto lines = cli::SamplePromptLines({.records = 40, .max_tokens = 4});
+  std::string input = WriteInput(dir_, lines);
 
   v1::Job job = SubmitAndWait(pool, input, 10, "", absl::Minutes(8));
   ASSERT_EQ(job.state(), "completed") << job.error();
-  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), Lines(FetchResults(pool, job.id(), true)));
+  ExpectEachRecordOnce(lines, pool, job.id());
   // An executor's first records are all drawn; honest answers pass.
   EXPECT_GT(job.verification().checked(), 0);
   EXPECT_EQ(job.verification().failed(), 0);
   EXPECT_EQ(job.verification().passed(), job.verification().checked());
-  std::filesystem::remove_all(dir);
 }
 
 // A cheating executor among honest ones (issue 38, point 6): its runner
-// (tests/integration/forging_runner.py) answers every record at once, inventing the answer and
+// (tests/runners/dishonest_runner.py) answers every record at once, inventing the answer and
 // claiming 999,999 prompt tokens, so it takes most of the job. The honest executors' llama.cpp
 // runners re-score its answers, it is quarantined, its records are redone, and the job publishes
 // only honest answers, every record once.
-TEST(Pool, AForgingExecutorAmongHonestOnesIsQuarantinedAndNoneOfItsAnswersPublish) {
-  std::string dir = TempDir("forger");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 6000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+TEST_F(Pool, AForgingExecutorAmongHonestOnesIsQuarantinedAndNoneOfItsAnswersPublish) {
+  ProcessPool& pool = NewPool("forger", 6000);
   pool.AddServerArgs({"--spot-checks"});
   ASSERT_TRUE(pool.StartServer().ok());
   for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
-  ASSERT_TRUE(pool.StartExecutor("forger", 1, std::string(MINIONS_TEST_SOURCE_DIR) + "/tests/integration/forging_runner.py").ok());
-  cli::SamplePromptOptions sample;
-  sample.records = 40;
-  sample.max_tokens = 4;
-  auto lines = cli::SamplePromptLines(sample);
-  std::string input = WriteInput(dir, lines);
+  ASSERT_TRUE(pool.StartExecutor("forger", 1, std::string(MINIONS_TEST_SOURCE_DIR) + "/tests/runners/dishonest_runner.py").ok());
+  auto lines = cli::SamplePromptLines({.records = 40, .max_tokens = 4});
+  std::string input = WriteInput(dir_, lines);
 
   v1::Job job = SubmitAndWait(pool, input, 5, "", absl::Minutes(8));
   ASSERT_EQ(job.state(), "completed") << job.error() << "; logs in " << pool.dir() << "/logs";
@@ -416,91 +357,70 @@ TEST(Pool, AForgingExecutorAmongHonestOnesIsQuarantinedAndNoneOfItsAnswersPublis
     EXPECT_GT(e.records_done(), 0);  // it did take work, which was caught
   }
   EXPECT_TRUE(seen);
-  std::filesystem::remove_all(dir);
 }
 
 // The no-op runner reads one command and answers it before it reads the next, as
 // examples/echo_runner.py does. Tasks of 5,000 records send it commands and get answers far
 // larger than a pipe's buffer, and the executor queues the next task's before the last is
 // answered: it must never wait on the pipe to the runner while the runner waits on the pipe back.
-TEST(Pool, AOneLineAtATimeRunnerServesTasksFarLargerThanAPipe) {
-  std::string dir = TempDir("pipes");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
+TEST_F(Pool, AOneLineAtATimeRunnerServesTasksFarLargerThanAPipe) {
+  ProcessPool& pool = NewPool("pipes", 3000);
   ASSERT_TRUE(pool.StartServer().ok());
-  const std::string noop = kBin + "/minions-noop-runner";
-  for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name, 1, noop).ok());
+  for (const char* name : {"e1", "e2"}) ASSERT_TRUE(pool.StartExecutor(name, 1, noop_).ok());
   auto lines = NoopLines(40000);
   cli::JobsClient client(pool.connection());
-  auto submitted = Submit(pool, WriteInput(dir, lines), 5000);
+  auto submitted = Submit(pool, WriteInput(dir_, lines), 5000);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
   v1::Job job = WaitForEnd(client, submitted->id(), absl::Minutes(5));
-  ASSERT_EQ(job.state(), "completed") << job.error() << "; logs in " << dir << "/pool/logs";
-  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), Lines(FetchResults(pool, job.id(), true)));
+  ASSERT_EQ(job.state(), "completed") << job.error() << "; logs in " << dir_ << "/pool/logs";
+  ExpectEachRecordOnce(lines, pool, job.id());
   auto tasks = client.Tasks(job.id());  // held: a range over *Tasks(...) would outlive its StatusOr
   ASSERT_TRUE(tasks.ok()) << tasks.status();
   for (const auto& t : *tasks) EXPECT_EQ(t.attempt(), 1) << "task " << t.index();
-  if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 
 // A runner that stops answering is killed as hung, its task goes back to the server, and a
 // SIGTERM ends its executor even then.
-TEST(Pool, AHungRunnerIsKilledItsTaskRunsElsewhereAndSigtermStillStopsItsExecutor) {
-  std::string dir = TempDir("hung");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  ASSERT_TRUE(pool.StartServer().ok());
-  const std::string noop = kBin + "/minions-noop-runner";
-  ASSERT_TRUE(pool.StartExecutor("stuck", 1, noop, "", {"--runner-hang-ms", "1500"}, {"MINIONS_NOOP_STALL_ON=stall-me"}).ok());
-  auto lines = NoopLines(40, 25, "stall-me");
-  cli::JobsClient client(pool.connection());
-  auto submitted = Submit(pool, WriteInput(dir, lines), 20);
+TEST_F(Pool, AHungRunnerIsKilledItsTaskRunsElsewhereAndSigtermStillStopsItsExecutor) {
+  ProcessPool& pool = NewPool("hung", 3000);
+  auto lines = StalledLines(40, 25);
+  auto submitted = SubmitToAStallingExecutor("stuck", {"--runner-hang-ms", "1500"}, lines, 20);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
+  cli::JobsClient client(pool.connection());
   // Task 1 holds the record its runner stalls on: the attempt is given back as hung.
   std::string last_error;
-  for (int i = 0; i < 600 && last_error.find("hung") == std::string::npos; ++i) {
-    auto tasks = client.Tasks(submitted->id());
-    if (tasks.ok() && tasks->size() == 2) last_error = (*tasks)[1].last_error();
-    if (last_error.find("hung") == std::string::npos) absl::SleepFor(absl::Milliseconds(100));
-  }
-  ASSERT_THAT(last_error, ::testing::HasSubstr("killed as hung")) << "logs in " << dir << "/pool/logs";
+  WaitForTasks(client, submitted->id(), 600, [&](const std::vector<v1::Task>& tasks) {
+    if (tasks.size() == 2) last_error = tasks[1].last_error();
+    return last_error.find("hung") != std::string::npos;
+  });
+  ASSERT_THAT(last_error, ::testing::HasSubstr("killed as hung")) << "logs in " << dir_ << "/pool/logs";
   // SIGTERM: it drains, and whatever its runner does, it exits.
   pool.executor("stuck").Signal(SIGTERM);
   auto exit = pool.executor("stuck").Wait(absl::Minutes(1));
   ASSERT_TRUE(exit.ok()) << "the executor did not exit on SIGTERM";
   EXPECT_TRUE(exit->exited && exit->code == 0) << exit->ToString();
   // A healthy executor finishes the job; nothing is lost or repeated.
-  ASSERT_TRUE(pool.StartExecutor("healthy", 1, noop).ok());
+  ASSERT_TRUE(pool.StartExecutor("healthy", 1, noop_).ok());
   v1::Job job = WaitForEnd(client, submitted->id(), absl::Minutes(2));
   ASSERT_EQ(job.state(), "completed") << job.error();
-  ExpectEachRecordOnce(lines, Lines(FetchResults(pool, job.id(), false)), Lines(FetchResults(pool, job.id(), true)));
-  if (!HasFailure()) std::filesystem::remove_all(dir);
+  ExpectEachRecordOnce(lines, pool, job.id());
 }
 
 // A runner dies with its executor, however the executor dies: one stalled on a record (alive,
 // reading nothing more, so it never sees its stdin close) is gone once its executor is SIGKILLed,
 // though nothing else kills it (Subprocess: the lifeline, and a parent-death signal on Linux).
-TEST(Pool, ARunnerStalledOnARecordDiesWithItsSigkilledExecutor) {
-  std::string dir = TempDir("orphan");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  ASSERT_TRUE(pool.StartServer().ok());
-  const std::string noop = kBin + "/minions-noop-runner";
-  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, "", {"--checkpoint-records", "2"}, {"MINIONS_NOOP_STALL_ON=stall-me"})
-                  .ok());
-  auto lines = NoopLines(10, 2, "stall-me");
-  cli::JobsClient client(pool.connection());
-  auto submitted = Submit(pool, WriteInput(dir, lines), 10);  // one task, sent to the runner as one batch
+TEST_F(Pool, ARunnerStalledOnARecordDiesWithItsSigkilledExecutor) {
+  ProcessPool& pool = NewPool("orphan", 3000);
+  // One task, sent to the runner as one batch.
+  auto submitted = SubmitToAStallingExecutor("e1", {"--checkpoint-records", "2"}, StalledLines(10, 2), 10);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
+  cli::JobsClient client(pool.connection());
   // Progress, not time: r0 and r1 committed means the runner answered them in the batch that goes
   // on with the record it stalls on; it reads its stdin no more.
-  bool stalled = false;
-  for (int i = 0; i < 600 && !stalled; ++i) {
-    auto tasks = client.Tasks(submitted->id());
-    stalled = tasks.ok() && tasks->size() == 1 && tasks->at(0).records_committed() >= 2;
-    if (!stalled) absl::SleepFor(absl::Milliseconds(100));
-  }
-  ASSERT_TRUE(stalled) << "the task never committed its first two records; logs in " << dir << "/pool/logs";
+  const bool stalled = WaitForTasks(client, submitted->id(), 600, [](const std::vector<v1::Task>& tasks) {
+    return tasks.size() == 1 && tasks[0].records_committed() >= 2;
+  });
+  ASSERT_TRUE(stalled) << "the task never committed its first two records; logs in " << dir_ << "/pool/logs";
   const auto [children, lifeline] = pool.ExecutorChildrenAndLifeline("e1");
   ASSERT_EQ(children.size(), 1u) << "the executor should have one child, its runner";
   const pid_t runner = children[0];
@@ -518,33 +438,22 @@ TEST(Pool, ARunnerStalledOnARecordDiesWithItsSigkilledExecutor) {
   const bool lifeline_gone = WaitUntilDead(lifeline, lifeline_started, absl::Minutes(1));
   if (!lifeline_gone) ::kill(lifeline, SIGKILL);
   EXPECT_TRUE(lifeline_gone) << "the lifeline " << lifeline << " outlived its executor";
-  if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 
 // Cancel keeps finished work: a job cancelled part way gives, through `minions results`, the
 // answers its tasks finished (a succeeded task's and a stalled task's committed checkpoints) and
 // an error line "batch_cancelled" for every record that never ran; status, jobs and watch count
 // them alike: what ran. Progress, not time, decides when to cancel: the runner stalls for good on record 160.
-TEST(Pool, ACancelledJobKeepsWhatItFinishedAndSaysSoOnEveryScreen) {
-  std::string dir = TempDir("cancel-keeps");
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  pool.AllowModels({MINIONS_TEST_MODELS_DIR});
-  ASSERT_TRUE(pool.StartServer().ok());
-  const std::string noop = kBin + "/minions-noop-runner";
-  ASSERT_TRUE(pool.StartExecutor("e1", 1, noop, "", {"--checkpoint-records", "10"}, {"MINIONS_NOOP_STALL_ON=stall-me"})
-                  .ok());
-  auto lines = NoopLines(300, 160, "stall-me");
-  cli::JobsClient client(pool.connection());
-  auto submitted = Submit(pool, WriteInput(dir, lines), 100);  // three tasks of 100
+TEST_F(Pool, ACancelledJobKeepsWhatItFinishedAndSaysSoOnEveryScreen) {
+  ProcessPool& pool = NewPool("cancel-keeps", 3000);
+  auto lines = StalledLines(300, 160);
+  auto submitted = SubmitToAStallingExecutor("e1", {"--checkpoint-records", "10"}, lines, 100);  // three tasks of 100
   ASSERT_TRUE(submitted.ok()) << submitted.status();
-  bool ready = false;
-  for (int i = 0; i < 1200 && !ready; ++i) {
-    auto tasks = client.Tasks(submitted->id());
-    ready = tasks.ok() && tasks->size() == 3 && tasks->at(0).state() == "succeeded" &&
-            tasks->at(1).records_committed() >= 50;
-    if (!ready) absl::SleepFor(absl::Milliseconds(100));
-  }
-  ASSERT_TRUE(ready) << "task 0 never finished or task 1 never committed 50 records; logs in " << dir << "/pool/logs";
+  cli::JobsClient client(pool.connection());
+  const bool ready = WaitForTasks(client, submitted->id(), 1200, [](const std::vector<v1::Task>& tasks) {
+    return tasks.size() == 3 && tasks[0].state() == "succeeded" && tasks[1].records_committed() >= 50;
+  });
+  ASSERT_TRUE(ready) << "task 0 never finished or task 1 never committed 50 records; logs in " << dir_ << "/pool/logs";
   auto cancelled = client.Cancel(submitted->id());
   ASSERT_TRUE(cancelled.ok()) << cancelled.status();
   EXPECT_EQ(cancelled->state(), "cancelled");
@@ -574,15 +483,12 @@ TEST(Pool, ACancelledJobKeepsWhatItFinishedAndSaysSoOnEveryScreen) {
   EXPECT_EQ(static_cast<int64_t>(errors.size()), 300 - finished);
   // Asked again, the same bytes.
   EXPECT_EQ(Lines(FetchResults(pool, submitted->id(), false)), output);
-  if (!HasFailure()) std::filesystem::remove_all(dir);
 }
 
 TEST_P(Pool, AModelPushedOnceIsFetchedByTheExecutorsAndServesAsTheFileDoes) {
   // The executors are given no model folder holding the test model: they run it only from
   // their caches, fetched by digest from the object store.
-  std::string dir = TempDir("registry-" + GetParam());
-  ProcessPool pool(kBin + "/minions", dir + "/pool", 3000);
-  UseBackend(pool, GetParam(), "reg");
+  ProcessPool& pool = NewPool("registry", 3000, "reg", /*allow_models=*/false);
   if (HasFatalFailure()) return;
   ASSERT_TRUE(pool.StartServer().ok());
   absl::StatusOr<v1::Model> pushed = cli::ModelsClient(pool.connection()).Push(kModel, "text", "");
@@ -593,11 +499,8 @@ TEST_P(Pool, AModelPushedOnceIsFetchedByTheExecutorsAndServesAsTheFileDoes) {
   EXPECT_EQ(again->digest(), pushed->digest());
   for (const char* name : {"e1", "e2", "e3"}) ASSERT_TRUE(pool.StartExecutor(name).ok());
 
-  cli::SamplePromptOptions sample;
-  sample.records = 120;
-  sample.max_tokens = 4;
-  auto lines = cli::SamplePromptLines(sample);
-  std::string input = WriteInput(dir, lines);
+  auto lines = cli::SamplePromptLines({.records = 120, .max_tokens = 4});
+  std::string input = WriteInput(dir_, lines);
   v1::SubmitJobRequest request;
   request.set_input(ReadFile(input));
   request.set_model("text");
@@ -629,24 +532,18 @@ TEST_P(Pool, AModelPushedOnceIsFetchedByTheExecutorsAndServesAsTheFileDoes) {
     Subprocess::Options sp;
     sp.argv = {kBin + "/minions", "executors", "--server", pool.connection().server};
     sp.extra_env = {"MINIONS_TOKEN=" + pool.connection().token};
-    sp.stderr_path = dir + "/executors.log";
-    auto cli = Subprocess::Start(sp);
-    ASSERT_TRUE(cli.ok()) << cli.status();
-    (*cli)->CloseStdin();
+    sp.stderr_path = dir_ + "/executors.log";
     std::string shown;
-    for (auto line = (*cli)->ReadLine(); line.ok(); line = (*cli)->ReadLine()) shown += *line + "\n";
-    auto exit = (*cli)->Wait(absl::Minutes(1));
-    ASSERT_TRUE(exit.ok() && exit->exited && exit->code == 0) << "see " << sp.stderr_path;
+    ASSERT_TRUE(RunsToSuccess(sp, absl::Minutes(1), &shown)) << "see " << sp.stderr_path;
     EXPECT_THAT(shown, ::testing::HasSubstr("DEVICE")) << shown;
     EXPECT_THAT(shown, ::testing::HasSubstr("USABLE")) << shown;
     EXPECT_THAT(shown, ::testing::HasSubstr("text@sha256:" + pushed->digest().substr(7, 12))) << shown;
   }
 
   // The same records through one runner in one process, from the original file.
-  RunLocally(input, dir);
+  RunLocally(input, dir_);
   if (HasFatalFailure()) return;
-  ExpectSameResults(output, errors, Lines(ReadFile(dir + "/local.jsonl")), Lines(ReadFile(dir + "/local-errors.jsonl")));
-  std::filesystem::remove_all(dir);
+  ExpectSameResults(output, errors, Lines(ReadFile(dir_ + "/local.jsonl")), Lines(ReadFile(dir_ + "/local-errors.jsonl")));
 }
 
 MINIONS_INSTANTIATE_ON_BOTH_BACKENDS(Pool);

@@ -41,6 +41,19 @@ inline std::string ReadFirstLine(const std::string& path) {
                                                              : std::string("PostgresS3");               \
                            })
 
+// Runs `sp` to its end, its standard input closed and its standard output appended to `*out`
+// (when given): whether it started and exited 0 within `timeout`.
+inline bool RunsToSuccess(const Subprocess::Options& sp, absl::Duration timeout, std::string* out = nullptr) {
+  auto process = Subprocess::Start(sp);
+  if (!process.ok()) return false;
+  (*process)->CloseStdin();
+  for (auto line = (*process)->ReadLine(); line.ok(); line = (*process)->ReadLine()) {
+    if (out != nullptr) absl::StrAppend(out, *line, "\n");
+  }
+  auto exit = (*process)->Wait(timeout);
+  return exit.ok() && exit->exited && exit->code == 0;
+}
+
 // Points the pool at `backend`: "embedded" (SQLite + a directory, the default) or "postgres-s3"
 // (a fresh schema in the fixture's PostgreSQL, a fresh prefix in the fixture's S3 server).
 inline void UseBackend(ProcessPool& pool, const std::string& backend, const std::string& name) {
@@ -50,12 +63,8 @@ inline void UseBackend(ProcessPool& pool, const std::string& backend, const std:
   Subprocess::Options sp;
   sp.argv = {"psql", base, "-q", "-v", "ON_ERROR_STOP=1", "-c", "CREATE SCHEMA " + schema};
   sp.stderr_path = pool.dir() + "/logs/psql.log";
-  auto psql = Subprocess::Start(sp);
-  ASSERT_TRUE(psql.ok()) << psql.status();
-  (*psql)->CloseStdin();
-  auto exit = (*psql)->Wait(absl::Seconds(30));
-  ASSERT_TRUE(exit.ok() && exit->exited && exit->code == 0)
-      << "cannot create a schema in the test PostgreSQL (" << base << "); see " << pool.dir() << "/logs/psql.log";
+  ASSERT_TRUE(RunsToSuccess(sp, absl::Seconds(30)))
+      << "cannot create a schema in the test PostgreSQL (" << base << "); see " << sp.stderr_path;
   std::string endpoint = ReadFirstLine(std::string(MINIONS_TEST_S3_DIR) + "/endpoint");
   ASSERT_FALSE(endpoint.empty()) << "the test S3 server is not running (fixture s3rver_start)";
   pool.SetBackend({"--database", base + "?options=-csearch_path%3D" + schema, "--objects",
@@ -83,8 +92,8 @@ inline std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-// Submits the JSONL file at `input` with the test model.
-inline absl::StatusOr<v1::Job> Submit(ProcessPool& pool, const std::string& input, int64_t shard_size,
+// Submits the JSONL file at `input` with the test model through `client`.
+inline absl::StatusOr<v1::Job> Submit(cli::JobsClient& client, const std::string& input, int64_t shard_size,
                                       const std::string& options = "", int max_attempts = 0) {
   v1::SubmitJobRequest request;
   request.set_input(ReadFile(input));
@@ -92,7 +101,14 @@ inline absl::StatusOr<v1::Job> Submit(ProcessPool& pool, const std::string& inpu
   request.set_shard_size(shard_size);
   request.set_runner_options_json(options);
   request.set_max_attempts(max_attempts);
-  return cli::JobsClient(pool.connection()).Submit(request);
+  return client.Submit(request);
+}
+
+// The same through the pool's first server.
+inline absl::StatusOr<v1::Job> Submit(ProcessPool& pool, const std::string& input, int64_t shard_size,
+                                      const std::string& options = "", int max_attempts = 0) {
+  cli::JobsClient client(pool.connection());
+  return Submit(client, input, shard_size, options, max_attempts);
 }
 
 inline bool IsFinished(const v1::Job& job) {
@@ -128,11 +144,16 @@ inline std::vector<Json> Lines(const std::string& text) {
   return out;
 }
 
-inline std::string FetchResults(ProcessPool& pool, const std::string& job_id, bool errors) {
+inline std::string FetchResults(cli::JobsClient& client, const std::string& job_id, bool errors) {
   std::string all;
-  auto s = cli::JobsClient(pool.connection()).Results(job_id, errors, [&](const std::string& c) { all += c; });
+  auto s = client.Results(job_id, errors, [&](const std::string& c) { all += c; });
   EXPECT_TRUE(s.ok()) << s;
   return all;
+}
+
+inline std::string FetchResults(ProcessPool& pool, const std::string& job_id, bool errors) {
+  cli::JobsClient client(pool.connection());
+  return FetchResults(client, job_id, errors);
 }
 
 // The parts of an output line that must not depend on where or when it ran. Generated text must
@@ -209,6 +230,18 @@ inline void ExpectEachRecordOnce(const std::vector<std::string>& lines, const st
   EXPECT_EQ(nulls, expected_nulls) << "lines without a custom_id";
 }
 
+// The same for job `job_id`'s results and errors as `client` fetches them.
+inline void ExpectEachRecordOnce(const std::vector<std::string>& lines, cli::JobsClient& client,
+                                 const std::string& job_id) {
+  ExpectEachRecordOnce(lines, Lines(FetchResults(client, job_id, false)), Lines(FetchResults(client, job_id, true)));
+}
+
+// The same through the pool's first server.
+inline void ExpectEachRecordOnce(const std::vector<std::string>& lines, ProcessPool& pool, const std::string& job_id) {
+  cli::JobsClient client(pool.connection());
+  ExpectEachRecordOnce(lines, client, job_id);
+}
+
 // The merged results of a job equal a reference run's, line by line (see Normalised); embeddings
 // by cosine. One failure says how many lines differ and shows the first few. Returns the number of
 // embeddings compared.
@@ -237,6 +270,32 @@ inline int ExpectSameResults(const std::vector<Json>& output, const std::vector<
   return embeddings;
 }
 
+// Each test's pool of processes, in a fresh folder (dir_): removed after a test that passed, kept
+// for its logs after one that failed. A TEST_P's parameter names its backend (NewPool).
+class PoolTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void TearDown() override {
+    pool_.reset();  // its processes stopped first
+    if (!dir_.empty() && !HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  // Makes pool_ in dir_ = TempDir(name), with leases of `lease_ttl_ms`, allowed to run the test
+  // models. `schema` "": the embedded backend (a TEST); otherwise a TEST_P's pool is on the backend
+  // its parameter names (UseBackend), its folder and PostgreSQL schema named after it; check
+  // HasFatalFailure() after.
+  ProcessPool& NewPool(const std::string& name, int lease_ttl_ms, const std::string& schema = "",
+                       bool allow_models = true) {
+    dir_ = TempDir(schema.empty() ? name : name + "-" + GetParam());
+    pool_ = std::make_unique<ProcessPool>(kBin + "/minions", dir_ + "/pool", lease_ttl_ms);
+    if (allow_models) pool_->AllowModels({MINIONS_TEST_MODELS_DIR});
+    if (!schema.empty()) UseBackend(*pool_, GetParam(), schema);
+    return *pool_;
+  }
+
+  std::string dir_;
+  std::unique_ptr<ProcessPool> pool_;
+};
+
 // Runs `lines` (already in `input`) through one runner in one process, the fault-free reference:
 // writes dir/local.jsonl and dir/local-errors.jsonl. `threads` 0: all cores.
 inline void RunLocally(const std::string& input, const std::string& dir, int parallel = 8, int threads = 0) {
@@ -245,13 +304,7 @@ inline void RunLocally(const std::string& input, const std::string& dir, int par
              dir + "/local-errors.jsonl", "--parallel", std::to_string(parallel), "--no-progress"};
   if (threads > 0) sp.argv.insert(sp.argv.end(), {"--threads", std::to_string(threads)});
   sp.stderr_path = dir + "/local-run.log";
-  auto local = Subprocess::Start(sp);
-  ASSERT_TRUE(local.ok()) << local.status();
-  (*local)->CloseStdin();
-  while ((*local)->ReadLine().ok()) {
-  }
-  auto exit = (*local)->Wait(absl::Minutes(5));
-  ASSERT_TRUE(exit.ok() && exit->exited && exit->code == 0) << "local-run failed; see " << dir << "/local-run.log";
+  ASSERT_TRUE(RunsToSuccess(sp, absl::Minutes(5))) << "local-run failed; see " << sp.stderr_path;
 }
 
 }  // namespace minions::testing

@@ -38,6 +38,19 @@ class Cdp {
   }
 }
 
+// A check script's command line: `required` arguments (their names, for the usage), then an
+// optional TIMEOUT_SECONDS (`timeout` by default). The required arguments and a Browser whose
+// deadline is that timeout from now; a missing argument: the usage on stderr and exit 2.
+export function fromCommandLine(script, required, timeout = 120) {
+  const args = process.argv.slice(2);
+  if (required.some((_, i) => !args[i])) {
+    console.error(`usage: ${script} ${required.join(" ")} [TIMEOUT_SECONDS]`);
+    process.exit(2);
+  }
+  const browser = new Browser(Date.now() + Number(args[required.length] || timeout) * 1000);
+  return { args: args.slice(0, required.length), browser };
+}
+
 // A Chromium with a fresh profile, and its page. `deadline`: Date.now() past which waits fail.
 export class Browser {
   constructor(deadline) {
@@ -71,6 +84,13 @@ export class Browser {
       }
       await sleep(100);
     }
+  }
+
+  // A page signed in to the dashboard at `url` with MINIONS_DASHBOARD_TOKEN (signIn).
+  async signedInPage(url) {
+    const cdp = await this.page();
+    await this.signIn(cdp, url, process.env.MINIONS_DASHBOARD_TOKEN || "");
+    return cdp;
   }
 
   // Waits until `expression` is truthy in the page; answers its value.

@@ -11,18 +11,12 @@
 //    "output":{"status":N,"disposition":D,"lines":[custom_id...]},  the "Download results" link
 //    "errors":{"status":N,"lines":[{"custom_id","code"}]}}          the "Download errors" link
 // or exits 1 on a timeout or an error.
-import { Browser, emit } from "./chromium_page.mjs";
+import { emit, fromCommandLine } from "./chromium_page.mjs";
 
-const [url, jobId, timeoutArg] = process.argv.slice(2);
-if (!url || !jobId) {
-  console.error("usage: dashboard_cancel_check.mjs URL JOB [TIMEOUT_SECONDS]");
-  process.exit(2);
-}
-const browser = new Browser(Date.now() + Number(timeoutArg || 120) * 1000);
+const { args: [url, jobId], browser } = fromCommandLine("dashboard_cancel_check.mjs", ["URL", "JOB"]);
 
 async function main() {
-  const cdp = await browser.page();
-  await browser.signIn(cdp, url, process.env.MINIONS_DASHBOARD_TOKEN || "");
+  const cdp = await browser.signedInPage(url);
   await browser.openJob(cdp, jobId, `!!document.getElementById("job-cancel")`, "the job's page with its cancel button");
   const before = await cdp.eval(`({ cancel: !!document.getElementById("job-cancel"),
                                     download: !!document.getElementById("job-download") })`);

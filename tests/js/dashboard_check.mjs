@@ -17,20 +17,15 @@
 //                                                       its records/s chart drawn)
 //    "fleet":[{"device":D,"memory":M,"models":C}]}      (the fleet table's cells, one per executor)
 // and exits 0 once the job is completed, 1 on a timeout or an error.
-import { Browser, emit, sleep } from "./chromium_page.mjs";
+import { emit, fromCommandLine, sleep } from "./chromium_page.mjs";
 
-const [url, screenshotPath, timeoutArg] = process.argv.slice(2);
-if (!url || !screenshotPath) {
-  console.error("usage: dashboard_check.mjs URL SCREENSHOT.png [TIMEOUT_SECONDS]");
-  process.exit(2);
-}
-const deadline = Date.now() + Number(timeoutArg || 240) * 1000;
-const browser = new Browser(deadline);
+const { args: [url, screenshotPath], browser } =
+  fromCommandLine("dashboard_check.mjs", ["URL", "SCREENSHOT.png"], /*timeout=*/240);
+const deadline = browser.deadline;
 const screenshot = (cdp) => browser.screenshot(cdp, screenshotPath);
 
 async function main() {
-  const cdp = await browser.page();
-  await browser.signIn(cdp, url, process.env.MINIONS_DASHBOARD_TOKEN || "");
+  const cdp = await browser.signedInPage(url);
   emit({ event: "loaded" });
   const readJob = `(() => {
     const row = document.querySelector("#jobs tr[data-job]");

@@ -9,18 +9,13 @@
 //    "rows":[{"job","state","bar":class,"rate","eta"}],"summary":S,"record_errors":{"failed":N,
 //    "lines":[texts],"all":command},"points":P}
 // or exits 1 on a timeout or an error.
-import { Browser, emit } from "./chromium_page.mjs";
+import { emit, fromCommandLine } from "./chromium_page.mjs";
 
-const [url, jobId, screenshotPath, timeoutArg] = process.argv.slice(2);
-if (!url || !jobId || !screenshotPath) {
-  console.error("usage: dashboard_history_check.mjs URL JOB SCREENSHOT.png [TIMEOUT_SECONDS]");
-  process.exit(2);
-}
-const browser = new Browser(Date.now() + Number(timeoutArg || 120) * 1000);
+const { args: [url, jobId, screenshotPath], browser } =
+  fromCommandLine("dashboard_history_check.mjs", ["URL", "JOB", "SCREENSHOT.png"]);
 
 async function main() {
-  const cdp = await browser.page();
-  await browser.signIn(cdp, url, process.env.MINIONS_DASHBOARD_TOKEN || "");
+  const cdp = await browser.signedInPage(url);
   await browser.openJob(cdp, jobId, `document.getElementById("job-errors").children.length > 0`);
   // The rate chart drawn with the job among its series (charts: app.js's chart registry).
   const drawn = `(() => {

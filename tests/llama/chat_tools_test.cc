@@ -131,6 +131,12 @@ TEST(ChatTools, AReasoningTemplatesThinkingIsSplitOutAndCounted) {
   EXPECT_EQ(choice["finish_reason"], "stop");
 }
 
+// Plain chat (no tools, no reasoning) keeps llama_chat_apply_template: `templates` takes none of it.
+void ExpectPlainChatKeepsThePlainPath(const ChatTemplates& templates) {
+  EXPECT_FALSE(templates.reasons());
+  EXPECT_FALSE(templates.Handles(ChatRequest("")));
+}
+
 TEST(ChatTools, AModelWithoutATemplateHasNoChatTemplates) {
   TemplateModel m("", "none");
   ASSERT_NE(m.model, nullptr);
@@ -140,9 +146,8 @@ TEST(ChatTools, AModelWithoutATemplateHasNoChatTemplates) {
   ASSERT_NE(chatml.model, nullptr);
   auto templates = ChatTemplates::Create(chatml.model);
   if (templates) {
-    // Plain chat keeps llama_chat_apply_template: only tools, tool history or reasoning come here.
-    EXPECT_FALSE(templates->reasons());
-    EXPECT_FALSE(templates->Handles(ChatRequest("")));
+    // Only tools, tool history or reasoning come here.
+    ExpectPlainChatKeepsThePlainPath(*templates);
     EXPECT_FALSE(templates->supports_tools());
     auto rendered = templates->Render(ChatRequest(kWeather));
     ASSERT_FALSE(rendered.ok());
@@ -154,10 +159,7 @@ TEST(ChatTools, TheBenchmarksLlama3TemplateKeepsThePlainPath) {
   TemplateModel m(kLlama3ChatTemplate, "llama3");
   ASSERT_NE(m.model, nullptr);
   auto templates = ChatTemplates::Create(m.model);
-  if (templates) {
-    EXPECT_FALSE(templates->reasons());
-    EXPECT_FALSE(templates->Handles(ChatRequest("")));
-  }
+  if (templates) ExpectPlainChatKeepsThePlainPath(*templates);
 }
 
 }  // namespace

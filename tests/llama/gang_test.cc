@@ -42,7 +42,6 @@ namespace {
 using ::testing::HasSubstr;
 using minions::testing::ReadFile;
 using minions::testing::RunRecords;
-using minions::testing::TestModel;
 using minions::testing::TestProgram;
 
 constexpr char kSecret[] = "4f1c0d7e9a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5";
@@ -93,7 +92,7 @@ std::vector<std::unique_ptr<GangTunnel>> Tunnels(RunnerProcess& runner, runner_p
 std::unique_ptr<RunnerProcess> StartRunner() { return testing::StartLlamaRunner(); }
 
 runner_protocol::LoadRequest SmallLoad() {
-  runner_protocol::LoadRequest load{TestModel("text.gguf"), {}};
+  runner_protocol::LoadRequest load{testing::TestModel("text.gguf"), {}};
   load.options.n_parallel = 4;
   load.options.n_ctx_per_seq = 128;
   load.options.n_threads = 1;

@@ -23,7 +23,6 @@ namespace {
 using ::testing::HasSubstr;
 using minions::testing::RunRecords;
 using minions::testing::TestModel;
-using minions::testing::TestProgram;
 
 std::unique_ptr<RunnerProcess> StartRunner() { return testing::StartLlamaRunner(); }
 
@@ -257,7 +256,7 @@ TEST(LlamaRunner, SharedPrefixesAreCountedInBatchDoneAndCanBeTurnedOff) {
 
 TEST(LlamaRunner, ProtocolErrorsAnswerAndPingAndEofExitCleanly) {
   Subprocess::Options sp;
-  sp.argv = {TestProgram("minions-llama-runner")};
+  sp.argv = {testing::TestProgram("minions-llama-runner")};
   auto process = Subprocess::Start(sp);
   ASSERT_TRUE(process.ok());
   auto ready = runner_protocol::DecodeEvent(*(*process)->ReadLine(absl::Seconds(30)));

@@ -77,9 +77,15 @@ class Direct : public DirectModel {
   }
 };
 
+// Each test serves its records on a fresh engine.
 class Sampling : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { InstallLlamaLogging(); }
+  void SetUp() override {
+    engine_ = LoadEngine();
+    ASSERT_TRUE(engine_);
+  }
+  std::unique_ptr<LlamaEngine> engine_;
 };
 
 const Json& Choice(const Json& out) { return out["response"]["body"]["choices"][0]; }
@@ -87,10 +93,8 @@ const Json& Choice(const Json& out) { return out["response"]["body"]["choices"][
 TEST_F(Sampling, LogprobsAreTheLogSoftmaxOfTheLogits) {
   Direct direct;
   ASSERT_TRUE(direct.ok());
-  auto engine = LoadEngine();
-  ASSERT_TRUE(engine);
   const std::string prompt = "The weather today is";
-  auto outputs = ServeAll(*engine, {
+  auto outputs = ServeAll(*engine_, {
       DumpJson({{"custom_id", "c"}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 5}}),
       // Sampled: the chosen token's logprob is still the model's, whatever was drawn.
       DumpJson({{"custom_id", "s"}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 1.5}, {"seed", 3}, {"logprobs", 0}}),
@@ -123,9 +127,7 @@ TEST_F(Sampling, LogprobsAreTheLogSoftmaxOfTheLogits) {
 }
 
 TEST_F(Sampling, ChatLogprobsHaveOpenAIsShape) {
-  auto engine = LoadEngine();
-  ASSERT_TRUE(engine);
-  auto outputs = ServeAll(*engine, {
+  auto outputs = ServeAll(*engine_, {
       R"({"custom_id":"a","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Hello"}],)"
       R"("max_tokens":6,"temperature":0,"logprobs":true,"top_logprobs":20}})",
       R"({"custom_id":"b","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Hello"}],)"
@@ -167,15 +169,13 @@ TEST_F(Sampling, ChatLogprobsHaveOpenAIsShape) {
 
 // A greedy answer from the random test model that repeats tokens, or skips the test's premise.
 TEST_F(Sampling, PenaltiesChangeARepetitiveGreedyAnswer) {
-  auto engine = LoadEngine();
-  ASSERT_TRUE(engine);
   const std::string prompt = "one one one one one one";
   auto record = [&](const std::string& id, const Json& extra) {
     Json r = {{"custom_id", id}, {"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}, {"logprobs", 0}};
     r.update(extra);
     return DumpJson(r);
   };
-  auto outputs = ServeAll(*engine, {record("plain", Json::object()),
+  auto outputs = ServeAll(*engine_, {record("plain", Json::object()),
                                     record("presence", {{"presence_penalty", 2.0}}),
                                     record("frequency", {{"frequency_penalty", 2.0}}),
                                     record("repeat", {{"repeat_penalty", 1.5}})});
@@ -198,14 +198,12 @@ TEST_F(Sampling, PenaltiesChangeARepetitiveGreedyAnswer) {
 TEST_F(Sampling, AMinusHundredBiasForbidsAToken) {
   Direct direct;
   ASSERT_TRUE(direct.ok());
-  auto engine = LoadEngine();
-  ASSERT_TRUE(engine);
   const std::string prompt = "Tell me about the sea";
   auto steps = direct.Greedy(prompt, 1);
   ASSERT_EQ(steps.size(), 1u);
   const llama_token first = steps[0].greedy;
   const std::string id = std::to_string(first);
-  auto outputs = ServeAll(*engine, {
+  auto outputs = ServeAll(*engine_, {
       DumpJson({{"custom_id", "biased"}, {"prompt", prompt}, {"max_tokens", 30}, {"temperature", 0},
                 {"logprobs", 0}, {"logit_bias", {{id, -100}}}}),
       DumpJson({{"custom_id", "sampled"}, {"prompt", prompt}, {"max_tokens", 30}, {"temperature", 2}, {"seed", 9},
@@ -224,11 +222,9 @@ TEST_F(Sampling, AMinusHundredBiasForbidsAToken) {
 }
 
 TEST_F(Sampling, LlamaSamplersAreServed) {
-  auto engine = LoadEngine();
-  ASSERT_TRUE(engine);
   // top_k 1 is greedy whatever the temperature; min_p 1 keeps only the most likely tokens too
   // (ties included, so its picks are checked against the logprobs rather than the greedy text).
-  auto outputs = ServeAll(*engine, {
+  auto outputs = ServeAll(*engine_, {
       R"({"custom_id":"g","prompt":"Cats","max_tokens":10,"temperature":0})",
       R"({"custom_id":"k","prompt":"Cats","max_tokens":10,"temperature":1.8,"top_k":1,"seed":4})",
       R"({"custom_id":"m","prompt":"Cats","max_tokens":10,"temperature":1.8,"min_p":1,"seed":5,"logprobs":1})",
@@ -244,8 +240,6 @@ TEST_F(Sampling, LlamaSamplersAreServed) {
 }
 
 TEST_F(Sampling, NChoicesEachHaveTheirOwnSeededStream) {
-  auto engine = LoadEngine();
-  ASSERT_TRUE(engine);
   // A prompt long enough (over 32 tokens) that the choices share its KV cells.
   std::string prompt;
   for (int i = 0; i < 12; ++i) prompt += "The river runs past the mill and the old stone bridge. ";
@@ -253,7 +247,7 @@ TEST_F(Sampling, NChoicesEachHaveTheirOwnSeededStream) {
     return DumpJson({{"custom_id", id}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 1.5}, {"seed", 11},
                      {"n", n}, {"logprobs", 0}});
   };
-  auto results = engine_test::ServeResults(*engine, {record("one", 1), record("four", 4)});
+  auto results = engine_test::ServeResults(*engine_, {record("one", 1), record("four", 4)});
   const Json& one = results[0].output["response"]["body"];
   const Json& four = results[1].output["response"]["body"];
   ASSERT_EQ(four["choices"].size(), 4u) << DumpJson(results[1].output);

@@ -20,7 +20,6 @@ namespace {
 
 using engine_test::GeneratedText;
 using engine_test::ServeAll;
-using minions::testing::TestModel;
 using ::testing::HasSubstr;
 
 std::unique_ptr<LlamaEngine> LoadEngine() { return engine_test::LoadTextEngine(8, 1024); }

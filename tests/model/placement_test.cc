@@ -4,6 +4,8 @@
 
 #include "model/placement.h"
 
+#include "model/json_codec.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -156,6 +158,26 @@ TEST(PlaceOn, RunnerMemoryAndWarmth) {
   EXPECT_EQ(WarmthOf(info, Digest('a')), Warmth::kLoaded);
   EXPECT_EQ(WarmthOf(info, Digest('b')), Warmth::kCached);
   EXPECT_EQ(WarmthOf(info, ""), Warmth::kLoaded);
+}
+
+// 40.6a: a job that requires confinement fits only a fully confined executor; one that does not
+// fits any; and the requirement survives the job's stored form.
+TEST(PlaceOn, AJobThatRequiresConfinementFitsOnlyAFullyConfinedExecutor) {
+  Job job = Queued(kGiB);
+  job.spec.requirements.confined = true;
+  ExecutorInfo info;
+  info.memory_bytes = info.usable_memory_bytes = 16 * kGiB;
+  for (const char* confinement : {"", kConfinementNone, kConfinementPartial, "totally"}) {
+    info.confinement = confinement;
+    EXPECT_EQ(PlaceOn(info, job, kSubmitted, kWarmWait), Fit::kUnconfined) << confinement;
+    EXPECT_EQ(PlaceOn(info, Queued(kGiB), kSubmitted, kWarmWait), Fit::kFits) << confinement;
+  }
+  info.confinement = kConfinementFull;
+  EXPECT_EQ(PlaceOn(info, job, kSubmitted, kWarmWait), Fit::kFits);
+  absl::StatusOr<JobSpec> stored = JobSpecFromJson(JobSpecToJson(job.spec));
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_TRUE(stored->requirements.confined);
+  EXPECT_FALSE(JobSpecFromJson(JobSpecToJson(Queued(kGiB).spec))->requirements.confined);
 }
 
 }  // namespace

@@ -3,11 +3,14 @@
 #include "model/verification.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/identity.h"
 
 namespace minions {
 namespace {
@@ -95,6 +98,83 @@ TEST(VerificationRecords, RoundTripAndRefuseJunk) {
   EXPECT_THAT(*DecodeRecords(""), IsEmpty());
   EXPECT_EQ(DecodeRecords("3,x").status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(DecodeRecords("-1").status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(VerificationPolicyForTeam, ATeamsFractionWithinItsBoundsReplacesTheFleetsAndNothingElseDoes) {
+  VerificationPolicy fleet;
+  fleet.fraction = 0.02;
+  EXPECT_EQ(PolicyForTeam(fleet, 0).fraction, 0.02);  // the fleet's
+  EXPECT_EQ(PolicyForTeam(fleet, 0.5).fraction, 0.5);
+  EXPECT_EQ(PolicyForTeam(fleet, 0.01).fraction, 0.01);
+  EXPECT_EQ(PolicyForTeam(fleet, 1).fraction, 1);
+  // Out of bounds (written past the admin's checks): the fleet's, never off.
+  for (double bad : {0.001, -1.0, 2.0, std::nan("")}) EXPECT_EQ(PolicyForTeam(fleet, bad).fraction, 0.02) << bad;
+  EXPECT_EQ(PolicyForTeam(fleet, 0.5).all_until_records, fleet.all_until_records);
+}
+
+RecordVerdict Judged(int64_t record, bool checked, bool passed) {
+  return RecordVerdict{record, absl::StrCat("r", record), checked, passed, passed ? "" : "forged"};
+}
+
+TEST(Arbitration, TheRulingUpholdsOnAnyFailureOverturnsOnlyWhenAllPassed) {
+  EXPECT_EQ(Rule({Judged(1, true, true), Judged(2, true, true)}), Ruling::kOverturned);
+  EXPECT_EQ(Rule({Judged(1, true, true), Judged(2, true, false)}), Ruling::kUpheld);
+  EXPECT_EQ(Rule({Judged(1, false, false), Judged(2, true, false)}), Ruling::kUpheld);
+  // Not all checked, none failed: nothing is known.
+  EXPECT_EQ(Rule({Judged(1, true, true), Judged(2, false, false)}), Ruling::kUndecided);
+  EXPECT_EQ(Rule({}), Ruling::kUndecided);
+  EXPECT_EQ(RulingName(Ruling::kOverturned), "overturned");
+}
+
+TEST(Arbitration, NoOwnerJudgesItsOwnDispute) {
+  EXPECT_TRUE(MayArbitrate("carol", "mallory", "alice"));
+  EXPECT_FALSE(MayArbitrate("mallory", "mallory", "alice"));  // the producer's owner
+  EXPECT_FALSE(MayArbitrate("alice", "mallory", "alice"));    // the verifier's owner
+  EXPECT_TRUE(MayArbitrate("lab", "lab", "lab"));             // one owner's dispute: any third
+  EXPECT_TRUE(MayArbitrate("carol", "lab", "lab"));
+  // An executor that did not enrol has no owner known: "" is an owner like any other.
+  EXPECT_FALSE(MayArbitrate("", "", "alice"));
+  EXPECT_TRUE(MayArbitrate("carol", "", "alice"));
+}
+
+TEST(Arbitration, AnOverturnedRulingLiftsOnlyTheQuarantineTheOverruledVerifierCaused) {
+  Executor producer;
+  producer.id = "exe-p";
+  Verification failed = Verdict(0, "r7", "exe-liar", false);
+  Quarantine(producer, failed);
+  EXPECT_TRUE(QuarantinedBy(producer, "job-1", "r7", "exe-liar"));
+  EXPECT_FALSE(QuarantinedBy(producer, "job-1", "r7", "exe-li"));  // another verifier's id, a prefix of it
+  EXPECT_FALSE(QuarantinedBy(producer, "job-1", "r70", "exe-liar"));
+  EXPECT_FALSE(QuarantinedBy(producer, "job-2", "r7", "exe-liar"));
+  Quarantine(producer, Verdict(0, "r8", "exe-other", false));  // quarantined since by another
+  EXPECT_FALSE(QuarantinedBy(producer, "job-1", "r7", "exe-liar"));
+  Executor available;
+  EXPECT_FALSE(QuarantinedBy(available, "job-1", "r7", "exe-liar"));
+
+  VerificationTask dispute = ArbitrationOf(VerificationTask{"job-1", 0, 1, 2, "exe-p", {3, 7}}, "exe-liar", {7}, 0,
+                                           10, absl::UnixEpoch());
+  EXPECT_EQ(dispute.disputed_verifier, "exe-liar");
+  EXPECT_THAT(dispute.records, ElementsAre(7));
+  EXPECT_EQ(dispute.verifier_id, "");
+  EXPECT_EQ(dispute.chunk_end, 10);
+  Executor liar;
+  liar.id = "exe-liar";
+  QuarantineOverruled(liar, dispute, "exe-arbiter", "r7");
+  EXPECT_EQ(liar.state, ExecutorState::kQuarantined);
+  EXPECT_THAT(liar.state_reason, ::testing::HasSubstr("exe-arbiter"));
+  Executor revoked;
+  revoked.state = ExecutorState::kRevoked;
+  QuarantineOverruled(revoked, dispute, "exe-arbiter", "r7");
+  EXPECT_EQ(revoked.state, ExecutorState::kRevoked);
+}
+
+TEST(ExecutorOwnerTest, IsTheJoinTokensNameOrTheTokenWhenItHasTheDefaultName) {
+  TokenRecord join;
+  join.id = "tok-0123456789ab";
+  join.principal = "alice";
+  EXPECT_EQ(ExecutorOwner(join), "alice");
+  join.principal = kDefaultJoinTokenName;
+  EXPECT_EQ(ExecutorOwner(join), "tok-0123456789ab");
 }
 
 }  // namespace

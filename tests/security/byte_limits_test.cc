@@ -15,11 +15,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-using ::testing::Not;
-using ::testing::SizeIs;
-
 class ByteLimitAttack : public SecureServer {
  protected:
   void SetUp() override {
@@ -129,9 +124,7 @@ TEST_F(ByteLimitAttack, AnInputInPartsNeedsASubmittersTokenForItsOwnTeam) {
   const std::string viewer = Issue(Role::kViewer, "search", "bob");
   grpc::Status by_viewer = Upload(viewer, {records}).first;
   EXPECT_GRPC_CODE(by_viewer, PERMISSION_DENIED);
-  grpc::Status into_another = Upload(small_, {records}, "search").first;
-  EXPECT_GRPC_CODE(into_another, PERMISSION_DENIED);
-  EXPECT_THAT(into_another.error_message(), HasSubstr("cannot submit jobs for team search"));
+  EXPECT_GRPC_ERROR(Upload(small_, {records}, "search").first, PERMISSION_DENIED, "cannot submit jobs for team search");
   EXPECT_THAT(Objects("uploads/search/"), IsEmpty());
   EXPECT_THAT(Objects("uploads/small/"), IsEmpty());
   EXPECT_EQ(StoredTeam("search").file_bytes, 0);
@@ -204,9 +197,7 @@ TEST_F(ByteLimitAttack, AModelThatNoLongerFitsWhenItsPushFinishesIsRefusedAndIts
   finish.set_digest(start.digest());
   finish.set_size_bytes(size);
   v1::Model model;
-  grpc::Status refused = models->FinishModelPush(As(small_).get(), finish, &model);
-  EXPECT_GRPC_CODE(refused, RESOURCE_EXHAUSTED);
-  EXPECT_THAT(refused.error_message(), HasSubstr("--max-model-bytes"));
+  EXPECT_GRPC_ERROR(models->FinishModelPush(As(small_).get(), finish, &model), RESOURCE_EXHAUSTED, "--max-model-bytes");
   EXPECT_THAT(Objects("model-uploads/small/"), IsEmpty());
   EXPECT_THAT(Objects("models/small/"), IsEmpty());
 }
@@ -264,9 +255,7 @@ TEST_F(ByteLimitAttack, ATeamKeepingItsLimitOfResultsGetsNoNewJob) {
   // Its results were kept, whatever the limit (work done is never thrown away), and counted.
   EXPECT_GT(StoredTeam("small").result_bytes, 10);
   v1::Job next;
-  grpc::Status refused = jobs_->SubmitJob(As(small_).get(), Request(2), &next);
-  EXPECT_GRPC_CODE(refused, RESOURCE_EXHAUSTED);
-  EXPECT_THAT(refused.error_message(), HasSubstr("minions admin team set small --max-result-bytes"));
+  EXPECT_GRPC_ERROR(jobs_->SubmitJob(As(small_).get(), Request(2), &next), RESOURCE_EXHAUSTED, "minions admin team set small --max-result-bytes");
   ASSERT_GRPC_OK(jobs_->SubmitJob(As(search_).get(), Request(2), &next));
   // An admin raises it: served again.
   Team raised = StoredTeam("small");

@@ -15,8 +15,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::HasSubstr;
-
 class DashboardActions : public SecureServer {
  protected:
   void SetUp() override {

@@ -9,9 +9,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-
 class GangAttack : public SecureServer {
  protected:
   void SetUp() override {
@@ -91,9 +88,7 @@ TEST_F(GangAttack, AnExecutorClaimingTenTebibytesIsRefusedAndCannotLead) {
   v1::EnrolRequest request;
   *request.mutable_capabilities() = Capabilities("liar", int64_t{10} << 40, "127.0.0.9:50052");
   v1::EnrolResponse reply;
-  grpc::Status status = executors_->Enrol(As(join).get(), request, &reply);
-  EXPECT_GRPC_CODE(status, INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(), HasSubstr("TiB"));
+  EXPECT_GRPC_ERROR(executors_->Enrol(As(join).get(), request, &reply), INVALID_ARGUMENT, "TiB");
   EXPECT_TRUE(reply.credential().empty());
   EXPECT_THAT(Must(store_->ListExecutors()), IsEmpty());
   // An enrolled one cannot raise its claim when it registers again, nor claim more usable

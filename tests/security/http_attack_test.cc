@@ -19,9 +19,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
-
 // Whether the server closed `fd` (reads end), waiting up to `timeout`.
 bool ClosedByServer(int fd, absl::Duration timeout) {
   pollfd p{fd, POLLIN, 0};

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,7 @@
 #include "testing/even_tasks.h"
 #include "testing/grpc_checks.h"
 #include "testing/identities.h"
+#include "testing/matchers.h"
 #include "testing/must.h"
 
 namespace minions::testing {
@@ -187,6 +189,14 @@ class SecureServer : public ::testing::Test {
     grpc::Status status = executors_->Lease(As(executor.credential).get(), request, &reply);
     EXPECT_TRUE(status.ok()) << status.error_message();
     return {reply.leases().begin(), reply.leases().end()};
+  }
+  // `n` tasks leased to `executor`, asking for `n`. Where it gets another number, the test fails
+  // and ends there (as Must ends it).
+  std::vector<v1::TaskLease> MustLeaseExactly(const Enrolled& executor, int n) {
+    std::vector<v1::TaskLease> leases = MustLease(executor, n);
+    EXPECT_EQ(leases.size(), static_cast<size_t>(n)) << executor.id;
+    if (leases.size() != static_cast<size_t>(n)) throw std::runtime_error(executor.id + ": another number of tasks");
+    return leases;
   }
   // Writes a task's output as an executor would and completes it.
   grpc::Status CompleteLease(const Enrolled& executor, const v1::TaskLease& lease) {

@@ -18,8 +18,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::HasSubstr;
-
 class TlsAttack : public SecureServer {
  protected:
   // A server on TLS from the pool's CA; the fixture's stubs speak TLS checked against it.

@@ -12,11 +12,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::ElementsAreArray;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-using ::testing::Not;
-
 class AttackTest : public GrpcServiceTest {
  protected:
   // An output line answering `custom_id`, as an honest runner writes it.
@@ -41,6 +36,21 @@ class AttackTest : public GrpcServiceTest {
     chunk.set_end(end);
     chunk.set_records_failed(failed);
     return chunk;
+  }
+  // A job of three records whose one task a new executor `name` completes with `output` and
+  // `errors` as its chunk 0, claiming `claimed_failed` failed records: refused (INVALID_ARGUMENT,
+  // naming `phrase`), the task is pending again, and an honest executor then serves every record.
+  void ExpectForgedChunkRefused(const std::string& name, const std::string& output, const std::string& errors,
+                                int64_t claimed_failed, const std::string& phrase) {
+    v1::Job job = MustSubmit(Records(3), 3);
+    std::string forger = RegisterExecutor(name);
+    v1::TaskLease lease = MustLeaseOne(forger);
+    WriteUrl(lease.chunk_urls(0).output_url(), output);
+    WriteUrl(lease.chunk_urls(0).errors_url(), errors);
+    EXPECT_GRPC_ERROR(CompleteWith(forger, lease, {ChunkOf(lease, 0, 0, 3, claimed_failed)}, claimed_failed),
+                      INVALID_ARGUMENT, phrase);
+    EXPECT_EQ(StoreTask(job.id(), 0).state, TaskState::kPending);
+    ExpectEveryRecordOnceAndHonest(FinishHonestly(job.id()), 3);
   }
   // Completes `lease` reporting `chunks` (explicitly, as the executor does).
   grpc::Status CompleteWith(const std::string& executor, const v1::TaskLease& lease,
@@ -229,11 +239,7 @@ TEST_F(AttackTest, ManyWatchStreamsAreCappedAndTheServerStillAnswers) {
 // refused, the attempt failed; another executor redoes the task; the output holds only honest lines.
 TEST_F(AttackTest, AForgedChunkFailsItsAttemptAndNeverReachesTheOutput) {
   StartServer();
-  v1::Job job = MustSubmit(Records(6), 3);
-  std::string forger = RegisterExecutor("forger");
-  std::vector<v1::TaskLease> leases = MustLease(forger, 1);
-  ASSERT_EQ(leases.size(), 1u);
-  const v1::TaskLease& lease = leases[0];
+  auto [job, forger, lease] = SubmitAndLeaseOne(6, 3, "forger");
   ASSERT_EQ(lease.ref().task_index(), 0);
   WriteUrl(lease.chunk_urls(0).output_url(), Answers({"r0", "r1", "r9"}, "forged"));
   EXPECT_GRPC_ERROR(CompleteWith(forger, lease, {ChunkOf(lease, 0, 0, 3)}), INVALID_ARGUMENT,
@@ -272,16 +278,7 @@ TEST_F(AttackTest, EveryShapeOfForgedChunkIsRefused) {
   };
   for (const Forgery& f : forgeries) {
     SCOPED_TRACE(f.name);
-    v1::Job job = MustSubmit(Records(3), 3);
-    std::string forger = RegisterExecutor("forger-" + f.name);
-    std::vector<v1::TaskLease> leases = MustLease(forger, 1);
-    ASSERT_EQ(leases.size(), 1u);
-    WriteUrl(leases[0].chunk_urls(0).output_url(), f.output);
-    WriteUrl(leases[0].chunk_urls(0).errors_url(), f.errors);
-    EXPECT_GRPC_ERROR(CompleteWith(forger, leases[0], {ChunkOf(leases[0], 0, 0, 3, f.claimed_failed)}, f.claimed_failed),
-                      INVALID_ARGUMENT, f.phrase);
-    EXPECT_EQ(StoreTask(job.id(), 0).state, TaskState::kPending);
-    ExpectEveryRecordOnceAndHonest(FinishHonestly(job.id()), 3);
+    ExpectForgedChunkRefused("forger-" + f.name, f.output, f.errors, f.claimed_failed, f.phrase);
   }
 }
 
@@ -289,11 +286,7 @@ TEST_F(AttackTest, EveryShapeOfForgedChunkIsRefused) {
 // committed, the executor is told to stop, and the next attempt starts from the last good chunk.
 TEST_F(AttackTest, AForgedCheckpointIsNotCommittedAndTheGoodOnesBeforeItStay) {
   StartServer();
-  v1::Job job = MustSubmit(Records(6), 6);
-  std::string forger = RegisterExecutor("forger");
-  std::vector<v1::TaskLease> leases = MustLease(forger, 1);
-  ASSERT_EQ(leases.size(), 1u);
-  const v1::TaskLease& lease = leases[0];
+  auto [job, forger, lease] = SubmitAndLeaseOne(6, 6, "forger");
   // Chunk 0 (r0, r1) is honest and committed; chunk 1 (r2, r3) is forged.
   WriteUrl(lease.chunk_urls(0).output_url(), Answers({"r0", "r1"}));
   v1::HeartbeatResponse first = Beat(forger, lease, 2, {ChunkOf(lease, 0, 0, 2)});
@@ -310,11 +303,10 @@ TEST_F(AttackTest, AForgedCheckpointIsNotCommittedAndTheGoodOnesBeforeItStay) {
   // The honest attempt resumes after r1.
   std::string honest = RegisterExecutor("honest");
   fake_clock_.Advance(absl::Minutes(10));
-  std::vector<v1::TaskLease> again = MustLease(honest, 1);
-  ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].resume_from(), 2);
-  WriteUrl(again[0].chunk_urls(0).output_url(), Answers({"r2", "r3", "r4", "r5"}));
-  ASSERT_GRPC_OK(CompleteWith(honest, again[0], {ChunkOf(again[0], 0, 2, 6)}));
+  v1::TaskLease again = MustLeaseOne(honest);
+  EXPECT_EQ(again.resume_from(), 2);
+  WriteUrl(again.chunk_urls(0).output_url(), Answers({"r2", "r3", "r4", "r5"}));
+  ASSERT_GRPC_OK(CompleteWith(honest, again, {ChunkOf(again, 0, 2, 6)}));
   ExpectEveryRecordOnceAndHonest(WaitForState(job.id(), "completed"), 6);
 }
 
@@ -323,16 +315,8 @@ TEST_F(AttackTest, AnOversizedChunkFailsItsAttempt) {
   ServerOptions options = Options();
   options.max_chunk_bytes = 4096;
   StartServer(&fake_clock_, options);
-  v1::Job job = MustSubmit(Records(3), 3);
-  std::string big = RegisterExecutor("big");
-  std::vector<v1::TaskLease> leases = MustLease(big, 1);
-  ASSERT_EQ(leases.size(), 1u);
   // The right custom_ids, padded to 30 KB.
-  WriteUrl(leases[0].chunk_urls(0).output_url(), Answers({"r0", "r1", "r2"}, std::string(10000, 'x')));
-  EXPECT_GRPC_ERROR(CompleteWith(big, leases[0], {ChunkOf(leases[0], 0, 0, 3)}), INVALID_ARGUMENT,
-                    "larger than 4096 bytes");
-  EXPECT_EQ(StoreTask(job.id(), 0).state, TaskState::kPending);
-  ExpectEveryRecordOnceAndHonest(FinishHonestly(job.id()), 3);
+  ExpectForgedChunkRefused("big", Answers({"r0", "r1", "r2"}, std::string(10000, 'x')), "", 0, "larger than 4096 bytes");
 }
 
 // A chunk rewritten after it was checked and committed (its write URL is still valid) is not

@@ -4,6 +4,8 @@
 // and falls back to calls against a server without the stream (an older one). The server runs on
 // the fake clock.
 
+#include <functional>
+
 #include "executor/control_plane_client.h"
 #include "grpc_service_fixture.h"
 
@@ -48,12 +50,11 @@ TEST_F(BeatStreamTest, EachBeatOnTheStreamIsAnsweredAsAHeartbeatCallWouldBe) {
   StartServer();
   v1::Job job = MustSubmit(Records(3), 3);
   const std::string executor = RegisterExecutor("e");
-  std::vector<v1::TaskLease> leases = MustLease(executor, 1);
-  ASSERT_EQ(leases.size(), 1u);
+  v1::TaskLease lease = MustLeaseOne(executor);
   auto [context, stream] = Open(executor);
 
   fake_clock_.Advance(absl::Seconds(5));
-  std::optional<v1::HeartbeatResponse> first = Send(*stream, Beat(executor, "busy", {leases[0].ref()}));
+  std::optional<v1::HeartbeatResponse> first = Send(*stream, Beat(executor, "busy", {lease.ref()}));
   ASSERT_TRUE(first.has_value());
   ASSERT_EQ(first->renewed_size(), 1);
   EXPECT_EQ(first->renewed(0).task_index(), 0);
@@ -63,9 +64,9 @@ TEST_F(BeatStreamTest, EachBeatOnTheStreamIsAnsweredAsAHeartbeatCallWouldBe) {
 
   // A lease it does not hold (another attempt) is answered "stop it", and renewed nowhere.
   fake_clock_.Advance(absl::Seconds(3));
-  v1::LeaseRef stale = leases[0].ref();
+  v1::LeaseRef stale = lease.ref();
   stale.set_attempt(7);
-  std::optional<v1::HeartbeatResponse> second = Send(*stream, Beat(executor, "busy", {leases[0].ref(), stale}));
+  std::optional<v1::HeartbeatResponse> second = Send(*stream, Beat(executor, "busy", {lease.ref(), stale}));
   ASSERT_TRUE(second.has_value());
   ASSERT_EQ(second->cancel_size(), 1);
   EXPECT_EQ(second->cancel(0).attempt(), 7);
@@ -73,7 +74,7 @@ TEST_F(BeatStreamTest, EachBeatOnTheStreamIsAnsweredAsAHeartbeatCallWouldBe) {
 
   // Its owner came back: written like any heartbeat's state.
   fake_clock_.Advance(absl::Seconds(1));
-  ASSERT_TRUE(Send(*stream, Beat(executor, "owner_active", {leases[0].ref()})).has_value());
+  ASSERT_TRUE(Send(*stream, Beat(executor, "owner_active", {lease.ref()})).has_value());
   EXPECT_EQ(store_->GetExecutor(executor)->state, ExecutorState::kOwnerActive);
   EXPECT_EQ(LastHeard(executor), fake_clock_.Now());
   EXPECT_EQ(server_->executors().beats_streamed(), 3);
@@ -234,28 +235,29 @@ std::unique_ptr<ControlPlaneClient> RegisteredClient(const OlderServer& server) 
   return client;
 }
 
-// Against a server without the stream every beat is a call, and the stream is not tried again.
-TEST(BeatStreamClient, AgainstAServerWithoutTheStreamEveryBeatIsACall) {
-  OlderServer older(OlderServer::BeatsMode::kNone);
-  std::unique_ptr<ControlPlaneClient> client = RegisteredClient(older);
+// Three beats through a client registered with an older server in `mode`: each is answered (with
+// the server's lease TTL) as a call, and after beat i the server has opened `streams_after(i)`
+// beat streams.
+void ExpectEveryBeatACall(OlderServer::BeatsMode mode, const std::function<int(int)>& streams_after) {
+  OlderServer server(mode);
+  std::unique_ptr<ControlPlaneClient> client = RegisteredClient(server);
   for (int i = 1; i <= 3; ++i) {
     ASSERT_OK_AND_ASSIGN(v1::HeartbeatResponse reply, client->Heartbeat(v1::HeartbeatRequest()));
     EXPECT_EQ(reply.lease_ttl_ms(), 9000);
-    EXPECT_EQ(older.calls.load(), i);
-    EXPECT_EQ(older.streams.load(), 1) << "the stream was tried once, at the first beat";
+    EXPECT_EQ(server.calls.load(), i);
+    EXPECT_EQ(server.streams.load(), streams_after(i)) << "after beat " << i;
   }
+}
+
+// Against a server without the stream every beat is a call, and the stream is not tried again:
+// it was tried once, at the first beat.
+TEST(BeatStreamClient, AgainstAServerWithoutTheStreamEveryBeatIsACall) {
+  ExpectEveryBeatACall(OlderServer::BeatsMode::kNone, [](int) { return 1; });
 }
 
 // A stream that breaks costs no beat: the beat goes as a call, and the next beat opens a new stream.
 TEST(BeatStreamClient, ABeatTheStreamCouldNotAnswerGoesAsACallAndTheNextOpensAnotherStream) {
-  OlderServer broken(OlderServer::BeatsMode::kBreak);
-  std::unique_ptr<ControlPlaneClient> client = RegisteredClient(broken);
-  for (int i = 1; i <= 3; ++i) {
-    ASSERT_OK_AND_ASSIGN(v1::HeartbeatResponse reply, client->Heartbeat(v1::HeartbeatRequest()));
-    EXPECT_EQ(reply.lease_ttl_ms(), 9000);
-    EXPECT_EQ(broken.streams.load(), i);
-    EXPECT_EQ(broken.calls.load(), i);
-  }
+  ExpectEveryBeatACall(OlderServer::BeatsMode::kBreak, [](int beat) { return beat; });
 }
 
 // A stream that takes a beat and never answers (a wedged server) ends that beat after the call

@@ -16,9 +16,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-
 std::string Ok(const std::string& id) { return DumpJson(MakeResponseLine(id, Json{{"text", "t"}})) + "\n"; }
 std::string Err(const std::string& id) { return DumpJson(MakeErrorLine(id, "invalid_request", "bad")) + "\n"; }
 

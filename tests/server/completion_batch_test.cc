@@ -26,10 +26,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using ::testing::SizeIs;
-
 using Outcomes = std::vector<absl::Status>;
 using CompletionCommitter = GroupCommitter<CompletionCall, Outcomes>;
 

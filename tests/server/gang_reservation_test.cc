@@ -15,6 +15,7 @@
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/even_tasks.h"
 #include "testing/fake_clock.h"
+#include "testing/must.h"
 
 namespace minions {
 namespace {
@@ -205,9 +206,7 @@ TEST(GangReserver, TwoGangJobsAndAStreamOfSingleJobsNeverDeadlock) {
 class GangLeasingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto opened = SqliteMetadataStore::Open(":memory:", StoreOptions{});
-    ASSERT_TRUE(opened.ok()) << opened.status();
-    store_ = std::move(*opened);
+    store_ = testing::Must(SqliteMetadataStore::Open(":memory:", StoreOptions{}));
   }
 
   // A Linux executor of `gib` GiB that runs one task at a time, reachable by its gang at `address`

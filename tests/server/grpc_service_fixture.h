@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -24,8 +25,6 @@
 #include "testing/prometheus_text.h"
 
 namespace minions::testing {
-
-using ::testing::HasSubstr;
 
 constexpr absl::Duration kLeaseTtl = absl::Seconds(9);
 
@@ -158,11 +157,16 @@ class GrpcServiceTest : public ::testing::Test {
     *job = *std::move(submitted);
     return grpc::Status::OK;
   }
-  v1::Job MustSubmit(const std::string& input, int64_t shard_size = 3) {
-    v1::Job job;
-    grpc::Status status = Submit(Request(input, shard_size), &job);
+  // The reply of `call(&reply)`, a call that must succeed (the test fails otherwise).
+  template <typename Reply, typename Call>
+  static Reply MustReply(Call call) {
+    Reply reply;
+    grpc::Status status = call(&reply);
     EXPECT_TRUE(status.ok()) << status.error_message();
-    return job;
+    return reply;
+  }
+  v1::Job MustSubmit(const std::string& input, int64_t shard_size = 3) {
+    return MustReply<v1::Job>([&](v1::Job* job) { return Submit(Request(input, shard_size), job); });
   }
 
   grpc::Status GetJob(const std::string& job_id, v1::Job* job) {
@@ -171,10 +175,7 @@ class GrpcServiceTest : public ::testing::Test {
     return jobs_->GetJob(Context().get(), request, job);
   }
   v1::Job MustGetJob(const std::string& job_id) {
-    v1::Job job;
-    grpc::Status status = GetJob(job_id, &job);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return job;
+    return MustReply<v1::Job>([&](v1::Job* job) { return GetJob(job_id, job); });
   }
   grpc::Status Cancel(const std::string& job_id, v1::Job* job) {
     v1::CancelJobRequest request;
@@ -209,9 +210,8 @@ class GrpcServiceTest : public ::testing::Test {
 
   // Server health after a refused call: it still answers.
   void ExpectServerUp() {
-    v1::ListJobsResponse reply;
-    grpc::Status status = jobs_->ListJobs(Context().get(), v1::ListJobsRequest(), &reply);
-    EXPECT_TRUE(status.ok()) << status.error_message();
+    MustReply<v1::ListJobsResponse>(
+        [&](v1::ListJobsResponse* reply) { return jobs_->ListJobs(Context().get(), v1::ListJobsRequest(), reply); });
   }
 
   // Enrols an executor with the join token, then registers it with its own credential; a CPU
@@ -230,13 +230,12 @@ class GrpcServiceTest : public ::testing::Test {
     caps->set_max_tasks(8);
     v1::EnrolRequest enrol;
     *enrol.mutable_capabilities() = *caps;
-    v1::EnrolResponse enrolled;
-    grpc::Status enrolment = executors_->Enrol(Context(&join_token_).get(), enrol, &enrolled);
-    EXPECT_TRUE(enrolment.ok()) << enrolment.error_message();
+    v1::EnrolResponse enrolled = MustReply<v1::EnrolResponse>(
+        [&](v1::EnrolResponse* reply) { return executors_->Enrol(Context(&join_token_).get(), enrol, reply); });
     credentials_[enrolled.executor_id()] = enrolled.credential();
-    v1::RegisterResponse reply;
-    grpc::Status status = executors_->Register(ExecutorContext(enrolled.executor_id()).get(), request, &reply);
-    EXPECT_TRUE(status.ok()) << status.error_message();
+    v1::RegisterResponse reply = MustReply<v1::RegisterResponse>([&](v1::RegisterResponse* registered) {
+      return executors_->Register(ExecutorContext(enrolled.executor_id()).get(), request, registered);
+    });
     EXPECT_EQ(reply.lease_ttl_ms(), absl::ToInt64Milliseconds(kLeaseTtl));
     EXPECT_FALSE(reply.executor_id().empty());
     return reply.executor_id();
@@ -249,10 +248,32 @@ class GrpcServiceTest : public ::testing::Test {
     return executors_->Lease(ExecutorContext(executor_id).get(), request, reply);
   }
   std::vector<v1::TaskLease> MustLease(const std::string& executor_id, int max_tasks) {
-    v1::LeaseResponse reply;
-    grpc::Status status = Lease(executor_id, max_tasks, &reply);
-    EXPECT_TRUE(status.ok()) << status.error_message();
+    v1::LeaseResponse reply =
+        MustReply<v1::LeaseResponse>([&](v1::LeaseResponse* leased) { return Lease(executor_id, max_tasks, leased); });
     return {reply.leases().begin(), reply.leases().end()};
+  }
+
+  // A job of records r0..r{n-1} in tasks of `shard_size`, submitted to the started server, and the
+  // one task leased to a new executor `name`.
+  struct LeasedJob {
+    v1::Job job;
+    std::string executor;
+    v1::TaskLease lease;
+  };
+  LeasedJob SubmitAndLeaseOne(int n, int64_t shard_size, const std::string& name) {
+    v1::Job job = MustSubmit(Records(n), shard_size);
+    std::string executor = RegisterExecutor(name);
+    v1::TaskLease lease = MustLeaseOne(executor);
+    return {std::move(job), std::move(executor), std::move(lease)};
+  }
+
+  // The one task leased to `executor_id`. Where it gets none, the test fails and ends there (as
+  // testing::Must ends it).
+  v1::TaskLease MustLeaseOne(const std::string& executor_id) {
+    std::vector<v1::TaskLease> leases = MustLease(executor_id, 1);
+    EXPECT_EQ(leases.size(), 1u) << executor_id << " was leased " << leases.size() << " tasks";
+    if (leases.size() != 1) throw std::runtime_error(executor_id + " was not leased one task");
+    return leases[0];
   }
 
   grpc::Status Complete(const std::string& executor_id, const v1::LeaseRef& ref, int64_t done, int64_t failed = 0) {

@@ -14,10 +14,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-
 // ------------------------------------------------------------------ submit: bad input
 
 TEST_F(GrpcServiceTest, InputThatIsNotJsonlIsRefused) {
@@ -95,9 +91,8 @@ TEST_F(GrpcServiceTest, RunnerOptionsMustBeAValidObject) {
   ASSERT_GRPC_OK(Submit(good, &job));
   // The options reach the executor with the lease.
   std::string executor = RegisterExecutor("e");
-  std::vector<v1::TaskLease> leases = MustLease(executor, 1);
-  ASSERT_EQ(leases.size(), 1u);
-  auto options = ParseJson(leases[0].runner_options_json());
+  v1::TaskLease lease = MustLeaseOne(executor);
+  auto options = ParseJson(lease.runner_options_json());
   ASSERT_OK(options);
   EXPECT_EQ((*options)["n_parallel"], 4);
 }
@@ -154,12 +149,9 @@ TEST_F(GrpcServiceTest, CancelOfAFinishedJobIsRefused) {
 // error line "batch_cancelled" for every record that never ran; its counts count what ran.
 TEST_F(GrpcServiceTest, ACancelledJobsResultsKeepWhatFinished) {
   StartServer();
-  v1::Job submitted = MustSubmit(Records(4), 2);
-  std::string executor = RegisterExecutor("e");
-  std::vector<v1::TaskLease> leases = MustLease(executor, 1);
-  ASSERT_EQ(leases.size(), 1u);
-  auto [done, failed] = Serve(leases[0]);
-  ASSERT_TRUE(Complete(executor, leases[0].ref(), done, failed).ok());
+  auto [submitted, executor, lease] = SubmitAndLeaseOne(4, 2, "e");
+  auto [done, failed] = Serve(lease);
+  ASSERT_TRUE(Complete(executor, lease.ref(), done, failed).ok());
   v1::Job job;
   ASSERT_GRPC_OK(Cancel(submitted.id(), &job));
   EXPECT_EQ(job.state(), "cancelled");
@@ -208,11 +200,8 @@ TEST_F(GrpcServiceTest, AModelPathInNoExecutorsFolderIsRefusedAtSubmit) {
 // attempts fail (here: the input cannot be read), and the line says so with the task's error.
 TEST_F(GrpcServiceTest, TheWaitingLineNamesTheErrorItsAttemptsFailWith) {
   StartServer();
-  v1::Job submitted = MustSubmit(Records(2), 2);
-  std::string executor = RegisterExecutor("e");
-  std::vector<v1::TaskLease> leases = MustLease(executor, 1);
-  ASSERT_EQ(leases.size(), 1u);
-  ASSERT_GRPC_OK(Fail(executor, leases[0].ref(), "retryable", "cannot read the input: 403 Forbidden"));
+  auto [submitted, executor, lease] = SubmitAndLeaseOne(2, 2, "e");
+  ASSERT_GRPC_OK(Fail(executor, lease.ref(), "retryable", "cannot read the input: 403 Forbidden"));
   v1::Job job = MustGetJob(submitted.id());
   EXPECT_EQ(job.wait_cause(), "in_line");
   EXPECT_THAT(job.wait_reason(), HasSubstr("free executor"));
@@ -272,12 +261,9 @@ TEST_F(GrpcServiceTest, AnExecutorIsTheOneItsCredentialNamesWhateverItsRequestsS
 
 TEST_F(GrpcServiceTest, ReportsForAnotherExecutorsLeaseAreRefusedAndChangeNothing) {
   StartServer();
-  v1::Job job = MustSubmit(Records(3), 3);
-  std::string holder = RegisterExecutor("holder");
+  auto [job, holder, lease] = SubmitAndLeaseOne(3, 3, "holder");
   std::string intruder = RegisterExecutor("intruder");
-  std::vector<v1::TaskLease> leases = MustLease(holder, 1);
-  ASSERT_EQ(leases.size(), 1u);
-  const v1::LeaseRef& ref = leases[0].ref();
+  const v1::LeaseRef& ref = lease.ref();
   EXPECT_EQ(ref.attempt(), 1);
 
   EXPECT_GRPC_ERROR(Complete(intruder, ref, 3), FAILED_PRECONDITION, "stale attempt");
@@ -294,7 +280,7 @@ TEST_F(GrpcServiceTest, ReportsForAnotherExecutorsLeaseAreRefusedAndChangeNothin
   EXPECT_EQ(task.preemptions, 0);
 
   // The real holder still completes it.
-  auto [done, failed] = Serve(leases[0]);
+  auto [done, failed] = Serve(lease);
   ASSERT_GRPC_OK(Complete(holder, ref, done, failed));
   EXPECT_EQ(StoreTask(job.id(), 0).state, TaskState::kSucceeded);
   WaitForState(job.id(), "completed");
@@ -343,43 +329,36 @@ TEST_F(GrpcServiceTest, AReclaimGrantsBackOnlyTheCallersOwnUnheardLeases) {
 
 TEST_F(GrpcServiceTest, CompletionMustAccountForEveryRecord) {
   StartServer();
-  v1::Job job = MustSubmit(Records(3), 3);
-  std::string executor = RegisterExecutor("e");
-  std::vector<v1::TaskLease> leases = MustLease(executor, 1);
-  ASSERT_EQ(leases.size(), 1u);
-  EXPECT_GRPC_ERROR(Complete(executor, leases[0].ref(), 2), INVALID_ARGUMENT, "all 3 records");
+  auto [job, executor, lease] = SubmitAndLeaseOne(3, 3, "e");
+  EXPECT_GRPC_ERROR(Complete(executor, lease.ref(), 2), INVALID_ARGUMENT, "all 3 records");
   EXPECT_EQ(StoreTask(job.id(), 0).state, TaskState::kRunning);
-  Serve(leases[0]);  // a completion is accepted once its output is uploaded (server/chunk_check.h)
-  ASSERT_GRPC_OK(Complete(executor, leases[0].ref(), 3));
+  Serve(lease);  // a completion is accepted once its output is uploaded (server/chunk_check.h)
+  ASSERT_GRPC_OK(Complete(executor, lease.ref(), 3));
 }
 
 TEST_F(GrpcServiceTest, AStaleAttemptsCompletionAfterExpiryIsRefused) {
   StartServer();
-  v1::Job job = MustSubmit(Records(2), 2);
-  std::string a = RegisterExecutor("a");
+  auto [job, a, first] = SubmitAndLeaseOne(2, 2, "a");
   std::string b = RegisterExecutor("b");
-  std::vector<v1::TaskLease> first = MustLease(a, 1);
-  ASSERT_EQ(first.size(), 1u);
-  ASSERT_EQ(first[0].ref().attempt(), 1);
-  Serve(first[0]);  // a finishes the work, but its lease runs out before it reports
+  ASSERT_EQ(first.ref().attempt(), 1);
+  Serve(first);  // a finishes the work, but its lease runs out before it reports
 
   fake_clock_.Advance(kLeaseTtl + absl::Seconds(1));
   ASSERT_OK_AND_ASSIGN(std::vector<Task> expired, store_->ExpireLeases(fake_clock_.Now(), 100));
   ASSERT_EQ(expired.size(), 1u);
   EXPECT_EQ(expired[0].state, TaskState::kPending);
   fake_clock_.Advance(absl::Minutes(1));  // past the retry backoff
-  std::vector<v1::TaskLease> second = MustLease(b, 1);
-  ASSERT_EQ(second.size(), 1u);
-  EXPECT_EQ(second[0].ref().attempt(), 2);
-  EXPECT_NE(second[0].chunk_urls(0).output_url(), first[0].chunk_urls(0).output_url());  // attempts write apart
+  v1::TaskLease second = MustLeaseOne(b);
+  EXPECT_EQ(second.ref().attempt(), 2);
+  EXPECT_NE(second.chunk_urls(0).output_url(), first.chunk_urls(0).output_url());  // attempts write apart
 
-  EXPECT_GRPC_ERROR(Complete(a, first[0].ref(), 2), FAILED_PRECONDITION, "stale attempt");
-  EXPECT_GRPC_ERROR(Fail(a, first[0].ref(), "retryable"), FAILED_PRECONDITION, "stale attempt");
+  EXPECT_GRPC_ERROR(Complete(a, first.ref(), 2), FAILED_PRECONDITION, "stale attempt");
+  EXPECT_GRPC_ERROR(Fail(a, first.ref(), "retryable"), FAILED_PRECONDITION, "stale attempt");
   // a's heartbeat about its old lease is answered with "stop it".
   v1::HeartbeatRequest heartbeat;
   heartbeat.set_executor_id(a);
   heartbeat.set_state("busy");
-  *heartbeat.add_leases() = first[0].ref();
+  *heartbeat.add_leases() = first.ref();
   v1::HeartbeatResponse reply;
   ASSERT_GRPC_OK(executors_->Heartbeat(ExecutorContext(a).get(), heartbeat, &reply));
   ASSERT_EQ(reply.cancel_size(), 1);
@@ -391,25 +370,22 @@ TEST_F(GrpcServiceTest, AStaleAttemptsCompletionAfterExpiryIsRefused) {
   EXPECT_EQ(task.executor_id, b);
   EXPECT_EQ(task.attempt, 2);
 
-  auto [done, failed] = Serve(second[0]);
-  ASSERT_GRPC_OK(Complete(b, second[0].ref(), done, failed));
+  auto [done, failed] = Serve(second);
+  ASSERT_GRPC_OK(Complete(b, second.ref(), done, failed));
   v1::Job finished = WaitForState(job.id(), "completed");
   EXPECT_EQ(finished.request_counts().completed(), 2);
 }
 
 TEST_F(GrpcServiceTest, UnknownFailureClassIsRefused) {
   StartServer();
-  v1::Job job = MustSubmit(Records(2), 2);
-  std::string executor = RegisterExecutor("e");
-  std::vector<v1::TaskLease> leases = MustLease(executor, 1);
-  ASSERT_EQ(leases.size(), 1u);
-  EXPECT_GRPC_ERROR(Fail(executor, leases[0].ref(), "bogus"), INVALID_ARGUMENT, "failure_class");
-  EXPECT_GRPC_ERROR(Fail(executor, leases[0].ref(), ""), INVALID_ARGUMENT, "failure_class");
+  auto [job, executor, lease] = SubmitAndLeaseOne(2, 2, "e");
+  EXPECT_GRPC_ERROR(Fail(executor, lease.ref(), "bogus"), INVALID_ARGUMENT, "failure_class");
+  EXPECT_GRPC_ERROR(Fail(executor, lease.ref(), ""), INVALID_ARGUMENT, "failure_class");
   Task task = StoreTask(job.id(), 0);
   EXPECT_EQ(task.state, TaskState::kRunning);
   EXPECT_EQ(task.failures, 0);
   // A real failure class is accepted: preempted goes straight back to pending.
-  ASSERT_GRPC_OK(Fail(executor, leases[0].ref(), "preempted", "owner is back"));
+  ASSERT_GRPC_OK(Fail(executor, lease.ref(), "preempted", "owner is back"));
   task = StoreTask(job.id(), 0);
   EXPECT_EQ(task.state, TaskState::kPending);
   EXPECT_EQ(task.preemptions, 1);
@@ -434,10 +410,9 @@ TEST_F(GrpcServiceTest, ALeaseThatCannotBeAnsweredHandsEveryGrantedTaskBack) {
     EXPECT_FALSE(task.not_before.has_value());
   }
   // The tasks whose URLs can be made are leased again at once.
-  std::vector<v1::TaskLease> again = MustLease(executor, 1);
-  ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].ref().task_index(), 0);
-  EXPECT_EQ(again[0].ref().attempt(), 2);
+  v1::TaskLease again = MustLeaseOne(executor);
+  EXPECT_EQ(again.ref().task_index(), 0);
+  EXPECT_EQ(again.ref().attempt(), 2);
 }
 
 // ------------------------------------------------------------------ authentication
@@ -514,9 +489,8 @@ TEST_F(GrpcServiceTest, AJobRunsToCompletionThroughGrpcAlone) {
   std::string executor = RegisterExecutor("worker");
   std::vector<v1::TaskLease> leases;
   for (int i = 0; i < 3; ++i) {  // one at a time, as a one-slot executor would
-    std::vector<v1::TaskLease> got = MustLease(executor, 1);
-    ASSERT_EQ(got.size(), 1u);
-    leases.push_back(got[0]);
+    v1::TaskLease got = MustLeaseOne(executor);
+    leases.push_back(got);
   }
   EXPECT_THAT(MustLease(executor, 4), IsEmpty());
   EXPECT_EQ(MustGetJob(job.id()).state(), "running");

@@ -16,6 +16,7 @@
 #include "testing/even_tasks.h"
 #include "server_test_util.h"
 #include "testing/fake_clock.h"
+#include "testing/must.h"
 
 namespace minions {
 namespace {
@@ -29,9 +30,7 @@ class HeartbeatBatcherTest : public ::testing::Test {
   const absl::Duration kTtl = absl::Seconds(9);
 
   void SetUp() override {
-    auto store = SqliteMetadataStore::Open(":memory:", StoreOptions{});
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
+    store_ = testing::Must(SqliteMetadataStore::Open(":memory:", StoreOptions{}));
   }
 
   // The batcher, writing through the gate: while `hold_` is set, a batch waits at the gate
@@ -61,6 +60,25 @@ class HeartbeatBatcherTest : public ::testing::Test {
   }
 
   std::string Register(const std::string& name) { return testing::RegisterInStore(*store_, name, 1, clock_.Now()); }
+
+  // A heartbeat of available executor `id` through `batcher`, on a thread of its own: it must be answered.
+  std::thread BeatAvailable(HeartbeatBatcher& batcher, const std::string& id) {
+    return std::thread([this, &batcher, id] {
+      EXPECT_TRUE(batcher.Heartbeat({id, ExecutorState::kAvailable}, kTtl).ok());
+    });
+  }
+  // While a batch is held at the gate (`holder`: the heartbeat it holds, on its thread), `a` then
+  // `b` beat, each once all before it wait (`waiting` before `a`); then the gate opens, and every
+  // heartbeat is answered.
+  void ThenTwoBeatWhileHeld(HeartbeatBatcher& batcher, std::thread holder, const std::string& a, const std::string& b,
+                            int waiting) {
+    std::thread a_thread = BeatAvailable(batcher, a);
+    AwaitWaiting(batcher, waiting + 1);
+    std::thread b_thread = BeatAvailable(batcher, b);
+    AwaitWaiting(batcher, waiting + 2);
+    open_.Notify();
+    for (std::thread* t : {&holder, &a_thread, &b_thread}) t->join();
+  }
 
   // A job of `n` tasks; `executor` leases one of them.
   Lease LeaseOne(const std::string& executor) {
@@ -289,14 +307,9 @@ TEST_F(HeartbeatBatcherTest, ABatchOfOneWritesEachHeartbeatAlone) {
   const std::string b = Register("b");
   auto batcher = Batcher(/*max_batch=*/1);
   hold_ = true;
-  std::thread first_thread([&] { EXPECT_TRUE(batcher->Heartbeat({first, ExecutorState::kAvailable}, kTtl).ok()); });
+  std::thread first_thread = BeatAvailable(*batcher, first);
   entered_.WaitForNotification();
-  std::thread a_thread([&] { EXPECT_TRUE(batcher->Heartbeat({a, ExecutorState::kAvailable}, kTtl).ok()); });
-  AwaitWaiting(*batcher, 1);
-  std::thread b_thread([&] { EXPECT_TRUE(batcher->Heartbeat({b, ExecutorState::kAvailable}, kTtl).ok()); });
-  AwaitWaiting(*batcher, 2);
-  open_.Notify();
-  for (std::thread* t : {&first_thread, &a_thread, &b_thread}) t->join();
+  ThenTwoBeatWhileHeld(*batcher, std::move(first_thread), a, b, /*waiting=*/0);
   EXPECT_THAT(sizes(), ElementsAre(1, 1, 1));
   EXPECT_EQ(batcher->batches(), 3);
 }
@@ -312,7 +325,7 @@ TEST_F(HeartbeatBatcherTest, DeferredRenewalsFillTheRoomWaitingHeartbeatsLeaveAn
   for (int i = 0; i < 10; ++i) idle.push_back(Register(absl::StrCat("idle", i)));
   auto batcher = Batcher(/*max_batch=*/4);
   hold_ = true;
-  std::thread first_thread([&] { EXPECT_TRUE(batcher->Heartbeat({first, ExecutorState::kAvailable}, kTtl).ok()); });
+  std::thread first_thread = BeatAvailable(*batcher, first);
   entered_.WaitForNotification();
   absl::Mutex renewed_mu;
   int renewed = 0;
@@ -325,12 +338,7 @@ TEST_F(HeartbeatBatcherTest, DeferredRenewalsFillTheRoomWaitingHeartbeatsLeaveAn
   }
   AwaitWaiting(*batcher, 10);
   clock_.Advance(absl::Seconds(3));
-  std::thread a_thread([&] { EXPECT_TRUE(batcher->Heartbeat({a, ExecutorState::kAvailable}, kTtl).ok()); });
-  AwaitWaiting(*batcher, 11);
-  std::thread b_thread([&] { EXPECT_TRUE(batcher->Heartbeat({b, ExecutorState::kAvailable}, kTtl).ok()); });
-  AwaitWaiting(*batcher, 12);
-  open_.Notify();
-  for (std::thread* t : {&first_thread, &a_thread, &b_thread}) t->join();
+  ThenTwoBeatWhileHeld(*batcher, std::move(first_thread), a, b, /*waiting=*/10);
   batcher.reset();  // writes and answers what is queued
 
   EXPECT_THAT(batches(), ElementsAre(ElementsAre(first), ElementsAre(a, b, idle[0]),

@@ -36,6 +36,37 @@ class IdleFleetTest : public GrpcServiceTest {
       *status = stub->Lease(context.get(), request, reply);
     });
   }
+  // Spot checks (docs/verification.md): a verifier's idle long poll, answered into status and reply.
+  struct VerifierPoll {
+    std::thread thread;
+    grpc::Status status;
+    v1::LeaseResponse reply;
+  };
+  struct ProducerLease {
+    std::string producer;
+    v1::TaskLease lease;
+  };
+  // The store draws spot checks (every record of a new producer's chunks); `server_spot_checks` is
+  // the server's own switch (ServerOptions::spot_checks). A job of two records is leased to a
+  // producer and served, and another executor's idle long poll is parked (`poll`).
+  ProducerLease LeaseBesideAParkedVerifier(bool server_spot_checks, VerifierPoll* poll) {
+    StoreOptions options;
+    options.spot_checks = true;
+    store_ = Must(SqliteMetadataStore::Open(":memory:", options));
+    ServerOptions server = Options();
+    server.spot_checks = server_spot_checks;
+    StartServer(&fake_clock_, server);
+    MustSubmit(Records(2), /*shard_size=*/2);
+    ProducerLease held{RegisterExecutor("producer"), {}};
+    const std::string verifier = RegisterExecutor("verifier");
+    std::vector<v1::TaskLease> leases = MustLease(held.producer, 1);
+    EXPECT_EQ(leases.size(), 1u);
+    if (!leases.empty()) held.lease = leases.front();
+    poll->thread = LongPoll(executors_.get(), verifier, &poll->status, &poll->reply, /*idle=*/true);
+    AwaitWaiting(*server_, 1);
+    Serve(held.lease);
+    return held;
+  }
   // Until `server` holds `n` lease calls waiting (the call reached it and found nothing).
   static void AwaitWaiting(ControlPlane& server, int64_t n) {
     for (int i = 0; i < 10000 && server.executors().leases_waiting() != n; ++i) absl::SleepFor(absl::Milliseconds(1));
@@ -512,32 +543,33 @@ TEST_F(IdleFleetTest, AQuotaFreedByAnEndingTaskIsAnnouncedSoTheTeamsQueuedTaskLe
 // executor's held poll at once, with nothing: that agent asks for the spot checks the commit may
 // have drawn now, not when its poll ends.
 TEST_F(IdleFleetTest, AProducersCommitWakesAnotherIdleExecutorsPollWhenSpotChecksAreOn) {
-  StoreOptions options;
-  options.spot_checks = true;
-  auto store = SqliteMetadataStore::Open(":memory:", options);
-  ASSERT_OK(store);
-  store_ = std::move(*store);
-  StartServer();
-  MustSubmit(Records(2), /*shard_size=*/2);
-  const std::string producer = RegisterExecutor("producer");
-  const std::string verifier = RegisterExecutor("verifier");
-  std::vector<v1::TaskLease> held = MustLease(producer, 1);
-  ASSERT_EQ(held.size(), 1u);
-
-  grpc::Status status;
-  v1::LeaseResponse reply;
-  std::thread poll = LongPoll(executors_.get(), verifier, &status, &reply, /*idle=*/true);
-  AwaitWaiting(*server_, 1);
+  VerifierPoll poll;
+  const ProducerLease held = LeaseBesideAParkedVerifier(/*server_spot_checks=*/true, &poll);
   const absl::Time before = fake_clock_.Now();
-  Serve(held[0]);
-  ASSERT_GRPC_OK(Complete(producer, held[0].ref(), 2));
-  poll.join();
-  ASSERT_GRPC_OK(status);
-  EXPECT_EQ(reply.leases_size(), 0);
-  EXPECT_FALSE(reply.drain());
-  EXPECT_FALSE(reply.reregister());
+  ASSERT_GRPC_OK(Complete(held.producer, held.lease.ref(), 2));
+  poll.thread.join();
+  ASSERT_GRPC_OK(poll.status);
+  EXPECT_EQ(poll.reply.leases_size(), 0);
+  EXPECT_FALSE(poll.reply.drain());
+  EXPECT_FALSE(poll.reply.reregister());
   EXPECT_EQ(fake_clock_.Now(), before) << "the clock moved: the poll may have ended at its wait";
-  EXPECT_EQ(Must(store_->CountOpenVerifications(held[0].ref().job_id())), 1) << "what the verifier is woken for";
+  EXPECT_EQ(Must(store_->CountOpenVerifications(held.lease.ref().job_id())), 1) << "what the verifier is woken for";
+}
+
+// The server's switch (ServerOptions::spot_checks) gates the wake: off, a commit reads nothing
+// about spot checks and wakes no poll, even when the store draws them (here on, so a wake would
+// have found a check to wake for).
+TEST_F(IdleFleetTest, WithTheServersSpotChecksOffACommitWakesNoIdlePoll) {
+  VerifierPoll poll;
+  const ProducerLease held = LeaseBesideAParkedVerifier(/*server_spot_checks=*/false, &poll);
+  ASSERT_GRPC_OK(Complete(held.producer, held.lease.ref(), 2));
+  // The wake would have come before the completion's answer: the poll is still parked.
+  EXPECT_EQ(server_->executors().leases_waiting(), 1);
+  EXPECT_EQ(Must(store_->CountOpenVerifications(held.lease.ref().job_id())), 1);
+  fake_clock_.Advance(absl::Seconds(30));  // its wait ends
+  poll.thread.join();
+  ASSERT_GRPC_OK(poll.status);
+  EXPECT_EQ(poll.reply.leases_size(), 0);
 }
 
 // The executor's own client long-polls for 20 s; when it drains, stops or its owner comes back it

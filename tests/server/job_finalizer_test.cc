@@ -20,12 +20,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::ElementsAreArray;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-using ::testing::MatchesRegex;
-
 constexpr absl::Duration kTtl = absl::Seconds(30);
 
 // Non-empty lines of a JSONL text.

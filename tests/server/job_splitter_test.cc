@@ -11,9 +11,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
-
 // `n` valid request lines r0..r{n-1}, each ending in '\n'.
 std::string Records(int n, int first = 0) {
   std::string out;

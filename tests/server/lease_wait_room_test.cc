@@ -153,6 +153,46 @@ TEST_F(LeaseWaitRoomTest, OnlyTheLatestIdlePollStandsForItsExecutor) {
   EXPECT_FALSE(room_.Polling("e1"));
 }
 
+// A producer's commit may wake another executor's parked idle poll to verify it
+// (ExecutorService::WakeAVerifier): the room knows in O(1) whether one is parked that is not the
+// producer's, counting only each executor's latest poll, only while parked, and wakes that one.
+TEST_F(LeaseWaitRoomTest, AParkedIdlePollOfAnotherExecutorIsFoundAndWokenNeverTheProducers) {
+  EXPECT_FALSE(room_.AnyParkedIdlePollBut("p"));
+  LeaseWaitRoom::Call* producers = Hold("p", absl::Seconds(30), /*idle=*/true);
+  LeaseWaitRoom::Call* busy = Hold("b", absl::Seconds(30));  // not idle: never woken to verify
+  Park(producers, clock_.Now() + absl::Seconds(30));
+  Park(busy, clock_.Now() + absl::Seconds(30));
+  EXPECT_FALSE(room_.AnyParkedIdlePollBut("p"));
+  EXPECT_TRUE(room_.AnyParkedIdlePollBut("q"));  // the producer's poll is another's verifier
+  EXPECT_FALSE(room_.WakeOneIdlePollBut("p"));
+  LeaseWaitRoom::Call* verifier = Hold("v", absl::Seconds(30), /*idle=*/true);
+  EXPECT_FALSE(room_.AnyParkedIdlePollBut("p")) << "ready, not parked: it looks for work already";
+  Park(verifier, clock_.Now() + absl::Seconds(30));
+  EXPECT_TRUE(room_.AnyParkedIdlePollBut("p"));
+  EXPECT_TRUE(room_.AnyParkedIdlePollBut("v"));
+  // A newer poll of the verifier stands for it: the older one, still parked, counts no more.
+  LeaseWaitRoom::Call* newer = Hold("v", absl::Seconds(30), /*idle=*/true);
+  EXPECT_FALSE(room_.AnyParkedIdlePollBut("p"));
+  ASSERT_EQ(room_.Next().call, newer);
+  room_.BeginLook(newer);
+  ASSERT_EQ(room_.EndLook(newer, room_.generation(), clock_.Now() + absl::Seconds(30)), AfterLook::kWaiting);
+  room_.ServingEnded(false);
+  EXPECT_TRUE(room_.AnyParkedIdlePollBut("p"));
+  EXPECT_EQ(room_.waiting(), 4);
+  ASSERT_TRUE(room_.WakeOneIdlePollBut("p"));
+  EXPECT_EQ(room_.waiting(), 3);
+  EXPECT_FALSE(room_.AnyParkedIdlePollBut("p")) << "woken: no longer parked";
+  EXPECT_FALSE(room_.WakeOneIdlePollBut("p"));
+  ASSERT_EQ(room_.Next().call, newer);  // answered at once, with an empty notice
+  LeaseWaitRoom::Look look = room_.BeginLook(newer);
+  ASSERT_TRUE(look.notice.has_value());
+  EXPECT_FALSE(look.notice->drain);
+  EXPECT_FALSE(look.notice->reregister);
+  // An announcement readies every parked call: none is left to wake.
+  room_.Announce();
+  EXPECT_FALSE(room_.AnyParkedIdlePollBut("q"));
+}
+
 TEST_F(LeaseWaitRoomTest, HeldIdlePollsBringARenewalScanEachPeriod) {
   LeaseWaitRoom::Call* poll = Hold("e1", absl::Seconds(30), /*idle=*/true);
   Park(poll, clock_.Now() + absl::Seconds(30));

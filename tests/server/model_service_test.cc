@@ -10,9 +10,6 @@
 namespace minions::testing {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::SizeIs;
-
 std::string DigestOf(const std::string& bytes) {
   Sha256 hash;
   hash.Update(bytes);

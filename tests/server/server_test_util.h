@@ -22,6 +22,7 @@
 #include "server/job_splitter.h"
 #include "store/metadata_store.h"
 #include "testing/forwarding_blob_store.h"
+#include "testing/matchers.h"
 #include "testing/status_checks.h"
 
 namespace minions::testing {

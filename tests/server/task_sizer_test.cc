@@ -22,11 +22,10 @@ class TaskSizerTest : public GrpcServiceTest {
   // Runs every task of `job` on the executor, each taking `each` of the fake clock.
   void RunTasks(const v1::Job& job, absl::Duration each) {
     for (int64_t i = 0; i < job.n_tasks(); ++i) {
-      std::vector<v1::TaskLease> got = MustLease(executor_, 1);
-      ASSERT_EQ(got.size(), 1u);
+      v1::TaskLease got = MustLeaseOne(executor_);
       fake_clock_.Advance(each);
-      auto [done, failed] = Serve(got[0]);
-      ASSERT_GRPC_OK(Complete(executor_, got[0].ref(), done, failed));
+      auto [done, failed] = Serve(got);
+      ASSERT_GRPC_OK(Complete(executor_, got.ref(), done, failed));
     }
     WaitForState(job.id(), "completed");
   }

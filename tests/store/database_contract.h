@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "metadata_store_contract.h"
 #include "store/common/migration.h"
 #include "store/common/row_metadata_store.h"
@@ -35,15 +36,17 @@ struct TestDatabase {
   std::function<std::string(const std::string& sql)> exec;
   // The one integer constant SQL answers (-1 when it fails).
   std::function<int64_t(const std::string& sql)> count;
-  // The backend's migrations.
-  std::span<const store_common::Migration> migrations;
-  // Statements that take the database back to schema 12 (before migrations 13 and 14), keeping
-  // running_since_us as schema 12 had it; empty when the backend's library cannot (the test skips).
-  std::vector<std::string> undo_13_and_14;
-  // Statements that take the database back to schema 20 (before migration 21: jobs without
-  // reasoning_tokens); empty when the backend's library cannot (the test skips).
-  std::vector<std::string> undo_21;
+  // The backend's SQL.
+  store_common::SqlDialect dialect;
+  // Whether the backend's library can drop columns (UndoMigrations' statements); the upgrade
+  // tests skip where it cannot.
+  bool can_drop_columns = true;
 };
+
+// Statements that take a database of the latest schema back to schema `version` (its data kept,
+// running_since_us as schema 12 had it), in `dialect`'s SQL: the upgrade tests migrate it again.
+// A new migration adds its undoing at the top of the list (database_contract.cc).
+std::vector<std::string> UndoMigrations(int version, store_common::SqlDialect dialect);
 
 // A queued job of `n_tasks` one-record tasks, submitted at `now` ("" after reporting a failure).
 inline std::string SubmitTo(MetadataStore& store, int n_tasks, absl::Time now) {
@@ -86,7 +89,14 @@ class DatabaseContract : public ::testing::TestWithParam<DatabaseFactory> {
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? std::move(*store) : nullptr;
   }
-  int LatestVersion() const { return store_common::LatestVersion(database_.migrations); }
+  std::span<const store_common::Migration> Migrations() const { return store_common::Migrations(database_.dialect); }
+  int LatestVersion() const { return store_common::LatestVersion(Migrations()); }
+  // Takes the database back to schema `version`: UndoMigrations, and its rows of schema_migrations.
+  void UndoTo(int version) {
+    for (const std::string& sql : UndoMigrations(version, database_.dialect)) ASSERT_EQ(database_.exec(sql), "") << sql;
+    ASSERT_EQ(database_.exec(absl::StrCat("DELETE FROM schema_migrations WHERE version > ", version)), "");
+    ASSERT_EQ(database_.count("SELECT MAX(version) FROM schema_migrations"), version);
+  }
 
   TestDatabase database_;
   absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);

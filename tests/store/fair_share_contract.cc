@@ -41,8 +41,7 @@ TEST_P(FairShare, UsageIsDeviceTimeDecayedOverTheHalfLifeAndRunningTasksAreCount
   std::vector<Lease> first = LeaseUpTo(a, 1);
   for (Lease& lease : LeaseUpTo(a2, 1)) first.push_back(std::move(lease));
   ASSERT_THAT(first, SizeIs(2));
-  std::vector<Lease> second = LeaseUpTo(b, 1);
-  ASSERT_THAT(second, SizeIs(1));
+  std::vector<Lease> second = LeaseExactly(b, 1);
   EXPECT_EQ(UsageOf("search").running, 3);
   EXPECT_EQ(UsageOf("search").weight, 2);
 
@@ -65,8 +64,7 @@ TEST_P(FairShare, UsageIsDeviceTimeDecayedOverTheHalfLifeAndRunningTasksAreCount
   const absl::Duration halved = UsageOf("search").usage;
   EXPECT_LE(absl::AbsDuration(halved - absl::Seconds(150)), absl::Milliseconds(1)) << halved;
   // A new charge adds to the decayed usage.
-  std::vector<Lease> third = LeaseUpTo(b, 1);
-  ASSERT_THAT(third, SizeIs(1));
+  std::vector<Lease> third = LeaseExactly(b, 1);
   Advance(absl::Seconds(10));
   ASSERT_OK(store_->CompleteTask(b, job, third[0].task.index, third[0].task.attempt, kRecordsPerTask, 0, now_));
   // (150 s decayed over 10 s more, plus 10 s.)
@@ -145,8 +143,7 @@ TEST_P(FairShare, DeviceTimeIsEveryEndedAttemptsTimeAndNeverDecays) {
 TEST_P(FairShare, AnExecutorsQueuedTasksAreChargedItsWallTimeOnce) {
   const std::string job = SubmitFor("search", 8);
   const std::string a = Register("a"), b = Register("b"), c = Register("c"), d = Register("d");
-  std::vector<Lease> held = LeaseUpTo(a, 2);
-  ASSERT_THAT(held, SizeIs(2));
+  std::vector<Lease> held = LeaseExactly(a, 2);
   Advance(absl::Seconds(30));
   ASSERT_OK(store_->CompleteTask(a, held[0].task.job_id, held[0].task.index, held[0].task.attempt, kRecordsPerTask,
                                  0, now_));
@@ -166,8 +163,7 @@ TEST_P(FairShare, AnExecutorsQueuedTasksAreChargedItsWallTimeOnce) {
   EXPECT_EQ(GetJob(job).device_time, absl::Seconds(60));
 
   // Two ending in one call: one span.
-  std::vector<Lease> two = LeaseUpTo(b, 2);
-  ASSERT_THAT(two, SizeIs(2));
+  std::vector<Lease> two = LeaseExactly(b, 2);
   Advance(absl::Seconds(7));
   std::vector<LeaseProgress> reports;
   for (const Lease& lease : two) {
@@ -194,8 +190,7 @@ TEST_P(FairShare, TheTeamFurthestBelowItsShareIsServedFirstThenPriorityThenAge) 
   const std::string e = Register("e");
   // search has used the fleet: 100 s.
   const std::string used = SubmitFor("search", 1);
-  std::vector<Lease> warmup = LeaseUpTo(e, 1);
-  ASSERT_THAT(warmup, SizeIs(1));
+  std::vector<Lease> warmup = LeaseExactly(e, 1);
   Advance(absl::Seconds(100));
   ASSERT_OK(store_->CompleteTask(e, used, 0, warmup[0].task.attempt, kRecordsPerTask, 0, now_));
 
@@ -203,8 +198,7 @@ TEST_P(FairShare, TheTeamFurthestBelowItsShareIsServedFirstThenPriorityThenAge) 
   const std::string urgent = SubmitFor("search", 2, /*priority=*/9);
   const std::string ads_low = SubmitFor("ads", 1, /*priority=*/0);
   const std::string ads_high = SubmitFor("ads", 1, /*priority=*/5);
-  std::vector<Lease> got = LeaseUpTo(e, 3);
-  ASSERT_THAT(got, SizeIs(3));
+  std::vector<Lease> got = LeaseExactly(e, 3);
   EXPECT_EQ(got[0].task.job_id, ads_high);  // ads first; within ads, priority
   EXPECT_EQ(got[1].task.job_id, ads_low);
   EXPECT_EQ(got[2].task.job_id, urgent);

@@ -167,8 +167,7 @@ TEST_P(GangStoreContract, LeaseToGangGrantsTheLeaderAndSeatsTheGangInOneStep) {
   JobSpec spec = Spec();
   spec.gang_size = 2;
   const std::string job = Submit(spec, 2);
-  const std::string lead = Register("lead");
-  const std::string member = Register("member");
+  const auto [lead, member] = RegisterAll({"lead", "member"});
   GangLease gang = Gang(job, 0, 0, {lead, member});
 
   ASSERT_OK_AND_ASSIGN(Lease lease, store_->LeaseToGang(gang, kTtl, now_));
@@ -211,8 +210,7 @@ TEST_P(GangStoreContract, LeaseToGangRefusesWhatNoGangMayRun) {
   JobSpec spec = Spec();
   spec.gang_size = 3;
   const std::string trio = Submit(spec, 1);
-  const std::string a = Register("a");
-  const std::string b = Register("b");
+  const auto [a, b] = RegisterAll({"a", "b"});
   // A single job, and a gang of the wrong size, are refused; nothing is granted or seated.
   EXPECT_CODE(store_->LeaseToGang(Gang(single, 0, 0, {a, b}), kTtl, now_), kFailedPrecondition);
   EXPECT_CODE(store_->LeaseToGang(Gang(trio, 0, 0, {a, b}), kTtl, now_), kFailedPrecondition);

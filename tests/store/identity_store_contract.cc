@@ -25,12 +25,18 @@ TEST_P(IdentityStoreContract, TeamsAreCreatedListedAndUpdated) {
   EXPECT_CODE(store_->CreateTeam(NewTeam("Bad Name")), kInvalidArgument);
   EXPECT_CODE(store_->CreateTeam(NewTeam("../x")), kInvalidArgument);
 
+  EXPECT_THAT(search.runners, IsEmpty());
+  EXPECT_FALSE(search.require_confined);
   Team changed = NewTeam("search", 7);
   changed.max_priority = 2;
+  changed.runners = {"llama", "embed"};  // its runners and confinement (migration 22) are kept
+  changed.require_confined = true;
   changed.created_at = now_ + absl::Hours(1);  // not changeable
   ASSERT_OK_AND_ASSIGN(Team updated, store_->UpdateTeam(changed));
   EXPECT_EQ(updated.max_active_jobs, 7);
   EXPECT_EQ(updated.max_priority, 2);
+  EXPECT_EQ(updated.runners, (std::vector<std::string>{"llama", "embed"}));
+  EXPECT_TRUE(updated.require_confined);
   EXPECT_EQ(updated.created_at, now_);
   ASSERT_OK_AND_ASSIGN(Team read, store_->GetTeam("search"));
   EXPECT_EQ(read, updated);
@@ -152,7 +158,7 @@ TEST_P(IdentityStoreContract, RevocationsAreListedFromATimeOn) {
   ASSERT_OK(store_->AddToken(Token("tok-early0000001", Role::kViewer, "search", "a", 1)));
   ASSERT_OK(store_->AddToken(Token("tok-late00000001", Role::kViewer, "search", "b", 2)));
   ASSERT_OK(store_->AddToken(Token("tok-kept00000001", Role::kViewer, "search", "c", 3)));
-  ASSERT_OK(store_->AddToken(Token("tok-join00000001", Role::kJoin, "", "laptops", 10)));
+  AddJoinToken();
   ASSERT_OK_AND_ASSIGN(Executor executor, Enrol(10, 11, "laptop"));
   ASSERT_OK_AND_ASSIGN(std::vector<std::string> revoked, store_->RevokedTokensSince(absl::InfinitePast()));
   EXPECT_THAT(revoked, IsEmpty());
@@ -171,9 +177,7 @@ TEST_P(IdentityStoreContract, RevocationsAreListedFromATimeOn) {
 }
 
 TEST_P(IdentityStoreContract, AJoinTokenIsTradedForExecutorsUntilItsUsesRunOut) {
-  ASSERT_OK(store_->AddToken(Token("tok-join00000001", Role::kJoin, "", "laptops", 10)));  // 2 uses
-  ASSERT_OK_AND_ASSIGN(Executor first, Enrol(10, 11, "mac-1"));
-  ASSERT_OK_AND_ASSIGN(Executor second, Enrol(10, 12, "mac-2"));
+  const auto [first, second] = EnrolTwo("mac-1", "mac-2");  // the join token has 2 uses
   // The server names executors: fresh ids, each bound to its own credential.
   EXPECT_THAT(first.id, ::testing::MatchesRegex("exe-[0-9a-f]{12}"));
   EXPECT_NE(first.id, second.id);
@@ -215,14 +219,10 @@ TEST_P(IdentityStoreContract, AJoinTokenIsTradedForExecutorsUntilItsUsesRunOut) 
 }
 
 TEST_P(IdentityStoreContract, RevokingAnExecutorHandsItsTasksBackAndCutsItOffForGood) {
-  ASSERT_OK(store_->AddToken(Token("tok-join00000001", Role::kJoin, "", "laptops", 10)));
-  ASSERT_OK_AND_ASSIGN(Executor bad, Enrol(10, 11, "bad"));
-  ASSERT_OK_AND_ASSIGN(Executor good, Enrol(10, 12, "good"));
+  const auto [bad, good] = EnrolTwo("bad", "good");
   const std::string job_id = Submit(Spec(), 3);
-  std::vector<Lease> bad_leases = LeaseUpTo(bad.id, 2);
-  std::vector<Lease> good_leases = LeaseUpTo(good.id, 1);
-  ASSERT_THAT(bad_leases, SizeIs(2));
-  ASSERT_THAT(good_leases, SizeIs(1));
+  std::vector<Lease> bad_leases = LeaseExactly(bad.id, 2);
+  std::vector<Lease> good_leases = LeaseExactly(good.id, 1);
   // The bad executor commits a checkpoint of task 0 (records [0, 4)) before it is caught.
   LeaseProgress progress = Progress(bad_leases[0], 4);
   progress.chunks.push_back({bad_leases[0].task.attempt, 0, 0, 4, 0});
@@ -272,8 +272,7 @@ TEST_P(IdentityStoreContract, RevokingAnExecutorHandsItsTasksBackAndCutsItOffFor
 
   // The handed-back tasks go to the good executor, resuming after the checkpoint.
   ASSERT_OK(store_->Heartbeat(good.id, ExecutorState::kBusy, "", {Progress(good_leases[0], 1)}, kTtl, now_));
-  std::vector<Lease> taken = LeaseUpTo(good.id, 2);
-  ASSERT_THAT(taken, SizeIs(2));
+  std::vector<Lease> taken = LeaseExactly(good.id, 2);
   for (const Lease& lease : taken) EXPECT_EQ(lease.task.executor_id, good.id);
 
   // Idempotent; an unknown executor is NotFound.
@@ -287,7 +286,7 @@ TEST_P(IdentityStoreContract, RevokingAnExecutorHandsItsTasksBackAndCutsItOffFor
 // refusal says why), and nothing it does (registering, heartbeats, silence) makes it available;
 // only ApproveExecutor does, once.
 TEST_P(IdentityStoreContract, APendingExecutorLeasesNothingUntilApproved) {
-  ASSERT_OK(store_->AddToken(Token("tok-join00000001", Role::kJoin, "", "laptops", 10)));
+  AddJoinToken();
   TokenRecord credential = Token("tok-cred11", Role::kExecutor, "", "", 11);
   ASSERT_OK_AND_ASSIGN(Executor pending,
                        store_->EnrolExecutor(FakeHash(10), credential, Info("stranger"), now_, /*await_approval=*/true));
@@ -318,7 +317,7 @@ TEST_P(IdentityStoreContract, APendingExecutorLeasesNothingUntilApproved) {
 // 40.3: an executor's usable credential is exchanged for a new one of the same executor and
 // scopes, in one transaction; the old one then expires at the grace's end at the latest.
 TEST_P(IdentityStoreContract, AnExecutorCredentialIsExchangedOnlyWhileUsable) {
-  ASSERT_OK(store_->AddToken(Token("tok-join00000001", Role::kJoin, "", "laptops", 10)));
+  AddJoinToken();
   ASSERT_OK_AND_ASSIGN(Executor executor, Enrol(10, 11, "mac-1"));
   ASSERT_OK_AND_ASSIGN(TokenRecord old, store_->FindToken(FakeHash(11)));
   TokenRecord fresh = Token("tok-fresh000001", Role::kExecutor, "", executor.id, 12);
@@ -350,16 +349,12 @@ TEST_P(IdentityStoreContract, AnExecutorCredentialIsExchangedOnlyWhileUsable) {
 }
 
 TEST_P(IdentityStoreContract, RevokingAStragglersExecutorDropsItsShadowAndKeepsTheBackup) {
-  ASSERT_OK(store_->AddToken(Token("tok-join00000001", Role::kJoin, "", "laptops", 10)));
-  ASSERT_OK_AND_ASSIGN(Executor slow, Enrol(10, 11, "slow"));
-  ASSERT_OK_AND_ASSIGN(Executor fast, Enrol(10, 12, "fast"));
+  const auto [slow, fast] = EnrolTwo("slow", "fast");
   const std::string job_id = Submit(Spec(), 1);
-  std::vector<Lease> first = LeaseUpTo(slow.id, 1);
-  ASSERT_THAT(first, SizeIs(1));
+  std::vector<Lease> first = LeaseExactly(slow.id, 1);
   Advance(absl::Seconds(20));
   ASSERT_OK(store_->RequestBackup(job_id, 0, first[0].task.attempt, now_));
-  std::vector<Lease> backup = LeaseUpTo(fast.id, 1);
-  ASSERT_THAT(backup, SizeIs(1));
+  std::vector<Lease> backup = LeaseExactly(fast.id, 1);
 
   EXPECT_EQ(GetJob(job_id).device_time, absl::Seconds(20)) << "the straggler's time up to the backup request";
   Advance(absl::Seconds(5));

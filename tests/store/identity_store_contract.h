@@ -49,6 +49,13 @@ class IdentityStoreContract : public MetadataStoreContract {
     info.max_tasks = 4;
     return info;
   }
+  // Adds the join token Enrol(10, ...) uses: "tok-join00000001" of the principal "laptops", 2 uses.
+  void AddJoinToken() { Must(store_->AddToken(Token("tok-join00000001", Role::kJoin, "", "laptops", 10)), "AddToken"); }
+  // Adds the join token (AddJoinToken) and enrols two executors with it, credentials 11 and 12.
+  std::array<Executor, 2> EnrolTwo(const std::string& first, const std::string& second) {
+    AddJoinToken();
+    return {Must(Enrol(10, 11, first), "EnrolExecutor"), Must(Enrol(10, 12, second), "EnrolExecutor")};
+  }
   // Enrols an executor with the join token of hash FakeHash(join_seed); its credential gets
   // FakeHash(credential_seed).
   absl::StatusOr<Executor> Enrol(int join_seed, int credential_seed, const std::string& name) {

@@ -61,8 +61,7 @@ TEST_P(MetadataStoreContract, ThroughputIsKeptPerModelAndRunnerWithOldSamplesWei
 TEST_P(MetadataStoreContract, ACompletedTaskKeepsTheTimesItsThroughputIsMeasuredFrom) {
   const std::string job_id = Submit(Spec(), 1);
   const std::string a = Register("a");
-  std::vector<Lease> leases = LeaseUpTo(a, 1);
-  ASSERT_THAT(leases, SizeIs(1));
+  std::vector<Lease> leases = LeaseExactly(a, 1);
   Advance(absl::Seconds(4));
   ASSERT_OK(store_->CompleteTask(a, job_id, 0, leases[0].task.attempt, kRecordsPerTask, 0, now_));
   ASSERT_OK_AND_ASSIGN(Task task, store_->GetTask(job_id, 0));
@@ -81,8 +80,7 @@ TEST_P(MetadataStoreContract, AnyTaskPendingSaysWhetherAnExecutorCouldBeGrantedA
   ASSERT_OK_AND_ASSIGN(pending, store_->AnyTaskPending());
   EXPECT_TRUE(pending);
   const std::string a = Register("a");
-  std::vector<Lease> leased = LeaseUpTo(a, 2);
-  ASSERT_THAT(leased, SizeIs(2));
+  std::vector<Lease> leased = LeaseExactly(a, 2);
   ASSERT_OK_AND_ASSIGN(pending, store_->AnyTaskPending());
   EXPECT_FALSE(pending) << "every task is running";
   // A retried task backs off: pending, though no lease may take it yet.
@@ -97,12 +95,9 @@ TEST_P(MetadataStoreContract, AnyTaskPendingSaysWhetherAnExecutorCouldBeGrantedA
 
 TEST_P(MetadataStoreContract, CountTasksAndListRunningTasksAnswerWithoutListingAJob) {
   const std::string job_id = Submit(Spec(), 5);
-  const std::string a = Register("a");
-  const std::string b = Register("b");
-  std::vector<Lease> of_a = LeaseUpTo(a, 2);
-  std::vector<Lease> of_b = LeaseUpTo(b, 1);
-  ASSERT_THAT(of_a, SizeIs(2));
-  ASSERT_THAT(of_b, SizeIs(1));
+  const auto [a, b] = RegisterAll({"a", "b"});
+  std::vector<Lease> of_a = LeaseExactly(a, 2);
+  std::vector<Lease> of_b = LeaseExactly(b, 1);
   ASSERT_OK(store_->CompleteTask(a, job_id, of_a[0].task.index, of_a[0].task.attempt, kRecordsPerTask, 0, now_));
   ASSERT_OK(store_->FailTask(b, job_id, of_b[0].task.index, of_b[0].task.attempt, FailureClass::kPermanent, "x", now_));
 
@@ -121,8 +116,7 @@ TEST_P(MetadataStoreContract, CountTasksAndListRunningTasksAnswerWithoutListingA
   ASSERT_OK_AND_ASSIGN(counts, store_->CountTasks(job_id));
   EXPECT_EQ(counts.records_in_flight, 7);
 
-  std::vector<Lease> more = LeaseUpTo(b, 1);
-  ASSERT_THAT(more, SizeIs(1));
+  std::vector<Lease> more = LeaseExactly(b, 1);
   ASSERT_OK_AND_ASSIGN(std::vector<Task> running, store_->ListRunningTasks());
   ASSERT_THAT(running, SizeIs(2));
   EXPECT_LE(running[0].executor_id, running[1].executor_id);  // by executor

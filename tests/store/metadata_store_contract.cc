@@ -65,8 +65,7 @@ TEST_P(MetadataStoreContract, AJobFromSubmissionToCompletion) {
   const std::string a = Register("mac-a");
   EXPECT_THAT(a, ::testing::MatchesRegex("exe-[0-9a-f]{12}"));
   EXPECT_EQ(GetExecutor(a).state, ExecutorState::kAvailable);
-  std::vector<Lease> leases = LeaseUpTo(a, 1);
-  ASSERT_THAT(leases, SizeIs(1));
+  std::vector<Lease> leases = LeaseExactly(a, 1);
   const Lease lease = leases[0];
   EXPECT_EQ(lease.task.job_id, job_id);
   EXPECT_EQ(lease.task.index, 0);
@@ -119,11 +118,7 @@ TEST_P(MetadataStoreContract, AJobFromSubmissionToCompletion) {
   Advance(absl::Seconds(3));
   ASSERT_OK(store_->CompleteTask(a, job_id, 1, leases[0].task.attempt, 10, 0, now_));
   job = GetJob(job_id);
-  EXPECT_EQ(job.state, JobState::kFinalizing);
-  EXPECT_EQ(job.tasks_done, 2);
-  EXPECT_EQ(job.tasks_succeeded, 2);
-  EXPECT_EQ(job.counts.completed, 19);
-  EXPECT_EQ(job.counts.failed, 1);
+  EXPECT_EQ(TallyOf(job), (JobTally{JobState::kFinalizing, 2, 2, 19, 1}));
   counts_only_grow();
   ASSERT_OK_AND_ASSIGN(std::vector<Job> to_finalize, store_->JobsToFinalize(10, now_));
   ASSERT_THAT(to_finalize, SizeIs(1));
@@ -158,8 +153,7 @@ TEST_P(MetadataStoreContract, AJobFromSubmissionToCompletion) {
 
 TEST_P(MetadataStoreContract, AnExpiredLeaseIsRequeuedAndTheOldAttemptIsFenced) {
   const std::string job_id = Submit(Spec(), 1);
-  const std::string a = Register("a");
-  const std::string b = Register("b");
+  const auto [a, b] = RegisterAll({"a", "b"});
 
   // A leases task 0, then goes silent.
   ASSERT_THAT(LeaseUpTo(a, 1), SizeIs(1));
@@ -179,8 +173,7 @@ TEST_P(MetadataStoreContract, AnExpiredLeaseIsRequeuedAndTheOldAttemptIsFenced) 
   EXPECT_EQ(GetTask(job_id, 0).state, TaskState::kPending);
 
   // B gets attempt 2 right away.
-  std::vector<Lease> leases = LeaseUpTo(b, 1);
-  ASSERT_THAT(leases, SizeIs(1));
+  std::vector<Lease> leases = LeaseExactly(b, 1);
   EXPECT_EQ(leases[0].task.attempt, 2);
   EXPECT_EQ(leases[0].task.executor_id, b);
 
@@ -232,8 +225,7 @@ TEST_P(MetadataStoreContract, RetryableFailuresBackOffThenFailTheTaskAtMaxAttemp
   const std::string a = Register("a");
   absl::Duration wait = kRetry.backoff_base;
   for (int attempt = 1; attempt <= 2; ++attempt) {
-    std::vector<Lease> leases = LeaseUpTo(a, 1);
-    ASSERT_THAT(leases, SizeIs(1));
+    std::vector<Lease> leases = LeaseExactly(a, 1);
     EXPECT_EQ(leases[0].task.attempt, attempt);
     ASSERT_OK_AND_ASSIGN(Task task,
                          store_->FailTask(a, job_id, 0, attempt, FailureClass::kRetryable, "runner crashed", now_));
@@ -272,8 +264,7 @@ TEST_P(MetadataStoreContract, PreemptionNeverCountsTowardMaxAttempts) {
     EXPECT_EQ(task.failures, 0);
     EXPECT_EQ(task.preemptions, i);
   }
-  std::vector<Lease> leases = LeaseUpTo(a, 1);
-  ASSERT_THAT(leases, SizeIs(1));
+  std::vector<Lease> leases = LeaseExactly(a, 1);
   ASSERT_OK(store_->CompleteTask(a, job_id, 0, 6, 10, 0, now_));
   EXPECT_EQ(GetJob(job_id).state, JobState::kFinalizing);
 }
@@ -295,11 +286,7 @@ TEST_P(MetadataStoreContract, PermanentFailureFailsFastAndTheJobStillFinalizes) 
 
   ASSERT_OK(store_->CompleteTask(a, job_id, 1, 1, 10, 2, now_));
   job = GetJob(job_id);
-  EXPECT_EQ(job.state, JobState::kFinalizing);
-  EXPECT_EQ(job.tasks_done, 2);
-  EXPECT_EQ(job.tasks_succeeded, 1);
-  EXPECT_EQ(job.counts.completed, 8);
-  EXPECT_EQ(job.counts.failed, 12);
+  EXPECT_EQ(TallyOf(job), (JobTally{JobState::kFinalizing, 2, 1, 8, 12}));
   EXPECT_EQ(job.counts.completed + job.counts.failed, job.counts.total);
 }
 
@@ -333,8 +320,7 @@ TEST_P(MetadataStoreContract, ACompletionMustAccountForEveryRecord) {
 TEST_P(MetadataStoreContract, CancelWhileRunning) {
   const std::string job_id = Submit(Spec(), 3);
   const std::string a = Register("a");
-  std::vector<Lease> leases = LeaseUpTo(a, 1);
-  ASSERT_THAT(leases, SizeIs(1));
+  std::vector<Lease> leases = LeaseExactly(a, 1);
 
   Advance(absl::Seconds(5));
   ASSERT_OK_AND_ASSIGN(Job cancelled, store_->CancelJob(job_id, now_));
@@ -372,8 +358,7 @@ TEST_P(MetadataStoreContract, ACancelledJobCountsWhatItFinished) {
   // records (1 an error line) before the cancel; task 2 never ran.
   const std::string job_id = Submit(Spec(), 3);
   const std::string a = Register("a");
-  std::vector<Lease> leases = LeaseUpTo(a, 2);
-  ASSERT_THAT(leases, SizeIs(2));
+  std::vector<Lease> leases = LeaseExactly(a, 2);
   ASSERT_OK(store_->CompleteTask(a, job_id, leases[0].task.index, 1, 10, 2, now_));
   LeaseProgress beat = Progress(leases[1], 4, 1);
   beat.chunks = {Chunk{1, 0, 0, 4, 1}};
@@ -475,6 +460,28 @@ TEST_P(MetadataStoreContract, RequirementsDecideWhoMayLease) {
   EXPECT_EQ(leases[0].task.job_id, mlx_job);
 }
 
+// 40.6a: a job that requires confinement goes only to a fully confined executor, and an
+// unconfined one asking for one task is leased the next job it may run, not nothing: the lease
+// query itself skips what it may not run, as it does another runner's jobs.
+TEST_P(MetadataStoreContract, AJobThatRequiresConfinementGoesOnlyToAConfinedExecutor) {
+  JobSpec guarded_spec = Spec(/*priority=*/5);
+  guarded_spec.requirements.confined = true;
+  const std::string guarded = Submit(guarded_spec, 2);  // first in line
+  const std::string open = Submit(Spec(), 1);
+  const std::string unconfined = Register("partial");
+  std::vector<Lease> leases = LeaseUpTo(unconfined, 1);
+  ASSERT_THAT(leases, SizeIs(1));
+  EXPECT_EQ(leases[0].task.job_id, open);
+  EXPECT_THAT(LeaseUpTo(unconfined, 4), IsEmpty());
+  ExecutorInfo info = GetExecutor(unconfined).info;
+  info.name = "full";
+  info.confinement = kConfinementFull;
+  const std::string confined = Must(store_->RegisterExecutor("", info, now_), "RegisterExecutor").id;
+  leases = LeaseUpTo(confined, 4);
+  ASSERT_THAT(leases, SizeIs(2));
+  for (const Lease& lease : leases) EXPECT_EQ(lease.task.job_id, guarded);
+}
+
 TEST_P(MetadataStoreContract, HigherPriorityFirstThenOlderJobsThenTaskOrder) {
   const std::string old_low = Submit(Spec(/*priority=*/0), 2);
   const std::string high = Submit(Spec(/*priority=*/5), 2);
@@ -501,8 +508,7 @@ TEST_P(MetadataStoreContract, LeaseTasksGrantsAtMostMaxTasks) {
 
 TEST_P(MetadataStoreContract, DrainingAndLostExecutorsGetNoLeases) {
   const std::string job_id = Submit(Spec(), 4);
-  const std::string draining = Register("draining");
-  const std::string lost = Register("lost");
+  const auto [draining, lost] = RegisterAll({"draining", "lost"});
 
   ASSERT_OK(store_->RequestDrain(draining, now_));
   EXPECT_TRUE(GetExecutor(draining).drain_requested);
@@ -554,8 +560,7 @@ TEST_P(MetadataStoreContract, MarkLostExecutorsOnlyTouchesTheSilentOnes) {
 
 TEST_P(MetadataStoreContract, ALostExecutorsLeasesExpireAndGoToOthers) {
   const std::string job_id = Submit(Spec(), 1);
-  const std::string a = Register("a");
-  const std::string b = Register("b");
+  const auto [a, b] = RegisterAll({"a", "b"});
   ASSERT_THAT(LeaseUpTo(a, 1), SizeIs(1));
   Advance(kTtl);
   ASSERT_OK(store_->Heartbeat(b, ExecutorState::kAvailable, "", {}, kTtl, now_));
@@ -563,8 +568,7 @@ TEST_P(MetadataStoreContract, ALostExecutorsLeasesExpireAndGoToOthers) {
   ASSERT_THAT(lost, SizeIs(1));
   ASSERT_OK(store_->ExpireLeases(now_, 10));
   Advance(kRetry.backoff_base);
-  std::vector<Lease> leases = LeaseUpTo(b, 1);
-  ASSERT_THAT(leases, SizeIs(1));
+  std::vector<Lease> leases = LeaseExactly(b, 1);
   EXPECT_EQ(leases[0].task.attempt, 2);
   ASSERT_OK(store_->CompleteTask(b, job_id, 0, 2, 10, 0, now_));
 }
@@ -607,8 +611,7 @@ TEST_P(MetadataStoreContract, APassedDeadlineExpiresTheJobThroughFinalizing) {
   spec.completion_window = absl::Hours(1);
   const std::string job_id = Submit(spec, 3);
   const std::string a = Register("mac-a");
-  std::vector<Lease> leases = LeaseUpTo(a, 2);
-  ASSERT_THAT(leases, SizeIs(2));
+  std::vector<Lease> leases = LeaseExactly(a, 2);
   ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(a, {Progress(leases[0], 10, 0)}, now_));
   ASSERT_OK(outcomes[0]);
   LeaseProgress beat = Progress(leases[1], 5, 0);
@@ -642,8 +645,7 @@ TEST_P(MetadataStoreContract, APassedDeadlineExpiresTheJobThroughFinalizing) {
 TEST_P(MetadataStoreContract, AStragglersBackupRunsElsewhereAndTheFirstCompletionWins) {
   const std::string job_id = Submit(Spec(), 1);
   const std::string slow = Register("slow"), fast = Register("fast");
-  std::vector<Lease> first = LeaseUpTo(slow, 1);
-  ASSERT_THAT(first, SizeIs(1));
+  std::vector<Lease> first = LeaseExactly(slow, 1);
   EXPECT_EQ(store_->RequestBackup(job_id, 0, 7, now_).status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_OK_AND_ASSIGN(Task backed, store_->RequestBackup(job_id, 0, 1, now_));
   EXPECT_EQ(backed.state, TaskState::kPending);
@@ -651,8 +653,7 @@ TEST_P(MetadataStoreContract, AStragglersBackupRunsElsewhereAndTheFirstCompletio
   EXPECT_EQ(store_->RequestBackup(job_id, 0, 1, now_).status().code(), absl::StatusCode::kFailedPrecondition);
   // The straggler's own executor is not given its backup; another one is.
   EXPECT_THAT(LeaseUpTo(slow, 1), IsEmpty());
-  std::vector<Lease> backup = LeaseUpTo(fast, 1);
-  ASSERT_THAT(backup, SizeIs(1));
+  std::vector<Lease> backup = LeaseExactly(fast, 1);
   EXPECT_EQ(backup[0].task.attempt, 2);
   // Both heartbeat; both are renewed.
   ASSERT_OK_AND_ASSIGN(HeartbeatReply slow_beat,
@@ -694,14 +695,12 @@ TEST_P(MetadataStoreContract, ARaceChargesTheStragglerUpToTheBackupAndTheWinnerT
       }
       return absl::ZeroDuration();
     };
-    std::vector<Lease> first = LeaseUpTo(slow, 1);
-    ASSERT_THAT(first, SizeIs(1));
+    std::vector<Lease> first = LeaseExactly(slow, 1);
     Advance(absl::Seconds(20));
     ASSERT_OK(store_->RequestBackup(job_id, 0, first[0].task.attempt, now_));
     EXPECT_EQ(GetJob(job_id).device_time, absl::Seconds(20)) << "the straggler's time so far";
     Advance(absl::Seconds(2));  // the backup waits 2 s for an executor
-    std::vector<Lease> backup = LeaseUpTo(fast, 1);
-    ASSERT_THAT(backup, SizeIs(1));
+    std::vector<Lease> backup = LeaseExactly(fast, 1);
     Advance(absl::Seconds(5));  // (all within the first lease's TTL)
     const Lease& winner = straggler_wins ? first[0] : backup[0];
     const Lease& loser = straggler_wins ? backup[0] : first[0];

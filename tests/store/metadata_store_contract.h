@@ -11,6 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -41,6 +42,24 @@ inline void PrintTo(const StoreFactory&, std::ostream* os) { *os << "a store fac
 
 // A status's message, for the matchers (HasSubstr...).
 inline std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+// A job's state and counts (tasks done and succeeded, records completed and failed), compared at
+// once.
+struct JobTally {
+  JobState state;
+  int64_t tasks_done;
+  int64_t tasks_succeeded;
+  int64_t completed;
+  int64_t failed;
+  bool operator==(const JobTally&) const = default;
+};
+inline JobTally TallyOf(const Job& job) {
+  return JobTally{job.state, job.tasks_done, job.tasks_succeeded, job.counts.completed, job.counts.failed};
+}
+inline void PrintTo(const JobTally& t, std::ostream* os) {
+  *os << JobStateName(t.state) << ", tasks done " << t.tasks_done << " (succeeded " << t.tasks_succeeded
+      << "), records completed " << t.completed << ", failed " << t.failed;
+}
 
 // Executor t of `executors` leases from stores[t] on a thread of its own, batch(t) tasks a call,
 // until nothing is left: what each was granted (failed calls are reported and counted).
@@ -140,8 +159,25 @@ class MetadataStoreContract : public ::testing::TestWithParam<StoreFactory> {
     return Must(store_->RegisterExecutor("", info, now_), "RegisterExecutor").id;
   }
 
+  // Registers an executor of each name (Register's defaults): their ids, in order.
+  template <size_t N>
+  std::array<std::string, N> RegisterAll(const char* const (&names)[N]) {
+    std::array<std::string, N> ids;
+    for (size_t i = 0; i < N; ++i) ids[i] = Register(names[i]);
+    return ids;
+  }
+
   std::vector<Lease> LeaseUpTo(const std::string& executor_id, int max_tasks) {
     return Must(store_->LeaseTasks(executor_id, max_tasks, kTtl, now_), "LeaseTasks");
+  }
+  // Leases that must be exactly `n_tasks` (a failure stops the test, as Must's do).
+  std::vector<Lease> LeaseExactly(const std::string& executor_id, int n_tasks) {
+    std::vector<Lease> leases = LeaseUpTo(executor_id, n_tasks);
+    if (leases.size() != static_cast<size_t>(n_tasks)) {
+      ADD_FAILURE() << executor_id << " leased " << leases.size() << " tasks, not " << n_tasks;
+      throw std::runtime_error("LeaseTasks");
+    }
+    return leases;
   }
 
   Job GetJob(const std::string& job_id) { return Must(store_->GetJob(job_id), "GetJob"); }

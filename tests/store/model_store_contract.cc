@@ -114,8 +114,7 @@ TEST_P(ModelStoreContract, JobsKeepTheirModelAndEstimate) {
   // model gets it once the warm-executor wait is over: StoreOptions::warm_wait).
   const std::string executor = Register("big", 16 * kGiB, {"custom"});
   Advance(StoreOptions{}.warm_wait);
-  std::vector<Lease> leases = LeaseUpTo(executor, 1);
-  ASSERT_THAT(leases, SizeIs(1));
+  std::vector<Lease> leases = LeaseExactly(executor, 1);
   EXPECT_EQ(leases[0].model_digest, Digest('a'));
   EXPECT_EQ(leases[0].model_size_bytes, 123);
   EXPECT_EQ(leases[0].team, "search");

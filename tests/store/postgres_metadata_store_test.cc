@@ -29,7 +29,6 @@
 #include "watchdog_lock_contract.h"
 #include "work_signal_contract.h"
 #include "store/postgres/postgres_work_signal.h"
-#include "store/postgres/postgres_migrations.h"
 #include "store/postgres/pg_connection_pool.h"
 #include "store/postgres/pg_transaction_runner.h"
 #include "pg_commit_faults.h"
@@ -184,18 +183,7 @@ TestDatabase PostgresDatabase() {
   };
   database.exec = [url](const std::string& sql) { return RawConnection(url).Exec(sql); };
   database.count = [url](const std::string& sql) { return RawConnection(url).Count(sql); };
-  database.migrations = postgres_store::Migrations();
-  database.undo_21 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
-  database.undo_13_and_14 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
-                             "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
-                             "ALTER TABLE teams DROP COLUMN max_file_bytes, DROP COLUMN max_model_bytes, "
-                             "DROP COLUMN max_result_bytes, DROP COLUMN file_bytes, DROP COLUMN result_bytes",  // (19)
-                             "DROP TABLE fleet_tokens",   // (migration 18's)
-                             "DROP TABLE verification_tasks",  // (migration 17's)
-                             "DROP TABLE fleet_history",       // (migration 16's)
-                             "DROP TABLE verifications",  // (15: back to 12 as a whole)
-                             "ALTER TABLE jobs DROP COLUMN prompt_tokens, DROP COLUMN completion_tokens",  // (14)
-                             "ALTER TABLE team_usage DROP COLUMN running_devices, DROP COLUMN running_device_since_us"};
+  database.dialect = store_common::SqlDialect::kPostgres;
   return database;
 }
 INSTANTIATE_TEST_SUITE_P(Postgres, DatabaseContract, ::testing::Values(DatabaseFactory(PostgresDatabase)),
@@ -203,22 +191,19 @@ INSTANTIATE_TEST_SUITE_P(Postgres, DatabaseContract, ::testing::Values(DatabaseF
 
 // One lock per store: each test's schema has its own.
 INSTANTIATE_TEST_SUITE_P(Postgres, WatchdogLockContract,
-                         ::testing::Values(WatchdogLockFactory([] {
-                           const std::string url = Schemas::FreshUrl();
-                           return WatchdogLockPlace{
-                               TryAcquireOf<PostgresWatchdogLock>(url),
-                               // The holder's session dies (a crashed process, a network cut, a
-                               // database restart).
-                               [url] {
-                                 RawConnection raw(url);  // in the same schema
-                                 EXPECT_EQ(raw.Count(absl::StrCat(
-                                               "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype "
-                                               "= 'advisory' AND granted AND objsubid = 2 AND classid::bigint = ",
-                                               PostgresWatchdogLock::kLockClass,
-                                               " AND objid::bigint = (hashtext(current_schema())::bigint & 4294967295)")),
-                                           1);
-                               }};
-                         })),
+                         ::testing::Values(LockPlacesOf<PostgresWatchdogLock>(
+                             Schemas::FreshUrl,
+                             // The holder's session dies (a crashed process, a network cut, a
+                             // database restart).
+                             [](const std::string& url) {
+                               RawConnection raw(url);  // in the same schema
+                               EXPECT_EQ(raw.Count(absl::StrCat(
+                                             "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype "
+                                             "= 'advisory' AND granted AND objsubid = 2 AND classid::bigint = ",
+                                             PostgresWatchdogLock::kLockClass,
+                                             " AND objid::bigint = (hashtext(current_schema())::bigint & 4294967295)")),
+                                         1);
+                             })),
                          [](const ::testing::TestParamInfo<WatchdogLockFactory>&) { return "Advisory"; });
 
 // Each test's schema is a store of its own: its own channel.

@@ -16,10 +16,8 @@ namespace {
 
 TEST_P(MetadataStoreContract, AReportForAnotherExecutorsLeaseIsRefused) {
   const std::string job_id = Submit(Spec(), 1);
-  const std::string a = Register("a");
-  const std::string b = Register("b");
-  std::vector<Lease> leases = LeaseUpTo(a, 1);
-  ASSERT_THAT(leases, SizeIs(1));
+  const auto [a, b] = RegisterAll({"a", "b"});
+  std::vector<Lease> leases = LeaseExactly(a, 1);
 
   EXPECT_CODE(store_->CompleteTask(b, job_id, 0, 1, 10, 0, now_), kFailedPrecondition);
   EXPECT_CODE(store_->FailTask(b, job_id, 0, 1, FailureClass::kPermanent, "x", now_), kFailedPrecondition);
@@ -66,13 +64,9 @@ TEST_P(MetadataStoreContract, UnknownIdsAreNotFound) {
 
 TEST_P(MetadataStoreContract, ABatchOfHeartbeatsIsAnsweredAsEachWouldBeAlone) {
   const std::string job_id = Submit(Spec(), 3);
-  const std::string a = Register("a");
-  const std::string b = Register("b");
-  const std::string c = Register("c");
-  std::vector<Lease> of_a = LeaseUpTo(a, 1);
-  std::vector<Lease> of_b = LeaseUpTo(b, 1);
-  ASSERT_THAT(of_a, SizeIs(1));
-  ASSERT_THAT(of_b, SizeIs(1));
+  const auto [a, b, c] = RegisterAll({"a", "b", "c"});
+  std::vector<Lease> of_a = LeaseExactly(a, 1);
+  std::vector<Lease> of_b = LeaseExactly(b, 1);
   ASSERT_OK(store_->RequestDrain(c, now_));
   Advance(absl::Seconds(5));
 
@@ -138,9 +132,7 @@ TEST_P(MetadataStoreContract, ABatchOfHeartbeatsIsAnsweredAsEachWouldBeAlone) {
 // executor was not heard since the renewal was made: a beat of its own written first, in an
 // earlier batch or earlier in the same one, said its state, and the renewal does not undo it.
 TEST_P(MetadataStoreContract, ARenewalMadeBeforeTheExecutorsOwnBeatWasWrittenLeavesThatBeatsState) {
-  const std::string a = Register("a");
-  const std::string b = Register("b");
-  const std::string c = Register("c");
+  const auto [a, b, c] = RegisterAll({"a", "b", "c"});
   Advance(absl::Seconds(10));
   const absl::Time made = now_;  // the renewals are made now, then wait
   auto renewal = [&](const std::string& id) {
@@ -211,8 +203,7 @@ TEST_P(MetadataStoreContract, ABatchOfSeveralExecutorsCompletionsIsAnsweredAsEac
   // would be alone, and the answer names the job once its last task ends, without a read of it.
   const std::string job_id = Submit(Spec(), 4);
   const std::string a = Register("mac-a"), b = Register("mac-b");
-  std::vector<Lease> of_a = LeaseUpTo(a, 2), of_b = LeaseUpTo(b, 2);
-  ASSERT_THAT(of_a, SizeIs(2));
+  std::vector<Lease> of_a = LeaseExactly(a, 2), of_b = LeaseUpTo(b, 2);
   ASSERT_THAT(of_b, SizeIs(2));
   LeaseProgress stale = Progress(of_b[1], 10);
   stale.attempt = 7;
@@ -264,8 +255,7 @@ TEST_P(MetadataStoreContract, OnlyTheJobsTheseCompletionsEndAreNamedReadyToFinal
   spec.max_attempts = 1;
   const std::string failing = Submit(spec, 1);
   const std::string a = Register("mac-a");
-  std::vector<Lease> leases = LeaseUpTo(a, 1);
-  ASSERT_THAT(leases, SizeIs(1));
+  std::vector<Lease> leases = LeaseExactly(a, 1);
   ASSERT_OK(store_->FailTask(a, failing, 0, leases[0].task.attempt, FailureClass::kPermanent, "bad", now_).status());
   EXPECT_EQ(GetJob(failing).state, JobState::kFailed);
   // The next job's one task completes: only it is named.
@@ -280,8 +270,7 @@ TEST_P(MetadataStoreContract, OnlyTheJobsTheseCompletionsEndAreNamedReadyToFinal
 TEST_P(MetadataStoreContract, HeartbeatsCommitChunksAndTheNextAttemptResumesAfterThem) {
   const std::string job_id = Submit(Spec(), 1);
   const std::string a = Register("mac-a"), b = Register("mac-b");
-  std::vector<Lease> first = LeaseUpTo(a, 1);
-  ASSERT_THAT(first, SizeIs(1));
+  std::vector<Lease> first = LeaseExactly(a, 1);
   LeaseProgress beat = Progress(first[0], 7, 1);
   beat.chunks = {Chunk{1, 0, 0, 4, 1}, Chunk{1, 1, 4, 6, 0}};
   ASSERT_OK(store_->Heartbeat(a, ExecutorState::kBusy, "", {beat}, kTtl, now_).status());
@@ -294,8 +283,7 @@ TEST_P(MetadataStoreContract, HeartbeatsCommitChunksAndTheNextAttemptResumesAfte
   Advance(kTtl + absl::Seconds(1));
   ASSERT_OK(store_->ExpireLeases(now_, 10).status());
   Advance(absl::Minutes(10));  // past the retry backoff
-  std::vector<Lease> second = LeaseUpTo(b, 1);
-  ASSERT_THAT(second, SizeIs(1));
+  std::vector<Lease> second = LeaseExactly(b, 1);
   EXPECT_EQ(second[0].task.attempt, 2);
   EXPECT_EQ(CommittedRecords(second[0].task), 6);
   EXPECT_EQ(NextChunkSeq(second[0].task), 0);
@@ -336,8 +324,7 @@ TEST_P(MetadataStoreContract, ACompletionWhoseChunksLeaveAGapIsRefused) {
 TEST_P(MetadataStoreContract, GetTaskReadsOneTaskAsListTasksHasIt) {
   const std::string job_id = Submit(Spec(), 3);
   const std::string executor = Register("a");
-  std::vector<Lease> leases = LeaseUpTo(executor, 1);
-  ASSERT_THAT(leases, SizeIs(1));
+  std::vector<Lease> leases = LeaseExactly(executor, 1);
   LeaseProgress progress = Progress(leases[0], 4);
   progress.chunks = {Chunk{leases[0].task.attempt, 0, 0, 4, 1}};
   ASSERT_OK(store_->Heartbeat(executor, ExecutorState::kBusy, "", {progress}, kTtl, now_).status());

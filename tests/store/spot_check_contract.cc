@@ -2,7 +2,11 @@
 
 #include "spot_check_contract.h"
 
+#include <map>
+#include <utility>
+
 #include "model/verification.h"
+#include "testing/even_tasks.h"
 
 namespace minions {
 namespace {
@@ -24,8 +28,7 @@ std::vector<RecordVerdict> AllPassed(const VerificationTask& task) {
 TEST_P(SpotCheckContract, ChunksThatCommitGetVerificationTasks) {
   const std::string job_id = Submit(Spec(), 1);
   const std::string producer = Register("producer");
-  std::vector<Lease> held = LeaseUpTo(producer, 1);
-  ASSERT_THAT(held, SizeIs(1));
+  std::vector<Lease> held = LeaseExactly(producer, 1);
   EXPECT_EQ(Must(store_->CountOpenVerifications(job_id), "CountOpenVerifications"), 0);
   // A heartbeat commits a chunk: a new executor's records are all drawn (at most 3 a task).
   LeaseProgress beat = Progress(held[0], 4);
@@ -57,11 +60,8 @@ TEST_P(SpotCheckContract, ChunksThatCommitGetVerificationTasks) {
 
 TEST_P(SpotCheckContract, AVerificationTaskIsLeasedOnlyToAnotherExecutorAtATime) {
   const std::string job_id = Submit(Spec(), 1);
-  const std::string producer = Register("producer");
-  const std::string verifier = Register("verifier");
-  const std::string other = Register("other");
-  std::vector<Lease> held = LeaseUpTo(producer, 1);
-  ASSERT_THAT(held, SizeIs(1));
+  const auto [producer, verifier, other] = RegisterAll({"producer", "verifier", "other"});
+  std::vector<Lease> held = LeaseExactly(producer, 1);
   LeaseProgress done = Progress(held[0], kRecordsPerTask);
   ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(producer, {done}, now_));
   ASSERT_OK(outcomes[0]);
@@ -99,13 +99,11 @@ TEST_P(SpotCheckContract, AVerifierIsOfferedTheChecksOfAProducerUnlikeItFirst) {
   const std::string alike = register_on("alike", "Xeon");
   const std::string unlike = register_on("unlike", "EPYC");
   const std::string verifier = register_on("verifier", "Xeon");
-  std::vector<Lease> first = LeaseUpTo(alike, 1);
-  ASSERT_THAT(first, SizeIs(1));
+  std::vector<Lease> first = LeaseExactly(alike, 1);
   ASSERT_OK_AND_ASSIGN(auto done, store_->CompleteTasks(alike, {Progress(first[0], kRecordsPerTask)}, now_));
   ASSERT_OK(done[0]);
   Advance(absl::Seconds(1));
-  std::vector<Lease> second = LeaseUpTo(unlike, 1);
-  ASSERT_THAT(second, SizeIs(1));
+  std::vector<Lease> second = LeaseExactly(unlike, 1);
   ASSERT_OK_AND_ASSIGN(done, store_->CompleteTasks(unlike, {Progress(second[0], kRecordsPerTask)}, now_));
   ASSERT_OK(done[0]);
 
@@ -118,13 +116,87 @@ TEST_P(SpotCheckContract, AVerifierIsOfferedTheChecksOfAProducerUnlikeItFirst) {
   EXPECT_EQ(leased[0].producer_id, alike);
 }
 
-TEST_P(SpotCheckContract, OnlyTheHolderOfAVerificationLeaseReportsItsVerdicts) {
-  const std::string job_id = Submit(Spec(), 1);
+// Another owner's executor is the better witness still: a verifier is offered the checks of
+// another owner's producer (though of its own chip, and younger) before those of its own owner's.
+TEST_P(SpotCheckContract, AVerifierIsOfferedTheChecksOfAnotherOwnerFirstThenOfAnotherChip) {
+  Submit(Spec(), 3);
+  const std::string verifier = EnrolAs("alice", "verifier", "Xeon");
+  const std::string own_unlike = EnrolAs("alice", "own-unlike", "EPYC");
+  const std::string other_alike = EnrolAs("bob", "other-alike", "Xeon");
+  const std::string own_alike = EnrolAs("alice", "own-alike", "Xeon");
+  for (const std::string& producer : {own_alike, own_unlike, other_alike}) {
+    std::vector<Lease> held = LeaseUpTo(producer, 1);
+    ASSERT_THAT(held, SizeIs(1));
+    ASSERT_OK(Must(store_->CompleteTasks(producer, {Progress(held[0], kRecordsPerTask)}, now_), "Complete")[0]);
+    Advance(absl::Seconds(1));
+  }
+  for (const std::string& expected : {other_alike, own_unlike, own_alike}) {
+    std::vector<VerificationTask> leased = Must(store_->LeaseVerifications(verifier, 1, kTtl, now_), "Lease");
+    ASSERT_THAT(leased, SizeIs(1));
+    EXPECT_EQ(leased[0].producer_id, expected);
+  }
+}
+
+// The owner is the server's word, from the join token: registering again (with whatever the
+// executor says of itself) keeps it, and a join token left with the default name is an owner of
+// its own.
+TEST_P(SpotCheckContract, AnExecutorsOwnerIsItsJoinTokensNameAndOutlivesWhatItSays) {
+  const std::string named = EnrolAs("alice", "named");
+  EXPECT_EQ(GetExecutor(named).owner, "alice");
+  ExecutorInfo says = Info("named");
+  says.name = "owner: bob";
+  ASSERT_OK(store_->RegisterExecutor(named, says, now_).status());
+  EXPECT_EQ(GetExecutor(named).owner, "alice");
+  const std::string unnamed = EnrolAs(kDefaultJoinTokenName, "unnamed");
+  EXPECT_EQ(GetExecutor(unnamed).owner, JoinTokenId(seeds_));
+  EXPECT_EQ(GetExecutor(Register("registered")).owner, "");  // not enrolled: no owner known
+}
+
+// A team's verify_fraction replaces the fleet's (0 in these stores) once its producer is past its
+// first records (all of which are drawn, whatever the team); a fraction out of bounds, written
+// past the admin's checks, counts as the fleet's.
+TEST_P(SpotCheckContract, ATeamsVerifyFractionReplacesTheFleetsInTheDraw) {
+  for (const auto& [name, fraction] : {std::pair{"checked", 1.0}, std::pair{"fleet", 0.0}, std::pair{"bypass", 0.001}}) {
+    Team team = NewTeam(name);
+    team.verify_fraction = fraction;
+    ASSERT_OK(store_->CreateTeam(team).status());
+  }
+  EXPECT_EQ(Must(store_->GetTeam("checked"), "GetTeam").verify_fraction, 1.0);
+  Team changed = Must(store_->GetTeam("fleet"), "GetTeam");
+  changed.verify_fraction = 0.05;
+  ASSERT_OK(store_->UpdateTeam(changed).status());
+  EXPECT_EQ(Must(store_->GetTeam("fleet"), "GetTeam").verify_fraction, 0.05);
+  changed.verify_fraction = 0;
+  ASSERT_OK(store_->UpdateTeam(changed).status());
+
+  // The producer's first 1000 records: one task of 1000.
   const std::string producer = Register("producer");
-  const std::string verifier = Register("verifier");
-  const std::string other = Register("other");
+  const Job warmup = Must(store_->CreateJob(Spec(), now_), "CreateJob");
+  ASSERT_OK(store_->AddTasks(warmup.id, testing::EvenTasks(1, 1000), 1000, now_));
   std::vector<Lease> held = LeaseUpTo(producer, 1);
   ASSERT_THAT(held, SizeIs(1));
+  ASSERT_OK(Must(store_->CompleteTasks(producer, {Progress(held[0], 1000)}, now_), "Complete")[0]);
+  ASSERT_EQ(GetExecutor(producer).records_done, 1000);
+
+  std::map<std::string, int64_t> open;
+  for (const std::string team : {"checked", "fleet", "bypass"}) {
+    JobSpec spec = Spec();
+    spec.team = team;
+    const std::string job_id = Submit(spec, 1);
+    held = LeaseUpTo(producer, 1);
+    ASSERT_THAT(held, SizeIs(1));
+    ASSERT_OK(Must(store_->CompleteTasks(producer, {Progress(held[0], kRecordsPerTask)}, now_), "Complete")[0]);
+    open[team] = Must(store_->CountOpenVerifications(job_id), "CountOpenVerifications");
+  }
+  EXPECT_EQ(open["checked"], 1);
+  EXPECT_EQ(open["fleet"], 0);
+  EXPECT_EQ(open["bypass"], 0);
+}
+
+TEST_P(SpotCheckContract, OnlyTheHolderOfAVerificationLeaseReportsItsVerdicts) {
+  const std::string job_id = Submit(Spec(), 1);
+  const auto [producer, verifier, other] = RegisterAll({"producer", "verifier", "other"});
+  std::vector<Lease> held = LeaseExactly(producer, 1);
   ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(producer, {Progress(held[0], kRecordsPerTask)}, now_));
   ASSERT_OK(outcomes[0]);
   std::vector<VerificationTask> leased = Must(store_->LeaseVerifications(verifier, 1, kTtl, now_), "LeaseVerifications");
@@ -178,10 +250,8 @@ TEST_P(SpotCheckContract, OnlyTheHolderOfAVerificationLeaseReportsItsVerdicts) {
 
 TEST_P(SpotCheckContract, AFailedVerdictQuarantinesTheProducerAndAnUncheckedOneSaysNothing) {
   const std::string job_id = Submit(Spec(), 2);
-  const std::string producer = Register("producer");
-  const std::string verifier = Register("verifier");
-  std::vector<Lease> held = LeaseUpTo(producer, 2);
-  ASSERT_THAT(held, SizeIs(2));
+  const auto [producer, verifier] = RegisterAll({"producer", "verifier"});
+  std::vector<Lease> held = LeaseExactly(producer, 2);
   ASSERT_OK_AND_ASSIGN(auto outcomes, store_->CompleteTasks(producer, {Progress(held[0], kRecordsPerTask),
                                                                        Progress(held[1], kRecordsPerTask)},
                                                             now_));
@@ -215,22 +285,17 @@ TEST_P(SpotCheckContract, AFailedVerdictQuarantinesTheProducerAndAnUncheckedOneS
 }
 
 TEST_P(SpotCheckContract, AFailedVerdictRedoesTheProducersWorkInJobsNotYetPublished) {
-  const std::string producer = Register("producer");
-  const std::string honest = Register("honest");
-  const std::string verifier = Register("verifier");
+  const auto [producer, honest, verifier] = RegisterAll({"producer", "honest", "verifier"});
   // Job a: the producer completes task 0, an honest executor task 1; the job is finalizing.
   const std::string a = Submit(Spec(), 2);
-  std::vector<Lease> produced = LeaseUpTo(producer, 1);
-  std::vector<Lease> honestly = LeaseUpTo(honest, 1);
-  ASSERT_THAT(produced, SizeIs(1));
-  ASSERT_THAT(honestly, SizeIs(1));
+  std::vector<Lease> produced = LeaseExactly(producer, 1);
+  std::vector<Lease> honestly = LeaseExactly(honest, 1);
   ASSERT_OK(Must(store_->CompleteTasks(producer, {Progress(produced[0], kRecordsPerTask)}, now_), "Complete")[0]);
   ASSERT_OK(Must(store_->CompleteTasks(honest, {Progress(honestly[0], kRecordsPerTask)}, now_), "Complete")[0]);
   ASSERT_EQ(GetJob(a).state, JobState::kFinalizing);
   // Job b: the producer is running its task and has committed a chunk.
   const std::string b = Submit(Spec(), 1);
-  std::vector<Lease> running = LeaseUpTo(producer, 1);
-  ASSERT_THAT(running, SizeIs(1));
+  std::vector<Lease> running = LeaseExactly(producer, 1);
   LeaseProgress beat = Progress(running[0], 4);
   beat.chunks = {Chunk{running[0].task.attempt, 0, 0, 4, 0}};
   ASSERT_OK(store_->Heartbeat(producer, ExecutorState::kBusy, "", {beat}, kTtl, now_).status());
@@ -270,8 +335,7 @@ TEST_P(SpotCheckContract, AFailedVerdictRedoesTheProducersWorkInJobsNotYetPublis
 
   // Another executor redoes both; job a finalizes again with every record counted once.
   Advance(absl::Seconds(1));
-  std::vector<Lease> again = LeaseUpTo(honest, 2);
-  ASSERT_THAT(again, SizeIs(2));
+  std::vector<Lease> again = LeaseExactly(honest, 2);
   for (const Lease& lease : again) {
     ASSERT_OK(Must(store_->CompleteTasks(honest, {Progress(lease, kRecordsPerTask)}, now_), "Complete")[0]);
   }

@@ -11,7 +11,6 @@
 
 #include "absl/strings/match.h"
 #include "database_contract.h"
-#include "store/sqlite/sqlite_migrations.h"
 #include "spot_check_contract.h"
 #include "store_contracts.h"
 #include "store/sqlite/sqlite_watchdog_lock.h"
@@ -96,13 +95,12 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, PlacementWithoutAffinity,
                          })),
                          [](const ::testing::TestParamInfo<StoreFactory>&) { return "Memory"; });
 INSTANTIATE_TEST_SUITE_P(Sqlite, WatchdogLockContract,
-                         ::testing::Values(WatchdogLockFactory([] {
-                           const std::string database = TempFolder::NewDatabase();
-                           return WatchdogLockPlace{
-                               TryAcquireOf<SqliteWatchdogLock>(database),
-                               // Someone removes the lock file (a clean-up script, a person).
-                               [database] { std::filesystem::remove(SqliteWatchdogLock::LockPath(database)); }};
-                         })),
+                         ::testing::Values(LockPlacesOf<SqliteWatchdogLock>(
+                             TempFolder::NewDatabase,
+                             // Someone removes the lock file (a clean-up script, a person).
+                             [](const std::string& database) {
+                               std::filesystem::remove(SqliteWatchdogLock::LockPath(database));
+                             })),
                          [](const ::testing::TestParamInfo<WatchdogLockFactory>&) { return "File"; });
 
 INSTANTIATE_TEST_SUITE_P(Sqlite, WorkSignalContract,
@@ -159,27 +157,9 @@ TestDatabase SqliteDatabase() {
   };
   database.exec = [path](const std::string& sql) { return RawExec(path, sql); };
   database.count = [path](const std::string& sql) { return RawCount(path, sql); };
-  database.migrations = sqlite_store::Migrations();
-  // Undoing migration 13 drops columns: SQLite has DROP COLUMN from 3.35 on.
-  if (sqlite3_libversion_number() >= 3035000) {
-    database.undo_21 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens"};
-    database.undo_13_and_14 = {"ALTER TABLE jobs DROP COLUMN reasoning_tokens",  // (migration 21's)
-                               "ALTER TABLE executors DROP COLUMN charged_until",  // (migration 20's)
-                               "ALTER TABLE teams DROP COLUMN max_file_bytes",  // (migration 19's)
-                               "ALTER TABLE teams DROP COLUMN max_model_bytes",
-                               "ALTER TABLE teams DROP COLUMN max_result_bytes",
-                               "ALTER TABLE teams DROP COLUMN file_bytes",
-                               "ALTER TABLE teams DROP COLUMN result_bytes",
-                               "DROP TABLE fleet_tokens",   // (migration 18's)
-                               "DROP TABLE verification_tasks",  // (migration 17's)
-                               "DROP TABLE fleet_history",       // (migration 16's)
-                               "DROP TABLE verifications",  // (migration 15's: back to 12 as a whole)
-                               "DROP TRIGGER tasks_running_by_team",
-                               "ALTER TABLE team_usage DROP COLUMN running_devices",
-                               "ALTER TABLE team_usage DROP COLUMN running_device_since_us",
-                               "ALTER TABLE jobs DROP COLUMN prompt_tokens",  // (migration 14's)
-                               "ALTER TABLE jobs DROP COLUMN completion_tokens"};
-  }
+  database.dialect = store_common::SqlDialect::kSqlite;
+  // The upgrade tests drop columns: SQLite has DROP COLUMN from 3.35 on.
+  database.can_drop_columns = sqlite3_libversion_number() >= 3035000;
   return database;
 }
 INSTANTIATE_TEST_SUITE_P(Sqlite, DatabaseContract, ::testing::Values(DatabaseFactory(SqliteDatabase)),

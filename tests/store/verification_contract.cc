@@ -24,8 +24,7 @@ Verification Verdict(const std::string& job_id, const std::string& custom_id, co
 
 TEST_P(MetadataStoreContract, VerdictsAreRecordedPerRecord) {
   const std::string job_id = Submit(Spec(), 2);
-  const std::string producer = Register("producer");
-  const std::string verifier = Register("verifier");
+  const auto [producer, verifier] = RegisterAll({"producer", "verifier"});
   ASSERT_OK_AND_ASSIGN(Executor after, store_->RecordVerification(Verdict(job_id, "r1", producer, verifier, true),
                                                                    now_));
   EXPECT_EQ(after.state, ExecutorState::kAvailable);
@@ -51,8 +50,7 @@ TEST_P(MetadataStoreContract, VerdictsAreRecordedPerRecord) {
 
 TEST_P(MetadataStoreContract, BadVerdictsAreRefused) {
   const std::string job_id = Submit(Spec(), 1);
-  const std::string producer = Register("producer");
-  const std::string verifier = Register("verifier");
+  const auto [producer, verifier] = RegisterAll({"producer", "verifier"});
   EXPECT_CODE(store_->RecordVerification(Verdict(job_id, "r1", producer, producer, false, "x"), now_).status(),
               kInvalidArgument);
   EXPECT_CODE(store_->RecordVerification(Verdict(job_id, "", producer, verifier, true), now_).status(),
@@ -71,10 +69,8 @@ TEST_P(MetadataStoreContract, BadVerdictsAreRefused) {
 
 TEST_P(MetadataStoreContract, AFailedVerdictQuarantinesTheProducerUntilReleased) {
   const std::string job_id = Submit(Spec(), 4);
-  const std::string producer = Register("producer");
-  const std::string verifier = Register("verifier");
-  std::vector<Lease> held = LeaseUpTo(producer, 1);
-  ASSERT_THAT(held, SizeIs(1));
+  const auto [producer, verifier] = RegisterAll({"producer", "verifier"});
+  std::vector<Lease> held = LeaseExactly(producer, 1);
 
   ASSERT_OK_AND_ASSIGN(Executor quarantined,
                        store_->RecordVerification(
@@ -124,8 +120,7 @@ TEST_P(MetadataStoreContract, AFailedVerdictQuarantinesTheProducerUntilReleased)
 
 TEST_P(MetadataStoreContract, ARevokedProducerStaysRevoked) {
   const std::string job_id = Submit(Spec(), 1);
-  const std::string producer = Register("producer");
-  const std::string verifier = Register("verifier");
+  const auto [producer, verifier] = RegisterAll({"producer", "verifier"});
   ASSERT_OK(store_->RevokeExecutor(producer, now_).status());
   ASSERT_OK_AND_ASSIGN(Executor after,
                        store_->RecordVerification(Verdict(job_id, "r1", producer, verifier, false, "forged"), now_));

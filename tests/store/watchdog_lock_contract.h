@@ -4,7 +4,7 @@
 // a schema):
 //
 //   INSTANTIATE_TEST_SUITE_P(Sqlite, WatchdogLockContract,
-//                            ::testing::Values(WatchdogLockFactory([] { return WatchdogLockPlace{...}; })));
+//                            ::testing::Values(LockPlacesOf<SqliteWatchdogLock>(fresh, sever)));
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "place_contract.h"
 #include "store/watchdog_lock.h"
 
 namespace minions {
@@ -29,22 +30,22 @@ struct WatchdogLockPlace {
 };
 using WatchdogLockFactory = std::function<WatchdogLockPlace()>;
 
-// WatchdogLockPlace::try_acquire for a backend whose `Lock::TryAcquire(where)` answers its own
-// lock type.
+// The factory of a backend whose `Lock::TryAcquire(where)` answers its own lock type: each test
+// locks a fresh place, `fresh()`, and `sever(where)` takes the lock away there.
 template <typename Lock>
-std::function<absl::StatusOr<std::unique_ptr<WatchdogLock>>()> TryAcquireOf(std::string where) {
-  return [where]() -> absl::StatusOr<std::unique_ptr<WatchdogLock>> {
-    auto lock = Lock::TryAcquire(where);
-    if (!lock.ok()) return lock.status();
-    return std::unique_ptr<WatchdogLock>(std::move(*lock));
+WatchdogLockFactory LockPlacesOf(std::function<std::string()> fresh, std::function<void(const std::string&)> sever) {
+  return [fresh, sever] {
+    const std::string where = fresh();
+    return WatchdogLockPlace{[where]() -> absl::StatusOr<std::unique_ptr<WatchdogLock>> {
+                               auto lock = Lock::TryAcquire(where);
+                               if (!lock.ok()) return lock.status();
+                               return std::unique_ptr<WatchdogLock>(std::move(*lock));
+                             },
+                             [where, sever] { sever(where); }};
   };
 }
 inline void PrintTo(const WatchdogLockFactory&, std::ostream* os) { *os << "a watchdog lock factory"; }
 
-class WatchdogLockContract : public ::testing::TestWithParam<WatchdogLockFactory> {
- protected:
-  void SetUp() override { place_ = GetParam()(); }
-  WatchdogLockPlace place_;
-};
+class WatchdogLockContract : public PlaceContract<WatchdogLockPlace> {};
 
 }  // namespace minions

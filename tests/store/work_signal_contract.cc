@@ -48,7 +48,7 @@ bool AnnounceUntilHeard(WorkSignal& from, Wakeups& to) {
 }
 
 TEST_P(WorkSignalContract, AnAnnouncementReachesTheOtherServersWatchers) {
-  std::unique_ptr<WorkSignal> a = open_(), b = open_(), c = open_();
+  std::unique_ptr<WorkSignal> a = place_(), b = place_(), c = place_();
   ASSERT_TRUE(a && b && c);
   Wakeups heard_b, heard_c;
   ASSERT_TRUE(b->Start(heard_b.Callback()).ok());
@@ -65,7 +65,7 @@ TEST_P(WorkSignalContract, AnAnnouncementReachesTheOtherServersWatchers) {
 }
 
 TEST_P(WorkSignalContract, AnAnnouncementWithNobodyWatchingIsHarmless) {
-  std::unique_ptr<WorkSignal> a = open_();
+  std::unique_ptr<WorkSignal> a = place_();
   ASSERT_TRUE(a);
   EXPECT_TRUE(a->Announce().ok());
   EXPECT_TRUE(a->Announce().ok());

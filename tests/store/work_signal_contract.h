@@ -10,6 +10,7 @@
 #include <memory>
 #include <ostream>
 
+#include "place_contract.h"
 #include "store/work_signal.h"
 
 namespace minions {
@@ -19,10 +20,7 @@ using WorkSignalOpener = std::function<std::unique_ptr<WorkSignal>()>;
 using WorkSignalFactory = std::function<WorkSignalOpener()>;
 inline void PrintTo(const WorkSignalFactory&, std::ostream* os) { *os << "a work signal factory"; }
 
-class WorkSignalContract : public ::testing::TestWithParam<WorkSignalFactory> {
- protected:
-  void SetUp() override { open_ = GetParam()(); }
-  WorkSignalOpener open_;
-};
+// place_() opens one more signal on the test's store.
+class WorkSignalContract : public PlaceContract<WorkSignalOpener> {};
 
 }  // namespace minions

@@ -16,12 +16,6 @@ namespace minions::rescore {
 namespace {
 
 using ::testing::HasSubstr;
-using ::minions::MakeChatCompletionBody;
-using ::minions::MakeCompletionBody;
-using ::minions::MakeEmbeddingBody;
-using ::minions::MakeErrorLine;
-using ::minions::MakeResponseLine;
-using ::minions::Usage;
 
 TokenScore Greedy(double gap, int rank = 0) {
   TokenScore t;
@@ -85,13 +79,18 @@ TEST(RescoreScore, TopPExcludesTheTailButToleratesTheBoundary) {
   EXPECT_TRUE(std::isfinite(boundary.logprob));
 }
 
+// Token `token` of `logits` scored under `t` is kept, with `logprob` (renormalised over the kept tokens).
+void ExpectKept(const std::vector<float>& logits, int token, const Transforms& t, double logprob) {
+  TokenScore score = ScoreLogits(logits.data(), static_cast<int>(logits.size()), token, t, {});
+  EXPECT_FALSE(score.excluded) << "token " << token;
+  EXPECT_NEAR(score.logprob, logprob, 1e-6) << "token " << token;
+}
+
 TEST(RescoreScore, TopKKeepsTheKMostLikelyAndToleratesATieAtItsEdge) {
   // probabilities 0.5, 0.3, 0.2: top_k 2 renormalises over the first two.
   const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
   Transforms t{.temperature = 1.0f, .top_k = 2};
-  TokenScore second = ScoreLogits(logits.data(), 3, 1, t, {});
-  EXPECT_FALSE(second.excluded);
-  EXPECT_NEAR(second.logprob, std::log(0.3 / 0.8), 1e-6);
+  ExpectKept(logits, 1, t, std::log(0.3 / 0.8));
   TokenScore third = ScoreLogits(logits.data(), 3, 2, t, {});
   EXPECT_TRUE(third.excluded);
   EXPECT_TRUE(std::isinf(third.logprob));
@@ -106,9 +105,7 @@ TEST(RescoreScore, MinPDropsTokensFarBelowTheMostLikely) {
   // probabilities 0.6, 0.3, 0.1: min_p 0.2 keeps p >= 0.12.
   const std::vector<float> logits = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
   Transforms t{.temperature = 1.0f, .min_p = 0.2f};
-  TokenScore kept = ScoreLogits(logits.data(), 3, 1, t, {});
-  EXPECT_FALSE(kept.excluded);
-  EXPECT_NEAR(kept.logprob, std::log(0.3 / 0.9), 1e-6);
+  ExpectKept(logits, 1, t, std::log(0.3 / 0.9));
   EXPECT_TRUE(ScoreLogits(logits.data(), 3, 2, t, {}).excluded);
   // min_p 0.17 keeps p >= 0.102: 0.1 is 0.02 nats short, inside gap_soft.
   EXPECT_FALSE(ScoreLogits(logits.data(), 3, 2, Transforms{.temperature = 1.0f, .min_p = 0.17f}, {}).excluded);
@@ -174,6 +171,7 @@ TEST(RescoreDecide, HonestGreedyAnswerPasses) {
   EXPECT_TRUE(v.passed) << v.reason;
   EXPECT_EQ(v.tokens_checked, 4);
   EXPECT_NEAR(v.max_gap, 0.01, 1e-12);
+  EXPECT_EQ(v.max_rank, 1);
 }
 
 TEST(RescoreDecide, GreedyTokenFarFromTheArgmaxFails) {
@@ -397,6 +395,7 @@ TEST(RescoreProtocol, RequestRoundTripsThroughTheRunnerProtocol) {
   verdict.passed = false;
   verdict.reason = "forged";
   verdict.failed_token = 3;
+  verdict.max_rank = 412;
   verdict.min_logprob = -std::numeric_limits<double>::infinity();
   auto event = runner_protocol::DecodeEvent(EncodeVerdict("v-1", 0, "a", verdict));
   ASSERT_TRUE(event.ok()) << event.status();
@@ -405,6 +404,7 @@ TEST(RescoreProtocol, RequestRoundTripsThroughTheRunnerProtocol) {
   EXPECT_FALSE(back.passed);
   EXPECT_EQ(back.reason, "forged");
   EXPECT_EQ(back.failed_token, 3);
+  EXPECT_EQ(back.max_rank, 412);
   EXPECT_TRUE(std::isinf(back.min_logprob));
   auto uncheckable = runner_protocol::DecodeEvent(EncodeUncheckable("v-1", 1, "b", "no model"));
   ASSERT_TRUE(uncheckable.ok());

@@ -168,23 +168,28 @@ void ReadStarted(Subprocess& parent, std::vector<std::string>* pids) {
   ASSERT_EQ(pids->size(), 2u) << *line;
 }
 
-// Starts GrandchildCommand(dir) as *parent and reads the pids its first child says (ReadStarted).
-void StartGrandparent(const std::filesystem::path& dir, std::unique_ptr<Subprocess>* parent,
-                      std::vector<std::string>* pids) {
-  auto started = Subprocess::Start({GrandchildCommand(dir), {}, ""});
+// A process started with GrandchildCommand in a fresh folder, and the pids its first child said.
+struct Grandparent {
+  std::filesystem::path dir;
+  std::unique_ptr<Subprocess> process;
+  std::vector<std::string> pids;  // ReadStarted's
+};
+
+// Starts `g` in FreshDir(name).
+void StartGrandparent(const std::string& name, Grandparent* g) {
+  g->dir = FreshDir(name);
+  auto started = Subprocess::Start({GrandchildCommand(g->dir), {}, ""});
   ASSERT_TRUE(started.ok()) << started.status();
-  *parent = std::move(*started);
-  ReadStarted(**parent, pids);
+  g->process = std::move(*started);
+  ReadStarted(*g->process, &g->pids);
 }
 
 // What a child started in turn (in the child's process group) dies too: the lifeline kills the
 // group. A parent-death signal would not reach it (it is not inherited), and macOS has none.
 TEST(Subprocess, WhatAChildStartedDiesWhenTheProcessThatStartedItIsKilled) {
-  const auto dir = FreshDir("minions-lifeline");
-  std::unique_ptr<Subprocess> parent;
-  std::vector<std::string> pids;
-  StartGrandparent(dir, &parent, &pids);
-  if (HasFatalFailure()) return;
+  Grandparent g;
+  ASSERT_NO_FATAL_FAILURE(StartGrandparent("minions-lifeline", &g));
+  auto& [dir, parent, pids] = g;
   const pid_t grandchild = GrandchildOf(dir, std::stoi(pids[0]));
   ASSERT_GT(grandchild, 0);
   const std::string started = testing::LiveProcessStart(grandchild);
@@ -247,11 +252,9 @@ TEST(Subprocess, AChildGetsTheDeathSignalItAskedForWhenTheProcessThatStartedItIs
 // A lifeline helper that someone killed is replaced at the next start, and the new one is told
 // of every child still alive, not only the new one.
 TEST(Subprocess, AKilledLifelineIsReplacedAndToldOfEveryChildStillAlive) {
-  const auto dir = FreshDir("minions-lifeline-again");
-  std::unique_ptr<Subprocess> parent;
-  std::vector<std::string> first_pids;
-  StartGrandparent(dir, &parent, &first_pids);
-  if (HasFatalFailure()) return;
+  Grandparent g;
+  ASSERT_NO_FATAL_FAILURE(StartGrandparent("minions-lifeline-again", &g));
+  auto& [dir, parent, first_pids] = g;
   const pid_t first_helper = std::stoi(first_pids[1]);
   const std::string first_helper_started = testing::LiveProcessStart(first_helper);
   ASSERT_FALSE(first_helper_started.empty());

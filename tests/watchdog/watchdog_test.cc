@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <stdexcept>
 
 #include "store/sqlite/sqlite_metadata_store.h"
 #include "testing/even_tasks.h"
@@ -56,6 +57,15 @@ class WatchdogTest : public ::testing::Test {
 
   std::vector<Lease> LeaseOne(const std::string& executor) {
     return Must(store_->LeaseTasks(executor, 1, kTtl, clock_.Now()));
+  }
+  // Registers executor `name` and leases it one task: its id. Where it gets none, the test fails
+  // and ends there (as Must ends it).
+  std::string RegisterHoldingOne(const std::string& name) {
+    std::string id = Register(name);
+    const size_t leased = LeaseOne(id).size();
+    EXPECT_EQ(leased, 1u) << name;
+    if (leased != 1) throw std::runtime_error(name + " was not leased one task");
+    return id;
   }
 
   // A heartbeat that holds no lease: the executor is alive, its old leases are not renewed.
@@ -146,8 +156,7 @@ TEST_F(WatchdogTest, ItsActionsAreCountedInTheRegistry) {
   metrics::Registry registry;
   watchdog_->ExportMetrics(&registry);
   std::string job_id = Submit(2, /*max_attempts=*/1);
-  std::string a = Register("a");
-  ASSERT_EQ(LeaseOne(a).size(), 1u);
+  std::string a = RegisterHoldingOne("a");
   // a goes silent: its lease expires (its task had one attempt: it fails), then a is lost.
   clock_.Advance(kExecutorTimeout + absl::Seconds(1));
   WatchdogPass pass = Tick();
@@ -224,8 +233,7 @@ TEST_F(WatchdogTest, ExpiriesUpToMaxAttemptsFailTheTask) {
 
 TEST_F(WatchdogTest, AJobWhoseOnlyTaskExpiresForGoodFails) {
   std::string job_id = Submit(1, /*max_attempts=*/1);
-  std::string a = Register("a");
-  ASSERT_EQ(LeaseOne(a).size(), 1u);
+  std::string a = RegisterHoldingOne("a");
   clock_.Advance(kTtl + absl::Seconds(1));
   WatchdogPass pass = Tick();
   EXPECT_EQ(pass.leases_expired, 1);
@@ -271,8 +279,7 @@ TEST_F(WatchdogTest, SilentExecutorsAreMarkedLostOnce) {
 
 TEST_F(WatchdogTest, ALostExecutorsLeaseIsStillReapedByItsTtl) {
   std::string job_id = Submit(1);
-  std::string a = Register("a");
-  ASSERT_EQ(LeaseOne(a).size(), 1u);
+  std::string a = RegisterHoldingOne("a");
   clock_.Advance(kExecutorTimeout + absl::Seconds(1));
   WatchdogPass pass = Tick();
   EXPECT_EQ(pass.executors_lost, 1);
@@ -284,8 +291,7 @@ TEST_F(WatchdogTest, ALostExecutorsLeaseIsStillReapedByItsTtl) {
 
 TEST_F(WatchdogTest, ALostLockStopsTheWatchdogUntilItHasANewOne) {
   std::string job_id = Submit(1);
-  std::string a = Register("a");
-  ASSERT_EQ(LeaseOne(a).size(), 1u);
+  std::string a = RegisterHoldingOne("a");
   // The lock goes (its database session ended): the next pass does nothing, however late the
   // lease, and says why; so does every pass after it.
   *lock_held_ = false;

@@ -169,4 +169,31 @@ Presigned Presign(std::string_view method, std::string_view host, std::string_vi
   return out;
 }
 
+PresignedUpload PresignUpload(std::string_view host, std::string_view path, const Credentials& credentials,
+                              std::string_view region, absl::Time t, int64_t expires_seconds, int64_t size,
+                              std::string_view sha256_hex, std::string_view service) {
+  const std::string scope = CredentialScope(t, region, service);
+  Request request;
+  request.method = "PUT";
+  request.path = std::string(path);
+  request.headers = {{"host", std::string(host)},
+                     {"content-length", absl::StrCat(size)},
+                     {"x-amz-content-sha256", std::string(sha256_hex)}};
+  request.query = {{"X-Amz-Algorithm", std::string(kAlgorithm)},
+                   {"X-Amz-Credential", absl::StrCat(credentials.access_key, "/", scope)},
+                   {"X-Amz-Date", AmzDate(t)},
+                   {"X-Amz-Expires", absl::StrCat(expires_seconds)},
+                   {"X-Amz-SignedHeaders", SignedHeaders(request.headers)}};
+  if (!credentials.session_token.empty()) request.query.emplace_back("X-Amz-Security-Token", credentials.session_token);
+  request.payload_hash = std::string(sha256_hex);
+  PresignedUpload out;
+  out.presigned.canonical_request = CanonicalRequest(request);
+  out.presigned.string_to_sign = StringToSign(t, scope, out.presigned.canonical_request);
+  out.presigned.signature =
+      Signature(SigningKey(credentials.secret_key, DateStamp(t), region, service), out.presigned.string_to_sign);
+  out.presigned.query = absl::StrCat(CanonicalQuery(request.query), "&X-Amz-Signature=", out.presigned.signature);
+  out.headers = {{"Content-Length", absl::StrCat(size)}, {"x-amz-content-sha256", std::string(sha256_hex)}};
+  return out;
+}
+
 }  // namespace minions::sigv4

@@ -81,4 +81,17 @@ Presigned Presign(std::string_view method, std::string_view host, std::string_vi
                   const Credentials& credentials, std::string_view region, absl::Time t, int64_t expires_seconds,
                   std::string_view service = "s3");
 
+// A presigned PUT of bytes known when it is signed (docs/security.md 40.5c): besides `host`,
+// `content-length` (`size`) and `x-amz-content-sha256` (`sha256_hex`, lower-case hex) are signed
+// headers, and the payload hash is the bytes' own. The uploader must send both headers as signed;
+// S3 then refuses a body of any other length (the signature no longer matches) or content (the
+// hash does not). The headers to send are returned in `headers`.
+struct PresignedUpload {
+  Presigned presigned;
+  Pairs headers;  // Content-Length and x-amz-content-sha256, as they must be sent
+};
+PresignedUpload PresignUpload(std::string_view host, std::string_view path, const Credentials& credentials,
+                              std::string_view region, absl::Time t, int64_t expires_seconds, int64_t size,
+                              std::string_view sha256_hex, std::string_view service = "s3");
+
 }  // namespace minions::sigv4

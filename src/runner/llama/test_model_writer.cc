@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/c_ptr.h"
 #include "ggml.h"
 #include "gguf.h"
 
@@ -380,14 +381,8 @@ class TensorFiller {
 
 // ---- GGUF metadata ----
 
-struct GgufDeleter {
-  void operator()(gguf_context* c) const { gguf_free(c); }
-};
-struct GgmlDeleter {
-  void operator()(ggml_context* c) const { ggml_free(c); }
-};
-using GgufPtr = std::unique_ptr<gguf_context, GgufDeleter>;
-using GgmlPtr = std::unique_ptr<ggml_context, GgmlDeleter>;
+using GgufPtr = CPtr<gguf_context, gguf_free>;
+using GgmlPtr = CPtr<ggml_context, ggml_free>;
 
 absl::Status CopyKv(gguf_context* dst, const gguf_context* src, int64_t id) {
   const char* key = gguf_get_key(src, id);

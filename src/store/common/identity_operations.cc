@@ -138,6 +138,7 @@ absl::StatusOr<Executor> IdentityOperations::EnrolExecutor(const std::string& jo
     Executor executor;
     rules::RegisterExecutor(executor, /*exists=*/false, info, now);
     if (await_approval) rules::AwaitApproval(executor);
+    executor.owner = ExecutorOwner(*join);
     RETURN_IF_ERROR(row_access::InsertWithFreshId(t, ids_, executor));
     stored = credential;
     stored.principal = executor.id;

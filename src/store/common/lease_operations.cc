@@ -81,6 +81,7 @@ LeaseQuery LeaseOperations::Batch::QueryFor(const Executor& executor, int64_t li
   query.cached_models = executor.info.models;
   query.cold_before = now_ - options_.EffectiveWarmWait();
   query.model_affinity = options_.model_affinity;
+  query.confined = MeetsConfinement(executor.info, Requirements{.confined = true});
   query.limit = limit;
   return query;
 }

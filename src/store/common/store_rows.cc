@@ -1,6 +1,9 @@
 #include "store/common/store_rows.h"
 
+#include <cmath>
 #include <cstdint>
+
+#include "absl/strings/str_join.h"
 
 namespace minions::store_rows {
 namespace {
@@ -65,8 +68,12 @@ Values TaskValues(const Task& task) {
 }
 
 Values ExecutorValues(const Executor& executor) {
+  Json info = ExecutorInfoToJson(executor.info);
+  // The owner is the server's word, kept beside what the executor says of itself (migration-free:
+  // the info column is JSON), and never taken from what it says (ReadExecutor, RegisterExecutor).
+  if (!executor.owner.empty()) info[kOwnerKey] = executor.owner;
   return {executor.id,
-          DumpJson(ExecutorInfoToJson(executor.info)),
+          DumpJson(info),
           Name(ExecutorStateName(executor.state)),
           executor.state_reason,
           TimeValue(executor.registered_at),
@@ -79,7 +86,8 @@ Values TeamValues(const Team& team) {
   return {team.name,           int64_t{team.max_priority}, team.max_active_jobs, team.requests_per_second,
           TimeValue(team.created_at), team.weight,           team.max_running_tasks,
           team.max_file_bytes,        team.max_model_bytes,  team.max_result_bytes,
-          team.file_bytes,            team.result_bytes};
+          team.file_bytes,            team.result_bytes,     absl::StrJoin(team.runners, " "),
+          int64_t{team.require_confined ? 1 : 0}, static_cast<int64_t>(std::llround(team.verify_fraction * kPartsPerMillion))};
 }
 
 Values ModelValues(const ModelRecord& model) {
@@ -107,24 +115,40 @@ absl::Status CorruptRow(std::string_view table, std::string_view id, std::string
       absl::StrCat("corrupt ", std::string(table), " row ", std::string(id), ": ", std::string(what)));
 }
 
+namespace {
+
+// A name column's value (`kind`: "state", "role"), parsed by `parse`; a corrupt row if unknown.
+template <typename T>
+absl::StatusOr<T> NamedOf(std::string_view table, std::string_view id, const char* kind,
+                          const std::string& name, std::optional<T> (*parse)(std::string_view)) {
+  std::optional<T> value = parse(name);
+  if (!value) return CorruptRow(table, id, absl::StrCat("unknown ", kind, " ", name));
+  return *value;
+}
+
+// A JSON column's value, read by `from_json`; a corrupt row if it does not parse.
+template <typename T>
+absl::StatusOr<T> JsonOf(std::string_view table, std::string_view id, const std::string& json,
+                         absl::StatusOr<T> (*from_json)(const Json&)) {
+  absl::StatusOr<Json> parsed = ParseJson(json);
+  if (!parsed.ok()) return CorruptRow(table, id, std::string(parsed.status().message()));
+  absl::StatusOr<T> value = from_json(*parsed);
+  if (!value.ok()) return CorruptRow(table, id, std::string(value.status().message()));
+  return value;
+}
+
+}  // namespace
+
 absl::StatusOr<JobState> JobStateOf(const std::string& id, const std::string& name) {
-  std::optional<JobState> state = ParseJobState(name);
-  if (!state) return CorruptRow("jobs", id, absl::StrCat("unknown state ", name));
-  return *state;
+  return NamedOf("jobs", id, "state", name, ParseJobState);
 }
 
 absl::StatusOr<JobSpec> JobSpecOf(const std::string& id, const std::string& json) {
-  absl::StatusOr<Json> parsed = ParseJson(json);
-  if (!parsed.ok()) return CorruptRow("jobs", id, std::string(parsed.status().message()));
-  absl::StatusOr<JobSpec> spec = JobSpecFromJson(*parsed);
-  if (!spec.ok()) return CorruptRow("jobs", id, std::string(spec.status().message()));
-  return spec;
+  return JsonOf("jobs", id, json, JobSpecFromJson);
 }
 
 absl::StatusOr<TaskState> TaskStateOf(const std::string& job_id, int64_t index, const std::string& name) {
-  std::optional<TaskState> state = ParseTaskState(name);
-  if (!state) return CorruptRow("tasks", absl::StrCat(job_id, "/", index), absl::StrCat("unknown state ", name));
-  return *state;
+  return NamedOf("tasks", absl::StrCat(job_id, "/", index), "state", name, ParseTaskState);
 }
 
 absl::Status ReadTaskJson(Task& task, const std::string& chunks, const std::string& shadow) {
@@ -149,31 +173,27 @@ absl::Status ReadTaskJson(Task& task, const std::string& chunks, const std::stri
 }
 
 absl::StatusOr<ExecutorState> ExecutorStateOf(const std::string& id, const std::string& name) {
-  std::optional<ExecutorState> state = ParseExecutorState(name);
-  if (!state) return CorruptRow("executors", id, absl::StrCat("unknown state ", name));
-  return *state;
+  return NamedOf("executors", id, "state", name, ParseExecutorState);
 }
 
-absl::StatusOr<ExecutorInfo> ExecutorInfoOf(const std::string& id, const std::string& json) {
+absl::StatusOr<ExecutorInfo> ExecutorInfoOf(const std::string& id, const std::string& json, std::string* owner) {
   absl::StatusOr<Json> parsed = ParseJson(json);
   if (!parsed.ok()) return CorruptRow("executors", id, std::string(parsed.status().message()));
+  if (owner != nullptr) {
+    auto stored = parsed->is_object() ? parsed->find(kOwnerKey) : parsed->end();
+    *owner = stored != parsed->end() && stored->is_string() ? stored->get<std::string>() : "";
+  }
   absl::StatusOr<ExecutorInfo> info = ExecutorInfoFromJson(*parsed);
   if (!info.ok()) return CorruptRow("executors", id, std::string(info.status().message()));
   return info;
 }
 
 absl::StatusOr<ModelFacts> ModelFactsOf(const std::string& id, const std::string& json) {
-  absl::StatusOr<Json> parsed = ParseJson(json);
-  if (!parsed.ok()) return CorruptRow("models", id, std::string(parsed.status().message()));
-  absl::StatusOr<ModelFacts> facts = ModelFactsFromJson(*parsed);
-  if (!facts.ok()) return CorruptRow("models", id, std::string(facts.status().message()));
-  return facts;
+  return JsonOf("models", id, json, ModelFactsFromJson);
 }
 
 absl::StatusOr<Role> RoleOf(const std::string& id, const std::string& name) {
-  std::optional<Role> role = ParseRole(name);
-  if (!role) return CorruptRow("tokens", id, absl::StrCat("unknown role ", name));
-  return *role;
+  return NamedOf("tokens", id, "role", name, ParseRole);
 }
 
 absl::StatusOr<ScopeSet> ScopesOf(const std::string& id, const std::string& text) {

@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "model/fair_share.h"
@@ -42,7 +43,8 @@
 #define MINIONS_STORE_MODEL_COLUMNS "team, name, digest, size_bytes, facts, blob_key, created_by, created_at"
 #define MINIONS_STORE_TEAM_COLUMNS \
   "name, max_priority, max_active_jobs, requests_per_second, created_at, weight, max_running_tasks, " \
-  "max_file_bytes, max_model_bytes, max_result_bytes, file_bytes, result_bytes"
+  "max_file_bytes, max_model_bytes, max_result_bytes, file_bytes, result_bytes, runners, require_confined, " \
+  "verify_ppm"
 #define MINIONS_STORE_TOKEN_COLUMNS                                                                  \
   "id, secret_hash, role, team, principal, scopes, uses_left, created_by, created_at, expires_at, " \
   "last_used_at, revoked_at"
@@ -61,7 +63,9 @@ using Values = std::vector<Value>;
 constexpr int kJobColumns = 18;
 constexpr int kTaskColumns = 20;
 constexpr int kExecutorColumns = 8;
-constexpr int kTeamColumns = 12;
+// Team::verify_fraction is kept in parts per million (Value has no floating point).
+constexpr double kPartsPerMillion = 1e6;
+constexpr int kTeamColumns = 15;
 constexpr int kTokenColumns = 12;
 constexpr int kModelColumns = 8;
 
@@ -85,7 +89,10 @@ absl::StatusOr<JobState> JobStateOf(const std::string& id, const std::string& na
 absl::StatusOr<JobSpec> JobSpecOf(const std::string& id, const std::string& json);
 absl::StatusOr<TaskState> TaskStateOf(const std::string& job_id, int64_t index, const std::string& name);
 absl::StatusOr<ExecutorState> ExecutorStateOf(const std::string& id, const std::string& name);
-absl::StatusOr<ExecutorInfo> ExecutorInfoOf(const std::string& id, const std::string& json);
+// `owner`, when given: Executor::owner, kept in the same JSON under kOwnerKey.
+absl::StatusOr<ExecutorInfo> ExecutorInfoOf(const std::string& id, const std::string& json,
+                                            std::string* owner = nullptr);
+inline constexpr char kOwnerKey[] = "owner";
 absl::StatusOr<Role> RoleOf(const std::string& id, const std::string& name);
 absl::StatusOr<ScopeSet> ScopesOf(const std::string& id, const std::string& text);
 absl::StatusOr<ModelFacts> ModelFactsOf(const std::string& id, const std::string& json);
@@ -148,7 +155,7 @@ template <typename Row>
 absl::StatusOr<Executor> ReadExecutor(const Row& row, int first = 0) {
   Executor executor;
   executor.id = row.Text(first + 0);
-  ASSIGN_OR_RETURN(executor.info, ExecutorInfoOf(executor.id, row.Text(first + 1)));
+  ASSIGN_OR_RETURN(executor.info, ExecutorInfoOf(executor.id, row.Text(first + 1), &executor.owner));
   ASSIGN_OR_RETURN(executor.state, ExecutorStateOf(executor.id, row.Text(first + 2)));
   executor.state_reason = row.Text(first + 3);
   executor.registered_at = row.Time(first + 4);
@@ -173,6 +180,9 @@ Team ReadTeam(const Row& row, int first = 0) {
   team.max_result_bytes = row.Int(first + 9);
   team.file_bytes = row.Int(first + 10);
   team.result_bytes = row.Int(first + 11);
+  team.runners = absl::StrSplit(row.Text(first + 12), ' ', absl::SkipEmpty());
+  team.require_confined = row.Int(first + 13) != 0;
+  team.verify_fraction = static_cast<double>(row.Int(first + 14)) / kPartsPerMillion;
   return team;
 }
 

@@ -64,6 +64,21 @@ absl::Status VerificationOperations::DrawSpotChecks(RowTransaction& t, const Sto
                                                     const Task& before, Task& after, const std::string& producer,
                                                     int64_t producer_records_done, absl::Time now) {
   if (after.chunks.size() <= before.chunks.size() || producer.empty()) return absl::OkStatus();
+  // The job's team may check more (or less, never none) than the fleet: read without locks (jobs
+  // and teams come after the tasks and executors this transaction holds, in the lock order), and
+  // only where a fraction applies (a new producer's first records are all drawn whatever it is).
+  VerificationPolicy policy = options.verification;
+  int64_t done_before_last = producer_records_done;
+  for (size_t i = before.chunks.size(); i + 1 < after.chunks.size(); ++i) {
+    done_before_last += after.chunks[i].end - after.chunks[i].begin;
+  }
+  if (options.spot_checks && done_before_last >= policy.all_until_records) {
+    ASSIGN_OR_RETURN(Job job, row_access::LoadJob(t, after.job_id, Locking::kNone));
+    ASSIGN_OR_RETURN(Rows teams, t.Read(RowKeys{.teams = {job.spec.team}}, Locking::kNone));
+    if (auto team = teams.teams.find(job.spec.team); team != teams.teams.end()) {
+      policy = PolicyForTeam(policy, team->second.verify_fraction);
+    }
+  }
   // Unpredictable to the executor: the draws are never shown to it, and each thread's generator
   // is seeded from the system's entropy.
   static thread_local std::mt19937_64 random{std::random_device{}()};
@@ -74,7 +89,7 @@ absl::Status VerificationOperations::DrawSpotChecks(RowTransaction& t, const Sto
     Chunk& chunk = after.chunks[i];
     if (chunk.executor_id.empty()) chunk.executor_id = producer;
     if (!options.spot_checks) continue;
-    std::vector<int64_t> records = DrawRecords(chunk, options.verification, producer_records_done, uniform);
+    std::vector<int64_t> records = DrawRecords(chunk, policy, producer_records_done, uniform);
     producer_records_done += chunk.end - chunk.begin;
     if (records.empty()) continue;
     drawn.push_back(VerificationTask{after.job_id, after.index, chunk.attempt, chunk.seq, chunk.executor_id,
@@ -86,24 +101,43 @@ absl::Status VerificationOperations::DrawSpotChecks(RowTransaction& t, const Sto
 
 namespace {
 
-// A verifier unlike the producer (another chip, accelerator or GPU) is the better witness: a
-// faulty core's errors and a backend's float noise are the producer's own, and an honest verifier
-// of the same kind would share them. Of the candidates, those whose producer differs from
-// `verifier` come first, oldest first within each kind. The producers are read without locks
-// (the store's lock order puts executors first, in id order, and this one is locked already).
-void PreferUnlikeProducers(RowTransaction& t, const Executor& verifier, std::vector<VerificationTask>& candidates) {
-  if (candidates.size() < 2) return;
+// Which candidates `verifier` may take, best first. A witness unlike the producer is the better
+// one: of another owner (Executor::owner: an owner's machines may collude, or share a fault), then
+// of another chip, accelerator or GPU (a faulty core's errors and a backend's float noise are the
+// producer's own, and an honest verifier of the same kind would share them). Arbitrations come
+// first (a producer wrongly quarantined idles until judged), and go only to an arbiter that
+// MayArbitrate. Oldest first within each rank. The producers and disputed verifiers are read
+// without locks (the store's lock order puts executors first, in id order, and this one is
+// locked already).
+absl::Status RankCandidates(RowTransaction& t, const Executor& verifier, std::vector<VerificationTask>& candidates) {
   RowKeys keys;
-  for (const VerificationTask& task : candidates) keys.executors.push_back(task.producer_id);
-  absl::StatusOr<Rows> rows = t.Read(keys, Locking::kNone);
-  if (!rows.ok()) return;  // no preference: oldest first
-  auto alike = [&](const VerificationTask& task) {
-    auto producer = rows->executors.find(task.producer_id);
-    if (producer == rows->executors.end()) return true;
-    const ExecutorInfo& p = producer->second.info;
-    return p.chip == verifier.info.chip && p.accelerator == verifier.info.accelerator && p.gpu == verifier.info.gpu;
+  for (const VerificationTask& task : candidates) {
+    keys.executors.push_back(task.producer_id);
+    if (!task.disputed_verifier.empty()) keys.executors.push_back(task.disputed_verifier);
+  }
+  if (keys.executors.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(Rows rows, t.Read(keys, Locking::kNone));
+  auto owner_of = [&](const std::string& id) {
+    auto found = rows.executors.find(id);
+    return found == rows.executors.end() ? std::string() : found->second.owner;
   };
-  std::stable_partition(candidates.begin(), candidates.end(), [&](const VerificationTask& task) { return !alike(task); });
+  auto rank = [&](const VerificationTask& task) {
+    const std::string producer_owner = owner_of(task.producer_id);
+    const bool other_owner = !producer_owner.empty() && !verifier.owner.empty() && producer_owner != verifier.owner;
+    bool alike = true;
+    if (auto producer = rows.executors.find(task.producer_id); producer != rows.executors.end()) {
+      const ExecutorInfo& p = producer->second.info;
+      alike = p.chip == verifier.info.chip && p.accelerator == verifier.info.accelerator && p.gpu == verifier.info.gpu;
+    }
+    return (task.disputed_verifier.empty() ? 4 : 0) + (other_owner ? 0 : 2) + (alike ? 1 : 0);
+  };
+  std::erase_if(candidates, [&](const VerificationTask& task) {
+    return !task.disputed_verifier.empty() &&
+           !MayArbitrate(verifier.owner, owner_of(task.producer_id), owner_of(task.disputed_verifier));
+  });
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&](const VerificationTask& a, const VerificationTask& b) { return rank(a) < rank(b); });
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -119,7 +153,7 @@ absl::StatusOr<std::vector<VerificationTask>> VerificationOperations::LeaseVerif
     if (!store_rules::MayLease(executor, max_tasks)) return leased;
     // A few more than asked for: some may need what this executor cannot run.
     ASSIGN_OR_RETURN(Leased candidates, t.LeasableVerificationTasks(executor_id, now, int64_t{max_tasks} * 4));
-    PreferUnlikeProducers(t, executor, candidates);
+    RETURN_IF_ERROR(RankCandidates(t, executor, candidates));
     std::map<std::string, Job> jobs;
     for (VerificationTask& task : candidates) {
       if (static_cast<int>(leased.size()) >= max_tasks) break;
@@ -200,6 +234,71 @@ absl::StatusOr<Redo> RedoProducerWork(RowTransaction& t, const std::string& prod
 
 }  // namespace
 
+namespace {
+
+// The holder of `task`'s lease reporting `verdicts`: InvalidArgument unless they name the task's
+// records in order, each checked one with its custom_id.
+absl::Status CheckVerdicts(const VerificationTask& task, const std::vector<RecordVerdict>& verdicts) {
+  if (verdicts.size() != task.records.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the task has ", task.records.size(), " records; ", verdicts.size(),
+                                                   " verdicts were reported"));
+  }
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    // A record whose input line is not JSON has no custom_id: its error line is the chunk
+    // checks' to judge, and a verdict on it may only say it was not checked.
+    if (verdicts[i].record != task.records[i] || (verdicts[i].checked && verdicts[i].custom_id.empty())) {
+      return absl::InvalidArgumentError(absl::StrCat("verdict ", i, " must name record ", task.records[i],
+                                                     " and its custom_id"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The records a report failed (checked and not passed), in order.
+std::vector<const RecordVerdict*> Failures(const std::vector<RecordVerdict>& verdicts) {
+  std::vector<const RecordVerdict*> failed;
+  for (const RecordVerdict& verdict : verdicts) {
+    if (verdict.checked && !verdict.passed) failed.push_back(&verdict);
+  }
+  return failed;
+}
+
+// The chunk a spot check names, as its task holds it before a redo drops it (read without locks:
+// the redo locks the task, in the store's lock order); nullopt when the task no longer holds it.
+absl::StatusOr<std::optional<Chunk>> ChunkOf(RowTransaction& t, const VerificationTask& check) {
+  const TaskId key{check.job_id, check.task_index};
+  ASSIGN_OR_RETURN(Rows rows, t.Read(RowKeys{.tasks = {key}}, Locking::kNone));
+  auto task = rows.tasks.find(key);
+  if (task == rows.tasks.end()) return std::optional<Chunk>();
+  for (const Chunk& chunk : task->second.chunks) {
+    if (chunk.attempt == check.attempt && chunk.seq == check.seq) return std::optional<Chunk>(chunk);
+  }
+  return std::optional<Chunk>();
+}
+
+// Keeps each checked verdict of `verifier` on `task`'s producer; true when one that failed was
+// new (a record judged already, drawn twice, is not judged again).
+absl::StatusOr<bool> KeepVerdicts(RowTransaction& t, const VerificationTask& task, const std::string& verifier,
+                                  const std::vector<RecordVerdict>& verdicts, Executor& producer, absl::Time now) {
+  bool failed = false;
+  for (const RecordVerdict& verdict : verdicts) {
+    if (!verdict.checked) continue;  // says nothing about the producer
+    Verification row{task.job_id, task.task_index, verdict.custom_id, task.producer_id, verifier,
+                     verdict.passed, verdict.passed ? "" : verdict.reason, now};
+    if (row.reason.size() > kMaxVerificationReason) row.reason.resize(kMaxVerificationReason);
+    absl::Status inserted = t.InsertVerification(row);
+    if (absl::IsAlreadyExists(inserted)) continue;
+    RETURN_IF_ERROR(inserted);
+    if (!row.passed && !failed) {
+      Quarantine(producer, row);
+      failed = true;
+    }
+  }
+  return failed;
+}
+
+}  // namespace
+
 absl::StatusOr<Executor> VerificationOperations::ReportVerifications(const std::string& verifier_id,
                                                                      const VerificationTask& key,
                                                                      const std::vector<RecordVerdict>& verdicts,
@@ -218,31 +317,34 @@ absl::StatusOr<Executor> VerificationOperations::ReportVerifications(const std::
       return absl::PermissionDeniedError(absl::StrCat("executor ", verifier_id,
                                                       " does not hold the lease of this verification task"));
     }
-    if (verdicts.size() != task->records.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("the task has ", task->records.size(), " records; ",
-                                                     verdicts.size(), " verdicts were reported"));
+    RETURN_IF_ERROR(CheckVerdicts(*task, verdicts));
+    const std::vector<const RecordVerdict*> failed = Failures(verdicts);
+    // An arbitration rules on the disputed verifier's failures; a spot check that fails a record
+    // is itself arbitrated (below).
+    const std::string& disputed = task->disputed_verifier;
+    const Ruling ruling = disputed.empty() ? (failed.empty() ? Ruling::kUndecided : Ruling::kUpheld) : Rule(verdicts);
+    std::optional<Chunk> chunk;
+    if (disputed.empty() && !failed.empty()) {
+      ASSIGN_OR_RETURN(chunk, ChunkOf(t, *task));
     }
-    const RecordVerdict* first_failure = nullptr;
-    for (size_t i = 0; i < verdicts.size(); ++i) {
-      // A record whose input line is not JSON has no custom_id: its error line is the chunk
-      // checks' to judge, and a verdict on it may only say it was not checked.
-      if (verdicts[i].record != task->records[i] || (verdicts[i].checked && verdicts[i].custom_id.empty())) {
-        return absl::InvalidArgumentError(absl::StrCat("verdict ", i, " must name record ", task->records[i],
-                                                       " and its custom_id"));
-      }
-      if (verdicts[i].checked && !verdicts[i].passed && first_failure == nullptr) first_failure = &verdicts[i];
-    }
-    // A failure: the producer's work in jobs not yet published is redone. Its tasks are locked
-    // first, before the executors (the store's lock order).
+    // Whose work in jobs not yet published is redone: the producer's when a record failed, the
+    // verifier's when an arbiter overrules it. Its tasks are locked first, before the executors
+    // (the store's lock order).
     Redo redo;
-    if (first_failure != nullptr) {
+    if (ruling == Ruling::kUpheld) {
       ASSIGN_OR_RETURN(redo, RedoProducerWork(t, task->producer_id,
                                               absl::StrCat("redone: its producer ", task->producer_id,
-                                                           " failed verification of record ",
-                                                           first_failure->custom_id),
+                                                           " failed verification of record ", failed[0]->custom_id),
+                                              now));
+    } else if (ruling == Ruling::kOverturned) {
+      ASSIGN_OR_RETURN(redo, RedoProducerWork(t, disputed,
+                                              absl::StrCat("redone: its producer ", disputed,
+                                                           " was overruled by arbitration as a verifier"),
                                               now));
     }
-    ASSIGN_OR_RETURN(Rows rows, t.Read(RowKeys{.executors = {task->producer_id, verifier_id}}));
+    RowKeys keys{.executors = {task->producer_id, verifier_id}};
+    if (!disputed.empty()) keys.executors.push_back(disputed);
+    ASSIGN_OR_RETURN(Rows rows, t.Read(keys));
     auto producer = rows.executors.find(task->producer_id);
     if (producer == rows.executors.end()) return row_access::NoExecutor(task->producer_id);
     auto verifier = rows.executors.find(verifier_id);
@@ -252,24 +354,30 @@ absl::StatusOr<Executor> VerificationOperations::ReportVerifications(const std::
                                                       std::string(ExecutorStateName(verifier->second.state)),
                                                       ": its verdicts are not taken"));
     }
-    bool quarantined = false;
-    for (const RecordVerdict& verdict : verdicts) {
-      if (!verdict.checked) continue;  // says nothing about the producer
-      Verification row{task->job_id, task->task_index, verdict.custom_id, task->producer_id, verifier_id,
-                       verdict.passed, verdict.passed ? "" : verdict.reason, now};
-      if (row.reason.size() > kMaxVerificationReason) row.reason.resize(kMaxVerificationReason);
-      absl::Status inserted = t.InsertVerification(row);
-      if (absl::IsAlreadyExists(inserted)) continue;  // judged already (a record drawn twice)
-      RETURN_IF_ERROR(inserted);
-      if (!row.passed && !quarantined) {
-        Quarantine(producer->second, row);
-        quarantined = true;
+    RowWrites writes{.jobs = redo.reopened};
+    ASSIGN_OR_RETURN(bool newly_failed, KeepVerdicts(t, *task, verifier_id, verdicts, producer->second, now));
+    if (newly_failed) writes.executors.push_back(producer->second);
+    if (ruling == Ruling::kOverturned) {
+      // The verifier is the suspect: quarantined, and the producer's quarantine lifted when it is
+      // the one this verifier's failure put it in (its redone work stays redone).
+      auto overruled = rows.executors.find(disputed);
+      if (overruled != rows.executors.end()) {
+        QuarantineOverruled(overruled->second, *task, verifier_id, verdicts.front().custom_id);
+        writes.executors.push_back(overruled->second);
+      }
+      if (QuarantinedBy(producer->second, task->job_id, verdicts.front().custom_id, disputed)) {
+        RETURN_IF_ERROR(Release(producer->second));
+        writes.executors.push_back(producer->second);
       }
     }
     RETURN_IF_ERROR(t.DeleteVerificationTask(*task));
     for (const VerificationTask& stale : redo.stale) RETURN_IF_ERROR(t.DeleteVerificationTask(stale));
-    RowWrites writes{.jobs = redo.reopened};
-    if (quarantined) writes.executors.push_back(producer->second);
+    if (newly_failed && disputed.empty() && chunk) {
+      std::vector<int64_t> records;
+      for (const RecordVerdict* verdict : failed) records.push_back(verdict->record);
+      RETURN_IF_ERROR(t.InsertVerificationTasks(
+          {ArbitrationOf(*task, verifier_id, std::move(records), chunk->begin, chunk->end, now)}));
+    }
     if (!writes.empty()) RETURN_IF_ERROR(t.Update(writes, /*last=*/redo.ended.empty()));
     // Last: with Settling::kAfterCommit, EndAttempts is its transaction's last write.
     if (!redo.ended.empty()) RETURN_IF_ERROR(t.EndAttempts(redo.ended, now, nullptr));

@@ -5,7 +5,7 @@
 // (postgres_row_store.h: isolation, lock order, retries and commit verification, a heartbeat
 // connection of its own) and PostgresTransaction's SQL (postgres_transaction.h: set-based rows,
 // pipelined round trips, SKIP LOCKED, counter shards).
-// - Open applies the schema migrations the database lacks (store/postgres/postgres_migrations.h)
+// - Open applies the schema migrations the database lacks (store/common/migration.h)
 //   under a transaction-scoped advisory lock, and refuses a schema newer than this binary
 //   (FailedPrecondition). The schema is the first one in the connection's search_path.
 // The watchdog's lock on the same database is PostgresWatchdogLock (postgres_watchdog_lock.h).

@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "store/postgres/pg_connection_pool.h"
-#include "store/postgres/postgres_migrations.h"
 #include "store/postgres/postgres_transaction.h"
 
 namespace minions {
@@ -35,7 +34,7 @@ PostgresRowStore::PostgresRowStore(std::unique_ptr<ConnectionPool> pool, std::un
       heartbeat_transactions_(std::move(heartbeat_pool), options.clock != nullptr ? options.clock : &real_clock_) {}
 
 std::span<const store_common::Migration> PostgresRowStore::Migrations() const {
-  return postgres_store::Migrations();
+  return store_common::Migrations(store_common::SqlDialect::kPostgres);
 }
 
 absl::Status PostgresRowStore::Run(TransactionKind kind, absl::FunctionRef<absl::Status(RowTransaction&)> body) {

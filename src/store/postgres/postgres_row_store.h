@@ -25,7 +25,7 @@
 //   batches commit one at a time, server/heartbeat_batcher.h): in a burst of leases and
 //   completions that fill the pool, a batch of heartbeats never waits for a connection (measured
 //   at 10,000 executors: 20-45 ms of a heartbeat batch's time went to that wait).
-// - The schema: postgres_migrations.h, the first schema in the connection's search_path.
+// - The schema: store/common/migration.h, in the first schema in the connection's search_path.
 // Owns the pools; borrows the clock of its options. Thread-safe.
 
 #include <memory>

@@ -1,18 +1,20 @@
 #pragma once
 // The PostgreSQL store's SQL: every statement is constant text with $n parameters; values are
 // always bound. Rows are written with the parameters in the order of store/common/store_rows.h's
-// column lists. The schema these run against is postgres_migrations.cc.
+// column lists. The schema these run against is store/common/migrations.cc.
 //
 // Each statement is prepared once per connection (pg_connection.h) and keeps its generic plan, so
 // the states that partial indexes name are literals here, not parameters: a generic plan can only
 // use a partial index whose predicate the query states as such.
+
+#include <cstdint>
 
 #include "store/common/gang_rows.h"
 #include "store/common/store_rows.h"
 
 namespace minions::postgres_store::sql {
 
-// A job's counts are the sums of its counter shards (job_counts, see postgres_migrations.cc); the
+// A job's counts are the sums of its counter shards (job_counts, migration 2); the
 // jobs row's own count columns stay zero. Columns as MINIONS_STORE_JOB_COLUMNS.
 #define MINIONS_PG_SELECT_JOBS                                                                                    \
   "SELECT j.id, j.team, j.state, j.spec, j.total_records, COALESCE(c.completed, 0), COALESCE(c.failed, 0), "      \
@@ -160,6 +162,7 @@ inline constexpr char kLeaseCandidates[] =
     "started_at, team, created_at "
     "FROM jobs LEFT JOIN jsonb_each_text($7::jsonb) r ON r.key = jobs.team "
     "WHERE state IN ($2, $3) AND min_memory_bytes <= $4 AND gang_size < 2 AND runner IN (SELECT jsonb_array_elements_text($5::jsonb)) "
+    "AND ($12::bigint = 1 OR NOT COALESCE((spec->'requirements'->>'confined')::boolean, false)) "
     "AND COALESCE(r.value::int, 0) >= 0 AND (" MINIONS_PG_WARMTH " = 0 OR (" MINIONS_PG_WARMTH " = 1 AND $8 = '') "
     "OR created_at <= $10) "
     "ORDER BY COALESCE(r.value::int, 0), priority DESC, " MINIONS_PG_WARMTH ", created_at, id) j "
@@ -200,15 +203,18 @@ inline constexpr char kRecordThroughput[] =
     "updated_at = EXCLUDED.updated_at";
 // --- spot checks (migration 17) ---
 inline constexpr char kInsertVerificationTask[] =
-    "INSERT INTO verification_tasks (job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at) "
-    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING";
+    "INSERT INTO verification_tasks (job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at, "
+    "disputed_verifier, chunk_begin, chunk_end) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING";
 // $1 executor, $2 now, $3 limit.
 inline constexpr char kLeasableVerificationTasks[] =
-    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at FROM verification_tasks "
-    "WHERE producer_id <> $1 AND (verifier_id = '' OR lease_expires_at <= $2) "
+    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at, "
+    "disputed_verifier, chunk_begin, chunk_end FROM verification_tasks "
+    "WHERE producer_id <> $1 AND disputed_verifier <> $1 AND (verifier_id = '' OR lease_expires_at <= $2) "
     "ORDER BY created_at, job_id, task_idx, attempt, seq LIMIT $3::bigint FOR UPDATE SKIP LOCKED";
 inline constexpr char kSelectVerificationTask[] =
-    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at FROM verification_tasks "
+    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at, "
+    "disputed_verifier, chunk_begin, chunk_end FROM verification_tasks "
     "WHERE job_id = $1 AND task_idx = $2 AND attempt = $3 AND seq = $4 FOR UPDATE";
 // $1-$4 the key, $5 verifier, $6 expires.
 inline constexpr char kUpdateVerificationTask[] =
@@ -216,7 +222,9 @@ inline constexpr char kUpdateVerificationTask[] =
     "WHERE job_id = $1 AND task_idx = $2 AND attempt = $3 AND seq = $4";
 inline constexpr char kDeleteVerificationTask[] =
     "DELETE FROM verification_tasks WHERE job_id = $1 AND task_idx = $2 AND attempt = $3 AND seq = $4";
-inline constexpr char kCountVerificationTasks[] = "SELECT COUNT(*) FROM verification_tasks WHERE job_id = $1";
+// A job's spot checks (its publication waits for them), not its arbitrations (their records were redone).
+inline constexpr char kCountVerificationTasks[] =
+    "SELECT COUNT(*) FROM verification_tasks WHERE job_id = $1 AND disputed_verifier = ''";
 // --- verification (migration 15) ---
 inline constexpr char kInsertVerification[] =
     "INSERT INTO verifications (job_id, task_idx, custom_id, producer_id, verifier_id, passed, reason, verified_at) "
@@ -277,11 +285,11 @@ inline constexpr char kSelectTeamForUpdate[] = MINIONS_PG_SELECT_TEAM " FOR UPDA
 inline constexpr char kListTeams[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams ORDER BY name";
 // Parameters: rows::TeamValues.
 inline constexpr char kInsertTeam[] = "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS
-                                      ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (name) DO NOTHING";
+                                      ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) ON CONFLICT (name) DO NOTHING";
 inline constexpr char kUpdateTeam[] =
     "UPDATE teams SET max_priority = $2, max_active_jobs = $3, requests_per_second = $4, created_at = $5, "
     "weight = $6, max_running_tasks = $7, max_file_bytes = $8, max_model_bytes = $9, max_result_bytes = $10, "
-    "file_bytes = $11, result_bytes = $12 WHERE name = $1";
+    "file_bytes = $11, result_bytes = $12, runners = $13, require_confined = $14, verify_ppm = $15 WHERE name = $1";
 // CreateJob's quota: the team's jobs that have not ended (partial index jobs_active_by_team).
 inline constexpr char kCountActiveJobs[] =
     "SELECT COUNT(*) FROM jobs WHERE team = $1 AND state NOT IN ('completed', 'failed', 'cancelled', 'expired')";
@@ -357,7 +365,9 @@ inline constexpr char kGangCandidates[] =
 
 // --- the schema ---
 
+// Held while migrating (database-wide): servers opening one database at once do not race.
 inline constexpr char kMigrationLock[] = "SELECT pg_advisory_xact_lock($1)";
+inline constexpr int64_t kMigrationLockKey = 0x6d696e696f6e0001;  // "minion" 1
 inline constexpr char kCreateMigrationsTable[] =
     "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
     "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())";

@@ -11,7 +11,6 @@
 #include "model/state_machines.h"
 #include "store/common/gang_rows.h"
 #include "store/common/store_rows.h"
-#include "store/postgres/postgres_migrations.h"
 #include "store/postgres/postgres_statements.h"
 
 namespace minions::postgres_store {
@@ -51,6 +50,7 @@ absl::StatusOr<TokenRecord> TokenRow(const Row& row) { return rows::ReadToken(ro
 absl::StatusOr<ModelRecord> ModelRow(const Row& row) { return rows::ReadModel(row); }
 absl::StatusOr<Team> TeamRow(const Row& row) { return rows::ReadTeam(row); }
 absl::StatusOr<std::string> TextRow(const Row& row) { return row.Text(0); }
+absl::StatusOr<PendingGangTask> PendingGangTaskRow(const Row& row) { return gang_rows::ReadPendingGangTask(row); }
 
 std::vector<GangLease> Gangs(const PgResult& result) {
   std::vector<GangLease> gangs;
@@ -379,7 +379,8 @@ absl::StatusOr<std::vector<LeaseCandidate>> PostgresTransaction::LeaseCandidates
                                                                        .Text(query.loaded_model)
                                                                        .Text(DumpJson(Json(query.cached_models)))
                                                                        .Time(query.cold_before)
-                                                                       .Int(query.model_affinity ? 1 : 0)));
+                                                                       .Int(query.model_affinity ? 1 : 0)
+                                                                       .Int(query.confined ? 1 : 0)));
   // After the task's columns: the job's spec, state, started_at, team and created_at.
   constexpr int kJob = rows::kTaskColumns;
   std::vector<LeaseCandidate> candidates;
@@ -403,9 +404,7 @@ absl::StatusOr<std::vector<LeaseCandidate>> PostgresTransaction::LeaseCandidates
 
 absl::StatusOr<std::vector<PendingGangTask>> PostgresTransaction::PendingGangTasks(absl::Time now, int limit) {
   ASSIGN_OR_RETURN(PgResult result, c_.Exec(sql::kGangCandidates, Params().Time(now).Int(limit)));
-  return Collect<PendingGangTask>(result, [](const Row& row) -> absl::StatusOr<PendingGangTask> {
-    return gang_rows::ReadPendingGangTask(row);
-  });
+  return Collect<PendingGangTask>(result, PendingGangTaskRow);
 }
 
 // --- executors ---
@@ -651,6 +650,9 @@ absl::StatusOr<VerificationTask> VerificationTaskRow(const PgResult& result, int
   task.verifier_id = result.Text(i, 6);
   task.lease_expires_at = result.OptTime(i, 7);
   task.created_at = result.Time(i, 8);
+  task.disputed_verifier = result.Text(i, 9);
+  task.chunk_begin = result.Int(i, 10);
+  task.chunk_end = result.Int(i, 11);
   return task;
 }
 
@@ -676,7 +678,10 @@ absl::Status PostgresTransaction::InsertVerificationTasks(const std::vector<Veri
                                                               .Text(EncodeRecords(task.records))
                                                               .Text(task.verifier_id)
                                                               .Time(task.lease_expires_at)
-                                                              .Time(task.created_at))
+                                                              .Time(task.created_at)
+                                                              .Text(task.disputed_verifier)
+                                                              .Int(task.chunk_begin)
+                                                              .Int(task.chunk_end))
                         .status());
   }
   return absl::OkStatus();
@@ -769,7 +774,7 @@ absl::Status PostgresTransaction::EndAttempts(const AttemptWrites& writes, absl:
 // --- the schema ---
 
 absl::Status PostgresTransaction::LockSchema() {
-  RETURN_IF_ERROR(c_.Exec(sql::kMigrationLock, Params().Int(kMigrationLockKey)).status());
+  RETURN_IF_ERROR(c_.Exec(sql::kMigrationLock, Params().Int(sql::kMigrationLockKey)).status());
   return c_.Exec(sql::kCreateMigrationsTable).status();
 }
 

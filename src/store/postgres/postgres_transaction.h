@@ -9,7 +9,7 @@
 // - Locking: in a writing transaction a Read locks what it reads (FOR UPDATE) in the store's lock
 //   order; the queries that pick rows to change (a lease's candidates, expired leases, silent
 //   executors) skip rows another transaction holds (SKIP LOCKED) instead of waiting.
-// - Counts: a job's counts live in counter shards (job_counts, postgres_migrations.cc); EndAttempts
+// - Counts: a job's counts live in counter shards (job_counts, migration 2); EndAttempts
 //   adds to one shard chosen at random, so completers of one job do not queue on its row, and
 //   asks right after its COMMIT (same round trip) which jobs' tasks have all ended.
 // Borrows the connection and the options for the transaction's life; the thread of

@@ -3,7 +3,7 @@
 // for a single machine: every operation as RowMetadataStore writes it
 // (store/common/row_metadata_store.h), over SqliteRowStore's rows (sqlite_row_store.h: WAL, one
 // writer at a time, the busy timeout on the store's clock).
-// - Open applies the schema migrations the file lacks (store/sqlite/sqlite_migrations.h) and
+// - Open applies the schema migrations the file lacks (store/common/migration.h) and
 //   refuses a file whose schema is newer than this binary (FailedPrecondition).
 // - Errors: besides the MetadataStore contract, a database still locked by another process after
 //   the busy timeout is Unavailable; a corrupt or unreadable file is Internal.

@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "common/status_macros.h"
-#include "store/sqlite/sqlite_migrations.h"
 #include "store/sqlite/sqlite_transaction.h"
 
 namespace minions {
@@ -21,7 +20,9 @@ absl::StatusOr<std::unique_ptr<SqliteRowStore>> SqliteRowStore::Open(const std::
 SqliteRowStore::SqliteRowStore(std::string path, const StoreOptions& options)
     : path_(std::move(path)), options_(options) {}
 
-std::span<const store_common::Migration> SqliteRowStore::Migrations() const { return sqlite_store::Migrations(); }
+std::span<const store_common::Migration> SqliteRowStore::Migrations() const {
+  return store_common::Migrations(store_common::SqlDialect::kSqlite);
+}
 
 absl::Status SqliteRowStore::Run(TransactionKind kind, absl::FunctionRef<absl::Status(RowTransaction&)> body) {
   absl::MutexLock lock(&mu_);

@@ -8,7 +8,7 @@
 //   busy timeout is Unavailable.
 // - One writer at a time sees every count, so a job is settled in the transaction that ended its
 //   last task (Settling::kInTransaction), and rows need no locks of their own.
-// - The schema: sqlite_migrations.h.
+// - The schema: store/common/migration.h.
 // Owns one connection (sqlite_connection.h), guarded by a mutex: transactions from any thread run
 // one at a time.
 

@@ -2,7 +2,7 @@
 // The SQLite store's SQL (SqliteTransaction): every statement is constant text with parameters;
 // values are always bound. Rows are written with positional parameters (?1, ...) in the order of
 // store/common/store_rows.h's column lists; other parameters are named. The schema these run
-// against is sqlite_migrations.cc.
+// against is store/common/migrations.cc.
 
 #include "store/common/gang_rows.h"
 #include "store/common/store_rows.h"
@@ -95,6 +95,7 @@ inline constexpr char kLeaseCandidates[] =
     "WHERE t.state = 'pending' AND (t.not_before IS NULL OR t.not_before <= :now) "
     "AND j.state IN ('queued', 'running') AND j.min_memory_bytes <= :memory_bytes AND j.gang_size < 2 "
     "AND j.runner IN (SELECT value FROM json_each(:runners)) AND COALESCE(r.value, 0) >= 0 "
+    "AND (:confined = 1 OR COALESCE(json_extract(j.spec, '$.requirements.confined'), 0) = 0) "
     "AND (" MINIONS_SQLITE_WARMTH " = 0 OR (" MINIONS_SQLITE_WARMTH " = 1 AND :loaded = '') "
     "OR j.created_at <= :cold_before) "
     "ORDER BY COALESCE(r.value, 0), j.priority DESC, " MINIONS_SQLITE_WARMTH ", j.created_at, j.id, t.idx "
@@ -152,11 +153,11 @@ inline constexpr char kSilentExecutors[] =
 inline constexpr char kSelectTeam[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams WHERE name = :name";
 inline constexpr char kListTeams[] = "SELECT " MINIONS_STORE_TEAM_COLUMNS " FROM teams ORDER BY name";
 inline constexpr char kInsertTeam[] =
-    "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+    "INSERT INTO teams (" MINIONS_STORE_TEAM_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
 inline constexpr char kUpdateTeam[] =
     "UPDATE teams SET max_priority = ?2, max_active_jobs = ?3, requests_per_second = ?4, created_at = ?5, "
     "weight = ?6, max_running_tasks = ?7, max_file_bytes = ?8, max_model_bytes = ?9, max_result_bytes = ?10, "
-    "file_bytes = ?11, result_bytes = ?12 WHERE name = ?1";
+    "file_bytes = ?11, result_bytes = ?12, runners = ?13, require_confined = ?14, verify_ppm = ?15 WHERE name = ?1";
 inline constexpr char kTokenById[] = "SELECT " MINIONS_STORE_TOKEN_COLUMNS " FROM tokens WHERE id = :key";
 inline constexpr char kTokenByHash[] = "SELECT " MINIONS_STORE_TOKEN_COLUMNS " FROM tokens WHERE secret_hash = :key";
 inline constexpr char kListTokens[] =
@@ -234,21 +235,27 @@ inline constexpr char kSelectFleetTokens[] =
 
 // --- spot checks (migration 17) ---
 inline constexpr char kInsertVerificationTask[] =
-    "INSERT INTO verification_tasks (job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at) "
-    "VALUES (:job, :task, :attempt, :seq, :producer, :records, :verifier, :expires, :created) ON CONFLICT DO NOTHING";
+    "INSERT INTO verification_tasks (job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at, "
+    "disputed_verifier, chunk_begin, chunk_end) "
+    "VALUES (:job, :task, :attempt, :seq, :producer, :records, :verifier, :expires, :created, :disputed, :begin, :end) "
+    "ON CONFLICT DO NOTHING";
 inline constexpr char kLeasableVerificationTasks[] =
-    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at FROM verification_tasks "
-    "WHERE producer_id <> :executor AND (verifier_id = '' OR lease_expires_at <= :now) "
+    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at, "
+    "disputed_verifier, chunk_begin, chunk_end FROM verification_tasks "
+    "WHERE producer_id <> :executor AND disputed_verifier <> :executor AND (verifier_id = '' OR lease_expires_at <= :now) "
     "ORDER BY created_at, job_id, task_idx, attempt, seq LIMIT :limit";
 inline constexpr char kSelectVerificationTask[] =
-    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at FROM verification_tasks "
+    "SELECT job_id, task_idx, attempt, seq, producer_id, records, verifier_id, lease_expires_at, created_at, "
+    "disputed_verifier, chunk_begin, chunk_end FROM verification_tasks "
     "WHERE job_id = :job AND task_idx = :task AND attempt = :attempt AND seq = :seq";
 inline constexpr char kUpdateVerificationTask[] =
     "UPDATE verification_tasks SET verifier_id = :verifier, lease_expires_at = :expires "
     "WHERE job_id = :job AND task_idx = :task AND attempt = :attempt AND seq = :seq";
 inline constexpr char kDeleteVerificationTask[] =
     "DELETE FROM verification_tasks WHERE job_id = :job AND task_idx = :task AND attempt = :attempt AND seq = :seq";
-inline constexpr char kCountVerificationTasks[] = "SELECT COUNT(*) FROM verification_tasks WHERE job_id = :job";
+// A job's spot checks (its publication waits for them), not its arbitrations (their records were redone).
+inline constexpr char kCountVerificationTasks[] =
+    "SELECT COUNT(*) FROM verification_tasks WHERE job_id = :job AND disputed_verifier = ''";
 // --- verification (migration 15) ---
 inline constexpr char kInsertVerification[] =
     "INSERT INTO verifications (job_id, task_idx, custom_id, producer_id, verifier_id, passed, reason, verified_at) "

@@ -52,7 +52,28 @@ absl::StatusOr<TokenRecord> TokenRow(const Statement& row) { return rows::ReadTo
 absl::StatusOr<ModelRecord> ModelRow(const Statement& row) { return rows::ReadModel(row); }
 absl::StatusOr<Team> TeamRow(const Statement& row) { return rows::ReadTeam(row); }
 absl::StatusOr<std::string> TextRow(const Statement& row) { return row.Text(0); }
+absl::StatusOr<PendingGangTask> PendingGangTaskRow(const Statement& row) { return gang_rows::ReadPendingGangTask(row); }
 absl::StatusOr<TaskId> KeyRow(const Statement& row) { return TaskId{row.Text(0), row.Int(1)}; }
+absl::StatusOr<FleetHistoryRow> FleetHistoryRowOf(const Statement& row) {
+  return FleetHistoryRow{row.Time(0), row.Text(1)};
+}
+absl::StatusOr<FleetTokensRow> FleetTokensRowOf(const Statement& row) {
+  return FleetTokensRow{row.Time(0), row.Text(1), TokenUsage{row.Int(2), row.Int(3)}};
+}
+
+// The dashboard's tables (fleet_history, fleet_tokens): their rows from `since` on, and the
+// deletion of those before `keep_after`.
+template <typename T>
+absl::StatusOr<std::vector<T>> RowsSince(Connection& c, const char* sql, absl::Time since,
+                                         absl::StatusOr<T> (*read)(const Statement&)) {
+  ASSIGN_OR_RETURN(Statement query, c.Prepare(sql));
+  query.BindTime(":since", since);
+  return Collect<T>(query, read);
+}
+absl::Status PruneBefore(Connection& c, const char* sql, absl::Time keep_after) {
+  ASSIGN_OR_RETURN(Statement prune, c.Prepare(sql));
+  return prune.BindTime(":keep_after", keep_after).Run();
+}
 
 // The one integer a query answers (0 when it answers no row).
 absl::StatusOr<int64_t> Count(Statement& query) {
@@ -322,6 +343,7 @@ absl::StatusOr<std::vector<LeaseCandidate>> SqliteTransaction::LeaseCandidates(c
         .BindText(":cached", DumpJson(Json(lease.cached_models)))
         .BindTime(":cold_before", lease.cold_before)
         .BindInt(":affinity", lease.model_affinity ? 1 : 0)
+        .BindInt(":confined", lease.confined ? 1 : 0)
         .BindInt(":limit", lease.limit);
     ASSIGN_OR_RETURN(found, Collect<Found>(query, [](const Statement& row) -> absl::StatusOr<Found> {
                        return Found{{row.Text(0), row.Int(1)}, row.Text(2)};
@@ -343,9 +365,7 @@ absl::StatusOr<std::vector<LeaseCandidate>> SqliteTransaction::LeaseCandidates(c
 absl::StatusOr<std::vector<PendingGangTask>> SqliteTransaction::PendingGangTasks(absl::Time now, int limit) {
   ASSIGN_OR_RETURN(Statement query, c_.Prepare(sql::kGangCandidates));
   query.BindTime(":now", now).BindInt(":limit", limit);
-  return Collect<PendingGangTask>(query, [](const Statement& row) -> absl::StatusOr<PendingGangTask> {
-    return gang_rows::ReadPendingGangTask(row);
-  });
+  return Collect<PendingGangTask>(query, PendingGangTaskRow);
 }
 
 // --- executors ---
@@ -540,16 +560,11 @@ absl::StatusOr<std::optional<Throughput>> SqliteTransaction::GetThroughput(const
 absl::Status SqliteTransaction::InsertFleetHistory(const FleetHistoryRow& row, absl::Time keep_after) {
   ASSIGN_OR_RETURN(Statement insert, c_.Prepare(sql::kInsertFleetHistory));
   RETURN_IF_ERROR(insert.BindTime(":at", row.at).BindText(":point", row.point).Run());
-  ASSIGN_OR_RETURN(Statement prune, c_.Prepare(sql::kPruneFleetHistory));
-  return prune.BindTime(":keep_after", keep_after).Run();
+  return PruneBefore(c_, sql::kPruneFleetHistory, keep_after);
 }
 
 absl::StatusOr<std::vector<FleetHistoryRow>> SqliteTransaction::ListFleetHistory(absl::Time since) {
-  ASSIGN_OR_RETURN(Statement query, c_.Prepare(sql::kSelectFleetHistory));
-  query.BindTime(":since", since);
-  return Collect<FleetHistoryRow>(query, [](const Statement& row) -> absl::StatusOr<FleetHistoryRow> {
-    return FleetHistoryRow{row.Time(0), row.Text(1)};
-  });
+  return RowsSince(c_, sql::kSelectFleetHistory, since, FleetHistoryRowOf);
 }
 
 absl::Status SqliteTransaction::AddFleetTokens(absl::Time at, const std::string& team, const TokenUsage& tokens) {
@@ -562,16 +577,11 @@ absl::Status SqliteTransaction::AddFleetTokens(absl::Time at, const std::string&
 }
 
 absl::Status SqliteTransaction::PruneFleetTokens(absl::Time keep_after) {
-  ASSIGN_OR_RETURN(Statement prune, c_.Prepare(sql::kPruneFleetTokens));
-  return prune.BindTime(":keep_after", keep_after).Run();
+  return PruneBefore(c_, sql::kPruneFleetTokens, keep_after);
 }
 
 absl::StatusOr<std::vector<FleetTokensRow>> SqliteTransaction::ListFleetTokens(absl::Time since) {
-  ASSIGN_OR_RETURN(Statement query, c_.Prepare(sql::kSelectFleetTokens));
-  query.BindTime(":since", since);
-  return Collect<FleetTokensRow>(query, [](const Statement& row) -> absl::StatusOr<FleetTokensRow> {
-    return FleetTokensRow{row.Time(0), row.Text(1), TokenUsage{row.Int(2), row.Int(3)}};
-  });
+  return RowsSince(c_, sql::kSelectFleetTokens, since, FleetTokensRowOf);
 }
 
 // --- verification ---
@@ -614,6 +624,9 @@ absl::StatusOr<VerificationTask> VerificationTaskRow(const Statement& row) {
   task.verifier_id = row.Text(6);
   task.lease_expires_at = row.OptTime(7);
   task.created_at = row.Time(8);
+  task.disputed_verifier = row.Text(9);
+  task.chunk_begin = row.Int(10);
+  task.chunk_end = row.Int(11);
   return task;
 }
 
@@ -635,6 +648,9 @@ absl::Status SqliteTransaction::InsertVerificationTasks(const std::vector<Verifi
                         .BindText(":verifier", task.verifier_id)
                         .BindTime(":expires", task.lease_expires_at)
                         .BindTime(":created", task.created_at)
+                        .BindText(":disputed", task.disputed_verifier)
+                        .BindInt(":begin", task.chunk_begin)
+                        .BindInt(":end", task.chunk_end)
                         .Run());
   }
   return absl::OkStatus();

@@ -12,6 +12,9 @@ import os
 import socket
 import sys
 
+sys.dont_write_bytecode = True  # nothing written beside the sources
+import runner_loop  # noqa: E402
+
 
 def attempt(action):
     try:
@@ -35,27 +38,11 @@ def findings():
     return result
 
 
-def send(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+def answer(records):
+    seen = findings()
+    return [{"id": "snoop-%d" % index, "custom_id": json.loads(text)["custom_id"],
+             "response": {"status_code": 200, "body": seen}, "error": None}
+            for index, text in enumerate(records)]
 
 
-send({"type": "ready", "protocol": 1, "runner": "snoop", "version": "1"})
-for line in sys.stdin:
-    command = json.loads(line)
-    op = command.get("op")
-    if op == "load":
-        send({"type": "loaded", "model": command["model"], "info": {}})
-    elif op == "run":
-        seen = findings()
-        for index, text in enumerate(command["records"]):
-            record = json.loads(text)
-            output = {"id": "snoop-%d" % index, "custom_id": record["custom_id"],
-                      "response": {"status_code": 200, "body": seen}, "error": None}
-            send({"type": "result", "batch": command["batch"], "index": index, "output": output})
-        send({"type": "batch_done", "batch": command["batch"], "records": len(command["records"]),
-              "errors": 0, "cancelled": False})
-    elif op == "ping":
-        send({"type": "pong", "id": command.get("id", "")})
-    elif op == "shutdown":
-        break
+runner_loop.serve("snoop", answer)
