@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "common/subprocess.h"
 #include "llama.h"
+#include "runner/llama/devices.h"
 #include "testing/process_pool.h"
 
 namespace minions::bench {
@@ -144,8 +145,7 @@ class LlamaServerProcess {
     std::vector<std::string> argv = {bin, "-m", model, "--host", "127.0.0.1", "--port", std::to_string(port_),
                                      "-np", std::to_string(s.parallel), "-c", std::to_string(s.parallel * s.ctx_per_seq),
                                      "-t", std::to_string(s.threads), "-tb", std::to_string(s.threads), "-ngl", GpuLayers(),
-                                     // as the runner: separate KV streams, flash attention off on CPU
-                                     // (the server's own default, auto, picks the same there)
+                                     // as the runner: separate KV streams, flash attention as it sets it
                                      "--no-kv-unified", "-fa", FlashAttn(), "--no-webui", "--no-warmup"};
     if (s.embeddings) {
       // Every input must fit one micro-batch.
@@ -164,8 +164,11 @@ class LlamaServerProcess {
     }
   }
 
-  static const char* FlashAttn() { return llama_supports_gpu_offload() ? "auto" : "off"; }
-  static const char* GpuLayers() { return llama_supports_gpu_offload() ? "999" : "0"; }
+  // The runner's settings: flash attention off on a machine without an accelerator of its own, and
+  // no layers offloaded there. Not llama_supports_gpu_offload(): it is true whenever the RPC backend
+  // is compiled in (it is), and llama.cpp's `auto` turns flash attention on for the CPU.
+  static const char* FlashAttn() { return llama_runner::LocalAccelerators().empty() ? "off" : "auto"; }
+  static const char* GpuLayers() { return llama_runner::LocalAccelerators().empty() ? "0" : "999"; }
 
   std::string Url(const std::string& path) const { return absl::StrCat("http://127.0.0.1:", port_, path); }
 
